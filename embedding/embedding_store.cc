@@ -1,0 +1,425 @@
+#include "embedding/embedding_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace ps::embedding {
+namespace {
+
+constexpr size_t kMaxTableNameLength = 128;
+
+absl::Status ValidateTableName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTableNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table name must have 1 to ", kMaxTableNameLength, " characters"));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table name \"", name, "\" may use only letters, digits, '_', '-' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
+    const StoreOptions& options) {
+  if (options.data_dir.empty()) {
+    return absl::InvalidArgumentError("the store needs a data_dir");
+  }
+  if (options.num_stripes < 1) {
+    return absl::InvalidArgumentError("num_stripes must be at least 1");
+  }
+  RocksStoreOptions rocks_options;
+  rocks_options.path = options.data_dir;
+  rocks_options.block_cache_bytes = options.rocksdb_block_cache_bytes;
+  rocks_options.write_buffer_bytes = options.rocksdb_write_buffer_bytes;
+  rocks_options.sync_wal = options.sync_wal;
+  rocks_options.max_tables = options.max_tables;
+  ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks, RocksStore::Open(rocks_options));
+
+  std::unique_ptr<EmbeddingStore> store(new EmbeddingStore(options, std::move(rocks)));
+  {
+    absl::MutexLock lock(&store->tables_mu_);
+    const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
+    for (TableId id = 0; id < opened.size(); ++id) {
+      RETURN_IF_ERROR(store->AddTable(id, opened[id]));
+    }
+  }
+  if (options.durability == Durability::kPeriodic) {
+    store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
+  }
+  return store;
+}
+
+EmbeddingStore::EmbeddingStore(const StoreOptions& options,
+                               std::unique_ptr<RocksStore> rocks)
+    : options_(options), rocks_(std::move(rocks)) {
+  const size_t per_stripe = options.cache_bytes / options.num_stripes;
+  for (int i = 0; i < options.num_stripes; ++i) {
+    stripes_.push_back(std::make_unique<Stripe>(per_stripe));
+  }
+}
+
+EmbeddingStore::~EmbeddingStore() {
+  if (flusher_.joinable()) {
+    stop_flushing_.Notify();
+    flusher_.join();
+  }
+  absl::Status flushed = Flush();
+  if (!flushed.ok()) LOG(ERROR) << "final write-back failed: " << flushed;
+}
+
+absl::Status EmbeddingStore::AddTable(TableId id, const TableSpec& spec) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(spec.optimizer()));
+  const int dim = static_cast<int>(spec.dim());
+  auto table = std::unique_ptr<Table>(new Table{
+      id, spec, dim, dim + optimizer->StateFloats(dim), std::move(optimizer),
+      Initializer(spec.initializer())});
+  tables_by_name_[spec.name()] = table.get();
+  tables_.push_back(std::move(table));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
+  RETURN_IF_ERROR(ValidateTableName(raw_spec.name()));
+  if (raw_spec.dim() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", raw_spec.name(), " needs a dim of at least 1"));
+  }
+  if (raw_spec.dim() > options_.max_dim) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table ", raw_spec.name(), " has dim ", raw_spec.dim(),
+        ", more than the server's max_dim ", options_.max_dim));
+  }
+  const float scale = raw_spec.initializer().scale();
+  if (!std::isfinite(scale) || scale < 0.0f) {
+    return absl::InvalidArgumentError("initializer scale must be finite and >= 0");
+  }
+  // Validates the hyper-parameters.
+  RETURN_IF_ERROR(Optimizer::Create(raw_spec.optimizer()).status());
+  TableSpec spec = raw_spec;
+  *spec.mutable_optimizer() = Optimizer::WithDefaults(raw_spec.optimizer());
+
+  absl::MutexLock lock(&tables_mu_);
+  auto existing = tables_by_name_.find(spec.name());
+  if (existing != tables_by_name_.end()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(existing->second->spec,
+                                                           spec)) {
+      return false;
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "table ", spec.name(), " already exists with a different spec: have {",
+        existing->second->spec.ShortDebugString(), "}, asked for {",
+        spec.ShortDebugString(), "}"));
+  }
+  ASSIGN_OR_RETURN(TableId id, rocks_->CreateTable(spec));
+  RETURN_IF_ERROR(AddTable(id, spec));
+  return true;
+}
+
+absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
+    absl::string_view name) const {
+  absl::ReaderMutexLock lock(&tables_mu_);
+  auto it = tables_by_name_.find(name);
+  if (it == tables_by_name_.end()) {
+    return absl::NotFoundError(absl::StrCat("no table named \"", name, "\""));
+  }
+  return it->second;
+}
+
+absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(absl::string_view name) const {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(name));
+  return table->spec;
+}
+
+size_t EmbeddingStore::StripeOf(uint64_t key) const {
+  // Fibonacci hashing: the high bits of the product are well mixed, and
+  // independent of the low bits that routing (base/routing.h) looks at.
+  return ((key * 0x9E3779B97F4A7C15ULL) >> 32) % stripes_.size();
+}
+
+void EmbeddingStore::GroupByStripe(absl::Span<const uint64_t> keys,
+                                   std::vector<uint32_t>* order,
+                                   std::vector<uint32_t>* starts) const {
+  const size_t num_stripes = stripes_.size();
+  std::vector<uint32_t> stripe_of(keys.size());
+  starts->assign(num_stripes + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    stripe_of[i] = static_cast<uint32_t>(StripeOf(keys[i]));
+    ++(*starts)[stripe_of[i] + 1];
+  }
+  for (size_t s = 0; s < num_stripes; ++s) (*starts)[s + 1] += (*starts)[s];
+  std::vector<uint32_t> next(starts->begin(), starts->end() - 1);
+  order->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    (*order)[next[stripe_of[i]]++] = static_cast<uint32_t>(i);
+  }
+}
+
+absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
+                                      absl::Span<const uint64_t> keys,
+                                      bool create) {
+  std::vector<uint64_t> missing;
+  for (uint64_t key : keys) {
+    if (stripe.cache.Find(table.id, key) == nullptr) missing.push_back(key);
+  }
+  if (missing.empty()) return absl::OkStatus();
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
+  const size_t row_bytes = table.row_floats * sizeof(float);
+  std::vector<float> row(table.row_floats);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (found[i]) {
+      if (values[i].size() != row_bytes) {
+        return absl::DataLossError(absl::StrCat(
+            "table ", table.spec.name(), " key ", missing[i], " is stored with ",
+            values[i].size(), " bytes, expected ", row_bytes));
+      }
+      std::memcpy(row.data(), values[i].data(), row_bytes);
+      stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
+    } else if (create) {
+      table.initializer.Fill(missing[i], absl::MakeSpan(row.data(), table.dim));
+      table.optimizer->InitState(table.dim, row.data() + table.dim);
+      stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/true);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch) {
+  std::vector<CachedRow> evicted;
+  stripe.cache.EvictToBudget(&evicted);
+  for (const CachedRow& row : evicted) batch->Put(row.table_id, row.key, row.values);
+  absl::Status written = rocks_->Write(batch);
+  if (!written.ok()) {
+    // Keep the evicted updates in memory rather than lose them.
+    for (const CachedRow& row : evicted) {
+      stripe.cache.Insert(row.table_id, row.key, row.values, /*dirty=*/true);
+    }
+  }
+  return written;
+}
+
+absl::Status EmbeddingStore::Pull(absl::string_view table_name,
+                                  absl::Span<const uint64_t> keys,
+                                  absl::Span<float> out) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  const size_t dim = table->dim;
+  if (out.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull of ", keys.size(), " keys of dim ", dim, " needs ", keys.size() * dim,
+        " floats of output, got ", out.size()));
+  }
+  std::vector<uint32_t> order, starts;
+  GroupByStripe(keys, &order, &starts);
+  std::vector<uint32_t> misses;
+  std::vector<uint64_t> missing_keys;
+  uint64_t hits = 0;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = *stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    misses.clear();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      const uint32_t position = order[i];
+      const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
+      if (row != nullptr) {
+        std::memcpy(&out[position * dim], row->values.data(), dim * sizeof(float));
+        ++hits;
+      } else {
+        misses.push_back(position);
+      }
+    }
+    if (misses.empty()) continue;
+    missing_keys.clear();
+    for (uint32_t position : misses) missing_keys.push_back(keys[position]);
+    std::sort(missing_keys.begin(), missing_keys.end());
+    missing_keys.erase(std::unique(missing_keys.begin(), missing_keys.end()),
+                       missing_keys.end());
+    RETURN_IF_ERROR(LoadRows(*table, stripe, missing_keys, /*create=*/false));
+    for (uint32_t position : misses) {
+      float* destination = &out[position * dim];
+      const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
+      if (row != nullptr) {
+        std::memcpy(destination, row->values.data(), dim * sizeof(float));
+      } else {
+        table->initializer.Fill(keys[position], absl::MakeSpan(destination, dim));
+      }
+    }
+    RocksStore::Batch batch = rocks_->NewBatch();
+    RETURN_IF_ERROR(EvictAndWrite(stripe, &batch));
+  }
+  hits_ += hits;
+  misses_ += keys.size() - hits;
+  rows_pulled_ += keys.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<const float> gradients) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  const size_t dim = table->dim;
+  if (gradients.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push of ", keys.size(), " keys to table ", table_name, " (dim ", dim,
+        ") needs ", keys.size() * dim, " gradient floats, got ", gradients.size()));
+  }
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (!std::isfinite(gradients[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of key ", keys[i / dim], " (row ", i / dim, ", column ",
+          i % dim, ") is ", gradients[i], "; nothing was applied"));
+    }
+  }
+
+  // Sum duplicate keys, keeping first-seen order.
+  absl::flat_hash_map<uint64_t, uint32_t> slot_of;
+  slot_of.reserve(keys.size());
+  std::vector<uint64_t> unique_keys;
+  std::vector<float> summed;
+  unique_keys.reserve(keys.size());
+  summed.reserve(gradients.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = slot_of.try_emplace(keys[i], unique_keys.size());
+    const float* gradient = &gradients[i * dim];
+    if (inserted) {
+      unique_keys.push_back(keys[i]);
+      summed.insert(summed.end(), gradient, gradient + dim);
+    } else {
+      float* sum = &summed[it->second * dim];
+      for (size_t d = 0; d < dim; ++d) sum[d] += gradient[d];
+    }
+  }
+
+  const bool write_through = options_.durability == Durability::kWal;
+  std::vector<uint32_t> order, starts;
+  GroupByStripe(unique_keys, &order, &starts);
+  std::vector<uint64_t> stripe_keys;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = *stripes_[s];
+    stripe_keys.clear();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      stripe_keys.push_back(unique_keys[order[i]]);
+    }
+    absl::MutexLock lock(&stripe.mu);
+    RETURN_IF_ERROR(LoadRows(*table, stripe, stripe_keys, /*create=*/true));
+    RocksStore::Batch batch = rocks_->NewBatch();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      const uint32_t unique = order[i];
+      CachedRow* row = stripe.cache.Find(table->id, unique_keys[unique]);
+      float* weights = row->values.data();
+      table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
+                              weights + dim);
+      if (write_through) {
+        batch.Put(table->id, row->key, row->values);
+        row->dirty = false;
+      } else {
+        row->dirty = true;
+      }
+    }
+    absl::Status written = EvictAndWrite(stripe, &batch);
+    if (!written.ok()) {
+      // The rows still cached hold updates RocksDB lacks: keep them dirty so
+      // a later write-back retries.
+      for (uint64_t key : stripe_keys) {
+        if (CachedRow* row = stripe.cache.Find(table->id, key)) row->dirty = true;
+      }
+      return written;
+    }
+  }
+  rows_pushed_ += unique_keys.size();
+  return unique_keys.size();
+}
+
+absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
+                                    std::vector<float>* weights, bool* stored) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  Stripe& stripe = *stripes_[StripeOf(key)];
+  absl::MutexLock lock(&stripe.mu);
+  const uint64_t keys[] = {key};
+  RETURN_IF_ERROR(LoadRows(*table, stripe, keys, /*create=*/false));
+  weights->resize(table->dim);
+  const CachedRow* row = stripe.cache.Find(table->id, key);
+  *stored = row != nullptr;
+  if (*stored) {
+    std::copy(row->values.begin(), row->values.begin() + table->dim,
+              weights->begin());
+  } else {
+    table->initializer.Fill(key, absl::MakeSpan(*weights));
+  }
+  RocksStore::Batch batch = rocks_->NewBatch();
+  return EvictAndWrite(stripe, &batch);
+}
+
+absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
+  absl::MutexLock lock(&stripe.mu);
+  RocksStore::Batch batch = rocks_->NewBatch();
+  std::vector<CachedRow*> written;
+  stripe.cache.ForEachDirty([&](CachedRow& row) {
+    batch.Put(row.table_id, row.key, row.values);
+    written.push_back(&row);
+  });
+  RETURN_IF_ERROR(rocks_->Write(&batch));
+  for (CachedRow* row : written) row->dirty = false;
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStore::Flush() {
+  for (auto& stripe : stripes_) RETURN_IF_ERROR(FlushStripe(*stripe));
+  return rocks_->SyncWal();
+}
+
+void EmbeddingStore::PeriodicFlushLoop() {
+  while (!stop_flushing_.WaitForNotificationWithTimeout(options_.flush_interval)) {
+    for (auto& stripe : stripes_) {
+      absl::Status flushed = FlushStripe(*stripe);
+      if (!flushed.ok()) LOG(WARNING) << "periodic write-back failed: " << flushed;
+    }
+  }
+}
+
+std::vector<TableStats> EmbeddingStore::ListTables() {
+  std::vector<std::pair<TableId, TableSpec>> tables;
+  {
+    absl::ReaderMutexLock lock(&tables_mu_);
+    for (const auto& table : tables_) tables.emplace_back(table->id, table->spec);
+  }
+  std::vector<TableStats> stats;
+  for (auto& [id, spec] : tables) {
+    stats.push_back(TableStats{std::move(spec), rocks_->EstimatedRows(id),
+                               rocks_->DiskBytes(id)});
+  }
+  return stats;
+}
+
+StoreStats EmbeddingStore::Stats() {
+  StoreStats stats;
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    stats.hot_tier_bytes += stripe->cache.bytes();
+    stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
+  }
+  stats.hot_tier_hits = hits_.load();
+  stats.hot_tier_misses = misses_.load();
+  stats.rows_pulled = rows_pulled_.load();
+  stats.rows_pushed = rows_pushed_.load();
+  stats.disk_bytes = rocks_->TotalDiskBytes();
+  return stats;
+}
+
+}  // namespace ps::embedding

@@ -1,0 +1,204 @@
+// File: embedding/embedding_store.h
+//
+// EmbeddingStore holds one shard's tables: named sets of rows (key -> `dim`
+// float weights plus optimizer state). Every stored row lives in RocksDB (see
+// rocks_store.h); a hot tier in memory, bounded by `cache_bytes`, absorbs
+// reads and writes. A key that was never pushed is not stored: Pull() returns
+// its deterministic initial value (see initializer.h).
+//
+// Durability:
+//   kWal       Push() returns only after its rows are in RocksDB's WAL
+//              (concurrent pushes are group-committed), so a killed process
+//              loses no acknowledged push. The default: losing acknowledged
+//              updates silently is the worse surprise.
+//   kPeriodic  Push() updates the hot tier only; dirty rows are written back
+//              every `flush_interval` and when evicted. A crash loses at most
+//              the last interval's updates. Faster.
+//
+// Concurrency: the hot tier is split into `num_stripes` stripes by key, each
+// with its own mutex; a pull or push locks one stripe at a time, and every
+// RocksDB write of a row happens under its stripe's lock, so writes of one
+// key reach RocksDB in the order they were applied. Thread-safe.
+
+#ifndef PS_EMBEDDING_EMBEDDING_STORE_H_
+#define PS_EMBEDDING_EMBEDDING_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "embedding/initializer.h"
+#include "embedding/optimizer.h"
+#include "embedding/rocks_store.h"
+#include "embedding/row_cache.h"
+#include "proto/ps.pb.h"
+
+namespace ps::embedding {
+
+enum class Durability { kWal, kPeriodic };
+
+struct StoreOptions {
+  // Where RocksDB keeps this shard's rows. REQUIRES: not empty.
+  std::string data_dir;
+  // Budget of the in-memory hot tier, over all tables. Default: 256 MiB.
+  size_t cache_bytes = 256 << 20;
+  // Default: kWal (see above).
+  Durability durability = Durability::kWal;
+  // fsync the WAL on each write, so acknowledged pushes survive a machine
+  // crash too, not only a process crash. Default: false.
+  bool sync_wal = false;
+  // kPeriodic: how often dirty rows are written back. Default: 1 s.
+  absl::Duration flush_interval = absl::Seconds(1);
+  // Lock stripes of the hot tier. Default: 64. REQUIRES: >= 1.
+  int num_stripes = 64;
+  // Largest row dimension a table may declare. Default: 4096.
+  uint32_t max_dim = 4096;
+  // Most tables the store may hold. Default: 1024.
+  uint32_t max_tables = 1024;
+  // RocksDB's own memory: block cache and all memtables together.
+  // Defaults: 16 MiB and 64 MiB.
+  size_t rocksdb_block_cache_bytes = 16 << 20;
+  size_t rocksdb_write_buffer_bytes = 64 << 20;
+};
+
+struct TableStats {
+  TableSpec spec;
+  uint64_t estimated_rows = 0;
+  uint64_t disk_bytes = 0;
+};
+
+struct StoreStats {
+  uint64_t hot_tier_bytes = 0;
+  uint64_t hot_tier_budget_bytes = 0;
+  uint64_t hot_tier_hits = 0;
+  uint64_t hot_tier_misses = 0;
+  uint64_t rows_pulled = 0;
+  uint64_t rows_pushed = 0;
+  uint64_t disk_bytes = 0;
+};
+
+class EmbeddingStore {
+ public:
+  // Opens the store at options.data_dir, with every table it held.
+  static absl::StatusOr<std::unique_ptr<EmbeddingStore>> Open(
+      const StoreOptions& options);
+
+  // Writes back dirty rows and closes RocksDB.
+  ~EmbeddingStore();
+
+  EmbeddingStore(const EmbeddingStore&) = delete;
+  EmbeddingStore& operator=(const EmbeddingStore&) = delete;
+
+  // Declares a table. Idempotent: returns true when created, false when an
+  // identical table (after optimizer defaults) exists. ALREADY_EXISTS when a
+  // table of that name differs; INVALID_ARGUMENT for a bad name, dim, or
+  // hyper-parameter; RESOURCE_EXHAUSTED past max_dim or max_tables.
+  absl::StatusOr<bool> DeclareTable(const TableSpec& spec);
+
+  // The spec of `table` (optimizer defaults filled in). NOT_FOUND if unknown.
+  absl::StatusOr<TableSpec> GetTableSpec(absl::string_view table) const;
+
+  // Writes the weights of `keys`, in order, to `out` (keys.size() * dim
+  // floats). NOT_FOUND for an unknown table; INVALID_ARGUMENT if `out` has
+  // the wrong size.
+  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
+                    absl::Span<float> out);
+
+  // Applies `gradients` (keys.size() * dim floats, row i for keys[i]) with the
+  // table's optimizer; duplicate keys are summed first. Validated whole
+  // before anything is applied: NOT_FOUND for an unknown table,
+  // INVALID_ARGUMENT for a size mismatch or a NaN/Inf. Returns the number of
+  // distinct keys updated.
+  absl::StatusOr<size_t> Push(absl::string_view table,
+                              absl::Span<const uint64_t> keys,
+                              absl::Span<const float> gradients);
+
+  // One row's weights, and whether it is stored (pushed at least once).
+  absl::Status GetRow(absl::string_view table, uint64_t key,
+                      std::vector<float>* weights, bool* stored);
+
+  // Writes every dirty row back and syncs the WAL.
+  absl::Status Flush();
+
+  std::vector<TableStats> ListTables();
+  StoreStats Stats();
+
+ private:
+  // A table's immutable description; owned by the store, never removed.
+  struct Table {
+    TableId id;
+    TableSpec spec;
+    int dim;
+    // dim + optimizer state.
+    int row_floats;
+    std::unique_ptr<Optimizer> optimizer;
+    Initializer initializer;
+  };
+
+  struct Stripe {
+    explicit Stripe(size_t budget_bytes) : cache(budget_bytes) {}
+    absl::Mutex mu;
+    RowCache cache ABSL_GUARDED_BY(mu);
+  };
+
+  EmbeddingStore(const StoreOptions& options, std::unique_ptr<RocksStore> rocks);
+
+  absl::Status AddTable(TableId id, const TableSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
+  absl::StatusOr<const Table*> FindTable(absl::string_view name) const;
+  size_t StripeOf(uint64_t key) const;
+
+  // Groups positions 0..keys.size()-1 by stripe: on return, positions of
+  // stripe s are (*order)[(*starts)[s] .. (*starts)[s + 1]).
+  void GroupByStripe(absl::Span<const uint64_t> keys, std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* starts) const;
+
+  // Makes sure every key in `keys` (distinct) is cached in `stripe`, loading
+  // it from RocksDB or, if not stored and `create` is set, creating it with
+  // initial weights and fresh optimizer state. Keys neither cached nor stored
+  // are left out when `create` is false; for those the caller uses the
+  // initializer.
+  absl::Status LoadRows(const Table& table, Stripe& stripe,
+                        absl::Span<const uint64_t> keys, bool create)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  // Evicts `stripe` down to its budget and writes the evicted dirty rows
+  // (and anything already in `batch`) to RocksDB.
+  absl::Status EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  absl::Status FlushStripe(Stripe& stripe);
+  void PeriodicFlushLoop();
+
+  const StoreOptions options_;
+  const std::unique_ptr<RocksStore> rocks_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+
+  mutable absl::Mutex tables_mu_;
+  std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
+  absl::flat_hash_map<std::string, const Table*> tables_by_name_
+      ABSL_GUARDED_BY(tables_mu_);
+
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> rows_pulled_{0};
+  std::atomic<uint64_t> rows_pushed_{0};
+
+  absl::Notification stop_flushing_;
+  std::thread flusher_;
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_EMBEDDING_STORE_H_

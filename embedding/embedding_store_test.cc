@@ -1,0 +1,298 @@
+#include "embedding/embedding_store.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+using absl::StatusCode;
+
+std::string FreshDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TableSpec SgdTable(const std::string& name, uint32_t dim, float learning_rate = 1.0f) {
+  TableSpec spec;
+  spec.set_name(name);
+  spec.set_dim(dim);
+  spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_scale(0.1f);
+  spec.mutable_initializer()->set_seed(17);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(learning_rate);
+  return spec;
+}
+
+std::unique_ptr<EmbeddingStore> OpenStore(const StoreOptions& options) {
+  auto store = EmbeddingStore::Open(options);
+  EXPECT_OK(store);
+  return std::move(store).value();
+}
+
+std::vector<float> PullRows(EmbeddingStore& store, const std::string& table,
+                            const std::vector<uint64_t>& keys, uint32_t dim) {
+  std::vector<float> out(keys.size() * dim);
+  EXPECT_OK(store.Pull(table, keys, absl::MakeSpan(out)));
+  return out;
+}
+
+std::vector<float> InitialRow(const TableSpec& spec, uint64_t key) {
+  std::vector<float> row(spec.dim());
+  Initializer(spec.initializer()).Fill(key, absl::MakeSpan(row));
+  return row;
+}
+
+// Resident set size of this process, from /proc.
+size_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+class EmbeddingStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.data_dir = FreshDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  StoreOptions options_;
+};
+
+TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
+  auto store = OpenStore(options_);
+  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 8)), IsOk());
+  auto again = store->DeclareTable(SgdTable("emb", 8));
+  ASSERT_OK(again);
+  EXPECT_FALSE(*again);
+  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 16)),
+              StatusIs(StatusCode::kAlreadyExists));
+  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 8, 0.5f)),
+              StatusIs(StatusCode::kAlreadyExists));
+}
+
+TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
+  options_.max_dim = 64;
+  auto store = OpenStore(options_);
+  EXPECT_THAT(store->DeclareTable(SgdTable("", 8)), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->DeclareTable(SgdTable("a/b", 8)),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->DeclareTable(SgdTable("zero", 0)),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->DeclareTable(SgdTable("huge", 65)),
+              StatusIs(StatusCode::kResourceExhausted));
+  EXPECT_THAT(store->DeclareTable(SgdTable("negative_rate", 8, -1.0f)),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->GetTableSpec("huge"), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(EmbeddingStoreTest, MaxTablesIsEnforced) {
+  options_.max_tables = 2;
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("a", 4)));
+  ASSERT_OK(store->DeclareTable(SgdTable("b", 4)));
+  EXPECT_THAT(store->DeclareTable(SgdTable("c", 4)),
+              StatusIs(StatusCode::kResourceExhausted));
+}
+
+TEST_F(EmbeddingStoreTest, NeverPushedKeysReturnInitialValuesAndAreNotStored) {
+  auto store = OpenStore(options_);
+  const TableSpec spec = SgdTable("emb", 4);
+  ASSERT_OK(store->DeclareTable(spec));
+  const std::vector<uint64_t> keys = {5, 1, 5, 99};
+  std::vector<float> rows = PullRows(*store, "emb", keys, 4);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(std::vector<float>(rows.begin() + 4 * i, rows.begin() + 4 * (i + 1)),
+              InitialRow(spec, keys[i]));
+  }
+  std::vector<float> row;
+  bool stored = true;
+  ASSERT_OK(store->GetRow("emb", 5, &row, &stored));
+  EXPECT_FALSE(stored);
+  EXPECT_EQ(row, InitialRow(spec, 5));
+  ASSERT_OK(store->Flush());
+  EXPECT_EQ(store->ListTables()[0].estimated_rows, 0u);
+}
+
+TEST_F(EmbeddingStoreTest, PullChecksTableAndOutputSize) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 4)));
+  std::vector<float> out(4);
+  const std::vector<uint64_t> keys = {1};
+  EXPECT_THAT(store->Pull("nope", keys, absl::MakeSpan(out)),
+              StatusIs(StatusCode::kNotFound));
+  std::vector<float> short_out(3);
+  EXPECT_THAT(store->Pull("emb", keys, absl::MakeSpan(short_out)),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
+  auto store = OpenStore(options_);
+  const TableSpec spec = SgdTable("emb", 2, /*learning_rate=*/0.5f);
+  ASSERT_OK(store->DeclareTable(spec));
+  // Key 7 appears twice: its gradients sum to (3, -3) before one SGD step.
+  const std::vector<uint64_t> keys = {7, 8, 7};
+  const std::vector<float> gradients = {1, -1, 4, 4, 2, -2};
+  auto updated = store->Push("emb", keys, gradients);
+  ASSERT_OK(updated);
+  EXPECT_EQ(*updated, 2u);
+  const std::vector<float> initial7 = InitialRow(spec, 7);
+  const std::vector<float> initial8 = InitialRow(spec, 8);
+  std::vector<float> rows = PullRows(*store, "emb", {7, 8}, 2);
+  EXPECT_FLOAT_EQ(rows[0], initial7[0] - 0.5f * 3);
+  EXPECT_FLOAT_EQ(rows[1], initial7[1] + 0.5f * 3);
+  EXPECT_FLOAT_EQ(rows[2], initial8[0] - 0.5f * 4);
+  EXPECT_FLOAT_EQ(rows[3], initial8[1] - 0.5f * 4);
+  std::vector<float> row;
+  bool stored = false;
+  ASSERT_OK(store->GetRow("emb", 7, &row, &stored));
+  EXPECT_TRUE(stored);
+}
+
+TEST_F(EmbeddingStoreTest, BadPushChangesNothing) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  const std::vector<uint64_t> keys = {1, 2};
+  ASSERT_OK(store->Push("emb", keys, {1, 1, 1, 1}));
+  const std::vector<float> before = PullRows(*store, "emb", keys, 2);
+
+  EXPECT_THAT(store->Push("emb", keys, {1, 1, 1, NAN}),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->Push("emb", keys, {1, INFINITY, 1, 1}),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->Push("emb", keys, {1, 1, 1}), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->Push("other", keys, {1, 1, 1, 1}), StatusIs(StatusCode::kNotFound));
+  EXPECT_EQ(PullRows(*store, "emb", keys, 2), before);
+}
+
+TEST_F(EmbeddingStoreTest, EvictedDirtyRowsAreWrittenBack) {
+  options_.durability = Durability::kPeriodic;
+  options_.flush_interval = absl::Hours(1);  // only eviction writes back
+  options_.num_stripes = 4;
+  options_.cache_bytes = 64 * RowCache::RowBytes(4);
+  auto store = OpenStore(options_);
+  const TableSpec spec = SgdTable("emb", 4);
+  ASSERT_OK(store->DeclareTable(spec));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 2000; ++key) keys.push_back(key);
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(keys.size() * 4, -1.0f)));
+  EXPECT_LE(store->Stats().hot_tier_bytes, options_.cache_bytes);
+  std::vector<float> rows = PullRows(*store, "emb", keys, 4);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_FLOAT_EQ(rows[4 * i], InitialRow(spec, keys[i])[0] + 1.0f) << "key " << i;
+  }
+  StoreStats stats = store->Stats();
+  EXPECT_GT(stats.hot_tier_misses, 0u);
+  EXPECT_LE(stats.hot_tier_bytes, options_.cache_bytes);
+}
+
+TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
+  options_.cache_bytes = 2 << 20;
+  options_.rocksdb_write_buffer_bytes = 8 << 20;
+  options_.rocksdb_block_cache_bytes = 4 << 20;
+  auto store = OpenStore(options_);
+  TableSpec spec = SgdTable("big", 32);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  ASSERT_OK(store->DeclareTable(spec));
+  // 40000 rows x (32 weights + 32 accumulators) x 4 bytes = 10 MiB of row
+  // data alone: five times the hot tier's budget.
+  constexpr uint64_t kRows = 40000;
+  constexpr size_t kBatch = 4000;
+  const size_t rss_before = ResidentBytes();
+  std::vector<float> gradients(kBatch * 32, 0.5f);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t start = 0; start < kRows; start += kBatch) {
+      std::vector<uint64_t> keys;
+      for (uint64_t key = start; key < start + kBatch; ++key) keys.push_back(key * 7919);
+      ASSERT_OK(store->Push("big", keys, gradients));
+    }
+  }
+  EXPECT_LE(store->Stats().hot_tier_bytes, options_.cache_bytes);
+  // Every row took two Adagrad steps of the same gradient; check a sample
+  // across the whole key range against the closed form.
+  for (uint64_t key = 0; key < kRows; key += 997) {
+    const std::vector<float> row = PullRows(*store, "big", {key * 7919}, 32);
+    const float initial = InitialRow(spec, key * 7919)[0];
+    const float expected = initial - 1.0f * 0.5f / std::sqrt(0.1f + 0.25f) -
+                           1.0f * 0.5f / std::sqrt(0.1f + 0.5f);
+    ASSERT_NEAR(row[0], expected, 1e-5) << "key " << key;
+  }
+  ASSERT_OK(store->Flush());
+  EXPECT_GT(store->ListTables()[0].estimated_rows, kRows / 2);
+  // RSS may grow by the hot tier, RocksDB's memtables and block cache, and
+  // allocator slack, but not by the table's size.
+  const size_t rss_growth = ResidentBytes() - std::min(rss_before, ResidentBytes());
+  EXPECT_LT(rss_growth, options_.cache_bytes + (24u << 20)) << rss_growth;
+}
+
+TEST_F(EmbeddingStoreTest, ReopenResumesTablesAndRows) {
+  for (Durability durability : {Durability::kWal, Durability::kPeriodic}) {
+    options_.durability = durability;
+    std::filesystem::remove_all(options_.data_dir);
+    const TableSpec spec = SgdTable("emb", 3);
+    std::vector<float> expected;
+    {
+      auto store = OpenStore(options_);
+      ASSERT_OK(store->DeclareTable(spec));
+      ASSERT_OK(store->Push("emb", {1, 2}, {1, 2, 3, 4, 5, 6}));
+      expected = PullRows(*store, "emb", {1, 2}, 3);
+    }
+    auto store = OpenStore(options_);
+    auto reopened = store->GetTableSpec("emb");
+    ASSERT_OK(reopened);
+    EXPECT_EQ(reopened->dim(), 3u);
+    EXPECT_EQ(PullRows(*store, "emb", {1, 2}, 3), expected);
+    // Declaring the same table again after a restart is not a conflict.
+    auto again = store->DeclareTable(spec);
+    ASSERT_OK(again);
+    EXPECT_FALSE(*again);
+  }
+}
+
+TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
+  options_.cache_bytes = 256 * RowCache::RowBytes(1);  // force eviction too
+  options_.num_stripes = 8;
+  auto store = OpenStore(options_);
+  TableSpec spec = SgdTable("counter", 1);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  ASSERT_OK(store->DeclareTable(spec));
+  constexpr int kThreads = 4;
+  constexpr int kPushes = 200;
+  constexpr uint64_t kKeys = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&store, t] {
+      std::vector<uint64_t> keys;
+      for (uint64_t key = 0; key < kKeys; ++key) keys.push_back(key);
+      const std::vector<float> minus_one(kKeys, -1.0f);
+      for (int i = 0; i < kPushes; ++i) {
+        // Interleave pulls with pushes from other threads.
+        if (i % 10 == t) PullRows(*store, "counter", keys, 1);
+        ASSERT_OK(store->Push("counter", keys, minus_one));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < kKeys; ++key) keys.push_back(key);
+  for (float value : PullRows(*store, "counter", keys, 1)) {
+    ASSERT_EQ(value, static_cast<float>(kThreads * kPushes));
+  }
+}
+
+}  // namespace
+}  // namespace ps::embedding

@@ -1,0 +1,202 @@
+#include "embedding/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::embedding {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const OptimizerSpec& spec) : learning_rate_(spec.learning_rate()) {}
+  int StateFloats(int) const override { return 0; }
+  void InitState(int, float*) const override {}
+  void Apply(const float* gradient, int dim, float* weights,
+             float*) const override {
+    for (int i = 0; i < dim; ++i) weights[i] -= learning_rate_ * gradient[i];
+  }
+
+ private:
+  const float learning_rate_;
+};
+
+// State: the sum of squared gradients per weight.
+class Adagrad final : public Optimizer {
+ public:
+  explicit Adagrad(const OptimizerSpec& spec)
+      : learning_rate_(spec.learning_rate()),
+        initial_accumulator_(spec.initial_accumulator()),
+        epsilon_(spec.epsilon()) {}
+  int StateFloats(int dim) const override { return dim; }
+  void InitState(int dim, float* state) const override {
+    for (int i = 0; i < dim; ++i) state[i] = initial_accumulator_;
+  }
+  void Apply(const float* gradient, int dim, float* weights,
+             float* accumulator) const override {
+    for (int i = 0; i < dim; ++i) {
+      accumulator[i] += gradient[i] * gradient[i];
+      weights[i] -=
+          learning_rate_ * gradient[i] / (std::sqrt(accumulator[i]) + epsilon_);
+    }
+  }
+
+ private:
+  const float learning_rate_;
+  const float initial_accumulator_;
+  const float epsilon_;
+};
+
+// State: first moments (dim), second moments (dim), then beta1^t and beta2^t
+// for this row. Keeping the powers per row (rather than a global step) gives
+// each sparse row its own bias correction, counted in its own updates.
+class Adam final : public Optimizer {
+ public:
+  explicit Adam(const OptimizerSpec& spec)
+      : learning_rate_(spec.learning_rate()),
+        beta1_(spec.beta1()),
+        beta2_(spec.beta2()),
+        epsilon_(spec.epsilon()) {}
+  int StateFloats(int dim) const override { return 2 * dim + 2; }
+  void InitState(int dim, float* state) const override {
+    for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
+    state[2 * dim] = 1.0f;
+    state[2 * dim + 1] = 1.0f;
+  }
+  void Apply(const float* gradient, int dim, float* weights,
+             float* state) const override {
+    float* first = state;
+    float* second = state + dim;
+    float& beta1_power = state[2 * dim];
+    float& beta2_power = state[2 * dim + 1];
+    beta1_power *= beta1_;
+    beta2_power *= beta2_;
+    const float first_correction = 1.0f - beta1_power;
+    const float second_correction = 1.0f - beta2_power;
+    for (int i = 0; i < dim; ++i) {
+      first[i] = beta1_ * first[i] + (1.0f - beta1_) * gradient[i];
+      second[i] = beta2_ * second[i] + (1.0f - beta2_) * gradient[i] * gradient[i];
+      const float first_hat = first[i] / first_correction;
+      const float second_hat = second[i] / second_correction;
+      weights[i] -= learning_rate_ * first_hat / (std::sqrt(second_hat) + epsilon_);
+    }
+  }
+
+ private:
+  const float learning_rate_;
+  const float beta1_;
+  const float beta2_;
+  const float epsilon_;
+};
+
+// FTRL-Proximal (McMahan et al., "Ad Click Prediction: a View from the
+// Trenches", 2013, Algorithm 1). State: z (dim), then n (dim).
+class Ftrl final : public Optimizer {
+ public:
+  explicit Ftrl(const OptimizerSpec& spec)
+      : alpha_(spec.learning_rate()),
+        beta_(spec.ftrl_beta()),
+        l1_(spec.l1()),
+        l2_(spec.l2()) {}
+  int StateFloats(int dim) const override { return 2 * dim; }
+  void InitState(int dim, float* state) const override {
+    for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
+  }
+  void Apply(const float* gradient, int dim, float* weights,
+             float* state) const override {
+    float* z = state;
+    float* n = state + dim;
+    for (int i = 0; i < dim; ++i) {
+      const float g = gradient[i];
+      const float new_n = n[i] + g * g;
+      const float sigma = (std::sqrt(new_n) - std::sqrt(n[i])) / alpha_;
+      z[i] += g - sigma * weights[i];
+      n[i] = new_n;
+      if (std::fabs(z[i]) <= l1_) {
+        weights[i] = 0.0f;
+      } else {
+        const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
+        weights[i] = -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+      }
+    }
+  }
+
+ private:
+  const float alpha_;
+  const float beta_;
+  const float l1_;
+  const float l2_;
+};
+
+float OrDefault(float value, float fallback) {
+  return value == 0.0f ? fallback : value;
+}
+
+}  // namespace
+
+OptimizerSpec Optimizer::WithDefaults(const OptimizerSpec& spec) {
+  OptimizerSpec out = spec;
+  switch (spec.kind()) {
+    case OptimizerSpec::ADAGRAD:
+      out.set_learning_rate(OrDefault(spec.learning_rate(), 0.05f));
+      out.set_initial_accumulator(OrDefault(spec.initial_accumulator(), 0.1f));
+      out.set_epsilon(OrDefault(spec.epsilon(), 1e-10f));
+      break;
+    case OptimizerSpec::ADAM:
+      out.set_learning_rate(OrDefault(spec.learning_rate(), 0.001f));
+      out.set_beta1(OrDefault(spec.beta1(), 0.9f));
+      out.set_beta2(OrDefault(spec.beta2(), 0.999f));
+      out.set_epsilon(OrDefault(spec.epsilon(), 1e-8f));
+      break;
+    case OptimizerSpec::FTRL:
+      out.set_learning_rate(OrDefault(spec.learning_rate(), 0.05f));
+      out.set_ftrl_beta(OrDefault(spec.ftrl_beta(), 1.0f));
+      break;
+    default:
+      out.set_learning_rate(OrDefault(spec.learning_rate(), 0.01f));
+      break;
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerSpec& raw_spec) {
+  const OptimizerSpec spec = WithDefaults(raw_spec);
+  const std::pair<const char*, float> non_negative[] = {
+      {"learning_rate", spec.learning_rate()},
+      {"initial_accumulator", spec.initial_accumulator()},
+      {"epsilon", spec.epsilon()},
+      {"ftrl_beta", spec.ftrl_beta()},
+      {"l1", spec.l1()},
+      {"l2", spec.l2()},
+  };
+  for (const auto& [name, value] : non_negative) {
+    if (!std::isfinite(value) || value < 0.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", name, " must be finite and >= 0, got ", value));
+    }
+  }
+  if (spec.kind() == OptimizerSpec::ADAM) {
+    for (float beta : {spec.beta1(), spec.beta2()}) {
+      if (!(beta >= 0.0f && beta < 1.0f)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Adam betas must be in [0, 1), got ", beta));
+      }
+    }
+  }
+  switch (spec.kind()) {
+    case OptimizerSpec::SGD:
+      return std::make_unique<Sgd>(spec);
+    case OptimizerSpec::ADAGRAD:
+      return std::make_unique<Adagrad>(spec);
+    case OptimizerSpec::ADAM:
+      return std::make_unique<Adam>(spec);
+    case OptimizerSpec::FTRL:
+      return std::make_unique<Ftrl>(spec);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown optimizer kind ", spec.kind()));
+  }
+}
+
+}  // namespace ps::embedding

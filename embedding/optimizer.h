@@ -1,0 +1,53 @@
+// File: embedding/optimizer.h
+//
+// Server-side optimizers. A stored row is `dim` weights followed by
+// StateFloats(dim) floats of optimizer state; Apply() updates both in place
+// from one summed gradient. Optimizers are immutable after creation and
+// thread-safe; callers serialise access to each row.
+//
+// Defaults (used when an OptimizerSpec field is zero):
+//   SGD      learning_rate 0.01
+//   Adagrad  learning_rate 0.05, initial_accumulator 0.1, epsilon 1e-10
+//   Adam     learning_rate 0.001, beta1 0.9, beta2 0.999, epsilon 1e-8
+//   FTRL     learning_rate (alpha) 0.05, ftrl_beta 1.0, l1 0, l2 0
+// FTRL-Proximal keeps (z, n) per weight and recomputes the weight from them
+// on every update, so a row's initial weights only matter until its first
+// push.
+
+#ifndef PS_EMBEDDING_OPTIMIZER_H_
+#define PS_EMBEDDING_OPTIMIZER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/ps.pb.h"
+
+namespace ps::embedding {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Creates the optimizer `spec` describes, with defaults filled in.
+  // INVALID_ARGUMENT for a negative or non-finite hyper-parameter, or a
+  // beta outside [0, 1).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const OptimizerSpec& spec);
+
+  // Returns `spec` with every zero field that has a default replaced by it.
+  static OptimizerSpec WithDefaults(const OptimizerSpec& spec);
+
+  // Floats of state per row of `dim` weights.
+  virtual int StateFloats(int dim) const = 0;
+
+  // Writes the state of a row that has never been updated.
+  virtual void InitState(int dim, float* state) const = 0;
+
+  // Applies `gradient` (dim floats) to `weights` (dim) and `state`.
+  virtual void Apply(const float* gradient, int dim, float* weights,
+                     float* state) const = 0;
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_OPTIMIZER_H_

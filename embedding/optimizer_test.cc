@@ -1,0 +1,154 @@
+// Each optimizer against values worked out by hand (the arithmetic is in the
+// comments).
+#include "embedding/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+std::unique_ptr<Optimizer> Make(OptimizerSpec spec) {
+  auto optimizer = Optimizer::Create(spec);
+  EXPECT_OK(optimizer);
+  return std::move(optimizer).value();
+}
+
+OptimizerSpec Spec(OptimizerSpec::Kind kind, float learning_rate) {
+  OptimizerSpec spec;
+  spec.set_kind(kind);
+  spec.set_learning_rate(learning_rate);
+  return spec;
+}
+
+TEST(OptimizerTest, SgdSubtractsLearningRateTimesGradient) {
+  auto sgd = Make(Spec(OptimizerSpec::SGD, 0.1f));
+  EXPECT_EQ(sgd->StateFloats(2), 0);
+  float weights[2] = {1.0f, -1.0f};
+  const float gradient[2] = {2.0f, -0.5f};
+  sgd->Apply(gradient, 2, weights, nullptr);
+  // 1 - 0.1 * 2 = 0.8; -1 - 0.1 * -0.5 = -0.95
+  EXPECT_FLOAT_EQ(weights[0], 0.8f);
+  EXPECT_FLOAT_EQ(weights[1], -0.95f);
+}
+
+TEST(OptimizerTest, AdagradScalesByAccumulatedSquares) {
+  OptimizerSpec spec = Spec(OptimizerSpec::ADAGRAD, 0.1f);
+  spec.set_initial_accumulator(0.1f);
+  auto adagrad = Make(spec);
+  ASSERT_EQ(adagrad->StateFloats(1), 1);
+  float weight = 1.0f;
+  float accumulator;
+  adagrad->InitState(1, &accumulator);
+  EXPECT_FLOAT_EQ(accumulator, 0.1f);
+  const float gradient = 2.0f;
+  adagrad->Apply(&gradient, 1, &weight, &accumulator);
+  // accumulator = 0.1 + 4 = 4.1; weight = 1 - 0.1 * 2 / sqrt(4.1) = 0.9012270
+  EXPECT_FLOAT_EQ(accumulator, 4.1f);
+  EXPECT_NEAR(weight, 0.9012270f, 1e-6);
+  adagrad->Apply(&gradient, 1, &weight, &accumulator);
+  // accumulator = 8.1; weight = 0.9012270 - 0.2 / sqrt(8.1) = 0.8309542
+  EXPECT_NEAR(weight, 0.8309542f, 1e-6);
+}
+
+TEST(OptimizerTest, AdamFirstStepsMoveByLearningRate) {
+  auto adam = Make(Spec(OptimizerSpec::ADAM, 0.01f));
+  ASSERT_EQ(adam->StateFloats(1), 4);
+  float weight = 1.0f;
+  float state[4];
+  adam->InitState(1, state);
+  const float gradient = 2.0f;
+  adam->Apply(&gradient, 1, &weight, state);
+  // m = 0.1 * 2 = 0.2, v = 0.001 * 4 = 0.004; bias-corrected m/(1-0.9) = 2,
+  // v/(1-0.999) = 4, so the step is 0.01 * 2 / (2 + 1e-8) = 0.01.
+  EXPECT_NEAR(state[0], 0.2f, 1e-7);
+  EXPECT_NEAR(state[1], 0.004f, 1e-7);  // 1 - 0.999f is inexact in float
+  EXPECT_NEAR(weight, 0.99f, 1e-6);
+  adam->Apply(&gradient, 1, &weight, state);
+  // m = 0.9 * 0.2 + 0.2 = 0.38, corrected by 1 - 0.81 -> 2;
+  // v = 0.999 * 0.004 + 0.004 = 0.007996, corrected by 1 - 0.998001 -> 4.
+  EXPECT_NEAR(state[0], 0.38f, 1e-6);
+  EXPECT_NEAR(weight, 0.98f, 1e-5);
+  // A different gradient: m = 0.9 * 0.38 - 0.1 = 0.242, corrected by
+  // 1 - 0.729 -> 0.8929889; v = 0.999 * 0.007996 + 0.001 = 0.008988004,
+  // corrected by 1 - 0.997002999 -> 2.9989993; step = 0.01 * 0.8929889 /
+  // 1.7317619 = 0.0051565.
+  const float negative = -1.0f;
+  adam->Apply(&negative, 1, &weight, state);
+  EXPECT_NEAR(weight, 0.98f - 0.0051565f, 2e-5);
+}
+
+TEST(OptimizerTest, FtrlMatchesClosedForm) {
+  OptimizerSpec spec = Spec(OptimizerSpec::FTRL, 0.1f);
+  spec.set_ftrl_beta(1.0f);
+  auto ftrl = Make(spec);
+  ASSERT_EQ(ftrl->StateFloats(1), 2);
+  float weight = 0.0f;
+  float state[2];
+  ftrl->InitState(1, state);
+  const float gradient = 2.0f;
+  ftrl->Apply(&gradient, 1, &weight, state);
+  // sigma = (sqrt(4) - 0) / 0.1 = 20; z = 2 - 20 * 0 = 2; n = 4;
+  // w = -z / ((beta + sqrt(n)) / alpha) = -2 / 30
+  EXPECT_FLOAT_EQ(state[0], 2.0f);
+  EXPECT_FLOAT_EQ(state[1], 4.0f);
+  EXPECT_NEAR(weight, -2.0f / 30.0f, 1e-7);
+  ftrl->Apply(&gradient, 1, &weight, state);
+  // sigma = (sqrt(8) - 2) / 0.1 = 8.2842712; z = 2 + 2 + 8.2842712 / 15 =
+  // 4.5522847; w = -4.5522847 / ((1 + 2.8284271) / 0.1) = -0.1189074
+  EXPECT_NEAR(state[0], 4.5522847f, 1e-5);
+  EXPECT_NEAR(weight, -0.1189074f, 1e-6);
+}
+
+TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZero) {
+  OptimizerSpec spec = Spec(OptimizerSpec::FTRL, 0.1f);
+  spec.set_l1(1.0f);
+  auto ftrl = Make(spec);
+  float weight = 0.0f;
+  float state[2];
+  ftrl->InitState(1, state);
+  const float gradient = 2.0f;
+  ftrl->Apply(&gradient, 1, &weight, state);
+  // z = 2 > l1 = 1: w = -(2 - 1) / 30
+  EXPECT_NEAR(weight, -1.0f / 30.0f, 1e-7);
+
+  spec.set_l1(3.0f);
+  auto sparse = Make(spec);
+  weight = 0.5f;
+  sparse->InitState(1, state);
+  sparse->Apply(&gradient, 1, &weight, state);
+  // z = 2 - 20 * 0.5 = -8, |z| > 3: w = -(-8 + 3) / 30 = 1/6
+  EXPECT_NEAR(weight, 1.0f / 6.0f, 1e-6);
+  const float small = 0.1f;
+  float weight2 = 0.0f;
+  sparse->InitState(1, state);
+  sparse->Apply(&small, 1, &weight2, state);
+  // z = 0.1 <= 3: w = 0
+  EXPECT_EQ(weight2, 0.0f);
+}
+
+TEST(OptimizerTest, DefaultsFillZeroFields) {
+  OptimizerSpec spec = Optimizer::WithDefaults(Spec(OptimizerSpec::ADAM, 0.0f));
+  EXPECT_FLOAT_EQ(spec.learning_rate(), 0.001f);
+  EXPECT_FLOAT_EQ(spec.beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(spec.beta2(), 0.999f);
+}
+
+TEST(OptimizerTest, RejectsBadHyperParameters) {
+  EXPECT_THAT(Optimizer::Create(Spec(OptimizerSpec::SGD, -1.0f)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Optimizer::Create(Spec(OptimizerSpec::SGD, NAN)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  OptimizerSpec adam = Spec(OptimizerSpec::ADAM, 0.1f);
+  adam.set_beta1(1.0f);
+  EXPECT_THAT(Optimizer::Create(adam), StatusIs(absl::StatusCode::kInvalidArgument));
+  OptimizerSpec unknown;
+  unknown.set_kind(static_cast<OptimizerSpec::Kind>(42));
+  EXPECT_THAT(Optimizer::Create(unknown), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace ps::embedding

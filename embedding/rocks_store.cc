@@ -1,0 +1,218 @@
+#include "embedding/rocks_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_buffer_manager.h"
+
+namespace ps::embedding {
+namespace {
+
+constexpr char kSpecPrefix[] = "table_spec/";
+constexpr char kFamilyPrefix[] = "table.";
+
+absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", status.ToString());
+  if (status.IsCorruption()) return absl::DataLossError(message);
+  if (status.IsIOError() && status.IsNoSpace()) {
+    return absl::ResourceExhaustedError(message);
+  }
+  if (status.IsInvalidArgument()) return absl::InvalidArgumentError(message);
+  return absl::InternalError(message);
+}
+
+rocksdb::Slice KeySlice(const uint64_t& key) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
+}
+
+}  // namespace
+
+void RocksStore::Batch::Put(TableId table, uint64_t key,
+                            absl::Span<const float> row) {
+  batch_.Put(store_->Handle(table), KeySlice(key),
+             rocksdb::Slice(reinterpret_cast<const char*>(row.data()),
+                            row.size() * sizeof(float)));
+}
+
+absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
+    const RocksStoreOptions& options) {
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError("RocksStore needs a path");
+  }
+  if (options.max_tables == 0) {
+    return absl::InvalidArgumentError("max_tables must be at least 1");
+  }
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
+      options.write_buffer_bytes);
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+
+  rocksdb::ColumnFamilyOptions family;
+  family.write_buffer_size = std::max<size_t>(options.write_buffer_bytes / 4, 1 << 20);
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.cache_index_and_filter_blocks = true;
+  family.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  family.compression = rocksdb::kNoCompression;  // float rows barely compress
+
+  std::vector<std::string> family_names;
+  rocksdb::Status listed =
+      rocksdb::DB::ListColumnFamilies(db_options, options.path, &family_names);
+  if (!listed.ok()) family_names = {rocksdb::kDefaultColumnFamilyName};
+
+  // Open the default family first to read the specs of the tables.
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, family}};
+  std::vector<std::string> table_names;
+  for (const std::string& name : family_names) {
+    if (absl::StartsWith(name, kFamilyPrefix)) {
+      table_names.push_back(name.substr(strlen(kFamilyPrefix)));
+      descriptors.push_back({name, family});
+    }
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw_db = nullptr;
+  rocksdb::Status opened =
+      rocksdb::DB::Open(db_options, options.path, descriptors, &handles, &raw_db);
+  if (!opened.ok()) {
+    return FromRocks(opened, absl::StrCat("opening RocksDB at ", options.path));
+  }
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+
+  std::vector<TableSpec> specs;
+  for (const std::string& name : table_names) {
+    std::string bytes;
+    rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[0],
+                                  absl::StrCat(kSpecPrefix, name), &bytes);
+    TableSpec spec;
+    if (!got.ok() || !spec.ParseFromString(bytes)) {
+      for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+      return absl::DataLossError(
+          absl::StrCat("table ", name, " has no readable spec in ", options.path));
+    }
+    specs.push_back(std::move(spec));
+  }
+  if (specs.size() > options.max_tables) {
+    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        options.path, " holds ", specs.size(), " tables, more than max_tables ",
+        options.max_tables));
+  }
+  auto store = std::unique_ptr<RocksStore>(
+      new RocksStore(options, db.release(), std::move(handles), std::move(specs)));
+  store->table_options_ = family;
+  return store;
+}
+
+RocksStore::RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
+                       std::vector<rocksdb::ColumnFamilyHandle*> handles,
+                       std::vector<TableSpec> opened_tables)
+    : options_(options),
+      db_(db),
+      specs_handle_(handles[0]),
+      table_handles_(new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
+      num_tables_(static_cast<uint32_t>(handles.size() - 1)),
+      opened_tables_(std::move(opened_tables)) {
+  write_options_.sync = options.sync_wal;
+  for (uint32_t i = 0; i < options.max_tables; ++i) {
+    table_handles_[i].store(i + 1 < handles.size() ? handles[i + 1] : nullptr);
+  }
+}
+
+RocksStore::~RocksStore() {
+  for (uint32_t i = 0; i < num_tables_.load(); ++i) {
+    db_->DestroyColumnFamilyHandle(table_handles_[i].load()).PermitUncheckedError();
+  }
+  db_->DestroyColumnFamilyHandle(specs_handle_).PermitUncheckedError();
+  db_->Close().PermitUncheckedError();
+}
+
+rocksdb::ColumnFamilyHandle* RocksStore::Handle(TableId table) const {
+  return table_handles_[table].load(std::memory_order_acquire);
+}
+
+absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
+  absl::MutexLock lock(&create_mu_);
+  const uint32_t id = num_tables_.load();
+  if (id >= options_.max_tables) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create table ", spec.name(), ": the store already holds ",
+        options_.max_tables, " tables (max_tables)"));
+  }
+  rocksdb::ColumnFamilyHandle* handle = nullptr;
+  rocksdb::Status created = db_->CreateColumnFamily(
+      table_options_, absl::StrCat(kFamilyPrefix, spec.name()), &handle);
+  if (!created.ok()) return FromRocks(created, "creating table " + spec.name());
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  rocksdb::Status written =
+      db_->Put(durable, specs_handle_, absl::StrCat(kSpecPrefix, spec.name()),
+               spec.SerializeAsString());
+  if (!written.ok()) {
+    db_->DropColumnFamily(handle).PermitUncheckedError();
+    db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+    return FromRocks(written, "recording spec of table " + spec.name());
+  }
+  table_handles_[id].store(handle, std::memory_order_release);
+  num_tables_.store(id + 1);
+  return id;
+}
+
+absl::Status RocksStore::Write(Batch* batch) {
+  if (batch->empty()) return absl::OkStatus();
+  return FromRocks(db_->Write(write_options_, &batch->batch_), "writing rows");
+}
+
+absl::Status RocksStore::MultiGet(TableId table, absl::Span<const uint64_t> keys,
+                                  std::vector<std::string>* values,
+                                  std::vector<bool>* found) {
+  std::vector<rocksdb::Slice> key_slices;
+  key_slices.reserve(keys.size());
+  for (const uint64_t& key : keys) key_slices.push_back(KeySlice(key));
+  std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(), Handle(table));
+  std::vector<rocksdb::Status> statuses =
+      db_->MultiGet(rocksdb::ReadOptions(), families, key_slices, values);
+  found->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (statuses[i].ok()) {
+      (*found)[i] = true;
+    } else if (!statuses[i].IsNotFound()) {
+      return FromRocks(statuses[i], "reading rows");
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RocksStore::EstimatedRows(TableId table) {
+  uint64_t rows = 0;
+  db_->GetIntProperty(Handle(table), "rocksdb.estimate-num-keys", &rows);
+  return rows;
+}
+
+uint64_t RocksStore::DiskBytes(TableId table) {
+  uint64_t bytes = 0;
+  db_->GetIntProperty(Handle(table), "rocksdb.live-sst-files-size", &bytes);
+  return bytes;
+}
+
+uint64_t RocksStore::TotalDiskBytes() {
+  uint64_t bytes = 0;
+  db_->GetAggregatedIntProperty("rocksdb.live-sst-files-size", &bytes);
+  return bytes;
+}
+
+absl::Status RocksStore::SyncWal() {
+  return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing the WAL");
+}
+
+}  // namespace ps::embedding

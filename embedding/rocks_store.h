@@ -1,0 +1,121 @@
+// File: embedding/rocks_store.h
+//
+// The durable tier: one RocksDB database per shard, one column family per
+// table, rows keyed by their 8-byte key with the row's floats (weights, then
+// optimizer state) as the value. Table specs are kept in the default column
+// family, so reopening the same directory brings every table back.
+//
+// Thread-safe: RocksDB serialises what it must; concurrent Write() calls are
+// group-committed into one WAL write.
+
+#ifndef PS_EMBEDDING_ROCKS_STORE_H_
+#define PS_EMBEDDING_ROCKS_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/ps.pb.h"
+#include "rocksdb/db.h"
+#include "rocksdb/write_batch.h"
+
+namespace ps::embedding {
+
+struct RocksStoreOptions {
+  // Directory of the database. REQUIRES: not empty. Created if missing.
+  std::string path;
+  // Memory for RocksDB's block cache (uncompressed blocks read from SSTs).
+  // Default: 16 MiB.
+  size_t block_cache_bytes = 16 << 20;
+  // Memory for all memtables together, across tables. Default: 64 MiB.
+  size_t write_buffer_bytes = 64 << 20;
+  // fsync the WAL on every Write(), so acknowledged writes survive a machine
+  // crash and not only a process crash. Default: false.
+  bool sync_wal = false;
+  // Most tables the store can hold. Default: 1024.
+  uint32_t max_tables = 1024;
+};
+
+// A stored table's id in this store: an index, stable for the store's life.
+using TableId = uint32_t;
+
+class RocksStore {
+ public:
+  // A set of row writes applied atomically by Write().
+  class Batch {
+   public:
+    void Put(TableId table, uint64_t key, absl::Span<const float> row);
+    bool empty() const { return batch_.Count() == 0; }
+
+   private:
+    friend class RocksStore;
+    explicit Batch(const RocksStore* store) : store_(store) {}
+    const RocksStore* store_;
+    rocksdb::WriteBatch batch_;
+  };
+
+  // Opens (or creates) the database at options.path with every table found
+  // there.
+  static absl::StatusOr<std::unique_ptr<RocksStore>> Open(
+      const RocksStoreOptions& options);
+
+  ~RocksStore();
+
+  // The tables found on disk at Open(), in id order (ids 0..n-1).
+  const std::vector<TableSpec>& opened_tables() const { return opened_tables_; }
+
+  // Creates a column family for `spec` and records the spec durably. Returns
+  // the new table's id; RESOURCE_EXHAUSTED past options.max_tables.
+  absl::StatusOr<TableId> CreateTable(const TableSpec& spec);
+
+  Batch NewBatch() const { return Batch(this); }
+
+  // Writes `batch` through the WAL (synced if options.sync_wal).
+  absl::Status Write(Batch* batch);
+
+  // Reads `keys` of `table`. For each key, (*values)[i] holds the stored row
+  // and (*found)[i] says whether there was one.
+  absl::Status MultiGet(TableId table, absl::Span<const uint64_t> keys,
+                        std::vector<std::string>* values,
+                        std::vector<bool>* found);
+
+  // RocksDB's estimates for one table.
+  uint64_t EstimatedRows(TableId table);
+  uint64_t DiskBytes(TableId table);
+  // Live SST bytes over all tables.
+  uint64_t TotalDiskBytes();
+
+  // Makes the WAL durable on disk (used at shutdown).
+  absl::Status SyncWal();
+
+ private:
+  RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
+             std::vector<rocksdb::ColumnFamilyHandle*> handles,
+             std::vector<TableSpec> opened_tables);
+
+  rocksdb::ColumnFamilyHandle* Handle(TableId table) const;
+
+  const RocksStoreOptions options_;
+  rocksdb::WriteOptions write_options_;
+  rocksdb::ColumnFamilyOptions table_options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  // The default family, which holds the specs.
+  rocksdb::ColumnFamilyHandle* specs_handle_ = nullptr;
+  // Serialises CreateTable().
+  absl::Mutex create_mu_;
+  // Table i's family is table_handles_[i]: a fixed array so that readers need
+  // no lock; slots past num_tables_ are null.
+  const std::unique_ptr<std::atomic<rocksdb::ColumnFamilyHandle*>[]> table_handles_;
+  std::atomic<uint32_t> num_tables_{0};
+  const std::vector<TableSpec> opened_tables_;
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_ROCKS_STORE_H_
