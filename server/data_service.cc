@@ -1,0 +1,101 @@
+#include "server/data_service.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/packed.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
+#include "server/grpc_status.h"
+
+namespace ps::server {
+
+grpc::ServerUnaryReactor* DataService::Finish(grpc::CallbackServerContext* context,
+                                              const absl::Status& status) {
+  if (!status.ok()) ++counters_.failed_requests;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status DataService::CheckKeys(const std::string& packed,
+                                    std::vector<uint64_t>* keys) const {
+  if (packed.size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keys must be packed 8-byte integers; got ", packed.size(), " bytes"));
+  }
+  const size_t count = packed.size() / sizeof(uint64_t);
+  if (count > options_.max_keys_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request has ", count, " keys, more than --max_keys_per_request=",
+        options_.max_keys_per_request));
+  }
+  Unpack(packed, keys);
+  for (uint64_t key : *keys) {
+    const uint32_t owner = ShardForKey(key, options_.num_shards);
+    if (owner != options_.shard_index) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key ", key, " belongs to shard ", owner, " of ", options_.num_shards,
+          ", not to this shard ", options_.shard_index,
+          " (client and server disagree on --num_shards?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* DataService::DeclareTable(
+    grpc::CallbackServerContext* context, const DeclareTableRequest* request,
+    DeclareTableResponse* response) {
+  absl::StatusOr<bool> created = store_->DeclareTable(request->table());
+  if (created.ok()) response->set_created(*created);
+  return Finish(context, created.status());
+}
+
+absl::Status DataService::DoPull(const PullRequest& request, PullResponse* response) {
+  std::vector<uint64_t> keys;
+  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
+  const size_t reply_bytes = keys.size() * spec.dim() * sizeof(float);
+  if (reply_bytes > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pull of ", keys.size(), " rows of dim ", spec.dim(), " would need a ",
+        reply_bytes, "-byte reply, more than --max_message_mb allows"));
+  }
+  std::string* values = response->mutable_values();
+  values->resize(reply_bytes);
+  RETURN_IF_ERROR(store_->Pull(
+      request.table(), keys,
+      absl::MakeSpan(reinterpret_cast<float*>(values->data()), keys.size() * spec.dim())));
+  response->set_dim(spec.dim());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* DataService::Pull(grpc::CallbackServerContext* context,
+                                            const PullRequest* request,
+                                            PullResponse* response) {
+  ++counters_.pull_requests;
+  return Finish(context, DoPull(*request, response));
+}
+
+absl::Status DataService::DoPush(const PushRequest& request, PushResponse* response) {
+  std::vector<uint64_t> keys;
+  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  std::vector<float> gradients;
+  if (!Unpack(request.gradients(), &gradients)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradients must be packed 4-byte floats; got ", request.gradients().size(),
+        " bytes"));
+  }
+  ASSIGN_OR_RETURN(size_t updated, store_->Push(request.table(), keys, gradients));
+  response->set_rows_updated(static_cast<uint32_t>(updated));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* DataService::Push(grpc::CallbackServerContext* context,
+                                            const PushRequest* request,
+                                            PushResponse* response) {
+  ++counters_.push_requests;
+  return Finish(context, DoPush(*request, response));
+}
+
+}  // namespace ps::server

@@ -1,0 +1,67 @@
+// File: server/data_service.h
+//
+// DataService implements ps.ParameterServer (proto/ps.proto) on one shard:
+// DeclareTable, Pull and Push over an EmbeddingStore. Each request is
+// validated whole before the store is touched: packed lengths, the key limit,
+// and that every key routes to this shard; the store then checks the table,
+// dims and NaN/Inf. Thread-safe; uses gRPC's callback API.
+
+#ifndef PS_SERVER_DATA_SERVICE_H_
+#define PS_SERVER_DATA_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "embedding/embedding_store.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace ps::server {
+
+// What the data plane has served, for the admin service and metrics.
+struct RequestCounters {
+  std::atomic<uint64_t> pull_requests{0};
+  std::atomic<uint64_t> push_requests{0};
+  std::atomic<uint64_t> failed_requests{0};
+};
+
+struct DataServiceOptions {
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  uint32_t max_keys_per_request = 65536;
+  size_t max_message_bytes = 64 << 20;
+};
+
+class DataService final : public ParameterServer::CallbackService {
+ public:
+  // `store` must outlive this service.
+  DataService(const DataServiceOptions& options, embedding::EmbeddingStore* store)
+      : options_(options), store_(store) {}
+
+  grpc::ServerUnaryReactor* DeclareTable(grpc::CallbackServerContext* context,
+                                         const DeclareTableRequest* request,
+                                         DeclareTableResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const PullRequest* request,
+                                 PullResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const PushRequest* request,
+                                 PushResponse* response) override;
+
+  const RequestCounters& counters() const { return counters_; }
+
+ private:
+  absl::Status DoPull(const PullRequest& request, PullResponse* response);
+  absl::Status DoPush(const PushRequest& request, PushResponse* response);
+  // Unpacks `packed` keys and checks the limit and routing.
+  absl::Status CheckKeys(const std::string& packed, std::vector<uint64_t>* keys) const;
+  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                   const absl::Status& status);
+
+  const DataServiceOptions options_;
+  embedding::EmbeddingStore* const store_;
+  RequestCounters counters_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_DATA_SERVICE_H_

@@ -1,0 +1,137 @@
+// ps_server: one parameter-server shard. See README.md and --help.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "server/shard_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port to serve on. Port 0 picks a free port and prints it as "
+          "'ps_server listening on HOST:PORT'. Binds loopback unless told "
+          "otherwise (e.g. 0.0.0.0:50051).");
+ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, in [0, num_shards).");
+ABSL_FLAG(uint32_t, num_shards, 1,
+          "Shards in the cluster. Keys whose shard (slot % num_shards) is not "
+          "this one are refused with FAILED_PRECONDITION.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory of this shard's RocksDB (created if missing). Restarting "
+          "on the same directory resumes every table. Required.");
+ABSL_FLAG(uint64_t, cache_mb, 256,
+          "Memory budget of the in-memory hot tier over all tables, in MiB. "
+          "Tables may be many times larger; the rest lives in RocksDB.");
+ABSL_FLAG(std::string, durability, "wal",
+          "'wal': a push is acknowledged only once its rows are in RocksDB's "
+          "write-ahead log (group commit), so kill -9 loses no acknowledged "
+          "update. 'periodic': pushes update memory and dirty rows are "
+          "written back every --flush_interval_ms, so a crash loses at most "
+          "that interval; faster.");
+ABSL_FLAG(bool, sync_wal, false,
+          "With --durability=wal, also fsync the WAL before acknowledging, so "
+          "acknowledged pushes survive a machine crash, not only a process "
+          "crash.");
+ABSL_FLAG(uint64_t, flush_interval_ms, 1000,
+          "With --durability=periodic, how often dirty rows are written back.");
+ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
+          "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint64_t, max_message_mb, 64, "Largest gRPC message either way, in MiB.");
+ABSL_FLAG(uint32_t, max_dim, 4096, "Largest row dimension a table may declare.");
+ABSL_FLAG(uint32_t, max_tables, 1024, "Most tables this shard may hold.");
+ABSL_FLAG(uint32_t, hot_tier_stripes, 64,
+          "Lock stripes of the hot tier; more lets more pulls and pushes run "
+          "at once.");
+ABSL_FLAG(uint64_t, rocksdb_block_cache_mb, 16, "RocksDB's block cache, in MiB.");
+ABSL_FLAG(uint64_t, rocksdb_write_buffer_mb, 64,
+          "RocksDB's memtables over all tables together, in MiB.");
+ABSL_FLAG(uint64_t, drain_seconds, 10,
+          "On SIGTERM or SIGINT, how long in-flight calls may finish before "
+          "they are cancelled; then dirty rows are flushed and the process "
+          "exits 0.");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_server: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One parameter-server shard: sparse embedding tables over RocksDB, "
+      "served over gRPC.\n\nExample:\n  ps_server --data_dir=/tmp/shard0 "
+      "--listen=127.0.0.1:0 --shard_index=0 --num_shards=2");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  // Block the shutdown signals in every thread (gRPC's included, which are
+  // created below) and take them with sigwait() on this one.
+  sigset_t shutdown_signals;
+  sigemptyset(&shutdown_signals);
+  sigaddset(&shutdown_signals, SIGTERM);
+  sigaddset(&shutdown_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+
+  ps::server::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options.store.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.store.cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
+  options.store.sync_wal = absl::GetFlag(FLAGS_sync_wal);
+  options.store.flush_interval = absl::Milliseconds(absl::GetFlag(FLAGS_flush_interval_ms));
+  options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
+  options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
+  options.store.num_stripes = static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
+  options.store.rocksdb_block_cache_bytes = absl::GetFlag(FLAGS_rocksdb_block_cache_mb) << 20;
+  options.store.rocksdb_write_buffer_bytes = absl::GetFlag(FLAGS_rocksdb_write_buffer_mb)
+                                             << 20;
+  const std::string durability = absl::GetFlag(FLAGS_durability);
+  if (durability == "wal") {
+    options.store.durability = ps::embedding::Durability::kWal;
+  } else if (durability == "periodic") {
+    options.store.durability = ps::embedding::Durability::kPeriodic;
+  } else {
+    return Fail("--durability must be 'wal' or 'periodic', not '" + durability + "'");
+  }
+  if (options.store.data_dir.empty()) return Fail("--data_dir is required");
+  if (options.store.num_stripes < 1) return Fail("--hot_tier_stripes must be >= 1");
+  if (absl::GetFlag(FLAGS_flush_interval_ms) == 0) {
+    return Fail("--flush_interval_ms must be positive");
+  }
+
+  auto server = ps::server::ShardServer::Start(options);
+  if (!server.ok()) return Fail(server.status().ToString());
+  const std::string address = options.listen_address;
+  const std::string host = address.substr(0, address.rfind(':'));
+  std::printf("ps_server listening on %s:%d\n", host.c_str(), (*server)->port());
+  std::fflush(stdout);
+  LOG(INFO) << "shard " << options.shard_index << " of " << options.num_shards
+            << " serving " << options.store.data_dir << " on " << host << ":"
+            << (*server)->port() << " (durability=" << durability << ")";
+
+  int signal_number = 0;
+  sigwait(&shutdown_signals, &signal_number);
+  LOG(INFO) << "signal " << signal_number << ": draining for up to "
+            << absl::GetFlag(FLAGS_drain_seconds) << " s";
+  absl::Status stopped =
+      (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  server->reset();
+  if (!stopped.ok()) {
+    LOG(ERROR) << "shutdown: " << stopped;
+    return 1;
+  }
+  LOG(INFO) << "stopped cleanly";
+  return 0;
+}

@@ -1,0 +1,71 @@
+#include "server/shard_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+
+namespace ps::server {
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    const ServerOptions& options) {
+  if (options.num_shards == 0 || options.shard_index >= options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index ", options.shard_index,
+                     " must be below num_shards ", options.num_shards));
+  }
+  if (options.max_keys_per_request == 0 || options.max_message_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "max_keys_per_request and max_message_bytes must be positive");
+  }
+  auto server = std::unique_ptr<ShardServer>(new ShardServer());
+  ASSIGN_OR_RETURN(server->store_, embedding::EmbeddingStore::Open(options.store));
+
+  DataServiceOptions data_options;
+  data_options.shard_index = options.shard_index;
+  data_options.num_shards = options.num_shards;
+  data_options.max_keys_per_request = options.max_keys_per_request;
+  data_options.max_message_bytes = options.max_message_bytes;
+  server->data_service_ =
+      std::make_unique<DataService>(data_options, server->store_.get());
+  server->admin_service_ = std::make_unique<AdminService>(
+      options.shard_index, options.num_shards, server->store_.get(),
+      &server->data_service_->counters());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  const int max_message = static_cast<int>(
+      std::min<size_t>(options.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.RegisterService(server->data_service_.get());
+  builder.RegisterService(server->admin_service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address));
+  }
+  return server;
+}
+
+ShardServer::~ShardServer() {
+  if (!shut_down_) Shutdown(absl::ZeroDuration()).IgnoreError();
+}
+
+absl::Status ShardServer::Shutdown(absl::Duration drain) {
+  shut_down_ = true;
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+  grpc_server_->Wait();
+  return store_->Flush();
+}
+
+void ShardServer::Wait() { grpc_server_->Wait(); }
+
+}  // namespace ps::server

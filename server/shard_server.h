@@ -1,0 +1,85 @@
+// File: server/shard_server.h
+//
+// ShardServer is one parameter-server shard: the gRPC data plane
+// (ps.ParameterServer) and admin service (ps.Admin) over an EmbeddingStore,
+// plus standard gRPC health checking and server reflection. The services are
+// thin: validate the request as a whole, call the store, convert the status.
+//
+//   ServerOptions options;
+//   options.store.data_dir = "/var/lib/ps/shard0";
+//   auto server = ShardServer::Start(options);   // listening on return
+//   ... (*server)->port() ...
+//   (*server)->Shutdown(absl::Seconds(10));      // drain, then flush
+//
+// Thread-safe; Shutdown() may be called from any thread, once.
+
+#ifndef PS_SERVER_SHARD_SERVER_H_
+#define PS_SERVER_SHARD_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "embedding/embedding_store.h"
+#include "server/admin_service.h"
+#include "server/data_service.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace ps::server {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (see port()).
+  // Default: 127.0.0.1:50051 (loopback only unless told otherwise).
+  std::string listen_address = "127.0.0.1:50051";
+  // This shard's index and the cluster's shard count: a key is served here
+  // only if ShardForKey(key, num_shards) == shard_index.
+  // Defaults: 0 of 1. REQUIRES: shard_index < num_shards.
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  // Most keys one Pull or Push may carry. Default: 65536.
+  uint32_t max_keys_per_request = 65536;
+  // Largest gRPC message either way. Default: 64 MiB.
+  size_t max_message_bytes = 64 << 20;
+  // The tables' storage.
+  embedding::StoreOptions store;
+};
+
+class ShardServer {
+ public:
+  // Opens the store and starts serving. INVALID_ARGUMENT for inconsistent
+  // options; UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
+      const ServerOptions& options);
+
+  // Shuts down (with no drain time) if Shutdown() was not called.
+  ~ShardServer();
+
+  // The port actually bound.
+  int port() const { return port_; }
+
+  // Stops accepting calls, lets in-flight calls finish for up to `drain`
+  // (then cancels them), and writes back every dirty row.
+  absl::Status Shutdown(absl::Duration drain);
+
+  // Blocks until Shutdown() has been called and the server has stopped.
+  void Wait();
+
+ private:
+  ShardServer() = default;
+
+  std::unique_ptr<embedding::EmbeddingStore> store_;
+  std::unique_ptr<DataService> data_service_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SHARD_SERVER_H_

@@ -1,0 +1,212 @@
+// A real ps_server process on a free loopback port, driven over gRPC: pulls,
+// pushes, and bad requests (each checked for its status code and for leaving
+// every row unchanged), then SIGTERM and a restart on the same directory.
+
+#include <signal.h>
+
+#include <cmath>
+#include <vector>
+
+#include "base/routing.h"
+#include "embedding/initializer.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/server_process.h"
+#include "tests/test_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr uint32_t kDim = 16;
+constexpr char kTable[] = "emb";
+
+std::vector<uint64_t> Keys(size_t count, uint64_t stride = 104729) {
+  std::vector<uint64_t> keys;
+  for (size_t i = 0; i < count; ++i) keys.push_back(i * stride + 1);
+  return keys;
+}
+
+std::vector<float> MustPull(ParameterServer::Stub& stub, const std::vector<uint64_t>& keys) {
+  std::vector<float> rows;
+  grpc::Status status = PullRows(stub, kTable, keys, &rows);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return rows;
+}
+
+class ServerIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_dir_ = FreshTestDir("server_integration");
+    server_ = Start();
+    stub_ = ParameterServer::NewStub(server_->channel());
+    ASSERT_TRUE(DeclareTable(*stub_, SgdTableSpec(kTable, kDim, 0.5f)).ok());
+  }
+
+  std::unique_ptr<ServerProcess> Start() {
+    auto server = ServerProcess::Start(
+        {"--data_dir=" + data_dir_, "--max_keys_per_request=5000", "--cache_mb=8"});
+    EXPECT_TRUE(server.ok()) << server.status();
+    return std::move(server).value();
+  }
+
+  std::string data_dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+TEST_F(ServerIntegrationTest, Pull4096KeysReturnsRowsInRequestOrder) {
+  std::vector<uint64_t> keys = Keys(4096);
+  std::reverse(keys.begin() + 100, keys.begin() + 2000);  // not sorted
+  keys[7] = keys[3000];                                   // a duplicate
+  const std::vector<float> rows = MustPull(*stub_, keys);
+  ASSERT_EQ(rows.size(), 4096u * kDim);
+  embedding::Initializer initializer(SgdTableSpec(kTable, kDim, 0.5f).initializer());
+  std::vector<float> expected(kDim);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    initializer.Fill(keys[i], absl::MakeSpan(expected));
+    for (uint32_t d = 0; d < kDim; ++d) ASSERT_EQ(rows[i * kDim + d], expected[d]) << i;
+  }
+}
+
+TEST_F(ServerIntegrationTest, PushUpdatesRowsWithTheTablesOptimizer) {
+  const std::vector<uint64_t> keys = Keys(4096);
+  const std::vector<float> before = MustPull(*stub_, keys);
+  std::vector<float> gradients(keys.size() * kDim);
+  for (size_t i = 0; i < gradients.size(); ++i) gradients[i] = (i % 7) - 3.0f;
+  grpc::Status pushed = PushRows(*stub_, kTable, keys, gradients);
+  ASSERT_TRUE(pushed.ok()) << pushed.error_message();
+  const std::vector<float> after = MustPull(*stub_, keys);
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_FLOAT_EQ(after[i], before[i] - 0.5f * gradients[i]) << i;
+  }
+}
+
+TEST_F(ServerIntegrationTest, BadRequestsGetClearCodesAndChangeNoRow) {
+  const std::vector<uint64_t> keys = Keys(64);
+  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(64 * kDim, 1.0f)).ok());
+  const std::vector<float> before = MustPull(*stub_, keys);
+  auto expect_unchanged = [&](const char* what) {
+    EXPECT_EQ(MustPull(*stub_, keys), before) << "rows changed after " << what;
+  };
+
+  std::vector<float> with_nan(64 * kDim, 1.0f);
+  with_nan[64 * kDim - 1] = NAN;
+  EXPECT_EQ(PushRows(*stub_, kTable, keys, with_nan).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  expect_unchanged("a NaN");
+
+  std::vector<float> with_inf(64 * kDim, 1.0f);
+  with_inf[5] = -INFINITY;
+  EXPECT_EQ(PushRows(*stub_, kTable, keys, with_inf).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  expect_unchanged("an Inf");
+
+  EXPECT_EQ(PushRows(*stub_, kTable, keys, std::vector<float>(64 * 8, 1.0f)).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  expect_unchanged("the wrong dim");
+
+  {
+    grpc::ClientContext context;
+    PushRequest request;
+    request.set_table(kTable);
+    request.set_keys(Pack<uint64_t>(keys).substr(3));  // not a multiple of 8
+    request.set_gradients(Pack<float>(std::vector<float>(64 * kDim, 1.0f)));
+    PushResponse response;
+    EXPECT_EQ(stub_->Push(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  expect_unchanged("ragged keys");
+
+  const std::vector<uint64_t> too_many = Keys(5001);
+  EXPECT_EQ(PushRows(*stub_, kTable, too_many, std::vector<float>(5001 * kDim, 1.0f))
+                .error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  std::vector<float> ignored;
+  EXPECT_EQ(PullRows(*stub_, kTable, too_many, &ignored).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  expect_unchanged("too many keys");
+
+  EXPECT_EQ(PushRows(*stub_, "no_such_table", keys, std::vector<float>(64 * kDim, 1.0f))
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(PullRows(*stub_, "no_such_table", keys, &ignored).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  expect_unchanged("an unknown table");
+
+  bool created = true;
+  EXPECT_EQ(DeclareTable(*stub_, SgdTableSpec(kTable, kDim, 0.5f), &created).error_code(),
+            grpc::StatusCode::OK);
+  EXPECT_FALSE(created);
+  EXPECT_EQ(DeclareTable(*stub_, SgdTableSpec(kTable, kDim + 1, 0.5f)).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  expect_unchanged("a conflicting declaration");
+}
+
+TEST_F(ServerIntegrationTest, KeysOfAnotherShardAreRefusedWhole) {
+  const std::string dir = FreshTestDir("server_integration_two_shards");
+  auto shard0 = ServerProcess::Start(
+      {"--data_dir=" + dir, "--num_shards=2", "--shard_index=0"});
+  ASSERT_TRUE(shard0.ok()) << shard0.status();
+  auto stub = ParameterServer::NewStub((*shard0)->channel());
+  ASSERT_TRUE(DeclareTable(*stub, SgdTableSpec(kTable, kDim, 0.5f)).ok());
+  uint64_t mine = 1, theirs = 1;
+  while (ShardForKey(mine, 2) != 0) ++mine;
+  while (ShardForKey(theirs, 2) != 1) ++theirs;
+  const std::vector<float> before = MustPull(*stub, {mine});
+  EXPECT_EQ(PushRows(*stub, kTable, {mine, theirs}, std::vector<float>(2 * kDim, 1.0f))
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(MustPull(*stub, {mine}), before);
+  std::vector<float> ignored;
+  EXPECT_EQ(PullRows(*stub, kTable, {theirs}, &ignored).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
+  const std::vector<uint64_t> keys = Keys(100);
+  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(100 * kDim, 2.0f)).ok());
+  auto admin = Admin::NewStub(server_->channel());
+  {
+    grpc::ClientContext context;
+    ListTablesResponse response;
+    ASSERT_TRUE(admin->ListTables(&context, ListTablesRequest(), &response).ok());
+    ASSERT_EQ(response.tables_size(), 1);
+    EXPECT_EQ(response.tables(0).spec().name(), kTable);
+    EXPECT_EQ(response.tables(0).spec().dim(), kDim);
+  }
+  {
+    grpc::ClientContext context;
+    GetRowRequest request;
+    request.set_table(kTable);
+    request.set_key(keys[0]);
+    GetRowResponse response;
+    ASSERT_TRUE(admin->GetRow(&context, request, &response).ok());
+    EXPECT_TRUE(response.stored());
+    const std::vector<float> pulled = MustPull(*stub_, {keys[0]});
+    ASSERT_EQ(response.values_size(), static_cast<int>(kDim));
+    for (uint32_t d = 0; d < kDim; ++d) EXPECT_EQ(response.values(d), pulled[d]);
+  }
+  {
+    grpc::ClientContext context;
+    ShardStatsResponse response;
+    ASSERT_TRUE(admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    EXPECT_EQ(response.push_requests(), 1u);
+    EXPECT_GE(response.pull_requests(), 1u);
+    EXPECT_EQ(response.rows_pushed(), 100u);
+    EXPECT_LE(response.hot_tier_bytes(), response.hot_tier_budget_bytes());
+  }
+}
+
+TEST_F(ServerIntegrationTest, SigtermExitsZeroAndRestartResumes) {
+  const std::vector<uint64_t> keys = Keys(500);
+  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(500 * kDim, 1.0f)).ok());
+  const std::vector<float> before = MustPull(*stub_, keys);
+  stub_.reset();
+  EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
+  server_ = Start();
+  stub_ = ParameterServer::NewStub(server_->channel());
+  EXPECT_EQ(MustPull(*stub_, keys), before);
+}
+
+}  // namespace
+}  // namespace ps::testing

@@ -1,0 +1,56 @@
+// File: tests/server_process.h
+//
+// Test helper: runs the real ps_server binary as a child process on a free
+// loopback port, waits until gRPC health checking says SERVING, and kills it
+// (for real) on request or at destruction. For tests that observe the
+// server from outside: restarts, SIGTERM, kill -9.
+
+#ifndef PS_TESTS_SERVER_PROCESS_H_
+#define PS_TESTS_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+
+namespace ps::testing {
+
+// A fresh, empty directory under TEST_TMPDIR.
+std::string FreshTestDir(const std::string& name);
+
+class ServerProcess {
+ public:
+  // Starts ps_server with `flags` plus --listen=127.0.0.1:0 and waits until
+  // it serves. UNAVAILABLE if it exits or is not serving within `timeout`.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::vector<std::string>& flags,
+      absl::Duration timeout = absl::Seconds(60));
+
+  // SIGKILLs the process if it is still running.
+  ~ServerProcess();
+
+  // "127.0.0.1:PORT".
+  const std::string& address() const { return address_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
+  // Sends `signal` and waits for the process to exit. Returns its exit code,
+  // or 128 + the signal that ended it.
+  int SignalAndWait(int signal);
+
+ private:
+  ServerProcess() = default;
+
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_SERVER_PROCESS_H_
