@@ -1,0 +1,101 @@
+// File: kernels/backend.h
+//
+// The math of a CTR training step behind one interface with two backends:
+// CPU (OpenBLAS) and CUDA (own kernels + cuBLAS). All matrices are row-major
+// float32; every pointer passed to a kernel lives in the backend's memory
+// (host memory for the CPU, device memory for CUDA) and comes from
+// Allocate(). Kernels may run asynchronously; Synchronize() waits for them,
+// and CopyToHost() returns only when the data is on the host.
+//
+// A backend instance is used by one thread at a time.
+
+#ifndef PS_KERNELS_BACKEND_H_
+#define PS_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/status.h"
+
+namespace ps::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda".
+  virtual const char* name() const = 0;
+
+  // --- memory -------------------------------------------------------------
+  virtual Status Allocate(size_t bytes, void** pointer) = 0;
+  virtual void Free(void* pointer) = 0;
+  virtual Status CopyToDevice(void* device, const void* host, size_t bytes) = 0;
+  virtual Status CopyToHost(void* host, const void* device, size_t bytes) = 0;
+  virtual Status Fill(float* x, size_t count, float value) = 0;
+  virtual Status Synchronize() = 0;
+
+  // --- dense algebra --------------------------------------------------------
+  // C (m x n, leading dim ldc) = alpha * op(A) * op(B) + beta * C, where
+  // op(A) is m x k and op(B) is k x n; lda/ldb are the stored row lengths.
+  virtual Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc) = 0;
+
+  // x (rows x cols) += bias (per column); then ReLU in place if `relu`.
+  virtual Status BiasActivation(float* x, const float* bias, int rows, int cols,
+                                bool relu) = 0;
+
+  // dy[i] = 0 where y[i] <= 0 (y is a ReLU output).
+  virtual Status ReluBackward(const float* y, float* dy, size_t count) = 0;
+
+  // sums[c] = sum over rows of x[r, c].
+  virtual Status ColumnSums(const float* x, int rows, int cols, float* sums) = 0;
+
+  // dst[r, dst_offset + c] = src[r, c] for c < src_cols.
+  virtual Status CopyColumns(const float* src, int rows, int src_cols, float* dst,
+                             int dst_cols, int dst_offset) = 0;
+
+  // --- embeddings -----------------------------------------------------------
+  // Gather and concat: out[b, f * dim + d] = rows[index[b * fields + f], d]
+  // for each example b and field f; `out` has out_cols columns.
+  virtual Status GatherConcat(const float* rows, const int32_t* index, int batch,
+                              int fields, int dim, float* out, int out_cols) = 0;
+
+  // out[b] += sum over f of rows[index[b * fields + f]] (rows of dim 1).
+  virtual Status GatherSum(const float* rows, const int32_t* index, int batch,
+                           int fields, float* out) = 0;
+
+  // Scatter-reduce by unique key: row_grads (num_rows x dim) is zeroed, then
+  // row_grads[index[b * fields + f], d] += in[b * in_cols + f * field_stride + d].
+  // field_stride is dim for concatenated input, 0 to broadcast one value per
+  // example (dim 1) to every field.
+  virtual Status ScatterReduce(const float* in, int in_cols, int field_stride,
+                               const int32_t* index, int batch, int fields,
+                               int dim, int num_rows, float* row_grads) = 0;
+
+  // --- factorization machine -----------------------------------------------
+  // logits[b] += 0.5 * sum_d ((sum_f v[b,f,d])^2 - sum_f v[b,f,d]^2), where
+  // v[b,f,d] = x[b * x_cols + f * dim + d].
+  virtual Status FmForward(const float* x, int x_cols, int batch, int fields,
+                           int dim, float* logits) = 0;
+
+  // dx[b, f * dim + d] += dlogits[b] * (sum_f' v[b,f',d] - v[b,f,d]).
+  virtual Status FmBackward(const float* x, const float* dlogits, int x_cols,
+                            int batch, int fields, int dim, float* dx) = 0;
+
+  // --- loss -----------------------------------------------------------------
+  // probabilities = sigmoid(logits); dlogits = (p - label) / batch (the
+  // gradient of the mean loss); *loss_sum (one float in backend memory) =
+  // sum of binary cross-entropy over the batch. Stable for large |logit|.
+  virtual Status SigmoidCrossEntropy(const float* logits, const float* labels,
+                                     int batch, float* probabilities,
+                                     float* dlogits, float* loss_sum) = 0;
+};
+
+// The CPU backend (OpenBLAS). Never fails to create.
+std::unique_ptr<Backend> NewCpuBackend();
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_BACKEND_H_

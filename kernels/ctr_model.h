@@ -1,0 +1,133 @@
+// File: kernels/ctr_model.h
+//
+// CtrModel is the forward and backward pass of the CTR models, composed from
+// Backend kernels so that the same code runs on the CPU and on a GPU:
+//
+//   lr         logit = sum_f wide[key_f] + w . dense + b
+//   wide_deep  lr's logit + MLP(concat(embedding[key_f] for f, dense))
+//   deepfm     wide_deep's logit + FM second-order term over the embeddings
+//
+// Hidden layers use ReLU; the last layer has one output and no activation.
+// The loss is the mean binary cross-entropy over the batch. Parameters come
+// in per step (pulled from the servers) and gradients go out (to be pushed);
+// the model keeps no parameters, only scratch buffers in backend memory.
+//
+// Not thread-safe: one model per thread. The backend must outlive the model.
+
+#ifndef PS_KERNELS_CTR_MODEL_H_
+#define PS_KERNELS_CTR_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/status.h"
+
+namespace ps::kernels {
+
+enum class ModelKind { kLogisticRegression, kWideDeep, kDeepFm };
+
+struct ModelConfig {
+  ModelKind kind = ModelKind::kWideDeep;
+  // Categorical fields per example (one key each). Default: 26 (Criteo).
+  int fields = 26;
+  // Dense (numeric) features per example. Default: 13 (Criteo).
+  int dense_features = 13;
+  // Embedding dimension (wide_deep and deepfm). Default: 16.
+  int embedding_dim = 16;
+  // Hidden layer widths of the MLP. Default: 256, 128.
+  std::vector<int> hidden = {256, 128};
+};
+
+// One dense parameter tensor (rows x cols), and how it starts.
+struct DenseTensorSpec {
+  std::string name;
+  int rows = 0;
+  int cols = 0;
+  // Uniform on [-init_scale, init_scale]; 0 starts at zero.
+  float init_scale = 0.0f;
+  size_t size() const { return static_cast<size_t>(rows) * cols; }
+};
+
+// The dense tensors `config` needs, in the order StepInputs and StepOutputs
+// use: the wide part's dense weights and bias, then for each MLP layer its
+// weights (Glorot-uniform) and bias.
+std::vector<DenseTensorSpec> DenseTensors(const ModelConfig& config);
+
+// A step's inputs, all in host memory.
+struct StepInputs {
+  int batch = 0;
+  // Distinct keys in the batch; rows below are indexed by position.
+  int num_unique = 0;
+  // batch x fields indices into [0, num_unique).
+  const int32_t* index = nullptr;
+  // batch x dense_features, already transformed (log1p).
+  const float* dense = nullptr;
+  // batch labels in {0, 1}; unused by Predict().
+  const float* labels = nullptr;
+  // num_unique x embedding_dim (unused by lr) and num_unique x 1.
+  const float* embedding_rows = nullptr;
+  const float* wide_rows = nullptr;
+  // One pointer per DenseTensors() entry.
+  std::vector<const float*> dense_params;
+};
+
+// A step's results, in host memory; vectors are resized by the model.
+struct StepOutputs {
+  float loss_sum = 0.0f;
+  std::vector<float> probabilities;
+  // num_unique x embedding_dim (empty for lr) and num_unique.
+  std::vector<float> embedding_grads;
+  std::vector<float> wide_grads;
+  // One per DenseTensors() entry.
+  std::vector<std::vector<float>> dense_grads;
+};
+
+class CtrModel {
+ public:
+  CtrModel(const ModelConfig& config, Backend* backend);
+  ~CtrModel();
+
+  CtrModel(const CtrModel&) = delete;
+  CtrModel& operator=(const CtrModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+
+  // Forward and backward: fills every field of `outputs`.
+  Status TrainStep(const StepInputs& inputs, StepOutputs* outputs);
+
+  // Forward only: click probabilities.
+  Status Predict(const StepInputs& inputs, std::vector<float>* probabilities);
+
+ private:
+  struct Buffer {
+    float* data = nullptr;
+    size_t capacity = 0;
+  };
+
+  Status Reserve(Buffer* buffer, size_t floats);
+  Status Upload(Buffer* buffer, const void* host, size_t floats);
+  Status Forward(const StepInputs& inputs);
+  Status Backward(const StepInputs& inputs);
+  bool deep() const { return config_.kind != ModelKind::kLogisticRegression; }
+  int input_width() const {
+    return config_.fields * config_.embedding_dim + config_.dense_features;
+  }
+
+  const ModelConfig config_;
+  const std::vector<DenseTensorSpec> tensors_;
+  Backend* const backend_;
+
+  Buffer index_, dense_, labels_, embedding_rows_, wide_rows_;
+  std::vector<Buffer> params_, param_grads_;
+  // activations_[0] is the MLP input; activations_[l] the output of hidden
+  // layer l; gradients_ mirror them.
+  std::vector<Buffer> activations_, gradients_;
+  Buffer logits_, probabilities_, dlogits_, loss_;
+  Buffer embedding_grads_, wide_grads_;
+};
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_CTR_MODEL_H_

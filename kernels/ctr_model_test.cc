@@ -1,0 +1,154 @@
+// Finite-difference gradient checks of the whole training step, for each
+// model, on the CPU backend.
+
+#include "kernels/ctr_model.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps::kernels {
+namespace {
+
+struct Problem {
+  ModelConfig config;
+  int batch = 6;
+  int num_unique = 5;
+  std::vector<int32_t> index;
+  std::vector<float> dense, labels, embedding_rows, wide_rows;
+  std::vector<std::vector<float>> params;
+
+  StepInputs Inputs() const {
+    StepInputs in;
+    in.batch = batch;
+    in.num_unique = num_unique;
+    in.index = index.data();
+    in.dense = dense.data();
+    in.labels = labels.data();
+    in.embedding_rows = embedding_rows.data();
+    in.wide_rows = wide_rows.data();
+    for (const auto& p : params) in.dense_params.push_back(p.data());
+    return in;
+  }
+};
+
+Problem MakeProblem(ModelKind kind, uint32_t seed) {
+  Problem p;
+  p.config.kind = kind;
+  p.config.fields = 3;
+  p.config.dense_features = 2;
+  p.config.embedding_dim = 4;
+  p.config.hidden = {5, 3};
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+  std::uniform_int_distribution<int32_t> key(0, p.num_unique - 1);
+  for (int i = 0; i < p.batch * p.config.fields; ++i) p.index.push_back(key(rng));
+  p.index[0] = p.index[1];  // a duplicate key inside one example
+  for (int i = 0; i < p.batch * p.config.dense_features; ++i) p.dense.push_back(uniform(rng));
+  for (int b = 0; b < p.batch; ++b) p.labels.push_back(b % 2);
+  for (int i = 0; i < p.num_unique * p.config.embedding_dim; ++i) {
+    p.embedding_rows.push_back(uniform(rng));
+  }
+  for (int i = 0; i < p.num_unique; ++i) p.wide_rows.push_back(uniform(rng));
+  for (const DenseTensorSpec& spec : DenseTensors(p.config)) {
+    std::vector<float> values(spec.size());
+    for (float& v : values) v = uniform(rng);
+    p.params.push_back(values);
+  }
+  return p;
+}
+
+double MeanLoss(CtrModel& model, const Problem& p) {
+  StepOutputs out;
+  EXPECT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
+  return static_cast<double>(out.loss_sum) / p.batch;
+}
+
+// Checks d(mean loss)/d(values[i]) against central differences.
+void CheckGradient(CtrModel& model, Problem& p, std::vector<float>* values,
+                   const std::vector<float>& analytic, const std::string& what) {
+  ASSERT_EQ(values->size(), analytic.size()) << what;
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < values->size(); ++i) {
+    const float saved = (*values)[i];
+    (*values)[i] = saved + eps;
+    const double plus = MeanLoss(model, p);
+    (*values)[i] = saved - eps;
+    const double minus = MeanLoss(model, p);
+    (*values)[i] = saved;
+    const double numeric = (plus - minus) / (2 * eps);
+    EXPECT_NEAR(analytic[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric))
+        << what << "[" << i << "]";
+  }
+}
+
+class CtrModelGradientTest : public ::testing::TestWithParam<ModelKind> {};
+
+TEST_P(CtrModelGradientTest, MatchesFiniteDifferences) {
+  Problem p = MakeProblem(GetParam(), 42);
+  auto backend = NewCpuBackend();
+  CtrModel model(p.config, backend.get());
+  StepOutputs out;
+  ASSERT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
+  const StepOutputs analytic = out;
+  CheckGradient(model, p, &p.wide_rows, analytic.wide_grads, "wide");
+  if (GetParam() != ModelKind::kLogisticRegression) {
+    CheckGradient(model, p, &p.embedding_rows, analytic.embedding_grads, "embedding");
+  } else {
+    EXPECT_TRUE(analytic.embedding_grads.empty());
+  }
+  const std::vector<DenseTensorSpec> tensors = DenseTensors(p.config);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    CheckGradient(model, p, &p.params[t], analytic.dense_grads[t], tensors[t].name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, CtrModelGradientTest,
+                         ::testing::Values(ModelKind::kLogisticRegression,
+                                           ModelKind::kWideDeep, ModelKind::kDeepFm));
+
+TEST(CtrModelTest, PredictMatchesTrainStepProbabilities) {
+  Problem p = MakeProblem(ModelKind::kDeepFm, 7);
+  auto backend = NewCpuBackend();
+  CtrModel model(p.config, backend.get());
+  StepOutputs out;
+  ASSERT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
+  std::vector<float> predicted;
+  ASSERT_TRUE(model.Predict(p.Inputs(), &predicted).ok());
+  ASSERT_EQ(predicted.size(), out.probabilities.size());
+  for (size_t i = 0; i < predicted.size(); ++i) {
+    EXPECT_NEAR(predicted[i], out.probabilities[i], 1e-6);
+  }
+}
+
+TEST(CtrModelTest, DenseTensorsFollowTheConfig) {
+  ModelConfig config;
+  config.fields = 26;
+  config.embedding_dim = 16;
+  config.hidden = {256, 128};
+  const std::vector<DenseTensorSpec> tensors = DenseTensors(config);
+  ASSERT_EQ(tensors.size(), 8u);
+  EXPECT_EQ(tensors[2].name, "mlp.0.weights");
+  EXPECT_EQ(tensors[2].rows, 26 * 16 + 13);
+  EXPECT_EQ(tensors[2].cols, 256);
+  EXPECT_EQ(tensors[7].cols, 1);
+  EXPECT_GT(tensors[2].init_scale, 0.0f);
+  EXPECT_EQ(tensors[3].init_scale, 0.0f);  // biases start at zero
+  config.kind = ModelKind::kLogisticRegression;
+  EXPECT_EQ(DenseTensors(config).size(), 2u);
+}
+
+TEST(CtrModelTest, RejectsMismatchedDenseParameters) {
+  Problem p = MakeProblem(ModelKind::kWideDeep, 1);
+  auto backend = NewCpuBackend();
+  CtrModel model(p.config, backend.get());
+  StepInputs in = p.Inputs();
+  in.dense_params.pop_back();
+  StepOutputs out;
+  EXPECT_EQ(model.TrainStep(in, &out).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::kernels
