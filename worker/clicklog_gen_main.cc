@@ -1,0 +1,152 @@
+// clicklog_gen: writes a synthetic Criteo-format click log with its hidden
+// ground truth. See worker/clicklog_generator.h and --help.
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "worker/clicklog_generator.h"
+#include "worker/evaluation.h"
+
+ABSL_FLAG(std::string, out, "", "Click log to write; gzip'd if it ends in .gz. Required.");
+ABSL_FLAG(int64_t, lines, 1000000, "Lines to write.");
+ABSL_FLAG(uint64_t, seed, 1,
+          "Seed of the hidden model. Train and test files must share it.");
+ABSL_FLAG(uint64_t, sample_seed, 0,
+          "Seed of which lines are drawn; give train and test different ones.");
+ABSL_FLAG(std::string, truth_out, "",
+          "If set, writes each line's true click probability, one per line.");
+ABSL_FLAG(std::string, summary_out, "",
+          "If set, writes JSON: lines, click rate, and the AUC and logloss of "
+          "the true probabilities (the best any model can reach on this file).");
+ABSL_FLAG(int64_t, max_vocabulary, 2000000, "Largest categorical vocabulary.");
+ABSL_FLAG(double, zipf_exponent, 1.1, "Power-law exponent of value frequencies.");
+
+namespace {
+
+// Writes to a plain or gzip file.
+class Output {
+ public:
+  static std::unique_ptr<Output> Open(const std::string& path) {
+    auto output = std::unique_ptr<Output>(new Output());
+    if (absl::EndsWith(path, ".gz")) {
+      output->gz_ = gzopen(path.c_str(), "wb1");
+      if (output->gz_ == nullptr) return nullptr;
+    } else {
+      output->file_ = std::fopen(path.c_str(), "w");
+      if (output->file_ == nullptr) return nullptr;
+    }
+    return output;
+  }
+  ~Output() {
+    if (gz_ != nullptr) gzclose(gz_);
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  bool Write(const std::string& text) {
+    if (gz_ != nullptr) return gzwrite(gz_, text.data(), text.size()) == static_cast<int>(text.size());
+    return std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+  }
+
+ private:
+  Output() = default;
+  gzFile gz_ = nullptr;
+  FILE* file_ = nullptr;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Writes a synthetic Criteo-format click log (label, 13 integers, 26 hex "
+      "categoricals) with a hidden ground truth.\n\nExample:\n  clicklog_gen "
+      "--out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
+      "--truth_out=train.truth");
+  absl::ParseCommandLine(argc, argv);
+  const std::string out_path = absl::GetFlag(FLAGS_out);
+  const int64_t lines = absl::GetFlag(FLAGS_lines);
+  if (out_path.empty() || lines < 0) {
+    std::fprintf(stderr, "clicklog_gen: --out is required and --lines must be >= 0\n");
+    return 2;
+  }
+  ps::worker::GeneratorOptions options;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
+  options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
+  if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
+    std::fprintf(stderr, "clicklog_gen: --max_vocabulary must be >= 10 and "
+                         "--zipf_exponent > 1\n");
+    return 2;
+  }
+  ps::worker::ClickLogGenerator generator(options, absl::GetFlag(FLAGS_sample_seed));
+
+  auto output = Output::Open(out_path);
+  if (output == nullptr) {
+    std::fprintf(stderr, "clicklog_gen: cannot write %s\n", out_path.c_str());
+    return 1;
+  }
+  std::unique_ptr<Output> truth;
+  if (!absl::GetFlag(FLAGS_truth_out).empty()) {
+    truth = Output::Open(absl::GetFlag(FLAGS_truth_out));
+    if (truth == nullptr) {
+      std::fprintf(stderr, "clicklog_gen: cannot write %s\n",
+                   absl::GetFlag(FLAGS_truth_out).c_str());
+      return 1;
+    }
+  }
+  const bool want_summary = !absl::GetFlag(FLAGS_summary_out).empty();
+  std::vector<float> probabilities, labels;
+  std::string line, text, truth_text;
+  const absl::Time start = absl::Now();
+  for (int64_t i = 0; i < lines; ++i) {
+    double probability = 0;
+    generator.Next(&line, &probability);
+    text.append(line);
+    text.push_back('\n');
+    if (truth != nullptr) absl::StrAppendFormat(&truth_text, "%.6f\n", probability);
+    if (want_summary) {
+      probabilities.push_back(static_cast<float>(probability));
+      labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
+    }
+    if (text.size() > (1 << 20) || i + 1 == lines) {
+      if (!output->Write(text) || (truth != nullptr && !truth->Write(truth_text))) {
+        std::fprintf(stderr, "clicklog_gen: write failed\n");
+        return 1;
+      }
+      text.clear();
+      truth_text.clear();
+    }
+    if ((i + 1) % 1000000 == 0) {
+      std::fprintf(stderr, "clicklog_gen: %lld lines\n", static_cast<long long>(i + 1));
+    }
+  }
+  output.reset();
+  truth.reset();
+  if (want_summary) {
+    double clicks = 0;
+    for (float label : labels) clicks += label;
+    const std::string json = absl::StrFormat(
+        "{\"lines\": %d, \"click_rate\": %.6f, \"truth_auc\": %.6f, "
+        "\"truth_logloss\": %.6f}\n",
+        lines, lines > 0 ? clicks / lines : 0.0, ps::worker::ExactAuc(probabilities, labels),
+        ps::worker::MeanLogLoss(probabilities, labels));
+    FILE* summary = std::fopen(absl::GetFlag(FLAGS_summary_out).c_str(), "w");
+    if (summary == nullptr || std::fputs(json.c_str(), summary) < 0) {
+      std::fprintf(stderr, "clicklog_gen: cannot write the summary\n");
+      return 1;
+    }
+    std::fclose(summary);
+  }
+  std::fprintf(stderr, "clicklog_gen: wrote %lld lines to %s in %.1f s\n",
+               static_cast<long long>(lines), out_path.c_str(),
+               absl::ToDoubleSeconds(absl::Now() - start));
+  return 0;
+}

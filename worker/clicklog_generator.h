@@ -1,0 +1,71 @@
+// File: worker/clicklog_generator.h
+//
+// Synthetic Criteo-format click logs with a known ground truth, so that the
+// best AUC and logloss any model can reach on the data are known.
+//
+// Each line's click probability is sigmoid(bias + sum of per-value effects of
+// its 26 categorical values + effects of log1p of its 13 integers + pairwise
+// interactions between chosen field pairs, as dot products of per-value latent
+// vectors). Categorical vocabularies range from tens to millions of values,
+// drawn with power-law (Zipf-like) frequencies, so most values are rare;
+// integers are heavy-tailed counts; values are missing at per-field rates.
+// Effects are pure functions of (seed, field, value), so no table of the
+// vocabulary is kept in memory. Everything is deterministic given `seed`.
+// Not thread-safe: one generator per thread.
+
+#ifndef PS_WORKER_CLICKLOG_GENERATOR_H_
+#define PS_WORKER_CLICKLOG_GENERATOR_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "worker/features.h"
+
+namespace ps::worker {
+
+struct GeneratorOptions {
+  // Fixes the hidden model and the sampled lines. Default: 1.
+  uint64_t seed = 1;
+  // Largest categorical vocabulary (the smallest is 10). Default: 2,000,000.
+  int64_t max_vocabulary = 2000000;
+  // Zipf exponent of value frequencies. Default: 1.1.
+  double zipf_exponent = 1.1;
+  // Added to every logit; sets the click rate (about 0.25 at the default).
+  // Default: -1.6.
+  double bias = -1.6;
+};
+
+class ClickLogGenerator {
+ public:
+  // `model_seed` fixes the hidden model (share it between train and test
+  // files); `sample_seed` fixes which lines are drawn.
+  ClickLogGenerator(const GeneratorOptions& options, uint64_t sample_seed);
+
+  // Draws the next line (no newline) and its true click probability.
+  void Next(std::string* line, double* probability);
+
+  // Vocabulary size of categorical field `field`.
+  int64_t vocabulary(int field) const { return vocabulary_[field]; }
+
+ private:
+  // A standard normal that is a pure function of its arguments.
+  double HashNormal(uint64_t a, uint64_t b, uint64_t c) const;
+  // A value id in [0, vocabulary) with power-law frequencies.
+  int64_t DrawValue(int field);
+
+  const GeneratorOptions options_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  int64_t vocabulary_[kCategoricalFields];
+  double missing_rate_[kCategoricalFields];
+  double effect_scale_[kCategoricalFields];
+  double dense_weight_[kDenseFeatures];
+  double dense_log_mean_[kDenseFeatures];
+  double dense_missing_rate_[kDenseFeatures];
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_CLICKLOG_GENERATOR_H_

@@ -1,0 +1,98 @@
+// File: worker/clicklog_reader.h
+//
+// ClickLogReader streams batches of parsed examples from Criteo-format click
+// logs, plain or gzip (detected from the bytes, not the name), over one or
+// many files, for one or many epochs. Worker i of n takes lines i, i + n,
+// i + 2n, ... counted over all files in order, so workers split the data
+// without coordination. A background thread reads and parses ahead, keeping
+// up to `queue_batches` batches ready.
+//
+// Malformed lines are counted and skipped, logged with file:line (the first
+// ones, then every 1000th); once more than `max_bad_lines` have been seen,
+// Next() returns FAILED_PRECONDITION and reading stops.
+//
+// Next() is called from one thread at a time.
+
+#ifndef PS_WORKER_CLICKLOG_READER_H_
+#define PS_WORKER_CLICKLOG_READER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/features.h"
+
+namespace ps::worker {
+
+struct ReaderOptions {
+  // Comma-separated paths or glob patterns; expanded and sorted per pattern.
+  // REQUIRES: matches at least one file.
+  std::string files;
+  // This worker's share. Defaults: 0 of 1.
+  int worker_index = 0;
+  int num_workers = 1;
+  // Examples per batch (the last batch of the data may be smaller).
+  // Default: 4096.
+  int batch_size = 4096;
+  // Passes over the data. Default: 1.
+  int epochs = 1;
+  // Malformed lines tolerated before reading stops. Default: 1000.
+  int64_t max_bad_lines = 1000;
+  // Batches parsed ahead. Default: 4.
+  int queue_batches = 4;
+};
+
+// Expands comma-separated paths and globs. NOT_FOUND if one matches nothing.
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::string& patterns);
+
+class ClickLogReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<ClickLogReader>> Open(const ReaderOptions& options);
+
+  // Stops the reading thread.
+  ~ClickLogReader();
+
+  // Moves the next batch into `batch`. Returns true on a batch, false at the
+  // end of the data; FAILED_PRECONDITION past max_bad_lines, NOT_FOUND or
+  // DATA_LOSS for unreadable files.
+  absl::StatusOr<bool> Next(std::vector<Example>* batch);
+
+  // Lines of this worker's share parsed so far, and how many were malformed.
+  int64_t lines() const { return lines_.load(); }
+  int64_t bad_lines() const { return bad_lines_.load(); }
+
+ private:
+  ClickLogReader(const ReaderOptions& options, std::vector<std::string> files)
+      : options_(options), files_(std::move(files)) {}
+
+  void ReadLoop();
+  // Reads one file; returns false if reading must stop.
+  bool ReadFile(const std::string& path, uint64_t* global_line,
+                std::vector<Example>* batch);
+  // Hands a full batch to the consumer; false if the reader is stopping.
+  bool Deliver(std::vector<Example>* batch);
+  void Finish(absl::Status status);
+
+  const ReaderOptions options_;
+  const std::vector<std::string> files_;
+  std::atomic<int64_t> lines_{0};
+  std::atomic<int64_t> bad_lines_{0};
+
+  absl::Mutex mu_;
+  std::deque<std::vector<Example>> ready_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_CLICKLOG_READER_H_

@@ -1,0 +1,49 @@
+#include "worker/evaluation.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace ps::worker {
+namespace {
+
+TEST(EvaluationTest, AucOfPerfectReversedAndTiedScores) {
+  EXPECT_DOUBLE_EQ(ExactAuc({0.1f, 0.2f, 0.8f, 0.9f}, {0, 0, 1, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(ExactAuc({0.9f, 0.8f, 0.2f, 0.1f}, {0, 0, 1, 1}), 0.0);
+  EXPECT_DOUBLE_EQ(ExactAuc({0.5f, 0.5f, 0.5f, 0.5f}, {0, 1, 0, 1}), 0.5);
+  // One positive above one of two negatives and tied with the other:
+  // (1 + 0.5) / 2.
+  EXPECT_DOUBLE_EQ(ExactAuc({0.3f, 0.7f, 0.7f}, {0, 0, 1}), 0.75);
+  EXPECT_DOUBLE_EQ(ExactAuc({0.3f, 0.7f}, {1, 1}), 0.5);  // one class only
+}
+
+TEST(EvaluationTest, AucMatchesPairCountingOnRandomData) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> bucket(0, 20);  // many ties
+  std::vector<float> scores(500), labels(500);
+  for (size_t i = 0; i < scores.size(); ++i) {
+    scores[i] = bucket(rng) / 20.0f;
+    labels[i] = (rng() % 3 == 0) ? 1.0f : 0.0f;
+  }
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    for (size_t j = 0; j < scores.size(); ++j) {
+      if (labels[i] == 1.0f && labels[j] == 0.0f) {
+        pairs += 1;
+        wins += scores[i] > scores[j] ? 1.0 : scores[i] == scores[j] ? 0.5 : 0.0;
+      }
+    }
+  }
+  EXPECT_NEAR(ExactAuc(scores, labels), wins / pairs, 1e-12);
+}
+
+TEST(EvaluationTest, LogLoss) {
+  EXPECT_NEAR(MeanLogLoss({0.5f, 0.5f}, {0, 1}), std::log(2.0), 1e-7);
+  EXPECT_NEAR(MeanLogLoss({0.9f}, {1}), -std::log(0.9), 1e-6);
+  EXPECT_TRUE(std::isfinite(MeanLogLoss({0.0f, 1.0f}, {1, 0})));
+  EXPECT_EQ(MeanLogLoss({}, {}), 0.0);
+}
+
+}  // namespace
+}  // namespace ps::worker
