@@ -1,5 +1,6 @@
 #include "server/admin_service.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "server/grpc_status.h"
@@ -51,6 +52,26 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(grpc::CallbackServerContext* 
   response->set_hot_tier_misses(stats.hot_tier_misses);
   response->set_rocksdb_live_bytes(stats.disk_bytes);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::WorkerClocks(grpc::CallbackServerContext* context,
+                                                     const WorkerClocksRequest*,
+                                                     WorkerClocksResponse* response) {
+  int64_t live_min = -1, live_max = -1;
+  for (const ClockCoordinator::WorkerClock& clock : clocks_->Snapshot()) {
+    WorkerClocksResponse::Worker* worker = response->add_workers();
+    worker->set_worker(clock.worker);
+    worker->set_clock(clock.clock);
+    worker->set_live(clock.live);
+    if (clock.live) {
+      live_min = live_min < 0 ? clock.clock : std::min(live_min, clock.clock);
+      live_max = std::max(live_max, clock.clock);
+    }
+  }
+  response->set_clock_spread(live_min < 0 ? 0 : live_max - live_min);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

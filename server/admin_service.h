@@ -1,7 +1,8 @@
 // File: server/admin_service.h
 //
 // AdminService implements ps.Admin (proto/admin.proto) on one shard: the
-// tables and their sizes, one row by key, and the shard's counters.
+// tables and their sizes, one row by key, the shard's counters, and the
+// workers' clocks (on the coordinator shard).
 // Read-only. Thread-safe.
 
 #ifndef PS_SERVER_ADMIN_SERVICE_H_
@@ -12,19 +13,22 @@
 #include "absl/time/clock.h"
 #include "embedding/embedding_store.h"
 #include "proto/admin.grpc.pb.h"
+#include "server/clock_coordinator.h"
 #include "server/data_service.h"
 
 namespace ps::server {
 
 class AdminService final : public Admin::CallbackService {
  public:
-  // `store` and `counters` must outlive this service.
+  // `store`, `counters` and `clocks` must outlive this service.
   AdminService(uint32_t shard_index, uint32_t num_shards,
-               embedding::EmbeddingStore* store, const RequestCounters* counters)
+               embedding::EmbeddingStore* store, const RequestCounters* counters,
+               ClockCoordinator* clocks)
       : shard_index_(shard_index),
         num_shards_(num_shards),
         store_(store),
         counters_(counters),
+        clocks_(clocks),
         started_(absl::Now()) {}
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
@@ -36,12 +40,16 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* ShardStats(grpc::CallbackServerContext* context,
                                        const ShardStatsRequest* request,
                                        ShardStatsResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerClocks(grpc::CallbackServerContext* context,
+                                         const WorkerClocksRequest* request,
+                                         WorkerClocksResponse* response) override;
 
  private:
   const uint32_t shard_index_;
   const uint32_t num_shards_;
   embedding::EmbeddingStore* const store_;
   const RequestCounters* const counters_;
+  ClockCoordinator* const clocks_;
   const absl::Time started_;
 };
 

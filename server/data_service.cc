@@ -98,4 +98,19 @@ grpc::ServerUnaryReactor* DataService::Push(grpc::CallbackServerContext* context
   return Finish(context, DoPush(*request, response));
 }
 
+grpc::ServerUnaryReactor* DataService::Clock(grpc::CallbackServerContext* context,
+                                             const ClockRequest* request,
+                                             ClockResponse* response) {
+  if (request->lease_ms() == 0) {
+    return Finish(context, absl::InvalidArgumentError("lease_ms must be positive"));
+  }
+  const ClockCoordinator::View view =
+      clocks_->Report(request->worker(), request->clock(), request->finished(),
+                      absl::Milliseconds(request->lease_ms()));
+  response->set_min_clock(view.min_clock);
+  response->set_live_workers(view.live_workers);
+  response->set_clock(view.clock);
+  return Finish(context, absl::OkStatus());
+}
+
 }  // namespace ps::server

@@ -14,6 +14,7 @@
 
 #include "embedding/embedding_store.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/clock_coordinator.h"
 
 namespace ps::server {
 
@@ -33,9 +34,10 @@ struct DataServiceOptions {
 
 class DataService final : public ParameterServer::CallbackService {
  public:
-  // `store` must outlive this service.
-  DataService(const DataServiceOptions& options, embedding::EmbeddingStore* store)
-      : options_(options), store_(store) {}
+  // `store` and `clocks` must outlive this service.
+  DataService(const DataServiceOptions& options, embedding::EmbeddingStore* store,
+              ClockCoordinator* clocks)
+      : options_(options), store_(store), clocks_(clocks) {}
 
   grpc::ServerUnaryReactor* DeclareTable(grpc::CallbackServerContext* context,
                                          const DeclareTableRequest* request,
@@ -46,6 +48,9 @@ class DataService final : public ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const PushRequest* request,
                                  PushResponse* response) override;
+  grpc::ServerUnaryReactor* Clock(grpc::CallbackServerContext* context,
+                                  const ClockRequest* request,
+                                  ClockResponse* response) override;
 
   const RequestCounters& counters() const { return counters_; }
 
@@ -59,6 +64,7 @@ class DataService final : public ParameterServer::CallbackService {
 
   const DataServiceOptions options_;
   embedding::EmbeddingStore* const store_;
+  ClockCoordinator* const clocks_;
   RequestCounters counters_;
 };
 

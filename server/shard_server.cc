@@ -31,10 +31,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
   server->data_service_ =
-      std::make_unique<DataService>(data_options, server->store_.get());
+      std::make_unique<DataService>(data_options, server->store_.get(), &server->clocks_);
   server->admin_service_ = std::make_unique<AdminService>(
       options.shard_index, options.num_shards, server->store_.get(),
-      &server->data_service_->counters());
+      &server->data_service_->counters(), &server->clocks_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "embedding/embedding_store.h"
 #include "server/admin_service.h"
+#include "server/clock_coordinator.h"
 #include "server/data_service.h"
 
 namespace grpc {
@@ -73,6 +74,7 @@ class ShardServer {
   ShardServer() = default;
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
+  ClockCoordinator clocks_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
