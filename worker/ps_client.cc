@@ -1,0 +1,264 @@
+#include "worker/ps_client.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/time/clock.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace ps::worker {
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  // Reconnect quickly to a shard that restarts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// Splits positions 0..keys.size()-1 by shard, then into chunks of at most
+// `max_keys` positions each; returns (shard, positions) per chunk.
+std::vector<std::pair<int, std::vector<uint32_t>>> Route(absl::Span<const uint64_t> keys,
+                                                         int num_shards,
+                                                         uint32_t max_keys) {
+  std::vector<std::vector<uint32_t>> by_shard(num_shards);
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    by_shard[ShardForKey(keys[i], num_shards)].push_back(i);
+  }
+  std::vector<std::pair<int, std::vector<uint32_t>>> chunks;
+  for (int shard = 0; shard < num_shards; ++shard) {
+    const std::vector<uint32_t>& positions = by_shard[shard];
+    for (size_t start = 0; start < positions.size(); start += max_keys) {
+      const size_t end = std::min(positions.size(), start + max_keys);
+      chunks.emplace_back(shard, std::vector<uint32_t>(positions.begin() + start,
+                                                       positions.begin() + end));
+    }
+  }
+  return chunks;
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(context, ": ", status.error_message()));
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ClientOptions& options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("need at least one server address");
+  }
+  if (options.max_keys_per_request == 0) {
+    return absl::InvalidArgumentError("max_keys_per_request must be positive");
+  }
+  auto client = std::unique_ptr<PsClient>(new PsClient(options));
+  for (const std::string& address : options.servers) {
+    client->shards_.push_back(ParameterServer::NewStub(MakeChannel(address, options)));
+  }
+  client->coordinator_ = ParameterServer::NewStub(MakeChannel(
+      options.coordinator.empty() ? options.servers[0] : options.coordinator, options));
+  return client;
+}
+
+template <typename Request, typename Response, typename Issue>
+absl::Status PsClient::FanOut(std::vector<Request>& requests, std::vector<int>& shards,
+                              std::vector<Response>* responses, Issue issue,
+                              bool retry_deadline, const char* what) {
+  const size_t n = requests.size();
+  responses->assign(n, Response());
+  std::vector<bool> done(n, false);
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = options_.initial_backoff;
+  while (true) {
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) pending.push_back(i);
+    }
+    if (pending.empty()) return absl::OkStatus();
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
+    std::vector<grpc::Status> statuses(pending.size());
+    absl::BlockingCounter outstanding(static_cast<int>(pending.size()));
+    for (size_t p = 0; p < pending.size(); ++p) {
+      const size_t i = pending[p];
+      contexts[p] = std::make_unique<grpc::ClientContext>();
+      contexts[p]->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+      (*responses)[i].Clear();
+      issue(shards[i], contexts[p].get(), &requests[i], &(*responses)[i],
+            [&statuses, &outstanding, p](grpc::Status status) {
+              statuses[p] = std::move(status);
+              outstanding.DecrementCount();
+            });
+    }
+    outstanding.Wait();
+    grpc::Status last_failure;
+    int last_shard = -1;
+    for (size_t p = 0; p < pending.size(); ++p) {
+      const grpc::Status& status = statuses[p];
+      if (status.ok()) {
+        done[pending[p]] = true;
+        continue;
+      }
+      const bool retryable =
+          status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          (retry_deadline && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+      if (!retryable) {
+        return FromGrpcStatus(status, absl::StrCat(what, " on shard ", shards[pending[p]]));
+      }
+      last_failure = status;
+      last_shard = shards[pending[p]];
+    }
+    if (last_shard < 0) return absl::OkStatus();  // every call succeeded
+    if (absl::Now() + backoff > give_up) {
+      return FromGrpcStatus(last_failure, absl::StrCat(what, " on shard ", last_shard,
+                                                       " (gave up retrying)"));
+    }
+    LOG_EVERY_N(WARNING, 20) << what << " on shard " << last_shard << " failed (code "
+                             << last_failure.error_code() << ": "
+                             << last_failure.error_message() << "); retrying";
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::Status PsClient::DeclareTable(const TableSpec& spec) {
+  std::vector<DeclareTableRequest> requests(shards_.size());
+  std::vector<int> shards(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    *requests[s].mutable_table() = spec;
+    shards[s] = static_cast<int>(s);
+  }
+  std::vector<DeclareTableResponse> responses;
+  return FanOut(
+      requests, shards, &responses,
+      [this](int shard, grpc::ClientContext* context, DeclareTableRequest* request,
+             DeclareTableResponse* response, std::function<void(grpc::Status)> done) {
+        shards_[shard]->async()->DeclareTable(context, request, response, std::move(done));
+      },
+      /*retry_deadline=*/true, "declaring table");
+}
+
+absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
+  // One request per (table, shard, chunk); remember where its rows go.
+  struct Destination {
+    const TableRows* pull;
+    std::vector<uint32_t> positions;
+  };
+  std::vector<PullRequest> requests;
+  std::vector<int> shards;
+  std::vector<Destination> destinations;
+  for (const TableRows& pull : pulls) {
+    for (auto& [shard, positions] :
+         Route(pull.keys, num_shards(), options_.max_keys_per_request)) {
+      PullRequest& request = requests.emplace_back();
+      request.set_table(pull.table);
+      std::string* packed = request.mutable_keys();
+      packed->resize(positions.size() * sizeof(uint64_t));
+      char* cursor = packed->data();
+      for (uint32_t position : positions) {
+        std::memcpy(cursor, &pull.keys[position], sizeof(uint64_t));
+        cursor += sizeof(uint64_t);
+      }
+      shards.push_back(shard);
+      destinations.push_back({&pull, std::move(positions)});
+    }
+  }
+  std::vector<PullResponse> responses;
+  RETURN_IF_ERROR(FanOut(
+      requests, shards, &responses,
+      [this](int shard, grpc::ClientContext* context, PullRequest* request,
+             PullResponse* response, std::function<void(grpc::Status)> done) {
+        shards_[shard]->async()->Pull(context, request, response, std::move(done));
+      },
+      /*retry_deadline=*/true, "pull"));
+  for (size_t c = 0; c < requests.size(); ++c) {
+    const TableRows& pull = *destinations[c].pull;
+    const size_t row_bytes = static_cast<size_t>(pull.dim) * sizeof(float);
+    const std::vector<uint32_t>& positions = destinations[c].positions;
+    const std::string& values = responses[c].values();
+    if (values.size() != positions.size() * row_bytes) {
+      return absl::InternalError(absl::StrCat(
+          "shard ", shards[c], " returned ", values.size(), " bytes for ",
+          positions.size(), " rows of dim ", pull.dim, " of table ", pull.table));
+    }
+    const char* cursor = values.data();
+    for (uint32_t position : positions) {
+      std::memcpy(pull.rows + static_cast<size_t>(position) * pull.dim, cursor, row_bytes);
+      cursor += row_bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(absl::Span<const TableGradients> pushes, uint32_t worker,
+                            int64_t clock) {
+  std::vector<PushRequest> requests;
+  std::vector<int> shards;
+  for (const TableGradients& push : pushes) {
+    if (push.gradients.size() != push.keys.size() * static_cast<size_t>(push.dim)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push to ", push.table, ": ", push.gradients.size(), " gradient floats for ",
+          push.keys.size(), " keys of dim ", push.dim));
+    }
+    const size_t row_bytes = static_cast<size_t>(push.dim) * sizeof(float);
+    for (auto& [shard, positions] :
+         Route(push.keys, num_shards(), options_.max_keys_per_request)) {
+      PushRequest& request = requests.emplace_back();
+      request.set_table(push.table);
+      request.set_worker(worker);
+      request.set_clock(clock);
+      std::string* packed_keys = request.mutable_keys();
+      std::string* packed_gradients = request.mutable_gradients();
+      packed_keys->resize(positions.size() * sizeof(uint64_t));
+      packed_gradients->resize(positions.size() * row_bytes);
+      char* key_cursor = packed_keys->data();
+      char* gradient_cursor = packed_gradients->data();
+      for (uint32_t position : positions) {
+        std::memcpy(key_cursor, &push.keys[position], sizeof(uint64_t));
+        std::memcpy(gradient_cursor,
+                    push.gradients.data() + static_cast<size_t>(position) * push.dim,
+                    row_bytes);
+        key_cursor += sizeof(uint64_t);
+        gradient_cursor += row_bytes;
+      }
+      shards.push_back(shard);
+    }
+  }
+  std::vector<PushResponse> responses;
+  return FanOut(
+      requests, shards, &responses,
+      [this](int shard, grpc::ClientContext* context, PushRequest* request,
+             PushResponse* response, std::function<void(grpc::Status)> done) {
+        shards_[shard]->async()->Push(context, request, response, std::move(done));
+      },
+      /*retry_deadline=*/false, "push");
+}
+
+absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
+  std::vector<ClockRequest> requests = {request};
+  std::vector<int> shards = {0};
+  std::vector<ClockResponse> responses;
+  absl::Status status = FanOut(
+      requests, shards, &responses,
+      [this](int, grpc::ClientContext* context, ClockRequest* clock_request,
+             ClockResponse* response, std::function<void(grpc::Status)> done) {
+        coordinator_->async()->Clock(context, clock_request, response, std::move(done));
+      },
+      /*retry_deadline=*/true, "clock");
+  if (!status.ok()) return status;
+  return responses[0];
+}
+
+}  // namespace ps::worker

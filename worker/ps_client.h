@@ -1,0 +1,103 @@
+// File: worker/ps_client.h
+//
+// PsClient is the worker's view of the cluster: one channel per shard, keys
+// routed by base/routing.h, and each call fanned out to every shard it
+// touches in parallel (gRPC's async callback API), then joined. Calls that
+// fail with UNAVAILABLE (a shard restarting) are retried with exponential
+// backoff for up to `retry_for`; channels reconnect on their own, so training
+// survives a shard that comes back. Pulls are also retried on
+// DEADLINE_EXCEEDED; pushes are not (a push that timed out may have been
+// applied, and applying it twice is worse than reporting it).
+//
+// Thread-safe: many threads may call at once.
+
+#ifndef PS_WORKER_PS_CLIENT_H_
+#define PS_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace ps::worker {
+
+struct ClientOptions {
+  // Shard i is servers[i]. REQUIRES: not empty.
+  std::vector<std::string> servers;
+  // Where the clock coordinator is. Default (empty): servers[0].
+  std::string coordinator;
+  // Deadline of one RPC. Default: 30 s.
+  absl::Duration call_timeout = absl::Seconds(30);
+  // How long a call keeps retrying an unavailable shard. Default: 120 s.
+  absl::Duration retry_for = absl::Seconds(120);
+  // First backoff between retries; doubles up to 2 s. Default: 50 ms.
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  // Keys per request; larger calls are split. Must not exceed the servers'
+  // --max_keys_per_request. Default: 65536.
+  uint32_t max_keys_per_request = 65536;
+  // Largest message either way. Default: 256 MiB.
+  int max_message_bytes = 256 << 20;
+};
+
+// The one place where grpc::Status becomes absl::Status on the worker side.
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
+
+class PsClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const ClientOptions& options);
+
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+
+  // Declares `spec` on every shard (idempotent).
+  absl::Status DeclareTable(const TableSpec& spec);
+
+  // One table's part of a pull: the rows of `keys` (dim floats each, in key
+  // order) are written to `rows`, which must outlive the call.
+  struct TableRows {
+    std::string table;
+    absl::Span<const uint64_t> keys;
+    int dim = 0;
+    float* rows = nullptr;
+  };
+
+  // One table's part of a push: dim gradient floats per key, in key order.
+  struct TableGradients {
+    std::string table;
+    absl::Span<const uint64_t> keys;
+    absl::Span<const float> gradients;
+    int dim = 0;
+  };
+
+  // Pulls from several tables at once: every shard request of every table
+  // is in flight together.
+  absl::Status Pull(absl::Span<const TableRows> pulls);
+
+  // Pushes to several tables at once.
+  absl::Status Push(absl::Span<const TableGradients> pushes, uint32_t worker,
+                    int64_t clock);
+
+  // Reports to the clock coordinator (retried like a pull).
+  absl::StatusOr<ClockResponse> Clock(const ClockRequest& request);
+
+ private:
+  explicit PsClient(const ClientOptions& options) : options_(options) {}
+
+  template <typename Request, typename Response, typename Issue>
+  absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
+                      std::vector<Response>* responses, Issue issue, bool retry_deadline,
+                      const char* what);
+
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
+  std::unique_ptr<ParameterServer::Stub> coordinator_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_PS_CLIENT_H_

@@ -1,0 +1,201 @@
+// ps_worker: trains a CTR model on click logs against a cluster of
+// ps_server shards. See README.md and --help.
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+#include "kernels/backend.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
+          "Comma-separated host:port of every shard, in shard-index order.");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of the clock coordinator. Default: the first server.");
+ABSL_FLAG(int32_t, worker_index, 0, "This worker's index, in [0, num_workers).");
+ABSL_FLAG(int32_t, num_workers, 1,
+          "Workers sharing the training data; worker i reads lines i, i + n, ...");
+ABSL_FLAG(std::string, train, "",
+          "Training click logs: comma-separated paths or globs; plain or gzip. Required.");
+ABSL_FLAG(std::string, test, "", "Test click logs for AUC and logloss; empty: none.");
+ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
+ABSL_FLAG(int32_t, embedding_dim, 16, "Embedding dimension (wide_deep, deepfm).");
+ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
+ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
+ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
+ABSL_FLAG(std::string, embedding_optimizer, "adagrad",
+          "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
+ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
+ABSL_FLAG(std::string, wide_optimizer, "ftrl", "Optimizer of the per-key wide weights.");
+ABSL_FLAG(double, wide_learning_rate, 0.05, "Learning rate (FTRL alpha) of the wide weights.");
+ABSL_FLAG(std::string, dense_optimizer, "adam", "Optimizer of the MLP and dense weights.");
+ABSL_FLAG(double, dense_learning_rate, 0.001, "Learning rate of the MLP and dense weights.");
+ABSL_FLAG(std::string, staleness, "0",
+          "Bounded staleness: a number N (a worker may be at most N steps ahead "
+          "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
+ABSL_FLAG(int32_t, lease_ms, 5000,
+          "A worker that stops reporting for this long no longer holds others back.");
+ABSL_FLAG(int32_t, max_pushes_in_flight, 2, "Steps whose pushes may be queued at once.");
+ABSL_FLAG(std::string, device, "auto",
+          "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
+ABSL_FLAG(std::string, metrics_out, "", "Write the final summary as JSON here.");
+ABSL_FLAG(std::string, interval_metrics_out, "",
+          "Write per-interval metrics (JSON lines: examples, loss, AUC, ...) here.");
+ABSL_FLAG(int64_t, max_bad_lines, 1000,
+          "Malformed lines tolerated (counted, skipped, logged with file:line) "
+          "before the worker stops with an error.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Evaluate on --test every this many examples of this worker (0: only at the end).");
+ABSL_FLAG(int64_t, eval_lines, 100000,
+          "Lines of --test used by the periodic evaluations (0: all); the "
+          "final evaluation uses all.");
+ABSL_FLAG(int32_t, progress_every_s, 2, "Seconds between progress lines.");
+ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
+ABSL_FLAG(int32_t, retry_for_s, 120,
+          "How long a call keeps retrying a shard that is unavailable (restarting).");
+ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
+          "Keys per request; must not exceed the servers' --max_keys_per_request.");
+ABSL_FLAG(int32_t, final_wait_s, 1800,
+          "At the end, wait up to this long for the other workers to finish "
+          "before the final evaluation.");
+ABSL_FLAG(int32_t, slow_step_ms, 0, "Testing aid: sleep this long in every step.");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_worker: %s\n", message.c_str());
+  return 2;
+}
+
+bool ParseOptimizer(const std::string& name, double learning_rate, ps::OptimizerSpec* spec) {
+  if (name == "sgd") {
+    spec->set_kind(ps::OptimizerSpec::SGD);
+  } else if (name == "adagrad") {
+    spec->set_kind(ps::OptimizerSpec::ADAGRAD);
+  } else if (name == "adam") {
+    spec->set_kind(ps::OptimizerSpec::ADAM);
+  } else if (name == "ftrl") {
+    spec->set_kind(ps::OptimizerSpec::FTRL);
+  } else {
+    return false;
+  }
+  spec->set_learning_rate(static_cast<float>(learning_rate));
+  return learning_rate > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Trains a CTR model (lr, wide_deep, deepfm) on Criteo-format click logs "
+      "against ps_server shards.\n\nExample:\n  ps_worker "
+      "--servers=127.0.0.1:50051,127.0.0.1:50052 --worker_index=0 --num_workers=2 "
+      "--train='data/train-*.tsv.gz' --test=data/test.tsv --metrics_out=metrics.json");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  ps::worker::TrainerOptions options;
+  options.train.files = absl::GetFlag(FLAGS_train);
+  options.train.worker_index = absl::GetFlag(FLAGS_worker_index);
+  options.train.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.train.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.train.epochs = absl::GetFlag(FLAGS_epochs);
+  options.train.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  options.test_files = absl::GetFlag(FLAGS_test);
+  if (options.train.files.empty()) return Fail("--train is required");
+
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model == "lr") {
+    options.model.kind = ps::kernels::ModelKind::kLogisticRegression;
+  } else if (model == "wide_deep") {
+    options.model.kind = ps::kernels::ModelKind::kWideDeep;
+  } else if (model == "deepfm") {
+    options.model.kind = ps::kernels::ModelKind::kDeepFm;
+  } else {
+    return Fail("--model must be lr, wide_deep or deepfm, not '" + model + "'");
+  }
+  options.model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (options.model.embedding_dim < 1) return Fail("--embedding_dim must be >= 1");
+  options.model.hidden.clear();
+  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',',
+                                                absl::SkipWhitespace())) {
+    int value = 0;
+    if (!absl::SimpleAtoi(width, &value) || value < 1) {
+      return Fail("--hidden must be comma-separated positive widths");
+    }
+    options.model.hidden.push_back(value);
+  }
+  if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
+                      absl::GetFlag(FLAGS_learning_rate), &options.embedding_optimizer) ||
+      !ParseOptimizer(absl::GetFlag(FLAGS_wide_optimizer),
+                      absl::GetFlag(FLAGS_wide_learning_rate), &options.wide_optimizer) ||
+      !ParseOptimizer(absl::GetFlag(FLAGS_dense_optimizer),
+                      absl::GetFlag(FLAGS_dense_learning_rate), &options.dense_optimizer)) {
+    return Fail("optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
+  }
+  const std::string staleness = absl::GetFlag(FLAGS_staleness);
+  if (staleness == "async") {
+    options.staleness = -1;
+  } else if (!absl::SimpleAtoi(staleness, &options.staleness) || options.staleness < 0) {
+    return Fail("--staleness must be a number >= 0 or 'async', not '" + staleness + "'");
+  }
+  if (absl::GetFlag(FLAGS_lease_ms) < 1) return Fail("--lease_ms must be positive");
+  options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
+  options.eval_every = absl::GetFlag(FLAGS_eval_every);
+  options.eval_lines = absl::GetFlag(FLAGS_eval_lines);
+  options.progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
+  options.interval_metrics_out = absl::GetFlag(FLAGS_interval_metrics_out);
+  options.final_wait_limit = absl::Seconds(absl::GetFlag(FLAGS_final_wait_s));
+  options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return Fail("--device must be auto, cpu or cuda");
+  }
+  if (device == "cuda") {
+    return Fail("--device=cuda: this build has no CUDA backend yet; use --device=cpu");
+  }
+  std::unique_ptr<ps::kernels::Backend> backend = ps::kernels::NewCpuBackend();
+  LOG(INFO) << "device: cpu (OpenBLAS)" << (device == "auto" ? " [auto]" : "");
+
+  ps::worker::ClientOptions client_options;
+  client_options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',
+                                          absl::SkipWhitespace());
+  client_options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  client_options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
+  client_options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  auto client = ps::worker::PsClient::Connect(client_options);
+  if (!client.ok()) return Fail(client.status().ToString());
+
+  ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index), client->get(),
+                              backend.get());
+  auto summary = trainer.Run();
+  if (!summary.ok()) return Fail(summary.status().ToString());
+  const std::string json = ps::worker::SummaryToJson(*summary);
+  LOG(INFO) << absl::StrFormat(
+      "done: %d examples in %.1f s (%.0f ex/s); test AUC %.4f, logloss %.4f; "
+      "max staleness seen %d; bad lines %d",
+      summary->examples, summary->train_seconds, summary->examples_per_sec,
+      summary->test_auc, summary->test_logloss, summary->max_staleness_seen,
+      summary->bad_lines);
+  const std::string metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  if (!metrics_out.empty()) {
+    std::ofstream out(metrics_out);
+    out << json;
+    if (!out) return Fail("cannot write " + metrics_out);
+  }
+  return 0;
+}

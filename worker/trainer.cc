@@ -1,0 +1,476 @@
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "worker/bounded_queue.h"
+#include "worker/evaluation.h"
+
+namespace ps::worker {
+
+struct Trainer::Prepared {
+  int64_t step = 0;
+  int batch = 0;
+  std::vector<uint64_t> unique_keys;
+  // batch x fields indices into unique_keys.
+  std::vector<int32_t> index;
+  std::vector<float> dense;
+  std::vector<float> labels;
+  std::vector<float> embedding_rows;
+  std::vector<float> wide_rows;
+  // One per dense tensor, padded to whole chunks.
+  std::vector<std::vector<float>> dense_params;
+};
+
+struct Trainer::PushJob {
+  int64_t step = 0;
+  std::vector<uint64_t> unique_keys;
+  std::vector<float> embedding_grads;
+  std::vector<float> wide_grads;
+  std::vector<std::vector<float>> dense_grads;
+};
+
+namespace {
+
+absl::Status FromKernels(const kernels::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  switch (status.code()) {
+    case kernels::StatusCode::kInvalidArgument:
+      return absl::InvalidArgumentError(status.message());
+    case kernels::StatusCode::kUnavailable:
+      return absl::UnavailableError(status.message());
+    case kernels::StatusCode::kOutOfMemory:
+      return absl::ResourceExhaustedError(status.message());
+    default:
+      return absl::InternalError(status.message());
+  }
+}
+
+std::string ModelName(kernels::ModelKind kind) {
+  switch (kind) {
+    case kernels::ModelKind::kLogisticRegression:
+      return "lr";
+    case kernels::ModelKind::kDeepFm:
+      return "deepfm";
+    default:
+      return "wide_deep";
+  }
+}
+
+int ChunkFloats(const kernels::DenseTensorSpec& tensor, int chunk) {
+  return static_cast<int>(std::min<size_t>(tensor.size(), chunk));
+}
+
+int NumChunks(const kernels::DenseTensorSpec& tensor, int chunk) {
+  const int floats = ChunkFloats(tensor, chunk);
+  return static_cast<int>((tensor.size() + floats - 1) / floats);
+}
+
+std::vector<uint64_t> ChunkKeys(int chunks) {
+  std::vector<uint64_t> keys(chunks);
+  for (int c = 0; c < chunks; ++c) keys[c] = c;
+  return keys;
+}
+
+}  // namespace
+
+std::string SummaryToJson(const TrainingSummary& s) {
+  return absl::StrFormat(
+      "{\n  \"examples\": %d,\n  \"steps\": %d,\n  \"train_seconds\": %.3f,\n"
+      "  \"examples_per_sec\": %.1f,\n  \"final_train_loss\": %.6f,\n"
+      "  \"test_auc\": %.6f,\n  \"test_logloss\": %.6f,\n  \"test_examples\": %d,\n"
+      "  \"bad_lines\": %d,\n  \"max_staleness_seen\": %d,\n"
+      "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": %.3f,\n"
+      "  \"backend\": \"%s\"\n}\n",
+      s.examples, s.steps, s.train_seconds, s.examples_per_sec, s.final_train_loss,
+      s.test_auc, s.test_logloss, s.test_examples, s.bad_lines, s.max_staleness_seen,
+      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds, s.backend);
+}
+
+Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient* client,
+                 kernels::Backend* backend)
+    : options_(options),
+      worker_index_(worker_index),
+      client_(client),
+      backend_(backend),
+      tensors_(kernels::DenseTensors(options.model)),
+      embedding_table_(ModelName(options.model.kind) + ".embedding"),
+      wide_table_(ModelName(options.model.kind) + ".wide"),
+      model_(options.model, backend) {
+  for (const auto& tensor : tensors_) {
+    dense_tables_.push_back(ModelName(options.model.kind) + ".dense." + tensor.name);
+  }
+}
+
+absl::Status Trainer::DeclareTables() {
+  if (options_.model.kind != kernels::ModelKind::kLogisticRegression) {
+    TableSpec embedding;
+    embedding.set_name(embedding_table_);
+    embedding.set_dim(options_.model.embedding_dim);
+    embedding.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+    embedding.mutable_initializer()->set_scale(options_.embedding_init_scale);
+    embedding.mutable_initializer()->set_seed(1);
+    *embedding.mutable_optimizer() = options_.embedding_optimizer;
+    RETURN_IF_ERROR(client_->DeclareTable(embedding));
+  }
+  TableSpec wide;
+  wide.set_name(wide_table_);
+  wide.set_dim(1);
+  *wide.mutable_optimizer() = options_.wide_optimizer;
+  RETURN_IF_ERROR(client_->DeclareTable(wide));
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    TableSpec dense;
+    dense.set_name(dense_tables_[t]);
+    dense.set_dim(ChunkFloats(tensors_[t], options_.dense_chunk_floats));
+    if (tensors_[t].init_scale > 0.0f) {
+      dense.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+      dense.mutable_initializer()->set_scale(tensors_[t].init_scale);
+      dense.mutable_initializer()->set_seed(100 + t);
+    }
+    *dense.mutable_optimizer() = options_.dense_optimizer;
+    RETURN_IF_ERROR(client_->DeclareTable(dense));
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::Prepare(std::vector<Example> examples, Prepared* prepared) const {
+  const int batch = static_cast<int>(examples.size());
+  const int fields = kCategoricalFields;
+  prepared->batch = batch;
+  prepared->index.resize(static_cast<size_t>(batch) * fields);
+  prepared->dense.resize(static_cast<size_t>(batch) * kDenseFeatures);
+  prepared->labels.resize(batch);
+  prepared->unique_keys.clear();
+  absl::flat_hash_map<uint64_t, int32_t> position;
+  position.reserve(static_cast<size_t>(batch) * fields / 2);
+  for (int b = 0; b < batch; ++b) {
+    const Example& example = examples[b];
+    prepared->labels[b] = example.label;
+    std::copy(example.dense, example.dense + kDenseFeatures,
+              prepared->dense.begin() + static_cast<size_t>(b) * kDenseFeatures);
+    for (int f = 0; f < fields; ++f) {
+      auto [it, inserted] = position.try_emplace(
+          example.keys[f], static_cast<int32_t>(prepared->unique_keys.size()));
+      if (inserted) prepared->unique_keys.push_back(example.keys[f]);
+      prepared->index[static_cast<size_t>(b) * fields + f] = it->second;
+    }
+  }
+}
+
+absl::Status Trainer::PullParameters(Prepared* prepared) {
+  const size_t unique = prepared->unique_keys.size();
+  std::vector<PsClient::TableRows> pulls;
+  const bool deep = options_.model.kind != kernels::ModelKind::kLogisticRegression;
+  if (deep) {
+    prepared->embedding_rows.resize(unique * options_.model.embedding_dim);
+    pulls.push_back({embedding_table_, prepared->unique_keys, options_.model.embedding_dim,
+                     prepared->embedding_rows.data()});
+  }
+  prepared->wide_rows.resize(unique);
+  pulls.push_back({wide_table_, prepared->unique_keys, 1, prepared->wide_rows.data()});
+  std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
+  prepared->dense_params.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const int chunk = ChunkFloats(tensors_[t], options_.dense_chunk_floats);
+    const int chunks = NumChunks(tensors_[t], options_.dense_chunk_floats);
+    chunk_keys[t] = ChunkKeys(chunks);
+    prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
+    pulls.push_back(
+        {dense_tables_[t], chunk_keys[t], chunk, prepared->dense_params[t].data()});
+  }
+  return client_->Pull(pulls);
+}
+
+kernels::StepInputs Trainer::Inputs(const Prepared& prepared) const {
+  kernels::StepInputs in;
+  in.batch = prepared.batch;
+  in.num_unique = static_cast<int>(prepared.unique_keys.size());
+  in.index = prepared.index.data();
+  in.dense = prepared.dense.data();
+  in.labels = prepared.labels.data();
+  in.embedding_rows = prepared.embedding_rows.data();
+  in.wide_rows = prepared.wide_rows.data();
+  for (const auto& params : prepared.dense_params) in.dense_params.push_back(params.data());
+  return in;
+}
+
+absl::Status Trainer::ReportClock(bool finished, ClockResponse* response) {
+  ClockRequest request;
+  request.set_worker(worker_index_);
+  request.set_clock(clock_.load());
+  request.set_finished(finished);
+  request.set_lease_ms(static_cast<uint32_t>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
+  ASSIGN_OR_RETURN(*response, client_->Clock(request));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PushGradients(const PushJob& job) {
+  std::vector<PsClient::TableGradients> pushes;
+  if (!job.embedding_grads.empty()) {
+    pushes.push_back({embedding_table_, job.unique_keys, job.embedding_grads,
+                      options_.model.embedding_dim});
+  }
+  pushes.push_back({wide_table_, job.unique_keys, job.wide_grads, 1});
+  std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    chunk_keys[t] = ChunkKeys(NumChunks(tensors_[t], options_.dense_chunk_floats));
+    pushes.push_back({dense_tables_[t], chunk_keys[t], job.dense_grads[t],
+                      ChunkFloats(tensors_[t], options_.dense_chunk_floats)});
+  }
+  return client_->Push(pushes, worker_index_, job.step);
+}
+
+absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
+                                                            int64_t* examples) {
+  ReaderOptions test;
+  test.files = options_.test_files;
+  test.batch_size = options_.train.batch_size;
+  test.max_bad_lines = options_.train.max_bad_lines;
+  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader, ClickLogReader::Open(test));
+  std::vector<float> probabilities, labels, batch_probabilities;
+  std::vector<Example> batch;
+  while (max_lines <= 0 || static_cast<int64_t>(labels.size()) < max_lines) {
+    ASSIGN_OR_RETURN(bool more, reader->Next(&batch));
+    if (!more) break;
+    if (max_lines > 0) {
+      const size_t room = static_cast<size_t>(max_lines) - labels.size();
+      if (batch.size() > room) batch.resize(room);
+    }
+    Prepared prepared;
+    Prepare(std::move(batch), &prepared);
+    RETURN_IF_ERROR(PullParameters(&prepared));
+    RETURN_IF_ERROR(FromKernels(model_.Predict(Inputs(prepared), &batch_probabilities)));
+    probabilities.insert(probabilities.end(), batch_probabilities.begin(),
+                         batch_probabilities.end());
+    labels.insert(labels.end(), prepared.labels.begin(), prepared.labels.end());
+  }
+  *examples = static_cast<int64_t>(labels.size());
+  return std::make_pair(ExactAuc(probabilities, labels),
+                        MeanLogLoss(probabilities, labels));
+}
+
+absl::StatusOr<TrainingSummary> Trainer::Run() {
+  RETURN_IF_ERROR(DeclareTables());
+  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
+                   ClickLogReader::Open(options_.train));
+  ClockResponse clock_view;
+  RETURN_IF_ERROR(ReportClock(false, &clock_view));
+  clock_ = clock_view.clock();  // a late joiner starts at the live minimum
+  const int64_t first_step = clock_.load();
+
+  TrainingSummary summary;
+  summary.backend = backend_->name();
+  std::atomic<bool> stopping{false};
+  BoundedQueue<Prepared> ready(1);
+  BoundedQueue<PushJob> pending_pushes(std::max(1, options_.max_pushes_in_flight));
+  absl::Mutex status_mu;
+  absl::Status first_error;
+  auto fail = [&](absl::Status status) {
+    absl::MutexLock lock(&status_mu);
+    if (first_error.ok()) first_error = std::move(status);
+    stopping = true;
+    ready.Close();
+    pending_pushes.Close();
+  };
+
+  // Prefetch: parse -> wait for the bound -> pull.
+  // Written by the prefetcher; the histogram is read only after it stops,
+  // the atomics by the progress line too.
+  std::vector<int64_t> histogram;
+  int64_t waits = 0;
+  std::atomic<int64_t> max_staleness{0};
+  std::atomic<int64_t> waited_micros{0};
+  std::thread prefetcher([&] {
+    std::vector<Example> examples;
+    for (int64_t step = first_step; !stopping; ++step) {
+      absl::StatusOr<bool> more = reader->Next(&examples);
+      if (!more.ok()) return fail(more.status());
+      if (!*more) break;
+      Prepared prepared;
+      prepared.step = step;
+      Prepare(std::move(examples), &prepared);
+      const absl::Time wait_start = absl::Now();
+      bool had_to_wait = false;
+      int64_t staleness = 0;
+      while (true) {
+        if (stopping) return;
+        ClockResponse view;
+        absl::Status reported = ReportClock(false, &view);
+        if (!reported.ok()) return fail(reported);
+        if (options_.staleness < 0 || view.min_clock() >= step - options_.staleness) {
+          staleness = std::max<int64_t>(0, step - view.min_clock());
+          break;
+        }
+        had_to_wait = true;
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (had_to_wait) {
+        ++waits;
+        waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
+      }
+      if (histogram.size() <= static_cast<size_t>(staleness)) histogram.resize(staleness + 1);
+      ++histogram[staleness];
+      max_staleness = std::max(max_staleness.load(), staleness);
+      absl::Status pulled = PullParameters(&prepared);
+      if (!pulled.ok()) return fail(pulled);
+      if (!ready.Push(std::move(prepared))) return;
+    }
+    ready.Close();
+  });
+
+  // Push: gradients out, then the clock forward.
+  std::thread pusher([&] {
+    PushJob job;
+    while (pending_pushes.Pop(&job)) {
+      absl::Status pushed = PushGradients(job);
+      if (!pushed.ok()) return fail(pushed);
+      clock_ = job.step + 1;
+      ClockResponse view;
+      absl::Status reported = ReportClock(false, &view);
+      if (!reported.ok()) return fail(reported);
+    }
+  });
+
+  // Compute, on this thread.
+  const bool tty = isatty(STDERR_FILENO);
+  std::unique_ptr<std::ofstream> intervals;
+  if (!options_.interval_metrics_out.empty()) {
+    intervals = std::make_unique<std::ofstream>(options_.interval_metrics_out);
+  }
+  const absl::Time start = absl::Now();
+  absl::Time interval_start = start;
+  int64_t interval_examples = 0, next_eval = options_.eval_every;
+  double interval_loss = 0;
+  std::vector<float> interval_predictions, interval_labels;
+  kernels::StepOutputs outputs;
+  Prepared prepared;
+  auto report_interval = [&](double test_auc) {
+    const absl::Time now = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(now - interval_start);
+    const double rate = seconds > 0 ? interval_examples / seconds : 0;
+    const double loss = interval_examples > 0 ? interval_loss / interval_examples : 0;
+    const double train_auc = ExactAuc(interval_predictions, interval_labels);
+    const std::string line = absl::StrFormat(
+        "[worker %d] %d examples | %.0f ex/s | loss %.4f | recent AUC %.4f | "
+        "staleness max %d | waited %.1f s",
+        worker_index_, summary.examples, rate, loss, train_auc, max_staleness.load(),
+        waited_micros.load() / 1e6);
+    if (tty) {
+      std::fprintf(stderr, "\r%s   ", line.c_str());
+    } else {
+      LOG(INFO) << line;
+    }
+    if (intervals != nullptr) {
+      *intervals << absl::StrFormat(
+          "{\"examples\": %d, \"seconds\": %.3f, \"examples_per_sec\": %.1f, "
+          "\"loss\": %.6f, \"train_auc\": %.6f, \"max_staleness\": %d%s}\n",
+          summary.examples, absl::ToDoubleSeconds(now - start), rate, loss, train_auc,
+          max_staleness.load(),
+          test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc) : "");
+      intervals->flush();
+    }
+    summary.final_train_loss = loss;
+    interval_start = now;
+    interval_examples = 0;
+    interval_loss = 0;
+    interval_predictions.clear();
+    interval_labels.clear();
+  };
+  while (ready.Pop(&prepared)) {
+    kernels::Status stepped = model_.TrainStep(Inputs(prepared), &outputs);
+    if (!stepped.ok()) {
+      fail(FromKernels(stepped));
+      break;
+    }
+    if (options_.slow_step > absl::ZeroDuration()) absl::SleepFor(options_.slow_step);
+    // Sparse rows get the gradient of the summed loss (each example's full
+    // contribution, as per-example FTRL/Adagrad expect); the MLP gets the
+    // mean, which Adam is insensitive to.
+    const float scale = static_cast<float>(prepared.batch);
+    PushJob job;
+    job.step = prepared.step;
+    job.unique_keys = std::move(prepared.unique_keys);
+    job.embedding_grads = std::move(outputs.embedding_grads);
+    job.wide_grads = std::move(outputs.wide_grads);
+    for (float& g : job.embedding_grads) g *= scale;
+    for (float& g : job.wide_grads) g *= scale;
+    job.dense_grads.resize(tensors_.size());
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      job.dense_grads[t] = std::move(outputs.dense_grads[t]);
+      job.dense_grads[t].resize(prepared.dense_params[t].size(), 0.0f);
+    }
+    summary.examples += prepared.batch;
+    ++summary.steps;
+    interval_examples += prepared.batch;
+    interval_loss += outputs.loss_sum;
+    interval_predictions.insert(interval_predictions.end(), outputs.probabilities.begin(),
+                                outputs.probabilities.end());
+    interval_labels.insert(interval_labels.end(), prepared.labels.begin(),
+                           prepared.labels.end());
+    if (!pending_pushes.Push(std::move(job))) break;
+    double test_auc = -1;
+    if (options_.eval_every > 0 && !options_.test_files.empty() &&
+        summary.examples >= next_eval) {
+      next_eval += options_.eval_every;
+      int64_t evaluated = 0;
+      auto result = Evaluate(options_.eval_lines, &evaluated);
+      if (!result.ok()) {
+        fail(result.status());
+        break;
+      }
+      test_auc = result->first;
+      LOG(INFO) << "[worker " << worker_index_ << "] test AUC " << result->first
+                << ", logloss " << result->second << " on " << evaluated << " examples";
+    }
+    if (absl::Now() - interval_start >= options_.progress_every || test_auc >= 0) {
+      report_interval(test_auc);
+    }
+  }
+  pending_pushes.Close();
+  pusher.join();
+  ready.Close();
+  prefetcher.join();
+  {
+    absl::MutexLock lock(&status_mu);
+    if (!first_error.ok()) return first_error;
+  }
+  if (interval_examples > 0) report_interval(-1);
+  if (tty) std::fprintf(stderr, "\n");
+  summary.train_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  summary.examples_per_sec =
+      summary.train_seconds > 0 ? summary.examples / summary.train_seconds : 0;
+  summary.bad_lines = reader->bad_lines();
+  summary.staleness_histogram = histogram;
+  summary.max_staleness_seen = max_staleness.load();
+  summary.waits = waits;
+  summary.wait_seconds = waited_micros.load() / 1e6;
+
+  // Leave the cluster, then evaluate the finished model.
+  RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  const absl::Time wait_limit = absl::Now() + options_.final_wait_limit;
+  while (clock_view.live_workers() > 0 && absl::Now() < wait_limit) {
+    absl::SleepFor(absl::Milliseconds(100));
+    RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  }
+  if (!options_.test_files.empty()) {
+    ASSIGN_OR_RETURN(auto result, Evaluate(0, &summary.test_examples));
+    summary.test_auc = result.first;
+    summary.test_logloss = result.second;
+  }
+  return summary;
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,142 @@
+// File: worker/trainer.h
+//
+// Trainer runs one worker's training loop:
+//
+//   reader thread:   click-log lines -> parsed batches
+//   prefetch thread: batch -> unique keys -> wait for the staleness bound ->
+//                    pull the rows and dense parameters from the shards
+//   this thread:     forward/backward on the backend (kernels/)
+//   push thread:     push gradients (at most max_pushes_in_flight steps
+//                    queued), then advance this worker's clock
+//
+// so pulling the next batch's rows overlaps computing the current one, and
+// pushing overlaps both. Prefetching counts against the bound: the rows for
+// step t are pulled only once every live worker's clock is >= t - staleness,
+// and the staleness each pull actually saw (t - the cluster's minimum clock)
+// is recorded.
+//
+// Tables (on the servers; names start with the model's name, so different
+// models can share a cluster): <model>.embedding (dim embedding_dim),
+// <model>.wide (dim 1), and one <model>.dense.<tensor> per dense tensor, split
+// into chunks of dense_chunk_floats spread over the shards by routing.
+//
+// Not thread-safe: Run() once. `client` and `backend` must outlive it.
+
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "kernels/ctr_model.h"
+#include "proto/ps.pb.h"
+#include "worker/clicklog_reader.h"
+#include "worker/ps_client.h"
+
+namespace ps::worker {
+
+struct TrainerOptions {
+  // Training data, this worker's share, batch size, epochs, bad-line limit.
+  ReaderOptions train;
+  // Test data (comma-separated paths or globs); empty: no evaluation.
+  std::string test_files;
+  kernels::ModelConfig model;
+  // Server-side optimizers. Defaults: Adagrad (lr 0.05) for the embeddings,
+  // FTRL (alpha 0.05) for the wide weights, Adam (lr 0.001) for the MLP.
+  OptimizerSpec embedding_optimizer;
+  OptimizerSpec wide_optimizer;
+  OptimizerSpec dense_optimizer;
+  // Embeddings start uniform on [-scale, scale]. Default: 0.05.
+  float embedding_init_scale = 0.05f;
+  // Floats per row of the dense tables. Default: 4096.
+  int dense_chunk_floats = 4096;
+  // Bounded staleness: a worker may start step t when every live worker's
+  // clock is >= t - staleness. Negative: asynchronous (never waits).
+  // Default: 0 (bulk synchronous).
+  int staleness = 0;
+  // This worker's lease at the coordinator. Default: 5 s.
+  absl::Duration lease = absl::Seconds(5);
+  // Steps whose pushes may be queued or in flight. Default: 2.
+  int max_pushes_in_flight = 2;
+  // Evaluate on the test data every this many of this worker's examples
+  // (0: only at the end), on at most eval_lines lines (0: all).
+  int64_t eval_every = 0;
+  int64_t eval_lines = 0;
+  // Before the final evaluation, wait (up to this long) until no other
+  // worker is live, so the evaluated model is the finished one.
+  absl::Duration final_wait_limit = absl::Minutes(30);
+  // Progress line period. Default: 2 s.
+  absl::Duration progress_every = absl::Seconds(2);
+  // Per-interval metrics, one JSON object per line; empty: none.
+  std::string interval_metrics_out;
+  // Testing aid: sleep this long in every step (a slow worker on purpose).
+  absl::Duration slow_step = absl::ZeroDuration();
+};
+
+struct TrainingSummary {
+  int64_t examples = 0;
+  int64_t steps = 0;
+  double train_seconds = 0;
+  double examples_per_sec = 0;
+  double final_train_loss = 0;
+  double test_auc = 0;
+  double test_logloss = 0;
+  int64_t test_examples = 0;
+  int64_t bad_lines = 0;
+  int64_t max_staleness_seen = 0;
+  // staleness_histogram[k]: pulls that saw staleness k.
+  std::vector<int64_t> staleness_histogram;
+  // Steps that had to wait for slower workers, and the time spent waiting.
+  int64_t waits = 0;
+  double wait_seconds = 0;
+  std::string backend;
+};
+
+// Writes `summary` as one JSON object.
+std::string SummaryToJson(const TrainingSummary& summary);
+
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient* client,
+          kernels::Backend* backend);
+
+  // Declares the tables, trains, evaluates. Errors: the reader's (bad lines,
+  // missing files), the client's (after retries), the backend's.
+  absl::StatusOr<TrainingSummary> Run();
+
+ private:
+  struct Prepared;
+  struct PushJob;
+
+  absl::Status DeclareTables();
+  // Fills unique keys, per-example indices, dense features and labels.
+  void Prepare(std::vector<Example> examples, Prepared* prepared) const;
+  // Pulls every row and dense parameter `prepared` needs.
+  absl::Status PullParameters(Prepared* prepared);
+  // Waits until step `step` may start; returns the staleness it saw.
+  absl::StatusOr<int64_t> WaitForStep(int64_t step);
+  absl::Status PushGradients(const PushJob& job);
+  absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines, int64_t* examples);
+  kernels::StepInputs Inputs(const Prepared& prepared) const;
+  absl::Status ReportClock(bool finished, ClockResponse* response);
+
+  const TrainerOptions options_;
+  const uint32_t worker_index_;
+  PsClient* const client_;
+  kernels::Backend* const backend_;
+  const std::vector<kernels::DenseTensorSpec> tensors_;
+  const std::string embedding_table_, wide_table_;
+  std::vector<std::string> dense_tables_;
+  kernels::CtrModel model_;
+
+  // Steps of this worker whose pushes were acknowledged.
+  std::atomic<int64_t> clock_{0};
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_TRAINER_H_
