@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,12 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   }
   if (options.max_tables == 0) {
     return absl::InvalidArgumentError("max_tables must be at least 1");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.path, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", options.path, ": ", error.message()));
   }
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;

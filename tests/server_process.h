@@ -8,8 +8,6 @@
 #ifndef PS_TESTS_SERVER_PROCESS_H_
 #define PS_TESTS_SERVER_PROCESS_H_
 
-#include <sys/types.h>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,22 +15,18 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "tests/child_process.h"
 
 namespace ps::testing {
-
-// A fresh, empty directory under TEST_TMPDIR.
-std::string FreshTestDir(const std::string& name);
 
 class ServerProcess {
  public:
   // Starts ps_server with `flags` plus --listen=127.0.0.1:0 and waits until
   // it serves. UNAVAILABLE if it exits or is not serving within `timeout`.
+  // `stderr_path`, if set, receives its log.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::vector<std::string>& flags,
-      absl::Duration timeout = absl::Seconds(60));
-
-  // SIGKILLs the process if it is still running.
-  ~ServerProcess();
+      const std::vector<std::string>& flags, absl::Duration timeout = absl::Seconds(60),
+      const std::string& stderr_path = "");
 
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }
@@ -40,13 +34,12 @@ class ServerProcess {
 
   // Sends `signal` and waits for the process to exit. Returns its exit code,
   // or 128 + the signal that ended it.
-  int SignalAndWait(int signal);
+  int SignalAndWait(int signal) { return process_->SignalAndWait(signal); }
 
  private:
   ServerProcess() = default;
 
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
+  std::unique_ptr<ChildProcess> process_;
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
 };

@@ -1,0 +1,270 @@
+// End-to-end training with real processes on loopback: clicklog_gen writes
+// data with a known ground truth, ps_server shards hold the model, ps_worker
+// processes train it under each consistency mode, and the tests read the
+// workers' --metrics_out.
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr int kTrainLines = 80000;
+constexpr int kTestLines = 20000;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The number after "key": in a flat JSON object; NaN if absent.
+double Metric(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\": ";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+}
+
+struct WorkerRun {
+  int exit_code = -1;
+  std::string metrics;
+  std::string log;
+  double Get(const std::string& key) const { return Metric(metrics, key); }
+};
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(FreshTestDir("training_data"));
+    const std::string gen = BinaryPath("worker/clicklog_gen");
+    const std::string log = *data_ + "/gen.log";
+    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/train.tsv",
+                               absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                              log), 0);
+    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/train.tsv.gz",
+                               absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                              log), 0);
+    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/test.tsv",
+                               absl::StrCat("--lines=", kTestLines), "--sample_seed=2",
+                               "--summary_out=" + *data_ + "/test_truth.json"},
+                              log), 0);
+  }
+
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  void SetUp() override {
+    dir_ = FreshTestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+
+  // Starts `count` shards on fresh data directories and returns their
+  // addresses.
+  std::vector<std::string> StartShards(int count) {
+    std::vector<std::string> addresses;
+    ++cluster_;
+    for (int s = 0; s < count; ++s) {
+      auto shard = ServerProcess::Start(
+          {absl::StrCat("--data_dir=", dir_, "/cluster", cluster_, "/shard", s),
+           absl::StrCat("--shard_index=", s),
+           absl::StrCat("--num_shards=", count), "--durability=periodic", "--cache_mb=64"},
+          absl::Seconds(60), absl::StrCat(dir_, "/shard", s, ".log"));
+      EXPECT_TRUE(shard.ok()) << shard.status();
+      if (!shard.ok()) return {};
+      addresses.push_back((*shard)->address());
+      shards_.push_back(std::move(shard).value());
+    }
+    return addresses;
+  }
+
+  std::vector<std::string> WorkerArgs(const std::vector<std::string>& servers, int index,
+                                      int count, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {
+        BinaryPath("worker/ps_worker"),
+        "--servers=" + absl::StrJoin(servers, ","),
+        absl::StrCat("--worker_index=", index),
+        absl::StrCat("--num_workers=", count),
+        "--train=" + *data_ + "/train.tsv",
+        "--test=" + *data_ + "/test.tsv",
+        "--batch_size=1024",
+        "--hidden=64,32",
+        "--embedding_dim=8",
+        "--progress_every_s=1",
+        absl::StrCat("--metrics_out=", dir_, "/worker", index, ".json"),
+    };
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  WorkerRun Collect(int index, int exit_code) {
+    WorkerRun run;
+    run.exit_code = exit_code;
+    run.metrics = ReadFile(absl::StrCat(dir_, "/worker", index, ".json"));
+    run.log = ReadFile(absl::StrCat(dir_, "/worker", index, ".log"));
+    return run;
+  }
+
+  // Trains `workers` workers against `num_shards` new shards, all at once;
+  // per-worker extra flags from `extra[i]` (if present) and `common`.
+  std::vector<WorkerRun> Train(int num_shards, int workers,
+                               const std::vector<std::string>& common,
+                               const std::vector<std::vector<std::string>>& extra = {}) {
+    const std::vector<std::string> servers = StartShards(num_shards);
+    std::vector<std::unique_ptr<ChildProcess>> processes;
+    for (int w = 0; w < workers; ++w) {
+      std::vector<std::string> flags = common;
+      if (w < static_cast<int>(extra.size())) {
+        flags.insert(flags.end(), extra[w].begin(), extra[w].end());
+      }
+      auto process = ChildProcess::Start(WorkerArgs(servers, w, workers, flags), false,
+                                         absl::StrCat(dir_, "/worker", w, ".log"));
+      EXPECT_TRUE(process.ok());
+      processes.push_back(std::move(process).value());
+    }
+    std::vector<WorkerRun> runs;
+    for (int w = 0; w < workers; ++w) {
+      runs.push_back(Collect(w, processes[w]->Wait(absl::Minutes(5))));
+      EXPECT_EQ(runs.back().exit_code, 0) << runs.back().log;
+    }
+    shards_.clear();
+    return runs;
+  }
+
+  double TruthAuc() const { return Metric(ReadFile(*data_ + "/test_truth.json"), "truth_auc"); }
+
+  static std::string* data_;
+  std::string dir_;
+  int cluster_ = 0;
+  std::vector<std::unique_ptr<ServerProcess>> shards_;
+};
+
+std::string* TrainingTest::data_ = nullptr;
+
+TEST_F(TrainingTest, TwoShardsTwoWorkersMatchOneWorkerUnderBulkSynchronous) {
+  const WorkerRun single = Train(1, 1, {"--staleness=0"})[0];
+  const std::vector<WorkerRun> pair = Train(2, 2, {"--staleness=0"});
+  const double truth = TruthAuc();
+  std::printf("test AUC: 1 shard + 1 worker %.4f; 2 shards + 2 workers %.4f, %.4f; "
+              "ground truth %.4f\n",
+              single.Get("test_auc"), pair[0].Get("test_auc"), pair[1].Get("test_auc"),
+              truth);
+  EXPECT_EQ(single.Get("examples"), kTrainLines);
+  EXPECT_EQ(pair[0].Get("examples") + pair[1].Get("examples"), kTrainLines);
+  EXPECT_GT(single.Get("test_auc"), 0.70);
+  EXPECT_LT(single.Get("test_auc"), truth);  // the gap to the truth is real
+  EXPECT_NEAR(pair[0].Get("test_auc"), single.Get("test_auc"), 0.005);
+  // Both workers evaluate the same finished model.
+  EXPECT_NEAR(pair[0].Get("test_auc"), pair[1].Get("test_auc"), 1e-6);
+  EXPECT_EQ(pair[0].Get("max_staleness_seen"), 0);
+}
+
+TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
+  const WorkerRun lr = Train(1, 1, {"--model=lr"})[0];
+  const WorkerRun deepfm = Train(1, 1, {"--model=deepfm"})[0];
+  std::printf("test AUC: lr %.4f, deepfm %.4f\n", lr.Get("test_auc"), deepfm.Get("test_auc"));
+  EXPECT_GT(deepfm.Get("test_auc"), lr.Get("test_auc"));
+  EXPECT_LT(deepfm.Get("test_logloss"), lr.Get("test_logloss"));
+}
+
+TEST_F(TrainingTest, EveryConsistencyModeConverges) {
+  for (const std::string mode : {"0", "2", "async"}) {
+    const std::vector<WorkerRun> runs = Train(2, 2, {"--staleness=" + mode});
+    std::printf("staleness=%s: test AUC %.4f, logloss %.4f, max staleness %.0f\n",
+                mode.c_str(), runs[0].Get("test_auc"), runs[0].Get("test_logloss"),
+                std::max(runs[0].Get("max_staleness_seen"), runs[1].Get("max_staleness_seen")));
+    EXPECT_GT(runs[0].Get("test_auc"), 0.70) << mode;
+    // Better than predicting the click rate (logloss about 0.57 here).
+    EXPECT_LT(runs[0].Get("test_logloss"), 0.52) << mode;
+    if (mode != "async") {
+      EXPECT_LE(runs[0].Get("max_staleness_seen"), std::stoi(mode));
+      EXPECT_LE(runs[1].Get("max_staleness_seen"), std::stoi(mode));
+    }
+  }
+}
+
+TEST_F(TrainingTest, SlowWorkerHoldsTheFastOneWithinTheBound) {
+  const std::vector<WorkerRun> runs =
+      Train(1, 2, {"--staleness=2"}, {{}, {"--slow_step_ms=100"}});
+  std::printf("fast worker: max staleness %.0f, waited %.0f times (%.2f s)\n",
+              runs[0].Get("max_staleness_seen"), runs[0].Get("waits"),
+              runs[0].Get("wait_seconds"));
+  EXPECT_LE(runs[0].Get("max_staleness_seen"), 2);
+  EXPECT_LE(runs[1].Get("max_staleness_seen"), 2);
+  EXPECT_GT(runs[0].Get("waits"), 5);
+  EXPECT_GT(runs[0].Get("wait_seconds"), 0.5);
+}
+
+TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
+  const std::vector<std::string> servers = StartShards(1);
+  const std::vector<std::string> common = {"--staleness=0", "--lease_ms=1500"};
+  auto survivor = ChildProcess::Start(WorkerArgs(servers, 0, 2, common), false,
+                                      dir_ + "/worker0.log");
+  std::vector<std::string> slow = common;
+  slow.push_back("--slow_step_ms=300");
+  auto victim =
+      ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false, dir_ + "/worker1.log");
+  ASSERT_TRUE(survivor.ok() && victim.ok());
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ((*victim)->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  const WorkerRun run = Collect(0, (*survivor)->Wait(absl::Minutes(3)));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
+  EXPECT_EQ(run.Get("examples"), kTrainLines / 2);
+  EXPECT_GT(run.Get("waits"), 0);
+  EXPECT_GT(run.Get("test_auc"), 0.65);
+}
+
+TEST_F(TrainingTest, GzipInputTrainsExactlyLikePlainInput) {
+  // One worker under bulk-synchronous training is deterministic.
+  const WorkerRun plain = Train(1, 1, {"--staleness=0"})[0];
+  const WorkerRun gzip = Train(1, 1, {"--staleness=0", "--train=" + *data_ + "/train.tsv.gz"})[0];
+  EXPECT_EQ(gzip.Get("examples"), plain.Get("examples"));
+  EXPECT_DOUBLE_EQ(gzip.Get("test_auc"), plain.Get("test_auc"));
+  EXPECT_DOUBLE_EQ(gzip.Get("test_logloss"), plain.Get("test_logloss"));
+}
+
+TEST_F(TrainingTest, MalformedLinesAreSkippedCountedAndCapped) {
+  // A copy of the first 20000 training lines with 37 broken ones mixed in.
+  std::ifstream in(*data_ + "/train.tsv");
+  std::ofstream out(dir_ + "/dirty.tsv");
+  std::string line;
+  int bad = 0;
+  for (int i = 0; i < 20000 && std::getline(in, line); ++i) {
+    if (i % 500 == 7) {
+      out << (bad % 2 ? "2" + line.substr(1) : "not a click log line") << "\n";
+      ++bad;
+    } else {
+      out << line << "\n";
+    }
+  }
+  out.close();
+  ASSERT_EQ(bad, 40);
+  const WorkerRun run = Train(1, 1, {"--train=" + dir_ + "/dirty.tsv"})[0];
+  EXPECT_EQ(run.Get("bad_lines"), bad);
+  EXPECT_EQ(run.Get("examples"), 20000 - bad);
+  EXPECT_NE(run.log.find("dirty.tsv:8:"), std::string::npos) << "file:line in the log";
+
+  const std::vector<std::string> servers = StartShards(1);
+  std::vector<std::string> argv =
+      WorkerArgs(servers, 0, 1, {"--train=" + dir_ + "/dirty.tsv", "--max_bad_lines=10"});
+  const int code = RunToCompletion(argv, dir_ + "/capped.log");
+  EXPECT_NE(code, 0);
+  EXPECT_NE(ReadFile(dir_ + "/capped.log").find("--max_bad_lines=10"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ps::testing
