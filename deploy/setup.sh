@@ -11,6 +11,7 @@ packages=(
   libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev
   libopenblas-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-matplotlib
 )
 
 missing=()
