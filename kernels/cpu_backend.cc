@@ -1,6 +1,10 @@
-// The CPU backend: OpenBLAS for GEMM, plain loops for the rest.
+// The CPU backend: OpenBLAS for GEMM, plain loops for the rest. Built with
+// -DPS_KERNELS_NO_BLAS (only by kernels/gpu_check.sh, on the GPU machine,
+// which has no BLAS headers) GEMM is a plain loop: slow, but a fine reference.
 
+#ifndef PS_KERNELS_NO_BLAS
 #include <cblas.h>
+#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -45,15 +49,30 @@ class CpuBackend final : public Backend {
               int ldc) override {
     if (m == 0 || n == 0) return Status::Ok();
     if (k == 0) {
-      // BLAS leaves C untouched for k = 0 only when beta = 1; scale here.
+      // An empty product: C = beta * C, with beta = 0 meaning "overwrite"
+      // as in BLAS (so uninitialised C never leaks NaN).
       for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < n; ++j) c[i * ldc + j] *= beta;
+        for (int j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
       }
       return Status::Ok();
     }
+#ifndef PS_KERNELS_NO_BLAS
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
                 transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
                 ldb, beta, c, ldc);
+#else
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double sum = 0.0;
+        for (int p = 0; p < k; ++p) {
+          sum += static_cast<double>(transpose_a ? a[p * lda + i] : a[i * lda + p]) *
+                 (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
+        }
+        float& out = c[i * ldc + j];
+        out = static_cast<float>(alpha * sum + (beta == 0.0f ? 0.0f : beta * out));
+      }
+    }
+#endif
     return Status::Ok();
   }
 

@@ -1,0 +1,434 @@
+// The CUDA backend. Each kernel is a plain grid-stride loop or a per-row
+// block; GEMMs go to cuBLAS with the row-major trick (C^T = B^T A^T in
+// column-major terms).
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda_backend.h"
+
+// Returns a kernels::Status naming the failed call, its file and line.
+#define KERNELS_CUDA_RETURN_IF_ERROR(expr)                                          \
+  do {                                                                              \
+    cudaError_t kernels_cuda_error_ = (expr);                                       \
+    if (kernels_cuda_error_ != cudaSuccess) {                                       \
+      return ::ps::kernels::Status(                                                 \
+          kernels_cuda_error_ == cudaErrorMemoryAllocation                          \
+              ? ::ps::kernels::StatusCode::kOutOfMemory                             \
+              : ::ps::kernels::StatusCode::kCudaError,                              \
+          std::string(#expr) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + \
+              ": " + cudaGetErrorString(kernels_cuda_error_));                      \
+    }                                                                               \
+  } while (false)
+
+#define KERNELS_CUBLAS_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                               \
+    cublasStatus_t kernels_cublas_status_ = (expr);                                  \
+    if (kernels_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                           \
+      return ::ps::kernels::Status(                                                  \
+          ::ps::kernels::StatusCode::kCublasError,                                   \
+          std::string(#expr) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + \
+              ": " + cublasGetStatusString(kernels_cublas_status_));                 \
+    }                                                                                \
+  } while (false)
+
+// After a launch: the launch's own error, if any.
+#define KERNELS_CUDA_CHECK_LAUNCH() KERNELS_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+
+namespace ps::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(size_t work) {
+  return static_cast<int>(std::min<size_t>((work + kThreads - 1) / kThreads, 65535 * 8));
+}
+
+__global__ void FillKernel(float* x, size_t count, float value) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    x[i] = value;
+  }
+}
+
+__global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc, float beta) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    float& value = c[(i / cols) * ldc + i % cols];
+    value = beta == 0.0f ? 0.0f : beta * value;
+  }
+}
+
+__global__ void BiasActivationKernel(float* x, const float* bias, int rows, int cols,
+                                     bool relu) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const float value = x[i] + bias[i % cols];
+    x[i] = relu && value < 0.0f ? 0.0f : value;
+  }
+}
+
+__global__ void ReluBackwardKernel(const float* y, float* dy, size_t count) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    if (y[i] <= 0.0f) dy[i] = 0.0f;
+  }
+}
+
+// One block per column: threads stride over rows, then reduce in shared memory.
+__global__ void ColumnSumsKernel(const float* x, int rows, int cols, float* sums) {
+  __shared__ float partial[kThreads];
+  const int column = blockIdx.x;
+  float sum = 0.0f;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) sum += x[static_cast<size_t>(r) * cols + column];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sums[column] = partial[0];
+}
+
+__global__ void CopyColumnsKernel(const float* src, int rows, int src_cols, float* dst,
+                                  int dst_cols, int dst_offset) {
+  const size_t total = static_cast<size_t>(rows) * src_cols;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t r = i / src_cols, c = i % src_cols;
+    dst[r * dst_cols + dst_offset + c] = src[i];
+  }
+}
+
+__global__ void GatherConcatKernel(const float* rows, const int32_t* index, int batch,
+                                   int fields, int dim, float* out, int out_cols) {
+  const size_t total = static_cast<size_t>(batch) * fields * dim;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t d = i % dim;
+    const size_t bf = i / dim;  // b * fields + f
+    const size_t b = bf / fields, f = bf % fields;
+    out[b * out_cols + f * dim + d] = rows[static_cast<size_t>(index[bf]) * dim + d];
+  }
+}
+
+__global__ void GatherSumKernel(const float* rows, const int32_t* index, int batch,
+                                int fields, float* out) {
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < batch;
+       b += blockDim.x * gridDim.x) {
+    float sum = 0.0f;
+    for (int f = 0; f < fields; ++f) sum += rows[index[b * fields + f]];
+    out[b] += sum;
+  }
+}
+
+// Scatter-add by unique key; duplicate keys meet in atomicAdd.
+__global__ void ScatterAddKernel(const float* in, int in_cols, int field_stride,
+                                 const int32_t* index, int batch, int fields, int dim,
+                                 float* row_grads) {
+  const size_t total = static_cast<size_t>(batch) * fields * dim;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t d = i % dim;
+    const size_t bf = i / dim;
+    const size_t b = bf / fields, f = bf % fields;
+    atomicAdd(&row_grads[static_cast<size_t>(index[bf]) * dim + d],
+              in[b * in_cols + f * field_stride + d]);
+  }
+}
+
+// One thread per (example, embedding column).
+__global__ void FmForwardKernel(const float* x, int x_cols, int batch, int fields, int dim,
+                                float* logits) {
+  const size_t total = static_cast<size_t>(batch) * dim;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t b = i / dim, d = i % dim;
+    const float* v = x + b * x_cols;
+    float sum = 0.0f, sum_squares = 0.0f;
+    for (int f = 0; f < fields; ++f) {
+      const float value = v[f * dim + d];
+      sum += value;
+      sum_squares += value * value;
+    }
+    atomicAdd(&logits[b], 0.5f * (sum * sum - sum_squares));
+  }
+}
+
+__global__ void FmBackwardKernel(const float* x, const float* dlogits, int x_cols, int batch,
+                                 int fields, int dim, float* dx) {
+  const size_t total = static_cast<size_t>(batch) * dim;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t b = i / dim, d = i % dim;
+    const float* v = x + b * x_cols;
+    float sum = 0.0f;
+    for (int f = 0; f < fields; ++f) sum += v[f * dim + d];
+    for (int f = 0; f < fields; ++f) {
+      dx[b * x_cols + f * dim + d] += dlogits[b] * (sum - v[f * dim + d]);
+    }
+  }
+}
+
+__global__ void SigmoidCrossEntropyKernel(const float* logits, const float* labels,
+                                          int batch, float* probabilities, float* dlogits,
+                                          float* loss_sum) {
+  __shared__ float partial[kThreads];
+  float loss = 0.0f;
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < batch;
+       b += blockDim.x * gridDim.x) {
+    const float z = logits[b];
+    const float p = 1.0f / (1.0f + expf(-z));
+    probabilities[b] = p;
+    dlogits[b] = (p - labels[b]) / static_cast<float>(batch);
+    loss += fmaxf(z, 0.0f) - z * labels[b] + log1pf(expf(-fabsf(z)));
+  }
+  partial[threadIdx.x] = loss;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(loss_sum, partial[0]);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (staging_ != nullptr) cudaFreeHost(staging_);
+  }
+
+  Status Init(const CudaOptions& options) {
+    options_ = options;
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    KERNELS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle_));
+    KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle_, stream_));
+    if (options.precision == GemmPrecision::kTf32) {
+      KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH));
+    }
+    return Status::Ok();
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  Status Allocate(size_t bytes, void** pointer) override {
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaMalloc(pointer, bytes == 0 ? 64 : bytes));
+    return Status::Ok();
+  }
+  void Free(void* pointer) override { cudaFree(pointer); }
+
+  // Stages `bytes` in pinned memory, copies on the copy stream, and makes the
+  // compute stream wait for it: the host returns at once and the copy runs
+  // alongside any kernels still in flight.
+  Status CopyToDevice(void* device, const void* host, size_t bytes) override {
+    if (bytes == 0) return Status::Ok();
+    // The staging buffer may be reused only after the previous upload left it.
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
+    if (bytes > staging_bytes_) {
+      if (staging_ != nullptr) KERNELS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
+      staging_ = nullptr;
+      KERNELS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&staging_, bytes * 2));
+      staging_bytes_ = bytes * 2;
+    }
+    std::memcpy(staging_, host, bytes);
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, copy_stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, uploaded_, 0));
+    return Status::Ok();
+  }
+
+  Status CopyToHost(void* host, const void* device, size_t bytes) override {
+    if (bytes == 0) return Status::Ok();
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  Status Fill(float* x, size_t count, float value) override {
+    if (count == 0) return Status::Ok();
+    FillKernel<<<Blocks(count), kThreads, 0, stream_>>>(x, count, value);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status Synchronize() override {
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+              const float* a, int lda, const float* b, int ldb, float beta, float* c,
+              int ldc) override {
+    if (m == 0 || n == 0) return Status::Ok();
+    if (k == 0) {
+      // An empty product: C = beta * C, as in the CPU backend.
+      const size_t total = static_cast<size_t>(m) * n;
+      ScaleMatrixKernel<<<Blocks(total), kThreads, 0, stream_>>>(c, m, n, ldc, beta);
+      KERNELS_CUDA_CHECK_LAUNCH();
+      return Status::Ok();
+    }
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (options_.precision == GemmPrecision::kTf32) {
+      KERNELS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+          handle_, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+          &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    } else {
+      KERNELS_CUBLAS_RETURN_IF_ERROR(
+          cublasSgemm(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    }
+    return Status::Ok();
+  }
+
+  Status BiasActivation(float* x, const float* bias, int rows, int cols,
+                        bool relu) override {
+    const size_t total = static_cast<size_t>(rows) * cols;
+    if (total == 0) return Status::Ok();
+    BiasActivationKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, bias, rows, cols, relu);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status ReluBackward(const float* y, float* dy, size_t count) override {
+    if (count == 0) return Status::Ok();
+    ReluBackwardKernel<<<Blocks(count), kThreads, 0, stream_>>>(y, dy, count);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status ColumnSums(const float* x, int rows, int cols, float* sums) override {
+    if (cols == 0) return Status::Ok();
+    ColumnSumsKernel<<<cols, kThreads, 0, stream_>>>(x, rows, cols, sums);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status CopyColumns(const float* src, int rows, int src_cols, float* dst, int dst_cols,
+                     int dst_offset) override {
+    const size_t total = static_cast<size_t>(rows) * src_cols;
+    if (total == 0) return Status::Ok();
+    CopyColumnsKernel<<<Blocks(total), kThreads, 0, stream_>>>(src, rows, src_cols, dst,
+                                                               dst_cols, dst_offset);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status GatherConcat(const float* rows, const int32_t* index, int batch, int fields,
+                      int dim, float* out, int out_cols) override {
+    const size_t total = static_cast<size_t>(batch) * fields * dim;
+    if (total == 0) return Status::Ok();
+    GatherConcatKernel<<<Blocks(total), kThreads, 0, stream_>>>(rows, index, batch, fields,
+                                                                dim, out, out_cols);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status GatherSum(const float* rows, const int32_t* index, int batch, int fields,
+                   float* out) override {
+    if (batch == 0) return Status::Ok();
+    GatherSumKernel<<<Blocks(batch), kThreads, 0, stream_>>>(rows, index, batch, fields, out);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status ScatterReduce(const float* in, int in_cols, int field_stride, const int32_t* index,
+                       int batch, int fields, int dim, int num_rows,
+                       float* row_grads) override {
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+        row_grads, 0, static_cast<size_t>(num_rows) * dim * sizeof(float), stream_));
+    const size_t total = static_cast<size_t>(batch) * fields * dim;
+    if (total == 0) return Status::Ok();
+    ScatterAddKernel<<<Blocks(total), kThreads, 0, stream_>>>(in, in_cols, field_stride,
+                                                              index, batch, fields, dim,
+                                                              row_grads);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status FmForward(const float* x, int x_cols, int batch, int fields, int dim,
+                   float* logits) override {
+    const size_t total = static_cast<size_t>(batch) * dim;
+    if (total == 0) return Status::Ok();
+    FmForwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, x_cols, batch, fields, dim,
+                                                             logits);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status FmBackward(const float* x, const float* dlogits, int x_cols, int batch, int fields,
+                    int dim, float* dx) override {
+    const size_t total = static_cast<size_t>(batch) * dim;
+    if (total == 0) return Status::Ok();
+    FmBackwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, dlogits, x_cols, batch,
+                                                              fields, dim, dx);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status SigmoidCrossEntropy(const float* logits, const float* labels, int batch,
+                             float* probabilities, float* dlogits,
+                             float* loss_sum) override {
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum, 0, sizeof(float), stream_));
+    if (batch == 0) return Status::Ok();
+    SigmoidCrossEntropyKernel<<<std::min(Blocks(batch), 1024), kThreads, 0, stream_>>>(
+        logits, labels, batch, probabilities, dlogits, loss_sum);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+ private:
+  CudaOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t uploaded_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+Status NewCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* backend) {
+  const int devices = CudaDeviceCount();
+  if (devices == 0) {
+    return Status(StatusCode::kUnavailable, "no CUDA GPU is visible to this process");
+  }
+  if (options.device < 0 || options.device >= devices) {
+    return Status(StatusCode::kInvalidArgument,
+                  "GPU " + std::to_string(options.device) + " does not exist (" +
+                      std::to_string(devices) + " visible)");
+  }
+  auto cuda = std::make_unique<CudaBackend>();
+  KERNELS_RETURN_IF_ERROR(cuda->Init(options));
+  *backend = std::move(cuda);
+  return Status::Ok();
+}
+
+}  // namespace ps::kernels

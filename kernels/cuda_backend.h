@@ -1,0 +1,47 @@
+// File: kernels/cuda_backend.h
+//
+// The CUDA backend: own kernels for gather/concat, scatter-reduce by unique
+// key, FM, activations and the loss; cuBLAS for the MLP's GEMMs. All work is
+// queued on one CUDA stream owned by the backend, with one cuBLAS handle
+// bound to it (cuBLAS advises against sharing handles across threads).
+// Host-to-device copies go through a pinned staging buffer on a separate
+// copy stream; the compute stream waits on an event, so the host thread is
+// never blocked by an upload.
+//
+// In a build without the CUDA toolkit, NewCudaBackend() always returns
+// kUnavailable; CudaDeviceCount() returns 0.
+
+#ifndef PS_KERNELS_CUDA_BACKEND_H_
+#define PS_KERNELS_CUDA_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/status.h"
+
+namespace ps::kernels {
+
+enum class GemmPrecision {
+  // Plain FP32 (the default; matches the CPU backend to ~1e-5).
+  kFp32,
+  // TF32 tensor cores through cublasGemmEx: faster, ~1e-3 relative error.
+  kTf32,
+};
+
+struct CudaOptions {
+  // Which GPU. Default: 0.
+  int device = 0;
+  GemmPrecision precision = GemmPrecision::kFp32;
+};
+
+// GPUs visible to this process (0 without a driver or a CUDA build).
+int CudaDeviceCount();
+
+// Creates the backend on options.device. kUnavailable, with the reason, when
+// there is no usable GPU or the build has no CUDA.
+Status NewCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* backend);
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_CUDA_BACKEND_H_

@@ -1,0 +1,14 @@
+// The CUDA backend in a build without the CUDA toolkit: never available.
+
+#include "kernels/cuda_backend.h"
+
+namespace ps::kernels {
+
+int CudaDeviceCount() { return 0; }
+
+Status NewCudaBackend(const CudaOptions&, std::unique_ptr<Backend>*) {
+  return Status(StatusCode::kUnavailable,
+                "this build has no CUDA backend (nvcc was not found when it was built)");
+}
+
+}  // namespace ps::kernels

@@ -1,0 +1,101 @@
+// step_benchmark: examples/s of one full training step of a CTR model on a
+// backend, with the step's inputs (rows pulled from the servers, dense
+// parameters) in host memory as the worker has them, and gradients copied
+// back to the host. No network: this measures the backend.
+//
+//   step_benchmark [--cuda] [--tf32] [--model=wide_deep] [--batch=4096] [--steps=50]
+//
+// Prints one line: backend=... model=... batch=... examples_per_sec=...
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/ctr_model.h"
+#include "kernels/cuda_backend.h"
+
+int main(int argc, char** argv) {
+  using namespace ps::kernels;
+  bool cuda = false, tf32 = false;
+  int batch = 4096, steps = 50;
+  std::string model = "wide_deep";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--cuda") cuda = true;
+    else if (arg == "--tf32") tf32 = true;
+    else if (arg.rfind("--batch=", 0) == 0) batch = std::stoi(arg.substr(8));
+    else if (arg.rfind("--steps=", 0) == 0) steps = std::stoi(arg.substr(8));
+    else if (arg.rfind("--model=", 0) == 0) model = arg.substr(8);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  ModelConfig config;  // 26 fields, 13 dense, dim 16, hidden 256,128
+  config.kind = model == "lr"       ? ModelKind::kLogisticRegression
+                : model == "deepfm" ? ModelKind::kDeepFm
+                                    : ModelKind::kWideDeep;
+  std::unique_ptr<Backend> backend;
+  if (cuda) {
+    CudaOptions options;
+    options.precision = tf32 ? GemmPrecision::kTf32 : GemmPrecision::kFp32;
+    Status created = NewCudaBackend(options, &backend);
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", created.message().c_str());
+      return 2;
+    }
+  } else {
+    backend = NewCpuBackend();
+  }
+  // A batch's unique keys: about a third of its (example, field) slots, as
+  // on long-tailed click logs.
+  const int unique = batch * config.fields / 3;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> key(0, unique - 1);
+  std::uniform_real_distribution<float> uniform(-0.05f, 0.05f);
+  std::vector<int32_t> index(static_cast<size_t>(batch) * config.fields);
+  for (int32_t& i : index) i = key(rng);
+  std::vector<float> dense(static_cast<size_t>(batch) * config.dense_features);
+  for (float& v : dense) v = uniform(rng) * 40;
+  std::vector<float> labels(batch);
+  for (int b = 0; b < batch; ++b) labels[b] = b % 4 == 0;
+  std::vector<float> embeddings(static_cast<size_t>(unique) * config.embedding_dim);
+  for (float& v : embeddings) v = uniform(rng);
+  std::vector<float> wide(unique, 0.0f);
+  std::vector<std::vector<float>> params;
+  for (const DenseTensorSpec& tensor : DenseTensors(config)) {
+    params.emplace_back(tensor.size());
+    for (float& v : params.back()) v = uniform(rng);
+  }
+  StepInputs in;
+  in.batch = batch;
+  in.num_unique = unique;
+  in.index = index.data();
+  in.dense = dense.data();
+  in.labels = labels.data();
+  in.embedding_rows = embeddings.data();
+  in.wide_rows = wide.data();
+  for (const auto& p : params) in.dense_params.push_back(p.data());
+
+  CtrModel step(config, backend.get());
+  StepOutputs out;
+  for (int warm = 0; warm < 3; ++warm) {
+    Status status = step.TrainStep(in, &out);
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", status.message().c_str());
+      return 1;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) step.TrainStep(in, &out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("backend=%s%s model=%s batch=%d examples_per_sec=%.0f loss=%.4f\n",
+              backend->name(), tf32 ? "-tf32" : "", model.c_str(), batch,
+              batch * steps / seconds, out.loss_sum / batch);
+  return 0;
+}
