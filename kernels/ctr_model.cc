@@ -26,24 +26,32 @@ std::vector<DenseTensorSpec> DenseTensors(const ModelConfig& config) {
 
 CtrModel::CtrModel(const ModelConfig& config, Backend* backend)
     : config_(config), tensors_(DenseTensors(config)), backend_(backend) {
-  params_.resize(tensors_.size());
+  for (InputBuffers& set : inputs_) set.params.resize(tensors_.size());
   param_grads_.resize(tensors_.size());
   const size_t layers = deep() ? config_.hidden.size() + 1 : 0;
   activations_.resize(layers);
   gradients_.resize(layers);
 }
 
+void CtrModel::Release(Buffer& buffer) {
+  if (buffer.data != nullptr) backend_->Free(buffer.data);
+  buffer.data = nullptr;
+}
+
 CtrModel::~CtrModel() {
-  auto release = [this](Buffer& buffer) {
-    if (buffer.data != nullptr) backend_->Free(buffer.data);
-  };
-  for (Buffer* buffer : {&index_, &dense_, &labels_, &embedding_rows_, &wide_rows_,
-                         &logits_, &probabilities_, &dlogits_, &loss_,
-                         &embedding_grads_, &wide_grads_}) {
-    release(*buffer);
+  for (InputBuffers& set : inputs_) {
+    for (Buffer* buffer :
+         {&set.index, &set.dense, &set.labels, &set.embedding_rows, &set.wide_rows}) {
+      Release(*buffer);
+    }
+    for (Buffer& buffer : set.params) Release(buffer);
   }
-  for (auto* group : {&params_, &param_grads_, &activations_, &gradients_}) {
-    for (Buffer& buffer : *group) release(buffer);
+  for (Buffer* buffer : {&logits_, &probabilities_, &dlogits_, &loss_, &embedding_grads_,
+                         &wide_grads_}) {
+    Release(*buffer);
+  }
+  for (auto* group : {&param_grads_, &activations_, &gradients_}) {
+    for (Buffer& buffer : *group) Release(buffer);
   }
 }
 
@@ -64,47 +72,58 @@ Status CtrModel::Upload(Buffer* buffer, const void* host, size_t floats) {
   return backend_->CopyToDevice(buffer->data, host, floats * sizeof(float));
 }
 
-Status CtrModel::Forward(const StepInputs& in) {
+Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels, InputBuffers* set) {
   if (in.batch < 0 || in.num_unique < 0 || in.dense_params.size() != tensors_.size()) {
     return Status(StatusCode::kInvalidArgument,
                   "step inputs do not match the model (batch, unique keys or "
                   "dense tensor count)");
   }
+  const size_t batch = in.batch;
+  static_assert(sizeof(int32_t) == sizeof(float), "index shares float buffers");
+  KERNELS_RETURN_IF_ERROR(Upload(&set->index, in.index, batch * config_.fields));
+  KERNELS_RETURN_IF_ERROR(Upload(&set->dense, in.dense, batch * config_.dense_features));
+  KERNELS_RETURN_IF_ERROR(Upload(&set->wide_rows, in.wide_rows, in.num_unique));
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    KERNELS_RETURN_IF_ERROR(
+        Upload(&set->params[t], in.dense_params[t], tensors_[t].size()));
+  }
+  if (deep()) {
+    KERNELS_RETURN_IF_ERROR(
+        Upload(&set->embedding_rows, in.embedding_rows,
+               static_cast<size_t>(in.num_unique) * config_.embedding_dim));
+  }
+  if (with_labels) KERNELS_RETURN_IF_ERROR(Upload(&set->labels, in.labels, batch));
+  return Status::Ok();
+}
+
+Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   const int batch = in.batch;
   const int fields = config_.fields;
   const int dim = config_.embedding_dim;
-  static_assert(sizeof(int32_t) == sizeof(float), "index shares float buffers");
-  KERNELS_RETURN_IF_ERROR(Upload(&index_, in.index, static_cast<size_t>(batch) * fields));
-  const int32_t* index = reinterpret_cast<const int32_t*>(index_.data);
-  KERNELS_RETURN_IF_ERROR(
-      Upload(&dense_, in.dense, static_cast<size_t>(batch) * config_.dense_features));
-  KERNELS_RETURN_IF_ERROR(Upload(&wide_rows_, in.wide_rows, in.num_unique));
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    KERNELS_RETURN_IF_ERROR(Upload(&params_[t], in.dense_params[t], tensors_[t].size()));
-  }
+  const int32_t* index = reinterpret_cast<const int32_t*>(set.index.data);
+  const std::vector<Buffer>& params = set.params;
   KERNELS_RETURN_IF_ERROR(Reserve(&logits_, batch));
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
   // Wide part: per-key weights, dense weights, bias.
   KERNELS_RETURN_IF_ERROR(
-      backend_->GatherSum(wide_rows_.data, index, batch, fields, logits_.data));
+      backend_->GatherSum(set.wide_rows.data, index, batch, fields, logits_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, 1, config_.dense_features,
-                                         1.0f, dense_.data, config_.dense_features,
-                                         params_[0].data, 1, 1.0f, logits_.data, 1));
+                                         1.0f, set.dense.data, config_.dense_features,
+                                         params[0].data, 1, 1.0f, logits_.data, 1));
   KERNELS_RETURN_IF_ERROR(
-      backend_->BiasActivation(logits_.data, params_[1].data, batch, 1, false));
+      backend_->BiasActivation(logits_.data, params[1].data, batch, 1, false));
   if (!deep()) return Status::Ok();
 
   // Deep part: x0 = [embeddings | dense] -> hidden layers -> one logit.
   const int width = input_width();
-  KERNELS_RETURN_IF_ERROR(Upload(&embedding_rows_, in.embedding_rows,
-                                 static_cast<size_t>(in.num_unique) * dim));
   KERNELS_RETURN_IF_ERROR(Reserve(&activations_[0], static_cast<size_t>(batch) * width));
   float* x0 = activations_[0].data;
-  KERNELS_RETURN_IF_ERROR(
-      backend_->GatherConcat(embedding_rows_.data, index, batch, fields, dim, x0, width));
-  KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(dense_.data, batch, config_.dense_features,
-                                                x0, width, fields * dim));
+  KERNELS_RETURN_IF_ERROR(backend_->GatherConcat(set.embedding_rows.data, index, batch,
+                                                 fields, dim, x0, width));
+  KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(set.dense.data, batch,
+                                                config_.dense_features, x0, width,
+                                                fields * dim));
   int in_width = width;
   for (size_t l = 0; l < config_.hidden.size(); ++l) {
     const int out_width = config_.hidden[l];
@@ -112,18 +131,18 @@ Status CtrModel::Forward(const StepInputs& in) {
         Reserve(&activations_[l + 1], static_cast<size_t>(batch) * out_width));
     KERNELS_RETURN_IF_ERROR(backend_->Gemm(
         false, false, batch, out_width, in_width, 1.0f, activations_[l].data, in_width,
-        params_[2 + 2 * l].data, out_width, 0.0f, activations_[l + 1].data, out_width));
+        params[2 + 2 * l].data, out_width, 0.0f, activations_[l + 1].data, out_width));
     KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
-        activations_[l + 1].data, params_[3 + 2 * l].data, batch, out_width, true));
+        activations_[l + 1].data, params[3 + 2 * l].data, batch, out_width, true));
     in_width = out_width;
   }
   const size_t last = config_.hidden.size();
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, 1, in_width, 1.0f,
                                          activations_[last].data, in_width,
-                                         params_[2 + 2 * last].data, 1, 1.0f,
+                                         params[2 + 2 * last].data, 1, 1.0f,
                                          logits_.data, 1));
   KERNELS_RETURN_IF_ERROR(
-      backend_->BiasActivation(logits_.data, params_[3 + 2 * last].data, batch, 1, false));
+      backend_->BiasActivation(logits_.data, params[3 + 2 * last].data, batch, 1, false));
   if (config_.kind == ModelKind::kDeepFm) {
     KERNELS_RETURN_IF_ERROR(
         backend_->FmForward(x0, width, batch, fields, dim, logits_.data));
@@ -131,11 +150,12 @@ Status CtrModel::Forward(const StepInputs& in) {
   return Status::Ok();
 }
 
-Status CtrModel::Backward(const StepInputs& in) {
+Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
   const int batch = in.batch;
   const int fields = config_.fields;
   const int dim = config_.embedding_dim;
-  const int32_t* index = reinterpret_cast<const int32_t*>(index_.data);
+  const int32_t* index = reinterpret_cast<const int32_t*>(set.index.data);
+  const std::vector<Buffer>& params = set.params;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(Reserve(&param_grads_[t], tensors_[t].size()));
   }
@@ -145,7 +165,7 @@ Status CtrModel::Backward(const StepInputs& in) {
                                                   fields, 1, in.num_unique,
                                                   wide_grads_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(true, false, config_.dense_features, 1, batch,
-                                         1.0f, dense_.data, config_.dense_features,
+                                         1.0f, set.dense.data, config_.dense_features,
                                          dlogits_.data, 1, 0.0f, param_grads_[0].data,
                                          1));
   KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(dlogits_.data, batch, 1,
@@ -170,7 +190,7 @@ Status CtrModel::Backward(const StepInputs& in) {
         Reserve(&gradients_[l], static_cast<size_t>(batch) * in_width));
     KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, true, batch, in_width, out_width, 1.0f,
                                            upstream, out_width,
-                                           params_[2 + 2 * l].data, out_width, 0.0f,
+                                           params[2 + 2 * l].data, out_width, 0.0f,
                                            gradients_[l].data, in_width));
     if (l > 0) {
       KERNELS_RETURN_IF_ERROR(backend_->ReluBackward(
@@ -190,17 +210,27 @@ Status CtrModel::Backward(const StepInputs& in) {
                                  dim, in.num_unique, embedding_grads_.data);
 }
 
-Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out) {
-  KERNELS_RETURN_IF_ERROR(Forward(in));
+Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out, const StepInputs* next) {
+  InputBuffers& set = inputs_[active_];
+  if (!set.staged) KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/true, &set));
+  set.staged = false;
+  KERNELS_RETURN_IF_ERROR(Forward(in, set));
   const int batch = in.batch;
-  KERNELS_RETURN_IF_ERROR(Upload(&labels_, in.labels, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&probabilities_, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&dlogits_, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&loss_, 1));
-  KERNELS_RETURN_IF_ERROR(backend_->SigmoidCrossEntropy(logits_.data, labels_.data, batch,
+  KERNELS_RETURN_IF_ERROR(backend_->SigmoidCrossEntropy(logits_.data, set.labels.data, batch,
                                                         probabilities_.data,
                                                         dlogits_.data, loss_.data));
-  KERNELS_RETURN_IF_ERROR(Backward(in));
+  KERNELS_RETURN_IF_ERROR(Backward(in, set));
+  if (next != nullptr) {
+    // Queued behind this step's kernels on the copy stream: the upload runs
+    // while they do, and the next step's kernels wait for it.
+    InputBuffers& other = inputs_[1 - active_];
+    KERNELS_RETURN_IF_ERROR(UploadInputs(*next, /*with_labels=*/true, &other));
+    other.staged = true;
+    active_ = 1 - active_;
+  }
 
   out->probabilities.resize(batch);
   KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(out->probabilities.data(),
@@ -231,7 +261,10 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out) {
 }
 
 Status CtrModel::Predict(const StepInputs& in, std::vector<float>* probabilities) {
-  KERNELS_RETURN_IF_ERROR(Forward(in));
+  // Use the set that holds no staged inputs.
+  InputBuffers& set = inputs_[inputs_[active_].staged ? 1 - active_ : active_];
+  KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/false, &set));
+  KERNELS_RETURN_IF_ERROR(Forward(in, set));
   std::vector<float> logits(in.batch);
   KERNELS_RETURN_IF_ERROR(
       backend_->CopyToHost(logits.data(), logits_.data, in.batch * sizeof(float)));

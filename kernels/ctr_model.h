@@ -95,9 +95,15 @@ class CtrModel {
   const ModelConfig& config() const { return config_; }
 
   // Forward and backward: fills every field of `outputs`.
-  Status TrainStep(const StepInputs& inputs, StepOutputs* outputs);
+  //
+  // If `next` is given, its inputs are copied to the device while this
+  // step's kernels run (on a GPU the copy overlaps the compute), and the next
+  // call must pass those same inputs, unchanged, as `inputs`. `next` must
+  // stay valid until then.
+  Status TrainStep(const StepInputs& inputs, StepOutputs* outputs,
+                   const StepInputs* next = nullptr);
 
-  // Forward only: click probabilities.
+  // Forward only: click probabilities. Does not disturb a staged `next`.
   Status Predict(const StepInputs& inputs, std::vector<float>* probabilities);
 
  private:
@@ -106,10 +112,20 @@ class CtrModel {
     size_t capacity = 0;
   };
 
+  // A step's inputs on the device. Two sets, so that one can be filled while
+  // the other is used.
+  struct InputBuffers {
+    Buffer index, dense, labels, embedding_rows, wide_rows;
+    std::vector<Buffer> params;
+    bool staged = false;
+  };
+
   Status Reserve(Buffer* buffer, size_t floats);
   Status Upload(Buffer* buffer, const void* host, size_t floats);
-  Status Forward(const StepInputs& inputs);
-  Status Backward(const StepInputs& inputs);
+  Status UploadInputs(const StepInputs& inputs, bool with_labels, InputBuffers* set);
+  Status Forward(const StepInputs& inputs, const InputBuffers& set);
+  Status Backward(const StepInputs& inputs, const InputBuffers& set);
+  void Release(Buffer& buffer);
   bool deep() const { return config_.kind != ModelKind::kLogisticRegression; }
   int input_width() const {
     return config_.fields * config_.embedding_dim + config_.dense_features;
@@ -119,8 +135,10 @@ class CtrModel {
   const std::vector<DenseTensorSpec> tensors_;
   Backend* const backend_;
 
-  Buffer index_, dense_, labels_, embedding_rows_, wide_rows_;
-  std::vector<Buffer> params_, param_grads_;
+  InputBuffers inputs_[2];
+  // The set the next TrainStep() uses.
+  int active_ = 0;
+  std::vector<Buffer> param_grads_;
   // activations_[0] is the MLP input; activations_[l] the output of hidden
   // layer l; gradients_ mirror them.
   std::vector<Buffer> activations_, gradients_;

@@ -123,6 +123,33 @@ TEST(CtrModelTest, PredictMatchesTrainStepProbabilities) {
   }
 }
 
+TEST(CtrModelTest, StagingTheNextStepGivesTheSameResults) {
+  // Three different batches, run once plainly and once with each step
+  // staging the next one's inputs.
+  std::vector<Problem> problems = {MakeProblem(ModelKind::kDeepFm, 1),
+                                   MakeProblem(ModelKind::kDeepFm, 2),
+                                   MakeProblem(ModelKind::kDeepFm, 3)};
+  problems[2].batch = 4;  // a smaller last batch
+  auto backend = NewCpuBackend();
+  CtrModel plain(problems[0].config, backend.get());
+  CtrModel staged(problems[0].config, backend.get());
+  for (size_t i = 0; i < problems.size(); ++i) {
+    StepOutputs expected, actual;
+    ASSERT_TRUE(plain.TrainStep(problems[i].Inputs(), &expected).ok());
+    const StepInputs current = problems[i].Inputs();
+    StepInputs next;
+    if (i + 1 < problems.size()) next = problems[i + 1].Inputs();
+    ASSERT_TRUE(
+        staged.TrainStep(current, &actual, i + 1 < problems.size() ? &next : nullptr).ok());
+    EXPECT_EQ(actual.loss_sum, expected.loss_sum) << i;
+    EXPECT_EQ(actual.embedding_grads, expected.embedding_grads) << i;
+    EXPECT_EQ(actual.dense_grads, expected.dense_grads) << i;
+    // An evaluation in between must not disturb the staged inputs.
+    std::vector<float> predicted;
+    ASSERT_TRUE(staged.Predict(problems[0].Inputs(), &predicted).ok());
+  }
+}
+
 TEST(CtrModelTest, DenseTensorsFollowTheConfig) {
   ModelConfig config;
   config.fields = 26;

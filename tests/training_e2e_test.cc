@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -182,14 +183,17 @@ TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
 }
 
 TEST_F(TrainingTest, EveryConsistencyModeConverges) {
+  // The logloss of always predicting the click rate: a model that learned
+  // nothing from the features.
+  const double rate = Metric(ReadFile(*data_ + "/test_truth.json"), "click_rate");
+  const double base_logloss = -(rate * std::log(rate) + (1 - rate) * std::log(1 - rate));
   for (const std::string mode : {"0", "2", "async"}) {
     const std::vector<WorkerRun> runs = Train(2, 2, {"--staleness=" + mode});
     std::printf("staleness=%s: test AUC %.4f, logloss %.4f, max staleness %.0f\n",
                 mode.c_str(), runs[0].Get("test_auc"), runs[0].Get("test_logloss"),
                 std::max(runs[0].Get("max_staleness_seen"), runs[1].Get("max_staleness_seen")));
     EXPECT_GT(runs[0].Get("test_auc"), 0.70) << mode;
-    // Better than predicting the click rate (logloss about 0.57 here).
-    EXPECT_LT(runs[0].Get("test_logloss"), 0.52) << mode;
+    EXPECT_LT(runs[0].Get("test_logloss"), base_logloss - 0.01) << mode;
     if (mode != "async") {
       EXPECT_LE(runs[0].Get("max_staleness_seen"), std::stoi(mode));
       EXPECT_LE(runs[1].Get("max_staleness_seen"), std::stoi(mode));

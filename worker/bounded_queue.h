@@ -1,7 +1,8 @@
 // File: worker/bounded_queue.h
 //
 // A blocking FIFO of at most `capacity` items between pipeline threads.
-// Push() waits for room, Pop() for an item; Close() wakes both for good:
+// Push() waits for room, Pop() for an item, TryPop() never waits; Close()
+// wakes both for good:
 // after it, Push() refuses and Pop() drains what is left, then returns false.
 // Thread-safe.
 
@@ -40,6 +41,15 @@ class BoundedQueue {
       return closed_ || !items_.empty();
     };
     mu_.Await(absl::Condition(&ready));
+    if (items_.empty()) return false;
+    *item = std::move(items_.front());
+    items_.pop_front();
+    return true;
+  }
+
+  // Takes an item if one is ready; never waits.
+  bool TryPop(T* item) {
+    absl::MutexLock lock(&mu_);
     if (items_.empty()) return false;
     *item = std::move(items_.front());
     items_.pop_front();

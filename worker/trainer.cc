@@ -389,8 +389,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     interval_predictions.clear();
     interval_labels.clear();
   };
-  while (ready.Pop(&prepared)) {
-    kernels::Status stepped = model_.TrainStep(Inputs(prepared), &outputs);
+  bool have_current = ready.Pop(&prepared);
+  while (have_current) {
+    // If the next batch is already pulled, its inputs go to the device while
+    // this step computes.
+    Prepared next;
+    const bool have_next = ready.TryPop(&next);
+    kernels::StepInputs next_inputs;
+    if (have_next) next_inputs = Inputs(next);
+    kernels::Status stepped =
+        model_.TrainStep(Inputs(prepared), &outputs, have_next ? &next_inputs : nullptr);
     if (!stepped.ok()) {
       fail(FromKernels(stepped));
       break;
@@ -437,6 +445,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (absl::Now() - interval_start >= options_.progress_every || test_auc >= 0) {
       report_interval(test_auc);
+    }
+    if (have_next) {
+      prepared = std::move(next);  // vectors move: the staged pointers stay valid
+    } else {
+      have_current = ready.Pop(&prepared);
     }
   }
   pending_pushes.Close();
