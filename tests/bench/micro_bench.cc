@@ -1,0 +1,176 @@
+// Micro-benchmarks of the hot paths (Google Benchmark):
+//   bazel run -c opt //tests/bench:micro_bench
+// Hashing and routing a batch, optimizer apply per row, hot-tier lookup,
+// the store's pull and push of a batch from memory, and the CPU backend's
+// gather and scatter-reduce.
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/routing.h"
+#include "benchmark/benchmark.h"
+#include "embedding/embedding_store.h"
+#include "embedding/optimizer.h"
+#include "embedding/row_cache.h"
+#include "kernels/backend.h"
+#include "worker/features.h"
+
+namespace ps {
+namespace {
+
+constexpr int kBatch = 4096;
+constexpr int kFields = 26;
+
+void BM_HashAndRouteBatch(benchmark::State& state) {
+  std::mt19937 rng(1);
+  std::vector<std::string> values(kBatch * kFields);
+  char buffer[16];
+  for (auto& value : values) {
+    std::snprintf(buffer, sizeof(buffer), "%08x", static_cast<unsigned>(rng()));
+    value = buffer;
+  }
+  std::vector<uint32_t> shards(values.size());
+  for (auto _ : state) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint64_t key = worker::FeatureKey(i % kFields, values[i]);
+      shards[i] = ShardForKey(key, 16);
+    }
+    benchmark::DoNotOptimize(shards.data());
+  }
+  state.SetItemsProcessed(state.iterations() * values.size());
+  state.SetLabel("keys");
+}
+BENCHMARK(BM_HashAndRouteBatch);
+
+void BM_OptimizerApply(benchmark::State& state) {
+  OptimizerSpec spec;
+  spec.set_kind(static_cast<OptimizerSpec::Kind>(state.range(0)));
+  auto optimizer = embedding::Optimizer::Create(spec).value();
+  const int dim = static_cast<int>(state.range(1));
+  const int rows = 4096;
+  std::vector<float> weights(rows * dim, 0.1f), gradients(rows * dim, 0.01f);
+  std::vector<float> states(static_cast<size_t>(rows) * optimizer->StateFloats(dim));
+  for (int r = 0; r < rows; ++r) {
+    optimizer->InitState(dim, states.data() + static_cast<size_t>(r) * optimizer->StateFloats(dim));
+  }
+  for (auto _ : state) {
+    for (int r = 0; r < rows; ++r) {
+      optimizer->Apply(&gradients[r * dim], dim, &weights[r * dim],
+                       states.data() + static_cast<size_t>(r) * optimizer->StateFloats(dim));
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * rows);
+  static const char* names[] = {"sgd", "adagrad", "adam", "ftrl"};
+  state.SetLabel(std::string(names[state.range(0)]) + " rows");
+}
+BENCHMARK(BM_OptimizerApply)->ArgsProduct({{0, 1, 2, 3}, {16, 64}});
+
+void BM_HotTierFind(benchmark::State& state) {
+  const int rows = 100000;
+  embedding::RowCache cache(size_t{1} << 30);
+  std::vector<float> row(32, 1.0f);
+  for (int k = 0; k < rows; ++k) cache.Insert(0, k * 7919ULL, row, false);
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> keys(kBatch);
+  for (auto& key : keys) key = (rng() % rows) * 7919ULL;
+  for (auto _ : state) {
+    for (uint64_t key : keys) benchmark::DoNotOptimize(cache.Find(0, key));
+  }
+  state.SetItemsProcessed(state.iterations() * keys.size());
+  state.SetLabel("lookups");
+}
+BENCHMARK(BM_HotTierFind);
+
+// The store's pull and push of one 4096-key batch, all rows in the hot tier
+// (so this is locking, hashing, copying and the optimizer; no disk reads).
+class StoreFixture : public benchmark::Fixture {
+ public:
+  void SetUp(const benchmark::State& state) override {
+    dir_ = std::filesystem::temp_directory_path() / "ps_micro_bench_store";
+    std::filesystem::remove_all(dir_);
+    embedding::StoreOptions options;
+    options.data_dir = dir_;
+    options.durability = state.range(0) == 0 ? embedding::Durability::kWal
+                                             : embedding::Durability::kPeriodic;
+    if (state.range(1) > 0) options.num_stripes = static_cast<int>(state.range(1));
+    store_ = embedding::EmbeddingStore::Open(options).value();
+    TableSpec spec;
+    spec.set_name("t");
+    spec.set_dim(16);
+    spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+    store_->DeclareTable(spec).IgnoreError();
+    std::mt19937_64 rng(5);
+    keys_.resize(kBatch);
+    for (auto& key : keys_) key = rng() % 200000;
+    std::sort(keys_.begin(), keys_.end());
+    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
+    gradients_.assign(keys_.size() * 16, 0.01f);
+    out_.resize(keys_.size() * 16);
+    store_->Push("t", keys_, gradients_).IgnoreError();
+  }
+  void TearDown(const benchmark::State&) override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+ protected:
+  std::filesystem::path dir_;
+  std::unique_ptr<embedding::EmbeddingStore> store_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> gradients_, out_;
+};
+
+BENCHMARK_DEFINE_F(StoreFixture, Pull)(benchmark::State& state) {
+  for (auto _ : state) store_->Pull("t", keys_, absl::MakeSpan(out_)).IgnoreError();
+  state.SetItemsProcessed(state.iterations() * keys_.size());
+  state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
+}
+BENCHMARK_REGISTER_F(StoreFixture, Pull)->Args({0, 0});
+
+BENCHMARK_DEFINE_F(StoreFixture, Push)(benchmark::State& state) {
+  for (auto _ : state) store_->Push("t", keys_, gradients_).IgnoreError();
+  state.SetItemsProcessed(state.iterations() * keys_.size());
+  state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
+}
+BENCHMARK_REGISTER_F(StoreFixture, Push)->Args({0, 0})->Args({0, 1})->Args({0, 8})->Args({1, 0});
+
+void BM_GatherConcat(benchmark::State& state) {
+  auto backend = kernels::NewCpuBackend();
+  const int dim = 16, unique = kBatch * kFields / 3, cols = kFields * dim + 13;
+  std::vector<float> rows(static_cast<size_t>(unique) * dim, 1.0f), out(kBatch * cols);
+  std::vector<int32_t> index(kBatch * kFields);
+  std::mt19937 rng(2);
+  for (auto& i : index) i = rng() % unique;
+  for (auto _ : state) {
+    backend->GatherConcat(rows.data(), index.data(), kBatch, kFields, dim, out.data(), cols);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch * kFields);
+  state.SetLabel("embedding rows");
+}
+BENCHMARK(BM_GatherConcat);
+
+void BM_ScatterReduce(benchmark::State& state) {
+  auto backend = kernels::NewCpuBackend();
+  const int dim = 16, unique = kBatch * kFields / 3, cols = kFields * dim + 13;
+  std::vector<float> upstream(static_cast<size_t>(kBatch) * cols, 0.5f), grads(unique * dim);
+  std::vector<int32_t> index(kBatch * kFields);
+  std::mt19937 rng(2);
+  for (auto& i : index) i = rng() % unique;
+  for (auto _ : state) {
+    backend->ScatterReduce(upstream.data(), cols, dim, index.data(), kBatch, kFields, dim,
+                           unique, grads.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch * kFields);
+  state.SetLabel("embedding rows");
+}
+BENCHMARK(BM_ScatterReduce);
+
+}  // namespace
+}  // namespace ps
+
+BENCHMARK_MAIN();
