@@ -2,6 +2,10 @@
 # Installs every Debian package the project needs to build, test and run.
 # Idempotent and non-interactive: packages already present are not touched,
 # and `apt-get update` runs only when something is missing.
+#
+#   deploy/setup.sh           build, test and run
+#   deploy/setup.sh --bench   also what tests/bench/ compares against: Redis,
+#                             PyTorch (CPU) with the OpenMP OpenBLAS
 set -euo pipefail
 
 packages=(
@@ -10,9 +14,13 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev
   libopenblas-dev zlib1g-dev libzstd-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib
 )
+
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(redis-server python3-torch libopenblas0-openmp python3-xxhash python3-numpy)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

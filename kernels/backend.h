@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kernels/status.h"
 
@@ -95,6 +96,14 @@ class Backend {
 
 // The CPU backend (OpenBLAS). Never fails to create.
 std::unique_ptr<Backend> NewCpuBackend();
+
+// OpenBLAS 0.3.21 does not recognise some recent CPUs (seen: a virtualised
+// Xeon with AVX-512) and falls back to its generic "Prescott" kernels, which
+// run GEMMs 2-3x slower. OpenBLAS picks its kernels when it is loaded, from
+// OPENBLAS_CORETYPE; this returns the core type to set ("SkylakeX" with
+// AVX-512, "Haswell" with AVX2) when OpenBLAS fell back although the CPU can
+// do better, and "" otherwise (also when the variable is already set).
+std::string BetterOpenBlasCoreType();
 
 }  // namespace ps::kernels
 

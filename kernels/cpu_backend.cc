@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/backend.h"
 
@@ -205,5 +206,22 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+std::string BetterOpenBlasCoreType() {
+#ifdef PS_KERNELS_NO_BLAS
+  return "";
+#else
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
+  const char* core = openblas_get_corename();
+  if (core == nullptr || std::string(core) != "Prescott") return "";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    return "SkylakeX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return "";
+#endif
+}
 
 }  // namespace ps::kernels

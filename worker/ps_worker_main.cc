@@ -1,7 +1,10 @@
 // ps_worker: trains a CTR model on click logs against a cluster of
 // ps_server shards. See README.md and --help.
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -101,6 +104,19 @@ bool ParseOptimizer(const std::string& name, double learning_rate, ps::Optimizer
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS chooses its kernels when it is loaded: if it fell back to its
+  // generic ones on a CPU it does not recognise, restart once with the right
+  // OPENBLAS_CORETYPE (set it yourself to override).
+  const std::string core_type = ps::kernels::BetterOpenBlasCoreType();
+  if (!core_type.empty()) {
+    std::fprintf(stderr,
+                 "ps_worker: OpenBLAS did not recognise this CPU and chose its generic "
+                 "kernels; restarting with OPENBLAS_CORETYPE=%s\n",
+                 core_type.c_str());
+    setenv("OPENBLAS_CORETYPE", core_type.c_str(), 1);
+    execv("/proc/self/exe", argv);
+    // If exec fails, carry on with the slow kernels.
+  }
   absl::SetProgramUsageMessage(
       "Trains a CTR model (lr, wide_deep, deepfm) on Criteo-format click logs "
       "against ps_server shards.\n\nExample:\n  ps_worker "

@@ -1,0 +1,322 @@
+// serving_bench: pull and push rows/s of a ps_server shard against Redis
+// holding the same rows as binary values, side by side, plus the machine's
+// loopback bandwidth as the ceiling. Started by tests/bench/serving_bench.sh,
+// which starts the servers; prints markdown table rows.
+//
+// Keys are drawn with a power law (Zipf-like, exponent --zipf) over the
+// table's rows, 4096 per request. Pull: ps.Pull / Redis MGET. Push: ps.Push
+// (SGD applied on the server) / Redis MGET + SGD on the client + MSET, in one
+// pipelined round trip each (read-modify-write).
+
+#include <arpa/inet.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/ps.grpc.pb.h"
+
+ABSL_FLAG(std::string, ps, "", "ps_server host:port.");
+ABSL_FLAG(std::string, label, "hot tier", "What this ps_server's configuration is.");
+ABSL_FLAG(int32_t, redis_port, 0, "Redis port on 127.0.0.1; 0: skip Redis.");
+ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
+ABSL_FLAG(int64_t, rows, 500000, "Rows in the table.");
+ABSL_FLAG(int32_t, batch, 4096, "Keys per request.");
+ABSL_FLAG(double, zipf, 1.05, "Power-law exponent of key popularity.");
+ABSL_FLAG(double, seconds, 3, "Seconds per measurement.");
+ABSL_FLAG(bool, loopback, false, "Only measure the loopback TCP bandwidth (bytes/s).");
+
+namespace {
+
+struct Result {
+  double rows_per_second = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+};
+
+// Keys 0..rows-1 with power-law popularity, scrambled so that popular keys
+// are spread over the key space.
+class KeyDrawer {
+ public:
+  KeyDrawer(int64_t rows, double exponent, uint64_t seed)
+      : rows_(rows), exponent_(exponent), rng_(seed) {}
+  uint64_t Next() {
+    const double u = uniform_(rng_);
+    const double x = std::pow(1.0 + u * (std::pow(rows_ + 1.0, 1.0 - exponent_) - 1.0),
+                              1.0 / (1.0 - exponent_));
+    const uint64_t rank = std::min<int64_t>(static_cast<int64_t>(x) - 1, rows_ - 1);
+    return (rank * 0x9E3779B97F4A7C15ULL) % static_cast<uint64_t>(rows_);
+  }
+
+ private:
+  const int64_t rows_;
+  const double exponent_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+};
+
+// Runs `clients` threads calling `request(client, keys)` for --seconds.
+template <typename Request>
+Result Measure(int clients, Request request) {
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  std::vector<std::vector<double>> latencies(clients);
+  std::vector<int64_t> rows(clients, 0);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      KeyDrawer drawer(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf), 100 + c);
+      std::vector<uint64_t> keys(batch);
+      while (absl::Now() - start < duration) {
+        for (auto& key : keys) key = drawer.Next();
+        const absl::Time begin = absl::Now();
+        if (!request(c, keys)) return;
+        latencies[c].push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
+        rows[c] += batch;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::vector<double> all;
+  int64_t total = 0;
+  for (int c = 0; c < clients; ++c) {
+    all.insert(all.end(), latencies[c].begin(), latencies[c].end());
+    total += rows[c];
+  }
+  std::sort(all.begin(), all.end());
+  Result result;
+  result.rows_per_second = total / seconds;
+  if (!all.empty()) {
+    result.p50_ms = all[all.size() / 2];
+    result.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  }
+  return result;
+}
+
+double LoopbackBytesPerSecond() {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  listen(listener, 1);
+  std::atomic<int64_t> received{0};
+  std::thread reader([&] {
+    const int connection = accept(listener, nullptr, nullptr);
+    std::vector<char> buffer(1 << 20);
+    ssize_t n;
+    while ((n = read(connection, buffer.data(), buffer.size())) > 0) received += n;
+    close(connection);
+  });
+  const int sender = socket(AF_INET, SOCK_STREAM, 0);
+  connect(sender, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  std::vector<char> buffer(1 << 20, 'x');
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(2)) {
+    if (write(sender, buffer.data(), buffer.size()) <= 0) break;
+  }
+  close(sender);
+  reader.join();
+  close(listener);
+  return received.load() / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::string KeyBytes(uint64_t key, int dim) { return absl::StrCat("r", dim, ":", key); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_loopback)) {
+    std::printf("%.0f\n", LoopbackBytesPerSecond());
+    return 0;
+  }
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const double row_bytes = dim * sizeof(float);
+  const std::string table = absl::StrCat("bench_", dim);
+  const float learning_rate = 0.01f;
+
+  // --- ps_server -------------------------------------------------------------
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs;
+  for (int c = 0; c < 4; ++c) {
+    args.SetInt("bench.client", c);  // a channel (connection) per client
+    stubs.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
+        absl::GetFlag(FLAGS_ps), grpc::InsecureChannelCredentials(), args)));
+  }
+  {
+    grpc::ClientContext context;
+    ps::DeclareTableRequest request;
+    request.mutable_table()->set_name(table);
+    request.mutable_table()->set_dim(dim);
+    request.mutable_table()->mutable_initializer()->set_kind(ps::InitializerSpec::UNIFORM);
+    request.mutable_table()->mutable_initializer()->set_scale(0.1f);
+    request.mutable_table()->mutable_optimizer()->set_learning_rate(learning_rate);
+    ps::DeclareTableResponse response;
+    grpc::Status status = stubs[0]->DeclareTable(&context, request, &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "declare: %s\n", status.error_message().c_str());
+      return 1;
+    }
+  }
+  const float kGradient = 0.001f;
+  std::vector<float> gradients(static_cast<size_t>(batch) * dim, kGradient);
+  const std::string gradient_bytes(reinterpret_cast<const char*>(gradients.data()),
+                                   gradients.size() * sizeof(float));
+  auto ps_push = [&](int client, const std::vector<uint64_t>& keys) {
+    grpc::ClientContext context;
+    ps::PushRequest request;
+    request.set_table(table);
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * 8));
+    request.set_gradients(gradient_bytes.substr(0, keys.size() * dim * sizeof(float)));
+    ps::PushResponse response;
+    return stubs[client]->Push(&context, request, &response).ok();
+  };
+  auto ps_pull = [&](int client, const std::vector<uint64_t>& keys) {
+    grpc::ClientContext context;
+    ps::PullRequest request;
+    request.set_table(table);
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * 8));
+    ps::PullResponse response;
+    return stubs[client]->Pull(&context, request, &response).ok() &&
+           response.values().size() == keys.size() * dim * sizeof(float);
+  };
+  // Store every row (pushes of zero gradients store the initial values).
+  for (int64_t start = 0; start < rows; start += batch) {
+    std::vector<uint64_t> keys;
+    for (int64_t k = start; k < std::min(rows, start + batch); ++k) keys.push_back(k);
+    if (!ps_push(0, keys)) {
+      std::fprintf(stderr, "preload failed\n");
+      return 1;
+    }
+  }
+  auto print = [&](const char* system, const char* op, int clients, const Result& r) {
+    std::printf("| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n", system,
+                absl::GetFlag(FLAGS_label).c_str(), dim, clients, op, r.rows_per_second / 1e6,
+                r.rows_per_second * row_bytes / 1e6, r.p50_ms, r.p99_ms);
+    std::fflush(stdout);
+  };
+  for (int clients : {1, 4}) {
+    print("ps_server", "pull", clients, Measure(clients, ps_pull));
+    print("ps_server", "push", clients, Measure(clients, ps_push));
+  }
+
+  // --- Redis -----------------------------------------------------------------
+  const int redis_port = absl::GetFlag(FLAGS_redis_port);
+  if (redis_port == 0) return 0;
+  std::vector<redisContext*> redis;
+  for (int c = 0; c < 4; ++c) {
+    redis.push_back(redisConnect("127.0.0.1", redis_port));
+    if (redis.back() == nullptr || redis.back()->err) {
+      std::fprintf(stderr, "cannot connect to Redis on port %d\n", redis_port);
+      return 1;
+    }
+  }
+  // The same rows as binary values.
+  std::vector<float> row(dim, 0.05f);
+  for (int64_t start = 0; start < rows; start += batch) {
+    std::vector<std::string> parts = {"MSET"};
+    for (int64_t k = start; k < std::min(rows, start + batch); ++k) {
+      parts.push_back(KeyBytes(k, dim));
+      parts.emplace_back(reinterpret_cast<const char*>(row.data()), row_bytes);
+    }
+    std::vector<const char*> argv_parts;
+    std::vector<size_t> lengths;
+    for (const auto& p : parts) {
+      argv_parts.push_back(p.data());
+      lengths.push_back(p.size());
+    }
+    redisReply* reply = static_cast<redisReply*>(
+        redisCommandArgv(redis[0], parts.size(), argv_parts.data(), lengths.data()));
+    if (reply == nullptr) return 1;
+    freeReplyObject(reply);
+  }
+  auto mget = [&](int client, const std::vector<uint64_t>& keys, redisReply** reply) {
+    std::vector<std::string> parts = {"MGET"};
+    for (uint64_t key : keys) parts.push_back(KeyBytes(key, dim));
+    std::vector<const char*> argv_parts;
+    std::vector<size_t> lengths;
+    for (const auto& p : parts) {
+      argv_parts.push_back(p.data());
+      lengths.push_back(p.size());
+    }
+    *reply = static_cast<redisReply*>(
+        redisCommandArgv(redis[client], parts.size(), argv_parts.data(), lengths.data()));
+    return *reply != nullptr && (*reply)->type == REDIS_REPLY_ARRAY &&
+           (*reply)->elements == keys.size();
+  };
+  auto redis_pull = [&](int client, const std::vector<uint64_t>& keys) {
+    redisReply* reply = nullptr;
+    const bool ok = mget(client, keys, &reply);
+    std::vector<float> out(keys.size() * dim);
+    if (ok) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (reply->element[i]->len == static_cast<size_t>(row_bytes)) {
+          std::memcpy(&out[i * dim], reply->element[i]->str, row_bytes);
+        }
+      }
+    }
+    if (reply != nullptr) freeReplyObject(reply);
+    return ok;
+  };
+  auto redis_push = [&](int client, const std::vector<uint64_t>& keys) {
+    redisReply* reply = nullptr;
+    if (!mget(client, keys, &reply)) {
+      if (reply != nullptr) freeReplyObject(reply);
+      return false;
+    }
+    std::vector<std::string> parts = {"MSET"};
+    std::vector<float> updated(dim);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (reply->element[i]->len == static_cast<size_t>(row_bytes)) {
+        std::memcpy(updated.data(), reply->element[i]->str, row_bytes);
+      }
+      for (float& w : updated) w -= learning_rate * kGradient;  // SGD on the client
+      parts.push_back(KeyBytes(keys[i], dim));
+      parts.emplace_back(reinterpret_cast<const char*>(updated.data()), row_bytes);
+    }
+    freeReplyObject(reply);
+    std::vector<const char*> argv_parts;
+    std::vector<size_t> lengths;
+    for (const auto& p : parts) {
+      argv_parts.push_back(p.data());
+      lengths.push_back(p.size());
+    }
+    reply = static_cast<redisReply*>(
+        redisCommandArgv(redis[client], parts.size(), argv_parts.data(), lengths.data()));
+    const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
+    if (reply != nullptr) freeReplyObject(reply);
+    return ok;
+  };
+  for (int clients : {1, 4}) {
+    print("Redis 7", "pull", clients, Measure(clients, redis_pull));
+    print("Redis 7", "push", clients, Measure(clients, redis_push));
+  }
+  for (redisContext* context : redis) redisFree(context);
+  return 0;
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Serving rows: ps_server against Redis 7 (no persistence) holding the same
+# rows, side by side on loopback in one run; dims 16 and 64; batches of 4096
+# power-law keys; 1 and 4 clients; a table that fits the hot tier and one 4x
+# larger than --cache_mb; the loopback bandwidth as the ceiling. Prints the
+# table and rewrites the "serving" section of BENCHMARKS.md.
+#
+#   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rows=500000
+seconds=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) rows=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+bash deploy/setup.sh --bench >/dev/null
+bazel build //server:ps_server //tests/bench:serving_bench 2>&1 | tail -1
+work=$(mktemp -d /tmp/serving_bench.XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+  --daemonize no --loglevel warning >"$work/redis.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+
+start_ps() {  # cache_mb name
+  "bazel-bin/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/$2" --cache_mb="$1" \
+    >"$work/$2.out" 2>"$work/$2.log" &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q listening "$work/$2.out" 2>/dev/null && break; sleep 0.1; done
+  awk '/listening on/ {print $4}' "$work/$2.out"
+}
+
+loopback=$(bazel-bin/tests/bench/serving_bench --loopback)
+table="$work/table.md"
+{
+  echo "## Serving rows: ps_server vs Redis"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $rows rows per table; batches of 4096 keys drawn with"
+  echo "a power law (exponent 1.05); ${seconds} s per cell; ps_server with --durability=wal (the default)."
+  echo "Redis 7 on loopback with no persistence, rows as binary values, hiredis client; Redis"
+  echo "push = MGET, SGD on the client, MSET (read-modify-write, one pipelined command each)."
+  echo "Loopback ceiling measured in the same run: $(awk -v b="$loopback" 'BEGIN {printf "%.2f GB/s", b / 1e9}')."
+  echo
+  echo "| system | table | dim | clients | op | M rows/s | MB/s | p50 ms | p99 ms |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+} >"$table"
+cat "$table"
+for dim in 16 64; do
+  fits=$(start_ps 1024 "fits$dim")
+  bazel-bin/tests/bench/serving_bench --ps="$fits" --label="fits hot tier" --dim=$dim \
+    --rows="$rows" --seconds="$seconds" --redis_port="$redis_port" | tee -a "$table"
+  # Raw rows are rows * dim * 4 bytes; a hot tier a quarter of that.
+  small=$(( rows * dim * 4 / 4 / 1048576 ))
+  [ "$small" -ge 1 ] || small=1
+  big=$(start_ps "$small" "big$dim")
+  bazel-bin/tests/bench/serving_bench --ps="$big" --label="4x --cache_mb=$small" --dim=$dim \
+    --rows="$rows" --seconds="$seconds" | tee -a "$table"
+done
+python3 - "$table" "$loopback" <<'PY' | tee -a "$table"
+import re, sys
+rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| ps_server") or l.startswith("| Redis")]
+loopback = float(sys.argv[2])
+cells = {}
+for r in rows:
+    system, table, dim, clients, op, mrows = [c.strip() for c in r[:6]]
+    cells[(system, table.startswith("fits"), dim, clients, op)] = float(mrows)
+print("\n| dim | clients | op | ps_server / Redis (best client count) | ps_server pull / loopback ceiling |")
+print("| --- | --- | --- | --- | --- |")
+for dim in ("16", "64"):
+    for op in ("pull", "push"):
+        ps = max(cells.get(("ps_server", True, dim, c, op), 0) for c in ("1", "4"))
+        redis = max(cells.get(("Redis 7", True, dim, c, op), 0) for c in ("1", "4"))
+        ceiling = loopback / (int(dim) * 4) / 1e6
+        ratio = ps / redis if redis else float("nan")
+        print(f"| {dim} | best | {op} | {ratio:.1f}x | {ps / ceiling:.2f} of {ceiling:.1f} M rows/s |")
+PY
+python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md serving "$table"
+echo "wrote the serving section of BENCHMARKS.md"

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""The wide_deep model of ps_worker, written in PyTorch for the CPU.
+
+Same inputs (Criteo TSV; each categorical hashed with XXH3-64 seeded by its
+field, as worker/features.h does; integers as log1p(max(x, 0))), same model
+(per-key scalar wide weights + dense weights + bias, plus an MLP over the
+concatenated per-key embeddings and dense features), same batch size, same
+optimizers (Adagrad lr 0.05, initial accumulator 0.1 for the embeddings and
+wide weights, Adam lr 0.001 for the MLP; sparse rows see the gradient of the
+summed loss), one epoch. Keys index a hashed table of --buckets rows (the
+usual PyTorch approach; collisions are possible where ps_server has none).
+
+Parsing is timed apart from training. Prints one JSON object.
+
+    torch_train.py --train train.tsv --test test.tsv [--model wide_deep|deepfm|lr]
+"""
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+import xxhash
+
+FIELDS, DENSE = 26, 13
+
+
+def parse(path, buckets):
+    labels, dense, keys = [], [], []
+    with open(path) as lines:
+        for line in lines:
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) != 1 + DENSE + FIELDS or columns[0] not in ("0", "1"):
+                continue
+            labels.append(float(columns[0]))
+            dense.append([math.log1p(max(int(c), 0)) if c else 0.0 for c in columns[1:1 + DENSE]])
+            keys.append([xxhash.xxh3_64_intdigest(c.encode(), seed=f) % buckets
+                         for f, c in enumerate(columns[1 + DENSE:])])
+    return (torch.tensor(labels), torch.tensor(dense, dtype=torch.float32),
+            torch.tensor(keys, dtype=torch.int64))
+
+
+def auc(scores, labels):
+    order = np.argsort(scores, kind="mergesort")
+    scores, labels = scores[order], labels[order]
+    ranks = np.empty(len(scores))
+    i = 0
+    while i < len(scores):
+        j = i
+        while j < len(scores) and scores[j] == scores[i]:
+            j += 1
+        ranks[i:j] = (i + 1 + j) / 2.0
+        i = j
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    return float((ranks[labels > 0.5].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, kind, buckets, dim, hidden):
+        super().__init__()
+        self.kind = kind
+        self.wide = torch.nn.Embedding(buckets, 1, sparse=True)
+        torch.nn.init.zeros_(self.wide.weight)
+        self.dense_linear = torch.nn.Linear(DENSE, 1)
+        torch.nn.init.zeros_(self.dense_linear.weight)
+        torch.nn.init.zeros_(self.dense_linear.bias)
+        if kind != "lr":
+            self.embedding = torch.nn.Embedding(buckets, dim, sparse=True)
+            torch.nn.init.uniform_(self.embedding.weight, -0.05, 0.05)
+            layers, width = [], FIELDS * dim + DENSE
+            for out in hidden:
+                layers += [torch.nn.Linear(width, out), torch.nn.ReLU()]
+                width = out
+            layers.append(torch.nn.Linear(width, 1))
+            self.mlp = torch.nn.Sequential(*layers)
+
+    def forward(self, keys, dense):
+        logit = self.wide(keys).sum(dim=(1, 2)) + self.dense_linear(dense).squeeze(1)
+        if self.kind != "lr":
+            vectors = self.embedding(keys)  # batch x fields x dim
+            x = torch.cat([vectors.flatten(1), dense], dim=1)
+            logit = logit + self.mlp(x).squeeze(1)
+            if self.kind == "deepfm":
+                sum_v = vectors.sum(1)
+                logit = logit + 0.5 * (sum_v * sum_v - (vectors * vectors).sum(1)).sum(1)
+        return logit
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--test", required=True)
+    parser.add_argument("--model", default="wide_deep")
+    parser.add_argument("--batch_size", type=int, default=4096)
+    parser.add_argument("--embedding_dim", type=int, default=16)
+    parser.add_argument("--hidden", default="256,128")
+    parser.add_argument("--buckets", type=int, default=1 << 23)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+
+    start = time.perf_counter()
+    labels, dense, keys = parse(args.train, args.buckets)
+    test_labels, test_dense, test_keys = parse(args.test, args.buckets)
+    parse_seconds = time.perf_counter() - start
+
+    model = Model(args.model, args.buckets, args.embedding_dim,
+                  [int(h) for h in args.hidden.split(",")])
+    sparse = [p for n, p in model.named_parameters() if n in ("wide.weight", "embedding.weight")]
+    dense_params = [p for n, p in model.named_parameters() if n not in ("wide.weight", "embedding.weight")]
+    sparse_optimizer = torch.optim.Adagrad(sparse, lr=0.05, initial_accumulator_value=0.1)
+    dense_optimizer = torch.optim.Adam(dense_params, lr=0.001)
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+
+    start = time.perf_counter()
+    for begin in range(0, len(labels), args.batch_size):
+        end = min(begin + args.batch_size, len(labels))
+        logit = model(keys[begin:end], dense[begin:end])
+        loss = loss_fn(logit, labels[begin:end])
+        sparse_optimizer.zero_grad()
+        dense_optimizer.zero_grad()
+        loss.backward()
+        # Adam sees the batch mean, as in ps_worker (it is scale-invariant
+        # up to epsilon; the division keeps it exact).
+        for p in dense_params:
+            p.grad /= (end - begin)
+        sparse_optimizer.step()
+        dense_optimizer.step()
+    train_seconds = time.perf_counter() - start
+
+    with torch.no_grad():
+        probabilities = torch.cat([torch.sigmoid(model(test_keys[b:b + 65536], test_dense[b:b + 65536]))
+                                   for b in range(0, len(test_labels), 65536)]).numpy()
+    y = test_labels.numpy()
+    p = np.clip(probabilities, 1e-7, 1 - 1e-7)
+    result = {
+        "model": args.model,
+        "examples": int(len(labels)),
+        "parse_seconds": round(parse_seconds, 3),
+        "train_seconds": round(train_seconds, 3),
+        "examples_per_sec": round(len(labels) / train_seconds, 1),
+        "test_auc": round(auc(probabilities, y), 6),
+        "test_logloss": round(float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()), 6),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": torch.get_num_threads(),
+        "blas": torch.__config__.show().count("OpenBLAS") > 0 and "openblas" or "other",
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
