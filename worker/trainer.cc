@@ -93,10 +93,12 @@ std::string SummaryToJson(const TrainingSummary& s) {
       "  \"test_auc\": %.6f,\n  \"test_logloss\": %.6f,\n  \"test_examples\": %d,\n"
       "  \"bad_lines\": %d,\n  \"max_staleness_seen\": %d,\n"
       "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": %.3f,\n"
+      "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  \"push_seconds\": %.3f,\n"
       "  \"backend\": \"%s\"\n}\n",
       s.examples, s.steps, s.train_seconds, s.examples_per_sec, s.final_train_loss,
       s.test_auc, s.test_logloss, s.test_examples, s.bad_lines, s.max_staleness_seen,
-      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds, s.backend);
+      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds, s.pull_seconds,
+      s.compute_seconds, s.push_seconds, s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient* client,
@@ -293,6 +295,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   int64_t waits = 0;
   std::atomic<int64_t> max_staleness{0};
   std::atomic<int64_t> waited_micros{0};
+  std::atomic<int64_t> pull_micros{0}, compute_micros{0}, push_micros{0};
   std::thread prefetcher([&] {
     std::vector<Example> examples;
     for (int64_t step = first_step; !stopping; ++step) {
@@ -324,8 +327,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (histogram.size() <= static_cast<size_t>(staleness)) histogram.resize(staleness + 1);
       ++histogram[staleness];
       max_staleness = std::max(max_staleness.load(), staleness);
+      const absl::Time pull_start = absl::Now();
       absl::Status pulled = PullParameters(&prepared);
       if (!pulled.ok()) return fail(pulled);
+      pull_micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
       if (!ready.Push(std::move(prepared))) return;
     }
     ready.Close();
@@ -335,8 +340,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::thread pusher([&] {
     PushJob job;
     while (pending_pushes.Pop(&job)) {
+      const absl::Time push_start = absl::Now();
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
+      push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
       clock_ = job.step + 1;
       ClockResponse view;
       absl::Status reported = ReportClock(false, &view);
@@ -397,8 +404,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     const bool have_next = ready.TryPop(&next);
     kernels::StepInputs next_inputs;
     if (have_next) next_inputs = Inputs(next);
+    const absl::Time compute_start = absl::Now();
     kernels::Status stepped =
         model_.TrainStep(Inputs(prepared), &outputs, have_next ? &next_inputs : nullptr);
+    compute_micros += absl::ToInt64Microseconds(absl::Now() - compute_start);
     if (!stepped.ok()) {
       fail(FromKernels(stepped));
       break;
@@ -470,6 +479,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.max_staleness_seen = max_staleness.load();
   summary.waits = waits;
   summary.wait_seconds = waited_micros.load() / 1e6;
+  summary.pull_seconds = pull_micros.load() / 1e6;
+  summary.compute_seconds = compute_micros.load() / 1e6;
+  summary.push_seconds = push_micros.load() / 1e6;
 
   // Leave the cluster, then evaluate the finished model.
   RETURN_IF_ERROR(ReportClock(true, &clock_view));

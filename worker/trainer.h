@@ -93,6 +93,11 @@ struct TrainingSummary {
   // Steps that had to wait for slower workers, and the time spent waiting.
   int64_t waits = 0;
   double wait_seconds = 0;
+  // Where the time went, summed over steps (the stages overlap, so these
+  // add up to more than train_seconds when the pipeline is full).
+  double pull_seconds = 0;
+  double compute_seconds = 0;
+  double push_seconds = 0;
   std::string backend;
 };
 

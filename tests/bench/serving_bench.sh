@@ -83,5 +83,5 @@ for dim in ("16", "64"):
         ratio = ps / redis if redis else float("nan")
         print(f"| {dim} | best | {op} | {ratio:.1f}x | {ps / ceiling:.2f} of {ceiling:.1f} M rows/s |")
 PY
-python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md serving "$table"
+/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md serving "$table"
 echo "wrote the serving section of BENCHMARKS.md"

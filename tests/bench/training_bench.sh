@@ -45,7 +45,7 @@ ours() {
   mkdir -p "$run"
   local servers=() server_pids=()
   for ((s = 0; s < shards; s++)); do
-    python3 "$rss" "$run/shard$s.rss" "$bin/server/ps_server" --listen=127.0.0.1:0 \
+    /usr/bin/python3 "$rss" "$run/shard$s.rss" "$bin/server/ps_server" --listen=127.0.0.1:0 \
       --shard_index=$s --num_shards="$shards" --data_dir="$run/shard$s" --durability="$durability" \
       >"$run/shard$s.out" 2>"$run/shard$s.log" &
     server_pids+=($!); pids+=($!)
@@ -57,7 +57,7 @@ ours() {
   local list; list=$(IFS=,; echo "${servers[*]}")
   local worker_pids=()
   for ((w = 0; w < workers; w++)); do
-    python3 "$rss" "$run/worker$w.rss" "$bin/worker/ps_worker" --servers="$list" \
+    /usr/bin/python3 "$rss" "$run/worker$w.rss" "$bin/worker/ps_worker" --servers="$list" \
       --worker_index=$w --num_workers="$workers" --train="$work/train.tsv" \
       --test="$work/test.tsv" --model="$model" --wide_optimizer=adagrad --staleness=0 \
       --metrics_out="$run/worker$w.json" 2>"$run/worker$w.log" &
@@ -112,5 +112,5 @@ done
 ours 1 1 wide_deep periodic | tee -a "$table"
 ours 2 2 wide_deep | tee -a "$table"
 ours 2 2 wide_deep periodic | tee -a "$table"
-python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md training "$table"
+/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md training "$table"
 echo "wrote the training section of BENCHMARKS.md"
