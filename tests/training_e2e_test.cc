@@ -232,6 +232,33 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
   EXPECT_GT(run.Get("test_auc"), 0.65);
 }
 
+TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {
+  // One shard under --durability=wal, killed with SIGKILL mid-training and
+  // restarted on the same port and directory: the worker retries, reconnects
+  // and finishes every example.
+  const std::string data_dir = dir_ + "/restarting_shard";
+  const std::vector<std::string> flags = {"--data_dir=" + data_dir, "--durability=wal"};
+  auto shard = ServerProcess::Start(flags, absl::Seconds(60), dir_ + "/shard.log");
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  const std::string address = (*shard)->address();
+  auto worker = ChildProcess::Start(
+      WorkerArgs({address}, 0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}), false,
+      dir_ + "/worker0.log");
+  ASSERT_TRUE(worker.ok());
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ((*shard)->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  absl::SleepFor(absl::Milliseconds(500));
+  std::vector<std::string> restart_flags = flags;
+  restart_flags.push_back("--listen=" + address);  // the same port again
+  auto restarted = ServerProcess::Start(restart_flags, absl::Seconds(60), dir_ + "/shard.log");
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const WorkerRun run = Collect(0, (*worker)->Wait(absl::Minutes(3)));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
+  EXPECT_EQ(run.Get("examples"), kTrainLines);
+  EXPECT_GT(run.Get("test_auc"), 0.70);
+  EXPECT_NE(run.log.find("retrying"), std::string::npos) << "the worker saw the shard go";
+}
+
 TEST_F(TrainingTest, GzipInputTrainsExactlyLikePlainInput) {
   // One worker under bulk-synchronous training is deterministic.
   const WorkerRun plain = Train(1, 1, {"--staleness=0"})[0];
