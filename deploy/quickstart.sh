@@ -10,6 +10,7 @@
 #                        [--staleness 2] [--dir /tmp/ps-quickstart]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. deploy/cluster_lib.sh
 
 shards=2
 workers=2
@@ -60,12 +61,7 @@ for ((s = 0; s < shards; s++)); do
   started+=($!)
 done
 for ((s = 0; s < shards; s++)); do
-  for _ in $(seq 100); do
-    grep -q "listening on" "$dir/shard$s.out" 2>/dev/null && break
-    sleep 0.1
-  done
-  address=$(awk '/listening on/ {print $4}' "$dir/shard$s.out")
-  [ -n "$address" ] || { echo "shard $s did not start; see $dir/shard$s.log" >&2; exit 1; }
+  address=$(ps_address "$dir/shard$s.out") || { echo "shard $s did not start; see $dir/shard$s.log" >&2; exit 1; }
   echo "   shard $s on $address"
   servers+=("$address")
 done

@@ -8,6 +8,7 @@
 #   tests/bench/scaling_bench.sh [--train_lines 300000] [--bandwidth_gbit 25]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. deploy/cluster_lib.sh
 train_lines=300000
 bandwidth=25
 while [ $# -gt 0 ]; do
@@ -49,8 +50,7 @@ for n in 1 2 4; do
     pids+=($!)
   done
   for ((s = 0; s < n; s++)); do
-    for _ in $(seq 100); do grep -q listening "$run/shard$s.out" 2>/dev/null && break; sleep 0.1; done
-    servers+=("$(awk '/listening on/ {print $4}' "$run/shard$s.out")")
+    servers+=("$(ps_address "$run/shard$s.out")")
   done
   list=$(IFS=,; echo "${servers[*]}")
   worker_pids=()
@@ -73,8 +73,7 @@ done
 "$bin/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/rate" --durability=periodic \
   >"$work/rate.out" 2>/dev/null &
 pids+=($!)
-for _ in $(seq 100); do grep -q listening "$work/rate.out" 2>/dev/null && break; sleep 0.1; done
-"$bin/tests/bench/serving_bench" --ps="$(awk '/listening on/ {print $4}' "$work/rate.out")" \
+"$bin/tests/bench/serving_bench" --ps="$(ps_address "$work/rate.out")" \
   --dim=16 --rows=200000 --seconds=1 >"$work/rates.md"
 pull=$(awk -F'|' '$6 ~ /pull/ && $5+0 == 1 {print $7 * 1e6}' "$work/rates.md")
 push=$(awk -F'|' '$6 ~ /push/ && $5+0 == 1 {print $7 * 1e6}' "$work/rates.md")

@@ -8,6 +8,7 @@
 #   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. deploy/cluster_lib.sh
 rows=500000
 seconds=3
 while [ $# -gt 0 ]; do
@@ -35,8 +36,7 @@ start_ps() {  # cache_mb name
   "bazel-bin/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/$2" --cache_mb="$1" \
     >"$work/$2.out" 2>"$work/$2.log" &
   pids+=($!)
-  for _ in $(seq 100); do grep -q listening "$work/$2.out" 2>/dev/null && break; sleep 0.1; done
-  awk '/listening on/ {print $4}' "$work/$2.out"
+  ps_address "$work/$2.out"
 }
 
 loopback=$(bazel-bin/tests/bench/serving_bench --loopback)

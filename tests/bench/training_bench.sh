@@ -8,6 +8,7 @@
 #   tests/bench/training_bench.sh [--train_lines 500000] [--test_lines 100000]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. deploy/cluster_lib.sh
 train_lines=500000
 test_lines=100000
 while [ $# -gt 0 ]; do
@@ -51,8 +52,7 @@ ours() {
     server_pids+=($!); pids+=($!)
   done
   for ((s = 0; s < shards; s++)); do
-    for _ in $(seq 100); do grep -q listening "$run/shard$s.out" 2>/dev/null && break; sleep 0.1; done
-    servers+=("$(awk '/listening on/ {print $4}' "$run/shard$s.out")")
+    servers+=("$(ps_address "$run/shard$s.out")")
   done
   local list; list=$(IFS=,; echo "${servers[*]}")
   local worker_pids=()
