@@ -105,6 +105,10 @@ std::unique_ptr<Backend> NewCpuBackend();
 // do better, and "" otherwise (also when the variable is already set).
 std::string BetterOpenBlasCoreType();
 
+// Sets how many threads the CPU backend's GEMMs use, process-wide (OpenBLAS
+// keeps one global pool). REQUIRES: threads >= 1.
+void SetCpuBackendThreads(int threads);
+
 }  // namespace ps::kernels
 
 #endif  // PS_KERNELS_BACKEND_H_

@@ -207,6 +207,14 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
 
+void SetCpuBackendThreads(int threads) {
+#ifndef PS_KERNELS_NO_BLAS
+  openblas_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
+
 std::string BetterOpenBlasCoreType() {
 #ifdef PS_KERNELS_NO_BLAS
   return "";

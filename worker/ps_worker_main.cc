@@ -53,6 +53,11 @@ ABSL_FLAG(int32_t, max_pushes_in_flight, 2, "Steps whose pushes may be queued at
 ABSL_FLAG(std::string, device, "auto",
           "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
 ABSL_FLAG(int32_t, gpu, 0, "Which GPU --device=cuda|auto uses.");
+ABSL_FLAG(int32_t, cpu_threads, 1,
+          "Threads for the MLP's GEMMs on the CPU. Default 1: the worker's own "
+          "pipeline threads (and shards on the same machine) need the other "
+          "cores, and OpenBLAS's idle threads spin; 20% faster end to end on 2 "
+          "cores.");
 ABSL_FLAG(bool, tf32, false,
           "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
           "1e-3 relative error instead of FP32's 1e-6.");
@@ -202,7 +207,11 @@ int main(int argc, char** argv) {
   } else {
     LOG(INFO) << "device: cpu (OpenBLAS), as --device=cpu asks";
   }
-  if (backend == nullptr) backend = ps::kernels::NewCpuBackend();
+  if (backend == nullptr) {
+    if (absl::GetFlag(FLAGS_cpu_threads) < 1) return Fail("--cpu_threads must be >= 1");
+    ps::kernels::SetCpuBackendThreads(absl::GetFlag(FLAGS_cpu_threads));
+    backend = ps::kernels::NewCpuBackend();
+  }
 
   ps::worker::ClientOptions client_options;
   client_options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',
