@@ -32,12 +32,17 @@ redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
 pids+=($!)
 sleep 0.5
 
-start_ps() {  # cache_mb name
+# Starts a ps_server (cache_mb, name) and sets $address; stop_ps stops it, so
+# that no idle server (and its background compactions) shares the CPUs with
+# the next measurement.
+start_ps() {
   "bazel-bin/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/$2" --cache_mb="$1" \
     >"$work/$2.out" 2>"$work/$2.log" &
-  pids+=($!)
-  ps_address "$work/$2.out"
+  ps_pid=$!
+  pids+=($ps_pid)
+  address=$(ps_address "$work/$2.out")
 }
+stop_ps() { kill "$ps_pid"; wait "$ps_pid" 2>/dev/null || true; }
 
 loopback=$(bazel-bin/tests/bench/serving_bench --loopback)
 table="$work/table.md"
@@ -55,15 +60,17 @@ table="$work/table.md"
 } >"$table"
 cat "$table"
 for dim in 16 64; do
-  fits=$(start_ps 1024 "fits$dim")
-  bazel-bin/tests/bench/serving_bench --ps="$fits" --label="fits hot tier" --dim=$dim \
+  start_ps 1024 "fits$dim"
+  bazel-bin/tests/bench/serving_bench --ps="$address" --label="fits hot tier" --dim=$dim \
     --rows="$rows" --seconds="$seconds" --redis_port="$redis_port" | tee -a "$table"
+  stop_ps
   # Raw rows are rows * dim * 4 bytes; a hot tier a quarter of that.
   small=$(( rows * dim * 4 / 4 / 1048576 ))
   [ "$small" -ge 1 ] || small=1
-  big=$(start_ps "$small" "big$dim")
-  bazel-bin/tests/bench/serving_bench --ps="$big" --label="4x --cache_mb=$small" --dim=$dim \
+  start_ps "$small" "big$dim"
+  bazel-bin/tests/bench/serving_bench --ps="$address" --label="4x --cache_mb=$small" --dim=$dim \
     --rows="$rows" --seconds="$seconds" | tee -a "$table"
+  stop_ps
 done
 python3 - "$table" "$loopback" <<'PY' | tee -a "$table"
 import re, sys
