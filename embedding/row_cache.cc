@@ -1,5 +1,6 @@
 #include "embedding/row_cache.h"
 
+#include <iterator>
 #include <utility>
 
 namespace ps::embedding {
@@ -15,13 +16,13 @@ size_t RowCache::RowBytes(size_t floats) {
 CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
   auto it = index_.find(TableKey{table_id, key});
   if (it == index_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
+  it->second->referenced = true;
   return &*it->second;
 }
 
 CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
                             absl::Span<const float> values, bool dirty) {
-  lru_.push_front(CachedRow{table_id, key, dirty,
+  lru_.push_front(CachedRow{table_id, key, dirty, /*referenced=*/false,
                             std::vector<float>(values.begin(), values.end())});
   index_[TableKey{table_id, key}] = lru_.begin();
   bytes_ += RowBytes(values.size());
@@ -31,6 +32,12 @@ CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
 void RowCache::EvictToBudget(std::vector<CachedRow>* dirty_evicted) {
   while (bytes_ > budget_bytes_ && !lru_.empty()) {
     CachedRow& victim = lru_.back();
+    if (victim.referenced) {
+      // Second chance: back to the front, unmarked.
+      victim.referenced = false;
+      lru_.splice(lru_.begin(), lru_, std::prev(lru_.end()));
+      continue;
+    }
     bytes_ -= RowBytes(victim.values.size());
     index_.erase(TableKey{victim.table_id, victim.key});
     if (victim.dirty) dirty_evicted->push_back(std::move(victim));

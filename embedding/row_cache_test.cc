@@ -21,7 +21,7 @@ TEST(RowCacheTest, FindsWhatWasInserted) {
   EXPECT_EQ(cache.bytes(), RowCache::RowBytes(kRow.size()));
 }
 
-TEST(RowCacheTest, EvictsLeastRecentlyUsedFirst) {
+TEST(RowCacheTest, EvictsRowsNotHitSinceTheyWereLastExamined) {
   RowCache cache(3 * RowCache::RowBytes(kRow.size()));
   for (uint64_t key = 1; key <= 3; ++key) cache.Insert(0, key, kRow, false);
   ASSERT_NE(cache.Find(0, 1), nullptr);  // 1 is now the most recent
