@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/ctr_model.h"
+#include "kernels/random_step.h"
 
 namespace ps::kernels {
 namespace {
@@ -227,28 +228,8 @@ ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
   config.kind = kind;
   config.embedding_dim = 13;
   config.hidden = {67, 31};
-  const int unique = std::max(1, batch * config.fields / 4);
-  std::uniform_int_distribution<int32_t> key(0, unique - 1);
-  std::vector<int32_t> index(static_cast<size_t>(batch) * config.fields);
-  for (int32_t& i : index) i = key(*rng);
-  std::vector<float> dense = RandomFloats(static_cast<size_t>(batch) * 13, rng);
-  std::vector<float> labels(batch);
-  for (int b = 0; b < batch; ++b) labels[b] = b % 4 == 0 ? 1.0f : 0.0f;
-  std::vector<float> embeddings = RandomFloats(static_cast<size_t>(unique) * 13, rng, 0.1f);
-  std::vector<float> wide = RandomFloats(unique, rng, 0.1f);
-  std::vector<std::vector<float>> params;
-  for (const DenseTensorSpec& tensor : DenseTensors(config)) {
-    params.push_back(RandomFloats(tensor.size(), rng, 0.1f));
-  }
-  StepInputs in;
-  in.batch = batch;
-  in.num_unique = unique;
-  in.index = index.data();
-  in.dense = dense.data();
-  in.labels = labels.data();
-  in.embedding_rows = embeddings.data();
-  in.wide_rows = wide.data();
-  for (const auto& p : params) in.dense_params.push_back(p.data());
+  const RandomStep step(config, batch, std::max(1, batch * config.fields / 4), (*rng)());
+  const StepInputs in = step.Inputs();
 
   const char* names[] = {"lr", "wide_deep", "deepfm"};
   ParityResult result{std::string("train_step_") + names[static_cast<int>(kind)] + "_b" +

@@ -10,12 +10,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
+#include "kernels/random_step.h"
 #include "kernels/cuda_backend.h"
 
 int main(int argc, char** argv) {
@@ -53,33 +53,8 @@ int main(int argc, char** argv) {
   }
   // A batch's unique keys: about a third of its (example, field) slots, as
   // on long-tailed click logs.
-  const int unique = batch * config.fields / 3;
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> key(0, unique - 1);
-  std::uniform_real_distribution<float> uniform(-0.05f, 0.05f);
-  std::vector<int32_t> index(static_cast<size_t>(batch) * config.fields);
-  for (int32_t& i : index) i = key(rng);
-  std::vector<float> dense(static_cast<size_t>(batch) * config.dense_features);
-  for (float& v : dense) v = uniform(rng) * 40;
-  std::vector<float> labels(batch);
-  for (int b = 0; b < batch; ++b) labels[b] = b % 4 == 0;
-  std::vector<float> embeddings(static_cast<size_t>(unique) * config.embedding_dim);
-  for (float& v : embeddings) v = uniform(rng);
-  std::vector<float> wide(unique, 0.0f);
-  std::vector<std::vector<float>> params;
-  for (const DenseTensorSpec& tensor : DenseTensors(config)) {
-    params.emplace_back(tensor.size());
-    for (float& v : params.back()) v = uniform(rng);
-  }
-  StepInputs in;
-  in.batch = batch;
-  in.num_unique = unique;
-  in.index = index.data();
-  in.dense = dense.data();
-  in.labels = labels.data();
-  in.embedding_rows = embeddings.data();
-  in.wide_rows = wide.data();
-  for (const auto& p : params) in.dense_params.push_back(p.data());
+  const RandomStep random(config, batch, batch * config.fields / 3, 7);
+  const StepInputs in = random.Inputs();
 
   CtrModel step(config, backend.get());
   StepOutputs out;
