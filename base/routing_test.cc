@@ -20,7 +20,8 @@ TEST(RoutingTest, SlotsAreInRangeAndStable) {
 TEST(RoutingTest, SmallKeysSpreadEvenlyOverShards) {
   constexpr uint32_t kShards = 4;
   std::vector<int> counts(kShards, 0);
-  for (uint64_t key = 0; key < 40000; ++key) counts[ShardForKey(key, kShards)]++;
+  for (uint64_t key = 0; key < 40000; ++key)
+    counts[ShardForKey(key, kShards)]++;
   for (int count : counts) {
     EXPECT_GT(count, 9000);
     EXPECT_LT(count, 11000);

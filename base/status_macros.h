@@ -17,18 +17,19 @@
 #define PS_STATUS_CONCAT_(a, b) PS_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it if it is not OK.
-#define RETURN_IF_ERROR(expr)                             \
-  do {                                                    \
-    ::absl::Status ps_status_return_if_error_ = (expr);   \
-    if (!ps_status_return_if_error_.ok()) {               \
-      return ps_status_return_if_error_;                  \
-    }                                                     \
+#define RETURN_IF_ERROR(expr)                           \
+  do {                                                  \
+    ::absl::Status ps_status_return_if_error_ = (expr); \
+    if (!ps_status_return_if_error_.ok()) {             \
+      return ps_status_return_if_error_;                \
+    }                                                   \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); returns its status if not OK,
 // otherwise moves its value into `lhs`, which may be a declaration.
-#define ASSIGN_OR_RETURN(lhs, rexpr) \
-  PS_ASSIGN_OR_RETURN_IMPL_(PS_STATUS_CONCAT_(ps_statusor_, __LINE__), lhs, rexpr)
+#define ASSIGN_OR_RETURN(lhs, rexpr)                                        \
+  PS_ASSIGN_OR_RETURN_IMPL_(PS_STATUS_CONCAT_(ps_statusor_, __LINE__), lhs, \
+                            rexpr)
 
 #define PS_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                              \

@@ -3,7 +3,8 @@
 // GoogleTest matchers for absl::Status and absl::StatusOr<T> (Debian's Abseil
 // 20220623 ships none). Match the exact code, never just "not OK":
 //
-//   EXPECT_THAT(table.Push(keys, grads), StatusIs(absl::StatusCode::kInvalidArgument));
+//   EXPECT_THAT(table.Push(keys, grads),
+//   StatusIs(absl::StatusCode::kInvalidArgument));
 //   EXPECT_THAT(store.Open(path), IsOk());
 
 #ifndef PS_BASE_STATUS_MATCHERS_H_
@@ -35,8 +36,7 @@ MATCHER(IsOk, "is OK") {
   return status.ok();
 }
 
-MATCHER_P(StatusIs, code,
-          "has status code " + absl::StatusCodeToString(code)) {
+MATCHER_P(StatusIs, code, "has status code " + absl::StatusCodeToString(code)) {
   const absl::Status& status = internal::GetStatus(arg);
   *result_listener << "status is " << status;
   return status.code() == code;

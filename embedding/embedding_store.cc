@@ -23,8 +23,9 @@ absl::Status ValidateTableName(absl::string_view name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table name \"", name, "\" may use only letters, digits, '_', '-' and '.'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table name \"", name,
+                       "\" may use only letters, digits, '_', '-' and '.'"));
     }
   }
   return absl::OkStatus();
@@ -46,9 +47,11 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   rocks_options.write_buffer_bytes = options.rocksdb_write_buffer_bytes;
   rocks_options.sync_wal = options.sync_wal;
   rocks_options.max_tables = options.max_tables;
-  ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks, RocksStore::Open(rocks_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks,
+                   RocksStore::Open(rocks_options));
 
-  std::unique_ptr<EmbeddingStore> store(new EmbeddingStore(options, std::move(rocks)));
+  std::unique_ptr<EmbeddingStore> store(
+      new EmbeddingStore(options, std::move(rocks)));
   {
     absl::MutexLock lock(&store->tables_mu_);
     const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
@@ -57,7 +60,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
     }
   }
   if (options.durability == Durability::kPeriodic) {
-    store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
+    store->flusher_ =
+        std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
   }
   return store;
 }
@@ -84,9 +88,9 @@ absl::Status EmbeddingStore::AddTable(TableId id, const TableSpec& spec) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    Optimizer::Create(spec.optimizer()));
   const int dim = static_cast<int>(spec.dim());
-  auto table = std::unique_ptr<Table>(new Table{
-      id, spec, dim, dim + optimizer->StateFloats(dim), std::move(optimizer),
-      Initializer(spec.initializer())});
+  auto table = std::unique_ptr<Table>(
+      new Table{id, spec, dim, dim + optimizer->StateFloats(dim),
+                std::move(optimizer), Initializer(spec.initializer())});
   tables_by_name_[spec.name()] = table.get();
   tables_.push_back(std::move(table));
   return absl::OkStatus();
@@ -99,13 +103,14 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
         absl::StrCat("table ", raw_spec.name(), " needs a dim of at least 1"));
   }
   if (raw_spec.dim() > options_.max_dim) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "table ", raw_spec.name(), " has dim ", raw_spec.dim(),
-        ", more than the server's max_dim ", options_.max_dim));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("table ", raw_spec.name(), " has dim ", raw_spec.dim(),
+                     ", more than the server's max_dim ", options_.max_dim));
   }
   const float scale = raw_spec.initializer().scale();
   if (!std::isfinite(scale) || scale < 0.0f) {
-    return absl::InvalidArgumentError("initializer scale must be finite and >= 0");
+    return absl::InvalidArgumentError(
+        "initializer scale must be finite and >= 0");
   }
   // Validates the hyper-parameters.
   RETURN_IF_ERROR(Optimizer::Create(raw_spec.optimizer()).status());
@@ -115,8 +120,8 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   absl::MutexLock lock(&tables_mu_);
   auto existing = tables_by_name_.find(spec.name());
   if (existing != tables_by_name_.end()) {
-    if (google::protobuf::util::MessageDifferencer::Equals(existing->second->spec,
-                                                           spec)) {
+    if (google::protobuf::util::MessageDifferencer::Equals(
+            existing->second->spec, spec)) {
       return false;
     }
     return absl::AlreadyExistsError(absl::StrCat(
@@ -139,7 +144,8 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
   return it->second;
 }
 
-absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(absl::string_view name) const {
+absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(
+    absl::string_view name) const {
   ASSIGN_OR_RETURN(const Table* table, FindTable(name));
   return table->spec;
 }
@@ -184,9 +190,10 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   for (size_t i = 0; i < missing.size(); ++i) {
     if (found[i]) {
       if (values[i].size() != row_bytes) {
-        return absl::DataLossError(absl::StrCat(
-            "table ", table.spec.name(), " key ", missing[i], " is stored with ",
-            values[i].size(), " bytes, expected ", row_bytes));
+        return absl::DataLossError(
+            absl::StrCat("table ", table.spec.name(), " key ", missing[i],
+                         " is stored with ", values[i].size(),
+                         " bytes, expected ", row_bytes));
       }
       std::memcpy(row.data(), values[i].data(), row_bytes);
       stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
@@ -199,10 +206,12 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch) {
+absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
+                                           RocksStore::Batch* batch) {
   std::vector<CachedRow> evicted;
   stripe.cache.EvictToBudget(&evicted);
-  for (const CachedRow& row : evicted) batch->Put(row.table_id, row.key, row.values);
+  for (const CachedRow& row : evicted)
+    batch->Put(row.table_id, row.key, row.values);
   absl::Status written = rocks_->Write(batch);
   if (!written.ok()) {
     // Keep the evicted updates in memory rather than lose them.
@@ -219,9 +228,9 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   const size_t dim = table->dim;
   if (out.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pull of ", keys.size(), " keys of dim ", dim, " needs ", keys.size() * dim,
-        " floats of output, got ", out.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of ", keys.size(), " keys of dim ", dim, " needs ",
+                     keys.size() * dim, " floats of output, got ", out.size()));
   }
   std::vector<uint32_t> order, starts;
   GroupByStripe(keys, &order, &starts);
@@ -237,7 +246,8 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
       const uint32_t position = order[i];
       const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
       if (row != nullptr) {
-        std::memcpy(&out[position * dim], row->values.data(), dim * sizeof(float));
+        std::memcpy(&out[position * dim], row->values.data(),
+                    dim * sizeof(float));
         ++hits;
       } else {
         misses.push_back(position);
@@ -256,7 +266,8 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
       if (row != nullptr) {
         std::memcpy(destination, row->values.data(), dim * sizeof(float));
       } else {
-        table->initializer.Fill(keys[position], absl::MakeSpan(destination, dim));
+        table->initializer.Fill(keys[position],
+                                absl::MakeSpan(destination, dim));
       }
     }
     RocksStore::Batch batch = rocks_->NewBatch();
@@ -274,9 +285,10 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   const size_t dim = table->dim;
   if (gradients.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push of ", keys.size(), " keys to table ", table_name, " (dim ", dim,
-        ") needs ", keys.size() * dim, " gradient floats, got ", gradients.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of ", keys.size(), " keys to table ", table_name,
+                     " (dim ", dim, ") needs ", keys.size() * dim,
+                     " gradient floats, got ", gradients.size()));
   }
   for (size_t i = 0; i < gradients.size(); ++i) {
     if (!std::isfinite(gradients[i])) {
@@ -337,7 +349,8 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       // The rows still cached hold updates RocksDB lacks: keep them dirty so
       // a later write-back retries.
       for (uint64_t key : stripe_keys) {
-        if (CachedRow* row = stripe.cache.Find(table->id, key)) row->dirty = true;
+        if (CachedRow* row = stripe.cache.Find(table->id, key))
+          row->dirty = true;
       }
       return written;
     }
@@ -385,10 +398,12 @@ absl::Status EmbeddingStore::Flush() {
 }
 
 void EmbeddingStore::PeriodicFlushLoop() {
-  while (!stop_flushing_.WaitForNotificationWithTimeout(options_.flush_interval)) {
+  while (
+      !stop_flushing_.WaitForNotificationWithTimeout(options_.flush_interval)) {
     for (auto& stripe : stripes_) {
       absl::Status flushed = FlushStripe(*stripe);
-      if (!flushed.ok()) LOG(WARNING) << "periodic write-back failed: " << flushed;
+      if (!flushed.ok())
+        LOG(WARNING) << "periodic write-back failed: " << flushed;
     }
   }
 }
@@ -397,7 +412,8 @@ std::vector<TableStats> EmbeddingStore::ListTables() {
   std::vector<std::pair<TableId, TableSpec>> tables;
   {
     absl::ReaderMutexLock lock(&tables_mu_);
-    for (const auto& table : tables_) tables.emplace_back(table->id, table->spec);
+    for (const auto& table : tables_)
+      tables.emplace_back(table->id, table->spec);
   }
   std::vector<TableStats> stats;
   for (auto& [id, spec] : tables) {

@@ -152,7 +152,8 @@ class EmbeddingStore {
     RowCache cache ABSL_GUARDED_BY(mu);
   };
 
-  EmbeddingStore(const StoreOptions& options, std::unique_ptr<RocksStore> rocks);
+  EmbeddingStore(const StoreOptions& options,
+                 std::unique_ptr<RocksStore> rocks);
 
   absl::Status AddTable(TableId id, const TableSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
@@ -161,7 +162,8 @@ class EmbeddingStore {
 
   // Groups positions 0..keys.size()-1 by stripe: on return, positions of
   // stripe s are (*order)[(*starts)[s] .. (*starts)[s + 1]).
-  void GroupByStripe(absl::Span<const uint64_t> keys, std::vector<uint32_t>* order,
+  void GroupByStripe(absl::Span<const uint64_t> keys,
+                     std::vector<uint32_t>* order,
                      std::vector<uint32_t>* starts) const;
 
   // Makes sure every key in `keys` (distinct) is cached in `stripe`, loading

@@ -23,7 +23,8 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
-TableSpec SgdTable(const std::string& name, uint32_t dim, float learning_rate = 1.0f) {
+TableSpec SgdTable(const std::string& name, uint32_t dim,
+                   float learning_rate = 1.0f) {
   TableSpec spec;
   spec.set_name(name);
   spec.set_dim(dim);
@@ -88,7 +89,8 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
 TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
   options_.max_dim = 64;
   auto store = OpenStore(options_);
-  EXPECT_THAT(store->DeclareTable(SgdTable("", 8)), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->DeclareTable(SgdTable("", 8)),
+              StatusIs(StatusCode::kInvalidArgument));
   EXPECT_THAT(store->DeclareTable(SgdTable("a/b", 8)),
               StatusIs(StatusCode::kInvalidArgument));
   EXPECT_THAT(store->DeclareTable(SgdTable("zero", 0)),
@@ -116,8 +118,9 @@ TEST_F(EmbeddingStoreTest, NeverPushedKeysReturnInitialValuesAndAreNotStored) {
   const std::vector<uint64_t> keys = {5, 1, 5, 99};
   std::vector<float> rows = PullRows(*store, "emb", keys, 4);
   for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ(std::vector<float>(rows.begin() + 4 * i, rows.begin() + 4 * (i + 1)),
-              InitialRow(spec, keys[i]));
+    EXPECT_EQ(
+        std::vector<float>(rows.begin() + 4 * i, rows.begin() + 4 * (i + 1)),
+        InitialRow(spec, keys[i]));
   }
   std::vector<float> row;
   bool stored = true;
@@ -174,8 +177,10 @@ TEST_F(EmbeddingStoreTest, BadPushChangesNothing) {
               StatusIs(StatusCode::kInvalidArgument));
   EXPECT_THAT(store->Push("emb", keys, {1, INFINITY, 1, 1}),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->Push("emb", keys, {1, 1, 1}), StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->Push("other", keys, {1, 1, 1, 1}), StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(store->Push("emb", keys, {1, 1, 1}),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->Push("other", keys, {1, 1, 1, 1}),
+              StatusIs(StatusCode::kNotFound));
   EXPECT_EQ(PullRows(*store, "emb", keys, 2), before);
 }
 
@@ -189,11 +194,13 @@ TEST_F(EmbeddingStoreTest, EvictedDirtyRowsAreWrittenBack) {
   ASSERT_OK(store->DeclareTable(spec));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 2000; ++key) keys.push_back(key);
-  ASSERT_OK(store->Push("emb", keys, std::vector<float>(keys.size() * 4, -1.0f)));
+  ASSERT_OK(
+      store->Push("emb", keys, std::vector<float>(keys.size() * 4, -1.0f)));
   EXPECT_LE(store->Stats().hot_tier_bytes, options_.cache_bytes);
   std::vector<float> rows = PullRows(*store, "emb", keys, 4);
   for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_FLOAT_EQ(rows[4 * i], InitialRow(spec, keys[i])[0] + 1.0f) << "key " << i;
+    ASSERT_FLOAT_EQ(rows[4 * i], InitialRow(spec, keys[i])[0] + 1.0f)
+        << "key " << i;
   }
   StoreStats stats = store->Stats();
   EXPECT_GT(stats.hot_tier_misses, 0u);
@@ -217,7 +224,8 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
   for (int pass = 0; pass < 2; ++pass) {
     for (uint64_t start = 0; start < kRows; start += kBatch) {
       std::vector<uint64_t> keys;
-      for (uint64_t key = start; key < start + kBatch; ++key) keys.push_back(key * 7919);
+      for (uint64_t key = start; key < start + kBatch; ++key)
+        keys.push_back(key * 7919);
       ASSERT_OK(store->Push("big", keys, gradients));
     }
   }
@@ -237,7 +245,8 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
   // allocator slack, but not by the table's size. (Not under AddressSanitizer,
   // whose quarantine keeps freed memory resident on purpose.)
 #ifndef __SANITIZE_ADDRESS__
-  const size_t rss_growth = ResidentBytes() - std::min(rss_before, ResidentBytes());
+  const size_t rss_growth =
+      ResidentBytes() - std::min(rss_before, ResidentBytes());
   EXPECT_LT(rss_growth, options_.cache_bytes + (24u << 20)) << rss_growth;
 #else
   (void)rss_before;

@@ -29,7 +29,8 @@ void Initializer::Fill(uint64_t key, absl::Span<float> row) const {
   uint64_t state = XXH3_64bits_withSeed(&key, sizeof(key), spec_.seed());
   switch (spec_.kind()) {
     case InitializerSpec::UNIFORM:
-      for (float& value : row) value = scale * (2.0f * NextUniform(&state) - 1.0f);
+      for (float& value : row)
+        value = scale * (2.0f * NextUniform(&state) - 1.0f);
       return;
     case InitializerSpec::NORMAL:
       for (size_t i = 0; i < row.size(); i += 2) {

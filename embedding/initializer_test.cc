@@ -18,8 +18,10 @@ InitializerSpec Spec(InitializerSpec::Kind kind, float scale, uint64_t seed) {
 
 TEST(InitializerTest, SameKeyAndSeedGiveSameRowAcrossInstances) {
   std::vector<float> a(16), b(16);
-  Initializer(Spec(InitializerSpec::NORMAL, 0.1f, 7)).Fill(42, absl::MakeSpan(a));
-  Initializer(Spec(InitializerSpec::NORMAL, 0.1f, 7)).Fill(42, absl::MakeSpan(b));
+  Initializer(Spec(InitializerSpec::NORMAL, 0.1f, 7))
+      .Fill(42, absl::MakeSpan(a));
+  Initializer(Spec(InitializerSpec::NORMAL, 0.1f, 7))
+      .Fill(42, absl::MakeSpan(b));
   EXPECT_EQ(a, b);
 }
 
@@ -28,7 +30,8 @@ TEST(InitializerTest, ValuesArePinnedAcrossBuilds) {
   // change of hash or generator (which would change every untouched row of a
   // live table) fails loudly.
   std::vector<float> row(2);
-  Initializer(Spec(InitializerSpec::UNIFORM, 1.0f, 1)).Fill(1, absl::MakeSpan(row));
+  Initializer(Spec(InitializerSpec::UNIFORM, 1.0f, 1))
+      .Fill(1, absl::MakeSpan(row));
   EXPECT_FLOAT_EQ(row[0], 0.41512465f);
   EXPECT_FLOAT_EQ(row[1], -0.10025758f);
 }
@@ -38,7 +41,8 @@ TEST(InitializerTest, DifferentKeysOrSeedsDiffer) {
   Initializer init(Spec(InitializerSpec::UNIFORM, 1.0f, 3));
   init.Fill(1, absl::MakeSpan(a));
   init.Fill(2, absl::MakeSpan(b));
-  Initializer(Spec(InitializerSpec::UNIFORM, 1.0f, 4)).Fill(1, absl::MakeSpan(c));
+  Initializer(Spec(InitializerSpec::UNIFORM, 1.0f, 4))
+      .Fill(1, absl::MakeSpan(c));
   EXPECT_NE(a, b);
   EXPECT_NE(a, c);
 }
@@ -81,9 +85,11 @@ TEST(InitializerTest, NormalHasRequestedStandardDeviation) {
 
 TEST(InitializerTest, ZerosAndConstant) {
   std::vector<float> row(4, 9.0f);
-  Initializer(Spec(InitializerSpec::ZEROS, 3.0f, 0)).Fill(5, absl::MakeSpan(row));
+  Initializer(Spec(InitializerSpec::ZEROS, 3.0f, 0))
+      .Fill(5, absl::MakeSpan(row));
   EXPECT_EQ(row, std::vector<float>(4, 0.0f));
-  Initializer(Spec(InitializerSpec::CONSTANT, 3.0f, 0)).Fill(5, absl::MakeSpan(row));
+  Initializer(Spec(InitializerSpec::CONSTANT, 3.0f, 0))
+      .Fill(5, absl::MakeSpan(row));
   EXPECT_EQ(row, std::vector<float>(4, 3.0f));
 }
 

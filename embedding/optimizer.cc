@@ -9,7 +9,8 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  explicit Sgd(const OptimizerSpec& spec) : learning_rate_(spec.learning_rate()) {}
+  explicit Sgd(const OptimizerSpec& spec)
+      : learning_rate_(spec.learning_rate()) {}
   int StateFloats(int) const override { return 0; }
   void InitState(int, float*) const override {}
   void Apply(const float* gradient, int dim, float* weights,
@@ -75,10 +76,12 @@ class Adam final : public Optimizer {
     const float second_correction = 1.0f - beta2_power;
     for (int i = 0; i < dim; ++i) {
       first[i] = beta1_ * first[i] + (1.0f - beta1_) * gradient[i];
-      second[i] = beta2_ * second[i] + (1.0f - beta2_) * gradient[i] * gradient[i];
+      second[i] =
+          beta2_ * second[i] + (1.0f - beta2_) * gradient[i] * gradient[i];
       const float first_hat = first[i] / first_correction;
       const float second_hat = second[i] / second_correction;
-      weights[i] -= learning_rate_ * first_hat / (std::sqrt(second_hat) + epsilon_);
+      weights[i] -=
+          learning_rate_ * first_hat / (std::sqrt(second_hat) + epsilon_);
     }
   }
 
@@ -116,7 +119,8 @@ class Ftrl final : public Optimizer {
         weights[i] = 0.0f;
       } else {
         const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
-        weights[i] = -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+        weights[i] =
+            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
       }
     }
   }
@@ -172,8 +176,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
   };
   for (const auto& [name, value] : non_negative) {
     if (!std::isfinite(value) || value < 0.0f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer ", name, " must be finite and >= 0, got ", value));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer ", name, " must be finite and >= 0, got ", value));
     }
   }
   if (spec.kind() == OptimizerSpec::ADAM) {

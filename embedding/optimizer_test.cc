@@ -144,10 +144,12 @@ TEST(OptimizerTest, RejectsBadHyperParameters) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   OptimizerSpec adam = Spec(OptimizerSpec::ADAM, 0.1f);
   adam.set_beta1(1.0f);
-  EXPECT_THAT(Optimizer::Create(adam), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Optimizer::Create(adam),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   OptimizerSpec unknown;
   unknown.set_kind(static_cast<OptimizerSpec::Kind>(42));
-  EXPECT_THAT(Optimizer::Create(unknown), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Optimizer::Create(unknown),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -60,15 +60,16 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
-  db_options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
-      options.write_buffer_bytes);
+  db_options.write_buffer_manager =
+      std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes);
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
   // Required by in-place memtable updates (below).
   db_options.allow_concurrent_memtable_write = false;
 
   rocksdb::ColumnFamilyOptions family;
-  family.write_buffer_size = std::max<size_t>(options.write_buffer_bytes / 4, 1 << 20);
+  family.write_buffer_size =
+      std::max<size_t>(options.write_buffer_bytes / 4, 1 << 20);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
@@ -85,7 +86,8 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   // Keys are 8 random bytes looked up one at a time (never scanned): a hash
   // memtable keyed by the whole key avoids the skiplist's ~17 comparisons
   // per insert, which dominated write-through pushes.
-  family.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
+  family.prefix_extractor.reset(
+      rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
   family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
 
   std::vector<std::string> family_names;
@@ -105,8 +107,8 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw_db = nullptr;
-  rocksdb::Status opened =
-      rocksdb::DB::Open(db_options, options.path, descriptors, &handles, &raw_db);
+  rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path,
+                                             descriptors, &handles, &raw_db);
   if (!opened.ok()) {
     return FromRocks(opened, absl::StrCat("opening RocksDB at ", options.path));
   }
@@ -120,19 +122,19 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     TableSpec spec;
     if (!got.ok() || !spec.ParseFromString(bytes)) {
       for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-      return absl::DataLossError(
-          absl::StrCat("table ", name, " has no readable spec in ", options.path));
+      return absl::DataLossError(absl::StrCat(
+          "table ", name, " has no readable spec in ", options.path));
     }
     specs.push_back(std::move(spec));
   }
   if (specs.size() > options.max_tables) {
     for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        options.path, " holds ", specs.size(), " tables, more than max_tables ",
-        options.max_tables));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(options.path, " holds ", specs.size(),
+                     " tables, more than max_tables ", options.max_tables));
   }
-  auto store = std::unique_ptr<RocksStore>(
-      new RocksStore(options, db.release(), std::move(handles), std::move(specs)));
+  auto store = std::unique_ptr<RocksStore>(new RocksStore(
+      options, db.release(), std::move(handles), std::move(specs)));
   store->table_options_ = family;
   return store;
 }
@@ -143,7 +145,8 @@ RocksStore::RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
     : options_(options),
       db_(db),
       specs_handle_(handles[0]),
-      table_handles_(new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
+      table_handles_(
+          new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
       num_tables_(static_cast<uint32_t>(handles.size() - 1)),
       opened_tables_(std::move(opened_tables)) {
   write_options_.sync = options.sync_wal;
@@ -154,7 +157,8 @@ RocksStore::RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
 
 RocksStore::~RocksStore() {
   for (uint32_t i = 0; i < num_tables_.load(); ++i) {
-    db_->DestroyColumnFamilyHandle(table_handles_[i].load()).PermitUncheckedError();
+    db_->DestroyColumnFamilyHandle(table_handles_[i].load())
+        .PermitUncheckedError();
   }
   db_->DestroyColumnFamilyHandle(specs_handle_).PermitUncheckedError();
   db_->Close().PermitUncheckedError();
@@ -196,13 +200,15 @@ absl::Status RocksStore::Write(Batch* batch) {
   return FromRocks(db_->Write(write_options_, &batch->batch_), "writing rows");
 }
 
-absl::Status RocksStore::MultiGet(TableId table, absl::Span<const uint64_t> keys,
+absl::Status RocksStore::MultiGet(TableId table,
+                                  absl::Span<const uint64_t> keys,
                                   std::vector<std::string>* values,
                                   std::vector<bool>* found) {
   std::vector<rocksdb::Slice> key_slices;
   key_slices.reserve(keys.size());
   for (const uint64_t& key : keys) key_slices.push_back(KeySlice(key));
-  std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(), Handle(table));
+  std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(),
+                                                     Handle(table));
   std::vector<rocksdb::Status> statuses =
       db_->MultiGet(rocksdb::ReadOptions(), families, key_slices, values);
   found->assign(keys.size(), false);

@@ -111,7 +111,8 @@ class RocksStore {
   absl::Mutex create_mu_;
   // Table i's family is table_handles_[i]: a fixed array so that readers need
   // no lock; slots past num_tables_ are null.
-  const std::unique_ptr<std::atomic<rocksdb::ColumnFamilyHandle*>[]> table_handles_;
+  const std::unique_ptr<std::atomic<rocksdb::ColumnFamilyHandle*>[]>
+      table_handles_;
   std::atomic<uint32_t> num_tables_{0};
   const std::vector<TableSpec> opened_tables_;
 };

@@ -4,9 +4,9 @@
 // bounded by a byte budget, evicting with second chance (CLOCK), an
 // approximation of LRU: a hit only sets a bit, instead of relinking a list
 // node (which cost a third of the server's CPU on pulls), and eviction gives
-// rows hit since they were last examined another round. A row is dirty when it holds an update that
-// RocksDB does not have yet; evicting a dirty row hands it back to the caller
-// for write-back, so nothing is dropped.
+// rows hit since they were last examined another round. A row is dirty when it
+// holds an update that RocksDB does not have yet; evicting a dirty row hands it
+// back to the caller for write-back, so nothing is dropped.
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
 // Pointers returned by Find()/Insert() stay valid until the next Evict*()

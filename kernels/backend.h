@@ -51,26 +51,28 @@ class Backend {
   virtual Status ReluBackward(const float* y, float* dy, size_t count) = 0;
 
   // sums[c] = sum over rows of x[r, c].
-  virtual Status ColumnSums(const float* x, int rows, int cols, float* sums) = 0;
+  virtual Status ColumnSums(const float* x, int rows, int cols,
+                            float* sums) = 0;
 
   // dst[r, dst_offset + c] = src[r, c] for c < src_cols.
-  virtual Status CopyColumns(const float* src, int rows, int src_cols, float* dst,
-                             int dst_cols, int dst_offset) = 0;
+  virtual Status CopyColumns(const float* src, int rows, int src_cols,
+                             float* dst, int dst_cols, int dst_offset) = 0;
 
   // --- embeddings -----------------------------------------------------------
   // Gather and concat: out[b, f * dim + d] = rows[index[b * fields + f], d]
   // for each example b and field f; `out` has out_cols columns.
-  virtual Status GatherConcat(const float* rows, const int32_t* index, int batch,
-                              int fields, int dim, float* out, int out_cols) = 0;
+  virtual Status GatherConcat(const float* rows, const int32_t* index,
+                              int batch, int fields, int dim, float* out,
+                              int out_cols) = 0;
 
   // out[b] += sum over f of rows[index[b * fields + f]] (rows of dim 1).
   virtual Status GatherSum(const float* rows, const int32_t* index, int batch,
                            int fields, float* out) = 0;
 
   // Scatter-reduce by unique key: row_grads (num_rows x dim) is zeroed, then
-  // row_grads[index[b * fields + f], d] += in[b * in_cols + f * field_stride + d].
-  // field_stride is dim for concatenated input, 0 to broadcast one value per
-  // example (dim 1) to every field.
+  // row_grads[index[b * fields + f], d] += in[b * in_cols + f * field_stride +
+  // d]. field_stride is dim for concatenated input, 0 to broadcast one value
+  // per example (dim 1) to every field.
   virtual Status ScatterReduce(const float* in, int in_cols, int field_stride,
                                const int32_t* index, int batch, int fields,
                                int dim, int num_rows, float* row_grads) = 0;

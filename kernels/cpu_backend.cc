@@ -45,32 +45,35 @@ class CpuBackend final : public Backend {
   }
   Status Synchronize() override { return Status::Ok(); }
 
-  Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-              const float* a, int lda, const float* b, int ldb, float beta, float* c,
-              int ldc) override {
+  Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+              float alpha, const float* a, int lda, const float* b, int ldb,
+              float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return Status::Ok();
     if (k == 0) {
       // An empty product: C = beta * C, with beta = 0 meaning "overwrite"
       // as in BLAS (so uninitialised C never leaks NaN).
       for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        for (int j = 0; j < n; ++j)
+          c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
       }
       return Status::Ok();
     }
 #ifndef PS_KERNELS_NO_BLAS
     cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-                ldb, beta, c, ldc);
+                transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
 #else
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         double sum = 0.0;
         for (int p = 0; p < k; ++p) {
-          sum += static_cast<double>(transpose_a ? a[p * lda + i] : a[i * lda + p]) *
+          sum += static_cast<double>(transpose_a ? a[p * lda + i]
+                                                 : a[i * lda + p]) *
                  (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
         }
         float& out = c[i * ldc + j];
-        out = static_cast<float>(alpha * sum + (beta == 0.0f ? 0.0f : beta * out));
+        out = static_cast<float>(alpha * sum +
+                                 (beta == 0.0f ? 0.0f : beta * out));
       }
     }
 #endif
@@ -109,25 +112,27 @@ class CpuBackend final : public Backend {
                      int dst_cols, int dst_offset) override {
     for (int r = 0; r < rows; ++r) {
       std::memcpy(dst + static_cast<size_t>(r) * dst_cols + dst_offset,
-                  src + static_cast<size_t>(r) * src_cols, src_cols * sizeof(float));
+                  src + static_cast<size_t>(r) * src_cols,
+                  src_cols * sizeof(float));
     }
     return Status::Ok();
   }
 
-  Status GatherConcat(const float* rows, const int32_t* index, int batch, int fields,
-                      int dim, float* out, int out_cols) override {
+  Status GatherConcat(const float* rows, const int32_t* index, int batch,
+                      int fields, int dim, float* out, int out_cols) override {
     for (int b = 0; b < batch; ++b) {
       float* out_row = out + static_cast<size_t>(b) * out_cols;
       for (int f = 0; f < fields; ++f) {
-        const float* row = rows + static_cast<size_t>(index[b * fields + f]) * dim;
+        const float* row =
+            rows + static_cast<size_t>(index[b * fields + f]) * dim;
         std::memcpy(out_row + f * dim, row, dim * sizeof(float));
       }
     }
     return Status::Ok();
   }
 
-  Status GatherSum(const float* rows, const int32_t* index, int batch, int fields,
-                   float* out) override {
+  Status GatherSum(const float* rows, const int32_t* index, int batch,
+                   int fields, float* out) override {
     for (int b = 0; b < batch; ++b) {
       float sum = 0.0f;
       for (int f = 0; f < fields; ++f) sum += rows[index[b * fields + f]];
@@ -139,11 +144,13 @@ class CpuBackend final : public Backend {
   Status ScatterReduce(const float* in, int in_cols, int field_stride,
                        const int32_t* index, int batch, int fields, int dim,
                        int num_rows, float* row_grads) override {
-    std::memset(row_grads, 0, static_cast<size_t>(num_rows) * dim * sizeof(float));
+    std::memset(row_grads, 0,
+                static_cast<size_t>(num_rows) * dim * sizeof(float));
     for (int b = 0; b < batch; ++b) {
       const float* in_row = in + static_cast<size_t>(b) * in_cols;
       for (int f = 0; f < fields; ++f) {
-        float* grad = row_grads + static_cast<size_t>(index[b * fields + f]) * dim;
+        float* grad =
+            row_grads + static_cast<size_t>(index[b * fields + f]) * dim;
         const float* source = in_row + f * field_stride;
         for (int d = 0; d < dim; ++d) grad[d] += source[d];
       }
@@ -186,8 +193,8 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status SigmoidCrossEntropy(const float* logits, const float* labels, int batch,
-                             float* probabilities, float* dlogits,
+  Status SigmoidCrossEntropy(const float* logits, const float* labels,
+                             int batch, float* probabilities, float* dlogits,
                              float* loss_sum) override {
     double loss = 0.0;
     for (int b = 0; b < batch; ++b) {
@@ -196,7 +203,8 @@ class CpuBackend final : public Backend {
       probabilities[b] = p;
       dlogits[b] = (p - labels[b]) / static_cast<float>(batch);
       // BCE = max(z, 0) - z * y + log(1 + exp(-|z|)): no overflow.
-      loss += std::max(z, 0.0f) - z * labels[b] + std::log1p(std::exp(-std::fabs(z)));
+      loss += std::max(z, 0.0f) - z * labels[b] +
+              std::log1p(std::exp(-std::fabs(z)));
     }
     *loss_sum = static_cast<float>(loss);
     return Status::Ok();
@@ -205,7 +213,9 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> NewCpuBackend() {
+  return std::make_unique<CpuBackend>();
+}
 
 void SetCpuBackendThreads(int threads) {
 #ifndef PS_KERNELS_NO_BLAS
@@ -224,10 +234,12 @@ std::string BetterOpenBlasCoreType() {
   if (core == nullptr || std::string(core) != "Prescott") return "";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
     return "SkylakeX";
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return "Haswell";
   return "";
 #endif
 }

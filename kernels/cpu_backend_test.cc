@@ -42,45 +42,59 @@ TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
           expected[i * n + j] = 0.5f * sum + 2.0f * expected[i * n + j];
         }
       }
-      ASSERT_TRUE(backend_->Gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb,
-                                 2.0f, c.data(), n).ok());
-      for (int i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], expected[i], 1e-4) << ta << tb;
+      ASSERT_TRUE(backend_
+                      ->Gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(),
+                             ldb, 2.0f, c.data(), n)
+                      .ok());
+      for (int i = 0; i < m * n; ++i)
+        ASSERT_NEAR(c[i], expected[i], 1e-4) << ta << tb;
     }
   }
 }
 
 TEST_F(CpuBackendTest, GemmWithEmptyInnerDimensionScalesC) {
   std::vector<float> c = {1, 2, 3};
-  ASSERT_TRUE(backend_->Gemm(false, false, 3, 1, 0, 1.0f, nullptr, 0, nullptr, 1, 0.5f,
-                             c.data(), 1).ok());
+  ASSERT_TRUE(backend_
+                  ->Gemm(false, false, 3, 1, 0, 1.0f, nullptr, 0, nullptr, 1,
+                         0.5f, c.data(), 1)
+                  .ok());
   EXPECT_EQ(c, (std::vector<float>{0.5f, 1.0f, 1.5f}));
 }
 
 TEST_F(CpuBackendTest, GatherConcatAndScatterReduceAreAdjoint) {
-  const int batch = 5, fields = 3, dim = 3, rows = 4, out_cols = fields * dim + 2;
-  const std::vector<int32_t> index = {0, 1, 2, 3, 3, 3, 0, 0, 1, 2, 2, 2, 1, 0, 3};
+  const int batch = 5, fields = 3, dim = 3, rows = 4,
+            out_cols = fields * dim + 2;
+  const std::vector<int32_t> index = {0, 1, 2, 3, 3, 3, 0, 0,
+                                      1, 2, 2, 2, 1, 0, 3};
   std::vector<float> table = Random(rows * dim, &rng_);
   std::vector<float> out(batch * out_cols, -7.0f);
-  ASSERT_TRUE(backend_->GatherConcat(table.data(), index.data(), batch, fields, dim,
-                                     out.data(), out_cols).ok());
+  ASSERT_TRUE(backend_
+                  ->GatherConcat(table.data(), index.data(), batch, fields, dim,
+                                 out.data(), out_cols)
+                  .ok());
   for (int b = 0; b < batch; ++b) {
     for (int f = 0; f < fields; ++f) {
       for (int d = 0; d < dim; ++d) {
-        ASSERT_EQ(out[b * out_cols + f * dim + d], table[index[b * fields + f] * dim + d]);
+        ASSERT_EQ(out[b * out_cols + f * dim + d],
+                  table[index[b * fields + f] * dim + d]);
       }
     }
-    EXPECT_EQ(out[b * out_cols + fields * dim], -7.0f);  // other columns untouched
+    EXPECT_EQ(out[b * out_cols + fields * dim],
+              -7.0f);  // other columns untouched
   }
   // Duplicate keys (3 appears three times in example 1) accumulate.
   std::vector<float> upstream = Random(batch * out_cols, &rng_);
   std::vector<float> grads(rows * dim, 99.0f);
-  ASSERT_TRUE(backend_->ScatterReduce(upstream.data(), out_cols, dim, index.data(), batch,
-                                      fields, dim, rows, grads.data()).ok());
+  ASSERT_TRUE(backend_
+                  ->ScatterReduce(upstream.data(), out_cols, dim, index.data(),
+                                  batch, fields, dim, rows, grads.data())
+                  .ok());
   std::vector<float> expected(rows * dim, 0.0f);
   for (int b = 0; b < batch; ++b) {
     for (int f = 0; f < fields; ++f) {
       for (int d = 0; d < dim; ++d) {
-        expected[index[b * fields + f] * dim + d] += upstream[b * out_cols + f * dim + d];
+        expected[index[b * fields + f] * dim + d] +=
+            upstream[b * out_cols + f * dim + d];
       }
     }
   }
@@ -91,18 +105,25 @@ TEST_F(CpuBackendTest, ScatterReduceBroadcastsWithZeroStride) {
   const std::vector<int32_t> index = {0, 1, 1, 1};  // two examples, two fields
   const std::vector<float> dlogits = {0.25f, -1.0f};
   std::vector<float> grads(2);
-  ASSERT_TRUE(backend_->ScatterReduce(dlogits.data(), 1, 0, index.data(), 2, 2, 1, 2,
-                                      grads.data()).ok());
+  ASSERT_TRUE(backend_
+                  ->ScatterReduce(dlogits.data(), 1, 0, index.data(), 2, 2, 1,
+                                  2, grads.data())
+                  .ok());
   EXPECT_FLOAT_EQ(grads[0], 0.25f);
   EXPECT_FLOAT_EQ(grads[1], 0.25f - 2.0f);
 }
 
 TEST_F(CpuBackendTest, EmptyBatchIsANoOp) {
   std::vector<float> grads(6, 5.0f);
-  ASSERT_TRUE(backend_->ScatterReduce(nullptr, 3, 3, nullptr, 0, 2, 3, 2, grads.data()).ok());
+  ASSERT_TRUE(
+      backend_->ScatterReduce(nullptr, 3, 3, nullptr, 0, 2, 3, 2, grads.data())
+          .ok());
   EXPECT_EQ(grads, std::vector<float>(6, 0.0f));
   float loss = -1.0f;
-  ASSERT_TRUE(backend_->SigmoidCrossEntropy(nullptr, nullptr, 0, nullptr, nullptr, &loss).ok());
+  ASSERT_TRUE(
+      backend_
+          ->SigmoidCrossEntropy(nullptr, nullptr, 0, nullptr, nullptr, &loss)
+          .ok());
   EXPECT_EQ(loss, 0.0f);
 }
 
@@ -110,14 +131,17 @@ TEST_F(CpuBackendTest, FmForwardEqualsSumOfPairwiseDotProducts) {
   const int batch = 3, fields = 5, dim = 7;
   std::vector<float> x = Random(batch * fields * dim, &rng_);
   std::vector<float> logits = {1.0f, 2.0f, 3.0f};
-  ASSERT_TRUE(backend_->FmForward(x.data(), fields * dim, batch, fields, dim,
-                                  logits.data()).ok());
+  ASSERT_TRUE(
+      backend_
+          ->FmForward(x.data(), fields * dim, batch, fields, dim, logits.data())
+          .ok());
   for (int b = 0; b < batch; ++b) {
     double pairwise = 0;
     for (int i = 0; i < fields; ++i) {
       for (int j = i + 1; j < fields; ++j) {
         for (int d = 0; d < dim; ++d) {
-          pairwise += x[b * fields * dim + i * dim + d] * x[b * fields * dim + j * dim + d];
+          pairwise += x[b * fields * dim + i * dim + d] *
+                      x[b * fields * dim + j * dim + d];
         }
       }
     }
@@ -130,9 +154,11 @@ TEST_F(CpuBackendTest, SigmoidCrossEntropyIsStableForLargeLogits) {
   const std::vector<float> labels = {1.0f, 1.0f, 1.0f, 0.0f};
   std::vector<float> probabilities(4), dlogits(4);
   float loss = 0;
-  ASSERT_TRUE(backend_->SigmoidCrossEntropy(logits.data(), labels.data(), 4,
-                                            probabilities.data(), dlogits.data(),
-                                            &loss).ok());
+  ASSERT_TRUE(backend_
+                  ->SigmoidCrossEntropy(logits.data(), labels.data(), 4,
+                                        probabilities.data(), dlogits.data(),
+                                        &loss)
+                  .ok());
   // log 2 + ~0 + 100 + log(1 + e^2)
   EXPECT_NEAR(loss, std::log(2.0) + 100.0 + std::log1p(std::exp(2.0)), 1e-3);
   EXPECT_TRUE(std::isfinite(loss));

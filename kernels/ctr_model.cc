@@ -40,14 +40,14 @@ void CtrModel::Release(Buffer& buffer) {
 
 CtrModel::~CtrModel() {
   for (InputBuffers& set : inputs_) {
-    for (Buffer* buffer :
-         {&set.index, &set.dense, &set.labels, &set.embedding_rows, &set.wide_rows}) {
+    for (Buffer* buffer : {&set.index, &set.dense, &set.labels,
+                           &set.embedding_rows, &set.wide_rows}) {
       Release(*buffer);
     }
     for (Buffer& buffer : set.params) Release(buffer);
   }
-  for (Buffer* buffer : {&logits_, &probabilities_, &dlogits_, &loss_, &embedding_grads_,
-                         &wide_grads_}) {
+  for (Buffer* buffer : {&logits_, &probabilities_, &dlogits_, &loss_,
+                         &embedding_grads_, &wide_grads_}) {
     Release(*buffer);
   }
   for (auto* group : {&param_grads_, &activations_, &gradients_}) {
@@ -56,7 +56,8 @@ CtrModel::~CtrModel() {
 }
 
 Status CtrModel::Reserve(Buffer* buffer, size_t floats) {
-  if (buffer->capacity >= floats && buffer->data != nullptr) return Status::Ok();
+  if (buffer->capacity >= floats && buffer->data != nullptr)
+    return Status::Ok();
   if (buffer->data != nullptr) backend_->Free(buffer->data);
   buffer->data = nullptr;
   buffer->capacity = 0;
@@ -72,16 +73,20 @@ Status CtrModel::Upload(Buffer* buffer, const void* host, size_t floats) {
   return backend_->CopyToDevice(buffer->data, host, floats * sizeof(float));
 }
 
-Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels, InputBuffers* set) {
-  if (in.batch < 0 || in.num_unique < 0 || in.dense_params.size() != tensors_.size()) {
+Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
+                              InputBuffers* set) {
+  if (in.batch < 0 || in.num_unique < 0 ||
+      in.dense_params.size() != tensors_.size()) {
     return Status(StatusCode::kInvalidArgument,
                   "step inputs do not match the model (batch, unique keys or "
                   "dense tensor count)");
   }
   const size_t batch = in.batch;
   static_assert(sizeof(int32_t) == sizeof(float), "index shares float buffers");
-  KERNELS_RETURN_IF_ERROR(Upload(&set->index, in.index, batch * config_.fields));
-  KERNELS_RETURN_IF_ERROR(Upload(&set->dense, in.dense, batch * config_.dense_features));
+  KERNELS_RETURN_IF_ERROR(
+      Upload(&set->index, in.index, batch * config_.fields));
+  KERNELS_RETURN_IF_ERROR(
+      Upload(&set->dense, in.dense, batch * config_.dense_features));
   KERNELS_RETURN_IF_ERROR(Upload(&set->wide_rows, in.wide_rows, in.num_unique));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(
@@ -92,7 +97,8 @@ Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels, InputBuffe
         Upload(&set->embedding_rows, in.embedding_rows,
                static_cast<size_t>(in.num_unique) * config_.embedding_dim));
   }
-  if (with_labels) KERNELS_RETURN_IF_ERROR(Upload(&set->labels, in.labels, batch));
+  if (with_labels)
+    KERNELS_RETURN_IF_ERROR(Upload(&set->labels, in.labels, batch));
   return Status::Ok();
 }
 
@@ -106,43 +112,44 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
   // Wide part: per-key weights, dense weights, bias.
-  KERNELS_RETURN_IF_ERROR(
-      backend_->GatherSum(set.wide_rows.data, index, batch, fields, logits_.data));
-  KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, 1, config_.dense_features,
-                                         1.0f, set.dense.data, config_.dense_features,
-                                         params[0].data, 1, 1.0f, logits_.data, 1));
+  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(set.wide_rows.data, index, batch,
+                                              fields, logits_.data));
+  KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+      false, false, batch, 1, config_.dense_features, 1.0f, set.dense.data,
+      config_.dense_features, params[0].data, 1, 1.0f, logits_.data, 1));
   KERNELS_RETURN_IF_ERROR(
       backend_->BiasActivation(logits_.data, params[1].data, batch, 1, false));
   if (!deep()) return Status::Ok();
 
   // Deep part: x0 = [embeddings | dense] -> hidden layers -> one logit.
   const int width = input_width();
-  KERNELS_RETURN_IF_ERROR(Reserve(&activations_[0], static_cast<size_t>(batch) * width));
+  KERNELS_RETURN_IF_ERROR(
+      Reserve(&activations_[0], static_cast<size_t>(batch) * width));
   float* x0 = activations_[0].data;
-  KERNELS_RETURN_IF_ERROR(backend_->GatherConcat(set.embedding_rows.data, index, batch,
-                                                 fields, dim, x0, width));
-  KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(set.dense.data, batch,
-                                                config_.dense_features, x0, width,
-                                                fields * dim));
+  KERNELS_RETURN_IF_ERROR(backend_->GatherConcat(
+      set.embedding_rows.data, index, batch, fields, dim, x0, width));
+  KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(
+      set.dense.data, batch, config_.dense_features, x0, width, fields * dim));
   int in_width = width;
   for (size_t l = 0; l < config_.hidden.size(); ++l) {
     const int out_width = config_.hidden[l];
     KERNELS_RETURN_IF_ERROR(
         Reserve(&activations_[l + 1], static_cast<size_t>(batch) * out_width));
-    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-        false, false, batch, out_width, in_width, 1.0f, activations_[l].data, in_width,
-        params[2 + 2 * l].data, out_width, 0.0f, activations_[l + 1].data, out_width));
-    KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
-        activations_[l + 1].data, params[3 + 2 * l].data, batch, out_width, true));
+    KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(false, false, batch, out_width, in_width, 1.0f,
+                       activations_[l].data, in_width, params[2 + 2 * l].data,
+                       out_width, 0.0f, activations_[l + 1].data, out_width));
+    KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(activations_[l + 1].data,
+                                                     params[3 + 2 * l].data,
+                                                     batch, out_width, true));
     in_width = out_width;
   }
   const size_t last = config_.hidden.size();
-  KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, false, batch, 1, in_width, 1.0f,
-                                         activations_[last].data, in_width,
-                                         params[2 + 2 * last].data, 1, 1.0f,
-                                         logits_.data, 1));
-  KERNELS_RETURN_IF_ERROR(
-      backend_->BiasActivation(logits_.data, params[3 + 2 * last].data, batch, 1, false));
+  KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+      false, false, batch, 1, in_width, 1.0f, activations_[last].data, in_width,
+      params[2 + 2 * last].data, 1, 1.0f, logits_.data, 1));
+  KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
+      logits_.data, params[3 + 2 * last].data, batch, 1, false));
   if (config_.kind == ModelKind::kDeepFm) {
     KERNELS_RETURN_IF_ERROR(
         backend_->FmForward(x0, width, batch, fields, dim, logits_.data));
@@ -161,15 +168,14 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
   }
   // Wide part.
   KERNELS_RETURN_IF_ERROR(Reserve(&wide_grads_, in.num_unique));
-  KERNELS_RETURN_IF_ERROR(backend_->ScatterReduce(dlogits_.data, 1, 0, index, batch,
-                                                  fields, 1, in.num_unique,
-                                                  wide_grads_.data));
-  KERNELS_RETURN_IF_ERROR(backend_->Gemm(true, false, config_.dense_features, 1, batch,
-                                         1.0f, set.dense.data, config_.dense_features,
-                                         dlogits_.data, 1, 0.0f, param_grads_[0].data,
-                                         1));
-  KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(dlogits_.data, batch, 1,
-                                               param_grads_[1].data));
+  KERNELS_RETURN_IF_ERROR(
+      backend_->ScatterReduce(dlogits_.data, 1, 0, index, batch, fields, 1,
+                              in.num_unique, wide_grads_.data));
+  KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+      true, false, config_.dense_features, 1, batch, 1.0f, set.dense.data,
+      config_.dense_features, dlogits_.data, 1, 0.0f, param_grads_[0].data, 1));
+  KERNELS_RETURN_IF_ERROR(
+      backend_->ColumnSums(dlogits_.data, batch, 1, param_grads_[1].data));
   if (!deep()) return Status::Ok();
 
   // Deep part, from the logit back to x0.
@@ -179,49 +185,52 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
     const int in_width = l == 0 ? input_width() : config_.hidden[l - 1];
     const int out_width = l + 1 == layers ? 1 : config_.hidden[l];
     // dW = x_l^T * upstream; db = column sums of upstream.
-    KERNELS_RETURN_IF_ERROR(backend_->Gemm(true, false, in_width, out_width, batch, 1.0f,
-                                           activations_[l].data, in_width, upstream,
-                                           out_width, 0.0f, param_grads_[2 + 2 * l].data,
-                                           out_width));
+    KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(true, false, in_width, out_width, batch, 1.0f,
+                       activations_[l].data, in_width, upstream, out_width,
+                       0.0f, param_grads_[2 + 2 * l].data, out_width));
     KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(upstream, batch, out_width,
                                                  param_grads_[3 + 2 * l].data));
     // dx_l = upstream * W^T, masked by the ReLU that produced x_l.
     KERNELS_RETURN_IF_ERROR(
         Reserve(&gradients_[l], static_cast<size_t>(batch) * in_width));
-    KERNELS_RETURN_IF_ERROR(backend_->Gemm(false, true, batch, in_width, out_width, 1.0f,
-                                           upstream, out_width,
-                                           params[2 + 2 * l].data, out_width, 0.0f,
-                                           gradients_[l].data, in_width));
+    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        false, true, batch, in_width, out_width, 1.0f, upstream, out_width,
+        params[2 + 2 * l].data, out_width, 0.0f, gradients_[l].data, in_width));
     if (l > 0) {
-      KERNELS_RETURN_IF_ERROR(backend_->ReluBackward(
-          activations_[l].data, gradients_[l].data, static_cast<size_t>(batch) * in_width));
+      KERNELS_RETURN_IF_ERROR(
+          backend_->ReluBackward(activations_[l].data, gradients_[l].data,
+                                 static_cast<size_t>(batch) * in_width));
     }
     upstream = gradients_[l].data;
   }
   const int width = input_width();
   if (config_.kind == ModelKind::kDeepFm) {
-    KERNELS_RETURN_IF_ERROR(backend_->FmBackward(activations_[0].data, dlogits_.data,
-                                                 width, batch, fields, dim,
-                                                 gradients_[0].data));
+    KERNELS_RETURN_IF_ERROR(
+        backend_->FmBackward(activations_[0].data, dlogits_.data, width, batch,
+                             fields, dim, gradients_[0].data));
   }
   KERNELS_RETURN_IF_ERROR(
       Reserve(&embedding_grads_, static_cast<size_t>(in.num_unique) * dim));
-  return backend_->ScatterReduce(gradients_[0].data, width, dim, index, batch, fields,
-                                 dim, in.num_unique, embedding_grads_.data);
+  return backend_->ScatterReduce(gradients_[0].data, width, dim, index, batch,
+                                 fields, dim, in.num_unique,
+                                 embedding_grads_.data);
 }
 
-Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out, const StepInputs* next) {
+Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out,
+                           const StepInputs* next) {
   InputBuffers& set = inputs_[active_];
-  if (!set.staged) KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/true, &set));
+  if (!set.staged)
+    KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/true, &set));
   set.staged = false;
   KERNELS_RETURN_IF_ERROR(Forward(in, set));
   const int batch = in.batch;
   KERNELS_RETURN_IF_ERROR(Reserve(&probabilities_, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&dlogits_, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&loss_, 1));
-  KERNELS_RETURN_IF_ERROR(backend_->SigmoidCrossEntropy(logits_.data, set.labels.data, batch,
-                                                        probabilities_.data,
-                                                        dlogits_.data, loss_.data));
+  KERNELS_RETURN_IF_ERROR(backend_->SigmoidCrossEntropy(
+      logits_.data, set.labels.data, batch, probabilities_.data, dlogits_.data,
+      loss_.data));
   KERNELS_RETURN_IF_ERROR(Backward(in, set));
   if (next != nullptr) {
     // Queued behind this step's kernels on the copy stream: the upload runs
@@ -233,41 +242,41 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out, const StepInp
   }
 
   out->probabilities.resize(batch);
-  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(out->probabilities.data(),
-                                               probabilities_.data,
-                                               batch * sizeof(float)));
+  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(
+      out->probabilities.data(), probabilities_.data, batch * sizeof(float)));
   KERNELS_RETURN_IF_ERROR(
       backend_->CopyToHost(&out->loss_sum, loss_.data, sizeof(float)));
   out->wide_grads.resize(in.num_unique);
-  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(out->wide_grads.data(), wide_grads_.data,
-                                               in.num_unique * sizeof(float)));
+  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(
+      out->wide_grads.data(), wide_grads_.data, in.num_unique * sizeof(float)));
   if (deep()) {
     out->embedding_grads.resize(static_cast<size_t>(in.num_unique) *
                                 config_.embedding_dim);
-    KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(out->embedding_grads.data(),
-                                                 embedding_grads_.data,
-                                                 out->embedding_grads.size() * sizeof(float)));
+    KERNELS_RETURN_IF_ERROR(
+        backend_->CopyToHost(out->embedding_grads.data(), embedding_grads_.data,
+                             out->embedding_grads.size() * sizeof(float)));
   } else {
     out->embedding_grads.clear();
   }
   out->dense_grads.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     out->dense_grads[t].resize(tensors_[t].size());
-    KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(out->dense_grads[t].data(),
-                                                 param_grads_[t].data,
-                                                 tensors_[t].size() * sizeof(float)));
+    KERNELS_RETURN_IF_ERROR(
+        backend_->CopyToHost(out->dense_grads[t].data(), param_grads_[t].data,
+                             tensors_[t].size() * sizeof(float)));
   }
   return Status::Ok();
 }
 
-Status CtrModel::Predict(const StepInputs& in, std::vector<float>* probabilities) {
+Status CtrModel::Predict(const StepInputs& in,
+                         std::vector<float>* probabilities) {
   // Use the set that holds no staged inputs.
   InputBuffers& set = inputs_[inputs_[active_].staged ? 1 - active_ : active_];
   KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/false, &set));
   KERNELS_RETURN_IF_ERROR(Forward(in, set));
   std::vector<float> logits(in.batch);
-  KERNELS_RETURN_IF_ERROR(
-      backend_->CopyToHost(logits.data(), logits_.data, in.batch * sizeof(float)));
+  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(logits.data(), logits_.data,
+                                               in.batch * sizeof(float)));
   probabilities->resize(in.batch);
   for (int b = 0; b < in.batch; ++b) {
     (*probabilities)[b] = 1.0f / (1.0f + std::exp(-logits[b]));

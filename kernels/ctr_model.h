@@ -122,7 +122,8 @@ class CtrModel {
 
   Status Reserve(Buffer* buffer, size_t floats);
   Status Upload(Buffer* buffer, const void* host, size_t floats);
-  Status UploadInputs(const StepInputs& inputs, bool with_labels, InputBuffers* set);
+  Status UploadInputs(const StepInputs& inputs, bool with_labels,
+                      InputBuffers* set);
   Status Forward(const StepInputs& inputs, const InputBuffers& set);
   Status Backward(const StepInputs& inputs, const InputBuffers& set);
   void Release(Buffer& buffer);

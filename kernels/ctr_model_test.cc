@@ -44,9 +44,11 @@ Problem MakeProblem(ModelKind kind, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
   std::uniform_int_distribution<int32_t> key(0, p.num_unique - 1);
-  for (int i = 0; i < p.batch * p.config.fields; ++i) p.index.push_back(key(rng));
+  for (int i = 0; i < p.batch * p.config.fields; ++i)
+    p.index.push_back(key(rng));
   p.index[0] = p.index[1];  // a duplicate key inside one example
-  for (int i = 0; i < p.batch * p.config.dense_features; ++i) p.dense.push_back(uniform(rng));
+  for (int i = 0; i < p.batch * p.config.dense_features; ++i)
+    p.dense.push_back(uniform(rng));
   for (int b = 0; b < p.batch; ++b) p.labels.push_back(b % 2);
   for (int i = 0; i < p.num_unique * p.config.embedding_dim; ++i) {
     p.embedding_rows.push_back(uniform(rng));
@@ -68,7 +70,8 @@ double MeanLoss(CtrModel& model, const Problem& p) {
 
 // Checks d(mean loss)/d(values[i]) against central differences.
 void CheckGradient(CtrModel& model, Problem& p, std::vector<float>* values,
-                   const std::vector<float>& analytic, const std::string& what) {
+                   const std::vector<float>& analytic,
+                   const std::string& what) {
   ASSERT_EQ(values->size(), analytic.size()) << what;
   const float eps = 1e-2f;
   for (size_t i = 0; i < values->size(); ++i) {
@@ -95,19 +98,22 @@ TEST_P(CtrModelGradientTest, MatchesFiniteDifferences) {
   const StepOutputs analytic = out;
   CheckGradient(model, p, &p.wide_rows, analytic.wide_grads, "wide");
   if (GetParam() != ModelKind::kLogisticRegression) {
-    CheckGradient(model, p, &p.embedding_rows, analytic.embedding_grads, "embedding");
+    CheckGradient(model, p, &p.embedding_rows, analytic.embedding_grads,
+                  "embedding");
   } else {
     EXPECT_TRUE(analytic.embedding_grads.empty());
   }
   const std::vector<DenseTensorSpec> tensors = DenseTensors(p.config);
   for (size_t t = 0; t < tensors.size(); ++t) {
-    CheckGradient(model, p, &p.params[t], analytic.dense_grads[t], tensors[t].name);
+    CheckGradient(model, p, &p.params[t], analytic.dense_grads[t],
+                  tensors[t].name);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, CtrModelGradientTest,
                          ::testing::Values(ModelKind::kLogisticRegression,
-                                           ModelKind::kWideDeep, ModelKind::kDeepFm));
+                                           ModelKind::kWideDeep,
+                                           ModelKind::kDeepFm));
 
 TEST(CtrModelTest, PredictMatchesTrainStepProbabilities) {
   Problem p = MakeProblem(ModelKind::kDeepFm, 7);
@@ -139,8 +145,10 @@ TEST(CtrModelTest, StagingTheNextStepGivesTheSameResults) {
     const StepInputs current = problems[i].Inputs();
     StepInputs next;
     if (i + 1 < problems.size()) next = problems[i + 1].Inputs();
-    ASSERT_TRUE(
-        staged.TrainStep(current, &actual, i + 1 < problems.size() ? &next : nullptr).ok());
+    ASSERT_TRUE(staged
+                    .TrainStep(current, &actual,
+                               i + 1 < problems.size() ? &next : nullptr)
+                    .ok());
     EXPECT_EQ(actual.loss_sum, expected.loss_sum) << i;
     EXPECT_EQ(actual.embedding_grads, expected.embedding_grads) << i;
     EXPECT_EQ(actual.dense_grads, expected.dense_grads) << i;

@@ -12,32 +12,35 @@
 #include "kernels/cuda_backend.h"
 
 // Returns a kernels::Status naming the failed call, its file and line.
-#define KERNELS_CUDA_RETURN_IF_ERROR(expr)                                          \
-  do {                                                                              \
-    cudaError_t kernels_cuda_error_ = (expr);                                       \
-    if (kernels_cuda_error_ != cudaSuccess) {                                       \
-      return ::ps::kernels::Status(                                                 \
-          kernels_cuda_error_ == cudaErrorMemoryAllocation                          \
-              ? ::ps::kernels::StatusCode::kOutOfMemory                             \
-              : ::ps::kernels::StatusCode::kCudaError,                              \
-          std::string(#expr) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + \
-              ": " + cudaGetErrorString(kernels_cuda_error_));                      \
-    }                                                                               \
+#define KERNELS_CUDA_RETURN_IF_ERROR(expr)                  \
+  do {                                                      \
+    cudaError_t kernels_cuda_error_ = (expr);               \
+    if (kernels_cuda_error_ != cudaSuccess) {               \
+      return ::ps::kernels::Status(                         \
+          kernels_cuda_error_ == cudaErrorMemoryAllocation  \
+              ? ::ps::kernels::StatusCode::kOutOfMemory     \
+              : ::ps::kernels::StatusCode::kCudaError,      \
+          std::string(#expr) + " failed at " __FILE__ ":" + \
+              std::to_string(__LINE__) + ": " +             \
+              cudaGetErrorString(kernels_cuda_error_));     \
+    }                                                       \
   } while (false)
 
-#define KERNELS_CUBLAS_RETURN_IF_ERROR(expr)                                         \
-  do {                                                                               \
-    cublasStatus_t kernels_cublas_status_ = (expr);                                  \
-    if (kernels_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                           \
-      return ::ps::kernels::Status(                                                  \
-          ::ps::kernels::StatusCode::kCublasError,                                   \
-          std::string(#expr) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + \
-              ": " + cublasGetStatusString(kernels_cublas_status_));                 \
-    }                                                                                \
+#define KERNELS_CUBLAS_RETURN_IF_ERROR(expr)                  \
+  do {                                                        \
+    cublasStatus_t kernels_cublas_status_ = (expr);           \
+    if (kernels_cublas_status_ != CUBLAS_STATUS_SUCCESS) {    \
+      return ::ps::kernels::Status(                           \
+          ::ps::kernels::StatusCode::kCublasError,            \
+          std::string(#expr) + " failed at " __FILE__ ":" +   \
+              std::to_string(__LINE__) + ": " +               \
+              cublasGetStatusString(kernels_cublas_status_)); \
+    }                                                         \
   } while (false)
 
 // After a launch: the launch's own error, if any.
-#define KERNELS_CUDA_CHECK_LAUNCH() KERNELS_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+#define KERNELS_CUDA_CHECK_LAUNCH() \
+  KERNELS_CUDA_RETURN_IF_ERROR(cudaGetLastError())
 
 namespace ps::kernels {
 namespace {
@@ -45,7 +48,8 @@ namespace {
 constexpr int kThreads = 256;
 
 int Blocks(size_t work) {
-  return static_cast<int>(std::min<size_t>((work + kThreads - 1) / kThreads, 65535 * 8));
+  return static_cast<int>(
+      std::min<size_t>((work + kThreads - 1) / kThreads, 65535 * 8));
 }
 
 __global__ void FillKernel(float* x, size_t count, float value) {
@@ -55,7 +59,8 @@ __global__ void FillKernel(float* x, size_t count, float value) {
   }
 }
 
-__global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc, float beta) {
+__global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc,
+                                  float beta) {
   const size_t total = static_cast<size_t>(rows) * cols;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -64,8 +69,8 @@ __global__ void ScaleMatrixKernel(float* c, int rows, int cols, int ldc, float b
   }
 }
 
-__global__ void BiasActivationKernel(float* x, const float* bias, int rows, int cols,
-                                     bool relu) {
+__global__ void BiasActivationKernel(float* x, const float* bias, int rows,
+                                     int cols, bool relu) {
   const size_t total = static_cast<size_t>(rows) * cols;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -82,22 +87,25 @@ __global__ void ReluBackwardKernel(const float* y, float* dy, size_t count) {
 }
 
 // One block per column: threads stride over rows, then reduce in shared memory.
-__global__ void ColumnSumsKernel(const float* x, int rows, int cols, float* sums) {
+__global__ void ColumnSumsKernel(const float* x, int rows, int cols,
+                                 float* sums) {
   __shared__ float partial[kThreads];
   const int column = blockIdx.x;
   float sum = 0.0f;
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) sum += x[static_cast<size_t>(r) * cols + column];
+  for (int r = threadIdx.x; r < rows; r += blockDim.x)
+    sum += x[static_cast<size_t>(r) * cols + column];
   partial[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) sums[column] = partial[0];
 }
 
-__global__ void CopyColumnsKernel(const float* src, int rows, int src_cols, float* dst,
-                                  int dst_cols, int dst_offset) {
+__global__ void CopyColumnsKernel(const float* src, int rows, int src_cols,
+                                  float* dst, int dst_cols, int dst_offset) {
   const size_t total = static_cast<size_t>(rows) * src_cols;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -106,20 +114,22 @@ __global__ void CopyColumnsKernel(const float* src, int rows, int src_cols, floa
   }
 }
 
-__global__ void GatherConcatKernel(const float* rows, const int32_t* index, int batch,
-                                   int fields, int dim, float* out, int out_cols) {
+__global__ void GatherConcatKernel(const float* rows, const int32_t* index,
+                                   int batch, int fields, int dim, float* out,
+                                   int out_cols) {
   const size_t total = static_cast<size_t>(batch) * fields * dim;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
     const size_t d = i % dim;
     const size_t bf = i / dim;  // b * fields + f
     const size_t b = bf / fields, f = bf % fields;
-    out[b * out_cols + f * dim + d] = rows[static_cast<size_t>(index[bf]) * dim + d];
+    out[b * out_cols + f * dim + d] =
+        rows[static_cast<size_t>(index[bf]) * dim + d];
   }
 }
 
-__global__ void GatherSumKernel(const float* rows, const int32_t* index, int batch,
-                                int fields, float* out) {
+__global__ void GatherSumKernel(const float* rows, const int32_t* index,
+                                int batch, int fields, float* out) {
   for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < batch;
        b += blockDim.x * gridDim.x) {
     float sum = 0.0f;
@@ -130,8 +140,8 @@ __global__ void GatherSumKernel(const float* rows, const int32_t* index, int bat
 
 // Scatter-add by unique key; duplicate keys meet in atomicAdd.
 __global__ void ScatterAddKernel(const float* in, int in_cols, int field_stride,
-                                 const int32_t* index, int batch, int fields, int dim,
-                                 float* row_grads) {
+                                 const int32_t* index, int batch, int fields,
+                                 int dim, float* row_grads) {
   const size_t total = static_cast<size_t>(batch) * fields * dim;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -144,8 +154,8 @@ __global__ void ScatterAddKernel(const float* in, int in_cols, int field_stride,
 }
 
 // One thread per (example, embedding column).
-__global__ void FmForwardKernel(const float* x, int x_cols, int batch, int fields, int dim,
-                                float* logits) {
+__global__ void FmForwardKernel(const float* x, int x_cols, int batch,
+                                int fields, int dim, float* logits) {
   const size_t total = static_cast<size_t>(batch) * dim;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -161,8 +171,9 @@ __global__ void FmForwardKernel(const float* x, int x_cols, int batch, int field
   }
 }
 
-__global__ void FmBackwardKernel(const float* x, const float* dlogits, int x_cols, int batch,
-                                 int fields, int dim, float* dx) {
+__global__ void FmBackwardKernel(const float* x, const float* dlogits,
+                                 int x_cols, int batch, int fields, int dim,
+                                 float* dx) {
   const size_t total = static_cast<size_t>(batch) * dim;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(blockDim.x) * gridDim.x) {
@@ -176,8 +187,9 @@ __global__ void FmBackwardKernel(const float* x, const float* dlogits, int x_col
   }
 }
 
-__global__ void SigmoidCrossEntropyKernel(const float* logits, const float* labels,
-                                          int batch, float* probabilities, float* dlogits,
+__global__ void SigmoidCrossEntropyKernel(const float* logits,
+                                          const float* labels, int batch,
+                                          float* probabilities, float* dlogits,
                                           float* loss_sum) {
   __shared__ float partial[kThreads];
   float loss = 0.0f;
@@ -192,7 +204,8 @@ __global__ void SigmoidCrossEntropyKernel(const float* logits, const float* labe
   partial[threadIdx.x] = loss;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) atomicAdd(loss_sum, partial[0]);
@@ -211,7 +224,8 @@ class CudaBackend final : public Backend {
   Status Init(const CudaOptions& options) {
     options_ = options;
     KERNELS_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     KERNELS_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     KERNELS_CUDA_RETURN_IF_ERROR(
@@ -219,7 +233,8 @@ class CudaBackend final : public Backend {
     KERNELS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle_));
     KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle_, stream_));
     if (options.precision == GemmPrecision::kTf32) {
-      KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH));
+      KERNELS_CUBLAS_RETURN_IF_ERROR(
+          cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH));
     }
     return Status::Ok();
   }
@@ -240,14 +255,15 @@ class CudaBackend final : public Backend {
     // The staging buffer may be reused only after the previous upload left it.
     KERNELS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
     if (bytes > staging_bytes_) {
-      if (staging_ != nullptr) KERNELS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
+      if (staging_ != nullptr)
+        KERNELS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
       staging_ = nullptr;
       KERNELS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&staging_, bytes * 2));
       staging_bytes_ = bytes * 2;
     }
     std::memcpy(staging_, host, bytes);
-    KERNELS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
     KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, copy_stream_));
     KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, uploaded_, 0));
     return Status::Ok();
@@ -273,14 +289,15 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-              const float* a, int lda, const float* b, int ldb, float beta, float* c,
-              int ldc) override {
+  Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+              float alpha, const float* a, int lda, const float* b, int ldb,
+              float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return Status::Ok();
     if (k == 0) {
       // An empty product: C = beta * C, as in the CPU backend.
       const size_t total = static_cast<size_t>(m) * n;
-      ScaleMatrixKernel<<<Blocks(total), kThreads, 0, stream_>>>(c, m, n, ldc, beta);
+      ScaleMatrixKernel<<<Blocks(total), kThreads, 0, stream_>>>(c, m, n, ldc,
+                                                                 beta);
       KERNELS_CUDA_CHECK_LAUNCH();
       return Status::Ok();
     }
@@ -288,12 +305,13 @@ class CudaBackend final : public Backend {
     const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (options_.precision == GemmPrecision::kTf32) {
-      KERNELS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-          handle_, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
-          &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-    } else {
       KERNELS_CUBLAS_RETURN_IF_ERROR(
-          cublasSgemm(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+          cublasGemmEx(handle_, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb,
+                       a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
+                       CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    } else {
+      KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
+          handle_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
     }
     return Status::Ok();
   }
@@ -302,7 +320,8 @@ class CudaBackend final : public Backend {
                         bool relu) override {
     const size_t total = static_cast<size_t>(rows) * cols;
     if (total == 0) return Status::Ok();
-    BiasActivationKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, bias, rows, cols, relu);
+    BiasActivationKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, bias, rows,
+                                                                  cols, relu);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
@@ -321,44 +340,45 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status CopyColumns(const float* src, int rows, int src_cols, float* dst, int dst_cols,
-                     int dst_offset) override {
+  Status CopyColumns(const float* src, int rows, int src_cols, float* dst,
+                     int dst_cols, int dst_offset) override {
     const size_t total = static_cast<size_t>(rows) * src_cols;
     if (total == 0) return Status::Ok();
-    CopyColumnsKernel<<<Blocks(total), kThreads, 0, stream_>>>(src, rows, src_cols, dst,
-                                                               dst_cols, dst_offset);
+    CopyColumnsKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        src, rows, src_cols, dst, dst_cols, dst_offset);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
 
-  Status GatherConcat(const float* rows, const int32_t* index, int batch, int fields,
-                      int dim, float* out, int out_cols) override {
+  Status GatherConcat(const float* rows, const int32_t* index, int batch,
+                      int fields, int dim, float* out, int out_cols) override {
     const size_t total = static_cast<size_t>(batch) * fields * dim;
     if (total == 0) return Status::Ok();
-    GatherConcatKernel<<<Blocks(total), kThreads, 0, stream_>>>(rows, index, batch, fields,
-                                                                dim, out, out_cols);
+    GatherConcatKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        rows, index, batch, fields, dim, out, out_cols);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
 
-  Status GatherSum(const float* rows, const int32_t* index, int batch, int fields,
-                   float* out) override {
+  Status GatherSum(const float* rows, const int32_t* index, int batch,
+                   int fields, float* out) override {
     if (batch == 0) return Status::Ok();
-    GatherSumKernel<<<Blocks(batch), kThreads, 0, stream_>>>(rows, index, batch, fields, out);
+    GatherSumKernel<<<Blocks(batch), kThreads, 0, stream_>>>(rows, index, batch,
+                                                             fields, out);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
 
-  Status ScatterReduce(const float* in, int in_cols, int field_stride, const int32_t* index,
-                       int batch, int fields, int dim, int num_rows,
-                       float* row_grads) override {
+  Status ScatterReduce(const float* in, int in_cols, int field_stride,
+                       const int32_t* index, int batch, int fields, int dim,
+                       int num_rows, float* row_grads) override {
     KERNELS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-        row_grads, 0, static_cast<size_t>(num_rows) * dim * sizeof(float), stream_));
+        row_grads, 0, static_cast<size_t>(num_rows) * dim * sizeof(float),
+        stream_));
     const size_t total = static_cast<size_t>(batch) * fields * dim;
     if (total == 0) return Status::Ok();
-    ScatterAddKernel<<<Blocks(total), kThreads, 0, stream_>>>(in, in_cols, field_stride,
-                                                              index, batch, fields, dim,
-                                                              row_grads);
+    ScatterAddKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        in, in_cols, field_stride, index, batch, fields, dim, row_grads);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
@@ -367,29 +387,31 @@ class CudaBackend final : public Backend {
                    float* logits) override {
     const size_t total = static_cast<size_t>(batch) * dim;
     if (total == 0) return Status::Ok();
-    FmForwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, x_cols, batch, fields, dim,
-                                                             logits);
+    FmForwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        x, x_cols, batch, fields, dim, logits);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
 
-  Status FmBackward(const float* x, const float* dlogits, int x_cols, int batch, int fields,
-                    int dim, float* dx) override {
+  Status FmBackward(const float* x, const float* dlogits, int x_cols, int batch,
+                    int fields, int dim, float* dx) override {
     const size_t total = static_cast<size_t>(batch) * dim;
     if (total == 0) return Status::Ok();
-    FmBackwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(x, dlogits, x_cols, batch,
-                                                              fields, dim, dx);
+    FmBackwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        x, dlogits, x_cols, batch, fields, dim, dx);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
 
-  Status SigmoidCrossEntropy(const float* logits, const float* labels, int batch,
-                             float* probabilities, float* dlogits,
+  Status SigmoidCrossEntropy(const float* logits, const float* labels,
+                             int batch, float* probabilities, float* dlogits,
                              float* loss_sum) override {
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(loss_sum, 0, sizeof(float), stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(loss_sum, 0, sizeof(float), stream_));
     if (batch == 0) return Status::Ok();
-    SigmoidCrossEntropyKernel<<<std::min(Blocks(batch), 1024), kThreads, 0, stream_>>>(
-        logits, labels, batch, probabilities, dlogits, loss_sum);
+    SigmoidCrossEntropyKernel<<<std::min(Blocks(batch), 1024), kThreads, 0,
+                                stream_>>>(logits, labels, batch, probabilities,
+                                           dlogits, loss_sum);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }
@@ -415,15 +437,18 @@ int CudaDeviceCount() {
   return count;
 }
 
-Status NewCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* backend) {
+Status NewCudaBackend(const CudaOptions& options,
+                      std::unique_ptr<Backend>* backend) {
   const int devices = CudaDeviceCount();
   if (devices == 0) {
-    return Status(StatusCode::kUnavailable, "no CUDA GPU is visible to this process");
+    return Status(StatusCode::kUnavailable,
+                  "no CUDA GPU is visible to this process");
   }
   if (options.device < 0 || options.device >= devices) {
     return Status(StatusCode::kInvalidArgument,
-                  "GPU " + std::to_string(options.device) + " does not exist (" +
-                      std::to_string(devices) + " visible)");
+                  "GPU " + std::to_string(options.device) +
+                      " does not exist (" + std::to_string(devices) +
+                      " visible)");
   }
   auto cuda = std::make_unique<CudaBackend>();
   KERNELS_RETURN_IF_ERROR(cuda->Init(options));

@@ -40,7 +40,8 @@ int CudaDeviceCount();
 
 // Creates the backend on options.device. kUnavailable, with the reason, when
 // there is no usable GPU or the build has no CUDA.
-Status NewCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* backend);
+Status NewCudaBackend(const CudaOptions& options,
+                      std::unique_ptr<Backend>* backend);
 
 }  // namespace ps::kernels
 

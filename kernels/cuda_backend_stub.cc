@@ -7,8 +7,9 @@ namespace ps::kernels {
 int CudaDeviceCount() { return 0; }
 
 Status NewCudaBackend(const CudaOptions&, std::unique_ptr<Backend>*) {
-  return Status(StatusCode::kUnavailable,
-                "this build has no CUDA backend (nvcc was not found when it was built)");
+  return Status(
+      StatusCode::kUnavailable,
+      "this build has no CUDA backend (nvcc was not found when it was built)");
 }
 
 }  // namespace ps::kernels

@@ -15,9 +15,9 @@ namespace {
 void ExpectAllPass(const std::vector<ParityResult>& results) {
   ASSERT_FALSE(results.empty());
   for (const ParityResult& result : results) {
-    EXPECT_TRUE(result.passed()) << result.name << ": error " << result.max_error
-                                 << " > tolerance " << result.tolerance << " "
-                                 << result.failure;
+    EXPECT_TRUE(result.passed())
+        << result.name << ": error " << result.max_error << " > tolerance "
+        << result.tolerance << " " << result.failure;
   }
 }
 
@@ -26,11 +26,13 @@ TEST(ParityChecksTest, CpuAgainstItselfIsExact) {
   auto b = NewCpuBackend();
   const std::vector<ParityResult> results = RunParityChecks(*a, *b);
   ExpectAllPass(results);
-  for (const ParityResult& result : results) EXPECT_EQ(result.max_error, 0.0) << result.name;
+  for (const ParityResult& result : results)
+    EXPECT_EQ(result.max_error, 0.0) << result.name;
 }
 
 TEST(CudaParityTest, EveryKernelAndTrainingStepMatchesTheCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
+  if (CudaDeviceCount() == 0)
+    GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
   auto cpu = NewCpuBackend();
   std::unique_ptr<Backend> cuda;
   const Status created = NewCudaBackend(CudaOptions(), &cuda);
@@ -39,7 +41,8 @@ TEST(CudaParityTest, EveryKernelAndTrainingStepMatchesTheCpu) {
 }
 
 TEST(CudaParityTest, Tf32MatchesWithinItsLooserTolerance) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
+  if (CudaDeviceCount() == 0)
+    GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
   auto cpu = NewCpuBackend();
   std::unique_ptr<Backend> cuda;
   CudaOptions options;

@@ -37,18 +37,21 @@ class DeviceBuffer {
   Status status_;
 };
 
-double MaxError(const std::vector<float>& reference, const std::vector<float>& candidate) {
+double MaxError(const std::vector<float>& reference,
+                const std::vector<float>& candidate) {
   if (reference.size() != candidate.size()) return INFINITY;
   double worst = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
-    const double error = std::fabs(static_cast<double>(candidate[i]) - reference[i]) /
-                         (1.0 + std::fabs(reference[i]));
+    const double error =
+        std::fabs(static_cast<double>(candidate[i]) - reference[i]) /
+        (1.0 + std::fabs(reference[i]));
     if (!(error <= worst)) worst = std::isnan(error) ? INFINITY : error;
   }
   return worst;
 }
 
-std::vector<float> RandomFloats(size_t count, std::mt19937* rng, float scale = 1.0f) {
+std::vector<float> RandomFloats(size_t count, std::mt19937* rng,
+                                float scale = 1.0f) {
   std::uniform_real_distribution<float> uniform(-scale, scale);
   std::vector<float> values(count);
   for (float& v : values) v = uniform(*rng);
@@ -63,26 +66,33 @@ struct Case {
   std::vector<std::vector<float>> inputs;   // float or int32 bit patterns
   std::vector<size_t> output_sizes;         // floats
   std::vector<std::vector<float>> initial;  // initial contents of outputs
-  std::function<Status(Backend&, const std::vector<float*>&, const std::vector<float*>&)> run;
+  std::function<Status(Backend&, const std::vector<float*>&,
+                       const std::vector<float*>&)>
+      run;
 };
 
-Status RunCase(Backend& backend, const Case& c, std::vector<std::vector<float>>* outputs) {
+Status RunCase(Backend& backend, const Case& c,
+               std::vector<std::vector<float>>* outputs) {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;
   std::vector<float*> in, out;
   for (const auto& input : c.inputs) {
-    buffers.push_back(std::make_unique<DeviceBuffer>(backend, input.size() * sizeof(float)));
+    buffers.push_back(
+        std::make_unique<DeviceBuffer>(backend, input.size() * sizeof(float)));
     KERNELS_RETURN_IF_ERROR(buffers.back()->status());
-    KERNELS_RETURN_IF_ERROR(backend.CopyToDevice(buffers.back()->as<void>(), input.data(),
+    KERNELS_RETURN_IF_ERROR(backend.CopyToDevice(buffers.back()->as<void>(),
+                                                 input.data(),
                                                  input.size() * sizeof(float)));
     in.push_back(buffers.back()->as<float>());
   }
   for (size_t o = 0; o < c.output_sizes.size(); ++o) {
-    buffers.push_back(
-        std::make_unique<DeviceBuffer>(backend, c.output_sizes[o] * sizeof(float)));
+    buffers.push_back(std::make_unique<DeviceBuffer>(
+        backend, c.output_sizes[o] * sizeof(float)));
     KERNELS_RETURN_IF_ERROR(buffers.back()->status());
-    std::vector<float> start = o < c.initial.size() ? c.initial[o]
-                                                    : std::vector<float>(c.output_sizes[o], 0.0f);
-    KERNELS_RETURN_IF_ERROR(backend.CopyToDevice(buffers.back()->as<void>(), start.data(),
+    std::vector<float> start =
+        o < c.initial.size() ? c.initial[o]
+                             : std::vector<float>(c.output_sizes[o], 0.0f);
+    KERNELS_RETURN_IF_ERROR(backend.CopyToDevice(buffers.back()->as<void>(),
+                                                 start.data(),
                                                  start.size() * sizeof(float)));
     out.push_back(buffers.back()->as<float>());
   }
@@ -90,8 +100,8 @@ Status RunCase(Backend& backend, const Case& c, std::vector<std::vector<float>>*
   outputs->assign(c.output_sizes.size(), {});
   for (size_t o = 0; o < c.output_sizes.size(); ++o) {
     (*outputs)[o].resize(c.output_sizes[o]);
-    KERNELS_RETURN_IF_ERROR(backend.CopyToHost((*outputs)[o].data(), out[o],
-                                               c.output_sizes[o] * sizeof(float)));
+    KERNELS_RETURN_IF_ERROR(backend.CopyToHost(
+        (*outputs)[o].data(), out[o], c.output_sizes[o] * sizeof(float)));
   }
   return backend.Synchronize();
 }
@@ -108,18 +118,30 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
   for (int variant = 0; variant < 4; ++variant) {
     const bool ta = variant & 1, tb = variant & 2;
     const int m = 37, n = 29, k = 131;
-    Case c{"gemm" + std::string(ta ? "_ta" : "") + (tb ? "_tb" : ""), gemm_tolerance,
-           {RandomFloats(m * k, rng), RandomFloats(k * n, rng)}, {static_cast<size_t>(m * n)},
-           {RandomFloats(m * n, rng)}, nullptr};
-    c.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
-      return b.Gemm(ta, tb, m, n, k, 0.5f, in[0], ta ? m : k, in[1], tb ? k : n, 1.5f, out[0], n);
+    Case c{"gemm" + std::string(ta ? "_ta" : "") + (tb ? "_tb" : ""),
+           gemm_tolerance,
+           {RandomFloats(m * k, rng), RandomFloats(k * n, rng)},
+           {static_cast<size_t>(m * n)},
+           {RandomFloats(m * n, rng)},
+           nullptr};
+    c.run = [=](Backend& b, const std::vector<float*>& in,
+                const std::vector<float*>& out) {
+      return b.Gemm(ta, tb, m, n, k, 0.5f, in[0], ta ? m : k, in[1], tb ? k : n,
+                    1.5f, out[0], n);
     };
     cases.push_back(std::move(c));
   }
   {
-    Case c{"gemm_empty_inner", kElementwiseTolerance, {}, {21}, {RandomFloats(21, rng)}, nullptr};
-    c.run = [](Backend& b, const std::vector<float*>&, const std::vector<float*>& out) {
-      return b.Gemm(true, false, 7, 3, 0, 1.0f, out[0], 7, out[0], 3, 0.25f, out[0], 3);
+    Case c{"gemm_empty_inner",
+           kElementwiseTolerance,
+           {},
+           {21},
+           {RandomFloats(21, rng)},
+           nullptr};
+    c.run = [](Backend& b, const std::vector<float*>&,
+               const std::vector<float*>& out) {
+      return b.Gemm(true, false, 7, 3, 0, 1.0f, out[0], 7, out[0], 3, 0.25f,
+                    out[0], 3);
     };
     cases.push_back(std::move(c));
   }
@@ -131,61 +153,97 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
     for (int32_t& i : index) i = key(*rng);
     if (batch > 0) index[1] = index[0];
     const int out_cols = fields * dim + 13;
-    Case gather{"gather_concat_b" + std::to_string(batch), kElementwiseTolerance,
-                {RandomFloats(static_cast<size_t>(rows) * dim, rng), IndexAsFloats(index)},
-                {static_cast<size_t>(batch) * out_cols}, {}, nullptr};
-    gather.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
-      return b.GatherConcat(in[0], reinterpret_cast<const int32_t*>(in[1]), batch, fields, dim,
-                            out[0], out_cols);
+    Case gather{"gather_concat_b" + std::to_string(batch),
+                kElementwiseTolerance,
+                {RandomFloats(static_cast<size_t>(rows) * dim, rng),
+                 IndexAsFloats(index)},
+                {static_cast<size_t>(batch) * out_cols},
+                {},
+                nullptr};
+    gather.run = [=](Backend& b, const std::vector<float*>& in,
+                     const std::vector<float*>& out) {
+      return b.GatherConcat(in[0], reinterpret_cast<const int32_t*>(in[1]),
+                            batch, fields, dim, out[0], out_cols);
     };
     cases.push_back(std::move(gather));
-    Case scatter{"scatter_reduce_b" + std::to_string(batch), kReductionTolerance,
-                 {RandomFloats(static_cast<size_t>(batch) * out_cols, rng), IndexAsFloats(index)},
-                 {static_cast<size_t>(rows) * dim}, {RandomFloats(rows * dim, rng)}, nullptr};
-    scatter.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
-      return b.ScatterReduce(in[0], out_cols, dim, reinterpret_cast<const int32_t*>(in[1]),
-                             batch, fields, dim, rows, out[0]);
+    Case scatter{"scatter_reduce_b" + std::to_string(batch),
+                 kReductionTolerance,
+                 {RandomFloats(static_cast<size_t>(batch) * out_cols, rng),
+                  IndexAsFloats(index)},
+                 {static_cast<size_t>(rows) * dim},
+                 {RandomFloats(rows * dim, rng)},
+                 nullptr};
+    scatter.run = [=](Backend& b, const std::vector<float*>& in,
+                      const std::vector<float*>& out) {
+      return b.ScatterReduce(in[0], out_cols, dim,
+                             reinterpret_cast<const int32_t*>(in[1]), batch,
+                             fields, dim, rows, out[0]);
     };
     cases.push_back(std::move(scatter));
-    Case broadcast{"scatter_broadcast_b" + std::to_string(batch), kReductionTolerance,
-                   {RandomFloats(std::max(batch, 1), rng), IndexAsFloats(index)},
-                   {static_cast<size_t>(rows)}, {}, nullptr};
-    broadcast.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
-      return b.ScatterReduce(in[0], 1, 0, reinterpret_cast<const int32_t*>(in[1]), batch,
+    Case broadcast{
+        "scatter_broadcast_b" + std::to_string(batch),
+        kReductionTolerance,
+        {RandomFloats(std::max(batch, 1), rng), IndexAsFloats(index)},
+        {static_cast<size_t>(rows)},
+        {},
+        nullptr};
+    broadcast.run = [=](Backend& b, const std::vector<float*>& in,
+                        const std::vector<float*>& out) {
+      return b.ScatterReduce(in[0], 1, 0,
+                             reinterpret_cast<const int32_t*>(in[1]), batch,
                              fields, 1, rows, out[0]);
     };
     cases.push_back(std::move(broadcast));
-    Case sum{"gather_sum_b" + std::to_string(batch), kReductionTolerance,
-             {RandomFloats(rows, rng), IndexAsFloats(index)}, {static_cast<size_t>(std::max(batch, 1))},
-             {RandomFloats(std::max(batch, 1), rng)}, nullptr};
-    sum.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
-      return b.GatherSum(in[0], reinterpret_cast<const int32_t*>(in[1]), batch, fields, out[0]);
+    Case sum{"gather_sum_b" + std::to_string(batch),
+             kReductionTolerance,
+             {RandomFloats(rows, rng), IndexAsFloats(index)},
+             {static_cast<size_t>(std::max(batch, 1))},
+             {RandomFloats(std::max(batch, 1), rng)},
+             nullptr};
+    sum.run = [=](Backend& b, const std::vector<float*>& in,
+                  const std::vector<float*>& out) {
+      return b.GatherSum(in[0], reinterpret_cast<const int32_t*>(in[1]), batch,
+                         fields, out[0]);
     };
     cases.push_back(std::move(sum));
     // FM over the embedding block of a concatenated input.
-    const std::vector<float> x = RandomFloats(static_cast<size_t>(batch) * out_cols, rng, 0.5f);
-    Case fm{"fm_forward_b" + std::to_string(batch), kReductionTolerance, {x},
-            {static_cast<size_t>(std::max(batch, 1))}, {RandomFloats(std::max(batch, 1), rng)},
+    const std::vector<float> x =
+        RandomFloats(static_cast<size_t>(batch) * out_cols, rng, 0.5f);
+    Case fm{"fm_forward_b" + std::to_string(batch),
+            kReductionTolerance,
+            {x},
+            {static_cast<size_t>(std::max(batch, 1))},
+            {RandomFloats(std::max(batch, 1), rng)},
             nullptr};
-    fm.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    fm.run = [=](Backend& b, const std::vector<float*>& in,
+                 const std::vector<float*>& out) {
       return b.FmForward(in[0], out_cols, batch, fields, dim, out[0]);
     };
     cases.push_back(std::move(fm));
-    Case fm_back{"fm_backward_b" + std::to_string(batch), kReductionTolerance,
+    Case fm_back{"fm_backward_b" + std::to_string(batch),
+                 kReductionTolerance,
                  {x, RandomFloats(std::max(batch, 1), rng)},
                  {static_cast<size_t>(batch) * out_cols},
-                 {RandomFloats(static_cast<size_t>(batch) * out_cols, rng)}, nullptr};
-    fm_back.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+                 {RandomFloats(static_cast<size_t>(batch) * out_cols, rng)},
+                 nullptr};
+    fm_back.run = [=](Backend& b, const std::vector<float*>& in,
+                      const std::vector<float*>& out) {
       return b.FmBackward(in[0], in[1], out_cols, batch, fields, dim, out[0]);
     };
     cases.push_back(std::move(fm_back));
     std::vector<float> logits = RandomFloats(std::max(batch, 1), rng, 30.0f);
     std::vector<float> labels(std::max(batch, 1));
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = i % 3 == 0 ? 1.0f : 0.0f;
+    for (size_t i = 0; i < labels.size(); ++i)
+      labels[i] = i % 3 == 0 ? 1.0f : 0.0f;
     const size_t n = std::max(batch, 1);
-    Case loss{"sigmoid_cross_entropy_b" + std::to_string(batch), kReductionTolerance,
-              {logits, labels}, {n, n, 1}, {}, nullptr};
-    loss.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    Case loss{"sigmoid_cross_entropy_b" + std::to_string(batch),
+              kReductionTolerance,
+              {logits, labels},
+              {n, n, 1},
+              {},
+              nullptr};
+    loss.run = [=](Backend& b, const std::vector<float*>& in,
+                   const std::vector<float*>& out) {
       return b.SigmoidCrossEntropy(in[0], in[1], batch, out[0], out[1], out[2]);
     };
     cases.push_back(std::move(loss));
@@ -194,26 +252,47 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
   {
     const int rows = 45, cols = 77;
     const std::vector<float> x = RandomFloats(rows * cols, rng);
-    Case bias{"bias_relu", kElementwiseTolerance, {RandomFloats(cols, rng)},
-              {static_cast<size_t>(rows * cols)}, {x}, nullptr};
-    bias.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    Case bias{"bias_relu",
+              kElementwiseTolerance,
+              {RandomFloats(cols, rng)},
+              {static_cast<size_t>(rows * cols)},
+              {x},
+              nullptr};
+    bias.run = [=](Backend& b, const std::vector<float*>& in,
+                   const std::vector<float*>& out) {
       return b.BiasActivation(out[0], in[0], rows, cols, true);
     };
     cases.push_back(std::move(bias));
-    Case relu{"relu_backward", kElementwiseTolerance, {x},
-              {static_cast<size_t>(rows * cols)}, {RandomFloats(rows * cols, rng)}, nullptr};
-    relu.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    Case relu{"relu_backward",
+              kElementwiseTolerance,
+              {x},
+              {static_cast<size_t>(rows * cols)},
+              {RandomFloats(rows * cols, rng)},
+              nullptr};
+    relu.run = [=](Backend& b, const std::vector<float*>& in,
+                   const std::vector<float*>& out) {
       return b.ReluBackward(in[0], out[0], static_cast<size_t>(rows) * cols);
     };
     cases.push_back(std::move(relu));
-    Case sums{"column_sums", kReductionTolerance, {x}, {static_cast<size_t>(cols)}, {}, nullptr};
-    sums.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    Case sums{"column_sums",
+              kReductionTolerance,
+              {x},
+              {static_cast<size_t>(cols)},
+              {},
+              nullptr};
+    sums.run = [=](Backend& b, const std::vector<float*>& in,
+                   const std::vector<float*>& out) {
       return b.ColumnSums(in[0], rows, cols, out[0]);
     };
     cases.push_back(std::move(sums));
-    Case copy{"copy_columns", kElementwiseTolerance, {x},
-              {static_cast<size_t>(rows) * (cols + 9)}, {}, nullptr};
-    copy.run = [=](Backend& b, const std::vector<float*>& in, const std::vector<float*>& out) {
+    Case copy{"copy_columns",
+              kElementwiseTolerance,
+              {x},
+              {static_cast<size_t>(rows) * (cols + 9)},
+              {},
+              nullptr};
+    copy.run = [=](Backend& b, const std::vector<float*>& in,
+                   const std::vector<float*>& out) {
       return b.CopyColumns(in[0], rows, cols, out[0], cols + 9, 5);
     };
     cases.push_back(std::move(copy));
@@ -222,21 +301,24 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
 }
 
 // A whole training step of `kind` on both backends.
-ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind, int batch,
-                         double tolerance, std::mt19937* rng) {
+ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
+                         int batch, double tolerance, std::mt19937* rng) {
   ModelConfig config;
   config.kind = kind;
   config.embedding_dim = 13;
   config.hidden = {67, 31};
-  const RandomStep step(config, batch, std::max(1, batch * config.fields / 4), (*rng)());
+  const RandomStep step(config, batch, std::max(1, batch * config.fields / 4),
+                        (*rng)());
   const StepInputs in = step.Inputs();
 
   const char* names[] = {"lr", "wide_deep", "deepfm"};
-  ParityResult result{std::string("train_step_") + names[static_cast<int>(kind)] + "_b" +
+  ParityResult result{std::string("train_step_") +
+                          names[static_cast<int>(kind)] + "_b" +
                           std::to_string(batch),
                       0, tolerance, ""};
   StepOutputs expected, actual;
-  CtrModel reference_model(config, &reference), candidate_model(config, &candidate);
+  CtrModel reference_model(config, &reference),
+      candidate_model(config, &candidate);
   Status status = reference_model.TrainStep(in, &expected);
   if (status.ok()) status = candidate_model.TrainStep(in, &actual);
   if (!status.ok()) {
@@ -245,11 +327,14 @@ ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
   }
   double worst = MaxError({expected.loss_sum / std::max(batch, 1)},
                           {actual.loss_sum / std::max(batch, 1)});
-  worst = std::max(worst, MaxError(expected.probabilities, actual.probabilities));
-  worst = std::max(worst, MaxError(expected.embedding_grads, actual.embedding_grads));
+  worst =
+      std::max(worst, MaxError(expected.probabilities, actual.probabilities));
+  worst = std::max(worst,
+                   MaxError(expected.embedding_grads, actual.embedding_grads));
   worst = std::max(worst, MaxError(expected.wide_grads, actual.wide_grads));
   for (size_t t = 0; t < expected.dense_grads.size(); ++t) {
-    worst = std::max(worst, MaxError(expected.dense_grads[t], actual.dense_grads[t]));
+    worst = std::max(worst,
+                     MaxError(expected.dense_grads[t], actual.dense_grads[t]));
   }
   result.max_error = worst;
   return result;
@@ -257,7 +342,8 @@ ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
 
 }  // namespace
 
-std::vector<ParityResult> RunParityChecks(Backend& reference, Backend& candidate,
+std::vector<ParityResult> RunParityChecks(Backend& reference,
+                                          Backend& candidate,
                                           double gemm_tolerance) {
   std::mt19937 rng(20261129);
   std::vector<ParityResult> results;
@@ -270,7 +356,8 @@ std::vector<ParityResult> RunParityChecks(Backend& reference, Backend& candidate
       result.failure = status.message();
     } else {
       for (size_t o = 0; o < expected.size(); ++o) {
-        result.max_error = std::max(result.max_error, MaxError(expected[o], actual[o]));
+        result.max_error =
+            std::max(result.max_error, MaxError(expected[o], actual[o]));
       }
     }
     results.push_back(result);
@@ -278,8 +365,9 @@ std::vector<ParityResult> RunParityChecks(Backend& reference, Backend& candidate
   for (ModelKind kind : {ModelKind::kLogisticRegression, ModelKind::kWideDeep,
                          ModelKind::kDeepFm}) {
     for (int batch : {0, 1, 61, 1000}) {
-      results.push_back(ModelParity(reference, candidate, kind, batch,
-                                    std::max(gemm_tolerance, kReductionTolerance) * 10, &rng));
+      results.push_back(ModelParity(
+          reference, candidate, kind, batch,
+          std::max(gemm_tolerance, kReductionTolerance) * 10, &rng));
     }
   }
   return results;

@@ -30,7 +30,8 @@ struct ParityResult {
 // Runs every check. `gemm_tolerance` bounds GEMM-heavy outputs (looser for
 // TF32); the other kernels use a fixed tolerance for float accumulation in a
 // different order.
-std::vector<ParityResult> RunParityChecks(Backend& reference, Backend& candidate,
+std::vector<ParityResult> RunParityChecks(Backend& reference,
+                                          Backend& candidate,
                                           double gemm_tolerance = 1e-4);
 
 }  // namespace ps::kernels

@@ -23,12 +23,13 @@ int main() {
       std::printf("no CUDA backend: %s\n", created.message().c_str());
       return 2;
     }
-    for (const ParityResult& r : RunParityChecks(*cpu, *cuda, tf32 ? 1e-2 : 1e-4)) {
+    for (const ParityResult& r :
+         RunParityChecks(*cpu, *cuda, tf32 ? 1e-2 : 1e-4)) {
       ++total;
       failed += r.passed() ? 0 : 1;
       std::printf("%-4s %-5s %-32s max error %.2e (tolerance %.0e) %s\n",
-                  r.passed() ? "ok" : "FAIL", tf32 ? "tf32" : "fp32", r.name.c_str(),
-                  r.max_error, r.tolerance, r.failure.c_str());
+                  r.passed() ? "ok" : "FAIL", tf32 ? "tf32" : "fp32",
+                  r.name.c_str(), r.max_error, r.tolerance, r.failure.c_str());
     }
   }
   std::printf("parity: %d of %d checks passed\n", total - failed, total);

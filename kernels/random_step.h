@@ -20,8 +20,8 @@ namespace ps::kernels {
 
 struct RandomStep {
   // Values are uniform on [-scale, scale]. REQUIRES: num_unique >= 1.
-  RandomStep(const ModelConfig& config, int batch_size, int unique_rows, uint32_t seed,
-             float scale = 0.1f)
+  RandomStep(const ModelConfig& config, int batch_size, int unique_rows,
+             uint32_t seed, float scale = 0.1f)
       : batch(batch_size), num_unique(unique_rows) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int32_t> row(0, num_unique - 1);
@@ -32,7 +32,8 @@ struct RandomStep {
     for (float& v : dense) v = uniform(rng) * 10;
     labels.resize(batch);
     for (int b = 0; b < batch; ++b) labels[b] = b % 4 == 0 ? 1.0f : 0.0f;
-    embedding_rows.resize(static_cast<size_t>(num_unique) * config.embedding_dim);
+    embedding_rows.resize(static_cast<size_t>(num_unique) *
+                          config.embedding_dim);
     for (float& v : embedding_rows) v = uniform(rng);
     wide_rows.resize(num_unique);
     for (float& v : wide_rows) v = uniform(rng);
@@ -52,7 +53,8 @@ struct RandomStep {
     in.labels = labels.data();
     in.embedding_rows = embedding_rows.data();
     in.wide_rows = wide_rows.data();
-    for (const auto& params : dense_params) in.dense_params.push_back(params.data());
+    for (const auto& params : dense_params)
+      in.dense_params.push_back(params.data());
     return in;
   }
 

@@ -43,10 +43,10 @@ class Status {
 }  // namespace ps::kernels
 
 // Returns from the enclosing function if `expr` (a kernels::Status) fails.
-#define KERNELS_RETURN_IF_ERROR(expr)                   \
-  do {                                                  \
-    ::ps::kernels::Status kernels_status_ = (expr);     \
-    if (!kernels_status_.ok()) return kernels_status_;  \
+#define KERNELS_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::ps::kernels::Status kernels_status_ = (expr);    \
+    if (!kernels_status_.ok()) return kernels_status_; \
   } while (false)
 
 #endif  // PS_KERNELS_STATUS_H_

@@ -3,7 +3,8 @@
 // parameters) in host memory as the worker has them, and gradients copied
 // back to the host. No network: this measures the backend.
 //
-//   step_benchmark [--cuda] [--tf32] [--model=wide_deep] [--batch=4096] [--steps=50]
+//   step_benchmark [--cuda] [--tf32] [--model=wide_deep] [--batch=4096]
+//   [--steps=50]
 //
 // Prints one line: backend=... model=... batch=... examples_per_sec=...
 
@@ -15,8 +16,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
-#include "kernels/random_step.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/random_step.h"
 
 int main(int argc, char** argv) {
   using namespace ps::kernels;
@@ -25,11 +26,16 @@ int main(int argc, char** argv) {
   std::string model = "wide_deep";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--cuda") cuda = true;
-    else if (arg == "--tf32") tf32 = true;
-    else if (arg.rfind("--batch=", 0) == 0) batch = std::stoi(arg.substr(8));
-    else if (arg.rfind("--steps=", 0) == 0) steps = std::stoi(arg.substr(8));
-    else if (arg.rfind("--model=", 0) == 0) model = arg.substr(8);
+    if (arg == "--cuda")
+      cuda = true;
+    else if (arg == "--tf32")
+      tf32 = true;
+    else if (arg.rfind("--batch=", 0) == 0)
+      batch = std::stoi(arg.substr(8));
+    else if (arg.rfind("--steps=", 0) == 0)
+      steps = std::stoi(arg.substr(8));
+    else if (arg.rfind("--model=", 0) == 0)
+      model = arg.substr(8);
     else {
       std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
       return 2;
@@ -68,9 +74,11 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) step.TrainStep(in, &out);
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("backend=%s%s model=%s batch=%d examples_per_sec=%.0f loss=%.4f\n",
-              backend->name(), tf32 ? "-tf32" : "", model.c_str(), batch,
-              batch * steps / seconds, out.loss_sum / batch);
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::printf(
+      "backend=%s%s model=%s batch=%d examples_per_sec=%.0f loss=%.4f\n",
+      backend->name(), tf32 ? "-tf32" : "", model.c_str(), batch,
+      batch * steps / seconds, out.loss_sum / batch);
   return 0;
 }

@@ -7,9 +7,9 @@
 
 namespace ps::server {
 
-grpc::ServerUnaryReactor* AdminService::ListTables(grpc::CallbackServerContext* context,
-                                                   const ListTablesRequest*,
-                                                   ListTablesResponse* response) {
+grpc::ServerUnaryReactor* AdminService::ListTables(
+    grpc::CallbackServerContext* context, const ListTablesRequest*,
+    ListTablesResponse* response) {
   for (embedding::TableStats& stats : store_->ListTables()) {
     TableInfo* info = response->add_tables();
     *info->mutable_spec() = std::move(stats.spec);
@@ -21,12 +21,13 @@ grpc::ServerUnaryReactor* AdminService::ListTables(grpc::CallbackServerContext* 
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminService::GetRow(grpc::CallbackServerContext* context,
-                                               const GetRowRequest* request,
-                                               GetRowResponse* response) {
+grpc::ServerUnaryReactor* AdminService::GetRow(
+    grpc::CallbackServerContext* context, const GetRowRequest* request,
+    GetRowResponse* response) {
   std::vector<float> weights;
   bool stored = false;
-  absl::Status status = store_->GetRow(request->table(), request->key(), &weights, &stored);
+  absl::Status status =
+      store_->GetRow(request->table(), request->key(), &weights, &stored);
   if (status.ok()) {
     response->mutable_values()->Add(weights.begin(), weights.end());
     response->set_stored(stored);
@@ -36,9 +37,9 @@ grpc::ServerUnaryReactor* AdminService::GetRow(grpc::CallbackServerContext* cont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminService::ShardStats(grpc::CallbackServerContext* context,
-                                                   const ShardStatsRequest*,
-                                                   ShardStatsResponse* response) {
+grpc::ServerUnaryReactor* AdminService::ShardStats(
+    grpc::CallbackServerContext* context, const ShardStatsRequest*,
+    ShardStatsResponse* response) {
   const embedding::StoreStats stats = store_->Stats();
   response->set_shard_index(shard_index_);
   response->set_num_shards(num_shards_);
@@ -57,9 +58,9 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(grpc::CallbackServerContext* 
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AdminService::WorkerClocks(grpc::CallbackServerContext* context,
-                                                     const WorkerClocksRequest*,
-                                                     WorkerClocksResponse* response) {
+grpc::ServerUnaryReactor* AdminService::WorkerClocks(
+    grpc::CallbackServerContext* context, const WorkerClocksRequest*,
+    WorkerClocksResponse* response) {
   int64_t live_min = -1, live_max = -1;
   for (const ClockCoordinator::WorkerClock& clock : clocks_->Snapshot()) {
     WorkerClocksResponse::Worker* worker = response->add_workers();

@@ -22,8 +22,8 @@ class AdminService final : public Admin::CallbackService {
  public:
   // `store`, `counters` and `clocks` must outlive this service.
   AdminService(uint32_t shard_index, uint32_t num_shards,
-               embedding::EmbeddingStore* store, const RequestCounters* counters,
-               ClockCoordinator* clocks)
+               embedding::EmbeddingStore* store,
+               const RequestCounters* counters, ClockCoordinator* clocks)
       : shard_index_(shard_index),
         num_shards_(num_shards),
         store_(store),
@@ -40,9 +40,9 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* ShardStats(grpc::CallbackServerContext* context,
                                        const ShardStatsRequest* request,
                                        ShardStatsResponse* response) override;
-  grpc::ServerUnaryReactor* WorkerClocks(grpc::CallbackServerContext* context,
-                                         const WorkerClocksRequest* request,
-                                         WorkerClocksResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerClocks(
+      grpc::CallbackServerContext* context, const WorkerClocksRequest* request,
+      WorkerClocksResponse* response) override;
 
  private:
   const uint32_t shard_index_;

@@ -38,12 +38,14 @@ class ClockCoordinator {
   };
 
   // `now` is the time source (injected by tests).
-  explicit ClockCoordinator(std::function<absl::Time()> now = [] { return absl::Now(); })
+  explicit ClockCoordinator(std::function<absl::Time()> now =
+                                [] { return absl::Now(); })
       : now_(std::move(now)) {}
 
   // Records `clock` for `worker` (clocks never go back), renews its lease,
   // and returns the live minimum.
-  View Report(uint32_t worker, int64_t clock, bool finished, absl::Duration lease);
+  View Report(uint32_t worker, int64_t clock, bool finished,
+              absl::Duration lease);
 
   // Every worker ever seen, for the admin service.
   std::vector<WorkerClock> Snapshot();

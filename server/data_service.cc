@@ -10,8 +10,8 @@
 
 namespace ps::server {
 
-grpc::ServerUnaryReactor* DataService::Finish(grpc::CallbackServerContext* context,
-                                              const absl::Status& status) {
+grpc::ServerUnaryReactor* DataService::Finish(
+    grpc::CallbackServerContext* context, const absl::Status& status) {
   if (!status.ok()) ++counters_.failed_requests;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -51,7 +51,8 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
   return Finish(context, created.status());
 }
 
-absl::Status DataService::DoPull(const PullRequest& request, PullResponse* response) {
+absl::Status DataService::DoPull(const PullRequest& request,
+                                 PullResponse* response) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
@@ -63,46 +64,50 @@ absl::Status DataService::DoPull(const PullRequest& request, PullResponse* respo
   }
   std::string* values = response->mutable_values();
   values->resize(reply_bytes);
-  RETURN_IF_ERROR(store_->Pull(
-      request.table(), keys,
-      absl::MakeSpan(reinterpret_cast<float*>(values->data()), keys.size() * spec.dim())));
+  RETURN_IF_ERROR(
+      store_->Pull(request.table(), keys,
+                   absl::MakeSpan(reinterpret_cast<float*>(values->data()),
+                                  keys.size() * spec.dim())));
   response->set_dim(spec.dim());
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* DataService::Pull(grpc::CallbackServerContext* context,
-                                            const PullRequest* request,
-                                            PullResponse* response) {
+grpc::ServerUnaryReactor* DataService::Pull(
+    grpc::CallbackServerContext* context, const PullRequest* request,
+    PullResponse* response) {
   ++counters_.pull_requests;
   return Finish(context, DoPull(*request, response));
 }
 
-absl::Status DataService::DoPush(const PushRequest& request, PushResponse* response) {
+absl::Status DataService::DoPush(const PushRequest& request,
+                                 PushResponse* response) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   std::vector<float> gradients;
   if (!Unpack(request.gradients(), &gradients)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients must be packed 4-byte floats; got ", request.gradients().size(),
-        " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients must be packed 4-byte floats; got ",
+                     request.gradients().size(), " bytes"));
   }
-  ASSIGN_OR_RETURN(size_t updated, store_->Push(request.table(), keys, gradients));
+  ASSIGN_OR_RETURN(size_t updated,
+                   store_->Push(request.table(), keys, gradients));
   response->set_rows_updated(static_cast<uint32_t>(updated));
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* DataService::Push(grpc::CallbackServerContext* context,
-                                            const PushRequest* request,
-                                            PushResponse* response) {
+grpc::ServerUnaryReactor* DataService::Push(
+    grpc::CallbackServerContext* context, const PushRequest* request,
+    PushResponse* response) {
   ++counters_.push_requests;
   return Finish(context, DoPush(*request, response));
 }
 
-grpc::ServerUnaryReactor* DataService::Clock(grpc::CallbackServerContext* context,
-                                             const ClockRequest* request,
-                                             ClockResponse* response) {
+grpc::ServerUnaryReactor* DataService::Clock(
+    grpc::CallbackServerContext* context, const ClockRequest* request,
+    ClockResponse* response) {
   if (request->lease_ms() == 0) {
-    return Finish(context, absl::InvalidArgumentError("lease_ms must be positive"));
+    return Finish(context,
+                  absl::InvalidArgumentError("lease_ms must be positive"));
   }
   const ClockCoordinator::View view =
       clocks_->Report(request->worker(), request->clock(), request->finished(),

@@ -35,13 +35,13 @@ struct DataServiceOptions {
 class DataService final : public ParameterServer::CallbackService {
  public:
   // `store` and `clocks` must outlive this service.
-  DataService(const DataServiceOptions& options, embedding::EmbeddingStore* store,
-              ClockCoordinator* clocks)
+  DataService(const DataServiceOptions& options,
+              embedding::EmbeddingStore* store, ClockCoordinator* clocks)
       : options_(options), store_(store), clocks_(clocks) {}
 
-  grpc::ServerUnaryReactor* DeclareTable(grpc::CallbackServerContext* context,
-                                         const DeclareTableRequest* request,
-                                         DeclareTableResponse* response) override;
+  grpc::ServerUnaryReactor* DeclareTable(
+      grpc::CallbackServerContext* context, const DeclareTableRequest* request,
+      DeclareTableResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const PullRequest* request,
                                  PullResponse* response) override;
@@ -58,7 +58,8 @@ class DataService final : public ParameterServer::CallbackService {
   absl::Status DoPull(const PullRequest& request, PullResponse* response);
   absl::Status DoPush(const PushRequest& request, PushResponse* response);
   // Unpacks `packed` keys and checks the limit and routing.
-  absl::Status CheckKeys(const std::string& packed, std::vector<uint64_t>* keys) const;
+  absl::Status CheckKeys(const std::string& packed,
+                         std::vector<uint64_t>* keys) const;
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                    const absl::Status& status);
 

@@ -41,13 +41,16 @@ ABSL_FLAG(uint64_t, flush_interval_ms, 1000,
           "With --durability=periodic, how often dirty rows are written back.");
 ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
           "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
-ABSL_FLAG(uint64_t, max_message_mb, 64, "Largest gRPC message either way, in MiB.");
-ABSL_FLAG(uint32_t, max_dim, 4096, "Largest row dimension a table may declare.");
+ABSL_FLAG(uint64_t, max_message_mb, 64,
+          "Largest gRPC message either way, in MiB.");
+ABSL_FLAG(uint32_t, max_dim, 4096,
+          "Largest row dimension a table may declare.");
 ABSL_FLAG(uint32_t, max_tables, 1024, "Most tables this shard may hold.");
 ABSL_FLAG(uint32_t, hot_tier_stripes, 64,
           "Lock stripes of the hot tier; more lets more pulls and pushes run "
           "at once.");
-ABSL_FLAG(uint64_t, rocksdb_block_cache_mb, 16, "RocksDB's block cache, in MiB.");
+ABSL_FLAG(uint64_t, rocksdb_block_cache_mb, 16,
+          "RocksDB's block cache, in MiB.");
 ABSL_FLAG(uint64_t, rocksdb_write_buffer_mb, 64,
           "RocksDB's memtables over all tables together, in MiB.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
@@ -90,23 +93,28 @@ int main(int argc, char** argv) {
   options.store.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.store.cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
   options.store.sync_wal = absl::GetFlag(FLAGS_sync_wal);
-  options.store.flush_interval = absl::Milliseconds(absl::GetFlag(FLAGS_flush_interval_ms));
+  options.store.flush_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_flush_interval_ms));
   options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
-  options.store.num_stripes = static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
-  options.store.rocksdb_block_cache_bytes = absl::GetFlag(FLAGS_rocksdb_block_cache_mb) << 20;
-  options.store.rocksdb_write_buffer_bytes = absl::GetFlag(FLAGS_rocksdb_write_buffer_mb)
-                                             << 20;
+  options.store.num_stripes =
+      static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
+  options.store.rocksdb_block_cache_bytes =
+      absl::GetFlag(FLAGS_rocksdb_block_cache_mb) << 20;
+  options.store.rocksdb_write_buffer_bytes =
+      absl::GetFlag(FLAGS_rocksdb_write_buffer_mb) << 20;
   const std::string durability = absl::GetFlag(FLAGS_durability);
   if (durability == "wal") {
     options.store.durability = ps::embedding::Durability::kWal;
   } else if (durability == "periodic") {
     options.store.durability = ps::embedding::Durability::kPeriodic;
   } else {
-    return Fail("--durability must be 'wal' or 'periodic', not '" + durability + "'");
+    return Fail("--durability must be 'wal' or 'periodic', not '" + durability +
+                "'");
   }
   if (options.store.data_dir.empty()) return Fail("--data_dir is required");
-  if (options.store.num_stripes < 1) return Fail("--hot_tier_stripes must be >= 1");
+  if (options.store.num_stripes < 1)
+    return Fail("--hot_tier_stripes must be >= 1");
   if (absl::GetFlag(FLAGS_flush_interval_ms) == 0) {
     return Fail("--flush_interval_ms must be positive");
   }
@@ -115,7 +123,8 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status().ToString());
   const std::string address = options.listen_address;
   const std::string host = address.substr(0, address.rfind(':'));
-  std::printf("ps_server listening on %s:%d\n", host.c_str(), (*server)->port());
+  std::printf("ps_server listening on %s:%d\n", host.c_str(),
+              (*server)->port());
   std::fflush(stdout);
   LOG(INFO) << "shard " << options.shard_index << " of " << options.num_shards
             << " serving " << options.store.data_dir << " on " << host << ":"

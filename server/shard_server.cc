@@ -23,15 +23,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         "max_keys_per_request and max_message_bytes must be positive");
   }
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
-  ASSIGN_OR_RETURN(server->store_, embedding::EmbeddingStore::Open(options.store));
+  ASSIGN_OR_RETURN(server->store_,
+                   embedding::EmbeddingStore::Open(options.store));
 
   DataServiceOptions data_options;
   data_options.shard_index = options.shard_index;
   data_options.num_shards = options.num_shards;
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
-  server->data_service_ =
-      std::make_unique<DataService>(data_options, server->store_.get(), &server->clocks_);
+  server->data_service_ = std::make_unique<DataService>(
+      data_options, server->store_.get(), &server->clocks_);
   server->admin_service_ = std::make_unique<AdminService>(
       options.shard_index, options.num_shards, server->store_.get(),
       &server->data_service_->counters(), &server->clocks_);
@@ -39,10 +40,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
-  const int max_message = static_cast<int>(
-      std::min<size_t>(options.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &server->port_);
+  const int max_message = static_cast<int>(std::min<size_t>(
+      options.max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(server->data_service_.get());

@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::vector<std::string>& argv_strings, bool capture_stdout,
     const std::string& stderr_path) {
   int pipe_fds[2] = {-1, -1};
-  if (capture_stdout && pipe(pipe_fds) != 0) return absl::InternalError("pipe() failed");
+  if (capture_stdout && pipe(pipe_fds) != 0)
+    return absl::InternalError("pipe() failed");
   std::vector<std::string> args = argv_strings;
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
@@ -49,7 +50,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
       close(pipe_fds[1]);
     }
     if (!stderr_path.empty()) {
-      const int fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      const int fd =
+          open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) dup2(fd, STDERR_FILENO);
     }
     execv(argv[0], argv.data());
@@ -65,7 +67,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
 }
 
 absl::StatusOr<std::string> ChildProcess::ReadLine(absl::Time deadline) {
-  if (stdout_fd_ < 0) return absl::FailedPreconditionError("stdout is not captured");
+  if (stdout_fd_ < 0)
+    return absl::FailedPreconditionError("stdout is not captured");
   std::string line;
   while (true) {
     const int64_t wait_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
@@ -110,8 +113,8 @@ ChildProcess::~ChildProcess() {
   if (stdout_fd_ >= 0) close(stdout_fd_);
 }
 
-int RunToCompletion(const std::vector<std::string>& argv, const std::string& stderr_path,
-                    absl::Duration timeout) {
+int RunToCompletion(const std::vector<std::string>& argv,
+                    const std::string& stderr_path, absl::Duration timeout) {
   auto process = ChildProcess::Start(argv, false, stderr_path);
   if (!process.ok()) return -1;
   return (*process)->Wait(timeout);

@@ -21,14 +21,15 @@ constexpr int kKeysPerClient = 256;
 
 TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
   const std::string dir = FreshTestDir("crash_recovery");
-  const std::vector<std::string> flags = {"--data_dir=" + dir, "--durability=wal",
-                                          "--cache_mb=1"};
+  const std::vector<std::string> flags = {"--data_dir=" + dir,
+                                          "--durability=wal", "--cache_mb=1"};
   auto server = ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
   {
     auto stub = ParameterServer::NewStub((*server)->channel());
     // Each push adds exactly 1 to every key it names: SGD, rate 1, gradient -1.
-    ASSERT_TRUE(DeclareTable(*stub, SgdTableSpec("counts", 1, 1.0f, InitializerSpec::ZEROS))
+    ASSERT_TRUE(DeclareTable(*stub, SgdTableSpec("counts", 1, 1.0f,
+                                                 InitializerSpec::ZEROS))
                     .ok());
   }
 
@@ -48,7 +49,8 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
     });
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (total.load() < 400 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  while (total.load() < 400 && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(5));
   ASSERT_GE(total.load(), 400) << "pushes too slow to reach the kill point";
   EXPECT_EQ((*server)->SignalAndWait(SIGKILL), 128 + SIGKILL);
   for (auto& client : clients) client.join();
@@ -66,12 +68,15 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
       // At least every acknowledged push; at most one more, the push that
       // was in flight when the server died.
       ASSERT_GE(counts[k], acknowledged[c]) << "client " << c << " key " << k;
-      ASSERT_LE(counts[k], acknowledged[c] + 1) << "client " << c << " key " << k;
+      ASSERT_LE(counts[k], acknowledged[c] + 1)
+          << "client " << c << " key " << k;
       verified_updates += acknowledged[c];
     }
   }
-  std::printf("acknowledged pushes: %d (x%d keys); all %d row updates found after kill -9\n",
-              total.load(), kKeysPerClient, verified_updates);
+  std::printf(
+      "acknowledged pushes: %d (x%d keys); all %d row updates found after kill "
+      "-9\n",
+      total.load(), kKeysPerClient, verified_updates);
   EXPECT_EQ(verified_updates, total.load() * kKeysPerClient);
 }
 

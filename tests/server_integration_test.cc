@@ -26,7 +26,8 @@ std::vector<uint64_t> Keys(size_t count, uint64_t stride = 104729) {
   return keys;
 }
 
-std::vector<float> MustPull(ParameterServer::Stub& stub, const std::vector<uint64_t>& keys) {
+std::vector<float> MustPull(ParameterServer::Stub& stub,
+                            const std::vector<uint64_t>& keys) {
   std::vector<float> rows;
   grpc::Status status = PullRows(stub, kTable, keys, &rows);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -43,8 +44,9 @@ class ServerIntegrationTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerProcess> Start() {
-    auto server = ServerProcess::Start(
-        {"--data_dir=" + data_dir_, "--max_keys_per_request=5000", "--cache_mb=8"});
+    auto server =
+        ServerProcess::Start({"--data_dir=" + data_dir_,
+                              "--max_keys_per_request=5000", "--cache_mb=8"});
     EXPECT_TRUE(server.ok()) << server.status();
     return std::move(server).value();
   }
@@ -60,11 +62,13 @@ TEST_F(ServerIntegrationTest, Pull4096KeysReturnsRowsInRequestOrder) {
   keys[7] = keys[3000];                                   // a duplicate
   const std::vector<float> rows = MustPull(*stub_, keys);
   ASSERT_EQ(rows.size(), 4096u * kDim);
-  embedding::Initializer initializer(SgdTableSpec(kTable, kDim, 0.5f).initializer());
+  embedding::Initializer initializer(
+      SgdTableSpec(kTable, kDim, 0.5f).initializer());
   std::vector<float> expected(kDim);
   for (size_t i = 0; i < keys.size(); ++i) {
     initializer.Fill(keys[i], absl::MakeSpan(expected));
-    for (uint32_t d = 0; d < kDim; ++d) ASSERT_EQ(rows[i * kDim + d], expected[d]) << i;
+    for (uint32_t d = 0; d < kDim; ++d)
+      ASSERT_EQ(rows[i * kDim + d], expected[d]) << i;
   }
 }
 
@@ -83,7 +87,8 @@ TEST_F(ServerIntegrationTest, PushUpdatesRowsWithTheTablesOptimizer) {
 
 TEST_F(ServerIntegrationTest, BadRequestsGetClearCodesAndChangeNoRow) {
   const std::vector<uint64_t> keys = Keys(64);
-  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(64 * kDim, 1.0f)).ok());
+  ASSERT_TRUE(
+      PushRows(*stub_, kTable, keys, std::vector<float>(64 * kDim, 1.0f)).ok());
   const std::vector<float> before = MustPull(*stub_, keys);
   auto expect_unchanged = [&](const char* what) {
     EXPECT_EQ(MustPull(*stub_, keys), before) << "rows changed after " << what;
@@ -101,7 +106,8 @@ TEST_F(ServerIntegrationTest, BadRequestsGetClearCodesAndChangeNoRow) {
             grpc::StatusCode::INVALID_ARGUMENT);
   expect_unchanged("an Inf");
 
-  EXPECT_EQ(PushRows(*stub_, kTable, keys, std::vector<float>(64 * 8, 1.0f)).error_code(),
+  EXPECT_EQ(PushRows(*stub_, kTable, keys, std::vector<float>(64 * 8, 1.0f))
+                .error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   expect_unchanged("the wrong dim");
 
@@ -118,15 +124,17 @@ TEST_F(ServerIntegrationTest, BadRequestsGetClearCodesAndChangeNoRow) {
   expect_unchanged("ragged keys");
 
   const std::vector<uint64_t> too_many = Keys(5001);
-  EXPECT_EQ(PushRows(*stub_, kTable, too_many, std::vector<float>(5001 * kDim, 1.0f))
-                .error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(
+      PushRows(*stub_, kTable, too_many, std::vector<float>(5001 * kDim, 1.0f))
+          .error_code(),
+      grpc::StatusCode::RESOURCE_EXHAUSTED);
   std::vector<float> ignored;
   EXPECT_EQ(PullRows(*stub_, kTable, too_many, &ignored).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   expect_unchanged("too many keys");
 
-  EXPECT_EQ(PushRows(*stub_, "no_such_table", keys, std::vector<float>(64 * kDim, 1.0f))
+  EXPECT_EQ(PushRows(*stub_, "no_such_table", keys,
+                     std::vector<float>(64 * kDim, 1.0f))
                 .error_code(),
             grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(PullRows(*stub_, "no_such_table", keys, &ignored).error_code(),
@@ -134,11 +142,13 @@ TEST_F(ServerIntegrationTest, BadRequestsGetClearCodesAndChangeNoRow) {
   expect_unchanged("an unknown table");
 
   bool created = true;
-  EXPECT_EQ(DeclareTable(*stub_, SgdTableSpec(kTable, kDim, 0.5f), &created).error_code(),
+  EXPECT_EQ(DeclareTable(*stub_, SgdTableSpec(kTable, kDim, 0.5f), &created)
+                .error_code(),
             grpc::StatusCode::OK);
   EXPECT_FALSE(created);
-  EXPECT_EQ(DeclareTable(*stub_, SgdTableSpec(kTable, kDim + 1, 0.5f)).error_code(),
-            grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(
+      DeclareTable(*stub_, SgdTableSpec(kTable, kDim + 1, 0.5f)).error_code(),
+      grpc::StatusCode::ALREADY_EXISTS);
   expect_unchanged("a conflicting declaration");
 }
 
@@ -153,7 +163,8 @@ TEST_F(ServerIntegrationTest, KeysOfAnotherShardAreRefusedWhole) {
   while (ShardForKey(mine, 2) != 0) ++mine;
   while (ShardForKey(theirs, 2) != 1) ++theirs;
   const std::vector<float> before = MustPull(*stub, {mine});
-  EXPECT_EQ(PushRows(*stub, kTable, {mine, theirs}, std::vector<float>(2 * kDim, 1.0f))
+  EXPECT_EQ(PushRows(*stub, kTable, {mine, theirs},
+                     std::vector<float>(2 * kDim, 1.0f))
                 .error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(MustPull(*stub, {mine}), before);
@@ -164,12 +175,15 @@ TEST_F(ServerIntegrationTest, KeysOfAnotherShardAreRefusedWhole) {
 
 TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
   const std::vector<uint64_t> keys = Keys(100);
-  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(100 * kDim, 2.0f)).ok());
+  ASSERT_TRUE(
+      PushRows(*stub_, kTable, keys, std::vector<float>(100 * kDim, 2.0f))
+          .ok());
   auto admin = Admin::NewStub(server_->channel());
   {
     grpc::ClientContext context;
     ListTablesResponse response;
-    ASSERT_TRUE(admin->ListTables(&context, ListTablesRequest(), &response).ok());
+    ASSERT_TRUE(
+        admin->ListTables(&context, ListTablesRequest(), &response).ok());
     ASSERT_EQ(response.tables_size(), 1);
     EXPECT_EQ(response.tables(0).spec().name(), kTable);
     EXPECT_EQ(response.tables(0).spec().dim(), kDim);
@@ -184,12 +198,14 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
     EXPECT_TRUE(response.stored());
     const std::vector<float> pulled = MustPull(*stub_, {keys[0]});
     ASSERT_EQ(response.values_size(), static_cast<int>(kDim));
-    for (uint32_t d = 0; d < kDim; ++d) EXPECT_EQ(response.values(d), pulled[d]);
+    for (uint32_t d = 0; d < kDim; ++d)
+      EXPECT_EQ(response.values(d), pulled[d]);
   }
   {
     grpc::ClientContext context;
     ShardStatsResponse response;
-    ASSERT_TRUE(admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    ASSERT_TRUE(
+        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
     EXPECT_EQ(response.push_requests(), 1u);
     EXPECT_GE(response.pull_requests(), 1u);
     EXPECT_EQ(response.rows_pushed(), 100u);
@@ -199,7 +215,9 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
 
 TEST_F(ServerIntegrationTest, SigtermExitsZeroAndRestartResumes) {
   const std::vector<uint64_t> keys = Keys(500);
-  ASSERT_TRUE(PushRows(*stub_, kTable, keys, std::vector<float>(500 * kDim, 1.0f)).ok());
+  ASSERT_TRUE(
+      PushRows(*stub_, kTable, keys, std::vector<float>(500 * kDim, 1.0f))
+          .ok());
   const std::vector<float> before = MustPull(*stub_, keys);
   stub_.reset();
   EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);

@@ -19,10 +19,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::vector<std::string>& flags, absl::Duration timeout,
     const std::string& stderr_path) {
   const absl::Time deadline = absl::Now() + timeout;
-  std::vector<std::string> argv = {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0"};
+  std::vector<std::string> argv = {BinaryPath("server/ps_server"),
+                                   "--listen=127.0.0.1:0"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto server = std::unique_ptr<ServerProcess>(new ServerProcess());
-  auto process = ChildProcess::Start(argv, /*capture_stdout=*/true, stderr_path);
+  auto process =
+      ChildProcess::Start(argv, /*capture_stdout=*/true, stderr_path);
   if (!process.ok()) return process.status();
   server->process_ = std::move(process).value();
 

@@ -25,7 +25,8 @@ class ServerProcess {
   // it serves. UNAVAILABLE if it exits or is not serving within `timeout`.
   // `stderr_path`, if set, receives its log.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::vector<std::string>& flags, absl::Duration timeout = absl::Seconds(60),
+      const std::vector<std::string>& flags,
+      absl::Duration timeout = absl::Seconds(60),
       const std::string& stderr_path = "");
 
   // "127.0.0.1:PORT".

@@ -16,9 +16,9 @@
 
 namespace ps::testing {
 
-inline TableSpec SgdTableSpec(const std::string& name, uint32_t dim,
-                              float learning_rate,
-                              InitializerSpec::Kind init = InitializerSpec::UNIFORM) {
+inline TableSpec SgdTableSpec(
+    const std::string& name, uint32_t dim, float learning_rate,
+    InitializerSpec::Kind init = InitializerSpec::UNIFORM) {
   TableSpec spec;
   spec.set_name(name);
   spec.set_dim(dim);
@@ -30,7 +30,8 @@ inline TableSpec SgdTableSpec(const std::string& name, uint32_t dim,
   return spec;
 }
 
-inline grpc::Status DeclareTable(ParameterServer::Stub& stub, const TableSpec& spec,
+inline grpc::Status DeclareTable(ParameterServer::Stub& stub,
+                                 const TableSpec& spec,
                                  bool* created = nullptr) {
   grpc::ClientContext context;
   DeclareTableRequest request;
@@ -41,8 +42,10 @@ inline grpc::Status DeclareTable(ParameterServer::Stub& stub, const TableSpec& s
   return status;
 }
 
-inline grpc::Status PullRows(ParameterServer::Stub& stub, const std::string& table,
-                             const std::vector<uint64_t>& keys, std::vector<float>* rows) {
+inline grpc::Status PullRows(ParameterServer::Stub& stub,
+                             const std::string& table,
+                             const std::vector<uint64_t>& keys,
+                             std::vector<float>* rows) {
   grpc::ClientContext context;
   PullRequest request;
   request.set_table(table);
@@ -53,7 +56,8 @@ inline grpc::Status PullRows(ParameterServer::Stub& stub, const std::string& tab
   return status;
 }
 
-inline grpc::Status PushRows(ParameterServer::Stub& stub, const std::string& table,
+inline grpc::Status PushRows(ParameterServer::Stub& stub,
+                             const std::string& table,
                              const std::vector<uint64_t>& keys,
                              const std::vector<float>& gradients) {
   grpc::ClientContext context;

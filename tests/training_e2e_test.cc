@@ -53,16 +53,22 @@ class TrainingTest : public ::testing::Test {
     data_ = new std::string(FreshTestDir("training_data"));
     const std::string gen = BinaryPath("worker/clicklog_gen");
     const std::string log = *data_ + "/gen.log";
-    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/train.tsv",
-                               absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
-                              log), 0);
-    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/train.tsv.gz",
-                               absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
-                              log), 0);
-    ASSERT_EQ(RunToCompletion({gen, "--out=" + *data_ + "/test.tsv",
-                               absl::StrCat("--lines=", kTestLines), "--sample_seed=2",
-                               "--summary_out=" + *data_ + "/test_truth.json"},
-                              log), 0);
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/train.tsv",
+                   absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                  log),
+              0);
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/train.tsv.gz",
+                   absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                  log),
+              0);
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/test.tsv",
+                   absl::StrCat("--lines=", kTestLines), "--sample_seed=2",
+                   "--summary_out=" + *data_ + "/test_truth.json"},
+                  log),
+              0);
   }
 
   static void TearDownTestSuite() {
@@ -71,7 +77,8 @@ class TrainingTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    dir_ = FreshTestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = FreshTestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
 
   // Starts `count` shards on fresh data directories and returns their
@@ -83,7 +90,8 @@ class TrainingTest : public ::testing::Test {
       auto shard = ServerProcess::Start(
           {absl::StrCat("--data_dir=", dir_, "/cluster", cluster_, "/shard", s),
            absl::StrCat("--shard_index=", s),
-           absl::StrCat("--num_shards=", count), "--durability=periodic", "--cache_mb=64"},
+           absl::StrCat("--num_shards=", count), "--durability=periodic",
+           "--cache_mb=64"},
           absl::Seconds(60), absl::StrCat(dir_, "/shard", s, ".log"));
       EXPECT_TRUE(shard.ok()) << shard.status();
       if (!shard.ok()) return {};
@@ -93,8 +101,9 @@ class TrainingTest : public ::testing::Test {
     return addresses;
   }
 
-  std::vector<std::string> WorkerArgs(const std::vector<std::string>& servers, int index,
-                                      int count, const std::vector<std::string>& extra) {
+  std::vector<std::string> WorkerArgs(const std::vector<std::string>& servers,
+                                      int index, int count,
+                                      const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {
         BinaryPath("worker/ps_worker"),
         "--servers=" + absl::StrJoin(servers, ","),
@@ -122,9 +131,9 @@ class TrainingTest : public ::testing::Test {
 
   // Trains `workers` workers against `num_shards` new shards, all at once;
   // per-worker extra flags from `extra[i]` (if present) and `common`.
-  std::vector<WorkerRun> Train(int num_shards, int workers,
-                               const std::vector<std::string>& common,
-                               const std::vector<std::vector<std::string>>& extra = {}) {
+  std::vector<WorkerRun> Train(
+      int num_shards, int workers, const std::vector<std::string>& common,
+      const std::vector<std::vector<std::string>>& extra = {}) {
     const std::vector<std::string> servers = StartShards(num_shards);
     std::vector<std::unique_ptr<ChildProcess>> processes;
     for (int w = 0; w < workers; ++w) {
@@ -132,8 +141,9 @@ class TrainingTest : public ::testing::Test {
       if (w < static_cast<int>(extra.size())) {
         flags.insert(flags.end(), extra[w].begin(), extra[w].end());
       }
-      auto process = ChildProcess::Start(WorkerArgs(servers, w, workers, flags), false,
-                                         absl::StrCat(dir_, "/worker", w, ".log"));
+      auto process =
+          ChildProcess::Start(WorkerArgs(servers, w, workers, flags), false,
+                              absl::StrCat(dir_, "/worker", w, ".log"));
       EXPECT_TRUE(process.ok());
       processes.push_back(std::move(process).value());
     }
@@ -146,7 +156,9 @@ class TrainingTest : public ::testing::Test {
     return runs;
   }
 
-  double TruthAuc() const { return Metric(ReadFile(*data_ + "/test_truth.json"), "truth_auc"); }
+  double TruthAuc() const {
+    return Metric(ReadFile(*data_ + "/test_truth.json"), "truth_auc");
+  }
 
   static std::string* data_;
   std::string dir_;
@@ -160,10 +172,11 @@ TEST_F(TrainingTest, TwoShardsTwoWorkersMatchOneWorkerUnderBulkSynchronous) {
   const WorkerRun single = Train(1, 1, {"--staleness=0"})[0];
   const std::vector<WorkerRun> pair = Train(2, 2, {"--staleness=0"});
   const double truth = TruthAuc();
-  std::printf("test AUC: 1 shard + 1 worker %.4f; 2 shards + 2 workers %.4f, %.4f; "
-              "ground truth %.4f\n",
-              single.Get("test_auc"), pair[0].Get("test_auc"), pair[1].Get("test_auc"),
-              truth);
+  std::printf(
+      "test AUC: 1 shard + 1 worker %.4f; 2 shards + 2 workers %.4f, %.4f; "
+      "ground truth %.4f\n",
+      single.Get("test_auc"), pair[0].Get("test_auc"), pair[1].Get("test_auc"),
+      truth);
   EXPECT_EQ(single.Get("examples"), kTrainLines);
   EXPECT_EQ(pair[0].Get("examples") + pair[1].Get("examples"), kTrainLines);
   EXPECT_GT(single.Get("test_auc"), 0.70);
@@ -177,7 +190,8 @@ TEST_F(TrainingTest, TwoShardsTwoWorkersMatchOneWorkerUnderBulkSynchronous) {
 TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
   const WorkerRun lr = Train(1, 1, {"--model=lr"})[0];
   const WorkerRun deepfm = Train(1, 1, {"--model=deepfm"})[0];
-  std::printf("test AUC: lr %.4f, deepfm %.4f\n", lr.Get("test_auc"), deepfm.Get("test_auc"));
+  std::printf("test AUC: lr %.4f, deepfm %.4f\n", lr.Get("test_auc"),
+              deepfm.Get("test_auc"));
   EXPECT_GT(deepfm.Get("test_auc"), lr.Get("test_auc"));
   EXPECT_LT(deepfm.Get("test_logloss"), lr.Get("test_logloss"));
 }
@@ -185,13 +199,17 @@ TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
 TEST_F(TrainingTest, EveryConsistencyModeConverges) {
   // The logloss of always predicting the click rate: a model that learned
   // nothing from the features.
-  const double rate = Metric(ReadFile(*data_ + "/test_truth.json"), "click_rate");
-  const double base_logloss = -(rate * std::log(rate) + (1 - rate) * std::log(1 - rate));
+  const double rate =
+      Metric(ReadFile(*data_ + "/test_truth.json"), "click_rate");
+  const double base_logloss =
+      -(rate * std::log(rate) + (1 - rate) * std::log(1 - rate));
   for (const std::string mode : {"0", "2", "async"}) {
     const std::vector<WorkerRun> runs = Train(2, 2, {"--staleness=" + mode});
-    std::printf("staleness=%s: test AUC %.4f, logloss %.4f, max staleness %.0f\n",
-                mode.c_str(), runs[0].Get("test_auc"), runs[0].Get("test_logloss"),
-                std::max(runs[0].Get("max_staleness_seen"), runs[1].Get("max_staleness_seen")));
+    std::printf(
+        "staleness=%s: test AUC %.4f, logloss %.4f, max staleness %.0f\n",
+        mode.c_str(), runs[0].Get("test_auc"), runs[0].Get("test_logloss"),
+        std::max(runs[0].Get("max_staleness_seen"),
+                 runs[1].Get("max_staleness_seen")));
     EXPECT_GT(runs[0].Get("test_auc"), 0.70) << mode;
     EXPECT_LT(runs[0].Get("test_logloss"), base_logloss - 0.01) << mode;
     if (mode != "async") {
@@ -220,8 +238,8 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
                                       dir_ + "/worker0.log");
   std::vector<std::string> slow = common;
   slow.push_back("--slow_step_ms=300");
-  auto victim =
-      ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false, dir_ + "/worker1.log");
+  auto victim = ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false,
+                                    dir_ + "/worker1.log");
   ASSERT_TRUE(survivor.ok() && victim.ok());
   absl::SleepFor(absl::Seconds(3));
   EXPECT_EQ((*victim)->SignalAndWait(SIGKILL), 128 + SIGKILL);
@@ -237,32 +255,37 @@ TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {
   // restarted on the same port and directory: the worker retries, reconnects
   // and finishes every example.
   const std::string data_dir = dir_ + "/restarting_shard";
-  const std::vector<std::string> flags = {"--data_dir=" + data_dir, "--durability=wal"};
-  auto shard = ServerProcess::Start(flags, absl::Seconds(60), dir_ + "/shard.log");
+  const std::vector<std::string> flags = {"--data_dir=" + data_dir,
+                                          "--durability=wal"};
+  auto shard =
+      ServerProcess::Start(flags, absl::Seconds(60), dir_ + "/shard.log");
   ASSERT_TRUE(shard.ok()) << shard.status();
   const std::string address = (*shard)->address();
   auto worker = ChildProcess::Start(
-      WorkerArgs({address}, 0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}), false,
-      dir_ + "/worker0.log");
+      WorkerArgs({address}, 0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}),
+      false, dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ((*shard)->SignalAndWait(SIGKILL), 128 + SIGKILL);
   absl::SleepFor(absl::Milliseconds(500));
   std::vector<std::string> restart_flags = flags;
   restart_flags.push_back("--listen=" + address);  // the same port again
-  auto restarted = ServerProcess::Start(restart_flags, absl::Seconds(60), dir_ + "/shard.log");
+  auto restarted = ServerProcess::Start(restart_flags, absl::Seconds(60),
+                                        dir_ + "/shard.log");
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   const WorkerRun run = Collect(0, (*worker)->Wait(absl::Minutes(3)));
   ASSERT_EQ(run.exit_code, 0) << run.log;
   EXPECT_EQ(run.Get("examples"), kTrainLines);
   EXPECT_GT(run.Get("test_auc"), 0.70);
-  EXPECT_NE(run.log.find("retrying"), std::string::npos) << "the worker saw the shard go";
+  EXPECT_NE(run.log.find("retrying"), std::string::npos)
+      << "the worker saw the shard go";
 }
 
 TEST_F(TrainingTest, GzipInputTrainsExactlyLikePlainInput) {
   // One worker under bulk-synchronous training is deterministic.
   const WorkerRun plain = Train(1, 1, {"--staleness=0"})[0];
-  const WorkerRun gzip = Train(1, 1, {"--staleness=0", "--train=" + *data_ + "/train.tsv.gz"})[0];
+  const WorkerRun gzip =
+      Train(1, 1, {"--staleness=0", "--train=" + *data_ + "/train.tsv.gz"})[0];
   EXPECT_EQ(gzip.Get("examples"), plain.Get("examples"));
   EXPECT_DOUBLE_EQ(gzip.Get("test_auc"), plain.Get("test_auc"));
   EXPECT_DOUBLE_EQ(gzip.Get("test_logloss"), plain.Get("test_logloss"));
@@ -287,14 +310,16 @@ TEST_F(TrainingTest, MalformedLinesAreSkippedCountedAndCapped) {
   const WorkerRun run = Train(1, 1, {"--train=" + dir_ + "/dirty.tsv"})[0];
   EXPECT_EQ(run.Get("bad_lines"), bad);
   EXPECT_EQ(run.Get("examples"), 20000 - bad);
-  EXPECT_NE(run.log.find("dirty.tsv:8:"), std::string::npos) << "file:line in the log";
+  EXPECT_NE(run.log.find("dirty.tsv:8:"), std::string::npos)
+      << "file:line in the log";
 
   const std::vector<std::string> servers = StartShards(1);
-  std::vector<std::string> argv =
-      WorkerArgs(servers, 0, 1, {"--train=" + dir_ + "/dirty.tsv", "--max_bad_lines=10"});
+  std::vector<std::string> argv = WorkerArgs(
+      servers, 0, 1, {"--train=" + dir_ + "/dirty.tsv", "--max_bad_lines=10"});
   const int code = RunToCompletion(argv, dir_ + "/capped.log");
   EXPECT_NE(code, 0);
-  EXPECT_NE(ReadFile(dir_ + "/capped.log").find("--max_bad_lines=10"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/capped.log").find("--max_bad_lines=10"),
+            std::string::npos);
 }
 
 }  // namespace

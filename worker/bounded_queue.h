@@ -20,7 +20,8 @@ namespace ps::worker {
 template <typename T>
 class BoundedQueue {
  public:
-  explicit BoundedQueue(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  explicit BoundedQueue(size_t capacity)
+      : capacity_(capacity == 0 ? 1 : capacity) {}
 
   // Returns false (dropping `item`) if the queue was closed.
   bool Push(T item) {

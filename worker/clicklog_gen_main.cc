@@ -17,7 +17,8 @@
 #include "worker/clicklog_generator.h"
 #include "worker/evaluation.h"
 
-ABSL_FLAG(std::string, out, "", "Click log to write; gzip'd if it ends in .gz. Required.");
+ABSL_FLAG(std::string, out, "",
+          "Click log to write; gzip'd if it ends in .gz. Required.");
 ABSL_FLAG(int64_t, lines, 1000000, "Lines to write.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of the hidden model. Train and test files must share it.");
@@ -25,11 +26,13 @@ ABSL_FLAG(uint64_t, sample_seed, 0,
           "Seed of which lines are drawn; give train and test different ones.");
 ABSL_FLAG(std::string, truth_out, "",
           "If set, writes each line's true click probability, one per line.");
-ABSL_FLAG(std::string, summary_out, "",
-          "If set, writes JSON: lines, click rate, and the AUC and logloss of "
-          "the true probabilities (the best any model can reach on this file).");
+ABSL_FLAG(
+    std::string, summary_out, "",
+    "If set, writes JSON: lines, click rate, and the AUC and logloss of "
+    "the true probabilities (the best any model can reach on this file).");
 ABSL_FLAG(int64_t, max_vocabulary, 2000000, "Largest categorical vocabulary.");
-ABSL_FLAG(double, zipf_exponent, 1.1, "Power-law exponent of value frequencies.");
+ABSL_FLAG(double, zipf_exponent, 1.1,
+          "Power-law exponent of value frequencies.");
 
 namespace {
 
@@ -52,7 +55,9 @@ class Output {
     if (file_ != nullptr) std::fclose(file_);
   }
   bool Write(const std::string& text) {
-    if (gz_ != nullptr) return gzwrite(gz_, text.data(), text.size()) == static_cast<int>(text.size());
+    if (gz_ != nullptr)
+      return gzwrite(gz_, text.data(), text.size()) ==
+             static_cast<int>(text.size());
     return std::fwrite(text.data(), 1, text.size(), file_) == text.size();
   }
 
@@ -74,7 +79,8 @@ int main(int argc, char** argv) {
   const std::string out_path = absl::GetFlag(FLAGS_out);
   const int64_t lines = absl::GetFlag(FLAGS_lines);
   if (out_path.empty() || lines < 0) {
-    std::fprintf(stderr, "clicklog_gen: --out is required and --lines must be >= 0\n");
+    std::fprintf(stderr,
+                 "clicklog_gen: --out is required and --lines must be >= 0\n");
     return 2;
   }
   ps::worker::GeneratorOptions options;
@@ -82,11 +88,13 @@ int main(int argc, char** argv) {
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
-    std::fprintf(stderr, "clicklog_gen: --max_vocabulary must be >= 10 and "
-                         "--zipf_exponent > 1\n");
+    std::fprintf(stderr,
+                 "clicklog_gen: --max_vocabulary must be >= 10 and "
+                 "--zipf_exponent > 1\n");
     return 2;
   }
-  ps::worker::ClickLogGenerator generator(options, absl::GetFlag(FLAGS_sample_seed));
+  ps::worker::ClickLogGenerator generator(options,
+                                          absl::GetFlag(FLAGS_sample_seed));
 
   auto output = Output::Open(out_path);
   if (output == nullptr) {
@@ -111,13 +119,15 @@ int main(int argc, char** argv) {
     generator.Next(&line, &probability);
     text.append(line);
     text.push_back('\n');
-    if (truth != nullptr) absl::StrAppendFormat(&truth_text, "%.6f\n", probability);
+    if (truth != nullptr)
+      absl::StrAppendFormat(&truth_text, "%.6f\n", probability);
     if (want_summary) {
       probabilities.push_back(static_cast<float>(probability));
       labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
     }
     if (text.size() > (1 << 20) || i + 1 == lines) {
-      if (!output->Write(text) || (truth != nullptr && !truth->Write(truth_text))) {
+      if (!output->Write(text) ||
+          (truth != nullptr && !truth->Write(truth_text))) {
         std::fprintf(stderr, "clicklog_gen: write failed\n");
         return 1;
       }
@@ -125,7 +135,8 @@ int main(int argc, char** argv) {
       truth_text.clear();
     }
     if ((i + 1) % 1000000 == 0) {
-      std::fprintf(stderr, "clicklog_gen: %lld lines\n", static_cast<long long>(i + 1));
+      std::fprintf(stderr, "clicklog_gen: %lld lines\n",
+                   static_cast<long long>(i + 1));
     }
   }
   output.reset();
@@ -136,7 +147,8 @@ int main(int argc, char** argv) {
     const std::string json = absl::StrFormat(
         "{\"lines\": %d, \"click_rate\": %.6f, \"truth_auc\": %.6f, "
         "\"truth_logloss\": %.6f}\n",
-        lines, lines > 0 ? clicks / lines : 0.0, ps::worker::ExactAuc(probabilities, labels),
+        lines, lines > 0 ? clicks / lines : 0.0,
+        ps::worker::ExactAuc(probabilities, labels),
         ps::worker::MeanLogLoss(probabilities, labels));
     FILE* summary = std::fopen(absl::GetFlag(FLAGS_summary_out).c_str(), "w");
     if (summary == nullptr || std::fputs(json.c_str(), summary) < 0) {

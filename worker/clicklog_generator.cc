@@ -10,7 +10,7 @@ namespace ps::worker {
 namespace {
 
 // Field pairs whose values interact (a latent dot product in the logit).
-constexpr int kInteractions[][2] = {{0, 1}, {2, 5}, {3, 7}, {4, 9},
+constexpr int kInteractions[][2] = {{0, 1},  {2, 5},  {3, 7},   {4, 9},
                                     {6, 12}, {8, 15}, {10, 20}, {13, 22}};
 constexpr int kLatentDim = 4;
 
@@ -25,25 +25,30 @@ double ToUnit(uint64_t bits) {
 
 }  // namespace
 
-ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options, uint64_t sample_seed)
+ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options,
+                                     uint64_t sample_seed)
     : options_(options), rng_(Hash3(options.seed, sample_seed, 0x5eed)) {
   // The hidden model's shape comes from the model seed alone.
   std::mt19937_64 model_rng(options.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double log_max = std::log(static_cast<double>(options.max_vocabulary) / 10.0);
+  const double log_max =
+      std::log(static_cast<double>(options.max_vocabulary) / 10.0);
   for (int f = 0; f < kCategoricalFields; ++f) {
     // Vocabularies from 10 to max_vocabulary, spread evenly in log scale and
     // shuffled over the fields by the seed.
-    const double position = static_cast<double>((f * 7 + options.seed) % kCategoricalFields) /
-                            (kCategoricalFields - 1);
+    const double position =
+        static_cast<double>((f * 7 + options.seed) % kCategoricalFields) /
+        (kCategoricalFields - 1);
     vocabulary_[f] = static_cast<int64_t>(10.0 * std::exp(log_max * position));
-    missing_rate_[f] = unit(model_rng) < 0.4 ? 0.05 + 0.4 * unit(model_rng) : 0.0;
+    missing_rate_[f] =
+        unit(model_rng) < 0.4 ? 0.05 + 0.4 * unit(model_rng) : 0.0;
     effect_scale_[f] = 0.15 + 0.45 * unit(model_rng);
   }
   for (int i = 0; i < kDenseFeatures; ++i) {
     dense_weight_[i] = (unit(model_rng) - 0.5) * 0.6;
     dense_log_mean_[i] = 0.5 + 3.0 * unit(model_rng);
-    dense_missing_rate_[i] = unit(model_rng) < 0.5 ? 0.3 * unit(model_rng) : 0.0;
+    dense_missing_rate_[i] =
+        unit(model_rng) < 0.5 ? 0.3 * unit(model_rng) : 0.0;
   }
 }
 
@@ -60,7 +65,8 @@ int64_t ClickLogGenerator::DrawValue(int field) {
   const double s = options_.zipf_exponent;
   const double v = static_cast<double>(vocabulary_[field]);
   const double u = uniform_(rng_);
-  const double x = std::pow(1.0 + u * (std::pow(v + 1.0, 1.0 - s) - 1.0), 1.0 / (1.0 - s));
+  const double x =
+      std::pow(1.0 + u * (std::pow(v + 1.0, 1.0 - s) - 1.0), 1.0 / (1.0 - s));
   const int64_t rank = static_cast<int64_t>(x) - 1;
   return std::min<int64_t>(std::max<int64_t>(rank, 0), vocabulary_[field] - 1);
 }
@@ -78,7 +84,8 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
     const double raw = std::exp(dense_log_mean_[i] + 1.2 * normal_(rng_)) - 1.0;
     const int64_t count = static_cast<int64_t>(std::max(raw, 0.0));
     // Centred so that the integers do not shift the base rate much.
-    logit += dense_weight_[i] * (std::log1p(static_cast<double>(count)) - dense_log_mean_[i]);
+    logit += dense_weight_[i] *
+             (std::log1p(static_cast<double>(count)) - dense_log_mean_[i]);
     const int length = std::snprintf(buffer, sizeof(buffer), "%lld",
                                      static_cast<long long>(count));
     dense_columns.append(buffer, length);
@@ -92,7 +99,8 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
     }
     values[f] = DrawValue(f);
     logit += effect_scale_[f] * HashNormal(f, values[f], 1);
-    const uint32_t hex = static_cast<uint32_t>(Hash3(options_.seed, f, values[f]));
+    const uint32_t hex =
+        static_cast<uint32_t>(Hash3(options_.seed, f, values[f]));
     const int length = std::snprintf(buffer, sizeof(buffer), "%08x", hex);
     categorical_columns.append(buffer, length);
   }

@@ -18,17 +18,21 @@ constexpr int kLoggedBadLines = 10;
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::string& patterns) {
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
+    const std::string& patterns) {
   std::vector<std::string> files;
-  for (absl::string_view pattern : absl::StrSplit(patterns, ',', absl::SkipWhitespace())) {
+  for (absl::string_view pattern :
+       absl::StrSplit(patterns, ',', absl::SkipWhitespace())) {
     const std::string text(absl::StripAsciiWhitespace(pattern));
     glob_t matches;
     const int result = glob(text.c_str(), 0, nullptr, &matches);
     if (result != 0) {
       globfree(&matches);
-      return absl::NotFoundError(absl::StrCat("no file matches \"", text, "\""));
+      return absl::NotFoundError(
+          absl::StrCat("no file matches \"", text, "\""));
     }
-    std::vector<std::string> expanded(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+    std::vector<std::string> expanded(matches.gl_pathv,
+                                      matches.gl_pathv + matches.gl_pathc);
     globfree(&matches);
     std::sort(expanded.begin(), expanded.end());
     files.insert(files.end(), expanded.begin(), expanded.end());
@@ -41,18 +45,21 @@ absl::StatusOr<std::unique_ptr<ClickLogReader>> ClickLogReader::Open(
     const ReaderOptions& options) {
   if (options.num_workers < 1 || options.worker_index < 0 ||
       options.worker_index >= options.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker_index ", options.worker_index, " must be in [0, num_workers ",
-        options.num_workers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_index ", options.worker_index,
+                     " must be in [0, num_workers ", options.num_workers, ")"));
   }
-  if (options.batch_size < 1 || options.epochs < 1 || options.queue_batches < 1) {
-    return absl::InvalidArgumentError("batch_size, epochs and queue_batches must be >= 1");
+  if (options.batch_size < 1 || options.epochs < 1 ||
+      options.queue_batches < 1) {
+    return absl::InvalidArgumentError(
+        "batch_size, epochs and queue_batches must be >= 1");
   }
   auto files = ExpandFilePatterns(options.files);
   if (!files.ok()) return files.status();
   for (const std::string& file : *files) {
     gzFile probe = gzopen(file.c_str(), "rb");
-    if (probe == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", file));
+    if (probe == nullptr)
+      return absl::NotFoundError(absl::StrCat("cannot open ", file));
     gzclose(probe);
   }
   auto reader = std::unique_ptr<ClickLogReader>(
@@ -78,7 +85,8 @@ void ClickLogReader::Finish(absl::Status status) {
 bool ClickLogReader::Deliver(std::vector<Example>* batch) {
   absl::MutexLock lock(&mu_);
   auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || ready_.size() < static_cast<size_t>(options_.queue_batches);
+    return stopping_ ||
+           ready_.size() < static_cast<size_t>(options_.queue_batches);
   };
   mu_.Await(absl::Condition(&has_room));
   if (stopping_) return false;
@@ -113,15 +121,20 @@ bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
     ++line_in_file;
     if (!line.empty() && line.back() == '\n') line.pop_back();
     const uint64_t mine = (*global_line)++;
-    if (static_cast<int64_t>(mine % options_.num_workers) != options_.worker_index) continue;
+    if (static_cast<int64_t>(mine % options_.num_workers) !=
+        options_.worker_index)
+      continue;
     ++lines_;
     Example example;
     absl::Status parsed = ParseCriteoLine(line, &example);
     if (!parsed.ok()) {
       const int64_t bad = ++bad_lines_;
       if (bad <= kLoggedBadLines || bad % 1000 == 0) {
-        LOG(WARNING) << path << ":" << line_in_file << ": skipped malformed line ("
-                     << parsed.message() << ")" << (bad == kLoggedBadLines ? "; logging every 1000th from now on" : "");
+        LOG(WARNING) << path << ":" << line_in_file
+                     << ": skipped malformed line (" << parsed.message() << ")"
+                     << (bad == kLoggedBadLines
+                             ? "; logging every 1000th from now on"
+                             : "");
       }
       if (bad > options_.max_bad_lines) {
         Finish(absl::FailedPreconditionError(absl::StrCat(

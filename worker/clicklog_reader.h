@@ -50,11 +50,13 @@ struct ReaderOptions {
 };
 
 // Expands comma-separated paths and globs. NOT_FOUND if one matches nothing.
-absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::string& patterns);
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
+    const std::string& patterns);
 
 class ClickLogReader {
  public:
-  static absl::StatusOr<std::unique_ptr<ClickLogReader>> Open(const ReaderOptions& options);
+  static absl::StatusOr<std::unique_ptr<ClickLogReader>> Open(
+      const ReaderOptions& options);
 
   // Stops the reading thread.
   ~ClickLogReader();

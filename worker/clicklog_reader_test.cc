@@ -29,7 +29,8 @@ std::vector<std::string> GenerateLines(int count) {
   return lines;
 }
 
-void WritePlain(const std::string& path, const std::vector<std::string>& lines) {
+void WritePlain(const std::string& path,
+                const std::vector<std::string>& lines) {
   std::ofstream out(path);
   for (const auto& line : lines) out << line << "\n";
 }
@@ -43,7 +44,8 @@ void WriteGzip(const std::string& path, const std::vector<std::string>& lines) {
   gzclose(out);
 }
 
-std::vector<Example> ReadAll(const ReaderOptions& options, int64_t* bad_lines = nullptr) {
+std::vector<Example> ReadAll(const ReaderOptions& options,
+                             int64_t* bad_lines = nullptr) {
   auto reader = ClickLogReader::Open(options);
   EXPECT_OK(reader);
   std::vector<Example> all, batch;
@@ -59,7 +61,8 @@ std::vector<Example> ReadAll(const ReaderOptions& options, int64_t* bad_lines = 
 }
 
 bool SameExample(const Example& a, const Example& b) {
-  return a.label == b.label && std::equal(a.keys, a.keys + kCategoricalFields, b.keys) &&
+  return a.label == b.label &&
+         std::equal(a.keys, a.keys + kCategoricalFields, b.keys) &&
          std::equal(a.dense, a.dense + kDenseFeatures, b.dense);
 }
 
@@ -75,7 +78,8 @@ TEST(ClickLogReaderTest, GzipInputEqualsPlainInput) {
   const std::vector<Example> gzip = ReadAll(options);
   ASSERT_EQ(plain.size(), 1000u);
   ASSERT_EQ(gzip.size(), plain.size());
-  for (size_t i = 0; i < plain.size(); ++i) ASSERT_TRUE(SameExample(plain[i], gzip[i])) << i;
+  for (size_t i = 0; i < plain.size(); ++i)
+    ASSERT_TRUE(SameExample(plain[i], gzip[i])) << i;
 }
 
 TEST(ClickLogReaderTest, WorkersSplitLinesOverManyFilesWithoutOverlap) {
@@ -146,12 +150,14 @@ TEST(ClickLogReaderTest, TooManyMalformedLinesStopWithAClearError) {
 TEST(ClickLogReaderTest, MissingFilesAndBadOptionsAreErrors) {
   ReaderOptions options;
   options.files = TestDir() + "/does-not-exist-*.tsv";
-  EXPECT_THAT(ClickLogReader::Open(options), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ClickLogReader::Open(options),
+              StatusIs(absl::StatusCode::kNotFound));
   WritePlain(TestDir() + "/ok.tsv", GenerateLines(1));
   options.files = TestDir() + "/ok.tsv";
   options.worker_index = 2;
   options.num_workers = 2;
-  EXPECT_THAT(ClickLogReader::Open(options), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ClickLogReader::Open(options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

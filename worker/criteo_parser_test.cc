@@ -20,7 +20,9 @@ std::string Line(const std::string& label, std::vector<std::string> ints,
 }
 
 std::vector<std::string> Ints() { return std::vector<std::string>(13, "3"); }
-std::vector<std::string> Cats() { return std::vector<std::string>(26, "68fd1e64"); }
+std::vector<std::string> Cats() {
+  return std::vector<std::string>(26, "68fd1e64");
+}
 
 TEST(CriteoParserTest, ParsesAGoodLine) {
   std::vector<std::string> ints = Ints();
@@ -54,7 +56,8 @@ TEST(CriteoParserTest, AcceptsWindowsLineEnd) {
 
 TEST(CriteoParserTest, RejectsMalformedLines) {
   Example example;
-  EXPECT_THAT(ParseCriteoLine("", &example), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCriteoLine("", &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseCriteoLine(Line("2", Ints(), Cats()), &example),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseCriteoLine(Line("yes", Ints(), Cats()), &example),

@@ -6,7 +6,8 @@
 
 namespace ps::worker {
 
-double ExactAuc(const std::vector<float>& scores, const std::vector<float>& labels) {
+double ExactAuc(const std::vector<float>& scores,
+                const std::vector<float>& labels) {
   const size_t n = scores.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -38,7 +39,8 @@ double MeanLogLoss(const std::vector<float>& probabilities,
   if (probabilities.empty()) return 0.0;
   double total = 0.0;
   for (size_t i = 0; i < probabilities.size(); ++i) {
-    const double p = std::clamp(static_cast<double>(probabilities[i]), 1e-7, 1.0 - 1e-7);
+    const double p =
+        std::clamp(static_cast<double>(probabilities[i]), 1e-7, 1.0 - 1e-7);
     total -= labels[i] > 0.5f ? std::log(p) : std::log(1.0 - p);
   }
   return total / probabilities.size();

@@ -31,7 +31,9 @@ TEST(EvaluationTest, AucMatchesPairCountingOnRandomData) {
     for (size_t j = 0; j < scores.size(); ++j) {
       if (labels[i] == 1.0f && labels[j] == 0.0f) {
         pairs += 1;
-        wins += scores[i] > scores[j] ? 1.0 : scores[i] == scores[j] ? 0.5 : 0.0;
+        wins += scores[i] > scores[j]    ? 1.0
+                : scores[i] == scores[j] ? 0.5
+                                         : 0.0;
       }
     }
   }

@@ -25,14 +25,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
 }
 
 // Splits positions 0..keys.size()-1 by shard, then into chunks of at most
 // `max_keys` positions each; returns (shard, positions) per chunk.
-std::vector<std::pair<int, std::vector<uint32_t>>> Route(absl::Span<const uint64_t> keys,
-                                                         int num_shards,
-                                                         uint32_t max_keys) {
+std::vector<std::pair<int, std::vector<uint32_t>>> Route(
+    absl::Span<const uint64_t> keys, int num_shards, uint32_t max_keys) {
   std::vector<std::vector<uint32_t>> by_shard(num_shards);
   for (uint32_t i = 0; i < keys.size(); ++i) {
     by_shard[ShardForKey(keys[i], num_shards)].push_back(i);
@@ -42,8 +42,9 @@ std::vector<std::pair<int, std::vector<uint32_t>>> Route(absl::Span<const uint64
     const std::vector<uint32_t>& positions = by_shard[shard];
     for (size_t start = 0; start < positions.size(); start += max_keys) {
       const size_t end = std::min(positions.size(), start + max_keys);
-      chunks.emplace_back(shard, std::vector<uint32_t>(positions.begin() + start,
-                                                       positions.begin() + end));
+      chunks.emplace_back(shard,
+                          std::vector<uint32_t>(positions.begin() + start,
+                                                positions.begin() + end));
     }
   }
   return chunks;
@@ -51,13 +52,15 @@ std::vector<std::pair<int, std::vector<uint32_t>>> Route(absl::Span<const uint64
 
 }  // namespace
 
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
+absl::Status FromGrpcStatus(const grpc::Status& status,
+                            const std::string& context) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       absl::StrCat(context, ": ", status.error_message()));
 }
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    const ClientOptions& options) {
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("need at least one server address");
   }
@@ -66,15 +69,18 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ClientOptions&
   }
   auto client = std::unique_ptr<PsClient>(new PsClient(options));
   for (const std::string& address : options.servers) {
-    client->shards_.push_back(ParameterServer::NewStub(MakeChannel(address, options)));
+    client->shards_.push_back(
+        ParameterServer::NewStub(MakeChannel(address, options)));
   }
   client->coordinator_ = ParameterServer::NewStub(MakeChannel(
-      options.coordinator.empty() ? options.servers[0] : options.coordinator, options));
+      options.coordinator.empty() ? options.servers[0] : options.coordinator,
+      options));
   return client;
 }
 
 template <typename Request, typename Response, typename Issue>
-absl::Status PsClient::FanOut(std::vector<Request>& requests, std::vector<int>& shards,
+absl::Status PsClient::FanOut(std::vector<Request>& requests,
+                              std::vector<int>& shards,
                               std::vector<Response>* responses, Issue issue,
                               bool retry_deadline, const char* what) {
   const size_t n = requests.size();
@@ -94,7 +100,8 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests, std::vector<int>& 
     for (size_t p = 0; p < pending.size(); ++p) {
       const size_t i = pending[p];
       contexts[p] = std::make_unique<grpc::ClientContext>();
-      contexts[p]->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+      contexts[p]->set_deadline(
+          absl::ToChronoTime(absl::Now() + options_.call_timeout));
       (*responses)[i].Clear();
       issue(shards[i], contexts[p].get(), &requests[i], &(*responses)[i],
             [&statuses, &outstanding, p](grpc::Status status) {
@@ -113,21 +120,25 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests, std::vector<int>& 
       }
       const bool retryable =
           status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          (retry_deadline && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+          (retry_deadline &&
+           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
       if (!retryable) {
-        return FromGrpcStatus(status, absl::StrCat(what, " on shard ", shards[pending[p]]));
+        return FromGrpcStatus(
+            status, absl::StrCat(what, " on shard ", shards[pending[p]]));
       }
       last_failure = status;
       last_shard = shards[pending[p]];
     }
     if (last_shard < 0) return absl::OkStatus();  // every call succeeded
     if (absl::Now() + backoff > give_up) {
-      return FromGrpcStatus(last_failure, absl::StrCat(what, " on shard ", last_shard,
-                                                       " (gave up retrying)"));
+      return FromGrpcStatus(
+          last_failure,
+          absl::StrCat(what, " on shard ", last_shard, " (gave up retrying)"));
     }
-    LOG_EVERY_N(WARNING, 20) << what << " on shard " << last_shard << " failed (code "
-                             << last_failure.error_code() << ": "
-                             << last_failure.error_message() << "); retrying";
+    LOG_EVERY_N(WARNING, 20)
+        << what << " on shard " << last_shard << " failed (code "
+        << last_failure.error_code() << ": " << last_failure.error_message()
+        << "); retrying";
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
@@ -143,9 +154,11 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
   std::vector<DeclareTableResponse> responses;
   return FanOut(
       requests, shards, &responses,
-      [this](int shard, grpc::ClientContext* context, DeclareTableRequest* request,
-             DeclareTableResponse* response, std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->DeclareTable(context, request, response, std::move(done));
+      [this](int shard, grpc::ClientContext* context,
+             DeclareTableRequest* request, DeclareTableResponse* response,
+             std::function<void(grpc::Status)> done) {
+        shards_[shard]->async()->DeclareTable(context, request, response,
+                                              std::move(done));
       },
       /*retry_deadline=*/true, "declaring table");
 }
@@ -180,7 +193,8 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
       requests, shards, &responses,
       [this](int shard, grpc::ClientContext* context, PullRequest* request,
              PullResponse* response, std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->Pull(context, request, response, std::move(done));
+        shards_[shard]->async()->Pull(context, request, response,
+                                      std::move(done));
       },
       /*retry_deadline=*/true, "pull"));
   for (size_t c = 0; c < requests.size(); ++c) {
@@ -189,28 +203,32 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
     const std::vector<uint32_t>& positions = destinations[c].positions;
     const std::string& values = responses[c].values();
     if (values.size() != positions.size() * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "shard ", shards[c], " returned ", values.size(), " bytes for ",
-          positions.size(), " rows of dim ", pull.dim, " of table ", pull.table));
+      return absl::InternalError(
+          absl::StrCat("shard ", shards[c], " returned ", values.size(),
+                       " bytes for ", positions.size(), " rows of dim ",
+                       pull.dim, " of table ", pull.table));
     }
     const char* cursor = values.data();
     for (uint32_t position : positions) {
-      std::memcpy(pull.rows + static_cast<size_t>(position) * pull.dim, cursor, row_bytes);
+      std::memcpy(pull.rows + static_cast<size_t>(position) * pull.dim, cursor,
+                  row_bytes);
       cursor += row_bytes;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Push(absl::Span<const TableGradients> pushes, uint32_t worker,
-                            int64_t clock) {
+absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
+                            uint32_t worker, int64_t clock) {
   std::vector<PushRequest> requests;
   std::vector<int> shards;
   for (const TableGradients& push : pushes) {
-    if (push.gradients.size() != push.keys.size() * static_cast<size_t>(push.dim)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push to ", push.table, ": ", push.gradients.size(), " gradient floats for ",
-          push.keys.size(), " keys of dim ", push.dim));
+    if (push.gradients.size() !=
+        push.keys.size() * static_cast<size_t>(push.dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push to ", push.table, ": ", push.gradients.size(),
+                       " gradient floats for ", push.keys.size(),
+                       " keys of dim ", push.dim));
     }
     const size_t row_bytes = static_cast<size_t>(push.dim) * sizeof(float);
     for (auto& [shard, positions] :
@@ -227,9 +245,10 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes, uint32_t wo
       char* gradient_cursor = packed_gradients->data();
       for (uint32_t position : positions) {
         std::memcpy(key_cursor, &push.keys[position], sizeof(uint64_t));
-        std::memcpy(gradient_cursor,
-                    push.gradients.data() + static_cast<size_t>(position) * push.dim,
-                    row_bytes);
+        std::memcpy(
+            gradient_cursor,
+            push.gradients.data() + static_cast<size_t>(position) * push.dim,
+            row_bytes);
         key_cursor += sizeof(uint64_t);
         gradient_cursor += row_bytes;
       }
@@ -241,7 +260,8 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes, uint32_t wo
       requests, shards, &responses,
       [this](int shard, grpc::ClientContext* context, PushRequest* request,
              PushResponse* response, std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->Push(context, request, response, std::move(done));
+        shards_[shard]->async()->Push(context, request, response,
+                                      std::move(done));
       },
       /*retry_deadline=*/false, "push");
 }
@@ -254,7 +274,8 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
       requests, shards, &responses,
       [this](int, grpc::ClientContext* context, ClockRequest* clock_request,
              ClockResponse* response, std::function<void(grpc::Status)> done) {
-        coordinator_->async()->Clock(context, clock_request, response, std::move(done));
+        coordinator_->async()->Clock(context, clock_request, response,
+                                     std::move(done));
       },
       /*retry_deadline=*/true, "clock");
   if (!status.ok()) return status;

@@ -46,11 +46,13 @@ struct ClientOptions {
 };
 
 // The one place where grpc::Status becomes absl::Status on the worker side.
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
+absl::Status FromGrpcStatus(const grpc::Status& status,
+                            const std::string& context);
 
 class PsClient {
  public:
-  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const ClientOptions& options);
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
+      const ClientOptions& options);
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
 
@@ -90,8 +92,8 @@ class PsClient {
 
   template <typename Request, typename Response, typename Issue>
   absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
-                      std::vector<Response>* responses, Issue issue, bool retry_deadline,
-                      const char* what);
+                      std::vector<Response>* responses, Issue issue,
+                      bool retry_deadline, const char* what);
 
   const ClientOptions options_;
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;

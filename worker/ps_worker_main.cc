@@ -26,32 +26,46 @@ ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "Comma-separated host:port of every shard, in shard-index order.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of the clock coordinator. Default: the first server.");
-ABSL_FLAG(int32_t, worker_index, 0, "This worker's index, in [0, num_workers).");
-ABSL_FLAG(int32_t, num_workers, 1,
-          "Workers sharing the training data; worker i reads lines i, i + n, ...");
+ABSL_FLAG(int32_t, worker_index, 0,
+          "This worker's index, in [0, num_workers).");
+ABSL_FLAG(
+    int32_t, num_workers, 1,
+    "Workers sharing the training data; worker i reads lines i, i + n, ...");
 ABSL_FLAG(std::string, train, "",
-          "Training click logs: comma-separated paths or globs; plain or gzip. Required.");
-ABSL_FLAG(std::string, test, "", "Test click logs for AUC and logloss; empty: none.");
+          "Training click logs: comma-separated paths or globs; plain or gzip. "
+          "Required.");
+ABSL_FLAG(std::string, test, "",
+          "Test click logs for AUC and logloss; empty: none.");
 ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
-ABSL_FLAG(int32_t, embedding_dim, 16, "Embedding dimension (wide_deep, deepfm).");
+ABSL_FLAG(int32_t, embedding_dim, 16,
+          "Embedding dimension (wide_deep, deepfm).");
 ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
 ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
 ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
-ABSL_FLAG(std::string, embedding_optimizer, "adagrad",
-          "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
+ABSL_FLAG(
+    std::string, embedding_optimizer, "adagrad",
+    "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
 ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
-ABSL_FLAG(std::string, wide_optimizer, "ftrl", "Optimizer of the per-key wide weights.");
-ABSL_FLAG(double, wide_learning_rate, 0.05, "Learning rate (FTRL alpha) of the wide weights.");
-ABSL_FLAG(std::string, dense_optimizer, "adam", "Optimizer of the MLP and dense weights.");
-ABSL_FLAG(double, dense_learning_rate, 0.001, "Learning rate of the MLP and dense weights.");
-ABSL_FLAG(std::string, staleness, "0",
-          "Bounded staleness: a number N (a worker may be at most N steps ahead "
-          "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
-ABSL_FLAG(int32_t, lease_ms, 5000,
-          "A worker that stops reporting for this long no longer holds others back.");
-ABSL_FLAG(int32_t, max_pushes_in_flight, 2, "Steps whose pushes may be queued at once.");
-ABSL_FLAG(std::string, device, "auto",
-          "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
+ABSL_FLAG(std::string, wide_optimizer, "ftrl",
+          "Optimizer of the per-key wide weights.");
+ABSL_FLAG(double, wide_learning_rate, 0.05,
+          "Learning rate (FTRL alpha) of the wide weights.");
+ABSL_FLAG(std::string, dense_optimizer, "adam",
+          "Optimizer of the MLP and dense weights.");
+ABSL_FLAG(double, dense_learning_rate, 0.001,
+          "Learning rate of the MLP and dense weights.");
+ABSL_FLAG(
+    std::string, staleness, "0",
+    "Bounded staleness: a number N (a worker may be at most N steps ahead "
+    "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
+ABSL_FLAG(
+    int32_t, lease_ms, 5000,
+    "A worker that stops reporting for this long no longer holds others back.");
+ABSL_FLAG(int32_t, max_pushes_in_flight, 2,
+          "Steps whose pushes may be queued at once.");
+ABSL_FLAG(
+    std::string, device, "auto",
+    "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
 ABSL_FLAG(int32_t, gpu, 0, "Which GPU --device=cuda|auto uses.");
 ABSL_FLAG(int32_t, cpu_threads, 1,
           "Threads for the MLP's GEMMs on the CPU. Default 1: the worker's own "
@@ -61,27 +75,33 @@ ABSL_FLAG(int32_t, cpu_threads, 1,
 ABSL_FLAG(bool, tf32, false,
           "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
           "1e-3 relative error instead of FP32's 1e-6.");
-ABSL_FLAG(std::string, metrics_out, "", "Write the final summary as JSON here.");
-ABSL_FLAG(std::string, interval_metrics_out, "",
-          "Write per-interval metrics (JSON lines: examples, loss, AUC, ...) here.");
+ABSL_FLAG(std::string, metrics_out, "",
+          "Write the final summary as JSON here.");
+ABSL_FLAG(
+    std::string, interval_metrics_out, "",
+    "Write per-interval metrics (JSON lines: examples, loss, AUC, ...) here.");
 ABSL_FLAG(int64_t, max_bad_lines, 1000,
           "Malformed lines tolerated (counted, skipped, logged with file:line) "
           "before the worker stops with an error.");
 ABSL_FLAG(int64_t, eval_every, 0,
-          "Evaluate on --test every this many examples of this worker (0: only at the end).");
+          "Evaluate on --test every this many examples of this worker (0: only "
+          "at the end).");
 ABSL_FLAG(int64_t, eval_lines, 100000,
           "Lines of --test used by the periodic evaluations (0: all); the "
           "final evaluation uses all.");
 ABSL_FLAG(int32_t, progress_every_s, 2, "Seconds between progress lines.");
 ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
-ABSL_FLAG(int32_t, retry_for_s, 120,
-          "How long a call keeps retrying a shard that is unavailable (restarting).");
-ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
-          "Keys per request; must not exceed the servers' --max_keys_per_request.");
+ABSL_FLAG(
+    int32_t, retry_for_s, 120,
+    "How long a call keeps retrying a shard that is unavailable (restarting).");
+ABSL_FLAG(
+    uint32_t, max_keys_per_request, 65536,
+    "Keys per request; must not exceed the servers' --max_keys_per_request.");
 ABSL_FLAG(int32_t, final_wait_s, 1800,
           "At the end, wait up to this long for the other workers to finish "
           "before the final evaluation.");
-ABSL_FLAG(int32_t, slow_step_ms, 0, "Testing aid: sleep this long in every step.");
+ABSL_FLAG(int32_t, slow_step_ms, 0,
+          "Testing aid: sleep this long in every step.");
 
 namespace {
 
@@ -90,7 +110,8 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-bool ParseOptimizer(const std::string& name, double learning_rate, ps::OptimizerSpec* spec) {
+bool ParseOptimizer(const std::string& name, double learning_rate,
+                    ps::OptimizerSpec* spec) {
   if (name == "sgd") {
     spec->set_kind(ps::OptimizerSpec::SGD);
   } else if (name == "adagrad") {
@@ -114,10 +135,11 @@ int main(int argc, char** argv) {
   // OPENBLAS_CORETYPE (set it yourself to override).
   const std::string core_type = ps::kernels::BetterOpenBlasCoreType();
   if (!core_type.empty()) {
-    std::fprintf(stderr,
-                 "ps_worker: OpenBLAS did not recognise this CPU and chose its generic "
-                 "kernels; restarting with OPENBLAS_CORETYPE=%s\n",
-                 core_type.c_str());
+    std::fprintf(
+        stderr,
+        "ps_worker: OpenBLAS did not recognise this CPU and chose its generic "
+        "kernels; restarting with OPENBLAS_CORETYPE=%s\n",
+        core_type.c_str());
     setenv("OPENBLAS_CORETYPE", core_type.c_str(), 1);
     execv("/proc/self/exe", argv);
     // If exec fails, carry on with the slow kernels.
@@ -125,8 +147,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a CTR model (lr, wide_deep, deepfm) on Criteo-format click logs "
       "against ps_server shards.\n\nExample:\n  ps_worker "
-      "--servers=127.0.0.1:50051,127.0.0.1:50052 --worker_index=0 --num_workers=2 "
-      "--train='data/train-*.tsv.gz' --test=data/test.tsv --metrics_out=metrics.json");
+      "--servers=127.0.0.1:50051,127.0.0.1:50052 --worker_index=0 "
+      "--num_workers=2 "
+      "--train='data/train-*.tsv.gz' --test=data/test.tsv "
+      "--metrics_out=metrics.json");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -152,10 +176,11 @@ int main(int argc, char** argv) {
     return Fail("--model must be lr, wide_deep or deepfm, not '" + model + "'");
   }
   options.model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
-  if (options.model.embedding_dim < 1) return Fail("--embedding_dim must be >= 1");
+  if (options.model.embedding_dim < 1)
+    return Fail("--embedding_dim must be >= 1");
   options.model.hidden.clear();
-  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',',
-                                                absl::SkipWhitespace())) {
+  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden),
+                                                ',', absl::SkipWhitespace())) {
     int value = 0;
     if (!absl::SimpleAtoi(width, &value) || value < 1) {
       return Fail("--hidden must be comma-separated positive widths");
@@ -163,20 +188,27 @@ int main(int argc, char** argv) {
     options.model.hidden.push_back(value);
   }
   if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
-                      absl::GetFlag(FLAGS_learning_rate), &options.embedding_optimizer) ||
+                      absl::GetFlag(FLAGS_learning_rate),
+                      &options.embedding_optimizer) ||
       !ParseOptimizer(absl::GetFlag(FLAGS_wide_optimizer),
-                      absl::GetFlag(FLAGS_wide_learning_rate), &options.wide_optimizer) ||
+                      absl::GetFlag(FLAGS_wide_learning_rate),
+                      &options.wide_optimizer) ||
       !ParseOptimizer(absl::GetFlag(FLAGS_dense_optimizer),
-                      absl::GetFlag(FLAGS_dense_learning_rate), &options.dense_optimizer)) {
-    return Fail("optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
+                      absl::GetFlag(FLAGS_dense_learning_rate),
+                      &options.dense_optimizer)) {
+    return Fail(
+        "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
   }
   const std::string staleness = absl::GetFlag(FLAGS_staleness);
   if (staleness == "async") {
     options.staleness = -1;
-  } else if (!absl::SimpleAtoi(staleness, &options.staleness) || options.staleness < 0) {
-    return Fail("--staleness must be a number >= 0 or 'async', not '" + staleness + "'");
+  } else if (!absl::SimpleAtoi(staleness, &options.staleness) ||
+             options.staleness < 0) {
+    return Fail("--staleness must be a number >= 0 or 'async', not '" +
+                staleness + "'");
   }
-  if (absl::GetFlag(FLAGS_lease_ms) < 1) return Fail("--lease_ms must be positive");
+  if (absl::GetFlag(FLAGS_lease_ms) < 1)
+    return Fail("--lease_ms must be positive");
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
@@ -194,12 +226,15 @@ int main(int argc, char** argv) {
   if (device != "cpu") {
     ps::kernels::CudaOptions cuda_options;
     cuda_options.device = absl::GetFlag(FLAGS_gpu);
-    cuda_options.precision = absl::GetFlag(FLAGS_tf32) ? ps::kernels::GemmPrecision::kTf32
-                                                       : ps::kernels::GemmPrecision::kFp32;
-    const ps::kernels::Status created = ps::kernels::NewCudaBackend(cuda_options, &backend);
+    cuda_options.precision = absl::GetFlag(FLAGS_tf32)
+                                 ? ps::kernels::GemmPrecision::kTf32
+                                 : ps::kernels::GemmPrecision::kFp32;
+    const ps::kernels::Status created =
+        ps::kernels::NewCudaBackend(cuda_options, &backend);
     if (!created.ok()) {
       if (device == "cuda") return Fail("--device=cuda: " + created.message());
-      LOG(INFO) << "device: cpu (OpenBLAS); no usable GPU: " << created.message();
+      LOG(INFO) << "device: cpu (OpenBLAS); no usable GPU: "
+                << created.message();
     } else {
       LOG(INFO) << "device: cuda (GPU " << cuda_options.device << ", "
                 << (absl::GetFlag(FLAGS_tf32) ? "TF32" : "FP32") << " GEMMs)";
@@ -208,23 +243,26 @@ int main(int argc, char** argv) {
     LOG(INFO) << "device: cpu (OpenBLAS), as --device=cpu asks";
   }
   if (backend == nullptr) {
-    if (absl::GetFlag(FLAGS_cpu_threads) < 1) return Fail("--cpu_threads must be >= 1");
+    if (absl::GetFlag(FLAGS_cpu_threads) < 1)
+      return Fail("--cpu_threads must be >= 1");
     ps::kernels::SetCpuBackendThreads(absl::GetFlag(FLAGS_cpu_threads));
     backend = ps::kernels::NewCpuBackend();
   }
 
   ps::worker::ClientOptions client_options;
-  client_options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',
-                                          absl::SkipWhitespace());
+  client_options.servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
   client_options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  client_options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  client_options.call_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
-  client_options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  client_options.max_keys_per_request =
+      absl::GetFlag(FLAGS_max_keys_per_request);
   auto client = ps::worker::PsClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status().ToString());
 
-  ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index), client->get(),
-                              backend.get());
+  ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index),
+                              client->get(), backend.get());
   auto summary = trainer.Run();
   if (!summary.ok()) return Fail(summary.status().ToString());
   const std::string json = ps::worker::SummaryToJson(*summary);

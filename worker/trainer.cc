@@ -90,19 +90,23 @@ std::string SummaryToJson(const TrainingSummary& s) {
   return absl::StrFormat(
       "{\n  \"examples\": %d,\n  \"steps\": %d,\n  \"train_seconds\": %.3f,\n"
       "  \"examples_per_sec\": %.1f,\n  \"final_train_loss\": %.6f,\n"
-      "  \"test_auc\": %.6f,\n  \"test_logloss\": %.6f,\n  \"test_examples\": %d,\n"
+      "  \"test_auc\": %.6f,\n  \"test_logloss\": %.6f,\n  \"test_examples\": "
+      "%d,\n"
       "  \"bad_lines\": %d,\n  \"max_staleness_seen\": %d,\n"
-      "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": %.3f,\n"
-      "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  \"push_seconds\": %.3f,\n"
+      "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": "
+      "%.3f,\n"
+      "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  "
+      "\"push_seconds\": %.3f,\n"
       "  \"backend\": \"%s\"\n}\n",
-      s.examples, s.steps, s.train_seconds, s.examples_per_sec, s.final_train_loss,
-      s.test_auc, s.test_logloss, s.test_examples, s.bad_lines, s.max_staleness_seen,
-      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds, s.pull_seconds,
-      s.compute_seconds, s.push_seconds, s.backend);
+      s.examples, s.steps, s.train_seconds, s.examples_per_sec,
+      s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
+      s.bad_lines, s.max_staleness_seen,
+      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
+      s.pull_seconds, s.compute_seconds, s.push_seconds, s.backend);
 }
 
-Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient* client,
-                 kernels::Backend* backend)
+Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
+                 PsClient* client, kernels::Backend* backend)
     : options_(options),
       worker_index_(worker_index),
       client_(client),
@@ -112,7 +116,8 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient*
       wide_table_(ModelName(options.model.kind) + ".wide"),
       model_(options.model, backend) {
   for (const auto& tensor : tensors_) {
-    dense_tables_.push_back(ModelName(options.model.kind) + ".dense." + tensor.name);
+    dense_tables_.push_back(ModelName(options.model.kind) + ".dense." +
+                            tensor.name);
   }
 }
 
@@ -160,8 +165,9 @@ void Trainer::Prepare(std::vector<Example> examples, Prepared* prepared) const {
   for (int b = 0; b < batch; ++b) {
     const Example& example = examples[b];
     prepared->labels[b] = example.label;
-    std::copy(example.dense, example.dense + kDenseFeatures,
-              prepared->dense.begin() + static_cast<size_t>(b) * kDenseFeatures);
+    std::copy(
+        example.dense, example.dense + kDenseFeatures,
+        prepared->dense.begin() + static_cast<size_t>(b) * kDenseFeatures);
     for (int f = 0; f < fields; ++f) {
       auto [it, inserted] = position.try_emplace(
           example.keys[f], static_cast<int32_t>(prepared->unique_keys.size()));
@@ -174,14 +180,17 @@ void Trainer::Prepare(std::vector<Example> examples, Prepared* prepared) const {
 absl::Status Trainer::PullParameters(Prepared* prepared) {
   const size_t unique = prepared->unique_keys.size();
   std::vector<PsClient::TableRows> pulls;
-  const bool deep = options_.model.kind != kernels::ModelKind::kLogisticRegression;
+  const bool deep =
+      options_.model.kind != kernels::ModelKind::kLogisticRegression;
   if (deep) {
     prepared->embedding_rows.resize(unique * options_.model.embedding_dim);
-    pulls.push_back({embedding_table_, prepared->unique_keys, options_.model.embedding_dim,
+    pulls.push_back({embedding_table_, prepared->unique_keys,
+                     options_.model.embedding_dim,
                      prepared->embedding_rows.data()});
   }
   prepared->wide_rows.resize(unique);
-  pulls.push_back({wide_table_, prepared->unique_keys, 1, prepared->wide_rows.data()});
+  pulls.push_back(
+      {wide_table_, prepared->unique_keys, 1, prepared->wide_rows.data()});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
@@ -189,8 +198,8 @@ absl::Status Trainer::PullParameters(Prepared* prepared) {
     const int chunks = NumChunks(tensors_[t], options_.dense_chunk_floats);
     chunk_keys[t] = ChunkKeys(chunks);
     prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
-    pulls.push_back(
-        {dense_tables_[t], chunk_keys[t], chunk, prepared->dense_params[t].data()});
+    pulls.push_back({dense_tables_[t], chunk_keys[t], chunk,
+                     prepared->dense_params[t].data()});
   }
   return client_->Pull(pulls);
 }
@@ -204,7 +213,8 @@ kernels::StepInputs Trainer::Inputs(const Prepared& prepared) const {
   in.labels = prepared.labels.data();
   in.embedding_rows = prepared.embedding_rows.data();
   in.wide_rows = prepared.wide_rows.data();
-  for (const auto& params : prepared.dense_params) in.dense_params.push_back(params.data());
+  for (const auto& params : prepared.dense_params)
+    in.dense_params.push_back(params.data());
   return in;
 }
 
@@ -228,7 +238,8 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
   pushes.push_back({wide_table_, job.unique_keys, job.wide_grads, 1});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
-    chunk_keys[t] = ChunkKeys(NumChunks(tensors_[t], options_.dense_chunk_floats));
+    chunk_keys[t] =
+        ChunkKeys(NumChunks(tensors_[t], options_.dense_chunk_floats));
     pushes.push_back({dense_tables_[t], chunk_keys[t], job.dense_grads[t],
                       ChunkFloats(tensors_[t], options_.dense_chunk_floats)});
   }
@@ -241,7 +252,8 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
   test.files = options_.test_files;
   test.batch_size = options_.train.batch_size;
   test.max_bad_lines = options_.train.max_bad_lines;
-  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader, ClickLogReader::Open(test));
+  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
+                   ClickLogReader::Open(test));
   std::vector<float> probabilities, labels, batch_probabilities;
   std::vector<Example> batch;
   while (max_lines <= 0 || static_cast<int64_t>(labels.size()) < max_lines) {
@@ -254,7 +266,8 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
     Prepared prepared;
     Prepare(std::move(batch), &prepared);
     RETURN_IF_ERROR(PullParameters(&prepared));
-    RETURN_IF_ERROR(FromKernels(model_.Predict(Inputs(prepared), &batch_probabilities)));
+    RETURN_IF_ERROR(
+        FromKernels(model_.Predict(Inputs(prepared), &batch_probabilities)));
     probabilities.insert(probabilities.end(), batch_probabilities.begin(),
                          batch_probabilities.end());
     labels.insert(labels.end(), prepared.labels.begin(), prepared.labels.end());
@@ -277,7 +290,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.backend = backend_->name();
   std::atomic<bool> stopping{false};
   BoundedQueue<Prepared> ready(1);
-  BoundedQueue<PushJob> pending_pushes(std::max(1, options_.max_pushes_in_flight));
+  BoundedQueue<PushJob> pending_pushes(
+      std::max(1, options_.max_pushes_in_flight));
   absl::Mutex status_mu;
   absl::Status first_error;
   auto fail = [&](absl::Status status) {
@@ -313,7 +327,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         ClockResponse view;
         absl::Status reported = ReportClock(false, &view);
         if (!reported.ok()) return fail(reported);
-        if (options_.staleness < 0 || view.min_clock() >= step - options_.staleness) {
+        if (options_.staleness < 0 ||
+            view.min_clock() >= step - options_.staleness) {
           staleness = std::max<int64_t>(0, step - view.min_clock());
           break;
         }
@@ -324,7 +339,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         ++waits;
         waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
       }
-      if (histogram.size() <= static_cast<size_t>(staleness)) histogram.resize(staleness + 1);
+      if (histogram.size() <= static_cast<size_t>(staleness))
+        histogram.resize(staleness + 1);
       ++histogram[staleness];
       max_staleness = std::max(max_staleness.load(), staleness);
       const absl::Time pull_start = absl::Now();
@@ -368,13 +384,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     const absl::Time now = absl::Now();
     const double seconds = absl::ToDoubleSeconds(now - interval_start);
     const double rate = seconds > 0 ? interval_examples / seconds : 0;
-    const double loss = interval_examples > 0 ? interval_loss / interval_examples : 0;
+    const double loss =
+        interval_examples > 0 ? interval_loss / interval_examples : 0;
     const double train_auc = ExactAuc(interval_predictions, interval_labels);
     const std::string line = absl::StrFormat(
         "[worker %d] %d examples | %.0f ex/s | loss %.4f | recent AUC %.4f | "
         "staleness max %d | waited %.1f s",
-        worker_index_, summary.examples, rate, loss, train_auc, max_staleness.load(),
-        waited_micros.load() / 1e6);
+        worker_index_, summary.examples, rate, loss, train_auc,
+        max_staleness.load(), waited_micros.load() / 1e6);
     if (tty) {
       std::fprintf(stderr, "\r%s   ", line.c_str());
     } else {
@@ -384,9 +401,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       *intervals << absl::StrFormat(
           "{\"examples\": %d, \"seconds\": %.3f, \"examples_per_sec\": %.1f, "
           "\"loss\": %.6f, \"train_auc\": %.6f, \"max_staleness\": %d%s}\n",
-          summary.examples, absl::ToDoubleSeconds(now - start), rate, loss, train_auc,
-          max_staleness.load(),
-          test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc) : "");
+          summary.examples, absl::ToDoubleSeconds(now - start), rate, loss,
+          train_auc, max_staleness.load(),
+          test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc)
+                        : "");
       intervals->flush();
     }
     summary.final_train_loss = loss;
@@ -405,14 +423,15 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     kernels::StepInputs next_inputs;
     if (have_next) next_inputs = Inputs(next);
     const absl::Time compute_start = absl::Now();
-    kernels::Status stepped =
-        model_.TrainStep(Inputs(prepared), &outputs, have_next ? &next_inputs : nullptr);
+    kernels::Status stepped = model_.TrainStep(
+        Inputs(prepared), &outputs, have_next ? &next_inputs : nullptr);
     compute_micros += absl::ToInt64Microseconds(absl::Now() - compute_start);
     if (!stepped.ok()) {
       fail(FromKernels(stepped));
       break;
     }
-    if (options_.slow_step > absl::ZeroDuration()) absl::SleepFor(options_.slow_step);
+    if (options_.slow_step > absl::ZeroDuration())
+      absl::SleepFor(options_.slow_step);
     // Sparse rows get the gradient of the summed loss (each example's full
     // contribution, as per-example FTRL/Adagrad expect); the MLP gets the
     // mean, which Adam is insensitive to.
@@ -433,7 +452,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     ++summary.steps;
     interval_examples += prepared.batch;
     interval_loss += outputs.loss_sum;
-    interval_predictions.insert(interval_predictions.end(), outputs.probabilities.begin(),
+    interval_predictions.insert(interval_predictions.end(),
+                                outputs.probabilities.begin(),
                                 outputs.probabilities.end());
     interval_labels.insert(interval_labels.end(), prepared.labels.begin(),
                            prepared.labels.end());
@@ -450,13 +470,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       }
       test_auc = result->first;
       LOG(INFO) << "[worker " << worker_index_ << "] test AUC " << result->first
-                << ", logloss " << result->second << " on " << evaluated << " examples";
+                << ", logloss " << result->second << " on " << evaluated
+                << " examples";
     }
-    if (absl::Now() - interval_start >= options_.progress_every || test_auc >= 0) {
+    if (absl::Now() - interval_start >= options_.progress_every ||
+        test_auc >= 0) {
       report_interval(test_auc);
     }
     if (have_next) {
-      prepared = std::move(next);  // vectors move: the staged pointers stay valid
+      prepared =
+          std::move(next);  // vectors move: the staged pointers stay valid
     } else {
       have_current = ready.Pop(&prepared);
     }

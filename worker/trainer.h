@@ -106,8 +106,8 @@ std::string SummaryToJson(const TrainingSummary& summary);
 
 class Trainer {
  public:
-  Trainer(const TrainerOptions& options, uint32_t worker_index, PsClient* client,
-          kernels::Backend* backend);
+  Trainer(const TrainerOptions& options, uint32_t worker_index,
+          PsClient* client, kernels::Backend* backend);
 
   // Declares the tables, trains, evaluates. Errors: the reader's (bad lines,
   // missing files), the client's (after retries), the backend's.
@@ -125,7 +125,8 @@ class Trainer {
   // Waits until step `step` may start; returns the staleness it saw.
   absl::StatusOr<int64_t> WaitForStep(int64_t step);
   absl::Status PushGradients(const PushJob& job);
-  absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines, int64_t* examples);
+  absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
+                                                     int64_t* examples);
   kernels::StepInputs Inputs(const Prepared& prepared) const;
   absl::Status ReportClock(bool finished, ClockResponse* response);
 

@@ -51,14 +51,17 @@ void BM_OptimizerApply(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(1));
   const int rows = 4096;
   std::vector<float> weights(rows * dim, 0.1f), gradients(rows * dim, 0.01f);
-  std::vector<float> states(static_cast<size_t>(rows) * optimizer->StateFloats(dim));
+  std::vector<float> states(static_cast<size_t>(rows) *
+                            optimizer->StateFloats(dim));
   for (int r = 0; r < rows; ++r) {
-    optimizer->InitState(dim, states.data() + static_cast<size_t>(r) * optimizer->StateFloats(dim));
+    optimizer->InitState(dim, states.data() + static_cast<size_t>(r) *
+                                                  optimizer->StateFloats(dim));
   }
   for (auto _ : state) {
     for (int r = 0; r < rows; ++r) {
-      optimizer->Apply(&gradients[r * dim], dim, &weights[r * dim],
-                       states.data() + static_cast<size_t>(r) * optimizer->StateFloats(dim));
+      optimizer->Apply(
+          &gradients[r * dim], dim, &weights[r * dim],
+          states.data() + static_cast<size_t>(r) * optimizer->StateFloats(dim));
     }
     benchmark::ClobberMemory();
   }
@@ -95,7 +98,8 @@ class StoreFixture : public benchmark::Fixture {
     options.data_dir = dir_;
     options.durability = state.range(0) == 0 ? embedding::Durability::kWal
                                              : embedding::Durability::kPeriodic;
-    if (state.range(1) > 0) options.num_stripes = static_cast<int>(state.range(1));
+    if (state.range(1) > 0)
+      options.num_stripes = static_cast<int>(state.range(1));
     store_ = embedding::EmbeddingStore::Open(options).value();
     TableSpec spec;
     spec.set_name("t");
@@ -124,7 +128,8 @@ class StoreFixture : public benchmark::Fixture {
 };
 
 BENCHMARK_DEFINE_F(StoreFixture, Pull)(benchmark::State& state) {
-  for (auto _ : state) store_->Pull("t", keys_, absl::MakeSpan(out_)).IgnoreError();
+  for (auto _ : state)
+    store_->Pull("t", keys_, absl::MakeSpan(out_)).IgnoreError();
   state.SetItemsProcessed(state.iterations() * keys_.size());
   state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
 }
@@ -135,17 +140,23 @@ BENCHMARK_DEFINE_F(StoreFixture, Push)(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * keys_.size());
   state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
 }
-BENCHMARK_REGISTER_F(StoreFixture, Push)->Args({0, 0})->Args({0, 1})->Args({0, 8})->Args({1, 0});
+BENCHMARK_REGISTER_F(StoreFixture, Push)
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({0, 8})
+    ->Args({1, 0});
 
 void BM_GatherConcat(benchmark::State& state) {
   auto backend = kernels::NewCpuBackend();
   const int dim = 16, unique = kBatch * kFields / 3, cols = kFields * dim + 13;
-  std::vector<float> rows(static_cast<size_t>(unique) * dim, 1.0f), out(kBatch * cols);
+  std::vector<float> rows(static_cast<size_t>(unique) * dim, 1.0f),
+      out(kBatch * cols);
   std::vector<int32_t> index(kBatch * kFields);
   std::mt19937 rng(2);
   for (auto& i : index) i = rng() % unique;
   for (auto _ : state) {
-    backend->GatherConcat(rows.data(), index.data(), kBatch, kFields, dim, out.data(), cols);
+    backend->GatherConcat(rows.data(), index.data(), kBatch, kFields, dim,
+                          out.data(), cols);
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * kBatch * kFields);
@@ -156,13 +167,14 @@ BENCHMARK(BM_GatherConcat);
 void BM_ScatterReduce(benchmark::State& state) {
   auto backend = kernels::NewCpuBackend();
   const int dim = 16, unique = kBatch * kFields / 3, cols = kFields * dim + 13;
-  std::vector<float> upstream(static_cast<size_t>(kBatch) * cols, 0.5f), grads(unique * dim);
+  std::vector<float> upstream(static_cast<size_t>(kBatch) * cols, 0.5f),
+      grads(unique * dim);
   std::vector<int32_t> index(kBatch * kFields);
   std::mt19937 rng(2);
   for (auto& i : index) i = rng() % unique;
   for (auto _ : state) {
-    backend->ScatterReduce(upstream.data(), cols, dim, index.data(), kBatch, kFields, dim,
-                           unique, grads.data());
+    backend->ScatterReduce(upstream.data(), cols, dim, index.data(), kBatch,
+                           kFields, dim, unique, grads.data());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * kBatch * kFields);

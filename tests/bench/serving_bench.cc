@@ -35,14 +35,16 @@
 #include "proto/ps.grpc.pb.h"
 
 ABSL_FLAG(std::string, ps, "", "ps_server host:port.");
-ABSL_FLAG(std::string, label, "hot tier", "What this ps_server's configuration is.");
+ABSL_FLAG(std::string, label, "hot tier",
+          "What this ps_server's configuration is.");
 ABSL_FLAG(int32_t, redis_port, 0, "Redis port on 127.0.0.1; 0: skip Redis.");
 ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
 ABSL_FLAG(int64_t, rows, 500000, "Rows in the table.");
 ABSL_FLAG(int32_t, batch, 4096, "Keys per request.");
 ABSL_FLAG(double, zipf, 1.05, "Power-law exponent of key popularity.");
 ABSL_FLAG(double, seconds, 3, "Seconds per measurement.");
-ABSL_FLAG(bool, loopback, false, "Only measure the loopback TCP bandwidth (bytes/s).");
+ABSL_FLAG(bool, loopback, false,
+          "Only measure the loopback TCP bandwidth (bytes/s).");
 
 namespace {
 
@@ -60,9 +62,11 @@ class KeyDrawer {
       : rows_(rows), exponent_(exponent), rng_(seed) {}
   uint64_t Next() {
     const double u = uniform_(rng_);
-    const double x = std::pow(1.0 + u * (std::pow(rows_ + 1.0, 1.0 - exponent_) - 1.0),
-                              1.0 / (1.0 - exponent_));
-    const uint64_t rank = std::min<int64_t>(static_cast<int64_t>(x) - 1, rows_ - 1);
+    const double x =
+        std::pow(1.0 + u * (std::pow(rows_ + 1.0, 1.0 - exponent_) - 1.0),
+                 1.0 / (1.0 - exponent_));
+    const uint64_t rank =
+        std::min<int64_t>(static_cast<int64_t>(x) - 1, rows_ - 1);
     return (rank * 0x9E3779B97F4A7C15ULL) % static_cast<uint64_t>(rows_);
   }
 
@@ -84,7 +88,8 @@ Result Measure(int clients, Request request) {
   const absl::Time start = absl::Now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      KeyDrawer drawer(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf), 100 + c);
+      KeyDrawer drawer(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf),
+                       100 + c);
       std::vector<uint64_t> keys(batch);
       while (absl::Now() - start < duration) {
         for (auto& key : keys) key = drawer.Next();
@@ -127,7 +132,8 @@ double LoopbackBytesPerSecond() {
     const int connection = accept(listener, nullptr, nullptr);
     std::vector<char> buffer(1 << 20);
     ssize_t n;
-    while ((n = read(connection, buffer.data(), buffer.size())) > 0) received += n;
+    while ((n = read(connection, buffer.data(), buffer.size())) > 0)
+      received += n;
     close(connection);
   });
   const int sender = socket(AF_INET, SOCK_STREAM, 0);
@@ -143,7 +149,9 @@ double LoopbackBytesPerSecond() {
   return received.load() / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-std::string KeyBytes(uint64_t key, int dim) { return absl::StrCat("r", dim, ":", key); }
+std::string KeyBytes(uint64_t key, int dim) {
+  return absl::StrCat("r", dim, ":", key);
+}
 
 }  // namespace
 
@@ -174,9 +182,11 @@ int main(int argc, char** argv) {
     ps::DeclareTableRequest request;
     request.mutable_table()->set_name(table);
     request.mutable_table()->set_dim(dim);
-    request.mutable_table()->mutable_initializer()->set_kind(ps::InitializerSpec::UNIFORM);
+    request.mutable_table()->mutable_initializer()->set_kind(
+        ps::InitializerSpec::UNIFORM);
     request.mutable_table()->mutable_initializer()->set_scale(0.1f);
-    request.mutable_table()->mutable_optimizer()->set_learning_rate(learning_rate);
+    request.mutable_table()->mutable_optimizer()->set_learning_rate(
+        learning_rate);
     ps::DeclareTableResponse response;
     grpc::Status status = stubs[0]->DeclareTable(&context, request, &response);
     if (!status.ok()) {
@@ -186,14 +196,17 @@ int main(int argc, char** argv) {
   }
   const float kGradient = 0.001f;
   std::vector<float> gradients(static_cast<size_t>(batch) * dim, kGradient);
-  const std::string gradient_bytes(reinterpret_cast<const char*>(gradients.data()),
-                                   gradients.size() * sizeof(float));
+  const std::string gradient_bytes(
+      reinterpret_cast<const char*>(gradients.data()),
+      gradients.size() * sizeof(float));
   auto ps_push = [&](int client, const std::vector<uint64_t>& keys) {
     grpc::ClientContext context;
     ps::PushRequest request;
     request.set_table(table);
-    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * 8));
-    request.set_gradients(gradient_bytes.substr(0, keys.size() * dim * sizeof(float)));
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                 keys.size() * 8));
+    request.set_gradients(
+        gradient_bytes.substr(0, keys.size() * dim * sizeof(float)));
     ps::PushResponse response;
     return stubs[client]->Push(&context, request, &response).ok();
   };
@@ -201,7 +214,8 @@ int main(int argc, char** argv) {
     grpc::ClientContext context;
     ps::PullRequest request;
     request.set_table(table);
-    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * 8));
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                 keys.size() * 8));
     ps::PullResponse response;
     return stubs[client]->Pull(&context, request, &response).ok() &&
            response.values().size() == keys.size() * dim * sizeof(float);
@@ -209,16 +223,19 @@ int main(int argc, char** argv) {
   // Store every row (pushes of zero gradients store the initial values).
   for (int64_t start = 0; start < rows; start += batch) {
     std::vector<uint64_t> keys;
-    for (int64_t k = start; k < std::min(rows, start + batch); ++k) keys.push_back(k);
+    for (int64_t k = start; k < std::min(rows, start + batch); ++k)
+      keys.push_back(k);
     if (!ps_push(0, keys)) {
       std::fprintf(stderr, "preload failed\n");
       return 1;
     }
   }
-  auto print = [&](const char* system, const char* op, int clients, const Result& r) {
-    std::printf("| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n", system,
-                absl::GetFlag(FLAGS_label).c_str(), dim, clients, op, r.rows_per_second / 1e6,
-                r.rows_per_second * row_bytes / 1e6, r.p50_ms, r.p99_ms);
+  auto print = [&](const char* system, const char* op, int clients,
+                   const Result& r) {
+    std::printf("| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n",
+                system, absl::GetFlag(FLAGS_label).c_str(), dim, clients, op,
+                r.rows_per_second / 1e6, r.rows_per_second * row_bytes / 1e6,
+                r.p50_ms, r.p99_ms);
     std::fflush(stdout);
   };
   for (int clients : {1, 4}) {
@@ -251,12 +268,13 @@ int main(int argc, char** argv) {
       argv_parts.push_back(p.data());
       lengths.push_back(p.size());
     }
-    redisReply* reply = static_cast<redisReply*>(
-        redisCommandArgv(redis[0], parts.size(), argv_parts.data(), lengths.data()));
+    redisReply* reply = static_cast<redisReply*>(redisCommandArgv(
+        redis[0], parts.size(), argv_parts.data(), lengths.data()));
     if (reply == nullptr) return 1;
     freeReplyObject(reply);
   }
-  auto mget = [&](int client, const std::vector<uint64_t>& keys, redisReply** reply) {
+  auto mget = [&](int client, const std::vector<uint64_t>& keys,
+                  redisReply** reply) {
     std::vector<std::string> parts = {"MGET"};
     for (uint64_t key : keys) parts.push_back(KeyBytes(key, dim));
     std::vector<const char*> argv_parts;
@@ -265,8 +283,8 @@ int main(int argc, char** argv) {
       argv_parts.push_back(p.data());
       lengths.push_back(p.size());
     }
-    *reply = static_cast<redisReply*>(
-        redisCommandArgv(redis[client], parts.size(), argv_parts.data(), lengths.data()));
+    *reply = static_cast<redisReply*>(redisCommandArgv(
+        redis[client], parts.size(), argv_parts.data(), lengths.data()));
     return *reply != nullptr && (*reply)->type == REDIS_REPLY_ARRAY &&
            (*reply)->elements == keys.size();
   };
@@ -296,9 +314,11 @@ int main(int argc, char** argv) {
       if (reply->element[i]->len == static_cast<size_t>(row_bytes)) {
         std::memcpy(updated.data(), reply->element[i]->str, row_bytes);
       }
-      for (float& w : updated) w -= learning_rate * kGradient;  // SGD on the client
+      for (float& w : updated)
+        w -= learning_rate * kGradient;  // SGD on the client
       parts.push_back(KeyBytes(keys[i], dim));
-      parts.emplace_back(reinterpret_cast<const char*>(updated.data()), row_bytes);
+      parts.emplace_back(reinterpret_cast<const char*>(updated.data()),
+                         row_bytes);
     }
     freeReplyObject(reply);
     std::vector<const char*> argv_parts;
@@ -307,8 +327,8 @@ int main(int argc, char** argv) {
       argv_parts.push_back(p.data());
       lengths.push_back(p.size());
     }
-    reply = static_cast<redisReply*>(
-        redisCommandArgv(redis[client], parts.size(), argv_parts.data(), lengths.data()));
+    reply = static_cast<redisReply*>(redisCommandArgv(
+        redis[client], parts.size(), argv_parts.data(), lengths.data()));
     const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
     if (reply != nullptr) freeReplyObject(reply);
     return ok;
