@@ -250,6 +250,30 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
   EXPECT_GT(run.Get("test_auc"), 0.65);
 }
 
+TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
+  // Worker 0 starts alone under bulk-synchronous training; worker 1 joins
+  // two seconds later at the live minimum clock. Neither deadlocks, both
+  // finish their shares within the bound, and the joiner is counted.
+  const std::vector<std::string> servers = StartShards(1);
+  const std::vector<std::string> flags = {"--staleness=0", "--slow_step_ms=30"};
+  auto first = ChildProcess::Start(WorkerArgs(servers, 0, 2, flags), false,
+                                   dir_ + "/worker0.log");
+  ASSERT_TRUE(first.ok());
+  absl::SleepFor(absl::Seconds(2));
+  auto joiner = ChildProcess::Start(WorkerArgs(servers, 1, 2, flags), false,
+                                    dir_ + "/worker1.log");
+  ASSERT_TRUE(joiner.ok());
+  const WorkerRun run0 = Collect(0, (*first)->Wait(absl::Minutes(3)));
+  const WorkerRun run1 = Collect(1, (*joiner)->Wait(absl::Minutes(3)));
+  ASSERT_EQ(run0.exit_code, 0) << run0.log;
+  ASSERT_EQ(run1.exit_code, 0) << run1.log;
+  EXPECT_EQ(run0.Get("examples") + run1.Get("examples"), kTrainLines);
+  EXPECT_EQ(run0.Get("max_staleness_seen"), 0);
+  EXPECT_EQ(run1.Get("max_staleness_seen"), 0);
+  // Once the joiner is in, the first worker waits for it at every step.
+  EXPECT_GT(run0.Get("waits"), 0);
+}
+
 TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {
   // One shard under --durability=wal, killed with SIGKILL mid-training and
   // restarted on the same port and directory: the worker retries, reconnects
