@@ -4,68 +4,39 @@
 #include "kernels/ctr_model.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/random_step.h"
 
 namespace ps::kernels {
 namespace {
 
+// A small model and one step of random inputs for it.
 struct Problem {
   ModelConfig config;
-  int batch = 6;
-  int num_unique = 5;
-  std::vector<int32_t> index;
-  std::vector<float> dense, labels, embedding_rows, wide_rows;
-  std::vector<std::vector<float>> params;
-
-  StepInputs Inputs() const {
-    StepInputs in;
-    in.batch = batch;
-    in.num_unique = num_unique;
-    in.index = index.data();
-    in.dense = dense.data();
-    in.labels = labels.data();
-    in.embedding_rows = embedding_rows.data();
-    in.wide_rows = wide_rows.data();
-    for (const auto& p : params) in.dense_params.push_back(p.data());
-    return in;
-  }
+  RandomStep step;
+  StepInputs Inputs() const { return step.Inputs(); }
 };
 
 Problem MakeProblem(ModelKind kind, uint32_t seed) {
-  Problem p;
-  p.config.kind = kind;
-  p.config.fields = 3;
-  p.config.dense_features = 2;
-  p.config.embedding_dim = 4;
-  p.config.hidden = {5, 3};
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
-  std::uniform_int_distribution<int32_t> key(0, p.num_unique - 1);
-  for (int i = 0; i < p.batch * p.config.fields; ++i)
-    p.index.push_back(key(rng));
-  p.index[0] = p.index[1];  // a duplicate key inside one example
-  for (int i = 0; i < p.batch * p.config.dense_features; ++i)
-    p.dense.push_back(uniform(rng));
-  for (int b = 0; b < p.batch; ++b) p.labels.push_back(b % 2);
-  for (int i = 0; i < p.num_unique * p.config.embedding_dim; ++i) {
-    p.embedding_rows.push_back(uniform(rng));
-  }
-  for (int i = 0; i < p.num_unique; ++i) p.wide_rows.push_back(uniform(rng));
-  for (const DenseTensorSpec& spec : DenseTensors(p.config)) {
-    std::vector<float> values(spec.size());
-    for (float& v : values) v = uniform(rng);
-    p.params.push_back(values);
-  }
+  ModelConfig config;
+  config.kind = kind;
+  config.fields = 3;
+  config.dense_features = 2;
+  config.embedding_dim = 4;
+  config.hidden = {5, 3};
+  Problem p{config, RandomStep(config, /*batch_size=*/6, /*unique_rows=*/5,
+                               seed, /*scale=*/0.5f)};
+  p.step.index[0] = p.step.index[1];  // a duplicate key inside one example
+  for (int b = 0; b < p.step.batch; ++b) p.step.labels[b] = b % 2;
   return p;
 }
 
 double MeanLoss(CtrModel& model, const Problem& p) {
   StepOutputs out;
   EXPECT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
-  return static_cast<double>(out.loss_sum) / p.batch;
+  return static_cast<double>(out.loss_sum) / p.step.batch;
 }
 
 // Checks d(mean loss)/d(values[i]) against central differences.
@@ -96,16 +67,16 @@ TEST_P(CtrModelGradientTest, MatchesFiniteDifferences) {
   StepOutputs out;
   ASSERT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
   const StepOutputs analytic = out;
-  CheckGradient(model, p, &p.wide_rows, analytic.wide_grads, "wide");
+  CheckGradient(model, p, &p.step.wide_rows, analytic.wide_grads, "wide");
   if (GetParam() != ModelKind::kLogisticRegression) {
-    CheckGradient(model, p, &p.embedding_rows, analytic.embedding_grads,
+    CheckGradient(model, p, &p.step.embedding_rows, analytic.embedding_grads,
                   "embedding");
   } else {
     EXPECT_TRUE(analytic.embedding_grads.empty());
   }
   const std::vector<DenseTensorSpec> tensors = DenseTensors(p.config);
   for (size_t t = 0; t < tensors.size(); ++t) {
-    CheckGradient(model, p, &p.params[t], analytic.dense_grads[t],
+    CheckGradient(model, p, &p.step.dense_params[t], analytic.dense_grads[t],
                   tensors[t].name);
   }
 }
@@ -135,7 +106,7 @@ TEST(CtrModelTest, StagingTheNextStepGivesTheSameResults) {
   std::vector<Problem> problems = {MakeProblem(ModelKind::kDeepFm, 1),
                                    MakeProblem(ModelKind::kDeepFm, 2),
                                    MakeProblem(ModelKind::kDeepFm, 3)};
-  problems[2].batch = 4;  // a smaller last batch
+  problems[2].step.batch = 4;  // a smaller last batch
   auto backend = NewCpuBackend();
   CtrModel plain(problems[0].config, backend.get());
   CtrModel staged(problems[0].config, backend.get());
