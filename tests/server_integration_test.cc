@@ -7,10 +7,12 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "base/routing.h"
 #include "embedding/initializer.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 
@@ -211,6 +213,45 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
     EXPECT_EQ(response.rows_pushed(), 100u);
     EXPECT_LE(response.hot_tier_bytes(), response.hot_tier_budget_bytes());
   }
+}
+
+// Runs ps_admin against the test's server; returns its stdout.
+std::string RunAdmin(const std::string& server,
+                     const std::vector<std::string>& args, int* exit_code) {
+  std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+                                   "--server=" + server};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto process = ChildProcess::Start(argv, /*capture_stdout=*/true);
+  EXPECT_TRUE(process.ok());
+  std::string out;
+  while (true) {
+    auto line = (*process)->ReadLine(absl::Now() + absl::Seconds(30));
+    if (!line.ok()) break;
+    out += *line + "\n";
+  }
+  *exit_code = (*process)->Wait(absl::Seconds(30));
+  return out;
+}
+
+TEST_F(ServerIntegrationTest, AdminCliShowsTablesRowsAndErrors) {
+  const std::vector<uint64_t> keys = Keys(3);
+  ASSERT_TRUE(
+      PushRows(*stub_, kTable, keys, std::vector<float>(3 * kDim, 1.0f)).ok());
+  int code = -1;
+  const std::string tables = RunAdmin(server_->address(), {"tables"}, &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(tables.find(kTable), std::string::npos) << tables;
+  const std::string row = RunAdmin(server_->address(),
+                                   {"row", "--table=" + std::string(kTable),
+                                    "--key=" + std::to_string(keys[0])},
+                                   &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(row.rfind("stored [", 0), 0u) << row;
+  RunAdmin(server_->address(), {"row", "--table=no_such_table", "--key=1"},
+           &code);
+  EXPECT_NE(code, 0);
+  RunAdmin(server_->address(), {"bogus"}, &code);
+  EXPECT_NE(code, 0);
 }
 
 TEST_F(ServerIntegrationTest, SigtermExitsZeroAndRestartResumes) {
