@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
     absl::MutexLock lock(&store->tables_mu_);
     const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
     for (TableId id = 0; id < opened.size(); ++id) {
-      RETURN_IF_ERROR(store->AddTable(id, opened[id]));
+      RETURN_IF_ERROR(store->AddTable(id, opened[id], /*created_empty=*/false));
     }
   }
   if (options.durability == Durability::kPeriodic) {
@@ -84,13 +84,14 @@ EmbeddingStore::~EmbeddingStore() {
   if (!flushed.ok()) LOG(ERROR) << "final write-back failed: " << flushed;
 }
 
-absl::Status EmbeddingStore::AddTable(TableId id, const TableSpec& spec) {
+absl::Status EmbeddingStore::AddTable(TableId id, const TableSpec& spec,
+                                      bool created_empty) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    Optimizer::Create(spec.optimizer()));
   const int dim = static_cast<int>(spec.dim());
-  auto table = std::unique_ptr<Table>(
-      new Table{id, spec, dim, dim + optimizer->StateFloats(dim),
-                std::move(optimizer), Initializer(spec.initializer())});
+  auto table = std::unique_ptr<Table>(new Table{
+      id, spec, dim, dim + optimizer->StateFloats(dim), std::move(optimizer),
+      Initializer(spec.initializer()), created_empty});
   tables_by_name_[spec.name()] = table.get();
   tables_.push_back(std::move(table));
   return absl::OkStatus();
@@ -130,7 +131,7 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
         spec.ShortDebugString(), "}"));
   }
   ASSIGN_OR_RETURN(TableId id, rocks_->CreateTable(spec));
-  RETURN_IF_ERROR(AddTable(id, spec));
+  RETURN_IF_ERROR(AddTable(id, spec, /*created_empty=*/true));
   return true;
 }
 
@@ -184,7 +185,14 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   if (missing.empty()) return absl::OkStatus();
   std::vector<std::string> values;
   std::vector<bool> found;
-  RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
+  if (table.created_empty && !stripe.evicted_rows) {
+    // Nothing of this table's rows in this stripe ever left the hot tier,
+    // so none of `missing` is stored (see Table::created_empty).
+    found.assign(missing.size(), false);
+  } else {
+    disk_lookups_ += missing.size();
+    RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
+  }
   const size_t row_bytes = table.row_floats * sizeof(float);
   std::vector<float> row(table.row_floats);
   for (size_t i = 0; i < missing.size(); ++i) {
@@ -209,7 +217,9 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
 absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
                                            RocksStore::Batch* batch) {
   std::vector<CachedRow> evicted;
+  const size_t rows_before = stripe.cache.size();
   stripe.cache.EvictToBudget(&evicted);
+  if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
   for (const CachedRow& row : evicted)
     batch->Put(row.table_id, row.key, row.values);
   absl::Status written = rocks_->Write(batch);
@@ -434,6 +444,7 @@ StoreStats EmbeddingStore::Stats() {
   stats.hot_tier_misses = misses_.load();
   stats.rows_pulled = rows_pulled_.load();
   stats.rows_pushed = rows_pushed_.load();
+  stats.disk_lookups = disk_lookups_.load();
   stats.disk_bytes = rocks_->TotalDiskBytes();
   return stats;
 }

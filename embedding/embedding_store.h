@@ -85,6 +85,8 @@ struct StoreStats {
   uint64_t hot_tier_misses = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
+  // Keys looked up in RocksDB because the hot tier did not hold them.
+  uint64_t disk_lookups = 0;
   uint64_t disk_bytes = 0;
 };
 
@@ -144,18 +146,25 @@ class EmbeddingStore {
     int row_floats;
     std::unique_ptr<Optimizer> optimizer;
     Initializer initializer;
+    // Declared by this process into an empty column family: RocksDB holds
+    // only rows the hot tier wrote back, so a stripe that never evicted a
+    // row still caches every stored row of this table, and a miss there
+    // means "never pushed" without asking RocksDB.
+    bool created_empty;
   };
 
   struct Stripe {
     explicit Stripe(size_t budget_bytes) : cache(budget_bytes) {}
     absl::Mutex mu;
     RowCache cache ABSL_GUARDED_BY(mu);
+    // Some row left this stripe's hot tier since the store opened.
+    bool evicted_rows ABSL_GUARDED_BY(mu) = false;
   };
 
   EmbeddingStore(const StoreOptions& options,
                  std::unique_ptr<RocksStore> rocks);
 
-  absl::Status AddTable(TableId id, const TableSpec& spec)
+  absl::Status AddTable(TableId id, const TableSpec& spec, bool created_empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
   absl::StatusOr<const Table*> FindTable(absl::string_view name) const;
   size_t StripeOf(uint64_t key) const;
@@ -196,6 +205,7 @@ class EmbeddingStore {
   std::atomic<uint64_t> misses_{0};
   std::atomic<uint64_t> rows_pulled_{0};
   std::atomic<uint64_t> rows_pushed_{0};
+  std::atomic<uint64_t> disk_lookups_{0};
 
   absl::Notification stop_flushing_;
   std::thread flusher_;

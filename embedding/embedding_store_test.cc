@@ -277,6 +277,43 @@ TEST_F(EmbeddingStoreTest, ReopenResumesTablesAndRows) {
   }
 }
 
+TEST_F(EmbeddingStoreTest, MissesAskRocksDbOnlyWhenRowsMayBeStoredThere) {
+  options_.num_stripes = 4;
+  const TableSpec spec = SgdTable("emb", 4);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 500; ++key) keys.push_back(key);
+  {
+    // A table declared here starts empty: while nothing is evicted, the hot
+    // tier holds every stored row, and misses are answered from memory.
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(spec));
+    PullRows(*store, "emb", keys, 4);
+    ASSERT_OK(store->Push("emb", keys, std::vector<float>(500 * 4, -1.0f)));
+    EXPECT_EQ(store->Stats().disk_lookups, 0u);
+  }
+  {
+    // After a restart the rows are in RocksDB only.
+    auto store = OpenStore(options_);
+    const std::vector<float> rows = PullRows(*store, "emb", keys, 4);
+    EXPECT_EQ(store->Stats().disk_lookups, keys.size());
+    EXPECT_FLOAT_EQ(rows[4 * 7], InitialRow(spec, 7)[0] + 1.0f);
+  }
+  // A table declared here whose stripes evicted rows asks RocksDB again.
+  std::filesystem::remove_all(options_.data_dir);
+  options_.durability = Durability::kPeriodic;
+  options_.flush_interval = absl::Hours(1);
+  options_.cache_bytes = 64 * RowCache::RowBytes(4);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(500 * 4, -1.0f)));
+  const std::vector<float> rows = PullRows(*store, "emb", keys, 4);
+  EXPECT_GT(store->Stats().disk_lookups, 0u);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_FLOAT_EQ(rows[4 * i], InitialRow(spec, keys[i])[0] + 1.0f)
+        << "key " << i;
+  }
+}
+
 TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
   options_.cache_bytes = 256 * RowCache::RowBytes(1);  // force eviction too
   options_.num_stripes = 8;
