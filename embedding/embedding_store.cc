@@ -31,6 +31,14 @@ absl::Status ValidateTableName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+// A push-log record: the table id and the key count (uint32 each), the keys
+// (uint64), then each key's summed gradient (dim floats), in host byte order.
+constexpr size_t kLogHeaderBytes = 2 * sizeof(uint32_t);
+
+void AppendBytes(const void* data, size_t size, std::string* out) {
+  out->append(static_cast<const char*>(data), size);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
@@ -59,10 +67,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
       RETURN_IF_ERROR(store->AddTable(id, opened[id], /*created_empty=*/false));
     }
   }
-  if (options.durability == Durability::kPeriodic) {
-    store->flusher_ =
-        std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
-  }
+  RETURN_IF_ERROR(store->ReplayPushLog());
+  store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
   return store;
 }
 
@@ -71,7 +77,7 @@ EmbeddingStore::EmbeddingStore(const StoreOptions& options,
     : options_(options), rocks_(std::move(rocks)) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;
   for (int i = 0; i < options.num_stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>(per_stripe));
+    stripes_.push_back(std::make_unique<Stripe>(i, per_stripe));
   }
 }
 
@@ -143,6 +149,15 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
     return absl::NotFoundError(absl::StrCat("no table named \"", name, "\""));
   }
   return it->second;
+}
+
+absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
+    TableId id) const {
+  absl::ReaderMutexLock lock(&tables_mu_);
+  if (id >= tables_.size()) {
+    return absl::DataLossError(absl::StrCat("no table with id ", id));
+  }
+  return tables_[id].get();
 }
 
 absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(
@@ -222,7 +237,12 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
   for (const CachedRow& row : evicted)
     batch->Put(row.table_id, row.key, row.values);
-  absl::Status written = rocks_->Write(batch);
+  absl::Status written;
+  if (options_.durability == Durability::kWal && !evicted.empty()) {
+    written = WriteBack(stripe, batch);
+  } else {
+    written = rocks_->Write(batch);
+  }
   if (!written.ok()) {
     // Keep the evicted updates in memory rather than lose them.
     for (const CachedRow& row : evicted) {
@@ -230,6 +250,91 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
     }
   }
   return written;
+}
+
+absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
+                                       RocksStore::Batch* batch) {
+  std::vector<CachedRow*> written;
+  stripe.cache.ForEachDirty([&](CachedRow& row) {
+    batch->Put(row.table_id, row.key, row.values);
+    written.push_back(&row);
+  });
+  if (options_.durability == Durability::kWal)
+    batch->DeleteLogs(stripe.index, stripe.next_log_sequence);
+  RETURN_IF_ERROR(rocks_->Write(batch));
+  for (CachedRow* row : written) row->dirty = false;
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStore::ReplayPushLog() {
+  uint64_t records = 0, rows = 0;
+  std::vector<float> gradient;
+  RETURN_IF_ERROR(
+      rocks_->ForEachLog([&](uint32_t stripe_index, uint64_t sequence,
+                             absl::string_view record) -> absl::Status {
+        auto corrupt = [&](absl::string_view why) {
+          return absl::DataLossError(absl::StrCat("push log record ", sequence,
+                                                  " of stripe ", stripe_index,
+                                                  ": ", why));
+        };
+        if (record.size() < kLogHeaderBytes) return corrupt("truncated header");
+        uint32_t table_id = 0, count = 0;
+        std::memcpy(&table_id, record.data(), sizeof(table_id));
+        std::memcpy(&count, record.data() + sizeof(table_id), sizeof(count));
+        absl::StatusOr<const Table*> found = FindTableById(table_id);
+        if (!found.ok()) return corrupt(found.status().message());
+        const Table& table = **found;
+        const size_t dim = table.dim;
+        if (record.size() != kLogHeaderBytes + count * (sizeof(uint64_t) +
+                                                        dim * sizeof(float))) {
+          return corrupt(absl::StrCat(record.size(), " bytes do not hold ",
+                                      count, " keys of dim ", dim));
+        }
+        const char* keys = record.data() + kLogHeaderBytes;
+        const char* gradients = keys + count * sizeof(uint64_t);
+        gradient.resize(dim);
+        for (uint32_t i = 0; i < count; ++i) {
+          uint64_t key = 0;
+          std::memcpy(&key, keys + i * sizeof(uint64_t), sizeof(key));
+          std::memcpy(gradient.data(), gradients + i * dim * sizeof(float),
+                      dim * sizeof(float));
+          // Records of one key all come from the stripe that held it, in
+          // sequence order; its stripe today may differ (--hot_tier_stripes).
+          // Nothing is evicted until the replayed rows are written back below.
+          Stripe& stripe = *stripes_[StripeOf(key)];
+          absl::MutexLock lock(&stripe.mu);
+          const uint64_t one_key[] = {key};
+          RETURN_IF_ERROR(LoadRows(table, stripe, one_key, /*create=*/true));
+          CachedRow* row = stripe.cache.Find(table.id, key);
+          table.optimizer->Apply(gradient.data(), table.dim, row->values.data(),
+                                 row->values.data() + dim);
+          row->dirty = true;
+        }
+        ++records;
+        rows += count;
+        return absl::OkStatus();
+      }));
+  if (records == 0) return absl::OkStatus();
+  RocksStore::Batch batch = rocks_->NewBatch();
+  std::vector<CachedRow*> replayed;
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    stripe->cache.ForEachDirty([&](CachedRow& row) {
+      batch.Put(row.table_id, row.key, row.values);
+      replayed.push_back(&row);
+    });
+  }
+  batch.DeleteAllLogs();
+  RETURN_IF_ERROR(rocks_->Write(&batch));
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    stripe->cache.ForEachDirty([](CachedRow& row) { row.dirty = false; });
+    RocksStore::Batch empty = rocks_->NewBatch();
+    RETURN_IF_ERROR(EvictAndWrite(*stripe, &empty));
+  }
+  LOG(INFO) << "replayed " << records << " push-log records (" << rows
+            << " row updates) into " << replayed.size() << " rows";
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingStore::Pull(absl::string_view table_name,
@@ -327,10 +432,11 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     }
   }
 
-  const bool write_through = options_.durability == Durability::kWal;
+  const bool log_pushes = options_.durability == Durability::kWal;
   std::vector<uint32_t> order, starts;
   GroupByStripe(unique_keys, &order, &starts);
   std::vector<uint64_t> stripe_keys;
+  std::string record;
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = *stripes_[s];
@@ -338,32 +444,34 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       stripe_keys.push_back(unique_keys[order[i]]);
     }
+    RocksStore::Batch batch = rocks_->NewBatch();
+    if (log_pushes) {
+      const uint32_t count = static_cast<uint32_t>(stripe_keys.size());
+      record.clear();
+      record.reserve(kLogHeaderBytes +
+                     count * (sizeof(uint64_t) + dim * sizeof(float)));
+      AppendBytes(&table->id, sizeof(table->id), &record);
+      AppendBytes(&count, sizeof(count), &record);
+      AppendBytes(stripe_keys.data(), count * sizeof(uint64_t), &record);
+      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+        AppendBytes(&summed[order[i] * dim], dim * sizeof(float), &record);
+      }
+    }
     absl::MutexLock lock(&stripe.mu);
     RETURN_IF_ERROR(LoadRows(*table, stripe, stripe_keys, /*create=*/true));
-    RocksStore::Batch batch = rocks_->NewBatch();
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t unique = order[i];
       CachedRow* row = stripe.cache.Find(table->id, unique_keys[unique]);
       float* weights = row->values.data();
       table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
                               weights + dim);
-      if (write_through) {
-        batch.Put(table->id, row->key, row->values);
-        row->dirty = false;
-      } else {
-        row->dirty = true;
-      }
+      row->dirty = true;
     }
-    absl::Status written = EvictAndWrite(stripe, &batch);
-    if (!written.ok()) {
-      // The rows still cached hold updates RocksDB lacks: keep them dirty so
-      // a later write-back retries.
-      for (uint64_t key : stripe_keys) {
-        if (CachedRow* row = stripe.cache.Find(table->id, key))
-          row->dirty = true;
-      }
-      return written;
-    }
+    // Logged under the stripe's lock, so that the log's order is the order
+    // the stripe applied the updates in.
+    if (log_pushes)
+      batch.PutLog(stripe.index, stripe.next_log_sequence++, record);
+    RETURN_IF_ERROR(EvictAndWrite(stripe, &batch));
   }
   rows_pushed_ += unique_keys.size();
   return unique_keys.size();
@@ -392,14 +500,7 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
 absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   absl::MutexLock lock(&stripe.mu);
   RocksStore::Batch batch = rocks_->NewBatch();
-  std::vector<CachedRow*> written;
-  stripe.cache.ForEachDirty([&](CachedRow& row) {
-    batch.Put(row.table_id, row.key, row.values);
-    written.push_back(&row);
-  });
-  RETURN_IF_ERROR(rocks_->Write(&batch));
-  for (CachedRow* row : written) row->dirty = false;
-  return absl::OkStatus();
+  return WriteBack(stripe, &batch);
 }
 
 absl::Status EmbeddingStore::Flush() {
@@ -408,8 +509,10 @@ absl::Status EmbeddingStore::Flush() {
 }
 
 void EmbeddingStore::PeriodicFlushLoop() {
-  while (
-      !stop_flushing_.WaitForNotificationWithTimeout(options_.flush_interval)) {
+  const absl::Duration interval = options_.durability == Durability::kWal
+                                      ? options_.wal_write_back_interval
+                                      : options_.flush_interval;
+  while (!stop_flushing_.WaitForNotificationWithTimeout(interval)) {
     for (auto& stripe : stripes_) {
       absl::Status flushed = FlushStripe(*stripe);
       if (!flushed.ok())

@@ -314,6 +314,50 @@ TEST_F(EmbeddingStoreTest, MissesAskRocksDbOnlyWhenRowsMayBeStoredThere) {
   }
 }
 
+TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
+  TableSpec spec = SgdTable("emb", 3);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  const std::vector<uint64_t> keys = {1, 2, 3, 1, 50, 7, 50};
+  auto push_rounds = [&](EmbeddingStore& store) {
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> gradients;
+      for (size_t i = 0; i < keys.size() * 3; ++i)
+        gradients.push_back(0.1f * (round + 1) - 0.03f * i);
+      ASSERT_OK(store.Push("emb", keys, gradients));
+    }
+  };
+  // The reference: the same pushes in a store that closes cleanly.
+  StoreOptions reference_options = options_;
+  reference_options.data_dir += "_reference";
+  std::vector<float> expected;
+  {
+    auto reference = OpenStore(reference_options);
+    ASSERT_OK(reference->DeclareTable(spec));
+    push_rounds(*reference);
+    expected = PullRows(*reference, "emb", keys, 3);
+  }
+  // A child process pushes under kWal and exits without writing a row back,
+  // as if killed: only the push log holds its updates.
+  options_.durability = Durability::kWal;
+  options_.wal_write_back_interval = absl::Hours(1);
+  options_.num_stripes = 4;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto store = OpenStore(options_);
+        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        push_rounds(*store);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  // Replayed under a different stripe count, and only once.
+  options_.num_stripes = 7;
+  for (int open = 0; open < 2; ++open) {
+    auto store = OpenStore(options_);
+    EXPECT_EQ(PullRows(*store, "emb", keys, 3), expected) << "open " << open;
+  }
+}
+
 TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
   options_.cache_bytes = 256 * RowCache::RowBytes(1);  // force eviction too
   options_.num_stripes = 8;

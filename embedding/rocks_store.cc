@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
@@ -18,6 +19,7 @@ namespace {
 
 constexpr char kSpecPrefix[] = "table_spec/";
 constexpr char kFamilyPrefix[] = "table.";
+constexpr char kLogFamily[] = "push_log";
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -34,7 +36,34 @@ rocksdb::Slice KeySlice(const uint64_t& key) {
   return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
 }
 
+// A push-log key: the stripe and the sequence, big-endian, so that keys sort
+// by stripe, then sequence.
+std::string LogKey(uint32_t stripe, uint64_t sequence) {
+  std::string key(12, '\0');
+  for (int i = 0; i < 4; ++i)
+    key[i] = static_cast<char>(stripe >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    key[4 + i] = static_cast<char>(sequence >> (56 - 8 * i));
+  return key;
+}
+
 }  // namespace
+
+void RocksStore::Batch::PutLog(uint32_t stripe, uint64_t sequence,
+                               absl::string_view record) {
+  batch_.Put(store_->log_handle_, LogKey(stripe, sequence),
+             rocksdb::Slice(record.data(), record.size()));
+}
+
+void RocksStore::Batch::DeleteLogs(uint32_t stripe, uint64_t end_sequence) {
+  batch_.DeleteRange(store_->log_handle_, LogKey(stripe, 0),
+                     LogKey(stripe, end_sequence));
+}
+
+void RocksStore::Batch::DeleteAllLogs() {
+  batch_.DeleteRange(store_->log_handle_, LogKey(0, 0),
+                     std::string(13, '\xff'));
+}
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
                             absl::Span<const float> row) {
@@ -105,6 +134,11 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
       descriptors.push_back({name, family});
     }
   }
+  // The push log: written and deleted in ranges, never updated in place.
+  rocksdb::ColumnFamilyOptions log_family;
+  log_family.write_buffer_size = family.write_buffer_size;
+  log_family.compression = rocksdb::kNoCompression;
+  descriptors.push_back({kLogFamily, log_family});
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw_db = nullptr;
   rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path,
@@ -113,6 +147,8 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     return FromRocks(opened, absl::StrCat("opening RocksDB at ", options.path));
   }
   std::unique_ptr<rocksdb::DB> db(raw_db);
+  rocksdb::ColumnFamilyHandle* log_handle = handles.back();
+  handles.pop_back();
 
   std::vector<TableSpec> specs;
   for (const std::string& name : table_names) {
@@ -122,6 +158,7 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     TableSpec spec;
     if (!got.ok() || !spec.ParseFromString(bytes)) {
       for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+      db->DestroyColumnFamilyHandle(log_handle);
       return absl::DataLossError(absl::StrCat(
           "table ", name, " has no readable spec in ", options.path));
     }
@@ -129,22 +166,25 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   }
   if (specs.size() > options.max_tables) {
     for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+    db->DestroyColumnFamilyHandle(log_handle);
     return absl::ResourceExhaustedError(
         absl::StrCat(options.path, " holds ", specs.size(),
                      " tables, more than max_tables ", options.max_tables));
   }
   auto store = std::unique_ptr<RocksStore>(new RocksStore(
-      options, db.release(), std::move(handles), std::move(specs)));
+      options, db.release(), std::move(handles), log_handle, std::move(specs)));
   store->table_options_ = family;
   return store;
 }
 
 RocksStore::RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
                        std::vector<rocksdb::ColumnFamilyHandle*> handles,
+                       rocksdb::ColumnFamilyHandle* log_handle,
                        std::vector<TableSpec> opened_tables)
     : options_(options),
       db_(db),
       specs_handle_(handles[0]),
+      log_handle_(log_handle),
       table_handles_(
           new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
       num_tables_(static_cast<uint32_t>(handles.size() - 1)),
@@ -160,6 +200,7 @@ RocksStore::~RocksStore() {
     db_->DestroyColumnFamilyHandle(table_handles_[i].load())
         .PermitUncheckedError();
   }
+  db_->DestroyColumnFamilyHandle(log_handle_).PermitUncheckedError();
   db_->DestroyColumnFamilyHandle(specs_handle_).PermitUncheckedError();
   db_->Close().PermitUncheckedError();
 }
@@ -220,6 +261,29 @@ absl::Status RocksStore::MultiGet(TableId table,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RocksStore::ForEachLog(
+    const std::function<absl::Status(uint32_t, uint64_t, absl::string_view)>&
+        fn) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), log_handle_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key.size() != 12) {
+      return absl::DataLossError(
+          absl::StrCat("push log key of ", key.size(), " bytes, expected 12"));
+    }
+    const auto* bytes = reinterpret_cast<const unsigned char*>(key.data());
+    uint32_t stripe = 0;
+    uint64_t sequence = 0;
+    for (int i = 0; i < 4; ++i) stripe = (stripe << 8) | bytes[i];
+    for (int i = 4; i < 12; ++i) sequence = (sequence << 8) | bytes[i];
+    const rocksdb::Slice value = it->value();
+    RETURN_IF_ERROR(
+        fn(stripe, sequence, absl::string_view(value.data(), value.size())));
+  }
+  return FromRocks(it->status(), "reading the push log");
 }
 
 uint64_t RocksStore::EstimatedRows(TableId table) {

@@ -5,6 +5,10 @@
 // optimizer state) as the value. Table specs are kept in the default column
 // family, so reopening the same directory brings every table back.
 //
+// A "push log" column family holds records keyed by (stripe, sequence), in
+// that order; EmbeddingStore writes there under --durability=wal (see
+// embedding_store.h) and this class only stores, lists and deletes them.
+//
 // Thread-safe: RocksDB serialises what it must; concurrent Write() calls are
 // group-committed into one WAL write.
 
@@ -13,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +56,12 @@ class RocksStore {
   class Batch {
    public:
     void Put(TableId table, uint64_t key, absl::Span<const float> row);
+    // Adds push-log record (stripe, sequence).
+    void PutLog(uint32_t stripe, uint64_t sequence, absl::string_view record);
+    // Deletes the push-log records of `stripe` below `end_sequence`.
+    void DeleteLogs(uint32_t stripe, uint64_t end_sequence);
+    // Deletes every push-log record.
+    void DeleteAllLogs();
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -85,6 +96,12 @@ class RocksStore {
                         std::vector<std::string>* values,
                         std::vector<bool>* found);
 
+  // Calls fn(stripe, sequence, record) for every push-log record, ordered by
+  // stripe, then sequence; stops at the first error fn returns.
+  absl::Status ForEachLog(
+      const std::function<absl::Status(uint32_t stripe, uint64_t sequence,
+                                       absl::string_view record)>& fn);
+
   // RocksDB's estimates for one table.
   uint64_t EstimatedRows(TableId table);
   uint64_t DiskBytes(TableId table);
@@ -97,6 +114,7 @@ class RocksStore {
  private:
   RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
              std::vector<rocksdb::ColumnFamilyHandle*> handles,
+             rocksdb::ColumnFamilyHandle* log_handle,
              std::vector<TableSpec> opened_tables);
 
   rocksdb::ColumnFamilyHandle* Handle(TableId table) const;
@@ -107,6 +125,7 @@ class RocksStore {
   std::unique_ptr<rocksdb::DB> db_;
   // The default family, which holds the specs.
   rocksdb::ColumnFamilyHandle* specs_handle_ = nullptr;
+  rocksdb::ColumnFamilyHandle* log_handle_ = nullptr;
   // Serialises CreateTable().
   absl::Mutex create_mu_;
   // Table i's family is table_handles_[i]: a fixed array so that readers need

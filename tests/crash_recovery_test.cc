@@ -1,6 +1,7 @@
 // Under --durability=wal an acknowledged push survives kill -9: clients push
 // continuously, the server is SIGKILLed mid-stream, restarted on the same
-// directory, and every acknowledged update is counted back.
+// directory (which replays the push log), and every acknowledged update is
+// counted back, once: a replayed update applied twice fails too.
 
 #include <signal.h>
 
@@ -17,12 +18,17 @@ namespace ps::testing {
 namespace {
 
 constexpr int kClients = 4;
-constexpr int kKeysPerClient = 256;
 
-TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
-  const std::string dir = FreshTestDir("crash_recovery");
-  const std::vector<std::string> flags = {"--data_dir=" + dir,
-                                          "--durability=wal", "--cache_mb=1"};
+// Pushes from kClients clients, keys_per_client keys each, until the server
+// started with `extra_flags` is killed after `kill_after` acknowledged
+// pushes; then checks every key's count after a restart.
+void PushKillRestartAndCount(const std::string& name,
+                             const std::vector<std::string>& extra_flags,
+                             int keys_per_client, int kill_after) {
+  const std::string dir = FreshTestDir(name);
+  std::vector<std::string> flags = {"--data_dir=" + dir, "--durability=wal",
+                                    "--cache_mb=1"};
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
   auto server = ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
   {
@@ -40,7 +46,7 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
     clients.emplace_back([&, c] {
       auto stub = ParameterServer::NewStub((*server)->channel());
       std::vector<uint64_t> keys;
-      for (int k = 0; k < kKeysPerClient; ++k) keys.push_back(c * 1000000 + k);
+      for (int k = 0; k < keys_per_client; ++k) keys.push_back(c * 1000000 + k);
       const std::vector<float> minus_one(keys.size(), -1.0f);
       while (PushRows(*stub, "counts", keys, minus_one).ok()) {
         ++acknowledged[c];
@@ -49,9 +55,10 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
     });
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (total.load() < 400 && absl::Now() < give_up)
+  while (total.load() < kill_after && absl::Now() < give_up)
     absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_GE(total.load(), 400) << "pushes too slow to reach the kill point";
+  ASSERT_GE(total.load(), kill_after)
+      << "pushes too slow to reach the kill point";
   EXPECT_EQ((*server)->SignalAndWait(SIGKILL), 128 + SIGKILL);
   for (auto& client : clients) client.join();
 
@@ -61,10 +68,10 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
   int verified_updates = 0;
   for (int c = 0; c < kClients; ++c) {
     std::vector<uint64_t> keys;
-    for (int k = 0; k < kKeysPerClient; ++k) keys.push_back(c * 1000000 + k);
+    for (int k = 0; k < keys_per_client; ++k) keys.push_back(c * 1000000 + k);
     std::vector<float> counts;
     ASSERT_TRUE(PullRows(*stub, "counts", keys, &counts).ok());
-    for (int k = 0; k < kKeysPerClient; ++k) {
+    for (int k = 0; k < keys_per_client; ++k) {
       // At least every acknowledged push; at most one more, the push that
       // was in flight when the server died.
       ASSERT_GE(counts[k], acknowledged[c]) << "client " << c << " key " << k;
@@ -76,8 +83,25 @@ TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
   std::printf(
       "acknowledged pushes: %d (x%d keys); all %d row updates found after kill "
       "-9\n",
-      total.load(), kKeysPerClient, verified_updates);
-  EXPECT_EQ(verified_updates, total.load() * kKeysPerClient);
+      total.load(), keys_per_client, verified_updates);
+  EXPECT_EQ(verified_updates, total.load() * keys_per_client);
+}
+
+TEST(CrashRecoveryTest, NoAcknowledgedPushIsLostAfterKill9) {
+  // Everything fits the hot tier: the rows are only in the push log.
+  PushKillRestartAndCount("crash_recovery", {}, 256, 400);
+}
+
+TEST(CrashRecoveryTest, NoPushIsLostOrDoubledWhenEvictionsWriteRowsBack) {
+  // 4 x 4096 rows in a 1 MiB hot tier of one stripe: every push evicts dirty
+  // rows, which writes the stripe back and cuts its log mid-stream.
+  PushKillRestartAndCount("crash_recovery_evicting", {"--hot_tier_stripes=1"},
+                          4096, 100);
+}
+
+TEST(CrashRecoveryTest, PeriodicWriteBacksCutTheLogWithoutLosingPushes) {
+  PushKillRestartAndCount("crash_recovery_write_back",
+                          {"--wal_write_back_ms=20"}, 256, 400);
 }
 
 }  // namespace
