@@ -512,12 +512,17 @@ void EmbeddingStore::PeriodicFlushLoop() {
   const absl::Duration interval = options_.durability == Durability::kWal
                                       ? options_.wal_write_back_interval
                                       : options_.flush_interval;
-  while (!stop_flushing_.WaitForNotificationWithTimeout(interval)) {
-    for (auto& stripe : stripes_) {
-      absl::Status flushed = FlushStripe(*stripe);
-      if (!flushed.ok())
-        LOG(WARNING) << "periodic write-back failed: " << flushed;
-    }
+  // One stripe at a time, spread evenly over the interval: each stripe is
+  // still written back once per interval, but not all in one burst, which
+  // overran RocksDB's write buffers and stalled pushes for over a second
+  // behind the stripes' locks.
+  const absl::Duration pause = interval / static_cast<int>(stripes_.size());
+  size_t next = 0;
+  while (!stop_flushing_.WaitForNotificationWithTimeout(pause)) {
+    absl::Status flushed = FlushStripe(*stripes_[next]);
+    if (!flushed.ok())
+      LOG(WARNING) << "periodic write-back failed: " << flushed;
+    next = (next + 1) % stripes_.size();
   }
 }
 
