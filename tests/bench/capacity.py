@@ -141,8 +141,9 @@ Where the projection stops holding:
   (a few hundred kB here); this grows with workers x steps/s and lands on every
   shard. Large MLPs want all-reduce among workers instead.
 - **Disk.** Rates above are for a hot tier that absorbs the working set; a
-  hit rate below ~90% puts RocksDB reads (and with --durability=wal, WAL
-  writes at ~1-2 M rows/s per shard) on the critical path.
+  hit rate below ~90% puts RocksDB reads (and with --durability=wal, the
+  write-back of a whole stripe whenever a dirty row is evicted) on the
+  critical path.
 - **Loopback is not a network.** The measured rates come from one 2-core
   machine where clients and servers share the CPUs.""")
 
