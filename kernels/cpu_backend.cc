@@ -6,6 +6,7 @@
 #include <cblas.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -80,30 +81,37 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
+  // The elementwise loops below are written branch-free over restrict
+  // pointers so that GCC vectorizes them at -O2; the versions with a
+  // conditional store took a fifth of a wide_deep step.
   Status BiasActivation(float* x, const float* bias, int rows, int cols,
                         bool relu) override {
     for (int r = 0; r < rows; ++r) {
-      float* row = x + static_cast<size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) {
-        const float value = row[c] + bias[c];
-        row[c] = relu && value < 0.0f ? 0.0f : value;
+      float* __restrict row = x + static_cast<size_t>(r) * cols;
+      const float* __restrict b = bias;
+      if (relu) {
+        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + b[c], 0.0f);
+      } else {
+        for (int c = 0; c < cols; ++c) row[c] += b[c];
       }
     }
     return Status::Ok();
   }
 
   Status ReluBackward(const float* y, float* dy, size_t count) override {
-    for (size_t i = 0; i < count; ++i) {
-      if (y[i] <= 0.0f) dy[i] = 0.0f;
-    }
+    const float* __restrict output = y;
+    float* __restrict gradient = dy;
+    for (size_t i = 0; i < count; ++i)
+      gradient[i] = output[i] > 0.0f ? gradient[i] : 0.0f;
     return Status::Ok();
   }
 
   Status ColumnSums(const float* x, int rows, int cols, float* sums) override {
-    for (int c = 0; c < cols; ++c) sums[c] = 0.0f;
+    float* __restrict out = sums;
+    for (int c = 0; c < cols; ++c) out[c] = 0.0f;
     for (int r = 0; r < rows; ++r) {
-      const float* row = x + static_cast<size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) sums[c] += row[c];
+      const float* __restrict row = x + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) out[c] += row[c];
     }
     return Status::Ok();
   }
