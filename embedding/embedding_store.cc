@@ -268,7 +268,7 @@ absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
 
 absl::Status EmbeddingStore::ReplayPushLog() {
   uint64_t records = 0, rows = 0;
-  std::vector<float> gradient;
+  std::vector<float> gradients;
   RETURN_IF_ERROR(
       rocks_->ForEachLog([&](uint32_t stripe_index, uint64_t sequence,
                              absl::string_view record) -> absl::Status {
@@ -290,25 +290,37 @@ absl::Status EmbeddingStore::ReplayPushLog() {
           return corrupt(absl::StrCat(record.size(), " bytes do not hold ",
                                       count, " keys of dim ", dim));
         }
-        const char* keys = record.data() + kLogHeaderBytes;
-        const char* gradients = keys + count * sizeof(uint64_t);
-        gradient.resize(dim);
-        for (uint32_t i = 0; i < count; ++i) {
-          uint64_t key = 0;
-          std::memcpy(&key, keys + i * sizeof(uint64_t), sizeof(key));
-          std::memcpy(gradient.data(), gradients + i * dim * sizeof(float),
-                      dim * sizeof(float));
-          // Records of one key all come from the stripe that held it, in
-          // sequence order; its stripe today may differ (--hot_tier_stripes).
-          // Nothing is evicted until the replayed rows are written back below.
-          Stripe& stripe = *stripes_[StripeOf(key)];
+        // Keys and gradients as written (host byte order), copied out so
+        // that they are aligned.
+        std::vector<uint64_t> keys(count);
+        std::memcpy(keys.data(), record.data() + kLogHeaderBytes,
+                    count * sizeof(uint64_t));
+        gradients.resize(static_cast<size_t>(count) * dim);
+        std::memcpy(gradients.data(),
+                    record.data() + kLogHeaderBytes + count * sizeof(uint64_t),
+                    gradients.size() * sizeof(float));
+        // Records of one key all come from the stripe that held it, in
+        // sequence order; its stripe today may differ (--hot_tier_stripes).
+        // Nothing is evicted until the replayed rows are written back below.
+        std::vector<uint32_t> order, starts;
+        GroupByStripe(keys, &order, &starts);
+        std::vector<uint64_t> stripe_keys;
+        for (size_t s = 0; s < stripes_.size(); ++s) {
+          if (starts[s] == starts[s + 1]) continue;
+          stripe_keys.clear();
+          for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
+            stripe_keys.push_back(keys[order[i]]);
+          Stripe& stripe = *stripes_[s];
           absl::MutexLock lock(&stripe.mu);
-          const uint64_t one_key[] = {key};
-          RETURN_IF_ERROR(LoadRows(table, stripe, one_key, /*create=*/true));
-          CachedRow* row = stripe.cache.Find(table.id, key);
-          table.optimizer->Apply(gradient.data(), table.dim, row->values.data(),
-                                 row->values.data() + dim);
-          row->dirty = true;
+          RETURN_IF_ERROR(
+              LoadRows(table, stripe, stripe_keys, /*create=*/true));
+          for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+            CachedRow* row = stripe.cache.Find(table.id, keys[order[i]]);
+            float* weights = row->values.data();
+            table.optimizer->Apply(&gradients[order[i] * dim], table.dim,
+                                   weights, weights + dim);
+            row->dirty = true;
+          }
         }
         ++records;
         rows += count;
