@@ -322,6 +322,18 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       const absl::Time wait_start = absl::Now();
       bool had_to_wait = false;
       int64_t staleness = 0;
+      if (options_.staleness >= 0) {
+        // While this worker's own clock holds the bound back, asking the
+        // coordinator is pointless: wait for the push thread instead.
+        const int64_t needed = step - options_.staleness;
+        absl::MutexLock lock(&clock_mu_);
+        const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
+        while (clock_.load() < needed && !stopping) {
+          had_to_wait = true;
+          if (clock_advanced_.WaitWithDeadline(&clock_mu_, give_up)) break;
+        }
+      }
+      absl::Duration poll_pause = absl::Milliseconds(1);
       while (true) {
         if (stopping) return;
         ClockResponse view;
@@ -332,8 +344,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           staleness = std::max<int64_t>(0, step - view.min_clock());
           break;
         }
+        // Other workers hold the bound back: poll, backing off to 4 ms so
+        // that many waiting workers do not flood the coordinator.
         had_to_wait = true;
-        absl::SleepFor(absl::Milliseconds(1));
+        absl::SleepFor(poll_pause);
+        poll_pause = std::min(2 * poll_pause, absl::Milliseconds(4));
       }
       if (had_to_wait) {
         ++waits;
@@ -360,7 +375,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
       push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
-      clock_ = job.step + 1;
+      {
+        absl::MutexLock lock(&clock_mu_);
+        clock_ = job.step + 1;
+      }
+      clock_advanced_.SignalAll();
       ClockResponse view;
       absl::Status reported = ReportClock(false, &view);
       if (!reported.ok()) return fail(reported);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
@@ -141,6 +142,10 @@ class Trainer {
 
   // Steps of this worker whose pushes were acknowledged.
   std::atomic<int64_t> clock_{0};
+  // Set and signalled by the push thread when clock_ advances, so that the
+  // prefetcher can wait for its own pushes without polling the coordinator.
+  absl::Mutex clock_mu_;
+  absl::CondVar clock_advanced_;
 };
 
 }  // namespace ps::worker
