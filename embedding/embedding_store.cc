@@ -371,10 +371,9 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     misses.clear();
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t position = order[i];
-      const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
+      const float* row = stripe.cache.FindValues(table->id, keys[position]);
       if (row != nullptr) {
-        std::memcpy(&out[position * dim], row->values.data(),
-                    dim * sizeof(float));
+        std::memcpy(&out[position * dim], row, dim * sizeof(float));
         ++hits;
       } else {
         misses.push_back(position);

@@ -29,8 +29,6 @@ struct CachedRow {
   uint32_t table_id = 0;
   uint64_t key = 0;
   bool dirty = false;
-  // Hit since eviction last looked at this row.
-  bool referenced = false;
   // Weights followed by optimizer state.
   std::vector<float> values;
 };
@@ -44,6 +42,11 @@ class RowCache {
 
   // Returns the row and marks it referenced, or nullptr.
   CachedRow* Find(uint32_t table_id, uint64_t key);
+
+  // Returns the row's values (weights, then optimizer state) and marks it
+  // referenced, or nullptr. For reads: touches the index only, not the row's
+  // list node, one cache miss fewer per row than Find().
+  const float* FindValues(uint32_t table_id, uint64_t key);
 
   // Adds a row that is not cached yet and returns it.
   CachedRow* Insert(uint32_t table_id, uint64_t key,
@@ -82,12 +85,20 @@ class RowCache {
     }
   };
 
+  struct Entry {
+    std::list<CachedRow>::iterator row;
+    // row->values.data(): stable while the row is cached.
+    float* values;
+    // Hit since eviction last looked at this row.
+    bool referenced;
+  };
+
   const size_t budget_bytes_;
   size_t bytes_ = 0;
   // Newest (or most recently given a second chance) at the front; eviction
   // looks at the back.
   std::list<CachedRow> lru_;
-  absl::flat_hash_map<TableKey, std::list<CachedRow>::iterator> index_;
+  absl::flat_hash_map<TableKey, Entry> index_;
 };
 
 }  // namespace ps::embedding
