@@ -192,40 +192,52 @@ void EmbeddingStore::GroupByStripe(absl::Span<const uint64_t> keys,
 
 absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
                                       absl::Span<const uint64_t> keys,
-                                      bool create) {
+                                      bool create,
+                                      std::vector<CachedRow*>* rows) {
+  std::vector<CachedRow*> found_rows(keys.size());
+  std::vector<uint32_t> missing_positions;
   std::vector<uint64_t> missing;
-  for (uint64_t key : keys) {
-    if (stripe.cache.Find(table.id, key) == nullptr) missing.push_back(key);
-  }
-  if (missing.empty()) return absl::OkStatus();
-  std::vector<std::string> values;
-  std::vector<bool> found;
-  if (table.created_empty && !stripe.evicted_rows) {
-    // Nothing of this table's rows in this stripe ever left the hot tier,
-    // so none of `missing` is stored (see Table::created_empty).
-    found.assign(missing.size(), false);
-  } else {
-    disk_lookups_ += missing.size();
-    RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
-  }
-  const size_t row_bytes = table.row_floats * sizeof(float);
-  std::vector<float> row(table.row_floats);
-  for (size_t i = 0; i < missing.size(); ++i) {
-    if (found[i]) {
-      if (values[i].size() != row_bytes) {
-        return absl::DataLossError(
-            absl::StrCat("table ", table.spec.name(), " key ", missing[i],
-                         " is stored with ", values[i].size(),
-                         " bytes, expected ", row_bytes));
-      }
-      std::memcpy(row.data(), values[i].data(), row_bytes);
-      stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
-    } else if (create) {
-      table.initializer.Fill(missing[i], absl::MakeSpan(row.data(), table.dim));
-      table.optimizer->InitState(table.dim, row.data() + table.dim);
-      stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/true);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    found_rows[i] = stripe.cache.Find(table.id, keys[i]);
+    if (found_rows[i] == nullptr) {
+      missing_positions.push_back(static_cast<uint32_t>(i));
+      missing.push_back(keys[i]);
     }
   }
+  if (!missing.empty()) {
+    std::vector<std::string> values;
+    std::vector<bool> found;
+    if (table.created_empty && !stripe.evicted_rows) {
+      // Nothing of this table's rows in this stripe ever left the hot tier,
+      // so none of `missing` is stored (see Table::created_empty).
+      found.assign(missing.size(), false);
+    } else {
+      disk_lookups_ += missing.size();
+      RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
+    }
+    const size_t row_bytes = table.row_floats * sizeof(float);
+    std::vector<float> row(table.row_floats);
+    for (size_t i = 0; i < missing.size(); ++i) {
+      CachedRow*& loaded = found_rows[missing_positions[i]];
+      if (found[i]) {
+        if (values[i].size() != row_bytes) {
+          return absl::DataLossError(
+              absl::StrCat("table ", table.spec.name(), " key ", missing[i],
+                           " is stored with ", values[i].size(),
+                           " bytes, expected ", row_bytes));
+        }
+        std::memcpy(row.data(), values[i].data(), row_bytes);
+        loaded =
+            stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
+      } else if (create) {
+        table.initializer.Fill(missing[i],
+                               absl::MakeSpan(row.data(), table.dim));
+        table.optimizer->InitState(table.dim, row.data() + table.dim);
+        loaded = stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/true);
+      }
+    }
+  }
+  if (rows != nullptr) *rows = std::move(found_rows);
   return absl::OkStatus();
 }
 
@@ -447,6 +459,7 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
   std::vector<uint32_t> order, starts;
   GroupByStripe(unique_keys, &order, &starts);
   std::vector<uint64_t> stripe_keys;
+  std::vector<CachedRow*> rows;
   std::string record;
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (starts[s] == starts[s + 1]) continue;
@@ -469,10 +482,11 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       }
     }
     absl::MutexLock lock(&stripe.mu);
-    RETURN_IF_ERROR(LoadRows(*table, stripe, stripe_keys, /*create=*/true));
+    RETURN_IF_ERROR(
+        LoadRows(*table, stripe, stripe_keys, /*create=*/true, &rows));
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t unique = order[i];
-      CachedRow* row = stripe.cache.Find(table->id, unique_keys[unique]);
+      CachedRow* row = rows[i - starts[s]];
       float* weights = row->values.data();
       table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
                               weights + dim);

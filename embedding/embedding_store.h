@@ -200,9 +200,11 @@ class EmbeddingStore {
   // it from RocksDB or, if not stored and `create` is set, creating it with
   // initial weights and fresh optimizer state. Keys neither cached nor stored
   // are left out when `create` is false; for those the caller uses the
-  // initializer.
+  // initializer. If `rows` is set, (*rows)[i] is keys[i]'s cached row
+  // (nullptr for those left out).
   absl::Status LoadRows(const Table& table, Stripe& stripe,
-                        absl::Span<const uint64_t> keys, bool create)
+                        absl::Span<const uint64_t> keys, bool create,
+                        std::vector<CachedRow*>* rows = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
   // Evicts `stripe` down to its budget and writes the evicted dirty rows

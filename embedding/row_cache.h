@@ -9,8 +9,8 @@
 // back to the caller for write-back, so nothing is dropped.
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
-// Pointers returned by Find()/Insert() stay valid until the next Evict*()
-// or Insert() call.
+// Pointers returned by Find(), FindValues() and Insert() stay valid until
+// their row is evicted (rows live in list nodes, which never move).
 
 #ifndef PS_EMBEDDING_ROW_CACHE_H_
 #define PS_EMBEDDING_ROW_CACHE_H_
