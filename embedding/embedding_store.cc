@@ -272,15 +272,19 @@ absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
     written.push_back(&row);
   });
   if (options_.durability == Durability::kWal)
-    batch->DeleteLogs(stripe.index, stripe.next_log_sequence);
+    batch->CutLog(stripe.index, stripe.next_log_sequence);
   RETURN_IF_ERROR(rocks_->Write(batch));
   for (CachedRow* row : written) row->dirty = false;
   return absl::OkStatus();
 }
 
 absl::Status EmbeddingStore::ReplayPushLog() {
-  uint64_t records = 0, rows = 0;
+  uint64_t entries = 0, records = 0, rows = 0;
   std::vector<float> gradients;
+  // The cut of the stripe being read: entries come by stripe, the cut
+  // (sequence 0) first.
+  uint32_t cut_stripe = 0;
+  uint64_t cut = 0;
   RETURN_IF_ERROR(
       rocks_->ForEachLog([&](uint32_t stripe_index, uint64_t sequence,
                              absl::string_view record) -> absl::Status {
@@ -289,6 +293,16 @@ absl::Status EmbeddingStore::ReplayPushLog() {
                                                   " of stripe ", stripe_index,
                                                   ": ", why));
         };
+        ++entries;
+        if (sequence == 0) {
+          if (record.size() != sizeof(cut)) return corrupt("bad cut");
+          cut_stripe = stripe_index;
+          std::memcpy(&cut, record.data(), sizeof(cut));
+          return absl::OkStatus();
+        }
+        // Written back with the rows before the process stopped.
+        if (stripe_index == cut_stripe && sequence < cut)
+          return absl::OkStatus();
         if (record.size() < kLogHeaderBytes) return corrupt("truncated header");
         uint32_t table_id = 0, count = 0;
         std::memcpy(&table_id, record.data(), sizeof(table_id));
@@ -338,7 +352,9 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         rows += count;
         return absl::OkStatus();
       }));
-  if (records == 0) return absl::OkStatus();
+  // Whatever was read, cuts included, goes: this process numbers its
+  // records from 1 again.
+  if (entries == 0) return absl::OkStatus();
   RocksStore::Batch batch = rocks_->NewBatch();
   std::vector<CachedRow*> replayed;
   for (auto& stripe : stripes_) {
@@ -461,6 +477,10 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
   std::vector<uint64_t> stripe_keys;
   std::vector<CachedRow*> rows;
   std::string record;
+  // Every stripe's record of this push, written once at the end: their
+  // sequence numbers already fix their order, and a cut that overtakes one
+  // of them has written the row it updated (see Durability in the header).
+  RocksStore::Batch log = rocks_->NewBatch();
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = *stripes_[s];
@@ -468,7 +488,6 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       stripe_keys.push_back(unique_keys[order[i]]);
     }
-    RocksStore::Batch batch = rocks_->NewBatch();
     if (log_pushes) {
       const uint32_t count = static_cast<uint32_t>(stripe_keys.size());
       record.clear();
@@ -492,12 +511,12 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
                               weights + dim);
       row->dirty = true;
     }
-    // Logged under the stripe's lock, so that the log's order is the order
-    // the stripe applied the updates in.
     if (log_pushes)
-      batch.PutLog(stripe.index, stripe.next_log_sequence++, record);
-    RETURN_IF_ERROR(EvictAndWrite(stripe, &batch));
+      log.PutLog(stripe.index, stripe.next_log_sequence++, record);
+    RocksStore::Batch evictions = rocks_->NewBatch();
+    RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));
   }
+  RETURN_IF_ERROR(rocks_->Write(&log));
   rows_pushed_ += unique_keys.size();
   return unique_keys.size();
 }

@@ -8,14 +8,16 @@
 //
 // Durability:
 //   kWal       Push() returns only after a record of it (the summed gradients
-//              of its keys, one record per stripe) is in RocksDB's WAL, in a
-//              "push log"; concurrent pushes are group-committed. Rows
-//              themselves are written back every `wal_write_back_interval`,
-//              and when a dirty row is evicted, together with the deletion
-//              of the log records they include, atomically. Opening the
-//              store replays what is left of the log, so a killed process
-//              loses no acknowledged push. The default: losing acknowledged
-//              updates silently is the worse surprise.
+//              of its keys, one record per stripe, all in one RocksDB write)
+//              is in RocksDB's WAL, in a "push log"; concurrent pushes are
+//              group-committed. Rows themselves are written back every
+//              `wal_write_back_interval`, and when a dirty row is evicted,
+//              atomically with a cut of the stripe's log: the records below
+//              the cut are deleted, and any that land later are ignored, as
+//              the rows written include them. Opening the store replays the
+//              records above each cut, so a killed process loses no
+//              acknowledged push. The default: losing acknowledged updates
+//              silently is the worse surprise.
 //   kPeriodic  Push() updates the hot tier only; dirty rows are written back
 //              every `flush_interval` and when evicted. A crash loses at most
 //              the last interval's updates. Faster.
@@ -174,9 +176,11 @@ class EmbeddingStore {
     const uint32_t index;
     absl::Mutex mu;
     RowCache cache ABSL_GUARDED_BY(mu);
-    // kWal: the sequence number of this stripe's next push-log record; the
-    // log holds records [0, next_log_sequence) not yet written back.
-    uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 0;
+    // kWal: the sequence number of this stripe's next push-log record,
+    // taken under `mu` when the update is applied, so that sequence order is
+    // application order whatever order the records reach RocksDB in. Starts
+    // at 1: 0 is the cut (rocks_store.h).
+    uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
     // Some row left this stripe's hot tier since the store opened.
     bool evicted_rows ABSL_GUARDED_BY(mu) = false;
   };

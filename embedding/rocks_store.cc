@@ -55,9 +55,12 @@ void RocksStore::Batch::PutLog(uint32_t stripe, uint64_t sequence,
              rocksdb::Slice(record.data(), record.size()));
 }
 
-void RocksStore::Batch::DeleteLogs(uint32_t stripe, uint64_t end_sequence) {
-  batch_.DeleteRange(store_->log_handle_, LogKey(stripe, 0),
+void RocksStore::Batch::CutLog(uint32_t stripe, uint64_t end_sequence) {
+  batch_.DeleteRange(store_->log_handle_, LogKey(stripe, 1),
                      LogKey(stripe, end_sequence));
+  batch_.Put(store_->log_handle_, LogKey(stripe, 0),
+             rocksdb::Slice(reinterpret_cast<const char*>(&end_sequence),
+                            sizeof(end_sequence)));
 }
 
 void RocksStore::Batch::DeleteAllLogs() {

@@ -56,10 +56,13 @@ class RocksStore {
   class Batch {
    public:
     void Put(TableId table, uint64_t key, absl::Span<const float> row);
-    // Adds push-log record (stripe, sequence).
+    // Adds push-log record (stripe, sequence); sequence 0 is reserved for
+    // the stripe's cut (below).
     void PutLog(uint32_t stripe, uint64_t sequence, absl::string_view record);
-    // Deletes the push-log records of `stripe` below `end_sequence`.
-    void DeleteLogs(uint32_t stripe, uint64_t end_sequence);
+    // Cuts `stripe`'s log at `end_sequence`: deletes its records in
+    // [1, end_sequence) and records the cut as entry (stripe, 0), whose value
+    // is end_sequence (8 bytes, host order).
+    void CutLog(uint32_t stripe, uint64_t end_sequence);
     // Deletes every push-log record.
     void DeleteAllLogs();
     bool empty() const { return batch_.Count() == 0; }
@@ -96,8 +99,9 @@ class RocksStore {
                         std::vector<std::string>* values,
                         std::vector<bool>* found);
 
-  // Calls fn(stripe, sequence, record) for every push-log record, ordered by
-  // stripe, then sequence; stops at the first error fn returns.
+  // Calls fn(stripe, sequence, record) for every push-log entry, cuts
+  // included, ordered by stripe, then sequence; stops at the first error fn
+  // returns.
   absl::Status ForEachLog(
       const std::function<absl::Status(uint32_t stripe, uint64_t sequence,
                                        absl::string_view record)>& fn);
