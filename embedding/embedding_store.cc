@@ -390,6 +390,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
   std::vector<uint32_t> order, starts;
   GroupByStripe(keys, &order, &starts);
   std::vector<uint32_t> misses;
+  std::vector<const float*> found;
   std::vector<uint64_t> missing_keys;
   uint64_t hits = 0;
   for (size_t s = 0; s < stripes_.size(); ++s) {
@@ -397,9 +398,17 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     Stripe& stripe = *stripes_[s];
     absl::MutexLock lock(&stripe.mu);
     misses.clear();
+    // Look every row up first, prefetching its values, then copy: the
+    // copies' cache misses overlap instead of coming one after another.
+    found.clear();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      const float* row = stripe.cache.FindValues(table->id, keys[order[i]]);
+      if (row != nullptr) __builtin_prefetch(row);
+      found.push_back(row);
+    }
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t position = order[i];
-      const float* row = stripe.cache.FindValues(table->id, keys[position]);
+      const float* row = found[i - starts[s]];
       if (row != nullptr) {
         std::memcpy(&out[position * dim], row, dim * sizeof(float));
         ++hits;
