@@ -65,6 +65,9 @@ ours() {
   done
   for p in "${worker_pids[@]}"; do wait "$p"; done
   for p in "${server_pids[@]}"; do kill "$p"; wait "$p" || true; done
+  # The shards' data is not needed any more; left on disk, the kernel would
+  # still be writing it back during the next configuration's run.
+  rm -rf "$run"/shard*/
   local rate=0 rss_total=0
   for ((w = 0; w < workers; w++)); do
     rate=$(awk -v a="$rate" -v b="$(metric "$run/worker$w.json" examples_per_sec)" 'BEGIN {print a + b}')
