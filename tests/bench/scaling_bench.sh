@@ -64,8 +64,12 @@ for n in 1 2 4; do
   seconds=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {print e - s}')
   printf "| %d + %d | %.0f | %.1f |\n" "$n" "$n" \
     "$(awk -v l="$train_lines" -v s="$seconds" 'BEGIN {print l / s}')" "$seconds" | tee -a "$table"
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Stopped and their data deleted before the next configuration, which
+  # would otherwise share the CPUs with their shutdown and the kernel's
+  # write-back of their files.
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   pids=()
+  rm -rf "$run"/shard*/
 done
 
 # Per-shard service rates (1 client, hot tier, dim 16) and the worker's
