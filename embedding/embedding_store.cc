@@ -245,7 +245,9 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
                                            RocksStore::Batch* batch) {
   std::vector<CachedRow> evicted;
   const size_t rows_before = stripe.cache.size();
-  stripe.cache.EvictToBudget(&evicted);
+  // Over budget until the write-back in flight lands, rather than let an
+  // evicted row's newer copy reach RocksDB before its older one.
+  if (!stripe.write_back_in_flight) stripe.cache.EvictToBudget(&evicted);
   if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
   for (const CachedRow& row : evicted)
     batch->Put(row.table_id, row.key, row.values);
@@ -345,6 +347,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
             float* weights = row->values.data();
             table.optimizer->Apply(&gradients[order[i] * dim], table.dim,
                                    weights, weights + dim);
+            ++row->version;
             row->dirty = true;
           }
         }
@@ -518,6 +521,7 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       float* weights = row->values.data();
       table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
                               weights + dim);
+      ++row->version;
       row->dirty = true;
     }
     if (log_pushes)
@@ -551,9 +555,32 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
 }
 
 absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
-  absl::MutexLock lock(&stripe.mu);
   RocksStore::Batch batch = rocks_->NewBatch();
-  return WriteBack(stripe, &batch);
+  std::vector<std::pair<CachedRow*, uint32_t>> copied;
+  {
+    absl::MutexLock lock(&stripe.mu);
+    stripe.mu.Await(absl::Condition(
+        +[](Stripe* s) { return !s->write_back_in_flight; }, &stripe));
+    stripe.cache.ForEachDirty([&](CachedRow& row) {
+      batch.Put(row.table_id, row.key, row.values);  // copies the values
+      copied.emplace_back(&row, row.version);
+    });
+    if (copied.empty()) return absl::OkStatus();
+    // Updates applied from here on have log records at or above the cut,
+    // and are not in the copies.
+    if (options_.durability == Durability::kWal)
+      batch.CutLog(stripe.index, stripe.next_log_sequence);
+    stripe.write_back_in_flight = true;
+  }
+  const absl::Status written = rocks_->Write(&batch);
+  absl::MutexLock lock(&stripe.mu);
+  stripe.write_back_in_flight = false;
+  if (!written.ok()) return written;
+  // Rows cannot have been evicted meanwhile (see write_back_in_flight).
+  for (auto [row, version] : copied) {
+    if (row->version == version) row->dirty = false;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingStore::Flush() {

@@ -183,6 +183,10 @@ class EmbeddingStore {
     uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
     // Some row left this stripe's hot tier since the store opened.
     bool evicted_rows ABSL_GUARDED_BY(mu) = false;
+    // FlushStripe() is writing copies of this stripe's dirty rows without
+    // holding `mu`. Meanwhile nothing is evicted from the stripe (so no newer
+    // copy of a row can reach RocksDB first) and no other write-back starts.
+    bool write_back_in_flight ABSL_GUARDED_BY(mu) = false;
   };
 
   EmbeddingStore(const StoreOptions& options,
@@ -227,6 +231,9 @@ class EmbeddingStore {
   // rows back and deletes the log in one atomic write.
   absl::Status ReplayPushLog();
 
+  // Writes `stripe`'s dirty rows back (and cuts its log under kWal) without
+  // holding its lock during the RocksDB write, so that pulls and pushes of
+  // the stripe go on meanwhile; the periodic write-back and Flush() use it.
   absl::Status FlushStripe(Stripe& stripe);
   void PeriodicFlushLoop();
 

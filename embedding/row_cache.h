@@ -31,6 +31,9 @@ struct CachedRow {
   bool dirty = false;
   // Weights followed by optimizer state.
   std::vector<float> values;
+  // Bumped by every update, so that a write-back that copied the row can
+  // tell, once written, whether the row changed since (and is still dirty).
+  uint32_t version = 0;
 };
 
 class RowCache {

@@ -104,5 +104,13 @@ TEST(CrashRecoveryTest, PeriodicWriteBacksCutTheLogWithoutLosingPushes) {
                           {"--wal_write_back_ms=20"}, 256, 400);
 }
 
+TEST(CrashRecoveryTest, WriteBacksInFlightAndEvictionsTogether) {
+  // Write-backs run outside the stripe's lock while pushes keep updating and
+  // evicting rows of the same stripe.
+  PushKillRestartAndCount("crash_recovery_both",
+                          {"--hot_tier_stripes=1", "--wal_write_back_ms=20"},
+                          4096, 100);
+}
+
 }  // namespace
 }  // namespace ps::testing
