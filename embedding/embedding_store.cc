@@ -83,7 +83,10 @@ EmbeddingStore::EmbeddingStore(const StoreOptions& options,
 
 EmbeddingStore::~EmbeddingStore() {
   if (flusher_.joinable()) {
-    stop_flushing_.Notify();
+    {
+      absl::MutexLock lock(&flush_mu_);
+      stop_flushing_ = true;
+    }
     flusher_.join();
   }
   absl::Status flushed = Flush();
@@ -276,6 +279,8 @@ absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
   if (options_.durability == Durability::kWal)
     batch->CutLog(stripe.index, stripe.next_log_sequence);
   RETURN_IF_ERROR(rocks_->Write(batch));
+  stripe.log_bytes = 0;
+  stripe.write_back_requested = false;
   for (CachedRow* row : written) row->dirty = false;
   return absl::OkStatus();
 }
@@ -524,8 +529,16 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       ++row->version;
       row->dirty = true;
     }
-    if (log_pushes)
+    if (log_pushes) {
       log.PutLog(stripe.index, stripe.next_log_sequence++, record);
+      stripe.log_bytes += record.size();
+      if (stripe.log_bytes > options_.max_push_log_bytes / stripes_.size() &&
+          !stripe.write_back_requested) {
+        stripe.write_back_requested = true;
+        absl::MutexLock flush_lock(&flush_mu_);
+        urgent_stripes_.push_back(s);
+      }
+    }
     RocksStore::Batch evictions = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));
   }
@@ -565,6 +578,9 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
       batch.Put(row.table_id, row.key, row.values);  // copies the values
       copied.emplace_back(&row, row.version);
     });
+    // Taken by this write-back (if it fails, the next one cuts the log).
+    stripe.log_bytes = 0;
+    stripe.write_back_requested = false;
     if (copied.empty()) return absl::OkStatus();
     // Updates applied from here on have log records at or above the cut,
     // and are not in the copies.
@@ -595,14 +611,31 @@ void EmbeddingStore::PeriodicFlushLoop() {
   // One stripe at a time, spread evenly over the interval: each stripe is
   // still written back once per interval, but not all in one burst, which
   // overran RocksDB's write buffers and stalled pushes for over a second
-  // behind the stripes' locks.
+  // behind the stripes' locks. Stripes whose log grew past their share of
+  // max_push_log_bytes go first.
   const absl::Duration pause = interval / static_cast<int>(stripes_.size());
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_) {
+    return stop_flushing_ || !urgent_stripes_.empty();
+  };
   size_t next = 0;
-  while (!stop_flushing_.WaitForNotificationWithTimeout(pause)) {
-    absl::Status flushed = FlushStripe(*stripes_[next]);
+  while (true) {
+    size_t stripe;
+    {
+      absl::MutexLock lock(&flush_mu_);
+      const bool woken =
+          flush_mu_.AwaitWithTimeout(absl::Condition(&has_work), pause);
+      if (stop_flushing_) return;
+      if (woken) {
+        stripe = urgent_stripes_.front();
+        urgent_stripes_.erase(urgent_stripes_.begin());
+      } else {
+        stripe = next;
+        next = (next + 1) % stripes_.size();
+      }
+    }
+    absl::Status flushed = FlushStripe(*stripes_[stripe]);
     if (!flushed.ok())
       LOG(WARNING) << "periodic write-back failed: " << flushed;
-    next = (next + 1) % stripes_.size();
   }
 }
 
@@ -626,6 +659,7 @@ StoreStats EmbeddingStore::Stats() {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stats.hot_tier_bytes += stripe->cache.bytes();
+    stats.push_log_bytes += stripe->log_bytes;
     stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
   }
   stats.hot_tier_hits = hits_.load();

@@ -77,6 +77,10 @@ struct StoreOptions {
   // nothing either way; bounds the log replayed when the store next opens.
   // Default: 10 s.
   absl::Duration wal_write_back_interval = absl::Seconds(10);
+  // kWal: a stripe whose push log since its last write-back passes
+  // max_push_log_bytes / num_stripes is written back early, which bounds the
+  // log on disk and the replay at the next open. Default: 1 GiB.
+  uint64_t max_push_log_bytes = uint64_t{1} << 30;
   // Lock stripes of the hot tier. Default: 64. REQUIRES: >= 1.
   int num_stripes = 64;
   // Largest row dimension a table may declare. Default: 4096.
@@ -102,6 +106,8 @@ struct StoreStats {
   uint64_t hot_tier_misses = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
+  // kWal: push-log bytes not yet covered by a write-back.
+  uint64_t push_log_bytes = 0;
   // Keys looked up in RocksDB because the hot tier did not hold them.
   uint64_t disk_lookups = 0;
   uint64_t disk_bytes = 0;
@@ -181,6 +187,10 @@ class EmbeddingStore {
     // application order whatever order the records reach RocksDB in. Starts
     // at 1: 0 is the cut (rocks_store.h).
     uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
+    // kWal: bytes logged since the last cut, and whether the flusher has
+    // been asked to write this stripe back early because of them.
+    uint64_t log_bytes ABSL_GUARDED_BY(mu) = 0;
+    bool write_back_requested ABSL_GUARDED_BY(mu) = false;
     // Some row left this stripe's hot tier since the store opened.
     bool evicted_rows ABSL_GUARDED_BY(mu) = false;
     // FlushStripe() is writing copies of this stripe's dirty rows without
@@ -252,7 +262,11 @@ class EmbeddingStore {
   std::atomic<uint64_t> rows_pushed_{0};
   std::atomic<uint64_t> disk_lookups_{0};
 
-  absl::Notification stop_flushing_;
+  // The flusher's wake-ups: stop, or stripes to write back before their turn.
+  // Lock order: a stripe's mu, then flush_mu_.
+  absl::Mutex flush_mu_;
+  bool stop_flushing_ ABSL_GUARDED_BY(flush_mu_) = false;
+  std::vector<size_t> urgent_stripes_ ABSL_GUARDED_BY(flush_mu_);
   std::thread flusher_;
 };
 

@@ -363,6 +363,32 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   }
 }
 
+TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {
+  options_.durability = Durability::kWal;
+  options_.wal_write_back_interval = absl::Hours(1);  // never, by the clock
+  options_.num_stripes = 4;
+  options_.max_push_log_bytes = 64 << 10;
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 8)));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 500; ++key) keys.push_back(key);
+  // 200 pushes log ~200 x 500 x (8 + 32) bytes = 4 MB, 60x the bound.
+  for (int push = 0; push < 200; ++push) {
+    ASSERT_OK(store->Push("emb", keys, std::vector<float>(500 * 8, 0.01f)));
+  }
+  // The flusher catches up within moments; one push per stripe over its
+  // share is allowed.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (store->Stats().push_log_bytes > (64 << 10) + 500 * 40 &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_LE(store->Stats().push_log_bytes, (64u << 10) + 500 * 40);
+  const std::vector<float> row = PullRows(*store, "emb", {7}, 8);
+  // 200 SGD steps of 0.01 (rounded once per step).
+  EXPECT_NEAR(row[0], InitialRow(SgdTable("emb", 8), 7)[0] - 200 * 0.01f, 1e-4);
+}
+
 TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
   options_.cache_bytes = 256 * RowCache::RowBytes(1);  // force eviction too
   options_.num_stripes = 8;

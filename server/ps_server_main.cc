@@ -48,6 +48,10 @@ ABSL_FLAG(uint64_t, wal_write_back_ms, 10000,
           "With --durability=wal, how often dirty rows are written back and "
           "the push log cut: longer costs less CPU and replays more at "
           "restart; it never loses an acknowledged push.");
+ABSL_FLAG(uint64_t, wal_max_log_mb, 1024,
+          "With --durability=wal, the push log a shard may hold before it "
+          "writes stripes back early, whatever --wal_write_back_ms says: "
+          "bounds the disk it takes and the replay at restart.");
 ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
           "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(uint64_t, max_message_mb, 64,
@@ -110,6 +114,7 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_flush_interval_ms));
   options.store.wal_write_back_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_wal_write_back_ms));
+  options.store.max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
   options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
   options.store.num_stripes =
@@ -139,8 +144,11 @@ int main(int argc, char** argv) {
   if (options.store.num_stripes < 1)
     return Fail("--hot_tier_stripes must be >= 1");
   if (absl::GetFlag(FLAGS_flush_interval_ms) == 0 ||
-      absl::GetFlag(FLAGS_wal_write_back_ms) == 0) {
-    return Fail("--flush_interval_ms and --wal_write_back_ms must be positive");
+      absl::GetFlag(FLAGS_wal_write_back_ms) == 0 ||
+      absl::GetFlag(FLAGS_wal_max_log_mb) == 0) {
+    return Fail(
+        "--flush_interval_ms, --wal_write_back_ms and --wal_max_log_mb must "
+        "be positive");
   }
 
   auto server = ps::server::ShardServer::Start(options);
