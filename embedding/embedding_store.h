@@ -28,9 +28,10 @@
 // a log record per stripe is one sequential write.
 //
 // Concurrency: the hot tier is split into `num_stripes` stripes by key, each
-// with its own mutex; a pull or push locks one stripe at a time, and every
-// RocksDB write of a row happens under its stripe's lock, so writes of one
-// key reach RocksDB in the order they were applied. Thread-safe.
+// with its own mutex; a pull or push locks one stripe at a time. Rows reach
+// RocksDB in the order their values were taken: under the stripe's lock, or,
+// for the periodic write-back, copied under it and written while the stripe
+// admits no other row write (no eviction, no second write-back). Thread-safe.
 
 #ifndef PS_EMBEDDING_EMBEDDING_STORE_H_
 #define PS_EMBEDDING_EMBEDDING_STORE_H_
