@@ -147,6 +147,13 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path,
                                              descriptors, &handles, &raw_db);
   if (!opened.ok()) {
+    // RocksDB's LOCK file is held: by another process ("While lock file")
+    // or by another store in this one ("lock hold by current process").
+    if (opened.IsIOError() && absl::StrContains(opened.ToString(), "/LOCK")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(options.path, " is in use by another store or process (",
+                       opened.ToString(), ")"));
+    }
     return FromRocks(opened, absl::StrCat("opening RocksDB at ", options.path));
   }
   std::unique_ptr<rocksdb::DB> db(raw_db);

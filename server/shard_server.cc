@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
                            grpc::InsecureServerCredentials(), &server->port_);
   const int max_message = static_cast<int>(std::min<size_t>(
       options.max_message_bytes, std::numeric_limits<int>::max()));
+  // gRPC sets SO_REUSEPORT by default: a second shard started on the same
+  // port would bind it too and take half the calls meant for the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(server->data_service_.get());
@@ -62,9 +65,12 @@ ShardServer::~ShardServer() {
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   shut_down_ = true;
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
-  grpc_server_->Wait();
-  return store_->Flush();
+  // A server whose Start() failed half-way may lack either part.
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+    grpc_server_->Wait();
+  }
+  return store_ != nullptr ? store_->Flush() : absl::OkStatus();
 }
 
 void ShardServer::Wait() { grpc_server_->Wait(); }
