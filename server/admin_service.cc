@@ -52,6 +52,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_hot_tier_hits(stats.hot_tier_hits);
   response->set_hot_tier_misses(stats.hot_tier_misses);
   response->set_rocksdb_live_bytes(stats.disk_bytes);
+  response->set_push_log_bytes(stats.push_log_bytes);
+  response->set_disk_lookups(stats.disk_lookups);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

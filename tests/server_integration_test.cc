@@ -48,7 +48,9 @@ class ServerIntegrationTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> Start() {
     auto server =
         ServerProcess::Start({"--data_dir=" + data_dir_,
-                              "--max_keys_per_request=5000", "--cache_mb=8"});
+                              "--max_keys_per_request=5000", "--cache_mb=8",
+                              // Rows stay in the push log until shutdown.
+                              "--wal_write_back_ms=3600000"});
     EXPECT_TRUE(server.ok()) << server.status();
     return std::move(server).value();
   }
@@ -212,6 +214,11 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
     EXPECT_GE(response.pull_requests(), 1u);
     EXPECT_EQ(response.rows_pushed(), 100u);
     EXPECT_LE(response.hot_tier_bytes(), response.hot_tier_budget_bytes());
+    // The push's 100 rows are in the log: 100 keys and 100 x kDim gradients
+    // plus a header per stripe record.
+    EXPECT_GE(response.push_log_bytes(), 100u * (8 + 4 * kDim));
+    // The table was declared by this server and nothing was evicted.
+    EXPECT_EQ(response.disk_lookups(), 0u);
   }
 }
 
