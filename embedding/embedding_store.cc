@@ -269,19 +269,28 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   return written;
 }
 
-absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
-                                       RocksStore::Batch* batch) {
-  std::vector<CachedRow*> written;
+std::vector<std::pair<CachedRow*, uint32_t>> EmbeddingStore::TakeDirtyRows(
+    Stripe& stripe, RocksStore::Batch* batch) {
+  std::vector<std::pair<CachedRow*, uint32_t>> taken;
   stripe.cache.ForEachDirty([&](CachedRow& row) {
-    batch->Put(row.table_id, row.key, row.values);
-    written.push_back(&row);
+    batch->Put(row.table_id, row.key, row.values);  // copies the values
+    taken.emplace_back(&row, row.version);
   });
+  // Updates applied from here on have log records at or above the cut, and
+  // are not in the copies. The log counts as taken even if the write fails:
+  // the next write-back cuts it.
   if (options_.durability == Durability::kWal)
     batch->CutLog(stripe.index, stripe.next_log_sequence);
-  RETURN_IF_ERROR(rocks_->Write(batch));
   stripe.log_bytes = 0;
   stripe.write_back_requested = false;
-  for (CachedRow* row : written) row->dirty = false;
+  return taken;
+}
+
+absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
+                                       RocksStore::Batch* batch) {
+  const auto taken = TakeDirtyRows(stripe, batch);
+  RETURN_IF_ERROR(rocks_->Write(batch));
+  for (auto& [row, version] : taken) row->dirty = false;
   return absl::OkStatus();
 }
 
@@ -569,31 +578,22 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
 
 absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   RocksStore::Batch batch = rocks_->NewBatch();
-  std::vector<std::pair<CachedRow*, uint32_t>> copied;
+  std::vector<std::pair<CachedRow*, uint32_t>> taken;
   {
     absl::MutexLock lock(&stripe.mu);
     stripe.mu.Await(absl::Condition(
         +[](Stripe* s) { return !s->write_back_in_flight; }, &stripe));
-    stripe.cache.ForEachDirty([&](CachedRow& row) {
-      batch.Put(row.table_id, row.key, row.values);  // copies the values
-      copied.emplace_back(&row, row.version);
-    });
-    // Taken by this write-back (if it fails, the next one cuts the log).
-    stripe.log_bytes = 0;
-    stripe.write_back_requested = false;
-    if (copied.empty()) return absl::OkStatus();
-    // Updates applied from here on have log records at or above the cut,
-    // and are not in the copies.
-    if (options_.durability == Durability::kWal)
-      batch.CutLog(stripe.index, stripe.next_log_sequence);
+    taken = TakeDirtyRows(stripe, &batch);
+    if (taken.empty()) return absl::OkStatus();
     stripe.write_back_in_flight = true;
   }
   const absl::Status written = rocks_->Write(&batch);
   absl::MutexLock lock(&stripe.mu);
   stripe.write_back_in_flight = false;
   if (!written.ok()) return written;
-  // Rows cannot have been evicted meanwhile (see write_back_in_flight).
-  for (auto [row, version] : copied) {
+  // Rows cannot have been evicted meanwhile (see write_back_in_flight); one
+  // updated meanwhile stays dirty.
+  for (auto [row, version] : taken) {
     if (row->version == version) row->dirty = false;
   }
   return absl::OkStatus();

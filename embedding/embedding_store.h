@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -233,8 +234,14 @@ class EmbeddingStore {
   absl::Status EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
-  // Adds every dirty row of `stripe` to `batch` (and, under kWal, the
-  // deletion of the stripe's log), writes it, and marks the rows clean.
+  // Adds a copy of every dirty row of `stripe` to `batch` and, under kWal,
+  // the cut of the stripe's log; returns the rows with their versions.
+  std::vector<std::pair<CachedRow*, uint32_t>> TakeDirtyRows(
+      Stripe& stripe, RocksStore::Batch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  // TakeDirtyRows(), the write, and the rows marked clean, all under the
+  // stripe's lock (the eviction path).
   absl::Status WriteBack(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 

@@ -9,19 +9,13 @@
 #include <vector>
 
 #include "base/status_matchers.h"
+#include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
 namespace ps::embedding {
 namespace {
 
 using absl::StatusCode;
-
-std::string FreshDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 TableSpec SgdTable(const std::string& name, uint32_t dim,
                    float learning_rate = 1.0f) {
@@ -68,7 +62,7 @@ size_t ResidentBytes() {
 class EmbeddingStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    options_.data_dir = FreshDir(
+    options_.data_dir = FreshTestDir(
         ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   StoreOptions options_;

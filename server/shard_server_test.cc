@@ -4,24 +4,16 @@
 
 #include "server/shard_server.h"
 
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
 namespace ps::server {
 namespace {
-
-std::string FreshDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 ServerOptions Options(const std::string& dir) {
   ServerOptions options;
@@ -31,7 +23,7 @@ ServerOptions Options(const std::string& dir) {
 }
 
 TEST(ShardServerTest, ASecondServerOnTheSameDirectoryIsRefused) {
-  const std::string dir = FreshDir("same_dir");
+  const std::string dir = FreshTestDir("same_dir");
   auto first = ShardServer::Start(Options(dir));
   ASSERT_OK(first);
   auto second = ShardServer::Start(Options(dir));
@@ -42,9 +34,9 @@ TEST(ShardServerTest, ASecondServerOnTheSameDirectoryIsRefused) {
 }
 
 TEST(ShardServerTest, APortInUseIsUnavailable) {
-  auto first = ShardServer::Start(Options(FreshDir("port_first")));
+  auto first = ShardServer::Start(Options(FreshTestDir("port_first")));
   ASSERT_OK(first);
-  ServerOptions options = Options(FreshDir("port_second"));
+  ServerOptions options = Options(FreshTestDir("port_second"));
   options.listen_address = absl::StrCat("127.0.0.1:", (*first)->port());
   auto second = ShardServer::Start(options);
   EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable));

@@ -23,14 +23,6 @@ std::string BinaryPath(const std::string& workspace_relative) {
   return "bazel-bin/" + workspace_relative;
 }
 
-std::string FreshTestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::vector<std::string>& argv_strings, bool capture_stdout,
     const std::string& stderr_path) {

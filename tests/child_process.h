@@ -15,15 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/test_dirs.h"  // FreshTestDir(), used with these helpers
 
 namespace ps::testing {
 
 // The path of a binary built by Bazel, e.g. "server/ps_server", in the
 // test's runfiles.
 std::string BinaryPath(const std::string& workspace_relative);
-
-// A fresh, empty directory under TEST_TMPDIR.
-std::string FreshTestDir(const std::string& name);
 
 class ChildProcess {
  public:
