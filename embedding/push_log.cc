@@ -1,0 +1,326 @@
+#include "embedding/push_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "xxhash.h"
+
+namespace ps::embedding {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'P', 'U', 'S', 'H', 'L', '1'};
+constexpr char kSuffix[] = ".pushlog";
+// Payload length (uint32) and XXH3-64 checksum (uint64).
+constexpr size_t kFrameHeaderBytes = sizeof(uint32_t) + sizeof(uint64_t);
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  const int error = errno;
+  const std::string message =
+      absl::StrCat(what, " ", path, ": ", std::strerror(error));
+  if (error == ENOSPC || error == EDQUOT) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::InternalError(message);
+}
+
+// Parses "<epoch>-<segment>.pushlog".
+bool ParseSegmentName(const std::string& name, uint64_t* epoch,
+                      uint64_t* segment) {
+  absl::string_view view = name;
+  if (!absl::ConsumeSuffix(&view, kSuffix)) return false;
+  std::vector<absl::string_view> parts = absl::StrSplit(view, '-');
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], epoch) &&
+         absl::SimpleAtoi(parts[1], segment);
+}
+
+// Every segment file in `dir`, as (epoch, segment, path), sorted.
+absl::StatusOr<std::vector<std::tuple<uint64_t, uint64_t, std::string>>>
+ListSegments(const std::string& dir) {
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> segments;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    uint64_t epoch = 0, segment = 0;
+    if (ParseSegmentName(entry.path().filename().string(), &epoch, &segment)) {
+      segments.emplace_back(epoch, segment, entry.path().string());
+    }
+  }
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("listing ", dir, ": ", error.message()));
+  }
+  std::sort(segments.begin(), segments.end());
+  return segments;
+}
+
+absl::Status ReadFully(int fd, uint64_t offset, size_t size, char* out,
+                       const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pread(fd, out, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("reading", path);
+    if (n == 0) {
+      return absl::DataLossError(
+          absl::StrCat(path, " ends before offset ", offset + size));
+    }
+    out += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+PushLog::EpochReader::~EpochReader() {
+  for (const Segment& segment : segments_) close(segment.fd);
+}
+
+uint64_t PushLog::EpochReader::bytes() const {
+  uint64_t total = 0;
+  for (const Segment& segment : segments_) total += segment.size;
+  return total;
+}
+
+absl::Status PushLog::EpochReader::ForEach(
+    const std::function<absl::Status(Location, absl::string_view)>& fn) {
+  std::string buffer;
+  for (uint32_t index = 0; index < segments_.size(); ++index) {
+    const Segment& segment = segments_[index];
+    buffer.resize(segment.size);
+    RETURN_IF_ERROR(
+        ReadFully(segment.fd, 0, segment.size, buffer.data(), segment.path));
+    if (segment.size < sizeof(kMagic)) {
+      // Created by a process that stopped before its first record landed.
+      LOG(WARNING) << segment.path << " has no complete header; skipped";
+      continue;
+    }
+    if (std::memcmp(buffer.data(), kMagic, sizeof(kMagic)) != 0) {
+      return absl::DataLossError(
+          absl::StrCat(segment.path, " is not a push-log segment"));
+    }
+    uint64_t offset = sizeof(kMagic);
+    while (offset < segment.size) {
+      uint32_t length = 0;
+      uint64_t checksum = 0;
+      bool intact = segment.size - offset >= kFrameHeaderBytes;
+      if (intact) {
+        std::memcpy(&length, buffer.data() + offset, sizeof(length));
+        std::memcpy(&checksum, buffer.data() + offset + sizeof(length),
+                    sizeof(checksum));
+        intact = segment.size - offset - kFrameHeaderBytes >= length &&
+                 XXH3_64bits(buffer.data() + offset + kFrameHeaderBytes,
+                             length) == checksum;
+      }
+      if (!intact) {
+        LOG(WARNING) << segment.path << ": a record at offset " << offset
+                     << " is cut short or fails its checksum; skipped the "
+                     << segment.size - offset << " bytes from there";
+        break;
+      }
+      const uint64_t payload = offset + kFrameHeaderBytes;
+      RETURN_IF_ERROR(fn(Location{index, payload},
+                         absl::string_view(buffer.data() + payload, length)));
+      offset = payload + length;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushLog::EpochReader::ReadAt(Location location, uint64_t skip,
+                                          size_t size, std::string* out) const {
+  if (location.segment_index >= segments_.size()) {
+    return absl::InvalidArgumentError("no such push-log segment");
+  }
+  const Segment& segment = segments_[location.segment_index];
+  out->resize(size);
+  return ReadFully(segment.fd, location.offset + skip, size, out->data(),
+                   segment.path);
+}
+
+absl::StatusOr<std::unique_ptr<PushLog>> PushLog::Open(
+    const PushLogOptions& options) {
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError("the push log needs a directory");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options.dir, ": ", error.message()));
+  }
+  return std::unique_ptr<PushLog>(new PushLog(options));
+}
+
+PushLog::~PushLog() {
+  absl::MutexLock lock(&mu_);
+  CloseSegment();
+}
+
+std::string PushLog::SegmentPath(uint64_t epoch, uint64_t segment) const {
+  return absl::StrFormat("%s/%010d-%010d%s", options_.dir, epoch, segment,
+                         kSuffix);
+}
+
+absl::StatusOr<std::vector<uint64_t>> PushLog::ListEpochs() const {
+  ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
+  std::vector<uint64_t> epochs;
+  for (const auto& [epoch, segment, path] : segments) {
+    if (epochs.empty() || epochs.back() != epoch) epochs.push_back(epoch);
+  }
+  return epochs;
+}
+
+absl::StatusOr<std::unique_ptr<PushLog::EpochReader>> PushLog::ReadEpoch(
+    uint64_t epoch) const {
+  ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
+  auto reader = std::unique_ptr<EpochReader>(new EpochReader());
+  for (const auto& [segment_epoch, segment, path] : segments) {
+    if (segment_epoch != epoch) continue;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("opening", path);
+    struct stat info;
+    if (fstat(fd, &info) != 0) {
+      close(fd);
+      return ErrnoError("reading the size of", path);
+    }
+    reader->segments_.push_back(
+        EpochReader::Segment{path, fd, static_cast<uint64_t>(info.st_size)});
+  }
+  return reader;
+}
+
+absl::Status PushLog::DeleteEpochsBefore(uint64_t epoch) {
+  ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
+  for (const auto& [segment_epoch, segment, path] : segments) {
+    if (segment_epoch < epoch && unlink(path.c_str()) != 0) {
+      return ErrnoError("deleting", path);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PushLog::StartEpoch(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  CloseSegment();
+  epoch_ = epoch;
+  first_live_segment_ = 0;
+  closed_sizes_.clear();
+  current_segment_.store(0);
+  live_bytes_.store(0);
+}
+
+absl::Status PushLog::OpenSegment() {
+  const std::string path = SegmentPath(epoch_, current_segment_.load());
+  fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
+             0644);
+  if (fd_ < 0) return ErrnoError("creating", path);
+  segment_size_ = 0;
+  if (write(fd_, kMagic, sizeof(kMagic)) != sizeof(kMagic)) {
+    const absl::Status status = ErrnoError("writing", path);
+    CloseSegment();
+    return status;
+  }
+  segment_size_ = sizeof(kMagic);
+  live_bytes_ += sizeof(kMagic);
+  if (options_.sync) {
+    // The new file's name must survive a machine crash too.
+    const int dir = open(options_.dir.c_str(), O_RDONLY | O_CLOEXEC);
+    const bool synced = dir >= 0 && fsync(dir) == 0;
+    if (dir >= 0) close(dir);
+    if (!synced) {
+      const absl::Status status = ErrnoError("syncing", options_.dir);
+      CloseSegment();
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PushLog::CloseSegment() {
+  if (fd_ < 0) return;
+  close(fd_);
+  fd_ = -1;
+  closed_sizes_.push_back(segment_size_);
+  current_segment_.store(current_segment_.load() + 1);
+}
+
+absl::Status PushLog::Append(absl::string_view payload) {
+  if (payload.size() > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push-log record of ", payload.size(), " bytes; the most is 4 GiB"));
+  }
+  char header[kFrameHeaderBytes];
+  const uint32_t length = static_cast<uint32_t>(payload.size());
+  const uint64_t checksum = XXH3_64bits(payload.data(), payload.size());
+  std::memcpy(header, &length, sizeof(length));
+  std::memcpy(header + sizeof(length), &checksum, sizeof(checksum));
+
+  absl::MutexLock lock(&mu_);
+  if (fd_ < 0) RETURN_IF_ERROR(OpenSegment());
+  iovec parts[2] = {{header, sizeof(header)},
+                    {const_cast<char*>(payload.data()), payload.size()}};
+  size_t remaining = sizeof(header) + payload.size();
+  int first = 0;
+  while (remaining > 0) {
+    const ssize_t n = writev(fd_, parts + first, 2 - first);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // Whatever part of the frame landed fails its length or checksum on
+      // reading; later records go to a new segment.
+      const absl::Status status =
+          ErrnoError("appending to", SegmentPath(epoch_, current_segment()));
+      CloseSegment();
+      return status;
+    }
+    remaining -= static_cast<size_t>(n);
+    segment_size_ += static_cast<uint64_t>(n);
+    live_bytes_ += static_cast<uint64_t>(n);
+    // A short write (rare for files): go on from where it stopped.
+    for (size_t done = static_cast<size_t>(n); done > 0;) {
+      const size_t step = std::min(done, parts[first].iov_len);
+      parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + step;
+      parts[first].iov_len -= step;
+      done -= step;
+      if (parts[first].iov_len == 0) ++first;
+    }
+  }
+  if (options_.sync && fdatasync(fd_) != 0) {
+    const absl::Status status =
+        ErrnoError("syncing", SegmentPath(epoch_, current_segment()));
+    CloseSegment();
+    return status;
+  }
+  if (segment_size_ >= options_.segment_bytes) CloseSegment();
+  return absl::OkStatus();
+}
+
+absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {
+  absl::MutexLock lock(&mu_);
+  // Only closed segments go: the open one is current_segment().
+  while (first_live_segment_ < segment && !closed_sizes_.empty()) {
+    const std::string path = SegmentPath(epoch_, first_live_segment_);
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError("deleting", path);
+    }
+    live_bytes_ -= closed_sizes_.front();
+    closed_sizes_.pop_front();
+    ++first_live_segment_;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::embedding

@@ -1,0 +1,155 @@
+// File: embedding/push_log.h
+//
+// PushLog is an append-only log of opaque records kept in segment files of
+// one directory. EmbeddingStore writes a record per push under
+// --durability=wal, so that an acknowledged push survives the process; what
+// a record holds, and when a segment is no longer needed, is the store's
+// business (embedding_store.h).
+//
+// Segments are numbered within an *epoch*: each time the store opens it
+// replays the previous epoch's segments and then writes to a new epoch, so
+// the files of different runs never mix. A segment is the file
+// "<epoch>-<segment>.pushlog": an 8-byte magic, then frames of the payload's
+// length (uint32), its XXH3-64 checksum (uint64) and the payload, in host
+// byte order. One Append() is one writev(): after a crash a frame is whole,
+// or cut short, or (after a power loss, unsynced) garbage; the last two fail
+// their length or checksum, and reading skips the rest of that segment.
+//
+// Thread-safe. Appends are serialised; the file is never read while written.
+
+#ifndef PS_EMBEDDING_PUSH_LOG_H_
+#define PS_EMBEDDING_PUSH_LOG_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::embedding {
+
+struct PushLogOptions {
+  // The log's directory. REQUIRES: not empty. Created if missing.
+  std::string dir;
+  // A segment is closed, and the next append starts a new one, once it holds
+  // this many bytes. Default: 64 MiB.
+  uint64_t segment_bytes = 64 << 20;
+  // fdatasync() after every append (and the directory after creating a
+  // segment), so that appended records survive a machine crash, not only a
+  // process crash. Default: false.
+  bool sync = false;
+};
+
+class PushLog {
+ public:
+  // Where a record read back lies: which of the epoch's segments (by
+  // position in EpochReader's list, not number) and its payload's offset.
+  struct Location {
+    uint32_t segment_index = 0;
+    uint64_t offset = 0;
+  };
+
+  // Reads the segments one epoch left, for replay; owns their descriptors.
+  class EpochReader {
+   public:
+    ~EpochReader();
+    EpochReader(const EpochReader&) = delete;
+    EpochReader& operator=(const EpochReader&) = delete;
+
+    // Calls fn(location, payload) for every intact record, segment by
+    // segment, each in the order appended; stops at the first error fn
+    // returns. A frame cut short or failing its checksum ends its segment
+    // (it was never acknowledged, or the machine lost unsynced data), and
+    // the bytes skipped are logged.
+    absl::Status ForEach(
+        const std::function<absl::Status(Location location,
+                                         absl::string_view payload)>& fn);
+
+    // Reads `size` bytes starting `skip` bytes into the payload at
+    // `location` (part of a record ForEach() reported).
+    absl::Status ReadAt(Location location, uint64_t skip, size_t size,
+                        std::string* out) const;
+
+    uint64_t bytes() const;
+
+   private:
+    friend class PushLog;
+    EpochReader() = default;
+    struct Segment {
+      std::string path;
+      int fd = -1;
+      uint64_t size = 0;
+    };
+    std::vector<Segment> segments_;
+  };
+
+  // Opens (creating if needed) the directory. Appending starts with
+  // StartEpoch().
+  static absl::StatusOr<std::unique_ptr<PushLog>> Open(
+      const PushLogOptions& options);
+
+  ~PushLog();
+  PushLog(const PushLog&) = delete;
+  PushLog& operator=(const PushLog&) = delete;
+
+  // The epochs that have segment files, ascending.
+  absl::StatusOr<std::vector<uint64_t>> ListEpochs() const;
+
+  // Opens every segment of `epoch`, in segment order.
+  absl::StatusOr<std::unique_ptr<EpochReader>> ReadEpoch(uint64_t epoch) const;
+
+  // Deletes every segment of the epochs below `epoch`.
+  absl::Status DeleteEpochsBefore(uint64_t epoch);
+
+  // Appends go to `epoch` from now on, from segment 0; the first append
+  // creates the file. REQUIRES: no segment of `epoch` exists, and no append
+  // runs concurrently.
+  void StartEpoch(uint64_t epoch);
+
+  // Appends one record (synced if options.sync). On an error the record is
+  // not in the log, and the next append starts a new segment.
+  // INVALID_ARGUMENT for a payload of 4 GiB or more.
+  absl::Status Append(absl::string_view payload);
+
+  // The number of the segment appends go to now; a record appended from
+  // now on lands in this segment or a later one.
+  uint64_t current_segment() const { return current_segment_.load(); }
+
+  // Deletes the current epoch's closed segments numbered below `segment`.
+  absl::Status DeleteSegmentsBefore(uint64_t segment);
+
+  // Bytes in the current epoch's segments not yet deleted.
+  uint64_t live_bytes() const { return live_bytes_.load(); }
+
+ private:
+  explicit PushLog(const PushLogOptions& options) : options_(options) {}
+
+  std::string SegmentPath(uint64_t epoch, uint64_t segment) const;
+  // Creates the current segment's file and writes its magic.
+  absl::Status OpenSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const PushLogOptions options_;
+  mutable absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // The open segment's descriptor (-1 before its first append) and size.
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t segment_size_ ABSL_GUARDED_BY(mu_) = 0;
+  // Segments of this epoch below this number are deleted.
+  uint64_t first_live_segment_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sizes of the closed, not yet deleted segments, from first_live_segment_.
+  std::deque<uint64_t> closed_sizes_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> current_segment_{0};
+  std::atomic<uint64_t> live_bytes_{0};
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_PUSH_LOG_H_

@@ -1,0 +1,167 @@
+#include "embedding/push_log.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/status_macros.h"
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+std::unique_ptr<PushLog> OpenLog(const std::string& dir,
+                                 uint64_t segment_bytes) {
+  PushLogOptions options;
+  options.dir = dir;
+  options.segment_bytes = segment_bytes;
+  auto log = PushLog::Open(options);
+  EXPECT_OK(log);
+  return std::move(log).value();
+}
+
+std::string Record(int i) { return std::string(10 + i % 37, 'a' + i % 26); }
+
+std::vector<std::string> ReadAll(PushLog& log, uint64_t epoch) {
+  auto reader = log.ReadEpoch(epoch);
+  EXPECT_OK(reader);
+  std::vector<std::string> records;
+  EXPECT_OK(
+      (*reader)->ForEach([&](PushLog::Location, absl::string_view payload) {
+        records.emplace_back(payload);
+        return absl::OkStatus();
+      }));
+  return records;
+}
+
+std::vector<std::string> SegmentFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+uint64_t FileBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& file : SegmentFiles(dir))
+    total += std::filesystem::file_size(file);
+  return total;
+}
+
+TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
+  const std::string dir = FreshTestDir("push_log_order");
+  auto log = OpenLog(dir, /*segment_bytes=*/200);
+  log->StartEpoch(3);
+  std::vector<std::string> written;
+  for (int i = 0; i < 60; ++i) {
+    written.push_back(Record(i));
+    ASSERT_OK(log->Append(written.back()));
+  }
+  EXPECT_GT(log->current_segment(), 5u);
+  EXPECT_EQ(log->live_bytes(), FileBytes(dir));
+  EXPECT_EQ(ReadAll(*log, 3), written);
+  EXPECT_TRUE(ReadAll(*log, 2).empty());
+  auto epochs = log->ListEpochs();
+  ASSERT_OK(epochs);
+  EXPECT_EQ(*epochs, std::vector<uint64_t>{3});
+
+  // ReadAt returns part of the record ForEach located.
+  auto reader = log->ReadEpoch(3);
+  ASSERT_OK(reader);
+  int index = 0;
+  ASSERT_OK((*reader)->ForEach(
+      [&](PushLog::Location location, absl::string_view) -> absl::Status {
+        std::string part;
+        RETURN_IF_ERROR((*reader)->ReadAt(location, 3, 5, &part));
+        EXPECT_EQ(part, written[index++].substr(3, 5));
+        return absl::OkStatus();
+      }));
+  EXPECT_EQ(index, 60);
+}
+
+TEST(PushLogTest, ATornRecordEndsOnlyItsSegment) {
+  const std::string dir = FreshTestDir("push_log_torn");
+  // 30 bytes: two records per segment (8 bytes of magic, 12 of frame header).
+  auto log = OpenLog(dir, /*segment_bytes=*/30);
+  log->StartEpoch(1);
+  for (const char* record : {"first", "second", "third", "fourth"})
+    ASSERT_OK(log->Append(record));
+  log.reset();
+  const std::vector<std::string> segments = SegmentFiles(dir);
+  ASSERT_EQ(segments.size(), 2u);
+
+  // A crash in the middle of the last append: its frame is cut short.
+  std::filesystem::resize_file(segments[1],
+                               std::filesystem::file_size(segments[1]) - 2);
+  log = OpenLog(dir, 30);
+  EXPECT_EQ(ReadAll(*log, 1),
+            (std::vector<std::string>{"first", "second", "third"}));
+
+  // Garbage in a record (a machine crash without sync): the rest of its
+  // segment goes, the next segment is still read.
+  {
+    std::fstream file(segments[0],
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(8 + 12 + 5 + 12 + 1);  // into "second"
+    file.put('X');
+  }
+  EXPECT_EQ(ReadAll(*log, 1), (std::vector<std::string>{"first", "third"}));
+}
+
+TEST(PushLogTest, AFileThatIsNotASegmentIsDataLoss) {
+  const std::string dir = FreshTestDir("push_log_magic");
+  {
+    std::ofstream file(dir + "/0000000001-0000000000.pushlog");
+    file << "not a push log at all";
+  }
+  auto log = OpenLog(dir, 1 << 20);
+  auto reader = log->ReadEpoch(1);
+  ASSERT_OK(reader);
+  const absl::Status read = (*reader)->ForEach(
+      [](PushLog::Location, absl::string_view) { return absl::OkStatus(); });
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+}
+
+TEST(PushLogTest, DeletingSegmentsKeepsTheOpenOneAndOtherEpochsGoAtOnce) {
+  const std::string dir = FreshTestDir("push_log_delete");
+  auto log = OpenLog(dir, /*segment_bytes=*/100);
+  log->StartEpoch(1);
+  for (int i = 0; i < 10; ++i) ASSERT_OK(log->Append(std::string(150, 'x')));
+  log->StartEpoch(2);
+  for (int i = 0; i < 10; ++i) ASSERT_OK(log->Append(std::string(60, 'y')));
+  ASSERT_OK(log->Append("open"));
+  const uint64_t current = log->current_segment();
+  EXPECT_EQ(log->live_bytes(), FileBytes(dir) - 10 * (8 + 12 + 150));
+
+  // Every closed segment of epoch 2 below the current one, and nothing of
+  // epoch 1 (other epochs are DeleteEpochsBefore's).
+  ASSERT_OK(log->DeleteSegmentsBefore(current + 10));
+  EXPECT_EQ(ReadAll(*log, 2), std::vector<std::string>{"open"});
+  EXPECT_EQ(ReadAll(*log, 1).size(), 10u);
+  EXPECT_EQ(log->live_bytes(), 8 + 12 + 4u);
+
+  ASSERT_OK(log->DeleteEpochsBefore(2));
+  EXPECT_TRUE(ReadAll(*log, 1).empty());
+  EXPECT_EQ(SegmentFiles(dir).size(), 1u);
+  EXPECT_EQ(log->live_bytes(), FileBytes(dir));
+}
+
+TEST(PushLogTest, AnOversizedPayloadIsRefused) {
+  const std::string dir = FreshTestDir("push_log_oversized");
+  auto log = OpenLog(dir, 1 << 20);
+  log->StartEpoch(1);
+  // A view that claims 4 GiB: Append must refuse before touching the bytes.
+  const char byte = 0;
+  const absl::Status appended =
+      log->Append(absl::string_view(&byte, uint64_t{1} << 32));
+  EXPECT_EQ(appended.code(), absl::StatusCode::kInvalidArgument) << appended;
+  EXPECT_EQ(log->live_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace ps::embedding
