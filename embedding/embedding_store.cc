@@ -31,9 +31,34 @@ absl::Status ValidateTableName(absl::string_view name) {
   return absl::OkStatus();
 }
 
-// A push-log record: the table id and the key count (uint32 each), the keys
-// (uint64), then each key's summed gradient (dim floats), in host byte order.
-constexpr size_t kLogHeaderBytes = 2 * sizeof(uint32_t);
+// A push-log record holds one section per stripe the push touched: the
+// table id, the stripe and the key count (uint32 each), the stripe's
+// sequence number for the update (uint64), the keys (uint64), then each
+// key's summed gradient (dim floats); host byte order.
+constexpr size_t kSectionHeaderBytes = 3 * sizeof(uint32_t) + sizeof(uint64_t);
+constexpr size_t kSequenceOffset = 3 * sizeof(uint32_t);
+
+struct SectionHeader {
+  uint32_t table_id = 0;
+  uint32_t stripe = 0;
+  uint32_t count = 0;
+  uint64_t sequence = 0;
+};
+
+SectionHeader ReadSectionHeader(const char* bytes) {
+  SectionHeader header;
+  std::memcpy(&header.table_id, bytes, sizeof(uint32_t));
+  std::memcpy(&header.stripe, bytes + 4, sizeof(uint32_t));
+  std::memcpy(&header.count, bytes + 8, sizeof(uint32_t));
+  std::memcpy(&header.sequence, bytes + kSequenceOffset, sizeof(uint64_t));
+  return header;
+}
+
+// Segments of an eighth of the log's budget, so that deleting them can
+// bring the log back under it; at most 64 MiB, at least 4 KiB.
+uint64_t SegmentBytes(uint64_t max_push_log_bytes) {
+  return std::clamp<uint64_t>(max_push_log_bytes / 8, 4 << 10, 64 << 20);
+}
 
 void AppendBytes(const void* data, size_t size, std::string* out) {
   out->append(static_cast<const char*>(data), size);
@@ -58,8 +83,15 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks,
                    RocksStore::Open(rocks_options));
 
+  PushLogOptions log_options;
+  log_options.dir = options.data_dir + "/push_log";
+  log_options.segment_bytes = SegmentBytes(options.max_push_log_bytes);
+  log_options.sync = options.sync_wal;
+  ASSIGN_OR_RETURN(std::unique_ptr<PushLog> push_log,
+                   PushLog::Open(log_options));
+
   std::unique_ptr<EmbeddingStore> store(
-      new EmbeddingStore(options, std::move(rocks)));
+      new EmbeddingStore(options, std::move(rocks), std::move(push_log)));
   {
     absl::MutexLock lock(&store->tables_mu_);
     const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
@@ -73,8 +105,11 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
 }
 
 EmbeddingStore::EmbeddingStore(const StoreOptions& options,
-                               std::unique_ptr<RocksStore> rocks)
-    : options_(options), rocks_(std::move(rocks)) {
+                               std::unique_ptr<RocksStore> rocks,
+                               std::unique_ptr<PushLog> push_log)
+    : options_(options),
+      rocks_(std::move(rocks)),
+      push_log_(std::move(push_log)) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;
   for (int i = 0; i < options.num_stripes; ++i) {
     stripes_.push_back(std::make_unique<Stripe>(i, per_stripe));
@@ -269,109 +304,157 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   return written;
 }
 
-std::vector<std::pair<CachedRow*, uint32_t>> EmbeddingStore::TakeDirtyRows(
+EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
-  std::vector<std::pair<CachedRow*, uint32_t>> taken;
+  TakenRows taken;
   stripe.cache.ForEachDirty([&](CachedRow& row) {
     batch->Put(row.table_id, row.key, row.values);  // copies the values
-    taken.emplace_back(&row, row.version);
+    taken.rows.emplace_back(&row, row.version);
   });
-  // Updates applied from here on have log records at or above the cut, and
-  // are not in the copies. The log counts as taken even if the write fails:
-  // the next write-back cuts it.
-  if (options_.durability == Durability::kWal)
-    batch->CutLog(stripe.index, stripe.next_log_sequence);
-  stripe.log_bytes = 0;
-  stripe.write_back_requested = false;
+  if (options_.durability == Durability::kWal) {
+    // Updates applied from here on take sequences at or above the cut and
+    // are appended after this moment, so in this segment or a later one.
+    batch->SetLogCut(stripe.index, stripe.next_log_sequence);
+    taken.log_start_segment = push_log_->current_segment();
+  }
   return taken;
+}
+
+absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
+                                        const TakenRows& taken) {
+  if (options_.durability != Durability::kWal) return absl::OkStatus();
+  stripe.log_start_segment.store(taken.log_start_segment);
+  uint64_t needed = taken.log_start_segment;
+  for (const auto& other : stripes_)
+    needed = std::min(needed, other->log_start_segment.load());
+  return push_log_->DeleteSegmentsBefore(needed);
 }
 
 absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
                                        RocksStore::Batch* batch) {
-  const auto taken = TakeDirtyRows(stripe, batch);
+  const TakenRows taken = TakeDirtyRows(stripe, batch);
   RETURN_IF_ERROR(rocks_->Write(batch));
-  for (auto& [row, version] : taken) row->dirty = false;
-  return absl::OkStatus();
+  for (auto& [row, version] : taken.rows) row->dirty = false;
+  return ReleaseLog(stripe, taken);
 }
 
 absl::Status EmbeddingStore::ReplayPushLog() {
-  uint64_t entries = 0, records = 0, rows = 0;
-  std::vector<float> gradients;
-  // The cut of the stripe being read: entries come by stripe, the cut
-  // (sequence 0) first.
-  uint32_t cut_stripe = 0;
-  uint64_t cut = 0;
+  uint64_t epoch = 0;
+  absl::flat_hash_map<uint32_t, uint64_t> cuts;
+  RETURN_IF_ERROR(rocks_->ReadLogState(&epoch, &cuts));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> epochs, push_log_->ListEpochs());
+  if (!epochs.empty() && epochs.back() > epoch) {
+    return absl::DataLossError(
+        absl::StrCat(options_.data_dir, "/push_log has segments of epoch ",
+                     epochs.back(), " but the store is at epoch ", epoch,
+                     ": the log and the rows do not belong together"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<PushLog::EpochReader> reader,
+                   push_log_->ReadEpoch(epoch));
+
+  // First pass: where each section above its stripe's cut lies. Sections
+  // are applied by stripe, then sequence (application order), which need
+  // not be the order they were appended in; reading them back one at a time
+  // keeps a long log out of memory.
+  struct Section {
+    uint32_t stripe;
+    uint64_t sequence;
+    PushLog::Location location;
+    uint64_t offset;  // in the record
+    uint64_t bytes;
+  };
+  std::vector<Section> sections;
+  uint64_t records = 0;
   RETURN_IF_ERROR(
-      rocks_->ForEachLog([&](uint32_t stripe_index, uint64_t sequence,
-                             absl::string_view record) -> absl::Status {
-        auto corrupt = [&](absl::string_view why) {
-          return absl::DataLossError(absl::StrCat("push log record ", sequence,
-                                                  " of stripe ", stripe_index,
-                                                  ": ", why));
-        };
-        ++entries;
-        if (sequence == 0) {
-          if (record.size() != sizeof(cut)) return corrupt("bad cut");
-          cut_stripe = stripe_index;
-          std::memcpy(&cut, record.data(), sizeof(cut));
-          return absl::OkStatus();
-        }
-        // Written back with the rows before the process stopped.
-        if (stripe_index == cut_stripe && sequence < cut)
-          return absl::OkStatus();
-        if (record.size() < kLogHeaderBytes) return corrupt("truncated header");
-        uint32_t table_id = 0, count = 0;
-        std::memcpy(&table_id, record.data(), sizeof(table_id));
-        std::memcpy(&count, record.data() + sizeof(table_id), sizeof(count));
-        absl::StatusOr<const Table*> found = FindTableById(table_id);
-        if (!found.ok()) return corrupt(found.status().message());
-        const Table& table = **found;
-        const size_t dim = table.dim;
-        if (record.size() != kLogHeaderBytes + count * (sizeof(uint64_t) +
-                                                        dim * sizeof(float))) {
-          return corrupt(absl::StrCat(record.size(), " bytes do not hold ",
-                                      count, " keys of dim ", dim));
-        }
-        // Keys and gradients as written (host byte order), copied out so
-        // that they are aligned.
-        std::vector<uint64_t> keys(count);
-        std::memcpy(keys.data(), record.data() + kLogHeaderBytes,
-                    count * sizeof(uint64_t));
-        gradients.resize(static_cast<size_t>(count) * dim);
-        std::memcpy(gradients.data(),
-                    record.data() + kLogHeaderBytes + count * sizeof(uint64_t),
-                    gradients.size() * sizeof(float));
-        // Records of one key all come from the stripe that held it, in
-        // sequence order; its stripe today may differ (--hot_tier_stripes).
-        // Nothing is evicted until the replayed rows are written back below.
-        std::vector<uint32_t> order, starts;
-        GroupByStripe(keys, &order, &starts);
-        std::vector<uint64_t> stripe_keys;
-        for (size_t s = 0; s < stripes_.size(); ++s) {
-          if (starts[s] == starts[s + 1]) continue;
-          stripe_keys.clear();
-          for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
-            stripe_keys.push_back(keys[order[i]]);
-          Stripe& stripe = *stripes_[s];
-          absl::MutexLock lock(&stripe.mu);
-          RETURN_IF_ERROR(
-              LoadRows(table, stripe, stripe_keys, /*create=*/true));
-          for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-            CachedRow* row = stripe.cache.Find(table.id, keys[order[i]]);
-            float* weights = row->values.data();
-            table.optimizer->Apply(&gradients[order[i] * dim], table.dim,
-                                   weights, weights + dim);
-            ++row->version;
-            row->dirty = true;
-          }
-        }
+      reader->ForEach([&](PushLog::Location location,
+                          absl::string_view record) -> absl::Status {
         ++records;
-        rows += count;
+        for (uint64_t offset = 0; offset < record.size();) {
+          auto corrupt = [&](absl::string_view why) {
+            return absl::DataLossError(absl::StrCat(
+                "push-log record ", records, " of epoch ", epoch, ": ", why));
+          };
+          if (record.size() - offset < kSectionHeaderBytes)
+            return corrupt("truncated section header");
+          const SectionHeader header =
+              ReadSectionHeader(record.data() + offset);
+          absl::StatusOr<const Table*> table = FindTableById(header.table_id);
+          if (!table.ok()) return corrupt(table.status().message());
+          const uint64_t bytes =
+              kSectionHeaderBytes +
+              uint64_t{header.count} *
+                  (sizeof(uint64_t) + (*table)->dim * sizeof(float));
+          if (record.size() - offset < bytes) {
+            return corrupt(absl::StrCat("a section of ", header.count,
+                                        " keys of dim ", (*table)->dim,
+                                        " does not fit"));
+          }
+          auto cut = cuts.find(header.stripe);
+          // Below the cut: written back with the rows before the process
+          // stopped.
+          if (cut == cuts.end() || header.sequence >= cut->second) {
+            sections.push_back(Section{header.stripe, header.sequence, location,
+                                       offset, bytes});
+          }
+          offset += bytes;
+        }
         return absl::OkStatus();
       }));
-  // Whatever was read, cuts included, goes: this process numbers its
-  // records from 1 again.
-  if (entries == 0) return absl::OkStatus();
+  std::sort(
+      sections.begin(), sections.end(), [](const Section& a, const Section& b) {
+        return std::tie(a.stripe, a.sequence) < std::tie(b.stripe, b.sequence);
+      });
+
+  // Second pass: apply. Nothing is evicted until the replayed rows are
+  // written back below.
+  uint64_t rows = 0;
+  std::string bytes;
+  std::vector<uint64_t> keys;
+  std::vector<float> gradients;
+  for (const Section& section : sections) {
+    RETURN_IF_ERROR(reader->ReadAt(section.location, section.offset,
+                                   section.bytes, &bytes));
+    const SectionHeader header = ReadSectionHeader(bytes.data());
+    ASSIGN_OR_RETURN(const Table* table, FindTableById(header.table_id));
+    const size_t dim = table->dim;
+    // Copied out so that they are aligned.
+    keys.resize(header.count);
+    std::memcpy(keys.data(), bytes.data() + kSectionHeaderBytes,
+                keys.size() * sizeof(uint64_t));
+    gradients.resize(keys.size() * dim);
+    std::memcpy(
+        gradients.data(),
+        bytes.data() + kSectionHeaderBytes + keys.size() * sizeof(uint64_t),
+        gradients.size() * sizeof(float));
+    // The section's stripe today may differ (--hot_tier_stripes).
+    std::vector<uint32_t> order, starts;
+    GroupByStripe(keys, &order, &starts);
+    std::vector<uint64_t> stripe_keys;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      if (starts[s] == starts[s + 1]) continue;
+      stripe_keys.clear();
+      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
+        stripe_keys.push_back(keys[order[i]]);
+      Stripe& stripe = *stripes_[s];
+      absl::MutexLock lock(&stripe.mu);
+      std::vector<CachedRow*> loaded;
+      RETURN_IF_ERROR(
+          LoadRows(*table, stripe, stripe_keys, /*create=*/true, &loaded));
+      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+        CachedRow* row = loaded[i - starts[s]];
+        float* weights = row->values.data();
+        table->optimizer->Apply(&gradients[order[i] * dim], table->dim, weights,
+                                weights + dim);
+        ++row->version;
+        row->dirty = true;
+      }
+    }
+    rows += keys.size();
+  }
+
+  // The replayed rows and the new epoch in one synced write: from then on
+  // the old segments are not needed, and a crash before they are deleted
+  // leaves segments of an older epoch, which the next open deletes unread.
   RocksStore::Batch batch = rocks_->NewBatch();
   std::vector<CachedRow*> replayed;
   for (auto& stripe : stripes_) {
@@ -381,16 +464,21 @@ absl::Status EmbeddingStore::ReplayPushLog() {
       replayed.push_back(&row);
     });
   }
-  batch.DeleteAllLogs();
-  RETURN_IF_ERROR(rocks_->Write(&batch));
+  batch.StartLogEpoch(epoch + 1);
+  RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
+  RETURN_IF_ERROR(push_log_->DeleteEpochsBefore(epoch + 1));
+  push_log_->StartEpoch(epoch + 1);
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachDirty([](CachedRow& row) { row.dirty = false; });
     RocksStore::Batch empty = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(*stripe, &empty));
   }
-  LOG(INFO) << "replayed " << records << " push-log records (" << rows
-            << " row updates) into " << replayed.size() << " rows";
+  if (records > 0) {
+    LOG(INFO) << "replayed " << sections.size() << " push-log sections of "
+              << records << " records (" << reader->bytes() << " bytes, "
+              << rows << " row updates) into " << replayed.size() << " rows";
+  }
   return absl::OkStatus();
 }
 
@@ -502,11 +590,15 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
   GroupByStripe(unique_keys, &order, &starts);
   std::vector<uint64_t> stripe_keys;
   std::vector<CachedRow*> rows;
+  // The push's record, appended once at the end: the sections' sequence
+  // numbers already fix their order, and a cut that overtakes one of them
+  // has written the row it updated (see Durability in the header).
   std::string record;
-  // Every stripe's record of this push, written once at the end: their
-  // sequence numbers already fix their order, and a cut that overtakes one
-  // of them has written the row it updated (see Durability in the header).
-  RocksStore::Batch log = rocks_->NewBatch();
+  if (log_pushes) {
+    record.reserve(stripes_.size() * kSectionHeaderBytes +
+                   unique_keys.size() *
+                       (sizeof(uint64_t) + dim * sizeof(float)));
+  }
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = *stripes_[s];
@@ -514,14 +606,15 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       stripe_keys.push_back(unique_keys[order[i]]);
     }
+    size_t section = record.size();
     if (log_pushes) {
-      const uint32_t count = static_cast<uint32_t>(stripe_keys.size());
-      record.clear();
-      record.reserve(kLogHeaderBytes +
-                     count * (sizeof(uint64_t) + dim * sizeof(float)));
-      AppendBytes(&table->id, sizeof(table->id), &record);
-      AppendBytes(&count, sizeof(count), &record);
-      AppendBytes(stripe_keys.data(), count * sizeof(uint64_t), &record);
+      const uint32_t header[3] = {table->id, stripe.index,
+                                  static_cast<uint32_t>(stripe_keys.size())};
+      const uint64_t sequence = 0;  // filled in under the lock
+      AppendBytes(header, sizeof(header), &record);
+      AppendBytes(&sequence, sizeof(sequence), &record);
+      AppendBytes(stripe_keys.data(), stripe_keys.size() * sizeof(uint64_t),
+                  &record);
       for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
         AppendBytes(&summed[order[i] * dim], dim * sizeof(float), &record);
       }
@@ -539,19 +632,20 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       row->dirty = true;
     }
     if (log_pushes) {
-      log.PutLog(stripe.index, stripe.next_log_sequence++, record);
-      stripe.log_bytes += record.size();
-      if (stripe.log_bytes > options_.max_push_log_bytes / stripes_.size() &&
-          !stripe.write_back_requested) {
-        stripe.write_back_requested = true;
-        absl::MutexLock flush_lock(&flush_mu_);
-        urgent_stripes_.push_back(s);
-      }
+      const uint64_t sequence = stripe.next_log_sequence++;
+      std::memcpy(&record[section + kSequenceOffset], &sequence,
+                  sizeof(sequence));
     }
     RocksStore::Batch evictions = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));
   }
-  RETURN_IF_ERROR(rocks_->Write(&log));
+  if (log_pushes) {
+    RETURN_IF_ERROR(push_log_->Append(record));
+    if (push_log_->live_bytes() > options_.max_push_log_bytes) {
+      absl::MutexLock flush_lock(&flush_mu_);
+      log_over_budget_ = true;
+    }
+  }
   rows_pushed_ += unique_keys.size();
   return unique_keys.size();
 }
@@ -578,13 +672,17 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
 
 absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   RocksStore::Batch batch = rocks_->NewBatch();
-  std::vector<std::pair<CachedRow*, uint32_t>> taken;
+  TakenRows taken;
   {
     absl::MutexLock lock(&stripe.mu);
     stripe.mu.Await(absl::Condition(
         +[](Stripe* s) { return !s->write_back_in_flight; }, &stripe));
     taken = TakeDirtyRows(stripe, &batch);
-    if (taken.empty()) return absl::OkStatus();
+    // Under kWal the cut is written even with no dirty row, so that a quiet
+    // stripe does not hold old segments of the log.
+    if (taken.rows.empty() && options_.durability != Durability::kWal) {
+      return absl::OkStatus();
+    }
     stripe.write_back_in_flight = true;
   }
   const absl::Status written = rocks_->Write(&batch);
@@ -593,10 +691,10 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   if (!written.ok()) return written;
   // Rows cannot have been evicted meanwhile (see write_back_in_flight); one
   // updated meanwhile stays dirty.
-  for (auto [row, version] : taken) {
+  for (auto [row, version] : taken.rows) {
     if (row->version == version) row->dirty = false;
   }
-  return absl::OkStatus();
+  return ReleaseLog(stripe, taken);
 }
 
 absl::Status EmbeddingStore::Flush() {
@@ -611,25 +709,30 @@ void EmbeddingStore::PeriodicFlushLoop() {
   // One stripe at a time, spread evenly over the interval: each stripe is
   // still written back once per interval, but not all in one burst, which
   // overran RocksDB's write buffers and stalled pushes for over a second
-  // behind the stripes' locks. Stripes whose log grew past their share of
-  // max_push_log_bytes go first.
+  // behind the stripes' locks. While the push log is over its budget, the
+  // stripe that holds its oldest segment goes first, until it is not.
   const absl::Duration pause = interval / static_cast<int>(stripes_.size());
   auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_) {
-    return stop_flushing_ || !urgent_stripes_.empty();
+    return stop_flushing_ || log_over_budget_;
   };
   size_t next = 0;
   while (true) {
-    size_t stripe;
+    size_t stripe = next;
     {
       absl::MutexLock lock(&flush_mu_);
       const bool woken =
           flush_mu_.AwaitWithTimeout(absl::Condition(&has_work), pause);
       if (stop_flushing_) return;
       if (woken) {
-        stripe = urgent_stripes_.front();
-        urgent_stripes_.erase(urgent_stripes_.begin());
+        log_over_budget_ =
+            push_log_->live_bytes() > options_.max_push_log_bytes;
+        for (size_t s = 0; s < stripes_.size(); ++s) {
+          if (stripes_[s]->log_start_segment.load() <
+              stripes_[stripe]->log_start_segment.load()) {
+            stripe = s;
+          }
+        }
       } else {
-        stripe = next;
         next = (next + 1) % stripes_.size();
       }
     }
@@ -659,7 +762,6 @@ StoreStats EmbeddingStore::Stats() {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stats.hot_tier_bytes += stripe->cache.bytes();
-    stats.push_log_bytes += stripe->log_bytes;
     stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
   }
   stats.hot_tier_hits = hits_.load();
@@ -667,6 +769,7 @@ StoreStats EmbeddingStore::Stats() {
   stats.rows_pulled = rows_pulled_.load();
   stats.rows_pushed = rows_pushed_.load();
   stats.disk_lookups = disk_lookups_.load();
+  stats.push_log_bytes = push_log_->live_bytes();
   stats.disk_bytes = rocks_->TotalDiskBytes();
   return stats;
 }

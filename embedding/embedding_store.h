@@ -7,17 +7,18 @@
 // its deterministic initial value (see initializer.h).
 //
 // Durability:
-//   kWal       Push() returns only after a record of it (the summed gradients
-//              of its keys, one record per stripe, all in one RocksDB write)
-//              is in RocksDB's WAL, in a "push log"; concurrent pushes are
-//              group-committed. Rows themselves are written back every
+//   kWal       Push() returns only after a record of it (per stripe it
+//              touched: the summed gradients of its keys, with a sequence
+//              number taken when the update was applied) is appended to a
+//              push log of files under <data_dir>/push_log (push_log.h).
+//              Rows themselves are written back every
 //              `wal_write_back_interval`, and when a dirty row is evicted,
-//              atomically with a cut of the stripe's log: the records below
-//              the cut are deleted, and any that land later are ignored, as
-//              the rows written include them. Opening the store replays the
-//              records above each cut, so a killed process loses no
-//              acknowledged push. The default: losing acknowledged updates
-//              silently is the worse surprise.
+//              atomically with the stripe's *cut* (the sequence its rows now
+//              include). Records below a cut are ignored on replay; a
+//              segment goes once every stripe has cut past it. Opening the
+//              store replays the records above each cut, so a killed process
+//              loses no acknowledged push. The default: losing acknowledged
+//              updates silently is the worse surprise.
 //   kPeriodic  Push() updates the hot tier only; dirty rows are written back
 //              every `flush_interval` and when evicted. A crash loses at most
 //              the last interval's updates. Faster.
@@ -25,7 +26,9 @@
 // Why a log of gradients and not the rows: writing every updated row
 // through RocksDB's memtable on every push (the first design) cost ~0.5 us
 // per row, and the memtable flushes it caused used a third of a shard's CPU;
-// a log record per stripe is one sequential write.
+// the log is one sequential write per push. It lives in plain files, not in
+// RocksDB (the second design), because RocksDB flushed and compacted every
+// record before its cut deleted it: 35% of a shard's CPU under pushes.
 //
 // Concurrency: the hot tier is split into `num_stripes` stripes by key, each
 // with its own mutex; a pull or push locks one stripe at a time. Rows reach
@@ -54,6 +57,7 @@
 #include "absl/types/span.h"
 #include "embedding/initializer.h"
 #include "embedding/optimizer.h"
+#include "embedding/push_log.h"
 #include "embedding/rocks_store.h"
 #include "embedding/row_cache.h"
 #include "proto/ps.pb.h"
@@ -79,9 +83,10 @@ struct StoreOptions {
   // nothing either way; bounds the log replayed when the store next opens.
   // Default: 10 s.
   absl::Duration wal_write_back_interval = absl::Seconds(10);
-  // kWal: a stripe whose push log since its last write-back passes
-  // max_push_log_bytes / num_stripes is written back early, which bounds the
-  // log on disk and the replay at the next open. Default: 1 GiB.
+  // kWal: once the push log on disk passes this, the stripes holding its
+  // oldest segment are written back early, which bounds the log on disk and
+  // the replay at the next open; segments are an eighth of it, at most
+  // 64 MiB. Default: 1 GiB.
   uint64_t max_push_log_bytes = uint64_t{1} << 30;
   // Lock stripes of the hot tier. Default: 64. REQUIRES: >= 1.
   int num_stripes = 64;
@@ -108,7 +113,7 @@ struct StoreStats {
   uint64_t hot_tier_misses = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
-  // kWal: push-log bytes not yet covered by a write-back.
+  // kWal: bytes of push-log segments on disk (a restart reads them).
   uint64_t push_log_bytes = 0;
   // Keys looked up in RocksDB because the hot tier did not hold them.
   uint64_t disk_lookups = 0;
@@ -186,13 +191,12 @@ class EmbeddingStore {
     RowCache cache ABSL_GUARDED_BY(mu);
     // kWal: the sequence number of this stripe's next push-log record,
     // taken under `mu` when the update is applied, so that sequence order is
-    // application order whatever order the records reach RocksDB in. Starts
-    // at 1: 0 is the cut (rocks_store.h).
+    // application order whatever order the records are appended in. Starts
+    // at 1 in each epoch of the log.
     uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
-    // kWal: bytes logged since the last cut, and whether the flusher has
-    // been asked to write this stripe back early because of them.
-    uint64_t log_bytes ABSL_GUARDED_BY(mu) = 0;
-    bool write_back_requested ABSL_GUARDED_BY(mu) = false;
+    // kWal: every record of this stripe at or above its last cut written to
+    // RocksDB lies in this push-log segment or a later one.
+    std::atomic<uint64_t> log_start_segment{0};
     // Some row left this stripe's hot tier since the store opened.
     bool evicted_rows ABSL_GUARDED_BY(mu) = false;
     // FlushStripe() is writing copies of this stripe's dirty rows without
@@ -201,8 +205,8 @@ class EmbeddingStore {
     bool write_back_in_flight ABSL_GUARDED_BY(mu) = false;
   };
 
-  EmbeddingStore(const StoreOptions& options,
-                 std::unique_ptr<RocksStore> rocks);
+  EmbeddingStore(const StoreOptions& options, std::unique_ptr<RocksStore> rocks,
+                 std::unique_ptr<PushLog> push_log);
 
   absl::Status AddTable(TableId id, const TableSpec& spec, bool created_empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
@@ -234,10 +238,21 @@ class EmbeddingStore {
   absl::Status EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
+  // What TakeDirtyRows() copied: the rows with their versions, and under
+  // kWal where the stripe's log starts once the copies are written.
+  struct TakenRows {
+    std::vector<std::pair<CachedRow*, uint32_t>> rows;
+    uint64_t log_start_segment = 0;
+  };
+
   // Adds a copy of every dirty row of `stripe` to `batch` and, under kWal,
-  // the cut of the stripe's log; returns the rows with their versions.
-  std::vector<std::pair<CachedRow*, uint32_t>> TakeDirtyRows(
-      Stripe& stripe, RocksStore::Batch* batch)
+  // the cut of the stripe's log.
+  TakenRows TakeDirtyRows(Stripe& stripe, RocksStore::Batch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  // Under kWal, after `taken` is written: moves the stripe's log start and
+  // deletes the segments no stripe needs any more.
+  absl::Status ReleaseLog(Stripe& stripe, const TakenRows& taken)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
   // TakeDirtyRows(), the write, and the rows marked clean, all under the
@@ -245,8 +260,10 @@ class EmbeddingStore {
   absl::Status WriteBack(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
-  // Applies the push log left by the previous process, then writes the
-  // rows back and deletes the log in one atomic write.
+  // Applies the push log left by the previous process (its epoch, above
+  // each stripe's cut), then writes the rows back and starts a new epoch in
+  // one synced write, deletes the old segments, and appends to the new
+  // epoch from then on.
   absl::Status ReplayPushLog();
 
   // Writes `stripe`'s dirty rows back (and cuts its log under kWal) without
@@ -257,6 +274,7 @@ class EmbeddingStore {
 
   const StoreOptions options_;
   const std::unique_ptr<RocksStore> rocks_;
+  const std::unique_ptr<PushLog> push_log_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 
   mutable absl::Mutex tables_mu_;
@@ -270,11 +288,11 @@ class EmbeddingStore {
   std::atomic<uint64_t> rows_pushed_{0};
   std::atomic<uint64_t> disk_lookups_{0};
 
-  // The flusher's wake-ups: stop, or stripes to write back before their turn.
-  // Lock order: a stripe's mu, then flush_mu_.
+  // The flusher's wake-ups: stop, or the push log has grown past
+  // max_push_log_bytes. Lock order: a stripe's mu, then flush_mu_.
   absl::Mutex flush_mu_;
   bool stop_flushing_ ABSL_GUARDED_BY(flush_mu_) = false;
-  std::vector<size_t> urgent_stripes_ ABSL_GUARDED_BY(flush_mu_);
+  bool log_over_budget_ ABSL_GUARDED_BY(flush_mu_) = false;
   std::thread flusher_;
 };
 

@@ -1,5 +1,6 @@
 #include "embedding/embedding_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
 
 namespace ps::embedding {
 namespace {
@@ -355,6 +357,106 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
     auto store = OpenStore(options_);
     EXPECT_EQ(PullRows(*store, "emb", keys, 3), expected) << "open " << open;
   }
+}
+
+// Pushes SGD steps of -1 to keys 0..9 of a dim-2 table in a child process
+// that exits as if killed: only the push log holds the updates.
+void PushAndDie(const StoreOptions& options, int pushes) {
+  auto child = [&] {
+    auto store = OpenStore(options);
+    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < pushes; ++i) {
+      if (!store->Push("emb", keys, std::vector<float>(20, -1.0f)).ok())
+        std::_Exit(1);
+    }
+    std::_Exit(0);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedEpochAreNeverReadAgain) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  PushAndDie(options_, 3);
+  const std::string log_dir = options_.data_dir + "/push_log";
+  const std::string saved = options_.data_dir + "_saved_log";
+  std::filesystem::remove_all(saved);
+  std::filesystem::copy(log_dir, saved);
+  ASSERT_FALSE(Files(saved).empty());
+  const float initial = InitialRow(SgdTable("emb", 2), 4)[0];
+  {
+    auto store = OpenStore(options_);  // replays the 3 pushes
+    EXPECT_FLOAT_EQ(PullRows(*store, "emb", {4}, 2)[0], initial + 3.0f);
+  }
+  // As if the replaying process died after recording the new epoch but
+  // before deleting the old segments: they must go unread.
+  for (const std::string& file : Files(saved)) {
+    std::filesystem::copy_file(saved + "/" + file, log_dir + "/" + file,
+                               std::filesystem::copy_options::skip_existing);
+  }
+  auto store = OpenStore(options_);
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {4}, 2)[0], initial + 3.0f);
+  for (const std::string& file : Files(log_dir)) {
+    EXPECT_EQ(std::count(Files(saved).begin(), Files(saved).end(), file), 0)
+        << file << " survived";
+  }
+}
+
+TEST_F(EmbeddingStoreTest, ALogNewerThanTheRowsIsRefused) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  PushAndDie(options_, 1);
+  const std::string log_dir = options_.data_dir + "/push_log";
+  const std::vector<std::string> files = Files(log_dir);
+  ASSERT_EQ(files.size(), 1u);
+  // A segment from another store's later epoch, say.
+  std::filesystem::rename(log_dir + "/" + files[0],
+                          log_dir + "/0000000099-0000000000.pushlog");
+  auto store = EmbeddingStore::Open(options_);
+  EXPECT_THAT(store.status(), StatusIs(StatusCode::kDataLoss));
+}
+
+TEST_F(EmbeddingStoreTest, APushLogKeptInRocksDbByAnOlderVersionIsRefused) {
+  { auto store = OpenStore(options_); }
+  {
+    // What versions that kept the log in RocksDB left: a record at
+    // (stripe 0, sequence 1) in the "push_log" family.
+    rocksdb::DBOptions db_options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    std::vector<std::string> names;
+    ASSERT_TRUE(
+        rocksdb::DB::ListColumnFamilies(db_options, options_.data_dir, &names)
+            .ok());
+    for (const std::string& name : names)
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(db_options, options_.data_dir, families,
+                                  &handles, &db)
+                    .ok());
+    const std::string key = std::string(11, '\0') + '\1';
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "push_log") {
+        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i], key,
+                            std::string(40, 'r'))
+                        .ok());
+      }
+    }
+    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+    delete db;
+  }
+  auto store = EmbeddingStore::Open(options_);
+  EXPECT_THAT(store.status(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_NE(store.status().message().find("moved to files"), std::string::npos)
+      << store.status();
 }
 
 TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {

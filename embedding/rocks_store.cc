@@ -20,6 +20,7 @@ namespace {
 constexpr char kSpecPrefix[] = "table_spec/";
 constexpr char kFamilyPrefix[] = "table.";
 constexpr char kLogFamily[] = "push_log";
+constexpr char kEpochKey[] = "epoch";
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -36,8 +37,8 @@ rocksdb::Slice KeySlice(const uint64_t& key) {
   return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
 }
 
-// A push-log key: the stripe and the sequence, big-endian, so that keys sort
-// by stripe, then sequence.
+// A push-log key: the stripe and the sequence, big-endian. Cuts have sequence
+// 0; before the log moved to files (push_log.h), records had the others.
 std::string LogKey(uint32_t stripe, uint64_t sequence) {
   std::string key(12, '\0');
   for (int i = 0; i < 4; ++i)
@@ -47,25 +48,32 @@ std::string LogKey(uint32_t stripe, uint64_t sequence) {
   return key;
 }
 
-}  // namespace
-
-void RocksStore::Batch::PutLog(uint32_t stripe, uint64_t sequence,
-                               absl::string_view record) {
-  batch_.Put(store_->log_handle_, LogKey(stripe, sequence),
-             rocksdb::Slice(record.data(), record.size()));
+// Records in the push-log family (sequence > 0) come from a version that
+// kept the log in RocksDB; this one cannot replay them.
+absl::Status OldPushLogError(const std::string& path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      path,
+      " holds a push log in RocksDB, as versions before the push log moved "
+      "to files wrote it: open it once with such a version, which replays "
+      "it, stop that server cleanly, then start this one"));
 }
 
-void RocksStore::Batch::CutLog(uint32_t stripe, uint64_t end_sequence) {
-  batch_.DeleteRange(store_->log_handle_, LogKey(stripe, 1),
-                     LogKey(stripe, end_sequence));
+}  // namespace
+
+void RocksStore::Batch::SetLogCut(uint32_t stripe, uint64_t end_sequence) {
   batch_.Put(store_->log_handle_, LogKey(stripe, 0),
              rocksdb::Slice(reinterpret_cast<const char*>(&end_sequence),
                             sizeof(end_sequence)));
 }
 
-void RocksStore::Batch::DeleteAllLogs() {
-  batch_.DeleteRange(store_->log_handle_, LogKey(0, 0),
+void RocksStore::Batch::StartLogEpoch(uint64_t epoch) {
+  // Every key of the family sorts below 13 0xff bytes, the epoch's included;
+  // the Put below comes later in the batch, so it stands.
+  batch_.DeleteRange(store_->log_handle_, rocksdb::Slice(),
                      std::string(13, '\xff'));
+  batch_.Put(
+      store_->log_handle_, kEpochKey,
+      rocksdb::Slice(reinterpret_cast<const char*>(&epoch), sizeof(epoch)));
 }
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
@@ -251,6 +259,12 @@ absl::Status RocksStore::Write(Batch* batch) {
   return FromRocks(db_->Write(write_options_, &batch->batch_), "writing rows");
 }
 
+absl::Status RocksStore::WriteSynced(Batch* batch) {
+  rocksdb::WriteOptions synced;
+  synced.sync = true;
+  return FromRocks(db_->Write(synced, &batch->batch_), "writing rows");
+}
+
 absl::Status RocksStore::MultiGet(TableId table,
                                   absl::Span<const uint64_t> keys,
                                   std::vector<std::string>* values,
@@ -273,27 +287,43 @@ absl::Status RocksStore::MultiGet(TableId table,
   return absl::OkStatus();
 }
 
-absl::Status RocksStore::ForEachLog(
-    const std::function<absl::Status(uint32_t, uint64_t, absl::string_view)>&
-        fn) {
+absl::Status RocksStore::ReadLogState(
+    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* cuts) {
+  *epoch = 0;
+  cuts->clear();
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), log_handle_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
+    const rocksdb::Slice value = it->value();
+    if (value.size() != sizeof(uint64_t)) {
+      if (key.size() == 12) {
+        return OldPushLogError(options_.path);
+      }
+      return absl::DataLossError(
+          absl::StrCat("push-log entry of ", value.size(), " bytes"));
+    }
+    uint64_t number = 0;
+    std::memcpy(&number, value.data(), sizeof(number));
+    if (key == kEpochKey) {
+      *epoch = number;
+      continue;
+    }
     if (key.size() != 12) {
       return absl::DataLossError(
-          absl::StrCat("push log key of ", key.size(), " bytes, expected 12"));
+          absl::StrCat("push-log key of ", key.size(), " bytes"));
     }
     const auto* bytes = reinterpret_cast<const unsigned char*>(key.data());
     uint32_t stripe = 0;
     uint64_t sequence = 0;
     for (int i = 0; i < 4; ++i) stripe = (stripe << 8) | bytes[i];
     for (int i = 4; i < 12; ++i) sequence = (sequence << 8) | bytes[i];
-    const rocksdb::Slice value = it->value();
-    RETURN_IF_ERROR(
-        fn(stripe, sequence, absl::string_view(value.data(), value.size())));
+    if (sequence != 0) {
+      return OldPushLogError(options_.path);
+    }
+    (*cuts)[stripe] = number;
   }
-  return FromRocks(it->status(), "reading the push log");
+  return FromRocks(it->status(), "reading the push log's cuts");
 }
 
 uint64_t RocksStore::EstimatedRows(TableId table) {

@@ -5,9 +5,9 @@
 // optimizer state) as the value. Table specs are kept in the default column
 // family, so reopening the same directory brings every table back.
 //
-// A "push log" column family holds records keyed by (stripe, sequence), in
-// that order; EmbeddingStore writes there under --durability=wal (see
-// embedding_store.h) and this class only stores, lists and deletes them.
+// A "push log" column family holds what EmbeddingStore needs to replay its
+// push log (push_log.h) under --durability=wal: the log's epoch and, per
+// lock stripe, the cut (the sequence up to which rows are written back).
 //
 // Thread-safe: RocksDB serialises what it must; concurrent Write() calls are
 // group-committed into one WAL write.
@@ -17,11 +17,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -56,15 +56,11 @@ class RocksStore {
   class Batch {
    public:
     void Put(TableId table, uint64_t key, absl::Span<const float> row);
-    // Adds push-log record (stripe, sequence); sequence 0 is reserved for
-    // the stripe's cut (below).
-    void PutLog(uint32_t stripe, uint64_t sequence, absl::string_view record);
-    // Cuts `stripe`'s log at `end_sequence`: deletes its records in
-    // [1, end_sequence) and records the cut as entry (stripe, 0), whose value
-    // is end_sequence (8 bytes, host order).
-    void CutLog(uint32_t stripe, uint64_t end_sequence);
-    // Deletes every push-log record.
-    void DeleteAllLogs();
+    // Records that the push log of `stripe` (push_log.h) is written back up
+    // to, not including, `end_sequence`.
+    void SetLogCut(uint32_t stripe, uint64_t end_sequence);
+    // Deletes every cut and records `epoch` as the push log's.
+    void StartLogEpoch(uint64_t epoch);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -92,6 +88,8 @@ class RocksStore {
 
   // Writes `batch` through the WAL (synced if options.sync_wal).
   absl::Status Write(Batch* batch);
+  // Writes `batch` and syncs the WAL, whatever options.sync_wal says.
+  absl::Status WriteSynced(Batch* batch);
 
   // Reads `keys` of `table`. For each key, (*values)[i] holds the stored row
   // and (*found)[i] says whether there was one.
@@ -99,12 +97,10 @@ class RocksStore {
                         std::vector<std::string>* values,
                         std::vector<bool>* found);
 
-  // Calls fn(stripe, sequence, record) for every push-log entry, cuts
-  // included, ordered by stripe, then sequence; stops at the first error fn
-  // returns.
-  absl::Status ForEachLog(
-      const std::function<absl::Status(uint32_t stripe, uint64_t sequence,
-                                       absl::string_view record)>& fn);
+  // The push log's epoch (0 if never started) and each stripe's cut.
+  // FAILED_PRECONDITION for a push log an older version kept in RocksDB.
+  absl::Status ReadLogState(uint64_t* epoch,
+                            absl::flat_hash_map<uint32_t, uint64_t>* cuts);
 
   // RocksDB's estimates for one table.
   uint64_t EstimatedRows(TableId table);
