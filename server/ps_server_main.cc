@@ -32,14 +32,15 @@ ABSL_FLAG(uint64_t, cache_mb, 256,
           "Tables may be many times larger; the rest lives in RocksDB.");
 ABSL_FLAG(std::string, durability, "wal",
           "'wal': a push is acknowledged only once a record of its gradients "
-          "is in RocksDB's write-ahead log (group commit), so kill -9 loses "
-          "no acknowledged update; rows are written back every "
+          "is appended to the push log (<data_dir>/push_log), so kill -9 "
+          "loses no acknowledged update; rows are written back every "
           "--wal_write_back_ms and the log replayed at restart. 'periodic': "
           "pushes update memory and dirty rows are "
           "written back every --flush_interval_ms, so a crash loses at most "
           "that interval; faster.");
 ABSL_FLAG(bool, sync_wal, false,
-          "With --durability=wal, also fsync the WAL before acknowledging, so "
+          "With --durability=wal, also fdatasync the push log (and RocksDB's "
+          "WAL) before acknowledging, so "
           "acknowledged pushes survive a machine crash, not only a process "
           "crash.");
 ABSL_FLAG(uint64_t, flush_interval_ms, 1000,
