@@ -54,9 +54,6 @@ SectionHeader ReadSectionHeader(const char* bytes) {
   return header;
 }
 
-// How many keys ahead a pull prefetches the hot tier's index slots.
-constexpr uint32_t kPrefetchDistance = 8;
-
 // Segments of an eighth of the log's budget, so that deleting them can
 // bring the log back under it; at most 64 MiB, at least 4 KiB.
 uint64_t SegmentBytes(uint64_t max_push_log_bytes) {
@@ -510,9 +507,6 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     // copies' cache misses overlap instead of coming one after another.
     found.clear();
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-      if (i + kPrefetchDistance < starts[s + 1]) {
-        stripe.cache.Prefetch(table->id, keys[order[i + kPrefetchDistance]]);
-      }
       const float* row = stripe.cache.FindValues(table->id, keys[order[i]]);
       if (row != nullptr) __builtin_prefetch(row);
       found.push_back(row);

@@ -51,12 +51,6 @@ class RowCache {
   // list node, one cache miss fewer per row than Find().
   const float* FindValues(uint32_t table_id, uint64_t key);
 
-  // Starts loading the index slot of (table_id, key) into the CPU cache, so
-  // that a lookup a few keys later does not wait for memory.
-  void Prefetch(uint32_t table_id, uint64_t key) const {
-    index_.prefetch(TableKey{table_id, key});
-  }
-
   // Adds a row that is not cached yet and returns it.
   CachedRow* Insert(uint32_t table_id, uint64_t key,
                     absl::Span<const float> values, bool dirty);
