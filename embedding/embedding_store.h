@@ -73,8 +73,9 @@ struct StoreOptions {
   size_t cache_bytes = 256 << 20;
   // Default: kWal (see above).
   Durability durability = Durability::kWal;
-  // fsync the WAL on each write, so acknowledged pushes survive a machine
-  // crash too, not only a process crash. Default: false.
+  // fdatasync the push log on each append (and RocksDB's WAL on each
+  // write), so acknowledged pushes survive a machine crash too, not only a
+  // process crash. Default: false.
   bool sync_wal = false;
   // kPeriodic: how often dirty rows are written back, the most updates a
   // crash can lose. Default: 1 s.
