@@ -217,7 +217,7 @@ void PushLog::StartEpoch(uint64_t epoch) {
   absl::MutexLock lock(&mu_);
   CloseSegment();
   epoch_ = epoch;
-  first_live_segment_ = 0;
+  first_live_segment_.store(0);
   closed_sizes_.clear();
   current_segment_.store(0);
   live_bytes_.store(0);
@@ -309,16 +309,19 @@ absl::Status PushLog::Append(absl::string_view payload) {
 }
 
 absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {
+  // Most calls have nothing to delete: answer them without waiting for an
+  // append in progress.
+  if (segment <= first_live_segment_.load()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   // Only closed segments go: the open one is current_segment().
-  while (first_live_segment_ < segment && !closed_sizes_.empty()) {
-    const std::string path = SegmentPath(epoch_, first_live_segment_);
+  while (first_live_segment_.load() < segment && !closed_sizes_.empty()) {
+    const std::string path = SegmentPath(epoch_, first_live_segment_.load());
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
       return ErrnoError("deleting", path);
     }
     live_bytes_ -= closed_sizes_.front();
     closed_sizes_.pop_front();
-    ++first_live_segment_;
+    first_live_segment_.store(first_live_segment_.load() + 1);
   }
   return absl::OkStatus();
 }

@@ -142,8 +142,9 @@ class PushLog {
   // The open segment's descriptor (-1 before its first append) and size.
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t segment_size_ ABSL_GUARDED_BY(mu_) = 0;
-  // Segments of this epoch below this number are deleted.
-  uint64_t first_live_segment_ ABSL_GUARDED_BY(mu_) = 0;
+  // Segments of this epoch below this number are deleted. Written under
+  // mu_; read without it too.
+  std::atomic<uint64_t> first_live_segment_{0};
   // Sizes of the closed, not yet deleted segments, from first_live_segment_.
   std::deque<uint64_t> closed_sizes_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> current_segment_{0};
