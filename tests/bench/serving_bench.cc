@@ -38,6 +38,8 @@
 #include "proto/ps.grpc.pb.h"
 
 ABSL_FLAG(std::string, ps, "", "ps_server host:port.");
+ABSL_FLAG(std::string, system, "ps_server",
+          "Name of the server behind --ps, for the table.");
 ABSL_FLAG(std::string, label, "hot tier",
           "What this ps_server's configuration is.");
 ABSL_FLAG(int32_t, redis_port, 0, "Redis port on 127.0.0.1; 0: skip Redis.");
@@ -280,11 +282,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   for (int clients : ClientCounts()) {
+    const std::string system = absl::GetFlag(FLAGS_system);
     if (Measures("pull")) {
-      print("ps_server", "pull", clients, Measure(clients, ps_pull));
+      print(system.c_str(), "pull", clients, Measure(clients, ps_pull));
     }
     if (Measures("push")) {
-      print("ps_server", "push", clients, Measure(clients, ps_push));
+      print(system.c_str(), "push", clients, Measure(clients, ps_push));
     }
   }
 

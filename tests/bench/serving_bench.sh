@@ -2,7 +2,8 @@
 # Serving rows: ps_server against Redis 7 (no persistence) holding the same
 # rows, side by side on loopback in one run; dims 16 and 64; batches of 4096
 # power-law keys; 1 and 4 clients; a table that fits the hot tier and one 4x
-# larger than --cache_mb; the loopback bandwidth as the ceiling. Prints the
+# larger than --cache_mb; the loopback bandwidth as the ceiling, and the same
+# gRPC service doing no work as the transport's. Prints the
 # table and rewrites the "serving" section of BENCHMARKS.md.
 #
 #   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash deploy/setup.sh --bench >/dev/null
-bazel build //server:ps_server //tests/bench:serving_bench 2>&1 | tail -1
+bazel build //server:ps_server //tests/bench:serving_bench //tests/bench:grpc_ceiling_server 2>&1 | tail -1
 work=$(mktemp -d /tmp/serving_bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -43,6 +44,14 @@ start_ps() {
   address=$(ps_address "$work/$2.out")
 }
 stop_ps() { kill "$ps_pid"; wait "$ps_pid" 2>/dev/null || true; }
+# The same gRPC service doing no work (tests/bench/grpc_ceiling_server.cc):
+# what gRPC itself allows on this machine.
+start_ceiling() {
+  "bazel-bin/tests/bench/grpc_ceiling_server" --listen=127.0.0.1:0 >"$work/ceiling.out" 2>&1 &
+  ps_pid=$!
+  pids+=($ps_pid)
+  address=$(ps_address "$work/ceiling.out")
+}
 
 loopback=$(bazel-bin/tests/bench/serving_bench --loopback)
 table="$work/table.md"
@@ -60,6 +69,10 @@ table="$work/table.md"
 } >"$table"
 cat "$table"
 for dim in 16 64; do
+  start_ceiling
+  bazel-bin/tests/bench/serving_bench --ps="$address" --system="gRPC, no work" --label="-" \
+    --dim=$dim --rows="$rows" --seconds="$seconds" | tee -a "$table"
+  stop_ps
   start_ps 1024 "fits$dim"
   bazel-bin/tests/bench/serving_bench --ps="$address" --label="fits hot tier" --dim=$dim \
     --rows="$rows" --seconds="$seconds" --redis_port="$redis_port" | tee -a "$table"
@@ -74,21 +87,23 @@ for dim in 16 64; do
 done
 python3 - "$table" "$loopback" <<'PY' | tee -a "$table"
 import re, sys
-rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| ps_server") or l.startswith("| Redis")]
+rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| ps_server") or l.startswith("| Redis") or l.startswith("| gRPC")]
 loopback = float(sys.argv[2])
 cells = {}
 for r in rows:
     system, table, dim, clients, op, mrows = [c.strip() for c in r[:6]]
-    cells[(system, table.startswith("fits"), dim, clients, op)] = float(mrows)
-print("\n| dim | clients | op | ps_server / Redis (best client count) | ps_server pull / loopback ceiling |")
-print("| --- | --- | --- | --- | --- |")
+    cells[(system, table.startswith("fits") or table == "-", dim, clients, op)] = float(mrows)
+print("\n| dim | clients | op | ps_server / Redis (best client count) | ps_server / loopback ceiling | ps_server / gRPC doing no work |")
+print("| --- | --- | --- | --- | --- | --- |")
 for dim in ("16", "64"):
     for op in ("pull", "push"):
         ps = max(cells.get(("ps_server", True, dim, c, op), 0) for c in ("1", "4"))
         redis = max(cells.get(("Redis 7", True, dim, c, op), 0) for c in ("1", "4"))
+        grpc = max(cells.get(("gRPC, no work", True, dim, c, op), 0) for c in ("1", "4"))
         ceiling = loopback / (int(dim) * 4) / 1e6
         ratio = ps / redis if redis else float("nan")
-        print(f"| {dim} | best | {op} | {ratio:.1f}x | {ps / ceiling:.2f} of {ceiling:.1f} M rows/s |")
+        of_grpc = ps / grpc if grpc else float("nan")
+        print(f"| {dim} | best | {op} | {ratio:.1f}x | {ps / ceiling:.2f} of {ceiling:.1f} M rows/s | {of_grpc:.2f} of {grpc:.2f} M rows/s |")
 PY
 /usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md serving "$table"
 echo "wrote the serving section of BENCHMARKS.md"
