@@ -558,12 +558,10 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
                      " (dim ", dim, ") needs ", keys.size() * dim,
                      " gradient floats, got ", gradients.size()));
   }
-  for (size_t i = 0; i < gradients.size(); ++i) {
-    if (!std::isfinite(gradients[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient of key ", keys[i / dim], " (row ", i / dim, ", column ",
-          i % dim, ") is ", gradients[i], "; nothing was applied"));
-    }
+  if (const int64_t i = FirstNonFinite(gradients); i >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient of key ", keys[i / dim], " (row ", i / dim, ", column ",
+        i % dim, ") is ", gradients[i], "; nothing was applied"));
   }
 
   // Sum duplicate keys, keeping first-seen order.

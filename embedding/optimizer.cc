@@ -1,6 +1,7 @@
 #include "embedding/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -201,6 +202,23 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("unknown optimizer kind ", spec.kind()));
   }
+}
+
+int64_t FirstNonFinite(absl::Span<const float> gradients) {
+  // A float is NaN or infinite when its exponent bits are all ones. OR-ing
+  // the test over the whole span, with no early exit, vectorizes; the rare
+  // failure then looks for the culprit.
+  uint32_t any = 0;
+  for (float value : gradients) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (any == 0) return -1;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (!std::isfinite(gradients[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 }  // namespace ps::embedding

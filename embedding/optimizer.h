@@ -17,9 +17,11 @@
 #ifndef PS_EMBEDDING_OPTIMIZER_H_
 #define PS_EMBEDDING_OPTIMIZER_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "proto/ps.pb.h"
 
 namespace ps::embedding {
@@ -47,6 +49,11 @@ class Optimizer {
   virtual void Apply(const float* gradient, int dim, float* weights,
                      float* state) const = 0;
 };
+
+// Returns the index of the first NaN or infinity in `gradients`, or -1 if
+// every value is finite: what an optimizer can apply. Vectorized: a push's
+// gradients are checked whole before anything is applied.
+int64_t FirstNonFinite(absl::Span<const float> gradients);
 
 }  // namespace ps::embedding
 

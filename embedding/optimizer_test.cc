@@ -3,6 +3,7 @@
 #include "embedding/optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "base/status_matchers.h"
@@ -150,6 +151,27 @@ TEST(OptimizerTest, RejectsBadHyperParameters) {
   unknown.set_kind(static_cast<OptimizerSpec::Kind>(42));
   EXPECT_THAT(Optimizer::Create(unknown),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(FirstNonFiniteTest, FindsTheFirstNanOrInfinityAnywhere) {
+  std::vector<float> values(1000, 0.5f);
+  values[3] = std::numeric_limits<float>::max();
+  values[4] = -std::numeric_limits<float>::max();
+  values[5] = std::numeric_limits<float>::denorm_min();
+  values[6] = -0.0f;
+  EXPECT_EQ(FirstNonFinite(values), -1);
+  EXPECT_EQ(FirstNonFinite({}), -1);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    -std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    for (size_t at : {size_t{0}, size_t{517}, size_t{999}}) {
+      std::vector<float> with_bad = values;
+      with_bad[at] = bad;
+      if (at != 999) with_bad[999] = bad;  // the first one counts
+      EXPECT_EQ(FirstNonFinite(with_bad), static_cast<int64_t>(at)) << bad;
+    }
+  }
 }
 
 }  // namespace
