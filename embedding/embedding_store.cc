@@ -604,7 +604,7 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       stripe_keys.push_back(unique_keys[order[i]]);
     }
-    size_t section = record.size();
+    const size_t section = record.size();
     if (log_pushes) {
       const uint32_t header[3] = {table->id, stripe.index,
                                   static_cast<uint32_t>(stripe_keys.size())};
