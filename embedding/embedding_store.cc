@@ -253,20 +253,22 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
       disk_lookups_ += missing.size();
       RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
     }
-    const size_t row_bytes = table.row_floats * sizeof(float);
     std::vector<float> row(table.row_floats);
     for (size_t i = 0; i < missing.size(); ++i) {
       CachedRow*& loaded = found_rows[missing_positions[i]];
       if (found[i]) {
-        if (values[i].size() != row_bytes) {
-          return absl::DataLossError(
-              absl::StrCat("table ", table.spec.name(), " key ", missing[i],
-                           " is stored with ", values[i].size(),
-                           " bytes, expected ", row_bytes));
+        LogPosition position;
+        const absl::Status decoded =
+            RocksStore::DecodeRow(values[i], absl::MakeSpan(row), &position);
+        if (!decoded.ok()) {
+          return absl::DataLossError(absl::StrCat("table ", table.spec.name(),
+                                                  " key ", missing[i], ": ",
+                                                  decoded.message()));
         }
-        std::memcpy(row.data(), values[i].data(), row_bytes);
         loaded =
             stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
+        if (position.epoch == log_epoch_)
+          loaded->log_sequence = position.sequence;
       } else if (create) {
         table.initializer.Fill(missing[i],
                                absl::MakeSpan(row.data(), table.dim));
@@ -287,18 +289,18 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   // evicted row's newer copy reach RocksDB before its older one.
   if (!stripe.write_back_in_flight) stripe.cache.EvictToBudget(&evicted);
   if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
-  for (const CachedRow& row : evicted)
-    batch->Put(row.table_id, row.key, row.values);
-  absl::Status written;
-  if (options_.durability == Durability::kWal && !evicted.empty()) {
-    written = WriteBack(stripe, batch);
-  } else {
-    written = rocks_->Write(batch);
+  // Each row carries the log sequence of its last update, so replay skips
+  // the records it already includes: no cut, and no other row, is needed.
+  for (const CachedRow& row : evicted) {
+    batch->Put(row.table_id, row.key, row.values,
+               LogPosition{log_epoch_, row.log_sequence});
   }
+  const absl::Status written = rocks_->Write(batch);
   if (!written.ok()) {
     // Keep the evicted updates in memory rather than lose them.
     for (const CachedRow& row : evicted) {
-      stripe.cache.Insert(row.table_id, row.key, row.values, /*dirty=*/true);
+      stripe.cache.Insert(row.table_id, row.key, row.values, /*dirty=*/true)
+          ->log_sequence = row.log_sequence;
     }
   }
   return written;
@@ -308,7 +310,8 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
   stripe.cache.ForEachDirty([&](CachedRow& row) {
-    batch->Put(row.table_id, row.key, row.values);  // copies the values
+    batch->Put(row.table_id, row.key, row.values,  // copies the values
+               LogPosition{log_epoch_, row.log_sequence});
     taken.rows.emplace_back(&row, row.version);
   });
   if (options_.durability == Durability::kWal) {
@@ -330,14 +333,6 @@ absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
   return push_log_->DeleteSegmentsBefore(needed);
 }
 
-absl::Status EmbeddingStore::WriteBack(Stripe& stripe,
-                                       RocksStore::Batch* batch) {
-  const TakenRows taken = TakeDirtyRows(stripe, batch);
-  RETURN_IF_ERROR(rocks_->Write(batch));
-  for (auto& [row, version] : taken.rows) row->dirty = false;
-  return ReleaseLog(stripe, taken);
-}
-
 absl::Status EmbeddingStore::ReplayPushLog() {
   uint64_t epoch = 0;
   absl::flat_hash_map<uint32_t, uint64_t> cuts;
@@ -351,6 +346,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<PushLog::EpochReader> reader,
                    push_log_->ReadEpoch(epoch));
+  // Rows read from here on know which of this epoch's updates they hold.
+  log_epoch_ = epoch;
 
   // First pass: where each section above its stripe's cut lies. Sections
   // are applied by stripe, then sequence (application order), which need
@@ -442,14 +439,18 @@ absl::Status EmbeddingStore::ReplayPushLog() {
           LoadRows(*table, stripe, stripe_keys, /*create=*/true, &loaded));
       for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
         CachedRow* row = loaded[i - starts[s]];
+        // Written (evicted) after this update: it holds it already. A key's
+        // records all come from one stripe, so their sequences compare.
+        if (row->log_sequence >= section.sequence) continue;
         float* weights = row->values.data();
         table->optimizer->Apply(&gradients[order[i] * dim], table->dim, weights,
                                 weights + dim);
+        row->log_sequence = section.sequence;
         ++row->version;
         row->dirty = true;
+        ++rows;
       }
     }
-    rows += keys.size();
   }
 
   // The replayed rows and the new epoch in one synced write: from then on
@@ -460,7 +461,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachDirty([&](CachedRow& row) {
-      batch.Put(row.table_id, row.key, row.values);
+      batch.Put(row.table_id, row.key, row.values,
+                LogPosition{epoch + 1, /*sequence=*/0});
       replayed.push_back(&row);
     });
   }
@@ -468,9 +470,13 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
   RETURN_IF_ERROR(push_log_->DeleteEpochsBefore(epoch + 1));
   push_log_->StartEpoch(epoch + 1);
+  log_epoch_ = epoch + 1;
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
-    stripe->cache.ForEachDirty([](CachedRow& row) { row.dirty = false; });
+    stripe->cache.ForEachRow([](CachedRow& row) {
+      row.dirty = false;
+      row.log_sequence = 0;  // numbers of the old epoch
+    });
     RocksStore::Batch empty = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(*stripe, &empty));
   }
@@ -633,6 +639,8 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
       const uint64_t sequence = stripe.next_log_sequence++;
       std::memcpy(&record[section + kSequenceOffset], &sequence,
                   sizeof(sequence));
+      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
+        rows[i - starts[s]]->log_sequence = sequence;
     }
     RocksStore::Batch evictions = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));

@@ -11,12 +11,14 @@
 //              touched: the summed gradients of its keys, with a sequence
 //              number taken when the update was applied) is appended to a
 //              push log of files under <data_dir>/push_log (push_log.h).
-//              Rows themselves are written back every
-//              `wal_write_back_interval`, and when a dirty row is evicted,
-//              atomically with the stripe's *cut* (the sequence its rows now
-//              include). Records below a cut are ignored on replay; a
-//              segment goes once every stripe has cut past it. Opening the
-//              store replays the records above each cut, so a killed process
+//              Every stripe's dirty rows are written back every
+//              `wal_write_back_interval`, atomically with the stripe's *cut*
+//              (the sequence its rows now include); records below a cut are
+//              ignored on replay, and a segment goes once every stripe has
+//              cut past it. A dirty row evicted in between is written alone,
+//              with the sequence of its last update (its LogPosition), and
+//              replay skips that key's records up to it. Opening the store
+//              replays the records above each cut, so a killed process
 //              loses no acknowledged push. The default: losing acknowledged
 //              updates silently is the worse surprise.
 //   kPeriodic  Push() updates the hot tier only; dirty rows are written back
@@ -232,10 +234,9 @@ class EmbeddingStore {
                         std::vector<CachedRow*>* rows = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
-  // Evicts `stripe` down to its budget and writes the evicted dirty rows
-  // (and anything already in `batch`) to RocksDB. Under kWal an evicted
-  // dirty row makes it write back every dirty row of the stripe and cut the
-  // stripe's log: a row on disk must never be older than the log's start.
+  // Evicts `stripe` down to its budget and writes the evicted dirty rows,
+  // each with its log position (and anything already in `batch`), to
+  // RocksDB.
   absl::Status EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
@@ -256,11 +257,6 @@ class EmbeddingStore {
   absl::Status ReleaseLog(Stripe& stripe, const TakenRows& taken)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
-  // TakeDirtyRows(), the write, and the rows marked clean, all under the
-  // stripe's lock (the eviction path).
-  absl::Status WriteBack(Stripe& stripe, RocksStore::Batch* batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
-
   // Applies the push log left by the previous process (its epoch, above
   // each stripe's cut), then writes the rows back and starts a new epoch in
   // one synced write, deletes the old segments, and appends to the new
@@ -276,6 +272,10 @@ class EmbeddingStore {
   const StoreOptions options_;
   const std::unique_ptr<RocksStore> rocks_;
   const std::unique_ptr<PushLog> push_log_;
+  // The push log's epoch that rows' log positions refer to: the replayed
+  // one while ReplayPushLog() runs, the new one after. Set before any other
+  // thread starts.
+  uint64_t log_epoch_ = 0;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 
   mutable absl::Mutex tables_mu_;

@@ -459,6 +459,102 @@ TEST_F(EmbeddingStoreTest, APushLogKeptInRocksDbByAnOlderVersionIsRefused) {
       << store.status();
 }
 
+TEST_F(EmbeddingStoreTest, EvictedRowsAreNotReplayedTwice) {
+  TableSpec spec = SgdTable("emb", 3);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 40; ++key) keys.push_back(key * 7919);
+  auto push_rounds = [&](EmbeddingStore& store) {
+    for (int round = 0; round < 5; ++round) {
+      // A different half of the keys each round, so rows keep leaving and
+      // coming back.
+      std::vector<uint64_t> some;
+      std::vector<float> gradients;
+      for (size_t i = round % 2; i < keys.size(); i += 2) {
+        some.push_back(keys[i]);
+        for (int d = 0; d < 3; ++d)
+          gradients.push_back(0.05f * (round + 1) - 0.01f * d);
+      }
+      ASSERT_OK(store.Push("emb", some, gradients));
+    }
+  };
+  std::vector<float> expected;
+  {
+    StoreOptions reference_options = options_;
+    reference_options.data_dir += "_reference";
+    auto reference = OpenStore(reference_options);
+    ASSERT_OK(reference->DeclareTable(spec));
+    push_rounds(*reference);
+    expected = PullRows(*reference, "emb", keys, 3);
+  }
+  // A hot tier of ~4 rows per stripe: dirty rows are evicted (and written
+  // alone, without a cut) on almost every push; no write-back by the clock.
+  options_.durability = Durability::kWal;
+  options_.wal_write_back_interval = absl::Hours(1);
+  options_.num_stripes = 2;
+  options_.cache_bytes = 2 * 4 * RowCache::RowBytes(3 + 3);
+  auto child = [&] {
+    auto store = OpenStore(options_);
+    if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+    push_rounds(*store);
+    if (store->Stats().disk_lookups == 0) std::_Exit(3);  // no eviction?
+    std::_Exit(0);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+  options_.num_stripes = 3;
+  options_.cache_bytes = 256 << 20;
+  for (int open = 0; open < 2; ++open) {
+    auto store = OpenStore(options_);
+    EXPECT_EQ(PullRows(*store, "emb", keys, 3), expected) << "open " << open;
+  }
+}
+
+TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
+  const TableSpec spec = SgdTable("emb", 2);
+  {
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(spec));
+  }
+  {
+    // What versions before rows carried their log position stored: the
+    // row's floats alone (2 weights; SGD keeps no state).
+    rocksdb::DBOptions db_options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    std::vector<std::string> names;
+    ASSERT_TRUE(
+        rocksdb::DB::ListColumnFamilies(db_options, options_.data_dir, &names)
+            .ok());
+    for (const std::string& name : names)
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(db_options, options_.data_dir, families,
+                                  &handles, &db)
+                    .ok());
+    const uint64_t key = 42;
+    const float row[2] = {1.5f, -2.5f};
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "table.emb") {
+        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i],
+                            rocksdb::Slice(reinterpret_cast<const char*>(&key),
+                                           sizeof(key)),
+                            rocksdb::Slice(reinterpret_cast<const char*>(row),
+                                           sizeof(row)))
+                        .ok());
+      }
+    }
+    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+    delete db;
+  }
+  auto store = OpenStore(options_);
+  std::vector<float> weights;
+  bool stored = false;
+  ASSERT_OK(store->GetRow("emb", 42, &weights, &stored));
+  EXPECT_TRUE(stored);
+  EXPECT_EQ(weights, (std::vector<float>{1.5f, -2.5f}));
+}
+
 TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {
   options_.durability = Durability::kWal;
   options_.wal_write_back_interval = absl::Hours(1);  // never, by the clock

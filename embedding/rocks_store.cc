@@ -77,10 +77,33 @@ void RocksStore::Batch::StartLogEpoch(uint64_t epoch) {
 }
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
-                            absl::Span<const float> row) {
-  batch_.Put(store_->Handle(table), KeySlice(key),
-             rocksdb::Slice(reinterpret_cast<const char*>(row.data()),
-                            row.size() * sizeof(float)));
+                            absl::Span<const float> row, LogPosition position) {
+  // One slice for the floats, one for the position: no copy to join them.
+  const rocksdb::Slice parts[2] = {
+      rocksdb::Slice(reinterpret_cast<const char*>(row.data()),
+                     row.size() * sizeof(float)),
+      rocksdb::Slice(reinterpret_cast<const char*>(&position),
+                     sizeof(position))};
+  const rocksdb::Slice key_slice = KeySlice(key);
+  batch_.Put(store_->Handle(table), rocksdb::SliceParts(&key_slice, 1),
+             rocksdb::SliceParts(parts, 2));
+}
+
+absl::Status RocksStore::DecodeRow(absl::string_view value,
+                                   absl::Span<float> row,
+                                   LogPosition* position) {
+  const size_t row_bytes = row.size() * sizeof(float);
+  if (value.size() == row_bytes) {
+    *position = LogPosition();
+  } else if (value.size() == row_bytes + sizeof(LogPosition)) {
+    std::memcpy(position, value.data() + row_bytes, sizeof(LogPosition));
+  } else {
+    return absl::DataLossError(absl::StrCat(
+        "a stored row of ", value.size(), " bytes, expected ", row_bytes, " (",
+        row.size(), " floats) and a log position"));
+  }
+  std::memcpy(row.data(), value.data(), row_bytes);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(

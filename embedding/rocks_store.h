@@ -50,12 +50,21 @@ struct RocksStoreOptions {
 // A stored table's id in this store: an index, stable for the store's life.
 using TableId = uint32_t;
 
+// Where a stored row stands in the push log: the log's epoch, and the
+// sequence of the last update the row includes (embedding_store.h). Stored
+// after the row's floats; rows written before it existed read as {0, 0}.
+struct LogPosition {
+  uint64_t epoch = 0;
+  uint64_t sequence = 0;
+};
+
 class RocksStore {
  public:
   // A set of row writes applied atomically by Write().
   class Batch {
    public:
-    void Put(TableId table, uint64_t key, absl::Span<const float> row);
+    void Put(TableId table, uint64_t key, absl::Span<const float> row,
+             LogPosition position);
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogCut(uint32_t stripe, uint64_t end_sequence);
@@ -92,10 +101,15 @@ class RocksStore {
   absl::Status WriteSynced(Batch* batch);
 
   // Reads `keys` of `table`. For each key, (*values)[i] holds the stored row
-  // and (*found)[i] says whether there was one.
+  // (decode it with DecodeRow) and (*found)[i] says whether there was one.
   absl::Status MultiGet(TableId table, absl::Span<const uint64_t> keys,
                         std::vector<std::string>* values,
                         std::vector<bool>* found);
+
+  // Splits a value MultiGet() read into the row's `row.size()` floats and
+  // its log position. DATA_LOSS for a value of another size.
+  static absl::Status DecodeRow(absl::string_view value, absl::Span<float> row,
+                                LogPosition* position);
 
   // The push log's epoch (0 if never started) and each stripe's cut.
   // FAILED_PRECONDITION for a push log an older version kept in RocksDB.

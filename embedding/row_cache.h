@@ -34,6 +34,9 @@ struct CachedRow {
   // Bumped by every update, so that a write-back that copied the row can
   // tell, once written, whether the row changed since (and is still dirty).
   uint32_t version = 0;
+  // The push-log sequence (of the row's stripe, in the current log epoch) of
+  // the last update `values` include; 0 for none (embedding_store.h).
+  uint64_t log_sequence = 0;
 };
 
 class RowCache {
@@ -66,6 +69,12 @@ class RowCache {
     for (CachedRow& row : lru_) {
       if (row.dirty) fn(row);
     }
+  }
+
+  // Calls fn(CachedRow&) for every row.
+  template <typename Fn>
+  void ForEachRow(Fn fn) {
+    for (CachedRow& row : lru_) fn(row);
   }
 
   size_t bytes() const { return bytes_; }
