@@ -123,8 +123,6 @@ class Trainer {
   void Prepare(std::vector<Example> examples, Prepared* prepared) const;
   // Pulls every row and dense parameter `prepared` needs.
   absl::Status PullParameters(Prepared* prepared);
-  // Waits until step `step` may start; returns the staleness it saw.
-  absl::StatusOr<int64_t> WaitForStep(int64_t step);
   absl::Status PushGradients(const PushJob& job);
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
