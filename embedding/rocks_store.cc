@@ -295,14 +295,18 @@ absl::Status RocksStore::MultiGet(TableId table,
   std::vector<rocksdb::Slice> key_slices;
   key_slices.reserve(keys.size());
   for (const uint64_t& key : keys) key_slices.push_back(KeySlice(key));
-  std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(),
-                                                     Handle(table));
-  std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(rocksdb::ReadOptions(), families, key_slices, values);
+  // The batched form: lookups of one table grouped per file and block,
+  // where the vector-of-strings form looks each key up on its own.
+  std::vector<rocksdb::PinnableSlice> pinned(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  db_->MultiGet(rocksdb::ReadOptions(), Handle(table), keys.size(),
+                key_slices.data(), pinned.data(), statuses.data());
+  values->resize(keys.size());
   found->assign(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (statuses[i].ok()) {
       (*found)[i] = true;
+      (*values)[i].assign(pinned[i].data(), pinned[i].size());
     } else if (!statuses[i].IsNotFound()) {
       return FromRocks(statuses[i], "reading rows");
     }
