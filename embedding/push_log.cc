@@ -214,6 +214,9 @@ absl::Status PushLog::DeleteEpochsBefore(uint64_t epoch) {
 }
 
 void PushLog::StartEpoch(uint64_t epoch) {
+  absl::MutexLock sync_lock(&sync_mu_);
+  synced_segment_ = 0;
+  synced_bytes_ = 0;
   absl::MutexLock lock(&mu_);
   CloseSegment();
   epoch_ = epoch;
@@ -252,6 +255,9 @@ absl::Status PushLog::OpenSegment() {
 
 void PushLog::CloseSegment() {
   if (fd_ < 0) return;
+  if (options_.sync && fdatasync(fd_) != 0 && broken_.ok()) {
+    broken_ = ErrnoError("syncing", SegmentPath(epoch_, current_segment()));
+  }
   close(fd_);
   fd_ = -1;
   closed_sizes_.push_back(segment_size_);
@@ -269,11 +275,26 @@ absl::Status PushLog::Append(absl::string_view payload) {
   std::memcpy(header, &length, sizeof(length));
   std::memcpy(header + sizeof(length), &checksum, sizeof(checksum));
 
-  absl::MutexLock lock(&mu_);
+  uint64_t segment = 0, bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(broken_);
+    RETURN_IF_ERROR(WriteFrame(header, payload));
+    segment = current_segment();
+    bytes = segment_size_;
+    if (segment_size_ >= options_.segment_bytes) CloseSegment();
+    if (!options_.sync) return absl::OkStatus();
+    RETURN_IF_ERROR(broken_);
+  }
+  return SyncThrough(segment, bytes);
+}
+
+absl::Status PushLog::WriteFrame(const char* header,
+                                 absl::string_view payload) {
   if (fd_ < 0) RETURN_IF_ERROR(OpenSegment());
-  iovec parts[2] = {{header, sizeof(header)},
+  iovec parts[2] = {{const_cast<char*>(header), kFrameHeaderBytes},
                     {const_cast<char*>(payload.data()), payload.size()}};
-  size_t remaining = sizeof(header) + payload.size();
+  size_t remaining = kFrameHeaderBytes + payload.size();
   int first = 0;
   while (remaining > 0) {
     const ssize_t n = writev(fd_, parts + first, 2 - first);
@@ -298,13 +319,43 @@ absl::Status PushLog::Append(absl::string_view payload) {
       if (parts[first].iov_len == 0) ++first;
     }
   }
-  if (options_.sync && fdatasync(fd_) != 0) {
-    const absl::Status status =
-        ErrnoError("syncing", SegmentPath(epoch_, current_segment()));
-    CloseSegment();
+  return absl::OkStatus();
+}
+
+absl::Status PushLog::SyncThrough(uint64_t segment, uint64_t bytes) {
+  absl::MutexLock sync_lock(&sync_mu_);
+  if (synced_segment_ > segment ||
+      (synced_segment_ == segment && synced_bytes_ >= bytes)) {
+    return absl::OkStatus();  // a sync that started after our write
+  }
+  int fd = -1;
+  uint64_t target = 0;
+  std::string path;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(broken_);
+    // Closed since, and so synced by CloseSegment().
+    if (current_segment() != segment || fd_ < 0) return absl::OkStatus();
+    // A descriptor of our own: appends go on (and may close the segment)
+    // while this one syncs.
+    fd = dup(fd_);
+    if (fd < 0)
+      return ErrnoError("duplicating the descriptor of", options_.dir);
+    target = segment_size_;
+    path = SegmentPath(epoch_, segment);
+  }
+  const bool synced = fdatasync(fd) == 0;
+  const absl::Status status =
+      synced ? absl::OkStatus() : ErrnoError("syncing", path);
+  close(fd);
+  if (!synced) {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = status;
     return status;
   }
-  if (segment_size_ >= options_.segment_bytes) CloseSegment();
+  ++syncs_;
+  synced_segment_ = segment;
+  synced_bytes_ = target;
   return absl::OkStatus();
 }
 

@@ -113,10 +113,17 @@ class PushLog {
   // runs concurrently.
   void StartEpoch(uint64_t epoch);
 
-  // Appends one record (synced if options.sync). On an error the record is
-  // not in the log, and the next append starts a new segment.
-  // INVALID_ARGUMENT for a payload of 4 GiB or more.
+  // Appends one record. Under options.sync, returns once the record is on
+  // disk; concurrent appends share fdatasync() calls (group commit). On an
+  // error the record is not in the log, and the next append starts a new
+  // segment; after a failed sync every append fails (what reached the disk
+  // is replayed at the next open). INVALID_ARGUMENT for a payload of 4 GiB
+  // or more.
   absl::Status Append(absl::string_view payload);
+
+  // fdatasync() calls so far for records (options.sync): with appends from
+  // many threads, fewer than the appends.
+  uint64_t syncs() const { return syncs_.load(); }
 
   // The number of the segment appends go to now; a record appended from
   // now on lands in this segment or a later one.
@@ -132,12 +139,30 @@ class PushLog {
   explicit PushLog(const PushLogOptions& options) : options_(options) {}
 
   std::string SegmentPath(uint64_t epoch, uint64_t segment) const;
+  // Writes one frame to the open segment, opening it first if needed.
+  absl::Status WriteFrame(const char* header, absl::string_view payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Creates the current segment's file and writes its magic.
   absl::Status OpenSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the open segment; under options.sync, syncs it first, so that
+  // every record in a closed segment is on disk (or the log is broken_).
   void CloseSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under options.sync: returns once segment `segment` is on disk up to at
+  // least `bytes`, syncing it unless a sync that started later already did.
+  absl::Status SyncThrough(uint64_t segment, uint64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_, sync_mu_);
 
   const PushLogOptions options_;
+  // Group commit: one thread syncs at a time, for everything appended
+  // before it started. Lock order: sync_mu_, then mu_.
+  absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  uint64_t synced_segment_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  uint64_t synced_bytes_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  std::atomic<uint64_t> syncs_{0};
   mutable absl::Mutex mu_;
+  // Set by a failed sync: the appends waiting on it fail, and so does every
+  // later one (the page cache may have dropped what did not reach the disk).
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // The open segment's descriptor (-1 before its first append) and size.
   int fd_ ABSL_GUARDED_BY(mu_) = -1;

@@ -13,6 +13,7 @@
 #include "benchmark/benchmark.h"
 #include "embedding/embedding_store.h"
 #include "embedding/optimizer.h"
+#include "embedding/push_log.h"
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
 #include "worker/features.h"
@@ -86,6 +87,33 @@ void BM_HotTierFind(benchmark::State& state) {
   state.SetLabel("lookups");
 }
 BENCHMARK(BM_HotTierFind);
+
+// Synced push-log appends of one 4096-key dim-16 record (--sync_wal), from
+// one thread and from four: concurrent appends share fdatasync() calls.
+void BM_PushLogSyncedAppend(benchmark::State& state) {
+  static std::unique_ptr<embedding::PushLog> log;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "ps_micro_bench_push_log";
+  if (state.thread_index() == 0) {
+    std::filesystem::remove_all(dir);
+    embedding::PushLogOptions options;
+    options.dir = dir;
+    options.sync = true;
+    log = embedding::PushLog::Open(options).value();
+    log->StartEpoch(1);
+  }
+  const std::string record(kBatch * (8 + 16 * 4), 'r');
+  for (auto _ : state) log->Append(record).IgnoreError();
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    state.counters["syncs_per_append"] =
+        static_cast<double>(log->syncs()) /
+        (static_cast<double>(state.iterations()) * state.threads());
+    log.reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+BENCHMARK(BM_PushLogSyncedAppend)->Threads(1)->Threads(4)->UseRealTime();
 
 // The store's pull and push of one 4096-key batch, all rows in the hot tier
 // (so this is locking, hashing, copying and the optimizer; no disk reads).
