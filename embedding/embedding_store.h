@@ -154,7 +154,11 @@ class EmbeddingStore {
   // table's optimizer; duplicate keys are summed first. Validated whole
   // before anything is applied: NOT_FOUND for an unknown table,
   // INVALID_ARGUMENT for a size mismatch or a NaN/Inf. Returns the number of
-  // distinct keys updated.
+  // distinct keys updated. Under kWal the record is appended after the
+  // update is applied (its sequence fixes the order), so an append that
+  // fails (RESOURCE_EXHAUSTED for a full disk) reports an update that the
+  // hot tier already holds: the next write-back stores it, a crash before
+  // then loses it, and a client that retries applies it twice.
   absl::StatusOr<size_t> Push(absl::string_view table,
                               absl::Span<const uint64_t> keys,
                               absl::Span<const float> gradients);
