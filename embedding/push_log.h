@@ -41,7 +41,8 @@ struct PushLogOptions {
   // A segment is closed, and the next append starts a new one, once it holds
   // this many bytes. Default: 64 MiB.
   uint64_t segment_bytes = 64 << 20;
-  // fdatasync() after every append (and the directory after creating a
+  // An append returns only once its record is on disk (fdatasync(),
+  // shared by concurrent appends; the directory too after creating a
   // segment), so that appended records survive a machine crash, not only a
   // process crash. Default: false.
   bool sync = false;
