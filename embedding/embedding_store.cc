@@ -285,7 +285,7 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
 
 absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
                                            RocksStore::Batch* batch) {
-  std::vector<CachedRow> evicted;
+  std::vector<EvictedRow> evicted;
   const size_t rows_before = stripe.cache.size();
   // Over budget until the write-back in flight lands, rather than let an
   // evicted row's newer copy reach RocksDB before its older one.
@@ -293,14 +293,14 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
   // Each row carries the log sequence of its last update, so replay skips
   // the records it already includes: no cut, and no other row, is needed.
-  for (const CachedRow& row : evicted) {
+  for (const EvictedRow& row : evicted) {
     batch->Put(row.table_id, row.key, row.values,
                LogPosition{log_epoch_, row.log_sequence});
   }
   const absl::Status written = rocks_->Write(batch);
   if (!written.ok()) {
     // Keep the evicted updates in memory rather than lose them.
-    for (const CachedRow& row : evicted) {
+    for (const EvictedRow& row : evicted) {
       stripe.cache.Insert(row.table_id, row.key, row.values, /*dirty=*/true)
           ->log_sequence = row.log_sequence;
     }
@@ -312,7 +312,7 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
   stripe.cache.ForEachDirty([&](CachedRow& row) {
-    batch->Put(row.table_id, row.key, row.values,  // copies the values
+    batch->Put(row.table_id, row.key, row.values(),  // copies the values
                LogPosition{log_epoch_, row.log_sequence});
     taken.rows.emplace_back(&row, row.version);
   });
@@ -444,7 +444,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         // Written (evicted) after this update: it holds it already. A key's
         // records all come from one stripe, so their sequences compare.
         if (row->log_sequence >= section.sequence) continue;
-        float* weights = row->values.data();
+        float* weights = row->values().data();
         table->optimizer->Apply(&gradients[order[i] * dim], table->dim, weights,
                                 weights + dim);
         row->log_sequence = section.sequence;
@@ -463,7 +463,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachDirty([&](CachedRow& row) {
-      batch.Put(row.table_id, row.key, row.values,
+      batch.Put(row.table_id, row.key, row.values(),
                 LogPosition{epoch + 1, /*sequence=*/0});
       replayed.push_back(&row);
     });
@@ -540,7 +540,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
       float* destination = &out[position * dim];
       const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
       if (row != nullptr) {
-        std::memcpy(destination, row->values.data(), dim * sizeof(float));
+        std::memcpy(destination, row->values().data(), dim * sizeof(float));
       } else {
         table->initializer.Fill(keys[position],
                                 absl::MakeSpan(destination, dim));
@@ -631,7 +631,7 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t unique = order[i];
       CachedRow* row = rows[i - starts[s]];
-      float* weights = row->values.data();
+      float* weights = row->values().data();
       table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
                               weights + dim);
       ++row->version;
@@ -669,7 +669,7 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
   const CachedRow* row = stripe.cache.Find(table->id, key);
   *stored = row != nullptr;
   if (*stored) {
-    std::copy(row->values.begin(), row->values.begin() + table->dim,
+    std::copy(row->values().begin(), row->values().begin() + table->dim,
               weights->begin());
   } else {
     table->initializer.Fill(key, absl::MakeSpan(*weights));

@@ -1,57 +1,97 @@
 #include "embedding/row_cache.h"
 
-#include <iterator>
+#include <algorithm>
+#include <new>
 #include <utility>
 
 namespace ps::embedding {
+namespace {
+
+// What glibc's malloc adds to a block, on average (its header and rounding
+// to 16 bytes).
+constexpr size_t kAllocatorBytes = 16;
+
+static_assert(sizeof(CachedRow) % alignof(float) == 0,
+              "the floats follow the header");
+
+}  // namespace
+
+RowCache::~RowCache() {
+  for (CachedRow* row = newest_; row != nullptr;) {
+    CachedRow* older = row->older_;
+    Free(row);
+    row = older;
+  }
+}
 
 size_t RowCache::RowBytes(size_t floats) {
-  // List node (two pointers + CachedRow) plus a hash-map slot (key + entry
-  // + control byte), plus the heap block of floats.
-  constexpr size_t kOverhead = 2 * sizeof(void*) + sizeof(CachedRow) +
-                               sizeof(TableKey) + sizeof(Entry) + 1;
-  return kOverhead + floats * sizeof(float);
+  // The index keeps between 7/16 and 7/8 of its slots full: count each
+  // row's slot (key, entry, control byte) one and a half times.
+  constexpr size_t kIndexSlot = (sizeof(TableKey) + sizeof(Entry) + 1) * 3 / 2;
+  return sizeof(CachedRow) + floats * sizeof(float) + kAllocatorBytes +
+         kIndexSlot;
 }
 
 CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
   auto it = index_.find(TableKey{table_id, key});
   if (it == index_.end()) return nullptr;
   it->second.referenced = true;
-  return &*it->second.row;
-}
-
-const float* RowCache::FindValues(uint32_t table_id, uint64_t key) {
-  auto it = index_.find(TableKey{table_id, key});
-  if (it == index_.end()) return nullptr;
-  it->second.referenced = true;
-  return it->second.values;
+  return it->second.row;
 }
 
 CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
                             absl::Span<const float> values, bool dirty) {
-  lru_.push_front(CachedRow{table_id, key, dirty,
-                            std::vector<float>(values.begin(), values.end())});
-  index_[TableKey{table_id, key}] =
-      Entry{lru_.begin(), lru_.front().values.data(), /*referenced=*/false};
+  void* block =
+      ::operator new(sizeof(CachedRow) + values.size() * sizeof(float));
+  CachedRow* row = new (block)
+      CachedRow(table_id, key, static_cast<uint32_t>(values.size()), dirty);
+  std::copy(values.begin(), values.end(), row->floats());
+  index_[TableKey{table_id, key}] = Entry{row, /*referenced=*/false};
+  PushNewest(row);
   bytes_ += RowBytes(values.size());
-  return &lru_.front();
+  return row;
 }
 
-void RowCache::EvictToBudget(std::vector<CachedRow>* dirty_evicted) {
-  while (bytes_ > budget_bytes_ && !lru_.empty()) {
-    CachedRow& victim = lru_.back();
-    auto entry = index_.find(TableKey{victim.table_id, victim.key});
+void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
+  while (bytes_ > budget_bytes_ && oldest_ != nullptr) {
+    CachedRow* victim = oldest_;
+    Unlink(victim);
+    auto entry = index_.find(TableKey{victim->table_id, victim->key});
     if (entry->second.referenced) {
-      // Second chance: back to the front, unmarked.
+      // Second chance: back to the newest end, unmarked.
       entry->second.referenced = false;
-      lru_.splice(lru_.begin(), lru_, std::prev(lru_.end()));
+      PushNewest(victim);
       continue;
     }
-    bytes_ -= RowBytes(victim.values.size());
+    bytes_ -= RowBytes(victim->size_);
     index_.erase(entry);
-    if (victim.dirty) dirty_evicted->push_back(std::move(victim));
-    lru_.pop_back();
+    if (victim->dirty) {
+      const absl::Span<const float> values = victim->values();
+      dirty_evicted->push_back(
+          EvictedRow{victim->table_id, victim->key, victim->log_sequence,
+                     std::vector<float>(values.begin(), values.end())});
+    }
+    Free(victim);
   }
+}
+
+void RowCache::PushNewest(CachedRow* row) {
+  row->newer_ = nullptr;
+  row->older_ = newest_;
+  if (newest_ != nullptr) newest_->newer_ = row;
+  newest_ = row;
+  if (oldest_ == nullptr) oldest_ = row;
+}
+
+void RowCache::Unlink(CachedRow* row) {
+  (row->newer_ != nullptr ? row->newer_->older_ : newest_) = row->older_;
+  (row->older_ != nullptr ? row->older_->newer_ : oldest_) = row->newer_;
+  row->newer_ = row->older_ = nullptr;
+}
+
+void RowCache::Free(CachedRow* row) {
+  row->~CachedRow();
+  ::operator delete(static_cast<void*>(row));
 }
 
 }  // namespace ps::embedding

@@ -4,7 +4,11 @@
 // the store's pull and push of a batch from memory, and the CPU backend's
 // gather and scatter-reduce.
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,6 +75,31 @@ void BM_OptimizerApply(benchmark::State& state) {
   state.SetLabel(std::string(names[state.range(0)]) + " rows");
 }
 BENCHMARK(BM_OptimizerApply)->ArgsProduct({{0, 1, 2, 3}, {16, 64}});
+
+// Resident set size of this process, from /proc.
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Memory per cached row of 16 floats (a dim-16 SGD row), measured as RSS
+// growth over a million rows, next to what the cache accounts for it.
+void BM_HotTierBytesPerRow(benchmark::State& state) {
+  constexpr int kRows = 1000000;
+  const std::vector<float> row(16, 1.0f);
+  for (auto _ : state) {
+    const size_t before = ResidentBytes();
+    auto cache = std::make_unique<embedding::RowCache>(size_t{1} << 40);
+    for (int k = 0; k < kRows; ++k) cache->Insert(0, k * 7919ULL, row, false);
+    state.counters["rss_bytes_per_row"] =
+        static_cast<double>(ResidentBytes() - before) / kRows;
+    state.counters["accounted_bytes_per_row"] =
+        static_cast<double>(embedding::RowCache::RowBytes(row.size()));
+  }
+}
+BENCHMARK(BM_HotTierBytesPerRow)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 void BM_HotTierFind(benchmark::State& state) {
   const int rows = 100000;
