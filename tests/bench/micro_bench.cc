@@ -1,6 +1,7 @@
 // Micro-benchmarks of the hot paths (Google Benchmark):
 //   bazel run -c opt //tests/bench:micro_bench
-// Hashing and routing a batch, optimizer apply per row, hot-tier lookup,
+// Hashing and routing a batch, optimizer apply per row, hot-tier lookup and
+// memory per row, synced push-log appends,
 // the store's pull and push of a batch from memory, and the CPU backend's
 // gather and scatter-reduce.
 
