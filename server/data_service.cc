@@ -10,10 +10,9 @@
 
 namespace ps::server {
 
-grpc::ServerUnaryReactor* DataService::Finish(
-    grpc::CallbackServerContext* context, const absl::Status& status) {
+grpc::ServerUnaryReactor* DataService::Finish(CountedReactor* reactor,
+                                              const absl::Status& status) {
   if (!status.ok()) ++counters_.failed_requests;
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -44,11 +43,12 @@ absl::Status DataService::CheckKeys(const std::string& packed,
 }
 
 grpc::ServerUnaryReactor* DataService::DeclareTable(
-    grpc::CallbackServerContext* context, const DeclareTableRequest* request,
-    DeclareTableResponse* response) {
+    grpc::CallbackServerContext* /*context*/,
+    const DeclareTableRequest* request, DeclareTableResponse* response) {
+  CountedReactor* reactor = StartCall();
   absl::StatusOr<bool> created = store_->DeclareTable(request->table());
   if (created.ok()) response->set_created(*created);
-  return Finish(context, created.status());
+  return Finish(reactor, created.status());
 }
 
 absl::Status DataService::DoPull(const PullRequest& request,
@@ -73,10 +73,11 @@ absl::Status DataService::DoPull(const PullRequest& request,
 }
 
 grpc::ServerUnaryReactor* DataService::Pull(
-    grpc::CallbackServerContext* context, const PullRequest* request,
+    grpc::CallbackServerContext* /*context*/, const PullRequest* request,
     PullResponse* response) {
+  CountedReactor* reactor = StartCall();
   ++counters_.pull_requests;
-  return Finish(context, DoPull(*request, response));
+  return Finish(reactor, DoPull(*request, response));
 }
 
 absl::Status DataService::DoPush(const PushRequest& request,
@@ -96,17 +97,19 @@ absl::Status DataService::DoPush(const PushRequest& request,
 }
 
 grpc::ServerUnaryReactor* DataService::Push(
-    grpc::CallbackServerContext* context, const PushRequest* request,
+    grpc::CallbackServerContext* /*context*/, const PushRequest* request,
     PushResponse* response) {
+  CountedReactor* reactor = StartCall();
   ++counters_.push_requests;
-  return Finish(context, DoPush(*request, response));
+  return Finish(reactor, DoPush(*request, response));
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(
-    grpc::CallbackServerContext* context, const ClockRequest* request,
+    grpc::CallbackServerContext* /*context*/, const ClockRequest* request,
     ClockResponse* response) {
+  CountedReactor* reactor = StartCall();
   if (request->lease_ms() == 0) {
-    return Finish(context,
+    return Finish(reactor,
                   absl::InvalidArgumentError("lease_ms must be positive"));
   }
   const ClockCoordinator::View view =
@@ -115,7 +118,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
   response->set_min_clock(view.min_clock);
   response->set_live_workers(view.live_workers);
   response->set_clock(view.clock);
-  return Finish(context, absl::OkStatus());
+  return Finish(reactor, absl::OkStatus());
 }
 
 }  // namespace ps::server

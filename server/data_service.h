@@ -54,19 +54,44 @@ class DataService final : public ParameterServer::CallbackService {
 
   const RequestCounters& counters() const { return counters_; }
 
+  // Calls whose handler has started and that gRPC is not done with yet
+  // (their reply may still be on its way).
+  int64_t calls_in_flight() const { return calls_in_flight_.load(); }
+
  private:
+  // A unary reactor counted in calls_in_flight_ from the start of the
+  // handler until gRPC is done with the call (OnDone), so that shutdown can
+  // tell when no call is left to finish.
+  class CountedReactor final : public grpc::ServerUnaryReactor {
+   public:
+    explicit CountedReactor(std::atomic<int64_t>* in_flight)
+        : in_flight_(in_flight) {
+      ++*in_flight_;
+    }
+    void OnDone() override {
+      --*in_flight_;
+      delete this;
+    }
+
+   private:
+    std::atomic<int64_t>* const in_flight_;
+  };
+
   absl::Status DoPull(const PullRequest& request, PullResponse* response);
   absl::Status DoPush(const PushRequest& request, PushResponse* response);
   // Unpacks `packed` keys and checks the limit and routing.
   absl::Status CheckKeys(const std::string& packed,
                          std::vector<uint64_t>* keys) const;
-  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+  // Starts counting a call; every handler begins with it.
+  CountedReactor* StartCall() { return new CountedReactor(&calls_in_flight_); }
+  grpc::ServerUnaryReactor* Finish(CountedReactor* reactor,
                                    const absl::Status& status);
 
   const DataServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   ClockCoordinator* const clocks_;
   RequestCounters counters_;
+  std::atomic<int64_t> calls_in_flight_{0};
 };
 
 }  // namespace ps::server
