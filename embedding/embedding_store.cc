@@ -572,6 +572,18 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
         i % dim, ") is ", gradients[i], "; nothing was applied"));
   }
 
+  const bool log_pushes = options_.durability == Durability::kWal;
+  if (log_pushes) {
+    // A log that failed refuses pushes before they are applied.
+    if (absl::Status health = push_log_->health(); !health.ok()) {
+      return absl::Status(
+          health.code(),
+          absl::StrCat("the push log failed earlier, so pushes are refused "
+                       "until the server restarts (nothing was applied): ",
+                       health.message()));
+    }
+  }
+
   // Sum duplicate keys, keeping first-seen order.
   absl::flat_hash_map<uint64_t, uint32_t> slot_of;
   slot_of.reserve(keys.size());
@@ -591,7 +603,6 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     }
   }
 
-  const bool log_pushes = options_.durability == Durability::kWal;
   std::vector<uint32_t> order, starts;
   GroupByStripe(unique_keys, &order, &starts);
   std::vector<uint64_t> stripe_keys;
@@ -648,7 +659,14 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
     RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));
   }
   if (log_pushes) {
-    RETURN_IF_ERROR(push_log_->Append(record));
+    if (absl::Status appended = push_log_->Append(record); !appended.ok()) {
+      return absl::Status(
+          appended.code(),
+          absl::StrCat(appended.message(),
+                       " (this push is applied in memory and is written back "
+                       "with its rows, but a crash before then loses it; later "
+                       "pushes are refused until the server restarts)"));
+    }
     if (push_log_->live_bytes() > options_.max_push_log_bytes) {
       absl::MutexLock flush_lock(&flush_mu_);
       log_over_budget_ = true;

@@ -158,7 +158,8 @@ class EmbeddingStore {
   // update is applied (its sequence fixes the order), so an append that
   // fails (RESOURCE_EXHAUSTED for a full disk) reports an update that the
   // hot tier already holds: the next write-back stores it, a crash before
-  // then loses it, and a client that retries applies it twice.
+  // then loses it, and a client that retries applies it twice. Every later
+  // push is refused before it is applied, until the store is reopened.
   absl::StatusOr<size_t> Push(absl::string_view table,
                               absl::Span<const uint64_t> keys,
                               absl::Span<const float> gradients);

@@ -1,7 +1,10 @@
 #include "embedding/embedding_store.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -553,6 +556,35 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
   ASSERT_OK(store->GetRow("emb", 42, &weights, &stored));
   EXPECT_TRUE(stored);
   EXPECT_EQ(weights, (std::vector<float>{1.5f, -2.5f}));
+}
+
+TEST_F(EmbeddingStoreTest, AFailedLogAppendRefusesLaterPushesBeforeApplying) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  auto child = [&] {
+    auto store = OpenStore(options_);
+    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    // From here on no file of this process may grow past 64 kB: the push
+    // log's segment hits the limit (EFBIG) as a full disk would.
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit = {64 << 10, 64 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(2);
+    std::vector<uint64_t> keys;
+    for (uint64_t key = 0; key < 100; ++key) keys.push_back(key);
+    const std::vector<float> gradients(200, -1.0f);
+    bool failed = false;
+    for (int i = 0; i < 1000 && !failed; ++i)
+      failed = !store->Push("emb", keys, gradients).ok();
+    if (!failed) std::_Exit(3);
+    const std::vector<float> before = PullRows(*store, "emb", keys, 2);
+    const absl::StatusOr<size_t> refused = store->Push("emb", keys, gradients);
+    if (refused.ok()) std::_Exit(4);
+    if (refused.status().message().find("refused") == std::string::npos)
+      std::_Exit(5);
+    if (PullRows(*store, "emb", keys, 2) != before) std::_Exit(6);
+    std::_Exit(0);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {

@@ -255,8 +255,8 @@ absl::Status PushLog::OpenSegment() {
 
 void PushLog::CloseSegment() {
   if (fd_ < 0) return;
-  if (options_.sync && fdatasync(fd_) != 0 && broken_.ok()) {
-    broken_ = ErrnoError("syncing", SegmentPath(epoch_, current_segment()));
+  if (options_.sync && fdatasync(fd_) != 0) {
+    Break(ErrnoError("syncing", SegmentPath(epoch_, current_segment())));
   }
   close(fd_);
   fd_ = -1;
@@ -279,7 +279,10 @@ absl::Status PushLog::Append(absl::string_view payload) {
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(broken_);
-    RETURN_IF_ERROR(WriteFrame(header, payload));
+    if (absl::Status written = WriteFrame(header, payload); !written.ok()) {
+      Break(written);
+      return written;
+    }
     segment = current_segment();
     bytes = segment_size_;
     if (segment_size_ >= options_.segment_bytes) CloseSegment();
@@ -350,13 +353,26 @@ absl::Status PushLog::SyncThrough(uint64_t segment, uint64_t bytes) {
   close(fd);
   if (!synced) {
     absl::MutexLock lock(&mu_);
-    if (broken_.ok()) broken_ = status;
+    Break(status);
     return status;
   }
   ++syncs_;
   synced_segment_ = segment;
   synced_bytes_ = target;
   return absl::OkStatus();
+}
+
+absl::Status PushLog::health() const {
+  // Every push asks: no lock (an append may hold it) unless the log failed.
+  if (!failed_.load()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  return broken_;
+}
+
+void PushLog::Break(const absl::Status& status) {
+  if (!broken_.ok()) return;
+  broken_ = status;
+  failed_.store(true);
 }
 
 absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {

@@ -115,12 +115,16 @@ class PushLog {
   void StartEpoch(uint64_t epoch);
 
   // Appends one record. Under options.sync, returns once the record is on
-  // disk; concurrent appends share fdatasync() calls (group commit). On an
-  // error the record is not in the log, and the next append starts a new
-  // segment; after a failed sync every append fails (what reached the disk
-  // is replayed at the next open). INVALID_ARGUMENT for a payload of 4 GiB
-  // or more.
+  // disk; concurrent appends share fdatasync() calls (group commit). After a
+  // failed write or sync (RESOURCE_EXHAUSTED for a full disk) the record is
+  // not in the log and every later append fails the same way, until the log
+  // is opened again (what reached the disk is replayed then), as RocksDB
+  // stops writing after a WAL error. INVALID_ARGUMENT for a payload of 4 GiB
+  // or more (the log stays usable).
   absl::Status Append(absl::string_view payload);
+
+  // OK, or the error that stopped the log (see Append()).
+  absl::Status health() const;
 
   // fdatasync() calls so far for records (options.sync): with appends from
   // many threads, fewer than the appends.
@@ -148,6 +152,8 @@ class PushLog {
   // Closes the open segment; under options.sync, syncs it first, so that
   // every record in a closed segment is on disk (or the log is broken_).
   void CloseSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the log with `status` (the first failure wins).
+  void Break(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under options.sync: returns once segment `segment` is on disk up to at
   // least `bytes`, syncing it unless a sync that started later already did.
   absl::Status SyncThrough(uint64_t segment, uint64_t bytes)
@@ -161,9 +167,10 @@ class PushLog {
   uint64_t synced_bytes_ ABSL_GUARDED_BY(sync_mu_) = 0;
   std::atomic<uint64_t> syncs_{0};
   mutable absl::Mutex mu_;
-  // Set by a failed sync: the appends waiting on it fail, and so does every
-  // later one (the page cache may have dropped what did not reach the disk).
+  // Set by a failed write or sync: every later append fails with it (after a
+  // failed sync the page cache may have dropped what did not reach the disk).
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> failed_{false};  // !broken_.ok(), readable without mu_
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // The open segment's descriptor (-1 before its first append) and size.
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
