@@ -362,6 +362,39 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   }
 }
 
+// Writes `value` at `key` in column family `family` of the RocksDB database
+// in `dir`, behind the store's back: what an older version left there.
+::testing::AssertionResult PutInRocksDb(const std::string& dir,
+                                        const std::string& family,
+                                        absl::string_view key,
+                                        absl::string_view value) {
+  rocksdb::DBOptions db_options;
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(db_options, dir, &names).ok())
+    return ::testing::AssertionFailure() << "cannot list families in " << dir;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const std::string& name : names)
+    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  if (!rocksdb::DB::Open(db_options, dir, families, &handles, &db).ok())
+    return ::testing::AssertionFailure() << "cannot open " << dir;
+  bool written = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == family) {
+      written = db->Put(rocksdb::WriteOptions(), handles[i],
+                        rocksdb::Slice(key.data(), key.size()),
+                        rocksdb::Slice(value.data(), value.size()))
+                    .ok();
+    }
+  }
+  for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+  delete db;
+  if (!written)
+    return ::testing::AssertionFailure() << "no write to family " << family;
+  return ::testing::AssertionSuccess();
+}
+
 // Pushes SGD steps of -1 to keys 0..9 of a dim-2 table in a child process
 // that exits as if killed: only the push log holds the updates.
 void PushAndDie(const StoreOptions& options, int pushes) {
@@ -429,33 +462,10 @@ TEST_F(EmbeddingStoreTest, ALogNewerThanTheRowsIsRefused) {
 
 TEST_F(EmbeddingStoreTest, APushLogKeptInRocksDbByAnOlderVersionIsRefused) {
   { auto store = OpenStore(options_); }
-  {
-    // What versions that kept the log in RocksDB left: a record at
-    // (stripe 0, sequence 1) in the "push_log" family.
-    rocksdb::DBOptions db_options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    std::vector<std::string> names;
-    ASSERT_TRUE(
-        rocksdb::DB::ListColumnFamilies(db_options, options_.data_dir, &names)
-            .ok());
-    for (const std::string& name : names)
-      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(db_options, options_.data_dir, families,
-                                  &handles, &db)
-                    .ok());
-    const std::string key = std::string(11, '\0') + '\1';
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] == "push_log") {
-        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i], key,
-                            std::string(40, 'r'))
-                        .ok());
-      }
-    }
-    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-    delete db;
-  }
+  // What versions that kept the log in RocksDB left: a record at
+  // (stripe 0, sequence 1) in the "push_log" family.
+  ASSERT_TRUE(PutInRocksDb(options_.data_dir, "push_log",
+                           std::string(11, '\0') + '\1', std::string(40, 'r')));
   auto store = EmbeddingStore::Open(options_);
   EXPECT_THAT(store.status(), StatusIs(StatusCode::kFailedPrecondition));
   EXPECT_NE(store.status().message().find("moved to files"), std::string::npos)
@@ -519,37 +529,14 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
     auto store = OpenStore(options_);
     ASSERT_OK(store->DeclareTable(spec));
   }
-  {
-    // What versions before rows carried their log position stored: the
-    // row's floats alone (2 weights; SGD keeps no state).
-    rocksdb::DBOptions db_options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    std::vector<std::string> names;
-    ASSERT_TRUE(
-        rocksdb::DB::ListColumnFamilies(db_options, options_.data_dir, &names)
-            .ok());
-    for (const std::string& name : names)
-      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(db_options, options_.data_dir, families,
-                                  &handles, &db)
-                    .ok());
-    const uint64_t key = 42;
-    const float row[2] = {1.5f, -2.5f};
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] == "table.emb") {
-        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i],
-                            rocksdb::Slice(reinterpret_cast<const char*>(&key),
-                                           sizeof(key)),
-                            rocksdb::Slice(reinterpret_cast<const char*>(row),
-                                           sizeof(row)))
-                        .ok());
-      }
-    }
-    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-    delete db;
-  }
+  // What versions before rows carried their log position stored: the row's
+  // floats alone (2 weights; SGD keeps no state).
+  const uint64_t key = 42;
+  const float row[2] = {1.5f, -2.5f};
+  ASSERT_TRUE(PutInRocksDb(
+      options_.data_dir, "table.emb",
+      absl::string_view(reinterpret_cast<const char*>(&key), sizeof(key)),
+      absl::string_view(reinterpret_cast<const char*>(row), sizeof(row))));
   auto store = OpenStore(options_);
   std::vector<float> weights;
   bool stored = false;
