@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <tuple>
 
@@ -33,10 +34,21 @@ absl::Status ValidateTableName(absl::string_view name) {
   return absl::OkStatus();
 }
 
-// A push-log record holds one section per stripe the push touched: the
-// table id, the stripe and the key count (uint32 each), the stripe's
-// sequence number for the update (uint64), the keys (uint64), then each
-// key's summed gradient (dim floats); host byte order.
+// A push-log record starts with a header: kRecordMarker and the record's
+// kind (uint32 each). A kPushRecord's header goes on with its origin's
+// worker and the rows the push updated (uint32 each), then the origin's
+// incarnation and sequence (uint64 each); one section per stripe the push
+// touched follows. A kLedgerRecord holds a PushLedger snapshot (each
+// segment's preamble). Records written before headers existed start with a
+// section; a table id is never the marker. Host byte order throughout.
+constexpr uint32_t kRecordMarker = 0xFFFFFFFF;
+constexpr uint32_t kPushRecord = 1;
+constexpr uint32_t kLedgerRecord = 2;
+constexpr size_t kPushHeaderBytes = 4 * sizeof(uint32_t) + 2 * sizeof(uint64_t);
+
+// A section: the table id, the stripe and the key count (uint32 each), the
+// stripe's sequence number for the update (uint64), the keys (uint64), then
+// each key's summed gradient (dim floats).
 constexpr size_t kSectionHeaderBytes = 3 * sizeof(uint32_t) + sizeof(uint64_t);
 constexpr size_t kSequenceOffset = 3 * sizeof(uint32_t);
 
@@ -84,16 +96,22 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   rocks_options.max_tables = options.max_tables;
   ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks,
                    RocksStore::Open(rocks_options));
+  std::unique_ptr<EmbeddingStore> store(
+      new EmbeddingStore(options, std::move(rocks)));
 
   PushLogOptions log_options;
   log_options.dir = options.data_dir + "/push_log";
   log_options.segment_bytes = SegmentBytes(options.max_push_log_bytes);
   log_options.sync = options.sync_wal;
-  ASSIGN_OR_RETURN(std::unique_ptr<PushLog> push_log,
-                   PushLog::Open(log_options));
-
-  std::unique_ptr<EmbeddingStore> store(
-      new EmbeddingStore(options, std::move(rocks), std::move(push_log)));
+  // Every segment opens with the ledger as it stands, so the ledger of
+  // pushes whose segments were deleted survives in the oldest one left.
+  log_options.segment_preamble = [ledger = &store->ledger_] {
+    std::string record;
+    AppendBytes(&kRecordMarker, sizeof(kRecordMarker), &record);
+    AppendBytes(&kLedgerRecord, sizeof(kLedgerRecord), &record);
+    return record + ledger->Serialize();
+  };
+  ASSIGN_OR_RETURN(store->push_log_, PushLog::Open(log_options));
   {
     absl::MutexLock lock(&store->tables_mu_);
     const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
@@ -107,11 +125,10 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
 }
 
 EmbeddingStore::EmbeddingStore(const StoreOptions& options,
-                               std::unique_ptr<RocksStore> rocks,
-                               std::unique_ptr<PushLog> push_log)
+                               std::unique_ptr<RocksStore> rocks)
     : options_(options),
       rocks_(std::move(rocks)),
-      push_log_(std::move(push_log)) {
+      ledger_(options.max_workers) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;
   for (int i = 0; i < options.num_stripes; ++i) {
     stripes_.push_back(std::make_unique<Stripe>(i, per_stripe));
@@ -233,7 +250,8 @@ void EmbeddingStore::GroupByStripe(absl::Span<const uint64_t> keys,
 absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
                                       absl::Span<const uint64_t> keys,
                                       bool create,
-                                      std::vector<CachedRow*>* rows) {
+                                      std::vector<CachedRow*>* rows,
+                                      std::vector<CachedRow*>* created) {
   std::vector<CachedRow*> found_rows(keys.size());
   std::vector<uint32_t> missing_positions;
   std::vector<uint64_t> missing;
@@ -276,6 +294,7 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
                                absl::MakeSpan(row.data(), table.dim));
         table.optimizer->InitState(table.dim, row.data() + table.dim);
         loaded = stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/true);
+        if (created != nullptr) created->push_back(loaded);
       }
     }
   }
@@ -338,7 +357,9 @@ absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
 absl::Status EmbeddingStore::ReplayPushLog() {
   uint64_t epoch = 0;
   absl::flat_hash_map<uint32_t, uint64_t> cuts;
-  RETURN_IF_ERROR(rocks_->ReadLogState(&epoch, &cuts));
+  std::string ledger;
+  RETURN_IF_ERROR(rocks_->ReadLogState(&epoch, &cuts, &ledger));
+  if (!ledger.empty()) RETURN_IF_ERROR(ledger_.Merge(ledger));
   ASSIGN_OR_RETURN(std::vector<uint64_t> epochs, push_log_->ListEpochs());
   if (!epochs.empty() && epochs.back() > epoch) {
     return absl::DataLossError(
@@ -364,11 +385,13 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   };
   std::vector<Section> sections;
   uint64_t records = 0;
-  RETURN_IF_ERROR(
-      reader->ForEach([&](PushLog::Location location,
-                          absl::string_view record) -> absl::Status {
+  RETURN_IF_ERROR(reader->ForEach(
+      [&](PushLog::Location location,
+          absl::string_view record) -> absl::Status {
         ++records;
-        for (uint64_t offset = 0; offset < record.size();) {
+        size_t sections_offset = 0;
+        RETURN_IF_ERROR(ReadRecordHeader(record, &sections_offset));
+        for (uint64_t offset = sections_offset; offset < record.size();) {
           auto corrupt = [&](absl::string_view why) {
             return absl::DataLossError(absl::StrCat(
                 "push-log record ", records, " of epoch ", epoch, ": ", why));
@@ -398,7 +421,9 @@ absl::Status EmbeddingStore::ReplayPushLog() {
           offset += bytes;
         }
         return absl::OkStatus();
-      }));
+      },
+      options_.push_log_recovery));
+  push_log_dropped_bytes_ = reader->dropped_bytes();
   std::sort(
       sections.begin(), sections.end(), [](const Section& a, const Section& b) {
         return std::tie(a.stripe, a.sequence) < std::tie(b.stripe, b.sequence);
@@ -468,7 +493,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
       replayed.push_back(&row);
     });
   }
-  batch.StartLogEpoch(epoch + 1);
+  // Every push the ledger knows is in these rows or written back already.
+  batch.StartLogEpoch(epoch + 1, ledger_.Serialize());
   RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
   RETURN_IF_ERROR(push_log_->DeleteEpochsBefore(epoch + 1));
   push_log_->StartEpoch(epoch + 1);
@@ -487,6 +513,40 @@ absl::Status EmbeddingStore::ReplayPushLog() {
               << records << " records (" << reader->bytes() << " bytes, "
               << rows << " row updates) into " << replayed.size() << " rows";
   }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
+                                              size_t* sections_offset) {
+  uint32_t marker = 0, kind = 0;
+  if (record.size() < sizeof(marker)) {
+    return absl::DataLossError("a push-log record of fewer than 4 bytes");
+  }
+  std::memcpy(&marker, record.data(), sizeof(marker));
+  if (marker != kRecordMarker) {
+    *sections_offset = 0;  // written before records had a header
+    return absl::OkStatus();
+  }
+  if (record.size() >= 2 * sizeof(uint32_t))
+    std::memcpy(&kind, record.data() + sizeof(marker), sizeof(kind));
+  if (kind == kLedgerRecord) {
+    *sections_offset = record.size();
+    return ledger_.Merge(record.substr(2 * sizeof(uint32_t)));
+  }
+  if (kind != kPushRecord || record.size() < kPushHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("a push-log record of kind ", kind,
+                                            " and ", record.size(), " bytes"));
+  }
+  PushOrigin origin;
+  uint32_t rows_updated = 0;
+  std::memcpy(&origin.worker, record.data() + 8, sizeof(origin.worker));
+  std::memcpy(&rows_updated, record.data() + 12, sizeof(rows_updated));
+  std::memcpy(&origin.incarnation, record.data() + 16,
+              sizeof(origin.incarnation));
+  std::memcpy(&origin.sequence, record.data() + 24, sizeof(origin.sequence));
+  // Whether its sections are above their cuts or not, the push is applied.
+  if (origin.tracked()) ledger_.MergeApplied(origin, rows_updated);
+  *sections_offset = kPushHeaderBytes;
   return absl::OkStatus();
 }
 
@@ -555,9 +615,31 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
-                                            absl::Span<const uint64_t> keys,
-                                            absl::Span<const float> gradients) {
+struct EmbeddingStore::PendingPush {
+  PushOrigin origin;
+  // Weights and optimizer state per row.
+  size_t row_floats = 0;
+  // Distinct keys, first-seen order, and their summed gradients.
+  std::vector<uint64_t> keys;
+  std::vector<float> gradients;
+  // GroupByStripe(keys); the stripes touched, ascending (the lock order).
+  std::vector<uint32_t> order, starts;
+  std::vector<Stripe*> stripes;
+  // kWal: the record, and where each touched stripe's section begins.
+  std::string record;
+  std::vector<size_t> section_offsets;
+  PushLog::Ticket ticket;
+  // What the update changed, for UndoPush(): rows in `order`'s order, the
+  // first `applied` of which were updated from `before`; rows created.
+  std::vector<CachedRow*> rows;
+  std::vector<float> before;
+  size_t applied = 0;
+  std::vector<CachedRow*> created;
+};
+
+absl::StatusOr<PushOutcome> EmbeddingStore::Push(
+    absl::string_view table_name, absl::Span<const uint64_t> keys,
+    absl::Span<const float> gradients, const PushOrigin& origin) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   const size_t dim = table->dim;
   if (gradients.size() != keys.size() * dim) {
@@ -571,9 +653,7 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
         "gradient of key ", keys[i / dim], " (row ", i / dim, ", column ",
         i % dim, ") is ", gradients[i], "; nothing was applied"));
   }
-
-  const bool log_pushes = options_.durability == Durability::kWal;
-  if (log_pushes) {
+  if (options_.durability == Durability::kWal) {
     // A log that failed refuses pushes before they are applied.
     if (absl::Status health = push_log_->health(); !health.ok()) {
       return absl::Status(
@@ -583,97 +663,223 @@ absl::StatusOr<size_t> EmbeddingStore::Push(absl::string_view table_name,
                        health.message()));
     }
   }
+  if (origin.tracked()) {
+    ASSIGN_OR_RETURN(PushLedger::Claim claim, ledger_.Begin(origin));
+    if (claim.duplicate) {
+      ++duplicate_pushes_;
+      return PushOutcome{claim.rows_updated, /*duplicate=*/true};
+    }
+  }
+  absl::StatusOr<size_t> updated = ApplyPush(*table, keys, gradients, origin);
+  if (origin.tracked()) {
+    ledger_.Finish(origin, updated.ok(),
+                   updated.ok() ? static_cast<uint32_t>(*updated) : 0);
+  }
+  RETURN_IF_ERROR(updated.status());
+  rows_pushed_ += *updated;
+  return PushOutcome{*updated, /*duplicate=*/false};
+}
 
+absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
+    const Table& table, absl::Span<const uint64_t> keys,
+    absl::Span<const float> gradients, const PushOrigin& origin) {
+  const size_t dim = table.dim;
+  PendingPush push;
+  push.origin = origin;
+  push.row_floats = table.row_floats;
   // Sum duplicate keys, keeping first-seen order.
   absl::flat_hash_map<uint64_t, uint32_t> slot_of;
   slot_of.reserve(keys.size());
-  std::vector<uint64_t> unique_keys;
-  std::vector<float> summed;
-  unique_keys.reserve(keys.size());
-  summed.reserve(gradients.size());
+  push.keys.reserve(keys.size());
+  push.gradients.reserve(gradients.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] = slot_of.try_emplace(keys[i], unique_keys.size());
+    auto [it, inserted] = slot_of.try_emplace(keys[i], push.keys.size());
     const float* gradient = &gradients[i * dim];
     if (inserted) {
-      unique_keys.push_back(keys[i]);
-      summed.insert(summed.end(), gradient, gradient + dim);
+      push.keys.push_back(keys[i]);
+      push.gradients.insert(push.gradients.end(), gradient, gradient + dim);
     } else {
-      float* sum = &summed[it->second * dim];
+      float* sum = &push.gradients[it->second * dim];
       for (size_t d = 0; d < dim; ++d) sum[d] += gradient[d];
     }
   }
-
-  std::vector<uint32_t> order, starts;
-  GroupByStripe(unique_keys, &order, &starts);
-  std::vector<uint64_t> stripe_keys;
-  std::vector<CachedRow*> rows;
-  // The push's record, appended once at the end: the sections' sequence
-  // numbers already fix their order, and a cut that overtakes one of them
-  // has written the row it updated (see Durability in the header).
-  std::string record;
+  if (push.keys.size() < keys.size()) {
+    if (const int64_t i = FirstNonFinite(push.gradients); i >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the gradients of key ", push.keys[i / dim],
+                       ", named more than once, sum to ", push.gradients[i],
+                       " in column ", i % dim, "; nothing was applied"));
+    }
+  }
+  GroupByStripe(push.keys, &push.order, &push.starts);
+  const bool log_pushes = options_.durability == Durability::kWal;
   if (log_pushes) {
-    record.reserve(stripes_.size() * kSectionHeaderBytes +
-                   unique_keys.size() *
-                       (sizeof(uint64_t) + dim * sizeof(float)));
+    // The record is built before the stripes are locked; only the sections'
+    // sequence numbers are filled in under the locks.
+    const uint32_t header[4] = {kRecordMarker, kPushRecord, origin.worker,
+                                static_cast<uint32_t>(push.keys.size())};
+    push.record.reserve(
+        kPushHeaderBytes + stripes_.size() * kSectionHeaderBytes +
+        push.keys.size() * (sizeof(uint64_t) + dim * sizeof(float)));
+    AppendBytes(header, sizeof(header), &push.record);
+    AppendBytes(&origin.incarnation, sizeof(origin.incarnation), &push.record);
+    AppendBytes(&origin.sequence, sizeof(origin.sequence), &push.record);
   }
   for (size_t s = 0; s < stripes_.size(); ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = *stripes_[s];
-    stripe_keys.clear();
-    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-      stripe_keys.push_back(unique_keys[order[i]]);
+    if (push.starts[s] == push.starts[s + 1]) continue;
+    push.stripes.push_back(stripes_[s].get());
+    if (!log_pushes) continue;
+    push.section_offsets.push_back(push.record.size());
+    const uint32_t header[3] = {
+        table.id, static_cast<uint32_t>(s),
+        static_cast<uint32_t>(push.starts[s + 1] - push.starts[s])};
+    const uint64_t sequence = 0;  // filled in under the lock
+    AppendBytes(header, sizeof(header), &push.record);
+    AppendBytes(&sequence, sizeof(sequence), &push.record);
+    for (uint32_t i = push.starts[s]; i < push.starts[s + 1]; ++i) {
+      AppendBytes(&push.keys[push.order[i]], sizeof(uint64_t), &push.record);
     }
-    const size_t section = record.size();
-    if (log_pushes) {
-      const uint32_t header[3] = {table->id, stripe.index,
-                                  static_cast<uint32_t>(stripe_keys.size())};
-      const uint64_t sequence = 0;  // filled in under the lock
-      AppendBytes(header, sizeof(header), &record);
-      AppendBytes(&sequence, sizeof(sequence), &record);
-      AppendBytes(stripe_keys.data(), stripe_keys.size() * sizeof(uint64_t),
-                  &record);
-      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-        AppendBytes(&summed[order[i] * dim], dim * sizeof(float), &record);
+    for (uint32_t i = push.starts[s]; i < push.starts[s + 1]; ++i) {
+      AppendBytes(&push.gradients[push.order[i] * dim], dim * sizeof(float),
+                  &push.record);
+    }
+  }
+
+  for (Stripe* stripe : push.stripes) stripe->mu.Lock();
+  absl::Status updated = UpdateLockedStripes(table, push);
+  if (updated.ok()) {
+    for (Stripe* stripe : push.stripes) {
+      RocksStore::Batch evictions = rocks_->NewBatch();
+      // The push stands either way: rows that could not be written stay in
+      // memory, dirty, and the hot tier over its budget until a write works.
+      if (absl::Status evicted = EvictAndWrite(*stripe, &evictions);
+          !evicted.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "writing evicted rows failed: " << evicted;
       }
     }
-    absl::MutexLock lock(&stripe.mu);
-    RETURN_IF_ERROR(
-        LoadRows(*table, stripe, stripe_keys, /*create=*/true, &rows));
-    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-      const uint32_t unique = order[i];
-      CachedRow* row = rows[i - starts[s]];
-      float* weights = row->values().data();
-      table->optimizer->Apply(&summed[unique * dim], table->dim, weights,
-                              weights + dim);
-      ++row->version;
-      row->dirty = true;
-    }
-    if (log_pushes) {
-      const uint64_t sequence = stripe.next_log_sequence++;
-      std::memcpy(&record[section + kSequenceOffset], &sequence,
-                  sizeof(sequence));
-      for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
-        rows[i - starts[s]]->log_sequence = sequence;
-    }
-    RocksStore::Batch evictions = rocks_->NewBatch();
-    RETURN_IF_ERROR(EvictAndWrite(stripe, &evictions));
   }
+  for (auto it = push.stripes.rbegin(); it != push.stripes.rend(); ++it)
+    (*it)->mu.Unlock();
+  RETURN_IF_ERROR(updated);
+
   if (log_pushes) {
-    if (absl::Status appended = push_log_->Append(record); !appended.ok()) {
+    if (absl::Status synced = push_log_->Sync(push.ticket); !synced.ok()) {
       return absl::Status(
-          appended.code(),
-          absl::StrCat(appended.message(),
+          synced.code(),
+          absl::StrCat(synced.message(),
                        " (this push is applied in memory and is written back "
-                       "with its rows, but a crash before then loses it; later "
-                       "pushes are refused until the server restarts)"));
+                       "with its rows, but a machine crash before then loses "
+                       "it; later pushes are refused until the server "
+                       "restarts)"));
+    }
+    if (options_.testing_kill_after_push_records > 0 &&
+        ++push_records_written_ >= options_.testing_kill_after_push_records) {
+      LOG(ERROR) << "testing_kill_after_push_records: killing this process "
+                 << "after the push log took a push, before it is answered";
+      raise(SIGKILL);
     }
     if (push_log_->live_bytes() > options_.max_push_log_bytes) {
       absl::MutexLock flush_lock(&flush_mu_);
       log_over_budget_ = true;
     }
   }
-  rows_pushed_ += unique_keys.size();
-  return unique_keys.size();
+  return push.keys.size();
+}
+
+absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
+                                                 PendingPush& push) {
+  const size_t dim = table.dim;
+  const size_t row_floats = push.row_floats;
+  // Load (or create) every row first: an I/O error here changes nothing.
+  push.rows.resize(push.keys.size());
+  std::vector<uint64_t> stripe_keys;
+  std::vector<CachedRow*> loaded;
+  for (Stripe* stripe : push.stripes) {
+    const size_t s = stripe->index;
+    stripe_keys.clear();
+    for (uint32_t i = push.starts[s]; i < push.starts[s + 1]; ++i)
+      stripe_keys.push_back(push.keys[push.order[i]]);
+    if (absl::Status status = LoadRows(table, *stripe, stripe_keys,
+                                       /*create=*/true, &loaded, &push.created);
+        !status.ok()) {
+      UndoPush(push);
+      return status;
+    }
+    std::copy(loaded.begin(), loaded.end(), push.rows.begin() + push.starts[s]);
+  }
+
+  // Update, keeping each row's values before; a row whose weights or
+  // optimizer state leave the finite numbers undoes the whole push.
+  push.before.resize(push.rows.size() * row_floats);
+  for (size_t i = 0; i < push.rows.size(); ++i) {
+    float* values = push.rows[i]->values().data();
+    std::memcpy(&push.before[i * row_floats], values,
+                row_floats * sizeof(float));
+    table.optimizer->Apply(&push.gradients[push.order[i] * dim], table.dim,
+                           values, values + dim);
+    push.applied = i + 1;
+    if (const int64_t bad = FirstNonFinite(push.rows[i]->values()); bad >= 0) {
+      const float value = values[bad];
+      const uint64_t key = push.rows[i]->key;
+      UndoPush(push);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "applying the gradient of key ", key, " to table ", table.spec.name(),
+          " would make float ", bad, " of its row (", dim,
+          " weights, then optimizer state) ", value, "; nothing was applied"));
+    }
+  }
+
+  // Under kWal, number each stripe's section and write the record while
+  // the stripes are locked, so that sequence order is application order.
+  std::vector<uint64_t> sequences(push.stripes.size(), 0);
+  if (options_.durability == Durability::kWal) {
+    for (size_t j = 0; j < push.stripes.size(); ++j) {
+      sequences[j] = push.stripes[j]->next_log_sequence++;
+      std::memcpy(&push.record[push.section_offsets[j] + kSequenceOffset],
+                  &sequences[j], sizeof(sequences[j]));
+    }
+    absl::StatusOr<PushLog::Ticket> ticket = push_log_->Write(push.record, [&] {
+      if (push.origin.tracked()) {
+        ledger_.MarkWritten(push.origin,
+                            static_cast<uint32_t>(push.keys.size()));
+      }
+    });
+    if (!ticket.ok()) {
+      for (Stripe* stripe : push.stripes) --stripe->next_log_sequence;
+      UndoPush(push);
+      return absl::Status(
+          ticket.status().code(),
+          absl::StrCat(ticket.status().message(),
+                       " (nothing of this push was applied; later pushes are "
+                       "refused until the server restarts)"));
+    }
+    push.ticket = *ticket;
+  }
+
+  // Commit.
+  for (size_t j = 0; j < push.stripes.size(); ++j) {
+    const size_t s = push.stripes[j]->index;
+    for (uint32_t i = push.starts[s]; i < push.starts[s + 1]; ++i) {
+      CachedRow* row = push.rows[i];
+      ++row->version;
+      row->dirty = true;
+      if (sequences[j] != 0) row->log_sequence = sequences[j];
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingStore::UndoPush(PendingPush& push) {
+  const size_t row_floats = push.row_floats;
+  for (size_t i = 0; i < push.applied; ++i) {
+    std::memcpy(push.rows[i]->values().data(), &push.before[i * row_floats],
+                row_floats * sizeof(float));
+  }
+  push.applied = 0;
+  for (CachedRow* row : push.created) {
+    stripes_[StripeOf(row->key)]->cache.Erase(row);
+  }
+  push.created.clear();
 }
 
 absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
@@ -796,6 +1002,8 @@ StoreStats EmbeddingStore::Stats() {
   stats.rows_pushed = rows_pushed_.load();
   stats.disk_lookups = disk_lookups_.load();
   stats.push_log_bytes = push_log_->live_bytes();
+  stats.duplicate_pushes = duplicate_pushes_.load();
+  stats.push_log_dropped_bytes = push_log_dropped_bytes_;
   stats.disk_bytes = rocks_->TotalDiskBytes();
   return stats;
 }

@@ -25,6 +25,18 @@
 //              every `flush_interval` and when evicted. A crash loses at most
 //              the last interval's updates. Faster.
 //
+// A push applies whole or not at all: the request is validated, duplicate
+// keys are summed and checked, and every stripe it touches is locked (in
+// stripe order) while its rows are loaded, updated, checked for NaN/Inf,
+// and under kWal its record written to the push log; if anything fails
+// before the record is written, every row is put back as it was.
+//
+// Exactly once: a push that names its origin (worker, incarnation,
+// sequence; push_ledger.h) is applied once however often it arrives. Under
+// kWal the origin travels in the push's record, and the ledger's snapshot
+// opens every push-log segment and is stored with each new log epoch, so a
+// restart knows every push whose record it replays or has written back.
+//
 // Why a log of gradients and not the rows: writing every updated row
 // through RocksDB's memtable on every push (the first design) cost ~0.5 us
 // per row, and the memtable flushes it caused used a third of a shard's CPU;
@@ -59,6 +71,7 @@
 #include "absl/types/span.h"
 #include "embedding/initializer.h"
 #include "embedding/optimizer.h"
+#include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
 #include "embedding/rocks_store.h"
 #include "embedding/row_cache.h"
@@ -101,6 +114,24 @@ struct StoreOptions {
   // Defaults: 16 MiB and 64 MiB.
   size_t rocksdb_block_cache_bytes = 16 << 20;
   size_t rocksdb_write_buffer_bytes = 64 << 20;
+  // kWal: what opening does with a push-log record damaged anywhere but at
+  // the log's torn end (push_log.h). Default: kStrict (refuse to open).
+  PushLogRecovery push_log_recovery = PushLogRecovery::kStrict;
+  // Workers whose pushes the ledger tracks for exactly-once (push_ledger.h).
+  // Default: 4096.
+  size_t max_workers = 4096;
+  // Testing only: after this many push-log records are written (and
+  // synced), the process kills itself with SIGKILL before the push returns,
+  // as a crash between logging a push and answering it would. 0: never.
+  uint64_t testing_kill_after_push_records = 0;
+};
+
+// What Push() did.
+struct PushOutcome {
+  // Distinct keys updated (for a duplicate: what the first attempt said).
+  size_t rows_updated = 0;
+  // The push was applied before (same origin): nothing was applied now.
+  bool duplicate = false;
 };
 
 struct TableStats {
@@ -121,6 +152,10 @@ struct StoreStats {
   // Keys looked up in RocksDB because the hot tier did not hold them.
   uint64_t disk_lookups = 0;
   uint64_t disk_bytes = 0;
+  // Pushes answered as duplicates of ones applied before.
+  uint64_t duplicate_pushes = 0;
+  // Bytes of damaged push log that point-in-time recovery dropped at open.
+  uint64_t push_log_dropped_bytes = 0;
 };
 
 class EmbeddingStore {
@@ -151,18 +186,22 @@ class EmbeddingStore {
                     absl::Span<float> out);
 
   // Applies `gradients` (keys.size() * dim floats, row i for keys[i]) with the
-  // table's optimizer; duplicate keys are summed first. Validated whole
-  // before anything is applied: NOT_FOUND for an unknown table,
-  // INVALID_ARGUMENT for a size mismatch or a NaN/Inf. Returns the number of
-  // distinct keys updated. Under kWal the record is appended after the
-  // update is applied (its sequence fixes the order), so an append that
-  // fails (RESOURCE_EXHAUSTED for a full disk) reports an update that the
-  // hot tier already holds: the next write-back stores it, a crash before
-  // then loses it, and a client that retries applies it twice. Every later
-  // push is refused before it is applied, until the store is reopened.
-  absl::StatusOr<size_t> Push(absl::string_view table,
-                              absl::Span<const uint64_t> keys,
-                              absl::Span<const float> gradients);
+  // table's optimizer; duplicate keys are summed first. All or nothing:
+  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a size mismatch, a
+  // NaN/Inf gradient or sum of gradients, or an update that would make a
+  // weight or optimizer state NaN/Inf; RESOURCE_EXHAUSTED (full disk) or
+  // another I/O error from loading rows or writing the push-log record; in
+  // each case nothing is applied. One case is not undone: under `sync_wal`
+  // a failed fdatasync after the record is written leaves the update in
+  // memory (the next write-back stores it) while the push reports the
+  // error. After a push-log failure every later push is refused before it
+  // is applied, until the store is reopened. With a tracked `origin`, a
+  // push applied before is answered with its first outcome (duplicate) and
+  // FAILED_PRECONDITION comes for a superseded incarnation.
+  absl::StatusOr<PushOutcome> Push(absl::string_view table,
+                                   absl::Span<const uint64_t> keys,
+                                   absl::Span<const float> gradients,
+                                   const PushOrigin& origin = PushOrigin());
 
   // One row's weights, and whether it is stored (pushed at least once).
   absl::Status GetRow(absl::string_view table, uint64_t key,
@@ -213,8 +252,8 @@ class EmbeddingStore {
     bool write_back_in_flight ABSL_GUARDED_BY(mu) = false;
   };
 
-  EmbeddingStore(const StoreOptions& options, std::unique_ptr<RocksStore> rocks,
-                 std::unique_ptr<PushLog> push_log);
+  EmbeddingStore(const StoreOptions& options,
+                 std::unique_ptr<RocksStore> rocks);
 
   absl::Status AddTable(TableId id, const TableSpec& spec, bool created_empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
@@ -233,11 +272,36 @@ class EmbeddingStore {
   // initial weights and fresh optimizer state. Keys neither cached nor stored
   // are left out when `create` is false; for those the caller uses the
   // initializer. If `rows` is set, (*rows)[i] is keys[i]'s cached row
-  // (nullptr for those left out).
+  // (nullptr for those left out); if `created` is set, the rows created are
+  // appended to it.
   absl::Status LoadRows(const Table& table, Stripe& stripe,
                         absl::Span<const uint64_t> keys, bool create,
-                        std::vector<CachedRow*>* rows = nullptr)
+                        std::vector<CachedRow*>* rows = nullptr,
+                        std::vector<CachedRow*>* created = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  // A push being applied: its distinct keys and summed gradients, grouped
+  // by stripe, and what it changed so far (to undo on failure).
+  struct PendingPush;
+
+  // Applies a validated push whole or not at all (see Push()); returns the
+  // number of distinct keys updated.
+  absl::StatusOr<size_t> ApplyPush(const Table& table,
+                                   absl::Span<const uint64_t> keys,
+                                   absl::Span<const float> gradients,
+                                   const PushOrigin& origin);
+  // With every stripe of `push` locked: loads and updates its rows, checks
+  // them, and under kWal writes its record; on error, undoes it all.
+  absl::Status UpdateLockedStripes(const Table& table, PendingPush& push);
+  // Puts every row `push` changed back as it was.
+  void UndoPush(PendingPush& push);
+
+  // Reads one push-log record in the first pass of ReplayPushLog(): feeds
+  // its origin or ledger snapshot to the ledger and returns, through
+  // `sections_offset`, where its sections begin (0 for a record without a
+  // header, as written before records had one).
+  absl::Status ReadRecordHeader(absl::string_view record,
+                                size_t* sections_offset);
 
   // Evicts `stripe` down to its budget and writes the evicted dirty rows,
   // each with its log position (and anything already in `batch`), to
@@ -276,7 +340,9 @@ class EmbeddingStore {
 
   const StoreOptions options_;
   const std::unique_ptr<RocksStore> rocks_;
-  const std::unique_ptr<PushLog> push_log_;
+  // Declared before the push log, whose segment preamble reads it.
+  PushLedger ledger_;
+  std::unique_ptr<PushLog> push_log_;
   // The push log's epoch that rows' log positions refer to: the replayed
   // one while ReplayPushLog() runs, the new one after. Set before any other
   // thread starts.
@@ -293,6 +359,9 @@ class EmbeddingStore {
   std::atomic<uint64_t> rows_pulled_{0};
   std::atomic<uint64_t> rows_pushed_{0};
   std::atomic<uint64_t> disk_lookups_{0};
+  std::atomic<uint64_t> duplicate_pushes_{0};
+  std::atomic<uint64_t> push_records_written_{0};
+  uint64_t push_log_dropped_bytes_ = 0;  // set at open
 
   // The flusher's wake-ups: stop, or the push log has grown past
   // max_push_log_bytes. Lock order: a stripe's mu, then flush_mu_.

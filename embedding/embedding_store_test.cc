@@ -151,7 +151,8 @@ TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
   const std::vector<float> gradients = {1, -1, 4, 4, 2, -2};
   auto updated = store->Push("emb", keys, gradients);
   ASSERT_OK(updated);
-  EXPECT_EQ(*updated, 2u);
+  EXPECT_EQ(updated->rows_updated, 2u);
+  EXPECT_FALSE(updated->duplicate);
   const std::vector<float> initial7 = InitialRow(spec, 7);
   const std::vector<float> initial8 = InitialRow(spec, 8);
   std::vector<float> rows = PullRows(*store, "emb", {7, 8}, 2);
@@ -563,7 +564,8 @@ TEST_F(EmbeddingStoreTest, AFailedLogAppendRefusesLaterPushesBeforeApplying) {
       failed = !store->Push("emb", keys, gradients).ok();
     if (!failed) std::_Exit(3);
     const std::vector<float> before = PullRows(*store, "emb", keys, 2);
-    const absl::StatusOr<size_t> refused = store->Push("emb", keys, gradients);
+    const absl::StatusOr<PushOutcome> refused =
+        store->Push("emb", keys, gradients);
     if (refused.ok()) std::_Exit(4);
     if (refused.status().message().find("refused") == std::string::npos)
       std::_Exit(5);
@@ -629,6 +631,285 @@ TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
   for (float value : PullRows(*store, "counter", keys, 1)) {
     ASSERT_EQ(value, static_cast<float>(kThreads * kPushes));
   }
+}
+
+PushOrigin Origin(uint64_t sequence, uint64_t incarnation = 1000) {
+  PushOrigin origin;
+  origin.worker = 3;
+  origin.incarnation = incarnation;
+  origin.sequence = sequence;
+  return origin;
+}
+
+TEST_F(EmbeddingStoreTest, ARetriedPushIsAppliedOnce) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  const std::vector<uint64_t> keys = {1, 2, 1};
+  const std::vector<float> minus_one(6, -1.0f);
+  auto first = store->Push("emb", keys, minus_one, Origin(1));
+  ASSERT_OK(first);
+  EXPECT_FALSE(first->duplicate);
+  auto retry = store->Push("emb", keys, minus_one, Origin(1));
+  ASSERT_OK(retry);
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_EQ(retry->rows_updated, 2u);
+  EXPECT_EQ(store->Stats().duplicate_pushes, 1u);
+  const float initial = InitialRow(SgdTable("emb", 2), 1)[0];
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1}, 2)[0], initial + 2.0f);
+  // Without an origin, every arrival applies.
+  ASSERT_OK(store->Push("emb", keys, minus_one));
+  ASSERT_OK(store->Push("emb", keys, minus_one));
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1}, 2)[0], initial + 6.0f);
+  // A newer incarnation of worker 3 fences the older one off.
+  ASSERT_OK(store->Push("emb", keys, minus_one, Origin(1, 2000)));
+  EXPECT_THAT(store->Push("emb", keys, minus_one, Origin(2, 1000)),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+// Pushes -1 to keys 0..9 of dim-2 table "emb" with origins 1..pushes, in a
+// child that then dies without writing anything back.
+void PushWithOriginsAndDie(const StoreOptions& options, int pushes,
+                           bool wait_for_deleted_segments = false) {
+  auto child = [&] {
+    auto store = OpenStore(options);
+    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 1; i <= pushes; ++i) {
+      if (!store->Push("emb", keys, std::vector<float>(20, -1.0f), Origin(i))
+               .ok())
+        std::_Exit(2);
+    }
+    if (wait_for_deleted_segments) {
+      // Until the segment holding the first pushes is gone.
+      const std::string first_segment =
+          options.data_dir + "/push_log/0000000001-0000000000.pushlog";
+      const absl::Time give_up = absl::Now() + absl::Seconds(20);
+      while (std::filesystem::exists(first_segment)) {
+        if (absl::Now() > give_up) std::_Exit(3);
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    std::_Exit(0);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// Retries every push 1..pushes of PushWithOriginsAndDie and checks that
+// none applies again.
+void ExpectEveryRetryIsADuplicate(const StoreOptions& options, int pushes) {
+  auto store = OpenStore(options);
+  const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (int i = 1; i <= pushes; ++i) {
+    auto retry =
+        store->Push("emb", keys, std::vector<float>(20, -1.0f), Origin(i));
+    ASSERT_OK(retry);
+    EXPECT_TRUE(retry->duplicate) << "push " << i << " applied twice";
+  }
+  const float initial = InitialRow(SgdTable("emb", 2), 4)[0];
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {4}, 2)[0], initial + pushes);
+}
+
+TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACrashInTheLogsRecords) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  PushWithOriginsAndDie(options_, 20);
+  ExpectEveryRetryIsADuplicate(options_, 20);
+}
+
+TEST_F(EmbeddingStoreTest, TheLedgerSurvivesWhenTheSegmentsWithItsPushesGo) {
+  // 4 KiB segments and write-backs every few ms: the segments holding the
+  // first pushes are deleted before the crash, so only the preamble of a
+  // later segment remembers them.
+  options_.max_push_log_bytes = 32 << 10;
+  options_.wal_write_back_interval = absl::Milliseconds(16);
+  options_.num_stripes = 4;
+  PushWithOriginsAndDie(options_, 60, /*wait_for_deleted_segments=*/true);
+  ExpectEveryRetryIsADuplicate(options_, 60);
+}
+
+TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACleanRestartAndASecondCrash) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  PushWithOriginsAndDie(options_, 5);
+  { auto store = OpenStore(options_); }  // replays, starts a new epoch
+  { auto store = OpenStore(options_); }  // clean: the epoch's ledger only
+  ExpectEveryRetryIsADuplicate(options_, 5);
+}
+
+TEST_F(EmbeddingStoreTest, GradientsThatSumToInfinityAreRefusedWhole) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 1)));
+  const float big = 3e38f;
+  // Key 9 is named twice: each gradient is finite, the sum is not.
+  const absl::StatusOr<PushOutcome> refused =
+      store->Push("emb", {5, 9, 9}, {1.0f, big, big});
+  EXPECT_THAT(refused, StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_NE(refused.status().message().find("named more than once, sum to"),
+            std::string::npos)
+      << refused.status();
+  std::vector<float> row;
+  bool stored = true;
+  ASSERT_OK(store->GetRow("emb", 5, &row, &stored));
+  EXPECT_FALSE(stored) << "key 5 of the refused push was stored";
+}
+
+TEST_F(EmbeddingStoreTest,
+       AnUpdateThatWouldLeaveTheFiniteNumbersChangesNothing) {
+  options_.num_stripes = 8;
+  auto store = OpenStore(options_);
+  TableSpec spec = SgdTable("emb", 1);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  ASSERT_OK(store->DeclareTable(spec));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 64; ++key) keys.push_back(key);
+  // Every key at -3e38, then a step of -3e38 more overflows key 63 only;
+  // the other keys of that push (in every stripe) must not move, and the
+  // keys it would create must not be stored.
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(64, 3e38f)));
+  std::vector<float> gradients(64, 1.0f);
+  gradients[63] = 3e38f;
+  std::vector<uint64_t> with_new_keys = keys;
+  with_new_keys.push_back(1000);
+  gradients.push_back(1.0f);
+  const std::vector<float> before = PullRows(*store, "emb", keys, 1);
+  const absl::StatusOr<PushOutcome> refused =
+      store->Push("emb", with_new_keys, gradients);
+  EXPECT_THAT(refused, StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_NE(refused.status().message().find("key 63"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(PullRows(*store, "emb", keys, 1), before);
+  std::vector<float> row;
+  bool stored = true;
+  ASSERT_OK(store->GetRow("emb", 1000, &row, &stored));
+  EXPECT_FALSE(stored);
+  // Nothing of it reached the log either: a replay gives the same rows.
+  store.reset();
+  store = OpenStore(options_);
+  EXPECT_EQ(PullRows(*store, "emb", keys, 1), before);
+}
+
+TEST_F(EmbeddingStoreTest, AFailedLogWriteAppliesNothingOfItsPush) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  auto child = [&] {
+    auto store = OpenStore(options_);
+    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit = {64 << 10, 64 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(2);
+    std::vector<uint64_t> keys;
+    for (uint64_t key = 0; key < 100; ++key) keys.push_back(key);
+    const std::vector<float> gradients(200, -1.0f);
+    std::vector<float> before = PullRows(*store, "emb", keys, 2);
+    for (int i = 0; i < 1000; ++i) {
+      if (!store->Push("emb", keys, gradients).ok()) {
+        // The failed push left every row as the last good push did.
+        std::_Exit(PullRows(*store, "emb", keys, 2) == before ? 0 : 4);
+      }
+      before = PullRows(*store, "emb", keys, 2);
+    }
+    std::_Exit(3);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(EmbeddingStoreTest, ATableHalfCreatedByACrashedProcessIsDropped) {
+  {
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(SgdTable("kept", 2)));
+    ASSERT_OK(store->Push("kept", {1}, {-1.0f, -1.0f}));
+  }
+  // The column family of "lost", created without its spec, as a process
+  // stopped in the middle of CreateTable() leaves it.
+  {
+    rocksdb::DBOptions db_options;
+    std::vector<std::string> names;
+    ASSERT_TRUE(
+        rocksdb::DB::ListColumnFamilies(db_options, options_.data_dir, &names)
+            .ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const std::string& name : names)
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(db_options, options_.data_dir, families,
+                                  &handles, &db)
+                    .ok());
+    rocksdb::ColumnFamilyHandle* lost = nullptr;
+    ASSERT_TRUE(db->CreateColumnFamily(rocksdb::ColumnFamilyOptions(),
+                                       "table.lost", &lost)
+                    .ok());
+    handles.push_back(lost);
+    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+    delete db;
+  }
+  auto store = OpenStore(options_);
+  ASSERT_NE(store, nullptr);
+  const std::vector<TableStats> tables = store->ListTables();
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].spec.name(), "kept");
+  const float initial = InitialRow(SgdTable("kept", 2), 1)[0];
+  EXPECT_FLOAT_EQ(PullRows(*store, "kept", {1}, 2)[0], initial + 1.0f);
+  auto created = store->DeclareTable(SgdTable("lost", 2));
+  ASSERT_OK(created);
+  EXPECT_TRUE(*created);
+}
+
+TEST_F(EmbeddingStoreTest, ADamagedPushLogIsRefusedUnlessToldToRecover) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  options_.max_push_log_bytes = 32 << 10;  // 4 KiB segments
+  PushAndDie(options_, 30);
+  const std::string log_dir = options_.data_dir + "/push_log";
+  const std::vector<std::string> files = Files(log_dir);
+  ASSERT_GE(files.size(), 3u);
+  {
+    std::fstream file(log_dir + "/" + files[0],
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(200);
+    file.put('X');
+  }
+  auto refused = EmbeddingStore::Open(options_);
+  EXPECT_THAT(refused.status(), StatusIs(StatusCode::kDataLoss));
+  EXPECT_NE(refused.status().message().find(files[0]), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("point_in_time"), std::string::npos)
+      << refused.status();
+  options_.push_log_recovery = PushLogRecovery::kPointInTime;
+  auto store = OpenStore(options_);
+  EXPECT_GT(store->Stats().push_log_dropped_bytes, 4000u);
+  // What precedes the damage is there: fewer than 30 steps, more than none.
+  const float moved =
+      PullRows(*store, "emb", {4}, 2)[0] - InitialRow(SgdTable("emb", 2), 4)[0];
+  EXPECT_LT(moved, 30.0f);
+}
+
+TEST_F(EmbeddingStoreTest, RecordsWrittenWithoutAHeaderStillReplay) {
+  TableId table = 0;
+  {
+    auto store = OpenStore(options_);  // log epoch 1 from here
+    ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  }
+  // A record as versions before record headers wrote it: one section
+  // (table, stripe, count, sequence, keys, gradients) in epoch 1.
+  std::string record;
+  const uint32_t header[3] = {table, 0, 1};
+  const uint64_t sequence = 7, key = 42;
+  const float gradient[2] = {-1.0f, -2.0f};
+  record.append(reinterpret_cast<const char*>(header), sizeof(header));
+  record.append(reinterpret_cast<const char*>(&sequence), sizeof(sequence));
+  record.append(reinterpret_cast<const char*>(&key), sizeof(key));
+  record.append(reinterpret_cast<const char*>(gradient), sizeof(gradient));
+  {
+    PushLogOptions log_options;
+    log_options.dir = options_.data_dir + "/push_log";
+    auto log = PushLog::Open(log_options);
+    ASSERT_OK(log);
+    (*log)->StartEpoch(1);
+    ASSERT_OK((*log)->Append(record));
+  }
+  auto store = OpenStore(options_);
+  const std::vector<float> initial = InitialRow(SgdTable("emb", 2), 42);
+  EXPECT_EQ(PullRows(*store, "emb", {42}, 2),
+            (std::vector<float>{initial[0] + 1.0f, initial[1] + 2.0f}));
 }
 
 }  // namespace

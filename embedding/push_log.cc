@@ -37,6 +37,14 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::InternalError(message);
 }
 
+// Fills a frame's header: the payload's length and checksum.
+void FrameHeader(absl::string_view payload, char* header) {
+  const uint32_t length = static_cast<uint32_t>(payload.size());
+  const uint64_t checksum = XXH3_64bits(payload.data(), payload.size());
+  std::memcpy(header, &length, sizeof(length));
+  std::memcpy(header + sizeof(length), &checksum, sizeof(checksum));
+}
+
 // Parses "<epoch>-<segment>.pushlog".
 bool ParseSegmentName(const std::string& name, uint64_t* epoch,
                       uint64_t* segment) {
@@ -95,8 +103,23 @@ uint64_t PushLog::EpochReader::bytes() const {
   return total;
 }
 
+bool PushLog::EpochReader::IsTornEnd(uint32_t index, uint64_t offset,
+                                     absl::string_view segment) const {
+  if (index + 1 != segments_.size()) return false;
+  const uint64_t left = segment.size() - offset;
+  if (left < kFrameHeaderBytes) return true;
+  uint32_t length = 0;
+  std::memcpy(&length, segment.data() + offset, sizeof(length));
+  // The frame reaches the end of the file: the write that was cut short.
+  if (left - kFrameHeaderBytes <= length) return true;
+  // A file system may leave zeros where a write did not land.
+  return std::all_of(segment.begin() + offset, segment.end(),
+                     [](char c) { return c == 0; });
+}
+
 absl::Status PushLog::EpochReader::ForEach(
-    const std::function<absl::Status(Location, absl::string_view)>& fn) {
+    const std::function<absl::Status(Location, absl::string_view)>& fn,
+    PushLogRecovery recovery) {
   std::string buffer;
   for (uint32_t index = 0; index < segments_.size(); ++index) {
     const Segment& segment = segments_[index];
@@ -126,10 +149,33 @@ absl::Status PushLog::EpochReader::ForEach(
                              length) == checksum;
       }
       if (!intact) {
-        LOG(WARNING) << segment.path << ": a record at offset " << offset
-                     << " is cut short or fails its checksum; skipped the "
-                     << segment.size - offset << " bytes from there";
-        break;
+        if (IsTornEnd(index, offset, buffer)) {
+          LOG(WARNING) << segment.path << ": the last record, at offset "
+                       << offset << ", was cut short by a crash (never "
+                       << "acknowledged); skipped its " << segment.size - offset
+                       << " bytes";
+          break;
+        }
+        uint64_t later_bytes = 0;
+        for (uint32_t later = index + 1; later < segments_.size(); ++later)
+          later_bytes += segments_[later].size;
+        const std::string damage = absl::StrCat(
+            segment.path, ": the record at offset ", offset,
+            " fails its length or checksum, with ", segment.size - offset,
+            " bytes of this segment from there and ",
+            segments_.size() - index - 1, " later segments (", later_bytes,
+            " bytes) after it: acknowledged pushes in them would be lost");
+        if (recovery == PushLogRecovery::kStrict) {
+          return absl::DataLossError(absl::StrCat(
+              damage,
+              ". Nothing was replayed. To open anyway, replaying only what "
+              "precedes the damage, start with --push_log_recovery="
+              "point_in_time"));
+        }
+        dropped_bytes_ = segment.size - offset + later_bytes;
+        LOG(ERROR) << damage << "; point-in-time recovery replays what "
+                   << "precedes it and drops " << dropped_bytes_ << " bytes";
+        return absl::OkStatus();
       }
       const uint64_t payload = offset + kFrameHeaderBytes;
       RETURN_IF_ERROR(fn(Location{index, payload},
@@ -239,6 +285,14 @@ absl::Status PushLog::OpenSegment() {
   }
   segment_size_ = sizeof(kMagic);
   live_bytes_ += sizeof(kMagic);
+  if (options_.segment_preamble) {
+    const std::string preamble = options_.segment_preamble();
+    if (!preamble.empty()) {
+      char header[kFrameHeaderBytes];
+      FrameHeader(preamble, header);
+      RETURN_IF_ERROR(WriteFrame(header, preamble));
+    }
+  }
   if (options_.sync) {
     // The new file's name must survive a machine crash too.
     const int dir = open(options_.dir.c_str(), O_RDONLY | O_CLOEXEC);
@@ -264,32 +318,35 @@ void PushLog::CloseSegment() {
   current_segment_.store(current_segment_.load() + 1);
 }
 
-absl::Status PushLog::Append(absl::string_view payload) {
+absl::StatusOr<PushLog::Ticket> PushLog::Write(
+    absl::string_view payload, const std::function<void()>& on_written) {
   if (payload.size() > UINT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a push-log record of ", payload.size(), " bytes; the most is 4 GiB"));
   }
   char header[kFrameHeaderBytes];
-  const uint32_t length = static_cast<uint32_t>(payload.size());
-  const uint64_t checksum = XXH3_64bits(payload.data(), payload.size());
-  std::memcpy(header, &length, sizeof(length));
-  std::memcpy(header + sizeof(length), &checksum, sizeof(checksum));
-
-  uint64_t segment = 0, bytes = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(broken_);
-    if (absl::Status written = WriteFrame(header, payload); !written.ok()) {
-      Break(written);
-      return written;
-    }
-    segment = current_segment();
-    bytes = segment_size_;
-    if (segment_size_ >= options_.segment_bytes) CloseSegment();
-    if (!options_.sync) return absl::OkStatus();
-    RETURN_IF_ERROR(broken_);
+  FrameHeader(payload, header);
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(broken_);
+  if (absl::Status written = WriteFrame(header, payload); !written.ok()) {
+    Break(written);
+    return written;
   }
-  return SyncThrough(segment, bytes);
+  if (on_written) on_written();
+  const Ticket ticket{current_segment(), segment_size_};
+  if (segment_size_ >= options_.segment_bytes) CloseSegment();
+  RETURN_IF_ERROR(broken_);
+  return ticket;
+}
+
+absl::Status PushLog::Sync(const Ticket& ticket) {
+  if (!options_.sync) return absl::OkStatus();
+  return SyncThrough(ticket.segment, ticket.bytes);
+}
+
+absl::Status PushLog::Append(absl::string_view payload) {
+  ASSIGN_OR_RETURN(const Ticket ticket, Write(payload));
+  return Sync(ticket);
 }
 
 absl::Status PushLog::WriteFrame(const char* header,

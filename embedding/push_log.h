@@ -11,9 +11,12 @@
 // the files of different runs never mix. A segment is the file
 // "<epoch>-<segment>.pushlog": an 8-byte magic, then frames of the payload's
 // length (uint32), its XXH3-64 checksum (uint64) and the payload, in host
-// byte order. One Append() is one writev(): after a crash a frame is whole,
-// or cut short, or (after a power loss, unsynced) garbage; the last two fail
-// their length or checksum, and reading skips the rest of that segment.
+// byte order. One Write() is one writev(): after a process crash only the
+// last frame of the last segment can be cut short, and replay drops it (it
+// was never acknowledged). A frame that fails its length or checksum
+// anywhere else means acknowledged records are damaged (a disk error, or a
+// power loss without `sync`): replay stops with DATA_LOSS naming the file and
+// what follows the damage, unless told to recover to the point before it.
 //
 // Thread-safe. Appends are serialised; the file is never read while written.
 
@@ -46,6 +49,20 @@ struct PushLogOptions {
   // segment), so that appended records survive a machine crash, not only a
   // process crash. Default: false.
   bool sync = false;
+  // Called under the log's lock each time a segment file is created; what
+  // it returns, if not empty, becomes the segment's first record, before
+  // any record Write() appends there. Default: none.
+  std::function<std::string()> segment_preamble;
+};
+
+// What replay does with a damaged record that is not the torn end of the
+// log (see the file comment).
+enum class PushLogRecovery {
+  // Stop with DATA_LOSS, replaying nothing.
+  kStrict,
+  // Replay every record before the damage; drop it and everything after it
+  // in the epoch, logged as an error with the bytes dropped.
+  kPointInTime,
 };
 
 class PushLog {
@@ -66,12 +83,15 @@ class PushLog {
 
     // Calls fn(location, payload) for every intact record, segment by
     // segment, each in the order appended; stops at the first error fn
-    // returns. A frame cut short or failing its checksum ends its segment
-    // (it was never acknowledged, or the machine lost unsynced data), and
-    // the bytes skipped are logged.
-    absl::Status ForEach(
-        const std::function<absl::Status(Location location,
-                                         absl::string_view payload)>& fn);
+    // returns. A torn last frame of the last segment is skipped (logged).
+    // Damage anywhere else is DATA_LOSS naming the file, the offset and
+    // the bytes after it, or under kPointInTime ends the reading there.
+    absl::Status ForEach(const std::function<absl::Status(
+                             Location location, absl::string_view payload)>& fn,
+                         PushLogRecovery recovery = PushLogRecovery::kStrict);
+
+    // Bytes that ForEach() dropped under kPointInTime.
+    uint64_t dropped_bytes() const { return dropped_bytes_; }
 
     // Reads `size` bytes starting `skip` bytes into the payload at
     // `location` (part of a record ForEach() reported).
@@ -88,7 +108,14 @@ class PushLog {
       int fd = -1;
       uint64_t size = 0;
     };
+    // Whether the frame at `offset` of segment `index`, which failed its
+    // length or checksum, is the torn end of the log that a crash in the
+    // middle of a write leaves (then nothing acknowledged is lost).
+    bool IsTornEnd(uint32_t index, uint64_t offset,
+                   absl::string_view segment) const;
+
     std::vector<Segment> segments_;
+    uint64_t dropped_bytes_ = 0;
   };
 
   // Opens (creating if needed) the directory. Appending starts with
@@ -114,13 +141,29 @@ class PushLog {
   // runs concurrently.
   void StartEpoch(uint64_t epoch);
 
-  // Appends one record. Under options.sync, returns once the record is on
-  // disk; concurrent appends share fdatasync() calls (group commit). After a
-  // failed write or sync (RESOURCE_EXHAUSTED for a full disk) the record is
-  // not in the log and every later append fails the same way, until the log
-  // is opened again (what reached the disk is replayed then), as RocksDB
-  // stops writing after a WAL error. INVALID_ARGUMENT for a payload of 4 GiB
-  // or more (the log stays usable).
+  // Where Write() put a record, for Sync().
+  struct Ticket {
+    uint64_t segment = 0;
+    uint64_t bytes = 0;  // the segment's size once the record was in it
+  };
+
+  // Writes one record (one writev(), to the page cache) and calls
+  // `on_written`, if set, under the log's lock before returning, so that
+  // whatever it records happens before any later segment is created. After
+  // a failed write (RESOURCE_EXHAUSTED for a full disk) the record is not in
+  // the log and every later write fails the same way, until the log is
+  // opened again (what reached the disk is replayed then), as RocksDB stops
+  // writing after a WAL error. INVALID_ARGUMENT for a payload of 4 GiB or
+  // more (the log stays usable).
+  absl::StatusOr<Ticket> Write(absl::string_view payload,
+                               const std::function<void()>& on_written = {});
+
+  // Under options.sync, returns once the record `ticket` names is on disk;
+  // concurrent callers share fdatasync() calls (group commit). A failed sync
+  // breaks the log like a failed write. Without options.sync, OK at once.
+  absl::Status Sync(const Ticket& ticket);
+
+  // Write(), then Sync().
   absl::Status Append(absl::string_view payload);
 
   // OK, or the error that stopped the log (see Append()).
@@ -147,7 +190,7 @@ class PushLog {
   // Writes one frame to the open segment, opening it first if needed.
   absl::Status WriteFrame(const char* header, absl::string_view payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Creates the current segment's file and writes its magic.
+  // Creates the current segment's file and writes its magic and preamble.
   absl::Status OpenSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open segment; under options.sync, syncs it first, so that
   // every record in a closed segment is on disk (or the log is broken_).

@@ -85,33 +85,119 @@ TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
   EXPECT_EQ(index, 60);
 }
 
-TEST(PushLogTest, ATornRecordEndsOnlyItsSegment) {
-  const std::string dir = FreshTestDir("push_log_torn");
+// Writes four records into two segments of epoch 1 in `dir`; returns the
+// segment files.
+std::vector<std::string> WriteTwoSegments(const std::string& dir) {
   // 30 bytes: two records per segment (8 bytes of magic, 12 of frame header).
   auto log = OpenLog(dir, /*segment_bytes=*/30);
   log->StartEpoch(1);
   for (const char* record : {"first", "second", "third", "fourth"})
-    ASSERT_OK(log->Append(record));
+    EXPECT_OK(log->Append(record));
   log.reset();
-  const std::vector<std::string> segments = SegmentFiles(dir);
-  ASSERT_EQ(segments.size(), 2u);
+  return SegmentFiles(dir);
+}
 
+// Overwrites one byte of `path` at `offset`.
+void Damage(const std::string& path, uint64_t offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(offset);
+  file.put('X');
+}
+
+TEST(PushLogTest, TheTornEndOfTheLogIsDropped) {
+  const std::string dir = FreshTestDir("push_log_torn");
+  const std::vector<std::string> segments = WriteTwoSegments(dir);
+  ASSERT_EQ(segments.size(), 2u);
   // A crash in the middle of the last append: its frame is cut short.
   std::filesystem::resize_file(segments[1],
                                std::filesystem::file_size(segments[1]) - 2);
-  log = OpenLog(dir, 30);
+  auto log = OpenLog(dir, 30);
   EXPECT_EQ(ReadAll(*log, 1),
             (std::vector<std::string>{"first", "second", "third"}));
+  // Zeros where the last write did not land are a torn end too.
+  std::filesystem::resize_file(segments[1], 8 + 12 + 5);  // "third" only
+  std::filesystem::resize_file(segments[1], 8 + 12 + 5 + 40);
+  EXPECT_EQ(ReadAll(*log, 1),
+            (std::vector<std::string>{"first", "second", "third"}));
+}
 
-  // Garbage in a record (a machine crash without sync): the rest of its
-  // segment goes, the next segment is still read.
-  {
-    std::fstream file(segments[0],
-                      std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(8 + 12 + 5 + 12 + 1);  // into "second"
-    file.put('X');
+TEST(PushLogTest, DamageInTheMiddleIsDataLossNamingTheFile) {
+  const std::string dir = FreshTestDir("push_log_middle");
+  const std::vector<std::string> segments = WriteTwoSegments(dir);
+  ASSERT_EQ(segments.size(), 2u);
+  Damage(segments[0], 8 + 12 + 5 + 12 + 1);  // into "second"
+  auto log = OpenLog(dir, 30);
+  auto reader = log->ReadEpoch(1);
+  ASSERT_OK(reader);
+  std::vector<std::string> records;
+  const absl::Status read =
+      (*reader)->ForEach([&](PushLog::Location, absl::string_view payload) {
+        records.emplace_back(payload);
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  EXPECT_NE(read.message().find(segments[0]), std::string::npos) << read;
+  EXPECT_NE(read.message().find("1 later segments"), std::string::npos) << read;
+}
+
+TEST(PushLogTest, DamageBeforeTheLastRecordIsNotATornEnd) {
+  const std::string dir = FreshTestDir("push_log_middle_of_last");
+  const std::vector<std::string> segments = WriteTwoSegments(dir);
+  Damage(segments[1], 8 + 12 + 1);  // into "third", "fourth" follows
+  auto log = OpenLog(dir, 30);
+  auto reader = log->ReadEpoch(1);
+  ASSERT_OK(reader);
+  EXPECT_EQ((*reader)
+                ->ForEach([](PushLog::Location, absl::string_view) {
+                  return absl::OkStatus();
+                })
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(PushLogTest, PointInTimeRecoveryReplaysWhatPrecedesTheDamage) {
+  const std::string dir = FreshTestDir("push_log_point_in_time");
+  const std::vector<std::string> segments = WriteTwoSegments(dir);
+  Damage(segments[0], 8 + 12 + 5 + 12 + 1);  // into "second"
+  auto log = OpenLog(dir, 30);
+  auto reader = log->ReadEpoch(1);
+  ASSERT_OK(reader);
+  std::vector<std::string> records;
+  ASSERT_OK((*reader)->ForEach(
+      [&](PushLog::Location, absl::string_view payload) {
+        records.emplace_back(payload);
+        return absl::OkStatus();
+      },
+      PushLogRecovery::kPointInTime));
+  // "third" and "fourth" are intact but come after the damage: dropped.
+  EXPECT_EQ(records, std::vector<std::string>{"first"});
+  EXPECT_EQ((*reader)->dropped_bytes(),
+            std::filesystem::file_size(segments[0]) - (8 + 12 + 5) +
+                std::filesystem::file_size(segments[1]));
+}
+
+TEST(PushLogTest, EachSegmentOpensWithThePreamble) {
+  const std::string dir = FreshTestDir("push_log_preamble");
+  PushLogOptions options;
+  options.dir = dir;
+  // The preamble (30 bytes with magic and frame header) and two records.
+  options.segment_bytes = 50;
+  int calls = 0;
+  options.segment_preamble = [&calls] {
+    return "preamble " + std::to_string(calls++);
+  };
+  auto log = PushLog::Open(options);
+  ASSERT_OK(log);
+  (*log)->StartEpoch(1);
+  int written_calls = 0;
+  for (const char* record : {"a", "b", "c"}) {
+    auto ticket = (*log)->Write(record, [&] { ++written_calls; });
+    ASSERT_OK(ticket);
+    ASSERT_OK((*log)->Sync(*ticket));
   }
-  EXPECT_EQ(ReadAll(*log, 1), (std::vector<std::string>{"first", "third"}));
+  EXPECT_EQ(written_calls, 3);
+  EXPECT_EQ(ReadAll(**log, 1), (std::vector<std::string>{"preamble 0", "a", "b",
+                                                         "preamble 1", "c"}));
 }
 
 TEST(PushLogTest, AFileThatIsNotASegmentIsDataLoss) {

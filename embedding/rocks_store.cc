@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
@@ -21,6 +22,7 @@ constexpr char kSpecPrefix[] = "table_spec/";
 constexpr char kFamilyPrefix[] = "table.";
 constexpr char kLogFamily[] = "push_log";
 constexpr char kEpochKey[] = "epoch";
+constexpr char kLedgerKey[] = "ledger";
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -48,6 +50,13 @@ std::string LogKey(uint32_t stripe, uint64_t sequence) {
   return key;
 }
 
+bool FamilyIsEmpty(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* family) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db->NewIterator(rocksdb::ReadOptions(), family));
+  it->SeekToFirst();
+  return !it->Valid() && it->status().ok();
+}
+
 // Records in the push-log family (sequence > 0) come from a version that
 // kept the log in RocksDB; this one cannot replay them.
 absl::Status OldPushLogError(const std::string& path) {
@@ -66,14 +75,18 @@ void RocksStore::Batch::SetLogCut(uint32_t stripe, uint64_t end_sequence) {
                             sizeof(end_sequence)));
 }
 
-void RocksStore::Batch::StartLogEpoch(uint64_t epoch) {
-  // Every key of the family sorts below 13 0xff bytes, the epoch's included;
-  // the Put below comes later in the batch, so it stands.
+void RocksStore::Batch::StartLogEpoch(uint64_t epoch,
+                                      absl::string_view ledger) {
+  // Every key of the family sorts below 13 0xff bytes, the epoch's and the
+  // ledger's included; the Puts below come later in the batch, so they
+  // stand.
   batch_.DeleteRange(store_->log_handle_, rocksdb::Slice(),
                      std::string(13, '\xff'));
   batch_.Put(
       store_->log_handle_, kEpochKey,
       rocksdb::Slice(reinterpret_cast<const char*>(&epoch), sizeof(epoch)));
+  batch_.Put(store_->log_handle_, kLedgerKey,
+             rocksdb::Slice(ledger.data(), ledger.size()));
 }
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
@@ -192,11 +205,30 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   handles.pop_back();
 
   std::vector<TableSpec> specs;
-  for (const std::string& name : table_names) {
+  for (size_t t = 0; t < table_names.size(); ++t) {
+    const std::string& name = table_names[t];
     std::string bytes;
     rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[0],
                                   absl::StrCat(kSpecPrefix, name), &bytes);
     TableSpec spec;
+    if (got.IsNotFound() && t + 1 == table_names.size() &&
+        FamilyIsEmpty(db.get(), handles[t + 1])) {
+      // CreateTable() stopped between creating the family and recording
+      // the spec: the table never existed for anyone. Dropping it keeps
+      // every other table's id (the newest one goes).
+      LOG(WARNING) << "table " << name << " in " << options.path
+                   << " was being created when the process stopped; its "
+                   << "empty column family is dropped";
+      rocksdb::Status dropped = db->DropColumnFamily(handles[t + 1]);
+      db->DestroyColumnFamilyHandle(handles[t + 1]).PermitUncheckedError();
+      handles.erase(handles.begin() + t + 1);
+      if (!dropped.ok()) {
+        for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
+        db->DestroyColumnFamilyHandle(log_handle);
+        return FromRocks(dropped, "dropping the half-created table " + name);
+      }
+      break;
+    }
     if (!got.ok() || !spec.ParseFromString(bytes)) {
       for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
       db->DestroyColumnFamilyHandle(log_handle);
@@ -315,14 +347,20 @@ absl::Status RocksStore::MultiGet(TableId table,
 }
 
 absl::Status RocksStore::ReadLogState(
-    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* cuts) {
+    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* cuts,
+    std::string* ledger) {
   *epoch = 0;
   cuts->clear();
+  ledger->clear();
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), log_handle_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     const rocksdb::Slice value = it->value();
+    if (key == kLedgerKey) {
+      ledger->assign(value.data(), value.size());
+      continue;
+    }
     if (value.size() != sizeof(uint64_t)) {
       if (key.size() == 12) {
         return OldPushLogError(options_.path);

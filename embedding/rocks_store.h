@@ -6,8 +6,13 @@
 // family, so reopening the same directory brings every table back.
 //
 // A "push log" column family holds what EmbeddingStore needs to replay its
-// push log (push_log.h) under --durability=wal: the log's epoch and, per
-// lock stripe, the cut (the sequence up to which rows are written back).
+// push log (push_log.h) under --durability=wal: the log's epoch, per lock
+// stripe the cut (the sequence up to which rows are written back), and the
+// push ledger (push_ledger.h) as it stood when the epoch started.
+//
+// A table is created in two steps, its column family and then its spec; a
+// process stopped between them leaves a family without a spec, which Open()
+// drops (nothing was ever written to it).
 //
 // Thread-safe: RocksDB serialises what it must; concurrent Write() calls are
 // group-committed into one WAL write.
@@ -68,8 +73,9 @@ class RocksStore {
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogCut(uint32_t stripe, uint64_t end_sequence);
-    // Deletes every cut and records `epoch` as the push log's.
-    void StartLogEpoch(uint64_t epoch);
+    // Deletes every cut and records `epoch` as the push log's, with the
+    // push ledger's snapshot `ledger` (PushLedger::Serialize()).
+    void StartLogEpoch(uint64_t epoch, absl::string_view ledger);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -111,10 +117,12 @@ class RocksStore {
   static absl::Status DecodeRow(absl::string_view value, absl::Span<float> row,
                                 LogPosition* position);
 
-  // The push log's epoch (0 if never started) and each stripe's cut.
-  // FAILED_PRECONDITION for a push log an older version kept in RocksDB.
+  // The push log's epoch (0 if never started), each stripe's cut, and the
+  // ledger recorded with the epoch (empty if none). FAILED_PRECONDITION for
+  // a push log an older version kept in RocksDB.
   absl::Status ReadLogState(uint64_t* epoch,
-                            absl::flat_hash_map<uint32_t, uint64_t>* cuts);
+                            absl::flat_hash_map<uint32_t, uint64_t>* cuts,
+                            std::string* ledger);
 
   // RocksDB's estimates for one table.
   uint64_t EstimatedRows(TableId table);

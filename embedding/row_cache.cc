@@ -83,6 +83,13 @@ void RowCache::PushNewest(CachedRow* row) {
   if (oldest_ == nullptr) oldest_ = row;
 }
 
+void RowCache::Erase(CachedRow* row) {
+  index_.erase(TableKey{row->table_id, row->key});
+  Unlink(row);
+  bytes_ -= RowBytes(row->size_);
+  Free(row);
+}
+
 void RowCache::Unlink(CachedRow* row) {
   (row->newer_ != nullptr ? row->newer_->older_ : newest_) = row->older_;
   (row->older_ != nullptr ? row->older_->newer_ : oldest_) = row->newer_;

@@ -98,6 +98,9 @@ class RowCache {
   CachedRow* Insert(uint32_t table_id, uint64_t key,
                     absl::Span<const float> values, bool dirty);
 
+  // Drops `row` (one this cache returned) without writing it anywhere.
+  void Erase(CachedRow* row);
+
   // Evicts rows not referenced recently until bytes() <= budget, appending
   // copies of the evicted dirty rows to `*dirty_evicted` for write-back.
   void EvictToBudget(std::vector<EvictedRow>* dirty_evicted);

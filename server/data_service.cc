@@ -90,9 +90,14 @@ absl::Status DataService::DoPush(const PushRequest& request,
         absl::StrCat("gradients must be packed 4-byte floats; got ",
                      request.gradients().size(), " bytes"));
   }
-  ASSIGN_OR_RETURN(size_t updated,
-                   store_->Push(request.table(), keys, gradients));
-  response->set_rows_updated(static_cast<uint32_t>(updated));
+  embedding::PushOrigin origin;
+  origin.worker = request.worker();
+  origin.incarnation = request.incarnation();
+  origin.sequence = request.sequence();
+  ASSIGN_OR_RETURN(embedding::PushOutcome outcome,
+                   store_->Push(request.table(), keys, gradients, origin));
+  response->set_rows_updated(static_cast<uint32_t>(outcome.rows_updated));
+  response->set_duplicate(outcome.duplicate);
   return absl::OkStatus();
 }
 

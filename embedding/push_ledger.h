@@ -1,0 +1,128 @@
+// File: embedding/push_ledger.h
+//
+// PushLedger remembers which pushes a shard has applied, per worker, so that
+// a push retried after its reply was lost (or after the shard restarted) is
+// answered, not applied a second time. A push names its origin: the worker,
+// the worker process's incarnation (a number that grows from one start of
+// the worker to the next) and a sequence number the worker gives each of its
+// requests to this shard. A worker's newer incarnation supersedes the older
+// one, whose pushes are then refused (a stale process cannot write).
+//
+// For each worker the ledger keeps the last `window` sequences applied, with
+// their answers, and a floor: every sequence at or below it is treated as
+// applied (a sequence leaves the window only once `window` later ones were
+// applied, which a client with fewer requests in flight never sees). At most
+// `max_workers` workers are tracked; past that, the one heard from longest
+// ago is forgotten.
+//
+// Durability is the store's business (embedding_store.h): it marks a push
+// written once its push-log record is, and persists Serialize()'s snapshot
+// of every written push; Merge() brings snapshots and replayed records back.
+//
+// Thread-safe.
+
+#ifndef PS_EMBEDDING_PUSH_LEDGER_H_
+#define PS_EMBEDDING_PUSH_LEDGER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::embedding {
+
+// Who sent a push. incarnation 0 means "no origin": such pushes are applied
+// every time they arrive.
+struct PushOrigin {
+  uint32_t worker = 0;
+  uint64_t incarnation = 0;
+  uint64_t sequence = 0;
+
+  bool tracked() const { return incarnation != 0; }
+};
+
+class PushLedger {
+ public:
+  // Defaults: 4096 workers, 256 sequences each. REQUIRES: both >= 1.
+  explicit PushLedger(size_t max_workers = 4096, size_t window = 256);
+
+  PushLedger(const PushLedger&) = delete;
+  PushLedger& operator=(const PushLedger&) = delete;
+
+  // What Claim() found.
+  struct Claim {
+    // The push was applied before: answer `rows_updated` and apply nothing.
+    bool duplicate = false;
+    // The first answer (0 when the sequence already left the window).
+    uint32_t rows_updated = 0;
+  };
+
+  // Claims `origin` for applying. When the same push is being applied by
+  // another call, waits until that call finishes. FAILED_PRECONDITION for an
+  // incarnation older than the worker's newest. REQUIRES: origin.tracked().
+  // A claim that is not a duplicate must be followed by Finish().
+  absl::StatusOr<Claim> Begin(const PushOrigin& origin);
+
+  // The push's record is written to the push log: from now on it counts as
+  // applied in Serialize(), and a retry waits for Finish().
+  void MarkWritten(const PushOrigin& origin, uint32_t rows_updated);
+
+  // Ends a claim. With `applied`, the push is done and `rows_updated` is its
+  // answer to retries; without, the claim is dropped (a retry applies it),
+  // unless MarkWritten() was called: what the log holds stays applied.
+  void Finish(const PushOrigin& origin, bool applied, uint32_t rows_updated);
+
+  // Every written or finished push, in a form Merge() reads.
+  std::string Serialize() const;
+
+  // Adds a snapshot from Serialize() (union: the newer incarnation of a
+  // worker wins). DATA_LOSS for bytes that do not parse.
+  absl::Status Merge(absl::string_view serialized);
+
+  // Adds one applied push (a replayed push-log record).
+  void MergeApplied(const PushOrigin& origin, uint32_t rows_updated);
+
+  // Workers tracked now.
+  size_t workers() const;
+
+ private:
+  enum class State { kInProgress, kWritten, kDone };
+  struct Entry {
+    State state;
+    uint32_t rows_updated;
+  };
+  struct Worker {
+    uint64_t incarnation = 0;
+    // Every sequence <= floor counts as applied.
+    uint64_t floor = 0;
+    std::map<uint64_t, Entry> recent;
+    // Ledger-wide counter value at the last use, for forgetting.
+    uint64_t last_used = 0;
+  };
+
+  // The worker's entry for `incarnation`, created (or reset, for a newer
+  // incarnation) if needed; nullptr for an older incarnation.
+  Worker* FindOrAdd(uint32_t worker, uint64_t incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the oldest finished sequences past the window.
+  void Trim(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records `sequence` as done unless it is known already.
+  void AddApplied(Worker& worker, uint64_t sequence, uint32_t rows_updated)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const size_t max_workers_;
+  const size_t window_;
+  mutable absl::Mutex mu_;
+  absl::CondVar finished_;
+  uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint32_t, Worker> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_PUSH_LEDGER_H_

@@ -1,0 +1,165 @@
+#include "embedding/push_ledger.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+using absl::StatusCode;
+
+PushOrigin Origin(uint32_t worker, uint64_t incarnation, uint64_t sequence) {
+  PushOrigin origin;
+  origin.worker = worker;
+  origin.incarnation = incarnation;
+  origin.sequence = sequence;
+  return origin;
+}
+
+// Claims and finishes `origin` as applied; returns whether it was new.
+bool Apply(PushLedger& ledger, const PushOrigin& origin, uint32_t rows) {
+  absl::StatusOr<PushLedger::Claim> claim = ledger.Begin(origin);
+  EXPECT_OK(claim);
+  if (!claim.ok() || claim->duplicate) return false;
+  ledger.Finish(origin, /*applied=*/true, rows);
+  return true;
+}
+
+TEST(PushLedgerTest, ARetryIsAnsweredWithTheFirstAnswer) {
+  PushLedger ledger;
+  EXPECT_TRUE(Apply(ledger, Origin(3, 100, 1), 42));
+  absl::StatusOr<PushLedger::Claim> retry = ledger.Begin(Origin(3, 100, 1));
+  ASSERT_OK(retry);
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_EQ(retry->rows_updated, 42u);
+  // Another sequence, worker or incarnation is a different push.
+  EXPECT_TRUE(Apply(ledger, Origin(3, 100, 2), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(4, 100, 1), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(3, 101, 1), 1));
+}
+
+TEST(PushLedgerTest, SequencesMayArriveOutOfOrder) {
+  PushLedger ledger;
+  EXPECT_TRUE(Apply(ledger, Origin(0, 7, 3), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(0, 7, 1), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(0, 7, 2), 1));
+  EXPECT_FALSE(Apply(ledger, Origin(0, 7, 1), 1));
+}
+
+TEST(PushLedgerTest, AFailedAttemptCanBeRetried) {
+  PushLedger ledger;
+  ASSERT_OK(ledger.Begin(Origin(0, 7, 1)));
+  ledger.Finish(Origin(0, 7, 1), /*applied=*/false, 0);
+  EXPECT_TRUE(Apply(ledger, Origin(0, 7, 1), 5));
+}
+
+TEST(PushLedgerTest, WhatTheLogHoldsStaysAppliedEvenIfTheAttemptFails) {
+  PushLedger ledger;
+  ASSERT_OK(ledger.Begin(Origin(0, 7, 1)));
+  ledger.MarkWritten(Origin(0, 7, 1), 9);
+  ledger.Finish(Origin(0, 7, 1), /*applied=*/false, 0);
+  absl::StatusOr<PushLedger::Claim> retry = ledger.Begin(Origin(0, 7, 1));
+  ASSERT_OK(retry);
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_EQ(retry->rows_updated, 9u);
+}
+
+TEST(PushLedgerTest, ARetryWhileTheFirstAttemptRunsWaitsForIt) {
+  PushLedger ledger;
+  ASSERT_OK(ledger.Begin(Origin(1, 5, 8)));
+  std::atomic<bool> returned{false};
+  absl::StatusOr<PushLedger::Claim> retry;
+  std::thread retrier([&] {
+    retry = ledger.Begin(Origin(1, 5, 8));
+    returned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(returned.load()) << "the retry did not wait for the first";
+  ledger.Finish(Origin(1, 5, 8), /*applied=*/true, 77);
+  retrier.join();
+  ASSERT_OK(retry);
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_EQ(retry->rows_updated, 77u);
+}
+
+TEST(PushLedgerTest, AnOlderIncarnationIsRefused) {
+  PushLedger ledger;
+  EXPECT_TRUE(Apply(ledger, Origin(2, 200, 1), 1));
+  EXPECT_THAT(ledger.Begin(Origin(2, 100, 2)),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST(PushLedgerTest, TheWindowIsBoundedAndOldSequencesCountAsApplied) {
+  PushLedger ledger(/*max_workers=*/8, /*window=*/4);
+  for (uint64_t sequence = 1; sequence <= 10; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
+  // 1..6 left the window: duplicates whose answer is forgotten.
+  absl::StatusOr<PushLedger::Claim> old = ledger.Begin(Origin(0, 1, 2));
+  ASSERT_OK(old);
+  EXPECT_TRUE(old->duplicate);
+  EXPECT_EQ(old->rows_updated, 0u);
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 9), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(0, 1, 11), 1));
+}
+
+TEST(PushLedgerTest, TheWorkerHeardFromLongestAgoIsForgottenPastTheBound) {
+  PushLedger ledger(/*max_workers=*/2);
+  EXPECT_TRUE(Apply(ledger, Origin(0, 1, 1), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(1, 1, 1), 1));
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 1), 1));  // worker 0 used last
+  EXPECT_TRUE(Apply(ledger, Origin(2, 1, 1), 1));
+  EXPECT_EQ(ledger.workers(), 2u);
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 1), 1));  // kept
+  EXPECT_TRUE(Apply(ledger, Origin(1, 1, 1), 1));   // forgotten
+}
+
+TEST(PushLedgerTest, ASnapshotBringsBackWrittenPushesButNotClaimsInFlight) {
+  PushLedger ledger(/*max_workers=*/8, /*window=*/4);
+  for (uint64_t sequence = 1; sequence <= 6; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 10 + sequence));
+  ASSERT_OK(ledger.Begin(Origin(1, 3, 1)));  // in flight, never written
+  ASSERT_OK(ledger.Begin(Origin(1, 3, 2)));
+  ledger.MarkWritten(Origin(1, 3, 2), 4);  // written, not yet answered
+
+  PushLedger restored(/*max_workers=*/8, /*window=*/4);
+  ASSERT_OK(restored.Merge(ledger.Serialize()));
+  EXPECT_FALSE(Apply(restored, Origin(0, 1, 1), 0));  // below the floor
+  absl::StatusOr<PushLedger::Claim> kept = restored.Begin(Origin(0, 1, 6));
+  ASSERT_OK(kept);
+  EXPECT_TRUE(kept->duplicate);
+  EXPECT_EQ(kept->rows_updated, 16u);
+  EXPECT_TRUE(Apply(restored, Origin(1, 3, 1), 1));
+  EXPECT_FALSE(Apply(restored, Origin(1, 3, 2), 1));
+  EXPECT_TRUE(Apply(restored, Origin(0, 1, 7), 1));
+}
+
+TEST(PushLedgerTest, MergingKeepsTheNewerIncarnation) {
+  PushLedger old_run, new_run;
+  EXPECT_TRUE(Apply(old_run, Origin(0, 1, 1), 1));
+  EXPECT_TRUE(Apply(new_run, Origin(0, 2, 5), 1));
+  PushLedger merged;
+  ASSERT_OK(merged.Merge(new_run.Serialize()));
+  ASSERT_OK(merged.Merge(old_run.Serialize()));
+  EXPECT_THAT(merged.Begin(Origin(0, 1, 2)),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(Apply(merged, Origin(0, 2, 5), 1));
+}
+
+TEST(PushLedgerTest, GarbageIsDataLoss) {
+  PushLedger ledger;
+  EXPECT_TRUE(Apply(ledger, Origin(0, 1, 1), 1));
+  const std::string bytes = ledger.Serialize();
+  PushLedger other;
+  EXPECT_THAT(other.Merge(bytes.substr(0, bytes.size() - 1)),
+              StatusIs(StatusCode::kDataLoss));
+  EXPECT_THAT(other.Merge(bytes + "x"), StatusIs(StatusCode::kDataLoss));
+  EXPECT_THAT(other.Merge(""), StatusIs(StatusCode::kDataLoss));
+}
+
+}  // namespace
+}  // namespace ps::embedding
