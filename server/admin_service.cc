@@ -54,6 +54,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_rocksdb_live_bytes(stats.disk_bytes);
   response->set_push_log_bytes(stats.push_log_bytes);
   response->set_disk_lookups(stats.disk_lookups);
+  response->set_duplicate_pushes(stats.duplicate_pushes);
+  response->set_push_log_dropped_bytes(stats.push_log_dropped_bytes);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -68,6 +68,19 @@ ABSL_FLAG(uint64_t, rocksdb_block_cache_mb, 16,
           "RocksDB's block cache, in MiB.");
 ABSL_FLAG(uint64_t, rocksdb_write_buffer_mb, 64,
           "RocksDB's memtables over all tables together, in MiB.");
+ABSL_FLAG(std::string, push_log_recovery, "strict",
+          "With --durability=wal, what starting does with a push-log record "
+          "that is damaged anywhere but at the log's torn end (a disk error, "
+          "or a power loss without --sync_wal): 'strict' refuses to start, "
+          "naming the file and what follows the damage; 'point_in_time' "
+          "replays what precedes the damage and drops the rest, logging what "
+          "was lost.");
+ABSL_FLAG(uint32_t, max_workers, 4096,
+          "Most workers this shard keeps exactly-once push state and clocks "
+          "for; past it, the worker heard from longest ago is forgotten.");
+ABSL_FLAG(uint64_t, testing_kill_after_push_records, 0,
+          "Testing only: SIGKILL this process right after its N-th push is "
+          "in the push log, before the push is answered. 0: never.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
@@ -141,6 +154,22 @@ int main(int argc, char** argv) {
     return Fail("--durability must be 'wal' or 'periodic', not '" + durability +
                 "'");
   }
+  const std::string recovery = absl::GetFlag(FLAGS_push_log_recovery);
+  if (recovery == "strict") {
+    options.store.push_log_recovery = ps::embedding::PushLogRecovery::kStrict;
+  } else if (recovery == "point_in_time") {
+    options.store.push_log_recovery =
+        ps::embedding::PushLogRecovery::kPointInTime;
+  } else {
+    return Fail(
+        "--push_log_recovery must be 'strict' or 'point_in_time', not '" +
+        recovery + "'");
+  }
+  if (absl::GetFlag(FLAGS_max_workers) == 0)
+    return Fail("--max_workers must be positive");
+  options.store.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options.store.testing_kill_after_push_records =
+      absl::GetFlag(FLAGS_testing_kill_after_push_records);
   if (options.store.data_dir.empty()) return Fail("--data_dir is required");
   if (options.store.num_stripes < 1)
     return Fail("--hot_tier_stripes must be >= 1");

@@ -37,6 +37,12 @@ class ServerProcess {
   // or 128 + the signal that ended it.
   int SignalAndWait(int signal) { return process_->SignalAndWait(signal); }
 
+  // Waits for the process to exit on its own, up to `timeout` (then kills
+  // it). Returns its exit code, or 128 + the signal that ended it.
+  int Wait(absl::Duration timeout) { return process_->Wait(timeout); }
+
+  pid_t pid() const { return process_->pid(); }
+
  private:
   ServerProcess() = default;
 

@@ -68,6 +68,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     return absl::InvalidArgumentError("max_keys_per_request must be positive");
   }
   auto client = std::unique_ptr<PsClient>(new PsClient(options));
+  client->incarnation_ =
+      options.incarnation != 0
+          ? options.incarnation
+          : static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
+  client->push_sequences_ =
+      std::make_unique<std::atomic<uint64_t>[]>(options.servers.size());
+  for (size_t s = 0; s < options.servers.size(); ++s)
+    client->push_sequences_[s] = 0;
   for (const std::string& address : options.servers) {
     client->shards_.push_back(
         ParameterServer::NewStub(MakeChannel(address, options)));
@@ -82,7 +90,7 @@ template <typename Request, typename Response, typename Issue>
 absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<int>& shards,
                               std::vector<Response>* responses, Issue issue,
-                              bool retry_deadline, const char* what) {
+                              const char* what) {
   const size_t n = requests.size();
   responses->assign(n, Response());
   std::vector<bool> done(n, false);
@@ -120,8 +128,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       }
       const bool retryable =
           status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          (retry_deadline &&
-           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
       if (!retryable) {
         return FromGrpcStatus(
             status, absl::StrCat(what, " on shard ", shards[pending[p]]));
@@ -160,7 +167,7 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
         shards_[shard]->async()->DeclareTable(context, request, response,
                                               std::move(done));
       },
-      /*retry_deadline=*/true, "declaring table");
+      "declaring table");
 }
 
 absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
@@ -196,7 +203,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
         shards_[shard]->async()->Pull(context, request, response,
                                       std::move(done));
       },
-      /*retry_deadline=*/true, "pull"));
+      "pull"));
   for (size_t c = 0; c < requests.size(); ++c) {
     const TableRows& pull = *destinations[c].pull;
     const size_t row_bytes = static_cast<size_t>(pull.dim) * sizeof(float);
@@ -237,6 +244,8 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
       request.set_table(push.table);
       request.set_worker(worker);
       request.set_clock(clock);
+      request.set_incarnation(incarnation_);
+      request.set_sequence(++push_sequences_[shard]);
       std::string* packed_keys = request.mutable_keys();
       std::string* packed_gradients = request.mutable_gradients();
       packed_keys->resize(positions.size() * sizeof(uint64_t));
@@ -263,7 +272,7 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
         shards_[shard]->async()->Push(context, request, response,
                                       std::move(done));
       },
-      /*retry_deadline=*/false, "push");
+      "push");
 }
 
 absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
@@ -277,7 +286,7 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
         coordinator_->async()->Clock(context, clock_request, response,
                                      std::move(done));
       },
-      /*retry_deadline=*/true, "clock");
+      "clock");
   if (!status.ok()) return status;
   return responses[0];
 }

@@ -5,15 +5,20 @@
 // touches in parallel (gRPC's async callback API), then joined. Calls that
 // fail with UNAVAILABLE (a shard restarting) are retried with exponential
 // backoff for up to `retry_for`; channels reconnect on their own, so training
-// survives a shard that comes back. Pulls are also retried on
-// DEADLINE_EXCEEDED; pushes are not (a push that timed out may have been
-// applied, and applying it twice is worse than reporting it).
+// survives a shard that comes back; DEADLINE_EXCEEDED (a shard stopped or
+// overloaded past `call_timeout`) is retried the same way. Retrying a push
+// is safe: every push request carries this client's incarnation and a
+// sequence number of its own per shard, and a shard applies each (worker,
+// incarnation, sequence) once, answering a retry of one it applied with the
+// first answer (exactly once; across shard restarts too under the shards'
+// --durability=wal).
 //
 // Thread-safe: many threads may call at once.
 
 #ifndef PS_WORKER_PS_CLIENT_H_
 #define PS_WORKER_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +48,10 @@ struct ClientOptions {
   uint32_t max_keys_per_request = 65536;
   // Largest message either way. Default: 256 MiB.
   int max_message_bytes = 256 << 20;
+  // This process's incarnation for exactly-once pushes: must grow from one
+  // start of a worker to the next. Default (0): microseconds since the
+  // epoch at Connect().
+  uint64_t incarnation = 0;
 };
 
 // The one place where grpc::Status becomes absl::Status on the worker side.
@@ -55,6 +64,9 @@ class PsClient {
       const ClientOptions& options);
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
+
+  // The incarnation pushes and clock reports carry.
+  uint64_t incarnation() const { return incarnation_; }
 
   // Declares `spec` on every shard (idempotent).
   absl::Status DeclareTable(const TableSpec& spec);
@@ -80,7 +92,8 @@ class PsClient {
   // is in flight together.
   absl::Status Pull(absl::Span<const TableRows> pulls);
 
-  // Pushes to several tables at once.
+  // Pushes to several tables at once, exactly once per shard request
+  // (retries included).
   absl::Status Push(absl::Span<const TableGradients> pushes, uint32_t worker,
                     int64_t clock);
 
@@ -93,10 +106,13 @@ class PsClient {
   template <typename Request, typename Response, typename Issue>
   absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
                       std::vector<Response>* responses, Issue issue,
-                      bool retry_deadline, const char* what);
+                      const char* what);
 
   const ClientOptions options_;
+  uint64_t incarnation_ = 0;
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
+  // The last sequence number given to a push request, per shard.
+  std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;
   std::unique_ptr<ParameterServer::Stub> coordinator_;
 };
 
