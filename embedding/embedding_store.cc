@@ -470,6 +470,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         // records all come from one stripe, so their sequences compare.
         if (row->log_sequence >= section.sequence) continue;
         float* weights = row->values().data();
+        // Finite: the push that logged it checked the same update.
         table->optimizer->Apply(&gradients[order[i] * dim], table->dim, weights,
                                 weights + dim);
         row->log_sequence = section.sequence;
@@ -810,15 +811,15 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
 
   // Update, keeping each row's values before; a row whose weights or
   // optimizer state leave the finite numbers undoes the whole push.
-  push.before.resize(push.rows.size() * row_floats);
+  push.before.reserve(push.rows.size() * row_floats);
   for (size_t i = 0; i < push.rows.size(); ++i) {
     float* values = push.rows[i]->values().data();
-    std::memcpy(&push.before[i * row_floats], values,
-                row_floats * sizeof(float));
-    table.optimizer->Apply(&push.gradients[push.order[i] * dim], table.dim,
-                           values, values + dim);
+    push.before.insert(push.before.end(), values, values + row_floats);
+    const bool finite = table.optimizer->Apply(
+        &push.gradients[push.order[i] * dim], table.dim, values, values + dim);
     push.applied = i + 1;
-    if (const int64_t bad = FirstNonFinite(push.rows[i]->values()); bad >= 0) {
+    if (!finite) {
+      const int64_t bad = FirstNonFinite(push.rows[i]->values());
       const float value = values[bad];
       const uint64_t key = push.rows[i]->key;
       UndoPush(push);

@@ -8,15 +8,30 @@
 namespace ps::embedding {
 namespace {
 
+// 1 if `value` is NaN or infinite (its exponent bits all ones), else 0.
+// OR-ed over an Apply() loop's outputs, with no early exit, it keeps the
+// loop vectorized: finite inputs can still overflow, and the caller undoes
+// such an update.
+inline uint32_t NonFinite(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+}
+
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(const OptimizerSpec& spec)
       : learning_rate_(spec.learning_rate()) {}
   int StateFloats(int) const override { return 0; }
   void InitState(int, float*) const override {}
-  void Apply(const float* gradient, int dim, float* weights,
+  bool Apply(const float* gradient, int dim, float* weights,
              float*) const override {
-    for (int i = 0; i < dim; ++i) weights[i] -= learning_rate_ * gradient[i];
+    uint32_t non_finite = 0;
+    for (int i = 0; i < dim; ++i) {
+      weights[i] -= learning_rate_ * gradient[i];
+      non_finite |= NonFinite(weights[i]);
+    }
+    return non_finite == 0;
   }
 
  private:
@@ -34,13 +49,16 @@ class Adagrad final : public Optimizer {
   void InitState(int dim, float* state) const override {
     for (int i = 0; i < dim; ++i) state[i] = initial_accumulator_;
   }
-  void Apply(const float* gradient, int dim, float* weights,
+  bool Apply(const float* gradient, int dim, float* weights,
              float* accumulator) const override {
+    uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       accumulator[i] += gradient[i] * gradient[i];
       weights[i] -=
           learning_rate_ * gradient[i] / (std::sqrt(accumulator[i]) + epsilon_);
+      non_finite |= NonFinite(accumulator[i]) | NonFinite(weights[i]);
     }
+    return non_finite == 0;
   }
 
  private:
@@ -65,7 +83,7 @@ class Adam final : public Optimizer {
     state[2 * dim] = 1.0f;
     state[2 * dim + 1] = 1.0f;
   }
-  void Apply(const float* gradient, int dim, float* weights,
+  bool Apply(const float* gradient, int dim, float* weights,
              float* state) const override {
     float* first = state;
     float* second = state + dim;
@@ -75,6 +93,7 @@ class Adam final : public Optimizer {
     beta2_power *= beta2_;
     const float first_correction = 1.0f - beta1_power;
     const float second_correction = 1.0f - beta2_power;
+    uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       first[i] = beta1_ * first[i] + (1.0f - beta1_) * gradient[i];
       second[i] =
@@ -83,7 +102,10 @@ class Adam final : public Optimizer {
       const float second_hat = second[i] / second_correction;
       weights[i] -=
           learning_rate_ * first_hat / (std::sqrt(second_hat) + epsilon_);
+      non_finite |=
+          NonFinite(first[i]) | NonFinite(second[i]) | NonFinite(weights[i]);
     }
+    return non_finite == 0;
   }
 
  private:
@@ -106,10 +128,11 @@ class Ftrl final : public Optimizer {
   void InitState(int dim, float* state) const override {
     for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
   }
-  void Apply(const float* gradient, int dim, float* weights,
+  bool Apply(const float* gradient, int dim, float* weights,
              float* state) const override {
     float* z = state;
     float* n = state + dim;
+    uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       const float g = gradient[i];
       const float new_n = n[i] + g * g;
@@ -123,7 +146,9 @@ class Ftrl final : public Optimizer {
         weights[i] =
             -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
       }
+      non_finite |= NonFinite(z[i]) | NonFinite(n[i]) | NonFinite(weights[i]);
     }
+    return non_finite == 0;
   }
 
  private:

@@ -45,8 +45,10 @@ class Optimizer {
   // Writes the state of a row that has never been updated.
   virtual void InitState(int dim, float* state) const = 0;
 
-  // Applies `gradient` (dim floats) to `weights` (dim) and `state`.
-  virtual void Apply(const float* gradient, int dim, float* weights,
+  // Applies `gradient` (dim floats) to `weights` (dim) and `state`. Returns
+  // false if a weight or state value it wrote is NaN or infinite (finite
+  // inputs can overflow): the caller decides whether to undo the update.
+  virtual bool Apply(const float* gradient, int dim, float* weights,
                      float* state) const = 0;
 };
 

@@ -174,5 +174,25 @@ TEST(FirstNonFiniteTest, FindsTheFirstNanOrInfinityAnywhere) {
   }
 }
 
+TEST(OptimizerTest, ApplyTellsWhenFiniteInputsOverflow) {
+  for (OptimizerSpec::Kind kind : {OptimizerSpec::SGD, OptimizerSpec::ADAGRAD,
+                                   OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
+    auto optimizer = Make(Spec(kind, 0.5f));
+    const int dim = 3;
+    std::vector<float> weights(dim, 1.0f);
+    std::vector<float> state(optimizer->StateFloats(dim) + 1);
+    optimizer->InitState(dim, state.data());
+    const float small[dim] = {0.1f, -0.2f, 0.3f};
+    EXPECT_TRUE(optimizer->Apply(small, dim, weights.data(), state.data()))
+        << "kind " << kind;
+    // From weights of 3e38, a gradient of -3e38 overflows SGD's weight and
+    // its square the other optimizers' state.
+    const float huge[dim] = {0.1f, 0.1f, -3e38f};
+    weights.assign(dim, 3e38f);
+    EXPECT_FALSE(optimizer->Apply(huge, dim, weights.data(), state.data()))
+        << "kind " << kind;
+  }
+}
+
 }  // namespace
 }  // namespace ps::embedding
