@@ -1,54 +1,197 @@
 #include "server/clock_coordinator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace ps::server {
+namespace {
 
-ClockCoordinator::View ClockCoordinator::Report(uint32_t worker_id,
-                                                int64_t clock, bool finished,
-                                                absl::Duration lease) {
+constexpr char kStateHeader[] = "ps-coordinator-state 1";
+constexpr int64_t kNoClock = std::numeric_limits<int64_t>::max();
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
+    const CoordinatorOptions& options) {
+  if (options.max_workers == 0) {
+    return absl::InvalidArgumentError("max_workers must be positive");
+  }
+  auto coordinator =
+      std::unique_ptr<ClockCoordinator>(new ClockCoordinator(options));
+  if (!options.state_path.empty()) {
+    absl::Status loaded = coordinator->Load();
+    if (!loaded.ok()) return loaded;
+  }
+  return coordinator;
+}
+
+absl::Status ClockCoordinator::Load() {
+  std::ifstream file(options_.state_path);
+  if (!file) return absl::OkStatus();  // a new coordinator
+  auto corrupt = [this](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("coordinator state ", options_.state_path, ": ", why));
+  };
+  std::string header;
+  if (!std::getline(file, header) || header != kStateHeader) {
+    return corrupt("unknown header");
+  }
   absl::MutexLock lock(&mu_);
-  const absl::Time now = now_();
-  int64_t live_min = std::numeric_limits<int64_t>::max();
+  const absl::Time now = options_.now();
+  std::string line;
+  while (std::getline(file, line)) {
+    std::istringstream fields(line);
+    uint32_t id = 0;
+    Worker worker;
+    int finished = 0;
+    int64_t lease_ms = 0;
+    if (!(fields >> id >> worker.incarnation >> worker.clock >> finished >>
+          lease_ms) ||
+        lease_ms <= 0) {
+      return corrupt(absl::StrCat("cannot read the line \"", line, "\""));
+    }
+    worker.finished = finished != 0;
+    worker.lease = absl::Milliseconds(lease_ms);
+    // A lease starts anew: the worker had no coordinator to report to.
+    worker.lease_end = now + worker.lease;
+    workers_[id] = worker;
+  }
+  LOG(INFO) << "coordinator: " << workers_.size() << " workers from "
+            << options_.state_path;
+  return absl::OkStatus();
+}
+
+bool ClockCoordinator::MakeRoom(absl::Time now) {
+  if (workers_.size() < options_.max_workers) return true;
+  auto oldest = workers_.end();
+  for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+    if (Live(it->second, now)) continue;
+    if (oldest == workers_.end() ||
+        it->second.lease_end < oldest->second.lease_end) {
+      oldest = it;
+    }
+  }
+  if (oldest == workers_.end()) return false;
+  workers_.erase(oldest);
+  return true;
+}
+
+absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
+    const Report& report) {
+  if (report.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a worker's lease must be positive");
+  }
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.now();
+  int64_t others_min = kNoClock;
   for (const auto& [id, other] : workers_) {
-    if (id != worker_id && Live(other, now))
-      live_min = std::min(live_min, other.clock);
+    if (id != report.worker && Live(other, now))
+      others_min = std::min(others_min, other.clock);
   }
-  auto it = workers_.find(worker_id);
-  const bool joining = it == workers_.end() || !Live(it->second, now);
-  Worker& worker = workers_[worker_id];
-  if (joining && live_min != std::numeric_limits<int64_t>::max()) {
-    // A new or returning worker starts no lower than the live minimum.
-    worker.clock = std::max(worker.clock, live_min);
+  auto it = workers_.find(report.worker);
+  if (it != workers_.end() && report.incarnation < it->second.incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", report.worker, " incarnation ", report.incarnation,
+        " was superseded by incarnation ", it->second.incarnation,
+        " (another process took this worker index)"));
   }
-  worker.clock = std::max(worker.clock, clock);
-  worker.lease_end = now + lease;
-  worker.finished = finished;
+  bool newcomer = false;
+  if (it == workers_.end()) {
+    if (!MakeRoom(now)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator already keeps ", workers_.size(),
+                       " live workers (--max_workers); worker ", report.worker,
+                       " cannot join"));
+    }
+    it = workers_.try_emplace(report.worker).first;
+    it->second.incarnation = report.incarnation;
+    newcomer = true;
+  }
+  Worker& worker = it->second;
+  if (report.incarnation > worker.incarnation) {
+    worker = Worker();
+    worker.incarnation = report.incarnation;
+    newcomer = true;
+  }
+  // A newcomer that has done no step starts at the live minimum.
+  if (newcomer && report.clock == 0 && others_min != kNoClock) {
+    worker.clock = others_min;
+  }
+  worker.clock = std::max(worker.clock, report.clock);
+  worker.finished = worker.finished || report.finished;
+  worker.lease = report.lease;
+  worker.lease_end = now + report.lease;
+  dirty_ = true;
 
   View view;
   view.clock = worker.clock;
   view.min_clock =
-      Live(worker, now) ? std::min(live_min, worker.clock) : live_min;
-  if (view.min_clock == std::numeric_limits<int64_t>::max())
-    view.min_clock = worker.clock;
+      Live(worker, now) ? std::min(others_min, worker.clock) : others_min;
+  if (view.min_clock == kNoClock) view.min_clock = worker.clock;
   for (const auto& [id, other] : workers_)
     view.live_workers += Live(other, now) ? 1 : 0;
+
+  if (!options_.state_path.empty() &&
+      now - last_save_ >= options_.save_interval) {
+    if (absl::Status saved = SaveLocked(); !saved.ok()) {
+      LOG_EVERY_N(WARNING, 100) << saved;
+    }
+  }
   return view;
 }
 
 std::vector<ClockCoordinator::WorkerClock> ClockCoordinator::Snapshot() {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = now_();
+  const absl::Time now = options_.now();
   std::vector<WorkerClock> clocks;
   for (const auto& [id, worker] : workers_) {
-    clocks.push_back({id, worker.clock, Live(worker, now)});
+    clocks.push_back({id, worker.clock, Live(worker, now), worker.finished});
   }
   std::sort(clocks.begin(), clocks.end(),
             [](const WorkerClock& a, const WorkerClock& b) {
               return a.worker < b.worker;
             });
   return clocks;
+}
+
+absl::Status ClockCoordinator::Save() {
+  absl::MutexLock lock(&mu_);
+  if (options_.state_path.empty()) return absl::OkStatus();
+  return SaveLocked();
+}
+
+absl::Status ClockCoordinator::SaveLocked() {
+  last_save_ = options_.now();
+  if (!dirty_) return absl::OkStatus();
+  // Written aside and renamed over: a crash leaves the old state or the new.
+  const std::string temporary = options_.state_path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    file << kStateHeader << "\n";
+    for (const auto& [id, worker] : workers_) {
+      file << id << " " << worker.incarnation << " " << worker.clock << " "
+           << (worker.finished ? 1 : 0) << " "
+           << std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease))
+           << "\n";
+    }
+    file.flush();
+    if (!file) {
+      return absl::InternalError(
+          absl::StrCat("cannot write the coordinator state to ", temporary));
+    }
+  }
+  if (std::rename(temporary.c_str(), options_.state_path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temporary, " to ", options_.state_path));
+  }
+  dirty_ = false;
+  return absl::OkStatus();
 }
 
 }  // namespace ps::server

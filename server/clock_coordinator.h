@@ -5,7 +5,23 @@
 // were acknowledged) with a lease; the coordinator answers the minimum clock
 // among live workers. A worker is live until it says it finished or its lease
 // runs out without a report, so a dead worker stops holding the others back.
-// A worker that joins late starts at the live minimum (elastic training).
+//
+// Who a worker is: its index and its process's incarnation (a number that
+// grows from one start of the worker to the next). A worker the coordinator
+// has not seen, or a new incarnation, reporting clock 0 starts at the live
+// minimum (elastic training: a newcomer does not hold the others back). Any
+// other report is the worker's real clock: a worker whose lease lapsed (a
+// long evaluation, a network partition) and that comes back is counted at
+// the clock it reports, not ahead of it. A finished worker stays finished
+// for its incarnation; an incarnation older than the newest seen is refused.
+//
+// The state (every worker's incarnation, clock, lease and whether it
+// finished) is written to `state_path`, atomically, at most every
+// `save_interval` and by Save(), and read back at Open(): a restarted
+// coordinator shard knows its workers, whose leases start anew. At most
+// `max_workers` workers are kept; past it, finished or expired workers are
+// forgotten, oldest first, and a new worker when all are live is refused.
+//
 // Thread-safe.
 
 #ifndef PS_SERVER_CLOCK_COORDINATOR_H_
@@ -13,17 +29,41 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace ps::server {
 
+struct CoordinatorOptions {
+  // Where the state is kept. Empty: in memory only. Default: empty.
+  std::string state_path;
+  // Most workers kept. Default: 4096.
+  size_t max_workers = 4096;
+  // Least time between two writes of the state by Report(). Default: 100 ms.
+  absl::Duration save_interval = absl::Milliseconds(100);
+  // The time source (tests inject one). Default: absl::Now.
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+};
+
 class ClockCoordinator {
  public:
+  struct Report {
+    uint32_t worker = 0;
+    // 0: unknown (a client that does not say); treated as one incarnation.
+    uint64_t incarnation = 0;
+    int64_t clock = 0;
+    bool finished = false;
+    absl::Duration lease;
+  };
+
   struct View {
     int64_t min_clock = 0;
     uint32_t live_workers = 0;
@@ -35,34 +75,51 @@ class ClockCoordinator {
     uint32_t worker = 0;
     int64_t clock = 0;
     bool live = false;
+    bool finished = false;
   };
 
-  // `now` is the time source (injected by tests).
-  explicit ClockCoordinator(std::function<absl::Time()> now =
-                                [] { return absl::Now(); })
-      : now_(std::move(now)) {}
+  // Starts empty, or from the state at options.state_path if it exists.
+  // DATA_LOSS for a state file that does not parse.
+  static absl::StatusOr<std::unique_ptr<ClockCoordinator>> Open(
+      const CoordinatorOptions& options);
 
-  // Records `clock` for `worker` (clocks never go back), renews its lease,
-  // and returns the live minimum.
-  View Report(uint32_t worker, int64_t clock, bool finished,
-              absl::Duration lease);
+  // Records the report (clocks never go back), renews the worker's lease,
+  // and returns the live minimum. FAILED_PRECONDITION for a superseded
+  // incarnation; RESOURCE_EXHAUSTED for a new worker when max_workers are
+  // live; INVALID_ARGUMENT for a lease that is not positive.
+  absl::StatusOr<View> Record(const Report& report);
 
-  // Every worker ever seen, for the admin service.
+  // Every worker kept, for the admin service.
   std::vector<WorkerClock> Snapshot();
+
+  // Writes the state to state_path now if it changed since the last write.
+  absl::Status Save();
 
  private:
   struct Worker {
+    uint64_t incarnation = 0;
     int64_t clock = 0;
+    absl::Duration lease;
     absl::Time lease_end;
     bool finished = false;
   };
+
+  explicit ClockCoordinator(const CoordinatorOptions& options)
+      : options_(options) {}
+
   bool Live(const Worker& worker, absl::Time now) const {
     return !worker.finished && worker.lease_end > now;
   }
+  // Makes room for one more worker; false if every worker kept is live.
+  bool MakeRoom(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Load();
 
-  const std::function<absl::Time()> now_;
+  const CoordinatorOptions options_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace ps::server

@@ -1,59 +1,184 @@
 #include "server/clock_coordinator.h"
 
+#include <fstream>
+
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
 namespace ps::server {
 namespace {
 
+using absl::StatusCode;
+
 class ClockCoordinatorTest : public ::testing::Test {
  protected:
+  std::unique_ptr<ClockCoordinator> Open(const std::string& state_path = "",
+                                         size_t max_workers = 4096) {
+    CoordinatorOptions options;
+    options.state_path = state_path;
+    options.max_workers = max_workers;
+    options.now = [this] { return now_; };
+    auto coordinator = ClockCoordinator::Open(options);
+    EXPECT_OK(coordinator);
+    return std::move(coordinator).value();
+  }
+
+  // Reports for `worker` (incarnation 1 unless told) and returns the view.
+  ClockCoordinator::View Report(uint32_t worker, int64_t clock,
+                                bool finished = false,
+                                uint64_t incarnation = 1) {
+    ClockCoordinator::Report report;
+    report.worker = worker;
+    report.incarnation = incarnation;
+    report.clock = clock;
+    report.finished = finished;
+    report.lease = lease_;
+    auto view = coordinator_->Record(report);
+    EXPECT_OK(view);
+    return view.ok() ? *view : ClockCoordinator::View();
+  }
+
   absl::Time now_ = absl::FromUnixSeconds(1000);
-  ClockCoordinator coordinator_{[this] { return now_; }};
   const absl::Duration lease_ = absl::Seconds(5);
+  std::unique_ptr<ClockCoordinator> coordinator_ = Open();
 };
 
 TEST_F(ClockCoordinatorTest, MinimumIsOverLiveWorkers) {
-  EXPECT_EQ(coordinator_.Report(0, 0, false, lease_).min_clock, 0);
-  EXPECT_EQ(coordinator_.Report(1, 0, false, lease_).min_clock, 0);
-  EXPECT_EQ(coordinator_.Report(0, 3, false, lease_).min_clock, 0);
-  const auto view = coordinator_.Report(1, 2, false, lease_);
+  EXPECT_EQ(Report(0, 0).min_clock, 0);
+  EXPECT_EQ(Report(1, 0).min_clock, 0);
+  EXPECT_EQ(Report(0, 3).min_clock, 0);
+  const auto view = Report(1, 2);
   EXPECT_EQ(view.min_clock, 2);
   EXPECT_EQ(view.live_workers, 2u);
 }
 
 TEST_F(ClockCoordinatorTest, ClocksNeverGoBack) {
-  coordinator_.Report(0, 5, false, lease_);
-  EXPECT_EQ(coordinator_.Report(0, 2, false, lease_).clock, 5);
+  Report(0, 5);
+  EXPECT_EQ(Report(0, 2).clock, 5);
 }
 
 TEST_F(ClockCoordinatorTest, ExpiredLeaseStopsHoldingOthersBack) {
-  coordinator_.Report(0, 1, false, lease_);
-  coordinator_.Report(1, 10, false, lease_);
+  Report(0, 1);
+  Report(1, 10);
   now_ += absl::Seconds(4);
-  EXPECT_EQ(coordinator_.Report(1, 10, false, lease_).min_clock, 1);
+  EXPECT_EQ(Report(1, 10).min_clock, 1);
   now_ += absl::Seconds(2);  // worker 0 last reported 6 s ago
-  const auto view = coordinator_.Report(1, 10, false, lease_);
+  const auto view = Report(1, 10);
   EXPECT_EQ(view.min_clock, 10);
   EXPECT_EQ(view.live_workers, 1u);
 }
 
-TEST_F(ClockCoordinatorTest, FinishedWorkersDoNotCount) {
-  coordinator_.Report(0, 1, false, lease_);
-  coordinator_.Report(1, 7, false, lease_);
-  const auto finished = coordinator_.Report(0, 1, true, lease_);
-  EXPECT_EQ(finished.min_clock, 7);
-  EXPECT_EQ(coordinator_.Report(1, 7, false, lease_).live_workers, 1u);
+TEST_F(ClockCoordinatorTest, FinishedWorkersDoNotCountAndStayFinished) {
+  Report(0, 1);
+  Report(1, 7);
+  EXPECT_EQ(Report(0, 1, /*finished=*/true).min_clock, 7);
+  EXPECT_EQ(Report(1, 7).live_workers, 1u);
+  // A late report of the finished incarnation (a heartbeat in flight) does
+  // not bring it back.
+  Report(0, 1, /*finished=*/false);
+  EXPECT_EQ(Report(1, 7).live_workers, 1u);
 }
 
 TEST_F(ClockCoordinatorTest, LateJoinerStartsAtTheLiveMinimum) {
-  coordinator_.Report(0, 0, false, lease_);
-  coordinator_.Report(1, 0, false, lease_);
-  coordinator_.Report(0, 20, false, lease_);
-  coordinator_.Report(1, 15, false, lease_);
-  const auto joined = coordinator_.Report(2, 0, false, lease_);
+  Report(0, 0);
+  Report(1, 0);
+  Report(0, 20);
+  Report(1, 15);
+  const auto joined = Report(2, 0);
   EXPECT_EQ(joined.clock, 15);
   EXPECT_EQ(joined.min_clock, 15);
-  EXPECT_EQ(coordinator_.Snapshot().size(), 3u);
+  EXPECT_EQ(coordinator_->Snapshot().size(), 3u);
+}
+
+TEST_F(ClockCoordinatorTest, AWorkerBackAfterItsLeaseLapsedKeepsItsRealClock) {
+  Report(0, 0);
+  Report(1, 0);
+  Report(0, 4);
+  Report(1, 4);
+  now_ += absl::Seconds(6);  // worker 0 evaluates for 6 s, lease gone
+  Report(1, 30);             // worker 1 runs ahead meanwhile
+  const auto back = Report(0, 4);
+  EXPECT_EQ(back.clock, 4) << "counted ahead of the steps it has done";
+  EXPECT_EQ(back.min_clock, 4);
+  EXPECT_EQ(Report(1, 30).min_clock, 4);
+}
+
+TEST_F(ClockCoordinatorTest, ANewIncarnationJoinsAtTheLiveMinimum) {
+  Report(0, 0);
+  Report(1, 0);
+  Report(0, 9);
+  Report(1, 12);
+  // Worker 1's process restarts: it has done no step of its own.
+  const auto restarted = Report(1, 0, false, /*incarnation=*/2);
+  EXPECT_EQ(restarted.clock, 9);
+}
+
+TEST_F(ClockCoordinatorTest, ASupersededIncarnationIsRefused) {
+  Report(0, 3, false, /*incarnation=*/5);
+  ClockCoordinator::Report stale;
+  stale.worker = 0;
+  stale.incarnation = 4;
+  stale.lease = lease_;
+  EXPECT_THAT(coordinator_->Record(stale),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(ClockCoordinatorTest, TheTableIsBoundedAndKeepsLiveWorkers) {
+  coordinator_ = Open("", /*max_workers=*/2);
+  Report(0, 0);
+  Report(1, 0);
+  ClockCoordinator::Report third;
+  third.worker = 2;
+  third.incarnation = 1;
+  third.lease = lease_;
+  EXPECT_THAT(coordinator_->Record(third),
+              StatusIs(StatusCode::kResourceExhausted));
+  Report(0, 0, /*finished=*/true);
+  EXPECT_OK(coordinator_->Record(third));  // worker 0 is forgotten
+  EXPECT_EQ(coordinator_->Snapshot().size(), 2u);
+}
+
+TEST_F(ClockCoordinatorTest, TheStateSurvivesARestart) {
+  const std::string path =
+      FreshTestDir("clock_coordinator_state") + "/coordinator.state";
+  coordinator_ = Open(path);
+  Report(0, 0, false, 7);
+  Report(1, 0, false, 8);
+  Report(2, 0, false, 9);
+  Report(0, 11, false, 7);
+  Report(1, 6, false, 8);
+  Report(2, 3, /*finished=*/true, 9);
+  ASSERT_OK(coordinator_->Save());
+
+  now_ += absl::Minutes(10);  // long after every lease
+  coordinator_ = Open(path);
+  const std::vector<ClockCoordinator::WorkerClock> clocks =
+      coordinator_->Snapshot();
+  ASSERT_EQ(clocks.size(), 3u);
+  EXPECT_EQ(clocks[0].clock, 11);
+  EXPECT_TRUE(clocks[0].live) << "leases start anew after a restart";
+  EXPECT_EQ(clocks[1].clock, 6);
+  EXPECT_FALSE(clocks[2].live) << "a finished worker stays finished";
+  // Worker 1 reports as if nothing happened: the minimum is still its own,
+  // and worker 0's old incarnation is still known (so still superseded).
+  EXPECT_EQ(Report(1, 6, false, 8).min_clock, 6);
+  ClockCoordinator::Report stale;
+  stale.worker = 0;
+  stale.incarnation = 6;
+  stale.lease = lease_;
+  EXPECT_THAT(coordinator_->Record(stale),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsDataLoss) {
+  const std::string path =
+      FreshTestDir("clock_coordinator_bad_state") + "/coordinator.state";
+  std::ofstream(path) << "ps-coordinator-state 1\n0 1 x 0 5000\n";
+  CoordinatorOptions options;
+  options.state_path = path;
+  EXPECT_THAT(ClockCoordinator::Open(options).status(),
+              StatusIs(StatusCode::kDataLoss));
 }
 
 }  // namespace

@@ -113,13 +113,15 @@ grpc::ServerUnaryReactor* DataService::Clock(
     grpc::CallbackServerContext* /*context*/, const ClockRequest* request,
     ClockResponse* response) {
   CountedReactor* reactor = StartCall();
-  if (request->lease_ms() == 0) {
-    return Finish(reactor,
-                  absl::InvalidArgumentError("lease_ms must be positive"));
-  }
-  const ClockCoordinator::View view =
-      clocks_->Report(request->worker(), request->clock(), request->finished(),
-                      absl::Milliseconds(request->lease_ms()));
+  ClockCoordinator::Report report;
+  report.worker = request->worker();
+  report.incarnation = request->incarnation();
+  report.clock = request->clock();
+  report.finished = request->finished();
+  report.lease = absl::Milliseconds(request->lease_ms());
+  absl::StatusOr<ClockCoordinator::View> recorded = clocks_->Record(report);
+  if (!recorded.ok()) return Finish(reactor, recorded.status());
+  const ClockCoordinator::View& view = *recorded;
   response->set_min_clock(view.min_clock);
   response->set_live_workers(view.live_workers);
   response->set_clock(view.clock);

@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
       for (const auto& worker : response.workers()) {
         std::printf("worker %u clock %lld %s\n", worker.worker(),
                     static_cast<long long>(worker.clock()),
-                    worker.live() ? "live" : "gone");
+                    worker.live()       ? "live"
+                    : worker.finished() ? "finished"
+                                        : "lease expired");
       }
       std::printf("spread among live workers: %lld\n",
                   static_cast<long long>(response.clock_spread()));

@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_workers) == 0)
     return Fail("--max_workers must be positive");
   options.store.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options.coordinator.max_workers = absl::GetFlag(FLAGS_max_workers);
   options.store.testing_kill_after_push_records =
       absl::GetFlag(FLAGS_testing_kill_after_push_records);
   if (options.store.data_dir.empty()) return Fail("--data_dir is required");

@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
   ASSIGN_OR_RETURN(server->store_,
                    embedding::EmbeddingStore::Open(options.store));
+  CoordinatorOptions coordinator = options.coordinator;
+  coordinator.state_path = options.store.data_dir + "/coordinator.state";
+  ASSIGN_OR_RETURN(server->clocks_, ClockCoordinator::Open(coordinator));
 
   DataServiceOptions data_options;
   data_options.shard_index = options.shard_index;
@@ -35,10 +38,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
   server->data_service_ = std::make_unique<DataService>(
-      data_options, server->store_.get(), &server->clocks_);
+      data_options, server->store_.get(), server->clocks_.get());
   server->admin_service_ = std::make_unique<AdminService>(
       options.shard_index, options.num_shards, server->store_.get(),
-      &server->data_service_->counters(), &server->clocks_);
+      &server->data_service_->counters(), server->clocks_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -87,6 +90,10 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
     closer.join();
     grpc_server_->Wait();
+  }
+  if (clocks_ != nullptr) {
+    if (absl::Status saved = clocks_->Save(); !saved.ok())
+      LOG(ERROR) << "saving the coordinator's state: " << saved;
   }
   return store_ != nullptr ? store_->Flush() : absl::OkStatus();
 }

@@ -48,6 +48,9 @@ struct ServerOptions {
   size_t max_message_bytes = 64 << 20;
   // The tables' storage.
   embedding::StoreOptions store;
+  // The clock coordinator; its state is kept in the store's data_dir
+  // (state_path is set from it).
+  CoordinatorOptions coordinator;
 };
 
 class ShardServer {
@@ -74,7 +77,7 @@ class ShardServer {
   ShardServer() = default;
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
-  ClockCoordinator clocks_;
+  std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

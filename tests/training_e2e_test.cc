@@ -5,17 +5,21 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
 
@@ -257,12 +261,36 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
   EXPECT_GT(run.Get("test_auc"), 0.65);
 }
 
-TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
-  // Worker 0 starts alone under bulk-synchronous training; worker 1 joins
-  // two seconds later at the live minimum clock. Neither deadlocks, both
-  // finish their shares within the bound, and the joiner is counted.
+TEST_F(TrainingTest, TrainingStartsOnceEveryWorkerIsThere) {
+  // Worker 1 starts two seconds after worker 0: under bounded staleness
+  // worker 0's first step waits for it (--num_workers), so both start at
+  // clock 0 and neither runs ahead alone.
   const std::vector<std::string> servers = StartShards(1);
-  const std::vector<std::string> flags = {"--staleness=0", "--slow_step_ms=30"};
+  const std::vector<std::string> flags = {"--staleness=0"};
+  auto first = ChildProcess::Start(WorkerArgs(servers, 0, 2, flags), false,
+                                   dir_ + "/worker0.log");
+  ASSERT_TRUE(first.ok());
+  absl::SleepFor(absl::Seconds(2));
+  auto second = ChildProcess::Start(WorkerArgs(servers, 1, 2, flags), false,
+                                    dir_ + "/worker1.log");
+  ASSERT_TRUE(second.ok());
+  const WorkerRun run0 = Collect(0, (*first)->Wait(absl::Minutes(3)));
+  const WorkerRun run1 = Collect(1, (*second)->Wait(absl::Minutes(3)));
+  ASSERT_EQ(run0.exit_code, 0) << run0.log;
+  ASSERT_EQ(run1.exit_code, 0) << run1.log;
+  EXPECT_EQ(run0.Get("first_step"), 0);
+  EXPECT_EQ(run1.Get("first_step"), 0) << "worker 0 trained before worker 1";
+  EXPECT_NE(run0.log.find("waiting for 2 workers"), std::string::npos);
+}
+
+TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
+  // Worker 0 starts alone under bulk-synchronous training (told not to
+  // wait for the others); worker 1 joins two seconds later at the live
+  // minimum clock. Neither deadlocks, both finish their shares within the
+  // bound, and the joiner is counted.
+  const std::vector<std::string> servers = StartShards(1);
+  const std::vector<std::string> flags = {"--staleness=0", "--slow_step_ms=100",
+                                          "--start_timeout_s=0"};
   auto first = ChildProcess::Start(WorkerArgs(servers, 0, 2, flags), false,
                                    dir_ + "/worker0.log");
   ASSERT_TRUE(first.ok());
@@ -275,10 +303,66 @@ TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
   ASSERT_EQ(run0.exit_code, 0) << run0.log;
   ASSERT_EQ(run1.exit_code, 0) << run1.log;
   EXPECT_EQ(run0.Get("examples") + run1.Get("examples"), kTrainLines);
+  // The joiner came in mid-training, at the live minimum, not at clock 0.
+  EXPECT_GT(run1.Get("first_step"), 0);
   EXPECT_EQ(run0.Get("max_staleness_seen"), 0);
   EXPECT_EQ(run1.Get("max_staleness_seen"), 0);
-  // Once the joiner is in, the first worker waits for it at every step.
+  // Once the joiner is in, the first worker waits for it.
   EXPECT_GT(run0.Get("waits"), 0);
+}
+
+TEST_F(TrainingTest, ALeaseHoldsThroughStepsLongerThanIt) {
+  // Worker 1's steps take 1.2 s, longer than its 0.8 s lease, and under
+  // staleness 2 its prefetcher has the next batch early and then waits,
+  // silent, for the step to end: only its heartbeat keeps it live, and so
+  // keeps worker 0 within the bound. Watched from outside: the spread of
+  // the clocks of the workers still training (live or not: a worker whose
+  // lease lapsed is still training) never passes 3 (a worker may finish
+  // step c + 2 while the slowest is still at c).
+  const std::vector<std::string> servers = StartShards(1);
+  const std::vector<std::string> common = {"--staleness=2", "--lease_ms=800",
+                                           "--batch_size=4096"};
+  std::vector<std::string> slow = common;
+  slow.push_back("--slow_step_ms=1200");
+  auto fast = ChildProcess::Start(WorkerArgs(servers, 0, 2, common), false,
+                                  dir_ + "/worker0.log");
+  auto slow_worker = ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false,
+                                         dir_ + "/worker1.log");
+  ASSERT_TRUE(fast.ok() && slow_worker.ok());
+  auto admin = Admin::NewStub(shards_[0]->channel());
+  int64_t max_spread = 0;
+  int polls = 0;
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      grpc::ClientContext context;
+      WorkerClocksResponse clocks;
+      if (admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks).ok()) {
+        int64_t low = INT64_MAX, high = INT64_MIN;
+        for (const auto& worker : clocks.workers()) {
+          if (worker.finished()) continue;
+          low = std::min(low, worker.clock());
+          high = std::max(high, worker.clock());
+        }
+        if (clocks.workers_size() == 2 && low <= high)
+          max_spread = std::max(max_spread, high - low);
+        ++polls;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  const WorkerRun run0 = Collect(0, (*fast)->Wait(absl::Minutes(3)));
+  const WorkerRun run1 = Collect(1, (*slow_worker)->Wait(absl::Minutes(3)));
+  done = true;
+  watcher.join();
+  ASSERT_EQ(run0.exit_code, 0) << run0.log;
+  ASSERT_EQ(run1.exit_code, 0) << run1.log;
+  std::printf("clock spread at the coordinator: max %lld over %d polls\n",
+              static_cast<long long>(max_spread), polls);
+  EXPECT_GT(polls, 50);
+  EXPECT_LE(max_spread, 3);
+  // Held back by the slow worker.
+  EXPECT_GT(run0.Get("wait_seconds"), 3.0);
 }
 
 TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {

@@ -62,6 +62,10 @@ ABSL_FLAG(
 ABSL_FLAG(
     int32_t, lease_ms, 5000,
     "A worker that stops reporting for this long no longer holds others back.");
+ABSL_FLAG(int32_t, start_timeout_s, 300,
+          "Under a bounded --staleness, the first step waits until "
+          "--num_workers workers have reported to the coordinator, or this "
+          "many seconds (then it starts with those there).");
 ABSL_FLAG(int32_t, max_pushes_in_flight, 2,
           "Steps whose pushes may be queued at once.");
 ABSL_FLAG(
@@ -214,6 +218,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_lease_ms) < 1)
     return Fail("--lease_ms must be positive");
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (absl::GetFlag(FLAGS_start_timeout_s) < 0)
+    return Fail("--start_timeout_s must be >= 0");
+  options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   options.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
   options.eval_lines = absl::GetFlag(FLAGS_eval_lines);

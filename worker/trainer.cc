@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -97,12 +98,13 @@ std::string SummaryToJson(const TrainingSummary& s) {
       "%.3f,\n"
       "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  "
       "\"push_seconds\": %.3f,\n"
-      "  \"backend\": \"%s\"\n}\n",
+      "  \"first_step\": %d,\n  \"backend\": \"%s\"\n}\n",
       s.examples, s.steps, s.train_seconds, s.examples_per_sec,
       s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
       s.bad_lines, s.max_staleness_seen,
       absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
-      s.pull_seconds, s.compute_seconds, s.push_seconds, s.backend);
+      s.pull_seconds, s.compute_seconds, s.push_seconds, s.first_step,
+      s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -221,11 +223,39 @@ kernels::StepInputs Trainer::Inputs(const Prepared& prepared) const {
 absl::Status Trainer::ReportClock(bool finished, ClockResponse* response) {
   ClockRequest request;
   request.set_worker(worker_index_);
+  request.set_incarnation(client_->incarnation());
   request.set_clock(clock_.load());
   request.set_finished(finished);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
   ASSIGN_OR_RETURN(*response, client_->Clock(request));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WaitForWorkers(ClockResponse* view) {
+  if (options_.staleness < 0 || options_.num_workers <= 1) {
+    return absl::OkStatus();
+  }
+  const absl::Time give_up = absl::Now() + options_.start_timeout;
+  bool said = false;
+  while (static_cast<int>(view->live_workers()) < options_.num_workers) {
+    if (absl::Now() >= give_up) {
+      LOG(WARNING) << "[worker " << worker_index_ << "] starting with "
+                   << view->live_workers() << " of " << options_.num_workers
+                   << " workers after waiting "
+                   << absl::FormatDuration(options_.start_timeout)
+                   << " (--start_timeout_s)";
+      return absl::OkStatus();
+    }
+    if (!said) {
+      LOG(INFO) << "[worker " << worker_index_ << "] waiting for "
+                << options_.num_workers << " workers to start ("
+                << view->live_workers() << " there)";
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+    RETURN_IF_ERROR(ReportClock(false, view));
+  }
   return absl::OkStatus();
 }
 
@@ -285,6 +315,23 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(ReportClock(false, &clock_view));
   clock_ = clock_view.clock();  // a late joiner starts at the live minimum
   const int64_t first_step = clock_.load();
+  RETURN_IF_ERROR(WaitForWorkers(&clock_view));
+
+  // The lease is renewed by a heartbeat of its own, so that nothing the
+  // other threads do (an evaluation, a call that keeps retrying) lets it
+  // lapse while this worker is alive.
+  absl::Notification stop_heartbeat;
+  std::thread heartbeat([&] {
+    const absl::Duration period = options_.lease / 3;
+    while (!stop_heartbeat.WaitForNotificationWithTimeout(period)) {
+      ClockResponse view;
+      absl::Status reported = ReportClock(false, &view);
+      if (!reported.ok()) {
+        LOG_EVERY_N(WARNING, 10)
+            << "[worker " << worker_index_ << "] heartbeat: " << reported;
+      }
+    }
+  });
 
   TrainingSummary summary;
   summary.backend = backend_->name();
@@ -319,20 +366,20 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       Prepared prepared;
       prepared.step = step;
       Prepare(std::move(examples), &prepared);
-      const absl::Time wait_start = absl::Now();
-      bool had_to_wait = false;
       int64_t staleness = 0;
       if (options_.staleness >= 0) {
         // While this worker's own clock holds the bound back, asking the
-        // coordinator is pointless: wait for the push thread instead.
+        // coordinator is pointless: wait for the push thread instead (the
+        // pipeline's own wait, not counted as waiting for others).
         const int64_t needed = step - options_.staleness;
         absl::MutexLock lock(&clock_mu_);
         const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
         while (clock_.load() < needed && !stopping) {
-          had_to_wait = true;
           if (clock_advanced_.WaitWithDeadline(&clock_mu_, give_up)) break;
         }
       }
+      const absl::Time wait_start = absl::Now();
+      bool waited_for_others = false;
       absl::Duration poll_pause = absl::Milliseconds(1);
       while (true) {
         if (stopping) return;
@@ -346,11 +393,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         }
         // Other workers hold the bound back: poll, backing off to 4 ms so
         // that many waiting workers do not flood the coordinator.
-        had_to_wait = true;
+        waited_for_others = true;
         absl::SleepFor(poll_pause);
         poll_pause = std::min(2 * poll_pause, absl::Milliseconds(4));
       }
-      if (had_to_wait) {
+      if (waited_for_others) {
         ++waits;
         waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
       }
@@ -507,6 +554,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   pusher.join();
   ready.Close();
   prefetcher.join();
+  stop_heartbeat.Notify();
+  heartbeat.join();
   {
     absl::MutexLock lock(&status_mu);
     if (!first_error.ok()) return first_error;
@@ -520,6 +569,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.staleness_histogram = histogram;
   summary.max_staleness_seen = max_staleness.load();
   summary.waits = waits;
+  summary.first_step = first_step;
   summary.wait_seconds = waited_micros.load() / 1e6;
   summary.pull_seconds = pull_micros.load() / 1e6;
   summary.compute_seconds = compute_micros.load() / 1e6;

@@ -8,6 +8,7 @@
 //   this thread:     forward/backward on the backend (kernels/)
 //   push thread:     push gradients (at most max_pushes_in_flight steps
 //                    queued), then advance this worker's clock
+//   heartbeat thread: renews this worker's lease at the coordinator
 //
 // so pulling the next batch's rows overlaps computing the current one, and
 // pushing overlaps both. Prefetching counts against the bound: the rows for
@@ -59,8 +60,15 @@ struct TrainerOptions {
   // clock is >= t - staleness. Negative: asynchronous (never waits).
   // Default: 0 (bulk synchronous).
   int staleness = 0;
-  // This worker's lease at the coordinator. Default: 5 s.
+  // This worker's lease at the coordinator, renewed by a heartbeat every
+  // third of it whatever training is doing (a long evaluation, a pull that
+  // retries). Default: 5 s.
   absl::Duration lease = absl::Seconds(5);
+  // Under bounded staleness, the first step waits until this many workers
+  // are live at the coordinator, or until start_timeout has passed (then it
+  // goes on with those there). Defaults: 1, 5 minutes.
+  int num_workers = 1;
+  absl::Duration start_timeout = absl::Minutes(5);
   // Steps whose pushes may be queued or in flight. Default: 2.
   int max_pushes_in_flight = 2;
   // Evaluate on the test data every this many of this worker's examples
@@ -91,9 +99,13 @@ struct TrainingSummary {
   int64_t max_staleness_seen = 0;
   // staleness_histogram[k]: pulls that saw staleness k.
   std::vector<int64_t> staleness_histogram;
-  // Steps that had to wait for slower workers, and the time spent waiting.
+  // Steps that had to wait for slower workers, and the time spent waiting
+  // (not counting waits for this worker's own pushes).
   int64_t waits = 0;
   double wait_seconds = 0;
+  // The clock this worker started at: 0, or the live minimum for a worker
+  // that joined mid-training.
+  int64_t first_step = 0;
   // Where the time went, summed over steps (the stages overlap, so these
   // add up to more than train_seconds when the pipeline is full).
   double pull_seconds = 0;
@@ -128,6 +140,9 @@ class Trainer {
                                                      int64_t* examples);
   kernels::StepInputs Inputs(const Prepared& prepared) const;
   absl::Status ReportClock(bool finished, ClockResponse* response);
+  // Under bounded staleness, waits until options_.num_workers workers are
+  // live or options_.start_timeout has passed.
+  absl::Status WaitForWorkers(ClockResponse* view);
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
