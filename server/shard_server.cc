@@ -66,11 +66,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
 }
 
 ShardServer::~ShardServer() {
-  if (!shut_down_) Shutdown(absl::ZeroDuration()).IgnoreError();
+  Shutdown(absl::ZeroDuration()).IgnoreError();
 }
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
-  shut_down_ = true;
+  if (shut_down_.exchange(true)) return absl::OkStatus();
   // A server whose Start() failed half-way may lack either part.
   if (grpc_server_ != nullptr) {
     const absl::Time deadline = absl::Now() + drain;

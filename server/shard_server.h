@@ -16,6 +16,7 @@
 #ifndef PS_SERVER_SHARD_SERVER_H_
 #define PS_SERVER_SHARD_SERVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -82,7 +83,8 @@ class ShardServer {
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
-  bool shut_down_ = false;
+  // Set by the first Shutdown(); the destructor may run on another thread.
+  std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace ps::server
