@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "glog/logging.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
@@ -41,8 +42,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
     grpc::CallbackServerContext* context, const ShardStatsRequest*,
     ShardStatsResponse* response) {
   const embedding::StoreStats stats = store_->Stats();
-  response->set_shard_index(shard_index_);
-  response->set_num_shards(num_shards_);
+  response->set_shard_index(options_.shard_index);
+  response->set_num_shards(options_.num_shards);
   response->set_pull_requests(counters_->pull_requests.load());
   response->set_push_requests(counters_->push_requests.load());
   response->set_rows_pulled(stats.rows_pulled);
@@ -80,6 +81,46 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
   response->set_clock_spread(live_min < 0 ? 0 : live_max - live_min);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+absl::Status AdminService::Authorize(
+    const grpc::CallbackServerContext& context) const {
+  if (options_.admin_token.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto found = metadata.find("authorization");
+  if (found == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "this call changes the shard's state and needs the admin token: "
+        "send 'authorization: Bearer <token>' (ps_admin --token_file)");
+  }
+  const std::string expected = "Bearer " + options_.admin_token;
+  const grpc::string_ref& given = found->second;
+  // Constant time over the expected length: no early exit on a mismatch.
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const char c = i < given.size() ? given.data()[i] : 0;
+    difference |= static_cast<unsigned char>(c ^ expected[i]);
+  }
+  if (difference != 0) {
+    return absl::UnauthenticatedError("wrong admin token");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AdminService::Drain(
+    grpc::CallbackServerContext* context, const DrainRequest*, DrainResponse*) {
+  absl::Status status = Authorize(*context);
+  if (status.ok() && !options_.drain) {
+    status = absl::FailedPreconditionError(
+        "this shard cannot be drained over the admin API");
+  }
+  if (status.ok()) {
+    LOG(INFO) << "drain asked by " << context->peer();
+    options_.drain();
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

@@ -1,14 +1,17 @@
 // File: server/admin_service.h
 //
 // AdminService implements ps.Admin (proto/admin.proto) on one shard: the
-// tables and their sizes, one row by key, the shard's counters, and the
-// workers' clocks (on the coordinator shard).
-// Read-only. Thread-safe.
+// tables and their sizes, one row by key, the shard's counters, the
+// workers' clocks (on the coordinator shard), and Drain. Calls that change
+// state need the admin token when one is set (compared in constant time).
+// Thread-safe.
 
 #ifndef PS_SERVER_ADMIN_SERVICE_H_
 #define PS_SERVER_ADMIN_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "absl/time/clock.h"
 #include "embedding/embedding_store.h"
@@ -18,14 +21,24 @@
 
 namespace ps::server {
 
+struct AdminServiceOptions {
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  // The bearer token calls that change state must carry. Default: empty
+  // (no token needed).
+  std::string admin_token;
+  // Called by Drain(), which is refused with FAILED_PRECONDITION when it is
+  // not set. Default: not set.
+  std::function<void()> drain;
+};
+
 class AdminService final : public Admin::CallbackService {
  public:
   // `store`, `counters` and `clocks` must outlive this service.
-  AdminService(uint32_t shard_index, uint32_t num_shards,
+  AdminService(const AdminServiceOptions& options,
                embedding::EmbeddingStore* store,
                const RequestCounters* counters, ClockCoordinator* clocks)
-      : shard_index_(shard_index),
-        num_shards_(num_shards),
+      : options_(options),
         store_(store),
         counters_(counters),
         clocks_(clocks),
@@ -43,10 +56,15 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* WorkerClocks(
       grpc::CallbackServerContext* context, const WorkerClocksRequest* request,
       WorkerClocksResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const DrainRequest* request,
+                                  DrainResponse* response) override;
 
  private:
-  const uint32_t shard_index_;
-  const uint32_t num_shards_;
+  // OK when `context` may change state: no token is set, or it carries it.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+
+  const AdminServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   const RequestCounters* const counters_;
   ClockCoordinator* const clocks_;

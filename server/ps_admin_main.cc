@@ -1,29 +1,46 @@
-// ps_admin: queries a ps_server shard over its admin API.
+// ps_admin: asks ps_server shards over their admin API.
 //
-//   ps_admin --server=127.0.0.1:50051 tables
-//   ps_admin --server=... stats
-//   ps_admin --server=... row --table=wide_deep.embedding --key=12345
-//   ps_admin --server=... clocks          (on the coordinator shard)
+//   ps_admin --servers=127.0.0.1:50051 tables
+//   ps_admin --servers=HOST:PORT,HOST:PORT stats
+//   ps_admin --servers=... row --table=wide_deep.embedding --key=12345
+//   ps_admin --servers=... clocks          (on the coordinator shard)
+//   ps_admin --servers=... --token_file=F drain
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051",
-          "host:port of the shard to ask.");
+ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
+          "host:port of the shards to ask, comma-separated; each is asked in "
+          "turn.");
 ABSL_FLAG(std::string, table, "", "For `row`: the table.");
 ABSL_FLAG(uint64_t, key, 0, "For `row`: the key.");
-ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of the call.");
+ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each call.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate that signed the shards' certificates: talk TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for shards that require one (with "
+          "--tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name the shards' certificates carry, when it is not the host "
+          "in --servers.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the admin token (the shards' --admin_token_file), "
+          "sent with every call; calls that change a shard need it.");
 
 namespace {
 
@@ -32,11 +49,40 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// The token every call carries; empty for none.
+std::string& Token() {
+  static std::string* token = new std::string;
+  return *token;
+}
+
 std::unique_ptr<grpc::ClientContext> Context() {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  if (!Token().empty())
+    context->AddMetadata("authorization", "Bearer " + Token());
   return context;
+}
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    default:
+      return "see the code";
+  }
 }
 
 const char* OptimizerName(ps::OptimizerSpec::Kind kind) {
@@ -52,24 +98,13 @@ const char* OptimizerName(ps::OptimizerSpec::Kind kind) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Queries a ps_server shard: ps_admin [--server=HOST:PORT] "
-      "tables|stats|row|clocks\n  row needs --table and --key; clocks is "
-      "answered by the coordinator shard (shard 0 by default).");
-  std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
-  if (commands.size() != 2)
-    return Fail("give one command: tables, stats, row or clocks");
-  const std::string command = commands[1];
-  auto admin = ps::Admin::NewStub(grpc::CreateChannel(
-      absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
+// Runs `command` on one shard; prints what it answers.
+grpc::Status RunCommand(const std::string& command, ps::Admin::Stub& admin) {
   grpc::Status status;
   if (command == "tables") {
     ps::ListTablesResponse response;
     status =
-        admin->ListTables(Context().get(), ps::ListTablesRequest(), &response);
+        admin.ListTables(Context().get(), ps::ListTablesRequest(), &response);
     if (status.ok()) {
       std::printf("%-40s %6s %-8s %10s %14s %14s\n", "table", "dim",
                   "optimizer", "lr", "rows (est.)", "disk bytes");
@@ -85,15 +120,14 @@ int main(int argc, char** argv) {
   } else if (command == "stats") {
     ps::ShardStatsResponse response;
     status =
-        admin->ShardStats(Context().get(), ps::ShardStatsRequest(), &response);
+        admin.ShardStats(Context().get(), ps::ShardStatsRequest(), &response);
     if (status.ok()) std::printf("%s", response.DebugString().c_str());
   } else if (command == "row") {
-    if (absl::GetFlag(FLAGS_table).empty()) return Fail("row needs --table");
     ps::GetRowRequest request;
     request.set_table(absl::GetFlag(FLAGS_table));
     request.set_key(absl::GetFlag(FLAGS_key));
     ps::GetRowResponse response;
-    status = admin->GetRow(Context().get(), request, &response);
+    status = admin.GetRow(Context().get(), request, &response);
     if (status.ok()) {
       std::printf("%s [%s]\n",
                   response.stored() ? "stored" : "initial value (never pushed)",
@@ -101,8 +135,8 @@ int main(int argc, char** argv) {
     }
   } else if (command == "clocks") {
     ps::WorkerClocksResponse response;
-    status = admin->WorkerClocks(Context().get(), ps::WorkerClocksRequest(),
-                                 &response);
+    status = admin.WorkerClocks(Context().get(), ps::WorkerClocksRequest(),
+                                &response);
     if (status.ok()) {
       for (const auto& worker : response.workers()) {
         std::printf("worker %u clock %lld %s\n", worker.worker(),
@@ -114,14 +148,63 @@ int main(int argc, char** argv) {
       std::printf("spread among live workers: %lld\n",
                   static_cast<long long>(response.clock_spread()));
     }
-  } else {
+  } else if (command == "drain") {
+    ps::DrainResponse response;
+    status = admin.Drain(Context().get(), ps::DrainRequest(), &response);
+    if (status.ok()) std::printf("draining\n");
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] "
+      "tables|stats|row|clocks|drain\n  row needs --table and --key; clocks "
+      "is answered by the coordinator shard (shard 0 by default); drain stops "
+      "each shard as SIGTERM does (with --token_file when the shards have "
+      "--admin_token_file).");
+  std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
+  if (commands.size() != 2)
+    return Fail("give one command: tables, stats, row, clocks or drain");
+  const std::string command = commands[1];
+  if (command != "tables" && command != "stats" && command != "row" &&
+      command != "clocks" && command != "drain") {
     return Fail("unknown command '" + command +
-                "': use tables, stats, row or clocks");
+                "': use tables, stats, row, clocks or drain");
   }
-  if (!status.ok()) {
-    return Fail(absl::StrFormat("%s on %s: %s (code %d)", command,
-                                absl::GetFlag(FLAGS_server),
-                                status.error_message(), status.error_code()));
+  if (command == "row" && absl::GetFlag(FLAGS_table).empty())
+    return Fail("row needs --table");
+  ps::TlsFiles tls;
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_tls_key);
+  tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  auto credentials = ps::ChannelCredentials(tls);
+  if (!credentials.ok()) return Fail(credentials.status().ToString());
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
+    if (!token.ok()) return Fail(token.status().ToString());
+    Token() = *std::move(token);
   }
-  return 0;
+  const std::vector<std::string> servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
+  if (servers.empty()) return Fail("--servers names no shard");
+  int failures = 0;
+  for (const std::string& server : servers) {
+    if (servers.size() > 1) std::printf("== %s\n", server.c_str());
+    grpc::ChannelArguments arguments;
+    ps::AddTlsChannelArguments(tls, &arguments);
+    auto admin = ps::Admin::NewStub(
+        grpc::CreateCustomChannel(server, *credentials, arguments));
+    const grpc::Status status = RunCommand(command, *admin);
+    if (!status.ok()) {
+      std::fprintf(stderr, "ps_admin: %s on %s: %s (%s)\n", command.c_str(),
+                   server.c_str(), status.error_message().c_str(),
+                   StatusCodeName(status.error_code()));
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 2;
 }

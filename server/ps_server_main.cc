@@ -1,6 +1,7 @@
 // ps_server: one parameter-server shard. See README.md and --help.
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "server/shard_server.h"
 
@@ -81,6 +83,19 @@ ABSL_FLAG(uint32_t, max_workers, 4096,
 ABSL_FLAG(uint64_t, testing_kill_after_push_records, 0,
           "Testing only: SIGKILL this process right after its N-th push is "
           "in the push log, before the push is answered. 0: never.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate: every client must present a certificate it "
+          "signed (mutual TLS). Needs --tls_cert and --tls_key.");
+ABSL_FLAG(bool, allow_insecure_remote, false,
+          "Without TLS a shard listens only on loopback; this lets it listen "
+          "on other addresses in plaintext (a network you trust).");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding a token that admin calls which change the shard "
+          "(drain) must carry as 'authorization: Bearer <token>' "
+          "(ps_admin --token_file); others get UNAUTHENTICATED.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
@@ -172,6 +187,18 @@ int main(int argc, char** argv) {
   options.store.testing_kill_after_push_records =
       absl::GetFlag(FLAGS_testing_kill_after_push_records);
   if (options.store.data_dir.empty()) return Fail("--data_dir is required");
+  options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key = absl::GetFlag(FLAGS_tls_key);
+  options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
+  if (const std::string path = absl::GetFlag(FLAGS_admin_token_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
+    if (!token.ok()) return Fail(token.status().ToString());
+    options.admin_token = *std::move(token);
+  }
+  // A drain asked over the admin API takes the path SIGTERM takes.
+  options.drain = [] { kill(getpid(), SIGTERM); };
   if (options.store.num_stripes < 1)
     return Fail("--hot_tier_stripes must be >= 1");
   if (absl::GetFlag(FLAGS_flush_interval_ms) == 0 ||
@@ -195,7 +222,8 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
-  LOG(INFO) << "signal " << signal_number << ": draining for up to "
+  LOG(INFO) << "signal " << signal_number
+            << " (or an admin drain): draining for up to "
             << absl::GetFlag(FLAGS_drain_seconds) << " s";
   absl::Status stopped =
       (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -25,6 +26,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     return absl::InvalidArgumentError(
         "max_keys_per_request and max_message_bytes must be positive");
   }
+  if (!options.tls.enabled() && !options.allow_insecure_remote &&
+      !IsLoopbackAddress(options.listen_address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", options.listen_address,
+        " without TLS: anyone who reaches it could read and change the "
+        "model. Give --tls_cert and --tls_key (and --tls_ca for mutual TLS), "
+        "or --allow_insecure_remote on a network you trust"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentials(options.tls));
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
   ASSIGN_OR_RETURN(server->store_,
                    embedding::EmbeddingStore::Open(options.store));
@@ -39,15 +50,19 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.max_message_bytes = options.max_message_bytes;
   server->data_service_ = std::make_unique<DataService>(
       data_options, server->store_.get(), server->clocks_.get());
+  AdminServiceOptions admin_options;
+  admin_options.shard_index = options.shard_index;
+  admin_options.num_shards = options.num_shards;
+  admin_options.admin_token = options.admin_token;
+  admin_options.drain = options.drain;
   server->admin_service_ = std::make_unique<AdminService>(
-      options.shard_index, options.num_shards, server->store_.get(),
-      &server->data_service_->counters(), server->clocks_.get());
+      admin_options, server->store_.get(), &server->data_service_->counters(),
+      server->clocks_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
   const int max_message = static_cast<int>(std::min<size_t>(
       options.max_message_bytes, std::numeric_limits<int>::max()));
   // gRPC sets SO_REUSEPORT by default: a second shard started on the same
@@ -65,14 +80,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   return server;
 }
 
-ShardServer::~ShardServer() {
-  Shutdown(absl::ZeroDuration()).IgnoreError();
-}
+ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
   // A server whose Start() failed half-way may lack either part.
   if (grpc_server_ != nullptr) {
+    // Load balancers and orchestrators stop sending work first.
+    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
     const absl::Time deadline = absl::Now() + drain;
     // gRPC's Shutdown() also waits, up to the deadline, for every client to
     // close its connection, which an idle C++ client does only at its next

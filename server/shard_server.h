@@ -18,11 +18,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/tls_credentials.h"
 #include "embedding/embedding_store.h"
 #include "server/admin_service.h"
 #include "server/clock_coordinator.h"
@@ -52,12 +54,24 @@ struct ServerOptions {
   // The clock coordinator; its state is kept in the store's data_dir
   // (state_path is set from it).
   CoordinatorOptions coordinator;
+  // TLS for both services (see base/tls_credentials.h). Default: none.
+  TlsFiles tls;
+  // Without TLS, a listen address other than loopback is refused unless
+  // this is set. Default: false.
+  bool allow_insecure_remote = false;
+  // Bearer token for admin calls that change state. Default: none needed.
+  std::string admin_token;
+  // What the admin Drain call does (ps_server: the same as SIGTERM).
+  // Default: not set (Drain is refused).
+  std::function<void()> drain;
 };
 
 class ShardServer {
  public:
   // Opens the store and starts serving. INVALID_ARGUMENT for inconsistent
-  // options; UNAVAILABLE when the address cannot be bound.
+  // options, TLS files that do not go together, or a listen address beyond
+  // loopback without TLS (and without allow_insecure_remote); UNAVAILABLE
+  // when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
       const ServerOptions& options);
 
@@ -67,8 +81,9 @@ class ShardServer {
   // The port actually bound.
   int port() const { return port_; }
 
-  // Stops accepting calls, lets in-flight calls finish for up to `drain`
-  // (then cancels them), and writes back every dirty row.
+  // Says NOT_SERVING to health checks, stops accepting calls, lets
+  // in-flight calls finish for up to `drain` (then cancels them), and
+  // writes back every dirty row.
   absl::Status Shutdown(absl::Duration drain);
 
   // Blocks until Shutdown() has been called and the server has stopped.

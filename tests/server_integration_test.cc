@@ -226,7 +226,7 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
 std::string RunAdmin(const std::string& server,
                      const std::vector<std::string>& args, int* exit_code) {
   std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
-                                   "--server=" + server};
+                                   "--servers=" + server};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = ChildProcess::Start(argv, /*capture_stdout=*/true);
   EXPECT_TRUE(process.ok());

@@ -17,7 +17,9 @@ constexpr char kReadyPrefix[] = "ps_server listening on ";
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::vector<std::string>& flags, absl::Duration timeout,
-    const std::string& stderr_path) {
+    const std::string& stderr_path,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::string> argv = {BinaryPath("server/ps_server"),
                                    "--listen=127.0.0.1:0"};
@@ -36,8 +38,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   server->address_ = line->substr(strlen(kReadyPrefix));
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);
-  server->channel_ = grpc::CreateCustomChannel(
-      server->address_, grpc::InsecureChannelCredentials(), channel_args);
+  server->channel_ =
+      grpc::CreateCustomChannel(server->address_, credentials, channel_args);
 
   auto health = grpc::health::v1::Health::NewStub(server->channel_);
   while (absl::Now() < deadline) {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "tests/child_process.h"
 
 namespace ps::testing {
@@ -24,10 +25,13 @@ class ServerProcess {
   // Starts ps_server with `flags` plus --listen=127.0.0.1:0 and waits until
   // it serves. UNAVAILABLE if it exits or is not serving within `timeout`.
   // `stderr_path`, if set, receives its log.
+  // `credentials` (default: plaintext) are what channel() and the health
+  // check use, for a server started with --tls_* flags.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::vector<std::string>& flags,
       absl::Duration timeout = absl::Seconds(60),
-      const std::string& stderr_path = "");
+      const std::string& stderr_path = "",
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }

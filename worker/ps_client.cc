@@ -16,17 +16,18 @@
 namespace ps::worker {
 namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           const ClientOptions& options) {
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const ClientOptions& options,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
+  AddTlsChannelArguments(options.tls, &args);
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   // Reconnect quickly to a shard that restarts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 // Splits positions 0..keys.size()-1 by shard, then into chunks of at most
@@ -67,6 +68,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   if (options.max_keys_per_request == 0) {
     return absl::InvalidArgumentError("max_keys_per_request must be positive");
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.tls));
   auto client = std::unique_ptr<PsClient>(new PsClient(options));
   client->incarnation_ =
       options.incarnation != 0
@@ -78,11 +81,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     client->push_sequences_[s] = 0;
   for (const std::string& address : options.servers) {
     client->shards_.push_back(
-        ParameterServer::NewStub(MakeChannel(address, options)));
+        ParameterServer::NewStub(MakeChannel(address, options, credentials)));
   }
   client->coordinator_ = ParameterServer::NewStub(MakeChannel(
       options.coordinator.empty() ? options.servers[0] : options.coordinator,
-      options));
+      options, credentials));
   return client;
 }
 

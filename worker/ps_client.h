@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace ps::worker {
@@ -52,6 +53,8 @@ struct ClientOptions {
   // start of a worker to the next. Default (0): microseconds since the
   // epoch at Connect().
   uint64_t incarnation = 0;
+  // TLS to the shards (base/tls_credentials.h). Default: plaintext.
+  TlsFiles tls;
 };
 
 // The one place where grpc::Status becomes absl::Status on the worker side.
@@ -60,6 +63,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status,
 
 class PsClient {
  public:
+  // INVALID_ARGUMENT without servers; the TLS files' errors.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
       const ClientOptions& options);
 

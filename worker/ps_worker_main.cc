@@ -62,6 +62,15 @@ ABSL_FLAG(
 ABSL_FLAG(
     int32_t, lease_ms, 5000,
     "A worker that stops reporting for this long no longer holds others back.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate that signed the shards' certificates: talk TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for shards that require one (with "
+          "--tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name the shards' certificates carry, when it is not the host "
+          "in --servers.");
 ABSL_FLAG(int32_t, start_timeout_s, 300,
           "Under a bounded --staleness, the first step waits until "
           "--num_workers workers have reported to the coordinator, or this "
@@ -270,6 +279,10 @@ int main(int argc, char** argv) {
   client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
   client_options.max_keys_per_request =
       absl::GetFlag(FLAGS_max_keys_per_request);
+  client_options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  client_options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  client_options.tls.key = absl::GetFlag(FLAGS_tls_key);
+  client_options.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
   auto client = ps::worker::PsClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status().ToString());
 

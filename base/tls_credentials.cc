@@ -1,0 +1,114 @@
+#include "base/tls_credentials.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/grpc_security_constants.h"
+
+namespace ps {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view what) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  }
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+absl::Status CheckPair(const TlsFiles& files) {
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both or neither");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& files) {
+  if (!files.enabled()) return grpc::InsecureServerCredentials();
+  if (absl::Status pair = CheckPair(files); !pair.ok()) return pair;
+  if (files.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_ca on a server needs --tls_cert and --tls_key as well");
+  }
+  grpc::SslServerCredentialsOptions options(
+      files.ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  absl::StatusOr<std::string> cert = ReadFile(files.cert, "--tls_cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(files.key, "--tls_key");
+  if (!key.ok()) return key.status();
+  pair.cert_chain = *std::move(cert);
+  pair.private_key = *std::move(key);
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!files.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(files.ca, "--tls_ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsFiles& files) {
+  if (!files.enabled()) return grpc::InsecureChannelCredentials();
+  if (absl::Status pair = CheckPair(files); !pair.ok()) return pair;
+  grpc::SslCredentialsOptions options;
+  if (!files.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(files.ca, "--tls_ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  if (!files.cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile(files.cert, "--tls_cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(files.key, "--tls_key");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *std::move(cert);
+    options.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+void AddTlsChannelArguments(const TlsFiles& files,
+                            grpc::ChannelArguments* arguments) {
+  if (files.enabled() && !files.server_name.empty()) {
+    arguments->SetSslTargetNameOverride(files.server_name);
+  }
+}
+
+bool IsLoopbackAddress(absl::string_view host_port) {
+  absl::string_view host = host_port;
+  if (absl::StartsWith(host, "[")) {  // [v6]:port
+    const size_t close = host.find(']');
+    host = close == absl::string_view::npos ? "" : host.substr(1, close - 1);
+  } else if (const size_t colon = host.rfind(':');
+             colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFile(path, "the token file");
+  if (!contents.ok()) return contents.status();
+  std::string token(absl::StripAsciiWhitespace(*contents));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the token file ", path, " is empty"));
+  }
+  return token;
+}
+
+}  // namespace ps

@@ -1,0 +1,70 @@
+// File: base/tls_credentials.h
+//
+// TLS for the project's gRPC servers and channels, from PEM files: the one
+// place both sides turn their --tls_* flags into gRPC credentials, so that
+// ps_server, ps_worker and ps_admin agree on what the flags mean.
+//
+//   server: --tls_cert/--tls_key serve TLS; adding --tls_ca requires every
+//           client to present a certificate signed by that CA (mutual TLS).
+//   client: --tls_ca trusts servers signed by it (default: the system's
+//           roots); --tls_cert/--tls_key present a client certificate.
+//
+// Also: whether a listen address is loopback (a shard serves anything else
+// only over TLS, unless told otherwise), and reading a bearer token file.
+// Pure functions of their arguments and the files; thread-safe.
+
+#ifndef PS_BASE_TLS_CREDENTIALS_H_
+#define PS_BASE_TLS_CREDENTIALS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace ps {
+
+struct TlsFiles {
+  // PEM file of the certificate authority (see above). Default: none.
+  std::string ca;
+  // PEM files of this side's certificate chain and private key; both or
+  // neither. Default: none.
+  std::string cert;
+  std::string key;
+  // Client only: the name the server's certificate must carry, when it is
+  // not the host dialled (an IP address, say). Default: the host dialled.
+  std::string server_name;
+
+  bool enabled() const { return !ca.empty() || !cert.empty() || !key.empty(); }
+};
+
+// Plaintext when `files` is empty. INVALID_ARGUMENT for a cert without a
+// key (or the reverse), or a CA without a server certificate; NOT_FOUND for
+// a file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const TlsFiles& files);
+
+// Plaintext when `files` is empty. INVALID_ARGUMENT for a cert without a
+// key (or the reverse); NOT_FOUND for a file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsFiles& files);
+
+// Adds what `files` needs to a channel's arguments (the server name).
+void AddTlsChannelArguments(const TlsFiles& files,
+                            grpc::ChannelArguments* arguments);
+
+// Whether the host of `host_port` ("127.0.0.1:50051", "[::1]:0",
+// "localhost:9000") is a loopback address. An empty host or 0.0.0.0 (every
+// interface) is not.
+bool IsLoopbackAddress(absl::string_view host_port);
+
+// The token in `path` (surrounding white space removed). NOT_FOUND for a
+// file that cannot be read, INVALID_ARGUMENT for an empty token.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace ps
+
+#endif  // PS_BASE_TLS_CREDENTIALS_H_

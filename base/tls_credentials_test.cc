@@ -1,0 +1,58 @@
+#include "base/tls_credentials.h"
+
+#include <fstream>
+
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using absl::StatusCode;
+
+TEST(TlsCredentialsTest, LoopbackAddresses) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:50051"));
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.2:0"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:9000"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:50051"));
+  EXPECT_FALSE(IsLoopbackAddress(":50051"));
+  EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("shard-0.ps.default.svc:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("127example.com:1"));
+}
+
+TEST(TlsCredentialsTest, HalfAPairIsRefused) {
+  TlsFiles files;
+  files.cert = "/nonexistent/cert.pem";
+  EXPECT_THAT(ServerCredentials(files), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ChannelCredentials(files),
+              StatusIs(StatusCode::kInvalidArgument));
+  TlsFiles ca_only;
+  ca_only.ca = "/nonexistent/ca.pem";
+  EXPECT_THAT(ServerCredentials(ca_only),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ChannelCredentials(ca_only), StatusIs(StatusCode::kNotFound));
+}
+
+TEST(TlsCredentialsTest, NoFilesIsPlaintext) {
+  EXPECT_OK(ServerCredentials(TlsFiles()));
+  EXPECT_OK(ChannelCredentials(TlsFiles()));
+}
+
+TEST(TlsCredentialsTest, TokenFiles) {
+  const std::string dir = FreshTestDir("token_files");
+  std::ofstream(dir + "/token") << "  s3cret-token\n";
+  std::ofstream(dir + "/empty") << " \n";
+  auto token = ReadTokenFile(dir + "/token");
+  ASSERT_OK(token);
+  EXPECT_EQ(*token, "s3cret-token");
+  EXPECT_THAT(ReadTokenFile(dir + "/empty"),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReadTokenFile(dir + "/missing"), StatusIs(StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace ps

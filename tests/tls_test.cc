@@ -1,0 +1,225 @@
+// TLS and admin tokens against real processes, with certificates made by
+// `openssl` when the test starts: a CA, a server certificate for 127.0.0.1,
+// a client certificate it signed, and a client certificate from another
+// CA. A shard started with --tls_cert/--tls_key/--tls_ca serves only
+// clients that present a certificate of its CA; a worker trains over it;
+// --admin_token_file guards the admin calls that change state; and a shard
+// refuses to listen beyond loopback without TLS.
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/tls_credentials.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+#include "tests/test_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr char kOpenssl[] = "/usr/bin/openssl";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(FreshTestDir("tls_certificates"));
+    const std::string& d = *dir_;
+    std::ofstream(d + "/server.ext")
+        << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+           "extendedKeyUsage=serverAuth\n";
+    std::ofstream(d + "/client.ext") << "extendedKeyUsage=clientAuth\n";
+    for (const std::string ca : {"ca", "other_ca"}) {
+      ASSERT_EQ(Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                         d + "/" + ca + ".key", "-out", d + "/" + ca + ".pem",
+                         "-days", "2", "-subj", "/CN=ps test " + ca}),
+                0);
+    }
+    ASSERT_TRUE(Issue("server", "ca", "server.ext"));
+    ASSERT_TRUE(Issue("worker", "ca", "client.ext"));
+    ASSERT_TRUE(Issue("stranger", "other_ca", "client.ext"));
+    std::ofstream(d + "/token") << "right-token\n";
+    std::ofstream(d + "/wrong_token") << "wrong-token\n";
+  }
+
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  static int Openssl(std::vector<std::string> args) {
+    args.insert(args.begin(), kOpenssl);
+    return RunToCompletion(args, *dir_ + "/openssl.log");
+  }
+
+  // A key and a certificate for `name`, signed by `ca`.
+  static bool Issue(const std::string& name, const std::string& ca,
+                    const std::string& extensions) {
+    const std::string& d = *dir_;
+    return Openssl({"req", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                    d + "/" + name + ".key", "-out", d + "/" + name + ".csr",
+                    "-subj", "/CN=" + name}) == 0 &&
+           Openssl({"x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
+                    d + "/" + ca + ".pem", "-CAkey", d + "/" + ca + ".key",
+                    "-CAcreateserial", "-out", d + "/" + name + ".pem", "-days",
+                    "2", "-extfile", d + "/" + extensions}) == 0;
+  }
+
+  static TlsFiles Client(const std::string& name, const std::string& ca) {
+    TlsFiles files;
+    files.ca = *dir_ + "/" + ca + ".pem";
+    if (!name.empty()) {
+      files.cert = *dir_ + "/" + name + ".pem";
+      files.key = *dir_ + "/" + name + ".key";
+    }
+    return files;
+  }
+
+  static std::vector<std::string> ClientFlags(const std::string& name) {
+    return {"--tls_ca=" + *dir_ + "/ca.pem",
+            "--tls_cert=" + *dir_ + "/" + name + ".pem",
+            "--tls_key=" + *dir_ + "/" + name + ".key"};
+  }
+
+  // Starts a shard that serves only clients of "ca" over TLS.
+  std::unique_ptr<ServerProcess> StartTlsShard(
+      const std::vector<std::string>& extra = {}) {
+    const std::string& d = *dir_;
+    std::vector<std::string> flags = {
+        "--data_dir=" + FreshTestDir(absl::StrCat("tls_shard", ++shards_)),
+        "--tls_cert=" + d + "/server.pem", "--tls_key=" + d + "/server.key",
+        "--tls_ca=" + d + "/ca.pem"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto credentials = ChannelCredentials(Client("worker", "ca"));
+    EXPECT_TRUE(credentials.ok());
+    auto server = ServerProcess::Start(flags, absl::Seconds(60),
+                                       d + "/shard.log", *credentials);
+    EXPECT_TRUE(server.ok()) << server.status() << ReadFile(d + "/shard.log");
+    return server.ok() ? std::move(server).value() : nullptr;
+  }
+
+  // Whether a pull over `files`' credentials reaches the shard.
+  static grpc::Status TryPull(const ServerProcess& server,
+                              const TlsFiles& files) {
+    auto credentials = ChannelCredentials(files);
+    EXPECT_TRUE(credentials.ok());
+    auto stub = ParameterServer::NewStub(
+        grpc::CreateChannel(server.address(), *credentials));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    PullRequest request;
+    request.set_table("none");
+    PullResponse response;
+    return stub->Pull(&context, request, &response);
+  }
+
+  static std::string* dir_;
+  int shards_ = 0;
+};
+
+std::string* TlsTest::dir_ = nullptr;
+
+TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
+  auto server = StartTlsShard();
+  ASSERT_NE(server, nullptr);
+  const std::string data = *dir_ + "/train.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=20000"},
+                            *dir_ + "/gen.log"),
+            0);
+  std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
+                                     "--servers=" + server->address(),
+                                     "--train=" + data,
+                                     "--test=" + data,
+                                     "--batch_size=1024",
+                                     "--hidden=32",
+                                     "--embedding_dim=4",
+                                     "--metrics_out=" + *dir_ + "/tls.json"};
+  for (const std::string& flag : ClientFlags("worker")) worker.push_back(flag);
+  ASSERT_EQ(RunToCompletion(worker, *dir_ + "/worker.log"), 0)
+      << ReadFile(*dir_ + "/worker.log");
+  const std::string metrics = ReadFile(*dir_ + "/tls.json");
+  EXPECT_NE(metrics.find("\"examples\": 20000"), std::string::npos) << metrics;
+}
+
+TEST_F(TlsTest, PlaintextAndStrangersAreRefused) {
+  auto server = StartTlsShard();
+  ASSERT_NE(server, nullptr);
+  // The CA's own client: reaches the service (which says the table is
+  // unknown).
+  EXPECT_EQ(TryPull(*server, Client("worker", "ca")).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(TryPull(*server, TlsFiles()).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "plaintext reached a TLS shard";
+  EXPECT_EQ(TryPull(*server, Client("", "ca")).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "a client without a certificate reached a mutual-TLS shard";
+  EXPECT_EQ(TryPull(*server, Client("stranger", "ca")).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "a certificate from another CA was accepted";
+}
+
+TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
+  auto server = StartTlsShard({"--admin_token_file=" + *dir_ + "/token"});
+  ASSERT_NE(server, nullptr);
+  auto admin = [&](const std::vector<std::string>& extra,
+                   const std::string& command, const std::string& log) {
+    std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+                                     "--servers=" + server->address()};
+    for (const std::string& flag : ClientFlags("worker")) argv.push_back(flag);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(command);
+    return RunToCompletion(argv, *dir_ + "/" + log);
+  };
+  // Reading needs no token.
+  EXPECT_EQ(admin({}, "stats", "stats.log"), 0)
+      << ReadFile(*dir_ + "/stats.log");
+  EXPECT_NE(admin({}, "drain", "no_token.log"), 0);
+  EXPECT_NE(ReadFile(*dir_ + "/no_token.log").find("UNAUTHENTICATED"),
+            std::string::npos)
+      << ReadFile(*dir_ + "/no_token.log");
+  EXPECT_NE(admin({"--token_file=" + *dir_ + "/wrong_token"}, "drain",
+                  "wrong_token.log"),
+            0);
+  EXPECT_NE(ReadFile(*dir_ + "/wrong_token.log").find("UNAUTHENTICATED"),
+            std::string::npos);
+  // Still serving after both refusals.
+  EXPECT_EQ(TryPull(*server, Client("worker", "ca")).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(admin({"--token_file=" + *dir_ + "/token"}, "drain", "drain.log"),
+            0)
+      << ReadFile(*dir_ + "/drain.log");
+  EXPECT_EQ(server->Wait(absl::Seconds(30)), 0) << "the drained shard";
+}
+
+TEST_F(TlsTest, NoListeningBeyondLoopbackWithoutTls) {
+  const std::string log = *dir_ + "/remote.log";
+  const int code =
+      RunToCompletion({BinaryPath("server/ps_server"),
+                       "--data_dir=" + FreshTestDir("tls_remote_refused"),
+                       "--listen=0.0.0.0:0"},
+                      log, absl::Seconds(30));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(ReadFile(log).find("--allow_insecure_remote"), std::string::npos)
+      << ReadFile(log);
+}
+
+}  // namespace
+}  // namespace ps::testing
