@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/transient_error.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -327,6 +328,15 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   return written;
 }
 
+void EmbeddingStore::EvictOrKeep(Stripe& stripe) {
+  RocksStore::Batch batch = rocks_->NewBatch();
+  if (absl::Status evicted = EvictAndWrite(stripe, &batch); !evicted.ok()) {
+    LOG_EVERY_N(WARNING, 100)
+        << "writing evicted rows failed (they stay in "
+        << "memory, over the hot tier's budget): " << evicted;
+  }
+}
+
 EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
@@ -607,8 +617,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
                                 absl::MakeSpan(destination, dim));
       }
     }
-    RocksStore::Batch batch = rocks_->NewBatch();
-    RETURN_IF_ERROR(EvictAndWrite(stripe, &batch));
+    EvictOrKeep(stripe);
   }
   hits_ += hits;
   misses_ += keys.size() - hits;
@@ -655,8 +664,9 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
         i % dim, ") is ", gradients[i], "; nothing was applied"));
   }
   if (options_.durability == Durability::kWal) {
-    // A log that failed refuses pushes before they are applied.
-    if (absl::Status health = push_log_->health(); !health.ok()) {
+    // A log that failed refuses pushes before they are applied; one that a
+    // full disk stopped tries again.
+    if (absl::Status health = push_log_->Recover(); !health.ok()) {
       return absl::Status(
           health.code(),
           absl::StrCat("the push log failed earlier, so pushes are refused "
@@ -749,15 +759,7 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
   for (Stripe* stripe : push.stripes) stripe->mu.Lock();
   absl::Status updated = UpdateLockedStripes(table, push);
   if (updated.ok()) {
-    for (Stripe* stripe : push.stripes) {
-      RocksStore::Batch evictions = rocks_->NewBatch();
-      // The push stands either way: rows that could not be written stay in
-      // memory, dirty, and the hot tier over its budget until a write works.
-      if (absl::Status evicted = EvictAndWrite(*stripe, &evictions);
-          !evicted.ok()) {
-        LOG_EVERY_N(WARNING, 100) << "writing evicted rows failed: " << evicted;
-      }
-    }
+    for (Stripe* stripe : push.stripes) EvictOrKeep(*stripe);
   }
   for (auto it = push.stripes.rbegin(); it != push.stripes.rend(); ++it)
     (*it)->mu.Unlock();
@@ -848,11 +850,14 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
     if (!ticket.ok()) {
       for (Stripe* stripe : push.stripes) --stripe->next_log_sequence;
       UndoPush(push);
-      return absl::Status(
-          ticket.status().code(),
+      return WithMessage(
+          ticket.status(),
           absl::StrCat(ticket.status().message(),
-                       " (nothing of this push was applied; later pushes are "
-                       "refused until the server restarts)"));
+                       IsTransient(ticket.status())
+                           ? " (nothing of this push was applied; pushes go "
+                             "on once the disk has room)"
+                           : " (nothing of this push was applied; later "
+                             "pushes are refused until the server restarts)"));
     }
     push.ticket = *ticket;
   }
@@ -899,8 +904,8 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
   } else {
     table->initializer.Fill(key, absl::MakeSpan(*weights));
   }
-  RocksStore::Batch batch = rocks_->NewBatch();
-  return EvictAndWrite(stripe, &batch);
+  EvictOrKeep(stripe);
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {

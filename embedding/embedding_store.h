@@ -309,6 +309,11 @@ class EmbeddingStore {
   absl::Status EvictAndWrite(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
+  // EvictAndWrite() with nothing else in the batch; a failed write (a full
+  // disk) keeps the rows in memory, dirty, and is logged: the call that
+  // evicts (a pull, a push) stands.
+  void EvictOrKeep(Stripe& stripe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
   // What TakeDirtyRows() copied: the rows with their versions, and under
   // kWal where the stripe's log starts once the copies are written.
   struct TakenRows {

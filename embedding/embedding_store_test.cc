@@ -14,6 +14,7 @@
 
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/transient_error.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 
@@ -550,30 +551,42 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
   EXPECT_EQ(weights, (std::vector<float>{1.5f, -2.5f}));
 }
 
-TEST_F(EmbeddingStoreTest, AFailedLogAppendRefusesLaterPushesBeforeApplying) {
+TEST_F(EmbeddingStoreTest, AFullDiskRefusesPushesUntilThereIsRoomAgain) {
   options_.wal_write_back_interval = absl::Hours(1);
   auto child = [&] {
     auto store = OpenStore(options_);
     if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
-    // From here on no file of this process may grow past 64 kB: the push
-    // log's segment hits the limit (EFBIG) as a full disk would.
+    // From here on no file of this process may grow past 64 kB (EFBIG, as
+    // a full disk would refuse), until the limit is lifted again.
     std::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limit = {64 << 10, 64 << 10};
+    const rlimit limit = {64 << 10, RLIM_INFINITY};
     if (setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(2);
     std::vector<uint64_t> keys;
     for (uint64_t key = 0; key < 100; ++key) keys.push_back(key);
     const std::vector<float> gradients(200, -1.0f);
-    bool failed = false;
-    for (int i = 0; i < 1000 && !failed; ++i)
-      failed = !store->Push("emb", keys, gradients).ok();
-    if (!failed) std::_Exit(3);
+    absl::StatusOr<PushOutcome> pushed;
+    int applied = 0;
+    for (int i = 0; i < 1000; ++i) {
+      pushed = store->Push("emb", keys, gradients);
+      if (!pushed.ok()) break;
+      ++applied;
+    }
+    if (pushed.ok()) std::_Exit(3);
+    if (pushed.status().code() != absl::StatusCode::kResourceExhausted ||
+        !IsTransient(pushed.status()))
+      std::_Exit(4);
     const std::vector<float> before = PullRows(*store, "emb", keys, 2);
-    const absl::StatusOr<PushOutcome> refused =
-        store->Push("emb", keys, gradients);
-    if (refused.ok()) std::_Exit(4);
-    if (refused.status().message().find("refused") == std::string::npos)
-      std::_Exit(5);
+    // Still full: refused again, nothing applied.
+    if (store->Push("emb", keys, gradients).ok()) std::_Exit(5);
     if (PullRows(*store, "emb", keys, 2) != before) std::_Exit(6);
+    // Room again: pushes go on.
+    const rlimit lifted = {RLIM_INFINITY, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lifted) != 0) std::_Exit(7);
+    if (!store->Push("emb", keys, gradients).ok()) std::_Exit(8);
+    ++applied;
+    const float moved = PullRows(*store, "emb", {5}, 2)[0] -
+                        InitialRow(SgdTable("emb", 2), 5)[0];
+    if (std::abs(moved - applied) > 1e-3) std::_Exit(9);
     std::_Exit(0);
   };
   GTEST_FLAG_SET(death_test_style, "threadsafe");

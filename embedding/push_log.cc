@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "base/transient_error.h"
 #include "glog/logging.h"
 #include "xxhash.h"
 
@@ -27,13 +28,15 @@ constexpr char kSuffix[] = ".pushlog";
 // Payload length (uint32) and XXH3-64 checksum (uint64).
 constexpr size_t kFrameHeaderBytes = sizeof(uint32_t) + sizeof(uint64_t);
 
+bool OutOfSpace(int error) {
+  return error == ENOSPC || error == EDQUOT || error == EFBIG;
+}
+
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   const int error = errno;
   const std::string message =
       absl::StrCat(what, " ", path, ": ", std::strerror(error));
-  if (error == ENOSPC || error == EDQUOT) {
-    return absl::ResourceExhaustedError(message);
-  }
+  if (OutOfSpace(error)) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
 }
 
@@ -279,8 +282,9 @@ absl::Status PushLog::OpenSegment() {
   if (fd_ < 0) return ErrnoError("creating", path);
   segment_size_ = 0;
   if (write(fd_, kMagic, sizeof(kMagic)) != sizeof(kMagic)) {
+    out_of_space_ = OutOfSpace(errno);
     const absl::Status status = ErrnoError("writing", path);
-    CloseSegment();
+    AbandonSegment();
     return status;
   }
   segment_size_ = sizeof(kMagic);
@@ -290,7 +294,10 @@ absl::Status PushLog::OpenSegment() {
     if (!preamble.empty()) {
       char header[kFrameHeaderBytes];
       FrameHeader(preamble, header);
-      RETURN_IF_ERROR(WriteFrame(header, preamble));
+      if (absl::Status written = WriteFrame(header, preamble); !written.ok()) {
+        AbandonSegment();
+        return written;
+      }
     }
   }
   if (options_.sync) {
@@ -300,11 +307,21 @@ absl::Status PushLog::OpenSegment() {
     if (dir >= 0) close(dir);
     if (!synced) {
       const absl::Status status = ErrnoError("syncing", options_.dir);
+      out_of_space_ = false;
       CloseSegment();
       return status;
     }
   }
   return absl::OkStatus();
+}
+
+void PushLog::AbandonSegment() {
+  if (fd_ < 0) return;
+  close(fd_);
+  fd_ = -1;
+  unlink(SegmentPath(epoch_, current_segment_.load()).c_str());
+  live_bytes_ -= segment_size_;
+  segment_size_ = 0;
 }
 
 void PushLog::CloseSegment() {
@@ -329,8 +346,9 @@ absl::StatusOr<PushLog::Ticket> PushLog::Write(
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(broken_);
   if (absl::Status written = WriteFrame(header, payload); !written.ok()) {
-    Break(written);
-    return written;
+    Break(written, out_of_space_);
+    // Writing goes on once there is room: the caller may retry.
+    return out_of_space_ ? MarkTransient(written) : written;
   }
   if (on_written) on_written();
   const Ticket ticket{current_segment(), segment_size_};
@@ -351,20 +369,32 @@ absl::Status PushLog::Append(absl::string_view payload) {
 
 absl::Status PushLog::WriteFrame(const char* header,
                                  absl::string_view payload) {
+  out_of_space_ = false;
   if (fd_ < 0) RETURN_IF_ERROR(OpenSegment());
   iovec parts[2] = {{const_cast<char*>(header), kFrameHeaderBytes},
                     {const_cast<char*>(payload.data()), payload.size()}};
   size_t remaining = kFrameHeaderBytes + payload.size();
+  const uint64_t size_before = segment_size_;
   int first = 0;
   while (remaining > 0) {
     const ssize_t n = writev(fd_, parts + first, 2 - first);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      // Whatever part of the frame landed fails its length or checksum on
-      // reading; later records go to a new segment.
+      if (n == 0) errno = ENOSPC;  // a file system that takes nothing more
+      out_of_space_ = OutOfSpace(errno);
       const absl::Status status =
           ErrnoError("appending to", SegmentPath(epoch_, current_segment()));
-      CloseSegment();
+      // Cut off whatever part of the frame landed, so that the segment
+      // stays a sequence of whole records and writing can go on once there
+      // is room. If that fails, later records go to a new segment and this
+      // one ends in a torn frame, as after a crash.
+      if (ftruncate(fd_, static_cast<off_t>(size_before)) == 0) {
+        live_bytes_ -= segment_size_ - size_before;
+        segment_size_ = size_before;
+      } else {
+        out_of_space_ = false;
+        CloseSegment();
+      }
       return status;
     }
     remaining -= static_cast<size_t>(n);
@@ -426,10 +456,22 @@ absl::Status PushLog::health() const {
   return broken_;
 }
 
-void PushLog::Break(const absl::Status& status) {
+void PushLog::Break(const absl::Status& status, bool recoverable) {
   if (!broken_.ok()) return;
   broken_ = status;
+  recoverable_ = recoverable;
   failed_.store(true);
+}
+
+absl::Status PushLog::Recover() {
+  if (!failed_.load()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (broken_.ok() || !recoverable_) return broken_;
+  // A segment that could not even be created is made again by the next
+  // write; one cut back to its last whole record is written on.
+  broken_ = absl::OkStatus();
+  failed_.store(false);
+  return absl::OkStatus();
 }
 
 absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {

@@ -150,11 +150,12 @@ class PushLog {
   // Writes one record (one writev(), to the page cache) and calls
   // `on_written`, if set, under the log's lock before returning, so that
   // whatever it records happens before any later segment is created. After
-  // a failed write (RESOURCE_EXHAUSTED for a full disk) the record is not in
-  // the log and every later write fails the same way, until the log is
-  // opened again (what reached the disk is replayed then), as RocksDB stops
-  // writing after a WAL error. INVALID_ARGUMENT for a payload of 4 GiB or
-  // more (the log stays usable).
+  // a failed write the record is not in the log (what part of it landed is
+  // cut off again) and every later write fails the same way, as RocksDB
+  // stops writing after a WAL error: for a full disk (RESOURCE_EXHAUSTED,
+  // marked transient) until Recover(), otherwise until the log is opened
+  // again. INVALID_ARGUMENT for a payload of 4 GiB or more (the log stays
+  // usable).
   absl::StatusOr<Ticket> Write(absl::string_view payload,
                                const std::function<void()>& on_written = {});
 
@@ -166,8 +167,13 @@ class PushLog {
   // Write(), then Sync().
   absl::Status Append(absl::string_view payload);
 
-  // OK, or the error that stopped the log (see Append()).
+  // OK, or the error that stopped the log (see Write()).
   absl::Status health() const;
+
+  // Lets writes go on after a full disk stopped the log (the next write
+  // fails again while it is still full). The error that stopped the log for
+  // anything else (a failed sync, say) stays, and is returned.
+  absl::Status Recover();
 
   // fdatasync() calls so far for records (options.sync): with appends from
   // many threads, fewer than the appends.
@@ -195,8 +201,13 @@ class PushLog {
   // Closes the open segment; under options.sync, syncs it first, so that
   // every record in a closed segment is on disk (or the log is broken_).
   void CloseSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops the log with `status` (the first failure wins).
-  void Break(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the log with `status` (the first failure wins); a full disk is
+  // `recoverable`.
+  void Break(const absl::Status& status, bool recoverable = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the open segment's file after it failed to get its magic or
+  // preamble; the next write creates it again.
+  void AbandonSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under options.sync: returns once segment `segment` is on disk up to at
   // least `bytes`, syncing it unless a sync that started later already did.
   absl::Status SyncThrough(uint64_t segment, uint64_t bytes)
@@ -213,6 +224,10 @@ class PushLog {
   // Set by a failed write or sync: every later append fails with it (after a
   // failed sync the page cache may have dropped what did not reach the disk).
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // broken_ is a full disk, which Recover() may clear.
+  bool recoverable_ ABSL_GUARDED_BY(mu_) = false;
+  // The last failed write ran out of space (set by WriteFrame()).
+  bool out_of_space_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> failed_{false};  // !broken_.ok(), readable without mu_
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // The open segment's descriptor (-1 before its first append) and size.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/transient_error.h"
 #include "glog/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
@@ -28,8 +29,8 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
   const std::string message = absl::StrCat(what, ": ", status.ToString());
   if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsIOError() && status.IsNoSpace()) {
-    return absl::ResourceExhaustedError(message);
+  if (status.IsNoSpace()) {
+    return MarkTransient(absl::ResourceExhaustedError(message));
   }
   if (status.IsInvalidArgument()) return absl::InvalidArgumentError(message);
   return absl::InternalError(message);
@@ -311,13 +312,23 @@ absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
 
 absl::Status RocksStore::Write(Batch* batch) {
   if (batch->empty()) return absl::OkStatus();
-  return FromRocks(db_->Write(write_options_, &batch->batch_), "writing rows");
+  return WriteWith(write_options_, batch);
 }
 
 absl::Status RocksStore::WriteSynced(Batch* batch) {
   rocksdb::WriteOptions synced;
   synced.sync = true;
-  return FromRocks(db_->Write(synced, &batch->batch_), "writing rows");
+  return WriteWith(synced, batch);
+}
+
+absl::Status RocksStore::WriteWith(const rocksdb::WriteOptions& options,
+                                   Batch* batch) {
+  // After a failed write RocksDB refuses writes until it is resumed: a full
+  // disk that has room again, say.
+  if (needs_resume_.load() && db_->Resume().ok()) needs_resume_ = false;
+  rocksdb::Status written = db_->Write(options, &batch->batch_);
+  if (written.IsIOError()) needs_resume_ = true;
+  return FromRocks(written, "writing rows");
 }
 
 absl::Status RocksStore::MultiGet(TableId table,

@@ -102,6 +102,8 @@ class RocksStore {
   Batch NewBatch() const { return Batch(this); }
 
   // Writes `batch` through the WAL (synced if options.sync_wal).
+  // RESOURCE_EXHAUSTED, marked transient (base/transient_error.h), for a
+  // full disk; writes work again once it has room.
   absl::Status Write(Batch* batch);
   // Writes `batch` and syncs the WAL, whatever options.sync_wal says.
   absl::Status WriteSynced(Batch* batch);
@@ -140,6 +142,8 @@ class RocksStore {
              std::vector<TableSpec> opened_tables);
 
   rocksdb::ColumnFamilyHandle* Handle(TableId table) const;
+  // Writes `batch`, resuming RocksDB first after an earlier failed write.
+  absl::Status WriteWith(const rocksdb::WriteOptions& options, Batch* batch);
 
   const RocksStoreOptions options_;
   rocksdb::WriteOptions write_options_;
@@ -155,6 +159,8 @@ class RocksStore {
   const std::unique_ptr<std::atomic<rocksdb::ColumnFamilyHandle*>[]>
       table_handles_;
   std::atomic<uint32_t> num_tables_{0};
+  // A write failed: RocksDB holds a background error until Resume().
+  std::atomic<bool> needs_resume_{false};
   const std::vector<TableSpec> opened_tables_;
 };
 

@@ -6,13 +6,18 @@
 #include "base/packed.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
+#include "base/transient_error.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
 
-grpc::ServerUnaryReactor* DataService::Finish(CountedReactor* reactor,
-                                              const absl::Status& status) {
+grpc::ServerUnaryReactor* DataService::Finish(
+    grpc::CallbackServerContext* context, CountedReactor* reactor,
+    const absl::Status& status) {
   if (!status.ok()) ++counters_.failed_requests;
+  // Clients retry an error that goes away on its own (a full disk).
+  if (IsTransient(status))
+    context->AddTrailingMetadata(kTransientMetadata, "1");
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -43,12 +48,12 @@ absl::Status DataService::CheckKeys(const std::string& packed,
 }
 
 grpc::ServerUnaryReactor* DataService::DeclareTable(
-    grpc::CallbackServerContext* /*context*/,
-    const DeclareTableRequest* request, DeclareTableResponse* response) {
+    grpc::CallbackServerContext* context, const DeclareTableRequest* request,
+    DeclareTableResponse* response) {
   CountedReactor* reactor = StartCall();
   absl::StatusOr<bool> created = store_->DeclareTable(request->table());
   if (created.ok()) response->set_created(*created);
-  return Finish(reactor, created.status());
+  return Finish(context, reactor, created.status());
 }
 
 absl::Status DataService::DoPull(const PullRequest& request,
@@ -73,11 +78,11 @@ absl::Status DataService::DoPull(const PullRequest& request,
 }
 
 grpc::ServerUnaryReactor* DataService::Pull(
-    grpc::CallbackServerContext* /*context*/, const PullRequest* request,
+    grpc::CallbackServerContext* context, const PullRequest* request,
     PullResponse* response) {
   CountedReactor* reactor = StartCall();
   ++counters_.pull_requests;
-  return Finish(reactor, DoPull(*request, response));
+  return Finish(context, reactor, DoPull(*request, response));
 }
 
 absl::Status DataService::DoPush(const PushRequest& request,
@@ -102,15 +107,15 @@ absl::Status DataService::DoPush(const PushRequest& request,
 }
 
 grpc::ServerUnaryReactor* DataService::Push(
-    grpc::CallbackServerContext* /*context*/, const PushRequest* request,
+    grpc::CallbackServerContext* context, const PushRequest* request,
     PushResponse* response) {
   CountedReactor* reactor = StartCall();
   ++counters_.push_requests;
-  return Finish(reactor, DoPush(*request, response));
+  return Finish(context, reactor, DoPush(*request, response));
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(
-    grpc::CallbackServerContext* /*context*/, const ClockRequest* request,
+    grpc::CallbackServerContext* context, const ClockRequest* request,
     ClockResponse* response) {
   CountedReactor* reactor = StartCall();
   ClockCoordinator::Report report;
@@ -120,12 +125,12 @@ grpc::ServerUnaryReactor* DataService::Clock(
   report.finished = request->finished();
   report.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ClockCoordinator::View> recorded = clocks_->Record(report);
-  if (!recorded.ok()) return Finish(reactor, recorded.status());
+  if (!recorded.ok()) return Finish(context, reactor, recorded.status());
   const ClockCoordinator::View& view = *recorded;
   response->set_min_clock(view.min_clock);
   response->set_live_workers(view.live_workers);
   response->set_clock(view.clock);
-  return Finish(reactor, absl::OkStatus());
+  return Finish(context, reactor, absl::OkStatus());
 }
 
 }  // namespace ps::server

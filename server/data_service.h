@@ -84,7 +84,8 @@ class DataService final : public ParameterServer::CallbackService {
                          std::vector<uint64_t>* keys) const;
   // Starts counting a call; every handler begins with it.
   CountedReactor* StartCall() { return new CountedReactor(&calls_in_flight_); }
-  grpc::ServerUnaryReactor* Finish(CountedReactor* reactor,
+  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                   CountedReactor* reactor,
                                    const absl::Status& status);
 
   const DataServiceOptions options_;

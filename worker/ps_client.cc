@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
+#include "base/transient_error.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -131,7 +132,9 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       }
       const bool retryable =
           status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+          contexts[p]->GetServerTrailingMetadata().count(kTransientMetadata) >
+              0;
       if (!retryable) {
         return FromGrpcStatus(
             status, absl::StrCat(what, " on shard ", shards[pending[p]]));

@@ -6,7 +6,8 @@
 // fail with UNAVAILABLE (a shard restarting) are retried with exponential
 // backoff for up to `retry_for`; channels reconnect on their own, so training
 // survives a shard that comes back; DEADLINE_EXCEEDED (a shard stopped or
-// overloaded past `call_timeout`) is retried the same way. Retrying a push
+// overloaded past `call_timeout`) and errors a shard marks transient (a full
+// disk; base/transient_error.h) are retried the same way. Retrying a push
 // is safe: every push request carries this client's incarnation and a
 // sequence number of its own per shard, and a shard applies each (worker,
 // incarnation, sequence) once, answering a retry of one it applied with the
