@@ -848,6 +848,8 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
       }
     });
     if (!ticket.ok()) {
+      LOG_EVERY_N(ERROR, 100)
+          << "writing a push's record failed: " << ticket.status();
       for (Stripe* stripe : push.stripes) --stripe->next_log_sequence;
       UndoPush(push);
       return WithMessage(

@@ -139,6 +139,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
         return FromGrpcStatus(
             status, absl::StrCat(what, " on shard ", shards[pending[p]]));
       }
+      ++retries_[std::min<size_t>(status.error_code(), kCodes - 1)];
       last_failure = status;
       last_shard = shards[pending[p]];
     }
@@ -295,6 +296,17 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
       "clock");
   if (!status.ok()) return status;
   return responses[0];
+}
+
+std::vector<std::pair<std::string, uint64_t>> PsClient::retries() const {
+  std::vector<std::pair<std::string, uint64_t>> counts;
+  for (size_t code = 0; code < kCodes; ++code) {
+    if (const uint64_t n = retries_[code].load(); n > 0) {
+      counts.emplace_back(
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), n);
+    }
+  }
+  return counts;
 }
 
 }  // namespace ps::worker

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -105,6 +106,10 @@ class PsClient {
   // Reports to the clock coordinator (retried like a pull).
   absl::StatusOr<ClockResponse> Clock(const ClockRequest& request);
 
+  // Calls retried so far, by the status code that made them retry
+  // ("UNAVAILABLE", ...), codes never seen left out.
+  std::vector<std::pair<std::string, uint64_t>> retries() const;
+
  private:
   explicit PsClient(const ClientOptions& options) : options_(options) {}
 
@@ -118,6 +123,9 @@ class PsClient {
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
   // The last sequence number given to a push request, per shard.
   std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;
+  // Retried calls by status code.
+  static constexpr size_t kCodes = 17;
+  std::atomic<uint64_t> retries_[kCodes] = {};
   std::unique_ptr<ParameterServer::Stub> coordinator_;
 };
 

@@ -1,0 +1,622 @@
+// The fault matrix: real shards and workers on loopback, one fault at a
+// time, and the same question each time: was any acknowledged update lost
+// or applied twice, and did training finish (or stop with a clear error
+// where it must)? A counting workload (a PsClient pushing +1 to the same
+// keys round after round, exactly once, with its retries) runs through
+// every fault; its rows are counted at the end against the rounds
+// acknowledged. Each test adds a row to a table printed at the end (and
+// written to $FAULT_MATRIX_TABLE, which deploy/chaos.sh reads).
+//
+// The full-disk test needs a size-capped file system: main() enters a user
+// and mount namespace of its own (no privileges needed where the kernel
+// allows user namespaces) and mounts a small tmpfs there; the shards it
+// starts inherit it. Where that is not possible the test says so and skips.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+#include "tests/test_client.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+// Where main() mounted the size-capped file system, or why it could not.
+std::string* g_small_disk = nullptr;
+std::string* g_no_small_disk_reason = nullptr;
+constexpr int kSmallDiskMb = 24;
+
+struct TableRow {
+  TableRow() = default;
+  TableRow(std::string fault, std::string workers_saw)
+      : fault(std::move(fault)), workers_saw(std::move(workers_saw)) {}
+  std::string fault;
+  std::string workers_saw;
+  int64_t lost = 0;
+  int64_t doubled = 0;
+  std::string outcome;
+};
+
+std::vector<TableRow>& Table() {
+  static auto* table = new std::vector<TableRow>;
+  return *table;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The number after "key": in a flat JSON object; NaN if absent.
+double Metric(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\": ";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+}
+
+// Shards under --durability=wal on ports kept across restarts.
+class Shards {
+ public:
+  // Data dirs under `root`, logs under `log_root` (default: `root`).
+  Shards(const std::string& root, int count, std::vector<std::string> flags,
+         const std::string& log_root = "")
+      : root_(root),
+        log_root_(log_root.empty() ? root : log_root),
+        flags_(std::move(flags)),
+        servers_(count) {
+    for (int i = 0; i < count; ++i) Start(i);
+  }
+
+  void Start(int i, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> flags = {
+        absl::StrCat("--data_dir=", root_, "/shard", i),
+        absl::StrCat("--shard_index=", i),
+        absl::StrCat("--num_shards=", servers_.size()), "--durability=wal"};
+    flags.insert(flags.end(), flags_.begin(), flags_.end());
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    if (static_cast<int>(ports_.size()) > i) {
+      flags.push_back("--listen=127.0.0.1:" + ports_[i]);
+    }
+    auto server = ServerProcess::Start(flags, absl::Seconds(60), log(i));
+    ASSERT_TRUE(server.ok()) << server.status() << ReadFile(log(i));
+    servers_[i] = std::move(server).value();
+    if (static_cast<int>(ports_.size()) <= i) {
+      const std::string& address = servers_[i]->address();
+      ports_.push_back(address.substr(address.rfind(':') + 1));
+    }
+  }
+
+  void Kill(int i) {
+    EXPECT_EQ(servers_[i]->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  }
+  void Signal(int i, int signal) { kill(servers_[i]->pid(), signal); }
+
+  std::vector<std::string> addresses() const {
+    std::vector<std::string> addresses;
+    for (const std::string& port : ports_)
+      addresses.push_back("127.0.0.1:" + port);
+    return addresses;
+  }
+  std::string log(int i) const {
+    return absl::StrCat(log_root_, "/shard", i, ".log");
+  }
+  std::string data_dir(int i) const { return absl::StrCat(root_, "/shard", i); }
+
+ private:
+  const std::string root_;
+  const std::string log_root_;
+  const std::vector<std::string> flags_;
+  std::vector<std::string> ports_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+// Pushes +1 to every one of `keys` keys (spread over the shards), round
+// after round, through a PsClient that retries as a worker's does.
+class CountingWorkload {
+ public:
+  static constexpr int kDim = 8;
+
+  CountingWorkload(const std::vector<std::string>& servers, int rounds,
+                   int keys, absl::Duration call_timeout = absl::Seconds(30),
+                   const std::string& table = "counts")
+      : rounds_(rounds), table_(table) {
+    worker::ClientOptions options;
+    options.servers = servers;
+    options.retry_for = absl::Seconds(90);
+    options.initial_backoff = absl::Milliseconds(20);
+    options.call_timeout = call_timeout;
+    auto client = worker::PsClient::Connect(options);
+    EXPECT_TRUE(client.ok());
+    client_ = std::move(client).value();
+    for (int k = 0; k < keys; ++k) keys_.push_back(k * 7919 + 1);
+    EXPECT_TRUE(client_
+                    ->DeclareTable(SgdTableSpec(table_, kDim, 1.0f,
+                                                InitializerSpec::ZEROS))
+                    .ok());
+  }
+
+  ~CountingWorkload() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Start(absl::Duration pause = absl::ZeroDuration()) {
+    thread_ = std::thread([this, pause] {
+      const std::vector<float> minus_one(keys_.size() * kDim, -1.0f);
+      for (int round = 0; round < rounds_; ++round) {
+        const worker::PsClient::TableGradients push = {table_, keys_, minus_one,
+                                                       kDim};
+        absl::Status pushed = client_->Push({push}, /*worker=*/900, round);
+        if (!pushed.ok()) {
+          absl::MutexLock lock(&mu_);
+          error_ = pushed;
+          return;
+        }
+        ++acknowledged_;
+        if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
+      }
+    });
+  }
+
+  int acknowledged() const { return acknowledged_.load(); }
+
+  // Waits until `rounds` are acknowledged (or the workload stopped).
+  bool WaitFor(int rounds, absl::Duration limit = absl::Seconds(60)) {
+    const absl::Time give_up = absl::Now() + limit;
+    while (acknowledged() < rounds && absl::Now() < give_up && !stopped())
+      absl::SleepFor(absl::Milliseconds(5));
+    return acknowledged() >= rounds;
+  }
+
+  bool stopped() {
+    absl::MutexLock lock(&mu_);
+    return !error_.ok();
+  }
+
+  absl::Status Join() {
+    thread_.join();
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+  // What the client retried, e.g. "UNAVAILABLE x4, DEADLINE_EXCEEDED x1".
+  std::string Saw() const {
+    std::vector<std::string> parts;
+    for (const auto& [code, count] : client_->retries())
+      parts.push_back(absl::StrCat(code, " x", count));
+    return parts.empty() ? "nothing" : absl::StrJoin(parts, ", ");
+  }
+
+  // Counts every key's rows against the acknowledged rounds: an update
+  // lost or applied twice shows in some column of some row. A round that
+  // failed after it was sent may be in or not.
+  void Count(TableRow* row) {
+    std::vector<float> rows(keys_.size() * kDim);
+    const worker::PsClient::TableRows pull = {table_, keys_, kDim, rows.data()};
+    absl::Status pulled = client_->Pull({pull});
+    ASSERT_TRUE(pulled.ok()) << pulled;
+    const int64_t acked = acknowledged();
+    const int64_t in_doubt = stopped() ? 1 : 0;
+    for (float value : rows) {
+      const int64_t count = static_cast<int64_t>(value);
+      if (count < acked) row->lost += acked - count;
+      if (count > acked + in_doubt) row->doubled += count - acked - in_doubt;
+    }
+  }
+
+ private:
+  const int rounds_;
+  const std::string table_;
+  std::unique_ptr<worker::PsClient> client_;
+  std::vector<uint64_t> keys_;
+  std::atomic<int> acknowledged_{0};
+  absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+class FaultMatrixTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+
+  // Records the row and checks what every fault must keep.
+  void Finish(TableRow row) {
+    EXPECT_EQ(row.lost, 0) << row.fault;
+    EXPECT_EQ(row.doubled, 0) << row.fault;
+    std::printf("%s: workers saw %s; lost %lld, doubled %lld; %s\n",
+                row.fault.c_str(), row.workers_saw.c_str(),
+                static_cast<long long>(row.lost),
+                static_cast<long long>(row.doubled), row.outcome.c_str());
+    Table().push_back(std::move(row));
+  }
+
+  // Generated click logs for the training faults.
+  std::string TrainingData() {
+    const std::string path = dir_ + "/train.tsv";
+    EXPECT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"),
+                               "--out=" + path, "--lines=60000"},
+                              dir_ + "/gen.log"),
+              0);
+    return path;
+  }
+
+  std::unique_ptr<ChildProcess> StartWorker(
+      const std::vector<std::string>& servers, int index, int count,
+      const std::string& data, const std::vector<std::string>& extra,
+      const std::string& tag) {
+    std::vector<std::string> argv = {
+        BinaryPath("worker/ps_worker"),
+        "--servers=" + absl::StrJoin(servers, ","),
+        absl::StrCat("--worker_index=", index),
+        absl::StrCat("--num_workers=", count),
+        "--train=" + data,
+        "--batch_size=1024",
+        "--hidden=32",
+        "--embedding_dim=4",
+        "--retry_for_s=90",
+        absl::StrCat("--metrics_out=", dir_, "/", tag, ".json")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto process = ChildProcess::Start(argv, false, dir_ + "/" + tag + ".log");
+    EXPECT_TRUE(process.ok());
+    return process.ok() ? std::move(process).value() : nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(FaultMatrixTest, ShardKilledAndRestartedMidStream) {
+  Shards shards(dir_, 2, {});
+  CountingWorkload workload(shards.addresses(), 120, 400);
+  workload.Start();
+  ASSERT_TRUE(workload.WaitFor(30));
+  shards.Kill(1);
+  absl::SleepFor(absl::Milliseconds(300));
+  shards.Start(1);
+  ASSERT_TRUE(workload.Join().ok());
+  TableRow row{"shard kill -9, restarted", workload.Saw()};
+  workload.Count(&row);
+  row.outcome =
+      absl::StrCat("all ", workload.acknowledged(), " rounds acknowledged");
+  EXPECT_EQ(workload.acknowledged(), 120);
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, ShardStoppedPastTheDeadlineThenResumed) {
+  Shards shards(dir_, 2, {});
+  CountingWorkload workload(shards.addresses(), 80, 400,
+                            /*call_timeout=*/absl::Milliseconds(500));
+  workload.Start();
+  ASSERT_TRUE(workload.WaitFor(20));
+  shards.Signal(0, SIGSTOP);
+  absl::SleepFor(absl::Seconds(2));  // four deadlines
+  shards.Signal(0, SIGCONT);
+  ASSERT_TRUE(workload.Join().ok());
+  TableRow row{"shard SIGSTOP 2 s (deadline 0.5 s), SIGCONT", workload.Saw()};
+  EXPECT_NE(row.workers_saw.find("DEADLINE_EXCEEDED"), std::string::npos);
+  workload.Count(&row);
+  row.outcome =
+      absl::StrCat("all ", workload.acknowledged(), " rounds acknowledged");
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, AShardFiveTimesSlowerThanTheOthers) {
+  Shards shards(dir_, 2, {});
+  // Fast first, for the pace without the fault.
+  CountingWorkload fast(shards.addresses(), 40, 400);
+  const absl::Time fast_start = absl::Now();
+  fast.Start();
+  ASSERT_TRUE(fast.Join().ok());
+  const absl::Duration fast_time = absl::Now() - fast_start;
+  // Shard 1 runs one 10 ms in 50: a fifth of its speed.
+  std::atomic<bool> throttling{true};
+  std::thread throttle([&] {
+    while (throttling) {
+      shards.Signal(1, SIGSTOP);
+      absl::SleepFor(absl::Milliseconds(40));
+      shards.Signal(1, SIGCONT);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+  CountingWorkload slow(shards.addresses(), 40, 400, absl::Seconds(30),
+                        "slow_counts");
+  const absl::Time slow_start = absl::Now();
+  slow.Start();
+  const absl::Status finished = slow.Join();
+  throttling = false;
+  throttle.join();
+  shards.Signal(1, SIGCONT);
+  ASSERT_TRUE(finished.ok()) << finished;
+  const double slowdown =
+      absl::FDivDuration(absl::Now() - slow_start, fast_time);
+  TableRow row{"one shard 5x slower (SIGSTOP 40 ms of 50)", slow.Saw()};
+  slow.Count(&row);
+  row.outcome =
+      absl::StrFormat("all 40 rounds acknowledged, %.1fx slower", slowdown);
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
+  Shards shards(dir_, 2, {});
+  const std::string data = TrainingData();
+  CountingWorkload workload(shards.addresses(), 60, 200);
+  workload.Start(absl::Milliseconds(50));
+  const std::vector<std::string> flags = {"--staleness=1", "--lease_ms=1000",
+                                          "--slow_step_ms=150"};
+  auto survivor = StartWorker(shards.addresses(), 0, 2, data, flags, "w0");
+  auto victim = StartWorker(shards.addresses(), 1, 2, data, flags, "w1");
+  ASSERT_TRUE(survivor != nullptr && victim != nullptr);
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_EQ(victim->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  absl::SleepFor(absl::Seconds(2));  // past its lease: worker 0 goes on
+  auto rejoined = StartWorker(shards.addresses(), 1, 2, data, flags, "w1b");
+  ASSERT_NE(rejoined, nullptr);
+  const int survivor_exit = survivor->Wait(absl::Minutes(3));
+  const int rejoined_exit = rejoined->Wait(absl::Minutes(3));
+  ASSERT_TRUE(workload.Join().ok());
+  EXPECT_EQ(survivor_exit, 0) << ReadFile(dir_ + "/w0.log");
+  EXPECT_EQ(rejoined_exit, 0) << ReadFile(dir_ + "/w1b.log");
+  const std::string rejoined_metrics = ReadFile(dir_ + "/w1b.json");
+  EXPECT_GT(Metric(rejoined_metrics, "first_step"), 0)
+      << "the restarted worker should join at the live minimum: "
+      << rejoined_metrics;
+  TableRow row{
+      "worker kill -9 mid-training, restarted",
+      absl::StrFormat("survivor waited %.1f s in all (the dead "
+                      "worker's lease); counting client: %s",
+                      Metric(ReadFile(dir_ + "/w0.json"), "wait_seconds"),
+                      workload.Saw())};
+  workload.Count(&row);
+  row.outcome =
+      absl::StrCat("survivor exit ", survivor_exit, ", restarted worker exit ",
+                   rejoined_exit, " (joined at the live minimum)");
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, TheCoordinatorShardRestarted) {
+  Shards shards(dir_, 2, {});
+  const std::string data = TrainingData();
+  CountingWorkload workload(shards.addresses(), 60, 200);
+  workload.Start(absl::Milliseconds(50));
+  const std::vector<std::string> flags = {"--staleness=1", "--lease_ms=3000",
+                                          "--slow_step_ms=100"};
+  auto first = StartWorker(shards.addresses(), 0, 2, data, flags, "w0");
+  auto second = StartWorker(shards.addresses(), 1, 2, data, flags, "w1");
+  ASSERT_TRUE(first != nullptr && second != nullptr);
+  absl::SleepFor(absl::Seconds(2));
+  shards.Kill(0);  // shard 0 is the coordinator
+  absl::SleepFor(absl::Milliseconds(300));
+  shards.Start(0);
+  const int first_exit = first->Wait(absl::Minutes(3));
+  const int second_exit = second->Wait(absl::Minutes(3));
+  ASSERT_TRUE(workload.Join().ok());
+  EXPECT_EQ(first_exit, 0) << ReadFile(dir_ + "/w0.log");
+  EXPECT_EQ(second_exit, 0) << ReadFile(dir_ + "/w1.log");
+  for (const char* tag : {"w0", "w1"}) {
+    const std::string metrics = ReadFile(dir_ + "/" + tag + ".json");
+    EXPECT_LE(Metric(metrics, "max_staleness_seen"), 1)
+        << tag << " ran past the bound across the restart: " << metrics;
+  }
+  EXPECT_NE(ReadFile(shards.log(0)).find("coordinator: 2 workers"),
+            std::string::npos)
+      << "the restarted coordinator did not read its state back";
+  TableRow row{"coordinator shard kill -9, restarted",
+               absl::StrFormat("workers retried their clock reports; "
+                               "counting client: %s",
+                               workload.Saw())};
+  workload.Count(&row);
+  row.outcome = absl::StrCat("workers exit ", first_exit, " and ", second_exit,
+                             ", staleness bound held");
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, AFullDiskRefusesPushesUntilSpaceReturns) {
+  if (g_small_disk == nullptr) GTEST_SKIP() << *g_no_small_disk_reason;
+  // The shard's data dir on a small tmpfs mostly filled by a ballast file.
+  const std::string disk = *g_small_disk + "/full_disk";
+  std::filesystem::remove_all(disk);
+  std::filesystem::create_directories(disk);
+  const std::string ballast = disk + "/ballast";
+  {
+    std::ofstream file(ballast, std::ios::binary);
+    const std::string megabyte(1 << 20, 'b');
+    for (int i = 0; i < kSmallDiskMb - 4; ++i) file << megabyte;
+  }
+  Shards shards(disk, 1, {"--wal_max_log_mb=64"}, dir_);
+  CountingWorkload workload(shards.addresses(), 200, 2000);
+  workload.Start();
+  // Pushes fill what is left; the shard refuses (transiently) and the
+  // client retries.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (workload.Saw().find("RESOURCE_EXHAUSTED") == std::string::npos &&
+         absl::Now() < give_up && !workload.stopped()) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int acknowledged_when_full = workload.acknowledged();
+  ASSERT_NE(workload.Saw().find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << "the disk never filled up: " << workload.Saw();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_LE(workload.acknowledged(), acknowledged_when_full + 1)
+      << "pushes went on with a full disk";
+  std::filesystem::remove(ballast);  // space returns
+  const absl::Status finished = workload.Join();
+  ASSERT_TRUE(finished.ok()) << finished;
+  EXPECT_NE(ReadFile(shards.log(0)).find("No space left on device"),
+            std::string::npos);
+  TableRow row{"full disk (tmpfs), then space freed", workload.Saw()};
+  workload.Count(&row);
+  // No corruption: the shard restarts on what the full disk left.
+  shards.Kill(0);
+  shards.Start(0);
+  TableRow after_restart;
+  workload.Count(&after_restart);
+  EXPECT_EQ(after_restart.lost + after_restart.doubled, 0)
+      << "after a restart on the same data";
+  row.outcome =
+      absl::StrCat("refused while full after ", acknowledged_when_full,
+                   " rounds; all 200 acknowledged once space "
+                   "returned; restarts clean");
+  Finish(row);
+}
+
+// Pushes, then dies without writing anything back: only the push log holds
+// the updates. Returns the data dir's push-log segments, oldest first.
+std::vector<std::string> PushThenKill(const std::string& dir, Shards& shards,
+                                      int rounds) {
+  CountingWorkload workload(shards.addresses(), rounds, 2000);
+  workload.Start();
+  EXPECT_TRUE(workload.Join().ok());
+  shards.Kill(0);
+  std::vector<std::string> segments;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir + "/shard0/push_log")) {
+    segments.push_back(entry.path().string());
+  }
+  std::sort(segments.begin(), segments.end());
+  return segments;
+}
+
+TEST_F(FaultMatrixTest, ACorruptedPushLogSegmentStopsTheShardNamingIt) {
+  // 1 MiB segments, write-backs never: the rounds stay in several segments.
+  Shards shards(dir_, 1, {"--wal_max_log_mb=8", "--wal_write_back_ms=3600000"});
+  const std::vector<std::string> segments = PushThenKill(dir_, shards, 40);
+  ASSERT_GE(segments.size(), 3u);
+  {
+    std::fstream file(segments[0],
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100000);
+    file.put('X');
+  }
+  const std::string log = dir_ + "/refused.log";
+  const int code = RunToCompletion(
+      {BinaryPath("server/ps_server"), "--data_dir=" + dir_ + "/shard0",
+       "--listen=127.0.0.1:0"},
+      log, absl::Seconds(60));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(ReadFile(log).find(segments[0]), std::string::npos)
+      << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("--push_log_recovery=point_in_time"),
+            std::string::npos);
+  // Told to, it replays what precedes the damage and reports the rest.
+  shards.Start(0, {"--push_log_recovery=point_in_time"});
+  EXPECT_NE(ReadFile(shards.log(0)).find("point-in-time recovery"),
+            std::string::npos);
+  TableRow row{"corrupted push-log segment at start", "nothing (shard down)"};
+  row.outcome =
+      "refused to start, naming the segment; starts with "
+      "--push_log_recovery=point_in_time, dropping what follows";
+  Finish(row);
+}
+
+TEST_F(FaultMatrixTest, ACorruptedRocksDbFileStopsTheShardNamingIt) {
+  Shards shards(dir_, 1, {});
+  PushThenKill(dir_, shards, 5);
+  std::string manifest;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir_ + "/shard0")) {
+    if (entry.path().filename().string().rfind("MANIFEST-", 0) == 0)
+      manifest = entry.path().string();
+  }
+  ASSERT_FALSE(manifest.empty());
+  std::filesystem::resize_file(manifest, 20);
+  const std::string log = dir_ + "/refused.log";
+  const int code = RunToCompletion(
+      {BinaryPath("server/ps_server"), "--data_dir=" + dir_ + "/shard0",
+       "--listen=127.0.0.1:0"},
+      log, absl::Seconds(60));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(ReadFile(log).find(manifest.substr(manifest.rfind('/') + 1)),
+            std::string::npos)
+      << ReadFile(log);
+  TableRow row{"corrupted RocksDB MANIFEST at start", "nothing (shard down)"};
+  row.outcome = "refused to start, naming the file";
+  Finish(row);
+}
+
+// Prints the table, and writes it to $FAULT_MATRIX_TABLE if set.
+class TablePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const ::testing::UnitTest&) override {
+    std::ostringstream out;
+    out << "| fault | what the workers saw (retried) | updates lost | "
+           "doubled | outcome |\n| --- | --- | --- | --- | --- |\n";
+    for (const TableRow& row : Table()) {
+      out << "| " << row.fault << " | " << row.workers_saw << " | " << row.lost
+          << " | " << row.doubled << " | " << row.outcome << " |\n";
+    }
+    std::printf("\n%s", out.str().c_str());
+    if (const char* path = std::getenv("FAULT_MATRIX_TABLE")) {
+      std::ofstream(path) << out.str();
+    }
+  }
+};
+
+// Enters a user and mount namespace of this process's own and mounts a
+// small tmpfs in it, for the full-disk test; must run while the process has
+// one thread. Returns the mount point, or sets `why`.
+std::string MountSmallDisk(std::string* why) {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+    *why = absl::StrCat("cannot enter a user and mount namespace (",
+                        std::strerror(errno),
+                        "): no size-capped file system for the full-disk test");
+    return "";
+  }
+  std::ofstream("/proc/self/setgroups") << "deny";
+  std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
+  std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
+  mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+  const std::string dir = FreshTestDir("small_disk");
+  const std::string options = absl::StrCat("size=", kSmallDiskMb, "m");
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+    *why = absl::StrCat("cannot mount a tmpfs (", std::strerror(errno), ")");
+    return "";
+  }
+  return dir;
+}
+
+}  // namespace
+}  // namespace ps::testing
+
+int main(int argc, char** argv) {
+  std::string why;
+  const std::string disk = ps::testing::MountSmallDisk(&why);
+  if (!disk.empty()) {
+    ps::testing::g_small_disk = new std::string(disk);
+  } else {
+    ps::testing::g_no_small_disk_reason = new std::string(why);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(
+      new ps::testing::TablePrinter);
+  return RUN_ALL_TESTS();
+}
