@@ -915,8 +915,12 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   TakenRows taken;
   {
     absl::MutexLock lock(&stripe.mu);
+    // Evaluated with the stripe's lock held.
     stripe.mu.Await(absl::Condition(
-        +[](Stripe* s) { return !s->write_back_in_flight; }, &stripe));
+        +[](Stripe* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !s->write_back_in_flight;
+        },
+        &stripe));
     taken = TakeDirtyRows(stripe, &batch);
     // Under kWal the cut is written even with no dirty row, so that a quiet
     // stripe does not hold old segments of the log.

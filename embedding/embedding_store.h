@@ -285,16 +285,20 @@ class EmbeddingStore {
   struct PendingPush;
 
   // Applies a validated push whole or not at all (see Push()); returns the
-  // number of distinct keys updated.
+  // number of distinct keys updated. Locks the stripes the push touches, in
+  // stripe order (a set the thread-safety analysis cannot follow).
   absl::StatusOr<size_t> ApplyPush(const Table& table,
                                    absl::Span<const uint64_t> keys,
                                    absl::Span<const float> gradients,
-                                   const PushOrigin& origin);
+                                   const PushOrigin& origin)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // With every stripe of `push` locked: loads and updates its rows, checks
   // them, and under kWal writes its record; on error, undoes it all.
-  absl::Status UpdateLockedStripes(const Table& table, PendingPush& push);
-  // Puts every row `push` changed back as it was.
-  void UndoPush(PendingPush& push);
+  absl::Status UpdateLockedStripes(const Table& table, PendingPush& push)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Puts every row `push` changed back as it was. REQUIRES: every stripe of
+  // `push` locked.
+  void UndoPush(PendingPush& push) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // Reads one push-log record in the first pass of ReplayPushLog(): feeds
   // its origin or ledger snapshot to the ledger and returns, through

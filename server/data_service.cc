@@ -22,6 +22,14 @@ grpc::ServerUnaryReactor* DataService::Finish(
   return reactor;
 }
 
+absl::Status DataService::Busy(int64_t bytes) const {
+  return MarkTransient(absl::ResourceExhaustedError(
+      absl::StrCat("shard busy: a call of ", bytes, " bytes with ",
+                   bytes_in_flight_.load() - bytes,
+                   " bytes of calls in flight would pass --max_inflight_mb=",
+                   options_.max_inflight_bytes >> 20, "; retry later")));
+}
+
 absl::Status DataService::CheckKeys(const std::string& packed,
                                     std::vector<uint64_t>* keys) const {
   if (packed.size() % sizeof(uint64_t) != 0) {
@@ -51,13 +59,18 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
     grpc::CallbackServerContext* context, const DeclareTableRequest* request,
     DeclareTableResponse* response) {
   CountedReactor* reactor = StartCall();
-  absl::StatusOr<bool> created = store_->DeclareTable(request->table());
-  if (created.ok()) response->set_created(*created);
-  return Finish(context, reactor, created.status());
+  return Finish(context, reactor, HandleDeclareTable(*request, response));
 }
 
-absl::Status DataService::DoPull(const PullRequest& request,
-                                 PullResponse* response) {
+absl::Status DataService::HandleDeclareTable(const DeclareTableRequest& request,
+                                             DeclareTableResponse* response) {
+  ASSIGN_OR_RETURN(bool created, store_->DeclareTable(request.table()));
+  response->set_created(created);
+  return absl::OkStatus();
+}
+
+absl::Status DataService::HandlePull(const PullRequest& request,
+                                     PullResponse* response) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
@@ -80,13 +93,20 @@ absl::Status DataService::DoPull(const PullRequest& request,
 grpc::ServerUnaryReactor* DataService::Pull(
     grpc::CallbackServerContext* context, const PullRequest* request,
     PullResponse* response) {
-  CountedReactor* reactor = StartCall();
+  int64_t bytes = static_cast<int64_t>(request->keys().size());
+  if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request->table());
+      spec.ok()) {
+    bytes += static_cast<int64_t>(request->keys().size() / sizeof(uint64_t) *
+                                  spec->dim() * sizeof(float));
+  }
+  CountedReactor* reactor = StartCall(bytes);
   ++counters_.pull_requests;
-  return Finish(context, reactor, DoPull(*request, response));
+  if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
+  return Finish(context, reactor, HandlePull(*request, response));
 }
 
-absl::Status DataService::DoPush(const PushRequest& request,
-                                 PushResponse* response) {
+absl::Status DataService::HandlePush(const PushRequest& request,
+                                     PushResponse* response) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   std::vector<float> gradients;
@@ -109,9 +129,12 @@ absl::Status DataService::DoPush(const PushRequest& request,
 grpc::ServerUnaryReactor* DataService::Push(
     grpc::CallbackServerContext* context, const PushRequest* request,
     PushResponse* response) {
-  CountedReactor* reactor = StartCall();
+  const int64_t bytes = static_cast<int64_t>(request->keys().size() +
+                                             request->gradients().size());
+  CountedReactor* reactor = StartCall(bytes);
   ++counters_.push_requests;
-  return Finish(context, reactor, DoPush(*request, response));
+  if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
+  return Finish(context, reactor, HandlePush(*request, response));
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(

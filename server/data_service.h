@@ -30,6 +30,10 @@ struct DataServiceOptions {
   uint32_t num_shards = 1;
   uint32_t max_keys_per_request = 65536;
   size_t max_message_bytes = 64 << 20;
+  // Bytes of pulls and pushes (requests and replies) the shard holds at
+  // once; past it, calls are refused with RESOURCE_EXHAUSTED, marked
+  // transient so that clients back off and retry. Default: 1 GiB.
+  size_t max_inflight_bytes = size_t{1} << 30;
 };
 
 class DataService final : public ParameterServer::CallbackService {
@@ -54,6 +58,13 @@ class DataService final : public ParameterServer::CallbackService {
 
   const RequestCounters& counters() const { return counters_; }
 
+  // The work of each call without gRPC (validation, then the store): what
+  // the handlers above run, and what fuzzers feed arbitrary requests.
+  absl::Status HandleDeclareTable(const DeclareTableRequest& request,
+                                  DeclareTableResponse* response);
+  absl::Status HandlePull(const PullRequest& request, PullResponse* response);
+  absl::Status HandlePush(const PushRequest& request, PushResponse* response);
+
   // Calls whose handler has started and that gRPC is not done with yet
   // (their reply may still be on its way).
   int64_t calls_in_flight() const { return calls_in_flight_.load(); }
@@ -62,28 +73,41 @@ class DataService final : public ParameterServer::CallbackService {
   // A unary reactor counted in calls_in_flight_ from the start of the
   // handler until gRPC is done with the call (OnDone), so that shutdown can
   // tell when no call is left to finish.
+  // It also holds the call's bytes (request and reply) in bytes_in_flight_
+  // until then; a call that would take the total past max_inflight_bytes is
+  // not admitted (unless nothing else is in flight).
   class CountedReactor final : public grpc::ServerUnaryReactor {
    public:
-    explicit CountedReactor(std::atomic<int64_t>* in_flight)
-        : in_flight_(in_flight) {
-      ++*in_flight_;
+    CountedReactor(DataService* service, int64_t bytes)
+        : service_(service), bytes_(bytes) {
+      ++service_->calls_in_flight_;
+      const int64_t before = service_->bytes_in_flight_.fetch_add(bytes_);
+      admitted_ = before == 0 ||
+                  before + bytes_ <= static_cast<int64_t>(
+                                         service_->options_.max_inflight_bytes);
     }
+    bool admitted() const { return admitted_; }
     void OnDone() override {
-      --*in_flight_;
+      service_->bytes_in_flight_ -= bytes_;
+      --service_->calls_in_flight_;
       delete this;
     }
 
    private:
-    std::atomic<int64_t>* const in_flight_;
+    DataService* const service_;
+    const int64_t bytes_;
+    bool admitted_ = true;
   };
 
-  absl::Status DoPull(const PullRequest& request, PullResponse* response);
-  absl::Status DoPush(const PushRequest& request, PushResponse* response);
   // Unpacks `packed` keys and checks the limit and routing.
   absl::Status CheckKeys(const std::string& packed,
                          std::vector<uint64_t>* keys) const;
-  // Starts counting a call; every handler begins with it.
-  CountedReactor* StartCall() { return new CountedReactor(&calls_in_flight_); }
+  // Starts counting a call of `bytes`; every handler begins with it.
+  CountedReactor* StartCall(int64_t bytes = 0) {
+    return new CountedReactor(this, bytes);
+  }
+  // The answer to a call that was not admitted.
+  absl::Status Busy(int64_t bytes) const;
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                    CountedReactor* reactor,
                                    const absl::Status& status);
@@ -93,6 +117,7 @@ class DataService final : public ParameterServer::CallbackService {
   ClockCoordinator* const clocks_;
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};
+  std::atomic<int64_t> bytes_in_flight_{0};
 };
 
 }  // namespace ps::server

@@ -59,6 +59,11 @@ ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
           "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(uint64_t, max_message_mb, 64,
           "Largest gRPC message either way, in MiB.");
+ABSL_FLAG(uint64_t, max_inflight_mb, 1024,
+          "Bytes (MiB) of pulls and pushes, requests and replies, the shard "
+          "holds at once; past it calls get RESOURCE_EXHAUSTED (marked "
+          "transient: workers back off and retry). Bounds memory under a "
+          "flood of large requests.");
 ABSL_FLAG(uint32_t, max_dim, 4096,
           "Largest row dimension a table may declare.");
 ABSL_FLAG(uint32_t, max_tables, 1024, "Most tables this shard may hold.");
@@ -136,6 +141,9 @@ int main(int argc, char** argv) {
   options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_mb) << 20;
+  if (options.max_inflight_bytes == 0)
+    return Fail("--max_inflight_mb must be positive");
   options.store.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.store.cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
   options.store.sync_wal = absl::GetFlag(FLAGS_sync_wal);

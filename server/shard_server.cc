@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.num_shards = options.num_shards;
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
+  data_options.max_inflight_bytes = options.max_inflight_bytes;
   server->data_service_ = std::make_unique<DataService>(
       data_options, server->store_.get(), server->clocks_.get());
   AdminServiceOptions admin_options;

@@ -49,6 +49,9 @@ struct ServerOptions {
   uint32_t max_keys_per_request = 65536;
   // Largest gRPC message either way. Default: 64 MiB.
   size_t max_message_bytes = 64 << 20;
+  // Bytes of pulls and pushes in flight at once (data_service.h).
+  // Default: 1 GiB.
+  size_t max_inflight_bytes = size_t{1} << 30;
   // The tables' storage.
   embedding::StoreOptions store;
   // The clock coordinator; its state is kept in the store's data_dir

@@ -4,7 +4,11 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cmath>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -277,6 +281,68 @@ TEST_F(ServerIntegrationTest, SigtermExitsZeroAndRestartResumes) {
   server_ = Start();
   stub_ = ParameterServer::NewStub(server_->channel());
   EXPECT_EQ(MustPull(*stub_, keys), before);
+}
+
+// Peak resident memory of process `pid`, from /proc.
+size_t PeakResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+TEST(ServerFloodTest, AFloodOfLargeRequestsIsRefusedNotBuffered) {
+  // 16 clients pulling 4 MiB replies at once against --max_inflight_mb=8.
+  auto server = ServerProcess::Start(
+      {"--data_dir=" + FreshTestDir("server_flood"), "--max_inflight_mb=8",
+       "--max_keys_per_request=65536", "--cache_mb=16"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    auto stub = ParameterServer::NewStub((*server)->channel());
+    ASSERT_TRUE(DeclareTable(*stub, SgdTableSpec(kTable, kDim, 0.5f)).ok());
+  }
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 16; ++c) {
+    clients.emplace_back([&, c] {
+      auto stub = ParameterServer::NewStub((*server)->channel());
+      const std::vector<uint64_t> keys = Keys(65536, 7919 + c);
+      for (int i = 0; i < 8; ++i) {
+        grpc::ClientContext context;
+        PullRequest request;
+        request.set_table(kTable);
+        request.set_keys(Pack<uint64_t>(keys));
+        PullResponse response;
+        const grpc::Status status = stub->Pull(&context, request, &response);
+        if (status.ok()) {
+          ++ok;
+        } else if (status.error_code() ==
+                       grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                   context.GetServerTrailingMetadata().count("ps-transient")) {
+          ++busy;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  const size_t peak = PeakResidentBytes((*server)->pid());
+  std::printf(
+      "flood: %d served, %d refused as busy, %d other; shard peak "
+      "RSS %.0f MiB\n",
+      ok.load(), busy.load(), other.load(), peak / 1048576.0);
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(busy.load(), 0) << "nothing was refused: the cap did not act";
+  EXPECT_EQ(other.load(), 0);
+  // 16 clients x 4.5 MiB would be 72 MiB in flight without the cap.
+  EXPECT_LT(peak, size_t{200} << 20);
+  // Still serving.
+  auto stub = ParameterServer::NewStub((*server)->channel());
+  std::vector<float> rows;
+  EXPECT_TRUE(PullRows(*stub, kTable, Keys(10), &rows).ok());
 }
 
 }  // namespace
