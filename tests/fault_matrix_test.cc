@@ -41,6 +41,7 @@
 #include "tests/child_process.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
+#include "tests/test_files.h"
 #include "worker/ps_client.h"
 
 namespace ps::testing {
@@ -65,21 +66,6 @@ struct TableRow {
 std::vector<TableRow>& Table() {
   static auto* table = new std::vector<TableRow>;
   return *table;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The number after "key": in a flat JSON object; NaN if absent.
-double Metric(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\": ";
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  return std::strtod(json.c_str() + at + needle.size(), nullptr);
 }
 
 // Shards under --durability=wal on ports kept across restarts.

@@ -21,18 +21,12 @@
 #include "tests/child_process.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
+#include "tests/test_files.h"
 
 namespace ps::testing {
 namespace {
 
 constexpr char kOpenssl[] = "/usr/bin/openssl";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 class TlsTest : public ::testing::Test {
  protected:

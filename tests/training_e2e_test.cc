@@ -22,27 +22,13 @@
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
+#include "tests/test_files.h"
 
 namespace ps::testing {
 namespace {
 
 constexpr int kTrainLines = 80000;
 constexpr int kTestLines = 20000;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The number after "key": in a flat JSON object; NaN if absent.
-double Metric(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\": ";
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  return std::strtod(json.c_str() + at + needle.size(), nullptr);
-}
 
 struct WorkerRun {
   int exit_code = -1;
