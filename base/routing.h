@@ -15,6 +15,11 @@ namespace ps {
 
 inline constexpr uint32_t kNumSlots = 16384;
 
+// The version of the mapping below; a data dir records the one that placed
+// its rows (server/shard_identity.h). Changing SlotForKey() or ShardForKey()
+// means a new version, and data dirs of the old one need a re-routing.
+inline constexpr uint32_t kRoutingVersion = 1;
+
 // SlotForKey() returns the slot of `key` in [0, kNumSlots). Keys are already
 // XXH3 hashes, but a finalizer (splitmix64's) is applied so that slots stay
 // uniform even for keys a test or user picks by hand (0, 1, 2, ...).

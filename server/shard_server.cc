@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/tls_credentials.h"
 #include "glog/logging.h"
@@ -12,6 +13,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "server/shard_identity.h"
 
 namespace ps::server {
 
@@ -36,9 +38,17 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentials(options.tls));
+  const ShardIdentity identity{options.shard_index, options.num_shards,
+                               kRoutingVersion};
+  // Checked before the store opens (a replay can take a while), recorded
+  // once it has (RocksDB's lock makes the dir this process's).
+  RETURN_IF_ERROR(CheckShardIdentity(options.store.data_dir, identity));
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
   ASSIGN_OR_RETURN(server->store_,
                    embedding::EmbeddingStore::Open(options.store));
+  if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
+    RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
+  }
   CoordinatorOptions coordinator = options.coordinator;
   coordinator.state_path = options.store.data_dir + "/coordinator.state";
   ASSIGN_OR_RETURN(server->clocks_, ClockCoordinator::Open(coordinator));

@@ -43,5 +43,34 @@ TEST(ShardServerTest, APortInUseIsUnavailable) {
   EXPECT_OK((*first)->Shutdown(absl::ZeroDuration()));
 }
 
+TEST(ShardServerTest, ADataDirIsServedOnlyAsTheShardItWasCreatedAs) {
+  const std::string dir = FreshTestDir("identity");
+  ServerOptions options = Options(dir);
+  options.shard_index = 1;
+  options.num_shards = 2;
+  {
+    auto first = ShardServer::Start(options);
+    ASSERT_OK(first);
+    EXPECT_OK((*first)->Shutdown(absl::ZeroDuration()));
+  }
+  for (auto [index, count] : {std::pair{1u, 3u}, std::pair{0u, 2u}}) {
+    ServerOptions other = options;
+    other.shard_index = index;
+    other.num_shards = count;
+    auto refused = ShardServer::Start(other);
+    EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_NE(refused.status().message().find("shard 1 of 2"),
+              std::string::npos)
+        << refused.status();
+    EXPECT_NE(refused.status().message().find(
+                  absl::StrCat("shard ", index, " of ", count)),
+              std::string::npos)
+        << refused.status();
+  }
+  auto again = ShardServer::Start(options);
+  ASSERT_OK(again);
+  EXPECT_OK((*again)->Shutdown(absl::ZeroDuration()));
+}
+
 }  // namespace
 }  // namespace ps::server
