@@ -1,11 +1,15 @@
 #include "base/tls_credentials.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "grpc/grpc_security_constants.h"
 
 namespace ps {
@@ -97,7 +101,19 @@ bool IsLoopbackAddress(absl::string_view host_port) {
              colon != absl::string_view::npos) {
     host = host.substr(0, colon);
   }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8, written as an address (not a name that starts "127.").
+  const std::vector<absl::string_view> parts = absl::StrSplit(host, '.');
+  if (parts.size() != 4 || parts[0] != "127") return false;
+  for (absl::string_view part : parts) {
+    int value = 0;
+    if (part.empty() || part.size() > 3 ||
+        !std::all_of(part.begin(), part.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(part, &value) || value > 255) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {

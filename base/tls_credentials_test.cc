@@ -22,6 +22,9 @@ TEST(TlsCredentialsTest, LoopbackAddresses) {
   EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:50051"));
   EXPECT_FALSE(IsLoopbackAddress("shard-0.ps.default.svc:50051"));
   EXPECT_FALSE(IsLoopbackAddress("127example.com:1"));
+  EXPECT_FALSE(IsLoopbackAddress("127.evil.example:1"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.1.example.com:1"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.256:1"));
 }
 
 TEST(TlsCredentialsTest, HalfAPairIsRefused) {

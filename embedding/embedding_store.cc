@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   }
   RETURN_IF_ERROR(store->ReplayPushLog());
   store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
+  store->opened_ = true;
   return store;
 }
 
@@ -144,6 +145,8 @@ EmbeddingStore::~EmbeddingStore() {
     }
     flusher_.join();
   }
+  // A store whose Open() failed (a damaged log, say) is left as it was.
+  if (!opened_) return;
   absl::Status flushed = Flush();
   if (!flushed.ok()) LOG(ERROR) << "final write-back failed: " << flushed;
 }

@@ -45,10 +45,12 @@
 // record before its cut deleted it: 35% of a shard's CPU under pushes.
 //
 // Concurrency: the hot tier is split into `num_stripes` stripes by key, each
-// with its own mutex; a pull or push locks one stripe at a time. Rows reach
-// RocksDB in the order their values were taken: under the stripe's lock, or,
-// for the periodic write-back, copied under it and written while the stripe
-// admits no other row write (no eviction, no second write-back). Thread-safe.
+// with its own mutex. A pull locks one stripe at a time; a push locks all
+// the stripes it touches, in stripe order, while it updates them (and
+// writes its record). Rows reach RocksDB in the order their values were
+// taken: under the stripe's lock, or, for the periodic write-back, copied
+// under it and written while the stripe admits no other row write (no
+// eviction, no second write-back). Thread-safe.
 
 #ifndef PS_EMBEDDING_EMBEDDING_STORE_H_
 #define PS_EMBEDDING_EMBEDDING_STORE_H_
@@ -195,7 +197,8 @@ class EmbeddingStore {
   // a failed fdatasync after the record is written leaves the update in
   // memory (the next write-back stores it) while the push reports the
   // error. After a push-log failure every later push is refused before it
-  // is applied, until the store is reopened. With a tracked `origin`, a
+  // is applied: while the disk is full (RESOURCE_EXHAUSTED, transient), or
+  // for any other failure until the store is reopened. With a tracked `origin`, a
   // push applied before is answered with its first outcome (duplicate) and
   // FAILED_PRECONDITION comes for a superseded incarnation.
   absl::StatusOr<PushOutcome> Push(absl::string_view table,
@@ -370,6 +373,9 @@ class EmbeddingStore {
   std::atomic<uint64_t> disk_lookups_{0};
   std::atomic<uint64_t> duplicate_pushes_{0};
   std::atomic<uint64_t> push_records_written_{0};
+  // Open() succeeded: the destructor writes back (a failed open leaves the
+  // data dir untouched).
+  bool opened_ = false;
   uint64_t push_log_dropped_bytes_ = 0;  // set at open
 
   // The flusher's wake-ups: stop, or the push log has grown past

@@ -70,17 +70,23 @@ PushLedger::Worker* PushLedger::FindOrAdd(uint32_t worker_id,
 }
 
 void PushLedger::Trim(Worker& worker) {
+  for (auto it = worker.recent.find(worker.applied_through + 1);
+       it != worker.recent.end() && it->first == worker.applied_through + 1 &&
+       it->second.state == State::kDone;
+       ++it) {
+    ++worker.applied_through;
+  }
   while (worker.recent.size() > window_) {
     auto oldest = worker.recent.begin();
     if (oldest->second.state != State::kDone) break;
-    worker.floor = std::max(worker.floor, oldest->first);
+    worker.forgotten_below = std::max(worker.forgotten_below, oldest->first);
     worker.recent.erase(oldest);
   }
 }
 
 void PushLedger::AddApplied(Worker& worker, uint64_t sequence,
                             uint32_t rows_updated) {
-  if (sequence <= worker.floor) return;
+  if (sequence <= worker.applied_through) return;
   auto [it, inserted] =
       worker.recent.try_emplace(sequence, Entry{State::kDone, rows_updated});
   if (!inserted && it->second.state != State::kDone) {
@@ -89,6 +95,10 @@ void PushLedger::AddApplied(Worker& worker, uint64_t sequence,
 }
 
 absl::StatusOr<PushLedger::Claim> PushLedger::Begin(const PushOrigin& origin) {
+  if (origin.sequence == 0) {
+    return absl::InvalidArgumentError(
+        "a push with an incarnation needs a sequence number of 1 or more");
+  }
   absl::MutexLock lock(&mu_);
   while (true) {
     Worker* worker = FindOrAdd(origin.worker, origin.incarnation);
@@ -100,10 +110,19 @@ absl::StatusOr<PushLedger::Claim> PushLedger::Begin(const PushOrigin& origin) {
           " (another process took this worker index); its push is refused"));
     }
     worker->last_used = ++uses_;
-    if (origin.sequence <= worker->floor) return Claim{true, 0};
-    auto [it, inserted] = worker->recent.try_emplace(
-        origin.sequence, Entry{State::kInProgress, 0});
-    if (inserted) return Claim{false, 0};
+    auto it = worker->recent.find(origin.sequence);
+    if (it == worker->recent.end()) {
+      if (origin.sequence <= worker->applied_through) return Claim{true, 0};
+      if (origin.sequence <= worker->forgotten_below) {
+        return absl::AbortedError(absl::StrCat(
+            "push ", origin.sequence, " of worker ", origin.worker,
+            " is older than the ", window_,
+            " pushes the shard remembers, and was not applied since the "
+            "last one it knows of: it cannot tell whether it was applied"));
+      }
+      worker->recent.emplace(origin.sequence, Entry{State::kInProgress, 0});
+      return Claim{false, 0};
+    }
     if (it->second.state == State::kDone) {
       return Claim{true, it->second.rows_updated};
     }
@@ -155,7 +174,8 @@ std::string PushLedger::Serialize() const {
   for (const auto& [id, worker] : workers_) {
     AppendValue(id, &out);
     AppendValue(worker.incarnation, &out);
-    AppendValue(worker.floor, &out);
+    AppendValue(worker.applied_through, &out);
+    AppendValue(worker.forgotten_below, &out);
     const size_t count_at = out.size();
     uint32_t count = 0;
     AppendValue(count, &out);
@@ -180,9 +200,10 @@ absl::Status PushLedger::Merge(absl::string_view serialized) {
   absl::MutexLock lock(&mu_);
   for (uint32_t w = 0; w < workers; ++w) {
     uint32_t id = 0, count = 0;
-    uint64_t incarnation = 0, floor = 0;
+    uint64_t incarnation = 0, applied_through = 0, forgotten_below = 0;
     if (!reader.Read(&id) || !reader.Read(&incarnation) ||
-        !reader.Read(&floor) || !reader.Read(&count)) {
+        !reader.Read(&applied_through) || !reader.Read(&forgotten_below) ||
+        !reader.Read(&count)) {
       return corrupt("a worker's entry is cut short");
     }
     if (reader.left() < uint64_t{count} * 12) {
@@ -197,11 +218,10 @@ absl::Status PushLedger::Merge(absl::string_view serialized) {
       if (worker != nullptr) AddApplied(*worker, sequence, rows);
     }
     if (worker == nullptr) continue;
-    if (floor > worker->floor) {
-      worker->floor = floor;
-      while (!worker->recent.empty() && worker->recent.begin()->first <= floor)
-        worker->recent.erase(worker->recent.begin());
-    }
+    worker->applied_through =
+        std::max(worker->applied_through, applied_through);
+    worker->forgotten_below =
+        std::max(worker->forgotten_below, forgotten_below);
     Trim(*worker);
   }
   if (reader.left() != 0) return corrupt("bytes after the last worker");

@@ -8,10 +8,12 @@
 // requests to this shard. A worker's newer incarnation supersedes the older
 // one, whose pushes are then refused (a stale process cannot write).
 //
-// For each worker the ledger keeps the last `window` sequences applied, with
-// their answers, and a floor: every sequence at or below it is treated as
-// applied (a sequence leaves the window only once `window` later ones were
-// applied, which a client with fewer requests in flight never sees). At most
+// For each worker the ledger keeps the sequences it applied lately, with
+// their answers (at most `window` of them), and `applied_through`: every
+// sequence up to it was applied. A sequence above that which left the
+// window (`window` later ones were applied first: far more requests in
+// flight than any client sends) cannot be told apart from one never
+// applied, and is refused with ABORTED rather than guessed. At most
 // `max_workers` workers are tracked; past that, the one heard from longest
 // ago is forgotten.
 //
@@ -64,8 +66,10 @@ class PushLedger {
 
   // Claims `origin` for applying. When the same push is being applied by
   // another call, waits until that call finishes. FAILED_PRECONDITION for an
-  // incarnation older than the worker's newest. REQUIRES: origin.tracked().
-  // A claim that is not a duplicate must be followed by Finish().
+  // incarnation older than the worker's newest; INVALID_ARGUMENT for
+  // sequence 0 (sequences start at 1); ABORTED for a sequence too old to
+  // tell (see above). REQUIRES: origin.tracked(). A claim that is not a
+  // duplicate must be followed by Finish().
   absl::StatusOr<Claim> Begin(const PushOrigin& origin);
 
   // The push's record is written to the push log: from now on it counts as
@@ -98,8 +102,10 @@ class PushLedger {
   };
   struct Worker {
     uint64_t incarnation = 0;
-    // Every sequence <= floor counts as applied.
-    uint64_t floor = 0;
+    // Every sequence <= applied_through was applied.
+    uint64_t applied_through = 0;
+    // Sequences <= forgotten_below and not in `recent` left the window.
+    uint64_t forgotten_below = 0;
     std::map<uint64_t, Entry> recent;
     // Ledger-wide counter value at the last use, for forgetting.
     uint64_t last_used = 0;
@@ -109,7 +115,8 @@ class PushLedger {
   // incarnation) if needed; nullptr for an older incarnation.
   Worker* FindOrAdd(uint32_t worker, uint64_t incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the oldest finished sequences past the window.
+  // Moves applied_through up over finished sequences, then drops the
+  // oldest finished sequences past the window.
   void Trim(Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records `sequence` as done unless it is known already.
   void AddApplied(Worker& worker, uint64_t sequence, uint32_t rows_updated)

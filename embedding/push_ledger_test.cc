@@ -98,13 +98,30 @@ TEST(PushLedgerTest, TheWindowIsBoundedAndOldSequencesCountAsApplied) {
   PushLedger ledger(/*max_workers=*/8, /*window=*/4);
   for (uint64_t sequence = 1; sequence <= 10; ++sequence)
     EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
-  // 1..6 left the window: duplicates whose answer is forgotten.
+  // 1..6 left the window, all applied: duplicates whose answer is
+  // forgotten.
   absl::StatusOr<PushLedger::Claim> old = ledger.Begin(Origin(0, 1, 2));
   ASSERT_OK(old);
   EXPECT_TRUE(old->duplicate);
   EXPECT_EQ(old->rows_updated, 0u);
   EXPECT_FALSE(Apply(ledger, Origin(0, 1, 9), 1));
   EXPECT_TRUE(Apply(ledger, Origin(0, 1, 11), 1));
+}
+
+TEST(PushLedgerTest, AnOldSequenceThatMayNeverHaveBeenAppliedIsRefused) {
+  PushLedger ledger(/*max_workers=*/8, /*window=*/4);
+  // 1 never arrives (or failed); 2..10 are applied and 2..6 leave the window.
+  for (uint64_t sequence = 2; sequence <= 10; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
+  EXPECT_THAT(ledger.Begin(Origin(0, 1, 1)), StatusIs(StatusCode::kAborted));
+  EXPECT_THAT(ledger.Begin(Origin(0, 1, 4)), StatusIs(StatusCode::kAborted));
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 8), 1));  // still remembered
+}
+
+TEST(PushLedgerTest, SequenceZeroIsRefused) {
+  PushLedger ledger;
+  EXPECT_THAT(ledger.Begin(Origin(0, 1, 0)),
+              StatusIs(StatusCode::kInvalidArgument));
 }
 
 TEST(PushLedgerTest, TheWorkerHeardFromLongestAgoIsForgottenPastTheBound) {
@@ -128,7 +145,7 @@ TEST(PushLedgerTest, ASnapshotBringsBackWrittenPushesButNotClaimsInFlight) {
 
   PushLedger restored(/*max_workers=*/8, /*window=*/4);
   ASSERT_OK(restored.Merge(ledger.Serialize()));
-  EXPECT_FALSE(Apply(restored, Origin(0, 1, 1), 0));  // below the floor
+  EXPECT_FALSE(Apply(restored, Origin(0, 1, 1), 0));  // applied through 6
   absl::StatusOr<PushLedger::Claim> kept = restored.Begin(Origin(0, 1, 6));
   ASSERT_OK(kept);
   EXPECT_TRUE(kept->duplicate);

@@ -110,14 +110,35 @@ bool PushLog::EpochReader::IsTornEnd(uint32_t index, uint64_t offset,
                                      absl::string_view segment) const {
   if (index + 1 != segments_.size()) return false;
   const uint64_t left = segment.size() - offset;
+  // A file system may leave zeros where a write did not land.
+  if (std::all_of(segment.begin() + offset, segment.end(),
+                  [](char c) { return c == 0; })) {
+    return true;
+  }
   if (left < kFrameHeaderBytes) return true;
   uint32_t length = 0;
   std::memcpy(&length, segment.data() + offset, sizeof(length));
-  // The frame reaches the end of the file: the write that was cut short.
-  if (left - kFrameHeaderBytes <= length) return true;
-  // A file system may leave zeros where a write did not land.
-  return std::all_of(segment.begin() + offset, segment.end(),
-                     [](char c) { return c == 0; });
+  // A whole frame that fails its checksum is damage, not a cut-short write.
+  if (left - kFrameHeaderBytes >= length) return false;
+  // A frame that runs past the end is the write a crash cut short, unless
+  // its length was damaged instead: then whole frames follow it, which no
+  // cut-short write leaves. Look for one (the first MiB of offsets).
+  const uint64_t scan_end =
+      std::min<uint64_t>(segment.size(), offset + 1 + (1 << 20));
+  for (uint64_t at = offset + 1; at + kFrameHeaderBytes <= scan_end; ++at) {
+    uint32_t candidate = 0;
+    uint64_t checksum = 0;
+    std::memcpy(&candidate, segment.data() + at, sizeof(candidate));
+    if (candidate == 0 || segment.size() - at - kFrameHeaderBytes < candidate)
+      continue;
+    std::memcpy(&checksum, segment.data() + at + sizeof(candidate),
+                sizeof(checksum));
+    if (XXH3_64bits(segment.data() + at + kFrameHeaderBytes, candidate) ==
+        checksum) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status PushLog::EpochReader::ForEach(
@@ -352,8 +373,9 @@ absl::StatusOr<PushLog::Ticket> PushLog::Write(
   }
   if (on_written) on_written();
   const Ticket ticket{current_segment(), segment_size_};
+  // The record is written: a failed sync as the segment closes (which
+  // breaks the log) is the caller's Sync() to report, not this write's.
   if (segment_size_ >= options_.segment_bytes) CloseSegment();
-  RETURN_IF_ERROR(broken_);
   return ticket;
 }
 
@@ -423,7 +445,9 @@ absl::Status PushLog::SyncThrough(uint64_t segment, uint64_t bytes) {
   std::string path;
   {
     absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(broken_);
+    // A full disk that stopped other writes does not stop this sync of a
+    // record that was written.
+    if (!broken_.ok() && !recoverable_) return broken_;
     // Closed since, and so synced by CloseSegment().
     if (current_segment() != segment || fd_ < 0) return absl::OkStatus();
     // A descriptor of our own: appends go on (and may close the segment)
@@ -457,8 +481,10 @@ absl::Status PushLog::health() const {
 }
 
 void PushLog::Break(const absl::Status& status, bool recoverable) {
-  if (!broken_.ok()) return;
-  broken_ = status;
+  if (!broken_.ok() && !recoverable_) return;  // the first lasting failure
+  // Every write refused while the disk is full is as transient as the one
+  // that found it full.
+  broken_ = recoverable ? MarkTransient(status) : status;
   recoverable_ = recoverable;
   failed_.store(true);
 }
@@ -479,7 +505,14 @@ absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {
   // append in progress.
   if (segment <= first_live_segment_.load()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  // Only closed segments go: the open one is current_segment().
+  // Only closed segments go: the open one is current_segment(). Between a
+  // segment closing and the next one being created (by the next write, with
+  // its preamble) the last closed one stays too, since it and its preamble
+  // are all that is left of the ledger's writes since the epoch began.
+  const uint64_t keep_from =
+      fd_ >= 0 ? current_segment()
+               : current_segment() - std::min<uint64_t>(current_segment(), 1);
+  segment = std::min(segment, keep_from);
   while (first_live_segment_.load() < segment && !closed_sizes_.empty()) {
     const std::string path = SegmentPath(epoch_, first_live_segment_.load());
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {

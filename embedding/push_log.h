@@ -12,8 +12,9 @@
 // "<epoch>-<segment>.pushlog": an 8-byte magic, then frames of the payload's
 // length (uint32), its XXH3-64 checksum (uint64) and the payload, in host
 // byte order. One Write() is one writev(): after a process crash only the
-// last frame of the last segment can be cut short, and replay drops it (it
-// was never acknowledged). A frame that fails its length or checksum
+// last frame of the last segment can be cut short (or, after a power loss,
+// left as zeros), and replay drops it (it was never acknowledged); a frame
+// that runs past the end with whole frames after it had its length damaged. A frame that fails its length or checksum
 // anywhere else means acknowledged records are damaged (a disk error, or a
 // power loss without `sync`): replay stops with DATA_LOSS naming the file and
 // what follows the damage, unless told to recover to the point before it.

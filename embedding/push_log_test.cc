@@ -1,6 +1,9 @@
 #include "embedding/push_log.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +13,7 @@
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/transient_error.h"
 #include "gtest/gtest.h"
 
 namespace ps::embedding {
@@ -236,6 +240,60 @@ TEST(PushLogTest, DeletingSegmentsKeepsTheOpenOneAndOtherEpochsGoAtOnce) {
   EXPECT_TRUE(ReadAll(*log, 1).empty());
   EXPECT_EQ(SegmentFiles(dir).size(), 1u);
   EXPECT_EQ(log->live_bytes(), FileBytes(dir));
+}
+
+TEST(PushLogTest, TheLastClosedSegmentStaysUntilTheNextOneExists) {
+  // Each segment opens with the preamble; between a segment closing and the
+  // next one being created, the closed one (and its preamble) is all there
+  // is of what the preambles record, so deleting must leave it.
+  const std::string dir = FreshTestDir("push_log_last_closed");
+  PushLogOptions options;
+  options.dir = dir;
+  options.segment_bytes = 40;  // magic, preamble, one record
+  options.segment_preamble = [] { return std::string("p"); };
+  auto log = PushLog::Open(options);
+  ASSERT_OK(log);
+  (*log)->StartEpoch(1);
+  ASSERT_OK((*log)->Append(std::string(10, 'a')));  // closes segment 0
+  ASSERT_EQ((*log)->current_segment(), 1u);
+  ASSERT_OK((*log)->DeleteSegmentsBefore(1));
+  EXPECT_EQ(SegmentFiles(dir).size(), 1u) << "the only preamble was deleted";
+  ASSERT_OK((*log)->Append("b"));  // creates segment 1, with its preamble
+  ASSERT_OK((*log)->DeleteSegmentsBefore(1));
+  EXPECT_EQ(ReadAll(**log, 1), (std::vector<std::string>{"p", "b"}));
+}
+
+TEST(PushLogTest, AFullDiskIsTransientForEveryWriteUntilRecovered) {
+  const std::string dir = FreshTestDir("push_log_full");
+  auto child = [&] {
+    auto log = OpenLog(dir, /*segment_bytes=*/1 << 20);
+    log->StartEpoch(1);
+    // No file of this process may grow past 16 kB (EFBIG, as a full disk).
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit = {16 << 10, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(1);
+    absl::Status failed;
+    for (int i = 0; i < 100 && failed.ok(); ++i)
+      failed = log->Append(std::string(1000, 'r'));
+    if (failed.ok() || !IsTransient(failed)) std::_Exit(2);
+    // A write that comes after (another pusher's, say) is refused just as
+    // transiently, without trying.
+    if (absl::Status again = log->Append("x");
+        again.ok() || !IsTransient(again))
+      std::_Exit(3);
+    if (!IsTransient(log->health())) std::_Exit(4);
+    const rlimit lifted = {RLIM_INFINITY, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &lifted) != 0) std::_Exit(5);
+    if (!log->Recover().ok() || !log->Append("after").ok()) std::_Exit(6);
+    std::_Exit(0);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+  // What was written before the disk filled, then "after": no torn frame.
+  auto log = OpenLog(dir, 1 << 20);
+  const std::vector<std::string> records = ReadAll(*log, 1);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back(), "after");
 }
 
 TEST(PushLogTest, SyncedAppendsFromManyThreadsAllLand) {

@@ -1,7 +1,12 @@
 #include "server/clock_coordinator.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -25,8 +30,16 @@ absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
   auto coordinator =
       std::unique_ptr<ClockCoordinator>(new ClockCoordinator(options));
   if (!options.state_path.empty()) {
-    absl::Status loaded = coordinator->Load();
-    if (!loaded.ok()) return loaded;
+    if (absl::Status loaded = coordinator->Load(); !loaded.ok()) {
+      // Soft state: the workers' next reports rebuild it. A shard must not
+      // stay down for want of it.
+      LOG(ERROR) << loaded << "; set aside as " << options.state_path
+                 << ".unreadable, starting with no workers";
+      std::rename(options.state_path.c_str(),
+                  (options.state_path + ".unreadable").c_str());
+      absl::MutexLock lock(&coordinator->mu_);
+      coordinator->workers_.clear();
+    }
   }
   return coordinator;
 }
@@ -169,22 +182,26 @@ absl::Status ClockCoordinator::Save() {
 absl::Status ClockCoordinator::SaveLocked() {
   last_save_ = options_.now();
   if (!dirty_) return absl::OkStatus();
-  // Written aside and renamed over: a crash leaves the old state or the new.
+  std::string text = absl::StrCat(kStateHeader, "\n");
+  for (const auto& [id, worker] : workers_) {
+    absl::StrAppend(
+        &text, id, " ", worker.incarnation, " ", worker.clock, " ",
+        worker.finished ? 1 : 0, " ",
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)), "\n");
+  }
+  // Written aside, synced and renamed over: a crash, even of the machine,
+  // leaves the old state or the new.
   const std::string temporary = options_.state_path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << kStateHeader << "\n";
-    for (const auto& [id, worker] : workers_) {
-      file << id << " " << worker.incarnation << " " << worker.clock << " "
-           << (worker.finished ? 1 : 0) << " "
-           << std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease))
-           << "\n";
-    }
-    file.flush();
-    if (!file) {
-      return absl::InternalError(
-          absl::StrCat("cannot write the coordinator state to ", temporary));
-    }
+  const int fd =
+      open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool written = fd >= 0 && write(fd, text.data(), text.size()) ==
+                                static_cast<ssize_t>(text.size());
+  written = written && fdatasync(fd) == 0;
+  if (fd >= 0) close(fd);
+  if (!written) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the coordinator state to ", temporary, ": ",
+                     std::strerror(errno)));
   }
   if (std::rename(temporary.c_str(), options_.state_path.c_str()) != 0) {
     return absl::InternalError(

@@ -16,7 +16,7 @@
 // for its incarnation; an incarnation older than the newest seen is refused.
 //
 // The state (every worker's incarnation, clock, lease and whether it
-// finished) is written to `state_path`, atomically, at most every
+// finished) is written to `state_path`, atomically and synced, at most every
 // `save_interval` and by Save(), and read back at Open(): a restarted
 // coordinator shard knows its workers, whose leases start anew. At most
 // `max_workers` workers are kept; past it, finished or expired workers are
@@ -78,8 +78,9 @@ class ClockCoordinator {
     bool finished = false;
   };
 
-  // Starts empty, or from the state at options.state_path if it exists.
-  // DATA_LOSS for a state file that does not parse.
+  // Starts empty, or from the state at options.state_path if it exists. A
+  // state file that does not parse is set aside (".unreadable", logged) and
+  // the coordinator starts empty: the workers' reports rebuild it.
   static absl::StatusOr<std::unique_ptr<ClockCoordinator>> Open(
       const CoordinatorOptions& options);
 

@@ -1,5 +1,6 @@
 #include "server/clock_coordinator.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "base/status_matchers.h"
@@ -171,14 +172,14 @@ TEST_F(ClockCoordinatorTest, TheStateSurvivesARestart) {
               StatusIs(StatusCode::kFailedPrecondition));
 }
 
-TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsDataLoss) {
+TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsSetAside) {
   const std::string path =
       FreshTestDir("clock_coordinator_bad_state") + "/coordinator.state";
   std::ofstream(path) << "ps-coordinator-state 1\n0 1 x 0 5000\n";
-  CoordinatorOptions options;
-  options.state_path = path;
-  EXPECT_THAT(ClockCoordinator::Open(options).status(),
-              StatusIs(StatusCode::kDataLoss));
+  coordinator_ = Open(path);
+  EXPECT_TRUE(coordinator_->Snapshot().empty());
+  EXPECT_TRUE(std::filesystem::exists(path + ".unreadable"));
+  EXPECT_EQ(Report(0, 4).clock, 4);
 }
 
 }  // namespace

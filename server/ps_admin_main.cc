@@ -191,6 +191,12 @@ int main(int argc, char** argv) {
   const std::vector<std::string> servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
   if (servers.empty()) return Fail("--servers names no shard");
+  for (const std::string& server : servers) {
+    if (!Token().empty() && !tls.enabled() && !ps::IsLoopbackAddress(server)) {
+      return Fail("refusing to send the admin token in plaintext to " + server +
+                  ": give --tls_ca (the shards need TLS)");
+    }
+  }
   int failures = 0;
   for (const std::string& server : servers) {
     if (servers.size() > 1) std::printf("== %s\n", server.c_str());

@@ -67,6 +67,14 @@ TEST(ExactlyOnceTest, PushesRetriedAcrossAShardKilledBeforeAnsweringApplyOnce) {
     }
   });
 
+  // Joined on every way out of the test, failed assertions included.
+  struct Joiner {
+    std::thread& thread;
+    ~Joiner() {
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{pusher};
+
   int kills = 0;
   for (int restart = 0; restart < 2; ++restart) {
     EXPECT_EQ((*server)->Wait(absl::Seconds(60)), 128 + SIGKILL)

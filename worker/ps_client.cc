@@ -94,11 +94,11 @@ template <typename Request, typename Response, typename Issue>
 absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<int>& shards,
                               std::vector<Response>* responses, Issue issue,
-                              const char* what) {
+                              const char* what, absl::Duration retry_for) {
   const size_t n = requests.size();
   responses->assign(n, Response());
   std::vector<bool> done(n, false);
-  const absl::Time give_up = absl::Now() + options_.retry_for;
+  const absl::Time give_up = absl::Now() + retry_for;
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
     std::vector<size_t> pending;
@@ -174,7 +174,7 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
         shards_[shard]->async()->DeclareTable(context, request, response,
                                               std::move(done));
       },
-      "declaring table");
+      "declaring table", options_.retry_for);
 }
 
 absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
@@ -210,7 +210,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
         shards_[shard]->async()->Pull(context, request, response,
                                       std::move(done));
       },
-      "pull"));
+      "pull", options_.retry_for));
   for (size_t c = 0; c < requests.size(); ++c) {
     const TableRows& pull = *destinations[c].pull;
     const size_t row_bytes = static_cast<size_t>(pull.dim) * sizeof(float);
@@ -279,10 +279,11 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
         shards_[shard]->async()->Push(context, request, response,
                                       std::move(done));
       },
-      "push");
+      "push", options_.retry_for);
 }
 
-absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
+absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request,
+                                              absl::Duration retry_for) {
   std::vector<ClockRequest> requests = {request};
   std::vector<int> shards = {0};
   std::vector<ClockResponse> responses;
@@ -293,7 +294,8 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request) {
         coordinator_->async()->Clock(context, clock_request, response,
                                      std::move(done));
       },
-      "clock");
+      "clock",
+      retry_for < absl::ZeroDuration() ? options_.retry_for : retry_for);
   if (!status.ok()) return status;
   return responses[0];
 }

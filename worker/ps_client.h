@@ -103,8 +103,11 @@ class PsClient {
   absl::Status Push(absl::Span<const TableGradients> pushes, uint32_t worker,
                     int64_t clock);
 
-  // Reports to the clock coordinator (retried like a pull).
-  absl::StatusOr<ClockResponse> Clock(const ClockRequest& request);
+  // Reports to the clock coordinator, retried like a pull for `retry_for`
+  // (negative: the options' retry_for).
+  absl::StatusOr<ClockResponse> Clock(
+      const ClockRequest& request,
+      absl::Duration retry_for = -absl::InfiniteDuration());
 
   // Calls retried so far, by the status code that made them retry
   // ("UNAVAILABLE", ...), codes never seen left out.
@@ -116,7 +119,7 @@ class PsClient {
   template <typename Request, typename Response, typename Issue>
   absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
                       std::vector<Response>* responses, Issue issue,
-                      const char* what);
+                      const char* what, absl::Duration retry_for);
 
   const ClientOptions options_;
   uint64_t incarnation_ = 0;

@@ -220,7 +220,8 @@ kernels::StepInputs Trainer::Inputs(const Prepared& prepared) const {
   return in;
 }
 
-absl::Status Trainer::ReportClock(bool finished, ClockResponse* response) {
+absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
+                                  absl::Duration retry_for) {
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
@@ -228,7 +229,7 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response) {
   request.set_finished(finished);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
-  ASSIGN_OR_RETURN(*response, client_->Clock(request));
+  ASSIGN_OR_RETURN(*response, client_->Clock(request, retry_for));
   return absl::OkStatus();
 }
 
@@ -324,8 +325,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::thread heartbeat([&] {
     const absl::Duration period = options_.lease / 3;
     while (!stop_heartbeat.WaitForNotificationWithTimeout(period)) {
+      // Retried only until the next beat is due: a coordinator that is down
+      // is the other threads' to wait for, not a reason to stall the end.
       ClockResponse view;
-      absl::Status reported = ReportClock(false, &view);
+      absl::Status reported = ReportClock(false, &view, period);
       if (!reported.ok()) {
         LOG_EVERY_N(WARNING, 10)
             << "[worker " << worker_index_ << "] heartbeat: " << reported;

@@ -139,7 +139,11 @@ class Trainer {
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
   kernels::StepInputs Inputs(const Prepared& prepared) const;
-  absl::Status ReportClock(bool finished, ClockResponse* response);
+  // Reports this worker's clock, retrying for `retry_for` (negative: the
+  // client's default).
+  absl::Status ReportClock(
+      bool finished, ClockResponse* response,
+      absl::Duration retry_for = -absl::InfiniteDuration());
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   absl::Status WaitForWorkers(ClockResponse* view);
