@@ -684,7 +684,11 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
       return PushOutcome{claim.rows_updated, /*duplicate=*/true};
     }
   }
-  absl::StatusOr<size_t> updated = ApplyPush(*table, keys, gradients, origin);
+  absl::StatusOr<size_t> updated;
+  {
+    absl::ReaderMutexLock gate(&push_gate_);
+    updated = ApplyPush(*table, keys, gradients, origin);
+  }
   if (origin.tracked()) {
     ledger_.Finish(origin, updated.ok(),
                    updated.ok() ? static_cast<uint32_t>(*updated) : 0);
@@ -894,7 +898,8 @@ void EmbeddingStore::UndoPush(PendingPush& push) {
 }
 
 absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
-                                    std::vector<float>* weights, bool* stored) {
+                                    std::vector<float>* weights, bool* stored,
+                                    std::vector<float>* state) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   Stripe& stripe = *stripes_[StripeOf(key)];
   absl::MutexLock lock(&stripe.mu);
@@ -906,8 +911,14 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
   if (*stored) {
     std::copy(row->values().begin(), row->values().begin() + table->dim,
               weights->begin());
+    if (state != nullptr)
+      state->assign(row->values().begin() + table->dim, row->values().end());
   } else {
     table->initializer.Fill(key, absl::MakeSpan(*weights));
+    if (state != nullptr) {
+      state->resize(table->row_floats - table->dim);
+      table->optimizer->InitState(table->dim, state->data());
+    }
   }
   EvictOrKeep(stripe);
   return absl::OkStatus();
@@ -942,6 +953,12 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
     if (row->version == version) row->dirty = false;
   }
   return ReleaseLog(stripe, taken);
+}
+
+absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
+  absl::WriterMutexLock gate(&push_gate_);
+  RETURN_IF_ERROR(Flush());
+  return rocks_->CreateCheckpoint(dir);
 }
 
 absl::Status EmbeddingStore::Flush() {

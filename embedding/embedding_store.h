@@ -198,20 +198,27 @@ class EmbeddingStore {
   // memory (the next write-back stores it) while the push reports the
   // error. After a push-log failure every later push is refused before it
   // is applied: while the disk is full (RESOURCE_EXHAUSTED, transient), or
-  // for any other failure until the store is reopened. With a tracked `origin`, a
-  // push applied before is answered with its first outcome (duplicate) and
+  // for any other failure until the store is reopened. With a tracked `origin`,
+  // a push applied before is answered with its first outcome (duplicate) and
   // FAILED_PRECONDITION comes for a superseded incarnation.
   absl::StatusOr<PushOutcome> Push(absl::string_view table,
                                    absl::Span<const uint64_t> keys,
                                    absl::Span<const float> gradients,
                                    const PushOrigin& origin = PushOrigin());
 
-  // One row's weights, and whether it is stored (pushed at least once).
+  // One row's weights, whether it is stored (pushed at least once), and if
+  // `state` is set its optimizer state.
   absl::Status GetRow(absl::string_view table, uint64_t key,
-                      std::vector<float>* weights, bool* stored);
+                      std::vector<float>* weights, bool* stored,
+                      std::vector<float>* state = nullptr);
 
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();
+
+  // Writes a snapshot of every table, rows with their optimizer state, into
+  // `dir` (which must not exist): every push acknowledged before the call
+  // and none that was not. Pushes wait meanwhile; pulls go on.
+  absl::Status Checkpoint(const std::string& dir);
 
   std::vector<TableStats> ListTables();
   StoreStats Stats();
@@ -290,11 +297,10 @@ class EmbeddingStore {
   // Applies a validated push whole or not at all (see Push()); returns the
   // number of distinct keys updated. Locks the stripes the push touches, in
   // stripe order (a set the thread-safety analysis cannot follow).
-  absl::StatusOr<size_t> ApplyPush(const Table& table,
-                                   absl::Span<const uint64_t> keys,
-                                   absl::Span<const float> gradients,
-                                   const PushOrigin& origin)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  absl::StatusOr<size_t> ApplyPush(
+      const Table& table, absl::Span<const uint64_t> keys,
+      absl::Span<const float> gradients,
+      const PushOrigin& origin) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // With every stripe of `push` locked: loads and updates its rows, checks
   // them, and under kWal writes its record; on error, undoes it all.
   absl::Status UpdateLockedStripes(const Table& table, PendingPush& push)
@@ -360,6 +366,10 @@ class EmbeddingStore {
   // thread starts.
   uint64_t log_epoch_ = 0;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+
+  // Pushes hold it shared while they apply; Checkpoint() holds it alone,
+  // so that a snapshot has every push whole or not at all.
+  absl::Mutex push_gate_;
 
   mutable absl::Mutex tables_mu_;
   std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);

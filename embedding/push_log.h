@@ -14,10 +14,11 @@
 // byte order. One Write() is one writev(): after a process crash only the
 // last frame of the last segment can be cut short (or, after a power loss,
 // left as zeros), and replay drops it (it was never acknowledged); a frame
-// that runs past the end with whole frames after it had its length damaged. A frame that fails its length or checksum
-// anywhere else means acknowledged records are damaged (a disk error, or a
-// power loss without `sync`): replay stops with DATA_LOSS naming the file and
-// what follows the damage, unless told to recover to the point before it.
+// that runs past the end with whole frames after it had its length damaged. A
+// frame that fails its length or checksum anywhere else means acknowledged
+// records are damaged (a disk error, or a power loss without `sync`): replay
+// stops with DATA_LOSS naming the file and what follows the damage, unless told
+// to recover to the point before it.
 //
 // Thread-safe. Appends are serialised; the file is never read while written.
 

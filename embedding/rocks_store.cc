@@ -14,6 +14,7 @@
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
+#include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_buffer_manager.h"
 
 namespace ps::embedding {
@@ -422,6 +423,19 @@ uint64_t RocksStore::TotalDiskBytes() {
 
 absl::Status RocksStore::SyncWal() {
   return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing the WAL");
+}
+
+absl::Status RocksStore::CreateCheckpoint(const std::string& dir) {
+  if (std::filesystem::exists(dir)) {
+    return absl::AlreadyExistsError(absl::StrCat(dir, " exists already"));
+  }
+  rocksdb::Checkpoint* raw = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw),
+                            "starting a checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush 0: flush the memtables, so the copy is SST files only.
+  return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                   absl::StrCat("writing a checkpoint to ", dir));
 }
 
 }  // namespace ps::embedding

@@ -135,6 +135,11 @@ class RocksStore {
   // Makes the WAL durable on disk (used at shutdown).
   absl::Status SyncWal();
 
+  // Writes a consistent copy of the database into `dir` (RocksDB's
+  // Checkpoint: files hard-linked where the file system allows, memtables
+  // flushed first, so the copy needs no WAL). ALREADY_EXISTS if `dir` does.
+  absl::Status CreateCheckpoint(const std::string& dir);
+
  private:
   RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
              std::vector<rocksdb::ColumnFamilyHandle*> handles,

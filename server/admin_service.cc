@@ -1,8 +1,10 @@
 #include "server/admin_service.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "server/grpc_status.h"
 
@@ -25,12 +27,14 @@ grpc::ServerUnaryReactor* AdminService::ListTables(
 grpc::ServerUnaryReactor* AdminService::GetRow(
     grpc::CallbackServerContext* context, const GetRowRequest* request,
     GetRowResponse* response) {
-  std::vector<float> weights;
+  std::vector<float> weights, state;
   bool stored = false;
   absl::Status status =
-      store_->GetRow(request->table(), request->key(), &weights, &stored);
+      store_->GetRow(request->table(), request->key(), &weights, &stored,
+                     request->optimizer_state() ? &state : nullptr);
   if (status.ok()) {
     response->mutable_values()->Add(weights.begin(), weights.end());
+    response->mutable_optimizer_state()->Add(state.begin(), state.end());
     response->set_stored(stored);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -118,6 +122,93 @@ grpc::ServerUnaryReactor* AdminService::Drain(
   if (status.ok()) {
     LOG(INFO) << "drain asked by " << context->peer();
     options_.drain();
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::BeginCut(
+    grpc::CallbackServerContext* context, const BeginCutRequest* request,
+    BeginCutResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) {
+    const absl::Duration lease = request->lease_ms() == 0
+                                     ? absl::Seconds(60)
+                                     : absl::Milliseconds(request->lease_ms());
+    absl::StatusOr<int64_t> cut = clocks_->BeginCut(lease);
+    if (cut.ok()) response->set_cut(*cut);
+    status = cut.status();
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::CutStatus(
+    grpc::CallbackServerContext* context, const CutStatusRequest*,
+    CutStatusResponse* response) {
+  const ClockCoordinator::CutStatus status = clocks_->GetCutStatus();
+  response->set_cut(status.cut);
+  response->set_ready(status.ready);
+  for (const ClockCoordinator::WorkerClock& clock : status.workers) {
+    CutStatusResponse::Worker* worker = response->add_workers();
+    worker->set_worker(clock.worker);
+    worker->set_clock(clock.clock);
+    worker->set_examples(clock.examples);
+    worker->set_live(clock.live);
+    worker->set_finished(clock.finished);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::EndCut(
+    grpc::CallbackServerContext* context, const EndCutRequest*,
+    EndCutResponse*) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) clocks_->EndCut();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::SnapshotShard(
+    grpc::CallbackServerContext* context, const SnapshotShardRequest* request,
+    SnapshotShardResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok() && request->dir().empty()) {
+    status = absl::InvalidArgumentError("a snapshot needs a directory");
+  }
+  if (status.ok()) {
+    const absl::Time start = absl::Now();
+    const std::string path =
+        absl::StrCat(request->dir(), "/shard-", options_.shard_index, "-of-",
+                     options_.num_shards);
+    std::error_code error;
+    std::filesystem::create_directories(request->dir(), error);
+    status = error
+                 ? absl::FailedPreconditionError(absl::StrCat(
+                       "cannot create ", request->dir(), ": ", error.message()))
+                 : store_->Checkpoint(path);
+    if (status.ok()) {
+      uint64_t bytes = 0;
+      for (const auto& entry :
+           std::filesystem::recursive_directory_iterator(path, error)) {
+        if (entry.is_regular_file()) bytes += entry.file_size();
+      }
+      response->set_path(path);
+      response->set_bytes(bytes);
+      response->set_shard_index(options_.shard_index);
+      response->set_num_shards(options_.num_shards);
+      for (embedding::TableStats& table : store_->ListTables())
+        *response->add_tables() = std::move(table.spec);
+      response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+      LOG(INFO) << "snapshot of shard " << options_.shard_index << " in "
+                << path << ": " << bytes << " bytes in " << response->seconds()
+                << " s";
+    }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));

@@ -2,8 +2,9 @@
 //
 // AdminService implements ps.Admin (proto/admin.proto) on one shard: the
 // tables and their sizes, one row by key, the shard's counters, the
-// workers' clocks (on the coordinator shard), and Drain. Calls that change
-// state need the admin token when one is set (compared in constant time).
+// workers' clocks and the cuts checkpoints are taken at (on the coordinator
+// shard), snapshots, and Drain. Calls that change state need the admin
+// token when one is set (compared in constant time).
 // Thread-safe.
 
 #ifndef PS_SERVER_ADMIN_SERVICE_H_
@@ -59,6 +60,18 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const DrainRequest* request,
                                   DrainResponse* response) override;
+  grpc::ServerUnaryReactor* BeginCut(grpc::CallbackServerContext* context,
+                                     const BeginCutRequest* request,
+                                     BeginCutResponse* response) override;
+  grpc::ServerUnaryReactor* CutStatus(grpc::CallbackServerContext* context,
+                                      const CutStatusRequest* request,
+                                      CutStatusResponse* response) override;
+  grpc::ServerUnaryReactor* EndCut(grpc::CallbackServerContext* context,
+                                   const EndCutRequest* request,
+                                   EndCutResponse* response) override;
+  grpc::ServerUnaryReactor* SnapshotShard(
+      grpc::CallbackServerContext* context, const SnapshotShardRequest* request,
+      SnapshotShardResponse* response) override;
 
  private:
   // OK when `context` may change state: no token is set, or it carries it.

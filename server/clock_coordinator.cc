@@ -137,6 +137,7 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
     worker.clock = others_min;
   }
   worker.clock = std::max(worker.clock, report.clock);
+  worker.examples = std::max(worker.examples, report.examples);
   worker.finished = worker.finished || report.finished;
   worker.lease = report.lease;
   worker.lease_end = now + report.lease;
@@ -149,6 +150,7 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   if (view.min_clock == kNoClock) view.min_clock = worker.clock;
   for (const auto& [id, other] : workers_)
     view.live_workers += Live(other, now) ? 1 : 0;
+  view.hold_at = ActiveCut(now);
 
   if (!options_.state_path.empty() &&
       now - last_save_ >= options_.save_interval) {
@@ -161,16 +163,71 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
 
 std::vector<ClockCoordinator::WorkerClock> ClockCoordinator::Snapshot() {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.now();
+  return SnapshotLocked(options_.now());
+}
+
+std::vector<ClockCoordinator::WorkerClock> ClockCoordinator::SnapshotLocked(
+    absl::Time now) {
   std::vector<WorkerClock> clocks;
   for (const auto& [id, worker] : workers_) {
-    clocks.push_back({id, worker.clock, Live(worker, now), worker.finished});
+    clocks.push_back({id, worker.clock, worker.examples, Live(worker, now),
+                      worker.finished});
   }
   std::sort(clocks.begin(), clocks.end(),
             [](const WorkerClock& a, const WorkerClock& b) {
               return a.worker < b.worker;
             });
   return clocks;
+}
+
+int64_t ClockCoordinator::ActiveCut(absl::Time now) {
+  if (cut_ != 0 && now > cut_lease_end_) {
+    LOG(WARNING) << "the cut at clock " << cut_
+                 << " ran out of its lease; workers go on";
+    cut_ = 0;
+  }
+  return cut_;
+}
+
+absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.now();
+  if (ActiveCut(now) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a cut at clock ", cut_,
+                     " is being taken already (a checkpoint or "
+                     "export in progress)"));
+  }
+  // Past every unfinished worker's clock, live or not: the step a worker
+  // may be pushing now is its clock, so none has sent a push of the cut.
+  int64_t furthest = 0;
+  for (const auto& [id, worker] : workers_) {
+    if (!worker.finished) furthest = std::max(furthest, worker.clock);
+  }
+  cut_ = furthest + 1;
+  cut_lease_ = lease;
+  cut_lease_end_ = now + lease;
+  LOG(INFO) << "cut at clock " << cut_ << ": workers hold there";
+  return cut_;
+}
+
+ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.now();
+  CutStatus status;
+  status.cut = ActiveCut(now);
+  if (status.cut == 0) return status;
+  cut_lease_end_ = now + cut_lease_;
+  status.workers = SnapshotLocked(now);
+  status.ready = std::all_of(
+      status.workers.begin(), status.workers.end(),
+      [&](const WorkerClock& w) { return !w.live || w.clock >= status.cut; });
+  return status;
+}
+
+void ClockCoordinator::EndCut() {
+  absl::MutexLock lock(&mu_);
+  cut_ = 0;
 }
 
 absl::Status ClockCoordinator::Save() {

@@ -22,6 +22,13 @@
 // `max_workers` workers are kept; past it, finished or expired workers are
 // forgotten, oldest first, and a new worker when all are live is refused.
 //
+// Cuts, for checkpoints: BeginCut() picks a clock one past the furthest
+// unfinished worker's, and every report answers it as `hold_at` until
+// EndCut() (or the cut's lease runs out): a worker pushes no step at or
+// past it, and its earlier steps go on, so that every live worker reaches
+// the cut and holds there (CutStatus().ready). No push of a later step is
+// then in flight, and every push before it was acknowledged.
+//
 // Thread-safe.
 
 #ifndef PS_SERVER_CLOCK_COORDINATOR_H_
@@ -60,6 +67,8 @@ class ClockCoordinator {
     // 0: unknown (a client that does not say); treated as one incarnation.
     uint64_t incarnation = 0;
     int64_t clock = 0;
+    // Examples trained on in the steps `clock` counts.
+    int64_t examples = 0;
     bool finished = false;
     absl::Duration lease;
   };
@@ -69,13 +78,23 @@ class ClockCoordinator {
     uint32_t live_workers = 0;
     // The reporting worker's recorded clock.
     int64_t clock = 0;
+    // The cut being taken (0: none).
+    int64_t hold_at = 0;
   };
 
   struct WorkerClock {
     uint32_t worker = 0;
     int64_t clock = 0;
+    int64_t examples = 0;
     bool live = false;
     bool finished = false;
+  };
+
+  struct CutStatus {
+    // 0: no cut.
+    int64_t cut = 0;
+    bool ready = false;
+    std::vector<WorkerClock> workers;
   };
 
   // Starts empty, or from the state at options.state_path if it exists. A
@@ -93,6 +112,14 @@ class ClockCoordinator {
   // Every worker kept, for the admin service.
   std::vector<WorkerClock> Snapshot();
 
+  // Starts a cut that lasts `lease` without a GetCutStatus(); returns its
+  // clock. FAILED_PRECONDITION while another cut is being taken.
+  absl::StatusOr<int64_t> BeginCut(absl::Duration lease);
+  // The cut (renewing its lease) and whether every live worker holds at it.
+  CutStatus GetCutStatus();
+  // Ends the cut: workers go on.
+  void EndCut();
+
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
 
@@ -100,6 +127,7 @@ class ClockCoordinator {
   struct Worker {
     uint64_t incarnation = 0;
     int64_t clock = 0;
+    int64_t examples = 0;
     absl::Duration lease;
     absl::Time lease_end;
     bool finished = false;
@@ -114,6 +142,10 @@ class ClockCoordinator {
   // Makes room for one more worker; false if every worker kept is live.
   bool MakeRoom(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cut, or 0 (ending one whose lease ran out).
+  int64_t ActiveCut(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<WorkerClock> SnapshotLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Load();
 
   const CoordinatorOptions options_;
@@ -121,6 +153,9 @@ class ClockCoordinator {
   absl::flat_hash_map<uint32_t, Worker> workers_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t cut_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration cut_lease_ ABSL_GUARDED_BY(mu_);
+  absl::Time cut_lease_end_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::server

@@ -146,6 +146,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
   report.incarnation = request->incarnation();
   report.clock = request->clock();
   report.finished = request->finished();
+  report.examples = request->examples();
   report.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ClockCoordinator::View> recorded = clocks_->Record(report);
   if (!recorded.ok()) return Finish(context, reactor, recorded.status());
@@ -153,6 +154,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
   response->set_min_clock(view.min_clock);
   response->set_live_workers(view.live_workers);
   response->set_clock(view.clock);
+  response->set_hold_at(view.hold_at);
   return Finish(context, reactor, absl::OkStatus());
 }
 

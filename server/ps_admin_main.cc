@@ -6,7 +6,9 @@
 //   ps_admin --servers=... clocks          (on the coordinator shard)
 //   ps_admin --servers=... --token_file=F drain
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/checkpoint_client.h"
 #include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -38,6 +41,12 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "The name the shards' certificates carry, when it is not the host "
           "in --servers.");
+ABSL_FLAG(std::string, dir, "",
+          "For `checkpoint`: the directory to write (a path on the shards' "
+          "file system); for `checkpoints`: a checkpoint or a directory of "
+          "them.");
+ABSL_FLAG(std::string, coordinator, "",
+          "The coordinator shard, if not the first of --servers.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the admin token (the shards' --admin_token_file), "
           "sent with every call; calls that change a shard need it.");
@@ -156,24 +165,86 @@ grpc::Status RunCommand(const std::string& command, ps::Admin::Stub& admin) {
   return status;
 }
 
+// `checkpoint`: one consistent checkpoint of every shard in --servers.
+int Checkpoint(const std::vector<std::string>& servers,
+               const ps::TlsFiles& tls) {
+  ps::CheckpointOptions options;
+  options.servers = servers;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.dir = absl::GetFlag(FLAGS_dir);
+  options.tls = tls;
+  options.token = Token();
+  options.progress = true;
+  absl::StatusOr<ps::CheckpointManifest> manifest = ps::TakeCheckpoint(options);
+  if (!manifest.ok()) return Fail(manifest.status().ToString());
+  uint64_t bytes = 0;
+  for (const auto& shard : manifest->shards()) bytes += shard.bytes();
+  std::printf(
+      "checkpoint at clock %lld in %s: %u shards, %llu bytes; workers held "
+      "%.3f s for the cut, shards wrote their parts in %.3f s\n",
+      static_cast<long long>(manifest->cut()), options.dir.c_str(),
+      manifest->num_shards(), static_cast<unsigned long long>(bytes),
+      manifest->hold_seconds(), manifest->snapshot_seconds());
+  return 0;
+}
+
+// `checkpoints`: the checkpoint in --dir, or those in its subdirectories.
+int ListCheckpoints() {
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  std::vector<std::string> candidates = {dir};
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    if (entry.is_directory()) candidates.push_back(entry.path().string());
+  std::sort(candidates.begin() + 1, candidates.end());
+  std::printf("%-40s %10s %7s %14s %8s  %s\n", "checkpoint", "clock", "shards",
+              "bytes", "workers", "taken");
+  int found = 0;
+  for (const std::string& candidate : candidates) {
+    absl::StatusOr<ps::CheckpointManifest> manifest =
+        ps::ReadManifest(candidate);
+    if (!manifest.ok()) continue;
+    uint64_t bytes = 0;
+    for (const auto& shard : manifest->shards()) bytes += shard.bytes();
+    std::printf("%-40s %10lld %7u %14llu %8d  %s\n", candidate.c_str(),
+                static_cast<long long>(manifest->cut()), manifest->num_shards(),
+                static_cast<unsigned long long>(bytes),
+                manifest->workers_size(), manifest->created_at().c_str());
+    ++found;
+  }
+  if (found == 0) return Fail("no checkpoint in " + dir);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] "
-      "tables|stats|row|clocks|drain\n  row needs --table and --key; clocks "
-      "is answered by the coordinator shard (shard 0 by default); drain stops "
-      "each shard as SIGTERM does (with --token_file when the shards have "
-      "--admin_token_file).");
+      "tables|stats|row|clocks|drain|checkpoint|checkpoints\n  row needs "
+      "--table and --key; clocks is answered by the coordinator shard (shard "
+      "0 by default); drain stops each shard as SIGTERM does; checkpoint "
+      "--dir=DIR takes a consistent checkpoint of every shard in --servers "
+      "(in shard order); checkpoints --dir=DIR lists them. Calls that change "
+      "a shard need --token_file when the shards have --admin_token_file.");
   std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
-  if (commands.size() != 2)
-    return Fail("give one command: tables, stats, row, clocks or drain");
+  if (commands.size() != 2) {
+    return Fail(
+        "give one command: tables, stats, row, clocks, drain, checkpoint or "
+        "checkpoints");
+  }
   const std::string command = commands[1];
   if (command != "tables" && command != "stats" && command != "row" &&
-      command != "clocks" && command != "drain") {
+      command != "clocks" && command != "drain" && command != "checkpoint" &&
+      command != "checkpoints") {
     return Fail("unknown command '" + command +
-                "': use tables, stats, row, clocks or drain");
+                "': use tables, stats, row, clocks, drain, checkpoint or "
+                "checkpoints");
   }
+  if ((command == "checkpoint" || command == "checkpoints") &&
+      absl::GetFlag(FLAGS_dir).empty()) {
+    return Fail(command + " needs --dir");
+  }
+  if (command == "checkpoints") return ListCheckpoints();
   if (command == "row" && absl::GetFlag(FLAGS_table).empty())
     return Fail("row needs --table");
   ps::TlsFiles tls;
@@ -197,6 +268,7 @@ int main(int argc, char** argv) {
                   ": give --tls_ca (the shards need TLS)");
     }
   }
+  if (command == "checkpoint") return Checkpoint(servers, tls);
   int failures = 0;
   for (const std::string& server : servers) {
     if (servers.size() > 1) std::printf("== %s\n", server.c_str());

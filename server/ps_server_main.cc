@@ -101,6 +101,11 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "File holding a token that admin calls which change the shard "
           "(drain) must carry as 'authorization: Bearer <token>' "
           "(ps_admin --token_file); others get UNAUTHENTICATED.");
+ABSL_FLAG(std::string, restore_from, "",
+          "A checkpoint directory (ps_admin checkpoint): on an empty "
+          "--data_dir, load the rows that route to this shard from every part "
+          "of it, whatever shard count took it, then serve. A data dir "
+          "restored from it before just opens.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
@@ -199,6 +204,7 @@ int main(int argc, char** argv) {
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
+  options.restore_from = absl::GetFlag(FLAGS_restore_from);
   if (const std::string path = absl::GetFlag(FLAGS_admin_token_file);
       !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);

@@ -1,11 +1,15 @@
 #include "server/shard_server.h"
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/checkpoint_client.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/tls_credentials.h"
+#include "embedding/restore.h"
 #include "glog/logging.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -16,6 +20,54 @@
 #include "server/shard_identity.h"
 
 namespace ps::server {
+
+namespace {
+
+// Restores options.store.data_dir from options.restore_from, unless it was
+// restored from that checkpoint before (recorded in RESTORED_FROM).
+absl::Status RestoreFromCheckpoint(const ServerOptions& options,
+                                   const ShardIdentity& identity) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest,
+                   ReadManifest(options.restore_from));
+  if (manifest.routing_version() != kRoutingVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.restore_from, " was routed with version ",
+                     manifest.routing_version(),
+                     "; this server routes with version ", kRoutingVersion));
+  }
+  const std::string marker = options.store.data_dir + "/RESTORED_FROM";
+  const std::string stamp =
+      absl::StrCat(options.restore_from, " ", manifest.created_at(), " cut ",
+                   manifest.cut(), "\n");
+  if (std::ifstream recorded(marker); recorded) {
+    std::stringstream text;
+    text << recorded.rdbuf();
+    if (text.str() == stamp) return absl::OkStatus();  // restored already
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.store.data_dir, " was restored from another checkpoint (",
+        text.str(), "), not ", options.restore_from));
+  }
+  embedding::RestoreOptions restore;
+  for (const auto& shard : manifest.shards())
+    restore.parts.push_back(options.restore_from + "/" + shard.path());
+  restore.tables.assign(manifest.tables().begin(), manifest.tables().end());
+  restore.keep = [identity](uint64_t key) {
+    return ShardForKey(key, identity.num_shards) == identity.shard_index;
+  };
+  restore.store = options.store;
+  LOG(INFO) << "restoring shard " << identity.shard_index << " of "
+            << identity.num_shards << " from " << options.restore_from
+            << " (cut " << manifest.cut() << ", " << manifest.num_shards()
+            << " shards)";
+  ASSIGN_OR_RETURN(embedding::RestoreStats stats,
+                   embedding::RestoreRows(restore));
+  (void)stats;
+  RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
+  std::ofstream(marker) << stamp;
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     const ServerOptions& options) {
@@ -40,6 +92,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
                    ServerCredentials(options.tls));
   const ShardIdentity identity{options.shard_index, options.num_shards,
                                kRoutingVersion};
+  if (!options.restore_from.empty()) {
+    RETURN_IF_ERROR(RestoreFromCheckpoint(options, identity));
+  }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's).
   RETURN_IF_ERROR(CheckShardIdentity(options.store.data_dir, identity));

@@ -67,11 +67,19 @@ struct ServerOptions {
   // What the admin Drain call does (ps_server: the same as SIGTERM).
   // Default: not set (Drain is refused).
   std::function<void()> drain;
+  // A checkpoint to start from (base/checkpoint_client.h): on an empty
+  // data dir, this shard loads the rows that route to it from every part,
+  // whatever shard count took it; a data dir restored from the same
+  // checkpoint before just opens. Default: none.
+  std::string restore_from;
 };
 
 class ShardServer {
  public:
-  // Opens the store and starts serving. INVALID_ARGUMENT for inconsistent
+  // Restores (see restore_from), opens the store and starts serving.
+  // FAILED_PRECONDITION for a data dir of another shard, or one that holds
+  // something else than a restore of restore_from. INVALID_ARGUMENT for
+  // inconsistent
   // options, TLS files that do not go together, or a listen address beyond
   // loopback without TLS (and without allow_insecure_remote); UNAVAILABLE
   // when the address cannot be bound.

@@ -17,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/checkpoint_client.h"
+#include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
@@ -71,6 +73,23 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "The name the shards' certificates carry, when it is not the host "
           "in --servers.");
+ABSL_FLAG(std::string, resume_from, "",
+          "A checkpoint directory (ps_admin checkpoint, or one of "
+          "--checkpoint_dir's): go on from its clocks and this worker's input "
+          "position there (the shards restored from it with --restore_from). "
+          "Needs the same --train, --num_workers, --batch_size and --epochs.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Worker 0: take a checkpoint of the cluster every this many steps "
+          "into --checkpoint_dir/ckpt-<clock>/ (0: never).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where --checkpoint_every_steps puts checkpoints (a path on the "
+          "shards' file system).");
+ABSL_FLAG(int32_t, checkpoints_to_keep, 3,
+          "How many of the newest checkpoints to keep in --checkpoint_dir "
+          "(0: all).");
+ABSL_FLAG(std::string, token_file, "",
+          "The shards' admin token (their --admin_token_file), for taking "
+          "checkpoints.");
 ABSL_FLAG(int32_t, start_timeout_s, 300,
           "Under a bounded --staleness, the first step waits until "
           "--num_workers workers have reported to the coordinator, or this "
@@ -283,6 +302,52 @@ int main(int argc, char** argv) {
   client_options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   client_options.tls.key = absl::GetFlag(FLAGS_tls_key);
   client_options.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (const std::string dir = absl::GetFlag(FLAGS_resume_from); !dir.empty()) {
+    absl::StatusOr<ps::CheckpointManifest> manifest = ps::ReadManifest(dir);
+    if (!manifest.ok()) return Fail(manifest.status().ToString());
+    bool found = false;
+    for (const auto& worker : manifest->workers()) {
+      if (worker.worker() !=
+          static_cast<uint32_t>(absl::GetFlag(FLAGS_worker_index))) {
+        continue;
+      }
+      found = true;
+      options.resume_clock = worker.clock();
+      options.resume_examples = worker.examples();
+    }
+    if (!found) {
+      LOG(WARNING) << dir << " has no worker "
+                   << absl::GetFlag(FLAGS_worker_index)
+                   << ": starting as a new worker at the live minimum";
+    } else {
+      LOG(INFO) << "resuming from " << dir << " at clock "
+                << options.resume_clock << " after " << options.resume_examples
+                << " examples";
+    }
+  }
+  std::string token;
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> read = ps::ReadTokenFile(path);
+    if (!read.ok()) return Fail(read.status().ToString());
+    token = *std::move(read);
+  }
+  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  if (options.checkpoint_every_steps < 0)
+    return Fail("--checkpoint_every_steps must be >= 0");
+  if (options.checkpoint_every_steps > 0 &&
+      absl::GetFlag(FLAGS_worker_index) != 0) {
+    options.checkpoint_every_steps = 0;  // worker 0 takes them for everyone
+  }
+  if (options.checkpoint_every_steps > 0) {
+    if (absl::GetFlag(FLAGS_checkpoint_dir).empty())
+      return Fail("--checkpoint_every_steps needs --checkpoint_dir");
+    options.checkpoint.servers = client_options.servers;
+    options.checkpoint.coordinator = client_options.coordinator;
+    options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+    options.checkpoint.tls = client_options.tls;
+    options.checkpoint.token = token;
+    options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  }
   auto client = ps::worker::PsClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status().ToString());
 

@@ -18,6 +18,7 @@
 #include "glog/logging.h"
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
+#include "worker/periodic_checkpointer.h"
 
 namespace ps::worker {
 
@@ -37,6 +38,7 @@ struct Trainer::Prepared {
 
 struct Trainer::PushJob {
   int64_t step = 0;
+  int64_t examples = 0;
   std::vector<uint64_t> unique_keys;
   std::vector<float> embedding_grads;
   std::vector<float> wide_grads;
@@ -98,13 +100,15 @@ std::string SummaryToJson(const TrainingSummary& s) {
       "%.3f,\n"
       "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  "
       "\"push_seconds\": %.3f,\n"
-      "  \"first_step\": %d,\n  \"backend\": \"%s\"\n}\n",
+      "  \"first_step\": %d,\n  \"cut_hold_seconds\": %.3f,\n"
+      "  \"checkpoints\": %d,\n  \"failed_checkpoints\": %d,\n"
+      "  \"backend\": \"%s\"\n}\n",
       s.examples, s.steps, s.train_seconds, s.examples_per_sec,
       s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
       s.bad_lines, s.max_staleness_seen,
       absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
       s.pull_seconds, s.compute_seconds, s.push_seconds, s.first_step,
-      s.backend);
+      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints, s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -226,10 +230,42 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
   request.set_clock(clock_.load());
+  request.set_examples(examples_.load());
   request.set_finished(finished);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
   ASSIGN_OR_RETURN(*response, client_->Clock(request, retry_for));
+  hold_at_ = response->hold_at();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WaitOutCut(int64_t step, absl::Duration* held) {
+  const absl::Time start = absl::Now();
+  while (hold_at_.load() != 0 && step >= hold_at_.load()) {
+    ClockResponse view;
+    RETURN_IF_ERROR(ReportClock(false, &view));
+    if (view.hold_at() != 0 && step >= view.hold_at())
+      absl::SleepFor(absl::Milliseconds(10));
+  }
+  *held += absl::Now() - start;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader) {
+  int64_t skipped = 0;
+  std::vector<Example> batch;
+  while (skipped < options_.resume_examples) {
+    ASSIGN_OR_RETURN(bool more, reader.Next(&batch));
+    if (!more) break;
+    skipped += static_cast<int64_t>(batch.size());
+  }
+  if (skipped != options_.resume_examples) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint says this worker had trained on ",
+        options_.resume_examples, " examples, but its input gives ", skipped,
+        " in whole batches: resume with the same --train, --num_workers, "
+        "--batch_size and --epochs as the run that took it"));
+  }
   return absl::OkStatus();
 }
 
@@ -312,6 +348,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(DeclareTables());
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(options_.train));
+  if (options_.resume_clock > 0) {
+    RETURN_IF_ERROR(SkipTrainedExamples(*reader));
+    clock_ = options_.resume_clock;
+    examples_ = options_.resume_examples;
+  }
   ClockResponse clock_view;
   RETURN_IF_ERROR(ReportClock(false, &clock_view));
   clock_ = clock_view.clock();  // a late joiner starts at the live minimum
@@ -418,13 +459,22 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   });
 
   // Push: gradients out, then the clock forward.
+  std::unique_ptr<PeriodicCheckpointer> checkpointer;
+  if (options_.checkpoint_every_steps > 0) {
+    checkpointer = std::make_unique<PeriodicCheckpointer>(
+        options_.checkpoint, options_.checkpoints_to_keep);
+  }
+  absl::Duration cut_hold;  // written by the pusher, read after it stops
   std::thread pusher([&] {
     PushJob job;
     while (pending_pushes.Pop(&job)) {
+      if (absl::Status waited = WaitOutCut(job.step, &cut_hold); !waited.ok())
+        return fail(waited);
       const absl::Time push_start = absl::Now();
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
       push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
+      examples_ += job.examples;
       {
         absl::MutexLock lock(&clock_mu_);
         clock_ = job.step + 1;
@@ -433,6 +483,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       ClockResponse view;
       absl::Status reported = ReportClock(false, &view);
       if (!reported.ok()) return fail(reported);
+      if (checkpointer != nullptr &&
+          (job.step + 1) % options_.checkpoint_every_steps == 0) {
+        checkpointer->Request(job.step + 1);
+      }
     }
   });
 
@@ -507,6 +561,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     const float scale = static_cast<float>(prepared.batch);
     PushJob job;
     job.step = prepared.step;
+    job.examples = prepared.batch;
     job.unique_keys = std::move(prepared.unique_keys);
     job.embedding_grads = std::move(outputs.embedding_grads);
     job.wide_grads = std::move(outputs.wide_grads);
@@ -557,6 +612,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   pusher.join();
   ready.Close();
   prefetcher.join();
+  summary.cut_hold_seconds = absl::ToDoubleSeconds(cut_hold);
   stop_heartbeat.Notify();
   heartbeat.join();
   {
@@ -578,8 +634,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.compute_seconds = compute_micros.load() / 1e6;
   summary.push_seconds = push_micros.load() / 1e6;
 
-  // Leave the cluster, then evaluate the finished model.
+  // Leave the cluster, then evaluate the finished model. A checkpoint in
+  // progress waits for the live workers to reach its cut, and this one has
+  // no steps left: it finishes once this worker is counted out.
   RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  if (checkpointer != nullptr) {
+    checkpointer->Stop();
+    const PeriodicCheckpointer::Stats stats = checkpointer->stats();
+    summary.checkpoints = stats.taken;
+    summary.failed_checkpoints = stats.failed;
+  }
   const absl::Time wait_limit = absl::Now() + options_.final_wait_limit;
   while (clock_view.live_workers() > 0 && absl::Now() < wait_limit) {
     absl::SleepFor(absl::Milliseconds(100));

@@ -9,6 +9,7 @@
 //   push thread:     push gradients (at most max_pushes_in_flight steps
 //                    queued), then advance this worker's clock
 //   heartbeat thread: renews this worker's lease at the coordinator
+//   checkpointer:    takes periodic checkpoints (worker 0, if asked)
 //
 // so pulling the next batch's rows overlaps computing the current one, and
 // pushing overlaps both. Prefetching counts against the bound: the rows for
@@ -33,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/checkpoint_client.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
@@ -84,6 +86,16 @@ struct TrainerOptions {
   std::string interval_metrics_out;
   // Testing aid: sleep this long in every step (a slow worker on purpose).
   absl::Duration slow_step = absl::ZeroDuration();
+  // Resuming from a checkpoint: this worker's clock and the examples it had
+  // trained on there (its input goes on after them). Defaults: 0, 0.
+  int64_t resume_clock = 0;
+  int64_t resume_examples = 0;
+  // Periodic checkpoints, taken by the worker that sets them (worker 0):
+  // every this many steps (0: none), into checkpoint.dir/ckpt-<clock>/,
+  // keeping the newest checkpoints_to_keep (0: all).
+  int64_t checkpoint_every_steps = 0;
+  CheckpointOptions checkpoint;
+  int checkpoints_to_keep = 0;
 };
 
 struct TrainingSummary {
@@ -103,9 +115,14 @@ struct TrainingSummary {
   // (not counting waits for this worker's own pushes).
   int64_t waits = 0;
   double wait_seconds = 0;
-  // The clock this worker started at: 0, or the live minimum for a worker
-  // that joined mid-training.
+  // The clock this worker started at: 0, the live minimum for a worker that
+  // joined mid-training, or a checkpoint's for one that resumed.
   int64_t first_step = 0;
+  // Time this worker's pushes held at checkpoint cuts.
+  double cut_hold_seconds = 0;
+  // Checkpoints this worker took (periodic ones), and those that failed.
+  int checkpoints = 0;
+  int failed_checkpoints = 0;
   // Where the time went, summed over steps (the stages overlap, so these
   // add up to more than train_seconds when the pipeline is full).
   double pull_seconds = 0;
@@ -147,6 +164,12 @@ class Trainer {
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   absl::Status WaitForWorkers(ClockResponse* view);
+  // Before pushing `step`: while a checkpoint's cut holds it back, reports
+  // (so the coordinator sees this worker there) and waits; adds the time to
+  // `*held`.
+  absl::Status WaitOutCut(int64_t step, absl::Duration* held);
+  // Skips the examples a resumed worker trained on before its checkpoint.
+  absl::Status SkipTrainedExamples(ClickLogReader& reader);
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
@@ -157,8 +180,12 @@ class Trainer {
   std::vector<std::string> dense_tables_;
   kernels::CtrModel model_;
 
-  // Steps of this worker whose pushes were acknowledged.
+  // Steps of this worker whose pushes were acknowledged, and the examples
+  // they held.
   std::atomic<int64_t> clock_{0};
+  std::atomic<int64_t> examples_{0};
+  // The cut a checkpoint is being taken at (0: none), from the last report.
+  std::atomic<int64_t> hold_at_{0};
   // Set and signalled by the push thread when clock_ advances, so that the
   // prefetcher can wait for its own pushes without polling the coordinator.
   absl::Mutex clock_mu_;

@@ -1,0 +1,58 @@
+// File: base/checkpoint_client.h
+//
+// Takes a consistent checkpoint of a running cluster (ps_admin checkpoint,
+// ps_worker --checkpoint_every_steps) and reads one back (restore, resume):
+//
+//   1. BeginCut on the coordinator: every live worker stops before pushing
+//      step `cut` and finishes the steps before it (admin.proto).
+//   2. CutStatus until every live worker holds there: no push of a later
+//      step is in flight, every earlier one was acknowledged on every shard.
+//   3. SnapshotShard on every shard at once: DIR/shard-<i>-of-<n>/.
+//   4. DIR/MANIFEST.json, last (a directory without one is no checkpoint).
+//   5. EndCut, whatever happened: workers go on.
+//
+// DIR is a path on the shards' file system (and this process's, for the
+// manifest): the same machine, or a volume they share.
+
+#ifndef PS_BASE_CHECKPOINT_CLIENT_H_
+#define PS_BASE_CHECKPOINT_CLIENT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/tls_credentials.h"
+#include "proto/checkpoint.pb.h"
+
+namespace ps {
+
+struct CheckpointOptions {
+  // Shard i is servers[i]. REQUIRES: not empty.
+  std::vector<std::string> servers;
+  // Where the clock coordinator is. Default (empty): servers[0].
+  std::string coordinator;
+  // The checkpoint's directory. REQUIRES: holds no MANIFEST.json yet.
+  std::string dir;
+  TlsFiles tls;
+  // The admin token, when the shards want one. Default: none.
+  std::string token;
+  // How long to wait for every live worker to reach the cut. Default: 5 min.
+  absl::Duration hold_timeout = absl::Minutes(5);
+  // Print what is happening to stderr once it takes more than 3 s.
+  bool progress = false;
+};
+
+// Takes the checkpoint; returns its manifest. ALREADY_EXISTS for a
+// directory that holds a checkpoint; DEADLINE_EXCEEDED when the workers do
+// not all reach the cut in time; the shards' errors.
+absl::StatusOr<CheckpointManifest> TakeCheckpoint(
+    const CheckpointOptions& options);
+
+// The manifest of the checkpoint in `dir`. NOT_FOUND without one (an
+// unfinished checkpoint, or none), DATA_LOSS for one that does not parse.
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
+
+}  // namespace ps
+
+#endif  // PS_BASE_CHECKPOINT_CLIENT_H_

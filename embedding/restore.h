@@ -1,0 +1,48 @@
+// File: embedding/restore.h
+//
+// Restores a store from the parts of a checkpoint taken with any number of
+// shards (each part a RocksDB checkpoint of one old shard, written by
+// EmbeddingStore::Checkpoint()): every row of every part whose key `keep`s
+// is copied, weights and optimizer state byte for byte, into a new store.
+// Since a key's shard is a pure function of the key (base/routing.h), a
+// new shard keeps exactly the keys that route to it, whatever the old
+// layout was. The parts are opened read-only and never changed.
+
+#ifndef PS_EMBEDDING_RESTORE_H_
+#define PS_EMBEDDING_RESTORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "embedding/embedding_store.h"
+#include "proto/ps.pb.h"
+
+namespace ps::embedding {
+
+struct RestoreOptions {
+  // The old shards' parts (directories).
+  std::vector<std::string> parts;
+  // Every table, in declaration order.
+  std::vector<TableSpec> tables;
+  // Whether a key belongs to the store being made. REQUIRES: set.
+  std::function<bool(uint64_t key)> keep;
+  // The new store: its data_dir (REQUIRES: empty or absent) and RocksDB's
+  // sizes; the rest is unused here.
+  StoreOptions store;
+};
+
+struct RestoreStats {
+  uint64_t rows_read = 0;
+  uint64_t rows_kept = 0;
+};
+
+// FAILED_PRECONDITION for a data_dir that holds anything; NOT_FOUND for a
+// part that does not open; DATA_LOSS for a row of the wrong size.
+absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options);
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_RESTORE_H_

@@ -1,0 +1,555 @@
+// Checkpoints against real processes: ps_admin checkpoint takes one while
+// the cluster runs, ps_server --restore_from loads it into any number of
+// shards, and ps_worker --resume_from goes on from it.
+//
+//   - Restored into 3 shards and into 1, every row of a 2-shard checkpoint
+//     comes back bit for bit, weights and optimizer state.
+//   - Taken while workers train asynchronously, it holds each worker's
+//     steps whole on every shard (counted with clients whose pushes add 1).
+//   - 40 steps straight and 15 steps, checkpoint, every process killed,
+//     restore, the rest give the same model bit for bit (one worker,
+//     staleness 0); with two workers restored into three shards, test AUC
+//     within 0.002.
+
+#include <signal.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/checkpoint_client.h"
+#include "base/routing.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+#include "tests/test_client.h"
+#include "tests/test_files.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+// Shards started on fresh data dirs `dir`/<name><i>.
+std::vector<std::unique_ptr<ServerProcess>> StartShards(
+    const std::string& dir, const std::string& name, int count,
+    const std::vector<std::string>& extra = {}) {
+  std::vector<std::unique_ptr<ServerProcess>> shards;
+  for (int i = 0; i < count; ++i) {
+    std::vector<std::string> flags = {
+        absl::StrCat("--data_dir=", dir, "/", name, i),
+        absl::StrCat("--shard_index=", i),
+        absl::StrCat("--num_shards=", count)};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto shard = ServerProcess::Start(flags, absl::Seconds(120),
+                                      absl::StrCat(dir, "/", name, i, ".log"));
+    EXPECT_TRUE(shard.ok())
+        << shard.status() << ReadFile(absl::StrCat(dir, "/", name, i, ".log"));
+    if (!shard.ok()) return {};
+    shards.push_back(std::move(shard).value());
+  }
+  return shards;
+}
+
+std::vector<std::string> Addresses(
+    const std::vector<std::unique_ptr<ServerProcess>>& shards) {
+  std::vector<std::string> addresses;
+  for (const auto& shard : shards) addresses.push_back(shard->address());
+  return addresses;
+}
+
+int Admin(const std::vector<std::string>& servers,
+          const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+                                   "--servers=" + absl::StrJoin(servers, ",")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunToCompletion(argv, log);
+}
+
+// A row with its optimizer state, from the shard that owns `key`.
+struct FullRow {
+  bool stored = false;
+  std::vector<float> floats;  // weights, then state
+
+  bool operator==(const FullRow& other) const {
+    return stored == other.stored && floats.size() == other.floats.size() &&
+           std::memcmp(floats.data(), other.floats.data(),
+                       floats.size() * sizeof(float)) == 0;
+  }
+};
+
+FullRow GetFullRow(const std::vector<std::unique_ptr<ServerProcess>>& shards,
+                   const std::string& table, uint64_t key) {
+  const auto& owner =
+      shards[ShardForKey(key, static_cast<uint32_t>(shards.size()))];
+  auto admin = Admin::NewStub(owner->channel());
+  grpc::ClientContext context;
+  GetRowRequest request;
+  request.set_table(table);
+  request.set_key(key);
+  request.set_optimizer_state(true);
+  GetRowResponse response;
+  const grpc::Status status = admin->GetRow(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  FullRow row;
+  row.stored = response.stored();
+  row.floats.assign(response.values().begin(), response.values().end());
+  row.floats.insert(row.floats.end(), response.optimizer_state().begin(),
+                    response.optimizer_state().end());
+  return row;
+}
+
+TableSpec Spec(const std::string& name, uint32_t dim,
+               OptimizerSpec::Kind optimizer) {
+  TableSpec spec;
+  spec.set_name(name);
+  spec.set_dim(dim);
+  spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+  spec.mutable_initializer()->set_scale(0.1f);
+  spec.mutable_optimizer()->set_kind(optimizer);
+  return spec;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
+  auto shards = StartShards(dir_, "old", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::vector<TableSpec> tables = {
+      Spec("adagrad", 8, OptimizerSpec::ADAGRAD),
+      Spec("adam", 4, OptimizerSpec::ADAM),
+      Spec("ftrl", 1, OptimizerSpec::FTRL), Spec("sgd", 3, OptimizerSpec::SGD)};
+  worker::ClientOptions options;
+  options.servers = Addresses(shards);
+  auto client = worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok());
+  for (const TableSpec& spec : tables)
+    ASSERT_TRUE((*client)->DeclareTable(spec).ok());
+  // 20 rounds of pushes to 600 keys (and never to 600 others).
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys;
+  for (int k = 0; k < 1200; ++k) keys.push_back(rng());
+  const std::vector<uint64_t> pushed(keys.begin(), keys.begin() + 600);
+  std::normal_distribution<float> gradient(0.0f, 0.5f);
+  for (int round = 0; round < 20; ++round) {
+    for (const TableSpec& spec : tables) {
+      std::vector<float> gradients(pushed.size() * spec.dim());
+      for (float& g : gradients) g = gradient(rng);
+      const worker::PsClient::TableGradients push = {
+          spec.name(), pushed, gradients, static_cast<int>(spec.dim())};
+      ASSERT_TRUE((*client)->Push({push}, 7, round).ok());
+    }
+  }
+  const std::string checkpoint = dir_ + "/checkpoint";
+  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
+                  dir_ + "/checkpoint.log"),
+            0)
+      << ReadFile(dir_ + "/checkpoint.log");
+  auto manifest = ReadManifest(checkpoint);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->num_shards(), 2u);
+  EXPECT_EQ(manifest->tables_size(), 4);
+
+  std::vector<std::vector<FullRow>> expected(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    for (uint64_t key : keys)
+      expected[t].push_back(GetFullRow(shards, tables[t].name(), key));
+  }
+  for (const int count : {3, 1}) {
+    auto restored = StartShards(dir_, absl::StrCat("new", count, "_"), count,
+                                {"--restore_from=" + checkpoint});
+    ASSERT_EQ(restored.size(), static_cast<size_t>(count));
+    int stored = 0;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const FullRow row = GetFullRow(restored, tables[t].name(), keys[k]);
+        ASSERT_TRUE(row == expected[t][k])
+            << count << " shards, table " << tables[t].name() << ", key "
+            << keys[k];
+        stored += row.stored ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(stored, 4 * 600) << count << " shards";
+  }
+  // A restored shard restarted with the same flags opens what it restored.
+  {
+    auto again =
+        StartShards(dir_, "new1_", 1, {"--restore_from=" + checkpoint});
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_TRUE(GetFullRow(again, "adam", keys[3]) == expected[1][3]);
+  }
+  // Refused: a directory that is no (finished) checkpoint, and a data dir
+  // that holds another shard.
+  std::filesystem::create_directories(dir_ + "/not_a_checkpoint");
+  const std::string log = dir_ + "/refused.log";
+  EXPECT_NE(
+      RunToCompletion({BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
+                       "--data_dir=" + dir_ + "/x",
+                       "--restore_from=" + dir_ + "/not_a_checkpoint"},
+                      log),
+      0);
+  EXPECT_NE(ReadFile(log).find("MANIFEST.json"), std::string::npos)
+      << ReadFile(log);
+  EXPECT_NE(
+      RunToCompletion(
+          {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
+           "--data_dir=" + dir_ + "/old0", "--restore_from=" + checkpoint},
+          log),
+      0);
+}
+
+// A client that pushes +1 to keys of its own table each step, as a worker
+// does: reporting its clock after each push and holding before a step at a
+// checkpoint's cut.
+class CountingWorker {
+ public:
+  CountingWorker(const std::vector<std::string>& servers, uint32_t id)
+      : id_(id), table_(absl::StrCat("steps_", id)) {
+    worker::ClientOptions options;
+    options.servers = servers;
+    client_ = worker::PsClient::Connect(options).value();
+    TableSpec spec = SgdTableSpec(table_, 1, 1.0f, InitializerSpec::ZEROS);
+    EXPECT_TRUE(client_->DeclareTable(spec).ok());
+    for (uint64_t k = 0; k < 200; ++k) keys_.push_back(k * 104729 + id);
+  }
+
+  void Start() {
+    thread_ = std::thread([this] {
+      const std::vector<float> minus_one(keys_.size(), -1.0f);
+      int64_t clock = 0;
+      while (!stop_) {
+        while (hold_at_ != 0 && clock >= hold_at_ && !stop_) {
+          Report(clock, false);
+          absl::SleepFor(absl::Milliseconds(5));
+        }
+        if (stop_) break;
+        const worker::PsClient::TableGradients push = {table_, keys_, minus_one,
+                                                       1};
+        if (!client_->Push({push}, id_, clock).ok()) return;
+        ++clock;
+        Report(clock, false);
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+      Report(clock, true);
+    });
+  }
+
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  ~CountingWorker() { Stop(); }
+
+  uint32_t id() const { return id_; }
+  const std::string& table() const { return table_; }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+
+ private:
+  void Report(int64_t clock, bool finished) {
+    ClockRequest request;
+    request.set_worker(id_);
+    request.set_incarnation(client_->incarnation());
+    request.set_clock(clock);
+    request.set_finished(finished);
+    request.set_lease_ms(5000);
+    auto response = client_->Clock(request);
+    if (response.ok()) hold_at_ = response->hold_at();
+  }
+
+  const uint32_t id_;
+  const std::string table_;
+  std::unique_ptr<worker::PsClient> client_;
+  std::vector<uint64_t> keys_;
+  std::atomic<int64_t> hold_at_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
+  auto shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::string data = dir_ + "/train.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=40000"},
+                            dir_ + "/gen.log"),
+            0);
+  // Two real workers training asynchronously, and two counting ones.
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    auto process = ChildProcess::Start(
+        {BinaryPath("worker/ps_worker"),
+         "--servers=" + absl::StrJoin(Addresses(shards), ","),
+         absl::StrCat("--worker_index=", w), "--num_workers=2",
+         "--train=" + data, "--staleness=async", "--batch_size=512",
+         "--hidden=16", "--embedding_dim=4", "--slow_step_ms=30",
+         absl::StrCat("--metrics_out=", dir_, "/w", w, ".json")},
+        false, absl::StrCat(dir_, "/w", w, ".log"));
+    ASSERT_TRUE(process.ok());
+    workers.push_back(std::move(process).value());
+  }
+  std::vector<std::unique_ptr<CountingWorker>> counters;
+  for (uint32_t id : {10u, 11u}) {
+    counters.push_back(std::make_unique<CountingWorker>(Addresses(shards), id));
+    counters.back()->Start();
+  }
+  absl::SleepFor(absl::Milliseconds(1500));
+  const std::string checkpoint = dir_ + "/checkpoint";
+  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
+                  dir_ + "/checkpoint.log"),
+            0)
+      << ReadFile(dir_ + "/checkpoint.log");
+  absl::SleepFor(absl::Milliseconds(300));  // they go on after the cut
+  for (auto& counter : counters) counter->Stop();
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(workers[w]->Wait(absl::Minutes(3)), 0)
+        << ReadFile(absl::StrCat(dir_, "/w", w, ".log"));
+  }
+  auto manifest = ReadManifest(checkpoint);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::printf(
+      "checkpoint at clock %lld: workers held %.3f s for the cut, "
+      "shards wrote their parts in %.3f s\n",
+      static_cast<long long>(manifest->cut()), manifest->hold_seconds(),
+      manifest->snapshot_seconds());
+  std::map<uint32_t, int64_t> clocks;
+  for (const auto& worker : manifest->workers()) {
+    clocks[worker.worker()] = worker.clock();
+    if (!worker.finished()) {
+      EXPECT_EQ(worker.clock(), manifest->cut())
+          << "worker " << worker.worker();
+    }
+  }
+  ASSERT_EQ(clocks.size(), 4u);
+  // Every counting worker's step is on both shards, or on neither: each of
+  // its keys (spread over the shards) counts exactly its clock.
+  auto restored =
+      StartShards(dir_, "restored", 1, {"--restore_from=" + checkpoint});
+  ASSERT_EQ(restored.size(), 1u);
+  auto stub = ParameterServer::NewStub(restored[0]->channel());
+  for (const auto& counter : counters) {
+    std::vector<float> counts;
+    ASSERT_TRUE(
+        PullRows(*stub, counter->table(), counter->keys(), &counts).ok());
+    EXPECT_GT(clocks[counter->id()], 5);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      ASSERT_EQ(counts[k], static_cast<float>(clocks[counter->id()]))
+          << "worker " << counter->id() << " key " << counter->keys()[k]
+          << " (shard " << ShardForKey(counter->keys()[k], 2) << ")";
+    }
+  }
+  // The real workers held at the cut and went on.
+  for (int w = 0; w < 2; ++w) {
+    const std::string metrics = ReadFile(absl::StrCat(dir_, "/w", w, ".json"));
+    EXPECT_GT(Metric(metrics, "examples"), 0) << metrics;
+  }
+}
+
+TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
+  auto shards = StartShards(dir_, "shard", 1);
+  ASSERT_EQ(shards.size(), 1u);
+  const std::string data = dir_ + "/train.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=20000"},
+                            dir_ + "/gen.log"),
+            0);
+  auto worker = ChildProcess::Start(
+      {BinaryPath("worker/ps_worker"), "--servers=" + shards[0]->address(),
+       "--train=" + data, "--batch_size=500", "--hidden=16",
+       "--embedding_dim=4", "--slow_step_ms=50",
+       "--metrics_out=" + dir_ + "/w.json"},
+      false, dir_ + "/w.log");
+  ASSERT_TRUE(worker.ok());
+  auto admin = Admin::NewStub(shards[0]->channel());
+  auto clock = [&] {
+    grpc::ClientContext context;
+    WorkerClocksResponse clocks;
+    admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
+    return clocks.workers_size() == 1 ? clocks.workers(0).clock() : -1;
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (clock() < 3 && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(10));
+  BeginCutResponse cut;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admin->BeginCut(&context, BeginCutRequest(), &cut).ok());
+  }
+  bool ready = false;
+  while (!ready && absl::Now() < give_up) {
+    grpc::ClientContext context;
+    CutStatusResponse status;
+    ASSERT_TRUE(admin->CutStatus(&context, CutStatusRequest(), &status).ok());
+    ready = status.ready();
+  }
+  ASSERT_TRUE(ready);
+  absl::SleepFor(absl::Seconds(1));  // 20 steps' time
+  EXPECT_EQ(clock(), cut.cut()) << "the worker went past the cut";
+  {
+    grpc::ClientContext context;
+    EndCutResponse ended;
+    ASSERT_TRUE(admin->EndCut(&context, EndCutRequest(), &ended).ok());
+  }
+  EXPECT_EQ((*worker)->Wait(absl::Minutes(2)), 0) << ReadFile(dir_ + "/w.log");
+  const std::string metrics = ReadFile(dir_ + "/w.json");
+  EXPECT_EQ(Metric(metrics, "examples"), 20000) << metrics;
+  EXPECT_GT(Metric(metrics, "cut_hold_seconds"), 0.9) << metrics;
+}
+
+// Trains on `data` with `workers` workers against `shards`; returns each
+// worker's metrics.
+std::vector<std::string> Train(
+    const std::vector<std::unique_ptr<ServerProcess>>& shards, int workers,
+    const std::string& data, const std::string& test, const std::string& tag,
+    const std::string& dir, const std::vector<std::string>& extra) {
+  std::vector<std::unique_ptr<ChildProcess>> processes;
+  for (int w = 0; w < workers; ++w) {
+    std::vector<std::string> argv = {
+        BinaryPath("worker/ps_worker"),
+        "--servers=" + absl::StrJoin(Addresses(shards), ","),
+        absl::StrCat("--worker_index=", w),
+        absl::StrCat("--num_workers=", workers),
+        "--train=" + data,
+        "--test=" + test,
+        "--staleness=0",
+        "--batch_size=1000",
+        "--hidden=32,16",
+        "--embedding_dim=4",
+        absl::StrCat("--metrics_out=", dir, "/", tag, w, ".json")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto process = ChildProcess::Start(argv, false,
+                                       absl::StrCat(dir, "/", tag, w, ".log"));
+    EXPECT_TRUE(process.ok());
+    processes.push_back(std::move(process).value());
+  }
+  std::vector<std::string> metrics;
+  for (int w = 0; w < workers; ++w) {
+    EXPECT_EQ(processes[w]->Wait(absl::Minutes(5)), 0)
+        << ReadFile(absl::StrCat(dir, "/", tag, w, ".log"));
+    metrics.push_back(ReadFile(absl::StrCat(dir, "/", tag, w, ".json")));
+  }
+  return metrics;
+}
+
+TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
+  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=40000"},
+                            dir_ + "/gen.log"),
+            0);
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
+                             "--lines=10000", "--sample_seed=2"},
+                            dir_ + "/gen.log"),
+            0);
+  // One worker, 40 steps straight.
+  double straight_auc = 0, straight_logloss = 0;
+  {
+    auto shards = StartShards(dir_, "straight", 1);
+    const auto metrics = Train(shards, 1, data, test, "straight", dir_, {});
+    straight_auc = Metric(metrics[0], "test_auc");
+    straight_logloss = Metric(metrics[0], "test_logloss");
+  }
+  // The same with a checkpoint every 15 steps; then every process is gone
+  // and training resumes from the first checkpoint on a restored shard.
+  const std::string checkpoints = dir_ + "/checkpoints";
+  {
+    auto shards = StartShards(dir_, "first", 1);
+    const auto metrics =
+        Train(shards, 1, data, test, "first", dir_,
+              {"--checkpoint_every_steps=15", "--checkpoint_dir=" + checkpoints,
+               "--checkpoints_to_keep=0"});
+    EXPECT_EQ(Metric(metrics[0], "checkpoints"), 2) << metrics[0];
+    // Holding at the cuts changes nothing.
+    EXPECT_DOUBLE_EQ(Metric(metrics[0], "test_auc"), straight_auc);
+    EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  }
+  const std::string first = checkpoints + "/ckpt-0000000015";
+  auto manifest = ReadManifest(first);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_GE(manifest->cut(), 15);
+  // ps_admin checkpoints lists both (its table goes to stdout).
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       BinaryPath("server/ps_admin") + " --dir=" + checkpoints +
+                           " checkpoints > " + dir_ + "/list.txt"},
+                      dir_ + "/list.log"),
+      0);
+  const std::string list = ReadFile(dir_ + "/list.txt");
+  EXPECT_NE(list.find("ckpt-0000000015"), std::string::npos) << list;
+  EXPECT_NE(list.find("ckpt-0000000030"), std::string::npos) << list;
+  double resumed_auc = 0, resumed_logloss = 0;
+  {
+    auto shards = StartShards(dir_, "resumed", 1, {"--restore_from=" + first});
+    const auto metrics = Train(shards, 1, data, test, "resumed", dir_,
+                               {"--resume_from=" + first});
+    resumed_auc = Metric(metrics[0], "test_auc");
+    resumed_logloss = Metric(metrics[0], "test_logloss");
+    EXPECT_EQ(Metric(metrics[0], "first_step"), manifest->cut());
+    EXPECT_EQ(Metric(metrics[0], "examples"),
+              40000 - manifest->workers(0).examples());
+  }
+  std::printf(
+      "straight: AUC %.6f logloss %.6f; resumed from clock %lld: AUC "
+      "%.6f logloss %.6f\n",
+      straight_auc, straight_logloss, static_cast<long long>(manifest->cut()),
+      resumed_auc, resumed_logloss);
+  EXPECT_DOUBLE_EQ(resumed_auc, straight_auc);
+  EXPECT_DOUBLE_EQ(resumed_logloss, straight_logloss);
+}
+
+TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
+  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=40000"},
+                            dir_ + "/gen.log"),
+            0);
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
+                             "--lines=10000", "--sample_seed=2"},
+                            dir_ + "/gen.log"),
+            0);
+  double straight_auc = 0;
+  {
+    auto shards = StartShards(dir_, "straight", 2);
+    straight_auc = Metric(Train(shards, 2, data, test, "straight", dir_, {})[0],
+                          "test_auc");
+  }
+  const std::string checkpoints = dir_ + "/checkpoints";
+  {
+    auto shards = StartShards(dir_, "first", 2);
+    Train(shards, 2, data, test, "first", dir_,
+          {"--checkpoint_every_steps=8", "--checkpoint_dir=" + checkpoints,
+           "--checkpoints_to_keep=1"});
+  }
+  const std::string last = checkpoints + "/ckpt-0000000016";
+  ASSERT_TRUE(ReadManifest(last).ok());
+  EXPECT_FALSE(std::filesystem::exists(checkpoints + "/ckpt-0000000008"))
+      << "--checkpoints_to_keep=1 kept an older one";
+  auto shards = StartShards(dir_, "resumed", 3, {"--restore_from=" + last});
+  const double resumed_auc = Metric(Train(shards, 2, data, test, "resumed",
+                                          dir_, {"--resume_from=" + last})[0],
+                                    "test_auc");
+  std::printf("two workers: straight AUC %.4f, resumed on 3 shards %.4f\n",
+              straight_auc, resumed_auc);
+  EXPECT_NEAR(resumed_auc, straight_auc, 0.002);
+}
+
+}  // namespace
+}  // namespace ps::testing

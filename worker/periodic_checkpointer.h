@@ -1,0 +1,72 @@
+// File: worker/periodic_checkpointer.h
+//
+// PeriodicCheckpointer takes the cluster's checkpoints for one worker
+// (worker 0 under ps_worker --checkpoint_every_steps): Request(clock) asks
+// for one and returns at once; a thread of its own takes it into
+// DIR/ckpt-<clock>/ (base/checkpoint_client.h: every live worker holds at
+// the cut, this one included, so it must never wait inside the training
+// loop) and then keeps the newest `keep` checkpoints of DIR. A request made
+// while one is being taken is dropped. A failed checkpoint is logged and
+// training goes on.
+//
+// Thread-safe. Stop() (or the destructor) waits for the one in progress.
+
+#ifndef PS_WORKER_PERIODIC_CHECKPOINTER_H_
+#define PS_WORKER_PERIODIC_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "base/checkpoint_client.h"
+
+namespace ps::worker {
+
+class PeriodicCheckpointer {
+ public:
+  // `options` says how to reach the cluster; its dir is the parent of the
+  // checkpoints. `keep`: checkpoints kept (0: all).
+  PeriodicCheckpointer(const CheckpointOptions& options, int keep);
+  ~PeriodicCheckpointer();
+
+  PeriodicCheckpointer(const PeriodicCheckpointer&) = delete;
+  PeriodicCheckpointer& operator=(const PeriodicCheckpointer&) = delete;
+
+  // Asks for a checkpoint (named after `clock`), unless one is being taken.
+  void Request(int64_t clock);
+
+  // Waits for the checkpoint in progress, then stops.
+  void Stop();
+
+  struct Stats {
+    int taken = 0;
+    int failed = 0;
+    // Summed over the checkpoints taken.
+    double hold_seconds = 0;
+    double snapshot_seconds = 0;
+    std::string last_dir;
+  };
+  Stats stats();
+
+ private:
+  void Loop();
+  // Deletes all but the newest `keep_` finished checkpoints of the parent
+  // dir, and unfinished ones older than the newest finished one.
+  void Prune();
+
+  const CheckpointOptions options_;
+  const int keep_;
+  absl::Mutex mu_;
+  int64_t requested_ ABSL_GUARDED_BY(mu_) = -1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// The name of the checkpoint taken at `clock`: ckpt-<clock, 10 digits>.
+std::string CheckpointName(int64_t clock);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_PERIODIC_CHECKPOINTER_H_
