@@ -26,7 +26,11 @@ bash deploy/setup.sh >/dev/null
 bazel build //server:ps_server //tests/bench:load_bench 2>&1 | tail -1
 work=$(mktemp -d /tmp/load_bench.XXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 addresses=()
