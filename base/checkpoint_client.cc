@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/routing.h"
+#include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
@@ -84,8 +86,81 @@ class Progress {
   const absl::Time start_ = absl::Now();
 };
 
+// A cut every live worker holds at (see the file comment).
+struct Cut {
+  int64_t cut = 0;
+  double hold_seconds = 0;
+  // The last status: every worker's clock and examples.
+  CutStatusResponse status;
+};
+
+// Ends the cut when it goes out of scope, whatever happened, if this
+// client began it (`began`).
+struct CutEnder {
+  AdminClients& clients;
+  bool began = false;
+  ~CutEnder() {
+    if (!began) return;
+    EndCutResponse ended;
+    clients.coordinator()
+        .EndCut(clients.Context(absl::Seconds(30)).get(), EndCutRequest(),
+                &ended)
+        .ok();
+  }
+};
+
+// Begins a cut (arming `ender`, which ends it) and waits until every live
+// worker holds at it.
+absl::StatusOr<Cut> HoldCut(AdminClients& clients,
+                            const CheckpointOptions& options,
+                            Progress& progress, CutEnder& ender) {
+  const absl::Duration call = absl::Seconds(30);
+  const absl::Time hold_start = absl::Now();
+  BeginCutRequest begin;
+  begin.set_lease_ms(30000);
+  BeginCutResponse begun;
+  RETURN_IF_ERROR(FromGrpc(clients.coordinator().BeginCut(
+                               clients.Context(call).get(), begin, &begun),
+                           "starting the cut"));
+  ender.began = true;
+  Cut cut;
+  cut.cut = begun.cut();
+  absl::Duration pause = absl::Milliseconds(5);
+  while (true) {
+    cut.status.Clear();
+    RETURN_IF_ERROR(FromGrpc(
+        clients.coordinator().CutStatus(clients.Context(call).get(),
+                                        CutStatusRequest(), &cut.status),
+        "asking for the cut"));
+    if (cut.status.cut() != cut.cut) {
+      return absl::AbortedError(absl::StrCat(
+          "the cut at clock ", cut.cut,
+          " ended before every worker reached it (its lease ran out, or the "
+          "coordinator restarted)"));
+    }
+    if (cut.status.ready()) break;
+    std::vector<std::string> behind;
+    for (const auto& worker : cut.status.workers()) {
+      if (worker.live() && worker.clock() < cut.cut)
+        behind.push_back(absl::StrCat(worker.worker(), " at ", worker.clock()));
+    }
+    if (absl::Now() - hold_start > options.hold_timeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("workers did not reach the cut at clock ", cut.cut,
+                       " within ", absl::FormatDuration(options.hold_timeout),
+                       "; still behind: ", absl::StrJoin(behind, ", ")));
+    }
+    progress.Say(absl::StrCat("waiting for workers to reach clock ", cut.cut,
+                              ": ", absl::StrJoin(behind, ", ")));
+    absl::SleepFor(pause);
+    pause = std::min(2 * pause, absl::Milliseconds(100));
+  }
+  cut.hold_seconds = absl::ToDoubleSeconds(absl::Now() - hold_start);
+  return cut;
+}
+
 absl::Status WriteManifest(const std::string& dir,
-                           const CheckpointManifest& manifest) {
+                           const google::protobuf::Message& manifest) {
   std::string json;
   google::protobuf::util::JsonPrintOptions print;
   print.add_whitespace = true;
@@ -108,25 +183,32 @@ absl::Status WriteManifest(const std::string& dir,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+// Reads DIR/MANIFEST.json into `manifest`.
+absl::Status ReadJson(const std::string& dir,
+                      google::protobuf::Message* manifest) {
   std::ifstream file(dir + kManifest);
   if (!file) {
     return absl::NotFoundError(absl::StrCat(
         dir,
-        " holds no MANIFEST.json: not a checkpoint, or one that was "
-        "not finished"));
+        " holds no MANIFEST.json: not a checkpoint or export, or one "
+        "that was not finished"));
   }
   std::stringstream json;
   json << file.rdbuf();
-  CheckpointManifest manifest;
   google::protobuf::util::JsonParseOptions parse;
   parse.ignore_unknown_fields = true;
-  if (!google::protobuf::util::JsonStringToMessage(json.str(), &manifest, parse)
+  if (!google::protobuf::util::JsonStringToMessage(json.str(), manifest, parse)
            .ok()) {
     return absl::DataLossError(absl::StrCat(dir, kManifest, " does not parse"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+  CheckpointManifest manifest;
+  RETURN_IF_ERROR(ReadJson(dir, &manifest));
   if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
       manifest.shards_size() != static_cast<int>(manifest.num_shards())) {
     return absl::DataLossError(absl::StrCat(
@@ -155,69 +237,10 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   absl::StatusOr<AdminClients> clients = AdminClients::Connect(options);
   if (!clients.ok()) return clients.status();
   Progress progress(options.progress);
-  const absl::Duration call = absl::Seconds(30);
 
-  // 1. The cut.
-  const absl::Time hold_start = absl::Now();
-  BeginCutRequest begin;
-  begin.set_lease_ms(30000);
-  BeginCutResponse cut;
-  if (absl::Status begun =
-          FromGrpc(clients->coordinator().BeginCut(clients->Context(call).get(),
-                                                   begin, &cut),
-                   "starting the cut");
-      !begun.ok()) {
-    return begun;
-  }
-  // From here on the cut ends whatever happens.
-  struct EndCut {
-    AdminClients& clients;
-    ~EndCut() {
-      EndCutResponse ended;
-      clients.coordinator()
-          .EndCut(clients.Context(absl::Seconds(30)).get(), EndCutRequest(),
-                  &ended)
-          .ok();
-    }
-  } end_cut{*clients};
-
-  // 2. Every live worker at the cut.
-  CutStatusResponse status;
-  absl::Duration pause = absl::Milliseconds(5);
-  while (true) {
-    status.Clear();
-    if (absl::Status asked = FromGrpc(
-            clients->coordinator().CutStatus(clients->Context(call).get(),
-                                             CutStatusRequest(), &status),
-            "asking for the cut");
-        !asked.ok()) {
-      return asked;
-    }
-    if (status.cut() != cut.cut()) {
-      return absl::AbortedError(absl::StrCat(
-          "the cut at clock ", cut.cut(),
-          " ended before every worker reached it (its lease ran out, or the "
-          "coordinator restarted)"));
-    }
-    if (status.ready()) break;
-    std::vector<std::string> behind;
-    for (const auto& worker : status.workers()) {
-      if (worker.live() && worker.clock() < cut.cut())
-        behind.push_back(absl::StrCat(worker.worker(), " at ", worker.clock()));
-    }
-    if (absl::Now() - hold_start > options.hold_timeout) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("workers did not reach the cut at clock ", cut.cut(),
-                       " within ", absl::FormatDuration(options.hold_timeout),
-                       "; still behind: ", absl::StrJoin(behind, ", ")));
-    }
-    progress.Say(absl::StrCat("waiting for workers to reach clock ", cut.cut(),
-                              ": ", absl::StrJoin(behind, ", ")));
-    absl::SleepFor(pause);
-    pause = std::min(2 * pause, absl::Milliseconds(100));
-  }
-  const double hold_seconds = absl::ToDoubleSeconds(absl::Now() - hold_start);
-
+  CutEnder end_cut{*clients};
+  ASSIGN_OR_RETURN(const Cut cut,
+                   HoldCut(*clients, options, progress, end_cut));
   // 3. Every shard's part, at once.
   const absl::Time snapshot_start = absl::Now();
   progress.Say("every worker holds; writing the shards' parts");
@@ -248,7 +271,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   manifest.set_format_version(1);
   manifest.set_created_at(
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
-  manifest.set_cut(cut.cut());
+  manifest.set_cut(cut.cut);
   manifest.set_routing_version(kRoutingVersion);
   manifest.set_num_shards(static_cast<uint32_t>(shards));
   for (size_t i = 0; i < shards; ++i) {
@@ -275,20 +298,164 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     shard->set_bytes(part.bytes());
   }
   *manifest.mutable_tables() = parts[0].tables();
-  for (const auto& worker : status.workers()) {
+  for (const auto& worker : cut.status.workers()) {
     CheckpointManifest::Worker* entry = manifest.add_workers();
     entry->set_worker(worker.worker());
     entry->set_clock(worker.clock());
     entry->set_examples(worker.examples());
     entry->set_finished(worker.finished());
   }
-  manifest.set_hold_seconds(hold_seconds);
+  manifest.set_hold_seconds(cut.hold_seconds);
   manifest.set_snapshot_seconds(
       absl::ToDoubleSeconds(absl::Now() - snapshot_start));
   if (absl::Status written = WriteManifest(options.dir, manifest);
       !written.ok()) {
     return written;
   }
+  progress.Say("done");
+  return manifest;
+}
+
+absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
+  ExportManifest manifest;
+  RETURN_IF_ERROR(ReadJson(dir, &manifest));
+  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
+      !manifest.has_model()) {
+    return absl::DataLossError(
+        absl::StrCat(dir, kManifest, " is not an export this version reads"));
+  }
+  for (const auto& table : manifest.tables()) {
+    if (table.parts_size() != static_cast<int>(manifest.num_shards())) {
+      return absl::DataLossError(absl::StrCat(
+          dir, kManifest, ": table ", table.spec().name(), " has ",
+          table.parts_size(), " parts for ", manifest.num_shards(), " shards"));
+    }
+  }
+  return manifest;
+}
+
+absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
+  const CheckpointOptions& cluster = options.cluster;
+  if (cluster.servers.empty() || cluster.dir.empty()) {
+    return absl::InvalidArgumentError("an export needs shards and a dir");
+  }
+  if (std::filesystem::exists(cluster.dir + kManifest)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(cluster.dir, " holds an export already"));
+  }
+  ASSIGN_OR_RETURN(AdminClients clients, AdminClients::Connect(cluster));
+  // The model's card and tables, from shard 0's specs.
+  ListTablesResponse listed;
+  RETURN_IF_ERROR(FromGrpc(
+      clients.shard(0).ListTables(clients.Context(absl::Seconds(30)).get(),
+                                  ListTablesRequest(), &listed),
+      "listing the tables"));
+  std::map<std::string, ModelCard> models;  // by name
+  for (const TableInfo& table : listed.tables()) {
+    if (!table.spec().has_model()) continue;
+    const std::string& wide = table.spec().model().wide_table();
+    models[wide.substr(0, wide.rfind(".wide"))] = table.spec().model();
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, card] : models) names.push_back(name);
+  if (models.empty()) {
+    return absl::NotFoundError(
+        "the cluster holds no model a ps_worker declared (with a model card)");
+  }
+  std::string name = options.model;
+  if (name.empty()) {
+    if (models.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the cluster holds several models (",
+                       absl::StrJoin(names, ", "), "): name one"));
+    }
+    name = models.begin()->first;
+  }
+  auto model = models.find(name);
+  if (model == models.end()) {
+    return absl::NotFoundError(absl::StrCat("no model ", name, "; there are ",
+                                            absl::StrJoin(names, ", ")));
+  }
+  const ModelCard& card = model->second;
+  std::vector<std::string> tables;
+  if (!card.embedding_table().empty()) tables.push_back(card.embedding_table());
+  tables.push_back(card.wide_table());
+  for (const std::string& dense : card.dense_tables()) tables.push_back(dense);
+
+  std::error_code error;
+  std::filesystem::create_directories(cluster.dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", cluster.dir, ": ", error.message()));
+  }
+  Progress progress(cluster.progress);
+  CutEnder end_cut{clients};
+  ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
+  const absl::Time export_start = absl::Now();
+  progress.Say("every worker holds; the shards write the model's weights");
+  const size_t shards = cluster.servers.size();
+  std::vector<ExportShardResponse> parts(shards);
+  std::vector<absl::Status> results(shards);
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < shards; ++i) {
+      threads.emplace_back([&, i] {
+        ExportShardRequest request;
+        request.set_dir(cluster.dir);
+        for (const std::string& table : tables) request.add_tables(table);
+        request.set_format(options.fp16 ? ExportManifest::FP16
+                                        : ExportManifest::FP32);
+        results[i] = FromGrpc(
+            clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
+                                         request, &parts[i]),
+            absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+  for (const absl::Status& result : results) RETURN_IF_ERROR(result);
+
+  ExportManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_created_at(
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  manifest.set_cut(cut.cut);
+  manifest.set_routing_version(kRoutingVersion);
+  manifest.set_num_shards(static_cast<uint32_t>(shards));
+  *manifest.mutable_model() = card;
+  manifest.set_format(options.fp16 ? ExportManifest::FP16
+                                   : ExportManifest::FP32);
+  for (size_t i = 0; i < shards; ++i) {
+    if (parts[i].shard_index() != i || parts[i].num_shards() != shards) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(cluster.servers[i], " is shard ", parts[i].shard_index(),
+                       " of ", parts[i].num_shards(), ", not shard ", i, " of ",
+                       shards, ": give --servers in shard order"));
+    }
+  }
+  for (const std::string& table : tables) {
+    ExportManifest::Table* entry = manifest.add_tables();
+    for (const TableInfo& info : listed.tables()) {
+      if (info.spec().name() == table) *entry->mutable_spec() = info.spec();
+    }
+    for (size_t i = 0; i < shards; ++i) {
+      std::string relative;
+      for (const auto& written : parts[i].tables()) {
+        if (written.name() != table) continue;
+        if (!written.path().empty()) {
+          relative =
+              std::filesystem::relative(written.path(), cluster.dir).string();
+        }
+        entry->set_rows(entry->rows() + written.rows());
+        entry->set_bytes(entry->bytes() + written.bytes());
+      }
+      entry->add_parts(relative);
+    }
+  }
+  manifest.set_hold_seconds(cut.hold_seconds);
+  manifest.set_export_seconds(
+      absl::ToDoubleSeconds(absl::Now() - export_start));
+  RETURN_IF_ERROR(WriteManifest(cluster.dir, manifest));
   progress.Say("done");
   return manifest;
 }

@@ -1,7 +1,8 @@
 // File: base/checkpoint_client.h
 //
-// Takes a consistent checkpoint of a running cluster (ps_admin checkpoint,
-// ps_worker --checkpoint_every_steps) and reads one back (restore, resume):
+// Takes a consistent checkpoint (ps_admin checkpoint, ps_worker
+// --checkpoint_every_steps) or export (ps_admin export) of a running
+// cluster, and reads their manifests back (restore, resume, ps_predict):
 //
 //   1. BeginCut on the coordinator: every live worker stops before pushing
 //      step `cut` and finishes the steps before it (admin.proto).
@@ -52,6 +53,27 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
 // The manifest of the checkpoint in `dir`. NOT_FOUND without one (an
 // unfinished checkpoint, or none), DATA_LOSS for one that does not parse.
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
+
+// An export: one model's weights at one cut, for serving (ExportManifest in
+// proto/checkpoint.proto). The same cut as a checkpoint's, then every shard
+// writes the model's tables' weights, then DIR/MANIFEST.json.
+struct ExportOptions {
+  // The cluster, and the export's directory.
+  CheckpointOptions cluster;
+  // The model: the name its tables start with ("wide_deep" for
+  // wide_deep.embedding, ...). Default (empty): the only model there is.
+  std::string model;
+  // Weights as IEEE half instead of float32. Default: false.
+  bool fp16 = false;
+};
+
+// NOT_FOUND when the cluster holds no such model (or none with the model
+// card ps_worker declares), INVALID_ARGUMENT when there are several and
+// none was named; otherwise as TakeCheckpoint().
+absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options);
+
+// The manifest of the export in `dir` (see ReadManifest()).
+absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
 
 }  // namespace ps
 

@@ -4,14 +4,17 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/half.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "rocksdb/sst_file_writer.h"
 
 namespace ps::embedding {
 namespace {
@@ -188,8 +191,12 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   absl::MutexLock lock(&tables_mu_);
   auto existing = tables_by_name_.find(spec.name());
   if (existing != tables_by_name_.end()) {
+    // A table declared before model cards existed matches one declared
+    // with a card (and keeps its spec).
+    TableSpec comparable = spec;
+    if (!existing->second->spec.has_model()) comparable.clear_model();
     if (google::protobuf::util::MessageDifferencer::Equals(
-            existing->second->spec, spec)) {
+            existing->second->spec, comparable)) {
       return false;
     }
     return absl::AlreadyExistsError(absl::StrCat(
@@ -959,6 +966,75 @@ absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
   absl::WriterMutexLock gate(&push_gate_);
   RETURN_IF_ERROR(Flush());
   return rocks_->CreateCheckpoint(dir);
+}
+
+absl::Status EmbeddingStore::Export(std::vector<ExportTarget>* targets,
+                                    bool half) {
+  std::vector<const Table*> tables;
+  for (const ExportTarget& target : *targets) {
+    ASSIGN_OR_RETURN(const Table* table, FindTable(target.table));
+    tables.push_back(table);
+  }
+  std::unique_ptr<RocksStore::Snapshot> snapshot;
+  {
+    absl::WriterMutexLock gate(&push_gate_);
+    RETURN_IF_ERROR(Flush());
+    snapshot = rocks_->GetSnapshot();
+  }
+  std::vector<float> row;
+  std::string value;
+  for (size_t t = 0; t < targets->size(); ++t) {
+    ExportTarget& target = (*targets)[t];
+    const Table& table = *tables[t];
+    row.resize(table.row_floats);
+    std::unique_ptr<rocksdb::SstFileWriter> writer;
+    auto write = [&](uint64_t key, absl::string_view stored) -> absl::Status {
+      LogPosition position;
+      RETURN_IF_ERROR(
+          RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position));
+      value.clear();
+      for (int d = 0; d < table.dim; ++d) {
+        if (half) {
+          const uint16_t h = FloatToHalf(row[d]);
+          value.append(reinterpret_cast<const char*>(&h), sizeof(h));
+        } else {
+          value.append(reinterpret_cast<const char*>(&row[d]), sizeof(float));
+        }
+      }
+      if (writer == nullptr) {
+        std::error_code error;
+        std::filesystem::create_directories(
+            std::filesystem::path(target.path).parent_path(), error);
+        writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
+                                                          rocksdb::Options());
+        rocksdb::Status opened = writer->Open(target.path);
+        if (!opened.ok()) {
+          return absl::InternalError(
+              absl::StrCat("creating ", target.path, ": ", opened.ToString()));
+        }
+      }
+      rocksdb::Status put = writer->Put(
+          rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key)),
+          value);
+      if (!put.ok()) {
+        return absl::InternalError(
+            absl::StrCat("writing ", target.path, ": ", put.ToString()));
+      }
+      ++target.rows;
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(rocks_->Scan(table.id, *snapshot, write));
+    if (writer != nullptr) {
+      rocksdb::ExternalSstFileInfo info;
+      rocksdb::Status finished = writer->Finish(&info);
+      if (!finished.ok()) {
+        return absl::InternalError(
+            absl::StrCat("finishing ", target.path, ": ", finished.ToString()));
+      }
+      target.bytes = info.file_size;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingStore::Flush() {

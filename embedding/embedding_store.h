@@ -71,7 +71,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "embedding/initializer.h"
+#include "base/initializer.h"
 #include "embedding/optimizer.h"
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
@@ -219,6 +219,21 @@ class EmbeddingStore {
   // `dir` (which must not exist): every push acknowledged before the call
   // and none that was not. Pushes wait meanwhile; pulls go on.
   absl::Status Checkpoint(const std::string& dir);
+
+  // Exports the weights (no optimizer state) of tables as of the call into
+  // one RocksDB SST file each: the key as 8 little-endian bytes, the row's
+  // `dim` values as float32 or IEEE half (`half`). Pushes wait while dirty
+  // rows are written back; the files are written from a snapshot after.
+  struct ExportTarget {
+    std::string table;
+    // The file to write; none is written for a table with no stored row.
+    std::string path;
+    // Filled in: rows and bytes written.
+    uint64_t rows = 0;
+    uint64_t bytes = 0;
+  };
+  // NOT_FOUND for an unknown table.
+  absl::Status Export(std::vector<ExportTarget>* targets, bool half);
 
   std::vector<TableStats> ListTables();
   StoreStats Stats();

@@ -438,4 +438,34 @@ absl::Status RocksStore::CreateCheckpoint(const std::string& dir) {
                    absl::StrCat("writing a checkpoint to ", dir));
 }
 
+std::unique_ptr<RocksStore::Snapshot> RocksStore::GetSnapshot() {
+  return std::unique_ptr<Snapshot>(new Snapshot(db_.get(), db_->GetSnapshot()));
+}
+
+absl::Status RocksStore::Scan(
+    TableId table, const Snapshot& snapshot,
+    const std::function<absl::Status(uint64_t, absl::string_view)>& fn) {
+  rocksdb::ReadOptions options;
+  options.snapshot = snapshot.snapshot_;
+  // A scan reads every block once: do not push the hot rows out of the
+  // block cache.
+  options.fill_cache = false;
+  // The families' memtables are hashed by key (a prefix extractor): only a
+  // total-order iterator walks every row.
+  options.total_order_seek = true;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(options, Handle(table)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != sizeof(uint64_t)) {
+      return absl::DataLossError(
+          absl::StrCat("a key of ", it->key().size(), " bytes"));
+    }
+    uint64_t key = 0;
+    std::memcpy(&key, it->key().data(), sizeof(key));
+    RETURN_IF_ERROR(
+        fn(key, absl::string_view(it->value().data(), it->value().size())));
+  }
+  return FromRocks(it->status(), "scanning a table");
+}
+
 }  // namespace ps::embedding

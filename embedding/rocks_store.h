@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,6 +135,30 @@ class RocksStore {
 
   // Makes the WAL durable on disk (used at shutdown).
   absl::Status SyncWal();
+
+  // A consistent view of every table as of the moment it was taken; owns a
+  // RocksDB snapshot, released at destruction. Must not outlive the store.
+  class Snapshot {
+   public:
+    ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+    Snapshot(const Snapshot&) = delete;
+    Snapshot& operator=(const Snapshot&) = delete;
+
+   private:
+    friend class RocksStore;
+    Snapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot)
+        : db_(db), snapshot_(snapshot) {}
+    rocksdb::DB* const db_;
+    const rocksdb::Snapshot* const snapshot_;
+  };
+  std::unique_ptr<Snapshot> GetSnapshot();
+
+  // Calls fn(key, stored value) for every row of `table` as of `snapshot`,
+  // in the order of the keys' bytes; stops at the first error fn returns.
+  absl::Status Scan(
+      TableId table, const Snapshot& snapshot,
+      const std::function<absl::Status(uint64_t key, absl::string_view value)>&
+          fn);
 
   // Writes a consistent copy of the database into `dir` (RocksDB's
   // Checkpoint: files hard-linked where the file system allows, memtables

@@ -215,4 +215,42 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* AdminService::ExportShard(
+    grpc::CallbackServerContext* context, const ExportShardRequest* request,
+    ExportShardResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok() && (request->dir().empty() || request->tables().empty())) {
+    status = absl::InvalidArgumentError("an export needs a dir and tables");
+  }
+  if (status.ok()) {
+    const absl::Time start = absl::Now();
+    std::vector<embedding::EmbeddingStore::ExportTarget> targets;
+    for (const std::string& table : request->tables()) {
+      embedding::EmbeddingStore::ExportTarget target;
+      target.table = table;
+      target.path = absl::StrCat(request->dir(), "/", table, "/part-",
+                                 options_.shard_index, "-of-",
+                                 options_.num_shards, ".sst");
+      targets.push_back(std::move(target));
+    }
+    status =
+        store_->Export(&targets, request->format() == ExportManifest::FP16);
+    if (status.ok()) {
+      for (const auto& target : targets) {
+        ExportShardResponse::Table* table = response->add_tables();
+        table->set_name(target.table);
+        if (target.rows > 0) table->set_path(target.path);
+        table->set_rows(target.rows);
+        table->set_bytes(target.bytes);
+      }
+      response->set_shard_index(options_.shard_index);
+      response->set_num_shards(options_.num_shards);
+      response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 }  // namespace ps::server

@@ -72,6 +72,9 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* SnapshotShard(
       grpc::CallbackServerContext* context, const SnapshotShardRequest* request,
       SnapshotShardResponse* response) override;
+  grpc::ServerUnaryReactor* ExportShard(grpc::CallbackServerContext* context,
+                                        const ExportShardRequest* request,
+                                        ExportShardResponse* response) override;
 
  private:
   // OK when `context` may change state: no token is set, or it carries it.

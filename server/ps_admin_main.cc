@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, dir, "",
           "For `checkpoint`: the directory to write (a path on the shards' "
           "file system); for `checkpoints`: a checkpoint or a directory of "
           "them.");
+ABSL_FLAG(std::string, model, "",
+          "For `export`: the model (its tables' prefix, e.g. wide_deep); "
+          "default: the only one.");
+ABSL_FLAG(std::string, format, "fp32",
+          "For `export`: the weights as fp32 or fp16.");
 ABSL_FLAG(std::string, coordinator, "",
           "The coordinator shard, if not the first of --servers.");
 ABSL_FLAG(std::string, token_file, "",
@@ -188,6 +193,39 @@ int Checkpoint(const std::vector<std::string>& servers,
   return 0;
 }
 
+// `export`: one model's weights at one cut, for serving.
+int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
+  ps::ExportOptions options;
+  options.cluster.servers = servers;
+  options.cluster.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.cluster.dir = absl::GetFlag(FLAGS_dir);
+  options.cluster.tls = tls;
+  options.cluster.token = Token();
+  options.cluster.progress = true;
+  options.model = absl::GetFlag(FLAGS_model);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "fp32" && format != "fp16")
+    return Fail("--format must be fp32 or fp16, not " + format);
+  options.fp16 = format == "fp16";
+  absl::StatusOr<ps::ExportManifest> manifest = ps::TakeExport(options);
+  if (!manifest.ok()) return Fail(manifest.status().ToString());
+  uint64_t rows = 0, bytes = 0;
+  for (const auto& table : manifest->tables()) {
+    rows += table.rows();
+    bytes += table.bytes();
+  }
+  std::printf(
+      "exported %s at clock %lld into %s: %zu tables, %llu rows, %llu bytes "
+      "(%s); workers held %.3f s for the cut, the shards wrote in %.3f s\n",
+      manifest->model().wide_table().c_str(),
+      static_cast<long long>(manifest->cut()), options.cluster.dir.c_str(),
+      static_cast<size_t>(manifest->tables_size()),
+      static_cast<unsigned long long>(rows),
+      static_cast<unsigned long long>(bytes), format.c_str(),
+      manifest->hold_seconds(), manifest->export_seconds());
+  return 0;
+}
+
 // `checkpoints`: the checkpoint in --dir, or those in its subdirectories.
 int ListCheckpoints() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
@@ -224,23 +262,26 @@ int main(int argc, char** argv) {
       "--table and --key; clocks is answered by the coordinator shard (shard "
       "0 by default); drain stops each shard as SIGTERM does; checkpoint "
       "--dir=DIR takes a consistent checkpoint of every shard in --servers "
-      "(in shard order); checkpoints --dir=DIR lists them. Calls that change "
+      "(in shard order); checkpoints --dir=DIR lists them; export --dir=DIR "
+      "[--format=fp16] [--model=NAME] writes one model's weights for "
+      "ps_predict. Calls that change "
       "a shard need --token_file when the shards have --admin_token_file.");
   std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
   if (commands.size() != 2) {
     return Fail(
-        "give one command: tables, stats, row, clocks, drain, checkpoint or "
-        "checkpoints");
+        "give one command: tables, stats, row, clocks, drain, checkpoint, "
+        "checkpoints or export");
   }
   const std::string command = commands[1];
   if (command != "tables" && command != "stats" && command != "row" &&
       command != "clocks" && command != "drain" && command != "checkpoint" &&
-      command != "checkpoints") {
+      command != "checkpoints" && command != "export") {
     return Fail("unknown command '" + command +
-                "': use tables, stats, row, clocks, drain, checkpoint or "
-                "checkpoints");
+                "': use tables, stats, row, clocks, drain, checkpoint, "
+                "checkpoints or export");
   }
-  if ((command == "checkpoint" || command == "checkpoints") &&
+  if ((command == "checkpoint" || command == "checkpoints" ||
+       command == "export") &&
       absl::GetFlag(FLAGS_dir).empty()) {
     return Fail(command + " needs --dir");
   }
@@ -269,6 +310,7 @@ int main(int argc, char** argv) {
     }
   }
   if (command == "checkpoint") return Checkpoint(servers, tls);
+  if (command == "export") return Export(servers, tls);
   int failures = 0;
   for (const std::string& server : servers) {
     if (servers.size() > 1) std::printf("== %s\n", server.c_str());

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -549,6 +550,64 @@ TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
   std::printf("two workers: straight AUC %.4f, resumed on 3 shards %.4f\n",
               straight_auc, resumed_auc);
   EXPECT_NEAR(resumed_auc, straight_auc, 0.002);
+}
+
+// The number after `label` in `text` ("AUC 0.7123"); NaN if absent.
+double After(const std::string& text, const std::string& label) {
+  const size_t at = text.find(label);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + label.size(), nullptr);
+}
+
+TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
+  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=30000"},
+                            dir_ + "/gen.log"),
+            0);
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
+                             "--lines=8000", "--sample_seed=2"},
+                            dir_ + "/gen.log"),
+            0);
+  auto shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::string metrics =
+      Train(shards, 1, data, test, "trained", dir_, {"--model=deepfm"})[0];
+  const double worker_auc = Metric(metrics, "test_auc");
+  const double worker_logloss = Metric(metrics, "test_logloss");
+  for (const std::string format : {"fp32", "fp16"}) {
+    const std::string exported = dir_ + "/export_" + format;
+    ASSERT_EQ(Admin(Addresses(shards),
+                    {"--dir=" + exported, "--format=" + format, "export"},
+                    dir_ + "/export.log"),
+              0)
+        << ReadFile(dir_ + "/export.log");
+    auto manifest = ReadExportManifest(exported);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    EXPECT_EQ(manifest->model().kind(), ModelCard::DEEPFM);
+    EXPECT_GT(manifest->tables(0).rows(), 1000u);
+    const std::string scores = dir_ + "/scores_" + format + ".txt";
+    const std::string out = dir_ + "/predict_" + format + ".txt";
+    ASSERT_EQ(RunToCompletion(
+                  {"/bin/sh", "-c",
+                   BinaryPath("worker/ps_predict") + " --model=" + exported +
+                       " --input=" + test + " --out=" + scores + " > " + out},
+                  dir_ + "/predict.log"),
+              0)
+        << ReadFile(dir_ + "/predict.log");
+    const std::string printed = ReadFile(out);
+    std::printf("%s: worker AUC %.6f logloss %.6f; ps_predict %s",
+                format.c_str(), worker_auc, worker_logloss, printed.c_str());
+    int lines = 0;
+    for (char c : ReadFile(scores)) lines += c == '\n' ? 1 : 0;
+    EXPECT_EQ(lines, 8000);
+    if (format == "fp32") {
+      EXPECT_NEAR(After(printed, "AUC "), worker_auc, 1e-4);
+      EXPECT_NEAR(After(printed, "logloss "), worker_logloss, 1e-4);
+    } else {
+      EXPECT_NEAR(After(printed, "AUC "), worker_auc, 0.002);
+    }
+  }
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/initializer.h"
 #include "base/routing.h"
-#include "embedding/initializer.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
@@ -70,8 +70,7 @@ TEST_F(ServerIntegrationTest, Pull4096KeysReturnsRowsInRequestOrder) {
   keys[7] = keys[3000];                                   // a duplicate
   const std::vector<float> rows = MustPull(*stub_, keys);
   ASSERT_EQ(rows.size(), 4096u * kDim);
-  embedding::Initializer initializer(
-      SgdTableSpec(kTable, kDim, 0.5f).initializer());
+  Initializer initializer(SgdTableSpec(kTable, kDim, 0.5f).initializer());
   std::vector<float> expected(kDim);
   for (size_t i = 0; i < keys.size(); ++i) {
     initializer.Fill(keys[i], absl::MakeSpan(expected));

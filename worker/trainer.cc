@@ -18,22 +18,13 @@
 #include "glog/logging.h"
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
+#include "worker/model_inputs.h"
 #include "worker/periodic_checkpointer.h"
 
 namespace ps::worker {
 
-struct Trainer::Prepared {
+struct Trainer::Prepared : ModelInputs {
   int64_t step = 0;
-  int batch = 0;
-  std::vector<uint64_t> unique_keys;
-  // batch x fields indices into unique_keys.
-  std::vector<int32_t> index;
-  std::vector<float> dense;
-  std::vector<float> labels;
-  std::vector<float> embedding_rows;
-  std::vector<float> wide_rows;
-  // One per dense tensor, padded to whole chunks.
-  std::vector<std::vector<float>> dense_params;
 };
 
 struct Trainer::PushJob {
@@ -47,20 +38,6 @@ struct Trainer::PushJob {
 
 namespace {
 
-absl::Status FromKernels(const kernels::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  switch (status.code()) {
-    case kernels::StatusCode::kInvalidArgument:
-      return absl::InvalidArgumentError(status.message());
-    case kernels::StatusCode::kUnavailable:
-      return absl::UnavailableError(status.message());
-    case kernels::StatusCode::kOutOfMemory:
-      return absl::ResourceExhaustedError(status.message());
-    default:
-      return absl::InternalError(status.message());
-  }
-}
-
 std::string ModelName(kernels::ModelKind kind) {
   switch (kind) {
     case kernels::ModelKind::kLogisticRegression:
@@ -70,21 +47,6 @@ std::string ModelName(kernels::ModelKind kind) {
     default:
       return "wide_deep";
   }
-}
-
-int ChunkFloats(const kernels::DenseTensorSpec& tensor, int chunk) {
-  return static_cast<int>(std::min<size_t>(tensor.size(), chunk));
-}
-
-int NumChunks(const kernels::DenseTensorSpec& tensor, int chunk) {
-  const int floats = ChunkFloats(tensor, chunk);
-  return static_cast<int>((tensor.size() + floats - 1) / floats);
-}
-
-std::vector<uint64_t> ChunkKeys(int chunks) {
-  std::vector<uint64_t> keys(chunks);
-  for (int c = 0; c < chunks; ++c) keys[c] = c;
-  return keys;
 }
 
 }  // namespace
@@ -127,7 +89,33 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
   }
 }
 
+ModelCard Trainer::Card() const {
+  ModelCard card;
+  switch (options_.model.kind) {
+    case kernels::ModelKind::kLogisticRegression:
+      card.set_kind(ModelCard::LR);
+      break;
+    case kernels::ModelKind::kDeepFm:
+      card.set_kind(ModelCard::DEEPFM);
+      break;
+    default:
+      card.set_kind(ModelCard::WIDE_DEEP);
+  }
+  card.set_fields(options_.model.fields);
+  card.set_dense_features(options_.model.dense_features);
+  card.set_embedding_dim(options_.model.embedding_dim);
+  for (int width : options_.model.hidden) card.add_hidden(width);
+  if (options_.model.kind != kernels::ModelKind::kLogisticRegression)
+    card.set_embedding_table(embedding_table_);
+  card.set_wide_table(wide_table_);
+  for (const std::string& table : dense_tables_) card.add_dense_tables(table);
+  card.set_dense_chunk_floats(options_.dense_chunk_floats);
+  card.set_input_layout("criteo");
+  return card;
+}
+
 absl::Status Trainer::DeclareTables() {
+  const ModelCard card = Card();
   if (options_.model.kind != kernels::ModelKind::kLogisticRegression) {
     TableSpec embedding;
     embedding.set_name(embedding_table_);
@@ -136,51 +124,29 @@ absl::Status Trainer::DeclareTables() {
     embedding.mutable_initializer()->set_scale(options_.embedding_init_scale);
     embedding.mutable_initializer()->set_seed(1);
     *embedding.mutable_optimizer() = options_.embedding_optimizer;
+    *embedding.mutable_model() = card;
     RETURN_IF_ERROR(client_->DeclareTable(embedding));
   }
   TableSpec wide;
   wide.set_name(wide_table_);
   wide.set_dim(1);
   *wide.mutable_optimizer() = options_.wide_optimizer;
+  *wide.mutable_model() = card;
   RETURN_IF_ERROR(client_->DeclareTable(wide));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;
     dense.set_name(dense_tables_[t]);
-    dense.set_dim(ChunkFloats(tensors_[t], options_.dense_chunk_floats));
+    dense.set_dim(DenseChunkFloats(tensors_[t], options_.dense_chunk_floats));
     if (tensors_[t].init_scale > 0.0f) {
       dense.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
       dense.mutable_initializer()->set_scale(tensors_[t].init_scale);
       dense.mutable_initializer()->set_seed(100 + t);
     }
     *dense.mutable_optimizer() = options_.dense_optimizer;
+    *dense.mutable_model() = card;
     RETURN_IF_ERROR(client_->DeclareTable(dense));
   }
   return absl::OkStatus();
-}
-
-void Trainer::Prepare(std::vector<Example> examples, Prepared* prepared) const {
-  const int batch = static_cast<int>(examples.size());
-  const int fields = kCategoricalFields;
-  prepared->batch = batch;
-  prepared->index.resize(static_cast<size_t>(batch) * fields);
-  prepared->dense.resize(static_cast<size_t>(batch) * kDenseFeatures);
-  prepared->labels.resize(batch);
-  prepared->unique_keys.clear();
-  absl::flat_hash_map<uint64_t, int32_t> position;
-  position.reserve(static_cast<size_t>(batch) * fields / 2);
-  for (int b = 0; b < batch; ++b) {
-    const Example& example = examples[b];
-    prepared->labels[b] = example.label;
-    std::copy(
-        example.dense, example.dense + kDenseFeatures,
-        prepared->dense.begin() + static_cast<size_t>(b) * kDenseFeatures);
-    for (int f = 0; f < fields; ++f) {
-      auto [it, inserted] = position.try_emplace(
-          example.keys[f], static_cast<int32_t>(prepared->unique_keys.size()));
-      if (inserted) prepared->unique_keys.push_back(example.keys[f]);
-      prepared->index[static_cast<size_t>(b) * fields + f] = it->second;
-    }
-  }
 }
 
 absl::Status Trainer::PullParameters(Prepared* prepared) {
@@ -200,28 +166,15 @@ absl::Status Trainer::PullParameters(Prepared* prepared) {
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
-    const int chunk = ChunkFloats(tensors_[t], options_.dense_chunk_floats);
-    const int chunks = NumChunks(tensors_[t], options_.dense_chunk_floats);
-    chunk_keys[t] = ChunkKeys(chunks);
+    const int chunk =
+        DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
+    const int chunks = DenseChunks(tensors_[t], options_.dense_chunk_floats);
+    chunk_keys[t] = DenseChunkKeys(chunks);
     prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
     pulls.push_back({dense_tables_[t], chunk_keys[t], chunk,
                      prepared->dense_params[t].data()});
   }
   return client_->Pull(pulls);
-}
-
-kernels::StepInputs Trainer::Inputs(const Prepared& prepared) const {
-  kernels::StepInputs in;
-  in.batch = prepared.batch;
-  in.num_unique = static_cast<int>(prepared.unique_keys.size());
-  in.index = prepared.index.data();
-  in.dense = prepared.dense.data();
-  in.labels = prepared.labels.data();
-  in.embedding_rows = prepared.embedding_rows.data();
-  in.wide_rows = prepared.wide_rows.data();
-  for (const auto& params : prepared.dense_params)
-    in.dense_params.push_back(params.data());
-  return in;
 }
 
 absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
@@ -306,9 +259,10 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     chunk_keys[t] =
-        ChunkKeys(NumChunks(tensors_[t], options_.dense_chunk_floats));
-    pushes.push_back({dense_tables_[t], chunk_keys[t], job.dense_grads[t],
-                      ChunkFloats(tensors_[t], options_.dense_chunk_floats)});
+        DenseChunkKeys(DenseChunks(tensors_[t], options_.dense_chunk_floats));
+    pushes.push_back(
+        {dense_tables_[t], chunk_keys[t], job.dense_grads[t],
+         DenseChunkFloats(tensors_[t], options_.dense_chunk_floats)});
   }
   return client_->Push(pushes, worker_index_, job.step);
 }
@@ -331,10 +285,10 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
       if (batch.size() > room) batch.resize(room);
     }
     Prepared prepared;
-    Prepare(std::move(batch), &prepared);
+    prepared.Prepare(batch);
     RETURN_IF_ERROR(PullParameters(&prepared));
     RETURN_IF_ERROR(
-        FromKernels(model_.Predict(Inputs(prepared), &batch_probabilities)));
+        FromKernels(model_.Predict(prepared.Step(), &batch_probabilities)));
     probabilities.insert(probabilities.end(), batch_probabilities.begin(),
                          batch_probabilities.end());
     labels.insert(labels.end(), prepared.labels.begin(), prepared.labels.end());
@@ -409,7 +363,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (!*more) break;
       Prepared prepared;
       prepared.step = step;
-      Prepare(std::move(examples), &prepared);
+      prepared.Prepare(examples);
       int64_t staleness = 0;
       if (options_.staleness >= 0) {
         // While this worker's own clock holds the bound back, asking the
@@ -544,10 +498,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     Prepared next;
     const bool have_next = ready.TryPop(&next);
     kernels::StepInputs next_inputs;
-    if (have_next) next_inputs = Inputs(next);
+    if (have_next) next_inputs = next.Step();
     const absl::Time compute_start = absl::Now();
     kernels::Status stepped = model_.TrainStep(
-        Inputs(prepared), &outputs, have_next ? &next_inputs : nullptr);
+        prepared.Step(), &outputs, have_next ? &next_inputs : nullptr);
     compute_micros += absl::ToInt64Microseconds(absl::Now() - compute_start);
     if (!stepped.ok()) {
       fail(FromKernels(stepped));

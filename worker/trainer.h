@@ -147,15 +147,14 @@ class Trainer {
   struct Prepared;
   struct PushJob;
 
+  // What the model's tables hold (declared with each of them).
+  ModelCard Card() const;
   absl::Status DeclareTables();
-  // Fills unique keys, per-example indices, dense features and labels.
-  void Prepare(std::vector<Example> examples, Prepared* prepared) const;
   // Pulls every row and dense parameter `prepared` needs.
   absl::Status PullParameters(Prepared* prepared);
   absl::Status PushGradients(const PushJob& job);
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
-  kernels::StepInputs Inputs(const Prepared& prepared) const;
   // Reports this worker's clock, retrying for `retry_for` (negative: the
   // client's default).
   absl::Status ReportClock(

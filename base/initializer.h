@@ -1,19 +1,19 @@
-// File: embedding/initializer.h
+// File: base/initializer.h
 //
 // Deterministic initial values for rows that were never pushed. A row's value
 // is a pure function of (seed, key, column): every shard, every restart and
 // every process computes the same numbers, so a pulled-but-never-pushed key
 // needs no storage. Thread-safe (stateless after construction).
 
-#ifndef PS_EMBEDDING_INITIALIZER_H_
-#define PS_EMBEDDING_INITIALIZER_H_
+#ifndef PS_BASE_INITIALIZER_H_
+#define PS_BASE_INITIALIZER_H_
 
 #include <cstdint>
 
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 
-namespace ps::embedding {
+namespace ps {
 
 class Initializer {
  public:
@@ -27,6 +27,6 @@ class Initializer {
   const InitializerSpec spec_;
 };
 
-}  // namespace ps::embedding
+}  // namespace ps
 
-#endif  // PS_EMBEDDING_INITIALIZER_H_
+#endif  // PS_BASE_INITIALIZER_H_

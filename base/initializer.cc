@@ -1,10 +1,10 @@
-#include "embedding/initializer.h"
+#include "base/initializer.h"
 
 #include <cmath>
 
 #include "xxhash.h"
 
-namespace ps::embedding {
+namespace ps {
 namespace {
 
 // splitmix64: a small, well-mixed generator. Its state starts from an XXH3
@@ -49,4 +49,4 @@ void Initializer::Fill(uint64_t key, absl::Span<float> row) const {
   }
 }
 
-}  // namespace ps::embedding
+}  // namespace ps

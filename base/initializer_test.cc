@@ -1,11 +1,11 @@
-#include "embedding/initializer.h"
+#include "base/initializer.h"
 
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace ps::embedding {
+namespace ps {
 namespace {
 
 InitializerSpec Spec(InitializerSpec::Kind kind, float scale, uint64_t seed) {
@@ -94,4 +94,4 @@ TEST(InitializerTest, ZerosAndConstant) {
 }
 
 }  // namespace
-}  // namespace ps::embedding
+}  // namespace ps

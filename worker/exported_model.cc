@@ -1,0 +1,181 @@
+#include "worker/exported_model.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/checkpoint_client.h"
+#include "base/half.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
+#include "rocksdb/sst_file_reader.h"
+
+namespace ps::worker {
+
+// One table of the export: its spec, and per shard its part (none when the
+// shard held no row of it).
+struct ExportedModel::Table {
+  explicit Table(const ExportManifest::Table& entry)
+      : spec(entry.spec()), initializer(entry.spec().initializer()) {}
+  TableSpec spec;
+  Initializer initializer;
+  bool half = false;
+  std::vector<std::unique_ptr<rocksdb::SstFileReader>> parts;
+  std::vector<std::unique_ptr<rocksdb::Iterator>> iterators;
+};
+
+ExportedModel::~ExportedModel() = default;
+
+absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
+    const std::string& dir) {
+  auto model = std::unique_ptr<ExportedModel>(new ExportedModel);
+  ASSIGN_OR_RETURN(model->manifest_, ReadExportManifest(dir));
+  const ExportManifest& manifest = model->manifest_;
+  if (manifest.routing_version() != kRoutingVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " was routed with version ",
+                     manifest.routing_version(), ", not ", kRoutingVersion));
+  }
+  if (manifest.model().input_layout() != "criteo") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " reads input laid out as \"", manifest.model().input_layout(),
+        "\"; this build reads \"criteo\""));
+  }
+  auto open_table =
+      [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Table>> {
+    for (const ExportManifest::Table& entry : manifest.tables()) {
+      if (entry.spec().name() != name) continue;
+      auto table = std::make_unique<Table>(entry);
+      table->half = manifest.format() == ExportManifest::FP16;
+      for (const std::string& part : entry.parts()) {
+        if (part.empty()) {
+          table->parts.push_back(nullptr);
+          table->iterators.push_back(nullptr);
+          continue;
+        }
+        auto reader =
+            std::make_unique<rocksdb::SstFileReader>(rocksdb::Options());
+        rocksdb::Status opened = reader->Open(dir + "/" + part);
+        if (!opened.ok()) {
+          return absl::DataLossError(absl::StrCat(
+              "cannot read ", dir, "/", part, ": ", opened.ToString()));
+        }
+        table->iterators.emplace_back(
+            reader->NewIterator(rocksdb::ReadOptions()));
+        table->parts.push_back(std::move(reader));
+      }
+      return table;
+    }
+    return absl::DataLossError(
+        absl::StrCat(dir, " has no table ", name, " of its model"));
+  };
+  const ModelCard& card = manifest.model();
+  if (!card.embedding_table().empty()) {
+    ASSIGN_OR_RETURN(model->embedding_, open_table(card.embedding_table()));
+  }
+  ASSIGN_OR_RETURN(model->wide_, open_table(card.wide_table()));
+  const std::vector<kernels::DenseTensorSpec> tensors =
+      kernels::DenseTensors(model->config());
+  if (static_cast<int>(tensors.size()) != card.dense_tables_size()) {
+    return absl::DataLossError(absl::StrCat(dir, ": the model needs ",
+                                            tensors.size(),
+                                            " dense tensors, the export "
+                                            "has ",
+                                            card.dense_tables_size()));
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
+                     open_table(card.dense_tables(t)));
+    const int chunk = DenseChunkFloats(
+        tensors[t], static_cast<int>(card.dense_chunk_floats()));
+    const std::vector<uint64_t> keys = DenseChunkKeys(
+        DenseChunks(tensors[t], static_cast<int>(card.dense_chunk_floats())));
+    if (static_cast<int>(table->spec.dim()) != chunk) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": table ", table->spec.name(), " has rows of ",
+                       table->spec.dim(), " floats, the model ", chunk));
+    }
+    model->dense_.emplace_back(keys.size() * chunk);
+    RETURN_IF_ERROR(model->Lookup(*table, keys, model->dense_.back().data()));
+  }
+  return model;
+}
+
+kernels::ModelConfig ExportedModel::config() const {
+  const ModelCard& card = manifest_.model();
+  kernels::ModelConfig config;
+  switch (card.kind()) {
+    case ModelCard::LR:
+      config.kind = kernels::ModelKind::kLogisticRegression;
+      break;
+    case ModelCard::DEEPFM:
+      config.kind = kernels::ModelKind::kDeepFm;
+      break;
+    default:
+      config.kind = kernels::ModelKind::kWideDeep;
+  }
+  config.fields = static_cast<int>(card.fields());
+  config.dense_features = static_cast<int>(card.dense_features());
+  config.embedding_dim = static_cast<int>(card.embedding_dim());
+  config.hidden.assign(card.hidden().begin(), card.hidden().end());
+  return config;
+}
+
+absl::Status ExportedModel::Lookup(Table& table,
+                                   absl::Span<const uint64_t> keys,
+                                   float* out) {
+  const size_t dim = table.spec.dim();
+  const size_t value_bytes = dim * (table.half ? 2 : 4);
+  const uint32_t shards = manifest_.num_shards();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* row = out + i * dim;
+    rocksdb::Iterator* it = table.iterators[ShardForKey(keys[i], shards)].get();
+    bool found = false;
+    if (it != nullptr) {
+      const rocksdb::Slice key(reinterpret_cast<const char*>(&keys[i]),
+                               sizeof(uint64_t));
+      it->Seek(key);
+      found = it->Valid() && it->key() == key;
+      if (!it->status().ok()) {
+        return absl::DataLossError(absl::StrCat("reading table ",
+                                                table.spec.name(), ": ",
+                                                it->status().ToString()));
+      }
+    }
+    if (!found) {
+      table.initializer.Fill(keys[i], absl::MakeSpan(row, dim));
+      continue;
+    }
+    const rocksdb::Slice value = it->value();
+    if (value.size() != value_bytes) {
+      return absl::DataLossError(absl::StrCat(
+          "table ", table.spec.name(), " key ", keys[i], ": a row of ",
+          value.size(), " bytes, expected ", value_bytes));
+    }
+    if (table.half) {
+      for (size_t d = 0; d < dim; ++d) {
+        uint16_t half;
+        std::memcpy(&half, value.data() + 2 * d, sizeof(half));
+        row[d] = HalfToFloat(half);
+      }
+    } else {
+      std::memcpy(row, value.data(), value_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExportedModel::Fetch(ModelInputs* inputs) {
+  const size_t unique = inputs->unique_keys.size();
+  if (embedding_ != nullptr) {
+    inputs->embedding_rows.resize(unique * embedding_->spec.dim());
+    RETURN_IF_ERROR(Lookup(*embedding_, inputs->unique_keys,
+                           inputs->embedding_rows.data()));
+  }
+  inputs->wide_rows.resize(unique);
+  RETURN_IF_ERROR(
+      Lookup(*wide_, inputs->unique_keys, inputs->wide_rows.data()));
+  inputs->dense_params = dense_;
+  return absl::OkStatus();
+}
+
+}  // namespace ps::worker

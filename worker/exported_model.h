@@ -1,0 +1,63 @@
+// File: worker/exported_model.h
+//
+// ExportedModel opens an export (ps_admin export; ExportManifest in
+// proto/checkpoint.proto) for scoring with no shard running: its dense
+// tensors are read whole at Open(), and a batch's embedding and wide rows
+// are looked up in the SST part of the shard each key routes to (a key in
+// no part was never pushed, and gets its table's deterministic initial
+// row, as a shard would answer it). ps_predict scores click logs with it.
+//
+// Not thread-safe (its SST iterators are shared): one scorer per object.
+
+#ifndef PS_WORKER_EXPORTED_MODEL_H_
+#define PS_WORKER_EXPORTED_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "base/initializer.h"
+#include "kernels/ctr_model.h"
+#include "proto/checkpoint.pb.h"
+#include "worker/model_inputs.h"
+
+namespace rocksdb {
+class Iterator;
+class SstFileReader;
+}  // namespace rocksdb
+
+namespace ps::worker {
+
+class ExportedModel {
+ public:
+  // NOT_FOUND without a manifest; DATA_LOSS for a manifest or part that
+  // does not read; FAILED_PRECONDITION for a model this build cannot score
+  // (another input layout or routing version).
+  static absl::StatusOr<std::unique_ptr<ExportedModel>> Open(
+      const std::string& dir);
+  ~ExportedModel();
+
+  const ExportManifest& manifest() const { return manifest_; }
+  // The model the export holds, as kernels::CtrModel takes it.
+  kernels::ModelConfig config() const;
+
+  // Fills the rows of `inputs`' unique keys and the dense parameters.
+  absl::Status Fetch(ModelInputs* inputs);
+
+ private:
+  struct Table;
+  ExportedModel() = default;
+  // Writes `keys`' rows of `table` into `out` (dim floats each).
+  absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys,
+                      float* out);
+
+  ExportManifest manifest_;
+  std::unique_ptr<Table> embedding_, wide_;
+  std::vector<std::vector<float>> dense_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_EXPORTED_MODEL_H_

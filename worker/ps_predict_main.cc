@@ -1,0 +1,119 @@
+// ps_predict: scores click logs with an export (ps_admin export), with no
+// shard running: one probability per input line, in input order, and the
+// AUC and logloss of the lines' labels. See README.md and --help.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "kernels/backend.h"
+#include "kernels/ctr_model.h"
+#include "worker/clicklog_reader.h"
+#include "worker/evaluation.h"
+#include "worker/exported_model.h"
+#include "worker/model_inputs.h"
+
+ABSL_FLAG(std::string, model, "",
+          "The export to score with (ps_admin export --dir). Required.");
+ABSL_FLAG(std::string, input, "",
+          "Click logs in the training format: comma-separated paths or globs, "
+          "plain or gzip. Required.");
+ABSL_FLAG(std::string, out, "",
+          "Where the probabilities go, one per input line, in input order. "
+          "Default: none (only the AUC and logloss are printed).");
+ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
+ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of OpenBLAS's GEMMs.");
+ABSL_FLAG(int64_t, max_bad_lines, 0,
+          "Malformed lines tolerated (each is skipped, so the output no longer "
+          "has a line per input line). Default 0: the first one is an error "
+          "naming its file and line.");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ps_predict: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string core_type = ps::kernels::BetterOpenBlasCoreType();
+  if (!core_type.empty()) {
+    setenv("OPENBLAS_CORETYPE", core_type.c_str(), 1);
+    execv("/proc/self/exe", argv);
+  }
+  absl::SetProgramUsageMessage(
+      "Scores click logs with an exported model, no shard needed.\n\n"
+      "Example:\n  ps_predict --model=/exports/wide_deep --input=test.tsv "
+      "--out=scores.txt");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (absl::GetFlag(FLAGS_model).empty()) return Fail("--model is required");
+  if (absl::GetFlag(FLAGS_input).empty()) return Fail("--input is required");
+  if (absl::GetFlag(FLAGS_batch_size) < 1)
+    return Fail("--batch_size must be >= 1");
+
+  auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(model.status().ToString());
+  ps::kernels::SetCpuBackendThreads(absl::GetFlag(FLAGS_cpu_threads));
+  std::unique_ptr<ps::kernels::Backend> backend = ps::kernels::NewCpuBackend();
+  ps::kernels::CtrModel ctr((*model)->config(), backend.get());
+
+  ps::worker::ReaderOptions reader_options;
+  reader_options.files = absl::GetFlag(FLAGS_input);
+  reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  auto reader = ps::worker::ClickLogReader::Open(reader_options);
+  if (!reader.ok()) return Fail(reader.status().ToString());
+
+  std::FILE* out = nullptr;
+  if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
+    out = std::fopen(path.c_str(), "w");
+    if (out == nullptr) return Fail("cannot write " + path);
+  }
+  std::vector<float> scores, labels, batch_scores;
+  std::vector<ps::worker::Example> examples;
+  ps::worker::ModelInputs inputs;
+  const absl::Time start = absl::Now();
+  while (true) {
+    absl::StatusOr<bool> more = (*reader)->Next(&examples);
+    if (!more.ok()) return Fail(more.status().ToString());
+    if (!*more) break;
+    inputs.Prepare(examples);
+    if (absl::Status fetched = (*model)->Fetch(&inputs); !fetched.ok())
+      return Fail(fetched.ToString());
+    if (absl::Status predicted =
+            ps::worker::FromKernels(ctr.Predict(inputs.Step(), &batch_scores));
+        !predicted.ok()) {
+      return Fail(predicted.ToString());
+    }
+    if (out != nullptr) {
+      for (float score : batch_scores) std::fprintf(out, "%.9g\n", score);
+    }
+    scores.insert(scores.end(), batch_scores.begin(), batch_scores.end());
+    labels.insert(labels.end(), inputs.labels.begin(), inputs.labels.end());
+  }
+  if (out != nullptr && std::fclose(out) != 0)
+    return Fail("cannot write " + absl::GetFlag(FLAGS_out));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf(
+      "scored %zu lines in %.2f s (%.0f lines/s); AUC %.6f, logloss %.6f; "
+      "bad lines %lld\n",
+      scores.size(), seconds, seconds > 0 ? scores.size() / seconds : 0,
+      ps::worker::ExactAuc(scores, labels),
+      ps::worker::MeanLogLoss(scores, labels),
+      static_cast<long long>((*reader)->bad_lines()));
+  return 0;
+}
