@@ -71,17 +71,39 @@ class AdminClients {
   std::unique_ptr<Admin::Stub> coordinator_;
 };
 
-// Prints to stderr once `start` is 3 s old, if asked.
+// Table specs by name.
+std::map<std::string, TableSpec> SortedByName(
+    const google::protobuf::RepeatedPtrField<TableSpec>& tables) {
+  std::map<std::string, TableSpec> sorted;
+  for (const TableSpec& spec : tables) sorted[spec.name()] = spec;
+  return sorted;
+}
+
+// Whether two shards hold the same tables, in whatever order.
+bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
+                const google::protobuf::RepeatedPtrField<TableSpec>& b) {
+  const std::map<std::string, TableSpec> sorted_a = SortedByName(a);
+  const std::map<std::string, TableSpec> sorted_b = SortedByName(b);
+  return std::equal(sorted_a.begin(), sorted_a.end(), sorted_b.begin(),
+                    sorted_b.end(), [](const auto& x, const auto& y) {
+                      return x.first == y.first &&
+                             google::protobuf::util::MessageDifferencer::Equals(
+                                 x.second, y.second);
+                    });
+}
+
+// Prints "<what>: <line>" to stderr once `start` is 3 s old, if enabled.
 class Progress {
  public:
-  explicit Progress(bool enabled) : enabled_(enabled) {}
+  Progress(const char* what, bool enabled) : what_(what), enabled_(enabled) {}
   void Say(const std::string& line) {
     if (enabled_ && absl::Now() - start_ > absl::Seconds(3)) {
-      std::fprintf(stderr, "checkpoint: %s\n", line.c_str());
+      std::fprintf(stderr, "%s: %s\n", what_, line.c_str());
     }
   }
 
  private:
+  const char* const what_;
   const bool enabled_;
   const absl::Time start_ = absl::Now();
 };
@@ -236,7 +258,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   }
   absl::StatusOr<AdminClients> clients = AdminClients::Connect(options);
   if (!clients.ok()) return clients.status();
-  Progress progress(options.progress);
+  Progress progress("checkpoint", options.progress);
 
   CutEnder end_cut{*clients};
   ASSIGN_OR_RETURN(const Cut cut,
@@ -282,13 +304,9 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
                        " of ", part.num_shards(), ", not shard ", i, " of ",
                        shards, ": give --servers in shard order"));
     }
-    if (part.tables_size() != parts[0].tables_size() ||
-        !std::equal(part.tables().begin(), part.tables().end(),
-                    parts[0].tables().begin(),
-                    [](const TableSpec& a, const TableSpec& b) {
-                      return google::protobuf::util::MessageDifferencer::Equals(
-                          a, b);
-                    })) {
+    // Workers declare tables on every shard in turn, so two shards may
+    // list the same tables in different orders.
+    if (!SameTables(part.tables(), parts[0].tables())) {
       return absl::FailedPreconditionError(
           absl::StrCat("shard ", i, " holds other tables than shard 0"));
     }
@@ -297,7 +315,9 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     shard->set_path(std::filesystem::path(part.path()).filename().string());
     shard->set_bytes(part.bytes());
   }
-  *manifest.mutable_tables() = parts[0].tables();
+  for (const auto& [name, spec] : SortedByName(parts[0].tables())) {
+    *manifest.add_tables() = spec;
+  }
   for (const auto& worker : cut.status.workers()) {
     CheckpointManifest::Worker* entry = manifest.add_workers();
     entry->set_worker(worker.worker());
@@ -388,7 +408,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create ", cluster.dir, ": ", error.message()));
   }
-  Progress progress(cluster.progress);
+  Progress progress("export", cluster.progress);
   CutEnder end_cut{clients};
   ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
   const absl::Time export_start = absl::Now();
@@ -423,6 +443,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   manifest.set_routing_version(kRoutingVersion);
   manifest.set_num_shards(static_cast<uint32_t>(shards));
   *manifest.mutable_model() = card;
+  manifest.set_model_name(name);
   manifest.set_format(options.fp16 ? ExportManifest::FP16
                                    : ExportManifest::FP32);
   for (size_t i = 0; i < shards; ++i) {

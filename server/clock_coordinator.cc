@@ -200,11 +200,17 @@ absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
   }
   // Past every unfinished worker's clock, live or not: the step a worker
   // may be pushing now is its clock, so none has sent a push of the cut.
+  // Finished workers push nothing more; when every worker has finished,
+  // the cut is past them all, so that it still names where training got.
+  int64_t furthest_unfinished = -1;
   int64_t furthest = 0;
   for (const auto& [id, worker] : workers_) {
-    if (!worker.finished) furthest = std::max(furthest, worker.clock);
+    furthest = std::max(furthest, worker.clock);
+    if (!worker.finished) {
+      furthest_unfinished = std::max(furthest_unfinished, worker.clock);
+    }
   }
-  cut_ = furthest + 1;
+  cut_ = (furthest_unfinished >= 0 ? furthest_unfinished : furthest) + 1;
   cut_lease_ = lease;
   cut_lease_end_ = now + lease;
   LOG(INFO) << "cut at clock " << cut_ << ": workers hold there";

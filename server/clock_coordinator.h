@@ -23,11 +23,12 @@
 // forgotten, oldest first, and a new worker when all are live is refused.
 //
 // Cuts, for checkpoints: BeginCut() picks a clock one past the furthest
-// unfinished worker's, and every report answers it as `hold_at` until
-// EndCut() (or the cut's lease runs out): a worker pushes no step at or
-// past it, and its earlier steps go on, so that every live worker reaches
-// the cut and holds there (CutStatus().ready). No push of a later step is
-// then in flight, and every push before it was acknowledged.
+// unfinished worker's (every worker's, once all have finished), and every
+// report answers it as `hold_at` until EndCut() (or the cut's lease runs out):
+// a worker pushes no step at or past it, and its earlier steps go on, so that
+// every live worker reaches the cut and holds there (CutStatus().ready). No
+// push of a later step is then in flight, and every push before it was
+// acknowledged.
 //
 // Thread-safe.
 

@@ -182,5 +182,43 @@ TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsSetAside) {
   EXPECT_EQ(Report(0, 4).clock, 4);
 }
 
+TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
+  Report(0, 3);
+  Report(1, 9, /*finished=*/true);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(*cut, 4);
+  EXPECT_EQ(Report(0, 3).hold_at, 4);
+  EXPECT_FALSE(coordinator_->GetCutStatus().ready);
+  // Only one cut at a time.
+  EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
+              StatusIs(StatusCode::kFailedPrecondition));
+  Report(0, 4);
+  EXPECT_TRUE(coordinator_->GetCutStatus().ready);
+  coordinator_->EndCut();
+  EXPECT_EQ(Report(0, 4).hold_at, 0);
+}
+
+TEST_F(ClockCoordinatorTest, OnceEveryWorkerFinishedACutIsPastThemAll) {
+  Report(0, 12, /*finished=*/true);
+  Report(1, 10, /*finished=*/true);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(*cut, 13);
+  EXPECT_TRUE(coordinator_->GetCutStatus().ready);
+}
+
+TEST_F(ClockCoordinatorTest, ACutWhoseLeaseRunsOutEnds) {
+  Report(0, 2);
+  ASSERT_OK(coordinator_->BeginCut(absl::Seconds(3)));
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(coordinator_->GetCutStatus().cut, 3);  // renews the lease
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(Report(0, 2).hold_at, 3);
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(Report(0, 2).hold_at, 0);
+  EXPECT_OK(coordinator_->BeginCut(absl::Seconds(3)));
+}
+
 }  // namespace
 }  // namespace ps::server

@@ -217,9 +217,8 @@ int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
   std::printf(
       "exported %s at clock %lld into %s: %zu tables, %llu rows, %llu bytes "
       "(%s); workers held %.3f s for the cut, the shards wrote in %.3f s\n",
-      manifest->model().wide_table().c_str(),
-      static_cast<long long>(manifest->cut()), options.cluster.dir.c_str(),
-      static_cast<size_t>(manifest->tables_size()),
+      manifest->model_name().c_str(), static_cast<long long>(manifest->cut()),
+      options.cluster.dir.c_str(), static_cast<size_t>(manifest->tables_size()),
       static_cast<unsigned long long>(rows),
       static_cast<unsigned long long>(bytes), format.c_str(),
       manifest->hold_seconds(), manifest->export_seconds());
@@ -258,7 +257,8 @@ int ListCheckpoints() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] "
-      "tables|stats|row|clocks|drain|checkpoint|checkpoints\n  row needs "
+      "tables|stats|row|clocks|drain|checkpoint|checkpoints|export\n  row "
+      "needs "
       "--table and --key; clocks is answered by the coordinator shard (shard "
       "0 by default); drain stops each shard as SIGTERM does; checkpoint "
       "--dir=DIR takes a consistent checkpoint of every shard in --servers "
