@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -70,6 +71,19 @@ class AdminClients {
   std::vector<std::unique_ptr<Admin::Stub>> shards_;
   std::unique_ptr<Admin::Stub> coordinator_;
 };
+
+// Calls `call(i)` for every shard i at once; the first error, if any.
+absl::Status OnEveryShard(size_t shards,
+                          const std::function<absl::Status(size_t)>& call) {
+  std::vector<absl::Status> results(shards);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < shards; ++i) {
+    threads.emplace_back([&, i] { results[i] = call(i); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& result : results) RETURN_IF_ERROR(result);
+  return absl::OkStatus();
+}
 
 // Table specs by name.
 std::map<std::string, TableSpec> SortedByName(
@@ -268,25 +282,14 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   progress.Say("every worker holds; writing the shards' parts");
   const size_t shards = options.servers.size();
   std::vector<SnapshotShardResponse> parts(shards);
-  std::vector<absl::Status> results(shards);
-  {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < shards; ++i) {
-      threads.emplace_back([&, i] {
-        SnapshotShardRequest request;
-        request.set_dir(options.dir);
-        results[i] = FromGrpc(
-            clients->shard(i).SnapshotShard(
-                clients->Context(absl::Hours(1)).get(), request, &parts[i]),
-            absl::StrCat("snapshot of shard ", i, " (", options.servers[i],
-                         ")"));
-      });
-    }
-    for (auto& thread : threads) thread.join();
-  }
-  for (const absl::Status& result : results) {
-    if (!result.ok()) return result;
-  }
+  RETURN_IF_ERROR(OnEveryShard(shards, [&](size_t i) {
+    SnapshotShardRequest request;
+    request.set_dir(options.dir);
+    return FromGrpc(
+        clients->shard(i).SnapshotShard(clients->Context(absl::Hours(1)).get(),
+                                        request, &parts[i]),
+        absl::StrCat("snapshot of shard ", i, " (", options.servers[i], ")"));
+  }));
 
   // 4. The manifest, last.
   CheckpointManifest manifest;
@@ -415,25 +418,17 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   progress.Say("every worker holds; the shards write the model's weights");
   const size_t shards = cluster.servers.size();
   std::vector<ExportShardResponse> parts(shards);
-  std::vector<absl::Status> results(shards);
-  {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < shards; ++i) {
-      threads.emplace_back([&, i] {
-        ExportShardRequest request;
-        request.set_dir(cluster.dir);
-        for (const std::string& table : tables) request.add_tables(table);
-        request.set_format(options.fp16 ? ExportManifest::FP16
-                                        : ExportManifest::FP32);
-        results[i] = FromGrpc(
-            clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
-                                         request, &parts[i]),
-            absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
-      });
-    }
-    for (auto& thread : threads) thread.join();
-  }
-  for (const absl::Status& result : results) RETURN_IF_ERROR(result);
+  RETURN_IF_ERROR(OnEveryShard(shards, [&](size_t i) {
+    ExportShardRequest request;
+    request.set_dir(cluster.dir);
+    for (const std::string& table : tables) request.add_tables(table);
+    request.set_format(options.fp16 ? ExportManifest::FP16
+                                    : ExportManifest::FP32);
+    return FromGrpc(
+        clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
+                                     request, &parts[i]),
+        absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
+  }));
 
   ExportManifest manifest;
   manifest.set_format_version(1);

@@ -128,6 +128,19 @@ class CheckpointTest : public ::testing::Test {
     dir_ = FreshTestDir(
         ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
+  // Writes `lines` click-log lines to dir_/NAME (sample seed `seed`) and
+  // returns the path.
+  std::string Generate(const std::string& name, int lines, int seed = 1) {
+    const std::string path = dir_ + "/" + name;
+    EXPECT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"),
+                               "--out=" + path, absl::StrCat("--lines=", lines),
+                               absl::StrCat("--sample_seed=", seed)},
+                              dir_ + "/gen.log"),
+              0)
+        << ReadFile(dir_ + "/gen.log");
+    return path;
+  }
+
   std::string dir_;
 };
 
@@ -288,11 +301,7 @@ class CountingWorker {
 TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
   auto shards = StartShards(dir_, "shard", 2);
   ASSERT_EQ(shards.size(), 2u);
-  const std::string data = dir_ + "/train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
-                             "--lines=40000"},
-                            dir_ + "/gen.log"),
-            0);
+  const std::string data = Generate("train.tsv", 40000);
   // Two real workers training asynchronously, and two counting ones.
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
@@ -367,11 +376,7 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
 TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   auto shards = StartShards(dir_, "shard", 1);
   ASSERT_EQ(shards.size(), 1u);
-  const std::string data = dir_ + "/train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
-                             "--lines=20000"},
-                            dir_ + "/gen.log"),
-            0);
+  const std::string data = Generate("train.tsv", 20000);
   auto worker = ChildProcess::Start(
       {BinaryPath("worker/ps_worker"), "--servers=" + shards[0]->address(),
        "--train=" + data, "--batch_size=500", "--hidden=16",
@@ -451,15 +456,8 @@ std::vector<std::string> Train(
 }
 
 TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
-  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
-                             "--lines=40000"},
-                            dir_ + "/gen.log"),
-            0);
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
-                             "--lines=10000", "--sample_seed=2"},
-                            dir_ + "/gen.log"),
-            0);
+  const std::string data = Generate("train.tsv", 40000);
+  const std::string test = Generate("test.tsv", 10000, /*seed=*/2);
   // One worker, 40 steps straight.
   double straight_auc = 0, straight_logloss = 0;
   {
@@ -517,15 +515,8 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
 }
 
 TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
-  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
-                             "--lines=40000"},
-                            dir_ + "/gen.log"),
-            0);
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
-                             "--lines=10000", "--sample_seed=2"},
-                            dir_ + "/gen.log"),
-            0);
+  const std::string data = Generate("train.tsv", 40000);
+  const std::string test = Generate("test.tsv", 10000, /*seed=*/2);
   double straight_auc = 0;
   {
     auto shards = StartShards(dir_, "straight", 2);
@@ -560,15 +551,8 @@ double After(const std::string& text, const std::string& label) {
 }
 
 TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
-  const std::string data = dir_ + "/train.tsv", test = dir_ + "/test.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
-                             "--lines=30000"},
-                            dir_ + "/gen.log"),
-            0);
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + test,
-                             "--lines=8000", "--sample_seed=2"},
-                            dir_ + "/gen.log"),
-            0);
+  const std::string data = Generate("train.tsv", 30000);
+  const std::string test = Generate("test.tsv", 8000, /*seed=*/2);
   auto shards = StartShards(dir_, "shard", 2);
   ASSERT_EQ(shards.size(), 2u);
   const std::string metrics =
