@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/manifest.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -23,8 +25,6 @@
 
 namespace ps {
 namespace {
-
-constexpr char kManifest[] = "/MANIFEST.json";
 
 absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
   if (status.ok()) return absl::OkStatus();
@@ -39,6 +39,10 @@ class AdminClients {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         ChannelCredentials(options.tls);
     if (!credentials.ok()) return credentials.status();
+    std::vector<std::string> addresses = options.servers;
+    if (!options.coordinator.empty()) addresses.push_back(options.coordinator);
+    RETURN_IF_ERROR(
+        CheckTokenStaysPrivate(options.token, options.tls, addresses));
     AdminClients clients;
     clients.token_ = options.token;
     auto connect = [&](const std::string& address) {
@@ -106,20 +110,26 @@ bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
                     });
 }
 
-// Prints "<what>: <line>" to stderr once `start` is 3 s old, if enabled.
+// Prints "<what>: <line>" to stderr once the work is 3 s old, at most
+// every 2 s, if enabled.
 class Progress {
  public:
   Progress(const char* what, bool enabled) : what_(what), enabled_(enabled) {}
   void Say(const std::string& line) {
-    if (enabled_ && absl::Now() - start_ > absl::Seconds(3)) {
-      std::fprintf(stderr, "%s: %s\n", what_, line.c_str());
+    const absl::Time now = absl::Now();
+    if (!enabled_ || now - start_ < absl::Seconds(3) ||
+        now - last_said_ < absl::Seconds(2)) {
+      return;
     }
+    last_said_ = now;
+    std::fprintf(stderr, "%s: %s\n", what_, line.c_str());
   }
 
  private:
   const char* const what_;
   const bool enabled_;
   const absl::Time start_ = absl::Now();
+  absl::Time last_said_ = absl::InfinitePast();
 };
 
 // A cut every live worker holds at (see the file comment).
@@ -130,18 +140,33 @@ struct Cut {
   CutStatusResponse status;
 };
 
-// Ends the cut when it goes out of scope, whatever happened, if this
-// client began it (`began`).
+// Ends the cut this client began (`cut`, once set) when it goes out of
+// scope, whatever happened; never another client's.
 struct CutEnder {
   AdminClients& clients;
-  bool began = false;
+  int64_t cut = 0;
   ~CutEnder() {
-    if (!began) return;
+    if (cut == 0) return;
+    EndCutRequest request;
+    request.set_cut(cut);
     EndCutResponse ended;
     clients.coordinator()
-        .EndCut(clients.Context(absl::Seconds(30)).get(), EndCutRequest(),
-                &ended)
+        .EndCut(clients.Context(absl::Seconds(30)).get(), request, &ended)
         .ok();
+  }
+};
+
+// Removes what a checkpoint or export wrote into its directory (empty when
+// it began) unless it succeeded (`succeeded`).
+struct PartsRemover {
+  std::string dir;
+  bool succeeded = false;
+  ~PartsRemover() {
+    if (succeeded) return;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      std::filesystem::remove_all(entry.path(), error);
+    }
   }
 };
 
@@ -158,7 +183,7 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
   RETURN_IF_ERROR(FromGrpc(clients.coordinator().BeginCut(
                                clients.Context(call).get(), begin, &begun),
                            "starting the cut"));
-  ender.began = true;
+  ender.cut = begun.cut();
   Cut cut;
   cut.cut = begun.cut();
   absl::Duration pause = absl::Milliseconds(5);
@@ -195,83 +220,113 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
   return cut;
 }
 
-absl::Status WriteManifest(const std::string& dir,
-                           const google::protobuf::Message& manifest) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions print;
-  print.add_whitespace = true;
-  print.always_print_primitive_fields = true;
-  print.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(manifest, &json, print)
-           .ok()) {
-    return absl::InternalError("cannot write the manifest as JSON");
+// Runs `write` (the shards writing their parts) while `cut` holds: renews
+// its lease meanwhile, and checks after that it held all along (the same
+// cut, and no worker's clock moved), so that no part has a later step.
+absl::Status WriteDuringCut(AdminClients& clients, const Cut& cut,
+                            Progress& progress,
+                            const std::function<absl::Status()>& write) {
+  const absl::Time start = absl::Now();
+  absl::Notification written;
+  std::thread renewer([&] {
+    while (!written.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+      CutStatusResponse status;
+      clients.coordinator()
+          .CutStatus(clients.Context(absl::Seconds(5)).get(),
+                     CutStatusRequest(), &status)
+          .ok();
+      progress.Say(absl::StrCat("the shards are writing (",
+                                absl::FormatDuration(absl::Trunc(
+                                    absl::Now() - start, absl::Seconds(1))),
+                                ")"));
+    }
+  });
+  const absl::Status status = write();
+  written.Notify();
+  renewer.join();
+  RETURN_IF_ERROR(status);
+
+  CutStatusResponse after;
+  RETURN_IF_ERROR(FromGrpc(
+      clients.coordinator().CutStatus(clients.Context(absl::Seconds(30)).get(),
+                                      CutStatusRequest(), &after),
+      "asking for the cut after the shards wrote"));
+  if (after.cut() != cut.cut) {
+    return absl::AbortedError(absl::StrCat(
+        "the cut at clock ", cut.cut,
+        " ended while the shards wrote (its lease ran out, or the coordinator "
+        "restarted): the parts may hold later steps"));
   }
-  const std::string path = dir + kManifest;
-  {
-    std::ofstream file(path + ".tmp", std::ios::trunc);
-    file << json;
-    file.flush();
-    if (!file) return absl::InternalError("cannot write " + path + ".tmp");
+  std::map<uint32_t, int64_t> clocks;
+  for (const auto& worker : cut.status.workers()) {
+    clocks[worker.worker()] = worker.clock();
   }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return absl::InternalError("cannot rename " + path + ".tmp");
+  for (const auto& worker : after.workers()) {
+    auto before = clocks.find(worker.worker());
+    if (before != clocks.end() && before->second != worker.clock()) {
+      return absl::AbortedError(absl::StrCat(
+          "worker ", worker.worker(), " went from clock ", before->second,
+          " to ", worker.clock(),
+          " while the shards wrote (its lease had lapsed): the parts may "
+          "hold part of a step"));
+    }
   }
   return absl::OkStatus();
 }
 
-// Reads DIR/MANIFEST.json into `manifest`.
-absl::Status ReadJson(const std::string& dir,
-                      google::protobuf::Message* manifest) {
-  std::ifstream file(dir + kManifest);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat(
-        dir,
-        " holds no MANIFEST.json: not a checkpoint or export, or one "
-        "that was not finished"));
+// Makes `dir`, which must not exist or be empty.
+absl::Status PrepareDirectory(const std::string& dir) {
+  std::error_code error;
+  if (std::filesystem::exists(ManifestPath(dir), error)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(dir, " holds a checkpoint or export already"));
   }
-  std::stringstream json;
-  json << file.rdbuf();
-  google::protobuf::util::JsonParseOptions parse;
-  parse.ignore_unknown_fields = true;
-  if (!google::protobuf::util::JsonStringToMessage(json.str(), manifest, parse)
-           .ok()) {
-    return absl::DataLossError(absl::StrCat(dir, kManifest, " does not parse"));
+  if (std::filesystem::exists(dir, error) &&
+      !std::filesystem::is_empty(dir, error)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        dir,
+        " is not empty (an unfinished checkpoint or export?): give a "
+        "new directory, or empty it"));
+  }
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", dir, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Checks that servers[i] is shard i of servers.size(), before any cut.
+absl::Status CheckShardOrder(AdminClients& clients,
+                             const std::vector<std::string>& servers) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    ShardStatsResponse stats;
+    RETURN_IF_ERROR(FromGrpc(
+        clients.shard(i).ShardStats(clients.Context(absl::Seconds(30)).get(),
+                                    ShardStatsRequest(), &stats),
+        absl::StrCat("asking ", servers[i], " which shard it is")));
+    if (stats.shard_index() != i || stats.num_shards() != servers.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(servers[i], " is shard ", stats.shard_index(), " of ",
+                       stats.num_shards(), ", not shard ", i, " of ",
+                       servers.size(), ": give every shard, in shard order"));
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
-  CheckpointManifest manifest;
-  RETURN_IF_ERROR(ReadJson(dir, &manifest));
-  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
-      manifest.shards_size() != static_cast<int>(manifest.num_shards())) {
-    return absl::DataLossError(absl::StrCat(
-        dir, kManifest, ": format version ", manifest.format_version(),
-        " with ", manifest.shards_size(), " of ", manifest.num_shards(),
-        " shards is not one this version reads"));
-  }
-  return manifest;
-}
-
 absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     const CheckpointOptions& options) {
   if (options.servers.empty() || options.dir.empty()) {
     return absl::InvalidArgumentError("a checkpoint needs shards and a dir");
   }
-  if (std::filesystem::exists(options.dir + kManifest)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(options.dir, " holds a checkpoint already"));
-  }
-  std::error_code error;
-  std::filesystem::create_directories(options.dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", options.dir, ": ", error.message()));
-  }
   absl::StatusOr<AdminClients> clients = AdminClients::Connect(options);
   if (!clients.ok()) return clients.status();
+  RETURN_IF_ERROR(CheckShardOrder(*clients, options.servers));
+  RETURN_IF_ERROR(PrepareDirectory(options.dir));
+  PartsRemover remover{options.dir};
   Progress progress("checkpoint", options.progress);
 
   CutEnder end_cut{*clients};
@@ -282,13 +337,15 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   progress.Say("every worker holds; writing the shards' parts");
   const size_t shards = options.servers.size();
   std::vector<SnapshotShardResponse> parts(shards);
-  RETURN_IF_ERROR(OnEveryShard(shards, [&](size_t i) {
-    SnapshotShardRequest request;
-    request.set_dir(options.dir);
-    return FromGrpc(
-        clients->shard(i).SnapshotShard(clients->Context(absl::Hours(1)).get(),
-                                        request, &parts[i]),
-        absl::StrCat("snapshot of shard ", i, " (", options.servers[i], ")"));
+  RETURN_IF_ERROR(WriteDuringCut(*clients, cut, progress, [&] {
+    return OnEveryShard(shards, [&](size_t i) {
+      SnapshotShardRequest request;
+      request.set_dir(options.dir);
+      return FromGrpc(
+          clients->shard(i).SnapshotShard(
+              clients->Context(absl::Hours(1)).get(), request, &parts[i]),
+          absl::StrCat("snapshot of shard ", i, " (", options.servers[i], ")"));
+    });
   }));
 
   // 4. The manifest, last.
@@ -301,12 +358,6 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   manifest.set_num_shards(static_cast<uint32_t>(shards));
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
-    if (part.shard_index() != i || part.num_shards() != shards) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(options.servers[i], " is shard ", part.shard_index(),
-                       " of ", part.num_shards(), ", not shard ", i, " of ",
-                       shards, ": give --servers in shard order"));
-    }
     // Workers declare tables on every shard in turn, so two shards may
     // list the same tables in different orders.
     if (!SameTables(part.tables(), parts[0].tables())) {
@@ -327,33 +378,13 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     entry->set_clock(worker.clock());
     entry->set_examples(worker.examples());
     entry->set_finished(worker.finished());
+    entry->set_live(worker.live());
   }
   manifest.set_hold_seconds(cut.hold_seconds);
   manifest.set_snapshot_seconds(
       absl::ToDoubleSeconds(absl::Now() - snapshot_start));
-  if (absl::Status written = WriteManifest(options.dir, manifest);
-      !written.ok()) {
-    return written;
-  }
-  progress.Say("done");
-  return manifest;
-}
-
-absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
-  ExportManifest manifest;
-  RETURN_IF_ERROR(ReadJson(dir, &manifest));
-  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
-      !manifest.has_model()) {
-    return absl::DataLossError(
-        absl::StrCat(dir, kManifest, " is not an export this version reads"));
-  }
-  for (const auto& table : manifest.tables()) {
-    if (table.parts_size() != static_cast<int>(manifest.num_shards())) {
-      return absl::DataLossError(absl::StrCat(
-          dir, kManifest, ": table ", table.spec().name(), " has ",
-          table.parts_size(), " parts for ", manifest.num_shards(), " shards"));
-    }
-  }
+  RETURN_IF_ERROR(WriteManifest(options.dir, manifest));
+  remover.succeeded = true;
   return manifest;
 }
 
@@ -362,11 +393,8 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   if (cluster.servers.empty() || cluster.dir.empty()) {
     return absl::InvalidArgumentError("an export needs shards and a dir");
   }
-  if (std::filesystem::exists(cluster.dir + kManifest)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(cluster.dir, " holds an export already"));
-  }
   ASSIGN_OR_RETURN(AdminClients clients, AdminClients::Connect(cluster));
+  RETURN_IF_ERROR(CheckShardOrder(clients, cluster.servers));
   // The model's card and tables, from shard 0's specs.
   ListTablesResponse listed;
   RETURN_IF_ERROR(FromGrpc(
@@ -405,12 +433,8 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   tables.push_back(card.wide_table());
   for (const std::string& dense : card.dense_tables()) tables.push_back(dense);
 
-  std::error_code error;
-  std::filesystem::create_directories(cluster.dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", cluster.dir, ": ", error.message()));
-  }
+  RETURN_IF_ERROR(PrepareDirectory(cluster.dir));
+  PartsRemover remover{cluster.dir};
   Progress progress("export", cluster.progress);
   CutEnder end_cut{clients};
   ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
@@ -418,16 +442,18 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   progress.Say("every worker holds; the shards write the model's weights");
   const size_t shards = cluster.servers.size();
   std::vector<ExportShardResponse> parts(shards);
-  RETURN_IF_ERROR(OnEveryShard(shards, [&](size_t i) {
-    ExportShardRequest request;
-    request.set_dir(cluster.dir);
-    for (const std::string& table : tables) request.add_tables(table);
-    request.set_format(options.fp16 ? ExportManifest::FP16
-                                    : ExportManifest::FP32);
-    return FromGrpc(
-        clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
-                                     request, &parts[i]),
-        absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
+  RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
+    return OnEveryShard(shards, [&](size_t i) {
+      ExportShardRequest request;
+      request.set_dir(cluster.dir);
+      for (const std::string& table : tables) request.add_tables(table);
+      request.set_format(options.fp16 ? ExportManifest::FP16
+                                      : ExportManifest::FP32);
+      return FromGrpc(
+          clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
+                                       request, &parts[i]),
+          absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
+    });
   }));
 
   ExportManifest manifest;
@@ -441,14 +467,6 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   manifest.set_model_name(name);
   manifest.set_format(options.fp16 ? ExportManifest::FP16
                                    : ExportManifest::FP32);
-  for (size_t i = 0; i < shards; ++i) {
-    if (parts[i].shard_index() != i || parts[i].num_shards() != shards) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(cluster.servers[i], " is shard ", parts[i].shard_index(),
-                       " of ", parts[i].num_shards(), ", not shard ", i, " of ",
-                       shards, ": give --servers in shard order"));
-    }
-  }
   for (const std::string& table : tables) {
     ExportManifest::Table* entry = manifest.add_tables();
     for (const TableInfo& info : listed.tables()) {
@@ -472,7 +490,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   manifest.set_export_seconds(
       absl::ToDoubleSeconds(absl::Now() - export_start));
   RETURN_IF_ERROR(WriteManifest(cluster.dir, manifest));
-  progress.Say("done");
+  remover.succeeded = true;
   return manifest;
 }
 

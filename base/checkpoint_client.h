@@ -2,15 +2,22 @@
 //
 // Takes a consistent checkpoint (ps_admin checkpoint, ps_worker
 // --checkpoint_every_steps) or export (ps_admin export) of a running
-// cluster, and reads their manifests back (restore, resume, ps_predict):
+// cluster (base/manifest.h reads their manifests back):
 //
 //   1. BeginCut on the coordinator: every live worker stops before pushing
 //      step `cut` and finishes the steps before it (admin.proto).
 //   2. CutStatus until every live worker holds there: no push of a later
 //      step is in flight, every earlier one was acknowledged on every shard.
-//   3. SnapshotShard on every shard at once: DIR/shard-<i>-of-<n>/.
+//   3. SnapshotShard on every shard at once: DIR/shard-<i>-of-<n>/, while
+//      CutStatus calls keep the cut's lease; then CutStatus once more to
+//      check that the cut held all along (no worker's clock moved).
 //   4. DIR/MANIFEST.json, last (a directory without one is no checkpoint).
-//   5. EndCut, whatever happened: workers go on.
+//   5. EndCut (of this cut only), whatever happened: workers go on. What a
+//      failed checkpoint wrote is removed.
+//
+// A worker whose lease lapsed (dead, or stalled past its --lease_ms) is not
+// waited for: a step it had in flight may be on some shards only, in the
+// cluster and so in the checkpoint. The manifest marks it not live.
 //
 // DIR is a path on the shards' file system (and this process's, for the
 // manifest): the same machine, or a volume they share.
@@ -33,7 +40,8 @@ struct CheckpointOptions {
   std::vector<std::string> servers;
   // Where the clock coordinator is. Default (empty): servers[0].
   std::string coordinator;
-  // The checkpoint's directory. REQUIRES: holds no MANIFEST.json yet.
+  // The checkpoint's directory: made if it does not exist; ALREADY_EXISTS
+  // if it is not empty.
   std::string dir;
   TlsFiles tls;
   // The admin token, when the shards want one. Default: none.
@@ -45,14 +53,12 @@ struct CheckpointOptions {
 };
 
 // Takes the checkpoint; returns its manifest. ALREADY_EXISTS for a
-// directory that holds a checkpoint; DEADLINE_EXCEEDED when the workers do
-// not all reach the cut in time; the shards' errors.
+// directory that is not empty; FAILED_PRECONDITION when `servers` are not
+// every shard in shard order; DEADLINE_EXCEEDED when the workers do not all
+// reach the cut in time; ABORTED when the cut did not hold while the shards
+// wrote; the shards' errors.
 absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     const CheckpointOptions& options);
-
-// The manifest of the checkpoint in `dir`. NOT_FOUND without one (an
-// unfinished checkpoint, or none), DATA_LOSS for one that does not parse.
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
 
 // An export: one model's weights at one cut, for serving (ExportManifest in
 // proto/checkpoint.proto). The same cut as a checkpoint's, then every shard
@@ -71,9 +77,6 @@ struct ExportOptions {
 // card ps_worker declares), INVALID_ARGUMENT when there are several and
 // none was named; otherwise as TakeCheckpoint().
 absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options);
-
-// The manifest of the export in `dir` (see ReadManifest()).
-absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
 
 }  // namespace ps
 

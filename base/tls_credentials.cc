@@ -127,4 +127,18 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+absl::Status CheckTokenStaysPrivate(const std::string& token,
+                                    const TlsFiles& files,
+                                    const std::vector<std::string>& addresses) {
+  if (token.empty() || files.enabled()) return absl::OkStatus();
+  for (const std::string& address : addresses) {
+    if (!IsLoopbackAddress(address)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing to send the admin token in plaintext to ",
+                       address, ": give --tls_ca (the shards need TLS)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ps

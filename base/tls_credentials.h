@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -64,6 +65,13 @@ bool IsLoopbackAddress(absl::string_view host_port);
 // The token in `path` (surrounding white space removed). NOT_FOUND for a
 // file that cannot be read, INVALID_ARGUMENT for an empty token.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// FAILED_PRECONDITION, naming the address, if an admin token would travel
+// in plaintext (`files` empty) beyond loopback to one of `addresses`; OK
+// without a token.
+absl::Status CheckTokenStaysPrivate(const std::string& token,
+                                    const TlsFiles& files,
+                                    const std::vector<std::string>& addresses);
 
 }  // namespace ps
 

@@ -57,5 +57,19 @@ TEST(TlsCredentialsTest, TokenFiles) {
   EXPECT_THAT(ReadTokenFile(dir + "/missing"), StatusIs(StatusCode::kNotFound));
 }
 
+TEST(TlsCredentialsTest, ATokenTravelsInPlaintextOnlyOnLoopback) {
+  const std::vector<std::string> loopback = {"127.0.0.1:1", "[::1]:2",
+                                             "localhost:3"};
+  std::vector<std::string> remote = loopback;
+  remote.push_back("10.0.0.7:50051");
+  EXPECT_OK(CheckTokenStaysPrivate("t", TlsFiles(), loopback));
+  EXPECT_THAT(CheckTokenStaysPrivate("t", TlsFiles(), remote),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_OK(CheckTokenStaysPrivate("", TlsFiles(), remote));  // no token
+  TlsFiles tls;
+  tls.ca = "ca.pem";
+  EXPECT_OK(CheckTokenStaysPrivate("t", tls, remote));
+}
+
 }  // namespace
 }  // namespace ps

@@ -130,14 +130,20 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     return absl::InvalidArgumentError("max_tables must be at least 1");
   }
   std::error_code error;
-  std::filesystem::create_directories(options.path, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", options.path, ": ", error.message()));
+  if (options.read_only) {
+    if (!std::filesystem::exists(options.path, error)) {
+      return absl::NotFoundError(absl::StrCat(options.path, " does not exist"));
+    }
+  } else {
+    std::filesystem::create_directories(options.path, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", options.path, ": ", error.message()));
+    }
   }
   rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
+  db_options.create_if_missing = !options.read_only;
+  db_options.create_missing_column_families = !options.read_only;
   db_options.write_buffer_manager =
       std::make_shared<rocksdb::WriteBufferManager>(options.write_buffer_bytes);
   db_options.max_background_jobs = 2;
@@ -190,8 +196,12 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   descriptors.push_back({kLogFamily, log_family});
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw_db = nullptr;
-  rocksdb::Status opened = rocksdb::DB::Open(db_options, options.path,
-                                             descriptors, &handles, &raw_db);
+  rocksdb::Status opened =
+      options.read_only
+          ? rocksdb::DB::OpenForReadOnly(db_options, options.path, descriptors,
+                                         &handles, &raw_db)
+          : rocksdb::DB::Open(db_options, options.path, descriptors, &handles,
+                              &raw_db);
   if (!opened.ok()) {
     // RocksDB's LOCK file is held: by another process ("While lock file")
     // or by another store in this one ("lock hold by current process").
@@ -220,8 +230,11 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
       // every other table's id (the newest one goes).
       LOG(WARNING) << "table " << name << " in " << options.path
                    << " was being created when the process stopped; its "
-                   << "empty column family is dropped";
-      rocksdb::Status dropped = db->DropColumnFamily(handles[t + 1]);
+                   << "empty column family is "
+                   << (options.read_only ? "left out" : "dropped");
+      rocksdb::Status dropped = options.read_only
+                                    ? rocksdb::Status::OK()
+                                    : db->DropColumnFamily(handles[t + 1]);
       db->DestroyColumnFamilyHandle(handles[t + 1]).PermitUncheckedError();
       handles.erase(handles.begin() + t + 1);
       if (!dropped.ok()) {

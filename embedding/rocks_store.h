@@ -51,6 +51,9 @@ struct RocksStoreOptions {
   bool sync_wal = false;
   // Most tables the store can hold. Default: 1024.
   uint32_t max_tables = 1024;
+  // Open an existing database (a checkpoint's part) read-only: nothing in
+  // `path` changes, and writes fail. Default: false.
+  bool read_only = false;
 };
 
 // A stored table's id in this store: an index, stable for the store's life.

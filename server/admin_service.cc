@@ -148,27 +148,32 @@ grpc::ServerUnaryReactor* AdminService::BeginCut(
 grpc::ServerUnaryReactor* AdminService::CutStatus(
     grpc::CallbackServerContext* context, const CutStatusRequest*,
     CutStatusResponse* response) {
-  const ClockCoordinator::CutStatus status = clocks_->GetCutStatus();
-  response->set_cut(status.cut);
-  response->set_ready(status.ready);
-  for (const ClockCoordinator::WorkerClock& clock : status.workers) {
-    CutStatusResponse::Worker* worker = response->add_workers();
-    worker->set_worker(clock.worker);
-    worker->set_clock(clock.clock);
-    worker->set_examples(clock.examples);
-    worker->set_live(clock.live);
-    worker->set_finished(clock.finished);
+  // It renews the cut's lease, which holds every worker: as guarded as
+  // beginning one.
+  const absl::Status authorized = Authorize(*context);
+  if (authorized.ok()) {
+    const ClockCoordinator::CutStatus status = clocks_->GetCutStatus();
+    response->set_cut(status.cut);
+    response->set_ready(status.ready);
+    for (const ClockCoordinator::WorkerClock& clock : status.workers) {
+      CutStatusResponse::Worker* worker = response->add_workers();
+      worker->set_worker(clock.worker);
+      worker->set_clock(clock.clock);
+      worker->set_examples(clock.examples);
+      worker->set_live(clock.live);
+      worker->set_finished(clock.finished);
+    }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(authorized));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminService::EndCut(
-    grpc::CallbackServerContext* context, const EndCutRequest*,
-    EndCutResponse*) {
+    grpc::CallbackServerContext* context, const EndCutRequest* request,
+    EndCutResponse* response) {
   absl::Status status = Authorize(*context);
-  if (status.ok()) clocks_->EndCut();
+  if (status.ok()) response->set_ended(clocks_->EndCut(request->cut()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

@@ -151,6 +151,12 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   for (const auto& [id, other] : workers_)
     view.live_workers += Live(other, now) ? 1 : 0;
   view.hold_at = ActiveCut(now);
+  // Once every live worker held at the cut, the shards are writing their
+  // parts: a worker behind it (one whose lease had lapsed, or a newcomer)
+  // must push nothing more until the cut ends.
+  if (view.hold_at != 0 && cut_ready_ && worker.clock < view.hold_at) {
+    view.hold_at = std::max<int64_t>(worker.clock, 1);
+  }
 
   if (!options_.state_path.empty() &&
       now - last_save_ >= options_.save_interval) {
@@ -185,6 +191,7 @@ int64_t ClockCoordinator::ActiveCut(absl::Time now) {
     LOG(WARNING) << "the cut at clock " << cut_
                  << " ran out of its lease; workers go on";
     cut_ = 0;
+    cut_ready_ = false;
   }
   return cut_;
 }
@@ -211,6 +218,7 @@ absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
     }
   }
   cut_ = (furthest_unfinished >= 0 ? furthest_unfinished : furthest) + 1;
+  cut_ready_ = false;
   cut_lease_ = lease;
   cut_lease_end_ = now + lease;
   LOG(INFO) << "cut at clock " << cut_ << ": workers hold there";
@@ -228,12 +236,16 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   status.ready = std::all_of(
       status.workers.begin(), status.workers.end(),
       [&](const WorkerClock& w) { return !w.live || w.clock >= status.cut; });
+  cut_ready_ = cut_ready_ || status.ready;
   return status;
 }
 
-void ClockCoordinator::EndCut() {
+bool ClockCoordinator::EndCut(int64_t cut) {
   absl::MutexLock lock(&mu_);
+  if (cut_ == 0 || (cut != 0 && cut != cut_)) return false;
   cut_ = 0;
+  cut_ready_ = false;
+  return true;
 }
 
 absl::Status ClockCoordinator::Save() {

@@ -117,9 +117,12 @@ class ClockCoordinator {
   // clock. FAILED_PRECONDITION while another cut is being taken.
   absl::StatusOr<int64_t> BeginCut(absl::Duration lease);
   // The cut (renewing its lease) and whether every live worker holds at it.
+  // Once it has been ready, a worker behind the cut that reports is told to
+  // hold where it is (hold_at = its clock).
   CutStatus GetCutStatus();
-  // Ends the cut: workers go on.
-  void EndCut();
+  // Ends the cut at clock `cut` (0: whichever is being taken): workers go
+  // on. False if no such cut is being taken (it ran out, or another began).
+  bool EndCut(int64_t cut);
 
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
@@ -155,6 +158,8 @@ class ClockCoordinator {
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t cut_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether GetCutStatus() found every live worker at cut_.
+  bool cut_ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration cut_lease_ ABSL_GUARDED_BY(mu_);
   absl::Time cut_lease_end_ ABSL_GUARDED_BY(mu_);
 };

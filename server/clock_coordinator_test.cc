@@ -195,8 +195,33 @@ TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
               StatusIs(StatusCode::kFailedPrecondition));
   Report(0, 4);
   EXPECT_TRUE(coordinator_->GetCutStatus().ready);
-  coordinator_->EndCut();
+  // Only the client that began it ends it.
+  EXPECT_FALSE(coordinator_->EndCut(*cut + 1));
+  EXPECT_EQ(Report(0, 4).hold_at, 4);
+  EXPECT_TRUE(coordinator_->EndCut(*cut));
   EXPECT_EQ(Report(0, 4).hold_at, 0);
+  EXPECT_FALSE(coordinator_->EndCut(0));
+}
+
+TEST_F(ClockCoordinatorTest, OnceReadyAWorkerBehindTheCutHoldsWhereItIs) {
+  Report(0, 3);
+  Report(1, 2);
+  now_ += absl::Seconds(4);
+  Report(0, 3);
+  now_ += absl::Seconds(2);  // worker 1's lease lapsed at clock 2
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(*cut, 4);
+  // Before every live worker is there, a worker behind goes on to the cut.
+  EXPECT_EQ(Report(1, 2).hold_at, 4);
+  now_ += absl::Seconds(6);  // and lapses again
+  Report(0, 4);
+  ASSERT_TRUE(coordinator_->GetCutStatus().ready);
+  // The shards are writing: worker 1 must push nothing more.
+  EXPECT_EQ(Report(1, 2).hold_at, 2);
+  EXPECT_EQ(Report(0, 4).hold_at, 4);
+  ASSERT_TRUE(coordinator_->EndCut(*cut));
+  EXPECT_EQ(Report(1, 2).hold_at, 0);
 }
 
 TEST_F(ClockCoordinatorTest, OnceEveryWorkerFinishedACutIsPastThemAll) {

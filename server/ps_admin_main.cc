@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/checkpoint_client.h"
+#include "base/manifest.h"
 #include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -190,6 +191,15 @@ int Checkpoint(const std::vector<std::string>& servers,
       static_cast<long long>(manifest->cut()), options.dir.c_str(),
       manifest->num_shards(), static_cast<unsigned long long>(bytes),
       manifest->hold_seconds(), manifest->snapshot_seconds());
+  for (const auto& worker : manifest->workers()) {
+    if (!worker.finished() && !worker.live()) {
+      std::printf(
+          "warning: worker %u's lease had lapsed at clock %lld: it was not "
+          "waited for, and a step it had in flight may be on some shards "
+          "only\n",
+          worker.worker(), static_cast<long long>(worker.clock()));
+    }
+  }
   return 0;
 }
 
@@ -225,6 +235,18 @@ int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
   return 0;
 }
 
+// "0:16 1:16 2:9(finished)": each worker's clock in `manifest`, marked
+// when it had finished or its lease had lapsed.
+std::string WorkerClocks(const ps::CheckpointManifest& manifest) {
+  std::vector<std::string> clocks;
+  for (const auto& worker : manifest.workers()) {
+    clocks.push_back(absl::StrCat(
+        worker.worker(), ":", worker.clock(),
+        worker.finished() ? "(finished)" : (worker.live() ? "" : "(lapsed)")));
+  }
+  return absl::StrJoin(clocks, " ");
+}
+
 // `checkpoints`: the checkpoint in --dir, or those in its subdirectories.
 int ListCheckpoints() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
@@ -233,8 +255,8 @@ int ListCheckpoints() {
   for (const auto& entry : std::filesystem::directory_iterator(dir, error))
     if (entry.is_directory()) candidates.push_back(entry.path().string());
   std::sort(candidates.begin() + 1, candidates.end());
-  std::printf("%-40s %10s %7s %14s %8s  %s\n", "checkpoint", "clock", "shards",
-              "bytes", "workers", "taken");
+  std::printf("%-40s %10s %7s %14s  %-25s  %s\n", "checkpoint", "clock",
+              "shards", "bytes", "taken", "worker clocks");
   int found = 0;
   for (const std::string& candidate : candidates) {
     absl::StatusOr<ps::CheckpointManifest> manifest =
@@ -242,10 +264,11 @@ int ListCheckpoints() {
     if (!manifest.ok()) continue;
     uint64_t bytes = 0;
     for (const auto& shard : manifest->shards()) bytes += shard.bytes();
-    std::printf("%-40s %10lld %7u %14llu %8d  %s\n", candidate.c_str(),
+    std::printf("%-40s %10lld %7u %14llu  %-25s  %s\n", candidate.c_str(),
                 static_cast<long long>(manifest->cut()), manifest->num_shards(),
                 static_cast<unsigned long long>(bytes),
-                manifest->workers_size(), manifest->created_at().c_str());
+                manifest->created_at().c_str(),
+                WorkerClocks(*manifest).c_str());
     ++found;
   }
   if (found == 0) return Fail("no checkpoint in " + dir);
@@ -303,11 +326,13 @@ int main(int argc, char** argv) {
   const std::vector<std::string> servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
   if (servers.empty()) return Fail("--servers names no shard");
-  for (const std::string& server : servers) {
-    if (!Token().empty() && !tls.enabled() && !ps::IsLoopbackAddress(server)) {
-      return Fail("refusing to send the admin token in plaintext to " + server +
-                  ": give --tls_ca (the shards need TLS)");
-    }
+  std::vector<std::string> addresses = servers;
+  if (!absl::GetFlag(FLAGS_coordinator).empty())
+    addresses.push_back(absl::GetFlag(FLAGS_coordinator));
+  if (absl::Status private_token =
+          ps::CheckTokenStaysPrivate(Token(), tls, addresses);
+      !private_token.ok()) {
+    return Fail(std::string(private_token.message()));
   }
   if (command == "checkpoint") return Checkpoint(servers, tls);
   if (command == "export") return Export(servers, tls);

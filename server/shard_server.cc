@@ -1,11 +1,13 @@
 #include "server/shard_server.h"
 
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "base/checkpoint_client.h"
+#include "base/manifest.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/tls_credentials.h"
@@ -23,29 +25,46 @@ namespace ps::server {
 
 namespace {
 
+// A restore writes <data_dir>.restoring and renames it into place when it
+// is whole, so that a data dir is either restored or not there.
+std::string RestoringDir(std::string data_dir) {
+  while (data_dir.size() > 1 && data_dir.back() == '/') data_dir.pop_back();
+  return data_dir + ".restoring";
+}
+
 // Restores options.store.data_dir from options.restore_from, unless it was
 // restored from that checkpoint before (recorded in RESTORED_FROM).
 absl::Status RestoreFromCheckpoint(const ServerOptions& options,
                                    const ShardIdentity& identity) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest,
                    ReadManifest(options.restore_from));
-  if (manifest.routing_version() != kRoutingVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(options.restore_from, " was routed with version ",
-                     manifest.routing_version(),
-                     "; this server routes with version ", kRoutingVersion));
-  }
-  const std::string marker = options.store.data_dir + "/RESTORED_FROM";
-  const std::string stamp =
-      absl::StrCat(options.restore_from, " ", manifest.created_at(), " cut ",
-                   manifest.cut(), "\n");
-  if (std::ifstream recorded(marker); recorded) {
+  const std::string& data_dir = options.store.data_dir;
+  std::error_code error;
+  const std::string checkpoint =
+      std::filesystem::weakly_canonical(options.restore_from, error).string();
+  const std::string stamp = absl::StrCat(checkpoint, " ", manifest.created_at(),
+                                         " cut ", manifest.cut(), "\n");
+  if (std::filesystem::exists(data_dir, error) &&
+      !std::filesystem::is_empty(data_dir, error)) {
+    std::ifstream recorded(data_dir + "/RESTORED_FROM");
     std::stringstream text;
     text << recorded.rdbuf();
-    if (text.str() == stamp) return absl::OkStatus();  // restored already
+    if (recorded && text.str() == stamp) return absl::OkStatus();  // done
     return absl::FailedPreconditionError(absl::StrCat(
-        options.store.data_dir, " was restored from another checkpoint (",
-        text.str(), "), not ", options.restore_from));
+        "--restore_from needs an empty --data_dir: ", data_dir,
+        recorded ? absl::StrCat(" was restored from another checkpoint (",
+                                text.str(), ")")
+                 : std::string(" holds a shard already")));
+  }
+  const std::string restoring = RestoringDir(data_dir);
+  if (std::filesystem::exists(restoring, error)) {
+    LOG(WARNING) << "removing " << restoring
+                 << ", left by a restore that was interrupted";
+    std::filesystem::remove_all(restoring, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove ", restoring, ": ", error.message()));
+    }
   }
   embedding::RestoreOptions restore;
   for (const auto& shard : manifest.shards())
@@ -55,15 +74,29 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
     return ShardForKey(key, identity.num_shards) == identity.shard_index;
   };
   restore.store = options.store;
+  restore.store.data_dir = restoring;
   LOG(INFO) << "restoring shard " << identity.shard_index << " of "
-            << identity.num_shards << " from " << options.restore_from
-            << " (cut " << manifest.cut() << ", " << manifest.num_shards()
-            << " shards)";
-  ASSIGN_OR_RETURN(embedding::RestoreStats stats,
-                   embedding::RestoreRows(restore));
-  (void)stats;
-  RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
-  std::ofstream(marker) << stamp;
+            << identity.num_shards << " from " << checkpoint << " (cut "
+            << manifest.cut() << ", " << manifest.num_shards() << " shards)";
+  RETURN_IF_ERROR(embedding::RestoreRows(restore).status());
+  RETURN_IF_ERROR(WriteShardIdentity(restoring, identity));
+  {
+    std::ofstream marker(restoring + "/RESTORED_FROM", std::ios::trunc);
+    marker << stamp;
+    marker.flush();
+    if (!marker) {
+      return absl::InternalError(
+          absl::StrCat("cannot write ", restoring, "/RESTORED_FROM"));
+    }
+  }
+  const std::string target =
+      restoring.substr(0, restoring.size() - strlen(".restoring"));
+  std::filesystem::remove(target, error);  // empty, if there
+  std::filesystem::rename(restoring, target, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot rename ", restoring, " to ",
+                                            data_dir, ": ", error.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -94,6 +127,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
                                kRoutingVersion};
   if (!options.restore_from.empty()) {
     RETURN_IF_ERROR(RestoreFromCheckpoint(options, identity));
+  } else if (std::filesystem::exists(RestoringDir(options.store.data_dir))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a restore into ", options.store.data_dir, " was interrupted (",
+        RestoringDir(options.store.data_dir),
+        " is left): start again with --restore_from, or remove it"));
   }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's).

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -26,9 +27,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/checkpoint_client.h"
+#include "base/manifest.h"
 #include "base/routing.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -120,6 +123,20 @@ TableSpec Spec(const std::string& name, uint32_t dim,
   spec.mutable_initializer()->set_scale(0.1f);
   spec.mutable_optimizer()->set_kind(optimizer);
   return spec;
+}
+
+// The entries of `dir` that hold a checkpoint's manifest, sorted; fails
+// the test if anything else (an unfinished checkpoint) is there.
+std::vector<std::string> FinishedCheckpoints(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(std::filesystem::exists(entry.path() / "MANIFEST.json"))
+        << name << " is not a finished checkpoint";
+    names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -222,12 +239,51 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
       0);
   EXPECT_NE(ReadFile(log).find("MANIFEST.json"), std::string::npos)
       << ReadFile(log);
+  shards.clear();  // stopped: old0 is a shard's data dir no one holds
   EXPECT_NE(
       RunToCompletion(
           {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
            "--data_dir=" + dir_ + "/old0", "--restore_from=" + checkpoint},
           log),
       0);
+  EXPECT_NE(ReadFile(log).find("holds a shard already"), std::string::npos)
+      << ReadFile(log);
+  // A restore that was interrupted is neither served nor left half done.
+  std::filesystem::create_directories(dir_ + "/cut_short0.restoring/junk");
+  EXPECT_NE(
+      RunToCompletion({BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
+                       "--data_dir=" + dir_ + "/cut_short0"},
+                      log),
+      0);
+  EXPECT_NE(ReadFile(log).find("was interrupted"), std::string::npos)
+      << ReadFile(log);
+  {
+    auto resumed =
+        StartShards(dir_, "cut_short", 1, {"--restore_from=" + checkpoint});
+    ASSERT_EQ(resumed.size(), 1u);
+    EXPECT_TRUE(GetFullRow(resumed, "adam", keys[3]) == expected[1][3]);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0.restoring"));
+  // Rows placed by another key routing are refused.
+  const std::string other_routing = dir_ + "/other_routing";
+  std::filesystem::create_directories(other_routing);
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoint)) {
+    std::filesystem::copy(entry.path(), other_routing / entry.path().filename(),
+                          std::filesystem::copy_options::recursive);
+  }
+  std::string json = ReadFile(checkpoint + "/MANIFEST.json");
+  const std::string routing = "\"routing_version\": 1";
+  ASSERT_NE(json.find(routing), std::string::npos) << json;
+  json.replace(json.find(routing), routing.size(), "\"routing_version\": 2");
+  std::ofstream(other_routing + "/MANIFEST.json", std::ios::trunc) << json;
+  EXPECT_NE(
+      RunToCompletion(
+          {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
+           "--data_dir=" + dir_ + "/y", "--restore_from=" + other_routing},
+          log),
+      0);
+  EXPECT_NE(ReadFile(log).find("routing version 2"), std::string::npos)
+      << ReadFile(log);
 }
 
 // A client that pushes +1 to keys of its own table each step, as a worker
@@ -456,34 +512,40 @@ std::vector<std::string> Train(
 }
 
 TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
-  const std::string data = Generate("train.tsv", 40000);
+  const std::string data = Generate("train.tsv", 20000);
   const std::string test = Generate("test.tsv", 10000, /*seed=*/2);
-  // One worker, 40 steps straight.
+  // One worker, two epochs of 20 steps straight.
   double straight_auc = 0, straight_logloss = 0;
   {
     auto shards = StartShards(dir_, "straight", 1);
-    const auto metrics = Train(shards, 1, data, test, "straight", dir_, {});
+    const auto metrics =
+        Train(shards, 1, data, test, "straight", dir_, {"--epochs=2"});
     straight_auc = Metric(metrics[0], "test_auc");
     straight_logloss = Metric(metrics[0], "test_logloss");
   }
   // The same with a checkpoint every 15 steps; then every process is gone
-  // and training resumes from the first checkpoint on a restored shard.
+  // and training resumes, in the second epoch, from the second checkpoint
+  // on a restored shard.
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 1);
     const auto metrics =
         Train(shards, 1, data, test, "first", dir_,
-              {"--checkpoint_every_steps=15", "--checkpoint_dir=" + checkpoints,
-               "--checkpoints_to_keep=0"});
+              {"--epochs=2", "--checkpoint_every_steps=15",
+               "--checkpoint_dir=" + checkpoints, "--checkpoints_to_keep=0"});
     EXPECT_EQ(Metric(metrics[0], "checkpoints"), 2) << metrics[0];
     // Holding at the cuts changes nothing.
     EXPECT_DOUBLE_EQ(Metric(metrics[0], "test_auc"), straight_auc);
     EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
   }
-  const std::string first = checkpoints + "/ckpt-0000000015";
-  auto manifest = ReadManifest(first);
+  // Named after their cuts, which are past the clocks they were asked at.
+  const std::vector<std::string> taken = FinishedCheckpoints(checkpoints);
+  ASSERT_EQ(taken.size(), 2u);
+  const std::string second = checkpoints + "/" + taken[1];
+  auto manifest = ReadManifest(second);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
-  EXPECT_GE(manifest->cut(), 15);
+  EXPECT_GT(manifest->cut(), 20) << "not in the second epoch";
+  EXPECT_EQ(taken[1], absl::StrFormat("ckpt-%010d", manifest->cut()));
   // ps_admin checkpoints lists both (its table goes to stdout).
   ASSERT_EQ(
       RunToCompletion({"/bin/sh", "-c",
@@ -492,13 +554,13 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
                       dir_ + "/list.log"),
       0);
   const std::string list = ReadFile(dir_ + "/list.txt");
-  EXPECT_NE(list.find("ckpt-0000000015"), std::string::npos) << list;
-  EXPECT_NE(list.find("ckpt-0000000030"), std::string::npos) << list;
+  EXPECT_NE(list.find(taken[0]), std::string::npos) << list;
+  EXPECT_NE(list.find(taken[1]), std::string::npos) << list;
   double resumed_auc = 0, resumed_logloss = 0;
   {
-    auto shards = StartShards(dir_, "resumed", 1, {"--restore_from=" + first});
+    auto shards = StartShards(dir_, "resumed", 1, {"--restore_from=" + second});
     const auto metrics = Train(shards, 1, data, test, "resumed", dir_,
-                               {"--resume_from=" + first});
+                               {"--epochs=2", "--resume_from=" + second});
     resumed_auc = Metric(metrics[0], "test_auc");
     resumed_logloss = Metric(metrics[0], "test_logloss");
     EXPECT_EQ(Metric(metrics[0], "first_step"), manifest->cut());
@@ -530,10 +592,14 @@ TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
           {"--checkpoint_every_steps=8", "--checkpoint_dir=" + checkpoints,
            "--checkpoints_to_keep=1"});
   }
-  const std::string last = checkpoints + "/ckpt-0000000016";
-  ASSERT_TRUE(ReadManifest(last).ok());
-  EXPECT_FALSE(std::filesystem::exists(checkpoints + "/ckpt-0000000008"))
-      << "--checkpoints_to_keep=1 kept an older one";
+  // Each worker has 20 steps of 1000 lines: checkpoints were asked for at
+  // 8 and 16, and only the newest is kept.
+  const std::vector<std::string> kept = FinishedCheckpoints(checkpoints);
+  ASSERT_EQ(kept.size(), 1u) << "--checkpoints_to_keep=1";
+  const std::string last = checkpoints + "/" + kept[0];
+  auto manifest = ReadManifest(last);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_GT(manifest->cut(), 16);
   auto shards = StartShards(dir_, "resumed", 3, {"--restore_from=" + last});
   const double resumed_auc = Metric(Train(shards, 2, data, test, "resumed",
                                           dir_, {"--resume_from=" + last})[0],
@@ -592,6 +658,43 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
       EXPECT_NEAR(After(printed, "AUC "), worker_auc, 0.002);
     }
   }
+  // Lines without labels are scored the same, one per line, in order.
+  const std::string unlabeled = dir_ + "/unlabeled.tsv";
+  {
+    std::ifstream in(test);
+    std::ofstream out(unlabeled);
+    for (std::string line; std::getline(in, line);) {
+      out << line.substr(line.find('\t') + 1) << "\n";
+    }
+  }
+  const std::string out = dir_ + "/predict_unlabeled.txt";
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       BinaryPath("worker/ps_predict") + " --model=" + dir_ +
+                           "/export_fp32 --input=" + unlabeled +
+                           " --out=" + dir_ + "/scores_unlabeled.txt > " + out},
+                      dir_ + "/predict.log"),
+      0)
+      << ReadFile(dir_ + "/predict.log");
+  EXPECT_NE(ReadFile(out).find("no labels"), std::string::npos)
+      << ReadFile(out);
+  EXPECT_EQ(ReadFile(dir_ + "/scores_unlabeled.txt"),
+            ReadFile(dir_ + "/scores_fp32.txt"));
+  // An export goes into a new (or empty) directory only, and a checkpoint
+  // names every shard in order: both refused before any worker is held.
+  EXPECT_NE(
+      Admin(Addresses(shards), {"--dir=" + dir_ + "/export_fp32", "export"},
+            dir_ + "/again.log"),
+      0);
+  EXPECT_NE(ReadFile(dir_ + "/again.log").find("already"), std::string::npos)
+      << ReadFile(dir_ + "/again.log");
+  EXPECT_NE(Admin({shards[1]->address(), shards[0]->address()},
+                  {"--dir=" + dir_ + "/reversed", "checkpoint"},
+                  dir_ + "/reversed.log"),
+            0);
+  EXPECT_NE(ReadFile(dir_ + "/reversed.log").find("in shard order"),
+            std::string::npos)
+      << ReadFile(dir_ + "/reversed.log");
 }
 
 }  // namespace

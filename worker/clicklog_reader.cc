@@ -126,7 +126,7 @@ bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
       continue;
     ++lines_;
     Example example;
-    absl::Status parsed = ParseCriteoLine(line, &example);
+    absl::Status parsed = ParseCriteoLine(line, &example, options_.label);
     if (!parsed.ok()) {
       const int64_t bad = ++bad_lines_;
       if (bad <= kLoggedBadLines || bad % 1000 == 0) {

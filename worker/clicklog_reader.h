@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/criteo_parser.h"
 #include "worker/features.h"
 
 namespace ps::worker {
@@ -47,6 +48,9 @@ struct ReaderOptions {
   int64_t max_bad_lines = 1000;
   // Batches parsed ahead. Default: 4.
   int queue_batches = 4;
+  // Whether lines may leave out the label (for scoring; see
+  // criteo_parser.h). Default: required.
+  LabelColumn label = LabelColumn::kRequired;
 };
 
 // Expands comma-separated paths and globs. NOT_FOUND if one matches nothing.

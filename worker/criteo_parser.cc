@@ -5,7 +5,8 @@
 
 namespace ps::worker {
 
-absl::Status ParseCriteoLine(absl::string_view line, Example* example) {
+absl::Status ParseCriteoLine(absl::string_view line, Example* example,
+                             LabelColumn label) {
   constexpr int kColumns = 1 + kDenseFeatures + kCategoricalFields;
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   absl::string_view columns[kColumns];
@@ -23,20 +24,27 @@ absl::Status ParseCriteoLine(absl::string_view line, Example* example) {
     if (tab == absl::string_view::npos) break;
     start = tab + 1;
   }
-  if (count != kColumns) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(count, " tab-separated columns, expected ", kColumns));
-  }
-  if (columns[0] == "0") {
+  // Where the features start: after the label, if the line has one.
+  int first = 1;
+  if (count == kColumns - 1 && label == LabelColumn::kOptional) {
+    first = 0;
     example->label = 0.0f;
-  } else if (columns[0] == "1") {
-    example->label = 1.0f;
+    example->has_label = false;
+  } else if (count != kColumns) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        count, " tab-separated columns, expected ", kColumns,
+        label == LabelColumn::kOptional
+            ? absl::StrCat(" (or ", kColumns - 1, " without the label)")
+            : ""));
+  } else if (columns[0] == "0" || columns[0] == "1") {
+    example->label = columns[0] == "1" ? 1.0f : 0.0f;
+    example->has_label = true;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("label must be 0 or 1, got \"", columns[0], "\""));
   }
   for (int i = 0; i < kDenseFeatures; ++i) {
-    const absl::string_view raw = columns[1 + i];
+    const absl::string_view raw = columns[first + i];
     int64_t value = 0;
     if (!raw.empty() && !absl::SimpleAtoi(raw, &value)) {
       return absl::InvalidArgumentError(
@@ -45,7 +53,7 @@ absl::Status ParseCriteoLine(absl::string_view line, Example* example) {
     example->dense[i] = DenseFeature(static_cast<double>(value));
   }
   for (int f = 0; f < kCategoricalFields; ++f) {
-    example->keys[f] = FeatureKey(f, columns[1 + kDenseFeatures + f]);
+    example->keys[f] = FeatureKey(f, columns[first + kDenseFeatures + f]);
   }
   return absl::OkStatus();
 }

@@ -14,10 +14,15 @@
 
 namespace ps::worker {
 
+// Whether a line may leave out the label column (to be scored, as in
+// Criteo's unlabeled test file: I1 .. I13 \t C1 .. C26).
+enum class LabelColumn { kRequired, kOptional };
+
 // Fills `example` from `line` (no trailing newline). INVALID_ARGUMENT, with
 // the reason, for a wrong column count, a label other than 0/1, or a
 // non-integer in an integer column.
-absl::Status ParseCriteoLine(absl::string_view line, Example* example);
+absl::Status ParseCriteoLine(absl::string_view line, Example* example,
+                             LabelColumn label = LabelColumn::kRequired);
 
 }  // namespace ps::worker
 

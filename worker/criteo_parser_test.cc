@@ -73,5 +73,33 @@ TEST(CriteoParserTest, RejectsMalformedLines) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(CriteoParserTest, ALineWithoutALabelIsScoredOnlyWhenAllowed) {
+  std::vector<std::string> ints = Ints();
+  ints[2] = "7";
+  std::vector<std::string> cats = Cats();
+  cats[25] = "last";
+  // Without the label column: 39 columns, the features where they belong.
+  const std::string line = Line("", ints, cats).substr(1);
+  Example example;
+  EXPECT_THAT(ParseCriteoLine(line, &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(ParseCriteoLine(line, &example, LabelColumn::kOptional));
+  EXPECT_FALSE(example.has_label);
+  EXPECT_FLOAT_EQ(example.dense[2], std::log1p(7.0f));
+  EXPECT_EQ(example.keys[25], FeatureKey(25, "last"));
+  // A labeled line reads the same either way.
+  Example labeled;
+  ASSERT_OK(
+      ParseCriteoLine(Line("1", ints, cats), &labeled, LabelColumn::kOptional));
+  EXPECT_TRUE(labeled.has_label);
+  EXPECT_EQ(labeled.label, 1.0f);
+  EXPECT_EQ(labeled.keys[25], example.keys[25]);
+  EXPECT_EQ(labeled.dense[2], example.dense[2]);
+  // 38 columns are still too few.
+  EXPECT_THAT(ParseCriteoLine(line.substr(line.find('\t') + 1), &example,
+                              LabelColumn::kOptional),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace ps::worker

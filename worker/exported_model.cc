@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "base/checkpoint_client.h"
 #include "base/half.h"
+#include "base/manifest.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "rocksdb/sst_file_reader.h"

@@ -25,6 +25,8 @@ inline constexpr int kCategoricalFields = 26;
 // One parsed example.
 struct Example {
   float label = 0.0f;
+  // False for a line without a label (scored, not trained on); label is 0.
+  bool has_label = true;
   float dense[kDenseFeatures] = {};
   uint64_t keys[kCategoricalFields] = {};
 };

@@ -2,16 +2,25 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/manifest.h"
 #include "glog/logging.h"
 
 namespace ps::worker {
+namespace {
 
-std::string CheckpointName(int64_t clock) {
-  return absl::StrFormat("ckpt-%010d", clock);
+// The suffix of a checkpoint being taken.
+constexpr char kTaking[] = ".taking";
+
+}  // namespace
+
+std::string CheckpointName(int64_t cut) {
+  return absl::StrFormat("ckpt-%010d", cut);
 }
 
 PeriodicCheckpointer::PeriodicCheckpointer(const CheckpointOptions& options,
@@ -52,55 +61,77 @@ void PeriodicCheckpointer::Loop() {
       clock = requested_;
     }
     CheckpointOptions options = options_;
-    options.dir = options_.dir + "/" + CheckpointName(clock);
+    options.dir =
+        absl::StrCat(options_.dir, "/", CheckpointName(clock), kTaking);
+    std::error_code error;
+    std::filesystem::remove_all(options.dir, error);  // a crashed run's
     absl::StatusOr<CheckpointManifest> taken = TakeCheckpoint(options);
+    std::string final_dir;
+    if (taken.ok()) {
+      // Named after its cut, under a name no other checkpoint has.
+      const std::string base =
+          absl::StrCat(options_.dir, "/", CheckpointName(taken->cut()));
+      final_dir = base;
+      for (int n = 1; std::filesystem::exists(final_dir, error); ++n) {
+        final_dir = absl::StrCat(base, ".", n);
+      }
+      std::filesystem::rename(options.dir, final_dir, error);
+      if (error) {
+        taken = absl::InternalError(absl::StrCat("cannot rename ", options.dir,
+                                                 " to ", final_dir, ": ",
+                                                 error.message()));
+      }
+    }
     {
       absl::MutexLock lock(&mu_);
       requested_ = -1;
-      if (taken.ok()) {
-        ++stats_.taken;
-        stats_.hold_seconds += taken->hold_seconds();
-        stats_.snapshot_seconds += taken->snapshot_seconds();
-        stats_.last_dir = options.dir;
-      } else {
-        ++stats_.failed;
-      }
+      ++(taken.ok() ? stats_.taken : stats_.failed);
     }
     if (taken.ok()) {
-      LOG(INFO) << "checkpoint at clock " << taken->cut() << " in "
-                << options.dir << ": workers held " << taken->hold_seconds()
+      LOG(INFO) << "checkpoint at clock " << taken->cut() << " in " << final_dir
+                << ": workers held " << taken->hold_seconds()
                 << " s for the cut, shards wrote "
                 << "their parts in " << taken->snapshot_seconds() << " s";
-      Prune();
     } else {
       LOG(ERROR) << "checkpoint into " << options.dir
                  << " failed (training goes on): " << taken.status();
     }
+    Prune();
   }
 }
 
 void PeriodicCheckpointer::Prune() {
-  std::vector<std::pair<std::string, bool>> checkpoints;  // (dir, finished)
+  struct Finished {
+    std::string created_at;  // RFC 3339, UTC: orders as text
+    int64_t cut;
+    std::string dir;
+    bool operator<(const Finished& other) const {
+      return std::tie(created_at, cut, dir) <
+             std::tie(other.created_at, other.cut, other.dir);
+    }
+  };
+  std::vector<Finished> finished;
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator(options_.dir, error)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory() || !absl::StartsWith(name, "ckpt-")) continue;
-    checkpoints.emplace_back(
-        entry.path().string(),
-        std::filesystem::exists(entry.path() / "MANIFEST.json"));
-  }
-  std::sort(checkpoints.begin(), checkpoints.end());
-  int finished_seen = 0;
-  bool newer_finished = false;
-  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
-    const bool drop =
-        it->second ? keep_ > 0 && ++finished_seen > keep_ : newer_finished;
-    newer_finished = newer_finished || it->second;
-    if (drop) {
-      std::filesystem::remove_all(it->first, error);
-      LOG(INFO) << "removed the older checkpoint " << it->first;
+    if (absl::EndsWith(name, kTaking)) {
+      std::filesystem::remove_all(entry.path(), error);
+      continue;
     }
+    absl::StatusOr<CheckpointManifest> manifest =
+        ReadManifest(entry.path().string());
+    if (manifest.ok()) {
+      finished.push_back(
+          {manifest->created_at(), manifest->cut(), entry.path().string()});
+    }
+  }
+  if (keep_ <= 0 || finished.size() <= static_cast<size_t>(keep_)) return;
+  std::sort(finished.begin(), finished.end());
+  for (size_t i = 0; i + keep_ < finished.size(); ++i) {
+    std::filesystem::remove_all(finished[i].dir, error);
+    LOG(INFO) << "removed the older checkpoint " << finished[i].dir;
   }
 }
 

@@ -3,11 +3,13 @@
 // PeriodicCheckpointer takes the cluster's checkpoints for one worker
 // (worker 0 under ps_worker --checkpoint_every_steps): Request(clock) asks
 // for one and returns at once; a thread of its own takes it into
-// DIR/ckpt-<clock>/ (base/checkpoint_client.h: every live worker holds at
-// the cut, this one included, so it must never wait inside the training
-// loop) and then keeps the newest `keep` checkpoints of DIR. A request made
-// while one is being taken is dropped. A failed checkpoint is logged and
-// training goes on.
+// DIR/ckpt-<clock>.taking/ (base/checkpoint_client.h: every live worker
+// holds at the cut, this one included, so it must never wait inside the
+// training loop), renames it DIR/ckpt-<cut>/ (ckpt-<cut>.<n>/ if that name
+// is taken, as by a run abandoned for an older checkpoint), and then keeps
+// the newest `keep` checkpoints of DIR, newest by the time they were taken.
+// A request made while one is being taken is dropped. A failed checkpoint
+// is logged and training goes on.
 //
 // Thread-safe. Stop() (or the destructor) waits for the one in progress.
 
@@ -33,7 +35,8 @@ class PeriodicCheckpointer {
   PeriodicCheckpointer(const PeriodicCheckpointer&) = delete;
   PeriodicCheckpointer& operator=(const PeriodicCheckpointer&) = delete;
 
-  // Asks for a checkpoint (named after `clock`), unless one is being taken.
+  // Asks for a checkpoint (this worker is at `clock`), unless one is being
+  // taken.
   void Request(int64_t clock);
 
   // Waits for the checkpoint in progress, then stops.
@@ -42,17 +45,13 @@ class PeriodicCheckpointer {
   struct Stats {
     int taken = 0;
     int failed = 0;
-    // Summed over the checkpoints taken.
-    double hold_seconds = 0;
-    double snapshot_seconds = 0;
-    std::string last_dir;
   };
   Stats stats();
 
  private:
   void Loop();
-  // Deletes all but the newest `keep_` finished checkpoints of the parent
-  // dir, and unfinished ones older than the newest finished one.
+  // Deletes all but the newest `keep_` finished checkpoints (ckpt-*) of the
+  // parent dir, and what a checkpoint of this class left unfinished.
   void Prune();
 
   const CheckpointOptions options_;
@@ -64,8 +63,8 @@ class PeriodicCheckpointer {
   std::thread thread_;
 };
 
-// The name of the checkpoint taken at `clock`: ckpt-<clock, 10 digits>.
-std::string CheckpointName(int64_t clock);
+// The name of the checkpoint at cut `cut`: ckpt-<cut, 10 digits>.
+std::string CheckpointName(int64_t cut);
 
 }  // namespace ps::worker
 

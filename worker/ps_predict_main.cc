@@ -1,6 +1,7 @@
 // ps_predict: scores click logs with an export (ps_admin export), with no
 // shard running: one probability per input line, in input order, and the
-// AUC and logloss of the lines' labels. See README.md and --help.
+// AUC and logloss of the lines that carry labels (a line may leave the label
+// column out). See README.md and --help.
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -26,8 +28,8 @@
 ABSL_FLAG(std::string, model, "",
           "The export to score with (ps_admin export --dir). Required.");
 ABSL_FLAG(std::string, input, "",
-          "Click logs in the training format: comma-separated paths or globs, "
-          "plain or gzip. Required.");
+          "Click logs in the training format, with or without the label "
+          "column: comma-separated paths or globs, plain or gzip. Required.");
 ABSL_FLAG(std::string, out, "",
           "Where the probabilities go, one per input line, in input order. "
           "Default: none (only the AUC and logloss are printed).");
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   reader_options.files = absl::GetFlag(FLAGS_input);
   reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
   reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  reader_options.label = ps::worker::LabelColumn::kOptional;
   auto reader = ps::worker::ClickLogReader::Open(reader_options);
   if (!reader.ok()) return Fail(reader.status().ToString());
 
@@ -83,7 +86,9 @@ int main(int argc, char** argv) {
     out = std::fopen(path.c_str(), "w");
     if (out == nullptr) return Fail("cannot write " + path);
   }
+  // The labeled lines' scores and labels, for AUC and logloss.
   std::vector<float> scores, labels, batch_scores;
+  int64_t lines = 0;
   std::vector<ps::worker::Example> examples;
   ps::worker::ModelInputs inputs;
   const absl::Time start = absl::Now();
@@ -102,18 +107,28 @@ int main(int argc, char** argv) {
     if (out != nullptr) {
       for (float score : batch_scores) std::fprintf(out, "%.9g\n", score);
     }
-    scores.insert(scores.end(), batch_scores.begin(), batch_scores.end());
-    labels.insert(labels.end(), inputs.labels.begin(), inputs.labels.end());
+    lines += static_cast<int64_t>(examples.size());
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (!examples[i].has_label) continue;
+      scores.push_back(batch_scores[i]);
+      labels.push_back(examples[i].label);
+    }
   }
   if (out != nullptr && std::fclose(out) != 0)
     return Fail("cannot write " + absl::GetFlag(FLAGS_out));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::string quality = "no labels, so no AUC or logloss";
+  if (!scores.empty()) {
+    quality = absl::StrFormat("AUC %.6f, logloss %.6f",
+                              ps::worker::ExactAuc(scores, labels),
+                              ps::worker::MeanLogLoss(scores, labels));
+    if (static_cast<int64_t>(scores.size()) < lines) {
+      absl::StrAppend(&quality, " over the ", scores.size(), " labeled lines");
+    }
+  }
   std::printf(
-      "scored %zu lines in %.2f s (%.0f lines/s); AUC %.6f, logloss %.6f; "
-      "bad lines %lld\n",
-      scores.size(), seconds, seconds > 0 ? scores.size() / seconds : 0,
-      ps::worker::ExactAuc(scores, labels),
-      ps::worker::MeanLogLoss(scores, labels),
-      static_cast<long long>((*reader)->bad_lines()));
+      "scored %lld lines in %.2f s (%.0f lines/s); %s; bad lines %lld\n",
+      static_cast<long long>(lines), seconds, seconds > 0 ? lines / seconds : 0,
+      quality.c_str(), static_cast<long long>((*reader)->bad_lines()));
   return 0;
 }

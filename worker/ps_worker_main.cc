@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "base/checkpoint_client.h"
+#include "base/manifest.h"
 #include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
@@ -80,7 +80,8 @@ ABSL_FLAG(std::string, resume_from, "",
           "Needs the same --train, --num_workers, --batch_size and --epochs.");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
           "Worker 0: take a checkpoint of the cluster every this many steps "
-          "into --checkpoint_dir/ckpt-<clock>/ (0: never).");
+          "into --checkpoint_dir/ckpt-<cut>/, named after the clock the "
+          "checkpoint holds (0: never).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where --checkpoint_every_steps puts checkpoints (a path on the "
           "shards' file system).");
@@ -336,7 +337,10 @@ int main(int argc, char** argv) {
     return Fail("--checkpoint_every_steps must be >= 0");
   if (options.checkpoint_every_steps > 0 &&
       absl::GetFlag(FLAGS_worker_index) != 0) {
-    options.checkpoint_every_steps = 0;  // worker 0 takes them for everyone
+    LOG(INFO) << "--checkpoint_every_steps: worker 0 takes the cluster's "
+                 "checkpoints; worker "
+              << absl::GetFlag(FLAGS_worker_index) << " takes none";
+    options.checkpoint_every_steps = 0;
   }
   if (options.checkpoint_every_steps > 0) {
     if (absl::GetFlag(FLAGS_checkpoint_dir).empty())
@@ -346,6 +350,14 @@ int main(int argc, char** argv) {
     options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
     options.checkpoint.tls = client_options.tls;
     options.checkpoint.token = token;
+    std::vector<std::string> addresses = client_options.servers;
+    if (!client_options.coordinator.empty())
+      addresses.push_back(client_options.coordinator);
+    if (absl::Status private_token =
+            ps::CheckTokenStaysPrivate(token, client_options.tls, addresses);
+        !private_token.ok()) {
+      return Fail(private_token.ToString());
+    }
     options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
   }
   auto client = ps::worker::PsClient::Connect(client_options);

@@ -188,17 +188,19 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
   ASSIGN_OR_RETURN(*response, client_->Clock(request, retry_for));
-  hold_at_ = response->hold_at();
   return absl::OkStatus();
 }
 
-absl::Status Trainer::WaitOutCut(int64_t step, absl::Duration* held) {
+absl::Status Trainer::WaitOutCut(int64_t step, int64_t* hold_at,
+                                 absl::Duration* held) {
   const absl::Time start = absl::Now();
-  while (hold_at_.load() != 0 && step >= hold_at_.load()) {
+  while (*hold_at != 0 && step >= *hold_at) {
     ClockResponse view;
     RETURN_IF_ERROR(ReportClock(false, &view));
-    if (view.hold_at() != 0 && step >= view.hold_at())
+    *hold_at = view.hold_at();
+    if (*hold_at != 0 && step >= *hold_at) {
       absl::SleepFor(absl::Milliseconds(10));
+    }
   }
   *held += absl::Now() - start;
   return absl::OkStatus();
@@ -207,10 +209,17 @@ absl::Status Trainer::WaitOutCut(int64_t step, absl::Duration* held) {
 absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader) {
   int64_t skipped = 0;
   std::vector<Example> batch;
+  absl::Time next_progress = absl::Now() + absl::Seconds(5);
   while (skipped < options_.resume_examples) {
     ASSIGN_OR_RETURN(bool more, reader.Next(&batch));
     if (!more) break;
     skipped += static_cast<int64_t>(batch.size());
+    if (absl::Now() > next_progress) {
+      LOG(INFO) << "[worker " << worker_index_ << "] resuming: skipped "
+                << skipped << " of " << options_.resume_examples
+                << " examples trained before the checkpoint";
+      next_progress = absl::Now() + absl::Seconds(5);
+    }
   }
   if (skipped != options_.resume_examples) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -419,10 +428,18 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         options_.checkpoint, options_.checkpoints_to_keep);
   }
   absl::Duration cut_hold;  // written by the pusher, read after it stops
+  // The cut to hold at, as answered to the last report made after the
+  // clock reached the step about to be pushed (0: none). Only such an
+  // answer can tell: the coordinator picks a cut past every clock it has
+  // recorded, so an answer without one means the cut (if any is begun
+  // later) is past that step; an older answer, or another thread's, may
+  // predate a cut that is already at it.
+  int64_t hold_at = clock_view.hold_at();
   std::thread pusher([&] {
     PushJob job;
     while (pending_pushes.Pop(&job)) {
-      if (absl::Status waited = WaitOutCut(job.step, &cut_hold); !waited.ok())
+      if (absl::Status waited = WaitOutCut(job.step, &hold_at, &cut_hold);
+          !waited.ok())
         return fail(waited);
       const absl::Time push_start = absl::Now();
       absl::Status pushed = PushGradients(job);
@@ -437,6 +454,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       ClockResponse view;
       absl::Status reported = ReportClock(false, &view);
       if (!reported.ok()) return fail(reported);
+      hold_at = view.hold_at();
       if (checkpointer != nullptr &&
           (job.step + 1) % options_.checkpoint_every_steps == 0) {
         checkpointer->Request(job.step + 1);

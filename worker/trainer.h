@@ -163,10 +163,10 @@ class Trainer {
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   absl::Status WaitForWorkers(ClockResponse* view);
-  // Before pushing `step`: while a checkpoint's cut holds it back, reports
-  // (so the coordinator sees this worker there) and waits; adds the time to
-  // `*held`.
-  absl::Status WaitOutCut(int64_t step, absl::Duration* held);
+  // Before pushing `step`: while a checkpoint's cut (`*hold_at`, updated
+  // from each answer) holds it back, reports (so the coordinator sees this
+  // worker there) and waits; adds the time to `*held`.
+  absl::Status WaitOutCut(int64_t step, int64_t* hold_at, absl::Duration* held);
   // Skips the examples a resumed worker trained on before its checkpoint.
   absl::Status SkipTrainedExamples(ClickLogReader& reader);
 
@@ -183,8 +183,6 @@ class Trainer {
   // they held.
   std::atomic<int64_t> clock_{0};
   std::atomic<int64_t> examples_{0};
-  // The cut a checkpoint is being taken at (0: none), from the last report.
-  std::atomic<int64_t> hold_at_{0};
   // Set and signalled by the push thread when clock_ advances, so that the
   // prefetcher can wait for its own pushes without polling the coordinator.
   absl::Mutex clock_mu_;

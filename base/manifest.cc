@@ -1,0 +1,154 @@
+#include "base/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ps {
+namespace {
+
+// Writes `contents` to `path` and fsyncs it.
+absl::Status WriteSynced(const std::string& path, const std::string& contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n =
+        ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!synced) {
+    return absl::InternalError(
+        absl::StrCat("cannot sync ", path, ": ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::InternalError(
+        absl::StrCat("cannot sync ", dir, ": ", std::strerror(error)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+// Reads DIR/MANIFEST.json into `manifest`.
+absl::Status ReadJson(const std::string& dir,
+                      google::protobuf::Message* manifest) {
+  std::ifstream file(ManifestPath(dir));
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat(
+        dir,
+        " holds no MANIFEST.json: not a checkpoint or export, or one "
+        "that was not finished"));
+  }
+  std::stringstream json;
+  json << file.rdbuf();
+  google::protobuf::util::JsonParseOptions parse;
+  parse.ignore_unknown_fields = true;
+  if (!google::protobuf::util::JsonStringToMessage(json.str(), manifest, parse)
+           .ok()) {
+    return absl::DataLossError(
+        absl::StrCat(ManifestPath(dir), " does not parse"));
+  }
+  return absl::OkStatus();
+}
+
+// Rows were placed by the routing the manifest names; this build must route
+// keys the same way to find them.
+absl::Status CheckRouting(const std::string& dir, uint32_t routing_version) {
+  if (routing_version == kRoutingVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(ManifestPath(dir), " was written with key routing version ",
+                   routing_version, "; this build routes keys with version ",
+                   kRoutingVersion));
+}
+
+}  // namespace
+
+std::string ManifestPath(const std::string& dir) {
+  return dir + "/MANIFEST.json";
+}
+
+absl::Status WriteManifest(const std::string& dir,
+                           const google::protobuf::Message& manifest) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  print.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(manifest, &json, print)
+           .ok()) {
+    return absl::InternalError("cannot write the manifest as JSON");
+  }
+  const std::string path = ManifestPath(dir);
+  const std::string temporary = path + ".tmp";
+  RETURN_IF_ERROR(WriteSynced(temporary, json));
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temporary, ": ", std::strerror(errno)));
+  }
+  return SyncDirectory(dir);
+}
+
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
+  CheckpointManifest manifest;
+  RETURN_IF_ERROR(ReadJson(dir, &manifest));
+  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
+      manifest.shards_size() != static_cast<int>(manifest.num_shards())) {
+    return absl::DataLossError(absl::StrCat(
+        ManifestPath(dir), ": format version ", manifest.format_version(),
+        " with ", manifest.shards_size(), " of ", manifest.num_shards(),
+        " shards is not one this version reads"));
+  }
+  RETURN_IF_ERROR(CheckRouting(dir, manifest.routing_version()));
+  return manifest;
+}
+
+absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
+  ExportManifest manifest;
+  RETURN_IF_ERROR(ReadJson(dir, &manifest));
+  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
+      !manifest.has_model()) {
+    return absl::DataLossError(absl::StrCat(
+        ManifestPath(dir), " is not an export this version reads"));
+  }
+  for (const auto& table : manifest.tables()) {
+    if (table.parts_size() != static_cast<int>(manifest.num_shards())) {
+      return absl::DataLossError(absl::StrCat(
+          ManifestPath(dir), ": table ", table.spec().name(), " has ",
+          table.parts_size(), " parts for ", manifest.num_shards(), " shards"));
+    }
+  }
+  RETURN_IF_ERROR(CheckRouting(dir, manifest.routing_version()));
+  return manifest;
+}
+
+}  // namespace ps

@@ -1,0 +1,39 @@
+// File: base/manifest.h
+//
+// Reads and writes the manifests of checkpoints and exports:
+// DIR/MANIFEST.json, protobuf's JSON of CheckpointManifest or ExportManifest
+// (proto/checkpoint.proto). A manifest is written last, when every part it
+// names is there, so that a directory without one is neither a checkpoint
+// nor an export. No networking: servers, workers and ps_predict read them.
+
+#ifndef PS_BASE_MANIFEST_H_
+#define PS_BASE_MANIFEST_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "proto/checkpoint.pb.h"
+
+namespace ps {
+
+// DIR/MANIFEST.json.
+std::string ManifestPath(const std::string& dir);
+
+// Writes `manifest` to DIR/MANIFEST.json atomically and durably (a
+// temporary file, fsynced, renamed into place, the directory fsynced).
+absl::Status WriteManifest(const std::string& dir,
+                           const google::protobuf::Message& manifest);
+
+// The manifest of the checkpoint in `dir`. NOT_FOUND without one (an
+// unfinished checkpoint, or none), DATA_LOSS for one that does not parse or
+// that this version does not read.
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
+
+// The manifest of the export in `dir` (see ReadManifest()).
+absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
+
+}  // namespace ps
+
+#endif  // PS_BASE_MANIFEST_H_
