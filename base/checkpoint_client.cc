@@ -135,6 +135,7 @@ class Progress {
 // A cut every live worker holds at (see the file comment).
 struct Cut {
   int64_t cut = 0;
+  uint64_t id = 0;
   double hold_seconds = 0;
   // The last status: every worker's clock and examples.
   CutStatusResponse status;
@@ -144,11 +145,11 @@ struct Cut {
 // scope, whatever happened; never another client's.
 struct CutEnder {
   AdminClients& clients;
-  int64_t cut = 0;
+  uint64_t id = 0;
   ~CutEnder() {
-    if (cut == 0) return;
+    if (id == 0) return;
     EndCutRequest request;
-    request.set_cut(cut);
+    request.set_id(id);
     EndCutResponse ended;
     clients.coordinator()
         .EndCut(clients.Context(absl::Seconds(30)).get(), request, &ended)
@@ -157,12 +158,14 @@ struct CutEnder {
 };
 
 // Removes what a checkpoint or export wrote into its directory (empty when
-// it began) unless it succeeded (`succeeded`).
+// it began) if it was `armed` (once this client's cut began: only one is
+// taken at a time, so no other client writes there) and did not succeed.
 struct PartsRemover {
   std::string dir;
+  bool armed = false;
   bool succeeded = false;
   ~PartsRemover() {
-    if (succeeded) return;
+    if (!armed || succeeded) return;
     std::error_code error;
     for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
       std::filesystem::remove_all(entry.path(), error);
@@ -183,9 +186,10 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
   RETURN_IF_ERROR(FromGrpc(clients.coordinator().BeginCut(
                                clients.Context(call).get(), begin, &begun),
                            "starting the cut"));
-  ender.cut = begun.cut();
+  ender.id = begun.id();
   Cut cut;
   cut.cut = begun.cut();
+  cut.id = begun.id();
   absl::Duration pause = absl::Milliseconds(5);
   while (true) {
     cut.status.Clear();
@@ -193,7 +197,7 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
         clients.coordinator().CutStatus(clients.Context(call).get(),
                                         CutStatusRequest(), &cut.status),
         "asking for the cut"));
-    if (cut.status.cut() != cut.cut) {
+    if (cut.status.id() != cut.id) {
       return absl::AbortedError(absl::StrCat(
           "the cut at clock ", cut.cut,
           " ended before every worker reached it (its lease ran out, or the "
@@ -251,7 +255,7 @@ absl::Status WriteDuringCut(AdminClients& clients, const Cut& cut,
       clients.coordinator().CutStatus(clients.Context(absl::Seconds(30)).get(),
                                       CutStatusRequest(), &after),
       "asking for the cut after the shards wrote"));
-  if (after.cut() != cut.cut) {
+  if (after.id() != cut.id) {
     return absl::AbortedError(absl::StrCat(
         "the cut at clock ", cut.cut,
         " ended while the shards wrote (its lease ran out, or the coordinator "
@@ -332,6 +336,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   CutEnder end_cut{*clients};
   ASSIGN_OR_RETURN(const Cut cut,
                    HoldCut(*clients, options, progress, end_cut));
+  remover.armed = true;
   // 3. Every shard's part, at once.
   const absl::Time snapshot_start = absl::Now();
   progress.Say("every worker holds; writing the shards' parts");
@@ -438,6 +443,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   Progress progress("export", cluster.progress);
   CutEnder end_cut{clients};
   ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
+  remover.armed = true;
   const absl::Time export_start = absl::Now();
   progress.Say("every worker holds; the shards write the model's weights");
   const size_t shards = cluster.servers.size();

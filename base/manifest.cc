@@ -1,63 +1,16 @@
 #include "base/manifest.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/durable_file.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ps {
 namespace {
-
-// Writes `contents` to `path` and fsyncs it.
-absl::Status WriteSynced(const std::string& path, const std::string& contents) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
-  }
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n =
-        ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      return absl::InternalError(
-          absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  if (!synced) {
-    return absl::InternalError(
-        absl::StrCat("cannot sync ", path, ": ", std::strerror(error)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int error = errno;
-    if (fd >= 0) ::close(fd);
-    return absl::InternalError(
-        absl::StrCat("cannot sync ", dir, ": ", std::strerror(error)));
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
 
 // Reads DIR/MANIFEST.json into `manifest`.
 absl::Status ReadJson(const std::string& dir,
@@ -108,14 +61,7 @@ absl::Status WriteManifest(const std::string& dir,
            .ok()) {
     return absl::InternalError("cannot write the manifest as JSON");
   }
-  const std::string path = ManifestPath(dir);
-  const std::string temporary = path + ".tmp";
-  RETURN_IF_ERROR(WriteSynced(temporary, json));
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temporary, ": ", std::strerror(errno)));
-  }
-  return SyncDirectory(dir);
+  return WriteFileDurably(ManifestPath(dir), json);
 }
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {

@@ -20,11 +20,10 @@ constexpr size_t kRowsPerBatch = 4096;
 
 absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
   std::error_code error;
-  if (std::filesystem::exists(options.store.data_dir, error) &&
-      !std::filesystem::is_empty(options.store.data_dir, error)) {
+  if (std::filesystem::exists(options.store.data_dir + "/CURRENT", error)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("restoring needs an empty --data_dir; ",
-                     options.store.data_dir, " holds something already"));
+        absl::StrCat("restoring needs a --data_dir without a store; ",
+                     options.store.data_dir, " holds one already"));
   }
   RocksStoreOptions rocks_options;
   rocks_options.path = options.store.data_dir;

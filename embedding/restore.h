@@ -25,12 +25,13 @@ namespace ps::embedding {
 struct RestoreOptions {
   // The old shards' parts (directories).
   std::vector<std::string> parts;
-  // Every table, in declaration order.
+  // Every table.
   std::vector<TableSpec> tables;
   // Whether a key belongs to the store being made. REQUIRES: set.
   std::function<bool(uint64_t key)> keep;
-  // The new store: its data_dir (REQUIRES: empty or absent) and RocksDB's
-  // sizes; the rest is unused here.
+  // The new store: its data_dir (REQUIRES: holds no store; other files,
+  // such as the caller's markers, are left alone) and RocksDB's sizes; the
+  // rest is unused here.
   StoreOptions store;
 };
 
@@ -39,7 +40,7 @@ struct RestoreStats {
   uint64_t rows_kept = 0;
 };
 
-// FAILED_PRECONDITION for a data_dir that holds anything; NOT_FOUND for a
+// FAILED_PRECONDITION for a data_dir that holds a store; NOT_FOUND for a
 // part that does not open; DATA_LOSS for a row of the wrong size.
 absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options);
 

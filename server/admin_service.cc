@@ -136,8 +136,11 @@ grpc::ServerUnaryReactor* AdminService::BeginCut(
     const absl::Duration lease = request->lease_ms() == 0
                                      ? absl::Seconds(60)
                                      : absl::Milliseconds(request->lease_ms());
-    absl::StatusOr<int64_t> cut = clocks_->BeginCut(lease);
-    if (cut.ok()) response->set_cut(*cut);
+    absl::StatusOr<ClockCoordinator::BegunCut> cut = clocks_->BeginCut(lease);
+    if (cut.ok()) {
+      response->set_cut(cut->cut);
+      response->set_id(cut->id);
+    }
     status = cut.status();
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -154,6 +157,7 @@ grpc::ServerUnaryReactor* AdminService::CutStatus(
   if (authorized.ok()) {
     const ClockCoordinator::CutStatus status = clocks_->GetCutStatus();
     response->set_cut(status.cut);
+    response->set_id(status.id);
     response->set_ready(status.ready);
     for (const ClockCoordinator::WorkerClock& clock : status.workers) {
       CutStatusResponse::Worker* worker = response->add_workers();
@@ -173,7 +177,7 @@ grpc::ServerUnaryReactor* AdminService::EndCut(
     grpc::CallbackServerContext* context, const EndCutRequest* request,
     EndCutResponse* response) {
   absl::Status status = Authorize(*context);
-  if (status.ok()) response->set_ended(clocks_->EndCut(request->cut()));
+  if (status.ok()) response->set_ended(clocks_->EndCut(request->id()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

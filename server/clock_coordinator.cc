@@ -39,8 +39,12 @@ absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
                   (options.state_path + ".unreadable").c_str());
       absl::MutexLock lock(&coordinator->mu_);
       coordinator->workers_.clear();
+      coordinator->relearning_until_ = options.now() + options.relearn_time;
     }
   }
+  absl::MutexLock lock(&coordinator->mu_);
+  coordinator->next_cut_id_ =
+      static_cast<uint64_t>(absl::ToUnixMicros(options.now()));
   return coordinator;
 }
 
@@ -155,7 +159,7 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   // parts: a worker behind it (one whose lease had lapsed, or a newcomer)
   // must push nothing more until the cut ends.
   if (view.hold_at != 0 && cut_ready_ && worker.clock < view.hold_at) {
-    view.hold_at = std::max<int64_t>(worker.clock, 1);
+    view.hold_at = worker.clock > 0 ? worker.clock : -1;
   }
 
   if (!options_.state_path.empty() &&
@@ -191,12 +195,14 @@ int64_t ClockCoordinator::ActiveCut(absl::Time now) {
     LOG(WARNING) << "the cut at clock " << cut_
                  << " ran out of its lease; workers go on";
     cut_ = 0;
+    cut_id_ = 0;
     cut_ready_ = false;
   }
   return cut_;
 }
 
-absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
+absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
+    absl::Duration lease) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.now();
   if (ActiveCut(now) != 0) {
@@ -204,6 +210,13 @@ absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
         absl::StrCat("a cut at clock ", cut_,
                      " is being taken already (a checkpoint or "
                      "export in progress)"));
+  }
+  if (now < relearning_until_) {
+    return absl::UnavailableError(absl::StrCat(
+        "the coordinator started without its state and is still learning "
+        "which workers there are: try again in ",
+        absl::FormatDuration(
+            absl::Ceil(relearning_until_ - now, absl::Seconds(1)))));
   }
   // Past every unfinished worker's clock, live or not: the step a worker
   // may be pushing now is its clock, so none has sent a push of the cut.
@@ -218,11 +231,12 @@ absl::StatusOr<int64_t> ClockCoordinator::BeginCut(absl::Duration lease) {
     }
   }
   cut_ = (furthest_unfinished >= 0 ? furthest_unfinished : furthest) + 1;
+  cut_id_ = ++next_cut_id_;
   cut_ready_ = false;
   cut_lease_ = lease;
   cut_lease_end_ = now + lease;
   LOG(INFO) << "cut at clock " << cut_ << ": workers hold there";
-  return cut_;
+  return BegunCut{cut_, cut_id_};
 }
 
 ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
@@ -231,6 +245,7 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   CutStatus status;
   status.cut = ActiveCut(now);
   if (status.cut == 0) return status;
+  status.id = cut_id_;
   cut_lease_end_ = now + cut_lease_;
   status.workers = SnapshotLocked(now);
   status.ready = std::all_of(
@@ -240,10 +255,11 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   return status;
 }
 
-bool ClockCoordinator::EndCut(int64_t cut) {
+bool ClockCoordinator::EndCut(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  if (cut_ == 0 || (cut != 0 && cut != cut_)) return false;
+  if (cut_ == 0 || (id != 0 && id != cut_id_)) return false;
   cut_ = 0;
+  cut_id_ = 0;
   cut_ready_ = false;
   return true;
 }

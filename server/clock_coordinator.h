@@ -57,6 +57,10 @@ struct CoordinatorOptions {
   size_t max_workers = 4096;
   // Least time between two writes of the state by Report(). Default: 100 ms.
   absl::Duration save_interval = absl::Milliseconds(100);
+  // After starting without the state it had (an unreadable state file),
+  // how long cuts are refused so that every live worker has reported again
+  // (longer than the workers' leases). Default: 60 s.
+  absl::Duration relearn_time = absl::Seconds(60);
   // The time source (tests inject one). Default: absl::Now.
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };
@@ -79,7 +83,7 @@ class ClockCoordinator {
     uint32_t live_workers = 0;
     // The reporting worker's recorded clock.
     int64_t clock = 0;
-    // The cut being taken (0: none).
+    // Push no step >= hold_at (0: no cut; -1: no step at all).
     int64_t hold_at = 0;
   };
 
@@ -94,8 +98,15 @@ class ClockCoordinator {
   struct CutStatus {
     // 0: no cut.
     int64_t cut = 0;
+    // Which cut it is: unique to each BeginCut() of this coordinator.
+    uint64_t id = 0;
     bool ready = false;
     std::vector<WorkerClock> workers;
+  };
+
+  struct BegunCut {
+    int64_t cut = 0;
+    uint64_t id = 0;
   };
 
   // Starts empty, or from the state at options.state_path if it exists. A
@@ -114,15 +125,16 @@ class ClockCoordinator {
   std::vector<WorkerClock> Snapshot();
 
   // Starts a cut that lasts `lease` without a GetCutStatus(); returns its
-  // clock. FAILED_PRECONDITION while another cut is being taken.
-  absl::StatusOr<int64_t> BeginCut(absl::Duration lease);
+  // clock and id. FAILED_PRECONDITION while another cut is being taken;
+  // UNAVAILABLE for options.relearn_time after starting without its state.
+  absl::StatusOr<BegunCut> BeginCut(absl::Duration lease);
   // The cut (renewing its lease) and whether every live worker holds at it.
   // Once it has been ready, a worker behind the cut that reports is told to
-  // hold where it is (hold_at = its clock).
+  // hold where it is (hold_at = its clock, or -1 at clock 0).
   CutStatus GetCutStatus();
-  // Ends the cut at clock `cut` (0: whichever is being taken): workers go
-  // on. False if no such cut is being taken (it ran out, or another began).
-  bool EndCut(int64_t cut);
+  // Ends the cut `id` (0: whichever is being taken): workers go on. False
+  // if no such cut is being taken (it ran out, or another began).
+  bool EndCut(uint64_t id);
 
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
@@ -158,6 +170,12 @@ class ClockCoordinator {
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_save_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t cut_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cut_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Ids start from the time this coordinator started, so that a client of
+  // an earlier one cannot end a cut of this one.
+  uint64_t next_cut_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Until when cuts are refused (see CoordinatorOptions::relearn_time).
+  absl::Time relearning_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Whether GetCutStatus() found every live worker at cut_.
   bool cut_ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration cut_lease_ ABSL_GUARDED_BY(mu_);

@@ -180,6 +180,12 @@ TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsSetAside) {
   EXPECT_TRUE(coordinator_->Snapshot().empty());
   EXPECT_TRUE(std::filesystem::exists(path + ".unreadable"));
   EXPECT_EQ(Report(0, 4).clock, 4);
+  // It may not know every live worker yet: no cut until they have
+  // reported again.
+  EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
+              StatusIs(StatusCode::kUnavailable));
+  now_ += absl::Seconds(61);
+  EXPECT_OK(coordinator_->BeginCut(absl::Seconds(30)));
 }
 
 TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
@@ -187,7 +193,7 @@ TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
   Report(1, 9, /*finished=*/true);
   auto cut = coordinator_->BeginCut(absl::Seconds(30));
   ASSERT_OK(cut);
-  EXPECT_EQ(*cut, 4);
+  EXPECT_EQ(cut->cut, 4);
   EXPECT_EQ(Report(0, 3).hold_at, 4);
   EXPECT_FALSE(coordinator_->GetCutStatus().ready);
   // Only one cut at a time.
@@ -196,9 +202,9 @@ TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
   Report(0, 4);
   EXPECT_TRUE(coordinator_->GetCutStatus().ready);
   // Only the client that began it ends it.
-  EXPECT_FALSE(coordinator_->EndCut(*cut + 1));
+  EXPECT_FALSE(coordinator_->EndCut(cut->id + 1));
   EXPECT_EQ(Report(0, 4).hold_at, 4);
-  EXPECT_TRUE(coordinator_->EndCut(*cut));
+  EXPECT_TRUE(coordinator_->EndCut(cut->id));
   EXPECT_EQ(Report(0, 4).hold_at, 0);
   EXPECT_FALSE(coordinator_->EndCut(0));
 }
@@ -211,16 +217,21 @@ TEST_F(ClockCoordinatorTest, OnceReadyAWorkerBehindTheCutHoldsWhereItIs) {
   now_ += absl::Seconds(2);  // worker 1's lease lapsed at clock 2
   auto cut = coordinator_->BeginCut(absl::Seconds(30));
   ASSERT_OK(cut);
-  EXPECT_EQ(*cut, 4);
+  EXPECT_EQ(cut->cut, 4);
   // Before every live worker is there, a worker behind goes on to the cut.
   EXPECT_EQ(Report(1, 2).hold_at, 4);
   now_ += absl::Seconds(6);  // and lapses again
   Report(0, 4);
   ASSERT_TRUE(coordinator_->GetCutStatus().ready);
-  // The shards are writing: worker 1 must push nothing more.
+  // The shards are writing: worker 1 must push nothing more, nor a worker
+  // that has done no step.
   EXPECT_EQ(Report(1, 2).hold_at, 2);
   EXPECT_EQ(Report(0, 4).hold_at, 4);
-  ASSERT_TRUE(coordinator_->EndCut(*cut));
+  // A newcomer joins at the live minimum (worker 1's 2) and holds there.
+  EXPECT_EQ(Report(2, 0, false, 7).hold_at, 2);
+  now_ += absl::Seconds(6);  // everyone lapses
+  EXPECT_EQ(Report(3, 0).hold_at, -1);
+  ASSERT_TRUE(coordinator_->EndCut(cut->id));
   EXPECT_EQ(Report(1, 2).hold_at, 0);
 }
 
@@ -229,8 +240,16 @@ TEST_F(ClockCoordinatorTest, OnceEveryWorkerFinishedACutIsPastThemAll) {
   Report(1, 10, /*finished=*/true);
   auto cut = coordinator_->BeginCut(absl::Seconds(30));
   ASSERT_OK(cut);
-  EXPECT_EQ(*cut, 13);
+  EXPECT_EQ(cut->cut, 13);
   EXPECT_TRUE(coordinator_->GetCutStatus().ready);
+  // Every cut after is at the same clock, but is another cut.
+  ASSERT_TRUE(coordinator_->EndCut(cut->id));
+  auto next = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(next);
+  EXPECT_EQ(next->cut, 13);
+  EXPECT_NE(next->id, cut->id);
+  EXPECT_FALSE(coordinator_->EndCut(cut->id));
+  EXPECT_EQ(coordinator_->GetCutStatus().id, next->id);
 }
 
 TEST_F(ClockCoordinatorTest, ACutWhoseLeaseRunsOutEnds) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/durable_file.h"
 
 namespace ps::server {
 namespace {
@@ -60,22 +61,11 @@ absl::Status CheckShardIdentity(const std::string& data_dir,
 
 absl::Status WriteShardIdentity(const std::string& data_dir,
                                 const ShardIdentity& identity) {
-  const std::string path = data_dir + kFileName;
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << "shard_index " << identity.shard_index << "\n"
-         << "num_shards " << identity.num_shards << "\n"
-         << "routing_version " << identity.routing_version << "\n";
-    file.flush();
-    if (!file) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temporary));
-  }
-  return absl::OkStatus();
+  return WriteFileDurably(
+      data_dir + kFileName,
+      absl::StrCat("shard_index ", identity.shard_index, "\n", "num_shards ",
+                   identity.num_shards, "\n", "routing_version ",
+                   identity.routing_version, "\n"));
 }
 
 }  // namespace ps::server

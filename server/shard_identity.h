@@ -39,7 +39,7 @@ absl::StatusOr<ShardIdentity> ReadShardIdentity(const std::string& data_dir);
 absl::Status CheckShardIdentity(const std::string& data_dir,
                                 const ShardIdentity& identity);
 
-// Records `identity` in `data_dir` (atomically: written aside, renamed).
+// Records `identity` in `data_dir` (whole or not at all, and durably).
 absl::Status WriteShardIdentity(const std::string& data_dir,
                                 const ShardIdentity& identity);
 

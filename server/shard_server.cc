@@ -1,12 +1,12 @@
 #include "server/shard_server.h"
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/durable_file.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
@@ -25,12 +25,11 @@ namespace ps::server {
 
 namespace {
 
-// A restore writes <data_dir>.restoring and renames it into place when it
-// is whole, so that a data dir is either restored or not there.
-std::string RestoringDir(std::string data_dir) {
-  while (data_dir.size() > 1 && data_dir.back() == '/') data_dir.pop_back();
-  return data_dir + ".restoring";
-}
+// A restore marks the data dir RESTORING before it writes a row and removes
+// the mark once the dir is whole: a dir with the mark was interrupted. The
+// next --restore_from starts it again; a start without one is refused.
+constexpr char kRestoringFile[] = "/RESTORING";
+constexpr char kRestoredFromFile[] = "/RESTORED_FROM";
 
 // Restores options.store.data_dir from options.restore_from, unless it was
 // restored from that checkpoint before (recorded in RESTORED_FROM).
@@ -44,9 +43,20 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
       std::filesystem::weakly_canonical(options.restore_from, error).string();
   const std::string stamp = absl::StrCat(checkpoint, " ", manifest.created_at(),
                                          " cut ", manifest.cut(), "\n");
-  if (std::filesystem::exists(data_dir, error) &&
-      !std::filesystem::is_empty(data_dir, error)) {
-    std::ifstream recorded(data_dir + "/RESTORED_FROM");
+  if (std::filesystem::exists(data_dir + kRestoringFile, error)) {
+    LOG(WARNING) << "a restore into " << data_dir
+                 << " was interrupted: starting it again";
+    for (const auto& entry :
+         std::filesystem::directory_iterator(data_dir, error)) {
+      std::filesystem::remove_all(entry.path(), error);
+      if (error) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot remove ", entry.path().string(), ": ", error.message()));
+      }
+    }
+  } else if (std::filesystem::exists(data_dir, error) &&
+             !std::filesystem::is_empty(data_dir, error)) {
+    std::ifstream recorded(data_dir + kRestoredFromFile);
     std::stringstream text;
     text << recorded.rdbuf();
     if (recorded && text.str() == stamp) return absl::OkStatus();  // done
@@ -56,16 +66,12 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
                                 text.str(), ")")
                  : std::string(" holds a shard already")));
   }
-  const std::string restoring = RestoringDir(data_dir);
-  if (std::filesystem::exists(restoring, error)) {
-    LOG(WARNING) << "removing " << restoring
-                 << ", left by a restore that was interrupted";
-    std::filesystem::remove_all(restoring, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot remove ", restoring, ": ", error.message()));
-    }
+  std::filesystem::create_directories(data_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", data_dir, ": ", error.message()));
   }
+  RETURN_IF_ERROR(WriteFileDurably(data_dir + kRestoringFile, stamp));
   embedding::RestoreOptions restore;
   for (const auto& shard : manifest.shards())
     restore.parts.push_back(options.restore_from + "/" + shard.path());
@@ -74,30 +80,13 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
     return ShardForKey(key, identity.num_shards) == identity.shard_index;
   };
   restore.store = options.store;
-  restore.store.data_dir = restoring;
   LOG(INFO) << "restoring shard " << identity.shard_index << " of "
             << identity.num_shards << " from " << checkpoint << " (cut "
             << manifest.cut() << ", " << manifest.num_shards() << " shards)";
   RETURN_IF_ERROR(embedding::RestoreRows(restore).status());
-  RETURN_IF_ERROR(WriteShardIdentity(restoring, identity));
-  {
-    std::ofstream marker(restoring + "/RESTORED_FROM", std::ios::trunc);
-    marker << stamp;
-    marker.flush();
-    if (!marker) {
-      return absl::InternalError(
-          absl::StrCat("cannot write ", restoring, "/RESTORED_FROM"));
-    }
-  }
-  const std::string target =
-      restoring.substr(0, restoring.size() - strlen(".restoring"));
-  std::filesystem::remove(target, error);  // empty, if there
-  std::filesystem::rename(restoring, target, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat("cannot rename ", restoring, " to ",
-                                            data_dir, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(WriteShardIdentity(data_dir, identity));
+  RETURN_IF_ERROR(WriteFileDurably(data_dir + kRestoredFromFile, stamp));
+  return RemoveFileDurably(data_dir + kRestoringFile);
 }
 
 }  // namespace
@@ -127,11 +116,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
                                kRoutingVersion};
   if (!options.restore_from.empty()) {
     RETURN_IF_ERROR(RestoreFromCheckpoint(options, identity));
-  } else if (std::filesystem::exists(RestoringDir(options.store.data_dir))) {
+  } else if (std::filesystem::exists(options.store.data_dir + kRestoringFile)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "a restore into ", options.store.data_dir, " was interrupted (",
-        RestoringDir(options.store.data_dir),
-        " is left): start again with --restore_from, or remove it"));
+        "a restore into ", options.store.data_dir,
+        " was interrupted (it holds RESTORING): start it again with "
+        "--restore_from, or remove the dir"));
   }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's).

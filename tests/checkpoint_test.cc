@@ -249,7 +249,9 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   EXPECT_NE(ReadFile(log).find("holds a shard already"), std::string::npos)
       << ReadFile(log);
   // A restore that was interrupted is neither served nor left half done.
-  std::filesystem::create_directories(dir_ + "/cut_short0.restoring/junk");
+  std::filesystem::create_directories(dir_ + "/cut_short0");
+  std::ofstream(dir_ + "/cut_short0/RESTORING") << "some checkpoint\n";
+  std::ofstream(dir_ + "/cut_short0/junk") << "half a restore\n";
   EXPECT_NE(
       RunToCompletion({BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
                        "--data_dir=" + dir_ + "/cut_short0"},
@@ -258,12 +260,13 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   EXPECT_NE(ReadFile(log).find("was interrupted"), std::string::npos)
       << ReadFile(log);
   {
-    auto resumed =
+    auto redone =
         StartShards(dir_, "cut_short", 1, {"--restore_from=" + checkpoint});
-    ASSERT_EQ(resumed.size(), 1u);
-    EXPECT_TRUE(GetFullRow(resumed, "adam", keys[3]) == expected[1][3]);
+    ASSERT_EQ(redone.size(), 1u);
+    EXPECT_TRUE(GetFullRow(redone, "adam", keys[3]) == expected[1][3]);
   }
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0.restoring"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0/RESTORING"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0/junk"));
   // Rows placed by another key routing are refused.
   const std::string other_routing = dir_ + "/other_routing";
   std::filesystem::create_directories(other_routing);
@@ -467,8 +470,11 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   EXPECT_EQ(clock(), cut.cut()) << "the worker went past the cut";
   {
     grpc::ClientContext context;
+    EndCutRequest request;
+    request.set_id(cut.id());
     EndCutResponse ended;
-    ASSERT_TRUE(admin->EndCut(&context, EndCutRequest(), &ended).ok());
+    ASSERT_TRUE(admin->EndCut(&context, request, &ended).ok());
+    EXPECT_TRUE(ended.ended());
   }
   EXPECT_EQ((*worker)->Wait(absl::Minutes(2)), 0) << ReadFile(dir_ + "/w.log");
   const std::string metrics = ReadFile(dir_ + "/w.json");
@@ -688,6 +694,14 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
       0);
   EXPECT_NE(ReadFile(dir_ + "/again.log").find("already"), std::string::npos)
       << ReadFile(dir_ + "/again.log");
+  std::filesystem::create_directories(dir_ + "/busy");
+  std::ofstream(dir_ + "/busy/keep.txt") << "not ours\n";
+  EXPECT_NE(Admin(Addresses(shards), {"--dir=" + dir_ + "/busy", "export"},
+                  dir_ + "/busy.log"),
+            0);
+  EXPECT_NE(ReadFile(dir_ + "/busy.log").find("not empty"), std::string::npos)
+      << ReadFile(dir_ + "/busy.log");
+  EXPECT_EQ(ReadFile(dir_ + "/busy/keep.txt"), "not ours\n");
   EXPECT_NE(Admin({shards[1]->address(), shards[0]->address()},
                   {"--dir=" + dir_ + "/reversed", "checkpoint"},
                   dir_ + "/reversed.log"),
@@ -695,6 +709,7 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   EXPECT_NE(ReadFile(dir_ + "/reversed.log").find("in shard order"),
             std::string::npos)
       << ReadFile(dir_ + "/reversed.log");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/reversed"));
 }
 
 }  // namespace
