@@ -85,6 +85,11 @@ ABSL_FLAG(std::string, push_log_recovery, "strict",
 ABSL_FLAG(uint32_t, max_workers, 4096,
           "Most workers this shard keeps exactly-once push state and clocks "
           "for; past it, the worker heard from longest ago is forgotten.");
+ABSL_FLAG(int32_t, relearn_time_s, 60,
+          "Coordinator: after starting without its state (an unreadable "
+          "coordinator.state), refuse checkpoint cuts for this long, so that "
+          "every live worker has reported again (more than the workers' "
+          "--lease_ms).");
 ABSL_FLAG(uint64_t, testing_kill_after_push_records, 0,
           "Testing only: SIGKILL this process right after its N-th push is "
           "in the push log, before the push is answered. 0: never.");
@@ -197,6 +202,10 @@ int main(int argc, char** argv) {
     return Fail("--max_workers must be positive");
   options.store.max_workers = absl::GetFlag(FLAGS_max_workers);
   options.coordinator.max_workers = absl::GetFlag(FLAGS_max_workers);
+  if (absl::GetFlag(FLAGS_relearn_time_s) < 0)
+    return Fail("--relearn_time_s must be >= 0");
+  options.coordinator.relearn_time =
+      absl::Seconds(absl::GetFlag(FLAGS_relearn_time_s));
   options.store.testing_kill_after_push_records =
       absl::GetFlag(FLAGS_testing_kill_after_push_records);
   if (options.store.data_dir.empty()) return Fail("--data_dir is required");
