@@ -278,6 +278,17 @@ absl::Status WriteDuringCut(AdminClients& clients, const Cut& cut,
   return absl::OkStatus();
 }
 
+// The fields checkpoint and export manifests share.
+template <typename Manifest>
+void SetCommonFields(const Cut& cut, size_t shards, Manifest* manifest) {
+  manifest->set_format_version(1);
+  manifest->set_created_at(
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  manifest->set_cut(cut.cut);
+  manifest->set_routing_version(kRoutingVersion);
+  manifest->set_num_shards(static_cast<uint32_t>(shards));
+}
+
 // Makes `dir`, which must not exist or be empty.
 absl::Status PrepareDirectory(const std::string& dir) {
   std::error_code error;
@@ -355,12 +366,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
 
   // 4. The manifest, last.
   CheckpointManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_created_at(
-      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
-  manifest.set_cut(cut.cut);
-  manifest.set_routing_version(kRoutingVersion);
-  manifest.set_num_shards(static_cast<uint32_t>(shards));
+  SetCommonFields(cut, shards, &manifest);
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
     // Workers declare tables on every shard in turn, so two shards may
@@ -463,12 +469,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   }));
 
   ExportManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_created_at(
-      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
-  manifest.set_cut(cut.cut);
-  manifest.set_routing_version(kRoutingVersion);
-  manifest.set_num_shards(static_cast<uint32_t>(shards));
+  SetCommonFields(cut, shards, &manifest);
   *manifest.mutable_model() = card;
   manifest.set_model_name(name);
   manifest.set_format(options.fp16 ? ExportManifest::FP16
