@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "absl/synchronization/mutex.h"
 
@@ -81,6 +82,23 @@ class AcquiringCondition {
   const Condition condition_;
 };
 
+// Calls the library's `real` (a LockWhen or Await) with `cond` wrapped as
+// TSAN should see it, and acquires `mu` once it returns holding it.
+template <typename Result, typename... Args>
+Result WithCondition(Result (*real)(Mutex*, const Condition&, Args...),
+                     Mutex* mu, const Condition& cond, Args... args) {
+  const AcquiringCondition acquiring(cond, mu);
+  acquiring.Publish();
+  if constexpr (std::is_void_v<Result>) {
+    real(mu, acquiring.condition(), args...);
+    Acquire(mu);
+  } else {
+    const Result met = real(mu, acquiring.condition(), args...);
+    Acquire(mu);
+    return met;
+  }
+}
+
 const bool kDeadlockDetectionOff = [] {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return true;
@@ -137,72 +155,47 @@ void Mutex::ReaderUnlock() {
 void Mutex::LockWhen(const Condition& cond) {
   PS_REAL(void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  real(this, acquiring.condition());
-  Acquire(this);
+  WithCondition(real, this, cond);
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
   PS_REAL(void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  real(this, acquiring.condition());
-  Acquire(this);
+  WithCondition(real, this, cond);
 }
 
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   PS_REAL(bool (*)(Mutex*, const Condition&, Duration),
           "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  const bool met = real(this, acquiring.condition(), timeout);
-  Acquire(this);
-  return met;
+  return WithCondition(real, this, cond, timeout);
 }
 
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   PS_REAL(bool (*)(Mutex*, const Condition&, Time),
           "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  const bool met = real(this, acquiring.condition(), deadline);
-  Acquire(this);
-  return met;
+  return WithCondition(real, this, cond, deadline);
 }
 
 void Mutex::Await(const Condition& cond) {
   PS_REAL(void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  real(this, acquiring.condition());
-  Acquire(this);
+  WithCondition(real, this, cond);
 }
 
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   PS_REAL(bool (*)(Mutex*, const Condition&, Duration),
           "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  const bool met = real(this, acquiring.condition(), timeout);
-  Acquire(this);
-  return met;
+  return WithCondition(real, this, cond, timeout);
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   PS_REAL(bool (*)(Mutex*, const Condition&, Time),
           "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE")
-  const AcquiringCondition acquiring(cond, this);
-  acquiring.Publish();
-  const bool met = real(this, acquiring.condition(), deadline);
-  Acquire(this);
-  return met;
+  return WithCondition(real, this, cond, deadline);
 }
 
 void CondVar::Wait(Mutex* mu) {
