@@ -40,7 +40,7 @@ void CtrModel::Release(Buffer& buffer) {
 
 CtrModel::~CtrModel() {
   for (InputBuffers& set : inputs_) {
-    for (Buffer* buffer : {&set.index, &set.dense, &set.labels,
+    for (Buffer* buffer : {&set.index, &set.wide_index, &set.dense, &set.labels,
                            &set.embedding_rows, &set.wide_rows}) {
       Release(*buffer);
     }
@@ -81,13 +81,23 @@ Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
                   "step inputs do not match the model (batch, unique keys or "
                   "dense tensor count)");
   }
+  if ((config_.crosses > 0) != (in.wide_index != nullptr)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "step inputs have a wide index exactly when the model has "
+                  "crosses");
+  }
   const size_t batch = in.batch;
   static_assert(sizeof(int32_t) == sizeof(float), "index shares float buffers");
   KERNELS_RETURN_IF_ERROR(
       Upload(&set->index, in.index, batch * config_.fields));
+  if (config_.crosses > 0) {
+    KERNELS_RETURN_IF_ERROR(
+        Upload(&set->wide_index, in.wide_index, batch * wide_slots()));
+  }
   KERNELS_RETURN_IF_ERROR(
       Upload(&set->dense, in.dense, batch * config_.dense_features));
-  KERNELS_RETURN_IF_ERROR(Upload(&set->wide_rows, in.wide_rows, in.num_unique));
+  KERNELS_RETURN_IF_ERROR(
+      Upload(&set->wide_rows, in.wide_rows, WideRows(in)));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(
         Upload(&set->params[t], in.dense_params[t], tensors_[t].size()));
@@ -102,6 +112,15 @@ Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
   return Status::Ok();
 }
 
+int CtrModel::WideRows(const StepInputs& in) const {
+  return config_.crosses > 0 ? in.num_wide_rows : in.num_unique;
+}
+
+const int32_t* CtrModel::WideIndex(const InputBuffers& set) const {
+  return reinterpret_cast<const int32_t*>(
+      config_.crosses > 0 ? set.wide_index.data : set.index.data);
+}
+
 Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   const int batch = in.batch;
   const int fields = config_.fields;
@@ -112,8 +131,9 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
   // Wide part: per-key weights, dense weights, bias.
-  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(set.wide_rows.data, index, batch,
-                                              fields, logits_.data));
+  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(set.wide_rows.data,
+                                              WideIndex(set), batch,
+                                              wide_slots(), logits_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(
       false, false, batch, 1, config_.dense_features, 1.0f, set.dense.data,
       config_.dense_features, params[0].data, 1, 1.0f, logits_.data, 1));
@@ -167,10 +187,10 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
     KERNELS_RETURN_IF_ERROR(Reserve(&param_grads_[t], tensors_[t].size()));
   }
   // Wide part.
-  KERNELS_RETURN_IF_ERROR(Reserve(&wide_grads_, in.num_unique));
-  KERNELS_RETURN_IF_ERROR(
-      backend_->ScatterReduce(dlogits_.data, 1, 0, index, batch, fields, 1,
-                              in.num_unique, wide_grads_.data));
+  KERNELS_RETURN_IF_ERROR(Reserve(&wide_grads_, WideRows(in)));
+  KERNELS_RETURN_IF_ERROR(backend_->ScatterReduce(
+      dlogits_.data, 1, 0, WideIndex(set), batch, wide_slots(), 1,
+      WideRows(in), wide_grads_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(
       true, false, config_.dense_features, 1, batch, 1.0f, set.dense.data,
       config_.dense_features, dlogits_.data, 1, 0.0f, param_grads_[0].data, 1));
@@ -246,9 +266,10 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out,
       out->probabilities.data(), probabilities_.data, batch * sizeof(float)));
   KERNELS_RETURN_IF_ERROR(
       backend_->CopyToHost(&out->loss_sum, loss_.data, sizeof(float)));
-  out->wide_grads.resize(in.num_unique);
-  KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(
-      out->wide_grads.data(), wide_grads_.data, in.num_unique * sizeof(float)));
+  out->wide_grads.resize(WideRows(in));
+  KERNELS_RETURN_IF_ERROR(
+      backend_->CopyToHost(out->wide_grads.data(), wide_grads_.data,
+                           out->wide_grads.size() * sizeof(float)));
   if (deep()) {
     out->embedding_grads.resize(static_cast<size_t>(in.num_unique) *
                                 config_.embedding_dim);

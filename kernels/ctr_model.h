@@ -3,11 +3,12 @@
 // CtrModel is the forward and backward pass of the CTR models, composed from
 // Backend kernels so that the same code runs on the CPU and on a GPU:
 //
-//   lr         logit = sum_f wide[key_f] + w . dense + b
+//   lr         logit = sum_s wide[key_s] + w . dense + b
 //   wide_deep  lr's logit + MLP(concat(embedding[key_f] for f, dense))
 //   deepfm     wide_deep's logit + FM second-order term over the embeddings
 //
-// Hidden layers use ReLU; the last layer has one output and no activation.
+// The wide part sums a weight per field and, when the model has crosses, per
+// cross (wide-only slots with their own index). Hidden layers use ReLU; the last layer has one output and no activation.
 // The loss is the mean binary cross-entropy over the batch. Parameters come
 // in per step (pulled from the servers) and gradients go out (to be pushed);
 // the model keeps no parameters, only scratch buffers in backend memory.
@@ -34,6 +35,9 @@ struct ModelConfig {
   int fields = 26;
   // Dense (numeric) features per example. Default: 13 (Criteo).
   int dense_features = 13;
+  // Wide-only slots per example after the fields (feature crosses); when
+  // > 0, StepInputs::wide_index gives the wide part's rows. Default: 0.
+  int crosses = 0;
   // Embedding dimension (wide_deep and deepfm). Default: 16.
   int embedding_dim = 16;
   // Hidden layer widths of the MLP. Default: 256, 128.
@@ -62,11 +66,16 @@ struct StepInputs {
   int num_unique = 0;
   // batch x fields indices into [0, num_unique).
   const int32_t* index = nullptr;
+  // With crosses: batch x (fields + crosses) indices into the
+  // num_wide_rows wide rows; else null (the wide part reads `index` and
+  // num_unique rows).
+  const int32_t* wide_index = nullptr;
+  int num_wide_rows = 0;
   // batch x dense_features, already transformed (log1p).
   const float* dense = nullptr;
   // batch labels in {0, 1}; unused by Predict().
   const float* labels = nullptr;
-  // num_unique x embedding_dim (unused by lr) and num_unique x 1.
+  // num_unique x embedding_dim (unused by lr), and the wide rows (dim 1).
   const float* embedding_rows = nullptr;
   const float* wide_rows = nullptr;
   // One pointer per DenseTensors() entry.
@@ -77,7 +86,7 @@ struct StepInputs {
 struct StepOutputs {
   float loss_sum = 0.0f;
   std::vector<float> probabilities;
-  // num_unique x embedding_dim (empty for lr) and num_unique.
+  // num_unique x embedding_dim (empty for lr), and one per wide row.
   std::vector<float> embedding_grads;
   std::vector<float> wide_grads;
   // One per DenseTensors() entry.
@@ -115,7 +124,7 @@ class CtrModel {
   // A step's inputs on the device. Two sets, so that one can be filled while
   // the other is used.
   struct InputBuffers {
-    Buffer index, dense, labels, embedding_rows, wide_rows;
+    Buffer index, wide_index, dense, labels, embedding_rows, wide_rows;
     std::vector<Buffer> params;
     bool staged = false;
   };
@@ -124,10 +133,15 @@ class CtrModel {
   Status Upload(Buffer* buffer, const void* host, size_t floats);
   Status UploadInputs(const StepInputs& inputs, bool with_labels,
                       InputBuffers* set);
+  // The wide part's row count and index: the fields' unless the model has
+  // crosses.
+  int WideRows(const StepInputs& inputs) const;
+  const int32_t* WideIndex(const InputBuffers& set) const;
   Status Forward(const StepInputs& inputs, const InputBuffers& set);
   Status Backward(const StepInputs& inputs, const InputBuffers& set);
   void Release(Buffer& buffer);
   bool deep() const { return config_.kind != ModelKind::kLogisticRegression; }
+  int wide_slots() const { return config_.fields + config_.crosses; }
   int input_width() const {
     return config_.fields * config_.embedding_dim + config_.dense_features;
   }

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "worker/clicklog_generator.h"
 #include "worker/evaluation.h"
+#include "worker/layout_flags.h"
 
 ABSL_FLAG(std::string, out, "",
           "Click log to write; gzip'd if it ends in .gz. Required.");
@@ -33,6 +34,10 @@ ABSL_FLAG(
 ABSL_FLAG(int64_t, max_vocabulary, 2000000, "Largest categorical vocabulary.");
 ABSL_FLAG(double, zipf_exponent, 1.1,
           "Power-law exponent of value frequencies.");
+ABSL_FLAG(int32_t, multi_fields, 0,
+          "Multi-valued fields per line (1 to 8 values each, every value with "
+          "an effect on the click). Written where --columns has multi "
+          "columns; with none there, appended as the last columns.");
 
 namespace {
 
@@ -71,10 +76,12 @@ class Output {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Writes a synthetic Criteo-format click log (label, 13 integers, 26 hex "
-      "categoricals) with a hidden ground truth.\n\nExample:\n  clicklog_gen "
-      "--out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
-      "--truth_out=train.truth");
+      "Writes a synthetic click log with a hidden ground truth: Criteo's "
+      "layout (label, 13 integers, 26 hex categoricals) unless --format, "
+      "--header, --columns and --multi_fields ask for another.\n\nExample:\n"
+      "  clicklog_gen --out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
+      "--truth_out=train.truth\n  clicklog_gen --out=train.csv --format=csv "
+      "--header --columns=skip,label,cat*26,dense*13 --multi_fields=2");
   absl::ParseCommandLine(argc, argv);
   const std::string out_path = absl::GetFlag(FLAGS_out);
   const int64_t lines = absl::GetFlag(FLAGS_lines);
@@ -87,6 +94,22 @@ int main(int argc, char** argv) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
+  options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
+  if (options.multi_fields < 0) {
+    std::fprintf(stderr, "clicklog_gen: --multi_fields must be >= 0\n");
+    return 2;
+  }
+  absl::StatusOr<ps::worker::InputLayout> layout =
+      ps::worker::InputLayoutFromFlags();
+  if (!layout.ok()) {
+    std::fprintf(stderr, "clicklog_gen: %s\n",
+                 std::string(layout.status().message()).c_str());
+    return 2;
+  }
+  if (!layout->has_multi()) {
+    layout->columns.insert(layout->columns.end(), options.multi_fields,
+                           ps::worker::ColumnKind::kMulti);
+  }
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
     std::fprintf(stderr,
                  "clicklog_gen: --max_vocabulary must be >= 10 and "
@@ -113,17 +136,20 @@ int main(int argc, char** argv) {
   const bool want_summary = !absl::GetFlag(FLAGS_summary_out).empty();
   std::vector<float> probabilities, labels;
   std::string line, text, truth_text;
+  if (layout->header) absl::StrAppend(&text, HeaderLine(*layout), "\n");
+  ps::worker::GeneratedExample example;
   const absl::Time start = absl::Now();
   for (int64_t i = 0; i < lines; ++i) {
     double probability = 0;
-    generator.Next(&line, &probability);
+    generator.Next(&example, &probability);
+    FormatLine(example, *layout, i, &line);
     text.append(line);
     text.push_back('\n');
     if (truth != nullptr)
       absl::StrAppendFormat(&truth_text, "%.6f\n", probability);
     if (want_summary) {
       probabilities.push_back(static_cast<float>(probability));
-      labels.push_back(line[0] == '1' ? 1.0f : 0.0f);
+      labels.push_back(example.click ? 1.0f : 0.0f);
     }
     if (text.size() > (1 << 20) || i + 1 == lines) {
       if (!output->Write(text) ||

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "xxhash.h"
 
 namespace ps::worker {
@@ -13,6 +14,8 @@ namespace {
 constexpr int kInteractions[][2] = {{0, 1},  {2, 5},  {3, 7},   {4, 9},
                                     {6, 12}, {8, 15}, {10, 20}, {13, 22}};
 constexpr int kLatentDim = 4;
+// The effect of one value of a multi-valued field.
+constexpr double kMultiEffectScale = 0.35;
 
 uint64_t Hash3(uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t words[3] = {a, b, c};
@@ -27,24 +30,26 @@ double ToUnit(uint64_t bits) {
 
 ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options,
                                      uint64_t sample_seed)
-    : options_(options), rng_(Hash3(options.seed, sample_seed, 0x5eed)) {
+    : options_(options),
+      rng_(Hash3(options.seed, sample_seed, 0x5eed)),
+      multi_rng_(Hash3(options.seed, sample_seed, 0x3017)) {
   // The hidden model's shape comes from the model seed alone.
   std::mt19937_64 model_rng(options.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const double log_max =
       std::log(static_cast<double>(options.max_vocabulary) / 10.0);
-  for (int f = 0; f < kCategoricalFields; ++f) {
+  for (int f = 0; f < kGeneratedCategorical; ++f) {
     // Vocabularies from 10 to max_vocabulary, spread evenly in log scale and
     // shuffled over the fields by the seed.
     const double position =
-        static_cast<double>((f * 7 + options.seed) % kCategoricalFields) /
-        (kCategoricalFields - 1);
+        static_cast<double>((f * 7 + options.seed) % kGeneratedCategorical) /
+        (kGeneratedCategorical - 1);
     vocabulary_[f] = static_cast<int64_t>(10.0 * std::exp(log_max * position));
     missing_rate_[f] =
         unit(model_rng) < 0.4 ? 0.05 + 0.4 * unit(model_rng) : 0.0;
     effect_scale_[f] = 0.15 + 0.45 * unit(model_rng);
   }
-  for (int i = 0; i < kDenseFeatures; ++i) {
+  for (int i = 0; i < kGeneratedDense; ++i) {
     dense_weight_[i] = (unit(model_rng) - 0.5) * 0.6;
     dense_log_mean_[i] = 0.5 + 3.0 * unit(model_rng);
     dense_missing_rate_[i] =
@@ -71,14 +76,12 @@ int64_t ClickLogGenerator::DrawValue(int field) {
   return std::min<int64_t>(std::max<int64_t>(rank, 0), vocabulary_[field] - 1);
 }
 
-void ClickLogGenerator::Next(std::string* line, double* probability) {
+void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
   double logit = options_.bias;
-  int64_t values[kCategoricalFields];
-  line->clear();
+  int64_t values[kGeneratedCategorical];
   char buffer[32];
-  std::string dense_columns;
-  for (int i = 0; i < kDenseFeatures; ++i) {
-    dense_columns.push_back('\t');
+  for (int i = 0; i < kGeneratedDense; ++i) {
+    example->dense[i].clear();
     if (uniform_(rng_) < dense_missing_rate_[i]) continue;
     // Heavy-tailed counts: a log-normal, floored.
     const double raw = std::exp(dense_log_mean_[i] + 1.2 * normal_(rng_)) - 1.0;
@@ -88,11 +91,10 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
              (std::log1p(static_cast<double>(count)) - dense_log_mean_[i]);
     const int length = std::snprintf(buffer, sizeof(buffer), "%lld",
                                      static_cast<long long>(count));
-    dense_columns.append(buffer, length);
+    example->dense[i].assign(buffer, length);
   }
-  std::string categorical_columns;
-  for (int f = 0; f < kCategoricalFields; ++f) {
-    categorical_columns.push_back('\t');
+  for (int f = 0; f < kGeneratedCategorical; ++f) {
+    example->categorical[f].clear();
     if (uniform_(rng_) < missing_rate_[f]) {
       values[f] = -1;
       continue;
@@ -102,7 +104,7 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
     const uint32_t hex =
         static_cast<uint32_t>(Hash3(options_.seed, f, values[f]));
     const int length = std::snprintf(buffer, sizeof(buffer), "%08x", hex);
-    categorical_columns.append(buffer, length);
+    example->categorical[f].assign(buffer, length);
   }
   for (const auto& pair : kInteractions) {
     const int64_t a = values[pair[0]], b = values[pair[1]];
@@ -113,11 +115,89 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
     }
     logit += 0.35 * dot;
   }
+  // Multi-valued fields: 1 to 8 values from a vocabulary of a few thousand,
+  // each with an effect of its own; drawn from a stream of their own, so
+  // that the other columns are those of the same seeds without them.
+  example->multi.resize(options_.multi_fields);
+  for (int m = 0; m < options_.multi_fields; ++m) {
+    std::vector<std::string>& list = example->multi[m];
+    list.clear();
+    const int count = 1 + static_cast<int>(uniform_(multi_rng_) * 8);
+    for (int v = 0; v < count; ++v) {
+      const int64_t value = static_cast<int64_t>(
+          std::pow(5000.0, uniform_(multi_rng_)));  // log-uniform on [1, 5000)
+      logit += kMultiEffectScale * HashNormal(1000 + m, value, 1);
+      const uint32_t hex =
+          static_cast<uint32_t>(Hash3(options_.seed, 1000 + m, value));
+      const int length = std::snprintf(buffer, sizeof(buffer), "%08x", hex);
+      list.emplace_back(buffer, length);
+    }
+  }
   *probability = 1.0 / (1.0 + std::exp(-logit));
-  const bool click = uniform_(rng_) < *probability;
-  line->push_back(click ? '1' : '0');
-  line->append(dense_columns);
-  line->append(categorical_columns);
+  example->click = uniform_(rng_) < *probability;
+}
+
+void ClickLogGenerator::Next(std::string* line, double* probability) {
+  Next(&example_, probability);
+  FormatLine(example_, criteo_, 0, line);
+}
+
+void FormatLine(const GeneratedExample& example, const InputLayout& layout,
+                int64_t id, std::string* line) {
+  line->clear();
+  int dense = 0, categorical = 0, multi = 0;
+  for (size_t c = 0; c < layout.columns.size(); ++c) {
+    if (c > 0) line->push_back(layout.delimiter);
+    switch (layout.columns[c]) {
+      case ColumnKind::kLabel:
+        line->push_back(example.click ? '1' : '0');
+        break;
+      case ColumnKind::kDense:
+        if (dense < kGeneratedDense) line->append(example.dense[dense]);
+        ++dense;
+        break;
+      case ColumnKind::kCategorical:
+        if (categorical < kGeneratedCategorical)
+          line->append(example.categorical[categorical]);
+        ++categorical;
+        break;
+      case ColumnKind::kMulti:
+        if (multi < static_cast<int>(example.multi.size())) {
+          line->append(absl::StrJoin(example.multi[multi],
+                                     std::string(1, layout.multi_separator)));
+        }
+        ++multi;
+        break;
+      case ColumnKind::kSkip:
+        absl::StrAppend(line, id);
+        break;
+    }
+  }
+}
+
+std::string HeaderLine(const InputLayout& layout) {
+  std::vector<std::string> names;
+  int dense = 0, categorical = 0, multi = 0;
+  for (ColumnKind kind : layout.columns) {
+    switch (kind) {
+      case ColumnKind::kLabel:
+        names.push_back("label");
+        break;
+      case ColumnKind::kDense:
+        names.push_back(absl::StrCat("I", ++dense));
+        break;
+      case ColumnKind::kCategorical:
+        names.push_back(absl::StrCat("C", ++categorical));
+        break;
+      case ColumnKind::kMulti:
+        names.push_back(absl::StrCat("M", ++multi));
+        break;
+      case ColumnKind::kSkip:
+        names.push_back("id");
+        break;
+    }
+  }
+  return absl::StrJoin(names, std::string(1, layout.delimiter));
 }
 
 }  // namespace ps::worker

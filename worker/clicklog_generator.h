@@ -6,7 +6,8 @@
 // Each line's click probability is sigmoid(bias + sum of per-value effects of
 // its 26 categorical values + effects of log1p of its 13 integers + pairwise
 // interactions between chosen field pairs, as dot products of per-value latent
-// vectors). Categorical vocabularies range from tens to millions of values,
+// vectors + the summed effects of every value of its multi-valued fields, if
+// asked for any: 1 to 8 values each, like a user's tags). Categorical vocabularies range from tens to millions of values,
 // drawn with power-law (Zipf-like) frequencies, so most values are rare;
 // integers are heavy-tailed counts; values are missing at per-field rates.
 // Effects are pure functions of (seed, field, value), so no table of the
@@ -19,8 +20,9 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
-#include "worker/features.h"
+#include "worker/input_layout.h"
 
 namespace ps::worker {
 
@@ -34,7 +36,30 @@ struct GeneratorOptions {
   // Added to every logit; sets the click rate (about 0.25 at the default).
   // Default: -1.6.
   double bias = -1.6;
+  // Multi-valued fields per line. Default: 0.
+  int multi_fields = 0;
 };
+
+inline constexpr int kGeneratedDense = 13;
+inline constexpr int kGeneratedCategorical = 26;
+
+// One drawn line's values, before they are laid out.
+struct GeneratedExample {
+  bool click = false;
+  // Empty when missing.
+  std::string dense[kGeneratedDense];
+  std::string categorical[kGeneratedCategorical];
+  // multi_fields lists of values.
+  std::vector<std::vector<std::string>> multi;
+};
+
+// Writes `example` as a line of `layout` (no newline): the k-th dense, cat
+// and multi columns get the example's k-th such values (empty past the
+// ones it has), a skip column gets `id`. With a header, the column names
+// (label, I1.., C1.., M1.., id).
+void FormatLine(const GeneratedExample& example, const InputLayout& layout,
+                int64_t id, std::string* line);
+std::string HeaderLine(const InputLayout& layout);
 
 class ClickLogGenerator {
  public:
@@ -42,7 +67,9 @@ class ClickLogGenerator {
   // files); `sample_seed` fixes which lines are drawn.
   ClickLogGenerator(const GeneratorOptions& options, uint64_t sample_seed);
 
-  // Draws the next line (no newline) and its true click probability.
+  // Draws the next example and its true click probability.
+  void Next(GeneratedExample* example, double* probability);
+  // The same, as a line of Criteo's layout (no newline).
   void Next(std::string* line, double* probability);
 
   // Vocabulary size of categorical field `field`.
@@ -56,14 +83,17 @@ class ClickLogGenerator {
 
   const GeneratorOptions options_;
   std::mt19937_64 rng_;
+  std::mt19937_64 multi_rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   std::normal_distribution<double> normal_{0.0, 1.0};
-  int64_t vocabulary_[kCategoricalFields];
-  double missing_rate_[kCategoricalFields];
-  double effect_scale_[kCategoricalFields];
-  double dense_weight_[kDenseFeatures];
-  double dense_log_mean_[kDenseFeatures];
-  double dense_missing_rate_[kDenseFeatures];
+  int64_t vocabulary_[kGeneratedCategorical];
+  double missing_rate_[kGeneratedCategorical];
+  double effect_scale_[kGeneratedCategorical];
+  double dense_weight_[kGeneratedDense];
+  double dense_log_mean_[kGeneratedDense];
+  double dense_missing_rate_[kGeneratedDense];
+  GeneratedExample example_;
+  const InputLayout criteo_ = InputLayout::Criteo();
 };
 
 }  // namespace ps::worker

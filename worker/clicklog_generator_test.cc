@@ -7,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "worker/criteo_parser.h"
+#include "worker/line_parser.h"
 
 namespace ps::worker {
 namespace {
@@ -37,18 +37,18 @@ TEST(ClickLogGeneratorTest, LinesParseAndHaveLongTailedVocabularies) {
   double clicks = 0, probability_sum = 0;
   int missing = 0;
   constexpr int kLines = 20000;
-  std::vector<std::set<std::string>> distinct(kCategoricalFields);
+  std::vector<std::set<std::string>> distinct(kGeneratedCategorical);
   for (int i = 0; i < kLines; ++i) {
     generator.Next(&line, &probability);
     Example example;
-    ASSERT_OK(ParseCriteoLine(line, &example)) << line;
+    ASSERT_OK(ParseLine(line, InputLayout::Criteo(), &example)) << line;
     ASSERT_GT(probability, 0.0);
     ASSERT_LT(probability, 1.0);
     clicks += example.label;
     probability_sum += probability;
     std::vector<std::string> columns = absl::StrSplit(line, '\t');
-    for (int f = 0; f < kCategoricalFields; ++f) {
-      const std::string& value = columns[1 + kDenseFeatures + f];
+    for (int f = 0; f < kGeneratedCategorical; ++f) {
+      const std::string& value = columns[1 + kGeneratedDense + f];
       if (value.empty()) ++missing;
       distinct[f].insert(value);
     }
@@ -67,6 +67,43 @@ TEST(ClickLogGeneratorTest, LinesParseAndHaveLongTailedVocabularies) {
   }
   EXPECT_LE(smallest, 11u);
   EXPECT_GT(largest, kLines / 4);
+}
+
+TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
+  GeneratorOptions options;
+  options.multi_fields = 2;
+  const InputLayout layout = *MakeInputLayout(
+      "csv", true, "skip,cat*26,label,dense*13,multi*2", "|", "sum", "");
+  EXPECT_EQ(HeaderLine(layout).substr(0, 10), "id,C1,C2,C");
+  ClickLogGenerator generator(options, 1), criteo(GeneratorOptions(), 1);
+  GeneratedExample example;
+  std::string line, criteo_line;
+  double probability, criteo_probability;
+  int values = 0;
+  for (int i = 0; i < 200; ++i) {
+    generator.Next(&example, &probability);
+    FormatLine(example, layout, i, &line);
+    Example parsed;
+    ASSERT_OK(ParseLine(line, layout, &parsed)) << line;
+    EXPECT_EQ(parsed.label, example.click ? 1.0f : 0.0f);
+    EXPECT_EQ(line.substr(0, line.find(',')), std::to_string(i));
+    ASSERT_EQ(parsed.slots(), 28);
+    const int multi = parsed.slot_end[27] - parsed.slot_end[25];
+    EXPECT_GE(multi, 2);
+    EXPECT_LE(multi, 16);
+    values += multi;
+    // The multi fields change the click probabilities, not the rest.
+    criteo.Next(&criteo_line, &criteo_probability);
+    Example criteo_parsed;
+    ASSERT_OK(ParseLine(criteo_line, InputLayout::Criteo(), &criteo_parsed));
+    EXPECT_TRUE(std::equal(criteo_parsed.keys.begin(),
+                           criteo_parsed.keys.end(), parsed.keys.begin()));
+    EXPECT_EQ(criteo_parsed.dense, parsed.dense);
+    if (i > 0) {
+      EXPECT_NE(probability, criteo_probability);
+    }
+  }
+  EXPECT_GT(values, 200 * 2 * 3);  // 4.5 values per field on average
 }
 
 }  // namespace

@@ -1,22 +1,180 @@
 #include "worker/clicklog_reader.h"
 
 #include <glob.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
-#include "worker/criteo_parser.h"
+#include "xxhash.h"
 
 namespace ps::worker {
 namespace {
 
 constexpr int kLoggedBadLines = 10;
 
+// Whether `path` starts with gzip's magic bytes; NOT_FOUND if it does not
+// open.
+absl::StatusOr<bool> IsGzip(const std::string& path) {
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  unsigned char magic[2] = {0, 0};
+  const size_t read = std::fread(magic, 1, 2, file);
+  std::fclose(file);
+  return read == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
 }  // namespace
+
+// The lines of one file, or of a byte range of a plain one.
+class ClickLogReader::LineSource {
+ public:
+  // `end` < 0: the whole file. A range that starts past 0 begins at the
+  // first line that starts in it.
+  static absl::StatusOr<std::unique_ptr<LineSource>> Open(
+      const std::string& path, bool gzip, int64_t begin, int64_t end) {
+    auto source = std::unique_ptr<LineSource>(new LineSource());
+    source->path_ = path;
+    source->end_ = end;
+    if (gzip) {
+      source->gz_ = gzopen(path.c_str(), "rb");
+      if (source->gz_ == nullptr)
+        return absl::NotFoundError(absl::StrCat("cannot open ", path));
+      gzbuffer(source->gz_, 1 << 20);
+      return source;
+    }
+    source->file_ = std::fopen(path.c_str(), "rb");
+    if (source->file_ == nullptr)
+      return absl::NotFoundError(absl::StrCat("cannot open ", path));
+    if (begin > 0) {
+      if (fseeko(source->file_, begin - 1, SEEK_SET) != 0) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": cannot seek: ", std::strerror(errno)));
+      }
+      // The rest of the line that the byte before the range is in.
+      std::string skipped;
+      source->Next(&skipped);
+    }
+    return source;
+  }
+
+  ~LineSource() {
+    if (gz_ != nullptr) gzclose(gz_);
+    if (file_ != nullptr) std::fclose(file_);
+    std::free(buffer_);
+  }
+
+  // The next line, without its newline; false at the end of the range or on
+  // an error (then status() says which).
+  bool Next(std::string* line) {
+    line->clear();
+    if (gz_ != nullptr) {
+      bool got_any = false;
+      while (gzgets(gz_, chunk_, sizeof(chunk_)) != nullptr) {
+        got_any = true;
+        line->append(chunk_);
+        if (line->back() == '\n') break;
+      }
+      if (!line->empty() && line->back() == '\n') line->pop_back();
+      return got_any;
+    }
+    if (end_ >= 0 && ftello(file_) >= end_) return false;
+    const ssize_t length = getline(&buffer_, &capacity_, file_);
+    if (length < 0) return false;
+    line->assign(buffer_, length);
+    if (!line->empty() && line->back() == '\n') line->pop_back();
+    return true;
+  }
+
+  absl::Status status() {
+    if (gz_ != nullptr) {
+      int error = Z_OK;
+      const char* message = gzerror(gz_, &error);
+      if (error != Z_OK && error != Z_STREAM_END)
+        return absl::DataLossError(absl::StrCat(path_, ": ", message));
+    } else if (std::ferror(file_)) {
+      return absl::DataLossError(absl::StrCat(path_, ": read error"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  LineSource() = default;
+
+  std::string path_;
+  int64_t end_ = -1;
+  gzFile gz_ = nullptr;
+  FILE* file_ = nullptr;
+  char* buffer_ = nullptr;
+  size_t capacity_ = 0;
+  char chunk_[1 << 16];
+};
+
+// Where parsed examples go: into batches, through a shuffle buffer when
+// there is one.
+class ClickLogReader::Shuffler {
+ public:
+  explicit Shuffler(ClickLogReader* reader) : reader_(reader) {
+    batch_.reserve(reader->options_.batch_size);
+    held_.reserve(reader->options_.shuffle_buffer);
+  }
+
+  void StartEpoch(int epoch) {
+    const uint64_t words[3] = {reader_->options_.shuffle_seed,
+                               static_cast<uint64_t>(
+                                   reader_->options_.worker_index),
+                               static_cast<uint64_t>(epoch)};
+    rng_.seed(XXH3_64bits(words, sizeof(words)));
+  }
+
+  // False if the reader is stopping.
+  bool Add(Example&& example) {
+    const size_t capacity = reader_->options_.shuffle_buffer;
+    if (capacity == 0) return Emit(std::move(example));
+    if (held_.size() < capacity) {
+      held_.push_back(std::move(example));
+      return true;
+    }
+    const size_t drawn =
+        std::uniform_int_distribution<size_t>(0, capacity - 1)(rng_);
+    std::swap(held_[drawn], example);
+    return Emit(std::move(example));
+  }
+
+  // At the end of an epoch: what the buffer holds, in random order.
+  bool EndEpoch() {
+    std::shuffle(held_.begin(), held_.end(), rng_);
+    for (Example& example : held_) {
+      if (!Emit(std::move(example))) return false;
+    }
+    held_.clear();
+    return true;
+  }
+
+  // At the end of the data: the last, partial batch.
+  bool EndData() { return batch_.empty() || reader_->Deliver(&batch_); }
+
+ private:
+  bool Emit(Example&& example) {
+    batch_.push_back(std::move(example));
+    if (batch_.size() < static_cast<size_t>(reader_->options_.batch_size))
+      return true;
+    return reader_->Deliver(&batch_);
+  }
+
+  ClickLogReader* const reader_;
+  std::vector<Example> batch_;
+  std::vector<Example> held_;
+  std::mt19937_64 rng_;
+};
 
 absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
     const std::string& patterns) {
@@ -50,20 +208,25 @@ absl::StatusOr<std::unique_ptr<ClickLogReader>> ClickLogReader::Open(
                      " must be in [0, num_workers ", options.num_workers, ")"));
   }
   if (options.batch_size < 1 || options.epochs < 1 ||
-      options.queue_batches < 1) {
+      options.queue_batches < 1 || options.shuffle_buffer < 0) {
     return absl::InvalidArgumentError(
-        "batch_size, epochs and queue_batches must be >= 1");
+        "batch_size, epochs and queue_batches must be >= 1, shuffle_buffer "
+        ">= 0");
   }
   auto files = ExpandFilePatterns(options.files);
   if (!files.ok()) return files.status();
+  bool any_gzip = false;
   for (const std::string& file : *files) {
-    gzFile probe = gzopen(file.c_str(), "rb");
-    if (probe == nullptr)
-      return absl::NotFoundError(absl::StrCat("cannot open ", file));
-    gzclose(probe);
+    absl::StatusOr<bool> gzip = IsGzip(file);
+    if (!gzip.ok()) return gzip.status();
+    any_gzip = any_gzip || *gzip;
+  }
+  ShareMode mode = ShareMode::kWholeFiles;
+  if (files->size() < static_cast<size_t>(options.num_workers)) {
+    mode = any_gzip ? ShareMode::kLineStride : ShareMode::kByteRanges;
   }
   auto reader = std::unique_ptr<ClickLogReader>(
-      new ClickLogReader(options, std::move(files).value()));
+      new ClickLogReader(options, std::move(files).value(), mode));
   reader->thread_ = std::thread([r = reader.get()] { r->ReadLoop(); });
   return reader;
 }
@@ -97,78 +260,100 @@ bool ClickLogReader::Deliver(std::vector<Example>* batch) {
 }
 
 bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
-                              std::vector<Example>* batch) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    Finish(absl::NotFoundError(absl::StrCat("cannot open ", path)));
+                              Shuffler* shuffler) {
+  const int64_t workers = options_.num_workers;
+  const int64_t worker = options_.worker_index;
+  int64_t begin = 0, end = -1;
+  bool gzip = false;
+  if (share_mode_ == ShareMode::kByteRanges) {
+    struct stat info;
+    if (stat(path.c_str(), &info) != 0) {
+      Finish(absl::NotFoundError(absl::StrCat("cannot open ", path)));
+      return false;
+    }
+    begin = info.st_size * worker / workers;
+    end = info.st_size * (worker + 1) / workers;
+  } else {
+    absl::StatusOr<bool> is_gzip = IsGzip(path);
+    if (!is_gzip.ok()) {
+      Finish(is_gzip.status());
+      return false;
+    }
+    gzip = *is_gzip;
+  }
+  absl::StatusOr<std::unique_ptr<LineSource>> source =
+      LineSource::Open(path, gzip, begin, end);
+  if (!source.ok()) {
+    Finish(source.status());
     return false;
   }
-  gzbuffer(file, 1 << 20);
   std::string line;
-  char chunk[1 << 16];
+  // Line numbers are known only when reading from the file's start.
   int64_t line_in_file = 0;
+  const bool from_start = begin == 0;
   bool keep_going = true;
-  while (keep_going) {
-    // Read one whole line, however long.
-    line.clear();
-    bool got_any = false;
-    while (gzgets(file, chunk, sizeof(chunk)) != nullptr) {
-      got_any = true;
-      line.append(chunk);
-      if (!line.empty() && line.back() == '\n') break;
-    }
-    if (!got_any) break;
+  bool skip_header = options_.layout.header && from_start;
+  while (keep_going && (*source)->Next(&line)) {
     ++line_in_file;
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    const uint64_t mine = (*global_line)++;
-    if (static_cast<int64_t>(mine % options_.num_workers) !=
-        options_.worker_index)
+    if (skip_header) {
+      skip_header = false;
       continue;
+    }
+    if (share_mode_ == ShareMode::kLineStride) {
+      const uint64_t mine = (*global_line)++;
+      if (static_cast<int64_t>(mine % workers) != worker) continue;
+    }
     ++lines_;
     Example example;
-    absl::Status parsed = ParseCriteoLine(line, &example, options_.label);
+    absl::Status parsed =
+        ParseLine(line, options_.layout, &example, options_.label);
     if (!parsed.ok()) {
       const int64_t bad = ++bad_lines_;
+      const std::string where =
+          from_start ? absl::StrCat(path, ":", line_in_file)
+                     : absl::StrCat(path, " (line ", line_in_file,
+                                    " of the byte range from ", begin, ")");
       if (bad <= kLoggedBadLines || bad % 1000 == 0) {
-        LOG(WARNING) << path << ":" << line_in_file
-                     << ": skipped malformed line (" << parsed.message() << ")"
+        LOG(WARNING) << where << ": skipped malformed line ("
+                     << parsed.message() << ")"
                      << (bad == kLoggedBadLines
                              ? "; logging every 1000th from now on"
                              : "");
       }
       if (bad > options_.max_bad_lines) {
-        Finish(absl::FailedPreconditionError(absl::StrCat(
-            bad, " malformed lines (last at ", path, ":", line_in_file,
-            "), more than --max_bad_lines=", options_.max_bad_lines)));
+        Finish(absl::FailedPreconditionError(
+            absl::StrCat(bad, " malformed lines (last at ", where,
+                         "), more than --max_bad_lines=",
+                         options_.max_bad_lines)));
         keep_going = false;
       }
       continue;
     }
-    batch->push_back(example);
-    if (batch->size() == static_cast<size_t>(options_.batch_size)) {
-      keep_going = Deliver(batch);
-    }
+    keep_going = shuffler->Add(std::move(example));
   }
-  int error = Z_OK;
-  const char* message = gzerror(file, &error);
-  if (keep_going && error != Z_OK && error != Z_STREAM_END) {
-    Finish(absl::DataLossError(absl::StrCat(path, ": ", message)));
+  if (absl::Status read = (*source)->status(); keep_going && !read.ok()) {
+    Finish(read);
     keep_going = false;
   }
-  gzclose(file);
   return keep_going;
 }
 
 void ClickLogReader::ReadLoop() {
-  std::vector<Example> batch;
-  batch.reserve(options_.batch_size);
+  Shuffler shuffler(this);
   for (int epoch = 0; epoch < options_.epochs; ++epoch) {
+    shuffler.StartEpoch(epoch);
     uint64_t global_line = 0;
-    for (const std::string& path : files_) {
-      if (!ReadFile(path, &global_line, &batch)) return;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      if (share_mode_ == ShareMode::kWholeFiles &&
+          static_cast<int64_t>(f % options_.num_workers) !=
+              options_.worker_index) {
+        continue;
+      }
+      if (!ReadFile(files_[f], &global_line, &shuffler)) return;
     }
+    if (!shuffler.EndEpoch()) return;
   }
-  if (!batch.empty() && !Deliver(&batch)) return;
+  if (!shuffler.EndData()) return;
   Finish(absl::OkStatus());
 }
 

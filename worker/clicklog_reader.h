@@ -1,11 +1,22 @@
 // File: worker/clicklog_reader.h
 //
-// ClickLogReader streams batches of parsed examples from Criteo-format click
-// logs, plain or gzip (detected from the bytes, not the name), over one or
-// many files, for one or many epochs. Worker i of n takes lines i, i + n,
-// i + 2n, ... counted over all files in order, so workers split the data
-// without coordination. A background thread reads and parses ahead, keeping
-// up to `queue_batches` batches ready.
+// ClickLogReader streams batches of parsed examples from click logs laid out
+// as an InputLayout says, plain or gzip (detected from the bytes, not the
+// name), over one or many files, for one or many epochs. Worker i of n reads
+// only its share, without coordination:
+//
+//   at least n files:       files i, i + n, i + 2n, ... (whole)
+//   fewer, all plain:       the i-th of n equal byte ranges of every file,
+//                           cut at line boundaries (a line belongs to the
+//                           range it starts in)
+//   fewer, some gzip'd:     lines i, i + n, ... counted over all files in
+//                           order (every worker decompresses everything)
+//
+// A background thread reads and parses ahead, keeping up to
+// `queue_batches` batches ready. With a shuffle buffer, examples leave
+// through a bounded buffer of that many, drawn at random (seeded by the
+// seed, the worker and the epoch, so that each epoch's order differs and a
+// rerun repeats it).
 //
 // Malformed lines are counted and skipped, logged with file:line (the first
 // ones, then every 1000th); once more than `max_bad_lines` have been seen,
@@ -27,8 +38,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/criteo_parser.h"
 #include "worker/features.h"
+#include "worker/input_layout.h"
+#include "worker/line_parser.h"
 
 namespace ps::worker {
 
@@ -49,9 +61,18 @@ struct ReaderOptions {
   // Batches parsed ahead. Default: 4.
   int queue_batches = 4;
   // Whether lines may leave out the label (for scoring; see
-  // criteo_parser.h). Default: required.
+  // line_parser.h). Default: required.
   LabelColumn label = LabelColumn::kRequired;
+  // The lines' layout. Default: Criteo's.
+  InputLayout layout = InputLayout::Criteo();
+  // Examples held to shuffle the order (0: file order), and the seed of
+  // the draws. Defaults: 0, 1.
+  int shuffle_buffer = 0;
+  uint64_t shuffle_seed = 1;
 };
+
+// How the workers split the data (see above), decided from the files alone.
+enum class ShareMode { kWholeFiles, kByteRanges, kLineStride };
 
 // Expands comma-separated paths and globs. NOT_FOUND if one matches nothing.
 absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
@@ -70,24 +91,32 @@ class ClickLogReader {
   // DATA_LOSS for unreadable files.
   absl::StatusOr<bool> Next(std::vector<Example>* batch);
 
+  ShareMode share_mode() const { return share_mode_; }
+
   // Lines of this worker's share parsed so far, and how many were malformed.
   int64_t lines() const { return lines_.load(); }
   int64_t bad_lines() const { return bad_lines_.load(); }
 
  private:
-  ClickLogReader(const ReaderOptions& options, std::vector<std::string> files)
-      : options_(options), files_(std::move(files)) {}
+  class LineSource;
+  class Shuffler;
+
+  ClickLogReader(const ReaderOptions& options, std::vector<std::string> files,
+                 ShareMode share_mode)
+      : options_(options), files_(std::move(files)), share_mode_(share_mode) {}
 
   void ReadLoop();
-  // Reads one file; returns false if reading must stop.
+  // Reads this worker's share of one file into `shuffler`; returns false if
+  // reading must stop.
   bool ReadFile(const std::string& path, uint64_t* global_line,
-                std::vector<Example>* batch);
+                Shuffler* shuffler);
   // Hands a full batch to the consumer; false if the reader is stopping.
   bool Deliver(std::vector<Example>* batch);
   void Finish(absl::Status status);
 
   const ReaderOptions options_;
   const std::vector<std::string> files_;
+  const ShareMode share_mode_;
   std::atomic<int64_t> lines_{0};
   std::atomic<int64_t> bad_lines_{0};
 

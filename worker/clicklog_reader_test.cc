@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -61,9 +63,8 @@ std::vector<Example> ReadAll(const ReaderOptions& options,
 }
 
 bool SameExample(const Example& a, const Example& b) {
-  return a.label == b.label &&
-         std::equal(a.keys, a.keys + kCategoricalFields, b.keys) &&
-         std::equal(a.dense, a.dense + kDenseFeatures, b.dense);
+  return a.label == b.label && a.keys == b.keys && a.dense == b.dense &&
+         a.slot_end == b.slot_end;
 }
 
 TEST(ClickLogReaderTest, GzipInputEqualsPlainInput) {
@@ -158,6 +159,137 @@ TEST(ClickLogReaderTest, MissingFilesAndBadOptionsAreErrors) {
   options.num_workers = 2;
   EXPECT_THAT(ClickLogReader::Open(options),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A key that identifies an example (its first field's key and the second's
+// are drawn from vocabularies of millions, so lines rarely share both).
+std::multiset<std::pair<uint64_t, uint64_t>> Identities(
+    const std::vector<Example>& examples) {
+  std::multiset<std::pair<uint64_t, uint64_t>> identities;
+  for (const Example& example : examples) {
+    std::pair<uint64_t, uint64_t> identity = {0, 0};
+    for (size_t k = 0; k < example.keys.size(); ++k) {
+      identity.first = identity.first * 31 + example.keys[k];
+      identity.second ^= example.keys[k] * (k + 1);
+    }
+    identities.insert(identity);
+  }
+  return identities;
+}
+
+TEST(ClickLogReaderTest, WorkersTakeWholeFilesWhenThereAreEnough) {
+  const std::vector<std::string> lines = GenerateLines(90);
+  std::filesystem::create_directories(TestDir() + "/many");
+  for (int f = 0; f < 5; ++f) {
+    WritePlain(TestDir() + "/many/part-" + std::to_string(f) + ".tsv",
+               std::vector<std::string>(lines.begin() + 18 * f,
+                                        lines.begin() + 18 * (f + 1)));
+  }
+  ReaderOptions options;
+  options.files = TestDir() + "/many/part-*.tsv";
+  options.num_workers = 2;
+  options.batch_size = 7;
+  std::vector<Example> everything;
+  for (int w = 0; w < 2; ++w) {
+    options.worker_index = w;
+    auto reader = ClickLogReader::Open(options);
+    ASSERT_OK(reader);
+    EXPECT_EQ((*reader)->share_mode(), ShareMode::kWholeFiles);
+    const std::vector<Example> mine = ReadAll(options);
+    // Worker 0: files 0, 2, 4; worker 1: files 1, 3.
+    ASSERT_EQ(mine.size(), w == 0 ? 54u : 36u);
+    ReaderOptions file;
+    file.files = TestDir() + "/many/part-" + std::to_string(w) + ".tsv";
+    const std::vector<Example> first = ReadAll(file);
+    for (size_t i = 0; i < first.size(); ++i)
+      ASSERT_TRUE(SameExample(mine[i], first[i])) << w << " " << i;
+    everything.insert(everything.end(), mine.begin(), mine.end());
+  }
+  ReaderOptions single;
+  single.files = options.files;
+  EXPECT_EQ(Identities(everything), Identities(ReadAll(single)));
+}
+
+TEST(ClickLogReaderTest, WorkersTakeByteRangesOfOnePlainFile) {
+  const std::vector<std::string> lines = GenerateLines(1001);
+  WritePlain(TestDir() + "/one.tsv", lines);
+  ReaderOptions single;
+  single.files = TestDir() + "/one.tsv";
+  const std::vector<Example> all = ReadAll(single);
+  ASSERT_EQ(all.size(), 1001u);
+  for (int workers : {2, 3, 7}) {
+    ReaderOptions options = single;
+    options.num_workers = workers;
+    options.batch_size = 50;
+    std::vector<Example> everything;
+    for (int w = 0; w < workers; ++w) {
+      options.worker_index = w;
+      auto reader = ClickLogReader::Open(options);
+      ASSERT_OK(reader);
+      EXPECT_EQ((*reader)->share_mode(), ShareMode::kByteRanges);
+      const std::vector<Example> mine = ReadAll(options);
+      // About an equal share, and consecutive lines of the file.
+      EXPECT_NEAR(mine.size(), 1001.0 / workers, 1001.0 / workers / 5);
+      everything.insert(everything.end(), mine.begin(), mine.end());
+    }
+    ASSERT_EQ(everything.size(), all.size()) << workers;
+    for (size_t i = 0; i < all.size(); ++i)
+      ASSERT_TRUE(SameExample(everything[i], all[i])) << workers << " " << i;
+  }
+}
+
+TEST(ClickLogReaderTest, AHeaderIsSkippedOncePerFile) {
+  const std::vector<std::string> lines = GenerateLines(40);
+  std::vector<std::string> with_header = {"label\tI1\t...\tC26"};
+  with_header.insert(with_header.end(), lines.begin(), lines.end());
+  WritePlain(TestDir() + "/header.tsv", with_header);
+  WriteGzip(TestDir() + "/header.tsv.gz", with_header);
+  ReaderOptions options;
+  options.layout.header = true;
+  options.files = TestDir() + "/header.tsv," + TestDir() + "/header.tsv.gz";
+  int64_t bad = -1;
+  EXPECT_EQ(ReadAll(options, &bad).size(), 80u);
+  EXPECT_EQ(bad, 0);
+  // Split in byte ranges, only the first range starts at the header.
+  options.files = TestDir() + "/header.tsv";
+  options.num_workers = 3;
+  size_t total = 0;
+  for (int w = 0; w < 3; ++w) {
+    options.worker_index = w;
+    total += ReadAll(options, &bad).size();
+    EXPECT_EQ(bad, 0);
+  }
+  EXPECT_EQ(total, 40u);
+}
+
+TEST(ClickLogReaderTest, AShuffleBufferReordersEachEpochDifferently) {
+  WritePlain(TestDir() + "/shuffle.tsv", GenerateLines(300));
+  ReaderOptions options;
+  options.files = TestDir() + "/shuffle.tsv";
+  options.batch_size = 32;
+  const std::vector<Example> ordered = ReadAll(options);
+  options.shuffle_buffer = 64;
+  options.epochs = 2;
+  const std::vector<Example> shuffled = ReadAll(options);
+  ASSERT_EQ(shuffled.size(), 600u);
+  const std::vector<Example> first(shuffled.begin(), shuffled.begin() + 300);
+  const std::vector<Example> second(shuffled.begin() + 300, shuffled.end());
+  // Each epoch holds every example once, in an order of its own.
+  EXPECT_EQ(Identities(first), Identities(ordered));
+  EXPECT_EQ(Identities(second), Identities(ordered));
+  auto same_order = [](const std::vector<Example>& a,
+                       const std::vector<Example>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!SameExample(a[i], b[i])) return false;
+    return true;
+  };
+  EXPECT_FALSE(same_order(first, ordered));
+  EXPECT_FALSE(same_order(first, second));
+  // The same seed repeats it; another seed does not.
+  const std::vector<Example> again = ReadAll(options);
+  EXPECT_TRUE(same_order(again, shuffled));
+  options.shuffle_seed = 2;
+  EXPECT_FALSE(same_order(ReadAll(options), shuffled));
 }
 
 }  // namespace

@@ -35,11 +35,14 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         absl::StrCat(dir, " was routed with version ",
                      manifest.routing_version(), ", not ", kRoutingVersion));
   }
-  if (manifest.model().input_layout() != "criteo") {
+  absl::StatusOr<InputLayout> layout =
+      ParseLayoutText(manifest.model().input_layout());
+  if (!layout.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         dir, " reads input laid out as \"", manifest.model().input_layout(),
-        "\"; this build reads \"criteo\""));
+        "\", which this build does not read: ", layout.status().message()));
   }
+  model->layout_ = *std::move(layout);
   auto open_table =
       [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Table>> {
     for (const ExportManifest::Table& entry : manifest.tables()) {
@@ -115,6 +118,7 @@ kernels::ModelConfig ExportedModel::config() const {
   }
   config.fields = static_cast<int>(card.fields());
   config.dense_features = static_cast<int>(card.dense_features());
+  config.crosses = static_cast<int>(layout_.crosses.size());
   config.embedding_dim = static_cast<int>(card.embedding_dim());
   config.hidden.assign(card.hidden().begin(), card.hidden().end());
   return config;
@@ -165,15 +169,14 @@ absl::Status ExportedModel::Lookup(Table& table,
 }
 
 absl::Status ExportedModel::Fetch(ModelInputs* inputs) {
-  const size_t unique = inputs->unique_keys.size();
+  // ModelInputs::Prepare sized the row buffers; pooled rows follow these.
   if (embedding_ != nullptr) {
-    inputs->embedding_rows.resize(unique * embedding_->spec.dim());
     RETURN_IF_ERROR(Lookup(*embedding_, inputs->unique_keys,
                            inputs->embedding_rows.data()));
   }
-  inputs->wide_rows.resize(unique);
   RETURN_IF_ERROR(
-      Lookup(*wide_, inputs->unique_keys, inputs->wide_rows.data()));
+      Lookup(*wide_, inputs->wide_fetch_keys(), inputs->wide_rows.data()));
+  inputs->PoolRows(embedding_ != nullptr ? embedding_->spec.dim() : 0);
   inputs->dense_params = dense_;
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #include "base/initializer.h"
 #include "kernels/ctr_model.h"
 #include "proto/checkpoint.pb.h"
+#include "worker/input_layout.h"
 #include "worker/model_inputs.h"
 
 namespace rocksdb {
@@ -42,8 +43,11 @@ class ExportedModel {
   const ExportManifest& manifest() const { return manifest_; }
   // The model the export holds, as kernels::CtrModel takes it.
   kernels::ModelConfig config() const;
+  // The layout of the click logs it was trained on.
+  const InputLayout& layout() const { return layout_; }
 
-  // Fills the rows of `inputs`' unique keys and the dense parameters.
+  // Fills the rows of `inputs` (prepared with layout(); see
+  // model_inputs.h) and the dense parameters.
   absl::Status Fetch(ModelInputs* inputs);
 
  private:
@@ -54,6 +58,7 @@ class ExportedModel {
                       float* out);
 
   ExportManifest manifest_;
+  InputLayout layout_;
   std::unique_ptr<Table> embedding_, wide_;
   std::vector<std::vector<float>> dense_;
 };

@@ -1,12 +1,14 @@
 // File: worker/features.h
 //
 // From a click-log line's raw values to model inputs. A categorical value
-// becomes a 64-bit key: XXH3 of the raw bytes, seeded by the field id, so
-// that equal strings in different fields are different keys and every
-// process and machine computes the same key (never absl::Hash or std::hash,
-// which change between processes). A missing value is the empty string: it
-// gets a key of its own per field. A dense value x becomes log(1 + max(x, 0)),
-// and 0 when missing.
+// becomes a 64-bit key: XXH3 of the raw bytes, seeded by the field id (its
+// position among the cat and multi columns), so that equal strings in
+// different fields are different keys and every process and machine computes
+// the same key (never absl::Hash or std::hash, which change between
+// processes). A missing value is the empty string: it gets a key of its own
+// per field. A cross's key hashes the pair of its fields' keys, seeded by
+// the cross's position. A dense value x becomes log(1 + max(x, 0)), and 0
+// when missing.
 
 #ifndef PS_WORKER_FEATURES_H_
 #define PS_WORKER_FEATURES_H_
@@ -14,25 +16,41 @@
 #include <cmath>
 #include <cstdint>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "xxhash.h"
 
 namespace ps::worker {
 
-inline constexpr int kDenseFeatures = 13;
-inline constexpr int kCategoricalFields = 26;
-
-// One parsed example.
+// One parsed example. Its categorical slots are the layout's fields (cat and
+// multi columns in file order) and then its crosses; slot s holds keys
+// [slot_end[s - 1], slot_end[s]) (from 0 for slot 0), one key for a cat
+// field, one or more for a multi field or a cross of one. Sized inline for
+// Criteo's 13 dense values and 26 single-key fields, so that parsing such a
+// line allocates nothing.
 struct Example {
   float label = 0.0f;
   // False for a line without a label (scored, not trained on); label is 0.
   bool has_label = true;
-  float dense[kDenseFeatures] = {};
-  uint64_t keys[kCategoricalFields] = {};
+  absl::InlinedVector<float, 16> dense;
+  absl::InlinedVector<uint64_t, 32> keys;
+  absl::InlinedVector<uint32_t, 32> slot_end;
+
+  int slots() const { return static_cast<int>(slot_end.size()); }
+  uint32_t slot_begin(int slot) const {
+    return slot == 0 ? 0 : slot_end[slot - 1];
+  }
 };
 
 inline uint64_t FeatureKey(uint32_t field, absl::string_view raw_value) {
   return XXH3_64bits_withSeed(raw_value.data(), raw_value.size(), field);
+}
+
+inline uint64_t CrossKey(uint32_t cross, uint64_t first_key,
+                         uint64_t second_key) {
+  const uint64_t pair[2] = {first_key, second_key};
+  // Seeds apart from the fields' so a cross never shares a field's hash.
+  return XXH3_64bits_withSeed(pair, sizeof(pair), 0x63726f7373ULL + cross);
 }
 
 inline float DenseFeature(double raw_value) {

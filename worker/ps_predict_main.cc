@@ -23,13 +23,15 @@
 #include "worker/clicklog_reader.h"
 #include "worker/evaluation.h"
 #include "worker/exported_model.h"
+#include "worker/layout_flags.h"
 #include "worker/model_inputs.h"
 
 ABSL_FLAG(std::string, model, "",
           "The export to score with (ps_admin export --dir). Required.");
 ABSL_FLAG(std::string, input, "",
-          "Click logs in the training format, with or without the label "
-          "column: comma-separated paths or globs, plain or gzip. Required.");
+          "Click logs in the training layout (the export's, unless --format, "
+          "--columns, ... say otherwise), with or without the label column: "
+          "comma-separated paths or globs, plain or gzip. Required.");
 ABSL_FLAG(std::string, out, "",
           "Where the probabilities go, one per input line, in input order. "
           "Default: none (only the AUC and logloss are printed).");
@@ -73,7 +75,32 @@ int main(int argc, char** argv) {
   std::unique_ptr<ps::kernels::Backend> backend = ps::kernels::NewCpuBackend();
   ps::kernels::CtrModel ctr((*model)->config(), backend.get());
 
+  // The layout the model was trained on, unless the flags give another
+  // (the same features laid out differently).
+  ps::worker::InputLayout layout = (*model)->layout();
+  if (ps::worker::LayoutFlagsGiven()) {
+    absl::StatusOr<ps::worker::InputLayout> given =
+        ps::worker::InputLayoutFromFlags();
+    if (!given.ok()) return Fail(std::string(given.status().message()));
+    if (given->fields() != layout.fields() ||
+        given->dense_features() != layout.dense_features() ||
+        given->crosses != layout.crosses ||
+        given->multi_pooling != layout.multi_pooling) {
+      return Fail("the layout flags give " +
+                  ps::worker::LayoutText(*given) + ", but the model was "
+                  "trained on " + ps::worker::LayoutText(layout) +
+                  ": the fields, dense features, crosses and pooling must "
+                  "match");
+    }
+    layout = *std::move(given);
+  }
+  const int embedding_dim =
+      (*model)->config().kind == ps::kernels::ModelKind::kLogisticRegression
+          ? 0
+          : (*model)->config().embedding_dim;
+
   ps::worker::ReaderOptions reader_options;
+  reader_options.layout = layout;
   reader_options.files = absl::GetFlag(FLAGS_input);
   reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
   reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
@@ -96,7 +123,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<bool> more = (*reader)->Next(&examples);
     if (!more.ok()) return Fail(more.status().ToString());
     if (!*more) break;
-    inputs.Prepare(examples);
+    inputs.Prepare(examples, layout, embedding_dim);
     if (absl::Status fetched = (*model)->Fetch(&inputs); !fetched.ok())
       return Fail(fetched.ToString());
     if (absl::Status predicted =

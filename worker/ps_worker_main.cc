@@ -22,6 +22,8 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
+#include "worker/layout_flags.h"
+#include "worker/model_inputs.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
@@ -33,7 +35,9 @@ ABSL_FLAG(int32_t, worker_index, 0,
           "This worker's index, in [0, num_workers).");
 ABSL_FLAG(
     int32_t, num_workers, 1,
-    "Workers sharing the training data; worker i reads lines i, i + n, ...");
+    "Workers sharing the training data. Worker i reads files i, i + n, ... "
+    "when there are at least n files; else the i-th of n byte ranges of each "
+    "plain file, or lines i, i + n, ... when some file is gzip'd.");
 ABSL_FLAG(std::string, train, "",
           "Training click logs: comma-separated paths or globs; plain or gzip. "
           "Required.");
@@ -45,10 +49,23 @@ ABSL_FLAG(int32_t, embedding_dim, 16,
 ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
 ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
 ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
+ABSL_FLAG(int32_t, shuffle_buffer, 0,
+          "Shuffle the training examples through a buffer of this many (drawn "
+          "at random, so each epoch's order differs); 0: file order.");
+ABSL_FLAG(uint64_t, shuffle_seed, 1,
+          "Seed of --shuffle_buffer's draws (mixed with the worker index and "
+          "the epoch).");
 ABSL_FLAG(
     std::string, embedding_optimizer, "adagrad",
     "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
 ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
+ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
+          "Adagrad's starting squared-gradient sum (any table on Adagrad); "
+          "smaller takes bigger first steps.");
+ABSL_FLAG(double, ftrl_l1, 0.0,
+          "FTRL's L1 regularization (any table on FTRL); > 0 makes weights "
+          "exactly zero.");
+ABSL_FLAG(double, ftrl_l2, 0.0, "FTRL's L2 regularization.");
 ABSL_FLAG(std::string, wide_optimizer, "ftrl",
           "Optimizer of the per-key wide weights.");
 ABSL_FLAG(double, wide_learning_rate, 0.05,
@@ -158,6 +175,14 @@ bool ParseOptimizer(const std::string& name, double learning_rate,
     return false;
   }
   spec->set_learning_rate(static_cast<float>(learning_rate));
+  if (spec->kind() == ps::OptimizerSpec::ADAGRAD) {
+    spec->set_initial_accumulator(
+        static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator)));
+  }
+  if (spec->kind() == ps::OptimizerSpec::FTRL) {
+    spec->set_l1(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l1)));
+    spec->set_l2(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l2)));
+  }
   return learning_rate > 0;
 }
 
@@ -179,8 +204,8 @@ int main(int argc, char** argv) {
     // If exec fails, carry on with the slow kernels.
   }
   absl::SetProgramUsageMessage(
-      "Trains a CTR model (lr, wide_deep, deepfm) on Criteo-format click logs "
-      "against ps_server shards.\n\nExample:\n  ps_worker "
+      "Trains a CTR model (lr, wide_deep, deepfm) on click logs (Criteo's "
+      "layout, or --format/--columns/...) against ps_server shards.\n\nExample:\n  ps_worker "
       "--servers=127.0.0.1:50051,127.0.0.1:50052 --worker_index=0 "
       "--num_workers=2 "
       "--train='data/train-*.tsv.gz' --test=data/test.tsv "
@@ -199,6 +224,14 @@ int main(int argc, char** argv) {
   options.train.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.train.epochs = absl::GetFlag(FLAGS_epochs);
   options.train.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  options.train.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
+  options.train.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
+  if (options.train.shuffle_buffer < 0)
+    return Fail("--shuffle_buffer must be >= 0");
+  absl::StatusOr<ps::worker::InputLayout> layout =
+      ps::worker::InputLayoutFromFlags();
+  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  options.train.layout = *layout;
   options.test_files = absl::GetFlag(FLAGS_test);
   if (options.train.files.empty()) return Fail("--train is required");
 
@@ -224,6 +257,7 @@ int main(int argc, char** argv) {
     }
     options.model.hidden.push_back(value);
   }
+  options.model = ps::worker::ConfigForLayout(options.model, *layout);
   if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
                       absl::GetFlag(FLAGS_learning_rate),
                       &options.embedding_optimizer) ||

@@ -31,6 +31,9 @@ struct Trainer::PushJob {
   int64_t step = 0;
   int64_t examples = 0;
   std::vector<uint64_t> unique_keys;
+  // The wide table's keys: unique_keys, then the crosses' (empty without
+  // crosses: unique_keys).
+  std::vector<uint64_t> wide_keys;
   std::vector<float> embedding_grads;
   std::vector<float> wide_grads;
   std::vector<std::vector<float>> dense_grads;
@@ -110,7 +113,7 @@ ModelCard Trainer::Card() const {
   card.set_wide_table(wide_table_);
   for (const std::string& table : dense_tables_) card.add_dense_tables(table);
   card.set_dense_chunk_floats(options_.dense_chunk_floats);
-  card.set_input_layout("criteo");
+  card.set_input_layout(LayoutText(options_.train.layout));
   return card;
 }
 
@@ -150,19 +153,15 @@ absl::Status Trainer::DeclareTables() {
 }
 
 absl::Status Trainer::PullParameters(Prepared* prepared) {
-  const size_t unique = prepared->unique_keys.size();
+  // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
   std::vector<PsClient::TableRows> pulls;
-  const bool deep =
-      options_.model.kind != kernels::ModelKind::kLogisticRegression;
-  if (deep) {
-    prepared->embedding_rows.resize(unique * options_.model.embedding_dim);
+  if (deep()) {
     pulls.push_back({embedding_table_, prepared->unique_keys,
                      options_.model.embedding_dim,
                      prepared->embedding_rows.data()});
   }
-  prepared->wide_rows.resize(unique);
-  pulls.push_back(
-      {wide_table_, prepared->unique_keys, 1, prepared->wide_rows.data()});
+  pulls.push_back({wide_table_, prepared->wide_fetch_keys(), 1,
+                   prepared->wide_rows.data()});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
@@ -174,7 +173,9 @@ absl::Status Trainer::PullParameters(Prepared* prepared) {
     pulls.push_back({dense_tables_[t], chunk_keys[t], chunk,
                      prepared->dense_params[t].data()});
   }
-  return client_->Pull(pulls);
+  RETURN_IF_ERROR(client_->Pull(pulls));
+  prepared->PoolRows(embedding_dim());
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
@@ -264,7 +265,9 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
     pushes.push_back({embedding_table_, job.unique_keys, job.embedding_grads,
                       options_.model.embedding_dim});
   }
-  pushes.push_back({wide_table_, job.unique_keys, job.wide_grads, 1});
+  pushes.push_back({wide_table_,
+                    job.wide_keys.empty() ? job.unique_keys : job.wide_keys,
+                    job.wide_grads, 1});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     chunk_keys[t] =
@@ -280,6 +283,7 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
                                                             int64_t* examples) {
   ReaderOptions test;
   test.files = options_.test_files;
+  test.layout = options_.train.layout;
   test.batch_size = options_.train.batch_size;
   test.max_bad_lines = options_.train.max_bad_lines;
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
@@ -294,7 +298,7 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
       if (batch.size() > room) batch.resize(room);
     }
     Prepared prepared;
-    prepared.Prepare(batch);
+    prepared.Prepare(batch, options_.train.layout, embedding_dim());
     RETURN_IF_ERROR(PullParameters(&prepared));
     RETURN_IF_ERROR(
         FromKernels(model_.Predict(prepared.Step(), &batch_probabilities)));
@@ -372,7 +376,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (!*more) break;
       Prepared prepared;
       prepared.step = step;
-      prepared.Prepare(examples);
+      prepared.Prepare(examples, options_.train.layout, embedding_dim());
       int64_t staleness = 0;
       if (options_.staleness >= 0) {
         // While this worker's own clock holds the bound back, asking the
@@ -534,7 +538,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     PushJob job;
     job.step = prepared.step;
     job.examples = prepared.batch;
+    prepared.FoldPooledGradients(embedding_dim(), &outputs.embedding_grads,
+                                 &outputs.wide_grads);
     job.unique_keys = std::move(prepared.unique_keys);
+    job.wide_keys = std::move(prepared.wide_keys);
     job.embedding_grads = std::move(outputs.embedding_grads);
     job.wide_grads = std::move(outputs.wide_grads);
     for (float& g : job.embedding_grads) g *= scale;

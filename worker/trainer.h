@@ -44,10 +44,13 @@
 namespace ps::worker {
 
 struct TrainerOptions {
-  // Training data, this worker's share, batch size, epochs, bad-line limit.
+  // Training data, this worker's share, batch size, epochs, bad-line limit,
+  // layout (also the test data's) and shuffling.
   ReaderOptions train;
   // Test data (comma-separated paths or globs); empty: no evaluation.
   std::string test_files;
+  // The model; its fields, dense features and crosses must be the layout's
+  // (ConfigForLayout).
   kernels::ModelConfig model;
   // Server-side optimizers. Defaults: Adagrad (lr 0.05) for the embeddings,
   // FTRL (alpha 0.05) for the wide weights, Adam (lr 0.001) for the MLP.
@@ -147,6 +150,11 @@ class Trainer {
   struct Prepared;
   struct PushJob;
 
+  bool deep() const {
+    return options_.model.kind != kernels::ModelKind::kLogisticRegression;
+  }
+  // The embedding dimension, 0 for a model without embeddings.
+  int embedding_dim() const { return deep() ? options_.model.embedding_dim : 0; }
   // What the model's tables hold (declared with each of them).
   ModelCard Card() const;
   absl::Status DeclareTables();

@@ -1,24 +1,49 @@
-// Fuzz target: one line of a click log through the parser. A line that
-// parses must give a label of 0 or 1 and finite dense features.
+// Fuzz target: one line of a click log through the parser, in Criteo's
+// layout and in one with a multi field and a cross. A line that parses must
+// give a label of 0 or 1, finite non-negative dense features, and a slot
+// structure that covers its keys.
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "worker/criteo_parser.h"
+#include "worker/line_parser.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+void Check(absl::string_view line, const ps::worker::InputLayout& layout) {
   ps::worker::Example example;
-  const absl::Status parsed = ps::worker::ParseCriteoLine(
-      absl::string_view(reinterpret_cast<const char*>(data), size), &example);
+  const absl::Status parsed = ps::worker::ParseLine(line, layout, &example);
   if (parsed.ok()) {
     if (example.label != 0.0f && example.label != 1.0f) std::abort();
+    if (static_cast<int>(example.dense.size()) != layout.dense_features())
+      std::abort();
     for (float value : example.dense) {
       if (!std::isfinite(value) || value < 0.0f) std::abort();
     }
+    if (example.slots() != layout.slots()) std::abort();
+    uint32_t previous = 0;
+    for (uint32_t end : example.slot_end) {
+      if (end <= previous) std::abort();  // every slot holds a key
+      previous = end;
+    }
+    if (previous != example.keys.size()) std::abort();
   } else if (parsed.code() != absl::StatusCode::kInvalidArgument) {
     std::abort();
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ps::worker::InputLayout criteo =
+      ps::worker::InputLayout::Criteo();
+  static const ps::worker::InputLayout mixed =
+      *ps::worker::MakeInputLayout("tsv", false, "skip,multi,label,dense*2,cat",
+                                   "|", "mean", "0:1");
+  const absl::string_view line(reinterpret_cast<const char*>(data), size);
+  Check(line, criteo);
+  Check(line, mixed);
   return 0;
 }

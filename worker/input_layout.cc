@@ -1,0 +1,241 @@
+#include "worker/input_layout.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ps::worker {
+namespace {
+
+constexpr absl::string_view kCriteoText = "criteo";
+// How a space separator is written in a layout's text (space-separated).
+constexpr absl::string_view kSpace = "space";
+// A repeat larger than any real log's column count: a typo, not a layout.
+constexpr int kMaxRepeat = 100000;
+
+const char* KindName(ColumnKind kind) {
+  switch (kind) {
+    case ColumnKind::kLabel:
+      return "label";
+    case ColumnKind::kDense:
+      return "dense";
+    case ColumnKind::kCategorical:
+      return "cat";
+    case ColumnKind::kMulti:
+      return "multi";
+    default:
+      return "skip";
+  }
+}
+
+absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
+  std::vector<ColumnKind> columns;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    int repeat = 1;
+    if (const size_t star = item.find('*'); star != absl::string_view::npos) {
+      if (!absl::SimpleAtoi(item.substr(star + 1), &repeat) || repeat < 1 ||
+          repeat > kMaxRepeat) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--columns: \"", item, "\" must repeat a kind 1 to ",
+                         kMaxRepeat, " times (kind*N)"));
+      }
+      item = absl::StripAsciiWhitespace(item.substr(0, star));
+    }
+    ColumnKind kind;
+    if (item == "label") {
+      kind = ColumnKind::kLabel;
+    } else if (item == "dense") {
+      kind = ColumnKind::kDense;
+    } else if (item == "cat") {
+      kind = ColumnKind::kCategorical;
+    } else if (item == "multi") {
+      kind = ColumnKind::kMulti;
+    } else if (item == "skip") {
+      kind = ColumnKind::kSkip;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--columns: unknown column kind \"", item,
+          "\" (label, dense, cat, multi or skip, optionally *N)"));
+    }
+    columns.insert(columns.end(), repeat, kind);
+  }
+  return columns;
+}
+
+absl::StatusOr<char> OneCharacter(absl::string_view flag,
+                                  absl::string_view value) {
+  if (value.size() != 1 || value[0] == '\n' || value[0] == '\r') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be one character, not \"", value,
+                     "\""));
+  }
+  return value[0];
+}
+
+}  // namespace
+
+InputLayout InputLayout::Criteo() {
+  InputLayout layout;
+  layout.columns.push_back(ColumnKind::kLabel);
+  layout.columns.insert(layout.columns.end(), 13, ColumnKind::kDense);
+  layout.columns.insert(layout.columns.end(), 26, ColumnKind::kCategorical);
+  return layout;
+}
+
+int InputLayout::dense_features() const {
+  return static_cast<int>(
+      std::count(columns.begin(), columns.end(), ColumnKind::kDense));
+}
+
+int InputLayout::fields() const {
+  return static_cast<int>(
+      std::count(columns.begin(), columns.end(), ColumnKind::kCategorical) +
+      std::count(columns.begin(), columns.end(), ColumnKind::kMulti));
+}
+
+bool InputLayout::has_label() const {
+  return std::find(columns.begin(), columns.end(), ColumnKind::kLabel) !=
+         columns.end();
+}
+
+bool InputLayout::has_multi() const {
+  return std::find(columns.begin(), columns.end(), ColumnKind::kMulti) !=
+         columns.end();
+}
+
+absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
+                                            bool header,
+                                            absl::string_view columns,
+                                            absl::string_view multi_separator,
+                                            absl::string_view multi_pooling,
+                                            absl::string_view crosses) {
+  InputLayout layout;
+  if (format == "tsv") {
+    layout.delimiter = '\t';
+  } else if (format == "csv") {
+    layout.delimiter = ',';
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format must be tsv or csv, not \"", format, "\""));
+  }
+  layout.header = header;
+  auto parsed = ParseColumns(columns);
+  if (!parsed.ok()) return parsed.status();
+  layout.columns = std::move(parsed).value();
+  const auto labels =
+      std::count(layout.columns.begin(), layout.columns.end(),
+                 ColumnKind::kLabel);
+  if (labels != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--columns must have exactly one label column, not ", labels));
+  }
+  if (layout.fields() == 0) {
+    return absl::InvalidArgumentError(
+        "--columns must have at least one cat or multi column");
+  }
+  auto separator = OneCharacter("multi_separator", multi_separator);
+  if (!separator.ok()) return separator.status();
+  layout.multi_separator = *separator;
+  if (layout.multi_separator == layout.delimiter) {
+    return absl::InvalidArgumentError(
+        "--multi_separator must differ from the column delimiter");
+  }
+  if (multi_pooling == "sum") {
+    layout.multi_pooling = Pooling::kSum;
+  } else if (multi_pooling == "mean") {
+    layout.multi_pooling = Pooling::kMean;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--multi_pooling must be sum or mean, not \"", multi_pooling, "\""));
+  }
+  for (absl::string_view pair :
+       absl::StrSplit(crosses, ',', absl::SkipWhitespace())) {
+    std::pair<absl::string_view, absl::string_view> parts =
+        absl::StrSplit(pair, ':');
+    int first = -1, second = -1;
+    if (!absl::SimpleAtoi(parts.first, &first) ||
+        !absl::SimpleAtoi(parts.second, &second) || first < 0 ||
+        second < 0 || first >= layout.fields() ||
+        second >= layout.fields() || first == second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--crosses: \"", pair, "\" must be I:J, two different fields in [0, ",
+          layout.fields(), ") (the cat and multi columns, in order)"));
+    }
+    layout.crosses.emplace_back(first, second);
+  }
+  return layout;
+}
+
+std::string ColumnsSpec(const InputLayout& layout) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < layout.columns.size();) {
+    size_t end = i;
+    while (end < layout.columns.size() &&
+           layout.columns[end] == layout.columns[i]) {
+      ++end;
+    }
+    runs.push_back(end - i == 1
+                       ? std::string(KindName(layout.columns[i]))
+                       : absl::StrCat(KindName(layout.columns[i]), "*",
+                                      end - i));
+    i = end;
+  }
+  return absl::StrJoin(runs, ",");
+}
+
+std::string LayoutText(const InputLayout& layout) {
+  const InputLayout criteo = InputLayout::Criteo();
+  if (layout.delimiter == criteo.delimiter && !layout.header &&
+      layout.columns == criteo.columns && layout.crosses.empty()) {
+    return std::string(kCriteoText);
+  }
+  std::vector<std::string> crosses;
+  for (const auto& [first, second] : layout.crosses)
+    crosses.push_back(absl::StrCat(first, ":", second));
+  return absl::StrCat(
+      "format=", layout.delimiter == ',' ? "csv" : "tsv",
+      " header=", layout.header ? 1 : 0, " columns=", ColumnsSpec(layout),
+      " multi_separator=",
+      layout.multi_separator == ' ' ? std::string(kSpace)
+                                    : std::string(1, layout.multi_separator),
+      " multi_pooling=", layout.multi_pooling == Pooling::kMean ? "mean" : "sum",
+      " crosses=", absl::StrJoin(crosses, ","));
+}
+
+absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
+  if (text.empty() || text == kCriteoText) return InputLayout::Criteo();
+  std::string format = "tsv", columns, separator = "|", pooling = "sum",
+              crosses;
+  bool header = false;
+  for (absl::string_view item : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> key_value =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const auto& [key, value] = key_value;
+    if (key == "format") {
+      format = std::string(value);
+    } else if (key == "header") {
+      header = value == "1";
+    } else if (key == "columns") {
+      columns = std::string(value);
+    } else if (key == "multi_separator") {
+      separator = value == kSpace ? " " : std::string(value);
+    } else if (key == "multi_pooling") {
+      pooling = std::string(value);
+    } else if (key == "crosses") {
+      crosses = std::string(value);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input layout \"", text, "\": unknown part \"", key,
+                       "\""));
+    }
+  }
+  return MakeInputLayout(format, header, columns, separator, pooling, crosses);
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,91 @@
+// File: worker/input_layout.h
+//
+// How a click log's lines are laid out: the delimiter, whether each file
+// starts with a header line, and the kind of every column in file order:
+//
+//   label   0 or 1 (a line may leave it out when scoring; see line_parser.h)
+//   dense   a number x, fed to the model as log(1 + max(x, 0)); empty: 0
+//   cat     one categorical value (any string; empty is a value of its own)
+//   multi   several categorical values separated by multi_separator,
+//           embedded one by one and pooled (summed or averaged) into the
+//           field's one embedding and one wide weight
+//   skip    ignored (an id, a timestamp, a column the model does not use)
+//
+// The categorical fields are the cat and multi columns in file order,
+// numbered from 0; a cross I:J is a wide-only feature whose keys hash the
+// pair of keys of fields I and J (every pair, when a field is multi).
+// Criteo's layout (label, dense*13, cat*26 in TSV, no header) is the
+// default, and is written "criteo" in a model card so that cards and exports
+// of that layout read the same everywhere.
+
+#ifndef PS_WORKER_INPUT_LAYOUT_H_
+#define PS_WORKER_INPUT_LAYOUT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ps::worker {
+
+enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip };
+enum class Pooling { kSum, kMean };
+
+struct InputLayout {
+  // The column delimiter: '\t' (--format=tsv) or ',' (--format=csv). No
+  // quoting: a value never holds the delimiter.
+  char delimiter = '\t';
+  // Whether each file's first line is a header (skipped).
+  bool header = false;
+  // Every column, in file order. Default: Criteo's.
+  std::vector<ColumnKind> columns;
+  // What separates the values of a multi column. Default: '|'.
+  char multi_separator = '|';
+  Pooling multi_pooling = Pooling::kSum;
+  // Pairs of categorical fields (0-based over the cat and multi columns)
+  // crossed into the wide part.
+  std::vector<std::pair<int, int>> crosses;
+
+  // Criteo's layout.
+  static InputLayout Criteo();
+
+  // Counts of each kind; fields() counts cat and multi columns.
+  int dense_features() const;
+  int fields() const;
+  bool has_label() const;
+  bool has_multi() const;
+  // The categorical slots of an example: fields() then one per cross.
+  int slots() const { return fields() + static_cast<int>(crosses.size()); }
+  // Whether every field holds exactly one key and there are no crosses (each
+  // slot one key): the fast path.
+  bool one_key_per_slot() const { return !has_multi() && crosses.empty(); }
+};
+
+// Builds a layout from the flags' values (--format, --header, --columns,
+// --multi_separator, --multi_pooling, --crosses). INVALID_ARGUMENT, naming
+// the flag, for a bad value: an unknown kind or format, a repeat that is not
+// a positive number, no label, several labels, no categorical field, a cross
+// of a field that does not exist or of a field with itself, a multi
+// separator that is the delimiter.
+absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
+                                            bool header,
+                                            absl::string_view columns,
+                                            absl::string_view multi_separator,
+                                            absl::string_view multi_pooling,
+                                            absl::string_view crosses);
+
+// The columns as a --columns value, runs folded ("label,dense*13,cat*26").
+std::string ColumnsSpec(const InputLayout& layout);
+
+// A layout as one line of text for a model card: "criteo" for Criteo's,
+// else "format=csv header=1 columns=... multi_separator=| multi_pooling=sum
+// crosses=0:1,2:3"; and back. ParseLayoutText also takes "" as Criteo's
+// (cards written before layouts were recorded).
+std::string LayoutText(const InputLayout& layout);
+absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_INPUT_LAYOUT_H_

@@ -1,0 +1,80 @@
+#include "worker/input_layout.h"
+
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::worker {
+namespace {
+
+TEST(InputLayoutTest, TheDefaultFlagsAreCriteo) {
+  auto layout =
+      MakeInputLayout("tsv", false, "label,dense*13,cat*26", "|", "sum", "");
+  ASSERT_OK(layout);
+  EXPECT_EQ(layout->columns, InputLayout::Criteo().columns);
+  EXPECT_EQ(layout->fields(), 26);
+  EXPECT_EQ(layout->dense_features(), 13);
+  EXPECT_TRUE(layout->one_key_per_slot());
+  EXPECT_EQ(LayoutText(*layout), "criteo");
+  EXPECT_EQ(ColumnsSpec(*layout), "label,dense*13,cat*26");
+}
+
+TEST(InputLayoutTest, TextRoundTrips) {
+  auto layout = MakeInputLayout("csv", true, "skip, cat*3 ,multi,label,dense",
+                                " ", "mean", "0:3, 1:2");
+  ASSERT_OK(layout);
+  EXPECT_EQ(layout->fields(), 4);
+  EXPECT_EQ(layout->slots(), 6);
+  EXPECT_FALSE(layout->one_key_per_slot());
+  const std::string text = LayoutText(*layout);
+  EXPECT_EQ(text,
+            "format=csv header=1 columns=skip,cat*3,multi,label,dense "
+            "multi_separator=space multi_pooling=mean crosses=0:3,1:2");
+  auto back = ParseLayoutText(text);
+  ASSERT_OK(back);
+  EXPECT_EQ(LayoutText(*back), text);
+  EXPECT_EQ(back->multi_separator, ' ');
+  EXPECT_EQ(back->crosses, layout->crosses);
+  // Cards written before layouts were recorded.
+  auto old = ParseLayoutText("");
+  ASSERT_OK(old);
+  EXPECT_EQ(old->columns, InputLayout::Criteo().columns);
+  EXPECT_THAT(ParseLayoutText("format=tsv columns=cat,label shape=round"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(InputLayoutTest, BadFlagsNameTheFlag) {
+  struct Case {
+    const char* format;
+    const char* columns;
+    const char* separator;
+    const char* pooling;
+    const char* crosses;
+    const char* flag;
+  };
+  const Case cases[] = {
+      {"json", "label,cat", "|", "sum", "", "--format"},
+      {"tsv", "label,cat,color", "|", "sum", "", "--columns"},
+      {"tsv", "label,cat*0", "|", "sum", "", "--columns"},
+      {"tsv", "label,cat*x", "|", "sum", "", "--columns"},
+      {"tsv", "cat,dense", "|", "sum", "", "label"},
+      {"tsv", "label,label,cat", "|", "sum", "", "label"},
+      {"tsv", "label,dense", "|", "sum", "", "cat or multi"},
+      {"tsv", "label,cat", "||", "sum", "", "--multi_separator"},
+      {"csv", "label,multi", ",", "sum", "", "--multi_separator"},
+      {"tsv", "label,cat", "|", "max", "", "--multi_pooling"},
+      {"tsv", "label,cat*2", "|", "sum", "0:2", "--crosses"},
+      {"tsv", "label,cat*2", "|", "sum", "1:1", "--crosses"},
+      {"tsv", "label,cat*2", "|", "sum", "0-1", "--crosses"},
+  };
+  for (const Case& c : cases) {
+    auto layout = MakeInputLayout(c.format, false, c.columns, c.separator,
+                                  c.pooling, c.crosses);
+    EXPECT_THAT(layout, StatusIs(absl::StatusCode::kInvalidArgument))
+        << c.columns;
+    EXPECT_NE(layout.status().message().find(c.flag), std::string::npos)
+        << layout.status();
+  }
+}
+
+}  // namespace
+}  // namespace ps::worker

@@ -1,0 +1,134 @@
+#include "worker/line_parser.h"
+
+#include <cmath>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps::worker {
+namespace {
+
+const char* DelimiterName(char delimiter) {
+  return delimiter == ',' ? "comma" : "tab";
+}
+
+bool ParseDense(absl::string_view raw, float* value) {
+  if (raw.empty()) {
+    *value = 0.0f;
+    return true;
+  }
+  int64_t integer = 0;
+  if (absl::SimpleAtoi(raw, &integer)) {
+    *value = DenseFeature(static_cast<double>(integer));
+    return true;
+  }
+  double real = 0;
+  if (!absl::SimpleAtod(raw, &real) || !std::isfinite(real)) return false;
+  *value = DenseFeature(real);
+  return true;
+}
+
+}  // namespace
+
+absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
+                       Example* example, LabelColumn label) {
+  const int expected = static_cast<int>(layout.columns.size());
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  absl::InlinedVector<absl::string_view, 48> columns;
+  size_t start = 0;
+  while (true) {
+    const size_t end = line.find(layout.delimiter, start);
+    if (static_cast<int>(columns.size()) == expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", expected, " ",
+                       DelimiterName(layout.delimiter), "-separated columns"));
+    }
+    columns.push_back(line.substr(
+        start, end == absl::string_view::npos ? absl::string_view::npos
+                                              : end - start));
+    if (end == absl::string_view::npos) break;
+    start = end + 1;
+  }
+  const int count = static_cast<int>(columns.size());
+  const bool labeled = count == expected;
+  if (!labeled && !(count == expected - 1 && label == LabelColumn::kOptional)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        count, " ", DelimiterName(layout.delimiter), "-separated columns, expected ",
+        expected,
+        label == LabelColumn::kOptional
+            ? absl::StrCat(" (or ", expected - 1, " without the label)")
+            : ""));
+  }
+  example->label = 0.0f;
+  example->has_label = labeled;
+  example->dense.clear();
+  example->keys.clear();
+  example->slot_end.clear();
+  int column = 0;  // in `columns`
+  uint32_t field = 0;
+  for (int c = 0; c < expected; ++c) {
+    const ColumnKind kind = layout.columns[c];
+    if (kind == ColumnKind::kLabel && !labeled) continue;
+    const absl::string_view raw = columns[column++];
+    switch (kind) {
+      case ColumnKind::kLabel:
+        if (raw != "0" && raw != "1") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "label (column ", c + 1, ") must be 0 or 1, got \"", raw, "\""));
+        }
+        example->label = raw == "1" ? 1.0f : 0.0f;
+        break;
+      case ColumnKind::kDense: {
+        float value = 0;
+        if (!ParseDense(raw, &value)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("dense column ", c + 1, " is \"", raw,
+                           "\", not a finite number"));
+        }
+        example->dense.push_back(value);
+        break;
+      }
+      case ColumnKind::kCategorical:
+        example->keys.push_back(FeatureKey(field++, raw));
+        example->slot_end.push_back(example->keys.size());
+        break;
+      case ColumnKind::kMulti: {
+        const size_t first = example->keys.size();
+        size_t value_start = 0;
+        while (value_start <= raw.size()) {
+          size_t value_end = raw.find(layout.multi_separator, value_start);
+          if (value_end == absl::string_view::npos) value_end = raw.size();
+          if (value_end > value_start) {
+            example->keys.push_back(FeatureKey(
+                field, raw.substr(value_start, value_end - value_start)));
+          }
+          value_start = value_end + 1;
+        }
+        // No value at all: the field's missing key, as for a cat column.
+        if (example->keys.size() == first)
+          example->keys.push_back(FeatureKey(field, ""));
+        ++field;
+        example->slot_end.push_back(example->keys.size());
+        break;
+      }
+      case ColumnKind::kSkip:
+        break;
+    }
+  }
+  for (size_t x = 0; x < layout.crosses.size(); ++x) {
+    const auto [first, second] = layout.crosses[x];
+    const uint32_t first_end = example->slot_end[first];
+    const uint32_t second_end = example->slot_end[second];
+    for (uint32_t i = example->slot_begin(first); i < first_end; ++i) {
+      for (uint32_t j = example->slot_begin(second); j < second_end; ++j) {
+        example->keys.push_back(
+            CrossKey(x, example->keys[i], example->keys[j]));
+      }
+    }
+    example->slot_end.push_back(example->keys.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::worker

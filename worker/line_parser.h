@@ -1,0 +1,29 @@
+// File: worker/line_parser.h
+//
+// Parses one click-log line laid out as an InputLayout says (see
+// input_layout.h) into an Example. Thread-safe (pure).
+
+#ifndef PS_WORKER_LINE_PARSER_H_
+#define PS_WORKER_LINE_PARSER_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "worker/features.h"
+#include "worker/input_layout.h"
+
+namespace ps::worker {
+
+// Whether a line may leave out the label column (to be scored, as in
+// Criteo's unlabeled test file), having one column fewer than the layout.
+enum class LabelColumn { kRequired, kOptional };
+
+// Fills `example` from `line` (no trailing newline; a trailing '\r' is
+// dropped). INVALID_ARGUMENT, with the reason, for a wrong column count, a
+// label other than 0/1, or a dense value that is not a finite number.
+absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
+                       Example* example,
+                       LabelColumn label = LabelColumn::kRequired);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_LINE_PARSER_H_

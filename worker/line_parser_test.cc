@@ -1,0 +1,175 @@
+#include "worker/line_parser.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::worker {
+namespace {
+
+std::string Line(const std::string& label, std::vector<std::string> ints,
+                 std::vector<std::string> cats) {
+  std::vector<std::string> columns = {label};
+  columns.insert(columns.end(), ints.begin(), ints.end());
+  columns.insert(columns.end(), cats.begin(), cats.end());
+  return absl::StrJoin(columns, "\t");
+}
+
+absl::Status Parse(absl::string_view line, Example* example,
+                   LabelColumn label = LabelColumn::kRequired) {
+  return ParseLine(line, InputLayout::Criteo(), example, label);
+}
+
+std::vector<std::string> Ints() { return std::vector<std::string>(13, "3"); }
+std::vector<std::string> Cats() {
+  return std::vector<std::string>(26, "68fd1e64");
+}
+
+TEST(LineParserTest, ParsesAGoodLine) {
+  std::vector<std::string> ints = Ints();
+  ints[0] = "";    // missing
+  ints[1] = "-2";  // negative clips to 0
+  std::vector<std::string> cats = Cats();
+  cats[5] = "";
+  Example example;
+  ASSERT_OK(Parse(Line("1", ints, cats), &example));
+  EXPECT_EQ(example.label, 1.0f);
+  ASSERT_EQ(example.dense.size(), 13u);
+  ASSERT_EQ(example.keys.size(), 26u);
+  EXPECT_EQ(example.dense[0], 0.0f);
+  EXPECT_EQ(example.dense[1], 0.0f);
+  EXPECT_FLOAT_EQ(example.dense[2], std::log1p(3.0f));
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "68fd1e64"));
+  // The same string in another field is another key; missing has its own.
+  EXPECT_NE(example.keys[0], example.keys[1]);
+  EXPECT_EQ(example.keys[5], FeatureKey(5, ""));
+}
+
+TEST(LineParserTest, KeysArePinned) {
+  // XXH3 is stable across processes and machines; a change here would remap
+  // every trained row.
+  EXPECT_EQ(FeatureKey(0, "68fd1e64"), 0xb0431058060b4dULL);
+  EXPECT_EQ(FeatureKey(3, ""), 0xd8d13f8b2da6c9adULL);
+}
+
+TEST(LineParserTest, AcceptsWindowsLineEnd) {
+  Example example;
+  EXPECT_OK(Parse(Line("0", Ints(), Cats()) + "\r", &example));
+}
+
+TEST(LineParserTest, RejectsMalformedLines) {
+  Example example;
+  EXPECT_THAT(Parse("", &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Parse(Line("2", Ints(), Cats()), &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Parse(Line("yes", Ints(), Cats()), &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<std::string> ints = Ints();
+  ints[4] = "12x";
+  EXPECT_THAT(Parse(Line("0", ints, Cats()), &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<std::string> short_cats(25, "a");
+  EXPECT_THAT(Parse(Line("0", Ints(), short_cats), &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Parse(Line("0", Ints(), Cats()) + "\textra", &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(LineParserTest, ALineWithoutALabelIsScoredOnlyWhenAllowed) {
+  std::vector<std::string> ints = Ints();
+  ints[2] = "7";
+  std::vector<std::string> cats = Cats();
+  cats[25] = "last";
+  // Without the label column: 39 columns, the features where they belong.
+  const std::string line = Line("", ints, cats).substr(1);
+  Example example;
+  EXPECT_THAT(Parse(line, &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(Parse(line, &example, LabelColumn::kOptional));
+  EXPECT_FALSE(example.has_label);
+  EXPECT_FLOAT_EQ(example.dense[2], std::log1p(7.0f));
+  EXPECT_EQ(example.keys[25], FeatureKey(25, "last"));
+  // A labeled line reads the same either way.
+  Example labeled;
+  ASSERT_OK(
+      Parse(Line("1", ints, cats), &labeled, LabelColumn::kOptional));
+  EXPECT_TRUE(labeled.has_label);
+  EXPECT_EQ(labeled.label, 1.0f);
+  EXPECT_EQ(labeled.keys[25], example.keys[25]);
+  EXPECT_EQ(labeled.dense[2], example.dense[2]);
+  // 38 columns are still too few.
+  EXPECT_THAT(Parse(line.substr(line.find('\t') + 1), &example,
+                              LabelColumn::kOptional),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(LineParserTest, ReadsAnyLayout) {
+  // An id, the label last, a multi field between two cats, a cross of the
+  // cat fields, comma-separated.
+  auto layout = MakeInputLayout("csv", true, "skip,cat,multi,dense*2,cat,label",
+                                "|", "sum", "0:2,1:2");
+  ASSERT_OK(layout);
+  EXPECT_EQ(layout->fields(), 3);
+  EXPECT_EQ(layout->dense_features(), 2);
+  EXPECT_EQ(layout->slots(), 5);
+  Example example;
+  ASSERT_OK(ParseLine("id7,a,x|y||z,2.5,,b,1", *layout, &example));
+  EXPECT_EQ(example.label, 1.0f);
+  ASSERT_EQ(example.dense.size(), 2u);
+  EXPECT_FLOAT_EQ(example.dense[0], std::log1p(2.5f));
+  EXPECT_EQ(example.dense[1], 0.0f);
+  ASSERT_EQ(example.slots(), 5);
+  // Field 0: one key; field 1: three (the empty value between || is not
+  // one); field 2: one; cross 0:2 one key; cross 1:2 three.
+  EXPECT_EQ(example.slot_end[0], 1u);
+  EXPECT_EQ(example.slot_end[1], 4u);
+  EXPECT_EQ(example.slot_end[2], 5u);
+  EXPECT_EQ(example.slot_end[3], 6u);
+  EXPECT_EQ(example.slot_end[4], 9u);
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "a"));
+  EXPECT_EQ(example.keys[1], FeatureKey(1, "x"));
+  EXPECT_EQ(example.keys[3], FeatureKey(1, "z"));
+  EXPECT_EQ(example.keys[4], FeatureKey(2, "b"));
+  EXPECT_EQ(example.keys[5], CrossKey(0, FeatureKey(0, "a"), FeatureKey(2, "b")));
+  EXPECT_EQ(example.keys[8], CrossKey(1, FeatureKey(1, "z"), FeatureKey(2, "b")));
+  // The two crosses of the same pair of keys differ from each other and
+  // from every field key.
+  EXPECT_NE(CrossKey(0, 1, 2), CrossKey(1, 1, 2));
+  EXPECT_NE(CrossKey(0, 1, 2), CrossKey(0, 2, 1));
+  // An empty multi column is the field's missing key.
+  ASSERT_OK(ParseLine("id8,a,,1,2,b,0", *layout, &example));
+  EXPECT_EQ(example.slot_end[1] - example.slot_end[0], 1u);
+  EXPECT_EQ(example.keys[1], FeatureKey(1, ""));
+}
+
+TEST(LineParserTest, AValueThatDoesNotFitItsKindIsAnError) {
+  auto layout =
+      MakeInputLayout("csv", false, "label,dense,multi", "|", "mean", "");
+  ASSERT_OK(layout);
+  Example example;
+  EXPECT_OK(ParseLine("0,1e3,a|b", *layout, &example));
+  EXPECT_OK(ParseLine("0,-0.5,a", *layout, &example));
+  for (const char* line : {"0,abc,a", "0,nan,a", "0,inf,a", "x,1,a", "0,1",
+                           "0,1,a,b", "0\t1\ta"}) {
+    EXPECT_THAT(ParseLine(line, *layout, &example),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << line;
+  }
+  // Without the label, when allowed: the label column anywhere is the one
+  // left out.
+  auto label_last =
+      MakeInputLayout("tsv", false, "cat,dense,label", "|", "sum", "");
+  ASSERT_OK(label_last);
+  ASSERT_OK(ParseLine("v\t3", *label_last, &example, LabelColumn::kOptional));
+  EXPECT_FALSE(example.has_label);
+  EXPECT_FLOAT_EQ(example.dense[0], std::log1p(3.0f));
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "v"));
+}
+
+}  // namespace
+}  // namespace ps::worker
