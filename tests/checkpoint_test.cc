@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -147,13 +148,15 @@ class CheckpointTest : public ::testing::Test {
   }
   // Writes `lines` click-log lines to dir_/NAME (sample seed `seed`) and
   // returns the path.
-  std::string Generate(const std::string& name, int lines, int seed = 1) {
+  std::string Generate(const std::string& name, int lines, int seed = 1,
+                       const std::vector<std::string>& flags = {}) {
     const std::string path = dir_ + "/" + name;
-    EXPECT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"),
-                               "--out=" + path, absl::StrCat("--lines=", lines),
-                               absl::StrCat("--sample_seed=", seed)},
-                              dir_ + "/gen.log"),
-              0)
+    std::vector<std::string> argv = {BinaryPath("worker/clicklog_gen"),
+                                     "--out=" + path,
+                                     absl::StrCat("--lines=", lines),
+                                     absl::StrCat("--sample_seed=", seed)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    EXPECT_EQ(RunToCompletion(argv, dir_ + "/gen.log"), 0)
         << ReadFile(dir_ + "/gen.log");
     return path;
   }
@@ -710,6 +713,85 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
             std::string::npos)
       << ReadFile(dir_ + "/reversed.log");
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/reversed"));
+}
+
+TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
+  // A CSV with a header, an id, a multi field and a cross: ps_predict takes
+  // the layout from the export, with no layout flags.
+  const std::vector<std::string> layout = {
+      "--format=csv", "--header",
+      "--columns=skip,label,cat*26,dense*13,multi", "--multi_pooling=mean"};
+  std::vector<std::string> gen = layout;
+  gen.push_back("--multi_fields=1");
+  const std::string data = Generate("train.csv", 20000, 1, gen);
+  const std::string test = Generate("test.csv", 5000, 2, gen);
+  auto shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  std::vector<std::string> flags = layout;
+  flags.push_back("--crosses=0:26");
+  const std::string metrics =
+      Train(shards, 1, data, test, "trained", dir_, flags)[0];
+  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + dir_ + "/export", "export"},
+                  dir_ + "/export.log"),
+            0)
+      << ReadFile(dir_ + "/export.log");
+  auto manifest = ReadExportManifest(dir_ + "/export");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->model().input_layout(),
+            "format=csv header=1 columns=skip,label,cat*26,dense*13,multi "
+            "multi_separator=| multi_pooling=mean crosses=0:26");
+  EXPECT_EQ(manifest->model().fields(), 27u);
+  const std::string predict = BinaryPath("worker/ps_predict") +
+                              " --model=" + dir_ + "/export --input=" + test;
+  ASSERT_EQ(RunToCompletion({"/bin/sh", "-c", predict + " > " + dir_ + "/out"},
+                            dir_ + "/predict.log"),
+            0)
+      << ReadFile(dir_ + "/predict.log");
+  const std::string printed = ReadFile(dir_ + "/out");
+  EXPECT_NE(printed.find("scored 5000 lines"), std::string::npos) << printed;
+  EXPECT_NEAR(After(printed, "AUC "), Metric(metrics, "test_auc"), 1e-4)
+      << printed;
+  // The same features laid out otherwise read with flags (here: without
+  // the id column, as TSV); other features are refused.
+  {
+    std::ifstream in(test);
+    std::ofstream out(dir_ + "/reordered.tsv");
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::string fields = line.substr(line.find(',') + 1);
+      std::replace(fields.begin(), fields.end(), ',', '\t');
+      out << fields << "\n";
+    }
+  }
+  const std::string same_features =
+      " --format=tsv --multi_pooling=mean --crosses=0:26"
+      " --columns=label,cat*26,dense*13,multi";
+  ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
+                             BinaryPath("worker/ps_predict") + " --model=" +
+                                 dir_ + "/export --input=" + dir_ +
+                                 "/reordered.tsv" + same_features + " > " +
+                                 dir_ + "/out_tsv"},
+                            dir_ + "/predict_tsv.log"),
+            0)
+      << ReadFile(dir_ + "/predict_tsv.log");
+  EXPECT_EQ(After(ReadFile(dir_ + "/out_tsv"), "AUC "), After(printed, "AUC "));
+  for (const std::string other :
+       {" --columns=skip,label,cat*26,dense*13,multi",  // pooling
+        " --columns=skip,label,cat*26,dense*13,cat --multi_pooling=mean "
+        "--crosses=0:26",
+        " --columns=skip,label,cat*26,dense*12,multi --multi_pooling=mean "
+        "--crosses=0:26"}) {
+    EXPECT_EQ(RunToCompletion({"/bin/sh", "-c",
+                               predict + " --header --format=csv" + other +
+                                   " > " + dir_ + "/other"},
+                              dir_ + "/other.log"),
+              2)
+        << other;
+    EXPECT_NE(ReadFile(dir_ + "/other.log").find("must match"),
+              std::string::npos)
+        << ReadFile(dir_ + "/other.log");
+  }
 }
 
 }  // namespace

@@ -292,5 +292,28 @@ TEST(ClickLogReaderTest, AShuffleBufferReordersEachEpochDifferently) {
   EXPECT_FALSE(same_order(ReadAll(options), shuffled));
 }
 
+TEST(ClickLogReaderTest, ARangeThatStartsAtALineStartKeepsThatLine) {
+  // Twelve lines of equal length: three workers' ranges start exactly at
+  // lines 4 and 8.
+  std::vector<std::string> lines;
+  for (int i = 0; i < 12; ++i) {
+    std::string line = "1";
+    for (int d = 0; d < 13; ++d) line += "\t7";
+    for (int c = 0; c < 26; ++c) line += "\tv" + std::to_string(100 + i);
+    lines.push_back(line);
+  }
+  WritePlain(TestDir() + "/even.tsv", lines);
+  ReaderOptions options;
+  options.files = TestDir() + "/even.tsv";
+  options.num_workers = 3;
+  for (int w = 0; w < 3; ++w) {
+    options.worker_index = w;
+    const std::vector<Example> mine = ReadAll(options);
+    ASSERT_EQ(mine.size(), 4u) << w;
+    EXPECT_EQ(mine[0].keys[0],
+              FeatureKey(0, "v" + std::to_string(100 + 4 * w)));
+  }
+}
+
 }  // namespace
 }  // namespace ps::worker

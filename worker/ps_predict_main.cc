@@ -82,15 +82,25 @@ int main(int argc, char** argv) {
     absl::StatusOr<ps::worker::InputLayout> given =
         ps::worker::InputLayoutFromFlags();
     if (!given.ok()) return Fail(std::string(given.status().message()));
-    if (given->fields() != layout.fields() ||
+    auto field_kinds = [](const ps::worker::InputLayout& of) {
+      std::vector<ps::worker::ColumnKind> kinds;
+      for (ps::worker::ColumnKind kind : of.columns) {
+        if (kind == ps::worker::ColumnKind::kCategorical ||
+            kind == ps::worker::ColumnKind::kMulti) {
+          kinds.push_back(kind);
+        }
+      }
+      return kinds;
+    };
+    if (field_kinds(*given) != field_kinds(layout) ||
         given->dense_features() != layout.dense_features() ||
         given->crosses != layout.crosses ||
         given->multi_pooling != layout.multi_pooling) {
       return Fail("the layout flags give " +
                   ps::worker::LayoutText(*given) + ", but the model was "
                   "trained on " + ps::worker::LayoutText(layout) +
-                  ": the fields, dense features, crosses and pooling must "
-                  "match");
+                  ": the fields (cat or multi, in order), dense features, "
+                  "crosses and pooling must match");
     }
     layout = *std::move(given);
   }
