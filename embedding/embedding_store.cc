@@ -44,11 +44,15 @@ absl::Status ValidateTableName(absl::string_view name) {
 // incarnation and sequence (uint64 each); one section per stripe the push
 // touched follows. A kLedgerRecord holds a PushLedger snapshot (each
 // segment's preamble). Records written before headers existed start with a
-// section; a table id is never the marker. Host byte order throughout.
+// section; a table id is never the marker. A kScaledPushRecord is a
+// kPushRecord whose header goes on with the push's learning-rate scale
+// (float) and 4 bytes of zeros. Host byte order throughout.
 constexpr uint32_t kRecordMarker = 0xFFFFFFFF;
 constexpr uint32_t kPushRecord = 1;
 constexpr uint32_t kLedgerRecord = 2;
+constexpr uint32_t kScaledPushRecord = 3;
 constexpr size_t kPushHeaderBytes = 4 * sizeof(uint32_t) + 2 * sizeof(uint64_t);
+constexpr size_t kScaledPushHeaderBytes = kPushHeaderBytes + 2 * sizeof(float);
 
 // A section: the table id, the stripe and the key count (uint32 each), the
 // stripe's sequence number for the update (uint64), the keys (uint64), then
@@ -402,6 +406,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
     PushLog::Location location;
     uint64_t offset;  // in the record
     uint64_t bytes;
+    float learning_rate_scale;  // the record's
   };
   std::vector<Section> sections;
   uint64_t records = 0;
@@ -410,7 +415,9 @@ absl::Status EmbeddingStore::ReplayPushLog() {
           absl::string_view record) -> absl::Status {
         ++records;
         size_t sections_offset = 0;
-        RETURN_IF_ERROR(ReadRecordHeader(record, &sections_offset));
+        float learning_rate_scale = 1.0f;
+        RETURN_IF_ERROR(
+            ReadRecordHeader(record, &sections_offset, &learning_rate_scale));
         for (uint64_t offset = sections_offset; offset < record.size();) {
           auto corrupt = [&](absl::string_view why) {
             return absl::DataLossError(absl::StrCat(
@@ -436,7 +443,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
           // stopped.
           if (cut == cuts.end() || header.sequence >= cut->second) {
             sections.push_back(Section{header.stripe, header.sequence, location,
-                                       offset, bytes});
+                                       offset, bytes, learning_rate_scale});
           }
           offset += bytes;
         }
@@ -491,7 +498,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         if (row->log_sequence >= section.sequence) continue;
         float* weights = row->values().data();
         // Finite: the push that logged it checked the same update.
-        table->optimizer->Apply(&gradients[order[i] * dim], table->dim, weights,
+        table->optimizer->Apply(&gradients[order[i] * dim], table->dim,
+                                section.learning_rate_scale, weights,
                                 weights + dim);
         row->log_sequence = section.sequence;
         ++row->version;
@@ -538,7 +546,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
 }
 
 absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
-                                              size_t* sections_offset) {
+                                              size_t* sections_offset,
+                                              float* learning_rate_scale) {
   uint32_t marker = 0, kind = 0;
   if (record.size() < sizeof(marker)) {
     return absl::DataLossError("a push-log record of fewer than 4 bytes");
@@ -554,7 +563,10 @@ absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
     *sections_offset = record.size();
     return ledger_.Merge(record.substr(2 * sizeof(uint32_t)));
   }
-  if (kind != kPushRecord || record.size() < kPushHeaderBytes) {
+  const size_t header_bytes =
+      kind == kScaledPushRecord ? kScaledPushHeaderBytes : kPushHeaderBytes;
+  if ((kind != kPushRecord && kind != kScaledPushRecord) ||
+      record.size() < header_bytes) {
     return absl::DataLossError(absl::StrCat("a push-log record of kind ", kind,
                                             " and ", record.size(), " bytes"));
   }
@@ -565,9 +577,14 @@ absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
   std::memcpy(&origin.incarnation, record.data() + 16,
               sizeof(origin.incarnation));
   std::memcpy(&origin.sequence, record.data() + 24, sizeof(origin.sequence));
+  *learning_rate_scale = 1.0f;
+  if (kind == kScaledPushRecord) {
+    std::memcpy(learning_rate_scale, record.data() + kPushHeaderBytes,
+                sizeof(float));
+  }
   // Whether its sections are above their cuts or not, the push is applied.
   if (origin.tracked()) ledger_.MergeApplied(origin, rows_updated);
-  *sections_offset = kPushHeaderBytes;
+  *sections_offset = header_bytes;
   return absl::OkStatus();
 }
 
@@ -637,6 +654,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
 
 struct EmbeddingStore::PendingPush {
   PushOrigin origin;
+  float learning_rate_scale = 1.0f;
   // Weights and optimizer state per row.
   size_t row_floats = 0;
   // Distinct keys, first-seen order, and their summed gradients.
@@ -659,8 +677,15 @@ struct EmbeddingStore::PendingPush {
 
 absl::StatusOr<PushOutcome> EmbeddingStore::Push(
     absl::string_view table_name, absl::Span<const uint64_t> keys,
-    absl::Span<const float> gradients, const PushOrigin& origin) {
+    absl::Span<const float> gradients, const PushOrigin& origin,
+    float learning_rate_scale) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  if (!(learning_rate_scale > 0.0f) || !std::isfinite(learning_rate_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a push's learning-rate scale must be positive and "
+                     "finite, not ",
+                     learning_rate_scale));
+  }
   const size_t dim = table->dim;
   if (gradients.size() != keys.size() * dim) {
     return absl::InvalidArgumentError(
@@ -694,7 +719,7 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
   absl::StatusOr<size_t> updated;
   {
     absl::ReaderMutexLock gate(&push_gate_);
-    updated = ApplyPush(*table, keys, gradients, origin);
+    updated = ApplyPush(*table, keys, gradients, origin, learning_rate_scale);
   }
   if (origin.tracked()) {
     ledger_.Finish(origin, updated.ok(),
@@ -707,10 +732,12 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
 
 absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
     const Table& table, absl::Span<const uint64_t> keys,
-    absl::Span<const float> gradients, const PushOrigin& origin) {
+    absl::Span<const float> gradients, const PushOrigin& origin,
+    float learning_rate_scale) {
   const size_t dim = table.dim;
   PendingPush push;
   push.origin = origin;
+  push.learning_rate_scale = learning_rate_scale;
   push.row_floats = table.row_floats;
   // Sum duplicate keys, keeping first-seen order.
   absl::flat_hash_map<uint64_t, uint32_t> slot_of;
@@ -741,14 +768,21 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
   if (log_pushes) {
     // The record is built before the stripes are locked; only the sections'
     // sequence numbers are filled in under the locks.
-    const uint32_t header[4] = {kRecordMarker, kPushRecord, origin.worker,
+    const bool scaled = learning_rate_scale != 1.0f;
+    const uint32_t header[4] = {kRecordMarker,
+                                scaled ? kScaledPushRecord : kPushRecord,
+                                origin.worker,
                                 static_cast<uint32_t>(push.keys.size())};
     push.record.reserve(
-        kPushHeaderBytes + stripes_.size() * kSectionHeaderBytes +
+        kScaledPushHeaderBytes + stripes_.size() * kSectionHeaderBytes +
         push.keys.size() * (sizeof(uint64_t) + dim * sizeof(float)));
     AppendBytes(header, sizeof(header), &push.record);
     AppendBytes(&origin.incarnation, sizeof(origin.incarnation), &push.record);
     AppendBytes(&origin.sequence, sizeof(origin.sequence), &push.record);
+    if (scaled) {
+      const float scale_and_padding[2] = {learning_rate_scale, 0.0f};
+      AppendBytes(scale_and_padding, sizeof(scale_and_padding), &push.record);
+    }
   }
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (push.starts[s] == push.starts[s + 1]) continue;
@@ -832,7 +866,8 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
     float* values = push.rows[i]->values().data();
     push.before.insert(push.before.end(), values, values + row_floats);
     const bool finite = table.optimizer->Apply(
-        &push.gradients[push.order[i] * dim], table.dim, values, values + dim);
+        &push.gradients[push.order[i] * dim], table.dim,
+        push.learning_rate_scale, values, values + dim);
     push.applied = i + 1;
     if (!finite) {
       const int64_t bad = FirstNonFinite(push.rows[i]->values());

@@ -200,11 +200,15 @@ class EmbeddingStore {
   // is applied: while the disk is full (RESOURCE_EXHAUSTED, transient), or
   // for any other failure until the store is reopened. With a tracked `origin`,
   // a push applied before is answered with its first outcome (duplicate) and
-  // FAILED_PRECONDITION comes for a superseded incarnation.
+  // FAILED_PRECONDITION comes for a superseded incarnation. The table's
+  // learning rate is multiplied by `learning_rate_scale` for this push
+  // (and so in its push-log record); INVALID_ARGUMENT unless it is positive
+  // and finite.
   absl::StatusOr<PushOutcome> Push(absl::string_view table,
                                    absl::Span<const uint64_t> keys,
                                    absl::Span<const float> gradients,
-                                   const PushOrigin& origin = PushOrigin());
+                                   const PushOrigin& origin = PushOrigin(),
+                                   float learning_rate_scale = 1.0f);
 
   // One row's weights, whether it is stored (pushed at least once), and if
   // `state` is set its optimizer state.
@@ -314,8 +318,8 @@ class EmbeddingStore {
   // stripe order (a set the thread-safety analysis cannot follow).
   absl::StatusOr<size_t> ApplyPush(
       const Table& table, absl::Span<const uint64_t> keys,
-      absl::Span<const float> gradients,
-      const PushOrigin& origin) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+      absl::Span<const float> gradients, const PushOrigin& origin,
+      float learning_rate_scale) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // With every stripe of `push` locked: loads and updates its rows, checks
   // them, and under kWal writes its record; on error, undoes it all.
   absl::Status UpdateLockedStripes(const Table& table, PendingPush& push)
@@ -327,9 +331,11 @@ class EmbeddingStore {
   // Reads one push-log record in the first pass of ReplayPushLog(): feeds
   // its origin or ledger snapshot to the ledger and returns, through
   // `sections_offset`, where its sections begin (0 for a record without a
-  // header, as written before records had one).
+  // header, as written before records had one), and through
+  // `learning_rate_scale` the push's (1 unless it was scaled).
   absl::Status ReadRecordHeader(absl::string_view record,
-                                size_t* sections_offset);
+                                size_t* sections_offset,
+                                float* learning_rate_scale);
 
   // Evicts `stripe` down to its budget and writes the evicted dirty rows,
   // each with its log position (and anything already in `batch`), to

@@ -167,6 +167,24 @@ TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
   EXPECT_TRUE(stored);
 }
 
+TEST_F(EmbeddingStoreTest, APushsLearningRateScaleScalesItsStep) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2, 0.5f)));
+  const std::vector<uint64_t> keys = {4, 5};
+  const std::vector<float> before = PullRows(*store, "emb", keys, 2);
+  ASSERT_OK(store->Push("emb", {4}, {1.0f, -2.0f}, PushOrigin(), 0.25f));
+  ASSERT_OK(store->Push("emb", {5}, {1.0f, -2.0f}));
+  const std::vector<float> after = PullRows(*store, "emb", keys, 2);
+  EXPECT_FLOAT_EQ(after[0], before[0] - 0.5f * 0.25f * 1.0f);
+  EXPECT_FLOAT_EQ(after[1], before[1] + 0.5f * 0.25f * 2.0f);
+  EXPECT_FLOAT_EQ(after[2], before[2] - 0.5f * 1.0f);
+  for (float bad : {0.0f, -1.0f, std::nanf(""), INFINITY}) {
+    EXPECT_THAT(store->Push("emb", {4}, {1.0f, 1.0f}, PushOrigin(), bad),
+                StatusIs(StatusCode::kInvalidArgument));
+  }
+  EXPECT_EQ(PullRows(*store, "emb", keys, 2), after);
+}
+
 TEST_F(EmbeddingStoreTest, BadPushChangesNothing) {
   auto store = OpenStore(options_);
   ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
@@ -328,7 +346,9 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
       std::vector<float> gradients;
       for (size_t i = 0; i < keys.size() * 3; ++i)
         gradients.push_back(0.1f * (round + 1) - 0.03f * i);
-      ASSERT_OK(store.Push("emb", keys, gradients));
+      // Learning-rate scales, in the records of scaled pushes.
+      const float scale[3] = {1.0f, 0.5f, 3.0f};
+      ASSERT_OK(store.Push("emb", keys, gradients, PushOrigin(), scale[round]));
       // Rows written back and the log cut after the first round: replay
       // must skip that round's records and apply the later ones.
       if (round == 0) {

@@ -24,11 +24,12 @@ class Sgd final : public Optimizer {
       : learning_rate_(spec.learning_rate()) {}
   int StateFloats(int) const override { return 0; }
   void InitState(int, float*) const override {}
-  bool Apply(const float* gradient, int dim, float* weights,
-             float*) const override {
+  bool Apply(const float* gradient, int dim, float learning_rate_scale,
+             float* weights, float*) const override {
+    const float learning_rate = learning_rate_ * learning_rate_scale;
     uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
-      weights[i] -= learning_rate_ * gradient[i];
+      weights[i] -= learning_rate * gradient[i];
       non_finite |= NonFinite(weights[i]);
     }
     return non_finite == 0;
@@ -49,13 +50,14 @@ class Adagrad final : public Optimizer {
   void InitState(int dim, float* state) const override {
     for (int i = 0; i < dim; ++i) state[i] = initial_accumulator_;
   }
-  bool Apply(const float* gradient, int dim, float* weights,
-             float* accumulator) const override {
+  bool Apply(const float* gradient, int dim, float learning_rate_scale,
+             float* weights, float* accumulator) const override {
+    const float learning_rate = learning_rate_ * learning_rate_scale;
     uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       accumulator[i] += gradient[i] * gradient[i];
       weights[i] -=
-          learning_rate_ * gradient[i] / (std::sqrt(accumulator[i]) + epsilon_);
+          learning_rate * gradient[i] / (std::sqrt(accumulator[i]) + epsilon_);
       non_finite |= NonFinite(accumulator[i]) | NonFinite(weights[i]);
     }
     return non_finite == 0;
@@ -83,8 +85,9 @@ class Adam final : public Optimizer {
     state[2 * dim] = 1.0f;
     state[2 * dim + 1] = 1.0f;
   }
-  bool Apply(const float* gradient, int dim, float* weights,
-             float* state) const override {
+  bool Apply(const float* gradient, int dim, float learning_rate_scale,
+             float* weights, float* state) const override {
+    const float learning_rate = learning_rate_ * learning_rate_scale;
     float* first = state;
     float* second = state + dim;
     float& beta1_power = state[2 * dim];
@@ -101,7 +104,7 @@ class Adam final : public Optimizer {
       const float first_hat = first[i] / first_correction;
       const float second_hat = second[i] / second_correction;
       weights[i] -=
-          learning_rate_ * first_hat / (std::sqrt(second_hat) + epsilon_);
+          learning_rate * first_hat / (std::sqrt(second_hat) + epsilon_);
       non_finite |=
           NonFinite(first[i]) | NonFinite(second[i]) | NonFinite(weights[i]);
     }
@@ -128,15 +131,16 @@ class Ftrl final : public Optimizer {
   void InitState(int dim, float* state) const override {
     for (int i = 0; i < 2 * dim; ++i) state[i] = 0.0f;
   }
-  bool Apply(const float* gradient, int dim, float* weights,
-             float* state) const override {
+  bool Apply(const float* gradient, int dim, float learning_rate_scale,
+             float* weights, float* state) const override {
+    const float alpha = alpha_ * learning_rate_scale;
     float* z = state;
     float* n = state + dim;
     uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       const float g = gradient[i];
       const float new_n = n[i] + g * g;
-      const float sigma = (std::sqrt(new_n) - std::sqrt(n[i])) / alpha_;
+      const float sigma = (std::sqrt(new_n) - std::sqrt(n[i])) / alpha;
       z[i] += g - sigma * weights[i];
       n[i] = new_n;
       if (std::fabs(z[i]) <= l1_) {
@@ -144,7 +148,7 @@ class Ftrl final : public Optimizer {
       } else {
         const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
         weights[i] =
-            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
+            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha + l2_);
       }
       non_finite |= NonFinite(z[i]) | NonFinite(n[i]) | NonFinite(weights[i]);
     }

@@ -45,11 +45,17 @@ class Optimizer {
   // Writes the state of a row that has never been updated.
   virtual void InitState(int dim, float* state) const = 0;
 
-  // Applies `gradient` (dim floats) to `weights` (dim) and `state`. Returns
+  // Applies `gradient` (dim floats) to `weights` (dim) and `state`, with the
+  // learning rate (FTRL's alpha) times `learning_rate_scale` (a worker's
+  // schedule or staleness damping; 1 leaves it as the spec says). Returns
   // false if a weight or state value it wrote is NaN or infinite (finite
   // inputs can overflow): the caller decides whether to undo the update.
-  virtual bool Apply(const float* gradient, int dim, float* weights,
-                     float* state) const = 0;
+  virtual bool Apply(const float* gradient, int dim, float learning_rate_scale,
+                     float* weights, float* state) const = 0;
+  bool Apply(const float* gradient, int dim, float* weights,
+             float* state) const {
+    return Apply(gradient, dim, 1.0f, weights, state);
+  }
 };
 
 // Returns the index of the first NaN or infinity in `gradients`, or -1 if

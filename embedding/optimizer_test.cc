@@ -194,5 +194,31 @@ TEST(OptimizerTest, ApplyTellsWhenFiniteInputsOverflow) {
   }
 }
 
+TEST(OptimizerTest, ALearningRateScaleScalesEveryOptimizersStep) {
+  // From the same state, a step with scale 0.5 moves the weight half as far
+  // as the unscaled one.
+  for (OptimizerSpec::Kind kind : {OptimizerSpec::SGD, OptimizerSpec::ADAGRAD,
+                                   OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
+    OptimizerSpec spec;
+    spec.set_kind(kind);
+    auto optimizer = Optimizer::Create(spec);
+    ASSERT_TRUE(optimizer.ok());
+    const int state_floats = (*optimizer)->StateFloats(1);
+    std::vector<float> state(state_floats), half_state(state_floats);
+    (*optimizer)->InitState(1, state.data());
+    (*optimizer)->InitState(1, half_state.data());
+    // FTRL recomputes the weight from its state: start it at 0, where the
+    // weight is -g * alpha / (beta + |g|), exactly proportional to alpha.
+    const float start = kind == OptimizerSpec::FTRL ? 0.0f : 0.2f;
+    const float gradient = 0.3f;
+    float weight = start, half_weight = start;
+    ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 1.0f, &weight, state.data()));
+    ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 0.5f, &half_weight,
+                                    half_state.data()));
+    EXPECT_LT(weight, start) << kind;
+    EXPECT_NEAR(start - half_weight, 0.5f * (start - weight), 1e-6) << kind;
+  }
+}
+
 }  // namespace
 }  // namespace ps::embedding

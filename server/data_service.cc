@@ -119,8 +119,12 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   origin.worker = request.worker();
   origin.incarnation = request.incarnation();
   origin.sequence = request.sequence();
+  const float learning_rate_scale = request.learning_rate_scale() == 0.0f
+                                        ? 1.0f
+                                        : request.learning_rate_scale();
   ASSIGN_OR_RETURN(embedding::PushOutcome outcome,
-                   store_->Push(request.table(), keys, gradients, origin));
+                   store_->Push(request.table(), keys, gradients, origin,
+                                learning_rate_scale));
   response->set_rows_updated(static_cast<uint32_t>(outcome.rows_updated));
   response->set_duplicate(outcome.duplicate);
   return absl::OkStatus();

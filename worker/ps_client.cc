@@ -251,6 +251,8 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
       request.set_table(push.table);
       request.set_worker(worker);
       request.set_clock(clock);
+      if (push.learning_rate_scale != 1.0f)
+        request.set_learning_rate_scale(push.learning_rate_scale);
       request.set_incarnation(incarnation_);
       request.set_sequence(++push_sequences_[shard]);
       std::string* packed_keys = request.mutable_keys();

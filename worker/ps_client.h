@@ -92,6 +92,8 @@ class PsClient {
     absl::Span<const uint64_t> keys;
     absl::Span<const float> gradients;
     int dim = 0;
+    // The table's learning rate is multiplied by this for this push.
+    float learning_rate_scale = 1.0f;
   };
 
   // Pulls from several tables at once: every shard request of every table
