@@ -78,6 +78,23 @@ ABSL_FLAG(
     std::string, staleness, "0",
     "Bounded staleness: a number N (a worker may be at most N steps ahead "
     "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
+ABSL_FLAG(bool, read_my_writes, true,
+          "Pull a step's rows only once this worker's own earlier pushes are "
+          "acknowledged (other workers may still lag by --staleness): a step "
+          "never trains on rows older than this worker's own updates. False "
+          "lets a worker's pulls overlap its own pushes too, which costs "
+          "accuracy (BENCHMARKS.md).");
+ABSL_FLAG(bool, staleness_aware_lr, false,
+          "Divide a step's learning rates by the staleness its pull saw, "
+          "when above 1 (Zhang et al., IJCAI 2016).");
+ABSL_FLAG(double, delay_compensation, 0.0,
+          "DC-ASGD's lambda for the dense gradients (0: off): each push "
+          "pulls the dense parameters again and corrects for the updates "
+          "made since its step's pull.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule, every table: constant, or warmup:W "
+          "and/or one of exponential:H (halve every H steps), inverse_sqrt, "
+          "cosine:T; e.g. warmup:20,cosine:500.");
 ABSL_FLAG(
     int32_t, lease_ms, 5000,
     "A worker that stops reporting for this long no longer holds others back.");
@@ -278,6 +295,16 @@ int main(int argc, char** argv) {
     return Fail("--staleness must be a number >= 0 or 'async', not '" +
                 staleness + "'");
   }
+  options.read_my_writes = absl::GetFlag(FLAGS_read_my_writes);
+  options.staleness_aware_lr = absl::GetFlag(FLAGS_staleness_aware_lr);
+  options.delay_compensation =
+      static_cast<float>(absl::GetFlag(FLAGS_delay_compensation));
+  if (!(options.delay_compensation >= 0))
+    return Fail("--delay_compensation must be >= 0");
+  absl::StatusOr<ps::worker::LearningRateSchedule> schedule =
+      ps::worker::LearningRateSchedule::Parse(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return Fail(std::string(schedule.status().message()));
+  options.lr_schedule = *schedule;
   if (absl::GetFlag(FLAGS_lease_ms) < 1)
     return Fail("--lease_ms must be positive");
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));

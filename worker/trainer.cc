@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -25,6 +26,8 @@ namespace ps::worker {
 
 struct Trainer::Prepared : ModelInputs {
   int64_t step = 0;
+  // The staleness its pull saw: step minus the slowest live worker's clock.
+  int64_t staleness = 0;
 };
 
 struct Trainer::PushJob {
@@ -37,6 +40,10 @@ struct Trainer::PushJob {
   std::vector<float> embedding_grads;
   std::vector<float> wide_grads;
   std::vector<std::vector<float>> dense_grads;
+  // Every table's learning rate times this for this push.
+  float learning_rate_scale = 1.0f;
+  // Under delay compensation: the dense parameters the step computed with.
+  std::vector<std::vector<float>> pulled_dense;
 };
 
 namespace {
@@ -263,20 +270,49 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
   std::vector<PsClient::TableGradients> pushes;
   if (!job.embedding_grads.empty()) {
     pushes.push_back({embedding_table_, job.unique_keys, job.embedding_grads,
-                      options_.model.embedding_dim});
+                      options_.model.embedding_dim, job.learning_rate_scale});
   }
   pushes.push_back({wide_table_,
                     job.wide_keys.empty() ? job.unique_keys : job.wide_keys,
-                    job.wide_grads, 1});
+                    job.wide_grads, 1, job.learning_rate_scale});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     chunk_keys[t] =
         DenseChunkKeys(DenseChunks(tensors_[t], options_.dense_chunk_floats));
     pushes.push_back(
         {dense_tables_[t], chunk_keys[t], job.dense_grads[t],
-         DenseChunkFloats(tensors_[t], options_.dense_chunk_floats)});
+         DenseChunkFloats(tensors_[t], options_.dense_chunk_floats),
+         job.learning_rate_scale});
   }
   return client_->Push(pushes, worker_index_, job.step);
+}
+
+absl::Status Trainer::CompensateDelay(PushJob* job) {
+  std::vector<std::vector<float>> now(tensors_.size());
+  std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
+  std::vector<PsClient::TableRows> pulls;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const int chunk =
+        DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
+    chunk_keys[t] =
+        DenseChunkKeys(DenseChunks(tensors_[t], options_.dense_chunk_floats));
+    now[t].resize(job->pulled_dense[t].size());
+    pulls.push_back({dense_tables_[t], chunk_keys[t], chunk, now[t].data()});
+  }
+  RETURN_IF_ERROR(client_->Pull(pulls));
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    std::vector<float>& gradient = job->dense_grads[t];
+    double squares = 0;
+    for (float g : gradient) squares += static_cast<double>(g) * g;
+    if (squares == 0) continue;
+    const float lambda = options_.delay_compensation /
+                         static_cast<float>(std::sqrt(squares / gradient.size()));
+    for (size_t i = 0; i < gradient.size(); ++i) {
+      gradient[i] += lambda * gradient[i] * gradient[i] *
+                     (now[t][i] - job->pulled_dense[t][i]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
@@ -378,7 +414,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       prepared.step = step;
       prepared.Prepare(examples, options_.train.layout, embedding_dim());
       int64_t staleness = 0;
-      if (options_.staleness >= 0) {
+      if (options_.read_my_writes) {
+        absl::MutexLock lock(&clock_mu_);
+        while (clock_.load() < step && !stopping) {
+          clock_advanced_.WaitWithTimeout(&clock_mu_, absl::Milliseconds(100));
+        }
+      } else if (options_.staleness >= 0) {
         // While this worker's own clock holds the bound back, asking the
         // coordinator is pointless: wait for the push thread instead (the
         // pipeline's own wait, not counted as waiting for others).
@@ -412,6 +453,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         ++waits;
         waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
       }
+      prepared.staleness = staleness;
       if (histogram.size() <= static_cast<size_t>(staleness))
         histogram.resize(staleness + 1);
       ++histogram[staleness];
@@ -446,6 +488,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           !waited.ok())
         return fail(waited);
       const absl::Time push_start = absl::Now();
+      if (options_.delay_compensation > 0) {
+        if (absl::Status compensated = CompensateDelay(&job);
+            !compensated.ok()) {
+          return fail(compensated);
+        }
+      }
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
       push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
@@ -550,6 +598,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     for (size_t t = 0; t < tensors_.size(); ++t) {
       job.dense_grads[t] = std::move(outputs.dense_grads[t]);
       job.dense_grads[t].resize(prepared.dense_params[t].size(), 0.0f);
+    }
+    job.learning_rate_scale = options_.lr_schedule.Scale(prepared.step);
+    if (options_.staleness_aware_lr && prepared.staleness > 1)
+      job.learning_rate_scale /= static_cast<float>(prepared.staleness);
+    if (options_.delay_compensation > 0) {
+      // The step is done with them (a staged next batch is `next`'s).
+      job.pulled_dense = std::move(prepared.dense_params);
     }
     summary.examples += prepared.batch;
     ++summary.steps;

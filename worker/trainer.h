@@ -39,6 +39,7 @@
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
 #include "worker/clicklog_reader.h"
+#include "worker/lr_schedule.h"
 #include "worker/ps_client.h"
 
 namespace ps::worker {
@@ -65,6 +66,23 @@ struct TrainerOptions {
   // clock is >= t - staleness. Negative: asynchronous (never waits).
   // Default: 0 (bulk synchronous).
   int staleness = 0;
+  // Read-my-writes: the rows for step t are pulled only once this worker's
+  // own pushes of every earlier step are acknowledged, whatever the bound
+  // lets other workers lag, so a step never trains on rows older than this
+  // worker's own updates. Default: true.
+  bool read_my_writes = true;
+  // Staleness-aware learning rates (Zhang et al., IJCAI 2016): a step whose
+  // pull saw staleness k > 1 (its step minus the slowest live worker's
+  // clock) pushes with its learning rates divided by k. Default: false.
+  bool staleness_aware_lr = false;
+  // Delay compensation of the dense gradients (DC-ASGD, Zheng et al., ICML
+  // 2017), with this lambda (0: none): before pushing, the dense parameters
+  // are pulled again and each gradient g becomes g + lambda * g * g / rms(g)
+  // * (w_now - w_pulled), a first-order correction for the updates other
+  // workers made since the step's pull. Default: 0.
+  float delay_compensation = 0.0f;
+  // Every table's learning rate times this schedule's factor at each step.
+  LearningRateSchedule lr_schedule;
   // This worker's lease at the coordinator, renewed by a heartbeat every
   // third of it whatever training is doing (a long evaluation, a pull that
   // retries). Default: 5 s.
@@ -161,6 +179,9 @@ class Trainer {
   // Pulls every row and dense parameter `prepared` needs.
   absl::Status PullParameters(Prepared* prepared);
   absl::Status PushGradients(const PushJob& job);
+  // Delay compensation (TrainerOptions::delay_compensation) of `job`'s
+  // dense gradients against the dense parameters as they are now.
+  absl::Status CompensateDelay(PushJob* job);
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
   // Reports this worker's clock, retrying for `retry_for` (negative: the
