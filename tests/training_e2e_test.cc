@@ -477,5 +477,47 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
   EXPECT_EQ(misread.Get("examples"), 2);
 }
 
+TEST_F(TrainingTest, ALoneWorkersPullsSeeItsOwnPushes) {
+  // Read-my-writes (the default): a lone worker under --staleness=2 pulls
+  // each step's rows after its own earlier pushes, so it trains exactly as
+  // under --staleness=0. Without it, its pulls overlap its own pushes and
+  // the model differs.
+  const WorkerRun synchronous = Train(1, 1, {"--staleness=0"})[0];
+  const WorkerRun bounded = Train(1, 1, {"--staleness=2"})[0];
+  const WorkerRun overlapped =
+      Train(1, 1, {"--staleness=2", "--read_my_writes=false"})[0];
+  EXPECT_DOUBLE_EQ(bounded.Get("test_auc"), synchronous.Get("test_auc"));
+  EXPECT_DOUBLE_EQ(bounded.Get("test_logloss"),
+                   synchronous.Get("test_logloss"));
+  EXPECT_NE(overlapped.Get("test_auc"), synchronous.Get("test_auc"));
+  EXPECT_GT(overlapped.Get("max_staleness_seen"), 0);
+  // Staleness-aware rates and delay compensation damp only other workers'
+  // updates: alone, they change nothing. A schedule changes every step.
+  const WorkerRun damped = Train(
+      1, 1,
+      {"--staleness=2", "--staleness_aware_lr", "--delay_compensation=0.5"})[0];
+  EXPECT_DOUBLE_EQ(damped.Get("test_auc"), synchronous.Get("test_auc"));
+  const WorkerRun scheduled =
+      Train(1, 1, {"--staleness=0", "--lr_schedule=warmup:10,cosine:100"})[0];
+  EXPECT_NE(scheduled.Get("test_auc"), synchronous.Get("test_auc"));
+  EXPECT_GT(scheduled.Get("test_auc"), 0.7);
+}
+
+TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
+  // Two workers, one slowed: the fast one's pulls see staleness, and both
+  // techniques change what it pushes, yet training converges.
+  const std::vector<std::vector<std::string>> slow = {{},
+                                                      {"--slow_step_ms=30"}};
+  const std::vector<WorkerRun> plain = Train(1, 2, {"--staleness=2"}, slow);
+  const std::vector<WorkerRun> damped =
+      Train(1, 2,
+            {"--staleness=2", "--staleness_aware_lr",
+             "--delay_compensation=0.5"},
+            slow);
+  EXPECT_GT(damped[0].Get("max_staleness_seen"), 1);
+  EXPECT_NE(damped[0].Get("test_auc"), plain[0].Get("test_auc"));
+  EXPECT_GT(damped[0].Get("test_auc"), 0.7);
+}
+
 }  // namespace
 }  // namespace ps::testing
