@@ -4,7 +4,8 @@
 # wide_deep for one pass (batch 4096) under --staleness 0, 1, 2, 8 and async,
 # each with: nothing (--read_my_writes=false), staleness-aware learning
 # rates, DC-ASGD, read-my-writes, and read-my-writes with each of the others.
-# Prints the table and rewrites the "staleness" section of BENCHMARKS.md.
+# Then Adam's learning rate with two workers. Prints the tables and rewrites
+# the "staleness" section of BENCHMARKS.md.
 #
 #   tests/bench/staleness_bench.sh [--train_lines 400000] [--test_lines 100000]
 #                                  [--dc_lambda 0.5]
@@ -100,6 +101,20 @@ for staleness in 1 2 8 async; do
       "$(awk -v a="$auc" -v b="$base_auc" 'BEGIN {print a - b}')" "$logloss" "$rate" "$seen" |
       tee -a "$table"
   done
+done
+{
+  echo
+  echo "Adam with several workers: each push is one bias-corrected Adam step on the shard, so"
+  echo "W workers take W steps per global step, each about the learning rate long. The same 2 + 2"
+  echo "run at --staleness=0 with the MLP's learning rate halved (one step's worth per global"
+  echo "step), as is, and doubled:"
+  echo
+  echo "| --dense_learning_rate | test AUC | test logloss |"
+  echo "| --- | --- | --- |"
+} | tee -a "$table"
+for rate in 0.0005 0.001 0.002; do
+  read -r auc logloss _ _ < <(run "adam_$rate" --staleness=0 --dense_learning_rate="$rate")
+  printf "| %s | %.4f | %.4f |\n" "$rate" "$auc" "$logloss" | tee -a "$table"
 done
 /usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md staleness "$table"
 echo "wrote the staleness section of BENCHMARKS.md"
