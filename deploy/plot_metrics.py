@@ -27,13 +27,16 @@ def main(argv):
             rows = [json.loads(line) for line in lines if line.strip()]
         if not rows:
             continue
+        # Named after the worker that wrote it (files from before workers
+        # recorded their index: after the file).
+        name = f"worker {rows[0]['worker']}" if "worker" in rows[0] else os.path.basename(path)
         examples = [row["examples"] for row in rows]
-        loss_axis.plot(examples, [row["loss"] for row in rows], label=os.path.basename(path))
-        auc_axis.plot(examples, [row["train_auc"] for row in rows], label=os.path.basename(path) + " (recent train)")
+        loss_axis.plot(examples, [row["loss"] for row in rows], label=name)
+        auc_axis.plot(examples, [row["train_auc"] for row in rows], label=name + " (recent train)")
         tested = [row for row in rows if "test_auc" in row]
         if tested:
             auc_axis.plot([row["examples"] for row in tested],
-                          [row["test_auc"] for row in tested], "o-", label=os.path.basename(path) + " (test)")
+                          [row["test_auc"] for row in tested], "o-", label=name + " (test)")
     loss_axis.set_xlabel("examples (this worker)")
     loss_axis.set_ylabel("training logloss")
     auc_axis.set_xlabel("examples (this worker)")

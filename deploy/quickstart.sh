@@ -42,8 +42,8 @@ trap cleanup EXIT
 
 echo "== setup"
 bash deploy/setup.sh
-echo "== build"
-bazel build //server:ps_server //worker:ps_worker //worker:clicklog_gen 2>&1 | tail -1
+echo "== build (the first build compiles everything: several minutes)"
+bazel build --show_progress_rate_limit=5 //server:ps_server //worker:ps_worker //worker:clicklog_gen
 bin=bazel-bin
 
 rm -rf "$dir"

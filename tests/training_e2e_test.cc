@@ -519,5 +519,18 @@ TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
   EXPECT_GT(damped[0].Get("test_auc"), 0.7);
 }
 
+TEST_F(TrainingTest, WithoutATestSetTheWorkerSaysSo) {
+  const WorkerRun run = Train(
+      1, 1,
+      {"--test=", "--interval_metrics_out=" + dir_ + "/intervals.jsonl"})[0];
+  EXPECT_NE(run.log.find("no test set (--test)"), std::string::npos)
+      << run.log;
+  EXPECT_EQ(run.log.find("test AUC 0.0000"), std::string::npos) << run.log;
+  // Each interval line names its worker (the plot's legend uses it).
+  const std::string intervals = ReadFile(dir_ + "/intervals.jsonl");
+  EXPECT_EQ(intervals.rfind("{\"worker\": 0, \"examples\": ", 0), 0u)
+      << intervals;
+}
+
 }  // namespace
 }  // namespace ps::testing

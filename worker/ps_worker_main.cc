@@ -429,12 +429,17 @@ int main(int argc, char** argv) {
   auto summary = trainer.Run();
   if (!summary.ok()) return Fail(summary.status().ToString());
   const std::string json = ps::worker::SummaryToJson(*summary);
+  const std::string quality =
+      options.test_files.empty()
+          ? std::string("no test set (--test)")
+          : absl::StrFormat("test AUC %.4f, logloss %.4f on %d examples",
+                            summary->test_auc, summary->test_logloss,
+                            summary->test_examples);
   LOG(INFO) << absl::StrFormat(
-      "done: %d examples in %.1f s (%.0f ex/s); test AUC %.4f, logloss %.4f; "
-      "max staleness seen %d; bad lines %d",
+      "done: %d examples in %.1f s (%.0f ex/s); %s; max staleness seen %d; "
+      "bad lines %d",
       summary->examples, summary->train_seconds, summary->examples_per_sec,
-      summary->test_auc, summary->test_logloss, summary->max_staleness_seen,
-      summary->bad_lines);
+      quality, summary->max_staleness_seen, summary->bad_lines);
   const std::string metrics_out = absl::GetFlag(FLAGS_metrics_out);
   if (!metrics_out.empty()) {
     std::ofstream out(metrics_out);

@@ -546,9 +546,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (intervals != nullptr) {
       *intervals << absl::StrFormat(
-          "{\"examples\": %d, \"seconds\": %.3f, \"examples_per_sec\": %.1f, "
+          "{\"worker\": %d, \"examples\": %d, \"seconds\": %.3f, "
+          "\"examples_per_sec\": %.1f, "
           "\"loss\": %.6f, \"train_auc\": %.6f, \"max_staleness\": %d%s}\n",
-          summary.examples, absl::ToDoubleSeconds(now - start), rate, loss,
+          worker_index_, summary.examples, absl::ToDoubleSeconds(now - start),
+          rate, loss,
           train_auc, max_staleness.load(),
           test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc)
                         : "");
