@@ -581,6 +581,11 @@ absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
   if (kind == kScaledPushRecord) {
     std::memcpy(learning_rate_scale, record.data() + kPushHeaderBytes,
                 sizeof(float));
+    if (!(*learning_rate_scale > 0.0f) || !std::isfinite(*learning_rate_scale)) {
+      return absl::DataLossError(
+          absl::StrCat("a push-log record with a learning-rate scale of ",
+                       *learning_rate_scale));
+    }
   }
   // Whether its sections are above their cuts or not, the push is applied.
   if (origin.tracked()) ledger_.MergeApplied(origin, rows_updated);

@@ -133,22 +133,26 @@ class Ftrl final : public Optimizer {
   }
   bool Apply(const float* gradient, int dim, float learning_rate_scale,
              float* weights, float* state) const override {
-    const float alpha = alpha_ * learning_rate_scale;
     float* z = state;
     float* n = state + dim;
     uint32_t non_finite = 0;
     for (int i = 0; i < dim; ++i) {
       const float g = gradient[i];
       const float new_n = n[i] + g * g;
-      const float sigma = (std::sqrt(new_n) - std::sqrt(n[i])) / alpha;
-      z[i] += g - sigma * weights[i];
+      const float sigma = (std::sqrt(new_n) - std::sqrt(n[i])) / alpha_;
+      // The scale goes on the gradient's term of z, not on alpha: the
+      // weight is rebuilt from z and n, so a scaled alpha would scale the
+      // weight itself rather than this step. With l1 = l2 = 0 this moves
+      // the weight by scale * alpha * g / (beta + sqrt(n)), and a later
+      // unscaled push goes on from there.
+      z[i] += learning_rate_scale * g - sigma * weights[i];
       n[i] = new_n;
       if (std::fabs(z[i]) <= l1_) {
         weights[i] = 0.0f;
       } else {
         const float sign = z[i] < 0.0f ? -1.0f : 1.0f;
         weights[i] =
-            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha + l2_);
+            -(z[i] - sign * l1_) / ((beta_ + std::sqrt(n[i])) / alpha_ + l2_);
       }
       non_finite |= NonFinite(z[i]) | NonFinite(n[i]) | NonFinite(weights[i]);
     }

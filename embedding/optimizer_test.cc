@@ -195,28 +195,41 @@ TEST(OptimizerTest, ApplyTellsWhenFiniteInputsOverflow) {
 }
 
 TEST(OptimizerTest, ALearningRateScaleScalesEveryOptimizersStep) {
-  // From the same state, a step with scale 0.5 moves the weight half as far
-  // as the unscaled one.
+  // From the same state (after a few unscaled steps, so that FTRL's z and
+  // n are not zero), a step with scale 0.5 moves the weight half as far as
+  // the unscaled one, and the next unscaled step goes on from there rather
+  // than jumping.
   for (OptimizerSpec::Kind kind : {OptimizerSpec::SGD, OptimizerSpec::ADAGRAD,
                                    OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
     OptimizerSpec spec;
     spec.set_kind(kind);
     auto optimizer = Optimizer::Create(spec);
     ASSERT_TRUE(optimizer.ok());
-    const int state_floats = (*optimizer)->StateFloats(1);
-    std::vector<float> state(state_floats), half_state(state_floats);
+    std::vector<float> state((*optimizer)->StateFloats(1));
     (*optimizer)->InitState(1, state.data());
-    (*optimizer)->InitState(1, half_state.data());
-    // FTRL recomputes the weight from its state: start it at 0, where the
-    // weight is -g * alpha / (beta + |g|), exactly proportional to alpha.
-    const float start = kind == OptimizerSpec::FTRL ? 0.0f : 0.2f;
+    float weight = 0.2f;
+    for (float warmup : {0.4f, -0.1f, 0.3f}) {
+      ASSERT_TRUE(
+          (*optimizer)->Apply(&warmup, 1, 1.0f, &weight, state.data()));
+    }
+    std::vector<float> half_state = state;
+    const float start = weight;
+    float half_weight = weight;
     const float gradient = 0.3f;
-    float weight = start, half_weight = start;
     ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 1.0f, &weight, state.data()));
     ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 0.5f, &half_weight,
                                     half_state.data()));
     EXPECT_LT(weight, start) << kind;
-    EXPECT_NEAR(start - half_weight, 0.5f * (start - weight), 1e-6) << kind;
+    EXPECT_NEAR(start - half_weight, 0.5f * (start - weight), 1e-5) << kind;
+    // A zero gradient, unscaled: the weight stays where the scaled step
+    // left it (SGD, Adagrad, FTRL), or moves by Adam's momentum alone.
+    const float zero = 0.0f;
+    const float before = half_weight;
+    ASSERT_TRUE(
+        (*optimizer)->Apply(&zero, 1, 1.0f, &half_weight, half_state.data()));
+    if (kind != OptimizerSpec::ADAM) {
+      EXPECT_NEAR(half_weight, before, 1e-6) << kind;
+    }
   }
 }
 

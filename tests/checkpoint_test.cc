@@ -764,9 +764,10 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
       out << fields << "\n";
     }
   }
+  // Flags left out keep the export's values (pooling, crosses); one given
+  // at its default value (--header=false) still counts.
   const std::string same_features =
-      " --format=tsv --multi_pooling=mean --crosses=0:26"
-      " --columns=label,cat*26,dense*13,multi";
+      " --format=tsv --header=false --columns=label,cat*26,dense*13,multi";
   ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
                              BinaryPath("worker/ps_predict") + " --model=" +
                                  dir_ + "/export --input=" + dir_ +
@@ -777,7 +778,7 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
       << ReadFile(dir_ + "/predict_tsv.log");
   EXPECT_EQ(After(ReadFile(dir_ + "/out_tsv"), "AUC "), After(printed, "AUC "));
   for (const std::string other :
-       {" --columns=skip,label,cat*26,dense*13,multi",  // pooling
+       {" --columns=skip,label,cat*26,dense*13,multi --multi_pooling=sum",
         " --columns=skip,label,cat*26,dense*13,cat --multi_pooling=mean "
         "--crosses=0:26",
         " --columns=skip,label,cat*26,dense*12,multi --multi_pooling=mean "

@@ -497,10 +497,16 @@ TEST_F(TrainingTest, ALoneWorkersPullsSeeItsOwnPushes) {
       1, 1,
       {"--staleness=2", "--staleness_aware_lr", "--delay_compensation=0.5"})[0];
   EXPECT_DOUBLE_EQ(damped.Get("test_auc"), synchronous.Get("test_auc"));
+  EXPECT_EQ(damped.Get("compensated_pushes"), damped.Get("steps"));
+  EXPECT_EQ(damped.Get("scaled_pushes"), 0);
+  EXPECT_EQ(synchronous.Get("compensated_pushes"), 0);
   const WorkerRun scheduled =
       Train(1, 1, {"--staleness=0", "--lr_schedule=warmup:10,cosine:100"})[0];
   EXPECT_NE(scheduled.Get("test_auc"), synchronous.Get("test_auc"));
   EXPECT_GT(scheduled.Get("test_auc"), 0.7);
+  // Every push is scaled but two at scale 1: the warmup's last (step 9)
+  // and the decay's first (step 10).
+  EXPECT_EQ(scheduled.Get("scaled_pushes"), scheduled.Get("steps") - 2);
 }
 
 TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
@@ -514,8 +520,12 @@ TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
             {"--staleness=2", "--staleness_aware_lr",
              "--delay_compensation=0.5"},
             slow);
-  EXPECT_GT(damped[0].Get("max_staleness_seen"), 1);
-  EXPECT_NE(damped[0].Get("test_auc"), plain[0].Get("test_auc"));
+  // The fast worker saw staleness 2 on some pulls, and those pushes went
+  // with their rates halved; every push was compensated.
+  EXPECT_EQ(damped[0].Get("max_staleness_seen"), 2);
+  EXPECT_GT(damped[0].Get("scaled_pushes"), 0);
+  EXPECT_EQ(damped[0].Get("compensated_pushes"), damped[0].Get("steps"));
+  EXPECT_EQ(plain[0].Get("scaled_pushes"), 0);
   EXPECT_GT(damped[0].Get("test_auc"), 0.7);
 }
 

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -95,8 +96,8 @@ int main(int argc, char** argv) {
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
-  if (options.multi_fields < 0) {
-    std::fprintf(stderr, "clicklog_gen: --multi_fields must be >= 0\n");
+  if (options.multi_fields < 0 || options.multi_fields > 64) {
+    std::fprintf(stderr, "clicklog_gen: --multi_fields must be in [0, 64]\n");
     return 2;
   }
   absl::StatusOr<ps::worker::InputLayout> layout =
@@ -109,6 +110,25 @@ int main(int argc, char** argv) {
   if (!layout->has_multi()) {
     layout->columns.insert(layout->columns.end(), options.multi_fields,
                            ps::worker::ColumnKind::kMulti);
+  }
+  // Columns the generator has no values for are written empty; values the
+  // layout has no column for are left out, while their effects stay in the
+  // true probabilities (so --summary_out's best AUC is out of reach).
+  const int multi_columns = layout->fields() - static_cast<int>(std::count(
+      layout->columns.begin(), layout->columns.end(),
+      ps::worker::ColumnKind::kCategorical));
+  const int categorical_columns = layout->fields() - multi_columns;
+  if (layout->dense_features() != ps::worker::kGeneratedDense ||
+      categorical_columns != ps::worker::kGeneratedCategorical ||
+      multi_columns != options.multi_fields) {
+    std::fprintf(stderr,
+                 "clicklog_gen: warning: --columns has %d dense, %d cat and %d "
+                 "multi columns; the generator draws %d, %d and %d "
+                 "(--multi_fields): extra columns are written empty, values "
+                 "without a column are left out but still move the click\n",
+                 layout->dense_features(), categorical_columns, multi_columns,
+                 ps::worker::kGeneratedDense,
+                 ps::worker::kGeneratedCategorical, options.multi_fields);
   }
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
     std::fprintf(stderr,

@@ -124,7 +124,6 @@ class ClickLogReader::Shuffler {
  public:
   explicit Shuffler(ClickLogReader* reader) : reader_(reader) {
     batch_.reserve(reader->options_.batch_size);
-    held_.reserve(reader->options_.shuffle_buffer);
   }
 
   void StartEpoch(int epoch) {

@@ -42,6 +42,15 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         dir, " reads input laid out as \"", manifest.model().input_layout(),
         "\", which this build does not read: ", layout.status().message()));
   }
+  if (layout->fields() != static_cast<int>(manifest.model().fields()) ||
+      layout->dense_features() !=
+          static_cast<int>(manifest.model().dense_features())) {
+    return absl::DataLossError(absl::StrCat(
+        dir, ": the model has ", manifest.model().fields(), " fields and ",
+        manifest.model().dense_features(), " dense features, its layout \"",
+        manifest.model().input_layout(), "\" ", layout->fields(), " and ",
+        layout->dense_features()));
+  }
   model->layout_ = *std::move(layout);
   auto open_table =
       [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Table>> {

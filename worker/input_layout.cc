@@ -156,16 +156,20 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
   }
   for (absl::string_view pair :
        absl::StrSplit(crosses, ',', absl::SkipWhitespace())) {
-    std::pair<absl::string_view, absl::string_view> parts =
-        absl::StrSplit(pair, ':');
+    const std::vector<absl::string_view> parts = absl::StrSplit(pair, ':');
     int first = -1, second = -1;
-    if (!absl::SimpleAtoi(parts.first, &first) ||
-        !absl::SimpleAtoi(parts.second, &second) || first < 0 ||
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) ||
+        !absl::SimpleAtoi(parts[1], &second) || first < 0 ||
         second < 0 || first >= layout.fields() ||
         second >= layout.fields() || first == second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--crosses: \"", pair, "\" must be I:J, two different fields in [0, ",
           layout.fields(), ") (the cat and multi columns, in order)"));
+    }
+    if (std::find(layout.crosses.begin(), layout.crosses.end(),
+                  std::make_pair(first, second)) != layout.crosses.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--crosses: \"", pair, "\" is given twice"));
     }
     layout.crosses.emplace_back(first, second);
   }

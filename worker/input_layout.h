@@ -39,7 +39,7 @@ struct InputLayout {
   char delimiter = '\t';
   // Whether each file's first line is a header (skipped).
   bool header = false;
-  // Every column, in file order. Default: Criteo's.
+  // Every column, in file order (InputLayout::Criteo() fills in Criteo's).
   std::vector<ColumnKind> columns;
   // What separates the values of a multi column. Default: '|'.
   char multi_separator = '|';
@@ -47,6 +47,9 @@ struct InputLayout {
   // Pairs of categorical fields (0-based over the cat and multi columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
+  // A reading limit, not part of the model: the most keys a multi column or
+  // a cross may give one line (a longer one is a bad line). Default: 1000.
+  int max_values_per_field = 1000;
 
   // Criteo's layout.
   static InputLayout Criteo();
@@ -67,8 +70,8 @@ struct InputLayout {
 // --multi_separator, --multi_pooling, --crosses). INVALID_ARGUMENT, naming
 // the flag, for a bad value: an unknown kind or format, a repeat that is not
 // a positive number, no label, several labels, no categorical field, a cross
-// of a field that does not exist or of a field with itself, a multi
-// separator that is the delimiter.
+// that is not I:J of two different fields that exist, the same cross twice,
+// a multi separator that is the delimiter.
 absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
                                             bool header,
                                             absl::string_view columns,

@@ -1,9 +1,12 @@
 #include "worker/layout_flags.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 ABSL_FLAG(std::string, format, "tsv",
           "Click-log column delimiter: tsv (tab) or csv (comma); no quoting.");
@@ -11,7 +14,8 @@ ABSL_FLAG(bool, header, false, "Each file's first line is a header: skip it.");
 ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
           "The columns in file order, comma-separated: label, dense, cat, "
           "multi (values separated by --multi_separator) or skip, each "
-          "optionally *N to repeat. Default: Criteo's.");
+          "optionally *N to repeat. Default: Criteo's (ps_predict: the "
+          "export's).");
 ABSL_FLAG(std::string, multi_separator, "|",
           "What separates the values of a multi column.");
 ABSL_FLAG(std::string, multi_pooling, "sum",
@@ -21,24 +25,75 @@ ABSL_FLAG(std::string, crosses, "",
           "Feature crosses for the wide part: comma-separated I:J pairs of "
           "categorical fields, numbered from 0 over the cat and multi columns "
           "in order.");
+ABSL_FLAG(int32_t, max_values_per_field, 1000,
+          "Most keys a multi column, or a cross, may give one line (a cross "
+          "of two multi columns gives every pair); a line over it is a "
+          "counted bad line.");
 
 namespace ps::worker {
 
-absl::StatusOr<InputLayout> InputLayoutFromFlags() {
-  return MakeInputLayout(
-      absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_header),
-      absl::GetFlag(FLAGS_columns), absl::GetFlag(FLAGS_multi_separator),
-      absl::GetFlag(FLAGS_multi_pooling), absl::GetFlag(FLAGS_crosses));
-}
+namespace {
 
-bool LayoutFlagsGiven() {
-  for (const char* name : {"format", "header", "columns", "multi_separator",
-                           "multi_pooling", "crosses"}) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue())
+constexpr const char* kLayoutFlags[] = {"format",          "header",
+                                        "columns",         "multi_separator",
+                                        "multi_pooling",   "crosses"};
+
+// Whether `--name` (or -name, --name=..., --noname) is among argv's flags.
+bool OnCommandLine(absl::string_view name, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      if (!absl::ConsumePrefix(&arg, "-")) continue;
+    }
+    arg = arg.substr(0, arg.find('='));
+    if (arg == name || (absl::ConsumePrefix(&arg, "no") && arg == name))
       return true;
   }
   return false;
+}
+
+absl::StatusOr<InputLayout> WithLimit(absl::StatusOr<InputLayout> layout) {
+  if (!layout.ok()) return layout;
+  const int limit = absl::GetFlag(FLAGS_max_values_per_field);
+  if (limit < 1) {
+    return absl::InvalidArgumentError("--max_values_per_field must be >= 1");
+  }
+  layout->max_values_per_field = limit;
+  return layout;
+}
+
+}  // namespace
+
+absl::StatusOr<InputLayout> InputLayoutFromFlags() {
+  return WithLimit(MakeInputLayout(
+      absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_header),
+      absl::GetFlag(FLAGS_columns), absl::GetFlag(FLAGS_multi_separator),
+      absl::GetFlag(FLAGS_multi_pooling), absl::GetFlag(FLAGS_crosses)));
+}
+
+absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
+                                                 int argc, char** argv,
+                                                 bool* any_given) {
+  *any_given = false;
+  for (const char* name : kLayoutFlags)
+    *any_given = *any_given || OnCommandLine(name, argc, argv);
+  auto given = [&](const char* name) { return OnCommandLine(name, argc, argv); };
+  std::vector<std::string> crosses;
+  for (const auto& [first, second] : base.crosses)
+    crosses.push_back(absl::StrCat(first, ":", second));
+  return WithLimit(MakeInputLayout(
+      given("format") ? absl::GetFlag(FLAGS_format)
+                      : (base.delimiter == ',' ? "csv" : "tsv"),
+      given("header") ? absl::GetFlag(FLAGS_header) : base.header,
+      given("columns") ? absl::GetFlag(FLAGS_columns) : ColumnsSpec(base),
+      given("multi_separator") ? absl::GetFlag(FLAGS_multi_separator)
+                               : std::string(1, base.multi_separator),
+      given("multi_pooling")
+          ? absl::GetFlag(FLAGS_multi_pooling)
+          : (base.multi_pooling == Pooling::kMean ? "mean" : "sum"),
+      given("crosses") ? absl::GetFlag(FLAGS_crosses)
+                       : absl::StrJoin(crosses, ",")));
 }
 
 }  // namespace ps::worker

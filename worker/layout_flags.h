@@ -2,11 +2,14 @@
 //
 // The input-layout flags every binary that reads or writes click logs takes
 // (--format, --header, --columns, --multi_separator, --multi_pooling,
-// --crosses; see input_layout.h), defined once so that they read the same
-// everywhere. Linked into main()s only.
+// --crosses, and the reading limit --max_values_per_field; see
+// input_layout.h), defined once so that they read the same everywhere.
+// Linked into main()s only.
 
 #ifndef PS_WORKER_LAYOUT_FLAGS_H_
 #define PS_WORKER_LAYOUT_FLAGS_H_
+
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "worker/input_layout.h"
@@ -16,8 +19,13 @@ namespace ps::worker {
 // The layout the flags give (Criteo's when none is set).
 absl::StatusOr<InputLayout> InputLayoutFromFlags();
 
-// Whether any of the layout flags was given on the command line.
-bool LayoutFlagsGiven();
+// `base` with the layout flags given on the command line (`argv` as main()
+// received it) laid over it: a flag left out keeps base's value, even where
+// base differs from the flag's default. Sets `*any_given` to whether any
+// was given.
+absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
+                                                 int argc, char** argv,
+                                                 bool* any_given);
 
 }  // namespace ps::worker
 

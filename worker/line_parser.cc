@@ -100,6 +100,13 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
           size_t value_end = raw.find(layout.multi_separator, value_start);
           if (value_end == absl::string_view::npos) value_end = raw.size();
           if (value_end > value_start) {
+            if (example->keys.size() - first ==
+                static_cast<size_t>(layout.max_values_per_field)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "multi column ", c + 1,
+                  " has more values than --max_values_per_field=",
+                  layout.max_values_per_field));
+            }
             example->keys.push_back(FeatureKey(
                 field, raw.substr(value_start, value_end - value_start)));
           }
@@ -120,6 +127,15 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
     const auto [first, second] = layout.crosses[x];
     const uint32_t first_end = example->slot_end[first];
     const uint32_t second_end = example->slot_end[second];
+    const uint64_t pairs =
+        uint64_t{first_end - example->slot_begin(first)} *
+        (second_end - example->slot_begin(second));
+    if (pairs > static_cast<uint64_t>(layout.max_values_per_field)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cross ", first, ":", second, " gives ", pairs,
+          " keys, more than --max_values_per_field=",
+          layout.max_values_per_field));
+    }
     for (uint32_t i = example->slot_begin(first); i < first_end; ++i) {
       for (uint32_t j = example->slot_begin(second); j < second_end; ++j) {
         example->keys.push_back(

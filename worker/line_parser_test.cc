@@ -56,6 +56,20 @@ TEST(LineParserTest, KeysArePinned) {
   EXPECT_EQ(FeatureKey(3, ""), 0xd8d13f8b2da6c9adULL);
 }
 
+TEST(LineParserTest, CrossKeysArePinned) {
+  // Like field keys: a change would remap every trained cross row.
+  EXPECT_EQ(CrossKey(0, FeatureKey(0, "68fd1e64"), FeatureKey(3, "")),
+            CrossKey(0, 0xb0431058060b4dULL, 0xd8d13f8b2da6c9adULL));
+  EXPECT_EQ(CrossKey(0, 1, 2), 0x705eb3b932907c77ULL);
+  // Never a field's key for the same bytes.
+  const uint64_t pair[2] = {1, 2};
+  for (uint32_t field = 0; field < 64; ++field) {
+    EXPECT_NE(CrossKey(0, 1, 2),
+              FeatureKey(field, absl::string_view(
+                                    reinterpret_cast<const char*>(pair), 16)));
+  }
+}
+
 TEST(LineParserTest, AcceptsWindowsLineEnd) {
   Example example;
   EXPECT_OK(Parse(Line("0", Ints(), Cats()) + "\r", &example));
@@ -169,6 +183,19 @@ TEST(LineParserTest, AValueThatDoesNotFitItsKindIsAnError) {
   EXPECT_FALSE(example.has_label);
   EXPECT_FLOAT_EQ(example.dense[0], std::log1p(3.0f));
   EXPECT_EQ(example.keys[0], FeatureKey(0, "v"));
+}
+
+TEST(LineParserTest, TooManyValuesInAFieldOrACrossIsAnError) {
+  auto layout =
+      MakeInputLayout("csv", false, "label,multi,multi", "|", "sum", "0:1");
+  ASSERT_OK(layout);
+  layout->max_values_per_field = 4;
+  Example example;
+  EXPECT_OK(ParseLine("1,a|b,c|d", *layout, &example));  // a cross of 4
+  EXPECT_THAT(ParseLine("1,a|b|c|d|e,c", *layout, &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseLine("1,a|b|c,c|d", *layout, &example),  // 6 pairs
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

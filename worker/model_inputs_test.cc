@@ -146,5 +146,36 @@ TEST(ModelInputsTest, FoldingGradientsIsTheAdjointOfPooling) {
   }
 }
 
+TEST(ModelInputsTest, WithoutCrossesTheWideRowsAreTheEmbeddingRows) {
+  // A multi field and no cross: no wide index, and the pooled rows sit at
+  // the same positions in both tables.
+  const InputLayout layout =
+      *MakeInputLayout("csv", false, "label,cat,multi", "|", "sum", "");
+  ModelInputs inputs;
+  inputs.Prepare(ParseAll(layout, {"1,a,x|y", "0,b,y"}), layout, kDim);
+  EXPECT_TRUE(inputs.wide_index.empty());
+  EXPECT_EQ(inputs.Step().wide_index, nullptr);
+  ASSERT_EQ(inputs.unique_keys.size(), 4u);  // a, x, y, b
+  ASSERT_EQ(inputs.pool_end.size(), 1u);
+  EXPECT_EQ(inputs.index[1], 4);  // the pool, after the 4 fetched rows
+  EXPECT_EQ(inputs.wide_rows.size(), 5u);
+  EXPECT_EQ(inputs.embedding_rows.size(), 5u * kDim);
+  FillRandom(&inputs.embedding_rows, 7);
+  FillRandom(&inputs.wide_rows, 8);
+  inputs.PoolRows(kDim);
+  EXPECT_FLOAT_EQ(inputs.wide_rows[4], inputs.wide_rows[1] + inputs.wide_rows[2]);
+  // lr: no embeddings at all; the wide rows still pool.
+  ModelInputs lr;
+  lr.Prepare(ParseAll(layout, {"1,a,x|y"}), layout, /*embedding_dim=*/0);
+  EXPECT_TRUE(lr.embedding_rows.empty());
+  FillRandom(&lr.wide_rows, 9);
+  lr.PoolRows(0);
+  EXPECT_FLOAT_EQ(lr.wide_rows[3], lr.wide_rows[1] + lr.wide_rows[2]);
+  std::vector<float> no_embeddings;
+  std::vector<float> wide_grads = {0.5f, 0.0f, 0.0f, 2.0f};
+  lr.FoldPooledGradients(0, &no_embeddings, &wide_grads);
+  EXPECT_EQ(wide_grads, (std::vector<float>{0.5f, 2.0f, 2.0f}));
+}
+
 }  // namespace
 }  // namespace ps::worker

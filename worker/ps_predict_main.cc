@@ -77,11 +77,13 @@ int main(int argc, char** argv) {
 
   // The layout the model was trained on, unless the flags give another
   // (the same features laid out differently).
-  ps::worker::InputLayout layout = (*model)->layout();
-  if (ps::worker::LayoutFlagsGiven()) {
-    absl::StatusOr<ps::worker::InputLayout> given =
-        ps::worker::InputLayoutFromFlags();
-    if (!given.ok()) return Fail(std::string(given.status().message()));
+  bool layout_flags_given = false;
+  absl::StatusOr<ps::worker::InputLayout> given =
+      ps::worker::InputLayoutOverFlags((*model)->layout(), argc, argv,
+                                       &layout_flags_given);
+  if (!given.ok()) return Fail(std::string(given.status().message()));
+  const ps::worker::InputLayout& layout = *given;
+  if (layout_flags_given) {
     auto field_kinds = [](const ps::worker::InputLayout& of) {
       std::vector<ps::worker::ColumnKind> kinds;
       for (ps::worker::ColumnKind kind : of.columns) {
@@ -92,17 +94,17 @@ int main(int argc, char** argv) {
       }
       return kinds;
     };
-    if (field_kinds(*given) != field_kinds(layout) ||
-        given->dense_features() != layout.dense_features() ||
-        given->crosses != layout.crosses ||
-        given->multi_pooling != layout.multi_pooling) {
-      return Fail("the layout flags give " +
-                  ps::worker::LayoutText(*given) + ", but the model was "
-                  "trained on " + ps::worker::LayoutText(layout) +
+    const ps::worker::InputLayout& trained = (*model)->layout();
+    if (field_kinds(layout) != field_kinds(trained) ||
+        layout.dense_features() != trained.dense_features() ||
+        layout.crosses != trained.crosses ||
+        layout.multi_pooling != trained.multi_pooling) {
+      return Fail("the layout flags give " + ps::worker::LayoutText(layout) +
+                  ", but the model was trained on " +
+                  ps::worker::LayoutText(trained) +
                   ": the fields (cat or multi, in order), dense features, "
                   "crosses and pooling must match");
     }
-    layout = *std::move(given);
   }
   const int embedding_dim =
       (*model)->config().kind == ps::kernels::ModelKind::kLogisticRegression

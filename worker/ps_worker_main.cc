@@ -60,8 +60,8 @@ ABSL_FLAG(
     "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
 ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
 ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
-          "Adagrad's starting squared-gradient sum (any table on Adagrad); "
-          "smaller takes bigger first steps.");
+          "Adagrad's starting squared-gradient sum (any table on Adagrad), "
+          "> 0; smaller takes bigger first steps.");
 ABSL_FLAG(double, ftrl_l1, 0.0,
           "FTRL's L1 regularization (any table on FTRL); > 0 makes weights "
           "exactly zero.");
@@ -241,6 +241,10 @@ int main(int argc, char** argv) {
   options.train.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.train.epochs = absl::GetFlag(FLAGS_epochs);
   options.train.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  if (!(absl::GetFlag(FLAGS_adagrad_initial_accumulator) > 0))
+    return Fail("--adagrad_initial_accumulator must be > 0");
+  if (absl::GetFlag(FLAGS_ftrl_l1) < 0 || absl::GetFlag(FLAGS_ftrl_l2) < 0)
+    return Fail("--ftrl_l1 and --ftrl_l2 must be >= 0");
   options.train.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
   options.train.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   if (options.train.shuffle_buffer < 0)

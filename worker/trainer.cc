@@ -74,13 +74,15 @@ std::string SummaryToJson(const TrainingSummary& s) {
       "\"push_seconds\": %.3f,\n"
       "  \"first_step\": %d,\n  \"cut_hold_seconds\": %.3f,\n"
       "  \"checkpoints\": %d,\n  \"failed_checkpoints\": %d,\n"
+      "  \"scaled_pushes\": %d,\n  \"compensated_pushes\": %d,\n"
       "  \"backend\": \"%s\"\n}\n",
       s.examples, s.steps, s.train_seconds, s.examples_per_sec,
       s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
       s.bad_lines, s.max_staleness_seen,
       absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
       s.pull_seconds, s.compute_seconds, s.push_seconds, s.first_step,
-      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints, s.backend);
+      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints,
+      s.scaled_pushes, s.compensated_pushes, s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -348,6 +350,17 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run() {
+  const InputLayout& layout = options_.train.layout;
+  if (options_.model.fields != layout.fields() ||
+      options_.model.dense_features != layout.dense_features() ||
+      options_.model.crosses != static_cast<int>(layout.crosses.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model has ", options_.model.fields, " fields, ",
+        options_.model.dense_features, " dense features and ",
+        options_.model.crosses, " crosses; the input layout ",
+        layout.fields(), ", ", layout.dense_features(), " and ",
+        layout.crosses.size()));
+  }
   RETURN_IF_ERROR(DeclareTables());
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(options_.train));
@@ -404,6 +417,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::atomic<int64_t> max_staleness{0};
   std::atomic<int64_t> waited_micros{0};
   std::atomic<int64_t> pull_micros{0}, compute_micros{0}, push_micros{0};
+  std::atomic<int64_t> scaled_pushes{0}, compensated_pushes{0};
   std::thread prefetcher([&] {
     std::vector<Example> examples;
     for (int64_t step = first_step; !stopping; ++step) {
@@ -493,7 +507,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
             !compensated.ok()) {
           return fail(compensated);
         }
+        ++compensated_pushes;
       }
+      if (job.learning_rate_scale != 1.0f) ++scaled_pushes;
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
       push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
@@ -669,6 +685,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.pull_seconds = pull_micros.load() / 1e6;
   summary.compute_seconds = compute_micros.load() / 1e6;
   summary.push_seconds = push_micros.load() / 1e6;
+  summary.scaled_pushes = scaled_pushes.load();
+  summary.compensated_pushes = compensated_pushes.load();
 
   // Leave the cluster, then evaluate the finished model. A checkpoint in
   // progress waits for the live workers to reach its cut, and this one has

@@ -11,11 +11,14 @@
 //   heartbeat thread: renews this worker's lease at the coordinator
 //   checkpointer:    takes periodic checkpoints (worker 0, if asked)
 //
-// so pulling the next batch's rows overlaps computing the current one, and
-// pushing overlaps both. Prefetching counts against the bound: the rows for
-// step t are pulled only once every live worker's clock is >= t - staleness,
-// and the staleness each pull actually saw (t - the cluster's minimum clock)
-// is recorded.
+// Prefetching counts against the bound: the rows for step t are pulled only
+// once every live worker's clock is >= t - staleness, and the staleness each
+// pull actually saw (t - the cluster's minimum clock) is recorded. Under
+// read-my-writes (the default) they are also pulled only once this worker's
+// own pushes of steps before t are acknowledged, so a worker's pull, compute
+// and push run one after another (only parsing overlaps them, and waits for
+// other workers are gone within the bound); without it, pulling the next
+// batch's rows overlaps computing the current one, and pushing overlaps both.
 //
 // Tables (on the servers; names start with the model's name, so different
 // models can share a cluster): <model>.embedding (dim embedding_dim),
@@ -51,7 +54,7 @@ struct TrainerOptions {
   // Test data (comma-separated paths or globs); empty: no evaluation.
   std::string test_files;
   // The model; its fields, dense features and crosses must be the layout's
-  // (ConfigForLayout).
+  // (ConfigForLayout; Run() checks).
   kernels::ModelConfig model;
   // Server-side optimizers. Defaults: Adagrad (lr 0.05) for the embeddings,
   // FTRL (alpha 0.05) for the wide weights, Adam (lr 0.001) for the MLP.
@@ -92,7 +95,8 @@ struct TrainerOptions {
   // goes on with those there). Defaults: 1, 5 minutes.
   int num_workers = 1;
   absl::Duration start_timeout = absl::Minutes(5);
-  // Steps whose pushes may be queued or in flight. Default: 2.
+  // Steps whose pushes may be queued or in flight (without read-my-writes;
+  // with it, one). Default: 2.
   int max_pushes_in_flight = 2;
   // Evaluate on the test data every this many of this worker's examples
   // (0: only at the end), on at most eval_lines lines (0: all).
@@ -139,6 +143,11 @@ struct TrainingSummary {
   // The clock this worker started at: 0, the live minimum for a worker that
   // joined mid-training, or a checkpoint's for one that resumed.
   int64_t first_step = 0;
+  // Pushes sent with a learning-rate scale other than 1 (a schedule or
+  // staleness-aware rates), and pushes whose dense gradients were
+  // delay-compensated.
+  int64_t scaled_pushes = 0;
+  int64_t compensated_pushes = 0;
   // Time this worker's pushes held at checkpoint cuts.
   double cut_hold_seconds = 0;
   // Checkpoints this worker took (periodic ones), and those that failed.
