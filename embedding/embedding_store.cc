@@ -581,7 +581,8 @@ absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
   if (kind == kScaledPushRecord) {
     std::memcpy(learning_rate_scale, record.data() + kPushHeaderBytes,
                 sizeof(float));
-    if (!(*learning_rate_scale > 0.0f) || !std::isfinite(*learning_rate_scale)) {
+    if (!(*learning_rate_scale > 0.0f) ||
+        !std::isfinite(*learning_rate_scale)) {
       return absl::DataLossError(
           absl::StrCat("a push-log record with a learning-rate scale of ",
                        *learning_rate_scale));
@@ -774,10 +775,9 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
     // The record is built before the stripes are locked; only the sections'
     // sequence numbers are filled in under the locks.
     const bool scaled = learning_rate_scale != 1.0f;
-    const uint32_t header[4] = {kRecordMarker,
-                                scaled ? kScaledPushRecord : kPushRecord,
-                                origin.worker,
-                                static_cast<uint32_t>(push.keys.size())};
+    const uint32_t header[4] = {
+        kRecordMarker, scaled ? kScaledPushRecord : kPushRecord, origin.worker,
+        static_cast<uint32_t>(push.keys.size())};
     push.record.reserve(
         kScaledPushHeaderBytes + stripes_.size() * kSectionHeaderBytes +
         push.keys.size() * (sizeof(uint64_t) + dim * sizeof(float)));
@@ -870,9 +870,9 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
   for (size_t i = 0; i < push.rows.size(); ++i) {
     float* values = push.rows[i]->values().data();
     push.before.insert(push.before.end(), values, values + row_floats);
-    const bool finite = table.optimizer->Apply(
-        &push.gradients[push.order[i] * dim], table.dim,
-        push.learning_rate_scale, values, values + dim);
+    const bool finite =
+        table.optimizer->Apply(&push.gradients[push.order[i] * dim], table.dim,
+                               push.learning_rate_scale, values, values + dim);
     push.applied = i + 1;
     if (!finite) {
       const int64_t bad = FirstNonFinite(push.rows[i]->values());

@@ -209,16 +209,16 @@ TEST(OptimizerTest, ALearningRateScaleScalesEveryOptimizersStep) {
     (*optimizer)->InitState(1, state.data());
     float weight = 0.2f;
     for (float warmup : {0.4f, -0.1f, 0.3f}) {
-      ASSERT_TRUE(
-          (*optimizer)->Apply(&warmup, 1, 1.0f, &weight, state.data()));
+      ASSERT_TRUE((*optimizer)->Apply(&warmup, 1, 1.0f, &weight, state.data()));
     }
     std::vector<float> half_state = state;
     const float start = weight;
     float half_weight = weight;
     const float gradient = 0.3f;
     ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 1.0f, &weight, state.data()));
-    ASSERT_TRUE((*optimizer)->Apply(&gradient, 1, 0.5f, &half_weight,
-                                    half_state.data()));
+    ASSERT_TRUE(
+        (*optimizer)
+            ->Apply(&gradient, 1, 0.5f, &half_weight, half_state.data()));
     EXPECT_LT(weight, start) << kind;
     EXPECT_NEAR(start - half_weight, 0.5f * (start - weight), 1e-5) << kind;
     // A zero gradient, unscaled: the weight stays where the scaled step

@@ -96,8 +96,7 @@ Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
   }
   KERNELS_RETURN_IF_ERROR(
       Upload(&set->dense, in.dense, batch * config_.dense_features));
-  KERNELS_RETURN_IF_ERROR(
-      Upload(&set->wide_rows, in.wide_rows, WideRows(in)));
+  KERNELS_RETURN_IF_ERROR(Upload(&set->wide_rows, in.wide_rows, WideRows(in)));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(
         Upload(&set->params[t], in.dense_params[t], tensors_[t].size()));
@@ -131,9 +130,8 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
   // Wide part: per-key weights, dense weights, bias.
-  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(set.wide_rows.data,
-                                              WideIndex(set), batch,
-                                              wide_slots(), logits_.data));
+  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(
+      set.wide_rows.data, WideIndex(set), batch, wide_slots(), logits_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(
       false, false, batch, 1, config_.dense_features, 1.0f, set.dense.data,
       config_.dense_features, params[0].data, 1, 1.0f, logits_.data, 1));
@@ -188,9 +186,9 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
   }
   // Wide part.
   KERNELS_RETURN_IF_ERROR(Reserve(&wide_grads_, WideRows(in)));
-  KERNELS_RETURN_IF_ERROR(backend_->ScatterReduce(
-      dlogits_.data, 1, 0, WideIndex(set), batch, wide_slots(), 1,
-      WideRows(in), wide_grads_.data));
+  KERNELS_RETURN_IF_ERROR(
+      backend_->ScatterReduce(dlogits_.data, 1, 0, WideIndex(set), batch,
+                              wide_slots(), 1, WideRows(in), wide_grads_.data));
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(
       true, false, config_.dense_features, 1, batch, 1.0f, set.dense.data,
       config_.dense_features, dlogits_.data, 1, 0.0f, param_grads_[0].data, 1));

@@ -8,10 +8,11 @@
 //   deepfm     wide_deep's logit + FM second-order term over the embeddings
 //
 // The wide part sums a weight per field and, when the model has crosses, per
-// cross (wide-only slots with their own index). Hidden layers use ReLU; the last layer has one output and no activation.
-// The loss is the mean binary cross-entropy over the batch. Parameters come
-// in per step (pulled from the servers) and gradients go out (to be pushed);
-// the model keeps no parameters, only scratch buffers in backend memory.
+// cross (wide-only slots with their own index). Hidden layers use ReLU; the
+// last layer has one output and no activation. The loss is the mean binary
+// cross-entropy over the batch. Parameters come in per step (pulled from the
+// servers) and gradients go out (to be pushed); the model keeps no parameters,
+// only scratch buffers in backend memory.
 //
 // Not thread-safe: one model per thread. The backend must outlive the model.
 

@@ -138,6 +138,36 @@ TEST(CtrModelTest, CrossesAddWideOnlySlotsWithTheirOwnRows) {
   EXPECT_GT(after[0], before[0]);
 }
 
+TEST(CtrModelTest, CrossesReadTheWideIndexNotTheFields) {
+  // lr with 3 fields and 2 crosses equals lr with 5 fields whose index is
+  // the wide index: same probabilities, same wide gradients.
+  Problem p = MakeProblem(ModelKind::kLogisticRegression, 5);
+  p.config.crosses = 2;
+  constexpr int kWideRows = 7;
+  std::vector<int32_t> wide_index(p.step.batch * 5);
+  for (size_t i = 0; i < wide_index.size(); ++i)
+    wide_index[i] = static_cast<int32_t>((i * 3 + 1) % kWideRows);
+  p.step.wide_rows.resize(kWideRows);
+  for (int r = 0; r < kWideRows; ++r) p.step.wide_rows[r] = 0.2f * (r - 2);
+  StepInputs crossed = p.Inputs();
+  crossed.wide_index = wide_index.data();
+  crossed.num_wide_rows = kWideRows;
+  ModelConfig flat = p.config;
+  flat.fields = 5;
+  flat.crosses = 0;
+  StepInputs plain = p.Inputs();
+  plain.index = wide_index.data();
+  plain.num_unique = kWideRows;
+  auto backend = NewCpuBackend();
+  CtrModel crossed_model(p.config, backend.get());
+  CtrModel flat_model(flat, backend.get());
+  StepOutputs crossed_out, flat_out;
+  ASSERT_TRUE(crossed_model.TrainStep(crossed, &crossed_out).ok());
+  ASSERT_TRUE(flat_model.TrainStep(plain, &flat_out).ok());
+  EXPECT_EQ(crossed_out.probabilities, flat_out.probabilities);
+  EXPECT_EQ(crossed_out.wide_grads, flat_out.wide_grads);
+}
+
 TEST(CtrModelTest, PredictMatchesTrainStepProbabilities) {
   Problem p = MakeProblem(ModelKind::kDeepFm, 7);
   auto backend = NewCpuBackend();

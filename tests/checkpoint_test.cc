@@ -13,8 +13,8 @@
 
 #include <signal.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -151,10 +151,9 @@ class CheckpointTest : public ::testing::Test {
   std::string Generate(const std::string& name, int lines, int seed = 1,
                        const std::vector<std::string>& flags = {}) {
     const std::string path = dir_ + "/" + name;
-    std::vector<std::string> argv = {BinaryPath("worker/clicklog_gen"),
-                                     "--out=" + path,
-                                     absl::StrCat("--lines=", lines),
-                                     absl::StrCat("--sample_seed=", seed)};
+    std::vector<std::string> argv = {
+        BinaryPath("worker/clicklog_gen"), "--out=" + path,
+        absl::StrCat("--lines=", lines), absl::StrCat("--sample_seed=", seed)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     EXPECT_EQ(RunToCompletion(argv, dir_ + "/gen.log"), 0)
         << ReadFile(dir_ + "/gen.log");
@@ -719,8 +718,8 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
   // A CSV with a header, an id, a multi field and a cross: ps_predict takes
   // the layout from the export, with no layout flags.
   const std::vector<std::string> layout = {
-      "--format=csv", "--header",
-      "--columns=skip,label,cat*26,dense*13,multi", "--multi_pooling=mean"};
+      "--format=csv", "--header", "--columns=skip,label,cat*26,dense*13,multi",
+      "--multi_pooling=mean"};
   std::vector<std::string> gen = layout;
   gen.push_back("--multi_fields=1");
   const std::string data = Generate("train.csv", 20000, 1, gen);
@@ -768,13 +767,13 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
   // at its default value (--header=false) still counts.
   const std::string same_features =
       " --format=tsv --header=false --columns=label,cat*26,dense*13,multi";
-  ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
-                             BinaryPath("worker/ps_predict") + " --model=" +
-                                 dir_ + "/export --input=" + dir_ +
-                                 "/reordered.tsv" + same_features + " > " +
-                                 dir_ + "/out_tsv"},
-                            dir_ + "/predict_tsv.log"),
-            0)
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       BinaryPath("worker/ps_predict") + " --model=" + dir_ +
+                           "/export --input=" + dir_ + "/reordered.tsv" +
+                           same_features + " > " + dir_ + "/out_tsv"},
+                      dir_ + "/predict_tsv.log"),
+      0)
       << ReadFile(dir_ + "/predict_tsv.log");
   EXPECT_EQ(After(ReadFile(dir_ + "/out_tsv"), "AUC "), After(printed, "AUC "));
   for (const std::string other :

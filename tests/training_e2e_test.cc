@@ -436,10 +436,9 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
   for (const auto& [name, lines, seed] :
        {std::make_tuple("train.csv", kTrainLines, 1),
         std::make_tuple("test.csv", kTestLines, 2)}) {
-    std::vector<std::string> argv = {gen, "--out=" + dir_ + "/" + name,
-                                     absl::StrCat("--lines=", lines),
-                                     absl::StrCat("--sample_seed=", seed),
-                                     "--multi_fields=2"};
+    std::vector<std::string> argv = {
+        gen, "--out=" + dir_ + "/" + name, absl::StrCat("--lines=", lines),
+        absl::StrCat("--sample_seed=", seed), "--multi_fields=2"};
     argv.insert(argv.end(), layout.begin(), layout.end());
     ASSERT_EQ(RunToCompletion(argv, dir_ + "/gen.log"), 0);
   }
@@ -459,8 +458,8 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
   EXPECT_EQ(with_multi.Get("test_examples"), kTestLines);
   EXPECT_GT(with_multi.Get("test_auc"), 0.7);
   EXPECT_GT(with_multi.Get("test_auc"), without_multi.Get("test_auc") + 0.02)
-      << "with the multi fields " << with_multi.Get("test_auc")
-      << ", without " << without_multi.Get("test_auc");
+      << "with the multi fields " << with_multi.Get("test_auc") << ", without "
+      << without_multi.Get("test_auc");
   // The same columns misdeclared (a multi field read as one categorical
   // value): the lines parse, but the model is worse.
   std::vector<std::string> as_cat = data;
@@ -515,11 +514,10 @@ TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
   const std::vector<std::vector<std::string>> slow = {{},
                                                       {"--slow_step_ms=30"}};
   const std::vector<WorkerRun> plain = Train(1, 2, {"--staleness=2"}, slow);
-  const std::vector<WorkerRun> damped =
-      Train(1, 2,
-            {"--staleness=2", "--staleness_aware_lr",
-             "--delay_compensation=0.5"},
-            slow);
+  const std::vector<WorkerRun> damped = Train(
+      1, 2,
+      {"--staleness=2", "--staleness_aware_lr", "--delay_compensation=0.5"},
+      slow);
   // The fast worker saw staleness 2 on some pulls, and those pushes went
   // with their rates halved; every push was compensated.
   EXPECT_EQ(damped[0].Get("max_staleness_seen"), 2);
@@ -533,8 +531,7 @@ TEST_F(TrainingTest, WithoutATestSetTheWorkerSaysSo) {
   const WorkerRun run = Train(
       1, 1,
       {"--test=", "--interval_metrics_out=" + dir_ + "/intervals.jsonl"})[0];
-  EXPECT_NE(run.log.find("no test set (--test)"), std::string::npos)
-      << run.log;
+  EXPECT_NE(run.log.find("no test set (--test)"), std::string::npos) << run.log;
   EXPECT_EQ(run.log.find("test AUC 0.0000"), std::string::npos) << run.log;
   // Each interval line names its worker (the plot's legend uses it).
   const std::string intervals = ReadFile(dir_ + "/intervals.jsonl");

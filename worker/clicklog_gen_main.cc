@@ -1,5 +1,5 @@
-// clicklog_gen: writes a synthetic Criteo-format click log with its hidden
-// ground truth. See worker/clicklog_generator.h and --help.
+// clicklog_gen: writes a synthetic click log (Criteo's layout or another) with
+// its hidden ground truth. See worker/clicklog_generator.h and --help.
 
 #include <zlib.h>
 
@@ -114,9 +114,10 @@ int main(int argc, char** argv) {
   // Columns the generator has no values for are written empty; values the
   // layout has no column for are left out, while their effects stay in the
   // true probabilities (so --summary_out's best AUC is out of reach).
-  const int multi_columns = layout->fields() - static_cast<int>(std::count(
-      layout->columns.begin(), layout->columns.end(),
-      ps::worker::ColumnKind::kCategorical));
+  const int multi_columns =
+      layout->fields() - static_cast<int>(std::count(
+                             layout->columns.begin(), layout->columns.end(),
+                             ps::worker::ColumnKind::kCategorical));
   const int categorical_columns = layout->fields() - multi_columns;
   if (layout->dense_features() != ps::worker::kGeneratedDense ||
       categorical_columns != ps::worker::kGeneratedCategorical ||
@@ -127,8 +128,8 @@ int main(int argc, char** argv) {
                  "(--multi_fields): extra columns are written empty, values "
                  "without a column are left out but still move the click\n",
                  layout->dense_features(), categorical_columns, multi_columns,
-                 ps::worker::kGeneratedDense,
-                 ps::worker::kGeneratedCategorical, options.multi_fields);
+                 ps::worker::kGeneratedDense, ps::worker::kGeneratedCategorical,
+                 options.multi_fields);
   }
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
     std::fprintf(stderr,

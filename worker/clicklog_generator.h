@@ -1,18 +1,20 @@
 // File: worker/clicklog_generator.h
 //
-// Synthetic Criteo-format click logs with a known ground truth, so that the
-// best AUC and logloss any model can reach on the data are known.
+// Synthetic click logs with a known ground truth, so that the best AUC and
+// logloss any model can reach on the data are known; Criteo's layout, or any
+// other (FormatLine).
 //
 // Each line's click probability is sigmoid(bias + sum of per-value effects of
 // its 26 categorical values + effects of log1p of its 13 integers + pairwise
 // interactions between chosen field pairs, as dot products of per-value latent
 // vectors + the summed effects of every value of its multi-valued fields, if
-// asked for any: 1 to 8 values each, like a user's tags). Categorical vocabularies range from tens to millions of values,
-// drawn with power-law (Zipf-like) frequencies, so most values are rare;
-// integers are heavy-tailed counts; values are missing at per-field rates.
-// Effects are pure functions of (seed, field, value), so no table of the
-// vocabulary is kept in memory. Everything is deterministic given `seed`.
-// Not thread-safe: one generator per thread.
+// asked for any: 1 to 8 values each, like a user's tags). Categorical
+// vocabularies range from tens to millions of values, drawn with power-law
+// (Zipf-like) frequencies, so most values are rare; integers are heavy-tailed
+// counts; values are missing at per-field rates. Effects are pure functions of
+// (seed, field, value), so no table of the vocabulary is kept in memory.
+// Everything is deterministic given `seed`. Not thread-safe: one generator per
+// thread.
 
 #ifndef PS_WORKER_CLICKLOG_GENERATOR_H_
 #define PS_WORKER_CLICKLOG_GENERATOR_H_

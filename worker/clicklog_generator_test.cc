@@ -96,8 +96,8 @@ TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
     criteo.Next(&criteo_line, &criteo_probability);
     Example criteo_parsed;
     ASSERT_OK(ParseLine(criteo_line, InputLayout::Criteo(), &criteo_parsed));
-    EXPECT_TRUE(std::equal(criteo_parsed.keys.begin(),
-                           criteo_parsed.keys.end(), parsed.keys.begin()));
+    EXPECT_TRUE(std::equal(criteo_parsed.keys.begin(), criteo_parsed.keys.end(),
+                           parsed.keys.begin()));
     EXPECT_EQ(criteo_parsed.dense, parsed.dense);
     if (i > 0) {
       EXPECT_NE(probability, criteo_probability);

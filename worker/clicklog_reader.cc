@@ -25,7 +25,8 @@ constexpr int kLoggedBadLines = 10;
 // open.
 absl::StatusOr<bool> IsGzip(const std::string& path) {
   FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (file == nullptr)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
   unsigned char magic[2] = {0, 0};
   const size_t read = std::fread(magic, 1, 2, file);
   std::fclose(file);
@@ -127,10 +128,10 @@ class ClickLogReader::Shuffler {
   }
 
   void StartEpoch(int epoch) {
-    const uint64_t words[3] = {reader_->options_.shuffle_seed,
-                               static_cast<uint64_t>(
-                                   reader_->options_.worker_index),
-                               static_cast<uint64_t>(epoch)};
+    const uint64_t words[3] = {
+        reader_->options_.shuffle_seed,
+        static_cast<uint64_t>(reader_->options_.worker_index),
+        static_cast<uint64_t>(epoch)};
     rng_.seed(XXH3_64bits(words, sizeof(words)));
   }
 
@@ -320,10 +321,9 @@ bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
                              : "");
       }
       if (bad > options_.max_bad_lines) {
-        Finish(absl::FailedPreconditionError(
-            absl::StrCat(bad, " malformed lines (last at ", where,
-                         "), more than --max_bad_lines=",
-                         options_.max_bad_lines)));
+        Finish(absl::FailedPreconditionError(absl::StrCat(
+            bad, " malformed lines (last at ", where,
+            "), more than --max_bad_lines=", options_.max_bad_lines)));
         keep_going = false;
       }
       continue;

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status_matchers.h"

@@ -59,9 +59,9 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
     } else if (item == "skip") {
       kind = ColumnKind::kSkip;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--columns: unknown column kind \"", item,
-          "\" (label, dense, cat, multi or skip, optionally *N)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--columns: unknown column kind \"", item,
+                       "\" (label, dense, cat, multi or skip, optionally *N)"));
     }
     columns.insert(columns.end(), repeat, kind);
   }
@@ -71,9 +71,8 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
 absl::StatusOr<char> OneCharacter(absl::string_view flag,
                                   absl::string_view value) {
   if (value.size() != 1 || value[0] == '\n' || value[0] == '\r') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be one character, not \"", value,
-                     "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " must be one character, not \"", value, "\""));
   }
   return value[0];
 }
@@ -128,9 +127,8 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
   auto parsed = ParseColumns(columns);
   if (!parsed.ok()) return parsed.status();
   layout.columns = std::move(parsed).value();
-  const auto labels =
-      std::count(layout.columns.begin(), layout.columns.end(),
-                 ColumnKind::kLabel);
+  const auto labels = std::count(layout.columns.begin(), layout.columns.end(),
+                                 ColumnKind::kLabel);
   if (labels != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--columns must have exactly one label column, not ", labels));
@@ -159,9 +157,9 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
     const std::vector<absl::string_view> parts = absl::StrSplit(pair, ':');
     int first = -1, second = -1;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) ||
-        !absl::SimpleAtoi(parts[1], &second) || first < 0 ||
-        second < 0 || first >= layout.fields() ||
-        second >= layout.fields() || first == second) {
+        !absl::SimpleAtoi(parts[1], &second) || first < 0 || second < 0 ||
+        first >= layout.fields() || second >= layout.fields() ||
+        first == second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--crosses: \"", pair, "\" must be I:J, two different fields in [0, ",
           layout.fields(), ") (the cat and multi columns, in order)"));
@@ -184,10 +182,9 @@ std::string ColumnsSpec(const InputLayout& layout) {
            layout.columns[end] == layout.columns[i]) {
       ++end;
     }
-    runs.push_back(end - i == 1
-                       ? std::string(KindName(layout.columns[i]))
-                       : absl::StrCat(KindName(layout.columns[i]), "*",
-                                      end - i));
+    runs.push_back(
+        end - i == 1 ? std::string(KindName(layout.columns[i]))
+                     : absl::StrCat(KindName(layout.columns[i]), "*", end - i));
     i = end;
   }
   return absl::StrJoin(runs, ",");
@@ -202,14 +199,15 @@ std::string LayoutText(const InputLayout& layout) {
   std::vector<std::string> crosses;
   for (const auto& [first, second] : layout.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
-  return absl::StrCat(
-      "format=", layout.delimiter == ',' ? "csv" : "tsv",
-      " header=", layout.header ? 1 : 0, " columns=", ColumnsSpec(layout),
-      " multi_separator=",
-      layout.multi_separator == ' ' ? std::string(kSpace)
-                                    : std::string(1, layout.multi_separator),
-      " multi_pooling=", layout.multi_pooling == Pooling::kMean ? "mean" : "sum",
-      " crosses=", absl::StrJoin(crosses, ","));
+  return absl::StrCat("format=", layout.delimiter == ',' ? "csv" : "tsv",
+                      " header=", layout.header ? 1 : 0,
+                      " columns=", ColumnsSpec(layout), " multi_separator=",
+                      layout.multi_separator == ' '
+                          ? std::string(kSpace)
+                          : std::string(1, layout.multi_separator),
+                      " multi_pooling=",
+                      layout.multi_pooling == Pooling::kMean ? "mean" : "sum",
+                      " crosses=", absl::StrJoin(crosses, ","));
 }
 
 absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
@@ -234,9 +232,8 @@ absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
     } else if (key == "crosses") {
       crosses = std::string(value);
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input layout \"", text, "\": unknown part \"", key,
-                       "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input layout \"", text, "\": unknown part \"", key, "\""));
     }
   }
   return MakeInputLayout(format, header, columns, separator, pooling, crosses);

@@ -34,9 +34,9 @@ namespace ps::worker {
 
 namespace {
 
-constexpr const char* kLayoutFlags[] = {"format",          "header",
-                                        "columns",         "multi_separator",
-                                        "multi_pooling",   "crosses"};
+constexpr const char* kLayoutFlags[] = {"format",        "header",
+                                        "columns",       "multi_separator",
+                                        "multi_pooling", "crosses"};
 
 // Whether `--name` (or -name, --name=..., --noname) is among argv's flags.
 bool OnCommandLine(absl::string_view name, int argc, char** argv) {
@@ -78,7 +78,9 @@ absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
   *any_given = false;
   for (const char* name : kLayoutFlags)
     *any_given = *any_given || OnCommandLine(name, argc, argv);
-  auto given = [&](const char* name) { return OnCommandLine(name, argc, argv); };
+  auto given = [&](const char* name) {
+    return OnCommandLine(name, argc, argv);
+  };
   std::vector<std::string> crosses;
   for (const auto& [first, second] : base.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));

@@ -44,9 +44,9 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
           absl::StrCat("more than ", expected, " ",
                        DelimiterName(layout.delimiter), "-separated columns"));
     }
-    columns.push_back(line.substr(
-        start, end == absl::string_view::npos ? absl::string_view::npos
-                                              : end - start));
+    columns.push_back(line.substr(start, end == absl::string_view::npos
+                                             ? absl::string_view::npos
+                                             : end - start));
     if (end == absl::string_view::npos) break;
     start = end + 1;
   }
@@ -54,8 +54,8 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
   const bool labeled = count == expected;
   if (!labeled && !(count == expected - 1 && label == LabelColumn::kOptional)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        count, " ", DelimiterName(layout.delimiter), "-separated columns, expected ",
-        expected,
+        count, " ", DelimiterName(layout.delimiter),
+        "-separated columns, expected ", expected,
         label == LabelColumn::kOptional
             ? absl::StrCat(" (or ", expected - 1, " without the label)")
             : ""));
@@ -102,10 +102,10 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
           if (value_end > value_start) {
             if (example->keys.size() - first ==
                 static_cast<size_t>(layout.max_values_per_field)) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "multi column ", c + 1,
-                  " has more values than --max_values_per_field=",
-                  layout.max_values_per_field));
+              return absl::InvalidArgumentError(
+                  absl::StrCat("multi column ", c + 1,
+                               " has more values than --max_values_per_field=",
+                               layout.max_values_per_field));
             }
             example->keys.push_back(FeatureKey(
                 field, raw.substr(value_start, value_end - value_start)));
@@ -127,14 +127,13 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
     const auto [first, second] = layout.crosses[x];
     const uint32_t first_end = example->slot_end[first];
     const uint32_t second_end = example->slot_end[second];
-    const uint64_t pairs =
-        uint64_t{first_end - example->slot_begin(first)} *
-        (second_end - example->slot_begin(second));
+    const uint64_t pairs = uint64_t{first_end - example->slot_begin(first)} *
+                           (second_end - example->slot_begin(second));
     if (pairs > static_cast<uint64_t>(layout.max_values_per_field)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cross ", first, ":", second, " gives ", pairs,
-          " keys, more than --max_values_per_field=",
-          layout.max_values_per_field));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cross ", first, ":", second, " gives ", pairs,
+                       " keys, more than --max_values_per_field=",
+                       layout.max_values_per_field));
     }
     for (uint32_t i = example->slot_begin(first); i < first_end; ++i) {
       for (uint32_t j = example->slot_begin(second); j < second_end; ++j) {

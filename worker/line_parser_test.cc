@@ -110,16 +110,15 @@ TEST(LineParserTest, ALineWithoutALabelIsScoredOnlyWhenAllowed) {
   EXPECT_EQ(example.keys[25], FeatureKey(25, "last"));
   // A labeled line reads the same either way.
   Example labeled;
-  ASSERT_OK(
-      Parse(Line("1", ints, cats), &labeled, LabelColumn::kOptional));
+  ASSERT_OK(Parse(Line("1", ints, cats), &labeled, LabelColumn::kOptional));
   EXPECT_TRUE(labeled.has_label);
   EXPECT_EQ(labeled.label, 1.0f);
   EXPECT_EQ(labeled.keys[25], example.keys[25]);
   EXPECT_EQ(labeled.dense[2], example.dense[2]);
   // 38 columns are still too few.
-  EXPECT_THAT(Parse(line.substr(line.find('\t') + 1), &example,
-                              LabelColumn::kOptional),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      Parse(line.substr(line.find('\t') + 1), &example, LabelColumn::kOptional),
+      StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(LineParserTest, ReadsAnyLayout) {
@@ -149,8 +148,10 @@ TEST(LineParserTest, ReadsAnyLayout) {
   EXPECT_EQ(example.keys[1], FeatureKey(1, "x"));
   EXPECT_EQ(example.keys[3], FeatureKey(1, "z"));
   EXPECT_EQ(example.keys[4], FeatureKey(2, "b"));
-  EXPECT_EQ(example.keys[5], CrossKey(0, FeatureKey(0, "a"), FeatureKey(2, "b")));
-  EXPECT_EQ(example.keys[8], CrossKey(1, FeatureKey(1, "z"), FeatureKey(2, "b")));
+  EXPECT_EQ(example.keys[5],
+            CrossKey(0, FeatureKey(0, "a"), FeatureKey(2, "b")));
+  EXPECT_EQ(example.keys[8],
+            CrossKey(1, FeatureKey(1, "z"), FeatureKey(2, "b")));
   // The two crosses of the same pair of keys differ from each other and
   // from every field key.
   EXPECT_NE(CrossKey(0, 1, 2), CrossKey(1, 1, 2));

@@ -8,9 +8,11 @@
 //   warmup:W        a linear ramp from 1/W at step 0 to 1 at step W - 1
 //   exponential:H   then halving every H steps (after the warmup)
 //   inverse_sqrt    then sqrt(W / step) (needs a warmup)
-//   cosine:T        then half a cosine from 1 down to 0 at step T
+//   cosine:T        then half a cosine from 1 at step W down to 0 at step
+//                   W + T
 //
-// e.g. "warmup:20,cosine:500". At most one decay. Steps are a worker's
+// e.g. "warmup:20,cosine:500". At most one decay. A decay never goes below
+// 1e-3, so that the last steps still learn. Steps are a worker's
 // clock, which under bounded staleness is the cluster's step to within the
 // bound. Immutable and thread-safe.
 

@@ -39,8 +39,7 @@ TEST(LearningRateScheduleTest, BadSchedulesNameTheFlag) {
        {"warmup", "warmup:0", "warmup:-3", "cosine", "exponential:x",
         "linear:5", "exponential:5,cosine:9", "inverse_sqrt", "constant:3"}) {
     auto schedule = LearningRateSchedule::Parse(text);
-    EXPECT_THAT(schedule, StatusIs(absl::StatusCode::kInvalidArgument))
-        << text;
+    EXPECT_THAT(schedule, StatusIs(absl::StatusCode::kInvalidArgument)) << text;
     EXPECT_NE(schedule.status().message().find("--lr_schedule"),
               std::string::npos);
   }

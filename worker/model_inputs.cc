@@ -72,8 +72,8 @@ void ModelInputs::Prepare(const std::vector<Example>& examples,
   if (!pool_end.empty() || crosses) {
     for (int b = 0; b < batch; ++b) {
       for (int s = 0; s < slots; ++s) {
-        int32_t* wide = crosses ? &wide_index[static_cast<size_t>(b) * slots + s]
-                                : nullptr;
+        int32_t* wide =
+            crosses ? &wide_index[static_cast<size_t>(b) * slots + s] : nullptr;
         if (s < fields) {
           int32_t& row = index[static_cast<size_t>(b) * fields + s];
           if (row < 0) {
@@ -106,9 +106,8 @@ void ModelInputs::PoolRows(int embedding_dim) {
     float* pooled = &embedding_rows[(unique + p) * embedding_dim];
     std::fill(pooled, pooled + embedding_dim, 0.0f);
     for (uint32_t m = pool_begin(p); m < pool_end[p]; ++m) {
-      const float* member = &embedding_rows[static_cast<size_t>(
-                                                pool_members[m]) *
-                                            embedding_dim];
+      const float* member =
+          &embedding_rows[static_cast<size_t>(pool_members[m]) * embedding_dim];
       for (int d = 0; d < embedding_dim; ++d) pooled[d] += member[d];
     }
     for (int d = 0; d < embedding_dim; ++d) pooled[d] *= scale;

@@ -71,7 +71,9 @@ struct ModelInputs {
   const std::vector<uint64_t>& wide_fetch_keys() const {
     return wide_keys.empty() ? unique_keys : wide_keys;
   }
-  size_t embedding_row_count() const { return unique_keys.size() + field_pools; }
+  size_t embedding_row_count() const {
+    return unique_keys.size() + field_pools;
+  }
   size_t wide_row_count() const {
     return wide_fetch_keys().size() + pool_end.size();
   }

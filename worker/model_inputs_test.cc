@@ -41,8 +41,8 @@ void FillRandom(std::vector<float>* values, uint32_t seed) {
 }
 
 TEST(ModelInputsTest, CriteoBatchesHaveNoPooledRowsAndShareTheWideRows) {
-  const InputLayout layout = *MakeInputLayout("csv", false, "label,cat*2,dense",
-                                              "|", "sum", "");
+  const InputLayout layout =
+      *MakeInputLayout("csv", false, "label,cat*2,dense", "|", "sum", "");
   ModelInputs inputs;
   inputs.Prepare(ParseAll(layout, {"1,a,b,1", "0,a,c,2"}), layout, kDim);
   EXPECT_EQ(inputs.unique_keys.size(), 3u);  // a, b (field 1), c
@@ -89,9 +89,9 @@ TEST(ModelInputsTest, PooledRowsAreTheSumOrMeanOfTheirKeysRows) {
         for (int d = 0; d < kDim; ++d) {
           float sum = 0;
           for (uint32_t k = begin; k < end; ++k) {
-            sum += inputs.embedding_rows[wide_position.at(example.keys[k]) *
-                                             kDim +
-                                         d];
+            sum +=
+                inputs.embedding_rows[wide_position.at(example.keys[k]) * kDim +
+                                      d];
           }
           EXPECT_FLOAT_EQ(inputs.embedding_rows[row * kDim + d], sum * scale)
               << pooling << " example " << b << " field " << s;
@@ -119,11 +119,11 @@ TEST(ModelInputsTest, FoldingGradientsIsTheAdjointOfPooling) {
     ASSERT_GT(inputs.wide_row_count(), wide_fetched);
     ASSERT_GT(inputs.embedding_row_count(), fetched);
     ASSERT_GT(wide_fetched, fetched);  // the crosses' keys
-    const std::vector<float> rows(inputs.embedding_rows.begin(),
-                                  inputs.embedding_rows.begin() +
-                                      fetched * kDim);
-    const std::vector<float> wide_rows(
-        inputs.wide_rows.begin(), inputs.wide_rows.begin() + wide_fetched);
+    const std::vector<float> rows(
+        inputs.embedding_rows.begin(),
+        inputs.embedding_rows.begin() + fetched * kDim);
+    const std::vector<float> wide_rows(inputs.wide_rows.begin(),
+                                       inputs.wide_rows.begin() + wide_fetched);
     inputs.PoolRows(kDim);
     std::vector<float> grads(inputs.embedding_rows.size());
     std::vector<float> wide_grads(inputs.wide_rows.size());
@@ -163,7 +163,8 @@ TEST(ModelInputsTest, WithoutCrossesTheWideRowsAreTheEmbeddingRows) {
   FillRandom(&inputs.embedding_rows, 7);
   FillRandom(&inputs.wide_rows, 8);
   inputs.PoolRows(kDim);
-  EXPECT_FLOAT_EQ(inputs.wide_rows[4], inputs.wide_rows[1] + inputs.wide_rows[2]);
+  EXPECT_FLOAT_EQ(inputs.wide_rows[4],
+                  inputs.wide_rows[1] + inputs.wide_rows[2]);
   // lr: no embeddings at all; the wide rows still pool.
   ModelInputs lr;
   lr.Prepare(ParseAll(layout, {"1,a,x|y"}), layout, /*embedding_dim=*/0);

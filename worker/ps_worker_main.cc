@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(
       "Trains a CTR model (lr, wide_deep, deepfm) on click logs (Criteo's "
-      "layout, or --format/--columns/...) against ps_server shards.\n\nExample:\n  ps_worker "
+      "layout, or --format/--columns/...) against ps_server "
+      "shards.\n\nExample:\n  ps_worker "
       "--servers=127.0.0.1:50051,127.0.0.1:50052 --worker_index=0 "
       "--num_workers=2 "
       "--train='data/train-*.tsv.gz' --test=data/test.tsv "

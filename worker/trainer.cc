@@ -81,8 +81,8 @@ std::string SummaryToJson(const TrainingSummary& s) {
       s.bad_lines, s.max_staleness_seen,
       absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
       s.pull_seconds, s.compute_seconds, s.push_seconds, s.first_step,
-      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints,
-      s.scaled_pushes, s.compensated_pushes, s.backend);
+      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints, s.scaled_pushes,
+      s.compensated_pushes, s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -236,6 +236,7 @@ absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader) {
         "the checkpoint says this worker had trained on ",
         options_.resume_examples, " examples, but its input gives ", skipped,
         " in whole batches: resume with the same --train, --num_workers, "
+        "--shuffle_buffer, --shuffle_seed, layout flags, "
         "--batch_size and --epochs as the run that took it"));
   }
   return absl::OkStatus();
@@ -307,8 +308,9 @@ absl::Status Trainer::CompensateDelay(PushJob* job) {
     double squares = 0;
     for (float g : gradient) squares += static_cast<double>(g) * g;
     if (squares == 0) continue;
-    const float lambda = options_.delay_compensation /
-                         static_cast<float>(std::sqrt(squares / gradient.size()));
+    const float lambda =
+        options_.delay_compensation /
+        static_cast<float>(std::sqrt(squares / gradient.size()));
     for (size_t i = 0; i < gradient.size(); ++i) {
       gradient[i] += lambda * gradient[i] * gradient[i] *
                      (now[t][i] - job->pulled_dense[t][i]);
@@ -357,9 +359,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model has ", options_.model.fields, " fields, ",
         options_.model.dense_features, " dense features and ",
-        options_.model.crosses, " crosses; the input layout ",
-        layout.fields(), ", ", layout.dense_features(), " and ",
-        layout.crosses.size()));
+        options_.model.crosses, " crosses; the input layout ", layout.fields(),
+        ", ", layout.dense_features(), " and ", layout.crosses.size()));
   }
   RETURN_IF_ERROR(DeclareTables());
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
@@ -566,8 +567,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           "\"examples_per_sec\": %.1f, "
           "\"loss\": %.6f, \"train_auc\": %.6f, \"max_staleness\": %d%s}\n",
           worker_index_, summary.examples, absl::ToDoubleSeconds(now - start),
-          rate, loss,
-          train_auc, max_staleness.load(),
+          rate, loss, train_auc, max_staleness.load(),
           test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc)
                         : "");
       intervals->flush();

@@ -181,7 +181,9 @@ class Trainer {
     return options_.model.kind != kernels::ModelKind::kLogisticRegression;
   }
   // The embedding dimension, 0 for a model without embeddings.
-  int embedding_dim() const { return deep() ? options_.model.embedding_dim : 0; }
+  int embedding_dim() const {
+    return deep() ? options_.model.embedding_dim : 0;
+  }
   // What the model's tables hold (declared with each of them).
   ModelCard Card() const;
   absl::Status DeclareTables();

@@ -39,9 +39,8 @@ void Check(absl::string_view line, const ps::worker::InputLayout& layout) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const ps::worker::InputLayout criteo =
       ps::worker::InputLayout::Criteo();
-  static const ps::worker::InputLayout mixed =
-      *ps::worker::MakeInputLayout("tsv", false, "skip,multi,label,dense*2,cat",
-                                   "|", "mean", "0:1");
+  static const ps::worker::InputLayout mixed = *ps::worker::MakeInputLayout(
+      "tsv", false, "skip,multi,label,dense*2,cat", "|", "mean", "0:1");
   const absl::string_view line(reinterpret_cast<const char*>(data), size);
   Check(line, criteo);
   Check(line, mixed);
