@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Packs ps_server, ps_worker, ps_admin, ps_predict and clicklog_gen with every
+# shared library they load, except glibc's and CUDA's, into one tarball that
+# runs wherever it is unpacked, with no Debian package installed:
+#
+#   ps-bundle/bin/   the binaries; runpath $ORIGIN/../lib (then the CUDA
+#                    directories they were linked with, if any)
+#   ps-bundle/lib/   the libraries (runpath $ORIGIN)
+#   ps-bundle/MANIFEST  what is in it, and the commit it was built from
+#
+#   deploy/bundle.sh OUT.tar.gz            builds the binaries with Bazel first
+#   deploy/bundle.sh OUT.tar.gz BINARY...  packs these, already built
+#
+# glibc (libc, libm, libpthread, libdl, librt, the loader) comes from the
+# machine that runs it, as does CUDA (the driver, and the toolkit's runtime
+# and cuBLAS for --device=cuda). Needs patchelf (deploy/setup.sh installs it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ $# -lt 1 ]; then
+  sed -n '2,17p' "$0" >&2
+  exit 2
+fi
+out=$1
+shift
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+if ! command -v patchelf >/dev/null; then
+  echo "bundle: patchelf is missing (deploy/setup.sh installs it)" >&2
+  exit 1
+fi
+binaries=("$@")
+if [ ${#binaries[@]} -eq 0 ]; then
+  (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
+    //server:ps_admin //worker:ps_worker //worker:ps_predict //worker:clicklog_gen)
+  for path in server/ps_server server/ps_admin worker/ps_worker worker/ps_predict \
+    worker/clicklog_gen; do
+    binaries+=("$here/bazel-bin/$path")
+  done
+fi
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root="$stage/ps-bundle"
+mkdir -p "$root/bin" "$root/lib"
+
+# glibc's libraries and the loader, and anything of CUDA's: left to the host.
+host_library() {
+  case "$1" in
+    linux-vdso.so.* | ld-linux*.so.* | libc.so.* | libm.so.* | libpthread.so.* | \
+      libdl.so.* | librt.so.* | libresolv.so.* | libutil.so.* | libanl.so.* | \
+      libnsl.so.* | libmvec.so.*) return 0 ;;
+    libcuda.so.* | libcudart.so.* | libcublas.so.* | libcublasLt.so.* | libnvidia-*) return 0 ;;
+  esac
+  case "$2" in */cuda*/*) return 0 ;; esac
+  return 1
+}
+
+for binary in "${binaries[@]}"; do
+  name=$(basename "$binary")
+  cp -L "$binary" "$root/bin/$name"
+  chmod u+w "$root/bin/$name"
+  # ldd lists every library the binary loads, transitively.
+  while read -r library arrow path _; do
+    [ "$arrow" = "=>" ] || continue
+    if [ "$path" = "not" ]; then
+      echo "bundle: $name needs $library, which is not found here" >&2
+      exit 1
+    fi
+    host_library "$library" "$path" && continue
+    [ -e "$root/lib/$library" ] || cp -L "$path" "$root/lib/$library"
+  done < <(ldd "$binary")
+  # Keep the CUDA directories the binary was linked with, after the bundle.
+  cuda=$(patchelf --print-rpath "$root/bin/$name" | tr ':' '\n' | grep cuda | paste -sd: || true)
+  patchelf --set-rpath "\$ORIGIN/../lib${cuda:+:$cuda}" "$root/bin/$name"
+done
+for library in "$root"/lib/*; do
+  chmod u+w "$library"
+  patchelf --set-rpath '$ORIGIN' "$library"
+done
+
+{
+  echo "ps-bundle from $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+    "built $(date -u +%Y-%m-%d) on $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "bin: $(cd "$root/bin" && echo *)"
+  echo "lib: $(ls "$root/lib" | wc -l) libraries, $(du -sh "$root/lib" | cut -f1)"
+  echo "needs from the host: glibc $(ldd --version | head -1 | awk '{print $NF}') or newer;" \
+    "for --device=cuda, the CUDA driver and toolkit"
+} >"$root/MANIFEST"
+tar -C "$stage" -czf "$out" ps-bundle
+echo "bundle: wrote $out ($(du -h "$out" | cut -f1)): $(sed -n 2p "$root/MANIFEST")"

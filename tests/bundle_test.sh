@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# deploy/bundle.sh end to end: packs the built binaries, unpacks the bundle
+# into an empty directory, checks that ldd resolves every library inside it
+# but glibc's (and CUDA's, where the binaries were linked with it), then
+# trains 1 shard + 1 worker from it under `env -i` (no PATH, no
+# LD_LIBRARY_PATH) on loopback, exports and scores with ps_predict. Then
+# checks deploy/Dockerfile against the bundle: what it adds is the bundle,
+# the path it runs is in it, its user is not root, and the entrypoint runs
+# with the default arguments (bound to loopback here).
+set -euo pipefail
+runfiles=${TEST_SRCDIR:-$PWD/..}/parameter_server
+work=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
+  "$runfiles/server/ps_server" "$runfiles/server/ps_admin" \
+  "$runfiles/worker/ps_worker" "$runfiles/worker/ps_predict" \
+  "$runfiles/worker/clicklog_gen"
+mkdir "$work/unpacked"
+tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
+bundle=$(realpath "$work/unpacked/ps-bundle")
+for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
+  [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
+done
+
+# Every library resolves inside the bundle, or is glibc's, or CUDA's.
+for binary in "$bundle"/bin/*; do
+  while read -r library arrow path _; do
+    [ "$arrow" = "=>" ] || continue
+    [ "$path" != "not" ] || fail "$(basename "$binary"): $library not found"
+    path=$(realpath -m "$path")
+    case "$path" in
+      "$bundle"/lib/*) ;;
+      */cuda*/*) ;;
+      *)
+        case "$library" in
+          libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | \
+            libresolv.so.* | libutil.so.* | libmvec.so.*) ;;
+          *) fail "$(basename "$binary") loads $library from $path, outside the bundle" ;;
+        esac
+        ;;
+    esac
+  done < <(env -i /usr/bin/ldd "$binary")
+done
+[ "$(ls "$bundle/lib" | grep -c '^libgrpc++')" -ge 1 ] || fail "gRPC is not in lib/"
+
+# Train and score from the bundle alone.
+cd "$work"
+env -i "$bundle/bin/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1
+env -i "$bundle/bin/clicklog_gen" --out=test.tsv --lines=5000 --sample_seed=2
+env -i "$bundle/bin/ps_server" --listen=127.0.0.1:0 --data_dir="$work/shard" \
+  >server.out 2>server.log &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  grep -q "listening on" server.out 2>/dev/null && break
+  sleep 0.1
+done
+address=$(awk '/listening on/ {print $4}' server.out)
+[ -n "$address" ] || fail "ps_server did not start: $(cat server.log)"
+env -i "$bundle/bin/ps_worker" --servers="$address" --train=train.tsv --test=test.tsv \
+  --batch_size=1000 --hidden=32,16 --embedding_dim=8 --metrics_out=metrics.json 2>worker.log ||
+  fail "ps_worker: $(tail -5 worker.log)"
+auc=$(grep -o '"test_auc": [0-9.]*' metrics.json | awk '{print $2}')
+awk -v auc="$auc" 'BEGIN {exit !(auc > 0.65)}' || fail "test AUC $auc"
+env -i "$bundle/bin/ps_admin" --servers="$address" --dir="$work/export" export \
+  >export.txt 2>&1 || fail "ps_admin export: $(cat export.txt)"
+env -i "$bundle/bin/ps_predict" --model="$work/export" --input=test.tsv >predict.txt \
+  2>predict.log || fail "ps_predict: $(tail -5 predict.log)"
+grep -q "scored 5000 lines" predict.txt || fail "ps_predict: $(cat predict.txt)"
+kill $server
+wait $server 2>/dev/null || true
+
+# The Dockerfile.
+dockerfile="$runfiles/deploy/Dockerfile"
+grep -q '^FROM debian:12-slim$' "$dockerfile" || fail "Dockerfile: not FROM debian:12-slim"
+while read -r _ source destination; do
+  [ "$source" = "ps-bundle.tar.gz" ] || fail "Dockerfile adds $source, not the bundle"
+  [ "$destination" = "/opt/" ] || fail "Dockerfile unpacks the bundle into $destination"
+done < <(grep -E '^(ADD|COPY) ' "$dockerfile")
+user=$(awk '$1 == "USER" {print $2}' "$dockerfile")
+[ -n "$user" ] && [ "$user" != "root" ] && [ "$user" != "0" ] || fail "Dockerfile runs as '$user'"
+entrypoint=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)".*/\1/p' "$dockerfile")
+case "$entrypoint" in
+  /opt/ps-bundle/*) ;;
+  *) fail "Dockerfile's entrypoint $entrypoint is not in the bundle" ;;
+esac
+[ -x "$work/unpacked/${entrypoint#/opt/}" ] || fail "no $entrypoint in the bundle"
+for binary in $(grep -o '/opt/ps-bundle/bin/[a-z_]*' "$dockerfile" | sort -u); do
+  [ -x "$work/unpacked/${binary#/opt/}" ] || fail "Dockerfile names $binary, not in the bundle"
+done
+# CMD's arguments, with the listen address moved to loopback and the data
+# directory to this test's.
+mapfile -t arguments < <(sed -n 's/^CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr ',' '\n' |
+  sed 's/^ *"//; s/"$//; s/^--listen=.*/--listen=127.0.0.1:0/; s|^--data_dir=.*|--data_dir='"$work"'/container-data|')
+env -i "$work/unpacked/${entrypoint#/opt/}" "${arguments[@]}" >entry.out 2>entry.log &
+server=$!
+for _ in $(seq 100); do
+  grep -q "listening on" entry.out 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "listening on 127.0.0.1:" entry.out || fail "the entrypoint did not start: $(cat entry.log)"
+echo "bundle: $(sed -n 1,3p "$bundle/MANIFEST" | paste -sd' ')"
+echo "trained from the bundle under env -i: test AUC $auc; $(cat predict.txt)"
