@@ -111,6 +111,11 @@ ABSL_FLAG(std::string, restore_from, "",
           "--data_dir, load the rows that route to this shard from every part "
           "of it, whatever shard count took it, then serve. A data dir "
           "restored from it before just opens.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics): calls by "
+          "method and code, latencies, rows pulled and pushed, hot tier, "
+          "RocksDB, push log. Port 0 picks a free one, printed as "
+          "'ps_server metrics on HOST:PORT'. Empty: none.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
@@ -214,6 +219,7 @@ int main(int argc, char** argv) {
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
   options.restore_from = absl::GetFlag(FLAGS_restore_from);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (const std::string path = absl::GetFlag(FLAGS_admin_token_file);
       !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
@@ -238,6 +244,10 @@ int main(int argc, char** argv) {
   const std::string host = address.substr(0, address.rfind(':'));
   std::printf("ps_server listening on %s:%d\n", host.c_str(),
               (*server)->port());
+  if (!options.metrics_listen.empty()) {
+    std::printf("ps_server metrics on %s\n",
+                (*server)->metrics_address().c_str());
+  }
   std::fflush(stdout);
   LOG(INFO) << "shard " << options.shard_index << " of " << options.num_shards
             << " serving " << options.store.data_dir << " on " << host << ":"

@@ -152,6 +152,13 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       admin_options, server->store_.get(), &server->data_service_->counters(),
       server->clocks_.get());
 
+  if (!options.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(server->metrics_,
+                     ShardMetrics::Start(options.metrics_listen,
+                                         options.shard_index,
+                                         server->store_.get()));
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -163,6 +170,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  if (server->metrics_ != nullptr) {
+    builder.experimental().SetInterceptorCreators(
+        server->metrics_->Interceptors());
+  }
   builder.RegisterService(server->data_service_.get());
   builder.RegisterService(server->admin_service_.get());
   server->grpc_server_ = builder.BuildAndStart();

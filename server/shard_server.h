@@ -28,6 +28,7 @@
 #include "embedding/embedding_store.h"
 #include "server/admin_service.h"
 #include "server/clock_coordinator.h"
+#include "server/shard_metrics.h"
 #include "server/data_service.h"
 
 namespace grpc {
@@ -72,6 +73,9 @@ struct ServerOptions {
   // whatever shard count took it; a data dir restored from the same
   // checkpoint before just opens. Default: none.
   std::string restore_from;
+  // HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 picks a
+  // free one); empty: none. See shard_metrics.h.
+  std::string metrics_listen;
 };
 
 class ShardServer {
@@ -91,6 +95,10 @@ class ShardServer {
 
   // The port actually bound.
   int port() const { return port_; }
+  // Where metrics are served (HOST:PORT), or "" without metrics_listen.
+  std::string metrics_address() const {
+    return metrics_ == nullptr ? "" : metrics_->address();
+  }
 
   // Says NOT_SERVING to health checks, stops accepting calls, lets
   // in-flight calls finish for up to `drain` (then cancels them), and
@@ -104,6 +112,9 @@ class ShardServer {
   ShardServer() = default;
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
+  // Reads store_, and grpc_server_'s interceptors call it: between them in
+  // destruction order.
+  std::unique_ptr<ShardMetrics> metrics_;
   std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
