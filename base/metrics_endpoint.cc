@@ -1,10 +1,41 @@
 #include "base/metrics_endpoint.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "CivetServer.h"
+
+// civetweb (Debian's 1.15) starts its threads with a fixed 100 KiB stack.
+// glibc places a thread's static TLS on its stack, and in a process whose
+// libraries hold more than that (ps_worker: OpenBLAS, glog and cuBLASLt,
+// about 200 KiB) pthread_create fails, so no metrics. This definition in
+// the executable takes the place of glibc's for every library: a stack
+// asked for below 1 MiB gets 1 MiB; larger requests are unchanged.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Function = int (*)(pthread_attr_t*, size_t);
+  static const Function glibc = reinterpret_cast<Function>(
+      dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kSmallestStack = size_t{1} << 20;
+  return glibc(attr, std::max(size, kSmallestStack));
+}
 
 namespace ps {
+namespace {
+
+// civetweb's reason for a failed start, written by its log callback on the
+// thread that starts it.
+thread_local std::string start_error;
+
+int RecordStartError(const mg_connection*, const char* message) {
+  start_error = message;
+  return 1;  // logged: civetweb prints nothing itself
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& listen) {
@@ -14,12 +45,17 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
         "metrics address \"", listen, "\" must be HOST:PORT"));
   }
   auto endpoint = std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint());
+  CivetCallbacks callbacks{};
+  callbacks.log_message = RecordStartError;
+  start_error.clear();
   try {
     // One thread: a scrape is cheap, and the process's cores are for work.
-    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
+    endpoint->exposer_ =
+        std::make_unique<prometheus::Exposer>(listen, 1, &callbacks);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", listen, ": ",
+        start_error.empty() ? e.what() : start_error));
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {

@@ -158,6 +158,10 @@ ABSL_FLAG(int64_t, eval_lines, 100000,
           "Lines of --test used by the periodic evaluations (0: all); the "
           "final evaluation uses all.");
 ABSL_FLAG(int32_t, progress_every_s, 2, "Seconds between progress lines.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics): examples, "
+          "loss, recent and test AUC, staleness, time per stage of a step. "
+          "Port 0 picks a free one (logged). Empty: none.");
 ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
 ABSL_FLAG(
     int32_t, retry_for_s, 120,
@@ -425,6 +429,16 @@ int main(int argc, char** argv) {
       return Fail(private_token.ToString());
     }
     options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  }
+  std::unique_ptr<ps::worker::TrainingMetrics> metrics;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+      !listen.empty()) {
+    auto started = ps::worker::TrainingMetrics::Start(
+        listen, absl::GetFlag(FLAGS_worker_index));
+    if (!started.ok()) return Fail(started.status().ToString());
+    metrics = std::move(started).value();
+    options.metrics = metrics.get();
+    LOG(INFO) << "metrics on " << metrics->address();
   }
   auto client = ps::worker::PsClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status().ToString());

@@ -290,6 +290,10 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
   return client_->Push(pushes, worker_index_, job.step);
 }
 
+void Trainer::Observe(Stage stage, absl::Duration time) {
+  if (options_.metrics != nullptr) options_.metrics->ObserveStage(stage, time);
+}
+
 absl::Status Trainer::CompensateDelay(PushJob* job) {
   std::vector<std::vector<float>> now(tensors_.size());
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
@@ -422,13 +426,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::thread prefetcher([&] {
     std::vector<Example> examples;
     for (int64_t step = first_step; !stopping; ++step) {
+      const absl::Time read_start = absl::Now();
       absl::StatusOr<bool> more = reader->Next(&examples);
       if (!more.ok()) return fail(more.status());
       if (!*more) break;
+      Observe(Stage::kRead, absl::Now() - read_start);
       Prepared prepared;
       prepared.step = step;
       prepared.Prepare(examples, options_.train.layout, embedding_dim());
       int64_t staleness = 0;
+      const absl::Time own_wait_start = absl::Now();
       if (options_.read_my_writes) {
         absl::MutexLock lock(&clock_mu_);
         while (clock_.load() < step && !stopping) {
@@ -468,6 +475,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         ++waits;
         waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
       }
+      Observe(Stage::kWait, absl::Now() - own_wait_start);
+      if (options_.metrics != nullptr)
+        options_.metrics->ObserveStaleness(staleness);
       prepared.staleness = staleness;
       if (histogram.size() <= static_cast<size_t>(staleness))
         histogram.resize(staleness + 1);
@@ -477,6 +487,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       absl::Status pulled = PullParameters(&prepared);
       if (!pulled.ok()) return fail(pulled);
       pull_micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
+      Observe(Stage::kPull, absl::Now() - pull_start);
       if (!ready.Push(std::move(prepared))) return;
     }
     ready.Close();
@@ -514,6 +525,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       absl::Status pushed = PushGradients(job);
       if (!pushed.ok()) return fail(pushed);
       push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
+      Observe(Stage::kPush, absl::Now() - push_start);
       examples_ += job.examples;
       {
         absl::MutexLock lock(&clock_mu_);
@@ -573,6 +585,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       intervals->flush();
     }
     summary.final_train_loss = loss;
+    if (options_.metrics != nullptr) {
+      options_.metrics->SetRecent(loss, train_auc);
+      if (test_auc >= 0) options_.metrics->SetTestAuc(test_auc);
+    }
     interval_start = now;
     interval_examples = 0;
     interval_loss = 0;
@@ -591,6 +607,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     kernels::Status stepped = model_.TrainStep(
         prepared.Step(), &outputs, have_next ? &next_inputs : nullptr);
     compute_micros += absl::ToInt64Microseconds(absl::Now() - compute_start);
+    Observe(Stage::kCompute, absl::Now() - compute_start);
     if (!stepped.ok()) {
       fail(FromKernels(stepped));
       break;
@@ -626,6 +643,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     summary.examples += prepared.batch;
     ++summary.steps;
+    if (options_.metrics != nullptr) options_.metrics->AddStep(prepared.batch);
     interval_examples += prepared.batch;
     interval_loss += outputs.loss_sum;
     interval_predictions.insert(interval_predictions.end(),

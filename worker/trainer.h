@@ -43,6 +43,7 @@
 #include "proto/ps.pb.h"
 #include "worker/clicklog_reader.h"
 #include "worker/lr_schedule.h"
+#include "worker/training_metrics.h"
 #include "worker/ps_client.h"
 
 namespace ps::worker {
@@ -86,6 +87,8 @@ struct TrainerOptions {
   float delay_compensation = 0.0f;
   // Every table's learning rate times this schedule's factor at each step.
   LearningRateSchedule lr_schedule;
+  // Where to record what Prometheus scrapes; null: nowhere. Not owned.
+  TrainingMetrics* metrics = nullptr;
   // This worker's lease at the coordinator, renewed by a heartbeat every
   // third of it whatever training is doing (a long evaluation, a pull that
   // retries). Default: 5 s.
@@ -193,6 +196,8 @@ class Trainer {
   // Delay compensation (TrainerOptions::delay_compensation) of `job`'s
   // dense gradients against the dense parameters as they are now.
   absl::Status CompensateDelay(PushJob* job);
+  // Records a stage's time in options_.metrics, if any.
+  void Observe(Stage stage, absl::Duration time);
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
   // Reports this worker's clock, retrying for `retry_for` (negative: the

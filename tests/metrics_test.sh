@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Prometheus metrics of a live shard and a live worker on loopback: scraped
+# over HTTP while the worker trains and after, checked with promtool (Debian's
+# prometheus package) and for the values training must have moved.
+set -euo pipefail
+runfiles=${TEST_SRCDIR:-$PWD/..}/parameter_server
+work=${TEST_TMPDIR:-$(mktemp -d)}
+cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v promtool >/dev/null || fail "promtool missing (deploy/setup.sh installs prometheus)"
+scrape() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", timeout=10).read().decode())' "$1"; }
+# value FILE METRIC-WITH-LABELS: the sample's value, or 0.
+value() { awk -v m="$2" 'index($0, m " ") == 1 {print $NF; found = 1} END {if (!found) print 0}' "$1"; }
+wait_for() {
+  for _ in $(seq 100); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "no '$2' in $1: $(cat "$1")"
+}
+
+"$runfiles/worker/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1 2>/dev/null
+"$runfiles/worker/clicklog_gen" --out=test.tsv --lines=2000 --sample_seed=2 2>/dev/null
+"$runfiles/server/ps_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+  --data_dir="$work/shard" --durability=wal >server.out 2>server.log &
+server=$!
+trap 'kill $server $worker 2>/dev/null || true' EXIT
+worker=
+wait_for server.out "metrics on"
+address=$(awk '/listening on/ {print $4}' server.out)
+shard_metrics=$(awk '/metrics on/ {print $4}' server.out)
+
+"$runfiles/worker/ps_worker" --servers="$address" --train=train.tsv --test=test.tsv \
+  --batch_size=1000 --hidden=16 --embedding_dim=4 --slow_step_ms=150 --progress_every_s=1 \
+  --metrics_listen=127.0.0.1:0 --metrics_out=metrics.json 2>worker.log &
+worker=$!
+wait_for worker.log "metrics on"
+worker_metrics=$(sed -n 's/.*metrics on \([0-9.:]*\).*/\1/p' worker.log | head -1)
+# Mid-training: some steps done, each stage timed.
+for _ in $(seq 50); do
+  scrape "$worker_metrics" >worker.prom
+  [ "$(value worker.prom 'ps_worker_steps_total{worker="0"}')" != 0 ] && break
+  sleep 0.2
+done
+promtool check metrics <worker.prom || fail "promtool rejects the worker's metrics"
+steps=$(value worker.prom 'ps_worker_steps_total{worker="0"}')
+awk -v s="$steps" 'BEGIN {exit !(s >= 1)}' || fail "no step counted: $(cat worker.prom)"
+for stage in read wait pull compute push; do
+  grep -q "^ps_worker_stage_seconds_count{worker=\"0\",stage=\"$stage\"}" worker.prom ||
+    fail "no $stage stage in the worker's metrics"
+done
+grep -q '^ps_worker_pull_staleness_count{worker="0"}' worker.prom || fail "no staleness histogram"
+wait "$worker" || fail "ps_worker: $(tail -5 worker.log)"
+worker=
+
+# A refused call: counted under its method and code.
+"$runfiles/server/ps_admin" --servers="$address" --table=no.such.table --key=1 row \
+  >/dev/null 2>&1 && fail "ps_admin row of an unknown table succeeded"
+scrape "$shard_metrics" >shard.prom
+promtool check metrics <shard.prom || fail "promtool rejects the shard's metrics"
+pulls=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps.ParameterServer/Pull"}')
+pushes=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps.ParameterServer/Push"}')
+awk -v p="$pulls" -v q="$pushes" 'BEGIN {exit !(p >= 20 && q >= 20)}' ||
+  fail "pulls $pulls, pushes $pushes counted: $(grep ps_grpc_requests_total shard.prom)"
+grep -q 'ps_grpc_request_seconds_count{shard="0",method="/ps.ParameterServer/Push"}' shard.prom ||
+  fail "no push latency histogram"
+refused=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="NOT_FOUND",method="/ps.Admin/GetRow"}')
+[ "$refused" = 1 ] || fail "refused GetRow counted $refused times: $(grep GetRow shard.prom)"
+rows=$(value shard.prom 'ps_rows_pushed_total{shard="0"}')
+awk -v r="$rows" 'BEGIN {exit !(r > 1000)}' || fail "rows pushed: $rows"
+log=$(value shard.prom 'ps_push_log_bytes{shard="0"}')
+awk -v b="$log" 'BEGIN {exit !(b > 0)}' || fail "push-log bytes: $log"
+echo "shard: $pulls pulls and $pushes pushes, $rows rows pushed; worker: $steps steps at the mid-run scrape"

@@ -1,0 +1,87 @@
+#include "worker/training_metrics.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::worker {
+
+absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
+    const std::string& listen, uint32_t worker_index) {
+  auto metrics = std::unique_ptr<TrainingMetrics>(new TrainingMetrics());
+  metrics->registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::Registry& registry = *metrics->registry_;
+  const std::map<std::string, std::string> worker = {
+      {"worker", absl::StrCat(worker_index)}};
+  metrics->examples_ = &prometheus::BuildCounter()
+                            .Name("ps_worker_examples_total")
+                            .Help("Examples trained on.")
+                            .Labels(worker)
+                            .Register(registry)
+                            .Add({});
+  metrics->steps_ = &prometheus::BuildCounter()
+                         .Name("ps_worker_steps_total")
+                         .Help("Steps computed.")
+                         .Labels(worker)
+                         .Register(registry)
+                         .Add({});
+  auto& gauges = prometheus::BuildGauge()
+                     .Name("ps_worker_recent")
+                     .Help("Training loss and AUC over the last progress "
+                           "interval, and AUC on --test at the last "
+                           "evaluation.")
+                     .Labels(worker)
+                     .Register(registry);
+  metrics->loss_ = &gauges.Add({{"value", "train_loss"}});
+  metrics->recent_auc_ = &gauges.Add({{"value", "train_auc"}});
+  metrics->test_auc_ = &gauges.Add({{"value", "test_auc"}});
+  metrics->staleness_ =
+      &prometheus::BuildHistogram()
+           .Name("ps_worker_pull_staleness")
+           .Help("Staleness each pull saw: its step minus the slowest live "
+                 "worker's clock.")
+           .Labels(worker)
+           .Register(registry)
+           .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 4, 8, 16,
+                                                             32});
+  auto& stages = prometheus::BuildHistogram()
+                     .Name("ps_worker_stage_seconds")
+                     .Help("Time per step in each stage: read (waiting for "
+                           "parsed input), wait (other workers, or this "
+                           "worker's own pushes), pull, compute, push.")
+                     .Labels(worker)
+                     .Register(registry);
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double bound = 1e-3; bound < 20; bound *= 2) buckets.push_back(bound);
+  const char* names[] = {"read", "wait", "pull", "compute", "push"};
+  for (int s = 0; s < 5; ++s)
+    metrics->stages_[s] = &stages.Add({{"stage", names[s]}}, buckets);
+  auto endpoint = MetricsEndpoint::Start(listen);
+  if (!endpoint.ok()) return endpoint.status();
+  metrics->endpoint_ = std::move(endpoint).value();
+  metrics->endpoint_->Register(metrics->registry_);
+  return metrics;
+}
+
+void TrainingMetrics::AddStep(int64_t examples) {
+  examples_->Increment(static_cast<double>(examples));
+  steps_->Increment();
+}
+
+void TrainingMetrics::ObserveStage(Stage stage, absl::Duration time) {
+  stages_[static_cast<int>(stage)]->Observe(absl::ToDoubleSeconds(time));
+}
+
+void TrainingMetrics::ObserveStaleness(int64_t staleness) {
+  staleness_->Observe(static_cast<double>(staleness));
+}
+
+void TrainingMetrics::SetRecent(double loss, double auc) {
+  loss_->Set(loss);
+  recent_auc_->Set(auc);
+}
+
+void TrainingMetrics::SetTestAuc(double auc) { test_auc_->Set(auc); }
+
+}  // namespace ps::worker

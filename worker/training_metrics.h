@@ -1,0 +1,61 @@
+// File: worker/training_metrics.h
+//
+// TrainingMetrics is what a worker exports for Prometheus (ps_worker
+// --metrics_listen): examples and steps trained, the recent training loss
+// and AUC, the last test AUC, the staleness each pull saw (a histogram), and
+// the time each stage of a step took (read: waiting for parsed input; wait:
+// for other workers, or this worker's own pushes; pull; compute; push), as
+// histograms labelled by stage. The trainer records; Prometheus scrapes.
+//
+// Thread-safe.
+
+#ifndef PS_WORKER_TRAINING_METRICS_H_
+#define PS_WORKER_TRAINING_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/metrics_endpoint.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace ps::worker {
+
+enum class Stage { kRead, kWait, kPull, kCompute, kPush };
+
+class TrainingMetrics {
+ public:
+  // Serves GET /metrics on `listen` (HOST:PORT; port 0 picks one).
+  static absl::StatusOr<std::unique_ptr<TrainingMetrics>> Start(
+      const std::string& listen, uint32_t worker_index);
+
+  void AddStep(int64_t examples);
+  void ObserveStage(Stage stage, absl::Duration time);
+  void ObserveStaleness(int64_t staleness);
+  void SetRecent(double loss, double auc);
+  void SetTestAuc(double auc);
+
+  const std::string& address() const { return endpoint_->address(); }
+
+ private:
+  TrainingMetrics() = default;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* examples_ = nullptr;
+  prometheus::Counter* steps_ = nullptr;
+  prometheus::Gauge* loss_ = nullptr;
+  prometheus::Gauge* recent_auc_ = nullptr;
+  prometheus::Gauge* test_auc_ = nullptr;
+  prometheus::Histogram* staleness_ = nullptr;
+  prometheus::Histogram* stages_[5] = {};
+  std::unique_ptr<MetricsEndpoint> endpoint_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_TRAINING_METRICS_H_
