@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <exception>
 
-#include "absl/strings/str_cat.h"
 #include "CivetServer.h"
+#include "absl/strings/str_cat.h"
 
 // civetweb (Debian's 1.15) starts its threads with a fixed 100 KiB stack.
 // glibc places a thread's static TLS on its stack, and in a process whose
@@ -17,8 +17,8 @@
 // asked for below 1 MiB gets 1 MiB; larger requests are unchanged.
 extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
   using Function = int (*)(pthread_attr_t*, size_t);
-  static const Function glibc = reinterpret_cast<Function>(
-      dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  static const Function glibc =
+      reinterpret_cast<Function>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
   constexpr size_t kSmallestStack = size_t{1} << 20;
   return glibc(attr, std::max(size, kSmallestStack));
 }
@@ -41,8 +41,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics address \"", listen, "\" must be HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address \"", listen, "\" must be HOST:PORT"));
   }
   auto endpoint = std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint());
   CivetCallbacks callbacks{};
@@ -53,9 +53,9 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     endpoint->exposer_ =
         std::make_unique<prometheus::Exposer>(listen, 1, &callbacks);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", listen, ": ",
-        start_error.empty() ? e.what() : start_error));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ",
+                     start_error.empty() ? e.what() : start_error));
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {

@@ -59,7 +59,8 @@ class CallInterceptor : public grpc::experimental::Interceptor {
   CallInterceptor(ShardMetrics* metrics, std::string method)
       : metrics_(metrics), method_(std::move(method)), start_(absl::Now()) {}
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       metrics_->ObserveCall(method_, methods->GetSendStatus().error_code(),
@@ -126,8 +127,9 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                stats.rows_pushed, shard_),
         Single("ps_hot_tier_bytes", "Bytes of rows held in memory.", gauge,
                stats.hot_tier_bytes, shard_),
-        Single("ps_hot_tier_budget_bytes", "The hot tier's budget (--cache_mb).",
-               gauge, stats.hot_tier_budget_bytes, shard_),
+        Single("ps_hot_tier_budget_bytes",
+               "The hot tier's budget (--cache_mb).", gauge,
+               stats.hot_tier_budget_bytes, shard_),
         Single("ps_hot_tier_hits_total", "Row lookups the hot tier answered.",
                counter, stats.hot_tier_hits, shard_),
         Single("ps_hot_tier_misses_total",
@@ -167,8 +169,9 @@ absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
   metrics->latency_ =
       &prometheus::BuildHistogram()
            .Name("ps_grpc_request_seconds")
-           .Help("Time from a call's start to its status, by method "
-                 "(SnapshotShard and ExportShard: checkpoints and exports).")
+           .Help(
+               "Time from a call's start to its status, by method "
+               "(SnapshotShard and ExportShard: checkpoints and exports).")
            .Labels(shard)
            .Register(*metrics->registry_);
   // From 100 us to about 13 s, doubling.
@@ -194,8 +197,8 @@ ShardMetrics::Interceptors() {
   return creators;
 }
 
-void ShardMetrics::ObserveCall(const std::string& method,
-                               grpc::StatusCode code, absl::Duration latency) {
+void ShardMetrics::ObserveCall(const std::string& method, grpc::StatusCode code,
+                               absl::Duration latency) {
   calls_->Add({{"method", method}, {"code", CodeName(code)}}).Increment();
   latency_->Add({{"method", method}}, latency_buckets_)
       .Observe(absl::ToDoubleSeconds(latency));

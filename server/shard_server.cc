@@ -153,10 +153,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       server->clocks_.get());
 
   if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(server->metrics_,
-                     ShardMetrics::Start(options.metrics_listen,
-                                         options.shard_index,
-                                         server->store_.get()));
+    ASSIGN_OR_RETURN(
+        server->metrics_,
+        ShardMetrics::Start(options.metrics_listen, options.shard_index,
+                            server->store_.get()));
   }
 
   grpc::EnableDefaultHealthCheckService(true);

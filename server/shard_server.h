@@ -28,8 +28,8 @@
 #include "embedding/embedding_store.h"
 #include "server/admin_service.h"
 #include "server/clock_coordinator.h"
-#include "server/shard_metrics.h"
 #include "server/data_service.h"
+#include "server/shard_metrics.h"
 
 namespace grpc {
 class Server;

@@ -92,7 +92,8 @@ done
 # CMD's arguments, with the listen address moved to loopback and the data
 # directory to this test's.
 mapfile -t arguments < <(sed -n 's/^CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr ',' '\n' |
-  sed 's/^ *"//; s/"$//; s/^--listen=.*/--listen=127.0.0.1:0/; s|^--data_dir=.*|--data_dir='"$work"'/container-data|')
+  sed 's/^ *"//; s/"$//; s/^--listen=.*/--listen=127.0.0.1:0/; s/^--metrics_listen=.*/--metrics_listen=127.0.0.1:0/' |
+  sed 's|^--data_dir=.*|--data_dir='"$work"'/container-data|')
 env -i "$work/unpacked/${entrypoint#/opt/}" "${arguments[@]}" >entry.out 2>entry.log &
 server=$!
 for _ in $(seq 100); do

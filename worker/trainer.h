@@ -43,8 +43,8 @@
 #include "proto/ps.pb.h"
 #include "worker/clicklog_reader.h"
 #include "worker/lr_schedule.h"
-#include "worker/training_metrics.h"
 #include "worker/ps_client.h"
+#include "worker/training_metrics.h"
 
 namespace ps::worker {
 

@@ -28,9 +28,10 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
                          .Add({});
   auto& gauges = prometheus::BuildGauge()
                      .Name("ps_worker_recent")
-                     .Help("Training loss and AUC over the last progress "
-                           "interval, and AUC on --test at the last "
-                           "evaluation.")
+                     .Help(
+                         "Training loss and AUC over the last progress "
+                         "interval, and AUC on --test at the last "
+                         "evaluation.")
                      .Labels(worker)
                      .Register(registry);
   metrics->loss_ = &gauges.Add({{"value", "train_loss"}});
@@ -39,17 +40,19 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
   metrics->staleness_ =
       &prometheus::BuildHistogram()
            .Name("ps_worker_pull_staleness")
-           .Help("Staleness each pull saw: its step minus the slowest live "
-                 "worker's clock.")
+           .Help(
+               "Staleness each pull saw: its step minus the slowest live "
+               "worker's clock.")
            .Labels(worker)
            .Register(registry)
-           .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 4, 8, 16,
-                                                             32});
+           .Add({},
+                prometheus::Histogram::BucketBoundaries{0, 1, 2, 4, 8, 16, 32});
   auto& stages = prometheus::BuildHistogram()
                      .Name("ps_worker_stage_seconds")
-                     .Help("Time per step in each stage: read (waiting for "
-                           "parsed input), wait (other workers, or this "
-                           "worker's own pushes), pull, compute, push.")
+                     .Help(
+                         "Time per step in each stage: read (waiting for "
+                         "parsed input), wait (other workers, or this "
+                         "worker's own pushes), pull, compute, push.")
                      .Labels(worker)
                      .Register(registry);
   prometheus::Histogram::BucketBoundaries buckets;
