@@ -116,6 +116,11 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "method and code, latencies, rows pulled and pushed, hot tier, "
           "RocksDB, push log. Port 0 picks a free one, printed as "
           "'ps_server metrics on HOST:PORT'. Empty: none.");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT of a plaintext gRPC server with only the standard health "
+          "service (grpc.health.v1), for probes that cannot speak TLS "
+          "(Kubernetes' gRPC probe). NOT_SERVING once a drain starts. Empty: "
+          "none.");
 ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
@@ -220,6 +225,7 @@ int main(int argc, char** argv) {
   options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
   options.restore_from = absl::GetFlag(FLAGS_restore_from);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
   if (const std::string path = absl::GetFlag(FLAGS_admin_token_file);
       !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
@@ -244,6 +250,13 @@ int main(int argc, char** argv) {
   const std::string host = address.substr(0, address.rfind(':'));
   std::printf("ps_server listening on %s:%d\n", host.c_str(),
               (*server)->port());
+  if (!options.health_listen.empty()) {
+    std::printf("ps_server health on %s:%d\n",
+                options.health_listen
+                    .substr(0, options.health_listen.rfind(':'))
+                    .c_str(),
+                (*server)->health_port());
+  }
   if (!options.metrics_listen.empty()) {
     std::printf("ps_server metrics on %s\n",
                 (*server)->metrics_address().c_str());

@@ -181,6 +181,19 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address));
   }
+  if (!options.health_listen.empty()) {
+    // Only the default health service: nothing here reads or changes data.
+    grpc::ServerBuilder health;
+    health.AddListeningPort(options.health_listen,
+                            grpc::InsecureServerCredentials(),
+                            &server->health_port_);
+    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    server->health_server_ = health.BuildAndStart();
+    if (server->health_server_ == nullptr || server->health_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options.health_listen));
+    }
+  }
   return server;
 }
 
@@ -192,6 +205,8 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (grpc_server_ != nullptr) {
     // Load balancers and orchestrators stop sending work first.
     grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+    if (health_server_ != nullptr)
+      health_server_->GetHealthCheckService()->SetServingStatus(false);
     const absl::Time deadline = absl::Now() + drain;
     // gRPC's Shutdown() also waits, up to the deadline, for every client to
     // close its connection, which an idle C++ client does only at its next
@@ -209,6 +224,10 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
     closer.join();
     grpc_server_->Wait();
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    health_server_->Wait();
   }
   if (clocks_ != nullptr) {
     if (absl::Status saved = clocks_->Save(); !saved.ok())

@@ -76,6 +76,10 @@ struct ServerOptions {
   // HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 picks a
   // free one); empty: none. See shard_metrics.h.
   std::string metrics_listen;
+  // HOST:PORT of a second, plaintext gRPC server holding only the health
+  // service (for probes that cannot speak TLS, such as Kubernetes' gRPC
+  // probe); it answers SERVING until a drain starts. Empty: none.
+  std::string health_listen;
 };
 
 class ShardServer {
@@ -95,6 +99,8 @@ class ShardServer {
 
   // The port actually bound.
   int port() const { return port_; }
+  // The health_listen server's port (0 without one).
+  int health_port() const { return health_port_; }
   // Where metrics are served (HOST:PORT), or "" without metrics_listen.
   std::string metrics_address() const {
     return metrics_ == nullptr ? "" : metrics_->address();
@@ -120,6 +126,8 @@ class ShardServer {
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
   // Set by the first Shutdown(); the destructor may run on another thread.
   std::atomic<bool> shut_down_{false};
 };

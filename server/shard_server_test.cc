@@ -10,7 +10,10 @@
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
 
 namespace ps::server {
 namespace {
@@ -70,6 +73,34 @@ TEST(ShardServerTest, ADataDirIsServedOnlyAsTheShardItWasCreatedAs) {
   auto again = ShardServer::Start(options);
   ASSERT_OK(again);
   EXPECT_OK((*again)->Shutdown(absl::ZeroDuration()));
+}
+
+// The health status on a plaintext channel to `port`, or the call's error.
+std::string HealthAt(int port) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = health->Check(&context, request, &response);
+  if (!status.ok()) return absl::StrCat("error ", status.error_code());
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+      response.status());
+}
+
+TEST(ShardServerTest, AHealthPortAnswersInPlaintextUntilADrain) {
+  ServerOptions options = Options(FreshTestDir("health_port"));
+  options.health_listen = "127.0.0.1:0";
+  auto server = ShardServer::Start(options);
+  ASSERT_OK(server);
+  ASSERT_GT((*server)->health_port(), 0);
+  ASSERT_NE((*server)->health_port(), (*server)->port());
+  EXPECT_EQ(HealthAt((*server)->health_port()), "SERVING");
+  ASSERT_OK((*server)->Shutdown(absl::Seconds(1)));
+  EXPECT_NE(HealthAt((*server)->health_port()), "SERVING");
 }
 
 }  // namespace
