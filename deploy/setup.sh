@@ -15,7 +15,7 @@ packages=(
   libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev
   libopenblas-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
-  python3-matplotlib openssl patchelf prometheus-cpp-dev prometheus
+  python3-matplotlib python3-yaml openssl patchelf prometheus-cpp-dev prometheus
 )
 
 if [ "${1:-}" = "--bench" ]; then
