@@ -37,12 +37,11 @@
 // opens every push-log segment and is stored with each new log epoch, so a
 // restart knows every push whose record it replays or has written back.
 //
-// Why a log of gradients and not the rows: writing every updated row
-// through RocksDB's memtable on every push (the first design) cost ~0.5 us
-// per row, and the memtable flushes it caused used a third of a shard's CPU;
-// the log is one sequential write per push. It lives in plain files, not in
-// RocksDB (the second design), because RocksDB flushed and compacted every
-// record before its cut deleted it: 35% of a shard's CPU under pushes.
+// Why a log of gradients and not the rows: a push then costs one sequential
+// write, where writing every updated row through RocksDB's memtable costs
+// ~0.5 us per row and memtable flushes. It lives in plain files, not in
+// RocksDB, which would flush and compact every record before its cut
+// deletes it (BENCHMARKS.md, "How the figures got here").
 //
 // Concurrency: the hot tier is split into `num_stripes` stripes by key, each
 // with its own mutex. A pull locks one stripe at a time; a push locks all

@@ -9,10 +9,9 @@
 // copy back to the caller for write-back, so nothing is dropped.
 //
 // Memory: a row is one heap block, its header followed by its floats, linked
-// into the stripe's CLOCK list; the index maps (table, key) to the block. The
-// first design (a std::list node holding a std::vector, and an index entry
-// with a list iterator) spent ~120 bytes and two allocations per row on
-// bookkeeping, more than the 64 bytes of a dim-16 SGD row.
+// into the stripe's CLOCK list; the index maps (table, key) to the block:
+// one allocation per row, and bookkeeping smaller than a dim-16 SGD row's
+// 64 bytes of floats.
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
 // Pointers returned by Find(), FindValues() and Insert() stay valid until
