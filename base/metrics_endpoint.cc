@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <exception>
 
 #include "CivetServer.h"
@@ -19,6 +20,7 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
   using Function = int (*)(pthread_attr_t*, size_t);
   static const Function glibc =
       reinterpret_cast<Function>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  if (glibc == nullptr) return EINVAL;
   constexpr size_t kSmallestStack = size_t{1} << 20;
   return glibc(attr, std::max(size, kSmallestStack));
 }
