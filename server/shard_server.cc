@@ -182,7 +182,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         absl::StrCat("cannot listen on ", options.listen_address));
   }
   if (!options.health_listen.empty()) {
-    // Only the default health service: nothing here reads or changes data.
+    // The default health service (and gRPC reflection, which the process
+    // enables for every server): nothing here reads or changes data.
     grpc::ServerBuilder health;
     health.AddListeningPort(options.health_listen,
                             grpc::InsecureServerCredentials(),

@@ -79,7 +79,7 @@ while read -r _ source destination; do
   [ "$destination" = "/opt/" ] || fail "Dockerfile unpacks the bundle into $destination"
 done < <(grep -E '^(ADD|COPY) ' "$dockerfile")
 user=$(awk '$1 == "USER" {print $2}' "$dockerfile")
-[ -n "$user" ] && [ "$user" != "root" ] && [ "$user" != "0" ] || fail "Dockerfile runs as '$user'"
+[[ "$user" =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] || fail "Dockerfile's USER '$user' is not a numeric non-root uid"
 entrypoint=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)".*/\1/p' "$dockerfile")
 case "$entrypoint" in
   /opt/ps-bundle/*) ;;
@@ -89,17 +89,38 @@ esac
 for binary in $(grep -o '/opt/ps-bundle/bin/[a-z_]*' "$dockerfile" | sort -u); do
   [ -x "$work/unpacked/${binary#/opt/}" ] || fail "Dockerfile names $binary, not in the bundle"
 done
-# CMD's arguments, with the listen address moved to loopback and the data
-# directory to this test's.
-mapfile -t arguments < <(sed -n 's/^CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr ',' '\n' |
-  sed 's/^ *"//; s/"$//; s/^--listen=.*/--listen=127.0.0.1:0/; s/^--metrics_listen=.*/--metrics_listen=127.0.0.1:0/' |
-  sed 's|^--data_dir=.*|--data_dir='"$work"'/container-data|')
+# CMD's arguments (continuation lines joined).
+mapfile -t arguments < <(sed -e ':join' -e '/\\$/N; s/\\\n//; tjoin' "$dockerfile" |
+  sed -n 's/^CMD \[\(.*\)\]/\1/p' | tr ',' '\n' | sed 's/^ *"//; s/"$//')
+[ ${#arguments[@]} -ge 3 ] || fail "no CMD arguments found"
+# A shard listening beyond loopback must speak TLS (or be told it need not).
+if printf '%s\n' "${arguments[@]}" | grep -q '^--listen=0.0.0.0' &&
+  ! printf '%s\n' "${arguments[@]}" | grep -q '^--tls_cert=\|^--allow_insecure_remote'; then
+  fail "the default command listens on 0.0.0.0 without TLS, which ps_server refuses"
+fi
+# Run them: certificates where the image expects a mounted Secret, ports
+# moved to loopback, the data directory to this test's.
+mkdir tls
+openssl req -x509 -newkey rsa:2048 -nodes -keyout tls/ca.key -out tls/ca.crt \
+  -subj /CN=test-ca -days 1 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout tls/tls.key -out tls/tls.csr \
+  -subj /CN=localhost 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >tls/san.ext
+openssl x509 -req -in tls/tls.csr -CA tls/ca.crt -CAkey tls/ca.key -CAcreateserial \
+  -out tls/tls.crt -days 1 -extfile tls/san.ext 2>/dev/null
+for i in "${!arguments[@]}"; do
+  arguments[$i]=$(printf '%s' "${arguments[$i]}" |
+    sed 's/^--\(listen\|health_listen\|metrics_listen\)=.*/--\1=127.0.0.1:0/' |
+    sed 's|^--data_dir=.*|--data_dir='"$work"'/container-data|; s|/etc/ps/tls|'"$work"'/tls|')
+done
 env -i "$work/unpacked/${entrypoint#/opt/}" "${arguments[@]}" >entry.out 2>entry.log &
 server=$!
 for _ in $(seq 100); do
-  grep -q "listening on" entry.out 2>/dev/null && break
+  grep -q "metrics on" entry.out 2>/dev/null && break
   sleep 0.1
 done
-grep -q "listening on 127.0.0.1:" entry.out || fail "the entrypoint did not start: $(cat entry.log)"
+for what in "listening on 127.0.0.1:" "health on 127.0.0.1:" "metrics on 127.0.0.1:"; do
+  grep -q "$what" entry.out || fail "the entrypoint did not start ($what): $(cat entry.log)"
+done
 echo "bundle: $(sed -n 1,3p "$bundle/MANIFEST" | paste -sd' ')"
 echo "trained from the bundle under env -i: test AUC $auc; $(cat predict.txt)"

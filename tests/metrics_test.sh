@@ -49,7 +49,7 @@ for stage in read wait pull compute push; do
   grep -q "^ps_worker_stage_seconds_count{worker=\"0\",stage=\"$stage\"}" worker.prom ||
     fail "no $stage stage in the worker's metrics"
 done
-grep -q '^ps_worker_pull_staleness_count{worker="0"}' worker.prom || fail "no staleness histogram"
+grep -q '^ps_worker_pull_staleness_steps_count{worker="0"}' worker.prom || fail "no staleness histogram"
 wait "$worker" || fail "ps_worker: $(tail -5 worker.log)"
 worker=
 
@@ -62,7 +62,7 @@ pulls=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps
 pushes=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps.ParameterServer/Push"}')
 awk -v p="$pulls" -v q="$pushes" 'BEGIN {exit !(p >= 20 && q >= 20)}' ||
   fail "pulls $pulls, pushes $pushes counted: $(grep ps_grpc_requests_total shard.prom)"
-grep -q 'ps_grpc_request_seconds_count{shard="0",method="/ps.ParameterServer/Push"}' shard.prom ||
+grep -q 'ps_grpc_request_duration_seconds_count{shard="0",method="/ps.ParameterServer/Push"}' shard.prom ||
   fail "no push latency histogram"
 refused=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="NOT_FOUND",method="/ps.Admin/GetRow"}')
 [ "$refused" = 1 ] || fail "refused GetRow counted $refused times: $(grep GetRow shard.prom)"

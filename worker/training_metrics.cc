@@ -26,20 +26,27 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
                          .Labels(worker)
                          .Register(registry)
                          .Add({});
-  auto& gauges = prometheus::BuildGauge()
-                     .Name("ps_worker_recent")
-                     .Help(
-                         "Training loss and AUC over the last progress "
-                         "interval, and AUC on --test at the last "
-                         "evaluation.")
-                     .Labels(worker)
-                     .Register(registry);
-  metrics->loss_ = &gauges.Add({{"value", "train_loss"}});
-  metrics->recent_auc_ = &gauges.Add({{"value", "train_auc"}});
-  metrics->test_auc_ = &gauges.Add({{"value", "test_auc"}});
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge()
+                .Name(name)
+                .Help(help)
+                .Labels(worker)
+                .Register(registry)
+                .Add({});
+  };
+  metrics->loss_ = gauge("ps_worker_train_loss",
+                         "Training logloss over the last progress interval.");
+  metrics->recent_auc_ = gauge("ps_worker_train_auc",
+                               "Training AUC over the last progress interval.");
+  metrics->test_auc_family_ =
+      &prometheus::BuildGauge()
+           .Name("ps_worker_test_auc")
+           .Help("AUC on --test at the last evaluation (absent before one).")
+           .Labels(worker)
+           .Register(registry);
   metrics->staleness_ =
       &prometheus::BuildHistogram()
-           .Name("ps_worker_pull_staleness")
+           .Name("ps_worker_pull_staleness_steps")
            .Help(
                "Staleness each pull saw: its step minus the slowest live "
                "worker's clock.")
@@ -85,6 +92,9 @@ void TrainingMetrics::SetRecent(double loss, double auc) {
   recent_auc_->Set(auc);
 }
 
-void TrainingMetrics::SetTestAuc(double auc) { test_auc_->Set(auc); }
+void TrainingMetrics::SetTestAuc(double auc) {
+  // Created at the first evaluation, so that no 0 reads as a result.
+  test_auc_family_->Add({}).Set(auc);
+}
 
 }  // namespace ps::worker

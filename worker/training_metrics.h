@@ -2,10 +2,11 @@
 //
 // TrainingMetrics is what a worker exports for Prometheus (ps_worker
 // --metrics_listen): examples and steps trained, the recent training loss
-// and AUC, the last test AUC, the staleness each pull saw (a histogram), and
-// the time each stage of a step took (read: waiting for parsed input; wait:
-// for other workers, or this worker's own pushes; pull; compute; push), as
-// histograms labelled by stage. The trainer records; Prometheus scrapes.
+// and AUC, the last test AUC (once there is one), the staleness each pull saw
+// (a histogram), and the time each stage of a step took (read: waiting for
+// parsed input; wait: for other workers, or this worker's own pushes; pull;
+// compute; push), as histograms labelled by stage. The trainer records;
+// Prometheus scrapes.
 //
 // Thread-safe.
 
@@ -20,6 +21,7 @@
 #include "absl/time/time.h"
 #include "base/metrics_endpoint.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -50,7 +52,7 @@ class TrainingMetrics {
   prometheus::Counter* steps_ = nullptr;
   prometheus::Gauge* loss_ = nullptr;
   prometheus::Gauge* recent_auc_ = nullptr;
-  prometheus::Gauge* test_auc_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* test_auc_family_ = nullptr;
   prometheus::Histogram* staleness_ = nullptr;
   prometheus::Histogram* stages_[5] = {};
   std::unique_ptr<MetricsEndpoint> endpoint_;
