@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <exception>
 
 #include "CivetServer.h"
@@ -30,11 +31,19 @@ namespace {
 
 // civetweb's reason for a failed start, written by its log callback on the
 // thread that starts it.
+// civetweb's messages: while this thread starts an endpoint, its reason for
+// a failed start; afterwards (on civetweb's threads) errors worth a line on
+// stderr.
+thread_local bool starting = false;
 thread_local std::string start_error;
 
-int RecordStartError(const mg_connection*, const char* message) {
-  start_error = message;
-  return 1;  // logged: civetweb prints nothing itself
+int LogMessage(const mg_connection*, const char* message) {
+  if (starting) {
+    start_error = message;
+  } else {
+    std::fprintf(stderr, "metrics endpoint: %s\n", message);
+  }
+  return 1;  // handled: civetweb prints nothing itself
 }
 
 }  // namespace
@@ -48,17 +57,20 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   }
   auto endpoint = std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint());
   CivetCallbacks callbacks{};
-  callbacks.log_message = RecordStartError;
+  callbacks.log_message = LogMessage;
   start_error.clear();
+  starting = true;
   try {
     // One thread: a scrape is cheap, and the process's cores are for work.
     endpoint->exposer_ =
         std::make_unique<prometheus::Exposer>(listen, 1, &callbacks);
   } catch (const std::exception& e) {
+    starting = false;
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ",
                      start_error.empty() ? e.what() : start_error));
   }
+  starting = false;
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(

@@ -59,15 +59,22 @@ for binary in "${binaries[@]}"; do
   cp -L "$binary" "$root/bin/$name"
   chmod u+w "$root/bin/$name"
   # ldd lists every library the binary loads, transitively.
+  libraries=$(ldd "$binary") || { echo "bundle: ldd $binary failed" >&2; exit 1; }
   while read -r library arrow path _; do
-    [ "$arrow" = "=>" ] || continue
+    if [ "$arrow" != "=>" ]; then
+      # The vDSO and the loader have no "=>"; anything else is unexpected.
+      case "$library" in
+        linux-vdso.so.* | /lib*/ld-linux*.so.*) continue ;;
+        *) echo "bundle: $name: cannot read ldd's line for $library" >&2; exit 1 ;;
+      esac
+    fi
     if [ "$path" = "not" ]; then
       echo "bundle: $name needs $library, which is not found here" >&2
       exit 1
     fi
     host_library "$library" "$path" && continue
     [ -e "$root/lib/$library" ] || cp -L "$path" "$root/lib/$library"
-  done < <(ldd "$binary")
+  done <<<"$libraries"
   # Keep the CUDA directories the binary was linked with, after the bundle.
   cuda=$(patchelf --print-rpath "$root/bin/$name" | tr ':' '\n' | grep cuda | paste -sd: || true)
   patchelf --set-rpath "\$ORIGIN/../lib${cuda:+:$cuda}" "$root/bin/$name"
