@@ -86,17 +86,24 @@ INSTANTIATE_TEST_SUITE_P(AllModels, CtrModelGradientTest,
                                            ModelKind::kWideDeep,
                                            ModelKind::kDeepFm));
 
+// Gives `p` two crosses: returns a wide index of 5 slots per example into
+// `wide_rows` rows, which it sizes and fills.
+std::vector<int32_t> AddCrosses(Problem* p, int wide_rows) {
+  p->config.crosses = 2;
+  std::vector<int32_t> wide_index(p->step.batch * 5);
+  for (size_t i = 0; i < wide_index.size(); ++i)
+    wide_index[i] = static_cast<int32_t>((i * 5 + i / 3 + 1) % wide_rows);
+  p->step.wide_rows.resize(wide_rows);
+  for (int r = 0; r < wide_rows; ++r) p->step.wide_rows[r] = 0.1f * (r - 3);
+  return wide_index;
+}
+
 TEST(CtrModelTest, CrossesAddWideOnlySlotsWithTheirOwnRows) {
   // deepfm with 2 crosses: the wide part reads 5 slots per example from 8
   // wide rows through wide_index; the embeddings still read 3 fields.
   Problem p = MakeProblem(ModelKind::kDeepFm, 11);
-  p.config.crosses = 2;
   constexpr int kWideRows = 8;
-  std::vector<int32_t> wide_index(p.step.batch * 5);
-  for (size_t i = 0; i < wide_index.size(); ++i)
-    wide_index[i] = static_cast<int32_t>((i * 5 + i / 3) % kWideRows);
-  p.step.wide_rows.resize(kWideRows);
-  for (int r = 0; r < kWideRows; ++r) p.step.wide_rows[r] = 0.1f * (r - 3);
+  std::vector<int32_t> wide_index = AddCrosses(&p, kWideRows);
   auto backend = NewCpuBackend();
   CtrModel model(p.config, backend.get());
   // Without a wide index the step is refused.
@@ -142,13 +149,8 @@ TEST(CtrModelTest, CrossesReadTheWideIndexNotTheFields) {
   // lr with 3 fields and 2 crosses equals lr with 5 fields whose index is
   // the wide index: same probabilities, same wide gradients.
   Problem p = MakeProblem(ModelKind::kLogisticRegression, 5);
-  p.config.crosses = 2;
   constexpr int kWideRows = 7;
-  std::vector<int32_t> wide_index(p.step.batch * 5);
-  for (size_t i = 0; i < wide_index.size(); ++i)
-    wide_index[i] = static_cast<int32_t>((i * 3 + 1) % kWideRows);
-  p.step.wide_rows.resize(kWideRows);
-  for (int r = 0; r < kWideRows; ++r) p.step.wide_rows[r] = 0.2f * (r - 2);
+  std::vector<int32_t> wide_index = AddCrosses(&p, kWideRows);
   StepInputs crossed = p.Inputs();
   crossed.wide_index = wide_index.data();
   crossed.num_wide_rows = kWideRows;
