@@ -122,10 +122,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   ASSIGN_OR_RETURN(store->push_log_, PushLog::Open(log_options));
   {
     absl::MutexLock lock(&store->tables_mu_);
-    const std::vector<TableSpec>& opened = store->rocks_->opened_tables();
-    for (TableId id = 0; id < opened.size(); ++id) {
-      RETURN_IF_ERROR(store->AddTable(id, opened[id], /*created_empty=*/false));
-    }
+    for (const StoredTable& table : store->rocks_->opened_tables())
+      RETURN_IF_ERROR(store->AddTable(table, /*created_empty=*/false));
   }
   RETURN_IF_ERROR(store->ReplayPushLog());
   store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
@@ -158,16 +156,23 @@ EmbeddingStore::~EmbeddingStore() {
   if (!flushed.ok()) LOG(ERROR) << "final write-back failed: " << flushed;
 }
 
-absl::Status EmbeddingStore::AddTable(TableId id, const TableSpec& spec,
+absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
                                       bool created_empty) {
+  const TableSpec& spec = stored.spec;
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    Optimizer::Create(spec.optimizer()));
   const int dim = static_cast<int>(spec.dim());
   auto table = std::unique_ptr<Table>(new Table{
-      id, spec, dim, dim + optimizer->StateFloats(dim), std::move(optimizer),
-      Initializer(spec.initializer()), created_empty});
-  tables_by_name_[spec.name()] = table.get();
-  tables_.push_back(std::move(table));
+      stored.id, spec, dim, dim + optimizer->StateFloats(dim),
+      std::move(optimizer), Initializer(spec.initializer()), created_empty});
+  table->dropped = stored.dropped;
+  if (stored.learning_rate > 0.0f) {
+    table->learning_rate_multiplier =
+        stored.learning_rate / spec.optimizer().learning_rate();
+  }
+  if (!stored.dropped) tables_by_name_[spec.name()] = table.get();
+  if (tables_.size() <= stored.id) tables_.resize(stored.id + 1);
+  tables_[stored.id] = std::move(table);
   return absl::OkStatus();
 }
 
@@ -208,8 +213,10 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
         existing->second->spec.ShortDebugString(), "}, asked for {",
         spec.ShortDebugString(), "}"));
   }
-  ASSIGN_OR_RETURN(TableId id, rocks_->CreateTable(spec));
-  RETURN_IF_ERROR(AddTable(id, spec, /*created_empty=*/true));
+  StoredTable stored;
+  ASSIGN_OR_RETURN(stored.id, rocks_->CreateTable(spec));
+  stored.spec = spec;
+  RETURN_IF_ERROR(AddTable(stored, /*created_empty=*/true));
   return true;
 }
 
@@ -226,10 +233,61 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
 absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
     TableId id) const {
   absl::ReaderMutexLock lock(&tables_mu_);
-  if (id >= tables_.size()) {
+  if (id >= tables_.size() || tables_[id] == nullptr) {
     return absl::DataLossError(absl::StrCat("no table with id ", id));
   }
   return tables_[id].get();
+}
+
+absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
+                                             float learning_rate) {
+  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a learning rate must be positive and finite, not ", learning_rate));
+  }
+  absl::MutexLock admin(&admin_mu_);
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  RETURN_IF_ERROR(rocks_->SetLearningRate(table->spec.name(), learning_rate));
+  table->learning_rate_multiplier =
+      learning_rate / table->spec.optimizer().learning_rate();
+  LOG(INFO) << "table " << table_name << ": learning rate " << learning_rate
+            << " from the next push on (declared "
+            << table->spec.optimizer().learning_rate() << ")";
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
+  absl::MutexLock admin(&admin_mu_);
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  // No push applies while the table goes: none can write a row of it
+  // (or a push-log record naming it) after its rows leave the hot tier.
+  absl::WriterMutexLock gate(&push_gate_);
+  {
+    absl::MutexLock lock(&tables_mu_);
+    tables_by_name_.erase(table->spec.name());
+    table->dropped = true;
+  }
+  uint64_t dropped_rows = 0;
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    // A write-back in flight may hold copies of the table's rows: let it
+    // land before the family goes.
+    stripe->mu.Await(absl::Condition(
+        +[](Stripe* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !s->write_back_in_flight;
+        },
+        stripe.get()));
+    std::vector<CachedRow*> rows;
+    stripe->cache.ForEachRow([&](CachedRow& row) {
+      if (row.table_id == table->id) rows.push_back(&row);
+    });
+    for (CachedRow* row : rows) stripe->cache.Erase(row);
+    dropped_rows += rows.size();
+  }
+  RETURN_IF_ERROR(rocks_->DropTable(table->id, table->spec));
+  LOG(INFO) << "dropped table " << table_name << " (" << dropped_rows
+            << " rows were in memory)";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(
@@ -467,6 +525,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
                                    section.bytes, &bytes));
     const SectionHeader header = ReadSectionHeader(bytes.data());
     ASSIGN_OR_RETURN(const Table* table, FindTableById(header.table_id));
+    if (table->dropped) continue;
     const size_t dim = table->dim;
     // Copied out so that they are aligned.
     keys.resize(header.count);
@@ -725,7 +784,14 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
   absl::StatusOr<size_t> updated;
   {
     absl::ReaderMutexLock gate(&push_gate_);
-    updated = ApplyPush(*table, keys, gradients, origin, learning_rate_scale);
+    if (table->dropped) {
+      updated = absl::NotFoundError(
+          absl::StrCat("table \"", table_name, "\" was dropped"));
+    } else {
+      updated = ApplyPush(
+          *table, keys, gradients, origin,
+          learning_rate_scale * table->learning_rate_multiplier.load());
+    }
   }
   if (origin.tracked()) {
     ledger_.Finish(origin, updated.ok(),
@@ -1123,16 +1189,23 @@ void EmbeddingStore::PeriodicFlushLoop() {
 }
 
 std::vector<TableStats> EmbeddingStore::ListTables() {
-  std::vector<std::pair<TableId, TableSpec>> tables;
+  std::vector<std::pair<TableId, TableStats>> tables;
   {
     absl::ReaderMutexLock lock(&tables_mu_);
-    for (const auto& table : tables_)
-      tables.emplace_back(table->id, table->spec);
+    for (const auto& table : tables_) {
+      if (table == nullptr || table->dropped) continue;
+      TableStats stats;
+      stats.spec = table->spec;
+      stats.learning_rate = table->spec.optimizer().learning_rate() *
+                            table->learning_rate_multiplier.load();
+      tables.emplace_back(table->id, std::move(stats));
+    }
   }
   std::vector<TableStats> stats;
-  for (auto& [id, spec] : tables) {
-    stats.push_back(TableStats{std::move(spec), rocks_->EstimatedRows(id),
-                               rocks_->DiskBytes(id)});
+  for (auto& [id, table] : tables) {
+    table.estimated_rows = rocks_->EstimatedRows(id);
+    table.disk_bytes = rocks_->DiskBytes(id);
+    stats.push_back(std::move(table));
   }
   return stats;
 }

@@ -137,6 +137,8 @@ struct PushOutcome {
 
 struct TableStats {
   TableSpec spec;
+  // The rate pushes use now: the spec's, or what SetLearningRate() set.
+  float learning_rate = 0.0f;
   uint64_t estimated_rows = 0;
   uint64_t disk_bytes = 0;
 };
@@ -176,6 +178,23 @@ class EmbeddingStore {
   // table of that name differs; INVALID_ARGUMENT for a bad name, dim, or
   // hyper-parameter; RESOURCE_EXHAUSTED past max_dim or max_tables.
   absl::StatusOr<bool> DeclareTable(const TableSpec& spec);
+
+  // Sets the learning rate (FTRL's alpha) of `table` for every push from
+  // the next on, durably. It multiplies each push's rate by `learning_rate`
+  // over the declared one, so a push-log record keeps the rate it was
+  // applied with; for FTRL, as for a worker's learning-rate schedule, it
+  // scales each gradient's step into z rather than alpha itself, which
+  // would rescale every stored weight at once. The spec keeps the declared
+  // rate (so the table's workers still declare it alike). NOT_FOUND for an
+  // unknown table; INVALID_ARGUMENT unless positive and finite.
+  absl::Status SetLearningRate(absl::string_view table, float learning_rate);
+
+  // Drops `table` with every row, in memory and on disk (its files go when
+  // the store closes). Pushes wait meanwhile; later pulls and pushes of it
+  // get NOT_FOUND, and declaring it again makes a new, empty table. A pull
+  // already running may still answer from the dropped rows. NOT_FOUND if
+  // unknown.
+  absl::Status DropTable(absl::string_view table);
 
   // The spec of `table` (optimizer defaults filled in). NOT_FOUND if unknown.
   absl::StatusOr<TableSpec> GetTableSpec(absl::string_view table) const;
@@ -242,7 +261,9 @@ class EmbeddingStore {
   StoreStats Stats();
 
  private:
-  // A table's immutable description; owned by the store, never removed.
+  // A table's description, immutable but for the two atomics; owned by the
+  // store and kept after a drop, so that pointers to it stay valid (a
+  // dropped table is only left out of `tables_by_name_`).
   struct Table {
     TableId id;
     TableSpec spec;
@@ -256,6 +277,10 @@ class EmbeddingStore {
     // row still caches every stored row of this table, and a miss there
     // means "never pushed" without asking RocksDB.
     bool created_empty;
+    // SetLearningRate()'s rate over the spec's (1: none set).
+    mutable std::atomic<float> learning_rate_multiplier{1.0f};
+    // Set by DropTable() while no push applies (under push_gate_).
+    mutable std::atomic<bool> dropped{false};
   };
 
   struct Stripe {
@@ -283,7 +308,7 @@ class EmbeddingStore {
   EmbeddingStore(const StoreOptions& options,
                  std::unique_ptr<RocksStore> rocks);
 
-  absl::Status AddTable(TableId id, const TableSpec& spec, bool created_empty)
+  absl::Status AddTable(const StoredTable& stored, bool created_empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tables_mu_);
   absl::StatusOr<const Table*> FindTable(absl::string_view name) const;
   absl::StatusOr<const Table*> FindTableById(TableId id) const;
@@ -391,7 +416,10 @@ class EmbeddingStore {
   // so that a snapshot has every push whole or not at all.
   absl::Mutex push_gate_;
 
+  // Serialises DropTable() and SetLearningRate().
+  absl::Mutex admin_mu_;
   mutable absl::Mutex tables_mu_;
+  // Indexed by id; null for an id no table was found with at open.
   std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(tables_mu_);
   absl::flat_hash_map<std::string, const Table*> tables_by_name_
       ABSL_GUARDED_BY(tables_mu_);

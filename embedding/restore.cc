@@ -59,20 +59,26 @@ absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
           absl::StrCat("cannot open the checkpoint part ", path, ": ",
                        part.status().message()));
     }
-    const std::vector<TableSpec>& part_tables = (*part)->opened_tables();
+    const std::vector<StoredTable>& part_tables = (*part)->opened_tables();
     const std::unique_ptr<RocksStore::Snapshot> snapshot =
         (*part)->GetSnapshot();
     for (size_t t = 0; t < options.tables.size(); ++t) {
       const std::string& name = options.tables[t].name();
-      auto in_part = std::find_if(
-          part_tables.begin(), part_tables.end(),
-          [&](const TableSpec& spec) { return spec.name() == name; });
+      auto in_part =
+          std::find_if(part_tables.begin(), part_tables.end(),
+                       [&](const StoredTable& table) {
+                         return !table.dropped && table.spec.name() == name;
+                       });
       if (in_part == part_tables.end()) continue;
+      // A rate set over the admin API travels with the rows.
+      if (in_part->learning_rate > 0.0f) {
+        RETURN_IF_ERROR(store->SetLearningRate(name, in_part->learning_rate));
+      }
       row.resize(row_floats[t]);
       RocksStore::Batch batch = store->NewBatch();
       size_t in_batch = 0;
       absl::Status scanned = (*part)->Scan(
-          static_cast<TableId>(in_part - part_tables.begin()), *snapshot,
+          in_part->id, *snapshot,
           [&](uint64_t key, absl::string_view value) -> absl::Status {
             ++stats.rows_read;
             if (!options.keep(key)) return absl::OkStatus();

@@ -5,7 +5,9 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "glog/logging.h"
@@ -21,6 +23,9 @@ namespace ps::embedding {
 namespace {
 
 constexpr char kSpecPrefix[] = "table_spec/";
+constexpr char kIdPrefix[] = "table_id/";
+constexpr char kLearningRatePrefix[] = "table_lr/";
+constexpr char kDroppedPrefix[] = "dropped_table/";
 constexpr char kFamilyPrefix[] = "table.";
 constexpr char kLogFamily[] = "push_log";
 constexpr char kEpochKey[] = "epoch";
@@ -50,6 +55,15 @@ std::string LogKey(uint32_t stripe, uint64_t sequence) {
   for (int i = 0; i < 8; ++i)
     key[4 + i] = static_cast<char>(sequence >> (56 - 8 * i));
   return key;
+}
+
+// A tombstone's key: the id in ten digits, so that keys sort by id.
+std::string DroppedKey(TableId id) {
+  return absl::StrFormat("%s%010u", kDroppedPrefix, id);
+}
+
+std::string FixedBytes(uint32_t value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(value));
 }
 
 bool FamilyIsEmpty(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* family) {
@@ -215,78 +229,144 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   std::unique_ptr<rocksdb::DB> db(raw_db);
   rocksdb::ColumnFamilyHandle* log_handle = handles.back();
   handles.pop_back();
+  // Every handle not yet given to the store, on an error.
+  auto close_handles = [&] {
+    for (auto* handle : handles)
+      if (handle != nullptr) db->DestroyColumnFamilyHandle(handle);
+    db->DestroyColumnFamilyHandle(log_handle);
+  };
 
-  std::vector<TableSpec> specs;
+  std::vector<StoredTable> tables;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db->NewIterator(rocksdb::ReadOptions(), handles[0]));
+    for (it->Seek(kDroppedPrefix);
+         it->Valid() && it->key().starts_with(kDroppedPrefix); it->Next()) {
+      StoredTable dropped;
+      dropped.dropped = true;
+      const std::string id_text =
+          it->key().ToString().substr(strlen(kDroppedPrefix));
+      if (!absl::SimpleAtoi(id_text, &dropped.id) ||
+          !dropped.spec.ParseFromArray(it->value().data(),
+                                       static_cast<int>(it->value().size()))) {
+        close_handles();
+        return absl::DataLossError(absl::StrCat(
+            "unreadable tombstone of a dropped table in ", options.path));
+      }
+      tables.push_back(std::move(dropped));
+    }
+  }
+  const size_t num_dropped = tables.size();
+  std::vector<std::pair<TableId, rocksdb::ColumnFamilyHandle*>> table_handles;
   for (size_t t = 0; t < table_names.size(); ++t) {
     const std::string& name = table_names[t];
+    rocksdb::ColumnFamilyHandle*& handle = handles[t + 1];
     std::string bytes;
     rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[0],
                                   absl::StrCat(kSpecPrefix, name), &bytes);
-    TableSpec spec;
-    if (got.IsNotFound() && t + 1 == table_names.size() &&
-        FamilyIsEmpty(db.get(), handles[t + 1])) {
-      // CreateTable() stopped between creating the family and recording
-      // the spec: the table never existed for anyone. Dropping it keeps
-      // every other table's id (the newest one goes).
-      LOG(WARNING) << "table " << name << " in " << options.path
-                   << " was being created when the process stopped; its "
-                   << "empty column family is "
+    StoredTable table;
+    if (got.IsNotFound()) {
+      const bool being_dropped =
+          std::any_of(tables.begin(), tables.begin() + num_dropped,
+                      [&](const StoredTable& dropped) {
+                        return dropped.spec.name() == name;
+                      });
+      if (!being_dropped && !FamilyIsEmpty(db.get(), handle)) {
+        close_handles();
+        return absl::DataLossError(
+            absl::StrCat("table ", name, " has no spec in ", options.path));
+      }
+      // CreateTable() or DropTable() stopped between the family and the
+      // spec: the table is gone for everyone.
+      LOG(WARNING) << "table " << name << " in " << options.path << " was "
+                   << (being_dropped ? "being dropped" : "being created")
+                   << " when the process stopped; its column family is "
                    << (options.read_only ? "left out" : "dropped");
       rocksdb::Status dropped = options.read_only
                                     ? rocksdb::Status::OK()
-                                    : db->DropColumnFamily(handles[t + 1]);
-      db->DestroyColumnFamilyHandle(handles[t + 1]).PermitUncheckedError();
-      handles.erase(handles.begin() + t + 1);
+                                    : db->DropColumnFamily(handle);
+      db->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+      handle = nullptr;
       if (!dropped.ok()) {
-        for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-        db->DestroyColumnFamilyHandle(log_handle);
-        return FromRocks(dropped, "dropping the half-created table " + name);
+        close_handles();
+        return FromRocks(dropped, "dropping the column family of " + name);
       }
-      break;
+      continue;
     }
-    if (!got.ok() || !spec.ParseFromString(bytes)) {
-      for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-      db->DestroyColumnFamilyHandle(log_handle);
+    if (!got.ok() || !table.spec.ParseFromString(bytes)) {
+      close_handles();
       return absl::DataLossError(absl::StrCat(
           "table ", name, " has no readable spec in ", options.path));
     }
-    specs.push_back(std::move(spec));
+    // Stores written before tables could be dropped have no ids: a table's
+    // id was its family's place among them.
+    table.id = static_cast<TableId>(t);
+    if (db->Get(rocksdb::ReadOptions(), handles[0],
+                absl::StrCat(kIdPrefix, name), &bytes)
+            .ok() &&
+        bytes.size() == sizeof(uint32_t)) {
+      std::memcpy(&table.id, bytes.data(), sizeof(uint32_t));
+    }
+    if (db->Get(rocksdb::ReadOptions(), handles[0],
+                absl::StrCat(kLearningRatePrefix, name), &bytes)
+            .ok() &&
+        bytes.size() == sizeof(float)) {
+      std::memcpy(&table.learning_rate, bytes.data(), sizeof(float));
+    }
+    table_handles.emplace_back(table.id, handle);
+    handle = nullptr;
+    tables.push_back(std::move(table));
   }
-  if (specs.size() > options.max_tables) {
-    for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-    db->DestroyColumnFamilyHandle(log_handle);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(options.path, " holds ", specs.size(),
-                     " tables, more than max_tables ", options.max_tables));
+  std::sort(
+      tables.begin(), tables.end(),
+      [](const StoredTable& a, const StoredTable& b) { return a.id < b.id; });
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (tables[i].id >= options.max_tables ||
+        (i > 0 && tables[i].id == tables[i - 1].id)) {
+      for (auto [id, handle] : table_handles)
+        db->DestroyColumnFamilyHandle(handle);
+      close_handles();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          options.path, " holds table id ", tables[i].id,
+          (tables[i].id >= options.max_tables
+               ? absl::StrCat(", not below max_tables ", options.max_tables)
+               : std::string(" twice"))));
+    }
   }
-  auto store = std::unique_ptr<RocksStore>(new RocksStore(
-      options, db.release(), std::move(handles), log_handle, std::move(specs)));
+  rocksdb::ColumnFamilyHandle* specs_handle = handles[0];
+  auto store = std::unique_ptr<RocksStore>(
+      new RocksStore(options, db.release(), specs_handle, table_handles,
+                     log_handle, std::move(tables)));
   store->table_options_ = family;
   return store;
 }
 
-RocksStore::RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
-                       std::vector<rocksdb::ColumnFamilyHandle*> handles,
-                       rocksdb::ColumnFamilyHandle* log_handle,
-                       std::vector<TableSpec> opened_tables)
+RocksStore::RocksStore(
+    const RocksStoreOptions& options, rocksdb::DB* db,
+    rocksdb::ColumnFamilyHandle* specs_handle,
+    const std::vector<std::pair<TableId, rocksdb::ColumnFamilyHandle*>>&
+        table_handles,
+    rocksdb::ColumnFamilyHandle* log_handle,
+    std::vector<StoredTable> opened_tables)
     : options_(options),
       db_(db),
-      specs_handle_(handles[0]),
+      specs_handle_(specs_handle),
       log_handle_(log_handle),
       table_handles_(
           new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
-      num_tables_(static_cast<uint32_t>(handles.size() - 1)),
       opened_tables_(std::move(opened_tables)) {
   write_options_.sync = options.sync_wal;
-  for (uint32_t i = 0; i < options.max_tables; ++i) {
-    table_handles_[i].store(i + 1 < handles.size() ? handles[i + 1] : nullptr);
-  }
+  for (uint32_t i = 0; i < options.max_tables; ++i)
+    table_handles_[i].store(nullptr);
+  for (auto [id, handle] : table_handles) table_handles_[id].store(handle);
+  absl::MutexLock lock(&create_mu_);
+  if (!opened_tables_.empty()) next_table_id_ = opened_tables_.back().id + 1;
 }
 
 RocksStore::~RocksStore() {
-  for (uint32_t i = 0; i < num_tables_.load(); ++i) {
-    db_->DestroyColumnFamilyHandle(table_handles_[i].load())
-        .PermitUncheckedError();
+  for (uint32_t i = 0; i < options_.max_tables; ++i) {
+    if (rocksdb::ColumnFamilyHandle* handle = table_handles_[i].load())
+      db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
   }
   db_->DestroyColumnFamilyHandle(log_handle_).PermitUncheckedError();
   db_->DestroyColumnFamilyHandle(specs_handle_).PermitUncheckedError();
@@ -299,11 +379,12 @@ rocksdb::ColumnFamilyHandle* RocksStore::Handle(TableId table) const {
 
 absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
   absl::MutexLock lock(&create_mu_);
-  const uint32_t id = num_tables_.load();
+  const uint32_t id = next_table_id_;
   if (id >= options_.max_tables) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot create table ", spec.name(), ": the store already holds ",
-        options_.max_tables, " tables (max_tables)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot create table ", spec.name(),
+                     ": the store has given out ", options_.max_tables,
+                     " table ids (max_tables; a dropped table keeps its id)"));
   }
   rocksdb::ColumnFamilyHandle* handle = nullptr;
   rocksdb::Status created = db_->CreateColumnFamily(
@@ -311,17 +392,52 @@ absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
   if (!created.ok()) return FromRocks(created, "creating table " + spec.name());
   rocksdb::WriteOptions durable;
   durable.sync = true;
-  rocksdb::Status written =
-      db_->Put(durable, specs_handle_, absl::StrCat(kSpecPrefix, spec.name()),
-               spec.SerializeAsString());
+  rocksdb::WriteBatch batch;
+  batch.Put(specs_handle_, absl::StrCat(kSpecPrefix, spec.name()),
+            spec.SerializeAsString());
+  batch.Put(specs_handle_, absl::StrCat(kIdPrefix, spec.name()),
+            FixedBytes(id));
+  rocksdb::Status written = db_->Write(durable, &batch);
   if (!written.ok()) {
     db_->DropColumnFamily(handle).PermitUncheckedError();
     db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
     return FromRocks(written, "recording spec of table " + spec.name());
   }
   table_handles_[id].store(handle, std::memory_order_release);
-  num_tables_.store(id + 1);
+  next_table_id_ = id + 1;
   return id;
+}
+
+absl::Status RocksStore::DropTable(TableId id, const TableSpec& spec) {
+  absl::MutexLock lock(&create_mu_);
+  rocksdb::ColumnFamilyHandle* handle =
+      id < options_.max_tables ? Handle(id) : nullptr;
+  if (handle == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table with id ", id));
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(specs_handle_, absl::StrCat(kSpecPrefix, spec.name()));
+  batch.Delete(specs_handle_, absl::StrCat(kIdPrefix, spec.name()));
+  batch.Delete(specs_handle_, absl::StrCat(kLearningRatePrefix, spec.name()));
+  batch.Put(specs_handle_, DroppedKey(id), spec.SerializeAsString());
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  RETURN_IF_ERROR(FromRocks(db_->Write(durable, &batch),
+                            "recording the drop of table " + spec.name()));
+  return FromRocks(db_->DropColumnFamily(handle),
+                   "dropping the column family of table " + spec.name());
+}
+
+absl::Status RocksStore::SetLearningRate(const std::string& name,
+                                         float learning_rate) {
+  absl::MutexLock lock(&create_mu_);
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  return FromRocks(
+      db_->Put(durable, specs_handle_, absl::StrCat(kLearningRatePrefix, name),
+               std::string(reinterpret_cast<const char*>(&learning_rate),
+                           sizeof(learning_rate))),
+      "recording the learning rate of table " + name);
 }
 
 absl::Status RocksStore::Write(Batch* batch) {

@@ -10,9 +10,13 @@
 // stripe the cut (the sequence up to which rows are written back), and the
 // push ledger (push_ledger.h) as it stood when the epoch started.
 //
-// A table is created in two steps, its column family and then its spec; a
-// process stopped between them leaves a family without a spec, which Open()
-// drops (nothing was ever written to it).
+// A table is created in two steps, its column family and then its spec (with
+// its id); a process stopped between them leaves a family without a spec,
+// which Open() drops (nothing was ever written to it). Dropping a table
+// replaces its spec with a tombstone under its id, then drops its family; a
+// process stopped in between leaves a family Open() drops. Ids are never
+// reused: push-log records name tables by id, and a record of a dropped
+// table must not be read as one of a newer table.
 //
 // Thread-safe: RocksDB serialises what it must; concurrent Write() calls are
 // group-committed into one WAL write.
@@ -25,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,8 +61,20 @@ struct RocksStoreOptions {
   bool read_only = false;
 };
 
-// A stored table's id in this store: an index, stable for the store's life.
+// A stored table's id in this store: stable for the store's life and never
+// given to another table, also after a drop. Below max_tables.
 using TableId = uint32_t;
+
+// A table found on disk at Open().
+struct StoredTable {
+  TableId id = 0;
+  TableSpec spec;
+  // Dropped: only its id and spec remain (to read old push-log records).
+  bool dropped = false;
+  // The learning rate SetLearningRate() last set; 0 when none was (the
+  // spec's applies).
+  float learning_rate = 0.0f;
+};
 
 // Where a stored row stands in the push log: the log's epoch, and the
 // sequence of the last update the row includes (embedding_store.h). Stored
@@ -96,12 +113,25 @@ class RocksStore {
 
   ~RocksStore();
 
-  // The tables found on disk at Open(), in id order (ids 0..n-1).
-  const std::vector<TableSpec>& opened_tables() const { return opened_tables_; }
+  // The tables found on disk at Open(), dropped ones included, in id order.
+  const std::vector<StoredTable>& opened_tables() const {
+    return opened_tables_;
+  }
 
   // Creates a column family for `spec` and records the spec durably. Returns
-  // the new table's id; RESOURCE_EXHAUSTED past options.max_tables.
+  // the new table's id; RESOURCE_EXHAUSTED once max_tables ids are used
+  // (dropped tables keep theirs).
   absl::StatusOr<TableId> CreateTable(const TableSpec& spec);
+
+  // Drops table `id` (named `spec.name()`): its spec becomes a tombstone
+  // and its column family, with every row, is dropped; RocksDB deletes the
+  // files once the store closes (readers that hold the family may still
+  // read it until then). The caller makes sure nothing writes its rows
+  // any more.
+  absl::Status DropTable(TableId id, const TableSpec& spec);
+
+  // Records `learning_rate` durably as table `name`'s (see StoredTable).
+  absl::Status SetLearningRate(const std::string& name, float learning_rate);
 
   Batch NewBatch() const { return Batch(this); }
 
@@ -169,10 +199,13 @@ class RocksStore {
   absl::Status CreateCheckpoint(const std::string& dir);
 
  private:
-  RocksStore(const RocksStoreOptions& options, rocksdb::DB* db,
-             std::vector<rocksdb::ColumnFamilyHandle*> handles,
-             rocksdb::ColumnFamilyHandle* log_handle,
-             std::vector<TableSpec> opened_tables);
+  RocksStore(
+      const RocksStoreOptions& options, rocksdb::DB* db,
+      rocksdb::ColumnFamilyHandle* specs_handle,
+      const std::vector<std::pair<TableId, rocksdb::ColumnFamilyHandle*>>&
+          table_handles,
+      rocksdb::ColumnFamilyHandle* log_handle,
+      std::vector<StoredTable> opened_tables);
 
   rocksdb::ColumnFamilyHandle* Handle(TableId table) const;
   // Writes `batch`, resuming RocksDB first after an earlier failed write.
@@ -185,16 +218,18 @@ class RocksStore {
   // The default family, which holds the specs.
   rocksdb::ColumnFamilyHandle* specs_handle_ = nullptr;
   rocksdb::ColumnFamilyHandle* log_handle_ = nullptr;
-  // Serialises CreateTable().
+  // Serialises CreateTable() and DropTable().
   absl::Mutex create_mu_;
   // Table i's family is table_handles_[i]: a fixed array so that readers need
-  // no lock; slots past num_tables_ are null.
+  // no lock; null for ids never used. A dropped table's handle stays until
+  // the store closes.
   const std::unique_ptr<std::atomic<rocksdb::ColumnFamilyHandle*>[]>
       table_handles_;
-  std::atomic<uint32_t> num_tables_{0};
+  // The id the next CreateTable() takes.
+  uint32_t next_table_id_ ABSL_GUARDED_BY(create_mu_) = 0;
   // A write failed: RocksDB holds a background error until Resume().
   std::atomic<bool> needs_resume_{false};
-  const std::vector<TableSpec> opened_tables_;
+  const std::vector<StoredTable> opened_tables_;
 };
 
 }  // namespace ps::embedding
