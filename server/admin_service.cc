@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "server/grpc_status.h"
 
@@ -18,6 +19,7 @@ grpc::ServerUnaryReactor* AdminService::ListTables(
     *info->mutable_spec() = std::move(stats.spec);
     info->set_estimated_rows(stats.estimated_rows);
     info->set_disk_bytes(stats.disk_bytes);
+    info->set_learning_rate(stats.learning_rate);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -62,6 +64,16 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_duplicate_pushes(stats.duplicate_pushes);
   response->set_push_log_dropped_bytes(stats.push_log_dropped_bytes);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
+  response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());
+  for (CallStats::Method& method : call_stats_->Snapshot()) {
+    ShardStatsResponse::Method* out = response->add_methods();
+    out->set_method(std::move(method.name));
+    out->set_calls(method.calls);
+    out->set_errors(method.errors);
+    out->mutable_latency_buckets()->Add(method.latency_buckets.begin(),
+                                        method.latency_buckets.end());
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -110,6 +122,54 @@ absl::Status AdminService::Authorize(
     return absl::UnauthenticatedError("wrong admin token");
   }
   return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AdminService::SetLearningRate(
+    grpc::CallbackServerContext* context, const SetLearningRateRequest* request,
+    SetLearningRateResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) {
+    for (const embedding::TableStats& table : store_->ListTables()) {
+      if (table.spec.name() == request->table())
+        response->set_previous_learning_rate(table.learning_rate);
+    }
+    status =
+        store_->SetLearningRate(request->table(), request->learning_rate());
+  }
+  if (status.ok()) {
+    LOG(INFO) << "learning rate of " << request->table() << " set to "
+              << request->learning_rate() << " (was "
+              << response->previous_learning_rate() << ") by "
+              << context->peer();
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::DropTable(
+    grpc::CallbackServerContext* context, const DropTableRequest* request,
+    DropTableResponse*) {
+  absl::Status status = Authorize(*context);
+  if (status.ok() && !request->force()) {
+    std::vector<std::string> live;
+    for (const ClockCoordinator::WorkerClock& clock : clocks_->Snapshot())
+      if (clock.live) live.push_back(absl::StrCat(clock.worker));
+    if (!live.empty()) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "worker(s) ", absl::StrJoin(live, ", "),
+          " hold leases on this shard and may be training table ",
+          request->table(), ": stop them first, or drop it with force"));
+    }
+  }
+  if (status.ok()) status = store_->DropTable(request->table());
+  if (status.ok()) {
+    LOG(INFO) << "table " << request->table() << " dropped by "
+              << context->peer() << (request->force() ? " (forced)" : "");
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminService::Drain(

@@ -3,7 +3,8 @@
 // AdminService implements ps.Admin (proto/admin.proto) on one shard: the
 // tables and their sizes, one row by key, the shard's counters, the
 // workers' clocks and the cuts checkpoints are taken at (on the coordinator
-// shard), snapshots, and Drain. Calls that change state need the admin
+// shard), snapshots, live learning rates, dropping tables, and Drain. Calls
+// that change state need the admin
 // token when one is set (compared in constant time).
 // Thread-safe.
 
@@ -17,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "embedding/embedding_store.h"
 #include "proto/admin.grpc.pb.h"
+#include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
 
@@ -35,13 +37,16 @@ struct AdminServiceOptions {
 
 class AdminService final : public Admin::CallbackService {
  public:
-  // `store`, `counters` and `clocks` must outlive this service.
+  // `store`, `counters`, `call_stats` and `clocks` must outlive this
+  // service.
   AdminService(const AdminServiceOptions& options,
                embedding::EmbeddingStore* store,
-               const RequestCounters* counters, ClockCoordinator* clocks)
+               const RequestCounters* counters, const CallStats* call_stats,
+               ClockCoordinator* clocks)
       : options_(options),
         store_(store),
         counters_(counters),
+        call_stats_(call_stats),
         clocks_(clocks),
         started_(absl::Now()) {}
 
@@ -57,6 +62,13 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* WorkerClocks(
       grpc::CallbackServerContext* context, const WorkerClocksRequest* request,
       WorkerClocksResponse* response) override;
+  grpc::ServerUnaryReactor* SetLearningRate(
+      grpc::CallbackServerContext* context,
+      const SetLearningRateRequest* request,
+      SetLearningRateResponse* response) override;
+  grpc::ServerUnaryReactor* DropTable(grpc::CallbackServerContext* context,
+                                      const DropTableRequest* request,
+                                      DropTableResponse* response) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const DrainRequest* request,
                                   DrainResponse* response) override;
@@ -83,6 +95,7 @@ class AdminService final : public Admin::CallbackService {
   const AdminServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   const RequestCounters* const counters_;
+  const CallStats* const call_stats_;
   ClockCoordinator* const clocks_;
   const absl::Time started_;
 };

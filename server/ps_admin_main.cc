@@ -1,14 +1,22 @@
 // ps_admin: asks ps_server shards over their admin API.
 //
 //   ps_admin --servers=127.0.0.1:50051 tables
-//   ps_admin --servers=HOST:PORT,HOST:PORT stats
+//   ps_admin --servers=HOST:PORT,HOST:PORT stats    (summed over the shards)
+//   ps_admin --servers=... --json stats             (one JSON object)
 //   ps_admin --servers=... row --table=wide_deep.embedding --key=12345
 //   ps_admin --servers=... clocks          (on the coordinator shard)
+//   ps_admin --servers=... --token_file=F set-lr --table=T --lr=0.01
+//   ps_admin --servers=... --token_file=F drop-table --table=T [--force]
 //   ps_admin --servers=... --token_file=F drain
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,17 +29,29 @@
 #include "absl/time/clock.h"
 #include "base/checkpoint_client.h"
 #include "base/manifest.h"
+#include "base/routing.h"
 #include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
+#include "server/call_stats.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
-          "host:port of the shards to ask, comma-separated; each is asked in "
-          "turn.");
-ABSL_FLAG(std::string, table, "", "For `row`: the table.");
+          "host:port of the shards, comma-separated in shard order; every "
+          "shard is asked and the answers are added up.");
+ABSL_FLAG(std::string, table, "",
+          "For `row`, `set-lr` and `drop-table`: the table.");
 ABSL_FLAG(uint64_t, key, 0, "For `row`: the key.");
+ABSL_FLAG(bool, json, false,
+          "Print one JSON object (numbers as numbers) instead of tables.");
+ABSL_FLAG(double, interval_s, 1.0,
+          "For `stats`: rates and latency percentiles over this many seconds "
+          "(two samples); 0: since each shard started.");
+ABSL_FLAG(double, lr, 0.0,
+          "For `set-lr`: the learning rate (positive), from the next push on.");
+ABSL_FLAG(bool, force, false,
+          "For `drop-table`: drop even while workers hold leases.");
 ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each call.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate that signed the shards' certificates: talk TLS.");
@@ -58,6 +78,8 @@ ABSL_FLAG(std::string, token_file, "",
           "sent with every call; calls that change a shard need it.");
 
 namespace {
+
+using ps::server::LatencyQuantileSeconds;
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_admin: %s\n", message.c_str());
@@ -113,62 +135,580 @@ const char* OptimizerName(ps::OptimizerSpec::Kind kind) {
   }
 }
 
-// Runs `command` on one shard; prints what it answers.
-grpc::Status RunCommand(const std::string& command, ps::Admin::Stub& admin) {
+// --- JSON, written by hand: a few flat objects, numbers as numbers. ---
+
+std::string Quote(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string Number(double value) {
+  if (!std::isfinite(value)) return "null";
+  return absl::StrFormat("%.9g", value);
+}
+
+// Floats with the digits a float has.
+std::string Number(float value) {
+  if (!std::isfinite(value)) return "null";
+  return absl::StrFormat("%.7g", value);
+}
+
+std::string Number(uint64_t value) { return absl::StrCat(value); }
+
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+std::string Object(const Fields& fields) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : fields)
+    parts.push_back(Quote(key) + ":" + value);
+  return "{" + absl::StrJoin(parts, ",") + "}";
+}
+
+std::string Array(const std::vector<std::string>& values) {
+  return "[" + absl::StrJoin(values, ",") + "]";
+}
+
+// --- Talking to the shards. ---
+
+struct Cluster {
+  std::vector<std::string> servers;
+  std::string coordinator;  // --coordinator, or the first of servers
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  ps::TlsFiles tls;
+  bool json = false;
+
+  std::unique_ptr<ps::Admin::Stub> Connect(const std::string& server) const {
+    grpc::ChannelArguments arguments;
+    ps::AddTlsChannelArguments(tls, &arguments);
+    return ps::Admin::NewStub(
+        grpc::CreateCustomChannel(server, credentials, arguments));
+  }
+};
+
+// What one shard answered: its reply in JSON (or its error), for --json.
+struct ShardAnswer {
+  explicit ShardAnswer(std::string server) : server(std::move(server)) {}
+  std::string server;
   grpc::Status status;
-  if (command == "tables") {
+  Fields fields;  // the reply, when status is ok
+};
+
+std::string ShardAnswersJson(const std::vector<ShardAnswer>& answers) {
+  std::vector<std::string> shards;
+  for (const ShardAnswer& answer : answers) {
+    Fields fields = {{"server", Quote(answer.server)}};
+    if (answer.status.ok()) {
+      fields.insert(fields.end(), answer.fields.begin(), answer.fields.end());
+    } else {
+      fields.emplace_back(
+          "error",
+          Object({{"code", Quote(StatusCodeName(answer.status.error_code()))},
+                  {"message", Quote(answer.status.error_message())}}));
+    }
+    shards.push_back(Object(fields));
+  }
+  return Array(shards);
+}
+
+// Reports the shards that failed on stderr; returns the exit code.
+int ReportFailures(const std::string& command,
+                   const std::vector<ShardAnswer>& answers) {
+  int failures = 0;
+  for (const ShardAnswer& answer : answers) {
+    if (answer.status.ok()) continue;
+    std::fprintf(stderr, "ps_admin: %s on %s: %s (%s)\n", command.c_str(),
+                 answer.server.c_str(), answer.status.error_message().c_str(),
+                 StatusCodeName(answer.status.error_code()));
+    ++failures;
+  }
+  return failures == 0 ? 0 : 2;
+}
+
+// `tables`: every table with its rows and bytes added up over the shards.
+int Tables(const Cluster& cluster) {
+  struct Total {
+    ps::TableSpec spec;
+    float learning_rate = 0;
+    bool mixed_rates = false;
+    uint64_t rows = 0, disk_bytes = 0;
+    int shards = 0;
+  };
+  std::vector<Total> totals;
+  std::vector<ShardAnswer> answers;
+  for (const std::string& server : cluster.servers) {
     ps::ListTablesResponse response;
-    status =
-        admin.ListTables(Context().get(), ps::ListTablesRequest(), &response);
-    if (status.ok()) {
-      std::printf("%-40s %6s %-8s %10s %14s %14s\n", "table", "dim",
-                  "optimizer", "lr", "rows (est.)", "disk bytes");
-      for (const ps::TableInfo& table : response.tables()) {
-        std::printf("%-40s %6u %-8s %10g %14llu %14llu\n",
-                    table.spec().name().c_str(), table.spec().dim(),
-                    OptimizerName(table.spec().optimizer().kind()),
-                    table.spec().optimizer().learning_rate(),
-                    static_cast<unsigned long long>(table.estimated_rows()),
-                    static_cast<unsigned long long>(table.disk_bytes()));
+    ShardAnswer answer(server);
+    answer.status = cluster.Connect(server)->ListTables(
+        Context().get(), ps::ListTablesRequest(), &response);
+    std::vector<std::string> tables;
+    for (const ps::TableInfo& table : response.tables()) {
+      auto total = std::find_if(totals.begin(), totals.end(), [&](auto& t) {
+        return t.spec.name() == table.spec().name();
+      });
+      if (total == totals.end()) {
+        totals.push_back(Total{table.spec(), table.learning_rate()});
+        total = totals.end() - 1;
+      }
+      total->mixed_rates |= total->learning_rate != table.learning_rate();
+      total->rows += table.estimated_rows();
+      total->disk_bytes += table.disk_bytes();
+      ++total->shards;
+      tables.push_back(
+          Object({{"name", Quote(table.spec().name())},
+                  {"rows", Number(table.estimated_rows())},
+                  {"disk_bytes", Number(table.disk_bytes())},
+                  {"learning_rate", Number(table.learning_rate())}}));
+    }
+    answer.fields = {{"tables", Array(tables)}};
+    answers.push_back(std::move(answer));
+  }
+  if (cluster.json) {
+    std::vector<std::string> tables;
+    for (const Total& total : totals) {
+      tables.push_back(Object(
+          {{"name", Quote(total.spec.name())},
+           {"dim", Number(uint64_t{total.spec.dim()})},
+           {"optimizer", Quote(OptimizerName(total.spec.optimizer().kind()))},
+           {"learning_rate",
+            total.mixed_rates ? "null" : Number(total.learning_rate)},
+           {"declared_learning_rate",
+            Number(total.spec.optimizer().learning_rate())},
+           {"rows", Number(total.rows)},
+           {"disk_bytes", Number(total.disk_bytes)},
+           {"shards", Number(uint64_t(total.shards))}}));
+    }
+    std::printf("%s\n", Object({{"tables", Array(tables)},
+                                {"shards", ShardAnswersJson(answers)}})
+                            .c_str());
+  } else {
+    std::printf("%-40s %6s %-8s %10s %14s %14s %7s\n", "table", "dim",
+                "optimizer", "lr", "rows (est.)", "disk bytes", "shards");
+    for (const Total& total : totals) {
+      std::printf(
+          "%-40s %6u %-8s %10s %14llu %14llu %7d\n", total.spec.name().c_str(),
+          total.spec.dim(), OptimizerName(total.spec.optimizer().kind()),
+          total.mixed_rates ? "mixed"
+                            : absl::StrCat(total.learning_rate).c_str(),
+          static_cast<unsigned long long>(total.rows),
+          static_cast<unsigned long long>(total.disk_bytes), total.shards);
+    }
+  }
+  return ReportFailures("tables", answers);
+}
+
+// The counters and gauges of ShardStatsResponse that `stats` shows.
+struct StatField {
+  const char* name;
+  uint64_t (ps::ShardStatsResponse::*get)() const;
+  bool counter;  // a rate is shown for counters
+};
+
+constexpr StatField kStatFields[] = {
+    {"pull_requests", &ps::ShardStatsResponse::pull_requests, true},
+    {"push_requests", &ps::ShardStatsResponse::push_requests, true},
+    {"rows_pulled", &ps::ShardStatsResponse::rows_pulled, true},
+    {"rows_pushed", &ps::ShardStatsResponse::rows_pushed, true},
+    {"hot_tier_hits", &ps::ShardStatsResponse::hot_tier_hits, true},
+    {"hot_tier_misses", &ps::ShardStatsResponse::hot_tier_misses, true},
+    {"disk_lookups", &ps::ShardStatsResponse::disk_lookups, true},
+    {"duplicate_pushes", &ps::ShardStatsResponse::duplicate_pushes, true},
+    {"hot_tier_bytes", &ps::ShardStatsResponse::hot_tier_bytes, false},
+    {"hot_tier_budget_bytes", &ps::ShardStatsResponse::hot_tier_budget_bytes,
+     false},
+    {"rocksdb_live_bytes", &ps::ShardStatsResponse::rocksdb_live_bytes, false},
+    {"push_log_bytes", &ps::ShardStatsResponse::push_log_bytes, false},
+    {"push_log_dropped_bytes", &ps::ShardStatsResponse::push_log_dropped_bytes,
+     false},
+};
+
+// One method's calls over the interval, summed over the shards.
+struct MethodTotal {
+  explicit MethodTotal(std::string method) : method(std::move(method)) {}
+  std::string method;
+  uint64_t calls = 0, errors = 0;
+  double calls_per_second = 0;
+  std::vector<uint64_t> latency_buckets;
+};
+
+// `stats`: every shard's counters, summed, with rates and per-method
+// latency percentiles over --interval_s (since each shard started for 0).
+int Stats(const Cluster& cluster) {
+  const double interval = absl::GetFlag(FLAGS_interval_s);
+  if (!(interval >= 0) || interval > 3600)
+    return Fail("--interval_s must be between 0 and 3600");
+  std::vector<std::unique_ptr<ps::Admin::Stub>> stubs;
+  for (const std::string& server : cluster.servers)
+    stubs.push_back(cluster.Connect(server));
+  auto sample = [&](std::vector<ps::ShardStatsResponse>* responses,
+                    std::vector<ShardAnswer>* answers) {
+    responses->resize(stubs.size());
+    answers->clear();
+    for (size_t i = 0; i < stubs.size(); ++i) {
+      ShardAnswer answer(cluster.servers[i]);
+      answer.status = stubs[i]->ShardStats(
+          Context().get(), ps::ShardStatsRequest(), &(*responses)[i]);
+      answers->push_back(std::move(answer));
+    }
+  };
+  std::vector<ps::ShardStatsResponse> before, after;
+  std::vector<ShardAnswer> answers;
+  if (interval > 0) {
+    sample(&before, &answers);
+    absl::SleepFor(absl::Seconds(interval));
+  }
+  sample(&after, &answers);
+
+  std::vector<double> totals(std::size(kStatFields), 0.0);
+  std::vector<double> rates(std::size(kStatFields), 0.0);
+  std::vector<MethodTotal> methods;
+  std::vector<double> bounds;
+  int answered = 0;
+  for (size_t s = 0; s < after.size(); ++s) {
+    ShardAnswer& answer = answers[s];
+    if (!answer.status.ok()) continue;
+    const ps::ShardStatsResponse& now = after[s];
+    // The sample before, unless there is none or the shard restarted.
+    const bool has_before = interval > 0 && before[s].uptime_seconds() > 0 &&
+                            before[s].uptime_seconds() < now.uptime_seconds();
+    const ps::ShardStatsResponse empty;
+    const ps::ShardStatsResponse& then = has_before ? before[s] : empty;
+    const double seconds = now.uptime_seconds() - then.uptime_seconds();
+    ++answered;
+    for (size_t f = 0; f < std::size(kStatFields); ++f) {
+      const StatField& field = kStatFields[f];
+      const uint64_t value = (now.*field.get)();
+      totals[f] += value;
+      answer.fields.emplace_back(field.name, Number(value));
+      if (field.counter && seconds > 0) {
+        const uint64_t earlier = (then.*field.get)();
+        rates[f] += (value >= earlier ? value - earlier : value) / seconds;
       }
     }
-  } else if (command == "stats") {
-    ps::ShardStatsResponse response;
-    status =
-        admin.ShardStats(Context().get(), ps::ShardStatsRequest(), &response);
-    if (status.ok()) std::printf("%s", response.DebugString().c_str());
-  } else if (command == "row") {
-    ps::GetRowRequest request;
-    request.set_table(absl::GetFlag(FLAGS_table));
-    request.set_key(absl::GetFlag(FLAGS_key));
-    ps::GetRowResponse response;
-    status = admin.GetRow(Context().get(), request, &response);
-    if (status.ok()) {
+    answer.fields.emplace_back("shard_index",
+                               Number(uint64_t{now.shard_index()}));
+    answer.fields.emplace_back("uptime_seconds", Number(now.uptime_seconds()));
+    if (bounds.empty()) {
+      bounds.assign(now.latency_bounds_seconds().begin(),
+                    now.latency_bounds_seconds().end());
+    }
+    const bool same_bounds = std::equal(bounds.begin(), bounds.end(),
+                                        now.latency_bounds_seconds().begin(),
+                                        now.latency_bounds_seconds().end());
+    for (const auto& method : now.methods()) {
+      const ps::ShardStatsResponse::Method* earlier = nullptr;
+      for (const auto& m : then.methods())
+        if (m.method() == method.method()) earlier = &m;
+      auto total = std::find_if(methods.begin(), methods.end(), [&](auto& t) {
+        return t.method == method.method();
+      });
+      if (total == methods.end()) {
+        methods.push_back(MethodTotal(method.method()));
+        methods.back().latency_buckets.assign(bounds.size() + 1, 0);
+        total = methods.end() - 1;
+      }
+      const uint64_t calls =
+          method.calls() - (earlier != nullptr ? earlier->calls() : 0);
+      total->calls += calls;
+      total->errors +=
+          method.errors() - (earlier != nullptr ? earlier->errors() : 0);
+      if (seconds > 0) total->calls_per_second += calls / seconds;
+      if (!same_bounds ||
+          method.latency_buckets_size() != static_cast<int>(bounds.size() + 1))
+        continue;
+      for (int b = 0; b < method.latency_buckets_size(); ++b) {
+        const bool has_earlier =
+            earlier != nullptr &&
+            earlier->latency_buckets_size() == method.latency_buckets_size();
+        total->latency_buckets[b] +=
+            method.latency_buckets(b) -
+            (has_earlier ? earlier->latency_buckets(b) : 0);
+      }
+    }
+  }
+  // Methods not called in the interval say nothing.
+  methods.erase(std::remove_if(methods.begin(), methods.end(),
+                               [](const MethodTotal& method) {
+                                 return method.calls == 0;
+                               }),
+                methods.end());
+  std::sort(methods.begin(), methods.end(),
+            [](const MethodTotal& a, const MethodTotal& b) {
+              return a.calls > b.calls;
+            });
+  auto quantile = [&](const MethodTotal& method, double q) {
+    return LatencyQuantileSeconds(bounds, method.latency_buckets, q);
+  };
+  const int code = ReportFailures("stats", answers);
+  if (cluster.json) {
+    Fields total, per_second;
+    for (size_t f = 0; f < std::size(kStatFields); ++f) {
+      total.emplace_back(kStatFields[f].name,
+                         Number(static_cast<uint64_t>(totals[f])));
+      if (kStatFields[f].counter)
+        per_second.emplace_back(kStatFields[f].name, Number(rates[f]));
+    }
+    std::vector<std::string> method_json;
+    for (const MethodTotal& method : methods) {
+      method_json.push_back(
+          Object({{"method", Quote(method.method)},
+                  {"calls", Number(method.calls)},
+                  {"errors", Number(method.errors)},
+                  {"calls_per_second", Number(method.calls_per_second)},
+                  {"p50_seconds", Number(quantile(method, 0.5))},
+                  {"p99_seconds", Number(quantile(method, 0.99))}}));
+    }
+    std::printf("%s\n", Object({{"interval_seconds", Number(interval)},
+                                {"shards_answered", Number(uint64_t(answered))},
+                                {"total", Object(total)},
+                                {"per_second", Object(per_second)},
+                                {"methods", Array(method_json)},
+                                {"shards", ShardAnswersJson(answers)}})
+                            .c_str());
+    return code;
+  }
+  std::printf("%d of %zu shards; rates and latencies %s\n", answered,
+              cluster.servers.size(),
+              interval > 0
+                  ? absl::StrFormat("over the last %.2f s", interval).c_str()
+                  : "since each shard started");
+  std::printf("%-24s %16s %14s\n", "", "total", "per s");
+  for (size_t f = 0; f < std::size(kStatFields); ++f) {
+    if (kStatFields[f].counter) {
+      std::printf("%-24s %16.0f %14.1f\n", kStatFields[f].name, totals[f],
+                  rates[f]);
+    } else {
+      std::printf("%-24s %16.0f\n", kStatFields[f].name, totals[f]);
+    }
+  }
+  std::printf("\n%-44s %10s %8s %10s %10s %10s\n", "method", "calls", "errors",
+              "calls/s", "p50 ms", "p99 ms");
+  for (const MethodTotal& method : methods) {
+    std::printf(
+        "%-44s %10llu %8llu %10.1f %10.3f %10.3f\n", method.method.c_str(),
+        static_cast<unsigned long long>(method.calls),
+        static_cast<unsigned long long>(method.errors), method.calls_per_second,
+        1e3 * quantile(method, 0.5), 1e3 * quantile(method, 0.99));
+  }
+  return code;
+}
+
+// `row`: one row, from the shard that owns its key.
+int Row(const Cluster& cluster) {
+  const uint64_t key = absl::GetFlag(FLAGS_key);
+  const std::string& server =
+      cluster.servers[ps::ShardForKey(key, cluster.servers.size())];
+  ps::GetRowRequest request;
+  request.set_table(absl::GetFlag(FLAGS_table));
+  request.set_key(key);
+  request.set_optimizer_state(true);
+  ps::GetRowResponse response;
+  ShardAnswer answer(server);
+  answer.status =
+      cluster.Connect(server)->GetRow(Context().get(), request, &response);
+  auto floats = [](const auto& values) {
+    std::vector<std::string> numbers;
+    for (float value : values) numbers.push_back(Number(value));
+    return Array(numbers);
+  };
+  if (answer.status.ok()) {
+    if (cluster.json) {
+      std::printf(
+          "%s\n",
+          Object({{"server", Quote(server)},
+                  {"table", Quote(request.table())},
+                  {"key", Number(key)},
+                  {"stored", response.stored() ? "true" : "false"},
+                  {"values", floats(response.values())},
+                  {"optimizer_state", floats(response.optimizer_state())}})
+              .c_str());
+    } else {
       std::printf("%s [%s]\n",
                   response.stored() ? "stored" : "initial value (never pushed)",
                   absl::StrJoin(response.values(), ", ").c_str());
+      if (response.optimizer_state_size() > 0) {
+        std::printf("optimizer state [%s]\n",
+                    absl::StrJoin(response.optimizer_state(), ", ").c_str());
+      }
     }
-  } else if (command == "clocks") {
-    ps::WorkerClocksResponse response;
-    status = admin.WorkerClocks(Context().get(), ps::WorkerClocksRequest(),
-                                &response);
-    if (status.ok()) {
+  }
+  return ReportFailures("row", {answer});
+}
+
+// The workers' clocks, from the coordinator shard.
+grpc::Status AskClocks(const Cluster& cluster,
+                       ps::WorkerClocksResponse* response) {
+  return cluster.Connect(cluster.coordinator)
+      ->WorkerClocks(Context().get(), ps::WorkerClocksRequest(), response);
+}
+
+const char* WorkerState(const ps::WorkerClocksResponse::Worker& worker) {
+  return worker.live()       ? "live"
+         : worker.finished() ? "finished"
+                             : "lease expired";
+}
+
+// `clocks`: the workers' clocks, from the coordinator shard.
+int Clocks(const Cluster& cluster) {
+  ps::WorkerClocksResponse response;
+  ShardAnswer answer(cluster.coordinator);
+  answer.status = AskClocks(cluster, &response);
+  if (answer.status.ok()) {
+    if (cluster.json) {
+      std::vector<std::string> workers;
+      for (const auto& worker : response.workers()) {
+        workers.push_back(Object({{"worker", Number(uint64_t{worker.worker()})},
+                                  {"clock", absl::StrCat(worker.clock())},
+                                  {"state", Quote(WorkerState(worker))}}));
+      }
+      std::printf(
+          "%s\n",
+          Object({{"coordinator", Quote(cluster.coordinator)},
+                  {"workers", Array(workers)},
+                  {"clock_spread", absl::StrCat(response.clock_spread())}})
+              .c_str());
+    } else {
       for (const auto& worker : response.workers()) {
         std::printf("worker %u clock %lld %s\n", worker.worker(),
                     static_cast<long long>(worker.clock()),
-                    worker.live()       ? "live"
-                    : worker.finished() ? "finished"
-                                        : "lease expired");
+                    WorkerState(worker));
       }
       std::printf("spread among live workers: %lld\n",
                   static_cast<long long>(response.clock_spread()));
     }
-  } else if (command == "drain") {
-    ps::DrainResponse response;
-    status = admin.Drain(Context().get(), ps::DrainRequest(), &response);
-    if (status.ok()) std::printf("draining\n");
   }
-  return status;
+  return ReportFailures("clocks", {answer});
+}
+
+// Runs `call` on every shard and prints what each did: `done` in words, or
+// the fields the call filled in for --json.
+int OnEveryShard(
+    const Cluster& cluster, const std::string& command,
+    const std::function<grpc::Status(ps::Admin::Stub&, Fields*)>& call,
+    const std::function<std::string(const Fields&)>& done) {
+  std::vector<ShardAnswer> answers;
+  for (const std::string& server : cluster.servers) {
+    ShardAnswer answer(server);
+    answer.status = call(*cluster.Connect(server), &answer.fields);
+    if (answer.status.ok() && !cluster.json) {
+      std::printf("%s: %s\n", server.c_str(), done(answer.fields).c_str());
+    }
+    answers.push_back(std::move(answer));
+  }
+  if (cluster.json) {
+    std::printf("%s\n", Object({{"command", Quote(command)},
+                                {"shards", ShardAnswersJson(answers)}})
+                            .c_str());
+  }
+  return ReportFailures(command, answers);
+}
+
+// `set-lr`: a table's learning rate on every shard, live.
+int SetLearningRate(const Cluster& cluster) {
+  ps::SetLearningRateRequest request;
+  request.set_table(absl::GetFlag(FLAGS_table));
+  request.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
+  return OnEveryShard(
+      cluster, "set-lr",
+      [&](ps::Admin::Stub& admin, Fields* fields) {
+        ps::SetLearningRateResponse response;
+        grpc::Status status =
+            admin.SetLearningRate(Context().get(), request, &response);
+        *fields = {{"learning_rate", Number(request.learning_rate())},
+                   {"previous_learning_rate",
+                    Number(response.previous_learning_rate())}};
+        return status;
+      },
+      [&](const Fields& fields) {
+        return absl::StrCat("learning rate of ", request.table(), " is ",
+                            fields[0].second, " (was ", fields[1].second,
+                            ") from the next push on");
+      });
+}
+
+// `drop-table`: a table and its rows on every shard; refused while workers
+// hold leases unless --force.
+int DropTable(const Cluster& cluster) {
+  ps::DropTableRequest request;
+  request.set_table(absl::GetFlag(FLAGS_table));
+  request.set_force(absl::GetFlag(FLAGS_force));
+  if (!request.force()) {
+    // Only the coordinator knows the workers' leases: ask it before any
+    // shard drops anything.
+    ps::WorkerClocksResponse clocks;
+    const grpc::Status status = AskClocks(cluster, &clocks);
+    if (!status.ok()) {
+      return Fail(absl::StrCat(
+          "cannot ask the coordinator ", cluster.coordinator,
+          " whether workers are training (", status.error_message(),
+          "); nothing was dropped (--force drops without asking)"));
+    }
+    std::vector<std::string> live;
+    for (const auto& worker : clocks.workers())
+      if (worker.live()) live.push_back(absl::StrCat(worker.worker()));
+    if (!live.empty()) {
+      return Fail(absl::StrCat(
+          "worker(s) ", absl::StrJoin(live, ", "),
+          " hold leases and may be training ", request.table(),
+          ": nothing was dropped; stop them first, or add --force"));
+    }
+  }
+  return OnEveryShard(
+      cluster, "drop-table",
+      [&](ps::Admin::Stub& admin, Fields* fields) {
+        ps::DropTableResponse response;
+        *fields = {{"dropped", Quote(request.table())}};
+        return admin.DropTable(Context().get(), request, &response);
+      },
+      [&](const Fields&) { return absl::StrCat("dropped ", request.table()); });
+}
+
+// `drain`: every shard stops as SIGTERM stops it.
+int Drain(const Cluster& cluster) {
+  return OnEveryShard(
+      cluster, "drain",
+      [&](ps::Admin::Stub& admin, Fields* fields) {
+        ps::DrainResponse response;
+        *fields = {{"draining", "true"}};
+        return admin.Drain(Context().get(), ps::DrainRequest(), &response);
+      },
+      [](const Fields&) {
+        return std::string(
+            "draining (health NOT_SERVING; calls in flight finish, dirty rows "
+            "are written back, then it exits)");
+      });
+}
+
+// Each worker's clock in `manifest` and whether it had finished or its
+// lease had lapsed, as JSON.
+std::string WorkersJson(const ps::CheckpointManifest& manifest) {
+  std::vector<std::string> workers;
+  for (const auto& worker : manifest.workers()) {
+    workers.push_back(Object({{"worker", Number(uint64_t{worker.worker()})},
+                              {"clock", absl::StrCat(worker.clock())},
+                              {"state", Quote(worker.finished() ? "finished"
+                                              : worker.live()   ? "live"
+                                                                : "lapsed")}}));
+  }
+  return Array(workers);
 }
 
 // `checkpoint`: one consistent checkpoint of every shard in --servers.
@@ -185,6 +725,19 @@ int Checkpoint(const std::vector<std::string>& servers,
   if (!manifest.ok()) return Fail(manifest.status().ToString());
   uint64_t bytes = 0;
   for (const auto& shard : manifest->shards()) bytes += shard.bytes();
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf(
+        "%s\n",
+        Object({{"dir", Quote(options.dir)},
+                {"cut", absl::StrCat(manifest->cut())},
+                {"shards", Number(uint64_t{manifest->num_shards()})},
+                {"bytes", Number(bytes)},
+                {"hold_seconds", Number(manifest->hold_seconds())},
+                {"snapshot_seconds", Number(manifest->snapshot_seconds())},
+                {"workers", WorkersJson(*manifest)}})
+            .c_str());
+    return 0;
+  }
   std::printf(
       "checkpoint at clock %lld in %s: %u shards, %llu bytes; workers held "
       "%.3f s for the cut, shards wrote their parts in %.3f s\n",
@@ -224,6 +777,20 @@ int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
     rows += table.rows();
     bytes += table.bytes();
   }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n",
+                Object({{"model", Quote(manifest->model_name())},
+                        {"dir", Quote(options.cluster.dir)},
+                        {"cut", absl::StrCat(manifest->cut())},
+                        {"tables", Number(uint64_t(manifest->tables_size()))},
+                        {"rows", Number(rows)},
+                        {"bytes", Number(bytes)},
+                        {"format", Quote(format)},
+                        {"hold_seconds", Number(manifest->hold_seconds())},
+                        {"export_seconds", Number(manifest->export_seconds())}})
+                    .c_str());
+    return 0;
+  }
   std::printf(
       "exported %s at clock %lld into %s: %zu tables, %llu rows, %llu bytes "
       "(%s); workers held %.3f s for the cut, the shards wrote in %.3f s\n",
@@ -255,8 +822,12 @@ int ListCheckpoints() {
   for (const auto& entry : std::filesystem::directory_iterator(dir, error))
     if (entry.is_directory()) candidates.push_back(entry.path().string());
   std::sort(candidates.begin() + 1, candidates.end());
-  std::printf("%-40s %10s %7s %14s  %-25s  %s\n", "checkpoint", "clock",
-              "shards", "bytes", "taken", "worker clocks");
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (!json) {
+    std::printf("%-40s %10s %7s %14s  %-25s  %s\n", "checkpoint", "clock",
+                "shards", "bytes", "taken", "worker clocks");
+  }
+  std::vector<std::string> listed;
   int found = 0;
   for (const std::string& candidate : candidates) {
     absl::StatusOr<ps::CheckpointManifest> manifest =
@@ -264,14 +835,26 @@ int ListCheckpoints() {
     if (!manifest.ok()) continue;
     uint64_t bytes = 0;
     for (const auto& shard : manifest->shards()) bytes += shard.bytes();
+    ++found;
+    if (json) {
+      listed.push_back(
+          Object({{"path", Quote(candidate)},
+                  {"cut", absl::StrCat(manifest->cut())},
+                  {"shards", Number(uint64_t{manifest->num_shards()})},
+                  {"bytes", Number(bytes)},
+                  {"created_at", Quote(manifest->created_at())},
+                  {"workers", WorkersJson(*manifest)}}));
+      continue;
+    }
     std::printf("%-40s %10lld %7u %14llu  %-25s  %s\n", candidate.c_str(),
                 static_cast<long long>(manifest->cut()), manifest->num_shards(),
                 static_cast<unsigned long long>(bytes),
                 manifest->created_at().c_str(),
                 WorkerClocks(*manifest).c_str());
-    ++found;
   }
   if (found == 0) return Fail("no checkpoint in " + dir);
+  if (json)
+    std::printf("%s\n", Object({{"checkpoints", Array(listed)}}).c_str());
   return 0;
 }
 
@@ -279,29 +862,35 @@ int ListCheckpoints() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] "
-      "tables|stats|row|clocks|drain|checkpoint|checkpoints|export\n  row "
-      "needs "
-      "--table and --key; clocks is answered by the coordinator shard (shard "
-      "0 by default); drain stops each shard as SIGTERM does; checkpoint "
-      "--dir=DIR takes a consistent checkpoint of every shard in --servers "
-      "(in shard order); checkpoints --dir=DIR lists them; export --dir=DIR "
-      "[--format=fp16] [--model=NAME] writes one model's weights for "
-      "ps_predict. Calls that change "
-      "a shard need --token_file when the shards have --admin_token_file.");
+      "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] [--json] "
+      "COMMAND\n"
+      "  tables       every table, rows and bytes added up over the shards\n"
+      "  stats        counters summed over the shards, rates and p50/p99 per "
+      "method over --interval_s\n"
+      "  row          --table --key: one row, from the shard that owns it\n"
+      "  clocks       the workers' clocks (the coordinator shard: the first "
+      "of --servers or --coordinator)\n"
+      "  set-lr       --table --lr: the table's learning rate from the next "
+      "push on\n"
+      "  drop-table   --table [--force]: drop it and its rows; refused while "
+      "workers hold leases unless --force\n"
+      "  drain        each shard stops as SIGTERM stops it\n"
+      "  checkpoint   --dir: a consistent checkpoint of every shard\n"
+      "  checkpoints  --dir: the checkpoints in a directory\n"
+      "  export       --dir [--format=fp16] [--model]: one model's weights "
+      "for ps_predict\n"
+      "Commands that change a shard need --token_file when the shards have "
+      "--admin_token_file.");
   std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
-  if (commands.size() != 2) {
-    return Fail(
-        "give one command: tables, stats, row, clocks, drain, checkpoint, "
-        "checkpoints or export");
-  }
+  static constexpr absl::string_view kCommands[] = {
+      "tables",     "stats", "row",        "clocks",      "set-lr",
+      "drop-table", "drain", "checkpoint", "checkpoints", "export"};
+  const std::string known = absl::StrJoin(kCommands, ", ");
+  if (commands.size() != 2) return Fail("give one command: " + known);
   const std::string command = commands[1];
-  if (command != "tables" && command != "stats" && command != "row" &&
-      command != "clocks" && command != "drain" && command != "checkpoint" &&
-      command != "checkpoints" && command != "export") {
-    return Fail("unknown command '" + command +
-                "': use tables, stats, row, clocks, drain, checkpoint, "
-                "checkpoints or export");
+  if (std::find(std::begin(kCommands), std::end(kCommands), command) ==
+      std::end(kCommands)) {
+    return Fail("unknown command '" + command + "': use " + known);
   }
   if ((command == "checkpoint" || command == "checkpoints" ||
        command == "export") &&
@@ -309,47 +898,51 @@ int main(int argc, char** argv) {
     return Fail(command + " needs --dir");
   }
   if (command == "checkpoints") return ListCheckpoints();
-  if (command == "row" && absl::GetFlag(FLAGS_table).empty())
-    return Fail("row needs --table");
-  ps::TlsFiles tls;
-  tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  tls.key = absl::GetFlag(FLAGS_tls_key);
-  tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
-  auto credentials = ps::ChannelCredentials(tls);
+  if ((command == "row" || command == "set-lr" || command == "drop-table") &&
+      absl::GetFlag(FLAGS_table).empty()) {
+    return Fail(command + " needs --table");
+  }
+  if (command == "set-lr") {
+    const double lr = absl::GetFlag(FLAGS_lr);
+    if (!(lr > 0) || !std::isfinite(lr) ||
+        lr > std::numeric_limits<float>::max()) {
+      return Fail("set-lr needs --lr, a positive learning rate");
+    }
+  }
+  Cluster cluster;
+  cluster.json = absl::GetFlag(FLAGS_json);
+  cluster.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  cluster.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  cluster.tls.key = absl::GetFlag(FLAGS_tls_key);
+  cluster.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  auto credentials = ps::ChannelCredentials(cluster.tls);
   if (!credentials.ok()) return Fail(credentials.status().ToString());
+  cluster.credentials = *credentials;
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
     if (!token.ok()) return Fail(token.status().ToString());
     Token() = *std::move(token);
   }
-  const std::vector<std::string> servers =
+  cluster.servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
-  if (servers.empty()) return Fail("--servers names no shard");
-  std::vector<std::string> addresses = servers;
-  if (!absl::GetFlag(FLAGS_coordinator).empty())
-    addresses.push_back(absl::GetFlag(FLAGS_coordinator));
+  if (cluster.servers.empty()) return Fail("--servers names no shard");
+  cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
+                            ? cluster.servers[0]
+                            : absl::GetFlag(FLAGS_coordinator);
+  std::vector<std::string> addresses = cluster.servers;
+  addresses.push_back(cluster.coordinator);
   if (absl::Status private_token =
-          ps::CheckTokenStaysPrivate(Token(), tls, addresses);
+          ps::CheckTokenStaysPrivate(Token(), cluster.tls, addresses);
       !private_token.ok()) {
     return Fail(std::string(private_token.message()));
   }
-  if (command == "checkpoint") return Checkpoint(servers, tls);
-  if (command == "export") return Export(servers, tls);
-  int failures = 0;
-  for (const std::string& server : servers) {
-    if (servers.size() > 1) std::printf("== %s\n", server.c_str());
-    grpc::ChannelArguments arguments;
-    ps::AddTlsChannelArguments(tls, &arguments);
-    auto admin = ps::Admin::NewStub(
-        grpc::CreateCustomChannel(server, *credentials, arguments));
-    const grpc::Status status = RunCommand(command, *admin);
-    if (!status.ok()) {
-      std::fprintf(stderr, "ps_admin: %s on %s: %s (%s)\n", command.c_str(),
-                   server.c_str(), status.error_message().c_str(),
-                   StatusCodeName(status.error_code()));
-      ++failures;
-    }
-  }
-  return failures == 0 ? 0 : 2;
+  if (command == "checkpoint") return Checkpoint(cluster.servers, cluster.tls);
+  if (command == "export") return Export(cluster.servers, cluster.tls);
+  if (command == "tables") return Tables(cluster);
+  if (command == "stats") return Stats(cluster);
+  if (command == "row") return Row(cluster);
+  if (command == "clocks") return Clocks(cluster);
+  if (command == "set-lr") return SetLearningRate(cluster);
+  if (command == "drop-table") return DropTable(cluster);
+  return Drain(cluster);
 }

@@ -251,11 +251,11 @@ int main(int argc, char** argv) {
   std::printf("ps_server listening on %s:%d\n", host.c_str(),
               (*server)->port());
   if (!options.health_listen.empty()) {
-    std::printf("ps_server health on %s:%d\n",
-                options.health_listen
-                    .substr(0, options.health_listen.rfind(':'))
-                    .c_str(),
-                (*server)->health_port());
+    std::printf(
+        "ps_server health on %s:%d\n",
+        options.health_listen.substr(0, options.health_listen.rfind(':'))
+            .c_str(),
+        (*server)->health_port());
   }
   if (!options.metrics_listen.empty()) {
     std::printf("ps_server metrics on %s\n",

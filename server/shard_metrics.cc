@@ -1,14 +1,11 @@
 #include "server/shard_metrics.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
-#include "google/protobuf/descriptor.h"
-#include "grpcpp/support/interceptor.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -55,68 +52,6 @@ const char* CodeName(grpc::StatusCode code) {
       return "OTHER";
   }
 }
-
-// Times one call from its start to the status it sends.
-class CallInterceptor : public grpc::experimental::Interceptor {
- public:
-  CallInterceptor(ShardMetrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)), start_(absl::Now()) {}
-
-  void Intercept(
-      grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      metrics_->ObserveCall(method_, methods->GetSendStatus().error_code(),
-                            absl::Now() - start_);
-    }
-    methods->Proceed();
-  }
-
- private:
-  ShardMetrics* const metrics_;
-  const std::string method_;
-  const absl::Time start_;
-};
-
-class CallInterceptorFactory
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  explicit CallInterceptorFactory(ShardMetrics* metrics) : metrics_(metrics) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(
-      grpc::experimental::ServerRpcInfo* info) override {
-    return new CallInterceptor(metrics_, KnownMethod(info->method()));
-  }
-
- private:
-  // The method's path if this server has it, else "unknown": a client
-  // picks the path it sends, and each label value is a series kept forever.
-  static std::string KnownMethod(const char* path) {
-    static constexpr absl::string_view kOthers[] = {
-        "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
-        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"};
-    const absl::string_view method = path == nullptr ? "" : path;
-    for (absl::string_view other : kOthers) {
-      if (method == other) return std::string(method);
-    }
-    // "/ps.Admin/GetRow" is "ps.Admin.GetRow" among the compiled services.
-    if (absl::StartsWith(method, "/ps.")) {
-      std::string name(method.substr(1));
-      const size_t slash = name.find('/');
-      if (slash != std::string::npos) {
-        name[slash] = '.';
-        if (google::protobuf::DescriptorPool::generated_pool()
-                ->FindMethodByName(name) != nullptr) {
-          return std::string(method);
-        }
-      }
-    }
-    return "unknown";
-  }
-
- public:
- private:
-  ShardMetrics* const metrics_;
-};
 
 prometheus::MetricFamily Single(const std::string& name,
                                 const std::string& help,
@@ -186,7 +121,7 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
 
 absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
     const std::string& listen, uint32_t shard_index,
-    embedding::EmbeddingStore* store) {
+    embedding::EmbeddingStore* store, const std::vector<std::string>& methods) {
   auto metrics = std::unique_ptr<ShardMetrics>(new ShardMetrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   const std::map<std::string, std::string> shard = {
@@ -206,8 +141,15 @@ absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
            .Register(*metrics->registry_);
   // From 100 us to about 1.9 h, doubling: pulls and pushes take
   // milliseconds, snapshots and exports minutes.
-  for (double bound = 1e-4; bound < 8000; bound *= 2)
-    metrics->latency_buckets_.push_back(bound);
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double bound = 1e-4; bound < 8000; bound *= 2) buckets.push_back(bound);
+  metrics->methods_ = std::vector<Method>(methods.size());
+  for (size_t i = 0; i < methods.size(); ++i) {
+    Method& method = metrics->methods_[i];
+    method.name = methods[i];
+    method.latency = &metrics->latency_->Add({{"method", methods[i]}}, buckets);
+    for (auto& counter : method.calls_by_code) counter.store(nullptr);
+  }
   metrics->store_collectable_ =
       std::make_shared<StoreCollectable>(store, shard_index);
   auto endpoint = MetricsEndpoint::Start(listen);
@@ -218,21 +160,19 @@ absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
   return metrics;
 }
 
-std::vector<
-    std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-ShardMetrics::Interceptors() {
-  std::vector<
-      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      creators;
-  creators.push_back(std::make_unique<CallInterceptorFactory>(this));
-  return creators;
-}
-
-void ShardMetrics::ObserveCall(const std::string& method, grpc::StatusCode code,
+void ShardMetrics::ObserveCall(int method_index, grpc::StatusCode code,
                                absl::Duration latency) {
-  calls_->Add({{"method", method}, {"code", CodeName(code)}}).Increment();
-  latency_->Add({{"method", method}}, latency_buckets_)
-      .Observe(absl::ToDoubleSeconds(latency));
+  Method& method = methods_[method_index];
+  const size_t slot = std::min<size_t>(static_cast<size_t>(code),
+                                       method.calls_by_code.size() - 1);
+  prometheus::Counter* counter = method.calls_by_code[slot].load();
+  if (counter == nullptr) {
+    // Family::Add returns the series a racing thread may have added.
+    counter = &calls_->Add({{"method", method.name}, {"code", CodeName(code)}});
+    method.calls_by_code[slot].store(counter);
+  }
+  counter->Increment();
+  method.latency->Observe(absl::ToDoubleSeconds(latency));
 }
 
 }  // namespace ps::server

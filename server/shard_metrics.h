@@ -5,15 +5,17 @@
 // timed per method (a histogram; SnapshotShard and ExportShard's are the
 // checkpoint and export durations), and the store's own counters read at
 // scrape time: rows pulled and pushed, hot-tier bytes, hits and misses,
-// RocksDB bytes and lookups, push-log bytes, duplicate pushes. Calls are
-// counted by a gRPC server interceptor, so every service (data plane,
-// admin, health) is, with no code in the handlers.
+// RocksDB bytes and lookups, push-log bytes, duplicate pushes. Calls come
+// from the server's interceptor (call_stats.h), so every service (data
+// plane, admin, health) is counted, with no code in the handlers.
 //
 // Thread-safe. `store` must outlive it.
 
 #ifndef PS_SERVER_SHARD_METRICS_H_
 #define PS_SERVER_SHARD_METRICS_H_
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +24,7 @@
 #include "absl/time/time.h"
 #include "base/metrics_endpoint.h"
 #include "embedding/embedding_store.h"
-#include "grpcpp/support/server_interceptor.h"
+#include "grpcpp/support/status.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
@@ -33,18 +35,15 @@ namespace ps::server {
 class ShardMetrics {
  public:
   // Serves GET /metrics on `listen` (HOST:PORT; port 0 picks one).
+  // `methods` names the method of each index ObserveCall() is given
+  // (CallStats::methods()).
   static absl::StatusOr<std::unique_ptr<ShardMetrics>> Start(
       const std::string& listen, uint32_t shard_index,
-      embedding::EmbeddingStore* store);
+      embedding::EmbeddingStore* store,
+      const std::vector<std::string>& methods);
 
-  // For grpc::ServerBuilder::experimental().SetInterceptorCreators().
-  std::vector<
-      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-  Interceptors();
-
-  // Counts one finished call.
-  void ObserveCall(const std::string& method, grpc::StatusCode code,
-                   absl::Duration latency);
+  // Counts one finished call of methods[method] (a CallStats::Observer).
+  void ObserveCall(int method, grpc::StatusCode code, absl::Duration latency);
 
   const std::string& address() const { return endpoint_->address(); }
 
@@ -52,11 +51,20 @@ class ShardMetrics {
   class StoreCollectable;
   ShardMetrics() = default;
 
+  // A method's series, made once: a call only increments them.
+  struct Method {
+    std::string name;
+    prometheus::Histogram* latency = nullptr;
+    // By gRPC code (the last slot for codes past UNAUTHENTICATED), made on
+    // a code's first call.
+    std::array<std::atomic<prometheus::Counter*>, 18> calls_by_code;
+  };
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StoreCollectable> store_collectable_;
   prometheus::Family<prometheus::Counter>* calls_ = nullptr;
   prometheus::Family<prometheus::Histogram>* latency_ = nullptr;
-  prometheus::Histogram::BucketBoundaries latency_buckets_;
+  std::vector<Method> methods_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 

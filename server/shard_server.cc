@@ -148,15 +148,21 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   admin_options.num_shards = options.num_shards;
   admin_options.admin_token = options.admin_token;
   admin_options.drain = options.drain;
+  server->call_stats_ = std::make_unique<CallStats>();
   server->admin_service_ = std::make_unique<AdminService>(
       admin_options, server->store_.get(), &server->data_service_->counters(),
-      server->clocks_.get());
+      server->call_stats_.get(), server->clocks_.get());
 
+  CallStats::Observer observer;
   if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(
-        server->metrics_,
-        ShardMetrics::Start(options.metrics_listen, options.shard_index,
-                            server->store_.get()));
+    ASSIGN_OR_RETURN(server->metrics_,
+                     ShardMetrics::Start(
+                         options.metrics_listen, options.shard_index,
+                         server->store_.get(), server->call_stats_->methods()));
+    observer = [metrics = server->metrics_.get()](
+                   int method, grpc::StatusCode code, absl::Duration latency) {
+      metrics->ObserveCall(method, code, latency);
+    };
   }
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -170,10 +176,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
-  if (server->metrics_ != nullptr) {
-    builder.experimental().SetInterceptorCreators(
-        server->metrics_->Interceptors());
-  }
+  builder.experimental().SetInterceptorCreators(
+      server->call_stats_->Interceptors(std::move(observer)));
   builder.RegisterService(server->data_service_.get());
   builder.RegisterService(server->admin_service_.get());
   server->grpc_server_ = builder.BuildAndStart();

@@ -27,6 +27,7 @@
 #include "base/tls_credentials.h"
 #include "embedding/embedding_store.h"
 #include "server/admin_service.h"
+#include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
 #include "server/shard_metrics.h"
@@ -121,6 +122,8 @@ class ShardServer {
   // Reads store_, and grpc_server_'s interceptors call it: between them in
   // destruction order.
   std::unique_ptr<ShardMetrics> metrics_;
+  // grpc_server_'s interceptors feed it and the admin service reads it.
+  std::unique_ptr<CallStats> call_stats_;
   std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
