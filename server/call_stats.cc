@@ -13,8 +13,9 @@ namespace ps::server {
 namespace {
 
 // Services whose methods are counted by name, besides every ps.* service.
-constexpr const char* kOtherMethods[] = {"/grpc.health.v1.Health/Check",
-                                         "/grpc.health.v1.Health/Watch"};
+constexpr const char* kOtherMethods[] = {
+    "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"};
 
 // Times one call from its start to the status it sends.
 class CallInterceptor : public grpc::experimental::Interceptor {

@@ -8,8 +8,8 @@
 // interceptor times each call once.
 //
 // Methods are those of the services compiled in (ps.*) and the health
-// check; a path a client makes up is counted as "unknown", so that what a
-// client sends cannot grow the table. Thread-safe.
+// check and reflection; a path a client makes up is counted as "unknown", so
+// that what a client sends cannot grow the table. Thread-safe.
 
 #ifndef PS_SERVER_CALL_STATS_H_
 #define PS_SERVER_CALL_STATS_H_

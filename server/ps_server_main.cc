@@ -66,7 +66,9 @@ ABSL_FLAG(uint64_t, max_inflight_mb, 1024,
           "flood of large requests.");
 ABSL_FLAG(uint32_t, max_dim, 4096,
           "Largest row dimension a table may declare.");
-ABSL_FLAG(uint32_t, max_tables, 1024, "Most tables this shard may hold.");
+ABSL_FLAG(uint32_t, max_tables, 1024,
+          "Most tables this shard may hold; a dropped table keeps its id, so "
+          "tables dropped count too.");
 ABSL_FLAG(uint32_t, hot_tier_stripes, 0,
           "Lock stripes of the hot tier; more lets more pulls and pushes run "
           "at once, fewer costs less per request. 0: four per hardware "
