@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
 #include "base/status_macros.h"
@@ -166,9 +167,15 @@ absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
       stored.id, spec, dim, dim + optimizer->StateFloats(dim),
       std::move(optimizer), Initializer(spec.initializer()), created_empty});
   table->dropped = stored.dropped;
+  if (spec.admit_after() >= 2) {
+    table->admission = std::make_unique<AdmissionSketch>(
+        options_.admission_sketch_bytes, spec.admit_after());
+  }
+  table->learning_rate = spec.optimizer().learning_rate();
   if (stored.learning_rate > 0.0f) {
     table->learning_rate_multiplier =
         stored.learning_rate / spec.optimizer().learning_rate();
+    table->learning_rate = stored.learning_rate;
   }
   if (!stored.dropped) tables_by_name_[spec.name()] = table.get();
   if (tables_.size() <= stored.id) tables_.resize(stored.id + 1);
@@ -191,6 +198,11 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   if (!std::isfinite(scale) || scale < 0.0f) {
     return absl::InvalidArgumentError(
         "initializer scale must be finite and >= 0");
+  }
+  if (raw_spec.admit_after() > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", raw_spec.name(), " admits keys after ",
+                     raw_spec.admit_after(), " pushes; at most 255"));
   }
   // Validates the hyper-parameters.
   RETURN_IF_ERROR(Optimizer::Create(raw_spec.optimizer()).status());
@@ -250,6 +262,7 @@ absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
   RETURN_IF_ERROR(rocks_->SetLearningRate(table->spec.name(), learning_rate));
   table->learning_rate_multiplier =
       learning_rate / table->spec.optimizer().learning_rate();
+  table->learning_rate = learning_rate;
   LOG(INFO) << "table " << table_name << ": learning rate " << learning_rate
             << " from the next push on (declared "
             << table->spec.optimizer().learning_rate() << ")";
@@ -262,6 +275,8 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
   // No push applies while the table goes: none can write a row of it
   // (or a push-log record naming it) after its rows leave the hot tier.
   absl::WriterMutexLock gate(&push_gate_);
+  // On disk first: if that fails, nothing changed.
+  RETURN_IF_ERROR(rocks_->RecordDrop(table->id, table->spec));
   {
     absl::MutexLock lock(&tables_mu_);
     tables_by_name_.erase(table->spec.name());
@@ -271,7 +286,7 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     // A write-back in flight may hold copies of the table's rows: let it
-    // land before the family goes.
+    // land (in the family, which is still there) before they go.
     stripe->mu.Await(absl::Condition(
         +[](Stripe* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return !s->write_back_in_flight;
@@ -284,7 +299,13 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
     for (CachedRow* row : rows) stripe->cache.Erase(row);
     dropped_rows += rows.size();
   }
-  RETURN_IF_ERROR(rocks_->DropTable(table->id, table->spec));
+  if (absl::Status dropped = rocks_->DropFamily(table->id); !dropped.ok()) {
+    // The tombstone stands: the next open drops the family.
+    LOG(WARNING) << "table " << table_name
+                 << " is dropped, but its files stay until the shard "
+                    "restarts: "
+                 << dropped;
+  }
   LOG(INFO) << "dropped table " << table_name << " (" << dropped_rows
             << " rows were in memory)";
   return absl::OkStatus();
@@ -781,16 +802,34 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
       return PushOutcome{claim.rows_updated, /*duplicate=*/true};
     }
   }
-  absl::StatusOr<size_t> updated;
+  absl::StatusOr<size_t> updated = 0;
   {
     absl::ReaderMutexLock gate(&push_gate_);
+    std::vector<uint64_t> kept_keys;
+    std::vector<float> kept_gradients;
     if (table->dropped) {
       updated = absl::NotFoundError(
           absl::StrCat("table \"", table_name, "\" was dropped"));
-    } else {
-      updated = ApplyPush(
-          *table, keys, gradients, origin,
-          learning_rate_scale * table->learning_rate_multiplier.load());
+    } else if (table->admission != nullptr) {
+      updated =
+          FilterAdmitted(*table, keys, gradients, &kept_keys, &kept_gradients);
+      if (updated.ok()) {
+        keys = kept_keys;
+        gradients = kept_gradients;
+      }
+    }
+    const float scale =
+        learning_rate_scale * table->learning_rate_multiplier.load();
+    if (updated.ok() && !(scale > 0.0f && std::isfinite(scale))) {
+      updated = absl::InvalidArgumentError(
+          absl::StrCat("the push's learning-rate scale ", learning_rate_scale,
+                       " times the table's rate over its declared one is ",
+                       scale, "; nothing was applied"));
+    }
+    if (updated.ok() && !keys.empty()) {
+      updated = ApplyPush(*table, keys, gradients, origin, scale);
+    } else if (updated.ok()) {
+      updated = 0;  // every key held back
     }
   }
   if (origin.tracked()) {
@@ -800,6 +839,54 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
   RETURN_IF_ERROR(updated.status());
   rows_pushed_ += *updated;
   return PushOutcome{*updated, /*duplicate=*/false};
+}
+
+absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
+    const Table& table, absl::Span<const uint64_t> keys,
+    absl::Span<const float> gradients, std::vector<uint64_t>* kept_keys,
+    std::vector<float>* kept_gradients) {
+  // A key named twice in one push counts as one push of it.
+  std::vector<uint64_t> distinct(keys.begin(), keys.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<uint32_t> order, starts;
+  GroupByStripe(distinct, &order, &starts);
+  absl::flat_hash_set<uint64_t> held_back;
+  std::vector<uint64_t> stripe_keys;
+  std::vector<CachedRow*> rows;
+  size_t admitted = 0;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    stripe_keys.clear();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
+      stripe_keys.push_back(distinct[order[i]]);
+    Stripe& stripe = *stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    // Loads the stored ones into the hot tier, where the push finds them.
+    RETURN_IF_ERROR(
+        LoadRows(table, stripe, stripe_keys, /*create=*/false, &rows));
+    for (size_t i = 0; i < stripe_keys.size(); ++i) {
+      if (rows[i] != nullptr) continue;
+      if (table.admission->CountAndAdmit(stripe_keys[i])) {
+        ++admitted;
+      } else {
+        held_back.insert(stripe_keys[i]);
+      }
+    }
+    EvictOrKeep(stripe);
+  }
+  rows_admitted_ += admitted;
+  keys_held_back_ += held_back.size();
+  const size_t dim = table.dim;
+  kept_keys->clear();
+  kept_gradients->clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (held_back.contains(keys[i])) continue;
+    kept_keys->push_back(keys[i]);
+    kept_gradients->insert(kept_gradients->end(), &gradients[i * dim],
+                           &gradients[i * dim] + dim);
+  }
+  return held_back.size();
 }
 
 absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
@@ -1196,8 +1283,7 @@ std::vector<TableStats> EmbeddingStore::ListTables() {
       if (table == nullptr || table->dropped) continue;
       TableStats stats;
       stats.spec = table->spec;
-      stats.learning_rate = table->spec.optimizer().learning_rate() *
-                            table->learning_rate_multiplier.load();
+      stats.learning_rate = table->learning_rate.load();
       tables.emplace_back(table->id, std::move(stats));
     }
   }
@@ -1221,6 +1307,8 @@ StoreStats EmbeddingStore::Stats() {
   stats.hot_tier_misses = misses_.load();
   stats.rows_pulled = rows_pulled_.load();
   stats.rows_pushed = rows_pushed_.load();
+  stats.rows_admitted = rows_admitted_.load();
+  stats.keys_held_back = keys_held_back_.load();
   stats.disk_lookups = disk_lookups_.load();
   stats.push_log_bytes = push_log_->live_bytes();
   stats.duplicate_pushes = duplicate_pushes_.load();

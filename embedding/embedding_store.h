@@ -71,6 +71,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/initializer.h"
+#include "embedding/admission_sketch.h"
 #include "embedding/optimizer.h"
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
@@ -118,6 +119,9 @@ struct StoreOptions {
   // kWal: what opening does with a push-log record damaged anywhere but at
   // the log's torn end (push_log.h). Default: kStrict (refuse to open).
   PushLogRecovery push_log_recovery = PushLogRecovery::kStrict;
+  // Memory of each admission sketch: one per table whose spec has
+  // admit_after >= 2 (admission_sketch.h). Default: 16 MiB.
+  size_t admission_sketch_bytes = 16 << 20;
   // Workers whose pushes the ledger tracks for exactly-once (push_ledger.h).
   // Default: 4096.
   size_t max_workers = 4096;
@@ -159,6 +163,10 @@ struct StoreStats {
   uint64_t duplicate_pushes = 0;
   // Bytes of damaged push log that point-in-time recovery dropped at open.
   uint64_t push_log_dropped_bytes = 0;
+  // Tables with admit_after: keys stored at their admit_after-th push, and
+  // (key, push) pairs whose gradients were counted but not applied.
+  uint64_t rows_admitted = 0;
+  uint64_t keys_held_back = 0;
 };
 
 class EmbeddingStore {
@@ -277,10 +285,14 @@ class EmbeddingStore {
     // row still caches every stored row of this table, and a miss there
     // means "never pushed" without asking RocksDB.
     bool created_empty;
-    // SetLearningRate()'s rate over the spec's (1: none set).
+    // SetLearningRate()'s rate over the spec's (1: none set), and the rate
+    // itself (the spec's when none was set).
     mutable std::atomic<float> learning_rate_multiplier{1.0f};
+    mutable std::atomic<float> learning_rate{0.0f};
     // Set by DropTable() while no push applies (under push_gate_).
     mutable std::atomic<bool> dropped{false};
+    // spec.admit_after >= 2: counts the pushes of keys not yet stored.
+    std::unique_ptr<AdmissionSketch> admission = nullptr;
   };
 
   struct Stripe {
@@ -332,6 +344,17 @@ class EmbeddingStore {
                         std::vector<CachedRow*>* rows = nullptr,
                         std::vector<CachedRow*>* created = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  // For a table with admission: counts a push of every key of `keys` the
+  // table does not store and returns the keys to apply (stored or admitted
+  // now) with their gradients in `kept_keys` and `kept_gradients`; the
+  // other keys' gradients are dropped. Returns how many distinct keys were
+  // held back.
+  absl::StatusOr<size_t> FilterAdmitted(const Table& table,
+                                        absl::Span<const uint64_t> keys,
+                                        absl::Span<const float> gradients,
+                                        std::vector<uint64_t>* kept_keys,
+                                        std::vector<float>* kept_gradients);
 
   // A push being applied: its distinct keys and summed gradients, grouped
   // by stripe, and what it changed so far (to undo on failure).
@@ -431,6 +454,8 @@ class EmbeddingStore {
   std::atomic<uint64_t> disk_lookups_{0};
   std::atomic<uint64_t> duplicate_pushes_{0};
   std::atomic<uint64_t> push_records_written_{0};
+  std::atomic<uint64_t> rows_admitted_{0};
+  std::atomic<uint64_t> keys_held_back_{0};
   // Open() succeeded: the destructor writes back (a failed open leaves the
   // data dir untouched).
   bool opened_ = false;

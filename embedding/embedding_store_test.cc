@@ -1013,6 +1013,58 @@ TEST_F(EmbeddingStoreTest, ADroppedTablesRowsLeaveTheHotTier) {
                   InitialRow(SgdTable("kept", 16), 1)[0] - 1.0f);
 }
 
+TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
+  options_.durability = Durability::kWal;
+  options_.wal_write_back_interval = absl::Hours(1);
+  options_.admission_sketch_bytes = 1 << 16;
+  TableSpec spec = SgdTable("emb", 2, /*learning_rate=*/1.0f);
+  spec.set_admit_after(3);
+  const float initial5 = InitialRow(spec, 5)[0];
+  const float initial9 = InitialRow(spec, 9)[0];
+  auto stored = [](EmbeddingStore& store, uint64_t key) {
+    std::vector<float> weights;
+    bool stored = false;
+    EXPECT_OK(store.GetRow("emb", key, &weights, &stored));
+    return stored;
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto store = OpenStore(options_);
+        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        // Two pushes (one naming the key twice, which counts once): held.
+        if (!store->Push("emb", {5, 5}, std::vector<float>(4, 1.0f)).ok())
+          std::_Exit(2);
+        if (!store->Push("emb", {5}, {1.0f, 1.0f}).ok()) std::_Exit(2);
+        if (stored(*store, 5)) std::_Exit(3);
+        std::vector<float> row(2);
+        if (!store->Pull("emb", {5}, absl::MakeSpan(row)).ok() ||
+            row[0] != initial5)
+          std::_Exit(4);
+        // The third stores it with that push's gradient alone.
+        if (!store->Push("emb", {5}, {1.0f, 1.0f}).ok()) std::_Exit(2);
+        if (!stored(*store, 5)) std::_Exit(5);
+        // A stored key trains; a new one in the same push is held back.
+        if (!store->Push("emb", {5, 9}, std::vector<float>(4, 1.0f)).ok())
+          std::_Exit(2);
+        const StoreStats stats = store->Stats();
+        if (stats.rows_admitted != 1 || stats.keys_held_back != 3)
+          std::_Exit(6);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  // The push log holds only what was applied.
+  auto store = OpenStore(options_);
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {5}, 2)[0], initial5 - 2.0f);
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {9}, 2)[0], initial9);
+  EXPECT_FALSE(stored(*store, 9));
+
+  TableSpec too_many = SgdTable("other", 2);
+  too_many.set_admit_after(256);
+  EXPECT_THAT(store->DeclareTable(too_many),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
 // Deletes `key` from RocksDB's default family in `dir` and puts `put_key`
 // there: what a process stopped in the middle of a drop leaves.
 ::testing::AssertionResult ReplaceInRocksDb(const std::string& dir,
@@ -1036,6 +1088,37 @@ TEST_F(EmbeddingStoreTest, ADroppedTablesRowsLeaveTheHotTier) {
   delete db;
   if (!written) return ::testing::AssertionFailure() << "cannot write";
   return ::testing::AssertionSuccess();
+}
+
+TEST_F(EmbeddingStoreTest,
+       DroppingATableOfAStoreWithoutRecordedIdsKeepsTheOthers) {
+  const TableSpec a = SgdTable("a", 2), b = SgdTable("b", 3),
+                  c = SgdTable("c", 4);
+  {
+    auto store = OpenStore(options_);
+    for (const TableSpec* spec : {&a, &b, &c}) {
+      ASSERT_OK(store->DeclareTable(*spec));
+      ASSERT_OK(store->Push(spec->name(), {1},
+                            std::vector<float>(spec->dim(), 1.0f)));
+    }
+  }
+  // A store written before ids were recorded: a table's id was its
+  // family's place.
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(ReplaceInRocksDb(
+        options_.data_dir, std::string("table_id/") + name, "unrelated", ""));
+  }
+  {
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DropTable("b"));
+  }
+  for (int open = 0; open < 2; ++open) {
+    auto store = OpenStore(options_);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->ListTables().size(), 2u);
+    EXPECT_FLOAT_EQ(PullRows(*store, "a", {1}, 2)[0], InitialRow(a, 1)[0] - 1);
+    EXPECT_FLOAT_EQ(PullRows(*store, "c", {1}, 4)[0], InitialRow(c, 1)[0] - 1);
+  }
 }
 
 TEST_F(EmbeddingStoreTest, ADropStoppedHalfWayIsFinishedAtTheNextOpen) {

@@ -229,10 +229,13 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   std::unique_ptr<rocksdb::DB> db(raw_db);
   rocksdb::ColumnFamilyHandle* log_handle = handles.back();
   handles.pop_back();
+  std::vector<std::pair<TableId, rocksdb::ColumnFamilyHandle*>> table_handles;
   // Every handle not yet given to the store, on an error.
   auto close_handles = [&] {
     for (auto* handle : handles)
       if (handle != nullptr) db->DestroyColumnFamilyHandle(handle);
+    for (auto [id, handle] : table_handles)
+      db->DestroyColumnFamilyHandle(handle);
     db->DestroyColumnFamilyHandle(log_handle);
   };
 
@@ -257,7 +260,9 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     }
   }
   const size_t num_dropped = tables.size();
-  std::vector<std::pair<TableId, rocksdb::ColumnFamilyHandle*>> table_handles;
+  // Tables of a store written before ids were recorded: their ids are
+  // recorded now, before a drop can change the families' places.
+  rocksdb::WriteBatch legacy_ids;
   for (size_t t = 0; t < table_names.size(); ++t) {
     const std::string& name = table_names[t];
     rocksdb::ColumnFamilyHandle*& handle = handles[t + 1];
@@ -306,6 +311,9 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
             .ok() &&
         bytes.size() == sizeof(uint32_t)) {
       std::memcpy(&table.id, bytes.data(), sizeof(uint32_t));
+    } else {
+      legacy_ids.Put(handles[0], absl::StrCat(kIdPrefix, name),
+                     FixedBytes(table.id));
     }
     if (db->Get(rocksdb::ReadOptions(), handles[0],
                 absl::StrCat(kLearningRatePrefix, name), &bytes)
@@ -323,14 +331,21 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   for (size_t i = 0; i < tables.size(); ++i) {
     if (tables[i].id >= options.max_tables ||
         (i > 0 && tables[i].id == tables[i - 1].id)) {
-      for (auto [id, handle] : table_handles)
-        db->DestroyColumnFamilyHandle(handle);
       close_handles();
       return absl::ResourceExhaustedError(absl::StrCat(
           options.path, " holds table id ", tables[i].id,
           (tables[i].id >= options.max_tables
                ? absl::StrCat(", not below max_tables ", options.max_tables)
                : std::string(" twice"))));
+    }
+  }
+  if (legacy_ids.Count() > 0 && !options.read_only) {
+    rocksdb::WriteOptions durable;
+    durable.sync = true;
+    rocksdb::Status written = db->Write(durable, &legacy_ids);
+    if (!written.ok()) {
+      close_handles();
+      return FromRocks(written, "recording the tables' ids");
     }
   }
   rocksdb::ColumnFamilyHandle* specs_handle = handles[0];
@@ -408,11 +423,9 @@ absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
   return id;
 }
 
-absl::Status RocksStore::DropTable(TableId id, const TableSpec& spec) {
+absl::Status RocksStore::RecordDrop(TableId id, const TableSpec& spec) {
   absl::MutexLock lock(&create_mu_);
-  rocksdb::ColumnFamilyHandle* handle =
-      id < options_.max_tables ? Handle(id) : nullptr;
-  if (handle == nullptr) {
+  if (id >= options_.max_tables || Handle(id) == nullptr) {
     return absl::NotFoundError(absl::StrCat("no table with id ", id));
   }
   rocksdb::WriteBatch batch;
@@ -422,10 +435,19 @@ absl::Status RocksStore::DropTable(TableId id, const TableSpec& spec) {
   batch.Put(specs_handle_, DroppedKey(id), spec.SerializeAsString());
   rocksdb::WriteOptions durable;
   durable.sync = true;
-  RETURN_IF_ERROR(FromRocks(db_->Write(durable, &batch),
-                            "recording the drop of table " + spec.name()));
+  return FromRocks(db_->Write(durable, &batch),
+                   "recording the drop of table " + spec.name());
+}
+
+absl::Status RocksStore::DropFamily(TableId id) {
+  absl::MutexLock lock(&create_mu_);
+  rocksdb::ColumnFamilyHandle* handle =
+      id < options_.max_tables ? Handle(id) : nullptr;
+  if (handle == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table with id ", id));
+  }
   return FromRocks(db_->DropColumnFamily(handle),
-                   "dropping the column family of table " + spec.name());
+                   absl::StrCat("dropping the column family of table ", id));
 }
 
 absl::Status RocksStore::SetLearningRate(const std::string& name,

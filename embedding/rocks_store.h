@@ -123,12 +123,15 @@ class RocksStore {
   // (dropped tables keep theirs).
   absl::StatusOr<TableId> CreateTable(const TableSpec& spec);
 
-  // Drops table `id` (named `spec.name()`): its spec becomes a tombstone
-  // and its column family, with every row, is dropped; RocksDB deletes the
-  // files once the store closes (readers that hold the family may still
-  // read it until then). The caller makes sure nothing writes its rows
-  // any more.
-  absl::Status DropTable(TableId id, const TableSpec& spec);
+  // Dropping table `id` (named `spec.name()`), in two steps. RecordDrop()
+  // durably replaces its spec with a tombstone: from then on Open() no
+  // longer finds the table, and drops its family if it is still there.
+  // DropFamily() then drops the column family with every row; RocksDB
+  // deletes the files once the store closes (readers that hold the family
+  // may still read it until then). Between the two, the caller makes sure
+  // nothing writes the table's rows any more.
+  absl::Status RecordDrop(TableId id, const TableSpec& spec);
+  absl::Status DropFamily(TableId id);
 
   // Records `learning_rate` durably as table `name`'s (see StoredTable).
   absl::Status SetLearningRate(const std::string& name, float learning_rate);

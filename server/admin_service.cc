@@ -63,6 +63,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_disk_lookups(stats.disk_lookups);
   response->set_duplicate_pushes(stats.duplicate_pushes);
   response->set_push_log_dropped_bytes(stats.push_log_dropped_bytes);
+  response->set_rows_admitted(stats.rows_admitted);
+  response->set_keys_held_back(stats.keys_held_back);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
   response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());

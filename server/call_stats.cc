@@ -87,6 +87,8 @@ CallStats::CallStats() {
     }
   }
   for (const char* other : kOtherMethods) methods_.push_back(other);
+  for (size_t i = 0; i < methods_.size(); ++i)
+    index_[methods_[i]] = static_cast<int>(i);
   methods_.push_back("unknown");
   counts_ = std::vector<Counts>(methods_.size());
   const size_t buckets = LatencyBoundsSeconds().size() + 1;
@@ -98,8 +100,8 @@ CallStats::CallStats() {
 
 int CallStats::MethodIndex(const char* path) const {
   if (path != nullptr) {
-    for (size_t i = 0; i + 1 < methods_.size(); ++i)
-      if (methods_[i] == path) return static_cast<int>(i);
+    auto found = index_.find(absl::string_view(path));
+    if (found != index_.end()) return found->second;
   }
   return static_cast<int>(methods_.size() - 1);
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "grpcpp/support/server_interceptor.h"
@@ -75,6 +76,8 @@ class CallStats {
   };
 
   std::vector<std::string> methods_;
+  // Every method but "unknown", by path.
+  absl::flat_hash_map<std::string, int> index_;
   std::vector<Counts> counts_;
 };
 

@@ -331,6 +331,8 @@ constexpr StatField kStatFields[] = {
     {"hot_tier_misses", &ps::ShardStatsResponse::hot_tier_misses, true},
     {"disk_lookups", &ps::ShardStatsResponse::disk_lookups, true},
     {"duplicate_pushes", &ps::ShardStatsResponse::duplicate_pushes, true},
+    {"rows_admitted", &ps::ShardStatsResponse::rows_admitted, true},
+    {"keys_held_back", &ps::ShardStatsResponse::keys_held_back, true},
     {"hot_tier_bytes", &ps::ShardStatsResponse::hot_tier_bytes, false},
     {"hot_tier_budget_bytes", &ps::ShardStatsResponse::hot_tier_budget_bytes,
      false},
@@ -370,12 +372,15 @@ int Stats(const Cluster& cluster) {
     }
   };
   std::vector<ps::ShardStatsResponse> before, after;
-  std::vector<ShardAnswer> answers;
+  std::vector<ShardAnswer> first, answers;
   if (interval > 0) {
-    sample(&before, &answers);
+    sample(&before, &first);
     absl::SleepFor(absl::Seconds(interval));
   }
   sample(&after, &answers);
+  // A shard that missed either sample has no rate: it counts as failed.
+  for (size_t i = 0; i < first.size(); ++i)
+    if (!first[i].status.ok()) answers[i].status = first[i].status;
 
   std::vector<double> totals(std::size(kStatFields), 0.0);
   std::vector<double> rates(std::size(kStatFields), 0.0);
@@ -651,19 +656,29 @@ int DropTable(const Cluster& cluster) {
   request.set_table(absl::GetFlag(FLAGS_table));
   request.set_force(absl::GetFlag(FLAGS_force));
   if (!request.force()) {
-    // Only the coordinator knows the workers' leases: ask it before any
-    // shard drops anything.
-    ps::WorkerClocksResponse clocks;
-    const grpc::Status status = AskClocks(cluster, &clocks);
-    if (!status.ok()) {
-      return Fail(absl::StrCat(
-          "cannot ask the coordinator ", cluster.coordinator,
-          " whether workers are training (", status.error_message(),
-          "); nothing was dropped (--force drops without asking)"));
+    // Only the shard the workers coordinate through knows their leases:
+    // ask every shard (and --coordinator) before any drops anything.
+    std::vector<std::string> asked = cluster.servers;
+    if (std::find(asked.begin(), asked.end(), cluster.coordinator) ==
+        asked.end()) {
+      asked.push_back(cluster.coordinator);
     }
     std::vector<std::string> live;
-    for (const auto& worker : clocks.workers())
-      if (worker.live()) live.push_back(absl::StrCat(worker.worker()));
+    for (const std::string& server : asked) {
+      ps::WorkerClocksResponse clocks;
+      const grpc::Status status = cluster.Connect(server)->WorkerClocks(
+          Context().get(), ps::WorkerClocksRequest(), &clocks);
+      if (!status.ok()) {
+        return Fail(absl::StrCat(
+            "cannot ask ", server, " whether workers are training (",
+            status.error_message(),
+            "); nothing was dropped (--force drops without asking)"));
+      }
+      for (const auto& worker : clocks.workers()) {
+        if (worker.live())
+          live.push_back(absl::StrCat(worker.worker(), " (on ", server, ")"));
+      }
+    }
     if (!live.empty()) {
       return Fail(absl::StrCat(
           "worker(s) ", absl::StrJoin(live, ", "),
@@ -671,14 +686,30 @@ int DropTable(const Cluster& cluster) {
           ": nothing was dropped; stop them first, or add --force"));
     }
   }
-  return OnEveryShard(
+  // A shard without the table has nothing to drop: running the command
+  // again after a shard failed finishes the job.
+  int held = 0;
+  const int code = OnEveryShard(
       cluster, "drop-table",
       [&](ps::Admin::Stub& admin, Fields* fields) {
         ps::DropTableResponse response;
-        *fields = {{"dropped", Quote(request.table())}};
-        return admin.DropTable(Context().get(), request, &response);
+        grpc::Status status =
+            admin.DropTable(Context().get(), request, &response);
+        const bool absent = status.error_code() == grpc::StatusCode::NOT_FOUND;
+        held += status.ok();
+        *fields = {{"table", Quote(request.table())},
+                   {"dropped", status.ok() ? "true" : "false"}};
+        return absent ? grpc::Status::OK : status;
       },
-      [&](const Fields&) { return absl::StrCat("dropped ", request.table()); });
+      [&](const Fields& fields) {
+        return fields[1].second == "true"
+                   ? absl::StrCat("dropped ", request.table())
+                   : absl::StrCat("has no table ", request.table());
+      });
+  if (code == 0 && held == 0) {
+    return Fail(absl::StrCat("no shard has a table named ", request.table()));
+  }
+  return code;
 }
 
 // `drain`: every shard stops as SIGTERM stops it.

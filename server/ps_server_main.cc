@@ -84,6 +84,12 @@ ABSL_FLAG(std::string, push_log_recovery, "strict",
           "naming the file and what follows the damage; 'point_in_time' "
           "replays what precedes the damage and drops the rest, logging what "
           "was lost.");
+ABSL_FLAG(uint32_t, admission_sketch_mb, 16,
+          "Memory of the count-min sketch each table with admit_after "
+          "(ps_worker --admit_after) counts its not-yet-stored keys in. A "
+          "count errs only upward (a key admitted early), by more than "
+          "2.7 * N / (MiB * 256 Ki) with probability under 2%, N being the "
+          "pushes of keys not yet admitted since the shard started.");
 ABSL_FLAG(uint32_t, max_workers, 4096,
           "Most workers this shard keeps exactly-once push state and clocks "
           "for; past it, the worker heard from longest ago is forgotten.");
@@ -176,6 +182,12 @@ int main(int argc, char** argv) {
   options.store.max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
   options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
+  if (absl::GetFlag(FLAGS_admission_sketch_mb) == 0 ||
+      absl::GetFlag(FLAGS_admission_sketch_mb) > 65536) {
+    return Fail("--admission_sketch_mb must be between 1 and 65536");
+  }
+  options.store.admission_sketch_bytes =
+      size_t{absl::GetFlag(FLAGS_admission_sketch_mb)} << 20;
   options.store.num_stripes =
       static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
   if (options.store.num_stripes == 0) {

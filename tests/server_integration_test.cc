@@ -351,6 +351,9 @@ TEST_F(ServerIntegrationTest, AdminCliDropsATableOnlyWhenNoWorkerHoldsALease) {
             grpc::StatusCode::NOT_FOUND);
   const std::string tables = RunAdmin(server_->address(), {"tables"}, &code);
   EXPECT_EQ(tables.find("emb"), std::string::npos) << tables;
+  // Again: no shard has it.
+  RunAdmin(server_->address(), {"drop-table", "--table=emb", "--force"}, &code);
+  EXPECT_EQ(code, 2);
   // Gone after a restart too; declaring it again starts from initial rows.
   stub_.reset();
   EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
@@ -363,6 +366,41 @@ TEST_F(ServerIntegrationTest, AdminCliDropsATableOnlyWhenNoWorkerHoldsALease) {
   std::vector<float> expected(kDim);
   initializer.Fill(keys[0], absl::MakeSpan(expected));
   EXPECT_EQ(MustPull(*stub_, {keys[0]}), expected);
+}
+
+TEST_F(ServerIntegrationTest, AdmissionHoldsKeysBackUntilTheirNthPush) {
+  TableSpec spec = SgdTableSpec("admitted", kDim, 0.5f);
+  spec.set_admit_after(2);
+  ASSERT_TRUE(DeclareTable(*stub_, spec).ok());
+  const std::vector<uint64_t> keys = Keys(200);
+  std::vector<float> initial;
+  ASSERT_TRUE(PullRows(*stub_, "admitted", keys, &initial).ok());
+  const std::vector<float> ones(keys.size() * kDim, 1.0f);
+  ASSERT_TRUE(PushRows(*stub_, "admitted", keys, ones).ok());
+  std::vector<float> rows;
+  ASSERT_TRUE(PullRows(*stub_, "admitted", keys, &rows).ok());
+  EXPECT_EQ(rows, initial) << "the first push was applied";
+  // Half the keys again: those are stored, with that push's step only.
+  const std::vector<uint64_t> half(keys.begin(), keys.begin() + 100);
+  ASSERT_TRUE(
+      PushRows(*stub_, "admitted", half, std::vector<float>(100 * kDim, 1.0f))
+          .ok());
+  int code = -1;
+  const google::protobuf::Struct stats = ParseJson(RunAdmin(
+      server_->address(), {"stats", "--json", "--interval_s=0"}, &code));
+  const google::protobuf::Struct& total = Field(stats, "total").struct_value();
+  EXPECT_EQ(Field(total, "rows_admitted").number_value(), 100);
+  EXPECT_EQ(Field(total, "keys_held_back").number_value(), 200);
+  // What was stored survives a restart; the rest still starts over.
+  stub_.reset();
+  EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
+  server_ = Start();
+  stub_ = ParameterServer::NewStub(server_->channel());
+  ASSERT_TRUE(PullRows(*stub_, "admitted", keys, &rows).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const float expected = initial[i * kDim] - (i < 100 ? 0.5f : 0.0f);
+    ASSERT_FLOAT_EQ(rows[i * kDim], expected) << "key " << i;
+  }
 }
 
 TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
@@ -418,9 +456,41 @@ TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
   // Over an interval with no traffic, no pull is counted.
   const google::protobuf::Struct quiet = ParseJson(
       RunAdmin(cluster, {"stats", "--json", "--interval_s=0.2"}, &code));
+  EXPECT_EQ(code, 0);
   EXPECT_EQ(Field(Field(quiet, "per_second").struct_value(), "rows_pulled")
                 .number_value(),
             0);
+  // Over one with pulls going on, only the interval's are.
+  std::atomic<bool> stop{false};
+  std::atomic<int> pulled{0};
+  uint64_t shard0_key = 0;
+  while (ShardForKey(shard0_key, 2) != 0) ++shard0_key;
+  std::thread puller([&] {
+    auto stub = ParameterServer::NewStub(servers[0]->channel());
+    std::vector<float> rows;
+    while (!stop) {
+      if (PullRows(*stub, kTable, {shard0_key}, &rows).ok()) ++pulled;
+    }
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (pulled < 10 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  const google::protobuf::Struct busy = ParseJson(
+      RunAdmin(cluster, {"stats", "--json", "--interval_s=0.5"}, &code));
+  stop = true;
+  puller.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_GT(Field(Field(busy, "per_second").struct_value(), "rows_pulled")
+                .number_value(),
+            0);
+  for (const auto& method : Field(busy, "methods").list_value().values()) {
+    const google::protobuf::Struct& m = method.struct_value();
+    if (Field(m, "method").string_value() != "/ps.ParameterServer/Pull")
+      continue;
+    EXPECT_GT(Field(m, "calls").number_value(), 0);
+    EXPECT_LT(Field(m, "calls").number_value(), 30 + pulled.load());
+    EXPECT_GT(Field(m, "p50_seconds").number_value(), 0);
+  }
   const google::protobuf::Struct tables =
       ParseJson(RunAdmin(cluster, {"tables", "--json"}, &code));
   const google::protobuf::Struct& table =

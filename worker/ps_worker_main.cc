@@ -66,6 +66,11 @@ ABSL_FLAG(double, ftrl_l1, 0.0,
           "FTRL's L1 regularization (any table on FTRL); > 0 makes weights "
           "exactly zero.");
 ABSL_FLAG(double, ftrl_l2, 0.0, "FTRL's L2 regularization.");
+ABSL_FLAG(uint32_t, admit_after, 1,
+          "The sparse tables (embeddings, wide weights) store a key only at "
+          "its Nth push; until then it trains with its initial value and its "
+          "gradients are counted, not applied (1: every key, at its first "
+          "push; at most 255). Part of the tables' spec.");
 ABSL_FLAG(std::string, wide_optimizer, "ftrl",
           "Optimizer of the per-key wide weights.");
 ABSL_FLAG(double, wide_learning_rate, 0.05,
@@ -296,6 +301,11 @@ int main(int argc, char** argv) {
     return Fail(
         "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
   }
+  if (absl::GetFlag(FLAGS_admit_after) < 1 ||
+      absl::GetFlag(FLAGS_admit_after) > 255) {
+    return Fail("--admit_after must be between 1 and 255");
+  }
+  options.admit_after = absl::GetFlag(FLAGS_admit_after);
   const std::string staleness = absl::GetFlag(FLAGS_staleness);
   if (staleness == "async") {
     options.staleness = -1;

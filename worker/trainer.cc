@@ -137,6 +137,8 @@ absl::Status Trainer::DeclareTables() {
     embedding.mutable_initializer()->set_seed(1);
     *embedding.mutable_optimizer() = options_.embedding_optimizer;
     *embedding.mutable_model() = card;
+    if (options_.admit_after > 1)
+      embedding.set_admit_after(options_.admit_after);
     RETURN_IF_ERROR(client_->DeclareTable(embedding));
   }
   TableSpec wide;
@@ -144,6 +146,7 @@ absl::Status Trainer::DeclareTables() {
   wide.set_dim(1);
   *wide.mutable_optimizer() = options_.wide_optimizer;
   *wide.mutable_model() = card;
+  if (options_.admit_after > 1) wide.set_admit_after(options_.admit_after);
   RETURN_IF_ERROR(client_->DeclareTable(wide));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;

@@ -62,6 +62,9 @@ struct TrainerOptions {
   OptimizerSpec embedding_optimizer;
   OptimizerSpec wide_optimizer;
   OptimizerSpec dense_optimizer;
+  // The sparse tables (embedding and wide) store a key only at its
+  // admit_after-th push (TableSpec.admit_after). Default: 1 (every key).
+  uint32_t admit_after = 1;
   // Embeddings start uniform on [-scale, scale]. Default: 0.05.
   float embedding_init_scale = 0.05f;
   // Floats per row of the dense tables. Default: 4096.

@@ -1,0 +1,60 @@
+// File: embedding/admission_sketch.h
+//
+// AdmissionSketch counts how often each key of a table was pushed before the
+// table stores it, in a fixed amount of memory, so that a key can be admitted
+// only once it has been pushed `threshold` times (TableSpec.admit_after):
+// most keys of a click log are seen once, and storing those costs memory and
+// disk for rows that never train.
+//
+// It is a count-min sketch (Cormode and Muthukrishnan, 2005): kDepth rows of
+// `width` saturating 8-bit counters; a key increments one counter per row
+// (only those at the row minimum: conservative update) and its count is the
+// smallest of them. A count is never below the true one. It is above it
+// only through collisions: by more than e * N / width with probability at
+// most e^-kDepth (under 2%), N being the pushes of keys not yet admitted
+// that the sketch has counted. So a key may be admitted early, never late.
+// With 16 MiB (width 4 Mi) and N = 100 M, e * N / width is about 65: size
+// it to the keys a table sees between restarts (counts live in memory).
+//
+// Thread-safe: counters are relaxed atomics. Two pushes of one key at the
+// same instant may count once, which admits it a push later.
+
+#ifndef PS_EMBEDDING_ADMISSION_SKETCH_H_
+#define PS_EMBEDDING_ADMISSION_SKETCH_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ps::embedding {
+
+class AdmissionSketch {
+ public:
+  static constexpr int kDepth = 4;
+
+  // A sketch of about `bytes` (at least kDepth * 64) that admits a key at
+  // its `threshold`-th push. REQUIRES: 2 <= threshold <= 255.
+  AdmissionSketch(size_t bytes, uint32_t threshold);
+
+  // Counts one push of `key`; true once its count reaches the threshold
+  // (this push included), when the caller stores the key.
+  bool CountAndAdmit(uint64_t key);
+
+  // The key's count so far (saturates at 255).
+  uint32_t Count(uint64_t key) const;
+
+  size_t bytes() const { return kDepth * width_; }
+  uint32_t threshold() const { return threshold_; }
+
+ private:
+  size_t Index(int row, uint64_t key) const;
+
+  const size_t width_;
+  const uint32_t threshold_;
+  std::unique_ptr<std::atomic<uint8_t>[]> counters_;
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_ADMISSION_SKETCH_H_
