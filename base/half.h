@@ -3,7 +3,10 @@
 // IEEE 754 half precision (binary16) to and from float: FloatToHalf rounds
 // to nearest even, overflows to infinity, keeps NaN a NaN and makes
 // subnormals of what is too small; HalfToFloat is exact. For exports in
-// fp16 (their writer in the shard, their reader in ps_predict). Pure.
+// fp16 (their writer in the shard, their reader in ps_predict) and rows on
+// the wire (wire_format.h). bfloat16 (float's sign and exponent, 7 mantissa
+// bits) likewise: FloatToBfloat16 rounds to nearest even and keeps NaN a
+// NaN; Bfloat16ToFloat is exact. Pure.
 
 #ifndef PS_BASE_HALF_H_
 #define PS_BASE_HALF_H_
@@ -68,6 +71,24 @@ inline float HalfToFloat(uint16_t half) {
   } else {
     bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
   }
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+inline uint16_t FloatToBfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a quiet NaN
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  }
+  // Round to nearest even; a carry into the exponent is right (up to inf).
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float Bfloat16ToFloat(uint16_t bfloat16) {
+  const uint32_t bits = static_cast<uint32_t>(bfloat16) << 16;
   float value;
   std::memcpy(&value, &bits, sizeof(value));
   return value;

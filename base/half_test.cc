@@ -50,5 +50,32 @@ TEST(HalfTest, RelativeErrorOfNormalsIsAtMostHalfAnUlp) {
   }
 }
 
+TEST(Bfloat16Test, KnownValuesAndRounding) {
+  EXPECT_EQ(FloatToBfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBfloat16(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToBfloat16(std::numeric_limits<float>::infinity()), 0x7f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to even (1).
+  EXPECT_EQ(FloatToBfloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to even.
+  EXPECT_EQ(FloatToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  // Above halfway rounds up.
+  EXPECT_EQ(
+      FloatToBfloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
+      0x3f81);
+  // The largest float rounds to infinity, as the tie goes up to even.
+  EXPECT_EQ(FloatToBfloat16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_TRUE(std::isnan(Bfloat16ToFloat(FloatToBfloat16(std::nanf("")))));
+  // Tiny values keep their exponent, unlike a half.
+  EXPECT_NEAR(Bfloat16ToFloat(FloatToBfloat16(3e-9f)), 3e-9f, 3e-9f / 128);
+}
+
+TEST(Bfloat16Test, RoundTripsWithinHalfAUnitInTheLastPlace) {
+  for (float value = -1000.0f; value < 1000.0f; value += 0.37f) {
+    const float back = Bfloat16ToFloat(FloatToBfloat16(value));
+    EXPECT_LE(std::fabs(back - value), std::fabs(value) * std::ldexp(1.0f, -8))
+        << value;
+  }
+}
+
 }  // namespace
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include "server/data_service.h"
 
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
+#include "base/wire_format.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
@@ -74,7 +76,13 @@ absl::Status DataService::HandlePull(const PullRequest& request,
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
-  const size_t reply_bytes = keys.size() * spec.dim() * sizeof(float);
+  const size_t value_bytes = WireValueBytes(request.format());
+  if (value_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wire format ", request.format()));
+  }
+  const size_t floats = keys.size() * spec.dim();
+  const size_t reply_bytes = floats * value_bytes;
   if (reply_bytes > options_.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pull of ", keys.size(), " rows of dim ", spec.dim(), " would need a ",
@@ -82,11 +90,18 @@ absl::Status DataService::HandlePull(const PullRequest& request,
   }
   std::string* values = response->mutable_values();
   values->resize(reply_bytes);
-  RETURN_IF_ERROR(
-      store_->Pull(request.table(), keys,
-                   absl::MakeSpan(reinterpret_cast<float*>(values->data()),
-                                  keys.size() * spec.dim())));
+  if (request.format() == WireFormat::FP32) {
+    // Straight into the reply.
+    RETURN_IF_ERROR(store_->Pull(
+        request.table(), keys,
+        absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats)));
+  } else {
+    std::vector<float> rows(floats);
+    RETURN_IF_ERROR(store_->Pull(request.table(), keys, absl::MakeSpan(rows)));
+    EncodeWireValues(request.format(), rows, values->data());
+  }
   response->set_dim(spec.dim());
+  response->set_format(request.format());
   return absl::OkStatus();
 }
 
@@ -109,12 +124,26 @@ absl::Status DataService::HandlePush(const PushRequest& request,
                                      PushResponse* response) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
-  std::vector<float> gradients;
-  if (!Unpack(request.gradients(), &gradients)) {
+  const size_t value_bytes = WireValueBytes(request.format());
+  if (value_bytes == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gradients must be packed 4-byte floats; got ",
-                     request.gradients().size(), " bytes"));
+        absl::StrCat("unknown wire format ", request.format()));
   }
+  if (request.gradients().size() % value_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradients must be packed ", value_bytes, "-byte values; got ",
+        request.gradients().size(), " bytes"));
+  }
+  const float gradient_scale =
+      request.gradient_scale() == 0.0f ? 1.0f : request.gradient_scale();
+  if (!(gradient_scale > 0.0f) || !std::isfinite(gradient_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push's gradient scale must be positive and finite, not ",
+        request.gradient_scale()));
+  }
+  std::vector<float> gradients(request.gradients().size() / value_bytes);
+  DecodeWireValues(request.format(), request.gradients().data(),
+                   absl::MakeSpan(gradients), 1.0f / gradient_scale);
   embedding::PushOrigin origin;
   origin.worker = request.worker();
   origin.incarnation = request.incarnation();

@@ -178,6 +178,33 @@ TEST_F(TrainingTest, TwoShardsTwoWorkersMatchOneWorkerUnderBulkSynchronous) {
   EXPECT_EQ(pair[0].Get("max_staleness_seen"), 0);
 }
 
+TEST_F(TrainingTest, HalfPrecisionOnTheWireAndAdmissionTrainAlmostAsWell) {
+  // SGD on the sparse tables: unlike Adagrad, FTRL and Adam it is not blind
+  // to a gradient's scale, so a push's scaling must be undone exactly.
+  const std::vector<std::string> sgd = {
+      "--staleness=0", "--embedding_optimizer=sgd", "--wide_optimizer=sgd"};
+  auto with = [&](const std::string& flag) {
+    std::vector<std::string> flags = sgd;
+    if (!flag.empty()) flags.push_back(flag);
+    return Train(1, 1, flags)[0];
+  };
+  const WorkerRun fp32 = with("");
+  const WorkerRun fp16 = with("--wire_format=fp16");
+  const WorkerRun bf16 = with("--wire_format=bf16");
+  const WorkerRun admitted = with("--admit_after=2");
+  std::printf(
+      "test AUC (sgd): fp32 %.4f, fp16 %.4f, bf16 %.4f; admit_after=2 %.4f\n",
+      fp32.Get("test_auc"), fp16.Get("test_auc"), bf16.Get("test_auc"),
+      admitted.Get("test_auc"));
+  EXPECT_GT(fp32.Get("test_auc"), 0.70);
+  EXPECT_NEAR(fp16.Get("test_auc"), fp32.Get("test_auc"), 0.002);
+  EXPECT_NEAR(bf16.Get("test_auc"), fp32.Get("test_auc"), 0.004);
+  // Rounding changed what was trained: the formats did travel.
+  EXPECT_NE(fp16.Get("test_auc"), fp32.Get("test_auc"));
+  EXPECT_NE(admitted.Get("test_auc"), fp32.Get("test_auc"));
+  EXPECT_GT(admitted.Get("test_auc"), fp32.Get("test_auc") - 0.02);
+}
+
 TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
   const WorkerRun lr = Train(1, 1, {"--model=lr"})[0];
   const WorkerRun deepfm = Train(1, 1, {"--model=deepfm"})[0];

@@ -8,6 +8,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
+#include "base/wire_format.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -191,6 +192,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
          Route(pull.keys, num_shards(), options_.max_keys_per_request)) {
       PullRequest& request = requests.emplace_back();
       request.set_table(pull.table);
+      request.set_format(options_.wire_format);
       std::string* packed = request.mutable_keys();
       packed->resize(positions.size() * sizeof(uint64_t));
       char* cursor = packed->data();
@@ -213,19 +215,24 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
       "pull", options_.retry_for));
   for (size_t c = 0; c < requests.size(); ++c) {
     const TableRows& pull = *destinations[c].pull;
-    const size_t row_bytes = static_cast<size_t>(pull.dim) * sizeof(float);
+    // A shard that predates formats answers FP32 whatever was asked.
+    const WireFormat format = responses[c].format();
+    const size_t row_bytes =
+        static_cast<size_t>(pull.dim) * WireValueBytes(format);
     const std::vector<uint32_t>& positions = destinations[c].positions;
     const std::string& values = responses[c].values();
-    if (values.size() != positions.size() * row_bytes) {
-      return absl::InternalError(
-          absl::StrCat("shard ", shards[c], " returned ", values.size(),
-                       " bytes for ", positions.size(), " rows of dim ",
-                       pull.dim, " of table ", pull.table));
+    if (row_bytes == 0 || values.size() != positions.size() * row_bytes) {
+      return absl::InternalError(absl::StrCat(
+          "shard ", shards[c], " returned ", values.size(), " bytes for ",
+          positions.size(), " rows of dim ", pull.dim, " of table ", pull.table,
+          " in wire format ", format));
     }
     const char* cursor = values.data();
     for (uint32_t position : positions) {
-      std::memcpy(pull.rows + static_cast<size_t>(position) * pull.dim, cursor,
-                  row_bytes);
+      DecodeWireValues(
+          format, cursor,
+          absl::MakeSpan(pull.rows + static_cast<size_t>(position) * pull.dim,
+                         pull.dim));
       cursor += row_bytes;
     }
   }
@@ -244,7 +251,10 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
                        " gradient floats for ", push.keys.size(),
                        " keys of dim ", push.dim));
     }
-    const size_t row_bytes = static_cast<size_t>(push.dim) * sizeof(float);
+    const WireFormat format = options_.wire_format;
+    const size_t row_bytes =
+        static_cast<size_t>(push.dim) * WireValueBytes(format);
+    std::vector<float> scaled;
     for (auto& [shard, positions] :
          Route(push.keys, num_shards(), options_.max_keys_per_request)) {
       PushRequest& request = requests.emplace_back();
@@ -260,15 +270,35 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
       packed_keys->resize(positions.size() * sizeof(uint64_t));
       packed_gradients->resize(positions.size() * row_bytes);
       char* key_cursor = packed_keys->data();
-      char* gradient_cursor = packed_gradients->data();
       for (uint32_t position : positions) {
         std::memcpy(key_cursor, &push.keys[position], sizeof(uint64_t));
-        std::memcpy(
-            gradient_cursor,
-            push.gradients.data() + static_cast<size_t>(position) * push.dim,
-            row_bytes);
         key_cursor += sizeof(uint64_t);
-        gradient_cursor += row_bytes;
+      }
+      char* gradient_cursor = packed_gradients->data();
+      if (format == WireFormat::FP32) {
+        for (uint32_t position : positions) {
+          std::memcpy(
+              gradient_cursor,
+              push.gradients.data() + static_cast<size_t>(position) * push.dim,
+              row_bytes);
+          gradient_cursor += row_bytes;
+        }
+      } else {
+        // The request's gradients, gathered, scaled for FP16, encoded.
+        scaled.resize(positions.size() * push.dim);
+        for (size_t i = 0; i < positions.size(); ++i) {
+          std::memcpy(&scaled[i * push.dim],
+                      push.gradients.data() +
+                          static_cast<size_t>(positions[i]) * push.dim,
+                      push.dim * sizeof(float));
+        }
+        if (format == WireFormat::FP16) {
+          const float scale = HalfPrecisionScale(scaled);
+          for (float& gradient : scaled) gradient *= scale;
+          if (scale != 1.0f) request.set_gradient_scale(scale);
+        }
+        request.set_format(format);
+        EncodeWireValues(format, scaled, gradient_cursor);
       }
       shards.push_back(shard);
     }

@@ -57,6 +57,10 @@ struct ClientOptions {
   uint64_t incarnation = 0;
   // TLS to the shards (base/tls_credentials.h). Default: plaintext.
   TlsFiles tls;
+  // How pulled rows and pushed gradients travel (base/wire_format.h); FP16
+  // pushes are scaled by a power of two per request to keep small
+  // gradients. Default: FP32.
+  WireFormat wire_format = WireFormat::FP32;
 };
 
 // The one place where grpc::Status becomes absl::Status on the worker side.

@@ -109,6 +109,11 @@ ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate, for shards that require one (with "
           "--tls_key).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, wire_format, "fp32",
+          "How pulled rows and pushed gradients travel: fp32, fp16 (half "
+          "the bytes; pushes scaled per request by a power of two) or bf16 "
+          "(half the bytes, float's range). The shards store float32 "
+          "either way.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "The name the shards' certificates carry, when it is not the host "
           "in --servers.");
@@ -371,6 +376,14 @@ int main(int argc, char** argv) {
   }
 
   ps::worker::ClientOptions client_options;
+  if (const std::string format = absl::GetFlag(FLAGS_wire_format);
+      format == "fp16") {
+    client_options.wire_format = ps::WireFormat::FP16;
+  } else if (format == "bf16") {
+    client_options.wire_format = ps::WireFormat::BF16;
+  } else if (format != "fp32") {
+    return Fail("--wire_format must be fp32, fp16 or bf16, not " + format);
+  }
   client_options.servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
   client_options.coordinator = absl::GetFlag(FLAGS_coordinator);

@@ -1,0 +1,89 @@
+// File: base/wire_format.h
+//
+// Rows and gradients travel as float32, float16 or bfloat16 values
+// (ps.WireFormat); storage is float32 whatever travels. These convert a
+// span of floats to the packed bytes of a format and back: the shard for
+// pulls, the worker for pushes, and each the other way round. Half
+// precision keeps 11 significant bits over a narrow range (gradients are
+// scaled into it by the sender, see PushRequest.gradient_scale);
+// bfloat16 keeps float's range with 8 significant bits. Pure.
+
+#ifndef PS_BASE_WIRE_FORMAT_H_
+#define PS_BASE_WIRE_FORMAT_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/types/span.h"
+#include "base/half.h"
+#include "proto/ps.pb.h"
+
+namespace ps {
+
+// Bytes of one value in `format`; 0 for a format this build does not know.
+inline size_t WireValueBytes(WireFormat format) {
+  switch (format) {
+    case WireFormat::FP32:
+      return 4;
+    case WireFormat::FP16:
+    case WireFormat::BF16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+// Writes `values` in `format` at `out` (values.size() *
+// WireValueBytes(format) bytes). REQUIRES: a known format.
+inline void EncodeWireValues(WireFormat format, absl::Span<const float> values,
+                             char* out) {
+  if (format == WireFormat::FP32) {
+    std::memcpy(out, values.data(), values.size() * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t packed = format == WireFormat::FP16
+                                ? FloatToHalf(values[i])
+                                : FloatToBfloat16(values[i]);
+    std::memcpy(out + 2 * i, &packed, sizeof(packed));
+  }
+}
+
+// Reads values.size() values in `format` from `in` into `values`, each
+// multiplied by `scale`. REQUIRES: a known format.
+inline void DecodeWireValues(WireFormat format, const char* in,
+                             absl::Span<float> values, float scale = 1.0f) {
+  if (format == WireFormat::FP32) {
+    std::memcpy(values.data(), in, values.size() * sizeof(float));
+    if (scale != 1.0f)
+      for (float& value : values) value *= scale;
+    return;
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t packed;
+    std::memcpy(&packed, in + 2 * i, sizeof(packed));
+    const float value = format == WireFormat::FP16 ? HalfToFloat(packed)
+                                                   : Bfloat16ToFloat(packed);
+    values[i] = value * scale;
+  }
+}
+
+// The power of two that brings the largest magnitude in `values` near the
+// top of half precision's range (without overflowing it), so that small
+// gradients keep their significant bits: what an FP16 push multiplies its
+// gradients by (and the shard divides by). 1 for all zeros.
+inline float HalfPrecisionScale(absl::Span<const float> values) {
+  float largest = 0.0f;
+  for (float value : values) largest = std::fmax(largest, std::fabs(value));
+  if (!(largest > 0.0f) || !std::isfinite(largest)) return 1.0f;
+  // 2^14 leaves a factor of 4 below half's largest value, 65504.
+  const int exponent = 14 - std::ilogb(largest);
+  return std::ldexp(1.0f, std::clamp(exponent, -100, 100));
+}
+
+}  // namespace ps
+
+#endif  // PS_BASE_WIRE_FORMAT_H_

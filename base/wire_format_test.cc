@@ -1,0 +1,62 @@
+#include "base/wire_format.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+std::vector<float> RoundTrip(WireFormat format, const std::vector<float>& in,
+                             float scale = 1.0f) {
+  std::string bytes(in.size() * WireValueBytes(format), '\0');
+  EncodeWireValues(format, in, bytes.data());
+  std::vector<float> out(in.size());
+  DecodeWireValues(format, bytes.data(), absl::MakeSpan(out), scale);
+  return out;
+}
+
+TEST(WireFormatTest, EachFormatKeepsItsPrecision) {
+  const std::vector<float> values = {0.0f, 1.0f, -0.3f, 1234.5f, 1e-3f};
+  EXPECT_EQ(RoundTrip(WireFormat::FP32, values), values);
+  const std::vector<float> half = RoundTrip(WireFormat::FP16, values);
+  const std::vector<float> bfloat = RoundTrip(WireFormat::BF16, values);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_NEAR(half[i], values[i], std::fabs(values[i]) / 2048) << i;
+    EXPECT_NEAR(bfloat[i], values[i], std::fabs(values[i]) / 256) << i;
+  }
+  EXPECT_NE(half[2], values[2]) << "-0.3 is not a half";
+  EXPECT_EQ(WireValueBytes(WireFormat::FP32), 4u);
+  EXPECT_EQ(WireValueBytes(WireFormat::FP16), 2u);
+  EXPECT_EQ(WireValueBytes(WireFormat::BF16), 2u);
+  EXPECT_EQ(WireValueBytes(static_cast<WireFormat>(7)), 0u);
+}
+
+TEST(WireFormatTest, AScaledHalfPushKeepsSmallGradients) {
+  // Gradients of ~3e-6, below half's smallest normal (6.1e-5): unscaled
+  // they keep a few bits at most; scaled by a power of two they keep 11.
+  std::vector<float> gradients;
+  for (int i = 1; i <= 100; ++i) gradients.push_back(3e-6f * i / 100);
+  const float scale = HalfPrecisionScale(gradients);
+  EXPECT_EQ(scale, std::ldexp(1.0f, std::ilogb(scale)));  // a power of two
+  std::vector<float> scaled = gradients;
+  for (float& g : scaled) g *= scale;
+  const std::vector<float> back =
+      RoundTrip(WireFormat::FP16, scaled, 1 / scale);
+  const std::vector<float> unscaled = RoundTrip(WireFormat::FP16, gradients);
+  double error = 0, unscaled_error = 0;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    EXPECT_NEAR(back[i], gradients[i], gradients[i] / 1024) << i;
+    error += std::fabs(back[i] - gradients[i]);
+    unscaled_error += std::fabs(unscaled[i] - gradients[i]);
+  }
+  EXPECT_LT(error * 50, unscaled_error);
+  // The largest scaled value stays well inside half's range.
+  EXPECT_LT(gradients.back() * scale, 65504.0f / 2);
+  EXPECT_EQ(HalfPrecisionScale(std::vector<float>(4, 0.0f)), 1.0f);
+}
+
+}  // namespace
+}  // namespace ps
