@@ -13,7 +13,9 @@
 
 #include "absl/time/clock.h"
 #include "base/initializer.h"
+#include "base/packed.h"
 #include "base/routing.h"
+#include "base/wire_format.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -527,6 +529,58 @@ TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
       RunAdmin(cluster, {"stats", "--json", "--interval_s=0"}, &code));
   EXPECT_EQ(code, 2);
   EXPECT_EQ(Field(partial, "shards_answered").number_value(), 1);
+}
+
+TEST_F(ServerIntegrationTest, RowsAndGradientsTravelInHalfPrecision) {
+  const std::vector<uint64_t> keys = Keys(50);
+  const std::vector<float> rows = MustPull(*stub_, keys);
+  auto pull = [&](WireFormat format, PullResponse* response) {
+    grpc::ClientContext context;
+    PullRequest request;
+    request.set_table(kTable);
+    request.set_keys(Pack<uint64_t>(keys));
+    request.set_format(format);
+    return stub_->Pull(&context, request, response);
+  };
+  PullResponse half;
+  ASSERT_TRUE(pull(WireFormat::FP16, &half).ok());
+  EXPECT_EQ(half.format(), WireFormat::FP16);
+  ASSERT_EQ(half.values().size(), rows.size() * 2);
+  std::vector<float> decoded(rows.size());
+  DecodeWireValues(WireFormat::FP16, half.values().data(),
+                   absl::MakeSpan(decoded));
+  for (size_t i = 0; i < rows.size(); ++i)
+    ASSERT_NEAR(decoded[i], rows[i], std::fabs(rows[i]) / 2048 + 1e-7) << i;
+  PullResponse unknown;
+  EXPECT_EQ(pull(static_cast<WireFormat>(9), &unknown).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A half-precision push of gradients 1e-6 scaled by 2^30: the shard
+  // divides the scale back out exactly.
+  auto push = [&](float scale, size_t bytes_per_value) {
+    std::vector<float> gradients(keys.size() * kDim, 1e-6f * scale);
+    std::string packed(gradients.size() * 2, '\0');
+    EncodeWireValues(WireFormat::FP16, gradients, packed.data());
+    packed.resize(gradients.size() * bytes_per_value - (bytes_per_value & 1));
+    grpc::ClientContext context;
+    PushRequest request;
+    request.set_table(kTable);
+    request.set_keys(Pack<uint64_t>(keys));
+    request.set_gradients(packed);
+    request.set_format(WireFormat::FP16);
+    request.set_gradient_scale(scale);
+    PushResponse response;
+    return stub_->Push(&context, request, &response);
+  };
+  ASSERT_TRUE(push(std::ldexp(1.0f, 30), 2).ok());
+  const std::vector<float> after = MustPull(*stub_, keys);
+  for (size_t i = 0; i < rows.size(); ++i)
+    ASSERT_NEAR(after[i], rows[i] - 0.5f * 1e-6f,
+                1e-9f + std::fabs(rows[i]) * 1e-6f)
+        << i;
+  EXPECT_EQ(push(-1.0f, 2).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push(1.0f, 3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(MustPull(*stub_, keys), after) << "a refused push changed rows";
 }
 
 TEST_F(ServerIntegrationTest, SigtermExitsZeroAndRestartResumes) {

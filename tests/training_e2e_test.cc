@@ -181,8 +181,11 @@ TEST_F(TrainingTest, TwoShardsTwoWorkersMatchOneWorkerUnderBulkSynchronous) {
 TEST_F(TrainingTest, HalfPrecisionOnTheWireAndAdmissionTrainAlmostAsWell) {
   // SGD on the sparse tables: unlike Adagrad, FTRL and Adam it is not blind
   // to a gradient's scale, so a push's scaling must be undone exactly.
+  // (Plain SGD at the wide part's default rate of 0.05 diverges here:
+  // logloss 1.8.)
   const std::vector<std::string> sgd = {
-      "--staleness=0", "--embedding_optimizer=sgd", "--wide_optimizer=sgd"};
+      "--staleness=0", "--embedding_optimizer=sgd", "--wide_optimizer=sgd",
+      "--wide_learning_rate=0.005"};
   auto with = [&](const std::string& flag) {
     std::vector<std::string> flags = sgd;
     if (!flag.empty()) flags.push_back(flag);
@@ -197,8 +200,8 @@ TEST_F(TrainingTest, HalfPrecisionOnTheWireAndAdmissionTrainAlmostAsWell) {
       fp32.Get("test_auc"), fp16.Get("test_auc"), bf16.Get("test_auc"),
       admitted.Get("test_auc"));
   EXPECT_GT(fp32.Get("test_auc"), 0.70);
-  EXPECT_NEAR(fp16.Get("test_auc"), fp32.Get("test_auc"), 0.002);
-  EXPECT_NEAR(bf16.Get("test_auc"), fp32.Get("test_auc"), 0.004);
+  EXPECT_NEAR(fp16.Get("test_auc"), fp32.Get("test_auc"), 0.001);
+  EXPECT_NEAR(bf16.Get("test_auc"), fp32.Get("test_auc"), 0.002);
   // Rounding changed what was trained: the formats did travel.
   EXPECT_NE(fp16.Get("test_auc"), fp32.Get("test_auc"));
   EXPECT_NE(admitted.Get("test_auc"), fp32.Get("test_auc"));
