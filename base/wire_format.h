@@ -11,6 +11,8 @@
 #ifndef PS_BASE_WIRE_FORMAT_H_
 #define PS_BASE_WIRE_FORMAT_H_
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,52 @@
 #include "proto/ps.pb.h"
 
 namespace ps {
+
+namespace wire_internal {
+
+// Half-precision conversions with the F16C instructions, 8 values at a time,
+// for CPUs that have them (x86 since 2012); bit for bit what FloatToHalf and
+// HalfToFloat give, NaN payloads aside.
+__attribute__((target("avx,f16c"))) inline void EncodeHalfF16c(const float* in,
+                                                               size_t count,
+                                                               char* out) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i half =
+        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), half);
+  }
+  for (; i < count; ++i) {
+    const uint16_t half = FloatToHalf(in[i]);
+    std::memcpy(out + 2 * i, &half, sizeof(half));
+  }
+}
+
+__attribute__((target("avx,f16c"))) inline void DecodeHalfF16c(const char* in,
+                                                               size_t count,
+                                                               float scale,
+                                                               float* out) {
+  size_t i = 0;
+  const __m256 factor = _mm256_set1_ps(scale);
+  for (; i + 8 <= count; i += 8) {
+    const __m128i half =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(half), factor));
+  }
+  for (; i < count; ++i) {
+    uint16_t half;
+    std::memcpy(&half, in + 2 * i, sizeof(half));
+    out[i] = HalfToFloat(half) * scale;
+  }
+}
+
+inline bool HasF16c() {
+  static const bool has =
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+}  // namespace wire_internal
 
 // Bytes of one value in `format`; 0 for a format this build does not know.
 inline size_t WireValueBytes(WireFormat format) {
@@ -44,6 +92,10 @@ inline void EncodeWireValues(WireFormat format, absl::Span<const float> values,
     std::memcpy(out, values.data(), values.size() * sizeof(float));
     return;
   }
+  if (format == WireFormat::FP16 && wire_internal::HasF16c()) {
+    wire_internal::EncodeHalfF16c(values.data(), values.size(), out);
+    return;
+  }
   for (size_t i = 0; i < values.size(); ++i) {
     const uint16_t packed = format == WireFormat::FP16
                                 ? FloatToHalf(values[i])
@@ -60,6 +112,10 @@ inline void DecodeWireValues(WireFormat format, const char* in,
     std::memcpy(values.data(), in, values.size() * sizeof(float));
     if (scale != 1.0f)
       for (float& value : values) value *= scale;
+    return;
+  }
+  if (format == WireFormat::FP16 && wire_internal::HasF16c()) {
+    wire_internal::DecodeHalfF16c(in, values.size(), scale, values.data());
     return;
   }
   for (size_t i = 0; i < values.size(); ++i) {

@@ -1,6 +1,8 @@
 #include "base/wire_format.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,35 @@ TEST(WireFormatTest, AScaledHalfPushKeepsSmallGradients) {
   // The largest scaled value stays well inside half's range.
   EXPECT_LT(gradients.back() * scale, 65504.0f / 2);
   EXPECT_EQ(HalfPrecisionScale(std::vector<float>(4, 0.0f)), 1.0f);
+}
+
+TEST(WireFormatTest, TheVectorPathGivesTheScalarPathsBits) {
+  // Normal, subnormal, tiny, huge, halfway and negative values, in a span
+  // whose length is not a multiple of the 8 values a vector takes.
+  std::vector<float> values;
+  for (int e = -30; e <= 17; ++e) {
+    for (float m : {1.0f, 1.00048828125f, 1.5f, 1.99951171875f, 1.3f}) {
+      values.push_back(std::ldexp(m, e));
+      values.push_back(-std::ldexp(m, e));
+    }
+  }
+  values.push_back(0.0f);
+  values.push_back(65520.0f);  // rounds to infinity
+  values.push_back(std::numeric_limits<float>::infinity());
+  std::string bytes(values.size() * 2, '\0');
+  EncodeWireValues(WireFormat::FP16, values, bytes.data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t half;
+    std::memcpy(&half, bytes.data() + 2 * i, sizeof(half));
+    ASSERT_EQ(half, FloatToHalf(values[i])) << values[i];
+  }
+  std::vector<float> back(values.size());
+  DecodeWireValues(WireFormat::FP16, bytes.data(), absl::MakeSpan(back), 0.5f);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t half;
+    std::memcpy(&half, bytes.data() + 2 * i, sizeof(half));
+    ASSERT_EQ(back[i], HalfToFloat(half) * 0.5f) << values[i];
+  }
 }
 
 }  // namespace

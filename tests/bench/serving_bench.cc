@@ -27,11 +27,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "base/wire_format.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -44,6 +46,8 @@ ABSL_FLAG(std::string, label, "hot tier",
           "What this ps_server's configuration is.");
 ABSL_FLAG(int32_t, redis_port, 0, "Redis port on 127.0.0.1; 0: skip Redis.");
 ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
+ABSL_FLAG(std::string, wire_format, "fp32",
+          "How ps_server's rows and gradients travel: fp32, fp16 or bf16.");
 ABSL_FLAG(int64_t, rows, 500000, "Rows in the table.");
 ABSL_FLAG(int32_t, batch, 4096, "Keys per request.");
 ABSL_FLAG(double, zipf, 1.05, "Power-law exponent of key popularity.");
@@ -208,6 +212,14 @@ int main(int argc, char** argv) {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int batch = absl::GetFlag(FLAGS_batch);
   const double row_bytes = dim * sizeof(float);
+  ps::WireFormat format = ps::WireFormat::FP32;
+  if (!ps::WireFormat_Parse(
+          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_wire_format)), &format)) {
+    std::fprintf(stderr, "--wire_format must be fp32, fp16 or bf16\n");
+    return 2;
+  }
+  // Bytes of a row as it travels (the MB/s column counts these).
+  const double wire_row_bytes = dim * ps::WireValueBytes(format);
   const std::string table = absl::StrCat("bench_", dim);
   const float learning_rate = 0.01f;
 
@@ -239,17 +251,22 @@ int main(int argc, char** argv) {
   }
   const float kGradient = 0.001f;
   std::vector<float> gradients(static_cast<size_t>(batch) * dim, kGradient);
-  const std::string gradient_bytes(
-      reinterpret_cast<const char*>(gradients.data()),
-      gradients.size() * sizeof(float));
+  const float gradient_scale =
+      format == ps::WireFormat::FP16 ? ps::HalfPrecisionScale(gradients) : 1.0f;
+  for (float& gradient : gradients) gradient *= gradient_scale;
+  std::string gradient_bytes(gradients.size() * ps::WireValueBytes(format),
+                             '\0');
+  ps::EncodeWireValues(format, gradients, gradient_bytes.data());
   auto ps_push = [&](int client, const std::vector<uint64_t>& keys) {
     grpc::ClientContext context;
     ps::PushRequest request;
     request.set_table(table);
     request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
                                  keys.size() * 8));
-    request.set_gradients(
-        gradient_bytes.substr(0, keys.size() * dim * sizeof(float)));
+    request.set_gradients(gradient_bytes.substr(
+        0, keys.size() * dim * ps::WireValueBytes(format)));
+    request.set_format(format);
+    if (gradient_scale != 1.0f) request.set_gradient_scale(gradient_scale);
     ps::PushResponse response;
     return stubs[client]->Push(&context, request, &response).ok();
   };
@@ -259,9 +276,11 @@ int main(int argc, char** argv) {
     request.set_table(table);
     request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
                                  keys.size() * 8));
+    request.set_format(format);
     ps::PullResponse response;
     return stubs[client]->Pull(&context, request, &response).ok() &&
-           response.values().size() == keys.size() * dim * sizeof(float);
+           response.values().size() ==
+               keys.size() * dim * ps::WireValueBytes(format);
   };
   // Store every row (pushes of zero gradients store the initial values).
   for (int64_t start = 0; start < rows; start += batch) {
@@ -275,10 +294,15 @@ int main(int argc, char** argv) {
   }
   auto print = [&](const char* system, const char* op, int clients,
                    const Result& r) {
-    std::printf("| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n",
-                system, absl::GetFlag(FLAGS_label).c_str(), dim, clients, op,
-                r.rows_per_second / 1e6, r.rows_per_second * row_bytes / 1e6,
-                r.p50_ms, r.p99_ms);
+    std::printf(
+        "| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n", system,
+        absl::GetFlag(FLAGS_label).c_str(), dim, clients, op,
+        r.rows_per_second / 1e6,
+        r.rows_per_second *
+            (std::string(system).rfind("Redis", 0) == 0 ? row_bytes
+                                                        : wire_row_bytes) /
+            1e6,
+        r.p50_ms, r.p99_ms);
     std::fflush(stdout);
   };
   for (int clients : ClientCounts()) {
