@@ -167,6 +167,13 @@ absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
       stored.id, spec, dim, dim + optimizer->StateFloats(dim),
       std::move(optimizer), Initializer(spec.initializer()), created_empty});
   table->dropped = stored.dropped;
+  if (spec.row_ttl_s() > 0 && !stored.dropped) {
+    table->expiry.row_floats = table->row_floats;
+    table->expiry.ttl_s = spec.row_ttl_s();
+    table->expiry.evict_below_count = spec.evict_below_count();
+    rocks_->SetExpiry(stored.id, table->expiry);
+    any_expiry_ = true;
+  }
   if (spec.admit_after() >= 2) {
     table->admission = std::make_unique<AdmissionSketch>(
         options_.admission_sketch_bytes, spec.admit_after());
@@ -198,6 +205,12 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   if (!std::isfinite(scale) || scale < 0.0f) {
     return absl::InvalidArgumentError(
         "initializer scale must be finite and >= 0");
+  }
+  if (raw_spec.evict_below_count() > 0 && raw_spec.row_ttl_s() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table ", raw_spec.name(),
+        " has evict_below_count without row_ttl_s: rows expire only after "
+        "row_ttl_s"));
   }
   if (raw_spec.admit_after() > 255) {
     return absl::InvalidArgumentError(
@@ -249,6 +262,61 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
     return absl::DataLossError(absl::StrCat("no table with id ", id));
   }
   return tables_[id].get();
+}
+
+uint32_t EmbeddingStore::NowSeconds() {
+  return static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now()));
+}
+
+size_t EmbeddingStore::ExpireRowsInMemory(Stripe& stripe,
+                                          const Table* only_table) {
+  const uint32_t now_s = NowSeconds();
+  // The expiring tables, by id, read once.
+  std::vector<const Table*> expiring;
+  {
+    absl::ReaderMutexLock lock(&tables_mu_);
+    for (const auto& table : tables_) {
+      if (table == nullptr || table->dropped || table->expiry.ttl_s == 0)
+        continue;
+      if (only_table != nullptr && table.get() != only_table) continue;
+      if (expiring.size() <= table->id) expiring.resize(table->id + 1);
+      expiring[table->id] = table.get();
+    }
+  }
+  if (expiring.empty()) return 0;
+  absl::MutexLock lock(&stripe.mu);
+  std::vector<CachedRow*> expired;
+  stripe.cache.ForEachRow([&](CachedRow& row) {
+    // A dirty row has an update RocksDB does not: it goes once written.
+    if (row.dirty || row.table_id >= expiring.size()) return;
+    const Table* table = expiring[row.table_id];
+    if (table != nullptr &&
+        table->expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
+                              now_s)) {
+      expired.push_back(&row);
+    }
+  });
+  // The copies on disk are expired too: a load treats them as absent, and
+  // compaction drops them.
+  for (CachedRow* row : expired) stripe.cache.Erase(row);
+  rows_expired_in_memory_ += expired.size();
+  return expired.size();
+}
+
+absl::StatusOr<ExpireOutcome> EmbeddingStore::Expire(
+    absl::string_view table_name) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  if (table->expiry.ttl_s == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table ", table_name, " has no row_ttl_s: its rows never expire"));
+  }
+  ExpireOutcome outcome;
+  for (auto& stripe : stripes_)
+    outcome.rows_in_memory += ExpireRowsInMemory(*stripe, table);
+  ASSIGN_OR_RETURN(outcome.rows_on_disk, rocks_->CompactTable(table->id));
+  LOG(INFO) << "expired table " << table_name << ": " << outcome.rows_in_memory
+            << " rows in memory, " << outcome.rows_on_disk << " on disk";
+  return outcome;
 }
 
 absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
@@ -368,21 +436,29 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
       RETURN_IF_ERROR(rocks_->MultiGet(table.id, missing, &values, &found));
     }
     std::vector<float> row(table.row_floats);
+    const uint32_t now_s = NowSeconds();
     for (size_t i = 0; i < missing.size(); ++i) {
       CachedRow*& loaded = found_rows[missing_positions[i]];
+      LogPosition position;
+      RowMeta meta;
       if (found[i]) {
-        LogPosition position;
-        const absl::Status decoded =
-            RocksStore::DecodeRow(values[i], absl::MakeSpan(row), &position);
+        const absl::Status decoded = RocksStore::DecodeRow(
+            values[i], absl::MakeSpan(row), &position, &meta);
         if (!decoded.ok()) {
           return absl::DataLossError(absl::StrCat("table ", table.spec.name(),
                                                   " key ", missing[i], ": ",
                                                   decoded.message()));
         }
+        // Expired, not yet compacted away: as good as gone.
+        if (table.expiry.Expired(meta, now_s)) found[i] = false;
+      }
+      if (found[i]) {
         loaded =
             stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
         if (position.epoch == log_epoch_)
           loaded->log_sequence = position.sequence;
+        loaded->updated_at_s = meta.updated_at_s;
+        loaded->push_count = meta.push_count;
       } else if (create) {
         table.initializer.Fill(missing[i],
                                absl::MakeSpan(row.data(), table.dim));
@@ -408,14 +484,18 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   // the records it already includes: no cut, and no other row, is needed.
   for (const EvictedRow& row : evicted) {
     batch->Put(row.table_id, row.key, row.values,
-               LogPosition{log_epoch_, row.log_sequence});
+               LogPosition{log_epoch_, row.log_sequence},
+               RowMeta{row.updated_at_s, row.push_count});
   }
   const absl::Status written = rocks_->Write(batch);
   if (!written.ok()) {
     // Keep the evicted updates in memory rather than lose them.
     for (const EvictedRow& row : evicted) {
-      stripe.cache.Insert(row.table_id, row.key, row.values, /*dirty=*/true)
-          ->log_sequence = row.log_sequence;
+      CachedRow* kept = stripe.cache.Insert(row.table_id, row.key, row.values,
+                                            /*dirty=*/true);
+      kept->log_sequence = row.log_sequence;
+      kept->updated_at_s = row.updated_at_s;
+      kept->push_count = row.push_count;
     }
   }
   return written;
@@ -435,7 +515,8 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
   TakenRows taken;
   stripe.cache.ForEachDirty([&](CachedRow& row) {
     batch->Put(row.table_id, row.key, row.values(),  // copies the values
-               LogPosition{log_epoch_, row.log_sequence});
+               LogPosition{log_epoch_, row.log_sequence},
+               RowMeta{row.updated_at_s, row.push_count});
     taken.rows.emplace_back(&row, row.version);
   });
   if (options_.durability == Durability::kWal) {
@@ -536,7 +617,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
       });
 
   // Second pass: apply. Nothing is evicted until the replayed rows are
-  // written back below.
+  // written back below. A replayed update counts as made now.
+  const uint32_t replay_now_s = NowSeconds();
   uint64_t rows = 0;
   std::string bytes;
   std::vector<uint64_t> keys;
@@ -584,6 +666,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         row->log_sequence = section.sequence;
         ++row->version;
         row->dirty = true;
+        row->updated_at_s = replay_now_s;
+        if (row->push_count != UINT32_MAX) ++row->push_count;
         ++rows;
       }
     }
@@ -598,7 +682,8 @@ absl::Status EmbeddingStore::ReplayPushLog() {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachDirty([&](CachedRow& row) {
       batch.Put(row.table_id, row.key, row.values(),
-                LogPosition{epoch + 1, /*sequence=*/0});
+                LogPosition{epoch + 1, /*sequence=*/0},
+                RowMeta{row.updated_at_s, row.push_count});
       replayed.push_back(&row);
     });
   }
@@ -1017,6 +1102,7 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
     std::copy(loaded.begin(), loaded.end(), push.rows.begin() + push.starts[s]);
   }
 
+  const uint32_t now_s = NowSeconds();
   // Update, keeping each row's values before; a row whose weights or
   // optimizer state leave the finite numbers undoes the whole push.
   push.before.reserve(push.rows.size() * row_floats);
@@ -1078,6 +1164,8 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
       CachedRow* row = push.rows[i];
       ++row->version;
       row->dirty = true;
+      row->updated_at_s = now_s;
+      if (row->push_count != UINT32_MAX) ++row->push_count;
       if (sequences[j] != 0) row->log_sequence = sequences[j];
     }
   }
@@ -1272,6 +1360,8 @@ void EmbeddingStore::PeriodicFlushLoop() {
     absl::Status flushed = FlushStripe(*stripes_[stripe]);
     if (!flushed.ok())
       LOG(WARNING) << "periodic write-back failed: " << flushed;
+    // Each stripe's expired rows leave memory once per interval.
+    if (any_expiry_) ExpireRowsInMemory(*stripes_[stripe], nullptr);
   }
 }
 
@@ -1308,6 +1398,8 @@ StoreStats EmbeddingStore::Stats() {
   stats.rows_pulled = rows_pulled_.load();
   stats.rows_pushed = rows_pushed_.load();
   stats.rows_admitted = rows_admitted_.load();
+  stats.rows_expired_in_memory = rows_expired_in_memory_.load();
+  stats.rows_expired_on_disk = rocks_->rows_expired();
   stats.keys_held_back = keys_held_back_.load();
   stats.disk_lookups = disk_lookups_.load();
   stats.push_log_bytes = push_log_->live_bytes();

@@ -167,6 +167,16 @@ struct StoreStats {
   // (key, push) pairs whose gradients were counted but not applied.
   uint64_t rows_admitted = 0;
   uint64_t keys_held_back = 0;
+  // Tables with row_ttl_s: expired rows dropped from the hot tier, and by
+  // RocksDB's compactions.
+  uint64_t rows_expired_in_memory = 0;
+  uint64_t rows_expired_on_disk = 0;
+};
+
+// What Expire() dropped.
+struct ExpireOutcome {
+  uint64_t rows_in_memory = 0;
+  uint64_t rows_on_disk = 0;
 };
 
 class EmbeddingStore {
@@ -203,6 +213,14 @@ class EmbeddingStore {
   // already running may still answer from the dropped rows. NOT_FOUND if
   // unknown.
   absl::Status DropTable(absl::string_view table);
+
+  // Drops `table`'s expired rows now (TableSpec.row_ttl_s): from the hot
+  // tier, and from disk by compacting the table whole. Expiry also runs by
+  // itself: each stripe's expired rows leave memory once per write-back
+  // interval, RocksDB drops them as it compacts, and a load treats an
+  // expired row as absent. NOT_FOUND for an unknown table;
+  // FAILED_PRECONDITION for one without row_ttl_s.
+  absl::StatusOr<ExpireOutcome> Expire(absl::string_view table);
 
   // The spec of `table` (optimizer defaults filled in). NOT_FOUND if unknown.
   absl::StatusOr<TableSpec> GetTableSpec(absl::string_view table) const;
@@ -291,6 +309,8 @@ class EmbeddingStore {
     mutable std::atomic<float> learning_rate{0.0f};
     // Set by DropTable() while no push applies (under push_gate_).
     mutable std::atomic<bool> dropped{false};
+    // When its rows expire (ttl_s 0: never).
+    ExpiryRule expiry = ExpiryRule();
     // spec.admit_after >= 2: counts the pushes of keys not yet stored.
     std::unique_ptr<AdmissionSketch> admission = nullptr;
   };
@@ -344,6 +364,12 @@ class EmbeddingStore {
                         std::vector<CachedRow*>* rows = nullptr,
                         std::vector<CachedRow*>* created = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+  static uint32_t NowSeconds();
+
+  // Drops `stripe`'s clean rows that expired, of `only_table` or of every
+  // table with an expiry rule (nullptr); returns how many.
+  size_t ExpireRowsInMemory(Stripe& stripe, const Table* only_table);
 
   // For a table with admission: counts a push of every key of `keys` the
   // table does not store and returns the keys to apply (stored or admitted
@@ -455,6 +481,9 @@ class EmbeddingStore {
   std::atomic<uint64_t> duplicate_pushes_{0};
   std::atomic<uint64_t> push_records_written_{0};
   std::atomic<uint64_t> rows_admitted_{0};
+  std::atomic<uint64_t> rows_expired_in_memory_{0};
+  // Some table has an expiry rule.
+  std::atomic<bool> any_expiry_{false};
   std::atomic<uint64_t> keys_held_back_{0};
   // Open() succeeded: the destructor writes back (a failed open leaves the
   // data dir untouched).

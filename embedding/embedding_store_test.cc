@@ -1065,6 +1065,94 @@ TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
               StatusIs(StatusCode::kInvalidArgument));
 }
 
+TEST_F(EmbeddingStoreTest,
+       ExpiredRowsGoFromMemoryAndByCompactionAfterARestart) {
+  options_.wal_write_back_interval = absl::Hours(1);
+  TableSpec spec = SgdTable("emb", 4);
+  spec.set_row_ttl_s(1);
+  // Rows pushed three times or more never expire here.
+  TableSpec counted = SgdTable("counted", 4);
+  counted.set_row_ttl_s(1);
+  counted.set_evict_below_count(3);
+  std::vector<uint64_t> old_keys, fresh_keys;
+  for (uint64_t key = 0; key < 100; ++key) old_keys.push_back(key);
+  for (uint64_t key = 1000; key < 1010; ++key) fresh_keys.push_back(key);
+  auto stored = [](EmbeddingStore& store, const std::string& table,
+                   uint64_t key) {
+    std::vector<float> weights;
+    bool stored = false;
+    EXPECT_OK(store.GetRow(table, key, &weights, &stored));
+    return stored;
+  };
+  {
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->DeclareTable(counted));
+    ASSERT_OK(store->Push("emb", old_keys, std::vector<float>(400, 1.0f)));
+    for (int push = 0; push < 3; ++push)
+      ASSERT_OK(store->Push("counted", {7}, std::vector<float>(4, 1.0f)));
+    ASSERT_OK(store->Push("counted", {8}, std::vector<float>(4, 1.0f)));
+  }
+  // Past the ttl, with no process running: a restart, then a compaction.
+  absl::SleepFor(absl::Seconds(2.1));
+  auto store = OpenStore(options_);
+  // Not yet compacted, an expired row already reads as absent.
+  EXPECT_FALSE(stored(*store, "emb", 3));
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {3}, 4)[0], InitialRow(spec, 3)[0]);
+  ASSERT_OK(store->Push("emb", fresh_keys, std::vector<float>(40, 1.0f)));
+  ASSERT_OK(store->Flush());
+  const uint64_t disk_before = store->Stats().disk_bytes;
+  auto expired = store->Expire("emb");
+  ASSERT_OK(expired);
+  EXPECT_EQ(expired->rows_on_disk, old_keys.size());
+  for (uint64_t key : old_keys) EXPECT_FALSE(stored(*store, "emb", key)) << key;
+  for (uint64_t key : fresh_keys)
+    EXPECT_TRUE(stored(*store, "emb", key)) << key;
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1000}, 4)[0],
+                  InitialRow(spec, 1000)[0] - 1.0f);
+  auto counted_expired = store->Expire("counted");
+  ASSERT_OK(counted_expired);
+  EXPECT_EQ(counted_expired->rows_on_disk, 1u);
+  EXPECT_TRUE(stored(*store, "counted", 7));
+  EXPECT_FALSE(stored(*store, "counted", 8));
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.rows_expired_on_disk, old_keys.size() + 1);
+  EXPECT_LE(stats.disk_bytes, disk_before);
+  EXPECT_THAT(store->Expire("nope"), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK(store->DeclareTable(SgdTable("forever", 4)));
+  EXPECT_THAT(store->Expire("forever"),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
+  options_.durability = Durability::kPeriodic;
+  options_.flush_interval = absl::Milliseconds(200);
+  options_.num_stripes = 2;
+  TableSpec spec = SgdTable("emb", 4);
+  spec.set_row_ttl_s(1);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->DeclareTable(SgdTable("forever", 4)));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 50; ++key) keys.push_back(key);
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(200, 1.0f)));
+  ASSERT_OK(store->Push("forever", keys, std::vector<float>(200, 1.0f)));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (store->Stats().rows_expired_in_memory < keys.size() &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(store->Stats().rows_expired_in_memory, keys.size());
+  // The table without a ttl keeps its rows.
+  EXPECT_FLOAT_EQ(PullRows(*store, "forever", {5}, 4)[0],
+                  InitialRow(SgdTable("forever", 4), 5)[0] - 1.0f);
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {5}, 4)[0], InitialRow(spec, 5)[0]);
+
+  TableSpec bad = SgdTable("bad", 4);
+  bad.set_evict_below_count(2);
+  EXPECT_THAT(store->DeclareTable(bad), StatusIs(StatusCode::kInvalidArgument));
+}
+
 // Deletes `key` from RocksDB's default family in `dir` and puts `put_key`
 // there: what a process stopped in the middle of a drop leaves.
 ::testing::AssertionResult ReplaceInRocksDb(const std::string& dir,

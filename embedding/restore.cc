@@ -83,10 +83,11 @@ absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
             ++stats.rows_read;
             if (!options.keep(key)) return absl::OkStatus();
             LogPosition position;
-            RETURN_IF_ERROR(
-                RocksStore::DecodeRow(value, absl::MakeSpan(row), &position));
+            RowMeta meta;
+            RETURN_IF_ERROR(RocksStore::DecodeRow(value, absl::MakeSpan(row),
+                                                  &position, &meta));
             // The old store's log positions mean nothing in the new one.
-            batch.Put(ids[t], key, row, LogPosition());
+            batch.Put(ids[t], key, row, LogPosition(), meta);
             ++stats.rows_kept;
             if (++in_batch == kRowsPerBatch) {
               RETURN_IF_ERROR(store->Write(&batch));

@@ -8,10 +8,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "glog/logging.h"
 #include "rocksdb/cache.h"
+#include "rocksdb/compaction_filter.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/slice_transform.h"
@@ -106,26 +108,37 @@ void RocksStore::Batch::StartLogEpoch(uint64_t epoch,
 }
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
-                            absl::Span<const float> row, LogPosition position) {
-  // One slice for the floats, one for the position: no copy to join them.
-  const rocksdb::Slice parts[2] = {
+                            absl::Span<const float> row, LogPosition position,
+                            RowMeta meta) {
+  // A slice each for the floats, the position and the meta: no copy to
+  // join them.
+  const rocksdb::Slice parts[3] = {
       rocksdb::Slice(reinterpret_cast<const char*>(row.data()),
                      row.size() * sizeof(float)),
       rocksdb::Slice(reinterpret_cast<const char*>(&position),
-                     sizeof(position))};
+                     sizeof(position)),
+      rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))};
   const rocksdb::Slice key_slice = KeySlice(key);
   batch_.Put(store_->Handle(table), rocksdb::SliceParts(&key_slice, 1),
-             rocksdb::SliceParts(parts, 2));
+             rocksdb::SliceParts(parts, 3));
 }
 
 absl::Status RocksStore::DecodeRow(absl::string_view value,
-                                   absl::Span<float> row,
-                                   LogPosition* position) {
+                                   absl::Span<float> row, LogPosition* position,
+                                   RowMeta* meta) {
   const size_t row_bytes = row.size() * sizeof(float);
+  if (meta != nullptr) *meta = RowMeta();
   if (value.size() == row_bytes) {
     *position = LogPosition();
   } else if (value.size() == row_bytes + sizeof(LogPosition)) {
     std::memcpy(position, value.data() + row_bytes, sizeof(LogPosition));
+  } else if (value.size() ==
+             row_bytes + sizeof(LogPosition) + sizeof(RowMeta)) {
+    std::memcpy(position, value.data() + row_bytes, sizeof(LogPosition));
+    if (meta != nullptr) {
+      std::memcpy(meta, value.data() + row_bytes + sizeof(LogPosition),
+                  sizeof(RowMeta));
+    }
   } else {
     return absl::DataLossError(absl::StrCat(
         "a stored row of ", value.size(), " bytes, expected ", row_bytes, " (",
@@ -134,6 +147,63 @@ absl::Status RocksStore::DecodeRow(absl::string_view value,
   std::memcpy(row.data(), value.data(), row_bytes);
   return absl::OkStatus();
 }
+
+// Hands each compaction of a table family with an expiry rule a filter
+// that drops the rows the rule says expired, as of the compaction's start.
+class RocksStore::ExpiryFilterFactory
+    : public rocksdb::CompactionFilterFactory {
+ public:
+  void Set(uint32_t family_id, const ExpiryRule& rule) {
+    absl::MutexLock lock(&mu_);
+    rules_[family_id] = rule;
+  }
+  uint64_t expired() const { return expired_.load(); }
+
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context& context) override {
+    ExpiryRule rule;
+    {
+      absl::MutexLock lock(&mu_);
+      auto found = rules_.find(context.column_family_id);
+      if (found == rules_.end() || found->second.ttl_s == 0) return nullptr;
+      rule = found->second;
+    }
+    return std::make_unique<ExpiryFilter>(
+        rule, static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now())),
+        &expired_);
+  }
+  const char* Name() const override { return "ps.ExpiryFilterFactory"; }
+
+ private:
+  class ExpiryFilter : public rocksdb::CompactionFilter {
+   public:
+    ExpiryFilter(const ExpiryRule& rule, uint32_t now_s,
+                 std::atomic<uint64_t>* expired)
+        : rule_(rule), now_s_(now_s), expired_(expired) {}
+    bool Filter(int, const rocksdb::Slice&, const rocksdb::Slice& value,
+                std::string*, bool*) const override {
+      const size_t with_meta = rule_.row_floats * sizeof(float) +
+                               sizeof(LogPosition) + sizeof(RowMeta);
+      if (value.size() != with_meta) return false;
+      RowMeta meta;
+      std::memcpy(&meta, value.data() + value.size() - sizeof(RowMeta),
+                  sizeof(meta));
+      if (!rule_.Expired(meta, now_s_)) return false;
+      ++*expired_;
+      return true;
+    }
+    const char* Name() const override { return "ps.ExpiryFilter"; }
+
+   private:
+    const ExpiryRule rule_;
+    const uint32_t now_s_;
+    std::atomic<uint64_t>* const expired_;
+  };
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, ExpiryRule> rules_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> expired_{0};
+};
 
 absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     const RocksStoreOptions& options) {
@@ -187,6 +257,8 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   family.prefix_extractor.reset(
       rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
   family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
+  auto expiry = std::make_shared<ExpiryFilterFactory>();
+  family.compaction_filter_factory = expiry;
 
   std::vector<std::string> family_names;
   rocksdb::Status listed =
@@ -353,6 +425,7 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
       new RocksStore(options, db.release(), specs_handle, table_handles,
                      log_handle, std::move(tables)));
   store->table_options_ = family;
+  store->expiry_ = std::move(expiry);
   return store;
 }
 
@@ -448,6 +521,30 @@ absl::Status RocksStore::DropFamily(TableId id) {
   }
   return FromRocks(db_->DropColumnFamily(handle),
                    absl::StrCat("dropping the column family of table ", id));
+}
+
+void RocksStore::SetExpiry(TableId id, const ExpiryRule& rule) {
+  if (rocksdb::ColumnFamilyHandle* handle = Handle(id))
+    expiry_->Set(handle->GetID(), rule);
+}
+
+uint64_t RocksStore::rows_expired() const { return expiry_->expired(); }
+
+absl::StatusOr<uint64_t> RocksStore::CompactTable(TableId id) {
+  rocksdb::ColumnFamilyHandle* handle =
+      id < options_.max_tables ? Handle(id) : nullptr;
+  if (handle == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table with id ", id));
+  }
+  const uint64_t before = expiry_->expired();
+  rocksdb::CompactRangeOptions compact;
+  // Every level, the last one too: expired rows may sit anywhere.
+  compact.bottommost_level_compaction =
+      rocksdb::BottommostLevelCompaction::kForce;
+  RETURN_IF_ERROR(
+      FromRocks(db_->CompactRange(compact, handle, nullptr, nullptr),
+                absl::StrCat("compacting table ", id)));
+  return expiry_->expired() - before;
 }
 
 absl::Status RocksStore::SetLearningRate(const std::string& name,

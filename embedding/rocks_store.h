@@ -84,13 +84,38 @@ struct LogPosition {
   uint64_t sequence = 0;
 };
 
+// What expiry goes by, stored after the log position: when a push last
+// updated the row (seconds since the Unix epoch; 0: not known, for rows
+// stored before rows carried it, which never expire until updated) and how
+// many pushes did (saturating).
+struct RowMeta {
+  uint32_t updated_at_s = 0;
+  uint32_t push_count = 0;
+};
+
+// When a table's stored rows expire (TableSpec.row_ttl_s): not updated for
+// `ttl_s` seconds and, if `evict_below_count` > 0, pushed fewer than that many
+// times. `row_floats` is the table's floats per row (weights and optimizer
+// state), which locates the RowMeta in a stored value.
+struct ExpiryRule {
+  int row_floats = 0;
+  uint32_t ttl_s = 0;
+  uint32_t evict_below_count = 0;
+
+  bool Expired(const RowMeta& meta, uint32_t now_s) const {
+    return ttl_s > 0 && meta.updated_at_s != 0 &&
+           now_s >= meta.updated_at_s + uint64_t{ttl_s} &&
+           (evict_below_count == 0 || meta.push_count < evict_below_count);
+  }
+};
+
 class RocksStore {
  public:
   // A set of row writes applied atomically by Write().
   class Batch {
    public:
     void Put(TableId table, uint64_t key, absl::Span<const float> row,
-             LogPosition position);
+             LogPosition position, RowMeta meta);
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogCut(uint32_t stripe, uint64_t end_sequence);
@@ -151,10 +176,22 @@ class RocksStore {
                         std::vector<std::string>* values,
                         std::vector<bool>* found);
 
-  // Splits a value MultiGet() read into the row's `row.size()` floats and
-  // its log position. DATA_LOSS for a value of another size.
+  // Splits a value MultiGet() read into the row's `row.size()` floats, its
+  // log position and (if `meta` is set) its RowMeta; values stored before
+  // either existed read as zeros. DATA_LOSS for a value of another size.
   static absl::Status DecodeRow(absl::string_view value, absl::Span<float> row,
-                                LogPosition* position);
+                                LogPosition* position, RowMeta* meta = nullptr);
+
+  // Sets when table `id`'s stored rows expire: RocksDB drops them as it
+  // compacts (a CompactionFilter), so expiry costs no scan.
+  void SetExpiry(TableId id, const ExpiryRule& rule);
+
+  // Compacts table `id` whole now (with its memtable), so that every
+  // expired row goes; returns how many the filter dropped meanwhile.
+  absl::StatusOr<uint64_t> CompactTable(TableId id);
+
+  // Rows the expiry filter dropped since the store opened.
+  uint64_t rows_expired() const;
 
   // The push log's epoch (0 if never started), each stripe's cut, and the
   // ledger recorded with the epoch (empty if none). FAILED_PRECONDITION for
@@ -202,6 +239,8 @@ class RocksStore {
   absl::Status CreateCheckpoint(const std::string& dir);
 
  private:
+  class ExpiryFilterFactory;
+
   RocksStore(
       const RocksStoreOptions& options, rocksdb::DB* db,
       rocksdb::ColumnFamilyHandle* specs_handle,
@@ -233,6 +272,8 @@ class RocksStore {
   // A write failed: RocksDB holds a background error until Resume().
   std::atomic<bool> needs_resume_{false};
   const std::vector<StoredTable> opened_tables_;
+  // Every table family's compaction filters come from it.
+  std::shared_ptr<ExpiryFilterFactory> expiry_;
 };
 
 }  // namespace ps::embedding

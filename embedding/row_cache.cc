@@ -11,6 +11,8 @@ namespace {
 // to 16 bytes).
 constexpr size_t kAllocatorBytes = 16;
 
+// The expiry fields sit in what was padding: a row's header stays 56 bytes.
+static_assert(sizeof(CachedRow) == 56, "CachedRow grew");
 static_assert(sizeof(CachedRow) % alignof(float) == 0,
               "the floats follow the header");
 
@@ -69,7 +71,8 @@ void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
       const absl::Span<const float> values = victim->values();
       dirty_evicted->push_back(
           EvictedRow{victim->table_id, victim->key, victim->log_sequence,
-                     std::vector<float>(values.begin(), values.end())});
+                     std::vector<float>(values.begin(), values.end()),
+                     victim->updated_at_s, victim->push_count});
     }
     Free(victim);
   }

@@ -42,6 +42,10 @@ class CachedRow {
   }
 
   const uint32_t table_id;
+  // When a push last updated the row, in seconds since the Unix epoch (0:
+  // not known, for rows stored before rows carried it), and how many pushes
+  // updated it (saturating): what expiry goes by. In the header's padding.
+  uint32_t updated_at_s = 0;
   const uint64_t key;
   bool dirty;
   // Bumped by every update, so that a write-back that copied the row can
@@ -50,6 +54,7 @@ class CachedRow {
   // The push-log sequence (of the row's stripe, in the current log epoch) of
   // the last update `values` include; 0 for none (embedding_store.h).
   uint64_t log_sequence = 0;
+  uint32_t push_count = 0;
 
  private:
   friend class RowCache;
@@ -73,6 +78,8 @@ struct EvictedRow {
   uint64_t key = 0;
   uint64_t log_sequence = 0;
   std::vector<float> values;
+  uint32_t updated_at_s = 0;
+  uint32_t push_count = 0;
 };
 
 class RowCache {

@@ -65,6 +65,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_push_log_dropped_bytes(stats.push_log_dropped_bytes);
   response->set_rows_admitted(stats.rows_admitted);
   response->set_keys_held_back(stats.keys_held_back);
+  response->set_rows_expired_in_memory(stats.rows_expired_in_memory);
+  response->set_rows_expired_on_disk(stats.rows_expired_on_disk);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
   response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());
@@ -168,6 +170,24 @@ grpc::ServerUnaryReactor* AdminService::DropTable(
   if (status.ok()) {
     LOG(INFO) << "table " << request->table() << " dropped by "
               << context->peer() << (request->force() ? " (forced)" : "");
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ExpireTable(
+    grpc::CallbackServerContext* context, const ExpireTableRequest* request,
+    ExpireTableResponse* response) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) {
+    absl::StatusOr<embedding::ExpireOutcome> expired =
+        store_->Expire(request->table());
+    if (expired.ok()) {
+      response->set_rows_in_memory(expired->rows_in_memory);
+      response->set_rows_on_disk(expired->rows_on_disk);
+    }
+    status = expired.status();
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));

@@ -69,6 +69,9 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* DropTable(grpc::CallbackServerContext* context,
                                       const DropTableRequest* request,
                                       DropTableResponse* response) override;
+  grpc::ServerUnaryReactor* ExpireTable(grpc::CallbackServerContext* context,
+                                        const ExpireTableRequest* request,
+                                        ExpireTableResponse* response) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const DrainRequest* request,
                                   DrainResponse* response) override;

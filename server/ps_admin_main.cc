@@ -7,6 +7,7 @@
 //   ps_admin --servers=... clocks          (on the coordinator shard)
 //   ps_admin --servers=... --token_file=F set-lr --table=T --lr=0.01
 //   ps_admin --servers=... --token_file=F drop-table --table=T [--force]
+//   ps_admin --servers=... --token_file=F expire --table=T
 //   ps_admin --servers=... --token_file=F drain
 
 #include <algorithm>
@@ -333,6 +334,10 @@ constexpr StatField kStatFields[] = {
     {"duplicate_pushes", &ps::ShardStatsResponse::duplicate_pushes, true},
     {"rows_admitted", &ps::ShardStatsResponse::rows_admitted, true},
     {"keys_held_back", &ps::ShardStatsResponse::keys_held_back, true},
+    {"rows_expired_in_memory", &ps::ShardStatsResponse::rows_expired_in_memory,
+     true},
+    {"rows_expired_on_disk", &ps::ShardStatsResponse::rows_expired_on_disk,
+     true},
     {"hot_tier_bytes", &ps::ShardStatsResponse::hot_tier_bytes, false},
     {"hot_tier_budget_bytes", &ps::ShardStatsResponse::hot_tier_budget_bytes,
      false},
@@ -712,6 +717,27 @@ int DropTable(const Cluster& cluster) {
   return code;
 }
 
+// `expire`: a table's expired rows dropped now on every shard.
+int Expire(const Cluster& cluster) {
+  ps::ExpireTableRequest request;
+  request.set_table(absl::GetFlag(FLAGS_table));
+  return OnEveryShard(
+      cluster, "expire",
+      [&](ps::Admin::Stub& admin, Fields* fields) {
+        ps::ExpireTableResponse response;
+        grpc::Status status =
+            admin.ExpireTable(Context().get(), request, &response);
+        *fields = {{"rows_in_memory", Number(response.rows_in_memory())},
+                   {"rows_on_disk", Number(response.rows_on_disk())}};
+        return status;
+      },
+      [&](const Fields& fields) {
+        return absl::StrCat(request.table(), ": ", fields[0].second,
+                            " expired rows dropped from memory, ",
+                            fields[1].second, " from disk");
+      });
+}
+
 // `drain`: every shard stops as SIGTERM stops it.
 int Drain(const Cluster& cluster) {
   return OnEveryShard(
@@ -905,6 +931,7 @@ int main(int argc, char** argv) {
       "push on\n"
       "  drop-table   --table [--force]: drop it and its rows; refused while "
       "workers hold leases unless --force\n"
+      "  expire       --table: drop its expired rows now (a compaction)\n"
       "  drain        each shard stops as SIGTERM stops it\n"
       "  checkpoint   --dir: a consistent checkpoint of every shard\n"
       "  checkpoints  --dir: the checkpoints in a directory\n"
@@ -914,8 +941,8 @@ int main(int argc, char** argv) {
       "--admin_token_file.");
   std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
   static constexpr absl::string_view kCommands[] = {
-      "tables",     "stats", "row",        "clocks",      "set-lr",
-      "drop-table", "drain", "checkpoint", "checkpoints", "export"};
+      "tables", "stats", "row",        "clocks",      "set-lr", "drop-table",
+      "expire", "drain", "checkpoint", "checkpoints", "export"};
   const std::string known = absl::StrJoin(kCommands, ", ");
   if (commands.size() != 2) return Fail("give one command: " + known);
   const std::string command = commands[1];
@@ -929,7 +956,8 @@ int main(int argc, char** argv) {
     return Fail(command + " needs --dir");
   }
   if (command == "checkpoints") return ListCheckpoints();
-  if ((command == "row" || command == "set-lr" || command == "drop-table") &&
+  if ((command == "row" || command == "set-lr" || command == "drop-table" ||
+       command == "expire") &&
       absl::GetFlag(FLAGS_table).empty()) {
     return Fail(command + " needs --table");
   }
@@ -975,5 +1003,6 @@ int main(int argc, char** argv) {
   if (command == "clocks") return Clocks(cluster);
   if (command == "set-lr") return SetLearningRate(cluster);
   if (command == "drop-table") return DropTable(cluster);
+  if (command == "expire") return Expire(cluster);
   return Drain(cluster);
 }

@@ -71,6 +71,12 @@ ABSL_FLAG(uint32_t, admit_after, 1,
           "its Nth push; until then it trains with its initial value and its "
           "gradients are counted, not applied (1: every key, at its first "
           "push; at most 255). Part of the tables' spec.");
+ABSL_FLAG(uint32_t, row_ttl_s, 0,
+          "The sparse tables' rows expire when not updated for this many "
+          "seconds (0: never); part of the tables' spec.");
+ABSL_FLAG(uint32_t, evict_below_count, 0,
+          "With --row_ttl_s: only rows pushed fewer than this many times "
+          "expire (0: any idle row).");
 ABSL_FLAG(std::string, wide_optimizer, "ftrl",
           "Optimizer of the per-key wide weights.");
 ABSL_FLAG(double, wide_learning_rate, 0.05,
@@ -311,6 +317,12 @@ int main(int argc, char** argv) {
     return Fail("--admit_after must be between 1 and 255");
   }
   options.admit_after = absl::GetFlag(FLAGS_admit_after);
+  if (absl::GetFlag(FLAGS_evict_below_count) > 0 &&
+      absl::GetFlag(FLAGS_row_ttl_s) == 0) {
+    return Fail("--evict_below_count needs --row_ttl_s");
+  }
+  options.row_ttl_s = absl::GetFlag(FLAGS_row_ttl_s);
+  options.evict_below_count = absl::GetFlag(FLAGS_evict_below_count);
   const std::string staleness = absl::GetFlag(FLAGS_staleness);
   if (staleness == "async") {
     options.staleness = -1;

@@ -139,6 +139,8 @@ absl::Status Trainer::DeclareTables() {
     *embedding.mutable_model() = card;
     if (options_.admit_after > 1)
       embedding.set_admit_after(options_.admit_after);
+    embedding.set_row_ttl_s(options_.row_ttl_s);
+    embedding.set_evict_below_count(options_.evict_below_count);
     RETURN_IF_ERROR(client_->DeclareTable(embedding));
   }
   TableSpec wide;
@@ -147,6 +149,8 @@ absl::Status Trainer::DeclareTables() {
   *wide.mutable_optimizer() = options_.wide_optimizer;
   *wide.mutable_model() = card;
   if (options_.admit_after > 1) wide.set_admit_after(options_.admit_after);
+  wide.set_row_ttl_s(options_.row_ttl_s);
+  wide.set_evict_below_count(options_.evict_below_count);
   RETURN_IF_ERROR(client_->DeclareTable(wide));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;

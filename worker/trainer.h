@@ -65,6 +65,11 @@ struct TrainerOptions {
   // The sparse tables (embedding and wide) store a key only at its
   // admit_after-th push (TableSpec.admit_after). Default: 1 (every key).
   uint32_t admit_after = 1;
+  // The sparse tables' rows expire after this many seconds without an
+  // update (0: never), only those pushed fewer than evict_below_count times
+  // if that is set (TableSpec.row_ttl_s, evict_below_count). Defaults: 0.
+  uint32_t row_ttl_s = 0;
+  uint32_t evict_below_count = 0;
   // Embeddings start uniform on [-scale, scale]. Default: 0.05.
   float embedding_init_scale = 0.05f;
   // Floats per row of the dense tables. Default: 4096.
