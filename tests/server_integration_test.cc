@@ -405,6 +405,41 @@ TEST_F(ServerIntegrationTest, AdmissionHoldsKeysBackUntilTheirNthPush) {
   }
 }
 
+TEST_F(ServerIntegrationTest, ExpiredRowsGoThroughCompactionAfterARestart) {
+  TableSpec spec = SgdTableSpec("ttl", kDim, 0.5f);
+  spec.set_row_ttl_s(1);
+  ASSERT_TRUE(DeclareTable(*stub_, spec).ok());
+  const std::vector<uint64_t> keys = Keys(50);
+  std::vector<float> initial;
+  ASSERT_TRUE(PullRows(*stub_, "ttl", keys, &initial).ok());
+  ASSERT_TRUE(
+      PushRows(*stub_, "ttl", keys, std::vector<float>(50 * kDim, 1.0f)).ok());
+  // Written back at shutdown; expired while no shard runs.
+  stub_.reset();
+  EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
+  absl::SleepFor(absl::Seconds(2.1));
+  server_ = Start();
+  stub_ = ParameterServer::NewStub(server_->channel());
+  int code = -1;
+  const google::protobuf::Struct expired = ParseJson(
+      RunAdmin(server_->address(), {"expire", "--table=ttl", "--json"}, &code));
+  EXPECT_EQ(code, 0);
+  const google::protobuf::Struct& shard =
+      Field(expired, "shards").list_value().values(0).struct_value();
+  EXPECT_EQ(Field(shard, "rows_on_disk").number_value(), 50);
+  std::vector<float> rows;
+  ASSERT_TRUE(PullRows(*stub_, "ttl", keys, &rows).ok());
+  EXPECT_EQ(rows, initial);
+  const google::protobuf::Struct stats = ParseJson(RunAdmin(
+      server_->address(), {"stats", "--json", "--interval_s=0"}, &code));
+  EXPECT_EQ(Field(Field(stats, "total").struct_value(), "rows_expired_on_disk")
+                .number_value(),
+            50);
+  // A table without a ttl cannot be expired.
+  RunAdmin(server_->address(), {"expire", "--table=emb"}, &code);
+  EXPECT_EQ(code, 2);
+}
+
 TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
   std::vector<std::unique_ptr<ServerProcess>> servers;
   std::vector<std::string> addresses;
