@@ -35,6 +35,13 @@ ABSL_FLAG(
 ABSL_FLAG(int64_t, max_vocabulary, 2000000, "Largest categorical vocabulary.");
 ABSL_FLAG(double, zipf_exponent, 1.1,
           "Power-law exponent of value frequencies.");
+ABSL_FLAG(double, drift, 0.0,
+          "New values per categorical field per 1000 lines: each enters as "
+          "its field's most frequent value and fades as newer ones arrive "
+          "(0: no drift).");
+ABSL_FLAG(int64_t, first_line, 0,
+          "With --drift: the stream position of the first line, so that a "
+          "test file of the most recent data starts where training ended.");
 ABSL_FLAG(int32_t, multi_fields, 0,
           "Multi-valued fields per line (1 to 8 values each, every value with "
           "an effect on the click). Written where --columns has multi "
@@ -96,6 +103,15 @@ int main(int argc, char** argv) {
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
+  options.drift = absl::GetFlag(FLAGS_drift);
+  options.first_line = absl::GetFlag(FLAGS_first_line);
+  if (!(options.drift >= 0.0) || options.drift > 1e6 ||
+      options.first_line < 0) {
+    std::fprintf(stderr,
+                 "clicklog_gen: --drift must be in [0, 1e6] and --first_line "
+                 ">= 0\n");
+    return 2;
+  }
   if (options.multi_fields < 0 || options.multi_fields > 64) {
     std::fprintf(stderr, "clicklog_gen: --multi_fields must be in [0, 64]\n");
     return 2;

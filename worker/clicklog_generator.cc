@@ -32,7 +32,8 @@ ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options,
                                      uint64_t sample_seed)
     : options_(options),
       rng_(Hash3(options.seed, sample_seed, 0x5eed)),
-      multi_rng_(Hash3(options.seed, sample_seed, 0x3017)) {
+      multi_rng_(Hash3(options.seed, sample_seed, 0x3017)),
+      line_(options.first_line) {
   // The hidden model's shape comes from the model seed alone.
   std::mt19937_64 model_rng(options.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -72,8 +73,15 @@ int64_t ClickLogGenerator::DrawValue(int field) {
   const double u = uniform_(rng_);
   const double x =
       std::pow(1.0 + u * (std::pow(v + 1.0, 1.0 - s) - 1.0), 1.0 / (1.0 - s));
-  const int64_t rank = static_cast<int64_t>(x) - 1;
-  return std::min<int64_t>(std::max<int64_t>(rank, 0), vocabulary_[field] - 1);
+  const int64_t rank =
+      std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(x) - 1, 0),
+                        vocabulary_[field] - 1);
+  if (options_.drift <= 0.0) return rank;
+  // The newest value (the largest id yet) is rank 0; a value's rank grows
+  // by one with every newer value, until it passes the vocabulary's end.
+  const int64_t newest = vocabulary_[field] - 1 +
+                         static_cast<int64_t>(line_ * options_.drift / 1000.0);
+  return newest - rank;
 }
 
 void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
@@ -135,6 +143,7 @@ void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
   }
   *probability = 1.0 / (1.0 + std::exp(-logit));
   example->click = uniform_(rng_) < *probability;
+  ++line_;
 }
 
 void ClickLogGenerator::Next(std::string* line, double* probability) {

@@ -40,6 +40,15 @@ struct GeneratorOptions {
   double bias = -1.6;
   // Multi-valued fields per line. Default: 0.
   int multi_fields = 0;
+  // Drift: new values per categorical field per 1000 lines. Each new value
+  // enters as the field's most frequent one and fades down the power law as
+  // newer ones arrive, until it leaves the vocabulary for good: the stream's
+  // values keep changing, as trending items and ads do. 0: no drift (a
+  // value's rank is fixed). Default: 0.
+  double drift = 0.0;
+  // The stream position of the first line drawn, for drift: a test file of
+  // the most recent data starts where its training stream ended. Default: 0.
+  int64_t first_line = 0;
 };
 
 inline constexpr int kGeneratedDense = 13;
@@ -80,7 +89,8 @@ class ClickLogGenerator {
  private:
   // A standard normal that is a pure function of its arguments.
   double HashNormal(uint64_t a, uint64_t b, uint64_t c) const;
-  // A value id in [0, vocabulary) with power-law frequencies.
+  // A value id with power-law frequencies: in [0, vocabulary) without
+  // drift, in the window the drift has moved to with it.
   int64_t DrawValue(int field);
 
   const GeneratorOptions options_;
@@ -95,6 +105,8 @@ class ClickLogGenerator {
   double dense_log_mean_[kGeneratedDense];
   double dense_missing_rate_[kGeneratedDense];
   GeneratedExample example_;
+  // Stream position of the next line.
+  int64_t line_;
   const InputLayout criteo_ = InputLayout::Criteo();
 };
 

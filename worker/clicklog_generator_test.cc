@@ -106,5 +106,60 @@ TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
   EXPECT_GT(values, 200 * 2 * 3);  // 4.5 values per field on average
 }
 
+// The distinct values of categorical field `field` in `lines` lines of `g`.
+std::set<std::string> FieldValues(ClickLogGenerator& g, int field, int lines) {
+  std::set<std::string> values;
+  GeneratedExample example;
+  double probability;
+  for (int i = 0; i < lines; ++i) {
+    g.Next(&example, &probability);
+    if (!example.categorical[field].empty())
+      values.insert(example.categorical[field]);
+  }
+  return values;
+}
+
+size_t Overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
+  size_t common = 0;
+  for (const std::string& value : a) common += b.count(value);
+  return common;
+}
+
+TEST(ClickLogGeneratorTest,
+     DriftReplacesValuesAndATestFileStartsWhereTrainingEnded) {
+  GeneratorOptions options;
+  // The field with the smallest vocabulary (about 10 values).
+  ClickLogGenerator probe(options, 1);
+  int field = 0;
+  for (int f = 1; f < kGeneratedCategorical; ++f)
+    if (probe.vocabulary(f) < probe.vocabulary(field)) field = f;
+  ASSERT_LE(probe.vocabulary(field), 20);
+
+  // Without drift, a late stretch of the stream has the early values.
+  ClickLogGenerator still(options, 1);
+  const std::set<std::string> still_early = FieldValues(still, field, 2000);
+  FieldValues(still, field, 20000);
+  const std::set<std::string> still_late = FieldValues(still, field, 2000);
+  EXPECT_EQ(Overlap(still_early, still_late), still_early.size());
+
+  // With 5 new values per 1000 lines, 20000 lines later every value of a
+  // 10-value field is new.
+  options.drift = 5;
+  ClickLogGenerator drifting(options, 1);
+  const std::set<std::string> early = FieldValues(drifting, field, 2000);
+  FieldValues(drifting, field, 20000);
+  const std::set<std::string> late = FieldValues(drifting, field, 2000);
+  EXPECT_EQ(Overlap(early, late), 0u);
+  EXPECT_GT(late.size(), 5u);
+
+  // A file that starts at line 22000 of the stream draws from the same
+  // values as the stream there, though it draws other lines.
+  options.first_line = 22000;
+  ClickLogGenerator test(options, 2);
+  const std::set<std::string> test_values = FieldValues(test, field, 2000);
+  EXPECT_GE(Overlap(test_values, late), test_values.size() * 8 / 10);
+  EXPECT_EQ(Overlap(test_values, early), 0u);
+}
+
 }  // namespace
 }  // namespace ps::worker
