@@ -44,7 +44,18 @@ uint32_t AdmissionSketch::Count(uint64_t key) const {
   return count;
 }
 
+void AdmissionSketch::Age() {
+  for (size_t i = 0; i < kDepth * width_; ++i) {
+    counters_[i].store(counters_[i].load(std::memory_order_relaxed) >> 1,
+                       std::memory_order_relaxed);
+  }
+}
+
 bool AdmissionSketch::CountAndAdmit(uint64_t key) {
+  if (counted_.fetch_add(1, std::memory_order_relaxed) + 1 == width_) {
+    counted_.store(0, std::memory_order_relaxed);
+    Age();
+  }
   size_t index[kDepth];
   uint8_t value[kDepth];
   uint8_t smallest = 255;

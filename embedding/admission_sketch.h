@@ -13,8 +13,12 @@
 // only through collisions: by more than e * N / width with probability at
 // most e^-kDepth (under 2%), N being the pushes of keys not yet admitted
 // that the sketch has counted. So a key may be admitted early, never late.
-// With 16 MiB (width 4 Mi) and N = 100 M, e * N / width is about 65: size
-// it to the keys a table sees between restarts (counts live in memory).
+// Counts age: after every `width` pushes counted, every counter is halved
+// (as TinyLFU's sketch is), so N stays below 2 * width and a key must
+// gather its pushes within a few million others' rather than over the
+// shard's life; without aging an endless stream would saturate the sketch
+// and admit every key at its first push. Counts live in memory and start
+// over when the shard restarts.
 //
 // Thread-safe: counters are relaxed atomics. Two pushes of one key at the
 // same instant may count once, which admits it a push later.
@@ -49,8 +53,12 @@ class AdmissionSketch {
 
  private:
   size_t Index(int row, uint64_t key) const;
+  // Halves every counter.
+  void Age();
 
   const size_t width_;
+  // Pushes counted since the last Age().
+  std::atomic<uint64_t> counted_{0};
   const uint32_t threshold_;
   std::unique_ptr<std::atomic<uint8_t>[]> counters_;
 };

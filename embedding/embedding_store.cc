@@ -127,6 +127,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
       RETURN_IF_ERROR(store->AddTable(table, /*created_empty=*/false));
   }
   RETURN_IF_ERROR(store->ReplayPushLog());
+  // Only now: a row's disk copy may be older than its updates in the log
+  // replayed above, which must land on it, not on a fresh row.
+  store->StartExpiry();
   store->flusher_ = std::thread([s = store.get()] { s->PeriodicFlushLoop(); });
   store->opened_ = true;
   return store;
@@ -171,8 +174,9 @@ absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
     table->expiry.row_floats = table->row_floats;
     table->expiry.ttl_s = spec.row_ttl_s();
     table->expiry.evict_below_count = spec.evict_below_count();
-    rocks_->SetExpiry(stored.id, table->expiry);
-    any_expiry_ = true;
+    // A table declared while the store runs expires from now; one found at
+    // open, once the log is replayed (StartExpiry()).
+    if (opened_) StartTableExpiry(*table);
   }
   if (spec.admit_after() >= 2) {
     table->admission = std::make_unique<AdmissionSketch>(
@@ -262,6 +266,38 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
     return absl::DataLossError(absl::StrCat("no table with id ", id));
   }
   return tables_[id].get();
+}
+
+void EmbeddingStore::StartTableExpiry(const Table& table) {
+  ExpiryRule on_disk = table.expiry;
+  // A disk copy goes only once a newer update of the row held in memory
+  // must have been written back over it (twice the write-back interval):
+  // deleting it earlier would lose that row's training to a crash before
+  // the write-back.
+  const absl::Duration interval = options_.durability == Durability::kWal
+                                      ? options_.wal_write_back_interval
+                                      : options_.flush_interval;
+  on_disk.ttl_s += static_cast<uint32_t>(
+      absl::ToInt64Seconds(absl::Ceil(2 * interval, absl::Seconds(1))));
+  rocks_->SetExpiry(table.id, on_disk);
+  any_expiry_ = true;
+}
+
+bool EmbeddingStore::ExpiredInMemory(const Table& table,
+                                     const CachedRow& row) const {
+  // A dirty row holds an update RocksDB does not have yet: it is recent,
+  // or its write-back is failing, and then it must not be dropped.
+  return opened_ && table.expiry.ttl_s > 0 && !row.dirty &&
+         table.expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
+                              NowSeconds());
+}
+
+void EmbeddingStore::StartExpiry() {
+  absl::ReaderMutexLock lock(&tables_mu_);
+  for (const auto& table : tables_) {
+    if (table != nullptr && !table->dropped && table->expiry.ttl_s > 0)
+      StartTableExpiry(*table);
+  }
 }
 
 uint32_t EmbeddingStore::NowSeconds() {
@@ -419,6 +455,12 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   std::vector<uint64_t> missing;
   for (size_t i = 0; i < keys.size(); ++i) {
     found_rows[i] = stripe.cache.Find(table.id, keys[i]);
+    if (found_rows[i] != nullptr && ExpiredInMemory(table, *found_rows[i])) {
+      // Its disk copy is as old: both count as gone.
+      stripe.cache.Erase(found_rows[i]);
+      found_rows[i] = nullptr;
+      ++rows_expired_in_memory_;
+    }
     if (found_rows[i] == nullptr) {
       missing_positions.push_back(static_cast<uint32_t>(i));
       missing.push_back(keys[i]);
@@ -450,7 +492,7 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
                                                   decoded.message()));
         }
         // Expired, not yet compacted away: as good as gone.
-        if (table.expiry.Expired(meta, now_s)) found[i] = false;
+        if (opened_ && table.expiry.Expired(meta, now_s)) found[i] = false;
       }
       if (found[i]) {
         loaded =
@@ -785,6 +827,11 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     found.clear();
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const float* row = stripe.cache.FindValues(table->id, keys[order[i]]);
+      if (row != nullptr && table->expiry.ttl_s > 0 &&
+          ExpiredInMemory(*table,
+                          *stripe.cache.Find(table->id, keys[order[i]]))) {
+        row = nullptr;  // LoadRows() below drops it
+      }
       if (row != nullptr) __builtin_prefetch(row);
       found.push_back(row);
     }
@@ -892,24 +939,24 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
     absl::ReaderMutexLock gate(&push_gate_);
     std::vector<uint64_t> kept_keys;
     std::vector<float> kept_gradients;
+    const float scale =
+        learning_rate_scale * table->learning_rate_multiplier.load();
     if (table->dropped) {
       updated = absl::NotFoundError(
           absl::StrCat("table \"", table_name, "\" was dropped"));
+    } else if (!(scale > 0.0f && std::isfinite(scale))) {
+      updated = absl::InvalidArgumentError(
+          absl::StrCat("the push's learning-rate scale ", learning_rate_scale,
+                       " times the table's rate over its declared one is ",
+                       scale, "; nothing was applied"));
     } else if (table->admission != nullptr) {
+      // Counted once the push is known to be valid.
       updated =
           FilterAdmitted(*table, keys, gradients, &kept_keys, &kept_gradients);
       if (updated.ok()) {
         keys = kept_keys;
         gradients = kept_gradients;
       }
-    }
-    const float scale =
-        learning_rate_scale * table->learning_rate_multiplier.load();
-    if (updated.ok() && !(scale > 0.0f && std::isfinite(scale))) {
-      updated = absl::InvalidArgumentError(
-          absl::StrCat("the push's learning-rate scale ", learning_rate_scale,
-                       " times the table's rate over its declared one is ",
-                       scale, "; nothing was applied"));
     }
     if (updated.ok() && !keys.empty()) {
       updated = ApplyPush(*table, keys, gradients, origin, scale);
@@ -1269,10 +1316,14 @@ absl::Status EmbeddingStore::Export(std::vector<ExportTarget>* targets,
     const Table& table = *tables[t];
     row.resize(table.row_floats);
     std::unique_ptr<rocksdb::SstFileWriter> writer;
+    const uint32_t now_s = NowSeconds();
     auto write = [&](uint64_t key, absl::string_view stored) -> absl::Status {
       LogPosition position;
+      RowMeta meta;
       RETURN_IF_ERROR(
-          RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position));
+          RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position, &meta));
+      // Expired, not yet compacted away: not part of the model.
+      if (table.expiry.Expired(meta, now_s)) return absl::OkStatus();
       value.clear();
       for (int d = 0; d < table.dim; ++d) {
         if (half) {

@@ -367,6 +367,16 @@ class EmbeddingStore {
 
   static uint32_t NowSeconds();
 
+  // Hands table's expiry rule to RocksDB's compaction filter, with a grace
+  // of twice the write-back interval (see the .cc); for every
+  // expiring table, once the push log is replayed.
+  void StartTableExpiry(const Table& table);
+  void StartExpiry();
+
+  // A clean row of `table` in the hot tier that expired (not while the
+  // store opens, when the push log's updates land on loaded rows).
+  bool ExpiredInMemory(const Table& table, const CachedRow& row) const;
+
   // Drops `stripe`'s clean rows that expired, of `only_table` or of every
   // table with an expiry rule (nullptr); returns how many.
   size_t ExpireRowsInMemory(Stripe& stripe, const Table* only_table);

@@ -1067,7 +1067,9 @@ TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
 
 TEST_F(EmbeddingStoreTest,
        ExpiredRowsGoFromMemoryAndByCompactionAfterARestart) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  // On disk, rows go after the ttl and twice the write-back interval (1 s
+  // in all here).
+  options_.wal_write_back_interval = absl::Milliseconds(500);
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   // Rows pushed three times or more never expire here.
@@ -1094,7 +1096,7 @@ TEST_F(EmbeddingStoreTest,
     ASSERT_OK(store->Push("counted", {8}, std::vector<float>(4, 1.0f)));
   }
   // Past the ttl, with no process running: a restart, then a compaction.
-  absl::SleepFor(absl::Seconds(2.1));
+  absl::SleepFor(absl::Seconds(3.1));
   auto store = OpenStore(options_);
   // Not yet compacted, an expired row already reads as absent.
   EXPECT_FALSE(stored(*store, "emb", 3));
@@ -1151,6 +1153,69 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
   TableSpec bad = SgdTable("bad", 4);
   bad.set_evict_below_count(2);
   EXPECT_THAT(store->DeclareTable(bad), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST_F(EmbeddingStoreTest, AnExpiredRowStillInTheHotTierReadsAsAbsent) {
+  // No sweep runs in this test: only a lookup can find the row expired.
+  options_.wal_write_back_interval = absl::Hours(1);
+  TableSpec spec = SgdTable("emb", 4);
+  spec.set_row_ttl_s(1);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->Push("emb", {5, 6}, std::vector<float>(8, 1.0f)));
+  ASSERT_OK(store->Flush());  // clean in the hot tier
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {5}, 4)[0],
+                  InitialRow(spec, 5)[0] - 1.0f);
+  absl::SleepFor(absl::Seconds(2.1));
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {5}, 4)[0], InitialRow(spec, 5)[0]);
+  // A push starts the row afresh.
+  ASSERT_OK(store->Push("emb", {6}, std::vector<float>(4, 1.0f)));
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {6}, 4)[0],
+                  InitialRow(spec, 6)[0] - 1.0f);
+}
+
+TEST_F(EmbeddingStoreTest, ReplayLandsOnARowWhoseDiskCopyLooksExpired) {
+  options_.durability = Durability::kWal;
+  options_.wal_write_back_interval = absl::Hours(1);
+  TableSpec spec = SgdTable("emb", 2);
+  spec.set_row_ttl_s(1);
+  // The row reaches disk, then a second push is only in the push log when
+  // the process dies; it restarts after the disk copy's ttl.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto store = OpenStore(options_);
+        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        if (!store->Push("emb", {3}, {1.0f, 1.0f}).ok()) std::_Exit(2);
+        if (!store->Flush().ok()) std::_Exit(3);
+        absl::SleepFor(absl::Milliseconds(500));
+        if (!store->Push("emb", {3}, {1.0f, 1.0f}).ok()) std::_Exit(2);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  absl::SleepFor(absl::Seconds(1.6));
+  auto store = OpenStore(options_);
+  // Both pushes: the second was applied to the stored row, not to a fresh
+  // one.
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {3}, 2)[0],
+                  InitialRow(spec, 3)[0] - 2.0f);
+}
+
+TEST_F(EmbeddingStoreTest, AdmissionKnowsARowOnDiskIsStored) {
+  TableSpec spec = SgdTable("emb", 8);
+  spec.set_admit_after(2);
+  {
+    auto store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->Push("emb", {7}, std::vector<float>(8, 1.0f)));
+    ASSERT_OK(store->Push("emb", {7}, std::vector<float>(8, 1.0f)));  // stored
+  }
+  // After a restart the row is on disk only, and the counts are gone: the
+  // push applies because the row is stored, not because of a count.
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->Push("emb", {7}, std::vector<float>(8, 1.0f)));
+  EXPECT_FLOAT_EQ(PullRows(*store, "emb", {7}, 8)[0],
+                  InitialRow(spec, 7)[0] - 2.0f);
 }
 
 // Deletes `key` from RocksDB's default family in `dir` and puts `put_key`

@@ -45,6 +45,8 @@ absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
 
   RestoreStats stats;
   const absl::Time start = absl::Now();
+  const uint32_t restored_at_s =
+      static_cast<uint32_t>(absl::ToUnixSeconds(start));
   absl::Time next_progress = start + absl::Seconds(5);
   std::vector<float> row;
   for (const std::string& path : options.parts) {
@@ -86,7 +88,10 @@ absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
             RowMeta meta;
             RETURN_IF_ERROR(RocksStore::DecodeRow(value, absl::MakeSpan(row),
                                                   &position, &meta));
-            // The old store's log positions mean nothing in the new one.
+            // The old store's log positions mean nothing in the new one,
+            // and a restored row's expiry clock starts at the restore (a
+            // checkpoint older than row_ttl_s would expire whole).
+            if (meta.updated_at_s != 0) meta.updated_at_s = restored_at_s;
             batch.Put(ids[t], key, row, LogPosition(), meta);
             ++stats.rows_kept;
             if (++in_batch == kRowsPerBatch) {

@@ -93,10 +93,14 @@ std::string& Token() {
   return *token;
 }
 
-std::unique_ptr<grpc::ClientContext> Context() {
+// A call's context with its deadline (--timeout_s, or `at_least` if longer)
+// and the token.
+std::unique_ptr<grpc::ClientContext> Context(
+    absl::Duration at_least = absl::ZeroDuration()) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+      absl::Now() +
+      std::max(at_least, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)))));
   if (!Token().empty())
     context->AddMetadata("authorization", "Bearer " + Token());
   return context;
@@ -725,8 +729,9 @@ int Expire(const Cluster& cluster) {
       cluster, "expire",
       [&](ps::Admin::Stub& admin, Fields* fields) {
         ps::ExpireTableResponse response;
-        grpc::Status status =
-            admin.ExpireTable(Context().get(), request, &response);
+        // A compaction of a big table takes minutes.
+        grpc::Status status = admin.ExpireTable(Context(absl::Hours(1)).get(),
+                                                request, &response);
         *fields = {{"rows_in_memory", Number(response.rows_in_memory())},
                    {"rows_on_disk", Number(response.rows_on_disk())}};
         return status;

@@ -405,38 +405,46 @@ TEST_F(ServerIntegrationTest, AdmissionHoldsKeysBackUntilTheirNthPush) {
   }
 }
 
-TEST_F(ServerIntegrationTest, ExpiredRowsGoThroughCompactionAfterARestart) {
+TEST(ExpiryTest, ExpiredRowsGoThroughCompactionAfterARestart) {
+  // On disk a row goes after its ttl and twice the write-back interval.
+  const std::vector<std::string> flags = {
+      "--data_dir=" + FreshTestDir("expiry"), "--wal_write_back_ms=500"};
+  auto server = ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = ParameterServer::NewStub((*server)->channel());
   TableSpec spec = SgdTableSpec("ttl", kDim, 0.5f);
   spec.set_row_ttl_s(1);
-  ASSERT_TRUE(DeclareTable(*stub_, spec).ok());
+  ASSERT_TRUE(DeclareTable(*stub, spec).ok());
+  ASSERT_TRUE(DeclareTable(*stub, SgdTableSpec("kept", kDim, 0.5f)).ok());
   const std::vector<uint64_t> keys = Keys(50);
   std::vector<float> initial;
-  ASSERT_TRUE(PullRows(*stub_, "ttl", keys, &initial).ok());
+  ASSERT_TRUE(PullRows(*stub, "ttl", keys, &initial).ok());
   ASSERT_TRUE(
-      PushRows(*stub_, "ttl", keys, std::vector<float>(50 * kDim, 1.0f)).ok());
+      PushRows(*stub, "ttl", keys, std::vector<float>(50 * kDim, 1.0f)).ok());
   // Written back at shutdown; expired while no shard runs.
-  stub_.reset();
-  EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
-  absl::SleepFor(absl::Seconds(2.1));
-  server_ = Start();
-  stub_ = ParameterServer::NewStub(server_->channel());
+  stub.reset();
+  EXPECT_EQ((*server)->SignalAndWait(SIGTERM), 0);
+  absl::SleepFor(absl::Seconds(3.1));
+  server = ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  stub = ParameterServer::NewStub((*server)->channel());
   int code = -1;
-  const google::protobuf::Struct expired = ParseJson(
-      RunAdmin(server_->address(), {"expire", "--table=ttl", "--json"}, &code));
+  const google::protobuf::Struct expired = ParseJson(RunAdmin(
+      (*server)->address(), {"expire", "--table=ttl", "--json"}, &code));
   EXPECT_EQ(code, 0);
   const google::protobuf::Struct& shard =
       Field(expired, "shards").list_value().values(0).struct_value();
   EXPECT_EQ(Field(shard, "rows_on_disk").number_value(), 50);
   std::vector<float> rows;
-  ASSERT_TRUE(PullRows(*stub_, "ttl", keys, &rows).ok());
+  ASSERT_TRUE(PullRows(*stub, "ttl", keys, &rows).ok());
   EXPECT_EQ(rows, initial);
   const google::protobuf::Struct stats = ParseJson(RunAdmin(
-      server_->address(), {"stats", "--json", "--interval_s=0"}, &code));
+      (*server)->address(), {"stats", "--json", "--interval_s=0"}, &code));
   EXPECT_EQ(Field(Field(stats, "total").struct_value(), "rows_expired_on_disk")
                 .number_value(),
             50);
   // A table without a ttl cannot be expired.
-  RunAdmin(server_->address(), {"expire", "--table=emb"}, &code);
+  RunAdmin((*server)->address(), {"expire", "--table=kept"}, &code);
   EXPECT_EQ(code, 2);
 }
 

@@ -119,7 +119,7 @@ ABSL_FLAG(std::string, wire_format, "fp32",
           "How pulled rows and pushed gradients travel: fp32, fp16 (half "
           "the bytes; pushes scaled per request by a power of two) or bf16 "
           "(half the bytes, float's range). The shards store float32 "
-          "either way.");
+          "either way; fp16 and bf16 need shards that know wire formats.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "The name the shards' certificates carry, when it is not the host "
           "in --servers.");
