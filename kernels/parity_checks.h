@@ -19,7 +19,8 @@ namespace ps::kernels {
 
 struct ParityResult {
   std::string name;
-  // Largest |candidate - reference| / (1 + |reference|) over all outputs.
+  // Largest relative error over the output tensors: ||candidate -
+  // reference|| / ||reference|| (||candidate|| for an all-zero reference).
   double max_error = 0;
   double tolerance = 0;
   // Empty unless a kernel call itself failed.
