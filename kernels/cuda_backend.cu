@@ -216,6 +216,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (handle_ != nullptr) cublasDestroy(handle_);
     if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
+    if (computed_ != nullptr) cudaEventDestroy(computed_);
     if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (staging_ != nullptr) cudaFreeHost(staging_);
@@ -230,6 +231,8 @@ class CudaBackend final : public Backend {
         cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     KERNELS_CUDA_RETURN_IF_ERROR(
         cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming));
     KERNELS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle_));
     KERNELS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle_, stream_));
     if (options.precision == GemmPrecision::kTf32) {
@@ -247,9 +250,10 @@ class CudaBackend final : public Backend {
   }
   void Free(void* pointer) override { cudaFree(pointer); }
 
-  // Stages `bytes` in pinned memory, copies on the copy stream, and makes the
-  // compute stream wait for it: the host returns at once and the copy runs
-  // alongside any kernels still in flight.
+  // Stages `bytes` in pinned memory and copies on the copy stream once the
+  // compute work queued so far is done, then makes the compute stream wait
+  // for the copy. The host returns at once unless the previous upload still
+  // holds the staging buffer.
   Status CopyToDevice(void* device, const void* host, size_t bytes) override {
     if (bytes == 0) return Status::Ok();
     // The staging buffer may be reused only after the previous upload left it.
@@ -262,6 +266,11 @@ class CudaBackend final : public Backend {
       staging_bytes_ = bytes * 2;
     }
     std::memcpy(staging_, host, bytes);
+    // Kernels queued before this copy may still read `device`: the copy
+    // waits for them (a write-after-read hazard otherwise).
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(computed_, stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(copy_stream_, computed_, 0));
     KERNELS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
         device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
     KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, copy_stream_));
@@ -421,6 +430,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t uploaded_ = nullptr;
+  // Recorded on the compute stream before each upload (see CopyToDevice).
+  cudaEvent_t computed_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
@@ -428,18 +439,29 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-int CudaDeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
-  }
-  return count;
+Status CudaDeviceCount(int* count) {
+  *count = 0;
+  const cudaError_t error = cudaGetDeviceCount(count);
+  if (error == cudaSuccess) return Status::Ok();
+  cudaGetLastError();  // clear the sticky error
+  *count = 0;
+  // No GPU, or no driver at all: nothing to use, nothing wrong.
+  if (error == cudaErrorNoDevice) return Status::Ok();
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  if (driver == 0) return Status::Ok();
+  return Status(StatusCode::kUnavailable,
+                std::string("a GPU driver is there but CUDA cannot use it (") +
+                    cudaGetErrorString(error) + "; driver supports CUDA " +
+                    std::to_string(driver) + ", this build's runtime is " +
+                    std::to_string(runtime) + ")");
 }
 
 Status NewCudaBackend(const CudaOptions& options,
                       std::unique_ptr<Backend>* backend) {
-  const int devices = CudaDeviceCount();
+  int devices = 0;
+  KERNELS_RETURN_IF_ERROR(CudaDeviceCount(&devices));
   if (devices == 0) {
     return Status(StatusCode::kUnavailable,
                   "no CUDA GPU is visible to this process");

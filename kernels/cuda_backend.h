@@ -5,11 +5,13 @@
 // queued on one CUDA stream owned by the backend, with one cuBLAS handle
 // bound to it (cuBLAS advises against sharing handles across threads).
 // Host-to-device copies go through a pinned staging buffer on a separate
-// copy stream; the compute stream waits on an event, so the host thread is
-// never blocked by an upload.
+// copy stream. A copy starts once the compute work queued before it is done
+// (a kernel may still read the buffer it overwrites), and the compute
+// stream waits for the copy; the host waits only for the previous upload
+// to leave the staging buffer, never for the compute stream itself.
 //
 // In a build without the CUDA toolkit, NewCudaBackend() always returns
-// kUnavailable; CudaDeviceCount() returns 0.
+// kUnavailable; CudaDeviceCount() says 0 GPUs.
 
 #ifndef PS_KERNELS_CUDA_BACKEND_H_
 #define PS_KERNELS_CUDA_BACKEND_H_
@@ -35,8 +37,11 @@ struct CudaOptions {
   GemmPrecision precision = GemmPrecision::kFp32;
 };
 
-// GPUs visible to this process (0 without a driver or a CUDA build).
-int CudaDeviceCount();
+// Sets *count to the GPUs visible to this process: 0, OK, when there is
+// none (no device, no driver, or a build without CUDA). An error when there
+// is a GPU this build cannot use, e.g. a driver older than the CUDA runtime:
+// that must not read as "no GPU" (tests fail on it rather than skip).
+Status CudaDeviceCount(int* count);
 
 // Creates the backend on options.device. kUnavailable, with the reason, when
 // there is no usable GPU or the build has no CUDA.

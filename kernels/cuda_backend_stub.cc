@@ -4,7 +4,10 @@
 
 namespace ps::kernels {
 
-int CudaDeviceCount() { return 0; }
+Status CudaDeviceCount(int* count) {
+  *count = 0;
+  return Status::Ok();
+}
 
 Status NewCudaBackend(const CudaOptions&, std::unique_ptr<Backend>*) {
   return Status(

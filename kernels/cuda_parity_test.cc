@@ -30,8 +30,17 @@ TEST(ParityChecksTest, CpuAgainstItselfIsExact) {
     EXPECT_EQ(result.max_error, 0.0) << result.name;
 }
 
+// The GPUs this machine has; a driver CUDA cannot use fails the test (it is
+// not "no GPU").
+int GpusOrFail() {
+  int count = 0;
+  const Status status = CudaDeviceCount(&count);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return count;
+}
+
 TEST(CudaParityTest, EveryKernelAndTrainingStepMatchesTheCpu) {
-  if (CudaDeviceCount() == 0)
+  if (GpusOrFail() == 0)
     GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
   auto cpu = NewCpuBackend();
   std::unique_ptr<Backend> cuda;
@@ -41,7 +50,7 @@ TEST(CudaParityTest, EveryKernelAndTrainingStepMatchesTheCpu) {
 }
 
 TEST(CudaParityTest, Tf32MatchesWithinItsLooserTolerance) {
-  if (CudaDeviceCount() == 0)
+  if (GpusOrFail() == 0)
     GTEST_SKIP() << "no CUDA GPU on this machine (or a CPU-only build)";
   auto cpu = NewCpuBackend();
   std::unique_ptr<Backend> cuda;
@@ -52,7 +61,7 @@ TEST(CudaParityTest, Tf32MatchesWithinItsLooserTolerance) {
 }
 
 TEST(CudaBackendTest, WithoutAGpuCreationFailsClearly) {
-  if (CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  if (GpusOrFail() > 0) GTEST_SKIP() << "this machine has a GPU";
   std::unique_ptr<Backend> cuda;
   const Status created = NewCudaBackend(CudaOptions(), &cuda);
   EXPECT_EQ(created.code(), StatusCode::kUnavailable);

@@ -72,7 +72,13 @@ int main(int argc, char** argv) {
     }
   }
   const auto start = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) step.TrainStep(in, &out);
+  for (int s = 0; s < steps; ++s) {
+    Status status = step.TrainStep(in, &out);
+    if (!status.ok()) {
+      std::fprintf(stderr, "step %d: %s\n", s, status.message().c_str());
+      return 1;
+    }
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

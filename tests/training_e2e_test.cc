@@ -103,6 +103,9 @@ class TrainingTest : public ::testing::Test {
         "--train=" + *data_ + "/train.tsv",
         "--test=" + *data_ + "/test.tsv",
         "--batch_size=1024",
+        // The tests compare AUCs exactly across runs, which only the CPU's
+        // deterministic sums allow (a GPU's atomics reorder them).
+        "--device=cpu",
         "--hidden=64,32",
         "--embedding_dim=8",
         "--progress_every_s=1",
