@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
+#include <string>
 
 #include "kernels/ctr_model.h"
 #include "kernels/random_step.h"
@@ -307,6 +309,24 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
   return cases;
 }
 
+// The largest error over every output of a training step.
+double StepError(const StepOutputs& expected, const StepOutputs& actual,
+                 int batch) {
+  double worst = MaxError({expected.loss_sum / std::max(batch, 1)},
+                          {actual.loss_sum / std::max(batch, 1)});
+  worst =
+      std::max(worst, MaxError(expected.probabilities, actual.probabilities));
+  worst = std::max(worst,
+                   MaxError(expected.embedding_grads, actual.embedding_grads));
+  worst = std::max(worst, MaxError(expected.wide_grads, actual.wide_grads));
+  if (expected.dense_grads.size() != actual.dense_grads.size()) return INFINITY;
+  for (size_t t = 0; t < expected.dense_grads.size(); ++t) {
+    worst = std::max(worst,
+                     MaxError(expected.dense_grads[t], actual.dense_grads[t]));
+  }
+  return worst;
+}
+
 // A whole training step of `kind` on both backends.
 ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
                          int batch, double tolerance, std::mt19937* rng) {
@@ -332,19 +352,64 @@ ParityResult ModelParity(Backend& reference, Backend& candidate, ModelKind kind,
     result.failure = status.message();
     return result;
   }
-  double worst = MaxError({expected.loss_sum / std::max(batch, 1)},
-                          {actual.loss_sum / std::max(batch, 1)});
-  worst =
-      std::max(worst, MaxError(expected.probabilities, actual.probabilities));
-  worst = std::max(worst,
-                   MaxError(expected.embedding_grads, actual.embedding_grads));
-  worst = std::max(worst, MaxError(expected.wide_grads, actual.wide_grads));
-  for (size_t t = 0; t < expected.dense_grads.size(); ++t) {
-    worst = std::max(worst,
-                     MaxError(expected.dense_grads[t], actual.dense_grads[t]));
-  }
+  const double worst = StepError(expected, actual, batch);
   result.max_error = worst;
   return result;
+}
+
+// Five training steps in a row, each uploading the next one's inputs while
+// it runs (the double-buffered path), with a Predict() of other inputs
+// between two of them, which must not disturb what is staged. Two results:
+// the steps' largest error, and the prediction's.
+std::vector<ParityResult> StagedStepsParity(Backend& reference,
+                                            Backend& candidate, ModelKind kind,
+                                            int batch, double tolerance,
+                                            std::mt19937* rng) {
+  ModelConfig config;
+  config.kind = kind;
+  config.embedding_dim = 13;
+  config.hidden = {67, 31};
+  constexpr int kSteps = 5;
+  std::vector<std::unique_ptr<RandomStep>> steps;
+  for (int s = 0; s <= kSteps; ++s) {
+    steps.push_back(std::make_unique<RandomStep>(
+        config, batch, std::max(1, batch * config.fields / 4), (*rng)()));
+  }
+  std::vector<StepInputs> inputs;
+  for (const auto& step : steps) inputs.push_back(step->Inputs());
+  const char* names[] = {"lr", "wide_deep", "deepfm"};
+  const std::string suffix =
+      std::string(names[static_cast<int>(kind)]) + "_b" + std::to_string(batch);
+  ParityResult staged{"staged_steps_" + suffix, 0, tolerance, ""};
+  ParityResult predicted{"predict_between_steps_" + suffix, 0, tolerance, ""};
+  CtrModel reference_model(config, &reference),
+      candidate_model(config, &candidate);
+  for (int s = 0; s < kSteps; ++s) {
+    const StepInputs* next = s + 1 < kSteps ? &inputs[s + 1] : nullptr;
+    StepOutputs expected, actual;
+    Status status = reference_model.TrainStep(inputs[s], &expected, next);
+    if (status.ok())
+      status = candidate_model.TrainStep(inputs[s], &actual, next);
+    if (!status.ok()) {
+      staged.failure = "step " + std::to_string(s) + ": " + status.message();
+      break;
+    }
+    staged.max_error =
+        std::max(staged.max_error, StepError(expected, actual, batch));
+    if (s == 1) {
+      // inputs[2] is staged now; predict on inputs[kSteps], unrelated.
+      std::vector<float> expected_p, actual_p;
+      status = reference_model.Predict(inputs[kSteps], &expected_p);
+      if (status.ok())
+        status = candidate_model.Predict(inputs[kSteps], &actual_p);
+      if (!status.ok()) {
+        predicted.failure = status.message();
+      } else {
+        predicted.max_error = MaxError(expected_p, actual_p);
+      }
+    }
+  }
+  return {staged, predicted};
 }
 
 }  // namespace
@@ -375,6 +440,13 @@ std::vector<ParityResult> RunParityChecks(Backend& reference,
       results.push_back(ModelParity(
           reference, candidate, kind, batch,
           std::max(gemm_tolerance, kReductionTolerance) * 10, &rng));
+    }
+    for (int batch : {61, 1000}) {
+      for (ParityResult& result : StagedStepsParity(
+               reference, candidate, kind, batch,
+               std::max(gemm_tolerance, kReductionTolerance) * 10, &rng)) {
+        results.push_back(std::move(result));
+      }
     }
   }
   return results;

@@ -1,9 +1,11 @@
 // File: kernels/parity_checks.h
 //
-// Runs every Backend kernel, and a whole CtrModel training step for each
-// model, on two backends with the same random inputs of awkward sizes (not
-// multiples of 32, empty batches, duplicate keys) and reports the largest
-// difference against a stated tolerance. Used by the CUDA parity test (CPU
+// Runs every Backend kernel, a whole CtrModel training step for each model,
+// and five steps in a row through the double-buffered upload of the next
+// step's inputs with a Predict() between two of them, on two backends with
+// the same random inputs of awkward sizes (not multiples of 32, empty
+// batches, duplicate keys), and reports the largest difference against a
+// stated tolerance. Used by the CUDA parity test (CPU
 // as the reference) and by kernels/gpu_check.sh, which builds it with plain
 // nvcc on the GPU machine; so it needs no test framework.
 

@@ -131,7 +131,9 @@ std::vector<ParityResult> DeepModelSteps(const std::vector<ParityResult>& all) {
   for (const ParityResult& result : all) {
     for (const char* name :
          {"train_step_wide_deep_b61", "train_step_wide_deep_b1000",
-          "train_step_deepfm_b61", "train_step_deepfm_b1000"}) {
+          "train_step_deepfm_b61", "train_step_deepfm_b1000",
+          "staged_steps_wide_deep_b61", "staged_steps_wide_deep_b1000",
+          "staged_steps_deepfm_b61", "staged_steps_deepfm_b1000"}) {
       if (result.name == name) steps.push_back(result);
     }
   }
@@ -145,7 +147,7 @@ TEST_P(PlantedBugTest, FailsTheTrainingStepChecks) {
   BuggyBackend buggy(GetParam());
   const std::vector<ParityResult> steps =
       DeepModelSteps(RunParityChecks(*cpu, buggy));
-  ASSERT_EQ(steps.size(), 4u);
+  ASSERT_EQ(steps.size(), 8u);
   for (const ParityResult& step : steps) {
     EXPECT_FALSE(step.passed())
         << step.name << " passed with a planted bug: error " << step.max_error
