@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The GPU machine's check (one H200; nvcc, PyTorch; no Bazel, gRPC or BLAS
 # headers). Builds the kernels with plain nvcc, runs the CUDA-vs-CPU parity
-# checks, then benchmarks a full training step of the default model
-# (wide_deep) at batch 4096 and 16384 against the same model in PyTorch on the
-# same GPU, and prints one table with the ratio. About a minute.
+# checks, benchmarks a full training step of the default model (wide_deep)
+# at batch 4096 and 16384 against the same model in PyTorch on the same GPU,
+# and, from the bundle (deploy/bundle.sh, carried with the working tree),
+# trains 200k generated lines end to end with one ps_server and one
+# ps_worker on loopback, --device=cuda beside --device=cpu. Prints the
+# tables; exits non-zero if a parity check fails or the end-to-end AUCs
+# differ by more than 0.002. A few minutes.
 #
-#   bash kernels/gpu_check.sh        (from the repository root)
+#   deploy/bundle.sh deploy/ps-bundle.tar.gz      (here, with Bazel)
+#   bash kernels/gpu_check.sh                      (on the GPU machine)
+#   GPU_CHECK_DRY_RUN=1 bash kernels/gpu_check.sh  (here: builds everything,
+#       runs nothing that needs a GPU; end to end runs --device=cpu twice)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_check}
+dry_run=${GPU_CHECK_DRY_RUN:-}
+bundle=${BUNDLE:-deploy/ps-bundle.tar.gz}
+e2e_lines=${E2E_LINES:-200000}
 mkdir -p "$out" /tmp/gpu_check_build
 build=/tmp/gpu_check_build
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+[ -n "$dry_run" ] || nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
 flags=(-std=c++17 -O3 -I. -DPS_KERNELS_NO_BLAS
        -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80)
@@ -21,8 +31,9 @@ nvcc "${flags[@]}" "${sources[@]}" kernels/parity_checks.cc kernels/parity_main.
   -lcublas -o "$build/parity"
 nvcc "${flags[@]}" "${sources[@]}" kernels/step_benchmark_main.cc -lcublas -o "$build/step_benchmark"
 
-echo "== parity (CUDA against the CPU reference)"
 status=0
+if [ -z "$dry_run" ]; then
+echo "== parity (CUDA against the CPU reference)"
 "$build/parity" | tee "$out/parity.txt" || status=$?
 
 echo "== training step, wide_deep, examples/s"
@@ -44,4 +55,54 @@ for batch in 4096 16384; do
     "$(awk -v a="$ours" -v b="$torch" 'BEGIN {print a / b}')" "$ours_tf" "$torch_tf" \
     "$(awk -v a="$ours_tf" -v b="$torch_tf" 'BEGIN {print a / b}')"
 done | tee "$out/table.txt"
+fi
+
+echo "== end to end from the bundle: 1 ps_server + 1 ps_worker, $e2e_lines lines"
+if [ ! -f "$bundle" ]; then
+  echo "no bundle at $bundle (deploy/bundle.sh $bundle, and carry it)" | tee "$out/e2e.txt"
+  exit 1
+fi
+e2e=/tmp/gpu_check_e2e
+rm -rf "$e2e" && mkdir -p "$e2e"
+tar -xzf "$bundle" -C "$e2e"
+bin="$e2e/ps-bundle/bin"
+"$bin/clicklog_gen" --out="$e2e/train.tsv" --lines="$e2e_lines" --sample_seed=1 2>/dev/null
+"$bin/clicklog_gen" --out="$e2e/test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 2>/dev/null
+# train NAME DEVICE -> "examples/s auc logloss backend", on a fresh shard
+train() {
+  local device=$2 dir="$e2e/$1"
+  mkdir -p "$dir"
+  "$bin/ps_server" --listen=127.0.0.1:0 --data_dir="$dir/shard" --durability=periodic \
+    >"$dir/shard.out" 2>"$dir/shard.log" &
+  local shard=$!
+  local address=""
+  for _ in $(seq 100); do
+    address=$(awk '/listening on/ {print $4}' "$dir/shard.out" 2>/dev/null)
+    [ -n "$address" ] && break
+    sleep 0.1
+  done
+  "$bin/ps_worker" --servers="$address" --train="$e2e/train.tsv" --test="$e2e/test.tsv" \
+    --batch_size=4096 --device="$device" --metrics_out="$dir/worker.json" 2>"$dir/worker.log" \
+    || { echo "ps_worker --device=$device failed:"; tail -5 "$dir/worker.log"; }
+  kill "$shard"; wait "$shard" 2>/dev/null || true
+  local m="$dir/worker.json"
+  get() { grep -o "\"$1\": [^,}]*" "$m" | head -1 | sed 's/.*: //; s/"//g'; }
+  [ -f "$m" ] && echo "$(get examples_per_sec) $(get test_auc) $(get test_logloss) $(get backend)"
+}
+gpu_device=cuda
+[ -n "$dry_run" ] && gpu_device=cpu
+read -r gpu_rate gpu_auc gpu_logloss gpu_backend < <(train gpu "$gpu_device" || echo "0 0 0 failed")
+read -r cpu_rate cpu_auc cpu_logloss cpu_backend < <(train cpu cpu || echo "0 0 0 failed")
+{
+  printf "%-10s %12s %10s %10s\n" device examples/s "test AUC" logloss
+  printf "%-10s %12s %10s %10s\n" "$gpu_backend" "$gpu_rate" "$gpu_auc" "$gpu_logloss"
+  printf "%-10s %12s %10s %10s\n" "$cpu_backend" "$cpu_rate" "$cpu_auc" "$cpu_logloss"
+  awk -v g="$gpu_auc" -v c="$cpu_auc" -v gr="$gpu_rate" -v cr="$cpu_rate" 'BEGIN {
+    d = g - c; if (d < 0) d = -d;
+    printf "AUC difference %.4f (limit 0.002); examples/s ratio %.2f\n", d, (cr > 0 ? gr / cr : 0) }'
+} | tee "$out/e2e.txt"
+if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(g > 0 && c > 0 && d <= 0.002) }'; then
+  echo "end to end: the AUCs differ by more than 0.002, or a run failed"
+  status=1
+fi
 exit $status
