@@ -32,6 +32,13 @@ class Backend {
   virtual Status Allocate(size_t bytes, void** pointer) = 0;
   virtual void Free(void* pointer) = 0;
   virtual Status CopyToDevice(void* device, const void* host, size_t bytes) = 0;
+  // CopyToDevice() into memory no queued work reads, as the caller knows:
+  // a GPU need not order it after the kernels in flight, so it overlaps
+  // them. Default: CopyToDevice().
+  virtual Status CopyToIdleDevice(void* device, const void* host,
+                                  size_t bytes) {
+    return CopyToDevice(device, host, bytes);
+  }
   virtual Status CopyToHost(void* host, const void* device, size_t bytes) = 0;
   virtual Status Fill(float* x, size_t count, float value) = 0;
   virtual Status Synchronize() = 0;

@@ -68,13 +68,17 @@ Status CtrModel::Reserve(Buffer* buffer, size_t floats) {
   return Status::Ok();
 }
 
-Status CtrModel::Upload(Buffer* buffer, const void* host, size_t floats) {
+Status CtrModel::Upload(Buffer* buffer, const void* host, size_t floats,
+                        bool idle) {
   KERNELS_RETURN_IF_ERROR(Reserve(buffer, floats));
-  return backend_->CopyToDevice(buffer->data, host, floats * sizeof(float));
+  return idle ? backend_->CopyToIdleDevice(buffer->data, host,
+                                           floats * sizeof(float))
+              : backend_->CopyToDevice(buffer->data, host,
+                                       floats * sizeof(float));
 }
 
 Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
-                              InputBuffers* set) {
+                              InputBuffers* set, bool idle) {
   if (in.batch < 0 || in.num_unique < 0 ||
       in.dense_params.size() != tensors_.size()) {
     return Status(StatusCode::kInvalidArgument,
@@ -89,25 +93,26 @@ Status CtrModel::UploadInputs(const StepInputs& in, bool with_labels,
   const size_t batch = in.batch;
   static_assert(sizeof(int32_t) == sizeof(float), "index shares float buffers");
   KERNELS_RETURN_IF_ERROR(
-      Upload(&set->index, in.index, batch * config_.fields));
+      Upload(&set->index, in.index, batch * config_.fields, idle));
   if (config_.crosses > 0) {
     KERNELS_RETURN_IF_ERROR(
-        Upload(&set->wide_index, in.wide_index, batch * wide_slots()));
+        Upload(&set->wide_index, in.wide_index, batch * wide_slots(), idle));
   }
   KERNELS_RETURN_IF_ERROR(
-      Upload(&set->dense, in.dense, batch * config_.dense_features));
-  KERNELS_RETURN_IF_ERROR(Upload(&set->wide_rows, in.wide_rows, WideRows(in)));
+      Upload(&set->dense, in.dense, batch * config_.dense_features, idle));
+  KERNELS_RETURN_IF_ERROR(
+      Upload(&set->wide_rows, in.wide_rows, WideRows(in), idle));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(
-        Upload(&set->params[t], in.dense_params[t], tensors_[t].size()));
+        Upload(&set->params[t], in.dense_params[t], tensors_[t].size(), idle));
   }
   if (deep()) {
-    KERNELS_RETURN_IF_ERROR(
-        Upload(&set->embedding_rows, in.embedding_rows,
-               static_cast<size_t>(in.num_unique) * config_.embedding_dim));
+    KERNELS_RETURN_IF_ERROR(Upload(
+        &set->embedding_rows, in.embedding_rows,
+        static_cast<size_t>(in.num_unique) * config_.embedding_dim, idle));
   }
   if (with_labels)
-    KERNELS_RETURN_IF_ERROR(Upload(&set->labels, in.labels, batch));
+    KERNELS_RETURN_IF_ERROR(Upload(&set->labels, in.labels, batch, idle));
   return Status::Ok();
 }
 
@@ -239,7 +244,8 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out,
                            const StepInputs* next) {
   InputBuffers& set = inputs_[active_];
   if (!set.staged)
-    KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/true, &set));
+    KERNELS_RETURN_IF_ERROR(
+        UploadInputs(in, /*with_labels=*/true, &set, /*idle=*/false));
   set.staged = false;
   KERNELS_RETURN_IF_ERROR(Forward(in, set));
   const int batch = in.batch;
@@ -251,10 +257,13 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out,
       loss_.data));
   KERNELS_RETURN_IF_ERROR(Backward(in, set));
   if (next != nullptr) {
-    // Queued behind this step's kernels on the copy stream: the upload runs
-    // while they do, and the next step's kernels wait for it.
+    // The other set was last read by the step before this one, which its
+    // copy of the outputs to the host waited out: the upload need not wait
+    // for this step's kernels, and runs while they do; the next step's
+    // kernels wait for it.
     InputBuffers& other = inputs_[1 - active_];
-    KERNELS_RETURN_IF_ERROR(UploadInputs(*next, /*with_labels=*/true, &other));
+    KERNELS_RETURN_IF_ERROR(
+        UploadInputs(*next, /*with_labels=*/true, &other, /*idle=*/true));
     other.staged = true;
     active_ = 1 - active_;
   }
@@ -291,7 +300,8 @@ Status CtrModel::Predict(const StepInputs& in,
                          std::vector<float>* probabilities) {
   // Use the set that holds no staged inputs.
   InputBuffers& set = inputs_[inputs_[active_].staged ? 1 - active_ : active_];
-  KERNELS_RETURN_IF_ERROR(UploadInputs(in, /*with_labels=*/false, &set));
+  KERNELS_RETURN_IF_ERROR(
+      UploadInputs(in, /*with_labels=*/false, &set, /*idle=*/false));
   KERNELS_RETURN_IF_ERROR(Forward(in, set));
   std::vector<float> logits(in.batch);
   KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(logits.data(), logits_.data,

@@ -131,9 +131,11 @@ class CtrModel {
   };
 
   Status Reserve(Buffer* buffer, size_t floats);
-  Status Upload(Buffer* buffer, const void* host, size_t floats);
+  // `idle`: no queued kernel reads `buffer` (Backend::CopyToIdleDevice()).
+  Status Upload(Buffer* buffer, const void* host, size_t floats, bool idle);
+  // Uploads a step's inputs into `set`; `idle` as for Upload().
   Status UploadInputs(const StepInputs& inputs, bool with_labels,
-                      InputBuffers* set);
+                      InputBuffers* set, bool idle);
   // The wide part's row count and index: the fields' unless the model has
   // crosses.
   int WideRows(const StepInputs& inputs) const;

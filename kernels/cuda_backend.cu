@@ -251,31 +251,18 @@ class CudaBackend final : public Backend {
   void Free(void* pointer) override { cudaFree(pointer); }
 
   // Stages `bytes` in pinned memory and copies on the copy stream once the
-  // compute work queued so far is done, then makes the compute stream wait
-  // for the copy. The host returns at once unless the previous upload still
-  // holds the staging buffer.
+  // compute work queued so far is done (a kernel may still read `device`),
+  // then makes the compute stream wait for the copy. The host returns at
+  // once unless the previous upload still holds the staging buffer.
   Status CopyToDevice(void* device, const void* host, size_t bytes) override {
-    if (bytes == 0) return Status::Ok();
-    // The staging buffer may be reused only after the previous upload left it.
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
-    if (bytes > staging_bytes_) {
-      if (staging_ != nullptr)
-        KERNELS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
-      staging_ = nullptr;
-      KERNELS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&staging_, bytes * 2));
-      staging_bytes_ = bytes * 2;
-    }
-    std::memcpy(staging_, host, bytes);
-    // Kernels queued before this copy may still read `device`: the copy
-    // waits for them (a write-after-read hazard otherwise).
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(computed_, stream_));
-    KERNELS_CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(copy_stream_, computed_, 0));
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, copy_stream_));
-    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, uploaded_, 0));
-    return Status::Ok();
+    return Upload(device, host, bytes, /*after_queued_work=*/true);
+  }
+
+  // The same without waiting for the compute stream: the copy overlaps the
+  // kernels in flight (the next step's inputs, staged during this step).
+  Status CopyToIdleDevice(void* device, const void* host,
+                          size_t bytes) override {
+    return Upload(device, host, bytes, /*after_queued_work=*/false);
   }
 
   Status CopyToHost(void* host, const void* device, size_t bytes) override {
@@ -426,6 +413,33 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  Status Upload(void* device, const void* host, size_t bytes,
+                bool after_queued_work) {
+    if (bytes == 0) return Status::Ok();
+    // The staging buffer may be reused only after the previous upload left it.
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
+    if (bytes > staging_bytes_) {
+      if (staging_ != nullptr)
+        KERNELS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
+      staging_ = nullptr;
+      KERNELS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&staging_, bytes * 2));
+      staging_bytes_ = bytes * 2;
+    }
+    std::memcpy(staging_, host, bytes);
+    if (after_queued_work) {
+      // Kernels queued before this copy may still read `device`: the copy
+      // waits for them (a write-after-read hazard otherwise).
+      KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(computed_, stream_));
+      KERNELS_CUDA_RETURN_IF_ERROR(
+          cudaStreamWaitEvent(copy_stream_, computed_, 0));
+    }
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        device, staging_, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, copy_stream_));
+    KERNELS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, uploaded_, 0));
+    return Status::Ok();
+  }
+
   CudaOptions options_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;

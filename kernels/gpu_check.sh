@@ -34,27 +34,8 @@ nvcc "${flags[@]}" "${sources[@]}" kernels/step_benchmark_main.cc -lcublas -o "$
 status=0
 if [ -z "$dry_run" ]; then
 echo "== parity (CUDA against the CPU reference)"
-"$build/parity" | tee "$out/parity.txt" || status=$?
+timeout 300 "$build/parity" | tee "$out/parity.txt" || status=1
 
-echo "== training step, wide_deep, examples/s"
-results="$out/step_benchmark.txt"
-: >"$results"
-for batch in 4096 16384; do
-  "$build/step_benchmark" --cuda --batch=$batch --steps=100 | tee -a "$results"
-  "$build/step_benchmark" --cuda --tf32 --batch=$batch --steps=100 | tee -a "$results"
-  python3 kernels/torch_step_benchmark.py --batch $batch --steps 100 | tee -a "$results"
-  python3 kernels/torch_step_benchmark.py --batch $batch --steps 100 --tf32 | tee -a "$results"
-done
-
-echo
-printf "%-8s %14s %14s %8s   %14s %14s %8s\n" batch "ours fp32" "torch fp32" ratio "ours tf32" "torch tf32" ratio
-for batch in 4096 16384; do
-  get() { grep "backend=$1 .*batch=$batch " "$results" | sed 's/.*examples_per_sec=\([0-9]*\).*/\1/'; }
-  ours=$(get cuda); torch=$(get pytorch-cuda); ours_tf=$(get cuda-tf32); torch_tf=$(get pytorch-cuda-tf32)
-  printf "%-8s %14s %14s %8.2f   %14s %14s %8.2f\n" "$batch" "$ours" "$torch" \
-    "$(awk -v a="$ours" -v b="$torch" 'BEGIN {print a / b}')" "$ours_tf" "$torch_tf" \
-    "$(awk -v a="$ours_tf" -v b="$torch_tf" 'BEGIN {print a / b}')"
-done | tee "$out/table.txt"
 fi
 
 echo "== end to end from the bundle: 1 ps_server + 1 ps_worker, $e2e_lines lines"
@@ -66,8 +47,22 @@ e2e=/tmp/gpu_check_e2e
 rm -rf "$e2e" && mkdir -p "$e2e"
 tar -xzf "$bundle" -C "$e2e"
 bin="$e2e/ps-bundle/bin"
-"$bin/clicklog_gen" --out="$e2e/train.tsv" --lines="$e2e_lines" --sample_seed=1 2>/dev/null
-"$bin/clicklog_gen" --out="$e2e/test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 2>/dev/null
+head -3 "$e2e/ps-bundle/MANIFEST" 2>/dev/null | tee "$out/bundle_manifest.txt" || true
+# The bundle leaves CUDA's libraries to this machine: if the toolkit is not
+# where the bundle was linked against, look next to nvcc and in PyTorch.
+ldd "$bin/ps_worker" >"$out/ldd.txt" 2>&1 || true
+if grep -q "not found" "$out/ldd.txt"; then
+  extra=""
+  if command -v nvcc >/dev/null; then extra="$(dirname "$(dirname "$(command -v nvcc)")")/lib64"; fi
+  torch_libs=$(python3 -c 'import nvidia, os; d = os.path.dirname(nvidia.__path__[0] if hasattr(nvidia, "__path__") else nvidia.__file__) + "/nvidia"; print(":".join(os.path.join(d, x, "lib") for x in os.listdir(d)))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$extra${torch_libs:+:$torch_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "some libraries not found where the bundle was linked; LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
+  ldd "$bin/ps_worker" | grep "not found" >&2 || true
+fi
+"$bin/clicklog_gen" --out="$e2e/train.tsv" --lines="$e2e_lines" --sample_seed=1 \
+  2>"$out/clicklog_gen.log" || { echo "clicklog_gen failed (see clicklog_gen.log)" >&2; exit 1; }
+"$bin/clicklog_gen" --out="$e2e/test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 \
+  2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
 # train NAME DEVICE -> "examples/s auc logloss backend", on a fresh shard
 train() {
   local device=$2 dir="$e2e/$1"
@@ -81,12 +76,14 @@ train() {
     [ -n "$address" ] && break
     sleep 0.1
   done
-  "$bin/ps_worker" --servers="$address" --train="$e2e/train.tsv" --test="$e2e/test.tsv" \
-    --batch_size=4096 --device="$device" --metrics_out="$dir/worker.json" 2>"$dir/worker.log" \
-    || { echo "ps_worker --device=$device failed:"; tail -5 "$dir/worker.log"; }
+  timeout 240 "$bin/ps_worker" --servers="$address" --train="$e2e/train.tsv" \
+    --test="$e2e/test.tsv" --batch_size=4096 --device="$device" --start_timeout_s=30 \
+    --metrics_out="$dir/worker.json" 2>"$dir/worker.log" \
+    || { echo "ps_worker --device=$device failed:" >&2; tail -5 "$dir/worker.log" >&2; }
   kill "$shard"; wait "$shard" 2>/dev/null || true
+  cp "$dir/worker.log" "$out/worker_$1.log"; cp "$dir/shard.log" "$out/shard_$1.log"
   local m="$dir/worker.json"
-  get() { grep -o "\"$1\": [^,}]*" "$m" | head -1 | sed 's/.*: //; s/"//g'; }
+  get() { grep -o "\"$1\": [^,}]*" "$m" | head -1 | sed 's/.*: //; s/"//g' || true; }
   [ -f "$m" ] && echo "$(get examples_per_sec) $(get test_auc) $(get test_logloss) $(get backend)"
 }
 gpu_device=cuda
@@ -104,5 +101,26 @@ read -r cpu_rate cpu_auc cpu_logloss cpu_backend < <(train cpu cpu || echo "0 0 
 if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(g > 0 && c > 0 && d <= 0.002) }'; then
   echo "end to end: the AUCs differ by more than 0.002, or a run failed"
   status=1
+fi
+if [ -z "$dry_run" ]; then
+echo "== training step, wide_deep, examples/s"
+results="$out/step_benchmark.txt"
+: >"$results"
+for batch in 4096 16384; do
+  timeout 180 "$build/step_benchmark" --cuda --batch=$batch --steps=100 | tee -a "$results" || status=1
+  timeout 180 "$build/step_benchmark" --cuda --tf32 --batch=$batch --steps=100 | tee -a "$results" || status=1
+  timeout 180 python3 kernels/torch_step_benchmark.py --batch $batch --steps 100 | tee -a "$results" || status=1
+  timeout 180 python3 kernels/torch_step_benchmark.py --batch $batch --steps 100 --tf32 | tee -a "$results" || status=1
+done
+
+echo
+printf "%-8s %14s %14s %8s   %14s %14s %8s\n" batch "ours fp32" "torch fp32" ratio "ours tf32" "torch tf32" ratio
+for batch in 4096 16384; do
+  get() { grep "backend=$1 .*batch=$batch " "$results" | sed 's/.*examples_per_sec=\([0-9]*\).*/\1/' || true; }
+  ours=$(get cuda); torch=$(get pytorch-cuda); ours_tf=$(get cuda-tf32); torch_tf=$(get pytorch-cuda-tf32)
+  printf "%-8s %14s %14s %8.2f   %14s %14s %8.2f\n" "$batch" "$ours" "$torch" \
+    "$(awk -v a="$ours" -v b="$torch" 'BEGIN {print a / b}')" "$ours_tf" "$torch_tf" \
+    "$(awk -v a="$ours_tf" -v b="$torch_tf" 'BEGIN {print a / b}')"
+done | tee "$out/table.txt"
 fi
 exit $status
