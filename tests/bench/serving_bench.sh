@@ -3,8 +3,10 @@
 # rows, side by side on loopback in one run; dims 16 and 64; batches of 4096
 # power-law keys; 1 and 4 clients; a table that fits the hot tier and one 4x
 # larger than --cache_mb; the loopback bandwidth as the ceiling, and the same
-# gRPC service doing no work as the transport's. Prints the
-# table and rewrites the "serving" section of BENCHMARKS.md.
+# gRPC service doing no work as the transport's; and the peer, ps-lite
+# (../shared/peers/pslite-bench/run.sh: 1 server, 1 and 4 worker processes,
+# the same rows, dims and seconds), measured in the same run, never copied.
+# Prints the table and rewrites the "serving" section of BENCHMARKS.md.
 #
 #   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
 set -euo pipefail
@@ -56,7 +58,7 @@ start_ceiling() {
 loopback=$(bazel-bin/tests/bench/serving_bench --loopback)
 table="$work/table.md"
 {
-  echo "## Serving rows: ps_server vs Redis"
+  echo "## Serving rows: ps_server vs Redis and ps-lite"
   echo
   echo "$(date -u +%Y-%m-%d), $(nproc) cores; $rows rows per table; batches of 4096 keys drawn with"
   echo "a power law (exponent 1.05); ${seconds} s per cell; ps_server with --durability=wal (the default)."
@@ -85,14 +87,40 @@ for dim in 16 64; do
     --rows="$rows" --seconds="$seconds" | tee -a "$table"
   stop_ps
 done
+# The peer: ps-lite, one server and 1 or 4 worker processes (our "clients"),
+# from a scratch copy: the peer ships without its tests' sources, so its
+# CMakeLists' tests directory is left out (run.sh builds the library only).
+peers=../shared/peers
+if [ -f "$peers/pslite-bench/run.sh" ] && [ -d "$peers/ps-lite" ]; then
+  cp -r "$peers/ps-lite" "$peers/pslite-bench" "$work/"
+  chmod -R u+w "$work/ps-lite" "$work/pslite-bench"
+  sed -i '/add_subdirectory(tests)/d' "$work/ps-lite/CMakeLists.txt"
+  for dim in 16 64; do
+    BENCH_DIM=$dim BENCH_ROWS="$rows" BENCH_SECONDS="$seconds" bash "$work/pslite-bench/run.sh" 1 4 \
+      2>"$work/pslite_$dim.log" |
+      awk -v dim=$dim '/^ps-lite/ {gsub(",", "", $2); printf "| ps-lite | fits (no durability) | %s | %s | %s | %s | - | - | - |\n", dim, $3, $2, $5}' |
+      tee -a "$table" || echo "ps-lite failed for dim $dim: $(tail -3 "$work/pslite_$dim.log")" >&2
+  done
+else
+  echo "no peer in $peers: the ps-lite columns are left out" >&2
+fi
 python3 - "$table" "$loopback" <<'PY' | tee -a "$table"
 import re, sys
-rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| ps_server") or l.startswith("| Redis") or l.startswith("| gRPC")]
+rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| ps_server") or l.startswith("| Redis") or l.startswith("| gRPC") or l.startswith("| ps-lite")]
 loopback = float(sys.argv[2])
 cells = {}
 for r in rows:
     system, table, dim, clients, op, mrows = [c.strip() for c in r[:6]]
     cells[(system, table.startswith("fits") or table == "-", dim, clients, op)] = float(mrows)
+print("\n| dim | clients | op | ps_server M rows/s | ps-lite M rows/s | ps_server / ps-lite |")
+print("| --- | --- | --- | --- | --- | --- |")
+for dim in ("16", "64"):
+    for op in ("pull", "push"):
+        for clients in ("1", "4"):
+            ps = cells.get(("ps_server", True, dim, clients, op), 0)
+            peer = cells.get(("ps-lite", True, dim, clients, op), 0)
+            ratio = f"{ps / peer:.2f}" if peer else "not measured"
+            print(f"| {dim} | {clients} | {op} | {ps:.2f} | {peer:.2f} | {ratio} |")
 print("\n| dim | clients | op | ps_server / Redis (best client count) | ps_server / loopback ceiling | ps_server / gRPC doing no work |")
 print("| --- | --- | --- | --- | --- | --- |")
 for dim in ("16", "64"):
