@@ -27,6 +27,17 @@ namespace ps {
 
 namespace wire_internal {
 
+// Half precision's largest finite value. On the wire a float beyond it
+// saturates there instead of becoming infinite (a weight of 1e5 would
+// otherwise reach a worker as inf); NaN stays NaN.
+inline constexpr float kLargestHalf = 65504.0f;
+
+inline float SaturateToHalf(float value) {
+  if (value > kLargestHalf) return kLargestHalf;
+  if (value < -kLargestHalf) return -kLargestHalf;
+  return value;
+}
+
 // Half-precision conversions with the F16C instructions, 8 values at a time,
 // for CPUs that have them (x86 since 2012); bit for bit what FloatToHalf and
 // HalfToFloat give, NaN payloads aside.
@@ -34,13 +45,17 @@ __attribute__((target("avx,f16c"))) inline void EncodeHalfF16c(const float* in,
                                                                size_t count,
                                                                char* out) {
   size_t i = 0;
+  const __m256 largest = _mm256_set1_ps(kLargestHalf);
+  const __m256 smallest = _mm256_set1_ps(-kLargestHalf);
   for (; i + 8 <= count; i += 8) {
-    const __m128i half =
-        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    // min/max return their second operand for a NaN: NaN stays NaN.
+    const __m256 clamped = _mm256_max_ps(
+        smallest, _mm256_min_ps(largest, _mm256_loadu_ps(in + i)));
+    const __m128i half = _mm256_cvtps_ph(clamped, _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), half);
   }
   for (; i < count; ++i) {
-    const uint16_t half = FloatToHalf(in[i]);
+    const uint16_t half = FloatToHalf(SaturateToHalf(in[i]));
     std::memcpy(out + 2 * i, &half, sizeof(half));
   }
 }
@@ -97,9 +112,10 @@ inline void EncodeWireValues(WireFormat format, absl::Span<const float> values,
     return;
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t packed = format == WireFormat::FP16
-                                ? FloatToHalf(values[i])
-                                : FloatToBfloat16(values[i]);
+    const uint16_t packed =
+        format == WireFormat::FP16
+            ? FloatToHalf(wire_internal::SaturateToHalf(values[i]))
+            : FloatToBfloat16(values[i]);
     std::memcpy(out + 2 * i, &packed, sizeof(packed));
   }
 }

@@ -73,14 +73,16 @@ TEST(WireFormatTest, TheVectorPathGivesTheScalarPathsBits) {
     }
   }
   values.push_back(0.0f);
-  values.push_back(65520.0f);  // rounds to infinity
+  values.push_back(65520.0f);  // past the largest half: saturates
+  values.push_back(-1e9f);
   values.push_back(std::numeric_limits<float>::infinity());
   std::string bytes(values.size() * 2, '\0');
   wire_internal::EncodeHalfF16c(values.data(), values.size(), bytes.data());
   for (size_t i = 0; i < values.size(); ++i) {
     uint16_t half;
     std::memcpy(&half, bytes.data() + 2 * i, sizeof(half));
-    ASSERT_EQ(half, FloatToHalf(values[i])) << values[i];
+    ASSERT_EQ(half, FloatToHalf(wire_internal::SaturateToHalf(values[i])))
+        << values[i];
   }
   std::vector<float> back(values.size());
   wire_internal::DecodeHalfF16c(bytes.data(), back.size(), 0.5f, back.data());
@@ -89,6 +91,18 @@ TEST(WireFormatTest, TheVectorPathGivesTheScalarPathsBits) {
     std::memcpy(&half, bytes.data() + 2 * i, sizeof(half));
     ASSERT_EQ(back[i], HalfToFloat(half) * 0.5f) << values[i];
   }
+}
+
+TEST(WireFormatTest, HalfPrecisionSaturatesInsteadOfOverflowing) {
+  std::vector<float> values(11, 1e6f);  // both paths: 8 + 3
+  values[9] = -3e5f;
+  values[10] = std::nanf("");
+  const std::vector<float> back = RoundTrip(WireFormat::FP16, values);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(back[i], 65504.0f) << i;
+  EXPECT_EQ(back[9], -65504.0f);
+  EXPECT_TRUE(std::isnan(back[10]));
+  values[3] = std::nanf("");  // in the vector path
+  EXPECT_TRUE(std::isnan(RoundTrip(WireFormat::FP16, values)[3]));
 }
 
 }  // namespace
