@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -388,12 +389,15 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   }
 }
 
-// Writes `value` at `key` in column family `family` of the RocksDB database
-// in `dir`, behind the store's back: what an older version left there.
-::testing::AssertionResult PutInRocksDb(const std::string& dir,
-                                        const std::string& family,
-                                        absl::string_view key,
-                                        absl::string_view value) {
+// Opens the RocksDB database in `dir` with every column family, behind the
+// store's back, and calls edit(db, family names, their handles): what an
+// older version or a stopped process left there. Fails if it cannot open or
+// `edit` returns false.
+::testing::AssertionResult EditRocksDb(
+    const std::string& dir,
+    const std::function<bool(rocksdb::DB*, const std::vector<std::string>&,
+                             const std::vector<rocksdb::ColumnFamilyHandle*>&)>&
+        edit) {
   rocksdb::DBOptions db_options;
   std::vector<std::string> names;
   if (!rocksdb::DB::ListColumnFamilies(db_options, dir, &names).ok())
@@ -405,20 +409,31 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   rocksdb::DB* db = nullptr;
   if (!rocksdb::DB::Open(db_options, dir, families, &handles, &db).ok())
     return ::testing::AssertionFailure() << "cannot open " << dir;
-  bool written = false;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == family) {
-      written = db->Put(rocksdb::WriteOptions(), handles[i],
-                        rocksdb::Slice(key.data(), key.size()),
-                        rocksdb::Slice(value.data(), value.size()))
-                    .ok();
-    }
-  }
+  const bool edited = edit(db, names, handles);
   for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
   delete db;
-  if (!written)
-    return ::testing::AssertionFailure() << "no write to family " << family;
+  if (!edited) return ::testing::AssertionFailure() << "cannot edit " << dir;
   return ::testing::AssertionSuccess();
+}
+
+// Writes `value` at `key` in column family `family` of the database in `dir`.
+::testing::AssertionResult PutInRocksDb(const std::string& dir,
+                                        const std::string& family,
+                                        absl::string_view key,
+                                        absl::string_view value) {
+  return EditRocksDb(
+      dir, [&](rocksdb::DB* db, const auto& names, const auto& handles) {
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (names[i] == family) {
+            return db
+                ->Put(rocksdb::WriteOptions(), handles[i],
+                      rocksdb::Slice(key.data(), key.size()),
+                      rocksdb::Slice(value.data(), value.size()))
+                .ok();
+          }
+        }
+        return false;
+      });
 }
 
 // Pushes SGD steps of -1 to keys 0..9 of a dim-2 table in a child process
@@ -1224,23 +1239,10 @@ TEST_F(EmbeddingStoreTest, AdmissionKnowsARowOnDiskIsStored) {
                                             const std::string& key,
                                             const std::string& put_key,
                                             const std::string& value) {
-  rocksdb::DBOptions db_options;
-  std::vector<std::string> names;
-  if (!rocksdb::DB::ListColumnFamilies(db_options, dir, &names).ok())
-    return ::testing::AssertionFailure() << "cannot list families in " << dir;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const std::string& name : names)
-    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  if (!rocksdb::DB::Open(db_options, dir, families, &handles, &db).ok())
-    return ::testing::AssertionFailure() << "cannot open " << dir;
-  const bool written = db->Delete(rocksdb::WriteOptions(), key).ok() &&
-                       db->Put(rocksdb::WriteOptions(), put_key, value).ok();
-  for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
-  delete db;
-  if (!written) return ::testing::AssertionFailure() << "cannot write";
-  return ::testing::AssertionSuccess();
+  return EditRocksDb(dir, [&](rocksdb::DB* db, const auto&, const auto&) {
+    return db->Delete(rocksdb::WriteOptions(), key).ok() &&
+           db->Put(rocksdb::WriteOptions(), put_key, value).ok();
+  });
 }
 
 TEST_F(EmbeddingStoreTest,
