@@ -322,19 +322,23 @@ size_t EmbeddingStore::ExpireRowsInMemory(Stripe& stripe,
   if (expiring.empty()) return 0;
   absl::MutexLock lock(&stripe.mu);
   std::vector<CachedRow*> expired;
-  stripe.cache.ForEachRow([&](CachedRow& row) {
-    // A dirty row has an update RocksDB does not: it goes once written.
-    if (row.dirty || row.table_id >= expiring.size()) return;
-    const Table* table = expiring[row.table_id];
-    if (table != nullptr &&
-        table->expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
-                              now_s)) {
-      expired.push_back(&row);
-    }
-  });
+  std::vector<uint32_t> expired_tables;
+  stripe.cache.ForEachRow(
+      [&](uint32_t table_id, CachedRow& row, absl::Span<float>) {
+        // A dirty row has an update RocksDB does not: it goes once written.
+        if (row.dirty || table_id >= expiring.size()) return;
+        const Table* table = expiring[table_id];
+        if (table != nullptr &&
+            table->expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
+                                  now_s)) {
+          expired.push_back(&row);
+          expired_tables.push_back(table_id);
+        }
+      });
   // The copies on disk are expired too: a load treats them as absent, and
   // compaction drops them.
-  for (CachedRow* row : expired) stripe.cache.Erase(row);
+  for (size_t i = 0; i < expired.size(); ++i)
+    stripe.cache.Erase(expired_tables[i], expired[i]);
   rows_expired_in_memory_ += expired.size();
   return expired.size();
 }
@@ -396,12 +400,7 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
           return !s->write_back_in_flight;
         },
         stripe.get()));
-    std::vector<CachedRow*> rows;
-    stripe->cache.ForEachRow([&](CachedRow& row) {
-      if (row.table_id == table->id) rows.push_back(&row);
-    });
-    for (CachedRow* row : rows) stripe->cache.Erase(row);
-    dropped_rows += rows.size();
+    dropped_rows += stripe->cache.EraseTable(table->id);
   }
   if (absl::Status dropped = rocks_->DropFamily(table->id); !dropped.ok()) {
     // The tombstone stands: the next open drops the family.
@@ -453,11 +452,11 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   std::vector<CachedRow*> found_rows(keys.size());
   std::vector<uint32_t> missing_positions;
   std::vector<uint64_t> missing;
+  stripe.cache.FindMany(table.id, keys, absl::MakeSpan(found_rows));
   for (size_t i = 0; i < keys.size(); ++i) {
-    found_rows[i] = stripe.cache.Find(table.id, keys[i]);
     if (found_rows[i] != nullptr && ExpiredInMemory(table, *found_rows[i])) {
       // Its disk copy is as old: both count as gone.
-      stripe.cache.Erase(found_rows[i]);
+      stripe.cache.Erase(table.id, found_rows[i]);
       found_rows[i] = nullptr;
       ++rows_expired_in_memory_;
     }
@@ -555,12 +554,13 @@ void EmbeddingStore::EvictOrKeep(Stripe& stripe) {
 EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
-  stripe.cache.ForEachDirty([&](CachedRow& row) {
-    batch->Put(row.table_id, row.key, row.values(),  // copies the values
-               LogPosition{log_epoch_, row.log_sequence},
-               RowMeta{row.updated_at_s, row.push_count});
-    taken.rows.emplace_back(&row, row.version);
-  });
+  stripe.cache.ForEachDirty(
+      [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
+        batch->Put(table_id, row.key, values,  // copies the values
+                   LogPosition{log_epoch_, row.log_sequence},
+                   RowMeta{row.updated_at_s, row.push_count});
+        taken.rows.emplace_back(&row, row.version);
+      });
   if (options_.durability == Durability::kWal) {
     // Updates applied from here on take sequences at or above the cut and
     // are appended after this moment, so in this segment or a later one.
@@ -700,7 +700,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
         // Written (evicted) after this update: it holds it already. A key's
         // records all come from one stripe, so their sequences compare.
         if (row->log_sequence >= section.sequence) continue;
-        float* weights = row->values().data();
+        float* weights = row->floats();
         // Finite: the push that logged it checked the same update.
         table->optimizer->Apply(&gradients[order[i] * dim], table->dim,
                                 section.learning_rate_scale, weights,
@@ -722,12 +722,13 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   std::vector<CachedRow*> replayed;
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
-    stripe->cache.ForEachDirty([&](CachedRow& row) {
-      batch.Put(row.table_id, row.key, row.values(),
-                LogPosition{epoch + 1, /*sequence=*/0},
-                RowMeta{row.updated_at_s, row.push_count});
-      replayed.push_back(&row);
-    });
+    stripe->cache.ForEachDirty(
+        [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
+          batch.Put(table_id, row.key, values,
+                    LogPosition{epoch + 1, /*sequence=*/0},
+                    RowMeta{row.updated_at_s, row.push_count});
+          replayed.push_back(&row);
+        });
   }
   // Every push the ledger knows is in these rows or written back already.
   batch.StartLogEpoch(epoch + 1, ledger_.Serialize());
@@ -737,7 +738,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   log_epoch_ = epoch + 1;
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
-    stripe->cache.ForEachRow([](CachedRow& row) {
+    stripe->cache.ForEachRow([](uint32_t, CachedRow& row, absl::Span<float>) {
       row.dirty = false;
       row.log_sequence = 0;  // numbers of the old epoch
     });
@@ -814,32 +815,27 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
   std::vector<uint32_t> order, starts;
   GroupByStripe(keys, &order, &starts);
   std::vector<uint32_t> misses;
-  std::vector<const float*> found;
-  std::vector<uint64_t> missing_keys;
+  std::vector<uint64_t> stripe_keys, missing_keys;
+  std::vector<CachedRow*> found;
   uint64_t hits = 0;
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = *stripes_[s];
     absl::MutexLock lock(&stripe.mu);
     misses.clear();
-    // Look every row up first, prefetching its values, then copy: the
-    // copies' cache misses overlap instead of coming one after another.
-    found.clear();
-    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
-      const float* row = stripe.cache.FindValues(table->id, keys[order[i]]);
-      if (row != nullptr && table->expiry.ttl_s > 0 &&
-          ExpiredInMemory(*table,
-                          *stripe.cache.Find(table->id, keys[order[i]]))) {
-        row = nullptr;  // LoadRows() below drops it
-      }
-      if (row != nullptr) __builtin_prefetch(row);
-      found.push_back(row);
-    }
+    // Look every row up first, then copy: the lookups' cache misses
+    // overlap instead of coming one after another.
+    stripe_keys.clear();
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
+      stripe_keys.push_back(keys[order[i]]);
+    found.resize(stripe_keys.size());
+    stripe.cache.FindMany(table->id, stripe_keys, absl::MakeSpan(found));
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t position = order[i];
-      const float* row = found[i - starts[s]];
-      if (row != nullptr) {
-        std::memcpy(&out[position * dim], row, dim * sizeof(float));
+      const CachedRow* row = found[i - starts[s]];
+      // An expired row is left for LoadRows() below to drop.
+      if (row != nullptr && !ExpiredInMemory(*table, *row)) {
+        std::memcpy(&out[position * dim], row->floats(), dim * sizeof(float));
         ++hits;
       } else {
         misses.push_back(position);
@@ -856,7 +852,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
       float* destination = &out[position * dim];
       const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
       if (row != nullptr) {
-        std::memcpy(destination, row->values().data(), dim * sizeof(float));
+        std::memcpy(destination, row->floats(), dim * sizeof(float));
       } else {
         table->initializer.Fill(keys[position],
                                 absl::MakeSpan(destination, dim));
@@ -873,7 +869,8 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
 struct EmbeddingStore::PendingPush {
   PushOrigin origin;
   float learning_rate_scale = 1.0f;
-  // Weights and optimizer state per row.
+  // The table, and its weights and optimizer state per row.
+  uint32_t table_id = 0;
   size_t row_floats = 0;
   // Distinct keys, first-seen order, and their summed gradients.
   std::vector<uint64_t> keys;
@@ -1029,6 +1026,7 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
   PendingPush push;
   push.origin = origin;
   push.learning_rate_scale = learning_rate_scale;
+  push.table_id = table.id;
   push.row_floats = table.row_floats;
   // Sum duplicate keys, keeping first-seen order.
   absl::flat_hash_map<uint64_t, uint32_t> slot_of;
@@ -1154,14 +1152,14 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
   // optimizer state leave the finite numbers undoes the whole push.
   push.before.reserve(push.rows.size() * row_floats);
   for (size_t i = 0; i < push.rows.size(); ++i) {
-    float* values = push.rows[i]->values().data();
+    float* values = push.rows[i]->floats();
     push.before.insert(push.before.end(), values, values + row_floats);
     const bool finite =
         table.optimizer->Apply(&push.gradients[push.order[i] * dim], table.dim,
                                push.learning_rate_scale, values, values + dim);
     push.applied = i + 1;
     if (!finite) {
-      const int64_t bad = FirstNonFinite(push.rows[i]->values());
+      const int64_t bad = FirstNonFinite(absl::MakeSpan(values, row_floats));
       const float value = values[bad];
       const uint64_t key = push.rows[i]->key;
       UndoPush(push);
@@ -1222,12 +1220,12 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
 void EmbeddingStore::UndoPush(PendingPush& push) {
   const size_t row_floats = push.row_floats;
   for (size_t i = 0; i < push.applied; ++i) {
-    std::memcpy(push.rows[i]->values().data(), &push.before[i * row_floats],
+    std::memcpy(push.rows[i]->floats(), &push.before[i * row_floats],
                 row_floats * sizeof(float));
   }
   push.applied = 0;
   for (CachedRow* row : push.created) {
-    stripes_[StripeOf(row->key)]->cache.Erase(row);
+    stripes_[StripeOf(row->key)]->cache.Erase(push.table_id, row);
   }
   push.created.clear();
 }
@@ -1244,10 +1242,10 @@ absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
   const CachedRow* row = stripe.cache.Find(table->id, key);
   *stored = row != nullptr;
   if (*stored) {
-    std::copy(row->values().begin(), row->values().begin() + table->dim,
-              weights->begin());
+    const float* values = row->floats();
+    std::copy(values, values + table->dim, weights->begin());
     if (state != nullptr)
-      state->assign(row->values().begin() + table->dim, row->values().end());
+      state->assign(values + table->dim, values + table->row_floats);
   } else {
     table->initializer.Fill(key, absl::MakeSpan(*weights));
     if (state != nullptr) {

@@ -4,104 +4,220 @@
 #include <new>
 #include <utility>
 
+#include "absl/hash/hash.h"
+#include "glog/logging.h"
+
 namespace ps::embedding {
 namespace {
 
-// What glibc's malloc adds to a block, on average (its header and rounding
-// to 16 bytes).
-constexpr size_t kAllocatorBytes = 16;
+// The index keeps between 7/16 and 7/8 of its slots full, a slot being a
+// 4-byte slot number and a control byte: about 8 bytes a row on average.
+constexpr size_t kIndexBytesPerRow = 8;
 
-// The expiry fields sit in what was padding: a row's header stays 56 bytes.
-static_assert(sizeof(CachedRow) == 56, "CachedRow grew");
+// A chunk of slots is at most this large (a power of two of slots), so that
+// the last, partly used chunk of a small table costs little resident memory:
+// its untouched pages are never faulted in.
+constexpr size_t kMaxChunkBytes = size_t{256} << 10;
+
+static_assert(sizeof(CachedRow) == 32, "CachedRow grew");
 static_assert(sizeof(CachedRow) % alignof(float) == 0,
               "the floats follow the header");
 
-}  // namespace
-
-RowCache::~RowCache() {
-  for (CachedRow* row = newest_; row != nullptr;) {
-    CachedRow* older = row->older_;
-    Free(row);
-    row = older;
-  }
+size_t SlotBytes(size_t floats) {
+  const size_t bytes = sizeof(CachedRow) + floats * sizeof(float);
+  // Every header stays aligned.
+  return (bytes + alignof(CachedRow) - 1) / alignof(CachedRow) *
+         alignof(CachedRow);
 }
 
+int ChunkShift(size_t slot_bytes) {
+  int shift = 0;
+  while ((slot_bytes << (shift + 1)) <= kMaxChunkBytes) ++shift;
+  return shift;
+}
+
+}  // namespace
+
+size_t RowCache::SlotHash::operator()(uint32_t slot) const {
+  return absl::HashOf(slab->Row(slot)->key);
+}
+
+size_t RowCache::SlotHash::operator()(KeyProbe probe) const {
+  return absl::HashOf(probe.key);
+}
+
+size_t RowCache::SlotHash::operator()(TagProbe probe) const {
+  return absl::HashOf(probe.key);
+}
+
+bool RowCache::SlotEq::operator()(uint32_t slot, KeyProbe probe) const {
+  return slab->Row(slot)->key == probe.key;
+}
+
+RowCache::Slab::Slab(uint32_t table_id, uint32_t row_floats)
+    : table_id(table_id),
+      row_floats(row_floats),
+      slot_bytes(SlotBytes(row_floats)),
+      chunk_shift(ChunkShift(slot_bytes)),
+      chunk_mask((uint32_t{1} << chunk_shift) - 1),
+      index(/*bucket_count=*/0, SlotHash{this}, SlotEq{this}) {}
+
+RowCache::RowCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+
+RowCache::~RowCache() = default;
+
 size_t RowCache::RowBytes(size_t floats) {
-  // The index keeps between 7/16 and 7/8 of its slots full: count each
-  // row's slot (key, entry, control byte) one and a half times.
-  constexpr size_t kIndexSlot = (sizeof(TableKey) + sizeof(Entry) + 1) * 3 / 2;
-  return sizeof(CachedRow) + floats * sizeof(float) + kAllocatorBytes +
-         kIndexSlot;
+  return SlotBytes(floats) + kIndexBytesPerRow;
+}
+
+RowCache::Slab* RowCache::FindSlab(uint32_t table_id) const {
+  for (const std::unique_ptr<Slab>& slab : slabs_) {
+    if (slab->table_id == table_id) return slab.get();
+  }
+  return nullptr;
 }
 
 CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
-  auto it = index_.find(TableKey{table_id, key});
-  if (it == index_.end()) return nullptr;
-  it->second.referenced = true;
-  return it->second.row;
+  Slab* slab = FindSlab(table_id);
+  if (slab == nullptr) return nullptr;
+  auto it = slab->index.find(KeyProbe{key});
+  if (it == slab->index.end()) return nullptr;
+  CachedRow* row = slab->Row(*it);
+  // Written only when it changes: a hit on a hot row dirties no cache line.
+  if (!row->referenced_) row->referenced_ = true;
+  return row;
+}
+
+void RowCache::FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
+                        absl::Span<CachedRow*> rows) {
+  DCHECK_EQ(keys.size(), rows.size());
+  Slab* slab = FindSlab(table_id);
+  if (slab == nullptr) {
+    std::fill(rows.begin(), rows.end(), nullptr);
+    return;
+  }
+  // Enough lookups in flight to keep the memory busy; few enough that what
+  // they fetch is still in L1 when the next pass reads it.
+  constexpr size_t kWindow = 16;
+  CachedRow* candidates[kWindow];
+  for (size_t start = 0; start < keys.size(); start += kWindow) {
+    const size_t count = std::min(kWindow, keys.size() - start);
+    const uint64_t* window = &keys[start];
+    for (size_t i = 0; i < count; ++i)
+      slab->index.prefetch(KeyProbe{window[i]});
+    for (size_t i = 0; i < count; ++i) {
+      auto it = slab->index.find(TagProbe{window[i]});
+      candidates[i] = it == slab->index.end() ? nullptr : slab->Row(*it);
+      if (candidates[i] == nullptr) continue;
+      const char* row = reinterpret_cast<const char*>(candidates[i]);
+      for (size_t offset = 0; offset < slab->slot_bytes; offset += 64)
+        __builtin_prefetch(row + offset);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      CachedRow* row = candidates[i];
+      if (row != nullptr && row->key != window[i]) {
+        // Another key with the same tag came first: look it up for real.
+        auto it = slab->index.find(KeyProbe{window[i]});
+        row = it == slab->index.end() ? nullptr : slab->Row(*it);
+      }
+      if (row != nullptr && !row->referenced_) row->referenced_ = true;
+      rows[start + i] = row;
+    }
+  }
 }
 
 CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
                             absl::Span<const float> values, bool dirty) {
-  void* block =
-      ::operator new(sizeof(CachedRow) + values.size() * sizeof(float));
-  CachedRow* row = new (block)
-      CachedRow(table_id, key, static_cast<uint32_t>(values.size()), dirty);
+  Slab* slab = FindSlab(table_id);
+  if (slab == nullptr) {
+    slabs_.push_back(
+        std::make_unique<Slab>(table_id, static_cast<uint32_t>(values.size())));
+    slab = slabs_.back().get();
+  }
+  DCHECK_EQ(values.size(), slab->row_floats)
+      << "table " << table_id << " has rows of another size";
+  uint32_t slot;
+  if (!slab->free_slots.empty()) {
+    slot = slab->free_slots.back();
+    slab->free_slots.pop_back();
+  } else {
+    slot = slab->slots_used++;
+    if ((slot >> slab->chunk_shift) == slab->chunks.size()) {
+      // Not value-initialised: pages are faulted in as slots are used.
+      slab->chunks.emplace_back(
+          new char[slab->slot_bytes << slab->chunk_shift]);
+    }
+  }
+  CachedRow* row = new (slab->Row(slot)) CachedRow(key, dirty);
   std::copy(values.begin(), values.end(), row->floats());
-  index_[TableKey{table_id, key}] = Entry{row, /*referenced=*/false};
-  PushNewest(row);
-  bytes_ += RowBytes(values.size());
+  slab->index.insert(slot);
+  bytes_ += slab->slot_bytes + kIndexBytesPerRow;
+  ++size_;
   return row;
 }
 
+void RowCache::Remove(Slab& slab, uint32_t slot) {
+  slab.index.erase(slot);  // hashes the key, still in the slot
+  slab.Row(slot)->occupied_ = false;
+  slab.free_slots.push_back(slot);
+  bytes_ -= slab.slot_bytes + kIndexBytesPerRow;
+  --size_;
+}
+
+void RowCache::Erase(uint32_t table_id, CachedRow* row) {
+  Slab* slab = FindSlab(table_id);
+  DCHECK(slab != nullptr) << "no rows of table " << table_id;
+  auto it = slab->index.find(KeyProbe{row->key});
+  DCHECK(it != slab->index.end() && slab->Row(*it) == row);
+  Remove(*slab, *it);
+}
+
+size_t RowCache::EraseTable(uint32_t table_id) {
+  for (size_t i = 0; i < slabs_.size(); ++i) {
+    if (slabs_[i]->table_id != table_id) continue;
+    const size_t rows = slabs_[i]->index.size();
+    bytes_ -= rows * (slabs_[i]->slot_bytes + kIndexBytesPerRow);
+    size_ -= rows;
+    slabs_.erase(slabs_.begin() + i);
+    // The hand keeps pointing at the same slot of the slabs that stay.
+    if (hand_slab_ > i) {
+      --hand_slab_;
+    } else if (hand_slab_ == i) {
+      hand_slot_ = 0;
+    }
+    return rows;
+  }
+  return 0;
+}
+
 void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
-  while (bytes_ > budget_bytes_ && oldest_ != nullptr) {
-    CachedRow* victim = oldest_;
-    Unlink(victim);
-    auto entry = index_.find(TableKey{victim->table_id, victim->key});
-    if (entry->second.referenced) {
-      // Second chance: back to the newest end, unmarked.
-      entry->second.referenced = false;
-      PushNewest(victim);
+  while (bytes_ > budget_bytes_ && size_ > 0) {
+    if (hand_slab_ >= slabs_.size()) {
+      hand_slab_ = 0;
+      hand_slot_ = 0;
+    }
+    Slab& slab = *slabs_[hand_slab_];
+    if (hand_slot_ >= slab.slots_used) {
+      ++hand_slab_;
+      hand_slot_ = 0;
       continue;
     }
-    bytes_ -= RowBytes(victim->size_);
-    index_.erase(entry);
-    if (victim->dirty) {
-      const absl::Span<const float> values = victim->values();
-      dirty_evicted->push_back(
-          EvictedRow{victim->table_id, victim->key, victim->log_sequence,
-                     std::vector<float>(values.begin(), values.end()),
-                     victim->updated_at_s, victim->push_count});
+    const uint32_t slot = hand_slot_++;
+    CachedRow* row = slab.Row(slot);
+    if (!row->occupied_) continue;
+    if (row->referenced_) {
+      row->referenced_ = false;  // second chance
+      continue;
     }
-    Free(victim);
+    if (row->dirty) {
+      const float* floats = row->floats();
+      dirty_evicted->push_back(
+          EvictedRow{slab.table_id, row->key, row->log_sequence,
+                     std::vector<float>(floats, floats + slab.row_floats),
+                     row->updated_at_s, row->push_count});
+    }
+    Remove(slab, slot);
   }
-}
-
-void RowCache::PushNewest(CachedRow* row) {
-  row->newer_ = nullptr;
-  row->older_ = newest_;
-  if (newest_ != nullptr) newest_->newer_ = row;
-  newest_ = row;
-  if (oldest_ == nullptr) oldest_ = row;
-}
-
-void RowCache::Erase(CachedRow* row) {
-  index_.erase(TableKey{row->table_id, row->key});
-  Unlink(row);
-  bytes_ -= RowBytes(row->size_);
-  Free(row);
-}
-
-void RowCache::Unlink(CachedRow* row) {
-  (row->newer_ != nullptr ? row->newer_->older_ : newest_) = row->older_;
-  (row->older_ != nullptr ? row->older_->newer_ : oldest_) = row->newer_;
-  row->newer_ = row->older_ = nullptr;
-}
-
-void RowCache::Free(CachedRow* row) {
-  row->~CachedRow();
-  ::operator delete(static_cast<void*>(row));
 }
 
 }  // namespace ps::embedding

@@ -2,74 +2,71 @@
 //
 // One stripe of the hot tier: a map from (table, key) to a row's floats,
 // bounded by a byte budget, evicting with second chance (CLOCK), an
-// approximation of LRU: a hit only sets a bit, instead of relinking a list
-// node (which cost a third of the server's CPU on pulls), and eviction gives
-// rows hit since they were last examined another round. A row is dirty when it
-// holds an update that RocksDB does not have yet; evicting a dirty row hands a
-// copy back to the caller for write-back, so nothing is dropped.
+// approximation of LRU: a hit only sets a bit, and eviction gives rows hit
+// since they were last examined another round. A row is dirty when it holds
+// an update that RocksDB does not have yet; evicting a dirty row hands a copy
+// back to the caller for write-back, so nothing is dropped.
 //
-// Memory: a row is one heap block, its header followed by its floats, linked
-// into the stripe's CLOCK list; the index maps (table, key) to the block:
-// one allocation per row, and bookkeeping smaller than a dim-16 SGD row's
-// 64 bytes of floats.
+// Memory: each table's rows live in a slab of equal slots (a 32-byte header,
+// then the floats), allocated in chunks that never move; a freed slot is
+// reused by the next row. The index of a table is a hash set of 32-bit slot
+// numbers that hashes and compares through the slot's key, so a row costs its
+// slot plus about 8 bytes of index: 104 bytes for a dim-16 SGD row (64 of
+// them floats). The CLOCK hand sweeps the slots of every table in turn.
+// A slab's chunks stay allocated while its table exists (they hold at most
+// what the budget allowed at once); EraseTable() frees them.
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
-// Pointers returned by Find(), FindValues() and Insert() stay valid until
-// their row is evicted (blocks never move).
+// Pointers returned by Find() and Insert() stay valid until their row is
+// evicted or erased.
 
 #ifndef PS_EMBEDDING_ROW_CACHE_H_
 #define PS_EMBEDDING_ROW_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/types/span.h"
 
 namespace ps::embedding {
 
-// A cached row; owned by its RowCache.
+// A cached row: the header of a slot, its floats (weights, then optimizer
+// state; how many is the table's) right after it. Owned by its RowCache.
 class CachedRow {
  public:
   CachedRow(const CachedRow&) = delete;
   CachedRow& operator=(const CachedRow&) = delete;
 
-  // Weights followed by optimizer state.
-  absl::Span<float> values() { return absl::MakeSpan(floats(), size_); }
-  absl::Span<const float> values() const {
-    return absl::MakeConstSpan(floats(), size_);
-  }
-
-  const uint32_t table_id;
-  // When a push last updated the row, in seconds since the Unix epoch (0:
-  // not known, for rows stored before rows carried it), and how many pushes
-  // updated it (saturating): what expiry goes by. In the header's padding.
-  uint32_t updated_at_s = 0;
-  const uint64_t key;
-  bool dirty;
-  // Bumped by every update, so that a write-back that copied the row can
-  // tell, once written, whether the row changed since (and is still dirty).
-  uint32_t version = 0;
-  // The push-log sequence (of the row's stripe, in the current log epoch) of
-  // the last update `values` include; 0 for none (embedding_store.h).
-  uint64_t log_sequence = 0;
-  uint32_t push_count = 0;
-
- private:
-  friend class RowCache;
-  CachedRow(uint32_t table_id, uint64_t key, uint32_t size, bool dirty)
-      : table_id(table_id), key(key), dirty(dirty), size_(size) {}
-  // The floats follow the header in the same block.
   float* floats() { return reinterpret_cast<float*>(this + 1); }
   const float* floats() const {
     return reinterpret_cast<const float*>(this + 1);
   }
 
-  const uint32_t size_;
-  // The CLOCK list: newer towards the front.
-  CachedRow* newer_ = nullptr;
-  CachedRow* older_ = nullptr;
+  const uint64_t key;
+  // The push-log sequence (of the row's stripe, in the current log epoch) of
+  // the last update the floats include; 0 for none (embedding_store.h).
+  uint64_t log_sequence = 0;
+  // Bumped by every update, so that a write-back that copied the row can
+  // tell, once written, whether the row changed since (and is still dirty).
+  uint32_t version = 0;
+  // When a push last updated the row, in seconds since the Unix epoch (0:
+  // not known, for rows stored before rows carried it), and how many pushes
+  // updated it (saturating): what expiry goes by.
+  uint32_t updated_at_s = 0;
+  uint32_t push_count = 0;
+  bool dirty;
+
+ private:
+  friend class RowCache;
+  CachedRow(uint64_t key, bool dirty) : key(key), dirty(dirty) {}
+
+  // Hit since eviction last looked at this row.
+  bool referenced_ = false;
+  // False once the row left its slot (the slot is free).
+  bool occupied_ = true;
 };
 
 // A dirty row that left the cache, for the caller to write back.
@@ -84,7 +81,7 @@ struct EvictedRow {
 
 class RowCache {
  public:
-  explicit RowCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  explicit RowCache(size_t budget_bytes);
   ~RowCache();
 
   RowCache(const RowCache&) = delete;
@@ -93,79 +90,129 @@ class RowCache {
   // Returns the row and marks it referenced, or nullptr.
   CachedRow* Find(uint32_t table_id, uint64_t key);
 
-  // Returns the row's values (weights, then optimizer state) and marks it
-  // referenced, or nullptr.
-  const float* FindValues(uint32_t table_id, uint64_t key) {
-    CachedRow* row = Find(table_id, key);
-    return row == nullptr ? nullptr : row->floats();  // no load of the row
-  }
+  // Find() of each of `keys` into `rows` (same size), faster than one by
+  // one for keys spread over a table larger than the CPU's caches: it looks
+  // keys up in windows, and in each first prefetches the index slots, then
+  // the rows the keys most likely have (found from the index alone, without
+  // comparing keys, which reads the row), then finds them in the caches.
+  void FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
+                absl::Span<CachedRow*> rows);
 
-  // Adds a row that is not cached yet and returns it.
+  // Adds a row that is not cached yet and returns it. Every row of a table
+  // has the same number of floats. REQUIRES: Find(table_id, key) == nullptr.
   CachedRow* Insert(uint32_t table_id, uint64_t key,
                     absl::Span<const float> values, bool dirty);
 
-  // Drops `row` (one this cache returned) without writing it anywhere.
-  void Erase(CachedRow* row);
+  // Drops `row` (one of table `table_id` this cache returned) without
+  // writing it anywhere.
+  void Erase(uint32_t table_id, CachedRow* row);
+
+  // Drops every row of `table_id` and frees its slab; returns how many.
+  size_t EraseTable(uint32_t table_id);
 
   // Evicts rows not referenced recently until bytes() <= budget, appending
   // copies of the evicted dirty rows to `*dirty_evicted` for write-back.
   void EvictToBudget(std::vector<EvictedRow>* dirty_evicted);
 
-  // Calls fn(CachedRow&) for each dirty row; fn decides what to do and
-  // usually clears `dirty` after writing the row back.
+  // Calls fn(table_id, CachedRow&, absl::Span<float> values) for every row,
+  // in slot order. fn may change the row but not add or drop rows.
   template <typename Fn>
-  void ForEachDirty(Fn fn) {
-    for (CachedRow* row = newest_; row != nullptr; row = row->older_) {
-      if (row->dirty) fn(*row);
+  void ForEachRow(Fn fn) {
+    for (const std::unique_ptr<Slab>& slab : slabs_) {
+      for (uint32_t slot = 0; slot < slab->slots_used; ++slot) {
+        CachedRow* row = slab->Row(slot);
+        if (row->occupied_) {
+          fn(slab->table_id, *row,
+             absl::MakeSpan(row->floats(), slab->row_floats));
+        }
+      }
     }
   }
 
-  // Calls fn(CachedRow&) for every row.
+  // ForEachRow() over the dirty rows; fn usually clears `dirty` after
+  // writing the row back.
   template <typename Fn>
-  void ForEachRow(Fn fn) {
-    for (CachedRow* row = newest_; row != nullptr; row = row->older_) fn(*row);
+  void ForEachDirty(Fn fn) {
+    ForEachRow([&](uint32_t table_id, CachedRow& row, absl::Span<float> v) {
+      if (row.dirty) fn(table_id, row, v);
+    });
   }
 
   size_t bytes() const { return bytes_; }
   size_t budget_bytes() const { return budget_bytes_; }
-  size_t size() const { return index_.size(); }
+  size_t size() const { return size_; }
 
-  // The memory one row of `floats` values costs, overheads included: its
-  // block (header, floats, the allocator's own ~16 bytes) and index slot.
+  // The memory one row of `floats` values is counted as: its slot and its
+  // share of the index.
   static size_t RowBytes(size_t floats);
 
  private:
-  struct TableKey {
-    uint32_t table_id;
+  struct Slab;
+
+  // A key to look up in a slab's index of slot numbers.
+  struct KeyProbe {
     uint64_t key;
-    bool operator==(const TableKey& other) const {
-      return table_id == other.table_id && key == other.key;
+  };
+  // A key whose lookup ends at the first slot with the same hash tag (7
+  // bits of the hash): the key's slot, most likely.
+  struct TagProbe {
+    uint64_t key;
+  };
+  // Hash and equality of the index: a slot stands for its row's key.
+  struct SlotHash {
+    using is_transparent = void;
+    const Slab* slab;
+    size_t operator()(uint32_t slot) const;
+    size_t operator()(KeyProbe probe) const;
+    size_t operator()(TagProbe probe) const;
+  };
+  struct SlotEq {
+    using is_transparent = void;
+    const Slab* slab;
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t slot, KeyProbe probe) const;
+    bool operator()(KeyProbe probe, uint32_t slot) const {
+      return (*this)(slot, probe);
     }
-    template <typename H>
-    friend H AbslHashValue(H h, const TableKey& k) {
-      return H::combine(std::move(h), k.table_id, k.key);
-    }
+    bool operator()(uint32_t, TagProbe) const { return true; }
+    bool operator()(TagProbe, uint32_t) const { return true; }
   };
 
-  // The index's value. The second-chance bit lives here, not in the row,
-  // so that a hit touches only the index slot (a pulled row's floats are
-  // prefetched and read later).
-  struct Entry {
-    CachedRow* row;
-    // Hit since eviction last looked at this row.
-    bool referenced;
+  // The rows of one table.
+  struct Slab {
+    Slab(uint32_t table_id, uint32_t row_floats);
+    Slab(const Slab&) = delete;
+    Slab& operator=(const Slab&) = delete;
+
+    CachedRow* Row(uint32_t slot) const {
+      return reinterpret_cast<CachedRow*>(chunks[slot >> chunk_shift].get() +
+                                          (slot & chunk_mask) * slot_bytes);
+    }
+
+    const uint32_t table_id;
+    const uint32_t row_floats;
+    const size_t slot_bytes;
+    // A chunk holds 2^chunk_shift slots.
+    const int chunk_shift;
+    const uint32_t chunk_mask;
+    std::vector<std::unique_ptr<char[]>> chunks;
+    // Slots [0, slots_used) were handed out at least once.
+    uint32_t slots_used = 0;
+    std::vector<uint32_t> free_slots;
+    absl::flat_hash_set<uint32_t, SlotHash, SlotEq> index;
   };
 
-  void PushNewest(CachedRow* row);
-  void Unlink(CachedRow* row);
-  static void Free(CachedRow* row);
+  Slab* FindSlab(uint32_t table_id) const;
+  // Drops the row in `slot` of `slab`.
+  void Remove(Slab& slab, uint32_t slot);
 
   const size_t budget_bytes_;
   size_t bytes_ = 0;
-  // The CLOCK list's ends: eviction looks at the oldest.
-  CachedRow* newest_ = nullptr;
-  CachedRow* oldest_ = nullptr;
-  absl::flat_hash_map<TableKey, Entry> index_;
+  size_t size_ = 0;
+  std::vector<std::unique_ptr<Slab>> slabs_;
+  // The CLOCK hand: the next slot eviction looks at.
+  size_t hand_slab_ = 0;
+  uint32_t hand_slot_ = 0;
 };
 
 }  // namespace ps::embedding

@@ -1,5 +1,9 @@
 #include "embedding/row_cache.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -9,13 +13,21 @@ namespace {
 
 const std::vector<float> kRow = {1.0f, 2.0f, 3.0f, 4.0f};
 
+// Resident set size of this process, from /proc.
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
 TEST(RowCacheTest, FindsWhatWasInserted) {
   RowCache cache(1 << 20);
   EXPECT_EQ(cache.Find(0, 7), nullptr);
   cache.Insert(0, 7, kRow, /*dirty=*/false);
   CachedRow* row = cache.Find(0, 7);
   ASSERT_NE(row, nullptr);
-  EXPECT_EQ(std::vector<float>(row->values().begin(), row->values().end()),
+  EXPECT_EQ(std::vector<float>(row->floats(), row->floats() + kRow.size()),
             kRow);
   // Same key, other table: a different row.
   EXPECT_EQ(cache.Find(1, 7), nullptr);
@@ -55,7 +67,7 @@ TEST(RowCacheTest, AnEvictedDirtyRowKeepsItsLogSequence) {
   RowCache cache(RowCache::RowBytes(kRow.size()));
   CachedRow* row = cache.Insert(3, 9, kRow, /*dirty=*/true);
   row->log_sequence = 42;
-  row->values()[0] = 7.0f;
+  row->floats()[0] = 7.0f;
   cache.Insert(3, 10, kRow, /*dirty=*/false);
   std::vector<EvictedRow> dirty;
   cache.EvictToBudget(&dirty);
@@ -66,22 +78,182 @@ TEST(RowCacheTest, AnEvictedDirtyRowKeepsItsLogSequence) {
   EXPECT_EQ(dirty[0].values, (std::vector<float>{7.0f, 2.0f, 3.0f, 4.0f}));
 }
 
-TEST(RowCacheTest, EveryRowIsVisitedNewestFirstAndSecondChancesRotate) {
+// The rows present, in the order ForEachRow() visits them.
+std::vector<uint64_t> Keys(RowCache& cache) {
+  std::vector<uint64_t> keys;
+  cache.ForEachRow([&](uint32_t, CachedRow& row, absl::Span<float>) {
+    keys.push_back(row.key);
+  });
+  return keys;
+}
+
+TEST(RowCacheTest, TheHandSweepsOnAndSecondChancesAreUsedUp) {
   RowCache cache(3 * RowCache::RowBytes(kRow.size()));
   for (uint64_t key = 1; key <= 3; ++key) cache.Insert(0, key, kRow, false);
-  std::vector<uint64_t> order;
-  cache.ForEachRow([&](CachedRow& row) { order.push_back(row.key); });
-  EXPECT_EQ(order, (std::vector<uint64_t>{3, 2, 1}));
-  // 1 and 2 are hit, so inserting 4 evicts 3 after 1 and 2 rotate to the
-  // newest end.
+  EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 2, 3}));
+  // 1 and 2 are hit, so inserting 4 evicts 3, the hand passing 1 and 2 and
+  // taking their second chances.
   ASSERT_NE(cache.Find(0, 1), nullptr);
   ASSERT_NE(cache.Find(0, 2), nullptr);
   cache.Insert(0, 4, kRow, false);
   std::vector<EvictedRow> dirty;
   cache.EvictToBudget(&dirty);
-  order.clear();
-  cache.ForEachRow([&](CachedRow& row) { order.push_back(row.key); });
-  EXPECT_EQ(order, (std::vector<uint64_t>{2, 1, 4}));
+  EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 2, 4}));
+  // 5 takes 3's slot, behind the hand, which goes on from 4: 4 is older.
+  cache.Insert(0, 5, kRow, false);
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 2, 5}));
+  // 6 takes 4's slot; the hand wraps around, and 1 used its second chance
+  // already.
+  cache.Insert(0, 6, kRow, false);
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{2, 5, 6}));
+  EXPECT_TRUE(dirty.empty());
+}
+
+TEST(RowCacheTest, TheHandSweepsEveryTable) {
+  RowCache cache(4 * RowCache::RowBytes(kRow.size()));
+  cache.Insert(0, 1, kRow, false);
+  cache.Insert(0, 2, kRow, false);
+  cache.Insert(5, 1, kRow, false);
+  cache.Insert(5, 2, kRow, false);
+  // Hit every row but table 5's key 1, then overfill by one.
+  for (auto [table, key] :
+       {std::pair<uint32_t, uint64_t>{0, 1}, {0, 2}, {5, 2}})
+    ASSERT_NE(cache.Find(table, key), nullptr);
+  cache.Insert(5, 3, kRow, false);
+  std::vector<EvictedRow> dirty;
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(cache.Find(5, 1), nullptr);
+  EXPECT_NE(cache.Find(0, 1), nullptr);
+  EXPECT_NE(cache.Find(0, 2), nullptr);
+  EXPECT_NE(cache.Find(5, 2), nullptr);
+  EXPECT_NE(cache.Find(5, 3), nullptr);
+}
+
+TEST(RowCacheTest, ErasedRowsFreeTheirSlotsForNewRows) {
+  RowCache cache(1 << 20);
+  std::vector<float> other = {9.0f, 8.0f, 7.0f, 6.0f};
+  CachedRow* two = nullptr;
+  for (uint64_t key = 1; key <= 3; ++key) {
+    CachedRow* row = cache.Insert(0, key, kRow, false);
+    if (key == 2) two = row;
+  }
+  cache.Erase(0, two);
+  EXPECT_EQ(cache.Find(0, 2), nullptr);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.bytes(), 2 * RowCache::RowBytes(kRow.size()));
+  // The slot is reused, and the new row is found under its own key only.
+  CachedRow* four = cache.Insert(0, 4, other, true);
+  EXPECT_EQ(four, two);
+  EXPECT_EQ(cache.Find(0, 4), four);
+  EXPECT_EQ(cache.Find(0, 2), nullptr);
+  EXPECT_EQ(four->floats()[0], 9.0f);
+  EXPECT_EQ(four->version, 0u);
+  EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 4, 3}));
+}
+
+TEST(RowCacheTest, EraseTableDropsOnlyThatTablesRows) {
+  RowCache cache(1 << 20);
+  const std::vector<float> wide = {1.0f, 2.0f};
+  for (uint64_t key = 1; key <= 3; ++key) {
+    cache.Insert(0, key, kRow, false);
+    cache.Insert(7, key, wide, true);
+  }
+  EXPECT_EQ(cache.EraseTable(0), 3u);
+  EXPECT_EQ(cache.EraseTable(0), 0u);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.bytes(), 3 * RowCache::RowBytes(wide.size()));
+  EXPECT_EQ(cache.Find(0, 1), nullptr);
+  CachedRow* row = cache.Find(7, 1);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->floats()[1], 2.0f);
+  // The hand still works over what is left.
+  RowCache small(RowCache::RowBytes(wide.size()));
+  small.Insert(1, 1, kRow, false);
+  small.Insert(2, 1, wide, false);
+  small.Insert(2, 2, wide, false);
+  small.EraseTable(1);
+  std::vector<EvictedRow> dirty;
+  small.EvictToBudget(&dirty);
+  EXPECT_EQ(small.size(), 1u);
+  EXPECT_LE(small.bytes(), small.budget_bytes());
+}
+
+TEST(RowCacheTest, AfterEraseTableTheHandStartsTheNextTableFromItsFirstRow) {
+  RowCache cache(4 * RowCache::RowBytes(kRow.size()));
+  for (uint64_t key = 1; key <= 3; ++key) cache.Insert(1, key, kRow, false);
+  for (uint64_t key = 1; key <= 3; ++key) cache.Insert(2, key, kRow, false);
+  std::vector<EvictedRow> dirty;
+  cache.EvictToBudget(&dirty);  // (1, 1) and (1, 2): the hand is in table 1
+  ASSERT_EQ(cache.Find(1, 2), nullptr);
+  ASSERT_EQ(cache.EraseTable(1), 1u);
+  cache.Insert(2, 4, kRow, false);
+  cache.Insert(2, 5, kRow, false);
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(cache.Find(2, 1), nullptr);
+  EXPECT_NE(cache.Find(2, 3), nullptr);
+}
+
+TEST(RowCacheTest, ManyRowsGrowTheIndexAndStayFindable) {
+  RowCache cache(size_t{1} << 30);
+  constexpr uint64_t kRows = 20000;  // several chunks, several rehashes
+  for (uint64_t key = 0; key < kRows; ++key) {
+    CachedRow* row = cache.Insert(3, key * 7919, kRow, false);
+    row->floats()[0] = static_cast<float>(key);
+  }
+  for (uint64_t key = 0; key < kRows; key += 7) {
+    CachedRow* row = cache.Find(3, key * 7919);
+    ASSERT_NE(row, nullptr) << key;
+    ASSERT_EQ(row->key, key * 7919);
+    ASSERT_EQ(row->floats()[0], static_cast<float>(key));
+    ASSERT_EQ(row->floats()[3], 4.0f);
+  }
+  EXPECT_EQ(cache.Find(3, 1), nullptr);
+}
+
+TEST(RowCacheTest, FindManyFindsWhatFindFinds) {
+  RowCache cache(size_t{1} << 30);
+  // Enough keys that many share a 7-bit hash tag within a probe group.
+  constexpr uint64_t kRows = 20000;
+  for (uint64_t key = 0; key < kRows; ++key)
+    cache.Insert(2, key * 31, kRow, false);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 2 * kRows; ++key) keys.push_back(key * 31 + 1);
+  for (uint64_t key = 0; key < kRows; ++key) keys.push_back(key * 31);
+  std::vector<CachedRow*> rows(keys.size());
+  cache.FindMany(2, keys, absl::MakeSpan(rows));
+  size_t found = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(rows[i], cache.Find(2, keys[i])) << keys[i];
+    if (rows[i] != nullptr) {
+      ASSERT_EQ(rows[i]->key, keys[i]);
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, kRows);
+  cache.FindMany(9, keys, absl::MakeSpan(rows));  // no such table
+  for (CachedRow* row : rows) ASSERT_EQ(row, nullptr);
+}
+
+TEST(RowCacheTest, ADim16SgdRowCostsAtMost110BytesOfMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory and quarantine are resident "
+                  "beside every byte the cache allocates";
+#endif
+  constexpr uint64_t kRows = 1000000;
+  const std::vector<float> row(16, 1.0f);
+  const size_t before = ResidentBytes();
+  auto cache = std::make_unique<RowCache>(size_t{1} << 40);
+  for (uint64_t key = 0; key < kRows; ++key)
+    cache->Insert(0, key * 7919, row, /*dirty=*/false);
+  const double resident_per_row =
+      static_cast<double>(ResidentBytes() - before) / kRows;
+  EXPECT_LE(resident_per_row, 110.0);
+  // What the budget counts is close to what the rows cost.
+  EXPECT_NEAR(static_cast<double>(cache->bytes()) / kRows, resident_per_row,
+              8.0);
+  ASSERT_NE(cache->Find(0, 7919 * (kRows - 1)), nullptr);
 }
 
 TEST(RowCacheTest, ForEachDirtyVisitsOnlyDirtyRows) {
@@ -90,13 +262,13 @@ TEST(RowCacheTest, ForEachDirtyVisitsOnlyDirtyRows) {
   cache.Insert(0, 2, kRow, false);
   cache.Insert(2, 3, kRow, true);
   std::vector<uint64_t> seen;
-  cache.ForEachDirty([&](CachedRow& row) {
+  cache.ForEachDirty([&](uint32_t, CachedRow& row, absl::Span<float>) {
     seen.push_back(row.key);
     row.dirty = false;
   });
   EXPECT_EQ(seen.size(), 2u);
   int again = 0;
-  cache.ForEachDirty([&](CachedRow&) { ++again; });
+  cache.ForEachDirty([&](uint32_t, CachedRow&, absl::Span<float>) { ++again; });
   EXPECT_EQ(again, 0);
 }
 

@@ -37,6 +37,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "proto/admin.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 
 ABSL_FLAG(std::string, ps, "", "ps_server host:port.");
@@ -292,27 +293,54 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // The shard's hot-tier lookups so far, hits and misses; false when the
+  // server has no admin service (the gRPC ceiling server).
+  std::unique_ptr<ps::Admin::Stub> admin =
+      ps::Admin::NewStub(grpc::CreateChannel(
+          absl::GetFlag(FLAGS_ps), grpc::InsecureChannelCredentials()));
+  auto hot_tier_lookups = [&](uint64_t* hits, uint64_t* misses) {
+    grpc::ClientContext context;
+    ps::ShardStatsRequest request;
+    ps::ShardStatsResponse response;
+    if (!admin->ShardStats(&context, request, &response).ok()) return false;
+    *hits = response.hot_tier_hits();
+    *misses = response.hot_tier_misses();
+    return true;
+  };
+  // `hit_rate`: the share of the measurement's row lookups the hot tier
+  // answered, or "-".
   auto print = [&](const char* system, const char* op, int clients,
-                   const Result& r) {
+                   const Result& r, const std::string& hit_rate = "-") {
     std::printf(
-        "| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f |\n", system,
+        "| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f | %s |\n", system,
         absl::GetFlag(FLAGS_label).c_str(), dim, clients, op,
         r.rows_per_second / 1e6,
         r.rows_per_second *
             (std::string(system).rfind("Redis", 0) == 0 ? row_bytes
                                                         : wire_row_bytes) /
             1e6,
-        r.p50_ms, r.p99_ms);
+        r.p50_ms, r.p99_ms, hit_rate.c_str());
     std::fflush(stdout);
+  };
+  // Measure() of a ps_server operation, printed with its hit rate.
+  auto measure_ps = [&](const std::string& system, const char* op, int clients,
+                        const auto& operation) {
+    uint64_t hits_before = 0, misses_before = 0, hits = 0, misses = 0;
+    const bool stats = hot_tier_lookups(&hits_before, &misses_before);
+    const Result result = Measure(clients, operation);
+    std::string hit_rate = "-";
+    if (stats && hot_tier_lookups(&hits, &misses) &&
+        hits + misses > hits_before + misses_before) {
+      hit_rate = absl::StrFormat(
+          "%.1f%%", 100.0 * (hits - hits_before) /
+                        (hits + misses - hits_before - misses_before));
+    }
+    print(system.c_str(), op, clients, result, hit_rate);
   };
   for (int clients : ClientCounts()) {
     const std::string system = absl::GetFlag(FLAGS_system);
-    if (Measures("pull")) {
-      print(system.c_str(), "pull", clients, Measure(clients, ps_pull));
-    }
-    if (Measures("push")) {
-      print(system.c_str(), "push", clients, Measure(clients, ps_push));
-    }
+    if (Measures("pull")) measure_ps(system, "pull", clients, ps_pull);
+    if (Measures("push")) measure_ps(system, "push", clients, ps_push);
   }
 
   // --- Redis -----------------------------------------------------------------

@@ -66,8 +66,8 @@ table="$work/table.md"
   echo "push = MGET, SGD on the client, MSET (read-modify-write, one pipelined command each)."
   echo "Loopback ceiling measured in the same run: $(awk -v b="$loopback" 'BEGIN {printf "%.2f GB/s", b / 1e9}')."
   echo
-  echo "| system | table | dim | clients | op | M rows/s | MB/s | p50 ms | p99 ms |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| system | table | dim | clients | op | M rows/s | MB/s | p50 ms | p99 ms | hot-tier hits |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 } >"$table"
 cat "$table"
 for dim in 16 64; do
@@ -98,7 +98,7 @@ if [ -f "$peers/pslite-bench/run.sh" ] && [ -d "$peers/ps-lite" ]; then
   for dim in 16 64; do
     BENCH_DIM=$dim BENCH_ROWS="$rows" BENCH_SECONDS="$seconds" bash "$work/pslite-bench/run.sh" 1 4 \
       2>"$work/pslite_$dim.log" |
-      awk -v dim=$dim '/^ps-lite/ {gsub(",", "", $2); printf "| ps-lite | fits (no durability) | %s | %s | %s | %s | - | - | - |\n", dim, $3, $2, $5}' |
+      awk -v dim=$dim '/^ps-lite/ {gsub(",", "", $2); printf "| ps-lite | fits (no durability) | %s | %s | %s | %s | - | - | - | - |\n", dim, $3, $2, $5}' |
       tee -a "$table" || echo "ps-lite failed for dim $dim: $(tail -3 "$work/pslite_$dim.log")" >&2
   done
 else
