@@ -452,7 +452,8 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   std::vector<CachedRow*> found_rows(keys.size());
   std::vector<uint32_t> missing_positions;
   std::vector<uint64_t> missing;
-  stripe.cache.FindMany(table.id, keys, absl::MakeSpan(found_rows));
+  stripe.cache.FindMany(table.id, keys, absl::MakeSpan(found_rows),
+                        table.row_floats);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (found_rows[i] != nullptr && ExpiredInMemory(table, *found_rows[i])) {
       // Its disk copy is as old: both count as gone.
@@ -829,7 +830,7 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
       stripe_keys.push_back(keys[order[i]]);
     found.resize(stripe_keys.size());
-    stripe.cache.FindMany(table->id, stripe_keys, absl::MakeSpan(found));
+    stripe.cache.FindMany(table->id, stripe_keys, absl::MakeSpan(found), dim);
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t position = order[i];
       const CachedRow* row = found[i - starts[s]];
@@ -1268,6 +1269,9 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
           return !s->write_back_in_flight;
         },
         &stripe));
+    // No row pointer is held outside the lock, and none under it here: the
+    // moment to give back the memory of free slots.
+    stripe.cache.Compact();
     taken = TakeDirtyRows(stripe, &batch);
     // Under kWal the cut is written even with no dirty row, so that a quiet
     // stripe does not hold old segments of the log.
@@ -1441,6 +1445,7 @@ StoreStats EmbeddingStore::Stats() {
     absl::MutexLock lock(&stripe->mu);
     stats.hot_tier_bytes += stripe->cache.bytes();
     stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
+    stats.hot_tier_allocated_bytes += stripe->cache.allocated_slot_bytes();
   }
   stats.hot_tier_hits = hits_.load();
   stats.hot_tier_misses = misses_.load();

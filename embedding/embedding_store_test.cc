@@ -277,6 +277,38 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
 #endif
 }
 
+TEST_F(EmbeddingStoreTest, MemoryOfRowsEvictedForAnotherTableIsGivenBack) {
+  options_.cache_bytes = 8 << 20;
+  options_.num_stripes = 4;
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("a", 16)));
+  ASSERT_OK(store->DeclareTable(SgdTable("b", 16)));
+  // 100000 rows of ~104 bytes: more than the budget, per table. All of
+  // table a's, then all of table b's, which push a's out of memory.
+  constexpr uint64_t kRows = 100000;
+  constexpr uint64_t kBatch = 5000;
+  const std::vector<float> gradients(kBatch * 16, 0.5f);
+  for (const char* table : {"a", "b"}) {
+    for (uint64_t start = 0; start < kRows; start += kBatch) {
+      std::vector<uint64_t> keys;
+      for (uint64_t key = start; key < start + kBatch; ++key)
+        keys.push_back(key);
+      ASSERT_OK(store->Push(table, keys, gradients));
+    }
+    ASSERT_OK(store->Flush());
+    const StoreStats stats = store->Stats();
+    EXPECT_LE(stats.hot_tier_bytes, options_.cache_bytes);
+    // A partly used chunk per stripe (192 KiB) beside the rows; the slots
+    // table a's rows left are given back.
+    EXPECT_LE(stats.hot_tier_allocated_bytes, options_.cache_bytes * 5 / 4)
+        << "after table " << table;
+    EXPECT_GE(stats.hot_tier_allocated_bytes, stats.hot_tier_bytes * 9 / 10);
+  }
+  // Table a's rows come back from RocksDB.
+  EXPECT_FLOAT_EQ(PullRows(*store, "a", {7}, 16)[0],
+                  InitialRow(SgdTable("a", 16), 7)[0] - 0.5f);
+}
+
 TEST_F(EmbeddingStoreTest, ReopenResumesTablesAndRows) {
   for (Durability durability : {Durability::kWal, Durability::kPeriodic}) {
     options_.durability = durability;

@@ -4,6 +4,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/base/config.h"
 #include "absl/hash/hash.h"
 #include "glog/logging.h"
 
@@ -28,6 +29,23 @@ size_t SlotBytes(size_t floats) {
   // Every header stays aligned.
   return (bytes + alignof(CachedRow) - 1) / alignof(CachedRow) *
          alignof(CachedRow);
+}
+
+// Looking a key up by its hash tag alone relies on how this Abseil's
+// raw_hash_set probes (it calls the equality only on slots whose 7-bit tag
+// matches, and checks nothing else); elsewhere keys are compared for real.
+#if defined(ABSL_LTS_RELEASE_VERSION) && ABSL_LTS_RELEASE_VERSION == 20220623
+constexpr bool kTagProbes = true;
+#else
+constexpr bool kTagProbes = false;
+#endif
+
+// Prefetches the cache lines of [begin, begin + bytes).
+void PrefetchBytes(const void* begin, size_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
+  for (uintptr_t line = first; line < end; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
 }
 
 int ChunkShift(size_t slot_bytes) {
@@ -71,8 +89,10 @@ size_t RowCache::RowBytes(size_t floats) {
 }
 
 RowCache::Slab* RowCache::FindSlab(uint32_t table_id) const {
+  if (last_slab_ != nullptr && last_slab_->table_id == table_id)
+    return last_slab_;
   for (const std::unique_ptr<Slab>& slab : slabs_) {
-    if (slab->table_id == table_id) return slab.get();
+    if (slab->table_id == table_id) return last_slab_ = slab.get();
   }
   return nullptr;
 }
@@ -89,35 +109,44 @@ CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
 }
 
 void RowCache::FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
-                        absl::Span<CachedRow*> rows) {
+                        absl::Span<CachedRow*> rows, size_t prefetch_floats) {
   DCHECK_EQ(keys.size(), rows.size());
   Slab* slab = FindSlab(table_id);
   if (slab == nullptr) {
     std::fill(rows.begin(), rows.end(), nullptr);
     return;
   }
+  const size_t prefetch_bytes =
+      sizeof(CachedRow) +
+      std::min<size_t>(prefetch_floats, slab->row_floats) * sizeof(float);
   // Enough lookups in flight to keep the memory busy; few enough that what
   // they fetch is still in L1 when the next pass reads it.
   constexpr size_t kWindow = 16;
+  size_t hashes[kWindow];
   CachedRow* candidates[kWindow];
   for (size_t start = 0; start < keys.size(); start += kWindow) {
     const size_t count = std::min(kWindow, keys.size() - start);
     const uint64_t* window = &keys[start];
-    for (size_t i = 0; i < count; ++i)
-      slab->index.prefetch(KeyProbe{window[i]});
     for (size_t i = 0; i < count; ++i) {
-      auto it = slab->index.find(TagProbe{window[i]});
-      candidates[i] = it == slab->index.end() ? nullptr : slab->Row(*it);
-      if (candidates[i] == nullptr) continue;
-      const char* row = reinterpret_cast<const char*>(candidates[i]);
-      for (size_t offset = 0; offset < slab->slot_bytes; offset += 64)
-        __builtin_prefetch(row + offset);
+      hashes[i] = absl::HashOf(window[i]);
+      slab->index.prefetch(KeyProbe{window[i]});
+    }
+    if (kTagProbes) {
+      for (size_t i = 0; i < count; ++i) {
+        auto it = slab->index.find(TagProbe{window[i]}, hashes[i]);
+        candidates[i] = it == slab->index.end() ? nullptr : slab->Row(*it);
+        if (candidates[i] != nullptr)
+          PrefetchBytes(candidates[i], prefetch_bytes);
+      }
+    } else {
+      std::fill(candidates, candidates + count, nullptr);
     }
     for (size_t i = 0; i < count; ++i) {
       CachedRow* row = candidates[i];
-      if (row != nullptr && row->key != window[i]) {
-        // Another key with the same tag came first: look it up for real.
-        auto it = slab->index.find(KeyProbe{window[i]});
+      if (row == nullptr || row->key != window[i]) {
+        // No candidate, or another key with the same tag came first: look
+        // it up for real.
+        auto it = slab->index.find(KeyProbe{window[i]}, hashes[i]);
         row = it == slab->index.end() ? nullptr : slab->Row(*it);
       }
       if (row != nullptr && !row->referenced_) row->referenced_ = true;
@@ -136,6 +165,8 @@ CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
   }
   DCHECK_EQ(values.size(), slab->row_floats)
       << "table " << table_id << " has rows of another size";
+  DCHECK(slab->index.find(KeyProbe{key}) == slab->index.end())
+      << "key " << key << " of table " << table_id << " is cached already";
   uint32_t slot;
   if (!slab->free_slots.empty()) {
     slot = slab->free_slots.back();
@@ -178,6 +209,7 @@ size_t RowCache::EraseTable(uint32_t table_id) {
     const size_t rows = slabs_[i]->index.size();
     bytes_ -= rows * (slabs_[i]->slot_bytes + kIndexBytesPerRow);
     size_ -= rows;
+    if (last_slab_ == slabs_[i].get()) last_slab_ = nullptr;
     slabs_.erase(slabs_.begin() + i);
     // The hand keeps pointing at the same slot of the slabs that stay.
     if (hand_slab_ > i) {
@@ -218,6 +250,69 @@ void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
     }
     Remove(slab, slot);
   }
+}
+
+size_t RowCache::Compact() {
+  size_t moved = 0;
+  for (size_t i = 0; i < slabs_.size();) {
+    Slab& slab = *slabs_[i];
+    if (slab.index.empty()) {
+      EraseTable(slab.table_id);  // keeps the hand where it was
+      continue;
+    }
+    const size_t free = slab.slots_used - slab.index.size();
+    if (free > (size_t{1} << slab.chunk_shift) && free > slab.slots_used / 8)
+      moved += CompactSlab(slab);
+    ++i;
+  }
+  return moved;
+}
+
+size_t RowCache::CompactSlab(Slab& slab) {
+  const uint32_t rows = static_cast<uint32_t>(slab.index.size());
+  // The free slots below `rows` take the rows at or above it, lowest free
+  // slot first.
+  std::vector<uint32_t> holes;
+  for (uint32_t slot : slab.free_slots) {
+    if (slot < rows) holes.push_back(slot);
+  }
+  std::sort(holes.begin(), holes.end());
+  size_t next_hole = 0;
+  for (uint32_t from = rows; from < slab.slots_used; ++from) {
+    CachedRow* source = slab.Row(from);
+    if (!source->occupied_) continue;
+    DCHECK_LT(next_hole, holes.size());
+    const uint32_t to = holes[next_hole++];
+    slab.index.erase(from);  // hashes the key, still in the slot
+    CachedRow* target =
+        new (slab.Row(to)) CachedRow(source->key, source->dirty);
+    target->log_sequence = source->log_sequence;
+    target->version = source->version;
+    target->updated_at_s = source->updated_at_s;
+    target->push_count = source->push_count;
+    target->referenced_ = source->referenced_;
+    std::copy(source->floats(), source->floats() + slab.row_floats,
+              target->floats());
+    slab.index.insert(to);
+  }
+  const size_t moved = next_hole;
+  slab.slots_used = rows;
+  slab.free_slots.clear();
+  slab.free_slots.shrink_to_fit();
+  const size_t chunk_slots = size_t{1} << slab.chunk_shift;
+  slab.chunks.resize((rows + chunk_slots - 1) / chunk_slots);
+  slab.chunks.shrink_to_fit();
+  // A hand past the slab's new end goes on to the next table.
+  slab.index.rehash(0);  // shrinks it to fit its rows
+  return moved;
+}
+
+size_t RowCache::allocated_slot_bytes() const {
+  size_t bytes = 0;
+  for (const std::unique_ptr<Slab>& slab : slabs_) {
+    bytes += slab->chunks.size() * (slab->slot_bytes << slab->chunk_shift);
+  }
+  return bytes;
 }
 
 }  // namespace ps::embedding

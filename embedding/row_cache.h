@@ -8,17 +8,19 @@
 // back to the caller for write-back, so nothing is dropped.
 //
 // Memory: each table's rows live in a slab of equal slots (a 32-byte header,
-// then the floats), allocated in chunks that never move; a freed slot is
-// reused by the next row. The index of a table is a hash set of 32-bit slot
-// numbers that hashes and compares through the slot's key, so a row costs its
-// slot plus about 8 bytes of index: 104 bytes for a dim-16 SGD row (64 of
-// them floats). The CLOCK hand sweeps the slots of every table in turn.
-// A slab's chunks stay allocated while its table exists (they hold at most
-// what the budget allowed at once); EraseTable() frees them.
+// then the floats, rounded up to 8 bytes), allocated in chunks; a freed slot
+// is reused by the table's next row. The index of a table is a hash set of
+// 32-bit slot numbers that hashes and compares through the slot's key, so a
+// row costs its slot plus about 8 bytes of index: 104 bytes for a dim-16 SGD
+// row (64 of them floats). The CLOCK hand sweeps the slots of every table in
+// turn. Free slots stay allocated until Compact() moves rows down into them
+// and frees the chunks left empty: run it now and then (the store does after
+// each write-back), or a table whose rows were evicted to make room for
+// another's would keep their memory.
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
-// Pointers returned by Find() and Insert() stay valid until their row is
-// evicted or erased.
+// Pointers returned by Find(), FindMany() and Insert() stay valid until their
+// row is evicted or erased, or Compact() runs.
 
 #ifndef PS_EMBEDDING_ROW_CACHE_H_
 #define PS_EMBEDDING_ROW_CACHE_H_
@@ -95,8 +97,9 @@ class RowCache {
   // keys up in windows, and in each first prefetches the index slots, then
   // the rows the keys most likely have (found from the index alone, without
   // comparing keys, which reads the row), then finds them in the caches.
+  // `prefetch_floats`: how many of each row's floats the caller reads next.
   void FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
-                absl::Span<CachedRow*> rows);
+                absl::Span<CachedRow*> rows, size_t prefetch_floats);
 
   // Adds a row that is not cached yet and returns it. Every row of a table
   // has the same number of floats. REQUIRES: Find(table_id, key) == nullptr.
@@ -113,6 +116,16 @@ class RowCache {
   // Evicts rows not referenced recently until bytes() <= budget, appending
   // copies of the evicted dirty rows to `*dirty_evicted` for write-back.
   void EvictToBudget(std::vector<EvictedRow>* dirty_evicted);
+
+  // Gives back the memory of free slots: where a table has more free slots
+  // than a chunk holds (and than an eighth of its slots), moves its last rows
+  // into the free slots below them, frees the chunks left empty and shrinks
+  // its index; drops tables left without rows. Returns the rows moved.
+  // Invalidates every CachedRow* handed out before.
+  size_t Compact();
+
+  // Bytes allocated for slots, used or free (the index not included).
+  size_t allocated_slot_bytes() const;
 
   // Calls fn(table_id, CachedRow&, absl::Span<float> values) for every row,
   // in slot order. fn may change the row but not add or drop rows.
@@ -203,6 +216,8 @@ class RowCache {
   };
 
   Slab* FindSlab(uint32_t table_id) const;
+  // Moves `slab`'s rows into its lowest free slots and frees what is left.
+  size_t CompactSlab(Slab& slab);
   // Drops the row in `slot` of `slab`.
   void Remove(Slab& slab, uint32_t slot);
 
@@ -210,6 +225,8 @@ class RowCache {
   size_t bytes_ = 0;
   size_t size_ = 0;
   std::vector<std::unique_ptr<Slab>> slabs_;
+  // The slab FindSlab() found last: batches look one table up many times.
+  mutable Slab* last_slab_ = nullptr;
   // The CLOCK hand: the next slot eviction looks at.
   size_t hand_slab_ = 0;
   uint32_t hand_slot_ = 0;

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -221,8 +224,9 @@ TEST(RowCacheTest, FindManyFindsWhatFindFinds) {
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 2 * kRows; ++key) keys.push_back(key * 31 + 1);
   for (uint64_t key = 0; key < kRows; ++key) keys.push_back(key * 31);
+  keys.push_back(5 * 31);  // a last window of one key
   std::vector<CachedRow*> rows(keys.size());
-  cache.FindMany(2, keys, absl::MakeSpan(rows));
+  cache.FindMany(2, keys, absl::MakeSpan(rows), kRow.size());
   size_t found = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_EQ(rows[i], cache.Find(2, keys[i])) << keys[i];
@@ -231,9 +235,198 @@ TEST(RowCacheTest, FindManyFindsWhatFindFinds) {
       ++found;
     }
   }
-  EXPECT_EQ(found, kRows);
-  cache.FindMany(9, keys, absl::MakeSpan(rows));  // no such table
+  EXPECT_EQ(found, kRows + 1);
+  cache.FindMany(9, keys, absl::MakeSpan(rows), 1);  // no such table
   for (CachedRow* row : rows) ASSERT_EQ(row, nullptr);
+}
+
+TEST(RowCacheTest, FindManyGivesTheRowsItFindsASecondChance) {
+  RowCache cache(3 * RowCache::RowBytes(kRow.size()));
+  for (uint64_t key = 1; key <= 3; ++key) cache.Insert(0, key, kRow, false);
+  const std::vector<uint64_t> keys = {1, 3};
+  std::vector<CachedRow*> rows(keys.size());
+  cache.FindMany(0, keys, absl::MakeSpan(rows), kRow.size());
+  cache.Insert(0, 4, kRow, false);
+  std::vector<EvictedRow> dirty;
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(cache.Find(0, 2), nullptr);
+  EXPECT_NE(cache.Find(0, 1), nullptr);
+  EXPECT_NE(cache.Find(0, 3), nullptr);
+}
+
+TEST(RowCacheTest, EraseTableBeforeTheHandKeepsTheHandOnItsRow) {
+  RowCache cache(4 * RowCache::RowBytes(kRow.size()));
+  cache.Insert(1, 1, kRow, false);
+  cache.Insert(2, 1, kRow, false);
+  for (uint64_t key = 1; key <= 3; ++key) cache.Insert(3, key, kRow, false);
+  for (auto [table, key] :
+       {std::pair<uint32_t, uint64_t>{1, 1}, {2, 1}, {3, 1}})
+    ASSERT_NE(cache.Find(table, key), nullptr);
+  std::vector<EvictedRow> dirty;
+  cache.EvictToBudget(&dirty);  // (3, 2): the hand stops at table 3's slot 2
+  ASSERT_EQ(cache.Find(3, 2), nullptr);
+  ASSERT_EQ(cache.EraseTable(1), 1u);
+  cache.Insert(3, 4, kRow, false);
+  cache.Insert(2, 2, kRow, false);
+  cache.EvictToBudget(&dirty);
+  EXPECT_EQ(cache.Find(3, 3), nullptr);  // where the hand was
+  EXPECT_NE(cache.Find(2, 1), nullptr);
+}
+
+TEST(RowCacheTest, CompactGivesBackFreeSlotsAndKeepsEveryRow) {
+  RowCache cache(size_t{1} << 30);
+  constexpr uint64_t kRows = 20000;  // several chunks
+  std::vector<CachedRow*> rows;
+  for (uint64_t key = 0; key < kRows; ++key) {
+    CachedRow* row = cache.Insert(4, key, kRow, /*dirty=*/key % 3 == 0);
+    row->floats()[1] = static_cast<float>(key);
+    row->log_sequence = key + 100;
+    row->version = static_cast<uint32_t>(key);
+    row->updated_at_s = 7;
+    row->push_count = static_cast<uint32_t>(key % 5);
+    rows.push_back(row);
+  }
+  cache.Insert(5, 1, kRow, false);
+  // A few free slots are kept for the next rows: nothing to do.
+  cache.Erase(4, rows[5]);
+  EXPECT_EQ(cache.Compact(), 0u);
+  const size_t allocated = cache.allocated_slot_bytes();
+  for (uint64_t key = 0; key < kRows; ++key) {
+    if (key % 10 != 0 && key != 5) cache.Erase(4, rows[key]);
+  }
+  cache.Erase(5, cache.Find(5, 1));
+  EXPECT_GT(cache.Compact(), 0u);
+  EXPECT_LT(cache.allocated_slot_bytes(), allocated / 4);
+  EXPECT_EQ(cache.size(), kRows / 10);
+  EXPECT_EQ(cache.bytes(), kRows / 10 * RowCache::RowBytes(kRow.size()));
+  for (uint64_t key = 0; key < kRows; key += 10) {
+    const CachedRow* row = cache.Find(4, key);
+    ASSERT_NE(row, nullptr) << key;
+    EXPECT_EQ(row->floats()[1], static_cast<float>(key));
+    EXPECT_EQ(row->floats()[3], 4.0f);
+    EXPECT_EQ(row->dirty, key % 3 == 0);
+    EXPECT_EQ(row->log_sequence, key + 100);
+    EXPECT_EQ(row->version, key);
+    EXPECT_EQ(row->updated_at_s, 7u);
+    EXPECT_EQ(row->push_count, key % 5);
+  }
+  EXPECT_EQ(cache.Find(4, 11), nullptr);
+  // New rows go on after the moved ones; a table with no rows left is gone.
+  cache.Insert(4, 11, kRow, false);
+  EXPECT_NE(cache.Find(4, 11), nullptr);
+  EXPECT_EQ(cache.EraseTable(5), 0u);
+  cache.EraseTable(4);
+  EXPECT_EQ(cache.allocated_slot_bytes(), 0u);
+}
+
+TEST(RowCacheTest, CompactKeepsSecondChances) {
+  const std::vector<float> large(8000, 1.0f);  // 8 slots a chunk
+  RowCache cache(9 * RowCache::RowBytes(large.size()));
+  std::vector<CachedRow*> rows;
+  for (uint64_t key = 0; key < 20; ++key)
+    rows.push_back(cache.Insert(0, key, large, false));
+  for (uint64_t key = 0; key < 12; ++key) cache.Erase(0, rows[key]);
+  ASSERT_NE(cache.Find(0, 12), nullptr);
+  ASSERT_EQ(cache.Compact(), 8u);  // 12..19 move to slots 0..7
+  cache.Insert(0, 100, large, false);
+  cache.Insert(0, 101, large, false);
+  std::vector<EvictedRow> dirty;
+  cache.EvictToBudget(&dirty);
+  EXPECT_NE(cache.Find(0, 12), nullptr);
+  EXPECT_EQ(cache.Find(0, 13), nullptr);
+}
+
+TEST(RowCacheTest, RandomOperationsAgreeWithAMap) {
+  std::mt19937_64 rng(11);
+  // Rows of 1000, 8000 and 1 floats in tables 0, 1 and 2 (table 1's chunks
+  // hold 8 slots). Traffic moves from table 1 to table 0 halfway, so that
+  // table 1 is left with free slots for compaction to give back.
+  const std::vector<size_t> row_floats = {1000, 8000, 1};
+  RowCache cache(40 * RowCache::RowBytes(8000));
+  size_t moved = 0;
+  struct Expected {
+    std::vector<float> values;
+    bool dirty;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, Expected> expected;
+  for (int step = 0; step < 20000; ++step) {
+    const uint32_t favourite = step < 10000 ? 1 : 0;
+    const uint32_t table =
+        rng() % 5 != 0 ? favourite : static_cast<uint32_t>(rng() % 3);
+    const uint64_t key = rng() % 1000;
+    const int op = static_cast<int>(rng() % 100);
+    CachedRow* row = cache.Find(table, key);
+    ASSERT_EQ(row != nullptr, expected.count({table, key}) == 1)
+        << "step " << step;
+    const size_t floats = row_floats[table];
+    if (row != nullptr) {
+      const Expected& want = expected[{table, key}];
+      ASSERT_EQ(std::vector<float>(row->floats(), row->floats() + floats),
+                want.values);
+      ASSERT_EQ(row->dirty, want.dirty);
+    }
+    if (op < 50 && row == nullptr) {
+      std::vector<float> values(floats, 0.5f);
+      values[0] = static_cast<float>(step);
+      values[floats - 1] += static_cast<float>(key);
+      const bool dirty = rng() % 2 == 0;
+      cache.Insert(table, key, values, dirty);
+      expected[{table, key}] = Expected{values, dirty};
+    } else if (op < 60 && row != nullptr) {
+      cache.Erase(table, row);
+      expected.erase({table, key});
+    } else if (op < 80) {
+      const size_t before = cache.size();
+      std::vector<EvictedRow> dirty;
+      cache.EvictToBudget(&dirty);
+      ASSERT_LE(cache.bytes(), cache.budget_bytes());
+      for (const EvictedRow& evicted : dirty) {
+        auto it = expected.find({evicted.table_id, evicted.key});
+        ASSERT_NE(it, expected.end());
+        ASSERT_TRUE(it->second.dirty);
+        ASSERT_EQ(evicted.values, it->second.values);
+        expected.erase(it);
+      }
+      // What else left was clean.
+      size_t clean_gone = 0;
+      for (auto it = expected.begin(); it != expected.end();) {
+        const CachedRow* kept = cache.Find(it->first.first, it->first.second);
+        if (kept == nullptr) {
+          ASSERT_FALSE(it->second.dirty);
+          it = expected.erase(it);
+          ++clean_gone;
+          continue;
+        }
+        // Rows moved by compaction, whole (first and last float).
+        const std::vector<float>& want = it->second.values;
+        ASSERT_EQ(kept->floats()[0], want[0]);
+        ASSERT_EQ(kept->floats()[want.size() - 1], want.back());
+        ASSERT_EQ(kept->dirty, it->second.dirty);
+        ++it;
+      }
+      ASSERT_EQ(before - cache.size(), dirty.size() + clean_gone);
+    } else if (op < 90) {
+      moved += cache.Compact();
+    } else if (op == 99) {
+      cache.EraseTable(table);
+      for (auto it = expected.begin(); it != expected.end();) {
+        it = it->first.first == table ? expected.erase(it) : std::next(it);
+      }
+    } else {
+      std::vector<uint64_t> keys;
+      for (int i = 0; i < 37; ++i) keys.push_back(rng() % 1000);
+      std::vector<CachedRow*> rows(keys.size());
+      cache.FindMany(table, keys, absl::MakeSpan(rows), floats);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_EQ(rows[i] != nullptr, expected.count({table, keys[i]}) == 1);
+        if (rows[i] != nullptr) {
+          ASSERT_EQ(rows[i]->key, keys[i]);
+        }
+      }
+    }
+    ASSERT_EQ(cache.size(), expected.size());
+  }
+  EXPECT_GT(moved, 0u);
 }
 
 TEST(RowCacheTest, ADim16SgdRowCostsAtMost110BytesOfMemory) {

@@ -56,6 +56,7 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_rows_pushed(stats.rows_pushed);
   response->set_hot_tier_bytes(stats.hot_tier_bytes);
   response->set_hot_tier_budget_bytes(stats.hot_tier_budget_bytes);
+  response->set_hot_tier_allocated_bytes(stats.hot_tier_allocated_bytes);
   response->set_hot_tier_hits(stats.hot_tier_hits);
   response->set_hot_tier_misses(stats.hot_tier_misses);
   response->set_rocksdb_live_bytes(stats.disk_bytes);

@@ -345,6 +345,8 @@ constexpr StatField kStatFields[] = {
     {"hot_tier_bytes", &ps::ShardStatsResponse::hot_tier_bytes, false},
     {"hot_tier_budget_bytes", &ps::ShardStatsResponse::hot_tier_budget_bytes,
      false},
+    {"hot_tier_allocated_bytes",
+     &ps::ShardStatsResponse::hot_tier_allocated_bytes, false},
     {"rocksdb_live_bytes", &ps::ShardStatsResponse::rocksdb_live_bytes, false},
     {"push_log_bytes", &ps::ShardStatsResponse::push_log_bytes, false},
     {"push_log_dropped_bytes", &ps::ShardStatsResponse::push_log_dropped_bytes,

@@ -61,7 +61,9 @@ def main():
     dim = measured["embedding_dim"]
     # Adagrad rows: weights + accumulators, plus the wide table's 1 + 1.
     row_value_bytes = (dim * 2 + 2) * 4
-    row_memory_bytes = row_value_bytes + 2 * 100  # two hot-tier entries' overhead
+    # Two hot-tier rows' overhead: a 32-byte slot header and ~8 bytes of
+    # index each (embedding/row_cache.h).
+    row_memory_bytes = row_value_bytes + 2 * 40
 
     n, counts, unique_per_batch = key_frequencies(args.sample, args.lines)
     accesses = sum(counts.values())
