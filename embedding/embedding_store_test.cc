@@ -278,13 +278,6 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
 }
 
 TEST_F(EmbeddingStoreTest, MemoryOfRowsEvictedForAnotherTableIsGivenBack) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "under ThreadSanitizer a RocksDB background thread's copy "
-                  "of a column family's options is reported, with a stack "
-                  "cut short in libstdc++ that no suppression matches "
-                  "(RocksDB is not instrumented); the hot tier's compaction "
-                  "runs under TSAN in //embedding:row_cache_test";
-#endif
   options_.cache_bytes = 8 << 20;
   options_.num_stripes = 4;
   auto store = OpenStore(options_);
