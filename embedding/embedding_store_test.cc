@@ -298,7 +298,7 @@ TEST_F(EmbeddingStoreTest, MemoryOfRowsEvictedForAnotherTableIsGivenBack) {
     ASSERT_OK(store->Flush());
     const StoreStats stats = store->Stats();
     EXPECT_LE(stats.hot_tier_bytes, options_.cache_bytes);
-    // A partly used chunk per stripe (192 KiB) beside the rows; the slots
+    // A partly used chunk per stripe (48 KiB) beside the rows; the slots
     // table a's rows left are given back.
     EXPECT_LE(stats.hot_tier_allocated_bytes, options_.cache_bytes * 5 / 4)
         << "after table " << table;

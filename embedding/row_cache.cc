@@ -15,10 +15,12 @@ namespace {
 // 4-byte slot number and a control byte: about 8 bytes a row on average.
 constexpr size_t kIndexBytesPerRow = 8;
 
-// A chunk of slots is at most this large (a power of two of slots), so that
-// the last, partly used chunk of a small table costs little resident memory:
-// its untouched pages are never faulted in.
-constexpr size_t kMaxChunkBytes = size_t{256} << 10;
+// A chunk of slots is at most this large (a power of two of slots): small
+// enough that malloc carves chunks out of its heap instead of mapping each
+// (a mapping per chunk would run into vm.max_map_count, 65530 by default, at
+// about 10 GiB of hot tier), and that the last, partly used chunk of a small
+// table costs little.
+constexpr size_t kMaxChunkBytes = size_t{64} << 10;
 
 static_assert(sizeof(CachedRow) == 32, "CachedRow grew");
 static_assert(sizeof(CachedRow) % alignof(float) == 0,

@@ -320,7 +320,7 @@ TEST(RowCacheTest, CompactGivesBackFreeSlotsAndKeepsEveryRow) {
 }
 
 TEST(RowCacheTest, CompactKeepsSecondChances) {
-  const std::vector<float> large(8000, 1.0f);  // 8 slots a chunk
+  const std::vector<float> large(8000, 1.0f);  // 2 slots a chunk
   RowCache cache(9 * RowCache::RowBytes(large.size()));
   std::vector<CachedRow*> rows;
   for (uint64_t key = 0; key < 20; ++key)
@@ -339,7 +339,7 @@ TEST(RowCacheTest, CompactKeepsSecondChances) {
 TEST(RowCacheTest, RandomOperationsAgreeWithAMap) {
   std::mt19937_64 rng(11);
   // Rows of 1000, 8000 and 1 floats in tables 0, 1 and 2 (table 1's chunks
-  // hold 8 slots). Traffic moves from table 1 to table 0 halfway, so that
+  // hold 2 slots). Traffic moves from table 1 to table 0 halfway, so that
   // table 1 is left with free slots for compaction to give back.
   const std::vector<size_t> row_floats = {1000, 8000, 1};
   RowCache cache(40 * RowCache::RowBytes(8000));
