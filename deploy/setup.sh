@@ -5,7 +5,7 @@
 #
 #   deploy/setup.sh           build, test and run
 #   deploy/setup.sh --bench   also what tests/bench/ compares against: Redis,
-#                             PyTorch (CPU) with the OpenMP OpenBLAS
+#                             PyTorch (CPU) with the OpenMP OpenBLAS; and perf
 set -euo pipefail
 
 packages=(
@@ -19,7 +19,7 @@ packages=(
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(redis-server python3-torch libopenblas0-openmp python3-xxhash python3-numpy)
+  packages+=(redis-server python3-torch libopenblas0-openmp python3-xxhash python3-numpy linux-perf)
 fi
 
 missing=()

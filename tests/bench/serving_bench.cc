@@ -50,6 +50,10 @@ ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
 ABSL_FLAG(std::string, wire_format, "fp32",
           "How ps_server's rows and gradients travel: fp32, fp16 or bf16.");
 ABSL_FLAG(int64_t, rows, 500000, "Rows in the table.");
+ABSL_FLAG(double, settle_s, 0,
+          "Seconds to wait after storing the table's rows before measuring: "
+          "the shard writes the stored rows back to RocksDB meanwhile, work "
+          "a serving shard is done with.");
 ABSL_FLAG(int32_t, batch, 4096, "Keys per request.");
 ABSL_FLAG(double, zipf, 1.05, "Power-law exponent of key popularity.");
 ABSL_FLAG(double, seconds, 3, "Seconds per measurement.");
@@ -293,6 +297,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_s)));
   // The shard's hot-tier lookups so far, hits and misses; false when the
   // server has no admin service (the gRPC ceiling server).
   std::unique_ptr<ps::Admin::Stub> admin =
