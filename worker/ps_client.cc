@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
@@ -97,7 +98,8 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<Response>* responses, Issue issue,
                               const char* what, absl::Duration retry_for) {
   const size_t n = requests.size();
-  responses->assign(n, Response());
+  // Kept elements keep their buffers (each is cleared before its call).
+  responses->resize(n);
   std::vector<bool> done(n, false);
   const absl::Time give_up = absl::Now() + retry_for;
   absl::Duration backoff = options_.initial_backoff;
@@ -204,7 +206,9 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
       destinations.push_back({&pull, std::move(positions)});
     }
   }
-  std::vector<PullResponse> responses;
+  std::vector<PullResponse> responses = TakeSparePullResponses();
+  auto give_back =
+      absl::MakeCleanup([&] { KeepSparePullResponses(std::move(responses)); });
   RETURN_IF_ERROR(FanOut(
       requests, shards, &responses,
       [this](int shard, grpc::ClientContext* context, PullRequest* request,
@@ -237,6 +241,20 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<PullResponse> PsClient::TakeSparePullResponses() {
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_pull_responses_.empty()) return {};
+  std::vector<PullResponse> responses = std::move(spare_pull_responses_.back());
+  spare_pull_responses_.pop_back();
+  return responses;
+}
+
+void PsClient::KeepSparePullResponses(std::vector<PullResponse> responses) {
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_pull_responses_.size() < kMaxSpareResponseSets)
+    spare_pull_responses_.push_back(std::move(responses));
 }
 
 absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,

@@ -275,6 +275,8 @@ int main(int argc, char** argv) {
     ps::PushResponse response;
     return stubs[client]->Push(&context, request, &response).ok();
   };
+  // A reply per client, reused as the worker's client reuses its replies.
+  std::vector<ps::PullResponse> pull_responses(4);
   auto ps_pull = [&](int client, const std::vector<uint64_t>& keys) {
     grpc::ClientContext context;
     ps::PullRequest request;
@@ -282,7 +284,7 @@ int main(int argc, char** argv) {
     request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
                                  keys.size() * 8));
     request.set_format(format);
-    ps::PullResponse response;
+    ps::PullResponse& response = pull_responses[client];
     return stubs[client]->Pull(&context, request, &response).ok() &&
            response.values().size() ==
                keys.size() * dim * ps::WireValueBytes(format);

@@ -1,0 +1,91 @@
+// The worker's client against a real shard: pulls split into several
+// requests per shard come back in the caller's order, also when the client
+// reuses the replies of earlier, larger or smaller, pulls, and when pulls
+// run from several threads at once.
+
+#include "worker/ps_client.h"
+
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+#include "tests/test_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr int kDim = 4;
+constexpr uint64_t kKeys = 1000;
+
+// What the push below leaves in row `key`: float d is key * 10 + d.
+float Expected(uint64_t key, int d) {
+  return static_cast<float>(key * 10 + static_cast<uint64_t>(d));
+}
+
+// Pulls `keys` and checks every row; returns false (with the failures
+// reported) on the first wrong one.
+bool PullAndCheck(worker::PsClient& client, const std::vector<uint64_t>& keys) {
+  std::vector<float> rows(keys.size() * kDim, -1.0f);
+  const worker::PsClient::TableRows pull = {"t", keys, kDim, rows.data()};
+  const absl::Status pulled = client.Pull({pull});
+  EXPECT_TRUE(pulled.ok()) << pulled;
+  if (!pulled.ok()) return false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (int d = 0; d < kDim; ++d) {
+      EXPECT_EQ(rows[i * kDim + d], Expected(keys[i], d))
+          << "key " << keys[i] << " float " << d;
+      if (rows[i * kDim + d] != Expected(keys[i], d)) return false;
+    }
+  }
+  return true;
+}
+
+TEST(PsClientTest, PullsOfEverySizeReadTheirOwnRows) {
+  const std::string dir = FreshTestDir("ps_client");
+  auto server = ServerProcess::Start({"--data_dir=" + dir});
+  ASSERT_TRUE(server.ok()) << server.status();
+  worker::ClientOptions options;
+  options.servers = {(*server)->address()};
+  options.max_keys_per_request = 64;  // a pull of 1000 keys: 16 requests
+  auto client = worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(
+      (*client)
+          ->DeclareTable(SgdTableSpec("t", kDim, 1.0f, InitializerSpec::ZEROS))
+          .ok());
+  std::vector<uint64_t> keys;
+  std::vector<float> gradients;
+  for (uint64_t key = 0; key < kKeys; ++key) {
+    keys.push_back(key);
+    for (int d = 0; d < kDim; ++d) gradients.push_back(-Expected(key, d));
+  }
+  const worker::PsClient::TableGradients push = {"t", keys, gradients, kDim};
+  ASSERT_TRUE((*client)->Push({push}, /*worker=*/0, /*clock=*/0).ok());
+
+  ASSERT_TRUE(PullAndCheck(**client, keys));
+  // Smaller, then larger again, in another order: the replies kept from
+  // the pulls before hold other rows and sizes.
+  ASSERT_TRUE(PullAndCheck(**client, {999, 3, 500}));
+  std::vector<uint64_t> reversed(keys.rbegin(), keys.rend());
+  ASSERT_TRUE(PullAndCheck(**client, reversed));
+  ASSERT_TRUE(PullAndCheck(**client, {7}));
+
+  // Several pulls at once, each of its own keys and size.
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<uint64_t> some;
+        for (uint64_t key = t; key < kKeys; key += 3 + t + round) {
+          some.push_back(key);
+        }
+        if (!PullAndCheck(**client, some)) return;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+}  // namespace
+}  // namespace ps::testing
