@@ -9,6 +9,10 @@
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "base/wire_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/slice.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
@@ -71,8 +75,62 @@ absl::Status DataService::HandleDeclareTable(const DeclareTableRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status DataService::HandlePull(const PullRequest& request,
-                                     PullResponse* response) {
+namespace {
+
+// A PullResponse in protobuf's wire format, fields in number order as
+// protobuf writes them: dim, then `values_bytes` bytes of values (left for
+// the caller to fill, at *values_offset), then format unless FP32 (the
+// default, which protobuf leaves out).
+grpc::Slice PullReplySlice(size_t values_bytes, uint32_t dim, WireFormat format,
+                           size_t* values_offset) {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  const uint32_t dim_tag = WireFormatLite::MakeTag(
+      PullResponse::kDimFieldNumber, WireFormatLite::WIRETYPE_VARINT);
+  const uint32_t values_tag =
+      WireFormatLite::MakeTag(PullResponse::kValuesFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const uint32_t format_tag = WireFormatLite::MakeTag(
+      PullResponse::kFormatFieldNumber, WireFormatLite::WIRETYPE_VARINT);
+  const uint32_t length = static_cast<uint32_t>(values_bytes);
+  size_t head = 0;
+  if (dim != 0) {
+    head += CodedOutputStream::VarintSize32(dim_tag) +
+            CodedOutputStream::VarintSize32(dim);
+  }
+  if (length != 0) {
+    head += CodedOutputStream::VarintSize32(values_tag) +
+            CodedOutputStream::VarintSize32(length);
+  }
+  const uint32_t format_value = static_cast<uint32_t>(format);
+  const size_t tail = format_value == 0
+                          ? 0
+                          : CodedOutputStream::VarintSize32(format_tag) +
+                                CodedOutputStream::VarintSize32(format_value);
+  grpc::Slice slice(head + values_bytes + tail);  // not initialised
+  uint8_t* cursor = const_cast<uint8_t*>(slice.begin());
+  if (dim != 0) {
+    cursor = CodedOutputStream::WriteVarint32ToArray(dim_tag, cursor);
+    cursor = CodedOutputStream::WriteVarint32ToArray(dim, cursor);
+  }
+  if (length != 0) {
+    cursor = CodedOutputStream::WriteVarint32ToArray(values_tag, cursor);
+    cursor = CodedOutputStream::WriteVarint32ToArray(length, cursor);
+  }
+  *values_offset = static_cast<size_t>(cursor - slice.begin());
+  cursor += values_bytes;
+  if (format_value != 0) {
+    cursor = CodedOutputStream::WriteVarint32ToArray(format_tag, cursor);
+    CodedOutputStream::WriteVarint32ToArray(format_value, cursor);
+  }
+  return slice;
+}
+
+}  // namespace
+
+absl::Status DataService::PullInto(
+    const PullRequest& request,
+    absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
@@ -88,36 +146,66 @@ absl::Status DataService::HandlePull(const PullRequest& request,
         "pull of ", keys.size(), " rows of dim ", spec.dim(), " would need a ",
         reply_bytes, "-byte reply, more than --max_message_mb allows"));
   }
-  std::string* values = response->mutable_values();
-  values->resize(reply_bytes);
+  char* values = allocate(reply_bytes, spec.dim());
   if (request.format() == WireFormat::FP32) {
     // Straight into the reply.
-    RETURN_IF_ERROR(store_->Pull(
+    return store_->Pull(
         request.table(), keys,
-        absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats)));
-  } else {
-    std::vector<float> rows(floats);
-    RETURN_IF_ERROR(store_->Pull(request.table(), keys, absl::MakeSpan(rows)));
-    EncodeWireValues(request.format(), rows, values->data());
+        absl::MakeSpan(reinterpret_cast<float*>(values), floats));
   }
-  response->set_dim(spec.dim());
+  std::vector<float> rows(floats);
+  RETURN_IF_ERROR(store_->Pull(request.table(), keys, absl::MakeSpan(rows)));
+  EncodeWireValues(request.format(), rows, values);
+  return absl::OkStatus();
+}
+
+absl::Status DataService::HandlePull(const PullRequest& request,
+                                     PullResponse* response) {
+  RETURN_IF_ERROR(
+      PullInto(request, [response](size_t values_bytes, uint32_t dim) {
+        response->set_dim(dim);
+        std::string* values = response->mutable_values();
+        values->resize(values_bytes);
+        return values->data();
+      }));
   response->set_format(request.format());
   return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* DataService::Pull(
-    grpc::CallbackServerContext* context, const PullRequest* request,
-    PullResponse* response) {
-  int64_t bytes = static_cast<int64_t>(request->keys().size());
-  if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request->table());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response) {
+  PullRequest request;
+  // Shares the request's slices; Deserialize() consumes its argument.
+  grpc::ByteBuffer request_copy(*request_bytes);
+  const bool parsed = grpc::SerializationTraits<PullRequest>::Deserialize(
+                          &request_copy, &request)
+                          .ok();
+  int64_t bytes = static_cast<int64_t>(request.keys().size());
+  if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
       spec.ok()) {
-    bytes += static_cast<int64_t>(request->keys().size() / sizeof(uint64_t) *
+    bytes += static_cast<int64_t>(request.keys().size() / sizeof(uint64_t) *
                                   spec->dim() * sizeof(float));
   }
   CountedReactor* reactor = StartCall(bytes);
   ++counters_.pull_requests;
+  if (!parsed) {
+    return Finish(context, reactor,
+                  absl::InvalidArgumentError(
+                      "a pull request that is not a ps.PullRequest"));
+  }
   if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
-  return Finish(context, reactor, HandlePull(*request, response));
+  grpc::Slice reply;
+  size_t values_offset = 0;
+  const absl::Status pulled =
+      PullInto(request, [&](size_t values_bytes, uint32_t dim) {
+        reply =
+            PullReplySlice(values_bytes, dim, request.format(), &values_offset);
+        return reinterpret_cast<char*>(const_cast<uint8_t*>(reply.begin())) +
+               values_offset;
+      });
+  if (pulled.ok()) *response = grpc::ByteBuffer(&reply, 1);
+  return Finish(context, reactor, pulled);
 }
 
 absl::Status DataService::HandlePush(const PushRequest& request,

@@ -5,6 +5,13 @@
 // validated whole before the store is touched: packed lengths, the key limit,
 // and that every key routes to this shard; the store then checks the table,
 // dims and NaN/Inf. Thread-safe; uses gRPC's callback API.
+//
+// Pull is served raw (gRPC's ByteBuffer in and out): its reply, a
+// PullResponse in protobuf's wire format, is written into one slice that
+// gRPC sends as it is, the rows copied from the hot tier straight into it;
+// serializing a PullResponse would copy them once more. On the wire it is
+// the same method, so every client (generated stubs, grpc_cli) sees no
+// difference.
 
 #ifndef PS_SERVER_DATA_SERVICE_H_
 #define PS_SERVER_DATA_SERVICE_H_
@@ -12,7 +19,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "embedding/embedding_store.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
 
@@ -36,7 +45,8 @@ struct DataServiceOptions {
   size_t max_inflight_bytes = size_t{1} << 30;
 };
 
-class DataService final : public ParameterServer::CallbackService {
+class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
+                              ParameterServer::CallbackService> {
  public:
   // `store` and `clocks` must outlive this service.
   DataService(const DataServiceOptions& options,
@@ -47,8 +57,8 @@ class DataService final : public ParameterServer::CallbackService {
       grpc::CallbackServerContext* context, const DeclareTableRequest* request,
       DeclareTableResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const PullRequest* request,
-                                 PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const PushRequest* request,
                                  PushResponse* response) override;
@@ -98,6 +108,12 @@ class DataService final : public ParameterServer::CallbackService {
     const int64_t bytes_;
     bool admitted_ = true;
   };
+
+  // Validates `request` and pulls its rows, encoded in its wire format,
+  // into the `values_bytes` bytes that allocate(values_bytes, dim) returns.
+  absl::Status PullInto(
+      const PullRequest& request,
+      absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate);
 
   // Unpacks `packed` keys and checks the limit and routing.
   absl::Status CheckKeys(const std::string& packed,

@@ -1,0 +1,201 @@
+// The raw Pull handler against a shard on loopback: its reply is a
+// PullResponse in protobuf's canonical wire format (what protobuf itself
+// would write for the same message), in every wire format, and bad requests
+// get the errors the generated handler gave.
+
+#include "server/data_service.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "base/wire_format.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/shard_server.h"
+
+namespace ps::server {
+namespace {
+
+constexpr int kDim = 3;
+
+class RawPullTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.store.data_dir = FreshTestDir("raw_pull");
+    auto server = ShardServer::Start(options);
+    ASSERT_OK(server);
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = ParameterServer::NewStub(channel_);
+    DeclareTableRequest declare;
+    declare.mutable_table()->set_name("t");
+    declare.mutable_table()->set_dim(kDim);
+    declare.mutable_table()->mutable_initializer()->set_kind(
+        InitializerSpec::ZEROS);
+    declare.mutable_table()->mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+    declare.mutable_table()->mutable_optimizer()->set_learning_rate(1.0f);
+    DeclareTableResponse declared;
+    grpc::ClientContext declare_context;
+    ASSERT_TRUE(stub_->DeclareTable(&declare_context, declare, &declared).ok());
+    // Row k holds -gradient: k + 0.5, k + 1.5, k + 2.5.
+    std::vector<uint64_t> keys = {1, 2, 40};
+    std::vector<float> gradients;
+    for (uint64_t key : keys) {
+      for (int d = 0; d < kDim; ++d) gradients.push_back(-Expected(key, d));
+    }
+    PushRequest push;
+    push.set_table("t");
+    push.set_keys(Pack(keys));
+    push.set_gradients(
+        std::string(reinterpret_cast<const char*>(gradients.data()),
+                    gradients.size() * sizeof(float)));
+    PushResponse pushed;
+    grpc::ClientContext push_context;
+    ASSERT_TRUE(stub_->Push(&push_context, push, &pushed).ok());
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) {
+      EXPECT_OK(server_->Shutdown(absl::ZeroDuration()));
+    }
+  }
+
+  static float Expected(uint64_t key, int d) {
+    return static_cast<float>(key) + 0.5f + static_cast<float>(d);
+  }
+  static std::string Pack(const std::vector<uint64_t>& keys) {
+    return std::string(reinterpret_cast<const char*>(keys.data()),
+                       keys.size() * sizeof(uint64_t));
+  }
+
+  // The reply's bytes as they came, through a stub that parses nothing.
+  grpc::Status RawPull(const std::string& request_bytes, std::string* reply) {
+    grpc::GenericStub generic(channel_);
+    grpc::Slice slice(request_bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    grpc::Status status;
+    absl::Notification done;
+    generic.UnaryCall(&context, "/ps.ParameterServer/Pull", grpc::StubOptions(),
+                      &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    reply->clear();
+    std::vector<grpc::Slice> slices;
+    if (status.ok() && response.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        reply->append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    return status;
+  }
+
+  std::unique_ptr<ShardServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+TEST_F(RawPullTest, TheReplyIsAPullResponseInCanonicalForm) {
+  const std::vector<uint64_t> keys = {40, 1, 7, 2, 40};  // 7 was never pushed
+  for (WireFormat format :
+       {WireFormat::FP32, WireFormat::FP16, WireFormat::BF16}) {
+    PullRequest request;
+    request.set_table("t");
+    request.set_keys(Pack(keys));
+    request.set_format(format);
+    std::string reply;
+    ASSERT_TRUE(RawPull(request.SerializeAsString(), &reply).ok());
+    PullResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(reply)) << format;
+    // What protobuf writes for the same message, byte for byte.
+    EXPECT_EQ(parsed.SerializeAsString(), reply) << format;
+    EXPECT_EQ(parsed.dim(), static_cast<uint32_t>(kDim));
+    EXPECT_EQ(parsed.format(), format);
+    ASSERT_EQ(parsed.values().size(),
+              keys.size() * kDim * WireValueBytes(format));
+    std::vector<float> rows(keys.size() * kDim);
+    DecodeWireValues(format, parsed.values().data(), absl::MakeSpan(rows));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (int d = 0; d < kDim; ++d) {
+        const float expected = keys[i] == 7 ? 0.0f : Expected(keys[i], d);
+        // bf16 keeps 8 bits of mantissa: 40.5 -> 40.5, 42.5 -> 42.5.
+        EXPECT_NEAR(rows[i * kDim + d], expected, 0.25f)
+            << "format " << format << " key " << keys[i] << " float " << d;
+      }
+    }
+    if (format == WireFormat::FP32) {
+      EXPECT_EQ(rows[0], 40.5f);  // exactly
+      // The generated stub reads the same reply.
+      PullResponse through_stub;
+      grpc::ClientContext context;
+      ASSERT_TRUE(stub_->Pull(&context, request, &through_stub).ok());
+      EXPECT_EQ(through_stub.SerializeAsString(), reply);
+    }
+  }
+}
+
+TEST(RawPullReplyTest, WritesEveryFieldAPullResponseHas) {
+  // DataService writes dim, values and format by hand: a new field must be
+  // written there too.
+  EXPECT_EQ(PullResponse::descriptor()->field_count(), 3)
+      << "PullResponse gained a field: write it in PullReplySlice()";
+}
+
+TEST_F(RawPullTest, NoKeysGetADimAndNoValues) {
+  PullRequest request;
+  request.set_table("t");
+  std::string reply;
+  ASSERT_TRUE(RawPull(request.SerializeAsString(), &reply).ok());
+  PullResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(reply));
+  EXPECT_EQ(parsed.SerializeAsString(), reply);
+  EXPECT_EQ(parsed.dim(), static_cast<uint32_t>(kDim));
+  EXPECT_TRUE(parsed.values().empty());
+}
+
+TEST_F(RawPullTest, BadRequestsGetClearErrors) {
+  std::string reply;
+  grpc::Status garbage = RawPull(std::string("\xff\xff\xff", 3), &reply);
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(garbage.error_message().find("not a ps.PullRequest"),
+            std::string::npos)
+      << garbage.error_message();
+
+  PullRequest unknown_table;
+  unknown_table.set_table("nope");
+  unknown_table.set_keys(Pack({1}));
+  EXPECT_EQ(RawPull(unknown_table.SerializeAsString(), &reply).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  PullRequest ragged;
+  ragged.set_table("t");
+  ragged.set_keys("12345");
+  grpc::Status ragged_status = RawPull(ragged.SerializeAsString(), &reply);
+  EXPECT_EQ(ragged_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(ragged_status.error_message().find("8-byte"), std::string::npos)
+      << ragged_status.error_message();
+
+  PullRequest bad_format;
+  bad_format.set_table("t");
+  bad_format.set_keys(Pack({1}));
+  bad_format.set_format(static_cast<WireFormat>(9));
+  EXPECT_EQ(RawPull(bad_format.SerializeAsString(), &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace ps::server
