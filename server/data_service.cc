@@ -1,6 +1,9 @@
 #include "server/data_service.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -79,8 +82,9 @@ namespace {
 
 // A PullResponse in protobuf's wire format, fields in number order as
 // protobuf writes them: dim, then `values_bytes` bytes of values (left for
-// the caller to fill, at *values_offset), then format unless FP32 (the
-// default, which protobuf leaves out).
+// the caller to fill, at *values_offset, 64-byte aligned so that they can be
+// written as floats), then format unless FP32 (the default, which protobuf
+// leaves out). REQUIRES: values_bytes < 2^32.
 grpc::Slice PullReplySlice(size_t values_bytes, uint32_t dim, WireFormat format,
                            size_t* values_offset) {
   using google::protobuf::internal::WireFormatLite;
@@ -107,7 +111,15 @@ grpc::Slice PullReplySlice(size_t values_bytes, uint32_t dim, WireFormat format,
                           ? 0
                           : CodedOutputStream::VarintSize32(format_tag) +
                                 CodedOutputStream::VarintSize32(format_value);
-  grpc::Slice slice(head + values_bytes + tail);  // not initialised
+  // Uninitialised, and unshared until sent; the reply starts where its
+  // values land 64-byte aligned (a sub-slice shares the memory).
+  constexpr size_t kAlign = 64;
+  const size_t total = head + values_bytes + tail;
+  grpc::Slice padded(total + kAlign);
+  const size_t pad =
+      (kAlign - (reinterpret_cast<uintptr_t>(padded.begin()) + head) % kAlign) %
+      kAlign;
+  grpc::Slice slice = padded.sub(pad, pad + total);
   uint8_t* cursor = const_cast<uint8_t*>(slice.begin());
   if (dim != 0) {
     cursor = CodedOutputStream::WriteVarint32ToArray(dim_tag, cursor);
@@ -141,13 +153,20 @@ absl::Status DataService::PullInto(
   }
   const size_t floats = keys.size() * spec.dim();
   const size_t reply_bytes = floats * value_bytes;
-  if (reply_bytes > options_.max_message_bytes) {
+  // The reply's fields besides the values take at most 16 bytes; gRPC sends
+  // no message over 2 GiB.
+  const size_t max_reply_bytes = std::min<size_t>(
+      options_.max_message_bytes, std::numeric_limits<int32_t>::max());
+  if (reply_bytes + 16 > max_reply_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pull of ", keys.size(), " rows of dim ", spec.dim(), " would need a ",
         reply_bytes, "-byte reply, more than --max_message_mb allows"));
   }
   char* values = allocate(reply_bytes, spec.dim());
-  if (request.format() == WireFormat::FP32) {
+  // A tiny reply (gRPC keeps up to 23 bytes inside the slice) may be
+  // unaligned: its rows go through `rows` below.
+  if (request.format() == WireFormat::FP32 &&
+      reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
     // Straight into the reply.
     return store_->Pull(
         request.table(), keys,
@@ -181,11 +200,12 @@ grpc::ServerUnaryReactor* DataService::Pull(
   const bool parsed = grpc::SerializationTraits<PullRequest>::Deserialize(
                           &request_copy, &request)
                           .ok();
-  int64_t bytes = static_cast<int64_t>(request.keys().size());
+  int64_t bytes = 0;
   if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
-      spec.ok()) {
-    bytes += static_cast<int64_t>(request.keys().size() / sizeof(uint64_t) *
-                                  spec->dim() * sizeof(float));
+      parsed && spec.ok()) {
+    bytes = static_cast<int64_t>(request.keys().size() +
+                                 request.keys().size() / sizeof(uint64_t) *
+                                     spec->dim() * sizeof(float));
   }
   CountedReactor* reactor = StartCall(bytes);
   ++counters_.pull_requests;

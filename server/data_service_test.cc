@@ -1,7 +1,7 @@
 // The raw Pull handler against a shard on loopback: its reply is a
 // PullResponse in protobuf's canonical wire format (what protobuf itself
-// would write for the same message), in every wire format, and bad requests
-// get the errors the generated handler gave.
+// would write for the same message), in every wire format and for varints
+// of every length, and bad requests get clear errors.
 
 #include "server/data_service.h"
 
@@ -32,6 +32,7 @@ class RawPullTest : public ::testing::Test {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.store.data_dir = FreshTestDir("raw_pull");
+    options.max_message_bytes = 64 << 10;
     auto server = ShardServer::Start(options);
     ASSERT_OK(server);
     server_ = std::move(*server);
@@ -48,6 +49,14 @@ class RawPullTest : public ::testing::Test {
     DeclareTableResponse declared;
     grpc::ClientContext declare_context;
     ASSERT_TRUE(stub_->DeclareTable(&declare_context, declare, &declared).ok());
+    // Rows of 130 floats: dim's varint takes 2 bytes, 40 rows' length 3.
+    declare.mutable_table()->set_name("wide");
+    declare.mutable_table()->set_dim(130);
+    declare.mutable_table()->mutable_initializer()->set_kind(
+        InitializerSpec::UNIFORM);
+    declare.mutable_table()->mutable_initializer()->set_scale(0.5f);
+    grpc::ClientContext wide_context;
+    ASSERT_TRUE(stub_->DeclareTable(&wide_context, declare, &declared).ok());
     // Row k holds -gradient: k + 0.5, k + 1.5, k + 2.5.
     std::vector<uint64_t> keys = {1, 2, 40};
     std::vector<float> gradients;
@@ -153,6 +162,45 @@ TEST(RawPullReplyTest, WritesEveryFieldAPullResponseHas) {
   // written there too.
   EXPECT_EQ(PullResponse::descriptor()->field_count(), 3)
       << "PullResponse gained a field: write it in PullReplySlice()";
+}
+
+TEST_F(RawPullTest, LongVarintsAndTinyRepliesAreCanonicalToo) {
+  for (auto [table, count] :
+       {std::pair<const char*, uint64_t>{"wide", 40}, {"wide", 1}, {"t", 1}}) {
+    for (WireFormat format : {WireFormat::FP32, WireFormat::FP16}) {
+      std::vector<uint64_t> keys;
+      for (uint64_t key = 0; key < count; ++key) keys.push_back(key * 3 + 1);
+      PullRequest request;
+      request.set_table(table);
+      request.set_keys(Pack(keys));
+      request.set_format(format);
+      std::string reply;
+      ASSERT_TRUE(RawPull(request.SerializeAsString(), &reply).ok());
+      PullResponse parsed;
+      ASSERT_TRUE(parsed.ParseFromString(reply)) << table << " " << count;
+      EXPECT_EQ(parsed.SerializeAsString(), reply) << table << " " << count;
+      // The same rows through the generated stub.
+      PullResponse through_stub;
+      grpc::ClientContext context;
+      ASSERT_TRUE(stub_->Pull(&context, request, &through_stub).ok());
+      EXPECT_EQ(through_stub.values(), parsed.values());
+      const uint32_t dim = std::string(table) == "wide" ? 130 : kDim;
+      EXPECT_EQ(parsed.values().size(), count * dim * WireValueBytes(format));
+    }
+  }
+}
+
+TEST_F(RawPullTest, AReplyOverTheMessageLimitIsRefused) {
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 200; ++key) keys.push_back(key);  // 104000 B
+  PullRequest request;
+  request.set_table("wide");
+  request.set_keys(Pack(keys));
+  std::string reply;
+  grpc::Status status = RawPull(request.SerializeAsString(), &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("-byte reply"), std::string::npos)
+      << status.error_message();
 }
 
 TEST_F(RawPullTest, NoKeysGetADimAndNoValues) {

@@ -252,6 +252,11 @@ std::vector<PullResponse> PsClient::TakeSparePullResponses() {
 }
 
 void PsClient::KeepSparePullResponses(std::vector<PullResponse> responses) {
+  size_t bytes = 0;
+  for (const PullResponse& response : responses)
+    bytes += response.values().capacity();
+  // One exceptionally large pull (an evaluation's, an export's) is not kept.
+  if (bytes > kMaxSpareResponseBytes) return;
   absl::MutexLock lock(&spare_mu_);
   if (spare_pull_responses_.size() < kMaxSpareResponseSets)
     spare_pull_responses_.push_back(std::move(responses));

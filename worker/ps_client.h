@@ -146,8 +146,10 @@ class PsClient {
   std::atomic<uint64_t> retries_[kCodes] = {};
   std::unique_ptr<ParameterServer::Stub> coordinator_;
   absl::Mutex spare_mu_;
-  // At most kMaxSpareResponseSets sets (pulls may run concurrently).
+  // At most kMaxSpareResponseSets sets (pulls may run concurrently), each
+  // of at most kMaxSpareResponseBytes of row buffers.
   static constexpr size_t kMaxSpareResponseSets = 4;
+  static constexpr size_t kMaxSpareResponseBytes = size_t{64} << 20;
   std::vector<std::vector<PullResponse>> spare_pull_responses_
       ABSL_GUARDED_BY(spare_mu_);
 };

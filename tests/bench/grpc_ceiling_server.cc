@@ -1,6 +1,7 @@
 // The transport ceiling for serving_bench: a ParameterServer that does no
-// work. Pull answers rows of zeros of the declared dim (the reply is sized and
-// filled as ps_server's is), Push checks the lengths and answers the count.
+// work. Pull answers rows of zeros of the declared dim in a PullResponse
+// (serialized by protobuf, where ps_server writes the reply's bytes itself),
+// Push checks the lengths and answers the count.
 // Same gRPC API (callback), build and channel settings as ps_server, so
 // ps_server's rate over this one's is the share of what gRPC on this machine
 // allows that the store keeps.
