@@ -320,27 +320,40 @@ size_t EmbeddingStore::ExpireRowsInMemory(Stripe& stripe,
     }
   }
   if (expiring.empty()) return 0;
-  absl::MutexLock lock(&stripe.mu);
+  // A part of the stripe per hold of its lock, so that pulls and pushes of
+  // the stripe wait for a part's sweep (~0.2 ms), not the whole stripe's.
+  constexpr size_t kSlotsPerLock = 16384;
   std::vector<CachedRow*> expired;
   std::vector<uint32_t> expired_tables;
-  stripe.cache.ForEachRow(
-      [&](uint32_t table_id, CachedRow& row, absl::Span<float>) {
-        // A dirty row has an update RocksDB does not: it goes once written.
-        if (row.dirty || table_id >= expiring.size()) return;
-        const Table* table = expiring[table_id];
-        if (table != nullptr &&
-            table->expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
-                                  now_s)) {
-          expired.push_back(&row);
-          expired_tables.push_back(table_id);
-        }
-      });
-  // The copies on disk are expired too: a load treats them as absent, and
-  // compaction drops them.
-  for (size_t i = 0; i < expired.size(); ++i)
-    stripe.cache.Erase(expired_tables[i], expired[i]);
-  rows_expired_in_memory_ += expired.size();
-  return expired.size();
+  size_t expired_rows = 0;
+  RowCache::RowCursor cursor;
+  for (bool more = true; more;) {
+    absl::MutexLock lock(&stripe.mu);
+    expired.clear();
+    expired_tables.clear();
+    more = stripe.cache.ForEachRowFrom(
+        &cursor, kSlotsPerLock,
+        [&](uint32_t table_id, CachedRow& row, absl::Span<float>) {
+          // A dirty row has an update RocksDB does not: it goes once
+          // written.
+          if (row.dirty || table_id >= expiring.size()) return;
+          const Table* table = expiring[table_id];
+          if (table != nullptr &&
+              table->expiry.Expired(RowMeta{row.updated_at_s, row.push_count},
+                                    now_s)) {
+            expired.push_back(&row);
+            expired_tables.push_back(table_id);
+          }
+        });
+    // The copies on disk are expired too: a load treats them as absent,
+    // and compaction drops them. Erasing frees slots without moving rows:
+    // the cursor stays valid.
+    for (size_t i = 0; i < expired.size(); ++i)
+      stripe.cache.Erase(expired_tables[i], expired[i]);
+    expired_rows += expired.size();
+  }
+  rows_expired_in_memory_ += expired_rows;
+  return expired_rows;
 }
 
 absl::StatusOr<ExpireOutcome> EmbeddingStore::Expire(

@@ -1202,6 +1202,26 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
   EXPECT_THAT(store->DeclareTable(bad), StatusIs(StatusCode::kInvalidArgument));
 }
 
+TEST_F(EmbeddingStoreTest, ExpireSweepsAWholeLargeStripeAPartAtATime) {
+  // No background sweep: Expire() alone must find every expired row of a
+  // stripe larger than one part of the sweep.
+  options_.wal_write_back_interval = absl::Hours(1);
+  options_.num_stripes = 1;
+  TableSpec spec = SgdTable("emb", 4);
+  spec.set_row_ttl_s(1);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 40000; ++key) keys.push_back(key);
+  ASSERT_OK(
+      store->Push("emb", keys, std::vector<float>(keys.size() * 4, 1.0f)));
+  ASSERT_OK(store->Flush());  // clean: expirable in memory
+  absl::SleepFor(absl::Seconds(2.1));
+  absl::StatusOr<ExpireOutcome> outcome = store->Expire("emb");
+  ASSERT_OK(outcome);
+  EXPECT_EQ(outcome->rows_in_memory, keys.size());
+}
+
 TEST_F(EmbeddingStoreTest, AnExpiredRowStillInTheHotTierReadsAsAbsent) {
   // No sweep runs in this test: only a lookup can find the row expired.
   options_.wal_write_back_interval = absl::Hours(1);

@@ -142,6 +142,35 @@ class RowCache {
     }
   }
 
+  // A position in ForEachRow()'s order, for walking the rows a part at a
+  // time with ForEachRowFrom().
+  struct RowCursor {
+    size_t slab = 0;
+    uint32_t slot = 0;
+  };
+
+  // ForEachRow() over at most `max_slots` slots from `*cursor` on, which it
+  // advances; returns false once the walk has passed the last slot. Between
+  // calls rows may come and go: a row added, or moved by Compact(), may be
+  // visited twice or not at all.
+  template <typename Fn>
+  bool ForEachRowFrom(RowCursor* cursor, size_t max_slots, Fn fn) {
+    for (size_t visited = 0; cursor->slab < slabs_.size();) {
+      Slab& slab = *slabs_[cursor->slab];
+      for (; cursor->slot < slab.slots_used; ++cursor->slot) {
+        if (visited++ == max_slots) return true;
+        CachedRow* row = slab.Row(cursor->slot);
+        if (row->occupied_) {
+          fn(slab.table_id, *row,
+             absl::MakeSpan(row->floats(), slab.row_floats));
+        }
+      }
+      ++cursor->slab;
+      cursor->slot = 0;
+    }
+    return false;
+  }
+
   // ForEachRow() over the dirty rows; fn usually clears `dirty` after
   // writing the row back.
   template <typename Fn>

@@ -449,6 +449,35 @@ TEST(RowCacheTest, ADim16SgdRowCostsAtMost110BytesOfMemory) {
   ASSERT_NE(cache->Find(0, 7919 * (kRows - 1)), nullptr);
 }
 
+TEST(RowCacheTest, ForEachRowFromWalksEveryRowAPartAtATime) {
+  RowCache cache(1 << 20);
+  for (uint64_t key = 0; key < 10; ++key) cache.Insert(0, key, kRow, false);
+  for (uint64_t key = 0; key < 5; ++key) cache.Insert(3, key, {1.0f}, false);
+  cache.Erase(0, cache.Find(0, 4));
+  std::vector<std::pair<uint32_t, uint64_t>> seen;
+  RowCache::RowCursor cursor;
+  int calls = 0;
+  bool more = true;
+  while (more) {
+    ++calls;
+    more = cache.ForEachRowFrom(
+        &cursor, 4, [&](uint32_t table, CachedRow& row, absl::Span<float> v) {
+          EXPECT_EQ(v.size(), table == 0 ? kRow.size() : 1u);
+          seen.emplace_back(table, row.key);
+        });
+    // Erasing the rows just visited between parts leaves the walk intact.
+    if (calls == 2) cache.Erase(0, cache.Find(0, 6));
+  }
+  // 15 slots (one free) in parts of 4: 4 calls.
+  EXPECT_EQ(calls, 4);
+  std::vector<std::pair<uint32_t, uint64_t>> expected;
+  for (uint64_t key = 0; key < 10; ++key) {
+    if (key != 4) expected.emplace_back(0, key);
+  }
+  for (uint64_t key = 0; key < 5; ++key) expected.emplace_back(3, key);
+  EXPECT_EQ(seen, expected);
+}
+
 TEST(RowCacheTest, ForEachDirtyVisitsOnlyDirtyRows) {
   RowCache cache(1 << 20);
   cache.Insert(0, 1, kRow, true);
