@@ -203,9 +203,11 @@ grpc::ServerUnaryReactor* DataService::Pull(
   int64_t bytes = 0;
   if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
       parsed && spec.ok()) {
+    // The reply in the request's wire format (an unknown one is refused).
     bytes = static_cast<int64_t>(request.keys().size() +
                                  request.keys().size() / sizeof(uint64_t) *
-                                     spec->dim() * sizeof(float));
+                                     spec->dim() *
+                                     WireValueBytes(request.format()));
   }
   CountedReactor* reactor = StartCall(bytes);
   ++counters_.pull_requests;
