@@ -50,6 +50,9 @@ ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
 ABSL_FLAG(std::string, wire_format, "fp32",
           "How ps_server's rows and gradients travel: fp32, fp16 or bf16.");
 ABSL_FLAG(int64_t, rows, 500000, "Rows in the table.");
+ABSL_FLAG(bool, store_rows, true,
+          "Store the table's rows (push zeros) before measuring; false when "
+          "another run against the same server stored them.");
 ABSL_FLAG(double, settle_s, 0,
           "Seconds to wait after storing the table's rows before measuring: "
           "the shard writes the stored rows back to RocksDB meanwhile, work "
@@ -290,7 +293,8 @@ int main(int argc, char** argv) {
                keys.size() * dim * ps::WireValueBytes(format);
   };
   // Store every row (pushes of zero gradients store the initial values).
-  for (int64_t start = 0; start < rows; start += batch) {
+  for (int64_t start = 0; absl::GetFlag(FLAGS_store_rows) && start < rows;
+       start += batch) {
     std::vector<uint64_t> keys;
     for (int64_t k = start; k < std::min(rows, start + batch); ++k)
       keys.push_back(k);

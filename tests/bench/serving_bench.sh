@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Serving rows: ps_server against Redis 7 (no persistence) holding the same
 # rows, side by side on loopback in one run; dims 16 and 64; batches of 4096
-# power-law keys; 1 and 4 clients; a table that fits the hot tier and one 4x
+# power-law keys; 1 and 4 clients (threads of one process, and for the table
+# that fits, also 4 processes, as ps-lite's 4 workers are); a table that fits the hot tier and one 4x
 # larger than --cache_mb; the loopback bandwidth as the ceiling, and the same
 # gRPC service doing no work as the transport's; and the peer, ps-lite
 # (../shared/peers/pslite-bench/run.sh: 1 server, 1 and 4 worker processes,
@@ -50,6 +51,25 @@ start_ps() {
   address=$(ps_address "$work/$2.out")
 }
 stop_ps() { kill "$ps_pid"; wait "$ps_pid" 2>/dev/null || true; }
+# Four clients as four processes, as ps-lite's four workers are (LABEL, DIM):
+# one row per op, rows/s and MB/s summed, p50 the mean, p99 the worst.
+four_processes() {
+  for op in pull push; do
+    local clients=()
+    for i in 1 2 3 4; do
+      bazel-bin/tests/bench/serving_bench --ps="$address" --label="$1" --dim="$2" \
+        --rows="$rows" --seconds="$seconds" --store_rows=false --clients=1 --ops=$op \
+        >"$work/process$i.md" &
+      clients+=($!)
+    done
+    wait "${clients[@]}"
+    cat "$work"/process[1-4].md | awk -F'|' -v label="$1" -v dim="$2" -v op=$op '
+      {rate += $7; mb += $8; p50 += $9; if ($10 > p99) p99 = $10; hits = $11; n++}
+      END {if (n == 4) printf "| ps_server | %s | %s | 4 processes | %s | %.2f | %.0f | %.2f | %.2f |%s|\n",
+                                label, dim, op, rate, mb, p50 / n, p99, hits}' |
+      tee -a "$table"
+  done
+}
 # The same gRPC service doing no work (tests/bench/grpc_ceiling_server.cc):
 # what gRPC itself allows on this machine.
 start_ceiling() {
@@ -84,6 +104,7 @@ for dim in 16 64; do
   bazel-bin/tests/bench/serving_bench --ps="$address" --label="fits hot tier" --dim=$dim \
     --rows="$rows" --seconds="$seconds" --settle_s="$settle" --redis_port="$redis_port" |
     tee -a "$table"
+  four_processes "fits hot tier" "$dim"
   stop_ps
   # Raw rows are rows * dim * 4 bytes; a hot tier a quarter of that.
   small=$(( rows * dim * 4 / 4 / 1048576 ))
@@ -118,12 +139,13 @@ cells = {}
 for r in rows:
     system, table, dim, clients, op, mrows = [c.strip() for c in r[:6]]
     cells[(system, table.startswith("fits") or table == "-", dim, clients, op)] = float(mrows)
-print("\n| dim | clients | op | ps_server M rows/s | ps-lite M rows/s | ps_server / ps-lite |")
+print("\n| dim | clients (processes) | op | ps_server M rows/s | ps-lite M rows/s | ps_server / ps-lite |")
 print("| --- | --- | --- | --- | --- | --- |")
 for dim in ("16", "64"):
     for op in ("pull", "push"):
         for clients in ("1", "4"):
-            ps = cells.get(("ps_server", True, dim, clients, op), 0)
+            # ps-lite's four clients are four worker processes: so are these.
+            ps = cells.get(("ps_server", True, dim, "4 processes" if clients == "4" else "1", op), 0)
             peer = cells.get(("ps-lite", True, dim, clients, op), 0)
             ratio = f"{ps / peer:.2f}" if peer else "not measured"
             print(f"| {dim} | {clients} | {op} | {ps:.2f} | {peer:.2f} | {ratio} |")
