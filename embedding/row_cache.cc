@@ -99,15 +99,18 @@ RowCache::Slab* RowCache::FindSlab(uint32_t table_id) const {
   return nullptr;
 }
 
-CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
-  Slab* slab = FindSlab(table_id);
-  if (slab == nullptr) return nullptr;
-  auto it = slab->index.find(KeyProbe{key});
-  if (it == slab->index.end()) return nullptr;
-  CachedRow* row = slab->Row(*it);
+CachedRow* RowCache::Lookup(Slab& slab, uint64_t key, size_t hash) {
+  auto it = slab.index.find(KeyProbe{key}, hash);
+  if (it == slab.index.end()) return nullptr;
+  CachedRow* row = slab.Row(*it);
   // Written only when it changes: a hit on a hot row dirties no cache line.
   if (!row->referenced_) row->referenced_ = true;
   return row;
+}
+
+CachedRow* RowCache::Find(uint32_t table_id, uint64_t key) {
+  Slab* slab = FindSlab(table_id);
+  return slab == nullptr ? nullptr : Lookup(*slab, key, absl::HashOf(key));
 }
 
 void RowCache::FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
@@ -145,13 +148,13 @@ void RowCache::FindMany(uint32_t table_id, absl::Span<const uint64_t> keys,
     }
     for (size_t i = 0; i < count; ++i) {
       CachedRow* row = candidates[i];
-      if (row == nullptr || row->key != window[i]) {
+      if (row != nullptr && row->key == window[i]) {
+        if (!row->referenced_) row->referenced_ = true;
+      } else {
         // No candidate, or another key with the same tag came first: look
         // it up for real.
-        auto it = slab->index.find(KeyProbe{window[i]}, hashes[i]);
-        row = it == slab->index.end() ? nullptr : slab->Row(*it);
+        row = Lookup(*slab, window[i], hashes[i]);
       }
-      if (row != nullptr && !row->referenced_) row->referenced_ = true;
       rows[start + i] = row;
     }
   }
@@ -304,8 +307,8 @@ size_t RowCache::CompactSlab(Slab& slab) {
   const size_t chunk_slots = size_t{1} << slab.chunk_shift;
   slab.chunks.resize((rows + chunk_slots - 1) / chunk_slots);
   slab.chunks.shrink_to_fit();
-  // A hand past the slab's new end goes on to the next table.
   slab.index.rehash(0);  // shrinks it to fit its rows
+  // A hand past the slab's new end goes on to the next table by itself.
   return moved;
 }
 

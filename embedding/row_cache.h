@@ -245,6 +245,9 @@ class RowCache {
   };
 
   Slab* FindSlab(uint32_t table_id) const;
+  // Finds `key` (whose hash is `hash`) in `slab` and marks its row
+  // referenced, or returns nullptr.
+  CachedRow* Lookup(Slab& slab, uint64_t key, size_t hash);
   // Moves `slab`'s rows into its lowest free slots and frees what is left.
   size_t CompactSlab(Slab& slab);
   // Drops the row in `slot` of `slab`.
