@@ -202,9 +202,13 @@ void RowCache::Remove(Slab& slab, uint32_t slot) {
 
 void RowCache::Erase(uint32_t table_id, CachedRow* row) {
   Slab* slab = FindSlab(table_id);
-  DCHECK(slab != nullptr) << "no rows of table " << table_id;
-  auto it = slab->index.find(KeyProbe{row->key});
-  DCHECK(it != slab->index.end() && slab->Row(*it) == row);
+  auto it = slab == nullptr ? decltype(slab->index.end())()
+                            : slab->index.find(KeyProbe{row->key});
+  if (slab == nullptr || it == slab->index.end() || slab->Row(*it) != row) {
+    LOG(DFATAL) << "erasing a row of table " << table_id
+                << " that this cache does not hold";
+    return;
+  }
   Remove(*slab, *it);
 }
 
@@ -265,8 +269,10 @@ size_t RowCache::Compact() {
       EraseTable(slab.table_id);  // keeps the hand where it was
       continue;
     }
+    // Rarely: moving rows holds the stripe's lock, and an expiry sweep
+    // leaves free slots that new rows usually take again.
     const size_t free = slab.slots_used - slab.index.size();
-    if (free > (size_t{1} << slab.chunk_shift) && free > slab.slots_used / 8)
+    if (free > (size_t{1} << slab.chunk_shift) && free > slab.slots_used / 4)
       moved += CompactSlab(slab);
     ++i;
   }
@@ -307,7 +313,9 @@ size_t RowCache::CompactSlab(Slab& slab) {
   const size_t chunk_slots = size_t{1} << slab.chunk_shift;
   slab.chunks.resize((rows + chunk_slots - 1) / chunk_slots);
   slab.chunks.shrink_to_fit();
-  slab.index.rehash(0);  // shrinks it to fit its rows
+  // Rebuilding the index reads every row's key: only when it is well over
+  // what its rows need.
+  if (slab.index.capacity() > 4 * size_t{rows}) slab.index.rehash(0);
   // A hand past the slab's new end goes on to the next table by itself.
   return moved;
 }

@@ -20,7 +20,7 @@
 //
 // Not thread-safe: the store holds the stripe's mutex around every call.
 // Pointers returned by Find(), FindMany() and Insert() stay valid until their
-// row is evicted or erased, or Compact() runs.
+// row is evicted or erased (EraseTable() included), or Compact() runs.
 
 #ifndef PS_EMBEDDING_ROW_CACHE_H_
 #define PS_EMBEDDING_ROW_CACHE_H_
@@ -118,7 +118,7 @@ class RowCache {
   void EvictToBudget(std::vector<EvictedRow>* dirty_evicted);
 
   // Gives back the memory of free slots: where a table has more free slots
-  // than a chunk holds (and than an eighth of its slots), moves its last rows
+  // than a chunk holds (and than a quarter of its slots), moves its last rows
   // into the free slots below them, frees the chunks left empty and shrinks
   // its index; drops tables left without rows. Returns the rows moved.
   // Invalidates every CachedRow* handed out before.
@@ -151,8 +151,9 @@ class RowCache {
 
   // ForEachRow() over at most `max_slots` slots from `*cursor` on, which it
   // advances; returns false once the walk has passed the last slot. Between
-  // calls rows may come and go: a row added, or moved by Compact(), may be
-  // visited twice or not at all.
+  // calls rows may come and go: a row added, or moved by Compact(), or in a
+  // table after one dropped (EraseTable(), Compact()), may be missed; the
+  // walk still ends, and visits only rows present.
   template <typename Fn>
   bool ForEachRowFrom(RowCursor* cursor, size_t max_slots, Fn fn) {
     for (size_t visited = 0; cursor->slab < slabs_.size();) {

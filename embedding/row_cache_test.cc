@@ -478,6 +478,34 @@ TEST(RowCacheTest, ForEachRowFromWalksEveryRowAPartAtATime) {
   EXPECT_EQ(seen, expected);
 }
 
+TEST(RowCacheTest, AWalkSurvivesRowsAndTablesGoingBetweenParts) {
+  const std::vector<float> large(8000, 1.0f);  // 2 slots a chunk
+  RowCache cache(size_t{1} << 30);
+  for (uint64_t key = 0; key < 4; ++key) cache.Insert(1, key, kRow, false);
+  for (uint64_t key = 0; key < 20; ++key) cache.Insert(2, key, large, false);
+  RowCache::RowCursor cursor;
+  std::vector<std::pair<uint32_t, uint64_t>> seen;
+  auto visit = [&](uint32_t table, CachedRow& row, absl::Span<float>) {
+    seen.emplace_back(table, row.key);
+  };
+  ASSERT_TRUE(cache.ForEachRowFrom(&cursor, 6, visit));  // into table 2
+  // Table 1 goes, rows ahead of the cursor go, and compaction moves the
+  // rest down and frees chunks.
+  cache.EraseTable(1);
+  for (uint64_t key = 3; key < 20; ++key) {
+    if (key != 15) cache.Erase(2, cache.Find(2, key));
+  }
+  ASSERT_GT(cache.Compact(), 0u);
+  while (cache.ForEachRowFrom(&cursor, 6, visit)) {
+  }
+  // Every row visited was present when visited: after the first part, only
+  // table 2's keys 0, 1, 2 and 15 were left.
+  for (size_t i = 6; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].first, 2u);
+    EXPECT_TRUE(seen[i].second <= 2 || seen[i].second == 15) << seen[i].second;
+  }
+}
+
 TEST(RowCacheTest, ForEachDirtyVisitsOnlyDirtyRows) {
   RowCache cache(1 << 20);
   cache.Insert(0, 1, kRow, true);
