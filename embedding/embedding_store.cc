@@ -568,13 +568,31 @@ void EmbeddingStore::EvictOrKeep(Stripe& stripe) {
 EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
+  // In key order (RocksDB's: bytewise over the little-endian key): a
+  // skiplist memtable inserts a sorted run at a fraction of the cost of
+  // scattered keys.
+  struct Dirty {
+    uint32_t table_id;
+    uint64_t order;
+    CachedRow* row;
+    absl::Span<float> values;
+  };
+  std::vector<Dirty> dirty;
   stripe.cache.ForEachDirty(
       [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
-        batch->Put(table_id, row.key, values,  // copies the values
-                   LogPosition{log_epoch_, row.log_sequence},
-                   RowMeta{row.updated_at_s, row.push_count});
-        taken.rows.emplace_back(&row, row.version);
+        dirty.push_back({table_id, __builtin_bswap64(row.key), &row, values});
       });
+  std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
+    return a.table_id != b.table_id ? a.table_id < b.table_id
+                                    : a.order < b.order;
+  });
+  for (const Dirty& d : dirty) {
+    CachedRow& row = *d.row;
+    batch->Put(d.table_id, row.key, d.values,  // copies the values
+               LogPosition{log_epoch_, row.log_sequence},
+               RowMeta{row.updated_at_s, row.push_count});
+    taken.rows.emplace_back(&row, row.version);
+  }
   if (options_.durability == Durability::kWal) {
     // Updates applied from here on take sequences at or above the cut and
     // are appended after this moment, so in this segment or a later one.

@@ -238,8 +238,6 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   // that hold the oldest WAL file.
   db_options.max_total_wal_size = 2 * options.write_buffer_bytes;
   db_options.keep_log_file_num = 4;
-  // Required by in-place memtable updates (below).
-  db_options.allow_concurrent_memtable_write = false;
 
   rocksdb::ColumnFamilyOptions family;
   family.write_buffer_size =
@@ -254,15 +252,20 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   table.cache_index_and_filter_blocks = false;
   family.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   family.compression = rocksdb::kNoCompression;  // float rows barely compress
-  // Rows have a fixed size per table: overwrite them in the memtable in
-  // place instead of growing it with every update of a hot key.
-  family.inplace_update_support = true;
-  // Keys are 8 random bytes looked up one at a time (never scanned): a hash
-  // memtable keyed by the whole key avoids the skiplist's ~17 comparisons
-  // per insert, which dominated write-through pushes.
+  // Rows reach RocksDB only as write-backs of the hot tier (a row at most
+  // once per write-back interval), each batch sorted by key (see
+  // EmbeddingStore::FlushStripe): the default skiplist memtable takes sorted
+  // inserts cheaply and flushes without sorting. In-place updates would add
+  // a lookup to every insert for rows that are rarely in the memtable twice;
+  // a hash memtable re-sorted itself into a skiplist on every flush (a third
+  // of the CPU time of writing rows back; BENCHMARKS.md).
+  family.inplace_update_support = false;
+  // Keys are 8 random bytes looked up one at a time: a bloom filter of whole
+  // keys (the prefix is the whole key) answers most memtable misses of rows
+  // never written, which every new key's first pull is.
   family.prefix_extractor.reset(
       rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
-  family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
+  family.memtable_prefix_bloom_size_ratio = 0.1;
   auto expiry = std::make_shared<ExpiryFilterFactory>();
   family.compaction_filter_factory = expiry;
 
@@ -704,7 +707,7 @@ absl::Status RocksStore::Scan(
   // A scan reads every block once: do not push the hot rows out of the
   // block cache.
   options.fill_cache = false;
-  // The families' memtables are hashed by key (a prefix extractor): only a
+  // The families have a prefix extractor (the whole key): only a
   // total-order iterator walks every row.
   options.total_order_seek = true;
   std::unique_ptr<rocksdb::Iterator> it(
