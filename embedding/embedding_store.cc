@@ -838,11 +838,35 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
                                   absl::Span<const uint64_t> keys,
                                   absl::Span<float> out) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
-  const size_t dim = table->dim;
-  if (out.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pull of ", keys.size(), " keys of dim ", dim, " needs ",
-                     keys.size() * dim, " floats of output, got ", out.size()));
+  return PullRows(*table, keys, table->dim, out);
+}
+
+absl::StatusOr<EmbeddingStore::TableOptimizer>
+EmbeddingStore::GetTableOptimizer(absl::string_view table_name) const {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  TableOptimizer optimizer;
+  optimizer.spec = table->spec.optimizer();
+  optimizer.learning_rate_multiplier = table->learning_rate_multiplier.load();
+  optimizer.state_floats = table->row_floats - table->dim;
+  return optimizer;
+}
+
+absl::Status EmbeddingStore::PullWithState(absl::string_view table_name,
+                                           absl::Span<const uint64_t> keys,
+                                           absl::Span<float> out) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  return PullRows(*table, keys, table->row_floats, out);
+}
+
+absl::Status EmbeddingStore::PullRows(const Table& table,
+                                      absl::Span<const uint64_t> keys,
+                                      size_t floats_per_row,
+                                      absl::Span<float> out) {
+  const size_t floats = floats_per_row;
+  if (out.size() != keys.size() * floats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull of ", keys.size(), " keys of ", floats, " floats needs ",
+        keys.size() * floats, " floats of output, got ", out.size()));
   }
   std::vector<uint32_t> order, starts;
   GroupByStripe(keys, &order, &starts);
@@ -861,13 +885,14 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i)
       stripe_keys.push_back(keys[order[i]]);
     found.resize(stripe_keys.size());
-    stripe.cache.FindMany(table->id, stripe_keys, absl::MakeSpan(found), dim);
+    stripe.cache.FindMany(table.id, stripe_keys, absl::MakeSpan(found), floats);
     for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
       const uint32_t position = order[i];
       const CachedRow* row = found[i - starts[s]];
       // An expired row is left for LoadRows() below to drop.
-      if (row != nullptr && !ExpiredInMemory(*table, *row)) {
-        std::memcpy(&out[position * dim], row->floats(), dim * sizeof(float));
+      if (row != nullptr && !ExpiredInMemory(table, *row)) {
+        std::memcpy(&out[position * floats], row->floats(),
+                    floats * sizeof(float));
         ++hits;
       } else {
         misses.push_back(position);
@@ -879,15 +904,17 @@ absl::Status EmbeddingStore::Pull(absl::string_view table_name,
     std::sort(missing_keys.begin(), missing_keys.end());
     missing_keys.erase(std::unique(missing_keys.begin(), missing_keys.end()),
                        missing_keys.end());
-    RETURN_IF_ERROR(LoadRows(*table, stripe, missing_keys, /*create=*/false));
+    RETURN_IF_ERROR(LoadRows(table, stripe, missing_keys, /*create=*/false));
     for (uint32_t position : misses) {
-      float* destination = &out[position * dim];
-      const CachedRow* row = stripe.cache.Find(table->id, keys[position]);
+      float* destination = &out[position * floats];
+      const CachedRow* row = stripe.cache.Find(table.id, keys[position]);
       if (row != nullptr) {
-        std::memcpy(destination, row->floats(), dim * sizeof(float));
+        std::memcpy(destination, row->floats(), floats * sizeof(float));
       } else {
-        table->initializer.Fill(keys[position],
-                                absl::MakeSpan(destination, dim));
+        table.initializer.Fill(keys[position],
+                               absl::MakeSpan(destination, table.dim));
+        if (floats > static_cast<size_t>(table.dim))
+          table.optimizer->InitState(table.dim, destination + table.dim);
       }
     }
     EvictOrKeep(stripe);

@@ -72,7 +72,7 @@
 #include "absl/types/span.h"
 #include "base/initializer.h"
 #include "embedding/admission_sketch.h"
-#include "embedding/optimizer.h"
+#include "base/optimizer.h"
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
 #include "embedding/rocks_store.h"
@@ -233,6 +233,26 @@ class EmbeddingStore {
   absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<float> out);
 
+  // How a table applies pushes now: its optimizer (defaults filled in), the
+  // factor SetLearningRate() puts on each push's learning_rate_scale (1 if
+  // none), and the floats of optimizer state per row. NOT_FOUND if unknown.
+  struct TableOptimizer {
+    OptimizerSpec spec;
+    float learning_rate_multiplier = 1.0f;
+    int state_floats = 0;
+  };
+  absl::StatusOr<TableOptimizer> GetTableOptimizer(
+      absl::string_view table) const;
+
+  // Pull() with each row's optimizer state after its weights: keys.size() *
+  // (dim + state_floats) floats to `out`, a row never pushed as its first
+  // push would find it (initial weights, fresh state). What a worker needs to
+  // replay its own push, not yet applied, onto rows it pulled
+  // (worker/own_updates.h). Errors as Pull()'s.
+  absl::Status PullWithState(absl::string_view table,
+                             absl::Span<const uint64_t> keys,
+                             absl::Span<float> out);
+
   // Applies `gradients` (keys.size() * dim floats, row i for keys[i]) with the
   // table's optimizer; duplicate keys are summed first. All or nothing:
   // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a size mismatch, a
@@ -350,6 +370,11 @@ class EmbeddingStore {
 
   // Groups positions 0..keys.size()-1 by stripe: on return, positions of
   // stripe s are (*order)[(*starts)[s] .. (*starts)[s + 1]).
+  // Pull() and PullWithState(): the first `floats_per_row` floats of each
+  // row (dim, or the whole row) to `out`.
+  absl::Status PullRows(const Table& table, absl::Span<const uint64_t> keys,
+                        size_t floats_per_row, absl::Span<float> out);
+
   void GroupByStripe(absl::Span<const uint64_t> keys,
                      std::vector<uint32_t>* order,
                      std::vector<uint32_t>* starts) const;

@@ -178,8 +178,41 @@ absl::Status DataService::PullInto(
   return absl::OkStatus();
 }
 
+absl::Status DataService::PullWithState(const PullRequest& request,
+                                        PullResponse* response) {
+  std::vector<uint64_t> keys;
+  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  if (request.format() != WireFormat::FP32) {
+    return absl::InvalidArgumentError(
+        "a pull with optimizer state replies in FP32 only");
+  }
+  ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
+  ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableOptimizer optimizer,
+                   store_->GetTableOptimizer(request.table()));
+  const size_t row_floats = spec.dim() + optimizer.state_floats;
+  const size_t reply_bytes = keys.size() * row_floats * sizeof(float);
+  if (reply_bytes + 256 > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pull of ", keys.size(), " rows of ", row_floats,
+        " floats (weights and optimizer state) would need a ", reply_bytes,
+        "-byte reply, more than --max_message_mb allows"));
+  }
+  std::string* values = response->mutable_values();
+  values->resize(reply_bytes);
+  RETURN_IF_ERROR(store_->PullWithState(
+      request.table(), keys,
+      absl::MakeSpan(reinterpret_cast<float*>(values->data()),
+                     keys.size() * row_floats)));
+  response->set_dim(spec.dim());
+  response->set_state_floats(optimizer.state_floats);
+  *response->mutable_optimizer() = optimizer.spec;
+  response->set_learning_rate_multiplier(optimizer.learning_rate_multiplier);
+  return absl::OkStatus();
+}
+
 absl::Status DataService::HandlePull(const PullRequest& request,
                                      PullResponse* response) {
+  if (request.with_state()) return PullWithState(request, response);
   RETURN_IF_ERROR(
       PullInto(request, [response](size_t values_bytes, uint32_t dim) {
         response->set_dim(dim);
@@ -203,10 +236,13 @@ grpc::ServerUnaryReactor* DataService::Pull(
   int64_t bytes = 0;
   if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
       parsed && spec.ok()) {
-    // The reply in the request's wire format (an unknown one is refused).
+    // The reply in the request's wire format (an unknown one is refused);
+    // with optimizer state, at most 3 dim + 2 floats a row (Adam's).
+    const size_t values_per_row =
+        request.with_state() ? 3 * spec->dim() + 2 : spec->dim();
     bytes = static_cast<int64_t>(request.keys().size() +
                                  request.keys().size() / sizeof(uint64_t) *
-                                     spec->dim() *
+                                     values_per_row *
                                      WireValueBytes(request.format()));
   }
   CountedReactor* reactor = StartCall(bytes);
@@ -217,6 +253,19 @@ grpc::ServerUnaryReactor* DataService::Pull(
                       "a pull request that is not a ps.PullRequest"));
   }
   if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
+  if (request.with_state()) {
+    // Through the generated serializer: a worker asks for state only for
+    // the rows its consecutive steps share, in FP32.
+    PullResponse message;
+    absl::Status pulled = PullWithState(request, &message);
+    bool own_buffer = false;
+    if (pulled.ok() && !grpc::SerializationTraits<PullResponse>::Serialize(
+                            message, response, &own_buffer)
+                            .ok()) {
+      pulled = absl::InternalError("serializing a pull's reply");
+    }
+    return Finish(context, reactor, pulled);
+  }
   grpc::Slice reply;
   size_t values_offset = 0;
   const absl::Status pulled =

@@ -11,7 +11,8 @@
 // gRPC sends as it is, the rows copied from the hot tier straight into it;
 // serializing a PullResponse would copy them once more. On the wire it is
 // the same method, so every client (generated stubs, grpc_cli) sees no
-// difference.
+// difference. A pull with optimizer state (with_state) goes through the
+// generated serializer.
 
 #ifndef PS_SERVER_DATA_SERVICE_H_
 #define PS_SERVER_DATA_SERVICE_H_
@@ -114,6 +115,10 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   absl::Status PullInto(
       const PullRequest& request,
       absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate);
+
+  // A pull with optimizer state (PullRequest.with_state).
+  absl::Status PullWithState(const PullRequest& request,
+                             PullResponse* response);
 
   // Unpacks `packed` keys and checks the limit and routing.
   absl::Status CheckKeys(const std::string& packed,

@@ -159,9 +159,73 @@ TEST_F(RawPullTest, TheReplyIsAPullResponseInCanonicalForm) {
 
 TEST(RawPullReplyTest, WritesEveryFieldAPullResponseHas) {
   // DataService writes dim, values and format by hand: a new field must be
-  // written there too.
-  EXPECT_EQ(PullResponse::descriptor()->field_count(), 3)
+  // written there too (fields 4-6 come only with optimizer state, which
+  // goes through the generated serializer).
+  EXPECT_EQ(PullResponse::descriptor()->field_count(), 6)
       << "PullResponse gained a field: write it in PullReplySlice()";
+}
+
+TEST_F(RawPullTest, APullWithStateBringsEachRowsOptimizerState) {
+  DeclareTableRequest declare;
+  declare.mutable_table()->set_name("adagrad");
+  declare.mutable_table()->set_dim(2);
+  declare.mutable_table()->mutable_optimizer()->set_kind(
+      OptimizerSpec::ADAGRAD);
+  declare.mutable_table()->mutable_optimizer()->set_initial_accumulator(0.5f);
+  DeclareTableResponse declared;
+  grpc::ClientContext declare_context;
+  ASSERT_TRUE(stub_->DeclareTable(&declare_context, declare, &declared).ok());
+  // Key 5 is pushed twice: its accumulators are 0.5 + 1 + 1 and 0.5 + 4 + 4.
+  for (int push_index = 0; push_index < 2; ++push_index) {
+    const float gradients[2] = {1.0f, -2.0f};
+    PushRequest push;
+    push.set_table("adagrad");
+    push.set_keys(Pack({5}));
+    push.set_gradients(std::string(reinterpret_cast<const char*>(gradients),
+                                   sizeof(gradients)));
+    PushResponse pushed;
+    grpc::ClientContext push_context;
+    ASSERT_TRUE(stub_->Push(&push_context, push, &pushed).ok());
+  }
+  PullRequest request;
+  request.set_table("adagrad");
+  request.set_keys(Pack({9, 5}));  // 9 was never pushed
+  request.set_with_state(true);
+  std::string reply;
+  ASSERT_TRUE(RawPull(request.SerializeAsString(), &reply).ok());
+  PullResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(reply));
+  EXPECT_EQ(parsed.dim(), 2u);
+  EXPECT_EQ(parsed.state_floats(), 2u);
+  EXPECT_EQ(parsed.optimizer().kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_EQ(parsed.optimizer().learning_rate(), 0.05f);  // the default
+  EXPECT_EQ(parsed.optimizer().initial_accumulator(), 0.5f);
+  EXPECT_EQ(parsed.learning_rate_multiplier(), 1.0f);
+  ASSERT_EQ(parsed.values().size(), 2 * 4 * sizeof(float));
+  float rows[8];
+  std::memcpy(rows, parsed.values().data(), sizeof(rows));
+  EXPECT_EQ(rows[2], 0.5f);  // key 9: fresh state
+  EXPECT_EQ(rows[3], 0.5f);
+  EXPECT_EQ(rows[6], 2.5f);  // key 5
+  EXPECT_EQ(rows[7], 8.5f);
+  // The weights are what a plain pull of the same keys answers.
+  PullRequest plain = request;
+  plain.set_with_state(false);
+  PullResponse weights;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Pull(&context, plain, &weights).ok());
+  ASSERT_EQ(weights.values().size(), 4 * sizeof(float));
+  float pulled[4];
+  std::memcpy(pulled, weights.values().data(), sizeof(pulled));
+  EXPECT_EQ(rows[0], pulled[0]);
+  EXPECT_EQ(rows[1], pulled[1]);
+  EXPECT_EQ(rows[4], pulled[2]);
+  EXPECT_EQ(rows[5], pulled[3]);
+  EXPECT_NE(rows[4], 0.0f);
+  // State travels in FP32 only.
+  request.set_format(WireFormat::FP16);
+  EXPECT_EQ(RawPull(request.SerializeAsString(), &reply).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(RawPullTest, LongVarintsAndTinyRepliesAreCanonicalToo) {

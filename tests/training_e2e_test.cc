@@ -493,6 +493,15 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
   EXPECT_GT(with_multi.Get("test_auc"), without_multi.Get("test_auc") + 0.02)
       << "with the multi fields " << with_multi.Get("test_auc") << ", without "
       << without_multi.Get("test_auc");
+  // Replaying its own pushes (staleness allowed) onto multi fields' pooled
+  // rows and crosses' wide rows trains the same model.
+  std::vector<std::string> replayed = full;
+  replayed.push_back("--staleness=1");
+  const WorkerRun with_replay = Train(1, 1, replayed)[0];
+  EXPECT_EQ(with_replay.Get("replayed_steps"), with_replay.Get("steps") - 1);
+  EXPECT_DOUBLE_EQ(with_replay.Get("test_auc"), with_multi.Get("test_auc"));
+  EXPECT_DOUBLE_EQ(with_replay.Get("test_logloss"),
+                   with_multi.Get("test_logloss"));
   // The same columns misdeclared (a multi field read as one categorical
   // value): the lines parse, but the model is worse.
   std::vector<std::string> as_cat = data;
@@ -511,16 +520,24 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
 
 TEST_F(TrainingTest, ALoneWorkersPullsSeeItsOwnPushes) {
   // Read-my-writes (the default): a lone worker under --staleness=2 pulls
-  // each step's rows after its own earlier pushes, so it trains exactly as
-  // under --staleness=0. Without it, its pulls overlap its own pushes and
-  // the model differs.
+  // each step's rows while the step before computes and replays that step's
+  // push onto them (--overlay_own_pushes), so it trains exactly as under
+  // --staleness=0, over two shards as over one; so it does when it waits
+  // for its pushes instead. Without read-my-writes, its pulls overlap its
+  // own pushes and the model differs.
   const WorkerRun synchronous = Train(1, 1, {"--staleness=0"})[0];
-  const WorkerRun bounded = Train(1, 1, {"--staleness=2"})[0];
+  const WorkerRun bounded = Train(2, 1, {"--staleness=2"})[0];
+  const WorkerRun waiting =
+      Train(1, 1, {"--staleness=2", "--overlay_own_pushes=false"})[0];
   const WorkerRun overlapped =
       Train(1, 1, {"--staleness=2", "--read_my_writes=false"})[0];
+  EXPECT_EQ(bounded.Get("replayed_steps"), bounded.Get("steps") - 1);
+  EXPECT_EQ(waiting.Get("replayed_steps"), 0);
+  EXPECT_EQ(synchronous.Get("replayed_steps"), 0);
   EXPECT_DOUBLE_EQ(bounded.Get("test_auc"), synchronous.Get("test_auc"));
   EXPECT_DOUBLE_EQ(bounded.Get("test_logloss"),
                    synchronous.Get("test_logloss"));
+  EXPECT_DOUBLE_EQ(waiting.Get("test_auc"), synchronous.Get("test_auc"));
   EXPECT_NE(overlapped.Get("test_auc"), synchronous.Get("test_auc"));
   EXPECT_GT(overlapped.Get("max_staleness_seen"), 0);
   // Staleness-aware rates and delay compensation damp only other workers'
@@ -529,6 +546,7 @@ TEST_F(TrainingTest, ALoneWorkersPullsSeeItsOwnPushes) {
       1, 1,
       {"--staleness=2", "--staleness_aware_lr", "--delay_compensation=0.5"})[0];
   EXPECT_DOUBLE_EQ(damped.Get("test_auc"), synchronous.Get("test_auc"));
+  EXPECT_EQ(damped.Get("replayed_steps"), 0);  // compensation: it waits
   EXPECT_EQ(damped.Get("compensated_pushes"), damped.Get("steps"));
   EXPECT_EQ(damped.Get("scaled_pushes"), 0);
   EXPECT_EQ(synchronous.Get("compensated_pushes"), 0);

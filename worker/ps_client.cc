@@ -194,7 +194,11 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
          Route(pull.keys, num_shards(), options_.max_keys_per_request)) {
       PullRequest& request = requests.emplace_back();
       request.set_table(pull.table);
-      request.set_format(options_.wire_format);
+      if (pull.optimizer != nullptr) {
+        request.set_with_state(true);
+      } else {
+        request.set_format(options_.wire_format);
+      }
       std::string* packed = request.mutable_keys();
       packed->resize(positions.size() * sizeof(uint64_t));
       char* cursor = packed->data();
@@ -219,24 +223,42 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
       "pull", options_.retry_for));
   for (size_t c = 0; c < requests.size(); ++c) {
     const TableRows& pull = *destinations[c].pull;
+    const PullResponse& response = responses[c];
     // A shard that predates formats answers FP32 whatever was asked.
-    const WireFormat format = responses[c].format();
+    const WireFormat format = response.format();
+    const int row_floats = pull.dim + pull.state_floats;
     const size_t row_bytes =
-        static_cast<size_t>(pull.dim) * WireValueBytes(format);
+        static_cast<size_t>(row_floats) * WireValueBytes(format);
     const std::vector<uint32_t>& positions = destinations[c].positions;
-    const std::string& values = responses[c].values();
+    const std::string& values = response.values();
+    if (pull.optimizer != nullptr &&
+        (!response.has_optimizer() ||
+         response.state_floats() != static_cast<uint32_t>(pull.state_floats) ||
+         format != WireFormat::FP32)) {
+      return absl::InternalError(absl::StrCat(
+          "shard ", shards[c], " answered a pull of table ", pull.table,
+          " with optimizer state with ", response.state_floats(),
+          " floats of state (expected ", pull.state_floats, ")",
+          response.has_optimizer() ? "" : " and no optimizer (an older shard?)",
+          " in wire format ", format));
+    }
     if (row_bytes == 0 || values.size() != positions.size() * row_bytes) {
       return absl::InternalError(absl::StrCat(
           "shard ", shards[c], " returned ", values.size(), " bytes for ",
-          positions.size(), " rows of dim ", pull.dim, " of table ", pull.table,
-          " in wire format ", format));
+          positions.size(), " rows of ", row_floats, " floats of table ",
+          pull.table, " in wire format ", format));
+    }
+    if (pull.optimizer != nullptr) {
+      pull.optimizer->spec = response.optimizer();
+      pull.optimizer->learning_rate_multiplier =
+          response.learning_rate_multiplier();
     }
     const char* cursor = values.data();
     for (uint32_t position : positions) {
       DecodeWireValues(
           format, cursor,
-          absl::MakeSpan(pull.rows + static_cast<size_t>(position) * pull.dim,
-                         pull.dim));
+          absl::MakeSpan(pull.rows + static_cast<size_t>(position) * row_floats,
+                         row_floats));
       cursor += row_bytes;
     }
   }

@@ -80,8 +80,18 @@ class PsClient {
   // The incarnation pushes and clock reports carry.
   uint64_t incarnation() const { return incarnation_; }
 
+  // How rows and gradients travel (ClientOptions::wire_format).
+  WireFormat wire_format() const { return options_.wire_format; }
+
   // Declares `spec` on every shard (idempotent).
   absl::Status DeclareTable(const TableSpec& spec);
+
+  // How a table applies pushes, as a pull with optimizer state reports it
+  // (PullResponse fields 5 and 6).
+  struct PulledOptimizer {
+    OptimizerSpec spec;
+    float learning_rate_multiplier = 1.0f;
+  };
 
   // One table's part of a pull: the rows of `keys` (dim floats each, in key
   // order) are written to `rows`, which must outlive the call.
@@ -90,6 +100,12 @@ class PsClient {
     absl::Span<const uint64_t> keys;
     int dim = 0;
     float* rows = nullptr;
+    // Set: a pull with optimizer state (PullRequest.with_state). `rows` then
+    // takes dim + state_floats floats per key (the weights, then the
+    // state), in FP32 whatever the wire format, and `*optimizer` the
+    // table's optimizer. INTERNAL if a shard has another state size.
+    PulledOptimizer* optimizer = nullptr;
+    int state_floats = 0;
   };
 
   // One table's part of a push: dim gradient floats per key, in key order.

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/bounded_queue.h"
@@ -28,6 +29,9 @@ struct Trainer::Prepared : ModelInputs {
   int64_t step = 0;
   // The staleness its pull saw: step minus the slowest live worker's clock.
   int64_t staleness = 0;
+  // Replaying own pushes: per table (in pull order), the rows this step
+  // shares with the one before; empty for the first step.
+  std::vector<SharedRows> shared;
 };
 
 struct Trainer::PushJob {
@@ -71,7 +75,8 @@ std::string SummaryToJson(const TrainingSummary& s) {
       "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": "
       "%.3f,\n"
       "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  "
-      "\"push_seconds\": %.3f,\n"
+      "\"push_seconds\": %.3f,\n  \"replay_seconds\": %.3f,\n"
+      "  \"replayed_steps\": %d,\n"
       "  \"first_step\": %d,\n  \"cut_hold_seconds\": %.3f,\n"
       "  \"checkpoints\": %d,\n  \"failed_checkpoints\": %d,\n"
       "  \"scaled_pushes\": %d,\n  \"compensated_pushes\": %d,\n"
@@ -80,9 +85,9 @@ std::string SummaryToJson(const TrainingSummary& s) {
       s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
       s.bad_lines, s.max_staleness_seen,
       absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
-      s.pull_seconds, s.compute_seconds, s.push_seconds, s.first_step,
-      s.cut_hold_seconds, s.checkpoints, s.failed_checkpoints, s.scaled_pushes,
-      s.compensated_pushes, s.backend);
+      s.pull_seconds, s.compute_seconds, s.push_seconds, s.replay_seconds,
+      s.replayed_steps, s.first_step, s.cut_hold_seconds, s.checkpoints,
+      s.failed_checkpoints, s.scaled_pushes, s.compensated_pushes, s.backend);
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -168,9 +173,14 @@ absl::Status Trainer::DeclareTables() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::PullParameters(Prepared* prepared) {
+absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
   // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
   std::vector<PsClient::TableRows> pulls;
+  // The shared rows with their state travel in the same fan-out.
+  for (size_t t = 0; t < prepared->shared.size(); ++t) {
+    if (prepared->shared[t].keys.empty()) continue;
+    pulls.push_back(prepared->shared[t].Pull(TableInPullOrder(t)));
+  }
   if (deep()) {
     pulls.push_back({embedding_table_, prepared->unique_keys,
                      options_.model.embedding_dim,
@@ -190,7 +200,78 @@ absl::Status Trainer::PullParameters(Prepared* prepared) {
                      prepared->dense_params[t].data()});
   }
   RETURN_IF_ERROR(client_->Pull(pulls));
-  prepared->PoolRows(embedding_dim());
+  if (pool) prepared->PoolRows(embedding_dim());
+  return absl::OkStatus();
+}
+
+const std::string& Trainer::TableInPullOrder(size_t t) const {
+  if (deep()) {
+    if (t == 0) return embedding_table_;
+    --t;
+  }
+  return t == 0 ? wide_table_ : dense_tables_[t - 1];
+}
+
+bool Trainer::ReplaysOwnPushes() const {
+  return options_.read_my_writes && options_.overlay_own_pushes &&
+         options_.staleness != 0 && options_.delay_compensation <= 0.0f &&
+         options_.admit_after <= 1 &&
+         client_->wire_format() == WireFormat::FP32;
+}
+
+void Trainer::FindRowsSharedWithPrevious(
+    absl::Span<const uint64_t> previous_unique,
+    absl::Span<const uint64_t> previous_wide, Prepared* prepared) const {
+  prepared->shared.resize(state_floats_.size());
+  size_t t = 0;
+  if (deep()) {
+    FindSharedRows(previous_unique, prepared->unique_keys, embedding_dim(),
+                   state_floats_[t], &prepared->shared[t]);
+    ++t;
+  }
+  if (deep() && prepared->wide_keys.empty() &&
+      previous_wide.data() == previous_unique.data()) {
+    // The wide table's keys are the embeddings': so are the shared ones.
+    SharedRows& wide = prepared->shared[t];
+    const SharedRows& embedding = prepared->shared[0];
+    wide.next_positions = embedding.next_positions;
+    wide.previous_positions = embedding.previous_positions;
+    wide.keys = embedding.keys;
+    wide.dim = 1;
+    wide.state_floats = state_floats_[t];
+    wide.rows_with_state.resize(wide.keys.size() * (1 + wide.state_floats));
+  } else {
+    FindSharedRows(previous_wide, prepared->wide_fetch_keys(), 1,
+                   state_floats_[t], &prepared->shared[t]);
+  }
+  ++t;
+  for (size_t d = 0; d < tensors_.size(); ++d, ++t) {
+    // Every step pulls every chunk of every dense tensor.
+    const std::vector<uint64_t> chunks =
+        DenseChunkKeys(DenseChunks(tensors_[d], options_.dense_chunk_floats));
+    FindSharedRows(chunks, chunks,
+                   DenseChunkFloats(tensors_[d], options_.dense_chunk_floats),
+                   state_floats_[t], &prepared->shared[t]);
+  }
+}
+
+absl::Status Trainer::ReplayPreviousPush(const PushJob& job,
+                                         Prepared* prepared) {
+  if (prepared->shared.empty()) return absl::OkStatus();
+  size_t t = 0;
+  if (deep()) {
+    RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.embedding_grads,
+                                  job.learning_rate_scale,
+                                  absl::MakeSpan(prepared->embedding_rows)));
+  }
+  RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.wide_grads,
+                                job.learning_rate_scale,
+                                absl::MakeSpan(prepared->wide_rows)));
+  for (size_t d = 0; d < tensors_.size(); ++d) {
+    RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.dense_grads[d],
+                                  job.learning_rate_scale,
+                                  absl::MakeSpan(prepared->dense_params[d])));
+  }
   return absl::OkStatus();
 }
 
@@ -374,6 +455,23 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         ", ", layout.dense_features(), " and ", layout.crosses.size()));
   }
   RETURN_IF_ERROR(DeclareTables());
+  state_floats_.clear();
+  {
+    std::vector<std::pair<const OptimizerSpec*, int>> tables;
+    if (deep())
+      tables.push_back({&options_.embedding_optimizer, embedding_dim()});
+    tables.push_back({&options_.wide_optimizer, 1});
+    for (const auto& tensor : tensors_) {
+      tables.push_back({&options_.dense_optimizer,
+                        DenseChunkFloats(tensor, options_.dense_chunk_floats)});
+    }
+    for (const auto& [spec, dim] : tables) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                       Optimizer::Create(*spec));
+      state_floats_.push_back(optimizer->StateFloats(dim));
+    }
+  }
+  const bool replay = ReplaysOwnPushes();
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(options_.train));
   if (options_.resume_clock > 0) {
@@ -429,9 +527,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::atomic<int64_t> max_staleness{0};
   std::atomic<int64_t> waited_micros{0};
   std::atomic<int64_t> pull_micros{0}, compute_micros{0}, push_micros{0};
+  int64_t replay_micros = 0;  // the compute thread's
   std::atomic<int64_t> scaled_pushes{0}, compensated_pushes{0};
   std::thread prefetcher([&] {
     std::vector<Example> examples;
+    // Replaying: the keys of the step before (none before the first).
+    std::vector<uint64_t> previous_unique, previous_wide;
+    bool have_previous = false;
     for (int64_t step = first_step; !stopping; ++step) {
       const absl::Time read_start = absl::Now();
       absl::StatusOr<bool> more = reader->Next(&examples);
@@ -444,8 +546,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       int64_t staleness = 0;
       const absl::Time own_wait_start = absl::Now();
       if (options_.read_my_writes) {
+        // Replaying, the push of step - 1 is replayed onto these rows, and
+        // leaves only once they are pulled (the compute thread queues it
+        // after taking them): they must hold every push before it.
+        const int64_t needed = replay ? step - 1 : step;
         absl::MutexLock lock(&clock_mu_);
-        while (clock_.load() < step && !stopping) {
+        while (clock_.load() < needed && !stopping) {
           clock_advanced_.WaitWithTimeout(&clock_mu_, absl::Milliseconds(100));
         }
       } else if (options_.staleness >= 0) {
@@ -490,8 +596,20 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         histogram.resize(staleness + 1);
       ++histogram[staleness];
       max_staleness = std::max(max_staleness.load(), staleness);
+      if (replay) {
+        if (have_previous) {
+          FindRowsSharedWithPrevious(previous_unique,
+                                     previous_wide.empty()
+                                         ? absl::MakeConstSpan(previous_unique)
+                                         : absl::MakeConstSpan(previous_wide),
+                                     &prepared);
+        }
+        previous_unique = prepared.unique_keys;
+        previous_wide = prepared.wide_keys;
+        have_previous = true;
+      }
       const absl::Time pull_start = absl::Now();
-      absl::Status pulled = PullParameters(&prepared);
+      absl::Status pulled = PullParameters(&prepared, /*pool=*/!replay);
       if (!pulled.ok()) return fail(pulled);
       pull_micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
       Observe(Stage::kPull, absl::Now() - pull_start);
@@ -603,11 +721,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     interval_labels.clear();
   };
   bool have_current = ready.Pop(&prepared);
+  if (have_current && replay) prepared.PoolRows(embedding_dim());
   while (have_current) {
     // If the next batch is already pulled, its inputs go to the device while
-    // this step computes.
+    // this step computes (not when replaying: this step's push changes
+    // them).
     Prepared next;
-    const bool have_next = ready.TryPop(&next);
+    bool have_next = !replay && ready.TryPop(&next);
     kernels::StepInputs next_inputs;
     if (have_next) next_inputs = next.Step();
     const absl::Time compute_start = absl::Now();
@@ -658,6 +778,22 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                                 outputs.probabilities.end());
     interval_labels.insert(interval_labels.end(), prepared.labels.begin(),
                            prepared.labels.end());
+    if (replay) {
+      // The next step's rows were pulled before this push leaves (it is
+      // queued below): replay it onto the rows they share.
+      have_next = ready.Pop(&next);
+      if (have_next) {
+        const absl::Time replay_start = absl::Now();
+        if (absl::Status replayed = ReplayPreviousPush(job, &next);
+            !replayed.ok()) {
+          fail(replayed);
+          break;
+        }
+        next.PoolRows(embedding_dim());
+        replay_micros += absl::ToInt64Microseconds(absl::Now() - replay_start);
+        if (!next.shared.empty()) ++summary.replayed_steps;
+      }
+    }
     if (!pending_pushes.Push(std::move(job))) break;
     double test_auc = -1;
     if (options_.eval_every > 0 && !options_.test_files.empty() &&
@@ -682,7 +818,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       prepared =
           std::move(next);  // vectors move: the staged pointers stay valid
     } else {
-      have_current = ready.Pop(&prepared);
+      have_current = !replay && ready.Pop(&prepared);
     }
   }
   pending_pushes.Close();
@@ -710,6 +846,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.pull_seconds = pull_micros.load() / 1e6;
   summary.compute_seconds = compute_micros.load() / 1e6;
   summary.push_seconds = push_micros.load() / 1e6;
+  summary.replay_seconds = replay_micros / 1e6;
   summary.scaled_pushes = scaled_pushes.load();
   summary.compensated_pushes = compensated_pushes.load();
 

@@ -14,11 +14,15 @@
 // Prefetching counts against the bound: the rows for step t are pulled only
 // once every live worker's clock is >= t - staleness, and the staleness each
 // pull actually saw (t - the cluster's minimum clock) is recorded. Under
-// read-my-writes (the default) they are also pulled only once this worker's
-// own pushes of steps before t are acknowledged, so a worker's pull, compute
-// and push run one after another (only parsing overlaps them, and waits for
-// other workers are gone within the bound); without it, pulling the next
-// batch's rows overlaps computing the current one, and pushing overlaps both.
+// read-my-writes (the default) a step also trains on rows that hold every
+// earlier push of this worker. At --staleness=0 that means pulling step t's
+// rows once the push of step t-1 is acknowledged, so pull, compute and push
+// run one after another. With staleness allowed, step t's rows are pulled
+// while step t-1 computes (once step t-2's push is acknowledged), and step
+// t-1's push, which cannot have reached them, is replayed onto them here
+// (own_updates.h), so the pull and the push leave the critical path. Without
+// read-my-writes, pulling overlaps computing and pushing overlaps both, and
+// a step may train on rows that lack this worker's own last updates.
 //
 // Tables (on the servers; names start with the model's name, so different
 // models can share a cluster): <model>.embedding (dim embedding_dim),
@@ -37,12 +41,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/checkpoint_client.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
 #include "worker/clicklog_reader.h"
 #include "worker/lr_schedule.h"
+#include "worker/own_updates.h"
 #include "worker/ps_client.h"
 #include "worker/training_metrics.h"
 
@@ -83,6 +89,14 @@ struct TrainerOptions {
   // lets other workers lag, so a step never trains on rows older than this
   // worker's own updates. Default: true.
   bool read_my_writes = true;
+  // Under read_my_writes with staleness != 0: pull step t's rows while step
+  // t-1 computes and replay this worker's own step t-1 push, not yet
+  // applied, onto the rows both steps touch (own_updates.h), instead of
+  // pulling only once that push is acknowledged. The rows a step trains on
+  // hold the same updates either way (for a lone worker, the same bits).
+  // Only where the replay is exact: FP32 on the wire, admit_after 1, no
+  // delay compensation; elsewhere the worker waits. Default: true.
+  bool overlay_own_pushes = true;
   // Staleness-aware learning rates (Zhang et al., IJCAI 2016): a step whose
   // pull saw staleness k > 1 (its step minus the slowest live worker's
   // clock) pushes with its learning rates divided by k. Default: false.
@@ -169,6 +183,10 @@ struct TrainingSummary {
   double pull_seconds = 0;
   double compute_seconds = 0;
   double push_seconds = 0;
+  // Replaying own pushes onto the next step's rows (the compute thread's
+  // time; TrainerOptions::overlay_own_pushes), and steps replayed onto.
+  double replay_seconds = 0;
+  int64_t replayed_steps = 0;
   std::string backend;
 };
 
@@ -198,8 +216,26 @@ class Trainer {
   // What the model's tables hold (declared with each of them).
   ModelCard Card() const;
   absl::Status DeclareTables();
-  // Pulls every row and dense parameter `prepared` needs.
-  absl::Status PullParameters(Prepared* prepared);
+  // Pulls every row and dense parameter `prepared` needs, and its shared
+  // rows with their optimizer state (if FindRowsSharedWithPrevious() found
+  // any); pools
+  // the multi-valued fields' rows unless `pool` is false (a replay changes
+  // the fetched rows first).
+  absl::Status PullParameters(Prepared* prepared, bool pool = true);
+  // Table t in pull order: the embeddings (deep models), the wide weights,
+  // the dense tensors.
+  const std::string& TableInPullOrder(size_t t) const;
+  // Whether this run replays its own pushes (overlay_own_pushes and the
+  // conditions under which the replay is exact).
+  bool ReplaysOwnPushes() const;
+  // The rows `prepared` shares with the step before it, whose keys (unique
+  // and wide_fetch_keys()) are `previous_unique` and `previous_wide`.
+  void FindRowsSharedWithPrevious(absl::Span<const uint64_t> previous_unique,
+                                  absl::Span<const uint64_t> previous_wide,
+                                  Prepared* prepared) const;
+  // Replays `job`, the push of the step before `prepared`, onto its shared
+  // rows.
+  absl::Status ReplayPreviousPush(const PushJob& job, Prepared* prepared);
   absl::Status PushGradients(const PushJob& job);
   // Delay compensation (TrainerOptions::delay_compensation) of `job`'s
   // dense gradients against the dense parameters as they are now.
@@ -230,6 +266,9 @@ class Trainer {
   const std::vector<kernels::DenseTensorSpec> tensors_;
   const std::string embedding_table_, wide_table_;
   std::vector<std::string> dense_tables_;
+  // Floats of optimizer state per row of each table, in pull order: the
+  // embeddings (deep models), the wide weights, the dense tensors.
+  std::vector<int> state_floats_;
   kernels::CtrModel model_;
 
   // Steps of this worker whose pushes were acknowledged, and the examples

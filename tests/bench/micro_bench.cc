@@ -17,7 +17,7 @@
 #include "base/routing.h"
 #include "benchmark/benchmark.h"
 #include "embedding/embedding_store.h"
-#include "embedding/optimizer.h"
+#include "base/optimizer.h"
 #include "embedding/push_log.h"
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
@@ -53,7 +53,7 @@ BENCHMARK(BM_HashAndRouteBatch);
 void BM_OptimizerApply(benchmark::State& state) {
   OptimizerSpec spec;
   spec.set_kind(static_cast<OptimizerSpec::Kind>(state.range(0)));
-  auto optimizer = embedding::Optimizer::Create(spec).value();
+  auto optimizer = Optimizer::Create(spec).value();
   const int dim = static_cast<int>(state.range(1));
   const int rows = 4096;
   std::vector<float> weights(rows * dim, 0.1f), gradients(rows * dim, 0.01f);

@@ -1,11 +1,11 @@
-#include "embedding/optimizer.h"
+#include "base/optimizer.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
-namespace ps::embedding {
+namespace ps {
 namespace {
 
 // 1 if `value` is NaN or infinite (its exponent bits all ones), else 0.
@@ -254,4 +254,4 @@ int64_t FirstNonFinite(absl::Span<const float> gradients) {
   return -1;
 }
 
-}  // namespace ps::embedding
+}  // namespace ps

@@ -1,9 +1,12 @@
-// File: embedding/optimizer.h
+// File: base/optimizer.h
 //
-// Server-side optimizers. A stored row is `dim` weights followed by
-// StateFloats(dim) floats of optimizer state; Apply() updates both in place
-// from one summed gradient. Optimizers are immutable after creation and
-// thread-safe; callers serialise access to each row.
+// The optimizers a shard applies pushes with (embedding/), and with which a
+// worker replays its own push that a shard has not applied yet
+// (worker/own_updates.h): one compiled copy, so both compute the same bits.
+// A stored row is `dim` weights followed by StateFloats(dim) floats of
+// optimizer state; Apply() updates both in place from one summed gradient.
+// Optimizers are immutable after creation and thread-safe; callers serialise
+// access to each row.
 //
 // Defaults (used when an OptimizerSpec field is zero):
 //   SGD      learning_rate 0.01
@@ -14,8 +17,8 @@
 // on every update, so a row's initial weights only matter until its first
 // push.
 
-#ifndef PS_EMBEDDING_OPTIMIZER_H_
-#define PS_EMBEDDING_OPTIMIZER_H_
+#ifndef PS_BASE_OPTIMIZER_H_
+#define PS_BASE_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -24,7 +27,7 @@
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 
-namespace ps::embedding {
+namespace ps {
 
 class Optimizer {
  public:
@@ -63,6 +66,6 @@ class Optimizer {
 // gradients are checked whole before anything is applied.
 int64_t FirstNonFinite(absl::Span<const float> gradients);
 
-}  // namespace ps::embedding
+}  // namespace ps
 
-#endif  // PS_EMBEDDING_OPTIMIZER_H_
+#endif  // PS_BASE_OPTIMIZER_H_

@@ -1,6 +1,6 @@
 // Each optimizer against values worked out by hand (the arithmetic is in the
 // comments).
-#include "embedding/optimizer.h"
+#include "base/optimizer.h"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 
-namespace ps::embedding {
+namespace ps {
 namespace {
 
 std::unique_ptr<Optimizer> Make(OptimizerSpec spec) {
@@ -234,4 +234,4 @@ TEST(OptimizerTest, ALearningRateScaleScalesEveryOptimizersStep) {
 }
 
 }  // namespace
-}  // namespace ps::embedding
+}  // namespace ps
