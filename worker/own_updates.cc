@@ -27,6 +27,8 @@ void FindSharedRows(absl::Span<const uint64_t> previous,
   shared->next_positions.clear();
   shared->previous_positions.clear();
   shared->keys.clear();
+  shared->other_keys.clear();
+  shared->other_positions.clear();
   shared->dim = dim;
   shared->state_floats = state_floats;
   absl::flat_hash_map<uint64_t, uint32_t> previous_position;
@@ -35,7 +37,11 @@ void FindSharedRows(absl::Span<const uint64_t> previous,
     previous_position.try_emplace(previous[i], static_cast<uint32_t>(i));
   for (size_t i = 0; i < next.size(); ++i) {
     auto found = previous_position.find(next[i]);
-    if (found == previous_position.end()) continue;
+    if (found == previous_position.end()) {
+      shared->other_keys.push_back(next[i]);
+      shared->other_positions.push_back(static_cast<uint32_t>(i));
+      continue;
+    }
     shared->next_positions.push_back(static_cast<uint32_t>(i));
     shared->previous_positions.push_back(found->second);
     shared->keys.push_back(next[i]);

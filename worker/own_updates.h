@@ -35,6 +35,10 @@ struct SharedRows {
   std::vector<uint32_t> next_positions;
   std::vector<uint32_t> previous_positions;
   std::vector<uint64_t> keys;
+  // The rest of the next step's keys, and their positions among them: the
+  // plain pull (the replay writes the shared rows' weights).
+  std::vector<uint64_t> other_keys;
+  std::vector<uint32_t> other_positions;
   // Pulled with state: keys.size() * (dim + state_floats) floats, and the
   // table's optimizer.
   int dim = 0;

@@ -19,6 +19,8 @@ TEST(FindSharedRowsTest, FindsTheNextStepsKeysThePreviousStepHas) {
   EXPECT_EQ(shared.keys, (std::vector<uint64_t>{40, 10, 30}));
   EXPECT_EQ(shared.next_positions, (std::vector<uint32_t>{0, 2, 4}));
   EXPECT_EQ(shared.previous_positions, (std::vector<uint32_t>{3, 0, 2}));
+  EXPECT_EQ(shared.other_keys, (std::vector<uint64_t>{5, 7}));
+  EXPECT_EQ(shared.other_positions, (std::vector<uint32_t>{1, 3}));
   EXPECT_EQ(shared.rows_with_state.size(), 3u * 5u);
   const PsClient::TableRows pull = shared.Pull("t");
   EXPECT_EQ(pull.keys.size(), 3u);
@@ -30,10 +32,12 @@ TEST(FindSharedRowsTest, FindsTheNextStepsKeysThePreviousStepHas) {
 TEST(FindSharedRowsTest, NothingSharedLeavesItEmpty) {
   SharedRows shared;
   shared.keys = {99};  // left from an earlier step
+  shared.other_keys = {98};
   FindSharedRows(std::vector<uint64_t>{1, 2}, std::vector<uint64_t>{3, 4}, 1, 1,
                  &shared);
   EXPECT_TRUE(shared.keys.empty());
   EXPECT_TRUE(shared.rows_with_state.empty());
+  EXPECT_EQ(shared.other_keys, (std::vector<uint64_t>{3, 4}));
 }
 
 // What a shard does with a push: each row's weights and state, updated by

@@ -190,6 +190,12 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
   std::vector<int> shards;
   std::vector<Destination> destinations;
   for (const TableRows& pull : pulls) {
+    if (!pull.row_positions.empty() &&
+        pull.row_positions.size() != pull.keys.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
+                       " row positions for ", pull.keys.size(), " keys"));
+    }
     for (auto& [shard, positions] :
          Route(pull.keys, num_shards(), options_.max_keys_per_request)) {
       PullRequest& request = requests.emplace_back();
@@ -255,10 +261,11 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
     }
     const char* cursor = values.data();
     for (uint32_t position : positions) {
+      const size_t row =
+          pull.row_positions.empty() ? position : pull.row_positions[position];
       DecodeWireValues(
           format, cursor,
-          absl::MakeSpan(pull.rows + static_cast<size_t>(position) * row_floats,
-                         row_floats));
+          absl::MakeSpan(pull.rows + row * row_floats, row_floats));
       cursor += row_bytes;
     }
   }

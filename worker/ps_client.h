@@ -106,6 +106,9 @@ class PsClient {
     // table's optimizer. INTERNAL if a shard has another state size.
     PulledOptimizer* optimizer = nullptr;
     int state_floats = 0;
+    // If not empty: key i's row goes to row row_positions[i] of `rows`
+    // instead of row i (one per key).
+    absl::Span<const uint32_t> row_positions = {};
   };
 
   // One table's part of a push: dim gradient floats per key, in key order.

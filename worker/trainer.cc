@@ -176,18 +176,29 @@ absl::Status Trainer::DeclareTables() {
 absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
   // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
   std::vector<PsClient::TableRows> pulls;
-  // The shared rows with their state travel in the same fan-out.
+  // The shared rows with their state travel in the same fan-out, and only
+  // the other rows in the plain pulls.
   for (size_t t = 0; t < prepared->shared.size(); ++t) {
     if (prepared->shared[t].keys.empty()) continue;
     pulls.push_back(prepared->shared[t].Pull(TableInPullOrder(t)));
   }
+  auto plain = [&](size_t t, absl::Span<const uint64_t> keys, int dim,
+                   float* rows) {
+    if (t >= prepared->shared.size()) {
+      pulls.push_back({TableInPullOrder(t), keys, dim, rows});
+    } else if (!prepared->shared[t].other_keys.empty()) {
+      PsClient::TableRows pull = {TableInPullOrder(t),
+                                  prepared->shared[t].other_keys, dim, rows};
+      pull.row_positions = prepared->shared[t].other_positions;
+      pulls.push_back(pull);
+    }
+  };
+  size_t table = 0;
   if (deep()) {
-    pulls.push_back({embedding_table_, prepared->unique_keys,
-                     options_.model.embedding_dim,
-                     prepared->embedding_rows.data()});
+    plain(table++, prepared->unique_keys, options_.model.embedding_dim,
+          prepared->embedding_rows.data());
   }
-  pulls.push_back({wide_table_, prepared->wide_fetch_keys(), 1,
-                   prepared->wide_rows.data()});
+  plain(table++, prepared->wide_fetch_keys(), 1, prepared->wide_rows.data());
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
@@ -196,8 +207,7 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
     const int chunks = DenseChunks(tensors_[t], options_.dense_chunk_floats);
     chunk_keys[t] = DenseChunkKeys(chunks);
     prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
-    pulls.push_back({dense_tables_[t], chunk_keys[t], chunk,
-                     prepared->dense_params[t].data()});
+    plain(table++, chunk_keys[t], chunk, prepared->dense_params[t].data());
   }
   RETURN_IF_ERROR(client_->Pull(pulls));
   if (pool) prepared->PoolRows(embedding_dim());
@@ -233,10 +243,7 @@ void Trainer::FindRowsSharedWithPrevious(
       previous_wide.data() == previous_unique.data()) {
     // The wide table's keys are the embeddings': so are the shared ones.
     SharedRows& wide = prepared->shared[t];
-    const SharedRows& embedding = prepared->shared[0];
-    wide.next_positions = embedding.next_positions;
-    wide.previous_positions = embedding.previous_positions;
-    wide.keys = embedding.keys;
+    wide = prepared->shared[0];
     wide.dim = 1;
     wide.state_floats = state_floats_[t];
     wide.rows_with_state.resize(wide.keys.size() * (1 + wide.state_floats));
