@@ -2,7 +2,8 @@
 //
 // The optimizers a shard applies pushes with (embedding/), and with which a
 // worker replays its own push that a shard has not applied yet
-// (worker/own_updates.h): one compiled copy, so both compute the same bits.
+// (worker/own_updates.h): one library, so that shards and workers of one
+// build compute the same bits.
 // A stored row is `dim` weights followed by StateFloats(dim) floats of
 // optimizer state; Apply() updates both in place from one summed gradient.
 // Optimizers are immutable after creation and thread-safe; callers serialise

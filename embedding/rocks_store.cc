@@ -252,10 +252,11 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   table.cache_index_and_filter_blocks = false;
   family.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   family.compression = rocksdb::kNoCompression;  // float rows barely compress
-  // Rows reach RocksDB only as write-backs of the hot tier (a row at most
-  // once per write-back interval), each batch sorted by key (see
-  // EmbeddingStore::FlushStripe): the default skiplist memtable takes sorted
-  // inserts cheaply and flushes without sorting. In-place updates would add
+  // Rows reach RocksDB only from the hot tier: a stripe's periodic
+  // write-back (a row at most once per interval), sorted by key
+  // (EmbeddingStore::TakeDirtyRows), and single evicted rows. The default
+  // skiplist memtable takes sorted inserts cheaply and flushes without
+  // sorting. In-place updates would add
   // a lookup to every insert for rows that are rarely in the memtable twice;
   // a hash memtable re-sorted itself into a skiplist on every flush (a third
   // of the CPU time of writing rows back; BENCHMARKS.md).

@@ -191,7 +191,11 @@ absl::Status DataService::PullWithState(const PullRequest& request,
                    store_->GetTableOptimizer(request.table()));
   const size_t row_floats = spec.dim() + optimizer.state_floats;
   const size_t reply_bytes = keys.size() * row_floats * sizeof(float);
-  if (reply_bytes + 256 > options_.max_message_bytes) {
+  // The optimizer spec and the other fields take well under 256 bytes;
+  // gRPC sends no message over 2 GiB.
+  const size_t max_reply_bytes = std::min<size_t>(
+      options_.max_message_bytes, std::numeric_limits<int32_t>::max());
+  if (reply_bytes + 256 > max_reply_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pull of ", keys.size(), " rows of ", row_floats,
         " floats (weights and optimizer state) would need a ", reply_bytes,
@@ -236,10 +240,15 @@ grpc::ServerUnaryReactor* DataService::Pull(
   int64_t bytes = 0;
   if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
       parsed && spec.ok()) {
-    // The reply in the request's wire format (an unknown one is refused);
-    // with optimizer state, at most 3 dim + 2 floats a row (Adam's).
-    const size_t values_per_row =
-        request.with_state() ? 3 * spec->dim() + 2 : spec->dim();
+    // The reply in the request's wire format (an unknown one is refused),
+    // with optimizer state: dim + state floats a row.
+    size_t values_per_row = spec->dim();
+    if (request.with_state()) {
+      if (auto optimizer = store_->GetTableOptimizer(request.table());
+          optimizer.ok()) {
+        values_per_row += optimizer->state_floats;
+      }
+    }
     bytes = static_cast<int64_t>(request.keys().size() +
                                  request.keys().size() / sizeof(uint64_t) *
                                      values_per_row *

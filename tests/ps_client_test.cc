@@ -87,5 +87,46 @@ TEST(PsClientTest, PullsOfEverySizeReadTheirOwnRows) {
   for (std::thread& thread : threads) thread.join();
 }
 
+TEST(PsClientTest, PullsWithStateAreSplitToFitTheShardsMessageLimit) {
+  // Rows of 1000 floats under Adam carry 2002 floats of state: 200 keys a
+  // request make a 0.8 MB plain reply but a 2.4 MB one with state, over the
+  // shard's 1 MB. The client sends fewer keys a request with state.
+  constexpr int kWide = 1000;
+  const std::string dir = FreshTestDir("ps_client_state");
+  auto server =
+      ServerProcess::Start({"--data_dir=" + dir, "--max_message_mb=1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  worker::ClientOptions options;
+  options.servers = {(*server)->address()};
+  options.max_keys_per_request = 200;
+  auto client = worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TableSpec spec = SgdTableSpec("adam", kWide, 1.0f, InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.0f);  // the default
+  ASSERT_TRUE((*client)->DeclareTable(spec).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 600; ++key) keys.push_back(key);
+  std::vector<float> rows(keys.size() * kWide);
+  ASSERT_TRUE((*client)
+                  ->Pull({worker::PsClient::TableRows{"adam", keys, kWide,
+                                                      rows.data()}})
+                  .ok());
+  const int state_floats = 2 * kWide + 2;
+  std::vector<float> with_state(keys.size() * (kWide + state_floats), -1.0f);
+  worker::PsClient::PulledOptimizer optimizer;
+  worker::PsClient::TableRows pull = {"adam", keys, kWide, with_state.data()};
+  pull.optimizer = &optimizer;
+  pull.state_floats = state_floats;
+  const absl::Status pulled = (*client)->Pull({pull});
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_EQ(optimizer.spec.kind(), OptimizerSpec::ADAM);
+  // Fresh Adam state: zero moments, then the two powers of the betas at 1.
+  const float* last = &with_state[(keys.size() - 1) * (kWide + state_floats)];
+  EXPECT_EQ(last[kWide], 0.0f);
+  EXPECT_EQ(last[kWide + 2 * kWide], 1.0f);
+  EXPECT_EQ(last[kWide + 2 * kWide + 1], 1.0f);
+}
+
 }  // namespace
 }  // namespace ps::testing

@@ -9,10 +9,13 @@
 // worker pushed in between comes out as its shard will hold it once the
 // push lands, bit for bit.
 //
-// Exact under what a push does on a shard: summed gradients of distinct
-// keys (two keys of a step are distinct unless their 64-bit hashes collide),
-// FP32 gradients, every key stored (no admission threshold). The trainer
-// replays only then.
+// Exact under what a push does on a shard: gradients of distinct keys
+// (ModelInputs gives a step's keys once, crosses' included), FP32 on the
+// wire, every key stored (no admission threshold) and no row expiring in
+// between (no row_ttl_s); the trainer replays only then. Also assumed:
+// workers and shards built from one source with one set of flags (the same
+// optimizer code), and no learning rate set by an administrator between
+// the pull and the push's landing (that one step replays the old rate).
 
 #ifndef PS_WORKER_OWN_UPDATES_H_
 #define PS_WORKER_OWN_UPDATES_H_

@@ -1,5 +1,6 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -196,8 +197,17 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
           absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
                        " row positions for ", pull.keys.size(), " keys"));
     }
-    for (auto& [shard, positions] :
-         Route(pull.keys, num_shards(), options_.max_keys_per_request)) {
+    // Rows with state are larger: fewer of them per request, so that a
+    // reply stays within what a plain pull's may be.
+    const uint32_t max_keys =
+        pull.optimizer == nullptr
+            ? options_.max_keys_per_request
+            : std::max<uint32_t>(
+                  1, static_cast<uint32_t>(
+                         uint64_t{options_.max_keys_per_request} *
+                         std::max(pull.dim, 1) /
+                         (std::max(pull.dim, 1) + pull.state_floats)));
+    for (auto& [shard, positions] : Route(pull.keys, num_shards(), max_keys)) {
       PullRequest& request = requests.emplace_back();
       request.set_table(pull.table);
       if (pull.optimizer != nullptr) {
@@ -245,7 +255,10 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
           "shard ", shards[c], " answered a pull of table ", pull.table,
           " with optimizer state with ", response.state_floats(),
           " floats of state (expected ", pull.state_floats, ")",
-          response.has_optimizer() ? "" : " and no optimizer (an older shard?)",
+          response.has_optimizer()
+              ? ""
+              : " and no optimizer: a shard older than pulls with state "
+                "(--overlay_own_pushes=false does without them)",
           " in wire format ", format));
     }
     if (row_bytes == 0 || values.size() != positions.size() * row_bytes) {

@@ -95,14 +95,16 @@ ABSL_FLAG(bool, read_my_writes, true,
           "never trains on rows older than this worker's own updates. False "
           "lets a worker's pulls overlap its own pushes too, which costs "
           "accuracy (BENCHMARKS.md).");
-ABSL_FLAG(bool, overlay_own_pushes, true,
-          "With --read_my_writes and --staleness other than 0: pull a step's "
-          "rows while the step before computes and replay that step's push "
-          "(not yet applied) onto the rows both touch, with the rows' pulled "
-          "optimizer state and the shards' optimizer code, instead of waiting "
-          "for the push: the same rows, without the pull and push on the "
-          "step's critical path. Only with --wire_format=fp32, --admit_after=1 "
-          "and no --delay_compensation; otherwise the worker waits.");
+ABSL_FLAG(
+    bool, overlay_own_pushes, true,
+    "With --read_my_writes and --staleness other than 0: pull a step's "
+    "rows while the step before computes and replay that step's push "
+    "(not yet applied) onto the rows both touch, with the rows' pulled "
+    "optimizer state and the shards' optimizer code, instead of waiting "
+    "for the push: the same rows, without the pull and push on the "
+    "step's critical path. Only with --wire_format=fp32, --admit_after=1, "
+    "--row_ttl_s=0 and no --delay_compensation; otherwise the worker "
+    "waits.");
 ABSL_FLAG(bool, staleness_aware_lr, false,
           "Divide a step's learning rates by the staleness its pull saw, "
           "when above 1 (Zhang et al., IJCAI 2016).");

@@ -225,7 +225,7 @@ const std::string& Trainer::TableInPullOrder(size_t t) const {
 bool Trainer::ReplaysOwnPushes() const {
   return options_.read_my_writes && options_.overlay_own_pushes &&
          options_.staleness != 0 && options_.delay_compensation <= 0.0f &&
-         options_.admit_after <= 1 &&
+         options_.admit_after <= 1 && options_.row_ttl_s == 0 &&
          client_->wire_format() == WireFormat::FP32;
 }
 
@@ -582,7 +582,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         if (!reported.ok()) return fail(reported);
         if (options_.staleness < 0 ||
             view.min_clock() >= step - options_.staleness) {
-          staleness = std::max<int64_t>(0, step - view.min_clock());
+          // Replaying, this worker's own last push is in the rows though
+          // its clock does not count it yet: alone, nothing is missing;
+          // with others, the minimum may be this worker's own clock, which
+          // makes the figure an upper bound by one.
+          const int64_t minimum = replay && view.live_workers() <= 1
+                                      ? view.min_clock() + 1
+                                      : view.min_clock();
+          staleness = std::max<int64_t>(0, step - minimum);
           break;
         }
         // Other workers hold the bound back: poll, backing off to 4 ms so

@@ -92,10 +92,13 @@ struct TrainerOptions {
   // Under read_my_writes with staleness != 0: pull step t's rows while step
   // t-1 computes and replay this worker's own step t-1 push, not yet
   // applied, onto the rows both steps touch (own_updates.h), instead of
-  // pulling only once that push is acknowledged. The rows a step trains on
-  // hold the same updates either way (for a lone worker, the same bits).
-  // Only where the replay is exact: FP32 on the wire, admit_after 1, no
-  // delay compensation; elsewhere the worker waits. Default: true.
+  // pulling only once that push is acknowledged. A lone worker trains on
+  // the same bits either way; with others, their pushes that land between
+  // the early pull and this step are left out, within the bound. Only where
+  // the replay is exact: FP32 on the wire, admit_after 1, no row expiry
+  // (row_ttl_s 0), no delay compensation; elsewhere the worker waits. The
+  // staleness recorded counts the replayed push as 1 when other workers
+  // are live (an upper bound), as 0 alone. Default: true.
   bool overlay_own_pushes = true;
   // Staleness-aware learning rates (Zhang et al., IJCAI 2016): a step whose
   // pull saw staleness k > 1 (its step minus the slowest live worker's

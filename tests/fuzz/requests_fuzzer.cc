@@ -84,8 +84,8 @@ std::string Gradients(FuzzInput& input, size_t floats) {
   std::string packed(floats * sizeof(float), '\0');
   for (size_t i = 0; i < floats; ++i) {
     const uint32_t byte = input.Choose(256);
-    const float value = byte == 255 ? 3e38f
-                                    : (static_cast<int>(byte) - 128) / 16.0f;
+    const float value =
+        byte == 255 ? 3e38f : (static_cast<int>(byte) - 128) / 16.0f;
     std::memcpy(&packed[i * sizeof(float)], &value, sizeof(float));
   }
   return packed;
@@ -128,11 +128,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     PullRequest request;
     request.set_table(table);
     request.set_keys(keys);
+    request.set_with_state(kind == 4);
     PullResponse response;
     if (service.HandlePull(request, &response).ok()) {
       const size_t rows = keys.size() / sizeof(uint64_t);
-      if (response.values().size() != rows * response.dim() * sizeof(float))
+      if (response.values().size() !=
+          rows * (response.dim() + response.state_floats()) * sizeof(float))
         std::abort();
+      if (request.with_state() != response.has_optimizer()) std::abort();
     }
     return 0;
   }
