@@ -528,7 +528,7 @@ TEST_F(TrainingTest, ALoneWorkersPullsSeeItsOwnPushes) {
   const WorkerRun synchronous = Train(1, 1, {"--staleness=0"})[0];
   const WorkerRun bounded = Train(2, 1, {"--staleness=2"})[0];
   const WorkerRun waiting =
-      Train(1, 1, {"--staleness=2", "--overlay_own_pushes=false"})[0];
+      Train(1, 1, {"--staleness=2", "--overlay_own_pushes=never"})[0];
   const WorkerRun overlapped =
       Train(1, 1, {"--staleness=2", "--read_my_writes=false"})[0];
   EXPECT_EQ(bounded.Get("replayed_steps"), bounded.Get("steps") - 1);
@@ -576,6 +576,14 @@ TEST_F(TrainingTest, DampingAppliesWhenAnotherWorkerLags) {
   EXPECT_EQ(damped[0].Get("compensated_pushes"), damped[0].Get("steps"));
   EXPECT_EQ(plain[0].Get("scaled_pushes"), 0);
   EXPECT_GT(damped[0].Get("test_auc"), 0.7);
+  // With another worker, a worker waits for its own pushes unless told to
+  // replay them (--overlay_own_pushes=always), which also converges.
+  EXPECT_EQ(plain[0].Get("replayed_steps"), 0);
+  const std::vector<WorkerRun> replayed =
+      Train(1, 2, {"--staleness=2", "--overlay_own_pushes=always"}, slow);
+  EXPECT_EQ(replayed[0].Get("replayed_steps"), replayed[0].Get("steps") - 1);
+  EXPECT_EQ(replayed[1].Get("replayed_steps"), replayed[1].Get("steps") - 1);
+  EXPECT_GT(replayed[0].Get("test_auc"), 0.7);
 }
 
 TEST_F(TrainingTest, WithoutATestSetTheWorkerSaysSo) {

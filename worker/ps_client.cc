@@ -258,7 +258,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
           response.has_optimizer()
               ? ""
               : " and no optimizer: a shard older than pulls with state "
-                "(--overlay_own_pushes=false does without them)",
+                "(--overlay_own_pushes=never does without them)",
           " in wire format ", format));
     }
     if (row_bytes == 0 || values.size() != positions.size() * row_bytes) {

@@ -96,15 +96,17 @@ ABSL_FLAG(bool, read_my_writes, true,
           "lets a worker's pulls overlap its own pushes too, which costs "
           "accuracy (BENCHMARKS.md).");
 ABSL_FLAG(
-    bool, overlay_own_pushes, true,
-    "With --read_my_writes and --staleness other than 0: pull a step's "
-    "rows while the step before computes and replay that step's push "
-    "(not yet applied) onto the rows both touch, with the rows' pulled "
-    "optimizer state and the shards' optimizer code, instead of waiting "
-    "for the push: the same rows, without the pull and push on the "
-    "step's critical path. Only with --wire_format=fp32, --admit_after=1, "
-    "--row_ttl_s=0 and no --delay_compensation; otherwise the worker "
-    "waits.");
+    std::string, overlay_own_pushes, "alone",
+    "alone, always or never. With --read_my_writes and --staleness other "
+    "than 0: pull a step's rows while the step before computes and replay "
+    "that step's push (not yet applied) onto the rows both touch, with the "
+    "rows' pulled optimizer state and the shards' optimizer code, instead of "
+    "waiting for the push. 'alone' (with --num_workers=1): the same rows bit "
+    "for bit, without the pull and the push on the step's critical path. "
+    "With other workers the early pull misses their last pushes, which "
+    "costs some accuracy (BENCHMARKS.md); 'always' accepts that. Only with "
+    "--wire_format=fp32, --admit_after=1, --row_ttl_s=0 and no "
+    "--delay_compensation; otherwise the worker waits.");
 ABSL_FLAG(bool, staleness_aware_lr, false,
           "Divide a step's learning rates by the staleness its pull saw, "
           "when above 1 (Zhang et al., IJCAI 2016).");
@@ -342,7 +344,20 @@ int main(int argc, char** argv) {
                 staleness + "'");
   }
   options.read_my_writes = absl::GetFlag(FLAGS_read_my_writes);
-  options.overlay_own_pushes = absl::GetFlag(FLAGS_overlay_own_pushes);
+  const std::string overlay = absl::GetFlag(FLAGS_overlay_own_pushes);
+  if (overlay == "alone") {
+    options.overlay_own_pushes =
+        ps::worker::TrainerOptions::OwnPushOverlay::kAlone;
+  } else if (overlay == "always") {
+    options.overlay_own_pushes =
+        ps::worker::TrainerOptions::OwnPushOverlay::kAlways;
+  } else if (overlay == "never") {
+    options.overlay_own_pushes =
+        ps::worker::TrainerOptions::OwnPushOverlay::kNever;
+  } else {
+    return Fail("--overlay_own_pushes must be alone, always or never, not '" +
+                overlay + "'");
+  }
   options.staleness_aware_lr = absl::GetFlag(FLAGS_staleness_aware_lr);
   options.delay_compensation =
       static_cast<float>(absl::GetFlag(FLAGS_delay_compensation));

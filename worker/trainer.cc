@@ -223,10 +223,13 @@ const std::string& Trainer::TableInPullOrder(size_t t) const {
 }
 
 bool Trainer::ReplaysOwnPushes() const {
-  return options_.read_my_writes && options_.overlay_own_pushes &&
-         options_.staleness != 0 && options_.delay_compensation <= 0.0f &&
-         options_.admit_after <= 1 && options_.row_ttl_s == 0 &&
-         client_->wire_format() == WireFormat::FP32;
+  const bool wanted =
+      options_.overlay_own_pushes == TrainerOptions::OwnPushOverlay::kAlways ||
+      (options_.overlay_own_pushes == TrainerOptions::OwnPushOverlay::kAlone &&
+       options_.num_workers <= 1);
+  return options_.read_my_writes && wanted && options_.staleness != 0 &&
+         options_.delay_compensation <= 0.0f && options_.admit_after <= 1 &&
+         options_.row_ttl_s == 0 && client_->wire_format() == WireFormat::FP32;
 }
 
 void Trainer::FindRowsSharedWithPrevious(

@@ -93,13 +93,19 @@ struct TrainerOptions {
   // t-1 computes and replay this worker's own step t-1 push, not yet
   // applied, onto the rows both steps touch (own_updates.h), instead of
   // pulling only once that push is acknowledged. A lone worker trains on
-  // the same bits either way; with others, their pushes that land between
-  // the early pull and this step are left out, within the bound. Only where
-  // the replay is exact: FP32 on the wire, admit_after 1, no row expiry
-  // (row_ttl_s 0), no delay compensation; elsewhere the worker waits. The
-  // staleness recorded counts the replayed push as 1 when other workers
-  // are live (an upper bound), as 0 alone. Default: true.
-  bool overlay_own_pushes = true;
+  // the same bits either way, faster. With others, the early pull misses
+  // their pushes of the step before, which waiting would have seen: 2 + 2
+  // workers lost 0.002-0.003 AUC for a few percent of speed (BENCHMARKS.md,
+  // "Staleness"). Only where the replay is exact: FP32 on the wire,
+  // admit_after 1, no row expiry (row_ttl_s 0), no delay compensation;
+  // elsewhere the worker waits. With others live, the staleness recorded
+  // counts the replayed push as 1 (an upper bound). Default: kAlone.
+  enum class OwnPushOverlay {
+    kAlone,   // when num_workers is 1
+    kAlways,  // whatever num_workers is
+    kNever,
+  };
+  OwnPushOverlay overlay_own_pushes = OwnPushOverlay::kAlone;
   // Staleness-aware learning rates (Zhang et al., IJCAI 2016): a step whose
   // pull saw staleness k > 1 (its step minus the slowest live worker's
   // clock) pushes with its learning rates divided by k. Default: false.
