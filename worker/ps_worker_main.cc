@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/heap_policy.h"
 #include "base/manifest.h"
 #include "base/tls_credentials.h"
 #include "glog/logging.h"
@@ -238,6 +239,7 @@ bool ParseOptimizer(const std::string& name, double learning_rate,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::KeepFreedHeapForReuse();
   // OpenBLAS chooses its kernels when it is loaded: if it fell back to its
   // generic ones on a CPU it does not recognise, restart once with the right
   // OPENBLAS_CORETYPE (set it yourself to override).

@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "base/heap_policy.h"
 #include "base/wire_format.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -211,6 +212,9 @@ std::string KeyBytes(uint64_t key, int dim) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As ps_worker does: the clients' reply buffers are reused, not faulted
+  // in anew for every pull.
+  ps::KeepFreedHeapForReuse();
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_loopback)) {
     std::printf("%.0f\n", LoopbackBytesPerSecond());
