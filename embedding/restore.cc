@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "base/status_macros.h"
 #include "base/optimizer.h"
+#include "base/status_macros.h"
 #include "embedding/rocks_store.h"
 #include "glog/logging.h"
 

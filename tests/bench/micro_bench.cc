@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "base/optimizer.h"
 #include "base/routing.h"
 #include "benchmark/benchmark.h"
 #include "embedding/embedding_store.h"
-#include "base/optimizer.h"
 #include "embedding/push_log.h"
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
