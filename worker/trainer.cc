@@ -242,8 +242,7 @@ void Trainer::FindRowsSharedWithPrevious(
                    state_floats_[t], &prepared->shared[t]);
     ++t;
   }
-  if (deep() && prepared->wide_keys.empty() &&
-      previous_wide.data() == previous_unique.data()) {
+  if (deep() && prepared->wide_keys.empty() && previous_wide.empty()) {
     // The wide table's keys are the embeddings': so are the shared ones.
     SharedRows& wide = prepared->shared[t];
     wide = prepared->shared[0];
@@ -251,8 +250,9 @@ void Trainer::FindRowsSharedWithPrevious(
     wide.state_floats = state_floats_[t];
     wide.rows_with_state.resize(wide.keys.size() * (1 + wide.state_floats));
   } else {
-    FindSharedRows(previous_wide, prepared->wide_fetch_keys(), 1,
-                   state_floats_[t], &prepared->shared[t]);
+    FindSharedRows(previous_wide.empty() ? previous_unique : previous_wide,
+                   prepared->wide_fetch_keys(), 1, state_floats_[t],
+                   &prepared->shared[t]);
   }
   ++t;
   for (size_t d = 0; d < tensors_.size(); ++d, ++t) {
@@ -615,11 +615,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       max_staleness = std::max(max_staleness.load(), staleness);
       if (replay) {
         if (have_previous) {
-          FindRowsSharedWithPrevious(previous_unique,
-                                     previous_wide.empty()
-                                         ? absl::MakeConstSpan(previous_unique)
-                                         : absl::MakeConstSpan(previous_wide),
-                                     &prepared);
+          FindRowsSharedWithPrevious(previous_unique, previous_wide, &prepared);
         }
         previous_unique = prepared.unique_keys;
         previous_wide = prepared.wide_keys;

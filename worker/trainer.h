@@ -237,8 +237,9 @@ class Trainer {
   // Whether this run replays its own pushes (overlay_own_pushes and the
   // conditions under which the replay is exact).
   bool ReplaysOwnPushes() const;
-  // The rows `prepared` shares with the step before it, whose keys (unique
-  // and wide_fetch_keys()) are `previous_unique` and `previous_wide`.
+  // The rows `prepared` shares with the step before it, whose keys are
+  // `previous_unique` and `previous_wide` (its unique_keys and wide_keys:
+  // empty when the wide table's keys are the unique ones).
   void FindRowsSharedWithPrevious(absl::Span<const uint64_t> previous_unique,
                                   absl::Span<const uint64_t> previous_wide,
                                   Prepared* prepared) const;
