@@ -1,11 +1,11 @@
 // File: kernels/backend.h
 //
 // The math of a CTR training step behind one interface with two backends:
-// CPU (OpenBLAS) and CUDA (own kernels + cuBLAS). All matrices are row-major
-// float32; every pointer passed to a kernel lives in the backend's memory
-// (host memory for the CPU, device memory for CUDA) and comes from
-// Allocate(). Kernels may run asynchronously; Synchronize() waits for them,
-// and CopyToHost() returns only when the data is on the host.
+// CPU (oneDNN's GEMMs, plain loops) and CUDA (own kernels + cuBLAS). All
+// matrices are row-major float32; every pointer passed to a kernel lives in the
+// backend's memory (host memory for the CPU, device memory for CUDA) and comes
+// from Allocate(). Kernels may run asynchronously; Synchronize() waits for
+// them, and CopyToHost() returns only when the data is on the host.
 //
 // A backend instance is used by one thread at a time.
 
@@ -103,20 +103,38 @@ class Backend {
                                      float* dlogits, float* loss_sum) = 0;
 };
 
-// The CPU backend (OpenBLAS). Never fails to create.
+// How the MLP's GEMMs round their inputs. Every backend accumulates in FP32.
+enum class GemmPrecision {
+  // Plain FP32 (the default; the CPU and CUDA backends agree to ~1e-5).
+  kFp32,
+  // TF32 tensor cores through cublasGemmEx (CUDA only): faster, ~1e-3
+  // relative error.
+  kTf32,
+  // Inputs rounded to bfloat16 (CPU only, on CPUs with AVX512_BF16): about
+  // twice FP32's GEMM speed, ~4e-3 relative error per input. GEMMs with a
+  // dimension under 16 (the logit, the wide part's dense weights) stay FP32:
+  // they cost nothing and feed the loss directly.
+  kBf16,
+};
+
+struct CpuOptions {
+  // Threads each GEMM uses (an OpenMP team of the calling thread). Default 1:
+  // a worker's pipeline threads and the shards beside it need the other cores.
+  int threads = 1;
+  GemmPrecision precision = GemmPrecision::kFp32;
+};
+
+// The CPU backend with default options. Never fails to create.
 std::unique_ptr<Backend> NewCpuBackend();
 
-// OpenBLAS 0.3.21 does not recognise some recent CPUs (seen: a virtualised
-// Xeon with AVX-512) and falls back to its generic "Prescott" kernels, which
-// run GEMMs 2-3x slower. OpenBLAS picks its kernels when it is loaded, from
-// OPENBLAS_CORETYPE; this returns the core type to set ("SkylakeX" with
-// AVX-512, "Haswell" with AVX2) when OpenBLAS fell back although the CPU can
-// do better, and "" otherwise (also when the variable is already set).
-std::string BetterOpenBlasCoreType();
+// The CPU backend with `options`: kInvalidArgument for threads < 1 or TF32,
+// kUnavailable for kBf16 on a CPU without AVX512_BF16 (it would be slower
+// than FP32 there, not faster).
+Status NewCpuBackend(const CpuOptions& options,
+                     std::unique_ptr<Backend>* backend);
 
-// Sets how many threads the CPU backend's GEMMs use, process-wide (OpenBLAS
-// keeps one global pool). REQUIRES: threads >= 1.
-void SetCpuBackendThreads(int threads);
+// Whether this CPU multiplies bfloat16 natively (AVX512_BF16).
+bool CpuHasBf16Gemm();
 
 }  // namespace ps::kernels
 

@@ -1,24 +1,48 @@
-// The CPU backend: OpenBLAS for GEMM, plain loops for the rest. Built with
+// The CPU backend: oneDNN for GEMM, plain loops for the rest. Built with
 // -DPS_KERNELS_NO_BLAS (only by kernels/gpu_check.sh, on the GPU machine,
-// which has no BLAS headers) GEMM is a plain loop: slow, but a fine reference.
+// which has no oneDNN) GEMM is a plain loop: slow, but a fine reference.
 
 #ifndef PS_KERNELS_NO_BLAS
-#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+
+#include <dnnl.hpp>
 #endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "base/half.h"
 #include "kernels/backend.h"
 
 namespace ps::kernels {
 namespace {
 
+// Rounds `rows` rows of `cols` floats, `stride` apart, to a packed
+// bfloat16 copy in *out.
+void RoundRowsToBfloat16(const float* in, int rows, int cols, int stride,
+                         std::vector<uint16_t>* out) {
+  out->resize(static_cast<size_t>(rows) * cols);
+  uint16_t* __restrict packed = out->data();
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict row = in + static_cast<size_t>(r) * stride;
+    uint16_t* __restrict rounded = packed + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) rounded[c] = FloatToBfloat16(row[c]);
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(const CpuOptions& options) : options_(options) {}
+
   const char* name() const override { return "cpu"; }
 
   Status Allocate(size_t bytes, void** pointer) override {
@@ -59,18 +83,38 @@ class CpuBackend final : public Backend {
       }
       return Status::Ok();
     }
+    // Thin GEMMs stay FP32 (backend.h, GemmPrecision::kBf16).
+    const bool bf16 = options_.precision == GemmPrecision::kBf16 && m >= 16 &&
+                      n >= 16 && k >= 16;
 #ifndef PS_KERNELS_NO_BLAS
-    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                transpose_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
-                b, ldb, beta, c, ldc);
+    // oneDNN runs a GEMM on an OpenMP team of the calling thread, whose size
+    // is that thread's own setting.
+    if (omp_get_max_threads() != options_.threads) {
+      omp_set_num_threads(options_.threads);
+    }
+    if (bf16) {
+      return Bf16Gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb,
+                      beta, c, ldc);
+    }
+    const dnnl_status_t status =
+        dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                   alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) {
+      return Status(StatusCode::kInvalidArgument,
+                    "oneDNN's sgemm failed with status " +
+                        std::to_string(static_cast<int>(status)));
+    }
 #else
+    const auto round = [bf16](float x) {
+      return bf16 ? Bfloat16ToFloat(FloatToBfloat16(x)) : x;
+    };
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         double sum = 0.0;
         for (int p = 0; p < k; ++p) {
-          sum += static_cast<double>(transpose_a ? a[p * lda + i]
-                                                 : a[i * lda + p]) *
-                 (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
+          sum += static_cast<double>(
+                     round(transpose_a ? a[p * lda + i] : a[i * lda + p])) *
+                 round(transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
         }
         float& out = c[i * ldc + j];
         out = static_cast<float>(alpha * sum +
@@ -217,39 +261,111 @@ class CpuBackend final : public Backend {
     *loss_sum = static_cast<float>(loss);
     return Status::Ok();
   }
+
+ private:
+#ifndef PS_KERNELS_NO_BLAS
+  // C = alpha * op(A) * op(B) + beta * C with both operands rounded to
+  // bfloat16 (packed copies in a_bf16_/b_bf16_) and FP32 accumulation: one
+  // oneDNN matmul, made once per shape and kept.
+  Status Bf16Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                  float alpha, const float* a, int lda, const float* b, int ldb,
+                  float beta, float* c, int ldc) {
+    RoundRowsToBfloat16(a, transpose_a ? k : m, transpose_a ? m : k, lda,
+                        &a_bf16_);
+    RoundRowsToBfloat16(b, transpose_b ? n : k, transpose_b ? k : n, ldb,
+                        &b_bf16_);
+    try {
+      if (!engine_) {
+        engine_.emplace(dnnl::engine::kind::cpu, 0);
+        stream_.emplace(*engine_);
+      }
+      const GemmShape shape{transpose_a, transpose_b, m,     n,
+                            k,           ldc,         alpha, beta};
+      auto found = bf16_gemms_.find(shape);
+      if (found == bf16_gemms_.end()) {
+        using dims = dnnl::memory::dims;
+        using type = dnnl::memory::data_type;
+        const dnnl::memory::desc a_desc(dims{m, k}, type::bf16,
+                                        transpose_a ? dims{1, m} : dims{k, 1});
+        const dnnl::memory::desc b_desc(dims{k, n}, type::bf16,
+                                        transpose_b ? dims{1, k} : dims{n, 1});
+        const dnnl::memory::desc c_desc(dims{m, n}, type::f32, dims{ldc, 1});
+        dnnl::primitive_attr attributes;
+        if (alpha != 1.0f) attributes.set_output_scales(0, {alpha});
+        if (beta != 0.0f) {
+          dnnl::post_ops accumulate;
+          accumulate.append_sum(beta);
+          attributes.set_post_ops(accumulate);
+        }
+        const dnnl::matmul::primitive_desc description(
+            dnnl::matmul::desc(a_desc, b_desc, c_desc), attributes, *engine_);
+        found = bf16_gemms_
+                    .emplace(shape,
+                             Bf16Matmul{description, dnnl::matmul(description)})
+                    .first;
+      }
+      const Bf16Matmul& gemm = found->second;
+      dnnl::memory a_memory(gemm.description.src_desc(), *engine_,
+                            a_bf16_.data());
+      dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
+                            b_bf16_.data());
+      dnnl::memory c_memory(gemm.description.dst_desc(), *engine_, c);
+      gemm.matmul.execute(*stream_, {{DNNL_ARG_SRC, a_memory},
+                                     {DNNL_ARG_WEIGHTS, b_memory},
+                                     { DNNL_ARG_DST,
+                                       c_memory }});
+      stream_->wait();
+    } catch (const dnnl::error& error) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          std::string("oneDNN's bfloat16 matmul failed: ") + error.what());
+    }
+    return Status::Ok();
+  }
+
+  // transpose_a, transpose_b, m, n, k, ldc, alpha, beta.
+  using GemmShape = std::tuple<bool, bool, int, int, int, int, float, float>;
+  std::optional<dnnl::engine> engine_;
+  std::optional<dnnl::stream> stream_;
+  struct Bf16Matmul {
+    dnnl::matmul::primitive_desc description;
+    dnnl::matmul matmul;
+  };
+  std::map<GemmShape, Bf16Matmul> bf16_gemms_;
+  std::vector<uint16_t> a_bf16_, b_bf16_;
+#endif
+  const CpuOptions options_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> NewCpuBackend() {
-  return std::make_unique<CpuBackend>();
+  return std::make_unique<CpuBackend>(CpuOptions());
 }
 
-void SetCpuBackendThreads(int threads) {
-#ifndef PS_KERNELS_NO_BLAS
-  openblas_set_num_threads(threads);
-#else
-  (void)threads;
-#endif
-}
-
-std::string BetterOpenBlasCoreType() {
-#ifdef PS_KERNELS_NO_BLAS
-  return "";
-#else
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
-  const char* core = openblas_get_corename();
-  if (core == nullptr || std::string(core) != "Prescott") return "";
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl")) {
-    return "SkylakeX";
+Status NewCpuBackend(const CpuOptions& options,
+                     std::unique_ptr<Backend>* backend) {
+  if (options.threads < 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the CPU backend needs at least one thread");
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return "Haswell";
-  return "";
-#endif
+  if (options.precision == GemmPrecision::kTf32) {
+    return Status(StatusCode::kInvalidArgument,
+                  "TF32 is a CUDA tensor-core format; the CPU backend does "
+                  "FP32 or bfloat16");
+  }
+  if (options.precision == GemmPrecision::kBf16 && !CpuHasBf16Gemm()) {
+    return Status(StatusCode::kUnavailable,
+                  "bfloat16 GEMMs need a CPU with AVX512_BF16, which this one "
+                  "lacks (they would be slower than FP32 here)");
+  }
+  *backend = std::make_unique<CpuBackend>(options);
+  return Status::Ok();
+}
+
+bool CpuHasBf16Gemm() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
 }
 
 }  // namespace ps::kernels

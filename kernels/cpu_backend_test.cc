@@ -1,7 +1,9 @@
 // The CPU backend against naive references written out here, on awkward
 // sizes (not multiples of 8, empty batches, duplicate keys).
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -49,6 +51,133 @@ TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
       for (int i = 0; i < m * n; ++i)
         ASSERT_NEAR(c[i], expected[i], 1e-4) << ta << tb;
     }
+  }
+}
+
+// C = 0.5 * op(A) op(B) + 2 * C in double, with each input passed through
+// `round` first.
+std::vector<float> ReferenceGemm(bool ta, bool tb, int m, int n, int k,
+                                 const std::vector<float>& a,
+                                 const std::vector<float>& b,
+                                 std::vector<float> c, float (*round)(float)) {
+  const int lda = ta ? m : k, ldb = tb ? k : n;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        sum +=
+            static_cast<double>(round(ta ? a[p * lda + i] : a[i * lda + p])) *
+            round(tb ? b[j * ldb + p] : b[p * ldb + j]);
+      }
+      c[i * n + j] = static_cast<float>(0.5 * sum + 2.0 * c[i * n + j]);
+    }
+  }
+  return c;
+}
+
+float Exact(float x) { return x; }
+
+// Rounds to the nearest bfloat16, ties to even (finite inputs).
+float ToBfloat16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+TEST(CpuBackendOptionsTest, Bf16GemmRoundsItsInputsAndAccumulatesInFp32) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  CpuOptions options;
+  options.precision = GemmPrecision::kBf16;
+  std::unique_ptr<Backend> backend;
+  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  std::mt19937 rng(99);
+  const int m = 37, n = 19, k = 45;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
+                               c0 = Random(m * n, &rng);
+      const std::vector<float> rounded =
+          ReferenceGemm(ta, tb, m, n, k, a, b, c0, ToBfloat16);
+      const std::vector<float> exact =
+          ReferenceGemm(ta, tb, m, n, k, a, b, c0, Exact);
+      std::vector<float> c = c0;
+      // Twice: the second call reuses the matmul made by the first.
+      for (int call = 0; call < 2; ++call) {
+        c = c0;
+        ASSERT_TRUE(backend
+                        ->Gemm(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k,
+                               b.data(), tb ? k : n, 2.0f, c.data(), n)
+                        .ok());
+      }
+      double farthest_from_exact = 0;
+      for (int i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(c[i], rounded[i], 1e-4) << ta << tb << " at " << i;
+        farthest_from_exact =
+            std::max(farthest_from_exact, std::fabs(double{c[i]} - exact[i]));
+      }
+      // The rounding shows: FP32 inputs would be within ~1e-6.
+      EXPECT_GT(farthest_from_exact, 1e-3) << ta << tb;
+    }
+  }
+}
+
+TEST(CpuBackendOptionsTest, Bf16LeavesThinGemmsInFp32) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  CpuOptions options;
+  options.precision = GemmPrecision::kBf16;
+  std::unique_ptr<Backend> backend;
+  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  std::mt19937 rng(7);
+  const int m = 64, n = 1, k = 40;  // a logit layer
+  const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
+                           c0 = Random(m * n, &rng);
+  const std::vector<float> exact =
+      ReferenceGemm(false, false, m, n, k, a, b, c0, Exact);
+  std::vector<float> c = c0;
+  ASSERT_TRUE(backend
+                  ->Gemm(false, false, m, n, k, 0.5f, a.data(), k, b.data(), n,
+                         2.0f, c.data(), n)
+                  .ok());
+  for (int i = 0; i < m; ++i) ASSERT_NEAR(c[i], exact[i], 1e-5) << i;
+}
+
+TEST(CpuBackendOptionsTest, TwoThreadsComputeTheSameProduct) {
+  CpuOptions options;
+  options.threads = 2;
+  std::unique_ptr<Backend> backend;
+  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  std::mt19937 rng(5);
+  const int m = 300, n = 70, k = 90;
+  const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
+                           c0 = Random(m * n, &rng);
+  const std::vector<float> exact =
+      ReferenceGemm(false, true, m, n, k, a, b, c0, Exact);
+  std::vector<float> c = c0;
+  ASSERT_TRUE(backend
+                  ->Gemm(false, true, m, n, k, 0.5f, a.data(), k, b.data(), k,
+                         2.0f, c.data(), n)
+                  .ok());
+  for (int i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], exact[i], 1e-4) << i;
+}
+
+TEST(CpuBackendOptionsTest, RejectsWhatTheCpuCannotDo) {
+  std::unique_ptr<Backend> backend;
+  CpuOptions no_threads;
+  no_threads.threads = 0;
+  EXPECT_EQ(NewCpuBackend(no_threads, &backend).code(),
+            StatusCode::kInvalidArgument);
+  CpuOptions tf32;
+  tf32.precision = GemmPrecision::kTf32;
+  EXPECT_EQ(NewCpuBackend(tf32, &backend).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend, nullptr) << "no backend from a rejected option";
+  CpuOptions bf16;
+  bf16.precision = GemmPrecision::kBf16;
+  const Status created = NewCpuBackend(bf16, &backend);
+  EXPECT_EQ(created.ok(), CpuHasBf16Gemm()) << created.message();
+  if (!created.ok()) {
+    EXPECT_EQ(created.code(), StatusCode::kUnavailable);
   }
 }
 

@@ -213,6 +213,46 @@ TEST(CtrModelTest, StagingTheNextStepGivesTheSameResults) {
   }
 }
 
+// Relative distance |x - y| / |y| (Euclidean norms).
+double RelativeDistance(const std::vector<float>& x,
+                        const std::vector<float>& y) {
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    difference += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
+    norm += double{y[i]} * y[i];
+  }
+  return std::sqrt(difference / norm);
+}
+
+// One step's gradients with bfloat16 GEMM inputs stay within 10% of FP32's
+// (a transposed or misread operand would be off by ~100%); training with them
+// ends at the same AUC (BENCHMARKS.md).
+TEST(CtrModelTest, Bf16StepTracksTheFp32Step) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  ModelConfig config;  // 26 fields, dim 16, hidden 256,128: GEMMs in bf16
+  const RandomStep random(config, /*batch_size=*/512, /*unique_rows=*/900,
+                          /*seed=*/3);
+  CpuOptions options;
+  options.precision = GemmPrecision::kBf16;
+  std::unique_ptr<Backend> bf16_backend;
+  ASSERT_TRUE(NewCpuBackend(options, &bf16_backend).ok());
+  auto fp32_backend = NewCpuBackend();
+  CtrModel bf16(config, bf16_backend.get()), fp32(config, fp32_backend.get());
+  StepOutputs rounded, exact;
+  ASSERT_TRUE(bf16.TrainStep(random.Inputs(), &rounded).ok());
+  ASSERT_TRUE(fp32.TrainStep(random.Inputs(), &exact).ok());
+  EXPECT_NEAR(rounded.loss_sum, exact.loss_sum, 1e-3 * exact.loss_sum);
+  for (size_t t = 0; t < exact.dense_grads.size(); ++t) {
+    EXPECT_LT(RelativeDistance(rounded.dense_grads[t], exact.dense_grads[t]),
+              0.1)
+        << "dense tensor " << t;
+  }
+  const double embedding_distance =
+      RelativeDistance(rounded.embedding_grads, exact.embedding_grads);
+  EXPECT_LT(embedding_distance, 0.1);
+  EXPECT_GT(embedding_distance, 1e-5) << "the GEMMs were not rounded";
+}
+
 TEST(CtrModelTest, DenseTensorsFollowTheConfig) {
   ModelConfig config;
   config.fields = 26;

@@ -480,6 +480,11 @@ Status NewCudaBackend(const CudaOptions& options,
     return Status(StatusCode::kUnavailable,
                   "no CUDA GPU is visible to this process");
   }
+  if (options.precision == GemmPrecision::kBf16) {
+    return Status(StatusCode::kInvalidArgument,
+                  "bfloat16 GEMMs are the CPU backend's; on CUDA use FP32 or "
+                  "TF32");
+  }
   if (options.device < 0 || options.device >= devices) {
     return Status(StatusCode::kInvalidArgument,
                   "GPU " + std::to_string(options.device) +

@@ -24,16 +24,10 @@
 
 namespace ps::kernels {
 
-enum class GemmPrecision {
-  // Plain FP32 (the default; matches the CPU backend to ~1e-5).
-  kFp32,
-  // TF32 tensor cores through cublasGemmEx: faster, ~1e-3 relative error.
-  kTf32,
-};
-
 struct CudaOptions {
   // Which GPU. Default: 0.
   int device = 0;
+  // kFp32 or kTf32 (kBf16 is the CPU backend's).
   GemmPrecision precision = GemmPrecision::kFp32;
 };
 

@@ -3,7 +3,8 @@
 // parameters) in host memory as the worker has them, and gradients copied
 // back to the host. No network: this measures the backend.
 //
-//   step_benchmark [--cuda] [--tf32] [--model=wide_deep] [--batch=4096]
+//   step_benchmark [--cuda] [--tf32] [--bf16] [--model=wide_deep]
+//   [--batch=4096]
 //   [--steps=50]
 //
 // Prints one line: backend=... model=... batch=... examples_per_sec=...
@@ -21,7 +22,7 @@
 
 int main(int argc, char** argv) {
   using namespace ps::kernels;
-  bool cuda = false, tf32 = false;
+  bool cuda = false, tf32 = false, bf16 = false;
   int batch = 4096, steps = 50;
   std::string model = "wide_deep";
   for (int i = 1; i < argc; ++i) {
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
       cuda = true;
     else if (arg == "--tf32")
       tf32 = true;
+    else if (arg == "--bf16")
+      bf16 = true;
     else if (arg.rfind("--batch=", 0) == 0)
       batch = std::stoi(arg.substr(8));
     else if (arg.rfind("--steps=", 0) == 0)
@@ -55,7 +58,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   } else {
-    backend = NewCpuBackend();
+    CpuOptions options;
+    options.precision = bf16 ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
+    Status created = NewCpuBackend(options, &backend);
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", created.message().c_str());
+      return 2;
+    }
   }
   // A batch's unique keys: about a third of its (example, field) slots, as
   // on long-tailed click logs.
@@ -84,7 +93,7 @@ int main(int argc, char** argv) {
           .count();
   std::printf(
       "backend=%s%s model=%s batch=%d examples_per_sec=%.0f loss=%.4f\n",
-      backend->name(), tf32 ? "-tf32" : "", model.c_str(), batch,
-      batch * steps / seconds, out.loss_sum / batch);
+      backend->name(), tf32 ? "-tf32" : (bf16 ? "-bf16" : ""), model.c_str(),
+      batch, batch * steps / seconds, out.loss_sum / batch);
   return 0;
 }

@@ -36,7 +36,7 @@ ABSL_FLAG(std::string, out, "",
           "Where the probabilities go, one per input line, in input order. "
           "Default: none (only the AUC and logloss are printed).");
 ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
-ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of OpenBLAS's GEMMs.");
+ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of the model's GEMMs.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
           "Malformed lines tolerated (each is skipped, so the output no longer "
           "has a line per input line). Default 0: the first one is an error "
@@ -52,11 +52,6 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string core_type = ps::kernels::BetterOpenBlasCoreType();
-  if (!core_type.empty()) {
-    setenv("OPENBLAS_CORETYPE", core_type.c_str(), 1);
-    execv("/proc/self/exe", argv);
-  }
   absl::SetProgramUsageMessage(
       "Scores click logs with an exported model, no shard needed.\n\n"
       "Example:\n  ps_predict --model=/exports/wide_deep --input=test.tsv "
@@ -71,8 +66,14 @@ int main(int argc, char** argv) {
 
   auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status().ToString());
-  ps::kernels::SetCpuBackendThreads(absl::GetFlag(FLAGS_cpu_threads));
-  std::unique_ptr<ps::kernels::Backend> backend = ps::kernels::NewCpuBackend();
+  ps::kernels::CpuOptions cpu_options;
+  cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
+  std::unique_ptr<ps::kernels::Backend> backend;
+  if (const ps::kernels::Status created =
+          ps::kernels::NewCpuBackend(cpu_options, &backend);
+      !created.ok()) {
+    return Fail("--cpu_threads: " + created.message());
+  }
   ps::kernels::CtrModel ctr((*model)->config(), backend.get());
 
   // The layout the model was trained on, unless the flags give another

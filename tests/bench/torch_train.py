@@ -100,6 +100,9 @@ def main():
     parser.add_argument("--hidden", default="256,128")
     parser.add_argument("--buckets", type=int, default=1 << 23)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--bf16", action="store_true",
+                        help="autocast the forward pass to bfloat16 (oneDNN), "
+                             "as ps_worker --bf16 rounds its GEMM inputs")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -121,8 +124,9 @@ def main():
     start = time.perf_counter()
     for begin in range(0, len(labels), args.batch_size):
         end = min(begin + args.batch_size, len(labels))
-        logit = model(keys[begin:end], dense[begin:end])
-        loss = loss_fn(logit, labels[begin:end])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logit = model(keys[begin:end], dense[begin:end])
+        loss = loss_fn(logit.float(), labels[begin:end])
         sparse_optimizer.zero_grad()
         dense_optimizer.zero_grad()
         loss.backward()
@@ -149,6 +153,7 @@ def main():
         "test_logloss": round(float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()), 6),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "threads": torch.get_num_threads(),
+        "bf16": args.bf16,
         "blas": torch.__config__.show().count("OpenBLAS") > 0 and "openblas" or "other",
     }
     print(json.dumps(result))
