@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
@@ -209,6 +210,31 @@ TEST_F(TrainingTest, HalfPrecisionOnTheWireAndAdmissionTrainAlmostAsWell) {
   EXPECT_NE(fp16.Get("test_auc"), fp32.Get("test_auc"));
   EXPECT_NE(admitted.Get("test_auc"), fp32.Get("test_auc"));
   EXPECT_GT(admitted.Get("test_auc"), fp32.Get("test_auc") - 0.02);
+}
+
+TEST_F(TrainingTest, Bf16GemmsTrainAsWellAsFp32OrFailClearly) {
+  if (!ps::kernels::CpuHasBf16Gemm()) {
+    // No AVX512_BF16: the worker refuses rather than run slower than FP32.
+    const std::vector<std::string> servers = StartShards(1);
+    auto process = ChildProcess::Start(WorkerArgs(servers, 0, 1, {"--bf16"}),
+                                       false, dir_ + "/worker0.log");
+    ASSERT_TRUE(process.ok());
+    EXPECT_EQ((*process)->Wait(absl::Minutes(1)), 2);
+    EXPECT_NE(ReadFile(dir_ + "/worker0.log").find("AVX512_BF16"),
+              std::string::npos);
+    shards_.clear();
+    return;
+  }
+  const WorkerRun fp32 = Train(1, 1, {"--staleness=0"})[0];
+  const WorkerRun bf16 = Train(1, 1, {"--staleness=0", "--bf16"})[0];
+  std::printf("test AUC: fp32 GEMMs %.4f, bf16 GEMM inputs %.4f\n",
+              fp32.Get("test_auc"), bf16.Get("test_auc"));
+  EXPECT_NE(bf16.log.find("bfloat16 inputs"), std::string::npos) << bf16.log;
+  EXPECT_GT(fp32.Get("test_auc"), 0.70);
+  EXPECT_NEAR(bf16.Get("test_auc"), fp32.Get("test_auc"), 0.002);
+  EXPECT_NEAR(bf16.Get("test_logloss"), fp32.Get("test_logloss"), 0.005);
+  // The rounding changed what was trained: bf16 did run.
+  EXPECT_NE(bf16.Get("test_auc"), fp32.Get("test_auc"));
 }
 
 TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
