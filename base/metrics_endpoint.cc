@@ -13,8 +13,8 @@
 
 // civetweb (Debian's 1.15) starts its threads with a fixed 100 KiB stack.
 // glibc places a thread's static TLS on its stack, and in a process whose
-// libraries hold more than that (ps_worker: OpenBLAS, glog and cuBLASLt,
-// about 200 KiB) pthread_create fails, so no metrics. This definition in
+// libraries hold more than that (ps_worker: cuBLASLt, glog and cuBLAS,
+// about 140 KiB) pthread_create fails, so no metrics. This definition in
 // the executable takes the place of glibc's for every library: a stack
 // asked for below 1 MiB gets 1 MiB; larger requests are unchanged.
 extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {

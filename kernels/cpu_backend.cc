@@ -1,9 +1,10 @@
 // The CPU backend: oneDNN for GEMM, plain loops for the rest. Built with
-// -DPS_KERNELS_NO_BLAS (only by kernels/gpu_check.sh, on the GPU machine,
+// -DPS_KERNELS_NO_ONEDNN (only by kernels/gpu_check.sh, on the GPU machine,
 // which has no oneDNN) GEMM is a plain loop: slow, but a fine reference.
 
-#ifndef PS_KERNELS_NO_BLAS
+#ifndef PS_KERNELS_NO_ONEDNN
 #include <dnnl.h>
+#include <dnnl_debug.h>
 #include <omp.h>
 
 #include <dnnl.hpp>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -26,6 +28,7 @@
 namespace ps::kernels {
 namespace {
 
+#ifndef PS_KERNELS_NO_ONEDNN
 // Rounds `rows` rows of `cols` floats, `stride` apart, to a packed
 // bfloat16 copy in *out.
 void RoundRowsToBfloat16(const float* in, int rows, int cols, int stride,
@@ -38,6 +41,7 @@ void RoundRowsToBfloat16(const float* in, int rows, int cols, int stride,
     for (int c = 0; c < cols; ++c) rounded[c] = FloatToBfloat16(row[c]);
   }
 }
+#endif
 
 class CpuBackend final : public Backend {
  public:
@@ -86,7 +90,7 @@ class CpuBackend final : public Backend {
     // Thin GEMMs stay FP32 (backend.h, GemmPrecision::kBf16).
     const bool bf16 = options_.precision == GemmPrecision::kBf16 && m >= 16 &&
                       n >= 16 && k >= 16;
-#ifndef PS_KERNELS_NO_BLAS
+#ifndef PS_KERNELS_NO_ONEDNN
     // oneDNN runs a GEMM on an OpenMP team of the calling thread, whose size
     // is that thread's own setting.
     if (omp_get_max_threads() != options_.threads) {
@@ -100,21 +104,24 @@ class CpuBackend final : public Backend {
         dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
                    alpha, a, lda, b, ldb, beta, c, ldc);
     if (status != dnnl_success) {
-      return Status(StatusCode::kInvalidArgument,
-                    "oneDNN's sgemm failed with status " +
-                        std::to_string(static_cast<int>(status)));
+      return Status(
+          StatusCode::kInvalidArgument,
+          std::string("oneDNN's sgemm failed (") + dnnl_status2str(status) +
+              ") for m " + std::to_string(m) + " n " + std::to_string(n) +
+              " k " + std::to_string(k) + " lda " + std::to_string(lda) +
+              " ldb " + std::to_string(ldb) + " ldc " + std::to_string(ldc));
     }
 #else
-    const auto round = [bf16](float x) {
+    const auto to_gemm_input = [bf16](float x) {
       return bf16 ? Bfloat16ToFloat(FloatToBfloat16(x)) : x;
     };
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         double sum = 0.0;
         for (int p = 0; p < k; ++p) {
-          sum += static_cast<double>(
-                     round(transpose_a ? a[p * lda + i] : a[i * lda + p])) *
-                 round(transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
+          sum += static_cast<double>(to_gemm_input(
+                     transpose_a ? a[p * lda + i] : a[i * lda + p])) *
+                 to_gemm_input(transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
         }
         float& out = c[i * ldc + j];
         out = static_cast<float>(alpha * sum +
@@ -263,18 +270,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
-#ifndef PS_KERNELS_NO_BLAS
+#ifndef PS_KERNELS_NO_ONEDNN
   // C = alpha * op(A) * op(B) + beta * C with both operands rounded to
   // bfloat16 (packed copies in a_bf16_/b_bf16_) and FP32 accumulation: one
   // oneDNN matmul, made once per shape and kept.
   Status Bf16Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
                   float alpha, const float* a, int lda, const float* b, int ldb,
                   float beta, float* c, int ldc) {
-    RoundRowsToBfloat16(a, transpose_a ? k : m, transpose_a ? m : k, lda,
-                        &a_bf16_);
-    RoundRowsToBfloat16(b, transpose_b ? n : k, transpose_b ? k : n, ldb,
-                        &b_bf16_);
     try {
+      RoundRowsToBfloat16(a, transpose_a ? k : m, transpose_a ? m : k, lda,
+                          &a_bf16_);
+      RoundRowsToBfloat16(b, transpose_b ? n : k, transpose_b ? k : n, ldb,
+                          &b_bf16_);
       if (!engine_) {
         engine_.emplace(dnnl::engine::kind::cpu, 0);
         stream_.emplace(*engine_);
@@ -323,7 +330,9 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  // transpose_a, transpose_b, m, n, k, ldc, alpha, beta.
+  // transpose_a, transpose_b, m, n, k, ldc, alpha, beta. A training run
+  // has a handful (a step's GEMMs, the last and evaluation batches'), so the
+  // cache is not bounded.
   using GemmShape = std::tuple<bool, bool, int, int, int, int, float, float>;
   std::optional<dnnl::engine> engine_;
   std::optional<dnnl::stream> stream_;
@@ -364,8 +373,14 @@ Status NewCpuBackend(const CpuOptions& options,
 }
 
 bool CpuHasBf16Gemm() {
+#ifndef PS_KERNELS_NO_ONEDNN
+  // What oneDNN will use, which DNNL_MAX_CPU_ISA may cap below the CPU's.
+  const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+#else
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512bf16");
+#endif
 }
 
 }  // namespace ps::kernels

@@ -1,10 +1,14 @@
 // The CPU backend against naive references written out here, on awkward
 // sizes (not multiples of 8, empty batches, duplicate keys).
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -54,26 +58,67 @@ TEST_F(CpuBackendTest, GemmMatchesNaiveProductForEveryTranspose) {
   }
 }
 
-// C = 0.5 * op(A) op(B) + 2 * C in double, with each input passed through
-// `round` first.
-std::vector<float> ReferenceGemm(bool ta, bool tb, int m, int n, int k,
-                                 const std::vector<float>& a,
-                                 const std::vector<float>& b,
-                                 std::vector<float> c, float (*round)(float)) {
-  const int lda = ta ? m : k, ldb = tb ? k : n;
-  for (int i = 0; i < m; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double sum = 0;
-      for (int p = 0; p < k; ++p) {
-        sum +=
-            static_cast<double>(round(ta ? a[p * lda + i] : a[i * lda + p])) *
-            round(tb ? b[j * ldb + p] : b[p * ldb + j]);
-      }
-      c[i * n + j] = static_cast<float>(0.5 * sum + 2.0 * c[i * n + j]);
-    }
+// One GEMM's operands, stored with padded rows (the padding NaN, so that a
+// read past a row's end shows), and its expected results.
+struct GemmCase {
+  bool ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> a, b, c;
+
+  GemmCase(bool ta, bool tb, int m, int n, int k, int padding, float alpha,
+           float beta, std::mt19937* rng)
+      : ta(ta), tb(tb), m(m), n(n), k(k), alpha(alpha), beta(beta) {
+    const float nan = std::nanf("");
+    lda = (ta ? m : k) + padding;
+    ldb = (tb ? k : n) + padding;
+    ldc = n + padding;
+    a = Pad(Random((ta ? k : m) * (ta ? m : k), rng), ta ? m : k, lda, nan);
+    b = Pad(Random((tb ? n : k) * (tb ? k : n), rng), tb ? k : n, ldb, nan);
+    // C's padding must survive; with beta 0, C itself must not be read.
+    c = Pad(beta == 0.0f ? std::vector<float>(m * n, nan) : Random(m * n, rng),
+            n, ldc, -5.0f);
   }
-  return c;
-}
+
+  static std::vector<float> Pad(const std::vector<float>& packed, int cols,
+                                int stride, float fill) {
+    const int rows = static_cast<int>(packed.size()) / cols;
+    std::vector<float> padded(static_cast<size_t>(rows) * stride, fill);
+    for (int r = 0; r < rows; ++r) {
+      std::copy(packed.begin() + r * cols, packed.begin() + (r + 1) * cols,
+                padded.begin() + r * stride);
+    }
+    return padded;
+  }
+
+  // alpha * op(A) op(B) + beta * C in double, each input through `to_input`.
+  std::vector<float> Expected(float (*to_input)(float)) const {
+    std::vector<float> expected = c;
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int p = 0; p < k; ++p) {
+          sum += static_cast<double>(
+                     to_input(ta ? a[p * lda + i] : a[i * lda + p])) *
+                 to_input(tb ? b[j * ldb + p] : b[p * ldb + j]);
+        }
+        float& out = expected[i * ldc + j];
+        out = static_cast<float>(alpha * sum +
+                                 (beta == 0.0f ? 0.0 : double{beta} * out));
+      }
+    }
+    return expected;
+  }
+
+  // Runs the GEMM on `backend` into a copy of C.
+  std::vector<float> Run(Backend* backend) const {
+    std::vector<float> out = c;
+    const Status status = backend->Gemm(ta, tb, m, n, k, alpha, a.data(), lda,
+                                        b.data(), ldb, beta, out.data(), ldc);
+    EXPECT_TRUE(status.ok()) << status.message();
+    return out;
+  }
+};
 
 float Exact(float x) { return x; }
 
@@ -86,80 +131,99 @@ float ToBfloat16(float x) {
   return x;
 }
 
-TEST(CpuBackendOptionsTest, Bf16GemmRoundsItsInputsAndAccumulatesInFp32) {
-  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+std::unique_ptr<Backend> Bf16Backend() {
   CpuOptions options;
   options.precision = GemmPrecision::kBf16;
   std::unique_ptr<Backend> backend;
-  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  const Status created = NewCpuBackend(options, &backend);
+  EXPECT_TRUE(created.ok()) << created.message();
+  return backend;
+}
+
+TEST(CpuBackendOptionsTest, Bf16GemmRoundsItsInputsAndAccumulatesInFp32) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::unique_ptr<Backend> backend = Bf16Backend();
   std::mt19937 rng(99);
-  const int m = 37, n = 19, k = 45;
+  // Every transpose, packed and padded rows, and for one shape several
+  // alpha/beta pairs in turn (each needs its own matmul).
+  const std::vector<std::pair<float, float>> scalings = {
+      {0.5f, 2.0f}, {1.0f, 0.0f}, {1.0f, 2.0f}, {0.5f, 0.0f}};
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
-                               c0 = Random(m * n, &rng);
-      const std::vector<float> rounded =
-          ReferenceGemm(ta, tb, m, n, k, a, b, c0, ToBfloat16);
-      const std::vector<float> exact =
-          ReferenceGemm(ta, tb, m, n, k, a, b, c0, Exact);
-      std::vector<float> c = c0;
-      // Twice: the second call reuses the matmul made by the first.
-      for (int call = 0; call < 2; ++call) {
-        c = c0;
-        ASSERT_TRUE(backend
-                        ->Gemm(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k,
-                               b.data(), tb ? k : n, 2.0f, c.data(), n)
-                        .ok());
+      for (int padding : {0, 3}) {
+        for (const auto& [alpha, beta] : scalings) {
+          const GemmCase gemm(ta, tb, 37, 19, 45, padding, alpha, beta, &rng);
+          const std::vector<float> rounded = gemm.Expected(ToBfloat16);
+          const std::vector<float> exact = gemm.Expected(Exact);
+          const std::vector<float> c = gemm.Run(backend.get());
+          double farthest_from_exact = 0;
+          for (size_t i = 0; i < c.size(); ++i) {
+            if (i % gemm.ldc >= static_cast<size_t>(gemm.n)) {
+              ASSERT_EQ(c[i], -5.0f) << "padding of C written at " << i;
+              continue;
+            }
+            ASSERT_NEAR(c[i], rounded[i], 1e-4)
+                << ta << tb << " padding " << padding << " alpha " << alpha
+                << " beta " << beta << " at " << i;
+            farthest_from_exact = std::max(farthest_from_exact,
+                                           std::fabs(double{c[i]} - exact[i]));
+          }
+          // The rounding shows: FP32 inputs would be within ~1e-6.
+          EXPECT_GT(farthest_from_exact, 1e-3) << ta << tb;
+        }
       }
-      double farthest_from_exact = 0;
-      for (int i = 0; i < m * n; ++i) {
-        ASSERT_NEAR(c[i], rounded[i], 1e-4) << ta << tb << " at " << i;
-        farthest_from_exact =
-            std::max(farthest_from_exact, std::fabs(double{c[i]} - exact[i]));
-      }
-      // The rounding shows: FP32 inputs would be within ~1e-6.
-      EXPECT_GT(farthest_from_exact, 1e-3) << ta << tb;
     }
   }
 }
 
 TEST(CpuBackendOptionsTest, Bf16LeavesThinGemmsInFp32) {
   if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  CpuOptions options;
-  options.precision = GemmPrecision::kBf16;
-  std::unique_ptr<Backend> backend;
-  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  std::unique_ptr<Backend> backend = Bf16Backend();
   std::mt19937 rng(7);
-  const int m = 64, n = 1, k = 40;  // a logit layer
-  const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
-                           c0 = Random(m * n, &rng);
-  const std::vector<float> exact =
-      ReferenceGemm(false, false, m, n, k, a, b, c0, Exact);
-  std::vector<float> c = c0;
-  ASSERT_TRUE(backend
-                  ->Gemm(false, false, m, n, k, 0.5f, a.data(), k, b.data(), n,
-                         2.0f, c.data(), n)
-                  .ok());
-  for (int i = 0; i < m; ++i) ASSERT_NEAR(c[i], exact[i], 1e-5) << i;
+  const GemmCase logit(false, false, 64, 1, 40, 0, 0.5f, 2.0f, &rng);
+  const std::vector<float> exact = logit.Expected(Exact);
+  const std::vector<float> c = logit.Run(backend.get());
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c[i], exact[i], 1e-5) << i;
 }
 
-TEST(CpuBackendOptionsTest, TwoThreadsComputeTheSameProduct) {
-  CpuOptions options;
-  options.threads = 2;
+TEST(CpuBackendOptionsTest, Fp32GemmHonoursStridesAndScalings) {
+  std::unique_ptr<Backend> backend = NewCpuBackend();
+  std::mt19937 rng(11);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (const auto& [alpha, beta] :
+           std::vector<std::pair<float, float>>{{1.0f, 0.0f}, {0.5f, 2.0f}}) {
+        const GemmCase gemm(ta, tb, 29, 17, 33, 3, alpha, beta, &rng);
+        const std::vector<float> exact = gemm.Expected(Exact);
+        const std::vector<float> c = gemm.Run(backend.get());
+        for (size_t i = 0; i < c.size(); ++i) {
+          ASSERT_NEAR(c[i], exact[i], 1e-4) << ta << tb << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOptionsTest, EachBackendRunsItsGemmsOnItsOwnThreadCount) {
+  CpuOptions two;
+  two.threads = 2;
   std::unique_ptr<Backend> backend;
-  ASSERT_TRUE(NewCpuBackend(options, &backend).ok());
+  ASSERT_TRUE(NewCpuBackend(two, &backend).ok());
+  std::unique_ptr<Backend> single = NewCpuBackend();
   std::mt19937 rng(5);
-  const int m = 300, n = 70, k = 90;
-  const std::vector<float> a = Random(m * k, &rng), b = Random(k * n, &rng),
-                           c0 = Random(m * n, &rng);
-  const std::vector<float> exact =
-      ReferenceGemm(false, true, m, n, k, a, b, c0, Exact);
-  std::vector<float> c = c0;
-  ASSERT_TRUE(backend
-                  ->Gemm(false, true, m, n, k, 0.5f, a.data(), k, b.data(), k,
-                         2.0f, c.data(), n)
-                  .ok());
-  for (int i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], exact[i], 1e-4) << i;
+  const GemmCase gemm(false, true, 300, 70, 90, 0, 0.5f, 2.0f, &rng);
+  const std::vector<float> exact = gemm.Expected(Exact);
+  auto check = [&](Backend* on, int threads) {
+    const std::vector<float> c = gemm.Run(on);
+    for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c[i], exact[i], 1e-4);
+    // oneDNN sizes its OpenMP team from the calling thread's setting.
+    EXPECT_EQ(omp_get_max_threads(), threads);
+  };
+  check(backend.get(), 2);
+  check(single.get(), 1);
+  // A backend may move between threads: each call sets the caller's.
+  std::thread([&] { check(backend.get(), 2); }).join();
+  check(backend.get(), 2);
 }
 
 TEST(CpuBackendOptionsTest, RejectsWhatTheCpuCannotDo) {

@@ -474,16 +474,16 @@ Status CudaDeviceCount(int* count) {
 
 Status NewCudaBackend(const CudaOptions& options,
                       std::unique_ptr<Backend>* backend) {
+  if (options.precision == GemmPrecision::kBf16) {
+    return Status(StatusCode::kInvalidArgument,
+                  "bfloat16 GEMMs are the CPU backend's; on CUDA use FP32 or "
+                  "TF32");
+  }
   int devices = 0;
   KERNELS_RETURN_IF_ERROR(CudaDeviceCount(&devices));
   if (devices == 0) {
     return Status(StatusCode::kUnavailable,
                   "no CUDA GPU is visible to this process");
-  }
-  if (options.precision == GemmPrecision::kBf16) {
-    return Status(StatusCode::kInvalidArgument,
-                  "bfloat16 GEMMs are the CPU backend's; on CUDA use FP32 or "
-                  "TF32");
   }
   if (options.device < 0 || options.device >= devices) {
     return Status(StatusCode::kInvalidArgument,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's check (one H200; nvcc, PyTorch; no Bazel, gRPC or BLAS
+# The GPU machine's check (one H200; nvcc, PyTorch; no Bazel, gRPC or oneDNN
 # headers). Builds the kernels with plain nvcc, runs the CUDA-vs-CPU parity
 # checks, benchmarks a full training step of the default model (wide_deep)
 # at batch 4096 and 16384 against the same model in PyTorch on the same GPU,
@@ -23,7 +23,7 @@ mkdir -p "$out" /tmp/gpu_check_build
 build=/tmp/gpu_check_build
 [ -n "$dry_run" ] || nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
-flags=(-std=c++17 -O3 -I. -DPS_KERNELS_NO_BLAS
+flags=(-std=c++17 -O3 -I. -DPS_KERNELS_NO_ONEDNN
        -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80)
 sources=(kernels/cpu_backend.cc kernels/cuda_backend.cu kernels/ctr_model.cc)
 echo "== build"

@@ -172,8 +172,9 @@ ABSL_FLAG(bool, tf32, false,
           "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
           "1e-3 relative error instead of FP32's 1e-6.");
 ABSL_FLAG(bool, bf16, false,
-          "Round the MLP's GEMM inputs to bfloat16, accumulating in FP32 (CPU "
-          "only; needs AVX512_BF16, an error without it): about twice the "
+          "Round the MLP's GEMM inputs to bfloat16, accumulating in FP32 (the "
+          "CPU backend: --device=auto then picks the CPU, --device=cuda is an "
+          "error; needs AVX512_BF16, an error without it): about twice the "
           "GEMMs' FP32 speed, at ~4e-3 relative error per input. Parameters, "
           "gradients and everything else stay FP32.");
 ABSL_FLAG(std::string, metrics_out, "",
@@ -378,8 +379,16 @@ int main(int argc, char** argv) {
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return Fail("--device must be auto, cpu or cuda");
   }
+  const bool bf16 = absl::GetFlag(FLAGS_bf16);
+  if (bf16 && device == "cuda") {
+    return Fail("--bf16 is for the CPU backend; on CUDA use --tf32");
+  }
   std::unique_ptr<ps::kernels::Backend> backend;
-  if (device != "cpu") {
+  if (device == "cpu") {
+    LOG(INFO) << "device: cpu, as --device=cpu asks";
+  } else if (bf16) {
+    LOG(INFO) << "device: cpu, as --bf16 asks (a CPU option)";
+  } else {
     ps::kernels::CudaOptions cuda_options;
     cuda_options.device = absl::GetFlag(FLAGS_gpu);
     cuda_options.precision = absl::GetFlag(FLAGS_tf32)
@@ -394,24 +403,19 @@ int main(int argc, char** argv) {
       LOG(INFO) << "device: cuda (GPU " << cuda_options.device << ", "
                 << (absl::GetFlag(FLAGS_tf32) ? "TF32" : "FP32") << " GEMMs)";
     }
-  } else {
-    LOG(INFO) << "device: cpu, as --device=cpu asks";
   }
   if (backend == nullptr) {
     if (absl::GetFlag(FLAGS_cpu_threads) < 1)
       return Fail("--cpu_threads must be >= 1");
     ps::kernels::CpuOptions cpu_options;
     cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
-    cpu_options.precision = absl::GetFlag(FLAGS_bf16)
-                                ? ps::kernels::GemmPrecision::kBf16
-                                : ps::kernels::GemmPrecision::kFp32;
+    cpu_options.precision = bf16 ? ps::kernels::GemmPrecision::kBf16
+                                 : ps::kernels::GemmPrecision::kFp32;
     const ps::kernels::Status created =
         ps::kernels::NewCpuBackend(cpu_options, &backend);
     if (!created.ok()) return Fail("--bf16: " + created.message());
     LOG(INFO) << "GEMMs: " << cpu_options.threads << " thread(s), "
-              << (absl::GetFlag(FLAGS_bf16) ? "bfloat16 inputs" : "FP32");
-  } else if (absl::GetFlag(FLAGS_bf16)) {
-    return Fail("--bf16 is for the CPU backend; on CUDA use --tf32");
+              << (bf16 ? "bfloat16 inputs" : "FP32");
   }
 
   ps::worker::ClientOptions client_options;
