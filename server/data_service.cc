@@ -153,15 +153,9 @@ absl::Status DataService::PullInto(
   }
   const size_t floats = keys.size() * spec.dim();
   const size_t reply_bytes = floats * value_bytes;
-  // The reply's fields besides the values take at most 16 bytes; gRPC sends
-  // no message over 2 GiB.
-  const size_t max_reply_bytes = std::min<size_t>(
-      options_.max_message_bytes, std::numeric_limits<int32_t>::max());
-  if (reply_bytes + 16 > max_reply_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "pull of ", keys.size(), " rows of dim ", spec.dim(), " would need a ",
-        reply_bytes, "-byte reply, more than --max_message_mb allows"));
-  }
+  // The reply's fields besides the values take at most 16 bytes.
+  RETURN_IF_ERROR(CheckReplySize(
+      reply_bytes, 16, absl::StrCat(keys.size(), " rows of dim ", spec.dim())));
   char* values = allocate(reply_bytes, spec.dim());
   // A tiny reply (gRPC keeps up to 23 bytes inside the slice) may be
   // unaligned: its rows go through `rows` below.
@@ -178,6 +172,20 @@ absl::Status DataService::PullInto(
   return absl::OkStatus();
 }
 
+absl::Status DataService::CheckReplySize(size_t payload_bytes,
+                                         size_t other_fields_bytes,
+                                         absl::string_view rows) const {
+  // gRPC sends no message over 2 GiB.
+  const size_t max_reply_bytes = std::min<size_t>(
+      options_.max_message_bytes, std::numeric_limits<int32_t>::max());
+  if (payload_bytes + other_fields_bytes > max_reply_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull of ", rows, " would need a ", payload_bytes,
+                     "-byte reply, more than --max_message_mb allows"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DataService::PullWithState(const PullRequest& request,
                                         PullResponse* response) {
   std::vector<uint64_t> keys;
@@ -191,16 +199,11 @@ absl::Status DataService::PullWithState(const PullRequest& request,
                    store_->GetTableOptimizer(request.table()));
   const size_t row_floats = spec.dim() + optimizer.state_floats;
   const size_t reply_bytes = keys.size() * row_floats * sizeof(float);
-  // The optimizer spec and the other fields take well under 256 bytes;
-  // gRPC sends no message over 2 GiB.
-  const size_t max_reply_bytes = std::min<size_t>(
-      options_.max_message_bytes, std::numeric_limits<int32_t>::max());
-  if (reply_bytes + 256 > max_reply_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "pull of ", keys.size(), " rows of ", row_floats,
-        " floats (weights and optimizer state) would need a ", reply_bytes,
-        "-byte reply, more than --max_message_mb allows"));
-  }
+  // The optimizer spec and the other fields take well under 256 bytes.
+  RETURN_IF_ERROR(
+      CheckReplySize(reply_bytes, 256,
+                     absl::StrCat(keys.size(), " rows of ", row_floats,
+                                  " floats (weights and optimizer state)")));
   std::string* values = response->mutable_values();
   values->resize(reply_bytes);
   RETURN_IF_ERROR(store_->PullWithState(

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "embedding/embedding_store.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
@@ -119,6 +120,12 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // A pull with optimizer state (PullRequest.with_state).
   absl::Status PullWithState(const PullRequest& request,
                              PullResponse* response);
+
+  // OK when a pull's reply, `payload_bytes` of rows plus at most
+  // `other_fields_bytes`, fits --max_message_mb and gRPC's 2 GiB; else
+  // RESOURCE_EXHAUSTED saying that `rows` (what was asked for) do not.
+  absl::Status CheckReplySize(size_t payload_bytes, size_t other_fields_bytes,
+                              absl::string_view rows) const;
 
   // Unpacks `packed` keys and checks the limit and routing.
   absl::Status CheckKeys(const std::string& packed,

@@ -265,6 +265,12 @@ TEST_F(RawPullTest, AReplyOverTheMessageLimitIsRefused) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(status.error_message().find("-byte reply"), std::string::npos)
       << status.error_message();
+  // With optimizer state too, saying so.
+  request.set_with_state(true);
+  status = RawPull(request.SerializeAsString(), &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("optimizer state"), std::string::npos)
+      << status.error_message();
 }
 
 TEST_F(RawPullTest, NoKeysGetADimAndNoValues) {
