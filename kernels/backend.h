@@ -4,7 +4,8 @@
 // CPU (oneDNN's GEMMs, plain loops) and CUDA (own kernels + cuBLAS). All
 // matrices are row-major float32; every pointer passed to a kernel lives in the
 // backend's memory (host memory for the CPU, device memory for CUDA) and comes
-// from Allocate(). Kernels may run asynchronously; Synchronize() waits for
+// from Allocate(), or, on a backend that ComputesOnHostMemory(), is any host
+// array. Kernels may run asynchronously; Synchronize() waits for
 // them, and CopyToHost() returns only when the data is on the host.
 //
 // A backend instance is used by one thread at a time.
@@ -27,6 +28,10 @@ class Backend {
 
   // "cpu" or "cuda".
   virtual const char* name() const = 0;
+
+  // Whether kernels run on host memory (the CPU), so that they can read the
+  // caller's host arrays in place instead of copies. Default: false.
+  virtual bool ComputesOnHostMemory() const { return false; }
 
   // --- memory -------------------------------------------------------------
   virtual Status Allocate(size_t bytes, void** pointer) = 0;

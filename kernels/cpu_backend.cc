@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const CpuOptions& options) : options_(options) {}
 
   const char* name() const override { return "cpu"; }
+  bool ComputesOnHostMemory() const override { return true; }
 
   Status Allocate(size_t bytes, void** pointer) override {
     // 64-byte alignment for vector loads; at least one byte so that an empty

@@ -40,11 +40,11 @@ void CtrModel::Release(Buffer& buffer) {
 
 CtrModel::~CtrModel() {
   for (InputBuffers& set : inputs_) {
-    for (Buffer* buffer : {&set.index, &set.wide_index, &set.dense, &set.labels,
-                           &set.embedding_rows, &set.wide_rows}) {
-      Release(*buffer);
+    for (Input* input : {&set.index, &set.wide_index, &set.dense, &set.labels,
+                         &set.embedding_rows, &set.wide_rows}) {
+      Release(input->storage);
     }
-    for (Buffer& buffer : set.params) Release(buffer);
+    for (Input& input : set.params) Release(input.storage);
   }
   for (Buffer* buffer : {&logits_, &probabilities_, &dlogits_, &loss_,
                          &embedding_grads_, &wide_grads_}) {
@@ -68,12 +68,18 @@ Status CtrModel::Reserve(Buffer* buffer, size_t floats) {
   return Status::Ok();
 }
 
-Status CtrModel::Upload(Buffer* buffer, const void* host, size_t floats,
+Status CtrModel::Upload(Input* input, const void* host, size_t floats,
                         bool idle) {
-  KERNELS_RETURN_IF_ERROR(Reserve(buffer, floats));
-  return idle ? backend_->CopyToIdleDevice(buffer->data, host,
+  if (backend_->ComputesOnHostMemory()) {
+    input->data = static_cast<const float*>(host);
+    return Status::Ok();
+  }
+  Buffer* storage = &input->storage;
+  KERNELS_RETURN_IF_ERROR(Reserve(storage, floats));
+  input->data = storage->data;
+  return idle ? backend_->CopyToIdleDevice(storage->data, host,
                                            floats * sizeof(float))
-              : backend_->CopyToDevice(buffer->data, host,
+              : backend_->CopyToDevice(storage->data, host,
                                        floats * sizeof(float));
 }
 
@@ -130,7 +136,7 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   const int fields = config_.fields;
   const int dim = config_.embedding_dim;
   const int32_t* index = reinterpret_cast<const int32_t*>(set.index.data);
-  const std::vector<Buffer>& params = set.params;
+  const std::vector<Input>& params = set.params;
   KERNELS_RETURN_IF_ERROR(Reserve(&logits_, batch));
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
@@ -185,7 +191,7 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
   const int fields = config_.fields;
   const int dim = config_.embedding_dim;
   const int32_t* index = reinterpret_cast<const int32_t*>(set.index.data);
-  const std::vector<Buffer>& params = set.params;
+  const std::vector<Input>& params = set.params;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     KERNELS_RETURN_IF_ERROR(Reserve(&param_grads_[t], tensors_[t].size()));
   }

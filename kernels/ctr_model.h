@@ -110,6 +110,11 @@ class CtrModel {
   // step's kernels run (on a GPU the copy overlaps the compute), and the next
   // call must pass those same inputs, unchanged, as `inputs`. `next` must
   // stay valid until then.
+  //
+  // On a backend that computes on host memory (the CPU) nothing is copied:
+  // the kernels read the arrays of `inputs` (and of a staged `next`) in
+  // place, so they must stay valid and unchanged until the call that uses
+  // them returns.
   Status TrainStep(const StepInputs& inputs, StepOutputs* outputs,
                    const StepInputs* next = nullptr);
 
@@ -122,17 +127,27 @@ class CtrModel {
     size_t capacity = 0;
   };
 
+  // One input of a step: `data` is what the kernels read, either `storage`
+  // (the copy on the device) or, on a backend that computes on host memory,
+  // the caller's own array.
+  struct Input {
+    Buffer storage;
+    const float* data = nullptr;
+  };
+
   // A step's inputs on the device. Two sets, so that one can be filled while
   // the other is used.
   struct InputBuffers {
-    Buffer index, wide_index, dense, labels, embedding_rows, wide_rows;
-    std::vector<Buffer> params;
+    Input index, wide_index, dense, labels, embedding_rows, wide_rows;
+    std::vector<Input> params;
     bool staged = false;
   };
 
   Status Reserve(Buffer* buffer, size_t floats);
-  // `idle`: no queued kernel reads `buffer` (Backend::CopyToIdleDevice()).
-  Status Upload(Buffer* buffer, const void* host, size_t floats, bool idle);
+  // Points `input` at `host` (floats of it), copied to the device unless the
+  // backend computes on host memory. `idle`: no queued kernel reads the
+  // input's storage (Backend::CopyToIdleDevice()).
+  Status Upload(Input* input, const void* host, size_t floats, bool idle);
   // Uploads a step's inputs into `set`; `idle` as for Upload().
   Status UploadInputs(const StepInputs& inputs, bool with_labels,
                       InputBuffers* set, bool idle);
