@@ -131,6 +131,21 @@ TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZero) {
   EXPECT_EQ(weight2, 0.0f);
 }
 
+TEST(OptimizerTest, FtrlL2ShrinksTheWeight) {
+  OptimizerSpec spec = Spec(OptimizerSpec::FTRL, 0.1f);
+  spec.set_l1(1.0f);
+  spec.set_l2(10.0f);
+  auto ftrl = Make(spec);
+  float weight = 0.0f;
+  float state[2];
+  ftrl->InitState(1, state);
+  const float gradient = 2.0f;
+  ftrl->Apply(&gradient, 1, &weight, state);
+  // z = 2, n = 4: w = -(2 - 1) / ((1 + 2) / 0.1 + 10) = -1 / 40 (-1/30
+  // without l2)
+  EXPECT_NEAR(weight, -1.0f / 40.0f, 1e-7);
+}
+
 TEST(OptimizerTest, DefaultsFillZeroFields) {
   OptimizerSpec spec = Optimizer::WithDefaults(Spec(OptimizerSpec::ADAM, 0.0f));
   EXPECT_FLOAT_EQ(spec.learning_rate(), 0.001f);

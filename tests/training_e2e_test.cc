@@ -237,6 +237,32 @@ TEST_F(TrainingTest, Bf16GemmsTrainAsWellAsFp32OrFailClearly) {
   EXPECT_NE(bf16.Get("test_auc"), fp32.Get("test_auc"));
 }
 
+TEST_F(TrainingTest, OptimizerFlagsAndAShuffledSecondEpochReachTheShards) {
+  // Each flag changes what is trained: the AUC moves, and stays good.
+  const std::vector<std::string> base = {"--staleness=0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> flags = base;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return Train(1, 1, flags)[0];
+  };
+  const WorkerRun plain = with({});
+  const WorkerRun l1 = with({"--ftrl_l1=2"});
+  const WorkerRun l2 = with({"--ftrl_l2=5"});
+  const WorkerRun adagrad = with({"--adagrad_initial_accumulator=1"});
+  const WorkerRun shuffled =
+      with({"--epochs=2", "--shuffle_buffer=5000", "--shuffle_seed=3"});
+  std::printf(
+      "test AUC: plain %.4f, ftrl l1 %.4f, ftrl l2 %.4f, adagrad accumulator "
+      "%.4f, two shuffled epochs %.4f\n",
+      plain.Get("test_auc"), l1.Get("test_auc"), l2.Get("test_auc"),
+      adagrad.Get("test_auc"), shuffled.Get("test_auc"));
+  for (const WorkerRun* run : {&l1, &l2, &adagrad, &shuffled}) {
+    EXPECT_NE(run->Get("test_auc"), plain.Get("test_auc"));
+    EXPECT_GT(run->Get("test_auc"), 0.70);
+  }
+  EXPECT_EQ(shuffled.Get("examples"), 2 * kTrainLines);
+}
+
 TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
   const WorkerRun lr = Train(1, 1, {"--model=lr"})[0];
   const WorkerRun deepfm = Train(1, 1, {"--model=deepfm"})[0];

@@ -238,6 +238,33 @@ TEST(ClickLogReaderTest, WorkersTakeByteRangesOfOnePlainFile) {
   }
 }
 
+TEST(ClickLogReaderTest, WorkersStrideOverOneGzipFile) {
+  // A gzip stream cannot be entered in the middle: each of n workers
+  // decompresses it and keeps lines i, i + n, ...
+  const std::vector<std::string> lines = GenerateLines(301);
+  WriteGzip(TestDir() + "/one.tsv.gz", lines);
+  ReaderOptions single;
+  single.files = TestDir() + "/one.tsv.gz";
+  const std::vector<Example> all = ReadAll(single);
+  ASSERT_EQ(all.size(), 301u);
+  const int workers = 3;
+  for (int w = 0; w < workers; ++w) {
+    ReaderOptions options = single;
+    options.num_workers = workers;
+    options.worker_index = w;
+    options.batch_size = 40;
+    auto reader = ClickLogReader::Open(options);
+    ASSERT_OK(reader);
+    EXPECT_EQ((*reader)->share_mode(), ShareMode::kLineStride);
+    const std::vector<Example> mine = ReadAll(options);
+    ASSERT_EQ(mine.size(), (all.size() - w + workers - 1) / workers) << w;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      ASSERT_TRUE(SameExample(mine[i], all[w + i * workers]))
+          << "worker " << w << " line " << i;
+    }
+  }
+}
+
 TEST(ClickLogReaderTest, AHeaderIsSkippedOncePerFile) {
   const std::vector<std::string> lines = GenerateLines(40);
   std::vector<std::string> with_header = {"label\tI1\t...\tC26"};
