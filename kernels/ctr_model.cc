@@ -220,11 +220,15 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
                        0.0f, param_grads_[2 + 2 * l].data, out_width));
     KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(upstream, batch, out_width,
                                                  param_grads_[3 + 2 * l].data));
-    // dx_l = upstream * W^T, masked by the ReLU that produced x_l.
+    // dx_l = upstream * W^T, masked by the ReLU that produced x_l. Of the
+    // MLP's input only the embeddings' columns: the dense features need no
+    // gradient, and their columns of dx_0 are left unwritten.
     KERNELS_RETURN_IF_ERROR(
         Reserve(&gradients_[l], static_cast<size_t>(batch) * in_width));
+    const int dx_width =
+        l == 0 ? config_.fields * config_.embedding_dim : in_width;
     KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-        false, true, batch, in_width, out_width, 1.0f, upstream, out_width,
+        false, true, batch, dx_width, out_width, 1.0f, upstream, out_width,
         params[2 + 2 * l].data, out_width, 0.0f, gradients_[l].data, in_width));
     if (l > 0) {
       KERNELS_RETURN_IF_ERROR(
