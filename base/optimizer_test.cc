@@ -104,7 +104,7 @@ TEST(OptimizerTest, FtrlMatchesClosedForm) {
   EXPECT_NEAR(weight, -0.1189074f, 1e-6);
 }
 
-TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZero) {
+TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZeroAndL2ShrinksThem) {
   OptimizerSpec spec = Spec(OptimizerSpec::FTRL, 0.1f);
   spec.set_l1(1.0f);
   auto ftrl = Make(spec);
@@ -115,6 +115,15 @@ TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZero) {
   ftrl->Apply(&gradient, 1, &weight, state);
   // z = 2 > l1 = 1: w = -(2 - 1) / 30
   EXPECT_NEAR(weight, -1.0f / 30.0f, 1e-7);
+
+  // l2 adds to the denominator: w = -(2 - 1) / ((1 + 2) / 0.1 + 10) = -1/40.
+  spec.set_l2(10.0f);
+  auto shrunk = Make(spec);
+  weight = 0.0f;
+  shrunk->InitState(1, state);
+  shrunk->Apply(&gradient, 1, &weight, state);
+  EXPECT_NEAR(weight, -1.0f / 40.0f, 1e-7);
+  spec.set_l2(0.0f);
 
   spec.set_l1(3.0f);
   auto sparse = Make(spec);
@@ -129,21 +138,6 @@ TEST(OptimizerTest, FtrlL1ClipsSmallWeightsToZero) {
   sparse->Apply(&small, 1, &weight2, state);
   // z = 0.1 <= 3: w = 0
   EXPECT_EQ(weight2, 0.0f);
-}
-
-TEST(OptimizerTest, FtrlL2ShrinksTheWeight) {
-  OptimizerSpec spec = Spec(OptimizerSpec::FTRL, 0.1f);
-  spec.set_l1(1.0f);
-  spec.set_l2(10.0f);
-  auto ftrl = Make(spec);
-  float weight = 0.0f;
-  float state[2];
-  ftrl->InitState(1, state);
-  const float gradient = 2.0f;
-  ftrl->Apply(&gradient, 1, &weight, state);
-  // z = 2, n = 4: w = -(2 - 1) / ((1 + 2) / 0.1 + 10) = -1 / 40 (-1/30
-  // without l2)
-  EXPECT_NEAR(weight, -1.0f / 40.0f, 1e-7);
 }
 
 TEST(OptimizerTest, DefaultsFillZeroFields) {

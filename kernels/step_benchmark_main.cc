@@ -49,22 +49,19 @@ int main(int argc, char** argv) {
                 : model == "deepfm" ? ModelKind::kDeepFm
                                     : ModelKind::kWideDeep;
   std::unique_ptr<Backend> backend;
+  Status created;
   if (cuda) {
     CudaOptions options;
     options.precision = tf32 ? GemmPrecision::kTf32 : GemmPrecision::kFp32;
-    Status created = NewCudaBackend(options, &backend);
-    if (!created.ok()) {
-      std::fprintf(stderr, "%s\n", created.message().c_str());
-      return 2;
-    }
+    created = NewCudaBackend(options, &backend);
   } else {
     CpuOptions options;
     options.precision = bf16 ? GemmPrecision::kBf16 : GemmPrecision::kFp32;
-    Status created = NewCpuBackend(options, &backend);
-    if (!created.ok()) {
-      std::fprintf(stderr, "%s\n", created.message().c_str());
-      return 2;
-    }
+    created = NewCpuBackend(options, &backend);
+  }
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.message().c_str());
+    return 2;
   }
   // A batch's unique keys: about a third of its (example, field) slots, as
   // on long-tailed click logs.
