@@ -327,6 +327,9 @@ class CpuBackend final : public Backend {
       return Status(
           StatusCode::kInvalidArgument,
           std::string("oneDNN's bfloat16 matmul failed: ") + error.what());
+    } catch (const std::bad_alloc&) {
+      return Status(StatusCode::kOutOfMemory,
+                    "cannot allocate the bfloat16 copies of a GEMM's inputs");
     }
     return Status::Ok();
   }
