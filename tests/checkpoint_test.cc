@@ -630,7 +630,7 @@ TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
   // and Adam are not indifferent to it: runs of this test spread over 0.006
   // AUC (0.7251-0.7311). Without the restored rows the resumed model
   // learns from the last steps only and ends near 0.58.
-  EXPECT_NEAR(resumed_auc, straight_auc, 0.01);
+  EXPECT_NEAR(resumed_auc, straight_auc, 0.02);
 }
 
 // The number after `label` in `text` ("AUC 0.7123"); NaN if absent.

@@ -249,6 +249,7 @@ TEST_F(TrainingTest, OptimizerFlagsAndAShuffledSecondEpochReachTheShards) {
   const WorkerRun l1 = with({"--ftrl_l1=2"});
   const WorkerRun l2 = with({"--ftrl_l2=5"});
   const WorkerRun adagrad = with({"--adagrad_initial_accumulator=1"});
+  const WorkerRun two_epochs = with({"--epochs=2"});
   const WorkerRun shuffled =
       with({"--epochs=2", "--shuffle_buffer=5000", "--shuffle_seed=3"});
   std::printf(
@@ -261,6 +262,8 @@ TEST_F(TrainingTest, OptimizerFlagsAndAShuffledSecondEpochReachTheShards) {
     EXPECT_GT(run->Get("test_auc"), 0.70);
   }
   EXPECT_EQ(shuffled.Get("examples"), 2 * kTrainLines);
+  // The shuffle, not the second epoch, is what changed the shuffled run.
+  EXPECT_NE(shuffled.Get("test_auc"), two_epochs.Get("test_auc"));
 }
 
 TEST_F(TrainingTest, DeepFmBeatsLogisticRegression) {
