@@ -1,8 +1,12 @@
 #include "base/manifest.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/durable_file.h"
 #include "base/routing.h"
@@ -95,6 +99,38 @@ absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
   }
   RETURN_IF_ERROR(CheckRouting(dir, manifest.routing_version()));
   return manifest;
+}
+
+std::vector<std::string> PruneCheckpoints(const std::string& parent, int keep) {
+  struct Finished {
+    std::string created_at;  // RFC 3339, UTC: orders as text
+    int64_t cut;
+    std::string dir;
+    bool operator<(const Finished& other) const {
+      return std::tie(created_at, cut, dir) <
+             std::tie(other.created_at, other.cut, other.dir);
+    }
+  };
+  std::vector<Finished> finished;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !absl::StartsWith(name, "ckpt-")) continue;
+    absl::StatusOr<CheckpointManifest> manifest =
+        ReadManifest(entry.path().string());
+    if (manifest.ok()) {
+      finished.push_back(
+          {manifest->created_at(), manifest->cut(), entry.path().string()});
+    }
+  }
+  std::vector<std::string> removed;
+  if (keep <= 0 || finished.size() <= static_cast<size_t>(keep)) return removed;
+  std::sort(finished.begin(), finished.end());
+  for (size_t i = 0; i + keep < finished.size(); ++i) {
+    std::filesystem::remove_all(finished[i].dir, error);
+    removed.push_back(finished[i].dir);
+  }
+  return removed;
 }
 
 }  // namespace ps

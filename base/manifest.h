@@ -10,6 +10,7 @@
 #define PS_BASE_MANIFEST_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +34,12 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
 
 // The manifest of the export in `dir` (see ReadManifest()).
 absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
+
+// Deletes all but the newest `keep` finished checkpoints (subdirectories
+// named ckpt-* with a readable manifest) of `parent`, newest by the time
+// they were taken (then cut, then name); unfinished ones are left alone.
+// Returns the directories deleted. `keep` <= 0 keeps all.
+std::vector<std::string> PruneCheckpoints(const std::string& parent, int keep);
 
 }  // namespace ps
 

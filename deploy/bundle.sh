@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Packs ps_server, ps_worker, ps_admin, ps_predict and clicklog_gen with every
-# shared library they load, except glibc's and CUDA's, into one tarball that
+# shared library they load, except glibc's and CUDA's, and the CUDA backend
+# (libps_cuda_backend.so, where the build has one), into one tarball that
 # runs wherever it is unpacked, with no Debian package installed:
 #
-#   ps-bundle/bin/   the binaries; runpath $ORIGIN/../lib (then the CUDA
-#                    directories they were linked with, if any)
-#   ps-bundle/lib/   the libraries (runpath $ORIGIN)
+#   ps-bundle/bin/   the binaries; runpath $ORIGIN/../lib
+#   ps-bundle/lib/   the libraries (runpath $ORIGIN) and the CUDA backend
+#                    (runpath $ORIGIN, then the CUDA directories it was
+#                    linked with)
 #   ps-bundle/MANIFEST  what is in it, and the commit it was built from
 #
 #   deploy/bundle.sh OUT.tar.gz            builds the binaries with Bazel first
-#   deploy/bundle.sh OUT.tar.gz BINARY...  packs these, already built
+#   deploy/bundle.sh OUT.tar.gz FILE...    packs these, already built (a
+#                                          FILE ending in .so goes to lib/)
 #
 # glibc (libc, libm, libpthread, libdl, librt, the loader) comes from the
 # machine that runs it, as does CUDA (the driver, and the toolkit's runtime
-# and cuBLAS for --device=cuda). Needs patchelf (deploy/setup.sh installs it).
+# and cuBLAS for --device=cuda): no binary links a CUDA library, only the
+# CUDA backend does, and the binaries open it only when asked for a GPU.
+# Needs patchelf (deploy/setup.sh installs it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 1 ]; then
-  sed -n '2,17p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 out=$1
@@ -32,8 +37,8 @@ if [ ${#binaries[@]} -eq 0 ]; then
   (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
     //server:ps_admin //worker:ps_worker //worker:ps_predict //worker:clicklog_gen)
   for path in server/ps_server server/ps_admin worker/ps_worker worker/ps_predict \
-    worker/clicklog_gen; do
-    binaries+=("$here/bazel-bin/$path")
+    worker/clicklog_gen kernels/libps_cuda_backend.so; do
+    [ -e "$here/bazel-bin/$path" ] && binaries+=("$here/bazel-bin/$path")
   done
 fi
 
@@ -54,10 +59,17 @@ host_library() {
   return 1
 }
 
+# The CUDA directories a file was linked with (its runpath's), if any.
+cuda_runpath() { patchelf --print-rpath "$1" | tr ':' '\n' | grep cuda | paste -sd: || true; }
+
 for binary in "${binaries[@]}"; do
   name=$(basename "$binary")
-  cp -L "$binary" "$root/bin/$name"
-  chmod u+w "$root/bin/$name"
+  case "$name" in
+    *.so) destination="$root/lib/$name" ;;
+    *) destination="$root/bin/$name" ;;
+  esac
+  cp -L "$binary" "$destination"
+  chmod u+w "$destination"
   # ldd lists every library the binary loads, transitively.
   libraries=$(ldd "$binary") || { echo "bundle: ldd $binary failed" >&2; exit 1; }
   while read -r library arrow path _; do
@@ -75,19 +87,25 @@ for binary in "${binaries[@]}"; do
     host_library "$library" "$path" && continue
     [ -e "$root/lib/$library" ] || cp -L "$path" "$root/lib/$library"
   done <<<"$libraries"
-  # Keep the CUDA directories the binary was linked with, after the bundle.
-  cuda=$(patchelf --print-rpath "$root/bin/$name" | tr ':' '\n' | grep cuda | paste -sd: || true)
-  patchelf --set-rpath "\$ORIGIN/../lib${cuda:+:$cuda}" "$root/bin/$name"
+done
+for binary in "$root"/bin/*; do
+  patchelf --set-rpath '$ORIGIN/../lib' "$binary"
 done
 for library in "$root"/lib/*; do
   chmod u+w "$library"
-  patchelf --set-rpath '$ORIGIN' "$library"
+  cuda=$(cuda_runpath "$library")
+  patchelf --set-rpath "\$ORIGIN${cuda:+:$cuda}" "$library"
 done
 
 {
   echo "ps-bundle from $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)," \
     "built $(date -u +%Y-%m-%d) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "bin: $(cd "$root/bin" && echo *)"
+  if [ -e "$root/lib/libps_cuda_backend.so" ]; then
+    echo "cuda: lib/libps_cuda_backend.so (opened for --device=cuda|auto)"
+  else
+    echo "cuda: none (built without nvcc)"
+  fi
   echo "lib: $(ls "$root/lib" | wc -l) libraries, $(du -sh "$root/lib" | cut -f1)"
   echo "needs from the host: glibc $(ldd --version | head -1 | awk '{print $NF}') or newer;" \
     "for --device=cuda, the CUDA driver and toolkit"

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
 #include "base/status_macros.h"
@@ -35,6 +36,13 @@ absl::Status ValidateTableName(absl::string_view name) {
           absl::StrCat("table name \"", name,
                        "\" may use only letters, digits, '_', '-' and '.'"));
     }
+  }
+  // Exports and checkpoints name files after tables: a name is never a
+  // path of its own (".", "..") nor climbs out of one.
+  if (name[0] == '.' || name[0] == '-' || absl::StrContains(name, "..")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table name \"", name,
+                     "\" must not start with '.' or '-' nor hold \"..\""));
   }
   return absl::OkStatus();
 }

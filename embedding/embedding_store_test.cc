@@ -92,8 +92,14 @@ TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
   auto store = OpenStore(options_);
   EXPECT_THAT(store->DeclareTable(SgdTable("", 8)),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->DeclareTable(SgdTable("a/b", 8)),
-              StatusIs(StatusCode::kInvalidArgument));
+  // A table names files of exports and checkpoints: never a path.
+  for (const char* name : {"a/b", "..", ".", ".hidden", "-rf", "a..b"}) {
+    EXPECT_THAT(store->DeclareTable(SgdTable(name, 8)),
+                StatusIs(StatusCode::kInvalidArgument))
+        << name;
+  }
+  EXPECT_THAT(store->DeclareTable(SgdTable("wide_deep.dense.mlp-0", 8)),
+              IsOk());
   EXPECT_THAT(store->DeclareTable(SgdTable("zero", 0)),
               StatusIs(StatusCode::kInvalidArgument));
   EXPECT_THAT(store->DeclareTable(SgdTable("huge", 65)),

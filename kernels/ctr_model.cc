@@ -1,14 +1,15 @@
 #include "kernels/ctr_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ps::kernels {
 
 std::vector<DenseTensorSpec> DenseTensors(const ModelConfig& config) {
-  std::vector<DenseTensorSpec> tensors = {
-      {"wide.dense_weights", config.dense_features, 1, 0.0f},
-      {"wide.bias", 1, 1, 0.0f},
-  };
+  std::vector<DenseTensorSpec> tensors;
+  if (config.dense_features > 0)
+    tensors.push_back({"wide.dense_weights", config.dense_features, 1, 0.0f});
+  tensors.push_back({"wide.bias", 1, 1, 0.0f});
   if (config.kind == ModelKind::kLogisticRegression) return tensors;
   int in = config.fields * config.embedding_dim + config.dense_features;
   std::vector<int> widths = config.hidden;
@@ -56,6 +57,9 @@ CtrModel::~CtrModel() {
 }
 
 Status CtrModel::Reserve(Buffer* buffer, size_t floats) {
+  // At least one float, so that a layout without some kind of column (no
+  // dense features, no fields) still has a buffer to point at.
+  floats = std::max<size_t>(floats, 1);
   if (buffer->capacity >= floats && buffer->data != nullptr)
     return Status::Ok();
   if (buffer->data != nullptr) backend_->Free(buffer->data);
@@ -141,13 +145,17 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   KERNELS_RETURN_IF_ERROR(backend_->Fill(logits_.data, batch, 0.0f));
 
   // Wide part: per-key weights, dense weights, bias.
-  KERNELS_RETURN_IF_ERROR(backend_->GatherSum(
-      set.wide_rows.data, WideIndex(set), batch, wide_slots(), logits_.data));
-  KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-      false, false, batch, 1, config_.dense_features, 1.0f, set.dense.data,
-      config_.dense_features, params[0].data, 1, 1.0f, logits_.data, 1));
-  KERNELS_RETURN_IF_ERROR(
-      backend_->BiasActivation(logits_.data, params[1].data, batch, 1, false));
+  if (wide_slots() > 0) {
+    KERNELS_RETURN_IF_ERROR(backend_->GatherSum(
+        set.wide_rows.data, WideIndex(set), batch, wide_slots(), logits_.data));
+  }
+  if (config_.dense_features > 0) {
+    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        false, false, batch, 1, config_.dense_features, 1.0f, set.dense.data,
+        config_.dense_features, params[0].data, 1, 1.0f, logits_.data, 1));
+  }
+  KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
+      logits_.data, params[BiasTensor()].data, batch, 1, false));
   if (!deep()) return Status::Ok();
 
   // Deep part: x0 = [embeddings | dense] -> hidden layers -> one logit.
@@ -155,31 +163,36 @@ Status CtrModel::Forward(const StepInputs& in, const InputBuffers& set) {
   KERNELS_RETURN_IF_ERROR(
       Reserve(&activations_[0], static_cast<size_t>(batch) * width));
   float* x0 = activations_[0].data;
-  KERNELS_RETURN_IF_ERROR(backend_->GatherConcat(
-      set.embedding_rows.data, index, batch, fields, dim, x0, width));
-  KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(
-      set.dense.data, batch, config_.dense_features, x0, width, fields * dim));
+  if (fields > 0) {
+    KERNELS_RETURN_IF_ERROR(backend_->GatherConcat(
+        set.embedding_rows.data, index, batch, fields, dim, x0, width));
+  }
+  if (config_.dense_features > 0) {
+    KERNELS_RETURN_IF_ERROR(backend_->CopyColumns(set.dense.data, batch,
+                                                  config_.dense_features, x0,
+                                                  width, fields * dim));
+  }
   int in_width = width;
   for (size_t l = 0; l < config_.hidden.size(); ++l) {
     const int out_width = config_.hidden[l];
     KERNELS_RETURN_IF_ERROR(
         Reserve(&activations_[l + 1], static_cast<size_t>(batch) * out_width));
-    KERNELS_RETURN_IF_ERROR(
-        backend_->Gemm(false, false, batch, out_width, in_width, 1.0f,
-                       activations_[l].data, in_width, params[2 + 2 * l].data,
-                       out_width, 0.0f, activations_[l + 1].data, out_width));
-    KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(activations_[l + 1].data,
-                                                     params[3 + 2 * l].data,
-                                                     batch, out_width, true));
+    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        false, false, batch, out_width, in_width, 1.0f, activations_[l].data,
+        in_width, params[LayerWeightsTensor(l)].data, out_width, 0.0f,
+        activations_[l + 1].data, out_width));
+    KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
+        activations_[l + 1].data, params[LayerBiasTensor(l)].data, batch,
+        out_width, true));
     in_width = out_width;
   }
   const size_t last = config_.hidden.size();
   KERNELS_RETURN_IF_ERROR(backend_->Gemm(
       false, false, batch, 1, in_width, 1.0f, activations_[last].data, in_width,
-      params[2 + 2 * last].data, 1, 1.0f, logits_.data, 1));
+      params[LayerWeightsTensor(last)].data, 1, 1.0f, logits_.data, 1));
   KERNELS_RETURN_IF_ERROR(backend_->BiasActivation(
-      logits_.data, params[3 + 2 * last].data, batch, 1, false));
-  if (config_.kind == ModelKind::kDeepFm) {
+      logits_.data, params[LayerBiasTensor(last)].data, batch, 1, false));
+  if (config_.kind == ModelKind::kDeepFm && fields > 0) {
     KERNELS_RETURN_IF_ERROR(
         backend_->FmForward(x0, width, batch, fields, dim, logits_.data));
   }
@@ -197,14 +210,19 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
   }
   // Wide part.
   KERNELS_RETURN_IF_ERROR(Reserve(&wide_grads_, WideRows(in)));
-  KERNELS_RETURN_IF_ERROR(
-      backend_->ScatterReduce(dlogits_.data, 1, 0, WideIndex(set), batch,
-                              wide_slots(), 1, WideRows(in), wide_grads_.data));
-  KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-      true, false, config_.dense_features, 1, batch, 1.0f, set.dense.data,
-      config_.dense_features, dlogits_.data, 1, 0.0f, param_grads_[0].data, 1));
-  KERNELS_RETURN_IF_ERROR(
-      backend_->ColumnSums(dlogits_.data, batch, 1, param_grads_[1].data));
+  if (wide_slots() > 0 && WideRows(in) > 0) {
+    KERNELS_RETURN_IF_ERROR(backend_->ScatterReduce(
+        dlogits_.data, 1, 0, WideIndex(set), batch, wide_slots(), 1,
+        WideRows(in), wide_grads_.data));
+  }
+  if (config_.dense_features > 0) {
+    KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(true, false, config_.dense_features, 1, batch, 1.0f,
+                       set.dense.data, config_.dense_features, dlogits_.data, 1,
+                       0.0f, param_grads_[0].data, 1));
+  }
+  KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(
+      dlogits_.data, batch, 1, param_grads_[BiasTensor()].data));
   if (!deep()) return Status::Ok();
 
   // Deep part, from the logit back to x0.
@@ -214,12 +232,12 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
     const int in_width = l == 0 ? input_width() : config_.hidden[l - 1];
     const int out_width = l + 1 == layers ? 1 : config_.hidden[l];
     // dW = x_l^T * upstream; db = column sums of upstream.
-    KERNELS_RETURN_IF_ERROR(
-        backend_->Gemm(true, false, in_width, out_width, batch, 1.0f,
-                       activations_[l].data, in_width, upstream, out_width,
-                       0.0f, param_grads_[2 + 2 * l].data, out_width));
-    KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(upstream, batch, out_width,
-                                                 param_grads_[3 + 2 * l].data));
+    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        true, false, in_width, out_width, batch, 1.0f, activations_[l].data,
+        in_width, upstream, out_width, 0.0f,
+        param_grads_[LayerWeightsTensor(l)].data, out_width));
+    KERNELS_RETURN_IF_ERROR(backend_->ColumnSums(
+        upstream, batch, out_width, param_grads_[LayerBiasTensor(l)].data));
     // dx_l = upstream * W^T, masked by the ReLU that produced x_l. Of the
     // MLP's input only the embeddings' columns: the dense features need no
     // gradient, and their columns of dx_0 are left unwritten.
@@ -227,9 +245,11 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
         Reserve(&gradients_[l], static_cast<size_t>(batch) * in_width));
     const int dx_width =
         l == 0 ? config_.fields * config_.embedding_dim : in_width;
-    KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-        false, true, batch, dx_width, out_width, 1.0f, upstream, out_width,
-        params[2 + 2 * l].data, out_width, 0.0f, gradients_[l].data, in_width));
+    if (dx_width == 0) break;  // no fields: nothing below needs a gradient
+    KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(false, true, batch, dx_width, out_width, 1.0f, upstream,
+                       out_width, params[LayerWeightsTensor(l)].data, out_width,
+                       0.0f, gradients_[l].data, in_width));
     if (l > 0) {
       KERNELS_RETURN_IF_ERROR(
           backend_->ReluBackward(activations_[l].data, gradients_[l].data,
@@ -237,14 +257,15 @@ Status CtrModel::Backward(const StepInputs& in, const InputBuffers& set) {
     }
     upstream = gradients_[l].data;
   }
+  KERNELS_RETURN_IF_ERROR(
+      Reserve(&embedding_grads_, static_cast<size_t>(in.num_unique) * dim));
+  if (fields == 0 || in.num_unique == 0) return Status::Ok();
   const int width = input_width();
   if (config_.kind == ModelKind::kDeepFm) {
     KERNELS_RETURN_IF_ERROR(
         backend_->FmBackward(activations_[0].data, dlogits_.data, width, batch,
                              fields, dim, gradients_[0].data));
   }
-  KERNELS_RETURN_IF_ERROR(
-      Reserve(&embedding_grads_, static_cast<size_t>(in.num_unique) * dim));
   return backend_->ScatterReduce(gradients_[0].data, width, dim, index, batch,
                                  fields, dim, in.num_unique,
                                  embedding_grads_.data);

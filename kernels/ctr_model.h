@@ -56,8 +56,8 @@ struct DenseTensorSpec {
 };
 
 // The dense tensors `config` needs, in the order StepInputs and StepOutputs
-// use: the wide part's dense weights and bias, then for each MLP layer its
-// weights (Glorot-uniform) and bias.
+// use: the wide part's dense weights (only when there are dense features)
+// and bias, then for each MLP layer its weights (Glorot-uniform) and bias.
 std::vector<DenseTensorSpec> DenseTensors(const ModelConfig& config);
 
 // A step's inputs, all in host memory.
@@ -160,6 +160,15 @@ class CtrModel {
   void Release(Buffer& buffer);
   bool deep() const { return config_.kind != ModelKind::kLogisticRegression; }
   int wide_slots() const { return config_.fields + config_.crosses; }
+  // Positions in tensors_ (DenseTensors()): the wide dense weights come
+  // first only when there are dense features.
+  size_t BiasTensor() const { return config_.dense_features > 0 ? 1 : 0; }
+  size_t LayerWeightsTensor(size_t layer) const {
+    return BiasTensor() + 1 + 2 * layer;
+  }
+  size_t LayerBiasTensor(size_t layer) const {
+    return BiasTensor() + 2 + 2 * layer;
+  }
   int input_width() const {
     return config_.fields * config_.embedding_dim + config_.dense_features;
   }

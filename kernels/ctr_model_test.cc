@@ -4,6 +4,8 @@
 #include "kernels/ctr_model.h"
 
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -19,16 +21,19 @@ struct Problem {
   StepInputs Inputs() const { return step.Inputs(); }
 };
 
-Problem MakeProblem(ModelKind kind, uint32_t seed) {
+Problem MakeProblem(ModelKind kind, uint32_t seed, int fields = 3,
+                    int dense_features = 2) {
   ModelConfig config;
   config.kind = kind;
-  config.fields = 3;
-  config.dense_features = 2;
+  config.fields = fields;
+  config.dense_features = dense_features;
   config.embedding_dim = 4;
   config.hidden = {5, 3};
-  Problem p{config, RandomStep(config, /*batch_size=*/6, /*unique_rows=*/5,
-                               seed, /*scale=*/0.5f)};
-  p.step.index[0] = p.step.index[1];  // a duplicate key inside one example
+  Problem p{config, RandomStep(config, /*batch_size=*/6,
+                               /*unique_rows=*/fields > 0 ? 5 : 0, seed,
+                               /*scale=*/0.5f)};
+  // A duplicate key inside one example.
+  if (fields > 1) p.step.index[0] = p.step.index[1];
   for (int b = 0; b < p.step.batch; ++b) p.step.labels[b] = b % 2;
   return p;
 }
@@ -44,7 +49,9 @@ void CheckGradient(CtrModel& model, Problem& p, std::vector<float>* values,
                    const std::vector<float>& analytic,
                    const std::string& what) {
   ASSERT_EQ(values->size(), analytic.size()) << what;
-  const float eps = 1e-2f;
+  // Small enough that no ReLU changes sides over the step, with dense
+  // features up to 5 in size as the only inputs.
+  const float eps = 3e-3f;
   for (size_t i = 0; i < values->size(); ++i) {
     const float saved = (*values)[i];
     (*values)[i] = saved + eps;
@@ -58,17 +65,37 @@ void CheckGradient(CtrModel& model, Problem& p, std::vector<float>* values,
   }
 }
 
-class CtrModelGradientTest : public ::testing::TestWithParam<ModelKind> {};
+std::string ShapeName(
+    const ::testing::TestParamInfo<std::tuple<ModelKind, std::tuple<int, int>>>&
+        info) {
+  static const char* const kKinds[] = {"Lr", "WideDeep", "DeepFm"};
+  const auto [fields, dense_features] = std::get<1>(info.param);
+  return std::string(kKinds[static_cast<int>(std::get<0>(info.param))]) +
+         "Fields" + std::to_string(fields) + "Dense" +
+         std::to_string(dense_features);
+}
+
+// A model kind and an input shape: fields and dense features (a layout may
+// have either alone).
+class CtrModelGradientTest : public ::testing::TestWithParam<
+                                 std::tuple<ModelKind, std::tuple<int, int>>> {
+};
 
 TEST_P(CtrModelGradientTest, MatchesFiniteDifferences) {
-  Problem p = MakeProblem(GetParam(), 42);
+  const auto [kind, shape] = GetParam();
+  const auto [fields, dense_features] = shape;
+  Problem p = MakeProblem(kind, 42, fields, dense_features);
   auto backend = NewCpuBackend();
   CtrModel model(p.config, backend.get());
   StepOutputs out;
   ASSERT_TRUE(model.TrainStep(p.Inputs(), &out).ok());
   const StepOutputs analytic = out;
+  // Every output is finite, and the loss moves with the inputs there are.
+  EXPECT_TRUE(std::isfinite(out.loss_sum));
+  for (float probability : out.probabilities)
+    EXPECT_TRUE(probability > 0.0f && probability < 1.0f) << probability;
   CheckGradient(model, p, &p.step.wide_rows, analytic.wide_grads, "wide");
-  if (GetParam() != ModelKind::kLogisticRegression) {
+  if (kind != ModelKind::kLogisticRegression) {
     CheckGradient(model, p, &p.step.embedding_rows, analytic.embedding_grads,
                   "embedding");
   } else {
@@ -81,10 +108,16 @@ TEST_P(CtrModelGradientTest, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllModels, CtrModelGradientTest,
-                         ::testing::Values(ModelKind::kLogisticRegression,
-                                           ModelKind::kWideDeep,
-                                           ModelKind::kDeepFm));
+INSTANTIATE_TEST_SUITE_P(
+    AllModelsAndShapes, CtrModelGradientTest,
+    ::testing::Combine(::testing::Values(ModelKind::kLogisticRegression,
+                                         ModelKind::kWideDeep,
+                                         ModelKind::kDeepFm),
+                       // (fields, dense features): both, no dense, no fields
+                       ::testing::Values(std::make_tuple(3, 2),
+                                         std::make_tuple(3, 0),
+                                         std::make_tuple(0, 2))),
+    ShapeName);
 
 // Gives `p` two crosses: returns a wide index of 5 slots per example into
 // `wide_rows` rows, which it sizes and fills.
@@ -119,7 +152,9 @@ TEST(CtrModelTest, CrossesAddWideOnlySlotsWithTheirOwnRows) {
   ASSERT_TRUE(model.TrainStep(crossed(), &out).ok());
   ASSERT_EQ(out.wide_grads.size(), static_cast<size_t>(kWideRows));
   // d(mean loss)/d(wide row r) by central differences, with the same index.
-  const float eps = 1e-2f;
+  // Small enough that no ReLU changes sides over the step, with dense
+  // features up to 5 in size as the only inputs.
+  const float eps = 3e-3f;
   auto mean_loss = [&] {
     StepOutputs probe;
     EXPECT_TRUE(model.TrainStep(crossed(), &probe).ok());
@@ -268,6 +303,15 @@ TEST(CtrModelTest, DenseTensorsFollowTheConfig) {
   EXPECT_EQ(tensors[3].init_scale, 0.0f);  // biases start at zero
   config.kind = ModelKind::kLogisticRegression;
   EXPECT_EQ(DenseTensors(config).size(), 2u);
+  // Without dense features there are no wide dense weights (a tensor of no
+  // rows), and the MLP reads the embeddings alone.
+  config.kind = ModelKind::kWideDeep;
+  config.dense_features = 0;
+  const std::vector<DenseTensorSpec> no_dense = DenseTensors(config);
+  ASSERT_EQ(no_dense.size(), 7u);
+  EXPECT_EQ(no_dense[0].name, "wide.bias");
+  EXPECT_EQ(no_dense[1].rows, 26 * 16);
+  for (const DenseTensorSpec& tensor : no_dense) EXPECT_GT(tensor.size(), 0u);
 }
 
 TEST(CtrModelTest, RejectsMismatchedDenseParameters) {

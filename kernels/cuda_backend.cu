@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda_backend.h"
+#include "kernels/cuda_backend_library.h"
 
 // Returns a kernels::Status naming the failed call, its file and line.
 #define KERNELS_CUDA_RETURN_IF_ERROR(expr)                  \
@@ -451,9 +452,7 @@ class CudaBackend final : public Backend {
   size_t staging_bytes_ = 0;
 };
 
-}  // namespace
-
-Status CudaDeviceCount(int* count) {
+Status DeviceCount(int* count) {
   *count = 0;
   const cudaError_t error = cudaGetDeviceCount(count);
   if (error == cudaSuccess) return Status::Ok();
@@ -472,15 +471,15 @@ Status CudaDeviceCount(int* count) {
                     std::to_string(runtime) + ")");
 }
 
-Status NewCudaBackend(const CudaOptions& options,
-                      std::unique_ptr<Backend>* backend) {
+Status CreateBackend(const CudaOptions& options,
+                     std::unique_ptr<Backend>* backend) {
   if (options.precision == GemmPrecision::kBf16) {
     return Status(StatusCode::kInvalidArgument,
                   "bfloat16 GEMMs are the CPU backend's; on CUDA use FP32 or "
                   "TF32");
   }
   int devices = 0;
-  KERNELS_RETURN_IF_ERROR(CudaDeviceCount(&devices));
+  KERNELS_RETURN_IF_ERROR(DeviceCount(&devices));
   if (devices == 0) {
     return Status(StatusCode::kUnavailable,
                   "no CUDA GPU is visible to this process");
@@ -497,4 +496,14 @@ Status NewCudaBackend(const CudaOptions& options,
   return Status::Ok();
 }
 
+}  // namespace
 }  // namespace ps::kernels
+
+extern "C" __attribute__((visibility("default")))
+const ps::kernels::CudaBackendEntryPoints*
+PsKernelsCudaBackendEntryPoints() {
+  static const ps::kernels::CudaBackendEntryPoints entry_points = {
+      ps::kernels::kCudaBackendAbiVersion, &ps::kernels::DeviceCount,
+      &ps::kernels::CreateBackend};
+  return &entry_points;
+}

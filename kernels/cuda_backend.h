@@ -10,8 +10,15 @@
 // stream waits for the copy; the host waits only for the previous upload
 // to leave the staging buffer, never for the compute stream itself.
 //
-// In a build without the CUDA toolkit, NewCudaBackend() always returns
-// kUnavailable; CudaDeviceCount() says 0 GPUs.
+// The backend lives in a shared object of its own, libps_cuda_backend.so,
+// the one file linked with CUDA's runtime and cuBLAS; the functions below
+// open it with dlopen on first use, so a binary starts (and trains on the
+// CPU) on a host without any CUDA library. The object is looked for at
+// CudaOptions::library, else beside the executable: ../lib/ (the bundle's
+// layout), the executable's own directory, then ../kernels/ (bazel-bin).
+// Where it cannot be loaded (no CUDA libraries, or a build without the
+// toolkit), NewCudaBackend() returns kUnavailable with one line naming what
+// is missing, and CudaDeviceCount() says 0 GPUs.
 
 #ifndef PS_KERNELS_CUDA_BACKEND_H_
 #define PS_KERNELS_CUDA_BACKEND_H_
@@ -29,16 +36,21 @@ struct CudaOptions {
   int device = 0;
   // kFp32 or kTf32 (kBf16 is the CPU backend's).
   GemmPrecision precision = GemmPrecision::kFp32;
+  // The backend's shared object. Default: "" (looked for beside the
+  // executable, as above).
+  std::string library;
 };
 
 // Sets *count to the GPUs visible to this process: 0, OK, when there is
 // none (no device, no driver, or a build without CUDA). An error when there
 // is a GPU this build cannot use, e.g. a driver older than the CUDA runtime:
 // that must not read as "no GPU" (tests fail on it rather than skip).
-Status CudaDeviceCount(int* count);
+// `library` is CudaOptions::library.
+Status CudaDeviceCount(int* count, const std::string& library = "");
 
 // Creates the backend on options.device. kUnavailable, with the reason, when
-// there is no usable GPU or the build has no CUDA.
+// there is no usable GPU, the CUDA libraries cannot be loaded or the build
+// has no CUDA; kInvalidArgument for kBf16 or a GPU that does not exist.
 Status NewCudaBackend(const CudaOptions& options,
                       std::unique_ptr<Backend>* backend);
 

@@ -25,11 +25,16 @@ build=/tmp/gpu_check_build
 
 flags=(-std=c++17 -O3 -I. -DPS_KERNELS_NO_ONEDNN
        -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80)
-sources=(kernels/cpu_backend.cc kernels/cuda_backend.cu kernels/ctr_model.cc)
+# The CUDA backend is a shared object the binaries open at run time (beside
+# them here, as in the bundle's lib/); they link no CUDA library themselves.
+sources=(kernels/cpu_backend.cc kernels/cuda_backend_loader.cc kernels/ctr_model.cc)
 echo "== build"
-nvcc "${flags[@]}" "${sources[@]}" kernels/parity_checks.cc kernels/parity_main.cc \
-  -lcublas -o "$build/parity"
-nvcc "${flags[@]}" "${sources[@]}" kernels/step_benchmark_main.cc -lcublas -o "$build/step_benchmark"
+nvcc "${flags[@]}" -shared -Xcompiler -fPIC -Xcompiler -fvisibility=hidden \
+  kernels/cuda_backend.cu -lcublas -o "$build/libps_cuda_backend.so"
+nvcc "${flags[@]}" -DPS_KERNELS_CUDA_BUILT=1 "${sources[@]}" kernels/parity_checks.cc \
+  kernels/parity_main.cc -ldl -o "$build/parity"
+nvcc "${flags[@]}" -DPS_KERNELS_CUDA_BUILT=1 "${sources[@]}" kernels/step_benchmark_main.cc \
+  -ldl -o "$build/step_benchmark"
 
 status=0
 if [ -z "$dry_run" ]; then
@@ -48,16 +53,19 @@ rm -rf "$e2e" && mkdir -p "$e2e"
 tar -xzf "$bundle" -C "$e2e"
 bin="$e2e/ps-bundle/bin"
 head -3 "$e2e/ps-bundle/MANIFEST" 2>/dev/null | tee "$out/bundle_manifest.txt" || true
-# The bundle leaves CUDA's libraries to this machine: if the toolkit is not
-# where the bundle was linked against, look next to nvcc and in PyTorch.
-ldd "$bin/ps_worker" >"$out/ldd.txt" 2>&1 || true
+# The bundle leaves CUDA's libraries to this machine (only its CUDA backend,
+# lib/libps_cuda_backend.so, loads them): if the toolkit is not where the
+# bundle was linked against, look next to nvcc and in PyTorch.
+cuda_library="$e2e/ps-bundle/lib/libps_cuda_backend.so"
+[ -f "$cuda_library" ] || { echo "the bundle has no lib/libps_cuda_backend.so (built without nvcc?)" | tee "$out/e2e.txt"; exit 1; }
+ldd "$cuda_library" >"$out/ldd.txt" 2>&1 || true
 if grep -q "not found" "$out/ldd.txt"; then
   extra=""
   if command -v nvcc >/dev/null; then extra="$(dirname "$(dirname "$(command -v nvcc)")")/lib64"; fi
   torch_libs=$(python3 -c 'import nvidia, os; d = os.path.dirname(nvidia.__path__[0] if hasattr(nvidia, "__path__") else nvidia.__file__) + "/nvidia"; print(":".join(os.path.join(d, x, "lib") for x in os.listdir(d)))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$extra${torch_libs:+:$torch_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "some libraries not found where the bundle was linked; LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
-  ldd "$bin/ps_worker" | grep "not found" >&2 || true
+  ldd "$cuda_library" | grep "not found" >&2 || true
 fi
 "$bin/clicklog_gen" --out="$e2e/train.tsv" --lines="$e2e_lines" --sample_seed=1 \
   2>"$out/clicklog_gen.log" || { echo "clicklog_gen failed (see clicklog_gen.log)" >&2; exit 1; }

@@ -10,6 +10,7 @@
 #ifndef PS_KERNELS_RANDOM_STEP_H_
 #define PS_KERNELS_RANDOM_STEP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -19,12 +20,13 @@
 namespace ps::kernels {
 
 struct RandomStep {
-  // Values are uniform on [-scale, scale]. REQUIRES: num_unique >= 1.
+  // Values are uniform on [-scale, scale]. REQUIRES: unique_rows >= 1 when
+  // config.fields > 0.
   RandomStep(const ModelConfig& config, int batch_size, int unique_rows,
              uint32_t seed, float scale = 0.1f)
       : batch(batch_size), num_unique(unique_rows) {
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> row(0, num_unique - 1);
+    std::uniform_int_distribution<int32_t> row(0, std::max(num_unique - 1, 0));
     std::uniform_real_distribution<float> uniform(-scale, scale);
     index.resize(static_cast<size_t>(batch) * config.fields);
     for (int32_t& i : index) i = row(rng);

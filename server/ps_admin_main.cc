@@ -67,6 +67,11 @@ ABSL_FLAG(std::string, dir, "",
           "For `checkpoint`: the directory to write (a path on the shards' "
           "file system); for `checkpoints`: a checkpoint or a directory of "
           "them.");
+ABSL_FLAG(int32_t, checkpoints_to_keep, 0,
+          "For `checkpoint`: once it is written, delete all but the newest N "
+          "finished checkpoints (ckpt-* directories) beside --dir, as this "
+          "process sees them (a volume it shares with the shards). Default "
+          "0: keep all.");
 ABSL_FLAG(std::string, model, "",
           "For `export`: the model (its tables' prefix, e.g. wide_deep); "
           "default: the only one.");
@@ -787,6 +792,13 @@ int Checkpoint(const std::vector<std::string>& servers,
   options.progress = true;
   absl::StatusOr<ps::CheckpointManifest> manifest = ps::TakeCheckpoint(options);
   if (!manifest.ok()) return Fail(manifest.status().ToString());
+  if (const int keep = absl::GetFlag(FLAGS_checkpoints_to_keep); keep > 0) {
+    const std::string parent =
+        std::filesystem::path(options.dir).lexically_normal().parent_path();
+    for (const std::string& removed : ps::PruneCheckpoints(parent, keep))
+      std::fprintf(stderr, "removed the older checkpoint %s\n",
+                   removed.c_str());
+  }
   uint64_t bytes = 0;
   for (const auto& shard : manifest->shards()) bytes += shard.bytes();
   if (absl::GetFlag(FLAGS_json)) {
@@ -940,7 +952,8 @@ int main(int argc, char** argv) {
       "workers hold leases unless --force\n"
       "  expire       --table: drop its expired rows now (a compaction)\n"
       "  drain        each shard stops as SIGTERM stops it\n"
-      "  checkpoint   --dir: a consistent checkpoint of every shard\n"
+      "  checkpoint   --dir [--checkpoints_to_keep=N]: a consistent "
+      "checkpoint of every shard\n"
       "  checkpoints  --dir: the checkpoints in a directory\n"
       "  export       --dir [--format=fp16] [--model]: one model's weights "
       "for ps_predict\n"
@@ -963,6 +976,8 @@ int main(int argc, char** argv) {
     return Fail(command + " needs --dir");
   }
   if (command == "checkpoints") return ListCheckpoints();
+  if (absl::GetFlag(FLAGS_checkpoints_to_keep) < 0)
+    return Fail("--checkpoints_to_keep must be >= 0 (0 keeps all)");
   if ((command == "row" || command == "set-lr" || command == "drop-table" ||
        command == "expire") &&
       absl::GetFlag(FLAGS_table).empty()) {

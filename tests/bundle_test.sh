@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# deploy/bundle.sh end to end: packs the built binaries, unpacks the bundle
-# into an empty directory, checks that ldd resolves every library inside it
-# but glibc's (and CUDA's, where the binaries were linked with it), then
-# trains 1 shard + 1 worker from it under `env -i` (no PATH, no
-# LD_LIBRARY_PATH) on loopback, exports and scores with ps_predict. Then
+# deploy/bundle.sh end to end: packs the built binaries (and the CUDA
+# backend, where the build has one), unpacks the bundle into an empty
+# directory, checks that ldd resolves every library inside it but glibc's,
+# and that no binary links a CUDA library (only lib/libps_cuda_backend.so
+# does), then trains 1 shard + 1 worker from it under `env -i` (no PATH, no
+# LD_LIBRARY_PATH) on loopback, in a mount namespace where the CUDA
+# toolkit's directories are empty (`unshare -m`, a tmpfs over each), exports
+# and scores with ps_predict there, and asks for --device=cuda, which must
+# fail in one line naming what is missing. Then
 # checks deploy/Dockerfile against the bundle: what it adds is the bundle,
 # the path it runs is in it, its user is not root, and the entrypoint runs
 # with the default arguments (bound to loopback here).
@@ -12,10 +16,12 @@ runfiles=${TEST_SRCDIR:-$PWD/..}/parameter_server
 work=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
+[ -e "$cuda_backend" ] || cuda_backend=""
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
   "$runfiles/server/ps_server" "$runfiles/server/ps_admin" \
   "$runfiles/worker/ps_worker" "$runfiles/worker/ps_predict" \
-  "$runfiles/worker/clicklog_gen"
+  "$runfiles/worker/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
 mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
 bundle=$(realpath "$work/unpacked/ps-bundle")
@@ -23,8 +29,24 @@ for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
   [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
 done
 
-# Every library resolves inside the bundle, or is glibc's, or CUDA's.
+# No binary links a CUDA library: they start on hosts without one.
 for binary in "$bundle"/bin/*; do
+  needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  [ -n "$needed" ] || fail "readelf -d $(basename "$binary") lists no NEEDED library"
+  if grep -E '^lib(cuda|cudart|cublas|cublasLt|nvidia)' <<<"$needed"; then
+    fail "$(basename "$binary") links a CUDA library (above)"
+  fi
+done
+if [ -n "$cuda_backend" ]; then
+  [ -f "$bundle/lib/libps_cuda_backend.so" ] || fail "the bundle has no lib/libps_cuda_backend.so"
+  readelf -d "$bundle/lib/libps_cuda_backend.so" | grep -q 'NEEDED.*libcudart' ||
+    fail "lib/libps_cuda_backend.so does not link CUDA's runtime"
+  grep -q '^cuda: lib/libps_cuda_backend.so' "$bundle/MANIFEST" || fail "MANIFEST: $(cat "$bundle/MANIFEST")"
+fi
+
+# Every library resolves inside the bundle, or is glibc's, or CUDA's (the
+# CUDA backend's).
+for binary in "$bundle"/bin/* "$bundle"/lib/*.so*; do
   while read -r library arrow path _; do
     [ "$arrow" = "=>" ] || continue
     [ "$path" != "not" ] || fail "$(basename "$binary"): $library not found"
@@ -44,11 +66,34 @@ for binary in "$bundle"/bin/*; do
 done
 [ "$(ls "$bundle/lib" | grep -c '^libgrpc++')" -ge 1 ] || fail "gRPC is not in lib/"
 
-# Train and score from the bundle alone.
+# A host without CUDA: every directory of the toolkit (and any other that
+# ld.so's cache finds CUDA's libraries in) empty, in a mount namespace of
+# this test's own; then `env -i`. without_cuda COMMAND ARGS...
+cuda_dirs=$({
+  for dir in /usr/local/cuda*; do [ -d "$dir" ] && [ ! -L "$dir" ] && echo "$dir"; done
+  ldconfig -p | awk '/libcu(da|dart|blas)[^ ]*\.so/ {print $NF}' | xargs -r -n1 dirname
+} | sort -u | awk 'kept == "" || index($0, kept "/") != 1 {print; kept = $0}' | paste -sd' ')
+without_cuda() {
+  CUDA_DIRS="$cuda_dirs" unshare -m /bin/sh -c '
+    for dir in $CUDA_DIRS; do
+      mount -t tmpfs -o size=1m none "$dir" || { echo "cannot hide $dir" >&2; exit 97; }
+    done
+    exec env -i "$@"' sh "$@"
+}
+without_cuda /bin/true ||
+  fail "cannot make a mount namespace without CUDA (unshare -m and mount need root)"
+echo "hiding CUDA: ${cuda_dirs:-(none on this host)}"
+for dir in $cuda_dirs; do
+  [ -z "$(without_cuda /bin/ls -A "$dir")" ] || fail "$dir is not empty in the namespace"
+done
+
+# Train and score from the bundle alone, without CUDA.
 cd "$work"
-env -i "$bundle/bin/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1
-env -i "$bundle/bin/clicklog_gen" --out=test.tsv --lines=5000 --sample_seed=2
-env -i "$bundle/bin/ps_server" --listen=127.0.0.1:0 --data_dir="$work/shard" \
+without_cuda "$bundle/bin/ps_worker" --help >help.txt 2>&1 || true
+grep -q -- "--device" help.txt || fail "ps_worker --help without CUDA: $(head -3 help.txt)"
+without_cuda "$bundle/bin/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1
+without_cuda "$bundle/bin/clicklog_gen" --out=test.tsv --lines=5000 --sample_seed=2
+without_cuda "$bundle/bin/ps_server" --listen=127.0.0.1:0 --data_dir="$work/shard" \
   >server.out 2>server.log &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
@@ -58,14 +103,29 @@ for _ in $(seq 100); do
 done
 address=$(awk '/listening on/ {print $4}' server.out)
 [ -n "$address" ] || fail "ps_server did not start: $(cat server.log)"
-env -i "$bundle/bin/ps_worker" --servers="$address" --train=train.tsv --test=test.tsv \
+without_cuda "$bundle/bin/ps_worker" --servers="$address" --train=train.tsv --test=test.tsv \
   --batch_size=1000 --hidden=32,16 --embedding_dim=8 --metrics_out=metrics.json 2>worker.log ||
   fail "ps_worker: $(tail -5 worker.log)"
+grep -q "device: cpu; no usable GPU" worker.log || fail "ps_worker --device=auto: $(grep device: worker.log)"
+# --device=cuda there: refused before anything else, in one line that names
+# what is missing.
+status=0
+without_cuda "$bundle/bin/ps_worker" --servers="$address" --train=train.tsv \
+  --device=cuda >cuda.out 2>cuda.log || status=$?
+[ "$status" -ne 0 ] || fail "ps_worker --device=cuda without CUDA exited 0"
+refusal=$(grep -- "--device=cuda:" cuda.log || true)
+[ "$(wc -l <<<"$refusal")" -eq 1 ] && [ -n "$refusal" ] || fail "--device=cuda: $(cat cuda.log)"
+if [ -n "$cuda_backend" ]; then
+  grep -qE 'libcu(da|dart|blas)[^ ]*\.so' <<<"$refusal" || fail "the refusal names no CUDA library: $refusal"
+else
+  grep -q "this build has no CUDA backend" <<<"$refusal" || fail "$refusal"
+fi
+echo "without CUDA: $refusal"
 auc=$(grep -o '"test_auc": [0-9.]*' metrics.json | awk '{print $2}')
 awk -v auc="$auc" 'BEGIN {exit !(auc > 0.65)}' || fail "test AUC $auc"
-env -i "$bundle/bin/ps_admin" --servers="$address" --dir="$work/export" export \
+without_cuda "$bundle/bin/ps_admin" --servers="$address" --dir="$work/export" export \
   >export.txt 2>&1 || fail "ps_admin export: $(cat export.txt)"
-env -i "$bundle/bin/ps_predict" --model="$work/export" --input=test.tsv >predict.txt \
+without_cuda "$bundle/bin/ps_predict" --model="$work/export" --input=test.tsv >predict.txt \
   2>predict.log || fail "ps_predict: $(tail -5 predict.log)"
 grep -q "scored 5000 lines" predict.txt || fail "ps_predict: $(cat predict.txt)"
 kill $server

@@ -730,6 +730,143 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/reversed"));
 }
 
+TEST_F(CheckpointTest, CheckpointsToKeepDeletesTheOldestBesideTheNewOne) {
+  auto shards = StartShards(dir_, "shard", 1);
+  ASSERT_EQ(shards.size(), 1u);
+  const std::string parent = dir_ + "/checkpoints";
+  std::filesystem::create_directories(parent + "/ckpt-unfinished");
+  std::ofstream(parent + "/not-a-checkpoint.txt") << "kept\n";
+  for (const std::string name : {"ckpt-1", "ckpt-2", "ckpt-3"}) {
+    ASSERT_EQ(Admin(Addresses(shards),
+                    {"--dir=" + parent + "/" + name, "--checkpoints_to_keep=2",
+                     "checkpoint"},
+                    dir_ + "/" + name + ".log"),
+              0)
+        << ReadFile(dir_ + "/" + name + ".log");
+  }
+  EXPECT_NE(ReadFile(dir_ + "/ckpt-3.log").find("removed the older checkpoint"),
+            std::string::npos)
+      << ReadFile(dir_ + "/ckpt-3.log");
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(parent))
+    left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left,
+            (std::vector<std::string>{"ckpt-2", "ckpt-3", "ckpt-unfinished",
+                                      "not-a-checkpoint.txt"}));
+  EXPECT_NE(Admin(Addresses(shards),
+                  {"--dir=" + parent + "/ckpt-4", "--checkpoints_to_keep=-1",
+                   "checkpoint"},
+                  dir_ + "/negative.log"),
+            0);
+  EXPECT_FALSE(std::filesystem::exists(parent + "/ckpt-4"));
+}
+
+// The lines of `path`, without their newlines.
+std::vector<std::string> Lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST_F(CheckpointTest, EveryLayoutTrainsExportsAndPredicts) {
+  // Each layout the --columns grammar accepts, through ps_worker, ps_admin
+  // export and ps_predict: the export scores the test lines as the worker
+  // did, and a layout with an id column writes "id<TAB>probability".
+  struct Case {
+    std::string name;
+    std::string columns;
+    std::string model;
+    std::vector<std::string> generator_flags;
+    // Test AUC the worker must pass, where 6000 lines carry enough signal
+    // for a check 3 standard deviations clear of chance (0: not checked).
+    double min_auc;
+    std::vector<std::string> worker_flags;
+  };
+  // Dense features alone learn slowly at the default dense learning rate
+  // (Adam, 0.001): 12 steps of it stay near chance.
+  const std::vector<std::string> dense_only = {"--dense_learning_rate=0.05",
+                                               "--epochs=4"};
+  const std::vector<Case> cases = {
+      {"no_dense", "label,cat*26", "wide_deep", {}, 0.55, {}},
+      {"no_dense_lr", "label,cat*26", "lr", {}, 0.55, {}},
+      {"no_dense_deepfm", "label,cat*26", "deepfm", {}, 0.55, {}},
+      {"no_cat", "label,dense*13", "wide_deep", {}, 0.55, dense_only},
+      {"no_cat_lr", "label,dense*13", "lr", {}, 0.55, dense_only},
+      {"no_cat_deepfm", "label,dense*13", "deepfm", {}, 0.55, dense_only},
+      {"only_multi", "label,multi*2", "wide_deep", {"--multi_fields=2"}, 0, {}},
+      {"one_cat", "label,cat", "wide_deep", {}, 0, {}},
+      {"label_in_the_middle_with_an_id",
+       "id,cat*13,label,dense*13,cat*13",
+       "wide_deep",
+       {},
+       0.55,
+       {}},
+      {"skip_first_and_last",
+       "skip,label,dense*13,cat*26,skip",
+       "deepfm",
+       {},
+       0.55,
+       {}},
+  };
+  constexpr int kTrain = 6000, kTest = 2000;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + ": --columns=" + c.columns + " --model=" + c.model);
+    std::vector<std::string> generate = c.generator_flags;
+    generate.push_back("--columns=" + c.columns);
+    const std::string train =
+        Generate(c.name + "_train.tsv", kTrain, 1, generate);
+    const std::string test = Generate(c.name + "_test.tsv", kTest, 2, generate);
+    auto shards = StartShards(dir_, c.name + "_shard", 1);
+    ASSERT_EQ(shards.size(), 1u);
+    std::vector<std::string> flags = {"--columns=" + c.columns,
+                                      "--model=" + c.model, "--batch_size=500"};
+    flags.insert(flags.end(), c.worker_flags.begin(), c.worker_flags.end());
+    const std::string metrics =
+        Train(shards, 1, train, test, c.name, dir_, flags)[0];
+    const int epochs = c.worker_flags.empty() ? 1 : 4;
+    EXPECT_EQ(Metric(metrics, "examples"), kTrain * epochs) << metrics;
+    EXPECT_EQ(Metric(metrics, "bad_lines"), 0) << metrics;
+    EXPECT_EQ(Metric(metrics, "test_examples"), kTest) << metrics;
+    const double auc = Metric(metrics, "test_auc");
+    EXPECT_GT(auc, c.min_auc) << "learned nothing: " << metrics;
+    EXPECT_TRUE(auc > 0.0 && auc < 1.0) << metrics;
+    const std::string exported = dir_ + "/" + c.name + "_export";
+    ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + exported, "export"},
+                    dir_ + "/" + c.name + "_export.log"),
+              0)
+        << ReadFile(dir_ + "/" + c.name + "_export.log");
+    const std::string scores = dir_ + "/" + c.name + "_scores.txt";
+    const std::string printed = dir_ + "/" + c.name + "_predict.txt";
+    ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
+                               BinaryPath("worker/ps_predict") +
+                                   " --model=" + exported + " --input=" + test +
+                                   " --out=" + scores + " > " + printed},
+                              dir_ + "/" + c.name + "_predict.log"),
+              0)
+        << ReadFile(dir_ + "/" + c.name + "_predict.log");
+    EXPECT_NEAR(After(ReadFile(printed), "AUC "), auc, 1e-4)
+        << ReadFile(printed);
+    const std::vector<std::string> lines = Lines(test);
+    const std::vector<std::string> scored = Lines(scores);
+    ASSERT_EQ(scored.size(), lines.size());
+    const bool has_id = c.columns.rfind("id,", 0) == 0;
+    for (size_t i = 0; i < scored.size(); ++i) {
+      std::string probability = scored[i];
+      if (has_id) {
+        // The test line's own first column, then its probability.
+        const std::string id = lines[i].substr(0, lines[i].find('\t'));
+        ASSERT_EQ(scored[i].substr(0, id.size() + 1), id + "\t") << i;
+        probability = scored[i].substr(id.size() + 1);
+      }
+      ASSERT_EQ(probability.find('\t'), std::string::npos) << scored[i];
+      const double p = std::strtod(probability.c_str(), nullptr);
+      ASSERT_TRUE(p > 0.0 && p < 1.0) << scored[i];
+    }
+  }
+}
+
 TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
   // A CSV with a header, an id, a multi field and a cross: ps_predict takes
   // the layout from the export, with no layout flags.

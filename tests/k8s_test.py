@@ -48,6 +48,12 @@ def invocations(text):
     """(binary, [flag names]) for each command line in shell text that runs
     one of the binaries."""
     text = re.sub(r"\\\n", " ", text)
+    # A substitution inside an argument (--dir=/c/ckpt-$$(date +%F), in a
+    # manifest's `$$` escape or a script's `$`) ends no command line: it
+    # becomes a word, so that the flags after it are checked too.
+    binaries = re.compile(r"\b(%s)\b" % "|".join(BINARIES))
+    text = re.sub(r"\$\$?\([^()]*\)",
+                  lambda m: m.group(0) if binaries.search(m.group(0)) else "SUBST", text)
     found = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
@@ -83,6 +89,32 @@ def mebibytes(quantity):
     return int(number) * (1024 if unit == "Gi" else 1)
 
 
+def cores(quantity):
+    """A CPU quantity ("2", "0.5", "2000m") in cores; None if malformed."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", str(quantity))
+    if not match:
+        return None
+    return float(match.group(1)) / (1000 if match.group(2) else 1)
+
+
+def memory_bytes(quantity):
+    """A memory quantity ("64Mi", "1G", "512") in bytes; None if malformed."""
+    units = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(quantity))
+    if not match:
+        return None
+    return int(match.group(1)) * units[match.group(2) or ""]
+
+
+def image_tag(image):
+    """The tag of an image reference (None without one): the part after the
+    last ':' that follows the last '/' (a registry's port is not a tag)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else None
+
+
 manifests = sorted(glob.glob(os.path.join(RUNFILES, "deploy/k8s/*.yaml")))
 if len(manifests) < 4:
     fail(f"only {len(manifests)} manifests in deploy/k8s")
@@ -99,14 +131,19 @@ for o in objects:
 
 checked = 0
 containers = []
+templates = []
 for o in objects:
     spec = o.get("spec", {})
     template = (spec.get("jobTemplate", {}).get("spec", {}).get("template")
                 or spec.get("template"))
     if template:
-        for container in template["spec"]["containers"]:
+        templates.append((o, template))
+        for container in (template["spec"].get("initContainers", [])
+                          + template["spec"]["containers"]):
             containers.append((o, container))
             checked += check_flags(f"{o['kind']}/{o['metadata']['name']}", command_of(container))
+if len(templates) < 3:
+    fail(f"only {len(templates)} pod templates (shards, workers, checkpoints)")
 for script in sorted(glob.glob(os.path.join(RUNFILES, "deploy/*.sh"))):
     with open(script) as f:
         checked += check_flags(os.path.basename(script), f.read())
@@ -169,6 +206,226 @@ if not by_kind.get("PodDisruptionBudget"):
     fail("no PodDisruptionBudget for the shards")
 if not by_kind.get("CronJob"):
     fail("no checkpoint CronJob")
+
+
+# The "restricted" Pod Security Standard, for every pod template
+# (kubernetes.io/docs/concepts/security/pod-security-standards/).
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+# Flags whose value is a path the process writes.
+WRITTEN_PATHS = ("data_dir", "dir", "checkpoint_dir", "metrics_out",
+                 "interval_metrics_out", "out")
+
+
+def volume_kinds(o, pod):
+    """Volume name -> its source's kind ("persistentVolumeClaim" for a
+    StatefulSet's volumeClaimTemplates)."""
+    kinds = {}
+    for volume in pod.get("volumes", []):
+        sources = [key for key in volume if key != "name"]
+        kinds[volume["name"]] = sources[0] if len(sources) == 1 else None
+    for claim in o.get("spec", {}).get("volumeClaimTemplates", []):
+        kinds[claim["metadata"]["name"]] = "persistentVolumeClaim"
+    return kinds
+
+
+def mount_of(container, path):
+    """The volumeMount that holds `path` (the longest mountPath above it)."""
+    best = None
+    for mount in container.get("volumeMounts", []):
+        root = mount["mountPath"].rstrip("/")
+        if (path == root or path.startswith(root + "/")) and (
+                best is None or len(root) > len(best["mountPath"].rstrip("/"))):
+            best = mount
+    return best
+
+
+def secrets_of(pod):
+    """Volume name -> Secret name, for every Secret a pod mounts (directly or
+    projected)."""
+    names = {}
+    for volume in pod.get("volumes", []):
+        if "secret" in volume:
+            names[volume["name"]] = volume["secret"].get("secretName")
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                names[volume["name"]] = source["secret"].get("name")
+    return names
+
+
+for o, template in templates:
+    where = f"{o['kind']}/{o['metadata']['name']}"
+    pod = template["spec"]
+    context = pod.get("securityContext", {})
+    if context.get("runAsNonRoot") is not True:
+        fail(f"{where}: the pod does not set runAsNonRoot: true")
+    uid = context.get("runAsUser")
+    if type(uid) is not int or uid <= 0:
+        fail(f"{where}: the pod's runAsUser is {uid!r}, not a numeric non-root uid")
+    if context.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        fail(f"{where}: the pod's seccompProfile is not RuntimeDefault")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            fail(f"{where}: {key}")
+    kinds = volume_kinds(o, pod)
+    for name, kind in kinds.items():
+        if kind not in RESTRICTED_VOLUMES:
+            fail(f"{where}: volume {name} is {kind}, which the restricted standard refuses")
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        cwhere = f"{where} container {container['name']}"
+        security = container.get("securityContext", {})
+        if security.get("allowPrivilegeEscalation") is not False:
+            fail(f"{cwhere}: allowPrivilegeEscalation is not false")
+        capabilities = security.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            fail(f"{cwhere}: does not drop ALL capabilities")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            fail(f"{cwhere}: adds capabilities {capabilities['add']}")
+        if security.get("readOnlyRootFilesystem") is not True:
+            fail(f"{cwhere}: readOnlyRootFilesystem is not true")
+        if security.get("privileged") or security.get("runAsNonRoot") is False \
+                or security.get("runAsUser") == 0:
+            fail(f"{cwhere}: runs privileged or as root")
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            fail(f"{cwhere}: uses a hostPort")
+        tmp = mount_of(container, "/tmp")
+        if (tmp is None or tmp["mountPath"].rstrip("/") != "/tmp" or tmp.get("readOnly")
+                or kinds.get(tmp["name"]) != "emptyDir"):
+            fail(f"{cwhere}: no writable emptyDir at /tmp")
+        for flag, value in flag_values(command_of(container)).items():
+            if flag not in WRITTEN_PATHS or not value.startswith("/"):
+                continue
+            mount = mount_of(container, value)
+            if (mount is None or mount.get("readOnly")
+                    or kinds.get(mount["name"]) not in ("emptyDir", "persistentVolumeClaim")):
+                fail(f"{cwhere}: --{flag}={value} is on no writable volume")
+
+# TLS: the shards' key stays with the shards; clients bring their own.
+shard_pod = shards["spec"]["template"]["spec"]
+shard_secrets = secrets_of(shard_pod)
+shard_key = server_flags.get("tls_key", "")
+shard_key_mount = mount_of(server, shard_key) if shard_key else None
+server_secret = shard_secrets.get(shard_key_mount["name"]) if shard_key_mount else None
+if not server_secret:
+    fail(f"ps_server's --tls_key={shard_key!r} is in no Secret the shards mount")
+client_secrets = set()
+for o, template in templates:
+    if o is shards:
+        continue
+    where = f"{o['kind']}/{o['metadata']['name']}"
+    pod = template["spec"]
+    secrets = secrets_of(pod)
+    if server_secret in secrets.values():
+        fail(f"{where} mounts the shards' Secret {server_secret}")
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        command = command_of(container)
+        if not re.search(r"\b(ps_worker|ps_admin)\b", command):
+            continue
+        values = flag_values(command)
+        for flag in ("tls_ca", "tls_cert", "tls_key"):
+            mount = mount_of(container, values.get(flag, "-"))
+            secret = secrets.get(mount["name"]) if mount else None
+            if not secret:
+                fail(f"{where}: --{flag} is not in a Secret the pod mounts")
+            elif flag == "tls_key":
+                client_secrets.add(secret)
+if not client_secrets:
+    fail("no client passes --tls_key from a Secret of its own")
+for secret in client_secrets & set(shard_secrets.values()):
+    fail(f"the shards mount the clients' Secret {secret}")
+
+# The shards spread over nodes: a node lost takes one shard.
+shard_labels = shards["spec"]["template"]["metadata"]["labels"]
+
+
+def selects_shards(selector):
+    labels = (selector or {}).get("matchLabels", {})
+    return bool(labels) and labels.items() <= shard_labels.items()
+
+
+spread = any(
+    c.get("topologyKey") == "kubernetes.io/hostname" and c.get("maxSkew") == 1
+    and c.get("whenUnsatisfiable") == "DoNotSchedule" and selects_shards(c.get("labelSelector"))
+    for c in shard_pod.get("topologySpreadConstraints", []))
+anti_affinity = any(
+    term.get("topologyKey") == "kubernetes.io/hostname" and selects_shards(term.get("labelSelector"))
+    for term in shard_pod.get("affinity", {}).get("podAntiAffinity", {})
+    .get("requiredDuringSchedulingIgnoredDuringExecution", []))
+if not (spread or anti_affinity):
+    fail("the shards do not spread over nodes (kubernetes.io/hostname)")
+
+# Images: tagged by the bundle's commit. The manifests carry the placeholder
+# that kustomization.yaml's newTag replaces (or a commit); never latest.
+PLACEHOLDER = "COMMIT"
+
+
+def commit_tag(tag):
+    return tag == PLACEHOLDER or bool(re.fullmatch(r"[0-9a-f]{7,40}", tag or ""))
+
+
+image_names = set()
+for o, container in containers:
+    image = container.get("image", "")
+    tag = image_tag(image)
+    if tag is None or tag == "latest" or not commit_tag(tag):
+        fail(f"{o['metadata']['name']}: image {image!r} is not tagged by a commit")
+    name = image.split("@", 1)[0]
+    image_names.add(name[:-len(tag) - 1] if tag else name)
+if len(image_names) != 1:
+    fail(f"the manifests name {len(image_names)} images: {sorted(image_names)}")
+# kustomization.yaml's command reads the commit from MANIFEST's first line.
+with open(os.path.join(RUNFILES, "deploy/bundle.sh")) as f:
+    if not re.search(r'echo "ps-bundle from \$\(git [^)]*rev-parse --short HEAD', f.read()):
+        fail("deploy/bundle.sh no longer writes 'ps-bundle from <commit>,' first")
+kustomizations = by_kind.get("Kustomization", [])
+if len(kustomizations) != 1:
+    fail(f"{len(kustomizations)} kustomization.yaml files in deploy/k8s")
+else:
+    kustomization = kustomizations[0]
+    listed = set(kustomization.get("resources", []))
+    present = {os.path.basename(p) for p in manifests} - {"kustomization.yaml"}
+    if listed != present:
+        fail(f"kustomization.yaml lists {sorted(listed)}, deploy/k8s holds {sorted(present)}")
+    entries = [i for i in kustomization.get("images", []) if i.get("name") in image_names]
+    if len(entries) != 1:
+        fail(f"kustomization.yaml sets no tag for {sorted(image_names)}")
+    elif not isinstance(entries[0].get("newTag"), str) or not commit_tag(entries[0]["newTag"]):
+        fail(f"kustomization.yaml's newTag {entries[0].get('newTag')!r} is not a commit")
+
+# The CronJob: bounded resources, a bounded number of checkpoints.
+for cronjob in by_kind.get("CronJob", []):
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        where = f"CronJob/{cronjob['metadata']['name']} container {container['name']}"
+        resources = container.get("resources", {})
+        requests, limits = resources.get("requests", {}), resources.get("limits", {})
+        if cores(requests.get("cpu")) is None or memory_bytes(requests.get("memory")) is None:
+            fail(f"{where}: no CPU and memory requests")
+        if memory_bytes(limits.get("memory")) is None:
+            fail(f"{where}: no memory limit")
+        elif (memory_bytes(requests.get("memory")) or 0) > memory_bytes(limits["memory"]):
+            fail(f"{where}: the memory request is over the limit")
+        if "cpu" in limits and (cores(limits["cpu"]) or 0) < (cores(requests.get("cpu")) or 0):
+            fail(f"{where}: the CPU limit is under the request")
+        command = command_of(container)
+        if "ps_admin" in command:
+            keep = flag_values(command).get("checkpoints_to_keep", "")
+            if not re.fullmatch(r"[1-9]\d*", keep):
+                fail(f"{where}: --checkpoints_to_keep={keep!r} is not a positive count")
+
+# The workers' GEMM threads are the cores they request.
+workers_checked = 0
+for o, container in containers:
+    command = command_of(container)
+    if "ps_worker" not in command:
+        continue
+    workers_checked += 1
+    threads = flag_values(command).get("cpu_threads")
+    request = cores(container.get("resources", {}).get("requests", {}).get("cpu"))
+    if request is None or not threads or not threads.isdigit() or int(threads) != request:
+        fail(f"{o['metadata']['name']}: --cpu_threads={threads} but a CPU request of {request}")
+if not workers_checked:
+    fail("no ps_worker container")
 
 if failures:
     sys.exit(1)

@@ -178,6 +178,7 @@ void FormatLine(const GeneratedExample& example, const InputLayout& layout,
         ++multi;
         break;
       case ColumnKind::kSkip:
+      case ColumnKind::kId:
         absl::StrAppend(line, id);
         break;
     }
@@ -202,6 +203,7 @@ std::string HeaderLine(const InputLayout& layout) {
         names.push_back(absl::StrCat("M", ++multi));
         break;
       case ColumnKind::kSkip:
+      case ColumnKind::kId:
         names.push_back("id");
         break;
     }

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
@@ -35,6 +36,8 @@ struct Example {
   absl::InlinedVector<float, 16> dense;
   absl::InlinedVector<uint64_t, 32> keys;
   absl::InlinedVector<uint32_t, 32> slot_end;
+  // The id column's value, verbatim (empty when the layout has none).
+  std::string id;
 
   int slots() const { return static_cast<int>(slot_end.size()); }
   uint32_t slot_begin(int slot) const {

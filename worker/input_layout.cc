@@ -28,6 +28,8 @@ const char* KindName(ColumnKind kind) {
       return "cat";
     case ColumnKind::kMulti:
       return "multi";
+    case ColumnKind::kId:
+      return "id";
     default:
       return "skip";
   }
@@ -58,10 +60,12 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
       kind = ColumnKind::kMulti;
     } else if (item == "skip") {
       kind = ColumnKind::kSkip;
+    } else if (item == "id") {
+      kind = ColumnKind::kId;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--columns: unknown column kind \"", item,
-                       "\" (label, dense, cat, multi or skip, optionally *N)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--columns: unknown column kind \"", item,
+          "\" (label, dense, cat, multi, skip or id, optionally *N)"));
     }
     columns.insert(columns.end(), repeat, kind);
   }
@@ -103,6 +107,11 @@ bool InputLayout::has_label() const {
          columns.end();
 }
 
+bool InputLayout::has_id() const {
+  return std::find(columns.begin(), columns.end(), ColumnKind::kId) !=
+         columns.end();
+}
+
 bool InputLayout::has_multi() const {
   return std::find(columns.begin(), columns.end(), ColumnKind::kMulti) !=
          columns.end();
@@ -133,9 +142,15 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
     return absl::InvalidArgumentError(absl::StrCat(
         "--columns must have exactly one label column, not ", labels));
   }
-  if (layout.fields() == 0) {
+  if (layout.fields() == 0 && layout.dense_features() == 0) {
     return absl::InvalidArgumentError(
-        "--columns must have at least one cat or multi column");
+        "--columns must have at least one feature column (dense, cat or "
+        "multi)");
+  }
+  if (std::count(layout.columns.begin(), layout.columns.end(),
+                 ColumnKind::kId) > 1) {
+    return absl::InvalidArgumentError(
+        "--columns may have at most one id column");
   }
   auto separator = OneCharacter("multi_separator", multi_separator);
   if (!separator.ok()) return separator.status();

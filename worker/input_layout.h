@@ -9,7 +9,14 @@
 //   multi   several categorical values separated by multi_separator,
 //           embedded one by one and pooled (summed or averaged) into the
 //           field's one embedding and one wide weight
-//   skip    ignored (an id, a timestamp, a column the model does not use)
+//   skip    ignored (a timestamp, a column the model does not use)
+//   id      kept verbatim with the example, not a feature: what ps_predict
+//           writes beside each probability so that scores join back to
+//           their rows (at most one id column)
+//
+// A layout has exactly one label column and at least one feature column
+// (dense, cat or multi): all-categorical and all-dense layouts are both
+// layouts.
 //
 // The categorical fields are the cat and multi columns in file order,
 // numbered from 0; a cross I:J is a wide-only feature whose keys hash the
@@ -30,7 +37,7 @@
 
 namespace ps::worker {
 
-enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip };
+enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip, kId };
 enum class Pooling { kSum, kMean };
 
 struct InputLayout {
@@ -59,6 +66,7 @@ struct InputLayout {
   int fields() const;
   bool has_label() const;
   bool has_multi() const;
+  bool has_id() const;
   // The categorical slots of an example: fields() then one per cross.
   int slots() const { return fields() + static_cast<int>(crosses.size()); }
   // Whether every field holds exactly one key and there are no crosses (each
@@ -69,7 +77,8 @@ struct InputLayout {
 // Builds a layout from the flags' values (--format, --header, --columns,
 // --multi_separator, --multi_pooling, --crosses). INVALID_ARGUMENT, naming
 // the flag, for a bad value: an unknown kind or format, a repeat that is not
-// a positive number, no label, several labels, no categorical field, a cross
+// a positive number, no label, several labels, no feature column (dense, cat
+// or multi), several id columns, a cross
 // that is not I:J of two different fields that exist, the same cross twice,
 // a multi separator that is the delimiter.
 absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,

@@ -42,6 +42,24 @@ TEST(InputLayoutTest, TextRoundTrips) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(InputLayoutTest, EveryKindOfFeatureColumnMakesALayoutOnItsOwn) {
+  for (const char* columns :
+       {"label,dense*13", "label,cat", "label,multi*2", "cat,label,dense",
+        "skip,label,cat*3,skip", "id,label,dense*2,cat*2"}) {
+    auto layout = MakeInputLayout("tsv", false, columns, "|", "sum", "");
+    ASSERT_TRUE(layout.ok()) << columns << ": " << layout.status();
+    EXPECT_EQ(ColumnsSpec(*layout), columns);
+    auto text = ParseLayoutText(LayoutText(*layout));
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(text->columns, layout->columns) << columns;
+  }
+  auto with_id = MakeInputLayout("tsv", false, "id,label,cat", "|", "sum", "");
+  ASSERT_TRUE(with_id.ok());
+  EXPECT_TRUE(with_id->has_id());
+  EXPECT_EQ(with_id->fields(), 1);
+  EXPECT_EQ(with_id->dense_features(), 0);
+}
+
 TEST(InputLayoutTest, BadFlagsNameTheFlag) {
   struct Case {
     const char* format;
@@ -58,7 +76,8 @@ TEST(InputLayoutTest, BadFlagsNameTheFlag) {
       {"tsv", "label,cat*x", "|", "sum", "", "--columns"},
       {"tsv", "cat,dense", "|", "sum", "", "label"},
       {"tsv", "label,label,cat", "|", "sum", "", "label"},
-      {"tsv", "label,dense", "|", "sum", "", "cat or multi"},
+      {"tsv", "label,skip,id", "|", "sum", "", "feature column"},
+      {"tsv", "id,label,cat,id", "|", "sum", "", "one id column"},
       {"tsv", "label,cat", "||", "sum", "", "--multi_separator"},
       {"csv", "label,multi", ",", "sum", "", "--multi_separator"},
       {"tsv", "label,cat", "|", "max", "", "--multi_pooling"},

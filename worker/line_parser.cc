@@ -65,6 +65,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
   example->dense.clear();
   example->keys.clear();
   example->slot_end.clear();
+  example->id.clear();
   int column = 0;  // in `columns`
   uint32_t field = 0;
   for (int c = 0; c < expected; ++c) {
@@ -120,6 +121,9 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         break;
       }
       case ColumnKind::kSkip:
+        break;
+      case ColumnKind::kId:
+        example->id.assign(raw.data(), raw.size());
         break;
     }
   }

@@ -162,6 +162,26 @@ TEST(LineParserTest, ReadsAnyLayout) {
   EXPECT_EQ(example.keys[1], FeatureKey(1, ""));
 }
 
+TEST(LineParserTest, AnIdColumnIsKeptVerbatimAndIsNoFeature) {
+  auto layout =
+      MakeInputLayout("tsv", false, "id,cat,label,dense", "|", "sum", "");
+  ASSERT_OK(layout);
+  Example example;
+  ASSERT_OK(ParseLine("row 17/a\tx\t1\t3", *layout, &example));
+  EXPECT_EQ(example.id, "row 17/a");
+  ASSERT_EQ(example.keys.size(), 1u);
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "x"));
+  EXPECT_EQ(example.dense.size(), 1u);
+  // Scored without its label, the id is still the line's; the next line's
+  // replaces it.
+  ASSERT_OK(ParseLine("r18\ty\t4", *layout, &example, LabelColumn::kOptional));
+  EXPECT_EQ(example.id, "r18");
+  EXPECT_FALSE(example.has_label);
+  // Without an id column, no id.
+  ASSERT_OK(Parse(Line("0", Ints(), Cats()), &example));
+  EXPECT_EQ(example.id, "");
+}
+
 TEST(LineParserTest, AValueThatDoesNotFitItsKindIsAnError) {
   auto layout =
       MakeInputLayout("csv", false, "label,dense,multi", "|", "mean", "");

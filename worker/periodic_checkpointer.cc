@@ -101,38 +101,17 @@ void PeriodicCheckpointer::Loop() {
 }
 
 void PeriodicCheckpointer::Prune() {
-  struct Finished {
-    std::string created_at;  // RFC 3339, UTC: orders as text
-    int64_t cut;
-    std::string dir;
-    bool operator<(const Finished& other) const {
-      return std::tie(created_at, cut, dir) <
-             std::tie(other.created_at, other.cut, other.dir);
-    }
-  };
-  std::vector<Finished> finished;
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator(options_.dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || !absl::StartsWith(name, "ckpt-")) continue;
-    if (absl::EndsWith(name, kTaking)) {
+    if (entry.is_directory() && absl::StartsWith(name, "ckpt-") &&
+        absl::EndsWith(name, kTaking)) {
       std::filesystem::remove_all(entry.path(), error);
-      continue;
-    }
-    absl::StatusOr<CheckpointManifest> manifest =
-        ReadManifest(entry.path().string());
-    if (manifest.ok()) {
-      finished.push_back(
-          {manifest->created_at(), manifest->cut(), entry.path().string()});
     }
   }
-  if (keep_ <= 0 || finished.size() <= static_cast<size_t>(keep_)) return;
-  std::sort(finished.begin(), finished.end());
-  for (size_t i = 0; i + keep_ < finished.size(); ++i) {
-    std::filesystem::remove_all(finished[i].dir, error);
-    LOG(INFO) << "removed the older checkpoint " << finished[i].dir;
-  }
+  for (const std::string& dir : PruneCheckpoints(options_.dir, keep_))
+    LOG(INFO) << "removed the older checkpoint " << dir;
 }
 
 }  // namespace ps::worker

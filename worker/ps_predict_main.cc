@@ -33,8 +33,9 @@ ABSL_FLAG(std::string, input, "",
           "--columns, ... say otherwise), with or without the label column: "
           "comma-separated paths or globs, plain or gzip. Required.");
 ABSL_FLAG(std::string, out, "",
-          "Where the probabilities go, one per input line, in input order. "
-          "Default: none (only the AUC and logloss are printed).");
+          "Where the probabilities go, one per input line, in input order; "
+          "\"ID<TAB>probability\" when the layout has an id column. Default: "
+          "none (only the AUC and logloss are printed).");
 ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of the model's GEMMs.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
@@ -144,7 +145,12 @@ int main(int argc, char** argv) {
         !predicted.ok()) {
       return Fail(predicted.ToString());
     }
-    if (out != nullptr) {
+    if (out != nullptr && layout.has_id()) {
+      for (size_t i = 0; i < examples.size(); ++i) {
+        std::fprintf(out, "%s\t%.9g\n", examples[i].id.c_str(),
+                     batch_scores[i]);
+      }
+    } else if (out != nullptr) {
       for (float score : batch_scores) std::fprintf(out, "%.9g\n", score);
     }
     lines += static_cast<int64_t>(examples.size());
