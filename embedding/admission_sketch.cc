@@ -51,7 +51,18 @@ void AdmissionSketch::Age() {
   }
 }
 
+bool AdmissionSketch::WouldAdmit(uint64_t key) const {
+  const uint32_t count = Count(key);
+  return count == 255 || count + 1 >= threshold_;
+}
+
 bool AdmissionSketch::CountAndAdmit(uint64_t key) {
+  const bool admit = WouldAdmit(key);
+  CountPush(key);
+  return admit;
+}
+
+void AdmissionSketch::CountPush(uint64_t key) {
   if (counted_.fetch_add(1, std::memory_order_relaxed) + 1 == width_) {
     counted_.store(0, std::memory_order_relaxed);
     Age();
@@ -64,7 +75,7 @@ bool AdmissionSketch::CountAndAdmit(uint64_t key) {
     value[row] = counters_[index[row]].load(std::memory_order_relaxed);
     smallest = std::min(smallest, value[row]);
   }
-  if (smallest == 255) return true;
+  if (smallest == 255) return;
   // Conservative update: only the counters at the minimum grow, which keeps
   // the others from counting this key twice.
   for (int row = 0; row < kDepth; ++row) {
@@ -75,7 +86,6 @@ bool AdmissionSketch::CountAndAdmit(uint64_t key) {
                std::memory_order_relaxed)) {
     }
   }
-  return smallest + 1u >= threshold_;
 }
 
 }  // namespace ps::embedding

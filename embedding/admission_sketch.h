@@ -41,8 +41,15 @@ class AdmissionSketch {
   // its `threshold`-th push. REQUIRES: 2 <= threshold <= 255.
   AdmissionSketch(size_t bytes, uint32_t threshold);
 
-  // Counts one push of `key`; true once its count reaches the threshold
-  // (this push included), when the caller stores the key.
+  // Whether one more push of `key` reaches the threshold (that push
+  // included), when the caller stores the key. Counts nothing.
+  bool WouldAdmit(uint64_t key) const;
+
+  // Counts one push of `key`: called once the push is applied, so that a
+  // push refused (and retried) counts once.
+  void CountPush(uint64_t key);
+
+  // CountPush(), returning what WouldAdmit() said before it.
   bool CountAndAdmit(uint64_t key);
 
   // The key's count so far (saturates at 255).

@@ -980,17 +980,8 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
         "gradient of key ", keys[i / dim], " (row ", i / dim, ", column ",
         i % dim, ") is ", gradients[i], "; nothing was applied"));
   }
-  if (options_.durability == Durability::kWal) {
-    // A log that failed refuses pushes before they are applied; one that a
-    // full disk stopped tries again.
-    if (absl::Status health = push_log_->Recover(); !health.ok()) {
-      return absl::Status(
-          health.code(),
-          absl::StrCat("the push log failed earlier, so pushes are refused "
-                       "until the server restarts (nothing was applied): ",
-                       health.message()));
-    }
-  }
+  // A retry of a push applied before gets its first answer, whatever
+  // happened to the log since.
   if (origin.tracked()) {
     ASSIGN_OR_RETURN(PushLedger::Claim claim, ledger_.Begin(origin));
     if (claim.duplicate) {
@@ -998,11 +989,24 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
       return PushOutcome{claim.rows_updated, /*duplicate=*/true};
     }
   }
+  if (options_.durability == Durability::kWal) {
+    // A log that failed refuses pushes before they are applied; one that a
+    // full disk stopped tries again.
+    if (absl::Status health = push_log_->Recover(); !health.ok()) {
+      if (origin.tracked()) ledger_.Finish(origin, false, 0);
+      return absl::Status(
+          health.code(),
+          absl::StrCat("the push log failed earlier, so pushes are refused "
+                       "until the server restarts (nothing was applied): ",
+                       health.message()));
+    }
+  }
   absl::StatusOr<size_t> updated = 0;
   {
     absl::ReaderMutexLock gate(&push_gate_);
-    std::vector<uint64_t> kept_keys;
+    std::vector<uint64_t> kept_keys, to_count;
     std::vector<float> kept_gradients;
+    size_t admitted = 0, held_back = 0;
     const float scale =
         learning_rate_scale * table->learning_rate_multiplier.load();
     if (table->dropped) {
@@ -1014,10 +1018,10 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
                        " times the table's rate over its declared one is ",
                        scale, "; nothing was applied"));
     } else if (table->admission != nullptr) {
-      // Counted once the push is known to be valid.
-      updated =
-          FilterAdmitted(*table, keys, gradients, &kept_keys, &kept_gradients);
+      updated = FilterAdmitted(*table, keys, gradients, &kept_keys,
+                               &kept_gradients, &to_count, &admitted);
       if (updated.ok()) {
+        held_back = *updated;
         keys = kept_keys;
         gradients = kept_gradients;
       }
@@ -1026,6 +1030,12 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
       updated = ApplyPush(*table, keys, gradients, origin, scale);
     } else if (updated.ok()) {
       updated = 0;  // every key held back
+    }
+    // Admission counts pushes that were applied, once each.
+    if (updated.ok() && table->admission != nullptr) {
+      for (uint64_t key : to_count) table->admission->CountPush(key);
+      rows_admitted_ += admitted;
+      keys_held_back_ += held_back;
     }
   }
   if (origin.tracked()) {
@@ -1037,10 +1047,15 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
   return PushOutcome{*updated, /*duplicate=*/false};
 }
 
+absl::Status EmbeddingStore::PushLogHealth() const {
+  return push_log_ != nullptr ? push_log_->health() : absl::OkStatus();
+}
+
 absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
     const Table& table, absl::Span<const uint64_t> keys,
     absl::Span<const float> gradients, std::vector<uint64_t>* kept_keys,
-    std::vector<float>* kept_gradients) {
+    std::vector<float>* kept_gradients, std::vector<uint64_t>* to_count,
+    size_t* admitted_keys) {
   // A key named twice in one push counts as one push of it.
   std::vector<uint64_t> distinct(keys.begin(), keys.end());
   std::sort(distinct.begin(), distinct.end());
@@ -1063,7 +1078,8 @@ absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
         LoadRows(table, stripe, stripe_keys, /*create=*/false, &rows));
     for (size_t i = 0; i < stripe_keys.size(); ++i) {
       if (rows[i] != nullptr) continue;
-      if (table.admission->CountAndAdmit(stripe_keys[i])) {
+      to_count->push_back(stripe_keys[i]);
+      if (table.admission->WouldAdmit(stripe_keys[i])) {
         ++admitted;
       } else {
         held_back.insert(stripe_keys[i]);
@@ -1071,8 +1087,7 @@ absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
     }
     EvictOrKeep(stripe);
   }
-  rows_admitted_ += admitted;
-  keys_held_back_ += held_back.size();
+  *admitted_keys = admitted;
   const size_t dim = table.dim;
   kept_keys->clear();
   kept_gradients->clear();

@@ -285,6 +285,12 @@ class EmbeddingStore {
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();
 
+  // OK while pushes can be acknowledged; else the error that stopped the
+  // push log (--durability=wal): marked transient (base/transient_error.h)
+  // for a full disk, which writes retry, and not for anything else (a failed
+  // write or sync), which refuses every push until a restart.
+  absl::Status PushLogHealth() const;
+
   // Writes a snapshot of every table, rows with their optimizer state, into
   // `dir` (which must not exist): every push acknowledged before the call
   // and none that was not. Pushes wait meanwhile; pulls go on.
@@ -408,16 +414,20 @@ class EmbeddingStore {
   // table with an expiry rule (nullptr); returns how many.
   size_t ExpireRowsInMemory(Stripe& stripe, const Table* only_table);
 
-  // For a table with admission: counts a push of every key of `keys` the
-  // table does not store and returns the keys to apply (stored or admitted
-  // now) with their gradients in `kept_keys` and `kept_gradients`; the
-  // other keys' gradients are dropped. Returns how many distinct keys were
-  // held back.
+  // For a table with admission: returns the keys to apply (stored, or
+  // admitted by this push) with their gradients in `kept_keys` and
+  // `kept_gradients`; the other keys' gradients are dropped. The keys the
+  // table does not store go to `to_count` (distinct), for the caller to
+  // count (AdmissionSketch::CountPush) once the push is applied, so that a
+  // refused push and its retries count once. Returns how many distinct keys
+  // were held back.
   absl::StatusOr<size_t> FilterAdmitted(const Table& table,
                                         absl::Span<const uint64_t> keys,
                                         absl::Span<const float> gradients,
                                         std::vector<uint64_t>* kept_keys,
-                                        std::vector<float>* kept_gradients);
+                                        std::vector<float>* kept_gradients,
+                                        std::vector<uint64_t>* to_count,
+                                        size_t* admitted);
 
   // A push being applied: its distinct keys and summed gradients, grouped
   // by stripe, and what it changed so far (to undo on failure).

@@ -15,6 +15,7 @@
 
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/test_faults.h"
 #include "base/transient_error.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
@@ -1279,6 +1280,59 @@ TEST_F(EmbeddingStoreTest, ReplayLandsOnARowWhoseDiskCopyLooksExpired) {
   // one.
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {3}, 2)[0],
                   InitialRow(spec, 3)[0] - 2.0f);
+}
+
+TEST_F(EmbeddingStoreTest, AdmissionCountsOnlyPushesThatWereApplied) {
+  // Key 8 rides along with key 7, whose update overflows to -inf: the push
+  // is refused whole, twice (as a worker retries it). Neither refusal
+  // counts key 8's push, so its next push is its first.
+  TableSpec spec = SgdTable("emb", 1, /*learning_rate=*/4.0f);
+  spec.set_admit_after(2);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->Push("emb", {7}, {1.0f}));
+  ASSERT_OK(store->Push("emb", {7}, {1.0f}));  // 7 is stored
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    EXPECT_THAT(store->Push("emb", {7, 8}, {3e38f, 1.0f}),
+                StatusIs(StatusCode::kInvalidArgument));
+  }
+  std::vector<float> weights;
+  bool stored = true;
+  ASSERT_OK(store->Push("emb", {8}, {1.0f}));
+  ASSERT_OK(store->GetRow("emb", 8, &weights, &stored));
+  EXPECT_FALSE(stored) << "the refused pushes counted";
+  ASSERT_OK(store->Push("emb", {8}, {1.0f}));
+  ASSERT_OK(store->GetRow("emb", 8, &weights, &stored));
+  EXPECT_TRUE(stored);
+  EXPECT_EQ(store->Stats().rows_admitted, 2u);
+}
+
+TEST_F(EmbeddingStoreTest, ARetryOfAnAppliedPushIsAnsweredAfterTheLogStopped) {
+  options_.durability = Durability::kWal;
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  PushOrigin origin;
+  origin.worker = 3;
+  origin.incarnation = 1;
+  origin.sequence = 1;
+  auto first = store->Push("emb", {5, 6}, {1, 1, 1, 1}, origin);
+  ASSERT_OK(first);
+  EXPECT_FALSE(first->duplicate);
+  // The log's segment fails for good (EBADF on its next write).
+  ASSERT_GT(MakeOpenFilesReadOnly("/push_log/"), 0);
+  origin.sequence = 2;
+  EXPECT_FALSE(store->Push("emb", {5}, {1, 1}, origin).ok());
+  EXPECT_FALSE(store->PushLogHealth().ok());
+  EXPECT_FALSE(IsTransient(store->PushLogHealth()));
+  // The lost reply's retry gets the first answer, not the log's error.
+  origin.sequence = 1;
+  auto retried = store->Push("emb", {5, 6}, {1, 1, 1, 1}, origin);
+  ASSERT_OK(retried);
+  EXPECT_TRUE(retried->duplicate);
+  EXPECT_EQ(retried->rows_updated, first->rows_updated);
+  // A new push is still refused, and so is the one refused before.
+  origin.sequence = 2;
+  EXPECT_FALSE(store->Push("emb", {5}, {1, 1}, origin).ok());
 }
 
 TEST_F(EmbeddingStoreTest, AdmissionKnowsARowOnDiskIsStored) {

@@ -11,6 +11,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/tls_credentials.h"
+#include "base/transient_error.h"
 #include "embedding/restore.h"
 #include "glog/logging.h"
 #include "grpc/grpc.h"
@@ -199,13 +200,33 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
           absl::StrCat("cannot listen on ", options.health_listen));
     }
   }
+  server->health_watcher_ = std::thread([server = server.get(), options] {
+    server->WatchHealth(options.health_check_interval);
+  });
   return server;
+}
+
+void ShardServer::WatchHealth(absl::Duration interval) {
+  while (!stop_health_.WaitForNotificationWithTimeout(interval)) {
+    const absl::Status health = store_->PushLogHealth();
+    if (health.ok() || IsTransient(health)) continue;
+    LOG(ERROR) << "the push log stopped (" << health
+               << "); health says NOT_SERVING so that the shard is restarted";
+    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+    if (health_server_ != nullptr)
+      health_server_->GetHealthCheckService()->SetServingStatus(false);
+    return;
+  }
 }
 
 ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
+  if (health_watcher_.joinable()) {
+    stop_health_.Notify();
+    health_watcher_.join();
+  }
   // A server whose Start() failed half-way may lack either part.
   if (grpc_server_ != nullptr) {
     // Load balancers and orchestrators stop sending work first.

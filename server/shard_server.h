@@ -21,8 +21,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/tls_credentials.h"
 #include "embedding/embedding_store.h"
@@ -81,6 +83,11 @@ struct ServerOptions {
   // service (for probes that cannot speak TLS, such as Kubernetes' gRPC
   // probe); it answers SERVING until a drain starts. Empty: none.
   std::string health_listen;
+  // How often the shard checks that it can still acknowledge pushes; once
+  // its push log stopped for good (a failed write or sync, not a full
+  // disk), both health services answer NOT_SERVING, so that a liveness
+  // probe restarts it. Default: 1 s.
+  absl::Duration health_check_interval = absl::Seconds(1);
 };
 
 class ShardServer {
@@ -133,6 +140,10 @@ class ShardServer {
   int health_port_ = 0;
   // Set by the first Shutdown(); the destructor may run on another thread.
   std::atomic<bool> shut_down_{false};
+  // Watches the store's push log every `interval` until stop_health_.
+  void WatchHealth(absl::Duration interval);
+  absl::Notification stop_health_;
+  std::thread health_watcher_;
 };
 
 }  // namespace ps::server

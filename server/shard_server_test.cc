@@ -7,13 +7,16 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/test_faults.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
 
 namespace ps::server {
 namespace {
@@ -101,6 +104,57 @@ TEST(ShardServerTest, AHealthPortAnswersInPlaintextUntilADrain) {
   EXPECT_EQ(HealthAt((*server)->health_port()), "SERVING");
   ASSERT_OK((*server)->Shutdown(absl::Seconds(1)));
   EXPECT_NE(HealthAt((*server)->health_port()), "SERVING");
+}
+
+TEST(ShardServerTest, APushLogThatStoppedForGoodMakesHealthNotServing) {
+  ServerOptions options = Options(FreshTestDir("health_log"));
+  options.health_listen = "127.0.0.1:0";
+  options.health_check_interval = absl::Milliseconds(20);
+  auto server = ShardServer::Start(options);
+  ASSERT_OK(server);
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials());
+  auto stub = ParameterServer::NewStub(channel);
+  DeclareTableRequest declare;
+  declare.mutable_table()->set_name("emb");
+  declare.mutable_table()->set_dim(2);
+  declare.mutable_table()->mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  DeclareTableResponse declared;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
+  }
+  auto push = [&] {
+    PushRequest request;
+    request.set_table("emb");
+    const uint64_t key = 7;
+    const float gradients[2] = {1.0f, 1.0f};
+    request.set_keys(std::string(reinterpret_cast<const char*>(&key), 8));
+    request.set_gradients(
+        std::string(reinterpret_cast<const char*>(gradients), 8));
+    PushResponse response;
+    grpc::ClientContext context;
+    return stub->Push(&context, request, &response);
+  };
+  ASSERT_TRUE(push().ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(HealthAt((*server)->health_port()), "SERVING");
+  EXPECT_EQ(HealthAt((*server)->port()), "SERVING");
+  // The push log's segment turns into a read-only file under the shard's
+  // feet (EBADF on its next write): not a full disk, so it stays stopped.
+  const int replaced = MakeOpenFilesReadOnly("/push_log/");
+  ASSERT_GT(replaced, 0) << "no open push-log segment found";
+  const grpc::Status refused = push();
+  EXPECT_FALSE(refused.ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (HealthAt((*server)->health_port()) == "SERVING" &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(HealthAt((*server)->health_port()), "NOT_SERVING");
+  EXPECT_EQ(HealthAt((*server)->port()), "NOT_SERVING");
+  (*server)->Shutdown(absl::ZeroDuration()).IgnoreError();
 }
 
 }  // namespace
