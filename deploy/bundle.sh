@@ -97,8 +97,12 @@ for library in "$root"/lib/*; do
   patchelf --set-rpath "\$ORIGIN${cuda:+:$cuda}" "$library"
 done
 
+# The commit the binaries were built from, as their --version says (a
+# 12-digit commit, "-dirty" for a tree with uncommitted changes).
+commit=$(env -i "$root/bin/ps_server" --version | awk '{print $2}')
+[ -n "$commit" ] || { echo "bundle: ps_server --version printed no commit" >&2; exit 1; }
 {
-  echo "ps-bundle from $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+  echo "ps-bundle from $commit," \
     "built $(date -u +%Y-%m-%d) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "bin: $(cd "$root/bin" && echo *)"
   if [ -e "$root/lib/libps_cuda_backend.so" ]; then

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/build_info.h"
 #include "glog/logging.h"
 #include "server/grpc_status.h"
 
@@ -69,6 +70,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_rows_expired_in_memory(stats.rows_expired_in_memory);
   response->set_rows_expired_on_disk(stats.rows_expired_on_disk);
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  response->set_build_commit(std::string(BuildCommit()));
+  response->set_build_time(std::string(BuildTime()));
   const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
   response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());
   for (CallStats::Method& method : call_stats_->Snapshot()) {

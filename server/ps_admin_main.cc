@@ -17,6 +17,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/build_info.h"
 #include "base/checkpoint_client.h"
 #include "base/manifest.h"
 #include "base/routing.h"
@@ -402,6 +404,8 @@ int Stats(const Cluster& cluster) {
   std::vector<double> rates(std::size(kStatFields), 0.0);
   std::vector<MethodTotal> methods;
   std::vector<double> bounds;
+  // Shards by the commit they run (more than one during a rolling update).
+  std::map<std::string, std::vector<int>> versions;
   int answered = 0;
   for (size_t s = 0; s < after.size(); ++s) {
     ShardAnswer& answer = answers[s];
@@ -427,6 +431,9 @@ int Stats(const Cluster& cluster) {
     answer.fields.emplace_back("shard_index",
                                Number(uint64_t{now.shard_index()}));
     answer.fields.emplace_back("uptime_seconds", Number(now.uptime_seconds()));
+    answer.fields.emplace_back("build_commit", Quote(now.build_commit()));
+    answer.fields.emplace_back("build_time", Quote(now.build_time()));
+    versions[now.build_commit()].push_back(static_cast<int>(now.shard_index()));
     if (bounds.empty()) {
       bounds.assign(now.latency_bounds_seconds().begin(),
                     now.latency_bounds_seconds().end());
@@ -511,6 +518,12 @@ int Stats(const Cluster& cluster) {
               interval > 0
                   ? absl::StrFormat("over the last %.2f s", interval).c_str()
                   : "since each shard started");
+  for (const auto& [commit, shards] : versions) {
+    std::printf("build %s on shard%s %s\n",
+                commit.empty() ? "(not reported)" : commit.c_str(),
+                shards.size() == 1 ? "" : "s",
+                absl::StrJoin(shards, ",").c_str());
+  }
   std::printf("%-24s %16s %14s\n", "", "total", "per s");
   for (size_t f = 0; f < std::size(kStatFields); ++f) {
     if (kStatFields[f].counter) {
@@ -959,6 +972,7 @@ int main(int argc, char** argv) {
       "for ps_predict\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
+  ps::SetVersionFlag("ps_admin");
   std::vector<char*> commands = absl::ParseCommandLine(argc, argv);
   static constexpr absl::string_view kCommands[] = {
       "tables", "stats", "row",        "clocks",      "set-lr", "drop-table",

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/build_info.h"
 #include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "server/shard_server.h"
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
       "One parameter-server shard: sparse embedding tables over RocksDB, "
       "served over gRPC.\n\nExample:\n  ps_server --data_dir=/tmp/shard0 "
       "--listen=127.0.0.1:0 --shard_index=0 --num_shards=2");
+  ps::SetVersionFlag("ps_server");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/build_info.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -85,7 +86,14 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
     using prometheus::MetricType;
     const auto counter = MetricType::Counter;
     const auto gauge = MetricType::Gauge;
+    // The build, as labels of a constant 1 (Prometheus' *_build_info).
+    prometheus::MetricFamily build =
+        Single("ps_build_info", "The shard's build: its commit and build time.",
+               gauge, 1, shard_);
+    build.metric[0].label.push_back({"commit", std::string(BuildCommit())});
+    build.metric[0].label.push_back({"built", std::string(BuildTime())});
     return {
+        build,
         Single("ps_rows_pulled_total", "Rows served to pulls.", counter,
                stats.rows_pulled, shard_),
         Single("ps_rows_pushed_total", "Rows updated by pushes.", counter,

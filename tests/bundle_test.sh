@@ -29,6 +29,15 @@ for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
   [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
 done
 
+# MANIFEST names the commit every binary's --version reports.
+manifest_commit=$(sed -n '1s/^ps-bundle from \([^,]*\),.*/\1/p' "$bundle/MANIFEST")
+[[ "$manifest_commit" =~ ^[0-9a-f]{12}(-dirty)?$ ]] || fail "MANIFEST: $(head -1 "$bundle/MANIFEST")"
+for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
+  version=$(env -i "$bundle/bin/$name" --version) || fail "$name --version exited non-zero"
+  [ "$version" = "$name $manifest_commit $(cut -d' ' -f3- <<<"$version")" ] ||
+    fail "$name --version says $version, MANIFEST $manifest_commit"
+done
+
 # No binary links a CUDA library: they start on hosts without one.
 for binary in "$bundle"/bin/*; do
   needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/build_info.h"
 #include "worker/clicklog_generator.h"
 #include "worker/evaluation.h"
 #include "worker/layout_flags.h"
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
       "  clicklog_gen --out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
       "--truth_out=train.truth\n  clicklog_gen --out=train.csv --format=csv "
       "--header --columns=skip,label,cat*26,dense*13 --multi_fields=2");
+  ps::SetVersionFlag("clicklog_gen");
   absl::ParseCommandLine(argc, argv);
   const std::string out_path = absl::GetFlag(FLAGS_out);
   const int64_t lines = absl::GetFlag(FLAGS_lines);

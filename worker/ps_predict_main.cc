@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/build_info.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
       "Scores click logs with an exported model, no shard needed.\n\n"
       "Example:\n  ps_predict --model=/exports/wide_deep --input=test.tsv "
       "--out=scores.txt");
+  ps::SetVersionFlag("ps_predict");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

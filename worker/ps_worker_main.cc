@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/build_info.h"
 #include "base/heap_policy.h"
 #include "base/manifest.h"
 #include "base/tls_credentials.h"
@@ -253,6 +254,7 @@ int main(int argc, char** argv) {
       "--num_workers=2 "
       "--train='data/train-*.tsv.gz' --test=data/test.tsv "
       "--metrics_out=metrics.json");
+  ps::SetVersionFlag("ps_worker");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.

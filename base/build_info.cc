@@ -1,0 +1,29 @@
+#include "base/build_info.h"
+
+#include <string>
+
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+
+// Written by //base:build_info_stamp from Bazel's status files.
+extern const char kPsBuildCommit[];
+extern const char kPsBuildTime[];
+
+namespace ps {
+
+absl::string_view BuildCommit() { return kPsBuildCommit; }
+
+absl::string_view BuildTime() { return kPsBuildTime; }
+
+std::string VersionLine(absl::string_view program) {
+  return absl::StrCat(program, " ", BuildCommit(), " (built ", BuildTime(),
+                      ")");
+}
+
+void SetVersionFlag(absl::string_view program) {
+  absl::FlagsUsageConfig config;
+  config.version_string = [line = VersionLine(program)] { return line + "\n"; };
+  absl::SetFlagsUsageConfig(config);
+}
+
+}  // namespace ps
