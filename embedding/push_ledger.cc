@@ -76,9 +76,15 @@ void PushLedger::Trim(Worker& worker) {
        ++it) {
     ++worker.applied_through;
   }
+  // A refused attempt holds the window back, so that its retry, however
+  // late, is applied rather than refused; up to a bound, past which the
+  // oldest entries go whatever they are (a retry of those is ABORTED).
   while (worker.recent.size() > window_) {
     auto oldest = worker.recent.begin();
-    if (oldest->second.state != State::kDone) break;
+    const bool over_bound =
+        worker.recent.size() > kMaxRememberedFactor * window_ &&
+        oldest->second.state != State::kInProgress;
+    if (oldest->second.state != State::kDone && !over_bound) break;
     worker.forgotten_below = std::max(worker.forgotten_below, oldest->first);
     worker.recent.erase(oldest);
   }
@@ -126,6 +132,10 @@ absl::StatusOr<PushLedger::Claim> PushLedger::Begin(const PushOrigin& origin) {
     if (it->second.state == State::kDone) {
       return Claim{true, it->second.rows_updated};
     }
+    if (it->second.state == State::kRefused) {  // its retry: apply it now
+      it->second.state = State::kInProgress;
+      return Claim{false, 0};
+    }
     // The same push is being applied by another call (a retry that arrived
     // while the first attempt was still running): wait for its outcome.
     finished_.Wait(&mu_);
@@ -162,7 +172,7 @@ void PushLedger::Finish(const PushOrigin& origin, bool applied,
   } else if (it->second.state == State::kWritten) {
     it->second.state = State::kDone;
   } else {
-    worker.recent.erase(it);
+    it->second.state = State::kRefused;
   }
   Trim(worker);
 }
@@ -180,7 +190,8 @@ std::string PushLedger::Serialize() const {
     uint32_t count = 0;
     AppendValue(count, &out);
     for (const auto& [sequence, entry] : worker.recent) {
-      if (entry.state == State::kInProgress) continue;
+      if (entry.state == State::kInProgress || entry.state == State::kRefused)
+        continue;
       AppendValue(sequence, &out);
       AppendValue(entry.rows_updated, &out);
       ++count;

@@ -77,8 +77,10 @@ class PushLedger {
   void MarkWritten(const PushOrigin& origin, uint32_t rows_updated);
 
   // Ends a claim. With `applied`, the push is done and `rows_updated` is its
-  // answer to retries; without, the claim is dropped (a retry applies it),
-  // unless MarkWritten() was called: what the log holds stays applied.
+  // answer to retries; without, the attempt is remembered as refused (its
+  // retry applies it, however many later sequences came meanwhile, up to
+  // kMaxRememberedFactor windows), unless MarkWritten() was called: what
+  // the log holds stays applied.
   void Finish(const PushOrigin& origin, bool applied, uint32_t rows_updated);
 
   // Every written or finished push, in a form Merge() reads.
@@ -95,7 +97,11 @@ class PushLedger {
   size_t workers() const;
 
  private:
-  enum class State { kInProgress, kWritten, kDone };
+  // kRefused: an attempt that was not applied (refused as busy, say); its
+  // retry may come after many later sequences, so the window does not move
+  // past it (up to kMaxRememberedFactor windows).
+  enum class State { kInProgress, kWritten, kDone, kRefused };
+  static constexpr size_t kMaxRememberedFactor = 16;
   struct Entry {
     State state;
     uint32_t rows_updated;

@@ -118,6 +118,25 @@ TEST(PushLedgerTest, AnOldSequenceThatMayNeverHaveBeenAppliedIsRefused) {
   EXPECT_FALSE(Apply(ledger, Origin(0, 1, 8), 1));  // still remembered
 }
 
+TEST(PushLedgerTest, ARefusedPushIsAppliedWhenItsRetryComesLate) {
+  PushLedger ledger(/*max_workers=*/8, /*window=*/4);
+  // 1 is refused (busy); 2..20 are applied before its retry comes, far
+  // past the window: the retry is applied, not ABORTED.
+  ASSERT_OK(ledger.Begin(Origin(0, 1, 1)));
+  ledger.Finish(Origin(0, 1, 1), /*applied=*/false, 0);
+  for (uint64_t sequence = 2; sequence <= 20; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(0, 1, 1), 1));
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 1), 1));  // now a duplicate
+  // Past the bound (16 windows), a refusal whose retry never came is
+  // forgotten: memory stays bounded, and a retry that late is ABORTED.
+  ASSERT_OK(ledger.Begin(Origin(0, 1, 21)));
+  ledger.Finish(Origin(0, 1, 21), /*applied=*/false, 0);
+  for (uint64_t sequence = 22; sequence <= 22 + 16 * 4; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
+  EXPECT_THAT(ledger.Begin(Origin(0, 1, 21)), StatusIs(StatusCode::kAborted));
+}
+
 TEST(PushLedgerTest, SequenceZeroIsRefused) {
   PushLedger ledger;
   EXPECT_THAT(ledger.Begin(Origin(0, 1, 0)),
