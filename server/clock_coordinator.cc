@@ -17,7 +17,10 @@
 namespace ps::server {
 namespace {
 
-constexpr char kStateHeader[] = "ps-coordinator-state 1";
+// Version 2 adds the epoch line and each worker's examples; version 1 is
+// still read.
+constexpr char kStateHeader[] = "ps-coordinator-state 2";
+constexpr char kStateHeaderV1[] = "ps-coordinator-state 1";
 constexpr int64_t kNoClock = std::numeric_limits<int64_t>::max();
 
 }  // namespace
@@ -45,6 +48,15 @@ absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
   absl::MutexLock lock(&coordinator->mu_);
   coordinator->next_cut_id_ =
       static_cast<uint64_t>(absl::ToUnixMicros(options.now()));
+  const uint64_t wall_epoch =
+      (static_cast<uint64_t>(absl::ToUnixMicros(options.now())) >> 32) + 1;
+  coordinator->epoch_ = std::max(coordinator->epoch_ + 1, wall_epoch);
+  if (!options.state_path.empty()) {
+    // Before any incarnation of this epoch is given out.
+    coordinator->dirty_ = true;
+    if (absl::Status saved = coordinator->SaveLocked(); !saved.ok())
+      return saved;
+  }
   return coordinator;
 }
 
@@ -56,24 +68,36 @@ absl::Status ClockCoordinator::Load() {
         absl::StrCat("coordinator state ", options_.state_path, ": ", why));
   };
   std::string header;
-  if (!std::getline(file, header) || header != kStateHeader) {
+  if (!std::getline(file, header) ||
+      (header != kStateHeader && header != kStateHeaderV1)) {
     return corrupt("unknown header");
   }
+  const bool v1 = header == kStateHeaderV1;
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.now();
   std::string line;
+  if (!v1) {
+    std::string word;
+    if (!std::getline(file, line) ||
+        !(std::istringstream(line) >> word >> epoch_) || word != "epoch") {
+      return corrupt("no epoch line");
+    }
+  }
   while (std::getline(file, line)) {
     std::istringstream fields(line);
     uint32_t id = 0;
     Worker worker;
     int finished = 0;
     int64_t lease_ms = 0;
-    if (!(fields >> id >> worker.incarnation >> worker.clock >> finished >>
-          lease_ms) ||
-        lease_ms <= 0) {
+    if (!(fields >> id >> worker.incarnation >> worker.clock) ||
+        (!v1 && !(fields >> worker.examples)) ||
+        !(fields >> finished >> lease_ms) || lease_ms <= 0) {
       return corrupt(absl::StrCat("cannot read the line \"", line, "\""));
     }
     worker.finished = finished != 0;
+    // Saved at most every save_interval: until it reports again, its clock
+    // here may be behind pushes it made (BeginCut waits for it).
+    worker.unconfirmed = !worker.finished;
     worker.lease = absl::Milliseconds(lease_ms);
     // A lease starts anew: the worker had no coordinator to report to.
     worker.lease_end = now + worker.lease;
@@ -112,11 +136,17 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
       others_min = std::min(others_min, other.clock);
   }
   auto it = workers_.find(report.worker);
-  if (it != workers_.end() && report.incarnation < it->second.incarnation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", report.worker, " incarnation ", report.incarnation,
-        " was superseded by incarnation ", it->second.incarnation,
-        " (another process took this worker index)"));
+  uint64_t incarnation = report.incarnation;
+  if (report.assign_incarnation) {
+    incarnation = (epoch_ << 32) | (++incarnations_given_ & 0xffffffffu);
+    if (it != workers_.end())
+      incarnation = std::max(incarnation, it->second.incarnation + 1);
+  }
+  if (it != workers_.end() && incarnation < it->second.incarnation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", report.worker, " incarnation ", incarnation,
+                     " was superseded by incarnation ", it->second.incarnation,
+                     " (another process took this worker index)"));
   }
   bool newcomer = false;
   if (it == workers_.end()) {
@@ -127,15 +157,25 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
                        " cannot join"));
     }
     it = workers_.try_emplace(report.worker).first;
-    it->second.incarnation = report.incarnation;
+    it->second.incarnation = incarnation;
     newcomer = true;
   }
   Worker& worker = it->second;
-  if (report.incarnation > worker.incarnation) {
+  bool resumed = false;
+  if (incarnation > worker.incarnation) {
+    const Worker previous = worker;
     worker = Worker();
-    worker.incarnation = report.incarnation;
+    worker.incarnation = incarnation;
     newcomer = true;
+    // A restart goes on from where the last incarnation stopped.
+    if (report.resume && !previous.finished && previous.clock > 0) {
+      worker.clock = previous.clock;
+      worker.examples = previous.examples;
+      newcomer = false;
+      resumed = true;
+    }
   }
+  worker.unconfirmed = false;
   // A newcomer that has done no step starts at the live minimum.
   if (newcomer && report.clock == 0 && others_min != kNoClock) {
     worker.clock = others_min;
@@ -144,11 +184,15 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   worker.examples = std::max(worker.examples, report.examples);
   worker.finished = worker.finished || report.finished;
   worker.lease = report.lease;
-  worker.lease_end = now + report.lease;
+  // Leaving: counted out at once, as if its lease had lapsed.
+  worker.lease_end = report.leaving ? now : now + report.lease;
   dirty_ = true;
 
   View view;
   view.clock = worker.clock;
+  view.examples = worker.examples;
+  view.incarnation = incarnation;
+  view.resumed = resumed;
   view.min_clock =
       Live(worker, now) ? std::min(others_min, worker.clock) : others_min;
   if (view.min_clock == kNoClock) view.min_clock = worker.clock;
@@ -211,6 +255,16 @@ absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
                      " is being taken already (a checkpoint or "
                      "export in progress)"));
   }
+  for (const auto& [id, worker] : workers_) {
+    if (worker.unconfirmed && Live(worker, now)) {
+      return absl::UnavailableError(absl::StrCat(
+          "the coordinator restarted and worker ", id,
+          " has not reported since (its saved clock may be behind pushes it "
+          "made): try again once it has, or in ",
+          absl::FormatDuration(
+              absl::Ceil(worker.lease_end - now, absl::Seconds(1)))));
+    }
+  }
   if (now < relearning_until_) {
     return absl::UnavailableError(absl::StrCat(
         "the coordinator started without its state and is still learning "
@@ -255,6 +309,19 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   return status;
 }
 
+void ClockCoordinator::NoticePause(absl::Time monotonic_now) {
+  absl::MutexLock lock(&mu_);
+  const absl::Duration gap = monotonic_now - last_tick_;
+  last_tick_ = monotonic_now;
+  if (gap <= options_.pause_threshold || gap == absl::InfiniteDuration())
+    return;
+  LOG(WARNING) << "the coordinator did not run for "
+               << absl::FormatDuration(gap)
+               << " (paused?): leases are extended by that much";
+  for (auto& [id, worker] : workers_) worker.lease_end += gap;
+  if (cut_ != 0) cut_lease_end_ += gap;
+}
+
 bool ClockCoordinator::EndCut(uint64_t id) {
   absl::MutexLock lock(&mu_);
   if (cut_ == 0 || (id != 0 && id != cut_id_)) return false;
@@ -273,11 +340,11 @@ absl::Status ClockCoordinator::Save() {
 absl::Status ClockCoordinator::SaveLocked() {
   last_save_ = options_.now();
   if (!dirty_) return absl::OkStatus();
-  std::string text = absl::StrCat(kStateHeader, "\n");
+  std::string text = absl::StrCat(kStateHeader, "\nepoch ", epoch_, "\n");
   for (const auto& [id, worker] : workers_) {
     absl::StrAppend(
         &text, id, " ", worker.incarnation, " ", worker.clock, " ",
-        worker.finished ? 1 : 0, " ",
+        worker.examples, " ", worker.finished ? 1 : 0, " ",
         std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)), "\n");
   }
   // Written aside, synced and renamed over: a crash, even of the machine,

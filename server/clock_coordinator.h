@@ -61,6 +61,10 @@ struct CoordinatorOptions {
   // how long cuts are refused so that every live worker has reported again
   // (longer than the workers' leases). Default: 60 s.
   absl::Duration relearn_time = absl::Seconds(60);
+  // A gap longer than this between two NoticePause() calls is a pause of
+  // this process (SIGSTOP, a paused VM), which leases do not count.
+  // Default: 2 s.
+  absl::Duration pause_threshold = absl::Seconds(2);
   // The time source (tests inject one). Default: absl::Now.
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };
@@ -75,16 +79,28 @@ class ClockCoordinator {
     // Examples trained on in the steps `clock` counts.
     int64_t examples = 0;
     bool finished = false;
+    // Stops before its end: its lease ends now, it is not finished.
+    bool leaving = false;
+    // A new incarnation that takes over the last one's clock and examples,
+    // unless that one finished (View::resumed).
+    bool resume = false;
+    // The report's incarnation is to be assigned (View::incarnation).
+    bool assign_incarnation = false;
     absl::Duration lease;
   };
 
   struct View {
     int64_t min_clock = 0;
     uint32_t live_workers = 0;
-    // The reporting worker's recorded clock.
+    // The reporting worker's recorded clock and examples.
     int64_t clock = 0;
+    int64_t examples = 0;
     // Push no step >= hold_at (0: no cut; -1: no step at all).
     int64_t hold_at = 0;
+    // The incarnation the report was recorded under (assigned, if asked).
+    uint64_t incarnation = 0;
+    // The report took over the last incarnation's clock and examples.
+    bool resumed = false;
   };
 
   struct WorkerClock {
@@ -139,6 +155,14 @@ class ClockCoordinator {
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
 
+  // Called periodically (ShardServer: every 100 ms) with a clock that runs
+  // whatever options.now says: a gap of more than options.pause_threshold
+  // since the last call means this process did not run (SIGSTOP, a paused
+  // VM), and every
+  // lease and the cut's lease are extended by it, so that leases lapse only
+  // while the coordinator runs.
+  void NoticePause(absl::Time monotonic_now);
+
  private:
   struct Worker {
     uint64_t incarnation = 0;
@@ -147,6 +171,9 @@ class ClockCoordinator {
     absl::Duration lease;
     absl::Time lease_end;
     bool finished = false;
+    // Read from the state file and not heard from since this coordinator
+    // started: its clock there may be older than the pushes it made.
+    bool unconfirmed = false;
   };
 
   explicit ClockCoordinator(const CoordinatorOptions& options)
@@ -176,6 +203,14 @@ class ClockCoordinator {
   uint64_t next_cut_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Until when cuts are refused (see CoordinatorOptions::relearn_time).
   absl::Time relearning_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Incarnations given out are epoch_ << 32 | (1 + a count): epoch_ grows
+  // at every Open() and is saved before any is given, so they grow across
+  // restarts, and starts at the wall clock's microseconds >> 32 or more, so
+  // they are above the wall-clock incarnations of older workers.
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t incarnations_given_ ABSL_GUARDED_BY(mu_) = 0;
+  // NoticePause()'s last call.
+  absl::Time last_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Whether GetCutStatus() found every live worker at cut_.
   bool cut_ready_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration cut_lease_ ABSL_GUARDED_BY(mu_);

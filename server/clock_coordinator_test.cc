@@ -172,6 +172,155 @@ TEST_F(ClockCoordinatorTest, TheStateSurvivesARestart) {
               StatusIs(StatusCode::kFailedPrecondition));
 }
 
+TEST_F(ClockCoordinatorTest, AssignedIncarnationsGrowAcrossRestarts) {
+  const std::string path =
+      FreshTestDir("clock_coordinator_incarnations") + "/coordinator.state";
+  now_ = absl::FromUnixSeconds(1764600000);  // 2025-12-01
+  coordinator_ = Open(path);
+  // A worker of the wall-clock kind (microseconds) was seen before.
+  const uint64_t wall_clock = absl::ToUnixMicros(now_);
+  Report(1, 3, false, wall_clock);
+  ClockCoordinator::Report report;
+  report.worker = 1;
+  report.assign_incarnation = true;
+  report.lease = lease_;
+  auto first = coordinator_->Record(report);
+  ASSERT_OK(first);
+  EXPECT_GT(first->incarnation, wall_clock);
+  // The host's clock is a day behind at the next start: still larger.
+  now_ -= absl::Hours(24);
+  coordinator_ = Open(path);
+  report.worker = 2;
+  auto second = coordinator_->Record(report);
+  ASSERT_OK(second);
+  EXPECT_GT(second->incarnation, first->incarnation);
+  auto third = coordinator_->Record(report);
+  ASSERT_OK(third);
+  EXPECT_GT(third->incarnation, second->incarnation);
+  // Given to worker 1, the new incarnation supersedes its last.
+  report.worker = 1;
+  auto fourth = coordinator_->Record(report);
+  ASSERT_OK(fourth);
+  EXPECT_GT(fourth->incarnation, third->incarnation);
+  EXPECT_THAT(coordinator_->Record([&] {
+    ClockCoordinator::Report old = report;
+    old.assign_incarnation = false;
+    old.incarnation = first->incarnation;
+    return old;
+  }()),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(ClockCoordinatorTest, ARestartedWorkerGoesOnWhereItsLastStopped) {
+  Report(1, 9);  // another worker, further on
+  ClockCoordinator::Report report;
+  report.worker = 0;
+  report.incarnation = 1;
+  report.clock = 4;
+  report.examples = 4000;
+  report.lease = lease_;
+  ASSERT_OK(coordinator_->Record(report));
+  // Incarnation 2 asks to resume: it takes over clock 4 and 4000 examples,
+  // not the live minimum.
+  report.incarnation = 2;
+  report.clock = 0;
+  report.examples = 0;
+  report.resume = true;
+  auto resumed = coordinator_->Record(report);
+  ASSERT_OK(resumed);
+  EXPECT_TRUE(resumed->resumed);
+  EXPECT_EQ(resumed->clock, 4);
+  EXPECT_EQ(resumed->examples, 4000);
+  // One that finished is not resumed: its next incarnation starts anew.
+  report.incarnation = 2;
+  report.clock = 6;
+  report.examples = 6000;
+  report.resume = false;
+  report.finished = true;
+  ASSERT_OK(coordinator_->Record(report));
+  report.incarnation = 3;
+  report.clock = 0;
+  report.examples = 0;
+  report.finished = false;
+  report.resume = true;
+  auto anew = coordinator_->Record(report);
+  ASSERT_OK(anew);
+  EXPECT_FALSE(anew->resumed);
+  EXPECT_EQ(anew->examples, 0);
+  EXPECT_EQ(anew->clock, 9) << "a newcomer starts at the live minimum";
+}
+
+TEST_F(ClockCoordinatorTest, ALeavingWorkerStopsHoldingOthersBackAtOnce) {
+  Report(0, 1);
+  Report(1, 5);
+  ClockCoordinator::Report report;
+  report.worker = 0;
+  report.incarnation = 1;
+  report.clock = 2;
+  report.leaving = true;
+  report.lease = lease_;
+  ASSERT_OK(coordinator_->Record(report));
+  EXPECT_EQ(Report(1, 5).min_clock, 5);
+  const auto clocks = coordinator_->Snapshot();
+  EXPECT_FALSE(clocks[0].live);
+  EXPECT_FALSE(clocks[0].finished);
+  EXPECT_EQ(clocks[0].clock, 2);
+}
+
+TEST_F(ClockCoordinatorTest, AfterARestartNoCutUntilEverySavedWorkerReported) {
+  const std::string path =
+      FreshTestDir("clock_coordinator_unconfirmed") + "/coordinator.state";
+  coordinator_ = Open(path);
+  Report(0, 3);
+  Report(1, 3);
+  Report(2, 3, /*finished=*/true);
+  ASSERT_OK(coordinator_->Save());
+  // Workers went on after the last save (up to 100 ms of steps): the saved
+  // clocks may be behind what the shards hold.
+  coordinator_ = Open(path);
+  EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
+              StatusIs(StatusCode::kUnavailable));
+  Report(0, 5);
+  EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
+              StatusIs(StatusCode::kUnavailable));
+  Report(1, 4);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->cut, 6);
+  ASSERT_TRUE(coordinator_->EndCut(cut->id));
+  // A worker that never reports again stops holding cuts back once its
+  // lease (started anew at the restart) lapses.
+  ASSERT_OK(coordinator_->Save());
+  coordinator_ = Open(path);
+  Report(0, 5);
+  EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
+              StatusIs(StatusCode::kUnavailable));
+  now_ += lease_ + absl::Seconds(1);
+  Report(0, 5);
+  EXPECT_OK(coordinator_->BeginCut(absl::Seconds(30)));
+}
+
+TEST_F(ClockCoordinatorTest, LeasesDoNotLapseWhileTheCoordinatorIsPaused) {
+  const absl::Time monotonic = absl::FromUnixSeconds(50);
+  coordinator_->NoticePause(monotonic);
+  Report(0, 2);
+  Report(1, 2);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  // The process is stopped for a minute: every lease and the cut's would
+  // have run out; the first tick after it extends them by the pause.
+  now_ += absl::Minutes(1);
+  coordinator_->NoticePause(monotonic + absl::Minutes(1));
+  const ClockCoordinator::CutStatus status = coordinator_->GetCutStatus();
+  EXPECT_EQ(status.cut, cut->cut) << "the cut's lease ran out";
+  EXPECT_FALSE(status.ready) << "leases lapsed: the cut looks ready";
+  for (const auto& worker : status.workers) EXPECT_TRUE(worker.live);
+  // Time that passes while it runs still counts.
+  now_ += lease_ + absl::Seconds(1);
+  coordinator_->NoticePause(monotonic + absl::Minutes(1) + absl::Seconds(1));
+  EXPECT_EQ(Report(1, 2).live_workers, 1u);
+}
+
 TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsSetAside) {
   const std::string path =
       FreshTestDir("clock_coordinator_bad_state") + "/coordinator.state";

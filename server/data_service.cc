@@ -351,6 +351,9 @@ grpc::ServerUnaryReactor* DataService::Clock(
   report.clock = request->clock();
   report.finished = request->finished();
   report.examples = request->examples();
+  report.leaving = request->leaving();
+  report.resume = request->resume();
+  report.assign_incarnation = request->assign_incarnation();
   report.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ClockCoordinator::View> recorded = clocks_->Record(report);
   if (!recorded.ok()) return Finish(context, reactor, recorded.status());
@@ -359,6 +362,10 @@ grpc::ServerUnaryReactor* DataService::Clock(
   response->set_live_workers(view.live_workers);
   response->set_clock(view.clock);
   response->set_hold_at(view.hold_at);
+  response->set_examples(view.examples);
+  response->set_resumed(view.resumed);
+  if (request->assign_incarnation())
+    response->set_incarnation(view.incarnation);
   return Finish(context, reactor, absl::OkStatus());
 }
 

@@ -207,7 +207,17 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
 }
 
 void ShardServer::WatchHealth(absl::Duration interval) {
-  while (!stop_health_.WaitForNotificationWithTimeout(interval)) {
+  // Ticks often enough for the coordinator to notice a pause of this
+  // process; the push log is looked at every `interval`.
+  const absl::Duration tick = std::min(interval, absl::Milliseconds(100));
+  absl::Time next_check = absl::Now() + interval;
+  bool serving = true;
+  clocks_->NoticePause(absl::Now());
+  while (!stop_health_.WaitForNotificationWithTimeout(tick)) {
+    const absl::Time now = absl::Now();
+    clocks_->NoticePause(now);
+    if (!serving || now < next_check) continue;
+    next_check = now + interval;
     const absl::Status health = store_->PushLogHealth();
     if (health.ok() || IsTransient(health)) continue;
     LOG(ERROR) << "the push log stopped (" << health
@@ -215,7 +225,7 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     grpc_server_->GetHealthCheckService()->SetServingStatus(false);
     if (health_server_ != nullptr)
       health_server_->GetHealthCheckService()->SetServingStatus(false);
-    return;
+    serving = false;
   }
 }
 

@@ -140,7 +140,8 @@ class ShardServer {
   int health_port_ = 0;
   // Set by the first Shutdown(); the destructor may run on another thread.
   std::atomic<bool> shut_down_{false};
-  // Watches the store's push log every `interval` until stop_health_.
+  // Until stop_health_: checks the store's push log every `interval`, and
+  // lets the coordinator notice pauses of this process (NoticePause).
   void WatchHealth(absl::Duration interval);
   absl::Notification stop_health_;
   std::thread health_watcher_;
