@@ -12,7 +12,7 @@ packages=(
   bazel-bootstrap bazel-rules-java default-jdk-headless
   build-essential pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev
+  libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev nlohmann-json3-dev
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml openssl patchelf prometheus-cpp-dev prometheus

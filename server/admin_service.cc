@@ -97,6 +97,7 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
     worker->set_clock(clock.clock);
     worker->set_live(clock.live);
     worker->set_finished(clock.finished);
+    worker->set_examples(clock.examples);
     if (clock.live) {
       live_min = live_min < 0 ? clock.clock : std::min(live_min, clock.clock);
       live_max = std::max(live_max, clock.clock);

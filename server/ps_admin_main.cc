@@ -11,6 +11,7 @@
 //   ps_admin --servers=... --token_file=F drain
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,12 +32,14 @@
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/checkpoint_client.h"
+#include "base/exit_codes.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "nlohmann/json.hpp"
 #include "proto/admin.grpc.pb.h"
 #include "server/call_stats.h"
 
@@ -89,9 +92,17 @@ namespace {
 
 using ps::server::LatencyQuantileSeconds;
 
+// A bad flag: exit 64.
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_admin: %s\n", message.c_str());
-  return 2;
+  return ps::kExitUsage;
+}
+
+// A command the cluster refused or could not answer: 69 for a shard
+// unreachable, else 70 (base/exit_codes.h).
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ps_admin: %s\n", std::string(status.message()).c_str());
+  return ps::ExitCodeFor(status);
 }
 
 // The token every call carries; empty for none.
@@ -147,56 +158,26 @@ const char* OptimizerName(ps::OptimizerSpec::Kind kind) {
   }
 }
 
-// --- JSON, written by hand: a few flat objects, numbers as numbers. ---
+// --- JSON (nlohmann's): objects keep their keys in the order they are set.
 
-std::string Quote(absl::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+using Json = nlohmann::ordered_json;
+
+// `json` on one line. Invalid UTF-8 in a string (a path, a shard's message)
+// becomes U+FFFD rather than an exception; a NaN or an infinity is null.
+std::string Dump(const Json& json) {
+  return json.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false,
+                   Json::error_handler_t::replace);
 }
 
-std::string Number(double value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.9g", value);
-}
-
-// Floats with the digits a float has.
-std::string Number(float value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.7g", value);
-}
-
-std::string Number(uint64_t value) { return absl::StrCat(value); }
-
-using Fields = std::vector<std::pair<std::string, std::string>>;
-
-std::string Object(const Fields& fields) {
-  std::vector<std::string> parts;
-  for (const auto& [key, value] : fields)
-    parts.push_back(Quote(key) + ":" + value);
-  return "{" + absl::StrJoin(parts, ",") + "}";
-}
-
-std::string Array(const std::vector<std::string>& values) {
-  return "[" + absl::StrJoin(values, ",") + "]";
+// A float as the double nearest its shortest decimal form, so that 0.01f is
+// written 0.01 and not 0.009999999776482582.
+double Decimal(float value) {
+  if (!std::isfinite(value)) return value;
+  char text[32];
+  const char* end = std::to_chars(text, text + sizeof(text), value).ptr;
+  double decimal = value;
+  std::from_chars(text, end, decimal);
+  return decimal;
 }
 
 // --- Talking to the shards. ---
@@ -221,38 +202,44 @@ struct ShardAnswer {
   explicit ShardAnswer(std::string server) : server(std::move(server)) {}
   std::string server;
   grpc::Status status;
-  Fields fields;  // the reply, when status is ok
+  Json fields = Json::object();  // the reply, when status is ok
 };
 
-std::string ShardAnswersJson(const std::vector<ShardAnswer>& answers) {
-  std::vector<std::string> shards;
+// Each shard's answer: {"server": ..., its reply's fields} or {"server":
+// ..., "error": {"code": ..., "message": ...}}.
+Json ShardAnswersJson(const std::vector<ShardAnswer>& answers) {
+  Json shards = Json::array();
   for (const ShardAnswer& answer : answers) {
-    Fields fields = {{"server", Quote(answer.server)}};
+    Json shard = {{"server", answer.server}};
     if (answer.status.ok()) {
-      fields.insert(fields.end(), answer.fields.begin(), answer.fields.end());
+      for (const auto& [key, value] : answer.fields.items()) shard[key] = value;
     } else {
-      fields.emplace_back(
-          "error",
-          Object({{"code", Quote(StatusCodeName(answer.status.error_code()))},
-                  {"message", Quote(answer.status.error_message())}}));
+      shard["error"] = {{"code", StatusCodeName(answer.status.error_code())},
+                        {"message", answer.status.error_message()}};
     }
-    shards.push_back(Object(fields));
+    shards.push_back(std::move(shard));
   }
-  return Array(shards);
+  return shards;
 }
 
 // Reports the shards that failed on stderr; returns the exit code.
 int ReportFailures(const std::string& command,
                    const std::vector<ShardAnswer>& answers) {
   int failures = 0;
+  bool unreachable = false;
   for (const ShardAnswer& answer : answers) {
     if (answer.status.ok()) continue;
     std::fprintf(stderr, "ps_admin: %s on %s: %s (%s)\n", command.c_str(),
                  answer.server.c_str(), answer.status.error_message().c_str(),
                  StatusCodeName(answer.status.error_code()));
     ++failures;
+    if (answer.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        answer.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      unreachable = true;
+    }
   }
-  return failures == 0 ? 0 : 2;
+  if (failures == 0) return ps::kExitDone;
+  return unreachable ? ps::kExitUnavailable : ps::kExitFailed;
 }
 
 // `tables`: every table with its rows and bytes added up over the shards.
@@ -271,7 +258,7 @@ int Tables(const Cluster& cluster) {
     ShardAnswer answer(server);
     answer.status = cluster.Connect(server)->ListTables(
         Context().get(), ps::ListTablesRequest(), &response);
-    std::vector<std::string> tables;
+    Json tables = Json::array();
     for (const ps::TableInfo& table : response.tables()) {
       auto total = std::find_if(totals.begin(), totals.end(), [&](auto& t) {
         return t.spec.name() == table.spec().name();
@@ -284,32 +271,32 @@ int Tables(const Cluster& cluster) {
       total->rows += table.estimated_rows();
       total->disk_bytes += table.disk_bytes();
       ++total->shards;
-      tables.push_back(
-          Object({{"name", Quote(table.spec().name())},
-                  {"rows", Number(table.estimated_rows())},
-                  {"disk_bytes", Number(table.disk_bytes())},
-                  {"learning_rate", Number(table.learning_rate())}}));
+      tables.push_back(Json{{"name", table.spec().name()},
+                            {"rows", table.estimated_rows()},
+                            {"disk_bytes", table.disk_bytes()},
+                            {"learning_rate", Decimal(table.learning_rate())}});
     }
-    answer.fields = {{"tables", Array(tables)}};
+    answer.fields = {{"tables", std::move(tables)}};
     answers.push_back(std::move(answer));
   }
   if (cluster.json) {
-    std::vector<std::string> tables;
+    Json tables = Json::array();
     for (const Total& total : totals) {
-      tables.push_back(Object(
-          {{"name", Quote(total.spec.name())},
-           {"dim", Number(uint64_t{total.spec.dim()})},
-           {"optimizer", Quote(OptimizerName(total.spec.optimizer().kind()))},
-           {"learning_rate",
-            total.mixed_rates ? "null" : Number(total.learning_rate)},
-           {"declared_learning_rate",
-            Number(total.spec.optimizer().learning_rate())},
-           {"rows", Number(total.rows)},
-           {"disk_bytes", Number(total.disk_bytes)},
-           {"shards", Number(uint64_t(total.shards))}}));
+      tables.push_back(
+          Json{{"name", total.spec.name()},
+               {"dim", total.spec.dim()},
+               {"optimizer", OptimizerName(total.spec.optimizer().kind())},
+               {"learning_rate", total.mixed_rates
+                                     ? Json(nullptr)
+                                     : Json(Decimal(total.learning_rate))},
+               {"declared_learning_rate",
+                Decimal(total.spec.optimizer().learning_rate())},
+               {"rows", total.rows},
+               {"disk_bytes", total.disk_bytes},
+               {"shards", total.shards}});
     }
-    std::printf("%s\n", Object({{"tables", Array(tables)},
-                                {"shards", ShardAnswersJson(answers)}})
+    std::printf("%s\n", Dump({{"tables", std::move(tables)},
+                              {"shards", ShardAnswersJson(answers)}})
                             .c_str());
   } else {
     std::printf("%-40s %6s %-8s %10s %14s %14s %7s\n", "table", "dim",
@@ -422,17 +409,16 @@ int Stats(const Cluster& cluster) {
       const StatField& field = kStatFields[f];
       const uint64_t value = (now.*field.get)();
       totals[f] += value;
-      answer.fields.emplace_back(field.name, Number(value));
+      answer.fields[field.name] = value;
       if (field.counter && seconds > 0) {
         const uint64_t earlier = (then.*field.get)();
         rates[f] += (value >= earlier ? value - earlier : value) / seconds;
       }
     }
-    answer.fields.emplace_back("shard_index",
-                               Number(uint64_t{now.shard_index()}));
-    answer.fields.emplace_back("uptime_seconds", Number(now.uptime_seconds()));
-    answer.fields.emplace_back("build_commit", Quote(now.build_commit()));
-    answer.fields.emplace_back("build_time", Quote(now.build_time()));
+    answer.fields["shard_index"] = now.shard_index();
+    answer.fields["uptime_seconds"] = now.uptime_seconds();
+    answer.fields["build_commit"] = now.build_commit();
+    answer.fields["build_time"] = now.build_time();
     versions[now.build_commit()].push_back(static_cast<int>(now.shard_index()));
     if (bounds.empty()) {
       bounds.assign(now.latency_bounds_seconds().begin(),
@@ -487,29 +473,26 @@ int Stats(const Cluster& cluster) {
   };
   const int code = ReportFailures("stats", answers);
   if (cluster.json) {
-    Fields total, per_second;
+    Json total = Json::object(), per_second = Json::object();
     for (size_t f = 0; f < std::size(kStatFields); ++f) {
-      total.emplace_back(kStatFields[f].name,
-                         Number(static_cast<uint64_t>(totals[f])));
-      if (kStatFields[f].counter)
-        per_second.emplace_back(kStatFields[f].name, Number(rates[f]));
+      total[kStatFields[f].name] = static_cast<uint64_t>(totals[f]);
+      if (kStatFields[f].counter) per_second[kStatFields[f].name] = rates[f];
     }
-    std::vector<std::string> method_json;
+    Json method_json = Json::array();
     for (const MethodTotal& method : methods) {
-      method_json.push_back(
-          Object({{"method", Quote(method.method)},
-                  {"calls", Number(method.calls)},
-                  {"errors", Number(method.errors)},
-                  {"calls_per_second", Number(method.calls_per_second)},
-                  {"p50_seconds", Number(quantile(method, 0.5))},
-                  {"p99_seconds", Number(quantile(method, 0.99))}}));
+      method_json.push_back(Json{{"method", method.method},
+                                 {"calls", method.calls},
+                                 {"errors", method.errors},
+                                 {"calls_per_second", method.calls_per_second},
+                                 {"p50_seconds", quantile(method, 0.5)},
+                                 {"p99_seconds", quantile(method, 0.99)}});
     }
-    std::printf("%s\n", Object({{"interval_seconds", Number(interval)},
-                                {"shards_answered", Number(uint64_t(answered))},
-                                {"total", Object(total)},
-                                {"per_second", Object(per_second)},
-                                {"methods", Array(method_json)},
-                                {"shards", ShardAnswersJson(answers)}})
+    std::printf("%s\n", Dump({{"interval_seconds", interval},
+                              {"shards_answered", answered},
+                              {"total", std::move(total)},
+                              {"per_second", std::move(per_second)},
+                              {"methods", std::move(method_json)},
+                              {"shards", ShardAnswersJson(answers)}})
                             .c_str());
     return code;
   }
@@ -559,20 +542,20 @@ int Row(const Cluster& cluster) {
   answer.status =
       cluster.Connect(server)->GetRow(Context().get(), request, &response);
   auto floats = [](const auto& values) {
-    std::vector<std::string> numbers;
-    for (float value : values) numbers.push_back(Number(value));
-    return Array(numbers);
+    Json numbers = Json::array();
+    for (float value : values) numbers.push_back(Decimal(value));
+    return numbers;
   };
   if (answer.status.ok()) {
     if (cluster.json) {
       std::printf(
           "%s\n",
-          Object({{"server", Quote(server)},
-                  {"table", Quote(request.table())},
-                  {"key", Number(key)},
-                  {"stored", response.stored() ? "true" : "false"},
-                  {"values", floats(response.values())},
-                  {"optimizer_state", floats(response.optimizer_state())}})
+          Dump({{"server", server},
+                {"table", request.table()},
+                {"key", key},
+                {"stored", response.stored()},
+                {"values", floats(response.values())},
+                {"optimizer_state", floats(response.optimizer_state())}})
               .c_str());
     } else {
       std::printf("%s [%s]\n",
@@ -607,18 +590,16 @@ int Clocks(const Cluster& cluster) {
   answer.status = AskClocks(cluster, &response);
   if (answer.status.ok()) {
     if (cluster.json) {
-      std::vector<std::string> workers;
+      Json workers = Json::array();
       for (const auto& worker : response.workers()) {
-        workers.push_back(Object({{"worker", Number(uint64_t{worker.worker()})},
-                                  {"clock", absl::StrCat(worker.clock())},
-                                  {"state", Quote(WorkerState(worker))}}));
+        workers.push_back(Json{{"worker", worker.worker()},
+                               {"clock", worker.clock()},
+                               {"state", WorkerState(worker)}});
       }
-      std::printf(
-          "%s\n",
-          Object({{"coordinator", Quote(cluster.coordinator)},
-                  {"workers", Array(workers)},
-                  {"clock_spread", absl::StrCat(response.clock_spread())}})
-              .c_str());
+      std::printf("%s\n", Dump({{"coordinator", cluster.coordinator},
+                                {"workers", std::move(workers)},
+                                {"clock_spread", response.clock_spread()}})
+                              .c_str());
     } else {
       for (const auto& worker : response.workers()) {
         std::printf("worker %u clock %lld %s\n", worker.worker(),
@@ -636,8 +617,8 @@ int Clocks(const Cluster& cluster) {
 // the fields the call filled in for --json.
 int OnEveryShard(
     const Cluster& cluster, const std::string& command,
-    const std::function<grpc::Status(ps::Admin::Stub&, Fields*)>& call,
-    const std::function<std::string(const Fields&)>& done) {
+    const std::function<grpc::Status(ps::Admin::Stub&, Json*)>& call,
+    const std::function<std::string(const Json&)>& done) {
   std::vector<ShardAnswer> answers;
   for (const std::string& server : cluster.servers) {
     ShardAnswer answer(server);
@@ -648,8 +629,8 @@ int OnEveryShard(
     answers.push_back(std::move(answer));
   }
   if (cluster.json) {
-    std::printf("%s\n", Object({{"command", Quote(command)},
-                                {"shards", ShardAnswersJson(answers)}})
+    std::printf("%s\n", Dump({{"command", command},
+                              {"shards", ShardAnswersJson(answers)}})
                             .c_str());
   }
   return ReportFailures(command, answers);
@@ -662,18 +643,19 @@ int SetLearningRate(const Cluster& cluster) {
   request.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
   return OnEveryShard(
       cluster, "set-lr",
-      [&](ps::Admin::Stub& admin, Fields* fields) {
+      [&](ps::Admin::Stub& admin, Json* fields) {
         ps::SetLearningRateResponse response;
         grpc::Status status =
             admin.SetLearningRate(Context().get(), request, &response);
-        *fields = {{"learning_rate", Number(request.learning_rate())},
+        *fields = {{"learning_rate", Decimal(request.learning_rate())},
                    {"previous_learning_rate",
-                    Number(response.previous_learning_rate())}};
+                    Decimal(response.previous_learning_rate())}};
         return status;
       },
-      [&](const Fields& fields) {
+      [&](const Json& fields) {
         return absl::StrCat("learning rate of ", request.table(), " is ",
-                            fields[0].second, " (was ", fields[1].second,
+                            Dump(fields["learning_rate"]), " (was ",
+                            Dump(fields["previous_learning_rate"]),
                             ") from the next push on");
       });
 }
@@ -698,10 +680,10 @@ int DropTable(const Cluster& cluster) {
       const grpc::Status status = cluster.Connect(server)->WorkerClocks(
           Context().get(), ps::WorkerClocksRequest(), &clocks);
       if (!status.ok()) {
-        return Fail(absl::StrCat(
+        return Fail(absl::UnavailableError(absl::StrCat(
             "cannot ask ", server, " whether workers are training (",
             status.error_message(),
-            "); nothing was dropped (--force drops without asking)"));
+            "); nothing was dropped (--force drops without asking)")));
       }
       for (const auto& worker : clocks.workers()) {
         if (worker.live())
@@ -709,10 +691,10 @@ int DropTable(const Cluster& cluster) {
       }
     }
     if (!live.empty()) {
-      return Fail(absl::StrCat(
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
           "worker(s) ", absl::StrJoin(live, ", "),
           " hold leases and may be training ", request.table(),
-          ": nothing was dropped; stop them first, or add --force"));
+          ": nothing was dropped; stop them first, or add --force")));
     }
   }
   // A shard without the table has nothing to drop: running the command
@@ -720,23 +702,23 @@ int DropTable(const Cluster& cluster) {
   int held = 0;
   const int code = OnEveryShard(
       cluster, "drop-table",
-      [&](ps::Admin::Stub& admin, Fields* fields) {
+      [&](ps::Admin::Stub& admin, Json* fields) {
         ps::DropTableResponse response;
         grpc::Status status =
             admin.DropTable(Context().get(), request, &response);
         const bool absent = status.error_code() == grpc::StatusCode::NOT_FOUND;
         held += status.ok();
-        *fields = {{"table", Quote(request.table())},
-                   {"dropped", status.ok() ? "true" : "false"}};
+        *fields = {{"table", request.table()}, {"dropped", status.ok()}};
         return absent ? grpc::Status::OK : status;
       },
-      [&](const Fields& fields) {
-        return fields[1].second == "true"
+      [&](const Json& fields) {
+        return fields["dropped"] == true
                    ? absl::StrCat("dropped ", request.table())
                    : absl::StrCat("has no table ", request.table());
       });
   if (code == 0 && held == 0) {
-    return Fail(absl::StrCat("no shard has a table named ", request.table()));
+    return Fail(absl::NotFoundError(
+        absl::StrCat("no shard has a table named ", request.table())));
   }
   return code;
 }
@@ -747,19 +729,20 @@ int Expire(const Cluster& cluster) {
   request.set_table(absl::GetFlag(FLAGS_table));
   return OnEveryShard(
       cluster, "expire",
-      [&](ps::Admin::Stub& admin, Fields* fields) {
+      [&](ps::Admin::Stub& admin, Json* fields) {
         ps::ExpireTableResponse response;
         // A compaction of a big table takes minutes.
         grpc::Status status = admin.ExpireTable(Context(absl::Hours(1)).get(),
                                                 request, &response);
-        *fields = {{"rows_in_memory", Number(response.rows_in_memory())},
-                   {"rows_on_disk", Number(response.rows_on_disk())}};
+        *fields = {{"rows_in_memory", response.rows_in_memory()},
+                   {"rows_on_disk", response.rows_on_disk()}};
         return status;
       },
-      [&](const Fields& fields) {
-        return absl::StrCat(request.table(), ": ", fields[0].second,
+      [&](const Json& fields) {
+        return absl::StrCat(request.table(), ": ",
+                            Dump(fields["rows_in_memory"]),
                             " expired rows dropped from memory, ",
-                            fields[1].second, " from disk");
+                            Dump(fields["rows_on_disk"]), " from disk");
       });
 }
 
@@ -767,12 +750,12 @@ int Expire(const Cluster& cluster) {
 int Drain(const Cluster& cluster) {
   return OnEveryShard(
       cluster, "drain",
-      [&](ps::Admin::Stub& admin, Fields* fields) {
+      [&](ps::Admin::Stub& admin, Json* fields) {
         ps::DrainResponse response;
-        *fields = {{"draining", "true"}};
+        *fields = {{"draining", true}};
         return admin.Drain(Context().get(), ps::DrainRequest(), &response);
       },
-      [](const Fields&) {
+      [](const Json&) {
         return std::string(
             "draining (health NOT_SERVING; calls in flight finish, dirty rows "
             "are written back, then it exits)");
@@ -781,16 +764,16 @@ int Drain(const Cluster& cluster) {
 
 // Each worker's clock in `manifest` and whether it had finished or its
 // lease had lapsed, as JSON.
-std::string WorkersJson(const ps::CheckpointManifest& manifest) {
-  std::vector<std::string> workers;
+Json WorkersJson(const ps::CheckpointManifest& manifest) {
+  Json workers = Json::array();
   for (const auto& worker : manifest.workers()) {
-    workers.push_back(Object({{"worker", Number(uint64_t{worker.worker()})},
-                              {"clock", absl::StrCat(worker.clock())},
-                              {"state", Quote(worker.finished() ? "finished"
-                                              : worker.live()   ? "live"
-                                                                : "lapsed")}}));
+    workers.push_back(Json{{"worker", worker.worker()},
+                           {"clock", worker.clock()},
+                           {"state", worker.finished() ? "finished"
+                                     : worker.live()   ? "live"
+                                                       : "lapsed"}});
   }
-  return Array(workers);
+  return workers;
 }
 
 // `checkpoint`: one consistent checkpoint of every shard in --servers.
@@ -804,7 +787,7 @@ int Checkpoint(const std::vector<std::string>& servers,
   options.token = Token();
   options.progress = true;
   absl::StatusOr<ps::CheckpointManifest> manifest = ps::TakeCheckpoint(options);
-  if (!manifest.ok()) return Fail(manifest.status().ToString());
+  if (!manifest.ok()) return Fail(manifest.status());
   if (const int keep = absl::GetFlag(FLAGS_checkpoints_to_keep); keep > 0) {
     const std::string parent =
         std::filesystem::path(options.dir).lexically_normal().parent_path();
@@ -815,16 +798,15 @@ int Checkpoint(const std::vector<std::string>& servers,
   uint64_t bytes = 0;
   for (const auto& shard : manifest->shards()) bytes += shard.bytes();
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf(
-        "%s\n",
-        Object({{"dir", Quote(options.dir)},
-                {"cut", absl::StrCat(manifest->cut())},
-                {"shards", Number(uint64_t{manifest->num_shards()})},
-                {"bytes", Number(bytes)},
-                {"hold_seconds", Number(manifest->hold_seconds())},
-                {"snapshot_seconds", Number(manifest->snapshot_seconds())},
-                {"workers", WorkersJson(*manifest)}})
-            .c_str());
+    std::printf("%s\n",
+                Dump({{"dir", options.dir},
+                      {"cut", manifest->cut()},
+                      {"shards", manifest->num_shards()},
+                      {"bytes", bytes},
+                      {"hold_seconds", manifest->hold_seconds()},
+                      {"snapshot_seconds", manifest->snapshot_seconds()},
+                      {"workers", WorkersJson(*manifest)}})
+                    .c_str());
     return 0;
   }
   std::printf(
@@ -860,24 +842,23 @@ int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
     return Fail("--format must be fp32 or fp16, not " + format);
   options.fp16 = format == "fp16";
   absl::StatusOr<ps::ExportManifest> manifest = ps::TakeExport(options);
-  if (!manifest.ok()) return Fail(manifest.status().ToString());
+  if (!manifest.ok()) return Fail(manifest.status());
   uint64_t rows = 0, bytes = 0;
   for (const auto& table : manifest->tables()) {
     rows += table.rows();
     bytes += table.bytes();
   }
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n",
-                Object({{"model", Quote(manifest->model_name())},
-                        {"dir", Quote(options.cluster.dir)},
-                        {"cut", absl::StrCat(manifest->cut())},
-                        {"tables", Number(uint64_t(manifest->tables_size()))},
-                        {"rows", Number(rows)},
-                        {"bytes", Number(bytes)},
-                        {"format", Quote(format)},
-                        {"hold_seconds", Number(manifest->hold_seconds())},
-                        {"export_seconds", Number(manifest->export_seconds())}})
-                    .c_str());
+    std::printf("%s\n", Dump({{"model", manifest->model_name()},
+                              {"dir", options.cluster.dir},
+                              {"cut", manifest->cut()},
+                              {"tables", manifest->tables_size()},
+                              {"rows", rows},
+                              {"bytes", bytes},
+                              {"format", format},
+                              {"hold_seconds", manifest->hold_seconds()},
+                              {"export_seconds", manifest->export_seconds()}})
+                            .c_str());
     return 0;
   }
   std::printf(
@@ -916,7 +897,7 @@ int ListCheckpoints() {
     std::printf("%-40s %10s %7s %14s  %-25s  %s\n", "checkpoint", "clock",
                 "shards", "bytes", "taken", "worker clocks");
   }
-  std::vector<std::string> listed;
+  Json listed = Json::array();
   int found = 0;
   for (const std::string& candidate : candidates) {
     absl::StatusOr<ps::CheckpointManifest> manifest =
@@ -926,13 +907,12 @@ int ListCheckpoints() {
     for (const auto& shard : manifest->shards()) bytes += shard.bytes();
     ++found;
     if (json) {
-      listed.push_back(
-          Object({{"path", Quote(candidate)},
-                  {"cut", absl::StrCat(manifest->cut())},
-                  {"shards", Number(uint64_t{manifest->num_shards()})},
-                  {"bytes", Number(bytes)},
-                  {"created_at", Quote(manifest->created_at())},
-                  {"workers", WorkersJson(*manifest)}}));
+      listed.push_back(Json{{"path", candidate},
+                            {"cut", manifest->cut()},
+                            {"shards", manifest->num_shards()},
+                            {"bytes", bytes},
+                            {"created_at", manifest->created_at()},
+                            {"workers", WorkersJson(*manifest)}});
       continue;
     }
     std::printf("%-40s %10lld %7u %14llu  %-25s  %s\n", candidate.c_str(),
@@ -943,7 +923,7 @@ int ListCheckpoints() {
   }
   if (found == 0) return Fail("no checkpoint in " + dir);
   if (json)
-    std::printf("%s\n", Object({{"checkpoints", Array(listed)}}).c_str());
+    std::printf("%s\n", Dump({{"checkpoints", std::move(listed)}}).c_str());
   return 0;
 }
 

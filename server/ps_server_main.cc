@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/build_info.h"
+#include "base/exit_codes.h"
 #include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "server/shard_server.h"
@@ -137,9 +138,16 @@ ABSL_FLAG(uint64_t, drain_seconds, 10,
 
 namespace {
 
+// A bad flag: exit 64.
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_server: %s\n", message.c_str());
-  return 2;
+  return ps::kExitUsage;
+}
+
+// A shard that cannot start or stop cleanly: 69 or 70 (base/exit_codes.h).
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ps_server: %s\n", status.ToString().c_str());
+  return ps::ExitCodeFor(status);
 }
 
 }  // namespace
@@ -261,7 +269,7 @@ int main(int argc, char** argv) {
   }
 
   auto server = ps::server::ShardServer::Start(options);
-  if (!server.ok()) return Fail(server.status().ToString());
+  if (!server.ok()) return Fail(server.status());
   const std::string address = options.listen_address;
   const std::string host = address.substr(0, address.rfind(':'));
   std::printf("ps_server listening on %s:%d\n", host.c_str(),
@@ -292,7 +300,7 @@ int main(int argc, char** argv) {
   server->reset();
   if (!stopped.ok()) {
     LOG(ERROR) << "shutdown: " << stopped;
-    return 1;
+    return ps::kExitFailed;
   }
   LOG(INFO) << "stopped cleanly";
   return 0;

@@ -318,9 +318,9 @@ TEST_F(ServerIntegrationTest, AdminCliSetsALearningRateLive) {
   EXPECT_FLOAT_EQ(MustPull(*stub_, keys)[0], initial[0] - 0.75f);
   // Bad input changes nothing.
   RunAdmin(server_->address(), {"set-lr", "--table=emb", "--lr=-1"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 64);  // a bad flag
   RunAdmin(server_->address(), {"set-lr", "--table=nope", "--lr=1"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 70);  // refused by the shard (no such table)
   ASSERT_TRUE(PushRows(*stub_, kTable, keys, ones).ok());
   EXPECT_FLOAT_EQ(MustPull(*stub_, keys)[0], initial[0] - 0.875f);
 }
@@ -342,7 +342,7 @@ TEST_F(ServerIntegrationTest, AdminCliDropsATableOnlyWhenNoWorkerHoldsALease) {
   }
   int code = -1;
   RunAdmin(server_->address(), {"drop-table", "--table=emb"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 70);  // refused: a worker holds a lease
   EXPECT_EQ(MustPull(*stub_, keys).size(), keys.size() * kDim)
       << "refused, yet the table went";
   const std::string dropped = RunAdmin(
@@ -355,7 +355,7 @@ TEST_F(ServerIntegrationTest, AdminCliDropsATableOnlyWhenNoWorkerHoldsALease) {
   EXPECT_EQ(tables.find("emb"), std::string::npos) << tables;
   // Again: no shard has it.
   RunAdmin(server_->address(), {"drop-table", "--table=emb", "--force"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 70);
   // Gone after a restart too; declaring it again starts from initial rows.
   stub_.reset();
   EXPECT_EQ(server_->SignalAndWait(SIGTERM), 0);
@@ -445,7 +445,7 @@ TEST(ExpiryTest, ExpiredRowsGoThroughCompactionAfterARestart) {
             50);
   // A table without a ttl cannot be expired.
   RunAdmin((*server)->address(), {"expire", "--table=kept"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 70);
 }
 
 TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
@@ -556,7 +556,7 @@ TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
     ASSERT_TRUE(coordinator->Clock(&context, request, &response).ok());
   }
   RunAdmin(cluster, {"drop-table", "--table=emb"}, &code);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 70);
   for (uint32_t i = 0; i < 2; ++i) {
     uint64_t key = 0;
     while (ShardForKey(key, 2) != i) ++key;
@@ -570,7 +570,7 @@ TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
   EXPECT_EQ(servers[1]->SignalAndWait(SIGTERM), 0);
   const google::protobuf::Struct partial = ParseJson(
       RunAdmin(cluster, {"stats", "--json", "--interval_s=0"}, &code));
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 69);  // a shard unreachable
   EXPECT_EQ(Field(partial, "shards_answered").number_value(), 1);
 }
 

@@ -219,7 +219,7 @@ TEST_F(TrainingTest, Bf16GemmsTrainAsWellAsFp32OrFailClearly) {
     auto process = ChildProcess::Start(WorkerArgs(servers, 0, 1, {"--bf16"}),
                                        false, dir_ + "/worker0.log");
     ASSERT_TRUE(process.ok());
-    EXPECT_EQ((*process)->Wait(absl::Minutes(1)), 2);
+    EXPECT_EQ((*process)->Wait(absl::Minutes(1)), 64);  // a bad flag here
     EXPECT_NE(ReadFile(dir_ + "/worker0.log").find("AVX512_BF16"),
               std::string::npos);
     shards_.clear();
@@ -439,6 +439,101 @@ TEST_F(TrainingTest, ALeaseHoldsThroughStepsLongerThanIt) {
   EXPECT_LE(max_spread, 3);
   // Held back by the slow worker.
   EXPECT_GT(run0.Get("wait_seconds"), 3.0);
+}
+
+// The clock the coordinator (shard 0 of `shards`) holds for `worker`, and
+// whether it is live or finished; -1 if it holds none.
+struct HeldClock {
+  int64_t clock = -1;
+  int64_t examples = 0;
+  bool live = false;
+  bool finished = false;
+};
+HeldClock ClockHeldFor(ServerProcess& coordinator, uint32_t worker) {
+  auto admin = Admin::NewStub(coordinator.channel());
+  grpc::ClientContext context;
+  WorkerClocksResponse clocks;
+  HeldClock held;
+  if (!admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks).ok())
+    return held;
+  for (const auto& w : clocks.workers()) {
+    if (w.worker() != worker) continue;
+    held = {w.clock(), w.examples(), w.live(), w.finished()};
+  }
+  return held;
+}
+
+TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
+  // A lone worker under bulk-synchronous training is deterministic: stopped
+  // by SIGTERM mid-training and restarted (same --worker_index, no
+  // --resume_from), it must end with the model of a run straight through,
+  // bit for bit: every step whole, none trained twice or skipped.
+  const std::vector<std::string> common = {"--staleness=0",
+                                           "--drain_seconds=20"};
+  const WorkerRun straight = Train(1, 1, common)[0];
+  ASSERT_EQ(straight.exit_code, 0);
+
+  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(servers.size(), 1u);
+  std::vector<std::string> slow = common;
+  slow.push_back("--slow_step_ms=40");
+  // Stops worker 0 once the coordinator holds a clock of at least `at`;
+  // returns the drained run and how long the drain took.
+  auto drain = [&](const std::vector<std::string>& flags, int64_t at) {
+    auto worker = ChildProcess::Start(WorkerArgs(servers, 0, 1, flags), false,
+                                      dir_ + "/worker0.log");
+    EXPECT_TRUE(worker.ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (ClockHeldFor(*shards_[0], 0).clock < at && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(20));
+    const absl::Time signalled = absl::Now();
+    const int code = (*worker)->SignalAndWait(SIGTERM);
+    return std::make_pair(Collect(0, code), absl::Now() - signalled);
+  };
+  const auto [first, first_drain] = drain(slow, 10);
+  ASSERT_EQ(first.exit_code, 75) << first.log;
+  EXPECT_LT(first_drain, absl::Seconds(5)) << "the drain took too long";
+  EXPECT_NE(first.metrics.find("\"drained\": true"), std::string::npos)
+      << first.metrics;
+  const HeldClock left = ClockHeldFor(*shards_[0], 0);
+  EXPECT_FALSE(left.live) << "the lease was not given back";
+  EXPECT_FALSE(left.finished);
+  EXPECT_GE(left.clock, 10);
+  EXPECT_LT(left.examples, kTrainLines);
+  EXPECT_EQ(left.examples, first.Get("examples"))
+      << "what the coordinator holds is not what was pushed";
+
+  // The restart goes on from there.
+  const WorkerRun second =
+      Collect(0, RunToCompletion(WorkerArgs(servers, 0, 1, common),
+                                 dir_ + "/worker0.log", absl::Minutes(5)));
+  ASSERT_EQ(second.exit_code, 0) << second.log;
+  EXPECT_EQ(second.Get("first_step"), left.clock);
+  EXPECT_EQ(first.Get("examples") + second.Get("examples"), kTrainLines);
+  EXPECT_DOUBLE_EQ(second.Get("test_auc"), straight.Get("test_auc"));
+  EXPECT_DOUBLE_EQ(second.Get("test_logloss"), straight.Get("test_logloss"));
+  shards_.clear();
+}
+
+TEST_F(TrainingTest, RestartFromStartIgnoresWhatTheCoordinatorHolds) {
+  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(servers.size(), 1u);
+  auto worker = ChildProcess::Start(
+      WorkerArgs(servers, 0, 1, {"--staleness=0", "--slow_step_ms=40"}), false,
+      dir_ + "/worker0.log");
+  ASSERT_TRUE(worker.ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ClockHeldFor(*shards_[0], 0).clock < 5 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
+  // SIGINT drains like SIGTERM.
+  ASSERT_EQ((*worker)->SignalAndWait(SIGINT), 75);
+  const WorkerRun again = Collect(
+      0, RunToCompletion(WorkerArgs(servers, 0, 1,
+                                    {"--staleness=0", "--restart_from_start"}),
+                         dir_ + "/worker0.log", absl::Minutes(5)));
+  ASSERT_EQ(again.exit_code, 0) << again.log;
+  EXPECT_EQ(again.Get("examples"), kTrainLines);
+  shards_.clear();
 }
 
 TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {

@@ -2,7 +2,10 @@
 
 Debian's gRPC alone needs ~90 link flags (Abseil, re2, upb, c-ares, OpenSSL);
 asking pkg-config at fetch time keeps BUILD files short and survives library
-upgrades. Each entry of `libraries` becomes `@<name>//:<target>`.
+upgrades. Each entry of `libraries` becomes `@<name>//:<target>`. A
+header-only library in a default include directory (nlohmann_json) becomes
+a target without flags: it names the dependency, and the fetch fails where
+the package is missing.
 """
 
 def _run_pkg_config(repository_ctx, flag, modules):

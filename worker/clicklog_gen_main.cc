@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
+#include "base/exit_codes.h"
+#include "nlohmann/json.hpp"
 #include "worker/clicklog_generator.h"
 #include "worker/evaluation.h"
 #include "worker/layout_flags.h"
@@ -98,7 +101,7 @@ int main(int argc, char** argv) {
   if (out_path.empty() || lines < 0) {
     std::fprintf(stderr,
                  "clicklog_gen: --out is required and --lines must be >= 0\n");
-    return 2;
+    return ps::kExitUsage;
   }
   ps::worker::GeneratorOptions options;
   options.seed = absl::GetFlag(FLAGS_seed);
@@ -112,18 +115,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "clicklog_gen: --drift must be in [0, 1e6] and --first_line "
                  ">= 0\n");
-    return 2;
+    return ps::kExitUsage;
   }
   if (options.multi_fields < 0 || options.multi_fields > 64) {
     std::fprintf(stderr, "clicklog_gen: --multi_fields must be in [0, 64]\n");
-    return 2;
+    return ps::kExitUsage;
   }
   absl::StatusOr<ps::worker::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) {
     std::fprintf(stderr, "clicklog_gen: %s\n",
                  std::string(layout.status().message()).c_str());
-    return 2;
+    return ps::kExitUsage;
   }
   if (!layout->has_multi()) {
     layout->columns.insert(layout->columns.end(), options.multi_fields,
@@ -153,7 +156,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "clicklog_gen: --max_vocabulary must be >= 10 and "
                  "--zipf_exponent > 1\n");
-    return 2;
+    return ps::kExitUsage;
   }
   ps::worker::ClickLogGenerator generator(options,
                                           absl::GetFlag(FLAGS_sample_seed));
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
   auto output = Output::Open(out_path);
   if (output == nullptr) {
     std::fprintf(stderr, "clicklog_gen: cannot write %s\n", out_path.c_str());
-    return 1;
+    return ps::kExitFailed;
   }
   std::unique_ptr<Output> truth;
   if (!absl::GetFlag(FLAGS_truth_out).empty()) {
@@ -169,7 +172,7 @@ int main(int argc, char** argv) {
     if (truth == nullptr) {
       std::fprintf(stderr, "clicklog_gen: cannot write %s\n",
                    absl::GetFlag(FLAGS_truth_out).c_str());
-      return 1;
+      return ps::kExitFailed;
     }
   }
   const bool want_summary = !absl::GetFlag(FLAGS_summary_out).empty();
@@ -194,7 +197,7 @@ int main(int argc, char** argv) {
       if (!output->Write(text) ||
           (truth != nullptr && !truth->Write(truth_text))) {
         std::fprintf(stderr, "clicklog_gen: write failed\n");
-        return 1;
+        return ps::kExitFailed;
       }
       text.clear();
       truth_text.clear();
@@ -209,16 +212,23 @@ int main(int argc, char** argv) {
   if (want_summary) {
     double clicks = 0;
     for (float label : labels) clicks += label;
-    const std::string json = absl::StrFormat(
-        "{\"lines\": %d, \"click_rate\": %.6f, \"truth_auc\": %.6f, "
-        "\"truth_logloss\": %.6f}\n",
-        lines, lines > 0 ? clicks / lines : 0.0,
-        ps::worker::ExactAuc(probabilities, labels),
-        ps::worker::MeanLogLoss(probabilities, labels));
+    // Six decimals, as in ps_worker's metrics.
+    auto rounded = [](double value) { return std::round(value * 1e6) / 1e6; };
+    const nlohmann::ordered_json summary_json = {
+        {"lines", lines},
+        {"click_rate", rounded(lines > 0 ? clicks / lines : 0.0)},
+        {"truth_auc", rounded(ps::worker::ExactAuc(probabilities, labels))},
+        {"truth_logloss",
+         rounded(ps::worker::MeanLogLoss(probabilities, labels))},
+    };
+    const std::string json =
+        summary_json.dump(2, ' ', /*ensure_ascii=*/false,
+                          nlohmann::ordered_json::error_handler_t::replace) +
+        "\n";
     FILE* summary = std::fopen(absl::GetFlag(FLAGS_summary_out).c_str(), "w");
     if (summary == nullptr || std::fputs(json.c_str(), summary) < 0) {
       std::fprintf(stderr, "clicklog_gen: cannot write the summary\n");
-      return 1;
+      return ps::kExitFailed;
     }
     std::fclose(summary);
   }

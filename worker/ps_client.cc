@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
@@ -157,7 +158,9 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
         << what << " on shard " << last_shard << " failed (code "
         << last_failure.error_code() << ": " << last_failure.error_message()
         << "); retrying";
-    absl::SleepFor(backoff);
+    // Full jitter over the upper half: retries of many workers spread out.
+    thread_local absl::BitGen random;
+    absl::SleepFor(backoff * absl::Uniform(random, 0.5, 1.0));
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
 }
@@ -328,7 +331,7 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
       request.set_clock(clock);
       if (push.learning_rate_scale != 1.0f)
         request.set_learning_rate_scale(push.learning_rate_scale);
-      request.set_incarnation(incarnation_);
+      request.set_incarnation(incarnation_.load());
       request.set_sequence(++push_sequences_[shard]);
       std::string* packed_keys = request.mutable_keys();
       std::string* packed_gradients = request.mutable_gradients();

@@ -44,9 +44,14 @@ struct ClientOptions {
   std::string coordinator;
   // Deadline of one RPC. Default: 30 s.
   absl::Duration call_timeout = absl::Seconds(30);
-  // How long a call keeps retrying an unavailable shard. Default: 120 s.
-  absl::Duration retry_for = absl::Seconds(120);
-  // First backoff between retries; doubles up to 2 s. Default: 50 ms.
+  // How long a call keeps retrying an unavailable shard. Default: 600 s,
+  // which outlasts a shard that Kubernetes reschedules off a lost node (the
+  // node is declared gone after 300 s of silence, then the pod's 30 s grace,
+  // scheduling and the push log's replay).
+  absl::Duration retry_for = absl::Seconds(600);
+  // First backoff between retries; doubles up to 2 s, each sleep drawn
+  // between half and all of it (jitter), so that many workers do not retry
+  // in step. Default: 50 ms.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   // Keys per request; larger calls are split. Must not exceed the servers'
   // --max_keys_per_request. Default: 65536.
@@ -55,7 +60,8 @@ struct ClientOptions {
   int max_message_bytes = 256 << 20;
   // This process's incarnation for exactly-once pushes: must grow from one
   // start of a worker to the next. Default (0): microseconds since the
-  // epoch at Connect().
+  // epoch at Connect(), until set_incarnation() gives the one the
+  // coordinator assigned (the trainer does, before any push).
   uint64_t incarnation = 0;
   // TLS to the shards (base/tls_credentials.h). Default: plaintext.
   TlsFiles tls;
@@ -77,8 +83,9 @@ class PsClient {
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
 
-  // The incarnation pushes and clock reports carry.
-  uint64_t incarnation() const { return incarnation_; }
+  // The incarnation pushes and clock reports carry; set before any push.
+  uint64_t incarnation() const { return incarnation_.load(); }
+  void set_incarnation(uint64_t incarnation) { incarnation_ = incarnation; }
 
   // How rows and gradients travel (ClientOptions::wire_format).
   WireFormat wire_format() const { return options_.wire_format; }
@@ -156,7 +163,7 @@ class PsClient {
   void KeepSparePullResponses(std::vector<PullResponse> responses);
 
   const ClientOptions options_;
-  uint64_t incarnation_ = 0;
+  std::atomic<uint64_t> incarnation_{0};
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
   // The last sequence number given to a push request, per shard.
   std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;

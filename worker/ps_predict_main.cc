@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
+#include "base/exit_codes.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
@@ -46,9 +47,16 @@ ABSL_FLAG(int64_t, max_bad_lines, 0,
 
 namespace {
 
+// A bad flag or input layout: exit 64.
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_predict: %s\n", message.c_str());
-  return 2;
+  return ps::kExitUsage;
+}
+
+// A run that failed (an unreadable export or input, a bad line): 70.
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ps_predict: %s\n", status.ToString().c_str());
+  return ps::ExitCodeFor(status);
 }
 
 }  // namespace
@@ -68,7 +76,7 @@ int main(int argc, char** argv) {
     return Fail("--batch_size must be >= 1");
 
   auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model));
-  if (!model.ok()) return Fail(model.status().ToString());
+  if (!model.ok()) return Fail(model.status());
   ps::kernels::CpuOptions cpu_options;
   cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
   std::unique_ptr<ps::kernels::Backend> backend;
@@ -122,12 +130,13 @@ int main(int argc, char** argv) {
   reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
   reader_options.label = ps::worker::LabelColumn::kOptional;
   auto reader = ps::worker::ClickLogReader::Open(reader_options);
-  if (!reader.ok()) return Fail(reader.status().ToString());
+  if (!reader.ok()) return Fail(reader.status());
 
   std::FILE* out = nullptr;
   if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
     out = std::fopen(path.c_str(), "w");
-    if (out == nullptr) return Fail("cannot write " + path);
+    if (out == nullptr)
+      return Fail(absl::InternalError("cannot write " + path));
   }
   // The labeled lines' scores and labels, for AUC and logloss.
   std::vector<float> scores, labels, batch_scores;
@@ -137,15 +146,15 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   while (true) {
     absl::StatusOr<bool> more = (*reader)->Next(&examples);
-    if (!more.ok()) return Fail(more.status().ToString());
+    if (!more.ok()) return Fail(more.status());
     if (!*more) break;
     inputs.Prepare(examples, layout, embedding_dim);
     if (absl::Status fetched = (*model)->Fetch(&inputs); !fetched.ok())
-      return Fail(fetched.ToString());
+      return Fail(fetched);
     if (absl::Status predicted =
             ps::worker::FromKernels(ctr.Predict(inputs.Step(), &batch_scores));
         !predicted.ok()) {
-      return Fail(predicted.ToString());
+      return Fail(predicted);
     }
     if (out != nullptr && layout.has_id()) {
       for (size_t i = 0; i < examples.size(); ++i) {
@@ -163,7 +172,8 @@ int main(int argc, char** argv) {
     }
   }
   if (out != nullptr && std::fclose(out) != 0)
-    return Fail("cannot write " + absl::GetFlag(FLAGS_out));
+    return Fail(
+        absl::InternalError("cannot write " + absl::GetFlag(FLAGS_out)));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::string quality = "no labels, so no AUC or logloss";
   if (!scores.empty()) {

@@ -1,12 +1,15 @@
 // ps_worker: trains a CTR model on click logs against a cluster of
 // ps_server shards. See README.md and --help.
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/build_info.h"
+#include "base/exit_codes.h"
 #include "base/heap_policy.h"
 #include "base/manifest.h"
 #include "base/tls_credentials.h"
@@ -198,9 +202,22 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "loss, recent and test AUC, staleness, time per stage of a step. "
           "Port 0 picks a free one (logged). Empty: none.");
 ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
-ABSL_FLAG(
-    int32_t, retry_for_s, 120,
-    "How long a call keeps retrying a shard that is unavailable (restarting).");
+ABSL_FLAG(int32_t, retry_for_s, 600,
+          "How long a call keeps retrying a shard that is unavailable "
+          "(restarting), with jittered backoff; past it the worker exits 69. "
+          "The default outlasts a shard that Kubernetes reschedules off a "
+          "lost node (300 s until the node is declared gone, the pod's grace "
+          "period, scheduling, the push log's replay).");
+ABSL_FLAG(int32_t, drain_seconds, 10,
+          "On SIGTERM or SIGINT: stop reading, finish the step being pushed "
+          "(every step whole on every shard), give the lease back, write "
+          "--metrics_out, and exit 75 within this long (past it, exit 75 "
+          "anyway). A second signal exits at once.");
+ABSL_FLAG(bool, restart_from_start, false,
+          "Start from the beginning of this worker's input even when the "
+          "coordinator holds a clock and input position for this "
+          "--worker_index (a process that crashed or was stopped before its "
+          "end), instead of going on from them.");
 ABSL_FLAG(
     uint32_t, max_keys_per_request, 65536,
     "Keys per request; must not exceed the servers' --max_keys_per_request.");
@@ -212,9 +229,61 @@ ABSL_FLAG(int32_t, slow_step_ms, 0,
 
 namespace {
 
+// A bad flag or input layout: exit 64.
 int Fail(const std::string& message) {
   std::fprintf(stderr, "ps_worker: %s\n", message.c_str());
-  return 2;
+  return ps::kExitUsage;
+}
+
+// A run that failed: 69 for a shard unreachable past --retry_for_s, else 70.
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ps_worker: %s\n", status.ToString().c_str());
+  return ps::ExitCodeFor(status);
+}
+
+// SIGTERM and SIGINT, which StopOnSignals() waits for.
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
+// Blocks the stop signals in this thread and every thread it starts from
+// now on (gRPC's, OpenMP's): first thing in main, so that none of them
+// takes a signal's default action. One that comes before StopOnSignals()
+// waits for it.
+void BlockStopSignals() {
+  const sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+// Turns SIGTERM and SIGINT into trainer->RequestStop() (a thread of its own
+// waits for them), then gives the drain `drain` before exiting 75; a second
+// signal exits at once. REQUIRES: BlockStopSignals() came first.
+void StopOnSignals(ps::worker::Trainer* trainer, absl::Duration drain) {
+  const sigset_t signals = StopSignals();
+  std::thread([trainer, drain, signals] {
+    int signal = 0;
+    if (sigwait(&signals, &signal) != 0) return;
+    LOG(WARNING) << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
+                 << ": stopping after the step being pushed (within "
+                 << absl::FormatDuration(drain) << ")";
+    trainer->RequestStop();
+    std::thread([drain] {
+      absl::SleepFor(drain);
+      LOG(ERROR) << "the drain took longer than --drain_seconds: exiting "
+                    "now; the step being pushed may be on some shards only";
+      std::fflush(stderr);
+      std::_Exit(ps::kExitDrained);
+    }).detach();
+    if (sigwait(&signals, &signal) == 0) {
+      LOG(ERROR) << "second signal: exiting now";
+      std::fflush(stderr);
+      std::_Exit(ps::kExitDrained);
+    }
+  }).detach();
 }
 
 bool ParseOptimizer(const std::string& name, double learning_rate,
@@ -254,6 +323,7 @@ int main(int argc, char** argv) {
       "--num_workers=2 "
       "--train='data/train-*.tsv.gz' --test=data/test.tsv "
       "--metrics_out=metrics.json");
+  BlockStopSignals();
   ps::SetVersionFlag("ps_worker");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every
@@ -434,6 +504,10 @@ int main(int argc, char** argv) {
   client_options.coordinator = absl::GetFlag(FLAGS_coordinator);
   client_options.call_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  if (absl::GetFlag(FLAGS_retry_for_s) < 0)
+    return Fail("--retry_for_s must be >= 0");
+  if (absl::GetFlag(FLAGS_drain_seconds) < 0)
+    return Fail("--drain_seconds must be >= 0");
   client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
   client_options.max_keys_per_request =
       absl::GetFlag(FLAGS_max_keys_per_request);
@@ -503,21 +577,25 @@ int main(int argc, char** argv) {
       !listen.empty()) {
     auto started = ps::worker::TrainingMetrics::Start(
         listen, absl::GetFlag(FLAGS_worker_index));
-    if (!started.ok()) return Fail(started.status().ToString());
+    if (!started.ok()) return Fail(started.status());
     metrics = std::move(started).value();
     options.metrics = metrics.get();
     LOG(INFO) << "metrics on " << metrics->address();
   }
+  options.assign_incarnation = true;
+  options.resume_from_coordinator = !absl::GetFlag(FLAGS_restart_from_start);
   auto client = ps::worker::PsClient::Connect(client_options);
-  if (!client.ok()) return Fail(client.status().ToString());
+  if (!client.ok()) return Fail(client.status());
 
   ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index),
                               client->get(), backend.get());
+  StopOnSignals(&trainer, absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
   auto summary = trainer.Run();
-  if (!summary.ok()) return Fail(summary.status().ToString());
+  if (!summary.ok()) return Fail(summary.status());
   const std::string json = ps::worker::SummaryToJson(*summary);
   const std::string quality =
-      options.test_files.empty()
+      summary->drained ? std::string("stopped early: no final evaluation")
+      : options.test_files.empty()
           ? std::string("no test set (--test)")
           : absl::StrFormat("test AUC %.4f, logloss %.4f on %d examples",
                             summary->test_auc, summary->test_logloss,
@@ -531,7 +609,7 @@ int main(int argc, char** argv) {
   if (!metrics_out.empty()) {
     std::ofstream out(metrics_out);
     out << json;
-    if (!out) return Fail("cannot write " + metrics_out);
+    if (!out) return Fail(absl::InternalError("cannot write " + metrics_out));
   }
-  return 0;
+  return summary->drained ? ps::kExitDrained : ps::kExitDone;
 }

@@ -18,6 +18,7 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "nlohmann/json.hpp"
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
 #include "worker/model_inputs.h"
@@ -63,31 +64,80 @@ std::string ModelName(kernels::ModelKind kind) {
   }
 }
 
+using Json = nlohmann::ordered_json;
+
+// `value` rounded to `decimals` decimals, the digits a reader compares. A NaN
+// or an infinity stays one (and is written as null); a value too large for
+// decimals to matter stays as it is.
+double Rounded(double value, int decimals) {
+  if (!std::isfinite(value) || std::abs(value) >= 1e15) return value;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+// `json` as text, indented by `indent` (-1: on one line, no spaces). Invalid
+// UTF-8 in a string becomes U+FFFD rather than an exception.
+std::string Dump(const Json& json, int indent = -1) {
+  return json.dump(indent, ' ', /*ensure_ascii=*/false,
+                   Json::error_handler_t::replace);
+}
+
+// A flat `object` on one line with the summary's spacing, `{"key": value,
+// ...}`, so that one grep reads both; the library writes each key and value.
+std::string OneLine(const Json& object) {
+  std::vector<std::string> fields;
+  for (const auto& [key, value] : object.items())
+    fields.push_back(absl::StrCat(Dump(Json(key)), ": ", Dump(value)));
+  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+}
+
 }  // namespace
 
 std::string SummaryToJson(const TrainingSummary& s) {
-  return absl::StrFormat(
-      "{\n  \"examples\": %d,\n  \"steps\": %d,\n  \"train_seconds\": %.3f,\n"
-      "  \"examples_per_sec\": %.1f,\n  \"final_train_loss\": %.6f,\n"
-      "  \"test_auc\": %.6f,\n  \"test_logloss\": %.6f,\n  \"test_examples\": "
-      "%d,\n"
-      "  \"bad_lines\": %d,\n  \"max_staleness_seen\": %d,\n"
-      "  \"staleness_histogram\": [%s],\n  \"waits\": %d,\n  \"wait_seconds\": "
-      "%.3f,\n"
-      "  \"pull_seconds\": %.3f,\n  \"compute_seconds\": %.3f,\n  "
-      "\"push_seconds\": %.3f,\n  \"replay_seconds\": %.3f,\n"
-      "  \"replayed_steps\": %d,\n"
-      "  \"first_step\": %d,\n  \"cut_hold_seconds\": %.3f,\n"
-      "  \"checkpoints\": %d,\n  \"failed_checkpoints\": %d,\n"
-      "  \"scaled_pushes\": %d,\n  \"compensated_pushes\": %d,\n"
-      "  \"backend\": \"%s\"\n}\n",
-      s.examples, s.steps, s.train_seconds, s.examples_per_sec,
-      s.final_train_loss, s.test_auc, s.test_logloss, s.test_examples,
-      s.bad_lines, s.max_staleness_seen,
-      absl::StrJoin(s.staleness_histogram, ", "), s.waits, s.wait_seconds,
-      s.pull_seconds, s.compute_seconds, s.push_seconds, s.replay_seconds,
-      s.replayed_steps, s.first_step, s.cut_hold_seconds, s.checkpoints,
-      s.failed_checkpoints, s.scaled_pushes, s.compensated_pushes, s.backend);
+  const Json json = {
+      {"examples", s.examples},
+      {"steps", s.steps},
+      {"train_seconds", Rounded(s.train_seconds, 3)},
+      {"examples_per_sec", Rounded(s.examples_per_sec, 1)},
+      {"final_train_loss", Rounded(s.final_train_loss, 6)},
+      {"test_auc", Rounded(s.test_auc, 6)},
+      {"test_logloss", Rounded(s.test_logloss, 6)},
+      {"test_examples", s.test_examples},
+      {"bad_lines", s.bad_lines},
+      {"max_staleness_seen", s.max_staleness_seen},
+      {"staleness_histogram", s.staleness_histogram},
+      {"waits", s.waits},
+      {"wait_seconds", Rounded(s.wait_seconds, 3)},
+      {"pull_seconds", Rounded(s.pull_seconds, 3)},
+      {"compute_seconds", Rounded(s.compute_seconds, 3)},
+      {"push_seconds", Rounded(s.push_seconds, 3)},
+      {"replay_seconds", Rounded(s.replay_seconds, 3)},
+      {"replayed_steps", s.replayed_steps},
+      {"first_step", s.first_step},
+      {"cut_hold_seconds", Rounded(s.cut_hold_seconds, 3)},
+      {"checkpoints", s.checkpoints},
+      {"failed_checkpoints", s.failed_checkpoints},
+      {"scaled_pushes", s.scaled_pushes},
+      {"compensated_pushes", s.compensated_pushes},
+      {"backend", s.backend},
+      {"drained", s.drained},
+  };
+  return Dump(json, 2) + "\n";
+}
+
+std::string IntervalToJson(const IntervalMetrics& interval) {
+  Json json = {
+      {"worker", interval.worker},
+      {"examples", interval.examples},
+      {"seconds", Rounded(interval.seconds, 3)},
+      {"examples_per_sec", Rounded(interval.examples_per_sec, 1)},
+      {"loss", Rounded(interval.loss, 6)},
+      {"train_auc", Rounded(interval.train_auc, 6)},
+      {"max_staleness", interval.max_staleness},
+  };
+  if (interval.test_auc.has_value())
+    json["test_auc"] = Rounded(*interval.test_auc, 6);
+  return OneLine(json) + "\n";
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -286,23 +336,55 @@ absl::Status Trainer::ReplayPreviousPush(const PushJob& job,
 }
 
 absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
-                                  absl::Duration retry_for) {
+                                  absl::Duration retry_for, bool leaving) {
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
   request.set_clock(clock_.load());
   request.set_examples(examples_.load());
   request.set_finished(finished);
+  request.set_leaving(leaving);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
   ASSIGN_OR_RETURN(*response, client_->Clock(request, retry_for));
   return absl::OkStatus();
 }
 
+absl::Status Trainer::FirstReport(ClockResponse* response,
+                                  int64_t* resumed_examples) {
+  *resumed_examples = 0;
+  if (!options_.assign_incarnation) return ReportClock(false, response);
+  ClockRequest request;
+  request.set_worker(worker_index_);
+  request.set_clock(clock_.load());
+  request.set_examples(examples_.load());
+  request.set_assign_incarnation(true);
+  request.set_resume(options_.resume_from_coordinator &&
+                     options_.resume_clock == 0);
+  request.set_lease_ms(static_cast<uint32_t>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
+  ASSIGN_OR_RETURN(*response, client_->Clock(request));
+  if (response->incarnation() != 0) {
+    client_->set_incarnation(response->incarnation());
+  } else {
+    // A coordinator that assigns none recorded this report under
+    // incarnation 0: report again under the client's own.
+    return ReportClock(false, response);
+  }
+  if (response->resumed()) {
+    *resumed_examples = response->examples();
+    LOG(INFO) << "[worker " << worker_index_ << "] going on where its last "
+              << "process stopped: clock " << response->clock() << ", after "
+              << response->examples() << " examples (--restart_from_start "
+              << "starts over)";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::WaitOutCut(int64_t step, int64_t* hold_at,
                                  absl::Duration* held) {
   const absl::Time start = absl::Now();
-  while (*hold_at != 0 && step >= *hold_at) {
+  while (*hold_at != 0 && step >= *hold_at && !stop_requested_) {
     ClockResponse view;
     RETURN_IF_ERROR(ReportClock(false, &view));
     *hold_at = view.hold_at();
@@ -314,25 +396,25 @@ absl::Status Trainer::WaitOutCut(int64_t step, int64_t* hold_at,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader) {
+absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader,
+                                          int64_t examples) {
   int64_t skipped = 0;
   std::vector<Example> batch;
   absl::Time next_progress = absl::Now() + absl::Seconds(5);
-  while (skipped < options_.resume_examples) {
+  while (skipped < examples) {
     ASSIGN_OR_RETURN(bool more, reader.Next(&batch));
     if (!more) break;
     skipped += static_cast<int64_t>(batch.size());
     if (absl::Now() > next_progress) {
       LOG(INFO) << "[worker " << worker_index_ << "] resuming: skipped "
-                << skipped << " of " << options_.resume_examples
-                << " examples trained before the checkpoint";
+                << skipped << " of " << examples << " examples trained before";
       next_progress = absl::Now() + absl::Seconds(5);
     }
   }
-  if (skipped != options_.resume_examples) {
+  if (skipped != examples) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the checkpoint says this worker had trained on ",
-        options_.resume_examples, " examples, but its input gives ", skipped,
+        "the checkpoint or coordinator says this worker had trained on ",
+        examples, " examples, but its input gives ", skipped,
         " in whole batches: resume with the same --train, --num_workers, "
         "--shuffle_buffer, --shuffle_seed, layout flags, "
         "--batch_size and --epochs as the run that took it"));
@@ -485,14 +567,20 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(options_.train));
   if (options_.resume_clock > 0) {
-    RETURN_IF_ERROR(SkipTrainedExamples(*reader));
+    RETURN_IF_ERROR(SkipTrainedExamples(*reader, options_.resume_examples));
     clock_ = options_.resume_clock;
     examples_ = options_.resume_examples;
   }
   ClockResponse clock_view;
-  RETURN_IF_ERROR(ReportClock(false, &clock_view));
+  int64_t resumed_examples = 0;
+  RETURN_IF_ERROR(FirstReport(&clock_view, &resumed_examples));
+  if (resumed_examples > 0) {
+    RETURN_IF_ERROR(SkipTrainedExamples(*reader, resumed_examples));
+    examples_ = resumed_examples;
+  }
   clock_ = clock_view.clock();  // a late joiner starts at the live minimum
   const int64_t first_step = clock_.load();
+  const int64_t first_examples = examples_.load();
   RETURN_IF_ERROR(WaitForWorkers(&clock_view));
 
   // The lease is renewed by a heartbeat of its own, so that nothing the
@@ -544,7 +632,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     // Replaying: the keys of the step before (none before the first).
     std::vector<uint64_t> previous_unique, previous_wide;
     bool have_previous = false;
-    for (int64_t step = first_step; !stopping; ++step) {
+    for (int64_t step = first_step; !stopping && !stop_requested_; ++step) {
       const absl::Time read_start = absl::Now();
       absl::StatusOr<bool> more = reader->Next(&examples);
       if (!more.ok()) return fail(more.status());
@@ -561,7 +649,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         // after taking them): they must hold every push before it.
         const int64_t needed = replay ? step - 1 : step;
         absl::MutexLock lock(&clock_mu_);
-        while (clock_.load() < needed && !stopping) {
+        while (clock_.load() < needed && !stopping && !stop_requested_) {
           clock_advanced_.WaitWithTimeout(&clock_mu_, absl::Milliseconds(100));
         }
       } else if (options_.staleness >= 0) {
@@ -571,7 +659,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         const int64_t needed = step - options_.staleness;
         absl::MutexLock lock(&clock_mu_);
         const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
-        while (clock_.load() < needed && !stopping) {
+        while (clock_.load() < needed && !stopping && !stop_requested_) {
           if (clock_advanced_.WaitWithDeadline(&clock_mu_, give_up)) break;
         }
       }
@@ -580,6 +668,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       absl::Duration poll_pause = absl::Milliseconds(1);
       while (true) {
         if (stopping) return;
+        if (stop_requested_) return ready.Close();
         ClockResponse view;
         absl::Status reported = ReportClock(false, &view);
         if (!reported.ok()) return fail(reported);
@@ -648,9 +737,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::thread pusher([&] {
     PushJob job;
     while (pending_pushes.Pop(&job)) {
+      // RequestStop(): a step not begun is dropped, so that every step
+      // pushed is whole; the one being pushed finishes.
+      if (stop_requested_) continue;
       if (absl::Status waited = WaitOutCut(job.step, &hold_at, &cut_hold);
           !waited.ok())
         return fail(waited);
+      if (stop_requested_) continue;
       const absl::Time push_start = absl::Now();
       if (options_.delay_compensation > 0) {
         if (absl::Status compensated = CompensateDelay(&job);
@@ -712,14 +805,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       LOG(INFO) << line;
     }
     if (intervals != nullptr) {
-      *intervals << absl::StrFormat(
-          "{\"worker\": %d, \"examples\": %d, \"seconds\": %.3f, "
-          "\"examples_per_sec\": %.1f, "
-          "\"loss\": %.6f, \"train_auc\": %.6f, \"max_staleness\": %d%s}\n",
-          worker_index_, summary.examples, absl::ToDoubleSeconds(now - start),
-          rate, loss, train_auc, max_staleness.load(),
-          test_auc >= 0 ? absl::StrFormat(", \"test_auc\": %.6f", test_auc)
-                        : "");
+      IntervalMetrics interval;
+      interval.worker = worker_index_;
+      interval.examples = summary.examples;
+      interval.seconds = absl::ToDoubleSeconds(now - start);
+      interval.examples_per_sec = rate;
+      interval.loss = loss;
+      interval.train_auc = train_auc;
+      interval.max_staleness = max_staleness.load();
+      if (test_auc >= 0) interval.test_auc = test_auc;
+      *intervals << IntervalToJson(interval);
       intervals->flush();
     }
     summary.final_train_loss = loss;
@@ -735,7 +830,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   };
   bool have_current = ready.Pop(&prepared);
   if (have_current && replay) prepared.PoolRows(embedding_dim());
-  while (have_current) {
+  // RequestStop(): the steps prepared but not computed are dropped.
+  while (have_current && !stop_requested_) {
     // If the next batch is already pulled, its inputs go to the device while
     // this step computes (not when replaying: this step's push changes
     // them).
@@ -863,6 +959,22 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   summary.scaled_pushes = scaled_pushes.load();
   summary.compensated_pushes = compensated_pushes.load();
 
+  if (stop_requested_) {
+    // Leave without finishing: the coordinator keeps this worker's clock and
+    // input position for the process that goes on from them.
+    summary.drained = true;
+    // What counts is what was pushed: a step computed and dropped was not
+    // trained on (a restart trains on it).
+    summary.steps = clock_.load() - first_step;
+    summary.examples = examples_.load() - first_examples;
+    if (checkpointer != nullptr) checkpointer->Stop();
+    RETURN_IF_ERROR(ReportClock(false, &clock_view, absl::Seconds(5),
+                                /*leaving=*/true));
+    LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
+              << clock_.load() << " after " << examples_.load()
+              << " examples; a restart goes on from there";
+    return summary;
+  }
   // Leave the cluster, then evaluate the finished model. A checkpoint in
   // progress waits for the live workers to reach its cut, and this one has
   // no steps left: it finishes once this worker is counted out.

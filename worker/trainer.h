@@ -34,7 +34,9 @@
 #ifndef PS_WORKER_TRAINER_H_
 #define PS_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +151,17 @@ struct TrainerOptions {
   // trained on there (its input goes on after them). Defaults: 0, 0.
   int64_t resume_clock = 0;
   int64_t resume_examples = 0;
+  // Take this process's incarnation from the coordinator (its first
+  // report), which makes it larger than every earlier process's of this
+  // worker index whatever this host's clock says. Default: false (the
+  // client's own; ps_worker: true).
+  bool assign_incarnation = false;
+  // With assign_incarnation and no checkpoint to resume from: go on from
+  // the clock and input position the coordinator holds for the last process
+  // of this worker index, unless that one finished (a restart after a crash
+  // or a drain). False starts from the beginning of the input. Default:
+  // false (ps_worker: true unless --restart_from_start).
+  bool resume_from_coordinator = false;
   // Periodic checkpoints, taken by the worker that sets them (worker 0):
   // every this many steps (0: none), into checkpoint.dir/ckpt-<clock>/,
   // keeping the newest checkpoints_to_keep (0: all).
@@ -158,6 +171,8 @@ struct TrainerOptions {
 };
 
 struct TrainingSummary {
+  // Stopped by RequestStop() before the input ended (no final evaluation).
+  bool drained = false;
   int64_t examples = 0;
   int64_t steps = 0;
   double train_seconds = 0;
@@ -199,8 +214,33 @@ struct TrainingSummary {
   std::string backend;
 };
 
-// Writes `summary` as one JSON object.
+// What one progress interval's line of TrainerOptions::interval_metrics_out
+// says.
+struct IntervalMetrics {
+  uint32_t worker = 0;
+  // Examples this worker trained on so far, and seconds since it started.
+  int64_t examples = 0;
+  double seconds = 0;
+  // Over the interval.
+  double examples_per_sec = 0;
+  double loss = 0;
+  double train_auc = 0;
+  // The largest staleness a pull saw so far.
+  int64_t max_staleness = 0;
+  // When the interval ended with an evaluation on the test set.
+  std::optional<double> test_auc;
+};
+
+// Writes `summary` as one JSON object (indented, `"key": value`, ending in a
+// newline). Seconds are rounded to the millisecond, examples_per_sec to a
+// tenth, losses and AUCs to six decimals; a NaN or an infinity (a diverged
+// loss) is null.
 std::string SummaryToJson(const TrainingSummary& summary);
+
+// Writes `interval` as one JSON line: `{"worker": 0, "examples": ...}` and a
+// newline, rounded and with nulls as SummaryToJson; test_auc only when there
+// is one.
+std::string IntervalToJson(const IntervalMetrics& interval);
 
 class Trainer {
  public:
@@ -210,6 +250,13 @@ class Trainer {
   // Declares the tables, trains, evaluates. Errors: the reader's (bad lines,
   // missing files), the client's (after retries), the backend's.
   absl::StatusOr<TrainingSummary> Run();
+
+  // Asks Run() to stop early (SIGTERM), from any thread: it reads no more,
+  // lets the steps already computed finish pushing (so every step is whole
+  // on every shard) and the others go, tells the coordinator it leaves (not
+  // finished: a restart goes on from its clock), and returns without the
+  // final evaluation, the summary saying `drained`.
+  void RequestStop() { stop_requested_ = true; }
 
  private:
   struct Prepared;
@@ -255,10 +302,15 @@ class Trainer {
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
   // Reports this worker's clock, retrying for `retry_for` (negative: the
-  // client's default).
-  absl::Status ReportClock(
-      bool finished, ClockResponse* response,
-      absl::Duration retry_for = -absl::InfiniteDuration());
+  // client's default); `leaving`: the worker stops before its end.
+  absl::Status ReportClock(bool finished, ClockResponse* response,
+                           absl::Duration retry_for = -absl::InfiniteDuration(),
+                           bool leaving = false);
+  // The first report: with assign_incarnation, asks for an incarnation, and
+  // with resume_from_coordinator for the last incarnation's clock and
+  // examples (returned in `*resumed_examples`, 0 when there is nothing to go
+  // on from).
+  absl::Status FirstReport(ClockResponse* response, int64_t* resumed_examples);
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   absl::Status WaitForWorkers(ClockResponse* view);
@@ -266,8 +318,8 @@ class Trainer {
   // from each answer) holds it back, reports (so the coordinator sees this
   // worker there) and waits; adds the time to `*held`.
   absl::Status WaitOutCut(int64_t step, int64_t* hold_at, absl::Duration* held);
-  // Skips the examples a resumed worker trained on before its checkpoint.
-  absl::Status SkipTrainedExamples(ClickLogReader& reader);
+  // Skips the `examples` a resumed worker trained on before.
+  absl::Status SkipTrainedExamples(ClickLogReader& reader, int64_t examples);
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
@@ -285,6 +337,8 @@ class Trainer {
   // they held.
   std::atomic<int64_t> clock_{0};
   std::atomic<int64_t> examples_{0};
+  // RequestStop() was called.
+  std::atomic<bool> stop_requested_{false};
   // Set and signalled by the push thread when clock_ advances, so that the
   // prefetcher can wait for its own pushes without polling the coordinator.
   absl::Mutex clock_mu_;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The exit codes every binary shares (base/exit_codes.h): 64 for a bad flag
+# or layout, 69 for a shard that stays unreachable past --retry_for_s, 70
+# for a run that failed otherwise, 0 for --version.
+set -uo pipefail
+runfiles=${TEST_SRCDIR:-$PWD/..}/parameter_server
+work=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+expect() {  # expect CODE WHAT COMMAND...
+  local want=$1 what=$2
+  shift 2
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: $what: exit $got, expected $want: $(tail -2 "$work/out")" >&2
+    failures=$((failures + 1))
+  fi
+}
+for binary in server/ps_server server/ps_admin worker/ps_worker worker/ps_predict \
+  worker/clicklog_gen; do
+  name=$(basename "$binary")
+  expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
+  expect 0 "$name --version" "$runfiles/$binary" --version
+done
+expect 64 "ps_server without --data_dir" "$runfiles/server/ps_server" --listen=127.0.0.1:0
+expect 64 "ps_worker with a bad layout" "$runfiles/worker/ps_worker" --train=x \
+  --columns=label,color
+expect 64 "clicklog_gen with a bad layout" "$runfiles/worker/clicklog_gen" --out="$work/x" \
+  --columns=label,skip
+# A port nothing listens on (bound, then released).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '0\t1\ta\n' >"$work/train.tsv"
+expect 69 "ps_worker against no shard" "$runfiles/worker/ps_worker" --servers=127.0.0.1:$port \
+  --train="$work/train.tsv" --columns=label,dense,cat --device=cpu --retry_for_s=1
+expect 69 "ps_admin against no shard" "$runfiles/server/ps_admin" --servers=127.0.0.1:$port \
+  --timeout_s=1 tables
+expect 70 "ps_predict with no export" "$runfiles/worker/ps_predict" --model="$work/none" \
+  --input="$work/train.tsv"
+[ "$failures" = 0 ] || exit 1
+echo "exit codes as documented"
