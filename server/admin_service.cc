@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
 #include "glog/logging.h"
+#include "server/bearer_token.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
@@ -111,26 +112,10 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
 
 absl::Status AdminService::Authorize(
     const grpc::CallbackServerContext& context) const {
-  if (options_.admin_token.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  auto found = metadata.find("authorization");
-  if (found == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "this call changes the shard's state and needs the admin token: "
-        "send 'authorization: Bearer <token>' (ps_admin --token_file)");
-  }
-  const std::string expected = "Bearer " + options_.admin_token;
-  const grpc::string_ref& given = found->second;
-  // Constant time over the expected length: no early exit on a mismatch.
-  unsigned char difference = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const char c = i < given.size() ? given.data()[i] : 0;
-    difference |= static_cast<unsigned char>(c ^ expected[i]);
-  }
-  if (difference != 0) {
-    return absl::UnauthenticatedError("wrong admin token");
-  }
-  return absl::OkStatus();
+  return CheckBearerToken(
+      context, options_.admin_token,
+      "the admin token, as it changes the shard's state (ps_admin "
+      "--token_file)");
 }
 
 grpc::ServerUnaryReactor* AdminService::SetLearningRate(

@@ -16,6 +16,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "server/bearer_token.h"
 #include "server/grpc_status.h"
 
 namespace ps::server {
@@ -68,6 +69,12 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
     grpc::CallbackServerContext* context, const DeclareTableRequest* request,
     DeclareTableResponse* response) {
   CountedReactor* reactor = StartCall();
+  if (absl::Status authorized =
+          CheckBearerToken(*context, options_.worker_token,
+                           "the worker token (ps_worker --worker_token_file)");
+      !authorized.ok()) {
+    return Finish(context, reactor, authorized);
+  }
   return Finish(context, reactor, HandleDeclareTable(*request, response));
 }
 
@@ -345,6 +352,12 @@ grpc::ServerUnaryReactor* DataService::Clock(
     grpc::CallbackServerContext* context, const ClockRequest* request,
     ClockResponse* response) {
   CountedReactor* reactor = StartCall();
+  if (absl::Status authorized =
+          CheckBearerToken(*context, options_.worker_token,
+                           "the worker token (ps_worker --worker_token_file)");
+      !authorized.ok()) {
+    return Finish(context, reactor, authorized);
+  }
   ClockCoordinator::Report report;
   report.worker = request->worker();
   report.incarnation = request->incarnation();

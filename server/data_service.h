@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
@@ -45,6 +46,9 @@ struct DataServiceOptions {
   // once; past it, calls are refused with RESOURCE_EXHAUSTED, marked
   // transient so that clients back off and retry. Default: 1 GiB.
   size_t max_inflight_bytes = size_t{1} << 30;
+  // The token Clock and DeclareTable must carry (server/bearer_token.h).
+  // Default: none needed.
+  std::string worker_token;
 };
 
 class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<

@@ -109,6 +109,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate: every client must present a certificate it "
           "signed (mutual TLS). Needs --tls_cert and --tls_key.");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "File holding a token that the data plane's Clock and DeclareTable "
+          "calls must carry as 'authorization: Bearer <token>' (ps_worker "
+          "--worker_token_file); needed with --admin_token_file.");
+ABSL_FLAG(bool, allow_unauthenticated_clients, false,
+          "With --tls_cert but no --tls_ca, listen beyond loopback anyway "
+          "(the shard then authenticates nobody: for networks you trust).");
 ABSL_FLAG(bool, allow_insecure_remote, false,
           "Without TLS a shard listens only on loopback; this lets it listen "
           "on other addresses in plaintext (a network you trust).");
@@ -247,6 +254,8 @@ int main(int argc, char** argv) {
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
+  options.allow_unauthenticated_clients =
+      absl::GetFlag(FLAGS_allow_unauthenticated_clients);
   options.restore_from = absl::GetFlag(FLAGS_restore_from);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
@@ -255,6 +264,24 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
     if (!token.ok()) return Fail(token.status().ToString());
     options.admin_token = *std::move(token);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_worker_token_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
+    if (!token.ok()) return Fail(token.status().ToString());
+    options.worker_token = *std::move(token);
+  }
+  if (!options.admin_token.empty() && options.worker_token.empty()) {
+    return Fail(
+        "--admin_token_file needs --worker_token_file too: without it "
+        "anyone who reaches the shard can send clock reports that move a "
+        "checkpoint's cut or lock a worker out");
+  }
+  if (!options.admin_token.empty() &&
+      options.admin_token == options.worker_token) {
+    return Fail(
+        "--worker_token_file must hold another token than "
+        "--admin_token_file (workers must not be able to drain)");
   }
   // A drain asked over the admin API takes the path SIGTERM takes.
   options.drain = [] { kill(getpid(), SIGTERM); };
@@ -269,6 +296,9 @@ int main(int argc, char** argv) {
   }
 
   auto server = ps::server::ShardServer::Start(options);
+  // Options that do not go together are a bad command (64), as flags are.
+  if (!server.ok() && absl::IsInvalidArgument(server.status()))
+    return Fail(std::string(server.status().message()));
   if (!server.ok()) return Fail(server.status());
   const std::string address = options.listen_address;
   const std::string host = address.substr(0, address.rfind(':'));

@@ -111,6 +111,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         "model. Give --tls_cert and --tls_key (and --tls_ca for mutual TLS), "
         "or --allow_insecure_remote on a network you trust"));
   }
+  if (options.tls.enabled() && options.tls.ca.empty() &&
+      !options.allow_unauthenticated_clients &&
+      !IsLoopbackAddress(options.listen_address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", options.listen_address,
+        " with TLS but without --tls_ca: the shard would authenticate "
+        "nobody, and anyone who reaches it could train, drain or drop tables. "
+        "Give --tls_ca (mutual TLS: clients present certificates it signed), "
+        "or --allow_unauthenticated_clients on a network you trust"));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentials(options.tls));
   const ShardIdentity identity{options.shard_index, options.num_shards,
@@ -142,6 +152,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
   data_options.max_inflight_bytes = options.max_inflight_bytes;
+  data_options.worker_token = options.worker_token;
   server->data_service_ = std::make_unique<DataService>(
       data_options, server->store_.get(), server->clocks_.get());
   AdminServiceOptions admin_options;

@@ -68,6 +68,13 @@ struct ServerOptions {
   bool allow_insecure_remote = false;
   // Bearer token for admin calls that change state. Default: none needed.
   std::string admin_token;
+  // Bearer token for the data plane's Clock and DeclareTable. Default: none
+  // needed.
+  std::string worker_token;
+  // With TLS but no CA to check clients against (tls.ca), a listen address
+  // other than loopback is refused unless this is set: such a shard
+  // authenticates nobody. Default: false.
+  bool allow_unauthenticated_clients = false;
   // What the admin Drain call does (ps_server: the same as SIGTERM).
   // Default: not set (Drain is refused).
   std::function<void()> drain;

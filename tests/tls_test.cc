@@ -49,6 +49,7 @@ class TlsTest : public ::testing::Test {
     ASSERT_TRUE(Issue("stranger", "other_ca", "client.ext"));
     std::ofstream(d + "/token") << "right-token\n";
     std::ofstream(d + "/wrong_token") << "wrong-token\n";
+    std::ofstream(d + "/worker_token") << "worker-token\n";
   }
 
   static void TearDownTestSuite() {
@@ -171,7 +172,9 @@ TEST_F(TlsTest, PlaintextAndStrangersAreRefused) {
 }
 
 TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
-  auto server = StartTlsShard({"--admin_token_file=" + *dir_ + "/token"});
+  auto server =
+      StartTlsShard({"--admin_token_file=" + *dir_ + "/token",
+                     "--worker_token_file=" + *dir_ + "/worker_token"});
   ASSERT_NE(server, nullptr);
   auto admin = [&](const std::vector<std::string>& extra,
                    const std::string& command, const std::string& log) {
@@ -201,6 +204,88 @@ TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
             0)
       << ReadFile(*dir_ + "/drain.log");
   EXPECT_EQ(server->Wait(absl::Seconds(30)), 0) << "the drained shard";
+}
+
+TEST_F(TlsTest, TheWorkerTokenGuardsClockReportsAndDeclarations) {
+  auto server =
+      StartTlsShard({"--admin_token_file=" + *dir_ + "/token",
+                     "--worker_token_file=" + *dir_ + "/worker_token"});
+  ASSERT_NE(server, nullptr);
+  auto credentials = ChannelCredentials(Client("worker", "ca"));
+  ASSERT_TRUE(credentials.ok());
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(server->address(), *credentials));
+  // A forged clock report (a huge incarnation would lock worker 0 out):
+  // refused without the token, and with the admin token (another role).
+  for (const std::string& token : {std::string(), std::string("right-token"),
+                                   std::string("wrong-token")}) {
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    ClockRequest request;
+    request.set_worker(0);
+    request.set_incarnation(~uint64_t{0});
+    request.set_lease_ms(1000);
+    ClockResponse response;
+    EXPECT_EQ(stub->Clock(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << "with '" << token << "'";
+  }
+  {
+    grpc::ClientContext context;
+    DeclareTableRequest request;
+    request.mutable_table()->set_name("forged");
+    request.mutable_table()->set_dim(1);
+    DeclareTableResponse response;
+    EXPECT_EQ(stub->DeclareTable(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // A worker with the token trains; one without is refused (exit 70).
+  const std::string data = *dir_ + "/token_train.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+                             "--lines=5000"},
+                            *dir_ + "/gen.log"),
+            0);
+  std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
+                                     "--servers=" + server->address(),
+                                     "--train=" + data,
+                                     "--batch_size=1000",
+                                     "--hidden=16",
+                                     "--embedding_dim=4"};
+  for (const std::string& flag : ClientFlags("worker")) worker.push_back(flag);
+  EXPECT_EQ(RunToCompletion(worker, *dir_ + "/tokenless_worker.log"), 70);
+  EXPECT_NE(ReadFile(*dir_ + "/tokenless_worker.log").find("UNAUTHENTICATED"),
+            std::string::npos)
+      << ReadFile(*dir_ + "/tokenless_worker.log");
+  worker.push_back("--worker_token_file=" + *dir_ + "/worker_token");
+  EXPECT_EQ(RunToCompletion(worker, *dir_ + "/token_worker.log"), 0)
+      << ReadFile(*dir_ + "/token_worker.log");
+}
+
+TEST_F(TlsTest, AnAdminTokenWithoutAWorkerTokenIsRefused) {
+  const std::string log = *dir_ + "/no_worker_token.log";
+  EXPECT_EQ(RunToCompletion({BinaryPath("server/ps_server"),
+                             "--data_dir=" + FreshTestDir("no_worker_token"),
+                             "--listen=127.0.0.1:0",
+                             "--admin_token_file=" + *dir_ + "/token"},
+                            log, absl::Seconds(30)),
+            64);
+  EXPECT_NE(ReadFile(log).find("--worker_token_file"), std::string::npos)
+      << ReadFile(log);
+}
+
+TEST_F(TlsTest, BeyondLoopbackTlsWithoutACaIsRefused) {
+  // Refused before anything is bound: the test talks to no other address.
+  const std::string log = *dir_ + "/no_ca.log";
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("server/ps_server"),
+                 "--data_dir=" + FreshTestDir("tls_no_ca"),
+                 "--listen=0.0.0.0:0", "--tls_cert=" + *dir_ + "/server.pem",
+                 "--tls_key=" + *dir_ + "/server.key"},
+                log, absl::Seconds(30)),
+            64);
+  EXPECT_NE(ReadFile(log).find("--allow_unauthenticated_clients"),
+            std::string::npos)
+      << ReadFile(log);
 }
 
 TEST_F(TlsTest, NoListeningBeyondLoopbackWithoutTls) {

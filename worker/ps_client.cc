@@ -165,6 +165,11 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
   }
 }
 
+void PsClient::AddWorkerToken(grpc::ClientContext* context) const {
+  if (!options_.worker_token.empty())
+    context->AddMetadata("authorization", "Bearer " + options_.worker_token);
+}
+
 absl::Status PsClient::DeclareTable(const TableSpec& spec) {
   std::vector<DeclareTableRequest> requests(shards_.size());
   std::vector<int> shards(shards_.size());
@@ -178,6 +183,7 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
       [this](int shard, grpc::ClientContext* context,
              DeclareTableRequest* request, DeclareTableResponse* response,
              std::function<void(grpc::Status)> done) {
+        AddWorkerToken(context);
         shards_[shard]->async()->DeclareTable(context, request, response,
                                               std::move(done));
       },
@@ -391,6 +397,7 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request,
       requests, shards, &responses,
       [this](int, grpc::ClientContext* context, ClockRequest* clock_request,
              ClockResponse* response, std::function<void(grpc::Status)> done) {
+        AddWorkerToken(context);
         coordinator_->async()->Clock(context, clock_request, response,
                                      std::move(done));
       },

@@ -65,6 +65,9 @@ struct ClientOptions {
   uint64_t incarnation = 0;
   // TLS to the shards (base/tls_credentials.h). Default: plaintext.
   TlsFiles tls;
+  // Sent with Clock and DeclareTable calls, for shards started with
+  // --worker_token_file. Default: none.
+  std::string worker_token;
   // How pulled rows and pushed gradients travel (base/wire_format.h); FP16
   // pushes are scaled by a power of two per request to keep small
   // gradients. Default: FP32.
@@ -164,6 +167,8 @@ class PsClient {
 
   const ClientOptions options_;
   std::atomic<uint64_t> incarnation_{0};
+  // Adds options_.worker_token to a Clock or DeclareTable call.
+  void AddWorkerToken(grpc::ClientContext* context) const;
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
   // The last sequence number given to a push request, per shard.
   std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;

@@ -156,6 +156,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int32_t, checkpoints_to_keep, 3,
           "How many of the newest checkpoints to keep in --checkpoint_dir "
           "(0: all).");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "The shards' worker token (their --worker_token_file), sent with "
+          "clock reports and table declarations.");
 ABSL_FLAG(std::string, token_file, "",
           "The shards' admin token (their --admin_token_file), for taking "
           "checkpoints.");
@@ -536,6 +539,20 @@ int main(int argc, char** argv) {
       LOG(INFO) << "resuming from " << dir << " at clock "
                 << options.resume_clock << " after " << options.resume_examples
                 << " examples";
+    }
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_worker_token_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> read = ps::ReadTokenFile(path);
+    if (!read.ok()) return Fail(read.status().ToString());
+    client_options.worker_token = *std::move(read);
+    std::vector<std::string> addresses = client_options.servers;
+    if (!client_options.coordinator.empty())
+      addresses.push_back(client_options.coordinator);
+    if (absl::Status private_token = ps::CheckTokenStaysPrivate(
+            client_options.worker_token, client_options.tls, addresses);
+        !private_token.ok()) {
+      return Fail(private_token.ToString());
     }
   }
   std::string token;
