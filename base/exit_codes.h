@@ -9,7 +9,11 @@
 //   69  a shard unreachable past --retry_for_s (EX_UNAVAILABLE): retry later
 //   70  anything else (EX_SOFTWARE)
 //   75  ps_worker stopped by SIGTERM or SIGINT before its input ended, every
-//       step whole on every shard (EX_TEMPFAIL): restart it to go on
+//       step whole on every shard (EX_TEMPFAIL): restart it to go on. A
+//       drain that outlasts --drain_seconds, or a second signal, exits 70
+//       (a step may be on some shards only), or 0 once training was done.
+//
+// Abseil's --help exits 1, its own choice; --version exits 0.
 //
 // Linking :exit_codes also makes Abseil's flag errors (an unknown flag, a
 // value that does not parse) exit 64 instead of 1.

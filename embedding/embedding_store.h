@@ -282,6 +282,13 @@ class EmbeddingStore {
                       std::vector<float>* weights, bool* stored,
                       std::vector<float>* state = nullptr);
 
+  // A tracked push refused before it reached Push() (the shard was busy):
+  // its retry is applied however many later pushes come first
+  // (PushLedger::NoteRefused).
+  void NoteRefusedPush(const PushOrigin& origin) {
+    ledger_.NoteRefused(origin);
+  }
+
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();
 

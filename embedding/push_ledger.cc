@@ -54,8 +54,10 @@ PushLedger::Worker* PushLedger::FindOrAdd(uint32_t worker_id,
     for (auto candidate = workers_.begin(); candidate != workers_.end();
          ++candidate) {
       const auto& recent = candidate->second.recent;
+      // A refused push is no call in flight: its worker may be forgotten.
       const bool busy = std::any_of(recent.begin(), recent.end(), [](auto& e) {
-        return e.second.state != State::kDone;
+        return e.second.state == State::kInProgress ||
+               e.second.state == State::kWritten;
       });
       if (!busy && (oldest == workers_.end() ||
                     candidate->second.last_used < oldest->second.last_used)) {
@@ -83,7 +85,7 @@ void PushLedger::Trim(Worker& worker) {
     auto oldest = worker.recent.begin();
     const bool over_bound =
         worker.recent.size() > kMaxRememberedFactor * window_ &&
-        oldest->second.state != State::kInProgress;
+        oldest->second.state == State::kRefused;
     if (oldest->second.state != State::kDone && !over_bound) break;
     worker.forgotten_below = std::max(worker.forgotten_below, oldest->first);
     worker.recent.erase(oldest);
@@ -140,6 +142,19 @@ absl::StatusOr<PushLedger::Claim> PushLedger::Begin(const PushOrigin& origin) {
     // while the first attempt was still running): wait for its outcome.
     finished_.Wait(&mu_);
   }
+}
+
+void PushLedger::NoteRefused(const PushOrigin& origin) {
+  if (origin.sequence == 0) return;
+  absl::MutexLock lock(&mu_);
+  Worker* worker = FindOrAdd(origin.worker, origin.incarnation);
+  if (worker == nullptr || origin.sequence <= worker->applied_through ||
+      origin.sequence <= worker->forgotten_below) {
+    return;
+  }
+  worker->last_used = ++uses_;
+  worker->recent.try_emplace(origin.sequence, Entry{State::kRefused, 0});
+  Trim(*worker);
 }
 
 void PushLedger::MarkWritten(const PushOrigin& origin, uint32_t rows_updated) {

@@ -72,6 +72,11 @@ class PushLedger {
   // duplicate must be followed by Finish().
   absl::StatusOr<Claim> Begin(const PushOrigin& origin);
 
+  // A push refused before it was claimed (the shard was busy): remembered
+  // as refused, like Finish() without `applied`, so that its retry is
+  // applied however late it comes. Nothing for a sequence known already.
+  void NoteRefused(const PushOrigin& origin);
+
   // The push's record is written to the push log: from now on it counts as
   // applied in Serialize(), and a retry waits for Finish().
   void MarkWritten(const PushOrigin& origin, uint32_t rows_updated);

@@ -137,6 +137,19 @@ TEST(PushLedgerTest, ARefusedPushIsAppliedWhenItsRetryComesLate) {
   EXPECT_THAT(ledger.Begin(Origin(0, 1, 21)), StatusIs(StatusCode::kAborted));
 }
 
+TEST(PushLedgerTest, APushRefusedBeforeItsClaimIsAppliedWhenItsRetryComes) {
+  // The shard was busy: sequence 1 never reached Begin(), the data plane
+  // noted its refusal; 2..20 are applied before the retry.
+  PushLedger ledger(/*max_workers=*/8, /*window=*/4);
+  ledger.NoteRefused(Origin(0, 1, 1));
+  for (uint64_t sequence = 2; sequence <= 20; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 1, sequence), 1));
+  EXPECT_TRUE(Apply(ledger, Origin(0, 1, 1), 1));
+  // Noting a sequence already applied changes nothing.
+  ledger.NoteRefused(Origin(0, 1, 5));
+  EXPECT_FALSE(Apply(ledger, Origin(0, 1, 5), 1));
+}
+
 TEST(PushLedgerTest, SequenceZeroIsRefused) {
   PushLedger ledger;
   EXPECT_THAT(ledger.Begin(Origin(0, 1, 0)),

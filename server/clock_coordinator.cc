@@ -52,10 +52,12 @@ absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
       (static_cast<uint64_t>(absl::ToUnixMicros(options.now())) >> 32) + 1;
   coordinator->epoch_ = std::max(coordinator->epoch_ + 1, wall_epoch);
   if (!options.state_path.empty()) {
-    // Before any incarnation of this epoch is given out.
+    // Before any incarnation of this epoch is given out. The state is soft:
+    // a shard does not stay down for want of it (the epoch then rests on
+    // the wall clock alone).
     coordinator->dirty_ = true;
     if (absl::Status saved = coordinator->SaveLocked(); !saved.ok())
-      return saved;
+      LOG(ERROR) << "saving the coordinator's epoch: " << saved;
   }
   return coordinator;
 }
@@ -129,6 +131,7 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
     return absl::InvalidArgumentError("a worker's lease must be positive");
   }
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(options_.monotonic_now());
   const absl::Time now = options_.now();
   int64_t others_min = kNoClock;
   for (const auto& [id, other] : workers_) {
@@ -163,12 +166,26 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   Worker& worker = it->second;
   bool resumed = false;
   if (incarnation > worker.incarnation) {
+    if (report.resume && Live(worker, now) && !worker.finished) {
+      // Its last process may still be pushing the step at its clock (a
+      // replacement pod that starts while the old one drains): wait for it
+      // to leave or lapse, the caller retrying.
+      return absl::UnavailableError(
+          absl::StrCat("worker ", report.worker,
+                       "'s last process still holds its lease "
+                       "(for ",
+                       absl::FormatDuration(absl::Ceil(worker.lease_end - now,
+                                                       absl::Milliseconds(1))),
+                       "): going on from its clock once it has left"));
+    }
     const Worker previous = worker;
     worker = Worker();
     worker.incarnation = incarnation;
     newcomer = true;
-    // A restart goes on from where the last incarnation stopped.
-    if (report.resume && !previous.finished && previous.clock > 0) {
+    // A restart goes on from where the last incarnation stopped (a record
+    // without an input position, of an older worker, is not gone on from).
+    if (report.resume && !previous.finished && previous.clock > 0 &&
+        previous.examples > 0) {
       worker.clock = previous.clock;
       worker.examples = previous.examples;
       newcomer = false;
@@ -248,6 +265,7 @@ int64_t ClockCoordinator::ActiveCut(absl::Time now) {
 absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
     absl::Duration lease) {
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(options_.monotonic_now());
   const absl::Time now = options_.now();
   if (ActiveCut(now) != 0) {
     return absl::FailedPreconditionError(
@@ -295,6 +313,7 @@ absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
 
 ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(options_.monotonic_now());
   const absl::Time now = options_.now();
   CutStatus status;
   status.cut = ActiveCut(now);
@@ -309,8 +328,12 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   return status;
 }
 
-void ClockCoordinator::NoticePause(absl::Time monotonic_now) {
+void ClockCoordinator::NoticePause() {
   absl::MutexLock lock(&mu_);
+  NoticePauseLocked(options_.monotonic_now());
+}
+
+void ClockCoordinator::NoticePauseLocked(absl::Time monotonic_now) {
   const absl::Duration gap = monotonic_now - last_tick_;
   last_tick_ = monotonic_now;
   if (gap <= options_.pause_threshold || gap == absl::InfiniteDuration())
@@ -318,7 +341,12 @@ void ClockCoordinator::NoticePause(absl::Time monotonic_now) {
   LOG(WARNING) << "the coordinator did not run for "
                << absl::FormatDuration(gap)
                << " (paused?): leases are extended by that much";
-  for (auto& [id, worker] : workers_) worker.lease_end += gap;
+  // Only leases that ran when the pause began (now - gap, in options.now's
+  // time): a worker that had left or lapsed stays out.
+  const absl::Time paused_at = options_.now() - gap;
+  for (auto& [id, worker] : workers_) {
+    if (worker.lease_end > paused_at) worker.lease_end += gap;
+  }
   if (cut_ != 0) cut_lease_end_ += gap;
 }
 

@@ -35,6 +35,7 @@
 #ifndef PS_SERVER_CLOCK_COORDINATOR_H_
 #define PS_SERVER_CLOCK_COORDINATOR_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,13 @@ struct CoordinatorOptions {
   // this process (SIGSTOP, a paused VM), which leases do not count.
   // Default: 2 s.
   absl::Duration pause_threshold = absl::Seconds(2);
+  // A clock that runs on while the process is stopped (CLOCK_MONOTONIC),
+  // for NoticePause(), which every call also makes. Default: steady_clock.
+  std::function<absl::Time()> monotonic_now = [] {
+    return absl::UnixEpoch() +
+           absl::FromChrono(
+               std::chrono::steady_clock::now().time_since_epoch());
+  };
   // The time source (tests inject one). Default: absl::Now.
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };
@@ -155,13 +163,13 @@ class ClockCoordinator {
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
 
-  // Called periodically (ShardServer: every 100 ms) with a clock that runs
-  // whatever options.now says: a gap of more than options.pause_threshold
-  // since the last call means this process did not run (SIGSTOP, a paused
-  // VM), and every
+  // Called periodically (ShardServer: every 100 ms), and by every other
+  // call first: a gap of more than options.pause_threshold of
+  // options.monotonic_now since the last one means this process did not run
+  // (SIGSTOP, a paused VM), and every
   // lease and the cut's lease are extended by it, so that leases lapse only
   // while the coordinator runs.
-  void NoticePause(absl::Time monotonic_now);
+  void NoticePause();
 
  private:
   struct Worker {
@@ -190,6 +198,9 @@ class ClockCoordinator {
   std::vector<WorkerClock> SnapshotLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Load();
+  // NoticePause(), under the lock, at `monotonic_now`.
+  void NoticePauseLocked(absl::Time monotonic_now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   absl::Mutex mu_;

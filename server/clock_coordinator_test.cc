@@ -20,6 +20,7 @@ class ClockCoordinatorTest : public ::testing::Test {
     options.state_path = state_path;
     options.max_workers = max_workers;
     options.now = [this] { return now_; };
+    options.monotonic_now = [this] { return monotonic_; };
     auto coordinator = ClockCoordinator::Open(options);
     EXPECT_OK(coordinator);
     return std::move(coordinator).value();
@@ -41,6 +42,9 @@ class ClockCoordinatorTest : public ::testing::Test {
   }
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
+  // Stays put while the process runs (the gaps between calls are short);
+  // a test that stops the process moves it with now_.
+  absl::Time monotonic_ = absl::FromUnixSeconds(50);
   const absl::Duration lease_ = absl::Seconds(5);
   std::unique_ptr<ClockCoordinator> coordinator_ = Open();
 };
@@ -218,8 +222,10 @@ TEST_F(ClockCoordinatorTest, ARestartedWorkerGoesOnWhereItsLastStopped) {
   report.incarnation = 1;
   report.clock = 4;
   report.examples = 4000;
+  report.leaving = true;  // drained (or its lease lapsed)
   report.lease = lease_;
   ASSERT_OK(coordinator_->Record(report));
+  report.leaving = false;
   // Incarnation 2 asks to resume: it takes over clock 4 and 4000 examples,
   // not the live minimum.
   report.incarnation = 2;
@@ -301,24 +307,52 @@ TEST_F(ClockCoordinatorTest, AfterARestartNoCutUntilEverySavedWorkerReported) {
 }
 
 TEST_F(ClockCoordinatorTest, LeasesDoNotLapseWhileTheCoordinatorIsPaused) {
-  const absl::Time monotonic = absl::FromUnixSeconds(50);
-  coordinator_->NoticePause(monotonic);
+  coordinator_->NoticePause();
   Report(0, 2);
   Report(1, 2);
+  Report(2, 2);
+  ClockCoordinator::Report leaving;
+  leaving.worker = 2;
+  leaving.incarnation = 1;
+  leaving.clock = 2;
+  leaving.leaving = true;
+  leaving.lease = lease_;
+  ASSERT_OK(coordinator_->Record(leaving));  // out before the pause
   auto cut = coordinator_->BeginCut(absl::Seconds(30));
   ASSERT_OK(cut);
   // The process is stopped for a minute: every lease and the cut's would
-  // have run out; the first tick after it extends them by the pause.
+  // have run out. The first call after it (here a cut's status, before any
+  // tick) extends the ones that ran when it stopped.
   now_ += absl::Minutes(1);
-  coordinator_->NoticePause(monotonic + absl::Minutes(1));
+  monotonic_ += absl::Minutes(1);
   const ClockCoordinator::CutStatus status = coordinator_->GetCutStatus();
   EXPECT_EQ(status.cut, cut->cut) << "the cut's lease ran out";
   EXPECT_FALSE(status.ready) << "leases lapsed: the cut looks ready";
-  for (const auto& worker : status.workers) EXPECT_TRUE(worker.live);
-  // Time that passes while it runs still counts.
-  now_ += lease_ + absl::Seconds(1);
-  coordinator_->NoticePause(monotonic + absl::Minutes(1) + absl::Seconds(1));
+  ASSERT_EQ(status.workers.size(), 3u);
+  EXPECT_TRUE(status.workers[0].live);
+  EXPECT_TRUE(status.workers[1].live);
+  EXPECT_FALSE(status.workers[2].live) << "a worker that left came back";
+  // Time that passes while it runs (ticking every second) still counts.
+  for (int second = 0; second < 7; ++second) {
+    now_ += absl::Seconds(1);
+    monotonic_ += absl::Seconds(1);
+    coordinator_->NoticePause();
+  }
   EXPECT_EQ(Report(1, 2).live_workers, 1u);
+}
+
+TEST_F(ClockCoordinatorTest, ARestartWaitsForItsLastProcessToLeave) {
+  Report(0, 3);  // incarnation 1, live
+  ClockCoordinator::Report report;
+  report.worker = 0;
+  report.incarnation = 2;
+  report.resume = true;
+  report.lease = lease_;
+  EXPECT_THAT(coordinator_->Record(report), StatusIs(StatusCode::kUnavailable));
+  now_ += lease_ + absl::Seconds(1);  // the old one's lease lapses
+  auto resumed = coordinator_->Record(report);
+  ASSERT_OK(resumed);
+  EXPECT_FALSE(resumed->resumed) << "no input position recorded";
 }
 
 TEST_F(ClockCoordinatorTest, AStateThatDoesNotParseIsSetAside) {

@@ -344,7 +344,18 @@ grpc::ServerUnaryReactor* DataService::Push(
                                              request->gradients().size());
   CountedReactor* reactor = StartCall(bytes);
   ++counters_.push_requests;
-  if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
+  if (!reactor->admitted()) {
+    // Its retry may come after many later pushes: the ledger must know it
+    // was refused, not forget it as an old sequence it never saw.
+    if (request->incarnation() != 0) {
+      embedding::PushOrigin origin;
+      origin.worker = request->worker();
+      origin.incarnation = request->incarnation();
+      origin.sequence = request->sequence();
+      store_->NoteRefusedPush(origin);
+    }
+    return Finish(context, reactor, Busy(bytes));
+  }
   return Finish(context, reactor, HandlePush(*request, response));
 }
 

@@ -299,7 +299,12 @@ int main(int argc, char** argv) {
   // Options that do not go together are a bad command (64), as flags are.
   if (!server.ok() && absl::IsInvalidArgument(server.status()))
     return Fail(std::string(server.status().message()));
-  if (!server.ok()) return Fail(server.status());
+  // Anything else (a port in use, a data dir of another shard): 70; 69
+  // means a shard this binary needed did not answer, which is not this.
+  if (!server.ok()) {
+    Fail(server.status());
+    return ps::kExitFailed;
+  }
   const std::string address = options.listen_address;
   const std::string host = address.substr(0, address.rfind(':'));
   std::printf("ps_server listening on %s:%d\n", host.c_str(),

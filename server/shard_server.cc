@@ -223,10 +223,10 @@ void ShardServer::WatchHealth(absl::Duration interval) {
   const absl::Duration tick = std::min(interval, absl::Milliseconds(100));
   absl::Time next_check = absl::Now() + interval;
   bool serving = true;
-  clocks_->NoticePause(absl::Now());
+  clocks_->NoticePause();
   while (!stop_health_.WaitForNotificationWithTimeout(tick)) {
     const absl::Time now = absl::Now();
-    clocks_->NoticePause(now);
+    clocks_->NoticePause();
     if (!serving || now < next_check) continue;
     next_check = now + interval;
     const absl::Status health = store_->PushLogHealth();

@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -262,30 +264,49 @@ void BlockStopSignals() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 }
 
-// Turns SIGTERM and SIGINT into trainer->RequestStop() (a thread of its own
-// waits for them), then gives the drain `drain` before exiting 75; a second
-// signal exits at once. REQUIRES: BlockStopSignals() came first.
-void StopOnSignals(ps::worker::Trainer* trainer, absl::Duration drain) {
+// The trainer a stop signal stops, once there is one.
+std::atomic<ps::worker::Trainer*> stoppable{nullptr};
+// --drain_seconds, read once the flags are parsed.
+std::atomic<int64_t> drain_millis{10000};
+
+// Waits for SIGTERM or SIGINT (blocked everywhere else): before there is a
+// trainer, exits 75 at once (nothing was pushed); then asks it to stop and
+// gives the drain --drain_seconds before exiting anyway, 0 if the trainer
+// had finished its input and 70 otherwise (a step may be on some shards
+// only); a second signal exits the same way at once. REQUIRES:
+// BlockStopSignals() came first.
+void StopOnSignals() {
   const sigset_t signals = StopSignals();
-  std::thread([trainer, drain, signals] {
+  std::thread([signals] {
     int signal = 0;
     if (sigwait(&signals, &signal) != 0) return;
-    LOG(WARNING) << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
-                 << ": stopping after the step being pushed (within "
-                 << absl::FormatDuration(drain) << ")";
-    trainer->RequestStop();
-    std::thread([drain] {
-      absl::SleepFor(drain);
-      LOG(ERROR) << "the drain took longer than --drain_seconds: exiting "
-                    "now; the step being pushed may be on some shards only";
-      std::fflush(stderr);
-      std::_Exit(ps::kExitDrained);
-    }).detach();
-    if (sigwait(&signals, &signal) == 0) {
-      LOG(ERROR) << "second signal: exiting now";
+    const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    ps::worker::Trainer* trainer = stoppable.load();
+    if (trainer == nullptr) {
+      std::fprintf(stderr, "ps_worker: %s before training started\n", name);
       std::fflush(stderr);
       std::_Exit(ps::kExitDrained);
     }
+    const absl::Duration drain = absl::Milliseconds(drain_millis.load());
+    LOG(WARNING) << name << ": stopping after the step being pushed (within "
+                 << absl::FormatDuration(drain) << ")";
+    trainer->RequestStop();
+    auto give_up = [](const char* why) {
+      ps::worker::Trainer* trainer = stoppable.load();
+      if (trainer == nullptr) return;  // main is returning already
+      const bool finished = trainer->finished();
+      LOG(ERROR) << why << ": exiting now"
+                 << (finished ? ""
+                              : "; the step being pushed may be on some "
+                                "shards only");
+      std::fflush(stderr);
+      std::_Exit(finished ? ps::kExitDone : ps::kExitFailed);
+    };
+    std::thread([drain, give_up] {
+      absl::SleepFor(drain);
+      give_up("the drain took longer than --drain_seconds");
+    }).detach();
+    if (sigwait(&signals, &signal) == 0) give_up("a second signal");
   }).detach();
 }
 
@@ -329,6 +350,9 @@ int main(int argc, char** argv) {
   BlockStopSignals();
   ps::SetVersionFlag("ps_worker");
   absl::ParseCommandLine(argc, argv);
+  drain_millis =
+      int64_t{1000} * std::max(0, absl::GetFlag(FLAGS_drain_seconds));
+  StopOnSignals();
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -606,7 +630,7 @@ int main(int argc, char** argv) {
 
   ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index),
                               client->get(), backend.get());
-  StopOnSignals(&trainer, absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  stoppable = &trainer;
   auto summary = trainer.Run();
   if (!summary.ok()) return Fail(summary.status());
   const std::string json = ps::worker::SummaryToJson(*summary);
@@ -628,5 +652,8 @@ int main(int argc, char** argv) {
     out << json;
     if (!out) return Fail(absl::InternalError("cannot write " + metrics_out));
   }
-  return summary->drained ? ps::kExitDrained : ps::kExitDone;
+  const int code = summary->drained ? ps::kExitDrained : ps::kExitDone;
+  // The signal thread must not reach a trainer that is going away.
+  stoppable = nullptr;
+  return code;
 }

@@ -967,9 +967,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     // trained on (a restart trains on it).
     summary.steps = clock_.load() - first_step;
     summary.examples = examples_.load() - first_examples;
+    // Leave first: a checkpoint waiting for its cut can then finish without
+    // this worker, which is stopping below it.
+    if (absl::Status left = ReportClock(false, &clock_view, absl::Seconds(5),
+                                        /*leaving=*/true);
+        !left.ok()) {
+      LOG(WARNING) << "[worker " << worker_index_
+                   << "] could not tell the coordinator it leaves (" << left
+                   << "): its lease lapses instead";
+    }
     if (checkpointer != nullptr) checkpointer->Stop();
-    RETURN_IF_ERROR(ReportClock(false, &clock_view, absl::Seconds(5),
-                                /*leaving=*/true));
     LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
               << clock_.load() << " after " << examples_.load()
               << " examples; a restart goes on from there";
@@ -979,6 +986,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   // progress waits for the live workers to reach its cut, and this one has
   // no steps left: it finishes once this worker is counted out.
   RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  finished_ = true;
   if (checkpointer != nullptr) {
     checkpointer->Stop();
     const PeriodicCheckpointer::Stats stats = checkpointer->stats();
@@ -986,9 +994,17 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     summary.failed_checkpoints = stats.failed;
   }
   const absl::Time wait_limit = absl::Now() + options_.final_wait_limit;
-  while (clock_view.live_workers() > 0 && absl::Now() < wait_limit) {
+  while (clock_view.live_workers() > 0 && absl::Now() < wait_limit &&
+         !stop_requested_) {
     absl::SleepFor(absl::Milliseconds(100));
     RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  }
+  // Stopped once its training was done: no final evaluation, but nothing is
+  // left to train either (the run is done, not drained).
+  if (stop_requested_) {
+    LOG(INFO) << "[worker " << worker_index_
+              << "] stopped after training: no final evaluation";
+    return summary;
   }
   if (!options_.test_files.empty()) {
     ASSIGN_OR_RETURN(auto result, Evaluate(0, &summary.test_examples));

@@ -258,6 +258,10 @@ class Trainer {
   // final evaluation, the summary saying `drained`.
   void RequestStop() { stop_requested_ = true; }
 
+  // Whether Run() has told the coordinator this worker finished its input
+  // (a stop from then on leaves nothing untrained).
+  bool finished() const { return finished_.load(); }
+
  private:
   struct Prepared;
   struct PushJob;
@@ -337,8 +341,9 @@ class Trainer {
   // they held.
   std::atomic<int64_t> clock_{0};
   std::atomic<int64_t> examples_{0};
-  // RequestStop() was called.
+  // RequestStop() was called; Run() reported the worker finished.
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> finished_{false};
   // Set and signalled by the push thread when clock_ advances, so that the
   // prefetcher can wait for its own pushes without polling the coordinator.
   absl::Mutex clock_mu_;
