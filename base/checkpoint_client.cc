@@ -183,9 +183,22 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
   BeginCutRequest begin;
   begin.set_lease_ms(30000);
   BeginCutResponse begun;
-  RETURN_IF_ERROR(FromGrpc(clients.coordinator().BeginCut(
-                               clients.Context(call).get(), begin, &begun),
-                           "starting the cut"));
+  // UNAVAILABLE: a coordinator that just restarted waits for its workers to
+  // report again before it places a cut; ask again until hold_timeout.
+  while (true) {
+    absl::Status begin_status =
+        FromGrpc(clients.coordinator().BeginCut(clients.Context(call).get(),
+                                                begin, &begun),
+                 "starting the cut");
+    if (begin_status.ok()) break;
+    if (!absl::IsUnavailable(begin_status) ||
+        absl::Now() - hold_start > options.hold_timeout) {
+      return begin_status;
+    }
+    progress.Say(
+        absl::StrCat("waiting to start the cut: ", begin_status.message()));
+    absl::SleepFor(absl::Milliseconds(200));
+  }
   ender.id = begun.id();
   Cut cut;
   cut.cut = begun.cut();

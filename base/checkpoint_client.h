@@ -46,7 +46,9 @@ struct CheckpointOptions {
   TlsFiles tls;
   // The admin token, when the shards want one. Default: none.
   std::string token;
-  // How long to wait for every live worker to reach the cut. Default: 5 min.
+  // How long to wait for the cut to start (UNAVAILABLE from a coordinator
+  // that restarted is asked again) and for every live worker to reach it.
+  // Default: 5 min.
   absl::Duration hold_timeout = absl::Minutes(5);
   // Print what is happening to stderr once it takes more than 3 s.
   bool progress = false;

@@ -77,6 +77,10 @@ ABSL_FLAG(int32_t, checkpoints_to_keep, 0,
           "finished checkpoints (ckpt-* directories) beside --dir, as this "
           "process sees them (a volume it shares with the shards). Default "
           "0: keep all.");
+ABSL_FLAG(int32_t, hold_timeout_s, 300,
+          "For `checkpoint` and `export`: how long to wait for the cut to "
+          "start (a coordinator that just restarted waits for its workers to "
+          "report again) and for every live worker to reach it.");
 ABSL_FLAG(std::string, model, "",
           "For `export`: the model (its tables' prefix, e.g. wide_deep); "
           "default: the only one.");
@@ -786,6 +790,9 @@ int Checkpoint(const std::vector<std::string>& servers,
   options.tls = tls;
   options.token = Token();
   options.progress = true;
+  if (absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
+    return Fail("--hold_timeout_s must be positive");
+  options.hold_timeout = absl::Seconds(absl::GetFlag(FLAGS_hold_timeout_s));
   absl::StatusOr<ps::CheckpointManifest> manifest = ps::TakeCheckpoint(options);
   if (!manifest.ok()) return Fail(manifest.status());
   if (const int keep = absl::GetFlag(FLAGS_checkpoints_to_keep); keep > 0) {
@@ -836,6 +843,10 @@ int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
   options.cluster.tls = tls;
   options.cluster.token = Token();
   options.cluster.progress = true;
+  if (absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
+    return Fail("--hold_timeout_s must be positive");
+  options.cluster.hold_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_hold_timeout_s));
   options.model = absl::GetFlag(FLAGS_model);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "fp32" && format != "fp16")

@@ -296,8 +296,9 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
 // checkpoint's cut.
 class CountingWorker {
  public:
-  CountingWorker(const std::vector<std::string>& servers, uint32_t id)
-      : id_(id), table_(absl::StrCat("steps_", id)) {
+  CountingWorker(const std::vector<std::string>& servers, uint32_t id,
+                 absl::Duration lease = absl::Seconds(5))
+      : id_(id), table_(absl::StrCat("steps_", id)), lease_(lease) {
     worker::ClientOptions options;
     options.servers = servers;
     client_ = worker::PsClient::Connect(options).value();
@@ -345,19 +346,66 @@ class CountingWorker {
     request.set_incarnation(client_->incarnation());
     request.set_clock(clock);
     request.set_finished(finished);
-    request.set_lease_ms(5000);
+    request.set_lease_ms(absl::ToInt64Milliseconds(lease_));
     auto response = client_->Clock(request);
     if (response.ok()) hold_at_ = response->hold_at();
   }
 
   const uint32_t id_;
   const std::string table_;
+  const absl::Duration lease_;
   std::unique_ptr<worker::PsClient> client_;
   std::vector<uint64_t> keys_;
   std::atomic<int64_t> hold_at_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// Checks the checkpoint in `checkpoint` (of a 2-shard cluster, from
+// `workers` workers, `counters` among them): every unfinished worker held
+// at the cut, and each counting worker's step is on both shards or on
+// neither (each of its keys, spread over the shards, counts exactly its
+// clock), restored into one shard.
+void ExpectEveryStepWhole(
+    const std::string& checkpoint,
+    const std::vector<std::unique_ptr<CountingWorker>>& counters,
+    size_t workers) {
+  auto manifest = ReadManifest(checkpoint);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::printf(
+      "checkpoint at clock %lld: workers held %.3f s for the cut, "
+      "shards wrote their parts in %.3f s\n",
+      static_cast<long long>(manifest->cut()), manifest->hold_seconds(),
+      manifest->snapshot_seconds());
+  std::map<uint32_t, int64_t> clocks;
+  for (const auto& worker : manifest->workers()) {
+    clocks[worker.worker()] = worker.clock();
+    if (!worker.finished()) {
+      EXPECT_EQ(worker.clock(), manifest->cut())
+          << "worker " << worker.worker();
+    }
+  }
+  ASSERT_EQ(clocks.size(), workers);
+  const std::string restored_dir = checkpoint + ".restored";
+  auto restored =
+      ServerProcess::Start({"--data_dir=" + restored_dir, "--shard_index=0",
+                            "--num_shards=1", "--restore_from=" + checkpoint},
+                           absl::Seconds(120), restored_dir + ".log");
+  ASSERT_TRUE(restored.ok())
+      << restored.status() << ReadFile(restored_dir + ".log");
+  auto stub = ParameterServer::NewStub((*restored)->channel());
+  for (const auto& counter : counters) {
+    std::vector<float> counts;
+    ASSERT_TRUE(
+        PullRows(*stub, counter->table(), counter->keys(), &counts).ok());
+    EXPECT_GT(clocks[counter->id()], 5);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      ASSERT_EQ(counts[k], static_cast<float>(clocks[counter->id()]))
+          << "worker " << counter->id() << " key " << counter->keys()[k]
+          << " (shard " << ShardForKey(counter->keys()[k], 2) << ")";
+    }
+  }
+}
 
 TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
   auto shards = StartShards(dir_, "shard", 2);
@@ -394,39 +442,7 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
     EXPECT_EQ(workers[w]->Wait(absl::Minutes(3)), 0)
         << ReadFile(absl::StrCat(dir_, "/w", w, ".log"));
   }
-  auto manifest = ReadManifest(checkpoint);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::printf(
-      "checkpoint at clock %lld: workers held %.3f s for the cut, "
-      "shards wrote their parts in %.3f s\n",
-      static_cast<long long>(manifest->cut()), manifest->hold_seconds(),
-      manifest->snapshot_seconds());
-  std::map<uint32_t, int64_t> clocks;
-  for (const auto& worker : manifest->workers()) {
-    clocks[worker.worker()] = worker.clock();
-    if (!worker.finished()) {
-      EXPECT_EQ(worker.clock(), manifest->cut())
-          << "worker " << worker.worker();
-    }
-  }
-  ASSERT_EQ(clocks.size(), 4u);
-  // Every counting worker's step is on both shards, or on neither: each of
-  // its keys (spread over the shards) counts exactly its clock.
-  auto restored =
-      StartShards(dir_, "restored", 1, {"--restore_from=" + checkpoint});
-  ASSERT_EQ(restored.size(), 1u);
-  auto stub = ParameterServer::NewStub(restored[0]->channel());
-  for (const auto& counter : counters) {
-    std::vector<float> counts;
-    ASSERT_TRUE(
-        PullRows(*stub, counter->table(), counter->keys(), &counts).ok());
-    EXPECT_GT(clocks[counter->id()], 5);
-    for (size_t k = 0; k < counts.size(); ++k) {
-      ASSERT_EQ(counts[k], static_cast<float>(clocks[counter->id()]))
-          << "worker " << counter->id() << " key " << counter->keys()[k]
-          << " (shard " << ShardForKey(counter->keys()[k], 2) << ")";
-    }
-  }
+  ExpectEveryStepWhole(checkpoint, counters, 4);
   // The real workers held at the cut and went on.
   for (int w = 0; w < 2; ++w) {
     const std::string metrics = ReadFile(absl::StrCat(dir_, "/w", w, ".json"));
@@ -482,6 +498,128 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   const std::string metrics = ReadFile(dir_ + "/w.json");
   EXPECT_EQ(Metric(metrics, "examples"), 20000) << metrics;
   EXPECT_GT(Metric(metrics, "cut_hold_seconds"), 0.9) << metrics;
+}
+
+// The coordinator saves its state at most every 100 ms, so the one that
+// starts again after kill -9 reads clocks behind the pushes its workers
+// made meanwhile: a cut placed from them would be below steps already on
+// the other shard. It waits for every worker to report again first.
+TEST_F(CheckpointTest,
+       TakenRightAfterTheCoordinatorShardIsKilledEveryStepIsWhole) {
+  auto shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::vector<std::string> servers = Addresses(shards);
+  // Outlives the counting workers, which retry against it.
+  std::unique_ptr<ServerProcess> restarted;
+  std::vector<std::unique_ptr<CountingWorker>> counters;
+  for (uint32_t id : {10u, 11u}) {
+    counters.push_back(std::make_unique<CountingWorker>(servers, id));
+    counters.back()->Start();
+  }
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  const std::string port = servers[0].substr(servers[0].rfind(':') + 1);
+  auto started =
+      ServerProcess::Start({"--data_dir=" + dir_ + "/shard0", "--shard_index=0",
+                            "--num_shards=2", "--listen=127.0.0.1:" + port},
+                           absl::Seconds(120), dir_ + "/shard0.restarted.log");
+  ASSERT_TRUE(started.ok())
+      << started.status() << ReadFile(dir_ + "/shard0.restarted.log");
+  restarted = std::move(started).value();
+  const std::string checkpoint = dir_ + "/checkpoint";
+  ASSERT_EQ(Admin(servers, {"--dir=" + checkpoint, "checkpoint"},
+                  dir_ + "/checkpoint.log"),
+            0)
+      << ReadFile(dir_ + "/checkpoint.log");
+  absl::SleepFor(absl::Milliseconds(300));  // they go on after the cut
+  for (auto& counter : counters) counter->Stop();
+  ExpectEveryStepWhole(checkpoint, counters, 2);
+}
+
+// Leases lapse only while the coordinator runs: one stopped (SIGSTOP, a VM
+// pause) for longer than a lease does not, on its first call back, count a
+// worker behind the cut out and declare the cut ready.
+TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
+  auto shards = StartShards(dir_, "shard", 1);
+  ASSERT_EQ(shards.size(), 1u);
+  const absl::Duration lease = absl::Seconds(3);
+  CountingWorker ahead(Addresses(shards), 10, lease);
+  ahead.Start();
+  // A worker at clock 1 that reports only when the test says.
+  worker::ClientOptions options;
+  options.servers = Addresses(shards);
+  auto behind = worker::PsClient::Connect(options);
+  ASSERT_TRUE(behind.ok()) << behind.status();
+  auto report_behind = [&](int64_t clock) {
+    ClockRequest request;
+    request.set_worker(11);
+    request.set_incarnation((*behind)->incarnation());
+    request.set_clock(clock);
+    request.set_lease_ms(absl::ToInt64Milliseconds(lease));
+    ASSERT_TRUE((*behind)->Clock(request).ok());
+  };
+  report_behind(1);
+  auto admin = Admin::NewStub(shards[0]->channel());
+  auto cut_status = [&] {
+    grpc::ClientContext context;
+    CutStatusResponse status;
+    EXPECT_TRUE(admin->CutStatus(&context, CutStatusRequest(), &status).ok());
+    return status;
+  };
+  auto clock_of = [&](const CutStatusResponse& status, uint32_t worker) {
+    for (const auto& clock : status.workers())
+      if (clock.worker() == worker) return clock.clock();
+    return int64_t{-1};
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  BeginCutResponse cut;
+  while (absl::Now() < give_up) {
+    grpc::ClientContext context;
+    WorkerClocksResponse clocks;
+    ASSERT_TRUE(
+        admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks).ok());
+    bool ahead_moved = false;
+    for (const auto& clock : clocks.workers())
+      ahead_moved = ahead_moved || (clock.worker() == 10 && clock.clock() > 3);
+    if (ahead_moved) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  {
+    grpc::ClientContext context;
+    BeginCutRequest request;
+    request.set_lease_ms(60000);
+    ASSERT_TRUE(admin->BeginCut(&context, request, &cut).ok());
+  }
+  ASSERT_GT(cut.cut(), 3);
+  // The worker ahead reaches the cut and holds; the one behind does not.
+  while (clock_of(cut_status(), 10) < cut.cut() && absl::Now() < give_up)
+    absl::SleepFor(absl::Milliseconds(10));
+  report_behind(1);
+  CutStatusResponse before = cut_status();
+  EXPECT_FALSE(before.ready());
+  EXPECT_EQ(clock_of(before, 10), cut.cut());
+
+  ASSERT_EQ(kill(shards[0]->pid(), SIGSTOP), 0);
+  absl::SleepFor(lease + absl::Seconds(2));
+  ASSERT_EQ(kill(shards[0]->pid(), SIGCONT), 0);
+  // Within a lease of the pause's end (the worker behind has had no
+  // coordinator to report to), it still counts.
+  const CutStatusResponse after = cut_status();
+  EXPECT_FALSE(after.ready()) << "a live worker at clock 1 was counted out";
+  for (const auto& clock : after.workers()) {
+    EXPECT_TRUE(clock.live()) << "worker " << clock.worker();
+  }
+  report_behind(cut.cut());
+  EXPECT_TRUE(cut_status().ready());
+  {
+    grpc::ClientContext context;
+    EndCutRequest request;
+    request.set_id(cut.id());
+    EndCutResponse ended;
+    ASSERT_TRUE(admin->EndCut(&context, request, &ended).ok());
+    EXPECT_TRUE(ended.ended());
+  }
+  ahead.Stop();
 }
 
 // Trains on `data` with `workers` workers against `shards`; returns each
