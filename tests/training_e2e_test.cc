@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -467,14 +468,15 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
   // A lone worker under bulk-synchronous training is deterministic: stopped
   // by SIGTERM mid-training and restarted (same --worker_index, no
   // --resume_from), it must end with the model of a run straight through,
-  // bit for bit: every step whole, none trained twice or skipped.
+  // bit for bit: every step whole on both shards, none trained twice or
+  // skipped.
   const std::vector<std::string> common = {"--staleness=0",
                                            "--drain_seconds=20"};
-  const WorkerRun straight = Train(1, 1, common)[0];
+  const WorkerRun straight = Train(2, 1, common)[0];
   ASSERT_EQ(straight.exit_code, 0);
 
-  const std::vector<std::string> servers = StartShards(1);
-  ASSERT_EQ(servers.size(), 1u);
+  const std::vector<std::string> servers = StartShards(2);
+  ASSERT_EQ(servers.size(), 2u);
   std::vector<std::string> slow = common;
   slow.push_back("--slow_step_ms=40");
   // Stops worker 0 once the coordinator holds a clock of at least `at`;
@@ -513,6 +515,69 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
   EXPECT_DOUBLE_EQ(second.Get("test_auc"), straight.Get("test_auc"));
   EXPECT_DOUBLE_EQ(second.Get("test_logloss"), straight.Get("test_logloss"));
   shards_.clear();
+}
+
+// Waits until every thread of `pid` is stopped: kill(SIGSTOP) returns
+// before they are.
+void WaitUntilStopped(pid_t pid) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    bool all_stopped = true;
+    for (const auto& task : std::filesystem::directory_iterator(
+             absl::StrCat("/proc/", pid, "/task"))) {
+      const std::string stat = ReadFile((task.path() / "stat").string());
+      // "PID (NAME) STATE ...": the state follows the last ')'.
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() ||
+          stat[paren + 2] != 'T') {
+        all_stopped = false;
+      }
+    }
+    if (all_stopped) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ADD_FAILURE() << "process " << pid << " did not stop";
+}
+
+TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
+  // The shard is stopped (SIGSTOP) before the signal: the step being pushed,
+  // or the leaving report, cannot end, so the drain cannot either.
+  struct Case {
+    std::string drain_seconds;
+    bool second_signal;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"--drain_seconds=1", false, "the drain took longer than"},
+      {"--drain_seconds=60", true, "a second signal"}};
+  for (const Case& c : cases) {
+    const std::vector<std::string> servers = StartShards(1);
+    ASSERT_EQ(servers.size(), 1u);
+    auto worker = ChildProcess::Start(
+        WorkerArgs(servers, 0, 1, {c.drain_seconds, "--slow_step_ms=40"}),
+        false, dir_ + "/worker0.log");
+    ASSERT_TRUE(worker.ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (ClockHeldFor(*shards_[0], 0).clock < 3 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_EQ(kill(shards_[0]->pid(), SIGSTOP), 0);
+    WaitUntilStopped(shards_[0]->pid());
+    const absl::Time signalled = absl::Now();
+    ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
+    if (c.second_signal) {
+      absl::SleepFor(absl::Milliseconds(300));
+      ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
+    }
+    const int code = (*worker)->Wait(absl::Seconds(30));
+    const absl::Duration took = absl::Now() - signalled;
+    kill(shards_[0]->pid(), SIGCONT);
+    const std::string log = ReadFile(dir_ + "/worker0.log");
+    EXPECT_EQ(code, 70) << log;
+    EXPECT_LT(took, absl::Seconds(3)) << "it waited for the shard";
+    EXPECT_NE(log.find(c.why), std::string::npos) << log;
+    EXPECT_NE(log.find("may be on some shards only"), std::string::npos) << log;
+    shards_.clear();
+  }
 }
 
 TEST_F(TrainingTest, RestartFromStartIgnoresWhatTheCoordinatorHolds) {

@@ -216,8 +216,9 @@ ABSL_FLAG(int32_t, retry_for_s, 600,
 ABSL_FLAG(int32_t, drain_seconds, 10,
           "On SIGTERM or SIGINT: stop reading, finish the step being pushed "
           "(every step whole on every shard), give the lease back, write "
-          "--metrics_out, and exit 75 within this long (past it, exit 75 "
-          "anyway). A second signal exits at once.");
+          "--metrics_out, and exit 75 within this long. Past it, or on a "
+          "second signal, exit 70 at once (0 if the input was done): the "
+          "step being pushed may then be on some shards only.");
 ABSL_FLAG(bool, restart_from_start, false,
           "Start from the beginning of this worker's input even when the "
           "coordinator holds a clock and input position for this "
