@@ -34,7 +34,7 @@ cleanup() {
 trap cleanup EXIT
 
 bash deploy/setup.sh >/dev/null
-bazel build //server:ps_server //server:ps_admin //worker:ps_worker \
+bazel build //server:ps_server //ops:ps_admin //worker:ps_worker \
   //worker:clicklog_gen //worker:ps_predict 2>&1 | tail -1
 bin=bazel-bin
 now() { date +%s.%N; }
@@ -84,12 +84,12 @@ trainer=$!
 sleep 4
 start=$(now)
 echo "\$ ps_admin --servers=$servers checkpoint --dir=$dir/ckpt"
-"$bin/server/ps_admin" --servers="$servers" checkpoint --dir="$dir/ckpt" | sed 's/^/   /'
+"$bin/ops/ps_admin" --servers="$servers" checkpoint --dir="$dir/ckpt" | sed 's/^/   /'
 echo "   (took $(since "$start") s)"
 wait $trainer
 echo "   trained straight through: test AUC $(metric "$dir/first-worker0.json" test_auc)"
 echo "\$ ps_admin checkpoints --dir=$dir"
-"$bin/server/ps_admin" checkpoints --dir="$dir" | sed 's/^/   /'
+"$bin/ops/ps_admin" checkpoints --dir="$dir" | sed 's/^/   /'
 cleanup
 started=()
 
@@ -106,7 +106,7 @@ echo "== 3. export and predict (no shard needed)"
 for format in fp32 fp16; do
   start=$(now)
   echo "\$ ps_admin --servers=... export --dir=$dir/export-$format --format=$format"
-  "$bin/server/ps_admin" --servers="$servers" export --dir="$dir/export-$format" \
+  "$bin/ops/ps_admin" --servers="$servers" export --dir="$dir/export-$format" \
     --format=$format | sed 's/^/   /'
   echo "   (took $(since "$start") s; $(du -sh "$dir/export-$format" | cut -f1) on disk)"
 done

@@ -8,10 +8,12 @@
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
 #include "glog/logging.h"
+#include "net/grpc_status.h"
 #include "server/bearer_token.h"
-#include "server/grpc_status.h"
 
 namespace ps::server {
+
+using ::ps::net::ToGrpcStatus;
 
 grpc::ServerUnaryReactor* AdminService::ListTables(
     grpc::CallbackServerContext* context, const ListTablesRequest*,

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/latency_quantile.h"
 #include "grpcpp/support/server_interceptor.h"
 
 namespace ps::server {
@@ -80,14 +81,6 @@ class CallStats {
   absl::flat_hash_map<std::string, int> index_;
   std::vector<Counts> counts_;
 };
-
-// The value that estimates the `quantile` (0..1) of the latencies counted
-// in `buckets`, whose upper bounds are `bounds` (one fewer: the last bucket
-// has none), interpolated linearly within its bucket; 0 for no call. The
-// last bucket answers with its lower bound.
-double LatencyQuantileSeconds(absl::Span<const double> bounds,
-                              absl::Span<const uint64_t> buckets,
-                              double quantile);
 
 }  // namespace ps::server
 

@@ -16,10 +16,12 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "net/grpc_status.h"
 #include "server/bearer_token.h"
-#include "server/grpc_status.h"
 
 namespace ps::server {
+
+using ::ps::net::ToGrpcStatus;
 
 grpc::ServerUnaryReactor* DataService::Finish(
     grpc::CallbackServerContext* context, CountedReactor* reactor,

@@ -16,8 +16,8 @@
 #include "absl/time/time.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
-#include "base/tls_credentials.h"
 #include "glog/logging.h"
+#include "net/tls_credentials.h"
 #include "server/shard_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",

@@ -22,9 +22,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "base/metrics_endpoint.h"
 #include "embedding/embedding_store.h"
 #include "grpcpp/support/status.h"
+#include "net/metrics_endpoint.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"

@@ -10,7 +10,6 @@
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
-#include "base/tls_credentials.h"
 #include "base/transient_error.h"
 #include "embedding/restore.h"
 #include "glog/logging.h"
@@ -20,6 +19,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "net/tls_credentials.h"
 #include "server/shard_identity.h"
 
 namespace ps::server {

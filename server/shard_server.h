@@ -26,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "base/tls_credentials.h"
 #include "embedding/embedding_store.h"
+#include "net/tls_credentials.h"
 #include "server/admin_service.h"
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
@@ -61,7 +61,7 @@ struct ServerOptions {
   // The clock coordinator; its state is kept in the store's data_dir
   // (state_path is set from it).
   CoordinatorOptions coordinator;
-  // TLS for both services (see base/tls_credentials.h). Default: none.
+  // TLS for both services (see net/tls_credentials.h). Default: none.
   TlsFiles tls;
   // Without TLS, a listen address other than loopback is refused unless
   // this is set. Default: false.
@@ -78,7 +78,7 @@ struct ServerOptions {
   // What the admin Drain call does (ps_server: the same as SIGTERM).
   // Default: not set (Drain is refused).
   std::function<void()> drain;
-  // A checkpoint to start from (base/checkpoint_client.h): on an empty
+  // A checkpoint to start from (ops/checkpoint.h): on an empty
   // data dir, this shard loads the rows that route to it from every part,
   // whatever shard count took it; a data dir restored from the same
   // checkpoint before just opens. Default: none.

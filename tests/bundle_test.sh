@@ -19,7 +19,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
 [ -e "$cuda_backend" ] || cuda_backend=""
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
-  "$runfiles/server/ps_server" "$runfiles/server/ps_admin" \
+  "$runfiles/server/ps_server" "$runfiles/ops/ps_admin" \
   "$runfiles/worker/ps_worker" "$runfiles/worker/ps_predict" \
   "$runfiles/worker/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
 mkdir "$work/unpacked"

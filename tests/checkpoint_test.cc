@@ -11,6 +11,8 @@
 //     staleness 0); with two workers restored into three shards, test AUC
 //     within 0.002.
 
+#include "ops/checkpoint.h"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -31,7 +33,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "base/checkpoint_client.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "grpcpp/client_context.h"
@@ -76,7 +77,7 @@ std::vector<std::string> Addresses(
 
 int Admin(const std::vector<std::string>& servers,
           const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+  std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
                                    "--servers=" + absl::StrJoin(servers, ",")};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunToCompletion(argv, log);
@@ -301,6 +302,9 @@ class CountingWorker {
       : id_(id), table_(absl::StrCat("steps_", id)), lease_(lease) {
     worker::ClientOptions options;
     options.servers = servers;
+    // Long enough for a shard's restart; short enough that a test that
+    // failed with a shard down ends.
+    options.retry_for = absl::Seconds(60);
     client_ = worker::PsClient::Connect(options).value();
     TableSpec spec = SgdTableSpec(table_, 1, 1.0f, InitializerSpec::ZEROS);
     EXPECT_TRUE(client_->DeclareTable(spec).ok());
@@ -335,12 +339,16 @@ class CountingWorker {
 
   ~CountingWorker() { Stop(); }
 
+  // While muted, it goes on pushing but reports no clock.
+  void Mute(bool muted) { muted_ = muted; }
+
   uint32_t id() const { return id_; }
   const std::string& table() const { return table_; }
   const std::vector<uint64_t>& keys() const { return keys_; }
 
  private:
   void Report(int64_t clock, bool finished) {
+    if (muted_ && !finished) return;
     ClockRequest request;
     request.set_worker(id_);
     request.set_incarnation(client_->incarnation());
@@ -358,6 +366,7 @@ class CountingWorker {
   std::vector<uint64_t> keys_;
   std::atomic<int64_t> hold_at_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> muted_{false};
   std::thread thread_;
 };
 
@@ -517,6 +526,10 @@ TEST_F(CheckpointTest,
     counters.back()->Start();
   }
   absl::SleepFor(absl::Milliseconds(1500));
+  // They push on without reporting until the coordinator has been asked
+  // for a cut: its saved clocks are then surely behind.
+  for (auto& counter : counters) counter->Mute(true);
+  absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
   const std::string port = servers[0].substr(servers[0].rfind(':') + 1);
   auto started =
@@ -526,8 +539,21 @@ TEST_F(CheckpointTest,
   ASSERT_TRUE(started.ok())
       << started.status() << ReadFile(dir_ + "/shard0.restarted.log");
   restarted = std::move(started).value();
+  {
+    auto admin = Admin::NewStub(restarted->channel());
+    grpc::ClientContext context;
+    BeginCutResponse cut;
+    const grpc::Status refused =
+        admin->BeginCut(&context, BeginCutRequest(), &cut);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(refused.error_message().find("has not reported since"),
+              std::string::npos)
+        << refused.error_message();
+  }
+  for (auto& counter : counters) counter->Mute(false);
   const std::string checkpoint = dir_ + "/checkpoint";
-  ASSERT_EQ(Admin(servers, {"--dir=" + checkpoint, "checkpoint"},
+  ASSERT_EQ(Admin(servers,
+                  {"--dir=" + checkpoint, "--hold_timeout_s=60", "checkpoint"},
                   dir_ + "/checkpoint.log"),
             0)
       << ReadFile(dir_ + "/checkpoint.log");
@@ -556,9 +582,9 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
     request.set_incarnation((*behind)->incarnation());
     request.set_clock(clock);
     request.set_lease_ms(absl::ToInt64Milliseconds(lease));
-    ASSERT_TRUE((*behind)->Clock(request).ok());
+    return (*behind)->Clock(request).ok();
   };
-  report_behind(1);
+  ASSERT_TRUE(report_behind(1));
   auto admin = Admin::NewStub(shards[0]->channel());
   auto cut_status = [&] {
     grpc::ClientContext context;
@@ -594,7 +620,7 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   // The worker ahead reaches the cut and holds; the one behind does not.
   while (clock_of(cut_status(), 10) < cut.cut() && absl::Now() < give_up)
     absl::SleepFor(absl::Milliseconds(10));
-  report_behind(1);
+  ASSERT_TRUE(report_behind(1));
   CutStatusResponse before = cut_status();
   EXPECT_FALSE(before.ready());
   EXPECT_EQ(clock_of(before, 10), cut.cut());
@@ -609,7 +635,7 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   for (const auto& clock : after.workers()) {
     EXPECT_TRUE(clock.live()) << "worker " << clock.worker();
   }
-  report_behind(cut.cut());
+  ASSERT_TRUE(report_behind(cut.cut()));
   EXPECT_TRUE(cut_status().ready());
   {
     grpc::ClientContext context;
@@ -695,7 +721,7 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   // ps_admin checkpoints lists both (its table goes to stdout).
   ASSERT_EQ(
       RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("server/ps_admin") + " --dir=" + checkpoints +
+                       BinaryPath("ops/ps_admin") + " --dir=" + checkpoints +
                            " checkpoints > " + dir_ + "/list.txt"},
                       dir_ + "/list.log"),
       0);

@@ -16,7 +16,7 @@ expect() {  # expect CODE WHAT COMMAND...
     failures=$((failures + 1))
   fi
 }
-for binary in server/ps_server server/ps_admin worker/ps_worker worker/ps_predict \
+for binary in server/ps_server ops/ps_admin worker/ps_worker worker/ps_predict \
   worker/clicklog_gen; do
   name=$(basename "$binary")
   expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
@@ -32,7 +32,7 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 printf '0\t1\ta\n' >"$work/train.tsv"
 expect 69 "ps_worker against no shard" "$runfiles/worker/ps_worker" --servers=127.0.0.1:$port \
   --train="$work/train.tsv" --columns=label,dense,cat --device=cpu --retry_for_s=1
-expect 69 "ps_admin against no shard" "$runfiles/server/ps_admin" --servers=127.0.0.1:$port \
+expect 69 "ps_admin against no shard" "$runfiles/ops/ps_admin" --servers=127.0.0.1:$port \
   --timeout_s=1 tables
 expect 70 "ps_predict with no export" "$runfiles/worker/ps_predict" --model="$work/none" \
   --input="$work/train.tsv"

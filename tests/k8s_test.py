@@ -19,7 +19,7 @@ import yaml
 RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ".."), "parameter_server")
 BINARIES = {
     "ps_server": "server/ps_server",
-    "ps_admin": "server/ps_admin",
+    "ps_admin": "ops/ps_admin",
     "ps_worker": "worker/ps_worker",
     "ps_predict": "worker/ps_predict",
     "clicklog_gen": "worker/clicklog_gen",

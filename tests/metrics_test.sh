@@ -54,7 +54,7 @@ wait "$worker" || fail "ps_worker: $(tail -5 worker.log)"
 worker=
 
 # A refused call: counted under its method and code.
-"$runfiles/server/ps_admin" --servers="$address" --table=no.such.table --key=1 row \
+"$runfiles/ops/ps_admin" --servers="$address" --table=no.such.table --key=1 row \
   >/dev/null 2>&1 && fail "ps_admin row of an unknown table succeeded"
 scrape "$shard_metrics" >shard.prom
 promtool check metrics <shard.prom || fail "promtool rejects the shard's metrics"
@@ -75,14 +75,14 @@ awk -v b="$log" 'BEGIN {exit !(b > 0)}' || fail "push-log bytes: $log"
 version=$("$runfiles/server/ps_server" --version) || fail "ps_server --version exited non-zero"
 commit=$(awk '{print $2}' <<<"$version")
 [[ "$commit" =~ ^[0-9a-f]{12}(-dirty)?$ ]] || fail "ps_server --version: $version"
-for binary in server/ps_admin worker/ps_worker worker/clicklog_gen; do
+for binary in ops/ps_admin worker/ps_worker worker/clicklog_gen; do
   line=$("$runfiles/$binary" --version) || fail "$binary --version exited non-zero"
   [ "$line" = "$(basename "$binary") ${version#ps_server }" ] || fail "$binary --version: $line"
 done
 grep -q "^ps_build_info{shard=\"0\",commit=\"$commit\",built=\"[0-9TZ:-]*\"} 1" shard.prom ||
   fail "no ps_build_info for $commit: $(grep build_info shard.prom)"
-"$runfiles/server/ps_admin" --servers="$address" stats >stats.txt 2>&1 || fail "ps_admin stats: $(cat stats.txt)"
+"$runfiles/ops/ps_admin" --servers="$address" stats >stats.txt 2>&1 || fail "ps_admin stats: $(cat stats.txt)"
 grep -q "^build $commit on shard 0$" stats.txt || fail "ps_admin stats: $(head -3 stats.txt)"
-"$runfiles/server/ps_admin" --servers="$address" --json stats >stats.json 2>&1
+"$runfiles/ops/ps_admin" --servers="$address" --json stats >stats.json 2>&1
 grep -q "\"build_commit\": *\"$commit\"" stats.json || fail "ps_admin --json stats: $(head -c 300 stats.json)"
 echo "shard: $pulls pulls and $pushes pushes, $rows rows pushed; worker: $steps steps at the mid-run scrape; $version"

@@ -232,7 +232,7 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
 // Runs ps_admin against the test's server; returns its stdout.
 std::string RunAdmin(const std::string& server,
                      const std::vector<std::string>& args, int* exit_code) {
-  std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+  std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
                                    "--servers=" + server};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = ChildProcess::Start(argv, /*capture_stdout=*/true);

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "base/tls_credentials.h"
+#include "net/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -178,7 +178,7 @@ TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
   ASSERT_NE(server, nullptr);
   auto admin = [&](const std::vector<std::string>& extra,
                    const std::string& command, const std::string& log) {
-    std::vector<std::string> argv = {BinaryPath("server/ps_admin"),
+    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
                                      "--servers=" + server->address()};
     for (const std::string& flag : ClientFlags("worker")) argv.push_back(flag);
     argv.insert(argv.end(), extra.begin(), extra.end());

@@ -553,25 +553,33 @@ TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
   for (const Case& c : cases) {
     const std::vector<std::string> servers = StartShards(1);
     ASSERT_EQ(servers.size(), 1u);
+    const std::string log_path = dir_ + "/worker0.log";
+    std::filesystem::remove(log_path);  // the case before's
     auto worker = ChildProcess::Start(
         WorkerArgs(servers, 0, 1, {c.drain_seconds, "--slow_step_ms=40"}),
-        false, dir_ + "/worker0.log");
+        false, log_path);
     ASSERT_TRUE(worker.ok());
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (ClockHeldFor(*shards_[0], 0).clock < 3 && absl::Now() < deadline)
       absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_GE(ClockHeldFor(*shards_[0], 0).clock, 3) << ReadFile(log_path);
     ASSERT_EQ(kill(shards_[0]->pid(), SIGSTOP), 0);
     WaitUntilStopped(shards_[0]->pid());
     const absl::Time signalled = absl::Now();
     ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
     if (c.second_signal) {
-      absl::SleepFor(absl::Milliseconds(300));
+      // Once the first is taken (two pending SIGTERMs would be one).
+      while (ReadFile(log_path).find("SIGTERM: stopping") ==
+                 std::string::npos &&
+             absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
       ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
     }
     const int code = (*worker)->Wait(absl::Seconds(30));
     const absl::Duration took = absl::Now() - signalled;
     kill(shards_[0]->pid(), SIGCONT);
-    const std::string log = ReadFile(dir_ + "/worker0.log");
+    const std::string log = ReadFile(log_path);
     EXPECT_EQ(code, 70) << log;
     EXPECT_LT(took, absl::Seconds(3)) << "it waited for the shard";
     EXPECT_NE(log.find(c.why), std::string::npos) << log;

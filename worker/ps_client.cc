@@ -17,8 +17,12 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "net/grpc_status.h"
 
 namespace ps::worker {
+
+using ::ps::net::FromGrpcStatus;
+
 namespace {
 
 std::shared_ptr<grpc::Channel> MakeChannel(
@@ -57,13 +61,6 @@ std::vector<std::pair<int, std::vector<uint32_t>>> Route(
 }
 
 }  // namespace
-
-absl::Status FromGrpcStatus(const grpc::Status& status,
-                            const std::string& context) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(context, ": ", status.error_message()));
-}
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const ClientOptions& options) {

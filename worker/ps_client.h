@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "base/tls_credentials.h"
+#include "net/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace ps::worker {
@@ -63,7 +63,7 @@ struct ClientOptions {
   // epoch at Connect(), until set_incarnation() gives the one the
   // coordinator assigned (the trainer does, before any push).
   uint64_t incarnation = 0;
-  // TLS to the shards (base/tls_credentials.h). Default: plaintext.
+  // TLS to the shards (net/tls_credentials.h). Default: plaintext.
   TlsFiles tls;
   // Sent with Clock and DeclareTable calls, for shards started with
   // --worker_token_file. Default: none.
@@ -73,10 +73,6 @@ struct ClientOptions {
   // gradients. Default: FP32.
   WireFormat wire_format = WireFormat::FP32;
 };
-
-// The one place where grpc::Status becomes absl::Status on the worker side.
-absl::Status FromGrpcStatus(const grpc::Status& status,
-                            const std::string& context);
 
 class PsClient {
  public:

@@ -26,10 +26,11 @@
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
 #include "base/manifest.h"
-#include "base/tls_credentials.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
+#include "net/tls_credentials.h"
+#include "ops/periodic_checkpointer.h"
 #include "worker/layout_flags.h"
 #include "worker/model_inputs.h"
 #include "worker/ps_client.h"
@@ -596,14 +597,16 @@ int main(int argc, char** argv) {
               << absl::GetFlag(FLAGS_worker_index) << " takes none";
     options.checkpoint_every_steps = 0;
   }
+  std::unique_ptr<ps::ops::PeriodicCheckpointer> checkpointer;
   if (options.checkpoint_every_steps > 0) {
     if (absl::GetFlag(FLAGS_checkpoint_dir).empty())
       return Fail("--checkpoint_every_steps needs --checkpoint_dir");
-    options.checkpoint.servers = client_options.servers;
-    options.checkpoint.coordinator = client_options.coordinator;
-    options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
-    options.checkpoint.tls = client_options.tls;
-    options.checkpoint.token = token;
+    ps::CheckpointOptions checkpoint;
+    checkpoint.servers = client_options.servers;
+    checkpoint.coordinator = client_options.coordinator;
+    checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+    checkpoint.tls = client_options.tls;
+    checkpoint.token = token;
     std::vector<std::string> addresses = client_options.servers;
     if (!client_options.coordinator.empty())
       addresses.push_back(client_options.coordinator);
@@ -612,7 +615,9 @@ int main(int argc, char** argv) {
         !private_token.ok()) {
       return Fail(private_token.ToString());
     }
-    options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+    checkpointer = std::make_unique<ps::ops::PeriodicCheckpointer>(
+        checkpoint, absl::GetFlag(FLAGS_checkpoints_to_keep));
+    options.checkpoints = checkpointer.get();
   }
   std::unique_ptr<ps::worker::TrainingMetrics> metrics;
   if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);

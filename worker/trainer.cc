@@ -22,7 +22,6 @@
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
 #include "worker/model_inputs.h"
-#include "worker/periodic_checkpointer.h"
 
 namespace ps::worker {
 
@@ -721,11 +720,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   });
 
   // Push: gradients out, then the clock forward.
-  std::unique_ptr<PeriodicCheckpointer> checkpointer;
-  if (options_.checkpoint_every_steps > 0) {
-    checkpointer = std::make_unique<PeriodicCheckpointer>(
-        options_.checkpoint, options_.checkpoints_to_keep);
-  }
+  CheckpointTaker* const checkpointer =
+      options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
   absl::Duration cut_hold;  // written by the pusher, read after it stops
   // The cut to hold at, as answered to the last report made after the
   // clock reached the step about to be pushed (0: none). Only such an
@@ -976,7 +972,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                    << "] could not tell the coordinator it leaves (" << left
                    << "): its lease lapses instead";
     }
-    if (checkpointer != nullptr) checkpointer->Stop();
+    if (checkpointer != nullptr) checkpointer->Abandon();
     LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
               << clock_.load() << " after " << examples_.load()
               << " examples; a restart goes on from there";
@@ -989,9 +985,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   finished_ = true;
   if (checkpointer != nullptr) {
     checkpointer->Stop();
-    const PeriodicCheckpointer::Stats stats = checkpointer->stats();
-    summary.checkpoints = stats.taken;
-    summary.failed_checkpoints = stats.failed;
+    const CheckpointTaker::Counts counts = checkpointer->counts();
+    summary.checkpoints = counts.taken;
+    summary.failed_checkpoints = counts.failed;
   }
   const absl::Time wait_limit = absl::Now() + options_.final_wait_limit;
   while (clock_view.live_workers() > 0 && absl::Now() < wait_limit &&

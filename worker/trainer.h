@@ -44,7 +44,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "base/checkpoint_client.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
@@ -55,6 +54,28 @@
 #include "worker/training_metrics.h"
 
 namespace ps::worker {
+
+// Takes the cluster's checkpoints when a trainer asks (ps_worker gives it
+// ops/periodic_checkpointer.h's). Request() must return at once: every live
+// worker, the asking one included, holds at a checkpoint's cut.
+class CheckpointTaker {
+ public:
+  struct Counts {
+    int taken = 0;
+    int failed = 0;
+  };
+
+  virtual ~CheckpointTaker() = default;
+  // The asking worker is at `clock`: take a checkpoint, unless one is being
+  // taken.
+  virtual void Request(int64_t clock) = 0;
+  // Waits for the checkpoint in progress, then takes no more.
+  virtual void Stop() = 0;
+  // Gives up a checkpoint still waiting for its cut (a draining worker must
+  // not wait for one), then takes no more.
+  virtual void Abandon() = 0;
+  virtual Counts counts() = 0;
+};
 
 struct TrainerOptions {
   // Training data, this worker's share, batch size, epochs, bad-line limit,
@@ -162,12 +183,11 @@ struct TrainerOptions {
   // or a drain). False starts from the beginning of the input. Default:
   // false (ps_worker: true unless --restart_from_start).
   bool resume_from_coordinator = false;
-  // Periodic checkpoints, taken by the worker that sets them (worker 0):
-  // every this many steps (0: none), into checkpoint.dir/ckpt-<clock>/,
-  // keeping the newest checkpoints_to_keep (0: all).
+  // Periodic checkpoints, asked of `checkpoints` (not owned; outlives
+  // Run()) every this many steps by the worker that sets them (worker 0).
+  // Defaults: 0 and null, none.
   int64_t checkpoint_every_steps = 0;
-  CheckpointOptions checkpoint;
-  int checkpoints_to_keep = 0;
+  CheckpointTaker* checkpoints = nullptr;
 };
 
 struct TrainingSummary {

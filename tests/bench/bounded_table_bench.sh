@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash deploy/setup.sh --bench >/dev/null
-bazel build //server:ps_server //server:ps_admin //worker:ps_worker \
+bazel build //server:ps_server //ops:ps_admin //worker:ps_worker \
   //worker:clicklog_gen 2>&1 | tail -1
 work=$(mktemp -d /tmp/bounded_bench.XXXX)
 pids=()
@@ -66,7 +66,7 @@ run() {
   echo "seconds,rows,live_bytes,dir_bytes,rss_bytes" >"$work/$name.csv"
   while kill -0 "$worker" 2>/dev/null; do
     local tables disk rss now
-    tables=$("$bin/server/ps_admin" --servers="$address" --json tables 2>/dev/null |
+    tables=$("$bin/ops/ps_admin" --servers="$address" --json tables 2>/dev/null |
       /usr/bin/python3 -c 'import json,sys; t=json.load(sys.stdin)["tables"]; print(sum(x["rows"] for x in t), sum(x["disk_bytes"] for x in t), sep=",")' \
       2>/dev/null || echo "")
     disk=$(du -sb "$dir/shard" 2>/dev/null | cut -f1)

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "net/grpc_status.h"
 #include "proto/admin.grpc.pb.h"
 #include "worker/ps_client.h"
 
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
           const grpc::Status status =
               admin->ShardStats(&context, ps::ShardStatsRequest(), &response);
           stats.Record(absl::Now() - start,
-                       ps::worker::FromGrpcStatus(status, "stats"));
+                       ps::net::FromGrpcStatus(status, "stats"));
         }
         absl::SleepFor(absl::Milliseconds(20));
       }

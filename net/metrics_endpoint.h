@@ -1,4 +1,4 @@
-// File: base/metrics_endpoint.h
+// File: net/metrics_endpoint.h
 //
 // MetricsEndpoint serves Prometheus metrics: GET http://HOST:PORT/metrics in
 // the text exposition format, through prometheus-cpp's exposer (an embedded
@@ -9,8 +9,8 @@
 //
 // Thread-safe.
 
-#ifndef PS_BASE_METRICS_ENDPOINT_H_
-#define PS_BASE_METRICS_ENDPOINT_H_
+#ifndef PS_NET_METRICS_ENDPOINT_H_
+#define PS_NET_METRICS_ENDPOINT_H_
 
 #include <memory>
 #include <string>
@@ -44,4 +44,4 @@ class MetricsEndpoint {
 
 }  // namespace ps
 
-#endif  // PS_BASE_METRICS_ENDPOINT_H_
+#endif  // PS_NET_METRICS_ENDPOINT_H_

@@ -1,4 +1,4 @@
-#include "worker/periodic_checkpointer.h"
+#include "ops/periodic_checkpointer.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "base/manifest.h"
 #include "glog/logging.h"
 
-namespace ps::worker {
+namespace ps::ops {
 namespace {
 
 // The suffix of a checkpoint being taken.
@@ -42,9 +42,17 @@ void PeriodicCheckpointer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-PeriodicCheckpointer::Stats PeriodicCheckpointer::stats() {
+void PeriodicCheckpointer::Abandon() {
+  {
+    absl::MutexLock lock(&mu_);
+    abandoning_ = true;
+  }
+  Stop();
+}
+
+PeriodicCheckpointer::Counts PeriodicCheckpointer::counts() {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  return counts_;
 }
 
 void PeriodicCheckpointer::Loop() {
@@ -61,6 +69,10 @@ void PeriodicCheckpointer::Loop() {
       clock = requested_;
     }
     CheckpointOptions options = options_;
+    options.abandon = [this] {
+      absl::MutexLock lock(&mu_);
+      return abandoning_;
+    };
     options.dir =
         absl::StrCat(options_.dir, "/", CheckpointName(clock), kTaking);
     std::error_code error;
@@ -85,7 +97,7 @@ void PeriodicCheckpointer::Loop() {
     {
       absl::MutexLock lock(&mu_);
       requested_ = -1;
-      ++(taken.ok() ? stats_.taken : stats_.failed);
+      ++(taken.ok() ? counts_.taken : counts_.failed);
     }
     if (taken.ok()) {
       LOG(INFO) << "checkpoint at clock " << taken->cut() << " in " << final_dir
@@ -114,4 +126,4 @@ void PeriodicCheckpointer::Prune() {
     LOG(INFO) << "removed the older checkpoint " << dir;
 }
 
-}  // namespace ps::worker
+}  // namespace ps::ops

@@ -31,17 +31,17 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
-#include "base/checkpoint_client.h"
 #include "base/exit_codes.h"
+#include "base/latency_quantile.h"
 #include "base/manifest.h"
 #include "base/routing.h"
-#include "base/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "net/tls_credentials.h"
 #include "nlohmann/json.hpp"
+#include "ops/checkpoint.h"
 #include "proto/admin.grpc.pb.h"
-#include "server/call_stats.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "host:port of the shards, comma-separated in shard order; every "
@@ -94,7 +94,7 @@ ABSL_FLAG(std::string, token_file, "",
 
 namespace {
 
-using ps::server::LatencyQuantileSeconds;
+using ps::LatencyQuantileSeconds;
 
 // A bad flag: exit 64.
 int Fail(const std::string& message) {

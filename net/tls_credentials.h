@@ -1,4 +1,4 @@
-// File: base/tls_credentials.h
+// File: net/tls_credentials.h
 //
 // TLS for the project's gRPC servers and channels, from PEM files: the one
 // place both sides turn their --tls_* flags into gRPC credentials, so that
@@ -13,8 +13,8 @@
 // only over TLS, unless told otherwise), and reading a bearer token file.
 // Pure functions of their arguments and the files; thread-safe.
 
-#ifndef PS_BASE_TLS_CREDENTIALS_H_
-#define PS_BASE_TLS_CREDENTIALS_H_
+#ifndef PS_NET_TLS_CREDENTIALS_H_
+#define PS_NET_TLS_CREDENTIALS_H_
 
 #include <memory>
 #include <string>
@@ -75,4 +75,4 @@ absl::Status CheckTokenStaysPrivate(const std::string& token,
 
 }  // namespace ps
 
-#endif  // PS_BASE_TLS_CREDENTIALS_H_
+#endif  // PS_NET_TLS_CREDENTIALS_H_

@@ -1,4 +1,4 @@
-#include "base/checkpoint_client.h"
+#include "ops/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -21,16 +21,11 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "net/grpc_status.h"
 #include "proto/admin.grpc.pb.h"
 
 namespace ps {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
 
 class AdminClients {
  public:
@@ -180,21 +175,35 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
                             Progress& progress, CutEnder& ender) {
   const absl::Duration call = absl::Seconds(30);
   const absl::Time hold_start = absl::Now();
+  auto abandoned = [&] { return options.abandon && options.abandon(); };
+  // A coordinator that cannot be reached fails the checkpoint at once...
+  {
+    CutStatusResponse status;
+    RETURN_IF_ERROR(net::FromGrpcStatus(
+        clients.coordinator().CutStatus(clients.Context(call).get(),
+                                        CutStatusRequest(), &status),
+        "asking the coordinator for its cut"));
+  }
+  // ...while UNAVAILABLE from one that answers says it just restarted and
+  // waits for its workers to report again: ask again until hold_timeout.
   BeginCutRequest begin;
   begin.set_lease_ms(30000);
   BeginCutResponse begun;
-  // UNAVAILABLE: a coordinator that just restarted waits for its workers to
-  // report again before it places a cut; ask again until hold_timeout.
   while (true) {
     absl::Status begin_status =
-        FromGrpc(clients.coordinator().BeginCut(clients.Context(call).get(),
-                                                begin, &begun),
-                 "starting the cut");
+        net::FromGrpcStatus(clients.coordinator().BeginCut(
+                                clients.Context(call).get(), begin, &begun),
+                            "starting the cut");
     if (begin_status.ok()) break;
-    if (!absl::IsUnavailable(begin_status) ||
-        absl::Now() - hold_start > options.hold_timeout) {
-      return begin_status;
+    if (!absl::IsUnavailable(begin_status)) return begin_status;
+    if (absl::Now() - hold_start > options.hold_timeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the cut did not start within ",
+                       absl::FormatDuration(options.hold_timeout),
+                       " (--hold_timeout_s): ", begin_status.message()));
     }
+    if (abandoned())
+      return absl::CancelledError("the checkpoint was abandoned");
     progress.Say(
         absl::StrCat("waiting to start the cut: ", begin_status.message()));
     absl::SleepFor(absl::Milliseconds(200));
@@ -206,7 +215,7 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
   absl::Duration pause = absl::Milliseconds(5);
   while (true) {
     cut.status.Clear();
-    RETURN_IF_ERROR(FromGrpc(
+    RETURN_IF_ERROR(net::FromGrpcStatus(
         clients.coordinator().CutStatus(clients.Context(call).get(),
                                         CutStatusRequest(), &cut.status),
         "asking for the cut"));
@@ -222,6 +231,8 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
       if (worker.live() && worker.clock() < cut.cut)
         behind.push_back(absl::StrCat(worker.worker(), " at ", worker.clock()));
     }
+    if (abandoned())
+      return absl::CancelledError("the checkpoint was abandoned");
     if (absl::Now() - hold_start > options.hold_timeout) {
       return absl::DeadlineExceededError(
           absl::StrCat("workers did not reach the cut at clock ", cut.cut,
@@ -264,7 +275,7 @@ absl::Status WriteDuringCut(AdminClients& clients, const Cut& cut,
   RETURN_IF_ERROR(status);
 
   CutStatusResponse after;
-  RETURN_IF_ERROR(FromGrpc(
+  RETURN_IF_ERROR(net::FromGrpcStatus(
       clients.coordinator().CutStatus(clients.Context(absl::Seconds(30)).get(),
                                       CutStatusRequest(), &after),
       "asking for the cut after the shards wrote"));
@@ -329,7 +340,7 @@ absl::Status CheckShardOrder(AdminClients& clients,
                              const std::vector<std::string>& servers) {
   for (size_t i = 0; i < servers.size(); ++i) {
     ShardStatsResponse stats;
-    RETURN_IF_ERROR(FromGrpc(
+    RETURN_IF_ERROR(net::FromGrpcStatus(
         clients.shard(i).ShardStats(clients.Context(absl::Seconds(30)).get(),
                                     ShardStatsRequest(), &stats),
         absl::StrCat("asking ", servers[i], " which shard it is")));
@@ -370,7 +381,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     return OnEveryShard(shards, [&](size_t i) {
       SnapshotShardRequest request;
       request.set_dir(options.dir);
-      return FromGrpc(
+      return net::FromGrpcStatus(
           clients->shard(i).SnapshotShard(
               clients->Context(absl::Hours(1)).get(), request, &parts[i]),
           absl::StrCat("snapshot of shard ", i, " (", options.servers[i], ")"));
@@ -421,7 +432,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   RETURN_IF_ERROR(CheckShardOrder(clients, cluster.servers));
   // The model's card and tables, from shard 0's specs.
   ListTablesResponse listed;
-  RETURN_IF_ERROR(FromGrpc(
+  RETURN_IF_ERROR(net::FromGrpcStatus(
       clients.shard(0).ListTables(clients.Context(absl::Seconds(30)).get(),
                                   ListTablesRequest(), &listed),
       "listing the tables"));
@@ -474,7 +485,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
       for (const std::string& table : tables) request.add_tables(table);
       request.set_format(options.fp16 ? ExportManifest::FP16
                                       : ExportManifest::FP32);
-      return FromGrpc(
+      return net::FromGrpcStatus(
           clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
                                        request, &parts[i]),
           absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));

@@ -1,4 +1,4 @@
-#include "base/metrics_endpoint.h"
+#include "net/metrics_endpoint.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

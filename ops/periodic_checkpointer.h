@@ -1,9 +1,9 @@
-// File: worker/periodic_checkpointer.h
+// File: ops/periodic_checkpointer.h
 //
 // PeriodicCheckpointer takes the cluster's checkpoints for one worker
 // (worker 0 under ps_worker --checkpoint_every_steps): Request(clock) asks
 // for one and returns at once; a thread of its own takes it into
-// DIR/ckpt-<clock>.taking/ (base/checkpoint_client.h: every live worker
+// DIR/ckpt-<clock>.taking/ (ops/checkpoint.h: every live worker
 // holds at the cut, this one included, so it must never wait inside the
 // training loop), renames it DIR/ckpt-<cut>/ (ckpt-<cut>.<n>/ if that name
 // is taken, as by a run abandoned for an older checkpoint), and then keeps
@@ -11,42 +11,41 @@
 // A request made while one is being taken is dropped. A failed checkpoint
 // is logged and training goes on.
 //
-// Thread-safe. Stop() (or the destructor) waits for the one in progress.
+// Thread-safe. Stop() (or the destructor) waits for the one in progress;
+// Abandon() gives it up if it still waits for its cut.
 
-#ifndef PS_WORKER_PERIODIC_CHECKPOINTER_H_
-#define PS_WORKER_PERIODIC_CHECKPOINTER_H_
+#ifndef PS_OPS_PERIODIC_CHECKPOINTER_H_
+#define PS_OPS_PERIODIC_CHECKPOINTER_H_
 
 #include <cstdint>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "base/checkpoint_client.h"
+#include "ops/checkpoint.h"
+#include "worker/trainer.h"
 
-namespace ps::worker {
+namespace ps::ops {
 
-class PeriodicCheckpointer {
+class PeriodicCheckpointer : public worker::CheckpointTaker {
  public:
   // `options` says how to reach the cluster; its dir is the parent of the
   // checkpoints. `keep`: checkpoints kept (0: all).
   PeriodicCheckpointer(const CheckpointOptions& options, int keep);
-  ~PeriodicCheckpointer();
+  ~PeriodicCheckpointer() override;
 
   PeriodicCheckpointer(const PeriodicCheckpointer&) = delete;
   PeriodicCheckpointer& operator=(const PeriodicCheckpointer&) = delete;
 
   // Asks for a checkpoint (this worker is at `clock`), unless one is being
   // taken.
-  void Request(int64_t clock);
+  void Request(int64_t clock) override;
 
   // Waits for the checkpoint in progress, then stops.
-  void Stop();
+  void Stop() override;
+  void Abandon() override;
 
-  struct Stats {
-    int taken = 0;
-    int failed = 0;
-  };
-  Stats stats();
+  Counts counts() override;
 
  private:
   void Loop();
@@ -59,13 +58,14 @@ class PeriodicCheckpointer {
   absl::Mutex mu_;
   int64_t requested_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  Stats stats_ ABSL_GUARDED_BY(mu_);
+  bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
+  Counts counts_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
 // The name of the checkpoint at cut `cut`: ckpt-<cut, 10 digits>.
 std::string CheckpointName(int64_t cut);
 
-}  // namespace ps::worker
+}  // namespace ps::ops
 
-#endif  // PS_WORKER_PERIODIC_CHECKPOINTER_H_
+#endif  // PS_OPS_PERIODIC_CHECKPOINTER_H_

@@ -1,4 +1,4 @@
-#include "base/tls_credentials.h"
+#include "net/tls_credentials.h"
 
 #include <algorithm>
 #include <fstream>

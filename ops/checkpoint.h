@@ -1,4 +1,4 @@
-// File: base/checkpoint_client.h
+// File: ops/checkpoint.h
 //
 // Takes a consistent checkpoint (ps_admin checkpoint, ps_worker
 // --checkpoint_every_steps) or export (ps_admin export) of a running
@@ -22,15 +22,16 @@
 // DIR is a path on the shards' file system (and this process's, for the
 // manifest): the same machine, or a volume they share.
 
-#ifndef PS_BASE_CHECKPOINT_CLIENT_H_
-#define PS_BASE_CHECKPOINT_CLIENT_H_
+#ifndef PS_OPS_CHECKPOINT_H_
+#define PS_OPS_CHECKPOINT_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "base/tls_credentials.h"
+#include "net/tls_credentials.h"
 #include "proto/checkpoint.pb.h"
 
 namespace ps {
@@ -52,12 +53,16 @@ struct CheckpointOptions {
   absl::Duration hold_timeout = absl::Minutes(5);
   // Print what is happening to stderr once it takes more than 3 s.
   bool progress = false;
+  // Asked while waiting for the cut (to start, or for the workers to reach
+  // it): true gives up with CANCELLED, and the cut ends. Default: never.
+  std::function<bool()> abandon;
 };
 
 // Takes the checkpoint; returns its manifest. ALREADY_EXISTS for a
 // directory that is not empty; FAILED_PRECONDITION when `servers` are not
-// every shard in shard order; DEADLINE_EXCEEDED when the workers do not all
-// reach the cut in time; ABORTED when the cut did not hold while the shards
+// every shard in shard order; DEADLINE_EXCEEDED when the cut does not start
+// or the workers do not all reach it within hold_timeout; CANCELLED when
+// `abandon` said so; ABORTED when the cut did not hold while the shards
 // wrote; the shards' errors.
 absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     const CheckpointOptions& options);
@@ -82,4 +87,4 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options);
 
 }  // namespace ps
 
-#endif  // PS_BASE_CHECKPOINT_CLIENT_H_
+#endif  // PS_OPS_CHECKPOINT_H_
