@@ -254,4 +254,36 @@ int64_t FirstNonFinite(absl::Span<const float> gradients) {
   return -1;
 }
 
+namespace {
+
+struct NamedOptimizer {
+  const char* name;
+  OptimizerSpec::Kind kind;
+};
+constexpr NamedOptimizer kOptimizers[] = {
+    {"sgd", OptimizerSpec::SGD},
+    {"adagrad", OptimizerSpec::ADAGRAD},
+    {"adam", OptimizerSpec::ADAM},
+    {"ftrl", OptimizerSpec::FTRL},
+};
+
+}  // namespace
+
+const char* OptimizerName(OptimizerSpec::Kind kind) {
+  for (const NamedOptimizer& optimizer : kOptimizers) {
+    if (optimizer.kind == kind) return optimizer.name;
+  }
+  return "unknown";
+}
+
+bool OptimizerKindFromName(absl::string_view name, OptimizerSpec::Kind* kind) {
+  for (const NamedOptimizer& optimizer : kOptimizers) {
+    if (name == optimizer.name) {
+      *kind = optimizer.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace ps

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 
@@ -66,6 +67,12 @@ class Optimizer {
 // every value is finite: what an optimizer can apply. Vectorized: a push's
 // gradients are checked whole before anything is applied.
 int64_t FirstNonFinite(absl::Span<const float> gradients);
+
+// The one table of optimizer names ("sgd", "adagrad", "adam", "ftrl"), for
+// flags and for what ps_admin prints.
+const char* OptimizerName(OptimizerSpec::Kind kind);
+// The optimizer named `name`; false (and `*kind` untouched) for none.
+bool OptimizerKindFromName(absl::string_view name, OptimizerSpec::Kind* kind);
 
 }  // namespace ps
 

@@ -242,5 +242,20 @@ TEST(OptimizerTest, ALearningRateScaleScalesEveryOptimizersStep) {
   }
 }
 
+TEST(OptimizerNamesTest, EveryKindHasOneNameThatNamesIt) {
+  for (OptimizerSpec::Kind kind : {OptimizerSpec::SGD, OptimizerSpec::ADAGRAD,
+                                   OptimizerSpec::ADAM, OptimizerSpec::FTRL}) {
+    OptimizerSpec::Kind parsed = OptimizerSpec::SGD;
+    ASSERT_TRUE(OptimizerKindFromName(OptimizerName(kind), &parsed))
+        << OptimizerName(kind);
+    EXPECT_EQ(parsed, kind);
+  }
+  EXPECT_STREQ(OptimizerName(OptimizerSpec::ADAGRAD), "adagrad");
+  OptimizerSpec::Kind untouched = OptimizerSpec::ADAM;
+  EXPECT_FALSE(OptimizerKindFromName("Adam", &untouched));
+  EXPECT_FALSE(OptimizerKindFromName("", &untouched));
+  EXPECT_EQ(untouched, OptimizerSpec::ADAM);
+}
+
 }  // namespace
 }  // namespace ps

@@ -97,6 +97,13 @@ void AppendBytes(const void* data, size_t size, std::string* out) {
 
 }  // namespace
 
+absl::Duration WriteBackInterval(const StoreOptions& options) {
+  if (options.write_back_interval > absl::ZeroDuration())
+    return options.write_back_interval;
+  return options.durability == Durability::kWal ? absl::Seconds(10)
+                                                : absl::Seconds(1);
+}
+
 absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
     const StoreOptions& options) {
   if (options.data_dir.empty()) {
@@ -282,9 +289,7 @@ void EmbeddingStore::StartTableExpiry(const Table& table) {
   // must have been written back over it (twice the write-back interval):
   // deleting it earlier would lose that row's training to a crash before
   // the write-back.
-  const absl::Duration interval = options_.durability == Durability::kWal
-                                      ? options_.wal_write_back_interval
-                                      : options_.flush_interval;
+  const absl::Duration interval = WriteBackInterval(options_);
   on_disk.ttl_s += static_cast<uint32_t>(
       absl::ToInt64Seconds(absl::Ceil(2 * interval, absl::Seconds(1))));
   rocks_->SetExpiry(table.id, on_disk);
@@ -544,7 +549,7 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   if (!stripe.write_back_in_flight) stripe.cache.EvictToBudget(&evicted);
   if (stripe.cache.size() < rows_before) stripe.evicted_rows = true;
   // Each row carries the log sequence of its last update, so replay skips
-  // the records it already includes: no cut, and no other row, is needed.
+  // the records it already includes: no mark, and no other row, is needed.
   for (const EvictedRow& row : evicted) {
     batch->Put(row.table_id, row.key, row.values,
                LogPosition{log_epoch_, row.log_sequence},
@@ -602,9 +607,9 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     taken.rows.emplace_back(&row, row.version);
   }
   if (options_.durability == Durability::kWal) {
-    // Updates applied from here on take sequences at or above the cut and
+    // Updates applied from here on take sequences at or above the mark and
     // are appended after this moment, so in this segment or a later one.
-    batch->SetLogCut(stripe.index, stripe.next_log_sequence);
+    batch->SetLogMark(stripe.index, stripe.next_log_sequence);
     taken.log_start_segment = push_log_->current_segment();
   }
   return taken;
@@ -622,9 +627,9 @@ absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
 
 absl::Status EmbeddingStore::ReplayPushLog() {
   uint64_t epoch = 0;
-  absl::flat_hash_map<uint32_t, uint64_t> cuts;
+  absl::flat_hash_map<uint32_t, uint64_t> marks;
   std::string ledger;
-  RETURN_IF_ERROR(rocks_->ReadLogState(&epoch, &cuts, &ledger));
+  RETURN_IF_ERROR(rocks_->ReadLogState(&epoch, &marks, &ledger));
   if (!ledger.empty()) RETURN_IF_ERROR(ledger_.Merge(ledger));
   ASSIGN_OR_RETURN(std::vector<uint64_t> epochs, push_log_->ListEpochs());
   if (!epochs.empty() && epochs.back() > epoch) {
@@ -638,7 +643,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   // Rows read from here on know which of this epoch's updates they hold.
   log_epoch_ = epoch;
 
-  // First pass: where each section above its stripe's cut lies. Sections
+  // First pass: where each section above its stripe's mark lies. Sections
   // are applied by stripe, then sequence (application order), which need
   // not be the order they were appended in; reading them back one at a time
   // keeps a long log out of memory.
@@ -680,10 +685,10 @@ absl::Status EmbeddingStore::ReplayPushLog() {
                                         " keys of dim ", (*table)->dim,
                                         " does not fit"));
           }
-          auto cut = cuts.find(header.stripe);
-          // Below the cut: written back with the rows before the process
+          auto mark = marks.find(header.stripe);
+          // Below the mark: written back with the rows before the process
           // stopped.
-          if (cut == cuts.end() || header.sequence >= cut->second) {
+          if (mark == marks.end() || header.sequence >= mark->second) {
             sections.push_back(Section{header.stripe, header.sequence, location,
                                        offset, bytes, learning_rate_scale});
           }
@@ -836,7 +841,7 @@ absl::Status EmbeddingStore::ReadRecordHeader(absl::string_view record,
                        *learning_rate_scale));
     }
   }
-  // Whether its sections are above their cuts or not, the push is applied.
+  // Whether its sections are above their marks or not, the push is applied.
   if (origin.tracked()) ledger_.MergeApplied(origin, rows_updated);
   *sections_offset = header_bytes;
   return absl::OkStatus();
@@ -1354,7 +1359,7 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
     // moment to give back the memory of free slots.
     stripe.cache.Compact();
     taken = TakeDirtyRows(stripe, &batch);
-    // Under kWal the cut is written even with no dirty row, so that a quiet
+    // Under kWal the mark is written even with no dirty row, so that a quiet
     // stripe does not hold old segments of the log.
     if (taken.rows.empty() && options_.durability != Durability::kWal) {
       return absl::OkStatus();
@@ -1458,9 +1463,7 @@ absl::Status EmbeddingStore::Flush() {
 }
 
 void EmbeddingStore::PeriodicFlushLoop() {
-  const absl::Duration interval = options_.durability == Durability::kWal
-                                      ? options_.wal_write_back_interval
-                                      : options_.flush_interval;
+  const absl::Duration interval = WriteBackInterval(options_);
   // One stripe at a time, spread evenly over the interval: each stripe is
   // still written back once per interval, but not all in one burst, which
   // overran RocksDB's write buffers and stalled pushes for over a second

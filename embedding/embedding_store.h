@@ -12,18 +12,18 @@
 //              number taken when the update was applied) is appended to a
 //              push log of files under <data_dir>/push_log (push_log.h).
 //              Every stripe's dirty rows are written back every
-//              `wal_write_back_interval`, atomically with the stripe's *cut*
-//              (the sequence its rows now include); records below a cut are
+//              `write_back_interval`, atomically with the stripe's *mark*
+//              (the sequence its rows now include); records below a mark are
 //              ignored on replay, and a segment goes once every stripe has
-//              cut past it. A dirty row evicted in between is written alone,
-//              with the sequence of its last update (its LogPosition), and
-//              replay skips that key's records up to it. Opening the store
-//              replays the records above each cut, so a killed process
-//              loses no acknowledged push. The default: losing acknowledged
-//              updates silently is the worse surprise.
+//              moved its mark past it. A dirty row evicted in between is
+//              written alone, with the sequence of its last update (its
+//              LogPosition), and replay skips that key's records up to it.
+//              Opening the store replays the records above each mark, so a
+//              killed process loses no acknowledged push. The default: losing
+//              acknowledged updates silently is the worse surprise.
 //   kPeriodic  Push() updates the hot tier only; dirty rows are written back
-//              every `flush_interval` and when evicted. A crash loses at most
-//              the last interval's updates. Faster.
+//              every `write_back_interval` and when evicted. A crash loses at
+//              most the last interval's updates. Faster.
 //
 // A push applies whole or not at all: the request is validated, duplicate
 // keys are summed and checked, and every stripe it touches is locked (in
@@ -40,8 +40,8 @@
 // Why a log of gradients and not the rows: a push then costs one sequential
 // write, where writing every updated row through RocksDB's memtable costs
 // ~0.5 us per row and memtable flushes. It lives in plain files, not in
-// RocksDB, which would flush and compact every record before its cut
-// deletes it (BENCHMARKS.md, "How the figures got here").
+// RocksDB, which would flush and compact every record before its mark
+// deletes it (docs/perf-history.md).
 //
 // Concurrency: the hot tier is split into `num_stripes` stripes by key, each
 // with its own mutex. A pull locks one stripe at a time; a push locks all
@@ -94,13 +94,11 @@ struct StoreOptions {
   // write), so acknowledged pushes survive a machine crash too, not only a
   // process crash. Default: false.
   bool sync_wal = false;
-  // kPeriodic: how often dirty rows are written back, the most updates a
-  // crash can lose. Default: 1 s.
-  absl::Duration flush_interval = absl::Seconds(1);
-  // kWal: how often dirty rows are written back and the push log cut. Loses
-  // nothing either way; bounds the log replayed when the store next opens.
-  // Default: 10 s.
-  absl::Duration wal_write_back_interval = absl::Seconds(10);
+  // How often dirty rows are written back. kPeriodic: the most updates a
+  // crash can lose. kWal: each stripe's log mark moves with it; loses
+  // nothing either way, and bounds the log replayed when the store next
+  // opens. Default (zero): the durability's, WriteBackInterval().
+  absl::Duration write_back_interval = absl::ZeroDuration();
   // kWal: once the push log on disk passes this, the stripes holding its
   // oldest segment are written back early, which bounds the log on disk and
   // the replay at the next open; segments are an eighth of it, at most
@@ -130,6 +128,10 @@ struct StoreOptions {
   // as a crash between logging a push and answering it would. 0: never.
   uint64_t testing_kill_after_push_records = 0;
 };
+
+// `options.write_back_interval`, or where that is zero the durability's
+// default: 1 s under kPeriodic, 10 s under kWal.
+absl::Duration WriteBackInterval(const StoreOptions& options);
 
 // What Push() did.
 struct PushOutcome {
@@ -361,7 +363,7 @@ class EmbeddingStore {
     // application order whatever order the records are appended in. Starts
     // at 1 in each epoch of the log.
     uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
-    // kWal: every record of this stripe at or above its last cut written to
+    // kWal: every record of this stripe at or above its last mark written to
     // RocksDB lies in this push-log segment or a later one.
     std::atomic<uint64_t> log_start_segment{0};
     // Some row left this stripe's hot tier since the store opened.
@@ -483,7 +485,7 @@ class EmbeddingStore {
   };
 
   // Adds a copy of every dirty row of `stripe` to `batch` and, under kWal,
-  // the cut of the stripe's log.
+  // the mark of the stripe's log.
   TakenRows TakeDirtyRows(Stripe& stripe, RocksStore::Batch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
@@ -493,12 +495,12 @@ class EmbeddingStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
   // Applies the push log left by the previous process (its epoch, above
-  // each stripe's cut), then writes the rows back and starts a new epoch in
+  // each stripe's mark), then writes the rows back and starts a new epoch in
   // one synced write, deletes the old segments, and appends to the new
   // epoch from then on.
   absl::Status ReplayPushLog();
 
-  // Writes `stripe`'s dirty rows back (and cuts its log under kWal) without
+  // Writes `stripe`'s dirty rows back (and marks its log under kWal) without
   // holding its lock during the RocksDB write, so that pulls and pushes of
   // the stripe go on meanwhile; the periodic write-back and Flush() use it.
   absl::Status FlushStripe(Stripe& stripe);

@@ -213,7 +213,7 @@ TEST_F(EmbeddingStoreTest, BadPushChangesNothing) {
 
 TEST_F(EmbeddingStoreTest, EvictedDirtyRowsAreWrittenBack) {
   options_.durability = Durability::kPeriodic;
-  options_.flush_interval = absl::Hours(1);  // only eviction writes back
+  options_.write_back_interval = absl::Hours(1);  // only eviction writes back
   options_.num_stripes = 4;
   options_.cache_bytes = 64 * RowCache::RowBytes(4);
   auto store = OpenStore(options_);
@@ -245,7 +245,7 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
   // A stripe whose periodic write-back is in flight evicts nothing until it
   // lands (so that no newer copy of a row reaches RocksDB first), and may be
   // over its share meanwhile: none runs here, so the bound is exact.
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   auto store = OpenStore(options_);
   TableSpec spec = SgdTable("big", 32);
   spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
@@ -293,7 +293,7 @@ TEST_F(EmbeddingStoreTest, MemoryOfRowsEvictedForAnotherTableIsGivenBack) {
   options_.num_stripes = 4;
   // Only Flush() writes back: a push during a background write-back would
   // not evict, and leave the hot tier over its budget at the check.
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   auto store = OpenStore(options_);
   ASSERT_OK(store->DeclareTable(SgdTable("a", 16)));
   ASSERT_OK(store->DeclareTable(SgdTable("b", 16)));
@@ -371,7 +371,7 @@ TEST_F(EmbeddingStoreTest, MissesAskRocksDbOnlyWhenRowsMayBeStoredThere) {
   // A table declared here whose stripes evicted rows asks RocksDB again.
   std::filesystem::remove_all(options_.data_dir);
   options_.durability = Durability::kPeriodic;
-  options_.flush_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.cache_bytes = 64 * RowCache::RowBytes(4);
   auto store = OpenStore(options_);
   ASSERT_OK(store->DeclareTable(spec));
@@ -396,7 +396,7 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
       // Learning-rate scales, in the records of scaled pushes.
       const float scale[3] = {1.0f, 0.5f, 3.0f};
       ASSERT_OK(store.Push("emb", keys, gradients, PushOrigin(), scale[round]));
-      // Rows written back and the log cut after the first round: replay
+      // Rows written back and the log mark after the first round: replay
       // must skip that round's records and apply the later ones.
       if (round == 0) {
         ASSERT_OK(store.Flush());
@@ -416,7 +416,7 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   // A child process pushes under kWal and exits without writing a row back,
   // as if killed: only the push log holds its updates.
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.num_stripes = 4;
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
@@ -508,7 +508,7 @@ std::vector<std::string> Files(const std::string& dir) {
 }
 
 TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedEpochAreNeverReadAgain) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   PushAndDie(options_, 3);
   const std::string log_dir = options_.data_dir + "/push_log";
   const std::string saved = options_.data_dir + "_saved_log";
@@ -535,7 +535,7 @@ TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedEpochAreNeverReadAgain) {
 }
 
 TEST_F(EmbeddingStoreTest, ALogNewerThanTheRowsIsRefused) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   PushAndDie(options_, 1);
   const std::string log_dir = options_.data_dir + "/push_log";
   const std::vector<std::string> files = Files(log_dir);
@@ -588,9 +588,9 @@ TEST_F(EmbeddingStoreTest, EvictedRowsAreNotReplayedTwice) {
     expected = PullRows(*reference, "emb", keys, 3);
   }
   // A hot tier of ~4 rows per stripe: dirty rows are evicted (and written
-  // alone, without a cut) on almost every push; no write-back by the clock.
+  // alone, without a mark) on almost every push; no write-back by the clock.
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.num_stripes = 2;
   options_.cache_bytes = 2 * 4 * RowCache::RowBytes(3 + 3);
   auto child = [&] {
@@ -633,7 +633,7 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
 }
 
 TEST_F(EmbeddingStoreTest, AFullDiskRefusesPushesUntilThereIsRoomAgain) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   auto child = [&] {
     auto store = OpenStore(options_);
     if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
@@ -676,7 +676,7 @@ TEST_F(EmbeddingStoreTest, AFullDiskRefusesPushesUntilThereIsRoomAgain) {
 
 TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);  // never, by the clock
+  options_.write_back_interval = absl::Hours(1);  // never, by the clock
   options_.num_stripes = 4;
   options_.max_push_log_bytes = 64 << 10;
   auto store = OpenStore(options_);
@@ -809,7 +809,7 @@ void ExpectEveryRetryIsADuplicate(const StoreOptions& options, int pushes) {
 }
 
 TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACrashInTheLogsRecords) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   PushWithOriginsAndDie(options_, 20);
   ExpectEveryRetryIsADuplicate(options_, 20);
 }
@@ -819,14 +819,14 @@ TEST_F(EmbeddingStoreTest, TheLedgerSurvivesWhenTheSegmentsWithItsPushesGo) {
   // first pushes are deleted before the crash, so only the preamble of a
   // later segment remembers them.
   options_.max_push_log_bytes = 32 << 10;
-  options_.wal_write_back_interval = absl::Milliseconds(16);
+  options_.write_back_interval = absl::Milliseconds(16);
   options_.num_stripes = 4;
   PushWithOriginsAndDie(options_, 60, /*wait_for_deleted_segments=*/true);
   ExpectEveryRetryIsADuplicate(options_, 60);
 }
 
 TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACleanRestartAndASecondCrash) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   PushWithOriginsAndDie(options_, 5);
   { auto store = OpenStore(options_); }  // replays, starts a new epoch
   { auto store = OpenStore(options_); }  // clean: the epoch's ledger only
@@ -886,7 +886,7 @@ TEST_F(EmbeddingStoreTest,
 }
 
 TEST_F(EmbeddingStoreTest, AFailedLogWriteAppliesNothingOfItsPush) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   auto child = [&] {
     auto store = OpenStore(options_);
     if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
@@ -954,7 +954,7 @@ TEST_F(EmbeddingStoreTest, ATableHalfCreatedByACrashedProcessIsDropped) {
 
 TEST_F(EmbeddingStoreTest, ALearningRateSetLiveAppliesFromTheNextPushOn) {
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   const TableSpec spec = SgdTable("emb", 2, /*learning_rate=*/1.0f);
   const std::vector<float> initial = InitialRow(spec, 1);
   // A child pushes at the declared rate, then at a rate set live, and exits
@@ -996,7 +996,7 @@ TEST_F(EmbeddingStoreTest, ALearningRateSetLiveAppliesFromTheNextPushOn) {
 
 TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   const TableSpec gone = SgdTable("gone", 2);
   const TableSpec kept = SgdTable("kept", 3);
   const TableSpec again = SgdTable("gone", 5, /*learning_rate=*/0.5f);
@@ -1076,7 +1076,7 @@ TEST_F(EmbeddingStoreTest, ADroppedTablesRowsLeaveTheHotTier) {
 
 TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.admission_sketch_bytes = 1 << 16;
   TableSpec spec = SgdTable("emb", 2, /*learning_rate=*/1.0f);
   spec.set_admit_after(3);
@@ -1130,7 +1130,7 @@ TEST_F(EmbeddingStoreTest,
        ExpiredRowsGoFromMemoryAndByCompactionAfterARestart) {
   // On disk, rows go after the ttl and twice the write-back interval (1 s
   // in all here).
-  options_.wal_write_back_interval = absl::Milliseconds(500);
+  options_.write_back_interval = absl::Milliseconds(500);
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   // Rows pushed three times or more never expire here.
@@ -1189,7 +1189,7 @@ TEST_F(EmbeddingStoreTest,
 
 TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
   options_.durability = Durability::kPeriodic;
-  options_.flush_interval = absl::Milliseconds(200);
+  options_.write_back_interval = absl::Milliseconds(200);
   options_.num_stripes = 2;
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
@@ -1219,7 +1219,7 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
 TEST_F(EmbeddingStoreTest, ExpireSweepsAWholeLargeStripeAPartAtATime) {
   // No background sweep: Expire() alone must find every expired row of a
   // stripe larger than one part of the sweep.
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.num_stripes = 1;
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
@@ -1238,7 +1238,7 @@ TEST_F(EmbeddingStoreTest, ExpireSweepsAWholeLargeStripeAPartAtATime) {
 
 TEST_F(EmbeddingStoreTest, AnExpiredRowStillInTheHotTierReadsAsAbsent) {
   // No sweep runs in this test: only a lookup can find the row expired.
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
@@ -1257,7 +1257,7 @@ TEST_F(EmbeddingStoreTest, AnExpiredRowStillInTheHotTierReadsAsAbsent) {
 
 TEST_F(EmbeddingStoreTest, ReplayLandsOnARowWhoseDiskCopyLooksExpired) {
   options_.durability = Durability::kWal;
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   TableSpec spec = SgdTable("emb", 2);
   spec.set_row_ttl_s(1);
   // The row reaches disk, then a second push is only in the push log when
@@ -1423,7 +1423,7 @@ TEST_F(EmbeddingStoreTest, ADropStoppedHalfWayIsFinishedAtTheNextOpen) {
 }
 
 TEST_F(EmbeddingStoreTest, ADamagedPushLogIsRefusedUnlessToldToRecover) {
-  options_.wal_write_back_interval = absl::Hours(1);
+  options_.write_back_interval = absl::Hours(1);
   options_.max_push_log_bytes = 32 << 10;  // 4 KiB segments
   PushAndDie(options_, 30);
   const std::string log_dir = options_.data_dir + "/push_log";

@@ -48,7 +48,7 @@ rocksdb::Slice KeySlice(const uint64_t& key) {
   return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
 }
 
-// A push-log key: the stripe and the sequence, big-endian. Cuts have sequence
+// A push-log key: the stripe and the sequence, big-endian. Marks have sequence
 // 0; before the log moved to files (push_log.h), records had the others.
 std::string LogKey(uint32_t stripe, uint64_t sequence) {
   std::string key(12, '\0');
@@ -87,7 +87,7 @@ absl::Status OldPushLogError(const std::string& path) {
 
 }  // namespace
 
-void RocksStore::Batch::SetLogCut(uint32_t stripe, uint64_t end_sequence) {
+void RocksStore::Batch::SetLogMark(uint32_t stripe, uint64_t end_sequence) {
   batch_.Put(store_->log_handle_, LogKey(stripe, 0),
              rocksdb::Slice(reinterpret_cast<const char*>(&end_sequence),
                             sizeof(end_sequence)));
@@ -259,7 +259,7 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   // sorting. In-place updates would add
   // a lookup to every insert for rows that are rarely in the memtable twice;
   // a hash memtable re-sorted itself into a skiplist on every flush (a third
-  // of the CPU time of writing rows back; BENCHMARKS.md).
+  // of the CPU time of writing rows back; docs/perf-history.md).
   family.inplace_update_support = false;
   // Keys are 8 random bytes looked up one at a time: a bloom filter of whole
   // keys (the prefix is the whole key) answers most memtable misses of rows
@@ -617,10 +617,10 @@ absl::Status RocksStore::MultiGet(TableId table,
 }
 
 absl::Status RocksStore::ReadLogState(
-    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* cuts,
+    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* marks,
     std::string* ledger) {
   *epoch = 0;
-  cuts->clear();
+  marks->clear();
   ledger->clear();
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), log_handle_));
@@ -656,9 +656,9 @@ absl::Status RocksStore::ReadLogState(
     if (sequence != 0) {
       return OldPushLogError(options_.path);
     }
-    (*cuts)[stripe] = number;
+    (*marks)[stripe] = number;
   }
-  return FromRocks(it->status(), "reading the push log's cuts");
+  return FromRocks(it->status(), "reading the push log's marks");
 }
 
 uint64_t RocksStore::EstimatedRows(TableId table) {

@@ -7,7 +7,7 @@
 //
 // A "push log" column family holds what EmbeddingStore needs to replay its
 // push log (push_log.h) under --durability=wal: the log's epoch, per lock
-// stripe the cut (the sequence up to which rows are written back), and the
+// stripe the mark (the sequence up to which rows are written back), and the
 // push ledger (push_ledger.h) as it stood when the epoch started.
 //
 // A table is created in two steps, its column family and then its spec (with
@@ -118,8 +118,8 @@ class RocksStore {
              LogPosition position, RowMeta meta);
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
-    void SetLogCut(uint32_t stripe, uint64_t end_sequence);
-    // Deletes every cut and records `epoch` as the push log's, with the
+    void SetLogMark(uint32_t stripe, uint64_t end_sequence);
+    // Deletes every mark and records `epoch` as the push log's, with the
     // push ledger's snapshot `ledger` (PushLedger::Serialize()).
     void StartLogEpoch(uint64_t epoch, absl::string_view ledger);
     bool empty() const { return batch_.Count() == 0; }
@@ -193,11 +193,11 @@ class RocksStore {
   // Rows the expiry filter dropped since the store opened.
   uint64_t rows_expired() const;
 
-  // The push log's epoch (0 if never started), each stripe's cut, and the
+  // The push log's epoch (0 if never started), each stripe's mark, and the
   // ledger recorded with the epoch (empty if none). FAILED_PRECONDITION for
   // a push log an older version kept in RocksDB.
   absl::Status ReadLogState(uint64_t* epoch,
-                            absl::flat_hash_map<uint32_t, uint64_t>* cuts,
+                            absl::flat_hash_map<uint32_t, uint64_t>* marks,
                             std::string* ledger);
 
   // RocksDB's estimates for one table.

@@ -4,6 +4,36 @@
 #include <cmath>
 
 namespace ps::kernels {
+namespace {
+
+struct NamedModel {
+  const char* name;
+  ModelKind kind;
+};
+constexpr NamedModel kModels[] = {
+    {"lr", ModelKind::kLogisticRegression},
+    {"wide_deep", ModelKind::kWideDeep},
+    {"deepfm", ModelKind::kDeepFm},
+};
+
+}  // namespace
+
+const char* ModelName(ModelKind kind) {
+  for (const NamedModel& model : kModels) {
+    if (model.kind == kind) return model.name;
+  }
+  return "unknown";
+}
+
+bool ModelKindFromName(const std::string& name, ModelKind* kind) {
+  for (const NamedModel& model : kModels) {
+    if (name == model.name) {
+      *kind = model.kind;
+      return true;
+    }
+  }
+  return false;
+}
 
 std::vector<DenseTensorSpec> DenseTensors(const ModelConfig& config) {
   std::vector<DenseTensorSpec> tensors;

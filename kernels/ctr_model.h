@@ -30,6 +30,12 @@ namespace ps::kernels {
 
 enum class ModelKind { kLogisticRegression, kWideDeep, kDeepFm };
 
+// The one table of model names ("lr", "wide_deep", "deepfm"): flags, table
+// names (<name>.embedding, ...) and reports use them.
+const char* ModelName(ModelKind kind);
+// The model named `name`; false (and `*kind` untouched) for none.
+bool ModelKindFromName(const std::string& name, ModelKind* kind);
+
 struct ModelConfig {
   ModelKind kind = ModelKind::kWideDeep;
   // Categorical fields per example (one key each). Default: 26 (Criteo).

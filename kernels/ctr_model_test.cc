@@ -324,5 +324,18 @@ TEST(CtrModelTest, RejectsMismatchedDenseParameters) {
   EXPECT_EQ(model.TrainStep(in, &out).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ModelNamesTest, EveryKindHasOneNameThatNamesIt) {
+  for (ModelKind kind : {ModelKind::kLogisticRegression, ModelKind::kWideDeep,
+                         ModelKind::kDeepFm}) {
+    ModelKind parsed = ModelKind::kLogisticRegression;
+    ASSERT_TRUE(ModelKindFromName(ModelName(kind), &parsed)) << ModelName(kind);
+    EXPECT_EQ(parsed, kind);
+  }
+  EXPECT_STREQ(ModelName(ModelKind::kWideDeep), "wide_deep");
+  ModelKind untouched = ModelKind::kDeepFm;
+  EXPECT_FALSE(ModelKindFromName("wide&deep", &untouched));
+  EXPECT_EQ(untouched, ModelKind::kDeepFm);
+}
+
 }  // namespace
 }  // namespace ps::kernels

@@ -45,9 +45,11 @@ int main(int argc, char** argv) {
     }
   }
   ModelConfig config;  // 26 fields, 13 dense, dim 16, hidden 256,128
-  config.kind = model == "lr"       ? ModelKind::kLogisticRegression
-                : model == "deepfm" ? ModelKind::kDeepFm
-                                    : ModelKind::kWideDeep;
+  if (!ModelKindFromName(model, &config.kind)) {
+    std::fprintf(stderr, "--model must be lr, wide_deep or deepfm, not %s\n",
+                 model.c_str());
+    return 2;
+  }
   std::unique_ptr<Backend> backend;
   Status created;
   if (cuda) {

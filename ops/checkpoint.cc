@@ -20,66 +20,18 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
+#include "net/admin_channel.h"
 #include "net/grpc_status.h"
 #include "proto/admin.grpc.pb.h"
 
 namespace ps {
 namespace {
 
-class AdminClients {
- public:
-  static absl::StatusOr<AdminClients> Connect(
-      const CheckpointOptions& options) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        ChannelCredentials(options.tls);
-    if (!credentials.ok()) return credentials.status();
-    std::vector<std::string> addresses = options.servers;
-    if (!options.coordinator.empty()) addresses.push_back(options.coordinator);
-    RETURN_IF_ERROR(
-        CheckTokenStaysPrivate(options.token, options.tls, addresses));
-    AdminClients clients;
-    clients.token_ = options.token;
-    auto connect = [&](const std::string& address) {
-      grpc::ChannelArguments arguments;
-      AddTlsChannelArguments(options.tls, &arguments);
-      return Admin::NewStub(
-          grpc::CreateCustomChannel(address, *credentials, arguments));
-    };
-    for (const std::string& server : options.servers)
-      clients.shards_.push_back(connect(server));
-    clients.coordinator_ = connect(
-        options.coordinator.empty() ? options.servers[0] : options.coordinator);
-    return clients;
-  }
-
-  // A context with a deadline and the token.
-  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    if (!token_.empty())
-      context->AddMetadata("authorization", "Bearer " + token_);
-    return context;
-  }
-
-  Admin::Stub& coordinator() { return *coordinator_; }
-  Admin::Stub& shard(size_t i) { return *shards_[i]; }
-
- private:
-  std::string token_;
-  std::vector<std::unique_ptr<Admin::Stub>> shards_;
-  std::unique_ptr<Admin::Stub> coordinator_;
-};
-
 // Calls `call(i)` for every shard i at once; the first error, if any.
-absl::Status OnEveryShard(size_t shards,
+absl::Status OnEveryShard(const net::AdminChannels& channels,
                           const std::function<absl::Status(size_t)>& call) {
-  std::vector<absl::Status> results(shards);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < shards; ++i) {
-    threads.emplace_back([&, i] { results[i] = call(i); });
-  }
-  for (std::thread& thread : threads) thread.join();
+  std::vector<absl::Status> results(channels.size());
+  channels.OnEveryShard([&](size_t i) { results[i] = call(i); });
   for (const absl::Status& result : results) RETURN_IF_ERROR(result);
   return absl::OkStatus();
 }
@@ -139,7 +91,7 @@ struct Cut {
 // Ends the cut this client began (`cut`, once set) when it goes out of
 // scope, whatever happened; never another client's.
 struct CutEnder {
-  AdminClients& clients;
+  net::AdminChannels& clients;
   uint64_t id = 0;
   ~CutEnder() {
     if (id == 0) return;
@@ -170,7 +122,7 @@ struct PartsRemover {
 
 // Begins a cut (arming `ender`, which ends it) and waits until every live
 // worker holds at it.
-absl::StatusOr<Cut> HoldCut(AdminClients& clients,
+absl::StatusOr<Cut> HoldCut(net::AdminChannels& clients,
                             const CheckpointOptions& options,
                             Progress& progress, CutEnder& ender) {
   const absl::Duration call = absl::Seconds(30);
@@ -251,7 +203,7 @@ absl::StatusOr<Cut> HoldCut(AdminClients& clients,
 // Runs `write` (the shards writing their parts) while `cut` holds: renews
 // its lease meanwhile, and checks after that it held all along (the same
 // cut, and no worker's clock moved), so that no part has a later step.
-absl::Status WriteDuringCut(AdminClients& clients, const Cut& cut,
+absl::Status WriteDuringCut(net::AdminChannels& clients, const Cut& cut,
                             Progress& progress,
                             const std::function<absl::Status()>& write) {
   const absl::Time start = absl::Now();
@@ -336,7 +288,7 @@ absl::Status PrepareDirectory(const std::string& dir) {
 }
 
 // Checks that servers[i] is shard i of servers.size(), before any cut.
-absl::Status CheckShardOrder(AdminClients& clients,
+absl::Status CheckShardOrder(net::AdminChannels& clients,
                              const std::vector<std::string>& servers) {
   for (size_t i = 0; i < servers.size(); ++i) {
     ShardStatsResponse stats;
@@ -361,7 +313,8 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   if (options.servers.empty() || options.dir.empty()) {
     return absl::InvalidArgumentError("a checkpoint needs shards and a dir");
   }
-  absl::StatusOr<AdminClients> clients = AdminClients::Connect(options);
+  absl::StatusOr<net::AdminChannels> clients = net::AdminChannels::Connect(
+      options.servers, options.coordinator, options.tls, options.token);
   if (!clients.ok()) return clients.status();
   RETURN_IF_ERROR(CheckShardOrder(*clients, options.servers));
   RETURN_IF_ERROR(PrepareDirectory(options.dir));
@@ -378,7 +331,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   const size_t shards = options.servers.size();
   std::vector<SnapshotShardResponse> parts(shards);
   RETURN_IF_ERROR(WriteDuringCut(*clients, cut, progress, [&] {
-    return OnEveryShard(shards, [&](size_t i) {
+    return OnEveryShard(*clients, [&](size_t i) {
       SnapshotShardRequest request;
       request.set_dir(options.dir);
       return net::FromGrpcStatus(
@@ -428,7 +381,10 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   if (cluster.servers.empty() || cluster.dir.empty()) {
     return absl::InvalidArgumentError("an export needs shards and a dir");
   }
-  ASSIGN_OR_RETURN(AdminClients clients, AdminClients::Connect(cluster));
+  ASSIGN_OR_RETURN(
+      net::AdminChannels clients,
+      net::AdminChannels::Connect(cluster.servers, cluster.coordinator,
+                                  cluster.tls, cluster.token));
   RETURN_IF_ERROR(CheckShardOrder(clients, cluster.servers));
   // The model's card and tables, from shard 0's specs.
   ListTablesResponse listed;
@@ -479,7 +435,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   const size_t shards = cluster.servers.size();
   std::vector<ExportShardResponse> parts(shards);
   RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
-    return OnEveryShard(shards, [&](size_t i) {
+    return OnEveryShard(clients, [&](size_t i) {
       ExportShardRequest request;
       request.set_dir(cluster.dir);
       for (const std::string& table : tables) request.add_tables(table);

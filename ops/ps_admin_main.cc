@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,10 @@
 #include "base/exit_codes.h"
 #include "base/latency_quantile.h"
 #include "base/manifest.h"
+#include "base/optimizer.h"
 #include "base/routing.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
+#include "net/admin_channel.h"
 #include "net/tls_credentials.h"
 #include "nlohmann/json.hpp"
 #include "ops/checkpoint.h"
@@ -109,25 +110,6 @@ int Fail(const absl::Status& status) {
   return ps::ExitCodeFor(status);
 }
 
-// The token every call carries; empty for none.
-std::string& Token() {
-  static std::string* token = new std::string;
-  return *token;
-}
-
-// A call's context with its deadline (--timeout_s, or `at_least` if longer)
-// and the token.
-std::unique_ptr<grpc::ClientContext> Context(
-    absl::Duration at_least = absl::ZeroDuration()) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(
-      absl::Now() +
-      std::max(at_least, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)))));
-  if (!Token().empty())
-    context->AddMetadata("authorization", "Bearer " + Token());
-  return context;
-}
-
 const char* StatusCodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::UNAUTHENTICATED:
@@ -146,19 +128,6 @@ const char* StatusCodeName(grpc::StatusCode code) {
       return "DEADLINE_EXCEEDED";
     default:
       return "see the code";
-  }
-}
-
-const char* OptimizerName(ps::OptimizerSpec::Kind kind) {
-  switch (kind) {
-    case ps::OptimizerSpec::ADAGRAD:
-      return "adagrad";
-    case ps::OptimizerSpec::ADAM:
-      return "adam";
-    case ps::OptimizerSpec::FTRL:
-      return "ftrl";
-    default:
-      return "sgd";
   }
 }
 
@@ -189,15 +158,17 @@ double Decimal(float value) {
 struct Cluster {
   std::vector<std::string> servers;
   std::string coordinator;  // --coordinator, or the first of servers
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
   ps::TlsFiles tls;
+  std::string token;  // sent with every call; empty for none
   bool json = false;
+  std::optional<ps::net::AdminChannels> channels;
 
-  std::unique_ptr<ps::Admin::Stub> Connect(const std::string& server) const {
-    grpc::ChannelArguments arguments;
-    ps::AddTlsChannelArguments(tls, &arguments);
-    return ps::Admin::NewStub(
-        grpc::CreateCustomChannel(server, credentials, arguments));
+  // A call's context with its deadline (--timeout_s, or `at_least` if
+  // longer) and the token.
+  std::unique_ptr<grpc::ClientContext> Context(
+      absl::Duration at_least = absl::ZeroDuration()) const {
+    return channels->Context(
+        std::max(at_least, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   }
 };
 
@@ -257,11 +228,12 @@ int Tables(const Cluster& cluster) {
   };
   std::vector<Total> totals;
   std::vector<ShardAnswer> answers;
-  for (const std::string& server : cluster.servers) {
+  for (size_t i = 0; i < cluster.servers.size(); ++i) {
+    const std::string& server = cluster.servers[i];
     ps::ListTablesResponse response;
     ShardAnswer answer(server);
-    answer.status = cluster.Connect(server)->ListTables(
-        Context().get(), ps::ListTablesRequest(), &response);
+    answer.status = cluster.channels->shard(i).ListTables(
+        cluster.Context().get(), ps::ListTablesRequest(), &response);
     Json tables = Json::array();
     for (const ps::TableInfo& table : response.tables()) {
       auto total = std::find_if(totals.begin(), totals.end(), [&](auto& t) {
@@ -289,7 +261,7 @@ int Tables(const Cluster& cluster) {
       tables.push_back(
           Json{{"name", total.spec.name()},
                {"dim", total.spec.dim()},
-               {"optimizer", OptimizerName(total.spec.optimizer().kind())},
+               {"optimizer", ps::OptimizerName(total.spec.optimizer().kind())},
                {"learning_rate", total.mixed_rates
                                      ? Json(nullptr)
                                      : Json(Decimal(total.learning_rate))},
@@ -308,7 +280,7 @@ int Tables(const Cluster& cluster) {
     for (const Total& total : totals) {
       std::printf(
           "%-40s %6u %-8s %10s %14llu %14llu %7d\n", total.spec.name().c_str(),
-          total.spec.dim(), OptimizerName(total.spec.optimizer().kind()),
+          total.spec.dim(), ps::OptimizerName(total.spec.optimizer().kind()),
           total.mixed_rates ? "mixed"
                             : absl::StrCat(total.learning_rate).c_str(),
           static_cast<unsigned long long>(total.rows),
@@ -366,17 +338,14 @@ int Stats(const Cluster& cluster) {
   const double interval = absl::GetFlag(FLAGS_interval_s);
   if (!(interval >= 0) || interval > 3600)
     return Fail("--interval_s must be between 0 and 3600");
-  std::vector<std::unique_ptr<ps::Admin::Stub>> stubs;
-  for (const std::string& server : cluster.servers)
-    stubs.push_back(cluster.Connect(server));
   auto sample = [&](std::vector<ps::ShardStatsResponse>* responses,
                     std::vector<ShardAnswer>* answers) {
-    responses->resize(stubs.size());
+    responses->resize(cluster.servers.size());
     answers->clear();
-    for (size_t i = 0; i < stubs.size(); ++i) {
+    for (size_t i = 0; i < cluster.servers.size(); ++i) {
       ShardAnswer answer(cluster.servers[i]);
-      answer.status = stubs[i]->ShardStats(
-          Context().get(), ps::ShardStatsRequest(), &(*responses)[i]);
+      answer.status = cluster.channels->shard(i).ShardStats(
+          cluster.Context().get(), ps::ShardStatsRequest(), &(*responses)[i]);
       answers->push_back(std::move(answer));
     }
   };
@@ -535,16 +504,16 @@ int Stats(const Cluster& cluster) {
 // `row`: one row, from the shard that owns its key.
 int Row(const Cluster& cluster) {
   const uint64_t key = absl::GetFlag(FLAGS_key);
-  const std::string& server =
-      cluster.servers[ps::ShardForKey(key, cluster.servers.size())];
+  const size_t owner = ps::ShardForKey(key, cluster.servers.size());
+  const std::string& server = cluster.servers[owner];
   ps::GetRowRequest request;
   request.set_table(absl::GetFlag(FLAGS_table));
   request.set_key(key);
   request.set_optimizer_state(true);
   ps::GetRowResponse response;
   ShardAnswer answer(server);
-  answer.status =
-      cluster.Connect(server)->GetRow(Context().get(), request, &response);
+  answer.status = cluster.channels->shard(owner).GetRow(cluster.Context().get(),
+                                                        request, &response);
   auto floats = [](const auto& values) {
     Json numbers = Json::array();
     for (float value : values) numbers.push_back(Decimal(value));
@@ -577,8 +546,8 @@ int Row(const Cluster& cluster) {
 // The workers' clocks, from the coordinator shard.
 grpc::Status AskClocks(const Cluster& cluster,
                        ps::WorkerClocksResponse* response) {
-  return cluster.Connect(cluster.coordinator)
-      ->WorkerClocks(Context().get(), ps::WorkerClocksRequest(), response);
+  return cluster.channels->coordinator().WorkerClocks(
+      cluster.Context().get(), ps::WorkerClocksRequest(), response);
 }
 
 const char* WorkerState(const ps::WorkerClocksResponse::Worker& worker) {
@@ -624,13 +593,16 @@ int OnEveryShard(
     const std::function<grpc::Status(ps::Admin::Stub&, Json*)>& call,
     const std::function<std::string(const Json&)>& done) {
   std::vector<ShardAnswer> answers;
-  for (const std::string& server : cluster.servers) {
-    ShardAnswer answer(server);
-    answer.status = call(*cluster.Connect(server), &answer.fields);
+  for (const std::string& server : cluster.servers)
+    answers.emplace_back(server);
+  cluster.channels->OnEveryShard([&](size_t i) {
+    answers[i].status = call(cluster.channels->shard(i), &answers[i].fields);
+  });
+  for (const ShardAnswer& answer : answers) {
     if (answer.status.ok() && !cluster.json) {
-      std::printf("%s: %s\n", server.c_str(), done(answer.fields).c_str());
+      std::printf("%s: %s\n", answer.server.c_str(),
+                  done(answer.fields).c_str());
     }
-    answers.push_back(std::move(answer));
   }
   if (cluster.json) {
     std::printf("%s\n", Dump({{"command", command},
@@ -650,7 +622,7 @@ int SetLearningRate(const Cluster& cluster) {
       [&](ps::Admin::Stub& admin, Json* fields) {
         ps::SetLearningRateResponse response;
         grpc::Status status =
-            admin.SetLearningRate(Context().get(), request, &response);
+            admin.SetLearningRate(cluster.Context().get(), request, &response);
         *fields = {{"learning_rate", Decimal(request.learning_rate())},
                    {"previous_learning_rate",
                     Decimal(response.previous_learning_rate())}};
@@ -673,16 +645,18 @@ int DropTable(const Cluster& cluster) {
   if (!request.force()) {
     // Only the shard the workers coordinate through knows their leases:
     // ask every shard (and --coordinator) before any drops anything.
-    std::vector<std::string> asked = cluster.servers;
-    if (std::find(asked.begin(), asked.end(), cluster.coordinator) ==
-        asked.end()) {
-      asked.push_back(cluster.coordinator);
+    std::vector<std::pair<std::string, ps::Admin::Stub*>> asked;
+    for (size_t i = 0; i < cluster.servers.size(); ++i)
+      asked.emplace_back(cluster.servers[i], &cluster.channels->shard(i));
+    if (std::find(cluster.servers.begin(), cluster.servers.end(),
+                  cluster.coordinator) == cluster.servers.end()) {
+      asked.emplace_back(cluster.coordinator, &cluster.channels->coordinator());
     }
     std::vector<std::string> live;
-    for (const std::string& server : asked) {
+    for (const auto& [server, stub] : asked) {
       ps::WorkerClocksResponse clocks;
-      const grpc::Status status = cluster.Connect(server)->WorkerClocks(
-          Context().get(), ps::WorkerClocksRequest(), &clocks);
+      const grpc::Status status = stub->WorkerClocks(
+          cluster.Context().get(), ps::WorkerClocksRequest(), &clocks);
       if (!status.ok()) {
         return Fail(absl::UnavailableError(absl::StrCat(
             "cannot ask ", server, " whether workers are training (",
@@ -709,7 +683,7 @@ int DropTable(const Cluster& cluster) {
       [&](ps::Admin::Stub& admin, Json* fields) {
         ps::DropTableResponse response;
         grpc::Status status =
-            admin.DropTable(Context().get(), request, &response);
+            admin.DropTable(cluster.Context().get(), request, &response);
         const bool absent = status.error_code() == grpc::StatusCode::NOT_FOUND;
         held += status.ok();
         *fields = {{"table", request.table()}, {"dropped", status.ok()}};
@@ -736,8 +710,8 @@ int Expire(const Cluster& cluster) {
       [&](ps::Admin::Stub& admin, Json* fields) {
         ps::ExpireTableResponse response;
         // A compaction of a big table takes minutes.
-        grpc::Status status = admin.ExpireTable(Context(absl::Hours(1)).get(),
-                                                request, &response);
+        grpc::Status status = admin.ExpireTable(
+            cluster.Context(absl::Hours(1)).get(), request, &response);
         *fields = {{"rows_in_memory", response.rows_in_memory()},
                    {"rows_on_disk", response.rows_on_disk()}};
         return status;
@@ -757,7 +731,8 @@ int Drain(const Cluster& cluster) {
       [&](ps::Admin::Stub& admin, Json* fields) {
         ps::DrainResponse response;
         *fields = {{"draining", true}};
-        return admin.Drain(Context().get(), ps::DrainRequest(), &response);
+        return admin.Drain(cluster.Context().get(), ps::DrainRequest(),
+                           &response);
       },
       [](const Json&) {
         return std::string(
@@ -781,14 +756,13 @@ Json WorkersJson(const ps::CheckpointManifest& manifest) {
 }
 
 // `checkpoint`: one consistent checkpoint of every shard in --servers.
-int Checkpoint(const std::vector<std::string>& servers,
-               const ps::TlsFiles& tls) {
+int Checkpoint(const Cluster& cluster) {
   ps::CheckpointOptions options;
-  options.servers = servers;
+  options.servers = cluster.servers;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.dir = absl::GetFlag(FLAGS_dir);
-  options.tls = tls;
-  options.token = Token();
+  options.tls = cluster.tls;
+  options.token = cluster.token;
   options.progress = true;
   if (absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
     return Fail("--hold_timeout_s must be positive");
@@ -835,13 +809,13 @@ int Checkpoint(const std::vector<std::string>& servers,
 }
 
 // `export`: one model's weights at one cut, for serving.
-int Export(const std::vector<std::string>& servers, const ps::TlsFiles& tls) {
+int Export(const Cluster& cluster) {
   ps::ExportOptions options;
-  options.cluster.servers = servers;
+  options.cluster.servers = cluster.servers;
   options.cluster.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.cluster.dir = absl::GetFlag(FLAGS_dir);
-  options.cluster.tls = tls;
-  options.cluster.token = Token();
+  options.cluster.tls = cluster.tls;
+  options.cluster.token = cluster.token;
   options.cluster.progress = true;
   if (absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
     return Fail("--hold_timeout_s must be positive");
@@ -1001,13 +975,10 @@ int main(int argc, char** argv) {
   cluster.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   cluster.tls.key = absl::GetFlag(FLAGS_tls_key);
   cluster.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
-  auto credentials = ps::ChannelCredentials(cluster.tls);
-  if (!credentials.ok()) return Fail(credentials.status().ToString());
-  cluster.credentials = *credentials;
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
     if (!token.ok()) return Fail(token.status().ToString());
-    Token() = *std::move(token);
+    cluster.token = *std::move(token);
   }
   cluster.servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
@@ -1015,15 +986,15 @@ int main(int argc, char** argv) {
   cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
                             ? cluster.servers[0]
                             : absl::GetFlag(FLAGS_coordinator);
-  std::vector<std::string> addresses = cluster.servers;
-  addresses.push_back(cluster.coordinator);
-  if (absl::Status private_token =
-          ps::CheckTokenStaysPrivate(Token(), cluster.tls, addresses);
-      !private_token.ok()) {
-    return Fail(std::string(private_token.message()));
-  }
-  if (command == "checkpoint") return Checkpoint(cluster.servers, cluster.tls);
-  if (command == "export") return Export(cluster.servers, cluster.tls);
+  // Fails for TLS files that cannot be read and for a token that would
+  // leave loopback in plaintext: bad flags, either way.
+  absl::StatusOr<ps::net::AdminChannels> channels =
+      ps::net::AdminChannels::Connect(cluster.servers, cluster.coordinator,
+                                      cluster.tls, cluster.token);
+  if (!channels.ok()) return Fail(std::string(channels.status().message()));
+  cluster.channels = *std::move(channels);
+  if (command == "checkpoint") return Checkpoint(cluster);
+  if (command == "export") return Export(cluster);
   if (command == "tables") return Tables(cluster);
   if (command == "stats") return Stats(cluster);
   if (command == "row") return Row(cluster);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -38,24 +39,28 @@ ABSL_FLAG(std::string, durability, "wal",
           "'wal': a push is acknowledged only once a record of its gradients "
           "is appended to the push log (<data_dir>/push_log), so kill -9 "
           "loses no acknowledged update; rows are written back every "
-          "--wal_write_back_ms and the log replayed at restart. 'periodic': "
+          "--write_back_ms and the log replayed at restart. 'periodic': "
           "pushes update memory and dirty rows are "
-          "written back every --flush_interval_ms, so a crash loses at most "
+          "written back every --write_back_ms, so a crash loses at most "
           "that interval; faster.");
 ABSL_FLAG(bool, sync_wal, false,
           "With --durability=wal, also fdatasync the push log (and RocksDB's "
           "WAL) before acknowledging, so "
           "acknowledged pushes survive a machine crash, not only a process "
           "crash.");
-ABSL_FLAG(uint64_t, flush_interval_ms, 1000,
-          "With --durability=periodic, how often dirty rows are written back.");
-ABSL_FLAG(uint64_t, wal_write_back_ms, 10000,
-          "With --durability=wal, how often dirty rows are written back and "
-          "the push log cut: longer costs less CPU and replays more at "
-          "restart; it never loses an acknowledged push.");
+ABSL_FLAG(uint64_t, write_back_ms, 0,
+          "How often dirty rows are written back to RocksDB. "
+          "--durability=periodic: the most a crash loses (default 1000). "
+          "--durability=wal: never loses an acknowledged push; longer costs "
+          "less CPU and replays more of the push log at restart (default "
+          "10000). 0: the durability's default.");
+ABSL_FLAG(uint64_t, flush_interval_ms, 0,
+          "Deprecated: --write_back_ms, under --durability=periodic.");
+ABSL_FLAG(uint64_t, wal_write_back_ms, 0,
+          "Deprecated: --write_back_ms, under --durability=wal.");
 ABSL_FLAG(uint64_t, wal_max_log_mb, 1024,
           "With --durability=wal, the push log a shard may hold before it "
-          "writes stripes back early, whatever --wal_write_back_ms says: "
+          "writes stripes back early, whatever --write_back_ms says: "
           "bounds the disk it takes and the replay at restart.");
 ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
           "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
@@ -192,10 +197,6 @@ int main(int argc, char** argv) {
   options.store.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.store.cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
   options.store.sync_wal = absl::GetFlag(FLAGS_sync_wal);
-  options.store.flush_interval =
-      absl::Milliseconds(absl::GetFlag(FLAGS_flush_interval_ms));
-  options.store.wal_write_back_interval =
-      absl::Milliseconds(absl::GetFlag(FLAGS_wal_write_back_ms));
   options.store.max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
   options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
@@ -227,6 +228,29 @@ int main(int argc, char** argv) {
   } else {
     return Fail("--durability must be 'wal' or 'periodic', not '" + durability +
                 "'");
+  }
+  {
+    // The old names of --write_back_ms, each for its durability.
+    uint64_t write_back_ms = absl::GetFlag(FLAGS_write_back_ms);
+    const bool wal =
+        options.store.durability == ps::embedding::Durability::kWal;
+    for (const auto& [name, value, applies] :
+         {std::make_tuple("--flush_interval_ms",
+                          absl::GetFlag(FLAGS_flush_interval_ms), !wal),
+          std::make_tuple("--wal_write_back_ms",
+                          absl::GetFlag(FLAGS_wal_write_back_ms), wal)}) {
+      if (value == 0) continue;
+      LOG(WARNING) << name << " is deprecated: use --write_back_ms"
+                   << (applies ? "" : " (ignored under this --durability)");
+      if (!applies) continue;
+      if (write_back_ms != 0 && write_back_ms != value) {
+        return Fail(absl::StrCat(name,
+                                 " and --write_back_ms disagree: give "
+                                 "only --write_back_ms"));
+      }
+      write_back_ms = value;
+    }
+    options.store.write_back_interval = absl::Milliseconds(write_back_ms);
   }
   const std::string recovery = absl::GetFlag(FLAGS_push_log_recovery);
   if (recovery == "strict") {
@@ -287,13 +311,8 @@ int main(int argc, char** argv) {
   options.drain = [] { kill(getpid(), SIGTERM); };
   if (options.store.num_stripes < 1)
     return Fail("--hot_tier_stripes must be >= 1");
-  if (absl::GetFlag(FLAGS_flush_interval_ms) == 0 ||
-      absl::GetFlag(FLAGS_wal_write_back_ms) == 0 ||
-      absl::GetFlag(FLAGS_wal_max_log_mb) == 0) {
-    return Fail(
-        "--flush_interval_ms, --wal_write_back_ms and --wal_max_log_mb must "
-        "be positive");
-  }
+  if (absl::GetFlag(FLAGS_wal_max_log_mb) == 0)
+    return Fail("--wal_max_log_mb must be positive");
 
   auto server = ps::server::ShardServer::Start(options);
   // Options that do not go together are a bad command (64), as flags are.

@@ -27,6 +27,14 @@ expect 64 "ps_worker with a bad layout" "$runfiles/worker/ps_worker" --train=x \
   --columns=label,color
 expect 64 "clicklog_gen with a bad layout" "$runfiles/worker/clicklog_gen" --out="$work/x" \
   --columns=label,skip
+# --write_back_ms' older names still work, and say so; disagreeing is bad.
+expect 64 "ps_server with two write-back intervals" "$runfiles/server/ps_server" \
+  --listen=127.0.0.1:0 --data_dir="$work/shard" --wal_write_back_ms=500 \
+  --write_back_ms=700
+grep -q "wal_write_back_ms is deprecated: use --write_back_ms" "$work/out" || {
+  echo "FAIL: no deprecation line for --wal_write_back_ms" >&2
+  failures=$((failures + 1))
+}
 # A port nothing listens on (bound, then released).
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 printf '0\t1\ta\n' >"$work/train.tsv"

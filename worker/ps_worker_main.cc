@@ -26,6 +26,7 @@
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
 #include "base/manifest.h"
+#include "base/optimizer.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
@@ -314,17 +315,9 @@ void StopOnSignals() {
 
 bool ParseOptimizer(const std::string& name, double learning_rate,
                     ps::OptimizerSpec* spec) {
-  if (name == "sgd") {
-    spec->set_kind(ps::OptimizerSpec::SGD);
-  } else if (name == "adagrad") {
-    spec->set_kind(ps::OptimizerSpec::ADAGRAD);
-  } else if (name == "adam") {
-    spec->set_kind(ps::OptimizerSpec::ADAM);
-  } else if (name == "ftrl") {
-    spec->set_kind(ps::OptimizerSpec::FTRL);
-  } else {
-    return false;
-  }
+  ps::OptimizerSpec::Kind kind;
+  if (!ps::OptimizerKindFromName(name, &kind)) return false;
+  spec->set_kind(kind);
   spec->set_learning_rate(static_cast<float>(learning_rate));
   if (spec->kind() == ps::OptimizerSpec::ADAGRAD) {
     spec->set_initial_accumulator(
@@ -384,13 +377,7 @@ int main(int argc, char** argv) {
   if (options.train.files.empty()) return Fail("--train is required");
 
   const std::string model = absl::GetFlag(FLAGS_model);
-  if (model == "lr") {
-    options.model.kind = ps::kernels::ModelKind::kLogisticRegression;
-  } else if (model == "wide_deep") {
-    options.model.kind = ps::kernels::ModelKind::kWideDeep;
-  } else if (model == "deepfm") {
-    options.model.kind = ps::kernels::ModelKind::kDeepFm;
-  } else {
+  if (!ps::kernels::ModelKindFromName(model, &options.model.kind)) {
     return Fail("--model must be lr, wide_deep or deepfm, not '" + model + "'");
   }
   options.model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);

@@ -52,17 +52,6 @@ struct Trainer::PushJob {
 
 namespace {
 
-std::string ModelName(kernels::ModelKind kind) {
-  switch (kind) {
-    case kernels::ModelKind::kLogisticRegression:
-      return "lr";
-    case kernels::ModelKind::kDeepFm:
-      return "deepfm";
-    default:
-      return "wide_deep";
-  }
-}
-
 using Json = nlohmann::ordered_json;
 
 // `value` rounded to `decimals` decimals, the digits a reader compares. A NaN
@@ -146,12 +135,15 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
       client_(client),
       backend_(backend),
       tensors_(kernels::DenseTensors(options.model)),
-      embedding_table_(ModelName(options.model.kind) + ".embedding"),
-      wide_table_(ModelName(options.model.kind) + ".wide"),
+      embedding_table_(std::string(kernels::ModelName(options.model.kind)) +
+                       ".embedding"),
+      wide_table_(std::string(kernels::ModelName(options.model.kind)) +
+                  ".wide"),
       model_(options.model, backend) {
   for (const auto& tensor : tensors_) {
-    dense_tables_.push_back(ModelName(options.model.kind) + ".dense." +
-                            tensor.name);
+    dense_tables_.push_back(
+        std::string(kernels::ModelName(options.model.kind)) + ".dense." +
+        tensor.name);
   }
 }
 

@@ -236,7 +236,7 @@ void BM_WriteBack(benchmark::State& state) {
     embedding::StoreOptions options;
     options.data_dir = dir;
     options.cache_bytes = size_t{4} << 30;
-    options.wal_write_back_interval = absl::Hours(1);
+    options.write_back_interval = absl::Hours(1);
     auto store = embedding::EmbeddingStore::Open(options).value();
     TableSpec spec;
     spec.set_name("t");

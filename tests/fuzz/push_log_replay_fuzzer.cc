@@ -39,7 +39,7 @@ Replay& TheReplay() {
     std::filesystem::remove_all(made->options.data_dir);
     made->options.num_stripes = 4;
     made->options.cache_bytes = 1 << 20;
-    made->options.wal_write_back_interval = absl::Hours(1);
+    made->options.write_back_interval = absl::Hours(1);
     made->options.max_dim = 16;
     {
       auto store = embedding::EmbeddingStore::Open(made->options).value();

@@ -52,7 +52,7 @@ Shard& TheShard() {
     options.cache_bytes = 256 << 10;
     options.num_stripes = 4;
     options.max_push_log_bytes = 1 << 20;
-    options.wal_write_back_interval = absl::Milliseconds(200);
+    options.write_back_interval = absl::Milliseconds(200);
     options.max_dim = 64;
     options.max_tables = 16;
     auto* made = new Shard;
