@@ -2,9 +2,9 @@
 //
 // PushLog is an append-only log of opaque records kept in segment files of
 // one directory. EmbeddingStore writes a record per push under
-// --durability=wal, so that an acknowledged push survives the process; what
-// a record holds, and when a segment is no longer needed, is the store's
-// business (embedding_store.h).
+// --durability=wal, so that an acknowledged push survives the process. What
+// a record holds is push_record.h's business, and when a segment is no
+// longer needed the store's (embedding_store.h).
 //
 // Segments are numbered within an *epoch*: each time the store opens it
 // replays the previous epoch's segments and then writes to a new epoch, so

@@ -38,9 +38,15 @@ struct RequestCounters {
 };
 
 struct DataServiceOptions {
+  // This shard, of num_shards: a key of another shard is refused
+  // (FAILED_PRECONDITION). Defaults: 0 of 1.
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
+  // Most keys one Pull or Push may name; more are refused with
+  // INVALID_ARGUMENT. Default: 65536.
   uint32_t max_keys_per_request = 65536;
+  // Largest request or reply gRPC carries (the server's message limit).
+  // Default: 64 MiB.
   size_t max_message_bytes = 64 << 20;
   // Bytes of pulls and pushes (requests and replies) the shard holds at
   // once; past it, calls are refused with RESOURCE_EXHAUSTED, marked

@@ -55,9 +55,11 @@ ABSL_FLAG(uint64_t, write_back_ms, 0,
           "less CPU and replays more of the push log at restart (default "
           "10000). 0: the durability's default.");
 ABSL_FLAG(uint64_t, flush_interval_ms, 0,
-          "Deprecated: --write_back_ms, under --durability=periodic.");
+          "Deprecated: --write_back_ms, under --durability=periodic (0: not "
+          "given).");
 ABSL_FLAG(uint64_t, wal_write_back_ms, 0,
-          "Deprecated: --write_back_ms, under --durability=wal.");
+          "Deprecated: --write_back_ms, under --durability=wal (0: not "
+          "given).");
 ABSL_FLAG(uint64_t, wal_max_log_mb, 1024,
           "With --durability=wal, the push log a shard may hold before it "
           "writes stripes back early, whatever --write_back_ms says: "
@@ -206,16 +208,9 @@ int main(int argc, char** argv) {
   }
   options.store.admission_sketch_bytes =
       size_t{absl::GetFlag(FLAGS_admission_sketch_mb)} << 20;
+  // 0: embedding::DefaultStripeCount().
   options.store.num_stripes =
       static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
-  if (options.store.num_stripes == 0) {
-    // Each request locks the stripes its keys fall in one at a time, and
-    // pays per stripe it touches: 8 stripes pushed 15-20% more rows/s than
-    // 64 on 2 cores; more threads want more stripes.
-    const int threads =
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    options.store.num_stripes = std::clamp(4 * threads, 8, 256);
-  }
   options.store.rocksdb_block_cache_bytes =
       absl::GetFlag(FLAGS_rocksdb_block_cache_mb) << 20;
   options.store.rocksdb_write_buffer_bytes =
@@ -309,7 +304,7 @@ int main(int argc, char** argv) {
   }
   // A drain asked over the admin API takes the path SIGTERM takes.
   options.drain = [] { kill(getpid(), SIGTERM); };
-  if (options.store.num_stripes < 1)
+  if (options.store.num_stripes < 0)
     return Fail("--hot_tier_stripes must be >= 1");
   if (absl::GetFlag(FLAGS_wal_max_log_mb) == 0)
     return Fail("--wal_max_log_mb must be positive");

@@ -103,16 +103,16 @@ TEST(CrashRecoveryTest, NoPushIsLostOrDoubledWhenEvictionsWriteRowsBack) {
 }
 
 TEST(CrashRecoveryTest, PeriodicWriteBacksCutTheLogWithoutLosingPushes) {
-  PushKillRestartAndCount("crash_recovery_write_back",
-                          {"--wal_write_back_ms=20"}, 256, 400);
+  PushKillRestartAndCount("crash_recovery_write_back", {"--write_back_ms=20"},
+                          256, 400);
 }
 
 TEST(CrashRecoveryTest, WriteBacksInFlightAndEvictionsTogether) {
   // Write-backs run outside the stripe's lock while pushes keep updating and
   // evicting rows of the same stripe.
   PushKillRestartAndCount("crash_recovery_both",
-                          {"--hot_tier_stripes=1", "--wal_write_back_ms=20"},
-                          4096, 100);
+                          {"--hot_tier_stripes=1", "--write_back_ms=20"}, 4096,
+                          100);
 }
 
 }  // namespace

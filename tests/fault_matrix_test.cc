@@ -37,7 +37,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
@@ -106,6 +108,7 @@ class Shards {
     EXPECT_EQ(servers_[i]->SignalAndWait(SIGKILL), 128 + SIGKILL);
   }
   void Signal(int i, int signal) { kill(servers_[i]->pid(), signal); }
+  ServerProcess& server(int i) { return *servers_[i]; }
 
   std::vector<std::string> addresses() const {
     std::vector<std::string> addresses;
@@ -377,9 +380,30 @@ TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
   auto survivor = StartWorker(shards.addresses(), 0, 2, data, flags, "w0");
   auto victim = StartWorker(shards.addresses(), 1, 2, data, flags, "w1");
   ASSERT_TRUE(survivor != nullptr && victim != nullptr);
-  absl::SleepFor(absl::Milliseconds(1500));
+  // The coordinator's view of worker `id`: its clock, and whether it lives.
+  auto admin = Admin::NewStub(shards.server(0).channel());
+  auto clock_of = [&](uint32_t id) {
+    grpc::ClientContext context;
+    WorkerClocksResponse clocks;
+    admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
+    for (const auto& worker : clocks.workers())
+      if (worker.worker() == id)
+        return std::make_pair(worker.clock(), worker.live());
+    return std::make_pair(int64_t{-1}, false);
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (clock_of(1).first < 3 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(victim->SignalAndWait(SIGKILL), 128 + SIGKILL);
-  absl::SleepFor(absl::Seconds(2));  // past its lease: worker 0 goes on
+  const int64_t victim_clock = clock_of(1).first;
+  ASSERT_GE(victim_clock, 3) << ReadFile(dir_ + "/w1.log");
+  // Past its lease, worker 0 goes on without it.
+  while ((clock_of(1).second || clock_of(0).first < victim_clock + 2) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(clock_of(1).second) << "the dead worker's lease never lapsed";
+  EXPECT_GE(clock_of(0).first, victim_clock + 2) << "worker 0 did not go on";
   auto rejoined = StartWorker(shards.addresses(), 1, 2, data, flags, "w1b");
   ASSERT_NE(rejoined, nullptr);
   const int survivor_exit = survivor->Wait(absl::Minutes(3));
@@ -388,8 +412,12 @@ TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
   EXPECT_EQ(survivor_exit, 0) << ReadFile(dir_ + "/w0.log");
   EXPECT_EQ(rejoined_exit, 0) << ReadFile(dir_ + "/w1b.log");
   const std::string rejoined_metrics = ReadFile(dir_ + "/w1b.json");
-  EXPECT_GT(Metric(rejoined_metrics, "first_step"), 0)
-      << "the restarted worker should join at the live minimum: "
+  // Restarted with the same --worker_index, it goes on from the clock the
+  // coordinator holds for it instead of training its share twice.
+  EXPECT_EQ(Metric(rejoined_metrics, "first_step"), victim_clock)
+      << rejoined_metrics;
+  EXPECT_LT(Metric(rejoined_metrics, "examples"),
+            Metric(ReadFile(dir_ + "/w0.json"), "examples"))
       << rejoined_metrics;
   TableRow row{
       "worker kill -9 mid-training, restarted",
@@ -400,7 +428,7 @@ TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
   workload.Count(&row);
   row.outcome =
       absl::StrCat("survivor exit ", survivor_exit, ", restarted worker exit ",
-                   rejoined_exit, " (joined at the live minimum)");
+                   rejoined_exit, " (went on from its clock)");
   Finish(row);
 }
 
@@ -519,7 +547,7 @@ std::vector<std::string> PushThenKill(const std::string& dir, Shards& shards,
 
 TEST_F(FaultMatrixTest, ACorruptedPushLogSegmentStopsTheShardNamingIt) {
   // 1 MiB segments, write-backs never: the rounds stay in several segments.
-  Shards shards(dir_, 1, {"--wal_max_log_mb=8", "--wal_write_back_ms=3600000"});
+  Shards shards(dir_, 1, {"--wal_max_log_mb=8", "--write_back_ms=3600000"});
   const std::vector<std::string> segments = PushThenKill(dir_, shards, 40);
   ASSERT_GE(segments.size(), 3u);
   {

@@ -58,7 +58,7 @@ class ServerIntegrationTest : public ::testing::Test {
         ServerProcess::Start({"--data_dir=" + data_dir_,
                               "--max_keys_per_request=5000", "--cache_mb=8",
                               // Rows stay in the push log until shutdown.
-                              "--wal_write_back_ms=3600000"});
+                              "--write_back_ms=3600000"});
     EXPECT_TRUE(server.ok()) << server.status();
     return std::move(server).value();
   }
@@ -408,7 +408,7 @@ TEST_F(ServerIntegrationTest, AdmissionHoldsKeysBackUntilTheirNthPush) {
 TEST(ExpiryTest, ExpiredRowsGoThroughCompactionAfterARestart) {
   // On disk a row goes after its ttl and twice the write-back interval.
   const std::vector<std::string> flags = {
-      "--data_dir=" + FreshTestDir("expiry"), "--wal_write_back_ms=500"};
+      "--data_dir=" + FreshTestDir("expiry"), "--write_back_ms=500"};
   auto server = ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = ParameterServer::NewStub((*server)->channel());

@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "net/tls_credentials.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "net/tls_credentials.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"

@@ -237,6 +237,7 @@ void BM_WriteBack(benchmark::State& state) {
     options.data_dir = dir;
     options.cache_bytes = size_t{4} << 30;
     options.write_back_interval = absl::Hours(1);
+    options.num_stripes = 64;  // the same on every machine
     auto store = embedding::EmbeddingStore::Open(options).value();
     TableSpec spec;
     spec.set_name("t");

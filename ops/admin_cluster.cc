@@ -1,0 +1,311 @@
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/exit_codes.h"
+#include "base/latency_quantile.h"
+#include "base/manifest.h"
+#include "base/optimizer.h"
+#include "base/routing.h"
+#include "grpcpp/client_context.h"
+#include "ops/admin_command.h"
+#include "ops/checkpoint.h"
+#include "proto/admin.grpc.pb.h"
+
+namespace ps::ops {
+
+using ::ps::LatencyQuantileSeconds;
+
+namespace {
+
+// The counters and gauges of ShardStatsResponse that `stats` shows.
+struct StatField {
+  const char* name;
+  uint64_t (ps::ShardStatsResponse::*get)() const;
+  bool counter;  // a rate is shown for counters
+};
+
+constexpr StatField kStatFields[] = {
+    {"pull_requests", &ps::ShardStatsResponse::pull_requests, true},
+    {"push_requests", &ps::ShardStatsResponse::push_requests, true},
+    {"rows_pulled", &ps::ShardStatsResponse::rows_pulled, true},
+    {"rows_pushed", &ps::ShardStatsResponse::rows_pushed, true},
+    {"hot_tier_hits", &ps::ShardStatsResponse::hot_tier_hits, true},
+    {"hot_tier_misses", &ps::ShardStatsResponse::hot_tier_misses, true},
+    {"disk_lookups", &ps::ShardStatsResponse::disk_lookups, true},
+    {"duplicate_pushes", &ps::ShardStatsResponse::duplicate_pushes, true},
+    {"rows_admitted", &ps::ShardStatsResponse::rows_admitted, true},
+    {"keys_held_back", &ps::ShardStatsResponse::keys_held_back, true},
+    {"rows_expired_in_memory", &ps::ShardStatsResponse::rows_expired_in_memory,
+     true},
+    {"rows_expired_on_disk", &ps::ShardStatsResponse::rows_expired_on_disk,
+     true},
+    {"hot_tier_bytes", &ps::ShardStatsResponse::hot_tier_bytes, false},
+    {"hot_tier_budget_bytes", &ps::ShardStatsResponse::hot_tier_budget_bytes,
+     false},
+    {"hot_tier_allocated_bytes",
+     &ps::ShardStatsResponse::hot_tier_allocated_bytes, false},
+    {"rocksdb_live_bytes", &ps::ShardStatsResponse::rocksdb_live_bytes, false},
+    {"push_log_bytes", &ps::ShardStatsResponse::push_log_bytes, false},
+    {"push_log_dropped_bytes", &ps::ShardStatsResponse::push_log_dropped_bytes,
+     false},
+};
+
+// One method's calls over the interval, summed over the shards.
+struct MethodTotal {
+  explicit MethodTotal(std::string method) : method(std::move(method)) {}
+  std::string method;
+  uint64_t calls = 0, errors = 0;
+  double calls_per_second = 0;
+  std::vector<uint64_t> latency_buckets;
+};
+
+}  // namespace
+
+// `stats`: every shard's counters, summed, with rates and per-method
+// latency percentiles over --interval_s (since each shard started for 0).
+int Stats(const Cluster& cluster) {
+  const double interval = cluster.options.interval_s;
+  if (!(interval >= 0) || interval > 3600)
+    return Fail("--interval_s must be between 0 and 3600");
+  auto sample = [&](std::vector<ps::ShardStatsResponse>* responses,
+                    std::vector<ShardAnswer>* answers) {
+    responses->resize(cluster.servers.size());
+    answers->clear();
+    for (size_t i = 0; i < cluster.servers.size(); ++i) {
+      ShardAnswer answer(cluster.servers[i]);
+      answer.status = cluster.channels->shard(i).ShardStats(
+          cluster.Context().get(), ps::ShardStatsRequest(), &(*responses)[i]);
+      answers->push_back(std::move(answer));
+    }
+  };
+  std::vector<ps::ShardStatsResponse> before, after;
+  std::vector<ShardAnswer> first, answers;
+  if (interval > 0) {
+    sample(&before, &first);
+    absl::SleepFor(absl::Seconds(interval));
+  }
+  sample(&after, &answers);
+  // A shard that missed either sample has no rate: it counts as failed.
+  for (size_t i = 0; i < first.size(); ++i)
+    if (!first[i].status.ok()) answers[i].status = first[i].status;
+
+  std::vector<double> totals(std::size(kStatFields), 0.0);
+  std::vector<double> rates(std::size(kStatFields), 0.0);
+  std::vector<MethodTotal> methods;
+  std::vector<double> bounds;
+  // Shards by the commit they run (more than one during a rolling update).
+  std::map<std::string, std::vector<int>> versions;
+  int answered = 0;
+  for (size_t s = 0; s < after.size(); ++s) {
+    ShardAnswer& answer = answers[s];
+    if (!answer.status.ok()) continue;
+    const ps::ShardStatsResponse& now = after[s];
+    // The sample before, unless there is none or the shard restarted.
+    const bool has_before = interval > 0 && before[s].uptime_seconds() > 0 &&
+                            before[s].uptime_seconds() < now.uptime_seconds();
+    const ps::ShardStatsResponse empty;
+    const ps::ShardStatsResponse& then = has_before ? before[s] : empty;
+    const double seconds = now.uptime_seconds() - then.uptime_seconds();
+    ++answered;
+    for (size_t f = 0; f < std::size(kStatFields); ++f) {
+      const StatField& field = kStatFields[f];
+      const uint64_t value = (now.*field.get)();
+      totals[f] += value;
+      answer.fields[field.name] = value;
+      if (field.counter && seconds > 0) {
+        const uint64_t earlier = (then.*field.get)();
+        rates[f] += (value >= earlier ? value - earlier : value) / seconds;
+      }
+    }
+    answer.fields["shard_index"] = now.shard_index();
+    answer.fields["uptime_seconds"] = now.uptime_seconds();
+    answer.fields["build_commit"] = now.build_commit();
+    answer.fields["build_time"] = now.build_time();
+    versions[now.build_commit()].push_back(static_cast<int>(now.shard_index()));
+    if (bounds.empty()) {
+      bounds.assign(now.latency_bounds_seconds().begin(),
+                    now.latency_bounds_seconds().end());
+    }
+    const bool same_bounds = std::equal(bounds.begin(), bounds.end(),
+                                        now.latency_bounds_seconds().begin(),
+                                        now.latency_bounds_seconds().end());
+    for (const auto& method : now.methods()) {
+      const ps::ShardStatsResponse::Method* earlier = nullptr;
+      for (const auto& m : then.methods())
+        if (m.method() == method.method()) earlier = &m;
+      auto total = std::find_if(methods.begin(), methods.end(), [&](auto& t) {
+        return t.method == method.method();
+      });
+      if (total == methods.end()) {
+        methods.push_back(MethodTotal(method.method()));
+        methods.back().latency_buckets.assign(bounds.size() + 1, 0);
+        total = methods.end() - 1;
+      }
+      const uint64_t calls =
+          method.calls() - (earlier != nullptr ? earlier->calls() : 0);
+      total->calls += calls;
+      total->errors +=
+          method.errors() - (earlier != nullptr ? earlier->errors() : 0);
+      if (seconds > 0) total->calls_per_second += calls / seconds;
+      if (!same_bounds ||
+          method.latency_buckets_size() != static_cast<int>(bounds.size() + 1))
+        continue;
+      for (int b = 0; b < method.latency_buckets_size(); ++b) {
+        const bool has_earlier =
+            earlier != nullptr &&
+            earlier->latency_buckets_size() == method.latency_buckets_size();
+        total->latency_buckets[b] +=
+            method.latency_buckets(b) -
+            (has_earlier ? earlier->latency_buckets(b) : 0);
+      }
+    }
+  }
+  // Methods not called in the interval say nothing.
+  methods.erase(std::remove_if(methods.begin(), methods.end(),
+                               [](const MethodTotal& method) {
+                                 return method.calls == 0;
+                               }),
+                methods.end());
+  std::sort(methods.begin(), methods.end(),
+            [](const MethodTotal& a, const MethodTotal& b) {
+              return a.calls > b.calls;
+            });
+  auto quantile = [&](const MethodTotal& method, double q) {
+    return LatencyQuantileSeconds(bounds, method.latency_buckets, q);
+  };
+  const int code = ReportFailures("stats", answers);
+  if (cluster.options.json) {
+    Json total = Json::object(), per_second = Json::object();
+    for (size_t f = 0; f < std::size(kStatFields); ++f) {
+      total[kStatFields[f].name] = static_cast<uint64_t>(totals[f]);
+      if (kStatFields[f].counter) per_second[kStatFields[f].name] = rates[f];
+    }
+    Json method_json = Json::array();
+    for (const MethodTotal& method : methods) {
+      method_json.push_back(Json{{"method", method.method},
+                                 {"calls", method.calls},
+                                 {"errors", method.errors},
+                                 {"calls_per_second", method.calls_per_second},
+                                 {"p50_seconds", quantile(method, 0.5)},
+                                 {"p99_seconds", quantile(method, 0.99)}});
+    }
+    std::printf("%s\n", Dump({{"interval_seconds", interval},
+                              {"shards_answered", answered},
+                              {"total", std::move(total)},
+                              {"per_second", std::move(per_second)},
+                              {"methods", std::move(method_json)},
+                              {"shards", ShardAnswersJson(answers)}})
+                            .c_str());
+    return code;
+  }
+  std::printf("%d of %zu shards; rates and latencies %s\n", answered,
+              cluster.servers.size(),
+              interval > 0
+                  ? absl::StrFormat("over the last %.2f s", interval).c_str()
+                  : "since each shard started");
+  for (const auto& [commit, shards] : versions) {
+    std::printf("build %s on shard%s %s\n",
+                commit.empty() ? "(not reported)" : commit.c_str(),
+                shards.size() == 1 ? "" : "s",
+                absl::StrJoin(shards, ",").c_str());
+  }
+  std::printf("%-24s %16s %14s\n", "", "total", "per s");
+  for (size_t f = 0; f < std::size(kStatFields); ++f) {
+    if (kStatFields[f].counter) {
+      std::printf("%-24s %16.0f %14.1f\n", kStatFields[f].name, totals[f],
+                  rates[f]);
+    } else {
+      std::printf("%-24s %16.0f\n", kStatFields[f].name, totals[f]);
+    }
+  }
+  std::printf("\n%-44s %10s %8s %10s %10s %10s\n", "method", "calls", "errors",
+              "calls/s", "p50 ms", "p99 ms");
+  for (const MethodTotal& method : methods) {
+    std::printf(
+        "%-44s %10llu %8llu %10.1f %10.3f %10.3f\n", method.method.c_str(),
+        static_cast<unsigned long long>(method.calls),
+        static_cast<unsigned long long>(method.errors), method.calls_per_second,
+        1e3 * quantile(method, 0.5), 1e3 * quantile(method, 0.99));
+  }
+  return code;
+}
+
+namespace {
+
+// The workers' clocks, from the coordinator shard.
+grpc::Status AskClocks(const Cluster& cluster,
+                       ps::WorkerClocksResponse* response) {
+  return cluster.channels->coordinator().WorkerClocks(
+      cluster.Context().get(), ps::WorkerClocksRequest(), response);
+}
+
+const char* WorkerState(const ps::WorkerClocksResponse::Worker& worker) {
+  return worker.live()       ? "live"
+         : worker.finished() ? "finished"
+                             : "lease expired";
+}
+
+}  // namespace
+
+// `clocks`: the workers' clocks, from the coordinator shard.
+int Clocks(const Cluster& cluster) {
+  ps::WorkerClocksResponse response;
+  ShardAnswer answer(cluster.coordinator);
+  answer.status = AskClocks(cluster, &response);
+  if (answer.status.ok()) {
+    if (cluster.options.json) {
+      Json workers = Json::array();
+      for (const auto& worker : response.workers()) {
+        workers.push_back(Json{{"worker", worker.worker()},
+                               {"clock", worker.clock()},
+                               {"state", WorkerState(worker)}});
+      }
+      std::printf("%s\n", Dump({{"coordinator", cluster.coordinator},
+                                {"workers", std::move(workers)},
+                                {"clock_spread", response.clock_spread()}})
+                              .c_str());
+    } else {
+      for (const auto& worker : response.workers()) {
+        std::printf("worker %u clock %lld %s\n", worker.worker(),
+                    static_cast<long long>(worker.clock()),
+                    WorkerState(worker));
+      }
+      std::printf("spread among live workers: %lld\n",
+                  static_cast<long long>(response.clock_spread()));
+    }
+  }
+  return ReportFailures("clocks", {answer});
+}
+
+// `drain`: every shard stops as SIGTERM stops it.
+int Drain(const Cluster& cluster) {
+  return OnEveryShard(
+      cluster, "drain",
+      [&](ps::Admin::Stub& admin, Json* fields) {
+        ps::DrainResponse response;
+        *fields = {{"draining", true}};
+        return admin.Drain(cluster.Context().get(), ps::DrainRequest(),
+                           &response);
+      },
+      [](const Json&) {
+        return std::string(
+            "draining (health NOT_SERVING; calls in flight finish, dirty rows "
+            "are written back, then it exits)");
+      });
+}
+
+}  // namespace ps::ops
