@@ -289,7 +289,18 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
     counters.push_back(std::make_unique<CountingWorker>(Addresses(shards), id));
     counters.back()->Start();
   }
-  absl::SleepFor(absl::Milliseconds(1500));
+  // Until all four have stepped (the real ones read their input first).
+  auto admin = Admin::NewStub(shards[0]->channel());
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < give_up) {
+    grpc::ClientContext context;
+    WorkerClocksResponse clocks;
+    admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
+    int stepped = 0;
+    for (const auto& worker : clocks.workers()) stepped += worker.clock() >= 3;
+    if (stepped == 4) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   const std::string checkpoint = dir_ + "/checkpoint";
   ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
                   dir_ + "/checkpoint.log"),
