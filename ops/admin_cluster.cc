@@ -73,108 +73,115 @@ struct MethodTotal {
   std::vector<uint64_t> latency_buckets;
 };
 
-}  // namespace
-
-// `stats`: every shard's counters, summed, with rates and per-method
-// latency percentiles over --interval_s (since each shard started for 0).
-int Stats(const Cluster& cluster) {
-  const double interval = cluster.options.interval_s;
-  if (!(interval >= 0) || interval > 3600)
-    return Fail("--interval_s must be between 0 and 3600");
-  auto sample = [&](std::vector<ps::ShardStatsResponse>* responses,
-                    std::vector<ShardAnswer>* answers) {
-    responses->resize(cluster.servers.size());
-    answers->clear();
-    for (size_t i = 0; i < cluster.servers.size(); ++i) {
-      ShardAnswer answer(cluster.servers[i]);
-      answer.status = cluster.channels->shard(i).ShardStats(
-          cluster.Context().get(), ps::ShardStatsRequest(), &(*responses)[i]);
-      answers->push_back(std::move(answer));
-    }
-  };
-  std::vector<ps::ShardStatsResponse> before, after;
-  std::vector<ShardAnswer> first, answers;
-  if (interval > 0) {
-    sample(&before, &first);
-    absl::SleepFor(absl::Seconds(interval));
-  }
-  sample(&after, &answers);
-  // A shard that missed either sample has no rate: it counts as failed.
-  for (size_t i = 0; i < first.size(); ++i)
-    if (!first[i].status.ok()) answers[i].status = first[i].status;
-
-  std::vector<double> totals(std::size(kStatFields), 0.0);
-  std::vector<double> rates(std::size(kStatFields), 0.0);
-  std::vector<MethodTotal> methods;
-  std::vector<double> bounds;
+// What `stats` shows, summed over the shards that answered.
+struct StatsSummary {
+  std::vector<double> totals = std::vector<double>(std::size(kStatFields));
+  std::vector<double> rates = std::vector<double>(std::size(kStatFields));
+  std::vector<MethodTotal> methods;  // called in the interval, most first
+  std::vector<double> bounds;        // of the latency buckets
   // Shards by the commit they run (more than one during a rolling update).
   std::map<std::string, std::vector<int>> versions;
   int answered = 0;
+};
+
+// Every shard's ShardStats, in shard order.
+void SampleStats(const Cluster& cluster,
+                 std::vector<ShardStatsResponse>* responses,
+                 std::vector<ShardAnswer>* answers) {
+  responses->resize(cluster.servers.size());
+  answers->clear();
+  for (size_t i = 0; i < cluster.servers.size(); ++i) {
+    ShardAnswer answer(cluster.servers[i]);
+    answer.status = cluster.channels->shard(i).ShardStats(
+        cluster.Context().get(), ShardStatsRequest(), &(*responses)[i]);
+    answers->push_back(std::move(answer));
+  }
+}
+
+// Adds one shard's per-method calls and latencies between `then` and
+// `now` (`seconds` apart) to `summary`.
+void AddMethods(const ShardStatsResponse& now, const ShardStatsResponse& then,
+                double seconds, StatsSummary* summary) {
+  std::vector<double>& bounds = summary->bounds;
+  std::vector<MethodTotal>& methods = summary->methods;
+  if (bounds.empty()) {
+    bounds.assign(now.latency_bounds_seconds().begin(),
+                  now.latency_bounds_seconds().end());
+  }
+  const bool same_bounds = std::equal(bounds.begin(), bounds.end(),
+                                      now.latency_bounds_seconds().begin(),
+                                      now.latency_bounds_seconds().end());
+  for (const auto& method : now.methods()) {
+    const ps::ShardStatsResponse::Method* earlier = nullptr;
+    for (const auto& m : then.methods())
+      if (m.method() == method.method()) earlier = &m;
+    auto total = std::find_if(methods.begin(), methods.end(), [&](auto& t) {
+      return t.method == method.method();
+    });
+    if (total == methods.end()) {
+      methods.push_back(MethodTotal(method.method()));
+      methods.back().latency_buckets.assign(bounds.size() + 1, 0);
+      total = methods.end() - 1;
+    }
+    const uint64_t calls =
+        method.calls() - (earlier != nullptr ? earlier->calls() : 0);
+    total->calls += calls;
+    total->errors +=
+        method.errors() - (earlier != nullptr ? earlier->errors() : 0);
+    if (seconds > 0) total->calls_per_second += calls / seconds;
+    if (!same_bounds ||
+        method.latency_buckets_size() != static_cast<int>(bounds.size() + 1))
+      continue;
+    for (int b = 0; b < method.latency_buckets_size(); ++b) {
+      const bool has_earlier =
+          earlier != nullptr &&
+          earlier->latency_buckets_size() == method.latency_buckets_size();
+      total->latency_buckets[b] +=
+          method.latency_buckets(b) -
+          (has_earlier ? earlier->latency_buckets(b) : 0);
+    }
+  }
+}
+
+// Sums the shards' samples: `after` (and `before`, `interval` seconds
+// earlier, for rates) into `summary`; fills each answer's fields for --json.
+StatsSummary Summarize(double interval,
+                       const std::vector<ShardStatsResponse>& before,
+                       const std::vector<ShardStatsResponse>& after,
+                       std::vector<ShardAnswer>* answers) {
+  StatsSummary summary;
   for (size_t s = 0; s < after.size(); ++s) {
-    ShardAnswer& answer = answers[s];
+    ShardAnswer& answer = (*answers)[s];
     if (!answer.status.ok()) continue;
-    const ps::ShardStatsResponse& now = after[s];
+    const ShardStatsResponse& now = after[s];
     // The sample before, unless there is none or the shard restarted.
     const bool has_before = interval > 0 && before[s].uptime_seconds() > 0 &&
                             before[s].uptime_seconds() < now.uptime_seconds();
-    const ps::ShardStatsResponse empty;
-    const ps::ShardStatsResponse& then = has_before ? before[s] : empty;
+    const ShardStatsResponse empty;
+    const ShardStatsResponse& then = has_before ? before[s] : empty;
     const double seconds = now.uptime_seconds() - then.uptime_seconds();
-    ++answered;
+    ++summary.answered;
     for (size_t f = 0; f < std::size(kStatFields); ++f) {
       const StatField& field = kStatFields[f];
       const uint64_t value = (now.*field.get)();
-      totals[f] += value;
+      summary.totals[f] += value;
       answer.fields[field.name] = value;
       if (field.counter && seconds > 0) {
         const uint64_t earlier = (then.*field.get)();
-        rates[f] += (value >= earlier ? value - earlier : value) / seconds;
+        summary.rates[f] +=
+            (value >= earlier ? value - earlier : value) / seconds;
       }
     }
     answer.fields["shard_index"] = now.shard_index();
     answer.fields["uptime_seconds"] = now.uptime_seconds();
     answer.fields["build_commit"] = now.build_commit();
     answer.fields["build_time"] = now.build_time();
-    versions[now.build_commit()].push_back(static_cast<int>(now.shard_index()));
-    if (bounds.empty()) {
-      bounds.assign(now.latency_bounds_seconds().begin(),
-                    now.latency_bounds_seconds().end());
-    }
-    const bool same_bounds = std::equal(bounds.begin(), bounds.end(),
-                                        now.latency_bounds_seconds().begin(),
-                                        now.latency_bounds_seconds().end());
-    for (const auto& method : now.methods()) {
-      const ps::ShardStatsResponse::Method* earlier = nullptr;
-      for (const auto& m : then.methods())
-        if (m.method() == method.method()) earlier = &m;
-      auto total = std::find_if(methods.begin(), methods.end(), [&](auto& t) {
-        return t.method == method.method();
-      });
-      if (total == methods.end()) {
-        methods.push_back(MethodTotal(method.method()));
-        methods.back().latency_buckets.assign(bounds.size() + 1, 0);
-        total = methods.end() - 1;
-      }
-      const uint64_t calls =
-          method.calls() - (earlier != nullptr ? earlier->calls() : 0);
-      total->calls += calls;
-      total->errors +=
-          method.errors() - (earlier != nullptr ? earlier->errors() : 0);
-      if (seconds > 0) total->calls_per_second += calls / seconds;
-      if (!same_bounds ||
-          method.latency_buckets_size() != static_cast<int>(bounds.size() + 1))
-        continue;
-      for (int b = 0; b < method.latency_buckets_size(); ++b) {
-        const bool has_earlier =
-            earlier != nullptr &&
-            earlier->latency_buckets_size() == method.latency_buckets_size();
-        total->latency_buckets[b] +=
-            method.latency_buckets(b) -
-            (has_earlier ? earlier->latency_buckets(b) : 0);
-      }
-    }
+    summary.versions[now.build_commit()].push_back(
+        static_cast<int>(now.shard_index()));
+    AddMethods(now, then, seconds, &summary);
   }
   // Methods not called in the interval say nothing.
+  std::vector<MethodTotal>& methods = summary.methods;
   methods.erase(std::remove_if(methods.begin(), methods.end(),
                                [](const MethodTotal& method) {
                                  return method.calls == 0;
@@ -184,62 +191,97 @@ int Stats(const Cluster& cluster) {
             [](const MethodTotal& a, const MethodTotal& b) {
               return a.calls > b.calls;
             });
-  auto quantile = [&](const MethodTotal& method, double q) {
-    return LatencyQuantileSeconds(bounds, method.latency_buckets, q);
-  };
-  const int code = ReportFailures("stats", answers);
-  if (cluster.options.json) {
-    Json total = Json::object(), per_second = Json::object();
-    for (size_t f = 0; f < std::size(kStatFields); ++f) {
-      total[kStatFields[f].name] = static_cast<uint64_t>(totals[f]);
-      if (kStatFields[f].counter) per_second[kStatFields[f].name] = rates[f];
-    }
-    Json method_json = Json::array();
-    for (const MethodTotal& method : methods) {
-      method_json.push_back(Json{{"method", method.method},
-                                 {"calls", method.calls},
-                                 {"errors", method.errors},
-                                 {"calls_per_second", method.calls_per_second},
-                                 {"p50_seconds", quantile(method, 0.5)},
-                                 {"p99_seconds", quantile(method, 0.99)}});
-    }
-    std::printf("%s\n", Dump({{"interval_seconds", interval},
-                              {"shards_answered", answered},
-                              {"total", std::move(total)},
-                              {"per_second", std::move(per_second)},
-                              {"methods", std::move(method_json)},
-                              {"shards", ShardAnswersJson(answers)}})
-                            .c_str());
-    return code;
+  return summary;
+}
+
+double Quantile(const StatsSummary& summary, const MethodTotal& method,
+                double q) {
+  return LatencyQuantileSeconds(summary.bounds, method.latency_buckets, q);
+}
+
+void PrintStatsJson(const StatsSummary& summary, double interval,
+                    const std::vector<ShardAnswer>& answers) {
+  Json total = Json::object(), per_second = Json::object();
+  for (size_t f = 0; f < std::size(kStatFields); ++f) {
+    total[kStatFields[f].name] = static_cast<uint64_t>(summary.totals[f]);
+    if (kStatFields[f].counter)
+      per_second[kStatFields[f].name] = summary.rates[f];
   }
-  std::printf("%d of %zu shards; rates and latencies %s\n", answered,
-              cluster.servers.size(),
-              interval > 0
-                  ? absl::StrFormat("over the last %.2f s", interval).c_str()
-                  : "since each shard started");
-  for (const auto& [commit, shards] : versions) {
+  Json method_json = Json::array();
+  for (const MethodTotal& method : summary.methods) {
+    method_json.push_back(
+        Json{{"method", method.method},
+             {"calls", method.calls},
+             {"errors", method.errors},
+             {"calls_per_second", method.calls_per_second},
+             {"p50_seconds", Quantile(summary, method, 0.5)},
+             {"p99_seconds", Quantile(summary, method, 0.99)}});
+  }
+  std::printf("%s\n", Dump({{"interval_seconds", interval},
+                            {"shards_answered", summary.answered},
+                            {"total", std::move(total)},
+                            {"per_second", std::move(per_second)},
+                            {"methods", std::move(method_json)},
+                            {"shards", ShardAnswersJson(answers)}})
+                          .c_str());
+}
+
+void PrintStatsTable(const StatsSummary& summary, double interval,
+                     size_t shards) {
+  std::printf(
+      "%d of %zu shards; rates and latencies %s\n", summary.answered, shards,
+      interval > 0 ? absl::StrFormat("over the last %.2f s", interval).c_str()
+                   : "since each shard started");
+  for (const auto& [commit, on] : summary.versions) {
     std::printf("build %s on shard%s %s\n",
                 commit.empty() ? "(not reported)" : commit.c_str(),
-                shards.size() == 1 ? "" : "s",
-                absl::StrJoin(shards, ",").c_str());
+                on.size() == 1 ? "" : "s", absl::StrJoin(on, ",").c_str());
   }
   std::printf("%-24s %16s %14s\n", "", "total", "per s");
   for (size_t f = 0; f < std::size(kStatFields); ++f) {
     if (kStatFields[f].counter) {
-      std::printf("%-24s %16.0f %14.1f\n", kStatFields[f].name, totals[f],
-                  rates[f]);
+      std::printf("%-24s %16.0f %14.1f\n", kStatFields[f].name,
+                  summary.totals[f], summary.rates[f]);
     } else {
-      std::printf("%-24s %16.0f\n", kStatFields[f].name, totals[f]);
+      std::printf("%-24s %16.0f\n", kStatFields[f].name, summary.totals[f]);
     }
   }
   std::printf("\n%-44s %10s %8s %10s %10s %10s\n", "method", "calls", "errors",
               "calls/s", "p50 ms", "p99 ms");
-  for (const MethodTotal& method : methods) {
-    std::printf(
-        "%-44s %10llu %8llu %10.1f %10.3f %10.3f\n", method.method.c_str(),
-        static_cast<unsigned long long>(method.calls),
-        static_cast<unsigned long long>(method.errors), method.calls_per_second,
-        1e3 * quantile(method, 0.5), 1e3 * quantile(method, 0.99));
+  for (const MethodTotal& method : summary.methods) {
+    std::printf("%-44s %10llu %8llu %10.1f %10.3f %10.3f\n",
+                method.method.c_str(),
+                static_cast<unsigned long long>(method.calls),
+                static_cast<unsigned long long>(method.errors),
+                method.calls_per_second, 1e3 * Quantile(summary, method, 0.5),
+                1e3 * Quantile(summary, method, 0.99));
+  }
+}
+
+}  // namespace
+
+// `stats`: every shard's counters, summed, with rates and per-method
+// latency percentiles over --interval_s (since each shard started for 0).
+int Stats(const Cluster& cluster) {
+  const double interval = cluster.options.interval_s;
+  if (!(interval >= 0) || interval > 3600)
+    return Fail("--interval_s must be between 0 and 3600");
+  std::vector<ShardStatsResponse> before, after;
+  std::vector<ShardAnswer> first, answers;
+  if (interval > 0) {
+    SampleStats(cluster, &before, &first);
+    absl::SleepFor(absl::Seconds(interval));
+  }
+  SampleStats(cluster, &after, &answers);
+  // A shard that missed either sample has no rate: it counts as failed.
+  for (size_t i = 0; i < first.size(); ++i)
+    if (!first[i].status.ok()) answers[i].status = first[i].status;
+  const StatsSummary summary = Summarize(interval, before, after, &answers);
+  const int code = ReportFailures("stats", answers);
+  if (cluster.options.json) {
+    PrintStatsJson(summary, interval, answers);
+  } else {
+    PrintStatsTable(summary, interval, cluster.servers.size());
   }
   return code;
 }

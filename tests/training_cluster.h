@@ -1,0 +1,170 @@
+// File: tests/training_cluster.h
+//
+// What the end-to-end training tests share: click logs generated once per
+// test binary (with a known ground truth), shards started as real
+// processes, ps_worker command lines, and the metrics each worker wrote.
+
+#ifndef PS_TESTS_TRAINING_CLUSTER_H_
+#define PS_TESTS_TRAINING_CLUSTER_H_
+
+#include <signal.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+#include "tests/test_files.h"
+
+namespace ps::testing {
+
+inline constexpr int kTrainLines = 80000;
+inline constexpr int kTestLines = 20000;
+
+struct WorkerRun {
+  int exit_code = -1;
+  std::string metrics;
+  std::string log;
+  double Get(const std::string& key) const { return Metric(metrics, key); }
+};
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(FreshTestDir("training_data"));
+    const std::string gen = BinaryPath("worker/clicklog_gen");
+    const std::string log = *data_ + "/gen.log";
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/train.tsv",
+                   absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                  log),
+              0);
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/train.tsv.gz",
+                   absl::StrCat("--lines=", kTrainLines), "--sample_seed=1"},
+                  log),
+              0);
+    ASSERT_EQ(RunToCompletion(
+                  {gen, "--out=" + *data_ + "/test.tsv",
+                   absl::StrCat("--lines=", kTestLines), "--sample_seed=2",
+                   "--summary_out=" + *data_ + "/test_truth.json"},
+                  log),
+              0);
+  }
+
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  void SetUp() override {
+    dir_ = FreshTestDir(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+
+  // Starts `count` shards on fresh data directories and returns their
+  // addresses.
+  std::vector<std::string> StartShards(int count) {
+    std::vector<std::string> addresses;
+    ++cluster_;
+    for (int s = 0; s < count; ++s) {
+      auto shard = ServerProcess::Start(
+          {absl::StrCat("--data_dir=", dir_, "/cluster", cluster_, "/shard", s),
+           absl::StrCat("--shard_index=", s),
+           absl::StrCat("--num_shards=", count), "--durability=periodic",
+           "--cache_mb=64"},
+          absl::Seconds(60), absl::StrCat(dir_, "/shard", s, ".log"));
+      EXPECT_TRUE(shard.ok()) << shard.status();
+      if (!shard.ok()) return {};
+      addresses.push_back((*shard)->address());
+      shards_.push_back(std::move(shard).value());
+    }
+    return addresses;
+  }
+
+  std::vector<std::string> WorkerArgs(const std::vector<std::string>& servers,
+                                      int index, int count,
+                                      const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {
+        BinaryPath("worker/ps_worker"),
+        "--servers=" + absl::StrJoin(servers, ","),
+        absl::StrCat("--worker_index=", index),
+        absl::StrCat("--num_workers=", count),
+        "--train=" + *data_ + "/train.tsv",
+        "--test=" + *data_ + "/test.tsv",
+        "--batch_size=1024",
+        // The tests compare AUCs exactly across runs, which only the CPU's
+        // deterministic sums allow (a GPU's atomics reorder them).
+        "--device=cpu",
+        "--hidden=64,32",
+        "--embedding_dim=8",
+        "--progress_every_s=1",
+        absl::StrCat("--metrics_out=", dir_, "/worker", index, ".json"),
+    };
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  WorkerRun Collect(int index, int exit_code) {
+    WorkerRun run;
+    run.exit_code = exit_code;
+    run.metrics = ReadFile(absl::StrCat(dir_, "/worker", index, ".json"));
+    run.log = ReadFile(absl::StrCat(dir_, "/worker", index, ".log"));
+    return run;
+  }
+
+  // Trains `workers` workers against `num_shards` new shards, all at once;
+  // per-worker extra flags from `extra[i]` (if present) and `common`.
+  std::vector<WorkerRun> Train(
+      int num_shards, int workers, const std::vector<std::string>& common,
+      const std::vector<std::vector<std::string>>& extra = {}) {
+    const std::vector<std::string> servers = StartShards(num_shards);
+    std::vector<std::unique_ptr<ChildProcess>> processes;
+    for (int w = 0; w < workers; ++w) {
+      std::vector<std::string> flags = common;
+      if (w < static_cast<int>(extra.size())) {
+        flags.insert(flags.end(), extra[w].begin(), extra[w].end());
+      }
+      auto process =
+          ChildProcess::Start(WorkerArgs(servers, w, workers, flags), false,
+                              absl::StrCat(dir_, "/worker", w, ".log"));
+      EXPECT_TRUE(process.ok());
+      processes.push_back(std::move(process).value());
+    }
+    std::vector<WorkerRun> runs;
+    for (int w = 0; w < workers; ++w) {
+      runs.push_back(Collect(w, processes[w]->Wait(absl::Minutes(5))));
+      EXPECT_EQ(runs.back().exit_code, 0) << runs.back().log;
+    }
+    shards_.clear();
+    return runs;
+  }
+
+  double TruthAuc() const {
+    return Metric(ReadFile(*data_ + "/test_truth.json"), "truth_auc");
+  }
+
+  inline static std::string* data_ = nullptr;
+  std::string dir_;
+  int cluster_ = 0;
+  std::vector<std::unique_ptr<ServerProcess>> shards_;
+};
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_TRAINING_CLUSTER_H_
