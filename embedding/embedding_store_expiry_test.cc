@@ -12,6 +12,7 @@
 #include "base/status_matchers.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
+#include "embedding/rocks_store.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 
@@ -19,6 +20,22 @@ namespace ps::embedding {
 namespace {
 
 using absl::StatusCode;
+
+TEST(ExpiryRuleTest, ARowIsKeptAtLeastItsTtlInWholeSeconds) {
+  ExpiryRule rule;
+  rule.ttl_s = 1;
+  // Updated late in second 100: at 101 it may be only a moment old.
+  const RowMeta meta{/*updated_at_s=*/100, /*push_count=*/1};
+  EXPECT_FALSE(rule.Expired(meta, 100));
+  EXPECT_FALSE(rule.Expired(meta, 101));
+  EXPECT_TRUE(rule.Expired(meta, 102));
+  // Pushed often enough, or never stamped, a row stays.
+  rule.evict_below_count = 1;
+  EXPECT_FALSE(rule.Expired(meta, 200));
+  EXPECT_FALSE(rule.Expired(RowMeta{}, 200));
+  rule.ttl_s = 0;
+  EXPECT_FALSE(rule.Expired(RowMeta{100, 0}, 200));
+}
 
 TEST_F(EmbeddingStoreTest,
        ExpiredRowsGoFromMemoryAndByCompactionAfterARestart) {

@@ -95,7 +95,9 @@ struct RowMeta {
 
 // When a table's stored rows expire (TableSpec.row_ttl_s): not updated for
 // `ttl_s` seconds and, if `evict_below_count` > 0, pushed fewer than that many
-// times. `row_floats` is the table's floats per row (weights and optimizer
+// times. Times are whole seconds, so a row is kept at least `ttl_s` seconds
+// after its last update and expires within the second after that, never
+// before. `row_floats` is the table's floats per row (weights and optimizer
 // state), which locates the RowMeta in a stored value.
 struct ExpiryRule {
   int row_floats = 0;
@@ -104,7 +106,7 @@ struct ExpiryRule {
 
   bool Expired(const RowMeta& meta, uint32_t now_s) const {
     return ttl_s > 0 && meta.updated_at_s != 0 &&
-           now_s >= meta.updated_at_s + uint64_t{ttl_s} &&
+           now_s > meta.updated_at_s + uint64_t{ttl_s} &&
            (evict_below_count == 0 || meta.push_count < evict_below_count);
   }
 };
