@@ -35,9 +35,9 @@ fi
 binaries=("$@")
 if [ ${#binaries[@]} -eq 0 ]; then
   (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
-    //ops:ps_admin //worker:ps_worker //worker:ps_predict //worker:clicklog_gen)
-  for path in server/ps_server ops/ps_admin worker/ps_worker worker/ps_predict \
-    worker/clicklog_gen kernels/libps_cuda_backend.so; do
+    //ops:ps_admin //worker:ps_worker //worker/predict:ps_predict //worker/datagen:clicklog_gen)
+  for path in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_predict \
+    worker/datagen/clicklog_gen kernels/libps_cuda_backend.so; do
     [ -e "$here/bazel-bin/$path" ] && binaries+=("$here/bazel-bin/$path")
   done
 fi

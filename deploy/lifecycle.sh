@@ -35,7 +35,7 @@ trap cleanup EXIT
 
 bash deploy/setup.sh >/dev/null
 bazel build //server:ps_server //ops:ps_admin //worker:ps_worker \
-  //worker:clicklog_gen //worker:ps_predict 2>&1 | tail -1
+  //worker/datagen:clicklog_gen //worker/predict:ps_predict 2>&1 | tail -1
 bin=bazel-bin
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}'; }
@@ -43,8 +43,8 @@ metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | awk '{print $2}'; }
 
 rm -rf "$dir"
 mkdir -p "$dir"
-"$bin/worker/clicklog_gen" --out="$dir/train.tsv.gz" --lines="$train_lines" --sample_seed=1 2>/dev/null
-"$bin/worker/clicklog_gen" --out="$dir/test.tsv" --lines="$test_lines" --sample_seed=2 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$dir/train.tsv.gz" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$dir/test.tsv" --lines="$test_lines" --sample_seed=2 2>/dev/null
 
 # start_shards N NAME [FLAGS...]: starts N shards in $dir/NAME-<i>; sets $servers.
 start_shards() {
@@ -114,6 +114,6 @@ cleanup
 started=()
 for format in fp32 fp16; do
   echo "\$ ps_predict --model=$dir/export-$format --input=$dir/test.tsv --out=$dir/scores-$format.txt"
-  "$bin/worker/ps_predict" --model="$dir/export-$format" --input="$dir/test.tsv" \
+  "$bin/worker/predict/ps_predict" --model="$dir/export-$format" --input="$dir/test.tsv" \
     --out="$dir/scores-$format.txt" | sed 's/^/   /'
 done

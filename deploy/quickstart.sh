@@ -43,14 +43,14 @@ trap cleanup EXIT
 echo "== setup"
 bash deploy/setup.sh
 echo "== build (the first build compiles everything: several minutes)"
-bazel build --show_progress_rate_limit=5 //server:ps_server //worker:ps_worker //worker:clicklog_gen
+bazel build --show_progress_rate_limit=5 //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen
 bin=bazel-bin
 
 rm -rf "$dir"
 mkdir -p "$dir"
 echo "== data: $train_lines training and $test_lines test lines in $dir"
-"$bin/worker/clicklog_gen" --out="$dir/train.tsv.gz" --lines="$train_lines" --sample_seed=1 2>/dev/null
-"$bin/worker/clicklog_gen" --out="$dir/test.tsv" --lines="$test_lines" --sample_seed=2 \
+"$bin/worker/datagen/clicklog_gen" --out="$dir/train.tsv.gz" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$dir/test.tsv" --lines="$test_lines" --sample_seed=2 \
   --summary_out="$dir/truth.json" 2>/dev/null
 
 echo "== $shards shards"

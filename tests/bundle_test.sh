@@ -20,8 +20,8 @@ cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
 [ -e "$cuda_backend" ] || cuda_backend=""
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
   "$runfiles/server/ps_server" "$runfiles/ops/ps_admin" \
-  "$runfiles/worker/ps_worker" "$runfiles/worker/ps_predict" \
-  "$runfiles/worker/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
+  "$runfiles/worker/ps_worker" "$runfiles/worker/predict/ps_predict" \
+  "$runfiles/worker/datagen/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
 mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
 bundle=$(realpath "$work/unpacked/ps-bundle")

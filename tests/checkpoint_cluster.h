@@ -147,7 +147,7 @@ class CheckpointTest : public ::testing::Test {
                        const std::vector<std::string>& flags = {}) {
     const std::string path = dir_ + "/" + name;
     std::vector<std::string> argv = {
-        BinaryPath("worker/clicklog_gen"), "--out=" + path,
+        BinaryPath("worker/datagen/clicklog_gen"), "--out=" + path,
         absl::StrCat("--lines=", lines), absl::StrCat("--sample_seed=", seed)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     EXPECT_EQ(RunToCompletion(argv, dir_ + "/gen.log"), 0)

@@ -16,8 +16,8 @@ expect() {  # expect CODE WHAT COMMAND...
     failures=$((failures + 1))
   fi
 }
-for binary in server/ps_server ops/ps_admin worker/ps_worker worker/ps_predict \
-  worker/clicklog_gen; do
+for binary in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_predict \
+  worker/datagen/clicklog_gen; do
   name=$(basename "$binary")
   expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
   expect 0 "$name --version" "$runfiles/$binary" --version
@@ -25,7 +25,7 @@ done
 expect 64 "ps_server without --data_dir" "$runfiles/server/ps_server" --listen=127.0.0.1:0
 expect 64 "ps_worker with a bad layout" "$runfiles/worker/ps_worker" --train=x \
   --columns=label,color
-expect 64 "clicklog_gen with a bad layout" "$runfiles/worker/clicklog_gen" --out="$work/x" \
+expect 64 "clicklog_gen with a bad layout" "$runfiles/worker/datagen/clicklog_gen" --out="$work/x" \
   --columns=label,skip
 # --write_back_ms' older names still work, and say so; disagreeing is bad.
 expect 64 "ps_server with two write-back intervals" "$runfiles/server/ps_server" \
@@ -42,7 +42,7 @@ expect 69 "ps_worker against no shard" "$runfiles/worker/ps_worker" --servers=12
   --train="$work/train.tsv" --columns=label,dense,cat --device=cpu --retry_for_s=1
 expect 69 "ps_admin against no shard" "$runfiles/ops/ps_admin" --servers=127.0.0.1:$port \
   --timeout_s=1 tables
-expect 70 "ps_predict with no export" "$runfiles/worker/ps_predict" --model="$work/none" \
+expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --model="$work/none" \
   --input="$work/train.tsv"
 [ "$failures" = 0 ] || exit 1
 echo "exit codes as documented"

@@ -263,7 +263,7 @@ class FaultMatrixTest : public ::testing::Test {
   // Generated click logs for the training faults.
   std::string TrainingData() {
     const std::string path = dir_ + "/train.tsv";
-    EXPECT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"),
+    EXPECT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
                                "--out=" + path, "--lines=60000"},
                               dir_ + "/gen.log"),
               0);

@@ -18,8 +18,8 @@ BINARIES = [
     "server/ps_server",
     "worker/ps_worker",
     "ops/ps_admin",
-    "worker/ps_predict",
-    "worker/clicklog_gen",
+    "worker/predict/ps_predict",
+    "worker/datagen/clicklog_gen",
 ]
 
 FLAG_SECTION = re.compile(r"^  Flags from (\S+):$")

@@ -21,8 +21,8 @@ BINARIES = {
     "ps_server": "server/ps_server",
     "ps_admin": "ops/ps_admin",
     "ps_worker": "worker/ps_worker",
-    "ps_predict": "worker/ps_predict",
-    "clicklog_gen": "worker/clicklog_gen",
+    "ps_predict": "worker/predict/ps_predict",
+    "clicklog_gen": "worker/datagen/clicklog_gen",
 }
 failures = []
 

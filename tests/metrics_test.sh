@@ -19,8 +19,8 @@ wait_for() {
   fail "no '$2' in $1: $(cat "$1")"
 }
 
-"$runfiles/worker/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1 2>/dev/null
-"$runfiles/worker/clicklog_gen" --out=test.tsv --lines=2000 --sample_seed=2 2>/dev/null
+"$runfiles/worker/datagen/clicklog_gen" --out=train.tsv --lines=20000 --sample_seed=1 2>/dev/null
+"$runfiles/worker/datagen/clicklog_gen" --out=test.tsv --lines=2000 --sample_seed=2 2>/dev/null
 "$runfiles/server/ps_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
   --data_dir="$work/shard" --durability=wal >server.out 2>server.log &
 server=$!
@@ -75,7 +75,7 @@ awk -v b="$log" 'BEGIN {exit !(b > 0)}' || fail "push-log bytes: $log"
 version=$("$runfiles/server/ps_server" --version) || fail "ps_server --version exited non-zero"
 commit=$(awk '{print $2}' <<<"$version")
 [[ "$commit" =~ ^[0-9a-f]{12}(-dirty)?$ ]] || fail "ps_server --version: $version"
-for binary in ops/ps_admin worker/ps_worker worker/clicklog_gen; do
+for binary in ops/ps_admin worker/ps_worker worker/datagen/clicklog_gen; do
   line=$("$runfiles/$binary" --version) || fail "$binary --version exited non-zero"
   [ "$line" = "$(basename "$binary") ${version#ps_server }" ] || fail "$binary --version: $line"
 done

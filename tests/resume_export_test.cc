@@ -192,7 +192,7 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
     const std::string out = dir_ + "/predict_" + format + ".txt";
     ASSERT_EQ(RunToCompletion(
                   {"/bin/sh", "-c",
-                   BinaryPath("worker/ps_predict") + " --model=" + exported +
+                   BinaryPath("worker/predict/ps_predict") + " --model=" + exported +
                        " --input=" + test + " --out=" + scores + " > " + out},
                   dir_ + "/predict.log"),
               0)
@@ -222,7 +222,7 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   const std::string out = dir_ + "/predict_unlabeled.txt";
   ASSERT_EQ(
       RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("worker/ps_predict") + " --model=" + dir_ +
+                       BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
                            "/export_fp32 --input=" + unlabeled +
                            " --out=" + dir_ + "/scores_unlabeled.txt > " + out},
                       dir_ + "/predict.log"),
@@ -335,7 +335,7 @@ TEST_F(CheckpointTest, EveryLayoutTrainsExportsAndPredicts) {
     const std::string scores = dir_ + "/" + c.name + "_scores.txt";
     const std::string printed = dir_ + "/" + c.name + "_predict.txt";
     ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
-                               BinaryPath("worker/ps_predict") +
+                               BinaryPath("worker/predict/ps_predict") +
                                    " --model=" + exported + " --input=" + test +
                                    " --out=" + scores + " > " + printed},
                               dir_ + "/" + c.name + "_predict.log"),
@@ -388,7 +388,7 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
             "format=csv header=1 columns=skip,label,cat*26,dense*13,multi "
             "multi_separator=| multi_pooling=mean crosses=0:26");
   EXPECT_EQ(manifest->model().fields(), 27u);
-  const std::string predict = BinaryPath("worker/ps_predict") +
+  const std::string predict = BinaryPath("worker/predict/ps_predict") +
                               " --model=" + dir_ + "/export --input=" + test;
   ASSERT_EQ(RunToCompletion({"/bin/sh", "-c", predict + " > " + dir_ + "/out"},
                             dir_ + "/predict.log"),
@@ -417,7 +417,7 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
       " --format=tsv --header=false --columns=label,cat*26,dense*13,multi";
   ASSERT_EQ(
       RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("worker/ps_predict") + " --model=" + dir_ +
+                       BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
                            "/export --input=" + dir_ + "/reordered.tsv" +
                            same_features + " > " + dir_ + "/out_tsv"},
                       dir_ + "/predict_tsv.log"),

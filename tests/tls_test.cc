@@ -134,7 +134,7 @@ TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
   auto server = StartTlsShard();
   ASSERT_NE(server, nullptr);
   const std::string data = *dir_ + "/train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"), "--out=" + data,
                              "--lines=20000"},
                             *dir_ + "/gen.log"),
             0);
@@ -241,7 +241,7 @@ TEST_F(TlsTest, TheWorkerTokenGuardsClockReportsAndDeclarations) {
   }
   // A worker with the token trains; one without is refused (exit 70).
   const std::string data = *dir_ + "/token_train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/clicklog_gen"), "--out=" + data,
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"), "--out=" + data,
                              "--lines=5000"},
                             *dir_ + "/gen.log"),
             0);

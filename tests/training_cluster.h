@@ -47,7 +47,7 @@ class TrainingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new std::string(FreshTestDir("training_data"));
-    const std::string gen = BinaryPath("worker/clicklog_gen");
+    const std::string gen = BinaryPath("worker/datagen/clicklog_gen");
     const std::string log = *data_ + "/gen.log";
     ASSERT_EQ(RunToCompletion(
                   {gen, "--out=" + *data_ + "/train.tsv",

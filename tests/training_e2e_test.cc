@@ -336,7 +336,7 @@ TEST_F(TrainingTest, ACsvWithItsOwnColumnsTrainsAndItsMultiFieldHelps) {
   const std::string columns = "skip,cat*26,label,dense*13,multi*2";
   const std::vector<std::string> layout = {"--format=csv", "--header",
                                            "--columns=" + columns};
-  const std::string gen = BinaryPath("worker/clicklog_gen");
+  const std::string gen = BinaryPath("worker/datagen/clicklog_gen");
   for (const auto& [name, lines, seed] :
        {std::make_tuple("train.csv", kTrainLines, 1),
         std::make_tuple("test.csv", kTestLines, 2)}) {

@@ -27,8 +27,8 @@
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
-#include "worker/features.h"
-#include "worker/input_layout.h"
+#include "worker/input/features.h"
+#include "worker/input/input_layout.h"
 
 namespace ps::worker {
 

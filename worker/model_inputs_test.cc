@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
-#include "worker/line_parser.h"
+#include "worker/input/line_parser.h"
 
 namespace ps::worker {
 namespace {

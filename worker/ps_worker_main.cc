@@ -32,7 +32,7 @@
 #include "kernels/cuda_backend.h"
 #include "net/tls_credentials.h"
 #include "ops/periodic_checkpointer.h"
-#include "worker/layout_flags.h"
+#include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"

@@ -47,7 +47,7 @@
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
-#include "worker/clicklog_reader.h"
+#include "worker/input/clicklog_reader.h"
 #include "worker/lr_schedule.h"
 #include "worker/own_updates.h"
 #include "worker/ps_client.h"

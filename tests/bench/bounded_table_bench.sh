@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 bash deploy/setup.sh --bench >/dev/null
 bazel build //server:ps_server //ops:ps_admin //worker:ps_worker \
-  //worker:clicklog_gen 2>&1 | tail -1
+  //worker/datagen:clicklog_gen 2>&1 | tail -1
 work=$(mktemp -d /tmp/bounded_bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -42,9 +42,9 @@ bin=bazel-bin
 metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | head -1 | awk '{print $2}'; }
 
 echo "generating $train_lines training lines (drift $drift) and $test_lines test lines after them"
-"$bin/worker/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 \
+"$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 \
   --drift="$drift" 2>/dev/null
-"$bin/worker/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 \
+"$bin/worker/datagen/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 \
   --drift="$drift" --first_line="$train_lines" 2>/dev/null
 
 # run NAME WORKER_FLAGS... : trains, sampling into $work/NAME.csv

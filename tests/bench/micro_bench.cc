@@ -21,7 +21,7 @@
 #include "embedding/push_log.h"
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
-#include "worker/features.h"
+#include "worker/input/features.h"
 
 namespace ps {
 namespace {

@@ -19,14 +19,14 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash deploy/setup.sh --bench >/dev/null
-bazel build //server:ps_server //worker:ps_worker //worker:clicklog_gen //tests/bench:serving_bench 2>&1 | tail -1
+bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen //tests/bench:serving_bench 2>&1 | tail -1
 work=$(mktemp -d /tmp/scaling_bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 bin=bazel-bin
 metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | head -1 | awk '{print $2}'; }
-"$bin/worker/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
 
 table="$work/table.md"
 {

@@ -24,15 +24,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash deploy/setup.sh --bench >/dev/null
-bazel build //server:ps_server //worker:ps_worker //worker:clicklog_gen 2>&1 | tail -1
+bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen 2>&1 | tail -1
 work=$(mktemp -d /tmp/staleness_bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 bin=bazel-bin
 metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | head -1 | awk '{print $2}'; }
-"$bin/worker/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
-"$bin/worker/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 \
+"$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 \
   --summary_out="$work/truth.json" 2>/dev/null
 
 # run NAME WORKER_FLAGS... -> "auc logloss examples/s max_staleness"

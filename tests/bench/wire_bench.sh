@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bash deploy/setup.sh --bench >/dev/null
-bazel build //server:ps_server //worker:ps_worker //worker:clicklog_gen \
+bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen \
   //tests/bench:serving_bench 2>&1 | tail -1
 work=$(mktemp -d /tmp/wire_bench.XXXX)
 pids=()
@@ -83,8 +83,8 @@ for dim in ("16", "64"):
                   f" | {cells[('bf16', dim, clients, op)] / base:.2f}x |")
 PY
 
-"$bin/worker/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
-"$bin/worker/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 2>/dev/null
 
 # train SHARDS WORKERS FORMAT -> "auc logloss examples/s loopback_bytes"
 train() {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "worker/line_parser.h"
+#include "worker/input/line_parser.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "worker/exported_model.h"
+#include "worker/predict/exported_model.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "worker/input_layout.h"
+#include "worker/input/input_layout.h"
 
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "worker/input_layout.h"
+#include "worker/input/input_layout.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-// File: worker/layout_flags.h
+// File: worker/input/layout_flags.h
 //
 // The input-layout flags every binary that reads or writes click logs takes
 // (--format, --header, --columns, --multi_separator, --multi_pooling,
@@ -6,13 +6,13 @@
 // input_layout.h), defined once so that they read the same everywhere.
 // Linked into main()s only.
 
-#ifndef PS_WORKER_LAYOUT_FLAGS_H_
-#define PS_WORKER_LAYOUT_FLAGS_H_
+#ifndef PS_WORKER_INPUT_LAYOUT_FLAGS_H_
+#define PS_WORKER_INPUT_LAYOUT_FLAGS_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/input_layout.h"
+#include "worker/input/input_layout.h"
 
 namespace ps::worker {
 
@@ -29,4 +29,4 @@ absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_LAYOUT_FLAGS_H_
+#endif  // PS_WORKER_INPUT_LAYOUT_FLAGS_H_

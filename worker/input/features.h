@@ -1,4 +1,4 @@
-// File: worker/features.h
+// File: worker/input/features.h
 //
 // From a click-log line's raw values to model inputs. A categorical value
 // becomes a 64-bit key: XXH3 of the raw bytes, seeded by the field id (its
@@ -10,8 +10,8 @@
 // the cross's position. A dense value x becomes log(1 + max(x, 0)), and 0
 // when missing.
 
-#ifndef PS_WORKER_FEATURES_H_
-#define PS_WORKER_FEATURES_H_
+#ifndef PS_WORKER_INPUT_FEATURES_H_
+#define PS_WORKER_INPUT_FEATURES_H_
 
 #include <cmath>
 #include <cstdint>
@@ -62,4 +62,4 @@ inline float DenseFeature(double raw_value) {
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_FEATURES_H_
+#endif  // PS_WORKER_INPUT_FEATURES_H_

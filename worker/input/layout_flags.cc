@@ -1,4 +1,4 @@
-#include "worker/layout_flags.h"
+#include "worker/input/layout_flags.h"
 
 #include <string>
 #include <vector>

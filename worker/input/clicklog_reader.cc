@@ -1,4 +1,4 @@
-#include "worker/clicklog_reader.h"
+#include "worker/input/clicklog_reader.h"
 
 #include <glob.h>
 #include <stdio.h>

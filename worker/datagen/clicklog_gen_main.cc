@@ -1,5 +1,5 @@
 // clicklog_gen: writes a synthetic click log (Criteo's layout or another) with
-// its hidden ground truth. See worker/clicklog_generator.h and --help.
+// its hidden ground truth. See worker/datagen/clicklog_generator.h and --help.
 
 #include <zlib.h>
 
@@ -19,9 +19,9 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "nlohmann/json.hpp"
-#include "worker/clicklog_generator.h"
+#include "worker/datagen/clicklog_generator.h"
 #include "worker/evaluation.h"
-#include "worker/layout_flags.h"
+#include "worker/input/layout_flags.h"
 
 ABSL_FLAG(std::string, out, "",
           "Click log to write; gzip'd if it ends in .gz. Required.");

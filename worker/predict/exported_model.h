@@ -1,4 +1,4 @@
-// File: worker/exported_model.h
+// File: worker/predict/exported_model.h
 //
 // ExportedModel opens an export (ps_admin export; ExportManifest in
 // proto/checkpoint.proto) for scoring with no shard running: its dense
@@ -9,8 +9,8 @@
 //
 // Not thread-safe (its SST iterators are shared): one scorer per object.
 
-#ifndef PS_WORKER_EXPORTED_MODEL_H_
-#define PS_WORKER_EXPORTED_MODEL_H_
+#ifndef PS_WORKER_PREDICT_EXPORTED_MODEL_H_
+#define PS_WORKER_PREDICT_EXPORTED_MODEL_H_
 
 #include <memory>
 #include <string>
@@ -21,7 +21,7 @@
 #include "base/initializer.h"
 #include "kernels/ctr_model.h"
 #include "proto/checkpoint.pb.h"
-#include "worker/input_layout.h"
+#include "worker/input/input_layout.h"
 #include "worker/model_inputs.h"
 
 namespace rocksdb {
@@ -65,4 +65,4 @@ class ExportedModel {
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_EXPORTED_MODEL_H_
+#endif  // PS_WORKER_PREDICT_EXPORTED_MODEL_H_

@@ -1,4 +1,4 @@
-#include "worker/clicklog_reader.h"
+#include "worker/input/clicklog_reader.h"
 
 #include <zlib.h>
 
@@ -13,7 +13,7 @@
 
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "worker/clicklog_generator.h"
+#include "worker/datagen/clicklog_generator.h"
 
 namespace ps::worker {
 namespace {

@@ -22,10 +22,10 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
-#include "worker/clicklog_reader.h"
+#include "worker/input/clicklog_reader.h"
 #include "worker/evaluation.h"
-#include "worker/exported_model.h"
-#include "worker/layout_flags.h"
+#include "worker/predict/exported_model.h"
+#include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
 
 ABSL_FLAG(std::string, model, "",

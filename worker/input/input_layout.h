@@ -1,4 +1,4 @@
-// File: worker/input_layout.h
+// File: worker/input/input_layout.h
 //
 // How a click log's lines are laid out: the delimiter, whether each file
 // starts with a header line, and the kind of every column in file order:
@@ -25,8 +25,8 @@
 // default, and is written "criteo" in a model card so that cards and exports
 // of that layout read the same everywhere.
 
-#ifndef PS_WORKER_INPUT_LAYOUT_H_
-#define PS_WORKER_INPUT_LAYOUT_H_
+#ifndef PS_WORKER_INPUT_INPUT_LAYOUT_H_
+#define PS_WORKER_INPUT_INPUT_LAYOUT_H_
 
 #include <string>
 #include <utility>
@@ -100,4 +100,4 @@ absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text);
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_INPUT_LAYOUT_H_
+#endif  // PS_WORKER_INPUT_INPUT_LAYOUT_H_

@@ -1,4 +1,4 @@
-#include "worker/clicklog_generator.h"
+#include "worker/datagen/clicklog_generator.h"
 
 #include <set>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "worker/line_parser.h"
+#include "worker/input/line_parser.h"
 
 namespace ps::worker {
 namespace {

@@ -1,4 +1,4 @@
-// File: worker/clicklog_reader.h
+// File: worker/input/clicklog_reader.h
 //
 // ClickLogReader streams batches of parsed examples from click logs laid out
 // as an InputLayout says, plain or gzip (detected from the bytes, not the
@@ -24,8 +24,8 @@
 //
 // Next() is called from one thread at a time.
 
-#ifndef PS_WORKER_CLICKLOG_READER_H_
-#define PS_WORKER_CLICKLOG_READER_H_
+#ifndef PS_WORKER_INPUT_CLICKLOG_READER_H_
+#define PS_WORKER_INPUT_CLICKLOG_READER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -38,9 +38,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/features.h"
-#include "worker/input_layout.h"
-#include "worker/line_parser.h"
+#include "worker/input/features.h"
+#include "worker/input/input_layout.h"
+#include "worker/input/line_parser.h"
 
 namespace ps::worker {
 
@@ -130,4 +130,4 @@ class ClickLogReader {
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_CLICKLOG_READER_H_
+#endif  // PS_WORKER_INPUT_CLICKLOG_READER_H_

@@ -1,4 +1,4 @@
-#include "worker/clicklog_generator.h"
+#include "worker/datagen/clicklog_generator.h"
 
 #include <cmath>
 #include <cstdio>

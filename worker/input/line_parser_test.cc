@@ -1,4 +1,4 @@
-#include "worker/line_parser.h"
+#include "worker/input/line_parser.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-// File: worker/clicklog_generator.h
+// File: worker/datagen/clicklog_generator.h
 //
 // Synthetic click logs with a known ground truth, so that the best AUC and
 // logloss any model can reach on the data are known; Criteo's layout, or any
@@ -16,15 +16,15 @@
 // Everything is deterministic given `seed`. Not thread-safe: one generator per
 // thread.
 
-#ifndef PS_WORKER_CLICKLOG_GENERATOR_H_
-#define PS_WORKER_CLICKLOG_GENERATOR_H_
+#ifndef PS_WORKER_DATAGEN_CLICKLOG_GENERATOR_H_
+#define PS_WORKER_DATAGEN_CLICKLOG_GENERATOR_H_
 
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "worker/input_layout.h"
+#include "worker/input/input_layout.h"
 
 namespace ps::worker {
 
@@ -112,4 +112,4 @@ class ClickLogGenerator {
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_CLICKLOG_GENERATOR_H_
+#endif  // PS_WORKER_DATAGEN_CLICKLOG_GENERATOR_H_

@@ -1,15 +1,15 @@
-// File: worker/line_parser.h
+// File: worker/input/line_parser.h
 //
 // Parses one click-log line laid out as an InputLayout says (see
 // input_layout.h) into an Example. Thread-safe (pure).
 
-#ifndef PS_WORKER_LINE_PARSER_H_
-#define PS_WORKER_LINE_PARSER_H_
+#ifndef PS_WORKER_INPUT_LINE_PARSER_H_
+#define PS_WORKER_INPUT_LINE_PARSER_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "worker/features.h"
-#include "worker/input_layout.h"
+#include "worker/input/features.h"
+#include "worker/input/input_layout.h"
 
 namespace ps::worker {
 
@@ -26,4 +26,4 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
 
 }  // namespace ps::worker
 
-#endif  // PS_WORKER_LINE_PARSER_H_
+#endif  // PS_WORKER_INPUT_LINE_PARSER_H_
