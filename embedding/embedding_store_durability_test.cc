@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,22 @@ void PushAndDie(const StoreOptions& options, int pushes) {
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
+// The reference a crash test compares against: declares `spec` in a store
+// beside options.data_dir (its name with "_reference" appended), runs `push`
+// on it, and sets `*expected` to the weights of `keys` the pushes leave; the
+// store closes cleanly.
+void PushInAReferenceStore(const StoreOptions& options, const TableSpec& spec,
+                           const std::function<void(EmbeddingStore&)>& push,
+                           const std::vector<uint64_t>& keys,
+                           std::vector<float>* expected) {
+  StoreOptions reference_options = options;
+  reference_options.data_dir += "_reference";
+  auto reference = OpenStore(reference_options);
+  ASSERT_OK(reference->DeclareTable(spec));
+  push(*reference);
+  *expected = PullRows(*reference, spec.name(), keys, spec.dim());
+}
+
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir))
@@ -77,15 +94,9 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
     }
   };
   // The reference: the same pushes in a store that closes cleanly.
-  StoreOptions reference_options = options_;
-  reference_options.data_dir += "_reference";
   std::vector<float> expected;
-  {
-    auto reference = OpenStore(reference_options);
-    ASSERT_OK(reference->DeclareTable(spec));
-    push_rounds(*reference);
-    expected = PullRows(*reference, "emb", keys, 3);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      PushInAReferenceStore(options_, spec, push_rounds, keys, &expected));
   // A child process pushes under kWal and exits without writing a row back,
   // as if killed: only the push log holds its updates.
   options_.durability = Durability::kWal;
@@ -180,14 +191,8 @@ TEST_F(EmbeddingStoreTest, EvictedRowsAreNotReplayedTwice) {
     }
   };
   std::vector<float> expected;
-  {
-    StoreOptions reference_options = options_;
-    reference_options.data_dir += "_reference";
-    auto reference = OpenStore(reference_options);
-    ASSERT_OK(reference->DeclareTable(spec));
-    push_rounds(*reference);
-    expected = PullRows(*reference, "emb", keys, 3);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      PushInAReferenceStore(options_, spec, push_rounds, keys, &expected));
   // A hot tier of ~4 rows per stripe: dirty rows are evicted (and written
   // alone, without a mark) on almost every push; no write-back by the clock.
   options_.durability = Durability::kWal;

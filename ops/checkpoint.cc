@@ -306,6 +306,108 @@ absl::Status CheckShardOrder(net::AdminChannels& clients,
   return absl::OkStatus();
 }
 
+// The model an export writes: its name, its card, and its tables (the
+// embedding table if it has one, the wide table, the dense tables).
+struct ExportedModel {
+  std::string name;
+  ModelCard card;
+  std::vector<std::string> tables;
+};
+
+// The model named `model` (empty: the only one) among the tables' model
+// cards, which the wide table names. NOT_FOUND without such a model,
+// INVALID_ARGUMENT for an empty `model` and several models.
+absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
+                                          const std::string& model) {
+  std::map<std::string, ModelCard> models;  // by name
+  for (const TableInfo& table : listed.tables()) {
+    if (!table.spec().has_model()) continue;
+    const std::string& wide = table.spec().model().wide_table();
+    models[wide.substr(0, wide.rfind(".wide"))] = table.spec().model();
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, card] : models) names.push_back(name);
+  if (models.empty()) {
+    return absl::NotFoundError(
+        "the cluster holds no model a ps_worker declared (with a model card)");
+  }
+  ExportedModel chosen;
+  chosen.name = model;
+  if (chosen.name.empty()) {
+    if (models.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the cluster holds several models (",
+                       absl::StrJoin(names, ", "), "): name one"));
+    }
+    chosen.name = models.begin()->first;
+  }
+  auto found = models.find(chosen.name);
+  if (found == models.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no model ", chosen.name, "; there are ", absl::StrJoin(names, ", ")));
+  }
+  chosen.card = found->second;
+  const ModelCard& card = chosen.card;
+  if (!card.embedding_table().empty()) {
+    chosen.tables.push_back(card.embedding_table());
+  }
+  chosen.tables.push_back(card.wide_table());
+  for (const std::string& dense : card.dense_tables()) {
+    chosen.tables.push_back(dense);
+  }
+  return chosen;
+}
+
+// Has every shard write `model`'s weights into options.cluster.dir while
+// `cut` holds; returns each shard's answer, by shard.
+absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
+    net::AdminChannels& clients, const ExportOptions& options,
+    const ExportedModel& model, const Cut& cut, Progress& progress) {
+  const CheckpointOptions& cluster = options.cluster;
+  std::vector<ExportShardResponse> parts(cluster.servers.size());
+  RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
+    return OnEveryShard(clients, [&](size_t i) {
+      ExportShardRequest request;
+      request.set_dir(cluster.dir);
+      for (const std::string& table : model.tables) request.add_tables(table);
+      request.set_format(options.fp16 ? ExportManifest::FP16
+                                      : ExportManifest::FP32);
+      return net::FromGrpcStatus(
+          clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
+                                       request, &parts[i]),
+          absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
+    });
+  }));
+  return parts;
+}
+
+// Adds an entry to `manifest` for each of `model`'s tables: its spec (from
+// `listed`), its rows and bytes over all shards, and each shard's part (a
+// path relative to `dir`, empty for a shard that wrote none).
+void AddExportedTables(const ExportedModel& model,
+                       const ListTablesResponse& listed,
+                       const std::vector<ExportShardResponse>& parts,
+                       const std::string& dir, ExportManifest* manifest) {
+  for (const std::string& table : model.tables) {
+    ExportManifest::Table* entry = manifest->add_tables();
+    for (const TableInfo& info : listed.tables()) {
+      if (info.spec().name() == table) *entry->mutable_spec() = info.spec();
+    }
+    for (const ExportShardResponse& part : parts) {
+      std::string relative;
+      for (const auto& written : part.tables()) {
+        if (written.name() != table) continue;
+        if (!written.path().empty()) {
+          relative = std::filesystem::relative(written.path(), dir).string();
+        }
+        entry->set_rows(entry->rows() + written.rows());
+        entry->set_bytes(entry->bytes() + written.bytes());
+      }
+      entry->add_parts(relative);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointManifest> TakeCheckpoint(
@@ -392,37 +494,8 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
       clients.shard(0).ListTables(clients.Context(absl::Seconds(30)).get(),
                                   ListTablesRequest(), &listed),
       "listing the tables"));
-  std::map<std::string, ModelCard> models;  // by name
-  for (const TableInfo& table : listed.tables()) {
-    if (!table.spec().has_model()) continue;
-    const std::string& wide = table.spec().model().wide_table();
-    models[wide.substr(0, wide.rfind(".wide"))] = table.spec().model();
-  }
-  std::vector<std::string> names;
-  for (const auto& [name, card] : models) names.push_back(name);
-  if (models.empty()) {
-    return absl::NotFoundError(
-        "the cluster holds no model a ps_worker declared (with a model card)");
-  }
-  std::string name = options.model;
-  if (name.empty()) {
-    if (models.size() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the cluster holds several models (",
-                       absl::StrJoin(names, ", "), "): name one"));
-    }
-    name = models.begin()->first;
-  }
-  auto model = models.find(name);
-  if (model == models.end()) {
-    return absl::NotFoundError(absl::StrCat("no model ", name, "; there are ",
-                                            absl::StrJoin(names, ", ")));
-  }
-  const ModelCard& card = model->second;
-  std::vector<std::string> tables;
-  if (!card.embedding_table().empty()) tables.push_back(card.embedding_table());
-  tables.push_back(card.wide_table());
-  for (const std::string& dense : card.dense_tables()) tables.push_back(dense);
+  ASSIGN_OR_RETURN(const ExportedModel model,
+                   ChooseModel(listed, options.model));
 
   RETURN_IF_ERROR(PrepareDirectory(cluster.dir));
   PartsRemover remover{cluster.dir};
@@ -432,47 +505,16 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   remover.armed = true;
   const absl::Time export_start = absl::Now();
   progress.Say("every worker holds; the shards write the model's weights");
-  const size_t shards = cluster.servers.size();
-  std::vector<ExportShardResponse> parts(shards);
-  RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
-    return OnEveryShard(clients, [&](size_t i) {
-      ExportShardRequest request;
-      request.set_dir(cluster.dir);
-      for (const std::string& table : tables) request.add_tables(table);
-      request.set_format(options.fp16 ? ExportManifest::FP16
-                                      : ExportManifest::FP32);
-      return net::FromGrpcStatus(
-          clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
-                                       request, &parts[i]),
-          absl::StrCat("export on shard ", i, " (", cluster.servers[i], ")"));
-    });
-  }));
+  ASSIGN_OR_RETURN(const std::vector<ExportShardResponse> parts,
+                   ExportEveryShard(clients, options, model, cut, progress));
 
   ExportManifest manifest;
-  SetCommonFields(cut, shards, &manifest);
-  *manifest.mutable_model() = card;
-  manifest.set_model_name(name);
+  SetCommonFields(cut, cluster.servers.size(), &manifest);
+  *manifest.mutable_model() = model.card;
+  manifest.set_model_name(model.name);
   manifest.set_format(options.fp16 ? ExportManifest::FP16
                                    : ExportManifest::FP32);
-  for (const std::string& table : tables) {
-    ExportManifest::Table* entry = manifest.add_tables();
-    for (const TableInfo& info : listed.tables()) {
-      if (info.spec().name() == table) *entry->mutable_spec() = info.spec();
-    }
-    for (size_t i = 0; i < shards; ++i) {
-      std::string relative;
-      for (const auto& written : parts[i].tables()) {
-        if (written.name() != table) continue;
-        if (!written.path().empty()) {
-          relative =
-              std::filesystem::relative(written.path(), cluster.dir).string();
-        }
-        entry->set_rows(entry->rows() + written.rows());
-        entry->set_bytes(entry->bytes() + written.bytes());
-      }
-      entry->add_parts(relative);
-    }
-  }
+  AddExportedTables(model, listed, parts, cluster.dir, &manifest);
   manifest.set_hold_seconds(cut.hold_seconds);
   manifest.set_export_seconds(
       absl::ToDoubleSeconds(absl::Now() - export_start));

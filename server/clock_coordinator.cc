@@ -133,25 +133,52 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(options_.monotonic_now());
   const absl::Time now = options_.now();
+  const int64_t others_min = OthersLiveMinimumLocked(report.worker, now);
+  const uint64_t incarnation = IncarnationForLocked(report);
+  absl::StatusOr<ReportingWorker> reporting =
+      FindOrAddWorkerLocked(report, incarnation, now);
+  if (!reporting.ok()) return reporting.status();
+  ApplyReportLocked(report, others_min, now, *reporting);
+
+  View view = ViewOfLocked(*reporting->worker, others_min, now);
+  view.incarnation = incarnation;
+  view.resumed = reporting->resumed;
+  SaveIfDueLocked(now);
+  return view;
+}
+
+int64_t ClockCoordinator::OthersLiveMinimumLocked(uint32_t worker,
+                                                  absl::Time now) {
   int64_t others_min = kNoClock;
   for (const auto& [id, other] : workers_) {
-    if (id != report.worker && Live(other, now))
+    if (id != worker && Live(other, now))
       others_min = std::min(others_min, other.clock);
   }
-  auto it = workers_.find(report.worker);
+  return others_min;
+}
+
+uint64_t ClockCoordinator::IncarnationForLocked(const Report& report) {
   uint64_t incarnation = report.incarnation;
   if (report.assign_incarnation) {
     incarnation = (epoch_ << 32) | (++incarnations_given_ & 0xffffffffu);
+    auto it = workers_.find(report.worker);
     if (it != workers_.end())
       incarnation = std::max(incarnation, it->second.incarnation + 1);
   }
+  return incarnation;
+}
+
+absl::StatusOr<ClockCoordinator::ReportingWorker>
+ClockCoordinator::FindOrAddWorkerLocked(const Report& report,
+                                        uint64_t incarnation, absl::Time now) {
+  auto it = workers_.find(report.worker);
   if (it != workers_.end() && incarnation < it->second.incarnation) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", report.worker, " incarnation ", incarnation,
                      " was superseded by incarnation ", it->second.incarnation,
                      " (another process took this worker index)"));
   }
-  bool newcomer = false;
+  ReportingWorker reporting;
   if (it == workers_.end()) {
     if (!MakeRoom(now)) {
       return absl::ResourceExhaustedError(
@@ -161,40 +188,56 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
     }
     it = workers_.try_emplace(report.worker).first;
     it->second.incarnation = incarnation;
-    newcomer = true;
+    reporting.newcomer = true;
   }
-  Worker& worker = it->second;
-  bool resumed = false;
-  if (incarnation > worker.incarnation) {
-    if (report.resume && Live(worker, now) && !worker.finished) {
-      // Its last process may still be pushing the step at its clock (a
-      // replacement pod that starts while the old one drains): wait for it
-      // to leave or lapse, the caller retrying.
-      return absl::UnavailableError(
-          absl::StrCat("worker ", report.worker,
-                       "'s last process still holds its lease "
-                       "(for ",
-                       absl::FormatDuration(absl::Ceil(worker.lease_end - now,
-                                                       absl::Milliseconds(1))),
-                       "): going on from its clock once it has left"));
-    }
-    const Worker previous = worker;
-    worker = Worker();
-    worker.incarnation = incarnation;
-    newcomer = true;
-    // A restart goes on from where the last incarnation stopped (a record
-    // without an input position, of an older worker, is not gone on from).
-    if (report.resume && !previous.finished && previous.clock > 0 &&
-        previous.examples > 0) {
-      worker.clock = previous.clock;
-      worker.examples = previous.examples;
-      newcomer = false;
-      resumed = true;
-    }
+  reporting.worker = &it->second;
+  if (incarnation > reporting.worker->incarnation) {
+    absl::Status started =
+        StartIncarnationLocked(report, incarnation, now, &reporting);
+    if (!started.ok()) return started;
   }
+  return reporting;
+}
+
+absl::Status ClockCoordinator::StartIncarnationLocked(
+    const Report& report, uint64_t incarnation, absl::Time now,
+    ReportingWorker* reporting) {
+  Worker& worker = *reporting->worker;
+  if (report.resume && Live(worker, now) && !worker.finished) {
+    // Its last process may still be pushing the step at its clock (a
+    // replacement pod that starts while the old one drains): wait for it
+    // to leave or lapse, the caller retrying.
+    return absl::UnavailableError(
+        absl::StrCat("worker ", report.worker,
+                     "'s last process still holds its lease "
+                     "(for ",
+                     absl::FormatDuration(absl::Ceil(worker.lease_end - now,
+                                                     absl::Milliseconds(1))),
+                     "): going on from its clock once it has left"));
+  }
+  const Worker previous = worker;
+  worker = Worker();
+  worker.incarnation = incarnation;
+  reporting->newcomer = true;
+  // A restart goes on from where the last incarnation stopped (a record
+  // without an input position, of an older worker, is not gone on from).
+  if (report.resume && !previous.finished && previous.clock > 0 &&
+      previous.examples > 0) {
+    worker.clock = previous.clock;
+    worker.examples = previous.examples;
+    reporting->newcomer = false;
+    reporting->resumed = true;
+  }
+  return absl::OkStatus();
+}
+
+void ClockCoordinator::ApplyReportLocked(const Report& report,
+                                         int64_t others_min, absl::Time now,
+                                         const ReportingWorker& reporting) {
+  Worker& worker = *reporting.worker;
   worker.unconfirmed = false;
   // A newcomer that has done no step starts at the live minimum.
-  if (newcomer && report.clock == 0 && others_min != kNoClock) {
+  if (reporting.newcomer && report.clock == 0 && others_min != kNoClock) {
     worker.clock = others_min;
   }
   worker.clock = std::max(worker.clock, report.clock);
@@ -204,12 +247,14 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   // Leaving: counted out at once, as if its lease had lapsed.
   worker.lease_end = report.leaving ? now : now + report.lease;
   dirty_ = true;
+}
 
+ClockCoordinator::View ClockCoordinator::ViewOfLocked(const Worker& worker,
+                                                      int64_t others_min,
+                                                      absl::Time now) {
   View view;
   view.clock = worker.clock;
   view.examples = worker.examples;
-  view.incarnation = incarnation;
-  view.resumed = resumed;
   view.min_clock =
       Live(worker, now) ? std::min(others_min, worker.clock) : others_min;
   if (view.min_clock == kNoClock) view.min_clock = worker.clock;
@@ -222,14 +267,16 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   if (view.hold_at != 0 && cut_ready_ && worker.clock < view.hold_at) {
     view.hold_at = worker.clock > 0 ? worker.clock : -1;
   }
+  return view;
+}
 
+void ClockCoordinator::SaveIfDueLocked(absl::Time now) {
   if (!options_.state_path.empty() &&
       now - last_save_ >= options_.save_interval) {
     if (absl::Status saved = SaveLocked(); !saved.ok()) {
       LOG_EVERY_N(WARNING, 100) << saved;
     }
   }
-  return view;
 }
 
 std::vector<ClockCoordinator::WorkerClock> ClockCoordinator::Snapshot() {

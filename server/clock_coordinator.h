@@ -202,6 +202,53 @@ class ClockCoordinator {
   void NoticePauseLocked(absl::Time monotonic_now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Record()'s stages, each called with the lock Record() holds.
+
+  // The reporting worker's entry, as Record() found or made it: `newcomer`
+  // if it is new or a new incarnation that does not go on from the last
+  // one's clock, `resumed` if it does.
+  struct ReportingWorker {
+    Worker* worker = nullptr;
+    bool newcomer = false;
+    bool resumed = false;
+  };
+  // The least clock among live workers other than `worker`; the largest
+  // int64_t (kNoClock) if there are none.
+  int64_t OthersLiveMinimumLocked(uint32_t worker, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The incarnation the report is recorded under: its own, or one given
+  // out now if it asks for one (above the worker's last).
+  uint64_t IncarnationForLocked(const Report& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reporting worker's entry, added if new (making room) and started
+  // anew for a newer incarnation. FAILED_PRECONDITION for a superseded
+  // incarnation, RESOURCE_EXHAUSTED when every worker kept is live,
+  // UNAVAILABLE while the last incarnation it resumes holds its lease.
+  absl::StatusOr<ReportingWorker> FindOrAddWorkerLocked(const Report& report,
+                                                        uint64_t incarnation,
+                                                        absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces reporting->worker by a new incarnation's entry, which goes on
+  // from the last one's clock and examples if the report resumes an
+  // unfinished one. UNAVAILABLE (nothing changed) while that one is live.
+  absl::Status StartIncarnationLocked(const Report& report,
+                                      uint64_t incarnation, absl::Time now,
+                                      ReportingWorker* reporting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the report's clock, examples, finish and lease in the worker's
+  // entry (clocks never go back; a newcomer at clock 0 starts at
+  // `others_min`).
+  void ApplyReportLocked(const Report& report, int64_t others_min,
+                         absl::Time now, const ReportingWorker& reporting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What Record() answers for `worker`, all but the incarnation and
+  // `resumed`; ends a cut whose lease ran out.
+  View ViewOfLocked(const Worker& worker, int64_t others_min, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the state if there is a state_path and save_interval has passed
+  // since the last save; a failure is logged.
+  void SaveIfDueLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const CoordinatorOptions options_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Worker> workers_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -164,9 +165,14 @@ int Fail(const absl::Status& status) {
   return ps::ExitCodeFor(status);
 }
 
-}  // namespace
+// The flag helpers below report a bad flag as INVALID_ARGUMENT whose message
+// is what ps_server prints before it exits 64.
+absl::Status BadFlag(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
 
-int main(int argc, char** argv) {
+// Parses the command line and sets up logging.
+void InitProcess(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "One parameter-server shard: sparse embedding tables over RocksDB, "
       "served over gRPC.\n\nExample:\n  ps_server --data_dir=/tmp/shard0 "
@@ -178,138 +184,259 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+}
 
-  // Block the shutdown signals in every thread (gRPC's included, which are
-  // created below) and take them with sigwait() on this one.
+// Blocks the shutdown signals (SIGTERM, SIGINT) in this thread and every
+// thread it creates later (gRPC's included); returns them for sigwait().
+sigset_t BlockShutdownSignals() {
   sigset_t shutdown_signals;
   sigemptyset(&shutdown_signals);
   sigaddset(&shutdown_signals, SIGTERM);
   sigaddset(&shutdown_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+  return shutdown_signals;
+}
 
-  ps::server::ServerOptions options;
-  options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.shard_index = absl::GetFlag(FLAGS_shard_index);
-  options.num_shards = absl::GetFlag(FLAGS_num_shards);
-  options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
-  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_mb) << 20;
-  if (options.max_inflight_bytes == 0)
-    return Fail("--max_inflight_mb must be positive");
-  options.store.data_dir = absl::GetFlag(FLAGS_data_dir);
-  options.store.cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
-  options.store.sync_wal = absl::GetFlag(FLAGS_sync_wal);
-  options.store.max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
-  options.store.max_dim = absl::GetFlag(FLAGS_max_dim);
-  options.store.max_tables = absl::GetFlag(FLAGS_max_tables);
+// --listen, the shard's place and the limits on calls.
+absl::Status ReadServingFlags(ps::server::ServerOptions* options) {
+  options->listen_address = absl::GetFlag(FLAGS_listen);
+  options->shard_index = absl::GetFlag(FLAGS_shard_index);
+  options->num_shards = absl::GetFlag(FLAGS_num_shards);
+  options->max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  options->max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  options->max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_mb) << 20;
+  if (options->max_inflight_bytes == 0)
+    return BadFlag("--max_inflight_mb must be positive");
+  return absl::OkStatus();
+}
+
+// The store's directory, sizes and testing hook.
+absl::Status ReadStoreFlags(ps::server::ServerOptions* options) {
+  ps::embedding::StoreOptions* store = &options->store;
+  store->data_dir = absl::GetFlag(FLAGS_data_dir);
+  store->cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
+  store->sync_wal = absl::GetFlag(FLAGS_sync_wal);
+  store->max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
+  store->max_dim = absl::GetFlag(FLAGS_max_dim);
+  store->max_tables = absl::GetFlag(FLAGS_max_tables);
   if (absl::GetFlag(FLAGS_admission_sketch_mb) == 0 ||
       absl::GetFlag(FLAGS_admission_sketch_mb) > 65536) {
-    return Fail("--admission_sketch_mb must be between 1 and 65536");
+    return BadFlag("--admission_sketch_mb must be between 1 and 65536");
   }
-  options.store.admission_sketch_bytes =
+  store->admission_sketch_bytes =
       size_t{absl::GetFlag(FLAGS_admission_sketch_mb)} << 20;
   // 0: embedding::DefaultStripeCount().
-  options.store.num_stripes =
-      static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
-  options.store.rocksdb_block_cache_bytes =
-      absl::GetFlag(FLAGS_rocksdb_block_cache_mb) << 20;
-  options.store.rocksdb_write_buffer_bytes =
+  store->num_stripes = static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
+  store->rocksdb_block_cache_bytes = absl::GetFlag(FLAGS_rocksdb_block_cache_mb)
+                                     << 20;
+  store->rocksdb_write_buffer_bytes =
       absl::GetFlag(FLAGS_rocksdb_write_buffer_mb) << 20;
+  store->testing_kill_after_push_records =
+      absl::GetFlag(FLAGS_testing_kill_after_push_records);
+  return absl::OkStatus();
+}
+
+// --durability, and --write_back_ms with the old names it has under each
+// durability (deprecated: each logs a warning).
+absl::Status ReadDurabilityFlags(ps::server::ServerOptions* options) {
+  ps::embedding::StoreOptions* store = &options->store;
   const std::string durability = absl::GetFlag(FLAGS_durability);
   if (durability == "wal") {
-    options.store.durability = ps::embedding::Durability::kWal;
+    store->durability = ps::embedding::Durability::kWal;
   } else if (durability == "periodic") {
-    options.store.durability = ps::embedding::Durability::kPeriodic;
+    store->durability = ps::embedding::Durability::kPeriodic;
   } else {
-    return Fail("--durability must be 'wal' or 'periodic', not '" + durability +
-                "'");
+    return BadFlag("--durability must be 'wal' or 'periodic', not '" +
+                   durability + "'");
   }
-  {
-    // The old names of --write_back_ms, each for its durability.
-    uint64_t write_back_ms = absl::GetFlag(FLAGS_write_back_ms);
-    const bool wal =
-        options.store.durability == ps::embedding::Durability::kWal;
-    for (const auto& [name, value, applies] :
-         {std::make_tuple("--flush_interval_ms",
-                          absl::GetFlag(FLAGS_flush_interval_ms), !wal),
-          std::make_tuple("--wal_write_back_ms",
-                          absl::GetFlag(FLAGS_wal_write_back_ms), wal)}) {
-      if (value == 0) continue;
-      LOG(WARNING) << name << " is deprecated: use --write_back_ms"
-                   << (applies ? "" : " (ignored under this --durability)");
-      if (!applies) continue;
-      if (write_back_ms != 0 && write_back_ms != value) {
-        return Fail(absl::StrCat(name,
-                                 " and --write_back_ms disagree: give "
-                                 "only --write_back_ms"));
-      }
-      write_back_ms = value;
+  uint64_t write_back_ms = absl::GetFlag(FLAGS_write_back_ms);
+  const bool wal = store->durability == ps::embedding::Durability::kWal;
+  for (const auto& [name, value, applies] :
+       {std::make_tuple("--flush_interval_ms",
+                        absl::GetFlag(FLAGS_flush_interval_ms), !wal),
+        std::make_tuple("--wal_write_back_ms",
+                        absl::GetFlag(FLAGS_wal_write_back_ms), wal)}) {
+    if (value == 0) continue;
+    LOG(WARNING) << name << " is deprecated: use --write_back_ms"
+                 << (applies ? "" : " (ignored under this --durability)");
+    if (!applies) continue;
+    if (write_back_ms != 0 && write_back_ms != value) {
+      return BadFlag(absl::StrCat(name,
+                                  " and --write_back_ms disagree: give "
+                                  "only --write_back_ms"));
     }
-    options.store.write_back_interval = absl::Milliseconds(write_back_ms);
+    write_back_ms = value;
   }
+  store->write_back_interval = absl::Milliseconds(write_back_ms);
+  return absl::OkStatus();
+}
+
+// --push_log_recovery.
+absl::Status ReadPushLogRecoveryFlag(ps::server::ServerOptions* options) {
   const std::string recovery = absl::GetFlag(FLAGS_push_log_recovery);
   if (recovery == "strict") {
-    options.store.push_log_recovery = ps::embedding::PushLogRecovery::kStrict;
+    options->store.push_log_recovery = ps::embedding::PushLogRecovery::kStrict;
   } else if (recovery == "point_in_time") {
-    options.store.push_log_recovery =
+    options->store.push_log_recovery =
         ps::embedding::PushLogRecovery::kPointInTime;
   } else {
-    return Fail(
+    return BadFlag(
         "--push_log_recovery must be 'strict' or 'point_in_time', not '" +
         recovery + "'");
   }
+  return absl::OkStatus();
+}
+
+// The workers kept and the coordinator's relearning.
+absl::Status ReadWorkerFlags(ps::server::ServerOptions* options) {
   if (absl::GetFlag(FLAGS_max_workers) == 0)
-    return Fail("--max_workers must be positive");
-  options.store.max_workers = absl::GetFlag(FLAGS_max_workers);
-  options.coordinator.max_workers = absl::GetFlag(FLAGS_max_workers);
+    return BadFlag("--max_workers must be positive");
+  options->store.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options->coordinator.max_workers = absl::GetFlag(FLAGS_max_workers);
   if (absl::GetFlag(FLAGS_relearn_time_s) < 0)
-    return Fail("--relearn_time_s must be >= 0");
-  options.coordinator.relearn_time =
+    return BadFlag("--relearn_time_s must be >= 0");
+  options->coordinator.relearn_time =
       absl::Seconds(absl::GetFlag(FLAGS_relearn_time_s));
-  options.store.testing_kill_after_push_records =
-      absl::GetFlag(FLAGS_testing_kill_after_push_records);
-  if (options.store.data_dir.empty()) return Fail("--data_dir is required");
-  options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  options.tls.key = absl::GetFlag(FLAGS_tls_key);
-  options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
-  options.allow_unauthenticated_clients =
+  return absl::OkStatus();
+}
+
+absl::Status RequireDataDir(ps::server::ServerOptions* options) {
+  if (options->store.data_dir.empty()) return BadFlag("--data_dir is required");
+  return absl::OkStatus();
+}
+
+// TLS, whom the shard may listen to, the checkpoint to restore, and the
+// metrics and health servers' addresses.
+absl::Status ReadTlsAndListenFlags(ps::server::ServerOptions* options) {
+  options->tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  options->tls.key = absl::GetFlag(FLAGS_tls_key);
+  options->tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  options->allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
+  options->allow_unauthenticated_clients =
       absl::GetFlag(FLAGS_allow_unauthenticated_clients);
-  options.restore_from = absl::GetFlag(FLAGS_restore_from);
-  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (const std::string path = absl::GetFlag(FLAGS_admin_token_file);
-      !path.empty()) {
-    absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
-    if (!token.ok()) return Fail(token.status().ToString());
-    options.admin_token = *std::move(token);
+  options->restore_from = absl::GetFlag(FLAGS_restore_from);
+  options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options->health_listen = absl::GetFlag(FLAGS_health_listen);
+  return absl::OkStatus();
+}
+
+// The token in the file `path` (a --*_token_file flag) into `token`; an
+// empty `path` leaves it empty.
+absl::Status ReadTokenFlag(const std::string& path, std::string* token) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> read = ps::ReadTokenFile(path);
+  if (!read.ok()) return BadFlag(read.status().ToString());
+  *token = *std::move(read);
+  return absl::OkStatus();
+}
+
+// The admin and worker tokens, which go only together and differ.
+absl::Status ReadTokenFlags(ps::server::ServerOptions* options) {
+  if (absl::Status read = ReadTokenFlag(absl::GetFlag(FLAGS_admin_token_file),
+                                        &options->admin_token);
+      !read.ok()) {
+    return read;
   }
-  if (const std::string path = absl::GetFlag(FLAGS_worker_token_file);
-      !path.empty()) {
-    absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
-    if (!token.ok()) return Fail(token.status().ToString());
-    options.worker_token = *std::move(token);
+  if (absl::Status read = ReadTokenFlag(absl::GetFlag(FLAGS_worker_token_file),
+                                        &options->worker_token);
+      !read.ok()) {
+    return read;
   }
-  if (!options.admin_token.empty() && options.worker_token.empty()) {
-    return Fail(
+  if (!options->admin_token.empty() && options->worker_token.empty()) {
+    return BadFlag(
         "--admin_token_file needs --worker_token_file too: without it "
         "anyone who reaches the shard can send clock reports that move a "
         "checkpoint's cut or lock a worker out");
   }
-  if (!options.admin_token.empty() &&
-      options.admin_token == options.worker_token) {
-    return Fail(
+  if (!options->admin_token.empty() &&
+      options->admin_token == options->worker_token) {
+    return BadFlag(
         "--worker_token_file must hold another token than "
         "--admin_token_file (workers must not be able to drain)");
   }
+  return absl::OkStatus();
+}
+
+// The stripe count and the push log's bound, read by ReadStoreFlags().
+absl::Status CheckStripesAndLogBound(ps::server::ServerOptions* options) {
+  if (options->store.num_stripes < 0)
+    return BadFlag("--hot_tier_stripes must be >= 1");
+  if (absl::GetFlag(FLAGS_wal_max_log_mb) == 0)
+    return BadFlag("--wal_max_log_mb must be positive");
+  return absl::OkStatus();
+}
+
+// The ShardServer options the flags give; INVALID_ARGUMENT (see BadFlag) for
+// the first bad flag, in the order of the readers below.
+absl::StatusOr<ps::server::ServerOptions> OptionsFromFlags() {
+  using FlagReader = absl::Status (*)(ps::server::ServerOptions*);
+  const FlagReader readers[] = {
+      ReadServingFlags,        ReadStoreFlags,  ReadDurabilityFlags,
+      ReadPushLogRecoveryFlag, ReadWorkerFlags, RequireDataDir,
+      ReadTlsAndListenFlags,   ReadTokenFlags,  CheckStripesAndLogBound};
+  ps::server::ServerOptions options;
+  for (FlagReader read : readers) {
+    if (absl::Status status = read(&options); !status.ok()) return status;
+  }
   // A drain asked over the admin API takes the path SIGTERM takes.
   options.drain = [] { kill(getpid(), SIGTERM); };
-  if (options.store.num_stripes < 0)
-    return Fail("--hot_tier_stripes must be >= 1");
-  if (absl::GetFlag(FLAGS_wal_max_log_mb) == 0)
-    return Fail("--wal_max_log_mb must be positive");
+  return options;
+}
 
-  auto server = ps::server::ShardServer::Start(options);
+// Prints where the shard serves (the lines scripts and tests wait for) and
+// logs it.
+void AnnounceServing(const ps::server::ServerOptions& options,
+                     const ps::server::ShardServer& server) {
+  const std::string address = options.listen_address;
+  const std::string host = address.substr(0, address.rfind(':'));
+  std::printf("ps_server listening on %s:%d\n", host.c_str(), server.port());
+  if (!options.health_listen.empty()) {
+    std::printf(
+        "ps_server health on %s:%d\n",
+        options.health_listen.substr(0, options.health_listen.rfind(':'))
+            .c_str(),
+        server.health_port());
+  }
+  if (!options.metrics_listen.empty()) {
+    std::printf("ps_server metrics on %s\n", server.metrics_address().c_str());
+  }
+  std::fflush(stdout);
+  LOG(INFO) << "shard " << options.shard_index << " of " << options.num_shards
+            << " serving " << options.store.data_dir << " on " << host << ":"
+            << server.port()
+            << " (durability=" << absl::GetFlag(FLAGS_durability) << ")";
+}
+
+// Waits for one of `shutdown_signals` (or an admin drain, which raises
+// SIGTERM), then drains for --drain_seconds and stops the server. The exit
+// code: 0 once it stopped cleanly, 70 otherwise.
+int ServeUntilSignal(const sigset_t& shutdown_signals,
+                     std::unique_ptr<ps::server::ShardServer> server) {
+  int signal_number = 0;
+  sigwait(&shutdown_signals, &signal_number);
+  LOG(INFO) << "signal " << signal_number
+            << " (or an admin drain): draining for up to "
+            << absl::GetFlag(FLAGS_drain_seconds) << " s";
+  absl::Status stopped =
+      server->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  server.reset();
+  if (!stopped.ok()) {
+    LOG(ERROR) << "shutdown: " << stopped;
+    return ps::kExitFailed;
+  }
+  LOG(INFO) << "stopped cleanly";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InitProcess(argc, argv);
+  const sigset_t shutdown_signals = BlockShutdownSignals();
+  absl::StatusOr<ps::server::ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+
+  auto server = ps::server::ShardServer::Start(*options);
   // Options that do not go together are a bad command (64), as flags are.
   if (!server.ok() && absl::IsInvalidArgument(server.status()))
     return Fail(std::string(server.status().message()));
@@ -319,38 +446,6 @@ int main(int argc, char** argv) {
     Fail(server.status());
     return ps::kExitFailed;
   }
-  const std::string address = options.listen_address;
-  const std::string host = address.substr(0, address.rfind(':'));
-  std::printf("ps_server listening on %s:%d\n", host.c_str(),
-              (*server)->port());
-  if (!options.health_listen.empty()) {
-    std::printf(
-        "ps_server health on %s:%d\n",
-        options.health_listen.substr(0, options.health_listen.rfind(':'))
-            .c_str(),
-        (*server)->health_port());
-  }
-  if (!options.metrics_listen.empty()) {
-    std::printf("ps_server metrics on %s\n",
-                (*server)->metrics_address().c_str());
-  }
-  std::fflush(stdout);
-  LOG(INFO) << "shard " << options.shard_index << " of " << options.num_shards
-            << " serving " << options.store.data_dir << " on " << host << ":"
-            << (*server)->port() << " (durability=" << durability << ")";
-
-  int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
-  LOG(INFO) << "signal " << signal_number
-            << " (or an admin drain): draining for up to "
-            << absl::GetFlag(FLAGS_drain_seconds) << " s";
-  absl::Status stopped =
-      (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
-  server->reset();
-  if (!stopped.ok()) {
-    LOG(ERROR) << "shutdown: " << stopped;
-    return ps::kExitFailed;
-  }
-  LOG(INFO) << "stopped cleanly";
-  return 0;
+  AnnounceServing(*options, **server);
+  return ServeUntilSignal(shutdown_signals, *std::move(server));
 }

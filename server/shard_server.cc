@@ -90,10 +90,9 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
   return RemoveFileDurably(data_dir + kRestoringFile);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
-    const ServerOptions& options) {
+// INVALID_ARGUMENT for options that do not go together, or a listen address
+// beyond loopback that the options do not allow.
+absl::Status CheckServingOptions(const ServerOptions& options) {
   if (options.num_shards == 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index ", options.shard_index,
@@ -121,10 +120,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         "Give --tls_ca (mutual TLS: clients present certificates it signed), "
         "or --allow_unauthenticated_clients on a network you trust"));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentials(options.tls));
-  const ShardIdentity identity{options.shard_index, options.num_shards,
-                               kRoutingVersion};
+  return absl::OkStatus();
+}
+
+// Restores the data dir from options.restore_from if given; without it,
+// refuses a data dir whose restore was interrupted. Then checks that the
+// data dir is not another shard's.
+absl::Status PrepareDataDir(const ServerOptions& options,
+                            const ShardIdentity& identity) {
   if (!options.restore_from.empty()) {
     RETURN_IF_ERROR(RestoreFromCheckpoint(options, identity));
   } else if (std::filesystem::exists(options.store.data_dir + kRestoringFile)) {
@@ -135,17 +138,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's).
-  RETURN_IF_ERROR(CheckShardIdentity(options.store.data_dir, identity));
-  auto server = std::unique_ptr<ShardServer>(new ShardServer());
-  ASSIGN_OR_RETURN(server->store_,
-                   embedding::EmbeddingStore::Open(options.store));
-  if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
-    RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
-  }
-  CoordinatorOptions coordinator = options.coordinator;
-  coordinator.state_path = options.store.data_dir + "/coordinator.state";
-  ASSIGN_OR_RETURN(server->clocks_, ClockCoordinator::Open(coordinator));
+  return CheckShardIdentity(options.store.data_dir, identity);
+}
 
+DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
   DataServiceOptions data_options;
   data_options.shard_index = options.shard_index;
   data_options.num_shards = options.num_shards;
@@ -153,34 +149,87 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   data_options.max_message_bytes = options.max_message_bytes;
   data_options.max_inflight_bytes = options.max_inflight_bytes;
   data_options.worker_token = options.worker_token;
-  server->data_service_ = std::make_unique<DataService>(
-      data_options, server->store_.get(), server->clocks_.get());
+  return data_options;
+}
+
+AdminServiceOptions AdminServiceOptionsFor(const ServerOptions& options) {
   AdminServiceOptions admin_options;
   admin_options.shard_index = options.shard_index;
   admin_options.num_shards = options.num_shards;
   admin_options.admin_token = options.admin_token;
   admin_options.drain = options.drain;
-  server->call_stats_ = std::make_unique<CallStats>();
-  server->admin_service_ = std::make_unique<AdminService>(
-      admin_options, server->store_.get(), &server->data_service_->counters(),
-      server->call_stats_.get(), server->clocks_.get());
+  return admin_options;
+}
 
-  CallStats::Observer observer;
-  if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(server->metrics_,
-                     ShardMetrics::Start(
-                         options.metrics_listen, options.shard_index,
-                         server->store_.get(), server->call_stats_->methods()));
-    observer = [metrics = server->metrics_.get()](
-                   int method, grpc::StatusCode code, absl::Duration latency) {
-      metrics->ObserveCall(method, code, latency);
-    };
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    const ServerOptions& options) {
+  RETURN_IF_ERROR(CheckServingOptions(options));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentials(options.tls));
+  const ShardIdentity identity{options.shard_index, options.num_shards,
+                               kRoutingVersion};
+  RETURN_IF_ERROR(PrepareDataDir(options, identity));
+  auto server = std::unique_ptr<ShardServer>(new ShardServer());
+  RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity));
+  server->CreateServices(options);
+  ASSIGN_OR_RETURN(CallStats::Observer observer, server->StartMetrics(options));
+  RETURN_IF_ERROR(server->StartGrpcServer(options, std::move(credentials),
+                                          std::move(observer)));
+  if (!options.health_listen.empty()) {
+    RETURN_IF_ERROR(server->StartHealthServer(options.health_listen));
   }
+  server->health_watcher_ = std::thread([server = server.get(), options] {
+    server->WatchHealth(options.health_check_interval);
+  });
+  return server;
+}
 
+absl::Status ShardServer::OpenStoreAndCoordinator(
+    const ServerOptions& options, const ShardIdentity& identity) {
+  ASSIGN_OR_RETURN(store_, embedding::EmbeddingStore::Open(options.store));
+  if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
+    RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
+  }
+  CoordinatorOptions coordinator = options.coordinator;
+  coordinator.state_path = options.store.data_dir + "/coordinator.state";
+  ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
+  return absl::OkStatus();
+}
+
+void ShardServer::CreateServices(const ServerOptions& options) {
+  data_service_ = std::make_unique<DataService>(DataServiceOptionsFor(options),
+                                                store_.get(), clocks_.get());
+  call_stats_ = std::make_unique<CallStats>();
+  admin_service_ = std::make_unique<AdminService>(
+      AdminServiceOptionsFor(options), store_.get(), &data_service_->counters(),
+      call_stats_.get(), clocks_.get());
+}
+
+absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(
+    const ServerOptions& options) {
+  CallStats::Observer observer;
+  if (options.metrics_listen.empty()) return observer;
+  ASSIGN_OR_RETURN(
+      metrics_, ShardMetrics::Start(options.metrics_listen, options.shard_index,
+                                    store_.get(), call_stats_->methods()));
+  observer = [metrics = metrics_.get()](int method, grpc::StatusCode code,
+                                        absl::Duration latency) {
+    metrics->ObserveCall(method, code, latency);
+  };
+  return observer;
+}
+
+absl::Status ShardServer::StartGrpcServer(
+    const ServerOptions& options,
+    std::shared_ptr<grpc::ServerCredentials> credentials,
+    CallStats::Observer observer) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  builder.AddListeningPort(options.listen_address, std::move(credentials),
+                           &port_);
   const int max_message = static_cast<int>(std::min<size_t>(
       options.max_message_bytes, std::numeric_limits<int>::max()));
   // gRPC sets SO_REUSEPORT by default: a second shard started on the same
@@ -189,32 +238,30 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.experimental().SetInterceptorCreators(
-      server->call_stats_->Interceptors(std::move(observer)));
-  builder.RegisterService(server->data_service_.get());
-  builder.RegisterService(server->admin_service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+      call_stats_->Interceptors(std::move(observer)));
+  builder.RegisterService(data_service_.get());
+  builder.RegisterService(admin_service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address));
   }
-  if (!options.health_listen.empty()) {
-    // The default health service (and gRPC reflection, which the process
-    // enables for every server): nothing here reads or changes data.
-    grpc::ServerBuilder health;
-    health.AddListeningPort(options.health_listen,
-                            grpc::InsecureServerCredentials(),
-                            &server->health_port_);
-    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    server->health_server_ = health.BuildAndStart();
-    if (server->health_server_ == nullptr || server->health_port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options.health_listen));
-    }
+  return absl::OkStatus();
+}
+
+absl::Status ShardServer::StartHealthServer(const std::string& health_listen) {
+  // The default health service (and gRPC reflection, which the process
+  // enables for every server): nothing here reads or changes data.
+  grpc::ServerBuilder health;
+  health.AddListeningPort(health_listen, grpc::InsecureServerCredentials(),
+                          &health_port_);
+  health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  health_server_ = health.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", health_listen));
   }
-  server->health_watcher_ = std::thread([server = server.get(), options] {
-    server->WatchHealth(options.health_check_interval);
-  });
-  return server;
+  return absl::OkStatus();
 }
 
 void ShardServer::WatchHealth(absl::Duration interval) {

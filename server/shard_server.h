@@ -36,9 +36,12 @@
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace ps::server {
+
+struct ShardIdentity;
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see port()).
@@ -131,6 +134,29 @@ class ShardServer {
 
  private:
   ShardServer() = default;
+
+  // The stages of Start(), in order. Each fills members; on an error Start()
+  // destroys the server, which shuts down what has started.
+  // Opens the store, records `identity` in a data dir without one, and opens
+  // the clock coordinator (its state in the data dir).
+  absl::Status OpenStoreAndCoordinator(const ServerOptions& options,
+                                       const ShardIdentity& identity);
+  // The data and admin services, and the call statistics the admin service
+  // reports.
+  void CreateServices(const ServerOptions& options);
+  // The metrics server, if options.metrics_listen is set; returns what
+  // records each call in it (empty without one).
+  absl::StatusOr<CallStats::Observer> StartMetrics(
+      const ServerOptions& options);
+  // The gRPC server of both services on options.listen_address, each call
+  // reported to `observer`. UNAVAILABLE when the address cannot be bound.
+  absl::Status StartGrpcServer(
+      const ServerOptions& options,
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      CallStats::Observer observer);
+  // The plaintext health-only server on `health_listen`. UNAVAILABLE when
+  // the address cannot be bound.
+  absl::Status StartHealthServer(const std::string& health_listen);
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
   // Reads store_, and grpc_server_'s interceptors call it: between them in
