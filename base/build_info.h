@@ -11,6 +11,7 @@
 #define PS_BASE_BUILD_INFO_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -26,9 +27,13 @@ absl::string_view BuildTime();
 // "PROGRAM COMMIT (built TIME)".
 std::string VersionLine(absl::string_view program);
 
-// Makes --version print VersionLine(program) and exit 0. Call before
-// absl::ParseCommandLine.
-void SetVersionFlag(absl::string_view program);
+// Makes --version print VersionLine(program) and exit 0, and --help list
+// the flags of `program`'s main file (PROGRAM_main.cc) and of the files
+// named in `flag_files` (paths from the workspace root, such as
+// "worker/trainer_flags.cc"), where a binary's flags live beside its main.
+// Call before absl::ParseCommandLine.
+void SetVersionFlag(absl::string_view program,
+                    std::vector<std::string> flag_files = {});
 
 }  // namespace ps
 

@@ -26,6 +26,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "net/admin_channel.h"
+#include "net/client_tls_flags.h"
 #include "net/tls_credentials.h"
 #include "ops/admin_command.h"
 
@@ -45,15 +46,6 @@ ABSL_FLAG(double, lr, 0.0,
 ABSL_FLAG(bool, force, false,
           "For `drop-table`: drop even while workers hold leases.");
 ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each call.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate that signed the shards' certificates: talk TLS.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate, for shards that require one (with "
-          "--tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_server_name, "",
-          "The name the shards' certificates carry, when it is not the host "
-          "in --servers.");
 ABSL_FLAG(std::string, dir, "",
           "For `checkpoint`: the directory to write (a path on the shards' "
           "file system); for `checkpoints`: a checkpoint or a directory of "
@@ -170,7 +162,7 @@ int main(int argc, char** argv) {
       "for ps_predict\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
-  ps::SetVersionFlag("ps_admin");
+  ps::SetVersionFlag("ps_admin", {"net/client_tls_flags.cc"});
   std::vector<char*> words = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> names;
   for (const Command& command : kCommands) names.push_back(command.name);
@@ -188,10 +180,7 @@ int main(int argc, char** argv) {
 
   Cluster cluster;
   cluster.options = *std::move(options);
-  cluster.tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  cluster.tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  cluster.tls.key = absl::GetFlag(FLAGS_tls_key);
-  cluster.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  cluster.tls = ps::ClientTlsFilesFromFlags();
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = ps::ReadTokenFile(path);
     if (!token.ok()) return Fail(token.status().ToString());

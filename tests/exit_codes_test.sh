@@ -22,6 +22,24 @@ for binary in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_p
   expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
   expect 0 "$name --version" "$runfiles/$binary" --version
 done
+# --help lists a binary's flags wherever they are defined (beside its main:
+# worker/trainer_flags.cc, worker/input/layout_flags.cc,
+# net/client_tls_flags.cc).
+help_lists() {  # help_lists BINARY FLAG...
+  local binary=$1
+  shift
+  "$runfiles/$binary" --help >"$work/help" 2>&1
+  for flag in "$@"; do
+    grep -q -- "^    --$flag " "$work/help" || {
+      echo "FAIL: $(basename "$binary") --help does not list --$flag" >&2
+      failures=$((failures + 1))
+    }
+  done
+}
+help_lists worker/ps_worker servers staleness device columns tls_ca drain_seconds
+help_lists ops/ps_admin servers tls_ca tls_server_name
+help_lists worker/predict/ps_predict model columns
+help_lists worker/datagen/clicklog_gen out columns
 expect 64 "ps_server without --data_dir" "$runfiles/server/ps_server" --listen=127.0.0.1:0
 expect 64 "ps_worker with a bad layout" "$runfiles/worker/ps_worker" --train=x \
   --columns=label,color

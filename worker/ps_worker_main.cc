@@ -14,226 +14,21 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
-#include "base/manifest.h"
-#include "base/optimizer.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
-#include "kernels/cuda_backend.h"
-#include "net/tls_credentials.h"
 #include "ops/periodic_checkpointer.h"
-#include "worker/input/layout_flags.h"
-#include "worker/model_inputs.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
-
-ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
-          "Comma-separated host:port of every shard, in shard-index order.");
-ABSL_FLAG(std::string, coordinator, "",
-          "host:port of the clock coordinator. Default: the first server.");
-ABSL_FLAG(int32_t, worker_index, 0,
-          "This worker's index, in [0, num_workers).");
-ABSL_FLAG(
-    int32_t, num_workers, 1,
-    "Workers sharing the training data. Worker i reads files i, i + n, ... "
-    "when there are at least n files; else the i-th of n byte ranges of each "
-    "plain file, or lines i, i + n, ... when some file is gzip'd.");
-ABSL_FLAG(std::string, train, "",
-          "Training click logs: comma-separated paths or globs; plain or gzip. "
-          "Required.");
-ABSL_FLAG(std::string, test, "",
-          "Test click logs for AUC and logloss; empty: none.");
-ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
-ABSL_FLAG(int32_t, embedding_dim, 16,
-          "Embedding dimension (wide_deep, deepfm).");
-ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
-ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
-ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
-ABSL_FLAG(int32_t, shuffle_buffer, 0,
-          "Shuffle the training examples through a buffer of this many (drawn "
-          "at random, so each epoch's order differs); 0: file order.");
-ABSL_FLAG(uint64_t, shuffle_seed, 1,
-          "Seed of --shuffle_buffer's draws (mixed with the worker index and "
-          "the epoch).");
-ABSL_FLAG(
-    std::string, embedding_optimizer, "adagrad",
-    "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
-ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
-ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
-          "Adagrad's starting squared-gradient sum (any table on Adagrad), "
-          "> 0; smaller takes bigger first steps.");
-ABSL_FLAG(double, ftrl_l1, 0.0,
-          "FTRL's L1 regularization (any table on FTRL); > 0 makes weights "
-          "exactly zero.");
-ABSL_FLAG(double, ftrl_l2, 0.0, "FTRL's L2 regularization.");
-ABSL_FLAG(uint32_t, admit_after, 1,
-          "The sparse tables (embeddings, wide weights) store a key only at "
-          "its Nth push; until then it trains with its initial value and its "
-          "gradients are counted, not applied (1: every key, at its first "
-          "push; at most 255). Part of the tables' spec.");
-ABSL_FLAG(uint32_t, row_ttl_s, 0,
-          "The sparse tables' rows expire when not updated for this many "
-          "seconds (0: never); part of the tables' spec.");
-ABSL_FLAG(uint32_t, evict_below_count, 0,
-          "With --row_ttl_s: only rows pushed fewer than this many times "
-          "expire (0: any idle row).");
-ABSL_FLAG(std::string, wide_optimizer, "ftrl",
-          "Optimizer of the per-key wide weights.");
-ABSL_FLAG(double, wide_learning_rate, 0.05,
-          "Learning rate (FTRL alpha) of the wide weights.");
-ABSL_FLAG(std::string, dense_optimizer, "adam",
-          "Optimizer of the MLP and dense weights.");
-ABSL_FLAG(double, dense_learning_rate, 0.001,
-          "Learning rate of the MLP and dense weights.");
-ABSL_FLAG(
-    std::string, staleness, "0",
-    "Bounded staleness: a number N (a worker may be at most N steps ahead "
-    "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
-ABSL_FLAG(bool, read_my_writes, true,
-          "Pull a step's rows only once this worker's own earlier pushes are "
-          "acknowledged (other workers may still lag by --staleness): a step "
-          "never trains on rows older than this worker's own updates. False "
-          "lets a worker's pulls overlap its own pushes too, which costs "
-          "accuracy (BENCHMARKS.md).");
-ABSL_FLAG(
-    std::string, overlay_own_pushes, "alone",
-    "alone, always or never. With --read_my_writes and --staleness other "
-    "than 0: pull a step's rows while the step before computes and replay "
-    "that step's push (not yet applied) onto the rows both touch, with the "
-    "rows' pulled optimizer state and the shards' optimizer code, instead of "
-    "waiting for the push. 'alone' (with --num_workers=1): the same rows bit "
-    "for bit, without the pull and the push on the step's critical path. "
-    "With other workers the early pull misses their last pushes, which "
-    "costs some accuracy (BENCHMARKS.md); 'always' accepts that. Only with "
-    "--wire_format=fp32, --admit_after=1, --row_ttl_s=0 and no "
-    "--delay_compensation; otherwise the worker waits.");
-ABSL_FLAG(bool, staleness_aware_lr, false,
-          "Divide a step's learning rates by the staleness its pull saw, "
-          "when above 1 (Zhang et al., IJCAI 2016).");
-ABSL_FLAG(double, delay_compensation, 0.0,
-          "DC-ASGD's lambda for the dense gradients (0: off): each push "
-          "pulls the dense parameters again and corrects for the updates "
-          "made since its step's pull.");
-ABSL_FLAG(std::string, lr_schedule, "constant",
-          "Learning-rate schedule, every table: constant, or warmup:W "
-          "and/or one of exponential:H (halve every H steps), inverse_sqrt, "
-          "cosine:T; e.g. warmup:20,cosine:500.");
-ABSL_FLAG(
-    int32_t, lease_ms, 5000,
-    "A worker that stops reporting for this long no longer holds others back.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate that signed the shards' certificates: talk TLS.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate, for shards that require one (with "
-          "--tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, wire_format, "fp32",
-          "How pulled rows and pushed gradients travel: fp32, fp16 (half "
-          "the bytes; pushes scaled per request by a power of two) or bf16 "
-          "(half the bytes, float's range). The shards store float32 "
-          "either way; fp16 and bf16 need shards that know wire formats.");
-ABSL_FLAG(std::string, tls_server_name, "",
-          "The name the shards' certificates carry, when it is not the host "
-          "in --servers.");
-ABSL_FLAG(std::string, resume_from, "",
-          "A checkpoint directory (ps_admin checkpoint, or one of "
-          "--checkpoint_dir's): go on from its clocks and this worker's input "
-          "position there (the shards restored from it with --restore_from). "
-          "Needs the same --train, --num_workers, --batch_size and --epochs.");
-ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
-          "Worker 0: take a checkpoint of the cluster every this many steps "
-          "into --checkpoint_dir/ckpt-<cut>/, named after the clock the "
-          "checkpoint holds (0: never).");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Where --checkpoint_every_steps puts checkpoints (a path on the "
-          "shards' file system).");
-ABSL_FLAG(int32_t, checkpoints_to_keep, 3,
-          "How many of the newest checkpoints to keep in --checkpoint_dir "
-          "(0: all).");
-ABSL_FLAG(std::string, worker_token_file, "",
-          "The shards' worker token (their --worker_token_file), sent with "
-          "clock reports and table declarations.");
-ABSL_FLAG(std::string, token_file, "",
-          "The shards' admin token (their --admin_token_file), for taking "
-          "checkpoints.");
-ABSL_FLAG(int32_t, start_timeout_s, 300,
-          "Under a bounded --staleness, the first step waits until "
-          "--num_workers workers have reported to the coordinator, or this "
-          "many seconds (then it starts with those there).");
-ABSL_FLAG(int32_t, max_pushes_in_flight, 2,
-          "Steps whose pushes may be queued at once.");
-ABSL_FLAG(
-    std::string, device, "auto",
-    "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
-ABSL_FLAG(int32_t, gpu, 0, "Which GPU --device=cuda|auto uses.");
-ABSL_FLAG(int32_t, cpu_threads, 1,
-          "Threads for the MLP's GEMMs on the CPU. Default 1: the worker's own "
-          "pipeline threads (and shards on the same machine) need the other "
-          "cores; 20% faster end to end on 2 cores.");
-ABSL_FLAG(bool, tf32, false,
-          "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
-          "1e-3 relative error instead of FP32's 1e-6.");
-ABSL_FLAG(bool, bf16, false,
-          "Round the MLP's GEMM inputs to bfloat16, accumulating in FP32 (the "
-          "CPU backend: --device=auto then picks the CPU, --device=cuda is an "
-          "error; needs AVX512_BF16, an error without it): about twice the "
-          "GEMMs' FP32 speed, at ~4e-3 relative error per input. Parameters, "
-          "gradients and everything else stay FP32.");
-ABSL_FLAG(std::string, metrics_out, "",
-          "Write the final summary as JSON here.");
-ABSL_FLAG(
-    std::string, interval_metrics_out, "",
-    "Write per-interval metrics (JSON lines: examples, loss, AUC, ...) here.");
-ABSL_FLAG(int64_t, max_bad_lines, 1000,
-          "Malformed lines tolerated (counted, skipped, logged with file:line) "
-          "before the worker stops with an error.");
-ABSL_FLAG(int64_t, eval_every, 0,
-          "Evaluate on --test every this many examples of this worker (0: only "
-          "at the end).");
-ABSL_FLAG(int64_t, eval_lines, 100000,
-          "Lines of --test used by the periodic evaluations (0: all); the "
-          "final evaluation uses all.");
-ABSL_FLAG(int32_t, progress_every_s, 2, "Seconds between progress lines.");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics): examples, "
-          "loss, recent and test AUC, staleness, time per stage of a step. "
-          "Port 0 picks a free one (logged). Empty: none.");
-ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
-ABSL_FLAG(int32_t, retry_for_s, 600,
-          "How long a call keeps retrying a shard that is unavailable "
-          "(restarting), with jittered backoff; past it the worker exits 69. "
-          "The default outlasts a shard that Kubernetes reschedules off a "
-          "lost node (300 s until the node is declared gone, the pod's grace "
-          "period, scheduling, the push log's replay).");
-ABSL_FLAG(int32_t, drain_seconds, 10,
-          "On SIGTERM or SIGINT: stop reading, finish the step being pushed "
-          "(every step whole on every shard), give the lease back, write "
-          "--metrics_out, and exit 75 within this long. Past it, or on a "
-          "second signal, exit 70 at once (0 if the input was done): the "
-          "step being pushed may then be on some shards only.");
-ABSL_FLAG(bool, restart_from_start, false,
-          "Start from the beginning of this worker's input even when the "
-          "coordinator holds a clock and input position for this "
-          "--worker_index (a process that crashed or was stopped before its "
-          "end), instead of going on from them.");
-ABSL_FLAG(
-    uint32_t, max_keys_per_request, 65536,
-    "Keys per request; must not exceed the servers' --max_keys_per_request.");
-ABSL_FLAG(int32_t, final_wait_s, 1800,
-          "At the end, wait up to this long for the other workers to finish "
-          "before the final evaluation.");
-ABSL_FLAG(int32_t, slow_step_ms, 0,
-          "Testing aid: sleep this long in every step.");
+#include "worker/trainer_flags.h"
 
 namespace {
 
@@ -313,21 +108,52 @@ void StopOnSignals() {
   }).detach();
 }
 
-bool ParseOptimizer(const std::string& name, double learning_rate,
-                    ps::OptimizerSpec* spec) {
-  ps::OptimizerSpec::Kind kind;
-  if (!ps::OptimizerKindFromName(name, &kind)) return false;
-  spec->set_kind(kind);
-  spec->set_learning_rate(static_cast<float>(learning_rate));
-  if (spec->kind() == ps::OptimizerSpec::ADAGRAD) {
-    spec->set_initial_accumulator(
-        static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator)));
+// Periodic checkpoints for worker 0 with --checkpoint_every_steps, or none.
+absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
+    const ps::worker::WorkerFlags& flags,
+    const ps::worker::TrainerOptions& options,
+    const ps::worker::ClientOptions& client) {
+  if (options.checkpoint_every_steps == 0) return nullptr;
+  RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
+  ps::CheckpointOptions checkpoint;
+  checkpoint.servers = client.servers;
+  checkpoint.coordinator = client.coordinator;
+  checkpoint.dir = flags.checkpoint_dir;
+  checkpoint.tls = client.tls;
+  checkpoint.token = flags.admin_token;
+  return std::make_unique<ps::ops::PeriodicCheckpointer>(
+      checkpoint, flags.checkpoints_to_keep);
+}
+
+// Logs the run's outcome and writes --metrics_out; the exit code.
+int Finish(const ps::worker::TrainingSummary& summary,
+           const ps::worker::TrainerOptions& options,
+           const ps::worker::WorkerFlags& flags) {
+  const std::string quality =
+      summary.drained ? std::string("stopped early: no final evaluation")
+      : options.test_files.empty()
+          ? std::string("no test set (--test)")
+          : absl::StrFormat("test AUC %.4f, logloss %.4f on %d examples",
+                            summary.test_auc, summary.test_logloss,
+                            summary.test_examples);
+  LOG(INFO) << absl::StrFormat(
+      "done: %d examples in %.1f s (%.0f ex/s); %s; max staleness seen %d; "
+      "bad lines %d",
+      summary.examples, summary.train_seconds, summary.examples_per_sec,
+      quality, summary.max_staleness_seen, summary.bad_lines);
+  if (!flags.metrics_out.empty()) {
+    std::ofstream out(flags.metrics_out);
+    out << ps::worker::SummaryToJson(summary);
+    if (!out) {
+      return Fail(absl::InternalError("cannot write " + flags.metrics_out));
+    }
   }
-  if (spec->kind() == ps::OptimizerSpec::FTRL) {
-    spec->set_l1(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l1)));
-    spec->set_l2(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l2)));
-  }
-  return learning_rate > 0;
+  return summary.drained ? ps::kExitDrained : ps::kExitDone;
+}
+
+// A flag's error (INVALID_ARGUMENT, from trainer_flags.h): exit 64.
+int FailUsage(const absl::Status& status) {
+  return Fail(std::string(status.message()));
 }
 
 }  // namespace
@@ -343,310 +169,51 @@ int main(int argc, char** argv) {
       "--train='data/train-*.tsv.gz' --test=data/test.tsv "
       "--metrics_out=metrics.json");
   BlockStopSignals();
-  ps::SetVersionFlag("ps_worker");
+  ps::SetVersionFlag("ps_worker",
+                     {"worker/trainer_flags.cc", "worker/input/layout_flags.cc",
+                      "net/client_tls_flags.cc"});
   absl::ParseCommandLine(argc, argv);
-  drain_millis =
-      int64_t{1000} * std::max(0, absl::GetFlag(FLAGS_drain_seconds));
-  StopOnSignals();
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  absl::StatusOr<ps::worker::WorkerFlags> flags =
+      ps::worker::WorkerFlagsFromFlags();
+  if (!flags.ok()) return FailUsage(flags.status());
+  drain_millis = absl::ToInt64Milliseconds(flags->drain);
+  StopOnSignals();
 
-  ps::worker::TrainerOptions options;
-  options.train.files = absl::GetFlag(FLAGS_train);
-  options.train.worker_index = absl::GetFlag(FLAGS_worker_index);
-  options.train.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.train.batch_size = absl::GetFlag(FLAGS_batch_size);
-  options.train.epochs = absl::GetFlag(FLAGS_epochs);
-  options.train.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
-  if (!(absl::GetFlag(FLAGS_adagrad_initial_accumulator) > 0))
-    return Fail("--adagrad_initial_accumulator must be > 0");
-  if (absl::GetFlag(FLAGS_ftrl_l1) < 0 || absl::GetFlag(FLAGS_ftrl_l2) < 0)
-    return Fail("--ftrl_l1 and --ftrl_l2 must be >= 0");
-  options.train.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
-  options.train.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
-  if (options.train.shuffle_buffer < 0)
-    return Fail("--shuffle_buffer must be >= 0");
-  absl::StatusOr<ps::worker::InputLayout> layout =
-      ps::worker::InputLayoutFromFlags();
-  if (!layout.ok()) return Fail(std::string(layout.status().message()));
-  options.train.layout = *layout;
-  options.test_files = absl::GetFlag(FLAGS_test);
-  if (options.train.files.empty()) return Fail("--train is required");
-
-  const std::string model = absl::GetFlag(FLAGS_model);
-  if (!ps::kernels::ModelKindFromName(model, &options.model.kind)) {
-    return Fail("--model must be lr, wide_deep or deepfm, not '" + model + "'");
-  }
-  options.model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
-  if (options.model.embedding_dim < 1)
-    return Fail("--embedding_dim must be >= 1");
-  options.model.hidden.clear();
-  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden),
-                                                ',', absl::SkipWhitespace())) {
-    int value = 0;
-    if (!absl::SimpleAtoi(width, &value) || value < 1) {
-      return Fail("--hidden must be comma-separated positive widths");
-    }
-    options.model.hidden.push_back(value);
-  }
-  options.model = ps::worker::ConfigForLayout(options.model, *layout);
-  if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
-                      absl::GetFlag(FLAGS_learning_rate),
-                      &options.embedding_optimizer) ||
-      !ParseOptimizer(absl::GetFlag(FLAGS_wide_optimizer),
-                      absl::GetFlag(FLAGS_wide_learning_rate),
-                      &options.wide_optimizer) ||
-      !ParseOptimizer(absl::GetFlag(FLAGS_dense_optimizer),
-                      absl::GetFlag(FLAGS_dense_learning_rate),
-                      &options.dense_optimizer)) {
-    return Fail(
-        "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
-  }
-  if (absl::GetFlag(FLAGS_admit_after) < 1 ||
-      absl::GetFlag(FLAGS_admit_after) > 255) {
-    return Fail("--admit_after must be between 1 and 255");
-  }
-  options.admit_after = absl::GetFlag(FLAGS_admit_after);
-  if (absl::GetFlag(FLAGS_evict_below_count) > 0 &&
-      absl::GetFlag(FLAGS_row_ttl_s) == 0) {
-    return Fail("--evict_below_count needs --row_ttl_s");
-  }
-  options.row_ttl_s = absl::GetFlag(FLAGS_row_ttl_s);
-  options.evict_below_count = absl::GetFlag(FLAGS_evict_below_count);
-  const std::string staleness = absl::GetFlag(FLAGS_staleness);
-  if (staleness == "async") {
-    options.staleness = -1;
-  } else if (!absl::SimpleAtoi(staleness, &options.staleness) ||
-             options.staleness < 0) {
-    return Fail("--staleness must be a number >= 0 or 'async', not '" +
-                staleness + "'");
-  }
-  options.read_my_writes = absl::GetFlag(FLAGS_read_my_writes);
-  const std::string overlay = absl::GetFlag(FLAGS_overlay_own_pushes);
-  if (overlay == "alone") {
-    options.overlay_own_pushes =
-        ps::worker::TrainerOptions::OwnPushOverlay::kAlone;
-  } else if (overlay == "always") {
-    options.overlay_own_pushes =
-        ps::worker::TrainerOptions::OwnPushOverlay::kAlways;
-  } else if (overlay == "never") {
-    options.overlay_own_pushes =
-        ps::worker::TrainerOptions::OwnPushOverlay::kNever;
-  } else {
-    return Fail("--overlay_own_pushes must be alone, always or never, not '" +
-                overlay + "'");
-  }
-  options.staleness_aware_lr = absl::GetFlag(FLAGS_staleness_aware_lr);
-  options.delay_compensation =
-      static_cast<float>(absl::GetFlag(FLAGS_delay_compensation));
-  if (!(options.delay_compensation >= 0))
-    return Fail("--delay_compensation must be >= 0");
-  absl::StatusOr<ps::worker::LearningRateSchedule> schedule =
-      ps::worker::LearningRateSchedule::Parse(absl::GetFlag(FLAGS_lr_schedule));
-  if (!schedule.ok()) return Fail(std::string(schedule.status().message()));
-  options.lr_schedule = *schedule;
-  if (absl::GetFlag(FLAGS_lease_ms) < 1)
-    return Fail("--lease_ms must be positive");
-  options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  if (absl::GetFlag(FLAGS_start_timeout_s) < 0)
-    return Fail("--start_timeout_s must be >= 0");
-  options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
-  options.max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
-  options.eval_every = absl::GetFlag(FLAGS_eval_every);
-  options.eval_lines = absl::GetFlag(FLAGS_eval_lines);
-  options.progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
-  options.interval_metrics_out = absl::GetFlag(FLAGS_interval_metrics_out);
-  options.final_wait_limit = absl::Seconds(absl::GetFlag(FLAGS_final_wait_s));
-  options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
-
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "auto" && device != "cpu" && device != "cuda") {
-    return Fail("--device must be auto, cpu or cuda");
-  }
-  const bool bf16 = absl::GetFlag(FLAGS_bf16);
-  if (bf16 && device == "cuda") {
-    return Fail("--bf16 is for the CPU backend; on CUDA use --tf32");
-  }
-  std::unique_ptr<ps::kernels::Backend> backend;
-  if (device == "cpu") {
-    LOG(INFO) << "device: cpu, as --device=cpu asks";
-  } else if (bf16) {
-    LOG(INFO) << "device: cpu, as --bf16 asks (a CPU option)";
-  } else {
-    ps::kernels::CudaOptions cuda_options;
-    cuda_options.device = absl::GetFlag(FLAGS_gpu);
-    cuda_options.precision = absl::GetFlag(FLAGS_tf32)
-                                 ? ps::kernels::GemmPrecision::kTf32
-                                 : ps::kernels::GemmPrecision::kFp32;
-    const ps::kernels::Status created =
-        ps::kernels::NewCudaBackend(cuda_options, &backend);
-    if (!created.ok()) {
-      if (device == "cuda") return Fail("--device=cuda: " + created.message());
-      LOG(INFO) << "device: cpu; no usable GPU: " << created.message();
-    } else {
-      LOG(INFO) << "device: cuda (GPU " << cuda_options.device << ", "
-                << (absl::GetFlag(FLAGS_tf32) ? "TF32" : "FP32") << " GEMMs)";
-    }
-  }
-  if (backend == nullptr) {
-    if (absl::GetFlag(FLAGS_cpu_threads) < 1)
-      return Fail("--cpu_threads must be >= 1");
-    ps::kernels::CpuOptions cpu_options;
-    cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
-    cpu_options.precision = bf16 ? ps::kernels::GemmPrecision::kBf16
-                                 : ps::kernels::GemmPrecision::kFp32;
-    const ps::kernels::Status created =
-        ps::kernels::NewCpuBackend(cpu_options, &backend);
-    if (!created.ok()) return Fail("--bf16: " + created.message());
-    LOG(INFO) << "GEMMs: " << cpu_options.threads << " thread(s), "
-              << (bf16 ? "bfloat16 inputs" : "FP32");
-  }
-
-  ps::worker::ClientOptions client_options;
-  if (const std::string format = absl::GetFlag(FLAGS_wire_format);
-      format == "fp16") {
-    client_options.wire_format = ps::WireFormat::FP16;
-  } else if (format == "bf16") {
-    client_options.wire_format = ps::WireFormat::BF16;
-  } else if (format != "fp32") {
-    return Fail("--wire_format must be fp32, fp16 or bf16, not " + format);
-  }
-  client_options.servers =
-      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
-  client_options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  client_options.call_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
-  if (absl::GetFlag(FLAGS_retry_for_s) < 0)
-    return Fail("--retry_for_s must be >= 0");
-  if (absl::GetFlag(FLAGS_drain_seconds) < 0)
-    return Fail("--drain_seconds must be >= 0");
-  client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
-  client_options.max_keys_per_request =
-      absl::GetFlag(FLAGS_max_keys_per_request);
-  client_options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  client_options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  client_options.tls.key = absl::GetFlag(FLAGS_tls_key);
-  client_options.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (const std::string dir = absl::GetFlag(FLAGS_resume_from); !dir.empty()) {
-    absl::StatusOr<ps::CheckpointManifest> manifest = ps::ReadManifest(dir);
-    if (!manifest.ok()) return Fail(manifest.status().ToString());
-    bool found = false;
-    for (const auto& worker : manifest->workers()) {
-      if (worker.worker() !=
-          static_cast<uint32_t>(absl::GetFlag(FLAGS_worker_index))) {
-        continue;
-      }
-      found = true;
-      options.resume_clock = worker.clock();
-      options.resume_examples = worker.examples();
-    }
-    if (!found) {
-      LOG(WARNING) << dir << " has no worker "
-                   << absl::GetFlag(FLAGS_worker_index)
-                   << ": starting as a new worker at the live minimum";
-    } else {
-      LOG(INFO) << "resuming from " << dir << " at clock "
-                << options.resume_clock << " after " << options.resume_examples
-                << " examples";
-    }
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_worker_token_file);
-      !path.empty()) {
-    absl::StatusOr<std::string> read = ps::ReadTokenFile(path);
-    if (!read.ok()) return Fail(read.status().ToString());
-    client_options.worker_token = *std::move(read);
-    std::vector<std::string> addresses = client_options.servers;
-    if (!client_options.coordinator.empty())
-      addresses.push_back(client_options.coordinator);
-    if (absl::Status private_token = ps::CheckTokenStaysPrivate(
-            client_options.worker_token, client_options.tls, addresses);
-        !private_token.ok()) {
-      return Fail(private_token.ToString());
-    }
-  }
-  std::string token;
-  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-    absl::StatusOr<std::string> read = ps::ReadTokenFile(path);
-    if (!read.ok()) return Fail(read.status().ToString());
-    token = *std::move(read);
-  }
-  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
-  if (options.checkpoint_every_steps < 0)
-    return Fail("--checkpoint_every_steps must be >= 0");
-  if (options.checkpoint_every_steps > 0 &&
-      absl::GetFlag(FLAGS_worker_index) != 0) {
-    LOG(INFO) << "--checkpoint_every_steps: worker 0 takes the cluster's "
-                 "checkpoints; worker "
-              << absl::GetFlag(FLAGS_worker_index) << " takes none";
-    options.checkpoint_every_steps = 0;
-  }
-  std::unique_ptr<ps::ops::PeriodicCheckpointer> checkpointer;
-  if (options.checkpoint_every_steps > 0) {
-    if (absl::GetFlag(FLAGS_checkpoint_dir).empty())
-      return Fail("--checkpoint_every_steps needs --checkpoint_dir");
-    ps::CheckpointOptions checkpoint;
-    checkpoint.servers = client_options.servers;
-    checkpoint.coordinator = client_options.coordinator;
-    checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
-    checkpoint.tls = client_options.tls;
-    checkpoint.token = token;
-    std::vector<std::string> addresses = client_options.servers;
-    if (!client_options.coordinator.empty())
-      addresses.push_back(client_options.coordinator);
-    if (absl::Status private_token =
-            ps::CheckTokenStaysPrivate(token, client_options.tls, addresses);
-        !private_token.ok()) {
-      return Fail(private_token.ToString());
-    }
-    checkpointer = std::make_unique<ps::ops::PeriodicCheckpointer>(
-        checkpoint, absl::GetFlag(FLAGS_checkpoints_to_keep));
-    options.checkpoints = checkpointer.get();
-  }
+  absl::StatusOr<ps::worker::TrainerOptions> options =
+      ps::worker::TrainerOptionsFromFlags();
+  if (!options.ok()) return FailUsage(options.status());
+  auto backend = ps::worker::BackendFromFlags();
+  if (!backend.ok()) return FailUsage(backend.status());
+  absl::StatusOr<ps::worker::ClientOptions> client_options =
+      ps::worker::ClientOptionsFromFlags();
+  if (!client_options.ok()) return FailUsage(client_options.status());
+  auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);
+  if (!checkpointer.ok()) return FailUsage(checkpointer.status());
+  options->checkpoints = checkpointer->get();
   std::unique_ptr<ps::worker::TrainingMetrics> metrics;
-  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
-      !listen.empty()) {
-    auto started = ps::worker::TrainingMetrics::Start(
-        listen, absl::GetFlag(FLAGS_worker_index));
+  if (!flags->metrics_listen.empty()) {
+    auto started = ps::worker::TrainingMetrics::Start(flags->metrics_listen,
+                                                      flags->worker_index);
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(started).value();
-    options.metrics = metrics.get();
+    options->metrics = metrics.get();
     LOG(INFO) << "metrics on " << metrics->address();
   }
-  options.assign_incarnation = true;
-  options.resume_from_coordinator = !absl::GetFlag(FLAGS_restart_from_start);
-  auto client = ps::worker::PsClient::Connect(client_options);
+  auto client = ps::worker::PsClient::Connect(*client_options);
   if (!client.ok()) return Fail(client.status());
 
-  ps::worker::Trainer trainer(options, absl::GetFlag(FLAGS_worker_index),
-                              client->get(), backend.get());
+  ps::worker::Trainer trainer(*options, flags->worker_index, client->get(),
+                              backend->get());
   stoppable = &trainer;
   auto summary = trainer.Run();
-  if (!summary.ok()) return Fail(summary.status());
-  const std::string json = ps::worker::SummaryToJson(*summary);
-  const std::string quality =
-      summary->drained ? std::string("stopped early: no final evaluation")
-      : options.test_files.empty()
-          ? std::string("no test set (--test)")
-          : absl::StrFormat("test AUC %.4f, logloss %.4f on %d examples",
-                            summary->test_auc, summary->test_logloss,
-                            summary->test_examples);
-  LOG(INFO) << absl::StrFormat(
-      "done: %d examples in %.1f s (%.0f ex/s); %s; max staleness seen %d; "
-      "bad lines %d",
-      summary->examples, summary->train_seconds, summary->examples_per_sec,
-      quality, summary->max_staleness_seen, summary->bad_lines);
-  const std::string metrics_out = absl::GetFlag(FLAGS_metrics_out);
-  if (!metrics_out.empty()) {
-    std::ofstream out(metrics_out);
-    out << json;
-    if (!out) return Fail(absl::InternalError("cannot write " + metrics_out));
-  }
-  const int code = summary->drained ? ps::kExitDrained : ps::kExitDone;
   // The signal thread must not reach a trainer that is going away.
+  const int code = summary.ok() ? Finish(*summary, *options, *flags)
+                                : Fail(summary.status());
   stoppable = nullptr;
   return code;
 }

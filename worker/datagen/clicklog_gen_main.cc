@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       "  clicklog_gen --out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
       "--truth_out=train.truth\n  clicklog_gen --out=train.csv --format=csv "
       "--header --columns=skip,label,cat*26,dense*13 --multi_fields=2");
-  ps::SetVersionFlag("clicklog_gen");
+  ps::SetVersionFlag("clicklog_gen", {"worker/input/layout_flags.cc"});
   absl::ParseCommandLine(argc, argv);
   const std::string out_path = absl::GetFlag(FLAGS_out);
   const int64_t lines = absl::GetFlag(FLAGS_lines);

@@ -22,11 +22,11 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
-#include "worker/input/clicklog_reader.h"
 #include "worker/evaluation.h"
-#include "worker/predict/exported_model.h"
+#include "worker/input/clicklog_reader.h"
 #include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
+#include "worker/predict/exported_model.h"
 
 ABSL_FLAG(std::string, model, "",
           "The export to score with (ps_admin export --dir). Required.");
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       "Scores click logs with an exported model, no shard needed.\n\n"
       "Example:\n  ps_predict --model=/exports/wide_deep --input=test.tsv "
       "--out=scores.txt");
-  ps::SetVersionFlag("ps_predict");
+  ps::SetVersionFlag("ps_predict", {"worker/input/layout_flags.cc"});
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -1,0 +1,28 @@
+#include "net/client_tls_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate that signed the shards' certificates: talk TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for shards that require one (with "
+          "--tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name the shards' certificates carry, when it is not the host "
+          "in --servers.");
+
+namespace ps {
+
+TlsFiles ClientTlsFilesFromFlags() {
+  TlsFiles files;
+  files.ca = absl::GetFlag(FLAGS_tls_ca);
+  files.cert = absl::GetFlag(FLAGS_tls_cert);
+  files.key = absl::GetFlag(FLAGS_tls_key);
+  files.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  return files;
+}
+
+}  // namespace ps

@@ -1,0 +1,531 @@
+#include "worker/trainer_flags.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "base/manifest.h"
+#include "base/optimizer.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/cuda_backend.h"
+#include "net/client_tls_flags.h"
+#include "net/tls_credentials.h"
+#include "worker/input/layout_flags.h"
+#include "worker/model_inputs.h"
+
+ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
+          "Comma-separated host:port of every shard, in shard-index order.");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of the clock coordinator. Default: the first server.");
+ABSL_FLAG(int32_t, worker_index, 0,
+          "This worker's index, in [0, num_workers).");
+ABSL_FLAG(
+    int32_t, num_workers, 1,
+    "Workers sharing the training data. Worker i reads files i, i + n, ... "
+    "when there are at least n files; else the i-th of n byte ranges of each "
+    "plain file, or lines i, i + n, ... when some file is gzip'd.");
+ABSL_FLAG(std::string, train, "",
+          "Training click logs: comma-separated paths or globs; plain or gzip. "
+          "Required.");
+ABSL_FLAG(std::string, test, "",
+          "Test click logs for AUC and logloss; empty: none.");
+ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
+ABSL_FLAG(int32_t, embedding_dim, 16,
+          "Embedding dimension (wide_deep, deepfm).");
+ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
+ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
+ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
+ABSL_FLAG(int32_t, shuffle_buffer, 0,
+          "Shuffle the training examples through a buffer of this many (drawn "
+          "at random, so each epoch's order differs); 0: file order.");
+ABSL_FLAG(uint64_t, shuffle_seed, 1,
+          "Seed of --shuffle_buffer's draws (mixed with the worker index and "
+          "the epoch).");
+ABSL_FLAG(
+    std::string, embedding_optimizer, "adagrad",
+    "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
+ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
+ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
+          "Adagrad's starting squared-gradient sum (any table on Adagrad), "
+          "> 0; smaller takes bigger first steps.");
+ABSL_FLAG(double, ftrl_l1, 0.0,
+          "FTRL's L1 regularization (any table on FTRL); > 0 makes weights "
+          "exactly zero.");
+ABSL_FLAG(double, ftrl_l2, 0.0, "FTRL's L2 regularization.");
+ABSL_FLAG(uint32_t, admit_after, 1,
+          "The sparse tables (embeddings, wide weights) store a key only at "
+          "its Nth push; until then it trains with its initial value and its "
+          "gradients are counted, not applied (1: every key, at its first "
+          "push; at most 255). Part of the tables' spec.");
+ABSL_FLAG(uint32_t, row_ttl_s, 0,
+          "The sparse tables' rows expire when not updated for this many "
+          "seconds (0: never); part of the tables' spec.");
+ABSL_FLAG(uint32_t, evict_below_count, 0,
+          "With --row_ttl_s: only rows pushed fewer than this many times "
+          "expire (0: any idle row).");
+ABSL_FLAG(std::string, wide_optimizer, "ftrl",
+          "Optimizer of the per-key wide weights.");
+ABSL_FLAG(double, wide_learning_rate, 0.05,
+          "Learning rate (FTRL alpha) of the wide weights.");
+ABSL_FLAG(std::string, dense_optimizer, "adam",
+          "Optimizer of the MLP and dense weights.");
+ABSL_FLAG(double, dense_learning_rate, 0.001,
+          "Learning rate of the MLP and dense weights.");
+ABSL_FLAG(
+    std::string, staleness, "0",
+    "Bounded staleness: a number N (a worker may be at most N steps ahead "
+    "of the slowest live worker; 0 is bulk-synchronous) or 'async'.");
+ABSL_FLAG(bool, read_my_writes, true,
+          "Pull a step's rows only once this worker's own earlier pushes are "
+          "acknowledged (other workers may still lag by --staleness): a step "
+          "never trains on rows older than this worker's own updates. False "
+          "lets a worker's pulls overlap its own pushes too, which costs "
+          "accuracy (BENCHMARKS.md).");
+ABSL_FLAG(
+    std::string, overlay_own_pushes, "alone",
+    "alone, always or never. With --read_my_writes and --staleness other "
+    "than 0: pull a step's rows while the step before computes and replay "
+    "that step's push (not yet applied) onto the rows both touch, with the "
+    "rows' pulled optimizer state and the shards' optimizer code, instead of "
+    "waiting for the push. 'alone' (with --num_workers=1): the same rows bit "
+    "for bit, without the pull and the push on the step's critical path. "
+    "With other workers the early pull misses their last pushes, which "
+    "costs some accuracy (BENCHMARKS.md); 'always' accepts that. Only with "
+    "--wire_format=fp32, --admit_after=1, --row_ttl_s=0 and no "
+    "--delay_compensation; otherwise the worker waits.");
+ABSL_FLAG(bool, staleness_aware_lr, false,
+          "Divide a step's learning rates by the staleness its pull saw, "
+          "when above 1 (Zhang et al., IJCAI 2016).");
+ABSL_FLAG(double, delay_compensation, 0.0,
+          "DC-ASGD's lambda for the dense gradients (0: off): each push "
+          "pulls the dense parameters again and corrects for the updates "
+          "made since its step's pull.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule, every table: constant, or warmup:W "
+          "and/or one of exponential:H (halve every H steps), inverse_sqrt, "
+          "cosine:T; e.g. warmup:20,cosine:500.");
+ABSL_FLAG(
+    int32_t, lease_ms, 5000,
+    "A worker that stops reporting for this long no longer holds others back.");
+ABSL_FLAG(std::string, wire_format, "fp32",
+          "How pulled rows and pushed gradients travel: fp32, fp16 (half "
+          "the bytes; pushes scaled per request by a power of two) or bf16 "
+          "(half the bytes, float's range). The shards store float32 "
+          "either way; fp16 and bf16 need shards that know wire formats.");
+ABSL_FLAG(std::string, resume_from, "",
+          "A checkpoint directory (ps_admin checkpoint, or one of "
+          "--checkpoint_dir's): go on from its clocks and this worker's input "
+          "position there (the shards restored from it with --restore_from). "
+          "Needs the same --train, --num_workers, --batch_size and --epochs.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Worker 0: take a checkpoint of the cluster every this many steps "
+          "into --checkpoint_dir/ckpt-<cut>/, named after the clock the "
+          "checkpoint holds (0: never).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where --checkpoint_every_steps puts checkpoints (a path on the "
+          "shards' file system).");
+ABSL_FLAG(int32_t, checkpoints_to_keep, 3,
+          "How many of the newest checkpoints to keep in --checkpoint_dir "
+          "(0: all).");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "The shards' worker token (their --worker_token_file), sent with "
+          "clock reports and table declarations.");
+ABSL_FLAG(std::string, token_file, "",
+          "The shards' admin token (their --admin_token_file), for taking "
+          "checkpoints.");
+ABSL_FLAG(int32_t, start_timeout_s, 300,
+          "Under a bounded --staleness, the first step waits until "
+          "--num_workers workers have reported to the coordinator, or this "
+          "many seconds (then it starts with those there).");
+ABSL_FLAG(int32_t, max_pushes_in_flight, 2,
+          "Steps whose pushes may be queued at once.");
+ABSL_FLAG(
+    std::string, device, "auto",
+    "auto, cpu or cuda. auto picks CUDA when a GPU is present, else the CPU.");
+ABSL_FLAG(int32_t, gpu, 0, "Which GPU --device=cuda|auto uses.");
+ABSL_FLAG(int32_t, cpu_threads, 1,
+          "Threads for the MLP's GEMMs on the CPU. Default 1: the worker's own "
+          "pipeline threads (and shards on the same machine) need the other "
+          "cores; 20% faster end to end on 2 cores.");
+ABSL_FLAG(bool, tf32, false,
+          "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
+          "1e-3 relative error instead of FP32's 1e-6.");
+ABSL_FLAG(bool, bf16, false,
+          "Round the MLP's GEMM inputs to bfloat16, accumulating in FP32 (the "
+          "CPU backend: --device=auto then picks the CPU, --device=cuda is an "
+          "error; needs AVX512_BF16, an error without it): about twice the "
+          "GEMMs' FP32 speed, at ~4e-3 relative error per input. Parameters, "
+          "gradients and everything else stay FP32.");
+ABSL_FLAG(std::string, metrics_out, "",
+          "Write the final summary as JSON here.");
+ABSL_FLAG(
+    std::string, interval_metrics_out, "",
+    "Write per-interval metrics (JSON lines: examples, loss, AUC, ...) here.");
+ABSL_FLAG(int64_t, max_bad_lines, 1000,
+          "Malformed lines tolerated (counted, skipped, logged with file:line) "
+          "before the worker stops with an error.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Evaluate on --test every this many examples of this worker (0: only "
+          "at the end).");
+ABSL_FLAG(int64_t, eval_lines, 100000,
+          "Lines of --test used by the periodic evaluations (0: all); the "
+          "final evaluation uses all.");
+ABSL_FLAG(int32_t, progress_every_s, 2, "Seconds between progress lines.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics): examples, "
+          "loss, recent and test AUC, staleness, time per stage of a step. "
+          "Port 0 picks a free one (logged). Empty: none.");
+ABSL_FLAG(int32_t, rpc_timeout_s, 30, "Deadline of one RPC to a shard.");
+ABSL_FLAG(int32_t, retry_for_s, 600,
+          "How long a call keeps retrying a shard that is unavailable "
+          "(restarting), with jittered backoff; past it the worker exits 69. "
+          "The default outlasts a shard that Kubernetes reschedules off a "
+          "lost node (300 s until the node is declared gone, the pod's grace "
+          "period, scheduling, the push log's replay).");
+ABSL_FLAG(int32_t, drain_seconds, 10,
+          "On SIGTERM or SIGINT: stop reading, finish the step being pushed "
+          "(every step whole on every shard), give the lease back, write "
+          "--metrics_out, and exit 75 within this long. Past it, or on a "
+          "second signal, exit 70 at once (0 if the input was done): the "
+          "step being pushed may then be on some shards only.");
+ABSL_FLAG(bool, restart_from_start, false,
+          "Start from the beginning of this worker's input even when the "
+          "coordinator holds a clock and input position for this "
+          "--worker_index (a process that crashed or was stopped before its "
+          "end), instead of going on from them.");
+ABSL_FLAG(
+    uint32_t, max_keys_per_request, 65536,
+    "Keys per request; must not exceed the servers' --max_keys_per_request.");
+ABSL_FLAG(int32_t, final_wait_s, 1800,
+          "At the end, wait up to this long for the other workers to finish "
+          "before the final evaluation.");
+ABSL_FLAG(int32_t, slow_step_ms, 0,
+          "Testing aid: sleep this long in every step.");
+
+namespace ps::worker {
+namespace {
+
+absl::Status Usage(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// `spec` for optimizer `name` at `learning_rate`, with the Adagrad and FTRL
+// flags where they apply. False for an unknown name or a rate that is not
+// positive.
+bool ParseOptimizer(const std::string& name, double learning_rate,
+                    OptimizerSpec* spec) {
+  OptimizerSpec::Kind kind;
+  if (!OptimizerKindFromName(name, &kind)) return false;
+  spec->set_kind(kind);
+  spec->set_learning_rate(static_cast<float>(learning_rate));
+  if (spec->kind() == OptimizerSpec::ADAGRAD) {
+    spec->set_initial_accumulator(
+        static_cast<float>(absl::GetFlag(FLAGS_adagrad_initial_accumulator)));
+  }
+  if (spec->kind() == OptimizerSpec::FTRL) {
+    spec->set_l1(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l1)));
+    spec->set_l2(static_cast<float>(absl::GetFlag(FLAGS_ftrl_l2)));
+  }
+  return learning_rate > 0;
+}
+
+// --train, this worker's share, batches, epochs, shuffling, the layout and
+// --test.
+absl::Status InputFromFlags(TrainerOptions* options) {
+  ReaderOptions& train = options->train;
+  train.files = absl::GetFlag(FLAGS_train);
+  train.worker_index = absl::GetFlag(FLAGS_worker_index);
+  train.num_workers = absl::GetFlag(FLAGS_num_workers);
+  train.batch_size = absl::GetFlag(FLAGS_batch_size);
+  train.epochs = absl::GetFlag(FLAGS_epochs);
+  train.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  train.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
+  train.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
+  if (train.shuffle_buffer < 0) return Usage("--shuffle_buffer must be >= 0");
+  absl::StatusOr<InputLayout> layout = InputLayoutFromFlags();
+  if (!layout.ok()) return Usage(layout.status().message());
+  train.layout = *layout;
+  options->test_files = absl::GetFlag(FLAGS_test);
+  if (train.files.empty()) return Usage("--train is required");
+  return absl::OkStatus();
+}
+
+// --model, --embedding_dim and --hidden, fitted to the layout.
+absl::Status ModelFromFlags(TrainerOptions* options) {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (!kernels::ModelKindFromName(model, &options->model.kind)) {
+    return Usage("--model must be lr, wide_deep or deepfm, not '" + model +
+                 "'");
+  }
+  options->model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (options->model.embedding_dim < 1)
+    return Usage("--embedding_dim must be >= 1");
+  options->model.hidden.clear();
+  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden),
+                                                ',', absl::SkipWhitespace())) {
+    int value = 0;
+    if (!absl::SimpleAtoi(width, &value) || value < 1) {
+      return Usage("--hidden must be comma-separated positive widths");
+    }
+    options->model.hidden.push_back(value);
+  }
+  options->model = ConfigForLayout(options->model, options->train.layout);
+  return absl::OkStatus();
+}
+
+// The three optimizers and the sparse tables' admission and expiry.
+absl::Status TablesFromFlags(TrainerOptions* options) {
+  if (!(absl::GetFlag(FLAGS_adagrad_initial_accumulator) > 0))
+    return Usage("--adagrad_initial_accumulator must be > 0");
+  if (absl::GetFlag(FLAGS_ftrl_l1) < 0 || absl::GetFlag(FLAGS_ftrl_l2) < 0)
+    return Usage("--ftrl_l1 and --ftrl_l2 must be >= 0");
+  if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
+                      absl::GetFlag(FLAGS_learning_rate),
+                      &options->embedding_optimizer) ||
+      !ParseOptimizer(absl::GetFlag(FLAGS_wide_optimizer),
+                      absl::GetFlag(FLAGS_wide_learning_rate),
+                      &options->wide_optimizer) ||
+      !ParseOptimizer(absl::GetFlag(FLAGS_dense_optimizer),
+                      absl::GetFlag(FLAGS_dense_learning_rate),
+                      &options->dense_optimizer)) {
+    return Usage(
+        "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
+  }
+  if (absl::GetFlag(FLAGS_admit_after) < 1 ||
+      absl::GetFlag(FLAGS_admit_after) > 255) {
+    return Usage("--admit_after must be between 1 and 255");
+  }
+  options->admit_after = absl::GetFlag(FLAGS_admit_after);
+  if (absl::GetFlag(FLAGS_evict_below_count) > 0 &&
+      absl::GetFlag(FLAGS_row_ttl_s) == 0) {
+    return Usage("--evict_below_count needs --row_ttl_s");
+  }
+  options->row_ttl_s = absl::GetFlag(FLAGS_row_ttl_s);
+  options->evict_below_count = absl::GetFlag(FLAGS_evict_below_count);
+  return absl::OkStatus();
+}
+
+// --staleness, read-my-writes and what goes with them, the learning-rate
+// schedule.
+absl::Status ConsistencyFromFlags(TrainerOptions* options) {
+  const std::string staleness = absl::GetFlag(FLAGS_staleness);
+  if (staleness == "async") {
+    options->staleness = -1;
+  } else if (!absl::SimpleAtoi(staleness, &options->staleness) ||
+             options->staleness < 0) {
+    return Usage("--staleness must be a number >= 0 or 'async', not '" +
+                 staleness + "'");
+  }
+  options->read_my_writes = absl::GetFlag(FLAGS_read_my_writes);
+  using Overlay = TrainerOptions::OwnPushOverlay;
+  const std::string overlay = absl::GetFlag(FLAGS_overlay_own_pushes);
+  if (overlay == "alone") {
+    options->overlay_own_pushes = Overlay::kAlone;
+  } else if (overlay == "always") {
+    options->overlay_own_pushes = Overlay::kAlways;
+  } else if (overlay == "never") {
+    options->overlay_own_pushes = Overlay::kNever;
+  } else {
+    return Usage("--overlay_own_pushes must be alone, always or never, not '" +
+                 overlay + "'");
+  }
+  options->staleness_aware_lr = absl::GetFlag(FLAGS_staleness_aware_lr);
+  options->delay_compensation =
+      static_cast<float>(absl::GetFlag(FLAGS_delay_compensation));
+  if (!(options->delay_compensation >= 0))
+    return Usage("--delay_compensation must be >= 0");
+  absl::StatusOr<LearningRateSchedule> schedule =
+      LearningRateSchedule::Parse(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return Usage(schedule.status().message());
+  options->lr_schedule = *schedule;
+  return absl::OkStatus();
+}
+
+// The lease, the start, the pipeline's depth, evaluation, progress and the
+// end.
+absl::Status PacingFromFlags(TrainerOptions* options) {
+  if (absl::GetFlag(FLAGS_lease_ms) < 1)
+    return Usage("--lease_ms must be positive");
+  options->lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options->num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (absl::GetFlag(FLAGS_start_timeout_s) < 0)
+    return Usage("--start_timeout_s must be >= 0");
+  options->start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  options->max_pushes_in_flight = absl::GetFlag(FLAGS_max_pushes_in_flight);
+  options->eval_every = absl::GetFlag(FLAGS_eval_every);
+  options->eval_lines = absl::GetFlag(FLAGS_eval_lines);
+  options->progress_every =
+      absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
+  options->interval_metrics_out = absl::GetFlag(FLAGS_interval_metrics_out);
+  options->final_wait_limit = absl::Seconds(absl::GetFlag(FLAGS_final_wait_s));
+  options->slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+  return absl::OkStatus();
+}
+
+// --resume_from: this worker's clock and examples in that checkpoint, if it
+// has them.
+absl::Status ResumeFromFlags(TrainerOptions* options) {
+  const std::string dir = absl::GetFlag(FLAGS_resume_from);
+  if (dir.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckpointManifest> manifest = ReadManifest(dir);
+  if (!manifest.ok()) return Usage(manifest.status().ToString());
+  const uint32_t worker_index = absl::GetFlag(FLAGS_worker_index);
+  for (const auto& worker : manifest->workers()) {
+    if (worker.worker() != worker_index) continue;
+    options->resume_clock = worker.clock();
+    options->resume_examples = worker.examples();
+    LOG(INFO) << "resuming from " << dir << " at clock "
+              << options->resume_clock << " after " << options->resume_examples
+              << " examples";
+    return absl::OkStatus();
+  }
+  LOG(WARNING) << dir << " has no worker " << worker_index
+               << ": starting as a new worker at the live minimum";
+  return absl::OkStatus();
+}
+
+// The shards' addresses and `client`'s TLS files: where a token goes.
+std::vector<std::string> TokenDestinations(const ClientOptions& client) {
+  std::vector<std::string> addresses = client.servers;
+  if (!client.coordinator.empty()) addresses.push_back(client.coordinator);
+  return addresses;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
+  TrainerOptions options;
+  RETURN_IF_ERROR(InputFromFlags(&options));
+  RETURN_IF_ERROR(ModelFromFlags(&options));
+  RETURN_IF_ERROR(TablesFromFlags(&options));
+  RETURN_IF_ERROR(ConsistencyFromFlags(&options));
+  RETURN_IF_ERROR(PacingFromFlags(&options));
+  RETURN_IF_ERROR(ResumeFromFlags(&options));
+  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  if (options.checkpoint_every_steps < 0)
+    return Usage("--checkpoint_every_steps must be >= 0");
+  if (options.checkpoint_every_steps > 0 &&
+      absl::GetFlag(FLAGS_worker_index) != 0) {
+    LOG(INFO) << "--checkpoint_every_steps: worker 0 takes the cluster's "
+                 "checkpoints; worker "
+              << absl::GetFlag(FLAGS_worker_index) << " takes none";
+    options.checkpoint_every_steps = 0;
+  }
+  if (options.checkpoint_every_steps > 0 &&
+      absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return Usage("--checkpoint_every_steps needs --checkpoint_dir");
+  }
+  options.assign_incarnation = true;
+  options.resume_from_coordinator = !absl::GetFlag(FLAGS_restart_from_start);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags() {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return Usage("--device must be auto, cpu or cuda");
+  }
+  const bool bf16 = absl::GetFlag(FLAGS_bf16);
+  if (bf16 && device == "cuda") {
+    return Usage("--bf16 is for the CPU backend; on CUDA use --tf32");
+  }
+  std::unique_ptr<kernels::Backend> backend;
+  if (device == "cpu") {
+    LOG(INFO) << "device: cpu, as --device=cpu asks";
+  } else if (bf16) {
+    LOG(INFO) << "device: cpu, as --bf16 asks (a CPU option)";
+  } else {
+    kernels::CudaOptions cuda_options;
+    cuda_options.device = absl::GetFlag(FLAGS_gpu);
+    cuda_options.precision = absl::GetFlag(FLAGS_tf32)
+                                 ? kernels::GemmPrecision::kTf32
+                                 : kernels::GemmPrecision::kFp32;
+    const kernels::Status created =
+        kernels::NewCudaBackend(cuda_options, &backend);
+    if (created.ok()) {
+      LOG(INFO) << "device: cuda (GPU " << cuda_options.device << ", "
+                << (absl::GetFlag(FLAGS_tf32) ? "TF32" : "FP32") << " GEMMs)";
+      return backend;
+    }
+    if (device == "cuda") return Usage("--device=cuda: " + created.message());
+    LOG(INFO) << "device: cpu; no usable GPU: " << created.message();
+  }
+  if (absl::GetFlag(FLAGS_cpu_threads) < 1)
+    return Usage("--cpu_threads must be >= 1");
+  kernels::CpuOptions cpu_options;
+  cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
+  cpu_options.precision =
+      bf16 ? kernels::GemmPrecision::kBf16 : kernels::GemmPrecision::kFp32;
+  const kernels::Status created = kernels::NewCpuBackend(cpu_options, &backend);
+  if (!created.ok()) return Usage("--bf16: " + created.message());
+  LOG(INFO) << "GEMMs: " << cpu_options.threads << " thread(s), "
+            << (bf16 ? "bfloat16 inputs" : "FP32");
+  return backend;
+}
+
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
+  ClientOptions client;
+  if (const std::string format = absl::GetFlag(FLAGS_wire_format);
+      format == "fp16") {
+    client.wire_format = WireFormat::FP16;
+  } else if (format == "bf16") {
+    client.wire_format = WireFormat::BF16;
+  } else if (format != "fp32") {
+    return Usage("--wire_format must be fp32, fp16 or bf16, not " + format);
+  }
+  client.servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
+  client.coordinator = absl::GetFlag(FLAGS_coordinator);
+  client.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
+  if (absl::GetFlag(FLAGS_retry_for_s) < 0)
+    return Usage("--retry_for_s must be >= 0");
+  client.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_for_s));
+  client.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  client.tls = ClientTlsFilesFromFlags();
+  if (const std::string path = absl::GetFlag(FLAGS_worker_token_file);
+      !path.empty()) {
+    absl::StatusOr<std::string> read = ReadTokenFile(path);
+    if (!read.ok()) return Usage(read.status().ToString());
+    client.worker_token = *std::move(read);
+    if (absl::Status private_token = CheckTokenStaysPrivate(
+            client.worker_token, client.tls, TokenDestinations(client));
+        !private_token.ok()) {
+      return Usage(private_token.ToString());
+    }
+  }
+  return client;
+}
+
+absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
+  WorkerFlags flags;
+  flags.worker_index = absl::GetFlag(FLAGS_worker_index);
+  if (absl::GetFlag(FLAGS_drain_seconds) < 0)
+    return Usage("--drain_seconds must be >= 0");
+  flags.drain = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  flags.metrics_out = absl::GetFlag(FLAGS_metrics_out);
+  flags.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  flags.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> read = ReadTokenFile(path);
+    if (!read.ok()) return Usage(read.status().ToString());
+    flags.admin_token = *std::move(read);
+  }
+  return flags;
+}
+
+absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,
+                                         const ClientOptions& client) {
+  absl::Status private_token = CheckTokenStaysPrivate(
+      flags.admin_token, client.tls, TokenDestinations(client));
+  if (!private_token.ok()) return Usage(private_token.ToString());
+  return absl::OkStatus();
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,60 @@
+// File: worker/trainer_flags.h
+//
+// ps_worker's flags, defined in trainer_flags.cc (linked only into
+// ps_worker), turned into the options of its parts. Each function checks the
+// flags it reads; a bad one is INVALID_ARGUMENT with the line ps_worker
+// prints before it exits 64. Call them after absl::ParseCommandLine().
+
+#ifndef PS_WORKER_TRAINER_FLAGS_H_
+#define PS_WORKER_TRAINER_FLAGS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+namespace ps::worker {
+
+// What ps_worker's main itself does with the flags, beside training.
+struct WorkerFlags {
+  uint32_t worker_index = 0;
+  // After SIGTERM or SIGINT, how long the drain may take (--drain_seconds).
+  absl::Duration drain;
+  // --metrics_out and --metrics_listen (empty: none).
+  std::string metrics_out;
+  std::string metrics_listen;
+  // Worker 0's periodic checkpoints: where, how many kept.
+  std::string checkpoint_dir;
+  int checkpoints_to_keep = 3;
+  // The shards' admin token, read from --token_file (empty: none).
+  std::string admin_token;
+};
+
+absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags();
+
+// Input, model, tables, consistency, pacing, --resume_from and periodic
+// checkpoints (worker 0 only; others log that they take none).
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
+
+// The backend --device, --gpu, --tf32, --bf16 and --cpu_threads ask for:
+// CUDA when asked for or (auto) usable, else the CPU; each choice logged.
+absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags();
+
+// The shards, the coordinator, timeouts, retries, TLS, the wire format and
+// the worker token (which must not travel in plaintext off this host).
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
+
+// INVALID_ARGUMENT when `flags.admin_token` would travel in plaintext to a
+// shard off this host (net/tls_credentials.h).
+absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,
+                                         const ClientOptions& client);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_TRAINER_FLAGS_H_

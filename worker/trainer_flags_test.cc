@@ -1,0 +1,120 @@
+#include "worker/trainer_flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+ABSL_DECLARE_FLAG(std::string, train);
+ABSL_DECLARE_FLAG(std::string, staleness);
+ABSL_DECLARE_FLAG(std::string, overlay_own_pushes);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, hidden);
+ABSL_DECLARE_FLAG(int32_t, worker_index);
+ABSL_DECLARE_FLAG(int64_t, checkpoint_every_steps);
+ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
+ABSL_DECLARE_FLAG(std::string, wire_format);
+ABSL_DECLARE_FLAG(std::string, servers);
+ABSL_DECLARE_FLAG(int32_t, drain_seconds);
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(bool, bf16);
+
+namespace ps::worker {
+namespace {
+
+// A flag's error: INVALID_ARGUMENT, its message naming `flag`.
+::testing::AssertionResult IsUsageError(const absl::Status& status,
+                                        const std::string& flag) {
+  if (status.code() == absl::StatusCode::kInvalidArgument &&
+      status.message().find(flag) != absl::string_view::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << status << " is not INVALID_ARGUMENT naming " << flag;
+}
+
+class TrainerFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { absl::SetFlag(&FLAGS_train, "train.tsv"); }
+  // Every flag back to its default after each test.
+  absl::FlagSaver saver_;
+};
+
+TEST_F(TrainerFlagsTest, TheDefaultsTrainTheCriteoLayoutBulkSynchronously) {
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(options->train.files, "train.tsv");
+  EXPECT_EQ(options->staleness, 0);
+  EXPECT_EQ(options->model.kind, kernels::ModelKind::kWideDeep);
+  EXPECT_EQ(options->model.hidden, (std::vector<int>{256, 128}));
+  EXPECT_EQ(options->embedding_optimizer.kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_EQ(options->wide_optimizer.kind(), OptimizerSpec::FTRL);
+  EXPECT_EQ(options->dense_optimizer.kind(), OptimizerSpec::ADAM);
+  EXPECT_TRUE(options->assign_incarnation);
+  EXPECT_TRUE(options->resume_from_coordinator);
+}
+
+TEST_F(TrainerFlagsTest, EachChoiceLandsInItsOption) {
+  absl::SetFlag(&FLAGS_staleness, "async");
+  absl::SetFlag(&FLAGS_overlay_own_pushes, "never");
+  absl::SetFlag(&FLAGS_model, "deepfm");
+  absl::SetFlag(&FLAGS_hidden, "64, 8");
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(options->staleness, -1);
+  EXPECT_EQ(options->overlay_own_pushes,
+            TrainerOptions::OwnPushOverlay::kNever);
+  EXPECT_EQ(options->model.kind, kernels::ModelKind::kDeepFm);
+  EXPECT_EQ(options->model.hidden, (std::vector<int>{64, 8}));
+}
+
+TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {
+  absl::SetFlag(&FLAGS_staleness, "-2");
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(), "--staleness"));
+  absl::SetFlag(&FLAGS_staleness, "1");
+  absl::SetFlag(&FLAGS_hidden, "64,x");
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(), "--hidden"));
+  absl::SetFlag(&FLAGS_hidden, "64");
+  absl::SetFlag(&FLAGS_train, "");
+  EXPECT_TRUE(
+      IsUsageError(TrainerOptionsFromFlags().status(), "--train is required"));
+  absl::SetFlag(&FLAGS_wire_format, "int8");
+  EXPECT_TRUE(IsUsageError(ClientOptionsFromFlags().status(), "--wire_format"));
+  absl::SetFlag(&FLAGS_drain_seconds, -1);
+  EXPECT_TRUE(IsUsageError(WorkerFlagsFromFlags().status(), "--drain_seconds"));
+  absl::SetFlag(&FLAGS_device, "cuda");
+  absl::SetFlag(&FLAGS_bf16, true);
+  EXPECT_TRUE(IsUsageError(BackendFromFlags().status(), "--bf16"));
+}
+
+TEST_F(TrainerFlagsTest, OnlyWorkerZeroTakesPeriodicCheckpoints) {
+  absl::SetFlag(&FLAGS_checkpoint_every_steps, 10);
+  EXPECT_TRUE(
+      IsUsageError(TrainerOptionsFromFlags().status(), "--checkpoint_dir"));
+  absl::SetFlag(&FLAGS_checkpoint_dir, "/tmp/checkpoints");
+  absl::StatusOr<TrainerOptions> zero = TrainerOptionsFromFlags();
+  ASSERT_OK(zero);
+  EXPECT_EQ(zero->checkpoint_every_steps, 10);
+  absl::SetFlag(&FLAGS_worker_index, 1);
+  absl::StatusOr<TrainerOptions> one = TrainerOptionsFromFlags();
+  ASSERT_OK(one);
+  EXPECT_EQ(one->checkpoint_every_steps, 0);
+}
+
+TEST_F(TrainerFlagsTest, TheClientGetsEveryServerInOrder) {
+  absl::SetFlag(&FLAGS_servers, "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3");
+  absl::SetFlag(&FLAGS_wire_format, "bf16");
+  absl::StatusOr<ClientOptions> client = ClientOptionsFromFlags();
+  ASSERT_OK(client);
+  EXPECT_EQ(client->servers, (std::vector<std::string>{
+                                 "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}));
+  EXPECT_EQ(client->wire_format, WireFormat::BF16);
+}
+
+}  // namespace
+}  // namespace ps::worker
