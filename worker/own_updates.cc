@@ -10,8 +10,8 @@
 
 namespace ps::worker {
 
-PsClient::TableRows SharedRows::Pull(const std::string& table) {
-  PsClient::TableRows pull;
+TrainingClient::TableRows SharedRows::Pull(const std::string& table) {
+  TrainingClient::TableRows pull;
   pull.table = table;
   pull.keys = keys;
   pull.dim = dim;

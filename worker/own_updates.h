@@ -3,8 +3,8 @@
 // Read-my-writes without waiting for one's own push (worker/trainer.h): a
 // worker pulls step t+1's rows while step t computes, before step t's push
 // has left, so the rows lack that push. For the keys both steps touch it
-// pulls each row's optimizer state too (PsClient::TableRows::optimizer), and
-// ReplayOwnPush() applies step t's gradients to them with the table's
+// pulls each row's optimizer state too (TrainingClient::TableRows::optimizer),
+// and ReplayOwnPush() applies step t's gradients to them with the table's
 // optimizer (base/optimizer.h, the code the shards run): a row that no other
 // worker pushed in between comes out as its shard will hold it once the
 // push lands, bit for bit.
@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "worker/ps_client.h"
+#include "worker/training_client.h"
 
 namespace ps::worker {
 
@@ -47,10 +47,10 @@ struct SharedRows {
   int dim = 0;
   int state_floats = 0;
   std::vector<float> rows_with_state;
-  PsClient::PulledOptimizer optimizer;
+  TrainingClient::PulledOptimizer optimizer;
 
   // The pull that fills rows_with_state and optimizer (sized here).
-  PsClient::TableRows Pull(const std::string& table);
+  TrainingClient::TableRows Pull(const std::string& table);
 };
 
 // Finds the keys of `next` that `previous` has, in `next`'s order, into

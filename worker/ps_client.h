@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "net/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
+#include "worker/training_client.h"
 
 namespace ps::worker {
 
@@ -74,7 +75,7 @@ struct ClientOptions {
   WireFormat wire_format = WireFormat::FP32;
 };
 
-class PsClient {
+class PsClient : public TrainingClient {
  public:
   // INVALID_ARGUMENT without servers; the TLS files' errors.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
@@ -83,64 +84,31 @@ class PsClient {
   int num_shards() const { return static_cast<int>(shards_.size()); }
 
   // The incarnation pushes and clock reports carry; set before any push.
-  uint64_t incarnation() const { return incarnation_.load(); }
-  void set_incarnation(uint64_t incarnation) { incarnation_ = incarnation; }
+  uint64_t incarnation() const override { return incarnation_.load(); }
+  void set_incarnation(uint64_t incarnation) override {
+    incarnation_ = incarnation;
+  }
 
   // How rows and gradients travel (ClientOptions::wire_format).
-  WireFormat wire_format() const { return options_.wire_format; }
+  WireFormat wire_format() const override { return options_.wire_format; }
 
   // Declares `spec` on every shard (idempotent).
-  absl::Status DeclareTable(const TableSpec& spec);
-
-  // How a table applies pushes, as a pull with optimizer state reports it
-  // (PullResponse fields 5 and 6).
-  struct PulledOptimizer {
-    OptimizerSpec spec;
-    float learning_rate_multiplier = 1.0f;
-  };
-
-  // One table's part of a pull: the rows of `keys` (dim floats each, in key
-  // order) are written to `rows`, which must outlive the call.
-  struct TableRows {
-    std::string table;
-    absl::Span<const uint64_t> keys;
-    int dim = 0;
-    float* rows = nullptr;
-    // Set: a pull with optimizer state (PullRequest.with_state). `rows` then
-    // takes dim + state_floats floats per key (the weights, then the
-    // state), in FP32 whatever the wire format, and `*optimizer` the
-    // table's optimizer. INTERNAL if a shard has another state size.
-    PulledOptimizer* optimizer = nullptr;
-    int state_floats = 0;
-    // If not empty: key i's row goes to row row_positions[i] of `rows`
-    // instead of row i (one per key).
-    absl::Span<const uint32_t> row_positions = {};
-  };
-
-  // One table's part of a push: dim gradient floats per key, in key order.
-  struct TableGradients {
-    std::string table;
-    absl::Span<const uint64_t> keys;
-    absl::Span<const float> gradients;
-    int dim = 0;
-    // The table's learning rate is multiplied by this for this push.
-    float learning_rate_scale = 1.0f;
-  };
+  absl::Status DeclareTable(const TableSpec& spec) override;
 
   // Pulls from several tables at once: every shard request of every table
   // is in flight together.
-  absl::Status Pull(absl::Span<const TableRows> pulls);
+  absl::Status Pull(absl::Span<const TableRows> pulls) override;
 
   // Pushes to several tables at once, exactly once per shard request
   // (retries included).
   absl::Status Push(absl::Span<const TableGradients> pushes, uint32_t worker,
-                    int64_t clock);
+                    int64_t clock) override;
 
   // Reports to the clock coordinator, retried like a pull for `retry_for`
   // (negative: the options' retry_for).
   absl::StatusOr<ClockResponse> Clock(
       const ClockRequest& request,
-      absl::Duration retry_for = -absl::InfiniteDuration());
+      absl::Duration retry_for = -absl::InfiniteDuration()) override;
 
   // Calls retried so far, by the status code that made them retry
   // ("UNAVAILABLE", ...), codes never seen left out.

@@ -129,7 +129,7 @@ std::string IntervalToJson(const IntervalMetrics& interval) {
 }
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
-                 PsClient* client, kernels::Backend* backend)
+                 TrainingClient* client, kernels::Backend* backend)
     : options_(options),
       worker_index_(worker_index),
       client_(client),
@@ -216,7 +216,7 @@ absl::Status Trainer::DeclareTables() {
 
 absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
   // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
-  std::vector<PsClient::TableRows> pulls;
+  std::vector<TrainingClient::TableRows> pulls;
   // The shared rows with their state travel in the same fan-out, and only
   // the other rows in the plain pulls.
   for (size_t t = 0; t < prepared->shared.size(); ++t) {
@@ -228,8 +228,8 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
     if (t >= prepared->shared.size()) {
       pulls.push_back({TableInPullOrder(t), keys, dim, rows});
     } else if (!prepared->shared[t].other_keys.empty()) {
-      PsClient::TableRows pull = {TableInPullOrder(t),
-                                  prepared->shared[t].other_keys, dim, rows};
+      TrainingClient::TableRows pull = {
+          TableInPullOrder(t), prepared->shared[t].other_keys, dim, rows};
       pull.row_positions = prepared->shared[t].other_positions;
       pulls.push_back(pull);
     }
@@ -354,7 +354,8 @@ absl::Status Trainer::FirstReport(ClockResponse* response,
                      options_.resume_clock == 0);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
-  ASSIGN_OR_RETURN(*response, client_->Clock(request));
+  ASSIGN_OR_RETURN(*response,
+                   client_->Clock(request, -absl::InfiniteDuration()));
   if (response->incarnation() != 0) {
     client_->set_incarnation(response->incarnation());
   } else {
@@ -441,7 +442,7 @@ absl::Status Trainer::WaitForWorkers(ClockResponse* view) {
 }
 
 absl::Status Trainer::PushGradients(const PushJob& job) {
-  std::vector<PsClient::TableGradients> pushes;
+  std::vector<TrainingClient::TableGradients> pushes;
   if (!job.embedding_grads.empty()) {
     pushes.push_back({embedding_table_, job.unique_keys, job.embedding_grads,
                       options_.model.embedding_dim, job.learning_rate_scale});
@@ -468,7 +469,7 @@ void Trainer::Observe(Stage stage, absl::Duration time) {
 absl::Status Trainer::CompensateDelay(PushJob* job) {
   std::vector<std::vector<float>> now(tensors_.size());
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
-  std::vector<PsClient::TableRows> pulls;
+  std::vector<TrainingClient::TableRows> pulls;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const int chunk =
         DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);

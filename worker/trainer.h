@@ -50,7 +50,7 @@
 #include "worker/input/clicklog_reader.h"
 #include "worker/lr_schedule.h"
 #include "worker/own_updates.h"
-#include "worker/ps_client.h"
+#include "worker/training_client.h"
 #include "worker/training_metrics.h"
 
 namespace ps::worker {
@@ -265,7 +265,7 @@ std::string IntervalToJson(const IntervalMetrics& interval);
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, uint32_t worker_index,
-          PsClient* client, kernels::Backend* backend);
+          TrainingClient* client, kernels::Backend* backend);
 
   // Declares the tables, trains, evaluates. Errors: the reader's (bad lines,
   // missing files), the client's (after retries), the backend's.
@@ -347,7 +347,7 @@ class Trainer {
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
-  PsClient* const client_;
+  TrainingClient* const client_;
   kernels::Backend* const backend_;
   const std::vector<kernels::DenseTensorSpec> tensors_;
   const std::string embedding_table_, wide_table_;
