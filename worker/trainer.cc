@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -18,10 +20,12 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "nlohmann/json.hpp"
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
+#include "worker/heartbeat.h"
 #include "worker/model_inputs.h"
+#include "worker/progress_reporter.h"
+#include "worker/staleness_gate.h"
 
 namespace ps::worker {
 
@@ -49,84 +53,6 @@ struct Trainer::PushJob {
   // Under delay compensation: the dense parameters the step computed with.
   std::vector<std::vector<float>> pulled_dense;
 };
-
-namespace {
-
-using Json = nlohmann::ordered_json;
-
-// `value` rounded to `decimals` decimals, the digits a reader compares. A NaN
-// or an infinity stays one (and is written as null); a value too large for
-// decimals to matter stays as it is.
-double Rounded(double value, int decimals) {
-  if (!std::isfinite(value) || std::abs(value) >= 1e15) return value;
-  const double scale = std::pow(10.0, decimals);
-  return std::round(value * scale) / scale;
-}
-
-// `json` as text, indented by `indent` (-1: on one line, no spaces). Invalid
-// UTF-8 in a string becomes U+FFFD rather than an exception.
-std::string Dump(const Json& json, int indent = -1) {
-  return json.dump(indent, ' ', /*ensure_ascii=*/false,
-                   Json::error_handler_t::replace);
-}
-
-// A flat `object` on one line with the summary's spacing, `{"key": value,
-// ...}`, so that one grep reads both; the library writes each key and value.
-std::string OneLine(const Json& object) {
-  std::vector<std::string> fields;
-  for (const auto& [key, value] : object.items())
-    fields.push_back(absl::StrCat(Dump(Json(key)), ": ", Dump(value)));
-  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
-}
-
-}  // namespace
-
-std::string SummaryToJson(const TrainingSummary& s) {
-  const Json json = {
-      {"examples", s.examples},
-      {"steps", s.steps},
-      {"train_seconds", Rounded(s.train_seconds, 3)},
-      {"examples_per_sec", Rounded(s.examples_per_sec, 1)},
-      {"final_train_loss", Rounded(s.final_train_loss, 6)},
-      {"test_auc", Rounded(s.test_auc, 6)},
-      {"test_logloss", Rounded(s.test_logloss, 6)},
-      {"test_examples", s.test_examples},
-      {"bad_lines", s.bad_lines},
-      {"max_staleness_seen", s.max_staleness_seen},
-      {"staleness_histogram", s.staleness_histogram},
-      {"waits", s.waits},
-      {"wait_seconds", Rounded(s.wait_seconds, 3)},
-      {"pull_seconds", Rounded(s.pull_seconds, 3)},
-      {"compute_seconds", Rounded(s.compute_seconds, 3)},
-      {"push_seconds", Rounded(s.push_seconds, 3)},
-      {"replay_seconds", Rounded(s.replay_seconds, 3)},
-      {"replayed_steps", s.replayed_steps},
-      {"first_step", s.first_step},
-      {"cut_hold_seconds", Rounded(s.cut_hold_seconds, 3)},
-      {"checkpoints", s.checkpoints},
-      {"failed_checkpoints", s.failed_checkpoints},
-      {"scaled_pushes", s.scaled_pushes},
-      {"compensated_pushes", s.compensated_pushes},
-      {"backend", s.backend},
-      {"drained", s.drained},
-  };
-  return Dump(json, 2) + "\n";
-}
-
-std::string IntervalToJson(const IntervalMetrics& interval) {
-  Json json = {
-      {"worker", interval.worker},
-      {"examples", interval.examples},
-      {"seconds", Rounded(interval.seconds, 3)},
-      {"examples_per_sec", Rounded(interval.examples_per_sec, 1)},
-      {"loss", Rounded(interval.loss, 6)},
-      {"train_auc", Rounded(interval.train_auc, 6)},
-      {"max_staleness", interval.max_staleness},
-  };
-  if (interval.test_auc.has_value())
-    json["test_auc"] = Rounded(*interval.test_auc, 6);
-  return OneLine(json) + "\n";
-}
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
                  TrainingClient* client, kernels::Backend* backend)
@@ -331,7 +257,7 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
-  request.set_clock(clock_.load());
+  request.set_clock(clock_.value());
   request.set_examples(examples_.load());
   request.set_finished(finished);
   request.set_leaving(leaving);
@@ -347,7 +273,7 @@ absl::Status Trainer::FirstReport(ClockResponse* response,
   if (!options_.assign_incarnation) return ReportClock(false, response);
   ClockRequest request;
   request.set_worker(worker_index_);
-  request.set_clock(clock_.load());
+  request.set_clock(clock_.value());
   request.set_examples(examples_.load());
   request.set_assign_incarnation(true);
   request.set_resume(options_.resume_from_coordinator &&
@@ -527,7 +453,54 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
                         MeanLogLoss(probabilities, labels));
 }
 
-absl::StatusOr<TrainingSummary> Trainer::Run() {
+// What the trainer's threads share while they run.
+struct Trainer::Pipeline {
+  Pipeline(const StalenessGateOptions& gate_options, const StepClock* clock,
+           StalenessGate::Report report, int max_pushes_in_flight)
+      : gate(gate_options, clock, std::move(report)),
+        ready(1),
+        pending_pushes(std::max(1, max_pushes_in_flight)) {}
+
+  // Ends the run with `status` (the first one counts): the threads stop and
+  // the queues close.
+  void Fail(absl::Status status) {
+    {
+      absl::MutexLock lock(&status_mu);
+      if (first_error.ok()) first_error = std::move(status);
+    }
+    stopping = true;
+    ready.Close();
+    pending_pushes.Close();
+  }
+  absl::Status error() {
+    absl::MutexLock lock(&status_mu);
+    return first_error;
+  }
+
+  // The prefetcher's; the statistics may be read from any thread.
+  StalenessGate gate;
+  // Pulled steps, waiting to be computed; computed steps, waiting to be
+  // pushed.
+  BoundedQueue<Prepared> ready;
+  BoundedQueue<PushJob> pending_pushes;
+  std::atomic<bool> stopping{false};
+  absl::Mutex status_mu;
+  absl::Status first_error ABSL_GUARDED_BY(status_mu);
+  // Time per stage, in microseconds; the replay's is the compute thread's.
+  std::atomic<int64_t> pull_micros{0}, compute_micros{0}, push_micros{0};
+  int64_t replay_micros = 0;
+  std::atomic<int64_t> scaled_pushes{0}, compensated_pushes{0};
+  // The pusher's: the time held at cuts, and the cut to hold at, as
+  // answered to the last report made after the clock reached the step about
+  // to be pushed (0: none). Only such an answer can tell: the coordinator
+  // picks a cut past every clock it has recorded, so an answer without one
+  // means the cut (if any is begun later) is past that step; an older
+  // answer, or another thread's, may predate a cut that is already at it.
+  absl::Duration cut_hold;
+  int64_t hold_at = 0;
+};
+
+absl::Status Trainer::CheckLayout() const {
   const InputLayout& layout = options_.train.layout;
   if (options_.model.fields != layout.fields() ||
       options_.model.dense_features != layout.dense_features() ||
@@ -538,286 +511,180 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         options_.model.crosses, " crosses; the input layout ", layout.fields(),
         ", ", layout.dense_features(), " and ", layout.crosses.size()));
   }
-  RETURN_IF_ERROR(DeclareTables());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ComputeStateFloats() {
   state_floats_.clear();
-  {
-    std::vector<std::pair<const OptimizerSpec*, int>> tables;
-    if (deep())
-      tables.push_back({&options_.embedding_optimizer, embedding_dim()});
-    tables.push_back({&options_.wide_optimizer, 1});
-    for (const auto& tensor : tensors_) {
-      tables.push_back({&options_.dense_optimizer,
-                        DenseChunkFloats(tensor, options_.dense_chunk_floats)});
-    }
-    for (const auto& [spec, dim] : tables) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                       Optimizer::Create(*spec));
-      state_floats_.push_back(optimizer->StateFloats(dim));
-    }
+  std::vector<std::pair<const OptimizerSpec*, int>> tables;
+  if (deep())
+    tables.push_back({&options_.embedding_optimizer, embedding_dim()});
+  tables.push_back({&options_.wide_optimizer, 1});
+  for (const auto& tensor : tensors_) {
+    tables.push_back({&options_.dense_optimizer,
+                      DenseChunkFloats(tensor, options_.dense_chunk_floats)});
   }
-  const bool replay = ReplaysOwnPushes();
-  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
-                   ClickLogReader::Open(options_.train));
+  for (const auto& [spec, dim] : tables) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                     Optimizer::Create(*spec));
+    state_floats_.push_back(optimizer->StateFloats(dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::JoinCluster(ClickLogReader& reader, ClockResponse* view) {
   if (options_.resume_clock > 0) {
-    RETURN_IF_ERROR(SkipTrainedExamples(*reader, options_.resume_examples));
-    clock_ = options_.resume_clock;
+    RETURN_IF_ERROR(SkipTrainedExamples(reader, options_.resume_examples));
+    clock_.Set(options_.resume_clock);
     examples_ = options_.resume_examples;
   }
-  ClockResponse clock_view;
   int64_t resumed_examples = 0;
-  RETURN_IF_ERROR(FirstReport(&clock_view, &resumed_examples));
+  RETURN_IF_ERROR(FirstReport(view, &resumed_examples));
   if (resumed_examples > 0) {
-    RETURN_IF_ERROR(SkipTrainedExamples(*reader, resumed_examples));
+    RETURN_IF_ERROR(SkipTrainedExamples(reader, resumed_examples));
     examples_ = resumed_examples;
   }
-  clock_ = clock_view.clock();  // a late joiner starts at the live minimum
-  const int64_t first_step = clock_.load();
-  const int64_t first_examples = examples_.load();
-  RETURN_IF_ERROR(WaitForWorkers(&clock_view));
+  clock_.Set(view->clock());  // a late joiner starts at the live minimum
+  return absl::OkStatus();
+}
 
-  // The lease is renewed by a heartbeat of its own, so that nothing the
-  // other threads do (an evaluation, a call that keeps retrying) lets it
-  // lapse while this worker is alive.
-  absl::Notification stop_heartbeat;
-  std::thread heartbeat([&] {
-    const absl::Duration period = options_.lease / 3;
-    while (!stop_heartbeat.WaitForNotificationWithTimeout(period)) {
-      // Retried only until the next beat is due: a coordinator that is down
-      // is the other threads' to wait for, not a reason to stall the end.
-      ClockResponse view;
-      absl::Status reported = ReportClock(false, &view, period);
-      if (!reported.ok()) {
-        LOG_EVERY_N(WARNING, 10)
-            << "[worker " << worker_index_ << "] heartbeat: " << reported;
-      }
-    }
-  });
-
-  TrainingSummary summary;
-  summary.backend = backend_->name();
-  std::atomic<bool> stopping{false};
-  BoundedQueue<Prepared> ready(1);
-  BoundedQueue<PushJob> pending_pushes(
-      std::max(1, options_.max_pushes_in_flight));
-  absl::Mutex status_mu;
-  absl::Status first_error;
-  auto fail = [&](absl::Status status) {
-    absl::MutexLock lock(&status_mu);
-    if (first_error.ok()) first_error = std::move(status);
-    stopping = true;
-    ready.Close();
-    pending_pushes.Close();
+void Trainer::Prefetch(ClickLogReader& reader, int64_t first_step,
+                       Pipeline& pipeline) {
+  const bool replay = ReplaysOwnPushes();
+  const auto stopped = [&] {
+    return pipeline.stopping.load() || stop_requested_.load();
   };
-
-  // Prefetch: parse -> wait for the bound -> pull.
-  // Written by the prefetcher; the histogram is read only after it stops,
-  // the atomics by the progress line too.
-  std::vector<int64_t> histogram;
-  int64_t waits = 0;
-  std::atomic<int64_t> max_staleness{0};
-  std::atomic<int64_t> waited_micros{0};
-  std::atomic<int64_t> pull_micros{0}, compute_micros{0}, push_micros{0};
-  int64_t replay_micros = 0;  // the compute thread's
-  std::atomic<int64_t> scaled_pushes{0}, compensated_pushes{0};
-  std::thread prefetcher([&] {
-    std::vector<Example> examples;
-    // Replaying: the keys of the step before (none before the first).
-    std::vector<uint64_t> previous_unique, previous_wide;
-    bool have_previous = false;
-    for (int64_t step = first_step; !stopping && !stop_requested_; ++step) {
-      const absl::Time read_start = absl::Now();
-      absl::StatusOr<bool> more = reader->Next(&examples);
-      if (!more.ok()) return fail(more.status());
-      if (!*more) break;
-      Observe(Stage::kRead, absl::Now() - read_start);
-      Prepared prepared;
-      prepared.step = step;
-      prepared.Prepare(examples, options_.train.layout, embedding_dim());
-      int64_t staleness = 0;
-      const absl::Time own_wait_start = absl::Now();
-      if (options_.read_my_writes) {
-        // Replaying, the push of step - 1 is replayed onto these rows, and
-        // leaves only once they are pulled (the compute thread queues it
-        // after taking them): they must hold every push before it.
-        const int64_t needed = replay ? step - 1 : step;
-        absl::MutexLock lock(&clock_mu_);
-        while (clock_.load() < needed && !stopping && !stop_requested_) {
-          clock_advanced_.WaitWithTimeout(&clock_mu_, absl::Milliseconds(100));
-        }
-      } else if (options_.staleness >= 0) {
-        // While this worker's own clock holds the bound back, asking the
-        // coordinator is pointless: wait for the push thread instead (the
-        // pipeline's own wait, not counted as waiting for others).
-        const int64_t needed = step - options_.staleness;
-        absl::MutexLock lock(&clock_mu_);
-        const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
-        while (clock_.load() < needed && !stopping && !stop_requested_) {
-          if (clock_advanced_.WaitWithDeadline(&clock_mu_, give_up)) break;
-        }
+  std::vector<Example> examples;
+  // Replaying: the keys of the step before (none before the first).
+  std::vector<uint64_t> previous_unique, previous_wide;
+  bool have_previous = false;
+  for (int64_t step = first_step; !stopped(); ++step) {
+    const absl::Time read_start = absl::Now();
+    absl::StatusOr<bool> more = reader.Next(&examples);
+    if (!more.ok()) return pipeline.Fail(more.status());
+    if (!*more) break;
+    Observe(Stage::kRead, absl::Now() - read_start);
+    Prepared prepared;
+    prepared.step = step;
+    prepared.Prepare(examples, options_.train.layout, embedding_dim());
+    const absl::Time wait_start = absl::Now();
+    absl::StatusOr<int64_t> staleness =
+        pipeline.gate.WaitForStep(step, stopped);
+    if (absl::IsCancelled(staleness.status())) break;
+    if (!staleness.ok()) return pipeline.Fail(staleness.status());
+    Observe(Stage::kWait, absl::Now() - wait_start);
+    if (options_.metrics != nullptr)
+      options_.metrics->ObserveStaleness(*staleness);
+    prepared.staleness = *staleness;
+    if (replay) {
+      if (have_previous) {
+        FindRowsSharedWithPrevious(previous_unique, previous_wide, &prepared);
       }
-      const absl::Time wait_start = absl::Now();
-      bool waited_for_others = false;
-      absl::Duration poll_pause = absl::Milliseconds(1);
-      while (true) {
-        if (stopping) return;
-        if (stop_requested_) return ready.Close();
-        ClockResponse view;
-        absl::Status reported = ReportClock(false, &view);
-        if (!reported.ok()) return fail(reported);
-        if (options_.staleness < 0 ||
-            view.min_clock() >= step - options_.staleness) {
-          // Replaying, this worker's own last push is in the rows though
-          // its clock does not count it yet: alone, nothing is missing;
-          // with others, the minimum may be this worker's own clock, which
-          // makes the figure an upper bound by one.
-          const int64_t minimum = replay && view.live_workers() <= 1
-                                      ? view.min_clock() + 1
-                                      : view.min_clock();
-          staleness = std::max<int64_t>(0, step - minimum);
-          break;
-        }
-        // Other workers hold the bound back: poll, backing off to 4 ms so
-        // that many waiting workers do not flood the coordinator.
-        waited_for_others = true;
-        absl::SleepFor(poll_pause);
-        poll_pause = std::min(2 * poll_pause, absl::Milliseconds(4));
-      }
-      if (waited_for_others) {
-        ++waits;
-        waited_micros += absl::ToInt64Microseconds(absl::Now() - wait_start);
-      }
-      Observe(Stage::kWait, absl::Now() - own_wait_start);
-      if (options_.metrics != nullptr)
-        options_.metrics->ObserveStaleness(staleness);
-      prepared.staleness = staleness;
-      if (histogram.size() <= static_cast<size_t>(staleness))
-        histogram.resize(staleness + 1);
-      ++histogram[staleness];
-      max_staleness = std::max(max_staleness.load(), staleness);
-      if (replay) {
-        if (have_previous) {
-          FindRowsSharedWithPrevious(previous_unique, previous_wide, &prepared);
-        }
-        previous_unique = prepared.unique_keys;
-        previous_wide = prepared.wide_keys;
-        have_previous = true;
-      }
-      const absl::Time pull_start = absl::Now();
-      absl::Status pulled = PullParameters(&prepared, /*pool=*/!replay);
-      if (!pulled.ok()) return fail(pulled);
-      pull_micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
-      Observe(Stage::kPull, absl::Now() - pull_start);
-      if (!ready.Push(std::move(prepared))) return;
+      previous_unique = prepared.unique_keys;
+      previous_wide = prepared.wide_keys;
+      have_previous = true;
     }
-    ready.Close();
-  });
-
-  // Push: gradients out, then the clock forward.
-  CheckpointTaker* const checkpointer =
-      options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
-  absl::Duration cut_hold;  // written by the pusher, read after it stops
-  // The cut to hold at, as answered to the last report made after the
-  // clock reached the step about to be pushed (0: none). Only such an
-  // answer can tell: the coordinator picks a cut past every clock it has
-  // recorded, so an answer without one means the cut (if any is begun
-  // later) is past that step; an older answer, or another thread's, may
-  // predate a cut that is already at it.
-  int64_t hold_at = clock_view.hold_at();
-  std::thread pusher([&] {
-    PushJob job;
-    while (pending_pushes.Pop(&job)) {
-      // RequestStop(): a step not begun is dropped, so that every step
-      // pushed is whole; the one being pushed finishes.
-      if (stop_requested_) continue;
-      if (absl::Status waited = WaitOutCut(job.step, &hold_at, &cut_hold);
-          !waited.ok())
-        return fail(waited);
-      if (stop_requested_) continue;
-      const absl::Time push_start = absl::Now();
-      if (options_.delay_compensation > 0) {
-        if (absl::Status compensated = CompensateDelay(&job);
-            !compensated.ok()) {
-          return fail(compensated);
-        }
-        ++compensated_pushes;
-      }
-      if (job.learning_rate_scale != 1.0f) ++scaled_pushes;
-      absl::Status pushed = PushGradients(job);
-      if (!pushed.ok()) return fail(pushed);
-      push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
-      Observe(Stage::kPush, absl::Now() - push_start);
-      examples_ += job.examples;
-      {
-        absl::MutexLock lock(&clock_mu_);
-        clock_ = job.step + 1;
-      }
-      clock_advanced_.SignalAll();
-      ClockResponse view;
-      absl::Status reported = ReportClock(false, &view);
-      if (!reported.ok()) return fail(reported);
-      hold_at = view.hold_at();
-      if (checkpointer != nullptr &&
-          (job.step + 1) % options_.checkpoint_every_steps == 0) {
-        checkpointer->Request(job.step + 1);
-      }
-    }
-  });
-
-  // Compute, on this thread.
-  const bool tty = isatty(STDERR_FILENO);
-  std::unique_ptr<std::ofstream> intervals;
-  if (!options_.interval_metrics_out.empty()) {
-    intervals = std::make_unique<std::ofstream>(options_.interval_metrics_out);
+    const absl::Time pull_start = absl::Now();
+    absl::Status pulled = PullParameters(&prepared, /*pool=*/!replay);
+    if (!pulled.ok()) return pipeline.Fail(pulled);
+    pipeline.pull_micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
+    Observe(Stage::kPull, absl::Now() - pull_start);
+    if (!pipeline.ready.Push(std::move(prepared))) return;
   }
-  const absl::Time start = absl::Now();
-  absl::Time interval_start = start;
-  int64_t interval_examples = 0, next_eval = options_.eval_every;
-  double interval_loss = 0;
-  std::vector<float> interval_predictions, interval_labels;
+  pipeline.ready.Close();
+}
+
+void Trainer::PushSteps(Pipeline& pipeline) {
+  CheckpointTaker* const checkpointer = periodic_checkpoints();
+  PushJob job;
+  while (pipeline.pending_pushes.Pop(&job)) {
+    // RequestStop(): a step not begun is dropped, so that every step pushed
+    // is whole; the one being pushed finishes.
+    if (stop_requested_) continue;
+    if (absl::Status waited =
+            WaitOutCut(job.step, &pipeline.hold_at, &pipeline.cut_hold);
+        !waited.ok())
+      return pipeline.Fail(waited);
+    if (stop_requested_) continue;
+    const absl::Time push_start = absl::Now();
+    if (options_.delay_compensation > 0) {
+      if (absl::Status compensated = CompensateDelay(&job); !compensated.ok())
+        return pipeline.Fail(compensated);
+      ++pipeline.compensated_pushes;
+    }
+    if (job.learning_rate_scale != 1.0f) ++pipeline.scaled_pushes;
+    if (absl::Status pushed = PushGradients(job); !pushed.ok())
+      return pipeline.Fail(pushed);
+    pipeline.push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
+    Observe(Stage::kPush, absl::Now() - push_start);
+    examples_ += job.examples;
+    clock_.Set(job.step + 1);
+    ClockResponse view;
+    if (absl::Status reported = ReportClock(false, &view); !reported.ok())
+      return pipeline.Fail(reported);
+    pipeline.hold_at = view.hold_at();
+    if (checkpointer != nullptr &&
+        (job.step + 1) % options_.checkpoint_every_steps == 0) {
+      checkpointer->Request(job.step + 1);
+    }
+  }
+}
+
+Trainer::PushJob Trainer::MakePushJob(Prepared& prepared,
+                                      kernels::StepOutputs& outputs) const {
+  // Sparse rows get the gradient of the summed loss (each example's full
+  // contribution, as per-example FTRL/Adagrad expect); the MLP gets the
+  // mean, which Adam is insensitive to.
+  const float scale = static_cast<float>(prepared.batch);
+  PushJob job;
+  job.step = prepared.step;
+  job.examples = prepared.batch;
+  prepared.FoldPooledGradients(embedding_dim(), &outputs.embedding_grads,
+                               &outputs.wide_grads);
+  job.unique_keys = std::move(prepared.unique_keys);
+  job.wide_keys = std::move(prepared.wide_keys);
+  job.embedding_grads = std::move(outputs.embedding_grads);
+  job.wide_grads = std::move(outputs.wide_grads);
+  for (float& g : job.embedding_grads) g *= scale;
+  for (float& g : job.wide_grads) g *= scale;
+  job.dense_grads.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    job.dense_grads[t] = std::move(outputs.dense_grads[t]);
+    job.dense_grads[t].resize(prepared.dense_params[t].size(), 0.0f);
+  }
+  job.learning_rate_scale = options_.lr_schedule.Scale(prepared.step);
+  if (options_.staleness_aware_lr && prepared.staleness > 1)
+    job.learning_rate_scale /= static_cast<float>(prepared.staleness);
+  if (options_.delay_compensation > 0) {
+    // The step is done with them (a staged next batch is another's).
+    job.pulled_dense = std::move(prepared.dense_params);
+  }
+  return job;
+}
+
+absl::StatusOr<std::optional<double>> Trainer::EvaluateIfDue(
+    int64_t examples, int64_t* next_eval) {
+  if (options_.eval_every <= 0 || options_.test_files.empty() ||
+      examples < *next_eval) {
+    return std::nullopt;
+  }
+  *next_eval += options_.eval_every;
+  int64_t evaluated = 0;
+  ASSIGN_OR_RETURN(auto result, Evaluate(options_.eval_lines, &evaluated));
+  LOG(INFO) << "[worker " << worker_index_ << "] test AUC " << result.first
+            << ", logloss " << result.second << " on " << evaluated
+            << " examples";
+  return result.first;
+}
+
+absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
+                                   ProgressReporter& progress,
+                                   TrainingSummary* summary) {
+  const bool replay = ReplaysOwnPushes();
+  int64_t next_eval = options_.eval_every;
   kernels::StepOutputs outputs;
   Prepared prepared;
-  auto report_interval = [&](double test_auc) {
-    const absl::Time now = absl::Now();
-    const double seconds = absl::ToDoubleSeconds(now - interval_start);
-    const double rate = seconds > 0 ? interval_examples / seconds : 0;
-    const double loss =
-        interval_examples > 0 ? interval_loss / interval_examples : 0;
-    const double train_auc = ExactAuc(interval_predictions, interval_labels);
-    const std::string line = absl::StrFormat(
-        "[worker %d] %d examples | %.0f ex/s | loss %.4f | recent AUC %.4f | "
-        "staleness max %d | waited %.1f s",
-        worker_index_, summary.examples, rate, loss, train_auc,
-        max_staleness.load(), waited_micros.load() / 1e6);
-    if (tty) {
-      std::fprintf(stderr, "\r%s   ", line.c_str());
-    } else {
-      LOG(INFO) << line;
-    }
-    if (intervals != nullptr) {
-      IntervalMetrics interval;
-      interval.worker = worker_index_;
-      interval.examples = summary.examples;
-      interval.seconds = absl::ToDoubleSeconds(now - start);
-      interval.examples_per_sec = rate;
-      interval.loss = loss;
-      interval.train_auc = train_auc;
-      interval.max_staleness = max_staleness.load();
-      if (test_auc >= 0) interval.test_auc = test_auc;
-      *intervals << IntervalToJson(interval);
-      intervals->flush();
-    }
-    summary.final_train_loss = loss;
-    if (options_.metrics != nullptr) {
-      options_.metrics->SetRecent(loss, train_auc);
-      if (test_auc >= 0) options_.metrics->SetTestAuc(test_auc);
-    }
-    interval_start = now;
-    interval_examples = 0;
-    interval_loss = 0;
-    interval_predictions.clear();
-    interval_labels.clear();
-  };
-  bool have_current = ready.Pop(&prepared);
+  bool have_current = pipeline.ready.Pop(&prepared);
   if (have_current && replay) prepared.PoolRows(embedding_dim());
   // RequestStop(): the steps prepared but not computed are dropped.
   while (have_current && !stop_requested_) {
@@ -825,168 +692,131 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     // this step computes (not when replaying: this step's push changes
     // them).
     Prepared next;
-    bool have_next = !replay && ready.TryPop(&next);
+    bool have_next = !replay && pipeline.ready.TryPop(&next);
     kernels::StepInputs next_inputs;
     if (have_next) next_inputs = next.Step();
     const absl::Time compute_start = absl::Now();
-    kernels::Status stepped = model_.TrainStep(
-        prepared.Step(), &outputs, have_next ? &next_inputs : nullptr);
-    compute_micros += absl::ToInt64Microseconds(absl::Now() - compute_start);
+    RETURN_IF_ERROR(FromKernels(model_.TrainStep(
+        prepared.Step(), &outputs, have_next ? &next_inputs : nullptr)));
+    pipeline.compute_micros +=
+        absl::ToInt64Microseconds(absl::Now() - compute_start);
     Observe(Stage::kCompute, absl::Now() - compute_start);
-    if (!stepped.ok()) {
-      fail(FromKernels(stepped));
-      break;
-    }
     if (options_.slow_step > absl::ZeroDuration())
       absl::SleepFor(options_.slow_step);
-    // Sparse rows get the gradient of the summed loss (each example's full
-    // contribution, as per-example FTRL/Adagrad expect); the MLP gets the
-    // mean, which Adam is insensitive to.
-    const float scale = static_cast<float>(prepared.batch);
-    PushJob job;
-    job.step = prepared.step;
-    job.examples = prepared.batch;
-    prepared.FoldPooledGradients(embedding_dim(), &outputs.embedding_grads,
-                                 &outputs.wide_grads);
-    job.unique_keys = std::move(prepared.unique_keys);
-    job.wide_keys = std::move(prepared.wide_keys);
-    job.embedding_grads = std::move(outputs.embedding_grads);
-    job.wide_grads = std::move(outputs.wide_grads);
-    for (float& g : job.embedding_grads) g *= scale;
-    for (float& g : job.wide_grads) g *= scale;
-    job.dense_grads.resize(tensors_.size());
-    for (size_t t = 0; t < tensors_.size(); ++t) {
-      job.dense_grads[t] = std::move(outputs.dense_grads[t]);
-      job.dense_grads[t].resize(prepared.dense_params[t].size(), 0.0f);
-    }
-    job.learning_rate_scale = options_.lr_schedule.Scale(prepared.step);
-    if (options_.staleness_aware_lr && prepared.staleness > 1)
-      job.learning_rate_scale /= static_cast<float>(prepared.staleness);
-    if (options_.delay_compensation > 0) {
-      // The step is done with them (a staged next batch is `next`'s).
-      job.pulled_dense = std::move(prepared.dense_params);
-    }
-    summary.examples += prepared.batch;
-    ++summary.steps;
+    summary->examples += prepared.batch;
+    ++summary->steps;
     if (options_.metrics != nullptr) options_.metrics->AddStep(prepared.batch);
-    interval_examples += prepared.batch;
-    interval_loss += outputs.loss_sum;
-    interval_predictions.insert(interval_predictions.end(),
-                                outputs.probabilities.begin(),
-                                outputs.probabilities.end());
-    interval_labels.insert(interval_labels.end(), prepared.labels.begin(),
-                           prepared.labels.end());
+    progress.AddStep(prepared.batch, outputs.loss_sum, outputs.probabilities,
+                     prepared.labels);
+    PushJob job = MakePushJob(prepared, outputs);
     if (replay) {
       // The next step's rows were pulled before this push leaves (it is
       // queued below): replay it onto the rows they share.
-      have_next = ready.Pop(&next);
+      have_next = pipeline.ready.Pop(&next);
       if (have_next) {
         const absl::Time replay_start = absl::Now();
-        if (absl::Status replayed = ReplayPreviousPush(job, &next);
-            !replayed.ok()) {
-          fail(replayed);
-          break;
-        }
+        RETURN_IF_ERROR(ReplayPreviousPush(job, &next));
         next.PoolRows(embedding_dim());
-        replay_micros += absl::ToInt64Microseconds(absl::Now() - replay_start);
-        if (!next.shared.empty()) ++summary.replayed_steps;
+        pipeline.replay_micros +=
+            absl::ToInt64Microseconds(absl::Now() - replay_start);
+        if (!next.shared.empty()) ++summary->replayed_steps;
       }
     }
-    if (!pending_pushes.Push(std::move(job))) break;
-    double test_auc = -1;
-    if (options_.eval_every > 0 && !options_.test_files.empty() &&
-        summary.examples >= next_eval) {
-      next_eval += options_.eval_every;
-      int64_t evaluated = 0;
-      auto result = Evaluate(options_.eval_lines, &evaluated);
-      if (!result.ok()) {
-        fail(result.status());
-        break;
-      }
-      test_auc = result->first;
-      LOG(INFO) << "[worker " << worker_index_ << "] test AUC " << result->first
-                << ", logloss " << result->second << " on " << evaluated
-                << " examples";
-    }
-    if (absl::Now() - interval_start >= options_.progress_every ||
-        test_auc >= 0) {
-      report_interval(test_auc);
+    if (!pipeline.pending_pushes.Push(std::move(job))) break;
+    ASSIGN_OR_RETURN(std::optional<double> test_auc,
+                     EvaluateIfDue(summary->examples, &next_eval));
+    if (progress.Due(absl::Now()) || test_auc.has_value()) {
+      progress.Report(absl::Now(), Progress(pipeline, *summary, test_auc));
     }
     if (have_next) {
-      prepared =
-          std::move(next);  // vectors move: the staged pointers stay valid
+      prepared = std::move(next);  // vectors move: staged pointers stay valid
     } else {
-      have_current = !replay && ready.Pop(&prepared);
+      have_current = !replay && pipeline.ready.Pop(&prepared);
     }
   }
-  pending_pushes.Close();
-  pusher.join();
-  ready.Close();
-  prefetcher.join();
-  summary.cut_hold_seconds = absl::ToDoubleSeconds(cut_hold);
-  stop_heartbeat.Notify();
-  heartbeat.join();
-  {
-    absl::MutexLock lock(&status_mu);
-    if (!first_error.ok()) return first_error;
-  }
-  if (interval_examples > 0) report_interval(-1);
-  if (tty) std::fprintf(stderr, "\n");
-  summary.train_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  summary.examples_per_sec =
-      summary.train_seconds > 0 ? summary.examples / summary.train_seconds : 0;
-  summary.bad_lines = reader->bad_lines();
-  summary.staleness_histogram = histogram;
-  summary.max_staleness_seen = max_staleness.load();
-  summary.waits = waits;
-  summary.first_step = first_step;
-  summary.wait_seconds = waited_micros.load() / 1e6;
-  summary.pull_seconds = pull_micros.load() / 1e6;
-  summary.compute_seconds = compute_micros.load() / 1e6;
-  summary.push_seconds = push_micros.load() / 1e6;
-  summary.replay_seconds = replay_micros / 1e6;
-  summary.scaled_pushes = scaled_pushes.load();
-  summary.compensated_pushes = compensated_pushes.load();
+  return absl::OkStatus();
+}
 
-  if (stop_requested_) {
-    // Leave without finishing: the coordinator keeps this worker's clock and
-    // input position for the process that goes on from them.
-    summary.drained = true;
-    // What counts is what was pushed: a step computed and dropped was not
-    // trained on (a restart trains on it).
-    summary.steps = clock_.load() - first_step;
-    summary.examples = examples_.load() - first_examples;
-    // Leave first: a checkpoint waiting for its cut can then finish without
-    // this worker, which is stopping below it.
-    if (absl::Status left = ReportClock(false, &clock_view, absl::Seconds(5),
-                                        /*leaving=*/true);
-        !left.ok()) {
-      LOG(WARNING) << "[worker " << worker_index_
-                   << "] could not tell the coordinator it leaves (" << left
-                   << "): its lease lapses instead";
-    }
-    if (checkpointer != nullptr) checkpointer->Abandon();
-    LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
-              << clock_.load() << " after " << examples_.load()
-              << " examples; a restart goes on from there";
-    return summary;
+ProgressContext Trainer::Progress(const Pipeline& pipeline,
+                                  const TrainingSummary& summary,
+                                  std::optional<double> test_auc) const {
+  ProgressContext context;
+  context.examples = summary.examples;
+  context.max_staleness = pipeline.gate.max_staleness();
+  context.waited_seconds = pipeline.gate.waited_seconds();
+  context.test_auc = test_auc;
+  return context;
+}
+
+void Trainer::Summarize(const Pipeline& pipeline, const ClickLogReader& reader,
+                        int64_t first_step, absl::Duration trained,
+                        TrainingSummary* summary) const {
+  summary->train_seconds = absl::ToDoubleSeconds(trained);
+  summary->examples_per_sec = summary->train_seconds > 0
+                                  ? summary->examples / summary->train_seconds
+                                  : 0;
+  summary->bad_lines = reader.bad_lines();
+  summary->staleness_histogram = pipeline.gate.histogram();
+  summary->max_staleness_seen = pipeline.gate.max_staleness();
+  summary->waits = pipeline.gate.waits();
+  summary->wait_seconds = pipeline.gate.waited_seconds();
+  summary->first_step = first_step;
+  summary->pull_seconds = pipeline.pull_micros.load() / 1e6;
+  summary->compute_seconds = pipeline.compute_micros.load() / 1e6;
+  summary->push_seconds = pipeline.push_micros.load() / 1e6;
+  summary->replay_seconds = pipeline.replay_micros / 1e6;
+  summary->scaled_pushes = pipeline.scaled_pushes.load();
+  summary->compensated_pushes = pipeline.compensated_pushes.load();
+  summary->cut_hold_seconds = absl::ToDoubleSeconds(pipeline.cut_hold);
+}
+
+TrainingSummary Trainer::LeaveDrained(TrainingSummary summary,
+                                      int64_t first_step,
+                                      int64_t first_examples) {
+  // Leave without finishing: the coordinator keeps this worker's clock and
+  // input position for the process that goes on from them.
+  summary.drained = true;
+  // What counts is what was pushed: a step computed and dropped was not
+  // trained on (a restart trains on it).
+  summary.steps = clock_.value() - first_step;
+  summary.examples = examples_.load() - first_examples;
+  // Leave first: a checkpoint waiting for its cut can then finish without
+  // this worker, which is stopping below it.
+  ClockResponse view;
+  if (absl::Status left =
+          ReportClock(false, &view, absl::Seconds(5), /*leaving=*/true);
+      !left.ok()) {
+    LOG(WARNING) << "[worker " << worker_index_
+                 << "] could not tell the coordinator it leaves (" << left
+                 << "): its lease lapses instead";
   }
+  if (CheckpointTaker* checkpointer = periodic_checkpoints())
+    checkpointer->Abandon();
+  LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
+            << clock_.value() << " after " << examples_.load()
+            << " examples; a restart goes on from there";
+  return summary;
+}
+
+absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
+    TrainingSummary summary) {
   // Leave the cluster, then evaluate the finished model. A checkpoint in
   // progress waits for the live workers to reach its cut, and this one has
   // no steps left: it finishes once this worker is counted out.
-  RETURN_IF_ERROR(ReportClock(true, &clock_view));
+  ClockResponse view;
+  RETURN_IF_ERROR(ReportClock(true, &view));
   finished_ = true;
-  if (checkpointer != nullptr) {
+  if (CheckpointTaker* checkpointer = periodic_checkpoints()) {
     checkpointer->Stop();
     const CheckpointTaker::Counts counts = checkpointer->counts();
     summary.checkpoints = counts.taken;
     summary.failed_checkpoints = counts.failed;
   }
   const absl::Time wait_limit = absl::Now() + options_.final_wait_limit;
-  while (clock_view.live_workers() > 0 && absl::Now() < wait_limit &&
+  while (view.live_workers() > 0 && absl::Now() < wait_limit &&
          !stop_requested_) {
     absl::SleepFor(absl::Milliseconds(100));
-    RETURN_IF_ERROR(ReportClock(true, &clock_view));
+    RETURN_IF_ERROR(ReportClock(true, &view));
   }
   // Stopped once its training was done: no final evaluation, but nothing is
   // left to train either (the run is done, not drained).
@@ -1001,6 +831,72 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     summary.test_logloss = result.second;
   }
   return summary;
+}
+
+absl::StatusOr<TrainingSummary> Trainer::Run() {
+  RETURN_IF_ERROR(CheckLayout());
+  RETURN_IF_ERROR(DeclareTables());
+  RETURN_IF_ERROR(ComputeStateFloats());
+  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
+                   ClickLogReader::Open(options_.train));
+  ClockResponse view;
+  RETURN_IF_ERROR(JoinCluster(*reader, &view));
+  const int64_t first_step = clock_.value();
+  const int64_t first_examples = examples_.load();
+  RETURN_IF_ERROR(WaitForWorkers(&view));
+
+  Heartbeat heartbeat(
+      options_.lease / 3,
+      [this](absl::Duration retry_for) {
+        ClockResponse beat_view;
+        return ReportClock(false, &beat_view, retry_for);
+      },
+      absl::StrCat("[worker ", worker_index_, "]"));
+  StalenessGateOptions gate_options;
+  gate_options.staleness = options_.staleness;
+  gate_options.read_my_writes = options_.read_my_writes;
+  gate_options.replays_own_pushes = ReplaysOwnPushes();
+  Pipeline pipeline(
+      gate_options, &clock_,
+      [this]() -> absl::StatusOr<ClockResponse> {
+        ClockResponse gate_view;
+        RETURN_IF_ERROR(ReportClock(false, &gate_view));
+        return gate_view;
+      },
+      options_.max_pushes_in_flight);
+  pipeline.hold_at = view.hold_at();
+  std::thread prefetcher([&] { Prefetch(*reader, first_step, pipeline); });
+  std::thread pusher([&] { PushSteps(pipeline); });
+
+  TrainingSummary summary;
+  summary.backend = backend_->name();
+  ProgressOptions progress_options;
+  progress_options.worker = worker_index_;
+  progress_options.every = options_.progress_every;
+  progress_options.interval_metrics_out = options_.interval_metrics_out;
+  progress_options.metrics = options_.metrics;
+  const absl::Time start = absl::Now();
+  ProgressReporter progress(progress_options, start);
+  if (absl::Status computed = ComputeSteps(pipeline, progress, &summary);
+      !computed.ok()) {
+    pipeline.Fail(computed);
+  }
+  pipeline.pending_pushes.Close();
+  pusher.join();
+  pipeline.ready.Close();
+  prefetcher.join();
+  heartbeat.Stop();
+  RETURN_IF_ERROR(pipeline.error());
+  if (progress.HasSteps()) {
+    progress.Report(absl::Now(), Progress(pipeline, summary, std::nullopt));
+  }
+  progress.Finish();
+  summary.final_train_loss = progress.last_loss();
+  Summarize(pipeline, *reader, first_step, absl::Now() - start, &summary);
+  if (stop_requested_) {
+    return LeaveDrained(std::move(summary), first_step, first_examples);
+  }
+  return LeaveFinished(std::move(summary));
 }
 
 }  // namespace ps::worker

@@ -2,14 +2,20 @@
 //
 // Trainer runs one worker's training loop:
 //
-//   reader thread:   click-log lines -> parsed batches
-//   prefetch thread: batch -> unique keys -> wait for the staleness bound ->
-//                    pull the rows and dense parameters from the shards
-//   this thread:     forward/backward on the backend (kernels/)
+//   reader thread:   click-log lines -> parsed batches (ClickLogReader)
+//   prefetch thread: batch -> unique keys -> wait for the staleness bound
+//                    (StalenessGate) -> pull the rows and dense parameters
+//                    from the shards (Prefetch)
+//   this thread:     forward/backward on the backend (kernels/), progress
+//                    lines and evaluations (ComputeSteps, ProgressReporter)
 //   push thread:     push gradients (at most max_pushes_in_flight steps
-//                    queued), then advance this worker's clock
+//                    queued), then advance this worker's clock (PushSteps)
 //   heartbeat thread: renews this worker's lease at the coordinator
+//                    (Heartbeat)
 //   checkpointer:    takes periodic checkpoints (worker 0, if asked)
+//
+// The cluster is a TrainingClient: PsClient over gRPC, or tests' in-memory
+// FakeTrainingClient.
 //
 // Prefetching counts against the bound: the rows for step t are pulled only
 // once every live worker's clock is >= t - staleness, and the staleness each
@@ -41,7 +47,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
@@ -50,8 +55,11 @@
 #include "worker/input/clicklog_reader.h"
 #include "worker/lr_schedule.h"
 #include "worker/own_updates.h"
+#include "worker/progress_reporter.h"
+#include "worker/step_clock.h"
 #include "worker/training_client.h"
 #include "worker/training_metrics.h"
+#include "worker/training_summary.h"
 
 namespace ps::worker {
 
@@ -190,78 +198,6 @@ struct TrainerOptions {
   CheckpointTaker* checkpoints = nullptr;
 };
 
-struct TrainingSummary {
-  // Stopped by RequestStop() before the input ended (no final evaluation).
-  bool drained = false;
-  int64_t examples = 0;
-  int64_t steps = 0;
-  double train_seconds = 0;
-  double examples_per_sec = 0;
-  double final_train_loss = 0;
-  double test_auc = 0;
-  double test_logloss = 0;
-  int64_t test_examples = 0;
-  int64_t bad_lines = 0;
-  int64_t max_staleness_seen = 0;
-  // staleness_histogram[k]: pulls that saw staleness k.
-  std::vector<int64_t> staleness_histogram;
-  // Steps that had to wait for slower workers, and the time spent waiting
-  // (not counting waits for this worker's own pushes).
-  int64_t waits = 0;
-  double wait_seconds = 0;
-  // The clock this worker started at: 0, the live minimum for a worker that
-  // joined mid-training, or a checkpoint's for one that resumed.
-  int64_t first_step = 0;
-  // Pushes sent with a learning-rate scale other than 1 (a schedule or
-  // staleness-aware rates), and pushes whose dense gradients were
-  // delay-compensated.
-  int64_t scaled_pushes = 0;
-  int64_t compensated_pushes = 0;
-  // Time this worker's pushes held at checkpoint cuts.
-  double cut_hold_seconds = 0;
-  // Checkpoints this worker took (periodic ones), and those that failed.
-  int checkpoints = 0;
-  int failed_checkpoints = 0;
-  // Where the time went, summed over steps (the stages overlap, so these
-  // add up to more than train_seconds when the pipeline is full).
-  double pull_seconds = 0;
-  double compute_seconds = 0;
-  double push_seconds = 0;
-  // Replaying own pushes onto the next step's rows (the compute thread's
-  // time; TrainerOptions::overlay_own_pushes), and steps replayed onto.
-  double replay_seconds = 0;
-  int64_t replayed_steps = 0;
-  std::string backend;
-};
-
-// What one progress interval's line of TrainerOptions::interval_metrics_out
-// says.
-struct IntervalMetrics {
-  uint32_t worker = 0;
-  // Examples this worker trained on so far, and seconds since it started.
-  int64_t examples = 0;
-  double seconds = 0;
-  // Over the interval.
-  double examples_per_sec = 0;
-  double loss = 0;
-  double train_auc = 0;
-  // The largest staleness a pull saw so far.
-  int64_t max_staleness = 0;
-  // When the interval ended with an evaluation on the test set.
-  std::optional<double> test_auc;
-};
-
-// Writes `summary` as one JSON object (indented, `"key": value`, ending in a
-// newline). Seconds are rounded to the millisecond, examples_per_sec to a
-// tenth, losses and AUCs to six decimals; a NaN or an infinity (a diverged
-// loss) is null.
-std::string SummaryToJson(const TrainingSummary& summary);
-
-// Writes `interval` as one JSON line: `{"worker": 0, "examples": ...}` and a
-// newline, rounded and with nulls as SummaryToJson; test_auc only when there
-// is one.
-std::string IntervalToJson(const IntervalMetrics& interval);
-
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, uint32_t worker_index,
@@ -285,6 +221,51 @@ class Trainer {
  private:
   struct Prepared;
   struct PushJob;
+  struct Pipeline;
+
+  // The stages of Run(), in order.
+  // INVALID_ARGUMENT unless the model's fields, dense features and crosses
+  // are the layout's.
+  absl::Status CheckLayout() const;
+  // state_floats_, from the optimizers.
+  absl::Status ComputeStateFloats();
+  // Skips what a resumed worker trained on, makes the first report (which
+  // may assign an incarnation and a clock to go on from) and sets the clock
+  // to the coordinator's answer, `*view`.
+  absl::Status JoinCluster(ClickLogReader& reader, ClockResponse* view);
+  // The prefetch thread: parse, wait for the staleness bound, pull.
+  void Prefetch(ClickLogReader& reader, int64_t first_step, Pipeline& pipeline);
+  // The push thread: hold at a cut, push, advance the clock, ask for the
+  // periodic checkpoints.
+  void PushSteps(Pipeline& pipeline);
+  // This thread: compute each pulled step, queue its push, replay it onto
+  // the next step's rows, evaluate and report progress.
+  absl::Status ComputeSteps(Pipeline& pipeline, ProgressReporter& progress,
+                            TrainingSummary* summary);
+  // The push of `prepared`'s step from its `outputs` (both moved from).
+  PushJob MakePushJob(Prepared& prepared, kernels::StepOutputs& outputs) const;
+  // With eval_every: the test AUC when `examples` reached `*next_eval`
+  // (which then moves on); nullopt when no evaluation is due.
+  absl::StatusOr<std::optional<double>> EvaluateIfDue(int64_t examples,
+                                                      int64_t* next_eval);
+  ProgressContext Progress(const Pipeline& pipeline,
+                           const TrainingSummary& summary,
+                           std::optional<double> test_auc) const;
+  // The pipeline's statistics into `summary`.
+  void Summarize(const Pipeline& pipeline, const ClickLogReader& reader,
+                 int64_t first_step, absl::Duration trained,
+                 TrainingSummary* summary) const;
+  // After RequestStop(): tells the coordinator this worker leaves (not
+  // finished) and abandons a checkpoint waiting for its cut.
+  TrainingSummary LeaveDrained(TrainingSummary summary, int64_t first_step,
+                               int64_t first_examples);
+  // At the input's end: reports this worker finished, waits for the others
+  // (final_wait_limit), then evaluates the finished model.
+  absl::StatusOr<TrainingSummary> LeaveFinished(TrainingSummary summary);
+  // options_.checkpoints when this worker takes periodic checkpoints.
+  CheckpointTaker* periodic_checkpoints() const {
+    return options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
+  }
 
   bool deep() const {
     return options_.model.kind != kernels::ModelKind::kLogisticRegression;
@@ -357,17 +338,13 @@ class Trainer {
   std::vector<int> state_floats_;
   kernels::CtrModel model_;
 
-  // Steps of this worker whose pushes were acknowledged, and the examples
-  // they held.
-  std::atomic<int64_t> clock_{0};
+  // Steps of this worker whose pushes were acknowledged (set by the push
+  // thread, waited on by the prefetcher), and the examples they held.
+  StepClock clock_;
   std::atomic<int64_t> examples_{0};
   // RequestStop() was called; Run() reported the worker finished.
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finished_{false};
-  // Set and signalled by the push thread when clock_ advances, so that the
-  // prefetcher can wait for its own pushes without polling the coordinator.
-  absl::Mutex clock_mu_;
-  absl::CondVar clock_advanced_;
 };
 
 }  // namespace ps::worker

@@ -1,102 +1,219 @@
+// Trainer against an in-memory cluster (fake_training_client.h): the whole
+// pipeline (prefetch, compute, push, heartbeat, reporting) on the CPU
+// backend, without processes or sockets.
+
 #include "worker/trainer.h"
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "kernels/backend.h"
+#include "worker/datagen/clicklog_generator.h"
+#include "worker/fake_training_client.h"
+#include "worker/model_inputs.h"
 
 namespace ps::worker {
 namespace {
 
-// `text` parsed, or a discarded value when it is not JSON (no exceptions).
-nlohmann::json Parse(const std::string& text) {
-  return nlohmann::json::parse(text, /*cb=*/nullptr,
-                               /*allow_exceptions=*/false);
+constexpr int kLines = 1000;
+constexpr int kBatch = 100;
+
+// A click log of `lines` generated lines in Criteo's layout.
+std::string WriteClickLog(const std::string& name, int lines) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  GeneratorOptions generator_options;
+  generator_options.max_vocabulary = 1000;
+  ClickLogGenerator generator(generator_options, /*sample_seed=*/7);
+  std::ofstream out(path);
+  std::string line;
+  double probability = 0;
+  for (int i = 0; i < lines; ++i) {
+    generator.Next(&line, &probability);
+    out << line << "\n";
+  }
+  return path;
 }
 
-TrainingSummary ASummary() {
-  TrainingSummary summary;
-  summary.examples = 20000;
-  summary.steps = 20;
-  summary.train_seconds = 1.23456;
-  summary.examples_per_sec = 16200.44;
-  summary.final_train_loss = 0.4567891;
-  summary.test_auc = 0.78123456;
-  summary.test_logloss = 0.5;
-  summary.staleness_histogram = {18, 2};
-  summary.backend = "cpu (fp32)";
-  return summary;
+OptimizerSpec Spec(OptimizerSpec::Kind kind, float learning_rate) {
+  OptimizerSpec spec;
+  spec.set_kind(kind);
+  spec.set_learning_rate(learning_rate);
+  return spec;
 }
 
-TEST(SummaryToJsonTest, WritesNanAndInfinityAsNull) {
-  TrainingSummary summary = ASummary();
-  summary.test_auc = std::nan("");
-  summary.final_train_loss = std::numeric_limits<double>::infinity();
-  summary.test_logloss = -std::numeric_limits<double>::infinity();
-  const std::string text = SummaryToJson(summary);
-  const nlohmann::json json = Parse(text);
-  ASSERT_FALSE(json.is_discarded()) << text;
-  EXPECT_TRUE(json["test_auc"].is_null()) << text;
-  EXPECT_TRUE(json["final_train_loss"].is_null()) << text;
-  EXPECT_TRUE(json["test_logloss"].is_null()) << text;
-  EXPECT_EQ(json["examples"], 20000);
+TrainerOptions SmallWideDeep(const std::string& train) {
+  TrainerOptions options;
+  options.train.files = train;
+  options.train.batch_size = kBatch;
+  kernels::ModelConfig model;
+  model.kind = kernels::ModelKind::kWideDeep;
+  model.embedding_dim = 4;
+  model.hidden = {8};
+  options.model = ConfigForLayout(model, options.train.layout);
+  options.embedding_optimizer = Spec(OptimizerSpec::ADAGRAD, 0.05f);
+  options.wide_optimizer = Spec(OptimizerSpec::FTRL, 0.05f);
+  options.dense_optimizer = Spec(OptimizerSpec::ADAM, 0.001f);
+  options.progress_every = absl::Hours(1);
+  options.final_wait_limit = absl::Seconds(1);
+  return options;
 }
 
-TEST(SummaryToJsonTest, KeepsTheKeysAndTheSpacingScriptsGrep) {
-  const std::string text = SummaryToJson(ASummary());
-  const nlohmann::json json = Parse(text);
-  ASSERT_FALSE(json.is_discarded()) << text;
-  // tests/test_files.h's Metric() and the scripts' greps read `"key": value`.
-  EXPECT_NE(text.find("\"examples\": 20000,"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"test_auc\": 0.781235,"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"train_seconds\": 1.235,"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"examples_per_sec\": 16200.4,"), std::string::npos)
-      << text;
-  EXPECT_EQ(json["staleness_histogram"], nlohmann::json::array({18, 2}));
-  EXPECT_EQ(json["backend"], "cpu (fp32)");
-  EXPECT_EQ(json.size(), 26u) << text;
-  EXPECT_EQ(text.back(), '\n');
+std::vector<int64_t> PushedClocks(const FakeTrainingClient& cluster) {
+  std::vector<int64_t> clocks;
+  for (const auto& push : cluster.pushes()) clocks.push_back(push.clock);
+  return clocks;
 }
 
-IntervalMetrics AnInterval() {
-  IntervalMetrics interval;
-  interval.worker = 3;
-  interval.examples = 4096;
-  interval.seconds = 2.5;
-  interval.examples_per_sec = 1638.4;
-  interval.loss = 0.51;
-  interval.train_auc = 0.7;
-  interval.max_staleness = 2;
-  return interval;
+std::vector<int64_t> Steps(int64_t count) {
+  std::vector<int64_t> steps;
+  for (int64_t step = 0; step < count; ++step) steps.push_back(step);
+  return steps;
 }
 
-TEST(IntervalToJsonTest, IsOneLineThatStartsWithTheWorker) {
-  const std::string line = IntervalToJson(AnInterval());
-  ASSERT_EQ(line.find('\n'), line.size() - 1) << line;
-  EXPECT_EQ(line.rfind("{\"worker\": 3, \"examples\": 4096, ", 0), 0u) << line;
-  const nlohmann::json json = Parse(line);
-  ASSERT_FALSE(json.is_discarded()) << line;
-  EXPECT_EQ(json["loss"], 0.51);
-  EXPECT_EQ(json["max_staleness"], 2);
-  // No evaluation ended the interval: no test_auc.
-  EXPECT_FALSE(json.contains("test_auc")) << line;
+class TrainerTest : public ::testing::Test {
+ protected:
+  TrainerTest() : backend_(kernels::NewCpuBackend()) {}
+
+  absl::StatusOr<TrainingSummary> Train(const TrainerOptions& options) {
+    trainer_ = std::make_unique<Trainer>(options, 0, &cluster_, backend_.get());
+    return trainer_->Run();
+  }
+
+  FakeTrainingClient cluster_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Trainer> trainer_;
+};
+
+TEST_F(TrainerTest, PushesEveryStepOnceInOrderThenFinishesAndEvaluates) {
+  const std::string log = WriteClickLog("train.tsv", kLines);
+  TrainerOptions options = SmallWideDeep(log);
+  options.test_files = log;
+  absl::StatusOr<TrainingSummary> summary = Train(options);
+  ASSERT_OK(summary);
+  EXPECT_EQ(summary->steps, kLines / kBatch);
+  EXPECT_EQ(summary->examples, kLines);
+  EXPECT_FALSE(summary->drained);
+  EXPECT_EQ(PushedClocks(cluster_), Steps(kLines / kBatch));
+  for (const auto& push : cluster_.pushes()) {
+    // The embeddings, the wide weights and every dense tensor.
+    EXPECT_GE(push.tables.size(), 3u);
+  }
+  const auto worker = cluster_.worker(0);
+  ASSERT_TRUE(worker.has_value());
+  EXPECT_TRUE(worker->finished);
+  EXPECT_EQ(worker->clock, kLines / kBatch);
+  EXPECT_EQ(worker->examples, kLines);
+  EXPECT_TRUE(trainer_->finished());
+  EXPECT_FALSE(cluster_.Rows("wide_deep.embedding").empty());
+  EXPECT_EQ(summary->test_examples, kLines);
+  EXPECT_GT(summary->test_auc, 0.5);
+  // Every pull under staleness 0 saw staleness 0.
+  EXPECT_EQ(summary->staleness_histogram,
+            (std::vector<int64_t>{kLines / kBatch}));
 }
 
-TEST(IntervalToJsonTest, WritesADivergedLossAsNull) {
-  IntervalMetrics interval = AnInterval();
-  interval.loss = std::nan("");
-  interval.train_auc = std::numeric_limits<double>::infinity();
-  interval.test_auc = std::nan("");
-  const std::string line = IntervalToJson(interval);
-  const nlohmann::json json = Parse(line);
-  ASSERT_FALSE(json.is_discarded()) << line;
-  EXPECT_TRUE(json["loss"].is_null()) << line;
-  EXPECT_TRUE(json["train_auc"].is_null()) << line;
-  ASSERT_TRUE(json.contains("test_auc")) << line;
-  EXPECT_TRUE(json["test_auc"].is_null()) << line;
+TEST_F(TrainerTest, AFailedPushEndsTheRunWithItsError) {
+  cluster_.set_push_hook([](int64_t clock) {
+    return clock == 3 ? absl::DataLossError("disk gone") : absl::OkStatus();
+  });
+  absl::StatusOr<TrainingSummary> summary =
+      Train(SmallWideDeep(WriteClickLog("train.tsv", kLines)));
+  EXPECT_THAT(summary.status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(PushedClocks(cluster_), Steps(3));
+}
+
+TEST_F(TrainerTest, ARequestedStopPushesOnlyWholeStepsAndLeaves) {
+  // The stop comes while step 2 is being pushed: it finishes, no later one
+  // is pushed.
+  cluster_.set_push_hook([this](int64_t clock) {
+    if (clock == 2) trainer_->RequestStop();
+    return absl::OkStatus();
+  });
+  absl::StatusOr<TrainingSummary> summary =
+      Train(SmallWideDeep(WriteClickLog("train.tsv", kLines)));
+  ASSERT_OK(summary);
+  EXPECT_TRUE(summary->drained);
+  EXPECT_EQ(summary->steps, 3);
+  EXPECT_EQ(summary->examples, 3 * kBatch);
+  EXPECT_EQ(PushedClocks(cluster_), Steps(3));
+  const auto worker = cluster_.worker(0);
+  ASSERT_TRUE(worker.has_value());
+  EXPECT_TRUE(worker->leaving);
+  EXPECT_FALSE(worker->finished);
+  EXPECT_EQ(worker->clock, 3);
+  EXPECT_FALSE(trainer_->finished());
+}
+
+TEST_F(TrainerTest, AStopDropsTheStepsQueuedBehindThePushInFlight) {
+  // Asynchronous, without read-my-writes: computing runs ahead of pushing,
+  // and steps 3 and 4 are queued while step 2 is pushed.
+  TrainerOptions options = SmallWideDeep(WriteClickLog("train.tsv", kLines));
+  options.staleness = -1;
+  options.read_my_writes = false;
+  options.max_pushes_in_flight = 2;
+  cluster_.set_push_hook([this](int64_t clock) {
+    if (clock == 2) {
+      absl::SleepFor(absl::Milliseconds(300));
+      trainer_->RequestStop();
+    }
+    return absl::OkStatus();
+  });
+  absl::StatusOr<TrainingSummary> summary = Train(options);
+  ASSERT_OK(summary);
+  EXPECT_TRUE(summary->drained);
+  EXPECT_EQ(PushedClocks(cluster_), Steps(3));
+  EXPECT_EQ(summary->steps, 3);
+}
+
+TEST_F(TrainerTest, AStepAtACutWaitsUntilTheCutEnds) {
+  cluster_.set_hold_at(4);
+  absl::Notification done;
+  std::thread checker([&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (cluster_.pushes().size() < 4 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(5));
+    // Held: steps 0..3 are pushed, step 4 is not.
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_EQ(PushedClocks(cluster_), Steps(4));
+    cluster_.set_hold_at(0);
+  });
+  absl::StatusOr<TrainingSummary> summary =
+      Train(SmallWideDeep(WriteClickLog("train.tsv", kLines)));
+  checker.join();
+  ASSERT_OK(summary);
+  EXPECT_EQ(PushedClocks(cluster_), Steps(kLines / kBatch));
+  EXPECT_GE(summary->cut_hold_seconds, 0.3);
+}
+
+TEST_F(TrainerTest, ALoneWorkerReplayingItsOwnPushesTrainsTheSameBits) {
+  const std::string log = WriteClickLog("train.tsv", kLines);
+  absl::StatusOr<TrainingSummary> waiting = Train(SmallWideDeep(log));
+  ASSERT_OK(waiting);
+  EXPECT_EQ(waiting->replayed_steps, 0);
+  const auto embeddings = cluster_.Rows("wide_deep.embedding");
+  const auto wide = cluster_.Rows("wide_deep.wide");
+
+  FakeTrainingClient replaying_cluster;
+  TrainerOptions options = SmallWideDeep(log);
+  options.staleness = 1;  // pulls overlap the step before; its push replayed
+  Trainer replaying(options, 0, &replaying_cluster, backend_.get());
+  absl::StatusOr<TrainingSummary> replayed = replaying.Run();
+  ASSERT_OK(replayed);
+  EXPECT_GT(replayed->replayed_steps, 0);
+  EXPECT_EQ(replaying_cluster.Rows("wide_deep.embedding"), embeddings);
+  EXPECT_EQ(replaying_cluster.Rows("wide_deep.wide"), wide);
 }
 
 }  // namespace

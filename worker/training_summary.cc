@@ -1,0 +1,91 @@
+#include "worker/training_summary.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace ps::worker {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// `value` rounded to `decimals` decimals, the digits a reader compares. A NaN
+// or an infinity stays one (and is written as null); a value too large for
+// decimals to matter stays as it is.
+double Rounded(double value, int decimals) {
+  if (!std::isfinite(value) || std::abs(value) >= 1e15) return value;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+// `json` as text, indented by `indent` (-1: on one line, no spaces). Invalid
+// UTF-8 in a string becomes U+FFFD rather than an exception.
+std::string Dump(const Json& json, int indent = -1) {
+  return json.dump(indent, ' ', /*ensure_ascii=*/false,
+                   Json::error_handler_t::replace);
+}
+
+// A flat `object` on one line with the summary's spacing, `{"key": value,
+// ...}`, so that one grep reads both; the library writes each key and value.
+std::string OneLine(const Json& object) {
+  std::vector<std::string> fields;
+  for (const auto& [key, value] : object.items())
+    fields.push_back(absl::StrCat(Dump(Json(key)), ": ", Dump(value)));
+  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+}
+
+}  // namespace
+
+std::string SummaryToJson(const TrainingSummary& s) {
+  const Json json = {
+      {"examples", s.examples},
+      {"steps", s.steps},
+      {"train_seconds", Rounded(s.train_seconds, 3)},
+      {"examples_per_sec", Rounded(s.examples_per_sec, 1)},
+      {"final_train_loss", Rounded(s.final_train_loss, 6)},
+      {"test_auc", Rounded(s.test_auc, 6)},
+      {"test_logloss", Rounded(s.test_logloss, 6)},
+      {"test_examples", s.test_examples},
+      {"bad_lines", s.bad_lines},
+      {"max_staleness_seen", s.max_staleness_seen},
+      {"staleness_histogram", s.staleness_histogram},
+      {"waits", s.waits},
+      {"wait_seconds", Rounded(s.wait_seconds, 3)},
+      {"pull_seconds", Rounded(s.pull_seconds, 3)},
+      {"compute_seconds", Rounded(s.compute_seconds, 3)},
+      {"push_seconds", Rounded(s.push_seconds, 3)},
+      {"replay_seconds", Rounded(s.replay_seconds, 3)},
+      {"replayed_steps", s.replayed_steps},
+      {"first_step", s.first_step},
+      {"cut_hold_seconds", Rounded(s.cut_hold_seconds, 3)},
+      {"checkpoints", s.checkpoints},
+      {"failed_checkpoints", s.failed_checkpoints},
+      {"scaled_pushes", s.scaled_pushes},
+      {"compensated_pushes", s.compensated_pushes},
+      {"backend", s.backend},
+      {"drained", s.drained},
+  };
+  return Dump(json, 2) + "\n";
+}
+
+std::string IntervalToJson(const IntervalMetrics& interval) {
+  Json json = {
+      {"worker", interval.worker},
+      {"examples", interval.examples},
+      {"seconds", Rounded(interval.seconds, 3)},
+      {"examples_per_sec", Rounded(interval.examples_per_sec, 1)},
+      {"loss", Rounded(interval.loss, 6)},
+      {"train_auc", Rounded(interval.train_auc, 6)},
+      {"max_staleness", interval.max_staleness},
+  };
+  if (interval.test_auc.has_value())
+    json["test_auc"] = Rounded(*interval.test_auc, 6);
+  return OneLine(json) + "\n";
+}
+
+}  // namespace ps::worker
