@@ -24,7 +24,7 @@ def cc_proto_messages(name, src, deps = []):
         deps = deps + ["@system//:protobuf"],
     )
 
-def cc_proto_services(name, src, deps = []):
+def cc_proto_services(name, src, deps = [], visibility = None):
     """cc_library `name` with the gRPC service stubs of proto/<src>."""
     stem = _stem(src)
     native.genrule(
@@ -39,4 +39,5 @@ def cc_proto_services(name, src, deps = []):
         srcs = [stem + ".grpc.pb.cc"],
         hdrs = [stem + ".grpc.pb.h"],
         deps = deps + ["@system//:grpc"],
+        visibility = visibility,
     )

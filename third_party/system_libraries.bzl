@@ -36,6 +36,8 @@ def _system_libraries_impl(repository_ctx):
         lines.append("    includes = %s," % repr(includes))
         lines.append("    defines = %s," % repr(defines))
         lines.append("    linkopts = %s," % repr(linkopts))
+        if target in repository_ctx.attr.target_visibility:
+            lines.append("    visibility = %s," % repr(repository_ctx.attr.target_visibility[target]))
         lines.append(")")
         lines.append("")
     repository_ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % repository_ctx.name)
@@ -46,6 +48,9 @@ system_libraries = repository_rule(
     attrs = {
         "libraries": attr.string_list_dict(
             doc = "target name -> pkg-config modules it links",
+        ),
+        "target_visibility": attr.string_list_dict(
+            doc = "target name -> the packages that may use it (default: all)",
         ),
     },
     local = True,
