@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -196,7 +197,13 @@ std::string PushLedger::Serialize() const {
   absl::MutexLock lock(&mu_);
   std::string out;
   AppendValue(static_cast<uint32_t>(workers_.size()), &out);
-  for (const auto& [id, worker] : workers_) {
+  // By worker id, so that the same ledger always gives the same bytes.
+  std::vector<uint32_t> ids;
+  ids.reserve(workers_.size());
+  for (const auto& [id, worker] : workers_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (const uint32_t id : ids) {
+    const Worker& worker = workers_.at(id);
     AppendValue(id, &out);
     AppendValue(worker.incarnation, &out);
     AppendValue(worker.applied_through, &out);

@@ -88,7 +88,8 @@ class PushLedger {
   // the log holds stays applied.
   void Finish(const PushOrigin& origin, bool applied, uint32_t rows_updated);
 
-  // Every written or finished push, in a form Merge() reads.
+  // Every written or finished push, in a form Merge() reads; the same
+  // ledger gives the same bytes, whatever order its workers came in.
   std::string Serialize() const;
 
   // Adds a snapshot from Serialize() (union: the newer incarnation of a

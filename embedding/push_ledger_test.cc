@@ -1,7 +1,10 @@
 #include "embedding/push_ledger.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -197,6 +200,44 @@ TEST(PushLedgerTest, MergingKeepsTheNewerIncarnation) {
   EXPECT_THAT(merged.Begin(Origin(0, 1, 2)),
               StatusIs(StatusCode::kFailedPrecondition));
   EXPECT_FALSE(Apply(merged, Origin(0, 2, 5), 1));
+}
+
+TEST(PushLedgerTest, TheSameLedgerGivesTheSameBytes) {
+  // The same pushes from many workers, arriving in opposite orders.
+  PushLedger forward(/*max_workers=*/64), backward(/*max_workers=*/64);
+  for (uint32_t worker = 0; worker < 40; ++worker) {
+    EXPECT_TRUE(Apply(forward, Origin(worker, 1, 1), worker));
+    EXPECT_TRUE(Apply(backward, Origin(39 - worker, 1, 1), 39 - worker));
+  }
+  EXPECT_EQ(forward.Serialize(), backward.Serialize());
+  // The workers are in id order (a hash map's order differs from process
+  // to process). Each is: u32 id, u64 incarnation, applied through and
+  // forgotten below, u32 entries of (u64 sequence, u32 rows).
+  const std::string bytes = forward.Serialize();
+  size_t at = 0;
+  auto read = [&](auto* value) {
+    ASSERT_LE(at + sizeof(*value), bytes.size());
+    std::memcpy(value, bytes.data() + at, sizeof(*value));
+    at += sizeof(*value);
+  };
+  uint32_t workers = 0;
+  read(&workers);
+  ASSERT_EQ(workers, 40u);
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < workers; ++i) {
+    uint32_t id = 0, entries = 0;
+    uint64_t skipped = 0;
+    read(&id);
+    for (int field = 0; field < 3; ++field) read(&skipped);
+    read(&entries);
+    at += entries * (sizeof(uint64_t) + sizeof(uint32_t));
+    ids.push_back(id);
+  }
+  EXPECT_EQ(at, bytes.size());
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  PushLedger merged(/*max_workers=*/64);
+  ASSERT_OK(merged.Merge(backward.Serialize()));
+  EXPECT_EQ(merged.Serialize(), forward.Serialize());
 }
 
 TEST(PushLedgerTest, GarbageIsDataLoss) {
