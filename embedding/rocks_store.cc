@@ -49,8 +49,10 @@ rocksdb::Slice KeySlice(const uint64_t& key) {
   return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
 }
 
-// A push-log key: the stripe and the sequence, big-endian. Marks have sequence
-// 0; before the log moved to files (push_log.h), records had the others.
+// A push-log key in the log family: the stripe and the sequence, big-endian.
+// Only marks (sequence 0) are written there; the records are in push_log.h's
+// files, and a family holding records under other sequences is a data dir
+// this version does not read (OldPushLogError).
 std::string LogKey(uint32_t stripe, uint64_t sequence) {
   std::string key(12, '\0');
   for (int i = 0; i < 4; ++i)
@@ -149,9 +151,8 @@ rocksdb::DBOptions DatabaseOptions(const RocksStoreOptions& options) {
   db_options.max_background_jobs = 2;
   // A WAL file goes only once every family with writes in it has flushed,
   // and a table written rarely (a dense one) flushes rarely: without a cap
-  // the WAL grew past the tables' live files (365 MB of WAL beside 226 MB
-  // of SSTs after 600k lines). Past the cap, RocksDB flushes the families
-  // that hold the oldest WAL file.
+  // the WAL outgrows the tables' live files. Past the cap, RocksDB flushes
+  // the families that hold the oldest WAL file.
   db_options.max_total_wal_size = 2 * options.write_buffer_bytes;
   db_options.keep_log_file_num = 4;
   return db_options;
@@ -169,9 +170,8 @@ rocksdb::ColumnFamilyOptions TableFamilyOptions(
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   // Index and filter blocks stay with the table readers, outside the block
-  // cache: in a small block cache, data blocks evicted them and every read of
-  // a cold row re-read them (4 concurrent pullers of a table 4x the hot tier
-  // ran at a third of one puller's rate).
+  // cache: in a small block cache, data blocks would evict them and every
+  // read of a cold row would read them again (docs/perf-history.md).
   table.cache_index_and_filter_blocks = false;
   family.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   family.compression = rocksdb::kNoCompression;  // float rows barely compress
@@ -181,8 +181,8 @@ rocksdb::ColumnFamilyOptions TableFamilyOptions(
   // skiplist memtable takes sorted inserts cheaply and flushes without
   // sorting. In-place updates would add
   // a lookup to every insert for rows that are rarely in the memtable twice;
-  // a hash memtable re-sorted itself into a skiplist on every flush (a third
-  // of the CPU time of writing rows back; docs/perf-history.md).
+  // a hash memtable sorts itself into a skiplist on every flush
+  // (docs/perf-history.md).
   family.inplace_update_support = false;
   // Keys are 8 random bytes looked up one at a time: a bloom filter of whole
   // keys (the prefix is the whole key) answers most memtable misses of rows
