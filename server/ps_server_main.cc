@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/tls_credentials.h"
 #include "server/shard_server.h"
@@ -197,14 +198,36 @@ sigset_t BlockShutdownSignals() {
   return shutdown_signals;
 }
 
+// `megabytes` of flag --`name` in bytes; INVALID_ARGUMENT past
+// `max_megabytes` (where the bytes would overflow what they are given to).
+absl::Status MegabytesFlag(absl::string_view name, uint64_t megabytes,
+                           uint64_t max_megabytes, size_t* bytes) {
+  if (megabytes > max_megabytes) {
+    return BadFlag(
+        absl::StrCat("--", name, " must be at most ", max_megabytes));
+  }
+  *bytes = static_cast<size_t>(megabytes) << 20;
+  return absl::OkStatus();
+}
+
+// The largest size flag in megabytes: 2^40 MiB, an exabyte.
+constexpr uint64_t kMaxMegabytes = uint64_t{1} << 40;
+// Lock stripes past this cost memory per stripe and help nothing.
+constexpr uint32_t kMaxStripes = 65536;
+
 // --listen, the shard's place and the limits on calls.
 absl::Status ReadServingFlags(ps::server::ServerOptions* options) {
   options->listen_address = absl::GetFlag(FLAGS_listen);
   options->shard_index = absl::GetFlag(FLAGS_shard_index);
   options->num_shards = absl::GetFlag(FLAGS_num_shards);
   options->max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
-  options->max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
-  options->max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_mb) << 20;
+  // gRPC takes a message size as an int.
+  RETURN_IF_ERROR(MegabytesFlag("max_message_mb",
+                                absl::GetFlag(FLAGS_max_message_mb), 2047,
+                                &options->max_message_bytes));
+  RETURN_IF_ERROR(MegabytesFlag("max_inflight_mb",
+                                absl::GetFlag(FLAGS_max_inflight_mb),
+                                kMaxMegabytes, &options->max_inflight_bytes));
   if (options->max_inflight_bytes == 0)
     return BadFlag("--max_inflight_mb must be positive");
   return absl::OkStatus();
@@ -214,9 +237,14 @@ absl::Status ReadServingFlags(ps::server::ServerOptions* options) {
 absl::Status ReadStoreFlags(ps::server::ServerOptions* options) {
   ps::embedding::StoreOptions* store = &options->store;
   store->data_dir = absl::GetFlag(FLAGS_data_dir);
-  store->cache_bytes = absl::GetFlag(FLAGS_cache_mb) << 20;
+  RETURN_IF_ERROR(MegabytesFlag("cache_mb", absl::GetFlag(FLAGS_cache_mb),
+                                kMaxMegabytes, &store->cache_bytes));
   store->sync_wal = absl::GetFlag(FLAGS_sync_wal);
-  store->max_push_log_bytes = absl::GetFlag(FLAGS_wal_max_log_mb) << 20;
+  size_t push_log_bytes = 0;
+  RETURN_IF_ERROR(MegabytesFlag("wal_max_log_mb",
+                                absl::GetFlag(FLAGS_wal_max_log_mb),
+                                kMaxMegabytes, &push_log_bytes));
+  store->max_push_log_bytes = push_log_bytes;
   store->max_dim = absl::GetFlag(FLAGS_max_dim);
   store->max_tables = absl::GetFlag(FLAGS_max_tables);
   if (absl::GetFlag(FLAGS_admission_sketch_mb) == 0 ||
@@ -226,11 +254,16 @@ absl::Status ReadStoreFlags(ps::server::ServerOptions* options) {
   store->admission_sketch_bytes =
       size_t{absl::GetFlag(FLAGS_admission_sketch_mb)} << 20;
   // 0: embedding::DefaultStripeCount().
+  if (absl::GetFlag(FLAGS_hot_tier_stripes) > kMaxStripes)
+    return BadFlag(
+        absl::StrCat("--hot_tier_stripes must be at most ", kMaxStripes));
   store->num_stripes = static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
-  store->rocksdb_block_cache_bytes = absl::GetFlag(FLAGS_rocksdb_block_cache_mb)
-                                     << 20;
-  store->rocksdb_write_buffer_bytes =
-      absl::GetFlag(FLAGS_rocksdb_write_buffer_mb) << 20;
+  RETURN_IF_ERROR(MegabytesFlag(
+      "rocksdb_block_cache_mb", absl::GetFlag(FLAGS_rocksdb_block_cache_mb),
+      kMaxMegabytes, &store->rocksdb_block_cache_bytes));
+  RETURN_IF_ERROR(MegabytesFlag(
+      "rocksdb_write_buffer_mb", absl::GetFlag(FLAGS_rocksdb_write_buffer_mb),
+      kMaxMegabytes, &store->rocksdb_write_buffer_bytes));
   store->testing_kill_after_push_records =
       absl::GetFlag(FLAGS_testing_kill_after_push_records);
   return absl::OkStatus();
@@ -357,10 +390,8 @@ absl::Status ReadTokenFlags(ps::server::ServerOptions* options) {
   return absl::OkStatus();
 }
 
-// The stripe count and the push log's bound, read by ReadStoreFlags().
-absl::Status CheckStripesAndLogBound(ps::server::ServerOptions* options) {
-  if (options->store.num_stripes < 0)
-    return BadFlag("--hot_tier_stripes must be >= 1");
+// The push log's bound, read by ReadStoreFlags().
+absl::Status CheckPushLogBound(ps::server::ServerOptions* /*options*/) {
   if (absl::GetFlag(FLAGS_wal_max_log_mb) == 0)
     return BadFlag("--wal_max_log_mb must be positive");
   return absl::OkStatus();
@@ -373,7 +404,7 @@ absl::StatusOr<ps::server::ServerOptions> OptionsFromFlags() {
   const FlagReader readers[] = {
       ReadServingFlags,        ReadStoreFlags,  ReadDurabilityFlags,
       ReadPushLogRecoveryFlag, ReadWorkerFlags, RequireDataDir,
-      ReadTlsAndListenFlags,   ReadTokenFlags,  CheckStripesAndLogBound};
+      ReadTlsAndListenFlags,   ReadTokenFlags,  CheckPushLogBound};
   ps::server::ServerOptions options;
   for (FlagReader read : readers) {
     if (absl::Status status = read(&options); !status.ok()) return status;
