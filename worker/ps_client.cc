@@ -60,6 +60,134 @@ std::vector<std::pair<int, std::vector<uint32_t>>> Route(
   return chunks;
 }
 
+using TableRows = TrainingClient::TableRows;
+
+// Where one pull request's rows go: the pull it serves, and the positions in
+// pull->keys of the keys it asks for, in request order.
+struct PullDestination {
+  const TableRows* pull;
+  std::vector<uint32_t> positions;
+};
+
+// One Pull's requests, one per (table, shard, chunk): request i goes to
+// shards[i], and its rows to destinations[i].
+struct PullPlan {
+  std::vector<PullRequest> requests;
+  std::vector<int> shards;
+  std::vector<PullDestination> destinations;
+};
+
+// Keys per request of `pull`. Rows with state are larger: fewer of them per
+// request, so that a reply stays within what a plain pull's may be.
+uint32_t MaxKeysPerPullRequest(const TableRows& pull,
+                               uint32_t max_keys_per_request) {
+  if (pull.optimizer == nullptr) return max_keys_per_request;
+  return std::max<uint32_t>(
+      1, static_cast<uint32_t>(uint64_t{max_keys_per_request} *
+                               std::max(pull.dim, 1) /
+                               (std::max(pull.dim, 1) + pull.state_floats)));
+}
+
+// Writes the keys at `positions` of `keys` into `packed`, 8 bytes each in
+// host order.
+void PackKeys(absl::Span<const uint64_t> keys,
+              const std::vector<uint32_t>& positions, std::string* packed) {
+  packed->resize(positions.size() * sizeof(uint64_t));
+  char* cursor = packed->data();
+  for (uint32_t position : positions) {
+    std::memcpy(cursor, &keys[position], sizeof(uint64_t));
+    cursor += sizeof(uint64_t);
+  }
+}
+
+// Appends to `plan` the requests of `pull`, routed over `num_shards` shards.
+// INVALID_ARGUMENT if `pull` has row positions, but not one per key.
+absl::Status AddPullRequests(const TableRows& pull,
+                             const ClientOptions& options, int num_shards,
+                             PullPlan* plan) {
+  if (!pull.row_positions.empty() &&
+      pull.row_positions.size() != pull.keys.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
+                     " row positions for ", pull.keys.size(), " keys"));
+  }
+  const uint32_t max_keys =
+      MaxKeysPerPullRequest(pull, options.max_keys_per_request);
+  for (auto& [shard, positions] : Route(pull.keys, num_shards, max_keys)) {
+    PullRequest& request = plan->requests.emplace_back();
+    request.set_table(pull.table);
+    if (pull.optimizer != nullptr) {
+      request.set_with_state(true);
+    } else {
+      request.set_format(options.wire_format);
+    }
+    PackKeys(pull.keys, positions, request.mutable_keys());
+    plan->shards.push_back(shard);
+    plan->destinations.push_back({&pull, std::move(positions)});
+  }
+  return absl::OkStatus();
+}
+
+// INTERNAL unless `response`, from `shard`, carries what a pull of
+// `positions` rows of `pull` asked for: the optimizer and its state (in FP32)
+// for a pull with state, and a row of row_bytes bytes per position.
+absl::Status CheckPullResponse(const TableRows& pull,
+                               const PullResponse& response, int shard,
+                               size_t positions, size_t row_bytes) {
+  const WireFormat format = response.format();
+  if (pull.optimizer != nullptr &&
+      (!response.has_optimizer() ||
+       response.state_floats() != static_cast<uint32_t>(pull.state_floats) ||
+       format != WireFormat::FP32)) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", shard, " answered a pull of table ", pull.table,
+        " with optimizer state with ", response.state_floats(),
+        " floats of state (expected ", pull.state_floats, ")",
+        response.has_optimizer()
+            ? ""
+            : " and no optimizer: a shard older than pulls with state "
+              "(--overlay_own_pushes=never does without them)",
+        " in wire format ", format));
+  }
+  const std::string& values = response.values();
+  if (row_bytes == 0 || values.size() != positions * row_bytes) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", shard, " returned ", values.size(), " bytes for ", positions,
+        " rows of ", pull.dim + pull.state_floats, " floats of table ",
+        pull.table, " in wire format ", format));
+  }
+  return absl::OkStatus();
+}
+
+// Decodes `response`, from `shard`, into the rows (and optimizer) of
+// destination.pull; CheckPullResponse's errors, with nothing written.
+absl::Status DeliverPullResponse(const PullResponse& response, int shard,
+                                 const PullDestination& destination) {
+  const TableRows& pull = *destination.pull;
+  // A shard that predates formats answers FP32 whatever was asked.
+  const WireFormat format = response.format();
+  const int row_floats = pull.dim + pull.state_floats;
+  const size_t row_bytes =
+      static_cast<size_t>(row_floats) * WireValueBytes(format);
+  const std::vector<uint32_t>& positions = destination.positions;
+  RETURN_IF_ERROR(
+      CheckPullResponse(pull, response, shard, positions.size(), row_bytes));
+  if (pull.optimizer != nullptr) {
+    pull.optimizer->spec = response.optimizer();
+    pull.optimizer->learning_rate_multiplier =
+        response.learning_rate_multiplier();
+  }
+  const char* cursor = response.values().data();
+  for (uint32_t position : positions) {
+    const size_t row =
+        pull.row_positions.empty() ? position : pull.row_positions[position];
+    DecodeWireValues(format, cursor,
+                     absl::MakeSpan(pull.rows + row * row_floats, row_floats));
+    cursor += row_bytes;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
@@ -188,105 +316,24 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
 }
 
 absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
-  // One request per (table, shard, chunk); remember where its rows go.
-  struct Destination {
-    const TableRows* pull;
-    std::vector<uint32_t> positions;
-  };
-  std::vector<PullRequest> requests;
-  std::vector<int> shards;
-  std::vector<Destination> destinations;
+  PullPlan plan;
   for (const TableRows& pull : pulls) {
-    if (!pull.row_positions.empty() &&
-        pull.row_positions.size() != pull.keys.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
-                       " row positions for ", pull.keys.size(), " keys"));
-    }
-    // Rows with state are larger: fewer of them per request, so that a
-    // reply stays within what a plain pull's may be.
-    const uint32_t max_keys =
-        pull.optimizer == nullptr
-            ? options_.max_keys_per_request
-            : std::max<uint32_t>(
-                  1, static_cast<uint32_t>(
-                         uint64_t{options_.max_keys_per_request} *
-                         std::max(pull.dim, 1) /
-                         (std::max(pull.dim, 1) + pull.state_floats)));
-    for (auto& [shard, positions] : Route(pull.keys, num_shards(), max_keys)) {
-      PullRequest& request = requests.emplace_back();
-      request.set_table(pull.table);
-      if (pull.optimizer != nullptr) {
-        request.set_with_state(true);
-      } else {
-        request.set_format(options_.wire_format);
-      }
-      std::string* packed = request.mutable_keys();
-      packed->resize(positions.size() * sizeof(uint64_t));
-      char* cursor = packed->data();
-      for (uint32_t position : positions) {
-        std::memcpy(cursor, &pull.keys[position], sizeof(uint64_t));
-        cursor += sizeof(uint64_t);
-      }
-      shards.push_back(shard);
-      destinations.push_back({&pull, std::move(positions)});
-    }
+    RETURN_IF_ERROR(AddPullRequests(pull, options_, num_shards(), &plan));
   }
   std::vector<PullResponse> responses = TakeSparePullResponses();
   auto give_back =
       absl::MakeCleanup([&] { KeepSparePullResponses(std::move(responses)); });
   RETURN_IF_ERROR(FanOut(
-      requests, shards, &responses,
+      plan.requests, plan.shards, &responses,
       [this](int shard, grpc::ClientContext* context, PullRequest* request,
              PullResponse* response, std::function<void(grpc::Status)> done) {
         shards_[shard]->async()->Pull(context, request, response,
                                       std::move(done));
       },
       "pull", options_.retry_for));
-  for (size_t c = 0; c < requests.size(); ++c) {
-    const TableRows& pull = *destinations[c].pull;
-    const PullResponse& response = responses[c];
-    // A shard that predates formats answers FP32 whatever was asked.
-    const WireFormat format = response.format();
-    const int row_floats = pull.dim + pull.state_floats;
-    const size_t row_bytes =
-        static_cast<size_t>(row_floats) * WireValueBytes(format);
-    const std::vector<uint32_t>& positions = destinations[c].positions;
-    const std::string& values = response.values();
-    if (pull.optimizer != nullptr &&
-        (!response.has_optimizer() ||
-         response.state_floats() != static_cast<uint32_t>(pull.state_floats) ||
-         format != WireFormat::FP32)) {
-      return absl::InternalError(absl::StrCat(
-          "shard ", shards[c], " answered a pull of table ", pull.table,
-          " with optimizer state with ", response.state_floats(),
-          " floats of state (expected ", pull.state_floats, ")",
-          response.has_optimizer()
-              ? ""
-              : " and no optimizer: a shard older than pulls with state "
-                "(--overlay_own_pushes=never does without them)",
-          " in wire format ", format));
-    }
-    if (row_bytes == 0 || values.size() != positions.size() * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "shard ", shards[c], " returned ", values.size(), " bytes for ",
-          positions.size(), " rows of ", row_floats, " floats of table ",
-          pull.table, " in wire format ", format));
-    }
-    if (pull.optimizer != nullptr) {
-      pull.optimizer->spec = response.optimizer();
-      pull.optimizer->learning_rate_multiplier =
-          response.learning_rate_multiplier();
-    }
-    const char* cursor = values.data();
-    for (uint32_t position : positions) {
-      const size_t row =
-          pull.row_positions.empty() ? position : pull.row_positions[position];
-      DecodeWireValues(
-          format, cursor,
-          absl::MakeSpan(pull.rows + row * row_floats, row_floats));
-      cursor += row_bytes;
-    }
+  for (size_t c = 0; c < plan.requests.size(); ++c) {
+    RETURN_IF_ERROR(DeliverPullResponse(responses[c], plan.shards[c],
+                                        plan.destinations[c]));
   }
   return absl::OkStatus();
 }

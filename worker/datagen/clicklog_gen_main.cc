@@ -13,7 +13,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
@@ -84,25 +87,32 @@ class Output {
   FILE* file_ = nullptr;
 };
 
-}  // namespace
+constexpr char kUsage[] =
+    "Writes a synthetic click log with a hidden ground truth: Criteo's "
+    "layout (label, 13 integers, 26 hex categoricals) unless --format, "
+    "--header, --columns and --multi_fields ask for another.\n\nExample:\n"
+    "  clicklog_gen --out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
+    "--truth_out=train.truth\n  clicklog_gen --out=train.csv --format=csv "
+    "--header --columns=skip,label,cat*26,dense*13 --multi_fields=2";
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Writes a synthetic click log with a hidden ground truth: Criteo's "
-      "layout (label, 13 integers, 26 hex categoricals) unless --format, "
-      "--header, --columns and --multi_fields ask for another.\n\nExample:\n"
-      "  clicklog_gen --out=train.tsv --lines=1000000 --seed=1 --sample_seed=1 "
-      "--truth_out=train.truth\n  clicklog_gen --out=train.csv --format=csv "
-      "--header --columns=skip,label,cat*26,dense*13 --multi_fields=2");
-  ps::SetVersionFlag("clicklog_gen", {"worker/input/layout_flags.cc"});
-  absl::ParseCommandLine(argc, argv);
-  const std::string out_path = absl::GetFlag(FLAGS_out);
-  const int64_t lines = absl::GetFlag(FLAGS_lines);
-  if (out_path.empty() || lines < 0) {
-    std::fprintf(stderr,
-                 "clicklog_gen: --out is required and --lines must be >= 0\n");
-    return ps::kExitUsage;
-  }
+// What the flags ask for: `lines` lines drawn with `options`, written to
+// `out_path` in `layout`.
+struct Generation {
+  std::string out_path;
+  int64_t lines = 0;
+  ps::worker::GeneratorOptions options;
+  ps::worker::InputLayout layout;
+};
+
+// The true click probabilities and the labels of the lines written, for
+// --summary_out.
+struct Truths {
+  std::vector<float> probabilities;
+  std::vector<float> labels;
+};
+
+// The generator's options as the flags give them, unchecked.
+ps::worker::GeneratorOptions GeneratorOptionsFromFlags() {
   ps::worker::GeneratorOptions options;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
@@ -110,95 +120,101 @@ int main(int argc, char** argv) {
   options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
   options.drift = absl::GetFlag(FLAGS_drift);
   options.first_line = absl::GetFlag(FLAGS_first_line);
-  if (!(options.drift >= 0.0) || options.drift > 1e6 ||
-      options.first_line < 0) {
-    std::fprintf(stderr,
-                 "clicklog_gen: --drift must be in [0, 1e6] and --first_line "
-                 ">= 0\n");
-    return ps::kExitUsage;
-  }
-  if (options.multi_fields < 0 || options.multi_fields > 64) {
-    std::fprintf(stderr, "clicklog_gen: --multi_fields must be in [0, 64]\n");
-    return ps::kExitUsage;
-  }
-  absl::StatusOr<ps::worker::InputLayout> layout =
-      ps::worker::InputLayoutFromFlags();
-  if (!layout.ok()) {
-    std::fprintf(stderr, "clicklog_gen: %s\n",
-                 std::string(layout.status().message()).c_str());
-    return ps::kExitUsage;
-  }
-  if (!layout->has_multi()) {
-    layout->columns.insert(layout->columns.end(), options.multi_fields,
-                           ps::worker::ColumnKind::kMulti);
-  }
-  // Columns the generator has no values for are written empty; values the
-  // layout has no column for are left out, while their effects stay in the
-  // true probabilities (so --summary_out's best AUC is out of reach).
+  return options;
+}
+
+// Warns when `layout`'s columns and what the generator draws differ in
+// number. Columns the generator has no values for are written empty; values
+// the layout has no column for are left out, while their effects stay in the
+// true probabilities (so --summary_out's best AUC is out of reach).
+void WarnOnColumnMismatch(const ps::worker::InputLayout& layout,
+                          int multi_fields) {
   const int multi_columns =
-      layout->fields() - static_cast<int>(std::count(
-                             layout->columns.begin(), layout->columns.end(),
-                             ps::worker::ColumnKind::kCategorical));
-  const int categorical_columns = layout->fields() - multi_columns;
-  if (layout->dense_features() != ps::worker::kGeneratedDense ||
+      layout.fields() -
+      static_cast<int>(std::count(layout.columns.begin(), layout.columns.end(),
+                                  ps::worker::ColumnKind::kCategorical));
+  const int categorical_columns = layout.fields() - multi_columns;
+  if (layout.dense_features() != ps::worker::kGeneratedDense ||
       categorical_columns != ps::worker::kGeneratedCategorical ||
-      multi_columns != options.multi_fields) {
+      multi_columns != multi_fields) {
     std::fprintf(stderr,
                  "clicklog_gen: warning: --columns has %d dense, %d cat and %d "
                  "multi columns; the generator draws %d, %d and %d "
                  "(--multi_fields): extra columns are written empty, values "
                  "without a column are left out but still move the click\n",
-                 layout->dense_features(), categorical_columns, multi_columns,
+                 layout.dense_features(), categorical_columns, multi_columns,
                  ps::worker::kGeneratedDense, ps::worker::kGeneratedCategorical,
-                 options.multi_fields);
+                 multi_fields);
   }
-  if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
-    std::fprintf(stderr,
-                 "clicklog_gen: --max_vocabulary must be >= 10 and "
-                 "--zipf_exponent > 1\n");
-    return ps::kExitUsage;
-  }
-  ps::worker::ClickLogGenerator generator(options,
-                                          absl::GetFlag(FLAGS_sample_seed));
+}
 
-  auto output = Output::Open(out_path);
-  if (output == nullptr) {
-    std::fprintf(stderr, "clicklog_gen: cannot write %s\n", out_path.c_str());
-    return ps::kExitFailed;
+// The run the flags ask for, or the first bad flag's error, whose message is
+// for the user; checked in this order: --out and --lines, --drift and
+// --first_line, --multi_fields, the layout flags, then (after
+// WarnOnColumnMismatch) --max_vocabulary and --zipf_exponent. A layout
+// without multi columns gets --multi_fields of them, appended.
+absl::StatusOr<Generation> GenerationFromFlags() {
+  Generation generation;
+  generation.out_path = absl::GetFlag(FLAGS_out);
+  generation.lines = absl::GetFlag(FLAGS_lines);
+  if (generation.out_path.empty() || generation.lines < 0) {
+    return absl::InvalidArgumentError(
+        "--out is required and --lines must be >= 0");
   }
-  std::unique_ptr<Output> truth;
-  if (!absl::GetFlag(FLAGS_truth_out).empty()) {
-    truth = Output::Open(absl::GetFlag(FLAGS_truth_out));
-    if (truth == nullptr) {
-      std::fprintf(stderr, "clicklog_gen: cannot write %s\n",
-                   absl::GetFlag(FLAGS_truth_out).c_str());
-      return ps::kExitFailed;
-    }
+  generation.options = GeneratorOptionsFromFlags();
+  const ps::worker::GeneratorOptions& options = generation.options;
+  if (!(options.drift >= 0.0) || options.drift > 1e6 ||
+      options.first_line < 0) {
+    return absl::InvalidArgumentError(
+        "--drift must be in [0, 1e6] and --first_line >= 0");
   }
-  const bool want_summary = !absl::GetFlag(FLAGS_summary_out).empty();
-  std::vector<float> probabilities, labels;
+  if (options.multi_fields < 0 || options.multi_fields > 64) {
+    return absl::InvalidArgumentError("--multi_fields must be in [0, 64]");
+  }
+  absl::StatusOr<ps::worker::InputLayout> layout =
+      ps::worker::InputLayoutFromFlags();
+  if (!layout.ok()) return layout.status();
+  generation.layout = *std::move(layout);
+  if (!generation.layout.has_multi()) {
+    generation.layout.columns.insert(generation.layout.columns.end(),
+                                     options.multi_fields,
+                                     ps::worker::ColumnKind::kMulti);
+  }
+  WarnOnColumnMismatch(generation.layout, options.multi_fields);
+  if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {
+    return absl::InvalidArgumentError(
+        "--max_vocabulary must be >= 10 and --zipf_exponent > 1");
+  }
+  return generation;
+}
+
+// Writes generation.lines lines from `generator` to `log`, and each line's
+// true probability to `truth` unless it is null, in blocks of about 1 MiB;
+// reports every millionth line on stderr. Adds each line's probability and
+// label to `truths` unless it is null.
+absl::Status WriteLines(const Generation& generation,
+                        ps::worker::ClickLogGenerator* generator, Output* log,
+                        Output* truth, Truths* truths) {
   std::string line, text, truth_text;
-  if (layout->header) absl::StrAppend(&text, HeaderLine(*layout), "\n");
+  if (generation.layout.header) {
+    absl::StrAppend(&text, ps::worker::HeaderLine(generation.layout), "\n");
+  }
   ps::worker::GeneratedExample example;
-  const absl::Time start = absl::Now();
-  for (int64_t i = 0; i < lines; ++i) {
+  for (int64_t i = 0; i < generation.lines; ++i) {
     double probability = 0;
-    generator.Next(&example, &probability);
-    FormatLine(example, *layout, i, &line);
+    generator->Next(&example, &probability);
+    ps::worker::FormatLine(example, generation.layout, i, &line);
     text.append(line);
     text.push_back('\n');
     if (truth != nullptr)
       absl::StrAppendFormat(&truth_text, "%.6f\n", probability);
-    if (want_summary) {
-      probabilities.push_back(static_cast<float>(probability));
-      labels.push_back(example.click ? 1.0f : 0.0f);
+    if (truths != nullptr) {
+      truths->probabilities.push_back(static_cast<float>(probability));
+      truths->labels.push_back(example.click ? 1.0f : 0.0f);
     }
-    if (text.size() > (1 << 20) || i + 1 == lines) {
-      if (!output->Write(text) ||
-          (truth != nullptr && !truth->Write(truth_text))) {
-        std::fprintf(stderr, "clicklog_gen: write failed\n");
-        return ps::kExitFailed;
-      }
+    if (text.size() > (1 << 20) || i + 1 == generation.lines) {
+      if (!log->Write(text) || (truth != nullptr && !truth->Write(truth_text)))
+        return absl::InternalError("write failed");
       text.clear();
       truth_text.clear();
     }
@@ -207,33 +223,94 @@ int main(int argc, char** argv) {
                    static_cast<long long>(i + 1));
     }
   }
-  output.reset();
+  return absl::OkStatus();
+}
+
+// Writes to `path` the JSON of --summary_out for `lines` lines with `truths`.
+absl::Status WriteSummary(const std::string& path, int64_t lines,
+                          const Truths& truths) {
+  double clicks = 0;
+  for (float label : truths.labels) clicks += label;
+  // Six decimals, as in ps_worker's metrics.
+  auto rounded = [](double value) { return std::round(value * 1e6) / 1e6; };
+  const nlohmann::ordered_json summary_json = {
+      {"lines", lines},
+      {"click_rate", rounded(lines > 0 ? clicks / lines : 0.0)},
+      {"truth_auc",
+       rounded(ps::worker::ExactAuc(truths.probabilities, truths.labels))},
+      {"truth_logloss",
+       rounded(ps::worker::MeanLogLoss(truths.probabilities, truths.labels))},
+  };
+  const std::string json =
+      summary_json.dump(2, ' ', /*ensure_ascii=*/false,
+                        nlohmann::ordered_json::error_handler_t::replace) +
+      "\n";
+  FILE* summary = std::fopen(path.c_str(), "w");
+  if (summary == nullptr || std::fputs(json.c_str(), summary) < 0)
+    return absl::InternalError("cannot write the summary");
+  std::fclose(summary);
+  return absl::OkStatus();
+}
+
+// Writes `generation`'s click log with `generator`, and --truth_out and
+// --summary_out where set, then reports on stderr how long that took. An
+// error's message is for the user.
+absl::Status Generate(const Generation& generation,
+                      ps::worker::ClickLogGenerator* generator) {
+  std::unique_ptr<Output> log = Output::Open(generation.out_path);
+  if (log == nullptr)
+    return absl::InternalError("cannot write " + generation.out_path);
+  std::unique_ptr<Output> truth;
+  if (const std::string truth_path = absl::GetFlag(FLAGS_truth_out);
+      !truth_path.empty()) {
+    truth = Output::Open(truth_path);
+    if (truth == nullptr)
+      return absl::InternalError("cannot write " + truth_path);
+  }
+  const std::string summary_path = absl::GetFlag(FLAGS_summary_out);
+  Truths truths;
+  const absl::Time start = absl::Now();
+  if (absl::Status written =
+          WriteLines(generation, generator, log.get(), truth.get(),
+                     summary_path.empty() ? nullptr : &truths);
+      !written.ok()) {
+    return written;
+  }
+  log.reset();
   truth.reset();
-  if (want_summary) {
-    double clicks = 0;
-    for (float label : labels) clicks += label;
-    // Six decimals, as in ps_worker's metrics.
-    auto rounded = [](double value) { return std::round(value * 1e6) / 1e6; };
-    const nlohmann::ordered_json summary_json = {
-        {"lines", lines},
-        {"click_rate", rounded(lines > 0 ? clicks / lines : 0.0)},
-        {"truth_auc", rounded(ps::worker::ExactAuc(probabilities, labels))},
-        {"truth_logloss",
-         rounded(ps::worker::MeanLogLoss(probabilities, labels))},
-    };
-    const std::string json =
-        summary_json.dump(2, ' ', /*ensure_ascii=*/false,
-                          nlohmann::ordered_json::error_handler_t::replace) +
-        "\n";
-    FILE* summary = std::fopen(absl::GetFlag(FLAGS_summary_out).c_str(), "w");
-    if (summary == nullptr || std::fputs(json.c_str(), summary) < 0) {
-      std::fprintf(stderr, "clicklog_gen: cannot write the summary\n");
-      return ps::kExitFailed;
+  if (!summary_path.empty()) {
+    if (absl::Status summarized =
+            WriteSummary(summary_path, generation.lines, truths);
+        !summarized.ok()) {
+      return summarized;
     }
-    std::fclose(summary);
   }
   std::fprintf(stderr, "clicklog_gen: wrote %lld lines to %s in %.1f s\n",
-               static_cast<long long>(lines), out_path.c_str(),
+               static_cast<long long>(generation.lines),
+               generation.out_path.c_str(),
                absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  ps::SetVersionFlag("clicklog_gen", {"worker/input/layout_flags.cc"});
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<Generation> generation = GenerationFromFlags();
+  if (!generation.ok()) {
+    std::fprintf(stderr, "clicklog_gen: %s\n",
+                 std::string(generation.status().message()).c_str());
+    return ps::kExitUsage;
+  }
+  ps::worker::ClickLogGenerator generator(generation->options,
+                                          absl::GetFlag(FLAGS_sample_seed));
+  if (const absl::Status generated = Generate(*generation, &generator);
+      !generated.ok()) {
+    std::fprintf(stderr, "clicklog_gen: %s\n",
+                 std::string(generated.message()).c_str());
+    return ps::kExitFailed;
+  }
   return 0;
 }

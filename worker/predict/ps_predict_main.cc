@@ -14,6 +14,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -59,6 +61,145 @@ int Fail(const absl::Status& status) {
   return ps::ExitCodeFor(status);
 }
 
+// What a run has scored: how many lines, and the labeled lines' scores and
+// labels, for AUC and logloss.
+struct ScoredLines {
+  int64_t lines = 0;
+  std::vector<float> labeled_scores;
+  std::vector<float> labels;
+};
+
+// The first of --model, --input and --batch_size that is missing or bad, as
+// INVALID_ARGUMENT with a message for the user.
+absl::Status CheckRequiredFlags() {
+  if (absl::GetFlag(FLAGS_model).empty())
+    return absl::InvalidArgumentError("--model is required");
+  if (absl::GetFlag(FLAGS_input).empty())
+    return absl::InvalidArgumentError("--input is required");
+  if (absl::GetFlag(FLAGS_batch_size) < 1)
+    return absl::InvalidArgumentError("--batch_size must be >= 1");
+  return absl::OkStatus();
+}
+
+// The categorical and multi columns of `layout`, in order.
+std::vector<ps::worker::ColumnKind> FieldKinds(
+    const ps::worker::InputLayout& layout) {
+  std::vector<ps::worker::ColumnKind> kinds;
+  for (ps::worker::ColumnKind kind : layout.columns) {
+    if (kind == ps::worker::ColumnKind::kCategorical ||
+        kind == ps::worker::ColumnKind::kMulti) {
+      kinds.push_back(kind);
+    }
+  }
+  return kinds;
+}
+
+// The layout to read the input in: the one the model was trained on
+// (`trained`), unless the layout flags in `argv` give another, which must
+// lay out the same features. INVALID_ARGUMENT, with a message for the user,
+// for a bad layout flag or other features.
+absl::StatusOr<ps::worker::InputLayout> InputLayoutForModel(
+    const ps::worker::InputLayout& trained, int argc, char** argv) {
+  bool layout_flags_given = false;
+  absl::StatusOr<ps::worker::InputLayout> given =
+      ps::worker::InputLayoutOverFlags(trained, argc, argv,
+                                       &layout_flags_given);
+  if (!given.ok() || !layout_flags_given) return given;
+  const ps::worker::InputLayout& layout = *given;
+  if (FieldKinds(layout) != FieldKinds(trained) ||
+      layout.dense_features() != trained.dense_features() ||
+      layout.crosses != trained.crosses ||
+      layout.multi_pooling != trained.multi_pooling) {
+    return absl::InvalidArgumentError(
+        "the layout flags give " + ps::worker::LayoutText(layout) +
+        ", but the model was trained on " + ps::worker::LayoutText(trained) +
+        ": the fields (cat or multi, in order), dense features, crosses and "
+        "pooling must match");
+  }
+  return given;
+}
+
+// A reader of --input in `layout`, labels optional.
+absl::StatusOr<std::unique_ptr<ps::worker::ClickLogReader>> OpenInput(
+    const ps::worker::InputLayout& layout) {
+  ps::worker::ReaderOptions reader_options;
+  reader_options.layout = layout;
+  reader_options.files = absl::GetFlag(FLAGS_input);
+  reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+  reader_options.label = ps::worker::LabelColumn::kOptional;
+  return ps::worker::ClickLogReader::Open(reader_options);
+}
+
+// Writes one line per example to `out`: its probability, after its id and a
+// tab when `with_id`.
+void WriteProbabilities(const std::vector<ps::worker::Example>& examples,
+                        const std::vector<float>& probabilities, bool with_id,
+                        std::FILE* out) {
+  if (with_id) {
+    for (size_t i = 0; i < examples.size(); ++i) {
+      std::fprintf(out, "%s\t%.9g\n", examples[i].id.c_str(), probabilities[i]);
+    }
+  } else {
+    for (float probability : probabilities)
+      std::fprintf(out, "%.9g\n", probability);
+  }
+}
+
+// Scores every line of `reader` (in `layout`) with `model`'s rows and
+// `ctr`, writing the probabilities to `out` unless it is null; counts the
+// lines in `scored` and adds the labeled ones' scores and labels there. The
+// reader's, the export's and the model's errors.
+absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
+                        ps::worker::ExportedModel* model,
+                        ps::kernels::CtrModel* ctr,
+                        const ps::worker::InputLayout& layout, std::FILE* out,
+                        ScoredLines* scored) {
+  const int embedding_dim =
+      model->config().kind == ps::kernels::ModelKind::kLogisticRegression
+          ? 0
+          : model->config().embedding_dim;
+  std::vector<float> batch_scores;
+  std::vector<ps::worker::Example> examples;
+  ps::worker::ModelInputs inputs;
+  while (true) {
+    absl::StatusOr<bool> more = reader->Next(&examples);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    inputs.Prepare(examples, layout, embedding_dim);
+    if (absl::Status fetched = model->Fetch(&inputs); !fetched.ok())
+      return fetched;
+    if (absl::Status predicted =
+            ps::worker::FromKernels(ctr->Predict(inputs.Step(), &batch_scores));
+        !predicted.ok()) {
+      return predicted;
+    }
+    if (out != nullptr)
+      WriteProbabilities(examples, batch_scores, layout.has_id(), out);
+    scored->lines += static_cast<int64_t>(examples.size());
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (!examples[i].has_label) continue;
+      scored->labeled_scores.push_back(batch_scores[i]);
+      scored->labels.push_back(examples[i].label);
+    }
+  }
+}
+
+// What the report says of the scores' quality: AUC and logloss, over which
+// lines if not all carry labels.
+std::string QualityText(const ScoredLines& scored) {
+  if (scored.labeled_scores.empty()) return "no labels, so no AUC or logloss";
+  std::string quality = absl::StrFormat(
+      "AUC %.6f, logloss %.6f",
+      ps::worker::ExactAuc(scored.labeled_scores, scored.labels),
+      ps::worker::MeanLogLoss(scored.labeled_scores, scored.labels));
+  if (static_cast<int64_t>(scored.labeled_scores.size()) < scored.lines) {
+    absl::StrAppend(&quality, " over the ", scored.labeled_scores.size(),
+                    " labeled lines");
+  }
+  return quality;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,10 +211,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  if (absl::GetFlag(FLAGS_model).empty()) return Fail("--model is required");
-  if (absl::GetFlag(FLAGS_input).empty()) return Fail("--input is required");
-  if (absl::GetFlag(FLAGS_batch_size) < 1)
-    return Fail("--batch_size must be >= 1");
+  if (absl::Status checked = CheckRequiredFlags(); !checked.ok())
+    return Fail(std::string(checked.message()));
 
   auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
@@ -86,50 +225,10 @@ int main(int argc, char** argv) {
     return Fail("--cpu_threads: " + created.message());
   }
   ps::kernels::CtrModel ctr((*model)->config(), backend.get());
-
-  // The layout the model was trained on, unless the flags give another
-  // (the same features laid out differently).
-  bool layout_flags_given = false;
-  absl::StatusOr<ps::worker::InputLayout> given =
-      ps::worker::InputLayoutOverFlags((*model)->layout(), argc, argv,
-                                       &layout_flags_given);
-  if (!given.ok()) return Fail(std::string(given.status().message()));
-  const ps::worker::InputLayout& layout = *given;
-  if (layout_flags_given) {
-    auto field_kinds = [](const ps::worker::InputLayout& of) {
-      std::vector<ps::worker::ColumnKind> kinds;
-      for (ps::worker::ColumnKind kind : of.columns) {
-        if (kind == ps::worker::ColumnKind::kCategorical ||
-            kind == ps::worker::ColumnKind::kMulti) {
-          kinds.push_back(kind);
-        }
-      }
-      return kinds;
-    };
-    const ps::worker::InputLayout& trained = (*model)->layout();
-    if (field_kinds(layout) != field_kinds(trained) ||
-        layout.dense_features() != trained.dense_features() ||
-        layout.crosses != trained.crosses ||
-        layout.multi_pooling != trained.multi_pooling) {
-      return Fail("the layout flags give " + ps::worker::LayoutText(layout) +
-                  ", but the model was trained on " +
-                  ps::worker::LayoutText(trained) +
-                  ": the fields (cat or multi, in order), dense features, "
-                  "crosses and pooling must match");
-    }
-  }
-  const int embedding_dim =
-      (*model)->config().kind == ps::kernels::ModelKind::kLogisticRegression
-          ? 0
-          : (*model)->config().embedding_dim;
-
-  ps::worker::ReaderOptions reader_options;
-  reader_options.layout = layout;
-  reader_options.files = absl::GetFlag(FLAGS_input);
-  reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
-  reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
-  reader_options.label = ps::worker::LabelColumn::kOptional;
-  auto reader = ps::worker::ClickLogReader::Open(reader_options);
+  absl::StatusOr<ps::worker::InputLayout> layout =
+      InputLayoutForModel((*model)->layout(), argc, argv);
+  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  auto reader = OpenInput(*layout);
   if (!reader.ok()) return Fail(reader.status());
 
   std::FILE* out = nullptr;
@@ -138,55 +237,21 @@ int main(int argc, char** argv) {
     if (out == nullptr)
       return Fail(absl::InternalError("cannot write " + path));
   }
-  // The labeled lines' scores and labels, for AUC and logloss.
-  std::vector<float> scores, labels, batch_scores;
-  int64_t lines = 0;
-  std::vector<ps::worker::Example> examples;
-  ps::worker::ModelInputs inputs;
+  ScoredLines scored;
   const absl::Time start = absl::Now();
-  while (true) {
-    absl::StatusOr<bool> more = (*reader)->Next(&examples);
-    if (!more.ok()) return Fail(more.status());
-    if (!*more) break;
-    inputs.Prepare(examples, layout, embedding_dim);
-    if (absl::Status fetched = (*model)->Fetch(&inputs); !fetched.ok())
-      return Fail(fetched);
-    if (absl::Status predicted =
-            ps::worker::FromKernels(ctr.Predict(inputs.Step(), &batch_scores));
-        !predicted.ok()) {
-      return Fail(predicted);
-    }
-    if (out != nullptr && layout.has_id()) {
-      for (size_t i = 0; i < examples.size(); ++i) {
-        std::fprintf(out, "%s\t%.9g\n", examples[i].id.c_str(),
-                     batch_scores[i]);
-      }
-    } else if (out != nullptr) {
-      for (float score : batch_scores) std::fprintf(out, "%.9g\n", score);
-    }
-    lines += static_cast<int64_t>(examples.size());
-    for (size_t i = 0; i < examples.size(); ++i) {
-      if (!examples[i].has_label) continue;
-      scores.push_back(batch_scores[i]);
-      labels.push_back(examples[i].label);
-    }
+  if (absl::Status status =
+          ScoreInput(reader->get(), model->get(), &ctr, *layout, out, &scored);
+      !status.ok()) {
+    return Fail(status);
   }
   if (out != nullptr && std::fclose(out) != 0)
     return Fail(
         absl::InternalError("cannot write " + absl::GetFlag(FLAGS_out)));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::string quality = "no labels, so no AUC or logloss";
-  if (!scores.empty()) {
-    quality = absl::StrFormat("AUC %.6f, logloss %.6f",
-                              ps::worker::ExactAuc(scores, labels),
-                              ps::worker::MeanLogLoss(scores, labels));
-    if (static_cast<int64_t>(scores.size()) < lines) {
-      absl::StrAppend(&quality, " over the ", scores.size(), " labeled lines");
-    }
-  }
   std::printf(
       "scored %lld lines in %.2f s (%.0f lines/s); %s; bad lines %lld\n",
-      static_cast<long long>(lines), seconds, seconds > 0 ? lines / seconds : 0,
-      quality.c_str(), static_cast<long long>((*reader)->bad_lines()));
+      static_cast<long long>(scored.lines), seconds,
+      seconds > 0 ? scored.lines / seconds : 0, QualityText(scored).c_str(),
+      static_cast<long long>((*reader)->bad_lines()));
   return 0;
 }
