@@ -51,6 +51,11 @@ expect 64 "ps_server with 2^32-1 stripes" "$runfiles/server/ps_server" \
   --listen=127.0.0.1:0 --data_dir="$work/shard" --hot_tier_stripes=4294967295
 expect 64 "ps_worker with a bad layout" "$runfiles/worker/ps_worker" --train=x \
   --columns=label,color
+if [ -w /dev/full ]; then
+  # A write that fails only when the file is closed still fails the run.
+  expect 70 "clicklog_gen to a full disk" "$runfiles/worker/datagen/clicklog_gen" \
+    --out=/dev/full --lines=10
+fi
 expect 64 "clicklog_gen with a bad layout" "$runfiles/worker/datagen/clicklog_gen" --out="$work/x" \
   --columns=label,skip
 # --write_back_ms' older names still work, and say so; disagreeing is bad.

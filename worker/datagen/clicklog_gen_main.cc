@@ -70,9 +70,16 @@ class Output {
     }
     return output;
   }
-  ~Output() {
-    if (gz_ != nullptr) gzclose(gz_);
-    if (file_ != nullptr) std::fclose(file_);
+  ~Output() { Close(); }
+  // Flushes and closes the file; false when a write that was buffered
+  // failed (a full disk). Idempotent.
+  bool Close() {
+    bool ok = true;
+    if (gz_ != nullptr) ok = gzclose(gz_) == Z_OK;
+    if (file_ != nullptr) ok = std::fclose(file_) == 0;
+    gz_ = nullptr;
+    file_ = nullptr;
+    return ok;
   }
   bool Write(const std::string& text) {
     if (gz_ != nullptr)
@@ -212,7 +219,7 @@ absl::Status WriteLines(const Generation& generation,
       truths->probabilities.push_back(static_cast<float>(probability));
       truths->labels.push_back(example.click ? 1.0f : 0.0f);
     }
-    if (text.size() > (1 << 20) || i + 1 == generation.lines) {
+    if (text.size() > (1 << 20)) {
       if (!log->Write(text) || (truth != nullptr && !truth->Write(truth_text)))
         return absl::InternalError("write failed");
       text.clear();
@@ -223,6 +230,9 @@ absl::Status WriteLines(const Generation& generation,
                    static_cast<long long>(i + 1));
     }
   }
+  // The last block (the header alone for --lines=0).
+  if (!log->Write(text) || (truth != nullptr && !truth->Write(truth_text)))
+    return absl::InternalError("write failed");
   return absl::OkStatus();
 }
 
@@ -246,9 +256,11 @@ absl::Status WriteSummary(const std::string& path, int64_t lines,
                         nlohmann::ordered_json::error_handler_t::replace) +
       "\n";
   FILE* summary = std::fopen(path.c_str(), "w");
-  if (summary == nullptr || std::fputs(json.c_str(), summary) < 0)
-    return absl::InternalError("cannot write the summary");
-  std::fclose(summary);
+  if (summary == nullptr)
+    return absl::InternalError("cannot write the summary " + path);
+  const bool written = std::fputs(json.c_str(), summary) >= 0;
+  if (std::fclose(summary) != 0 || !written)
+    return absl::InternalError("cannot write the summary " + path);
   return absl::OkStatus();
 }
 
@@ -276,8 +288,11 @@ absl::Status Generate(const Generation& generation,
       !written.ok()) {
     return written;
   }
-  log.reset();
-  truth.reset();
+  if (!log->Close())
+    return absl::InternalError("writing " + generation.out_path + " failed");
+  if (truth != nullptr && !truth->Close())
+    return absl::InternalError("writing " + absl::GetFlag(FLAGS_truth_out) +
+                               " failed");
   if (!summary_path.empty()) {
     if (absl::Status summarized =
             WriteSummary(summary_path, generation.lines, truths);
