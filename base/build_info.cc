@@ -26,7 +26,9 @@ void SetVersionFlag(absl::string_view program,
                     std::vector<std::string> flag_files) {
   absl::FlagsUsageConfig config;
   config.version_string = [line = VersionLine(program)] { return line + "\n"; };
-  flag_files.push_back(absl::StrCat("/", program, "_main.cc"));
+  flag_files.push_back(absl::StrCat(program, "_main.cc"));
+  // Whole path components only: "worker/x.cc" is not "otherworker/x.cc".
+  for (std::string& file : flag_files) file = absl::StrCat("/", file);
   config.contains_help_flags = [flag_files](absl::string_view path) {
     for (const std::string& file : flag_files) {
       if (absl::EndsWith(absl::StrCat("/", path), file)) return true;

@@ -32,6 +32,7 @@ std::vector<float> FakeTrainingClient::RowOrInitial(const Table& table,
 }
 
 absl::Status FakeTrainingClient::Pull(absl::Span<const TableRows> pulls) {
+  ++pulls_;
   absl::ReaderMutexLock lock(&mu_);
   for (const TableRows& pull : pulls) {
     auto found = tables_.find(pull.table);
@@ -59,8 +60,13 @@ absl::Status FakeTrainingClient::Pull(absl::Span<const TableRows> pulls) {
 
 absl::Status FakeTrainingClient::Push(absl::Span<const TableGradients> pushes,
                                       uint32_t worker, int64_t clock) {
+  std::function<absl::Status(int64_t)> hook;
+  {
+    absl::MutexLock lock(&mu_);
+    hook = push_hook_;
+  }
+  if (hook != nullptr) RETURN_IF_ERROR(hook(clock));
   absl::MutexLock lock(&mu_);
-  if (push_hook_ != nullptr) RETURN_IF_ERROR(push_hook_(clock));
   PushRecord record;
   record.worker = worker;
   record.clock = clock;
@@ -106,17 +112,59 @@ ClockResponse FakeTrainingClient::ViewLocked(uint32_t worker) const {
   return view;
 }
 
+int64_t FakeTrainingClient::OthersMinimumLocked(uint32_t worker) const {
+  int64_t minimum = -1;
+  for (const auto& [index, state] : workers_) {
+    if (index == worker || state.finished || state.leaving) continue;
+    if (minimum < 0 || state.clock < minimum) minimum = state.clock;
+  }
+  return minimum;
+}
+
 absl::StatusOr<ClockResponse> FakeTrainingClient::Clock(
     const ClockRequest& request, absl::Duration /*retry_for*/) {
+  std::function<absl::Status(const ClockRequest&)> hook;
+  {
+    absl::MutexLock lock(&mu_);
+    hook = clock_hook_;
+  }
+  if (hook != nullptr) RETURN_IF_ERROR(hook(request));
   absl::MutexLock lock(&mu_);
+  const bool known = workers_.count(request.worker()) > 0;
   WorkerState& state = workers_[request.worker()];
-  state.clock = request.clock();
-  state.examples = request.examples();
-  state.finished = request.finished();
-  state.leaving = request.leaving();
+  bool resumed = false;
+  if (request.assign_incarnation()) {
+    // A new process of this worker index.
+    if (request.resume() && known && !state.finished) {
+      resumed = true;  // goes on from the last process's clock and input
+    } else {
+      state = WorkerState();
+      state.clock = request.clock();
+      state.examples = request.examples();
+      // A late joiner starts at the live minimum, not holding others back.
+      const int64_t others = OthersMinimumLocked(request.worker());
+      if (others > state.clock) state.clock = others;
+    }
+    state.incarnation = ++incarnations_given_;
+    state.leaving = false;
+  } else {
+    state.clock = request.clock();
+    state.examples = request.examples();
+    state.finished = request.finished();
+    state.leaving = request.leaving();
+  }
   ClockResponse view = ViewLocked(request.worker());
-  if (request.assign_incarnation()) view.set_incarnation(++incarnations_given_);
+  if (request.assign_incarnation()) {
+    view.set_incarnation(state.incarnation);
+    view.set_resumed(resumed && state.examples > 0);
+  }
   return view;
+}
+
+void FakeTrainingClient::set_clock_hook(
+    std::function<absl::Status(const ClockRequest&)> hook) {
+  absl::MutexLock lock(&mu_);
+  clock_hook_ = std::move(hook);
 }
 
 void FakeTrainingClient::set_push_hook(

@@ -4,8 +4,10 @@
 // and its stages: tables that apply pushes with the shards' optimizers
 // (base/optimizer.h) to rows that start at their initializer's values, and a
 // clock coordinator that records each worker's clock (live until it reports
-// finished or leaving; no leases). Tests can hold workers at a cut, make a
-// push fail, and see every push and report.
+// finished or leaving; no leases), starts a late joiner at the live minimum
+// and lets a worker that left unfinished resume where it stopped, as
+// ClockCoordinator does. Tests can hold workers at a cut, make a push or a
+// clock report fail, and see every push, pull and report.
 //
 // Thread-safe.
 
@@ -45,6 +47,8 @@ class FakeTrainingClient : public TrainingClient {
     int64_t examples = 0;
     bool finished = false;
     bool leaving = false;
+    // The incarnation of the process that reported last.
+    uint64_t incarnation = 0;
   };
 
   uint64_t incarnation() const override { return incarnation_.load(); }
@@ -62,9 +66,14 @@ class FakeTrainingClient : public TrainingClient {
 
   // Workers push no step >= `clock` until it is set back to 0 (a cut).
   void set_hold_at(int64_t clock) { hold_at_ = clock; }
-  // Called with each push's clock before it is applied; an error fails that
-  // push (and nothing of it is applied).
+  // Called (outside the cluster's lock) with each push's clock before it is
+  // applied; an error fails that push (and nothing of it is applied).
   void set_push_hook(std::function<absl::Status(int64_t clock)> hook);
+  // Called (outside the lock) with each clock report before it is recorded;
+  // an error fails that report.
+  void set_clock_hook(std::function<absl::Status(const ClockRequest&)> hook);
+  // Pull calls so far.
+  int pulls() const { return pulls_.load(); }
 
   std::vector<PushRecord> pushes() const;
   std::optional<WorkerState> worker(uint32_t index) const;
@@ -92,12 +101,18 @@ class FakeTrainingClient : public TrainingClient {
 
   std::atomic<uint64_t> incarnation_{0};
   std::atomic<int64_t> hold_at_{0};
+  std::atomic<int> pulls_{0};
   mutable absl::Mutex mu_;
   std::map<std::string, Table> tables_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<PushRecord> pushes_ ABSL_GUARDED_BY(mu_);
   uint64_t incarnations_given_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<absl::Status(int64_t)> push_hook_ ABSL_GUARDED_BY(mu_);
+  std::function<absl::Status(const ClockRequest&)> clock_hook_
+      ABSL_GUARDED_BY(mu_);
+  // The live workers' minimum clock, `worker` left out; -1 if none.
+  int64_t OthersMinimumLocked(uint32_t worker) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace ps::worker

@@ -19,6 +19,7 @@ Heartbeat::Heartbeat(absl::Duration period, Beat beat, std::string name)
 Heartbeat::~Heartbeat() { Stop(); }
 
 void Heartbeat::Stop() {
+  absl::MutexLock lock(&stop_mu_);
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (thread_.joinable()) thread_.join();
 }

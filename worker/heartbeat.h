@@ -15,7 +15,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
@@ -38,8 +40,9 @@ class Heartbeat {
   void Stop();
 
  private:
+  absl::Mutex stop_mu_;
   absl::Notification stop_;
-  std::thread thread_;
+  std::thread thread_ ABSL_GUARDED_BY(stop_mu_);
 };
 
 }  // namespace ps::worker

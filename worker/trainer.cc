@@ -570,8 +570,12 @@ void Trainer::Prefetch(ClickLogReader& reader, int64_t first_step,
     const absl::Time wait_start = absl::Now();
     absl::StatusOr<int64_t> staleness =
         pipeline.gate.WaitForStep(step, stopped);
-    if (absl::IsCancelled(staleness.status())) break;
-    if (!staleness.ok()) return pipeline.Fail(staleness.status());
+    if (!staleness.ok()) {
+      // A stop ends the wait; any other error (a report cut off, say) fails
+      // the run, or the worker would count its input done.
+      if (stopped()) break;
+      return pipeline.Fail(staleness.status());
+    }
     Observe(Stage::kWait, absl::Now() - wait_start);
     if (options_.metrics != nullptr)
       options_.metrics->ObserveStaleness(*staleness);
