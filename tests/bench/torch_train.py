@@ -10,13 +10,16 @@ wide weights, Adam lr 0.001 for the MLP; sparse rows see the gradient of the
 summed loss), one epoch. Keys index a hashed table of --buckets rows (the
 usual PyTorch approach; collisions are possible where ps_server has none).
 
-Parsing is timed apart from training. Prints one JSON object.
+PyTorch runs on every core this process may use (--threads overrides; the
+count is printed on stderr and in the JSON): the peer a user would pick. Parsing
+is timed apart from training. Prints one JSON object.
 
     torch_train.py --train train.tsv --test test.tsv [--model wide_deep|deepfm|lr]
 """
 import argparse
 import json
 import math
+import os
 import resource
 import sys
 import time
@@ -99,13 +102,17 @@ def main():
     parser.add_argument("--embedding_dim", type=int, default=16)
     parser.add_argument("--hidden", default="256,128")
     parser.add_argument("--buckets", type=int, default=1 << 23)
-    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="intra-op threads (default: every core this "
+                             "process may run on)")
     parser.add_argument("--bf16", action="store_true",
                         help="autocast the forward pass to bfloat16 (oneDNN), "
                              "as ps_worker --bf16 rounds its GEMM inputs")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    print(f"torch_train: {torch.get_num_threads()} threads", file=sys.stderr)
     torch.manual_seed(1)
 
     start = time.perf_counter()

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Training: ps_worker (1 shard + 1 worker, and 2 + 2, on loopback) against the
-# same model written in PyTorch on the CPU (Debian's python3-torch with the
-# OpenMP OpenBLAS), same data, hashing, dims, batch size and optimizers, one
-# epoch: examples/s, test AUC and logloss, peak RSS; with FP32 GEMMs and with
-# bfloat16 GEMM inputs (ps_worker --bf16, PyTorch's bf16 autocast) where the
-# CPU has AVX512_BF16. Prints the table and the ratios to PyTorch, and
-# rewrites the "training" section of BENCHMARKS.md.
+# same model written in PyTorch on the CPU (tests/bench/torch_train.py:
+# Debian's python3-torch with the OpenMP OpenBLAS, on every core), same data,
+# hashing, dims, batch size and optimizers, one epoch. FP32 is compared with
+# FP32, and ps_worker --bf16 (GEMM inputs rounded to bfloat16) with PyTorch's
+# bf16 autocast where the CPU has AVX512_BF16. PyTorch's rate moves by 10-15%
+# from run to run here, so the configurations run in alternating rounds (each
+# round runs every one once, one after another) and each ratio is taken
+# within a round: the table gives the median and the range over the rounds.
+# A one-thread PyTorch row, labelled so, shows what half the machine gives.
+# Prints the tables and rewrites the "training" section of BENCHMARKS.md.
 #
-#   tests/bench/training_bench.sh [--train_lines 500000] [--test_lines 100000]
+#   tests/bench/training_bench.sh [--rounds 5] [--train_lines 500000]
+#                                 [--test_lines 100000]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
+rounds=5
 train_lines=500000
 test_lines=100000
 while [ $# -gt 0 ]; do
   case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
     --train_lines) train_lines=$2; shift 2 ;;
     --test_lines) test_lines=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+[ "$rounds" -ge 1 ] || { echo "--rounds must be >= 1" >&2; exit 2; }
 bash deploy/setup.sh --bench >/dev/null
 bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen 2>&1 | tail -1
 work=$(mktemp -d /tmp/training_bench.XXXX)
@@ -28,6 +36,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 bin=bazel-bin
 rss=tests/bench/peak_rss.py
+cores=$(nproc)
 
 "$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
 "$bin/worker/datagen/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 \
@@ -44,15 +53,18 @@ fi
 bf16=""
 grep -q avx512_bf16 /proc/cpuinfo && bf16=yes
 
-# ours SHARDS WORKERS MODEL [DURABILITY] [STALENESS] [--bf16] -> one table row
+# One line per run: round, configuration, examples/s, test AUC, peak RSS MiB.
+results="$work/results.tsv"
+
+# ours ROUND NAME SHARDS WORKERS MODEL STALENESS [--bf16]
 ours() {
-  local shards=$1 workers=$2 model=$3 durability=${4:-wal} staleness=${5:-0} gemm=${6:-}
-  local run="$work/run_$1_$2_$3_${durability}_${staleness}${gemm}"
+  local round=$1 name=$2 shards=$3 workers=$4 model=$5 staleness=$6 gemm=${7:-}
+  local run="$work/run_${round}_$name"
   mkdir -p "$run"
   local servers=() server_pids=()
   for ((s = 0; s < shards; s++)); do
     /usr/bin/python3 "$rss" "$run/shard$s.rss" "$bin/server/ps_server" --listen=127.0.0.1:0 \
-      --shard_index=$s --num_shards="$shards" --data_dir="$run/shard$s" --durability="$durability" \
+      --shard_index=$s --num_shards="$shards" --data_dir="$run/shard$s" --durability=wal \
       >"$run/shard$s.out" 2>"$run/shard$s.log" &
     server_pids+=($!); pids+=($!)
   done
@@ -71,7 +83,7 @@ ours() {
   for p in "${worker_pids[@]}"; do wait "$p"; done
   for p in "${server_pids[@]}"; do kill "$p"; wait "$p" || true; done
   # The shards' data is not needed any more; left on disk, the kernel would
-  # still be writing it back during the next configuration's run.
+  # still be writing it back during the next run.
   rm -rf "$run"/shard*/
   local rate=0 rss_total=0
   for ((w = 0; w < workers; w++)); do
@@ -81,73 +93,104 @@ ours() {
   for ((s = 0; s < shards; s++)); do
     rss_total=$(awk -v a="$rss_total" -v b="$(cat "$run/shard$s.rss")" 'BEGIN {print a + b}')
   done
-  local mode=""
-  [ "$staleness" != 0 ] && mode=", staleness $staleness"
-  [ -n "$gemm" ] && mode="$mode, --bf16"
-  printf "| ps_worker, %d shard + %d worker, %s%s | %s | %.0f | - | %.4f | %.4f | %.0f |\n" "$shards" \
-    "$workers" "$durability" "$mode" "$model" "$rate" "$(metric "$run/worker0.json" test_auc)" \
-    "$(metric "$run/worker0.json" test_logloss)" "$rss_total"
+  printf "%s\t%s\t%s\t%s\t%s\n" "$round" "$name" "$rate" \
+    "$(metric "$run/worker0.json" test_auc)" "$rss_total" | tee -a "$results"
 }
 
-# torch_row MODEL [--bf16] -> one table row
-torch_row() {
-  local model=$1 autocast=${2:-}
-  local json="$work/torch_$model$autocast.json"
+# torch ROUND NAME MODEL THREADS [--bf16]
+torch() {
+  local round=$1 name=$2 model=$3 threads=$4 autocast=${5:-}
+  local json="$work/torch_${round}_$name.json"
   /usr/bin/python3 tests/bench/torch_train.py --train "$work/train.tsv" --test "$work/test.tsv" \
-    --model "$model" $autocast >"$json"
-  printf "| PyTorch %s, 1 process%s | %s | %.0f | %.1f s | %.4f | %.4f | %.0f |\n" \
-    "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" \
-    "${autocast:+, bf16 autocast}" "$model" \
-    "$(metric "$json" examples_per_sec)" "$(metric "$json" parse_seconds)" \
-    "$(metric "$json" test_auc)" "$(metric "$json" test_logloss)" "$(metric "$json" peak_rss_mb)"
+    --model "$model" --threads "$threads" $autocast >"$json" 2>"$work/torch_${round}_$name.log"
+  [ "$(metric "$json" threads)" = "$threads" ] ||
+    { echo "torch_train.py ran $(metric "$json" threads) threads, not $threads" >&2; exit 1; }
+  printf "%s\t%s\t%s\t%s\t%s\n" "$round" "$name" "$(metric "$json" examples_per_sec)" \
+    "$(metric "$json" test_auc)" "$(metric "$json" peak_rss_mb)" | tee -a "$results"
 }
+
+for ((round = 1; round <= rounds; round++)); do
+  echo "round $round of $rounds" >&2
+  torch "$round" torch_fp32 wide_deep "$cores"
+  ours "$round" 1+1_fp32 1 1 wide_deep 1
+  ours "$round" 2+2_fp32 2 2 wide_deep 0
+  if [ -n "$bf16" ]; then
+    torch "$round" torch_bf16 wide_deep "$cores" --bf16
+    ours "$round" 1+1_bf16 1 1 wide_deep 1 --bf16
+    ours "$round" 2+2_bf16 2 2 wide_deep 0 --bf16
+  fi
+  torch "$round" torch_deepfm deepfm "$cores"
+  ours "$round" 1+1_deepfm 1 1 deepfm 1
+  torch "$round" torch_fp32_1thread wide_deep 1
+done
 
 table="$work/table.md"
-{
-  echo "## Training: ps_worker vs PyTorch (CPU)"
-  echo
-  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $train_lines training and $test_lines test lines from"
-  echo "clicklog_gen (ground truth: AUC $(metric "$work/truth.json" truth_auc), logloss"
-  echo "$(metric "$work/truth.json" truth_logloss)); one epoch, batch 4096, embeddings of 16, MLP"
-  echo "256-128; Adagrad (lr 0.05) for embeddings and wide weights, Adam (lr 0.001) for the MLP."
-  echo "ps_worker runs bulk-synchronous (--staleness=0) unless a row says otherwise, with the"
-  echo "named --durability. At staleness 1 a lone worker pulls a step's rows while the step"
-  echo "before computes and replays its own last push onto them (read-my-writes without waiting;"
-  echo "--overlay_own_pushes=alone, the default): it trains the same model bit for bit as at 0."
-  echo "Two workers at staleness 1 wait for their own pushes (the default). Examples/s include"
-  echo "parsing (a reader thread overlaps it); PyTorch's exclude parsing, shown apart. Peak RSS"
-  echo "sums every process. ps_worker's GEMMs are oneDNN's on one thread (--bf16: inputs"
-  echo "rounded to bfloat16, FP32 accumulation); PyTorch's are OpenBLAS's on every core"
-  echo "(OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; bf16 autocast: oneDNN's)."
-  echo
-  echo "| trainer | model | train examples/s | parsing | test AUC | test logloss | peak RSS MiB |"
-  echo "| --- | --- | --- | --- | --- | --- | --- |"
-} >"$table"
+/usr/bin/python3 - "$results" "$work/truth.json" "$train_lines" "$test_lines" "$cores" \
+  "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" \
+  "${OPENBLAS_CORETYPE:-unset}" "$(date -u +%Y-%m-%d)" >"$table" <<'PY'
+import json, statistics, sys
+results, truth, train_lines, test_lines, cores, torch_version, coretype, day = sys.argv[1:]
+runs = {}
+for line in open(results):
+    round_, name, rate, auc, rss = line.rstrip("\n").split("\t")
+    runs.setdefault(name, {})[int(round_)] = (float(rate), float(auc), float(rss))
+truth = json.load(open(truth))
+rounds = sorted({r for by_round in runs.values() for r in by_round})
+
+def spread(values, digits):
+    fmt = f"{{:.{digits}f}}"
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+rows = [  # (name, trainer, model, compared with)
+    ("torch_fp32", f"PyTorch {torch_version}, {cores} threads", "wide_deep", None),
+    ("1+1_fp32", "ps_worker, 1 shard + 1 worker, staleness 1", "wide_deep", "torch_fp32"),
+    ("2+2_fp32", "ps_worker, 2 shards + 2 workers, staleness 0", "wide_deep", "torch_fp32"),
+    ("torch_bf16", f"PyTorch {torch_version}, {cores} threads, bf16 autocast", "wide_deep", None),
+    ("1+1_bf16", "ps_worker, 1 shard + 1 worker, staleness 1, --bf16", "wide_deep", "torch_bf16"),
+    ("2+2_bf16", "ps_worker, 2 shards + 2 workers, staleness 0, --bf16", "wide_deep", "torch_bf16"),
+    ("torch_deepfm", f"PyTorch {torch_version}, {cores} threads", "deepfm", None),
+    ("1+1_deepfm", "ps_worker, 1 shard + 1 worker, staleness 1", "deepfm", "torch_deepfm"),
+    ("torch_fp32_1thread", f"PyTorch {torch_version}, 1 thread (half the machine; for reference only)", "wide_deep", None),
+]
+print("## Training: ps_worker vs PyTorch (CPU)")
+print()
+print(f"{day}, {cores} cores; {train_lines} training and {test_lines} test lines from clicklog_gen")
+print(f"(ground truth: AUC {truth['truth_auc']}, logloss {truth['truth_logloss']}); one epoch, batch")
+print("4096, embeddings of 16, MLP 256-128; Adagrad (lr 0.05) for embeddings and wide weights,")
+print("Adam (lr 0.001) for the MLP; the shards under --durability=wal. PyTorch runs on every core")
+print(f"(torch.set_num_threads({cores}); OpenBLAS GEMMs, OPENBLAS_CORETYPE={coretype}; bf16 autocast:")
+print("oneDNN's), its parsing not timed; ps_worker's examples/s include parsing (a reader thread")
+print("overlaps it), its GEMMs are oneDNN's on one thread (--bf16: inputs rounded to bfloat16,")
+print("FP32 accumulation). At staleness 1 a lone worker pulls a step's rows while the step before")
+print("computes and replays its own last push onto them: the same model bit for bit as at 0.")
+print(f"{len(rounds)} alternating rounds; each ratio is taken within a round, FP32 against FP32 and")
+print("--bf16 against bf16 autocast. Median (range) over the rounds; peak RSS sums every process.")
+print()
+print("| trainer | model | examples/s | / PyTorch | test AUC | AUC - PyTorch's | peak RSS MiB |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for name, trainer, model, peer in rows:
+    if name not in runs:
+        continue
+    by_round = runs[name]
+    rates = [by_round[r][0] for r in rounds if r in by_round]
+    aucs = [by_round[r][1] for r in rounds if r in by_round]
+    rss = [by_round[r][2] for r in rounds if r in by_round]
+    ratio = delta = "-"
+    if peer is not None:
+        ratios = [by_round[r][0] / runs[peer][r][0] for r in rounds if r in by_round and r in runs[peer]]
+        deltas = [by_round[r][1] - runs[peer][r][1] for r in rounds if r in by_round and r in runs[peer]]
+        ratio = spread([r for r in ratios], 2).replace(" (", "x (", 1)
+        delta = f"{statistics.median(deltas):+.4f}"
+    print(f"| {trainer} | {model} | {spread(rates, 0)} | {ratio} | {statistics.median(aucs):.4f} | {delta} | {statistics.median(rss):.0f} |")
+print()
+print("Every round:")
+print()
+names = [name for name, *_ in rows if name in runs]
+print("| round | " + " | ".join(names) + " |")
+print("| --- |" + " --- |" * len(names))
+for r in rounds:
+    print(f"| {r} | " + " | ".join(f"{runs[n][r][0]:.0f}" if r in runs[n] else "-" for n in names) + " |")
+PY
 cat "$table"
-for model in wide_deep deepfm; do
-  torch_row "$model" | tee -a "$table"
-  [ -n "$bf16" ] && [ "$model" = wide_deep ] && torch_row "$model" --bf16 | tee -a "$table"
-  ours 1 1 "$model" | tee -a "$table"
-  ours 1 1 "$model" wal 1 | tee -a "$table"
-  [ -n "$bf16" ] && ours 1 1 "$model" wal 1 --bf16 | tee -a "$table"
-done
-ours 1 1 wide_deep periodic | tee -a "$table"
-ours 2 2 wide_deep | tee -a "$table"
-ours 2 2 wide_deep wal 1 | tee -a "$table"
-ours 2 2 wide_deep periodic | tee -a "$table"
-# The ratios, from the runs' JSON files.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }'; }
-rate_of() { metric "$work/$1" examples_per_sec; }
-{
-  echo
-  echo "1 shard + 1 worker, wide_deep, staleness 1 / PyTorch (FP32):" \
-    "$(ratio "$(rate_of run_1_1_wide_deep_wal_1/worker0.json)" "$(rate_of torch_wide_deep.json)")x"
-  if [ -n "$bf16" ]; then
-    echo "with --bf16 / PyTorch (FP32):" \
-      "$(ratio "$(rate_of run_1_1_wide_deep_wal_1--bf16/worker0.json)" "$(rate_of torch_wide_deep.json)")x;" \
-      "/ PyTorch with bf16 autocast:" \
-      "$(ratio "$(rate_of run_1_1_wide_deep_wal_1--bf16/worker0.json)" "$(rate_of torch_wide_deep--bf16.json)")x"
-  fi
-} | tee -a "$table"
 /usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md training "$table"
 echo "wrote the training section of BENCHMARKS.md"
