@@ -16,6 +16,7 @@ packages=(
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml openssl patchelf prometheus-cpp-dev prometheus
+  etcd-server
 )
 
 if [ "${1:-}" = "--bench" ]; then

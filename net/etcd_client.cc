@@ -1,0 +1,300 @@
+#include "net/etcd_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "net/grpc_status.h"
+
+namespace ps::net {
+namespace {
+
+EtcdValue FromKeyValue(const etcdserverpb::KeyValue& kv) {
+  EtcdValue value;
+  value.key = kv.key();
+  value.value = kv.value();
+  value.create_revision = kv.create_revision();
+  value.mod_revision = kv.mod_revision();
+  value.lease = kv.lease();
+  return value;
+}
+
+bool TriesAnotherMember(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+std::string EtcdClient::PrefixEnd(absl::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    const unsigned char last = static_cast<unsigned char>(end.back());
+    if (last < 0xff) {
+      end.back() = static_cast<char>(last + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  // Every key: etcd reads range_end "\0" as "to the end".
+  return std::string(1, '\0');
+}
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
+    const EtcdOptions& options) {
+  if (options.endpoints.empty())
+    return absl::InvalidArgumentError("--etcd names no endpoint");
+  auto client = std::unique_ptr<EtcdClient>(new EtcdClient(options));
+  for (const std::string& endpoint : options.endpoints) {
+    // A member that comes back (a restart) is reconnected within two
+    // seconds, not after gRPC's default backoff of up to two minutes.
+    grpc::ChannelArguments arguments;
+    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+        endpoint, grpc::InsecureChannelCredentials(), arguments);
+    Member member;
+    member.endpoint = endpoint;
+    member.kv = etcdserverpb::KV::NewStub(channel);
+    member.lease = etcdserverpb::Lease::NewStub(channel);
+    member.watch = etcdserverpb::Watch::NewStub(channel);
+    client->members_.push_back(std::move(member));
+  }
+  return client;
+}
+
+absl::Status EtcdClient::OnSomeMember(
+    absl::string_view what,
+    const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call) {
+  const size_t first = current_.load();
+  grpc::Status status;
+  for (size_t tried = 0; tried < members_.size(); ++tried) {
+    const size_t index = (first + tried) % members_.size();
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.call_timeout));
+    status = call(members_[index], context);
+    if (!TriesAnotherMember(status)) {
+      current_ = index;
+      return FromGrpcStatus(
+          status, absl::StrCat(what, " at etcd ", members_[index].endpoint));
+    }
+  }
+  return FromGrpcStatus(status,
+                        absl::StrCat(what, ": no etcd endpoint answered"));
+}
+
+absl::StatusOr<EtcdValue> EtcdClient::Get(absl::string_view key) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(std::string(key));
+  etcdserverpb::RangeResponse response;
+  RETURN_IF_ERROR(
+      OnSomeMember(absl::StrCat("reading ", key),
+                   [&](Member& member, grpc::ClientContext& context) {
+                     return member.kv->Range(&context, request, &response);
+                   }));
+  if (response.kvs_size() == 0)
+    return absl::NotFoundError(absl::StrCat("no key ", key, " in etcd"));
+  return FromKeyValue(response.kvs(0));
+}
+
+absl::StatusOr<std::vector<EtcdValue>> EtcdClient::GetPrefix(
+    absl::string_view prefix) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(std::string(prefix));
+  request.set_range_end(PrefixEnd(prefix));
+  etcdserverpb::RangeResponse response;
+  RETURN_IF_ERROR(
+      OnSomeMember(absl::StrCat("reading the keys under ", prefix),
+                   [&](Member& member, grpc::ClientContext& context) {
+                     return member.kv->Range(&context, request, &response);
+                   }));
+  std::vector<EtcdValue> values;
+  values.reserve(response.kvs_size());
+  for (const etcdserverpb::KeyValue& kv : response.kvs())
+    values.push_back(FromKeyValue(kv));
+  return values;
+}
+
+absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key,
+                                        absl::string_view value,
+                                        int64_t lease) {
+  etcdserverpb::PutRequest request;
+  request.set_key(std::string(key));
+  request.set_value(std::string(value));
+  request.set_lease(lease);
+  etcdserverpb::PutResponse response;
+  RETURN_IF_ERROR(
+      OnSomeMember(absl::StrCat("writing ", key),
+                   [&](Member& member, grpc::ClientContext& context) {
+                     return member.kv->Put(&context, request, &response);
+                   }));
+  return response.header().revision();
+}
+
+absl::StatusOr<bool> EtcdClient::PutIf(absl::string_view key,
+                                       absl::string_view value,
+                                       int64_t expected_mod_revision,
+                                       int64_t lease) {
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* compare = request.add_compare();
+  compare->set_key(std::string(key));
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_target(etcdserverpb::Compare::MOD);
+  // A key that does not exist has mod revision 0.
+  compare->set_mod_revision(expected_mod_revision);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  etcdserverpb::TxnResponse response;
+  RETURN_IF_ERROR(
+      OnSomeMember(absl::StrCat("swapping ", key),
+                   [&](Member& member, grpc::ClientContext& context) {
+                     return member.kv->Txn(&context, request, &response);
+                   }));
+  return response.succeeded();
+}
+
+absl::StatusOr<int64_t> EtcdClient::Delete(absl::string_view key) {
+  etcdserverpb::DeleteRangeRequest request;
+  request.set_key(std::string(key));
+  etcdserverpb::DeleteRangeResponse response;
+  RETURN_IF_ERROR(OnSomeMember(
+      absl::StrCat("deleting ", key),
+      [&](Member& member, grpc::ClientContext& context) {
+        return member.kv->DeleteRange(&context, request, &response);
+      }));
+  return response.deleted();
+}
+
+absl::StatusOr<int64_t> EtcdClient::DeletePrefix(absl::string_view prefix) {
+  etcdserverpb::DeleteRangeRequest request;
+  request.set_key(std::string(prefix));
+  request.set_range_end(PrefixEnd(prefix));
+  etcdserverpb::DeleteRangeResponse response;
+  RETURN_IF_ERROR(OnSomeMember(
+      absl::StrCat("deleting the keys under ", prefix),
+      [&](Member& member, grpc::ClientContext& context) {
+        return member.kv->DeleteRange(&context, request, &response);
+      }));
+  return response.deleted();
+}
+
+absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
+  etcdserverpb::LeaseGrantRequest request;
+  request.set_ttl(std::max<int64_t>(
+      1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1)))));
+  etcdserverpb::LeaseGrantResponse response;
+  RETURN_IF_ERROR(OnSomeMember(
+      "granting a lease", [&](Member& member, grpc::ClientContext& context) {
+        return member.lease->LeaseGrant(&context, request, &response);
+      }));
+  if (!response.error().empty())
+    return absl::InternalError("etcd granted no lease: " + response.error());
+  return response.id();
+}
+
+absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
+  etcdserverpb::LeaseKeepAliveResponse response;
+  bool answered = false;
+  RETURN_IF_ERROR(OnSomeMember(
+      absl::StrCat("renewing lease ", lease),
+      [&](Member& member, grpc::ClientContext& context) {
+        // One renewal over etcd's keep-alive stream.
+        auto stream = member.lease->LeaseKeepAlive(&context);
+        etcdserverpb::LeaseKeepAliveRequest request;
+        request.set_id(lease);
+        answered = stream->Write(request) && stream->Read(&response);
+        stream->WritesDone();
+        if (answered) context.TryCancel();
+        grpc::Status status = stream->Finish();
+        return answered ? grpc::Status::OK : status;
+      }));
+  if (!answered)
+    return absl::UnavailableError("etcd closed the keep-alive stream");
+  if (response.ttl() <= 0)
+    return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " expired"));
+  return absl::Seconds(response.ttl());
+}
+
+absl::Status EtcdClient::RevokeLease(int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseRevokeResponse response;
+  return OnSomeMember(absl::StrCat("revoking lease ", lease),
+                      [&](Member& member, grpc::ClientContext& context) {
+                        return member.lease->LeaseRevoke(&context, request,
+                                                         &response);
+                      });
+}
+
+absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
+    absl::string_view prefix, int64_t start_revision,
+    std::function<void(const EtcdEvent&)> on_event) {
+  auto watch = std::unique_ptr<EtcdWatch>(new EtcdWatch());
+  Member& member = members_[current_.load()];
+  auto stream = member.watch->Watch(&watch->context_);
+  etcdserverpb::WatchRequest request;
+  etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(std::string(prefix));
+  create->set_range_end(PrefixEnd(prefix));
+  create->set_start_revision(start_revision);
+  etcdserverpb::WatchResponse created;
+  if (!stream->Write(request) || !stream->Read(&created) ||
+      !created.created()) {
+    watch->context_.TryCancel();
+    const grpc::Status finished = stream->Finish();
+    const bool refused =
+        finished.ok() || finished.error_code() == grpc::StatusCode::CANCELLED;
+    return FromGrpcStatus(
+        refused ? grpc::Status(
+                      grpc::StatusCode::UNAVAILABLE,
+                      "the watch was not created: " + created.cancel_reason())
+                : finished,
+        absl::StrCat("watching ", prefix, " at etcd ", member.endpoint));
+  }
+  EtcdWatch* raw = watch.get();
+  watch->thread_ = std::thread([raw, stream = std::move(stream),
+                                on_event = std::move(on_event)]() mutable {
+    etcdserverpb::WatchResponse response;
+    while (stream->Read(&response)) {
+      if (response.canceled()) break;
+      for (const etcdserverpb::Event& event : response.events()) {
+        if (raw->cancelled_) break;
+        EtcdEvent change;
+        change.type = event.type() == etcdserverpb::Event::DELETE
+                          ? EtcdEvent::Type::kDelete
+                          : EtcdEvent::Type::kPut;
+        change.kv = FromKeyValue(event.kv());
+        on_event(change);
+      }
+    }
+    const grpc::Status finished = stream->Finish();
+    if (!raw->cancelled_) {
+      absl::MutexLock lock(&raw->mu_);
+      raw->status_ =
+          finished.ok()
+              ? absl::UnavailableError(absl::StrCat("etcd ended the watch: ",
+                                                    response.cancel_reason()))
+              : FromGrpcStatus(finished, "watching etcd");
+    }
+  });
+  return watch;
+}
+
+EtcdWatch::~EtcdWatch() { Cancel(); }
+
+void EtcdWatch::Cancel() {
+  cancelled_ = true;
+  context_.TryCancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status EtcdWatch::status() {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+}  // namespace ps::net

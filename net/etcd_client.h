@@ -1,0 +1,146 @@
+// File: net/etcd_client.h
+//
+// EtcdClient talks to an etcd cluster over its v3 gRPC API
+// (proto/etcd_rpc.proto): keys, compare-and-swap, leases and watches, which
+// is what the cluster's coordination under --etcd needs. Each call goes to
+// the endpoint that answered last and moves on to the next one when that is
+// unavailable, so a client outlives the loss of a member of the cluster;
+// errors come back as absl::Status with the call named.
+//
+// Thread-safe: many threads may call at once. A Watch runs on a thread of
+// its own and calls back from it.
+
+#ifndef PS_NET_ETCD_CLIENT_H_
+#define PS_NET_ETCD_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/etcd_rpc.grpc.pb.h"
+
+namespace ps::net {
+
+struct EtcdOptions {
+  // host:port of the cluster's members (client URLs without the scheme).
+  // REQUIRED: not empty.
+  std::vector<std::string> endpoints;
+  // Deadline of one call to one member. Default: 5 s.
+  absl::Duration call_timeout = absl::Seconds(5);
+};
+
+// A key as etcd holds it.
+struct EtcdValue {
+  std::string key;
+  std::string value;
+  // The revisions that created and last changed the key.
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  // Its lease (0: none).
+  int64_t lease = 0;
+};
+
+// One change seen by a watch.
+struct EtcdEvent {
+  enum class Type { kPut, kDelete };
+  Type type = Type::kPut;
+  // After the change (a delete: the key and the revision that deleted it).
+  EtcdValue kv;
+};
+
+// A running watch; destroying it (or Cancel()) stops the callbacks.
+class EtcdWatch {
+ public:
+  ~EtcdWatch();
+  // Stops the watch and waits for a callback in progress. Idempotent.
+  void Cancel();
+  // Why the watch ended on its own (OK while it runs or after Cancel()).
+  absl::Status status();
+
+ private:
+  friend class EtcdClient;
+  EtcdWatch() = default;
+
+  grpc::ClientContext context_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+class EtcdClient {
+ public:
+  // INVALID_ARGUMENT without endpoints. Connects lazily: a cluster that is
+  // down fails the first call, not this.
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(
+      const EtcdOptions& options);
+
+  // The value at `key`; NOT_FOUND when there is none.
+  absl::StatusOr<EtcdValue> Get(absl::string_view key);
+  // Every key that starts with `prefix`, in key order.
+  absl::StatusOr<std::vector<EtcdValue>> GetPrefix(absl::string_view prefix);
+
+  // Sets `key`, attached to `lease` unless it is 0; the revision it made.
+  absl::StatusOr<int64_t> Put(absl::string_view key, absl::string_view value,
+                              int64_t lease = 0);
+  // Compare-and-swap: sets `key` only if its mod revision is
+  // `expected_mod_revision` (0: only if the key does not exist), in one
+  // transaction. Whether it did.
+  absl::StatusOr<bool> PutIf(absl::string_view key, absl::string_view value,
+                             int64_t expected_mod_revision, int64_t lease = 0);
+  // Deletes `key`, or every key under `prefix`; how many went.
+  absl::StatusOr<int64_t> Delete(absl::string_view key);
+  absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix);
+
+  // A lease of at least `ttl` (whole seconds, at least 1); its id.
+  absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
+  // Renews `lease` once; the time it has left. NOT_FOUND once it expired
+  // (its keys are gone).
+  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease);
+  // Ends `lease` now, deleting its keys.
+  absl::Status RevokeLease(int64_t lease);
+
+  // Calls `on_event` for every change to a key under `prefix` from
+  // `start_revision` on (0: from now), in revision order, until the watch
+  // is cancelled or its stream fails (then status() says why).
+  absl::StatusOr<std::unique_ptr<EtcdWatch>> WatchPrefix(
+      absl::string_view prefix, int64_t start_revision,
+      std::function<void(const EtcdEvent&)> on_event);
+
+  // The end of the range of keys that start with `prefix` (etcd's
+  // range_end): `prefix` with its last byte that is not 0xff incremented.
+  static std::string PrefixEnd(absl::string_view prefix);
+
+ private:
+  struct Member {
+    std::string endpoint;
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+  };
+
+  explicit EtcdClient(const EtcdOptions& options) : options_(options) {}
+
+  // Runs `call(member, context)` on the member that answered last, then on
+  // each other member while the answer is UNAVAILABLE or DEADLINE_EXCEEDED.
+  absl::Status OnSomeMember(
+      absl::string_view what,
+      const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call);
+
+  const EtcdOptions options_;
+  std::vector<Member> members_;
+  std::atomic<size_t> current_{0};
+};
+
+}  // namespace ps::net
+
+#endif  // PS_NET_ETCD_CLIENT_H_

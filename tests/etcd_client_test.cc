@@ -1,0 +1,192 @@
+// net/etcd_client against Debian's etcd, started on loopback for each test:
+// keys, compare-and-swap, leases that expire, watches and a member that is
+// down.
+
+#include "net/etcd_client.h"
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "tests/etcd_process.h"
+
+namespace ps::net {
+namespace {
+
+using absl::StatusCode;
+
+class EtcdClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ps::testing::EtcdProcess>> etcd =
+        ps::testing::EtcdProcess::Start("etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    EtcdOptions options;
+    options.endpoints = {etcd_->endpoint()};
+    options.call_timeout = absl::Seconds(2);
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+        EtcdClient::Connect(options);
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+  }
+
+  std::unique_ptr<ps::testing::EtcdProcess> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST(EtcdPrefixEndTest, IsThePrefixWithItsLastByteRaised) {
+  EXPECT_EQ(EtcdClient::PrefixEnd("/ps/a"), "/ps/b");
+  EXPECT_EQ(EtcdClient::PrefixEnd(std::string("a\xff", 2)), "b");
+  EXPECT_EQ(EtcdClient::PrefixEnd(""), std::string(1, '\0'));
+}
+
+TEST_F(EtcdClientTest, KeysAreWrittenReadAndDeletedByKeyAndByPrefix) {
+  EXPECT_THAT(client_->Get("/ps/job/a").status(),
+              StatusIs(StatusCode::kNotFound));
+  ASSERT_OK(client_->Put("/ps/job/a", "1"));
+  ASSERT_OK(client_->Put("/ps/job/b", "2"));
+  ASSERT_OK(client_->Put("/ps/jobs", "not under /ps/job/"));
+  absl::StatusOr<EtcdValue> a = client_->Get("/ps/job/a");
+  ASSERT_OK(a);
+  EXPECT_EQ(a->value, "1");
+  EXPECT_GT(a->mod_revision, 0);
+  absl::StatusOr<std::vector<EtcdValue>> job = client_->GetPrefix("/ps/job/");
+  ASSERT_OK(job);
+  ASSERT_EQ(job->size(), 2u);
+  EXPECT_EQ((*job)[0].key, "/ps/job/a");
+  EXPECT_EQ((*job)[1].value, "2");
+  absl::StatusOr<int64_t> deleted = client_->DeletePrefix("/ps/job/");
+  ASSERT_OK(deleted);
+  EXPECT_EQ(*deleted, 2);
+  EXPECT_OK(client_->Get("/ps/jobs").status());
+  absl::StatusOr<int64_t> one = client_->Delete("/ps/jobs");
+  ASSERT_OK(one);
+  EXPECT_EQ(*one, 1);
+}
+
+TEST_F(EtcdClientTest, ASwapHappensOnlyFromTheRevisionItExpects) {
+  // Only if absent: the first wins, the second loses.
+  absl::StatusOr<bool> created = client_->PutIf("/ps/map", "epoch 1", 0);
+  ASSERT_OK(created);
+  EXPECT_TRUE(*created);
+  absl::StatusOr<bool> again = client_->PutIf("/ps/map", "epoch 1'", 0);
+  ASSERT_OK(again);
+  EXPECT_FALSE(*again);
+  absl::StatusOr<EtcdValue> seen = client_->Get("/ps/map");
+  ASSERT_OK(seen);
+  EXPECT_EQ(seen->value, "epoch 1");
+  // From the revision read: wins once; a second writer with the same read
+  // loses.
+  absl::StatusOr<bool> swapped =
+      client_->PutIf("/ps/map", "epoch 2", seen->mod_revision);
+  ASSERT_OK(swapped);
+  EXPECT_TRUE(*swapped);
+  absl::StatusOr<bool> stale =
+      client_->PutIf("/ps/map", "epoch 2'", seen->mod_revision);
+  ASSERT_OK(stale);
+  EXPECT_FALSE(*stale);
+  absl::StatusOr<EtcdValue> now = client_->Get("/ps/map");
+  ASSERT_OK(now);
+  EXPECT_EQ(now->value, "epoch 2");
+}
+
+TEST_F(EtcdClientTest, ALeaseKeptAliveHoldsItsKeysAndOneLeftExpiresThem) {
+  absl::StatusOr<int64_t> kept = client_->GrantLease(absl::Seconds(2));
+  ASSERT_OK(kept);
+  absl::StatusOr<int64_t> left = client_->GrantLease(absl::Seconds(2));
+  ASSERT_OK(left);
+  ASSERT_OK(client_->Put("/ps/shards/0", "kept", *kept));
+  ASSERT_OK(client_->Put("/ps/shards/1", "left", *left));
+  absl::StatusOr<EtcdValue> attached = client_->Get("/ps/shards/1");
+  ASSERT_OK(attached);
+  EXPECT_EQ(attached->lease, *left);
+  // Renew one for 6 s (three TTLs); the other must be gone by then.
+  const absl::Time until = absl::Now() + absl::Seconds(6);
+  while (absl::Now() < until) {
+    absl::StatusOr<absl::Duration> renewed = client_->KeepAlive(*kept);
+    ASSERT_OK(renewed);
+    EXPECT_GT(*renewed, absl::ZeroDuration());
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_OK(client_->Get("/ps/shards/0").status());
+  EXPECT_THAT(client_->Get("/ps/shards/1").status(),
+              StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(client_->KeepAlive(*left).status(),
+              StatusIs(StatusCode::kNotFound));
+  // Revoked: its key goes at once.
+  ASSERT_OK(client_->RevokeLease(*kept));
+  EXPECT_THAT(client_->Get("/ps/shards/0").status(),
+              StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(EtcdClientTest, AWatchSeesEveryChangeUnderItsPrefixInOrder) {
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  absl::StatusOr<std::unique_ptr<EtcdWatch>> watch =
+      client_->WatchPrefix("/ps/w/", 0, [&](const EtcdEvent& event) {
+        absl::MutexLock lock(&mu);
+        seen.push_back(absl::StrCat(
+            event.type == EtcdEvent::Type::kPut ? "put " : "delete ",
+            event.kv.key, "=", event.kv.value));
+      });
+  ASSERT_OK(watch);
+  ASSERT_OK(client_->Put("/ps/w/a", "1"));
+  ASSERT_OK(client_->Put("/ps/elsewhere", "x"));
+  ASSERT_OK(client_->Put("/ps/w/a", "2"));
+  ASSERT_OK(client_->Delete("/ps/w/a"));
+  const std::vector<std::string> expected = {"put /ps/w/a=1", "put /ps/w/a=2",
+                                             "delete /ps/w/a="};
+  {
+    absl::MutexLock lock(&mu);
+    auto all_seen = [&] { return seen.size() >= expected.size(); };
+    mu.AwaitWithTimeout(absl::Condition(&all_seen), absl::Seconds(10));
+    EXPECT_EQ(seen, expected);
+  }
+  (*watch)->Cancel();
+  EXPECT_OK((*watch)->status());
+  // Nothing after the cancel.
+  ASSERT_OK(client_->Put("/ps/w/b", "3"));
+  absl::SleepFor(absl::Milliseconds(200));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen.size(), expected.size());
+}
+
+TEST_F(EtcdClientTest, AMemberThatIsDownIsPassedOverThenNamedInTheError) {
+  EtcdOptions options;
+  options.endpoints = {
+      absl::StrCat("127.0.0.1:", ps::testing::UnusedLoopbackPort()),
+      etcd_->endpoint()};
+  options.call_timeout = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+      EtcdClient::Connect(options);
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->Put("/ps/k", "v"));
+  absl::StatusOr<EtcdValue> value = (*client)->Get("/ps/k");
+  ASSERT_OK(value);
+  EXPECT_EQ(value->value, "v");
+  // Every member down: UNAVAILABLE (or the deadline), within the timeouts.
+  etcd_->Stop(SIGKILL);
+  const absl::Time start = absl::Now();
+  const absl::Status down = (*client)->Put("/ps/k", "w").status();
+  EXPECT_TRUE(absl::IsUnavailable(down) || absl::IsDeadlineExceeded(down))
+      << down;
+  EXPECT_NE(down.message().find("no etcd endpoint answered"),
+            absl::string_view::npos)
+      << down;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_THAT(EtcdClient::Connect(EtcdOptions()).status(),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace ps::net

@@ -1,0 +1,102 @@
+#include "tests/etcd_process.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/test_dirs.h"
+#include "net/etcd_client.h"
+
+namespace ps::testing {
+
+int UnusedLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+namespace {
+
+// Whether something accepts TCP connections on loopback `port`.
+bool Accepts(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  const bool connected =
+      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return connected;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
+    const std::string& name) {
+  const std::string binary = "/usr/bin/etcd";
+  if (!std::filesystem::exists(binary)) {
+    return absl::FailedPreconditionError(
+        "/usr/bin/etcd is missing: run deploy/setup.sh (etcd-server)");
+  }
+  const std::string dir = FreshTestDir(name);
+  const int client_port = UnusedLoopbackPort();
+  const int peer_port = UnusedLoopbackPort();
+  const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
+  const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
+  auto etcd = std::unique_ptr<EtcdProcess>(new EtcdProcess());
+  etcd->endpoint_ = absl::StrCat("127.0.0.1:", client_port);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(
+      {binary, "--name=" + name, "--data-dir=" + dir + "/data",
+       "--listen-client-urls=" + client_url,
+       "--advertise-client-urls=" + client_url,
+       "--listen-peer-urls=" + peer_url,
+       "--initial-advertise-peer-urls=" + peer_url,
+       "--initial-cluster=" + name + "=" + peer_url,
+       "--initial-cluster-state=new", "--log-level=error"},
+      /*capture_stdout=*/false, dir + "/etcd.log");
+  if (!process.ok()) return process.status();
+  etcd->process_ = *std::move(process);
+  // First the port, so that the client's channel connects at its first try
+  // rather than after gRPC's reconnect backoff.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!Accepts(client_port) && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
+  net::EtcdOptions options;
+  options.endpoints = {etcd->endpoint_};
+  options.call_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
+      net::EtcdClient::Connect(options);
+  if (!client.ok()) return client.status();
+  absl::Status last;
+  while (absl::Now() < deadline) {
+    last = (*client)->Put("/ps_test/ready", "1").status();
+    if (last.ok()) return etcd;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("etcd did not answer on ", etcd->endpoint_, " within 30 s (",
+                   last.ToString(), "); its log: ", dir, "/etcd.log"));
+}
+
+void EtcdProcess::Stop(int signal) {
+  if (process_ != nullptr) process_->SignalAndWait(signal);
+  process_.reset();
+}
+
+}  // namespace ps::testing

@@ -1,0 +1,44 @@
+// File: tests/etcd_process.h
+//
+// Test helper: Debian's etcd (/usr/bin/etcd, installed by deploy/setup.sh)
+// as a real child process, a one-member cluster listening on loopback ports
+// chosen free at run time, with its data in a fresh test directory. Killed
+// at destruction.
+
+#ifndef PS_TESTS_ETCD_PROCESS_H_
+#define PS_TESTS_ETCD_PROCESS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tests/child_process.h"
+
+namespace ps::testing {
+
+class EtcdProcess {
+ public:
+  // Starts etcd and waits (up to 30 s) until it answers on its client
+  // port. FAILED_PRECONDITION when /usr/bin/etcd is missing.
+  static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(
+      const std::string& name);
+
+  // host:port of its client endpoint.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Ends it with `signal` (SIGKILL: as a machine that is lost).
+  void Stop(int signal);
+
+ private:
+  EtcdProcess() = default;
+
+  std::string endpoint_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// A loopback port nothing listens on (bound, then released).
+int UnusedLoopbackPort();
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_ETCD_PROCESS_H_
