@@ -27,12 +27,20 @@
 #include "base/exit_codes.h"
 #include "net/admin_channel.h"
 #include "net/client_tls_flags.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "ops/admin_command.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "host:port of the shards, comma-separated in shard order; every "
           "shard is asked and the answers are added up.");
+ABSL_FLAG(std::string, etcd, "",
+          "host:port[,...] of an etcd cluster: find the shards of --job "
+          "there (as ps_server --etcd registers them) instead of --servers.");
+ABSL_FLAG(std::string, job, "", "With --etcd: the job whose shards to use.");
+ABSL_FLAG(int32_t, etcd_wait_s, 10,
+          "With --etcd: how long to wait for every shard to be registered.");
 ABSL_FLAG(std::string, table, "",
           "For `row`, `set-lr` and `drop-table`: the table.");
 ABSL_FLAG(uint64_t, key, 0, "For `row`: the key.");
@@ -137,6 +145,19 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   return options;
 }
 
+// The addresses of --job's shards as they registered in etcd (`endpoints`),
+// waiting up to --etcd_wait_s for all of them.
+absl::StatusOr<std::vector<std::string>> ShardsFromEtcd(
+    const std::string& endpoints) {
+  ps::net::EtcdOptions options;
+  options.endpoints = absl::StrSplit(endpoints, ',', absl::SkipWhitespace());
+  absl::StatusOr<std::unique_ptr<ps::net::EtcdClient>> etcd =
+      ps::net::EtcdClient::Connect(options);
+  if (!etcd.ok()) return etcd.status();
+  return ps::net::FindShards(**etcd, absl::GetFlag(FLAGS_job),
+                             absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,8 +207,18 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(token.status().ToString());
     cluster.token = *std::move(token);
   }
-  cluster.servers =
-      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
+  if (const std::string etcd = absl::GetFlag(FLAGS_etcd); !etcd.empty()) {
+    absl::StatusOr<std::vector<std::string>> servers = ShardsFromEtcd(etcd);
+    if (!servers.ok()) {
+      if (absl::IsInvalidArgument(servers.status()))
+        return Fail(std::string(servers.status().message()));
+      return Fail(servers.status());
+    }
+    cluster.servers = *std::move(servers);
+  } else {
+    cluster.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',
+                                     absl::SkipWhitespace());
+  }
   if (cluster.servers.empty()) return Fail("--servers names no shard");
   cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
                             ? cluster.servers[0]

@@ -14,12 +14,15 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "server/shard_server.h"
 
@@ -31,6 +34,19 @@ ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, in [0, num_shards).");
 ABSL_FLAG(uint32_t, num_shards, 1,
           "Shards in the cluster. Keys whose shard (slot % num_shards) is not "
           "this one are refused with FAILED_PRECONDITION.");
+ABSL_FLAG(std::string, etcd, "",
+          "host:port[,...] of an etcd cluster: register this shard under "
+          "/ps/<--job>/shards/<--shard_index> with a lease, so that workers "
+          "and ps_admin find it with --etcd instead of --servers. Empty: "
+          "none (the embedded default).");
+ABSL_FLAG(std::string, job, "",
+          "With --etcd: the job this shard serves (a-z, 0-9, _ and -).");
+ABSL_FLAG(int32_t, etcd_lease_s, 10,
+          "With --etcd: the lease of this shard's record; a shard that dies "
+          "drops out of etcd this long after.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "With --etcd: the host:port workers dial (default: the address "
+          "this shard listens on; required when that is 0.0.0.0 or [::]).");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory of this shard's RocksDB (created if missing). Restarting "
           "on the same directory resumes every table. Required.");
@@ -438,13 +454,59 @@ void AnnounceServing(const ps::server::ServerOptions& options,
             << " (durability=" << absl::GetFlag(FLAGS_durability) << ")";
 }
 
+// The shard's record in etcd while it serves (--etcd), or none.
+struct EtcdPresence {
+  std::unique_ptr<ps::net::EtcdClient> etcd;
+  std::unique_ptr<ps::net::ShardRegistration> registration;
+};
+
+// With --etcd: checks the etcd flags and registers the shard serving on
+// `port` under its job.
+absl::StatusOr<EtcdPresence> RegisterInEtcd(
+    const ps::server::ServerOptions& options, int port) {
+  EtcdPresence presence;
+  const std::string endpoints = absl::GetFlag(FLAGS_etcd);
+  if (endpoints.empty()) return presence;
+  RETURN_IF_ERROR(ps::net::CheckJobName(absl::GetFlag(FLAGS_job)));
+  if (absl::GetFlag(FLAGS_etcd_lease_s) < 1)
+    return BadFlag("--etcd_lease_s must be >= 1");
+  ps::net::ShardRecord record;
+  record.index = static_cast<int>(options.shard_index);
+  record.num_shards = static_cast<int>(options.num_shards);
+  record.address = absl::GetFlag(FLAGS_advertise_address);
+  if (record.address.empty()) {
+    const std::string host =
+        options.listen_address.substr(0, options.listen_address.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host.empty())
+      return BadFlag(
+          "--etcd with --listen on every address needs "
+          "--advertise_address");
+    record.address = absl::StrCat(host, ":", port);
+  }
+  ps::net::EtcdOptions etcd_options;
+  etcd_options.endpoints =
+      absl::StrSplit(endpoints, ',', absl::SkipWhitespace());
+  ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
+  ASSIGN_OR_RETURN(presence.registration,
+                   ps::net::ShardRegistration::Start(
+                       presence.etcd.get(), absl::GetFlag(FLAGS_job), record,
+                       absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s))));
+  LOG(INFO) << "registered in etcd as "
+            << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
+            << " = " << record.address;
+  return presence;
+}
+
 // Waits for one of `shutdown_signals` (or an admin drain, which raises
-// SIGTERM), then drains for --drain_seconds and stops the server. The exit
-// code: 0 once it stopped cleanly, 70 otherwise.
+// SIGTERM), then leaves etcd (if registered), drains for --drain_seconds and
+// stops the server. The exit code: 0 once it stopped cleanly, 70 otherwise.
 int ServeUntilSignal(const sigset_t& shutdown_signals,
-                     std::unique_ptr<ps::server::ShardServer> server) {
+                     std::unique_ptr<ps::server::ShardServer> server,
+                     EtcdPresence presence) {
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
+  // Workers that look the shards up from now on do not find this one.
+  presence.registration.reset();
   LOG(INFO) << "signal " << signal_number
             << " (or an admin drain): draining for up to "
             << absl::GetFlag(FLAGS_drain_seconds) << " s";
@@ -477,6 +539,12 @@ int main(int argc, char** argv) {
     Fail(server.status());
     return ps::kExitFailed;
   }
+  absl::StatusOr<EtcdPresence> presence =
+      RegisterInEtcd(*options, (*server)->port());
+  if (!presence.ok() && absl::IsInvalidArgument(presence.status()))
+    return Fail(std::string(presence.status().message()));
+  if (!presence.ok()) return Fail(presence.status());
   AnnounceServing(*options, **server);
-  return ServeUntilSignal(shutdown_signals, *std::move(server));
+  return ServeUntilSignal(shutdown_signals, *std::move(server),
+                          *std::move(presence));
 }

@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
@@ -25,6 +26,8 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
 #include "ops/periodic_checkpointer.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -151,6 +154,21 @@ int Finish(const ps::worker::TrainingSummary& summary,
   return summary.drained ? ps::kExitDrained : ps::kExitDone;
 }
 
+// The addresses of --job's shards, as they registered in etcd; waits up to
+// `wait` for all of them.
+absl::StatusOr<std::vector<std::string>> FindShardsInEtcd(
+    const ps::worker::WorkerFlags& flags, absl::Duration wait) {
+  ps::net::EtcdOptions etcd_options;
+  etcd_options.endpoints = flags.etcd;
+  ASSIGN_OR_RETURN(std::unique_ptr<ps::net::EtcdClient> etcd,
+                   ps::net::EtcdClient::Connect(etcd_options));
+  ASSIGN_OR_RETURN(std::vector<std::string> servers,
+                   ps::net::FindShards(*etcd, flags.job, wait));
+  LOG(INFO) << "shards of job " << flags.job
+            << " from etcd: " << absl::StrJoin(servers, ",");
+  return servers;
+}
+
 // A flag's error (INVALID_ARGUMENT, from trainer_flags.h): exit 64.
 int FailUsage(const absl::Status& status) {
   return Fail(std::string(status.message()));
@@ -192,6 +210,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::worker::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();
   if (!client_options.ok()) return FailUsage(client_options.status());
+  if (!flags->etcd.empty()) {
+    absl::StatusOr<std::vector<std::string>> servers =
+        FindShardsInEtcd(*flags, options->start_timeout);
+    if (!servers.ok()) return Fail(servers.status());
+    client_options->servers = *std::move(servers);
+  }
   auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);
   if (!checkpointer.ok()) return FailUsage(checkpointer.status());
   options->checkpoints = checkpointer->get();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,9 @@ struct WorkerFlags {
   int checkpoints_to_keep = 3;
   // The shards' admin token, read from --token_file (empty: none).
   std::string admin_token;
+  // --etcd's endpoints (empty: none) and --job: where the shards are found.
+  std::vector<std::string> etcd;
+  std::string job;
 };
 
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags();

@@ -1,0 +1,149 @@
+#include "net/shard_directory.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+
+namespace ps::net {
+namespace {
+
+// "<address> <num_shards>".
+std::string RecordValue(const ShardRecord& record) {
+  return absl::StrCat(record.address, " ", record.num_shards);
+}
+
+absl::StatusOr<ShardRecord> ParseRecord(const EtcdValue& kv,
+                                        absl::string_view prefix) {
+  ShardRecord record;
+  const std::vector<std::string> fields =
+      absl::StrSplit(kv.value, ' ', absl::SkipEmpty());
+  if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()),
+                        &record.index) ||
+      fields.size() != 2 || !absl::SimpleAtoi(fields[1], &record.num_shards) ||
+      record.num_shards < 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", kv.key, " holds '", kv.value,
+                     "', not a shard's address and shard count"));
+  }
+  record.address = fields[0];
+  return record;
+}
+
+}  // namespace
+
+absl::Status CheckJobName(const std::string& job) {
+  const bool valid =
+      !job.empty() && job.size() <= 64 &&
+      job.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") ==
+          std::string::npos;
+  if (!valid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job must be 1 to 64 of a-z, 0-9, _ and -, not '", job, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ShardsPrefix(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/shards/");
+}
+
+absl::StatusOr<std::unique_ptr<ShardRegistration>> ShardRegistration::Start(
+    EtcdClient* etcd, const std::string& job, const ShardRecord& record,
+    absl::Duration ttl) {
+  RETURN_IF_ERROR(CheckJobName(job));
+  auto registration = std::unique_ptr<ShardRegistration>(
+      new ShardRegistration(etcd, absl::StrCat(ShardsPrefix(job), record.index),
+                            RecordValue(record), ttl));
+  RETURN_IF_ERROR(registration->Register());
+  ShardRegistration* raw = registration.get();
+  registration->renewer_ = std::thread([raw] { raw->KeepAlive(); });
+  return registration;
+}
+
+absl::Status ShardRegistration::Register() {
+  ASSIGN_OR_RETURN(const int64_t lease, etcd_->GrantLease(ttl_));
+  // Only where no live process holds the index (its key goes with its
+  // lease), or where this one's earlier lease lapsed.
+  ASSIGN_OR_RETURN(const bool created, etcd_->PutIf(key_, value_, 0, lease));
+  if (!created) {
+    etcd_->RevokeLease(lease).IgnoreError();
+    absl::StatusOr<EtcdValue> held = etcd_->Get(key_);
+    return absl::AlreadyExistsError(
+        absl::StrCat("etcd's ", key_, " is held by another live shard (",
+                     held.ok() ? held->value : held.status().ToString(),
+                     "): is this --shard_index already running?"));
+  }
+  lease_ = lease;
+  return absl::OkStatus();
+}
+
+void ShardRegistration::KeepAlive() {
+  while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
+    absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_);
+    if (renewed.ok()) continue;
+    if (absl::IsNotFound(renewed.status())) {
+      LOG(WARNING) << key_ << ": the etcd lease lapsed; registering again";
+      const absl::Status again = Register();
+      if (!again.ok()) {
+        LOG_EVERY_N(WARNING, 10) << key_ << ": " << again;
+      }
+    } else {
+      LOG_EVERY_N(WARNING, 10) << key_ << ": renewing: " << renewed.status();
+    }
+  }
+}
+
+ShardRegistration::~ShardRegistration() {
+  stop_.Notify();
+  if (renewer_.joinable()) renewer_.join();
+  if (absl::Status revoked = etcd_->RevokeLease(lease_); !revoked.ok())
+    LOG(WARNING) << key_ << ": " << revoked << " (the key goes with its lease)";
+}
+
+absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
+                                                    const std::string& job,
+                                                    absl::Duration wait) {
+  RETURN_IF_ERROR(CheckJobName(job));
+  const std::string prefix = ShardsPrefix(job);
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    ASSIGN_OR_RETURN(std::vector<EtcdValue> values, etcd.GetPrefix(prefix));
+    int num_shards = 0;
+    std::vector<std::string> addresses;
+    for (const EtcdValue& kv : values) {
+      ASSIGN_OR_RETURN(const ShardRecord record, ParseRecord(kv, prefix));
+      if (num_shards != 0 && record.num_shards != num_shards) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the shards of job ", job, " disagree on their count (", num_shards,
+            " and ", record.num_shards, ")"));
+      }
+      num_shards = record.num_shards;
+      if (addresses.size() < static_cast<size_t>(num_shards))
+        addresses.resize(num_shards);
+      if (record.index >= 0 && record.index < num_shards)
+        addresses[record.index] = record.address;
+    }
+    std::vector<int> missing;
+    for (int i = 0; i < num_shards; ++i) {
+      if (addresses[i].empty()) missing.push_back(i);
+    }
+    if (num_shards > 0 && missing.empty()) return addresses;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          num_shards == 0
+              ? absl::StrCat("no shard of job ", job, " is registered in etcd")
+              : absl::StrCat("shards ", absl::StrJoin(missing, ", "), " of ",
+                             num_shards, " of job ", job,
+                             " are not registered in etcd"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+}  // namespace ps::net

@@ -1,0 +1,154 @@
+// Shards that register in etcd (ps_server --etcd --job) and the binaries
+// that find them there instead of --servers (ps_worker, ps_admin), against
+// Debian's etcd and real processes on loopback.
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "tests/child_process.h"
+#include "tests/etcd_process.h"
+#include "tests/server_process.h"
+#include "tests/test_files.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr char kJob[] = "ctr";
+
+class EtcdClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<EtcdProcess>> etcd =
+        EtcdProcess::Start("etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    net::EtcdOptions options;
+    options.endpoints = {etcd_->endpoint()};
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
+        net::EtcdClient::Connect(options);
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+  }
+
+  std::vector<std::string> ShardFlags(int index, int num_shards) {
+    return {"--data_dir=" +
+                FreshTestDir(absl::StrCat("shard", index, "_", ++started_)),
+            absl::StrCat("--shard_index=", index),
+            absl::StrCat("--num_shards=", num_shards),
+            "--etcd=" + etcd_->endpoint(),
+            absl::StrCat("--job=", kJob),
+            "--etcd_lease_s=2"};
+  }
+
+  // The shard records of kJob in etcd.
+  size_t Registered() {
+    absl::StatusOr<std::vector<net::EtcdValue>> records =
+        client_->GetPrefix(absl::StrCat("/ps/", kJob, "/shards/"));
+    EXPECT_OK(records);
+    return records.ok() ? records->size() : 0;
+  }
+
+  // Waits up to `timeout` until Registered() is `count`.
+  bool WaitForRegistered(size_t count, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (Registered() != count && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(50));
+    return Registered() == count;
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<net::EtcdClient> client_;
+  int started_ = 0;
+};
+
+TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
+  ASSERT_OK(shard1);
+  ASSERT_EQ(Registered(), 2u);
+  absl::StatusOr<net::EtcdValue> record =
+      client_->Get(absl::StrCat("/ps/", kJob, "/shards/1"));
+  ASSERT_OK(record);
+  EXPECT_EQ(record->value, (*shard1)->address() + " 2");
+
+  const std::string dir = FreshTestDir("etcd_training");
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + dir + "/train.tsv", "--lines=4000"},
+                            dir + "/gen.log"),
+            0);
+  const int trained = RunToCompletion(
+      {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
+       absl::StrCat("--job=", kJob), "--train=" + dir + "/train.tsv",
+       "--batch_size=500", "--embedding_dim=4", "--hidden=8", "--device=cpu",
+       "--metrics_out=" + dir + "/metrics.json"},
+      dir + "/worker.log");
+  ASSERT_EQ(trained, 0) << ReadFile(dir + "/worker.log");
+  EXPECT_EQ(Metric(ReadFile(dir + "/metrics.json"), "examples"), 4000);
+  EXPECT_NE(ReadFile(dir + "/worker.log").find("from etcd"), std::string::npos);
+
+  // ps_admin sums both shards' answers.
+  const int stats = RunToCompletion(
+      {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+       absl::StrCat("--job=", kJob), "stats", "--json", "--interval_s=0"},
+      dir + "/admin.log");
+  EXPECT_EQ(stats, 0) << ReadFile(dir + "/admin.log");
+
+  // Both ways of naming the shards at once is a bad command.
+  EXPECT_EQ(
+      RunToCompletion(
+          {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
+           absl::StrCat("--job=", kJob), "--servers=" + (*shard0)->address(),
+           "--train=" + dir + "/train.tsv"},
+          dir + "/both.log"),
+      64);
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
+                 "--job=Bad Name", "--train=" + dir + "/train.tsv"},
+                dir + "/bad_job.log"),
+            64);
+}
+
+TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(shard0);
+  ASSERT_EQ(Registered(), 1u);
+  // A second process for the same index while the first lives is refused.
+  auto twin = ServerProcess::Start(ShardFlags(0, 1), absl::Seconds(20));
+  EXPECT_FALSE(twin.ok());
+  EXPECT_EQ(Registered(), 1u);
+  // Stopped: the record goes with the revoked lease, at once.
+  EXPECT_EQ((*shard0)->SignalAndWait(SIGTERM), 0);
+  EXPECT_EQ(Registered(), 0u);
+  // Killed: it goes when the 2 s lease runs out.
+  auto again = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(again);
+  ASSERT_EQ(Registered(), 1u);
+  (*again)->SignalAndWait(SIGKILL);
+  const absl::Time killed = absl::Now();
+  EXPECT_EQ(Registered(), 1u);  // not yet
+  EXPECT_TRUE(WaitForRegistered(0, absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // With no shard registered, ps_admin waits --etcd_wait_s, then says so.
+  const std::string dir = FreshTestDir("etcd_none");
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "--etcd_wait_s=1", "stats"},
+                dir + "/admin.log"),
+            69);
+  EXPECT_NE(ReadFile(dir + "/admin.log").find("no shard of job ctr"),
+            std::string::npos)
+      << ReadFile(dir + "/admin.log");
+}
+
+}  // namespace
+}  // namespace ps::testing
