@@ -66,14 +66,15 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
 
 absl::Status EtcdClient::OnSomeMember(
     absl::string_view what,
-    const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call) {
+    const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call,
+    absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) timeout = options_.call_timeout;
   const size_t first = current_.load();
   grpc::Status status;
   for (size_t tried = 0; tried < members_.size(); ++tried) {
     const size_t index = (first + tried) % members_.size();
     grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + options_.call_timeout));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     status = call(members_[index], context);
     if (!TriesAnotherMember(status)) {
       current_ = index;
@@ -196,7 +197,8 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   return response.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
+absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease,
+                                                     absl::Duration timeout) {
   etcdserverpb::LeaseKeepAliveResponse response;
   bool answered = false;
   RETURN_IF_ERROR(OnSomeMember(
@@ -211,7 +213,8 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
         if (answered) context.TryCancel();
         grpc::Status status = stream->Finish();
         return answered ? grpc::Status::OK : status;
-      }));
+      },
+      timeout));
   if (!answered)
     return absl::UnavailableError("etcd closed the keep-alive stream");
   if (response.ttl() <= 0)
@@ -219,15 +222,16 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
   return absl::Seconds(response.ttl());
 }
 
-absl::Status EtcdClient::RevokeLease(int64_t lease) {
+absl::Status EtcdClient::RevokeLease(int64_t lease, absl::Duration timeout) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  return OnSomeMember(absl::StrCat("revoking lease ", lease),
-                      [&](Member& member, grpc::ClientContext& context) {
-                        return member.lease->LeaseRevoke(&context, request,
-                                                         &response);
-                      });
+  return OnSomeMember(
+      absl::StrCat("revoking lease ", lease),
+      [&](Member& member, grpc::ClientContext& context) {
+        return member.lease->LeaseRevoke(&context, request, &response);
+      },
+      timeout);
 }
 
 absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
@@ -287,6 +291,7 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
 EtcdWatch::~EtcdWatch() { Cancel(); }
 
 void EtcdWatch::Cancel() {
+  absl::MutexLock lock(&cancel_mu_);
   cancelled_ = true;
   context_.TryCancel();
   if (thread_.joinable()) thread_.join();

@@ -61,7 +61,8 @@ struct EtcdEvent {
 class EtcdWatch {
  public:
   ~EtcdWatch();
-  // Stops the watch and waits for a callback in progress. Idempotent.
+  // Stops the watch and waits for a callback in progress. Idempotent; not
+  // from inside the watch's own callback.
   void Cancel();
   // Why the watch ended on its own (OK while it runs or after Cancel()).
   absl::Status status();
@@ -72,6 +73,7 @@ class EtcdWatch {
 
   grpc::ClientContext context_;
   std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
   absl::Mutex mu_;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
@@ -104,10 +106,13 @@ class EtcdClient {
   // A lease of at least `ttl` (whole seconds, at least 1); its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // Renews `lease` once; the time it has left. NOT_FOUND once it expired
-  // (its keys are gone).
-  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease);
-  // Ends `lease` now, deleting its keys.
-  absl::Status RevokeLease(int64_t lease);
+  // (its keys are gone). `timeout` (per member; default: the options')
+  // bounds how long a renewal may block.
+  absl::StatusOr<absl::Duration> KeepAlive(
+      int64_t lease, absl::Duration timeout = absl::ZeroDuration());
+  // Ends `lease` now, deleting its keys; `timeout` as for KeepAlive().
+  absl::Status RevokeLease(int64_t lease,
+                           absl::Duration timeout = absl::ZeroDuration());
 
   // Calls `on_event` for every change to a key under `prefix` from
   // `start_revision` on (0: from now), in revision order, until the watch
@@ -131,10 +136,12 @@ class EtcdClient {
   explicit EtcdClient(const EtcdOptions& options) : options_(options) {}
 
   // Runs `call(member, context)` on the member that answered last, then on
-  // each other member while the answer is UNAVAILABLE or DEADLINE_EXCEEDED.
+  // each other member while the answer is UNAVAILABLE or DEADLINE_EXCEEDED,
+  // each with a deadline of `timeout` (zero: options_.call_timeout).
   absl::Status OnSomeMember(
       absl::string_view what,
-      const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call);
+      const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call,
+      absl::Duration timeout = absl::ZeroDuration());
 
   const EtcdOptions options_;
   std::vector<Member> members_;

@@ -67,31 +67,57 @@ absl::StatusOr<std::unique_ptr<ShardRegistration>> ShardRegistration::Start(
 }
 
 absl::Status ShardRegistration::Register() {
-  ASSIGN_OR_RETURN(const int64_t lease, etcd_->GrantLease(ttl_));
-  // Only where no live process holds the index (its key goes with its
-  // lease), or where this one's earlier lease lapsed.
-  ASSIGN_OR_RETURN(const bool created, etcd_->PutIf(key_, value_, 0, lease));
-  if (!created) {
-    etcd_->RevokeLease(lease).IgnoreError();
+  ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(ttl_));
+  // Only where no live process holds the index. A process of this index
+  // that was killed leaves its key until its lease runs out: wait that
+  // long before calling the index taken.
+  const absl::Time give_up = absl::Now() + ttl_ + absl::Seconds(1);
+  bool said = false;
+  while (true) {
+    if (said) {
+      // Waiting as long as a lease lasts: keep this one alive meanwhile.
+      absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease);
+      if (absl::IsNotFound(renewed.status())) {
+        ASSIGN_OR_RETURN(lease, etcd_->GrantLease(ttl_));
+      }
+    }
+    absl::StatusOr<bool> created = etcd_->PutIf(key_, value_, 0, lease);
     absl::StatusOr<EtcdValue> held = etcd_->Get(key_);
-    return absl::AlreadyExistsError(
-        absl::StrCat("etcd's ", key_, " is held by another live shard (",
-                     held.ok() ? held->value : held.status().ToString(),
-                     "): is this --shard_index already running?"));
+    // A swap that etcd applied but whose answer was lost (and was sent
+    // again) leaves the key on this lease.
+    if ((created.ok() && *created) || (held.ok() && held->lease == lease)) {
+      lease_ = lease;
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= give_up || (!created.ok() && !held.ok())) {
+      etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
+      if (!created.ok()) return created.status();
+      return absl::AlreadyExistsError(
+          absl::StrCat("etcd's ", key_, " is held by another live shard (",
+                       held.ok() ? held->value : held.status().ToString(),
+                       "): is this --shard_index already running?"));
+    }
+    if (!said) {
+      LOG(INFO) << key_ << " is held (" << (held.ok() ? held->value : "?")
+                << "): waiting up to " << absl::FormatDuration(ttl_)
+                << " for the lease of a process that died to run out";
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
   }
-  lease_ = lease;
-  return absl::OkStatus();
 }
 
 void ShardRegistration::KeepAlive() {
   while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-    absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_);
+    absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_, ttl_ / 3);
     if (renewed.ok()) continue;
     if (absl::IsNotFound(renewed.status())) {
       LOG(WARNING) << key_ << ": the etcd lease lapsed; registering again";
       const absl::Status again = Register();
       if (!again.ok()) {
-        LOG_EVERY_N(WARNING, 10) << key_ << ": " << again;
+        // Workers that look the shards up do not find this one until it is
+        // registered again.
+        LOG_EVERY_N(ERROR, 10) << key_ << ": not registered in etcd: " << again;
       }
     } else {
       LOG_EVERY_N(WARNING, 10) << key_ << ": renewing: " << renewed.status();
@@ -102,9 +128,51 @@ void ShardRegistration::KeepAlive() {
 ShardRegistration::~ShardRegistration() {
   stop_.Notify();
   if (renewer_.joinable()) renewer_.join();
-  if (absl::Status revoked = etcd_->RevokeLease(lease_); !revoked.ok())
+  // Briefly: a shard that stops must not wait on an etcd that is gone.
+  if (absl::Status revoked = etcd_->RevokeLease(lease_, absl::Seconds(1));
+      !revoked.ok())
     LOG(WARNING) << key_ << ": " << revoked << " (the key goes with its lease)";
 }
+
+namespace {
+
+// The addresses of every shard of `job` in `values`, in index order, or
+// why there are not all of them.
+absl::StatusOr<std::vector<std::string>> ShardsIn(
+    const std::vector<EtcdValue>& values, const std::string& job,
+    absl::string_view prefix) {
+  int num_shards = 0;
+  std::vector<std::string> addresses;
+  for (const EtcdValue& kv : values) {
+    ASSIGN_OR_RETURN(const ShardRecord record, ParseRecord(kv, prefix));
+    if (num_shards != 0 && record.num_shards != num_shards) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the shards of job ", job, " disagree on their count (",
+                       num_shards, " and ", record.num_shards, ")"));
+    }
+    num_shards = record.num_shards;
+    if (addresses.size() < static_cast<size_t>(num_shards))
+      addresses.resize(num_shards);
+    if (record.index >= 0 && record.index < num_shards)
+      addresses[record.index] = record.address;
+  }
+  if (num_shards == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no shard of job ", job, " is registered in etcd"));
+  }
+  std::vector<int> missing;
+  for (int i = 0; i < num_shards; ++i) {
+    if (addresses[i].empty()) missing.push_back(i);
+  }
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "shards ", absl::StrJoin(missing, ", "), " of ", num_shards, " of job ",
+        job, " are not registered in etcd"));
+  }
+  return addresses;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
                                                     const std::string& job,
@@ -113,35 +181,13 @@ absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
   const std::string prefix = ShardsPrefix(job);
   const absl::Time deadline = absl::Now() + wait;
   while (true) {
-    ASSIGN_OR_RETURN(std::vector<EtcdValue> values, etcd.GetPrefix(prefix));
-    int num_shards = 0;
-    std::vector<std::string> addresses;
-    for (const EtcdValue& kv : values) {
-      ASSIGN_OR_RETURN(const ShardRecord record, ParseRecord(kv, prefix));
-      if (num_shards != 0 && record.num_shards != num_shards) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the shards of job ", job, " disagree on their count (", num_shards,
-            " and ", record.num_shards, ")"));
-      }
-      num_shards = record.num_shards;
-      if (addresses.size() < static_cast<size_t>(num_shards))
-        addresses.resize(num_shards);
-      if (record.index >= 0 && record.index < num_shards)
-        addresses[record.index] = record.address;
-    }
-    std::vector<int> missing;
-    for (int i = 0; i < num_shards; ++i) {
-      if (addresses[i].empty()) missing.push_back(i);
-    }
-    if (num_shards > 0 && missing.empty()) return addresses;
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          num_shards == 0
-              ? absl::StrCat("no shard of job ", job, " is registered in etcd")
-              : absl::StrCat("shards ", absl::StrJoin(missing, ", "), " of ",
-                             num_shards, " of job ", job,
-                             " are not registered in etcd"));
-    }
+    // Whatever is wrong (etcd unreachable, a shard missing, records of an
+    // earlier job size that have not expired yet) may mend within the wait.
+    absl::StatusOr<std::vector<EtcdValue>> values = etcd.GetPrefix(prefix);
+    absl::StatusOr<std::vector<std::string>> shards =
+        values.ok() ? ShardsIn(*values, job, prefix)
+                    : absl::StatusOr<std::vector<std::string>>(values.status());
+    if (shards.ok() || absl::Now() >= deadline) return shards;
     absl::SleepFor(absl::Milliseconds(100));
   }
 }

@@ -45,8 +45,10 @@ class ShardRegistration {
  public:
   // Writes `record` under a lease of `ttl` and renews it every third of
   // `ttl` on a thread of its own; a lease that lapsed (etcd unreachable for
-  // longer) is granted again and the record written again. Errors: etcd's,
-  // and ALREADY_EXISTS when another live process holds the index.
+  // longer) is granted again and the record written again. A record left by
+  // a process of this index that died is waited out (up to `ttl` and a
+  // second). Errors: etcd's, and ALREADY_EXISTS when another live process
+  // holds the index.
   // `etcd` must outlive the registration.
   static absl::StatusOr<std::unique_ptr<ShardRegistration>> Start(
       EtcdClient* etcd, const std::string& job, const ShardRecord& record,
@@ -75,8 +77,11 @@ class ShardRegistration {
 
 // Waits up to `wait` until every shard of `job` is registered (as many as
 // their records' shard count, indexes 0 to count - 1, agreeing on the
-// count); their addresses in index order. DEADLINE_EXCEEDED names the
-// missing shards; FAILED_PRECONDITION for records that disagree.
+// count); their addresses in index order. Until the wait is over, whatever
+// stands in the way is waited out (etcd unreachable, a shard missing,
+// records of an earlier shard count whose leases have not run out); then
+// it is the error: DEADLINE_EXCEEDED naming the missing shards,
+// FAILED_PRECONDITION for records that disagree, etcd's own.
 absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
                                                     const std::string& job,
                                                     absl::Duration wait);

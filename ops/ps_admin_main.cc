@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
@@ -208,6 +209,9 @@ int main(int argc, char** argv) {
     cluster.token = *std::move(token);
   }
   if (const std::string etcd = absl::GetFlag(FLAGS_etcd); !etcd.empty()) {
+    if (absl::flags_internal::WasPresentOnCommandLine("servers"))
+      return Fail(
+          "--etcd finds the shards: give --servers or --etcd, not both");
     absl::StatusOr<std::vector<std::string>> servers = ShardsFromEtcd(etcd);
     if (!servers.ok()) {
       if (absl::IsInvalidArgument(servers.status()))

@@ -413,14 +413,32 @@ absl::Status CheckPushLogBound(ps::server::ServerOptions* /*options*/) {
   return absl::OkStatus();
 }
 
+// With --etcd: --job, --etcd_lease_s and an address workers can dial,
+// checked before the store opens.
+absl::Status CheckEtcdFlags(ps::server::ServerOptions* options) {
+  if (absl::GetFlag(FLAGS_etcd).empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(ps::net::CheckJobName(absl::GetFlag(FLAGS_job)));
+  if (absl::GetFlag(FLAGS_etcd_lease_s) < 1)
+    return BadFlag("--etcd_lease_s must be >= 1");
+  const std::string host =
+      options->listen_address.substr(0, options->listen_address.rfind(':'));
+  if (absl::GetFlag(FLAGS_advertise_address).empty() &&
+      (host == "0.0.0.0" || host == "[::]" || host.empty())) {
+    return BadFlag(
+        "--etcd with --listen on every address needs --advertise_address");
+  }
+  return absl::OkStatus();
+}
+
 // The ShardServer options the flags give; INVALID_ARGUMENT (see BadFlag) for
 // the first bad flag, in the order of the readers below.
 absl::StatusOr<ps::server::ServerOptions> OptionsFromFlags() {
   using FlagReader = absl::Status (*)(ps::server::ServerOptions*);
-  const FlagReader readers[] = {
-      ReadServingFlags,        ReadStoreFlags,  ReadDurabilityFlags,
-      ReadPushLogRecoveryFlag, ReadWorkerFlags, RequireDataDir,
-      ReadTlsAndListenFlags,   ReadTokenFlags,  CheckPushLogBound};
+  const FlagReader readers[] = {ReadServingFlags,      ReadStoreFlags,
+                                ReadDurabilityFlags,   ReadPushLogRecoveryFlag,
+                                ReadWorkerFlags,       RequireDataDir,
+                                ReadTlsAndListenFlags, ReadTokenFlags,
+                                CheckPushLogBound,     CheckEtcdFlags};
   ps::server::ServerOptions options;
   for (FlagReader read : readers) {
     if (absl::Status status = read(&options); !status.ok()) return status;
@@ -460,28 +478,21 @@ struct EtcdPresence {
   std::unique_ptr<ps::net::ShardRegistration> registration;
 };
 
-// With --etcd: checks the etcd flags and registers the shard serving on
-// `port` under its job.
+// With --etcd: registers the shard serving on `port` under its job.
 absl::StatusOr<EtcdPresence> RegisterInEtcd(
     const ps::server::ServerOptions& options, int port) {
   EtcdPresence presence;
   const std::string endpoints = absl::GetFlag(FLAGS_etcd);
   if (endpoints.empty()) return presence;
-  RETURN_IF_ERROR(ps::net::CheckJobName(absl::GetFlag(FLAGS_job)));
-  if (absl::GetFlag(FLAGS_etcd_lease_s) < 1)
-    return BadFlag("--etcd_lease_s must be >= 1");
   ps::net::ShardRecord record;
   record.index = static_cast<int>(options.shard_index);
   record.num_shards = static_cast<int>(options.num_shards);
+  // CheckEtcdFlags() made sure a wildcard --listen has --advertise_address.
   record.address = absl::GetFlag(FLAGS_advertise_address);
   if (record.address.empty()) {
-    const std::string host =
-        options.listen_address.substr(0, options.listen_address.rfind(':'));
-    if (host == "0.0.0.0" || host == "[::]" || host.empty())
-      return BadFlag(
-          "--etcd with --listen on every address needs "
-          "--advertise_address");
-    record.address = absl::StrCat(host, ":", port);
+    record.address = absl::StrCat(
+        options.listen_address.substr(0, options.listen_address.rfind(':')),
+        ":", port);
   }
   ps::net::EtcdOptions etcd_options;
   etcd_options.endpoints =

@@ -103,7 +103,14 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
       dir + "/admin.log");
   EXPECT_EQ(stats, 0) << ReadFile(dir + "/admin.log");
 
-  // Both ways of naming the shards at once is a bad command.
+  // Both ways of naming the shards at once is a bad command, even with
+  // --servers at its default.
+  EXPECT_EQ(
+      RunToCompletion(
+          {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+           absl::StrCat("--job=", kJob), "--servers=127.0.0.1:50051", "stats"},
+          dir + "/admin_both.log"),
+      64);
   EXPECT_EQ(
       RunToCompletion(
           {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
@@ -122,9 +129,15 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
   ASSERT_OK(shard0);
   ASSERT_EQ(Registered(), 1u);
-  // A second process for the same index while the first lives is refused.
-  auto twin = ServerProcess::Start(ShardFlags(0, 1), absl::Seconds(20));
-  EXPECT_FALSE(twin.ok());
+  // A second process for the same index while the first lives is refused,
+  // once it has waited out a lease (2 s here) in case the first had died.
+  const std::string twin_log = FreshTestDir("twin") + "/shard.log";
+  std::vector<std::string> twin = {BinaryPath("server/ps_server"),
+                                   "--listen=127.0.0.1:0"};
+  for (const std::string& flag : ShardFlags(0, 1)) twin.push_back(flag);
+  EXPECT_EQ(RunToCompletion(twin, twin_log, absl::Seconds(30)), 70);
+  EXPECT_NE(ReadFile(twin_log).find("already running?"), std::string::npos)
+      << ReadFile(twin_log);
   EXPECT_EQ(Registered(), 1u);
   // Stopped: the record goes with the revoked lease, at once.
   EXPECT_EQ((*shard0)->SignalAndWait(SIGTERM), 0);
@@ -138,6 +151,15 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   EXPECT_EQ(Registered(), 1u);  // not yet
   EXPECT_TRUE(WaitForRegistered(0, absl::Seconds(20)));
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // One started again right after a kill -9 waits the dead one's lease out
+  // and registers.
+  auto killed_again = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(killed_again);
+  (*killed_again)->SignalAndWait(SIGKILL);
+  auto restarted = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(restarted);
+  EXPECT_EQ(Registered(), 1u);
+  EXPECT_EQ((*restarted)->SignalAndWait(SIGTERM), 0);
   // With no shard registered, ps_admin waits --etcd_wait_s, then says so.
   const std::string dir = FreshTestDir("etcd_none");
   EXPECT_EQ(RunToCompletion(

@@ -14,21 +14,28 @@
 
 namespace ps::testing {
 
-int UnusedLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
+std::vector<int> UnusedLoopbackPorts(int count) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t length = sizeof(address);
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      port = ntohs(address.sin_port);
+    }
+    fds.push_back(fd);
+    ports.push_back(port);
   }
-  close(fd);
-  return port;
+  for (int fd : fds) close(fd);
+  return ports;
 }
+
+int UnusedLoopbackPort() { return UnusedLoopbackPorts(1)[0]; }
 
 namespace {
 
@@ -55,8 +62,9 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
         "/usr/bin/etcd is missing: run deploy/setup.sh (etcd-server)");
   }
   const std::string dir = FreshTestDir(name);
-  const int client_port = UnusedLoopbackPort();
-  const int peer_port = UnusedLoopbackPort();
+  const std::vector<int> ports = UnusedLoopbackPorts(2);
+  const int client_port = ports[0];
+  const int peer_port = ports[1];
   const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
   auto etcd = std::unique_ptr<EtcdProcess>(new EtcdProcess());

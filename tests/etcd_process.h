@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tests/child_process.h"
@@ -38,6 +39,8 @@ class EtcdProcess {
 
 // A loopback port nothing listens on (bound, then released).
 int UnusedLoopbackPort();
+// `count` different such ports (all bound before any is released).
+std::vector<int> UnusedLoopbackPorts(int count);
 
 }  // namespace ps::testing
 

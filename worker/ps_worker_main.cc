@@ -28,6 +28,7 @@
 #include "kernels/backend.h"
 #include "net/etcd_client.h"
 #include "net/shard_directory.h"
+#include "net/tls_credentials.h"
 #include "ops/periodic_checkpointer.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -215,6 +216,15 @@ int main(int argc, char** argv) {
         FindShardsInEtcd(*flags, options->start_timeout);
     if (!servers.ok()) return Fail(servers.status());
     client_options->servers = *std::move(servers);
+    // The worker token must not leave this host in plaintext to them either.
+    std::vector<std::string> destinations = client_options->servers;
+    if (!client_options->coordinator.empty())
+      destinations.push_back(client_options->coordinator);
+    if (absl::Status private_token = ps::CheckTokenStaysPrivate(
+            client_options->worker_token, client_options->tls, destinations);
+        !private_token.ok()) {
+      return Fail(std::string(private_token.message()));
+    }
   }
   auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);
   if (!checkpointer.ok()) return FailUsage(checkpointer.status());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -20,9 +21,7 @@
 #include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
 
-constexpr char kDefaultServers[] = "127.0.0.1:50051";
-
-ABSL_FLAG(std::string, servers, kDefaultServers,
+ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "Comma-separated host:port of every shard, in shard-index order.");
 ABSL_FLAG(std::string, etcd, "",
           "host:port[,...] of an etcd cluster: find the shards of --job "
@@ -516,8 +515,7 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
     flags.job = absl::GetFlag(FLAGS_job);
     if (absl::Status job = net::CheckJobName(flags.job); !job.ok())
       return Usage(job.message());
-    // (A --servers equal to its default cannot be told from none.)
-    if (absl::GetFlag(FLAGS_servers) != kDefaultServers)
+    if (absl::flags_internal::WasPresentOnCommandLine("servers"))
       return Usage(
           "--etcd finds the shards: give --servers or --etcd, not "
           "both");
