@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
@@ -28,18 +27,13 @@
 #include "base/exit_codes.h"
 #include "net/admin_channel.h"
 #include "net/client_tls_flags.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
+#include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
 #include "ops/admin_command.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "host:port of the shards, comma-separated in shard order; every "
           "shard is asked and the answers are added up.");
-ABSL_FLAG(std::string, etcd, "",
-          "host:port[,...] of an etcd cluster: find the shards of --job "
-          "there (as ps_server --etcd registers them) instead of --servers.");
-ABSL_FLAG(std::string, job, "", "With --etcd: the job whose shards to use.");
 ABSL_FLAG(int32_t, etcd_wait_s, 10,
           "With --etcd: how long to wait for every shard to be registered.");
 ABSL_FLAG(std::string, table, "",
@@ -146,19 +140,6 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   return options;
 }
 
-// The addresses of --job's shards as they registered in etcd (`endpoints`),
-// waiting up to --etcd_wait_s for all of them.
-absl::StatusOr<std::vector<std::string>> ShardsFromEtcd(
-    const std::string& endpoints) {
-  ps::net::EtcdOptions options;
-  options.endpoints = absl::StrSplit(endpoints, ',', absl::SkipWhitespace());
-  absl::StatusOr<std::unique_ptr<ps::net::EtcdClient>> etcd =
-      ps::net::EtcdClient::Connect(options);
-  if (!etcd.ok()) return etcd.status();
-  return ps::net::FindShards(**etcd, absl::GetFlag(FLAGS_job),
-                             absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,7 +165,8 @@ int main(int argc, char** argv) {
       "for ps_predict\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
-  ps::SetVersionFlag("ps_admin", {"net/client_tls_flags.cc"});
+  ps::SetVersionFlag("ps_admin",
+                     {"net/client_tls_flags.cc", "net/etcd_job_flags.cc"});
   std::vector<char*> words = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> names;
   for (const Command& command : kCommands) names.push_back(command.name);
@@ -208,16 +190,12 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(token.status().ToString());
     cluster.token = *std::move(token);
   }
-  if (const std::string etcd = absl::GetFlag(FLAGS_etcd); !etcd.empty()) {
-    if (absl::flags_internal::WasPresentOnCommandLine("servers"))
-      return Fail(
-          "--etcd finds the shards: give --servers or --etcd, not both");
-    absl::StatusOr<std::vector<std::string>> servers = ShardsFromEtcd(etcd);
-    if (!servers.ok()) {
-      if (absl::IsInvalidArgument(servers.status()))
-        return Fail(std::string(servers.status().message()));
-      return Fail(servers.status());
-    }
+  absl::StatusOr<ps::net::EtcdJob> etcd = ps::net::EtcdJobFromFlags();
+  if (!etcd.ok()) return Fail(std::string(etcd.status().message()));
+  if (etcd->enabled()) {
+    absl::StatusOr<std::vector<std::string>> servers = ps::net::FindJobShards(
+        *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
+    if (!servers.ok()) return Fail(servers.status());
     cluster.servers = *std::move(servers);
   } else {
     cluster.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',

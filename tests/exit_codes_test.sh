@@ -24,7 +24,7 @@ for binary in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_p
 done
 # --help lists a binary's flags wherever they are defined (beside its main:
 # worker/trainer_flags.cc, worker/input/layout_flags.cc,
-# net/client_tls_flags.cc).
+# net/client_tls_flags.cc, net/etcd_job_flags.cc).
 help_lists() {  # help_lists BINARY FLAG...
   local binary=$1
   shift
@@ -36,8 +36,8 @@ help_lists() {  # help_lists BINARY FLAG...
     }
   done
 }
-help_lists worker/ps_worker servers staleness device columns tls_ca drain_seconds
-help_lists ops/ps_admin servers tls_ca tls_server_name
+help_lists worker/ps_worker servers staleness device columns tls_ca drain_seconds etcd job
+help_lists ops/ps_admin servers tls_ca tls_server_name etcd job
 help_lists worker/predict/ps_predict model columns
 help_lists worker/datagen/clicklog_gen out columns
 expect 64 "ps_server without --data_dir" "$runfiles/server/ps_server" --listen=127.0.0.1:0

@@ -26,8 +26,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
+#include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
 #include "ops/periodic_checkpointer.h"
 #include "worker/ps_client.h"
@@ -155,21 +154,6 @@ int Finish(const ps::worker::TrainingSummary& summary,
   return summary.drained ? ps::kExitDrained : ps::kExitDone;
 }
 
-// The addresses of --job's shards, as they registered in etcd; waits up to
-// `wait` for all of them.
-absl::StatusOr<std::vector<std::string>> FindShardsInEtcd(
-    const ps::worker::WorkerFlags& flags, absl::Duration wait) {
-  ps::net::EtcdOptions etcd_options;
-  etcd_options.endpoints = flags.etcd;
-  ASSIGN_OR_RETURN(std::unique_ptr<ps::net::EtcdClient> etcd,
-                   ps::net::EtcdClient::Connect(etcd_options));
-  ASSIGN_OR_RETURN(std::vector<std::string> servers,
-                   ps::net::FindShards(*etcd, flags.job, wait));
-  LOG(INFO) << "shards of job " << flags.job
-            << " from etcd: " << absl::StrJoin(servers, ",");
-  return servers;
-}
-
 // A flag's error (INVALID_ARGUMENT, from trainer_flags.h): exit 64.
 int FailUsage(const absl::Status& status) {
   return Fail(std::string(status.message()));
@@ -190,7 +174,7 @@ int main(int argc, char** argv) {
   BlockStopSignals();
   ps::SetVersionFlag("ps_worker",
                      {"worker/trainer_flags.cc", "worker/input/layout_flags.cc",
-                      "net/client_tls_flags.cc"});
+                      "net/client_tls_flags.cc", "net/etcd_job_flags.cc"});
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.
@@ -211,9 +195,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::worker::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();
   if (!client_options.ok()) return FailUsage(client_options.status());
-  if (!flags->etcd.empty()) {
+  if (flags->etcd.enabled()) {
     absl::StatusOr<std::vector<std::string>> servers =
-        FindShardsInEtcd(*flags, options->start_timeout);
+        ps::net::FindJobShards(flags->etcd, options->start_timeout);
     if (!servers.ok()) return Fail(servers.status());
     client_options->servers = *std::move(servers);
     // The worker token must not leave this host in plaintext to them either.

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -16,17 +15,13 @@
 #include "glog/logging.h"
 #include "kernels/cuda_backend.h"
 #include "net/client_tls_flags.h"
-#include "net/shard_directory.h"
+#include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
 #include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "Comma-separated host:port of every shard, in shard-index order.");
-ABSL_FLAG(std::string, etcd, "",
-          "host:port[,...] of an etcd cluster: find the shards of --job "
-          "there (as ps_server --etcd registers them) instead of --servers.");
-ABSL_FLAG(std::string, job, "", "With --etcd: the job whose shards to use.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of the clock coordinator. Default: the first server.");
 ABSL_FLAG(int32_t, worker_index, 0,
@@ -510,16 +505,9 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
 
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   WorkerFlags flags;
-  if (const std::string etcd = absl::GetFlag(FLAGS_etcd); !etcd.empty()) {
-    flags.etcd = absl::StrSplit(etcd, ',', absl::SkipWhitespace());
-    flags.job = absl::GetFlag(FLAGS_job);
-    if (absl::Status job = net::CheckJobName(flags.job); !job.ok())
-      return Usage(job.message());
-    if (absl::flags_internal::WasPresentOnCommandLine("servers"))
-      return Usage(
-          "--etcd finds the shards: give --servers or --etcd, not "
-          "both");
-  }
+  absl::StatusOr<net::EtcdJob> etcd = net::EtcdJobFromFlags();
+  if (!etcd.ok()) return Usage(etcd.status().message());
+  flags.etcd = *std::move(etcd);
   flags.worker_index = absl::GetFlag(FLAGS_worker_index);
   if (absl::GetFlag(FLAGS_drain_seconds) < 0)
     return Usage("--drain_seconds must be >= 0");

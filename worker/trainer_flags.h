@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "net/etcd_job_flags.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
@@ -35,9 +36,8 @@ struct WorkerFlags {
   int checkpoints_to_keep = 3;
   // The shards' admin token, read from --token_file (empty: none).
   std::string admin_token;
-  // --etcd's endpoints (empty: none) and --job: where the shards are found.
-  std::vector<std::string> etcd;
-  std::string job;
+  // --etcd and --job: where the shards are found, when not --servers.
+  net::EtcdJob etcd;
 };
 
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags();

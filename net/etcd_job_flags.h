@@ -1,0 +1,38 @@
+// File: net/etcd_job_flags.h
+//
+// The flags of the binaries that find a job's shards in etcd instead of
+// --servers (ps_worker, ps_admin): --etcd and --job, defined once in
+// etcd_job_flags.cc so that both binaries say the same, and the lookup they
+// ask for. Linking this library defines the flags.
+
+#ifndef PS_NET_ETCD_JOB_FLAGS_H_
+#define PS_NET_ETCD_JOB_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ps::net {
+
+struct EtcdJob {
+  // --etcd's endpoints; empty: no etcd (--servers names the shards).
+  std::vector<std::string> endpoints;
+  std::string job;
+
+  bool enabled() const { return !endpoints.empty(); }
+};
+
+// The flags as given. INVALID_ARGUMENT for a bad --job, or --servers given
+// beside --etcd.
+absl::StatusOr<EtcdJob> EtcdJobFromFlags();
+
+// The addresses of `job`'s shards in index order, waiting up to `wait` for
+// all of them to be registered (shard_directory.h's FindShards).
+absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
+                                                       absl::Duration wait);
+
+}  // namespace ps::net
+
+#endif  // PS_NET_ETCD_JOB_FLAGS_H_
