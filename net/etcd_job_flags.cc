@@ -7,6 +7,7 @@
 #include "absl/flags/internal/parse.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/address_list.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/etcd_client.h"
@@ -23,7 +24,7 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   EtcdJob job;
   const std::string endpoints = absl::GetFlag(FLAGS_etcd);
   if (endpoints.empty()) return job;
-  job.endpoints = absl::StrSplit(endpoints, ',', absl::SkipWhitespace());
+  job.endpoints = SplitAddressList(endpoints);
   job.job = absl::GetFlag(FLAGS_job);
   RETURN_IF_ERROR(CheckJobName(job.job));
   if (absl::flags_internal::WasPresentOnCommandLine("servers")) {

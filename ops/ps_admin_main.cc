@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/address_list.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "net/admin_channel.h"
@@ -198,8 +199,7 @@ int main(int argc, char** argv) {
     if (!servers.ok()) return Fail(servers.status());
     cluster.servers = *std::move(servers);
   } else {
-    cluster.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',',
-                                     absl::SkipWhitespace());
+    cluster.servers = ps::SplitAddressList(absl::GetFlag(FLAGS_servers));
   }
   if (cluster.servers.empty()) return Fail("--servers names no shard");
   cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/address_list.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/status_macros.h"
@@ -495,8 +496,7 @@ absl::StatusOr<EtcdPresence> RegisterInEtcd(
         ":", port);
   }
   ps::net::EtcdOptions etcd_options;
-  etcd_options.endpoints =
-      absl::StrSplit(endpoints, ',', absl::SkipWhitespace());
+  etcd_options.endpoints = ps::SplitAddressList(endpoints);
   ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
   ASSIGN_OR_RETURN(presence.registration,
                    ps::net::ShardRegistration::Start(

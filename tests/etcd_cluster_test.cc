@@ -125,6 +125,24 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
             64);
 }
 
+TEST_F(EtcdClusterTest, ARecordOfAnEarlierShardCountIsWaitedOut) {
+  // Left by a 3-shard run of the job, its lease not yet run out.
+  absl::StatusOr<int64_t> lease = client_->GrantLease(absl::Seconds(2));
+  ASSERT_OK(lease);
+  ASSERT_OK(client_->Put(absl::StrCat("/ps/", kJob, "/shards/2"),
+                         "127.0.0.1:1 3", *lease));
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(shard0);
+  const std::string dir = FreshTestDir("etcd_stale");
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "--etcd_wait_s=20", "stats",
+                 "--interval_s=0"},
+                dir + "/admin.log"),
+            0)
+      << ReadFile(dir + "/admin.log");
+}
+
 TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
   ASSERT_OK(shard0);

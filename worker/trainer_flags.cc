@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "base/address_list.h"
 #include "base/manifest.h"
 #include "base/optimizer.h"
 #include "base/status_macros.h"
@@ -480,8 +481,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   } else if (format != "fp32") {
     return Usage("--wire_format must be fp32, fp16 or bf16, not " + format);
   }
-  client.servers =
-      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
+  client.servers = SplitAddressList(absl::GetFlag(FLAGS_servers));
   client.coordinator = absl::GetFlag(FLAGS_coordinator);
   client.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   if (absl::GetFlag(FLAGS_retry_for_s) < 0)
