@@ -11,8 +11,9 @@ command -v promtool >/dev/null || fail "promtool missing (deploy/setup.sh instal
 scrape() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", timeout=10).read().decode())' "$1"; }
 # value FILE METRIC-WITH-LABELS: the sample's value, or 0.
 value() { awk -v m="$2" 'index($0, m " ") == 1 {print $NF; found = 1} END {if (!found) print 0}' "$1"; }
+# wait_for FILE TEXT: up to 60 s (a loaded machine runs two tests at once).
 wait_for() {
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     grep -q "$2" "$1" 2>/dev/null && return 0
     sleep 0.1
   done
