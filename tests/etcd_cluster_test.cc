@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,27 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
                  "--job=Bad Name", "--train=" + dir + "/train.tsv"},
                 dir + "/bad_job.log"),
             64);
+}
+
+TEST_F(EtcdClusterTest, TheWorkerTokenIsNotSentInPlaintextToShardsFoundInEtcd) {
+  // A shard of another host, as etcd names it (nothing is dialled: the
+  // check comes first).
+  ASSERT_OK(client_->Put("/ps/remote/shards/0", "10.1.2.3:50051 1"));
+  const std::string dir = FreshTestDir("etcd_token");
+  {
+    std::ofstream token(dir + "/token");
+    token << "worker-secret\n";
+  }
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
+                 "--job=remote", "--worker_token_file=" + dir + "/token",
+                 "--train=" + dir + "/none.tsv", "--retry_for_s=1",
+                 "--rpc_timeout_s=1"},
+                dir + "/worker.log", absl::Seconds(60)),
+            64);
+  EXPECT_NE(ReadFile(dir + "/worker.log").find("in plaintext to 10.1.2.3"),
+            std::string::npos)
+      << ReadFile(dir + "/worker.log");
 }
 
 TEST_F(EtcdClusterTest, ARecordOfAnEarlierShardCountIsWaitedOut) {

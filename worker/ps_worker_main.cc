@@ -27,7 +27,6 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "net/etcd_job_flags.h"
-#include "net/tls_credentials.h"
 #include "ops/periodic_checkpointer.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -201,13 +200,10 @@ int main(int argc, char** argv) {
     if (!servers.ok()) return Fail(servers.status());
     client_options->servers = *std::move(servers);
     // The worker token must not leave this host in plaintext to them either.
-    std::vector<std::string> destinations = client_options->servers;
-    if (!client_options->coordinator.empty())
-      destinations.push_back(client_options->coordinator);
-    if (absl::Status private_token = ps::CheckTokenStaysPrivate(
-            client_options->worker_token, client_options->tls, destinations);
+    if (absl::Status private_token =
+            ps::worker::CheckWorkerTokenStaysPrivate(*client_options);
         !private_token.ok()) {
-      return Fail(std::string(private_token.message()));
+      return FailUsage(private_token);
     }
   }
   auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);

@@ -494,11 +494,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
     absl::StatusOr<std::string> read = ReadTokenFile(path);
     if (!read.ok()) return Usage(read.status().ToString());
     client.worker_token = *std::move(read);
-    if (absl::Status private_token = CheckTokenStaysPrivate(
-            client.worker_token, client.tls, TokenDestinations(client));
-        !private_token.ok()) {
-      return Usage(private_token.ToString());
-    }
+    RETURN_IF_ERROR(CheckWorkerTokenStaysPrivate(client));
   }
   return client;
 }
@@ -522,6 +518,13 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
     flags.admin_token = *std::move(read);
   }
   return flags;
+}
+
+absl::Status CheckWorkerTokenStaysPrivate(const ClientOptions& client) {
+  absl::Status private_token = CheckTokenStaysPrivate(
+      client.worker_token, client.tls, TokenDestinations(client));
+  if (!private_token.ok()) return Usage(private_token.ToString());
+  return absl::OkStatus();
 }
 
 absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,

@@ -54,6 +54,11 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags();
 // the worker token (which must not travel in plaintext off this host).
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
 
+// INVALID_ARGUMENT when `client.worker_token` would travel in plaintext to
+// a shard off this host (net/tls_credentials.h); ClientOptionsFromFlags()
+// checks it against --servers, ps_worker again against shards found in etcd.
+absl::Status CheckWorkerTokenStaysPrivate(const ClientOptions& client);
+
 // INVALID_ARGUMENT when `flags.admin_token` would travel in plaintext to a
 // shard off this host (net/tls_credentials.h).
 absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,
