@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/durable_file.h"
 #include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -48,7 +49,41 @@ absl::Status CheckRouting(const std::string& dir, uint32_t routing_version) {
                    kRoutingVersion));
 }
 
+// DATA_LOSS unless the manifest's slot map, if it records one, is a map of
+// at most `num_shards` shards.
+absl::Status CheckSlotMap(const std::string& dir, bool has_slot_map,
+                          const SlotMapSpec& spec, uint32_t num_shards) {
+  if (!has_slot_map) return absl::OkStatus();
+  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+  if (!map.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(ManifestPath(dir), ": ", map.status().message()));
+  }
+  if (map->HighestShard() >= num_shards) {
+    return absl::DataLossError(
+        absl::StrCat(ManifestPath(dir), ": its slot map gives slots to shard ",
+                     map->HighestShard(), " of ", num_shards));
+  }
+  return absl::OkStatus();
+}
+
+SlotMap RecordedSlotMap(bool has_slot_map, const SlotMapSpec& spec,
+                        uint32_t num_shards) {
+  if (!has_slot_map) return SlotMap::Initial(num_shards);
+  return *SlotMap::FromSpec(spec);  // checked when the manifest was read
+}
+
 }  // namespace
+
+SlotMap RecordedSlotMap(const CheckpointManifest& manifest) {
+  return RecordedSlotMap(manifest.has_slot_map(), manifest.slot_map(),
+                         manifest.num_shards());
+}
+
+SlotMap RecordedSlotMap(const ExportManifest& manifest) {
+  return RecordedSlotMap(manifest.has_slot_map(), manifest.slot_map(),
+                         manifest.num_shards());
+}
 
 std::string ManifestPath(const std::string& dir) {
   return dir + "/MANIFEST.json";
@@ -79,6 +114,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
         " shards is not one this version reads"));
   }
   RETURN_IF_ERROR(CheckRouting(dir, manifest.routing_version()));
+  RETURN_IF_ERROR(CheckSlotMap(dir, manifest.has_slot_map(),
+                               manifest.slot_map(), manifest.num_shards()));
   return manifest;
 }
 
@@ -98,6 +135,8 @@ absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
     }
   }
   RETURN_IF_ERROR(CheckRouting(dir, manifest.routing_version()));
+  RETURN_IF_ERROR(CheckSlotMap(dir, manifest.has_slot_map(),
+                               manifest.slot_map(), manifest.num_shards()));
   return manifest;
 }
 

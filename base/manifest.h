@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/slot_map.h"
 #include "google/protobuf/message.h"
 #include "proto/checkpoint.pb.h"
 
@@ -34,6 +35,12 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
 
 // The manifest of the export in `dir` (see ReadManifest()).
 absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
+
+// The slot map a manifest records, or for one written before manifests
+// recorded maps, the initial map of its shard count. REQUIRES: `manifest`
+// came from ReadManifest() or ReadExportManifest(), which check the map.
+SlotMap RecordedSlotMap(const CheckpointManifest& manifest);
+SlotMap RecordedSlotMap(const ExportManifest& manifest);
 
 // Deletes all but the newest `keep` finished checkpoints (subdirectories
 // named ckpt-* with a readable manifest) of `parent`, newest by the time

@@ -300,6 +300,12 @@ class EmbeddingStore {
     ledger_.NoteRefused(origin);
   }
 
+  // The first answer to a tracked push if this shard applied it
+  // (PushLedger::Applied).
+  std::optional<uint32_t> AppliedPush(const PushOrigin& origin) {
+    return ledger_.Applied(origin);
+  }
+
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();
 

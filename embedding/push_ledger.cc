@@ -158,6 +158,26 @@ void PushLedger::NoteRefused(const PushOrigin& origin) {
   Trim(*worker);
 }
 
+std::optional<uint32_t> PushLedger::Applied(const PushOrigin& origin) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto found = workers_.find(origin.worker);
+    if (found == workers_.end() ||
+        found->second.incarnation != origin.incarnation) {
+      return std::nullopt;
+    }
+    const Worker& worker = found->second;
+    auto it = worker.recent.find(origin.sequence);
+    if (it == worker.recent.end()) {
+      if (origin.sequence <= worker.applied_through) return 0;
+      return std::nullopt;
+    }
+    if (it->second.state == State::kDone) return it->second.rows_updated;
+    if (it->second.state == State::kRefused) return std::nullopt;
+    finished_.Wait(&mu_);
+  }
+}
+
 void PushLedger::MarkWritten(const PushOrigin& origin, uint32_t rows_updated) {
   absl::MutexLock lock(&mu_);
   auto worker = workers_.find(origin.worker);

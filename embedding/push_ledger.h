@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -76,6 +77,12 @@ class PushLedger {
   // as refused, like Finish() without `applied`, so that its retry is
   // applied however late it comes. Nothing for a sequence known already.
   void NoteRefused(const PushOrigin& origin);
+
+  // The first answer to `origin` if it was applied (0 when it left the
+  // window); nothing if it was not, or was refused. Waits while it is being
+  // applied. Asks, never claims: for a shard that must answer a retry of a
+  // push it applied before the push's keys moved to another shard.
+  std::optional<uint32_t> Applied(const PushOrigin& origin);
 
   // The push's record is written to the push log: from now on it counts as
   // applied in Serialize(), and a retry waits for Finish().

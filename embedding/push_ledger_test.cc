@@ -46,6 +46,32 @@ TEST(PushLedgerTest, ARetryIsAnsweredWithTheFirstAnswer) {
   EXPECT_TRUE(Apply(ledger, Origin(3, 101, 1), 1));
 }
 
+TEST(PushLedgerTest, AppliedAnswersWithoutClaiming) {
+  PushLedger ledger;
+  EXPECT_EQ(ledger.Applied(Origin(3, 100, 1)), std::nullopt);
+  EXPECT_TRUE(Apply(ledger, Origin(3, 100, 1), 42));
+  EXPECT_EQ(ledger.Applied(Origin(3, 100, 1)), std::optional<uint32_t>(42));
+  EXPECT_EQ(ledger.Applied(Origin(3, 101, 1)), std::nullopt);
+  EXPECT_EQ(ledger.Applied(Origin(4, 100, 1)), std::nullopt);
+  ASSERT_OK(ledger.Begin(Origin(3, 100, 2)));
+  ledger.Finish(Origin(3, 100, 2), /*applied=*/false, 0);
+  EXPECT_EQ(ledger.Applied(Origin(3, 100, 2)), std::nullopt);
+  // Asking claimed nothing: the push is new to Begin().
+  EXPECT_EQ(ledger.Applied(Origin(3, 100, 3)), std::nullopt);
+  EXPECT_TRUE(Apply(ledger, Origin(3, 100, 3), 1));
+}
+
+TEST(PushLedgerTest, AppliedWaitsForAnAttemptInFlight) {
+  PushLedger ledger;
+  ASSERT_OK(ledger.Begin(Origin(0, 7, 1)));
+  std::optional<uint32_t> answer;
+  std::thread asker([&] { answer = ledger.Applied(Origin(0, 7, 1)); });
+  absl::SleepFor(absl::Milliseconds(50));
+  ledger.Finish(Origin(0, 7, 1), /*applied=*/true, 9);
+  asker.join();
+  EXPECT_EQ(answer, std::optional<uint32_t>(9));
+}
+
 TEST(PushLedgerTest, SequencesMayArriveOutOfOrder) {
   PushLedger ledger;
   EXPECT_TRUE(Apply(ledger, Origin(0, 7, 3), 1));

@@ -6,7 +6,7 @@
 // base/exit_codes.h). One file per command group implements the commands:
 // admin_tables.cc (tables, row, set-lr, drop-table, expire),
 // admin_cluster.cc (stats, clocks, drain), admin_snapshots.cc (checkpoint,
-// export, checkpoints).
+// export, checkpoints), admin_slots.cc (slots).
 
 #ifndef PS_OPS_ADMIN_COMMAND_H_
 #define PS_OPS_ADMIN_COMMAND_H_
@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/slot_map.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 #include "net/admin_channel.h"
@@ -109,6 +111,11 @@ int Clocks(const Cluster& cluster);
 int Drain(const Cluster& cluster);
 int Checkpoint(const Cluster& cluster);
 int Export(const Cluster& cluster);
+int Slots(const Cluster& cluster);
+
+// The slot map of the newest epoch any shard routes by; UNAVAILABLE when no
+// shard answers.
+absl::StatusOr<SlotMap> ReadSlotMap(const Cluster& cluster);
 // `checkpoints`: needs no shard.
 int ListCheckpoints(const CommandOptions& options);
 

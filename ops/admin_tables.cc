@@ -103,7 +103,14 @@ int Tables(const Cluster& cluster) {
 // `row`: one row, from the shard that owns its key.
 int Row(const Cluster& cluster) {
   const uint64_t key = cluster.options.key;
-  const size_t owner = ps::ShardForKey(key, cluster.servers.size());
+  absl::StatusOr<SlotMap> map = ReadSlotMap(cluster);
+  if (!map.ok()) return Fail(map.status());
+  const size_t owner = map->ShardForKey(key);
+  if (owner >= cluster.servers.size()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "key ", key, " belongs to shard ", owner, " by slot map epoch ",
+        map->epoch(), ", which --servers does not name")));
+  }
   const std::string& server = cluster.servers[owner];
   ps::GetRowRequest request;
   request.set_table(cluster.options.table);

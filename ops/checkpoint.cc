@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "base/manifest.h"
 #include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -34,6 +35,29 @@ absl::Status OnEveryShard(const net::AdminChannels& channels,
   channels.OnEveryShard([&](size_t i) { results[i] = call(i); });
   for (const absl::Status& result : results) RETURN_IF_ERROR(result);
   return absl::OkStatus();
+}
+
+// The slot map every shard routes by; FAILED_PRECONDITION when they do not
+// all route by the same one (a change of the map is under way).
+absl::StatusOr<SlotMap> AgreedSlotMap(const net::AdminChannels& channels) {
+  std::vector<GetSlotMapResponse> maps(channels.size());
+  RETURN_IF_ERROR(OnEveryShard(channels, [&](size_t i) {
+    return net::FromGrpcStatus(
+        channels.shard(i).GetSlotMap(channels.Context(absl::Seconds(30)).get(),
+                                     GetSlotMapRequest(), &maps[i]),
+        absl::StrCat("reading the slot map of shard ", i));
+  }));
+  ASSIGN_OR_RETURN(SlotMap agreed, SlotMap::FromSpec(maps[0].slot_map()));
+  for (size_t i = 1; i < maps.size(); ++i) {
+    ASSIGN_OR_RETURN(SlotMap map, SlotMap::FromSpec(maps[i].slot_map()));
+    if (!(map == agreed)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard 0 routes by slot map epoch ", agreed.epoch(), " and shard ", i,
+          " by epoch ", map.epoch(),
+          ": the map is being changed; try again once the change is done"));
+    }
+  }
+  return agreed;
 }
 
 // Table specs by name.
@@ -443,9 +467,11 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     });
   }));
 
-  // 4. The manifest, last.
+  // 4. The manifest, last, while the cut still holds.
+  ASSIGN_OR_RETURN(const SlotMap slot_map, AgreedSlotMap(*clients));
   CheckpointManifest manifest;
   SetCommonFields(cut, shards, &manifest);
+  *manifest.mutable_slot_map() = slot_map.ToSpec();
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
     // Workers declare tables on every shard in turn, so two shards may
@@ -508,8 +534,10 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   ASSIGN_OR_RETURN(const std::vector<ExportShardResponse> parts,
                    ExportEveryShard(clients, options, model, cut, progress));
 
+  ASSIGN_OR_RETURN(const SlotMap slot_map, AgreedSlotMap(clients));
   ExportManifest manifest;
   SetCommonFields(cut, cluster.servers.size(), &manifest);
+  *manifest.mutable_slot_map() = slot_map.ToSpec();
   *manifest.mutable_model() = model.card;
   manifest.set_model_name(model.name);
   manifest.set_format(options.fp16 ? ExportManifest::FP16

@@ -5,6 +5,7 @@
 //   ps_admin --servers=... --json stats             (one JSON object)
 //   ps_admin --servers=... row --table=wide_deep.embedding --key=12345
 //   ps_admin --servers=... clocks          (on the coordinator shard)
+//   ps_admin --servers=... slots           (which shard owns which slots)
 //   ps_admin --servers=... --token_file=F set-lr --table=T --lr=0.01
 //   ps_admin --servers=... --token_file=F drop-table --table=T [--force]
 //   ps_admin --servers=... --token_file=F expire --table=T
@@ -99,6 +100,7 @@ constexpr Command kCommands[] = {
     // Needs no shard: run before the cluster is connected.
     {"checkpoints", nullptr, false},
     {"export", ps::ops::Export, false},
+    {"slots", ps::ops::Slots, false},
 };
 
 // The commands' options from the flags; INVALID_ARGUMENT names the bad one.
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
       "  checkpoints  --dir: the checkpoints in a directory\n"
       "  export       --dir [--format=fp16] [--model]: one model's weights "
       "for ps_predict\n"
+      "  slots        which shard owns which key slots, and the map's epoch\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
   ps::SetVersionFlag("ps_admin",

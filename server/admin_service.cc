@@ -75,6 +75,12 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   response->set_build_commit(std::string(BuildCommit()));
   response->set_build_time(std::string(BuildTime()));
+  const std::shared_ptr<const SlotMap> map = slots_->current();
+  response->set_slot_map_epoch(map->epoch());
+  uint32_t owned = 0;
+  for (const auto& [first, last] : map->RangesOf(options_.shard_index))
+    owned += last - first + 1;
+  response->set_slots_owned(owned);
   const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
   response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());
   for (CallStats::Method& method : call_stats_->Snapshot()) {
@@ -199,6 +205,34 @@ grpc::ServerUnaryReactor* AdminService::Drain(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::SetSlotMap(
+    grpc::CallbackServerContext* context, const SetSlotMapRequest* request,
+    SetSlotMapResponse*) {
+  absl::Status status = Authorize(*context);
+  if (status.ok()) {
+    absl::StatusOr<SlotMap> next = SlotMap::FromSpec(request->slot_map());
+    status = next.ok() ? slots_->Replace(request->expected_epoch(), *next)
+                       : next.status();
+    if (status.ok()) {
+      LOG(INFO) << "slot map epoch " << request->expected_epoch() << " -> "
+                << next->epoch() << ", set by " << context->peer();
+    }
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetSlotMap(
+    grpc::CallbackServerContext* context, const GetSlotMapRequest*,
+    GetSlotMapResponse* response) {
+  *response->mutable_slot_map() = slots_->current()->ToSpec();
+  response->set_shard_index(options_.shard_index);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

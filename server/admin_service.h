@@ -3,7 +3,8 @@
 // AdminService implements ps.Admin (proto/admin.proto) on one shard: the
 // tables and their sizes, one row by key, the shard's counters, the
 // workers' clocks and the cuts checkpoints are taken at (on the coordinator
-// shard), snapshots, live learning rates, dropping tables, and Drain. Calls
+// shard), snapshots, live learning rates, dropping tables, the slot map,
+// and Drain. Calls
 // that change state need the admin
 // token when one is set (compared in constant time).
 // Thread-safe.
@@ -21,6 +22,7 @@
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
+#include "server/slot_ownership.h"
 
 namespace ps::server {
 
@@ -37,17 +39,18 @@ struct AdminServiceOptions {
 
 class AdminService final : public Admin::CallbackService {
  public:
-  // `store`, `counters`, `call_stats` and `clocks` must outlive this
-  // service.
+  // `store`, `counters`, `call_stats`, `clocks` and `slots` must outlive
+  // this service.
   AdminService(const AdminServiceOptions& options,
                embedding::EmbeddingStore* store,
                const RequestCounters* counters, const CallStats* call_stats,
-               ClockCoordinator* clocks)
+               ClockCoordinator* clocks, SlotOwnership* slots)
       : options_(options),
         store_(store),
         counters_(counters),
         call_stats_(call_stats),
         clocks_(clocks),
+        slots_(slots),
         started_(absl::Now()) {}
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
@@ -90,6 +93,12 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* ExportShard(grpc::CallbackServerContext* context,
                                         const ExportShardRequest* request,
                                         ExportShardResponse* response) override;
+  grpc::ServerUnaryReactor* SetSlotMap(grpc::CallbackServerContext* context,
+                                       const SetSlotMapRequest* request,
+                                       SetSlotMapResponse* response) override;
+  grpc::ServerUnaryReactor* GetSlotMap(grpc::CallbackServerContext* context,
+                                       const GetSlotMapRequest* request,
+                                       GetSlotMapResponse* response) override;
 
  private:
   // OK when `context` may change state: no token is set, or it carries it.
@@ -100,6 +109,7 @@ class AdminService final : public Admin::CallbackService {
   const RequestCounters* const counters_;
   const CallStats* const call_stats_;
   ClockCoordinator* const clocks_;
+  SlotOwnership* const slots_;
   const absl::Time started_;
 };
 

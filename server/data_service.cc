@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/packed.h"
 #include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "base/wire_format.h"
@@ -30,6 +31,9 @@ grpc::ServerUnaryReactor* DataService::Finish(
   // Clients retry an error that goes away on its own (a full disk).
   if (IsTransient(status))
     context->AddTrailingMetadata(kTransientMetadata, "1");
+  // Clients route again by a newer map (base/slot_map.h).
+  if (const std::optional<uint64_t> epoch = MovedEpoch(status))
+    context->AddTrailingMetadata(kMovedMetadata, absl::StrCat(*epoch));
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -43,6 +47,7 @@ absl::Status DataService::Busy(int64_t bytes) const {
 }
 
 absl::Status DataService::CheckKeys(const std::string& packed,
+                                    uint64_t routing_epoch,
                                     std::vector<uint64_t>* keys) const {
   if (packed.size() % sizeof(uint64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -55,13 +60,22 @@ absl::Status DataService::CheckKeys(const std::string& packed,
         options_.max_keys_per_request));
   }
   Unpack(packed, keys);
+  const std::shared_ptr<const SlotMap> map = slots_->current();
+  if (routing_epoch > map->epoch()) {
+    return MarkTransient(absl::UnavailableError(
+        absl::StrCat("this shard routes by slot map epoch ", map->epoch(),
+                     ", older than the client's epoch ", routing_epoch,
+                     "; retry once the shard has the new map")));
+  }
   for (uint64_t key : *keys) {
-    const uint32_t owner = ShardForKey(key, options_.num_shards);
+    const uint32_t owner = map->ShardForKey(key);
     if (owner != options_.shard_index) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "key ", key, " belongs to shard ", owner, " of ", options_.num_shards,
-          ", not to this shard ", options_.shard_index,
-          " (client and server disagree on --num_shards?)"));
+      return SlotMovedError(
+          absl::StrCat("key ", key, " (slot ", SlotForKey(key),
+                       ") belongs to shard ", owner, " by slot map epoch ",
+                       map->epoch(), ", not to this shard ",
+                       options_.shard_index),
+          map->epoch());
     }
   }
   return absl::OkStatus();
@@ -153,7 +167,7 @@ absl::Status DataService::PullInto(
     const PullRequest& request,
     absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate) {
   std::vector<uint64_t> keys;
-  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  RETURN_IF_ERROR(CheckKeys(request.keys(), request.routing_epoch(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
@@ -198,7 +212,7 @@ absl::Status DataService::CheckReplySize(size_t payload_bytes,
 absl::Status DataService::PullWithState(const PullRequest& request,
                                         PullResponse* response) {
   std::vector<uint64_t> keys;
-  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  RETURN_IF_ERROR(CheckKeys(request.keys(), request.routing_epoch(), &keys));
   if (request.format() != WireFormat::FP32) {
     return absl::InvalidArgumentError(
         "a pull with optimizer state replies in FP32 only");
@@ -302,8 +316,24 @@ grpc::ServerUnaryReactor* DataService::Pull(
 
 absl::Status DataService::HandlePush(const PushRequest& request,
                                      PushResponse* response) {
+  embedding::PushOrigin origin;
+  origin.worker = request.worker();
+  origin.incarnation = request.incarnation();
+  origin.sequence = request.sequence();
   std::vector<uint64_t> keys;
-  RETURN_IF_ERROR(CheckKeys(request.keys(), &keys));
+  const absl::Status routed =
+      CheckKeys(request.keys(), request.routing_epoch(), &keys);
+  if (MovedEpoch(routed).has_value() && origin.tracked()) {
+    // A retry of a push applied here before its keys moved (its first
+    // answer was lost): answered, so that the client does not apply it
+    // again where the keys are now.
+    if (const std::optional<uint32_t> rows = store_->AppliedPush(origin)) {
+      response->set_rows_updated(*rows);
+      response->set_duplicate(true);
+      return absl::OkStatus();
+    }
+  }
+  RETURN_IF_ERROR(routed);
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -324,10 +354,6 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   std::vector<float> gradients(request.gradients().size() / value_bytes);
   DecodeWireValues(request.format(), request.gradients().data(),
                    absl::MakeSpan(gradients), 1.0f / gradient_scale);
-  embedding::PushOrigin origin;
-  origin.worker = request.worker();
-  origin.incarnation = request.incarnation();
-  origin.sequence = request.sequence();
   const float learning_rate_scale = request.learning_rate_scale() == 0.0f
                                         ? 1.0f
                                         : request.learning_rate_scale();
@@ -392,6 +418,15 @@ grpc::ServerUnaryReactor* DataService::Clock(
   response->set_resumed(view.resumed);
   if (request->assign_incarnation())
     response->set_incarnation(view.incarnation);
+  return Finish(context, reactor, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* DataService::GetSlotMap(
+    grpc::CallbackServerContext* context, const GetSlotMapRequest*,
+    GetSlotMapResponse* response) {
+  CountedReactor* reactor = StartCall();
+  *response->mutable_slot_map() = slots_->current()->ToSpec();
+  response->set_shard_index(options_.shard_index);
   return Finish(context, reactor, absl::OkStatus());
 }
 

@@ -27,6 +27,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
+#include "server/slot_ownership.h"
 
 namespace ps::server {
 
@@ -38,10 +39,9 @@ struct RequestCounters {
 };
 
 struct DataServiceOptions {
-  // This shard, of num_shards: a key of another shard is refused
-  // (FAILED_PRECONDITION). Defaults: 0 of 1.
+  // This shard: a key whose slot the slot map gives to another shard is
+  // refused (FAILED_PRECONDITION with a ps-moved trailer). Default: 0.
   uint32_t shard_index = 0;
-  uint32_t num_shards = 1;
   // Most keys one Pull or Push may name; more are refused with
   // INVALID_ARGUMENT. Default: 65536.
   uint32_t max_keys_per_request = 65536;
@@ -60,10 +60,11 @@ struct DataServiceOptions {
 class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                               ParameterServer::CallbackService> {
  public:
-  // `store` and `clocks` must outlive this service.
+  // `store`, `clocks` and `slots` must outlive this service.
   DataService(const DataServiceOptions& options,
-              embedding::EmbeddingStore* store, ClockCoordinator* clocks)
-      : options_(options), store_(store), clocks_(clocks) {}
+              embedding::EmbeddingStore* store, ClockCoordinator* clocks,
+              const SlotOwnership* slots)
+      : options_(options), store_(store), clocks_(clocks), slots_(slots) {}
 
   grpc::ServerUnaryReactor* DeclareTable(
       grpc::CallbackServerContext* context, const DeclareTableRequest* request,
@@ -77,6 +78,9 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   grpc::ServerUnaryReactor* Clock(grpc::CallbackServerContext* context,
                                   const ClockRequest* request,
                                   ClockResponse* response) override;
+  grpc::ServerUnaryReactor* GetSlotMap(grpc::CallbackServerContext* context,
+                                       const GetSlotMapRequest* request,
+                                       GetSlotMapResponse* response) override;
 
   const RequestCounters& counters() const { return counters_; }
 
@@ -137,8 +141,10 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   absl::Status CheckReplySize(size_t payload_bytes, size_t other_fields_bytes,
                               absl::string_view rows) const;
 
-  // Unpacks `packed` keys and checks the limit and routing.
-  absl::Status CheckKeys(const std::string& packed,
+  // Unpacks `packed` keys and checks the limit and that this shard owns
+  // them by its slot map: SlotMovedError() for one it does not, UNAVAILABLE
+  // (transient) if the client routed with a newer map than the shard's.
+  absl::Status CheckKeys(const std::string& packed, uint64_t routing_epoch,
                          std::vector<uint64_t>* keys) const;
   // Starts counting a call of `bytes`; every handler begins with it.
   CountedReactor* StartCall(int64_t bytes = 0) {
@@ -153,6 +159,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   const DataServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   ClockCoordinator* const clocks_;
+  const SlotOwnership* const slots_;
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};

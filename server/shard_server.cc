@@ -77,8 +77,16 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
   for (const auto& shard : manifest.shards())
     restore.parts.push_back(options.restore_from + "/" + shard.path());
   restore.tables.assign(manifest.tables().begin(), manifest.tables().end());
-  restore.keep = [identity](uint64_t key) {
-    return ShardForKey(key, identity.num_shards) == identity.shard_index;
+  // The checkpoint's map when it is restored onto as many shards, so that
+  // every row stays where it was; else the initial map of the new count.
+  const SlotMap recorded = RecordedSlotMap(manifest);
+  auto map = std::make_shared<const SlotMap>(
+      manifest.num_shards() == identity.num_shards
+          ? recorded
+          : SlotMap::Initial(identity.num_shards));
+  RETURN_IF_ERROR(SlotOwnership::Create(data_dir, *map));
+  restore.keep = [identity, map](uint64_t key) {
+    return map->ShardForKey(key) == identity.shard_index;
   };
   restore.store = options.store;
   LOG(INFO) << "restoring shard " << identity.shard_index << " of "
@@ -144,7 +152,6 @@ absl::Status PrepareDataDir(const ServerOptions& options,
 DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
   DataServiceOptions data_options;
   data_options.shard_index = options.shard_index;
-  data_options.num_shards = options.num_shards;
   data_options.max_keys_per_request = options.max_keys_per_request;
   data_options.max_message_bytes = options.max_message_bytes;
   data_options.max_inflight_bytes = options.max_inflight_bytes;
@@ -195,16 +202,19 @@ absl::Status ShardServer::OpenStoreAndCoordinator(
   CoordinatorOptions coordinator = options.coordinator;
   coordinator.state_path = options.store.data_dir + "/coordinator.state";
   ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
+  ASSIGN_OR_RETURN(
+      slots_, SlotOwnership::Open(options.store.data_dir, options.num_shards));
   return absl::OkStatus();
 }
 
 void ShardServer::CreateServices(const ServerOptions& options) {
-  data_service_ = std::make_unique<DataService>(DataServiceOptionsFor(options),
-                                                store_.get(), clocks_.get());
+  data_service_ =
+      std::make_unique<DataService>(DataServiceOptionsFor(options),
+                                    store_.get(), clocks_.get(), slots_.get());
   call_stats_ = std::make_unique<CallStats>();
   admin_service_ = std::make_unique<AdminService>(
       AdminServiceOptionsFor(options), store_.get(), &data_service_->counters(),
-      call_stats_.get(), clocks_.get());
+      call_stats_.get(), clocks_.get(), slots_.get());
 }
 
 absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(

@@ -33,6 +33,7 @@
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
 #include "server/shard_metrics.h"
+#include "server/slot_ownership.h"
 
 namespace grpc {
 class Server;
@@ -48,7 +49,8 @@ struct ServerOptions {
   // Default: 127.0.0.1:50051 (loopback only unless told otherwise).
   std::string listen_address = "127.0.0.1:50051";
   // This shard's index and the cluster's shard count: a key is served here
-  // only if ShardForKey(key, num_shards) == shard_index.
+  // only if the slot map gives its slot to shard_index (server/
+  // slot_ownership.h; at first, SlotForKey(key) % num_shards).
   // Defaults: 0 of 1. REQUIRES: shard_index < num_shards.
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
@@ -165,6 +167,7 @@ class ShardServer {
   // grpc_server_'s interceptors feed it and the admin service reads it.
   std::unique_ptr<CallStats> call_stats_;
   std::unique_ptr<ClockCoordinator> clocks_;
+  std::unique_ptr<SlotOwnership> slots_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

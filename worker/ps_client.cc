@@ -5,10 +5,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
-#include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "base/wire_format.h"
@@ -39,14 +40,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   return grpc::CreateCustomChannel(address, credentials, args);
 }
 
-// Splits positions 0..keys.size()-1 by shard, then into chunks of at most
-// `max_keys` positions each; returns (shard, positions) per chunk.
+// Splits `positions` (into `keys`) by the shard `map` gives their keys, then
+// into chunks of at most `max_keys` positions each; returns (shard,
+// positions) per chunk. REQUIRES: map.HighestShard() < num_shards.
 std::vector<std::pair<int, std::vector<uint32_t>>> Route(
-    absl::Span<const uint64_t> keys, int num_shards, uint32_t max_keys) {
+    absl::Span<const uint64_t> keys, absl::Span<const uint32_t> positions,
+    const SlotMap& map, int num_shards, uint32_t max_keys) {
   std::vector<std::vector<uint32_t>> by_shard(num_shards);
-  for (uint32_t i = 0; i < keys.size(); ++i) {
-    by_shard[ShardForKey(keys[i], num_shards)].push_back(i);
-  }
+  for (uint32_t i : positions) by_shard[map.ShardForKey(keys[i])].push_back(i);
   std::vector<std::pair<int, std::vector<uint32_t>>> chunks;
   for (int shard = 0; shard < num_shards; ++shard) {
     const std::vector<uint32_t>& positions = by_shard[shard];
@@ -61,6 +62,20 @@ std::vector<std::pair<int, std::vector<uint32_t>>> Route(
 }
 
 using TableRows = TrainingClient::TableRows;
+
+// The epoch of a ps-moved trailer on a finished call, if it has one.
+std::optional<uint64_t> MovedEpochOf(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto found = trailers.find(kMovedMetadata);
+  uint64_t epoch = 0;
+  if (found == trailers.end() ||
+      !absl::SimpleAtoi(
+          absl::string_view(found->second.data(), found->second.size()),
+          &epoch)) {
+    return std::nullopt;
+  }
+  return epoch;
+}
 
 // Where one pull request's rows go: the pull it serves, and the positions in
 // pull->keys of the keys it asks for, in request order.
@@ -100,22 +115,26 @@ void PackKeys(absl::Span<const uint64_t> keys,
   }
 }
 
-// Appends to `plan` the requests of `pull`, routed over `num_shards` shards.
-// INVALID_ARGUMENT if `pull` has row positions, but not one per key.
-absl::Status AddPullRequests(const TableRows& pull,
-                             const ClientOptions& options, int num_shards,
-                             PullPlan* plan) {
-  if (!pull.row_positions.empty() &&
-      pull.row_positions.size() != pull.keys.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
-                     " row positions for ", pull.keys.size(), " keys"));
-  }
+// 0, 1, ..., count - 1.
+std::vector<uint32_t> AllPositions(size_t count) {
+  std::vector<uint32_t> positions(count);
+  for (uint32_t i = 0; i < count; ++i) positions[i] = i;
+  return positions;
+}
+
+// Appends to `plan` the requests for the keys of `pull` at `positions`,
+// routed by `map` over `num_shards` shards.
+void AddPullRequests(const TableRows& pull,
+                     absl::Span<const uint32_t> key_positions,
+                     const ClientOptions& options, const SlotMap& map,
+                     int num_shards, PullPlan* plan) {
   const uint32_t max_keys =
       MaxKeysPerPullRequest(pull, options.max_keys_per_request);
-  for (auto& [shard, positions] : Route(pull.keys, num_shards, max_keys)) {
+  for (auto& [shard, positions] :
+       Route(pull.keys, key_positions, map, num_shards, max_keys)) {
     PullRequest& request = plan->requests.emplace_back();
     request.set_table(pull.table);
+    request.set_routing_epoch(map.epoch());
     if (pull.optimizer != nullptr) {
       request.set_with_state(true);
     } else {
@@ -125,7 +144,38 @@ absl::Status AddPullRequests(const TableRows& pull,
     plan->shards.push_back(shard);
     plan->destinations.push_back({&pull, std::move(positions)});
   }
-  return absl::OkStatus();
+}
+
+// The push requests `request`'s keys make when routed by `map` over
+// `num_shards` shards: (shard, request) each, with every field of `request`
+// but keys, gradients and sequence. REQUIRES: request's gradients hold the
+// same number of rows as its keys.
+std::vector<std::pair<int, PushRequest>> ReroutePush(const PushRequest& request,
+                                                     const SlotMap& map,
+                                                     int num_shards) {
+  std::vector<uint64_t> keys(request.keys().size() / sizeof(uint64_t));
+  std::memcpy(keys.data(), request.keys().data(), request.keys().size());
+  const size_t row_bytes =
+      keys.empty() ? 0 : request.gradients().size() / keys.size();
+  std::vector<std::pair<int, PushRequest>> routed;
+  for (auto& [shard, positions] :
+       Route(keys, AllPositions(keys.size()), map, num_shards,
+             static_cast<uint32_t>(std::max<size_t>(keys.size(), 1)))) {
+    PushRequest part = request;
+    part.set_routing_epoch(map.epoch());
+    part.set_sequence(0);
+    std::string* packed_keys = part.mutable_keys();
+    std::string* gradients = part.mutable_gradients();
+    packed_keys->clear();
+    gradients->clear();
+    for (uint32_t position : positions) {
+      packed_keys->append(request.keys(), position * sizeof(uint64_t),
+                          sizeof(uint64_t));
+      gradients->append(request.gradients(), position * row_bytes, row_bytes);
+    }
+    routed.emplace_back(shard, std::move(part));
+  }
+  return routed;
 }
 
 // INTERNAL unless `response`, from `shard`, carries what a pull of
@@ -213,6 +263,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     client->shards_.push_back(
         ParameterServer::NewStub(MakeChannel(address, options, credentials)));
   }
+  client->slot_map_ = std::make_shared<const SlotMap>(
+      SlotMap::Initial(static_cast<uint32_t>(options.servers.size())));
   client->coordinator_ = ParameterServer::NewStub(MakeChannel(
       options.coordinator.empty() ? options.servers[0] : options.coordinator,
       options, credentials));
@@ -223,7 +275,8 @@ template <typename Request, typename Response, typename Issue>
 absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<int>& shards,
                               std::vector<Response>* responses, Issue issue,
-                              const char* what, absl::Duration retry_for) {
+                              const char* what, absl::Duration retry_for,
+                              Moved* moved) {
   const size_t n = requests.size();
   // Kept elements keep their buffers (each is cleared before its call).
   responses->resize(n);
@@ -259,6 +312,18 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       if (status.ok()) {
         done[pending[p]] = true;
         continue;
+      }
+      if (moved != nullptr &&
+          status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        if (const std::optional<uint64_t> epoch = MovedEpochOf(*contexts[p])) {
+          done[pending[p]] = true;
+          moved->requests.push_back(pending[p]);
+          if (*epoch >= moved->epoch) {
+            moved->epoch = *epoch;
+            moved->shard = shards[pending[p]];
+          }
+          continue;
+        }
       }
       const bool retryable =
           status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -312,30 +377,52 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
         shards_[shard]->async()->DeclareTable(context, request, response,
                                               std::move(done));
       },
-      "declaring table", options_.retry_for);
+      "declaring table", options_.retry_for, nullptr);
 }
 
 absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
+  std::shared_ptr<const SlotMap> map = slot_map();
   PullPlan plan;
   for (const TableRows& pull : pulls) {
-    RETURN_IF_ERROR(AddPullRequests(pull, options_, num_shards(), &plan));
+    if (!pull.row_positions.empty() &&
+        pull.row_positions.size() != pull.keys.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull of ", pull.table, ": ", pull.row_positions.size(),
+                       " row positions for ", pull.keys.size(), " keys"));
+    }
+    AddPullRequests(pull, AllPositions(pull.keys.size()), options_, *map,
+                    num_shards(), &plan);
   }
   std::vector<PullResponse> responses = TakeSparePullResponses();
   auto give_back =
       absl::MakeCleanup([&] { KeepSparePullResponses(std::move(responses)); });
-  RETURN_IF_ERROR(FanOut(
-      plan.requests, plan.shards, &responses,
-      [this](int shard, grpc::ClientContext* context, PullRequest* request,
-             PullResponse* response, std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->Pull(context, request, response,
-                                      std::move(done));
-      },
-      "pull", options_.retry_for));
-  for (size_t c = 0; c < plan.requests.size(); ++c) {
-    RETURN_IF_ERROR(DeliverPullResponse(responses[c], plan.shards[c],
-                                        plan.destinations[c]));
+  for (int round = 0;; ++round) {
+    Moved moved;
+    RETURN_IF_ERROR(FanOut(
+        plan.requests, plan.shards, &responses,
+        [this](int shard, grpc::ClientContext* context, PullRequest* request,
+               PullResponse* response, std::function<void(grpc::Status)> done) {
+          shards_[shard]->async()->Pull(context, request, response,
+                                        std::move(done));
+        },
+        "pull", options_.retry_for, &moved));
+    std::vector<bool> was_moved(plan.requests.size(), false);
+    for (size_t c : moved.requests) was_moved[c] = true;
+    for (size_t c = 0; c < plan.requests.size(); ++c) {
+      if (was_moved[c]) continue;
+      RETURN_IF_ERROR(DeliverPullResponse(responses[c], plan.shards[c],
+                                          plan.destinations[c]));
+    }
+    if (moved.requests.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(map, RefreshSlotMap(moved, round));
+    PullPlan again;
+    for (size_t c : moved.requests) {
+      const PullDestination& destination = plan.destinations[c];
+      AddPullRequests(*destination.pull, destination.positions, options_, *map,
+                      num_shards(), &again);
+    }
+    plan = std::move(again);
   }
-  return absl::OkStatus();
 }
 
 std::vector<PullResponse> PsClient::TakeSparePullResponses() {
@@ -359,6 +446,7 @@ void PsClient::KeepSparePullResponses(std::vector<PullResponse> responses) {
 
 absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
                             uint32_t worker, int64_t clock) {
+  std::shared_ptr<const SlotMap> map = slot_map();
   std::vector<PushRequest> requests;
   std::vector<int> shards;
   for (const TableGradients& push : pushes) {
@@ -374,9 +462,11 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
         static_cast<size_t>(push.dim) * WireValueBytes(format);
     std::vector<float> scaled;
     for (auto& [shard, positions] :
-         Route(push.keys, num_shards(), options_.max_keys_per_request)) {
+         Route(push.keys, AllPositions(push.keys.size()), *map, num_shards(),
+               options_.max_keys_per_request)) {
       PushRequest& request = requests.emplace_back();
       request.set_table(push.table);
+      request.set_routing_epoch(map->epoch());
       request.set_worker(worker);
       request.set_clock(clock);
       if (push.learning_rate_scale != 1.0f)
@@ -422,14 +512,85 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
     }
   }
   std::vector<PushResponse> responses;
-  return FanOut(
+  for (int round = 0;; ++round) {
+    Moved moved;
+    RETURN_IF_ERROR(FanOut(
+        requests, shards, &responses,
+        [this](int shard, grpc::ClientContext* context, PushRequest* request,
+               PushResponse* response, std::function<void(grpc::Status)> done) {
+          shards_[shard]->async()->Push(context, request, response,
+                                        std::move(done));
+        },
+        "push", options_.retry_for, &moved));
+    if (moved.requests.empty()) return absl::OkStatus();
+    // A refused push was applied nowhere (a shard that had applied it
+    // answers its retry as a duplicate, moved or not): its keys go where
+    // the new map says, as new requests with new sequence numbers.
+    ASSIGN_OR_RETURN(map, RefreshSlotMap(moved, round));
+    std::vector<PushRequest> again;
+    std::vector<int> again_shards;
+    for (size_t r : moved.requests) {
+      for (auto& [shard, part] : ReroutePush(requests[r], *map, num_shards())) {
+        part.set_sequence(++push_sequences_[shard]);
+        again.push_back(std::move(part));
+        again_shards.push_back(shard);
+      }
+    }
+    requests = std::move(again);
+    shards = std::move(again_shards);
+  }
+}
+
+std::shared_ptr<const SlotMap> PsClient::slot_map() const {
+  absl::MutexLock lock(&slot_map_mu_);
+  return slot_map_;
+}
+
+absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
+    const Moved& moved, int round) {
+  if (round >= kMaxReroutes) {
+    return absl::AbortedError(absl::StrCat(
+        "keys were refused as moved ", round + 1,
+        " times in a row (last by shard ", moved.shard, " at slot map epoch ",
+        moved.epoch, "): the shards disagree on the slot map"));
+  }
+  absl::MutexLock refreshing(&refresh_mu_);
+  if (std::shared_ptr<const SlotMap> map = slot_map();
+      map->epoch() >= moved.epoch && round == 0) {
+    return map;  // another call refreshed it meanwhile
+  }
+  std::vector<GetSlotMapRequest> requests(1);
+  std::vector<int> shards = {moved.shard};
+  std::vector<GetSlotMapResponse> responses;
+  RETURN_IF_ERROR(FanOut(
       requests, shards, &responses,
-      [this](int shard, grpc::ClientContext* context, PushRequest* request,
-             PushResponse* response, std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->Push(context, request, response,
-                                      std::move(done));
+      [this](int shard, grpc::ClientContext* context,
+             GetSlotMapRequest* request, GetSlotMapResponse* response,
+             std::function<void(grpc::Status)> done) {
+        shards_[shard]->async()->GetSlotMap(context, request, response,
+                                            std::move(done));
       },
-      "push", options_.retry_for);
+      "reading the slot map", options_.retry_for, nullptr));
+  absl::StatusOr<SlotMap> fetched = SlotMap::FromSpec(responses[0].slot_map());
+  if (!fetched.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", moved.shard,
+        " sent a slot map that is not one: ", fetched.status().message()));
+  }
+  if (fetched->HighestShard() >= static_cast<uint32_t>(num_shards())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot map epoch ", fetched->epoch(), " gives slots to shard ",
+        fetched->HighestShard(), ", but this worker knows ", num_shards(),
+        " shards (--servers, or the shards registered in etcd when it "
+        "started): restart it to reach the new shard"));
+  }
+  absl::MutexLock lock(&slot_map_mu_);
+  if (fetched->epoch() > slot_map_->epoch()) {
+    LOG(INFO) << "slot map epoch " << slot_map_->epoch() << " -> "
+              << fetched->epoch() << " (from shard " << moved.shard << ")";
+    slot_map_ = std::make_shared<const SlotMap>(*std::move(fetched));
+  }
+  return slot_map_;
 }
 
 absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request,
@@ -446,7 +607,8 @@ absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request,
                                      std::move(done));
       },
       "clock",
-      retry_for < absl::ZeroDuration() ? options_.retry_for : retry_for);
+      retry_for < absl::ZeroDuration() ? options_.retry_for : retry_for,
+      nullptr);
   if (!status.ok()) return status;
   return responses[0];
 }

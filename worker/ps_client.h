@@ -1,9 +1,9 @@
 // File: worker/ps_client.h
 //
 // PsClient is the worker's view of the cluster: one channel per shard, keys
-// routed by base/routing.h, and each call fanned out to every shard it
-// touches in parallel (gRPC's async callback API), then joined. Calls that
-// fail with UNAVAILABLE (a shard restarting) are retried with exponential
+// routed by a slot map (base/slot_map.h), and each call fanned out to every
+// shard it touches in parallel (gRPC's async callback API), then joined. Calls
+// that fail with UNAVAILABLE (a shard restarting) are retried with exponential
 // backoff for up to `retry_for`; channels reconnect on their own, so training
 // survives a shard that comes back; DEADLINE_EXCEEDED (a shard stopped or
 // overloaded past `call_timeout`) and errors a shard marks transient (a full
@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/slot_map.h"
 #include "net/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
 #include "worker/training_client.h"
@@ -117,10 +118,32 @@ class PsClient : public TrainingClient {
  private:
   explicit PsClient(const ClientOptions& options) : options_(options) {}
 
+  // Requests a shard refused because their keys' slots are another
+  // shard's (a ps-moved answer): their indices, the largest epoch a shard
+  // named, and that shard.
+  struct Moved {
+    std::vector<size_t> requests;
+    uint64_t epoch = 0;
+    int shard = -1;
+  };
+
+  // Issues every request (request i to shards[i]) at once and retries those
+  // that failed transiently, with backoff, for up to `retry_for`. With
+  // `moved`, requests refused as moved are not retried but listed there.
   template <typename Request, typename Response, typename Issue>
   absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
                       std::vector<Response>* responses, Issue issue,
-                      const char* what, absl::Duration retry_for);
+                      const char* what, absl::Duration retry_for, Moved* moved);
+
+  std::shared_ptr<const SlotMap> slot_map() const;
+  // The map to route again by after `moved` (round: how many times this
+  // call was refused as moved before): read from the shard that refused
+  // with the newest epoch. ABORTED past kMaxReroutes rounds;
+  // FAILED_PRECONDITION for a map that names a shard this client does not
+  // know.
+  absl::StatusOr<std::shared_ptr<const SlotMap>> RefreshSlotMap(
+      const Moved& moved, int round);
+  static constexpr int kMaxReroutes = 8;
 
   // Pull responses kept from one pull for the next, so that their row
   // buffers (up to max_keys_per_request rows each) are reused instead of
@@ -140,6 +163,13 @@ class PsClient : public TrainingClient {
   static constexpr size_t kCodes = 17;
   std::atomic<uint64_t> retries_[kCodes] = {};
   std::unique_ptr<ParameterServer::Stub> coordinator_;
+  // The slot map requests are routed by: the initial one of the shard count
+  // until a shard answers that keys moved.
+  mutable absl::Mutex slot_map_mu_;
+  std::shared_ptr<const SlotMap> slot_map_ ABSL_GUARDED_BY(slot_map_mu_);
+  // Held while reading a new map, so that one refusal seen by many calls
+  // reads it once.
+  absl::Mutex refresh_mu_;
   absl::Mutex spare_mu_;
   // At most kMaxSpareResponseSets sets (pulls may run concurrently), each
   // of at most kMaxSpareResponseBytes of row buffers.

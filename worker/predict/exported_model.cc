@@ -6,6 +6,7 @@
 #include "base/half.h"
 #include "base/manifest.h"
 #include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "rocksdb/sst_file_reader.h"
 
@@ -52,6 +53,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         layout->dense_features()));
   }
   model->layout_ = *std::move(layout);
+  model->slot_map_ = std::make_unique<SlotMap>(RecordedSlotMap(manifest));
   auto open_table =
       [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Table>> {
     for (const ExportManifest::Table& entry : manifest.tables()) {
@@ -138,10 +140,10 @@ absl::Status ExportedModel::Lookup(Table& table,
                                    float* out) {
   const size_t dim = table.spec.dim();
   const size_t value_bytes = dim * (table.half ? 2 : 4);
-  const uint32_t shards = manifest_.num_shards();
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
-    rocksdb::Iterator* it = table.iterators[ShardForKey(keys[i], shards)].get();
+    rocksdb::Iterator* it =
+        table.iterators[slot_map_->ShardForKey(keys[i])].get();
     bool found = false;
     if (it != nullptr) {
       const rocksdb::Slice key(reinterpret_cast<const char*>(&keys[i]),

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/initializer.h"
+#include "base/slot_map.h"
 #include "kernels/ctr_model.h"
 #include "proto/checkpoint.pb.h"
 #include "worker/input/input_layout.h"
@@ -58,6 +59,8 @@ class ExportedModel {
                       float* out);
 
   ExportManifest manifest_;
+  // Which shard's part holds a key's row.
+  std::unique_ptr<SlotMap> slot_map_;
   InputLayout layout_;
   std::unique_ptr<Table> embedding_, wide_;
   std::vector<std::vector<float>> dense_;

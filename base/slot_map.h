@@ -1,0 +1,86 @@
+// File: base/slot_map.h
+//
+// SlotMap says which shard owns each of the kNumSlots key slots
+// (base/routing.h), and the epoch of that assignment. The initial map of n
+// shards gives slot s to shard s % n at epoch 1; every change makes a map of
+// a larger epoch. Shards refuse keys of slots they do not own with
+// SlotMovedError(), which names the epoch of their own map, so that a client
+// that routed with an older map fetches a newer one and routes again.
+//
+// Immutable once built; thread-safe. About 64 KiB: hold it by shared_ptr
+// where it changes.
+
+#ifndef PS_BASE_SLOT_MAP_H_
+#define PS_BASE_SLOT_MAP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/routing.h"
+#include "proto/ps.pb.h"
+
+namespace ps {
+
+class SlotMap {
+ public:
+  // Slot s to shard s % num_shards, epoch 1. REQUIRES: num_shards > 0.
+  static SlotMap Initial(uint32_t num_shards);
+
+  // The map `spec` describes. INVALID_ARGUMENT unless its epoch is at least
+  // 1 and its ranges cover every slot once, in slot order.
+  static absl::StatusOr<SlotMap> FromSpec(const SlotMapSpec& spec);
+
+  // As ranges of consecutive slots of one shard, in slot order.
+  SlotMapSpec ToSpec() const;
+
+  uint64_t epoch() const { return epoch_; }
+  uint32_t ShardForSlot(uint32_t slot) const { return owners_[slot]; }
+  uint32_t ShardForKey(uint64_t key) const { return owners_[SlotForKey(key)]; }
+  // The largest shard index that owns a slot.
+  uint32_t HighestShard() const;
+
+  // This map with slots first..last given to `shard`, at epoch + 1.
+  // REQUIRES: first <= last < kNumSlots.
+  SlotMap WithSlotsMoved(uint32_t first, uint32_t last, uint32_t shard) const;
+
+  // The slots `shard` owns, as inclusive (first, last) ranges in slot order.
+  std::vector<std::pair<uint32_t, uint32_t>> RangesOf(uint32_t shard) const;
+
+  bool operator==(const SlotMap& other) const {
+    return epoch_ == other.epoch_ && owners_ == other.owners_;
+  }
+
+ private:
+  SlotMap(uint64_t epoch, std::vector<uint32_t> owners)
+      : epoch_(epoch), owners_(std::move(owners)) {}
+
+  uint64_t epoch_;
+  // kNumSlots entries: the shard of each slot.
+  std::vector<uint32_t> owners_;
+};
+
+// "0-5460,5462" for ranges (first, last), a single slot as one number.
+std::string FormatSlotRanges(
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges);
+
+// The payload's type URL on an absl::Status, and the trailing metadata key
+// of a gRPC reply, that carry the epoch of the refusing shard's map.
+inline constexpr char kMovedPayload[] = "ps.moved";
+inline constexpr char kMovedMetadata[] = "ps-moved";
+
+// FAILED_PRECONDITION with `message`, marked with the epoch of the map by
+// which the key's slot is not this shard's.
+absl::Status SlotMovedError(absl::string_view message, uint64_t epoch);
+
+// The epoch a SlotMovedError() carries; nothing for any other status.
+std::optional<uint64_t> MovedEpoch(const absl::Status& status);
+
+}  // namespace ps
+
+#endif  // PS_BASE_SLOT_MAP_H_

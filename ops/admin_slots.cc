@@ -1,0 +1,123 @@
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/exit_codes.h"
+#include "base/slot_map.h"
+#include "ops/admin_command.h"
+#include "proto/admin.grpc.pb.h"
+
+namespace ps::ops {
+namespace {
+
+// Ranges shown per shard in text; --json lists them all.
+constexpr size_t kRangesShown = 8;
+
+struct ShardMap {
+  ShardAnswer answer;
+  std::optional<SlotMap> map;
+};
+
+// Every shard's map, asked all at once.
+std::vector<ShardMap> ReadEveryShardsMap(const Cluster& cluster) {
+  std::vector<ShardMap> maps;
+  for (size_t i = 0; i < cluster.servers.size(); ++i)
+    maps.push_back({ShardAnswer(cluster.servers[i]), std::nullopt});
+  cluster.channels->OnEveryShard([&](size_t i) {
+    ps::GetSlotMapResponse response;
+    ShardMap& shard = maps[i];
+    shard.answer.status = cluster.channels->shard(i).GetSlotMap(
+        cluster.Context().get(), ps::GetSlotMapRequest(), &response);
+    if (!shard.answer.status.ok()) return;
+    absl::StatusOr<SlotMap> map = SlotMap::FromSpec(response.slot_map());
+    if (!map.ok()) {
+      shard.answer.status =
+          grpc::Status(grpc::StatusCode::INTERNAL,
+                       absl::StrCat("the shard's slot map is not one: ",
+                                    map.status().message()));
+      return;
+    }
+    shard.map = *std::move(map);
+  });
+  return maps;
+}
+
+// The map of the newest epoch among `maps`; nullptr if none answered.
+const SlotMap* Newest(const std::vector<ShardMap>& maps) {
+  const SlotMap* newest = nullptr;
+  for (const ShardMap& shard : maps) {
+    if (shard.map.has_value() &&
+        (newest == nullptr || shard.map->epoch() > newest->epoch())) {
+      newest = &*shard.map;
+    }
+  }
+  return newest;
+}
+
+uint32_t SlotCount(const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  uint32_t slots = 0;
+  for (const auto& [first, last] : ranges) slots += last - first + 1;
+  return slots;
+}
+
+}  // namespace
+
+absl::StatusOr<SlotMap> ReadSlotMap(const Cluster& cluster) {
+  std::vector<ShardMap> maps = ReadEveryShardsMap(cluster);
+  if (const SlotMap* newest = Newest(maps)) return *newest;
+  return absl::UnavailableError(absl::StrCat(
+      "no shard answered with its slot map (", maps.front().answer.server, ": ",
+      maps.front().answer.status.error_message(), ")"));
+}
+
+// `slots`: the slot map as ranges per shard, with its epoch; every shard is
+// asked, and shards that route by an older epoch are named.
+int Slots(const Cluster& cluster) {
+  std::vector<ShardMap> maps = ReadEveryShardsMap(cluster);
+  std::vector<ShardAnswer> answers;
+  for (const ShardMap& shard : maps) answers.push_back(shard.answer);
+  const SlotMap* newest = Newest(maps);
+  if (newest == nullptr) return ReportFailures("slots", answers);
+  Json shards = Json::array();
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const auto ranges = newest->RangesOf(static_cast<uint32_t>(i));
+    Json pairs = Json::array();
+    for (const auto& [first, last] : ranges) pairs.push_back({first, last});
+    Json shard = {{"shard", i},
+                  {"server", cluster.servers[i]},
+                  {"slots", SlotCount(ranges)},
+                  {"ranges", std::move(pairs)}};
+    if (maps[i].map.has_value()) shard["epoch"] = maps[i].map->epoch();
+    shards.push_back(std::move(shard));
+  }
+  if (cluster.options.json) {
+    std::printf("%s\n", Dump({{"epoch", newest->epoch()},
+                              {"num_slots", kNumSlots},
+                              {"shards", std::move(shards)}})
+                            .c_str());
+    return ReportFailures("slots", answers);
+  }
+  std::printf("slot map epoch %llu, %u slots\n",
+              static_cast<unsigned long long>(newest->epoch()), kNumSlots);
+  for (size_t i = 0; i < maps.size(); ++i) {
+    auto ranges = newest->RangesOf(static_cast<uint32_t>(i));
+    const size_t count = ranges.size();
+    const uint32_t slots = SlotCount(ranges);
+    if (count > kRangesShown) ranges.resize(kRangesShown);
+    std::string shown = FormatSlotRanges(ranges);
+    if (count > kRangesShown) {
+      absl::StrAppend(&shown, ",... (", count, " ranges; --json lists all)");
+    }
+    std::printf("shard %zu %s: %u slots%s%s\n", i, cluster.servers[i].c_str(),
+                slots, slots == 0 ? "" : " ", shown.c_str());
+    if (maps[i].map.has_value() && maps[i].map->epoch() != newest->epoch()) {
+      std::printf("  (this shard still routes by epoch %llu)\n",
+                  static_cast<unsigned long long>(maps[i].map->epoch()));
+    }
+  }
+  return ReportFailures("slots", answers);
+}
+
+}  // namespace ps::ops

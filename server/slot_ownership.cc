@@ -1,0 +1,84 @@
+#include "server/slot_ownership.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "base/durable_file.h"
+#include "base/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ps::server {
+namespace {
+
+constexpr char kSlotMapFile[] = "/SLOT_MAP.json";
+
+absl::Status WriteSlotMap(const std::string& path, const SlotMap& map) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(map.ToSpec(), &json, print)
+           .ok()) {
+    return absl::InternalError("cannot write the slot map as JSON");
+  }
+  return WriteFileDurably(path, json);
+}
+
+absl::Status CheckShards(const SlotMap& map, uint32_t num_shards) {
+  if (map.HighestShard() < num_shards) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("slot map epoch ", map.epoch(), " gives slots to shard ",
+                   map.HighestShard(), ", but the cluster has ", num_shards,
+                   " shards (--num_shards)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SlotOwnership>> SlotOwnership::Open(
+    const std::string& data_dir, uint32_t num_shards) {
+  const std::string path = data_dir + kSlotMapFile;
+  std::ifstream file(path);
+  if (!file) {
+    auto map = std::make_shared<const SlotMap>(SlotMap::Initial(num_shards));
+    RETURN_IF_ERROR(WriteSlotMap(path, *map));
+    return std::unique_ptr<SlotOwnership>(
+        new SlotOwnership(path, num_shards, std::move(map)));
+  }
+  std::stringstream json;
+  json << file.rdbuf();
+  SlotMapSpec spec;
+  if (!google::protobuf::util::JsonStringToMessage(json.str(), &spec).ok()) {
+    return absl::DataLossError(absl::StrCat(path, " does not parse"));
+  }
+  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+  if (!map.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", map.status().message()));
+  }
+  RETURN_IF_ERROR(CheckShards(*map, num_shards));
+  return std::unique_ptr<SlotOwnership>(new SlotOwnership(
+      path, num_shards, std::make_shared<const SlotMap>(*std::move(map))));
+}
+
+absl::Status SlotOwnership::Create(const std::string& data_dir,
+                                   const SlotMap& map) {
+  return WriteSlotMap(data_dir + kSlotMapFile, map);
+}
+
+absl::Status SlotOwnership::Replace(uint64_t expected_epoch,
+                                    const SlotMap& next) {
+  RETURN_IF_ERROR(CheckShards(next, num_shards_));
+  absl::MutexLock lock(&mu_);
+  if (current_->epoch() != expected_epoch || next.epoch() <= expected_epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the slot map is at epoch ", current_->epoch(),
+        "; a change from epoch ", expected_epoch, " to epoch ", next.epoch(),
+        " does not apply (read the map again and start over)"));
+  }
+  RETURN_IF_ERROR(WriteSlotMap(path_, next));
+  current_ = std::make_shared<const SlotMap>(next);
+  return absl::OkStatus();
+}
+
+}  // namespace ps::server

@@ -1,0 +1,65 @@
+// File: server/slot_ownership.h
+//
+// SlotOwnership is a shard's copy of the slot map (base/slot_map.h): what
+// its data service checks every key against. It is kept in
+// <data_dir>/SLOT_MAP.json, written whole and durably; a data dir without
+// one starts from the initial map of the shard count. The map changes only
+// by Replace(), which names the epoch it replaces (a compare-and-swap), so
+// that two administrators never overwrite each other's change unseen.
+//
+// Thread-safe: current() hands out the map by shared_ptr; a Replace() while
+// a request holds the old one does not disturb it.
+
+#ifndef PS_SERVER_SLOT_OWNERSHIP_H_
+#define PS_SERVER_SLOT_OWNERSHIP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/slot_map.h"
+
+namespace ps::server {
+
+class SlotOwnership {
+ public:
+  // The map of `data_dir`, or the initial map of `num_shards` (written
+  // there) if it has none. DATA_LOSS for a file that does not parse;
+  // FAILED_PRECONDITION for one that names a shard >= num_shards.
+  static absl::StatusOr<std::unique_ptr<SlotOwnership>> Open(
+      const std::string& data_dir, uint32_t num_shards);
+
+  // Records `map` as the one a new data dir starts from (a restore's).
+  static absl::Status Create(const std::string& data_dir, const SlotMap& map);
+
+  std::shared_ptr<const SlotMap> current() const {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+
+  // Makes `next` the map if the current one's epoch is `expected_epoch` and
+  // next's is larger; FAILED_PRECONDITION naming the current epoch if not,
+  // or if `next` names a shard >= num_shards. The file's errors, with the
+  // map unchanged.
+  absl::Status Replace(uint64_t expected_epoch, const SlotMap& next);
+
+ private:
+  SlotOwnership(std::string path, uint32_t num_shards,
+                std::shared_ptr<const SlotMap> map)
+      : path_(std::move(path)),
+        num_shards_(num_shards),
+        current_(std::move(map)) {}
+
+  const std::string path_;
+  const uint32_t num_shards_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const SlotMap> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SLOT_OWNERSHIP_H_

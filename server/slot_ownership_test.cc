@@ -1,0 +1,68 @@
+#include "server/slot_ownership.h"
+
+#include <fstream>
+
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+TEST(SlotOwnershipTest, ANewDirStartsFromTheInitialMapAndKeepsChanges) {
+  const std::string dir = FreshTestDir("slot_ownership");
+  {
+    absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
+        SlotOwnership::Open(dir, 3);
+    ASSERT_OK(slots);
+    EXPECT_TRUE(*(*slots)->current() == SlotMap::Initial(3));
+    const SlotMap moved = SlotMap::Initial(3).WithSlotsMoved(0, 9, 2);
+    ASSERT_OK((*slots)->Replace(1, moved));
+    EXPECT_TRUE(*(*slots)->current() == moved);
+  }
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> reopened =
+      SlotOwnership::Open(dir, 3);
+  ASSERT_OK(reopened);
+  EXPECT_EQ((*reopened)->current()->epoch(), 2u);
+  EXPECT_EQ((*reopened)->current()->ShardForSlot(0), 2u);
+  EXPECT_EQ((*reopened)->current()->ShardForSlot(10), 1u);
+}
+
+TEST(SlotOwnershipTest, AChangeMustNameTheCurrentEpochAndGrowIt) {
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
+      SlotOwnership::Open(FreshTestDir("slot_ownership_cas"), 2);
+  ASSERT_OK(slots);
+  const SlotMap first = SlotMap::Initial(2).WithSlotsMoved(0, 0, 1);
+  ASSERT_OK((*slots)->Replace(1, first));
+  // A second administrator who read epoch 1 too.
+  EXPECT_THAT((*slots)->Replace(1, SlotMap::Initial(2).WithSlotsMoved(5, 5, 0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // The same epoch again.
+  EXPECT_THAT((*slots)->Replace(2, first),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A shard the cluster does not have.
+  EXPECT_THAT((*slots)->Replace(2, first.WithSlotsMoved(1, 1, 2)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(*(*slots)->current() == first);
+}
+
+TEST(SlotOwnershipTest, ADamagedFileIsRefused) {
+  const std::string dir = FreshTestDir("slot_ownership_damaged");
+  std::ofstream(dir + "/SLOT_MAP.json") << "{\"epoch\": \"3\", \"ranges\": [";
+  EXPECT_THAT(SlotOwnership::Open(dir, 2),
+              StatusIs(absl::StatusCode::kDataLoss));
+  std::ofstream(dir + "/SLOT_MAP.json", std::ios::trunc)
+      << "{\"epoch\": \"3\", \"ranges\": [{\"first\": 0, \"last\": 100}]}";
+  EXPECT_THAT(SlotOwnership::Open(dir, 2),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(SlotOwnershipTest, AMapOfMoreShardsThanTheClusterIsRefused) {
+  const std::string dir = FreshTestDir("slot_ownership_fewer");
+  ASSERT_OK(SlotOwnership::Open(dir, 3));
+  EXPECT_THAT(SlotOwnership::Open(dir, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace ps::server
