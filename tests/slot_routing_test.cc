@@ -1,0 +1,411 @@
+// The slot map in a running cluster: two shards served in this process,
+// their maps changed over the admin API, and a real PsClient that routed by
+// an older map. A key is applied exactly once, on the shard the newest map
+// names; a shard behind the client's map makes it wait; a retry of a push
+// applied before its slot moved is answered as a duplicate; checkpoints
+// record the map and restores keep it; ps_admin slots prints it.
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/manifest.h"
+#include "base/packed.h"
+#include "base/slot_map.h"
+#include "base/transient_error.h"
+#include "base/status_matchers.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ops/checkpoint.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/shard_server.h"
+#include "tests/child_process.h"
+#include "worker/ps_client.h"
+
+namespace ps {
+namespace {
+
+constexpr int kDim = 2;
+constexpr char kTable[] = "t";
+
+TableSpec Table() {
+  TableSpec spec;
+  spec.set_name(kTable);
+  spec.set_dim(kDim);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+class SlotRoutingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartShards("slot_routing", 2, ""); }
+
+  void TearDown() override {
+    for (auto& shard : shards_)
+      EXPECT_OK(shard->Shutdown(absl::ZeroDuration()));
+  }
+
+  void StartShards(const std::string& name, uint32_t count,
+                   const std::string& restore_from) {
+    for (auto& shard : shards_)
+      EXPECT_OK(shard->Shutdown(absl::ZeroDuration()));
+    shards_.clear();
+    admins_.clear();
+    servers_.clear();
+    for (uint32_t i = 0; i < count; ++i) {
+      server::ServerOptions options;
+      options.listen_address = "127.0.0.1:0";
+      options.shard_index = i;
+      options.num_shards = count;
+      options.store.data_dir = FreshTestDir(absl::StrCat(name, "_", i));
+      options.restore_from = restore_from;
+      absl::StatusOr<std::unique_ptr<server::ShardServer>> shard =
+          server::ShardServer::Start(options);
+      ASSERT_OK(shard);
+      servers_.push_back(absl::StrCat("127.0.0.1:", (*shard)->port()));
+      admins_.push_back(Admin::NewStub(grpc::CreateChannel(
+          servers_.back(), grpc::InsecureChannelCredentials())));
+      shards_.push_back(*std::move(shard));
+    }
+  }
+
+  std::unique_ptr<worker::PsClient> Connect() {
+    worker::ClientOptions options;
+    options.servers = servers_;
+    options.incarnation = 7;
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Connect(options);
+    EXPECT_OK(client);
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  grpc::Status SetMap(size_t shard, uint64_t expected_epoch,
+                      const SlotMap& map) {
+    SetSlotMapRequest request;
+    request.set_expected_epoch(expected_epoch);
+    *request.mutable_slot_map() = map.ToSpec();
+    SetSlotMapResponse response;
+    grpc::ClientContext context;
+    return admins_[shard]->SetSlotMap(&context, request, &response);
+  }
+
+  // The row of `key` on `shard`, and whether the shard stores it.
+  std::vector<float> Row(size_t shard, uint64_t key, bool* stored) {
+    GetRowRequest request;
+    request.set_table(kTable);
+    request.set_key(key);
+    GetRowResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(admins_[shard]->GetRow(&context, request, &response).ok());
+    *stored = response.stored();
+    return {response.values().begin(), response.values().end()};
+  }
+
+  // Pushes a gradient of -1 to every key of `keys` once, as worker 0.
+  absl::Status PushOnce(worker::PsClient& client,
+                        const std::vector<uint64_t>& keys) {
+    std::vector<float> gradients(keys.size() * kDim, -1.0f);
+    worker::TrainingClient::TableGradients push;
+    push.table = kTable;
+    push.keys = keys;
+    push.gradients = gradients;
+    push.dim = kDim;
+    return client.Push({&push, 1}, /*worker=*/0, /*clock=*/1);
+  }
+
+  // Every key of `keys` holds exactly 1 (one push applied) on the shard
+  // `map` gives it, and nothing on any other.
+  void ExpectAppliedOnceWhere(const SlotMap& map,
+                              const std::vector<uint64_t>& keys) {
+    for (uint64_t key : keys) {
+      for (size_t shard = 0; shard < shards_.size(); ++shard) {
+        bool stored = false;
+        const std::vector<float> row = Row(shard, key, &stored);
+        if (shard == map.ShardForKey(key)) {
+          ASSERT_TRUE(stored) << "key " << key << " on shard " << shard;
+          ASSERT_EQ(row, std::vector<float>(kDim, 1.0f))
+              << "key " << key << " on shard " << shard;
+        } else {
+          ASSERT_FALSE(stored) << "key " << key << " on shard " << shard;
+        }
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<server::ShardServer>> shards_;
+  std::vector<std::unique_ptr<Admin::Stub>> admins_;
+  std::vector<std::string> servers_;
+};
+
+std::vector<uint64_t> Keys(int count) {
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < count; ++i) keys.push_back(i * 7919 + 3);
+  return keys;
+}
+
+TEST_F(SlotRoutingTest, APushRoutedByAnOldMapIsRedirectedAndAppliedOnce) {
+  std::unique_ptr<worker::PsClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->DeclareTable(Table()));
+  // Half of shard 0's slots go to shard 1, and some of shard 1's to 0.
+  const SlotMap moved = SlotMap::Initial(2)
+                            .WithSlotsMoved(0, 8191, 1)
+                            .WithSlotsMoved(16000, 16383, 0);
+  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  const std::vector<uint64_t> keys = Keys(2000);
+  ASSERT_OK(PushOnce(*client, keys));
+  ExpectAppliedOnceWhere(moved, keys);
+  // Pulls follow the same map.
+  std::vector<float> rows(keys.size() * kDim, -5.0f);
+  worker::TrainingClient::TableRows pull;
+  pull.table = kTable;
+  pull.keys = keys;
+  pull.dim = kDim;
+  pull.rows = rows.data();
+  ASSERT_OK(client->Pull({&pull, 1}));
+  EXPECT_EQ(rows, std::vector<float>(rows.size(), 1.0f));
+}
+
+TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
+  std::unique_ptr<worker::PsClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->DeclareTable(Table()));
+  const std::vector<uint64_t> keys = Keys(500);
+  ASSERT_OK(PushOnce(*client, keys));  // by the initial map
+  // A second client routes by the initial map; the map changes under it
+  // while no row moves, so the rows it reads where the map sends it are
+  // initial values (zeros) for the slots that moved, and 1 for the others.
+  std::unique_ptr<worker::PsClient> reader = Connect();
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 4095, 0);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  std::vector<float> rows(keys.size() * kDim, -5.0f);
+  worker::TrainingClient::TableRows pull;
+  pull.table = kTable;
+  pull.keys = keys;
+  pull.dim = kDim;
+  pull.rows = rows.data();
+  ASSERT_OK(reader->Pull({&pull, 1}));
+  int moved_keys = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool slot_moved =
+        ShardForKey(keys[i], 2) != moved.ShardForKey(keys[i]);
+    moved_keys += slot_moved;
+    EXPECT_EQ(rows[i * kDim], slot_moved ? 0.0f : 1.0f) << keys[i];
+  }
+  EXPECT_GT(moved_keys, 0);
+}
+
+TEST_F(SlotRoutingTest, AShardBehindTheClientsMapMakesItRetryUntilItCatchesUp) {
+  std::unique_ptr<worker::PsClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->DeclareTable(Table()));
+  // Shard 0 gives half its slots to shard 1, which does not know yet: the
+  // client learns epoch 2 from shard 0 and must wait for shard 1.
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 8191, 1);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    EXPECT_TRUE(SetMap(1, 1, moved).ok());
+  });
+  const std::vector<uint64_t> keys = Keys(1000);
+  const absl::Status pushed = PushOnce(*client, keys);
+  late.join();
+  ASSERT_OK(pushed);
+  ExpectAppliedOnceWhere(moved, keys);
+  bool retried_unavailable = false;
+  for (const auto& [code, count] : client->retries())
+    retried_unavailable |= code == "UNAVAILABLE" && count > 0;
+  EXPECT_TRUE(retried_unavailable);
+}
+
+// The raw data plane, without PsClient's rerouting.
+TEST_F(SlotRoutingTest, AShardRefusesKeysItDoesNotOwnButAnswersRetries) {
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(servers_[0], grpc::InsecureChannelCredentials()));
+  {
+    DeclareTableRequest declare;
+    *declare.mutable_table() = Table();
+    DeclareTableResponse declared;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
+  }
+  uint64_t key = 0;
+  while (ShardForKey(key, 2) != 0) ++key;
+  PushRequest push;
+  push.set_table(kTable);
+  push.set_keys(Pack<uint64_t>(std::vector<uint64_t>{key}));
+  const std::vector<float> gradient(kDim, -1.0f);
+  push.set_gradients(std::string(reinterpret_cast<const char*>(gradient.data()),
+                                 kDim * sizeof(float)));
+  push.set_worker(3);
+  push.set_incarnation(11);
+  push.set_sequence(1);
+  push.set_routing_epoch(1);
+  {
+    PushResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->Push(&context, push, &response).ok());
+    EXPECT_FALSE(response.duplicate());
+  }
+  // The key's slot moves to shard 1.
+  const uint32_t slot = SlotForKey(key);
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(slot, slot, 1);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  {
+    // The retry of the push shard 0 applied (its answer lost) is answered.
+    PushResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->Push(&context, push, &response).ok());
+    EXPECT_TRUE(response.duplicate());
+    EXPECT_EQ(response.rows_updated(), 1u);
+  }
+  {
+    // A new push of that key is refused, naming the epoch.
+    push.set_sequence(2);
+    PushResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Push(&context, push, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    const auto& trailers = context.GetServerTrailingMetadata();
+    ASSERT_EQ(trailers.count(kMovedMetadata), 1u);
+    EXPECT_EQ(std::string(trailers.find(kMovedMetadata)->second.data(),
+                          trailers.find(kMovedMetadata)->second.size()),
+              "2");
+  }
+  {
+    PullRequest pull;
+    pull.set_table(kTable);
+    pull.set_keys(push.keys());
+    PullResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Pull(&context, pull, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(context.GetServerTrailingMetadata().count(kMovedMetadata), 1u);
+  }
+  {
+    // A client ahead of the shard is asked to retry, transiently.
+    PullRequest pull;
+    pull.set_table(kTable);
+    pull.set_keys(Pack<uint64_t>(std::vector<uint64_t>{}));
+    pull.set_routing_epoch(3);
+    PullResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Pull(&context, pull, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(context.GetServerTrailingMetadata().count(kTransientMetadata),
+              1u);
+  }
+  {
+    GetSlotMapResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(
+        stub->GetSlotMap(&context, GetSlotMapRequest(), &response).ok());
+    absl::StatusOr<SlotMap> map = SlotMap::FromSpec(response.slot_map());
+    ASSERT_OK(map);
+    EXPECT_TRUE(*map == moved);
+  }
+}
+
+TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 99, 1);
+  EXPECT_EQ(SetMap(0, 2, moved).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  EXPECT_EQ(SetMap(0, 1, moved.WithSlotsMoved(5, 5, 0)).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(SetMap(0, 2, moved.WithSlotsMoved(5, 5, 2)).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);  // no shard 2
+  SetSlotMapRequest gap;
+  gap.set_expected_epoch(2);
+  gap.mutable_slot_map()->set_epoch(3);
+  SetSlotMapResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(admins_[0]->SetSlotMap(&context, gap, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ShardStatsResponse stats;
+  grpc::ClientContext stats_context;
+  ASSERT_TRUE(
+      admins_[0]->ShardStats(&stats_context, ShardStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.slot_map_epoch(), 2u);
+  EXPECT_EQ(stats.slots_owned(), 8192u - 50u);  // its even slots 0-98 left
+}
+
+TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
+  std::unique_ptr<worker::PsClient> client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->DeclareTable(Table()));
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(100, 9000, 1);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  const std::vector<uint64_t> keys = Keys(1000);
+  ASSERT_OK(PushOnce(*client, keys));
+  client.reset();
+  CheckpointOptions checkpoint;
+  checkpoint.servers = servers_;
+  checkpoint.dir = FreshTestDir("slot_routing_checkpoint") + "/ckpt-1";
+  absl::StatusOr<CheckpointManifest> manifest = TakeCheckpoint(checkpoint);
+  ASSERT_OK(manifest);
+  EXPECT_TRUE(RecordedSlotMap(*manifest) == moved);
+
+  // Onto as many shards: the same map, every row where it was.
+  StartShards("slot_routing_restored", 2, checkpoint.dir);
+  ExpectAppliedOnceWhere(moved, keys);
+  GetSlotMapResponse map;
+  grpc::ClientContext context;
+  ASSERT_TRUE(admins_[1]->GetSlotMap(&context, GetSlotMapRequest(), &map).ok());
+  EXPECT_EQ(map.slot_map().epoch(), moved.epoch());
+
+  // Onto three: the initial map of three.
+  StartShards("slot_routing_three", 3, checkpoint.dir);
+  ExpectAppliedOnceWhere(SlotMap::Initial(3), keys);
+}
+
+TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 99, 1);
+  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  const std::string out = FreshTestDir("slot_routing_admin") + "/out";
+  const std::string command = absl::StrCat(
+      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
+      servers_[1], " --json slots > ", out);
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::FILE* file = std::fopen(out.c_str(), "r");
+  ASSERT_NE(file, nullptr);
+  const nlohmann::json printed = nlohmann::json::parse(file);
+  std::fclose(file);
+  EXPECT_EQ(printed["epoch"], 2);
+  ASSERT_EQ(printed["shards"].size(), 2u);
+  EXPECT_EQ(printed["shards"][1]["slots"], 8192 + 50);
+  EXPECT_EQ(printed["shards"][1]["ranges"][0], nlohmann::json({0, 99}));
+  EXPECT_EQ(printed["shards"][1]["ranges"][1], nlohmann::json({101, 101}));
+  EXPECT_EQ(printed["shards"][0]["slots"], 8192 - 50);
+  EXPECT_EQ(printed["shards"][0]["ranges"][0], nlohmann::json({100, 100}));
+
+  const std::string text_command = absl::StrCat(
+      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
+      servers_[1], " slots > ", out);
+  ASSERT_EQ(std::system(text_command.c_str()), 0);
+  std::FILE* text = std::fopen(out.c_str(), "r");
+  char line[512];
+  ASSERT_NE(std::fgets(line, sizeof(line), text), nullptr);
+  EXPECT_EQ(std::string(line), "slot map epoch 2, 16384 slots\n");
+  ASSERT_NE(std::fgets(line, sizeof(line), text), nullptr);
+  EXPECT_EQ(std::string(line).substr(0, std::string(line).find(':', 20)),
+            absl::StrCat("shard 0 ", servers_[0]));
+  std::fclose(text);
+}
+
+}  // namespace
+}  // namespace ps
