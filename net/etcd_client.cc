@@ -1,8 +1,10 @@
 #include "net/etcd_client.h"
 
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -246,8 +248,18 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
   create->set_range_end(PrefixEnd(prefix));
   create->set_start_revision(start_revision);
   etcdserverpb::WatchResponse created;
-  if (!stream->Write(request) || !stream->Read(&created) ||
-      !created.created()) {
+  // A member that does not answer (stopped, partitioned) must not hold the
+  // caller forever: past the call timeout, the creation is cancelled.
+  absl::Notification answered;
+  std::thread deadline([&] {
+    if (!answered.WaitForNotificationWithTimeout(options_.call_timeout))
+      watch->context_.TryCancel();
+  });
+  const bool made =
+      stream->Write(request) && stream->Read(&created) && created.created();
+  answered.Notify();
+  deadline.join();
+  if (!made) {
     watch->context_.TryCancel();
     const grpc::Status finished = stream->Finish();
     const bool refused =

@@ -214,8 +214,13 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
   absl::Status status = Authorize(*context);
   if (status.ok()) {
     absl::StatusOr<SlotMap> next = SlotMap::FromSpec(request->slot_map());
-    status = next.ok() ? slots_->Replace(request->expected_epoch(), *next)
-                       : next.status();
+    if (!next.ok()) {
+      status = next.status();
+    } else if (options_.set_slot_map) {
+      status = options_.set_slot_map(request->expected_epoch(), *next);
+    } else {
+      status = slots_->Replace(request->expected_epoch(), *next);
+    }
     if (status.ok()) {
       LOG(INFO) << "slot map epoch " << request->expected_epoch() << " -> "
                 << next->epoch() << ", set by " << context->peer();

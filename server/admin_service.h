@@ -35,6 +35,10 @@ struct AdminServiceOptions {
   // Called by Drain(), which is refused with FAILED_PRECONDITION when it is
   // not set. Default: not set.
   std::function<void()> drain;
+  // Changes the slot map for SetSlotMap (under --etcd: the job's map in
+  // etcd, then this shard's). Default: not set (this shard's map alone).
+  std::function<absl::Status(uint64_t expected_epoch, const SlotMap& next)>
+      set_slot_map;
 };
 
 class AdminService final : public Admin::CallbackService {

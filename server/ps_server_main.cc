@@ -479,12 +479,24 @@ struct EtcdPresence {
   std::unique_ptr<ps::net::ShardRegistration> registration;
 };
 
-// With --etcd: registers the shard serving on `port` under its job.
-absl::StatusOr<EtcdPresence> RegisterInEtcd(
-    const ps::server::ServerOptions& options, int port) {
+// With --etcd: a client of the job's etcd, set in `options` so that the
+// shard follows the job's slot map from its start.
+absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
   EtcdPresence presence;
   const std::string endpoints = absl::GetFlag(FLAGS_etcd);
   if (endpoints.empty()) return presence;
+  ps::net::EtcdOptions etcd_options;
+  etcd_options.endpoints = ps::SplitAddressList(endpoints);
+  ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
+  options->etcd = presence.etcd.get();
+  options->job = absl::GetFlag(FLAGS_job);
+  return presence;
+}
+
+// With --etcd: registers the shard serving on `port` under its job.
+absl::Status RegisterInEtcd(const ps::server::ServerOptions& options, int port,
+                            EtcdPresence* presence) {
+  if (presence->etcd == nullptr) return absl::OkStatus();
   ps::net::ShardRecord record;
   record.index = static_cast<int>(options.shard_index);
   record.num_shards = static_cast<int>(options.num_shards);
@@ -495,17 +507,14 @@ absl::StatusOr<EtcdPresence> RegisterInEtcd(
         options.listen_address.substr(0, options.listen_address.rfind(':')),
         ":", port);
   }
-  ps::net::EtcdOptions etcd_options;
-  etcd_options.endpoints = ps::SplitAddressList(endpoints);
-  ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
-  ASSIGN_OR_RETURN(presence.registration,
+  ASSIGN_OR_RETURN(presence->registration,
                    ps::net::ShardRegistration::Start(
-                       presence.etcd.get(), absl::GetFlag(FLAGS_job), record,
+                       presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
                        absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s))));
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
-  return presence;
+  return absl::OkStatus();
 }
 
 // Waits for one of `shutdown_signals` (or an admin drain, which raises
@@ -518,6 +527,8 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
   sigwait(&shutdown_signals, &signal_number);
   // Workers that look the shards up from now on do not find this one.
   presence.registration.reset();
+  // The etcd client outlives the server, which follows the slot map with it.
+  auto keep_etcd = std::move(presence.etcd);
   LOG(INFO) << "signal " << signal_number
             << " (or an admin drain): draining for up to "
             << absl::GetFlag(FLAGS_drain_seconds) << " s";
@@ -540,6 +551,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::server::ServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
 
+  absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(&*options);
+  if (!presence.ok()) return Fail(std::string(presence.status().message()));
   auto server = ps::server::ShardServer::Start(*options);
   // Options that do not go together are a bad command (64), as flags are.
   if (!server.ok() && absl::IsInvalidArgument(server.status()))
@@ -550,11 +563,11 @@ int main(int argc, char** argv) {
     Fail(server.status());
     return ps::kExitFailed;
   }
-  absl::StatusOr<EtcdPresence> presence =
-      RegisterInEtcd(*options, (*server)->port());
-  if (!presence.ok() && absl::IsInvalidArgument(presence.status()))
-    return Fail(std::string(presence.status().message()));
-  if (!presence.ok()) return Fail(presence.status());
+  const absl::Status registered =
+      RegisterInEtcd(*options, (*server)->port(), &*presence);
+  if (absl::IsInvalidArgument(registered))
+    return Fail(std::string(registered.message()));
+  if (!registered.ok()) return Fail(registered);
   AnnounceServing(*options, **server);
   return ServeUntilSignal(shutdown_signals, *std::move(server),
                           *std::move(presence));

@@ -204,6 +204,11 @@ absl::Status ShardServer::OpenStoreAndCoordinator(
   ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
   ASSIGN_OR_RETURN(
       slots_, SlotOwnership::Open(options.store.data_dir, options.num_shards));
+  if (options.etcd != nullptr) {
+    ASSIGN_OR_RETURN(
+        etcd_slot_map_,
+        EtcdSlotMap::Start(options.etcd, options.job, slots_.get()));
+  }
   return absl::OkStatus();
 }
 
@@ -212,8 +217,16 @@ void ShardServer::CreateServices(const ServerOptions& options) {
       std::make_unique<DataService>(DataServiceOptionsFor(options),
                                     store_.get(), clocks_.get(), slots_.get());
   call_stats_ = std::make_unique<CallStats>();
+  AdminServiceOptions admin_options = AdminServiceOptionsFor(options);
+  if (etcd_slot_map_ != nullptr) {
+    admin_options.set_slot_map = [map = etcd_slot_map_.get()](
+                                     uint64_t expected_epoch,
+                                     const SlotMap& next) {
+      return map->Propose(expected_epoch, next);
+    };
+  }
   admin_service_ = std::make_unique<AdminService>(
-      AdminServiceOptionsFor(options), store_.get(), &data_service_->counters(),
+      admin_options, store_.get(), &data_service_->counters(),
       call_stats_.get(), clocks_.get(), slots_.get());
 }
 

@@ -32,6 +32,7 @@
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
+#include "server/etcd_slot_map.h"
 #include "server/shard_metrics.h"
 #include "server/slot_ownership.h"
 
@@ -95,6 +96,12 @@ struct ServerOptions {
   // service (for probes that cannot speak TLS, such as Kubernetes' gRPC
   // probe); it answers SERVING until a drain starts. Empty: none.
   std::string health_listen;
+  // Under --etcd: a client of the job's etcd (not owned; it must outlive the
+  // server) and the job. The slot map is then the job's in etcd
+  // (server/etcd_slot_map.h), read before the shard serves. Default: none
+  // (the map is the data dir's alone).
+  net::EtcdClient* etcd = nullptr;
+  std::string job;
   // How often the shard checks that it can still acknowledge pushes; once
   // its push log stopped for good (a failed write or sync, not a full
   // disk), both health services answer NOT_SERVING, so that a liveness
@@ -168,6 +175,8 @@ class ShardServer {
   std::unique_ptr<CallStats> call_stats_;
   std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<SlotOwnership> slots_;
+  // Under --etcd: keeps slots_ in step with the job's map.
+  std::unique_ptr<EtcdSlotMap> etcd_slot_map_;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

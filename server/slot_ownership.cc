@@ -70,12 +70,22 @@ absl::Status SlotOwnership::Replace(uint64_t expected_epoch,
                                     const SlotMap& next) {
   RETURN_IF_ERROR(CheckShards(next, num_shards_));
   absl::MutexLock lock(&mu_);
+  if (*current_ == next) return absl::OkStatus();
   if (current_->epoch() != expected_epoch || next.epoch() <= expected_epoch) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the slot map is at epoch ", current_->epoch(),
         "; a change from epoch ", expected_epoch, " to epoch ", next.epoch(),
         " does not apply (read the map again and start over)"));
   }
+  RETURN_IF_ERROR(WriteSlotMap(path_, next));
+  current_ = std::make_shared<const SlotMap>(next);
+  return absl::OkStatus();
+}
+
+absl::Status SlotOwnership::Adopt(const SlotMap& next) {
+  RETURN_IF_ERROR(CheckShards(next, num_shards_));
+  absl::MutexLock lock(&mu_);
+  if (next.epoch() <= current_->epoch()) return absl::OkStatus();
   RETURN_IF_ERROR(WriteSlotMap(path_, next));
   current_ = std::make_shared<const SlotMap>(next);
   return absl::OkStatus();

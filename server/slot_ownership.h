@@ -5,7 +5,9 @@
 // <data_dir>/SLOT_MAP.json, written whole and durably; a data dir without
 // one starts from the initial map of the shard count. The map changes only
 // by Replace(), which names the epoch it replaces (a compare-and-swap), so
-// that two administrators never overwrite each other's change unseen.
+// that two administrators never overwrite each other's change unseen, or,
+// under --etcd, by Adopt() of the map the cluster keeps there
+// (server/etcd_slot_map.h).
 //
 // Thread-safe: current() hands out the map by shared_ptr; a Replace() while
 // a request holds the old one does not disturb it.
@@ -43,9 +45,16 @@ class SlotOwnership {
 
   // Makes `next` the map if the current one's epoch is `expected_epoch` and
   // next's is larger; FAILED_PRECONDITION naming the current epoch if not,
-  // or if `next` names a shard >= num_shards. The file's errors, with the
-  // map unchanged.
+  // or if `next` names a shard >= num_shards. OK with nothing done if
+  // `next` is the current map already (a repeated change). The file's
+  // errors, with the map unchanged.
   absl::Status Replace(uint64_t expected_epoch, const SlotMap& next);
+
+  // Makes `next` the map if its epoch is larger than the current one's
+  // (a map the cluster agreed on elsewhere: etcd); OK with nothing done if
+  // it is not. FAILED_PRECONDITION if `next` names a shard >= num_shards;
+  // the file's errors.
+  absl::Status Adopt(const SlotMap& next);
 
  private:
   SlotOwnership(std::string path, uint32_t num_shards,

@@ -37,13 +37,34 @@ TEST(SlotOwnershipTest, AChangeMustNameTheCurrentEpochAndGrowIt) {
   // A second administrator who read epoch 1 too.
   EXPECT_THAT((*slots)->Replace(1, SlotMap::Initial(2).WithSlotsMoved(5, 5, 0)),
               StatusIs(absl::StatusCode::kFailedPrecondition));
-  // The same epoch again.
-  EXPECT_THAT((*slots)->Replace(2, first),
+  // Another map of the same epoch.
+  EXPECT_THAT((*slots)->Replace(2, SlotMap::Initial(2).WithSlotsMoved(7, 7, 1)),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   // A shard the cluster does not have.
   EXPECT_THAT((*slots)->Replace(2, first.WithSlotsMoved(1, 1, 2)),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(*(*slots)->current() == first);
+  // The same change again is no change.
+  EXPECT_OK((*slots)->Replace(1, first));
+}
+
+TEST(SlotOwnershipTest, AdoptTakesOnlyNewerMaps) {
+  const std::string dir = FreshTestDir("slot_ownership_adopt");
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
+      SlotOwnership::Open(dir, 2);
+  ASSERT_OK(slots);
+  const SlotMap third =
+      SlotMap::Initial(2).WithSlotsMoved(0, 0, 1).WithSlotsMoved(2, 2, 1);
+  ASSERT_OK((*slots)->Adopt(third));
+  EXPECT_TRUE(*(*slots)->current() == third);
+  ASSERT_OK((*slots)->Adopt(SlotMap::Initial(2).WithSlotsMoved(4, 4, 1)));
+  EXPECT_TRUE(*(*slots)->current() == third);
+  EXPECT_THAT((*slots)->Adopt(third.WithSlotsMoved(6, 6, 5)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> reopened =
+      SlotOwnership::Open(dir, 2);
+  ASSERT_OK(reopened);
+  EXPECT_TRUE(*(*reopened)->current() == third);
 }
 
 TEST(SlotOwnershipTest, ADamagedFileIsRefused) {

@@ -12,9 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/slot_map.h"
 #include "base/status_matchers.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "net/etcd_client.h"
+#include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
@@ -210,6 +213,93 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   EXPECT_NE(ReadFile(dir + "/admin.log").find("no shard of job ctr"),
             std::string::npos)
       << ReadFile(dir + "/admin.log");
+}
+
+// The slot map of `address`, over its admin API.
+SlotMapSpec SlotMapOf(const std::string& address) {
+  auto admin = Admin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  GetSlotMapResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  EXPECT_TRUE(admin->GetSlotMap(&context, GetSlotMapRequest(), &response).ok());
+  return response.slot_map();
+}
+
+grpc::StatusCode SetSlotMapOf(const std::string& address,
+                              uint64_t expected_epoch, const SlotMap& map) {
+  auto admin = Admin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  SetSlotMapRequest request;
+  request.set_expected_epoch(expected_epoch);
+  *request.mutable_slot_map() = map.ToSpec();
+  SetSlotMapResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  return admin->SetSlotMap(&context, request, &response).error_code();
+}
+
+TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  std::vector<std::string> shard1_flags = ShardFlags(1, 2);
+  auto shard1 = ServerProcess::Start(shard1_flags);
+  ASSERT_OK(shard1);
+  const std::string key = absl::StrCat("/ps/", kJob, "/slot_map");
+  absl::StatusOr<net::EtcdValue> stored = client_->Get(key);
+  ASSERT_OK(stored);
+  EXPECT_NE(stored->value.find("\"epoch\":\"1\""), std::string::npos)
+      << stored->value;
+
+  // A change asked of shard 0 reaches shard 1 through etcd.
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 999, 1);
+  ASSERT_EQ(SetSlotMapOf((*shard0)->address(), 1, moved), grpc::StatusCode::OK);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (SlotMapOf((*shard1)->address()).epoch() != 2 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(SlotMapOf((*shard1)->address()).epoch(), 2u);
+  // A change from the old epoch is refused whichever shard is asked; the
+  // same change again is none.
+  EXPECT_EQ(SetSlotMapOf((*shard1)->address(), 1,
+                         SlotMap::Initial(2).WithSlotsMoved(5, 5, 0)),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(SetSlotMapOf((*shard1)->address(), 1, moved), grpc::StatusCode::OK);
+  stored = client_->Get(key);
+  ASSERT_OK(stored);
+  EXPECT_NE(stored->value.find("\"epoch\":\"2\""), std::string::npos)
+      << stored->value;
+
+  const std::string dir = FreshTestDir("etcd_slots");
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "slots"},
+                dir + "/slots.log"),
+            0)
+      << ReadFile(dir + "/slots.log");
+
+  // A shard started on a new data dir takes the job's map before it serves.
+  EXPECT_EQ((*shard1)->SignalAndWait(SIGTERM), 0);
+  auto fresh = ServerProcess::Start(ShardFlags(1, 2));
+  ASSERT_OK(fresh);
+  EXPECT_EQ(SlotMapOf((*fresh)->address()).epoch(), 2u);
+  EXPECT_EQ(SlotMapOf((*fresh)->address()).ranges(0).last(), 999u);
+  EXPECT_EQ((*fresh)->SignalAndWait(SIGTERM), 0);
+
+  // One whose data dir is ahead of etcd (etcd's state lost) refuses to
+  // start rather than serve by either.
+  ASSERT_OK(client_->Put(key,
+                         "{\"epoch\":\"1\",\"ranges\":[{\"first\":0,"
+                         "\"last\":16383,\"shard\":0}]}"));
+  std::vector<std::string> argv = {BinaryPath("server/ps_server"),
+                                   "--listen=127.0.0.1:0"};
+  for (const std::string& flag : shard1_flags) argv.push_back(flag);
+  const std::string log = dir + "/ahead.log";
+  EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 70);
+  EXPECT_NE(ReadFile(log).find("newer than the job's map in etcd"),
+            std::string::npos)
+      << ReadFile(log);
 }
 
 }  // namespace

@@ -1,0 +1,137 @@
+#include "server/etcd_slot_map.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ps::server {
+namespace {
+
+std::string ToJson(const SlotMap& map) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  // A SlotMapSpec always converts.
+  (void)google::protobuf::util::MessageToJsonString(map.ToSpec(), &json, print);
+  return json;
+}
+
+absl::StatusOr<SlotMap> FromJson(const std::string& key,
+                                 const std::string& json) {
+  SlotMapSpec spec;
+  if (!google::protobuf::util::JsonStringToMessage(json, &spec).ok()) {
+    return absl::DataLossError(
+        absl::StrCat("etcd's ", key, " is not a slot map"));
+  }
+  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+  if (!map.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("etcd's ", key, ": ", map.status().message()));
+  }
+  return map;
+}
+
+}  // namespace
+
+std::string SlotMapKey(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/slot_map");
+}
+
+absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
+    net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
+    absl::Duration resync_interval) {
+  auto synced = std::unique_ptr<EtcdSlotMap>(
+      new EtcdSlotMap(etcd, SlotMapKey(job), slots, resync_interval));
+  absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
+  if (absl::IsNotFound(read.status())) {
+    // The job's first shard: its own map (the initial one, on a new job)
+    // becomes the job's, unless another shard's got there first.
+    ASSIGN_OR_RETURN(const bool created,
+                     etcd->PutIf(synced->key_, ToJson(*slots->current()), 0));
+    if (created) {
+      LOG(INFO) << "slot map epoch " << slots->current()->epoch()
+                << " written to etcd's " << synced->key_;
+    }
+    read = synced->Read();
+  }
+  RETURN_IF_ERROR(read.status());
+  const SlotMap& job_map = read->first;
+  const uint64_t own_epoch = slots->current()->epoch();
+  if (own_epoch > job_map.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this data dir routes by slot map epoch ", own_epoch,
+        ", newer than the job's map in etcd (", synced->key_, ", epoch ",
+        job_map.epoch(),
+        "): was etcd's state lost? Put the newest map back in etcd (every "
+        "shard's data dir keeps its map in SLOT_MAP.json) before starting"));
+  }
+  RETURN_IF_ERROR(slots->Adopt(job_map));
+  synced->follower_ = std::thread([raw = synced.get()] { raw->Follow(); });
+  return synced;
+}
+
+EtcdSlotMap::~EtcdSlotMap() {
+  stop_.Notify();
+  if (follower_.joinable()) follower_.join();
+}
+
+absl::StatusOr<std::pair<SlotMap, int64_t>> EtcdSlotMap::Read() {
+  ASSIGN_OR_RETURN(net::EtcdValue value, etcd_->Get(key_));
+  ASSIGN_OR_RETURN(SlotMap map, FromJson(key_, value.value));
+  return std::make_pair(std::move(map), value.mod_revision);
+}
+
+absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
+                                  const SlotMap& next) {
+  ASSIGN_OR_RETURN(auto read, Read());
+  const auto& [job_map, revision] = read;
+  if (job_map == next) return slots_->Adopt(next);
+  if (job_map.epoch() != expected_epoch || next.epoch() <= expected_epoch) {
+    slots_->Adopt(job_map).IgnoreError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job's slot map is at epoch ", job_map.epoch(),
+        "; a change from epoch ", expected_epoch, " to epoch ", next.epoch(),
+        " does not apply (read the map again and start over)"));
+  }
+  ASSIGN_OR_RETURN(const bool swapped,
+                   etcd_->PutIf(key_, ToJson(next), revision));
+  if (!swapped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job's slot map changed while epoch ", next.epoch(),
+                     " was being written; read it again and start over"));
+  }
+  return slots_->Adopt(next);
+}
+
+void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {
+  if (event.type != net::EtcdEvent::Type::kPut || event.kv.key != key_) return;
+  absl::StatusOr<SlotMap> map = FromJson(key_, event.kv.value);
+  absl::Status adopted = map.ok() ? slots_->Adopt(*map) : map.status();
+  if (!adopted.ok()) LOG(ERROR) << "slot map from etcd: " << adopted;
+}
+
+void EtcdSlotMap::Follow() {
+  std::unique_ptr<net::EtcdWatch> watch;
+  do {
+    if (watch == nullptr || !watch->status().ok()) {
+      watch.reset();
+      absl::StatusOr<std::unique_ptr<net::EtcdWatch>> made = etcd_->WatchPrefix(
+          key_, 0, [this](const net::EtcdEvent& event) { OnEvent(event); });
+      if (made.ok()) {
+        watch = *std::move(made);
+      } else {
+        LOG_EVERY_N(WARNING, 10) << "watching the slot map: " << made.status();
+      }
+    }
+    // Whatever the watch missed while it was down.
+    absl::StatusOr<std::pair<SlotMap, int64_t>> read = Read();
+    absl::Status adopted =
+        read.ok() ? slots_->Adopt(read->first) : read.status();
+    if (!adopted.ok()) {
+      LOG_EVERY_N(WARNING, 10) << "slot map: " << adopted;
+    }
+  } while (!stop_.WaitForNotificationWithTimeout(resync_interval_));
+}
+
+}  // namespace ps::server

@@ -1,0 +1,81 @@
+// File: server/etcd_slot_map.h
+//
+// Under --etcd, the job's slot map lives in etcd, at /ps/<job>/slot_map
+// (protobuf's JSON of SlotMapSpec), and changes only by a compare-and-swap
+// on the key's revision. EtcdSlotMap keeps one shard's copy
+// (server/slot_ownership.h) in step with it: Start() reads it before the
+// shard serves (creating it from the shard's own map when the job has
+// none), then a thread follows it, a watch adopting each change as it is
+// made and a read every `resync_interval` catching up after a watch that
+// broke (etcd restarted, a member lost). Propose() is how an
+// administrator's SetSlotMap changes it, on whichever shard is asked.
+//
+// Does not own the client or the ownership, which must outlive it.
+// Thread-safe.
+
+#ifndef PS_SERVER_ETCD_SLOT_MAP_H_
+#define PS_SERVER_ETCD_SLOT_MAP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "base/slot_map.h"
+#include "net/etcd_client.h"
+#include "server/slot_ownership.h"
+
+namespace ps::server {
+
+// "/ps/<job>/slot_map".
+std::string SlotMapKey(const std::string& job);
+
+class EtcdSlotMap {
+ public:
+  // FAILED_PRECONDITION when the shard's own map is newer than etcd's (the
+  // job's state in etcd was lost: serving by either could misplace rows);
+  // etcd's errors.
+  static absl::StatusOr<std::unique_ptr<EtcdSlotMap>> Start(
+      net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
+      absl::Duration resync_interval = absl::Seconds(2));
+
+  // Stops following.
+  ~EtcdSlotMap();
+
+  // Changes the job's map from `expected_epoch` to `next`, in etcd first,
+  // then here. OK if etcd holds `next` already; FAILED_PRECONDITION when
+  // etcd's map is at another epoch (adopted here, so that the caller reads
+  // it again) or changed meanwhile; etcd's errors.
+  absl::Status Propose(uint64_t expected_epoch, const SlotMap& next);
+
+ private:
+  EtcdSlotMap(net::EtcdClient* etcd, std::string key, SlotOwnership* slots,
+              absl::Duration resync_interval)
+      : etcd_(etcd),
+        key_(std::move(key)),
+        slots_(slots),
+        resync_interval_(resync_interval) {}
+
+  // etcd's map and the revision that last changed it; NOT_FOUND if none.
+  absl::StatusOr<std::pair<SlotMap, int64_t>> Read();
+  // Adopts what a watch saw at the key.
+  void OnEvent(const net::EtcdEvent& event);
+  // The follower thread's loop.
+  void Follow();
+
+  net::EtcdClient* const etcd_;
+  const std::string key_;
+  SlotOwnership* const slots_;
+  const absl::Duration resync_interval_;
+  absl::Notification stop_;
+  std::thread follower_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_ETCD_SLOT_MAP_H_
