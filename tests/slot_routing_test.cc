@@ -16,8 +16,9 @@
 #include "base/manifest.h"
 #include "base/packed.h"
 #include "base/slot_map.h"
-#include "base/transient_error.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
+#include "base/transient_error.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -89,6 +90,22 @@ class SlotRoutingTest : public ::testing::Test {
     return client.ok() ? *std::move(client) : nullptr;
   }
 
+  // A client that has declared the table.
+  std::unique_ptr<worker::PsClient> ConnectAndDeclare() {
+    std::unique_ptr<worker::PsClient> client = Connect();
+    if (client != nullptr) {
+      EXPECT_OK(client->DeclareTable(Table()));
+    }
+    return client;
+  }
+
+  // Sets `map` (from the initial map's epoch 1) on every shard, in order.
+  void SetMapOnEveryShard(const SlotMap& map) {
+    for (size_t shard = 0; shard < shards_.size(); ++shard) {
+      ASSERT_TRUE(SetMap(shard, 1, map).ok()) << shard;
+    }
+  }
+
   grpc::Status SetMap(size_t shard, uint64_t expected_epoch,
                       const SlotMap& map) {
     SetSlotMapRequest request;
@@ -123,6 +140,21 @@ class SlotRoutingTest : public ::testing::Test {
     return client.Push({&push, 1}, /*worker=*/0, /*clock=*/1);
   }
 
+  // Pulls `keys` through `client`; the first value of each row.
+  absl::StatusOr<std::vector<float>> PullFirstColumn(
+      worker::PsClient& client, const std::vector<uint64_t>& keys) {
+    std::vector<float> rows(keys.size() * kDim, -5.0f);
+    worker::TrainingClient::TableRows pull;
+    pull.table = kTable;
+    pull.keys = keys;
+    pull.dim = kDim;
+    pull.rows = rows.data();
+    RETURN_IF_ERROR(client.Pull({&pull, 1}));
+    std::vector<float> first;
+    for (size_t i = 0; i < keys.size(); ++i) first.push_back(rows[i * kDim]);
+    return first;
+  }
+
   // Every key of `keys` holds exactly 1 (one push applied) on the shard
   // `map` gives it, and nothing on any other.
   void ExpectAppliedOnceWhere(const SlotMap& map,
@@ -154,33 +186,25 @@ std::vector<uint64_t> Keys(int count) {
 }
 
 TEST_F(SlotRoutingTest, APushRoutedByAnOldMapIsRedirectedAndAppliedOnce) {
-  std::unique_ptr<worker::PsClient> client = Connect();
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->DeclareTable(Table()));
   // Half of shard 0's slots go to shard 1, and some of shard 1's to 0.
   const SlotMap moved = SlotMap::Initial(2)
                             .WithSlotsMoved(0, 8191, 1)
                             .WithSlotsMoved(16000, 16383, 0);
-  ASSERT_TRUE(SetMap(1, 1, moved).ok());
-  ASSERT_TRUE(SetMap(0, 1, moved).ok());
+  SetMapOnEveryShard(moved);
   const std::vector<uint64_t> keys = Keys(2000);
   ASSERT_OK(PushOnce(*client, keys));
   ExpectAppliedOnceWhere(moved, keys);
   // Pulls follow the same map.
-  std::vector<float> rows(keys.size() * kDim, -5.0f);
-  worker::TrainingClient::TableRows pull;
-  pull.table = kTable;
-  pull.keys = keys;
-  pull.dim = kDim;
-  pull.rows = rows.data();
-  ASSERT_OK(client->Pull({&pull, 1}));
-  EXPECT_EQ(rows, std::vector<float>(rows.size(), 1.0f));
+  absl::StatusOr<std::vector<float>> rows = PullFirstColumn(*client, keys);
+  ASSERT_OK(rows);
+  EXPECT_EQ(*rows, std::vector<float>(keys.size(), 1.0f));
 }
 
 TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
-  std::unique_ptr<worker::PsClient> client = Connect();
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->DeclareTable(Table()));
   const std::vector<uint64_t> keys = Keys(500);
   ASSERT_OK(PushOnce(*client, keys));  // by the initial map
   // A second client routes by the initial map; the map changes under it
@@ -188,29 +212,22 @@ TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
   // initial values (zeros) for the slots that moved, and 1 for the others.
   std::unique_ptr<worker::PsClient> reader = Connect();
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 4095, 0);
-  ASSERT_TRUE(SetMap(0, 1, moved).ok());
-  ASSERT_TRUE(SetMap(1, 1, moved).ok());
-  std::vector<float> rows(keys.size() * kDim, -5.0f);
-  worker::TrainingClient::TableRows pull;
-  pull.table = kTable;
-  pull.keys = keys;
-  pull.dim = kDim;
-  pull.rows = rows.data();
-  ASSERT_OK(reader->Pull({&pull, 1}));
+  SetMapOnEveryShard(moved);
+  absl::StatusOr<std::vector<float>> rows = PullFirstColumn(*reader, keys);
+  ASSERT_OK(rows);
   int moved_keys = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const bool slot_moved =
         ShardForKey(keys[i], 2) != moved.ShardForKey(keys[i]);
     moved_keys += slot_moved;
-    EXPECT_EQ(rows[i * kDim], slot_moved ? 0.0f : 1.0f) << keys[i];
+    EXPECT_EQ((*rows)[i], slot_moved ? 0.0f : 1.0f) << keys[i];
   }
   EXPECT_GT(moved_keys, 0);
 }
 
 TEST_F(SlotRoutingTest, AShardBehindTheClientsMapMakesItRetryUntilItCatchesUp) {
-  std::unique_ptr<worker::PsClient> client = Connect();
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->DeclareTable(Table()));
   // Shard 0 gives half its slots to shard 1, which does not know yet: the
   // client learns epoch 2 from shard 0 and must wait for shard 1.
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 8191, 1);
@@ -343,12 +360,10 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
 }
 
 TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
-  std::unique_ptr<worker::PsClient> client = Connect();
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->DeclareTable(Table()));
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(100, 9000, 1);
-  ASSERT_TRUE(SetMap(0, 1, moved).ok());
-  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  SetMapOnEveryShard(moved);
   const std::vector<uint64_t> keys = Keys(1000);
   ASSERT_OK(PushOnce(*client, keys));
   client.reset();
@@ -374,8 +389,7 @@ TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
 
 TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 99, 1);
-  ASSERT_TRUE(SetMap(0, 1, moved).ok());
-  ASSERT_TRUE(SetMap(1, 1, moved).ok());
+  SetMapOnEveryShard(moved);
   const std::string out = FreshTestDir("slot_routing_admin") + "/out";
   const std::string command = absl::StrCat(
       testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
