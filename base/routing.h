@@ -1,9 +1,9 @@
 // File: base/routing.h
 //
 // Where a key lives. A key maps to one of kNumSlots slots by a fixed hash, and
-// a slot to a shard by the routing table (`slot % num_shards` for now). Slots,
-// not raw modulo, so that shards can be added later by moving whole slots, as
-// Redis Cluster does. Workers and servers must agree on this exactly, so it is
+// a slot to a shard by the slot map (base/slot_map.h), which starts as
+// `slot % num_shards`. Slots, not raw modulo, so that shards can be added by
+// moving whole slots, as Redis Cluster does. Workers and servers must agree on this exactly, so it is
 // one header that both include; it is pure and thread-safe.
 
 #ifndef PS_BASE_ROUTING_H_

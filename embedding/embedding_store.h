@@ -302,7 +302,8 @@ class EmbeddingStore {
 
   // The first answer to a tracked push if this shard applied it
   // (PushLedger::Applied).
-  std::optional<uint32_t> AppliedPush(const PushOrigin& origin) {
+  absl::StatusOr<std::optional<uint32_t>> AppliedPush(
+      const PushOrigin& origin) {
     return ledger_.Applied(origin);
   }
 

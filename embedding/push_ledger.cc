@@ -158,18 +158,28 @@ void PushLedger::NoteRefused(const PushOrigin& origin) {
   Trim(*worker);
 }
 
-std::optional<uint32_t> PushLedger::Applied(const PushOrigin& origin) {
+absl::StatusOr<std::optional<uint32_t>> PushLedger::Applied(
+    const PushOrigin& origin) {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto found = workers_.find(origin.worker);
-    if (found == workers_.end() ||
-        found->second.incarnation != origin.incarnation) {
-      return std::nullopt;
-    }
+    if (found == workers_.end()) return std::nullopt;
     const Worker& worker = found->second;
+    if (origin.incarnation < worker.incarnation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", origin.worker, " incarnation ", origin.incarnation,
+          " was superseded by incarnation ", worker.incarnation));
+    }
+    if (origin.incarnation != worker.incarnation) return std::nullopt;
     auto it = worker.recent.find(origin.sequence);
     if (it == worker.recent.end()) {
       if (origin.sequence <= worker.applied_through) return 0;
+      if (origin.sequence <= worker.forgotten_below) {
+        return absl::AbortedError(absl::StrCat(
+            "push ", origin.sequence, " of worker ", origin.worker,
+            " is older than the pushes the shard remembers: it cannot tell "
+            "whether it was applied"));
+      }
       return std::nullopt;
     }
     if (it->second.state == State::kDone) return it->second.rows_updated;

@@ -82,7 +82,9 @@ class PushLedger {
   // window); nothing if it was not, or was refused. Waits while it is being
   // applied. Asks, never claims: for a shard that must answer a retry of a
   // push it applied before the push's keys moved to another shard.
-  std::optional<uint32_t> Applied(const PushOrigin& origin);
+  // FAILED_PRECONDITION for a superseded incarnation and ABORTED for a
+  // sequence too old to tell, as Begin().
+  absl::StatusOr<std::optional<uint32_t>> Applied(const PushOrigin& origin);
 
   // The push's record is written to the push log: from now on it counts as
   // applied in Serialize(), and a retry waits for Finish().

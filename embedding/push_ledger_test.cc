@@ -48,24 +48,39 @@ TEST(PushLedgerTest, ARetryIsAnsweredWithTheFirstAnswer) {
 
 TEST(PushLedgerTest, AppliedAnswersWithoutClaiming) {
   PushLedger ledger;
-  EXPECT_EQ(ledger.Applied(Origin(3, 100, 1)), std::nullopt);
+  EXPECT_EQ(*ledger.Applied(Origin(3, 100, 1)), std::nullopt);
   EXPECT_TRUE(Apply(ledger, Origin(3, 100, 1), 42));
-  EXPECT_EQ(ledger.Applied(Origin(3, 100, 1)), std::optional<uint32_t>(42));
-  EXPECT_EQ(ledger.Applied(Origin(3, 101, 1)), std::nullopt);
-  EXPECT_EQ(ledger.Applied(Origin(4, 100, 1)), std::nullopt);
+  EXPECT_EQ(*ledger.Applied(Origin(3, 100, 1)), std::optional<uint32_t>(42));
+  EXPECT_EQ(*ledger.Applied(Origin(3, 101, 1)), std::nullopt);
+  EXPECT_EQ(*ledger.Applied(Origin(4, 100, 1)), std::nullopt);
   ASSERT_OK(ledger.Begin(Origin(3, 100, 2)));
   ledger.Finish(Origin(3, 100, 2), /*applied=*/false, 0);
-  EXPECT_EQ(ledger.Applied(Origin(3, 100, 2)), std::nullopt);
+  EXPECT_EQ(*ledger.Applied(Origin(3, 100, 2)), std::nullopt);
   // Asking claimed nothing: the push is new to Begin().
-  EXPECT_EQ(ledger.Applied(Origin(3, 100, 3)), std::nullopt);
+  EXPECT_EQ(*ledger.Applied(Origin(3, 100, 3)), std::nullopt);
   EXPECT_TRUE(Apply(ledger, Origin(3, 100, 3), 1));
+  // A newer incarnation supersedes: the older one's pushes are refused.
+  EXPECT_TRUE(Apply(ledger, Origin(3, 200, 1), 1));
+  EXPECT_THAT(ledger.Applied(Origin(3, 100, 1)),
+              StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST(PushLedgerTest, AppliedCannotTellForSequencesThatLeftTheWindow) {
+  PushLedger ledger(/*max_workers=*/4, /*window=*/4);
+  // Sequence 1 never arrives: every later one stays above applied_through,
+  // and the oldest leave the window as later ones come.
+  for (uint64_t sequence = 2; sequence <= 12; ++sequence)
+    EXPECT_TRUE(Apply(ledger, Origin(0, 7, sequence), 1));
+  EXPECT_THAT(ledger.Applied(Origin(0, 7, 3)), StatusIs(StatusCode::kAborted));
+  EXPECT_EQ(*ledger.Applied(Origin(0, 7, 12)), std::optional<uint32_t>(1));
+  EXPECT_EQ(*ledger.Applied(Origin(0, 7, 13)), std::nullopt);
 }
 
 TEST(PushLedgerTest, AppliedWaitsForAnAttemptInFlight) {
   PushLedger ledger;
   ASSERT_OK(ledger.Begin(Origin(0, 7, 1)));
   std::optional<uint32_t> answer;
-  std::thread asker([&] { answer = ledger.Applied(Origin(0, 7, 1)); });
+  std::thread asker([&] { answer = *ledger.Applied(Origin(0, 7, 1)); });
   absl::SleepFor(absl::Milliseconds(50));
   ledger.Finish(Origin(0, 7, 1), /*applied=*/true, 9);
   asker.join();

@@ -68,7 +68,8 @@ class RowCopier {
 
   // Copies every table of the part at `path` that the new store has.
   // NOT_FOUND for a part that does not open.
-  absl::Status CopyPart(const std::string& path) {
+  absl::Status CopyPart(const std::string& path, size_t part_index) {
+    part_index_ = part_index;
     RocksStoreOptions part_options;
     part_options.path = path;
     part_options.read_only = true;
@@ -131,7 +132,7 @@ class RowCopier {
   absl::Status CopyRow(uint64_t key, absl::string_view value, TableId id,
                        RocksStore::Batch* batch, size_t* in_batch) {
     ++stats_.rows_read;
-    if (!options_.keep(key)) return absl::OkStatus();
+    if (!options_.keep(key, part_index_)) return absl::OkStatus();
     LogPosition position;
     RowMeta meta;
     RETURN_IF_ERROR(
@@ -163,8 +164,9 @@ class RowCopier {
   const uint32_t restored_at_s_;
   absl::Time next_progress_;
   RestoreStats stats_;
-  // The row being copied.
+  // The row being copied, and the index of the part it is read from.
   std::vector<float> row_;
+  size_t part_index_ = 0;
 };
 
 }  // namespace
@@ -181,8 +183,8 @@ absl::StatusOr<RestoreStats> RestoreRows(const RestoreOptions& options) {
   ASSIGN_OR_RETURN(std::vector<NewTable> tables,
                    CreateTables(*store, options.tables));
   RowCopier copier(options, store.get(), std::move(tables));
-  for (const std::string& path : options.parts) {
-    RETURN_IF_ERROR(copier.CopyPart(path));
+  for (size_t p = 0; p < options.parts.size(); ++p) {
+    RETURN_IF_ERROR(copier.CopyPart(options.parts[p], p));
   }
   RocksStore::Batch done = store->NewBatch();
   RETURN_IF_ERROR(store->WriteSynced(&done));

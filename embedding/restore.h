@@ -4,9 +4,10 @@
 // shards (each part a RocksDB checkpoint of one old shard, written by
 // EmbeddingStore::Checkpoint()): every row of every part whose key `keep`s
 // is copied, weights and optimizer state byte for byte, into a new store.
-// Since a key's shard is a pure function of the key (base/routing.h), a
-// new shard keeps exactly the keys that route to it, whatever the old
-// layout was. The parts are opened read-only and never changed.
+// The caller's `keep` says which: the keys the new shard owns, each from
+// the part of the shard that owned it (by the checkpoint's slot map), so
+// that a new shard gets exactly its keys, whatever the old layout was. The
+// parts are opened read-only and never changed.
 
 #ifndef PS_EMBEDDING_RESTORE_H_
 #define PS_EMBEDDING_RESTORE_H_
@@ -27,8 +28,11 @@ struct RestoreOptions {
   std::vector<std::string> parts;
   // Every table.
   std::vector<TableSpec> tables;
-  // Whether a key belongs to the store being made. REQUIRES: set.
-  std::function<bool(uint64_t key)> keep;
+  // Whether the row of `key` read from parts[part] belongs to the store
+  // being made: whether the key is its key, and the part the one that held
+  // the key's current row (a part may also hold rows of slots its shard
+  // no longer owned when the checkpoint was taken). REQUIRES: set.
+  std::function<bool(uint64_t key, size_t part)> keep;
   // The new store: its data_dir (REQUIRES: holds no store; other files,
   // such as the caller's markers, are left alone) and RocksDB's sizes; the
   // rest is unused here.

@@ -60,6 +60,19 @@ absl::StatusOr<SlotMap> AgreedSlotMap(const net::AdminChannels& channels) {
   return agreed;
 }
 
+// AgreedSlotMap() once the parts are written: ABORTED unless it is still
+// `before`, the map agreed on before the cut.
+absl::StatusOr<SlotMap> SlotMapUnchanged(const net::AdminChannels& channels,
+                                         const SlotMap& before) {
+  ASSIGN_OR_RETURN(SlotMap after, AgreedSlotMap(channels));
+  if (!(after == before)) {
+    return absl::AbortedError(absl::StrCat(
+        "the slot map changed from epoch ", before.epoch(), " to epoch ",
+        after.epoch(), " while the parts were written; take it again"));
+  }
+  return after;
+}
+
 // Table specs by name.
 std::map<std::string, TableSpec> SortedByName(
     const google::protobuf::RepeatedPtrField<TableSpec>& tables) {
@@ -448,6 +461,9 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   Progress progress("checkpoint", options.progress);
 
   CutEnder end_cut{*clients};
+  // Checked before the cut too, so that a map being changed does not cost
+  // a whole snapshot.
+  ASSIGN_OR_RETURN(const SlotMap slot_map_before, AgreedSlotMap(*clients));
   ASSIGN_OR_RETURN(const Cut cut,
                    HoldCut(*clients, options, progress, end_cut));
   remover.armed = true;
@@ -468,7 +484,8 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   }));
 
   // 4. The manifest, last, while the cut still holds.
-  ASSIGN_OR_RETURN(const SlotMap slot_map, AgreedSlotMap(*clients));
+  ASSIGN_OR_RETURN(const SlotMap slot_map,
+                   SlotMapUnchanged(*clients, slot_map_before));
   CheckpointManifest manifest;
   SetCommonFields(cut, shards, &manifest);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
@@ -527,6 +544,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   PartsRemover remover{cluster.dir};
   Progress progress("export", cluster.progress);
   CutEnder end_cut{clients};
+  ASSIGN_OR_RETURN(const SlotMap slot_map_before, AgreedSlotMap(clients));
   ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
   remover.armed = true;
   const absl::Time export_start = absl::Now();
@@ -534,7 +552,8 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   ASSIGN_OR_RETURN(const std::vector<ExportShardResponse> parts,
                    ExportEveryShard(clients, options, model, cut, progress));
 
-  ASSIGN_OR_RETURN(const SlotMap slot_map, AgreedSlotMap(clients));
+  ASSIGN_OR_RETURN(const SlotMap slot_map,
+                   SlotMapUnchanged(clients, slot_map_before));
   ExportManifest manifest;
   SetCommonFields(cut, cluster.servers.size(), &manifest);
   *manifest.mutable_slot_map() = slot_map.ToSpec();

@@ -320,6 +320,9 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   origin.worker = request.worker();
   origin.incarnation = request.incarnation();
   origin.sequence = request.sequence();
+  // Held from the ownership check until the push is applied: the map does
+  // not change under a push (a change waits for the pushes in flight).
+  absl::ReaderMutexLock owned(&slots_->push_lock());
   std::vector<uint64_t> keys;
   const absl::Status routed =
       CheckKeys(request.keys(), request.routing_epoch(), &keys);
@@ -327,7 +330,9 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     // A retry of a push applied here before its keys moved (its first
     // answer was lost): answered, so that the client does not apply it
     // again where the keys are now.
-    if (const std::optional<uint32_t> rows = store_->AppliedPush(origin)) {
+    ASSIGN_OR_RETURN(const std::optional<uint32_t> rows,
+                     store_->AppliedPush(origin));
+    if (rows.has_value()) {
       response->set_rows_updated(*rows);
       response->set_duplicate(true);
       return absl::OkStatus();

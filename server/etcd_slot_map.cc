@@ -40,7 +40,7 @@ std::string SlotMapKey(const std::string& job) {
 
 absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
     net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-    absl::Duration resync_interval) {
+    bool restored, absl::Duration resync_interval) {
   auto synced = std::unique_ptr<EtcdSlotMap>(
       new EtcdSlotMap(etcd, SlotMapKey(job), slots, resync_interval));
   absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
@@ -57,7 +57,23 @@ absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
   }
   RETURN_IF_ERROR(read.status());
   const SlotMap& job_map = read->first;
-  const uint64_t own_epoch = slots->current()->epoch();
+  const SlotMap& own = *slots->current();
+  const uint64_t own_epoch = own.epoch();
+  if (restored && !(job_map == own)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this shard was just restored with the checkpoint's slot map (epoch ",
+        own_epoch, "), but the job's map in etcd (", synced->key_, ", epoch ",
+        job_map.epoch(),
+        ") is another: its rows were placed by the checkpoint's. Restore "
+        "into a new --job, or delete the key (etcdctl del ",
+        synced->key_, ") before restoring"));
+  }
+  if (own_epoch == job_map.epoch() && !(job_map == own)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this data dir's slot map and the job's in etcd (",
+                     synced->key_, ") are both at epoch ", own_epoch,
+                     " but differ: one of them was changed outside etcd"));
+  }
   if (own_epoch > job_map.epoch()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this data dir routes by slot map epoch ", own_epoch,
@@ -84,24 +100,42 @@ absl::StatusOr<std::pair<SlotMap, int64_t>> EtcdSlotMap::Read() {
 
 absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
                                   const SlotMap& next) {
-  ASSIGN_OR_RETURN(auto read, Read());
-  const auto& [job_map, revision] = read;
-  if (job_map == next) return slots_->Adopt(next);
-  if (job_map.epoch() != expected_epoch || next.epoch() <= expected_epoch) {
-    slots_->Adopt(job_map).IgnoreError();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job's slot map is at epoch ", job_map.epoch(),
-        "; a change from epoch ", expected_epoch, " to epoch ", next.epoch(),
-        " does not apply (read the map again and start over)"));
-  }
-  ASSIGN_OR_RETURN(const bool swapped,
-                   etcd_->PutIf(key_, ToJson(next), revision));
-  if (!swapped) {
+  // Checked before etcd has it: a map every shard would refuse must not
+  // become the job's.
+  if (next.HighestShard() >= slots_->num_shards()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the job's slot map changed while epoch ", next.epoch(),
-                     " was being written; read it again and start over"));
+        absl::StrCat("slot map epoch ", next.epoch(), " gives slots to shard ",
+                     next.HighestShard(), ", but the cluster has ",
+                     slots_->num_shards(), " shards (--num_shards)"));
   }
-  return slots_->Adopt(next);
+  std::optional<SlotMap> newer;
+  const absl::Status agreed =
+      slots_->AdoptAgreed([&]() -> absl::StatusOr<SlotMap> {
+        ASSIGN_OR_RETURN(auto read, Read());
+        const auto& [job_map, revision] = read;
+        if (job_map == next) return next;
+        if (job_map.epoch() != expected_epoch ||
+            next.epoch() <= expected_epoch) {
+          newer = job_map;
+          return absl::FailedPreconditionError(
+              absl::StrCat("the job's slot map is at epoch ", job_map.epoch(),
+                           "; a change from epoch ", expected_epoch,
+                           " to epoch ", next.epoch(),
+                           " does not apply (read the map again and start "
+                           "over)"));
+        }
+        ASSIGN_OR_RETURN(const bool swapped,
+                         etcd_->PutIf(key_, ToJson(next), revision));
+        if (!swapped) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the job's slot map changed while epoch ", next.epoch(),
+              " was being written; read it again and start over"));
+        }
+        return next;
+      });
+  // The caller reads the job's map again: let this shard route by it too.
+  if (newer.has_value()) slots_->Adopt(*newer).IgnoreError();
+  return agreed;
 }
 
 void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {

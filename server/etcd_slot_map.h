@@ -6,8 +6,8 @@
 // (server/slot_ownership.h) in step with it: Start() reads it before the
 // shard serves (creating it from the shard's own map when the job has
 // none), then a thread follows it, a watch adopting each change as it is
-// made and a read every `resync_interval` catching up after a watch that
-// broke (etcd restarted, a member lost). Propose() is how an
+// made and a read every `resync_interval` catching up on whatever a watch
+// missed (etcd restarted, a member lost). Propose() is how an
 // administrator's SetSlotMap changes it, on whichever shard is asked.
 //
 // Does not own the client or the ownership, which must outlive it.
@@ -38,11 +38,13 @@ std::string SlotMapKey(const std::string& job);
 class EtcdSlotMap {
  public:
   // FAILED_PRECONDITION when the shard's own map is newer than etcd's (the
-  // job's state in etcd was lost: serving by either could misplace rows);
-  // etcd's errors.
+  // job's state in etcd was lost: serving by either could misplace rows),
+  // of the same epoch but another, or, for a shard `restored` from a
+  // checkpoint at this start, other than etcd's (its rows were placed by
+  // the checkpoint's map); etcd's errors.
   static absl::StatusOr<std::unique_ptr<EtcdSlotMap>> Start(
       net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-      absl::Duration resync_interval = absl::Seconds(2));
+      bool restored, absl::Duration resync_interval = absl::Seconds(2));
 
   // Stops following.
   ~EtcdSlotMap();

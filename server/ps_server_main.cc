@@ -33,8 +33,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "otherwise (e.g. 0.0.0.0:50051).");
 ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, in [0, num_shards).");
 ABSL_FLAG(uint32_t, num_shards, 1,
-          "Shards in the cluster. Keys whose shard (slot % num_shards) is not "
-          "this one are refused with FAILED_PRECONDITION.");
+          "Shards in the cluster: a new data dir starts from the slot map "
+          "slot % num_shards, and a map naming a shard >= num_shards is "
+          "refused. Keys of slots the map gives to another shard are refused "
+          "with FAILED_PRECONDITION and a ps-moved trailer.");
 ABSL_FLAG(std::string, etcd, "",
           "host:port[,...] of an etcd cluster: register this shard under "
           "/ps/<--job>/shards/<--shard_index> with a lease, so that workers "

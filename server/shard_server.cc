@@ -33,9 +33,10 @@ constexpr char kRestoringFile[] = "/RESTORING";
 constexpr char kRestoredFromFile[] = "/RESTORED_FROM";
 
 // Restores options.store.data_dir from options.restore_from, unless it was
-// restored from that checkpoint before (recorded in RESTORED_FROM).
-absl::Status RestoreFromCheckpoint(const ServerOptions& options,
-                                   const ShardIdentity& identity) {
+// restored from that checkpoint before (recorded in RESTORED_FROM); whether
+// it restored now.
+absl::StatusOr<bool> RestoreFromCheckpoint(const ServerOptions& options,
+                                           const ShardIdentity& identity) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest,
                    ReadManifest(options.restore_from));
   const std::string& data_dir = options.store.data_dir;
@@ -60,7 +61,7 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
     std::ifstream recorded(data_dir + kRestoredFromFile);
     std::stringstream text;
     text << recorded.rdbuf();
-    if (recorded && text.str() == stamp) return absl::OkStatus();  // done
+    if (recorded && text.str() == stamp) return false;  // done before
     return absl::FailedPreconditionError(absl::StrCat(
         "--restore_from needs an empty --data_dir: ", data_dir,
         recorded ? absl::StrCat(" was restored from another checkpoint (",
@@ -85,8 +86,16 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
           ? recorded
           : SlotMap::Initial(identity.num_shards));
   RETURN_IF_ERROR(SlotOwnership::Create(data_dir, *map));
-  restore.keep = [identity, map](uint64_t key) {
-    return map->ShardForKey(key) == identity.shard_index;
+  // A part holds the rows its shard owned at the cut, and may hold rows of
+  // slots that moved away from it before (stale): each key comes from the
+  // part of its owner by the checkpoint's map.
+  std::vector<uint32_t> part_shards;
+  for (const auto& shard : manifest.shards())
+    part_shards.push_back(shard.index());
+  restore.keep = [identity, map, recorded, part_shards](uint64_t key,
+                                                        size_t part) {
+    return map->ShardForKey(key) == identity.shard_index &&
+           recorded.ShardForKey(key) == part_shards[part];
   };
   restore.store = options.store;
   LOG(INFO) << "restoring shard " << identity.shard_index << " of "
@@ -95,7 +104,8 @@ absl::Status RestoreFromCheckpoint(const ServerOptions& options,
   RETURN_IF_ERROR(embedding::RestoreRows(restore).status());
   RETURN_IF_ERROR(WriteShardIdentity(data_dir, identity));
   RETURN_IF_ERROR(WriteFileDurably(data_dir + kRestoredFromFile, stamp));
-  return RemoveFileDurably(data_dir + kRestoringFile);
+  RETURN_IF_ERROR(RemoveFileDurably(data_dir + kRestoringFile));
+  return true;
 }
 
 // INVALID_ARGUMENT for options that do not go together, or a listen address
@@ -133,11 +143,12 @@ absl::Status CheckServingOptions(const ServerOptions& options) {
 
 // Restores the data dir from options.restore_from if given; without it,
 // refuses a data dir whose restore was interrupted. Then checks that the
-// data dir is not another shard's.
-absl::Status PrepareDataDir(const ServerOptions& options,
-                            const ShardIdentity& identity) {
+// data dir is not another shard's. Whether it restored now.
+absl::StatusOr<bool> PrepareDataDir(const ServerOptions& options,
+                                    const ShardIdentity& identity) {
+  bool restored = false;
   if (!options.restore_from.empty()) {
-    RETURN_IF_ERROR(RestoreFromCheckpoint(options, identity));
+    ASSIGN_OR_RETURN(restored, RestoreFromCheckpoint(options, identity));
   } else if (std::filesystem::exists(options.store.data_dir + kRestoringFile)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a restore into ", options.store.data_dir,
@@ -146,7 +157,8 @@ absl::Status PrepareDataDir(const ServerOptions& options,
   }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's).
-  return CheckShardIdentity(options.store.data_dir, identity);
+  RETURN_IF_ERROR(CheckShardIdentity(options.store.data_dir, identity));
+  return restored;
 }
 
 DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
@@ -177,9 +189,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
                    ServerCredentials(options.tls));
   const ShardIdentity identity{options.shard_index, options.num_shards,
                                kRoutingVersion};
-  RETURN_IF_ERROR(PrepareDataDir(options, identity));
+  ASSIGN_OR_RETURN(const bool restored, PrepareDataDir(options, identity));
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
-  RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity));
+  RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity, restored));
   server->CreateServices(options);
   ASSIGN_OR_RETURN(CallStats::Observer observer, server->StartMetrics(options));
   RETURN_IF_ERROR(server->StartGrpcServer(options, std::move(credentials),
@@ -193,8 +205,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   return server;
 }
 
-absl::Status ShardServer::OpenStoreAndCoordinator(
-    const ServerOptions& options, const ShardIdentity& identity) {
+absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
+                                                  const ShardIdentity& identity,
+                                                  bool restored) {
   ASSIGN_OR_RETURN(store_, embedding::EmbeddingStore::Open(options.store));
   if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
     RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
@@ -207,7 +220,7 @@ absl::Status ShardServer::OpenStoreAndCoordinator(
   if (options.etcd != nullptr) {
     ASSIGN_OR_RETURN(
         etcd_slot_map_,
-        EtcdSlotMap::Start(options.etcd, options.job, slots_.get()));
+        EtcdSlotMap::Start(options.etcd, options.job, slots_.get(), restored));
   }
   return absl::OkStatus();
 }

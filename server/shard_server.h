@@ -146,10 +146,13 @@ class ShardServer {
 
   // The stages of Start(), in order. Each fills members; on an error Start()
   // destroys the server, which shuts down what has started.
-  // Opens the store, records `identity` in a data dir without one, and opens
-  // the clock coordinator (its state in the data dir).
+  // Opens the store, records `identity` in a data dir without one, opens
+  // the clock coordinator (its state in the data dir) and the slot map
+  // (under --etcd the job's; `restored`: the data dir was restored from a
+  // checkpoint at this start).
   absl::Status OpenStoreAndCoordinator(const ServerOptions& options,
-                                       const ShardIdentity& identity);
+                                       const ShardIdentity& identity,
+                                       bool restored);
   // The data and admin services, and the call statistics the admin service
   // reports.
   void CreateServices(const ServerOptions& options);

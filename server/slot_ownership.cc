@@ -69,6 +69,7 @@ absl::Status SlotOwnership::Create(const std::string& data_dir,
 absl::Status SlotOwnership::Replace(uint64_t expected_epoch,
                                     const SlotMap& next) {
   RETURN_IF_ERROR(CheckShards(next, num_shards_));
+  absl::WriterMutexLock changing(&push_lock_);
   absl::MutexLock lock(&mu_);
   if (*current_ == next) return absl::OkStatus();
   if (current_->epoch() != expected_epoch || next.epoch() <= expected_epoch) {
@@ -83,6 +84,18 @@ absl::Status SlotOwnership::Replace(uint64_t expected_epoch,
 }
 
 absl::Status SlotOwnership::Adopt(const SlotMap& next) {
+  absl::WriterMutexLock changing(&push_lock_);
+  return AdoptLocked(next);
+}
+
+absl::Status SlotOwnership::AdoptAgreed(
+    const std::function<absl::StatusOr<SlotMap>()>& agree) {
+  absl::WriterMutexLock changing(&push_lock_);
+  ASSIGN_OR_RETURN(const SlotMap next, agree());
+  return AdoptLocked(next);
+}
+
+absl::Status SlotOwnership::AdoptLocked(const SlotMap& next) {
   RETURN_IF_ERROR(CheckShards(next, num_shards_));
   absl::MutexLock lock(&mu_);
   if (next.epoch() <= current_->epoch()) return absl::OkStatus();

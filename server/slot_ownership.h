@@ -16,6 +16,7 @@
 #define PS_SERVER_SLOT_OWNERSHIP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,14 @@ class SlotOwnership {
   // Records `map` as the one a new data dir starts from (a restore's).
   static absl::Status Create(const std::string& data_dir, const SlotMap& map);
 
+  // Held shared by each push from its ownership check until it is applied
+  // (server/data_service.cc), and exclusively by every change of the map:
+  // a change waits for the pushes in flight, and no push is applied by a
+  // map that changed under it.
+  absl::Mutex& push_lock() const { return push_lock_; }
+
+  uint32_t num_shards() const { return num_shards_; }
+
   std::shared_ptr<const SlotMap> current() const {
     absl::MutexLock lock(&mu_);
     return current_;
@@ -56,6 +65,13 @@ class SlotOwnership {
   // the file's errors.
   absl::Status Adopt(const SlotMap& next);
 
+  // Adopt() of the map `agree` returns, `agree` running while this shard
+  // applies no push: for a change agreed elsewhere first (etcd's
+  // compare-and-swap), so that the shard applies no push by the old map
+  // once the new one is agreed. agree()'s error leaves the map unchanged.
+  absl::Status AdoptAgreed(
+      const std::function<absl::StatusOr<SlotMap>()>& agree);
+
  private:
   SlotOwnership(std::string path, uint32_t num_shards,
                 std::shared_ptr<const SlotMap> map)
@@ -63,8 +79,13 @@ class SlotOwnership {
         num_shards_(num_shards),
         current_(std::move(map)) {}
 
+  // Adopt() with push_lock_ held.
+  absl::Status AdoptLocked(const SlotMap& next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(push_lock_);
+
   const std::string path_;
   const uint32_t num_shards_;
+  mutable absl::Mutex push_lock_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const SlotMap> current_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,7 +1,10 @@
 #include "server/slot_ownership.h"
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
@@ -65,6 +68,46 @@ TEST(SlotOwnershipTest, AdoptTakesOnlyNewerMaps) {
       SlotOwnership::Open(dir, 2);
   ASSERT_OK(reopened);
   EXPECT_TRUE(*(*reopened)->current() == third);
+}
+
+TEST(SlotOwnershipTest, AChangeWaitsForThePushesInFlight) {
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
+      SlotOwnership::Open(FreshTestDir("slot_ownership_lock"), 2);
+  ASSERT_OK(slots);
+  SlotOwnership& ownership = **slots;
+  const SlotMap second = SlotMap::Initial(2).WithSlotsMoved(0, 0, 1);
+  std::atomic<int> changes{0};
+  std::thread changer;
+  {
+    // A push in flight (data_service.cc holds the lock shared).
+    absl::ReaderMutexLock push(&ownership.push_lock());
+    changer = std::thread([&] {
+      EXPECT_OK(ownership.Replace(1, second));
+      ++changes;
+      EXPECT_OK(ownership.Adopt(second.WithSlotsMoved(2, 2, 1)));
+      ++changes;
+    });
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_EQ(changes.load(), 0);
+    EXPECT_EQ(ownership.current()->epoch(), 1u);
+  }
+  changer.join();
+  EXPECT_EQ(changes.load(), 2);
+  EXPECT_EQ(ownership.current()->epoch(), 3u);
+  // AdoptAgreed runs its agreement under the lock too.
+  {
+    absl::ReaderMutexLock push(&ownership.push_lock());
+    changer = std::thread([&] {
+      EXPECT_OK(ownership.AdoptAgreed([&]() -> absl::StatusOr<SlotMap> {
+        return ownership.current()->WithSlotsMoved(4, 4, 1);
+      }));
+      ++changes;
+    });
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_EQ(changes.load(), 2);
+  }
+  changer.join();
+  EXPECT_EQ(ownership.current()->epoch(), 4u);
 }
 
 TEST(SlotOwnershipTest, ADamagedFileIsRefused) {

@@ -266,18 +266,28 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
                          SlotMap::Initial(2).WithSlotsMoved(5, 5, 0)),
             grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(SetSlotMapOf((*shard1)->address(), 1, moved), grpc::StatusCode::OK);
+  // A map naming a shard the job does not have never reaches etcd (every
+  // shard would refuse it, and none could start again).
+  EXPECT_EQ(
+      SetSlotMapOf((*shard0)->address(), 2, moved.WithSlotsMoved(7, 7, 5)),
+      grpc::StatusCode::FAILED_PRECONDITION);
   stored = client_->Get(key);
   ASSERT_OK(stored);
   EXPECT_NE(stored->value.find("\"epoch\":\"2\""), std::string::npos)
       << stored->value;
 
   const std::string dir = FreshTestDir("etcd_slots");
-  ASSERT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "slots"},
-                dir + "/slots.log"),
-            0)
+  const std::string slots_out = dir + "/slots.out";
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       absl::StrCat(BinaryPath("ops/ps_admin"),
+                                    " --etcd=", etcd_->endpoint(),
+                                    " --job=", kJob, " slots > ", slots_out)},
+                      dir + "/slots.log"),
+      0)
       << ReadFile(dir + "/slots.log");
+  EXPECT_EQ(ReadFile(slots_out).rfind("slot map epoch 2, 16384 slots\n", 0), 0u)
+      << ReadFile(slots_out);
 
   // A shard started on a new data dir takes the job's map before it serves.
   EXPECT_EQ((*shard1)->SignalAndWait(SIGTERM), 0);
@@ -286,6 +296,19 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   EXPECT_EQ(SlotMapOf((*fresh)->address()).epoch(), 2u);
   EXPECT_EQ(SlotMapOf((*fresh)->address()).ranges(0).last(), 999u);
   EXPECT_EQ((*fresh)->SignalAndWait(SIGTERM), 0);
+
+  // One whose data dir holds another map of etcd's epoch refuses to start.
+  ASSERT_OK(client_->Put(key,
+                         "{\"epoch\":\"2\",\"ranges\":[{\"first\":0,"
+                         "\"last\":16383,\"shard\":0}]}"));
+  std::vector<std::string> same_epoch = {BinaryPath("server/ps_server"),
+                                         "--listen=127.0.0.1:0"};
+  for (const std::string& flag : shard1_flags) same_epoch.push_back(flag);
+  EXPECT_EQ(RunToCompletion(same_epoch, dir + "/same.log", absl::Seconds(30)),
+            70);
+  EXPECT_NE(ReadFile(dir + "/same.log").find("both at epoch 2 but differ"),
+            std::string::npos)
+      << ReadFile(dir + "/same.log");
 
   // One whose data dir is ahead of etcd (etcd's state lost) refuses to
   // start rather than serve by either.

@@ -6,6 +6,7 @@
 // record the map and restores keep it; ps_admin slots prints it.
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -155,23 +156,30 @@ class SlotRoutingTest : public ::testing::Test {
     return first;
   }
 
-  // Every key of `keys` holds exactly 1 (one push applied) on the shard
-  // `map` gives it, and nothing on any other.
-  void ExpectAppliedOnceWhere(const SlotMap& map,
-                              const std::vector<uint64_t>& keys) {
+  // Every key of `keys` holds value_of(key) in each of its floats on the
+  // shard `map` gives it, and nothing on any other.
+  void ExpectRowsWhere(const SlotMap& map, const std::vector<uint64_t>& keys,
+                       const std::function<float(uint64_t)>& value_of) {
     for (uint64_t key : keys) {
       for (size_t shard = 0; shard < shards_.size(); ++shard) {
         bool stored = false;
         const std::vector<float> row = Row(shard, key, &stored);
         if (shard == map.ShardForKey(key)) {
           ASSERT_TRUE(stored) << "key " << key << " on shard " << shard;
-          ASSERT_EQ(row, std::vector<float>(kDim, 1.0f))
+          ASSERT_EQ(row, std::vector<float>(kDim, value_of(key)))
               << "key " << key << " on shard " << shard;
         } else {
           ASSERT_FALSE(stored) << "key " << key << " on shard " << shard;
         }
       }
     }
+  }
+
+  // Every key of `keys` holds exactly 1 (one push applied) on the shard
+  // `map` gives it, and nothing on any other.
+  void ExpectAppliedOnceWhere(const SlotMap& map,
+                              const std::vector<uint64_t>& keys) {
+    ExpectRowsWhere(map, keys, [](uint64_t) { return 1.0f; });
   }
 
   std::vector<std::unique_ptr<server::ShardServer>> shards_;
@@ -362,11 +370,22 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
 TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
-  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(100, 9000, 1);
-  SetMapOnEveryShard(moved);
   const std::vector<uint64_t> keys = Keys(1000);
   ASSERT_OK(PushOnce(*client, keys));
+  // Shard 1's odd slots 101-8999 go to shard 0, which starts them from
+  // zero; shard 1 keeps its stale copies (the map moves no rows). Two more
+  // pushes: 2 for the moved keys, 3 for the others.
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(100, 9000, 0);
+  SetMapOnEveryShard(moved);
+  ASSERT_OK(PushOnce(*client, keys));
+  ASSERT_OK(PushOnce(*client, keys));
   client.reset();
+  auto value_of = [&](uint64_t key) {
+    return ShardForKey(key, 2) != moved.ShardForKey(key) ? 2.0f : 3.0f;
+  };
+  int moved_keys = 0;
+  for (uint64_t key : keys) moved_keys += value_of(key) == 2.0f;
+  ASSERT_GT(moved_keys, 0);
   CheckpointOptions checkpoint;
   checkpoint.servers = servers_;
   checkpoint.dir = FreshTestDir("slot_routing_checkpoint") + "/ckpt-1";
@@ -374,17 +393,18 @@ TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
   ASSERT_OK(manifest);
   EXPECT_TRUE(RecordedSlotMap(*manifest) == moved);
 
-  // Onto as many shards: the same map, every row where it was.
+  // Onto as many shards: the same map, every row where it was, and not the
+  // stale copy shard 1's part still holds.
   StartShards("slot_routing_restored", 2, checkpoint.dir);
-  ExpectAppliedOnceWhere(moved, keys);
+  ExpectRowsWhere(moved, keys, value_of);
   GetSlotMapResponse map;
   grpc::ClientContext context;
   ASSERT_TRUE(admins_[1]->GetSlotMap(&context, GetSlotMapRequest(), &map).ok());
   EXPECT_EQ(map.slot_map().epoch(), moved.epoch());
 
-  // Onto three: the initial map of three.
+  // Onto three: the initial map of three, the same rows.
   StartShards("slot_routing_three", 3, checkpoint.dir);
-  ExpectAppliedOnceWhere(SlotMap::Initial(3), keys);
+  ExpectRowsWhere(SlotMap::Initial(3), keys, value_of);
 }
 
 TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
