@@ -78,7 +78,17 @@ def check_flags(where, text):
 
 
 def flag_values(command):
-    return dict(re.findall(r"--([a-z0-9_]+)=(\S+)", command))
+    """--flag=value pairs, the value without the quotes and semicolon that
+    end a shell assignment (SHARDS="--servers=${SERVERS}";)."""
+    return {flag: value.rstrip("\"';")
+            for flag, value in re.findall(r"--([a-z0-9_]+)=(\S+)", command)}
+
+
+def shard_flags(command):
+    """The flags a command line takes from its SHARDS assignments, the way
+    the workers and checkpoints pick --servers or --etcd (config.yaml's
+    ETCD)."""
+    return re.findall(r'SHARDS="([^"]*)"', command)
 
 
 def command_of(container):
@@ -145,6 +155,57 @@ for o in objects:
             checked += check_flags(f"{o['kind']}/{o['metadata']['name']}", command_of(container))
 if len(templates) < 3:
     fail(f"only {len(templates)} pod templates (shards, workers, checkpoints)")
+
+# The etcd component (etcd/): a Component listing its files, three members
+# that name each other, ETCD pointed at their client URLs, and its pods
+# under the same Pod Security Standard as the job's (below).
+component_dir = os.path.join(RUNFILES, "deploy/k8s/etcd")
+component_objects = {}
+for path in sorted(glob.glob(os.path.join(component_dir, "*.yaml"))):
+    with open(path) as f:
+        component_objects[os.path.basename(path)] = [o for o in yaml.safe_load_all(f) if o]
+component = component_objects.get("kustomization.yaml", [{}])[0]
+if component.get("kind") != "Component":
+    fail("deploy/k8s/etcd/kustomization.yaml is not a kustomize Component")
+listed = set(component.get("resources", [])) | {
+    patch.get("path") for patch in component.get("patches", [])}
+if listed != set(component_objects) - {"kustomization.yaml"}:
+    fail(f"the etcd component lists {sorted(listed)}, holds {sorted(component_objects)}")
+etcd_objects = [o for objects_of in component_objects.values() for o in objects_of]
+etcd_sets = [o for o in etcd_objects if o.get("kind") == "StatefulSet"]
+etcd_services = [o for o in etcd_objects if o.get("kind") == "Service"]
+etcd_patches = [o for o in etcd_objects if o.get("kind") == "ConfigMap"]
+if len(etcd_sets) != 1 or len(etcd_services) != 1 or len(etcd_patches) != 1:
+    fail("the etcd component is not one StatefulSet, one Service and one ConfigMap patch")
+else:
+    members = etcd_sets[0]
+    etcd_service = etcd_services[0]["metadata"]["name"]
+    member_names = [f"{members['metadata']['name']}-{i}"
+                    for i in range(members["spec"]["replicas"])]
+    etcd_ports = {p["name"]: p["port"] for p in etcd_services[0]["spec"]["ports"]}
+    etcd_command = command_of(members["spec"]["template"]["spec"]["containers"][0])
+    if len(member_names) != 3:
+        fail(f"etcd has {len(member_names)} members, not 3")
+    cluster = ",".join(f"{name}=http://{name}.{etcd_service}:{etcd_ports['peer']}"
+                       for name in member_names)
+    if f"--initial-cluster={cluster}" not in etcd_command:
+        fail(f"the etcd members do not name each other as {cluster}")
+    clients = ",".join(f"{name}.{etcd_service}:{etcd_ports['client']}" for name in member_names)
+    if etcd_patches[0].get("data", {}).get("ETCD") != clients:
+        fail(f"the etcd component sets ETCD to {etcd_patches[0].get('data')}, not {clients}")
+    if etcd_patches[0]["metadata"]["name"] != by_kind["ConfigMap"][0]["metadata"]["name"]:
+        fail("the etcd component patches another ConfigMap than the job's")
+    image = members["spec"]["template"]["spec"]["containers"][0]["image"]
+    if image_tag(image) in (None, "latest"):
+        fail(f"the etcd image {image!r} is not pinned")
+    templates.append((members, members["spec"]["template"]))
+# The flags a SHARDS assignment gives to the binary the line then runs.
+for o, container in containers:
+    command = command_of(container)
+    for binary, _ in invocations(command):
+        for assigned in shard_flags(command):
+            checked += check_flags(f"{o['metadata']['name']} SHARDS",
+                                   f"{binary} {assigned}")
 for script in sorted(glob.glob(os.path.join(RUNFILES, "deploy/*.sh"))):
     with open(script) as f:
         checked += check_flags(os.path.basename(script), f.read())
@@ -178,6 +239,16 @@ if annotations.get("prometheus.io/port") != str(ports["metrics"]):
     fail("the shards' scrape annotation is not the metrics port")
 if "${HOSTNAME##*-}" not in server_flags.get("shard_index", ""):
     fail("--shard_index does not come from the pod ordinal")
+# Embedded by default; with ETCD set, the shards register there under JOB
+# at their stable names.
+if config.get("ETCD") != "":
+    fail(f"config.yaml sets ETCD={config.get('ETCD')!r}: the default is embedded")
+if not re.fullmatch(r"[a-z0-9_-]{1,64}", config.get("JOB", "")):
+    fail(f"JOB {config.get('JOB')!r} is not a job name")
+etcd_flags = (f"${{ETCD:+ --etcd=${{ETCD}} --job=${{JOB}} --advertise_address="
+              f"${{HOSTNAME}}.{service['metadata']['name']}:{ports['grpc']}}}")
+if etcd_flags not in command_of(server):
+    fail(f"the shards do not register in etcd as {etcd_flags}")
 expected_servers = ",".join(
     f"{shards['metadata']['name']}-{i}.{service['metadata']['name']}:{ports['grpc']}"
     for i in range(replicas))
@@ -198,6 +269,13 @@ for o, container in containers:
     values = flag_values(command)
     if "--servers=" in command and values["servers"] != "${SERVERS}":
         fail(f"{o['metadata']['name']} names the servers itself")
+    # A client of the shards reaches them at SERVERS, or through etcd when
+    # ETCD is set, never both.
+    if re.search(r"\b(ps_worker|ps_admin)\b", command):
+        if sorted(shard_flags(command)) != sorted(
+                ["--servers=${SERVERS}", "--etcd=${ETCD} --job=${JOB}"]) or \
+                '[ -z "${ETCD}" ] || SHARDS=' not in command or "${SHARDS}" not in command:
+            fail(f"{o['metadata']['name']} does not take --servers or --etcd from ETCD")
     if "ps_worker" in command and values.get("worker_index") != "${JOB_COMPLETION_INDEX}":
         fail("--worker_index does not come from JOB_COMPLETION_INDEX")
     for mount in container.get("volumeMounts", []):
