@@ -58,6 +58,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -186,6 +187,14 @@ struct StoreStats {
   uint64_t rows_expired_on_disk = 0;
 };
 
+// A stored row as a slot move carries it (EmbeddingStore::ReadSlotRows):
+// its weights and optimizer state, and what expiry goes by.
+struct SlotRow {
+  uint64_t key = 0;
+  std::vector<float> floats;
+  RowMeta meta;
+};
+
 // What Expire() dropped.
 struct ExpireOutcome {
   uint64_t rows_in_memory = 0;
@@ -306,6 +315,30 @@ class EmbeddingStore {
       const PushOrigin& origin) {
     return ledger_.Applied(origin);
   }
+
+  // Moving slots to another shard (embedding_store_slots.cc). The caller
+  // makes sure that nothing pushes the rows of the slots meanwhile.
+  //
+  // Up to `max_rows` stored rows of `table` whose keys' slots lie in
+  // [first_slot, last_slot], in the order of the keys' bytes after `after`
+  // (the last key an earlier call returned; nullopt: from the first), each
+  // with its optimizer state and expiry metadata; *done once none is left.
+  // Reads what is on disk: Flush() first. NOT_FOUND for an unknown table.
+  absl::StatusOr<std::vector<SlotRow>> ReadSlotRows(
+      absl::string_view table, uint32_t first_slot, uint32_t last_slot,
+      std::optional<uint64_t> after, size_t max_rows, bool* done);
+
+  // Stores `rows` of `table` as they are (what ReadSlotRows() read on
+  // another shard), replacing what this store holds for their keys, and
+  // makes them durable before it returns. NOT_FOUND for an unknown table;
+  // INVALID_ARGUMENT for a row of another size (nothing stored).
+  absl::Status WriteSlotRows(absl::string_view table,
+                             absl::Span<const SlotRow> rows);
+
+  // Deletes every row of every table whose key's slot lies in [first_slot,
+  // last_slot], in the hot tier and on disk; how many were on disk.
+  absl::StatusOr<uint64_t> DeleteSlotRows(uint32_t first_slot,
+                                          uint32_t last_slot);
 
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();

@@ -435,6 +435,10 @@ void RocksStore::Batch::Put(TableId table, uint64_t key,
              rocksdb::SliceParts(parts, 3));
 }
 
+void RocksStore::Batch::Delete(TableId table, uint64_t key) {
+  batch_.Delete(store_->Handle(table), KeySlice(key));
+}
+
 absl::Status RocksStore::DecodeRow(absl::string_view value,
                                    absl::Span<float> row, LogPosition* position,
                                    RowMeta* meta) {
@@ -827,6 +831,36 @@ absl::Status RocksStore::Scan(
     std::memcpy(&key, it->key().data(), sizeof(key));
     RETURN_IF_ERROR(
         fn(key, absl::string_view(it->value().data(), it->value().size())));
+  }
+  return FromRocks(it->status(), "scanning a table");
+}
+
+absl::Status RocksStore::ScanFrom(
+    TableId table, std::optional<uint64_t> after,
+    const std::function<absl::StatusOr<bool>(uint64_t, absl::string_view)>&
+        fn) {
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;
+  options.total_order_seek = true;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(options, Handle(table)));
+  if (after.has_value()) {
+    it->Seek(KeySlice(*after));
+    if (it->Valid() && it->key() == KeySlice(*after)) it->Next();
+  } else {
+    it->SeekToFirst();
+  }
+  for (; it->Valid(); it->Next()) {
+    if (it->key().size() != sizeof(uint64_t)) {
+      return absl::DataLossError(
+          absl::StrCat("a key of ", it->key().size(), " bytes"));
+    }
+    uint64_t key = 0;
+    std::memcpy(&key, it->key().data(), sizeof(key));
+    ASSIGN_OR_RETURN(
+        const bool go_on,
+        fn(key, absl::string_view(it->value().data(), it->value().size())));
+    if (!go_on) return absl::OkStatus();
   }
   return FromRocks(it->status(), "scanning a table");
 }

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,6 +119,7 @@ class RocksStore {
    public:
     void Put(TableId table, uint64_t key, absl::Span<const float> row,
              LogPosition position, RowMeta meta);
+    void Delete(TableId table, uint64_t key);
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogMark(uint32_t stripe, uint64_t end_sequence);
@@ -234,6 +236,13 @@ class RocksStore {
       TableId table, const Snapshot& snapshot,
       const std::function<absl::Status(uint64_t key, absl::string_view value)>&
           fn);
+
+  // Calls fn(key, stored value) for the rows of `table` after the key
+  // `after` (nullopt: from the first), in the order of the keys' bytes, as
+  // of the call, until fn returns false or an error.
+  absl::Status ScanFrom(TableId table, std::optional<uint64_t> after,
+                        const std::function<absl::StatusOr<bool>(
+                            uint64_t key, absl::string_view value)>& fn);
 
   // Writes a consistent copy of the database into `dir` (RocksDB's
   // Checkpoint: files hard-linked where the file system allows, memtables

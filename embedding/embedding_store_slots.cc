@@ -1,0 +1,130 @@
+// EmbeddingStore: rows read, written and deleted by slot, for moving slots
+// between shards.
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
+#include "embedding/embedding_store.h"
+
+namespace ps::embedding {
+namespace {
+
+bool InSlots(uint64_t key, uint32_t first_slot, uint32_t last_slot) {
+  const uint32_t slot = SlotForKey(key);
+  return slot >= first_slot && slot <= last_slot;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
+    absl::string_view table_name, uint32_t first_slot, uint32_t last_slot,
+    std::optional<uint64_t> after, size_t max_rows, bool* done) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  std::vector<SlotRow> rows;
+  *done = true;
+  RETURN_IF_ERROR(rocks_->ScanFrom(
+      table->id, after,
+      [&](uint64_t key, absl::string_view value) -> absl::StatusOr<bool> {
+        if (!InSlots(key, first_slot, last_slot)) return true;
+        if (rows.size() == max_rows) {
+          *done = false;
+          return false;
+        }
+        SlotRow& row = rows.emplace_back();
+        row.key = key;
+        row.floats.resize(table->row_floats);
+        LogPosition position;
+        RETURN_IF_ERROR(RocksStore::DecodeRow(value, absl::MakeSpan(row.floats),
+                                              &position, &row.meta));
+        return true;
+      }));
+  return rows;
+}
+
+absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
+                                           absl::Span<const SlotRow> rows) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  for (const SlotRow& row : rows) {
+    if (row.floats.size() != static_cast<size_t>(table->row_floats)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a row of ", row.floats.size(), " floats for table ",
+                       table_name, ", whose rows have ", table->row_floats,
+                       " (weights and optimizer state)"));
+    }
+  }
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> starts;
+  std::vector<uint64_t> keys;
+  for (const SlotRow& row : rows) keys.push_back(row.key);
+  GroupByStripe(keys, &order, &starts);
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = *stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      const SlotRow& moved = rows[order[i]];
+      // A copy the hot tier holds (an earlier move that did not finish) is
+      // replaced; either way the row is dirty, so that the write-back below
+      // stores it.
+      CachedRow* row = stripe.cache.Find(table->id, moved.key);
+      if (row == nullptr) {
+        row = stripe.cache.Insert(table->id, moved.key, moved.floats,
+                                  /*dirty=*/true);
+      } else {
+        std::copy(moved.floats.begin(), moved.floats.end(), row->floats());
+      }
+      ++row->version;
+      row->dirty = true;
+      row->updated_at_s = moved.meta.updated_at_s;
+      row->push_count = moved.meta.push_count;
+    }
+    EvictOrKeep(stripe);
+  }
+  // Durable before the move switches ownership, and every stripe's push
+  // log marked past its records: a replay applies none of this shard's
+  // older records of the keys to the moved rows.
+  return Flush();
+}
+
+absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(uint32_t first_slot,
+                                                        uint32_t last_slot) {
+  std::vector<const Table*> tables;
+  {
+    absl::ReaderMutexLock lock(&tables_mu_);
+    for (const auto& table : tables_) {
+      if (table != nullptr && !table->dropped) tables.push_back(table.get());
+    }
+  }
+  uint64_t deleted = 0;
+  for (const Table* table : tables) {
+    for (auto& stripe : stripes_) {
+      absl::MutexLock lock(&stripe->mu);
+      // A write-back in flight must not bring a deleted row back.
+      AwaitWriteBackLanded(*stripe);
+      std::vector<CachedRow*> doomed;
+      stripe->cache.ForEachRow([&](uint32_t table_id, CachedRow& row,
+                                   absl::Span<float>) {
+        if (table_id == table->id && InSlots(row.key, first_slot, last_slot)) {
+          doomed.push_back(&row);
+        }
+      });
+      for (CachedRow* row : doomed) stripe->cache.Erase(table->id, row);
+    }
+    RocksStore::Batch batch = rocks_->NewBatch();
+    RETURN_IF_ERROR(rocks_->ScanFrom(
+        table->id, std::nullopt,
+        [&](uint64_t key, absl::string_view) -> absl::StatusOr<bool> {
+          if (InSlots(key, first_slot, last_slot)) {
+            batch.Delete(table->id, key);
+            ++deleted;
+          }
+          return true;
+        }));
+    if (!batch.empty()) RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
+  }
+  return deleted;
+}
+
+}  // namespace ps::embedding
