@@ -69,6 +69,21 @@ SlotMap SlotMap::WithSlotsMoved(uint32_t first, uint32_t last,
   return SlotMap(epoch_ + 1, std::move(owners));
 }
 
+SlotMap SlotMap::WithSlotsMovedFrom(uint32_t first, uint32_t last,
+                                    uint32_t from, uint32_t to) const {
+  std::vector<uint32_t> owners = owners_;
+  for (uint32_t slot = first; slot <= last; ++slot) {
+    if (owners[slot] == from) owners[slot] = to;
+  }
+  return SlotMap(epoch_ + 1, std::move(owners));
+}
+
+uint32_t SlotMap::SlotsOwned(uint32_t first, uint32_t last,
+                             uint32_t shard) const {
+  return static_cast<uint32_t>(
+      std::count(owners_.begin() + first, owners_.begin() + last + 1, shard));
+}
+
 std::vector<std::pair<uint32_t, uint32_t>> SlotMap::RangesOf(
     uint32_t shard) const {
   std::vector<std::pair<uint32_t, uint32_t>> ranges;

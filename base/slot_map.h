@@ -49,6 +49,15 @@ class SlotMap {
   // REQUIRES: first <= last < kNumSlots.
   SlotMap WithSlotsMoved(uint32_t first, uint32_t last, uint32_t shard) const;
 
+  // This map with the slots of first..last that `from` owns given to `to`,
+  // at epoch + 1. REQUIRES: first <= last < kNumSlots.
+  SlotMap WithSlotsMovedFrom(uint32_t first, uint32_t last, uint32_t from,
+                             uint32_t to) const;
+
+  // How many of first..last `shard` owns. REQUIRES: first <= last <
+  // kNumSlots.
+  uint32_t SlotsOwned(uint32_t first, uint32_t last, uint32_t shard) const;
+
   // The slots `shard` owns, as inclusive (first, last) ranges in slot order.
   std::vector<std::pair<uint32_t, uint32_t>> RangesOf(uint32_t shard) const;
 

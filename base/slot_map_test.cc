@@ -46,6 +46,18 @@ TEST(SlotMapTest, RangesOfAShard) {
   EXPECT_EQ(FormatSlotRanges(map.RangesOf(1)), "10-19,30");
 }
 
+TEST(SlotMapTest, MovingTheSlotsOfOneShard) {
+  const SlotMap map = SlotMap::Initial(3).WithSlotsMovedFrom(0, 11, 1, 2);
+  EXPECT_EQ(map.epoch(), 2u);
+  for (uint32_t slot = 0; slot < 12; ++slot) {
+    EXPECT_EQ(map.ShardForSlot(slot), slot % 3 == 1 ? 2u : slot % 3) << slot;
+  }
+  EXPECT_EQ(map.ShardForSlot(13), 1u);
+  EXPECT_EQ(map.SlotsOwned(0, 11, 2), 8u);
+  EXPECT_EQ(map.SlotsOwned(0, 11, 1), 0u);
+  EXPECT_EQ(map.SlotsOwned(0, 11, 0), 4u);
+}
+
 TEST(SlotMapTest, SpecsThatDoNotCoverEverySlotOnceAreRefused) {
   SlotMapSpec spec = SlotMap::Initial(2).ToSpec();
   SlotMapSpec no_epoch = spec;

@@ -57,6 +57,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -319,13 +320,14 @@ class EmbeddingStore {
   // Moving slots to another shard (embedding_store_slots.cc). The caller
   // makes sure that nothing pushes the rows of the slots meanwhile.
   //
-  // Up to `max_rows` stored rows of `table` whose keys' slots lie in
-  // [first_slot, last_slot], in the order of the keys' bytes after `after`
-  // (the last key an earlier call returned; nullopt: from the first), each
-  // with its optimizer state and expiry metadata; *done once none is left.
-  // Reads what is on disk: Flush() first. NOT_FOUND for an unknown table.
+  // Up to `max_rows` stored rows of `table` whose keys' slots `in_move`
+  // says, in the order of the keys' bytes after `after` (the last key an
+  // earlier call returned; nullopt: from the first), each with its
+  // optimizer state and expiry metadata; *done once none is left. Reads
+  // what is on disk: Flush() first. NOT_FOUND for an unknown table.
   absl::StatusOr<std::vector<SlotRow>> ReadSlotRows(
-      absl::string_view table, uint32_t first_slot, uint32_t last_slot,
+      absl::string_view table,
+      const std::function<bool(uint32_t slot)>& in_move,
       std::optional<uint64_t> after, size_t max_rows, bool* done);
 
   // Stores `rows` of `table` as they are (what ReadSlotRows() read on
@@ -335,10 +337,10 @@ class EmbeddingStore {
   absl::Status WriteSlotRows(absl::string_view table,
                              absl::Span<const SlotRow> rows);
 
-  // Deletes every row of every table whose key's slot lies in [first_slot,
-  // last_slot], in the hot tier and on disk; how many were on disk.
-  absl::StatusOr<uint64_t> DeleteSlotRows(uint32_t first_slot,
-                                          uint32_t last_slot);
+  // Deletes every row of every table whose key's slot `doomed` says, in
+  // the hot tier and on disk; how many were on disk.
+  absl::StatusOr<uint64_t> DeleteSlotRows(
+      const std::function<bool(uint32_t slot)>& doomed);
 
   // Writes every dirty row back and syncs the WAL.
   absl::Status Flush();

@@ -9,17 +9,9 @@
 #include "embedding/embedding_store.h"
 
 namespace ps::embedding {
-namespace {
-
-bool InSlots(uint64_t key, uint32_t first_slot, uint32_t last_slot) {
-  const uint32_t slot = SlotForKey(key);
-  return slot >= first_slot && slot <= last_slot;
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
-    absl::string_view table_name, uint32_t first_slot, uint32_t last_slot,
+    absl::string_view table_name,
+    const std::function<bool(uint32_t slot)>& in_move,
     std::optional<uint64_t> after, size_t max_rows, bool* done) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   std::vector<SlotRow> rows;
@@ -27,7 +19,7 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
   RETURN_IF_ERROR(rocks_->ScanFrom(
       table->id, after,
       [&](uint64_t key, absl::string_view value) -> absl::StatusOr<bool> {
-        if (!InSlots(key, first_slot, last_slot)) return true;
+        if (!in_move(SlotForKey(key))) return true;
         if (rows.size() == max_rows) {
           *done = false;
           return false;
@@ -88,8 +80,8 @@ absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
   return Flush();
 }
 
-absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(uint32_t first_slot,
-                                                        uint32_t last_slot) {
+absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
+    const std::function<bool(uint32_t slot)>& doomed) {
   std::vector<const Table*> tables;
   {
     absl::ReaderMutexLock lock(&tables_mu_);
@@ -103,20 +95,20 @@ absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(uint32_t first_slot,
       absl::MutexLock lock(&stripe->mu);
       // A write-back in flight must not bring a deleted row back.
       AwaitWriteBackLanded(*stripe);
-      std::vector<CachedRow*> doomed;
-      stripe->cache.ForEachRow([&](uint32_t table_id, CachedRow& row,
-                                   absl::Span<float>) {
-        if (table_id == table->id && InSlots(row.key, first_slot, last_slot)) {
-          doomed.push_back(&row);
-        }
-      });
-      for (CachedRow* row : doomed) stripe->cache.Erase(table->id, row);
+      std::vector<CachedRow*> erased;
+      stripe->cache.ForEachRow(
+          [&](uint32_t table_id, CachedRow& row, absl::Span<float>) {
+            if (table_id == table->id && doomed(SlotForKey(row.key))) {
+              erased.push_back(&row);
+            }
+          });
+      for (CachedRow* row : erased) stripe->cache.Erase(table->id, row);
     }
     RocksStore::Batch batch = rocks_->NewBatch();
     RETURN_IF_ERROR(rocks_->ScanFrom(
         table->id, std::nullopt,
         [&](uint64_t key, absl::string_view) -> absl::StatusOr<bool> {
-          if (InSlots(key, first_slot, last_slot)) {
+          if (doomed(SlotForKey(key))) {
             batch.Delete(table->id, key);
             ++deleted;
           }

@@ -6,7 +6,7 @@
 // base/exit_codes.h). One file per command group implements the commands:
 // admin_tables.cc (tables, row, set-lr, drop-table, expire),
 // admin_cluster.cc (stats, clocks, drain), admin_snapshots.cc (checkpoint,
-// export, checkpoints), admin_slots.cc (slots).
+// export, checkpoints), admin_slots.cc (slots, move-slots).
 
 #ifndef PS_OPS_ADMIN_COMMAND_H_
 #define PS_OPS_ADMIN_COMMAND_H_
@@ -46,6 +46,14 @@ struct CommandOptions {
   absl::Duration hold_timeout = absl::Minutes(5);  // --hold_timeout_s
   std::string model;                               // --model, for export
   std::string format = "fp32";  // --format, for export: fp32 or fp16
+  // For move-slots: --slots=A-B, --to, --cancel, --move_lease_s,
+  // --move_page_rows.
+  uint32_t first_slot = 0;
+  uint32_t last_slot = 0;
+  uint32_t to_shard = 0;
+  bool cancel = false;
+  absl::Duration move_lease = absl::Seconds(30);
+  uint32_t move_page_rows = 4096;
 };
 
 // nlohmann's JSON, whose objects keep their keys in the order they are set.
@@ -112,6 +120,7 @@ int Drain(const Cluster& cluster);
 int Checkpoint(const Cluster& cluster);
 int Export(const Cluster& cluster);
 int Slots(const Cluster& cluster);
+int MoveSlotsCommand(const Cluster& cluster);
 
 // The slot map of the newest epoch any shard routes by; UNAVAILABLE when no
 // shard answers.

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 #include "base/exit_codes.h"
 #include "base/slot_map.h"
 #include "ops/admin_command.h"
+#include "ops/slot_mover.h"
 #include "proto/admin.grpc.pb.h"
 
 namespace ps::ops {
@@ -118,6 +120,68 @@ int Slots(const Cluster& cluster) {
     }
   }
   return ReportFailures("slots", answers);
+}
+
+// `move-slots`: --slots to shard --to while workers train (ops/slot_mover.h),
+// or --cancel a move under way.
+int MoveSlotsCommand(const Cluster& cluster) {
+  const CommandOptions& options = cluster.options;
+  if (options.cancel) {
+    absl::StatusOr<int> cancelled =
+        CancelSlotMoves(*cluster.channels, options.timeout);
+    if (!cancelled.ok()) return Fail(cancelled.status());
+    if (cluster.options.json) {
+      std::printf("%s\n", Dump({{"cancelled", *cancelled}}).c_str());
+    } else {
+      std::printf("cancelled %d move%s\n", *cancelled,
+                  *cancelled == 1 ? "" : "s");
+    }
+    return 0;
+  }
+  SlotMoveOptions move;
+  move.first_slot = options.first_slot;
+  move.last_slot = options.last_slot;
+  move.to_shard = options.to_shard;
+  move.lease = options.move_lease;
+  move.rows_per_page = options.move_page_rows;
+  move.call_timeout = std::max(options.timeout, absl::Seconds(60));
+  move.progress = !options.json;
+  absl::StatusOr<SlotMoveReport> report = MoveSlots(*cluster.channels, move);
+  if (!report.ok()) return Fail(report.status());
+  const double seconds = absl::ToDoubleSeconds(report->elapsed);
+  if (options.json) {
+    Json sources = Json::array();
+    for (const SlotMoveReport::Source& source : report->sources) {
+      sources.push_back(
+          {{"shard", source.shard},
+           {"rows", source.rows},
+           {"paused_seconds", absl::ToDoubleSeconds(source.paused)}});
+    }
+    std::printf("%s\n", Dump({{"first_slot", move.first_slot},
+                              {"last_slot", move.last_slot},
+                              {"to_shard", move.to_shard},
+                              {"rows", report->rows},
+                              {"seconds", seconds},
+                              {"epoch", report->epoch},
+                              {"sources", std::move(sources)}})
+                            .c_str());
+    return 0;
+  }
+  for (const SlotMoveReport::Source& source : report->sources) {
+    std::printf(
+        "shard %u: %llu rows moved, its pushes to the slots paused "
+        "%.2f s\n",
+        source.shard, static_cast<unsigned long long>(source.rows),
+        absl::ToDoubleSeconds(source.paused));
+  }
+  std::printf(
+      "slots %u-%u are shard %u's: %llu rows in %.2f s (%.0f rows/s), "
+      "slot map epoch %llu\n",
+      move.first_slot, move.last_slot, move.to_shard,
+      static_cast<unsigned long long>(report->rows), seconds,
+      seconds > 0 ? report->rows / seconds : 0.0,
+      static_cast<unsigned long long>(report->epoch));
+  return 0;
 }
 
 }  // namespace ps::ops

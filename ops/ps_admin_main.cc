@@ -22,11 +22,14 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/address_list.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/routing.h"
+#include "base/status_macros.h"
 #include "net/admin_channel.h"
 #include "net/client_tls_flags.h"
 #include "net/etcd_job_flags.h"
@@ -69,6 +72,19 @@ ABSL_FLAG(std::string, model, "",
           "default: the only one.");
 ABSL_FLAG(std::string, format, "fp32",
           "For `export`: the weights as fp32 or fp16.");
+ABSL_FLAG(std::string, slots, "",
+          "For `move-slots`: the slots to move, A-B (inclusive) or A, of "
+          "0-16383.");
+ABSL_FLAG(int32_t, to, -1, "For `move-slots`: the shard the slots go to.");
+ABSL_FLAG(bool, cancel, false,
+          "For `move-slots`: cancel a move under way instead (pushes to its "
+          "slots go on at its source).");
+ABSL_FLAG(int32_t, move_lease_s, 30,
+          "For `move-slots`: a source cancels its move by itself when "
+          "ps_admin is not heard from for this long.");
+ABSL_FLAG(int32_t, move_page_rows, 4096,
+          "For `move-slots`: rows per page copied from a source to the "
+          "target.");
 ABSL_FLAG(std::string, coordinator, "",
           "The coordinator shard, if not the first of --servers.");
 ABSL_FLAG(std::string, token_file, "",
@@ -101,7 +117,42 @@ constexpr Command kCommands[] = {
     {"checkpoints", nullptr, false},
     {"export", ps::ops::Export, false},
     {"slots", ps::ops::Slots, false},
+    {"move-slots", ps::ops::MoveSlotsCommand, false},
 };
+
+// move-slots' flags into `options`; INVALID_ARGUMENT names the bad one.
+absl::Status MoveFlags(CommandOptions* options) {
+  options->cancel = absl::GetFlag(FLAGS_cancel);
+  if (absl::GetFlag(FLAGS_move_lease_s) < 1 ||
+      absl::GetFlag(FLAGS_move_page_rows) < 1) {
+    return absl::InvalidArgumentError(
+        "--move_lease_s and --move_page_rows must be positive");
+  }
+  options->move_lease = absl::Seconds(absl::GetFlag(FLAGS_move_lease_s));
+  options->move_page_rows =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_move_page_rows));
+  if (options->cancel) return absl::OkStatus();
+  const std::string slots = absl::GetFlag(FLAGS_slots);
+  const std::vector<std::string> ends = absl::StrSplit(slots, '-');
+  uint32_t first = 0;
+  uint32_t last = 0;
+  if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &first) ||
+      !absl::SimpleAtoi(ends.back(), &last) || first > last ||
+      last >= ps::kNumSlots) {
+    return absl::InvalidArgumentError(
+        "move-slots needs --slots=A-B (or A), slots of 0-16383 with A <= B, "
+        "not '" +
+        slots + "'");
+  }
+  if (absl::GetFlag(FLAGS_to) < 0) {
+    return absl::InvalidArgumentError(
+        "move-slots needs --to, the shard the slots go to");
+  }
+  options->first_slot = first;
+  options->last_slot = last;
+  options->to_shard = static_cast<uint32_t>(absl::GetFlag(FLAGS_to));
+  return absl::OkStatus();
+}
 
 // The commands' options from the flags; INVALID_ARGUMENT names the bad one.
 absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
@@ -135,6 +186,7 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   if ((name == "checkpoint" || name == "export") &&
       absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
     return absl::InvalidArgumentError("--hold_timeout_s must be positive");
+  if (name == "move-slots") RETURN_IF_ERROR(MoveFlags(&options));
   options.model = absl::GetFlag(FLAGS_model);
   options.format = absl::GetFlag(FLAGS_format);
   if (name == "export" && options.format != "fp32" && options.format != "fp16")
@@ -167,6 +219,8 @@ int main(int argc, char** argv) {
       "  export       --dir [--format=fp16] [--model]: one model's weights "
       "for ps_predict\n"
       "  slots        which shard owns which key slots, and the map's epoch\n"
+      "  move-slots   --slots=A-B --to=SHARD: move slots while workers train "
+      "(--cancel: end a move under way)\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
   ps::SetVersionFlag("ps_admin",

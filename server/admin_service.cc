@@ -1,12 +1,14 @@
 #include "server/admin_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/grpc_status.h"
 #include "server/bearer_token.h"
@@ -216,6 +218,7 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
     absl::StatusOr<SlotMap> next = SlotMap::FromSpec(request->slot_map());
     if (!next.ok()) {
       status = next.status();
+    } else if (status = moves_->MayGiveAway(*next); !status.ok()) {
     } else if (options_.set_slot_map) {
       status = options_.set_slot_map(request->expected_epoch(), *next);
     } else {
@@ -239,6 +242,155 @@ grpc::ServerUnaryReactor* AdminService::GetSlotMap(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::Reply(
+    grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+namespace {
+
+// `rows` of `table` (of `row_floats` floats each) as they travel.
+void PackSlotRows(const std::string& table, uint32_t row_floats,
+                  const std::vector<embedding::SlotRow>& rows,
+                  SlotRows* packed) {
+  packed->set_table(table);
+  packed->set_row_floats(row_floats);
+  std::string* keys = packed->mutable_keys();
+  std::string* floats = packed->mutable_floats();
+  std::string* metas = packed->mutable_metas();
+  for (const embedding::SlotRow& row : rows) {
+    keys->append(reinterpret_cast<const char*>(&row.key), sizeof(row.key));
+    floats->append(reinterpret_cast<const char*>(row.floats.data()),
+                   row.floats.size() * sizeof(float));
+    const uint32_t meta[2] = {row.meta.updated_at_s, row.meta.push_count};
+    metas->append(reinterpret_cast<const char*>(meta), sizeof(meta));
+  }
+}
+
+// The rows `packed` carries; INVALID_ARGUMENT for lengths that disagree.
+absl::StatusOr<std::vector<embedding::SlotRow>> UnpackSlotRows(
+    const SlotRows& packed) {
+  const size_t count = packed.keys().size() / sizeof(uint64_t);
+  const size_t row_bytes = size_t{packed.row_floats()} * sizeof(float);
+  if (packed.keys().size() % sizeof(uint64_t) != 0 || row_bytes == 0 ||
+      packed.floats().size() != count * row_bytes ||
+      packed.metas().size() != count * 2 * sizeof(uint32_t)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slot rows of table ", packed.table(), ": ", packed.keys().size(),
+        " bytes of keys, ", packed.floats().size(), " of floats and ",
+        packed.metas().size(), " of metadata do not go together"));
+  }
+  std::vector<embedding::SlotRow> rows(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(&rows[i].key, packed.keys().data() + i * sizeof(uint64_t),
+                sizeof(uint64_t));
+    rows[i].floats.resize(packed.row_floats());
+    std::memcpy(rows[i].floats.data(), packed.floats().data() + i * row_bytes,
+                row_bytes);
+    uint32_t meta[2];
+    std::memcpy(meta, packed.metas().data() + i * sizeof(meta), sizeof(meta));
+    rows[i].meta.updated_at_s = meta[0];
+    rows[i].meta.push_count = meta[1];
+  }
+  return rows;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AdminService::BeginSlotMove(
+    grpc::CallbackServerContext* context, const BeginSlotMoveRequest* request,
+    BeginSlotMoveResponse* response) {
+  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+    return Reply(context, authorized);
+  const absl::Duration lease = request->lease_ms() == 0
+                                   ? absl::Seconds(30)
+                                   : absl::Milliseconds(request->lease_ms());
+  absl::StatusOr<std::shared_ptr<const SlotMap>> map = moves_->Begin(
+      request->first_slot(), request->last_slot(), request->to_shard(), lease);
+  if (!map.ok()) return Reply(context, map.status());
+  *response->mutable_slot_map() = (*map)->ToSpec();
+  for (const embedding::TableStats& table : store_->ListTables())
+    response->add_tables(table.spec.name());
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
+    grpc::CallbackServerContext* context, const ReadSlotRowsRequest* request,
+    ReadSlotRowsResponse* response) {
+  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+    return Reply(context, authorized);
+  absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
+      store_->GetTableOptimizer(request->table());
+  absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request->table());
+  if (!optimizer.ok() || !spec.ok()) {
+    return Reply(context, optimizer.ok() ? spec.status() : optimizer.status());
+  }
+  bool done = false;
+  absl::StatusOr<std::vector<embedding::SlotRow>> rows = moves_->Read(
+      request->table(),
+      request->from_start() ? std::nullopt
+                            : std::optional<uint64_t>(request->after()),
+      request->max_rows() == 0 ? 4096 : request->max_rows(), &done);
+  if (!rows.ok()) return Reply(context, rows.status());
+  PackSlotRows(request->table(), spec->dim() + optimizer->state_floats, *rows,
+               response->mutable_rows());
+  response->set_done(done);
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::EndSlotMove(
+    grpc::CallbackServerContext* context, const EndSlotMoveRequest* request,
+    EndSlotMoveResponse* response) {
+  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+    return Reply(context, authorized);
+  absl::StatusOr<uint64_t> deleted = moves_->End(request->commit());
+  if (deleted.ok()) response->set_rows_deleted(*deleted);
+  return Reply(context, deleted.status());
+}
+
+absl::Status AdminService::HandleWriteSlotRows(
+    const WriteSlotRowsRequest& request) {
+  ASSIGN_OR_RETURN(const std::vector<embedding::SlotRow> rows,
+                   UnpackSlotRows(request.rows()));
+  const std::shared_ptr<const SlotMap> map = slots_->current();
+  for (const embedding::SlotRow& row : rows) {
+    if (map->ShardForKey(row.key) == options_.shard_index) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key ", row.key,
+                       " of a moving slot belongs to this shard already "
+                       "(slot map epoch ",
+                       map->epoch(), "): its row is not replaced"));
+    }
+  }
+  return store_->WriteSlotRows(request.rows().table(), rows);
+}
+
+grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
+    grpc::CallbackServerContext* context, const WriteSlotRowsRequest* request,
+    WriteSlotRowsResponse*) {
+  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+    return Reply(context, authorized);
+  return Reply(context, HandleWriteSlotRows(*request));
+}
+
+grpc::ServerUnaryReactor* AdminService::PurgeSlots(
+    grpc::CallbackServerContext* context, const PurgeSlotsRequest* request,
+    PurgeSlotsResponse* response) {
+  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+    return Reply(context, authorized);
+  const std::shared_ptr<const SlotMap> map = slots_->current();
+  const uint32_t self = options_.shard_index;
+  const uint32_t first = request->first_slot();
+  const uint32_t last = request->last_slot();
+  absl::StatusOr<uint64_t> deleted = store_->DeleteSlotRows([&](uint32_t slot) {
+    return slot >= first && slot <= last && map->ShardForSlot(slot) != self;
+  });
+  if (deleted.ok()) response->set_rows_deleted(*deleted);
+  return Reply(context, deleted.status());
 }
 
 grpc::ServerUnaryReactor* AdminService::BeginCut(

@@ -22,6 +22,7 @@
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
+#include "server/slot_move.h"
 #include "server/slot_ownership.h"
 
 namespace ps::server {
@@ -43,18 +44,20 @@ struct AdminServiceOptions {
 
 class AdminService final : public Admin::CallbackService {
  public:
-  // `store`, `counters`, `call_stats`, `clocks` and `slots` must outlive
-  // this service.
+  // `store`, `counters`, `call_stats`, `clocks`, `slots` and `moves` must
+  // outlive this service.
   AdminService(const AdminServiceOptions& options,
                embedding::EmbeddingStore* store,
                const RequestCounters* counters, const CallStats* call_stats,
-               ClockCoordinator* clocks, SlotOwnership* slots)
+               ClockCoordinator* clocks, SlotOwnership* slots,
+               SlotMoveSource* moves)
       : options_(options),
         store_(store),
         counters_(counters),
         call_stats_(call_stats),
         clocks_(clocks),
         slots_(slots),
+        moves_(moves),
         started_(absl::Now()) {}
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
@@ -103,10 +106,29 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* GetSlotMap(grpc::CallbackServerContext* context,
                                        const GetSlotMapRequest* request,
                                        GetSlotMapResponse* response) override;
+  grpc::ServerUnaryReactor* BeginSlotMove(
+      grpc::CallbackServerContext* context, const BeginSlotMoveRequest* request,
+      BeginSlotMoveResponse* response) override;
+  grpc::ServerUnaryReactor* ReadSlotRows(
+      grpc::CallbackServerContext* context, const ReadSlotRowsRequest* request,
+      ReadSlotRowsResponse* response) override;
+  grpc::ServerUnaryReactor* EndSlotMove(grpc::CallbackServerContext* context,
+                                        const EndSlotMoveRequest* request,
+                                        EndSlotMoveResponse* response) override;
+  grpc::ServerUnaryReactor* WriteSlotRows(
+      grpc::CallbackServerContext* context, const WriteSlotRowsRequest* request,
+      WriteSlotRowsResponse* response) override;
+  grpc::ServerUnaryReactor* PurgeSlots(grpc::CallbackServerContext* context,
+                                       const PurgeSlotsRequest* request,
+                                       PurgeSlotsResponse* response) override;
 
  private:
   // OK when `context` may change state: no token is set, or it carries it.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Finishes `context`'s call with `status`.
+  static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
+                                         const absl::Status& status);
+  absl::Status HandleWriteSlotRows(const WriteSlotRowsRequest& request);
 
   const AdminServiceOptions options_;
   embedding::EmbeddingStore* const store_;
@@ -114,6 +136,7 @@ class AdminService final : public Admin::CallbackService {
   const CallStats* const call_stats_;
   ClockCoordinator* const clocks_;
   SlotOwnership* const slots_;
+  SlotMoveSource* const moves_;
   const absl::Time started_;
 };
 

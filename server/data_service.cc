@@ -339,6 +339,13 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     }
   }
   RETURN_IF_ERROR(routed);
+  if (moves_->Pauses(keys)) {
+    // Its retry may come after later pushes (see Push()).
+    if (origin.tracked()) store_->NoteRefusedPush(origin);
+    return MarkTransient(absl::UnavailableError(
+        absl::StrCat("this shard's ", moves_->Describe(),
+                     ": their pushes wait until the move ends; retry")));
+  }
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
     return absl::InvalidArgumentError(

@@ -27,6 +27,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
+#include "server/slot_move.h"
 #include "server/slot_ownership.h"
 
 namespace ps::server {
@@ -60,11 +61,15 @@ struct DataServiceOptions {
 class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                               ParameterServer::CallbackService> {
  public:
-  // `store`, `clocks` and `slots` must outlive this service.
+  // `store`, `clocks`, `slots` and `moves` must outlive this service.
   DataService(const DataServiceOptions& options,
               embedding::EmbeddingStore* store, ClockCoordinator* clocks,
-              const SlotOwnership* slots)
-      : options_(options), store_(store), clocks_(clocks), slots_(slots) {}
+              const SlotOwnership* slots, const SlotMoveSource* moves)
+      : options_(options),
+        store_(store),
+        clocks_(clocks),
+        slots_(slots),
+        moves_(moves) {}
 
   grpc::ServerUnaryReactor* DeclareTable(
       grpc::CallbackServerContext* context, const DeclareTableRequest* request,
@@ -160,6 +165,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   embedding::EmbeddingStore* const store_;
   ClockCoordinator* const clocks_;
   const SlotOwnership* const slots_;
+  const SlotMoveSource* const moves_;
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};

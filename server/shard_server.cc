@@ -226,9 +226,11 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
 }
 
 void ShardServer::CreateServices(const ServerOptions& options) {
-  data_service_ =
-      std::make_unique<DataService>(DataServiceOptionsFor(options),
-                                    store_.get(), clocks_.get(), slots_.get());
+  slot_moves_ = std::make_unique<SlotMoveSource>(store_.get(), slots_.get(),
+                                                 options.shard_index);
+  data_service_ = std::make_unique<DataService>(
+      DataServiceOptionsFor(options), store_.get(), clocks_.get(), slots_.get(),
+      slot_moves_.get());
   call_stats_ = std::make_unique<CallStats>();
   AdminServiceOptions admin_options = AdminServiceOptionsFor(options);
   if (etcd_slot_map_ != nullptr) {
@@ -240,7 +242,7 @@ void ShardServer::CreateServices(const ServerOptions& options) {
   }
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
-      call_stats_.get(), clocks_.get(), slots_.get());
+      call_stats_.get(), clocks_.get(), slots_.get(), slot_moves_.get());
 }
 
 absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(

@@ -178,6 +178,7 @@ class ShardServer {
   std::unique_ptr<CallStats> call_stats_;
   std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<SlotOwnership> slots_;
+  std::unique_ptr<SlotMoveSource> slot_moves_;
   // Under --etcd: keeps slots_ in step with the job's map.
   std::unique_ptr<EtcdSlotMap> etcd_slot_map_;
   std::unique_ptr<DataService> data_service_;

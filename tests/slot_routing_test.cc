@@ -5,6 +5,9 @@
 // applied before its slot moved is answered as a duplicate; checkpoints
 // record the map and restores keep it; ps_admin slots prints it.
 
+#include <sys/wait.h>
+
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -22,8 +25,10 @@
 #include "base/transient_error.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "net/admin_channel.h"
 #include "nlohmann/json.hpp"
 #include "ops/checkpoint.h"
+#include "ops/slot_mover.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard_server.h"
@@ -439,6 +444,186 @@ TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
   EXPECT_EQ(std::string(line).substr(0, std::string(line).find(':', 20)),
             absl::StrCat("shard 0 ", servers_[0]));
   std::fclose(text);
+}
+
+TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(3000);
+  ASSERT_OK(PushOnce(*client, keys));
+  // Every push the worker had acknowledged adds 1 to every key.
+  std::atomic<int> acknowledged{1};
+  std::atomic<bool> stop{false};
+  absl::Status pushing;
+  std::thread worker([&] {
+    while (!stop) {
+      pushing = PushOnce(*client, keys);
+      if (!pushing.ok()) return;
+      ++acknowledged;
+    }
+  });
+  absl::StatusOr<net::AdminChannels> channels =
+      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
+  ASSERT_OK(channels);
+  SlotMoveOptions move;
+  move.first_slot = 0;
+  move.last_slot = 8191;
+  move.to_shard = 1;
+  move.rows_per_page = 100;  // many pages while the pushes wait
+  absl::StatusOr<SlotMoveReport> report = MoveSlots(*channels, move);
+  // Pushes go on after the move, routed by the new map.
+  const int after_move = acknowledged.load();
+  while (acknowledged.load() < after_move + 3 && pushing.ok())
+    absl::SleepFor(absl::Milliseconds(10));
+  stop = true;
+  worker.join();
+  ASSERT_OK(pushing);
+  ASSERT_OK(report);
+  EXPECT_EQ(report->epoch, 2u);
+  ASSERT_EQ(report->sources.size(), 1u);
+  EXPECT_EQ(report->sources[0].shard, 0u);
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 8191, 0, 1);
+  int moving_keys = 0;
+  for (uint64_t key : keys)
+    moving_keys += ShardForKey(key, 2) != moved.ShardForKey(key);
+  EXPECT_EQ(report->rows, static_cast<uint64_t>(moving_keys));
+  // Every key holds every acknowledged push once, on its owner only.
+  const float pushes = static_cast<float>(acknowledged.load());
+  ExpectRowsWhere(moved, keys, [&](uint64_t) { return pushes; });
+  for (size_t shard = 0; shard < 2; ++shard) {
+    GetSlotMapResponse map;
+    grpc::ClientContext context;
+    ASSERT_TRUE(
+        admins_[shard]->GetSlotMap(&context, GetSlotMapRequest(), &map).ok());
+    absl::StatusOr<SlotMap> parsed = SlotMap::FromSpec(map.slot_map());
+    ASSERT_OK(parsed);
+    EXPECT_TRUE(*parsed == moved) << shard;
+  }
+}
+
+TEST_F(SlotRoutingTest, AFailedMoveLeavesTheSourceWithEveryUpdate) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(1000);
+  ASSERT_OK(PushOnce(*client, keys));
+  // A table only shard 0 has: the target refuses its rows half-way.
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(servers_[0], grpc::InsecureChannelCredentials()));
+  {
+    DeclareTableRequest declare;
+    *declare.mutable_table() = Table();
+    declare.mutable_table()->set_name("only_here");
+    DeclareTableResponse declared;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
+    uint64_t key = 0;
+    while (ShardForKey(key, 2) != 0) ++key;
+    PushRequest push;
+    push.set_table("only_here");
+    push.set_keys(Pack<uint64_t>(std::vector<uint64_t>{key}));
+    const std::vector<float> gradient(kDim, -1.0f);
+    push.set_gradients(std::string(
+        reinterpret_cast<const char*>(gradient.data()), kDim * sizeof(float)));
+    PushResponse pushed;
+    grpc::ClientContext push_context;
+    ASSERT_TRUE(stub->Push(&push_context, push, &pushed).ok());
+  }
+  absl::StatusOr<net::AdminChannels> channels =
+      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
+  ASSERT_OK(channels);
+  SlotMoveOptions move;
+  move.first_slot = 0;
+  move.last_slot = kNumSlots - 1;
+  move.to_shard = 1;
+  EXPECT_THAT(MoveSlots(*channels, move),
+              StatusIs(absl::StatusCode::kNotFound));
+  // Nothing switched, nothing paused, nothing left on the target.
+  ASSERT_OK(PushOnce(*client, keys));
+  ExpectRowsWhere(SlotMap::Initial(2), keys, [](uint64_t) { return 2.0f; });
+}
+
+TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(200);
+  ASSERT_OK(PushOnce(*client, keys));
+  BeginSlotMoveRequest begin;
+  begin.set_first_slot(0);
+  begin.set_last_slot(kNumSlots - 1);
+  begin.set_to_shard(1);
+  begin.set_lease_ms(1000);
+  BeginSlotMoveResponse begun;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->BeginSlotMove(&context, begin, &begun).ok());
+  }
+  {
+    // One move at a time.
+    grpc::ClientContext context;
+    EXPECT_EQ(admins_[0]->BeginSlotMove(&context, begin, &begun).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // Pushes to shard 0 wait (retried) until the lease runs out, then land.
+  const absl::Time start = absl::Now();
+  ASSERT_OK(PushOnce(*client, keys));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(800));
+  ExpectRowsWhere(SlotMap::Initial(2), keys, [](uint64_t) { return 2.0f; });
+  {
+    ReadSlotRowsRequest read;
+    read.set_table(kTable);
+    read.set_from_start(true);
+    ReadSlotRowsResponse page;
+    grpc::ClientContext context;
+    EXPECT_EQ(admins_[0]->ReadSlotRows(&context, read, &page).error_code(),
+              grpc::StatusCode::ABORTED);
+  }
+  // Its slots cannot be given away now: the pushes since are not copied.
+  EXPECT_EQ(
+      SetMap(0, 1,
+             SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 0, 1))
+          .error_code(),
+      grpc::StatusCode::ABORTED);
+}
+
+TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(500);
+  ASSERT_OK(PushOnce(*client, keys));
+  const std::string dir = FreshTestDir("slot_routing_move");
+  const std::string servers = absl::StrCat(servers_[0], ",", servers_[1]);
+  const std::string admin = testing::BinaryPath("ops/ps_admin");
+  ASSERT_EQ(std::system(absl::StrCat(admin, " --servers=", servers,
+                                     " move-slots --slots=100-4000 --to=0 "
+                                     "--json > ",
+                                     dir, "/out")
+                            .c_str()),
+            0);
+  std::FILE* file = std::fopen((dir + "/out").c_str(), "r");
+  ASSERT_NE(file, nullptr);
+  const nlohmann::json printed = nlohmann::json::parse(file);
+  std::fclose(file);
+  EXPECT_EQ(printed["epoch"], 2);
+  EXPECT_EQ(printed["sources"][0]["shard"], 1);
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(100, 4000, 1, 0);
+  ExpectRowsWhere(moved, keys, [](uint64_t) { return 1.0f; });
+  ASSERT_OK(PushOnce(*client, keys));
+  ExpectRowsWhere(moved, keys, [](uint64_t) { return 2.0f; });
+  // Nothing to move, bad flags, nothing to cancel.
+  EXPECT_NE(std::system(absl::StrCat(admin, " --servers=", servers,
+                                     " move-slots --slots=100-4000 --to=0 2> ",
+                                     dir, "/again")
+                            .c_str()),
+            0);
+  EXPECT_EQ(WEXITSTATUS(std::system(
+                absl::StrCat(admin, " --servers=", servers,
+                             " move-slots --slots=9-3 --to=0 2> ", dir, "/bad")
+                    .c_str())),
+            64);
+  EXPECT_EQ(std::system(absl::StrCat(admin, " --servers=", servers,
+                                     " move-slots --cancel > ", dir, "/cancel")
+                            .c_str()),
+            0);
 }
 
 }  // namespace

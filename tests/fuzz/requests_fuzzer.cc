@@ -29,6 +29,7 @@ struct Shard {
   std::unique_ptr<embedding::EmbeddingStore> store;
   std::unique_ptr<server::ClockCoordinator> clocks;
   std::unique_ptr<server::SlotOwnership> slots;
+  std::unique_ptr<server::SlotMoveSource> moves;
   std::unique_ptr<server::DataService> service;
 };
 
@@ -60,12 +61,14 @@ Shard& TheShard() {
     made->store = embedding::EmbeddingStore::Open(options).value();
     made->clocks = server::ClockCoordinator::Open({}).value();
     made->slots = server::SlotOwnership::Open(dir, 1).value();
+    made->moves = std::make_unique<server::SlotMoveSource>(
+        made->store.get(), made->slots.get(), 0);
     server::DataServiceOptions service_options;
     service_options.max_keys_per_request = 4096;
     service_options.max_message_bytes = 4 << 20;
     made->service = std::make_unique<server::DataService>(
         service_options, made->store.get(), made->clocks.get(),
-        made->slots.get());
+        made->slots.get(), made->moves.get());
     for (const TableSpec& spec : {Table("a", 1, OptimizerSpec::SGD),
                                   Table("b", 4, OptimizerSpec::ADAGRAD),
                                   Table("c", 3, OptimizerSpec::ADAM),

@@ -1,0 +1,245 @@
+#include "ops/slot_mover.h"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/routing.h"
+#include "base/slot_map.h"
+#include "base/status_macros.h"
+#include "net/grpc_status.h"
+#include "proto/admin.grpc.pb.h"
+
+namespace ps {
+namespace {
+
+using net::AdminChannels;
+using net::FromGrpcStatus;
+
+// Every shard's map; the newest, with every shard behind it brought to it.
+absl::StatusOr<SlotMap> NewestMapEverywhere(const AdminChannels& shards,
+                                            absl::Duration timeout) {
+  std::vector<SlotMap> maps;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    GetSlotMapResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(
+        shards.shard(i).GetSlotMap(shards.Context(timeout).get(),
+                                   GetSlotMapRequest(), &response),
+        absl::StrCat("reading the slot map of shard ", i)));
+    ASSIGN_OR_RETURN(SlotMap map, SlotMap::FromSpec(response.slot_map()));
+    maps.push_back(std::move(map));
+  }
+  size_t newest = 0;
+  for (size_t i = 1; i < maps.size(); ++i) {
+    if (maps[i].epoch() > maps[newest].epoch()) newest = i;
+  }
+  for (size_t i = 0; i < maps.size(); ++i) {
+    if (maps[i] == maps[newest]) continue;
+    SetSlotMapRequest request;
+    request.set_expected_epoch(maps[i].epoch());
+    *request.mutable_slot_map() = maps[newest].ToSpec();
+    SetSlotMapResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(
+        shards.shard(i).SetSlotMap(shards.Context(timeout).get(), request,
+                                   &response),
+        absl::StrCat("bringing shard ", i, " from slot map epoch ",
+                     maps[i].epoch(), " to ", maps[newest].epoch())));
+  }
+  return maps[newest];
+}
+
+absl::Status SetMap(const AdminChannels& shards, size_t shard,
+                    uint64_t expected_epoch, const SlotMap& next,
+                    absl::Duration timeout) {
+  SetSlotMapRequest request;
+  request.set_expected_epoch(expected_epoch);
+  *request.mutable_slot_map() = next.ToSpec();
+  SetSlotMapResponse response;
+  return FromGrpcStatus(shards.shard(shard).SetSlotMap(
+                            shards.Context(timeout).get(), request, &response),
+                        absl::StrCat("switching shard ", shard,
+                                     " to slot map epoch ", next.epoch()));
+}
+
+absl::Status Purge(const AdminChannels& shards,
+                   const SlotMoveOptions& options) {
+  PurgeSlotsRequest request;
+  request.set_first_slot(options.first_slot);
+  request.set_last_slot(options.last_slot);
+  PurgeSlotsResponse response;
+  return FromGrpcStatus(
+      shards.shard(options.to_shard)
+          .PurgeSlots(shards.Context(options.call_timeout).get(), request,
+                      &response),
+      absl::StrCat("purging slots on shard ", options.to_shard));
+}
+
+absl::Status EndMove(const AdminChannels& shards, uint32_t source, bool commit,
+                     absl::Duration timeout) {
+  EndSlotMoveRequest request;
+  request.set_commit(commit);
+  EndSlotMoveResponse response;
+  return FromGrpcStatus(shards.shard(source).EndSlotMove(
+                            shards.Context(timeout).get(), request, &response),
+                        absl::StrCat(commit ? "ending" : "cancelling",
+                                     " the move on shard ", source));
+}
+
+// Copies every row of `tables` in the move from `source` to the target;
+// how many.
+absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
+                                  const std::vector<std::string>& tables,
+                                  const SlotMoveOptions& options,
+                                  absl::Time* next_progress) {
+  uint64_t rows = 0;
+  for (const std::string& table : tables) {
+    ReadSlotRowsRequest read;
+    read.set_table(table);
+    read.set_from_start(true);
+    read.set_max_rows(options.rows_per_page);
+    bool done = false;
+    while (!done) {
+      ReadSlotRowsResponse page;
+      RETURN_IF_ERROR(FromGrpcStatus(
+          shards.shard(source).ReadSlotRows(
+              shards.Context(options.call_timeout).get(), read, &page),
+          absl::StrCat("reading table ", table, " from shard ", source)));
+      done = page.done();
+      const size_t count = page.rows().keys().size() / sizeof(uint64_t);
+      if (count == 0) continue;
+      WriteSlotRowsRequest write;
+      *write.mutable_rows() = page.rows();
+      WriteSlotRowsResponse written;
+      RETURN_IF_ERROR(FromGrpcStatus(
+          shards.shard(options.to_shard)
+              .WriteSlotRows(shards.Context(options.call_timeout).get(), write,
+                             &written),
+          absl::StrCat("writing table ", table, " to shard ",
+                       options.to_shard)));
+      rows += count;
+      uint64_t last_key = 0;
+      std::memcpy(&last_key,
+                  page.rows().keys().data() + (count - 1) * sizeof(uint64_t),
+                  sizeof(uint64_t));
+      read.set_from_start(false);
+      read.set_after(last_key);
+      if (options.progress && absl::Now() > *next_progress) {
+        std::fprintf(stderr, "move-slots: %llu rows from shard %u so far\n",
+                     static_cast<unsigned long long>(rows), source);
+        *next_progress = absl::Now() + absl::Seconds(5);
+      }
+    }
+  }
+  return rows;
+}
+
+// Moves `source`'s slots of the range; on failure before the switch, the
+// move is cancelled there and the target's copy purged.
+absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
+                                                uint32_t source,
+                                                const SlotMoveOptions& options,
+                                                uint64_t* epoch) {
+  RETURN_IF_ERROR(Purge(shards, options));
+  BeginSlotMoveRequest begin;
+  begin.set_first_slot(options.first_slot);
+  begin.set_last_slot(options.last_slot);
+  begin.set_to_shard(options.to_shard);
+  begin.set_lease_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options.lease)));
+  BeginSlotMoveResponse begun;
+  RETURN_IF_ERROR(FromGrpcStatus(
+      shards.shard(source).BeginSlotMove(
+          shards.Context(options.call_timeout).get(), begin, &begun),
+      absl::StrCat("beginning the move on shard ", source)));
+  const absl::Time paused = absl::Now();
+  absl::Time next_progress = paused + absl::Seconds(3);
+  std::vector<std::string> tables(begun.tables().begin(), begun.tables().end());
+  absl::StatusOr<SlotMap> from = SlotMap::FromSpec(begun.slot_map());
+  absl::StatusOr<uint64_t> rows =
+      from.ok() ? CopyRows(shards, source, tables, options, &next_progress)
+                : from.status();
+  absl::Status switched = rows.status();
+  SlotMap next = from.ok() ? from->WithSlotsMovedFrom(options.first_slot,
+                                                      options.last_slot, source,
+                                                      options.to_shard)
+                           : SlotMap::Initial(1);
+  if (switched.ok()) {
+    switched =
+        SetMap(shards, source, from->epoch(), next, options.call_timeout);
+  }
+  if (!switched.ok()) {
+    EndMove(shards, source, /*commit=*/false, options.call_timeout)
+        .IgnoreError();
+    Purge(shards, options).IgnoreError();
+    return switched;
+  }
+  // The source refuses the slots now; the others follow.
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (i == source) continue;
+    RETURN_IF_ERROR(
+        SetMap(shards, i, from->epoch(), next, options.call_timeout));
+  }
+  RETURN_IF_ERROR(
+      EndMove(shards, source, /*commit=*/true, options.call_timeout));
+  *epoch = next.epoch();
+  return SlotMoveReport::Source{source, *rows, absl::Now() - paused};
+}
+
+}  // namespace
+
+absl::StatusOr<SlotMoveReport> MoveSlots(const AdminChannels& shards,
+                                         const SlotMoveOptions& options) {
+  if (options.first_slot > options.last_slot ||
+      options.last_slot >= kNumSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slots=", options.first_slot, "-", options.last_slot,
+                     " is not a range of 0-", kNumSlots - 1));
+  }
+  if (options.to_shard >= shards.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--to=", options.to_shard,
+                                                   " is not one of the ",
+                                                   shards.size(), " shards"));
+  }
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(SlotMap map,
+                   NewestMapEverywhere(shards, options.call_timeout));
+  SlotMoveReport report;
+  report.epoch = map.epoch();
+  for (uint32_t source = 0; source < shards.size(); ++source) {
+    if (source == options.to_shard ||
+        map.SlotsOwned(options.first_slot, options.last_slot, source) == 0) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(SlotMoveReport::Source moved,
+                     MoveFrom(shards, source, options, &report.epoch));
+    report.rows += moved.rows;
+    report.sources.push_back(moved);
+  }
+  if (report.sources.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options.to_shard, " owns every slot of ", options.first_slot,
+        "-", options.last_slot, " already (slot map epoch ", map.epoch(), ")"));
+  }
+  report.elapsed = absl::Now() - start;
+  return report;
+}
+
+absl::StatusOr<int> CancelSlotMoves(const AdminChannels& shards,
+                                    absl::Duration call_timeout) {
+  int cancelled = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const absl::Status ended = EndMove(shards, static_cast<uint32_t>(i),
+                                       /*commit=*/false, call_timeout);
+    if (ended.ok()) {
+      ++cancelled;
+    } else if (!absl::IsFailedPrecondition(ended)) {  // none there
+      return ended;
+    }
+  }
+  return cancelled;
+}
+
+}  // namespace ps

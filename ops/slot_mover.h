@@ -1,0 +1,85 @@
+// File: ops/slot_mover.h
+//
+// Moves a range of slots to another shard while workers train (ps_admin
+// move-slots), over the shards' admin API (server/slot_move.h). For each
+// shard that owns slots of the range (a source), in turn:
+//
+//   1. the target purges rows it holds of the range's slots it does not own
+//      (left by a move that failed);
+//   2. the source pauses pushes to its slots of the range (after those in
+//      flight; pulls go on) and writes its rows back;
+//   3. its rows are read page by page and written into the target, which
+//      makes them durable;
+//   4. the map switches: SetSlotMap on the source first (from then on it
+//      refuses the slots as moved), then on every other shard (under etcd
+//      they follow the job's map themselves);
+//   5. the source ends the move, deleting its copies.
+//
+// A failure before the switch cancels the move on the source (the source
+// keeps every update) and purges the target's partial copy; a source that
+// dies holds its slots still, and its pause ends with its lease. The shards
+// that route by an older map are brought to the newest one first, which
+// also finishes the switch of a move that stopped after its source's.
+//
+// Pushes to the moving slots wait (clients retry) for the whole copy of a
+// source's rows, not only for a final backlog: the copy's time is the
+// pause (SlotMoveReport says how long).
+
+#ifndef PS_OPS_SLOT_MOVER_H_
+#define PS_OPS_SLOT_MOVER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "net/admin_channel.h"
+
+namespace ps {
+
+struct SlotMoveOptions {
+  // The slots first_slot..last_slot (inclusive) go to shard to_shard.
+  uint32_t first_slot = 0;
+  uint32_t last_slot = 0;
+  uint32_t to_shard = 0;
+  // A source cancels its move by itself when no call comes for this long.
+  // Default: 30 s.
+  absl::Duration lease = absl::Seconds(30);
+  // Rows per page read from a source and written to the target. Default:
+  // 4096.
+  uint32_t rows_per_page = 4096;
+  // Deadline of each call. Default: 60 s.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // Print what is happening to stderr, every few seconds.
+  bool progress = false;
+};
+
+struct SlotMoveReport {
+  struct Source {
+    uint32_t shard = 0;
+    uint64_t rows = 0;
+    // From the pause of its pushes to the end of its move.
+    absl::Duration paused;
+  };
+  std::vector<Source> sources;
+  uint64_t rows = 0;
+  absl::Duration elapsed;
+  // The map's epoch once every source switched.
+  uint64_t epoch = 0;
+};
+
+// INVALID_ARGUMENT for a range past the slots or a target not among
+// `shards`; FAILED_PRECONDITION when the target owns every slot of the
+// range already, or a move is under way; the shards' errors (each source
+// whose move failed cancelled).
+absl::StatusOr<SlotMoveReport> MoveSlots(const net::AdminChannels& shards,
+                                         const SlotMoveOptions& options);
+
+// Cancels a move under way on any shard (ps_admin move-slots --cancel):
+// pushes to its slots go on at its source. How many shards had one.
+absl::StatusOr<int> CancelSlotMoves(const net::AdminChannels& shards,
+                                    absl::Duration call_timeout);
+
+}  // namespace ps
+
+#endif  // PS_OPS_SLOT_MOVER_H_

@@ -1,0 +1,104 @@
+// File: server/slot_move.h
+//
+// SlotMoveSource is the one slot move out of this shard that may be under
+// way (ps_admin move-slots, through the admin API): which slots, to which
+// shard, until when. While it lasts, pushes of keys in those slots are
+// refused as transient (clients retry them) and pulls go on; the rows are
+// read page by page; it ends by commit (once the map gives the slots away,
+// the shard deletes its copies) or by cancel, or by itself when no call
+// about it comes within its lease, so that a ps_admin that died does not
+// pause the slots for good. Once the map has switched (SetSlotMap checks
+// with MayGiveAway()), the lease no longer runs: only End() lifts the
+// pause, and the slots' pushes are refused as moved.
+//
+// Does not own the store or the ownership, which must outlive it.
+// Thread-safe.
+
+#ifndef PS_SERVER_SLOT_MOVE_H_
+#define PS_SERVER_SLOT_MOVE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "base/slot_map.h"
+#include "embedding/embedding_store.h"
+#include "server/slot_ownership.h"
+
+namespace ps::server {
+
+class SlotMoveSource {
+ public:
+  SlotMoveSource(embedding::EmbeddingStore* store, SlotOwnership* slots,
+                 uint32_t shard_index)
+      : store_(store), slots_(slots), shard_index_(shard_index) {}
+
+  // Pauses pushes of the slots of first..last this shard owns (after the
+  // pushes in flight), writes its rows back, and returns the map the move
+  // starts from. FAILED_PRECONDITION while another move is under way or
+  // when this shard owns none of the slots; INVALID_ARGUMENT for a range
+  // past the slots or a move to this shard itself.
+  absl::StatusOr<std::shared_ptr<const SlotMap>> Begin(uint32_t first_slot,
+                                                       uint32_t last_slot,
+                                                       uint32_t to_shard,
+                                                       absl::Duration lease);
+
+  // Up to `max_rows` rows of `table` in the move's slots after `after`
+  // (EmbeddingStore::ReadSlotRows); renews the lease. FAILED_PRECONDITION
+  // without a move; ABORTED once its lease ran out.
+  absl::StatusOr<std::vector<embedding::SlotRow>> Read(
+      const std::string& table, std::optional<uint64_t> after, size_t max_rows,
+      bool* done);
+
+  // Ends the move. `commit`: deletes this shard's rows of the move's slots
+  // the map no longer gives it (how many). Either way pushes of the slots
+  // are no longer paused (those the map gave away are refused as moved).
+  // FAILED_PRECONDITION without a move.
+  absl::StatusOr<uint64_t> End(bool commit);
+
+  // OK if a map change to `next` may take slots of this shard away: those
+  // slots are in a move whose lease holds (which from now on holds until
+  // End()), or in no move at all (an administrator's change, which moves
+  // no rows). ABORTED for slots of a move whose lease ran out (pushes went
+  // on meanwhile, which the target does not have).
+  absl::Status MayGiveAway(const SlotMap& next);
+
+  // Whether a push of `keys` (this shard's) must wait for the move.
+  bool Pauses(absl::Span<const uint64_t> keys) const;
+
+  // "slots 0-99 moving to shard 2", for the refusal.
+  std::string Describe() const;
+
+ private:
+  struct Move {
+    uint32_t first_slot = 0;
+    uint32_t last_slot = 0;
+    uint32_t to_shard = 0;
+    absl::Duration lease;
+    absl::Time deadline;
+    // The map gives the slots away: the lease no longer runs.
+    bool switched = false;
+  };
+
+  // The move, if under way and its lease holds (renewed when `renew`).
+  absl::Status CheckLive(bool renew) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  embedding::EmbeddingStore* const store_;
+  SlotOwnership* const slots_;
+  const uint32_t shard_index_;
+  mutable absl::Mutex mu_;
+  std::optional<Move> move_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SLOT_MOVE_H_
