@@ -6,7 +6,8 @@
 // base/exit_codes.h). One file per command group implements the commands:
 // admin_tables.cc (tables, row, set-lr, drop-table, expire),
 // admin_cluster.cc (stats, clocks, drain), admin_snapshots.cc (checkpoint,
-// export, checkpoints), admin_slots.cc (slots, move-slots).
+// export, checkpoints), admin_slots.cc (slots, move-slots, rebalance,
+// drain-shard).
 
 #ifndef PS_OPS_ADMIN_COMMAND_H_
 #define PS_OPS_ADMIN_COMMAND_H_
@@ -54,6 +55,7 @@ struct CommandOptions {
   bool cancel = false;
   absl::Duration move_lease = absl::Seconds(30);
   uint32_t move_page_rows = 4096;
+  uint32_t shard = UINT32_MAX;  // --shard, for drain-shard
 };
 
 // nlohmann's JSON, whose objects keep their keys in the order they are set.
@@ -121,6 +123,8 @@ int Checkpoint(const Cluster& cluster);
 int Export(const Cluster& cluster);
 int Slots(const Cluster& cluster);
 int MoveSlotsCommand(const Cluster& cluster);
+int Rebalance(const Cluster& cluster);
+int DrainShard(const Cluster& cluster);
 
 // The slot map of the newest epoch any shard routes by; UNAVAILABLE when no
 // shard answers.

@@ -1,12 +1,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "base/exit_codes.h"
 #include "base/slot_map.h"
+#include "base/status_macros.h"
 #include "ops/admin_command.h"
 #include "ops/slot_mover.h"
 #include "proto/admin.grpc.pb.h"
@@ -120,6 +123,92 @@ int Slots(const Cluster& cluster) {
     }
   }
   return ReportFailures("slots", answers);
+}
+
+namespace {
+
+// Prints what `moves` did (ps_admin rebalance, drain-shard); the exit code.
+int ReportMoves(const Cluster& cluster, const std::string& command,
+                const std::vector<SlotMoveOptions>& moves) {
+  absl::StatusOr<std::vector<SlotMoveReport>> reports =
+      RunMoves(*cluster.channels, moves);
+  if (!reports.ok()) return Fail(reports.status());
+  uint64_t epoch = 0;
+  if (reports->empty()) {
+    absl::StatusOr<SlotMap> map =
+        NewestSlotMap(*cluster.channels, cluster.options.timeout);
+    if (!map.ok()) return Fail(map.status());
+    epoch = map->epoch();
+  }
+  Json done = Json::array();
+  for (size_t i = 0; i < moves.size(); ++i) {
+    const SlotMoveReport& report = (*reports)[i];
+    epoch = report.epoch;
+    const double seconds = absl::ToDoubleSeconds(report.elapsed);
+    done.push_back({{"first_slot", moves[i].first_slot},
+                    {"last_slot", moves[i].last_slot},
+                    {"from_shard", *moves[i].from_shard},
+                    {"to_shard", moves[i].to_shard},
+                    {"rows", report.rows},
+                    {"seconds", seconds}});
+    if (!cluster.options.json) {
+      std::printf("slots %u-%u of shard %u to shard %u: %llu rows in %.2f s\n",
+                  moves[i].first_slot, moves[i].last_slot, *moves[i].from_shard,
+                  moves[i].to_shard,
+                  static_cast<unsigned long long>(report.rows), seconds);
+    }
+  }
+  if (cluster.options.json) {
+    std::printf("%s\n",
+                Dump({{"command", command}, {"moves", done}, {"epoch", epoch}})
+                    .c_str());
+  } else {
+    std::printf("%zu move%s, slot map epoch %llu\n", moves.size(),
+                moves.size() == 1 ? "" : "s",
+                static_cast<unsigned long long>(epoch));
+  }
+  return 0;
+}
+
+// The newest map and the moves PlanRebalance() makes of it.
+absl::StatusOr<std::vector<SlotMoveOptions>> Plan(
+    const Cluster& cluster, std::optional<uint32_t> leaving) {
+  ASSIGN_OR_RETURN(SlotMap map,
+                   NewestSlotMap(*cluster.channels, cluster.options.timeout));
+  std::vector<SlotMoveOptions> moves = PlanRebalance(
+      map, static_cast<uint32_t>(cluster.servers.size()), leaving);
+  for (SlotMoveOptions& move : moves) {
+    move.lease = cluster.options.move_lease;
+    move.rows_per_page = cluster.options.move_page_rows;
+    move.call_timeout = std::max(cluster.options.timeout, absl::Seconds(60));
+    move.progress = !cluster.options.json;
+  }
+  return moves;
+}
+
+}  // namespace
+
+// `rebalance`: every shard an equal share of the slots.
+int Rebalance(const Cluster& cluster) {
+  absl::StatusOr<std::vector<SlotMoveOptions>> moves =
+      Plan(cluster, std::nullopt);
+  if (!moves.ok()) return Fail(moves.status());
+  return ReportMoves(cluster, "rebalance", *moves);
+}
+
+// `drain-shard --shard=I`: every slot of shard I to the others, evenly.
+int DrainShard(const Cluster& cluster) {
+  if (cluster.options.shard >= cluster.servers.size()) {
+    return Fail(absl::StrCat("drain-shard needs --shard, one of the ",
+                             cluster.servers.size(), " shards"));
+  }
+  if (cluster.servers.size() < 2) {
+    return Fail("drain-shard needs another shard to take the slots");
+  }
+  absl::StatusOr<std::vector<SlotMoveOptions>> moves =
+      Plan(cluster, cluster.options.shard);
+  if (!moves.ok()) return Fail(moves.status());
+  return ReportMoves(cluster, "drain-shard", *moves);
 }
 
 // `move-slots`: --slots to shard --to while workers train (ops/slot_mover.h),

@@ -79,6 +79,7 @@ ABSL_FLAG(int32_t, to, -1, "For `move-slots`: the shard the slots go to.");
 ABSL_FLAG(bool, cancel, false,
           "For `move-slots`: cancel a move under way instead (pushes to its "
           "slots go on at its source).");
+ABSL_FLAG(int32_t, shard, -1, "For `drain-shard`: the shard to empty.");
 ABSL_FLAG(int32_t, move_lease_s, 30,
           "For `move-slots`: a source cancels its move by itself when "
           "ps_admin is not heard from for this long.");
@@ -118,11 +119,14 @@ constexpr Command kCommands[] = {
     {"export", ps::ops::Export, false},
     {"slots", ps::ops::Slots, false},
     {"move-slots", ps::ops::MoveSlotsCommand, false},
+    {"rebalance", ps::ops::Rebalance, false},
+    {"drain-shard", ps::ops::DrainShard, false},
 };
 
-// move-slots' flags into `options`; INVALID_ARGUMENT names the bad one.
-absl::Status MoveFlags(CommandOptions* options) {
-  options->cancel = absl::GetFlag(FLAGS_cancel);
+// The flags of the commands that move slots (move-slots, rebalance,
+// drain-shard) into `options`; INVALID_ARGUMENT names the bad one.
+absl::Status MoveFlags(const std::string& command, CommandOptions* options) {
+  options->cancel = command == "move-slots" && absl::GetFlag(FLAGS_cancel);
   if (absl::GetFlag(FLAGS_move_lease_s) < 1 ||
       absl::GetFlag(FLAGS_move_page_rows) < 1) {
     return absl::InvalidArgumentError(
@@ -131,7 +135,12 @@ absl::Status MoveFlags(CommandOptions* options) {
   options->move_lease = absl::Seconds(absl::GetFlag(FLAGS_move_lease_s));
   options->move_page_rows =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_move_page_rows));
-  if (options->cancel) return absl::OkStatus();
+  if (command == "drain-shard") {
+    if (absl::GetFlag(FLAGS_shard) < 0)
+      return absl::InvalidArgumentError("drain-shard needs --shard");
+    options->shard = static_cast<uint32_t>(absl::GetFlag(FLAGS_shard));
+  }
+  if (command != "move-slots" || options->cancel) return absl::OkStatus();
   const std::string slots = absl::GetFlag(FLAGS_slots);
   const std::vector<std::string> ends = absl::StrSplit(slots, '-');
   uint32_t first = 0;
@@ -186,7 +195,8 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   if ((name == "checkpoint" || name == "export") &&
       absl::GetFlag(FLAGS_hold_timeout_s) <= 0)
     return absl::InvalidArgumentError("--hold_timeout_s must be positive");
-  if (name == "move-slots") RETURN_IF_ERROR(MoveFlags(&options));
+  if (name == "move-slots" || name == "rebalance" || name == "drain-shard")
+    RETURN_IF_ERROR(MoveFlags(name, &options));
   options.model = absl::GetFlag(FLAGS_model);
   options.format = absl::GetFlag(FLAGS_format);
   if (name == "export" && options.format != "fp32" && options.format != "fp16")
@@ -221,6 +231,8 @@ int main(int argc, char** argv) {
       "  slots        which shard owns which key slots, and the map's epoch\n"
       "  move-slots   --slots=A-B --to=SHARD: move slots while workers train "
       "(--cancel: end a move under way)\n"
+      "  rebalance    move slots so that every shard owns an equal share\n"
+      "  drain-shard  --shard=I: move every slot of shard I to the others\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
   ps::SetVersionFlag("ps_admin",

@@ -1,5 +1,6 @@
 #include "ops/slot_mover.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -210,6 +211,7 @@ absl::StatusOr<SlotMoveReport> MoveSlots(const AdminChannels& shards,
   report.epoch = map.epoch();
   for (uint32_t source = 0; source < shards.size(); ++source) {
     if (source == options.to_shard ||
+        (options.from_shard.has_value() && source != *options.from_shard) ||
         map.SlotsOwned(options.first_slot, options.last_slot, source) == 0) {
       continue;
     }
@@ -225,6 +227,67 @@ absl::StatusOr<SlotMoveReport> MoveSlots(const AdminChannels& shards,
   }
   report.elapsed = absl::Now() - start;
   return report;
+}
+
+std::vector<SlotMoveOptions> PlanRebalance(const SlotMap& map,
+                                           uint32_t num_shards,
+                                           std::optional<uint32_t> leaving) {
+  // Each staying shard's share: kNumSlots split as evenly as can be.
+  std::vector<uint32_t> staying;
+  for (uint32_t shard = 0; shard < num_shards; ++shard) {
+    if (shard != leaving) staying.push_back(shard);
+  }
+  std::vector<int64_t> want(num_shards, 0);
+  for (size_t i = 0; i < staying.size(); ++i) {
+    want[staying[i]] =
+        kNumSlots / staying.size() + (i < kNumSlots % staying.size() ? 1 : 0);
+  }
+  std::vector<int64_t> excess(num_shards, 0);
+  for (uint32_t shard = 0; shard < num_shards; ++shard)
+    excess[shard] = map.SlotsOwned(0, kNumSlots - 1, shard) - want[shard];
+  // Each shard with too many gives, from its lowest slots up, ranges that
+  // hold what each shard with too few lacks.
+  std::vector<SlotMoveOptions> moves;
+  uint32_t taker = 0;
+  for (uint32_t giver = 0; giver < num_shards; ++giver) {
+    uint32_t slot = 0;
+    while (excess[giver] > 0) {
+      while (taker < num_shards && excess[taker] >= 0) ++taker;
+      if (taker == num_shards) break;
+      const int64_t count = std::min(excess[giver], -excess[taker]);
+      // The range from `slot` holding `count` of the giver's slots.
+      const uint32_t first = slot;
+      int64_t found = 0;
+      while (found < count) {
+        if (map.ShardForSlot(slot) == giver) ++found;
+        ++slot;
+      }
+      SlotMoveOptions move;
+      move.first_slot = first;
+      move.last_slot = slot - 1;
+      move.to_shard = taker;
+      move.from_shard = giver;
+      moves.push_back(move);
+      excess[giver] -= count;
+      excess[taker] += count;
+    }
+  }
+  return moves;
+}
+
+absl::StatusOr<std::vector<SlotMoveReport>> RunMoves(
+    const AdminChannels& shards, const std::vector<SlotMoveOptions>& moves) {
+  std::vector<SlotMoveReport> reports;
+  for (const SlotMoveOptions& move : moves) {
+    ASSIGN_OR_RETURN(SlotMoveReport report, MoveSlots(shards, move));
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+absl::StatusOr<SlotMap> NewestSlotMap(const AdminChannels& shards,
+                                      absl::Duration call_timeout) {
+  return NewestMapEverywhere(shards, call_timeout);
 }
 
 absl::StatusOr<int> CancelSlotMoves(const AdminChannels& shards,

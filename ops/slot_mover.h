@@ -29,10 +29,12 @@
 #define PS_OPS_SLOT_MOVER_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/slot_map.h"
 #include "net/admin_channel.h"
 
 namespace ps {
@@ -42,6 +44,8 @@ struct SlotMoveOptions {
   uint32_t first_slot = 0;
   uint32_t last_slot = 0;
   uint32_t to_shard = 0;
+  // Only the slots of this shard move (nullopt: every other shard's).
+  std::optional<uint32_t> from_shard;
   // A source cancels its move by itself when no call comes for this long.
   // Default: 30 s.
   absl::Duration lease = absl::Seconds(30);
@@ -74,6 +78,23 @@ struct SlotMoveReport {
 // whose move failed cancelled).
 absl::StatusOr<SlotMoveReport> MoveSlots(const net::AdminChannels& shards,
                                          const SlotMoveOptions& options);
+
+// The moves that give every shard of `shards` but `leaving` (nullopt:
+// none) an equal share of the slots, one contiguous range of one source
+// each: ps_admin rebalance (every shard) and drain-shard (all of
+// `leaving`'s slots to the others). Empty when the map has them already.
+std::vector<SlotMoveOptions> PlanRebalance(const SlotMap& map,
+                                           uint32_t num_shards,
+                                           std::optional<uint32_t> leaving);
+
+// Runs `moves` in order (each as MoveSlots()); the reports.
+absl::StatusOr<std::vector<SlotMoveReport>> RunMoves(
+    const net::AdminChannels& shards,
+    const std::vector<SlotMoveOptions>& moves);
+
+// The newest map any of `shards` routes by.
+absl::StatusOr<SlotMap> NewestSlotMap(const net::AdminChannels& shards,
+                                      absl::Duration call_timeout);
 
 // Cancels a move under way on any shard (ps_admin move-slots --cancel):
 // pushes to its slots go on at its source. How many shards had one.

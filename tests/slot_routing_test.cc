@@ -585,6 +585,60 @@ TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
       grpc::StatusCode::ABORTED);
 }
 
+// 3 -> 2 -> 3 shards while a worker pushes: every acknowledged push lands
+// once, on the owner of the moment.
+TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
+  StartShards("slot_routing_reshape", 3, "");
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(2000);
+  ASSERT_OK(PushOnce(*client, keys));
+  std::atomic<int> acknowledged{1};
+  std::atomic<bool> stop{false};
+  absl::Status pushing;
+  std::thread worker([&] {
+    while (!stop) {
+      pushing = PushOnce(*client, keys);
+      if (!pushing.ok()) return;
+      ++acknowledged;
+    }
+  });
+  const std::string dir = FreshTestDir("slot_routing_reshape_admin");
+  const std::string admin = absl::StrCat(
+      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
+      servers_[1], ",", servers_[2], " --json --move_page_rows=200 ");
+  const int drained = std::system(
+      absl::StrCat(admin, "drain-shard --shard=2 > ", dir, "/drain").c_str());
+  // The map with shard 2 empty, as every shard routes by it now.
+  absl::StatusOr<net::AdminChannels> channels =
+      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
+  ASSERT_OK(channels);
+  absl::StatusOr<SlotMap> drained_map =
+      NewestSlotMap(*channels, absl::Seconds(10));
+  const int rebalanced = std::system(
+      absl::StrCat(admin, "rebalance > ", dir, "/rebalance").c_str());
+  const int after = acknowledged.load();
+  while (acknowledged.load() < after + 3 && pushing.ok())
+    absl::SleepFor(absl::Milliseconds(10));
+  stop = true;
+  worker.join();
+  ASSERT_OK(pushing);
+  ASSERT_EQ(drained, 0);
+  ASSERT_EQ(rebalanced, 0);
+  ASSERT_OK(drained_map);
+  EXPECT_EQ(drained_map->SlotsOwned(0, kNumSlots - 1, 2), 0u);
+  absl::StatusOr<SlotMap> final_map =
+      NewestSlotMap(*channels, absl::Seconds(10));
+  ASSERT_OK(final_map);
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    EXPECT_GE(final_map->SlotsOwned(0, kNumSlots - 1, shard), kNumSlots / 3);
+    EXPECT_LE(final_map->SlotsOwned(0, kNumSlots - 1, shard),
+              kNumSlots / 3 + 1);
+  }
+  const float pushes = static_cast<float>(acknowledged.load());
+  ExpectRowsWhere(*final_map, keys, [&](uint64_t) { return pushes; });
+}
+
 TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
