@@ -1,0 +1,185 @@
+// A slot move killed half-way, against real ps_server processes: kill -9
+// of the target, then of the source, while ps_admin move-slots copies. The
+// map never names a shard that lacks an update: the source keeps the slots
+// and every acknowledged push, and the move, run again, finishes with every
+// row on its new owner only.
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/slot_map.h"
+#include "base/status_matchers.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr int kDim = 8;
+constexpr char kTable[] = "t";
+
+class SlotMoveFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name =
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (int i = 0; i < 2; ++i) {
+      dirs_.push_back(FreshTestDir(absl::StrCat(name, "_shard", i)));
+      ASSERT_NO_FATAL_FAILURE(Start(i));
+    }
+    for (uint64_t i = 0; i < 20000; ++i) keys_.push_back(i * 2654435761ULL);
+  }
+
+  void Start(int shard) {
+    auto started = ServerProcess::Start(
+        {"--data_dir=" + dirs_[shard], absl::StrCat("--shard_index=", shard),
+         "--num_shards=2", "--cache_mb=64"},
+        absl::Seconds(60), dirs_[shard] + ".log");
+    ASSERT_OK(started);
+    if (shards_.size() <= static_cast<size_t>(shard)) shards_.resize(shard + 1);
+    shards_[shard] = *std::move(started);
+  }
+
+  std::string Servers() const {
+    return absl::StrCat(shards_[0]->address(), ",", shards_[1]->address());
+  }
+
+  std::unique_ptr<worker::PsClient> Connect() {
+    worker::ClientOptions options;
+    options.servers = {shards_[0]->address(), shards_[1]->address()};
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Connect(options);
+    EXPECT_OK(client);
+    if (!client.ok()) return nullptr;
+    TableSpec spec;
+    spec.set_name(kTable);
+    spec.set_dim(kDim);
+    spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+    spec.mutable_optimizer()->set_learning_rate(1.0f);
+    EXPECT_OK((*client)->DeclareTable(spec));
+    return *std::move(client);
+  }
+
+  // One push of -1 to every key: +1 each.
+  void PushOnce() {
+    std::unique_ptr<worker::PsClient> client = Connect();
+    ASSERT_NE(client, nullptr);
+    std::vector<float> gradients(keys_.size() * kDim, -1.0f);
+    worker::TrainingClient::TableGradients push;
+    push.table = kTable;
+    push.keys = keys_;
+    push.gradients = gradients;
+    push.dim = kDim;
+    ASSERT_OK(client->Push({&push, 1}, 0, 1));
+  }
+
+  SlotMap MapOf(int shard) {
+    auto admin = Admin::NewStub(shards_[shard]->channel());
+    GetSlotMapResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        admin->GetSlotMap(&context, GetSlotMapRequest(), &response).ok());
+    absl::StatusOr<SlotMap> map = SlotMap::FromSpec(response.slot_map());
+    EXPECT_OK(map);
+    return map.ok() ? *map : SlotMap::Initial(2);
+  }
+
+  // Every key holds `value` on the shard `map` names; with `only_there`,
+  // no other shard stores it.
+  void ExpectRows(const SlotMap& map, float value, bool only_there) {
+    std::vector<std::unique_ptr<Admin::Stub>> admins;
+    for (auto& shard : shards_)
+      admins.push_back(Admin::NewStub(shard->channel()));
+    for (size_t k = 0; k < keys_.size(); k += 7) {
+      const uint64_t key = keys_[k];
+      for (size_t shard = 0; shard < admins.size(); ++shard) {
+        GetRowRequest request;
+        request.set_table(kTable);
+        request.set_key(key);
+        GetRowResponse response;
+        grpc::ClientContext context;
+        ASSERT_TRUE(admins[shard]->GetRow(&context, request, &response).ok());
+        if (shard == map.ShardForKey(key)) {
+          ASSERT_TRUE(response.stored()) << key << " on " << shard;
+          ASSERT_EQ(response.values(0), value) << key << " on " << shard;
+        } else if (only_there) {
+          ASSERT_FALSE(response.stored()) << key << " on " << shard;
+        }
+      }
+    }
+  }
+
+  // ps_admin move-slots of every slot to shard 1, slowly (small pages).
+  std::unique_ptr<ChildProcess> StartMove(const std::string& log) {
+    auto move = ChildProcess::Start(
+        {BinaryPath("ops/ps_admin"), "--servers=" + Servers(), "move-slots",
+         "--slots=0-16383", "--to=1", "--move_page_rows=20", "--timeout_s=5"},
+        false, log);
+    EXPECT_OK(move);
+    return move.ok() ? *std::move(move) : nullptr;
+  }
+
+  // Kills `shard` once the move has copied some pages (its target holds
+  // some rows of the moving slots, or ps_admin says so).
+  void KillMidMove(int shard, const std::string& log) {
+    std::unique_ptr<ChildProcess> move = StartMove(log);
+    ASSERT_NE(move, nullptr);
+    absl::SleepFor(absl::Milliseconds(700));
+    shards_[shard]->SignalAndWait(SIGKILL);
+    const int exit = move->Wait(absl::Minutes(2));
+    EXPECT_NE(exit, 0) << "the move finished before the kill";
+  }
+
+  std::vector<std::string> dirs_;
+  std::vector<std::unique_ptr<ServerProcess>> shards_;
+  std::vector<uint64_t> keys_;
+};
+
+TEST_F(SlotMoveFaultTest, TheTargetKilledMidMoveCostsNothing) {
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+  ASSERT_NO_FATAL_FAILURE(KillMidMove(1, dirs_[0] + "_move.log"));
+  ASSERT_NO_FATAL_FAILURE(Start(1));
+  // The source kept its slots, serves them, and has every update.
+  EXPECT_EQ(MapOf(0).epoch(), 1u);
+  EXPECT_EQ(MapOf(1).epoch(), 1u);
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+  ExpectRows(SlotMap::Initial(2), 2.0f, /*only_there=*/false);
+  // Run again, the move finishes, and the target's partial copy is gone.
+  std::unique_ptr<ChildProcess> move = StartMove(dirs_[0] + "_again.log");
+  ASSERT_NE(move, nullptr);
+  ASSERT_EQ(move->Wait(absl::Minutes(2)), 0);
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 16383, 0, 1);
+  EXPECT_TRUE(MapOf(0) == moved);
+  EXPECT_TRUE(MapOf(1) == moved);
+  ExpectRows(moved, 2.0f, /*only_there=*/true);
+}
+
+TEST_F(SlotMoveFaultTest, TheSourceKilledMidMoveKeepsItsSlots) {
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+  ASSERT_NO_FATAL_FAILURE(KillMidMove(0, dirs_[1] + "_move.log"));
+  ASSERT_NO_FATAL_FAILURE(Start(0));
+  EXPECT_EQ(MapOf(0).epoch(), 1u);
+  EXPECT_EQ(MapOf(1).epoch(), 1u);
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+  ExpectRows(SlotMap::Initial(2), 2.0f, /*only_there=*/false);
+  std::unique_ptr<ChildProcess> move = StartMove(dirs_[1] + "_again.log");
+  ASSERT_NE(move, nullptr);
+  ASSERT_EQ(move->Wait(absl::Minutes(2)), 0);
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 16383, 0, 1);
+  EXPECT_TRUE(MapOf(0) == moved);
+  ExpectRows(moved, 2.0f, /*only_there=*/true);
+}
+
+}  // namespace
+}  // namespace ps::testing
