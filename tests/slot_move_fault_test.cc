@@ -36,7 +36,7 @@ class SlotMoveFaultTest : public ::testing::Test {
       dirs_.push_back(FreshTestDir(absl::StrCat(name, "_shard", i)));
       ASSERT_NO_FATAL_FAILURE(Start(i));
     }
-    for (uint64_t i = 0; i < 20000; ++i) keys_.push_back(i * 2654435761ULL);
+    for (uint64_t i = 0; i < 100000; ++i) keys_.push_back(i * 2654435761ULL);
   }
 
   void Start(int shard) {
@@ -101,7 +101,7 @@ class SlotMoveFaultTest : public ::testing::Test {
     std::vector<std::unique_ptr<Admin::Stub>> admins;
     for (auto& shard : shards_)
       admins.push_back(Admin::NewStub(shard->channel()));
-    for (size_t k = 0; k < keys_.size(); k += 7) {
+    for (size_t k = 0; k < keys_.size(); k += 211) {
       const uint64_t key = keys_[k];
       for (size_t shard = 0; shard < admins.size(); ++shard) {
         GetRowRequest request;
