@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "grpcpp/create_channel.h"
@@ -323,6 +324,70 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   EXPECT_NE(ReadFile(log).find("newer than the job's map in etcd"),
             std::string::npos)
       << ReadFile(log);
+}
+
+TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
+  ASSERT_OK(shard1);
+  const std::string dir = FreshTestDir("etcd_move");
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + dir + "/train.tsv", "--lines=3000"},
+                            dir + "/gen.log"),
+            0);
+  const std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
+                                           "--etcd=" + etcd_->endpoint(),
+                                           absl::StrCat("--job=", kJob),
+                                           "--train=" + dir + "/train.tsv",
+                                           "--batch_size=500",
+                                           "--embedding_dim=4",
+                                           "--hidden=8",
+                                           "--device=cpu"};
+  ASSERT_EQ(RunToCompletion(worker, dir + "/worker.log"), 0)
+      << ReadFile(dir + "/worker.log");
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "drain-shard", "--shard=1"},
+                dir + "/drain.log"),
+            0)
+      << ReadFile(dir + "/drain.log");
+  // The job's map in etcd and both shards': shard 1 owns nothing.
+  const SlotMap drained =
+      SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 1, 0);
+  absl::StatusOr<net::EtcdValue> stored =
+      client_->Get(absl::StrCat("/ps/", kJob, "/slot_map"));
+  ASSERT_OK(stored);
+  EXPECT_NE(stored->value.find("\"epoch\":\"2\""), std::string::npos)
+      << stored->value;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (SlotMapOf((*shard1)->address()).epoch() != 2 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<SlotMap> on0 =
+      SlotMap::FromSpec(SlotMapOf((*shard0)->address()));
+  absl::StatusOr<SlotMap> on1 =
+      SlotMap::FromSpec(SlotMapOf((*shard1)->address()));
+  ASSERT_OK(on0);
+  ASSERT_OK(on1);
+  EXPECT_TRUE(*on0 == drained);
+  EXPECT_TRUE(*on1 == drained);
+  // Training goes on against the new map, and rebalance gives shard 1 its
+  // share back.
+  ASSERT_EQ(RunToCompletion(worker, dir + "/worker2.log"), 0)
+      << ReadFile(dir + "/worker2.log");
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "rebalance"},
+                dir + "/rebalance.log"),
+            0)
+      << ReadFile(dir + "/rebalance.log");
+  absl::StatusOr<SlotMap> balanced =
+      SlotMap::FromSpec(SlotMapOf((*shard0)->address()));
+  ASSERT_OK(balanced);
+  EXPECT_EQ(balanced->epoch(), 3u);
+  EXPECT_EQ(balanced->SlotsOwned(0, kNumSlots - 1, 1), kNumSlots / 2);
 }
 
 }  // namespace
