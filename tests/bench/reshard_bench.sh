@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Resharding while training: two workers train wide_deep asynchronously on a
+# job of 3 shards whose third starts empty (drained: the shard count is fixed
+# by --num_shards, so "joining" is taking a share of the slots). Mid-training
+# `ps_admin rebalance` gives shard 2 its third, then `ps_admin drain-shard
+# --shard=2` takes it back. Reported: each move's time and rows/s and how
+# long its pushes were paused, the shards' p50/p99 Pull and Push latency over
+# the 3 s before the rebalance and during it (`ps_admin stats`), the pushes
+# refused while paused (retried by the workers), and the final test AUC
+# against the same run without moves. Prints the tables and rewrites the
+# "reshard" section of BENCHMARKS.md.
+#
+#   tests/bench/reshard_bench.sh [--train_lines 400000] [--test_lines 100000]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/cluster_lib.sh
+train_lines=400000
+test_lines=100000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --train_lines) train_lines=$2; shift 2 ;;
+    --test_lines) test_lines=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen \
+  //ops:ps_admin 2>&1 | tail -1
+work=$(mktemp -d /tmp/reshard_bench.XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+bin=bazel-bin
+metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | head -1 | awk '{print $2}'; }
+"$bin/worker/datagen/clicklog_gen" --out="$work/train.tsv" --lines="$train_lines" --sample_seed=1 2>/dev/null
+"$bin/worker/datagen/clicklog_gen" --out="$work/test.tsv" --lines="$test_lines" --sample_seed=2 2>/dev/null
+
+# The Push and Pull p50/p99 (ms) and Push errors of `ps_admin stats --json`.
+latencies() {
+  python3 - "$1" <<'PY'
+import json, sys
+stats = json.load(open(sys.argv[1]))
+out = {}
+for m in stats["methods"]:
+    name = m["method"].rsplit("/", 1)[-1]
+    if name in ("Pull", "Push"):
+        out[name] = (1000 * m["p50_seconds"], 1000 * m["p99_seconds"], m["errors"])
+pull, push = out.get("Pull", (0, 0, 0)), out.get("Push", (0, 0, 0))
+print(f"{pull[0]:.2f} {pull[1]:.2f} {push[0]:.2f} {push[1]:.2f} {push[2]}")
+PY
+}
+
+# run NAME MOVES(0|1): trains; prints "auc examples/s", and with MOVES the
+# moves' lines into $work/NAME/moves.
+run() {
+  local name=$1 moves=$2 dir="$work/$1" servers=() server_pids=() worker_pids=()
+  mkdir -p "$dir"
+  for s in 0 1 2; do
+    "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=$s --num_shards=3 \
+      --data_dir="$dir/shard$s" >"$dir/shard$s.out" 2>"$dir/shard$s.log" &
+    server_pids+=($!); pids+=($!)
+  done
+  for s in 0 1 2; do servers+=("$(ps_address "$dir/shard$s.out")"); done
+  local list; list=$(IFS=,; echo "${servers[*]}")
+  local admin=("$bin/ops/ps_admin" --servers="$list")
+  "${admin[@]}" drain-shard --shard=2 >/dev/null
+  for w in 0 1; do
+    "$bin/worker/ps_worker" --servers="$list" --worker_index=$w --num_workers=2 \
+      --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
+      --staleness=async --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
+    worker_pids+=($!); pids+=($!)
+  done
+  if [ "$moves" = 1 ]; then
+    # Once the workers are well into the pass.
+    while ! grep -q "examples" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
+    sleep 3
+    "${admin[@]}" stats --json --interval_s=3 >"$dir/before.json"
+    "${admin[@]}" stats --json --interval_s=3 >"$dir/during.json" &
+    local sampler=$!
+    "${admin[@]}" rebalance --json >"$dir/rebalance.json"
+    wait "$sampler"
+    sleep 3
+    "${admin[@]}" drain-shard --shard=2 --json >"$dir/drain.json"
+    echo "before $(latencies "$dir/before.json")" >"$dir/moves"
+    echo "during $(latencies "$dir/during.json")" >>"$dir/moves"
+    python3 - "$dir/rebalance.json" "$dir/drain.json" >>"$dir/moves" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    for m in json.load(open(path))["moves"]:
+        rate = m["rows"] / m["seconds"] if m["seconds"] else 0
+        print(f"move {m['first_slot']}-{m['last_slot']} {m['from_shard']}->{m['to_shard']}"
+              f" {m['rows']} {m['seconds']:.2f} {rate:.0f}")
+PY
+  fi
+  for p in "${worker_pids[@]}"; do wait "$p"; done
+  for p in "${server_pids[@]}"; do kill "$p"; wait "$p" || true; done
+  local rate=0
+  for w in 0 1; do
+    rate=$(awk -v a="$rate" -v b="$(metric "$dir/worker$w.json" examples_per_sec)" 'BEGIN {print a + b}')
+  done
+  echo "$(metric "$dir/worker0.json" test_auc) $rate"
+}
+
+read -r still_auc still_rate <<<"$(run still 0)"
+read -r moved_auc moved_rate <<<"$(run moved 1)"
+table="$work/table.md"
+{
+echo "## Resharding while training"
+echo
+echo "$(date -u +%Y-%m-%d), $(nproc) cores; 3 shards (shard 2 drained at the start) + 2"
+echo "async workers on one machine, wide_deep, $train_lines training and $test_lines test"
+echo "lines, batch 4096. Mid-pass: rebalance (shard 2 takes a third), then drain-shard 2."
+echo
+echo "| move | slots | rows | seconds | rows/s |"
+echo "| --- | --- | --- | --- | --- |"
+grep '^move' "$work/moved/moves" | while read -r _ slots from_to rows seconds rate; do
+  echo "| $from_to | $slots | $rows | $seconds | $rate |"
+done
+echo
+echo "| shards' latency (ms) | Pull p50 | Pull p99 | Push p50 | Push p99 | Push refused |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for phase in before during; do
+  read -r _ a b c d e <<<"$(grep "^$phase" "$work/moved/moves")"
+  echo "| $phase the rebalance (3 s) | $a | $b | $c | $d | $e |"
+done
+echo
+echo "| run | test AUC | examples/s (both workers) |"
+echo "| --- | --- | --- |"
+echo "| no moves | $still_auc | $still_rate |"
+echo "| rebalance + drain | $moved_auc | $moved_rate |"
+echo
+echo "AUC difference: $(awk -v a="$moved_auc" -v b="$still_auc" 'BEGIN {printf "%+.4f", a - b}') (goal: within 0.003)"
+} >"$table"
+cat "$table"
+/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md reshard "$table"
