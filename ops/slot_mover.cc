@@ -20,17 +20,22 @@ namespace {
 using net::AdminChannels;
 using net::FromGrpcStatus;
 
+absl::StatusOr<SlotMap> ReadMap(const AdminChannels& shards, size_t shard,
+                                absl::Duration timeout) {
+  GetSlotMapResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(
+      shards.shard(shard).GetSlotMap(shards.Context(timeout).get(),
+                                     GetSlotMapRequest(), &response),
+      absl::StrCat("reading the slot map of shard ", shard)));
+  return SlotMap::FromSpec(response.slot_map());
+}
+
 // Every shard's map; the newest, with every shard behind it brought to it.
 absl::StatusOr<SlotMap> NewestMapEverywhere(const AdminChannels& shards,
                                             absl::Duration timeout) {
   std::vector<SlotMap> maps;
   for (size_t i = 0; i < shards.size(); ++i) {
-    GetSlotMapResponse response;
-    RETURN_IF_ERROR(FromGrpcStatus(
-        shards.shard(i).GetSlotMap(shards.Context(timeout).get(),
-                                   GetSlotMapRequest(), &response),
-        absl::StrCat("reading the slot map of shard ", i)));
-    ASSIGN_OR_RETURN(SlotMap map, SlotMap::FromSpec(response.slot_map()));
+    ASSIGN_OR_RETURN(SlotMap map, ReadMap(shards, i, timeout));
     maps.push_back(std::move(map));
   }
   size_t newest = 0;
@@ -65,11 +70,14 @@ absl::Status SetMap(const AdminChannels& shards, size_t shard,
                                      " to slot map epoch ", next.epoch()));
 }
 
-absl::Status Purge(const AdminChannels& shards,
+// Deletes the target's rows of the range's slots that its map gives to
+// `source` (what a failed copy from it left).
+absl::Status Purge(const AdminChannels& shards, uint32_t source,
                    const SlotMoveOptions& options) {
   PurgeSlotsRequest request;
   request.set_first_slot(options.first_slot);
   request.set_last_slot(options.last_slot);
+  request.set_source_shard(source);
   PurgeSlotsResponse response;
   return FromGrpcStatus(
       shards.shard(options.to_shard)
@@ -143,7 +151,6 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
                                                 uint32_t source,
                                                 const SlotMoveOptions& options,
                                                 uint64_t* epoch) {
-  RETURN_IF_ERROR(Purge(shards, options));
   BeginSlotMoveRequest begin;
   begin.set_first_slot(options.first_slot);
   begin.set_last_slot(options.last_slot);
@@ -159,9 +166,12 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
   absl::Time next_progress = paused + absl::Seconds(3);
   std::vector<std::string> tables(begun.tables().begin(), begun.tables().end());
   absl::StatusOr<SlotMap> from = SlotMap::FromSpec(begun.slot_map());
+  // Copies an earlier failed move from this source left on the target.
+  absl::Status copied = from.status();
+  if (copied.ok()) copied = Purge(shards, source, options);
   absl::StatusOr<uint64_t> rows =
-      from.ok() ? CopyRows(shards, source, tables, options, &next_progress)
-                : from.status();
+      copied.ok() ? CopyRows(shards, source, tables, options, &next_progress)
+                  : copied;
   absl::Status switched = rows.status();
   SlotMap next = from.ok() ? from->WithSlotsMovedFrom(options.first_slot,
                                                       options.last_slot, source,
@@ -170,11 +180,25 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
   if (switched.ok()) {
     switched =
         SetMap(shards, source, from->epoch(), next, options.call_timeout);
+    if (!switched.ok()) {
+      // The change may have been made with its answer lost: what the
+      // source routes by decides.
+      absl::StatusOr<SlotMap> now =
+          ReadMap(shards, source, options.call_timeout);
+      if (!now.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "switching shard ", source, " failed (", switched.message(),
+            ") and its map cannot be read: run the command again, which "
+            "finishes or cancels the move"));
+      }
+      if (*now == next) switched = absl::OkStatus();
+    }
   }
   if (!switched.ok()) {
+    // The source still owns the slots: it keeps every update.
     EndMove(shards, source, /*commit=*/false, options.call_timeout)
         .IgnoreError();
-    Purge(shards, options).IgnoreError();
+    Purge(shards, source, options).IgnoreError();
     return switched;
   }
   // The source refuses the slots now; the others follow.
@@ -237,6 +261,12 @@ std::vector<SlotMoveOptions> PlanRebalance(const SlotMap& map,
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     if (shard != leaving) staying.push_back(shard);
   }
+  // The slots left over after an even split go to the shards that hold
+  // the most already, so that a balanced map plans no move.
+  std::stable_sort(staying.begin(), staying.end(), [&](uint32_t a, uint32_t b) {
+    return map.SlotsOwned(0, kNumSlots - 1, a) >
+           map.SlotsOwned(0, kNumSlots - 1, b);
+  });
   std::vector<int64_t> want(num_shards, 0);
   for (size_t i = 0; i < staying.size(); ++i) {
     want[staying[i]] =
@@ -293,15 +323,17 @@ absl::StatusOr<SlotMap> NewestSlotMap(const AdminChannels& shards,
 absl::StatusOr<int> CancelSlotMoves(const AdminChannels& shards,
                                     absl::Duration call_timeout) {
   int cancelled = 0;
+  absl::Status failed;
   for (size_t i = 0; i < shards.size(); ++i) {
     const absl::Status ended = EndMove(shards, static_cast<uint32_t>(i),
                                        /*commit=*/false, call_timeout);
     if (ended.ok()) {
       ++cancelled;
     } else if (!absl::IsFailedPrecondition(ended)) {  // none there
-      return ended;
+      failed.Update(ended);
     }
   }
+  RETURN_IF_ERROR(failed);
   return cancelled;
 }
 

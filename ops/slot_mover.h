@@ -4,10 +4,10 @@
 // move-slots), over the shards' admin API (server/slot_move.h). For each
 // shard that owns slots of the range (a source), in turn:
 //
-//   1. the target purges rows it holds of the range's slots it does not own
-//      (left by a move that failed);
-//   2. the source pauses pushes to its slots of the range (after those in
+//   1. the source pauses pushes to its slots of the range (after those in
 //      flight; pulls go on) and writes its rows back;
+//   2. the target purges rows it holds of the source's slots of the range
+//      (left by a move that failed);
 //   3. its rows are read page by page and written into the target, which
 //      makes them durable;
 //   4. the map switches: SetSlotMap on the source first (from then on it
@@ -16,10 +16,13 @@
 //   5. the source ends the move, deleting its copies.
 //
 // A failure before the switch cancels the move on the source (the source
-// keeps every update) and purges the target's partial copy; a source that
-// dies holds its slots still, and its pause ends with its lease. The shards
-// that route by an older map are brought to the newest one first, which
-// also finishes the switch of a move that stopped after its source's.
+// keeps every update) and purges the target's partial copy; a failed
+// switch is read back from the source first (its answer may have been lost
+// after the change). A source that dies holds its slots still, and its
+// pause ends with its lease. The shards that route by an older map are
+// brought to the newest one first, which finishes the switch of a move
+// that stopped after its source's; the source commits such a move at its
+// next Begin or --cancel.
 //
 // Pushes to the moving slots wait (clients retry) for the whole copy of a
 // source's rows, not only for a final backlog: the copy's time is the
@@ -96,8 +99,10 @@ absl::StatusOr<std::vector<SlotMoveReport>> RunMoves(
 absl::StatusOr<SlotMap> NewestSlotMap(const net::AdminChannels& shards,
                                       absl::Duration call_timeout);
 
-// Cancels a move under way on any shard (ps_admin move-slots --cancel):
-// pushes to its slots go on at its source. How many shards had one.
+// Ends the moves under way on every shard (ps_admin move-slots --cancel):
+// cancelled where the map has not switched (pushes to the slots go on at
+// the source), committed where it has. How many shards had one; the first
+// error after trying every shard.
 absl::StatusOr<int> CancelSlotMoves(const net::AdminChannels& shards,
                                     absl::Duration call_timeout);
 

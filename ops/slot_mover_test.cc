@@ -55,6 +55,13 @@ TEST(PlanRebalanceTest, ADrainedShardKeepsNothing) {
   }
 }
 
+TEST(PlanRebalanceTest, ABalancedMapPlansNothing) {
+  for (uint32_t shards = 1; shards <= 5; ++shards)
+    EXPECT_TRUE(
+        PlanRebalance(SlotMap::Initial(shards), shards, std::nullopt).empty())
+        << shards;
+}
+
 TEST(PlanRebalanceTest, UnevenMapsAreEvenedOut) {
   const SlotMap skewed =
       SlotMap::Initial(4).WithSlotsMovedFrom(0, kNumSlots - 1, 3, 0);

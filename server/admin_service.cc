@@ -219,10 +219,11 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
     if (!next.ok()) {
       status = next.status();
     } else if (status = moves_->MayGiveAway(*next); !status.ok()) {
-    } else if (options_.set_slot_map) {
-      status = options_.set_slot_map(request->expected_epoch(), *next);
     } else {
-      status = slots_->Replace(request->expected_epoch(), *next);
+      status = options_.set_slot_map
+                   ? options_.set_slot_map(request->expected_epoch(), *next)
+                   : slots_->Replace(request->expected_epoch(), *next);
+      moves_->AfterChange();
     }
     if (status.ok()) {
       LOG(INFO) << "slot map epoch " << request->expected_epoch() << " -> "
@@ -347,15 +348,21 @@ grpc::ServerUnaryReactor* AdminService::EndSlotMove(
     EndSlotMoveResponse* response) {
   if (absl::Status authorized = Authorize(*context); !authorized.ok())
     return Reply(context, authorized);
-  absl::StatusOr<uint64_t> deleted = moves_->End(request->commit());
-  if (deleted.ok()) response->set_rows_deleted(*deleted);
-  return Reply(context, deleted.status());
+  absl::StatusOr<SlotMoveSource::Ended> ended = moves_->End(request->commit());
+  if (ended.ok()) {
+    response->set_committed(ended->committed);
+    response->set_rows_deleted(ended->rows_deleted);
+  }
+  return Reply(context, ended.status());
 }
 
 absl::Status AdminService::HandleWriteSlotRows(
     const WriteSlotRowsRequest& request) {
   ASSIGN_OR_RETURN(const std::vector<embedding::SlotRow> rows,
                    UnpackSlotRows(request.rows()));
+  // The map cannot give this shard the slots between the check and the
+  // write (a late write must not replace rows pushed since).
+  absl::ReaderMutexLock no_change(&slots_->push_lock());
   const std::shared_ptr<const SlotMap> map = slots_->current();
   for (const embedding::SlotRow& row : rows) {
     if (map->ShardForKey(row.key) == options_.shard_index) {
@@ -382,13 +389,18 @@ grpc::ServerUnaryReactor* AdminService::PurgeSlots(
     PurgeSlotsResponse* response) {
   if (absl::Status authorized = Authorize(*context); !authorized.ok())
     return Reply(context, authorized);
+  absl::ReaderMutexLock no_change(&slots_->push_lock());
   const std::shared_ptr<const SlotMap> map = slots_->current();
-  const uint32_t self = options_.shard_index;
+  const uint32_t source = request->source_shard();
   const uint32_t first = request->first_slot();
   const uint32_t last = request->last_slot();
-  absl::StatusOr<uint64_t> deleted = store_->DeleteSlotRows([&](uint32_t slot) {
-    return slot >= first && slot <= last && map->ShardForSlot(slot) != self;
-  });
+  absl::StatusOr<uint64_t> deleted =
+      source == options_.shard_index
+          ? absl::InvalidArgumentError("a shard purges no slots of its own")
+          : store_->DeleteSlotRows([&](uint32_t slot) {
+              return slot >= first && slot <= last &&
+                     map->ShardForSlot(slot) == source;
+            });
   if (deleted.ok()) response->set_rows_deleted(*deleted);
   return Reply(context, deleted.status());
 }

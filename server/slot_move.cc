@@ -8,6 +8,31 @@
 
 namespace ps::server {
 
+bool SlotMoveSource::GivenAway(const Move& move, const SlotMap& map) const {
+  for (uint32_t slot = move.first_slot; slot <= move.last_slot; ++slot) {
+    if (move.from->ShardForSlot(slot) == shard_index_ &&
+        map.ShardForSlot(slot) != shard_index_) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<uint64_t> SlotMoveSource::DeleteGivenAway(const Move& move,
+                                                         const SlotMap& map) {
+  const uint32_t self = shard_index_;
+  ASSIGN_OR_RETURN(const uint64_t deleted,
+                   store_->DeleteSlotRows([&](uint32_t slot) {
+                     return slot >= move.first_slot && slot <= move.last_slot &&
+                            move.from->ShardForSlot(slot) == self &&
+                            map.ShardForSlot(slot) != self;
+                   }));
+  LOG(INFO) << "move of slots " << move.first_slot << "-" << move.last_slot
+            << " to shard " << move.to_shard << " done: " << deleted
+            << " rows deleted here";
+  return deleted;
+}
+
 absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
     uint32_t first_slot, uint32_t last_slot, uint32_t to_shard,
     absl::Duration lease) {
@@ -22,24 +47,33 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
                      " to shard ", to_shard, " of ", slots_->num_shards()));
   }
   std::shared_ptr<const SlotMap> map;
+  std::optional<Move> unfinished;
   {
     // After the pushes in flight; none of the slots' is applied from here.
     absl::WriterMutexLock no_pushes(&slots_->push_lock());
     absl::MutexLock lock(&mu_);
-    if (move_.has_value() && CheckLive(/*renew=*/false).ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("a move of ", DescribeLocked(),
-                       " is under way (ps_admin move-slots --cancel ends it)"));
-    }
     map = slots_->current();
+    if (move_.has_value()) {
+      if (GivenAway(*move_, *map)) {
+        // An earlier move whose map switched but that was never ended: it
+        // is committed below, before this one copies anything.
+        unfinished = move_;
+      } else if (move_->switching || CheckLive(/*renew=*/false).ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a move of ", DescribeLocked(),
+            " is under way (ps_admin move-slots --cancel ends it)"));
+      }
+    }
     if (map->SlotsOwned(first_slot, last_slot, shard_index_) == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", shard_index_, " owns none of slots ", first_slot, "-",
           last_slot, " (slot map epoch ", map->epoch(), ")"));
     }
-    move_ = Move{first_slot, last_slot,           to_shard,
-                 lease,      absl::Now() + lease, false};
+    move_ = Move{first_slot,          last_slot, to_shard, lease,
+                 absl::Now() + lease, map,       false};
   }
+  if (unfinished.has_value())
+    RETURN_IF_ERROR(DeleteGivenAway(*unfinished, *map).status());
   LOG(INFO) << "moving " << Describe() << ": pushes to them wait";
   // What is on disk is the rows from here on.
   if (absl::Status flushed = store_->Flush(); !flushed.ok()) {
@@ -47,6 +81,8 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
     move_.reset();
     return flushed;
   }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLive(/*renew=*/true));
   return map;
 }
 
@@ -54,7 +90,7 @@ absl::Status SlotMoveSource::CheckLive(bool renew) {
   if (!move_.has_value()) {
     return absl::FailedPreconditionError("no slot move is under way here");
   }
-  if (!move_->switched && absl::Now() > move_->deadline) {
+  if (!move_->switching && absl::Now() > move_->deadline) {
     return absl::AbortedError(absl::StrCat(
         "the move of slots ", move_->first_slot, "-", move_->last_slot,
         " was not heard from for its lease; pushes to the slots went on "
@@ -86,53 +122,75 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::Read(
       after, max_rows, done);
 }
 
-absl::StatusOr<uint64_t> SlotMoveSource::End(bool commit) {
+absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
+  const std::shared_ptr<const SlotMap> map = slots_->current();
   Move ended;
   {
     absl::MutexLock lock(&mu_);
     if (!move_.has_value()) {
       return absl::FailedPreconditionError("no slot move is under way here");
     }
+    const bool given_away = GivenAway(*move_, *map);
+    if (commit && !given_away) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the slot map (epoch ", map->epoch(),
+                       ") still gives the move's slots to this shard: switch "
+                       "it before committing"));
+    }
+    if (move_->switching) {
+      return absl::FailedPreconditionError(
+          "the slot map is being switched for this move");
+    }
     ended = *move_;
     move_.reset();
+    commit = given_away;
   }
   if (!commit) {
     LOG(INFO) << "move of slots " << ended.first_slot << "-" << ended.last_slot
               << " cancelled: pushes to them go on here";
-    return 0;
+    return Ended{false, 0};
   }
-  const std::shared_ptr<const SlotMap> map = slots_->current();
-  const uint32_t self = shard_index_;
-  ASSIGN_OR_RETURN(
-      const uint64_t deleted, store_->DeleteSlotRows([&](uint32_t slot) {
-        return slot >= ended.first_slot && slot <= ended.last_slot &&
-               map->ShardForSlot(slot) != self;
-      }));
-  LOG(INFO) << "move of slots " << ended.first_slot << "-" << ended.last_slot
-            << " to shard " << ended.to_shard << " done: " << deleted
-            << " rows deleted here";
-  return deleted;
+  ASSIGN_OR_RETURN(const uint64_t deleted, DeleteGivenAway(ended, *map));
+  return Ended{true, deleted};
 }
 
 absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next) {
   const std::shared_ptr<const SlotMap> map = slots_->current();
   absl::MutexLock lock(&mu_);
   if (!move_.has_value()) return absl::OkStatus();
+  bool gives_away = false;
   for (uint32_t slot = move_->first_slot; slot <= move_->last_slot; ++slot) {
-    if (map->ShardForSlot(slot) == shard_index_ &&
-        next.ShardForSlot(slot) != shard_index_) {
-      RETURN_IF_ERROR(CheckLive(/*renew=*/false));
-      move_->switched = true;
-      return absl::OkStatus();
+    if (map->ShardForSlot(slot) != shard_index_ ||
+        next.ShardForSlot(slot) == shard_index_) {
+      continue;
     }
+    if (next.ShardForSlot(slot) != move_->to_shard) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("slot ", slot, " is moving to shard ", move_->to_shard,
+                       ", which holds its rows; the change gives it to shard ",
+                       next.ShardForSlot(slot)));
+    }
+    gives_away = true;
   }
+  if (!gives_away) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckLive(/*renew=*/false));
+  move_->switching = true;
   return absl::OkStatus();
+}
+
+void SlotMoveSource::AfterChange() {
+  const std::shared_ptr<const SlotMap> map = slots_->current();
+  absl::MutexLock lock(&mu_);
+  if (!move_.has_value() || !move_->switching) return;
+  move_->switching = false;
+  // Not switched after all: the lease runs again, from now.
+  if (!GivenAway(*move_, *map)) move_->deadline = absl::Now() + move_->lease;
 }
 
 bool SlotMoveSource::Pauses(absl::Span<const uint64_t> keys) const {
   absl::MutexLock lock(&mu_);
   if (!move_.has_value() ||
-      (!move_->switched && absl::Now() > move_->deadline)) {
+      (!move_->switching && absl::Now() > move_->deadline)) {
     return false;
   }
   for (uint64_t key : keys) {

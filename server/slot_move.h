@@ -7,9 +7,10 @@
 // read page by page; it ends by commit (once the map gives the slots away,
 // the shard deletes its copies) or by cancel, or by itself when no call
 // about it comes within its lease, so that a ps_admin that died does not
-// pause the slots for good. Once the map has switched (SetSlotMap checks
-// with MayGiveAway()), the lease no longer runs: only End() lifts the
-// pause, and the slots' pushes are refused as moved.
+// pause the slots for good. While the map switches (SetSlotMap asks
+// MayGiveAway() first) the lease does not run, and once the map gives the
+// slots away the move can only be committed: End() without commit commits
+// it then, and the next Begin() commits it first.
 //
 // Does not own the store or the ownership, which must outlive it.
 // Thread-safe.
@@ -58,18 +59,32 @@ class SlotMoveSource {
       const std::string& table, std::optional<uint64_t> after, size_t max_rows,
       bool* done);
 
-  // Ends the move. `commit`: deletes this shard's rows of the move's slots
-  // the map no longer gives it (how many). Either way pushes of the slots
-  // are no longer paused (those the map gave away are refused as moved).
-  // FAILED_PRECONDITION without a move.
-  absl::StatusOr<uint64_t> End(bool commit);
+  struct Ended {
+    // The move was committed: the map gave its slots away.
+    bool committed = false;
+    // This shard's rows of the slots, deleted.
+    uint64_t rows_deleted = 0;
+  };
+
+  // Ends the move: cancelled (pushes of its slots go on here) while the map
+  // still gives the slots to this shard, else committed (this shard's rows
+  // of the slots the map gave away are deleted; their pushes are refused
+  // as moved). `commit` asks for the second: FAILED_PRECONDITION while the
+  // map has not switched. FAILED_PRECONDITION without a move.
+  absl::StatusOr<Ended> End(bool commit);
 
   // OK if a map change to `next` may take slots of this shard away: those
-  // slots are in a move whose lease holds (which from now on holds until
-  // End()), or in no move at all (an administrator's change, which moves
-  // no rows). ABORTED for slots of a move whose lease ran out (pushes went
-  // on meanwhile, which the target does not have).
+  // slots go to the move's target and the move's lease holds (it stops
+  // running until AfterChange()), or they are in no move at all (an
+  // administrator's change, which moves no rows). ABORTED for slots of a
+  // move whose lease ran out (pushes went on meanwhile, which the target
+  // does not have); FAILED_PRECONDITION for slots of a move that the
+  // change gives to another shard than the move's target.
   absl::Status MayGiveAway(const SlotMap& next);
+
+  // After the change MayGiveAway() allowed was made or failed: if the map
+  // still gives the move's slots to this shard, its lease runs again.
+  void AfterChange();
 
   // Whether a push of `keys` (this shard's) must wait for the move.
   bool Pauses(absl::Span<const uint64_t> keys) const;
@@ -84,12 +99,21 @@ class SlotMoveSource {
     uint32_t to_shard = 0;
     absl::Duration lease;
     absl::Time deadline;
-    // The map gives the slots away: the lease no longer runs.
-    bool switched = false;
+    // The map when the move began.
+    std::shared_ptr<const SlotMap> from;
+    // A map change that gives the slots away is being made: the lease does
+    // not run.
+    bool switching = false;
   };
 
   // The move, if under way and its lease holds (renewed when `renew`).
   absl::Status CheckLive(bool renew) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `map` gives away a slot of the move that was this shard's.
+  bool GivenAway(const Move& move, const SlotMap& map) const;
+  // Deletes this shard's rows of the slots of `move` that `map` does not
+  // give it.
+  absl::StatusOr<uint64_t> DeleteGivenAway(const Move& move,
+                                           const SlotMap& map);
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   embedding::EmbeddingStore* const store_;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -637,6 +638,79 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
   }
   const float pushes = static_cast<float>(acknowledged.load());
   ExpectRowsWhere(*final_map, keys, [&](uint64_t) { return pushes; });
+}
+
+TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(500);
+  ASSERT_OK(PushOnce(*client, keys));
+  // A first administrator begins a move and copies a page.
+  BeginSlotMoveRequest begin;
+  begin.set_first_slot(0);
+  begin.set_last_slot(kNumSlots - 1);
+  begin.set_to_shard(1);
+  BeginSlotMoveResponse begun;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->BeginSlotMove(&context, begin, &begun).ok());
+  }
+  ReadSlotRowsRequest read;
+  read.set_table(kTable);
+  read.set_from_start(true);
+  read.set_max_rows(10);
+  ReadSlotRowsResponse page;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->ReadSlotRows(&context, read, &page).ok());
+  }
+  ASSERT_EQ(page.rows().keys().size(), 10 * sizeof(uint64_t));
+  {
+    WriteSlotRowsRequest write;
+    *write.mutable_rows() = page.rows();
+    WriteSlotRowsResponse written;
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[1]->WriteSlotRows(&context, write, &written).ok());
+  }
+  // A second one is refused before it touches anything.
+  absl::StatusOr<net::AdminChannels> channels =
+      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
+  ASSERT_OK(channels);
+  SlotMoveOptions move;
+  move.first_slot = 0;
+  move.last_slot = kNumSlots - 1;
+  move.to_shard = 1;
+  EXPECT_THAT(MoveSlots(*channels, move),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  uint64_t copied_key = 0;
+  std::memcpy(&copied_key, page.rows().keys().data(), sizeof(uint64_t));
+  bool stored = false;
+  Row(1, copied_key, &stored);
+  EXPECT_TRUE(stored) << "the second move purged the first one's copy";
+  // The first one switches and is never ended: ending it now (what
+  // --cancel does) commits it, since the map gave the slots away, and its
+  // copies on shard 0 go.
+  ASSERT_TRUE(
+      SetMap(0, 1,
+             SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 0, 1))
+          .ok());
+  Row(0, copied_key, &stored);
+  EXPECT_TRUE(stored);
+  {
+    // Shard 0 owns nothing to move any more.
+    grpc::ClientContext context;
+    EXPECT_EQ(admins_[0]->BeginSlotMove(&context, begin, &begun).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EndSlotMoveRequest end;
+  EndSlotMoveResponse ended;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->EndSlotMove(&context, end, &ended).ok());
+  }
+  EXPECT_TRUE(ended.committed());
+  Row(0, copied_key, &stored);
+  EXPECT_FALSE(stored);
 }
 
 TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
