@@ -6,7 +6,8 @@
 # --shard=2` takes it back. Reported: each move's time and rows/s and how
 # long its pushes were paused, the shards' p50/p99 Pull and Push latency over
 # the 3 s before the rebalance and during it (`ps_admin stats`), the pushes
-# refused while paused (retried by the workers), and the final test AUC
+# refused while paused (retried by the workers), and the final test AUC (six
+# passes over the training lines, so that the moves land mid-training)
 # against the same run without moves. Prints the tables and rewrites the
 # "reshard" section of BENCHMARKS.md.
 #
@@ -66,13 +67,12 @@ run() {
   for w in 0 1; do
     "$bin/worker/ps_worker" --servers="$list" --worker_index=$w --num_workers=2 \
       --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
-      --staleness=async --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
+      --staleness=async --epochs=6 --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
     worker_pids+=($!); pids+=($!)
   done
   if [ "$moves" = 1 ]; then
-    # Once the workers are well into the pass.
-    while ! grep -q "examples" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
-    sleep 3
+    # Once the workers train (six passes: the moves land mid-training).
+    while ! grep -q "examples |" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
     "${admin[@]}" stats --json --interval_s=3 >"$dir/before.json"
     "${admin[@]}" stats --json --interval_s=3 >"$dir/during.json" &
     local sampler=$!
@@ -108,7 +108,8 @@ echo "## Resharding while training"
 echo
 echo "$(date -u +%Y-%m-%d), $(nproc) cores; 3 shards (shard 2 drained at the start) + 2"
 echo "async workers on one machine, wide_deep, $train_lines training and $test_lines test"
-echo "lines, batch 4096. Mid-pass: rebalance (shard 2 takes a third), then drain-shard 2."
+echo "lines (6 passes), batch 4096. Mid-training: rebalance (shard 2 takes a third), then"
+echo "drain-shard 2."
 echo
 echo "| move | slots | rows | seconds | rows/s |"
 echo "| --- | --- | --- | --- | --- |"
