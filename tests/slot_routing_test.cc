@@ -447,22 +447,65 @@ TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
   std::fclose(text);
 }
 
+// A worker that pushes -1 to every key of `keys` again and again (after a
+// first push), counting the pushes acknowledged: each adds 1 to each key,
+// exactly once.
+class CountingPusher {
+ public:
+  CountingPusher(worker::PsClient* client, std::vector<uint64_t> keys,
+                 std::function<absl::Status(worker::PsClient&,
+                                            const std::vector<uint64_t>&)>
+                     push)
+      : keys_(std::move(keys)), thread_([this, client, push] {
+          while (!stop_) {
+            absl::Status pushed = push(*client, keys_);
+            if (!pushed.ok()) {
+              absl::MutexLock lock(&mu_);
+              status_ = pushed;
+              return;
+            }
+            ++acknowledged_;
+          }
+        }) {}
+
+  // Waits for `more` pushes beyond those acknowledged now (or a failure).
+  void WaitForMore(int more) {
+    const int target = acknowledged_.load() + more;
+    while (acknowledged_.load() < target && status().ok())
+      absl::SleepFor(absl::Milliseconds(10));
+  }
+
+  // Stops pushing; the first failure, if any.
+  absl::Status Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return status();
+  }
+
+  int acknowledged() const { return acknowledged_.load(); }
+
+ private:
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+  const std::vector<uint64_t> keys_;
+  std::atomic<int> acknowledged_{0};
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  absl::Status status_;
+  std::thread thread_;
+};
+
 TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(3000);
   ASSERT_OK(PushOnce(*client, keys));
-  // Every push the worker had acknowledged adds 1 to every key.
-  std::atomic<int> acknowledged{1};
-  std::atomic<bool> stop{false};
-  absl::Status pushing;
-  std::thread worker([&] {
-    while (!stop) {
-      pushing = PushOnce(*client, keys);
-      if (!pushing.ok()) return;
-      ++acknowledged;
-    }
-  });
+  CountingPusher worker(
+      client.get(), keys,
+      [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
   absl::StatusOr<net::AdminChannels> channels =
       net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
   ASSERT_OK(channels);
@@ -473,12 +516,8 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   move.rows_per_page = 100;  // many pages while the pushes wait
   absl::StatusOr<SlotMoveReport> report = MoveSlots(*channels, move);
   // Pushes go on after the move, routed by the new map.
-  const int after_move = acknowledged.load();
-  while (acknowledged.load() < after_move + 3 && pushing.ok())
-    absl::SleepFor(absl::Milliseconds(10));
-  stop = true;
-  worker.join();
-  ASSERT_OK(pushing);
+  worker.WaitForMore(3);
+  ASSERT_OK(worker.Stop());
   ASSERT_OK(report);
   EXPECT_EQ(report->epoch, 2u);
   ASSERT_EQ(report->sources.size(), 1u);
@@ -489,7 +528,7 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
     moving_keys += ShardForKey(key, 2) != moved.ShardForKey(key);
   EXPECT_EQ(report->rows, static_cast<uint64_t>(moving_keys));
   // Every key holds every acknowledged push once, on its owner only.
-  const float pushes = static_cast<float>(acknowledged.load());
+  const float pushes = static_cast<float>(worker.acknowledged() + 1);
   ExpectRowsWhere(moved, keys, [&](uint64_t) { return pushes; });
   for (size_t shard = 0; shard < 2; ++shard) {
     GetSlotMapResponse map;
@@ -594,16 +633,9 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(2000);
   ASSERT_OK(PushOnce(*client, keys));
-  std::atomic<int> acknowledged{1};
-  std::atomic<bool> stop{false};
-  absl::Status pushing;
-  std::thread worker([&] {
-    while (!stop) {
-      pushing = PushOnce(*client, keys);
-      if (!pushing.ok()) return;
-      ++acknowledged;
-    }
-  });
+  CountingPusher worker(
+      client.get(), keys,
+      [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
   const std::string dir = FreshTestDir("slot_routing_reshape_admin");
   const std::string admin = absl::StrCat(
       testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
@@ -618,12 +650,8 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
       NewestSlotMap(*channels, absl::Seconds(10));
   const int rebalanced = std::system(
       absl::StrCat(admin, "rebalance > ", dir, "/rebalance").c_str());
-  const int after = acknowledged.load();
-  while (acknowledged.load() < after + 3 && pushing.ok())
-    absl::SleepFor(absl::Milliseconds(10));
-  stop = true;
-  worker.join();
-  ASSERT_OK(pushing);
+  worker.WaitForMore(3);
+  ASSERT_OK(worker.Stop());
   ASSERT_EQ(drained, 0);
   ASSERT_EQ(rebalanced, 0);
   ASSERT_OK(drained_map);
@@ -636,7 +664,7 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
     EXPECT_LE(final_map->SlotsOwned(0, kNumSlots - 1, shard),
               kNumSlots / 3 + 1);
   }
-  const float pushes = static_cast<float>(acknowledged.load());
+  const float pushes = static_cast<float>(worker.acknowledged() + 1);
   ExpectRowsWhere(*final_map, keys, [&](uint64_t) { return pushes; });
 }
 
