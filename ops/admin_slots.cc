@@ -130,19 +130,18 @@ namespace {
 // Prints what `moves` did (ps_admin rebalance, drain-shard); the exit code.
 int ReportMoves(const Cluster& cluster, const std::string& command,
                 const std::vector<SlotMoveOptions>& moves) {
-  absl::StatusOr<std::vector<SlotMoveReport>> reports =
-      RunMoves(*cluster.channels, moves);
-  if (!reports.ok()) return Fail(reports.status());
+  std::vector<SlotMoveReport> reports;
+  const absl::Status moved = RunMoves(*cluster.channels, moves, &reports);
   uint64_t epoch = 0;
-  if (reports->empty()) {
+  if (reports.empty()) {
     absl::StatusOr<SlotMap> map =
         NewestSlotMap(*cluster.channels, cluster.options.timeout);
-    if (!map.ok()) return Fail(map.status());
-    epoch = map->epoch();
+    if (map.ok()) epoch = map->epoch();
   }
+  // What was done is printed even when a later move failed.
   Json done = Json::array();
-  for (size_t i = 0; i < moves.size(); ++i) {
-    const SlotMoveReport& report = (*reports)[i];
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const SlotMoveReport& report = reports[i];
     epoch = report.epoch;
     const double seconds = absl::ToDoubleSeconds(report.elapsed);
     done.push_back({{"first_slot", moves[i].first_slot},
@@ -159,15 +158,17 @@ int ReportMoves(const Cluster& cluster, const std::string& command,
     }
   }
   if (cluster.options.json) {
-    std::printf("%s\n",
-                Dump({{"command", command}, {"moves", done}, {"epoch", epoch}})
-                    .c_str());
+    Json summary = {{"command", command},
+                    {"moves", done},
+                    {"planned", moves.size()},
+                    {"epoch", epoch}};
+    std::printf("%s\n", Dump(summary).c_str());
   } else {
-    std::printf("%zu move%s, slot map epoch %llu\n", moves.size(),
-                moves.size() == 1 ? "" : "s",
+    std::printf("%zu of %zu move%s done, slot map epoch %llu\n", reports.size(),
+                moves.size(), moves.size() == 1 ? "" : "s",
                 static_cast<unsigned long long>(epoch));
   }
-  return 0;
+  return moved.ok() ? 0 : Fail(moved);
 }
 
 // The newest map and the moves PlanRebalance() makes of it.

@@ -86,15 +86,19 @@ absl::Status Purge(const AdminChannels& shards, uint32_t source,
       absl::StrCat("purging slots on shard ", options.to_shard));
 }
 
-absl::Status EndMove(const AdminChannels& shards, uint32_t source, bool commit,
-                     absl::Duration timeout) {
+// Ends the move on `source`; whether it was committed (the map had
+// switched) rather than cancelled.
+absl::StatusOr<bool> EndMove(const AdminChannels& shards, uint32_t source,
+                             bool commit, absl::Duration timeout) {
   EndSlotMoveRequest request;
   request.set_commit(commit);
   EndSlotMoveResponse response;
-  return FromGrpcStatus(shards.shard(source).EndSlotMove(
-                            shards.Context(timeout).get(), request, &response),
-                        absl::StrCat(commit ? "ending" : "cancelling",
-                                     " the move on shard ", source));
+  RETURN_IF_ERROR(
+      FromGrpcStatus(shards.shard(source).EndSlotMove(
+                         shards.Context(timeout).get(), request, &response),
+                     absl::StrCat(commit ? "ending" : "cancelling",
+                                  " the move on shard ", source)));
+  return response.committed();
 }
 
 // Copies every row of `tables` in the move from `source` to the target;
@@ -180,26 +184,31 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
   if (switched.ok()) {
     switched =
         SetMap(shards, source, from->epoch(), next, options.call_timeout);
-    if (!switched.ok()) {
-      // The change may have been made with its answer lost: what the
-      // source routes by decides.
-      absl::StatusOr<SlotMap> now =
-          ReadMap(shards, source, options.call_timeout);
-      if (!now.ok()) {
-        return absl::UnavailableError(absl::StrCat(
-            "switching shard ", source, " failed (", switched.message(),
-            ") and its map cannot be read: run the command again, which "
-            "finishes or cancels the move"));
-      }
-      if (*now == next) switched = absl::OkStatus();
+    // An answer lost after the change was made (or etcd's compare-and-swap
+    // retried after it succeeded) fails a change that happened: the same
+    // change again is no change then, and answers OK.
+    for (int again = 0; !switched.ok() && again < 3; ++again) {
+      absl::SleepFor(absl::Milliseconds(500));
+      switched =
+          SetMap(shards, source, from->epoch(), next, options.call_timeout);
     }
   }
   if (!switched.ok()) {
-    // The source still owns the slots: it keeps every update.
-    EndMove(shards, source, /*commit=*/false, options.call_timeout)
-        .IgnoreError();
-    Purge(shards, source, options).IgnoreError();
-    return switched;
+    // Ending the move tells which way it went: cancelled while the source
+    // still owns the slots (it keeps every update, and the target's copy
+    // goes), committed if its map gave them away after all.
+    absl::StatusOr<bool> committed =
+        EndMove(shards, source, /*commit=*/false, options.call_timeout);
+    if (!committed.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the move from shard ", source, " failed (", switched.message(),
+          ") and could not be ended (", committed.status().message(),
+          "): run the command again, which finishes or cancels it"));
+    }
+    if (!*committed) {
+      Purge(shards, source, options).IgnoreError();
+      return switched;
+    }
   }
   // The source refuses the slots now; the others follow.
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -207,8 +216,11 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
     RETURN_IF_ERROR(
         SetMap(shards, i, from->epoch(), next, options.call_timeout));
   }
-  RETURN_IF_ERROR(
-      EndMove(shards, source, /*commit=*/true, options.call_timeout));
+  if (switched.ok()) {
+    RETURN_IF_ERROR(
+        EndMove(shards, source, /*commit=*/true, options.call_timeout)
+            .status());
+  }
   *epoch = next.epoch();
   return SlotMoveReport::Source{source, *rows, absl::Now() - paused};
 }
@@ -305,14 +317,14 @@ std::vector<SlotMoveOptions> PlanRebalance(const SlotMap& map,
   return moves;
 }
 
-absl::StatusOr<std::vector<SlotMoveReport>> RunMoves(
-    const AdminChannels& shards, const std::vector<SlotMoveOptions>& moves) {
-  std::vector<SlotMoveReport> reports;
+absl::Status RunMoves(const AdminChannels& shards,
+                      const std::vector<SlotMoveOptions>& moves,
+                      std::vector<SlotMoveReport>* done) {
   for (const SlotMoveOptions& move : moves) {
     ASSIGN_OR_RETURN(SlotMoveReport report, MoveSlots(shards, move));
-    reports.push_back(std::move(report));
+    done->push_back(std::move(report));
   }
-  return reports;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SlotMap> NewestSlotMap(const AdminChannels& shards,
@@ -326,7 +338,8 @@ absl::StatusOr<int> CancelSlotMoves(const AdminChannels& shards,
   absl::Status failed;
   for (size_t i = 0; i < shards.size(); ++i) {
     const absl::Status ended = EndMove(shards, static_cast<uint32_t>(i),
-                                       /*commit=*/false, call_timeout);
+                                       /*commit=*/false, call_timeout)
+                                   .status();
     if (ended.ok()) {
       ++cancelled;
     } else if (!absl::IsFailedPrecondition(ended)) {  // none there

@@ -90,10 +90,11 @@ std::vector<SlotMoveOptions> PlanRebalance(const SlotMap& map,
                                            uint32_t num_shards,
                                            std::optional<uint32_t> leaving);
 
-// Runs `moves` in order (each as MoveSlots()); the reports.
-absl::StatusOr<std::vector<SlotMoveReport>> RunMoves(
-    const net::AdminChannels& shards,
-    const std::vector<SlotMoveOptions>& moves);
+// Runs `moves` in order (each as MoveSlots()), stopping at the first that
+// fails: the reports of those done, in `done`, and that failure.
+absl::Status RunMoves(const net::AdminChannels& shards,
+                      const std::vector<SlotMoveOptions>& moves,
+                      std::vector<SlotMoveReport>* done);
 
 // The newest map any of `shards` routes by.
 absl::StatusOr<SlotMap> NewestSlotMap(const net::AdminChannels& shards,

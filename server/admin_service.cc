@@ -218,12 +218,12 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
     absl::StatusOr<SlotMap> next = SlotMap::FromSpec(request->slot_map());
     if (!next.ok()) {
       status = next.status();
-    } else if (status = moves_->MayGiveAway(*next); !status.ok()) {
-    } else {
+    } else if (bool switching = false;
+               (status = moves_->MayGiveAway(*next, &switching)).ok()) {
       status = options_.set_slot_map
                    ? options_.set_slot_map(request->expected_epoch(), *next)
                    : slots_->Replace(request->expected_epoch(), *next);
-      moves_->AfterChange();
+      if (switching) moves_->AfterChange();
     }
     if (status.ok()) {
       LOG(INFO) << "slot map epoch " << request->expected_epoch() << " -> "

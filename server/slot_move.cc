@@ -54,11 +54,15 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
     absl::MutexLock lock(&mu_);
     map = slots_->current();
     if (move_.has_value()) {
+      if (move_->switching) {
+        return absl::UnavailableError(
+            "the slot map is being switched for the move under way; retry");
+      }
       if (GivenAway(*move_, *map)) {
         // An earlier move whose map switched but that was never ended: it
         // is committed below, before this one copies anything.
         unfinished = move_;
-      } else if (move_->switching || CheckLive(/*renew=*/false).ok()) {
+      } else if (CheckLive(/*renew=*/false).ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "a move of ", DescribeLocked(),
             " is under way (ps_admin move-slots --cancel ends it)"));
@@ -72,8 +76,15 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
     move_ = Move{first_slot,          last_slot, to_shard, lease,
                  absl::Now() + lease, map,       false};
   }
-  if (unfinished.has_value())
-    RETURN_IF_ERROR(DeleteGivenAway(*unfinished, *map).status());
+  if (unfinished.has_value()) {
+    if (absl::Status deleted = DeleteGivenAway(*unfinished, *map).status();
+        !deleted.ok()) {
+      // The new move never began; the unfinished one is still to commit.
+      absl::MutexLock lock(&mu_);
+      move_ = unfinished;
+      return deleted;
+    }
+  }
   LOG(INFO) << "moving " << Describe() << ": pushes to them wait";
   // What is on disk is the rows from here on.
   if (absl::Status flushed = store_->Flush(); !flushed.ok()) {
@@ -138,8 +149,8 @@ absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
                        "it before committing"));
     }
     if (move_->switching) {
-      return absl::FailedPreconditionError(
-          "the slot map is being switched for this move");
+      return absl::UnavailableError(
+          "the slot map is being switched for this move; retry");
     }
     ended = *move_;
     move_.reset();
@@ -154,7 +165,9 @@ absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
   return Ended{true, deleted};
 }
 
-absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next) {
+absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next,
+                                         bool* switching) {
+  *switching = false;
   const std::shared_ptr<const SlotMap> map = slots_->current();
   absl::MutexLock lock(&mu_);
   if (!move_.has_value()) return absl::OkStatus();
@@ -173,8 +186,13 @@ absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next) {
     gives_away = true;
   }
   if (!gives_away) return absl::OkStatus();
+  if (move_->switching) {
+    return absl::UnavailableError(
+        "the slot map is being switched for this move already; retry");
+  }
   RETURN_IF_ERROR(CheckLive(/*renew=*/false));
   move_->switching = true;
+  *switching = true;
   return absl::OkStatus();
 }
 

@@ -70,7 +70,8 @@ class SlotMoveSource {
   // still gives the slots to this shard, else committed (this shard's rows
   // of the slots the map gave away are deleted; their pushes are refused
   // as moved). `commit` asks for the second: FAILED_PRECONDITION while the
-  // map has not switched. FAILED_PRECONDITION without a move.
+  // map has not switched. FAILED_PRECONDITION without a move; UNAVAILABLE
+  // while the map is being switched (retry).
   absl::StatusOr<Ended> End(bool commit);
 
   // OK if a map change to `next` may take slots of this shard away: those
@@ -80,9 +81,12 @@ class SlotMoveSource {
   // move whose lease ran out (pushes went on meanwhile, which the target
   // does not have); FAILED_PRECONDITION for slots of a move that the
   // change gives to another shard than the move's target.
-  absl::Status MayGiveAway(const SlotMap& next);
+  // *switching says whether this change is the move's switch; then
+  // AfterChange() must follow it. UNAVAILABLE while another change
+  // switches the move.
+  absl::Status MayGiveAway(const SlotMap& next, bool* switching);
 
-  // After the change MayGiveAway() allowed was made or failed: if the map
+  // After the switch MayGiveAway() allowed was made or failed: if the map
   // still gives the move's slots to this shard, its lease runs again.
   void AfterChange();
 
