@@ -113,6 +113,19 @@ class SlotRoutingTest : public ::testing::Test {
     }
   }
 
+  // MoveSlots() of first..last to `to` over the admin API.
+  absl::StatusOr<SlotMoveReport> Move(uint32_t first, uint32_t last,
+                                      uint32_t to, uint32_t rows_per_page) {
+    ASSIGN_OR_RETURN(net::AdminChannels channels,
+                     net::AdminChannels::Connect(servers_, "", TlsFiles(), ""));
+    SlotMoveOptions move;
+    move.first_slot = first;
+    move.last_slot = last;
+    move.to_shard = to;
+    move.rows_per_page = rows_per_page;
+    return MoveSlots(channels, move);
+  }
+
   grpc::Status SetMap(size_t shard, uint64_t expected_epoch,
                       const SlotMap& map) {
     SetSlotMapRequest request;
@@ -506,15 +519,8 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   CountingPusher worker(
       client.get(), keys,
       [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
-  absl::StatusOr<net::AdminChannels> channels =
-      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
-  ASSERT_OK(channels);
-  SlotMoveOptions move;
-  move.first_slot = 0;
-  move.last_slot = 8191;
-  move.to_shard = 1;
-  move.rows_per_page = 100;  // many pages while the pushes wait
-  absl::StatusOr<SlotMoveReport> report = MoveSlots(*channels, move);
+  // Many small pages: the worker's pushes wait through them.
+  absl::StatusOr<SlotMoveReport> report = Move(0, 8191, 1, 100);
   // Pushes go on after the move, routed by the new map.
   worker.WaitForMore(3);
   ASSERT_OK(worker.Stop());
@@ -568,14 +574,7 @@ TEST_F(SlotRoutingTest, AFailedMoveLeavesTheSourceWithEveryUpdate) {
     grpc::ClientContext push_context;
     ASSERT_TRUE(stub->Push(&push_context, push, &pushed).ok());
   }
-  absl::StatusOr<net::AdminChannels> channels =
-      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
-  ASSERT_OK(channels);
-  SlotMoveOptions move;
-  move.first_slot = 0;
-  move.last_slot = kNumSlots - 1;
-  move.to_shard = 1;
-  EXPECT_THAT(MoveSlots(*channels, move),
+  EXPECT_THAT(Move(0, kNumSlots - 1, 1, 4096),
               StatusIs(absl::StatusCode::kNotFound));
   // Nothing switched, nothing paused, nothing left on the target.
   ASSERT_OK(PushOnce(*client, keys));
@@ -701,14 +700,7 @@ TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
     ASSERT_TRUE(admins_[1]->WriteSlotRows(&context, write, &written).ok());
   }
   // A second one is refused before it touches anything.
-  absl::StatusOr<net::AdminChannels> channels =
-      net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
-  ASSERT_OK(channels);
-  SlotMoveOptions move;
-  move.first_slot = 0;
-  move.last_slot = kNumSlots - 1;
-  move.to_shard = 1;
-  EXPECT_THAT(MoveSlots(*channels, move),
+  EXPECT_THAT(Move(0, kNumSlots - 1, 1, 4096),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   uint64_t copied_key = 0;
   std::memcpy(&copied_key, page.rows().keys().data(), sizeof(uint64_t));
