@@ -34,12 +34,16 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   return job;
 }
 
-absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
-                                                       absl::Duration wait) {
+absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
+    const EtcdJob& job) {
   EtcdOptions options;
   options.endpoints = job.endpoints;
-  ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
-                   EtcdClient::Connect(options));
+  return EtcdClient::Connect(options);
+}
+
+absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
+                                                       absl::Duration wait) {
+  ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd, ConnectToJobEtcd(job));
   ASSIGN_OR_RETURN(std::vector<std::string> servers,
                    FindShards(*etcd, job.job, wait));
   LOG(INFO) << "shards of job " << job.job

@@ -8,11 +8,13 @@
 #ifndef PS_NET_ETCD_JOB_FLAGS_H_
 #define PS_NET_ETCD_JOB_FLAGS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "net/etcd_client.h"
 
 namespace ps::net {
 
@@ -27,6 +29,11 @@ struct EtcdJob {
 // The flags as given. INVALID_ARGUMENT for a bad --job, or --servers given
 // beside --etcd.
 absl::StatusOr<EtcdJob> EtcdJobFromFlags();
+
+// A client of the job's etcd, for a binary that follows the job while it
+// runs (the coordinator moving to another shard).
+absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
+    const EtcdJob& job);
 
 // The addresses of `job`'s shards in index order, waiting up to `wait` for
 // all of them to be registered (shard_directory.h's FindShards).

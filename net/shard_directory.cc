@@ -1,5 +1,6 @@
 #include "net/shard_directory.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -53,21 +54,105 @@ std::string ShardsPrefix(const std::string& job) {
   return absl::StrCat("/ps/", job, "/shards/");
 }
 
-absl::StatusOr<std::unique_ptr<ShardRegistration>> ShardRegistration::Start(
+absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(EtcdClient* etcd,
+                                                            std::string key,
+                                                            std::string value,
+                                                            absl::Duration ttl,
+                                                            bool exclusive) {
+  auto leased = std::unique_ptr<LeasedKey>(
+      new LeasedKey(etcd, std::move(key), std::move(value), ttl, exclusive));
+  RETURN_IF_ERROR(leased->Register());
+  LeasedKey* raw = leased.get();
+  leased->renewer_ = std::thread([raw] { raw->KeepAlive(); });
+  return leased;
+}
+
+absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
     absl::Duration ttl) {
   RETURN_IF_ERROR(CheckJobName(job));
-  auto registration = std::unique_ptr<ShardRegistration>(
-      new ShardRegistration(etcd, absl::StrCat(ShardsPrefix(job), record.index),
-                            RecordValue(record), ttl));
-  RETURN_IF_ERROR(registration->Register());
-  ShardRegistration* raw = registration.get();
-  registration->renewer_ = std::thread([raw] { raw->KeepAlive(); });
-  return registration;
+  return LeasedKey::Start(etcd, absl::StrCat(ShardsPrefix(job), record.index),
+                          RecordValue(record), ttl, /*exclusive=*/true);
 }
 
-absl::Status ShardRegistration::Register() {
+std::string WorkersPrefix(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/workers/");
+}
+
+absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterWorker(
+    EtcdClient* etcd, const std::string& job, uint32_t index,
+    absl::Duration lease) {
+  RETURN_IF_ERROR(CheckJobName(job));
+  return LeasedKey::Start(etcd, absl::StrCat(WorkersPrefix(job), index),
+                          absl::StrCat(absl::ToInt64Milliseconds(lease)),
+                          std::max(lease, absl::Seconds(1)),
+                          /*exclusive=*/false);
+}
+
+absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
+    EtcdClient& etcd, const std::string& job) {
+  const std::string prefix = WorkersPrefix(job);
+  ASSIGN_OR_RETURN(const std::vector<EtcdValue> values, etcd.GetPrefix(prefix));
+  std::vector<RegisteredWorker> workers;
+  for (const EtcdValue& kv : values) {
+    RegisteredWorker worker;
+    int64_t lease_ms = 0;
+    if (!absl::SimpleAtoi(absl::string_view(kv.key).substr(prefix.size()),
+                          &worker.index) ||
+        !absl::SimpleAtoi(kv.value, &lease_ms) || lease_ms <= 0) {
+      LOG(WARNING) << "etcd key " << kv.key << " holds '" << kv.value
+                   << "', not a worker's lease: left out";
+      continue;
+    }
+    worker.lease = absl::Milliseconds(lease_ms);
+    workers.push_back(worker);
+  }
+  return workers;
+}
+
+std::string CoordinatorKey(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/coordinator");
+}
+
+absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
+                                            const std::string& job,
+                                            absl::Duration wait) {
+  RETURN_IF_ERROR(CheckJobName(job));
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    absl::StatusOr<EtcdValue> held = etcd.Get(CoordinatorKey(job));
+    if (held.ok()) {
+      // "<index> <address>"
+      const size_t space = held->value.find(' ');
+      if (space != std::string::npos && space + 1 < held->value.size())
+        return held->value.substr(space + 1);
+      return absl::FailedPreconditionError(
+          absl::StrCat("etcd key ", held->key, " holds '", held->value,
+                       "', not a coordinator's index and address"));
+    }
+    if (absl::Now() >= deadline) {
+      if (absl::IsNotFound(held.status())) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no coordinator of job ", job, " is elected in etcd (",
+                         CoordinatorKey(job), ")"));
+      }
+      return held.status();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::Status LeasedKey::Register() {
   ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(ttl_));
+  if (!exclusive_) {
+    absl::StatusOr<int64_t> put = etcd_->Put(key_, value_, lease);
+    if (!put.ok()) {
+      etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
+      return put.status();
+    }
+    lease_ = lease;
+    return absl::OkStatus();
+  }
   // Only where no live process holds the index. A process of this index
   // that was killed leaves its key until its lease runs out: wait that
   // long before calling the index taken.
@@ -93,7 +178,7 @@ absl::Status ShardRegistration::Register() {
       etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
       if (!created.ok()) return created.status();
       return absl::AlreadyExistsError(
-          absl::StrCat("etcd's ", key_, " is held by another live shard (",
+          absl::StrCat("etcd's ", key_, " is held by another live process (",
                        held.ok() ? held->value : held.status().ToString(),
                        "): is this --shard_index already running?"));
     }
@@ -107,7 +192,7 @@ absl::Status ShardRegistration::Register() {
   }
 }
 
-void ShardRegistration::KeepAlive() {
+void LeasedKey::KeepAlive() {
   while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
     absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_, ttl_ / 3);
     if (renewed.ok()) continue;
@@ -125,7 +210,7 @@ void ShardRegistration::KeepAlive() {
   }
 }
 
-ShardRegistration::~ShardRegistration() {
+LeasedKey::~LeasedKey() {
   stop_.Notify();
   if (renewer_.joinable()) renewer_.join();
   // Briefly: a shard that stops must not wait on an etcd that is gone.

@@ -1,10 +1,12 @@
 // File: net/shard_directory.h
 //
-// Where a job's shards are found under --etcd. Each shard keeps the key
-// /ps/<job>/shards/<index> (its address and the job's shard count) alive
-// under an etcd lease: a shard that stops revokes it and the key goes at
-// once; one that dies stops renewing and the key goes when the lease
-// expires. Workers and ps_admin read the keys instead of --servers.
+// Where a job's shards, workers and coordinator are found under --etcd.
+// Each shard keeps the key /ps/<job>/shards/<index> (its address and the
+// job's shard count) alive under an etcd lease: a shard that stops revokes
+// it and the key goes at once; one that dies stops renewing and the key
+// goes when the lease expires. Workers and ps_admin read the keys instead
+// of --servers. Workers keep /ps/<job>/workers/<index> the same way, and
+// the elected coordinator /ps/<job>/coordinator.
 //
 // Thread-safe.
 
@@ -40,40 +42,82 @@ absl::Status CheckJobName(const std::string& job);
 // "/ps/<job>/shards/".
 std::string ShardsPrefix(const std::string& job);
 
-// Keeps one shard's record in etcd while it lives.
-class ShardRegistration {
+// Keeps one key in etcd while this process lives: a shard's record, a
+// worker's, the coordinator's election.
+class LeasedKey {
  public:
-  // Writes `record` under a lease of `ttl` and renews it every third of
-  // `ttl` on a thread of its own; a lease that lapsed (etcd unreachable for
-  // longer) is granted again and the record written again. A record left by
-  // a process of this index that died is waited out (up to `ttl` and a
-  // second). Errors: etcd's, and ALREADY_EXISTS when another live process
-  // holds the index.
-  // `etcd` must outlive the registration.
-  static absl::StatusOr<std::unique_ptr<ShardRegistration>> Start(
-      EtcdClient* etcd, const std::string& job, const ShardRecord& record,
-      absl::Duration ttl);
+  // Writes `value` at `key` under a lease of `ttl` and renews it every
+  // third of `ttl` on a thread of its own; a lease that lapsed (etcd
+  // unreachable for longer) is granted again and the key written again.
+  // `exclusive`: the key is taken only where no other process holds it; one
+  // left by a process that died is waited out (up to `ttl` and a second),
+  // then ALREADY_EXISTS. Otherwise the key is overwritten (a restarted
+  // process replaces the one it restarts). `etcd` must outlive the key.
+  static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(EtcdClient* etcd,
+                                                          std::string key,
+                                                          std::string value,
+                                                          absl::Duration ttl,
+                                                          bool exclusive);
 
-  // Revokes the lease: the record goes at once.
-  ~ShardRegistration();
+  // Revokes the lease: the key goes at once.
+  ~LeasedKey();
 
  private:
-  ShardRegistration(EtcdClient* etcd, std::string key, std::string value,
-                    absl::Duration ttl)
+  LeasedKey(EtcdClient* etcd, std::string key, std::string value,
+            absl::Duration ttl, bool exclusive)
       : etcd_(etcd),
         key_(std::move(key)),
         value_(std::move(value)),
-        ttl_(ttl) {}
+        ttl_(ttl),
+        exclusive_(exclusive) {}
   absl::Status Register();
   void KeepAlive();
 
   EtcdClient* const etcd_;
   const std::string key_, value_;
   const absl::Duration ttl_;
+  const bool exclusive_;
   int64_t lease_ = 0;  // the renewing thread's once started
   absl::Notification stop_;
   std::thread renewer_;
 };
+
+// Registers a shard's record at ShardsPrefix(job) + index, exclusively
+// (ALREADY_EXISTS when another live process holds the index).
+absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
+    EtcdClient* etcd, const std::string& job, const ShardRecord& record,
+    absl::Duration ttl);
+
+// "/ps/<job>/workers/": each worker's key, "<index>" -> its lease at the
+// coordinator in milliseconds, under an etcd lease of that length. A
+// coordinator that takes over learns from them which workers to wait for.
+std::string WorkersPrefix(const std::string& job);
+
+// Registers worker `index` of `job`, whose coordinator lease is `lease`.
+absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterWorker(
+    EtcdClient* etcd, const std::string& job, uint32_t index,
+    absl::Duration lease);
+
+// A worker registered in etcd.
+struct RegisteredWorker {
+  uint32_t index = 0;
+  absl::Duration lease;
+};
+
+// The workers of `job` registered now. Keys that are not a worker's are
+// left out (logged).
+absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
+    EtcdClient& etcd, const std::string& job);
+
+// "/ps/<job>/coordinator": the elected coordinator's "<index> <address>",
+// under its lease (server/coordinator_election.h).
+std::string CoordinatorKey(const std::string& job);
+
+// The coordinator's address, waiting up to `wait` for one to be elected.
+// DEADLINE_EXCEEDED when none was; etcd's errors once the wait is over.
+absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
+                                            const std::string& job,
+                                            absl::Duration wait);
 
 // Waits up to `wait` until every shard of `job` is registered (as many as
 // their records' shard count, indexes 0 to count - 1, agreeing on the

@@ -69,6 +69,15 @@ void PeriodicCheckpointer::Loop() {
       clock = requested_;
     }
     CheckpointOptions options = options_;
+    if (options.find_coordinator) {
+      // Another shard may have taken over since the last checkpoint.
+      absl::StatusOr<std::string> coordinator = options.find_coordinator();
+      if (coordinator.ok()) {
+        options.coordinator = *std::move(coordinator);
+      } else {
+        LOG(WARNING) << "looking up the coordinator: " << coordinator.status();
+      }
+    }
     options.abandon = [this] {
       absl::MutexLock lock(&mu_);
       return abandoning_;

@@ -33,6 +33,7 @@
 #include "net/admin_channel.h"
 #include "net/client_tls_flags.h"
 #include "net/etcd_job_flags.h"
+#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "ops/admin_command.h"
 
@@ -274,6 +275,18 @@ int main(int argc, char** argv) {
   cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
                             ? cluster.servers[0]
                             : absl::GetFlag(FLAGS_coordinator);
+  if (etcd->enabled() && absl::GetFlag(FLAGS_coordinator).empty()) {
+    // The shard elected to coordinate (server/coordinator_election.h).
+    absl::StatusOr<std::unique_ptr<ps::net::EtcdClient>> client =
+        ps::net::ConnectToJobEtcd(*etcd);
+    absl::StatusOr<std::string> coordinator =
+        client.ok() ? ps::net::FindCoordinator(
+                          **client, etcd->job,
+                          absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)))
+                    : absl::StatusOr<std::string>(client.status());
+    if (!coordinator.ok()) return Fail(coordinator.status());
+    cluster.coordinator = *std::move(coordinator);
+  }
   // Fails for TLS files that cannot be read and for a token that would
   // leave loopback in plaintext: bad flags, either way.
   absl::StatusOr<ps::net::AdminChannels> channels =

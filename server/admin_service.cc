@@ -101,6 +101,8 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
 grpc::ServerUnaryReactor* AdminService::WorkerClocks(
     grpc::CallbackServerContext* context, const WorkerClocksRequest*,
     WorkerClocksResponse* response) {
+  if (absl::Status serving = clocks_->Serving(); !serving.ok())
+    return Reply(context, serving);
   int64_t live_min = -1, live_max = -1;
   for (const ClockCoordinator::WorkerClock& clock : clocks_->Snapshot()) {
     WorkerClocksResponse::Worker* worker = response->add_workers();
@@ -430,7 +432,8 @@ grpc::ServerUnaryReactor* AdminService::CutStatus(
     CutStatusResponse* response) {
   // It renews the cut's lease, which holds every worker: as guarded as
   // beginning one.
-  const absl::Status authorized = Authorize(*context);
+  absl::Status authorized = Authorize(*context);
+  if (authorized.ok()) authorized = clocks_->Serving();
   if (authorized.ok()) {
     const ClockCoordinator::CutStatus status = clocks_->GetCutStatus();
     response->set_cut(status.cut);
@@ -454,6 +457,7 @@ grpc::ServerUnaryReactor* AdminService::EndCut(
     grpc::CallbackServerContext* context, const EndCutRequest* request,
     EndCutResponse* response) {
   absl::Status status = Authorize(*context);
+  if (status.ok()) status = clocks_->Serving();
   if (status.ok()) response->set_ended(clocks_->EndCut(request->id()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));

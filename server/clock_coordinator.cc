@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps::server {
@@ -132,6 +133,7 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   }
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(options_.monotonic_now());
+  RETURN_IF_ERROR(ServingLocked());
   const absl::Time now = options_.now();
   const int64_t others_min = OthersLiveMinimumLocked(report.worker, now);
   const uint64_t incarnation = IncarnationForLocked(report);
@@ -313,6 +315,7 @@ absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
     absl::Duration lease) {
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(options_.monotonic_now());
+  RETURN_IF_ERROR(ServingLocked());
   const absl::Time now = options_.now();
   if (ActiveCut(now) != 0) {
     return absl::FailedPreconditionError(
@@ -373,6 +376,80 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
       [&](const WorkerClock& w) { return !w.live || w.clock >= status.cut; });
   cut_ready_ = cut_ready_ || status.ready;
   return status;
+}
+
+absl::Status ClockCoordinator::Serving() {
+  absl::MutexLock lock(&mu_);
+  return ServingLocked();
+}
+
+absl::Status ClockCoordinator::ServingLocked() {
+  if (!options_.elected) return absl::OkStatus();
+  if (!leading_) {
+    return absl::UnavailableError(
+        "this shard is not the job's clock coordinator (etcd's "
+        "/ps/<job>/coordinator names the one that is)");
+  }
+  if (options_.monotonic_now() >= leading_until_) {
+    // Paused past its lease, or cut off from etcd: another shard may lead.
+    return absl::UnavailableError(
+        "this shard's coordinator lease in etcd is not renewed: another "
+        "shard may have taken over");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>* expected,
+                                    uint64_t min_epoch,
+                                    absl::Time leading_until) {
+  absl::MutexLock lock(&mu_);
+  NoticePauseLocked(options_.monotonic_now());
+  const absl::Time now = options_.now();
+  // The clocks kept may be behind what the workers did under another
+  // coordinator: each counts once its worker reports again.
+  for (auto& [id, worker] : workers_) {
+    if (worker.finished) continue;
+    worker.unconfirmed = true;
+    worker.lease_end = now + worker.lease;
+  }
+  size_t added = 0;
+  if (expected != nullptr) {
+    for (const ExpectedWorker& registered : *expected) {
+      if (workers_.contains(registered.worker) || !MakeRoom(now)) continue;
+      Worker& worker = workers_[registered.worker];
+      worker.lease = registered.lease;
+      worker.lease_end = now + registered.lease;
+      worker.unconfirmed = true;
+      ++added;
+    }
+  } else {
+    relearning_until_ = now + options_.relearn_time;
+  }
+  cut_ = 0;
+  cut_id_ = 0;
+  cut_ready_ = false;
+  epoch_ = std::max(epoch_ + 1, min_epoch);
+  incarnations_given_ = 0;
+  leading_ = true;
+  leading_until_ = leading_until;
+  dirty_ = true;
+  if (absl::Status saved = SaveLocked(); !saved.ok())
+    LOG(ERROR) << "saving the coordinator's epoch: " << saved;
+  LOG(INFO) << "coordinator: leading at epoch " << epoch_ << ", waiting for "
+            << workers_.size() << " workers to report (" << added
+            << " registered in etcd and not kept here)";
+  return epoch_;
+}
+
+void ClockCoordinator::ExtendLeadership(absl::Time leading_until) {
+  absl::MutexLock lock(&mu_);
+  leading_until_ = std::max(leading_until_, leading_until);
+}
+
+void ClockCoordinator::StepDown() {
+  absl::MutexLock lock(&mu_);
+  if (leading_) LOG(WARNING) << "coordinator: no longer leading";
+  leading_ = false;
 }
 
 void ClockCoordinator::NoticePause() {

@@ -30,6 +30,13 @@
 // push of a later step is then in flight, and every push before it was
 // acknowledged.
 //
+// Elected (under --etcd, server/coordinator_election.h): every shard has a
+// coordinator, and only the one that leads answers. TakeOver() makes it
+// lead: it goes on from what it kept, every worker it kept or is told of
+// counted unconfirmed (its clock there, or 0, holding the others and every
+// cut back) until that worker reports, and its incarnations above every
+// earlier coordinator's.
+//
 // Thread-safe.
 
 #ifndef PS_SERVER_CLOCK_COORDINATOR_H_
@@ -75,6 +82,9 @@ struct CoordinatorOptions {
   };
   // The time source (tests inject one). Default: absl::Now.
   std::function<absl::Time()> now = [] { return absl::Now(); };
+  // Answers only while it leads (TakeOver() to StepDown(), within the
+  // leadership's end by monotonic_now). Default: false (always answers).
+  bool elected = false;
 };
 
 class ClockCoordinator {
@@ -133,6 +143,13 @@ class ClockCoordinator {
     uint64_t id = 0;
   };
 
+  // A worker that a coordinator taking over is told of (registered in
+  // etcd): it waits for its report.
+  struct ExpectedWorker {
+    uint32_t worker = 0;
+    absl::Duration lease;
+  };
+
   // Starts empty, or from the state at options.state_path if it exists. A
   // state file that does not parse is set aside (".unreadable", logged) and
   // the coordinator starts empty: the workers' reports rebuild it.
@@ -162,6 +179,24 @@ class ClockCoordinator {
 
   // Writes the state to state_path now if it changed since the last write.
   absl::Status Save();
+
+  // OK while this coordinator answers: always, unless options.elected and
+  // it does not lead now (UNAVAILABLE, saying so). Record() and BeginCut()
+  // check it; the admin service checks it before the other calls.
+  absl::Status Serving();
+
+  // Starts leading, until StepDown() or `leading_until` (by
+  // options.monotonic_now; ExtendLeadership() moves it). Each unfinished
+  // worker kept is unconfirmed again, its lease starting anew; each of
+  // `expected` not kept is added at clock 0, unconfirmed, under its lease.
+  // No expected list (the workers could not be read): cuts are refused for
+  // options.relearn_time instead. A cut in progress is dropped. Incarnations
+  // given out from now on have an epoch of at least `min_epoch`, and above
+  // this coordinator's last; returns it (saved before returning).
+  uint64_t TakeOver(const std::vector<ExpectedWorker>* expected,
+                    uint64_t min_epoch, absl::Time leading_until);
+  void ExtendLeadership(absl::Time leading_until);
+  void StepDown();
 
   // Called periodically (ShardServer: every 100 ms), and by every other
   // call first: a gap of more than options.pause_threshold of
@@ -198,6 +233,7 @@ class ClockCoordinator {
   std::vector<WorkerClock> SnapshotLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Load();
+  absl::Status ServingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NoticePause(), under the lock, at `monotonic_now`.
   void NoticePauseLocked(absl::Time monotonic_now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -271,6 +307,9 @@ class ClockCoordinator {
   absl::Time last_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Whether GetCutStatus() found every live worker at cut_.
   bool cut_ready_ ABSL_GUARDED_BY(mu_) = false;
+  // options_.elected: whether it leads, and until when (monotonic_now).
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time leading_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Duration cut_lease_ ABSL_GUARDED_BY(mu_);
   absl::Time cut_lease_end_ ABSL_GUARDED_BY(mu_);
 };

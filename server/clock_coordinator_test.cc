@@ -15,10 +15,12 @@ using absl::StatusCode;
 class ClockCoordinatorTest : public ::testing::Test {
  protected:
   std::unique_ptr<ClockCoordinator> Open(const std::string& state_path = "",
-                                         size_t max_workers = 4096) {
+                                         size_t max_workers = 4096,
+                                         bool elected = false) {
     CoordinatorOptions options;
     options.state_path = state_path;
     options.max_workers = max_workers;
+    options.elected = elected;
     options.now = [this] { return now_; };
     options.monotonic_now = [this] { return monotonic_; };
     auto coordinator = ClockCoordinator::Open(options);
@@ -445,6 +447,116 @@ TEST_F(ClockCoordinatorTest, ACutWhoseLeaseRunsOutEnds) {
   now_ += absl::Seconds(2);
   EXPECT_EQ(Report(0, 2).hold_at, 0);
   EXPECT_OK(coordinator_->BeginCut(absl::Seconds(3)));
+}
+
+// An elected coordinator (under --etcd) answers only while it leads.
+TEST_F(ClockCoordinatorTest, AnElectedCoordinatorAnswersOnlyWhileItLeads) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  ClockCoordinator::Report report;
+  report.worker = 0;
+  report.incarnation = 1;
+  report.lease = lease_;
+  EXPECT_EQ(coordinator_->Record(report).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
+            StatusCode::kUnavailable);
+
+  const std::vector<ClockCoordinator::ExpectedWorker> none;
+  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Seconds(3));
+  EXPECT_OK(coordinator_->Serving());
+  EXPECT_EQ(Report(0, 4).clock, 4);
+
+  // Its lease not renewed in time (paused, cut off from etcd): it stops
+  // answering before etcd lets another shard lead.
+  monotonic_ += absl::Seconds(3);
+  EXPECT_EQ(coordinator_->Record(report).status().code(),
+            StatusCode::kUnavailable);
+  coordinator_->ExtendLeadership(monotonic_ + absl::Seconds(3));
+  EXPECT_OK(coordinator_->Record(report));
+
+  coordinator_->StepDown();
+  EXPECT_EQ(coordinator_->Serving().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->Record(report).status().code(),
+            StatusCode::kUnavailable);
+}
+
+// A coordinator that takes over knows nothing of the workers' clocks: each
+// registered worker holds the others (at clock 0) and every cut back until
+// it has reported.
+TEST_F(ClockCoordinatorTest, TakingOverWaitsForEveryRegisteredWorker) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> registered = {
+      {0, lease_}, {1, lease_}};
+  coordinator_->TakeOver(&registered, 1, monotonic_ + absl::Hours(1));
+
+  const ClockCoordinator::View first = Report(0, 40);
+  EXPECT_EQ(first.clock, 40);
+  EXPECT_EQ(first.min_clock, 0);  // worker 1 has not said where it is
+  EXPECT_EQ(first.live_workers, 2u);
+  EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
+            StatusCode::kUnavailable);
+
+  // Its real clock, not a newcomer's start at the minimum.
+  EXPECT_EQ(Report(1, 37).clock, 37);
+  EXPECT_EQ(Report(0, 41).min_clock, 37);
+  absl::StatusOr<ClockCoordinator::BegunCut> cut =
+      coordinator_->BeginCut(absl::Seconds(10));
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->cut, 42);
+}
+
+// A registered worker that died holds nothing back past its lease.
+TEST_F(ClockCoordinatorTest, ARegisteredWorkerThatNeverReportsLapses) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> registered = {
+      {0, lease_}, {1, lease_}};
+  coordinator_->TakeOver(&registered, 1, monotonic_ + absl::Hours(1));
+  EXPECT_EQ(Report(0, 40).min_clock, 0);
+  now_ += lease_ + absl::Seconds(1);
+  EXPECT_EQ(Report(0, 41).min_clock, 41);
+  EXPECT_OK(coordinator_->BeginCut(absl::Seconds(10)));
+}
+
+// Workers the coordinator kept (its state from when it led before) are
+// unconfirmed again: their clocks there may be far behind.
+TEST_F(ClockCoordinatorTest, TakingOverDoesNotTrustTheClocksItKept) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> none;
+  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Hours(1));
+  Report(0, 5);
+  Report(1, 5);
+  coordinator_->StepDown();
+  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Hours(1));
+  EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
+            StatusCode::kUnavailable);
+  Report(0, 90);
+  Report(1, 88);
+  ASSERT_OK(coordinator_->BeginCut(absl::Seconds(10)));
+}
+
+// Incarnations given after a takeover are above every earlier
+// coordinator's, whose epoch etcd keeps.
+TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheEpochGiven) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> none;
+  const uint64_t epoch = coordinator_->TakeOver(&none, uint64_t{1} << 30,
+                                                monotonic_ + absl::Hours(1));
+  EXPECT_EQ(epoch, uint64_t{1} << 30);
+  ClockCoordinator::Report report;
+  report.worker = 3;
+  report.assign_incarnation = true;
+  report.lease = lease_;
+  absl::StatusOr<ClockCoordinator::View> view = coordinator_->Record(report);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->incarnation >> 32, epoch);
+  // Without a list of workers, cuts wait for the relearn time.
+  coordinator_->StepDown();
+  coordinator_->TakeOver(nullptr, 1, monotonic_ + absl::Hours(1));
+  EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
+            StatusCode::kUnavailable);
+  now_ += absl::Seconds(61);
+  Report(3, 1, false, view->incarnation);
+  EXPECT_OK(coordinator_->BeginCut(absl::Seconds(10)));
 }
 
 }  // namespace

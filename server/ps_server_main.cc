@@ -40,13 +40,16 @@ ABSL_FLAG(uint32_t, num_shards, 1,
 ABSL_FLAG(std::string, etcd, "",
           "host:port[,...] of an etcd cluster: register this shard under "
           "/ps/<--job>/shards/<--shard_index> with a lease, so that workers "
-          "and ps_admin find it with --etcd instead of --servers. Empty: "
-          "none (the embedded default).");
+          "and ps_admin find it with --etcd instead of --servers, and run "
+          "for the job's clock coordinator (any shard may hold it; another "
+          "takes over when it dies). Empty: none (the embedded default: "
+          "shard 0 coordinates).");
 ABSL_FLAG(std::string, job, "",
           "With --etcd: the job this shard serves (a-z, 0-9, _ and -).");
 ABSL_FLAG(int32_t, etcd_lease_s, 10,
-          "With --etcd: the lease of this shard's record; a shard that dies "
-          "drops out of etcd this long after.");
+          "With --etcd: the lease of this shard's record and of its "
+          "coordinator role; a shard that dies drops out of etcd this long "
+          "after, and another shard coordinates.");
 ABSL_FLAG(std::string, advertise_address, "",
           "With --etcd: the host:port workers dial (default: the address "
           "this shard listens on; required when that is 0.0.0.0 or [::]).");
@@ -478,7 +481,7 @@ void AnnounceServing(const ps::server::ServerOptions& options,
 // The shard's record in etcd while it serves (--etcd), or none.
 struct EtcdPresence {
   std::unique_ptr<ps::net::EtcdClient> etcd;
-  std::unique_ptr<ps::net::ShardRegistration> registration;
+  std::unique_ptr<ps::net::LeasedKey> registration;
 };
 
 // With --etcd: a client of the job's etcd, set in `options` so that the
@@ -495,9 +498,12 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
   return presence;
 }
 
-// With --etcd: registers the shard serving on `port` under its job.
-absl::Status RegisterInEtcd(const ps::server::ServerOptions& options, int port,
+// With --etcd: registers the shard under its job and runs for the job's
+// clock coordinator.
+absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
+                            ps::server::ShardServer& server,
                             EtcdPresence* presence) {
+  const int port = server.port();
   if (presence->etcd == nullptr) return absl::OkStatus();
   ps::net::ShardRecord record;
   record.index = static_cast<int>(options.shard_index);
@@ -510,13 +516,14 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options, int port,
         ":", port);
   }
   ASSIGN_OR_RETURN(presence->registration,
-                   ps::net::ShardRegistration::Start(
+                   ps::net::RegisterShard(
                        presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
                        absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s))));
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
-  return absl::OkStatus();
+  return server.CampaignForCoordinator(
+      record.address, absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
 }
 
 // Waits for one of `shutdown_signals` (or an admin drain, which raises
@@ -566,7 +573,7 @@ int main(int argc, char** argv) {
     return ps::kExitFailed;
   }
   const absl::Status registered =
-      RegisterInEtcd(*options, (*server)->port(), &*presence);
+      RegisterInEtcd(*options, **server, &*presence);
   if (absl::IsInvalidArgument(registered))
     return Fail(std::string(registered.message()));
   if (!registered.ok()) return Fail(registered);

@@ -209,11 +209,15 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
                                                   const ShardIdentity& identity,
                                                   bool restored) {
   ASSIGN_OR_RETURN(store_, embedding::EmbeddingStore::Open(options.store));
+  etcd_ = options.etcd;
+  job_ = options.job;
+  shard_index_ = options.shard_index;
   if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
     RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
   }
   CoordinatorOptions coordinator = options.coordinator;
   coordinator.state_path = options.store.data_dir + "/coordinator.state";
+  coordinator.elected = options.etcd != nullptr;
   ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
   ASSIGN_OR_RETURN(
       slots_, SlotOwnership::Open(options.store.data_dir, options.num_shards));
@@ -329,6 +333,8 @@ ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
+  // Another shard coordinates while this one drains.
+  election_.reset();
   if (health_watcher_.joinable()) {
     stop_health_.Notify();
     health_watcher_.join();
@@ -369,5 +375,21 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
 }
 
 void ShardServer::Wait() { grpc_server_->Wait(); }
+
+absl::Status ShardServer::CampaignForCoordinator(const std::string& address,
+                                                 absl::Duration ttl) {
+  if (etcd_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a shard campaigns for the coordinator only under --etcd");
+  }
+  ElectionOptions election;
+  election.job = job_;
+  election.shard_index = shard_index_;
+  election.address = address;
+  election.ttl = ttl;
+  ASSIGN_OR_RETURN(election_,
+                   CoordinatorElection::Start(etcd_, clocks_.get(), election));
+  return absl::OkStatus();
+}
 
 }  // namespace ps::server

@@ -31,6 +31,7 @@
 #include "server/admin_service.h"
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
+#include "server/coordinator_election.h"
 #include "server/data_service.h"
 #include "server/etcd_slot_map.h"
 #include "server/shard_metrics.h"
@@ -141,6 +142,13 @@ class ShardServer {
   // Blocks until Shutdown() has been called and the server has stopped.
   void Wait();
 
+  // Under options.etcd: runs for the job's clock coordinator
+  // (server/coordinator_election.h), as `address` (what workers dial) under
+  // a lease of `ttl`; until elected, this shard's coordinator answers
+  // UNAVAILABLE. FAILED_PRECONDITION without etcd.
+  absl::Status CampaignForCoordinator(const std::string& address,
+                                      absl::Duration ttl);
+
  private:
   ShardServer() = default;
 
@@ -179,8 +187,13 @@ class ShardServer {
   std::unique_ptr<ClockCoordinator> clocks_;
   std::unique_ptr<SlotOwnership> slots_;
   std::unique_ptr<SlotMoveSource> slot_moves_;
-  // Under --etcd: keeps slots_ in step with the job's map.
+  // Under --etcd: keeps slots_ in step with the job's map, and makes
+  // clocks_ the job's coordinator while this shard is elected.
   std::unique_ptr<EtcdSlotMap> etcd_slot_map_;
+  std::unique_ptr<CoordinatorElection> election_;
+  net::EtcdClient* etcd_ = nullptr;
+  std::string job_;
+  uint32_t shard_index_ = 0;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

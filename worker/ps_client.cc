@@ -265,9 +265,12 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   }
   client->slot_map_ = std::make_shared<const SlotMap>(
       SlotMap::Initial(static_cast<uint32_t>(options.servers.size())));
-  client->coordinator_ = ParameterServer::NewStub(MakeChannel(
-      options.coordinator.empty() ? options.servers[0] : options.coordinator,
-      options, credentials));
+  client->credentials_ = credentials;
+  absl::MutexLock lock(&client->coordinator_mu_);
+  client->coordinator_address_ =
+      options.coordinator.empty() ? options.servers[0] : options.coordinator;
+  client->coordinator_ = ParameterServer::NewStub(
+      MakeChannel(client->coordinator_address_, options, credentials));
   return client;
 }
 
@@ -593,22 +596,56 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
   return slot_map_;
 }
 
+std::shared_ptr<ParameterServer::Stub> PsClient::coordinator() const {
+  absl::MutexLock lock(&coordinator_mu_);
+  return coordinator_;
+}
+
 absl::StatusOr<ClockResponse> PsClient::Clock(const ClockRequest& request,
                                               absl::Duration retry_for) {
+  if (retry_for < absl::ZeroDuration()) retry_for = options_.retry_for;
+  if (!options_.find_coordinator) return ClockOnce(request, retry_for);
+  const absl::Time give_up = absl::Now() + retry_for;
+  while (true) {
+    absl::StatusOr<ClockResponse> answered = ClockOnce(
+        request,
+        std::min(options_.coordinator_patience, give_up - absl::Now()));
+    const bool unanswered = absl::IsUnavailable(answered.status()) ||
+                            absl::IsDeadlineExceeded(answered.status());
+    if (!unanswered || absl::Now() >= give_up) return answered;
+    // The coordinator may have died and another shard taken over.
+    absl::StatusOr<std::string> address = options_.find_coordinator();
+    if (!address.ok()) {
+      LOG_EVERY_N(WARNING, 10)
+          << "looking up the coordinator: " << address.status();
+      continue;
+    }
+    absl::MutexLock lock(&coordinator_mu_);
+    if (*address != coordinator_address_) {
+      LOG(INFO) << "the clock coordinator is now " << *address << " (was "
+                << coordinator_address_ << ")";
+      coordinator_address_ = *address;
+      coordinator_ = ParameterServer::NewStub(
+          MakeChannel(coordinator_address_, options_, credentials_));
+    }
+  }
+}
+
+absl::StatusOr<ClockResponse> PsClient::ClockOnce(const ClockRequest& request,
+                                                  absl::Duration retry_for) {
+  const std::shared_ptr<ParameterServer::Stub> stub = coordinator();
   std::vector<ClockRequest> requests = {request};
   std::vector<int> shards = {0};
   std::vector<ClockResponse> responses;
   absl::Status status = FanOut(
       requests, shards, &responses,
-      [this](int, grpc::ClientContext* context, ClockRequest* clock_request,
-             ClockResponse* response, std::function<void(grpc::Status)> done) {
+      [this, &stub](int, grpc::ClientContext* context,
+                    ClockRequest* clock_request, ClockResponse* response,
+                    std::function<void(grpc::Status)> done) {
         AddWorkerToken(context);
-        coordinator_->async()->Clock(context, clock_request, response,
-                                     std::move(done));
+        stub->async()->Clock(context, clock_request, response, std::move(done));
       },
-      "clock",
-      retry_for < absl::ZeroDuration() ? options_.retry_for : retry_for,
-      nullptr);
+      "clock", retry_for, nullptr);
   if (!status.ok()) return status;
   return responses[0];
 }

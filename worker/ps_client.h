@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,6 +45,13 @@ struct ClientOptions {
   std::vector<std::string> servers;
   // Where the clock coordinator is. Default (empty): servers[0].
   std::string coordinator;
+  // Under --etcd: looks up where the coordinator is now (net/
+  // shard_directory.h's FindCoordinator). Set: a Clock call that the
+  // coordinator does not answer for `coordinator_patience` looks it up
+  // again and goes there, so that workers follow a coordinator that another
+  // shard took over. Default: none (the coordinator stays where it is).
+  std::function<absl::StatusOr<std::string>()> find_coordinator;
+  absl::Duration coordinator_patience = absl::Seconds(2);
   // Deadline of one RPC. Default: 30 s.
   absl::Duration call_timeout = absl::Seconds(30);
   // How long a call keeps retrying an unavailable shard. Default: 600 s,
@@ -162,7 +170,16 @@ class PsClient : public TrainingClient {
   // Retried calls by status code.
   static constexpr size_t kCodes = 17;
   std::atomic<uint64_t> retries_[kCodes] = {};
-  std::unique_ptr<ParameterServer::Stub> coordinator_;
+  // Clock() against the coordinator of now, retried for `retry_for`.
+  absl::StatusOr<ClockResponse> ClockOnce(const ClockRequest& request,
+                                          absl::Duration retry_for);
+  std::shared_ptr<ParameterServer::Stub> coordinator() const;
+
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable absl::Mutex coordinator_mu_;
+  std::string coordinator_address_ ABSL_GUARDED_BY(coordinator_mu_);
+  std::shared_ptr<ParameterServer::Stub> coordinator_
+      ABSL_GUARDED_BY(coordinator_mu_);
   // The slot map requests are routed by: the initial one of the shard count
   // until a shard answers that keys moved.
   mutable absl::Mutex slot_map_mu_;

@@ -27,6 +27,7 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "net/etcd_job_flags.h"
+#include "net/shard_directory.h"
 #include "ops/periodic_checkpointer.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
@@ -110,6 +111,42 @@ void StopOnSignals() {
   }).detach();
 }
 
+// Under --etcd: the job's etcd, which the client looks the coordinator
+// up in, and this worker's key there.
+struct EtcdPresence {
+  std::unique_ptr<ps::net::EtcdClient> etcd;
+  std::unique_ptr<ps::net::LeasedKey> worker_key;
+};
+
+// Finds the shards and the coordinator of the job in etcd and registers
+// this worker there. INVALID_ARGUMENT when the worker token would travel in
+// plaintext to a shard found there.
+absl::StatusOr<EtcdPresence> JoinJobInEtcd(
+    const ps::worker::WorkerFlags& flags,
+    const ps::worker::TrainerOptions& options,
+    ps::worker::ClientOptions* client_options) {
+  ASSIGN_OR_RETURN(client_options->servers,
+                   ps::net::FindJobShards(flags.etcd, options.start_timeout));
+  // The worker token must not leave this host in plaintext to them either.
+  RETURN_IF_ERROR(ps::worker::CheckWorkerTokenStaysPrivate(*client_options));
+  EtcdPresence presence;
+  ASSIGN_OR_RETURN(presence.etcd, ps::net::ConnectToJobEtcd(flags.etcd));
+  const std::string job = flags.etcd.job;
+  ASSIGN_OR_RETURN(
+      client_options->coordinator,
+      ps::net::FindCoordinator(*presence.etcd, job, options.start_timeout));
+  client_options->find_coordinator = [etcd = presence.etcd.get(), job] {
+    return ps::net::FindCoordinator(*etcd, job, absl::Seconds(1));
+  };
+  // A coordinator that takes over waits for every registered worker.
+  ASSIGN_OR_RETURN(
+      presence.worker_key,
+      ps::net::RegisterWorker(presence.etcd.get(), job,
+                              static_cast<uint32_t>(flags.worker_index),
+                              options.lease));
+  return presence;
+}
+
 // Periodic checkpoints for worker 0 with --checkpoint_every_steps, or none.
 absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
     const ps::worker::WorkerFlags& flags,
@@ -120,6 +157,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
   ps::CheckpointOptions checkpoint;
   checkpoint.servers = client.servers;
   checkpoint.coordinator = client.coordinator;
+  checkpoint.find_coordinator = client.find_coordinator;
   checkpoint.dir = flags.checkpoint_dir;
   checkpoint.tls = client.tls;
   checkpoint.token = flags.admin_token;
@@ -194,17 +232,15 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::worker::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();
   if (!client_options.ok()) return FailUsage(client_options.status());
+  // Under --etcd: outlives the client, which looks the coordinator up.
+  EtcdPresence etcd;
   if (flags->etcd.enabled()) {
-    absl::StatusOr<std::vector<std::string>> servers =
-        ps::net::FindJobShards(flags->etcd, options->start_timeout);
-    if (!servers.ok()) return Fail(servers.status());
-    client_options->servers = *std::move(servers);
-    // The worker token must not leave this host in plaintext to them either.
-    if (absl::Status private_token =
-            ps::worker::CheckWorkerTokenStaysPrivate(*client_options);
-        !private_token.ok()) {
-      return FailUsage(private_token);
-    }
+    absl::StatusOr<EtcdPresence> joined =
+        JoinJobInEtcd(*flags, *options, &*client_options);
+    if (absl::IsInvalidArgument(joined.status()))
+      return FailUsage(joined.status());
+    if (!joined.ok()) return Fail(joined.status());
+    etcd = *std::move(joined);
   }
   auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);
   if (!checkpointer.ok()) return FailUsage(checkpointer.status());

@@ -1,0 +1,176 @@
+#include "server/coordinator_election.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "net/shard_directory.h"
+
+namespace ps::server {
+namespace {
+
+absl::Time MonotonicNow() {
+  return absl::UnixEpoch() +
+         absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+}  // namespace
+
+std::string CoordinatorEpochKey(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/coordinator_epoch");
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Start(
+    net::EtcdClient* etcd, ClockCoordinator* clocks,
+    const ElectionOptions& options) {
+  RETURN_IF_ERROR(net::CheckJobName(options.job));
+  if (options.ttl < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        "the coordinator's etcd lease must be at least 1 s");
+  }
+  auto election = std::unique_ptr<CoordinatorElection>(
+      new CoordinatorElection(etcd, clocks, options));
+  election->key_ = net::CoordinatorKey(options.job);
+  election->value_ = absl::StrCat(options.shard_index, " ", options.address);
+  CoordinatorElection* raw = election.get();
+  election->thread_ = std::thread([raw] { raw->Run(); });
+  return election;
+}
+
+CoordinatorElection::~CoordinatorElection() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  if (leading_.load()) clocks_->StepDown();
+  if (lease_ != 0) {
+    // Briefly: a shard that stops must not wait on an etcd that is gone.
+    if (absl::Status revoked = etcd_->RevokeLease(lease_, absl::Seconds(1));
+        !revoked.ok()) {
+      LOG(WARNING) << key_ << ": " << revoked << " (the key goes with its "
+                   << "lease)";
+    }
+  }
+}
+
+void CoordinatorElection::Run() {
+  while (true) {
+    if (!leading_.load()) {
+      if (Campaign()) continue;
+      if (stop_.WaitForNotificationWithTimeout(options_.poll)) return;
+    } else {
+      if (stop_.WaitForNotificationWithTimeout(options_.ttl / 3)) return;
+      if (!Renew()) {
+        leading_.store(false);
+        clocks_->StepDown();
+      }
+    }
+  }
+}
+
+bool CoordinatorElection::Campaign() {
+  absl::StatusOr<net::EtcdValue> held = etcd_->Get(key_);
+  if (held.ok()) {
+    // Ours from an answer that was lost: lead (the lease is still ours).
+    if (lease_ == 0 || held->lease != lease_) return false;
+  } else if (!absl::IsNotFound(held.status())) {
+    LOG_EVERY_N(WARNING, 20) << "coordinator election: " << held.status();
+    return false;
+  }
+  const absl::Time sent = MonotonicNow();
+  if (lease_ != 0) {
+    absl::StatusOr<absl::Duration> renewed =
+        etcd_->KeepAlive(lease_, options_.ttl / 3);
+    if (!renewed.ok()) lease_ = 0;
+  }
+  if (lease_ == 0) {
+    absl::StatusOr<int64_t> granted = etcd_->GrantLease(options_.ttl);
+    if (!granted.ok()) {
+      LOG_EVERY_N(WARNING, 20) << "coordinator election: " << granted.status();
+      return false;
+    }
+    lease_ = *granted;
+  }
+  if (!held.ok()) {
+    absl::StatusOr<bool> created = etcd_->PutIf(key_, value_, 0, lease_);
+    if (!created.ok() || !*created) {
+      // Another shard was quicker, or the answer was lost: the next look
+      // at the key says which.
+      return false;
+    }
+  }
+  Lead(sent + options_.ttl);
+  return true;
+}
+
+void CoordinatorElection::Lead(absl::Time leading_until) {
+  // The epoch of the last coordinator (0: none yet), so that this one's
+  // incarnations are above every one it gave.
+  uint64_t last_epoch = 0;
+  int64_t epoch_revision = 0;
+  absl::StatusOr<net::EtcdValue> stored =
+      etcd_->Get(CoordinatorEpochKey(options_.job));
+  if (stored.ok()) {
+    if (!absl::SimpleAtoi(stored->value, &last_epoch)) {
+      LOG(ERROR) << CoordinatorEpochKey(options_.job) << " holds '"
+                 << stored->value << "', not an epoch: going on from this "
+                 << "shard's own";
+    }
+    epoch_revision = stored->mod_revision;
+  } else if (!absl::IsNotFound(stored.status())) {
+    LOG(ERROR) << "reading the coordinator epoch: " << stored.status()
+               << "; going on from this shard's own";
+  }
+  absl::StatusOr<std::vector<net::RegisteredWorker>> registered =
+      net::RegisteredWorkers(*etcd_, options_.job);
+  std::vector<ClockCoordinator::ExpectedWorker> expected;
+  if (registered.ok()) {
+    for (const net::RegisteredWorker& worker : *registered)
+      expected.push_back({worker.index, worker.lease});
+  } else {
+    LOG(ERROR) << "reading the registered workers: " << registered.status()
+               << "; cuts wait for the relearn time instead";
+  }
+  const uint64_t epoch = clocks_->TakeOver(
+      registered.ok() ? &expected : nullptr, last_epoch + 1, leading_until);
+  leading_.store(true);
+  absl::StatusOr<bool> saved = etcd_->PutIf(
+      CoordinatorEpochKey(options_.job), absl::StrCat(epoch), epoch_revision);
+  if (!saved.ok() || !*saved) {
+    LOG(ERROR) << "could not record coordinator epoch " << epoch << " in etcd"
+               << (saved.ok() ? " (it changed meanwhile)"
+                              : ": " + saved.status().ToString());
+  }
+  LOG(INFO) << "this shard is the job's clock coordinator (epoch " << epoch
+            << ")";
+}
+
+bool CoordinatorElection::Renew() {
+  const absl::Time sent = MonotonicNow();
+  absl::StatusOr<absl::Duration> renewed =
+      etcd_->KeepAlive(lease_, options_.ttl / 3);
+  if (renewed.ok()) {
+    // Still ours? (An operator may have deleted it to move the role.)
+    absl::StatusOr<net::EtcdValue> held = etcd_->Get(key_);
+    if (absl::IsNotFound(held.status()) ||
+        (held.ok() && held->lease != lease_)) {
+      LOG(WARNING) << key_ << " is no longer this shard's: stepping down";
+      return false;
+    }
+    clocks_->ExtendLeadership(sent + *renewed);
+    return true;
+  }
+  if (absl::IsNotFound(renewed.status())) {
+    LOG(WARNING) << "the coordinator's etcd lease ran out: stepping down";
+    lease_ = 0;
+    return false;
+  }
+  // etcd unreachable: the leadership ends by itself once the time the lease
+  // had left is over; if the lease outlives this, renewing goes on.
+  LOG_EVERY_N(WARNING, 10) << "renewing the coordinator's lease: "
+                           << renewed.status();
+  return true;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,88 @@
+// File: server/coordinator_election.h
+//
+// Under --etcd, the job's clock coordinator is whichever shard holds the key
+// /ps/<job>/coordinator (net/shard_directory.h's CoordinatorKey), which it
+// creates by a compare-and-swap under an etcd lease of its own and keeps
+// alive by renewing it. Every shard runs an election: while another holds
+// the key it looks again every `poll`; once the holder's lease ran out
+// (killed, paused, cut off) the key goes and the first shard to create it
+// leads. Winning calls ClockCoordinator::TakeOver() with the workers
+// registered in etcd and an epoch above every earlier coordinator's (kept
+// at /ps/<job>/coordinator_epoch); each renewal extends the leadership by
+// the lease's time left, measured from before the renewal was sent, so a
+// coordinator stops answering before etcd could let another lead.
+//
+// Does not own the client or the coordinator, which must outlive it.
+// Thread-safe.
+
+#ifndef PS_SERVER_COORDINATOR_ELECTION_H_
+#define PS_SERVER_COORDINATOR_ELECTION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "net/etcd_client.h"
+#include "server/clock_coordinator.h"
+
+namespace ps::server {
+
+struct ElectionOptions {
+  std::string job;
+  // Who this shard is, as the key says it: "<shard_index> <address>".
+  uint32_t shard_index = 0;
+  std::string address;
+  // The lease that holds the key: a coordinator that dies is replaced
+  // this long after. Default: 10 s (ps_server --etcd_lease_s).
+  absl::Duration ttl = absl::Seconds(10);
+  // How often a shard that does not lead looks at the key. Default: 250 ms.
+  absl::Duration poll = absl::Milliseconds(250);
+};
+
+// "/ps/<job>/coordinator_epoch": the last elected coordinator's epoch.
+std::string CoordinatorEpochKey(const std::string& job);
+
+class CoordinatorElection {
+ public:
+  // Starts campaigning on a thread of its own. INVALID_ARGUMENT for a bad
+  // job or a ttl under a second.
+  static absl::StatusOr<std::unique_ptr<CoordinatorElection>> Start(
+      net::EtcdClient* etcd, ClockCoordinator* clocks,
+      const ElectionOptions& options);
+
+  // Steps down and gives the key up (revoking its lease), so that another
+  // shard leads at once.
+  ~CoordinatorElection();
+
+  bool leading() const { return leading_.load(); }
+
+ private:
+  CoordinatorElection(net::EtcdClient* etcd, ClockCoordinator* clocks,
+                      const ElectionOptions& options)
+      : etcd_(etcd), clocks_(clocks), options_(options) {}
+  void Run();
+  // One try at taking the key; whether it was taken.
+  bool Campaign();
+  // Renews the lease of a leader; false once leadership is lost.
+  bool Renew();
+  // TakeOver() with what etcd knows.
+  void Lead(absl::Time leading_until);
+
+  net::EtcdClient* const etcd_;
+  ClockCoordinator* const clocks_;
+  const ElectionOptions options_;
+  std::string key_, value_;
+  int64_t lease_ = 0;  // the thread's
+  std::atomic<bool> leading_{false};
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_COORDINATOR_ELECTION_H_
