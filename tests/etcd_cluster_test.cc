@@ -4,6 +4,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -388,6 +390,147 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   ASSERT_OK(balanced);
   EXPECT_EQ(balanced->epoch(), 3u);
   EXPECT_EQ(balanced->SlotsOwned(0, kNumSlots - 1, 1), kNumSlots / 2);
+}
+
+// The coordinator elected in etcd: "<index> <address>", or "" for none.
+std::string ElectedCoordinator(net::EtcdClient& etcd) {
+  absl::StatusOr<net::EtcdValue> held =
+      etcd.Get(absl::StrCat("/ps/", kJob, "/coordinator"));
+  return held.ok() ? held->value : "";
+}
+
+// The workers' clocks as `address` (the coordinator) answers; an empty
+// answer when it does not.
+WorkerClocksResponse ClocksOf(const std::string& address) {
+  auto admin = Admin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  WorkerClocksResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (!admin->WorkerClocks(&context, WorkerClocksRequest(), &response).ok())
+    return WorkerClocksResponse();
+  return response;
+}
+
+// Both workers live at `address`, each at a clock of at least `clock`.
+bool BothLiveAtLeast(const std::string& address, int64_t clock) {
+  const WorkerClocksResponse clocks = ClocksOf(address);
+  int live = 0;
+  for (const auto& worker : clocks.workers())
+    live += worker.live() && worker.clock() >= clock ? 1 : 0;
+  return live == 2;
+}
+
+// The coordinator's shard killed with -9 while two workers train under a
+// staleness bound: another shard takes the role over within the lease and
+// a few seconds, learns the workers' clocks from their reports (not from
+// zero), takes a checkpoint's cut with both of them, and training finishes.
+TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
+  std::vector<std::vector<std::string>> flags = {ShardFlags(0, 2),
+                                                 ShardFlags(1, 2)};
+  std::vector<std::unique_ptr<ServerProcess>> shards;
+  for (const auto& shard_flags : flags) {
+    auto shard = ServerProcess::Start(shard_flags);
+    ASSERT_OK(shard);
+    shards.push_back(*std::move(shard));
+  }
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (ElectedCoordinator(*client_).empty() && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(50));
+  const std::string first = ElectedCoordinator(*client_);
+  ASSERT_FALSE(first.empty());
+  const int leader = first[0] - '0';
+  ASSERT_TRUE(leader == 0 || leader == 1) << first;
+  EXPECT_EQ(first, absl::StrCat(leader, " ", shards[leader]->address()));
+  // The other shard does not answer as a coordinator.
+  EXPECT_EQ(ClocksOf(shards[1 - leader]->address()).workers_size(), 0);
+
+  const std::string dir = FreshTestDir("etcd_takeover");
+  constexpr int kLines = 60000;
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + dir + "/train.tsv",
+                             absl::StrCat("--lines=", kLines)},
+                            dir + "/gen.log"),
+            0);
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    auto worker = ChildProcess::Start(
+        {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
+         absl::StrCat("--job=", kJob), "--train=" + dir + "/train.tsv",
+         "--num_workers=2", absl::StrCat("--worker_index=", w), "--staleness=2",
+         "--lease_ms=3000", "--epochs=3", "--batch_size=200",
+         "--embedding_dim=4", "--hidden=8", "--device=cpu",
+         absl::StrCat("--metrics_out=", dir, "/metrics", w, ".json")},
+        /*capture_stdout=*/false, absl::StrCat(dir, "/worker", w, ".log"));
+    ASSERT_OK(worker);
+    workers.push_back(*std::move(worker));
+  }
+  deadline = absl::Now() + absl::Seconds(60);
+  while (!BothLiveAtLeast(shards[leader]->address(), 20) &&
+         absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(BothLiveAtLeast(shards[leader]->address(), 20))
+      << ReadFile(dir + "/worker0.log");
+  int64_t clock_before_kill = 0;
+  const WorkerClocksResponse before = ClocksOf(shards[leader]->address());
+  for (const auto& worker : before.workers())
+    clock_before_kill = std::max(clock_before_kill, worker.clock());
+
+  const absl::Time killed = absl::Now();
+  shards[leader]->SignalAndWait(SIGKILL);
+  const int follower = 1 - leader;
+  const std::string next =
+      absl::StrCat(follower, " ", shards[follower]->address());
+  deadline = killed + absl::Seconds(20);
+  while (ElectedCoordinator(*client_) != next && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_EQ(ElectedCoordinator(*client_), next);
+  const absl::Duration takeover = absl::Now() - killed;
+  // The lease (2 s) and a few seconds.
+  EXPECT_LT(takeover, absl::Seconds(6)) << takeover;
+  std::printf("coordinator taken over in %s\n",
+              absl::FormatDuration(takeover).c_str());
+
+  // The killed shard back on its data dir and port: its rows come back from
+  // its push log, and it does not take the role back.
+  std::vector<std::string> again = flags[leader];
+  again.push_back("--listen=" + shards[leader]->address());
+  auto restarted = ServerProcess::Start(again);
+  ASSERT_OK(restarted);
+  shards[leader] = *std::move(restarted);
+
+  // Both workers report to the new coordinator, which goes on from their
+  // real clocks.
+  const std::string coordinator = shards[follower]->address();
+  deadline = absl::Now() + absl::Seconds(60);
+  while (!BothLiveAtLeast(coordinator, clock_before_kill) &&
+         absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(BothLiveAtLeast(coordinator, clock_before_kill))
+      << ClocksOf(coordinator).DebugString();
+  // A cut the new coordinator takes holds both workers.
+  const int checkpointed = RunToCompletion(
+      {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+       absl::StrCat("--job=", kJob), "checkpoint", "--dir=" + dir + "/ckpt"},
+      dir + "/checkpoint.log");
+  EXPECT_EQ(checkpointed, 0) << ReadFile(dir + "/checkpoint.log");
+
+  int64_t examples = 0;
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_EQ(workers[w]->Wait(absl::Minutes(5)), 0)
+        << ReadFile(absl::StrCat(dir, "/worker", w, ".log"));
+    examples += static_cast<int64_t>(Metric(
+        ReadFile(absl::StrCat(dir, "/metrics", w, ".json")), "examples"));
+  }
+  EXPECT_EQ(examples, 3 * kLines);
+  int finished = 0;
+  const WorkerClocksResponse after = ClocksOf(coordinator);
+  for (const auto& worker : after.workers())
+    finished += worker.finished() ? 1 : 0;
+  EXPECT_EQ(finished, 2) << after.DebugString();
+  EXPECT_EQ(ElectedCoordinator(*client_), next);
+  EXPECT_NE(ReadFile(dir + "/worker0.log").find("the clock coordinator is now"),
+            std::string::npos);
 }
 
 }  // namespace
