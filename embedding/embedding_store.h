@@ -330,6 +330,12 @@ class EmbeddingStore {
       const std::function<bool(uint32_t slot)>& in_move,
       std::optional<uint64_t> after, size_t max_rows, bool* done);
 
+  // The stored rows of `keys` of `table`, as ReadSlotRows() reads them;
+  // keys with no stored row are left out. Reads what is on disk: Flush()
+  // first. NOT_FOUND for an unknown table.
+  absl::StatusOr<std::vector<SlotRow>> ReadRowsOfKeys(
+      absl::string_view table, absl::Span<const uint64_t> keys);
+
   // Stores `rows` of `table` as they are (what ReadSlotRows() read on
   // another shard), replacing what this store holds for their keys, and
   // makes them durable before it returns. NOT_FOUND for an unknown table;

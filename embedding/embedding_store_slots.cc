@@ -35,6 +35,25 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
   return rows;
 }
 
+absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadRowsOfKeys(
+    absl::string_view table_name, absl::Span<const uint64_t> keys) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  std::vector<std::string> values;
+  std::vector<bool> found;
+  RETURN_IF_ERROR(rocks_->MultiGet(table->id, keys, &values, &found));
+  std::vector<SlotRow> rows;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!found[i]) continue;
+    SlotRow& row = rows.emplace_back();
+    row.key = keys[i];
+    row.floats.resize(table->row_floats);
+    LogPosition position;
+    RETURN_IF_ERROR(RocksStore::DecodeRow(values[i], absl::MakeSpan(row.floats),
+                                          &position, &row.meta));
+  }
+  return rows;
+}
+
 absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
                                            absl::Span<const SlotRow> rows) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));

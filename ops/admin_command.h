@@ -55,6 +55,9 @@ struct CommandOptions {
   bool cancel = false;
   absl::Duration move_lease = absl::Seconds(30);
   uint32_t move_page_rows = 4096;
+  // --move_final_backlog_rows, --move_catch_up_rounds.
+  uint64_t move_final_backlog_rows = 2048;
+  int move_catch_up_rounds = 8;
   uint32_t shard = UINT32_MAX;  // --shard, for drain-shard
 };
 
@@ -64,6 +67,9 @@ using Json = nlohmann::ordered_json;
 struct Cluster {
   std::vector<std::string> servers;
   std::string coordinator;  // --coordinator, or the first of servers
+  // Under --etcd: `coordinator` is the shard elected in etcd, the only one
+  // that knows the workers.
+  bool coordinator_elected = false;
   TlsFiles tls;
   std::string token;  // sent with every call; empty for none
   CommandOptions options;

@@ -127,6 +127,37 @@ int Slots(const Cluster& cluster) {
 
 namespace {
 
+// The --move_* flags and the command's timeout and output, in `move`.
+void SetMoveFlags(const CommandOptions& options, SlotMoveOptions* move) {
+  move->lease = options.move_lease;
+  move->rows_per_page = options.move_page_rows;
+  move->final_backlog_rows = options.move_final_backlog_rows;
+  move->catch_up_rounds = options.move_catch_up_rounds;
+  move->call_timeout = std::max(options.timeout, absl::Seconds(60));
+  move->progress = !options.json;
+}
+
+Json SourceJson(const SlotMoveReport::Source& source) {
+  return {{"shard", source.shard},
+          {"rows", source.rows},
+          {"changed_rows", source.changed_rows},
+          {"rounds", source.rounds},
+          {"backlog_rows", source.backlog_rows},
+          {"seconds", absl::ToDoubleSeconds(source.elapsed)},
+          {"paused_seconds", absl::ToDoubleSeconds(source.paused)}};
+}
+
+void PrintSource(const SlotMoveReport::Source& source) {
+  std::printf(
+      "shard %u: %llu rows, then %llu changed meanwhile in %d round%s and "
+      "%llu with its pushes to the slots paused %.3f s\n",
+      source.shard, static_cast<unsigned long long>(source.rows),
+      static_cast<unsigned long long>(source.changed_rows), source.rounds,
+      source.rounds == 1 ? "" : "s",
+      static_cast<unsigned long long>(source.backlog_rows),
+      absl::ToDoubleSeconds(source.paused));
+}
+
 // Prints what `moves` did (ps_admin rebalance, drain-shard); the exit code.
 int ReportMoves(const Cluster& cluster, const std::string& command,
                 const std::vector<SlotMoveOptions>& moves) {
@@ -149,12 +180,17 @@ int ReportMoves(const Cluster& cluster, const std::string& command,
                     {"from_shard", *moves[i].from_shard},
                     {"to_shard", moves[i].to_shard},
                     {"rows", report.rows},
-                    {"seconds", seconds}});
+                    {"seconds", seconds},
+                    {"sources", Json::array()}});
+    for (const SlotMoveReport::Source& source : report.sources)
+      done.back()["sources"].push_back(SourceJson(source));
     if (!cluster.options.json) {
       std::printf("slots %u-%u of shard %u to shard %u: %llu rows in %.2f s\n",
                   moves[i].first_slot, moves[i].last_slot, *moves[i].from_shard,
                   moves[i].to_shard,
                   static_cast<unsigned long long>(report.rows), seconds);
+      for (const SlotMoveReport::Source& source : report.sources)
+        PrintSource(source);
     }
   }
   if (cluster.options.json) {
@@ -178,12 +214,7 @@ absl::StatusOr<std::vector<SlotMoveOptions>> Plan(
                    NewestSlotMap(*cluster.channels, cluster.options.timeout));
   std::vector<SlotMoveOptions> moves = PlanRebalance(
       map, static_cast<uint32_t>(cluster.servers.size()), leaving);
-  for (SlotMoveOptions& move : moves) {
-    move.lease = cluster.options.move_lease;
-    move.rows_per_page = cluster.options.move_page_rows;
-    move.call_timeout = std::max(cluster.options.timeout, absl::Seconds(60));
-    move.progress = !cluster.options.json;
-  }
+  for (SlotMoveOptions& move : moves) SetMoveFlags(cluster.options, &move);
   return moves;
 }
 
@@ -232,20 +263,14 @@ int MoveSlotsCommand(const Cluster& cluster) {
   move.first_slot = options.first_slot;
   move.last_slot = options.last_slot;
   move.to_shard = options.to_shard;
-  move.lease = options.move_lease;
-  move.rows_per_page = options.move_page_rows;
-  move.call_timeout = std::max(options.timeout, absl::Seconds(60));
-  move.progress = !options.json;
+  SetMoveFlags(options, &move);
   absl::StatusOr<SlotMoveReport> report = MoveSlots(*cluster.channels, move);
   if (!report.ok()) return Fail(report.status());
   const double seconds = absl::ToDoubleSeconds(report->elapsed);
   if (options.json) {
     Json sources = Json::array();
     for (const SlotMoveReport::Source& source : report->sources) {
-      sources.push_back(
-          {{"shard", source.shard},
-           {"rows", source.rows},
-           {"paused_seconds", absl::ToDoubleSeconds(source.paused)}});
+      sources.push_back(SourceJson(source));
     }
     std::printf("%s\n", Dump({{"first_slot", move.first_slot},
                               {"last_slot", move.last_slot},
@@ -257,13 +282,8 @@ int MoveSlotsCommand(const Cluster& cluster) {
                             .c_str());
     return 0;
   }
-  for (const SlotMoveReport::Source& source : report->sources) {
-    std::printf(
-        "shard %u: %llu rows moved, its pushes to the slots paused "
-        "%.2f s\n",
-        source.shard, static_cast<unsigned long long>(source.rows),
-        absl::ToDoubleSeconds(source.paused));
-  }
+  for (const SlotMoveReport::Source& source : report->sources)
+    PrintSource(source);
   std::printf(
       "slots %u-%u are shard %u's: %llu rows in %.2f s (%.0f rows/s), "
       "slot map epoch %llu\n",

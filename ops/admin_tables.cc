@@ -181,11 +181,15 @@ int DropTable(const Cluster& cluster) {
   request.set_force(cluster.options.force);
   if (!request.force()) {
     // Only the shard the workers coordinate through knows their leases:
-    // ask every shard (and --coordinator) before any drops anything.
+    // ask every shard (and --coordinator) before any drops anything, or
+    // under --etcd the one elected (the others answer UNAVAILABLE).
     std::vector<std::pair<std::string, ps::Admin::Stub*>> asked;
-    for (size_t i = 0; i < cluster.servers.size(); ++i)
-      asked.emplace_back(cluster.servers[i], &cluster.channels->shard(i));
-    if (std::find(cluster.servers.begin(), cluster.servers.end(),
+    for (size_t i = 0; i < cluster.servers.size(); ++i) {
+      if (!cluster.coordinator_elected)
+        asked.emplace_back(cluster.servers[i], &cluster.channels->shard(i));
+    }
+    if (cluster.coordinator_elected ||
+        std::find(cluster.servers.begin(), cluster.servers.end(),
                   cluster.coordinator) == cluster.servers.end()) {
       asked.emplace_back(cluster.coordinator, &cluster.channels->coordinator());
     }

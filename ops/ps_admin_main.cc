@@ -87,6 +87,13 @@ ABSL_FLAG(int32_t, move_lease_s, 30,
 ABSL_FLAG(int32_t, move_page_rows, 4096,
           "For `move-slots`: rows per page copied from a source to the "
           "target.");
+ABSL_FLAG(uint64_t, move_final_backlog_rows, 2048,
+          "For `move-slots`, `rebalance` and `drain-shard`: the rows pushed "
+          "during a move are copied again in rounds until at most this many "
+          "are left, which are copied with the slots' pushes paused.");
+ABSL_FLAG(int32_t, move_catch_up_rounds, 8,
+          "For `move-slots`, `rebalance` and `drain-shard`: most rounds of "
+          "copying changed rows before pausing whatever is left.");
 ABSL_FLAG(std::string, coordinator, "",
           "The coordinator shard, if not the first of --servers.");
 ABSL_FLAG(std::string, token_file, "",
@@ -129,10 +136,15 @@ constexpr Command kCommands[] = {
 absl::Status MoveFlags(const std::string& command, CommandOptions* options) {
   options->cancel = command == "move-slots" && absl::GetFlag(FLAGS_cancel);
   if (absl::GetFlag(FLAGS_move_lease_s) < 1 ||
-      absl::GetFlag(FLAGS_move_page_rows) < 1) {
+      absl::GetFlag(FLAGS_move_page_rows) < 1 ||
+      absl::GetFlag(FLAGS_move_catch_up_rounds) < 0) {
     return absl::InvalidArgumentError(
-        "--move_lease_s and --move_page_rows must be positive");
+        "--move_lease_s and --move_page_rows must be positive, "
+        "--move_catch_up_rounds at least 0");
   }
+  options->move_final_backlog_rows =
+      absl::GetFlag(FLAGS_move_final_backlog_rows);
+  options->move_catch_up_rounds = absl::GetFlag(FLAGS_move_catch_up_rounds);
   options->move_lease = absl::Seconds(absl::GetFlag(FLAGS_move_lease_s));
   options->move_page_rows =
       static_cast<uint32_t>(absl::GetFlag(FLAGS_move_page_rows));
@@ -284,8 +296,15 @@ int main(int argc, char** argv) {
                           **client, etcd->job,
                           absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)))
                     : absl::StatusOr<std::string>(client.status());
-    if (!coordinator.ok()) return Fail(coordinator.status());
-    cluster.coordinator = *std::move(coordinator);
+    if (coordinator.ok()) {
+      cluster.coordinator = *std::move(coordinator);
+      cluster.coordinator_elected = true;
+    } else {
+      // Only the commands that ask the coordinator need one.
+      std::fprintf(stderr, "warning: %s; asking %s as the coordinator\n",
+                   std::string(coordinator.status().message()).c_str(),
+                   cluster.coordinator.c_str());
+    }
   }
   // Fails for TLS files that cannot be read and for a token that would
   // leave loopback in plaintext: bad flags, either way.

@@ -149,6 +149,89 @@ absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
   return rows;
 }
 
+// Copies the rows of `tables` changed on `source` since they were last
+// read, page by page until none is left (a page that says so), pausing the
+// slots' pushes first if `pause`. The rows copied; *left: the changed rows
+// the last page of each table said were left, summed.
+absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
+                                         uint32_t source,
+                                         const std::vector<std::string>& tables,
+                                         const SlotMoveOptions& options,
+                                         bool pause, uint64_t* left) {
+  uint64_t rows = 0;
+  *left = 0;
+  for (const std::string& table : tables) {
+    ReadSlotRowsRequest read;
+    read.set_table(table);
+    read.set_changed(true);
+    read.set_pause(pause);
+    read.set_max_rows(options.rows_per_page);
+    // Pushes add keys while the round reads: it ends after as many pages
+    // as there were keys at its start, unless paused.
+    uint64_t pages_left = 1;
+    bool first = true;
+    while (pages_left-- > 0) {
+      ReadSlotRowsResponse page;
+      RETURN_IF_ERROR(FromGrpcStatus(
+          shards.shard(source).ReadSlotRows(
+              shards.Context(options.call_timeout).get(), read, &page),
+          absl::StrCat("reading changed rows of table ", table, " from shard ",
+                       source)));
+      if (first || pause) {
+        pages_left = (page.changed_left() + options.rows_per_page - 1) /
+                     options.rows_per_page;
+        first = false;
+      }
+      const size_t count = page.rows().keys().size() / sizeof(uint64_t);
+      if (count > 0) {
+        WriteSlotRowsRequest write;
+        *write.mutable_rows() = page.rows();
+        WriteSlotRowsResponse written;
+        RETURN_IF_ERROR(FromGrpcStatus(
+            shards.shard(options.to_shard)
+                .WriteSlotRows(shards.Context(options.call_timeout).get(),
+                               write, &written),
+            absl::StrCat("writing changed rows of table ", table, " to shard ",
+                         options.to_shard)));
+        rows += count;
+      }
+      if (page.done()) break;
+      if (pages_left == 0) *left += page.changed_left();
+    }
+  }
+  return rows;
+}
+
+// The catch-up rounds and the last, paused one (see the header): fills the
+// report's changed_rows, rounds, backlog_rows and *paused_at.
+absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
+                     const std::vector<std::string>& tables,
+                     const SlotMoveOptions& options,
+                     SlotMoveReport::Source* report, absl::Time* paused_at) {
+  for (int round = 0; round < options.catch_up_rounds; ++round) {
+    uint64_t left = 0;
+    ASSIGN_OR_RETURN(const uint64_t rows,
+                     CopyChangedRows(shards, source, tables, options,
+                                     /*pause=*/false, &left));
+    report->changed_rows += rows;
+    ++report->rounds;
+    if (options.progress) {
+      std::fprintf(stderr,
+                   "move-slots: shard %u round %d: %llu changed rows copied, "
+                   "%llu left\n",
+                   source, round + 1, static_cast<unsigned long long>(rows),
+                   static_cast<unsigned long long>(left));
+    }
+    if (left <= options.final_backlog_rows) break;
+  }
+  *paused_at = absl::Now();
+  uint64_t left = 0;
+  ASSIGN_OR_RETURN(report->backlog_rows,
+                   CopyChangedRows(shards, source, tables, options,
+                                   /*pause=*/true, &left));
+  return absl::OkStatus();
+}
+
 // Moves `source`'s slots of the range; on failure before the switch, the
 // move is cancelled there and the target's copy purged.
 absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
@@ -166,8 +249,11 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
       shards.shard(source).BeginSlotMove(
           shards.Context(options.call_timeout).get(), begin, &begun),
       absl::StrCat("beginning the move on shard ", source)));
-  const absl::Time paused = absl::Now();
-  absl::Time next_progress = paused + absl::Seconds(3);
+  const absl::Time began = absl::Now();
+  absl::Time next_progress = began + absl::Seconds(3);
+  SlotMoveReport::Source report;
+  report.shard = source;
+  absl::Time paused = absl::InfiniteFuture();
   std::vector<std::string> tables(begun.tables().begin(), begun.tables().end());
   absl::StatusOr<SlotMap> from = SlotMap::FromSpec(begun.slot_map());
   // Copies an earlier failed move from this source left on the target.
@@ -177,6 +263,10 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
       copied.ok() ? CopyRows(shards, source, tables, options, &next_progress)
                   : copied;
   absl::Status switched = rows.status();
+  if (switched.ok()) {
+    report.rows = *rows;
+    switched = CatchUp(shards, source, tables, options, &report, &paused);
+  }
   SlotMap next = from.ok() ? from->WithSlotsMovedFrom(options.first_slot,
                                                       options.last_slot, source,
                                                       options.to_shard)
@@ -222,7 +312,9 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
             .status());
   }
   *epoch = next.epoch();
-  return SlotMoveReport::Source{source, *rows, absl::Now() - paused};
+  report.elapsed = absl::Now() - began;
+  report.paused = absl::Now() - paused;
+  return report;
 }
 
 }  // namespace

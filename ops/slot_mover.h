@@ -4,16 +4,20 @@
 // move-slots), over the shards' admin API (server/slot_move.h). For each
 // shard that owns slots of the range (a source), in turn:
 //
-//   1. the source pauses pushes to its slots of the range (after those in
-//      flight; pulls go on) and writes its rows back;
+//   1. the source starts recording the keys that pushes to its slots of the
+//      range change (pushes and pulls go on) and writes its rows back;
 //   2. the target purges rows it holds of the source's slots of the range
 //      (left by a move that failed);
 //   3. its rows are read page by page and written into the target, which
-//      makes them durable;
-//   4. the map switches: SetSlotMap on the source first (from then on it
+//      makes them durable (the snapshot);
+//   4. the rows changed meanwhile are copied again, in rounds, until a
+//      round ends with at most final_backlog_rows changed (or after
+//      catch_up_rounds); then the source pauses the slots' pushes (clients
+//      retry them) and the last changed rows are copied;
+//   5. the map switches: SetSlotMap on the source first (from then on it
 //      refuses the slots as moved), then on every other shard (under etcd
 //      they follow the job's map themselves);
-//   5. the source ends the move, deleting its copies.
+//   6. the source ends the move, deleting its copies.
 //
 // A failure before the switch cancels the move on the source (the source
 // keeps every update) and purges the target's partial copy; a failed
@@ -24,9 +28,9 @@
 // that stopped after its source's; the source commits such a move at its
 // next Begin or --cancel.
 //
-// Pushes to the moving slots wait (clients retry) for the whole copy of a
-// source's rows, not only for a final backlog: the copy's time is the
-// pause (SlotMoveReport says how long).
+// Pushes to the moving slots wait (clients retry) only from the last round
+// to the switch; SlotMoveReport says how long, and how many rows each
+// round copied.
 
 #ifndef PS_OPS_SLOT_MOVER_H_
 #define PS_OPS_SLOT_MOVER_H_
@@ -55,6 +59,12 @@ struct SlotMoveOptions {
   // Rows per page read from a source and written to the target. Default:
   // 4096.
   uint32_t rows_per_page = 4096;
+  // The catch-up rounds stop once one ends with at most this many changed
+  // rows left, which are copied with the slots' pushes paused. Default:
+  // 2048.
+  uint64_t final_backlog_rows = 2048;
+  // Most catch-up rounds before pausing whatever is left. Default: 8.
+  int catch_up_rounds = 8;
   // Deadline of each call. Default: 60 s.
   absl::Duration call_timeout = absl::Seconds(60);
   // Print what is happening to stderr, every few seconds.
@@ -64,8 +74,16 @@ struct SlotMoveOptions {
 struct SlotMoveReport {
   struct Source {
     uint32_t shard = 0;
+    // Rows copied in the snapshot.
     uint64_t rows = 0;
-    // From the pause of its pushes to the end of its move.
+    // Rows copied again in the catch-up rounds, and in the last one (with
+    // the pushes paused).
+    uint64_t changed_rows = 0;
+    int rounds = 0;
+    uint64_t backlog_rows = 0;
+    // The whole move, and the part of it the slots' pushes waited: from
+    // the pause to the end of the move.
+    absl::Duration elapsed;
     absl::Duration paused;
   };
   std::vector<Source> sources;

@@ -333,11 +333,21 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
     return Reply(context, optimizer.ok() ? spec.status() : optimizer.status());
   }
   bool done = false;
-  absl::StatusOr<std::vector<embedding::SlotRow>> rows = moves_->Read(
-      request->table(),
-      request->from_start() ? std::nullopt
+  const size_t max_rows = request->max_rows() == 0 ? 4096 : request->max_rows();
+  absl::StatusOr<std::vector<embedding::SlotRow>> rows;
+  if (request->changed()) {
+    uint64_t left = 0;
+    rows = moves_->ReadChanged(request->table(), request->pause(), max_rows,
+                               &left);
+    done = left == 0;
+    response->set_changed_left(left);
+  } else {
+    rows = moves_->Read(request->table(),
+                        request->from_start()
+                            ? std::nullopt
                             : std::optional<uint64_t>(request->after()),
-      request->max_rows() == 0 ? 4096 : request->max_rows(), &done);
+                        max_rows, &done);
+  }
   if (!rows.ok()) return Reply(context, rows.status());
   PackSlotRows(request->table(), spec->dim() + optimizer->state_floats, *rows,
                response->mutable_rows());

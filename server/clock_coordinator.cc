@@ -140,7 +140,11 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
   absl::StatusOr<ReportingWorker> reporting =
       FindOrAddWorkerLocked(report, incarnation, now);
   if (!reporting.ok()) return reporting.status();
-  ApplyReportLocked(report, others_min, now, *reporting);
+  // A newcomer starts where the workers that said where they are are, not
+  // at a clock a takeover does not trust yet.
+  ApplyReportLocked(
+      report, OthersLiveMinimumLocked(report.worker, now, /*confirmed=*/true),
+      now, *reporting);
 
   View view = ViewOfLocked(*reporting->worker, others_min, now);
   view.incarnation = incarnation;
@@ -150,10 +154,11 @@ absl::StatusOr<ClockCoordinator::View> ClockCoordinator::Record(
 }
 
 int64_t ClockCoordinator::OthersLiveMinimumLocked(uint32_t worker,
-                                                  absl::Time now) {
+                                                  absl::Time now,
+                                                  bool confirmed) {
   int64_t others_min = kNoClock;
   for (const auto& [id, other] : workers_) {
-    if (id != worker && Live(other, now))
+    if (id != worker && Live(other, now) && !(confirmed && other.unconfirmed))
       others_min = std::min(others_min, other.clock);
   }
   return others_min;
@@ -399,31 +404,36 @@ absl::Status ClockCoordinator::ServingLocked() {
   return absl::OkStatus();
 }
 
-uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>* expected,
+uint64_t ClockCoordinator::NextEpoch(uint64_t min_epoch) {
+  absl::MutexLock lock(&mu_);
+  return std::max(epoch_ + 1, min_epoch);
+}
+
+uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>& expected,
                                     uint64_t min_epoch,
                                     absl::Time leading_until) {
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(options_.monotonic_now());
   const absl::Time now = options_.now();
+  absl::flat_hash_map<uint32_t, absl::Duration> registered;
+  for (const ExpectedWorker& worker : expected)
+    registered[worker.worker] = worker.lease;
   // The clocks kept may be behind what the workers did under another
-  // coordinator: each counts once its worker reports again.
+  // coordinator: each counts once its worker reports again. One that is
+  // not registered has no process: it counts as lapsed.
   for (auto& [id, worker] : workers_) {
     if (worker.finished) continue;
-    worker.unconfirmed = true;
-    worker.lease_end = now + worker.lease;
+    worker.unconfirmed = registered.contains(id);
+    worker.lease_end = worker.unconfirmed ? now + worker.lease : now;
   }
   size_t added = 0;
-  if (expected != nullptr) {
-    for (const ExpectedWorker& registered : *expected) {
-      if (workers_.contains(registered.worker) || !MakeRoom(now)) continue;
-      Worker& worker = workers_[registered.worker];
-      worker.lease = registered.lease;
-      worker.lease_end = now + registered.lease;
-      worker.unconfirmed = true;
-      ++added;
-    }
-  } else {
-    relearning_until_ = now + options_.relearn_time;
+  for (const auto& [id, lease] : registered) {
+    if (workers_.contains(id) || !MakeRoom(now)) continue;
+    Worker& worker = workers_[id];
+    worker.lease = lease;
+    worker.lease_end = now + lease;
+    worker.unconfirmed = true;
+    ++added;
   }
   cut_ = 0;
   cut_id_ = 0;
@@ -433,8 +443,10 @@ uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>* expected,
   leading_ = true;
   leading_until_ = leading_until;
   dirty_ = true;
-  if (absl::Status saved = SaveLocked(); !saved.ok())
-    LOG(ERROR) << "saving the coordinator's epoch: " << saved;
+  if (!options_.state_path.empty()) {
+    if (absl::Status saved = SaveLocked(); !saved.ok())
+      LOG(ERROR) << "saving the coordinator's epoch: " << saved;
+  }
   LOG(INFO) << "coordinator: leading at epoch " << epoch_ << ", waiting for "
             << workers_.size() << " workers to report (" << added
             << " registered in etcd and not kept here)";

@@ -185,15 +185,18 @@ class ClockCoordinator {
   // check it; the admin service checks it before the other calls.
   absl::Status Serving();
 
+  // The epoch TakeOver(min_epoch) would lead at: above this coordinator's
+  // last, and at least `min_epoch`.
+  uint64_t NextEpoch(uint64_t min_epoch);
+
   // Starts leading, until StepDown() or `leading_until` (by
   // options.monotonic_now; ExtendLeadership() moves it). Each unfinished
-  // worker kept is unconfirmed again, its lease starting anew; each of
+  // worker kept that is among `expected` is unconfirmed again, its lease
+  // starting anew, and one that is not counts as lapsed; each of
   // `expected` not kept is added at clock 0, unconfirmed, under its lease.
-  // No expected list (the workers could not be read): cuts are refused for
-  // options.relearn_time instead. A cut in progress is dropped. Incarnations
-  // given out from now on have an epoch of at least `min_epoch`, and above
-  // this coordinator's last; returns it (saved before returning).
-  uint64_t TakeOver(const std::vector<ExpectedWorker>* expected,
+  // A cut in progress is dropped. Incarnations given out from now on have
+  // the epoch NextEpoch(min_epoch); returns it (saved before returning).
+  uint64_t TakeOver(const std::vector<ExpectedWorker>& expected,
                     uint64_t min_epoch, absl::Time leading_until);
   void ExtendLeadership(absl::Time leading_until);
   void StepDown();
@@ -248,9 +251,11 @@ class ClockCoordinator {
     bool newcomer = false;
     bool resumed = false;
   };
-  // The least clock among live workers other than `worker`; the largest
-  // int64_t (kNoClock) if there are none.
-  int64_t OthersLiveMinimumLocked(uint32_t worker, absl::Time now)
+  // The least clock among live workers other than `worker` (only those
+  // that reported since this coordinator started leading, if `confirmed`);
+  // the largest int64_t (kNoClock) if there are none.
+  int64_t OthersLiveMinimumLocked(uint32_t worker, absl::Time now,
+                                  bool confirmed = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The incarnation the report is recorded under: its own, or one given
   // out now if it asks for one (above the worker's last).
@@ -273,7 +278,7 @@ class ClockCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the report's clock, examples, finish and lease in the worker's
   // entry (clocks never go back; a newcomer at clock 0 starts at
-  // `others_min`).
+  // `others_min`, the confirmed workers' minimum).
   void ApplyReportLocked(const Report& report, int64_t others_min,
                          absl::Time now, const ReportingWorker& reporting)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -462,7 +462,7 @@ TEST_F(ClockCoordinatorTest, AnElectedCoordinatorAnswersOnlyWhileItLeads) {
             StatusCode::kUnavailable);
 
   const std::vector<ClockCoordinator::ExpectedWorker> none;
-  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Seconds(3));
+  coordinator_->TakeOver(none, 1, monotonic_ + absl::Seconds(3));
   EXPECT_OK(coordinator_->Serving());
   EXPECT_EQ(Report(0, 4).clock, 4);
 
@@ -487,7 +487,7 @@ TEST_F(ClockCoordinatorTest, TakingOverWaitsForEveryRegisteredWorker) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> registered = {
       {0, lease_}, {1, lease_}};
-  coordinator_->TakeOver(&registered, 1, monotonic_ + absl::Hours(1));
+  coordinator_->TakeOver(registered, 1, monotonic_ + absl::Hours(1));
 
   const ClockCoordinator::View first = Report(0, 40);
   EXPECT_EQ(first.clock, 40);
@@ -510,7 +510,7 @@ TEST_F(ClockCoordinatorTest, ARegisteredWorkerThatNeverReportsLapses) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> registered = {
       {0, lease_}, {1, lease_}};
-  coordinator_->TakeOver(&registered, 1, monotonic_ + absl::Hours(1));
+  coordinator_->TakeOver(registered, 1, monotonic_ + absl::Hours(1));
   EXPECT_EQ(Report(0, 40).min_clock, 0);
   now_ += lease_ + absl::Seconds(1);
   EXPECT_EQ(Report(0, 41).min_clock, 41);
@@ -522,11 +522,13 @@ TEST_F(ClockCoordinatorTest, ARegisteredWorkerThatNeverReportsLapses) {
 TEST_F(ClockCoordinatorTest, TakingOverDoesNotTrustTheClocksItKept) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> none;
-  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Hours(1));
+  coordinator_->TakeOver(none, 1, monotonic_ + absl::Hours(1));
   Report(0, 5);
   Report(1, 5);
   coordinator_->StepDown();
-  coordinator_->TakeOver(&none, 1, monotonic_ + absl::Hours(1));
+  const std::vector<ClockCoordinator::ExpectedWorker> both = {{0, lease_},
+                                                              {1, lease_}};
+  coordinator_->TakeOver(both, 1, monotonic_ + absl::Hours(1));
   EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
             StatusCode::kUnavailable);
   Report(0, 90);
@@ -539,7 +541,7 @@ TEST_F(ClockCoordinatorTest, TakingOverDoesNotTrustTheClocksItKept) {
 TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheEpochGiven) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> none;
-  const uint64_t epoch = coordinator_->TakeOver(&none, uint64_t{1} << 30,
+  const uint64_t epoch = coordinator_->TakeOver(none, uint64_t{1} << 30,
                                                 monotonic_ + absl::Hours(1));
   EXPECT_EQ(epoch, uint64_t{1} << 30);
   ClockCoordinator::Report report;
@@ -549,13 +551,35 @@ TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheEpochGiven) {
   absl::StatusOr<ClockCoordinator::View> view = coordinator_->Record(report);
   ASSERT_OK(view);
   EXPECT_EQ(view->incarnation >> 32, epoch);
-  // Without a list of workers, cuts wait for the relearn time.
+  EXPECT_EQ(coordinator_->NextEpoch(1), epoch + 1);
+  EXPECT_EQ(coordinator_->NextEpoch(epoch + 7), epoch + 7);
+}
+
+// A worker that joins while the coordinator waits for the registered ones
+// starts at the clocks of those that reported, not at a placeholder's 0.
+TEST_F(ClockCoordinatorTest,
+       ANewcomerAfterATakeoverStartsAtTheConfirmedClocks) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> registered = {
+      {0, lease_}, {1, lease_}};
+  coordinator_->TakeOver(registered, 1, monotonic_ + absl::Hours(1));
+  Report(0, 40);
+  EXPECT_EQ(Report(2, 0).clock, 40);
+}
+
+// Kept workers with no registered process count as lapsed at a takeover.
+TEST_F(ClockCoordinatorTest, TakingOverForgetsKeptWorkersThatAreNotRegistered) {
+  coordinator_ = Open("", 4096, /*elected=*/true);
+  const std::vector<ClockCoordinator::ExpectedWorker> none;
+  coordinator_->TakeOver(none, 1, monotonic_ + absl::Hours(1));
+  Report(0, 5);
+  Report(1, 5);
   coordinator_->StepDown();
-  coordinator_->TakeOver(nullptr, 1, monotonic_ + absl::Hours(1));
-  EXPECT_EQ(coordinator_->BeginCut(absl::Seconds(10)).status().code(),
-            StatusCode::kUnavailable);
-  now_ += absl::Seconds(61);
-  Report(3, 1, false, view->incarnation);
+  const std::vector<ClockCoordinator::ExpectedWorker> only_zero = {{0, lease_}};
+  coordinator_->TakeOver(only_zero, 1, monotonic_ + absl::Hours(1));
+  const ClockCoordinator::View view = Report(0, 9);
+  EXPECT_EQ(view.live_workers, 1u);
+  EXPECT_EQ(view.min_clock, 9);
   EXPECT_OK(coordinator_->BeginCut(absl::Seconds(10)));
 }
 

@@ -41,9 +41,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Start(
 }
 
 CoordinatorElection::~CoordinatorElection() {
+  // Stops answering before waiting for the thread, which may be in an etcd
+  // call (and checks stop_ before it takes over).
   stop_.Notify();
+  clocks_->StepDown();
   if (thread_.joinable()) thread_.join();
-  if (leading_.load()) clocks_->StepDown();
+  clocks_->StepDown();
   if (lease_ != 0) {
     // Briefly: a shard that stops must not wait on an etcd that is gone.
     if (absl::Status revoked = etcd_->RevokeLease(lease_, absl::Seconds(1));
@@ -100,50 +103,58 @@ bool CoordinatorElection::Campaign() {
       return false;
     }
   }
-  Lead(sent + options_.ttl);
-  return true;
+  return Lead(sent + options_.ttl);
 }
 
-void CoordinatorElection::Lead(absl::Time leading_until) {
-  // The epoch of the last coordinator (0: none yet), so that this one's
-  // incarnations are above every one it gave.
-  uint64_t last_epoch = 0;
+bool CoordinatorElection::Lead(absl::Time leading_until) {
+  // All or nothing: a coordinator that does not know the last epoch could
+  // give out incarnations another gave, and one that does not know the
+  // workers could let one run past the staleness bound. Either way the key
+  // is given up and the campaign goes on.
+  auto give_up = [this](absl::string_view why, const absl::Status& status) {
+    LOG(ERROR) << "not coordinating after all: " << why << ": " << status;
+    etcd_->RevokeLease(lease_, options_.ttl / 3).IgnoreError();
+    lease_ = 0;
+    return false;
+  };
+  const std::string epoch_key = CoordinatorEpochKey(options_.job);
+  uint64_t last_epoch = 0;  // none yet
   int64_t epoch_revision = 0;
-  absl::StatusOr<net::EtcdValue> stored =
-      etcd_->Get(CoordinatorEpochKey(options_.job));
+  absl::StatusOr<net::EtcdValue> stored = etcd_->Get(epoch_key);
   if (stored.ok()) {
     if (!absl::SimpleAtoi(stored->value, &last_epoch)) {
-      LOG(ERROR) << CoordinatorEpochKey(options_.job) << " holds '"
-                 << stored->value << "', not an epoch: going on from this "
-                 << "shard's own";
+      return give_up("reading the last coordinator's epoch",
+                     absl::DataLossError(absl::StrCat(
+                         epoch_key, " holds '", stored->value,
+                         "', not an epoch (etcdctl del it to go on)")));
     }
     epoch_revision = stored->mod_revision;
   } else if (!absl::IsNotFound(stored.status())) {
-    LOG(ERROR) << "reading the coordinator epoch: " << stored.status()
-               << "; going on from this shard's own";
+    return give_up("reading the last coordinator's epoch", stored.status());
   }
   absl::StatusOr<std::vector<net::RegisteredWorker>> registered =
       net::RegisteredWorkers(*etcd_, options_.job);
+  if (!registered.ok())
+    return give_up("reading the registered workers", registered.status());
   std::vector<ClockCoordinator::ExpectedWorker> expected;
-  if (registered.ok()) {
-    for (const net::RegisteredWorker& worker : *registered)
-      expected.push_back({worker.index, worker.lease});
-  } else {
-    LOG(ERROR) << "reading the registered workers: " << registered.status()
-               << "; cuts wait for the relearn time instead";
+  for (const net::RegisteredWorker& worker : *registered)
+    expected.push_back({worker.index, worker.lease});
+  // Recorded before any incarnation of it is given out.
+  const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);
+  absl::StatusOr<bool> saved =
+      etcd_->PutIf(epoch_key, absl::StrCat(epoch), epoch_revision);
+  if (!saved.ok()) return give_up("recording the epoch", saved.status());
+  if (!*saved) {
+    return give_up(
+        "recording the epoch",
+        absl::AbortedError(absl::StrCat(epoch_key, " changed meanwhile")));
   }
-  const uint64_t epoch = clocks_->TakeOver(
-      registered.ok() ? &expected : nullptr, last_epoch + 1, leading_until);
+  if (stop_.HasBeenNotified()) return false;  // the destructor revokes
+  clocks_->TakeOver(expected, epoch, leading_until);
   leading_.store(true);
-  absl::StatusOr<bool> saved = etcd_->PutIf(
-      CoordinatorEpochKey(options_.job), absl::StrCat(epoch), epoch_revision);
-  if (!saved.ok() || !*saved) {
-    LOG(ERROR) << "could not record coordinator epoch " << epoch << " in etcd"
-               << (saved.ok() ? " (it changed meanwhile)"
-                              : ": " + saved.status().ToString());
-  }
   LOG(INFO) << "this shard is the job's clock coordinator (epoch " << epoch
             << ")";
+  return true;
 }
 
 bool CoordinatorElection::Renew() {
@@ -151,11 +162,13 @@ bool CoordinatorElection::Renew() {
   absl::StatusOr<absl::Duration> renewed =
       etcd_->KeepAlive(lease_, options_.ttl / 3);
   if (renewed.ok()) {
-    // Still ours? (An operator may have deleted it to move the role.)
+    // Still ours? (Deleted, or etcd's state lost.) Unknown is not yes.
     absl::StatusOr<net::EtcdValue> held = etcd_->Get(key_);
-    if (absl::IsNotFound(held.status()) ||
-        (held.ok() && held->lease != lease_)) {
+    if (!held.ok() && !absl::IsNotFound(held.status())) return true;
+    if (!held.ok() || held->lease != lease_) {
       LOG(WARNING) << key_ << " is no longer this shard's: stepping down";
+      etcd_->RevokeLease(lease_, options_.ttl / 3).IgnoreError();
+      lease_ = 0;
       return false;
     }
     clocks_->ExtendLeadership(sent + *renewed);

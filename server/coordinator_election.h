@@ -70,8 +70,10 @@ class CoordinatorElection {
   bool Campaign();
   // Renews the lease of a leader; false once leadership is lost.
   bool Renew();
-  // TakeOver() with what etcd knows.
-  void Lead(absl::Time leading_until);
+  // TakeOver() with what etcd knows: the last epoch (this one recorded
+  // above it first) and the registered workers. False, the key given up,
+  // when either cannot be read or the epoch not recorded.
+  bool Lead(absl::Time leading_until);
 
   net::EtcdClient* const etcd_;
   ClockCoordinator* const clocks_;

@@ -339,7 +339,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     }
   }
   RETURN_IF_ERROR(routed);
-  if (moves_->Pauses(keys)) {
+  if (!moves_->Admit(request.table(), keys)) {
     // Its retry may come after later pushes (see Push()).
     if (origin.tracked()) store_->NoteRefusedPush(origin);
     return MarkTransient(absl::UnavailableError(

@@ -64,7 +64,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // `store`, `clocks`, `slots` and `moves` must outlive this service.
   DataService(const DataServiceOptions& options,
               embedding::EmbeddingStore* store, ClockCoordinator* clocks,
-              const SlotOwnership* slots, const SlotMoveSource* moves)
+              const SlotOwnership* slots, SlotMoveSource* moves)
       : options_(options),
         store_(store),
         clocks_(clocks),
@@ -165,7 +165,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   embedding::EmbeddingStore* const store_;
   ClockCoordinator* const clocks_;
   const SlotOwnership* const slots_;
-  const SlotMoveSource* const moves_;
+  SlotMoveSource* const moves_;
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};

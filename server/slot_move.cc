@@ -1,5 +1,7 @@
 #include "server/slot_move.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/routing.h"
@@ -73,8 +75,13 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
           "shard ", shard_index_, " owns none of slots ", first_slot, "-",
           last_slot, " (slot map epoch ", map->epoch(), ")"));
     }
-    move_ = Move{first_slot,          last_slot, to_shard, lease,
-                 absl::Now() + lease, map,       false};
+    move_.emplace();
+    move_->first_slot = first_slot;
+    move_->last_slot = last_slot;
+    move_->to_shard = to_shard;
+    move_->lease = lease;
+    move_->deadline = absl::Now() + lease;
+    move_->from = map;
   }
   if (unfinished.has_value()) {
     if (absl::Status deleted = DeleteGivenAway(*unfinished, *map).status();
@@ -85,7 +92,8 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
       return deleted;
     }
   }
-  LOG(INFO) << "moving " << Describe() << ": pushes to them wait";
+  LOG(INFO) << "moving " << Describe()
+            << ": their pushes go on, the keys they change recorded";
   // What is on disk is the rows from here on.
   if (absl::Status flushed = store_->Flush(); !flushed.ok()) {
     absl::MutexLock lock(&mu_);
@@ -133,6 +141,40 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::Read(
       after, max_rows, done);
 }
 
+absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::ReadChanged(
+    const std::string& table, bool pause, size_t max_rows, uint64_t* left) {
+  std::vector<uint64_t> keys;
+  {
+    // After the pushes in flight, whose keys are recorded: what is read
+    // below holds them.
+    absl::WriterMutexLock no_pushes(&slots_->push_lock());
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckLive(/*renew=*/true));
+    if (pause && !move_->paused) {
+      LOG(INFO) << DescribeLocked() << ": pushes to them wait for the last "
+                << move_->changed_keys << " changed rows";
+      move_->paused = true;
+    }
+    auto it = move_->changed.find(table);
+    if (it != move_->changed.end()) {
+      absl::flat_hash_set<uint64_t>& changed = it->second;
+      while (!changed.empty() && keys.size() < max_rows) {
+        keys.push_back(*changed.begin());
+        changed.erase(changed.begin());
+      }
+      move_->changed_keys -= keys.size();
+      *left = changed.size();
+      if (changed.empty()) move_->changed.erase(it);
+    } else {
+      *left = 0;
+    }
+  }
+  // Rows on disk from here, which includes every push recorded above.
+  RETURN_IF_ERROR(store_->Flush());
+  std::sort(keys.begin(), keys.end());
+  return store_->ReadRowsOfKeys(table, keys);
+}
+
 absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
   const std::shared_ptr<const SlotMap> map = slots_->current();
   Move ended;
@@ -165,8 +207,7 @@ absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
   return Ended{true, deleted};
 }
 
-absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next,
-                                         bool* switching) {
+absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next, bool* switching) {
   *switching = false;
   const std::shared_ptr<const SlotMap> map = slots_->current();
   absl::MutexLock lock(&mu_);
@@ -191,6 +232,15 @@ absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next,
         "the slot map is being switched for this move already; retry");
   }
   RETURN_IF_ERROR(CheckLive(/*renew=*/false));
+  // The target must hold every update before the slots are its.
+  if (!move_->paused || move_->changed_keys > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the move of ", DescribeLocked(), " has ",
+                     move_->paused ? "" : "not paused its pushes and has ",
+                     move_->changed_keys,
+                     " changed rows the target does not have: read them first "
+                     "(ReadSlotRows with changed and pause)"));
+  }
   move_->switching = true;
   *switching = true;
   return absl::OkStatus();
@@ -205,17 +255,30 @@ void SlotMoveSource::AfterChange() {
   if (!GivenAway(*move_, *map)) move_->deadline = absl::Now() + move_->lease;
 }
 
-bool SlotMoveSource::Pauses(absl::Span<const uint64_t> keys) const {
+bool SlotMoveSource::Admit(const std::string& table,
+                           absl::Span<const uint64_t> keys) {
   absl::MutexLock lock(&mu_);
   if (!move_.has_value() ||
       (!move_->switching && absl::Now() > move_->deadline)) {
-    return false;
+    return true;
   }
-  for (uint64_t key : keys) {
+  auto moving = [this](uint64_t key) {
     const uint32_t slot = SlotForKey(key);
-    if (slot >= move_->first_slot && slot <= move_->last_slot) return true;
+    return slot >= move_->first_slot && slot <= move_->last_slot;
+  };
+  if (move_->paused) return std::none_of(keys.begin(), keys.end(), moving);
+  absl::flat_hash_set<uint64_t>* changed = nullptr;
+  for (uint64_t key : keys) {
+    if (!moving(key)) continue;
+    if (changed == nullptr) changed = &move_->changed[table];
+    if (changed->insert(key).second) ++move_->changed_keys;
   }
-  return false;
+  if (move_->changed_keys > max_changed_keys_) {
+    LOG(WARNING) << DescribeLocked() << ": more than " << max_changed_keys_
+                 << " changed rows to copy; pushes to them wait from now";
+    move_->paused = true;
+  }
+  return true;
 }
 
 std::string SlotMoveSource::Describe() const {

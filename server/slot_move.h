@@ -2,15 +2,20 @@
 //
 // SlotMoveSource is the one slot move out of this shard that may be under
 // way (ps_admin move-slots, through the admin API): which slots, to which
-// shard, until when. While it lasts, pushes of keys in those slots are
-// refused as transient (clients retry them) and pulls go on; the rows are
-// read page by page; it ends by commit (once the map gives the slots away,
-// the shard deletes its copies) or by cancel, or by itself when no call
-// about it comes within its lease, so that a ps_admin that died does not
-// pause the slots for good. While the map switches (SetSlotMap asks
-// MayGiveAway() first) the lease does not run, and once the map gives the
-// slots away the move can only be committed: End() without commit commits
-// it then, and the next Begin() commits it first.
+// shard, until when. While it lasts, pulls go on, and so do pushes of keys
+// in those slots at first: the keys they change are recorded, per table,
+// while the rows are read page by page (the snapshot), and read again in
+// rounds (ReadChanged()) that catch the target up. Then the move pauses
+// the slots' pushes (refused as transient: clients retry them) for the
+// last round, the backlog, and the map may switch only once paused with
+// no changed row left to copy. Past `max_changed_keys` recorded, the
+// slots pause at once, which bounds the memory. The move ends by commit (once
+// the map gives the slots away, the shard deletes its copies) or by cancel, or
+// by itself when no call about it comes within its lease, so that a ps_admin
+// that died does not pause the slots for good. While the map switches
+// (SetSlotMap asks MayGiveAway() first) the lease does not run, and once the
+// map gives the slots away the move can only be committed: End() without commit
+// commits it then, and the next Begin() commits it first.
 //
 // Does not own the store or the ownership, which must outlive it.
 // Thread-safe.
@@ -25,6 +30,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -39,14 +46,17 @@ namespace ps::server {
 class SlotMoveSource {
  public:
   SlotMoveSource(embedding::EmbeddingStore* store, SlotOwnership* slots,
-                 uint32_t shard_index)
-      : store_(store), slots_(slots), shard_index_(shard_index) {}
+                 uint32_t shard_index, size_t max_changed_keys = 1 << 20)
+      : store_(store),
+        slots_(slots),
+        shard_index_(shard_index),
+        max_changed_keys_(max_changed_keys) {}
 
-  // Pauses pushes of the slots of first..last this shard owns (after the
-  // pushes in flight), writes its rows back, and returns the map the move
-  // starts from. FAILED_PRECONDITION while another move is under way or
-  // when this shard owns none of the slots; INVALID_ARGUMENT for a range
-  // past the slots or a move to this shard itself.
+  // Starts recording the keys pushes change in the slots of first..last
+  // this shard owns (from the pushes after those in flight), writes its
+  // rows back, and returns the map the move starts from. FAILED_PRECONDITION
+  // while another move is under way or when this shard owns none of the slots;
+  // INVALID_ARGUMENT for a range past the slots or a move to this shard itself.
   absl::StatusOr<std::shared_ptr<const SlotMap>> Begin(uint32_t first_slot,
                                                        uint32_t last_slot,
                                                        uint32_t to_shard,
@@ -58,6 +68,15 @@ class SlotMoveSource {
   absl::StatusOr<std::vector<embedding::SlotRow>> Read(
       const std::string& table, std::optional<uint64_t> after, size_t max_rows,
       bool* done);
+
+  // Up to `max_rows` rows of `table` whose keys were pushed since the last
+  // call (or the move's beginning), read after they were applied; those
+  // keys are then no longer recorded until pushed again. `pause` first
+  // pauses the slots' pushes (after those in flight) for the rest of the
+  // move. *left: recorded keys of `table` not returned. Renews the lease;
+  // errors as Read().
+  absl::StatusOr<std::vector<embedding::SlotRow>> ReadChanged(
+      const std::string& table, bool pause, size_t max_rows, uint64_t* left);
 
   struct Ended {
     // The move was committed: the map gave its slots away.
@@ -90,8 +109,11 @@ class SlotMoveSource {
   // still gives the move's slots to this shard, its lease runs again.
   void AfterChange();
 
-  // Whether a push of `keys` (this shard's) must wait for the move.
-  bool Pauses(absl::Span<const uint64_t> keys) const;
+  // Whether a push of `keys` (this shard's) to `table` may be applied now:
+  // false once the move paused their slots; true otherwise, after
+  // recording those of the move's slots. Called with the ownership's
+  // push_lock() held (shared) until the push is applied.
+  bool Admit(const std::string& table, absl::Span<const uint64_t> keys);
 
   // "slots 0-99 moving to shard 2", for the refusal.
   std::string Describe() const;
@@ -108,6 +130,11 @@ class SlotMoveSource {
     // A map change that gives the slots away is being made: the lease does
     // not run.
     bool switching = false;
+    // Pushes of the slots are refused (the last round, or too many keys).
+    bool paused = false;
+    // Keys pushed since they were last read, by table.
+    absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> changed;
+    size_t changed_keys = 0;
   };
 
   // The move, if under way and its lease holds (renewed when `renew`).
@@ -123,6 +150,7 @@ class SlotMoveSource {
   embedding::EmbeddingStore* const store_;
   SlotOwnership* const slots_;
   const uint32_t shard_index_;
+  const size_t max_changed_keys_;
   mutable absl::Mutex mu_;
   std::optional<Move> move_ ABSL_GUARDED_BY(mu_);
 };

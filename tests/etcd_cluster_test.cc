@@ -400,16 +400,18 @@ std::string ElectedCoordinator(net::EtcdClient& etcd) {
 }
 
 // The workers' clocks as `address` (the coordinator) answers; an empty
-// answer when it does not.
-WorkerClocksResponse ClocksOf(const std::string& address) {
+// answer when it does not (`code` says why).
+WorkerClocksResponse ClocksOf(const std::string& address,
+                              grpc::StatusCode* code = nullptr) {
   auto admin = Admin::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   WorkerClocksResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  if (!admin->WorkerClocks(&context, WorkerClocksRequest(), &response).ok())
-    return WorkerClocksResponse();
-  return response;
+  const grpc::Status status =
+      admin->WorkerClocks(&context, WorkerClocksRequest(), &response);
+  if (code != nullptr) *code = status.error_code();
+  return status.ok() ? response : WorkerClocksResponse();
 }
 
 // Both workers live at `address`, each at a clock of at least `clock`.
@@ -443,7 +445,11 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
   ASSERT_TRUE(leader == 0 || leader == 1) << first;
   EXPECT_EQ(first, absl::StrCat(leader, " ", shards[leader]->address()));
   // The other shard does not answer as a coordinator.
-  EXPECT_EQ(ClocksOf(shards[1 - leader]->address()).workers_size(), 0);
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  ClocksOf(shards[1 - leader]->address(), &code);
+  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  ClocksOf(shards[leader]->address(), &code);
+  EXPECT_EQ(code, grpc::StatusCode::OK);
 
   const std::string dir = FreshTestDir("etcd_takeover");
   constexpr int kLines = 60000;
@@ -514,6 +520,16 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
        absl::StrCat("--job=", kJob), "checkpoint", "--dir=" + dir + "/ckpt"},
       dir + "/checkpoint.log");
   EXPECT_EQ(checkpointed, 0) << ReadFile(dir + "/checkpoint.log");
+  // drop-table asks the elected coordinator whether workers train (the
+  // other shard does not know them).
+  EXPECT_NE(
+      RunToCompletion(
+          {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+           absl::StrCat("--job=", kJob), "drop-table", "--table=no_such_table"},
+          dir + "/drop.log"),
+      0);
+  EXPECT_NE(ReadFile(dir + "/drop.log").find("hold leases"), std::string::npos)
+      << ReadFile(dir + "/drop.log");
 
   int64_t examples = 0;
   for (int w = 0; w < 2; ++w) {

@@ -519,7 +519,8 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   CountingPusher worker(
       client.get(), keys,
       [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
-  // Many small pages: the worker's pushes wait through them.
+  // Many small pages: the worker's pushes go on through them, and the rows
+  // they change are copied again.
   absl::StatusOr<SlotMoveReport> report = Move(0, 8191, 1, 100);
   // Pushes go on after the move, routed by the new map.
   worker.WaitForMore(3);
@@ -533,6 +534,10 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   for (uint64_t key : keys)
     moving_keys += ShardForKey(key, 2) != moved.ShardForKey(key);
   EXPECT_EQ(report->rows, static_cast<uint64_t>(moving_keys));
+  // Pushed during the snapshot: copied again in the rounds after it.
+  EXPECT_GT(report->sources[0].changed_rows, 0u);
+  EXPECT_GE(report->sources[0].rounds, 1);
+  EXPECT_LT(report->sources[0].paused, report->sources[0].elapsed);
   // Every key holds every acknowledged push once, on its owner only.
   const float pushes = static_cast<float>(worker.acknowledged() + 1);
   ExpectRowsWhere(moved, keys, [&](uint64_t) { return pushes; });
@@ -601,6 +606,16 @@ TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
     grpc::ClientContext context;
     EXPECT_EQ(admins_[0]->BeginSlotMove(&context, begin, &begun).error_code(),
               grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    // Its last round: pushes to the slots pause.
+    ReadSlotRowsRequest read;
+    read.set_table(kTable);
+    read.set_changed(true);
+    read.set_pause(true);
+    ReadSlotRowsResponse page;
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->ReadSlotRows(&context, read, &page).ok());
   }
   // Pushes to shard 0 wait (retried) until the lease runs out, then land.
   const absl::Time start = absl::Now();
@@ -707,6 +722,17 @@ TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
   bool stored = false;
   Row(1, copied_key, &stored);
   EXPECT_TRUE(stored) << "the second move purged the first one's copy";
+  {
+    // Its last round (nothing was pushed meanwhile): paused, it may switch.
+    ReadSlotRowsRequest last;
+    last.set_table(kTable);
+    last.set_changed(true);
+    last.set_pause(true);
+    ReadSlotRowsResponse changed;
+    grpc::ClientContext context;
+    ASSERT_TRUE(admins_[0]->ReadSlotRows(&context, last, &changed).ok());
+    EXPECT_TRUE(changed.done());
+  }
   // The first one switches and is never ended: ending it now (what
   // --cancel does) commits it, since the map gave the slots away, and its
   // copies on shard 0 go.

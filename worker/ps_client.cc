@@ -279,7 +279,9 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<int>& shards,
                               std::vector<Response>* responses, Issue issue,
                               const char* what, absl::Duration retry_for,
-                              Moved* moved) {
+                              Moved* moved, absl::Duration attempt_timeout) {
+  if (attempt_timeout <= absl::ZeroDuration())
+    attempt_timeout = options_.call_timeout;
   const size_t n = requests.size();
   // Kept elements keep their buffers (each is cleared before its call).
   responses->resize(n);
@@ -299,7 +301,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       const size_t i = pending[p];
       contexts[p] = std::make_unique<grpc::ClientContext>();
       contexts[p]->set_deadline(
-          absl::ToChronoTime(absl::Now() + options_.call_timeout));
+          absl::ToChronoTime(absl::Now() + attempt_timeout));
       (*responses)[i].Clear();
       issue(shards[i], contexts[p].get(), &requests[i], &(*responses)[i],
             [&statuses, &outstanding, p](grpc::Status status) {
@@ -645,7 +647,12 @@ absl::StatusOr<ClockResponse> PsClient::ClockOnce(const ClockRequest& request,
         AddWorkerToken(context);
         stub->async()->Clock(context, clock_request, response, std::move(done));
       },
-      "clock", retry_for, nullptr);
+      "clock", retry_for, nullptr,
+      // A coordinator that does not answer (paused, cut off) is looked up
+      // again after coordinator_patience, not after a whole call timeout.
+      options_.find_coordinator
+          ? std::min(options_.call_timeout, options_.coordinator_patience)
+          : options_.call_timeout);
   if (!status.ok()) return status;
   return responses[0];
 }

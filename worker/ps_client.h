@@ -136,12 +136,15 @@ class PsClient : public TrainingClient {
   };
 
   // Issues every request (request i to shards[i]) at once and retries those
-  // that failed transiently, with backoff, for up to `retry_for`. With
-  // `moved`, requests refused as moved are not retried but listed there.
+  // that failed transiently, with backoff, for up to `retry_for`, each
+  // attempt with a deadline of `attempt_timeout` (zero: the call timeout).
+  // With `moved`, requests refused as moved are not retried but listed
+  // there.
   template <typename Request, typename Response, typename Issue>
   absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
                       std::vector<Response>* responses, Issue issue,
-                      const char* what, absl::Duration retry_for, Moved* moved);
+                      const char* what, absl::Duration retry_for, Moved* moved,
+                      absl::Duration attempt_timeout = absl::ZeroDuration());
 
   std::shared_ptr<const SlotMap> slot_map() const;
   // The map to route again by after `moved` (round: how many times this

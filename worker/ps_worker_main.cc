@@ -132,12 +132,14 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
   EtcdPresence presence;
   ASSIGN_OR_RETURN(presence.etcd, ps::net::ConnectToJobEtcd(flags.etcd));
   const std::string job = flags.etcd.job;
-  ASSIGN_OR_RETURN(
-      client_options->coordinator,
-      ps::net::FindCoordinator(*presence.etcd, job, options.start_timeout));
-  client_options->find_coordinator = [etcd = presence.etcd.get(), job] {
-    return ps::net::FindCoordinator(*etcd, job, absl::Seconds(1));
-  };
+  if (client_options->coordinator.empty()) {  // no --coordinator
+    ASSIGN_OR_RETURN(
+        client_options->coordinator,
+        ps::net::FindCoordinator(*presence.etcd, job, options.start_timeout));
+    client_options->find_coordinator = [etcd = presence.etcd.get(), job] {
+      return ps::net::FindCoordinator(*etcd, job, absl::Seconds(1));
+    };
+  }
   // A coordinator that takes over waits for every registered worker.
   ASSIGN_OR_RETURN(
       presence.worker_key,

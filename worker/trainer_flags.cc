@@ -24,7 +24,9 @@
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "Comma-separated host:port of every shard, in shard-index order.");
 ABSL_FLAG(std::string, coordinator, "",
-          "host:port of the clock coordinator. Default: the first server.");
+          "host:port of the clock coordinator. Default: the first server, "
+          "or under --etcd the shard elected there (followed when another "
+          "takes over).");
 ABSL_FLAG(int32_t, worker_index, 0,
           "This worker's index, in [0, num_workers).");
 ABSL_FLAG(
