@@ -90,6 +90,11 @@ ABSL_FLAG(uint64_t, wal_max_log_mb, 1024,
           "bounds the disk it takes and the replay at restart.");
 ABSL_FLAG(uint32_t, max_keys_per_request, 65536,
           "Most keys one pull or push may carry; more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint64_t, max_move_changed_keys, 1 << 20,
+          "During a slot move out of this shard (ps_admin move-slots), most "
+          "keys pushed meanwhile whose rows are still to copy; past it the "
+          "moving slots' pushes wait for the rest of the move (memory: about "
+          "16 bytes a key).");
 ABSL_FLAG(uint64_t, max_message_mb, 64,
           "Largest gRPC message either way, in MiB.");
 ABSL_FLAG(uint64_t, max_inflight_mb, 1024,
@@ -243,6 +248,7 @@ absl::Status ReadServingFlags(ps::server::ServerOptions* options) {
   options->shard_index = absl::GetFlag(FLAGS_shard_index);
   options->num_shards = absl::GetFlag(FLAGS_num_shards);
   options->max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  options->max_move_changed_keys = absl::GetFlag(FLAGS_max_move_changed_keys);
   // gRPC takes a message size as an int.
   RETURN_IF_ERROR(MegabytesFlag("max_message_mb",
                                 absl::GetFlag(FLAGS_max_message_mb), 2047,

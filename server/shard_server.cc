@@ -231,7 +231,8 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
 
 void ShardServer::CreateServices(const ServerOptions& options) {
   slot_moves_ = std::make_unique<SlotMoveSource>(store_.get(), slots_.get(),
-                                                 options.shard_index);
+                                                 options.shard_index,
+                                                 options.max_move_changed_keys);
   data_service_ = std::make_unique<DataService>(
       DataServiceOptionsFor(options), store_.get(), clocks_.get(), slots_.get(),
       slot_moves_.get());

@@ -58,6 +58,9 @@ struct ServerOptions {
   uint32_t num_shards = 1;
   // Most keys one Pull or Push may carry. Default: 65536.
   uint32_t max_keys_per_request = 65536;
+  // During a slot move out of this shard, most changed keys recorded
+  // (server/slot_move.h). Default: 1 << 20.
+  size_t max_move_changed_keys = size_t{1} << 20;
   // Largest gRPC message either way. Default: 64 MiB.
   size_t max_message_bytes = 64 << 20;
   // Bytes of pulls and pushes in flight at once (data_service.h).

@@ -170,9 +170,21 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::ReadChanged(
     }
   }
   // Rows on disk from here, which includes every push recorded above.
-  RETURN_IF_ERROR(store_->Flush());
   std::sort(keys.begin(), keys.end());
-  return store_->ReadRowsOfKeys(table, keys);
+  absl::Status flushed = store_->Flush();
+  absl::StatusOr<std::vector<embedding::SlotRow>> rows =
+      flushed.ok() ? store_->ReadRowsOfKeys(table, keys)
+                   : absl::StatusOr<std::vector<embedding::SlotRow>>(flushed);
+  if (!rows.ok()) {
+    // Still to copy: the map must not switch without them.
+    absl::MutexLock lock(&mu_);
+    if (move_.has_value()) {
+      absl::flat_hash_set<uint64_t>& changed = move_->changed[table];
+      for (uint64_t key : keys)
+        if (changed.insert(key).second) ++move_->changed_keys;
+    }
+  }
+  return rows;
 }
 
 absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
