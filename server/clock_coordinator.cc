@@ -265,8 +265,10 @@ ClockCoordinator::View ClockCoordinator::ViewOfLocked(const Worker& worker,
   view.min_clock =
       Live(worker, now) ? std::min(others_min, worker.clock) : others_min;
   if (view.min_clock == kNoClock) view.min_clock = worker.clock;
-  for (const auto& [id, other] : workers_)
+  for (const auto& [id, other] : workers_) {
     view.live_workers += Live(other, now) ? 1 : 0;
+    view.finished_workers += other.finished ? 1 : 0;
+  }
   view.hold_at = ActiveCut(now);
   // Once every live worker held at the cut, the shards are writing their
   // parts: a worker behind it (one whose lease had lapsed, or a newcomer)

@@ -110,6 +110,7 @@ class ClockCoordinator {
   struct View {
     int64_t min_clock = 0;
     uint32_t live_workers = 0;
+    uint32_t finished_workers = 0;
     // The reporting worker's recorded clock and examples.
     int64_t clock = 0;
     int64_t examples = 0;

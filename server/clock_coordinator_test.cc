@@ -449,6 +449,15 @@ TEST_F(ClockCoordinatorTest, ACutWhoseLeaseRunsOutEnds) {
   EXPECT_OK(coordinator_->BeginCut(absl::Seconds(3)));
 }
 
+// A worker that finished before another came is counted as started, so
+// that the latecomer does not wait for it.
+TEST_F(ClockCoordinatorTest, FinishedWorkersAreCountedApart) {
+  Report(1, 20, /*finished=*/true);
+  const ClockCoordinator::View view = Report(0, 20);
+  EXPECT_EQ(view.live_workers, 1u);
+  EXPECT_EQ(view.finished_workers, 1u);
+}
+
 // An elected coordinator (under --etcd) answers only while it leads.
 TEST_F(ClockCoordinatorTest, AnElectedCoordinatorAnswersOnlyWhileItLeads) {
   coordinator_ = Open("", 4096, /*elected=*/true);

@@ -424,6 +424,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
   const ClockCoordinator::View& view = *recorded;
   response->set_min_clock(view.min_clock);
   response->set_live_workers(view.live_workers);
+  response->set_finished_workers(view.finished_workers);
   response->set_clock(view.clock);
   response->set_hold_at(view.hold_at);
   response->set_examples(view.examples);

@@ -346,7 +346,10 @@ absl::Status Trainer::WaitForWorkers(ClockResponse* view) {
   }
   const absl::Time give_up = absl::Now() + options_.start_timeout;
   bool said = false;
-  while (static_cast<int>(view->live_workers()) < options_.num_workers) {
+  // A worker that finished before this one came (little left to train
+  // after a resume) has started too.
+  while (static_cast<int>(view->live_workers() + view->finished_workers()) <
+         options_.num_workers) {
     if (absl::Now() >= give_up) {
       LOG(WARNING) << "[worker " << worker_index_ << "] starting with "
                    << view->live_workers() << " of " << options_.num_workers
