@@ -330,9 +330,9 @@ class EmbeddingStore {
       const std::function<bool(uint32_t slot)>& in_move,
       std::optional<uint64_t> after, size_t max_rows, bool* done);
 
-  // The stored rows of `keys` of `table`, as ReadSlotRows() reads them;
-  // keys with no stored row are left out. Reads what is on disk: Flush()
-  // first. NOT_FOUND for an unknown table.
+  // The rows of `keys` of `table` as they are now (the hot tier's copy, or
+  // the stored one), with what ReadSlotRows() reads of each; keys with no
+  // row are left out. In key order. NOT_FOUND for an unknown table.
   absl::StatusOr<std::vector<SlotRow>> ReadRowsOfKeys(
       absl::string_view table, absl::Span<const uint64_t> keys);
 

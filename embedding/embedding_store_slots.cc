@@ -7,6 +7,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
+#include "embedding/embedding_store_internal.h"
 
 namespace ps::embedding {
 absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
@@ -38,19 +39,33 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
 absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadRowsOfKeys(
     absl::string_view table_name, absl::Span<const uint64_t> keys) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
-  std::vector<std::string> values;
-  std::vector<bool> found;
-  RETURN_IF_ERROR(rocks_->MultiGet(table->id, keys, &values, &found));
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> starts;
+  GroupByStripe(keys, &order, &starts);
   std::vector<SlotRow> rows;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!found[i]) continue;
-    SlotRow& row = rows.emplace_back();
-    row.key = keys[i];
-    row.floats.resize(table->row_floats);
-    LogPosition position;
-    RETURN_IF_ERROR(RocksStore::DecodeRow(values[i], absl::MakeSpan(row.floats),
-                                          &position, &row.meta));
+  std::vector<uint64_t> stripe_keys;
+  std::vector<CachedRow*> loaded;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    internal::GatherKeys(keys, order, starts[s], starts[s + 1], &stripe_keys);
+    Stripe& stripe = *stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    // The hot tier's copy is the newest; a row only on disk comes in.
+    RETURN_IF_ERROR(
+        LoadRows(*table, stripe, stripe_keys, /*create=*/false, &loaded));
+    for (size_t i = 0; i < stripe_keys.size(); ++i) {
+      const CachedRow* row = loaded[i];
+      if (row == nullptr) continue;
+      SlotRow& copy = rows.emplace_back();
+      copy.key = stripe_keys[i];
+      copy.floats.assign(row->floats(), row->floats() + table->row_floats);
+      copy.meta.updated_at_s = row->updated_at_s;
+      copy.meta.push_count = row->push_count;
+    }
+    EvictOrKeep(stripe);
   }
+  std::sort(rows.begin(), rows.end(),
+            [](const SlotRow& a, const SlotRow& b) { return a.key < b.key; });
   return rows;
 }
 

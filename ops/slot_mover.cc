@@ -225,6 +225,17 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
     if (left <= options.final_backlog_rows) break;
   }
   *paused_at = absl::Now();
+  {
+    // Paused first, whatever tables there are (none yet, before training).
+    ReadSlotRowsRequest pause;
+    pause.set_changed(true);
+    pause.set_pause(true);
+    ReadSlotRowsResponse paused;
+    RETURN_IF_ERROR(FromGrpcStatus(
+        shards.shard(source).ReadSlotRows(
+            shards.Context(options.call_timeout).get(), pause, &paused),
+        absl::StrCat("pausing the move's pushes on shard ", source)));
+  }
   uint64_t left = 0;
   ASSIGN_OR_RETURN(report->backlog_rows,
                    CopyChangedRows(shards, source, tables, options,

@@ -326,6 +326,12 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
     ReadSlotRowsResponse* response) {
   if (absl::Status authorized = Authorize(*context); !authorized.ok())
     return Reply(context, authorized);
+  if (request->changed() && request->table().empty()) {
+    // Only the pause (a move of no table yet).
+    uint64_t left = 0;
+    return Reply(context,
+                 moves_->ReadChanged("", request->pause(), 0, &left).status());
+  }
   absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
       store_->GetTableOptimizer(request->table());
   absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request->table());

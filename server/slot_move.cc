@@ -169,12 +169,10 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::ReadChanged(
       *left = 0;
     }
   }
-  // Rows on disk from here, which includes every push recorded above.
-  std::sort(keys.begin(), keys.end());
-  absl::Status flushed = store_->Flush();
+  if (keys.empty()) return std::vector<embedding::SlotRow>();
+  // As they are now, which includes every push recorded above.
   absl::StatusOr<std::vector<embedding::SlotRow>> rows =
-      flushed.ok() ? store_->ReadRowsOfKeys(table, keys)
-                   : absl::StatusOr<std::vector<embedding::SlotRow>>(flushed);
+      store_->ReadRowsOfKeys(table, keys);
   if (!rows.ok()) {
     // Still to copy: the map must not switch without them.
     absl::MutexLock lock(&mu_);

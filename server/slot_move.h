@@ -73,8 +73,8 @@ class SlotMoveSource {
   // call (or the move's beginning), read after they were applied; those
   // keys are then no longer recorded until pushed again. `pause` first
   // pauses the slots' pushes (after those in flight) for the rest of the
-  // move. *left: recorded keys of `table` not returned. Renews the lease;
-  // errors as Read().
+  // move. *left: recorded keys of `table` not returned. An empty `table`
+  // only pauses. Renews the lease; errors as Read().
   absl::StatusOr<std::vector<embedding::SlotRow>> ReadChanged(
       const std::string& table, bool pause, size_t max_rows, uint64_t* left);
 

@@ -552,6 +552,21 @@ TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   }
 }
 
+// A job emptying a shard before training (no table yet): the move pauses
+// and switches with nothing to copy.
+TEST_F(SlotRoutingTest, SlotsMoveBeforeAnyTableExists) {
+  absl::StatusOr<SlotMoveReport> report = Move(0, kNumSlots - 1, 1, 100);
+  ASSERT_OK(report);
+  EXPECT_EQ(report->rows, 0u);
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> keys = Keys(100);
+  ASSERT_OK(PushOnce(*client, keys));
+  const SlotMap moved =
+      SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 0, 1);
+  ExpectRowsWhere(moved, keys, [](uint64_t) { return 1.0f; });
+}
+
 TEST_F(SlotRoutingTest, AFailedMoveLeavesTheSourceWithEveryUpdate) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);

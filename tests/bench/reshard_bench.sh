@@ -3,8 +3,9 @@
 # job of 3 shards whose third starts empty (drained: the shard count is fixed
 # by --num_shards, so "joining" is taking a share of the slots). Mid-training
 # `ps_admin rebalance` gives shard 2 its third, then `ps_admin drain-shard
-# --shard=2` takes it back. Reported: each move's time and rows/s and how
-# long its pushes were paused, the shards' p50/p99 Pull and Push latency over
+# --shard=2` takes it back. Reported: each move's time and rows/s, the rows
+# pushed during it and copied again (and in how many rounds), the backlog
+# copied with its pushes paused and how long that pause lasted, the shards' p50/p99 Pull and Push latency over
 # the 3 s before the rebalance and during it (`ps_admin stats`), the pushes
 # refused while paused (retried by the workers), and the final test AUC (six
 # passes over the training lines, so that the moves land mid-training)
@@ -13,6 +14,7 @@
 #
 #   tests/bench/reshard_bench.sh [--train_lines 400000] [--test_lines 100000]
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
 train_lines=400000
@@ -87,8 +89,14 @@ import json, sys
 for path in sys.argv[1:]:
     for m in json.load(open(path))["moves"]:
         rate = m["rows"] / m["seconds"] if m["seconds"] else 0
+        sources = m.get("sources", [])
+        changed = sum(x["changed_rows"] for x in sources)
+        rounds = sum(x["rounds"] for x in sources)
+        backlog = sum(x["backlog_rows"] for x in sources)
+        paused = max([x["paused_seconds"] for x in sources] or [0])
         print(f"move {m['first_slot']}-{m['last_slot']} {m['from_shard']}->{m['to_shard']}"
-              f" {m['rows']} {m['seconds']:.2f} {rate:.0f}")
+              f" {m['rows']} {m['seconds']:.2f} {rate:.0f} {changed} {rounds} {backlog}"
+              f" {paused:.3f}")
 PY
   fi
   for p in "${worker_pids[@]}"; do wait "$p"; done
@@ -100,8 +108,12 @@ PY
   echo "$(metric "$dir/worker0.json" test_auc) $rate"
 }
 
-read -r still_auc still_rate <<<"$(run still 0)"
-read -r moved_auc moved_rate <<<"$(run moved 1)"
+# An assignment fails with its command substitution (a failed admin command
+# inside run stops the bench).
+still=$(run still 0)
+moved=$(run moved 1)
+read -r still_auc still_rate <<<"$still"
+read -r moved_auc moved_rate <<<"$moved"
 table="$work/table.md"
 {
 echo "## Resharding while training"
@@ -111,10 +123,10 @@ echo "async workers on one machine, wide_deep, $train_lines training and $test_l
 echo "lines (6 passes), batch 4096. Mid-training: rebalance (shard 2 takes a third), then"
 echo "drain-shard 2."
 echo
-echo "| move | slots | rows | seconds | rows/s |"
-echo "| --- | --- | --- | --- | --- |"
-grep '^move' "$work/moved/moves" | while read -r _ slots from_to rows seconds rate; do
-  echo "| $from_to | $slots | $rows | $seconds | $rate |"
+echo "| move | slots | snapshot rows | seconds | rows/s | changed rows (rounds) | backlog rows | pushes paused (s) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+grep '^move' "$work/moved/moves" | while read -r _ slots from_to rows seconds rate changed rounds backlog paused; do
+  echo "| $from_to | $slots | $rows | $seconds | $rate | $changed ($rounds) | $backlog | $paused |"
 done
 echo
 echo "| shards' latency (ms) | Pull p50 | Pull p99 | Push p50 | Push p99 | Push refused |"
