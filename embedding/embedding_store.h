@@ -337,8 +337,11 @@ class EmbeddingStore {
       absl::string_view table, absl::Span<const uint64_t> keys);
 
   // Stores `rows` of `table` as they are (what ReadSlotRows() read on
-  // another shard), replacing what this store holds for their keys, and
-  // makes them durable before it returns. NOT_FOUND for an unknown table;
+  // another shard), replacing what this store holds for their keys, in the
+  // hot tier: Flush() makes them durable, and marks every stripe's push log
+  // past its records, so that a replay applies none of this shard's older
+  // records of the keys to the moved rows (a move flushes once, before its
+  // switch). NOT_FOUND for an unknown table;
   // INVALID_ARGUMENT for a row of another size (nothing stored).
   absl::Status WriteSlotRows(absl::string_view table,
                              absl::Span<const SlotRow> rows);

@@ -105,6 +105,8 @@ TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
                            std::vector<float>(stale.size() * kDim, 5.0f)));
     ASSERT_OK(target->WriteSlotRows("t", read));
     EXPECT_EQ(RowsWithState(*target, moving), RowsWithState(*source, moving));
+    // What a move does before its switch.
+    ASSERT_OK(target->Flush());
     std::vector<float> weights;
     bool stored = true;
     ASSERT_OK(target->GetRow("t", staying[0], &weights, &stored));
@@ -163,6 +165,7 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
         auto target = OpenStore(target_options_);
         if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
         if (!target->WriteSlotRows("t", read).ok()) std::_Exit(2);
+        if (!target->Flush().ok()) std::_Exit(3);
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");
@@ -170,6 +173,32 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
   std::vector<uint64_t> moved;
   for (const SlotRow& row : read) moved.push_back(row.key);
   EXPECT_EQ(RowsWithState(*target, moved), RowsWithState(*source, moved));
+}
+
+// Rows read by key are as they are now, in the hot tier or only on disk,
+// with their optimizer state and metadata.
+TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
+  StoreOptions tiny = options_;
+  tiny.cache_bytes = 1;  // rows leave the hot tier at once
+  std::unique_ptr<EmbeddingStore> store = OpenStore(tiny);
+  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  const std::vector<uint64_t> keys = {3, 1, 2};
+  ASSERT_OK(
+      store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.5f)));
+  ASSERT_OK(store->Push("t", {1}, std::vector<float>(kDim, 0.25f)));
+  absl::StatusOr<std::vector<SlotRow>> rows =
+      store->ReadRowsOfKeys("t", {2, 1, 99, 3});
+  ASSERT_OK(rows);
+  ASSERT_EQ(rows->size(), 3u);  // 99 has no row
+  EXPECT_EQ((*rows)[0].key, 1u);
+  EXPECT_EQ((*rows)[1].key, 2u);
+  EXPECT_EQ((*rows)[2].key, 3u);
+  EXPECT_EQ((*rows)[0].meta.push_count, 2u);
+  EXPECT_EQ((*rows)[1].meta.push_count, 1u);
+  const std::vector<uint64_t> one = {1};
+  EXPECT_EQ(RowsWithState(*store, one), (*rows)[0].floats);
+  EXPECT_EQ(store->ReadRowsOfKeys("missing", {1}).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(SlotRowsTest, RowsOfAnotherSizeAreRefused) {

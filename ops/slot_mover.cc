@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -208,6 +209,7 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
                      const std::vector<std::string>& tables,
                      const SlotMoveOptions& options,
                      SlotMoveReport::Source* report, absl::Time* paused_at) {
+  uint64_t last_left = std::numeric_limits<uint64_t>::max();
   for (int round = 0; round < options.catch_up_rounds; ++round) {
     uint64_t left = 0;
     ASSIGN_OR_RETURN(const uint64_t rows,
@@ -223,6 +225,10 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
                    static_cast<unsigned long long>(left));
     }
     if (left <= options.final_backlog_rows) break;
+    // Pushes change rows as fast as a round copies them: more rounds would
+    // not shrink the backlog, only delay the pause.
+    if (left > last_left / 2) break;
+    last_left = left;
   }
   *paused_at = absl::Now();
   {
@@ -240,7 +246,15 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
   ASSIGN_OR_RETURN(report->backlog_rows,
                    CopyChangedRows(shards, source, tables, options,
                                    /*pause=*/true, &left));
-  return absl::OkStatus();
+  // Every row the target was sent, durable there before the switch.
+  WriteSlotRowsRequest durable;
+  durable.set_durable(true);
+  WriteSlotRowsResponse written;
+  return FromGrpcStatus(
+      shards.shard(options.to_shard)
+          .WriteSlotRows(shards.Context(options.call_timeout).get(), durable,
+                         &written),
+      absl::StrCat("making the rows durable on shard ", options.to_shard));
 }
 
 // Moves `source`'s slots of the range; on failure before the switch, the

@@ -8,12 +8,14 @@
 //      range change (pushes and pulls go on) and writes its rows back;
 //   2. the target purges rows it holds of the source's slots of the range
 //      (left by a move that failed);
-//   3. its rows are read page by page and written into the target, which
-//      makes them durable (the snapshot);
+//   3. its rows are read page by page and written into the target's hot
+//      tier (the snapshot);
 //   4. the rows changed meanwhile are copied again, in rounds, until a
-//      round ends with at most final_backlog_rows changed (or after
-//      catch_up_rounds); then the source pauses the slots' pushes (clients
-//      retry them) and the last changed rows are copied;
+//      round ends with at most final_backlog_rows changed, or with more than
+//      half what the round before left (pushes change rows as fast as they
+//      are copied), or after catch_up_rounds; then the source pauses the slots'
+//      pushes (clients retry them), the last changed rows are copied, and
+//      the target makes every row it was sent durable;
 //   5. the map switches: SetSlotMap on the source first (from then on it
 //      refuses the slots as moved), then on every other shard (under etcd
 //      they follow the job's map themselves);

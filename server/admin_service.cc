@@ -376,6 +376,8 @@ grpc::ServerUnaryReactor* AdminService::EndSlotMove(
 
 absl::Status AdminService::HandleWriteSlotRows(
     const WriteSlotRowsRequest& request) {
+  if (request.rows().keys().empty())
+    return request.durable() ? store_->Flush() : absl::OkStatus();
   ASSIGN_OR_RETURN(const std::vector<embedding::SlotRow> rows,
                    UnpackSlotRows(request.rows()));
   // The map cannot give this shard the slots between the check and the
@@ -391,7 +393,8 @@ absl::Status AdminService::HandleWriteSlotRows(
                        map->epoch(), "): its row is not replaced"));
     }
   }
-  return store_->WriteSlotRows(request.rows().table(), rows);
+  RETURN_IF_ERROR(store_->WriteSlotRows(request.rows().table(), rows));
+  return request.durable() ? store_->Flush() : absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AdminService::WriteSlotRows(

@@ -158,9 +158,11 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::ReadChanged(
     auto it = move_->changed.find(table);
     if (it != move_->changed.end()) {
       absl::flat_hash_set<uint64_t>& changed = it->second;
-      while (!changed.empty() && keys.size() < max_rows) {
-        keys.push_back(*changed.begin());
-        changed.erase(changed.begin());
+      // Not begin() each time: after erasures it scans past every one.
+      for (auto key = changed.begin();
+           key != changed.end() && keys.size() < max_rows;) {
+        keys.push_back(*key);
+        changed.erase(key++);
       }
       move_->changed_keys -= keys.size();
       *left = changed.size();

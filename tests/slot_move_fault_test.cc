@@ -2,7 +2,8 @@
 // of the target, then of the source, while ps_admin move-slots copies. The
 // map never names a shard that lacks an update: the source keeps the slots
 // and every acknowledged push, and the move, run again, finishes with every
-// row on its new owner only.
+// row on its new owner only, durable there (the target killed right after
+// has them all).
 
 #include <signal.h>
 
@@ -162,6 +163,11 @@ TEST_F(SlotMoveFaultTest, TheTargetKilledMidMoveCostsNothing) {
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 16383, 0, 1);
   EXPECT_TRUE(MapOf(0) == moved);
   EXPECT_TRUE(MapOf(1) == moved);
+  ExpectRows(moved, 2.0f, /*only_there=*/true);
+  // The target made them durable before the switch: killed right after,
+  // it has them all again.
+  shards_[1]->SignalAndWait(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(Start(1));
   ExpectRows(moved, 2.0f, /*only_there=*/true);
 }
 

@@ -30,7 +30,8 @@ bazel build //server:ps_server //worker:ps_worker //worker/datagen:clicklog_gen 
   //ops:ps_admin 2>&1 | tail -1
 work=$(mktemp -d /tmp/reshard_bench.XXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+KEEP=${KEEP:-}
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; [ -n "$KEEP" ] || rm -rf "$work"; }
 trap cleanup EXIT
 bin=bazel-bin
 metric() { grep -o "\"$2\": [-0-9.e]*" "$1" | head -1 | awk '{print $2}'; }
