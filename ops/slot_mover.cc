@@ -203,6 +203,19 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
   return rows;
 }
 
+// Writes every row the target holds back to its disk.
+absl::Status MakeDurable(const AdminChannels& shards,
+                         const SlotMoveOptions& options) {
+  WriteSlotRowsRequest durable;
+  durable.set_durable(true);
+  WriteSlotRowsResponse written;
+  return FromGrpcStatus(
+      shards.shard(options.to_shard)
+          .WriteSlotRows(shards.Context(options.call_timeout).get(), durable,
+                         &written),
+      absl::StrCat("making the rows durable on shard ", options.to_shard));
+}
+
 // The catch-up rounds and the last, paused one (see the header): fills the
 // report's changed_rows, rounds, backlog_rows and *paused_at.
 absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
@@ -230,6 +243,7 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
     if (left > last_left / 2) break;
     last_left = left;
   }
+  RETURN_IF_ERROR(MakeDurable(shards, options));
   *paused_at = absl::Now();
   {
     // Paused first, whatever tables there are (none yet, before training).
@@ -246,15 +260,9 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
   ASSIGN_OR_RETURN(report->backlog_rows,
                    CopyChangedRows(shards, source, tables, options,
                                    /*pause=*/true, &left));
-  // Every row the target was sent, durable there before the switch.
-  WriteSlotRowsRequest durable;
-  durable.set_durable(true);
-  WriteSlotRowsResponse written;
-  return FromGrpcStatus(
-      shards.shard(options.to_shard)
-          .WriteSlotRows(shards.Context(options.call_timeout).get(), durable,
-                         &written),
-      absl::StrCat("making the rows durable on shard ", options.to_shard));
+  // Every row the target was sent, durable there before the switch: the
+  // backlog's few now, the rest before the pause.
+  return MakeDurable(shards, options);
 }
 
 // Moves `source`'s slots of the range; on failure before the switch, the
@@ -325,7 +333,9 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
       return switched;
     }
   }
-  // The source refuses the slots now; the others follow.
+  // The source refuses the slots now (its pushes go to the target: the
+  // pause is over); the others follow.
+  const absl::Time switched_at = absl::Now();
   for (size_t i = 0; i < shards.size(); ++i) {
     if (i == source) continue;
     RETURN_IF_ERROR(
@@ -338,7 +348,7 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
   }
   *epoch = next.epoch();
   report.elapsed = absl::Now() - began;
-  report.paused = absl::Now() - paused;
+  report.paused = switched_at - paused;
   return report;
 }
 

@@ -84,7 +84,7 @@ struct SlotMoveReport {
     int rounds = 0;
     uint64_t backlog_rows = 0;
     // The whole move, and the part of it the slots' pushes waited: from
-    // the pause to the end of the move.
+    // the pause to the source's switch (after it they go to the target).
     absl::Duration elapsed;
     absl::Duration paused;
   };
