@@ -3,7 +3,8 @@
 # job of 3 shards whose third starts empty (drained: the shard count is fixed
 # by --num_shards, so "joining" is taking a share of the slots). Mid-training
 # `ps_admin rebalance` gives shard 2 its third, then `ps_admin drain-shard
-# --shard=2` takes it back. Reported: each move's time and rows/s, the rows
+# --shard=2` takes it back. A third run trains under --etcd and kills the
+# coordinator's shard with -9. Reported: each move's time and rows/s, the rows
 # pushed during it and copied again (and in how many rounds), the backlog
 # copied with its pushes paused and how long that pause lasted, the shards' p50/p99 Pull and Push latency over
 # the 3 s before the rebalance and during it (`ps_admin stats`), the pushes
@@ -109,12 +110,76 @@ PY
   echo "$(metric "$dir/worker0.json" test_auc) $rate"
 }
 
+# takeover: the same training under --etcd (Debian's etcd on loopback, a
+# 2 s shard lease); once the workers train, the coordinator's shard is
+# killed with -9 and restarted on its port and data dir. Prints "auc
+# examples/s takeover_seconds".
+takeover() {
+  local dir="$work/takeover" servers=() server_pids=() worker_pids=()
+  mkdir -p "$dir"
+  local ports; ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+  local client_port=${ports% *} peer_port=${ports#* }
+  etcd --name=bench --data-dir="$dir/etcd" \
+    --listen-client-urls=http://127.0.0.1:$client_port \
+    --advertise-client-urls=http://127.0.0.1:$client_port \
+    --listen-peer-urls=http://127.0.0.1:$peer_port \
+    --initial-advertise-peer-urls=http://127.0.0.1:$peer_port \
+    --initial-cluster=bench=http://127.0.0.1:$peer_port >"$dir/etcd.log" 2>&1 &
+  pids+=($!)
+  local etcd_flags=(--etcd=127.0.0.1:$client_port --job=bench)
+  until (exec 3<>/dev/tcp/127.0.0.1/$client_port) 2>/dev/null; do sleep 0.1; done
+  shard() {  # shard INDEX LISTEN
+    "$bin/server/ps_server" --listen="$2" --shard_index=$1 --num_shards=3 \
+      "${etcd_flags[@]}" --etcd_lease_s=2 --data_dir="$dir/shard$1" \
+      >"$dir/shard$1.out" 2>>"$dir/shard$1.log" &
+    server_pids[$1]=$!; pids+=($!)
+  }
+  for s in 0 1 2; do shard $s 127.0.0.1:0; done
+  for s in 0 1 2; do servers[$s]=$(ps_address "$dir/shard$s.out"); done
+  local admin=("$bin/ops/ps_admin" "${etcd_flags[@]}")
+  for w in 0 1; do
+    "$bin/worker/ps_worker" "${etcd_flags[@]}" --worker_index=$w --num_workers=2 \
+      --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
+      --staleness=async --epochs=6 --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
+    worker_pids+=($!); pids+=($!)
+  done
+  while ! grep -q "examples |" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
+  sleep 3
+  local coordinator
+  coordinator=$("${admin[@]}" clocks --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["coordinator"])')
+  local killed=-1
+  for s in 0 1 2; do [ "${servers[$s]}" = "$coordinator" ] && killed=$s; done
+  [ "$killed" -ge 0 ]
+  local start; start=$(date +%s.%N)
+  kill -9 "${server_pids[$killed]}"; wait "${server_pids[$killed]}" 2>/dev/null || true
+  # Until another shard says it was elected (ps_admin would wait for the
+  # killed shard to be registered again).
+  elected_lines() { cat "$dir"/shard*.log | grep -c "the job's clock coordinator" || true; }
+  local before; before=$(elected_lines)
+  while [ "$(elected_lines)" = "$before" ]; do sleep 0.05; done
+  local elected; elected=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+  shard "$killed" "${servers[$killed]}"
+  ps_address "$dir/shard$killed.out" >/dev/null
+  for p in "${worker_pids[@]}"; do wait "$p"; done
+  for s in 0 1 2; do kill "${server_pids[$s]}"; wait "${server_pids[$s]}" || true; done
+  local rate=0
+  for w in 0 1; do
+    rate=$(awk -v a="$rate" -v b="$(metric "$dir/worker$w.json" examples_per_sec)" 'BEGIN {print a + b}')
+  done
+  echo "$(metric "$dir/worker0.json" test_auc) $rate $elected"
+}
+
 # An assignment fails with its command substitution (a failed admin command
 # inside run stops the bench).
 still=$(run still 0)
 moved=$(run moved 1)
+taken_over=$(takeover)
 read -r still_auc still_rate <<<"$still"
 read -r moved_auc moved_rate <<<"$moved"
+read -r takeover_auc takeover_rate takeover_seconds <<<"$taken_over"
 table="$work/table.md"
 {
 echo "## Resharding while training"
@@ -141,8 +206,12 @@ echo "| run | test AUC | examples/s (both workers) |"
 echo "| --- | --- | --- |"
 echo "| no moves | $still_auc | $still_rate |"
 echo "| rebalance + drain | $moved_auc | $moved_rate |"
+echo "| under etcd, the coordinator's shard killed (-9) and restarted | $takeover_auc | $takeover_rate |"
 echo
 echo "AUC difference: $(awk -v a="$moved_auc" -v b="$still_auc" 'BEGIN {printf "%+.4f", a - b}') (goal: within 0.003)"
+echo
+echo "Coordinator takeover (\`--etcd_lease_s=2\`): another shard elected $takeover_seconds s after the kill"
+echo "(its log says so); training finished on the new coordinator."
 } >"$table"
 cat "$table"
 /usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md reshard "$table"
