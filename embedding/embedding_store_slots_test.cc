@@ -178,9 +178,28 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
 // Rows read by key are as they are now, in the hot tier or only on disk,
 // with their optimizer state and metadata.
 TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
-  StoreOptions tiny = options_;
+  // In the hot tier only: nothing of them is on disk yet.
+  std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  ASSERT_OK(store->Push("t", {1, 2}, std::vector<float>(2 * kDim, 0.5f)));
+  bool done = false;
+  absl::StatusOr<std::vector<SlotRow>> on_disk = store->ReadSlotRows(
+      "t", [](uint32_t) { return true; }, std::nullopt, 100, &done);
+  ASSERT_OK(on_disk);
+  EXPECT_TRUE(on_disk->empty());
+  absl::StatusOr<std::vector<SlotRow>> hot = store->ReadRowsOfKeys("t", {2, 1});
+  ASSERT_OK(hot);
+  ASSERT_EQ(hot->size(), 2u);
+  EXPECT_EQ((*hot)[0].key, 1u);
+  EXPECT_EQ((*hot)[0].meta.push_count, 1u);
+  const std::vector<uint64_t> first = {1};
+  EXPECT_EQ(RowsWithState(*store, first), (*hot)[0].floats);
+  store.reset();
+
+  // Only on disk: read from there.
+  StoreOptions tiny = target_options_;
   tiny.cache_bytes = 1;  // rows leave the hot tier at once
-  std::unique_ptr<EmbeddingStore> store = OpenStore(tiny);
+  store = OpenStore(tiny);
   ASSERT_OK(store->DeclareTable(AdagradTable()));
   const std::vector<uint64_t> keys = {3, 1, 2};
   ASSERT_OK(

@@ -71,20 +71,48 @@ absl::Status SetMap(const AdminChannels& shards, size_t shard,
                                      " to slot map epoch ", next.epoch()));
 }
 
+// The target's process is the one that answered first (*instance, set by
+// the first answer): one restarted between two calls lost the rows it had
+// not made durable, and the move must start again.
+absl::Status SameTarget(const SlotMoveOptions& options, uint64_t answered,
+                        uint64_t* instance) {
+  if (*instance == 0) *instance = answered;
+  if (answered == *instance) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "shard ", options.to_shard,
+      " restarted during the move (the rows it had not written to disk are "
+      "gone): run the move again"));
+}
+
+// Writes `request` to the target.
+absl::Status WriteToTarget(const AdminChannels& shards,
+                           const SlotMoveOptions& options,
+                           const WriteSlotRowsRequest& request,
+                           const std::string& what, uint64_t* instance) {
+  WriteSlotRowsResponse written;
+  RETURN_IF_ERROR(FromGrpcStatus(
+      shards.shard(options.to_shard)
+          .WriteSlotRows(shards.Context(options.call_timeout).get(), request,
+                         &written),
+      what));
+  return SameTarget(options, written.instance(), instance);
+}
+
 // Deletes the target's rows of the range's slots that its map gives to
 // `source` (what a failed copy from it left).
 absl::Status Purge(const AdminChannels& shards, uint32_t source,
-                   const SlotMoveOptions& options) {
+                   const SlotMoveOptions& options, uint64_t* instance) {
   PurgeSlotsRequest request;
   request.set_first_slot(options.first_slot);
   request.set_last_slot(options.last_slot);
   request.set_source_shard(source);
   PurgeSlotsResponse response;
-  return FromGrpcStatus(
+  RETURN_IF_ERROR(FromGrpcStatus(
       shards.shard(options.to_shard)
           .PurgeSlots(shards.Context(options.call_timeout).get(), request,
                       &response),
-      absl::StrCat("purging slots on shard ", options.to_shard));
+      absl::StrCat("purging slots on shard ", options.to_shard)));
+  return SameTarget(options, response.instance(), instance);
 }
 
 // Ends the move on `source`; whether it was committed (the map had
@@ -107,7 +135,8 @@ absl::StatusOr<bool> EndMove(const AdminChannels& shards, uint32_t source,
 absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
                                   const std::vector<std::string>& tables,
                                   const SlotMoveOptions& options,
-                                  absl::Time* next_progress) {
+                                  absl::Time* next_progress,
+                                  uint64_t* instance) {
   uint64_t rows = 0;
   for (const std::string& table : tables) {
     ReadSlotRowsRequest read;
@@ -126,13 +155,10 @@ absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
       if (count == 0) continue;
       WriteSlotRowsRequest write;
       *write.mutable_rows() = page.rows();
-      WriteSlotRowsResponse written;
-      RETURN_IF_ERROR(FromGrpcStatus(
-          shards.shard(options.to_shard)
-              .WriteSlotRows(shards.Context(options.call_timeout).get(), write,
-                             &written),
-          absl::StrCat("writing table ", table, " to shard ",
-                       options.to_shard)));
+      RETURN_IF_ERROR(WriteToTarget(
+          shards, options, write,
+          absl::StrCat("writing table ", table, " to shard ", options.to_shard),
+          instance));
       rows += count;
       uint64_t last_key = 0;
       std::memcpy(&last_key,
@@ -158,7 +184,8 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
                                          uint32_t source,
                                          const std::vector<std::string>& tables,
                                          const SlotMoveOptions& options,
-                                         bool pause, uint64_t* left) {
+                                         bool pause, uint64_t* left,
+                                         uint64_t* instance) {
   uint64_t rows = 0;
   *left = 0;
   for (const std::string& table : tables) {
@@ -187,13 +214,11 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
       if (count > 0) {
         WriteSlotRowsRequest write;
         *write.mutable_rows() = page.rows();
-        WriteSlotRowsResponse written;
-        RETURN_IF_ERROR(FromGrpcStatus(
-            shards.shard(options.to_shard)
-                .WriteSlotRows(shards.Context(options.call_timeout).get(),
-                               write, &written),
-            absl::StrCat("writing changed rows of table ", table, " to shard ",
-                         options.to_shard)));
+        RETURN_IF_ERROR(
+            WriteToTarget(shards, options, write,
+                          absl::StrCat("writing changed rows of table ", table,
+                                       " to shard ", options.to_shard),
+                          instance));
         rows += count;
       }
       if (page.done()) break;
@@ -205,29 +230,28 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
 
 // Writes every row the target holds back to its disk.
 absl::Status MakeDurable(const AdminChannels& shards,
-                         const SlotMoveOptions& options) {
+                         const SlotMoveOptions& options, uint64_t* instance) {
   WriteSlotRowsRequest durable;
   durable.set_durable(true);
-  WriteSlotRowsResponse written;
-  return FromGrpcStatus(
-      shards.shard(options.to_shard)
-          .WriteSlotRows(shards.Context(options.call_timeout).get(), durable,
-                         &written),
-      absl::StrCat("making the rows durable on shard ", options.to_shard));
+  return WriteToTarget(
+      shards, options, durable,
+      absl::StrCat("making the rows durable on shard ", options.to_shard),
+      instance);
 }
 
 // The catch-up rounds and the last, paused one (see the header): fills the
 // report's changed_rows, rounds, backlog_rows and *paused_at.
 absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
-                     const std::vector<std::string>& tables,
+                     std::vector<std::string> tables,
                      const SlotMoveOptions& options,
-                     SlotMoveReport::Source* report, absl::Time* paused_at) {
+                     SlotMoveReport::Source* report, absl::Time* paused_at,
+                     uint64_t* instance) {
   uint64_t last_left = std::numeric_limits<uint64_t>::max();
   for (int round = 0; round < options.catch_up_rounds; ++round) {
     uint64_t left = 0;
     ASSIGN_OR_RETURN(const uint64_t rows,
                      CopyChangedRows(shards, source, tables, options,
-                                     /*pause=*/false, &left));
+                                     /*pause=*/false, &left, instance));
     report->changed_rows += rows;
     ++report->rounds;
     if (options.progress) {
@@ -243,7 +267,7 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
     if (left > last_left / 2) break;
     last_left = left;
   }
-  RETURN_IF_ERROR(MakeDurable(shards, options));
+  RETURN_IF_ERROR(MakeDurable(shards, options, instance));
   *paused_at = absl::Now();
   {
     // Paused first, whatever tables there are (none yet, before training).
@@ -255,14 +279,20 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
         shards.shard(source).ReadSlotRows(
             shards.Context(options.call_timeout).get(), pause, &paused),
         absl::StrCat("pausing the move's pushes on shard ", source)));
+    // And the tables declared since the move began, whose rows are all
+    // changed ones.
+    for (const std::string& table : paused.changed_tables()) {
+      if (std::find(tables.begin(), tables.end(), table) == tables.end())
+        tables.push_back(table);
+    }
   }
   uint64_t left = 0;
   ASSIGN_OR_RETURN(report->backlog_rows,
                    CopyChangedRows(shards, source, tables, options,
-                                   /*pause=*/true, &left));
+                                   /*pause=*/true, &left, instance));
   // Every row the target was sent, durable there before the switch: the
   // backlog's few now, the rest before the pause.
-  return MakeDurable(shards, options);
+  return MakeDurable(shards, options, instance);
 }
 
 // Moves `source`'s slots of the range; on failure before the switch, the
@@ -291,14 +321,18 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
   absl::StatusOr<SlotMap> from = SlotMap::FromSpec(begun.slot_map());
   // Copies an earlier failed move from this source left on the target.
   absl::Status copied = from.status();
-  if (copied.ok()) copied = Purge(shards, source, options);
+  // The target's process: the same from the purge to the last write.
+  uint64_t instance = 0;
+  if (copied.ok()) copied = Purge(shards, source, options, &instance);
   absl::StatusOr<uint64_t> rows =
-      copied.ok() ? CopyRows(shards, source, tables, options, &next_progress)
-                  : copied;
+      copied.ok()
+          ? CopyRows(shards, source, tables, options, &next_progress, &instance)
+          : copied;
   absl::Status switched = rows.status();
   if (switched.ok()) {
     report.rows = *rows;
-    switched = CatchUp(shards, source, tables, options, &report, &paused);
+    switched =
+        CatchUp(shards, source, tables, options, &report, &paused, &instance);
   }
   SlotMap next = from.ok() ? from->WithSlotsMovedFrom(options.first_slot,
                                                       options.last_slot, source,
@@ -329,7 +363,8 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
           "): run the command again, which finishes or cancels it"));
     }
     if (!*committed) {
-      Purge(shards, source, options).IgnoreError();
+      uint64_t any = 0;
+      Purge(shards, source, options, &any).IgnoreError();
       return switched;
     }
   }

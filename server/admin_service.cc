@@ -329,8 +329,11 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
   if (request->changed() && request->table().empty()) {
     // Only the pause (a move of no table yet).
     uint64_t left = 0;
-    return Reply(context,
-                 moves_->ReadChanged("", request->pause(), 0, &left).status());
+    const absl::Status paused =
+        moves_->ReadChanged("", request->pause(), 0, &left).status();
+    for (const std::string& table : moves_->ChangedTables())
+      response->add_changed_tables(table);
+    return Reply(context, paused);
   }
   absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
       store_->GetTableOptimizer(request->table());
@@ -399,9 +402,10 @@ absl::Status AdminService::HandleWriteSlotRows(
 
 grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
     grpc::CallbackServerContext* context, const WriteSlotRowsRequest* request,
-    WriteSlotRowsResponse*) {
+    WriteSlotRowsResponse* response) {
   if (absl::Status authorized = Authorize(*context); !authorized.ok())
     return Reply(context, authorized);
+  response->set_instance(instance_);
   return Reply(context, HandleWriteSlotRows(*request));
 }
 
@@ -423,6 +427,7 @@ grpc::ServerUnaryReactor* AdminService::PurgeSlots(
                      map->ShardForSlot(slot) == source;
             });
   if (deleted.ok()) response->set_rows_deleted(*deleted);
+  response->set_instance(instance_);
   return Reply(context, deleted.status());
 }
 

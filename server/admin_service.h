@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "embedding/embedding_store.h"
 #include "proto/admin.grpc.pb.h"
@@ -58,7 +59,8 @@ class AdminService final : public Admin::CallbackService {
         clocks_(clocks),
         slots_(slots),
         moves_(moves),
-        started_(absl::Now()) {}
+        started_(absl::Now()),
+        instance_(absl::Uniform<uint64_t>(absl::BitGen())) {}
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
                                        const ListTablesRequest* request,
@@ -138,6 +140,8 @@ class AdminService final : public Admin::CallbackService {
   SlotOwnership* const slots_;
   SlotMoveSource* const moves_;
   const absl::Time started_;
+  // This process among the shard's starts (WriteSlotRowsResponse.instance).
+  const uint64_t instance_;
 };
 
 }  // namespace ps::server

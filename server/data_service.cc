@@ -339,7 +339,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     }
   }
   RETURN_IF_ERROR(routed);
-  if (!moves_->Admit(request.table(), keys)) {
+  if (!moves_->Admit(keys)) {
     // Its retry may come after later pushes (see Push()).
     if (origin.tracked()) store_->NoteRefusedPush(origin);
     return MarkTransient(absl::UnavailableError(
@@ -369,9 +369,12 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   const float learning_rate_scale = request.learning_rate_scale() == 0.0f
                                         ? 1.0f
                                         : request.learning_rate_scale();
-  ASSIGN_OR_RETURN(embedding::PushOutcome outcome,
-                   store_->Push(request.table(), keys, gradients, origin,
-                                learning_rate_scale));
+  absl::StatusOr<embedding::PushOutcome> pushed = store_->Push(
+      request.table(), keys, gradients, origin, learning_rate_scale);
+  // Rows a move must copy again: those of a table there is (a failed push
+  // may have changed rows in memory); an unknown table changed nothing.
+  if (!absl::IsNotFound(pushed.status())) moves_->Record(request.table(), keys);
+  ASSIGN_OR_RETURN(const embedding::PushOutcome outcome, std::move(pushed));
   response->set_rows_updated(static_cast<uint32_t>(outcome.rows_updated));
   response->set_duplicate(outcome.duplicate);
   return absl::OkStatus();

@@ -267,30 +267,49 @@ void SlotMoveSource::AfterChange() {
   if (!GivenAway(*move_, *map)) move_->deadline = absl::Now() + move_->lease;
 }
 
-bool SlotMoveSource::Admit(const std::string& table,
-                           absl::Span<const uint64_t> keys) {
+bool SlotMoveSource::Admit(absl::Span<const uint64_t> keys) {
   absl::MutexLock lock(&mu_);
-  if (!move_.has_value() ||
-      (!move_->switching && absl::Now() > move_->deadline)) {
-    return true;
-  }
-  auto moving = [this](uint64_t key) {
-    const uint32_t slot = SlotForKey(key);
-    return slot >= move_->first_slot && slot <= move_->last_slot;
-  };
-  if (move_->paused) return std::none_of(keys.begin(), keys.end(), moving);
+  if (!LiveLocked() || !move_->paused) return true;
+  return std::none_of(keys.begin(), keys.end(),
+                      [this](uint64_t key) { return MovingLocked(key); });
+}
+
+void SlotMoveSource::Record(const std::string& table,
+                            absl::Span<const uint64_t> keys) {
+  absl::MutexLock lock(&mu_);
+  if (!LiveLocked()) return;
   absl::flat_hash_set<uint64_t>* changed = nullptr;
   for (uint64_t key : keys) {
-    if (!moving(key)) continue;
+    if (!MovingLocked(key)) continue;
     if (changed == nullptr) changed = &move_->changed[table];
     if (changed->insert(key).second) ++move_->changed_keys;
   }
-  if (move_->changed_keys > max_changed_keys_) {
+  if (!move_->paused && move_->changed_keys > max_changed_keys_) {
     LOG(WARNING) << DescribeLocked() << ": more than " << max_changed_keys_
                  << " changed rows to copy; pushes to them wait from now";
     move_->paused = true;
   }
-  return true;
+}
+
+std::vector<std::string> SlotMoveSource::ChangedTables() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> tables;
+  if (move_.has_value()) {
+    for (const auto& [table, keys] : move_->changed)
+      if (!keys.empty()) tables.push_back(table);
+  }
+  std::sort(tables.begin(), tables.end());
+  return tables;
+}
+
+bool SlotMoveSource::LiveLocked() const {
+  return move_.has_value() &&
+         (move_->switching || absl::Now() <= move_->deadline);
+}
+
+bool SlotMoveSource::MovingLocked(uint64_t key) const {
+  const uint32_t slot = SlotForKey(key);
+  return slot >= move_->first_slot && slot <= move_->last_slot;
 }
 
 std::string SlotMoveSource::Describe() const {

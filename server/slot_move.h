@@ -78,6 +78,10 @@ class SlotMoveSource {
   absl::StatusOr<std::vector<embedding::SlotRow>> ReadChanged(
       const std::string& table, bool pause, size_t max_rows, uint64_t* left);
 
+  // The tables with changed keys still to read (a table declared after
+  // the move began has no others).
+  std::vector<std::string> ChangedTables() const;
+
   struct Ended {
     // The move was committed: the map gave its slots away.
     bool committed = false;
@@ -109,11 +113,13 @@ class SlotMoveSource {
   // still gives the move's slots to this shard, its lease runs again.
   void AfterChange();
 
-  // Whether a push of `keys` (this shard's) to `table` may be applied now:
-  // false once the move paused their slots; true otherwise, after
-  // recording those of the move's slots. Called with the ownership's
-  // push_lock() held (shared) until the push is applied.
-  bool Admit(const std::string& table, absl::Span<const uint64_t> keys);
+  // Whether a push of `keys` (this shard's) may be applied now: false once
+  // the move paused their slots. Then, once it was applied, Record() notes
+  // those of `table` in the move's slots for copying again; both with the
+  // ownership's push_lock() held (shared) from before Admit() to after
+  // Record().
+  bool Admit(absl::Span<const uint64_t> keys);
+  void Record(const std::string& table, absl::Span<const uint64_t> keys);
 
   // "slots 0-99 moving to shard 2", for the refusal.
   std::string Describe() const;
@@ -146,6 +152,10 @@ class SlotMoveSource {
   absl::StatusOr<uint64_t> DeleteGivenAway(const Move& move,
                                            const SlotMap& map);
   std::string DescribeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A move is under way and its lease holds (or it is switching).
+  bool LiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `key`'s slot is in the move's range. REQUIRES: a move.
+  bool MovingLocked(uint64_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   embedding::EmbeddingStore* const store_;
   SlotOwnership* const slots_;

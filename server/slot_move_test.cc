@@ -42,9 +42,10 @@ class SlotMoveTest : public ::testing::Test {
   // admitted by the move first; whether it was.
   bool Push(SlotMoveSource& moves, const std::vector<uint64_t>& keys) {
     absl::ReaderMutexLock pushing(&slots_->push_lock());
-    if (!moves.Admit("t", keys)) return false;
+    if (!moves.Admit(keys)) return false;
     EXPECT_OK(
         store_->Push("t", keys, std::vector<float>(keys.size() * kDim, -1.0f)));
+    moves.Record("t", keys);
     return true;
   }
 
@@ -63,6 +64,7 @@ TEST_F(SlotMoveTest, PushesGoOnAndTheRowsTheyChangeAreReadAgain) {
   const std::vector<uint64_t> pushed(keys_.begin(), keys_.begin() + 3);
   ASSERT_TRUE(Push(moves, pushed));
   ASSERT_TRUE(Push(moves, pushed));
+  EXPECT_EQ(moves.ChangedTables(), std::vector<std::string>({"t"}));
   // Not paused, rows to copy: the map may not switch yet.
   bool switching = false;
   EXPECT_EQ(moves.MayGiveAway(GivenAway(), &switching).code(),
@@ -87,7 +89,9 @@ TEST_F(SlotMoveTest, PushesGoOnAndTheRowsTheyChangeAreReadAgain) {
   EXPECT_EQ(left, 0u);
   // Paused: the slots' pushes wait, others' do not.
   EXPECT_FALSE(Push(moves, pushed));
-  EXPECT_TRUE(moves.Admit("t", {}));
+  EXPECT_TRUE(moves.Admit({}));
+  // The tables with rows left to copy: none.
+  EXPECT_TRUE(moves.ChangedTables().empty());
   EXPECT_OK(moves.MayGiveAway(GivenAway(), &switching));
   EXPECT_TRUE(switching);
   moves.AfterChange();
@@ -116,8 +120,9 @@ TEST_F(SlotMoveTest, ChangedKeysThatCouldNotBeReadAreKept) {
   ASSERT_OK(moves.Begin(0, kNumSlots - 1, 1, absl::Seconds(30)));
   {
     absl::ReaderMutexLock pushing(&slots_->push_lock());
-    // A table the store does not have: reading its rows fails.
-    ASSERT_TRUE(moves.Admit("gone", {keys_[0]}));
+    // A table dropped since its push: reading its rows fails.
+    ASSERT_TRUE(moves.Admit({keys_[0]}));
+    moves.Record("gone", {keys_[0]});
   }
   uint64_t left = 0;
   EXPECT_EQ(
@@ -126,6 +131,7 @@ TEST_F(SlotMoveTest, ChangedKeysThatCouldNotBeReadAreKept) {
   bool switching = false;
   EXPECT_EQ(moves.MayGiveAway(GivenAway(), &switching).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(moves.ChangedTables(), std::vector<std::string>({"gone"}));
 }
 
 }  // namespace

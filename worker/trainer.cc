@@ -340,16 +340,20 @@ absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::WaitForWorkers(ClockResponse* view) {
+absl::Status Trainer::WaitForWorkers(ClockResponse* view, bool count_finished) {
   if (options_.staleness < 0 || options_.num_workers <= 1) {
     return absl::OkStatus();
   }
   const absl::Time give_up = absl::Now() + options_.start_timeout;
   bool said = false;
   // A worker that finished before this one came (little left to train
-  // after a resume) has started too.
-  while (static_cast<int>(view->live_workers() + view->finished_workers()) <
-         options_.num_workers) {
+  // after a resume) has started too; in a fresh run a finished worker is
+  // one of an earlier run.
+  auto started = [&] {
+    return static_cast<int>(view->live_workers() +
+                            (count_finished ? view->finished_workers() : 0));
+  };
+  while (started() < options_.num_workers) {
     if (absl::Now() >= give_up) {
       LOG(WARNING) << "[worker " << worker_index_ << "] starting with "
                    << view->live_workers() << " of " << options_.num_workers
@@ -850,7 +854,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(JoinCluster(*reader, &view));
   const int64_t first_step = clock_.value();
   const int64_t first_examples = examples_.load();
-  RETURN_IF_ERROR(WaitForWorkers(&view));
+  // Going on from a position (a resume): another worker may have finished
+  // what was left of its share before this one came.
+  RETURN_IF_ERROR(WaitForWorkers(&view, /*count_finished=*/first_examples > 0));
 
   Heartbeat heartbeat(
       options_.lease / 3,

@@ -318,7 +318,8 @@ class Trainer {
   absl::Status FirstReport(ClockResponse* response, int64_t* resumed_examples);
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
-  absl::Status WaitForWorkers(ClockResponse* view);
+  // `count_finished`: finished workers count as started (a resume).
+  absl::Status WaitForWorkers(ClockResponse* view, bool count_finished);
   // Before pushing `step`: while a checkpoint's cut (`*hold_at`, updated
   // from each answer) holds it back, reports (so the coordinator sees this
   // worker there) and waits; adds the time to `*held`.
