@@ -126,6 +126,17 @@ class SlotRoutingTest : public ::testing::Test {
     return MoveSlots(channels, move);
   }
 
+  // A move's last round on `shard`, by hand: pauses its pushes and reads
+  // the rows of kTable changed since the move began.
+  grpc::Status LastRound(size_t shard, ReadSlotRowsResponse* changed) {
+    ReadSlotRowsRequest read;
+    read.set_table(kTable);
+    read.set_changed(true);
+    read.set_pause(true);
+    grpc::ClientContext context;
+    return admins_[shard]->ReadSlotRows(&context, read, changed);
+  }
+
   grpc::Status SetMap(size_t shard, uint64_t expected_epoch,
                       const SlotMap& map) {
     SetSlotMapRequest request;
@@ -625,13 +636,8 @@ TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
   }
   {
     // Its last round: pushes to the slots pause.
-    ReadSlotRowsRequest read;
-    read.set_table(kTable);
-    read.set_changed(true);
-    read.set_pause(true);
-    ReadSlotRowsResponse page;
-    grpc::ClientContext context;
-    ASSERT_TRUE(admins_[0]->ReadSlotRows(&context, read, &page).ok());
+    ReadSlotRowsResponse changed;
+    ASSERT_TRUE(LastRound(0, &changed).ok());
   }
   // Pushes to shard 0 wait (retried) until the lease runs out, then land.
   const absl::Time start = absl::Now();
@@ -740,13 +746,8 @@ TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
   EXPECT_TRUE(stored) << "the second move purged the first one's copy";
   {
     // Its last round (nothing was pushed meanwhile): paused, it may switch.
-    ReadSlotRowsRequest last;
-    last.set_table(kTable);
-    last.set_changed(true);
-    last.set_pause(true);
     ReadSlotRowsResponse changed;
-    grpc::ClientContext context;
-    ASSERT_TRUE(admins_[0]->ReadSlotRows(&context, last, &changed).ok());
+    ASSERT_TRUE(LastRound(0, &changed).ok());
     EXPECT_TRUE(changed.done());
   }
   // The first one switches and is never ended: ending it now (what
