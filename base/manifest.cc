@@ -122,8 +122,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
 absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
   ExportManifest manifest;
   RETURN_IF_ERROR(ReadJson(dir, &manifest));
-  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
-      !manifest.has_model()) {
+  if ((manifest.format_version() != 1 && manifest.format_version() != 2) ||
+      manifest.num_shards() == 0 || !manifest.has_model()) {
     return absl::DataLossError(absl::StrCat(
         ManifestPath(dir), " is not an export this version reads"));
   }

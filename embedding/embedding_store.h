@@ -321,10 +321,11 @@ class EmbeddingStore {
   // makes sure that nothing pushes the rows of the slots meanwhile.
   //
   // Up to `max_rows` stored rows of `table` whose keys' slots `in_move`
-  // says, in the order of the keys' bytes after `after` (the last key an
-  // earlier call returned; nullopt: from the first), each with its
+  // says, in the stored order (by slot, then key) after `after` (the last
+  // key an earlier call returned; nullopt: from the first), each with its
   // optimizer state and expiry metadata; *done once none is left. Reads
-  // what is on disk: Flush() first. NOT_FOUND for an unknown table.
+  // only the moving slots' ranges of keys, what is on disk: Flush() first.
+  // NOT_FOUND for an unknown table.
   absl::StatusOr<std::vector<SlotRow>> ReadSlotRows(
       absl::string_view table,
       const std::function<bool(uint32_t slot)>& in_move,
@@ -346,8 +347,18 @@ class EmbeddingStore {
   absl::Status WriteSlotRows(absl::string_view table,
                              absl::Span<const SlotRow> rows);
 
+  // Stores `rows` of `table` as they are, replacing what this store holds
+  // for their keys, as one SST file ingested into RocksDB (durable at
+  // once, past the hot tier, which drops its copies of the keys): how a
+  // move's first copy of a slot range lands. The keys must be distinct.
+  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a row of another
+  // size or a key given twice (nothing stored).
+  absl::Status IngestSlotRows(absl::string_view table,
+                              absl::Span<const SlotRow> rows);
+
   // Deletes every row of every table whose key's slot `doomed` says, in
-  // the hot tier and on disk; how many were on disk.
+  // the hot tier and on disk (one range deletion per range of slots); how
+  // many were on disk.
   absl::StatusOr<uint64_t> DeleteSlotRows(
       const std::function<bool(uint32_t slot)>& doomed);
 
@@ -426,7 +437,8 @@ class EmbeddingStore {
     // kWal: every record of this stripe at or above its last mark written to
     // RocksDB lies in this push-log segment or a later one.
     std::atomic<uint64_t> log_start_segment{0};
-    // Some row left this stripe's hot tier since the store opened.
+    // Some row left this stripe's hot tier since the store opened, or
+    // reached disk past it (IngestSlotRows()).
     bool evicted_rows ABSL_GUARDED_BY(mu) = false;
     // FlushStripe() is writing copies of this stripe's dirty rows without
     // holding `mu`. Meanwhile nothing is evicted from the stripe (so no newer
@@ -442,6 +454,9 @@ class EmbeddingStore {
 
   absl::StatusOr<const Table*> FindTable(absl::string_view name) const;
   absl::StatusOr<const Table*> FindTableById(TableId id) const;
+  // INVALID_ARGUMENT unless every row of `rows` has table's row_floats.
+  absl::Status CheckSlotRows(const Table& table,
+                             absl::Span<const SlotRow> rows) const;
   size_t StripeOf(uint64_t key) const;
 
   // Groups positions 0..keys.size()-1 by stripe: on return, positions of

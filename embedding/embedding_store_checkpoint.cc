@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
 #include "rocksdb/sst_file_writer.h"
@@ -93,9 +94,11 @@ absl::Status EmbeddingStore::ExportTable(const Table& table,
     if (writer == nullptr) {
       ASSIGN_OR_RETURN(writer, OpenSstFile(target->path));
     }
+    // In the store's order (by slot, then key), which the export's keys
+    // follow (proto/checkpoint.proto).
+    const SlotOrderedKey export_key(key);
     rocksdb::Status put = writer->Put(
-        rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key)),
-        value);
+        rocksdb::Slice(export_key.data(), export_key.size()), value);
     if (!put.ok()) {
       return absl::InternalError(
           absl::StrCat("writing ", target->path, ": ", put.ToString()));

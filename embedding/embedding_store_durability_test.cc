@@ -230,6 +230,8 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
       options_.data_dir, "table.emb",
       absl::string_view(reinterpret_cast<const char*>(&key), sizeof(key)),
       absl::string_view(reinterpret_cast<const char*>(row), sizeof(row))));
+  // Such versions also keyed rows by their 8 bytes alone.
+  ASSERT_TRUE(StoreRowsUnderOldKeys(options_.data_dir));
   auto store = OpenStore(options_);
   std::vector<float> weights;
   bool stored = false;

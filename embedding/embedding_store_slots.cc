@@ -10,6 +10,30 @@
 #include "embedding/embedding_store_internal.h"
 
 namespace ps::embedding {
+namespace {
+
+// A range of slots, [first, end).
+struct SlotRange {
+  uint32_t first = 0;
+  uint32_t end = 0;
+};
+
+// The slots `in` says, as ranges in slot order.
+std::vector<SlotRange> SlotRanges(const std::function<bool(uint32_t)>& in) {
+  std::vector<SlotRange> ranges;
+  for (uint32_t slot = 0; slot < kNumSlots; ++slot) {
+    if (!in(slot)) continue;
+    if (!ranges.empty() && ranges.back().end == slot) {
+      ++ranges.back().end;
+    } else {
+      ranges.push_back({slot, slot + 1});
+    }
+  }
+  return ranges;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
     absl::string_view table_name,
     const std::function<bool(uint32_t slot)>& in_move,
@@ -17,22 +41,27 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   std::vector<SlotRow> rows;
   *done = true;
-  RETURN_IF_ERROR(rocks_->ScanFrom(
-      table->id, after,
-      [&](uint64_t key, absl::string_view value) -> absl::StatusOr<bool> {
-        if (!in_move(SlotForKey(key))) return true;
-        if (rows.size() == max_rows) {
-          *done = false;
-          return false;
-        }
-        SlotRow& row = rows.emplace_back();
-        row.key = key;
-        row.floats.resize(table->row_floats);
-        LogPosition position;
-        RETURN_IF_ERROR(RocksStore::DecodeRow(value, absl::MakeSpan(row.floats),
-                                              &position, &row.meta));
-        return true;
-      }));
+  // Rows are stored by slot: each range of slots is one range of keys.
+  const uint32_t after_slot = after.has_value() ? SlotForKey(*after) : 0;
+  for (const SlotRange& range : SlotRanges(in_move)) {
+    if (range.end <= after_slot) continue;  // read by earlier calls
+    RETURN_IF_ERROR(rocks_->ScanSlots(
+        table->id, range.first, range.end, after,
+        [&](uint64_t key, absl::string_view value) -> absl::StatusOr<bool> {
+          if (rows.size() == max_rows) {
+            *done = false;
+            return false;
+          }
+          SlotRow& row = rows.emplace_back();
+          row.key = key;
+          row.floats.resize(table->row_floats);
+          LogPosition position;
+          RETURN_IF_ERROR(RocksStore::DecodeRow(
+              value, absl::MakeSpan(row.floats), &position, &row.meta));
+          return true;
+        }));
+    if (!*done) break;
+  }
   return rows;
 }
 
@@ -69,17 +98,23 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadRowsOfKeys(
   return rows;
 }
 
+absl::Status EmbeddingStore::CheckSlotRows(
+    const Table& table, absl::Span<const SlotRow> rows) const {
+  for (const SlotRow& row : rows) {
+    if (row.floats.size() != static_cast<size_t>(table.row_floats)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a row of ", row.floats.size(), " floats for table ",
+                       table.spec.name(), ", whose rows have ",
+                       table.row_floats, " (weights and optimizer state)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
                                            absl::Span<const SlotRow> rows) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
-  for (const SlotRow& row : rows) {
-    if (row.floats.size() != static_cast<size_t>(table->row_floats)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a row of ", row.floats.size(), " floats for table ",
-                       table_name, ", whose rows have ", table->row_floats,
-                       " (weights and optimizer state)"));
-    }
-  }
+  RETURN_IF_ERROR(CheckSlotRows(*table, rows));
   std::vector<uint32_t> order;
   std::vector<uint32_t> starts;
   std::vector<uint64_t> keys;
@@ -111,6 +146,39 @@ absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
   return absl::OkStatus();
 }
 
+absl::Status EmbeddingStore::IngestSlotRows(absl::string_view table_name,
+                                            absl::Span<const SlotRow> rows) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
+  RETURN_IF_ERROR(CheckSlotRows(*table, rows));
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> starts;
+  std::vector<uint64_t> keys;
+  for (const SlotRow& row : rows) keys.push_back(row.key);
+  GroupByStripe(keys, &order, &starts);
+  // A copy the hot tier holds (an earlier move that did not finish) would
+  // hide the ingested row: it goes, once no write-back of it is in flight.
+  // The stripe then has rows on disk that it never held.
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = *stripes_[s];
+    absl::MutexLock lock(&stripe.mu);
+    AwaitWriteBackLanded(stripe);
+    stripe.evicted_rows = true;
+    for (uint32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      if (CachedRow* row = stripe.cache.Find(table->id, keys[order[i]]))
+        stripe.cache.Erase(table->id, row);
+    }
+  }
+  std::vector<StoredRow> stored;
+  stored.reserve(rows.size());
+  for (const SlotRow& row : rows) {
+    // Position {0, 0}: like a row written back from WriteSlotRows(), the
+    // next Flush() marks the push log past every record of this shard.
+    stored.push_back({row.key, row.floats, LogPosition(), row.meta});
+  }
+  return rocks_->IngestRows(table->id, std::move(stored));
+}
+
 absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
     const std::function<bool(uint32_t slot)>& doomed) {
   std::vector<const Table*> tables;
@@ -120,6 +188,7 @@ absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
       if (table != nullptr && !table->dropped) tables.push_back(table.get());
     }
   }
+  const std::vector<SlotRange> ranges = SlotRanges(doomed);
   uint64_t deleted = 0;
   for (const Table* table : tables) {
     for (auto& stripe : stripes_) {
@@ -135,16 +204,18 @@ absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
           });
       for (CachedRow* row : erased) stripe->cache.Erase(table->id, row);
     }
+    // Each range of slots is one range of stored keys: counted, then
+    // deleted as a whole.
     RocksStore::Batch batch = rocks_->NewBatch();
-    RETURN_IF_ERROR(rocks_->ScanFrom(
-        table->id, std::nullopt,
-        [&](uint64_t key, absl::string_view) -> absl::StatusOr<bool> {
-          if (doomed(SlotForKey(key))) {
-            batch.Delete(table->id, key);
+    for (const SlotRange& range : ranges) {
+      RETURN_IF_ERROR(rocks_->ScanSlots(
+          table->id, range.first, range.end, std::nullopt,
+          [&](uint64_t, absl::string_view) -> absl::StatusOr<bool> {
             ++deleted;
-          }
-          return true;
-        }));
+            return true;
+          }));
+      batch.DeleteSlots(table->id, range.first, range.end);
+    }
     if (!batch.empty()) RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
   }
   return deleted;

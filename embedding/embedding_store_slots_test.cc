@@ -1,7 +1,10 @@
 // Rows moved between two stores by slot: read page by page from one,
 // written into the other (weights, optimizer state and expiry metadata
-// alike), durable there across a reopen and its push-log replay, and
-// deleted from the first.
+// alike; through the hot tier or ingested as an SST file), durable there
+// across a reopen and its push-log replay, and deleted from the first.
+// Rows are stored by slot: ranges of slots read and delete exactly their
+// rows, and a store written before (8-byte keys) is upgraded in place or,
+// read-only, still restores.
 
 #include <algorithm>
 #include <optional>
@@ -12,6 +15,8 @@
 #include "base/status_matchers.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
+#include "embedding/restore.h"
+#include "embedding/rocks_store.h"
 #include "gtest/gtest.h"
 
 namespace ps::embedding {
@@ -233,6 +238,179 @@ TEST_F(SlotRowsTest, RowsOfAnotherSizeAreRefused) {
   bool done = false;
   EXPECT_THAT(store->ReadSlotRows("missing", InMove, std::nullopt, 1, &done),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+// Slots in several ranges, one of a single slot, the first and last
+// slot included.
+bool InScatteredRanges(uint32_t slot) {
+  return slot % 3 == 0 || (slot >= 100 && slot < 400) || slot == kNumSlots - 1;
+}
+
+TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
+  std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 3000; ++key) keys.push_back(key * 1000003);
+  ASSERT_OK(
+      store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.2f)));
+  ASSERT_OK(store->Flush());
+  std::vector<uint64_t> expected;
+  for (uint64_t key : keys)
+    if (InScatteredRanges(SlotForKey(key))) expected.push_back(key);
+  ASSERT_GT(expected.size(), 100u);
+  ASSERT_LT(expected.size(), keys.size() / 2);
+  // In slot order, then key order, each once, across pages of 7.
+  std::sort(expected.begin(), expected.end(), [](uint64_t a, uint64_t b) {
+    return std::make_pair(SlotForKey(a), a) < std::make_pair(SlotForKey(b), b);
+  });
+  std::vector<uint64_t> read;
+  std::optional<uint64_t> after;
+  bool done = false;
+  while (!done) {
+    absl::StatusOr<std::vector<SlotRow>> rows =
+        store->ReadSlotRows("t", InScatteredRanges, after, 7, &done);
+    ASSERT_OK(rows);
+    ASSERT_LE(rows->size(), 7u);
+    for (const SlotRow& row : *rows) read.push_back(row.key);
+    if (!rows->empty()) after = rows->back().key;
+  }
+  EXPECT_EQ(read, expected);
+
+  absl::StatusOr<uint64_t> deleted = store->DeleteSlotRows(InScatteredRanges);
+  ASSERT_OK(deleted);
+  EXPECT_EQ(*deleted, expected.size());
+  store.reset();
+  store = OpenStore(options_);
+  for (uint64_t key : keys) {
+    std::vector<float> weights;
+    bool stored = false;
+    ASSERT_OK(store->GetRow("t", key, &weights, &stored));
+    EXPECT_EQ(stored, !InScatteredRanges(SlotForKey(key))) << key;
+  }
+}
+
+TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
+  std::unique_ptr<EmbeddingStore> source = OpenStore(options_);
+  ASSERT_OK(source->DeclareTable(AdagradTable()));
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 1; key <= 200; ++key) keys.push_back(key);
+  ASSERT_OK(
+      source->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.4f)));
+  ASSERT_OK(source->Flush());
+  const std::vector<SlotRow> read = ReadAll(*source, 1000);
+  ASSERT_GT(read.size(), 10u);
+  std::vector<uint64_t> moved;
+  for (const SlotRow& row : read) moved.push_back(row.key);
+  {
+    target_options_.durability = Durability::kWal;
+    std::unique_ptr<EmbeddingStore> target = OpenStore(target_options_);
+    ASSERT_OK(target->DeclareTable(AdagradTable()));
+    // Copies in the hot tier, dirty and clean (an earlier move that did
+    // not finish): the ingested rows win over both.
+    ASSERT_OK(target->Push("t", {moved[0], moved[1]},
+                           std::vector<float>(2 * kDim, 9.0f)));
+    ASSERT_OK(target->Flush());
+    ASSERT_OK(target->Push("t", {moved[0]}, std::vector<float>(kDim, 3.0f)));
+    // Rows in another order than read: the store sorts them.
+    std::vector<SlotRow> shuffled(read.rbegin(), read.rend());
+    ASSERT_OK(target->IngestSlotRows("t", shuffled));
+    EXPECT_EQ(RowsWithState(*target, moved), RowsWithState(*source, moved));
+    std::vector<SlotRow> twice = {read[0], read[0]};
+    EXPECT_THAT(target->IngestSlotRows("t", twice),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    SlotRow short_row = read[0];
+    short_row.floats.pop_back();
+    EXPECT_THAT(target->IngestSlotRows("t", {short_row}),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(target->IngestSlotRows("missing", read),
+                StatusIs(absl::StatusCode::kNotFound));
+    // Closed without a flush: ingested rows are durable by themselves.
+  }
+  std::unique_ptr<EmbeddingStore> target = OpenStore(target_options_);
+  EXPECT_EQ(RowsWithState(*target, moved), RowsWithState(*source, moved));
+  const std::vector<SlotRow> again = ReadAll(*target, 1000);
+  ASSERT_EQ(again.size(), read.size());
+  for (size_t i = 0; i < read.size(); ++i) {
+    EXPECT_EQ(again[i].key, read[i].key);
+    EXPECT_EQ(again[i].meta.push_count, read[i].meta.push_count);
+  }
+}
+
+TEST_F(SlotRowsTest, AStoreKeyedBeforeSlotsIsUpgradedInPlace) {
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 1; key <= 500; ++key) keys.push_back(key * 7919);
+  std::vector<float> rows;
+  {
+    std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
+    ASSERT_OK(store->DeclareTable(AdagradTable()));
+    ASSERT_OK(store->DeclareTable(SgdTable("other", 2)));
+    ASSERT_OK(
+        store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.3f)));
+    ASSERT_OK(
+        store->Push("other", keys, std::vector<float>(keys.size() * 2, 0.1f)));
+    ASSERT_OK(store->Flush());
+    rows = RowsWithState(*store, keys);
+  }
+  // Every other row under its old key: an upgrade stopped part-way.
+  ASSERT_TRUE(StoreRowsUnderOldKeys(options_.data_dir, 2));
+
+  // Read-only (a checkpoint's part), such a store is only scanned: what a
+  // restore does with a checkpoint of an older version.
+  {
+    RocksStoreOptions part;
+    part.path = options_.data_dir;
+    part.read_only = true;
+    absl::StatusOr<std::unique_ptr<RocksStore>> opened = RocksStore::Open(part);
+    ASSERT_OK(opened);
+    const TableId id = (*opened)->opened_tables()[0].id;
+    std::vector<std::string> values;
+    std::vector<bool> found;
+    EXPECT_THAT((*opened)->MultiGet(id, {keys[0]}, &values, &found),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  RestoreOptions restore;
+  restore.parts = {options_.data_dir};
+  restore.tables = {AdagradTable()};
+  restore.keep = [](uint64_t, size_t) { return true; };
+  restore.store = target_options_;
+  absl::StatusOr<RestoreStats> restored = RestoreRows(restore);
+  ASSERT_OK(restored);
+  EXPECT_EQ(restored->rows_kept, keys.size());
+  {
+    std::unique_ptr<EmbeddingStore> target = OpenStore(target_options_);
+    EXPECT_EQ(RowsWithState(*target, keys), rows);
+  }
+
+  // Opened to write, it is upgraded: the same rows, read by slot.
+  {
+    std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
+    EXPECT_EQ(RowsWithState(*store, keys), rows);
+    size_t in_move = 0;
+    for (uint64_t key : keys) in_move += Moving(key);
+    EXPECT_EQ(ReadAll(*store, 64).size(), in_move);
+  }
+  // No row is left under an old key, and the format is recorded.
+  size_t old_keys = 0;
+  size_t new_keys = 0;
+  bool format_recorded = false;
+  ASSERT_TRUE(EditRocksDb(
+      options_.data_dir,
+      [&](rocksdb::DB* db, const auto& names, const auto& handles) {
+        std::string format;
+        format_recorded =
+            db->Get(rocksdb::ReadOptions(), "row_key_format", &format).ok();
+        for (size_t f = 0; f < names.size(); ++f) {
+          if (names[f].rfind("table.", 0) != 0) continue;
+          std::unique_ptr<rocksdb::Iterator> it(
+              db->NewIterator(rocksdb::ReadOptions(), handles[f]));
+          for (it->SeekToFirst(); it->Valid(); it->Next())
+            (it->key().size() == 8 ? old_keys : new_keys)++;
+        }
+        return true;
+      }));
+  EXPECT_TRUE(format_recorded);
+  EXPECT_EQ(old_keys, 0u);
+  EXPECT_EQ(new_keys, 2 * keys.size());
 }
 
 }  // namespace

@@ -91,4 +91,33 @@ std::vector<float> InitialRow(const TableSpec& spec, uint64_t key) {
   });
 }
 
+::testing::AssertionResult StoreRowsUnderOldKeys(const std::string& dir,
+                                                 int every) {
+  return EditRocksDb(
+      dir, [&](rocksdb::DB* db, const auto& names, const auto& handles) {
+        rocksdb::WriteBatch batch;
+        for (size_t f = 0; f < names.size(); ++f) {
+          if (names[f].rfind("table.", 0) != 0) continue;
+          std::unique_ptr<rocksdb::Iterator> it(
+              db->NewIterator(rocksdb::ReadOptions(), handles[f]));
+          int seen = 0;
+          for (it->SeekToFirst(); it->Valid(); it->Next()) {
+            if (it->key().size() != 10 || seen++ % every != 0) continue;
+            // The stored key: the slot's 2 bytes, then the key big-endian.
+            uint64_t key = 0;
+            for (size_t i = 2; i < 10; ++i)
+              key = (key << 8) | static_cast<unsigned char>(it->key()[i]);
+            batch.Put(handles[f],
+                      rocksdb::Slice(reinterpret_cast<const char*>(&key),
+                                     sizeof(key)),
+                      it->value());
+            batch.Delete(handles[f], it->key());
+          }
+          if (!it->status().ok()) return false;
+        }
+        batch.Delete("row_key_format");
+        return db->Write(rocksdb::WriteOptions(), &batch).ok();
+      });
+}
+
 }  // namespace ps::embedding

@@ -73,6 +73,13 @@ class EmbeddingStoreTest : public ::testing::Test {
   StoreOptions options_;
 };
 
+// Makes the store in `dir` look as a version before rows were stored by
+// slot left it: rows under their key's 8 bytes (every `every`-th row; the
+// others stay as an upgrade stopped part-way leaves them) and no record of
+// the row key format.
+::testing::AssertionResult StoreRowsUnderOldKeys(const std::string& dir,
+                                                 int every = 1);
+
 }  // namespace ps::embedding
 
 #endif  // PS_EMBEDDING_EMBEDDING_STORE_TEST_UTIL_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "glog/logging.h"
@@ -18,6 +19,7 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/slice_transform.h"
+#include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_buffer_manager.h"
@@ -33,6 +35,12 @@ constexpr char kFamilyPrefix[] = "table.";
 constexpr char kLogFamily[] = "push_log";
 constexpr char kEpochKey[] = "epoch";
 constexpr char kLedgerKey[] = "ledger";
+// In the default family: how rows are keyed. Absent in a store written
+// before rows were stored by slot (8-byte keys), which Open() upgrades.
+constexpr char kRowKeyFormatKey[] = "row_key_format";
+constexpr char kSlotOrderedFormat[] = "slot,key";
+// Rows rewritten per batch while upgrading a store's row keys.
+constexpr size_t kUpgradeBatchRows = 8192;
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
@@ -45,8 +53,31 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   return absl::InternalError(message);
 }
 
-rocksdb::Slice KeySlice(const uint64_t& key) {
-  return rocksdb::Slice(reinterpret_cast<const char*>(&key), sizeof(key));
+// A row's key as stored (base/routing.h): one slot's rows are one range
+// of keys, in key order, and slots follow each other in order.
+constexpr size_t kRowKeyBytes = SlotOrderedKey::kBytes;
+class RowKey : public SlotOrderedKey {
+ public:
+  explicit RowKey(uint64_t key) : SlotOrderedKey(key) {}
+  static RowKey SlotStart(uint32_t slot) {
+    return RowKey(SlotOrderedKey::SlotStart(slot));
+  }
+  rocksdb::Slice slice() const { return rocksdb::Slice(data(), size()); }
+
+ private:
+  explicit RowKey(const SlotOrderedKey& key) : SlotOrderedKey(key) {}
+};
+
+// The row key of stored key bytes: a RowKey, or a key's 8 bytes in the
+// machine's order (a store written before rows were stored by slot).
+absl::StatusOr<uint64_t> DecodeRowKey(const rocksdb::Slice& bytes) {
+  if (bytes.size() == kRowKeyBytes) return SlotOrderedKey::Decode(bytes.data());
+  if (bytes.size() == sizeof(uint64_t)) {
+    uint64_t key = 0;
+    std::memcpy(&key, bytes.data(), sizeof(key));
+    return key;
+  }
+  return absl::DataLossError(absl::StrCat("a key of ", bytes.size(), " bytes"));
 }
 
 // A push-log key in the log family: the stripe and the sequence, big-endian.
@@ -184,11 +215,10 @@ rocksdb::ColumnFamilyOptions TableFamilyOptions(
   // a hash memtable sorts itself into a skiplist on every flush
   // (docs/perf-history.md).
   family.inplace_update_support = false;
-  // Keys are 8 random bytes looked up one at a time: a bloom filter of whole
+  // Keys (RowKey) are looked up one at a time: a bloom filter of whole
   // keys (the prefix is the whole key) answers most memtable misses of rows
   // never written, which every new key's first pull is.
-  family.prefix_extractor.reset(
-      rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
+  family.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kRowKeyBytes));
   family.memtable_prefix_bloom_size_ratio = 0.1;
   family.compaction_filter_factory = std::move(expiry);
   return family;
@@ -389,6 +419,85 @@ absl::Status SortAndCheckTableIds(const RocksStoreOptions& options,
   return absl::OkStatus();
 }
 
+// Rewrites the rows of `family` (table `name`) stored under their key's 8
+// bytes under their RowKey: each row's Put and its old key's Delete go in
+// one batch, so a process stopped part-way leaves every row under one key,
+// and the next Open() goes on with the rest.
+absl::Status UpgradeFamilyRowKeys(const RocksStoreOptions& options,
+                                  rocksdb::DB* db,
+                                  rocksdb::ColumnFamilyHandle* family,
+                                  const std::string& name) {
+  rocksdb::ReadOptions read;
+  read.total_order_seek = true;
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read, family));
+  rocksdb::WriteBatch batch;
+  uint64_t rewritten = 0;
+  auto write = [&]() -> absl::Status {
+    if (batch.Count() == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &batch),
+                              "rewriting rows under slot-ordered keys"));
+    batch.Clear();
+    return absl::OkStatus();
+  };
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != sizeof(uint64_t)) continue;  // rewritten already
+    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
+    batch.Put(family, RowKey(key).slice(), it->value());
+    batch.Delete(family, it->key());
+    if (++rewritten % kUpgradeBatchRows == 0) RETURN_IF_ERROR(write());
+    if (rewritten % (1 << 20) == 0) {
+      LOG(INFO) << "upgrading " << options.path << ": table " << name << ", "
+                << rewritten << " rows so far";
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "reading rows to upgrade"));
+  RETURN_IF_ERROR(write());
+  if (rewritten > 0) {
+    LOG(INFO) << "upgraded " << options.path << ": table " << name << ", "
+              << rewritten << " rows now stored by slot";
+  }
+  return absl::OkStatus();
+}
+
+// Whether the store's rows are stored under RowKey. If not (a store
+// written before rows were stored by slot), a writable store is upgraded
+// in place (every table's rows rewritten, then the format recorded, synced)
+// and a read-only one is left as it is: *legacy_row_keys says so.
+absl::Status UpgradeRowKeys(const RocksStoreOptions& options,
+                            const OpenedDatabase& opened,
+                            const std::vector<StoredTable>& tables,
+                            bool* legacy_row_keys) {
+  *legacy_row_keys = false;
+  std::string format;
+  rocksdb::Status got = opened.db->Get(rocksdb::ReadOptions(), opened.specs,
+                                       kRowKeyFormatKey, &format);
+  if (got.ok()) {
+    if (format == kSlotOrderedFormat) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.path, " stores rows keyed as \"", format,
+                     "\", which this version does not read"));
+  }
+  if (!got.IsNotFound()) return FromRocks(got, "reading the row key format");
+  if (options.read_only) {
+    *legacy_row_keys = true;
+    return absl::OkStatus();
+  }
+  for (const auto& [id, handle] : opened.table_handles) {
+    const auto table =
+        std::find_if(tables.begin(), tables.end(),
+                     [&](const StoredTable& t) { return t.id == id; });
+    RETURN_IF_ERROR(UpgradeFamilyRowKeys(
+        options, opened.db.get(), handle,
+        table == tables.end() ? absl::StrCat(id) : table->spec.name()));
+  }
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  return FromRocks(opened.db->Put(durable, opened.specs, kRowKeyFormatKey,
+                                  kSlotOrderedFormat),
+                   "recording the row key format");
+}
+
 // Writes the ids of tables written before ids were recorded, synced: before
 // a drop can change the families' places.
 absl::Status RecordLegacyIds(rocksdb::DB* db, rocksdb::WriteBatch* legacy_ids) {
@@ -430,13 +539,21 @@ void RocksStore::Batch::Put(TableId table, uint64_t key,
       rocksdb::Slice(reinterpret_cast<const char*>(&position),
                      sizeof(position)),
       rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))};
-  const rocksdb::Slice key_slice = KeySlice(key);
+  const RowKey row_key(key);
+  const rocksdb::Slice key_slice = row_key.slice();
   batch_.Put(store_->Handle(table), rocksdb::SliceParts(&key_slice, 1),
              rocksdb::SliceParts(parts, 3));
 }
 
 void RocksStore::Batch::Delete(TableId table, uint64_t key) {
-  batch_.Delete(store_->Handle(table), KeySlice(key));
+  batch_.Delete(store_->Handle(table), RowKey(key).slice());
+}
+
+void RocksStore::Batch::DeleteSlots(TableId table, uint32_t first_slot,
+                                    uint32_t end_slot) {
+  batch_.DeleteRange(store_->Handle(table),
+                     RowKey::SlotStart(first_slot).slice(),
+                     RowKey::SlotStart(end_slot).slice());
 }
 
 absl::Status RocksStore::DecodeRow(absl::string_view value,
@@ -539,12 +656,15 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
   if (legacy_ids.Count() > 0 && !options.read_only) {
     RETURN_IF_ERROR(RecordLegacyIds(opened.db.get(), &legacy_ids));
   }
+  bool legacy_row_keys = false;
+  RETURN_IF_ERROR(UpgradeRowKeys(options, opened, tables, &legacy_row_keys));
   auto store = std::unique_ptr<RocksStore>(new RocksStore(
       options, opened.db.release(), std::exchange(opened.specs, nullptr),
       std::exchange(opened.table_handles, {}),
       std::exchange(opened.log, nullptr), std::move(tables)));
   store->table_options_ = family;
   store->expiry_ = std::move(expiry);
+  store->legacy_row_keys_ = legacy_row_keys;
   return store;
 }
 
@@ -699,13 +819,26 @@ absl::Status RocksStore::WriteWith(const rocksdb::WriteOptions& options,
   return FromRocks(written, "writing rows");
 }
 
+absl::Status RocksStore::RequireSlotOrder() const {
+  if (!legacy_row_keys_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      options_.path,
+      " was written before rows were stored by slot and is open read-only: "
+      "it can only be scanned whole (restore it, or open it writable once, "
+      "which upgrades it)"));
+}
+
 absl::Status RocksStore::MultiGet(TableId table,
                                   absl::Span<const uint64_t> keys,
                                   std::vector<std::string>* values,
                                   std::vector<bool>* found) {
+  RETURN_IF_ERROR(RequireSlotOrder());
+  std::vector<RowKey> row_keys;
+  row_keys.reserve(keys.size());
+  for (uint64_t key : keys) row_keys.emplace_back(key);
   std::vector<rocksdb::Slice> key_slices;
   key_slices.reserve(keys.size());
-  for (const uint64_t& key : keys) key_slices.push_back(KeySlice(key));
+  for (const RowKey& key : row_keys) key_slices.push_back(key.slice());
   // The batched form: lookups of one table grouped per file and block,
   // where the vector-of-strings form looks each key up on its own.
   std::vector<rocksdb::PinnableSlice> pinned(keys.size());
@@ -823,12 +956,7 @@ absl::Status RocksStore::Scan(
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(options, Handle(table)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (it->key().size() != sizeof(uint64_t)) {
-      return absl::DataLossError(
-          absl::StrCat("a key of ", it->key().size(), " bytes"));
-    }
-    uint64_t key = 0;
-    std::memcpy(&key, it->key().data(), sizeof(key));
+    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
     RETURN_IF_ERROR(
         fn(key, absl::string_view(it->value().data(), it->value().size())));
   }
@@ -839,30 +967,99 @@ absl::Status RocksStore::ScanFrom(
     TableId table, std::optional<uint64_t> after,
     const std::function<absl::StatusOr<bool>(uint64_t, absl::string_view)>&
         fn) {
+  return ScanSlots(table, 0, kNumSlots, after, fn);
+}
+
+absl::Status RocksStore::ScanSlots(
+    TableId table, uint32_t first_slot, uint32_t end_slot,
+    std::optional<uint64_t> after,
+    const std::function<absl::StatusOr<bool>(uint64_t, absl::string_view)>&
+        fn) {
+  RETURN_IF_ERROR(RequireSlotOrder());
+  if (first_slot >= end_slot) return absl::OkStatus();
+  const RowKey end = RowKey::SlotStart(std::min(end_slot, kNumSlots));
+  const rocksdb::Slice upper_bound = end.slice();
   rocksdb::ReadOptions options;
   options.fill_cache = false;
   options.total_order_seek = true;
+  options.iterate_upper_bound = &upper_bound;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(options, Handle(table)));
+  const RowKey start = RowKey::SlotStart(first_slot);
+  it->Seek(start.slice());
   if (after.has_value()) {
-    it->Seek(KeySlice(*after));
-    if (it->Valid() && it->key() == KeySlice(*after)) it->Next();
-  } else {
-    it->SeekToFirst();
+    const RowKey after_key(*after);
+    if (after_key.slice().compare(start.slice()) >= 0) {
+      it->Seek(after_key.slice());
+      if (it->Valid() && it->key() == after_key.slice()) it->Next();
+    }
   }
   for (; it->Valid(); it->Next()) {
-    if (it->key().size() != sizeof(uint64_t)) {
-      return absl::DataLossError(
-          absl::StrCat("a key of ", it->key().size(), " bytes"));
-    }
-    uint64_t key = 0;
-    std::memcpy(&key, it->key().data(), sizeof(key));
+    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
     ASSIGN_OR_RETURN(
         const bool go_on,
         fn(key, absl::string_view(it->value().data(), it->value().size())));
     if (!go_on) return absl::OkStatus();
   }
   return FromRocks(it->status(), "scanning a table");
+}
+
+absl::Status RocksStore::IngestRows(TableId table,
+                                    std::vector<StoredRow> rows) {
+  RETURN_IF_ERROR(RequireSlotOrder());
+  if (rows.empty()) return absl::OkStatus();
+  rocksdb::ColumnFamilyHandle* handle =
+      table < options_.max_tables ? Handle(table) : nullptr;
+  if (handle == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table with id ", table));
+  }
+  // The file's keys must rise strictly, in the order RowKey's bytes sort.
+  std::sort(rows.begin(), rows.end(),
+            [](const StoredRow& a, const StoredRow& b) {
+              return RowKey(a.key).slice().compare(RowKey(b.key).slice()) < 0;
+            });
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i].key == rows[i - 1].key) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", rows[i].key, " twice in one ingestion"));
+    }
+  }
+  const std::string dir = options_.path + "/ingest";
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", dir, ": ", error.message()));
+  }
+  const std::string file =
+      absl::StrCat(dir, "/rows-", next_ingest_file_.fetch_add(1), ".sst");
+  const rocksdb::Options file_options(db_->GetDBOptions(), table_options_);
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), file_options, handle);
+  absl::Status written =
+      FromRocks(writer.Open(file), absl::StrCat("creating ", file));
+  std::string value;
+  for (size_t i = 0; i < rows.size() && written.ok(); ++i) {
+    const StoredRow& row = rows[i];
+    value.assign(reinterpret_cast<const char*>(row.floats.data()),
+                 row.floats.size() * sizeof(float));
+    value.append(reinterpret_cast<const char*>(&row.position),
+                 sizeof(row.position));
+    value.append(reinterpret_cast<const char*>(&row.meta), sizeof(row.meta));
+    written = FromRocks(writer.Put(RowKey(row.key).slice(), value),
+                        absl::StrCat("writing ", file));
+  }
+  if (written.ok()) {
+    written = FromRocks(writer.Finish(), absl::StrCat("finishing ", file));
+  }
+  if (written.ok()) {
+    rocksdb::IngestExternalFileOptions ingest;
+    // The file is ours: linked into the database, not copied.
+    ingest.move_files = true;
+    written = FromRocks(db_->IngestExternalFile(handle, {file}, ingest),
+                        absl::StrCat("ingesting ", file));
+  }
+  std::filesystem::remove(file, error);
+  return written;
 }
 
 }  // namespace ps::embedding

@@ -1,9 +1,19 @@
 // File: embedding/rocks_store.h
 //
 // The durable tier: one RocksDB database per shard, one column family per
-// table, rows keyed by their 8-byte key with the row's floats (weights, then
-// optimizer state) as the value. Table specs are kept in the default column
-// family, so reopening the same directory brings every table back.
+// table, rows keyed by their slot (base/routing.h) and then their 8-byte key,
+// with the row's floats (weights, then optimizer state) as the value: one
+// slot's rows are one range of keys, read (ScanSlots), deleted (DeleteSlots)
+// and ingested (IngestRows) as a whole when slots move. Table specs are kept
+// in the default column family, so reopening the same directory brings every
+// table back.
+//
+// A store written before rows were stored by slot (keys of 8 bytes) is
+// upgraded in place by the first Open() that may write: every row is
+// rewritten under its new key, a batch at a time (a process stopped
+// part-way goes on at the next Open()), then the format is recorded. Opened
+// read-only, such a store can only be scanned whole (Scan()), which is all
+// a restore from an old checkpoint needs.
 //
 // A "push log" column family holds what EmbeddingStore needs to replay its
 // push log (push_log.h) under --durability=wal: the log's epoch, per lock
@@ -94,6 +104,15 @@ struct RowMeta {
   uint32_t push_count = 0;
 };
 
+// A row for IngestRows(): its floats (weights and optimizer state), log
+// position and meta.
+struct StoredRow {
+  uint64_t key = 0;
+  absl::Span<const float> floats;
+  LogPosition position;
+  RowMeta meta;
+};
+
 // When a table's stored rows expire (TableSpec.row_ttl_s): not updated for
 // `ttl_s` seconds and, if `evict_below_count` > 0, pushed fewer than that many
 // times. Times are whole seconds, so a row is kept at least `ttl_s` seconds
@@ -120,6 +139,9 @@ class RocksStore {
     void Put(TableId table, uint64_t key, absl::Span<const float> row,
              LogPosition position, RowMeta meta);
     void Delete(TableId table, uint64_t key);
+    // Deletes every row of `table` whose key's slot is in [first_slot,
+    // end_slot) (one range deletion).
+    void DeleteSlots(TableId table, uint32_t first_slot, uint32_t end_slot);
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogMark(uint32_t stripe, uint64_t end_sequence);
@@ -231,18 +253,33 @@ class RocksStore {
   std::unique_ptr<Snapshot> GetSnapshot();
 
   // Calls fn(key, stored value) for every row of `table` as of `snapshot`,
-  // in the order of the keys' bytes; stops at the first error fn returns.
+  // in the order of the stored keys (by slot, then key); stops at the first
+  // error fn returns.
   absl::Status Scan(
       TableId table, const Snapshot& snapshot,
       const std::function<absl::Status(uint64_t key, absl::string_view value)>&
           fn);
 
   // Calls fn(key, stored value) for the rows of `table` after the key
-  // `after` (nullopt: from the first), in the order of the keys' bytes, as
-  // of the call, until fn returns false or an error.
+  // `after` (nullopt: from the first), in the order of the stored keys (by
+  // slot, then key), as of the call, until fn returns false or an error.
   absl::Status ScanFrom(TableId table, std::optional<uint64_t> after,
                         const std::function<absl::StatusOr<bool>(
                             uint64_t key, absl::string_view value)>& fn);
+  // The same for the rows whose key's slot is in [first_slot, end_slot):
+  // one range of stored keys, read from its start (or after `after`, if
+  // that key's slot is in the range).
+  absl::Status ScanSlots(TableId table, uint32_t first_slot, uint32_t end_slot,
+                         std::optional<uint64_t> after,
+                         const std::function<absl::StatusOr<bool>(
+                             uint64_t key, absl::string_view value)>& fn);
+
+  // Writes `rows` of `table` (distinct keys, any order) into one SST file
+  // and ingests it (RocksDB's IngestExternalFile): durable once this
+  // returns, replacing what was stored for their keys, without the
+  // memtable or the WAL. NOT_FOUND for an unknown table; INVALID_ARGUMENT
+  // for a key given twice (nothing stored).
+  absl::Status IngestRows(TableId table, std::vector<StoredRow> rows);
 
   // Writes a consistent copy of the database into `dir` (RocksDB's
   // Checkpoint: files hard-linked where the file system allows, memtables
@@ -261,6 +298,9 @@ class RocksStore {
       std::vector<StoredTable> opened_tables);
 
   rocksdb::ColumnFamilyHandle* Handle(TableId table) const;
+  // FAILED_PRECONDITION for a store whose row keys are not by slot (a
+  // store of an older version opened read-only).
+  absl::Status RequireSlotOrder() const;
   // Writes `batch`, resuming RocksDB first after an earlier failed write.
   absl::Status WriteWith(const rocksdb::WriteOptions& options, Batch* batch);
 
@@ -285,6 +325,10 @@ class RocksStore {
   const std::vector<StoredTable> opened_tables_;
   // Every table family's compaction filters come from it.
   std::shared_ptr<ExpiryFilterFactory> expiry_;
+  // Rows are under 8-byte keys (an older store opened read-only).
+  bool legacy_row_keys_ = false;
+  // Numbers the files IngestRows() writes.
+  std::atomic<uint64_t> next_ingest_file_{0};
 };
 
 }  // namespace ps::embedding

@@ -556,6 +556,8 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
                    SlotMapUnchanged(clients, slot_map_before));
   ExportManifest manifest;
   SetCommonFields(cut, cluster.servers.size(), &manifest);
+  // Keys in slot order (proto/checkpoint.proto).
+  manifest.set_format_version(2);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
   *manifest.mutable_model() = model.card;
   manifest.set_model_name(model.name);

@@ -155,6 +155,8 @@ absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
       if (count == 0) continue;
       WriteSlotRowsRequest write;
       *write.mutable_rows() = page.rows();
+      // A page of stored rows, one range of slots: one SST file there.
+      write.set_ingest(true);
       RETURN_IF_ERROR(WriteToTarget(
           shards, options, write,
           absl::StrCat("writing table ", table, " to shard ", options.to_shard),

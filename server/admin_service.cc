@@ -396,7 +396,9 @@ absl::Status AdminService::HandleWriteSlotRows(
                        map->epoch(), "): its row is not replaced"));
     }
   }
-  RETURN_IF_ERROR(store_->WriteSlotRows(request.rows().table(), rows));
+  RETURN_IF_ERROR(request.ingest()
+                      ? store_->IngestSlotRows(request.rows().table(), rows)
+                      : store_->WriteSlotRows(request.rows().table(), rows));
   return request.durable() ? store_->Flush() : absl::OkStatus();
 }
 

@@ -5,12 +5,54 @@
 //     staleness 0); with two workers restored into three shards, test AUC
 //     within 0.002.
 //   - An export scores like the worker that trained it, in every input
-//     layout, and reads the layout it was trained on.
+//     layout, and reads the layout it was trained on; an export of format
+//     version 1 (keys alone, not in slot order) scores as its version 2.
 
+#include <utility>
+
+#include "rocksdb/options.h"
+#include "rocksdb/sst_file_reader.h"
+#include "rocksdb/sst_file_writer.h"
 #include "tests/checkpoint_cluster.h"
 
 namespace ps::testing {
 namespace {
+
+// Writes the export in `from` (format version 2) into `to` as format
+// version 1 wrote it: each part's rows keyed by the key's 8 bytes in the
+// machine's order, sorted by them.
+void WriteAsFormatVersion1(const std::string& from, const std::string& to) {
+  absl::StatusOr<ExportManifest> manifest = ReadExportManifest(from);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (const ExportManifest::Table& table : manifest->tables()) {
+    for (const std::string& part : table.parts()) {
+      if (part.empty()) continue;
+      rocksdb::SstFileReader reader{rocksdb::Options()};
+      ASSERT_TRUE(reader.Open(from + "/" + part).ok()) << part;
+      std::vector<std::pair<std::string, std::string>> rows;
+      std::unique_ptr<rocksdb::Iterator> it(
+          reader.NewIterator(rocksdb::ReadOptions()));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        ASSERT_EQ(it->key().size(), SlotOrderedKey::kBytes);
+        const uint64_t key = SlotOrderedKey::Decode(it->key().data());
+        rows.emplace_back(
+            std::string(reinterpret_cast<const char*>(&key), sizeof(key)),
+            it->value().ToString());
+      }
+      std::sort(rows.begin(), rows.end());
+      const std::string path = to + "/" + part;
+      std::filesystem::create_directories(
+          std::filesystem::path(path).parent_path());
+      rocksdb::SstFileWriter writer{rocksdb::EnvOptions(), rocksdb::Options()};
+      ASSERT_TRUE(writer.Open(path).ok()) << path;
+      for (const auto& [key, value] : rows)
+        ASSERT_TRUE(writer.Put(key, value).ok());
+      ASSERT_TRUE(writer.Finish().ok());
+    }
+  }
+  manifest->set_format_version(1);
+  ASSERT_TRUE(WriteManifest(to, *manifest).ok());
+}
 
 // Trains on `data` with `workers` workers against `shards`; returns each
 // worker's metrics.
@@ -190,11 +232,11 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
     EXPECT_GT(manifest->tables(0).rows(), 1000u);
     const std::string scores = dir_ + "/scores_" + format + ".txt";
     const std::string out = dir_ + "/predict_" + format + ".txt";
-    ASSERT_EQ(RunToCompletion(
-                  {"/bin/sh", "-c",
-                   BinaryPath("worker/predict/ps_predict") + " --model=" + exported +
-                       " --input=" + test + " --out=" + scores + " > " + out},
-                  dir_ + "/predict.log"),
+    ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
+                               BinaryPath("worker/predict/ps_predict") +
+                                   " --model=" + exported + " --input=" + test +
+                                   " --out=" + scores + " > " + out},
+                              dir_ + "/predict.log"),
               0)
         << ReadFile(dir_ + "/predict.log");
     const std::string printed = ReadFile(out);
@@ -220,17 +262,29 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
     }
   }
   const std::string out = dir_ + "/predict_unlabeled.txt";
-  ASSERT_EQ(
-      RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
-                           "/export_fp32 --input=" + unlabeled +
-                           " --out=" + dir_ + "/scores_unlabeled.txt > " + out},
-                      dir_ + "/predict.log"),
-      0)
+  ASSERT_EQ(RunToCompletion(
+                {"/bin/sh", "-c",
+                 BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
+                     "/export_fp32 --input=" + unlabeled + " --out=" + dir_ +
+                     "/scores_unlabeled.txt > " + out},
+                dir_ + "/predict.log"),
+            0)
       << ReadFile(dir_ + "/predict.log");
   EXPECT_NE(ReadFile(out).find("no labels"), std::string::npos)
       << ReadFile(out);
   EXPECT_EQ(ReadFile(dir_ + "/scores_unlabeled.txt"),
+            ReadFile(dir_ + "/scores_fp32.txt"));
+  // An export of format version 1 is read as it was written.
+  WriteAsFormatVersion1(dir_ + "/export_fp32", dir_ + "/export_v1");
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       BinaryPath("worker/predict/ps_predict") +
+                           " --model=" + dir_ + "/export_v1 --input=" + test +
+                           " --out=" + dir_ + "/scores_v1.txt > " + out},
+                      dir_ + "/predict.log"),
+      0)
+      << ReadFile(dir_ + "/predict.log");
+  EXPECT_EQ(ReadFile(dir_ + "/scores_v1.txt"),
             ReadFile(dir_ + "/scores_fp32.txt"));
   // An export goes into a new (or empty) directory only, and a checkpoint
   // names every shard in order: both refused before any worker is held.
@@ -415,13 +469,13 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
   // at its default value (--header=false) still counts.
   const std::string same_features =
       " --format=tsv --header=false --columns=label,cat*26,dense*13,multi";
-  ASSERT_EQ(
-      RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
-                           "/export --input=" + dir_ + "/reordered.tsv" +
-                           same_features + " > " + dir_ + "/out_tsv"},
-                      dir_ + "/predict_tsv.log"),
-      0)
+  ASSERT_EQ(RunToCompletion(
+                {"/bin/sh", "-c",
+                 BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
+                     "/export --input=" + dir_ + "/reordered.tsv" +
+                     same_features + " > " + dir_ + "/out_tsv"},
+                dir_ + "/predict_tsv.log"),
+            0)
       << ReadFile(dir_ + "/predict_tsv.log");
   EXPECT_EQ(After(ReadFile(dir_ + "/out_tsv"), "AUC "), After(printed, "AUC "));
   for (const std::string other :

@@ -146,8 +146,13 @@ absl::Status ExportedModel::Lookup(Table& table,
         table.iterators[slot_map_->ShardForKey(keys[i])].get();
     bool found = false;
     if (it != nullptr) {
-      const rocksdb::Slice key(reinterpret_cast<const char*>(&keys[i]),
-                               sizeof(uint64_t));
+      // Format version 1 keyed rows by the key's 8 bytes alone.
+      const SlotOrderedKey slot_ordered(keys[i]);
+      const rocksdb::Slice key =
+          manifest_.format_version() == 1
+              ? rocksdb::Slice(reinterpret_cast<const char*>(&keys[i]),
+                               sizeof(uint64_t))
+              : rocksdb::Slice(slot_ordered.data(), slot_ordered.size());
       it->Seek(key);
       found = it->Valid() && it->key() == key;
       if (!it->status().ok()) {
