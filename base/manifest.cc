@@ -106,7 +106,10 @@ absl::Status WriteManifest(const std::string& dir,
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   CheckpointManifest manifest;
   RETURN_IF_ERROR(ReadJson(dir, &manifest));
-  if (manifest.format_version() != 1 || manifest.num_shards() == 0 ||
+  // Version 1's parts keyed rows by the key alone; both restore alike
+  // (embedding/restore.h reads either).
+  if ((manifest.format_version() != 1 && manifest.format_version() != 2) ||
+      manifest.num_shards() == 0 ||
       manifest.shards_size() != static_cast<int>(manifest.num_shards())) {
     return absl::DataLossError(absl::StrCat(
         ManifestPath(dir), ": format version ", manifest.format_version(),

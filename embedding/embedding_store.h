@@ -377,8 +377,9 @@ class EmbeddingStore {
   absl::Status Checkpoint(const std::string& dir);
 
   // Exports the weights (no optimizer state) of tables as of the call into
-  // one RocksDB SST file each: the key as 8 little-endian bytes, the row's
-  // `dim` values as float32 or IEEE half (`half`). Pushes wait while dirty
+  // one RocksDB SST file each: the key as SlotOrderedKey (base/routing.h,
+  // the store's order), the row's `dim` values as float32 or IEEE half
+  // (`half`). Pushes wait while dirty
   // rows are written back; the files are written from a snapshot after.
   struct ExportTarget {
     std::string table;

@@ -12,6 +12,9 @@
 namespace ps::embedding {
 namespace {
 
+// Ranges of slots holding at most this many rows are deleted row by row.
+constexpr uint64_t kFewRowsToDelete = 64;
+
 // A range of slots, [first, end).
 struct SlotRange {
   uint32_t first = 0;
@@ -154,6 +157,13 @@ absl::Status EmbeddingStore::IngestSlotRows(absl::string_view table_name,
   std::vector<uint32_t> starts;
   std::vector<uint64_t> keys;
   for (const SlotRow& row : rows) keys.push_back(row.key);
+  std::vector<uint64_t> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+      twice != sorted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", *twice, " twice in one ingestion"));
+  }
   GroupByStripe(keys, &order, &starts);
   // A copy the hot tier holds (an earlier move that did not finish) would
   // hide the ingested row: it goes, once no write-back of it is in flight.
@@ -205,16 +215,25 @@ absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
       for (CachedRow* row : erased) stripe->cache.Erase(table->id, row);
     }
     // Each range of slots is one range of stored keys: counted, then
-    // deleted as a whole.
+    // deleted as a whole, or row by row when it holds few (a range
+    // deletion's tombstone costs every later read of the range).
     RocksStore::Batch batch = rocks_->NewBatch();
+    std::vector<uint64_t> few;
     for (const SlotRange& range : ranges) {
+      few.clear();
+      uint64_t in_range = 0;
       RETURN_IF_ERROR(rocks_->ScanSlots(
           table->id, range.first, range.end, std::nullopt,
-          [&](uint64_t, absl::string_view) -> absl::StatusOr<bool> {
-            ++deleted;
+          [&](uint64_t key, absl::string_view) -> absl::StatusOr<bool> {
+            if (++in_range <= kFewRowsToDelete) few.push_back(key);
             return true;
           }));
-      batch.DeleteSlots(table->id, range.first, range.end);
+      deleted += in_range;
+      if (in_range <= kFewRowsToDelete) {
+        for (uint64_t key : few) batch.Delete(table->id, key);
+      } else {
+        batch.DeleteSlots(table->id, range.first, range.end);
+      }
     }
     if (!batch.empty()) RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
   }

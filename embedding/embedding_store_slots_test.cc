@@ -250,7 +250,16 @@ TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
   std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
   ASSERT_OK(store->DeclareTable(AdagradTable()));
   std::vector<uint64_t> keys;
-  for (uint64_t key = 0; key < 3000; ++key) keys.push_back(key * 1000003);
+  for (uint64_t key = 0; key < 30000; ++key) keys.push_back(key * 1000003);
+  // Rows in the first and the last slot, the bounds of the key ranges.
+  bool first_slot = false, last_slot = false;
+  for (uint64_t key = 1; !(first_slot && last_slot); ++key) {
+    const uint32_t slot = SlotForKey(key);
+    if ((slot == 0 && !first_slot) || (slot == kNumSlots - 1 && !last_slot)) {
+      keys.push_back(key);
+      (slot == 0 ? first_slot : last_slot) = true;
+    }
+  }
   ASSERT_OK(
       store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.2f)));
   ASSERT_OK(store->Flush());
@@ -324,8 +333,29 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
                 StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(target->IngestSlotRows("missing", read),
                 StatusIs(absl::StatusCode::kNotFound));
-    // Closed without a flush: ingested rows are durable by themselves.
+    // A refused ingestion leaves the hot tier as it was.
+    std::vector<SlotRow> with_twice = {read[0], read[1], read[0]};
+    const std::vector<uint64_t> first = {moved[0]};
+    const std::vector<float> before = RowsWithState(*target, first);
+    ASSERT_OK(target->Push("t", first, std::vector<float>(kDim, 1.0f)));
+    const std::vector<float> pushed = RowsWithState(*target, first);
+    ASSERT_NE(pushed, before);
+    EXPECT_THAT(target->IngestSlotRows("t", with_twice),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(RowsWithState(*target, first), pushed);
   }
+  // Ingested by a process killed right after (no flush, no close): durable
+  // by themselves.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::filesystem::remove_all(target_options_.data_dir);
+  EXPECT_EXIT(
+      {
+        auto target = OpenStore(target_options_);
+        if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
+        if (!target->IngestSlotRows("t", read).ok()) std::_Exit(2);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
   std::unique_ptr<EmbeddingStore> target = OpenStore(target_options_);
   EXPECT_EQ(RowsWithState(*target, moved), RowsWithState(*source, moved));
   const std::vector<SlotRow> again = ReadAll(*target, 1000);

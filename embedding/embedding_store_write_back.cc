@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
 #include "glog/logging.h"
@@ -60,23 +61,24 @@ void EmbeddingStore::AwaitWriteBackLanded(Stripe& stripe) {
 EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
-  // In key order (RocksDB's: bytewise over the little-endian key): a
+  // In RocksDB's order (the key's slot, then the key: rocks_store.h): a
   // skiplist memtable inserts a sorted run at a fraction of the cost of
   // scattered keys.
   struct Dirty {
     uint32_t table_id;
-    uint64_t order;
+    uint32_t slot;
     CachedRow* row;
     absl::Span<float> values;
   };
   std::vector<Dirty> dirty;
   stripe.cache.ForEachDirty(
       [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
-        dirty.push_back({table_id, __builtin_bswap64(row.key), &row, values});
+        dirty.push_back({table_id, SlotForKey(row.key), &row, values});
       });
   std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
-    return a.table_id != b.table_id ? a.table_id < b.table_id
-                                    : a.order < b.order;
+    if (a.table_id != b.table_id) return a.table_id < b.table_id;
+    if (a.slot != b.slot) return a.slot < b.slot;
+    return a.row->key < b.row->key;
   });
   for (const Dirty& d : dirty) {
     CachedRow& row = *d.row;

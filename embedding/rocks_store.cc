@@ -1,5 +1,7 @@
 #include "embedding/rocks_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -68,11 +70,13 @@ class RowKey : public SlotOrderedKey {
   explicit RowKey(const SlotOrderedKey& key) : SlotOrderedKey(key) {}
 };
 
-// The row key of stored key bytes: a RowKey, or a key's 8 bytes in the
-// machine's order (a store written before rows were stored by slot).
-absl::StatusOr<uint64_t> DecodeRowKey(const rocksdb::Slice& bytes) {
+// The row key of stored key bytes: a RowKey, or in a store written before
+// rows were stored by slot (`legacy`), a key's 8 bytes in the machine's
+// order.
+absl::StatusOr<uint64_t> DecodeRowKey(const rocksdb::Slice& bytes,
+                                      bool legacy) {
   if (bytes.size() == kRowKeyBytes) return SlotOrderedKey::Decode(bytes.data());
-  if (bytes.size() == sizeof(uint64_t)) {
+  if (legacy && bytes.size() == sizeof(uint64_t)) {
     uint64_t key = 0;
     std::memcpy(&key, bytes.data(), sizeof(key));
     return key;
@@ -442,7 +446,8 @@ absl::Status UpgradeFamilyRowKeys(const RocksStoreOptions& options,
   };
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->key().size() != sizeof(uint64_t)) continue;  // rewritten already
-    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
+    ASSIGN_OR_RETURN(const uint64_t key,
+                     DecodeRowKey(it->key(), /*legacy=*/true));
     batch.Put(family, RowKey(key).slice(), it->value());
     batch.Delete(family, it->key());
     if (++rewritten % kUpgradeBatchRows == 0) RETURN_IF_ERROR(write());
@@ -956,7 +961,8 @@ absl::Status RocksStore::Scan(
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(options, Handle(table)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
+    ASSIGN_OR_RETURN(const uint64_t key,
+                     DecodeRowKey(it->key(), legacy_row_keys_));
     RETURN_IF_ERROR(
         fn(key, absl::string_view(it->value().data(), it->value().size())));
   }
@@ -995,7 +1001,8 @@ absl::Status RocksStore::ScanSlots(
     }
   }
   for (; it->Valid(); it->Next()) {
-    ASSIGN_OR_RETURN(const uint64_t key, DecodeRowKey(it->key()));
+    ASSIGN_OR_RETURN(const uint64_t key,
+                     DecodeRowKey(it->key(), /*legacy=*/false));
     ASSIGN_OR_RETURN(
         const bool go_on,
         fn(key, absl::string_view(it->value().data(), it->value().size())));
@@ -1031,8 +1038,12 @@ absl::Status RocksStore::IngestRows(TableId table,
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create ", dir, ": ", error.message()));
   }
-  const std::string file =
-      absl::StrCat(dir, "/rows-", next_ingest_file_.fetch_add(1), ".sst");
+  // Named for this process: a file a crashed one left here may still be a
+  // link to one of the database's own, which writing it would truncate, so
+  // whatever has the name is unlinked first.
+  const std::string file = absl::StrCat(dir, "/rows-", getpid(), "-",
+                                        next_ingest_file_.fetch_add(1), ".sst");
+  std::filesystem::remove(file, error);
   const rocksdb::Options file_options(db_->GetDBOptions(), table_options_);
   rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), file_options, handle);
   absl::Status written =

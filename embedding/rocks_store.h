@@ -267,8 +267,9 @@ class RocksStore {
                         const std::function<absl::StatusOr<bool>(
                             uint64_t key, absl::string_view value)>& fn);
   // The same for the rows whose key's slot is in [first_slot, end_slot):
-  // one range of stored keys, read from its start (or after `after`, if
-  // that key's slot is in the range).
+  // one range of stored keys, read from its start, or if `after` is set
+  // and its slot is at or past first_slot, from after it (nothing if its
+  // slot is at or past end_slot).
   absl::Status ScanSlots(TableId table, uint32_t first_slot, uint32_t end_slot,
                          std::optional<uint64_t> after,
                          const std::function<absl::StatusOr<bool>(

@@ -294,7 +294,9 @@ absl::Status WriteDuringCut(net::AdminChannels& clients, const Cut& cut,
 // The fields checkpoint and export manifests share.
 template <typename Manifest>
 void SetCommonFields(const Cut& cut, size_t shards, Manifest* manifest) {
-  manifest->set_format_version(1);
+  // 2: the parts' rows are keyed in slot order (embedding/rocks_store.h),
+  // which a version that reads only 1 must not restore or serve.
+  manifest->set_format_version(2);
   manifest->set_created_at(
       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
   manifest->set_cut(cut.cut);
@@ -556,8 +558,19 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
                    SlotMapUnchanged(clients, slot_map_before));
   ExportManifest manifest;
   SetCommonFields(cut, cluster.servers.size(), &manifest);
-  // Keys in slot order (proto/checkpoint.proto).
-  manifest.set_format_version(2);
+  // How the parts key their rows: every shard's way, or none (a cluster
+  // halfway through an upgrade).
+  const uint32_t key_format = parts.front().key_format_version();
+  for (const ExportShardResponse& part : parts) {
+    if (part.key_format_version() != key_format) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the shards wrote their parts in two key formats (shard ",
+          part.shard_index(), " in ", part.key_format_version(),
+          ", shard 0 in ", key_format,
+          "): upgrade every shard, then export again"));
+    }
+  }
+  manifest.set_format_version(key_format == 0 ? 1 : key_format);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
   *manifest.mutable_model() = model.card;
   manifest.set_model_name(model.name);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/grpc_status.h"
@@ -396,9 +397,21 @@ absl::Status AdminService::HandleWriteSlotRows(
                        map->epoch(), "): its row is not replaced"));
     }
   }
-  RETURN_IF_ERROR(request.ingest()
-                      ? store_->IngestSlotRows(request.rows().table(), rows)
-                      : store_->WriteSlotRows(request.rows().table(), rows));
+  // An SST file over a range of keys that holds this shard's own rows
+  // would overlap them (a memtable flush per page, files stacking up in
+  // level 0): such a page goes through the hot tier instead.
+  bool ingest = request.ingest();
+  if (ingest) {
+    uint32_t low = kNumSlots, high = 0;
+    for (const embedding::SlotRow& row : rows) {
+      low = std::min(low, SlotForKey(row.key));
+      high = std::max(high, SlotForKey(row.key));
+    }
+    for (uint32_t slot = low; slot <= high && ingest; ++slot)
+      ingest = map->ShardForSlot(slot) != options_.shard_index;
+  }
+  RETURN_IF_ERROR(ingest ? store_->IngestSlotRows(request.rows().table(), rows)
+                         : store_->WriteSlotRows(request.rows().table(), rows));
   return request.durable() ? store_->Flush() : absl::OkStatus();
 }
 
@@ -561,6 +574,7 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
       }
       response->set_shard_index(options_.shard_index);
       response->set_num_shards(options_.num_shards);
+      response->set_key_format_version(2);
       response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
     }
   }
