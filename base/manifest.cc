@@ -54,15 +54,15 @@ absl::Status CheckRouting(const std::string& dir, uint32_t routing_version) {
 absl::Status CheckSlotMap(const std::string& dir, bool has_slot_map,
                           const SlotMapSpec& spec, uint32_t num_shards) {
   if (!has_slot_map) return absl::OkStatus();
-  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec, num_shards);
   if (!map.ok()) {
     return absl::DataLossError(
         absl::StrCat(ManifestPath(dir), ": ", map.status().message()));
   }
-  if (map->HighestShard() >= num_shards) {
-    return absl::DataLossError(
-        absl::StrCat(ManifestPath(dir), ": its slot map gives slots to shard ",
-                     map->HighestShard(), " of ", num_shards));
+  if (map->num_shards() != num_shards) {
+    return absl::DataLossError(absl::StrCat(
+        ManifestPath(dir), ": its slot map is of ", map->num_shards(),
+        " shards, the checkpoint of ", num_shards));
   }
   return absl::OkStatus();
 }
@@ -70,7 +70,8 @@ absl::Status CheckSlotMap(const std::string& dir, bool has_slot_map,
 SlotMap RecordedSlotMap(bool has_slot_map, const SlotMapSpec& spec,
                         uint32_t num_shards) {
   if (!has_slot_map) return SlotMap::Initial(num_shards);
-  return *SlotMap::FromSpec(spec);  // checked when the manifest was read
+  // Checked when the manifest was read.
+  return *SlotMap::FromSpec(spec, num_shards);
 }
 
 }  // namespace

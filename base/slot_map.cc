@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace ps {
 
@@ -13,10 +14,11 @@ SlotMap SlotMap::Initial(uint32_t num_shards) {
   std::vector<uint32_t> owners(kNumSlots);
   for (uint32_t slot = 0; slot < kNumSlots; ++slot)
     owners[slot] = slot % num_shards;
-  return SlotMap(1, std::move(owners));
+  return SlotMap(1, num_shards, std::move(owners));
 }
 
-absl::StatusOr<SlotMap> SlotMap::FromSpec(const SlotMapSpec& spec) {
+absl::StatusOr<SlotMap> SlotMap::FromSpec(const SlotMapSpec& spec,
+                                          uint32_t num_shards_if_unset) {
   if (spec.epoch() == 0) {
     return absl::InvalidArgumentError("a slot map's epoch starts at 1, not 0");
   }
@@ -40,12 +42,22 @@ absl::StatusOr<SlotMap> SlotMap::FromSpec(const SlotMapSpec& spec) {
         absl::StrCat("slot map epoch ", spec.epoch(), " leaves slots ", next,
                      "-", kNumSlots - 1, " without a shard"));
   }
-  return SlotMap(spec.epoch(), std::move(owners));
+  const uint32_t highest = *std::max_element(owners.begin(), owners.end());
+  uint32_t num_shards =
+      spec.num_shards() != 0 ? spec.num_shards() : num_shards_if_unset;
+  if (num_shards == 0) num_shards = highest + 1;
+  if (highest >= num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot map epoch ", spec.epoch(), " gives slots to shard ",
+                     highest, ", but names ", num_shards, " shards"));
+  }
+  return SlotMap(spec.epoch(), num_shards, std::move(owners));
 }
 
 SlotMapSpec SlotMap::ToSpec() const {
   SlotMapSpec spec;
   spec.set_epoch(epoch_);
+  spec.set_num_shards(num_shards_);
   uint32_t first = 0;
   for (uint32_t slot = 1; slot <= kNumSlots; ++slot) {
     if (slot < kNumSlots && owners_[slot] == owners_[first]) continue;
@@ -62,11 +74,35 @@ uint32_t SlotMap::HighestShard() const {
   return *std::max_element(owners_.begin(), owners_.end());
 }
 
+std::string SlotMapToJson(const SlotMap& map) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  // A SlotMapSpec always converts.
+  (void)google::protobuf::util::MessageToJsonString(map.ToSpec(), &json, print);
+  return json;
+}
+
+absl::StatusOr<SlotMap> SlotMapFromJson(absl::string_view json,
+                                        uint32_t num_shards_if_unset) {
+  SlotMapSpec spec;
+  if (!google::protobuf::util::JsonStringToMessage(
+           google::protobuf::StringPiece(json.data(), json.size()), &spec)
+           .ok()) {
+    return absl::InvalidArgumentError("not a slot map (protobuf JSON)");
+  }
+  return SlotMap::FromSpec(spec, num_shards_if_unset);
+}
+
+SlotMap SlotMap::WithNumShards(uint32_t num_shards) const {
+  return SlotMap(epoch_ + 1, num_shards, owners_);
+}
+
 SlotMap SlotMap::WithSlotsMoved(uint32_t first, uint32_t last,
                                 uint32_t shard) const {
   std::vector<uint32_t> owners = owners_;
   std::fill(owners.begin() + first, owners.begin() + last + 1, shard);
-  return SlotMap(epoch_ + 1, std::move(owners));
+  return SlotMap(epoch_ + 1, num_shards_, std::move(owners));
 }
 
 SlotMap SlotMap::WithSlotsMovedFrom(uint32_t first, uint32_t last,
@@ -75,7 +111,7 @@ SlotMap SlotMap::WithSlotsMovedFrom(uint32_t first, uint32_t last,
   for (uint32_t slot = first; slot <= last; ++slot) {
     if (owners[slot] == from) owners[slot] = to;
   }
-  return SlotMap(epoch_ + 1, std::move(owners));
+  return SlotMap(epoch_ + 1, num_shards_, std::move(owners));
 }
 
 uint32_t SlotMap::SlotsOwned(uint32_t first, uint32_t last,

@@ -17,11 +17,14 @@ TEST(SlotMapTest, InitialMapIsSlotModuloShards) {
 }
 
 TEST(SlotMapTest, SpecRoundTripsAsRanges) {
-  const SlotMap moved =
-      SlotMap::Initial(2).WithSlotsMoved(0, 99, 2).WithSlotsMoved(200, 200, 0);
-  EXPECT_EQ(moved.epoch(), 3u);
+  const SlotMap moved = SlotMap::Initial(2)
+                            .WithNumShards(3)
+                            .WithSlotsMoved(0, 99, 2)
+                            .WithSlotsMoved(200, 200, 0);
+  EXPECT_EQ(moved.epoch(), 4u);
   const SlotMapSpec spec = moved.ToSpec();
-  EXPECT_EQ(spec.epoch(), 3u);
+  EXPECT_EQ(spec.epoch(), 4u);
+  EXPECT_EQ(spec.num_shards(), 3u);
   ASSERT_GE(spec.ranges_size(), 2);
   EXPECT_EQ(spec.ranges(0).first(), 0u);
   EXPECT_EQ(spec.ranges(0).last(), 99u);
@@ -34,6 +37,40 @@ TEST(SlotMapTest, SpecRoundTripsAsRanges) {
   EXPECT_EQ(parsed->ShardForSlot(101), 1u);
   EXPECT_EQ(parsed->ShardForSlot(200), 0u);
   EXPECT_EQ(parsed->ShardForSlot(201), 1u);
+}
+
+TEST(SlotMapTest, TheShardCountTravelsAndChangesTheMap) {
+  const SlotMap two = SlotMap::Initial(2);
+  EXPECT_EQ(two.num_shards(), 2u);
+  // A shard joins owning nothing: another map, of the next epoch.
+  const SlotMap three = two.WithNumShards(3);
+  EXPECT_EQ(three.num_shards(), 3u);
+  EXPECT_EQ(three.epoch(), 2u);
+  EXPECT_EQ(three.HighestShard(), 1u);
+  EXPECT_FALSE(three == two.WithSlotsMoved(0, 0, 0));
+  absl::StatusOr<SlotMap> parsed = SlotMapFromJson(SlotMapToJson(three), 0);
+  ASSERT_OK(parsed);
+  EXPECT_TRUE(*parsed == three);
+  // Moves keep the count.
+  EXPECT_EQ(three.WithSlotsMoved(0, 9, 2).num_shards(), 3u);
+  EXPECT_EQ(three.WithSlotsMovedFrom(0, 9, 0, 2).num_shards(), 3u);
+}
+
+TEST(SlotMapTest, ASpecWithoutItsCountHasTheReadersOrOneBeyondItsShards) {
+  SlotMapSpec spec = SlotMap::Initial(2).ToSpec();
+  spec.clear_num_shards();
+  absl::StatusOr<SlotMap> known = SlotMap::FromSpec(spec, 5);
+  ASSERT_OK(known);
+  EXPECT_EQ(known->num_shards(), 5u);
+  absl::StatusOr<SlotMap> guessed = SlotMap::FromSpec(spec);
+  ASSERT_OK(guessed);
+  EXPECT_EQ(guessed->num_shards(), 2u);
+  // A count at or below a shard it names is no map.
+  spec.set_num_shards(1);
+  EXPECT_THAT(SlotMap::FromSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SlotMapFromJson("{\"epoch\": ", 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SlotMapTest, RangesOfAShard) {

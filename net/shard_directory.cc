@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
@@ -222,14 +223,20 @@ LeasedKey::~LeasedKey() {
 namespace {
 
 // The addresses of every shard of `job` in `values`, in index order, or
-// why there are not all of them.
+// why there are not all of them. `num_shards`: the job's count by its slot
+// map (records beyond it are of shards that left or have not joined yet),
+// or 0 before the job has a map, when the records' own count says.
 absl::StatusOr<std::vector<std::string>> ShardsIn(
     const std::vector<EtcdValue>& values, const std::string& job,
-    absl::string_view prefix) {
-  int num_shards = 0;
-  std::vector<std::string> addresses;
+    absl::string_view prefix, int num_shards) {
+  const bool counted_by_map = num_shards != 0;
+  std::vector<std::string> addresses(num_shards);
   for (const EtcdValue& kv : values) {
     ASSIGN_OR_RETURN(const ShardRecord record, ParseRecord(kv, prefix));
+    if (counted_by_map) {
+      if (record.index < num_shards) addresses[record.index] = record.address;
+      continue;
+    }
     if (num_shards != 0 && record.num_shards != num_shards) {
       return absl::FailedPreconditionError(
           absl::StrCat("the shards of job ", job, " disagree on their count (",
@@ -257,7 +264,25 @@ absl::StatusOr<std::vector<std::string>> ShardsIn(
   return addresses;
 }
 
+// The shard count of the job's slot map; 0 when the job has none yet.
+absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
+                                       const std::string& job) {
+  absl::StatusOr<EtcdValue> value = etcd.Get(SlotMapKey(job));
+  if (absl::IsNotFound(value.status())) return 0;
+  RETURN_IF_ERROR(value.status());
+  absl::StatusOr<SlotMap> map = SlotMapFromJson(value->value, 0);
+  if (!map.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("etcd's ", SlotMapKey(job), ": ", map.status().message()));
+  }
+  return map->num_shards();
+}
+
 }  // namespace
+
+std::string SlotMapKey(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/slot_map");
+}
 
 absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
                                                     const std::string& job,
@@ -268,10 +293,15 @@ absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
   while (true) {
     // Whatever is wrong (etcd unreachable, a shard missing, records of an
     // earlier job size that have not expired yet) may mend within the wait.
-    absl::StatusOr<std::vector<EtcdValue>> values = etcd.GetPrefix(prefix);
+    absl::StatusOr<uint32_t> num_shards = MapShardCount(etcd, job);
+    absl::StatusOr<std::vector<EtcdValue>> values =
+        num_shards.ok()
+            ? etcd.GetPrefix(prefix)
+            : absl::StatusOr<std::vector<EtcdValue>>(num_shards.status());
     absl::StatusOr<std::vector<std::string>> shards =
-        values.ok() ? ShardsIn(*values, job, prefix)
-                    : absl::StatusOr<std::vector<std::string>>(values.status());
+        values.ok()
+            ? ShardsIn(*values, job, prefix, static_cast<int>(*num_shards))
+            : absl::StatusOr<std::vector<std::string>>(values.status());
     if (shards.ok() || absl::Now() >= deadline) return shards;
     absl::SleepFor(absl::Milliseconds(100));
   }

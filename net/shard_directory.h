@@ -109,6 +109,10 @@ struct RegisteredWorker {
 absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
     EtcdClient& etcd, const std::string& job);
 
+// "/ps/<job>/slot_map": the job's slot map (server/etcd_slot_map.h), whose
+// shard count says how many shards the job has.
+std::string SlotMapKey(const std::string& job);
+
 // "/ps/<job>/coordinator": the elected coordinator's "<index> <address>",
 // under its lease (server/coordinator_election.h).
 std::string CoordinatorKey(const std::string& job);
@@ -119,9 +123,11 @@ absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
                                             const std::string& job,
                                             absl::Duration wait);
 
-// Waits up to `wait` until every shard of `job` is registered (as many as
-// their records' shard count, indexes 0 to count - 1, agreeing on the
-// count); their addresses in index order. Until the wait is over, whatever
+// Waits up to `wait` until every shard of `job` is registered (indexes 0
+// to count - 1, the count being the job's slot map's, or, before the job
+// has a map, the one its records agree on); their addresses in index
+// order. Records beyond the map's count (a shard that left and has not
+// stopped, one not joined yet) are left out. Until the wait is over, whatever
 // stands in the way is waited out (etcd unreachable, a shard missing,
 // records of an earlier shard count whose leases have not run out); then
 // it is the error: DEADLINE_EXCEEDED naming the missing shards,

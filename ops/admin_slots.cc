@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,10 +160,14 @@ void PrintSource(const SlotMoveReport::Source& source) {
 }
 
 // Prints what `moves` did (ps_admin rebalance, drain-shard); the exit code.
-int ReportMoves(const Cluster& cluster, const std::string& command,
-                const std::vector<SlotMoveOptions>& moves) {
+// `after`, if set, runs once every move is done, adding to the JSON summary
+// (and printing its own lines without --json).
+int ReportMoves(
+    const Cluster& cluster, const std::string& command,
+    const std::vector<SlotMoveOptions>& moves,
+    const std::function<absl::Status(Json* summary)>& after = nullptr) {
   std::vector<SlotMoveReport> reports;
-  const absl::Status moved = RunMoves(*cluster.channels, moves, &reports);
+  absl::Status moved = RunMoves(*cluster.channels, moves, &reports);
   uint64_t epoch = 0;
   if (reports.empty()) {
     absl::StatusOr<SlotMap> map =
@@ -193,17 +198,17 @@ int ReportMoves(const Cluster& cluster, const std::string& command,
         PrintSource(source);
     }
   }
-  if (cluster.options.json) {
-    Json summary = {{"command", command},
-                    {"moves", done},
-                    {"planned", moves.size()},
-                    {"epoch", epoch}};
-    std::printf("%s\n", Dump(summary).c_str());
-  } else {
+  Json summary = {{"command", command},
+                  {"moves", done},
+                  {"planned", moves.size()},
+                  {"epoch", epoch}};
+  if (!cluster.options.json) {
     std::printf("%zu of %zu move%s done, slot map epoch %llu\n", reports.size(),
                 moves.size(), moves.size() == 1 ? "" : "s",
                 static_cast<unsigned long long>(epoch));
   }
+  if (moved.ok() && after) moved = after(&summary);
+  if (cluster.options.json) std::printf("%s\n", Dump(summary).c_str());
   return moved.ok() ? 0 : Fail(moved);
 }
 
@@ -240,7 +245,27 @@ int DrainShard(const Cluster& cluster) {
   absl::StatusOr<std::vector<SlotMoveOptions>> moves =
       Plan(cluster, cluster.options.shard);
   if (!moves.ok()) return Fail(moves.status());
-  return ReportMoves(cluster, "drain-shard", *moves);
+  // Under etcd the job's last shard leaves it once empty: workers stop
+  // counting it, and it may stop.
+  const bool leaves = cluster.coordinator_elected &&
+                      cluster.options.shard + 1 == cluster.servers.size();
+  return ReportMoves(
+      cluster, "drain-shard", *moves, [&](Json* summary) -> absl::Status {
+        if (!leaves) return absl::OkStatus();
+        ASSIGN_OR_RETURN(const SlotMap left,
+                         LeaveJob(*cluster.channels, cluster.options.shard,
+                                  cluster.options.timeout));
+        (*summary)["num_shards"] = left.num_shards();
+        (*summary)["epoch"] = left.epoch();
+        if (!cluster.options.json) {
+          std::printf(
+              "shard %u left the job, which has %u shards now (slot map "
+              "epoch %llu): it may stop\n",
+              cluster.options.shard, left.num_shards(),
+              static_cast<unsigned long long>(left.epoch()));
+        }
+        return absl::OkStatus();
+      });
 }
 
 // `move-slots`: --slots to shard --to while workers train (ops/slot_mover.h),

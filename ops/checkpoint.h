@@ -45,6 +45,10 @@ struct CheckpointOptions {
   // PeriodicCheckpointer does before each checkpoint instead of using
   // `coordinator`. Default: none.
   std::function<absl::StatusOr<std::string>()> find_coordinator;
+  // Under --etcd: looks the job's shards up, which PeriodicCheckpointer
+  // also does before each checkpoint instead of using `servers` (shards
+  // join and leave). Default: none.
+  std::function<absl::StatusOr<std::vector<std::string>>()> find_shards;
   // The checkpoint's directory: made if it does not exist; ALREADY_EXISTS
   // if it is not empty.
   std::string dir;

@@ -78,6 +78,15 @@ void PeriodicCheckpointer::Loop() {
         LOG(WARNING) << "looking up the coordinator: " << coordinator.status();
       }
     }
+    if (options.find_shards) {
+      // Shards may have joined or left since the last checkpoint.
+      absl::StatusOr<std::vector<std::string>> shards = options.find_shards();
+      if (shards.ok()) {
+        options.servers = *std::move(shards);
+      } else {
+        LOG(WARNING) << "looking up the shards: " << shards.status();
+      }
+    }
     options.abandon = [this] {
       absl::MutexLock lock(&mu_);
       return abandoning_;

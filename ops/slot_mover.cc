@@ -152,7 +152,9 @@ absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
           absl::StrCat("reading table ", table, " from shard ", source)));
       done = page.done();
       const size_t count = page.rows().keys().size() / sizeof(uint64_t);
-      if (count == 0) continue;
+      // The first page declares the table on a target that lacks it (one
+      // that joined after it was declared), rows or none.
+      if (count == 0 && !read.from_start()) continue;
       WriteSlotRowsRequest write;
       *write.mutable_rows() = page.rows();
       // A page of stored rows, one range of slots: one SST file there.
@@ -162,6 +164,7 @@ absl::StatusOr<uint64_t> CopyRows(const AdminChannels& shards, uint32_t source,
           absl::StrCat("writing table ", table, " to shard ", options.to_shard),
           instance));
       rows += count;
+      if (count == 0) continue;
       uint64_t last_key = 0;
       std::memcpy(&last_key,
                   page.rows().keys().data() + (count - 1) * sizeof(uint64_t),
@@ -494,6 +497,21 @@ absl::Status RunMoves(const AdminChannels& shards,
 absl::StatusOr<SlotMap> NewestSlotMap(const AdminChannels& shards,
                                       absl::Duration call_timeout) {
   return NewestMapEverywhere(shards, call_timeout);
+}
+
+absl::StatusOr<SlotMap> LeaveJob(const AdminChannels& shards, uint32_t shard,
+                                 absl::Duration call_timeout) {
+  ASSIGN_OR_RETURN(const SlotMap map,
+                   NewestMapEverywhere(shards, call_timeout));
+  if (shard + 1 != map.num_shards() || shard == 0 ||
+      map.SlotsOwned(0, kNumSlots - 1, shard) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard, " cannot leave the job: only the last of its ",
+        map.num_shards(), " shards leaves, once it owns no slot"));
+  }
+  const SlotMap next = map.WithNumShards(shard);
+  RETURN_IF_ERROR(SetMap(shards, 0, map.epoch(), next, call_timeout));
+  return next;
 }
 
 absl::StatusOr<int> CancelSlotMoves(const AdminChannels& shards,

@@ -120,6 +120,13 @@ absl::Status RunMoves(const net::AdminChannels& shards,
 absl::StatusOr<SlotMap> NewestSlotMap(const net::AdminChannels& shards,
                                       absl::Duration call_timeout);
 
+// Under --etcd: the job without its last shard, `shard`, which owns no slot
+// (after drain-shard), so that workers stop counting it and it can stop;
+// the new map. FAILED_PRECONDITION unless `shard` is the last and owns no
+// slot; the shards' errors.
+absl::StatusOr<SlotMap> LeaveJob(const net::AdminChannels& shards,
+                                 uint32_t shard, absl::Duration call_timeout);
+
 // Ends the moves under way on every shard (ps_admin move-slots --cancel):
 // cancelled where the map has not switched (pushes to the slots go on at
 // the source), committed where it has. How many shards had one; the first

@@ -56,7 +56,7 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
     ShardStatsResponse* response) {
   const embedding::StoreStats stats = store_->Stats();
   response->set_shard_index(options_.shard_index);
-  response->set_num_shards(options_.num_shards);
+  response->set_num_shards(slots_->num_shards());
   response->set_pull_requests(counters_->pull_requests.load());
   response->set_push_requests(counters_->push_requests.load());
   response->set_rows_pulled(stats.rows_pulled);
@@ -361,6 +361,7 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
   if (!rows.ok()) return Reply(context, rows.status());
   PackSlotRows(request->table(), spec->dim() + optimizer->state_floats, *rows,
                response->mutable_rows());
+  *response->mutable_rows()->mutable_spec() = *std::move(spec);
   response->set_done(done);
   return Reply(context, absl::OkStatus());
 }
@@ -380,6 +381,21 @@ grpc::ServerUnaryReactor* AdminService::EndSlotMove(
 
 absl::Status AdminService::HandleWriteSlotRows(
     const WriteSlotRowsRequest& request) {
+  if (request.rows().has_spec() &&
+      absl::IsNotFound(store_->GetTableSpec(request.rows().table()).status())) {
+    if (request.rows().spec().name() != request.rows().table()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows of table ", request.rows().table(),
+                       " come with the spec of table ",
+                       request.rows().spec().name()));
+    }
+    ASSIGN_OR_RETURN(const bool declared,
+                     store_->DeclareTable(request.rows().spec()));
+    if (declared) {
+      LOG(INFO) << "table " << request.rows().table()
+                << " declared as the moving slots' source declared it";
+    }
+  }
   if (request.rows().keys().empty())
     return request.durable() ? store_->Flush() : absl::OkStatus();
   ASSIGN_OR_RETURN(const std::vector<embedding::SlotRow> rows,
@@ -514,7 +530,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
     const absl::Time start = absl::Now();
     const std::string path =
         absl::StrCat(request->dir(), "/shard-", options_.shard_index, "-of-",
-                     options_.num_shards);
+                     slots_->num_shards());
     std::error_code error;
     std::filesystem::create_directories(request->dir(), error);
     status = error
@@ -530,7 +546,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
       response->set_path(path);
       response->set_bytes(bytes);
       response->set_shard_index(options_.shard_index);
-      response->set_num_shards(options_.num_shards);
+      response->set_num_shards(slots_->num_shards());
       for (embedding::TableStats& table : store_->ListTables())
         *response->add_tables() = std::move(table.spec);
       response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
@@ -559,7 +575,7 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
       target.table = table;
       target.path = absl::StrCat(request->dir(), "/", table, "/part-",
                                  options_.shard_index, "-of-",
-                                 options_.num_shards, ".sst");
+                                 slots_->num_shards(), ".sst");
       targets.push_back(std::move(target));
     }
     status =
@@ -573,7 +589,7 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
         table->set_bytes(target.bytes);
       }
       response->set_shard_index(options_.shard_index);
-      response->set_num_shards(options_.num_shards);
+      response->set_num_shards(slots_->num_shards());
       response->set_key_format_version(2);
       response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
     }

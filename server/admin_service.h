@@ -30,7 +30,6 @@ namespace ps::server {
 
 struct AdminServiceOptions {
   uint32_t shard_index = 0;
-  uint32_t num_shards = 1;
   // The bearer token calls that change state must carry. Default: empty
   // (no token needed).
   std::string admin_token;

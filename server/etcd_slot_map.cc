@@ -1,30 +1,19 @@
 #include "server/etcd_slot_map.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "google/protobuf/util/json_util.h"
+#include "net/shard_directory.h"
 
 namespace ps::server {
 namespace {
 
-std::string ToJson(const SlotMap& map) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions print;
-  print.preserve_proto_field_names = true;
-  // A SlotMapSpec always converts.
-  (void)google::protobuf::util::MessageToJsonString(map.ToSpec(), &json, print);
-  return json;
-}
-
+// A map written without its shard count has `num_shards_if_unset`.
 absl::StatusOr<SlotMap> FromJson(const std::string& key,
-                                 const std::string& json) {
-  SlotMapSpec spec;
-  if (!google::protobuf::util::JsonStringToMessage(json, &spec).ok()) {
-    return absl::DataLossError(
-        absl::StrCat("etcd's ", key, " is not a slot map"));
-  }
-  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+                                 const std::string& json,
+                                 uint32_t num_shards_if_unset) {
+  absl::StatusOr<SlotMap> map = SlotMapFromJson(json, num_shards_if_unset);
   if (!map.ok()) {
     return absl::DataLossError(
         absl::StrCat("etcd's ", key, ": ", map.status().message()));
@@ -34,21 +23,18 @@ absl::StatusOr<SlotMap> FromJson(const std::string& key,
 
 }  // namespace
 
-std::string SlotMapKey(const std::string& job) {
-  return absl::StrCat("/ps/", job, "/slot_map");
-}
-
 absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
     net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
     bool restored, absl::Duration resync_interval) {
   auto synced = std::unique_ptr<EtcdSlotMap>(
-      new EtcdSlotMap(etcd, SlotMapKey(job), slots, resync_interval));
+      new EtcdSlotMap(etcd, net::SlotMapKey(job), slots, resync_interval));
   absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
   if (absl::IsNotFound(read.status())) {
     // The job's first shard: its own map (the initial one, on a new job)
     // becomes the job's, unless another shard's got there first.
-    ASSIGN_OR_RETURN(const bool created,
-                     etcd->PutIf(synced->key_, ToJson(*slots->current()), 0));
+    ASSIGN_OR_RETURN(
+        const bool created,
+        etcd->PutIf(synced->key_, SlotMapToJson(*slots->current()), 0));
     if (created) {
       LOG(INFO) << "slot map epoch " << slots->current()->epoch()
                 << " written to etcd's " << synced->key_;
@@ -94,26 +80,25 @@ EtcdSlotMap::~EtcdSlotMap() {
 
 absl::StatusOr<std::pair<SlotMap, int64_t>> EtcdSlotMap::Read() {
   ASSIGN_OR_RETURN(net::EtcdValue value, etcd_->Get(key_));
-  ASSIGN_OR_RETURN(SlotMap map, FromJson(key_, value.value));
+  ASSIGN_OR_RETURN(SlotMap map,
+                   FromJson(key_, value.value, slots_->num_shards()));
   return std::make_pair(std::move(map), value.mod_revision);
 }
 
 absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
                                   const SlotMap& next) {
-  // Checked before etcd has it: a map every shard would refuse must not
-  // become the job's.
-  if (next.HighestShard() >= slots_->num_shards()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("slot map epoch ", next.epoch(), " gives slots to shard ",
-                     next.HighestShard(), ", but the cluster has ",
-                     slots_->num_shards(), " shards (--num_shards)"));
-  }
   std::optional<SlotMap> newer;
   const absl::Status agreed =
       slots_->AdoptAgreed([&]() -> absl::StatusOr<SlotMap> {
         ASSIGN_OR_RETURN(auto read, Read());
         const auto& [job_map, revision] = read;
         if (job_map == next) return next;
+        if (next.num_shards() > job_map.num_shards()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "slot map epoch ", next.epoch(), " is of ", next.num_shards(),
+              " shards, but the job has ", job_map.num_shards(),
+              ": a shard joins by starting with --etcd and its --shard_index"));
+        }
         if (job_map.epoch() != expected_epoch ||
             next.epoch() <= expected_epoch) {
           newer = job_map;
@@ -125,7 +110,7 @@ absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
                            "over)"));
         }
         ASSIGN_OR_RETURN(const bool swapped,
-                         etcd_->PutIf(key_, ToJson(next), revision));
+                         etcd_->PutIf(key_, SlotMapToJson(next), revision));
         if (!swapped) {
           return absl::FailedPreconditionError(absl::StrCat(
               "the job's slot map changed while epoch ", next.epoch(),
@@ -138,9 +123,42 @@ absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
   return agreed;
 }
 
+absl::Status EtcdSlotMap::Join(uint32_t shard_index, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    ASSIGN_OR_RETURN(auto read, Read());
+    const auto& [job_map, revision] = read;
+    if (shard_index < job_map.num_shards()) return slots_->Adopt(job_map);
+    if (shard_index == job_map.num_shards()) {
+      const SlotMap joined = job_map.WithNumShards(shard_index + 1);
+      ASSIGN_OR_RETURN(const bool swapped,
+                       etcd_->PutIf(key_, SlotMapToJson(joined), revision));
+      if (swapped) {
+        LOG(INFO) << "joined the job as shard " << shard_index << " of "
+                  << joined.num_shards() << " (slot map epoch "
+                  << joined.epoch() << "), owning no slot until a rebalance";
+        return slots_->Adopt(joined);
+      }
+      continue;  // the map changed meanwhile: read it again
+    }
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", shard_index, " cannot join: the job has ",
+          job_map.num_shards(), " shards, and shards ", job_map.num_shards(),
+          " to ", shard_index - 1, " must join before it"));
+    }
+    LOG_EVERY_N(INFO, 10) << "shard " << shard_index
+                          << " waits for the job's shards "
+                          << job_map.num_shards() << " to " << shard_index - 1
+                          << " to join first";
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+}
+
 void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {
   if (event.type != net::EtcdEvent::Type::kPut || event.kv.key != key_) return;
-  absl::StatusOr<SlotMap> map = FromJson(key_, event.kv.value);
+  absl::StatusOr<SlotMap> map =
+      FromJson(key_, event.kv.value, slots_->num_shards());
   absl::Status adopted = map.ok() ? slots_->Adopt(*map) : map.status();
   if (!adopted.ok()) LOG(ERROR) << "slot map from etcd: " << adopted;
 }

@@ -9,6 +9,8 @@
 // made and a read every `resync_interval` catching up on whatever a watch
 // missed (etcd restarted, a member lost). Propose() is how an
 // administrator's SetSlotMap changes it, on whichever shard is asked.
+// Join() is how a shard started beyond the job's shard count becomes one
+// of its shards (owning no slot until a rebalance gives it some).
 //
 // Does not own the client or the ownership, which must outlive it.
 // Thread-safe.
@@ -32,9 +34,6 @@
 
 namespace ps::server {
 
-// "/ps/<job>/slot_map".
-std::string SlotMapKey(const std::string& job);
-
 class EtcdSlotMap {
  public:
   // FAILED_PRECONDITION when the shard's own map is newer than etcd's (the
@@ -53,7 +52,16 @@ class EtcdSlotMap {
   // then here. OK if etcd holds `next` already; FAILED_PRECONDITION when
   // etcd's map is at another epoch (adopted here, so that the caller reads
   // it again) or changed meanwhile; etcd's errors.
+  // FAILED_PRECONDITION also for a map of more shards than etcd's: only
+  // Join() adds a shard, the joining one itself.
   absl::Status Propose(uint64_t expected_epoch, const SlotMap& next);
+
+  // Makes `shard_index` one of the job's shards: nothing when the map
+  // counts it already; the count raised by one when it is the next index;
+  // for a later one, waits (logging) for the shards before it to join,
+  // for up to `wait`, then FAILED_PRECONDITION naming them. Call once the
+  // shard is registered, so that a worker that learns of it finds it.
+  absl::Status Join(uint32_t shard_index, absl::Duration wait);
 
  private:
   EtcdSlotMap(net::EtcdClient* etcd, std::string key, SlotOwnership* slots,

@@ -31,12 +31,21 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port to serve on. Port 0 picks a free port and prints it as "
           "'ps_server listening on HOST:PORT'. Binds loopback unless told "
           "otherwise (e.g. 0.0.0.0:50051).");
-ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, in [0, num_shards).");
+ABSL_FLAG(uint32_t, shard_index, 0,
+          "This shard's index, in [0, num_shards). Under --etcd, an index at "
+          "or beyond the job's shard count joins the running job as its next "
+          "shard, owning no slot until `ps_admin rebalance` gives it some.");
 ABSL_FLAG(uint32_t, num_shards, 1,
           "Shards in the cluster: a new data dir starts from the slot map "
-          "slot % num_shards, and a map naming a shard >= num_shards is "
-          "refused. Keys of slots the map gives to another shard are refused "
-          "with FAILED_PRECONDITION and a ps-moved trailer.");
+          "slot % num_shards. Keys of slots the map gives to another shard "
+          "are refused with FAILED_PRECONDITION and a ps-moved trailer. "
+          "Under --etcd, the job's initial count: the count then lives in "
+          "the job's slot map, growing as shards join and shrinking when "
+          "`ps_admin drain-shard` empties the last one.");
+ABSL_FLAG(int32_t, join_wait_s, 300,
+          "Under --etcd, how long a shard started beyond the job's shard "
+          "count waits for the shards before it to join first (shards join "
+          "in index order), in seconds.");
 ABSL_FLAG(std::string, etcd, "",
           "host:port[,...] of an etcd cluster: register this shard under "
           "/ps/<--job>/shards/<--shard_index> with a lease, so that workers "
@@ -432,6 +441,8 @@ absl::Status CheckEtcdFlags(ps::server::ServerOptions* options) {
   RETURN_IF_ERROR(ps::net::CheckJobName(absl::GetFlag(FLAGS_job)));
   if (absl::GetFlag(FLAGS_etcd_lease_s) < 1)
     return BadFlag("--etcd_lease_s must be >= 1");
+  if (absl::GetFlag(FLAGS_join_wait_s) < 0)
+    return BadFlag("--join_wait_s must be >= 0");
   const std::string host =
       options->listen_address.substr(0, options->listen_address.rfind(':'));
   if (absl::GetFlag(FLAGS_advertise_address).empty() &&
@@ -513,7 +524,8 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
   if (presence->etcd == nullptr) return absl::OkStatus();
   ps::net::ShardRecord record;
   record.index = static_cast<int>(options.shard_index);
-  record.num_shards = static_cast<int>(options.num_shards);
+  record.num_shards =
+      static_cast<int>(std::max(options.num_shards, options.shard_index + 1));
   // CheckEtcdFlags() made sure a wildcard --listen has --advertise_address.
   record.address = absl::GetFlag(FLAGS_advertise_address);
   if (record.address.empty()) {
@@ -528,6 +540,8 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
+  RETURN_IF_ERROR(
+      server.JoinJob(absl::Seconds(absl::GetFlag(FLAGS_join_wait_s))));
   return server.CampaignForCoordinator(
       record.address, absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
 }

@@ -1,5 +1,6 @@
 #include "server/shard_server.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -111,10 +112,12 @@ absl::StatusOr<bool> RestoreFromCheckpoint(const ServerOptions& options,
 // INVALID_ARGUMENT for options that do not go together, or a listen address
 // beyond loopback that the options do not allow.
 absl::Status CheckServingOptions(const ServerOptions& options) {
-  if (options.num_shards == 0 || options.shard_index >= options.num_shards) {
+  if (options.num_shards == 0 ||
+      (options.shard_index >= options.num_shards && options.etcd == nullptr)) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index ", options.shard_index,
-                     " must be below num_shards ", options.num_shards));
+                     " must be below num_shards ", options.num_shards,
+                     " (a shard joins a running job only under --etcd)"));
   }
   if (options.max_keys_per_request == 0 || options.max_message_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -174,7 +177,6 @@ DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
 AdminServiceOptions AdminServiceOptionsFor(const ServerOptions& options) {
   AdminServiceOptions admin_options;
   admin_options.shard_index = options.shard_index;
-  admin_options.num_shards = options.num_shards;
   admin_options.admin_token = options.admin_token;
   admin_options.drain = options.drain;
   return admin_options;
@@ -187,8 +189,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   RETURN_IF_ERROR(CheckServingOptions(options));
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentials(options.tls));
-  const ShardIdentity identity{options.shard_index, options.num_shards,
-                               kRoutingVersion};
+  // A shard that joined a job under etcd counts itself among its shards.
+  const ShardIdentity identity{
+      options.shard_index,
+      std::max(options.num_shards, options.shard_index + 1), kRoutingVersion};
   ASSIGN_OR_RETURN(const bool restored, PrepareDataDir(options, identity));
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
   RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity, restored));
@@ -376,6 +380,11 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
 }
 
 void ShardServer::Wait() { grpc_server_->Wait(); }
+
+absl::Status ShardServer::JoinJob(absl::Duration wait) {
+  if (etcd_slot_map_ == nullptr) return absl::OkStatus();
+  return etcd_slot_map_->Join(shard_index_, wait);
+}
 
 absl::Status ShardServer::CampaignForCoordinator(const std::string& address,
                                                  absl::Duration ttl) {

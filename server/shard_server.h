@@ -53,7 +53,9 @@ struct ServerOptions {
   // This shard's index and the cluster's shard count: a key is served here
   // only if the slot map gives its slot to shard_index (server/
   // slot_ownership.h; at first, SlotForKey(key) % num_shards).
-  // Defaults: 0 of 1. REQUIRES: shard_index < num_shards.
+  // Defaults: 0 of 1. REQUIRES: shard_index < num_shards, except under
+  // `etcd`, where num_shards is the job's initial count, and a shard
+  // beyond it joins a running job (JoinJob()).
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
   // Most keys one Pull or Push may carry. Default: 65536.
@@ -151,6 +153,12 @@ class ShardServer {
   // UNAVAILABLE. FAILED_PRECONDITION without etcd.
   absl::Status CampaignForCoordinator(const std::string& address,
                                       absl::Duration ttl);
+
+  // Under options.etcd: makes this shard one of the job's (a shard started
+  // beyond the job's count joins it, owning no slot until a rebalance),
+  // waiting up to `wait` for lower indexes to join first. Call once the
+  // shard is registered. Nothing without etcd.
+  absl::Status JoinJob(absl::Duration wait);
 
  private:
   ShardServer() = default;

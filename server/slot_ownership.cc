@@ -25,12 +25,12 @@ absl::Status WriteSlotMap(const std::string& path, const SlotMap& map) {
   return WriteFileDurably(path, json);
 }
 
-absl::Status CheckShards(const SlotMap& map, uint32_t num_shards) {
-  if (map.HighestShard() < num_shards) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("slot map epoch ", map.epoch(), " gives slots to shard ",
-                   map.HighestShard(), ", but the cluster has ", num_shards,
-                   " shards (--num_shards)"));
+absl::Status CheckShardCount(const SlotMap& map, uint32_t num_shards) {
+  if (map.num_shards() == num_shards) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "slot map epoch ", map.epoch(), " is of ", map.num_shards(),
+      " shards, but the cluster has ", num_shards,
+      " (--num_shards; only a job under --etcd changes its shard count)"));
 }
 
 }  // namespace
@@ -43,22 +43,17 @@ absl::StatusOr<std::unique_ptr<SlotOwnership>> SlotOwnership::Open(
     auto map = std::make_shared<const SlotMap>(SlotMap::Initial(num_shards));
     RETURN_IF_ERROR(WriteSlotMap(path, *map));
     return std::unique_ptr<SlotOwnership>(
-        new SlotOwnership(path, num_shards, std::move(map)));
+        new SlotOwnership(path, std::move(map)));
   }
   std::stringstream json;
   json << file.rdbuf();
-  SlotMapSpec spec;
-  if (!google::protobuf::util::JsonStringToMessage(json.str(), &spec).ok()) {
-    return absl::DataLossError(absl::StrCat(path, " does not parse"));
-  }
-  absl::StatusOr<SlotMap> map = SlotMap::FromSpec(spec);
+  absl::StatusOr<SlotMap> map = SlotMapFromJson(json.str(), num_shards);
   if (!map.ok()) {
     return absl::DataLossError(
         absl::StrCat(path, ": ", map.status().message()));
   }
-  RETURN_IF_ERROR(CheckShards(*map, num_shards));
   return std::unique_ptr<SlotOwnership>(new SlotOwnership(
-      path, num_shards, std::make_shared<const SlotMap>(*std::move(map))));
+      path, std::make_shared<const SlotMap>(*std::move(map))));
 }
 
 absl::Status SlotOwnership::Create(const std::string& data_dir,
@@ -68,10 +63,10 @@ absl::Status SlotOwnership::Create(const std::string& data_dir,
 
 absl::Status SlotOwnership::Replace(uint64_t expected_epoch,
                                     const SlotMap& next) {
-  RETURN_IF_ERROR(CheckShards(next, num_shards_));
   absl::WriterMutexLock changing(&push_lock_);
   absl::MutexLock lock(&mu_);
   if (*current_ == next) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckShardCount(next, current_->num_shards()));
   if (current_->epoch() != expected_epoch || next.epoch() <= expected_epoch) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the slot map is at epoch ", current_->epoch(),
@@ -96,7 +91,6 @@ absl::Status SlotOwnership::AdoptAgreed(
 }
 
 absl::Status SlotOwnership::AdoptLocked(const SlotMap& next) {
-  RETURN_IF_ERROR(CheckShards(next, num_shards_));
   absl::MutexLock lock(&mu_);
   if (next.epoch() <= current_->epoch()) return absl::OkStatus();
   RETURN_IF_ERROR(WriteSlotMap(path_, next));

@@ -31,8 +31,9 @@ namespace ps::server {
 class SlotOwnership {
  public:
   // The map of `data_dir`, or the initial map of `num_shards` (written
-  // there) if it has none. DATA_LOSS for a file that does not parse;
-  // FAILED_PRECONDITION for one that names a shard >= num_shards.
+  // there) if it has none. A file written before maps held their shard
+  // count has `num_shards` shards. DATA_LOSS for a file that does not parse
+  // or names a shard beyond its count.
   static absl::StatusOr<std::unique_ptr<SlotOwnership>> Open(
       const std::string& data_dir, uint32_t num_shards);
 
@@ -45,7 +46,8 @@ class SlotOwnership {
   // map that changed under it.
   absl::Mutex& push_lock() const { return push_lock_; }
 
-  uint32_t num_shards() const { return num_shards_; }
+  // The current map's shard count.
+  uint32_t num_shards() const { return current()->num_shards(); }
 
   std::shared_ptr<const SlotMap> current() const {
     absl::MutexLock lock(&mu_);
@@ -54,15 +56,16 @@ class SlotOwnership {
 
   // Makes `next` the map if the current one's epoch is `expected_epoch` and
   // next's is larger; FAILED_PRECONDITION naming the current epoch if not,
-  // or if `next` names a shard >= num_shards. OK with nothing done if
+  // or if next's shard count is another (the count changes only under
+  // --etcd, by Adopt()). OK with nothing done if
   // `next` is the current map already (a repeated change). The file's
   // errors, with the map unchanged.
   absl::Status Replace(uint64_t expected_epoch, const SlotMap& next);
 
   // Makes `next` the map if its epoch is larger than the current one's
   // (a map the cluster agreed on elsewhere: etcd); OK with nothing done if
-  // it is not. FAILED_PRECONDITION if `next` names a shard >= num_shards;
-  // the file's errors.
+  // it is not, whatever its shard count (a shard joined or left). The
+  // file's errors.
   absl::Status Adopt(const SlotMap& next);
 
   // Adopt() of the map `agree` returns, `agree` running while this shard
@@ -73,18 +76,14 @@ class SlotOwnership {
       const std::function<absl::StatusOr<SlotMap>()>& agree);
 
  private:
-  SlotOwnership(std::string path, uint32_t num_shards,
-                std::shared_ptr<const SlotMap> map)
-      : path_(std::move(path)),
-        num_shards_(num_shards),
-        current_(std::move(map)) {}
+  SlotOwnership(std::string path, std::shared_ptr<const SlotMap> map)
+      : path_(std::move(path)), current_(std::move(map)) {}
 
   // Adopt() with push_lock_ held.
   absl::Status AdoptLocked(const SlotMap& next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(push_lock_);
 
   const std::string path_;
-  const uint32_t num_shards_;
   mutable absl::Mutex push_lock_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const SlotMap> current_ ABSL_GUARDED_BY(mu_);

@@ -43,9 +43,11 @@ TEST(SlotOwnershipTest, AChangeMustNameTheCurrentEpochAndGrowIt) {
   // Another map of the same epoch.
   EXPECT_THAT((*slots)->Replace(2, SlotMap::Initial(2).WithSlotsMoved(7, 7, 1)),
               StatusIs(absl::StatusCode::kFailedPrecondition));
-  // A shard the cluster does not have.
-  EXPECT_THAT((*slots)->Replace(2, first.WithSlotsMoved(1, 1, 2)),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A shard the cluster does not have: the count changes only by Adopt()
+  // (a shard joined under etcd).
+  EXPECT_THAT(
+      (*slots)->Replace(2, first.WithNumShards(3).WithSlotsMoved(1, 1, 2)),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(*(*slots)->current() == first);
   // The same change again is no change.
   EXPECT_OK((*slots)->Replace(1, first));
@@ -62,12 +64,15 @@ TEST(SlotOwnershipTest, AdoptTakesOnlyNewerMaps) {
   EXPECT_TRUE(*(*slots)->current() == third);
   ASSERT_OK((*slots)->Adopt(SlotMap::Initial(2).WithSlotsMoved(4, 4, 1)));
   EXPECT_TRUE(*(*slots)->current() == third);
-  EXPECT_THAT((*slots)->Adopt(third.WithSlotsMoved(6, 6, 5)),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A map of more shards (one joined, under etcd) is adopted, and kept
+  // with its count.
+  const SlotMap joined = third.WithNumShards(6).WithSlotsMoved(6, 6, 5);
+  ASSERT_OK((*slots)->Adopt(joined));
+  EXPECT_EQ((*slots)->num_shards(), 6u);
   absl::StatusOr<std::unique_ptr<SlotOwnership>> reopened =
       SlotOwnership::Open(dir, 2);
   ASSERT_OK(reopened);
-  EXPECT_TRUE(*(*reopened)->current() == third);
+  EXPECT_TRUE(*(*reopened)->current() == joined);
 }
 
 TEST(SlotOwnershipTest, AChangeWaitsForThePushesInFlight) {
@@ -121,11 +126,19 @@ TEST(SlotOwnershipTest, ADamagedFileIsRefused) {
               StatusIs(absl::StatusCode::kDataLoss));
 }
 
-TEST(SlotOwnershipTest, AMapOfMoreShardsThanTheClusterIsRefused) {
-  const std::string dir = FreshTestDir("slot_ownership_fewer");
-  ASSERT_OK(SlotOwnership::Open(dir, 3));
-  EXPECT_THAT(SlotOwnership::Open(dir, 2),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+TEST(SlotOwnershipTest, AFileWithoutItsShardCountHasTheFlagsCount) {
+  // As written before maps held their count: every slot on shard 0.
+  const std::string dir = FreshTestDir("slot_ownership_uncounted");
+  std::ofstream(dir + "/SLOT_MAP.json")
+      << "{\"epoch\": \"4\", \"ranges\": [{\"first\": 0, \"last\": 16383}]}";
+  absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
+      SlotOwnership::Open(dir, 3);
+  ASSERT_OK(slots);
+  EXPECT_EQ((*slots)->num_shards(), 3u);
+  EXPECT_EQ((*slots)->current()->epoch(), 4u);
+  // Shard 2 exists though it owns nothing: a map that gives it slots is a
+  // change of the same count.
+  ASSERT_OK((*slots)->Replace(4, (*slots)->current()->WithSlotsMoved(0, 9, 2)));
 }
 
 }  // namespace

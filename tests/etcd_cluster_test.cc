@@ -12,19 +12,24 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
+#include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "net/etcd_client.h"
+#include "net/shard_directory.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/counting_pusher.h"
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
+#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -213,7 +218,8 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
                  absl::StrCat("--job=", kJob), "--etcd_wait_s=1", "stats"},
                 dir + "/admin.log"),
             69);
-  EXPECT_NE(ReadFile(dir + "/admin.log").find("no shard of job ctr"),
+  EXPECT_NE(ReadFile(dir + "/admin.log")
+                .find("shards 0 of 1 of job ctr are not registered"),
             std::string::npos)
       << ReadFile(dir + "/admin.log");
 }
@@ -269,11 +275,11 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
                          SlotMap::Initial(2).WithSlotsMoved(5, 5, 0)),
             grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(SetSlotMapOf((*shard1)->address(), 1, moved), grpc::StatusCode::OK);
-  // A map naming a shard the job does not have never reaches etcd (every
-  // shard would refuse it, and none could start again).
-  EXPECT_EQ(
-      SetSlotMapOf((*shard0)->address(), 2, moved.WithSlotsMoved(7, 7, 5)),
-      grpc::StatusCode::FAILED_PRECONDITION);
+  // A map of more shards than the job has never reaches etcd (workers
+  // would wait for shards that are not there): a shard joins by starting.
+  EXPECT_EQ(SetSlotMapOf((*shard0)->address(), 2,
+                         moved.WithNumShards(6).WithSlotsMoved(7, 7, 5)),
+            grpc::StatusCode::FAILED_PRECONDITION);
   stored = client_->Get(key);
   ASSERT_OK(stored);
   EXPECT_NE(stored->value.find("\"epoch\":\"2\""), std::string::npos)
@@ -328,10 +334,40 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
       << ReadFile(log);
 }
 
+// The slot map of kJob in etcd.
+absl::StatusOr<SlotMap> JobMap(net::EtcdClient& etcd) {
+  ASSIGN_OR_RETURN(net::EtcdValue stored,
+                   etcd.Get(absl::StrCat("/ps/", kJob, "/slot_map")));
+  return SlotMapFromJson(stored.value, 0);
+}
+
+// Runs `argv` to completion, its stdout to `out`, its stderr to `log`; its
+// exit code.
+int RunWithOutput(const std::vector<std::string>& argv, const std::string& out,
+                  const std::string& log) {
+  return RunToCompletion(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec ", absl::StrJoin(argv, " "), " > ", out)},
+      log);
+}
+
+// Waits up to `timeout` until the job's map counts `num_shards` shards.
+bool WaitForShardCount(net::EtcdClient& etcd, uint32_t num_shards,
+                       absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<SlotMap> map = JobMap(etcd);
+    if (map.ok() && map->num_shards() == num_shards) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
 TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
   ASSERT_OK(shard0);
-  auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
+  const std::vector<std::string> shard1_flags = ShardFlags(1, 2);
+  auto shard1 = ServerProcess::Start(shard1_flags);
   ASSERT_OK(shard1);
   const std::string dir = FreshTestDir("etcd_move");
   ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
@@ -348,22 +384,28 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
                                            "--device=cpu"};
   ASSERT_EQ(RunToCompletion(worker, dir + "/worker.log"), 0)
       << ReadFile(dir + "/worker.log");
-  ASSERT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "drain-shard", "--shard=1"},
-                dir + "/drain.log"),
-            0)
+  ASSERT_EQ(
+      RunWithOutput({BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                     absl::StrCat("--job=", kJob), "drain-shard", "--shard=1"},
+                    dir + "/drain.out", dir + "/drain.log"),
+      0)
       << ReadFile(dir + "/drain.log");
-  // The job's map in etcd and both shards': shard 1 owns nothing.
-  const SlotMap drained =
-      SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 1, 0);
+  // The job's map in etcd and both shards': shard 1 owns nothing, and, the
+  // last shard, it left the job (epoch 3), which has one shard now.
+  const SlotMap drained = SlotMap::Initial(2)
+                              .WithSlotsMovedFrom(0, kNumSlots - 1, 1, 0)
+                              .WithNumShards(1);
   absl::StatusOr<net::EtcdValue> stored =
       client_->Get(absl::StrCat("/ps/", kJob, "/slot_map"));
   ASSERT_OK(stored);
-  EXPECT_NE(stored->value.find("\"epoch\":\"2\""), std::string::npos)
+  EXPECT_NE(stored->value.find("\"epoch\":\"3\""), std::string::npos)
       << stored->value;
+  EXPECT_NE(ReadFile(dir + "/drain.out")
+                .find("shard 1 left the job, which has 1 shards now"),
+            std::string::npos)
+      << ReadFile(dir + "/drain.out");
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (SlotMapOf((*shard1)->address()).epoch() != 2 &&
+  while (SlotMapOf((*shard1)->address()).epoch() != 3 &&
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -375,10 +417,15 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   ASSERT_OK(on1);
   EXPECT_TRUE(*on0 == drained);
   EXPECT_TRUE(*on1 == drained);
-  // Training goes on against the new map, and rebalance gives shard 1 its
-  // share back.
+  // It stops; training goes on against the new map, on shard 0 alone.
+  EXPECT_EQ((*shard1)->SignalAndWait(SIGTERM), 0);
   ASSERT_EQ(RunToCompletion(worker, dir + "/worker2.log"), 0)
       << ReadFile(dir + "/worker2.log");
+  // Started again on its data dir, it joins the job again (epoch 4), and
+  // rebalance gives it its share back.
+  shard1 = ServerProcess::Start(shard1_flags);
+  ASSERT_OK(shard1);
+  ASSERT_TRUE(WaitForShardCount(*client_, 2, absl::Seconds(20)));
   ASSERT_EQ(RunToCompletion(
                 {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
                  absl::StrCat("--job=", kJob), "rebalance"},
@@ -388,8 +435,167 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   absl::StatusOr<SlotMap> balanced =
       SlotMap::FromSpec(SlotMapOf((*shard0)->address()));
   ASSERT_OK(balanced);
-  EXPECT_EQ(balanced->epoch(), 3u);
+  EXPECT_EQ(balanced->epoch(), 5u);
   EXPECT_EQ(balanced->SlotsOwned(0, kNumSlots - 1, 1), kNumSlots / 2);
+}
+
+constexpr int kCountingDim = 2;
+constexpr char kCountingTable[] = "counts";
+
+TableSpec CountingTable() {
+  TableSpec spec;
+  spec.set_name(kCountingTable);
+  spec.set_dim(kCountingDim);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+// Adds 1 to every float of `keys`' rows (SGD, learning rate 1, gradient
+// -1), as `worker`.
+absl::Status AddOne(worker::PsClient& client, const std::vector<uint64_t>& keys,
+                    uint32_t worker) {
+  std::vector<float> gradients(keys.size() * kCountingDim, -1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = kCountingTable;
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = kCountingDim;
+  return client.Push({&push, 1}, worker, /*clock=*/1);
+}
+
+// The row of `key` on the shard at `address`, and whether it stores it.
+std::vector<float> StoredRow(const std::string& address, uint64_t key,
+                             bool* stored) {
+  auto admin = Admin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  GetRowRequest request;
+  request.set_table(kCountingTable);
+  request.set_key(key);
+  GetRowResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = admin->GetRow(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  *stored = response.stored();
+  return {response.values().begin(), response.values().end()};
+}
+
+TEST_F(EtcdClusterTest, AShardJoinsAndLeavesWhileTwoWorkersPush) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
+  ASSERT_OK(shard1);
+  // Two workers that find the shards in etcd, and follow those that join.
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::vector<uint64_t>> keys(2);
+  for (uint32_t w = 0; w < 2; ++w) {
+    worker::ClientOptions options;
+    absl::StatusOr<std::vector<std::string>> found =
+        net::FindShards(*client_, kJob, absl::Seconds(10));
+    ASSERT_OK(found);
+    options.servers = *found;
+    options.find_shards = [this] {
+      return net::FindShards(*client_, kJob, absl::Seconds(10));
+    };
+    options.incarnation = 100 + w;
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> connected =
+        worker::PsClient::Connect(options);
+    ASSERT_OK(connected);
+    clients.push_back(*std::move(connected));
+    for (int i = 0; i < 1500; ++i) keys[w].push_back(i * 7919 + 3 + w);
+  }
+  ASSERT_OK(clients[0]->DeclareTable(CountingTable()));
+  for (uint32_t w = 0; w < 2; ++w) ASSERT_OK(AddOne(*clients[w], keys[w], w));
+  std::vector<std::unique_ptr<CountingPusher>> pushers;
+  for (uint32_t w = 0; w < 2; ++w) {
+    pushers.push_back(std::make_unique<CountingPusher>(
+        clients[w].get(), keys[w],
+        [w](worker::PsClient& client, const std::vector<uint64_t>& k) {
+          return AddOne(client, k, w);
+        }));
+  }
+  const std::string dir = FreshTestDir("etcd_join");
+  const std::vector<std::string> admin = {
+      BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+      absl::StrCat("--job=", kJob), "--move_page_rows=200"};
+  // Its stdout to <name>.out, its stderr to <name>.log.
+  auto run_admin = [&](const std::vector<std::string>& command,
+                       const std::string& name) {
+    std::vector<std::string> argv = admin;
+    argv.insert(argv.end(), command.begin(), command.end());
+    return RunWithOutput(argv, dir + "/" + name + ".out",
+                         dir + "/" + name + ".log");
+  };
+
+  // A third shard joins the running job, owning nothing, and rebalance
+  // gives it a third of the slots while both workers push.
+  auto shard2 = ServerProcess::Start(ShardFlags(2, 2));
+  ASSERT_OK(shard2);
+  ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
+  ASSERT_EQ(run_admin({"rebalance"}, "rebalance"), 0)
+      << ReadFile(dir + "/rebalance.log");
+  for (auto& pusher : pushers) pusher->WaitForMore(3);
+  absl::StatusOr<SlotMap> three = JobMap(*client_);
+  ASSERT_OK(three);
+  EXPECT_EQ(three->num_shards(), 3u);
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    EXPECT_GE(three->SlotsOwned(0, kNumSlots - 1, shard), kNumSlots / 3);
+    EXPECT_LE(three->SlotsOwned(0, kNumSlots - 1, shard), kNumSlots / 3 + 1);
+  }
+  // Both workers reach the new shard: they learnt of it from the map.
+  for (auto& client : clients) EXPECT_EQ(client->num_shards(), 3);
+
+  // drain-shard empties it, and the job is of 2 shards again: it may stop.
+  ASSERT_EQ(run_admin({"--json", "drain-shard", "--shard=2"}, "drain"), 0)
+      << ReadFile(dir + "/drain.log");
+  EXPECT_NE(ReadFile(dir + "/drain.out").find("\"num_shards\":2"),
+            std::string::npos)
+      << ReadFile(dir + "/drain.out");
+  absl::StatusOr<SlotMap> two = JobMap(*client_);
+  ASSERT_OK(two);
+  EXPECT_EQ(two->num_shards(), 2u);
+  for (auto& pusher : pushers) pusher->WaitForMore(3);
+  for (uint32_t w = 0; w < 2; ++w) {
+    for (uint64_t key : keys[w]) {
+      bool stored = true;
+      StoredRow((*shard2)->address(), key, &stored);
+      ASSERT_FALSE(stored) << "key " << key << " left on the drained shard";
+    }
+  }
+  EXPECT_EQ((*shard2)->SignalAndWait(SIGTERM), 0);
+  // The job goes on without it, and a new worker finds the 2 shards.
+  for (auto& pusher : pushers) pusher->WaitForMore(3);
+  absl::StatusOr<std::vector<std::string>> found =
+      net::FindShards(*client_, kJob, absl::Seconds(10));
+  ASSERT_OK(found);
+  EXPECT_EQ(found->size(), 2u);
+  for (auto& pusher : pushers) ASSERT_OK(pusher->Stop());
+
+  // Every key holds each acknowledged push once (and the first), on its
+  // owner by the final map only.
+  const std::vector<std::string> addresses = {(*shard0)->address(),
+                                              (*shard1)->address()};
+  for (uint32_t w = 0; w < 2; ++w) {
+    const float pushes = static_cast<float>(pushers[w]->acknowledged() + 1);
+    EXPECT_GT(pushes, 10.0f);
+    for (uint64_t key : keys[w]) {
+      for (uint32_t shard = 0; shard < 2; ++shard) {
+        bool stored = false;
+        const std::vector<float> row =
+            StoredRow(addresses[shard], key, &stored);
+        if (shard == two->ShardForKey(key)) {
+          ASSERT_TRUE(stored) << "key " << key << " on shard " << shard;
+          ASSERT_EQ(row, std::vector<float>(kCountingDim, pushes))
+              << "key " << key << " of worker " << w << " on shard " << shard;
+        } else {
+          ASSERT_FALSE(stored) << "key " << key << " on shard " << shard;
+        }
+      }
+    }
+  }
 }
 
 // The coordinator elected in etcd: "<index> <address>", or "" for none.

@@ -34,6 +34,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/shard_server.h"
 #include "tests/child_process.h"
+#include "tests/counting_pusher.h"
 #include "worker/ps_client.h"
 
 namespace ps {
@@ -380,8 +381,22 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
   ASSERT_TRUE(SetMap(0, 1, moved).ok());
   EXPECT_EQ(SetMap(0, 1, moved.WithSlotsMoved(5, 5, 0)).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(SetMap(0, 2, moved.WithSlotsMoved(5, 5, 2)).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);  // no shard 2
+  // No shard 2: a job's shard count changes only under etcd.
+  EXPECT_EQ(
+      SetMap(0, 2, moved.WithNumShards(3).WithSlotsMoved(5, 5, 2)).error_code(),
+      grpc::StatusCode::FAILED_PRECONDITION);
+  // A map that gives slots to a shard beyond its own count is none.
+  SlotMapSpec beyond = moved.WithSlotsMoved(5, 5, 0).ToSpec();
+  beyond.mutable_ranges(0)->set_shard(2);
+  SetSlotMapRequest beyond_request;
+  beyond_request.set_expected_epoch(2);
+  *beyond_request.mutable_slot_map() = beyond;
+  SetSlotMapResponse beyond_response;
+  grpc::ClientContext beyond_context;
+  EXPECT_EQ(admins_[0]
+                ->SetSlotMap(&beyond_context, beyond_request, &beyond_response)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   SetSlotMapRequest gap;
   gap.set_expected_epoch(2);
   gap.mutable_slot_map()->set_epoch(3);
@@ -474,53 +489,7 @@ TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
 // A worker that pushes -1 to every key of `keys` again and again (after a
 // first push), counting the pushes acknowledged: each adds 1 to each key,
 // exactly once.
-class CountingPusher {
- public:
-  CountingPusher(worker::PsClient* client, std::vector<uint64_t> keys,
-                 std::function<absl::Status(worker::PsClient&,
-                                            const std::vector<uint64_t>&)>
-                     push)
-      : keys_(std::move(keys)), thread_([this, client, push] {
-          while (!stop_) {
-            absl::Status pushed = push(*client, keys_);
-            if (!pushed.ok()) {
-              absl::MutexLock lock(&mu_);
-              status_ = pushed;
-              return;
-            }
-            ++acknowledged_;
-          }
-        }) {}
-
-  // Waits for `more` pushes beyond those acknowledged now (or a failure).
-  void WaitForMore(int more) {
-    const int target = acknowledged_.load() + more;
-    while (acknowledged_.load() < target && status().ok())
-      absl::SleepFor(absl::Milliseconds(10));
-  }
-
-  // Stops pushing; the first failure, if any.
-  absl::Status Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    return status();
-  }
-
-  int acknowledged() const { return acknowledged_.load(); }
-
- private:
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
-  const std::vector<uint64_t> keys_;
-  std::atomic<int> acknowledged_{0};
-  std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
-  absl::Status status_;
-  std::thread thread_;
-};
+using testing::CountingPusher;
 
 TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
@@ -579,38 +548,76 @@ TEST_F(SlotRoutingTest, SlotsMoveBeforeAnyTableExists) {
   ExpectRowsWhere(moved, keys, [](uint64_t) { return 1.0f; });
 }
 
+// Declares `spec` on the shard at `address` alone and pushes a gradient of
+// -1 to one key of its own there; that key.
+uint64_t DeclareAndPushOnOneShard(const std::string& address, uint32_t shard,
+                                  const TableSpec& spec) {
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  DeclareTableRequest declare;
+  *declare.mutable_table() = spec;
+  DeclareTableResponse declared;
+  grpc::ClientContext context;
+  EXPECT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
+  uint64_t key = 0;
+  while (ShardForKey(key, 2) != shard) ++key;
+  PushRequest push;
+  push.set_table(spec.name());
+  push.set_keys(Pack<uint64_t>(std::vector<uint64_t>{key}));
+  const std::vector<float> gradient(spec.dim(), -1.0f);
+  push.set_gradients(std::string(reinterpret_cast<const char*>(gradient.data()),
+                                 spec.dim() * sizeof(float)));
+  PushResponse pushed;
+  grpc::ClientContext push_context;
+  EXPECT_TRUE(stub->Push(&push_context, push, &pushed).ok());
+  return key;
+}
+
 TEST_F(SlotRoutingTest, AFailedMoveLeavesTheSourceWithEveryUpdate) {
   std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(1000);
   ASSERT_OK(PushOnce(*client, keys));
-  // A table only shard 0 has: the target refuses its rows half-way.
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(servers_[0], grpc::InsecureChannelCredentials()));
-  {
-    DeclareTableRequest declare;
-    *declare.mutable_table() = Table();
-    declare.mutable_table()->set_name("only_here");
-    DeclareTableResponse declared;
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
-    uint64_t key = 0;
-    while (ShardForKey(key, 2) != 0) ++key;
-    PushRequest push;
-    push.set_table("only_here");
-    push.set_keys(Pack<uint64_t>(std::vector<uint64_t>{key}));
-    const std::vector<float> gradient(kDim, -1.0f);
-    push.set_gradients(std::string(
-        reinterpret_cast<const char*>(gradient.data()), kDim * sizeof(float)));
-    PushResponse pushed;
-    grpc::ClientContext push_context;
-    ASSERT_TRUE(stub->Push(&push_context, push, &pushed).ok());
-  }
+  // A table the target has under another shape: it refuses its rows
+  // half-way.
+  TableSpec here = Table();
+  here.set_name("other_shape");
+  DeclareAndPushOnOneShard(servers_[0], 0, here);
+  TableSpec there = here;
+  there.set_dim(kDim + 1);
+  DeclareAndPushOnOneShard(servers_[1], 1, there);
   EXPECT_THAT(Move(0, kNumSlots - 1, 1, 4096),
-              StatusIs(absl::StatusCode::kNotFound));
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Nothing switched, nothing paused, nothing left on the target.
   ASSERT_OK(PushOnce(*client, keys));
   ExpectRowsWhere(SlotMap::Initial(2), keys, [](uint64_t) { return 2.0f; });
+}
+
+TEST_F(SlotRoutingTest, AMoveDeclaresOnTheTargetTheTablesItLacks) {
+  // A table only shard 0 has, as a shard that joined after it was
+  // declared lacks it.
+  TableSpec only_here = Table();
+  only_here.set_name("only_here");
+  only_here.mutable_optimizer()->set_learning_rate(0.5f);
+  const uint64_t key = DeclareAndPushOnOneShard(servers_[0], 0, only_here);
+  ASSERT_OK(Move(0, kNumSlots - 1, 1, 4096));
+  GetRowRequest request;
+  request.set_table("only_here");
+  request.set_key(key);
+  GetRowResponse row;
+  grpc::ClientContext context;
+  ASSERT_TRUE(admins_[1]->GetRow(&context, request, &row).ok());
+  EXPECT_TRUE(row.stored());
+  EXPECT_EQ(std::vector<float>(row.values().begin(), row.values().end()),
+            std::vector<float>(kDim, 0.5f));
+  // Declared as the source declared it: the same learning rate.
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(servers_[1], grpc::InsecureChannelCredentials()));
+  DeclareTableRequest again;
+  *again.mutable_table() = only_here;
+  DeclareTableResponse declared;
+  grpc::ClientContext declare_context;
+  EXPECT_TRUE(stub->DeclareTable(&declare_context, again, &declared).ok());
 }
 
 TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {

@@ -238,12 +238,21 @@ absl::Status DeliverPullResponse(const PullResponse& response, int shard,
   return absl::OkStatus();
 }
 
+// How many shards `map` routes over (a client connects to every one of
+// them before it routes by the map).
+int MapShards(const SlotMap& map) { return static_cast<int>(map.num_shards()); }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const ClientOptions& options) {
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("need at least one server address");
+  }
+  if (options.servers.size() > static_cast<size_t>(kMaxShards)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.servers.size(),
+                     " servers: a client reaches at most ", kMaxShards));
   }
   if (options.max_keys_per_request == 0) {
     return absl::InvalidArgumentError("max_keys_per_request must be positive");
@@ -256,12 +265,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
           ? options.incarnation
           : static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
   client->push_sequences_ =
-      std::make_unique<std::atomic<uint64_t>[]>(options.servers.size());
-  for (size_t s = 0; s < options.servers.size(); ++s)
-    client->push_sequences_[s] = 0;
-  for (const std::string& address : options.servers) {
-    client->shards_.push_back(
-        ParameterServer::NewStub(MakeChannel(address, options, credentials)));
+      std::make_unique<std::atomic<uint64_t>[]>(kMaxShards);
+  for (int s = 0; s < kMaxShards; ++s) client->push_sequences_[s] = 0;
+  {
+    absl::MutexLock lock(&client->shards_mu_);
+    for (const std::string& address : options.servers) {
+      client->shards_.push_back(
+          ParameterServer::NewStub(MakeChannel(address, options, credentials)));
+    }
   }
   client->slot_map_ = std::make_shared<const SlotMap>(
       SlotMap::Initial(static_cast<uint32_t>(options.servers.size())));
@@ -365,13 +376,40 @@ void PsClient::AddWorkerToken(grpc::ClientContext* context) const {
     context->AddMetadata("authorization", "Bearer " + options_.worker_token);
 }
 
+int PsClient::num_shards() const {
+  absl::ReaderMutexLock lock(&shards_mu_);
+  return static_cast<int>(shards_.size());
+}
+
+std::shared_ptr<ParameterServer::Stub> PsClient::shard(int i) const {
+  absl::ReaderMutexLock lock(&shards_mu_);
+  return shards_[i];
+}
+
 absl::Status PsClient::DeclareTable(const TableSpec& spec) {
-  std::vector<DeclareTableRequest> requests(shards_.size());
-  std::vector<int> shards(shards_.size());
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    *requests[s].mutable_table() = spec;
-    shards[s] = static_cast<int>(s);
+  std::vector<int> shards;
+  {
+    // Recorded first: a shard that joins from here on is declared it too.
+    absl::MutexLock lock(&shards_mu_);
+    auto same_name = [&](const TableSpec& d) {
+      return d.name() == spec.name();
+    };
+    if (auto it = std::find_if(declared_.begin(), declared_.end(), same_name);
+        it != declared_.end()) {
+      *it = spec;
+    } else {
+      declared_.push_back(spec);
+    }
+    for (size_t s = 0; s < shards_.size(); ++s)
+      shards.push_back(static_cast<int>(s));
   }
+  return DeclareOn(spec, std::move(shards));
+}
+
+absl::Status PsClient::DeclareOn(const TableSpec& spec,
+                                 std::vector<int> shards) {
+  std::vector<DeclareTableRequest> requests(shards.size());
+  for (DeclareTableRequest& request : requests) *request.mutable_table() = spec;
   std::vector<DeclareTableResponse> responses;
   return FanOut(
       requests, shards, &responses,
@@ -379,8 +417,8 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
              DeclareTableRequest* request, DeclareTableResponse* response,
              std::function<void(grpc::Status)> done) {
         AddWorkerToken(context);
-        shards_[shard]->async()->DeclareTable(context, request, response,
-                                              std::move(done));
+        this->shard(shard)->async()->DeclareTable(context, request, response,
+                                                  std::move(done));
       },
       "declaring table", options_.retry_for, nullptr);
 }
@@ -396,7 +434,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
                        " row positions for ", pull.keys.size(), " keys"));
     }
     AddPullRequests(pull, AllPositions(pull.keys.size()), options_, *map,
-                    num_shards(), &plan);
+                    MapShards(*map), &plan);
   }
   std::vector<PullResponse> responses = TakeSparePullResponses();
   auto give_back =
@@ -407,8 +445,8 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
         plan.requests, plan.shards, &responses,
         [this](int shard, grpc::ClientContext* context, PullRequest* request,
                PullResponse* response, std::function<void(grpc::Status)> done) {
-          shards_[shard]->async()->Pull(context, request, response,
-                                        std::move(done));
+          this->shard(shard)->async()->Pull(context, request, response,
+                                            std::move(done));
         },
         "pull", options_.retry_for, &moved));
     std::vector<bool> was_moved(plan.requests.size(), false);
@@ -424,7 +462,7 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
     for (size_t c : moved.requests) {
       const PullDestination& destination = plan.destinations[c];
       AddPullRequests(*destination.pull, destination.positions, options_, *map,
-                      num_shards(), &again);
+                      MapShards(*map), &again);
     }
     plan = std::move(again);
   }
@@ -467,7 +505,7 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
         static_cast<size_t>(push.dim) * WireValueBytes(format);
     std::vector<float> scaled;
     for (auto& [shard, positions] :
-         Route(push.keys, AllPositions(push.keys.size()), *map, num_shards(),
+         Route(push.keys, AllPositions(push.keys.size()), *map, MapShards(*map),
                options_.max_keys_per_request)) {
       PushRequest& request = requests.emplace_back();
       request.set_table(push.table);
@@ -523,8 +561,8 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
         requests, shards, &responses,
         [this](int shard, grpc::ClientContext* context, PushRequest* request,
                PushResponse* response, std::function<void(grpc::Status)> done) {
-          shards_[shard]->async()->Push(context, request, response,
-                                        std::move(done));
+          this->shard(shard)->async()->Push(context, request, response,
+                                            std::move(done));
         },
         "push", options_.retry_for, &moved));
     if (moved.requests.empty()) return absl::OkStatus();
@@ -535,7 +573,8 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
     std::vector<PushRequest> again;
     std::vector<int> again_shards;
     for (size_t r : moved.requests) {
-      for (auto& [shard, part] : ReroutePush(requests[r], *map, num_shards())) {
+      for (auto& [shard, part] :
+           ReroutePush(requests[r], *map, MapShards(*map))) {
         part.set_sequence(++push_sequences_[shard]);
         again.push_back(std::move(part));
         again_shards.push_back(shard);
@@ -572,8 +611,8 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
       [this](int shard, grpc::ClientContext* context,
              GetSlotMapRequest* request, GetSlotMapResponse* response,
              std::function<void(grpc::Status)> done) {
-        shards_[shard]->async()->GetSlotMap(context, request, response,
-                                            std::move(done));
+        this->shard(shard)->async()->GetSlotMap(context, request, response,
+                                                std::move(done));
       },
       "reading the slot map", options_.retry_for, nullptr));
   absl::StatusOr<SlotMap> fetched = SlotMap::FromSpec(responses[0].slot_map());
@@ -582,12 +621,8 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
         "shard ", moved.shard,
         " sent a slot map that is not one: ", fetched.status().message()));
   }
-  if (fetched->HighestShard() >= static_cast<uint32_t>(num_shards())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "slot map epoch ", fetched->epoch(), " gives slots to shard ",
-        fetched->HighestShard(), ", but this worker knows ", num_shards(),
-        " shards (--servers, or the shards registered in etcd when it "
-        "started): restart it to reach the new shard"));
+  if (fetched->num_shards() > static_cast<uint32_t>(num_shards())) {
+    RETURN_IF_ERROR(AddShards(fetched->num_shards()));
   }
   absl::MutexLock lock(&slot_map_mu_);
   if (fetched->epoch() > slot_map_->epoch()) {
@@ -596,6 +631,43 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
     slot_map_ = std::make_shared<const SlotMap>(*std::move(fetched));
   }
   return slot_map_;
+}
+
+absl::Status PsClient::AddShards(uint32_t num_shards) {
+  if (!options_.find_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the slot map is of ", num_shards, " shards, but this worker knows ",
+        this->num_shards(),
+        " (--servers): a worker follows shards that join a job only under "
+        "--etcd; restart it with the new shard in --servers"));
+  }
+  if (num_shards > static_cast<uint32_t>(kMaxShards)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the slot map is of ", num_shards,
+                     " shards: a client reaches at most ", kMaxShards));
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> addresses,
+                   options_.find_shards());
+  if (addresses.size() < num_shards) {
+    return absl::UnavailableError(
+        absl::StrCat("the slot map is of ", num_shards, " shards, but only ",
+                     addresses.size(), " are registered"));
+  }
+  std::vector<int> joined;
+  std::vector<TableSpec> declared;
+  {
+    absl::MutexLock lock(&shards_mu_);
+    for (size_t s = shards_.size(); s < num_shards; ++s) {
+      LOG(INFO) << "shard " << s << " joined the job, at " << addresses[s];
+      shards_.push_back(ParameterServer::NewStub(
+          MakeChannel(addresses[s], options_, credentials_)));
+      joined.push_back(static_cast<int>(s));
+    }
+    declared = declared_;
+  }
+  for (const TableSpec& spec : declared)
+    RETURN_IF_ERROR(DeclareOn(spec, joined));
+  return absl::OkStatus();
 }
 
 std::shared_ptr<ParameterServer::Stub> PsClient::coordinator() const {

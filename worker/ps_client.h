@@ -41,8 +41,13 @@
 namespace ps::worker {
 
 struct ClientOptions {
-  // Shard i is servers[i]. REQUIRES: not empty.
+  // Shard i is servers[i]. REQUIRES: not empty, at most kMaxShards.
   std::vector<std::string> servers;
+  // Under --etcd: looks up every shard of the job now (net/
+  // shard_directory.h's FindShards). Set: a slot map of more shards than
+  // this client knows (a shard joined the job) looks them up and connects
+  // to the new ones. Default: none (such a map is refused).
+  std::function<absl::StatusOr<std::vector<std::string>>()> find_shards;
   // Where the clock coordinator is. Default (empty): servers[0].
   std::string coordinator;
   // Under --etcd: looks up where the coordinator is now (net/
@@ -90,7 +95,11 @@ class PsClient : public TrainingClient {
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
       const ClientOptions& options);
 
-  int num_shards() const { return static_cast<int>(shards_.size()); }
+  // The most shards a client reaches.
+  static constexpr int kMaxShards = 1024;
+
+  // The shards this client knows: servers, and those that joined since.
+  int num_shards() const;
 
   // The incarnation pushes and clock reports carry; set before any push.
   uint64_t incarnation() const override { return incarnation_.load(); }
@@ -101,7 +110,8 @@ class PsClient : public TrainingClient {
   // How rows and gradients travel (ClientOptions::wire_format).
   WireFormat wire_format() const override { return options_.wire_format; }
 
-  // Declares `spec` on every shard (idempotent).
+  // Declares `spec` on every shard (idempotent), and on each shard that
+  // joins later when the client learns of it.
   absl::Status DeclareTable(const TableSpec& spec) override;
 
   // Pulls from several tables at once: every shard request of every table
@@ -150,11 +160,19 @@ class PsClient : public TrainingClient {
   // The map to route again by after `moved` (round: how many times this
   // call was refused as moved before): read from the shard that refused
   // with the newest epoch. ABORTED past kMaxReroutes rounds;
-  // FAILED_PRECONDITION for a map that names a shard this client does not
-  // know.
+  // FAILED_PRECONDITION for a map of more shards than this client knows,
+  // unless options_.find_shards finds them (AddShards()).
   absl::StatusOr<std::shared_ptr<const SlotMap>> RefreshSlotMap(
       const Moved& moved, int round);
   static constexpr int kMaxReroutes = 8;
+  // Connects to shards num_shards() to `num_shards` - 1, as
+  // options_.find_shards finds them, and declares every table declared so
+  // far on them. Called with refresh_mu_ held.
+  absl::Status AddShards(uint32_t num_shards);
+  // Declares `spec` on `shards`.
+  absl::Status DeclareOn(const TableSpec& spec, std::vector<int> shards);
+  // Shard i's stub. REQUIRES: i < num_shards().
+  std::shared_ptr<ParameterServer::Stub> shard(int i) const;
 
   // Pull responses kept from one pull for the next, so that their row
   // buffers (up to max_keys_per_request rows each) are reused instead of
@@ -167,8 +185,14 @@ class PsClient : public TrainingClient {
   std::atomic<uint64_t> incarnation_{0};
   // Adds options_.worker_token to a Clock or DeclareTable call.
   void AddWorkerToken(grpc::ClientContext* context) const;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> shards_;
-  // The last sequence number given to a push request, per shard.
+  // Grows as shards join; a call holds its shard's stub by shared_ptr.
+  mutable absl::Mutex shards_mu_;
+  std::vector<std::shared_ptr<ParameterServer::Stub>> shards_
+      ABSL_GUARDED_BY(shards_mu_);
+  // Every table declared, to declare on shards that join.
+  std::vector<TableSpec> declared_ ABSL_GUARDED_BY(shards_mu_);
+  // The last sequence number given to a push request, per shard
+  // (kMaxShards of them).
   std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;
   // Retried calls by status code.
   static constexpr size_t kCodes = 17;

@@ -140,6 +140,18 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
       return ps::net::FindCoordinator(*etcd, job, absl::Seconds(1));
     };
   }
+  // Shards that join the job later: found when the slot map first names
+  // them, and held to the same rule for the worker token.
+  client_options->find_shards =
+      [etcd = presence.etcd.get(), job,
+       options =
+           *client_options]() -> absl::StatusOr<std::vector<std::string>> {
+    ps::worker::ClientOptions found = options;
+    ASSIGN_OR_RETURN(found.servers,
+                     ps::net::FindShards(*etcd, job, absl::Seconds(10)));
+    RETURN_IF_ERROR(ps::worker::CheckWorkerTokenStaysPrivate(found));
+    return found.servers;
+  };
   // A coordinator that takes over waits for every registered worker.
   ASSIGN_OR_RETURN(
       presence.worker_key,
@@ -160,6 +172,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
   checkpoint.servers = client.servers;
   checkpoint.coordinator = client.coordinator;
   checkpoint.find_coordinator = client.find_coordinator;
+  checkpoint.find_shards = client.find_shards;
   checkpoint.dir = flags.checkpoint_dir;
   checkpoint.tls = client.tls;
   checkpoint.token = flags.admin_token;
