@@ -361,6 +361,11 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
   if (!rows.ok()) return Reply(context, rows.status());
   PackSlotRows(request->table(), spec->dim() + optimizer->state_floats, *rows,
                response->mutable_rows());
+  if (optimizer->learning_rate_multiplier != 1.0f) {
+    response->mutable_rows()->set_learning_rate(
+        spec->optimizer().learning_rate() *
+        optimizer->learning_rate_multiplier);
+  }
   *response->mutable_rows()->mutable_spec() = *std::move(spec);
   response->set_done(done);
   return Reply(context, absl::OkStatus());
@@ -384,16 +389,24 @@ absl::Status AdminService::HandleWriteSlotRows(
   if (request.rows().has_spec() &&
       absl::IsNotFound(store_->GetTableSpec(request.rows().table()).status())) {
     if (request.rows().spec().name() != request.rows().table()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rows of table ", request.rows().table(),
-                       " come with the spec of table ",
-                       request.rows().spec().name()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rows of table ", request.rows().table(),
+          " come with the spec of table ", request.rows().spec().name()));
     }
     ASSIGN_OR_RETURN(const bool declared,
                      store_->DeclareTable(request.rows().spec()));
     if (declared) {
       LOG(INFO) << "table " << request.rows().table()
                 << " declared as the moving slots' source declared it";
+    }
+  }
+  if (request.rows().learning_rate() > 0) {
+    // The source's ps_admin set-lr, unless this shard's table has its own.
+    ASSIGN_OR_RETURN(const embedding::EmbeddingStore::TableOptimizer optimizer,
+                     store_->GetTableOptimizer(request.rows().table()));
+    if (optimizer.learning_rate_multiplier == 1.0f) {
+      RETURN_IF_ERROR(store_->SetLearningRate(request.rows().table(),
+                                              request.rows().learning_rate()));
     }
   }
   if (request.rows().keys().empty())

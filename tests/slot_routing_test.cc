@@ -600,6 +600,14 @@ TEST_F(SlotRoutingTest, AMoveDeclaresOnTheTargetTheTablesItLacks) {
   only_here.set_name("only_here");
   only_here.mutable_optimizer()->set_learning_rate(0.5f);
   const uint64_t key = DeclareAndPushOnOneShard(servers_[0], 0, only_here);
+  // And a learning rate ps_admin set-lr set there, which travels with it.
+  SetLearningRateRequest set_lr;
+  set_lr.set_table("only_here");
+  set_lr.set_learning_rate(0.25f);
+  SetLearningRateResponse previous;
+  grpc::ClientContext set_lr_context;
+  ASSERT_TRUE(
+      admins_[0]->SetLearningRate(&set_lr_context, set_lr, &previous).ok());
   ASSERT_OK(Move(0, kNumSlots - 1, 1, 4096));
   GetRowRequest request;
   request.set_table("only_here");
@@ -618,6 +626,17 @@ TEST_F(SlotRoutingTest, AMoveDeclaresOnTheTargetTheTablesItLacks) {
   DeclareTableResponse declared;
   grpc::ClientContext declare_context;
   EXPECT_TRUE(stub->DeclareTable(&declare_context, again, &declared).ok());
+  ListTablesResponse tables;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(
+      admins_[1]->ListTables(&list_context, ListTablesRequest(), &tables).ok());
+  bool listed = false;
+  for (const TableInfo& table : tables.tables()) {
+    if (table.spec().name() != "only_here") continue;
+    listed = true;
+    EXPECT_FLOAT_EQ(table.learning_rate(), 0.25f);
+  }
+  EXPECT_TRUE(listed);
 }
 
 TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {

@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# Resharding while training: two workers train wide_deep asynchronously on a
-# job of 3 shards whose third starts empty (drained: the shard count is fixed
-# by --num_shards, so "joining" is taking a share of the slots). Mid-training
-# `ps_admin rebalance` gives shard 2 its third, then `ps_admin drain-shard
-# --shard=2` takes it back. A third run trains under --etcd and kills the
-# coordinator's shard with -9. Reported: each move's time and rows/s, the rows
-# pushed during it and copied again (and in how many rounds), the backlog
-# copied with its pushes paused and how long that pause lasted, the shards' p50/p99 Pull and Push latency over
-# the 3 s before the rebalance and during it (`ps_admin stats`), the pushes
-# refused while paused (retried by the workers), and the final test AUC (six
-# passes over the training lines, so that the moves land mid-training)
-# against the same run without moves. Prints the tables and rewrites the
-# "reshard" section of BENCHMARKS.md.
+# Resharding while training, under --etcd (Debian's etcd on loopback): two
+# workers train wide_deep asynchronously on a job of 2 shards. Mid-training
+# a third shard joins the running job (ps_server --shard_index=2), `ps_admin
+# rebalance` gives it a third of the slots, then `ps_admin drain-shard
+# --shard=2` empties it, it leaves the job (2 shards again) and stops. A
+# last run kills the coordinator's shard with -9. Reported: each move's time
+# and rows/s, the rows pushed during it and copied again (and in how many
+# rounds), the backlog copied with its pushes paused and how long that pause
+# lasted, the shards' p50/p99 Pull and Push latency over the 3 s before the
+# rebalance and during it (`ps_admin stats`), the pushes refused while
+# paused (retried by the workers), and the final test AUC (six passes over
+# the training lines, so that the moves land mid-training) against the same
+# run without resharding, each over --rounds runs (asynchronous training
+# differs from run to run: the spread of the runs without resharding is the
+# noise the difference is measured against). Prints the tables and rewrites
+# the "reshard" section of BENCHMARKS.md.
 #
 #   tests/bench/reshard_bench.sh [--train_lines 400000] [--test_lines 100000]
+#                                [--rounds 3]
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
 train_lines=400000
 test_lines=100000
+rounds=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --train_lines) train_lines=$2; shift 2 ;;
     --test_lines) test_lines=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -54,22 +60,38 @@ print(f"{pull[0]:.2f} {pull[1]:.2f} {push[0]:.2f} {push[1]:.2f} {push[2]}")
 PY
 }
 
-# run NAME MOVES(0|1): trains; prints "auc examples/s", and with MOVES the
-# moves' lines into $work/NAME/moves.
+# One etcd for every run (each run is a job of its own).
+ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+client_port=${ports% *} peer_port=${ports#* }
+etcd --name=bench --data-dir="$work/etcd" \
+  --listen-client-urls=http://127.0.0.1:$client_port \
+  --advertise-client-urls=http://127.0.0.1:$client_port \
+  --listen-peer-urls=http://127.0.0.1:$peer_port \
+  --initial-advertise-peer-urls=http://127.0.0.1:$peer_port \
+  --initial-cluster=bench=http://127.0.0.1:$peer_port >"$work/etcd.log" 2>&1 &
+pids+=($!)
+until (exec 3<>/dev/tcp/127.0.0.1/$client_port) 2>/dev/null; do sleep 0.1; done
+
+# run NAME MOVES(0|1): trains on a 2-shard job NAME; prints "auc
+# examples/s", and with MOVES (a shard joins, rebalance, drain-shard, it
+# leaves) the moves' lines into $work/NAME/moves.
 run() {
-  local name=$1 moves=$2 dir="$work/$1" servers=() server_pids=() worker_pids=()
+  local name=$1 moves=$2 dir="$work/$1" server_pids=() worker_pids=()
   mkdir -p "$dir"
-  for s in 0 1 2; do
-    "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=$s --num_shards=3 \
-      --data_dir="$dir/shard$s" >"$dir/shard$s.out" 2>"$dir/shard$s.log" &
+  local etcd_flags=(--etcd=127.0.0.1:$client_port --job="$name")
+  for s in 0 1; do
+    "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=$s --num_shards=2 \
+      "${etcd_flags[@]}" --etcd_lease_s=2 --data_dir="$dir/shard$s" \
+      >"$dir/shard$s.out" 2>"$dir/shard$s.log" &
     server_pids+=($!); pids+=($!)
   done
-  for s in 0 1 2; do servers+=("$(ps_address "$dir/shard$s.out")"); done
-  local list; list=$(IFS=,; echo "${servers[*]}")
-  local admin=("$bin/ops/ps_admin" --servers="$list")
-  "${admin[@]}" drain-shard --shard=2 >/dev/null
+  for s in 0 1; do ps_address "$dir/shard$s.out" >/dev/null; done
+  local admin=("$bin/ops/ps_admin" "${etcd_flags[@]}")
   for w in 0 1; do
-    "$bin/worker/ps_worker" --servers="$list" --worker_index=$w --num_workers=2 \
+    "$bin/worker/ps_worker" "${etcd_flags[@]}" --worker_index=$w --num_workers=2 \
       --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
       --staleness=async --epochs=6 --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
     worker_pids+=($!); pids+=($!)
@@ -78,18 +100,27 @@ run() {
     # Once the workers train (six passes: the moves land mid-training).
     while ! grep -q "examples |" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
     "${admin[@]}" stats --json --interval_s=3 >"$dir/before.json"
+    # The third shard joins the running job, owning no slot.
+    "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=2 --num_shards=2 \
+      "${etcd_flags[@]}" --etcd_lease_s=2 --data_dir="$dir/shard2" \
+      >"$dir/shard2.out" 2>"$dir/shard2.log" &
+    local joining=$!; pids+=($!)
+    until grep -q "joined the job as shard 2" "$dir/shard2.log" 2>/dev/null; do sleep 0.1; done
     "${admin[@]}" stats --json --interval_s=3 >"$dir/during.json" &
     local sampler=$!
     "${admin[@]}" rebalance --json >"$dir/rebalance.json"
     wait "$sampler"
     sleep 3
     "${admin[@]}" drain-shard --shard=2 --json >"$dir/drain.json"
+    # It left the job (2 shards again): it stops, and training goes on.
+    kill "$joining"; wait "$joining" || true
     echo "before $(latencies "$dir/before.json")" >"$dir/moves"
     echo "during $(latencies "$dir/during.json")" >>"$dir/moves"
     python3 - "$dir/rebalance.json" "$dir/drain.json" >>"$dir/moves" <<'PY'
 import json, sys
 for path in sys.argv[1:]:
-    for m in json.load(open(path))["moves"]:
+    summary = json.load(open(path))
+    for m in summary["moves"]:
         rate = m["rows"] / m["seconds"] if m["seconds"] else 0
         sources = m.get("sources", [])
         changed = sum(x["changed_rows"] for x in sources)
@@ -99,6 +130,8 @@ for path in sys.argv[1:]:
         print(f"move {m['first_slot']}-{m['last_slot']} {m['from_shard']}->{m['to_shard']}"
               f" {m['rows']} {m['seconds']:.2f} {rate:.0f} {changed} {rounds} {backlog}"
               f" {paused:.3f}")
+    if "num_shards" in summary:
+        print(f"left {summary['num_shards']} {summary['epoch']}")
 PY
   fi
   for p in "${worker_pids[@]}"; do wait "$p"; done
@@ -110,27 +143,13 @@ PY
   echo "$(metric "$dir/worker0.json" test_auc) $rate"
 }
 
-# takeover: the same training under --etcd (Debian's etcd on loopback, a
-# 2 s shard lease); once the workers train, the coordinator's shard is
+# takeover: the same training on 3 shards (a 2 s shard lease); once the workers train, the coordinator's shard is
 # killed with -9 and restarted on its port and data dir. Prints "auc
 # examples/s takeover_seconds".
 takeover() {
   local dir="$work/takeover" servers=() server_pids=() worker_pids=()
   mkdir -p "$dir"
-  local ports; ports=$(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
-  local client_port=${ports% *} peer_port=${ports#* }
-  etcd --name=bench --data-dir="$dir/etcd" \
-    --listen-client-urls=http://127.0.0.1:$client_port \
-    --advertise-client-urls=http://127.0.0.1:$client_port \
-    --listen-peer-urls=http://127.0.0.1:$peer_port \
-    --initial-advertise-peer-urls=http://127.0.0.1:$peer_port \
-    --initial-cluster=bench=http://127.0.0.1:$peer_port >"$dir/etcd.log" 2>&1 &
-  pids+=($!)
-  local etcd_flags=(--etcd=127.0.0.1:$client_port --job=bench)
-  until (exec 3<>/dev/tcp/127.0.0.1/$client_port) 2>/dev/null; do sleep 0.1; done
+  local etcd_flags=(--etcd=127.0.0.1:$client_port --job=takeover)
   shard() {  # shard INDEX LISTEN
     "$bin/server/ps_server" --listen="$2" --shard_index=$1 --num_shards=3 \
       "${etcd_flags[@]}" --etcd_lease_s=2 --data_dir="$dir/shard$1" \
@@ -173,42 +192,58 @@ print(*[x.getsockname()[1] for x in s])')
 }
 
 # An assignment fails with its command substitution (a failed admin command
-# inside run stops the bench).
-still=$(run still 0)
-moved=$(run moved 1)
+# inside run stops the bench). Rounds alternate, so that a machine slowing
+# down over the bench weighs on both alike.
+still_aucs=() moved_aucs=() still_rates=() moved_rates=()
+for r in $(seq 1 "$rounds"); do
+  still=$(run "still$r" 0)
+  read -r auc rate <<<"$still"; still_aucs+=("$auc"); still_rates+=("$rate")
+  moved=$(run "moved$r" 1)
+  read -r auc rate <<<"$moved"; moved_aucs+=("$auc"); moved_rates+=("$rate")
+  echo "round $r: AUC $auc with resharding, ${still_aucs[-1]} without" >&2
+done
 taken_over=$(takeover)
-read -r still_auc still_rate <<<"$still"
-read -r moved_auc moved_rate <<<"$moved"
 read -r takeover_auc takeover_rate takeover_seconds <<<"$taken_over"
+# "mean min max" of the numbers given.
+summary() { printf '%s\n' "$@" | awk 'NR == 1 {lo = hi = $1} {s += $1; if ($1 < lo) lo = $1; if ($1 > hi) hi = $1} END {printf "%.4f %.4f %.4f", s / NR, lo, hi}'; }
+read -r still_auc still_lo still_hi <<<"$(summary "${still_aucs[@]}")"
+read -r moved_auc moved_lo moved_hi <<<"$(summary "${moved_aucs[@]}")"
+read -r still_rate _ _ <<<"$(summary "${still_rates[@]}")"
+read -r moved_rate _ _ <<<"$(summary "${moved_rates[@]}")"
 table="$work/table.md"
 {
 echo "## Resharding while training"
 echo
-echo "$(date -u +%Y-%m-%d), $(nproc) cores; 3 shards (shard 2 drained at the start) + 2"
-echo "async workers on one machine, wide_deep, $train_lines training and $test_lines test"
-echo "lines (6 passes), batch 4096. Mid-training: rebalance (shard 2 takes a third), then"
-echo "drain-shard 2."
+echo "$(date -u +%Y-%m-%d), $(nproc) cores; under etcd, a job of 2 shards + 2 async workers"
+echo "on one machine, wide_deep, $train_lines training and $test_lines test lines (6 passes),"
+echo "batch 4096. Mid-training: a third shard joins, rebalance gives it a third of the slots,"
+echo "then drain-shard 2 empties it and it leaves the job. $rounds rounds of each run; the"
+echo "moves and latencies below are the last round's."
 echo
 echo "| move | slots | snapshot rows | seconds | rows/s | changed rows (rounds) | backlog rows | pushes paused (s) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-grep '^move' "$work/moved/moves" | while read -r _ slots from_to rows seconds rate changed rounds backlog paused; do
+grep '^move' "$work/moved$rounds/moves" | while read -r _ slots from_to rows seconds rate changed rounds backlog paused; do
   echo "| $from_to | $slots | $rows | $seconds | $rate | $changed ($rounds) | $backlog | $paused |"
 done
+echo
+read -r _ left_shards left_epoch <<<"$(grep '^left' "$work/moved$rounds/moves" || echo "left ? ?")"
+echo "After drain-shard 2 the job had $left_shards shards (slot map epoch $left_epoch)."
 echo
 echo "| shards' latency (ms) | Pull p50 | Pull p99 | Push p50 | Push p99 | Push refused |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for phase in before during; do
-  read -r _ a b c d e <<<"$(grep "^$phase" "$work/moved/moves")"
+  read -r _ a b c d e <<<"$(grep "^$phase" "$work/moved$rounds/moves")"
   echo "| $phase the rebalance (3 s) | $a | $b | $c | $d | $e |"
 done
 echo
-echo "| run | test AUC | examples/s (both workers) |"
+echo "| run | test AUC, mean of $rounds (min-max) | examples/s (both workers, mean) |"
 echo "| --- | --- | --- |"
-echo "| no moves | $still_auc | $still_rate |"
-echo "| rebalance + drain | $moved_auc | $moved_rate |"
-echo "| under etcd, the coordinator's shard killed (-9) and restarted | $takeover_auc | $takeover_rate |"
+echo "| no resharding | $still_auc ($still_lo-$still_hi) | $still_rate |"
+echo "| a shard joins, rebalance, drain-shard, it leaves | $moved_auc ($moved_lo-$moved_hi) | $moved_rate |"
+echo "| 3 shards, the coordinator's shard killed (-9) and restarted | $takeover_auc | $takeover_rate |"
 echo
-echo "AUC difference: $(awk -v a="$moved_auc" -v b="$still_auc" 'BEGIN {printf "%+.4f", a - b}') (goal: within 0.003)"
+echo "AUC difference of the means: $(awk -v a="$moved_auc" -v b="$still_auc" 'BEGIN {printf "%+.4f", a - b}') (goal: within 0.003);"
+echo "spread of the runs without resharding: $(awk -v a="$still_hi" -v b="$still_lo" 'BEGIN {printf "%.4f", a - b}')."
 echo
 echo "Coordinator takeover (\`--etcd_lease_s=2\`): another shard elected $takeover_seconds s after the kill"
 echo "(its log says so); training finished on the new coordinator."
