@@ -210,6 +210,7 @@ read -r still_auc still_lo still_hi <<<"$(summary "${still_aucs[@]}")"
 read -r moved_auc moved_lo moved_hi <<<"$(summary "${moved_aucs[@]}")"
 read -r still_rate _ _ <<<"$(summary "${still_rates[@]}")"
 read -r moved_rate _ _ <<<"$(summary "${moved_rates[@]}")"
+still_rate=$(printf '%.0f' "$still_rate") moved_rate=$(printf '%.0f' "$moved_rate")
 table="$work/table.md"
 {
 echo "## Resharding while training"
