@@ -1,9 +1,11 @@
 // File: tests/counting_pusher.h
 //
-// CountingPusher pushes the same update to the same keys through a client,
-// over and over on a thread of its own, and counts the pushes the client
-// acknowledged: a test that reshapes the cluster meanwhile checks that each
-// key holds every acknowledged push exactly once.
+// Counting through a parameter server: a table whose every push of AddOne()
+// adds exactly 1 to each float of its keys' rows, and CountingPusher, which
+// pushes AddOne() to the same keys through a client over and over on a
+// thread of its own and counts the pushes the client acknowledged. A test
+// that reshapes the cluster meanwhile checks that each key holds every
+// acknowledged push exactly once.
 
 #ifndef PS_TESTS_COUNTING_PUSHER_H_
 #define PS_TESTS_COUNTING_PUSHER_H_
@@ -11,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -18,9 +21,35 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "proto/ps.pb.h"
 #include "worker/ps_client.h"
 
 namespace ps::testing {
+
+// Rows of zeros, SGD at learning rate 1.
+inline TableSpec CountingTableSpec(const std::string& name, uint32_t dim) {
+  TableSpec spec;
+  spec.set_name(name);
+  spec.set_dim(dim);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+// Pushes a gradient of -1 to every float of `keys`' rows in `table` (of
+// CountingTableSpec(table, dim)) once, as `worker`: each adds 1.
+inline absl::Status AddOne(worker::PsClient& client, const std::string& table,
+                           uint32_t dim, const std::vector<uint64_t>& keys,
+                           uint32_t worker) {
+  std::vector<float> gradients(keys.size() * dim, -1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = table;
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = dim;
+  return client.Push({&push, 1}, worker, /*clock=*/1);
+}
 
 class CountingPusher {
  public:

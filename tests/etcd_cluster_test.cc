@@ -442,29 +442,6 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
 constexpr int kCountingDim = 2;
 constexpr char kCountingTable[] = "counts";
 
-TableSpec CountingTable() {
-  TableSpec spec;
-  spec.set_name(kCountingTable);
-  spec.set_dim(kCountingDim);
-  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  return spec;
-}
-
-// Adds 1 to every float of `keys`' rows (SGD, learning rate 1, gradient
-// -1), as `worker`.
-absl::Status AddOne(worker::PsClient& client, const std::vector<uint64_t>& keys,
-                    uint32_t worker) {
-  std::vector<float> gradients(keys.size() * kCountingDim, -1.0f);
-  worker::TrainingClient::TableGradients push;
-  push.table = kCountingTable;
-  push.keys = keys;
-  push.gradients = gradients;
-  push.dim = kCountingDim;
-  return client.Push({&push, 1}, worker, /*clock=*/1);
-}
-
 // The row of `key` on the shard at `address`, and whether it stores it.
 std::vector<float> StoredRow(const std::string& address, uint64_t key,
                              bool* stored) {
@@ -507,14 +484,16 @@ TEST_F(EtcdClusterTest, AShardJoinsAndLeavesWhileTwoWorkersPush) {
     clients.push_back(*std::move(connected));
     for (int i = 0; i < 1500; ++i) keys[w].push_back(i * 7919 + 3 + w);
   }
-  ASSERT_OK(clients[0]->DeclareTable(CountingTable()));
-  for (uint32_t w = 0; w < 2; ++w) ASSERT_OK(AddOne(*clients[w], keys[w], w));
+  ASSERT_OK(clients[0]->DeclareTable(
+      CountingTableSpec(kCountingTable, kCountingDim)));
+  for (uint32_t w = 0; w < 2; ++w)
+    ASSERT_OK(AddOne(*clients[w], kCountingTable, kCountingDim, keys[w], w));
   std::vector<std::unique_ptr<CountingPusher>> pushers;
   for (uint32_t w = 0; w < 2; ++w) {
     pushers.push_back(std::make_unique<CountingPusher>(
         clients[w].get(), keys[w],
         [w](worker::PsClient& client, const std::vector<uint64_t>& k) {
-          return AddOne(client, k, w);
+          return AddOne(client, kCountingTable, kCountingDim, k, w);
         }));
   }
   const std::string dir = FreshTestDir("etcd_join");

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/counting_pusher.h"
 #include "tests/server_process.h"
 #include "worker/ps_client.h"
 
@@ -63,12 +64,7 @@ class SlotMoveFaultTest : public ::testing::Test {
         worker::PsClient::Connect(options);
     EXPECT_OK(client);
     if (!client.ok()) return nullptr;
-    TableSpec spec;
-    spec.set_name(kTable);
-    spec.set_dim(kDim);
-    spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-    spec.mutable_optimizer()->set_learning_rate(1.0f);
-    EXPECT_OK((*client)->DeclareTable(spec));
+    EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
     return *std::move(client);
   }
 
@@ -76,13 +72,7 @@ class SlotMoveFaultTest : public ::testing::Test {
   void PushOnce() {
     std::unique_ptr<worker::PsClient> client = Connect();
     ASSERT_NE(client, nullptr);
-    std::vector<float> gradients(keys_.size() * kDim, -1.0f);
-    worker::TrainingClient::TableGradients push;
-    push.table = kTable;
-    push.keys = keys_;
-    push.gradients = gradients;
-    push.dim = kDim;
-    ASSERT_OK(client->Push({&push, 1}, 0, 1));
+    ASSERT_OK(AddOne(*client, kTable, kDim, keys_, /*worker=*/0));
   }
 
   SlotMap MapOf(int shard) {

@@ -43,14 +43,17 @@ namespace {
 constexpr int kDim = 2;
 constexpr char kTable[] = "t";
 
-TableSpec Table() {
-  TableSpec spec;
-  spec.set_name(kTable);
-  spec.set_dim(kDim);
-  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  return spec;
+TableSpec Table() { return testing::CountingTableSpec(kTable, kDim); }
+
+// Declares `spec` on the shard at `address` alone.
+grpc::Status DeclareOnShard(const std::string& address, const TableSpec& spec) {
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  DeclareTableRequest declare;
+  *declare.mutable_table() = spec;
+  DeclareTableResponse declared;
+  grpc::ClientContext context;
+  return stub->DeclareTable(&context, declare, &declared);
 }
 
 class SlotRoutingTest : public ::testing::Test {
@@ -163,13 +166,7 @@ class SlotRoutingTest : public ::testing::Test {
   // Pushes a gradient of -1 to every key of `keys` once, as worker 0.
   absl::Status PushOnce(worker::PsClient& client,
                         const std::vector<uint64_t>& keys) {
-    std::vector<float> gradients(keys.size() * kDim, -1.0f);
-    worker::TrainingClient::TableGradients push;
-    push.table = kTable;
-    push.keys = keys;
-    push.gradients = gradients;
-    push.dim = kDim;
-    return client.Push({&push, 1}, /*worker=*/0, /*clock=*/1);
+    return testing::AddOne(client, kTable, kDim, keys, /*worker=*/0);
   }
 
   // Pulls `keys` through `client`; the first value of each row.
@@ -290,13 +287,7 @@ TEST_F(SlotRoutingTest, AShardBehindTheClientsMapMakesItRetryUntilItCatchesUp) {
 TEST_F(SlotRoutingTest, AShardRefusesKeysItDoesNotOwnButAnswersRetries) {
   auto stub = ParameterServer::NewStub(
       grpc::CreateChannel(servers_[0], grpc::InsecureChannelCredentials()));
-  {
-    DeclareTableRequest declare;
-    *declare.mutable_table() = Table();
-    DeclareTableResponse declared;
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
-  }
+  ASSERT_TRUE(DeclareOnShard(servers_[0], Table()).ok());
   uint64_t key = 0;
   while (ShardForKey(key, 2) != 0) ++key;
   PushRequest push;
@@ -552,13 +543,9 @@ TEST_F(SlotRoutingTest, SlotsMoveBeforeAnyTableExists) {
 // -1 to one key of its own there; that key.
 uint64_t DeclareAndPushOnOneShard(const std::string& address, uint32_t shard,
                                   const TableSpec& spec) {
+  EXPECT_TRUE(DeclareOnShard(address, spec).ok());
   auto stub = ParameterServer::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  DeclareTableRequest declare;
-  *declare.mutable_table() = spec;
-  DeclareTableResponse declared;
-  grpc::ClientContext context;
-  EXPECT_TRUE(stub->DeclareTable(&context, declare, &declared).ok());
   uint64_t key = 0;
   while (ShardForKey(key, 2) != shard) ++key;
   PushRequest push;
@@ -619,13 +606,7 @@ TEST_F(SlotRoutingTest, AMoveDeclaresOnTheTargetTheTablesItLacks) {
   EXPECT_EQ(std::vector<float>(row.values().begin(), row.values().end()),
             std::vector<float>(kDim, 0.5f));
   // Declared as the source declared it: the same learning rate.
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(servers_[1], grpc::InsecureChannelCredentials()));
-  DeclareTableRequest again;
-  *again.mutable_table() = only_here;
-  DeclareTableResponse declared;
-  grpc::ClientContext declare_context;
-  EXPECT_TRUE(stub->DeclareTable(&declare_context, again, &declared).ok());
+  EXPECT_TRUE(DeclareOnShard(servers_[1], only_here).ok());
   ListTablesResponse tables;
   grpc::ClientContext list_context;
   ASSERT_TRUE(
