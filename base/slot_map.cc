@@ -86,8 +86,12 @@ std::string SlotMapToJson(const SlotMap& map) {
 absl::StatusOr<SlotMap> SlotMapFromJson(absl::string_view json,
                                         uint32_t num_shards_if_unset) {
   SlotMapSpec spec;
+  // Fields a newer binary added do not make the map unreadable.
+  google::protobuf::util::JsonParseOptions parse;
+  parse.ignore_unknown_fields = true;
   if (!google::protobuf::util::JsonStringToMessage(
-           google::protobuf::StringPiece(json.data(), json.size()), &spec)
+           google::protobuf::StringPiece(json.data(), json.size()), &spec,
+           parse)
            .ok()) {
     return absl::InvalidArgumentError("not a slot map (protobuf JSON)");
   }

@@ -71,6 +71,12 @@ TEST(SlotMapTest, ASpecWithoutItsCountHasTheReadersOrOneBeyondItsShards) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(SlotMapFromJson("{\"epoch\": ", 2),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // A field a later release adds is passed over.
+  std::string json = SlotMapToJson(SlotMap::Initial(2));
+  json.insert(1, "\"owner_hint\": 7, ");
+  absl::StatusOr<SlotMap> later = SlotMapFromJson(json, 0);
+  ASSERT_OK(later);
+  EXPECT_TRUE(*later == SlotMap::Initial(2));
 }
 
 TEST(SlotMapTest, RangesOfAShard) {

@@ -70,6 +70,14 @@ absl::StatusOr<SlotMap> SlotMapUnchanged(const net::AdminChannels& channels,
         "the slot map changed from epoch ", before.epoch(), " to epoch ",
         after.epoch(), " while the parts were written; take it again"));
   }
+  // A shard that joined or left after the shards were looked up: the parts
+  // are not the job's.
+  if (after.num_shards() != channels.size()) {
+    return absl::AbortedError(absl::StrCat(
+        "the job has ", after.num_shards(), " shards by its slot map (epoch ",
+        after.epoch(), "), but the parts are of ", channels.size(),
+        ": a shard joined or left; take it again"));
+  }
   return after;
 }
 
@@ -491,20 +499,29 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   CheckpointManifest manifest;
   SetCommonFields(cut, shards, &manifest);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
+  // The tables of the first shard that owns slots; a shard that owns none
+  // may hold none (one that joined, before any slot moved to it).
+  size_t reference = 0;
+  while (reference + 1 < shards &&
+         slot_map.SlotsOwned(0, kNumSlots - 1, reference) == 0)
+    ++reference;
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
+    const bool empty_newcomer =
+        part.tables().empty() && slot_map.SlotsOwned(0, kNumSlots - 1, i) == 0;
     // Workers declare tables on every shard in turn, so two shards may
     // list the same tables in different orders.
-    if (!SameTables(part.tables(), parts[0].tables())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("shard ", i, " holds other tables than shard 0"));
+    if (!empty_newcomer &&
+        !SameTables(part.tables(), parts[reference].tables())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", i, " holds other tables than shard ", reference));
     }
     CheckpointManifest::Shard* shard = manifest.add_shards();
     shard->set_index(static_cast<uint32_t>(i));
     shard->set_path(std::filesystem::path(part.path()).filename().string());
     shard->set_bytes(part.bytes());
   }
-  for (const auto& [name, spec] : SortedByName(parts[0].tables())) {
+  for (const auto& [name, spec] : SortedByName(parts[reference].tables())) {
     *manifest.add_tables() = spec;
   }
   for (const auto& worker : cut.status.workers()) {

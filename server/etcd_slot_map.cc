@@ -43,6 +43,19 @@ absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
   }
   RETURN_IF_ERROR(read.status());
   const SlotMap& job_map = read->first;
+  {
+    // A map written before maps held their shard count: the count this
+    // shard reads it with (its --num_shards, the job's) goes into it, so
+    // that workers and ps_admin count the shards as the shards do.
+    ASSIGN_OR_RETURN(const net::EtcdValue raw, etcd->Get(synced->key_));
+    if (raw.value.find("\"num_shards\"") == std::string::npos &&
+        etcd->PutIf(synced->key_, SlotMapToJson(job_map), raw.mod_revision)
+            .value_or(false)) {
+      LOG(INFO) << "slot map epoch " << job_map.epoch() << " in etcd's "
+                << synced->key_ << " now records its " << job_map.num_shards()
+                << " shards";
+    }
+  }
   const SlotMap& own = *slots->current();
   const uint64_t own_epoch = own.epoch();
   if (restored && !(job_map == own)) {
@@ -93,12 +106,6 @@ absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
         ASSIGN_OR_RETURN(auto read, Read());
         const auto& [job_map, revision] = read;
         if (job_map == next) return next;
-        if (next.num_shards() > job_map.num_shards()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "slot map epoch ", next.epoch(), " is of ", next.num_shards(),
-              " shards, but the job has ", job_map.num_shards(),
-              ": a shard joins by starting with --etcd and its --shard_index"));
-        }
         if (job_map.epoch() != expected_epoch ||
             next.epoch() <= expected_epoch) {
           newer = job_map;
@@ -108,6 +115,12 @@ absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
                            " to epoch ", next.epoch(),
                            " does not apply (read the map again and start "
                            "over)"));
+        }
+        if (next.num_shards() > job_map.num_shards()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "slot map epoch ", next.epoch(), " is of ", next.num_shards(),
+              " shards, but the job has ", job_map.num_shards(),
+              ": a shard joins by starting with --etcd and its --shard_index"));
         }
         ASSIGN_OR_RETURN(const bool swapped,
                          etcd_->PutIf(key_, SlotMapToJson(next), revision));
@@ -126,14 +139,22 @@ absl::Status EtcdSlotMap::Propose(uint64_t expected_epoch,
 absl::Status EtcdSlotMap::Join(uint32_t shard_index, absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
   while (true) {
-    ASSIGN_OR_RETURN(auto read, Read());
-    const auto& [job_map, revision] = read;
+    absl::StatusOr<std::pair<SlotMap, int64_t>> read = Read();
+    if (!read.ok()) {
+      // etcd unreachable for a moment: within the wait, try again.
+      if (absl::Now() >= deadline) return read.status();
+      LOG_EVERY_N(WARNING, 10) << "joining the job: " << read.status();
+      absl::SleepFor(absl::Milliseconds(500));
+      continue;
+    }
+    const auto& [job_map, revision] = *read;
     if (shard_index < job_map.num_shards()) return slots_->Adopt(job_map);
     if (shard_index == job_map.num_shards()) {
       const SlotMap joined = job_map.WithNumShards(shard_index + 1);
-      ASSIGN_OR_RETURN(const bool swapped,
-                       etcd_->PutIf(key_, SlotMapToJson(joined), revision));
-      if (swapped) {
+      absl::StatusOr<bool> swapped =
+          etcd_->PutIf(key_, SlotMapToJson(joined), revision);
+      if (!swapped.ok() && absl::Now() >= deadline) return swapped.status();
+      if (swapped.ok() && *swapped) {
         LOG(INFO) << "joined the job as shard " << shard_index << " of "
                   << joined.num_shards() << " (slot map epoch "
                   << joined.epoch() << "), owning no slot until a rebalance";
@@ -144,12 +165,14 @@ absl::Status EtcdSlotMap::Join(uint32_t shard_index, absl::Duration wait) {
     if (absl::Now() >= deadline) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", shard_index, " cannot join: the job has ",
-          job_map.num_shards(), " shards, and shards ", job_map.num_shards(),
-          " to ", shard_index - 1, " must join before it"));
+          job_map.num_shards(), " shards, and shards join in index order (",
+          FormatSlotRanges({{job_map.num_shards(), shard_index - 1}}),
+          " first)"));
     }
     LOG_EVERY_N(INFO, 10) << "shard " << shard_index
                           << " waits for the job's shards "
-                          << job_map.num_shards() << " to " << shard_index - 1
+                          << FormatSlotRanges(
+                                 {{job_map.num_shards(), shard_index - 1}})
                           << " to join first";
     absl::SleepFor(absl::Milliseconds(500));
   }

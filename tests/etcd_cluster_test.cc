@@ -458,7 +458,7 @@ std::vector<float> StoredRow(const std::string& address, uint64_t key,
   return {response.values().begin(), response.values().end()};
 }
 
-TEST_F(EtcdClusterTest, AShardJoinsAndLeavesWhileTwoWorkersPush) {
+TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
   ASSERT_OK(shard0);
   auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
@@ -514,6 +514,11 @@ TEST_F(EtcdClusterTest, AShardJoinsAndLeavesWhileTwoWorkersPush) {
   auto shard2 = ServerProcess::Start(ShardFlags(2, 2));
   ASSERT_OK(shard2);
   ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
+  // A checkpoint taken now covers it, though it holds no table yet.
+  ASSERT_EQ(run_admin({"checkpoint", "--dir=" + dir + "/joined_checkpoint"},
+                      "checkpoint"),
+            0)
+      << ReadFile(dir + "/checkpoint.log");
   ASSERT_EQ(run_admin({"rebalance"}, "rebalance"), 0)
       << ReadFile(dir + "/rebalance.log");
   for (auto& pusher : pushers) pusher->WaitForMore(3);
@@ -544,28 +549,44 @@ TEST_F(EtcdClusterTest, AShardJoinsAndLeavesWhileTwoWorkersPush) {
       ASSERT_FALSE(stored) << "key " << key << " left on the drained shard";
     }
   }
-  EXPECT_EQ((*shard2)->SignalAndWait(SIGTERM), 0);
-  // The job goes on without it, and a new worker finds the 2 shards.
-  for (auto& pusher : pushers) pusher->WaitForMore(3);
+  // Still registered, it is no longer one of the job's shards.
+  EXPECT_EQ(Registered(), 3u);
   absl::StatusOr<std::vector<std::string>> found =
       net::FindShards(*client_, kJob, absl::Seconds(10));
   ASSERT_OK(found);
-  EXPECT_EQ(found->size(), 2u);
+  EXPECT_EQ(*found, std::vector<std::string>(
+                        {(*shard0)->address(), (*shard1)->address()}));
+  EXPECT_EQ((*shard2)->SignalAndWait(SIGTERM), 0);
+  for (auto& pusher : pushers) pusher->WaitForMore(3);
+
+  // A shard 2 joins again, on another port and data dir: the workers,
+  // which knew the old one, follow it there.
+  auto rejoined = ServerProcess::Start(ShardFlags(2, 2));
+  ASSERT_OK(rejoined);
+  ASSERT_NE((*rejoined)->address(), (*shard2)->address());
+  ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
+  ASSERT_EQ(run_admin({"rebalance"}, "rebalance_again"), 0)
+      << ReadFile(dir + "/rebalance_again.log");
+  for (auto& pusher : pushers) pusher->WaitForMore(3);
   for (auto& pusher : pushers) ASSERT_OK(pusher->Stop());
+  absl::StatusOr<SlotMap> final_map = JobMap(*client_);
+  ASSERT_OK(final_map);
+  EXPECT_EQ(final_map->num_shards(), 3u);
+  EXPECT_GE(final_map->SlotsOwned(0, kNumSlots - 1, 2), kNumSlots / 3);
 
   // Every key holds each acknowledged push once (and the first), on its
   // owner by the final map only.
-  const std::vector<std::string> addresses = {(*shard0)->address(),
-                                              (*shard1)->address()};
+  const std::vector<std::string> addresses = {
+      (*shard0)->address(), (*shard1)->address(), (*rejoined)->address()};
   for (uint32_t w = 0; w < 2; ++w) {
     const float pushes = static_cast<float>(pushers[w]->acknowledged() + 1);
     EXPECT_GT(pushes, 10.0f);
     for (uint64_t key : keys[w]) {
-      for (uint32_t shard = 0; shard < 2; ++shard) {
+      for (uint32_t shard = 0; shard < 3; ++shard) {
         bool stored = false;
         const std::vector<float> row =
             StoredRow(addresses[shard], key, &stored);
-        if (shard == two->ShardForKey(key)) {
+        if (shard == final_map->ShardForKey(key)) {
           ASSERT_TRUE(stored) << "key " << key << " on shard " << shard;
           ASSERT_EQ(row, std::vector<float>(kCountingDim, pushes))
               << "key " << key << " of worker " << w << " on shard " << shard;

@@ -272,6 +272,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     for (const std::string& address : options.servers) {
       client->shards_.push_back(
           ParameterServer::NewStub(MakeChannel(address, options, credentials)));
+      client->addresses_.push_back(address);
     }
   }
   client->slot_map_ = std::make_shared<const SlotMap>(
@@ -621,8 +622,15 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
         "shard ", moved.shard,
         " sent a slot map that is not one: ", fetched.status().message()));
   }
-  if (fetched->num_shards() > static_cast<uint32_t>(num_shards())) {
-    RETURN_IF_ERROR(AddShards(fetched->num_shards()));
+  if (options_.find_shards) {
+    // Shards may have joined since, or left and joined again elsewhere.
+    RETURN_IF_ERROR(FollowShards(fetched->num_shards()));
+  } else if (fetched->num_shards() > static_cast<uint32_t>(num_shards())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the slot map is of ", fetched->num_shards(),
+        " shards, but this worker knows ", num_shards(),
+        " (--servers): a worker follows shards that join a job only under "
+        "--etcd; restart it with the new shard in --servers"));
   }
   absl::MutexLock lock(&slot_map_mu_);
   if (fetched->epoch() > slot_map_->epoch()) {
@@ -633,34 +641,58 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
   return slot_map_;
 }
 
-absl::Status PsClient::AddShards(uint32_t num_shards) {
-  if (!options_.find_shards) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the slot map is of ", num_shards, " shards, but this worker knows ",
-        this->num_shards(),
-        " (--servers): a worker follows shards that join a job only under "
-        "--etcd; restart it with the new shard in --servers"));
-  }
+absl::Status PsClient::FollowShards(uint32_t num_shards) {
   if (num_shards > static_cast<uint32_t>(kMaxShards)) {
     return absl::FailedPreconditionError(
         absl::StrCat("the slot map is of ", num_shards,
                      " shards: a client reaches at most ", kMaxShards));
   }
-  ASSIGN_OR_RETURN(const std::vector<std::string> addresses,
-                   options_.find_shards());
-  if (addresses.size() < num_shards) {
-    return absl::UnavailableError(
-        absl::StrCat("the slot map is of ", num_shards, " shards, but only ",
-                     addresses.size(), " are registered"));
+  // Shards this client has never dialled must be found; a shard briefly
+  // unregistered (restarting, its lease running out) is waited for, as a
+  // call waits for an unavailable shard. Otherwise a lookup that fails
+  // leaves the shards where they were.
+  const bool required = num_shards > static_cast<uint32_t>(this->num_shards());
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::StatusOr<std::vector<std::string>> addresses;
+  while (true) {
+    addresses = options_.find_shards();
+    if (addresses.ok() && addresses->size() < num_shards) {
+      addresses = absl::UnavailableError(
+          absl::StrCat("the slot map is of ", num_shards, " shards, but only ",
+                       addresses->size(), " are registered"));
+    }
+    if (addresses.ok()) break;
+    if (!required) {
+      LOG(WARNING) << "looking up the shards: " << addresses.status();
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "looking up the shards that joined: ", addresses.status().message()));
+    }
+    LOG_EVERY_N(WARNING, 10)
+        << "looking up the shards that joined: " << addresses.status();
+    absl::SleepFor(absl::Seconds(1));
   }
   std::vector<int> joined;
   std::vector<TableSpec> declared;
   {
     absl::MutexLock lock(&shards_mu_);
-    for (size_t s = shards_.size(); s < num_shards; ++s) {
-      LOG(INFO) << "shard " << s << " joined the job, at " << addresses[s];
-      shards_.push_back(ParameterServer::NewStub(
-          MakeChannel(addresses[s], options_, credentials_)));
+    for (size_t s = 0; s < num_shards; ++s) {
+      const std::string& address = (*addresses)[s];
+      if (s < shards_.size() && addresses_[s] == address) continue;
+      LOG(INFO) << "shard " << s << " is at " << address
+                << (s < shards_.size() ? " now (was " + addresses_[s] + ")"
+                                       : std::string(" (joined the job)"));
+      auto stub = ParameterServer::NewStub(
+          MakeChannel(address, options_, credentials_));
+      if (s < shards_.size()) {
+        shards_[s] = std::move(stub);
+        addresses_[s] = address;
+      } else {
+        shards_.push_back(std::move(stub));
+        addresses_.push_back(address);
+      }
       joined.push_back(static_cast<int>(s));
     }
     declared = declared_;

@@ -161,14 +161,16 @@ class PsClient : public TrainingClient {
   // call was refused as moved before): read from the shard that refused
   // with the newest epoch. ABORTED past kMaxReroutes rounds;
   // FAILED_PRECONDITION for a map of more shards than this client knows,
-  // unless options_.find_shards finds them (AddShards()).
+  // unless options_.find_shards finds them (FollowShards()).
   absl::StatusOr<std::shared_ptr<const SlotMap>> RefreshSlotMap(
       const Moved& moved, int round);
   static constexpr int kMaxReroutes = 8;
-  // Connects to shards num_shards() to `num_shards` - 1, as
-  // options_.find_shards finds them, and declares every table declared so
-  // far on them. Called with refresh_mu_ held.
-  absl::Status AddShards(uint32_t num_shards);
+  // Looks shards 0 to `num_shards` - 1 up with options_.find_shards and
+  // connects to each whose address is new (it joined, or joined again
+  // elsewhere), declaring there every table declared so far. Called with
+  // refresh_mu_ held, at each new map. UNAVAILABLE when shards this client
+  // has never dialled are not all found within retry_for.
+  absl::Status FollowShards(uint32_t num_shards);
   // Declares `spec` on `shards`.
   absl::Status DeclareOn(const TableSpec& spec, std::vector<int> shards);
   // Shard i's stub. REQUIRES: i < num_shards().
@@ -189,6 +191,8 @@ class PsClient : public TrainingClient {
   mutable absl::Mutex shards_mu_;
   std::vector<std::shared_ptr<ParameterServer::Stub>> shards_
       ABSL_GUARDED_BY(shards_mu_);
+  // Where each of shards_ was dialled.
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(shards_mu_);
   // Every table declared, to declare on shards that join.
   std::vector<TableSpec> declared_ ABSL_GUARDED_BY(shards_mu_);
   // The last sequence number given to a push request, per shard
