@@ -203,6 +203,12 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   if (!options.health_listen.empty()) {
     RETURN_IF_ERROR(server->StartHealthServer(options.health_listen));
   }
+  // Not one of the job's shards until JoinJob().
+  if (server->etcd_slot_map_ != nullptr &&
+      options.shard_index >= server->slots_->num_shards()) {
+    server->joining_ = true;
+    server->SetServing(false);
+  }
   server->health_watcher_ = std::thread([server = server.get(), options] {
     server->WatchHealth(options.health_check_interval);
   });
@@ -327,11 +333,15 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     if (health.ok() || IsTransient(health)) continue;
     LOG(ERROR) << "the push log stopped (" << health
                << "); health says NOT_SERVING so that the shard is restarted";
-    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-    if (health_server_ != nullptr)
-      health_server_->GetHealthCheckService()->SetServingStatus(false);
+    SetServing(false);
     serving = false;
   }
+}
+
+void ShardServer::SetServing(bool serving) {
+  grpc_server_->GetHealthCheckService()->SetServingStatus(serving);
+  if (health_server_ != nullptr)
+    health_server_->GetHealthCheckService()->SetServingStatus(serving);
 }
 
 ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
@@ -347,9 +357,7 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
   // A server whose Start() failed half-way may lack either part.
   if (grpc_server_ != nullptr) {
     // Load balancers and orchestrators stop sending work first.
-    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-    if (health_server_ != nullptr)
-      health_server_->GetHealthCheckService()->SetServingStatus(false);
+    SetServing(false);
     const absl::Time deadline = absl::Now() + drain;
     // gRPC's Shutdown() also waits, up to the deadline, for every client to
     // close its connection, which an idle C++ client does only at its next
@@ -383,7 +391,9 @@ void ShardServer::Wait() { grpc_server_->Wait(); }
 
 absl::Status ShardServer::JoinJob(absl::Duration wait) {
   if (etcd_slot_map_ == nullptr) return absl::OkStatus();
-  return etcd_slot_map_->Join(shard_index_, wait);
+  RETURN_IF_ERROR(etcd_slot_map_->Join(shard_index_, wait));
+  if (joining_) SetServing(true);
+  return absl::OkStatus();
 }
 
 absl::Status ShardServer::CampaignForCoordinator(const std::string& address,

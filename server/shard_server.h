@@ -157,7 +157,9 @@ class ShardServer {
   // Under options.etcd: makes this shard one of the job's (a shard started
   // beyond the job's count joins it, owning no slot until a rebalance),
   // waiting up to `wait` for lower indexes to join first. Call once the
-  // shard is registered. Nothing without etcd.
+  // shard is registered. Nothing without etcd. A joining shard's health
+  // says NOT_SERVING from its start until it has joined, so that an
+  // orchestrator's readiness means one of the job's shards.
   absl::Status JoinJob(absl::Duration wait);
 
  private:
@@ -216,6 +218,10 @@ class ShardServer {
   // Until stop_health_: checks the store's push log every `interval`, and
   // lets the coordinator notice pauses of this process (NoticePause).
   void WatchHealth(absl::Duration interval);
+  // What both health services (the data port's, --health_listen's) say.
+  void SetServing(bool serving);
+  // Started beyond the job's shard count: NOT_SERVING until JoinJob().
+  bool joining_ = false;
   absl::Notification stop_health_;
   std::thread health_watcher_;
 };

@@ -458,6 +458,33 @@ std::vector<float> StoredRow(const std::string& address, uint64_t key,
   return {response.values().begin(), response.values().end()};
 }
 
+TEST_F(EtcdClusterTest, ShardsJoinInIndexOrder) {
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
+  ASSERT_OK(shard0);
+  // Shard 2 of a 1-shard job waits for shard 1, then gives up.
+  std::vector<std::string> early = {BinaryPath("server/ps_server"),
+                                    "--listen=127.0.0.1:0", "--join_wait_s=1"};
+  for (const std::string& flag : ShardFlags(2, 1)) early.push_back(flag);
+  const std::string dir = FreshTestDir("etcd_join_order");
+  EXPECT_NE(RunToCompletion(early, dir + "/early.log"), 0);
+  EXPECT_NE(
+      ReadFile(dir + "/early.log").find("shards join in index order (1 first)"),
+      std::string::npos)
+      << ReadFile(dir + "/early.log");
+  absl::StatusOr<SlotMap> map = JobMap(*client_);
+  ASSERT_OK(map);
+  EXPECT_EQ(map->num_shards(), 1u);
+  // Shard 1 joins, then shard 2.
+  auto shard1 = ServerProcess::Start(ShardFlags(1, 1));
+  ASSERT_OK(shard1);
+  auto shard2 = ServerProcess::Start(ShardFlags(2, 1));
+  ASSERT_OK(shard2);
+  map = JobMap(*client_);
+  ASSERT_OK(map);
+  EXPECT_EQ(map->num_shards(), 3u);
+  EXPECT_EQ(map->epoch(), 3u);
+}
+
 TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
   ASSERT_OK(shard0);
