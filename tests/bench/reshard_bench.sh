@@ -16,8 +16,13 @@
 # noise the difference is measured against). Prints the tables and rewrites
 # the "reshard" section of BENCHMARKS.md.
 #
+# --pause_workers: the workers are stopped (SIGSTOP, under a lease long
+# enough) from the join to the leave, so that the moves copy rows no push
+# changes: an AUC gap that remains is the moves', not the staleness of
+# training during them.
+#
 #   tests/bench/reshard_bench.sh [--train_lines 400000] [--test_lines 100000]
-#                                [--rounds 3]
+#                                [--rounds 3] [--pause_workers]
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
@@ -25,11 +30,13 @@ cd "$(dirname "$0")/../.."
 train_lines=400000
 test_lines=100000
 rounds=3
+pause_workers=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --train_lines) train_lines=$2; shift 2 ;;
     --test_lines) test_lines=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --pause_workers) pause_workers=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -90,16 +97,22 @@ run() {
   done
   for s in 0 1; do ps_address "$dir/shard$s.out" >/dev/null; done
   local admin=("$bin/ops/ps_admin" "${etcd_flags[@]}")
+  local lease=()
+  [ "$pause_workers" = 0 ] || lease=(--lease_ms=600000)
   for w in 0 1; do
     "$bin/worker/ps_worker" "${etcd_flags[@]}" --worker_index=$w --num_workers=2 \
       --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
-      --staleness=async --epochs=6 --metrics_out="$dir/worker$w.json" 2>"$dir/worker$w.log" &
+      --staleness=async --epochs=6 "${lease[@]}" --metrics_out="$dir/worker$w.json" \
+      2>"$dir/worker$w.log" &
     worker_pids+=($!); pids+=($!)
   done
   if [ "$moves" = 1 ]; then
     # Once the workers train (six passes: the moves land mid-training).
     while ! grep -q "examples |" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
     "${admin[@]}" stats --json --interval_s=3 >"$dir/before.json"
+    if [ "$pause_workers" = 1 ]; then
+      for p in "${worker_pids[@]}"; do kill -STOP "$p"; done
+    fi
     # The third shard joins the running job, owning no slot.
     "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=2 --num_shards=2 \
       "${etcd_flags[@]}" --etcd_lease_s=2 --data_dir="$dir/shard2" \
@@ -114,6 +127,9 @@ run() {
     "${admin[@]}" drain-shard --shard=2 --json >"$dir/drain.json"
     # It left the job (2 shards again): it stops, and training goes on.
     kill "$joining"; wait "$joining" || true
+    if [ "$pause_workers" = 1 ]; then
+      for p in "${worker_pids[@]}"; do kill -CONT "$p"; done
+    fi
     echo "before $(latencies "$dir/before.json")" >"$dir/moves"
     echo "during $(latencies "$dir/during.json")" >>"$dir/moves"
     python3 - "$dir/rebalance.json" "$dir/drain.json" >>"$dir/moves" <<'PY'
@@ -220,6 +236,7 @@ echo "on one machine, wide_deep, $train_lines training and $test_lines test line
 echo "batch 4096. Mid-training: a third shard joins, rebalance gives it a third of the slots,"
 echo "then drain-shard 2 empties it and it leaves the job. $rounds rounds of each run; the"
 echo "moves and latencies below are the last round's."
+[ "$pause_workers" = 0 ] || echo "The workers were stopped from the join to the leave (--pause_workers)."
 echo
 echo "| move | slots | snapshot rows | seconds | rows/s | changed rows (rounds) | backlog rows | pushes paused (s) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
