@@ -111,7 +111,7 @@ run() {
     while ! grep -q "examples |" "$dir/worker0.log" 2>/dev/null; do sleep 0.5; done
     "${admin[@]}" stats --json --interval_s=3 >"$dir/before.json"
     if [ "$pause_workers" = 1 ]; then
-      for p in "${worker_pids[@]}"; do kill -STOP "$p"; done
+      for p in "${worker_pids[@]}"; do kill -STOP "$p" 2>/dev/null || true; done
     fi
     # The third shard joins the running job, owning no slot.
     "$bin/server/ps_server" --listen=127.0.0.1:0 --shard_index=2 --num_shards=2 \
@@ -128,7 +128,7 @@ run() {
     # It left the job (2 shards again): it stops, and training goes on.
     kill "$joining"; wait "$joining" || true
     if [ "$pause_workers" = 1 ]; then
-      for p in "${worker_pids[@]}"; do kill -CONT "$p"; done
+      for p in "${worker_pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; done
     fi
     echo "before $(latencies "$dir/before.json")" >"$dir/moves"
     echo "during $(latencies "$dir/during.json")" >>"$dir/moves"
