@@ -45,11 +45,14 @@ absl::StatusOr<ShardIdentity> ReadShardIdentity(const std::string& data_dir) {
 }
 
 absl::Status CheckShardIdentity(const std::string& data_dir,
-                                const ShardIdentity& identity) {
+                                const ShardIdentity& identity,
+                                bool compare_count) {
   absl::StatusOr<ShardIdentity> recorded = ReadShardIdentity(data_dir);
   if (absl::IsNotFound(recorded.status())) return absl::OkStatus();
   if (!recorded.ok()) return recorded.status();
-  if (*recorded == identity) return absl::OkStatus();
+  ShardIdentity compared = identity;
+  if (!compare_count) compared.num_shards = recorded->num_shards;
+  if (*recorded == compared) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       data_dir, " holds the rows of ", Describe(*recorded),
       ", but this server was started as ", Describe(identity),

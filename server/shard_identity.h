@@ -35,9 +35,13 @@ struct ShardIdentity {
 absl::StatusOr<ShardIdentity> ReadShardIdentity(const std::string& data_dir);
 
 // FAILED_PRECONDITION, naming both, if `data_dir` records an identity other
-// than `identity`; OK if it records the same one or none.
+// than `identity`; OK if it records the same one or none. With
+// `compare_count` false the shard counts may differ: under etcd the job's
+// slot map holds the count, which changes as shards join and leave, and
+// routes every key.
 absl::Status CheckShardIdentity(const std::string& data_dir,
-                                const ShardIdentity& identity);
+                                const ShardIdentity& identity,
+                                bool compare_count = true);
 
 // Records `identity` in `data_dir` (whole or not at all, and durably).
 absl::Status WriteShardIdentity(const std::string& data_dir,

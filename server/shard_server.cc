@@ -159,8 +159,11 @@ absl::StatusOr<bool> PrepareDataDir(const ServerOptions& options,
         "--restore_from, or remove the dir"));
   }
   // Checked before the store opens (a replay can take a while), recorded
-  // once it has (RocksDB's lock makes the dir this process's).
-  RETURN_IF_ERROR(CheckShardIdentity(options.store.data_dir, identity));
+  // once it has (RocksDB's lock makes the dir this process's). Under etcd
+  // --num_shards may have changed since: it is only the job's first count.
+  RETURN_IF_ERROR(
+      CheckShardIdentity(options.store.data_dir, identity,
+                         /*compare_count=*/options.etcd == nullptr));
   return restored;
 }
 

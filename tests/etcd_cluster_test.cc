@@ -364,7 +364,8 @@ bool WaitForShardCount(net::EtcdClient& etcd, uint32_t num_shards,
 }
 
 TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
-  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  std::vector<std::string> shard0_flags = ShardFlags(0, 2);
+  auto shard0 = ServerProcess::Start(shard0_flags);
   ASSERT_OK(shard0);
   const std::vector<std::string> shard1_flags = ShardFlags(1, 2);
   auto shard1 = ServerProcess::Start(shard1_flags);
@@ -437,6 +438,22 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   ASSERT_OK(balanced);
   EXPECT_EQ(balanced->epoch(), 5u);
   EXPECT_EQ(balanced->SlotsOwned(0, kNumSlots - 1, 1), kNumSlots / 2);
+
+  // Started again with another --num_shards (Kubernetes passes the
+  // StatefulSet's replicas), shard 0 serves its data dir under the job's
+  // map: under etcd the flag is only the job's first count.
+  EXPECT_EQ((*shard0)->SignalAndWait(SIGTERM), 0);
+  for (std::string& flag : shard0_flags) {
+    if (flag == "--num_shards=2") flag = "--num_shards=3";
+  }
+  shard0 = ServerProcess::Start(shard0_flags);
+  ASSERT_OK(shard0);
+  absl::StatusOr<SlotMap> restarted =
+      SlotMap::FromSpec(SlotMapOf((*shard0)->address()));
+  ASSERT_OK(restarted);
+  EXPECT_TRUE(*restarted == *balanced);
+  ASSERT_EQ(RunToCompletion(worker, dir + "/worker3.log"), 0)
+      << ReadFile(dir + "/worker3.log");
 }
 
 constexpr int kCountingDim = 2;
@@ -456,6 +473,34 @@ std::vector<float> StoredRow(const std::string& address, uint64_t key,
   EXPECT_TRUE(status.ok()) << status.error_message();
   *stored = response.stored();
   return {response.values().begin(), response.values().end()};
+}
+
+TEST_F(EtcdClusterTest, AJobMapWithoutItsShardCountGetsTheFlagsCount) {
+  // The map as a release before shard counts wrote it: no num_shards.
+  std::string countless = SlotMapToJson(SlotMap::Initial(2));
+  const std::string count_field = "\"num_shards\":2";
+  const size_t at = countless.find(count_field);
+  ASSERT_NE(at, std::string::npos) << countless;
+  countless.erase(at, count_field.size());
+  if (countless[at] == ',') {
+    countless.erase(at, 1);
+  } else if (countless[at - 1] == ',') {
+    countless.erase(at - 1, 1);
+  }
+  ASSERT_OK(SlotMapFromJson(countless, 2).status()) << countless;
+  const std::string key = absl::StrCat("/ps/", kJob, "/slot_map");
+  ASSERT_OK(client_->Put(key, countless).status());
+
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  absl::StatusOr<net::EtcdValue> stored = client_->Get(key);
+  ASSERT_OK(stored);
+  EXPECT_NE(stored->value.find(count_field), std::string::npos)
+      << stored->value;
+  absl::StatusOr<SlotMap> map = JobMap(*client_);
+  ASSERT_OK(map);
+  EXPECT_EQ(map->num_shards(), 2u);
+  EXPECT_TRUE(*map == SlotMap::Initial(2));
 }
 
 TEST_F(EtcdClusterTest, ShardsJoinInIndexOrder) {

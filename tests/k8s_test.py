@@ -5,7 +5,8 @@ Every manifest parses (python3-yaml); every flag a manifest or a deploy/
 script passes to ps_server, ps_worker, ps_admin, ps_predict or clicklog_gen
 is one that binary's --helpfull lists; and the names and ports agree: the
 headless Service and the StatefulSet, the probes and the container ports,
-the shard count, the replicas and the workers' --servers, the Job's
+the shard count (the replicas, copied by kustomization.yaml) and the names
+the clients build from it for --servers, the Job's
 completions and --num_workers, the shards' memory and --cache_mb.
 """
 import glob
@@ -222,6 +223,18 @@ if service["spec"]["selector"] != shards["spec"]["selector"]["matchLabels"]:
 replicas = shards["spec"]["replicas"]
 if int(config["NUM_SHARDS"]) != replicas:
     fail(f"NUM_SHARDS {config['NUM_SHARDS']} but {replicas} replicas")
+# The shard count is written once: kustomization.yaml copies the
+# StatefulSet's replicas into NUM_SHARDS.
+copies_replicas = [
+    r for r in by_kind.get("Kustomization", [{}])[0].get("replacements", [])
+    if r.get("source") == {"kind": "StatefulSet", "name": shards["metadata"]["name"],
+                           "fieldPath": "spec.replicas"}
+    and {"select": {"kind": "ConfigMap", "name": by_kind["ConfigMap"][0]["metadata"]["name"]},
+         "fieldPaths": ["data.NUM_SHARDS"]} in r.get("targets", [])]
+if len(copies_replicas) != 1:
+    fail("kustomization.yaml does not copy the StatefulSet's replicas into NUM_SHARDS")
+if "SERVERS" in config:
+    fail("config.yaml writes the shards' addresses: the clients name them from NUM_SHARDS")
 server = shards["spec"]["template"]["spec"]["containers"][0]
 server_flags = flag_values(command_of(server))
 ports = {p["name"]: p["containerPort"] for p in server["ports"]}
@@ -249,11 +262,18 @@ etcd_flags = (f"${{ETCD:+ --etcd=${{ETCD}} --job=${{JOB}} --advertise_address="
               f"${{HOSTNAME}}.{service['metadata']['name']}:{ports['grpc']}}}")
 if etcd_flags not in command_of(server):
     fail(f"the shards do not register in etcd as {etcd_flags}")
-expected_servers = ",".join(
-    f"{shards['metadata']['name']}-{i}.{service['metadata']['name']}:{ports['grpc']}"
-    for i in range(replicas))
-if config["SERVERS"] != expected_servers:
-    fail(f"SERVERS is {config['SERVERS']}, the StatefulSet gives {expected_servers}")
+
+
+def servers_of(command, num_shards, etcd=""):
+    """What the SHARDS assignments of a client's command set, run by sh the
+    way the pod runs them (Kubernetes turns $$ into $) with this NUM_SHARDS
+    and ETCD."""
+    script = command.replace("$$", "$").split("exec ", 1)[0] + 'printf %s "$SHARDS"'
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                          env={"NUM_SHARDS": str(num_shards), "ETCD": etcd,
+                               "JOB": config["JOB"]}).stdout
+
+
 request = mebibytes(server["resources"]["requests"]["memory"])
 limit = mebibytes(server["resources"]["limits"]["memory"])
 if not int(config["CACHE_MB"]) + 512 <= request <= limit:
@@ -269,6 +289,18 @@ for o, container in containers:
     values = flag_values(command)
     if "--servers=" in command and values["servers"] != "${SERVERS}":
         fail(f"{o['metadata']['name']} names the servers itself")
+    # The names the pods of the StatefulSet have, for every count it scales to.
+    if "SHARDS=" in command:
+        for count in (1, replicas, replicas + 1):
+            expected = "--servers=" + ",".join(
+                f"{shards['metadata']['name']}-{i}.{service['metadata']['name']}:{ports['grpc']}"
+                for i in range(count))
+            got = servers_of(command, count)
+            if got != expected:
+                fail(f"{o['metadata']['name']} with NUM_SHARDS={count} passes {got!r}, "
+                     f"the StatefulSet's shards are {expected!r}")
+        if servers_of(command, replicas, etcd="e:2379") != f"--etcd=e:2379 --job={config['JOB']}":
+            fail(f"{o['metadata']['name']} does not take --etcd from ETCD")
     # A client of the shards reaches them at SERVERS, or through etcd when
     # ETCD is set, never both.
     if re.search(r"\b(ps_worker|ps_admin)\b", command):

@@ -21,8 +21,15 @@
 # changes: an AUC gap that remains is the moves', not the staleness of
 # training during them.
 #
+# --workers N --staleness S: N workers (2) at --staleness=S (async). One
+# worker at --staleness=0 trains the same way in every run, bit for bit:
+# then a move that lost, doubled or misplaced any update shows as a
+# different AUC and log loss. --no_takeover leaves out the coordinator's
+# kill. Other than the defaults, the table goes to a section of its own.
+#
 #   tests/bench/reshard_bench.sh [--train_lines 400000] [--test_lines 100000]
-#                                [--rounds 3] [--pause_workers]
+#                                [--rounds 3] [--pause_workers] [--workers 2]
+#                                [--staleness async] [--no_takeover]
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
@@ -31,12 +38,18 @@ train_lines=400000
 test_lines=100000
 rounds=3
 pause_workers=0
+workers=2
+staleness=async
+takeover=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --train_lines) train_lines=$2; shift 2 ;;
     --test_lines) test_lines=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --pause_workers) pause_workers=1; shift ;;
+    --workers) workers=$2; shift 2 ;;
+    --staleness) staleness=$2; shift 2 ;;
+    --no_takeover) takeover=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -99,10 +112,10 @@ run() {
   local admin=("$bin/ops/ps_admin" "${etcd_flags[@]}")
   local lease=()
   [ "$pause_workers" = 0 ] || lease=(--lease_ms=600000)
-  for w in 0 1; do
-    "$bin/worker/ps_worker" "${etcd_flags[@]}" --worker_index=$w --num_workers=2 \
+  for w in $(seq 0 $((workers - 1))); do
+    "$bin/worker/ps_worker" "${etcd_flags[@]}" --worker_index=$w --num_workers="$workers" \
       --train="$work/train.tsv" --test="$work/test.tsv" --batch_size=4096 \
-      --staleness=async --epochs=6 "${lease[@]}" --metrics_out="$dir/worker$w.json" \
+      --staleness="$staleness" --epochs=6 "${lease[@]}" --metrics_out="$dir/worker$w.json" \
       2>"$dir/worker$w.log" &
     worker_pids+=($!); pids+=($!)
   done
@@ -153,10 +166,10 @@ PY
   for p in "${worker_pids[@]}"; do wait "$p"; done
   for p in "${server_pids[@]}"; do kill "$p"; wait "$p" || true; done
   local rate=0
-  for w in 0 1; do
+  for w in $(seq 0 $((workers - 1))); do
     rate=$(awk -v a="$rate" -v b="$(metric "$dir/worker$w.json" examples_per_sec)" 'BEGIN {print a + b}')
   done
-  echo "$(metric "$dir/worker0.json" test_auc) $rate"
+  echo "$(metric "$dir/worker0.json" test_auc) $rate $(metric "$dir/worker0.json" test_logloss)"
 }
 
 # takeover: the same training on 3 shards (a 2 s shard lease); once the workers train, the coordinator's shard is
@@ -210,20 +223,25 @@ takeover() {
 # An assignment fails with its command substitution (a failed admin command
 # inside run stops the bench). Rounds alternate, so that a machine slowing
 # down over the bench weighs on both alike.
-still_aucs=() moved_aucs=() still_rates=() moved_rates=()
+still_aucs=() moved_aucs=() still_rates=() moved_rates=() still_losses=() moved_losses=()
 for r in $(seq 1 "$rounds"); do
   still=$(run "still$r" 0)
-  read -r auc rate <<<"$still"; still_aucs+=("$auc"); still_rates+=("$rate")
+  read -r auc rate loss <<<"$still"; still_aucs+=("$auc"); still_rates+=("$rate"); still_losses+=("$loss")
   moved=$(run "moved$r" 1)
-  read -r auc rate <<<"$moved"; moved_aucs+=("$auc"); moved_rates+=("$rate")
+  read -r auc rate loss <<<"$moved"; moved_aucs+=("$auc"); moved_rates+=("$rate"); moved_losses+=("$loss")
   echo "round $r: AUC $auc with resharding, ${still_aucs[-1]} without" >&2
 done
-taken_over=$(takeover)
-read -r takeover_auc takeover_rate takeover_seconds <<<"$taken_over"
+takeover_auc=- takeover_rate=- takeover_seconds=-
+if [ "$takeover" = 1 ]; then
+  taken_over=$(takeover)
+  read -r takeover_auc takeover_rate takeover_seconds <<<"$taken_over"
+fi
 # "mean min max" of the numbers given.
-summary() { printf '%s\n' "$@" | awk 'NR == 1 {lo = hi = $1} {s += $1; if ($1 < lo) lo = $1; if ($1 > hi) hi = $1} END {printf "%.4f %.4f %.4f", s / NR, lo, hi}'; }
+summary() { printf '%s\n' "$@" | awk 'NR == 1 {lo = hi = $1} {s += $1; if ($1 < lo) lo = $1; if ($1 > hi) hi = $1} END {printf "%.6f %.6f %.6f", s / NR, lo, hi}'; }
 read -r still_auc still_lo still_hi <<<"$(summary "${still_aucs[@]}")"
 read -r moved_auc moved_lo moved_hi <<<"$(summary "${moved_aucs[@]}")"
+read -r still_loss still_loss_lo still_loss_hi <<<"$(summary "${still_losses[@]}")"
+read -r moved_loss moved_loss_lo moved_loss_hi <<<"$(summary "${moved_losses[@]}")"
 read -r still_rate _ _ <<<"$(summary "${still_rates[@]}")"
 read -r moved_rate _ _ <<<"$(summary "${moved_rates[@]}")"
 still_rate=$(printf '%.0f' "$still_rate") moved_rate=$(printf '%.0f' "$moved_rate")
@@ -231,7 +249,7 @@ table="$work/table.md"
 {
 echo "## Resharding while training"
 echo
-echo "$(date -u +%Y-%m-%d), $(nproc) cores; under etcd, a job of 2 shards + 2 async workers"
+echo "$(date -u +%Y-%m-%d), $(nproc) cores; under etcd, a job of 2 shards + $workers workers (--staleness=$staleness)"
 echo "on one machine, wide_deep, $train_lines training and $test_lines test lines (6 passes),"
 echo "batch 4096. Mid-training: a third shard joins, rebalance gives it a third of the slots,"
 echo "then drain-shard 2 empties it and it leaves the job. $rounds rounds of each run; the"
@@ -254,17 +272,24 @@ for phase in before during; do
   echo "| $phase the rebalance (3 s) | $a | $b | $c | $d | $e |"
 done
 echo
-echo "| run | test AUC, mean of $rounds (min-max) | examples/s (both workers, mean) |"
-echo "| --- | --- | --- |"
-echo "| no resharding | $still_auc ($still_lo-$still_hi) | $still_rate |"
-echo "| a shard joins, rebalance, drain-shard, it leaves | $moved_auc ($moved_lo-$moved_hi) | $moved_rate |"
-echo "| 3 shards, the coordinator's shard killed (-9) and restarted | $takeover_auc | $takeover_rate |"
+echo "| run | test AUC, mean of $rounds (min-max) | test log loss, mean (min-max) | examples/s (all workers, mean) |"
+echo "| --- | --- | --- | --- |"
+echo "| no resharding | $still_auc ($still_lo-$still_hi) | $still_loss ($still_loss_lo-$still_loss_hi) | $still_rate |"
+echo "| a shard joins, rebalance, drain-shard, it leaves | $moved_auc ($moved_lo-$moved_hi) | $moved_loss ($moved_loss_lo-$moved_loss_hi) | $moved_rate |"
+[ "$takeover" = 0 ] || echo "| 3 shards, the coordinator's shard killed (-9) and restarted | $takeover_auc | | $takeover_rate |"
 echo
 echo "AUC difference of the means: $(awk -v a="$moved_auc" -v b="$still_auc" 'BEGIN {printf "%+.4f", a - b}') (goal: within 0.003);"
 echo "spread of the runs without resharding: $(awk -v a="$still_hi" -v b="$still_lo" 'BEGIN {printf "%.4f", a - b}')."
-echo
-echo "Coordinator takeover (\`--etcd_lease_s=2\`): another shard elected $takeover_seconds s after the kill"
-echo "(its log says so); training finished on the new coordinator."
+if [ "$takeover" = 1 ]; then
+  echo
+  echo "Coordinator takeover (\`--etcd_lease_s=2\`): another shard elected $takeover_seconds s after the kill"
+  echo "(its log says so); training finished on the new coordinator."
+fi
 } >"$table"
 cat "$table"
-/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md reshard "$table"
+section=reshard
+if [ "$workers" != 2 ] || [ "$staleness" != async ] || [ "$pause_workers" = 1 ]; then
+  section="reshard-$workers-workers-staleness-$staleness"
+  [ "$pause_workers" = 0 ] || section="$section-paused"
+fi
+/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md "$section" "$table"
