@@ -25,7 +25,7 @@ absl::StatusOr<SlotMap> FromJson(const std::string& key,
 
 absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
     net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-    bool restored, absl::Duration resync_interval) {
+    OwnMap own_map, absl::Duration resync_interval) {
   auto synced = std::unique_ptr<EtcdSlotMap>(
       new EtcdSlotMap(etcd, net::SlotMapKey(job), slots, resync_interval));
   absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
   }
   const SlotMap& own = *slots->current();
   const uint64_t own_epoch = own.epoch();
-  if (restored && !(job_map == own)) {
+  if (own_map == OwnMap::kRestored && !(job_map == own)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this shard was just restored with the checkpoint's slot map (epoch ",
         own_epoch, "), but the job's map in etcd (", synced->key_, ", epoch ",
@@ -67,13 +67,14 @@ absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
         "into a new --job, or delete the key (etcdctl del ",
         synced->key_, ") before restoring"));
   }
-  if (own_epoch == job_map.epoch() && !(job_map == own)) {
+  if (own_map == OwnMap::kDataDirWithTables && own_epoch == job_map.epoch() &&
+      !(job_map == own)) {
     return absl::FailedPreconditionError(
         absl::StrCat("this data dir's slot map and the job's in etcd (",
                      synced->key_, ") are both at epoch ", own_epoch,
                      " but differ: one of them was changed outside etcd"));
   }
-  if (own_epoch > job_map.epoch()) {
+  if (own_map == OwnMap::kDataDirWithTables && own_epoch > job_map.epoch()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this data dir routes by slot map epoch ", own_epoch,
         ", newer than the job's map in etcd (", synced->key_, ", epoch ",

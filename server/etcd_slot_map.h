@@ -36,14 +36,20 @@ namespace ps::server {
 
 class EtcdSlotMap {
  public:
-  // FAILED_PRECONDITION when the shard's own map is newer than etcd's (the
-  // job's state in etcd was lost: serving by either could misplace rows),
-  // of the same epoch but another, or, for a shard `restored` from a
-  // checkpoint at this start, other than etcd's (its rows were placed by
-  // the checkpoint's map); etcd's errors.
+  // What the shard's own map placed: nothing, in a data dir that holds no
+  // table (a new one: its map, the initial one of --num_shards, is a guess
+  // that etcd's overrides); the rows of a data dir that holds tables; or a
+  // checkpoint's rows, restored at this start.
+  enum class OwnMap { kEmptyDataDir, kDataDirWithTables, kRestored };
+
+  // FAILED_PRECONDITION when the shard's own map, of a dir with tables, is
+  // newer than etcd's (the job's state in etcd was lost: serving by either
+  // could misplace rows) or of the same epoch but another, or, restored
+  // from a checkpoint at this start, other than etcd's (its rows were
+  // placed by the checkpoint's map); etcd's errors.
   static absl::StatusOr<std::unique_ptr<EtcdSlotMap>> Start(
       net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-      bool restored, absl::Duration resync_interval = absl::Seconds(2));
+      OwnMap own_map, absl::Duration resync_interval = absl::Seconds(2));
 
   // Stops following.
   ~EtcdSlotMap();

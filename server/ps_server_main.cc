@@ -39,9 +39,11 @@ ABSL_FLAG(uint32_t, num_shards, 1,
           "Shards in the cluster: a new data dir starts from the slot map "
           "slot % num_shards. Keys of slots the map gives to another shard "
           "are refused with FAILED_PRECONDITION and a ps-moved trailer. "
-          "Under --etcd, the job's initial count: the count then lives in "
-          "the job's slot map, growing as shards join and shrinking when "
-          "`ps_admin drain-shard` empties the last one.");
+          "Under --etcd, a new job's initial count (and with --restore_from "
+          "the count to restore into): the count then lives in the job's "
+          "slot map, growing as shards join and shrinking when `ps_admin "
+          "drain-shard` empties the last one; a shard restarted with "
+          "another --num_shards serves its data dir as before.");
 ABSL_FLAG(int32_t, join_wait_s, 300,
           "Under --etcd, how long a shard started beyond the job's shard "
           "count waits for the shards before it to join first (shards join "

@@ -225,19 +225,34 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
   etcd_ = options.etcd;
   job_ = options.job;
   shard_index_ = options.shard_index;
-  if (absl::IsNotFound(ReadShardIdentity(options.store.data_dir).status())) {
+  // The count of a map written before maps held theirs: the one the dir was
+  // created with (under etcd --num_shards may have changed since); a new
+  // dir's initial map is of --num_shards.
+  uint32_t count_if_unset = options.num_shards;
+  absl::StatusOr<ShardIdentity> recorded =
+      ReadShardIdentity(options.store.data_dir);
+  if (recorded.ok()) {
+    count_if_unset = recorded->num_shards;
+  } else if (absl::IsNotFound(recorded.status())) {
     RETURN_IF_ERROR(WriteShardIdentity(options.store.data_dir, identity));
+  } else {
+    return recorded.status();
   }
   CoordinatorOptions coordinator = options.coordinator;
   coordinator.state_path = options.store.data_dir + "/coordinator.state";
   coordinator.elected = options.etcd != nullptr;
   ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
-  ASSIGN_OR_RETURN(
-      slots_, SlotOwnership::Open(options.store.data_dir, options.num_shards));
+  ASSIGN_OR_RETURN(slots_,
+                   SlotOwnership::Open(options.store.data_dir, count_if_unset));
   if (options.etcd != nullptr) {
+    using OwnMap = EtcdSlotMap::OwnMap;
+    const OwnMap own_map = restored ? OwnMap::kRestored
+                           : store_->ListTables().empty()
+                               ? OwnMap::kEmptyDataDir
+                               : OwnMap::kDataDirWithTables;
     ASSIGN_OR_RETURN(
         etcd_slot_map_,
-        EtcdSlotMap::Start(options.etcd, options.job, slots_.get(), restored));
+        EtcdSlotMap::Start(options.etcd, options.job, slots_.get(), own_map));
   }
   return absl::OkStatus();
 }

@@ -254,6 +254,16 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   std::vector<std::string> shard1_flags = ShardFlags(1, 2);
   auto shard1 = ServerProcess::Start(shard1_flags);
   ASSERT_OK(shard1);
+  // Both hold a table, so that their maps place rows: a data dir that
+  // holds none takes whichever map etcd has.
+  {
+    worker::ClientOptions options;
+    options.servers = {(*shard0)->address(), (*shard1)->address()};
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> declaring =
+        worker::PsClient::Connect(options);
+    ASSERT_OK(declaring);
+    ASSERT_OK((*declaring)->DeclareTable(CountingTableSpec("declared", 2)));
+  }
   const std::string key = absl::StrCat("/ps/", kJob, "/slot_map");
   absl::StatusOr<net::EtcdValue> stored = client_->Get(key);
   ASSERT_OK(stored);
@@ -443,9 +453,14 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   // StatefulSet's replicas), shard 0 serves its data dir under the job's
   // map: under etcd the flag is only the job's first count.
   EXPECT_EQ((*shard0)->SignalAndWait(SIGTERM), 0);
+  int replaced = 0;
   for (std::string& flag : shard0_flags) {
-    if (flag == "--num_shards=2") flag = "--num_shards=3";
+    if (flag == "--num_shards=2") {
+      flag = "--num_shards=3";
+      ++replaced;
+    }
   }
+  ASSERT_EQ(replaced, 1);
   shard0 = ServerProcess::Start(shard0_flags);
   ASSERT_OK(shard0);
   absl::StatusOr<SlotMap> restarted =
@@ -475,18 +490,26 @@ std::vector<float> StoredRow(const std::string& address, uint64_t key,
   return {response.values().begin(), response.values().end()};
 }
 
-TEST_F(EtcdClusterTest, AJobMapWithoutItsShardCountGetsTheFlagsCount) {
-  // The map as a release before shard counts wrote it: no num_shards.
-  std::string countless = SlotMapToJson(SlotMap::Initial(2));
-  const std::string count_field = "\"num_shards\":2";
-  const size_t at = countless.find(count_field);
-  ASSERT_NE(at, std::string::npos) << countless;
-  countless.erase(at, count_field.size());
-  if (countless[at] == ',') {
-    countless.erase(at, 1);
-  } else if (countless[at - 1] == ',') {
-    countless.erase(at - 1, 1);
+// `map` as a release before maps held their shard count wrote it.
+std::string JsonWithoutShardCount(const SlotMap& map) {
+  std::string json = SlotMapToJson(map);
+  const std::string count_field =
+      absl::StrCat("\"num_shards\":", map.num_shards());
+  const size_t at = json.find(count_field);
+  EXPECT_NE(at, std::string::npos) << json;
+  if (at == std::string::npos) return json;
+  json.erase(at, count_field.size());
+  if (json[at] == ',') {
+    json.erase(at, 1);
+  } else if (json[at - 1] == ',') {
+    json.erase(at - 1, 1);
   }
+  EXPECT_EQ(json.find("num_shards"), std::string::npos) << json;
+  return json;
+}
+
+TEST_F(EtcdClusterTest, AJobMapWithoutItsShardCountGetsTheFlagsCount) {
+  const std::string countless = JsonWithoutShardCount(SlotMap::Initial(2));
   ASSERT_OK(SlotMapFromJson(countless, 2).status()) << countless;
   const std::string key = absl::StrCat("/ps/", kJob, "/slot_map");
   ASSERT_OK(client_->Put(key, countless).status());
@@ -495,12 +518,59 @@ TEST_F(EtcdClusterTest, AJobMapWithoutItsShardCountGetsTheFlagsCount) {
   ASSERT_OK(shard0);
   absl::StatusOr<net::EtcdValue> stored = client_->Get(key);
   ASSERT_OK(stored);
-  EXPECT_NE(stored->value.find(count_field), std::string::npos)
+  EXPECT_NE(stored->value.find("\"num_shards\":2"), std::string::npos)
       << stored->value;
   absl::StatusOr<SlotMap> map = JobMap(*client_);
   ASSERT_OK(map);
   EXPECT_EQ(map->num_shards(), 2u);
   EXPECT_TRUE(*map == SlotMap::Initial(2));
+}
+
+TEST_F(EtcdClusterTest,
+       ADataDirsMapWithoutItsCountHasTheCountTheDirWasMadeFor) {
+  std::vector<std::string> flags = ShardFlags(0, 2);
+  auto shard0 = ServerProcess::Start(flags);
+  ASSERT_OK(shard0);
+  EXPECT_EQ((*shard0)->SignalAndWait(SIGTERM), 0);
+  // A new job (etcd's key gone), and the dir's map as an older release
+  // wrote it; --num_shards is now another count.
+  ASSERT_OK(client_->DeletePrefix(absl::StrCat("/ps/", kJob, "/")).status());
+  const std::string data_dir =
+      flags[0].substr(std::string("--data_dir=").size());
+  {
+    std::ofstream file(data_dir + "/SLOT_MAP.json", std::ios::trunc);
+    file << JsonWithoutShardCount(SlotMap::Initial(2));
+  }
+  int replaced = 0;
+  for (std::string& flag : flags) {
+    if (flag == "--num_shards=2") {
+      flag = "--num_shards=3";
+      ++replaced;
+    }
+  }
+  ASSERT_EQ(replaced, 1);
+  shard0 = ServerProcess::Start(flags);
+  ASSERT_OK(shard0);
+  absl::StatusOr<SlotMap> map = JobMap(*client_);
+  ASSERT_OK(map);
+  EXPECT_EQ(map->num_shards(), 2u);
+  EXPECT_TRUE(*map == SlotMap::Initial(2));
+}
+
+TEST_F(EtcdClusterTest, AShardStartedWithTheCountItMakesJoinsANewJob) {
+  // A job of 2 at its initial map (epoch 1); a third shard started with
+  // --num_shards=3, as Kubernetes starts it once replicas say 3, on a new
+  // data dir: its own initial map (of 3, epoch 1) gives way to the job's.
+  auto shard0 = ServerProcess::Start(ShardFlags(0, 2));
+  ASSERT_OK(shard0);
+  auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
+  ASSERT_OK(shard1);
+  auto shard2 = ServerProcess::Start(ShardFlags(2, 3));
+  ASSERT_OK(shard2);
+  ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
+  absl::StatusOr<SlotMap> map = JobMap(*client_);
+  ASSERT_OK(map);
+  EXPECT_TRUE(*map == SlotMap::Initial(2).WithNumShards(3));
 }
 
 TEST_F(EtcdClusterTest, ShardsJoinInIndexOrder) {
