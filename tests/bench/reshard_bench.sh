@@ -234,6 +234,8 @@ done
 if [ "$takeover" = 1 ]; then
   taken_over=$(takeover)
   read -r takeover_auc takeover_rate takeover_seconds takeover_loss <<<"$taken_over"
+  takeover_auc=$(printf '%.6f' "$takeover_auc") takeover_loss=$(printf '%.6f' "$takeover_loss")
+  takeover_rate=$(printf '%.0f' "$takeover_rate")
 fi
 # "mean min max" of the numbers given.
 summary() { printf '%s\n' "$@" | awk 'NR == 1 {lo = hi = $1} {s += $1; if ($1 < lo) lo = $1; if ($1 > hi) hi = $1} END {printf "%.6f %.6f %.6f", s / NR, lo, hi}'; }
@@ -249,7 +251,7 @@ table="$work/table.md"
 section=reshard heading="Resharding while training"
 if [ "$workers" != 2 ] || [ "$staleness" != async ] || [ "$pause_workers" = 1 ] || [ "$takeover" = 0 ]; then
   section="reshard-$workers-workers-staleness-$staleness"
-  heading="$heading: $workers workers at --staleness=$staleness"
+  heading="$heading: $workers worker(s) at --staleness=$staleness"
   [ "$pause_workers" = 0 ] || { section="$section-paused"; heading="$heading, paused during the moves"; }
   [ "$takeover" = 1 ] || section="$section-no-takeover"
 fi
