@@ -529,6 +529,8 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     entry->set_worker(worker.worker());
     entry->set_clock(worker.clock());
     entry->set_examples(worker.examples());
+    if (worker.has_input_position())
+      *entry->mutable_input_position() = worker.input_position();
     entry->set_finished(worker.finished());
     entry->set_live(worker.live());
   }

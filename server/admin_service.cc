@@ -15,6 +15,18 @@
 #include "server/bearer_token.h"
 
 namespace ps::server {
+namespace {
+
+// The coordinator's record of where a worker is in a followed directory,
+// as admin answers carry it (nothing when it follows none).
+void SetInputPosition(const ClockCoordinator::InputPosition& position,
+                      InputPosition* to) {
+  if (position.file.empty()) return;
+  to->set_file(position.file);
+  to->set_file_examples(position.file_examples);
+}
+
+}  // namespace
 
 using ::ps::net::ToGrpcStatus;
 
@@ -112,6 +124,7 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
     worker->set_live(clock.live);
     worker->set_finished(clock.finished);
     worker->set_examples(clock.examples);
+    SetInputPosition(clock.input_position, worker->mutable_input_position());
     if (clock.live) {
       live_min = live_min < 0 ? clock.clock : std::min(live_min, clock.clock);
       live_max = std::max(live_max, clock.clock);
@@ -512,6 +525,7 @@ grpc::ServerUnaryReactor* AdminService::CutStatus(
       worker->set_worker(clock.worker);
       worker->set_clock(clock.clock);
       worker->set_examples(clock.examples);
+      SetInputPosition(clock.input_position, worker->mutable_input_position());
       worker->set_live(clock.live);
       worker->set_finished(clock.finished);
     }

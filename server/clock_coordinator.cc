@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -18,10 +19,21 @@
 namespace ps::server {
 namespace {
 
-// Version 2 adds the epoch line and each worker's examples; version 1 is
-// still read.
-constexpr char kStateHeader[] = "ps-coordinator-state 2";
+// Version 2 adds the epoch line and each worker's examples, version 3 each
+// worker's input position (its file in base64, "-" for none, and the
+// examples of that file); versions 1 and 2 are still read.
+constexpr char kStateHeader[] = "ps-coordinator-state 3";
+constexpr char kStateHeaderV2[] = "ps-coordinator-state 2";
 constexpr char kStateHeaderV1[] = "ps-coordinator-state 1";
+
+std::string EncodeFile(const std::string& file) {
+  return file.empty() ? "-" : absl::Base64Escape(file);
+}
+
+bool DecodeFile(const std::string& field, std::string* file) {
+  file->clear();
+  return field == "-" || absl::Base64Unescape(field, file);
+}
 constexpr int64_t kNoClock = std::numeric_limits<int64_t>::max();
 
 }  // namespace
@@ -72,10 +84,12 @@ absl::Status ClockCoordinator::Load() {
   };
   std::string header;
   if (!std::getline(file, header) ||
-      (header != kStateHeader && header != kStateHeaderV1)) {
+      (header != kStateHeader && header != kStateHeaderV2 &&
+       header != kStateHeaderV1)) {
     return corrupt("unknown header");
   }
   const bool v1 = header == kStateHeaderV1;
+  const bool v3 = header == kStateHeader;
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.now();
   std::string line;
@@ -92,9 +106,12 @@ absl::Status ClockCoordinator::Load() {
     Worker worker;
     int finished = 0;
     int64_t lease_ms = 0;
+    std::string file;
     if (!(fields >> id >> worker.incarnation >> worker.clock) ||
         (!v1 && !(fields >> worker.examples)) ||
-        !(fields >> finished >> lease_ms) || lease_ms <= 0) {
+        !(fields >> finished >> lease_ms) || lease_ms <= 0 ||
+        (v3 && (!(fields >> file >> worker.input_position.file_examples) ||
+                !DecodeFile(file, &worker.input_position.file)))) {
       return corrupt(absl::StrCat("cannot read the line \"", line, "\""));
     }
     worker.finished = finished != 0;
@@ -232,6 +249,7 @@ absl::Status ClockCoordinator::StartIncarnationLocked(
       previous.examples > 0) {
     worker.clock = previous.clock;
     worker.examples = previous.examples;
+    worker.input_position = previous.input_position;
     reporting->newcomer = false;
     reporting->resumed = true;
   }
@@ -248,7 +266,10 @@ void ClockCoordinator::ApplyReportLocked(const Report& report,
     worker.clock = others_min;
   }
   worker.clock = std::max(worker.clock, report.clock);
-  worker.examples = std::max(worker.examples, report.examples);
+  if (report.examples >= worker.examples) {
+    worker.examples = report.examples;
+    worker.input_position = report.input_position;
+  }
   worker.finished = worker.finished || report.finished;
   worker.lease = report.lease;
   // Leaving: counted out at once, as if its lease had lapsed.
@@ -262,6 +283,7 @@ ClockCoordinator::View ClockCoordinator::ViewOfLocked(const Worker& worker,
   View view;
   view.clock = worker.clock;
   view.examples = worker.examples;
+  view.input_position = worker.input_position;
   view.min_clock =
       Live(worker, now) ? std::min(others_min, worker.clock) : others_min;
   if (view.min_clock == kNoClock) view.min_clock = worker.clock;
@@ -297,8 +319,8 @@ std::vector<ClockCoordinator::WorkerClock> ClockCoordinator::SnapshotLocked(
     absl::Time now) {
   std::vector<WorkerClock> clocks;
   for (const auto& [id, worker] : workers_) {
-    clocks.push_back({id, worker.clock, worker.examples, Live(worker, now),
-                      worker.finished});
+    clocks.push_back({id, worker.clock, worker.examples, worker.input_position,
+                      Live(worker, now), worker.finished});
   }
   std::sort(clocks.begin(), clocks.end(),
             [](const WorkerClock& a, const WorkerClock& b) {
@@ -511,7 +533,9 @@ absl::Status ClockCoordinator::SaveLocked() {
     absl::StrAppend(
         &text, id, " ", worker.incarnation, " ", worker.clock, " ",
         worker.examples, " ", worker.finished ? 1 : 0, " ",
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)), "\n");
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)), " ",
+        EncodeFile(worker.input_position.file), " ",
+        worker.input_position.file_examples, "\n");
   }
   // Written aside, synced and renamed over: a crash, even of the machine,
   // leaves the old state or the new.

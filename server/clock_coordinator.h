@@ -89,13 +89,22 @@ struct CoordinatorOptions {
 
 class ClockCoordinator {
  public:
+  // Where a worker that follows a directory is in it (proto/ps.proto's
+  // InputPosition): recorded, saved and resumed with its examples.
+  struct InputPosition {
+    std::string file;
+    int64_t file_examples = 0;
+  };
+
   struct Report {
     uint32_t worker = 0;
     // 0: unknown (a client that does not say); treated as one incarnation.
     uint64_t incarnation = 0;
     int64_t clock = 0;
-    // Examples trained on in the steps `clock` counts.
+    // Examples trained on in the steps `clock` counts, and where they end
+    // in a followed directory.
     int64_t examples = 0;
+    InputPosition input_position;
     bool finished = false;
     // Stops before its end: its lease ends now, it is not finished.
     bool leaving = false;
@@ -111,9 +120,10 @@ class ClockCoordinator {
     int64_t min_clock = 0;
     uint32_t live_workers = 0;
     uint32_t finished_workers = 0;
-    // The reporting worker's recorded clock and examples.
+    // The reporting worker's recorded clock, examples and input position.
     int64_t clock = 0;
     int64_t examples = 0;
+    InputPosition input_position;
     // Push no step >= hold_at (0: no cut; -1: no step at all).
     int64_t hold_at = 0;
     // The incarnation the report was recorded under (assigned, if asked).
@@ -126,6 +136,7 @@ class ClockCoordinator {
     uint32_t worker = 0;
     int64_t clock = 0;
     int64_t examples = 0;
+    InputPosition input_position;
     bool live = false;
     bool finished = false;
   };
@@ -215,6 +226,8 @@ class ClockCoordinator {
     uint64_t incarnation = 0;
     int64_t clock = 0;
     int64_t examples = 0;
+    // Goes with `examples`.
+    InputPosition input_position;
     absl::Duration lease;
     absl::Time lease_end;
     bool finished = false;

@@ -258,6 +258,65 @@ TEST_F(ClockCoordinatorTest, ARestartedWorkerGoesOnWhereItsLastStopped) {
   EXPECT_EQ(anew->clock, 9) << "a newcomer starts at the live minimum";
 }
 
+TEST_F(ClockCoordinatorTest, AFollowingWorkersPositionIsKeptSavedAndResumed) {
+  const std::string dir = FreshTestDir("clock_coordinator_position");
+  coordinator_ = Open(dir + "/coordinator.state");
+  ClockCoordinator::Report report;
+  report.worker = 0;
+  report.incarnation = 1;
+  report.clock = 5;
+  report.examples = 5000;
+  // A name with a space: saved whole.
+  report.input_position = {"2026120113 part.tsv.gz", 1000};
+  report.leaving = true;
+  report.lease = lease_;
+  ASSERT_OK(coordinator_->Record(report));
+  // An older report that arrives late moves the position back no more than
+  // the examples.
+  report.examples = 4000;
+  report.input_position = {"2026120112.tsv.gz", 4000};
+  report.leaving = false;
+  ASSERT_OK(coordinator_->Record(report));
+  ASSERT_EQ(coordinator_->Snapshot()[0].input_position.file,
+            "2026120113 part.tsv.gz");
+  ASSERT_OK(coordinator_->Save());
+
+  coordinator_ = Open(dir + "/coordinator.state");
+  const ClockCoordinator::WorkerClock saved = coordinator_->Snapshot()[0];
+  EXPECT_EQ(saved.examples, 5000);
+  EXPECT_EQ(saved.input_position.file, "2026120113 part.tsv.gz");
+  EXPECT_EQ(saved.input_position.file_examples, 1000);
+  // The next incarnation goes on from there, once the lease lapsed.
+  now_ += absl::Minutes(1);
+  report.incarnation = 2;
+  report.clock = 0;
+  report.examples = 0;
+  report.input_position = {};
+  report.resume = true;
+  absl::StatusOr<ClockCoordinator::View> resumed = coordinator_->Record(report);
+  ASSERT_OK(resumed);
+  EXPECT_TRUE(resumed->resumed);
+  EXPECT_EQ(resumed->examples, 5000);
+  EXPECT_EQ(resumed->input_position.file, "2026120113 part.tsv.gz");
+  EXPECT_EQ(resumed->input_position.file_examples, 1000);
+}
+
+TEST_F(ClockCoordinatorTest, AStateOfTheReleaseBeforePositionsIsRead) {
+  const std::string path =
+      FreshTestDir("clock_coordinator_v2") + "/coordinator.state";
+  {
+    std::ofstream file(path);
+    file << "ps-coordinator-state 2\nepoch 3\n0 7 11 4400 0 5000\n";
+  }
+  coordinator_ = Open(path);
+  const std::vector<ClockCoordinator::WorkerClock> clocks =
+      coordinator_->Snapshot();
+  ASSERT_EQ(clocks.size(), 1u);
+  EXPECT_EQ(clocks[0].clock, 11);
+  EXPECT_EQ(clocks[0].examples, 4400);
+  EXPECT_EQ(clocks[0].input_position.file, "");
+}
+
 TEST_F(ClockCoordinatorTest, ALeavingWorkerStopsHoldingOthersBackAtOnce) {
   Report(0, 1);
   Report(1, 5);

@@ -418,6 +418,9 @@ grpc::ServerUnaryReactor* DataService::Clock(
   report.clock = request->clock();
   report.finished = request->finished();
   report.examples = request->examples();
+  report.input_position.file = request->input_position().file();
+  report.input_position.file_examples =
+      request->input_position().file_examples();
   report.leaving = request->leaving();
   report.resume = request->resume();
   report.assign_incarnation = request->assign_incarnation();
@@ -431,6 +434,11 @@ grpc::ServerUnaryReactor* DataService::Clock(
   response->set_clock(view.clock);
   response->set_hold_at(view.hold_at);
   response->set_examples(view.examples);
+  if (!view.input_position.file.empty()) {
+    response->mutable_input_position()->set_file(view.input_position.file);
+    response->mutable_input_position()->set_file_examples(
+        view.input_position.file_examples);
+  }
   response->set_resumed(view.resumed);
   if (request->assign_incarnation())
     response->set_incarnation(view.incarnation);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +32,8 @@ namespace ps::worker {
 
 struct Trainer::Prepared : ModelInputs {
   int64_t step = 0;
+  // Following: the file the batch came from.
+  std::string file;
   // The staleness its pull saw: step minus the slowest live worker's clock.
   int64_t staleness = 0;
   // Replaying own pushes: per table (in pull order), the rows this step
@@ -41,6 +44,7 @@ struct Trainer::Prepared : ModelInputs {
 struct Trainer::PushJob {
   int64_t step = 0;
   int64_t examples = 0;
+  std::string file;
   std::vector<uint64_t> unique_keys;
   // The wide table's keys: unique_keys, then the crosses' (empty without
   // crosses: unique_keys).
@@ -258,7 +262,15 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
   request.set_clock(clock_.value());
-  request.set_examples(examples_.load());
+  {
+    absl::MutexLock lock(&position_mu_);
+    request.set_examples(examples_.load());
+    if (!position_.file.empty()) {
+      request.mutable_input_position()->set_file(position_.file);
+      request.mutable_input_position()->set_file_examples(
+          position_.file_examples);
+    }
+  }
   request.set_finished(finished);
   request.set_leaving(leaving);
   request.set_lease_ms(static_cast<uint32_t>(
@@ -268,8 +280,10 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
 }
 
 absl::Status Trainer::FirstReport(ClockResponse* response,
-                                  int64_t* resumed_examples) {
+                                  int64_t* resumed_examples,
+                                  FollowPosition* resumed_position) {
   *resumed_examples = 0;
+  *resumed_position = FollowPosition();
   if (!options_.assign_incarnation) return ReportClock(false, response);
   ClockRequest request;
   request.set_worker(worker_index_);
@@ -291,6 +305,9 @@ absl::Status Trainer::FirstReport(ClockResponse* response,
   }
   if (response->resumed()) {
     *resumed_examples = response->examples();
+    resumed_position->file = response->input_position().file();
+    resumed_position->file_examples =
+        response->input_position().file_examples();
     LOG(INFO) << "[worker " << worker_index_ << "] going on where its last "
               << "process stopped: clock " << response->clock() << ", after "
               << response->examples() << " examples (--restart_from_start "
@@ -539,23 +556,112 @@ absl::Status Trainer::ComputeStateFloats() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::JoinCluster(ClickLogReader& reader, ClockResponse* view) {
+absl::StatusOr<std::unique_ptr<ExampleSource>> Trainer::JoinCluster(
+    ClockResponse* view) {
+  std::unique_ptr<ExampleSource> reader;
   if (options_.resume_clock > 0) {
-    RETURN_IF_ERROR(SkipTrainedExamples(reader, options_.resume_examples));
+    ASSIGN_OR_RETURN(
+        reader, OpenInput(options_.resume_examples, options_.resume_position));
     clock_.Set(options_.resume_clock);
+    absl::MutexLock lock(&position_mu_);
     examples_ = options_.resume_examples;
+    position_ = options_.resume_position;
   }
   int64_t resumed_examples = 0;
-  RETURN_IF_ERROR(FirstReport(view, &resumed_examples));
+  FollowPosition resumed_position;
+  RETURN_IF_ERROR(FirstReport(view, &resumed_examples, &resumed_position));
   if (resumed_examples > 0) {
-    RETURN_IF_ERROR(SkipTrainedExamples(reader, resumed_examples));
+    ASSIGN_OR_RETURN(reader, OpenInput(resumed_examples, resumed_position));
+    absl::MutexLock lock(&position_mu_);
     examples_ = resumed_examples;
+    position_ = resumed_position;
+  }
+  if (reader == nullptr) {
+    ASSIGN_OR_RETURN(reader, OpenInput(0, {}));
   }
   clock_.Set(view->clock());  // a late joiner starts at the live minimum
-  return absl::OkStatus();
+  return reader;
 }
 
-void Trainer::Prefetch(ClickLogReader& reader, int64_t first_step,
+absl::StatusOr<std::unique_ptr<ExampleSource>> Trainer::OpenInput(
+    int64_t examples, const FollowPosition& position) {
+  std::unique_ptr<ExampleSource> source;
+  if (options_.follow_dir.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
+                     ClickLogReader::Open(options_.train));
+    RETURN_IF_ERROR(SkipTrainedExamples(*reader, examples));
+    source = std::move(reader);
+  } else {
+    if (examples > 0 && position.file.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this worker's last process trained on ", examples,
+          " examples of --train, not of a followed directory: there is no "
+          "position in --follow to go on from (--restart_from_start starts "
+          "at its first file)"));
+    }
+    FollowOptions follow;
+    follow.dir = options_.follow_dir;
+    follow.until = options_.follow_until;
+    follow.poll = options_.follow_poll;
+    follow.start = position;
+    follow.reader = options_.train;
+    ASSIGN_OR_RETURN(source, FollowReader::Open(follow));
+  }
+  absl::MutexLock lock(&source_mu_);
+  source_ = source.get();
+  if (stop_requested_) source_->Cancel();
+  return source;
+}
+
+void Trainer::RequestStop() {
+  stop_requested_ = true;
+  absl::MutexLock lock(&source_mu_);
+  if (source_ != nullptr) source_->Cancel();
+}
+
+void Trainer::AdvancePosition(const std::string& file, int64_t examples) {
+  absl::MutexLock lock(&position_mu_);
+  if (file != position_.file) position_ = {file, 0};
+  position_.file_examples += examples;
+  examples_ += examples;
+}
+
+void Trainer::ValidateProgressively(const std::string& file,
+                                    absl::Span<const float> probabilities,
+                                    absl::Span<const float> labels,
+                                    TrainingSummary* summary) {
+  if (file != validation_.file) {
+    FinishValidation(summary);
+    validation_.file = file;
+  }
+  const size_t examples = std::min(probabilities.size(), labels.size());
+  validation_.probabilities.insert(validation_.probabilities.end(),
+                                   probabilities.begin(),
+                                   probabilities.begin() + examples);
+  validation_.labels.insert(validation_.labels.end(), labels.begin(),
+                            labels.begin() + examples);
+}
+
+void Trainer::FinishValidation(TrainingSummary* summary) {
+  if (!validation_.labels.empty()) {
+    TrainingSummary::FollowedFile file;
+    file.file = validation_.file;
+    file.examples = static_cast<int64_t>(validation_.labels.size());
+    file.auc = ExactAuc(validation_.probabilities, validation_.labels);
+    file.logloss = MeanLogLoss(validation_.probabilities, validation_.labels);
+    LOG(INFO) << "[worker " << worker_index_ << "] " << file.file
+              << ": progressive validation (each example scored before "
+                 "training on it) AUC "
+              << file.auc << ", logloss " << file.logloss << " on "
+              << file.examples << " examples";
+    if (options_.metrics != nullptr)
+      options_.metrics->SetProgressiveValidation(file.auc, file.logloss);
+    summary->followed_files.push_back(std::move(file));
+  }
+  validation_ = FileValidation();
+}
+
+void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
                        Pipeline& pipeline) {
   const bool replay = ReplaysOwnPushes();
   const auto stopped = [&] {
@@ -573,6 +679,7 @@ void Trainer::Prefetch(ClickLogReader& reader, int64_t first_step,
     Observe(Stage::kRead, absl::Now() - read_start);
     Prepared prepared;
     prepared.step = step;
+    prepared.file = reader.batch_file();
     prepared.Prepare(examples, options_.train.layout, embedding_dim());
     const absl::Time wait_start = absl::Now();
     absl::StatusOr<int64_t> staleness =
@@ -628,7 +735,11 @@ void Trainer::PushSteps(Pipeline& pipeline) {
       return pipeline.Fail(pushed);
     pipeline.push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
     Observe(Stage::kPush, absl::Now() - push_start);
-    examples_ += job.examples;
+    if (job.file.empty()) {
+      examples_ += job.examples;
+    } else {
+      AdvancePosition(job.file, job.examples);
+    }
     clock_.Set(job.step + 1);
     ClockResponse view;
     if (absl::Status reported = ReportClock(false, &view); !reported.ok())
@@ -650,6 +761,7 @@ Trainer::PushJob Trainer::MakePushJob(Prepared& prepared,
   PushJob job;
   job.step = prepared.step;
   job.examples = prepared.batch;
+  job.file = prepared.file;
   prepared.FoldPooledGradients(embedding_dim(), &outputs.embedding_grads,
                                &outputs.wide_grads);
   job.unique_keys = std::move(prepared.unique_keys);
@@ -719,6 +831,10 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
     if (options_.metrics != nullptr) options_.metrics->AddStep(prepared.batch);
     progress.AddStep(prepared.batch, outputs.loss_sum, outputs.probabilities,
                      prepared.labels);
+    if (!prepared.file.empty()) {
+      ValidateProgressively(prepared.file, outputs.probabilities,
+                            prepared.labels, summary);
+    }
     PushJob job = MakePushJob(prepared, outputs);
     if (replay) {
       // The next step's rows were pulled before this push leaves (it is
@@ -759,7 +875,7 @@ ProgressContext Trainer::Progress(const Pipeline& pipeline,
   return context;
 }
 
-void Trainer::Summarize(const Pipeline& pipeline, const ClickLogReader& reader,
+void Trainer::Summarize(const Pipeline& pipeline, const ExampleSource& reader,
                         int64_t first_step, absl::Duration trained,
                         TrainingSummary* summary) const {
   summary->train_seconds = absl::ToDoubleSeconds(trained);
@@ -848,10 +964,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(CheckLayout());
   RETURN_IF_ERROR(DeclareTables());
   RETURN_IF_ERROR(ComputeStateFloats());
-  ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
-                   ClickLogReader::Open(options_.train));
   ClockResponse view;
-  RETURN_IF_ERROR(JoinCluster(*reader, &view));
+  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> reader, JoinCluster(&view));
+  // RequestStop() cancels the input only while Run() holds it.
+  absl::Cleanup forget_source = [this] {
+    absl::MutexLock lock(&source_mu_);
+    source_ = nullptr;
+  };
   const int64_t first_step = clock_.value();
   const int64_t first_examples = examples_.load();
   // Going on from a position (a resume): another worker may have finished
@@ -905,6 +1024,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   }
   progress.Finish();
   summary.final_train_loss = progress.last_loss();
+  FinishValidation(&summary);
+  if (const auto* follow = dynamic_cast<const FollowReader*>(reader.get()))
+    summary.late_files = follow->late_files();
   Summarize(pipeline, *reader, first_step, absl::Now() - start, &summary);
   if (stop_requested_) {
     return LeaveDrained(std::move(summary), first_step, first_examples);

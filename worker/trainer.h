@@ -2,7 +2,8 @@
 //
 // Trainer runs one worker's training loop:
 //
-//   reader thread:   click-log lines -> parsed batches (ClickLogReader)
+//   reader thread:   click-log lines -> parsed batches (ClickLogReader, or
+//                    FollowReader for a followed directory)
 //   prefetch thread: batch -> unique keys -> wait for the staleness bound
 //                    (StalenessGate) -> pull the rows and dense parameters
 //                    from the shards (Prefetch)
@@ -46,13 +47,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "proto/ps.pb.h"
 #include "worker/input/clicklog_reader.h"
+#include "worker/input/example_source.h"
+#include "worker/input/follow_reader.h"
 #include "worker/lr_schedule.h"
 #include "worker/own_updates.h"
 #include "worker/progress_reporter.h"
@@ -180,6 +185,14 @@ struct TrainerOptions {
   // trained on there (its input goes on after them). Defaults: 0, 0.
   int64_t resume_clock = 0;
   int64_t resume_examples = 0;
+  // Following a directory instead of train.files (ps_worker --follow):
+  // FollowReader's dir, last file and poll interval, read with train's
+  // share, batch size, layout and bad-line limit. Empty dir: train.files.
+  std::string follow_dir;
+  std::string follow_until;
+  absl::Duration follow_poll = absl::Seconds(1);
+  // Resuming from a checkpoint while following: the position there.
+  FollowPosition resume_position;
   // Take this process's incarnation from the coordinator (its first
   // report), which makes it larger than every earlier process's of this
   // worker index whatever this host's clock says. Default: false (the
@@ -212,7 +225,7 @@ class Trainer {
   // on every shard) and the others go, tells the coordinator it leaves (not
   // finished: a restart goes on from its clock), and returns without the
   // final evaluation, the summary saying `drained`.
-  void RequestStop() { stop_requested_ = true; }
+  void RequestStop();
 
   // Whether Run() has told the coordinator this worker finished its input
   // (a stop from then on leaves nothing untrained).
@@ -229,12 +242,19 @@ class Trainer {
   absl::Status CheckLayout() const;
   // state_floats_, from the optimizers.
   absl::Status ComputeStateFloats();
-  // Skips what a resumed worker trained on, makes the first report (which
-  // may assign an incarnation and a clock to go on from) and sets the clock
-  // to the coordinator's answer, `*view`.
-  absl::Status JoinCluster(ClickLogReader& reader, ClockResponse* view);
+  // Makes the first report (which may assign an incarnation and a clock to
+  // go on from) and sets the clock to the coordinator's answer, `*view`;
+  // the training input, past what a resumed worker trained on (a
+  // checkpoint's position is skipped to before the report, the
+  // coordinator's after it).
+  absl::StatusOr<std::unique_ptr<ExampleSource>> JoinCluster(
+      ClockResponse* view);
+  // The training input (train.files or the followed directory), past
+  // `examples` or, following, `position`; RequestStop() cancels it.
+  absl::StatusOr<std::unique_ptr<ExampleSource>> OpenInput(
+      int64_t examples, const FollowPosition& position);
   // The prefetch thread: parse, wait for the staleness bound, pull.
-  void Prefetch(ClickLogReader& reader, int64_t first_step, Pipeline& pipeline);
+  void Prefetch(ExampleSource& reader, int64_t first_step, Pipeline& pipeline);
   // The push thread: hold at a cut, push, advance the clock, ask for the
   // periodic checkpoints.
   void PushSteps(Pipeline& pipeline);
@@ -252,7 +272,7 @@ class Trainer {
                            const TrainingSummary& summary,
                            std::optional<double> test_auc) const;
   // The pipeline's statistics into `summary`.
-  void Summarize(const Pipeline& pipeline, const ClickLogReader& reader,
+  void Summarize(const Pipeline& pipeline, const ExampleSource& reader,
                  int64_t first_step, absl::Duration trained,
                  TrainingSummary* summary) const;
   // After RequestStop(): tells the coordinator this worker leaves (not
@@ -314,8 +334,9 @@ class Trainer {
   // The first report: with assign_incarnation, asks for an incarnation, and
   // with resume_from_coordinator for the last incarnation's clock and
   // examples (returned in `*resumed_examples`, 0 when there is nothing to go
-  // on from).
-  absl::Status FirstReport(ClockResponse* response, int64_t* resumed_examples);
+  // on from) and input position.
+  absl::Status FirstReport(ClockResponse* response, int64_t* resumed_examples,
+                           FollowPosition* resumed_position);
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   // `count_finished`: finished workers count as started (a resume).
@@ -326,6 +347,16 @@ class Trainer {
   absl::Status WaitOutCut(int64_t step, int64_t* hold_at, absl::Duration* held);
   // Skips the `examples` a resumed worker trained on before.
   absl::Status SkipTrainedExamples(ClickLogReader& reader, int64_t examples);
+  // Following: adds a step's examples to the position in `file`.
+  void AdvancePosition(const std::string& file, int64_t examples);
+  // Following: scores each file's examples as the steps compute them
+  // (before their pushes), and closes a file's progressive validation once
+  // the steps reach the next file (or training ends) into `summary`.
+  void ValidateProgressively(const std::string& file,
+                             absl::Span<const float> probabilities,
+                             absl::Span<const float> labels,
+                             TrainingSummary* summary);
+  void FinishValidation(TrainingSummary* summary);
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
@@ -343,6 +374,19 @@ class Trainer {
   // thread, waited on by the prefetcher), and the examples they held.
   StepClock clock_;
   std::atomic<int64_t> examples_{0};
+  // Following: where examples_ ends in the directory (changed with it, so
+  // that a report carries the two together).
+  absl::Mutex position_mu_;
+  FollowPosition position_ ABSL_GUARDED_BY(position_mu_);
+  // The training input while Run() reads it, for RequestStop() to cancel.
+  absl::Mutex source_mu_;
+  ExampleSource* source_ ABSL_GUARDED_BY(source_mu_) = nullptr;
+  // The compute thread's: the file being validated progressively.
+  struct FileValidation {
+    std::string file;
+    std::vector<float> probabilities, labels;
+  };
+  FileValidation validation_;
   // RequestStop() was called; Run() reported the worker finished.
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finished_{false};

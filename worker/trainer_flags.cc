@@ -36,7 +36,23 @@ ABSL_FLAG(
     "plain file, or lines i, i + n, ... when some file is gzip'd.");
 ABSL_FLAG(std::string, train, "",
           "Training click logs: comma-separated paths or globs; plain or gzip. "
-          "Required.");
+          "Required, unless --follow.");
+ABSL_FLAG(std::string, follow, "",
+          "Train on the files of this directory, in name order, as they "
+          "arrive, instead of --train: a file counts once <name>.done exists "
+          "beside it. Every worker reads its share of every file; the worker "
+          "waits when there is nothing new, until SIGTERM or "
+          "--follow_until. Each file's examples are scored before they are "
+          "trained on (progressive validation, logged and in the metrics). "
+          "A restart goes on at the file and offset the coordinator (or "
+          "--resume_from's checkpoint) recorded.");
+ABSL_FLAG(std::string, follow_until, "",
+          "With --follow: stop (finished) once this file of the directory "
+          "has been trained on, or a later name appears without it. Empty: "
+          "follow until SIGTERM.");
+ABSL_FLAG(int32_t, follow_poll_ms, 1000,
+          "With --follow: how often to look for new files when there is "
+          "nothing new.");
 ABSL_FLAG(std::string, test, "",
           "Test click logs for AUC and logloss; empty: none.");
 ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
@@ -256,7 +272,21 @@ absl::Status InputFromFlags(TrainerOptions* options) {
   if (!layout.ok()) return Usage(layout.status().message());
   train.layout = *layout;
   options->test_files = absl::GetFlag(FLAGS_test);
-  if (train.files.empty()) return Usage("--train is required");
+  options->follow_dir = absl::GetFlag(FLAGS_follow);
+  options->follow_until = absl::GetFlag(FLAGS_follow_until);
+  options->follow_poll =
+      absl::Milliseconds(absl::GetFlag(FLAGS_follow_poll_ms));
+  if (options->follow_dir.empty()) {
+    if (train.files.empty()) return Usage("--train (or --follow) is required");
+    if (!options->follow_until.empty())
+      return Usage("--follow_until needs --follow");
+    return absl::OkStatus();
+  }
+  if (!train.files.empty()) return Usage("give --train or --follow, not both");
+  if (train.epochs != 1)
+    return Usage("--follow reads each file once: leave --epochs at 1");
+  if (absl::GetFlag(FLAGS_follow_poll_ms) <= 0)
+    return Usage("--follow_poll_ms must be > 0");
   return absl::OkStatus();
 }
 
@@ -384,6 +414,9 @@ absl::Status ResumeFromFlags(TrainerOptions* options) {
     if (worker.worker() != worker_index) continue;
     options->resume_clock = worker.clock();
     options->resume_examples = worker.examples();
+    options->resume_position.file = worker.input_position().file();
+    options->resume_position.file_examples =
+        worker.input_position().file_examples();
     LOG(INFO) << "resuming from " << dir << " at clock "
               << options->resume_clock << " after " << options->resume_examples
               << " examples";

@@ -82,7 +82,7 @@ TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {
   absl::SetFlag(&FLAGS_hidden, "64");
   absl::SetFlag(&FLAGS_train, "");
   EXPECT_TRUE(
-      IsUsageError(TrainerOptionsFromFlags().status(), "--train is required"));
+      IsUsageError(TrainerOptionsFromFlags().status(), "--train (or --follow) is required"));
   absl::SetFlag(&FLAGS_wire_format, "int8");
   EXPECT_TRUE(IsUsageError(ClientOptionsFromFlags().status(), "--wire_format"));
   absl::SetFlag(&FLAGS_drain_seconds, -1);

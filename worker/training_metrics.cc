@@ -44,6 +44,29 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
            .Help("AUC on --test at the last evaluation (absent before one).")
            .Labels(worker)
            .Register(registry);
+  metrics->progressive_auc_family_ =
+      &prometheus::BuildGauge()
+           .Name("ps_worker_progressive_auc")
+           .Help(
+               "--follow: AUC of the last file's examples, each scored before "
+               "this worker trained on it (absent before a file ends).")
+           .Labels(worker)
+           .Register(registry);
+  metrics->progressive_loss_family_ =
+      &prometheus::BuildGauge()
+           .Name("ps_worker_progressive_logloss")
+           .Help(
+               "--follow: log loss of the last file's examples, each scored "
+               "before this worker trained on it.")
+           .Labels(worker)
+           .Register(registry);
+  metrics->followed_files_ =
+      &prometheus::BuildCounter()
+           .Name("ps_worker_followed_files_total")
+           .Help("--follow: files this worker trained on to their end.")
+           .Labels(worker)
+           .Register(registry)
+           .Add({});
   metrics->staleness_ =
       &prometheus::BuildHistogram()
            .Name("ps_worker_pull_staleness_steps")
@@ -95,6 +118,12 @@ void TrainingMetrics::SetRecent(double loss, double auc) {
 void TrainingMetrics::SetTestAuc(double auc) {
   // Created at the first evaluation, so that no 0 reads as a result.
   test_auc_family_->Add({}).Set(auc);
+}
+
+void TrainingMetrics::SetProgressiveValidation(double auc, double loss) {
+  progressive_auc_family_->Add({}).Set(auc);
+  progressive_loss_family_->Add({}).Set(loss);
+  followed_files_->Increment();
 }
 
 }  // namespace ps::worker

@@ -41,6 +41,9 @@ class TrainingMetrics {
   void ObserveStaleness(int64_t staleness);
   void SetRecent(double loss, double auc);
   void SetTestAuc(double auc);
+  // A followed file's progressive validation: its examples scored before
+  // this worker trained on them.
+  void SetProgressiveValidation(double auc, double loss);
 
   const std::string& address() const { return endpoint_->address(); }
 
@@ -53,6 +56,9 @@ class TrainingMetrics {
   prometheus::Gauge* loss_ = nullptr;
   prometheus::Gauge* recent_auc_ = nullptr;
   prometheus::Family<prometheus::Gauge>* test_auc_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* progressive_auc_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* progressive_loss_family_ = nullptr;
+  prometheus::Counter* followed_files_ = nullptr;
   prometheus::Histogram* staleness_ = nullptr;
   prometheus::Histogram* stages_[5] = {};
   std::unique_ptr<MetricsEndpoint> endpoint_;

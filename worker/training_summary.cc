@@ -42,7 +42,7 @@ std::string OneLine(const Json& object) {
 }  // namespace
 
 std::string SummaryToJson(const TrainingSummary& s) {
-  const Json json = {
+  Json json = {
       {"examples", s.examples},
       {"steps", s.steps},
       {"train_seconds", Rounded(s.train_seconds, 3)},
@@ -70,6 +70,21 @@ std::string SummaryToJson(const TrainingSummary& s) {
       {"backend", s.backend},
       {"drained", s.drained},
   };
+  if (!s.followed_files.empty() || s.late_files > 0) {
+    Json files = Json::array();
+    for (const TrainingSummary::FollowedFile& file : s.followed_files) {
+      files.push_back({{"file", file.file},
+                       {"examples", file.examples},
+                       {"progressive_auc", Rounded(file.auc, 6)},
+                       {"progressive_logloss", Rounded(file.logloss, 6)}});
+    }
+    json["followed_files"] = files;
+    json["late_files"] = s.late_files;
+    if (!s.followed_files.empty()) {
+      json["last_file_progressive_auc"] =
+          Rounded(s.followed_files.back().auc, 6);
+    }
+  }
   return Dump(json, 2) + "\n";
 }
 

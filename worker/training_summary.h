@@ -57,6 +57,17 @@ struct TrainingSummary {
   double replay_seconds = 0;
   int64_t replayed_steps = 0;
   std::string backend;
+  // --follow: each file this worker trained on to its end, with the
+  // progressive validation of its share (every example scored before it
+  // was trained on), and the files left out for arriving late.
+  struct FollowedFile {
+    std::string file;
+    int64_t examples = 0;
+    double auc = 0;
+    double logloss = 0;
+  };
+  std::vector<FollowedFile> followed_files;
+  int64_t late_files = 0;
 };
 
 // What one progress interval's line of TrainerOptions::interval_metrics_out

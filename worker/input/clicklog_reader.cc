@@ -213,7 +213,10 @@ absl::StatusOr<std::unique_ptr<ClickLogReader>> ClickLogReader::Open(
         "batch_size, epochs and queue_batches must be >= 1, shuffle_buffer "
         ">= 0");
   }
-  auto files = ExpandFilePatterns(options.files);
+  absl::StatusOr<std::vector<std::string>> files =
+      options.paths.empty()
+          ? ExpandFilePatterns(options.files)
+          : absl::StatusOr<std::vector<std::string>>(options.paths);
   if (!files.ok()) return files.status();
   bool any_gzip = false;
   for (const std::string& file : *files) {

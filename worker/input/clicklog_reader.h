@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/input/example_source.h"
 #include "worker/input/features.h"
 #include "worker/input/input_layout.h"
 #include "worker/input/line_parser.h"
@@ -48,6 +49,8 @@ struct ReaderOptions {
   // Comma-separated paths or glob patterns; expanded and sorted per pattern.
   // REQUIRES: matches at least one file.
   std::string files;
+  // When not empty: these files, as named (no pattern), instead of `files`.
+  std::vector<std::string> paths;
   // This worker's share. Defaults: 0 of 1.
   int worker_index = 0;
   int num_workers = 1;
@@ -78,24 +81,24 @@ enum class ShareMode { kWholeFiles, kByteRanges, kLineStride };
 absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
     const std::string& patterns);
 
-class ClickLogReader {
+class ClickLogReader : public ExampleSource {
  public:
   static absl::StatusOr<std::unique_ptr<ClickLogReader>> Open(
       const ReaderOptions& options);
 
   // Stops the reading thread.
-  ~ClickLogReader();
+  ~ClickLogReader() override;
 
   // Moves the next batch into `batch`. Returns true on a batch, false at the
   // end of the data; FAILED_PRECONDITION past max_bad_lines, NOT_FOUND or
   // DATA_LOSS for unreadable files.
-  absl::StatusOr<bool> Next(std::vector<Example>* batch);
+  absl::StatusOr<bool> Next(std::vector<Example>* batch) override;
 
   ShareMode share_mode() const { return share_mode_; }
 
   // Lines of this worker's share parsed so far, and how many were malformed.
-  int64_t lines() const { return lines_.load(); }
-  int64_t bad_lines() const { return bad_lines_.load(); }
+  int64_t lines() const override { return lines_.load(); }
+  int64_t bad_lines() const override { return bad_lines_.load(); }
 
  private:
   class LineSource;
