@@ -1,18 +1,14 @@
 #include "server/clock_coordinator.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/durable_file.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
@@ -21,7 +17,8 @@ namespace {
 
 // Version 2 adds the epoch line and each worker's examples, version 3 each
 // worker's input position (its file in base64, "-" for none, and the
-// examples of that file); versions 1 and 2 are still read.
+// examples of that file), written only when a worker has one; versions 1
+// and 2 are still read.
 constexpr char kStateHeader[] = "ps-coordinator-state 3";
 constexpr char kStateHeaderV2[] = "ps-coordinator-state 2";
 constexpr char kStateHeaderV1[] = "ps-coordinator-state 1";
@@ -528,32 +525,30 @@ absl::Status ClockCoordinator::Save() {
 absl::Status ClockCoordinator::SaveLocked() {
   last_save_ = options_.now();
   if (!dirty_) return absl::OkStatus();
-  std::string text = absl::StrCat(kStateHeader, "\nepoch ", epoch_, "\n");
+  // Version 2 while no worker follows a directory, so that the release
+  // before this one can still read it (a rollback).
+  bool positions = false;
+  for (const auto& [id, worker] : workers_)
+    positions = positions || !worker.input_position.file.empty();
+  std::string text = absl::StrCat(positions ? kStateHeader : kStateHeaderV2,
+                                  "\nepoch ", epoch_, "\n");
   for (const auto& [id, worker] : workers_) {
     absl::StrAppend(
         &text, id, " ", worker.incarnation, " ", worker.clock, " ",
         worker.examples, " ", worker.finished ? 1 : 0, " ",
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)), " ",
-        EncodeFile(worker.input_position.file), " ",
-        worker.input_position.file_examples, "\n");
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(worker.lease)));
+    if (positions) {
+      absl::StrAppend(&text, " ", EncodeFile(worker.input_position.file), " ",
+                      worker.input_position.file_examples);
+    }
+    absl::StrAppend(&text, "\n");
   }
   // Written aside, synced and renamed over: a crash, even of the machine,
   // leaves the old state or the new.
-  const std::string temporary = options_.state_path + ".tmp";
-  const int fd =
-      open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool written = fd >= 0 && write(fd, text.data(), text.size()) ==
-                                static_cast<ssize_t>(text.size());
-  written = written && fdatasync(fd) == 0;
-  if (fd >= 0) close(fd);
-  if (!written) {
+  if (absl::Status written = WriteFileDurably(options_.state_path, text);
+      !written.ok()) {
     return absl::InternalError(
-        absl::StrCat("cannot write the coordinator state to ", temporary, ": ",
-                     std::strerror(errno)));
-  }
-  if (std::rename(temporary.c_str(), options_.state_path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temporary, " to ", options_.state_path));
+        absl::StrCat("cannot save the coordinator state: ", written.message()));
   }
   dirty_ = false;
   return absl::OkStatus();

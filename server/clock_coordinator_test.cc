@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
@@ -9,6 +10,13 @@
 
 namespace ps::server {
 namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 using absl::StatusCode;
 
@@ -280,6 +288,9 @@ TEST_F(ClockCoordinatorTest, AFollowingWorkersPositionIsKeptSavedAndResumed) {
   ASSERT_EQ(coordinator_->Snapshot()[0].input_position.file,
             "2026120113 part.tsv.gz");
   ASSERT_OK(coordinator_->Save());
+  EXPECT_EQ(
+      ReadFile(dir + "/coordinator.state").rfind("ps-coordinator-state 3", 0),
+      0u);
 
   coordinator_ = Open(dir + "/coordinator.state");
   const ClockCoordinator::WorkerClock saved = coordinator_->Snapshot()[0];
@@ -315,6 +326,11 @@ TEST_F(ClockCoordinatorTest, AStateOfTheReleaseBeforePositionsIsRead) {
   EXPECT_EQ(clocks[0].clock, 11);
   EXPECT_EQ(clocks[0].examples, 4400);
   EXPECT_EQ(clocks[0].input_position.file, "");
+  // Without positions it is written as version 2 (a rollback reads it).
+  Report(0, 12, false, 7);
+  ASSERT_OK(coordinator_->Save());
+  EXPECT_EQ(ReadFile(path).rfind("ps-coordinator-state 2\n", 0), 0u)
+      << ReadFile(path);
 }
 
 TEST_F(ClockCoordinatorTest, ALeavingWorkerStopsHoldingOthersBackAtOnce) {

@@ -274,6 +274,29 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
       << ReadFile(out);
   EXPECT_EQ(ReadFile(dir_ + "/scores_unlabeled.txt"),
             ReadFile(dir_ + "/scores_fp32.txt"));
+  // A run that fails (a malformed line, and --max_bad_lines=0) leaves an
+  // earlier --out as it was, and nothing half-written beside it.
+  const std::string broken = dir_ + "/broken.tsv";
+  {
+    std::ifstream in(test);
+    std::ofstream copy(broken);
+    int n = 0;
+    for (std::string line; std::getline(in, line) && n < 5000; ++n)
+      copy << line << "\n";
+    copy << "not\ta\tclick\tlog\tline\n";
+  }
+  std::ofstream(dir_ + "/kept.txt") << "an earlier run's\n";
+  EXPECT_NE(
+      RunToCompletion({BinaryPath("worker/predict/ps_predict"),
+                       "--model=" + dir_ + "/export_fp32", "--input=" + broken,
+                       "--batch_size=512", "--out=" + dir_ + "/kept.txt"},
+                      dir_ + "/broken.log"),
+      0);
+  EXPECT_NE(ReadFile(dir_ + "/broken.log").find("broken.tsv:5001"),
+            std::string::npos)
+      << ReadFile(dir_ + "/broken.log");
+  EXPECT_EQ(ReadFile(dir_ + "/kept.txt"), "an earlier run's\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/kept.txt.partial"));
   // An export of format version 1 is read as it was written.
   WriteAsFormatVersion1(dir_ + "/export_fp32", dir_ + "/export_v1");
   ASSERT_EQ(

@@ -32,8 +32,9 @@ namespace ps::worker {
 
 struct Trainer::Prepared : ModelInputs {
   int64_t step = 0;
-  // Following: the file the batch came from.
+  // Following: the file the batch came from, and whether it is its last.
   std::string file;
+  bool ends_file = false;
   // The staleness its pull saw: step minus the slowest live worker's clock.
   int64_t staleness = 0;
   // Replaying own pushes: per table (in pull order), the rows this step
@@ -261,9 +262,10 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
-  request.set_clock(clock_.value());
   {
+    // The clock, examples and position a push moved together.
     absl::MutexLock lock(&position_mu_);
+    request.set_clock(clock_.value());
     request.set_examples(examples_.load());
     if (!position_.file.empty()) {
       request.mutable_input_position()->set_file(position_.file);
@@ -287,8 +289,16 @@ absl::Status Trainer::FirstReport(ClockResponse* response,
   if (!options_.assign_incarnation) return ReportClock(false, response);
   ClockRequest request;
   request.set_worker(worker_index_);
-  request.set_clock(clock_.value());
-  request.set_examples(examples_.load());
+  {
+    absl::MutexLock lock(&position_mu_);
+    request.set_clock(clock_.value());
+    request.set_examples(examples_.load());
+    if (!position_.file.empty()) {
+      request.mutable_input_position()->set_file(position_.file);
+      request.mutable_input_position()->set_file_examples(
+          position_.file_examples);
+    }
+  }
   request.set_assign_incarnation(true);
   request.set_resume(options_.resume_from_coordinator &&
                      options_.resume_clock == 0);
@@ -619,11 +629,15 @@ void Trainer::RequestStop() {
   if (source_ != nullptr) source_->Cancel();
 }
 
-void Trainer::AdvancePosition(const std::string& file, int64_t examples) {
+void Trainer::AdvanceClock(int64_t step, const std::string& file,
+                           int64_t examples) {
   absl::MutexLock lock(&position_mu_);
-  if (file != position_.file) position_ = {file, 0};
-  position_.file_examples += examples;
+  if (!file.empty()) {
+    if (file != position_.file) position_ = {file, 0};
+    position_.file_examples += examples;
+  }
   examples_ += examples;
+  clock_.Set(step + 1);
 }
 
 void Trainer::ValidateProgressively(const std::string& file,
@@ -680,6 +694,7 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
     Prepared prepared;
     prepared.step = step;
     prepared.file = reader.batch_file();
+    prepared.ends_file = reader.batch_ends_file();
     prepared.Prepare(examples, options_.train.layout, embedding_dim());
     const absl::Time wait_start = absl::Now();
     absl::StatusOr<int64_t> staleness =
@@ -735,12 +750,7 @@ void Trainer::PushSteps(Pipeline& pipeline) {
       return pipeline.Fail(pushed);
     pipeline.push_micros += absl::ToInt64Microseconds(absl::Now() - push_start);
     Observe(Stage::kPush, absl::Now() - push_start);
-    if (job.file.empty()) {
-      examples_ += job.examples;
-    } else {
-      AdvancePosition(job.file, job.examples);
-    }
-    clock_.Set(job.step + 1);
+    AdvanceClock(job.step, job.file, job.examples);
     ClockResponse view;
     if (absl::Status reported = ReportClock(false, &view); !reported.ok())
       return pipeline.Fail(reported);
@@ -834,6 +844,7 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
     if (!prepared.file.empty()) {
       ValidateProgressively(prepared.file, outputs.probabilities,
                             prepared.labels, summary);
+      if (prepared.ends_file) FinishValidation(summary);
     }
     PushJob job = MakePushJob(prepared, outputs);
     if (replay) {
@@ -964,13 +975,15 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(CheckLayout());
   RETURN_IF_ERROR(DeclareTables());
   RETURN_IF_ERROR(ComputeStateFloats());
-  ClockResponse view;
-  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> reader, JoinCluster(&view));
-  // RequestStop() cancels the input only while Run() holds it.
+  // RequestStop() cancels the input only while Run() holds it (from
+  // OpenInput() on; the cleanup runs before the input is destroyed, on
+  // every path).
   absl::Cleanup forget_source = [this] {
     absl::MutexLock lock(&source_mu_);
     source_ = nullptr;
   };
+  ClockResponse view;
+  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> reader, JoinCluster(&view));
   const int64_t first_step = clock_.value();
   const int64_t first_examples = examples_.load();
   // Going on from a position (a resume): another worker may have finished
@@ -1024,7 +1037,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   }
   progress.Finish();
   summary.final_train_loss = progress.last_loss();
-  FinishValidation(&summary);
+  // A file not trained on to its end (a stop) is not reported: its restart
+  // scores what is left of it.
+  validation_ = FileValidation();
   if (const auto* follow = dynamic_cast<const FollowReader*>(reader.get()))
     summary.late_files = follow->late_files();
   Summarize(pipeline, *reader, first_step, absl::Now() - start, &summary);

@@ -347,11 +347,12 @@ class Trainer {
   absl::Status WaitOutCut(int64_t step, int64_t* hold_at, absl::Duration* held);
   // Skips the `examples` a resumed worker trained on before.
   absl::Status SkipTrainedExamples(ClickLogReader& reader, int64_t examples);
-  // Following: adds a step's examples to the position in `file`.
-  void AdvancePosition(const std::string& file, int64_t examples);
+  // Once `step` (of `examples` from `file`, empty if not following) is
+  // pushed: the clock, the examples and the position, together.
+  void AdvanceClock(int64_t step, const std::string& file, int64_t examples);
   // Following: scores each file's examples as the steps compute them
-  // (before their pushes), and closes a file's progressive validation once
-  // the steps reach the next file (or training ends) into `summary`.
+  // (before their pushes), and closes a file's progressive validation into
+  // `summary` at its last step.
   void ValidateProgressively(const std::string& file,
                              absl::Span<const float> probabilities,
                              absl::Span<const float> labels,
@@ -374,8 +375,8 @@ class Trainer {
   // thread, waited on by the prefetcher), and the examples they held.
   StepClock clock_;
   std::atomic<int64_t> examples_{0};
-  // Following: where examples_ ends in the directory (changed with it, so
-  // that a report carries the two together).
+  // Following: where examples_ ends in the directory (changed with it and
+  // the clock, so that a report carries the three together).
   absl::Mutex position_mu_;
   FollowPosition position_ ABSL_GUARDED_BY(position_mu_);
   // The training input while Run() reads it, for RequestStop() to cancel.

@@ -48,8 +48,9 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
       &prometheus::BuildGauge()
            .Name("ps_worker_progressive_auc")
            .Help(
-               "--follow: AUC of the last file's examples, each scored before "
-               "this worker trained on it (absent before a file ends).")
+               "--follow: AUC of the last file this worker trained on to its "
+               "end, each example scored before it was trained on (absent "
+               "before the first such file).")
            .Labels(worker)
            .Register(registry);
   metrics->progressive_loss_family_ =

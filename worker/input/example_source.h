@@ -32,13 +32,16 @@ class ExampleSource {
   // batches each come from one file of a followed directory; empty
   // otherwise.
   virtual std::string batch_file() const { return ""; }
+  // Whether that batch is the last of its file (such a source only).
+  virtual bool batch_ends_file() const { return false; }
 
   // Lines of this worker's share parsed so far, and how many were malformed.
   virtual int64_t lines() const = 0;
   virtual int64_t bad_lines() const = 0;
 
-  // Ends a wait for input that has not arrived yet: Next() returns false
-  // from then on. A source that never waits ignores it.
+  // Ends a wait for input that has not arrived yet: the Next() that waits,
+  // and every later one, return false. A source that never waits may
+  // ignore it.
   virtual void Cancel() {}
 };
 

@@ -40,33 +40,61 @@ absl::StatusOr<std::unique_ptr<FollowReader>> FollowReader::Open(
 }
 
 absl::StatusOr<bool> FollowReader::Next(std::vector<Example>* batch) {
-  while (true) {
-    if (current_ != nullptr) {
-      ASSIGN_OR_RETURN(const bool more, current_->Next(batch));
-      if (more) {
-        batch_file_ = current_file_;
-        return true;
-      }
-      done_lines_ += current_->lines();
-      done_bad_lines_ += current_->bad_lines();
-      current_.reset();
-      if (current_file_ == options_.until) reached_until_ = true;
-    }
-    if (reached_until_ || cancelled_.HasBeenNotified()) return false;
-    ASSIGN_OR_RETURN(const std::string name, NextCompleteFile());
+  if (cancelled_.HasBeenNotified()) return false;
+  RETURN_IF_ERROR(deferred_);
+  if (!have_ahead_) {
+    ASSIGN_OR_RETURN(const bool more, FirstBatchOfNextFile(&ahead_));
+    if (!more) return false;
+  }
+  batch->swap(ahead_);
+  batch_file_ = current_file_;
+  // Whether it is its file's last batch: read the one after it now (an
+  // error there is the next call's).
+  absl::StatusOr<bool> more = current_->Next(&ahead_);
+  have_ahead_ = more.ok() && *more;
+  batch_ends_file_ = more.ok() && !*more;
+  if (!more.ok()) deferred_ = more.status();
+  if (batch_ends_file_) FinishFile();
+  return true;
+}
+
+absl::StatusOr<bool> FollowReader::FirstBatchOfNextFile(
+    std::vector<Example>* batch) {
+  while (!reached_until_ && !cancelled_.HasBeenNotified()) {
+    const std::string name = NextCompleteFile();
     if (!name.empty() && !options_.until.empty() && name > options_.until) {
-      // The last file never came (or came late), but later ones did.
+      LOG(WARNING) << "--follow_until=" << options_.until << " is not in "
+                   << options_.dir << ", but " << name
+                   << ", which sorts after it, is: stopping there";
       reached_until_ = true;
-      return false;
+      break;
     }
     if (name.empty()) {
-      if (cancelled_.WaitForNotificationWithTimeout(options_.poll)) {
-        return false;
+      if (!waiting_logged_) {
+        LOG(INFO) << "[worker " << options_.reader.worker_index
+                  << "] following " << options_.dir << ": nothing new after "
+                  << (last_taken_.empty() ? "(none yet)" : last_taken_)
+                  << "; waiting";
+        waiting_logged_ = true;
       }
+      cancelled_.WaitForNotificationWithTimeout(options_.poll);
       continue;
     }
-    RETURN_IF_ERROR(OpenFile(name));
+    waiting_logged_ = false;
+    ASSIGN_OR_RETURN(const bool opened, OpenFile(name));
+    if (!opened) continue;
+    ASSIGN_OR_RETURN(const bool more, current_->Next(batch));
+    if (more) return true;
+    FinishFile();  // an empty share
   }
+  return false;
+}
+
+void FollowReader::FinishFile() {
+  done_lines_ += current_->lines();
+  done_bad_lines_ += current_->bad_lines();
+  current_.reset();
+  if (current_file_ == options_.until) reached_until_ = true;
 }
 
 int64_t FollowReader::lines() const {
@@ -77,7 +105,7 @@ int64_t FollowReader::bad_lines() const {
   return done_bad_lines_ + (current_ != nullptr ? current_->bad_lines() : 0);
 }
 
-absl::StatusOr<std::string> FollowReader::NextCompleteFile() {
+std::string FollowReader::NextCompleteFile() {
   std::error_code error;
   std::vector<std::string> complete;
   for (std::filesystem::directory_iterator entry(options_.dir, error), end;
@@ -95,13 +123,21 @@ absl::StatusOr<std::string> FollowReader::NextCompleteFile() {
     complete.push_back(name);
   }
   if (error) {
-    return absl::UnavailableError(absl::StrCat(
-        "--follow: cannot list ", options_.dir, ": ", error.message()));
+    // A directory on a network file system comes and goes: look again.
+    LOG_EVERY_N(WARNING, 60) << "--follow: cannot list " << options_.dir << ": "
+                             << error.message() << " (looking again)";
+    return std::string();
   }
   std::sort(complete.begin(), complete.end());
   for (const std::string& name : complete) {
     // Trained on by an earlier process of this worker.
     if (name < options_.start.file) continue;
+    if (last_taken_.empty() && !options_.start.file.empty() &&
+        name != options_.start.file) {
+      LOG(WARNING) << "--follow: the file this worker was in, " << options_.dir
+                   << "/" << options_.start.file << ", is gone: going on at "
+                   << name;
+    }
     if (last_taken_.empty() || name > last_taken_) return name;
     if (name != last_taken_ && !taken_.contains(name) &&
         reported_late_.insert(name).second) {
@@ -115,23 +151,28 @@ absl::StatusOr<std::string> FollowReader::NextCompleteFile() {
   return std::string();
 }
 
-absl::Status FollowReader::OpenFile(const std::string& name) {
+absl::StatusOr<bool> FollowReader::OpenFile(const std::string& name) {
   ReaderOptions reader = options_.reader;
   reader.files.clear();
   reader.paths = {absl::StrCat(options_.dir, "/", name)};
   reader.epochs = 1;
-  // One limit over the whole directory.
-  reader.max_bad_lines =
-      std::max<int64_t>(0, options_.reader.max_bad_lines - done_bad_lines_);
-  ASSIGN_OR_RETURN(current_, ClickLogReader::Open(reader));
-  current_file_ = name;
   last_taken_ = name;
   taken_.insert(name);
+  absl::StatusOr<std::unique_ptr<ClickLogReader>> opened =
+      ClickLogReader::Open(reader);
+  if (absl::IsNotFound(opened.status())) {
+    LOG(WARNING) << "--follow: " << options_.dir << "/" << name
+                 << " went before it was read: left out";
+    return false;
+  }
+  RETURN_IF_ERROR(opened.status());
+  current_ = *std::move(opened);
+  current_file_ = name;
   ++files_taken_;
   LOG(INFO) << "[worker " << options_.reader.worker_index << "] following "
             << options_.dir << ": " << name;
   if (name != options_.start.file || options_.start.file_examples == 0) {
-    return absl::OkStatus();
+    return true;
   }
   int64_t skipped = 0;
   std::vector<Example> batch;
@@ -151,7 +192,7 @@ absl::Status FollowReader::OpenFile(const std::string& name) {
   }
   LOG(INFO) << "[worker " << options_.reader.worker_index << "] going on in "
             << name << " after " << skipped << " examples";
-  return absl::OkStatus();
+  return true;
 }
 
 }  // namespace ps::worker

@@ -14,7 +14,11 @@
 // Worker i of n reads its share of every file (ClickLogReader's split of
 // one file: the i-th byte range of a plain file, every n-th line of a
 // gzip'd one), so that each new file is spread over every worker. Every
-// batch holds lines of one file (a file's last batch may be smaller).
+// batch holds lines of one file (a file's last batch may be smaller), and
+// says whether it is its file's last (the reader reads one batch ahead).
+// The bad-line limit applies to each file. A directory that cannot be
+// listed is looked at again at the next poll; a file that goes before it
+// is opened is left out (logged).
 //
 // Where it starts: a FollowPosition (the file and the examples of it this
 // worker trained on, as the coordinator and checkpoints record it) skips
@@ -73,6 +77,7 @@ class FollowReader : public ExampleSource {
 
   absl::StatusOr<bool> Next(std::vector<Example>* batch) override;
   std::string batch_file() const override { return batch_file_; }
+  bool batch_ends_file() const override { return batch_ends_file_; }
   // From Next()'s thread, or once it is done with the reader.
   int64_t lines() const override;
   int64_t bad_lines() const override;
@@ -88,9 +93,15 @@ class FollowReader : public ExampleSource {
 
   // The first complete file after the last one taken (`start.file` itself
   // at first, if it is there), or "" when there is none yet.
-  absl::StatusOr<std::string> NextCompleteFile();
-  // Opens `name` and, for the start file, skips the examples trained on.
-  absl::Status OpenFile(const std::string& name);
+  std::string NextCompleteFile();
+  // Waits for the next file and reads its first batch: false once
+  // cancelled or past `until`.
+  absl::StatusOr<bool> FirstBatchOfNextFile(std::vector<Example>* batch);
+  // Opens `name` and, for the start file, skips the examples trained on;
+  // false for a file that went before it was opened.
+  absl::StatusOr<bool> OpenFile(const std::string& name);
+  // Counts the current file's lines and closes it.
+  void FinishFile();
 
   const FollowOptions options_;
   absl::Notification cancelled_;
@@ -101,7 +112,14 @@ class FollowReader : public ExampleSource {
   std::string last_taken_;
   absl::btree_set<std::string> taken_, reported_late_;
   bool reached_until_ = false;
+  bool waiting_logged_ = false;
+  // The batch after the one Next() returned (of the same file), and an
+  // error reading it, which the next Next() returns.
+  std::vector<Example> ahead_;
+  bool have_ahead_ = false;
+  absl::Status deferred_;
   std::string batch_file_;
+  bool batch_ends_file_ = false;
   std::atomic<int64_t> files_taken_{0}, late_files_{0};
 };
 

@@ -67,8 +67,10 @@ FollowOptions Options(const std::string& dir) {
   return options;
 }
 
-// What `reader` gives until it ends: "<file>:<id>" per example.
-std::vector<std::string> ReadToEnd(FollowReader& reader) {
+// What `reader` gives until it ends: "<file>:<id>" per example; and, if
+// `ends` is given, the files whose last batch said so.
+std::vector<std::string> ReadToEnd(FollowReader& reader,
+                                   std::vector<std::string>* ends = nullptr) {
   std::vector<std::string> read;
   std::vector<Example> batch;
   while (true) {
@@ -78,6 +80,8 @@ std::vector<std::string> ReadToEnd(FollowReader& reader) {
     for (const Example& example : batch) {
       read.push_back(absl::StrCat(reader.batch_file(), ":", example.id));
     }
+    if (ends != nullptr && reader.batch_ends_file())
+      ends->push_back(absl::StrCat(reader.batch_file(), "@", read.size()));
   }
   return read;
 }
@@ -110,8 +114,12 @@ TEST(FollowReaderTest, TakesCompleteFilesInNameOrderAndWaitsForNewOnes) {
     absl::SleepFor(absl::Milliseconds(200));
     WriteFile(dir, "06.tsv", Lines("f", 2));
   });
-  const std::vector<std::string> read = ReadToEnd(**reader);
+  std::vector<std::string> ends;
+  const std::vector<std::string> read = ReadToEnd(**reader, &ends);
   writer.join();
+  // Each file's last batch says so, as it is returned.
+  EXPECT_EQ(ends, std::vector<std::string>(
+                      {"01.tsv.gz@6", "02.tsv@11", "03.tsv@14", "06.tsv@16"}));
   std::vector<std::string> expected = Tagged("01.tsv.gz", "a", 6);
   for (const auto& more : {Tagged("02.tsv", "b", 5), Tagged("03.tsv", "c", 3),
                            Tagged("06.tsv", "f", 2)}) {

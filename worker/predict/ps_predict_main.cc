@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,8 +40,10 @@ ABSL_FLAG(std::string, input, "",
           "comma-separated paths or globs, plain or gzip. Required.");
 ABSL_FLAG(std::string, out, "",
           "Where the probabilities go, one per input line, in input order; "
-          "\"ID<TAB>probability\" when the layout has an id column. Default: "
-          "none (only the AUC and logloss are printed).");
+          "\"ID<TAB>probability\" when the layout has an id column. Written "
+          "aside and renamed into place once every line is scored, so that a "
+          "run that fails leaves no half-written file (and an earlier one as "
+          "it was). Default: none (only the AUC and logloss are printed).");
 ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of the model's GEMMs.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
@@ -231,22 +235,38 @@ int main(int argc, char** argv) {
   auto reader = OpenInput(*layout);
   if (!reader.ok()) return Fail(reader.status());
 
+  const std::string out_path = absl::GetFlag(FLAGS_out);
+  const std::string scratch_path = out_path + ".partial";
   std::FILE* out = nullptr;
-  if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
-    out = std::fopen(path.c_str(), "w");
-    if (out == nullptr)
-      return Fail(absl::InternalError("cannot write " + path));
+  if (!out_path.empty()) {
+    out = std::fopen(scratch_path.c_str(), "w");
+    if (out == nullptr) {
+      return Fail(absl::InternalError(absl::StrCat(
+          "cannot write ", scratch_path, ": ", std::strerror(errno))));
+    }
   }
   ScoredLines scored;
   const absl::Time start = absl::Now();
   if (absl::Status status =
           ScoreInput(reader->get(), model->get(), &ctr, *layout, out, &scored);
       !status.ok()) {
+    if (out != nullptr) {
+      std::fclose(out);
+      std::remove(scratch_path.c_str());
+    }
     return Fail(status);
   }
-  if (out != nullptr && std::fclose(out) != 0)
-    return Fail(
-        absl::InternalError("cannot write " + absl::GetFlag(FLAGS_out)));
+  if (out != nullptr) {
+    const bool written = std::fflush(out) == 0 && fsync(fileno(out)) == 0;
+    const int error = errno;
+    if (std::fclose(out) != 0 || !written ||
+        std::rename(scratch_path.c_str(), out_path.c_str()) != 0) {
+      const int cause = written ? errno : error;
+      std::remove(scratch_path.c_str());
+      return Fail(absl::InternalError(
+          absl::StrCat("cannot write ", out_path, ": ", std::strerror(cause))));
+    }
+  }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf(
       "scored %lld lines in %.2f s (%.0f lines/s); %s; bad lines %lld\n",
