@@ -63,7 +63,6 @@ class FollowTrainingTest : public TrainingTest {
     }
     argv.push_back(absl::StrCat("--follow_until=part-", kFiles, ".tsv"));
     argv.push_back("--follow_poll_ms=50");
-    argv.push_back("--staleness=0");
     argv.push_back("--drain_seconds=20");
     return argv;
   }
@@ -77,8 +76,9 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   ASSERT_EQ(servers.size(), 1u);
 
   // Stopped in the middle of part-2 (a file is about 20 steps).
-  auto worker = ChildProcess::Start(FollowArgs(servers, {"--slow_step_ms=100"}),
-                                    false, dir_ + "/worker0.log");
+  auto worker = ChildProcess::Start(
+      FollowArgs(servers, {"--slow_step_ms=100", "--staleness=0"}), false,
+      dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
@@ -106,8 +106,9 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
 
   // The restart goes on in part-2; part-3 and part-4 arrive once it waits
   // for them.
-  auto again = ChildProcess::Start(FollowArgs(servers, {"--slow_step_ms=5"}),
-                                   false, dir_ + "/worker0.log");
+  auto again = ChildProcess::Start(
+      FollowArgs(servers, {"--slow_step_ms=5", "--staleness=0"}), false,
+      dir_ + "/worker0.log");
   ASSERT_TRUE(again.ok());
   for (int f = 3; f <= kFiles; ++f) {
     const std::string waiting =
@@ -139,6 +140,43 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   // learnt from the first ones.
   EXPECT_GT(second.Get("last_file_progressive_auc"), 0.6) << second.metrics;
   EXPECT_GT(second.Get("test_auc"), 0.6);
+  shards_.clear();
+}
+
+TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
+  SplitTrainingLines();
+  for (int f = 1; f <= kFiles; ++f) Deliver(f);
+  const std::vector<std::string> servers = StartShards(2);
+  ASSERT_EQ(servers.size(), 2u);
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    std::vector<std::string> argv = FollowArgs(servers, {"--staleness=async"});
+    for (std::string& arg : argv) {
+      if (arg == "--worker_index=0") arg = absl::StrCat("--worker_index=", w);
+      if (arg == "--num_workers=1") arg = "--num_workers=2";
+      if (arg == "--metrics_out=" + dir_ + "/worker0.json")
+        arg = absl::StrCat("--metrics_out=", dir_, "/worker", w, ".json");
+    }
+    auto worker = ChildProcess::Start(argv, false,
+                                      absl::StrCat(dir_, "/worker", w, ".log"));
+    ASSERT_TRUE(worker.ok());
+    workers.push_back(*std::move(worker));
+  }
+  int64_t examples = 0;
+  for (int w = 0; w < 2; ++w) {
+    const WorkerRun run = Collect(w, workers[w]->Wait(absl::Minutes(5)));
+    ASSERT_EQ(run.exit_code, 0) << run.log;
+    EXPECT_GT(run.Get("examples"), kTrainLines / 4) << "an uneven share";
+    examples += static_cast<int64_t>(run.Get("examples"));
+    for (int f = 1; f <= kFiles; ++f) {
+      EXPECT_NE(
+          run.metrics.find(absl::StrCat("\"file\": \"part-", f, ".tsv\"")),
+          std::string::npos)
+          << "worker " << w << " has no share of part-" << f << "\n"
+          << run.metrics;
+    }
+  }
+  EXPECT_EQ(examples, kTrainLines);
   shards_.clear();
 }
 
