@@ -7,10 +7,18 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
+#include "base/manifest.h"
+#include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_matchers.h"
+#include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, train);
+ABSL_DECLARE_FLAG(std::string, follow);
+ABSL_DECLARE_FLAG(std::string, follow_until);
+ABSL_DECLARE_FLAG(int32_t, epochs);
+ABSL_DECLARE_FLAG(std::string, resume_from);
 ABSL_DECLARE_FLAG(std::string, staleness);
 ABSL_DECLARE_FLAG(std::string, overlay_own_pushes);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -44,6 +52,54 @@ class TrainerFlagsTest : public ::testing::Test {
   // Every flag back to its default after each test.
   absl::FlagSaver saver_;
 };
+
+TEST_F(TrainerFlagsTest, FollowTakesTheDirectoryInsteadOfTrain) {
+  absl::SetFlag(&FLAGS_train, "");
+  absl::SetFlag(&FLAGS_follow, "/logs/hourly");
+  absl::SetFlag(&FLAGS_follow_until, "2026120123.tsv.gz");
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(options->follow_dir, "/logs/hourly");
+  EXPECT_EQ(options->follow_until, "2026120123.tsv.gz");
+  absl::SetFlag(&FLAGS_train, "train.tsv");
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(),
+                           "--train or --follow, not both"));
+  absl::SetFlag(&FLAGS_train, "");
+  absl::SetFlag(&FLAGS_epochs, 2);
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(), "--epochs"));
+  absl::SetFlag(&FLAGS_epochs, 1);
+  absl::SetFlag(&FLAGS_follow, "");
+  absl::SetFlag(&FLAGS_train, "train.tsv");
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(),
+                           "--follow_until needs --follow"));
+}
+
+TEST_F(TrainerFlagsTest, ResumeFromReadsTheWorkersPositionInTheCheckpoint) {
+  const std::string dir = FreshTestDir("resume_position");
+  CheckpointManifest manifest;
+  manifest.set_format_version(2);
+  manifest.set_routing_version(kRoutingVersion);
+  manifest.set_num_shards(1);
+  manifest.add_shards()->set_index(0);
+  *manifest.mutable_slot_map() = SlotMap::Initial(1).ToSpec();
+  CheckpointManifest::Worker* worker = manifest.add_workers();
+  worker->set_worker(1);
+  worker->set_clock(12);
+  worker->set_examples(4096 * 12);
+  worker->mutable_input_position()->set_file("2026120113.tsv.gz");
+  worker->mutable_input_position()->set_file_examples(8192);
+  ASSERT_OK(WriteManifest(dir, manifest));
+  absl::SetFlag(&FLAGS_train, "");
+  absl::SetFlag(&FLAGS_follow, "/logs/hourly");
+  absl::SetFlag(&FLAGS_resume_from, dir);
+  absl::SetFlag(&FLAGS_worker_index, 1);
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(options->resume_clock, 12);
+  EXPECT_EQ(options->resume_examples, 4096 * 12);
+  EXPECT_EQ(options->resume_position.file, "2026120113.tsv.gz");
+  EXPECT_EQ(options->resume_position.file_examples, 8192);
+}
 
 TEST_F(TrainerFlagsTest, TheDefaultsTrainTheCriteoLayoutBulkSynchronously) {
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
@@ -81,8 +137,8 @@ TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {
   EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(), "--hidden"));
   absl::SetFlag(&FLAGS_hidden, "64");
   absl::SetFlag(&FLAGS_train, "");
-  EXPECT_TRUE(
-      IsUsageError(TrainerOptionsFromFlags().status(), "--train (or --follow) is required"));
+  EXPECT_TRUE(IsUsageError(TrainerOptionsFromFlags().status(),
+                           "--train (or --follow) is required"));
   absl::SetFlag(&FLAGS_wire_format, "int8");
   EXPECT_TRUE(IsUsageError(ClientOptionsFromFlags().status(), "--wire_format"));
   absl::SetFlag(&FLAGS_drain_seconds, -1);
