@@ -136,8 +136,9 @@ kernels::ModelConfig ExportedModel::config() const {
 }
 
 absl::Status ExportedModel::Lookup(Table& table,
-                                   absl::Span<const uint64_t> keys,
-                                   float* out) {
+                                   absl::Span<const uint64_t> keys, float* out,
+                                   std::vector<bool>* found_keys) {
+  if (found_keys != nullptr) found_keys->assign(keys.size(), false);
   const size_t dim = table.spec.dim();
   const size_t value_bytes = dim * (table.half ? 2 : 4);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -165,6 +166,7 @@ absl::Status ExportedModel::Lookup(Table& table,
       table.initializer.Fill(keys[i], absl::MakeSpan(row, dim));
       continue;
     }
+    if (found_keys != nullptr) (*found_keys)[i] = true;
     const rocksdb::Slice value = it->value();
     if (value.size() != value_bytes) {
       return absl::DataLossError(absl::StrCat(
@@ -182,6 +184,29 @@ absl::Status ExportedModel::Lookup(Table& table,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> ExportedModel::LookupRows(const std::string& table,
+                                              absl::Span<const uint64_t> keys,
+                                              std::vector<float>* values,
+                                              std::vector<bool>* found) {
+  Table* looked_up = nullptr;
+  for (Table* candidate : {embedding_.get(), wide_.get()}) {
+    if (candidate != nullptr && candidate->spec.name() == table)
+      looked_up = candidate;
+  }
+  if (looked_up == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "the model has no table ", table,
+        " to look rows up in (its sparse "
+        "tables: ",
+        embedding_ != nullptr ? embedding_->spec.name() + ", " : "",
+        wide_->spec.name(), ")"));
+  }
+  const int dim = static_cast<int>(looked_up->spec.dim());
+  values->resize(keys.size() * dim);
+  RETURN_IF_ERROR(Lookup(*looked_up, keys, values->data(), found));
+  return dim;
 }
 
 absl::Status ExportedModel::Fetch(ModelInputs* inputs) {

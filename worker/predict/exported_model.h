@@ -51,12 +51,22 @@ class ExportedModel {
   // model_inputs.h) and the dense parameters.
   absl::Status Fetch(ModelInputs* inputs);
 
+  // `keys`' rows of `table` (the embedding or the wide table) into
+  // `values` (dim floats per key), whether each was in the export into
+  // `found` (if not, its initial row); returns the table's dim. NOT_FOUND,
+  // naming the tables there are, for another table.
+  absl::StatusOr<int> LookupRows(const std::string& table,
+                                 absl::Span<const uint64_t> keys,
+                                 std::vector<float>* values,
+                                 std::vector<bool>* found);
+
  private:
   struct Table;
   ExportedModel() = default;
-  // Writes `keys`' rows of `table` into `out` (dim floats each).
-  absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys,
-                      float* out);
+  // Writes `keys`' rows of `table` into `out` (dim floats each), and
+  // whether each was in the export into `found` unless it is null.
+  absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys, float* out,
+                      std::vector<bool>* found = nullptr);
 
   ExportManifest manifest_;
   // Which shard's part holds a key's row.

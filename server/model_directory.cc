@@ -1,0 +1,83 @@
+#include "server/model_directory.h"
+
+#include <filesystem>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/manifest.h"
+#include "glog/logging.h"
+
+namespace ps::server {
+
+absl::StatusOr<std::unique_ptr<ModelDirectory>> ModelDirectory::Start(
+    const ModelDirectoryOptions& options) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(options.dir, error)) {
+    return absl::NotFoundError(
+        absl::StrCat("--model_dir ", options.dir, " is not a directory"));
+  }
+  auto directory = std::unique_ptr<ModelDirectory>(new ModelDirectory(options));
+  directory->LookOnce();
+  directory->watcher_ = std::thread([raw = directory.get()] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(raw->options_.poll)) {
+      raw->LookOnce();
+    }
+  });
+  return directory;
+}
+
+ModelDirectory::~ModelDirectory() {
+  stop_.Notify();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void ModelDirectory::LookOnce() {
+  // The newest complete export: by cut, then by name.
+  std::tuple<int64_t, std::string> newest{-1, ""};
+  std::error_code error;
+  for (std::filesystem::directory_iterator entry(options_.dir, error), end;
+       !error && entry != end; entry.increment(error)) {
+    std::error_code ignored;
+    if (!entry->is_directory(ignored)) continue;
+    const std::string name = entry->path().filename().string();
+    if (name.empty() || name[0] == '.' || failed_.contains(name)) continue;
+    absl::StatusOr<ExportManifest> manifest =
+        ReadExportManifest(entry->path().string());
+    if (!manifest.ok()) continue;  // not an export, or not finished yet
+    newest = std::max(newest, std::make_tuple(manifest->cut(), name));
+  }
+  if (error) {
+    LOG_EVERY_N(WARNING, 60) << "cannot list --model_dir " << options_.dir
+                             << ": " << error.message();
+    return;
+  }
+  const auto& [cut, name] = newest;
+  if (name.empty()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_ != nullptr &&
+        std::make_tuple(current_->cut(), current_->version()) >= newest) {
+      return;
+    }
+  }
+  const std::string dir = absl::StrCat(options_.dir, "/", name);
+  absl::StatusOr<std::unique_ptr<ServingModel>> loaded =
+      ServingModel::Open(dir, options_.scorers);
+  if (!loaded.ok()) {
+    LOG(ERROR) << "cannot serve " << dir << ": " << loaded.status()
+               << " (not tried again; serving the model before it)";
+    failed_.insert(name);
+    return;
+  }
+  std::shared_ptr<ServingModel> model = std::move(loaded).value();
+  LOG(INFO) << "serving " << dir << " (cut " << cut << ")";
+  {
+    absl::MutexLock lock(&mu_);
+    current_ = model;
+  }
+  if (options_.on_swap) options_.on_swap(*model);
+}
+
+}  // namespace ps::server

@@ -1,0 +1,77 @@
+// File: server/model_directory.h
+//
+// ModelDirectory follows ps_serve's --model_dir, a directory that exports
+// arrive in (ps_admin export --dir=MODEL_DIR/NAME): the newest complete
+// export there (a subdirectory with an export's MANIFEST.json, which
+// ps_admin writes last; newest by its cut, then by name) is the one
+// served. A newer one is loaded beside the one serving and then swapped in
+// whole: a request holds the model it started with (a shared_ptr), so it
+// sees one export entirely and never waits beyond the pointer swap. An
+// export that does not load is logged and not tried again; the one serving
+// goes on.
+//
+// Thread-safe.
+
+#ifndef PS_SERVER_MODEL_DIRECTORY_H_
+#define PS_SERVER_MODEL_DIRECTORY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/serving_model.h"
+
+namespace ps::server {
+
+struct ModelDirectoryOptions {
+  // REQUIRES: exists.
+  std::string dir;
+  // How often to look for a newer export. Default: 1 s.
+  absl::Duration poll = absl::Seconds(1);
+  // Scorers per loaded model (ServingModel::Open). Default: 1.
+  int scorers = 1;
+  // Called with each model swapped in (metrics, health), from the
+  // watcher's thread; may be empty.
+  std::function<void(const ServingModel&)> on_swap;
+};
+
+class ModelDirectory {
+ public:
+  // Looks once (loading the newest export, if any) and starts following.
+  // NOT_FOUND if `dir` is not a directory.
+  static absl::StatusOr<std::unique_ptr<ModelDirectory>> Start(
+      const ModelDirectoryOptions& options);
+  ~ModelDirectory();
+
+  // The model serving now; null before the first export loaded.
+  std::shared_ptr<ServingModel> current() const {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+
+ private:
+  explicit ModelDirectory(const ModelDirectoryOptions& options)
+      : options_(options) {}
+  // Loads and swaps in the newest export if it is newer than the one
+  // serving.
+  void LookOnce();
+
+  const ModelDirectoryOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<ServingModel> current_ ABSL_GUARDED_BY(mu_);
+  // The watcher's: exports that did not load.
+  absl::flat_hash_set<std::string> failed_;
+  absl::Notification stop_;
+  std::thread watcher_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_MODEL_DIRECTORY_H_

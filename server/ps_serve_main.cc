@@ -1,0 +1,245 @@
+// ps_serve: serves exported models (ps_admin export) over gRPC with no shard
+// running: Predict scores click-log lines, Lookup reads rows, each answer
+// naming the export it used. It follows --model_dir and swaps each newer
+// export in whole (server/model_directory.h). See README.md and --help.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/build_info.h"
+#include "base/exit_codes.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "net/metrics_endpoint.h"
+#include "net/tls_credentials.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/model_directory.h"
+#include "server/serving_service.h"
+
+ABSL_FLAG(std::string, model_dir, "",
+          "The directory exports arrive in (ps_admin export "
+          "--dir=MODEL_DIR/NAME): the newest complete one, by its cut, is "
+          "served, and each newer one swapped in whole. Required.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
+          "host:port to serve on. Port 0 picks a free port and prints it as "
+          "'ps_serve listening on HOST:PORT'. Binds loopback unless told "
+          "otherwise (e.g. 0.0.0.0:50061).");
+ABSL_FLAG(int32_t, poll_ms, 1000,
+          "How often to look for a newer export in --model_dir.");
+ABSL_FLAG(int32_t, scorers, 0,
+          "Requests scored at once (each scorer holds the export's readers "
+          "and a CPU backend); 0: one per core.");
+ABSL_FLAG(int64_t, max_lines_per_request, 65536,
+          "The most lines one Predict may score.");
+ABSL_FLAG(int64_t, max_keys_per_request, 1 << 20,
+          "The most keys one Lookup may ask for.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics): requests "
+          "and their latency by method and code, the model's cut and its "
+          "age. Port 0 picks a free one (logged). Empty: none.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle: accept only clients whose certificate it signed "
+          "(mutual TLS). Needs --tls_cert and --tls_key.");
+ABSL_FLAG(bool, allow_insecure_remote, false,
+          "Without TLS ps_serve listens only on loopback; this lets it listen "
+          "beyond it in plaintext, on a network you trust.");
+
+namespace {
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "ps_serve: %s\n", message.c_str());
+  return code;
+}
+
+// What the Prometheus endpoint shows.
+struct ServeMetrics {
+  std::shared_ptr<prometheus::Registry> registry =
+      std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>* requests = nullptr;
+  prometheus::Family<prometheus::Histogram>* latency = nullptr;
+  prometheus::Gauge* cut = nullptr;
+  prometheus::Gauge* age = nullptr;
+  prometheus::Counter* swaps = nullptr;
+
+  ServeMetrics() {
+    requests = &prometheus::BuildCounter()
+                    .Name("ps_serve_requests_total")
+                    .Help("Calls answered, by method and gRPC code.")
+                    .Register(*registry);
+    latency = &prometheus::BuildHistogram()
+                   .Name("ps_serve_request_seconds")
+                   .Help("Time to answer a call, by method.")
+                   .Register(*registry);
+    cut = &prometheus::BuildGauge()
+               .Name("ps_serve_model_cut")
+               .Help(
+                   "The training clock the served export was cut at (the "
+                   "model's version; 0 before one is loaded).")
+               .Register(*registry)
+               .Add({});
+    age = &prometheus::BuildGauge()
+               .Name("ps_serve_model_age_seconds")
+               .Help(
+                   "Seconds since the served export was written: how far "
+                   "serving is behind training (0 before one is loaded).")
+               .Register(*registry)
+               .Add({});
+    swaps = &prometheus::BuildCounter()
+                 .Name("ps_serve_model_swaps_total")
+                 .Help("Exports swapped in.")
+                 .Register(*registry)
+                 .Add({});
+  }
+
+  void Observe(absl::string_view method, grpc::StatusCode code,
+               absl::Duration time) {
+    requests
+        ->Add({{"method", std::string(method)},
+               {"code", absl::StrCat(static_cast<int>(code))}})
+        .Increment();
+    prometheus::Histogram::BucketBoundaries buckets;
+    for (double bound = 1e-4; bound < 10; bound *= 2) buckets.push_back(bound);
+    latency->Add({{"method", std::string(method)}}, buckets)
+        .Observe(absl::ToDoubleSeconds(time));
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves exported models over gRPC (ps.Serving: Predict, Lookup), "
+      "following a directory of exports.\n\nExample:\n  ps_serve "
+      "--model_dir=/exports --listen=127.0.0.1:50061");
+  ps::SetVersionFlag("ps_serve", {});
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // SIGTERM and SIGINT are waited for below, in this thread alone.
+  sigset_t shutdown_signals;
+  sigemptyset(&shutdown_signals);
+  sigaddset(&shutdown_signals, SIGTERM);
+  sigaddset(&shutdown_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+
+  const std::string model_dir = absl::GetFlag(FLAGS_model_dir);
+  if (model_dir.empty()) return Fail(ps::kExitUsage, "--model_dir is required");
+  if (absl::GetFlag(FLAGS_poll_ms) <= 0 || absl::GetFlag(FLAGS_scorers) < 0 ||
+      absl::GetFlag(FLAGS_max_lines_per_request) <= 0 ||
+      absl::GetFlag(FLAGS_max_keys_per_request) <= 0) {
+    return Fail(ps::kExitUsage,
+                "--poll_ms, --max_lines_per_request and "
+                "--max_keys_per_request must be > 0, --scorers >= 0");
+  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  ps::TlsFiles tls;
+  tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_tls_key);
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  if (tls.cert.empty() && !absl::GetFlag(FLAGS_allow_insecure_remote) &&
+      !ps::IsLoopbackAddress(listen)) {
+    return Fail(ps::kExitUsage,
+                absl::StrCat("refusing to listen on ", listen,
+                             " without TLS: give --tls_cert and --tls_key "
+                             "(and --tls_ca for mutual TLS), or "
+                             "--allow_insecure_remote on a network you trust"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ps::ServerCredentials(tls);
+  if (!credentials.ok()) {
+    return Fail(ps::kExitUsage, credentials.status().ToString());
+  }
+
+  ServeMetrics metrics;
+  std::unique_ptr<ps::MetricsEndpoint> endpoint;
+  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
+    absl::StatusOr<std::unique_ptr<ps::MetricsEndpoint>> started =
+        ps::MetricsEndpoint::Start(at);
+    if (!started.ok()) return Fail(ps::kExitUsage, started.status().ToString());
+    endpoint = *std::move(started);
+    endpoint->Register(metrics.registry);
+    LOG(INFO) << "metrics on http://" << endpoint->address() << "/metrics";
+  }
+
+  // Set once the server is up; the watcher's thread reads it at a swap.
+  std::atomic<grpc::Server*> server_for_health{nullptr};
+  ps::server::ModelDirectoryOptions directory_options;
+  directory_options.dir = model_dir;
+  directory_options.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
+  directory_options.scorers =
+      absl::GetFlag(FLAGS_scorers) > 0
+          ? absl::GetFlag(FLAGS_scorers)
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  directory_options.on_swap = [&](const ps::server::ServingModel& model) {
+    metrics.cut->Set(static_cast<double>(model.cut()));
+    metrics.swaps->Increment();
+    if (grpc::Server* server = server_for_health.load(); server != nullptr)
+      server->GetHealthCheckService()->SetServingStatus(true);
+  };
+  absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
+      ps::server::ModelDirectory::Start(directory_options);
+  if (!models.ok()) return Fail(ps::kExitUsage, models.status().ToString());
+
+  ps::server::ServingServiceOptions service_options;
+  service_options.max_lines_per_request =
+      absl::GetFlag(FLAGS_max_lines_per_request);
+  service_options.max_keys_per_request =
+      absl::GetFlag(FLAGS_max_keys_per_request);
+  service_options.observe =
+      [&metrics](absl::string_view method, grpc::StatusCode code,
+                 absl::Duration time) { metrics.Observe(method, code, time); };
+  ps::server::ServingService service(service_options, models->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, *credentials, &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(ps::kExitUnavailable,
+                absl::StrCat("cannot listen on ", listen));
+  }
+  // NOT_SERVING until a model is loaded.
+  server->GetHealthCheckService()->SetServingStatus((*models)->current() !=
+                                                    nullptr);
+  server_for_health.store(server.get());
+  if ((*models)->current() != nullptr) {
+    metrics.cut->Set(static_cast<double>((*models)->current()->cut()));
+  }
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  std::printf("ps_serve listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  // Until SIGTERM or SIGINT, keeping the model's age current.
+  const timespec second = {1, 0};
+  while (sigtimedwait(&shutdown_signals, nullptr, &second) < 0) {
+    if (const auto model = (*models)->current(); model != nullptr) {
+      metrics.age->Set(
+          absl::ToDoubleSeconds(absl::Now() - model->created_at()));
+    }
+  }
+  LOG(INFO) << "shutting down";
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return 0;
+}

@@ -1,0 +1,79 @@
+// File: server/serving_model.h
+//
+// ServingModel is one export (ps_admin export) loaded for ps_serve: it
+// scores click-log lines and looks rows up for several request threads at
+// once. An ExportedModel (worker/predict/exported_model.h) reads its SST
+// parts through iterators of one thread, so the model holds a pool of
+// `scorers` of them, each with its own CPU backend, and a request waits
+// for a free one. The scores are ps_predict's: the same reader of the
+// export, the same line parser and the same model code.
+//
+// Thread-safe.
+
+#ifndef PS_SERVER_SERVING_MODEL_H_
+#define PS_SERVER_SERVING_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "kernels/ctr_model.h"
+#include "worker/predict/exported_model.h"
+
+namespace ps::server {
+
+class ServingModel {
+ public:
+  // Opens the export in `dir` `scorers` times (at least 1). The export's
+  // errors (worker/predict/exported_model.h).
+  static absl::StatusOr<std::unique_ptr<ServingModel>> Open(
+      const std::string& dir, int scorers);
+
+  // The export's directory name (its version), the training clock it was
+  // cut at, and when it was written.
+  const std::string& version() const { return version_; }
+  int64_t cut() const { return cut_; }
+  absl::Time created_at() const { return created_at_; }
+
+  // One click probability per line (in the export's layout, the label
+  // column optional). INVALID_ARGUMENT naming the line (from 0) that does
+  // not parse.
+  absl::StatusOr<std::vector<float>> Predict(
+      absl::Span<const std::string> lines);
+
+  // `keys`' rows of `table` (dim floats each) and whether the export holds
+  // each; the dim. NOT_FOUND for a table the model does not have.
+  absl::StatusOr<int> Lookup(const std::string& table,
+                             absl::Span<const uint64_t> keys,
+                             std::vector<float>* values,
+                             std::vector<bool>* found);
+
+ private:
+  struct Scorer {
+    std::unique_ptr<worker::ExportedModel> model;
+    std::unique_ptr<kernels::Backend> backend;
+    std::unique_ptr<kernels::CtrModel> ctr;
+  };
+  // Waits for an idle scorer; gives it back.
+  std::unique_ptr<Scorer> Acquire();
+  void Release(std::unique_ptr<Scorer> scorer);
+
+  ServingModel() = default;
+
+  std::string version_;
+  int64_t cut_ = 0;
+  absl::Time created_at_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Scorer>> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SERVING_MODEL_H_

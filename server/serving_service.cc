@@ -1,0 +1,87 @@
+#include "server/serving_service.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "net/grpc_status.h"
+
+namespace ps::server {
+namespace {
+
+grpc::Status NoModel() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "no model loaded yet: --model_dir holds no complete "
+                      "export (ps_admin export --dir=MODEL_DIR/NAME)");
+}
+
+}  // namespace
+
+grpc::Status ServingService::Observed(absl::string_view method,
+                                      absl::Time start,
+                                      grpc::Status status) const {
+  if (options_.observe)
+    options_.observe(method, status.error_code(), absl::Now() - start);
+  return status;
+}
+
+grpc::Status ServingService::Predict(grpc::ServerContext*,
+                                     const PredictRequest* request,
+                                     PredictResponse* response) {
+  const absl::Time start = absl::Now();
+  if (request->lines_size() > options_.max_lines_per_request) {
+    return Observed("Predict", start,
+                    grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat(request->lines_size(),
+                                              " lines in one Predict; at most ",
+                                              options_.max_lines_per_request,
+                                              " (--max_lines_per_request)")));
+  }
+  const std::shared_ptr<ServingModel> model = models_->current();
+  if (model == nullptr) return Observed("Predict", start, NoModel());
+  const std::vector<std::string> lines(request->lines().begin(),
+                                       request->lines().end());
+  absl::StatusOr<std::vector<float>> probabilities = model->Predict(lines);
+  if (!probabilities.ok()) {
+    return Observed("Predict", start,
+                    net::ToGrpcStatus(probabilities.status()));
+  }
+  response->mutable_probabilities()->Add(probabilities->begin(),
+                                         probabilities->end());
+  response->set_model_version(model->version());
+  response->set_model_cut(model->cut());
+  return Observed("Predict", start, grpc::Status::OK);
+}
+
+grpc::Status ServingService::Lookup(grpc::ServerContext*,
+                                    const LookupRequest* request,
+                                    LookupResponse* response) {
+  const absl::Time start = absl::Now();
+  if (request->keys_size() > options_.max_keys_per_request) {
+    return Observed("Lookup", start,
+                    grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat(request->keys_size(),
+                                              " keys in one Lookup; at most ",
+                                              options_.max_keys_per_request,
+                                              " (--max_keys_per_request)")));
+  }
+  const std::shared_ptr<ServingModel> model = models_->current();
+  if (model == nullptr) return Observed("Lookup", start, NoModel());
+  std::vector<float> values;
+  std::vector<bool> found;
+  absl::StatusOr<int> dim = model->Lookup(
+      request->table(),
+      absl::MakeConstSpan(request->keys().data(), request->keys().size()),
+      &values, &found);
+  if (!dim.ok())
+    return Observed("Lookup", start, net::ToGrpcStatus(dim.status()));
+  response->mutable_values()->Add(values.begin(), values.end());
+  for (bool f : found) response->add_found(f);
+  response->set_dim(static_cast<uint32_t>(*dim));
+  response->set_model_version(model->version());
+  response->set_model_cut(model->cut());
+  return Observed("Lookup", start, grpc::Status::OK);
+}
+
+}  // namespace ps::server

@@ -1,0 +1,166 @@
+// ps_serve against real processes: a model trained on a shard and exported
+// into a model directory is served over gRPC with ps_predict's scores; a
+// newer export swapped in is used within a bounded time; bad requests get
+// clear errors.
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_split.h"
+#include "grpcpp/create_channel.h"
+#include "proto/serving.grpc.pb.h"
+#include "tests/training_cluster.h"
+#include "worker/input/features.h"
+
+namespace ps::testing {
+namespace {
+
+std::vector<std::string> FirstLines(const std::string& path, int count) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line;
+       lines.size() < static_cast<size_t>(count) && std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::vector<float> Scores(const std::string& path) {
+  std::vector<float> scores;
+  std::ifstream in(path);
+  for (float score; in >> score;) scores.push_back(score);
+  return scores;
+}
+
+class ServeTest : public TrainingTest {
+ protected:
+  // Exports the shards' model into model_/`name` and scores the test lines
+  // with ps_predict: the probabilities.
+  std::vector<float> ExportAndPredict(const std::vector<std::string>& servers,
+                                      const std::string& name) {
+    EXPECT_EQ(RunToCompletion({BinaryPath("ops/ps_admin"),
+                               "--servers=" + absl::StrJoin(servers, ","),
+                               "--dir=" + model_ + "/" + name, "export"},
+                              dir_ + "/export.log"),
+              0)
+        << ReadFile(dir_ + "/export.log");
+    const std::string scores = dir_ + "/" + name + ".scores";
+    EXPECT_EQ(
+        RunToCompletion({BinaryPath("worker/predict/ps_predict"),
+                         "--model=" + model_ + "/" + name,
+                         "--input=" + *data_ + "/test.tsv", "--out=" + scores},
+                        dir_ + "/predict.log"),
+        0)
+        << ReadFile(dir_ + "/predict.log");
+    return Scores(scores);
+  }
+
+  std::string model_;
+};
+
+TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
+  model_ = dir_ + "/models";
+  std::filesystem::create_directories(model_);
+  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(servers.size(), 1u);
+  ASSERT_EQ(RunToCompletion(WorkerArgs(servers, 0, 1, {"--staleness=0"}),
+                            dir_ + "/worker0.log", absl::Minutes(5)),
+            0)
+      << ReadFile(dir_ + "/worker0.log");
+  const std::vector<float> first = ExportAndPredict(servers, "export-1");
+  ASSERT_EQ(first.size(), static_cast<size_t>(kTestLines));
+
+  auto serve = ChildProcess::Start(
+      {BinaryPath("server/ps_serve"), "--model_dir=" + model_,
+       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=2"},
+      /*capture_stdout=*/true, dir_ + "/serve.log");
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  absl::StatusOr<std::string> listening =
+      (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
+  ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
+  const std::string prefix = "ps_serve listening on ";
+  ASSERT_EQ(listening->rfind(prefix, 0), 0u) << *listening;
+  auto stub = Serving::NewStub(grpc::CreateChannel(
+      listening->substr(prefix.size()), grpc::InsecureChannelCredentials()));
+
+  const std::vector<std::string> lines = FirstLines(*data_ + "/test.tsv", 2000);
+  auto predict = [&](const std::vector<std::string>& request_lines,
+                     PredictResponse* response) {
+    PredictRequest request;
+    for (const std::string& line : request_lines) request.add_lines(line);
+    grpc::ClientContext context;
+    return stub->Predict(&context, request, response);
+  };
+  PredictResponse response;
+  ASSERT_TRUE(predict(lines, &response).ok());
+  EXPECT_EQ(response.model_version(), "export-1");
+  EXPECT_GT(response.model_cut(), 0);
+  ASSERT_EQ(response.probabilities_size(), 2000);
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_NEAR(response.probabilities(i), first[i], 1e-6) << "line " << i;
+  }
+
+  // Bad requests: a line the layout does not read, a table the model lacks.
+  std::vector<std::string> bad = {lines[0], lines[1], "not a click log"};
+  grpc::Status status = predict(bad, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("line 2"), std::string::npos)
+      << status.error_message();
+  LookupRequest lookup;
+  lookup.set_table("no_such_table");
+  lookup.add_keys(1);
+  LookupResponse rows;
+  {
+    grpc::ClientContext context;
+    status = stub->Lookup(&context, lookup, &rows);
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("wide_deep.wide"), std::string::npos)
+      << status.error_message();
+  // The wide weight of a value the training lines hold is in the model; a
+  // key never pushed is not, and gets its initial row.
+  const std::string first_line = FirstLines(*data_ + "/train.tsv", 1)[0];
+  std::vector<std::string> columns = absl::StrSplit(first_line, '\t');
+  ASSERT_EQ(columns.size(), 40u);
+  lookup.set_table("wide_deep.wide");
+  lookup.clear_keys();
+  lookup.add_keys(worker::FeatureKey(0, columns[14]));
+  lookup.add_keys(12345);
+  {
+    grpc::ClientContext context;
+    status = stub->Lookup(&context, lookup, &rows);
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(rows.dim(), 1u);
+  ASSERT_EQ(rows.found_size(), 2);
+  EXPECT_TRUE(rows.found(0));
+  EXPECT_FALSE(rows.found(1));
+  EXPECT_EQ(rows.values_size(), 2);
+  EXPECT_EQ(rows.model_version(), "export-1");
+
+  // More training, a newer export: served within a few polls, with its
+  // own scores.
+  ASSERT_EQ(RunToCompletion(WorkerArgs(servers, 0, 1, {"--staleness=0"}),
+                            dir_ + "/worker0.log", absl::Minutes(5)),
+            0)
+      << ReadFile(dir_ + "/worker0.log");
+  const std::vector<float> second = ExportAndPredict(servers, "export-2");
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    ASSERT_TRUE(predict(lines, &response).ok());
+  } while (response.model_version() != "export-2" && absl::Now() < deadline &&
+           (absl::SleepFor(absl::Milliseconds(50)), true));
+  ASSERT_EQ(response.model_version(), "export-2")
+      << ReadFile(dir_ + "/serve.log");
+  bool differs = false;
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_NEAR(response.probabilities(i), second[i], 1e-6) << "line " << i;
+    differs = differs || std::abs(second[i] - first[i]) > 1e-4;
+  }
+  EXPECT_TRUE(differs) << "the second export scores as the first";
+  EXPECT_EQ((*serve)->SignalAndWait(SIGTERM), 0);
+  shards_.clear();
+}
+
+}  // namespace
+}  // namespace ps::testing
