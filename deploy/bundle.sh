@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs ps_server, ps_worker, ps_admin, ps_predict and clicklog_gen with every
+# Packs ps_server, ps_serve, ps_worker, ps_admin, ps_predict and clicklog_gen with every
 # shared library they load, except glibc's and CUDA's, and the CUDA backend
 # (libps_cuda_backend.so, where the build has one), into one tarball that
 # runs wherever it is unpacked, with no Debian package installed:
@@ -35,9 +35,10 @@ fi
 binaries=("$@")
 if [ ${#binaries[@]} -eq 0 ]; then
   (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
-    //ops:ps_admin //worker:ps_worker //worker/predict:ps_predict //worker/datagen:clicklog_gen)
-  for path in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_predict \
-    worker/datagen/clicklog_gen kernels/libps_cuda_backend.so; do
+    //server:ps_serve //ops:ps_admin //worker:ps_worker //worker/predict:ps_predict \
+    //worker/datagen:clicklog_gen)
+  for path in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
+    worker/predict/ps_predict worker/datagen/clicklog_gen kernels/libps_cuda_backend.so; do
     [ -e "$here/bazel-bin/$path" ] && binaries+=("$here/bazel-bin/$path")
   done
 fi

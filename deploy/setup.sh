@@ -15,7 +15,8 @@ packages=(
   libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev nlohmann-json3-dev
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
-  python3-matplotlib python3-yaml openssl patchelf prometheus-cpp-dev prometheus
+  python3-matplotlib python3-yaml python3-grpcio python3-protobuf openssl patchelf
+  prometheus-cpp-dev prometheus
   etcd-server
 )
 

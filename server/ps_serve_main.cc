@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
           "host:port to serve on. Port 0 picks a free port and prints it as "
           "'ps_serve listening on HOST:PORT'. Binds loopback unless told "
           "otherwise (e.g. 0.0.0.0:50061).");
+ABSL_FLAG(std::string, health_listen, "",
+          "Also serve gRPC's standard health service alone, in plaintext, on "
+          "this host:port (for Kubernetes' gRPC probe when --listen speaks "
+          "TLS). SERVING once a model is loaded. Empty: none.");
 ABSL_FLAG(int32_t, poll_ms, 1000,
           "How often to look for a newer export in --model_dir.");
 ABSL_FLAG(int32_t, scorers, 0,
@@ -180,8 +184,9 @@ int main(int argc, char** argv) {
     LOG(INFO) << "metrics on http://" << endpoint->address() << "/metrics";
   }
 
-  // Set once the server is up; the watcher's thread reads it at a swap.
+  // Set once the servers are up; the watcher's thread reads them at a swap.
   std::atomic<grpc::Server*> server_for_health{nullptr};
+  std::atomic<grpc::Server*> health_server_for_health{nullptr};
   ps::server::ModelDirectoryOptions directory_options;
   directory_options.dir = model_dir;
   directory_options.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
@@ -192,8 +197,11 @@ int main(int argc, char** argv) {
   directory_options.on_swap = [&](const ps::server::ServingModel& model) {
     metrics.cut->Set(static_cast<double>(model.cut()));
     metrics.swaps->Increment();
-    if (grpc::Server* server = server_for_health.load(); server != nullptr)
-      server->GetHealthCheckService()->SetServingStatus(true);
+    for (grpc::Server* server :
+         {server_for_health.load(), health_server_for_health.load()}) {
+      if (server != nullptr)
+        server->GetHealthCheckService()->SetServingStatus(true);
+    }
   };
   absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
       ps::server::ModelDirectory::Start(directory_options);
@@ -220,10 +228,27 @@ int main(int argc, char** argv) {
     return Fail(ps::kExitUnavailable,
                 absl::StrCat("cannot listen on ", listen));
   }
+  std::unique_ptr<grpc::Server> health_server;
+  if (const std::string at = absl::GetFlag(FLAGS_health_listen); !at.empty()) {
+    grpc::ServerBuilder health;
+    int health_port = 0;
+    health.AddListeningPort(at, grpc::InsecureServerCredentials(),
+                            &health_port);
+    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_server = health.BuildAndStart();
+    if (health_server == nullptr || health_port == 0) {
+      return Fail(ps::kExitUnavailable, absl::StrCat("cannot listen on ", at));
+    }
+  }
   // NOT_SERVING until a model is loaded.
-  server->GetHealthCheckService()->SetServingStatus((*models)->current() !=
-                                                    nullptr);
+  for (grpc::Server* each : {server.get(), health_server.get()}) {
+    if (each != nullptr) {
+      each->GetHealthCheckService()->SetServingStatus((*models)->current() !=
+                                                      nullptr);
+    }
+  }
   server_for_health.store(server.get());
+  health_server_for_health.store(health_server.get());
   if ((*models)->current() != nullptr) {
     metrics.cut->Set(static_cast<double>((*models)->current()->cut()));
   }
@@ -241,5 +266,6 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "shutting down";
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (health_server != nullptr) health_server->Shutdown();
   return 0;
 }

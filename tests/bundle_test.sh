@@ -19,20 +19,20 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
 [ -e "$cuda_backend" ] || cuda_backend=""
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
-  "$runfiles/server/ps_server" "$runfiles/ops/ps_admin" \
+  "$runfiles/server/ps_server" "$runfiles/server/ps_serve" "$runfiles/ops/ps_admin" \
   "$runfiles/worker/ps_worker" "$runfiles/worker/predict/ps_predict" \
   "$runfiles/worker/datagen/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
 mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
 bundle=$(realpath "$work/unpacked/ps-bundle")
-for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
+for name in ps_server ps_serve ps_admin ps_worker ps_predict clicklog_gen; do
   [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
 done
 
 # MANIFEST names the commit every binary's --version reports.
 manifest_commit=$(sed -n '1s/^ps-bundle from \([^,]*\),.*/\1/p' "$bundle/MANIFEST")
 [[ "$manifest_commit" =~ ^[0-9a-f]{12}(-dirty)?$ ]] || fail "MANIFEST: $(head -1 "$bundle/MANIFEST")"
-for name in ps_server ps_admin ps_worker ps_predict clicklog_gen; do
+for name in ps_server ps_serve ps_admin ps_worker ps_predict clicklog_gen; do
   version=$(env -i "$bundle/bin/$name" --version) || fail "$name --version exited non-zero"
   [ "$version" = "$name $manifest_commit $(cut -d' ' -f3- <<<"$version")" ] ||
     fail "$name --version says $version, MANIFEST $manifest_commit"

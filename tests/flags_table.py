@@ -16,6 +16,7 @@ import sys
 
 BINARIES = [
     "server/ps_server",
+    "server/ps_serve",
     "worker/ps_worker",
     "ops/ps_admin",
     "worker/predict/ps_predict",

@@ -2,7 +2,8 @@
 """Checks deploy/k8s/ and the deploy/ scripts against the binaries.
 
 Every manifest parses (python3-yaml); every flag a manifest or a deploy/
-script passes to ps_server, ps_worker, ps_admin, ps_predict or clicklog_gen
+script passes to ps_server, ps_serve, ps_worker, ps_admin, ps_predict or
+clicklog_gen
 is one that binary's --helpfull lists; and the names and ports agree: the
 headless Service and the StatefulSet, the probes and the container ports,
 the shard count (the replicas, copied by kustomization.yaml) and the names
@@ -20,6 +21,7 @@ import yaml
 RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ".."), "parameter_server")
 BINARIES = {
     "ps_server": "server/ps_server",
+    "ps_serve": "server/ps_serve",
     "ps_admin": "ops/ps_admin",
     "ps_worker": "worker/ps_worker",
     "ps_predict": "worker/predict/ps_predict",

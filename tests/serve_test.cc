@@ -100,6 +100,30 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
     ASSERT_NEAR(response.probabilities(i), first[i], 1e-6) << "line " << i;
   }
 
+  // The same through an independent client: Python's grpcio.
+  const std::string python_out = dir_ + "/python_client.txt";
+  ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
+                             absl::StrCat("/usr/bin/python3 ",
+                                          BinaryPath("tests/serve_client.py"),
+                                          " ", listening->substr(prefix.size()),
+                                          " ", BinaryPath("proto"), " ", *data_,
+                                          "/test.tsv 500 > ", python_out)},
+                            dir_ + "/python_client.log"),
+            0)
+      << ReadFile(dir_ + "/python_client.log");
+  {
+    std::ifstream in(python_out);
+    std::string version;
+    std::getline(in, version);
+    EXPECT_EQ(version, "export-1");
+    std::vector<float> scored;
+    for (float score; in >> score;) scored.push_back(score);
+    ASSERT_EQ(scored.size(), 500u) << ReadFile(python_out);
+    for (int i = 0; i < 500; ++i) {
+      ASSERT_NEAR(scored[i], first[i], 1e-6) << "line " << i;
+    }
+  }
+
   // Bad requests: a line the layout does not read, a table the model lacks.
   std::vector<std::string> bad = {lines[0], lines[1], "not a click log"};
   grpc::Status status = predict(bad, &response);
