@@ -1,11 +1,14 @@
 #include "server/serving_model.h"
 
+#include <cmath>
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "worker/input/features.h"
+#include "worker/input/input_layout.h"
 #include "worker/input/line_parser.h"
 #include "worker/model_inputs.h"
 
@@ -32,6 +35,7 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   }
   const ExportManifest& manifest = serving->idle_[0]->model->manifest();
   serving->version_ = std::filesystem::path(dir).filename().string();
+  serving->layout_ = serving->idle_[0]->model->layout();
   serving->cut_ = manifest.cut();
   std::string error;
   if (!absl::ParseTime(absl::RFC3339_full, manifest.created_at(),
@@ -60,31 +64,80 @@ void ServingModel::Release(std::unique_ptr<Scorer> scorer) {
 
 absl::StatusOr<std::vector<float>> ServingModel::Predict(
     absl::Span<const std::string> lines) {
-  std::unique_ptr<Scorer> scorer = Acquire();
-  const worker::ExportedModel& model = *scorer->model;
-  absl::Status status;
   std::vector<worker::Example> examples(lines.size());
-  for (size_t i = 0; i < lines.size() && status.ok(); ++i) {
-    status = worker::ParseLine(lines[i], model.layout(), &examples[i],
-                               worker::LabelColumn::kOptional);
-    if (!status.ok()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("line ", i, ": ", status.message()));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (absl::Status parsed = worker::ParseLine(lines[i], layout_, &examples[i],
+                                                worker::LabelColumn::kOptional);
+        !parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", i, ": ", parsed.message()));
     }
   }
-  std::vector<float> probabilities;
-  if (status.ok() && !examples.empty()) {
-    const int embedding_dim =
-        model.config().kind == kernels::ModelKind::kLogisticRegression
-            ? 0
-            : model.config().embedding_dim;
-    worker::ModelInputs inputs;
-    inputs.Prepare(examples, model.layout(), embedding_dim);
-    status = scorer->model->Fetch(&inputs);
-    if (status.ok()) {
-      status = worker::FromKernels(
-          scorer->ctr->Predict(inputs.Step(), &probabilities));
+  return Score(examples);
+}
+
+absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
+    absl::Span<const Features> given) {
+  const size_t dense = static_cast<size_t>(layout_.dense_features());
+  const size_t fields = static_cast<size_t>(layout_.fields());
+  std::vector<worker::Example> examples(given.size());
+  for (size_t i = 0; i < given.size(); ++i) {
+    const Features& features = given[i];
+    if (features.dense.size() != dense || features.fields.size() != fields) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "example ", i, ": ", features.dense.size(), " dense values and ",
+          features.fields.size(), " fields, but the model reads ", dense,
+          " and ", fields, " (", worker::LayoutText(layout_), ")"));
     }
+    worker::Example& example = examples[i];
+    example.has_label = false;
+    for (double value : features.dense) {
+      if (!std::isfinite(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("example ", i, ": a dense value is not finite"));
+      }
+      example.dense.push_back(worker::DenseFeature(value));
+    }
+    for (size_t f = 0; f < fields; ++f) {
+      const std::vector<uint64_t>& keys = features.fields[f];
+      if (keys.size() > static_cast<size_t>(layout_.max_values_per_field)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("example ", i, ": field ", f, " has ", keys.size(),
+                         " values, more than --max_values_per_field=",
+                         layout_.max_values_per_field));
+      }
+      if (keys.empty()) {
+        example.keys.push_back(worker::FeatureKey(f, ""));  // missing
+      } else {
+        example.keys.insert(example.keys.end(), keys.begin(), keys.end());
+      }
+      example.slot_end.push_back(example.keys.size());
+    }
+    if (absl::Status crossed = worker::AddCrosses(layout_, &example);
+        !crossed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("example ", i, ": ", crossed.message()));
+    }
+  }
+  return Score(examples);
+}
+
+absl::StatusOr<std::vector<float>> ServingModel::Score(
+    const std::vector<worker::Example>& examples) {
+  std::vector<float> probabilities;
+  if (examples.empty()) return probabilities;
+  std::unique_ptr<Scorer> scorer = Acquire();
+  const worker::ExportedModel& model = *scorer->model;
+  const int embedding_dim =
+      model.config().kind == kernels::ModelKind::kLogisticRegression
+          ? 0
+          : model.config().embedding_dim;
+  worker::ModelInputs inputs;
+  inputs.Prepare(examples, layout_, embedding_dim);
+  absl::Status status = scorer->model->Fetch(&inputs);
+  if (status.ok()) {
+    status = worker::FromKernels(
+        scorer->ctr->Predict(inputs.Step(), &probabilities));
   }
   Release(std::move(scorer));
   RETURN_IF_ERROR(status);

@@ -42,11 +42,23 @@ class ServingModel {
   int64_t cut() const { return cut_; }
   absl::Time created_at() const { return created_at_; }
 
+  // The layout the model reads (its export's).
+  const worker::InputLayout& layout() const { return layout_; }
+
   // One click probability per line (in the export's layout, the label
   // column optional). INVALID_ARGUMENT naming the line (from 0) that does
   // not parse.
   absl::StatusOr<std::vector<float>> Predict(
       absl::Span<const std::string> lines);
+  // One per example, given as features (see proto/serving.proto's
+  // Features: `dense` raw values, `fields` each field's keys).
+  // INVALID_ARGUMENT naming the example for other counts than the model's.
+  struct Features {
+    std::vector<double> dense;
+    std::vector<std::vector<uint64_t>> fields;
+  };
+  absl::StatusOr<std::vector<float>> PredictFeatures(
+      absl::Span<const Features> examples);
 
   // `keys`' rows of `table` (dim floats each) and whether the export holds
   // each; the dim. NOT_FOUND for a table the model does not have.
@@ -64,10 +76,14 @@ class ServingModel {
   // Waits for an idle scorer; gives it back.
   std::unique_ptr<Scorer> Acquire();
   void Release(std::unique_ptr<Scorer> scorer);
+  // Scores parsed examples.
+  absl::StatusOr<std::vector<float>> Score(
+      const std::vector<worker::Example>& examples);
 
   ServingModel() = default;
 
   std::string version_;
+  worker::InputLayout layout_;
   int64_t cut_ = 0;
   absl::Time created_at_;
   absl::Mutex mu_;

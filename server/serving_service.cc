@@ -38,11 +38,39 @@ grpc::Status ServingService::Predict(grpc::ServerContext*,
                                               options_.max_lines_per_request,
                                               " (--max_lines_per_request)")));
   }
+  if (request->lines_size() > 0 && request->examples_size() > 0) {
+    return Observed(
+        "Predict", start,
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     "a Predict gives lines or examples, not both"));
+  }
+  if (request->examples_size() > options_.max_lines_per_request) {
+    return Observed(
+        "Predict", start,
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat(request->examples_size(),
+                                  " examples in one Predict; at most ",
+                                  options_.max_lines_per_request,
+                                  " (--max_lines_per_request)")));
+  }
   const std::shared_ptr<ServingModel> model = models_->current();
   if (model == nullptr) return Observed("Predict", start, NoModel());
-  const std::vector<std::string> lines(request->lines().begin(),
-                                       request->lines().end());
-  absl::StatusOr<std::vector<float>> probabilities = model->Predict(lines);
+  absl::StatusOr<std::vector<float>> probabilities;
+  if (request->examples_size() > 0) {
+    std::vector<ServingModel::Features> examples(request->examples_size());
+    for (int i = 0; i < request->examples_size(); ++i) {
+      const Features& given = request->examples(i);
+      examples[i].dense.assign(given.dense().begin(), given.dense().end());
+      for (const FieldKeys& field : given.fields())
+        examples[i].fields.emplace_back(field.keys().begin(),
+                                        field.keys().end());
+    }
+    probabilities = model->PredictFeatures(examples);
+  } else {
+    const std::vector<std::string> lines(request->lines().begin(),
+                                         request->lines().end());
+    probabilities = model->Predict(lines);
+  }
   if (!probabilities.ok()) {
     return Observed("Predict", start,
                     net::ToGrpcStatus(probabilities.status()));

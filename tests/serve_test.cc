@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
 #include "proto/serving.grpc.pb.h"
@@ -98,6 +99,44 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   ASSERT_EQ(response.probabilities_size(), 2000);
   for (int i = 0; i < 2000; ++i) {
     ASSERT_NEAR(response.probabilities(i), first[i], 1e-6) << "line " << i;
+  }
+
+  // The same examples given as features: parsed by the client (Criteo's
+  // layout: label, 13 dense, 26 categorical).
+  PredictRequest parsed;
+  for (int i = 0; i < 100; ++i) {
+    std::vector<std::string> columns = absl::StrSplit(lines[i], '\t');
+    ASSERT_EQ(columns.size(), 40u);
+    Features* features = parsed.add_examples();
+    for (int d = 1; d <= 13; ++d) {
+      double value = 0;
+      if (!columns[d].empty()) {
+        ASSERT_TRUE(absl::SimpleAtod(columns[d], &value));
+      }
+      features->add_dense(value);
+    }
+    for (int f = 0; f < 26; ++f)
+      features->add_fields()->add_keys(worker::FeatureKey(f, columns[14 + f]));
+  }
+  {
+    grpc::ClientContext context;
+    PredictResponse from_features;
+    ASSERT_TRUE(stub->Predict(&context, parsed, &from_features).ok());
+    ASSERT_EQ(from_features.probabilities_size(), 100);
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_NEAR(from_features.probabilities(i), first[i], 1e-6) << i;
+    }
+  }
+  // Another count of dense values than the model's: a clear error.
+  parsed.mutable_examples(3)->mutable_dense()->RemoveLast();
+  {
+    grpc::ClientContext context;
+    PredictResponse refused;
+    const grpc::Status wrong = stub->Predict(&context, parsed, &refused);
+    EXPECT_EQ(wrong.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(wrong.error_message().find("example 3: 12 dense values"),
+              std::string::npos)
+        << wrong.error_message();
   }
 
   // The same through an independent client: Python's grpcio.

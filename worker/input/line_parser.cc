@@ -127,6 +127,10 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         break;
     }
   }
+  return AddCrosses(layout, example);
+}
+
+absl::Status AddCrosses(const InputLayout& layout, Example* example) {
   for (size_t x = 0; x < layout.crosses.size(); ++x) {
     const auto [first, second] = layout.crosses[x];
     const uint32_t first_end = example->slot_end[first];

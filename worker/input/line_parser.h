@@ -24,6 +24,12 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
                        Example* example,
                        LabelColumn label = LabelColumn::kRequired);
 
+// Appends the keys of `layout`'s crosses (wide-only fields) to `example`,
+// whose fields' keys and ends are filled in: what ParseLine() does last,
+// for examples given as keys rather than lines. INVALID_ARGUMENT for a
+// cross of more keys than layout.max_values_per_field.
+absl::Status AddCrosses(const InputLayout& layout, Example* example);
+
 }  // namespace ps::worker
 
 #endif  // PS_WORKER_INPUT_LINE_PARSER_H_
