@@ -10,6 +10,12 @@
 #include "glog/logging.h"
 
 namespace ps::server {
+namespace {
+
+// Loads of one export tried before it is left out for good.
+constexpr int kLoadAttempts = 3;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelDirectory>> ModelDirectory::Start(
     const ModelDirectoryOptions& options) {
@@ -42,10 +48,22 @@ void ModelDirectory::LookOnce() {
     std::error_code ignored;
     if (!entry->is_directory(ignored)) continue;
     const std::string name = entry->path().filename().string();
-    if (name.empty() || name[0] == '.' || failed_.contains(name)) continue;
+    if (name.empty() || name[0] == '.') continue;
+    if (auto it = failed_.find(name);
+        it != failed_.end() && it->second >= kLoadAttempts) {
+      continue;
+    }
     absl::StatusOr<ExportManifest> manifest =
         ReadExportManifest(entry->path().string());
-    if (!manifest.ok()) continue;  // not an export, or not finished yet
+    if (!manifest.ok()) {
+      // Not an export, or not finished yet (no MANIFEST.json); another
+      // error is worth a line, once.
+      if (!absl::IsNotFound(manifest.status()) &&
+          unreadable_.insert(name).second) {
+        LOG(WARNING) << "--model_dir: " << manifest.status();
+      }
+      continue;
+    }
     newest = std::max(newest, std::make_tuple(manifest->cut(), name));
   }
   if (error) {
@@ -64,11 +82,13 @@ void ModelDirectory::LookOnce() {
   }
   const std::string dir = absl::StrCat(options_.dir, "/", name);
   absl::StatusOr<std::unique_ptr<ServingModel>> loaded =
-      ServingModel::Open(dir, options_.scorers);
+      ServingModel::Open(dir, options_.scorers, options_.block_cache);
   if (!loaded.ok()) {
+    const int attempts = ++failed_[name];
     LOG(ERROR) << "cannot serve " << dir << ": " << loaded.status()
-               << " (not tried again; serving the model before it)";
-    failed_.insert(name);
+               << (attempts < kLoadAttempts ? " (tried again at the next poll"
+                                            : " (not tried again")
+               << "; serving the model before it)";
     return;
   }
   std::shared_ptr<ServingModel> model = std::move(loaded).value();

@@ -7,8 +7,10 @@
 // served. A newer one is loaded beside the one serving and then swapped in
 // whole: a request holds the model it started with (a shared_ptr), so it
 // sees one export entirely and never waits beyond the pointer swap. An
-// export that does not load is logged and not tried again; the one serving
-// goes on.
+// export that does not load is logged and tried again at the next polls,
+// three times in all; the one serving goes on. Newest by cut: a job's
+// exports go into a --model_dir of their own (a new job starts its clocks
+// over).
 //
 // Thread-safe.
 
@@ -21,11 +23,13 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "rocksdb/cache.h"
 #include "server/serving_model.h"
 
 namespace ps::server {
@@ -37,6 +41,8 @@ struct ModelDirectoryOptions {
   absl::Duration poll = absl::Seconds(1);
   // Scorers per loaded model (ServingModel::Open). Default: 1.
   int scorers = 1;
+  // The block cache every model loaded shares; null: none.
+  std::shared_ptr<rocksdb::Cache> block_cache;
   // Called with each model swapped in (metrics, health), from the
   // watcher's thread; may be empty.
   std::function<void(const ServingModel&)> on_swap;
@@ -66,8 +72,10 @@ class ModelDirectory {
   const ModelDirectoryOptions options_;
   mutable absl::Mutex mu_;
   std::shared_ptr<ServingModel> current_ ABSL_GUARDED_BY(mu_);
-  // The watcher's: exports that did not load.
-  absl::flat_hash_set<std::string> failed_;
+  // The watcher's: loads that failed, by export, and exports whose
+  // manifest did not read (logged once).
+  absl::flat_hash_map<std::string, int> failed_;
+  absl::flat_hash_set<std::string> unreadable_;
   absl::Notification stop_;
   std::thread watcher_;
 };

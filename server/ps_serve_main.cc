@@ -3,10 +3,10 @@
 // naming the export it used. It follows --model_dir and swaps each newer
 // export in whole (server/model_directory.h). See README.md and --help.
 
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -29,6 +29,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "rocksdb/cache.h"
 #include "server/model_directory.h"
 #include "server/serving_service.h"
 
@@ -49,6 +50,10 @@ ABSL_FLAG(int32_t, poll_ms, 1000,
 ABSL_FLAG(int32_t, scorers, 0,
           "Requests scored at once (each scorer holds the export's readers "
           "and a CPU backend); 0: one per core.");
+ABSL_FLAG(int64_t, cache_mb, 256,
+          "The block cache of the exports' parts (RocksDB's LRU cache, shared "
+          "by every scorer and every export loaded): rows read recently are "
+          "served from memory. 0: none beyond the readers' own.");
 ABSL_FLAG(int64_t, max_lines_per_request, 65536,
           "The most lines one Predict may score.");
 ABSL_FLAG(int64_t, max_keys_per_request, 1 << 20,
@@ -63,6 +68,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: accept only clients whose certificate it signed "
           "(mutual TLS). Needs --tls_cert and --tls_key.");
+ABSL_FLAG(bool, allow_unauthenticated_clients, false,
+          "With --tls_cert but no --tls_ca, listen beyond loopback anyway "
+          "(ps_serve then authenticates nobody, and anyone who reaches it can "
+          "read every weight through Lookup: for networks you trust).");
+ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
+          "The largest request ps_serve reads and answer it writes; a Lookup "
+          "whose answer would be larger is refused (RESOURCE_EXHAUSTED).");
 ABSL_FLAG(bool, allow_insecure_remote, false,
           "Without TLS ps_serve listens only on loopback; this lets it listen "
           "beyond it in plaintext, on a network you trust.");
@@ -83,6 +95,7 @@ struct ServeMetrics {
   prometheus::Gauge* cut = nullptr;
   prometheus::Gauge* age = nullptr;
   prometheus::Counter* swaps = nullptr;
+  prometheus::Gauge* cache_bytes = nullptr;
 
   ServeMetrics() {
     requests = &prometheus::BuildCounter()
@@ -107,6 +120,11 @@ struct ServeMetrics {
                    "serving is behind training (0 before one is loaded).")
                .Register(*registry)
                .Add({});
+    cache_bytes = &prometheus::BuildGauge()
+                       .Name("ps_serve_cache_bytes")
+                       .Help("Bytes the block cache (--cache_mb) holds.")
+                       .Register(*registry)
+                       .Add({});
     swaps = &prometheus::BuildCounter()
                  .Name("ps_serve_model_swaps_total")
                  .Help("Exports swapped in.")
@@ -159,13 +177,27 @@ int main(int argc, char** argv) {
   tls.cert = absl::GetFlag(FLAGS_tls_cert);
   tls.key = absl::GetFlag(FLAGS_tls_key);
   tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  if (tls.cert.empty() && !absl::GetFlag(FLAGS_allow_insecure_remote) &&
+  if (!tls.enabled() && !absl::GetFlag(FLAGS_allow_insecure_remote) &&
       !ps::IsLoopbackAddress(listen)) {
     return Fail(ps::kExitUsage,
                 absl::StrCat("refusing to listen on ", listen,
                              " without TLS: give --tls_cert and --tls_key "
                              "(and --tls_ca for mutual TLS), or "
                              "--allow_insecure_remote on a network you trust"));
+  }
+  if (tls.enabled() && tls.ca.empty() &&
+      !absl::GetFlag(FLAGS_allow_unauthenticated_clients) &&
+      !ps::IsLoopbackAddress(listen)) {
+    return Fail(ps::kExitUsage,
+                absl::StrCat("refusing to listen on ", listen,
+                             " with TLS but without --tls_ca: anyone who "
+                             "reaches it could read every weight. Give "
+                             "--tls_ca (mutual TLS), or "
+                             "--allow_unauthenticated_clients on a network "
+                             "you trust"));
+  }
+  if (absl::GetFlag(FLAGS_max_message_bytes) <= 0) {
+    return Fail(ps::kExitUsage, "--max_message_bytes must be > 0");
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ps::ServerCredentials(tls);
@@ -184,24 +216,30 @@ int main(int argc, char** argv) {
     LOG(INFO) << "metrics on http://" << endpoint->address() << "/metrics";
   }
 
-  // Set once the servers are up; the watcher's thread reads them at a swap.
-  std::atomic<grpc::Server*> server_for_health{nullptr};
-  std::atomic<grpc::Server*> health_server_for_health{nullptr};
   ps::server::ModelDirectoryOptions directory_options;
   directory_options.dir = model_dir;
   directory_options.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
-  directory_options.scorers =
-      absl::GetFlag(FLAGS_scorers) > 0
-          ? absl::GetFlag(FLAGS_scorers)
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (absl::GetFlag(FLAGS_cache_mb) < 0 ||
+      absl::GetFlag(FLAGS_cache_mb) > (int64_t{1} << 30)) {
+    return Fail(ps::kExitUsage, "--cache_mb must be in [0, 2^30]");
+  }
+  if (absl::GetFlag(FLAGS_cache_mb) > 0) {
+    directory_options.block_cache = rocksdb::NewLRUCache(
+        static_cast<size_t>(absl::GetFlag(FLAGS_cache_mb)) << 20);
+  }
+  directory_options.scorers = absl::GetFlag(FLAGS_scorers);
+  if (directory_options.scorers == 0) {
+    // The cores this process may run on (a container's, not the node's).
+    cpu_set_t cpus;
+    directory_options.scorers =
+        sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+            ? std::max(1, CPU_COUNT(&cpus))
+            : static_cast<int>(
+                  std::max(1u, std::thread::hardware_concurrency()));
+  }
   directory_options.on_swap = [&](const ps::server::ServingModel& model) {
     metrics.cut->Set(static_cast<double>(model.cut()));
     metrics.swaps->Increment();
-    for (grpc::Server* server :
-         {server_for_health.load(), health_server_for_health.load()}) {
-      if (server != nullptr)
-        server->GetHealthCheckService()->SetServingStatus(true);
-    }
   };
   absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
       ps::server::ModelDirectory::Start(directory_options);
@@ -212,6 +250,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_lines_per_request);
   service_options.max_keys_per_request =
       absl::GetFlag(FLAGS_max_keys_per_request);
+  service_options.max_answer_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   service_options.observe =
       [&metrics](absl::string_view method, grpc::StatusCode code,
                  absl::Duration time) { metrics.Observe(method, code, time); };
@@ -222,6 +261,8 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -240,15 +281,15 @@ int main(int argc, char** argv) {
       return Fail(ps::kExitUnavailable, absl::StrCat("cannot listen on ", at));
     }
   }
-  // NOT_SERVING until a model is loaded.
-  for (grpc::Server* each : {server.get(), health_server.get()}) {
-    if (each != nullptr) {
-      each->GetHealthCheckService()->SetServingStatus((*models)->current() !=
-                                                      nullptr);
+  // SERVING while a model is loaded (looked at again every second below);
+  // NOT_SERVING before one, and once shutting down.
+  auto set_health = [&](bool serving) {
+    for (grpc::Server* each : {server.get(), health_server.get()}) {
+      if (each != nullptr)
+        each->GetHealthCheckService()->SetServingStatus(serving);
     }
-  }
-  server_for_health.store(server.get());
-  health_server_for_health.store(health_server.get());
+  };
+  set_health((*models)->current() != nullptr);
   if ((*models)->current() != nullptr) {
     metrics.cut->Set(static_cast<double>((*models)->current()->cut()));
   }
@@ -259,13 +300,22 @@ int main(int argc, char** argv) {
   // Until SIGTERM or SIGINT, keeping the model's age current.
   const timespec second = {1, 0};
   while (sigtimedwait(&shutdown_signals, nullptr, &second) < 0) {
-    if (const auto model = (*models)->current(); model != nullptr) {
+    const auto model = (*models)->current();
+    set_health(model != nullptr);
+    if (model != nullptr) {
       metrics.age->Set(
           absl::ToDoubleSeconds(absl::Now() - model->created_at()));
     }
+    if (directory_options.block_cache != nullptr) {
+      metrics.cache_bytes->Set(
+          static_cast<double>(directory_options.block_cache->GetUsage()));
+    }
   }
   LOG(INFO) << "shutting down";
+  set_health(false);
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   if (health_server != nullptr) health_server->Shutdown();
+  // The watcher stops before the servers and metrics it reports to go.
+  models->reset();
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
 #include "worker/input/features.h"
 #include "worker/input/input_layout.h"
 #include "worker/input/line_parser.h"
@@ -15,11 +16,13 @@
 namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
-    const std::string& dir, int scorers) {
+    const std::string& dir, int scorers,
+    std::shared_ptr<rocksdb::Cache> block_cache) {
   auto serving = std::unique_ptr<ServingModel>(new ServingModel());
   for (int i = 0; i < std::max(1, scorers); ++i) {
     auto scorer = std::make_unique<Scorer>();
-    ASSIGN_OR_RETURN(scorer->model, worker::ExportedModel::Open(dir));
+    ASSIGN_OR_RETURN(scorer->model,
+                     worker::ExportedModel::Open(dir, block_cache));
     kernels::CpuOptions cpu;
     cpu.threads = 1;
     if (const kernels::Status created =
@@ -40,18 +43,27 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   std::string error;
   if (!absl::ParseTime(absl::RFC3339_full, manifest.created_at(),
                        &serving->created_at_, &error)) {
+    LOG(WARNING) << dir << ": created_at \"" << manifest.created_at()
+                 << "\" does not read (" << error
+                 << "): its age is counted from now";
     serving->created_at_ = absl::Now();
   }
   return serving;
 }
 
-std::unique_ptr<ServingModel::Scorer> ServingModel::Acquire() {
+absl::StatusOr<std::unique_ptr<ServingModel::Scorer>> ServingModel::Acquire(
+    absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](std::vector<std::unique_ptr<Scorer>>* idle) {
-        return !idle->empty();
-      },
-      &idle_));
+  if (!mu_.AwaitWithDeadline(
+          absl::Condition(
+              +[](std::vector<std::unique_ptr<Scorer>>* idle) {
+                return !idle->empty();
+              },
+              &idle_),
+          deadline)) {
+    return absl::DeadlineExceededError(
+        "every scorer was busy until the call's deadline (--scorers)");
+  }
   std::unique_ptr<Scorer> scorer = std::move(idle_.back());
   idle_.pop_back();
   return scorer;
@@ -63,7 +75,7 @@ void ServingModel::Release(std::unique_ptr<Scorer> scorer) {
 }
 
 absl::StatusOr<std::vector<float>> ServingModel::Predict(
-    absl::Span<const std::string> lines) {
+    absl::Span<const std::string> lines, absl::Time deadline) {
   std::vector<worker::Example> examples(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (absl::Status parsed = worker::ParseLine(lines[i], layout_, &examples[i],
@@ -73,11 +85,11 @@ absl::StatusOr<std::vector<float>> ServingModel::Predict(
           absl::StrCat("line ", i, ": ", parsed.message()));
     }
   }
-  return Score(examples);
+  return Score(examples, deadline);
 }
 
 absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
-    absl::Span<const Features> given) {
+    absl::Span<const Features> given, absl::Time deadline) {
   const size_t dense = static_cast<size_t>(layout_.dense_features());
   const size_t fields = static_cast<size_t>(layout_.fields());
   std::vector<worker::Example> examples(given.size());
@@ -119,14 +131,14 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
           absl::StrCat("example ", i, ": ", crossed.message()));
     }
   }
-  return Score(examples);
+  return Score(examples, deadline);
 }
 
 absl::StatusOr<std::vector<float>> ServingModel::Score(
-    const std::vector<worker::Example>& examples) {
+    const std::vector<worker::Example>& examples, absl::Time deadline) {
   std::vector<float> probabilities;
   if (examples.empty()) return probabilities;
-  std::unique_ptr<Scorer> scorer = Acquire();
+  ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Acquire(deadline));
   const worker::ExportedModel& model = *scorer->model;
   const int embedding_dim =
       model.config().kind == kernels::ModelKind::kLogisticRegression
@@ -147,8 +159,9 @@ absl::StatusOr<std::vector<float>> ServingModel::Score(
 absl::StatusOr<int> ServingModel::Lookup(const std::string& table,
                                          absl::Span<const uint64_t> keys,
                                          std::vector<float>* values,
-                                         std::vector<bool>* found) {
-  std::unique_ptr<Scorer> scorer = Acquire();
+                                         std::vector<bool>* found,
+                                         absl::Time deadline) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Acquire(deadline));
   absl::StatusOr<int> dim =
       scorer->model->LookupRows(table, keys, values, found);
   Release(std::move(scorer));

@@ -25,16 +25,20 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
+#include "rocksdb/cache.h"
 #include "worker/predict/exported_model.h"
 
 namespace ps::server {
 
 class ServingModel {
  public:
-  // Opens the export in `dir` `scorers` times (at least 1). The export's
-  // errors (worker/predict/exported_model.h).
+  // Opens the export in `dir` `scorers` times (at least 1), its parts'
+  // blocks cached in `block_cache` (shared by every scorer; none:
+  // RocksDB's default per reader). The export's errors
+  // (worker/predict/exported_model.h).
   static absl::StatusOr<std::unique_ptr<ServingModel>> Open(
-      const std::string& dir, int scorers);
+      const std::string& dir, int scorers,
+      std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
 
   // The export's directory name (its version), the training clock it was
   // cut at, and when it was written.
@@ -48,8 +52,11 @@ class ServingModel {
   // One click probability per line (in the export's layout, the label
   // column optional). INVALID_ARGUMENT naming the line (from 0) that does
   // not parse.
+  // Every call waits for a free scorer until `deadline` at most
+  // (DEADLINE_EXCEEDED past it).
   absl::StatusOr<std::vector<float>> Predict(
-      absl::Span<const std::string> lines);
+      absl::Span<const std::string> lines,
+      absl::Time deadline = absl::InfiniteFuture());
   // One per example, given as features (see proto/serving.proto's
   // Features: `dense` raw values, `fields` each field's keys).
   // INVALID_ARGUMENT naming the example for other counts than the model's.
@@ -58,14 +65,16 @@ class ServingModel {
     std::vector<std::vector<uint64_t>> fields;
   };
   absl::StatusOr<std::vector<float>> PredictFeatures(
-      absl::Span<const Features> examples);
+      absl::Span<const Features> examples,
+      absl::Time deadline = absl::InfiniteFuture());
 
   // `keys`' rows of `table` (dim floats each) and whether the export holds
   // each; the dim. NOT_FOUND for a table the model does not have.
   absl::StatusOr<int> Lookup(const std::string& table,
                              absl::Span<const uint64_t> keys,
                              std::vector<float>* values,
-                             std::vector<bool>* found);
+                             std::vector<bool>* found,
+                             absl::Time deadline = absl::InfiniteFuture());
 
  private:
   struct Scorer {
@@ -73,12 +82,13 @@ class ServingModel {
     std::unique_ptr<kernels::Backend> backend;
     std::unique_ptr<kernels::CtrModel> ctr;
   };
-  // Waits for an idle scorer; gives it back.
-  std::unique_ptr<Scorer> Acquire();
+  // Waits for an idle scorer until `deadline` (DEADLINE_EXCEEDED); gives it
+  // back.
+  absl::StatusOr<std::unique_ptr<Scorer>> Acquire(absl::Time deadline);
   void Release(std::unique_ptr<Scorer> scorer);
   // Scores parsed examples.
   absl::StatusOr<std::vector<float>> Score(
-      const std::vector<worker::Example>& examples);
+      const std::vector<worker::Example>& examples, absl::Time deadline);
 
   ServingModel() = default;
 

@@ -26,10 +26,11 @@ grpc::Status ServingService::Observed(absl::string_view method,
   return status;
 }
 
-grpc::Status ServingService::Predict(grpc::ServerContext*,
+grpc::Status ServingService::Predict(grpc::ServerContext* context,
                                      const PredictRequest* request,
                                      PredictResponse* response) {
   const absl::Time start = absl::Now();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
   if (request->lines_size() > options_.max_lines_per_request) {
     return Observed("Predict", start,
                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -65,11 +66,11 @@ grpc::Status ServingService::Predict(grpc::ServerContext*,
         examples[i].fields.emplace_back(field.keys().begin(),
                                         field.keys().end());
     }
-    probabilities = model->PredictFeatures(examples);
+    probabilities = model->PredictFeatures(examples, deadline);
   } else {
     const std::vector<std::string> lines(request->lines().begin(),
                                          request->lines().end());
-    probabilities = model->Predict(lines);
+    probabilities = model->Predict(lines, deadline);
   }
   if (!probabilities.ok()) {
     return Observed("Predict", start,
@@ -82,7 +83,7 @@ grpc::Status ServingService::Predict(grpc::ServerContext*,
   return Observed("Predict", start, grpc::Status::OK);
 }
 
-grpc::Status ServingService::Lookup(grpc::ServerContext*,
+grpc::Status ServingService::Lookup(grpc::ServerContext* context,
                                     const LookupRequest* request,
                                     LookupResponse* response) {
   const absl::Time start = absl::Now();
@@ -101,9 +102,20 @@ grpc::Status ServingService::Lookup(grpc::ServerContext*,
   absl::StatusOr<int> dim = model->Lookup(
       request->table(),
       absl::MakeConstSpan(request->keys().data(), request->keys().size()),
-      &values, &found);
+      &values, &found, absl::FromChrono(context->deadline()));
   if (!dim.ok())
     return Observed("Lookup", start, net::ToGrpcStatus(dim.status()));
+  // Over a float's 4 bytes, a found flag's 1 and framing, per value.
+  if (static_cast<int64_t>(values.size()) * 5 > options_.max_answer_bytes) {
+    return Observed(
+        "Lookup", start,
+        grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat(request->keys_size(), " rows of ", *dim,
+                         " floats are more than an answer may hold "
+                         "(--max_message_bytes ",
+                         options_.max_answer_bytes, "): ask for fewer keys")));
+  }
   response->mutable_values()->Add(values.begin(), values.end());
   for (bool f : found) response->add_found(f);
   response->set_dim(static_cast<uint32_t>(*dim));

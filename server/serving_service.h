@@ -28,6 +28,9 @@ struct ServingServiceOptions {
   // for. Defaults: 65536, 1048576.
   int64_t max_lines_per_request = 65536;
   int64_t max_keys_per_request = 1 << 20;
+  // The largest answer (ps_serve --max_message_bytes): a Lookup of more
+  // rows' bytes is refused. Default: 64 MiB.
+  int64_t max_answer_bytes = 64 << 20;
   // Called once per call with its method, status and time (metrics); may be
   // empty.
   std::function<void(absl::string_view method, grpc::StatusCode code,

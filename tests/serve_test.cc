@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/serving.grpc.pb.h"
 #include "tests/training_cluster.h"
 #include "worker/input/features.h"
@@ -68,12 +69,12 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
                             dir_ + "/worker0.log", absl::Minutes(5)),
             0)
       << ReadFile(dir_ + "/worker0.log");
-  const std::vector<float> first = ExportAndPredict(servers, "export-1");
-  ASSERT_EQ(first.size(), static_cast<size_t>(kTestLines));
 
+  // Started on a directory with no export yet: not serving.
   auto serve = ChildProcess::Start(
       {BinaryPath("server/ps_serve"), "--model_dir=" + model_,
-       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=2"},
+       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=2", "--cache_mb=16",
+       "--metrics_listen=127.0.0.1:0"},
       /*capture_stdout=*/true, dir_ + "/serve.log");
   ASSERT_TRUE(serve.ok()) << serve.status();
   absl::StatusOr<std::string> listening =
@@ -81,8 +82,38 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
   const std::string prefix = "ps_serve listening on ";
   ASSERT_EQ(listening->rfind(prefix, 0), 0u) << *listening;
-  auto stub = Serving::NewStub(grpc::CreateChannel(
-      listening->substr(prefix.size()), grpc::InsecureChannelCredentials()));
+  const std::string address = listening->substr(prefix.size());
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = Serving::NewStub(channel);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto serving_status = [&] {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckResponse answer;
+    const grpc::Status status = health->Check(
+        &context, grpc::health::v1::HealthCheckRequest(), &answer);
+    return status.ok() ? answer.status()
+                       : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  };
+  EXPECT_EQ(serving_status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  {
+    PredictRequest early;
+    early.add_lines("1\t2");
+    PredictResponse unanswered;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub->Predict(&context, early, &unanswered).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+  }
+
+  // The first export arrives: served within a few polls, Ready.
+  const std::vector<float> first = ExportAndPredict(servers, "export-1");
+  ASSERT_EQ(first.size(), static_cast<size_t>(kTestLines));
+  const absl::Time ready_by = absl::Now() + absl::Seconds(30);
+  while (serving_status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    ASSERT_LT(absl::Now(), ready_by) << ReadFile(dir_ + "/serve.log");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
 
   const std::vector<std::string> lines = FirstLines(*data_ + "/test.tsv", 2000);
   auto predict = [&](const std::vector<std::string>& request_lines,
@@ -208,13 +239,50 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
             0)
       << ReadFile(dir_ + "/worker0.log");
   const std::vector<float> second = ExportAndPredict(servers, "export-2");
+  // Every answer meanwhile is one export's, whole.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   do {
     ASSERT_TRUE(predict(lines, &response).ok());
+    const std::vector<float>& expected =
+        response.model_version() == "export-2" ? second : first;
+    for (int i = 0; i < 2000; ++i) {
+      ASSERT_NEAR(response.probabilities(i), expected[i], 1e-6)
+          << response.model_version() << " line " << i;
+    }
   } while (response.model_version() != "export-2" && absl::Now() < deadline &&
-           (absl::SleepFor(absl::Milliseconds(50)), true));
+           (absl::SleepFor(absl::Milliseconds(20)), true));
   ASSERT_EQ(response.model_version(), "export-2")
       << ReadFile(dir_ + "/serve.log");
+  // The metrics say what was served: calls by method and code, the
+  // model's cut, the block cache in use.
+  const std::string serve_log = ReadFile(dir_ + "/serve.log");
+  const size_t metrics_at = serve_log.find("metrics on http://");
+  ASSERT_NE(metrics_at, std::string::npos) << serve_log;
+  const std::string metrics_url = serve_log.substr(
+      metrics_at + 11, serve_log.find('\n', metrics_at) - metrics_at - 11);
+  absl::SleepFor(absl::Milliseconds(1500));  // one refresh of the gauges
+  ASSERT_EQ(
+      RunToCompletion(
+          {"/bin/sh", "-c",
+           absl::StrCat("/usr/bin/python3 -c 'import sys, urllib.request; "
+                        "sys.stdout.write(urllib.request.urlopen(sys.argv[1], "
+                        "timeout=10).read().decode())' ",
+                        metrics_url, " > ", dir_, "/metrics.txt")},
+          dir_ + "/scrape.log"),
+      0)
+      << ReadFile(dir_ + "/scrape.log");
+  const std::string metrics = ReadFile(dir_ + "/metrics.txt");
+  EXPECT_NE(
+      metrics.find("ps_serve_requests_total{code=\"3\",method=\"Predict\"}"),
+      std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("ps_serve_model_cut " +
+                         std::to_string(response.model_cut())),
+            std::string::npos)
+      << metrics;
+  const size_t cache_at = metrics.find("\nps_serve_cache_bytes ");
+  ASSERT_NE(cache_at, std::string::npos) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(cache_at + 22)), 0.0) << metrics;
   bool differs = false;
   for (int i = 0; i < 2000; ++i) {
     ASSERT_NEAR(response.probabilities(i), second[i], 1e-6) << "line " << i;

@@ -8,7 +8,9 @@
 #include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/sst_file_reader.h"
+#include "rocksdb/table.h"
 
 namespace ps::worker {
 
@@ -27,7 +29,14 @@ struct ExportedModel::Table {
 ExportedModel::~ExportedModel() = default;
 
 absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
-    const std::string& dir) {
+    const std::string& dir, std::shared_ptr<rocksdb::Cache> block_cache) {
+  rocksdb::Options options;
+  if (block_cache != nullptr) {
+    rocksdb::BlockBasedTableOptions table_options;
+    table_options.block_cache = std::move(block_cache);
+    options.table_factory.reset(
+        rocksdb::NewBlockBasedTableFactory(table_options));
+  }
   auto model = std::unique_ptr<ExportedModel>(new ExportedModel);
   ASSIGN_OR_RETURN(model->manifest_, ReadExportManifest(dir));
   const ExportManifest& manifest = model->manifest_;
@@ -66,8 +75,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
           table->iterators.push_back(nullptr);
           continue;
         }
-        auto reader =
-            std::make_unique<rocksdb::SstFileReader>(rocksdb::Options());
+        auto reader = std::make_unique<rocksdb::SstFileReader>(options);
         rocksdb::Status opened = reader->Open(dir + "/" + part);
         if (!opened.ok()) {
           return absl::DataLossError(absl::StrCat(

@@ -26,6 +26,7 @@
 #include "worker/model_inputs.h"
 
 namespace rocksdb {
+class Cache;
 class Iterator;
 class SstFileReader;
 }  // namespace rocksdb
@@ -37,8 +38,11 @@ class ExportedModel {
   // NOT_FOUND without a manifest; DATA_LOSS for a manifest or part that
   // does not read; FAILED_PRECONDITION for a model this build cannot score
   // (another input layout or routing version).
+  // `block_cache`, if given, caches the parts' blocks (and may be shared by
+  // several models); none: RocksDB's default per reader.
   static absl::StatusOr<std::unique_ptr<ExportedModel>> Open(
-      const std::string& dir);
+      const std::string& dir,
+      std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
   ~ExportedModel();
 
   const ExportManifest& manifest() const { return manifest_; }
