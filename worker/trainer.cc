@@ -257,22 +257,24 @@ absl::Status Trainer::ReplayPreviousPush(const PushJob& job,
   return absl::OkStatus();
 }
 
+void Trainer::SetProgress(ClockRequest* request) {
+  // The clock, examples and position a push moved together.
+  absl::MutexLock lock(&position_mu_);
+  request->set_clock(clock_.value());
+  request->set_examples(examples_.load());
+  if (!position_.file.empty()) {
+    request->mutable_input_position()->set_file(position_.file);
+    request->mutable_input_position()->set_file_examples(
+        position_.file_examples);
+  }
+}
+
 absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
                                   absl::Duration retry_for, bool leaving) {
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
-  {
-    // The clock, examples and position a push moved together.
-    absl::MutexLock lock(&position_mu_);
-    request.set_clock(clock_.value());
-    request.set_examples(examples_.load());
-    if (!position_.file.empty()) {
-      request.mutable_input_position()->set_file(position_.file);
-      request.mutable_input_position()->set_file_examples(
-          position_.file_examples);
-    }
-  }
+  SetProgress(&request);
   request.set_finished(finished);
   request.set_leaving(leaving);
   request.set_lease_ms(static_cast<uint32_t>(
@@ -289,16 +291,7 @@ absl::Status Trainer::FirstReport(ClockResponse* response,
   if (!options_.assign_incarnation) return ReportClock(false, response);
   ClockRequest request;
   request.set_worker(worker_index_);
-  {
-    absl::MutexLock lock(&position_mu_);
-    request.set_clock(clock_.value());
-    request.set_examples(examples_.load());
-    if (!position_.file.empty()) {
-      request.mutable_input_position()->set_file(position_.file);
-      request.mutable_input_position()->set_file_examples(
-          position_.file_examples);
-    }
-  }
+  SetProgress(&request);
   request.set_assign_incarnation(true);
   request.set_resume(options_.resume_from_coordinator &&
                      options_.resume_clock == 0);

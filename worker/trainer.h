@@ -326,6 +326,8 @@ class Trainer {
   void Observe(Stage stage, absl::Duration time);
   absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
                                                      int64_t* examples);
+  // Sets `request`'s clock, examples and input position, taken together.
+  void SetProgress(ClockRequest* request);
   // Reports this worker's clock, retrying for `retry_for` (negative: the
   // client's default); `leaving`: the worker stops before its end.
   absl::Status ReportClock(bool finished, ClockResponse* response,
