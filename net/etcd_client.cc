@@ -224,6 +224,18 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease,
   return absl::Seconds(response.ttl());
 }
 
+absl::StatusOr<absl::Duration> EtcdClient::LeaseTimeLeft(int64_t lease) {
+  etcdserverpb::LeaseTimeToLiveRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseTimeToLiveResponse response;
+  RETURN_IF_ERROR(OnSomeMember(
+      absl::StrCat("asking lease ", lease, "'s time left"),
+      [&](Member& member, grpc::ClientContext& context) {
+        return member.lease->LeaseTimeToLive(&context, request, &response);
+      }));
+  return absl::Seconds(std::max<int64_t>(0, response.ttl()));
+}
+
 absl::Status EtcdClient::RevokeLease(int64_t lease, absl::Duration timeout) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);

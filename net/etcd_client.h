@@ -110,6 +110,9 @@ class EtcdClient {
   // bounds how long a renewal may block.
   absl::StatusOr<absl::Duration> KeepAlive(
       int64_t lease, absl::Duration timeout = absl::ZeroDuration());
+  // The time `lease` has left without a renewal; zero once it expired (or
+  // never existed).
+  absl::StatusOr<absl::Duration> LeaseTimeLeft(int64_t lease);
   // Ends `lease` now, deleting its keys; `timeout` as for KeepAlive().
   absl::Status RevokeLease(int64_t lease,
                            absl::Duration timeout = absl::ZeroDuration());

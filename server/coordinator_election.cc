@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/shard_directory.h"
@@ -75,8 +76,21 @@ void CoordinatorElection::Run() {
 bool CoordinatorElection::Campaign() {
   absl::StatusOr<net::EtcdValue> held = etcd_->Get(key_);
   if (held.ok()) {
-    // Ours from an answer that was lost: lead (the lease is still ours).
-    if (lease_ == 0 || held->lease != lease_) return false;
+    if (lease_ == 0 || held->lease != lease_) {
+      // Another's: whose lease to wait out if the key goes while it lives.
+      holder_lease_ = held->lease;
+      return false;
+    }
+    // Ours from an answer that was lost, or taken while the last holder's
+    // lease lived on: lead once that lease is gone (the key is ours).
+    if (holder_lease_ != 0) {
+      absl::StatusOr<absl::Duration> left = etcd_->LeaseTimeLeft(holder_lease_);
+      if (!left.ok() || *left > absl::ZeroDuration()) {
+        etcd_->KeepAlive(lease_, options_.ttl / 3).IgnoreError();
+        return false;
+      }
+      holder_lease_ = 0;
+    }
   } else if (!absl::IsNotFound(held.status())) {
     LOG_EVERY_N(WARNING, 20) << "coordinator election: " << held.status();
     return false;
@@ -119,10 +133,15 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   };
   const std::string epoch_key = CoordinatorEpochKey(options_.job);
   uint64_t last_epoch = 0;  // none yet
+  int64_t last_lease = 0;   // the last coordinator's, when it says
   int64_t epoch_revision = 0;
   absl::StatusOr<net::EtcdValue> stored = etcd_->Get(epoch_key);
   if (stored.ok()) {
-    if (!absl::SimpleAtoi(stored->value, &last_epoch)) {
+    // "EPOCH LEASE" (or "EPOCH", as earlier releases wrote it).
+    const std::vector<std::string> fields =
+        absl::StrSplit(stored->value, ' ', absl::SkipEmpty());
+    if (fields.empty() || !absl::SimpleAtoi(fields[0], &last_epoch) ||
+        (fields.size() > 1 && !absl::SimpleAtoi(fields[1], &last_lease))) {
       return give_up("reading the last coordinator's epoch",
                      absl::DataLossError(absl::StrCat(
                          epoch_key, " holds '", stored->value,
@@ -131,6 +150,20 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
     epoch_revision = stored->mod_revision;
   } else if (!absl::IsNotFound(stored.status())) {
     return give_up("reading the last coordinator's epoch", stored.status());
+  }
+  // The last coordinator's lease still lives (its key went by hand, or it
+  // was never seen holding it): it answers until its next renewal finds
+  // the key another's. The key stays this shard's; it leads once that lease
+  // is gone (Campaign() waits it out).
+  if (last_lease != 0 && last_lease != lease_) {
+    absl::StatusOr<absl::Duration> left = etcd_->LeaseTimeLeft(last_lease);
+    if (!left.ok() || *left > absl::ZeroDuration()) {
+      LOG(INFO) << key_ << " is this shard's, but the last coordinator's "
+                << "lease " << last_lease << " lives on: coordinating once "
+                << "it ends";
+      holder_lease_ = last_lease;
+      return false;
+    }
   }
   absl::StatusOr<std::vector<net::RegisteredWorker>> registered =
       net::RegisteredWorkers(*etcd_, options_.job);
@@ -142,7 +175,7 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   // Recorded before any incarnation of it is given out.
   const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);
   absl::StatusOr<bool> saved =
-      etcd_->PutIf(epoch_key, absl::StrCat(epoch), epoch_revision);
+      etcd_->PutIf(epoch_key, absl::StrCat(epoch, " ", lease_), epoch_revision);
   if (!saved.ok()) return give_up("recording the epoch", saved.status());
   if (!*saved) {
     return give_up(
@@ -167,6 +200,10 @@ bool CoordinatorElection::Renew() {
     if (!held.ok() && !absl::IsNotFound(held.status())) return true;
     if (!held.ok() || held->lease != lease_) {
       LOG(WARNING) << key_ << " is no longer this shard's: stepping down";
+      // Not answering before the lease goes: the next coordinator leads
+      // once it is gone.
+      leading_.store(false);
+      clocks_->StepDown();
       etcd_->RevokeLease(lease_, options_.ttl / 3).IgnoreError();
       lease_ = 0;
       return false;

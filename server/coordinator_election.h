@@ -10,7 +10,10 @@
 // registered in etcd and an epoch above every earlier coordinator's (kept
 // at /ps/<job>/coordinator_epoch); each renewal extends the leadership by
 // the lease's time left, measured from before the renewal was sent, so a
-// coordinator stops answering before etcd could let another lead.
+// coordinator stops answering before etcd could let another lead. A key
+// that goes while its holder's lease lives (deleted by hand) is taken, but
+// not led from until that lease is gone: the old coordinator, finding the
+// key another's at its next renewal, revokes it.
 //
 // Does not own the client or the coordinator, which must outlive it.
 // Thread-safe.
@@ -80,6 +83,9 @@ class CoordinatorElection {
   const ElectionOptions options_;
   std::string key_, value_;
   int64_t lease_ = 0;  // the thread's
+  // The thread's: the lease of the last other holder of the key seen, which
+  // this shard waits out before it leads (0: none to wait for).
+  int64_t holder_lease_ = 0;
   std::atomic<bool> leading_{false};
   absl::Notification stop_;
   std::thread thread_;

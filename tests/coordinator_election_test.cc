@@ -1,0 +1,160 @@
+// CoordinatorElection against a real etcd on loopback: one of the shards
+// that campaign leads, its clock coordinator alone answers, and another
+// takes over with a higher epoch when it goes or loses its key.
+
+#include "server/coordinator_election.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
+#include "server/clock_coordinator.h"
+#include "tests/etcd_process.h"
+
+namespace ps::server {
+namespace {
+
+constexpr char kJob[] = "election";
+
+class CoordinatorElectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<testing::EtcdProcess>> etcd =
+        testing::EtcdProcess::Start("election");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    net::EtcdOptions options;
+    options.endpoints = {etcd_->endpoint()};
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
+        net::EtcdClient::Connect(options);
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+    for (int shard = 0; shard < 2; ++shard) {
+      CoordinatorOptions coordinator;
+      coordinator.elected = true;
+      absl::StatusOr<std::unique_ptr<ClockCoordinator>> clocks =
+          ClockCoordinator::Open(coordinator);
+      ASSERT_OK(clocks);
+      clocks_.push_back(*std::move(clocks));
+      elections_.emplace_back();
+      Campaign(shard);
+    }
+  }
+
+  void Campaign(int shard) {
+    ElectionOptions options;
+    options.job = kJob;
+    options.shard_index = static_cast<uint32_t>(shard);
+    options.address = "127.0.0.1:" + std::to_string(50000 + shard);
+    options.ttl = absl::Seconds(1);
+    options.poll = absl::Milliseconds(50);
+    absl::StatusOr<std::unique_ptr<CoordinatorElection>> election =
+        CoordinatorElection::Start(client_.get(), clocks_[shard].get(),
+                                   options);
+    ASSERT_OK(election);
+    elections_[shard] = *std::move(election);
+  }
+
+  // The one shard that leads within `timeout` (its coordinator answering,
+  // the other's not), or -1.
+  int Leader(absl::Duration timeout = absl::Seconds(10)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      std::vector<int> leading;
+      for (int shard = 0; shard < 2; ++shard) {
+        if (elections_[shard] != nullptr && elections_[shard]->leading())
+          leading.push_back(shard);
+      }
+      if (leading.size() == 1) {
+        const int leader = leading[0];
+        EXPECT_OK(clocks_[leader]->Serving());
+        if (elections_[1 - leader] != nullptr) {
+          EXPECT_EQ(clocks_[1 - leader]->Serving().code(),
+                    absl::StatusCode::kUnavailable);
+        }
+        return leader;
+      }
+      EXPECT_LE(leading.size(), 1u) << "two shards lead at once";
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return -1;
+  }
+
+  uint64_t Epoch() {
+    absl::StatusOr<net::EtcdValue> stored =
+        client_->Get(CoordinatorEpochKey(kJob));
+    uint64_t epoch = 0;
+    EXPECT_OK(stored.status());
+    // "EPOCH LEASE": the epoch and the lease of the shard that led at it.
+    if (stored.ok()) {
+      EXPECT_TRUE(absl::SimpleAtoi(
+          stored->value.substr(0, stored->value.find(' ')), &epoch))
+          << stored->value;
+    }
+    return epoch;
+  }
+
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<net::EtcdClient> client_;
+  std::vector<std::unique_ptr<ClockCoordinator>> clocks_;
+  std::vector<std::unique_ptr<CoordinatorElection>> elections_;
+};
+
+TEST_F(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
+  const int first = Leader();
+  ASSERT_GE(first, 0);
+  const uint64_t first_epoch = Epoch();
+  EXPECT_GT(first_epoch, 0u);
+  absl::StatusOr<net::EtcdValue> held = client_->Get(net::CoordinatorKey(kJob));
+  ASSERT_OK(held);
+  EXPECT_EQ(held->value.substr(0, 2), std::to_string(first) + " ");
+  // The leader stops (it gives its key up): the other leads, at once, at a
+  // higher epoch.
+  elections_[first].reset();
+  EXPECT_EQ(clocks_[first]->Serving().code(), absl::StatusCode::kUnavailable);
+  const int second = Leader(absl::Seconds(5));
+  ASSERT_EQ(second, 1 - first);
+  EXPECT_GT(Epoch(), first_epoch);
+}
+
+TEST_F(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
+  const int first = Leader();
+  ASSERT_GE(first, 0);
+  const uint64_t first_epoch = Epoch();
+  // The key deleted under it (an operator, or etcd's state lost): it steps
+  // down at its next renewal, and an election follows; the next leader
+  // waits the old one's lease out, so that they never answer at once
+  // (Leader() checks, while it waits for one).
+  ASSERT_OK(client_->Delete(net::CoordinatorKey(kJob)).status());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline && Epoch() == first_epoch)
+    absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_GT(Epoch(), first_epoch);
+  EXPECT_GE(Leader(), 0);
+}
+
+TEST_F(CoordinatorElectionTest, NobodyLeadsOnAnEpochThatDoesNotRead) {
+  const int first = Leader();
+  ASSERT_GE(first, 0);
+  elections_[0].reset();
+  elections_[1].reset();
+  ASSERT_OK(client_->Put(CoordinatorEpochKey(kJob), "not an epoch").status());
+  Campaign(0);
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_FALSE(elections_[0]->leading());
+  EXPECT_EQ(clocks_[0]->Serving().code(), absl::StatusCode::kUnavailable);
+  // Put right, it leads.
+  ASSERT_OK(client_->Put(CoordinatorEpochKey(kJob), "7").status());
+  elections_[1] = nullptr;
+  EXPECT_EQ(Leader(), 0);
+  EXPECT_GT(Epoch(), 7u);
+}
+
+}  // namespace
+}  // namespace ps::server
