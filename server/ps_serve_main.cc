@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "net/metrics_endpoint.h"
+#include "net/server_tls_flags.h"
 #include "net/tls_credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -62,22 +63,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on (GET /metrics): requests "
           "and their latency by method and code, the model's cut and its "
           "age. Port 0 picks a free one (logged). Empty: none.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve TLS (with --tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle: accept only clients whose certificate it signed "
-          "(mutual TLS). Needs --tls_cert and --tls_key.");
-ABSL_FLAG(bool, allow_unauthenticated_clients, false,
-          "With --tls_cert but no --tls_ca, listen beyond loopback anyway "
-          "(ps_serve then authenticates nobody, and anyone who reaches it can "
-          "read every weight through Lookup: for networks you trust).");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
           "The largest request ps_serve reads and answer it writes; a Lookup "
           "whose answer would be larger is refused (RESOURCE_EXHAUSTED).");
-ABSL_FLAG(bool, allow_insecure_remote, false,
-          "Without TLS ps_serve listens only on loopback; this lets it listen "
-          "beyond it in plaintext, on a network you trust.");
 
 namespace {
 
@@ -173,11 +161,9 @@ int main(int argc, char** argv) {
                 "--max_keys_per_request must be > 0, --scorers >= 0");
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  ps::TlsFiles tls;
-  tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  tls.key = absl::GetFlag(FLAGS_tls_key);
-  tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  if (!tls.enabled() && !absl::GetFlag(FLAGS_allow_insecure_remote) &&
+  const ps::ServerTlsFlags tls_flags = ps::ServerTlsFromFlags();
+  const ps::TlsFiles& tls = tls_flags.files;
+  if (!tls.enabled() && !tls_flags.allow_insecure_remote &&
       !ps::IsLoopbackAddress(listen)) {
     return Fail(ps::kExitUsage,
                 absl::StrCat("refusing to listen on ", listen,
@@ -186,7 +172,7 @@ int main(int argc, char** argv) {
                              "--allow_insecure_remote on a network you trust"));
   }
   if (tls.enabled() && tls.ca.empty() &&
-      !absl::GetFlag(FLAGS_allow_unauthenticated_clients) &&
+      !tls_flags.allow_unauthenticated_clients &&
       !ps::IsLoopbackAddress(listen)) {
     return Fail(ps::kExitUsage,
                 absl::StrCat("refusing to listen on ", listen,

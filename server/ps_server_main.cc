@@ -23,6 +23,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/etcd_client.h"
+#include "net/server_tls_flags.h"
 #include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "server/shard_server.h"
@@ -150,22 +151,10 @@ ABSL_FLAG(int32_t, relearn_time_s, 60,
 ABSL_FLAG(uint64_t, testing_kill_after_push_records, 0,
           "Testing only: SIGKILL this process right after its N-th push is "
           "in the push log, before the push is answered. 0: never.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve TLS (with --tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate: every client must present a certificate it "
-          "signed (mutual TLS). Needs --tls_cert and --tls_key.");
 ABSL_FLAG(std::string, worker_token_file, "",
           "File holding a token that the data plane's Clock and DeclareTable "
           "calls must carry as 'authorization: Bearer <token>' (ps_worker "
           "--worker_token_file); needed with --admin_token_file.");
-ABSL_FLAG(bool, allow_unauthenticated_clients, false,
-          "With --tls_cert but no --tls_ca, listen beyond loopback anyway "
-          "(the shard then authenticates nobody: for networks you trust).");
-ABSL_FLAG(bool, allow_insecure_remote, false,
-          "Without TLS a shard listens only on loopback; this lets it listen "
-          "on other addresses in plaintext (a network you trust).");
 ABSL_FLAG(std::string, admin_token_file, "",
           "File holding a token that admin calls which change the shard "
           "(drain) must carry as 'authorization: Bearer <token>' "
@@ -380,12 +369,10 @@ absl::Status RequireDataDir(ps::server::ServerOptions* options) {
 // TLS, whom the shard may listen to, the checkpoint to restore, and the
 // metrics and health servers' addresses.
 absl::Status ReadTlsAndListenFlags(ps::server::ServerOptions* options) {
-  options->tls.cert = absl::GetFlag(FLAGS_tls_cert);
-  options->tls.key = absl::GetFlag(FLAGS_tls_key);
-  options->tls.ca = absl::GetFlag(FLAGS_tls_ca);
-  options->allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
-  options->allow_unauthenticated_clients =
-      absl::GetFlag(FLAGS_allow_unauthenticated_clients);
+  const ps::ServerTlsFlags tls = ps::ServerTlsFromFlags();
+  options->tls = tls.files;
+  options->allow_insecure_remote = tls.allow_insecure_remote;
+  options->allow_unauthenticated_clients = tls.allow_unauthenticated_clients;
   options->restore_from = absl::GetFlag(FLAGS_restore_from);
   options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options->health_listen = absl::GetFlag(FLAGS_health_listen);

@@ -29,10 +29,7 @@ class CoordinatorElectionTest : public ::testing::Test {
         testing::EtcdProcess::Start("election");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    net::EtcdOptions options;
-    options.endpoints = {etcd_->endpoint()};
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
-        net::EtcdClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
     for (int shard = 0; shard < 2; ++shard) {

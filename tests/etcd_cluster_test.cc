@@ -43,10 +43,7 @@ class EtcdClusterTest : public ::testing::Test {
         EtcdProcess::Start("etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    net::EtcdOptions options;
-    options.endpoints = {etcd_->endpoint()};
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
-        net::EtcdClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
   }

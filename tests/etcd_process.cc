@@ -107,4 +107,10 @@ void EtcdProcess::Stop(int signal) {
   process_.reset();
 }
 
+absl::StatusOr<std::unique_ptr<net::EtcdClient>> EtcdProcess::Connect() const {
+  net::EtcdOptions options;
+  options.endpoints = {endpoint_};
+  return net::EtcdClient::Connect(options);
+}
+
 }  // namespace ps::testing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "net/etcd_client.h"
 #include "tests/child_process.h"
 
 namespace ps::testing {
@@ -26,6 +27,9 @@ class EtcdProcess {
 
   // host:port of its client endpoint.
   const std::string& endpoint() const { return endpoint_; }
+
+  // A client of it alone.
+  absl::StatusOr<std::unique_ptr<net::EtcdClient>> Connect() const;
 
   // Ends it with `signal` (SIGKILL: as a machine that is lost).
   void Stop(int signal);
