@@ -224,7 +224,8 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease,
   return absl::Seconds(response.ttl());
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::LeaseTimeLeft(int64_t lease) {
+absl::StatusOr<absl::Duration> EtcdClient::LeaseTimeLeft(
+    int64_t lease, absl::Duration timeout) {
   etcdserverpb::LeaseTimeToLiveRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseTimeToLiveResponse response;
@@ -232,8 +233,11 @@ absl::StatusOr<absl::Duration> EtcdClient::LeaseTimeLeft(int64_t lease) {
       absl::StrCat("asking lease ", lease, "'s time left"),
       [&](Member& member, grpc::ClientContext& context) {
         return member.lease->LeaseTimeToLive(&context, request, &response);
-      }));
-  return absl::Seconds(std::max<int64_t>(0, response.ttl()));
+      },
+      timeout));
+  // -1: gone. 0 is under a second left, not none.
+  if (response.ttl() < 0) return absl::ZeroDuration();
+  return absl::Seconds(response.ttl() + 1);
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t lease, absl::Duration timeout) {

@@ -110,9 +110,11 @@ class EtcdClient {
   // bounds how long a renewal may block.
   absl::StatusOr<absl::Duration> KeepAlive(
       int64_t lease, absl::Duration timeout = absl::ZeroDuration());
-  // The time `lease` has left without a renewal; zero once it expired (or
-  // never existed).
-  absl::StatusOr<absl::Duration> LeaseTimeLeft(int64_t lease);
+  // At most the time `lease` has left without a renewal (etcd answers
+  // whole seconds, rounded down: this is that plus one); zero once it
+  // expired (or never existed). `timeout` as for KeepAlive().
+  absl::StatusOr<absl::Duration> LeaseTimeLeft(
+      int64_t lease, absl::Duration timeout = absl::ZeroDuration());
   // Ends `lease` now, deleting its keys; `timeout` as for KeepAlive().
   absl::Status RevokeLease(int64_t lease,
                            absl::Duration timeout = absl::ZeroDuration());

@@ -5,7 +5,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/shard_directory.h"
@@ -22,6 +21,10 @@ absl::Time MonotonicNow() {
 
 std::string CoordinatorEpochKey(const std::string& job) {
   return absl::StrCat("/ps/", job, "/coordinator_epoch");
+}
+
+std::string CoordinatorLeaseKey(const std::string& job) {
+  return absl::StrCat("/ps/", job, "/coordinator_lease");
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Start(
@@ -83,13 +86,9 @@ bool CoordinatorElection::Campaign() {
     }
     // Ours from an answer that was lost, or taken while the last holder's
     // lease lived on: lead once that lease is gone (the key is ours).
-    if (holder_lease_ != 0) {
-      absl::StatusOr<absl::Duration> left = etcd_->LeaseTimeLeft(holder_lease_);
-      if (!left.ok() || *left > absl::ZeroDuration()) {
-        etcd_->KeepAlive(lease_, options_.ttl / 3).IgnoreError();
-        return false;
-      }
-      holder_lease_ = 0;
+    if (LastLeaderMayAnswer(holder_lease_)) {
+      etcd_->KeepAlive(lease_, options_.ttl / 3).IgnoreError();
+      return false;
     }
   } else if (!absl::IsNotFound(held.status())) {
     LOG_EVERY_N(WARNING, 20) << "coordinator election: " << held.status();
@@ -137,11 +136,7 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   int64_t epoch_revision = 0;
   absl::StatusOr<net::EtcdValue> stored = etcd_->Get(epoch_key);
   if (stored.ok()) {
-    // "EPOCH LEASE" (or "EPOCH", as earlier releases wrote it).
-    const std::vector<std::string> fields =
-        absl::StrSplit(stored->value, ' ', absl::SkipEmpty());
-    if (fields.empty() || !absl::SimpleAtoi(fields[0], &last_epoch) ||
-        (fields.size() > 1 && !absl::SimpleAtoi(fields[1], &last_lease))) {
+    if (!absl::SimpleAtoi(stored->value, &last_epoch)) {
       return give_up("reading the last coordinator's epoch",
                      absl::DataLossError(absl::StrCat(
                          epoch_key, " holds '", stored->value,
@@ -151,19 +146,24 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   } else if (!absl::IsNotFound(stored.status())) {
     return give_up("reading the last coordinator's epoch", stored.status());
   }
-  // The last coordinator's lease still lives (its key went by hand, or it
-  // was never seen holding it): it answers until its next renewal finds
-  // the key another's. The key stays this shard's; it leads once that lease
-  // is gone (Campaign() waits it out).
-  if (last_lease != 0 && last_lease != lease_) {
-    absl::StatusOr<absl::Duration> left = etcd_->LeaseTimeLeft(last_lease);
-    if (!left.ok() || *left > absl::ZeroDuration()) {
-      LOG(INFO) << key_ << " is this shard's, but the last coordinator's "
-                << "lease " << last_lease << " lives on: coordinating once "
-                << "it ends";
-      holder_lease_ = last_lease;
-      return false;
-    }
+  // The last coordinator's lease (recorded beside the epoch, or seen
+  // holding the key): while it lives, that coordinator answers until its
+  // next renewal finds the key another's. The key stays this shard's; it
+  // leads once that lease is gone (Campaign() waits it out).
+  const std::string lease_key = CoordinatorLeaseKey(options_.job);
+  absl::StatusOr<net::EtcdValue> recorded = etcd_->Get(lease_key);
+  if (recorded.ok()) {
+    if (!absl::SimpleAtoi(recorded->value, &last_lease)) last_lease = 0;
+  } else if (!absl::IsNotFound(recorded.status())) {
+    return give_up("reading the last coordinator's lease", recorded.status());
+  }
+  if (last_lease == 0) last_lease = holder_lease_;
+  if (LastLeaderMayAnswer(last_lease)) {
+    LOG(INFO) << key_ << " is this shard's, but the last coordinator's "
+              << "lease " << last_lease << " lives on: coordinating once "
+              << "it ends";
+    holder_lease_ = last_lease;
+    return false;
   }
   absl::StatusOr<std::vector<net::RegisteredWorker>> registered =
       net::RegisteredWorkers(*etcd_, options_.job);
@@ -175,18 +175,52 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   // Recorded before any incarnation of it is given out.
   const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);
   absl::StatusOr<bool> saved =
-      etcd_->PutIf(epoch_key, absl::StrCat(epoch, " ", lease_), epoch_revision);
+      etcd_->PutIf(epoch_key, absl::StrCat(epoch), epoch_revision);
   if (!saved.ok()) return give_up("recording the epoch", saved.status());
   if (!*saved) {
     return give_up(
         "recording the epoch",
         absl::AbortedError(absl::StrCat(epoch_key, " changed meanwhile")));
   }
+  // Beside the epoch (which the release before this one reads alone).
+  if (absl::Status put = etcd_->Put(lease_key, absl::StrCat(lease_)).status();
+      !put.ok()) {
+    return give_up("recording this coordinator's lease", put);
+  }
+  holder_lease_ = 0;
+  waiting_since_ = absl::InfinitePast();
   if (stop_.HasBeenNotified()) return false;  // the destructor revokes
   clocks_->TakeOver(expected, epoch, leading_until);
   leading_.store(true);
   LOG(INFO) << "this shard is the job's clock coordinator (epoch " << epoch
             << ")";
+  return true;
+}
+
+bool CoordinatorElection::LastLeaderMayAnswer(int64_t lease) {
+  if (lease == 0 || lease == lease_) return false;
+  absl::StatusOr<absl::Duration> left =
+      etcd_->LeaseTimeLeft(lease, options_.ttl / 3);
+  if (left.ok() && *left <= absl::ZeroDuration()) {
+    waiting_since_ = absl::InfinitePast();
+    return false;
+  }
+  if (!left.ok()) {
+    LOG_EVERY_N(WARNING, 20) << "coordinator election: asking lease " << lease
+                             << "'s time left: " << left.status();
+  }
+  // A coordinator stops answering within a lease of its last renewal
+  // (Renew() extends it only while the key is its own): past that, it
+  // answers no more, whatever etcd says of its lease.
+  const absl::Time now = MonotonicNow();
+  if (waiting_since_ == absl::InfinitePast()) waiting_since_ = now;
+  // (etcd may grant more than asked: two leases and a second.)
+  if (now - waiting_since_ > 2 * options_.ttl + absl::Seconds(1)) {
+    LOG(WARNING) << "the last coordinator's lease " << lease
+                 << " outlived a lease of waiting: coordinating anyway";
+    waiting_since_ = absl::InfinitePast();
+    return false;
+  }
   return true;
 }
 

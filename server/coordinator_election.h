@@ -12,8 +12,9 @@
 // the lease's time left, measured from before the renewal was sent, so a
 // coordinator stops answering before etcd could let another lead. A key
 // that goes while its holder's lease lives (deleted by hand) is taken, but
-// not led from until that lease is gone: the old coordinator, finding the
-// key another's at its next renewal, revokes it.
+// not led from until that lease (recorded at /ps/<job>/coordinator_lease)
+// is gone, or two leases have passed: the old coordinator, finding
+// the key another's at its next renewal, stops answering and revokes it.
 //
 // Does not own the client or the coordinator, which must outlive it.
 // Thread-safe.
@@ -49,6 +50,8 @@ struct ElectionOptions {
 
 // "/ps/<job>/coordinator_epoch": the last elected coordinator's epoch.
 std::string CoordinatorEpochKey(const std::string& job);
+// "/ps/<job>/coordinator_lease": the etcd lease it holds its key under.
+std::string CoordinatorLeaseKey(const std::string& job);
 
 class CoordinatorElection {
  public:
@@ -77,6 +80,10 @@ class CoordinatorElection {
   // above it first) and the registered workers. False, the key given up,
   // when either cannot be read or the epoch not recorded.
   bool Lead(absl::Time leading_until);
+  // Whether the coordinator that held the key under `lease` (another's) may
+  // still answer: its lease lives, or etcd cannot say, for at most two
+  // leases and a second of waiting.
+  bool LastLeaderMayAnswer(int64_t lease);
 
   net::EtcdClient* const etcd_;
   ClockCoordinator* const clocks_;
@@ -84,8 +91,10 @@ class CoordinatorElection {
   std::string key_, value_;
   int64_t lease_ = 0;  // the thread's
   // The thread's: the lease of the last other holder of the key seen, which
-  // this shard waits out before it leads (0: none to wait for).
+  // this shard waits out before it leads (0: none to wait for), and since
+  // when it has waited (InfinitePast: not waiting).
   int64_t holder_lease_ = 0;
+  absl::Time waiting_since_ = absl::InfinitePast();
   std::atomic<bool> leading_{false};
   absl::Notification stop_;
   std::thread thread_;

@@ -63,6 +63,10 @@ class CoordinatorElectionTest : public ::testing::Test {
   int Leader(absl::Duration timeout = absl::Seconds(10)) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
+      int answering = 0;
+      for (int shard = 0; shard < 2; ++shard)
+        answering += clocks_[shard]->Serving().ok() ? 1 : 0;
+      EXPECT_LE(answering, 1) << "two coordinators answer at once";
       std::vector<int> leading;
       for (int shard = 0; shard < 2; ++shard) {
         if (elections_[shard] != nullptr && elections_[shard]->leading())
@@ -88,7 +92,6 @@ class CoordinatorElectionTest : public ::testing::Test {
         client_->Get(CoordinatorEpochKey(kJob));
     uint64_t epoch = 0;
     EXPECT_OK(stored.status());
-    // "EPOCH LEASE": the epoch and the lease of the shard that led at it.
     if (stored.ok()) {
       EXPECT_TRUE(absl::SimpleAtoi(
           stored->value.substr(0, stored->value.find(' ')), &epoch))
@@ -130,8 +133,11 @@ TEST_F(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   // (Leader() checks, while it waits for one).
   ASSERT_OK(client_->Delete(net::CoordinatorKey(kJob)).status());
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline && Epoch() == first_epoch)
-    absl::SleepFor(absl::Milliseconds(20));
+  while (absl::Now() < deadline && Epoch() == first_epoch) {
+    EXPECT_FALSE(clocks_[0]->Serving().ok() && clocks_[1]->Serving().ok())
+        << "two coordinators answer at once";
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   EXPECT_GT(Epoch(), first_epoch);
   EXPECT_GE(Leader(), 0);
 }
