@@ -76,6 +76,39 @@ SlotMap RecordedSlotMap(bool has_slot_map, const SlotMapSpec& spec,
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> ExportChain(const std::string& dir) {
+  std::vector<std::string> chain = {dir};
+  ASSIGN_OR_RETURN(ExportManifest manifest, ReadExportManifest(dir));
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  while (manifest.delta_index() > 0) {
+    const std::string previous = (parent / manifest.predecessor()).string();
+    absl::StatusOr<ExportManifest> before = ReadExportManifest(previous);
+    if (!before.ok()) {
+      return absl::Status(
+          before.status().code(),
+          absl::StrCat("the delta ", chain.back(), " follows ", previous,
+                       ", which does not read: ", before.status().message()));
+    }
+    const bool is_base = before->delta_index() == 0;
+    if (before->delta_index() + 1 != manifest.delta_index() ||
+        (is_base ? manifest.predecessor() : before->base()) !=
+            manifest.base() ||
+        before->model_name() != manifest.model_name() ||
+        before->format() != manifest.format()) {
+      return absl::DataLossError(absl::StrCat(
+          "the delta ", chain.back(), " (delta ", manifest.delta_index(),
+          " of base ", manifest.base(), ", cut ", manifest.cut(),
+          ") does not follow ", previous, " (delta ", before->delta_index(),
+          " of base ", is_base ? "itself" : before->base(), ", cut ",
+          before->cut(), ")"));
+    }
+    chain.push_back(previous);
+    manifest = *std::move(before);
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
 SlotMap RecordedSlotMap(const CheckpointManifest& manifest) {
   return RecordedSlotMap(manifest.has_slot_map(), manifest.slot_map(),
                          manifest.num_shards());
@@ -126,10 +159,21 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
 absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
   ExportManifest manifest;
   RETURN_IF_ERROR(ReadJson(dir, &manifest));
-  if ((manifest.format_version() != 1 && manifest.format_version() != 2) ||
+  if (manifest.format_version() < 1 || manifest.format_version() > 3 ||
       manifest.num_shards() == 0 || !manifest.has_model()) {
     return absl::DataLossError(absl::StrCat(
         ManifestPath(dir), " is not an export this version reads"));
+  }
+  // Version 3 is a delta, and only a delta: it names what it follows.
+  const bool delta = manifest.format_version() == 3;
+  if (delta != !manifest.predecessor().empty() ||
+      delta != !manifest.base().empty() ||
+      delta != (manifest.delta_index() > 0)) {
+    return absl::DataLossError(absl::StrCat(
+        ManifestPath(dir), ": format version ", manifest.format_version(),
+        " with predecessor \"", manifest.predecessor(), "\", base \"",
+        manifest.base(), "\" and delta index ", manifest.delta_index(),
+        " is not an export this version reads"));
   }
   for (const auto& table : manifest.tables()) {
     if (table.parts_size() != static_cast<int>(manifest.num_shards())) {

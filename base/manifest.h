@@ -36,6 +36,12 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir);
 // The manifest of the export in `dir` (see ReadManifest()).
 absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
 
+// The exports a delta is read over, oldest first: its base, each delta
+// after it, and `dir` last (just `dir` for a full export). NOT_FOUND or
+// DATA_LOSS for a link that is missing or does not read, DATA_LOSS for one
+// that does not follow (another base, index or model).
+absl::StatusOr<std::vector<std::string>> ExportChain(const std::string& dir);
+
 // The slot map a manifest records, or for one written before manifests
 // recorded maps, the initial map of its shard count. REQUIRES: `manifest`
 // came from ReadManifest() or ReadExportManifest(), which check the map.

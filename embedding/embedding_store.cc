@@ -53,10 +53,22 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   rocks_options.write_buffer_bytes = options.rocksdb_write_buffer_bytes;
   rocks_options.sync_wal = options.sync_wal;
   rocks_options.max_tables = options.max_tables;
+  if (options.max_dropped_rows_remembered == 0) {
+    return absl::InvalidArgumentError(
+        "max_dropped_rows_remembered must be at least 1");
+  }
+  // What an earlier process dropped is not known: the log is complete from
+  // now on.
+  auto dropped_rows = std::make_shared<DroppedRowLog>(
+      options.max_dropped_rows_remembered, NowSeconds());
+  rocks_options.on_expired = [dropped_rows](uint32_t table, uint64_t key,
+                                            uint32_t when_s) {
+    dropped_rows->Record(table, key, when_s);
+  };
   ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks,
                    RocksStore::Open(rocks_options));
   std::unique_ptr<EmbeddingStore> store(
-      new EmbeddingStore(options, std::move(rocks)));
+      new EmbeddingStore(options, dropped_rows, std::move(rocks)));
 
   PushLogOptions log_options;
   log_options.dir = options.data_dir + "/push_log";
@@ -83,8 +95,10 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
 }
 
 EmbeddingStore::EmbeddingStore(const StoreOptions& options,
+                               std::shared_ptr<DroppedRowLog> dropped_rows,
                                std::unique_ptr<RocksStore> rocks)
     : options_(options),
+      dropped_rows_(std::move(dropped_rows)),
       rocks_(std::move(rocks)),
       ledger_(options.max_workers) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;

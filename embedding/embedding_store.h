@@ -76,6 +76,7 @@
 #include "base/initializer.h"
 #include "base/optimizer.h"
 #include "embedding/admission_sketch.h"
+#include "embedding/dropped_row_log.h"
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
 #include "embedding/push_record.h"
@@ -125,6 +126,11 @@ struct StoreOptions {
   // Memory of each admission sketch: one per table whose spec has
   // admit_after >= 2 (admission_sketch.h). Default: 16 MiB.
   size_t admission_sketch_bytes = 16 << 20;
+  // Rows dropped for good (expired rows RocksDB's compactions remove)
+  // remembered for delta exports, 16 bytes each (dropped_row_log.h); past
+  // it, a delta since before the oldest one remembered is refused.
+  // Default: 1M.
+  size_t max_dropped_rows_remembered = size_t{1} << 20;
   // Workers whose pushes the ledger tracks for exactly-once (push_ledger.h).
   // Default: 4096.
   size_t max_workers = 4096;
@@ -378,19 +384,37 @@ class EmbeddingStore {
 
   // Exports the weights (no optimizer state) of tables as of the call into
   // one RocksDB SST file each: the key as SlotOrderedKey (base/routing.h,
-  // the store's order), the row's `dim` values as float32 or IEEE half
-  // (`half`). Pushes wait while dirty
-  // rows are written back; the files are written from a snapshot after.
+  // the store's order), the row's `dim` values as float32 or IEEE half.
+  // Pushes wait while dirty rows are written back; the files are written
+  // from a snapshot after.
   struct ExportTarget {
     std::string table;
-    // The file to write; none is written for a table with no stored row.
+    // The file to write; none is written for a table with no row to write.
     std::string path;
-    // Filled in: rows and bytes written.
+    // Filled in: rows written (deletions included) and bytes, and of those
+    // rows the deletions (a delta's).
     uint64_t rows = 0;
     uint64_t bytes = 0;
+    uint64_t deleted_rows = 0;
   };
-  // NOT_FOUND for an unknown table.
-  absl::Status Export(std::vector<ExportTarget>* targets, bool half);
+  struct ExportOptions {
+    // Weights as IEEE half instead of float32. Default: false.
+    bool half = false;
+    // Set: a delta. Only the rows updated at or after this time (Unix
+    // seconds of this shard's clock: an earlier export's time), and an
+    // empty value for each row that expired since (found expired, or
+    // dropped by a compaction). Default: unset (every row).
+    std::optional<uint32_t> changed_since_s;
+  };
+  // Returns the time of the export (Unix seconds, this shard's clock,
+  // taken before the snapshot): the changed_since_s of a delta after it.
+  // NOT_FOUND for an unknown table. FAILED_PRECONDITION for a delta since
+  // before this store knows what changed: it opened after that time (what
+  // an earlier process dropped is not known), a table was declared after
+  // it (a table dropped and declared again), or more rows were dropped
+  // since than max_dropped_rows_remembered.
+  absl::StatusOr<uint32_t> Export(std::vector<ExportTarget>* targets,
+                                  const ExportOptions& options);
 
   std::vector<TableStats> ListTables();
   StoreStats Stats();
@@ -422,6 +446,9 @@ class EmbeddingStore {
     ExpiryRule expiry = ExpiryRule();
     // spec.admit_after >= 2: counts the pushes of keys not yet stored.
     std::unique_ptr<AdmissionSketch> admission = nullptr;
+    // When this process added it (at open, or declared): a delta export
+    // since before then is refused.
+    uint32_t added_at_s = 0;
   };
 
   struct Stripe {
@@ -448,6 +475,7 @@ class EmbeddingStore {
   };
 
   EmbeddingStore(const StoreOptions& options,
+                 std::shared_ptr<DroppedRowLog> dropped_rows,
                  std::unique_ptr<RocksStore> rocks);
 
   // The member functions live by job: the shared core in
@@ -641,13 +669,24 @@ class EmbeddingStore {
   absl::Status StartNextEpoch(Replay& replay);
 
   // Checkpoints and exports (embedding_store_checkpoint.cc).
-  // Writes `table`'s stored rows as of `snapshot` into target->path (none
-  // if it has no row), filling in target's counts.
+  // Writes `table`'s stored rows as of `snapshot` and `now_s` (a delta's:
+  // changed and dropped since options.changed_since_s, the keys in
+  // `dropped` sorted in the store's order) into target->path (none if it has no
+  // row), filling in target's counts.
   absl::Status ExportTable(const Table& table,
-                           const RocksStore::Snapshot& snapshot, bool half,
+                           const RocksStore::Snapshot& snapshot,
+                           const ExportOptions& options, uint32_t now_s,
+                           const std::vector<uint64_t>& dropped,
                            ExportTarget* target);
+  // The keys of `table` dropped since options.changed_since_s, in the
+  // store's order, for a delta (none for a full export); the refusals of
+  // Export().
+  absl::StatusOr<std::vector<uint64_t>> DroppedForDelta(
+      const Table& table, const ExportOptions& options) const;
 
   const StoreOptions options_;
+  // Shared with RocksDB's compaction filters, which record into it.
+  const std::shared_ptr<DroppedRowLog> dropped_rows_;
   const std::unique_ptr<RocksStore> rocks_;
   // Declared before the push log, whose segment preamble reads it.
   PushLedger ledger_;

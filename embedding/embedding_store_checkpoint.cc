@@ -3,6 +3,7 @@
 // each taken at the push gate so that it holds every push whole or not at
 // all.
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -56,13 +57,16 @@ absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
   return rocks_->CreateCheckpoint(dir);
 }
 
-absl::Status EmbeddingStore::Export(std::vector<ExportTarget>* targets,
-                                    bool half) {
+absl::StatusOr<uint32_t> EmbeddingStore::Export(
+    std::vector<ExportTarget>* targets, const ExportOptions& options) {
   std::vector<const Table*> tables;
   for (const ExportTarget& target : *targets) {
     ASSIGN_OR_RETURN(const Table* table, FindTable(target.table));
     tables.push_back(table);
   }
+  // Taken before the snapshot: a row updated in this second after the
+  // snapshot is in the next delta too (it compares at or after).
+  const uint32_t now_s = NowSeconds();
   std::unique_ptr<RocksStore::Snapshot> snapshot;
   {
     absl::WriterMutexLock gate(&push_gate_);
@@ -70,43 +74,104 @@ absl::Status EmbeddingStore::Export(std::vector<ExportTarget>* targets,
     snapshot = rocks_->GetSnapshot();
   }
   for (size_t t = 0; t < targets->size(); ++t) {
-    RETURN_IF_ERROR(ExportTable(*tables[t], *snapshot, half, &(*targets)[t]));
+    // Read after the snapshot: a compaction drops no row the snapshot
+    // holds, so every row it lacks was recorded by then.
+    ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped,
+                     DroppedForDelta(*tables[t], options));
+    RETURN_IF_ERROR(ExportTable(*tables[t], *snapshot, options, now_s, dropped,
+                                &(*targets)[t]));
   }
-  return absl::OkStatus();
+  return now_s;
+}
+
+absl::StatusOr<std::vector<uint64_t>> EmbeddingStore::DroppedForDelta(
+    const Table& table, const ExportOptions& options) const {
+  if (!options.changed_since_s.has_value()) return std::vector<uint64_t>();
+  const uint32_t since_s = *options.changed_since_s;
+  if (since_s < table.added_at_s) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table ", table.spec.name(), " is known to this shard only since ",
+        table.added_at_s, " (Unix seconds; the shard started, or the table ",
+        "was declared, then), not since ", since_s,
+        ": what changed before is not known"));
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> dropped,
+                   dropped_rows_->DroppedSince(table.id, since_s));
+  auto store_order = [](uint64_t a, uint64_t b) {
+    return std::make_pair(SlotForKey(a), a) < std::make_pair(SlotForKey(b), b);
+  };
+  std::sort(dropped.begin(), dropped.end(), store_order);
+  dropped.erase(std::unique(dropped.begin(), dropped.end()), dropped.end());
+  return dropped;
 }
 
 absl::Status EmbeddingStore::ExportTable(const Table& table,
                                          const RocksStore::Snapshot& snapshot,
-                                         bool half, ExportTarget* target) {
+                                         const ExportOptions& options,
+                                         uint32_t now_s,
+                                         const std::vector<uint64_t>& dropped,
+                                         ExportTarget* target) {
   std::vector<float> row(table.row_floats);
   std::string value;
   // Opened at the first row, so that a table with none has no file.
   std::unique_ptr<rocksdb::SstFileWriter> writer;
-  const uint32_t now_s = NowSeconds();
-  auto write = [&](uint64_t key, absl::string_view stored) -> absl::Status {
-    LogPosition position;
-    RowMeta meta;
-    RETURN_IF_ERROR(
-        RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position, &meta));
-    // Expired, not yet compacted away: not part of the model.
-    if (table.expiry.Expired(meta, now_s)) return absl::OkStatus();
-    EncodeWeights(row, table.dim, half, &value);
+  // In the store's order (by slot, then key), which the export's keys
+  // follow (proto/checkpoint.proto); an empty value deletes the row.
+  auto put = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
     if (writer == nullptr) {
       ASSIGN_OR_RETURN(writer, OpenSstFile(target->path));
     }
-    // In the store's order (by slot, then key), which the export's keys
-    // follow (proto/checkpoint.proto).
     const SlotOrderedKey export_key(key);
-    rocksdb::Status put = writer->Put(
-        rocksdb::Slice(export_key.data(), export_key.size()), value);
+    rocksdb::Status put =
+        writer->Put(rocksdb::Slice(export_key.data(), export_key.size()),
+                    rocksdb::Slice(bytes.data(), bytes.size()));
     if (!put.ok()) {
       return absl::InternalError(
           absl::StrCat("writing ", target->path, ": ", put.ToString()));
     }
     ++target->rows;
+    if (bytes.empty()) ++target->deleted_rows;
     return absl::OkStatus();
   };
+  const std::optional<uint32_t> since_s = options.changed_since_s;
+  // The next dropped key to write, merged into the scan's order.
+  size_t next_dropped = 0;
+  auto put_dropped_before = [&](std::optional<uint64_t> key) -> absl::Status {
+    while (next_dropped < dropped.size()) {
+      const uint64_t candidate = dropped[next_dropped];
+      if (key.has_value()) {
+        const auto here = std::make_pair(SlotForKey(*key), *key);
+        const auto there = std::make_pair(SlotForKey(candidate), candidate);
+        if (there > here) break;
+        ++next_dropped;
+        if (there == here) continue;  // stored: the scan decides
+      } else {
+        ++next_dropped;
+      }
+      RETURN_IF_ERROR(put(candidate, ""));
+    }
+    return absl::OkStatus();
+  };
+  auto write = [&](uint64_t key, absl::string_view stored) -> absl::Status {
+    RETURN_IF_ERROR(put_dropped_before(key));
+    LogPosition position;
+    RowMeta meta;
+    RETURN_IF_ERROR(
+        RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position, &meta));
+    // Expired, not yet compacted away: not part of the model. A delta
+    // deletes it if it was part of the export before.
+    if (table.expiry.Expired(meta, now_s)) {
+      if (since_s.has_value() && !table.expiry.Expired(meta, *since_s))
+        return put(key, "");
+      return absl::OkStatus();
+    }
+    if (since_s.has_value() && meta.updated_at_s < *since_s)
+      return absl::OkStatus();
+    EncodeWeights(row, table.dim, options.half, &value);
+    return put(key, value);
+  };
   RETURN_IF_ERROR(rocks_->Scan(table.id, snapshot, write));
+  RETURN_IF_ERROR(put_dropped_before(std::nullopt));
   if (writer == nullptr) return absl::OkStatus();
   rocksdb::ExternalSstFileInfo info;
   rocksdb::Status finished = writer->Finish(&info);

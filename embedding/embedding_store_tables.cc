@@ -85,6 +85,7 @@ absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
       stored.id, spec, dim, dim + optimizer->StateFloats(dim),
       std::move(optimizer), Initializer(spec.initializer()), created_empty});
   table->dropped = stored.dropped;
+  table->added_at_s = NowSeconds();
   if (spec.row_ttl_s() > 0 && !stored.dropped) {
     table->expiry.row_floats = table->row_floats;
     table->expiry.ttl_s = spec.row_ttl_s();

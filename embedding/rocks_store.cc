@@ -587,59 +587,80 @@ absl::Status RocksStore::DecodeRow(absl::string_view value,
 }
 
 // Hands each compaction of a table family with an expiry rule a filter
-// that drops the rows the rule says expired, as of the compaction's start.
+// that drops the rows the rule says expired, as of the compaction's start,
+// and tells `on_expired` (RocksStoreOptions) of each.
 class RocksStore::ExpiryFilterFactory
     : public rocksdb::CompactionFilterFactory {
  public:
-  void Set(uint32_t family_id, const ExpiryRule& rule) {
+  explicit ExpiryFilterFactory(
+      std::function<void(TableId, uint64_t, uint32_t)> on_expired)
+      : on_expired_(std::move(on_expired)) {}
+
+  void Set(uint32_t family_id, TableId table, const ExpiryRule& rule) {
     absl::MutexLock lock(&mu_);
-    rules_[family_id] = rule;
+    rules_[family_id] = TableRule{table, rule};
   }
   uint64_t expired() const { return expired_.load(); }
 
   std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
       const rocksdb::CompactionFilter::Context& context) override {
-    ExpiryRule rule;
+    TableRule rule;
     {
       absl::MutexLock lock(&mu_);
       auto found = rules_.find(context.column_family_id);
-      if (found == rules_.end() || found->second.ttl_s == 0) return nullptr;
+      if (found == rules_.end() || found->second.rule.ttl_s == 0)
+        return nullptr;
       rule = found->second;
     }
     return std::make_unique<ExpiryFilter>(
         rule, static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now())),
-        &expired_);
+        &expired_, &on_expired_);
   }
   const char* Name() const override { return "ps.ExpiryFilterFactory"; }
 
  private:
+  struct TableRule {
+    TableId table = 0;
+    ExpiryRule rule;
+  };
+
   class ExpiryFilter : public rocksdb::CompactionFilter {
    public:
-    ExpiryFilter(const ExpiryRule& rule, uint32_t now_s,
-                 std::atomic<uint64_t>* expired)
-        : rule_(rule), now_s_(now_s), expired_(expired) {}
-    bool Filter(int, const rocksdb::Slice&, const rocksdb::Slice& value,
+    ExpiryFilter(
+        const TableRule& rule, uint32_t now_s, std::atomic<uint64_t>* expired,
+        const std::function<void(TableId, uint64_t, uint32_t)>* on_expired)
+        : rule_(rule),
+          now_s_(now_s),
+          expired_(expired),
+          on_expired_(on_expired) {}
+    bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value,
                 std::string*, bool*) const override {
-      const size_t with_meta = rule_.row_floats * sizeof(float) +
+      const size_t with_meta = rule_.rule.row_floats * sizeof(float) +
                                sizeof(LogPosition) + sizeof(RowMeta);
       if (value.size() != with_meta) return false;
       RowMeta meta;
       std::memcpy(&meta, value.data() + value.size() - sizeof(RowMeta),
                   sizeof(meta));
-      if (!rule_.Expired(meta, now_s_)) return false;
+      if (!rule_.rule.Expired(meta, now_s_)) return false;
       ++*expired_;
+      if (*on_expired_) {
+        absl::StatusOr<uint64_t> row_key = DecodeRowKey(key, /*legacy=*/true);
+        if (row_key.ok()) (*on_expired_)(rule_.table, *row_key, now_s_);
+      }
       return true;
     }
     const char* Name() const override { return "ps.ExpiryFilter"; }
 
    private:
-    const ExpiryRule rule_;
+    const TableRule rule_;
     const uint32_t now_s_;
     std::atomic<uint64_t>* const expired_;
+    const std::function<void(TableId, uint64_t, uint32_t)>* const on_expired_;
   };
 
+  const std::function<void(TableId, uint64_t, uint32_t)> on_expired_;
   absl::Mutex mu_;
-  absl::flat_hash_map<uint32_t, ExpiryRule> rules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, TableRule> rules_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> expired_{0};
 };
 
@@ -647,7 +668,7 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
     const RocksStoreOptions& options) {
   RETURN_IF_ERROR(PrepareStoreDirectory(options));
   const rocksdb::DBOptions db_options = DatabaseOptions(options);
-  auto expiry = std::make_shared<ExpiryFilterFactory>();
+  auto expiry = std::make_shared<ExpiryFilterFactory>(options.on_expired);
   const rocksdb::ColumnFamilyOptions family =
       TableFamilyOptions(options, expiry);
   OpenedDatabase opened;
@@ -769,7 +790,7 @@ absl::Status RocksStore::DropFamily(TableId id) {
 
 void RocksStore::SetExpiry(TableId id, const ExpiryRule& rule) {
   if (rocksdb::ColumnFamilyHandle* handle = Handle(id))
-    expiry_->Set(handle->GetID(), rule);
+    expiry_->Set(handle->GetID(), id, rule);
 }
 
 uint64_t RocksStore::rows_expired() const { return expiry_->expired(); }

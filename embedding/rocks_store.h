@@ -70,6 +70,10 @@ struct RocksStoreOptions {
   // Open an existing database (a checkpoint's part) read-only: nothing in
   // `path` changes, and writes fail. Default: false.
   bool read_only = false;
+  // Called for each row an expiry rule (SetExpiry) drops as RocksDB
+  // compacts: its table, key and the compaction's time (Unix seconds).
+  // Called from RocksDB's threads, several at once. Default: none.
+  std::function<void(uint32_t table, uint64_t key, uint32_t when_s)> on_expired;
 };
 
 // A stored table's id in this store: stable for the store's life and never

@@ -47,6 +47,7 @@ struct CommandOptions {
   absl::Duration hold_timeout = absl::Minutes(5);  // --hold_timeout_s
   std::string model;                               // --model, for export
   std::string format = "fp32";  // --format, for export: fp32 or fp16
+  std::string base;             // --base, for export: a delta of this one
   // For move-slots: --slots=A-B, --to, --cancel, --move_lease_s,
   // --move_page_rows.
   uint32_t first_slot = 0;

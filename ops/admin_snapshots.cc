@@ -109,12 +109,14 @@ int Export(const Cluster& cluster) {
   options.model = cluster.options.model;
   const std::string& format = cluster.options.format;
   options.fp16 = format == "fp16";
+  options.predecessor = cluster.options.base;
   absl::StatusOr<ps::ExportManifest> manifest = ps::TakeExport(options);
   if (!manifest.ok()) return Fail(manifest.status());
-  uint64_t rows = 0, bytes = 0;
+  uint64_t rows = 0, bytes = 0, deleted = 0;
   for (const auto& table : manifest->tables()) {
     rows += table.rows();
     bytes += table.bytes();
+    deleted += table.deleted_rows();
   }
   if (cluster.options.json) {
     std::printf("%s\n", Dump({{"model", manifest->model_name()},
@@ -122,18 +124,29 @@ int Export(const Cluster& cluster) {
                               {"cut", manifest->cut()},
                               {"tables", manifest->tables_size()},
                               {"rows", rows},
+                              {"deleted_rows", deleted},
                               {"bytes", bytes},
                               {"format", format},
+                              {"base", manifest->base()},
+                              {"predecessor", manifest->predecessor()},
+                              {"delta_index", manifest->delta_index()},
                               {"hold_seconds", manifest->hold_seconds()},
                               {"export_seconds", manifest->export_seconds()}})
                             .c_str());
     return 0;
   }
+  const std::string delta =
+      manifest->delta_index() == 0
+          ? std::string()
+          : absl::StrCat(" delta ", manifest->delta_index(), " of ",
+                         manifest->base(), " (", deleted, " rows deleted)");
   std::printf(
-      "exported %s at clock %lld into %s: %zu tables, %llu rows, %llu bytes "
-      "(%s); workers held %.3f s for the cut, the shards wrote in %.3f s\n",
+      "exported %s at clock %lld into %s%s: %zu tables, %llu rows, %llu "
+      "bytes (%s); workers held %.3f s for the cut, the shards wrote in "
+      "%.3f s\n",
       manifest->model_name().c_str(), static_cast<long long>(manifest->cut()),
-      options.cluster.dir.c_str(), static_cast<size_t>(manifest->tables_size()),
+      options.cluster.dir.c_str(), delta.c_str(),
+      static_cast<size_t>(manifest->tables_size()),
       static_cast<unsigned long long>(rows),
       static_cast<unsigned long long>(bytes), format.c_str(),
       manifest->hold_seconds(), manifest->export_seconds());

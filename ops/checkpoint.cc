@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -409,7 +410,8 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
 // `cut` holds; returns each shard's answer, by shard.
 absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
     net::AdminChannels& clients, const ExportOptions& options,
-    const ExportedModel& model, const Cut& cut, Progress& progress) {
+    const ExportedModel& model, const ExportManifest* predecessor,
+    const Cut& cut, Progress& progress) {
   const CheckpointOptions& cluster = options.cluster;
   std::vector<ExportShardResponse> parts(cluster.servers.size());
   RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
@@ -419,6 +421,10 @@ absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
       for (const std::string& table : model.tables) request.add_tables(table);
       request.set_format(options.fp16 ? ExportManifest::FP16
                                       : ExportManifest::FP32);
+      if (predecessor != nullptr) {
+        request.set_delta(true);
+        request.set_changed_since_s(predecessor->shard_exported_at_s(i));
+      }
       return net::FromGrpcStatus(
           clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
                                        request, &parts[i]),
@@ -449,10 +455,65 @@ void AddExportedTables(const ExportedModel& model,
         }
         entry->set_rows(entry->rows() + written.rows());
         entry->set_bytes(entry->bytes() + written.bytes());
+        entry->set_deleted_rows(entry->deleted_rows() + written.deleted_rows());
       }
       entry->add_parts(relative);
     }
   }
+}
+
+// The manifest of options.predecessor, checked for a delta of `model`
+// over `shards` shards to follow it.
+absl::StatusOr<ExportManifest> ReadPredecessor(const ExportOptions& options,
+                                               const ExportedModel& model,
+                                               size_t shards) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path previous = fs::weakly_canonical(options.predecessor, error);
+  const fs::path dir = fs::weakly_canonical(options.cluster.dir, error);
+  if (error || previous.parent_path() != dir.parent_path() || previous == dir) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a delta goes beside the export it follows: ", options.cluster.dir,
+        " is not beside ", options.predecessor));
+  }
+  absl::StatusOr<ExportManifest> manifest =
+      ReadExportManifest(options.predecessor);
+  if (!manifest.ok()) {
+    return absl::Status(manifest.status().code(),
+                        absl::StrCat("reading the export to follow: ",
+                                     manifest.status().message()));
+  }
+  if (manifest->model_name() != model.name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.predecessor, " is an export of model ",
+                     manifest->model_name(), ", not ", model.name));
+  }
+  if ((manifest->format() == ExportManifest::FP16) != options.fp16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.predecessor, " holds ",
+        manifest->format() == ExportManifest::FP16 ? "fp16" : "fp32",
+        " weights, and so must a delta of it"));
+  }
+  if (manifest->num_shards() != shards ||
+      manifest->shard_exported_at_s_size() != static_cast<int>(shards)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.predecessor, " was written by ",
+                     manifest->num_shards(), " shards",
+                     manifest->shard_exported_at_s_size() == 0
+                         ? " that did not record their time"
+                         : "",
+                     "; the cluster has ", shards, ": write a full export"));
+  }
+  std::vector<std::string> tables;
+  for (const auto& table : manifest->tables())
+    tables.push_back(table.spec().name());
+  if (tables != model.tables) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.predecessor, " holds tables ", absl::StrJoin(tables, ", "),
+        ", the model now ", absl::StrJoin(model.tables, ", "),
+        ": write a full export"));
+  }
+  return manifest;
 }
 
 }  // namespace
@@ -561,6 +622,12 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   ASSIGN_OR_RETURN(const ExportedModel model,
                    ChooseModel(listed, options.model));
 
+  std::optional<ExportManifest> predecessor;
+  if (!options.predecessor.empty()) {
+    ASSIGN_OR_RETURN(predecessor,
+                     ReadPredecessor(options, model, cluster.servers.size()));
+  }
+
   RETURN_IF_ERROR(PrepareDirectory(cluster.dir));
   PartsRemover remover{cluster.dir};
   Progress progress("export", cluster.progress);
@@ -570,8 +637,17 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   remover.armed = true;
   const absl::Time export_start = absl::Now();
   progress.Say("every worker holds; the shards write the model's weights");
-  ASSIGN_OR_RETURN(const std::vector<ExportShardResponse> parts,
-                   ExportEveryShard(clients, options, model, cut, progress));
+  absl::StatusOr<std::vector<ExportShardResponse>> exported = ExportEveryShard(
+      clients, options, model,
+      predecessor.has_value() ? &*predecessor : nullptr, cut, progress);
+  if (predecessor.has_value() &&
+      absl::IsFailedPrecondition(exported.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(exported.status().message(),
+                     "; a full export (without --base) is needed now"));
+  }
+  RETURN_IF_ERROR(exported.status());
+  const std::vector<ExportShardResponse>& parts = *exported;
 
   ASSIGN_OR_RETURN(const SlotMap slot_map,
                    SlotMapUnchanged(clients, slot_map_before));
@@ -590,6 +666,23 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
     }
   }
   manifest.set_format_version(key_format == 0 ? 1 : key_format);
+  for (const ExportShardResponse& part : parts)
+    manifest.add_shard_exported_at_s(part.exported_at_s());
+  if (predecessor.has_value()) {
+    if (key_format != 2) {
+      return absl::FailedPreconditionError(
+          "a shard wrote its part in key format 1, which has no deltas: "
+          "upgrade every shard");
+    }
+    // 3: a delta, which a version that reads only full exports refuses.
+    manifest.set_format_version(3);
+    const std::string name =
+        std::filesystem::path(options.predecessor).filename().string();
+    manifest.set_predecessor(name);
+    manifest.set_base(predecessor->delta_index() == 0 ? name
+                                                      : predecessor->base());
+    manifest.set_delta_index(predecessor->delta_index() + 1);
+  }
   *manifest.mutable_slot_map() = slot_map.ToSpec();
   *manifest.mutable_model() = model.card;
   manifest.set_model_name(model.name);

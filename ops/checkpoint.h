@@ -86,11 +86,20 @@ struct ExportOptions {
   std::string model;
   // Weights as IEEE half instead of float32. Default: false.
   bool fp16 = false;
+  // A delta (ExportManifest in proto/checkpoint.proto): the export before
+  // it, a directory beside `cluster.dir`. Only the rows each shard changed
+  // since that export's time and deletions of those dropped since are
+  // written. Default (empty): a full export.
+  std::string predecessor;
 };
 
 // NOT_FOUND when the cluster holds no such model (or none with the model
 // card ps_worker declares), INVALID_ARGUMENT when there are several and
-// none was named; otherwise as TakeCheckpoint().
+// none was named; for a delta, INVALID_ARGUMENT for a predecessor that is
+// not beside `dir` or another model or format, FAILED_PRECONDITION when a
+// shard cannot tell what changed since it (another shard count, a shard
+// restarted, a table declared since, too many rows dropped: write a full
+// export); otherwise as TakeCheckpoint().
 absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options);
 
 }  // namespace ps

@@ -73,6 +73,13 @@ ABSL_FLAG(std::string, model, "",
           "default: the only one.");
 ABSL_FLAG(std::string, format, "fp32",
           "For `export`: the weights as fp32 or fp16.");
+ABSL_FLAG(std::string, base, "",
+          "For `export`: write a delta of this earlier export (a directory "
+          "beside --dir): only the rows changed since it and deletions of "
+          "those dropped since, read over it by ps_predict and ps_serve. "
+          "Refused (exit 70, FAILED_PRECONDITION) when a shard cannot tell "
+          "what changed since it: write a full export then. Default: a full "
+          "export.");
 ABSL_FLAG(std::string, slots, "",
           "For `move-slots`: the slots to move, A-B (inclusive) or A, of "
           "0-16383.");
@@ -212,6 +219,9 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
     RETURN_IF_ERROR(MoveFlags(name, &options));
   options.model = absl::GetFlag(FLAGS_model);
   options.format = absl::GetFlag(FLAGS_format);
+  options.base = absl::GetFlag(FLAGS_base);
+  if (name != "export" && !options.base.empty())
+    return absl::InvalidArgumentError("--base is for `export` only");
   if (name == "export" && options.format != "fp32" && options.format != "fp16")
     return absl::InvalidArgumentError("--format must be fp32 or fp16, not " +
                                       options.format);
@@ -239,8 +249,8 @@ int main(int argc, char** argv) {
       "  checkpoint   --dir [--checkpoints_to_keep=N]: a consistent "
       "checkpoint of every shard\n"
       "  checkpoints  --dir: the checkpoints in a directory\n"
-      "  export       --dir [--format=fp16] [--model]: one model's weights "
-      "for ps_predict\n"
+      "  export       --dir [--format=fp16] [--model] [--base=EXPORT]: one "
+      "model's weights for ps_predict and ps_serve (--base: a delta)\n"
       "  slots        which shard owns which key slots, and the map's epoch\n"
       "  move-slots   --slots=A-B --to=SHARD: move slots while workers train "
       "(--cancel: end a move under way)\n"

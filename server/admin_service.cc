@@ -605,8 +605,13 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
                                  slots_->num_shards(), ".sst");
       targets.push_back(std::move(target));
     }
-    status =
-        store_->Export(&targets, request->format() == ExportManifest::FP16);
+    embedding::EmbeddingStore::ExportOptions export_options;
+    export_options.half = request->format() == ExportManifest::FP16;
+    if (request->delta())
+      export_options.changed_since_s = request->changed_since_s();
+    absl::StatusOr<uint32_t> exported_at_s =
+        store_->Export(&targets, export_options);
+    status = exported_at_s.status();
     if (status.ok()) {
       for (const auto& target : targets) {
         ExportShardResponse::Table* table = response->add_tables();
@@ -614,7 +619,9 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
         if (target.rows > 0) table->set_path(target.path);
         table->set_rows(target.rows);
         table->set_bytes(target.bytes);
+        table->set_deleted_rows(target.deleted_rows);
       }
+      response->set_exported_at_s(*exported_at_s);
       response->set_shard_index(options_.shard_index);
       response->set_num_shards(slots_->num_shards());
       response->set_key_format_version(2);

@@ -1,6 +1,8 @@
 #include "worker/predict/exported_model.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
@@ -14,19 +16,41 @@
 
 namespace ps::worker {
 
-// One table of the export: its spec, and per shard its part (none when the
-// shard held no row of it).
+// One table of the export: its spec, and per export of its chain (newest
+// first) per shard its part (none when the shard wrote no row of it).
 struct ExportedModel::Table {
   explicit Table(const ExportManifest::Table& entry)
       : spec(entry.spec()), initializer(entry.spec().initializer()) {}
+  struct Layer {
+    // Which shard's part holds a key's row in this export.
+    const SlotMap* slot_map = nullptr;
+    // Format version 1 keyed rows by the key's 8 bytes alone.
+    bool keys_alone = false;
+    std::vector<std::unique_ptr<rocksdb::SstFileReader>> parts;
+    std::vector<std::unique_ptr<rocksdb::Iterator>> iterators;
+  };
   TableSpec spec;
   Initializer initializer;
   bool half = false;
-  std::vector<std::unique_ptr<rocksdb::SstFileReader>> parts;
-  std::vector<std::unique_ptr<rocksdb::Iterator>> iterators;
+  std::vector<Layer> layers;
 };
 
 ExportedModel::~ExportedModel() = default;
+
+namespace {
+
+// `manifest`'s table `name`, or DATA_LOSS naming `dir`.
+absl::StatusOr<const ExportManifest::Table*> FindTable(
+    const ExportManifest& manifest, const std::string& dir,
+    const std::string& name) {
+  for (const ExportManifest::Table& entry : manifest.tables()) {
+    if (entry.spec().name() == name) return &entry;
+  }
+  return absl::DataLossError(
+      absl::StrCat(dir, " has no table ", name, " of its model"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
     const std::string& dir, std::shared_ptr<rocksdb::Cache> block_cache) {
@@ -38,13 +62,22 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         rocksdb::NewBlockBasedTableFactory(table_options));
   }
   auto model = std::unique_ptr<ExportedModel>(new ExportedModel);
-  ASSIGN_OR_RETURN(model->manifest_, ReadExportManifest(dir));
-  const ExportManifest& manifest = model->manifest_;
-  if (manifest.routing_version() != kRoutingVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(dir, " was routed with version ",
-                     manifest.routing_version(), ", not ", kRoutingVersion));
+  // A delta is read over the exports before it, back to its base.
+  ASSIGN_OR_RETURN(std::vector<std::string> chain, ExportChain(dir));
+  std::reverse(chain.begin(), chain.end());
+  for (const std::string& link : chain) {
+    ASSIGN_OR_RETURN(ExportManifest manifest, ReadExportManifest(link));
+    if (manifest.routing_version() != kRoutingVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(link, " was routed with version ",
+                       manifest.routing_version(), ", not ", kRoutingVersion));
+    }
+    model->slot_maps_.push_back(
+        std::make_unique<SlotMap>(RecordedSlotMap(manifest)));
+    model->chain_.push_back({link, std::move(manifest)});
   }
+  model->manifest_ = model->chain_.front().manifest;
+  const ExportManifest& manifest = model->manifest_;
   absl::StatusOr<InputLayout> layout =
       ParseLayoutText(manifest.model().input_layout());
   if (!layout.ok()) {
@@ -62,39 +95,12 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         layout->dense_features()));
   }
   model->layout_ = *std::move(layout);
-  model->slot_map_ = std::make_unique<SlotMap>(RecordedSlotMap(manifest));
-  auto open_table =
-      [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Table>> {
-    for (const ExportManifest::Table& entry : manifest.tables()) {
-      if (entry.spec().name() != name) continue;
-      auto table = std::make_unique<Table>(entry);
-      table->half = manifest.format() == ExportManifest::FP16;
-      for (const std::string& part : entry.parts()) {
-        if (part.empty()) {
-          table->parts.push_back(nullptr);
-          table->iterators.push_back(nullptr);
-          continue;
-        }
-        auto reader = std::make_unique<rocksdb::SstFileReader>(options);
-        rocksdb::Status opened = reader->Open(dir + "/" + part);
-        if (!opened.ok()) {
-          return absl::DataLossError(absl::StrCat(
-              "cannot read ", dir, "/", part, ": ", opened.ToString()));
-        }
-        table->iterators.emplace_back(
-            reader->NewIterator(rocksdb::ReadOptions()));
-        table->parts.push_back(std::move(reader));
-      }
-      return table;
-    }
-    return absl::DataLossError(
-        absl::StrCat(dir, " has no table ", name, " of its model"));
-  };
   const ModelCard& card = manifest.model();
   if (!card.embedding_table().empty()) {
-    ASSIGN_OR_RETURN(model->embedding_, open_table(card.embedding_table()));
+    ASSIGN_OR_RETURN(model->embedding_,
+                     model->OpenTable(card.embedding_table(), options));
   }
-  ASSIGN_OR_RETURN(model->wide_, open_table(card.wide_table()));
+  ASSIGN_OR_RETURN(model->wide_, model->OpenTable(card.wide_table(), options));
   const std::vector<kernels::DenseTensorSpec> tensors =
       kernels::DenseTensors(model->config());
   if (static_cast<int>(tensors.size()) != card.dense_tables_size()) {
@@ -106,7 +112,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     open_table(card.dense_tables(t)));
+                     model->OpenTable(card.dense_tables(t), options));
     const int chunk = DenseChunkFloats(
         tensors[t], static_cast<int>(card.dense_chunk_floats()));
     const std::vector<uint64_t> keys = DenseChunkKeys(
@@ -120,6 +126,43 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
     RETURN_IF_ERROR(model->Lookup(*table, keys, model->dense_.back().data()));
   }
   return model;
+}
+
+absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(
+    const std::string& name, const rocksdb::Options& options) {
+  ASSIGN_OR_RETURN(const ExportManifest::Table* newest,
+                   FindTable(manifest_, chain_.front().dir, name));
+  auto table = std::make_unique<Table>(*newest);
+  table->half = manifest_.format() == ExportManifest::FP16;
+  for (size_t i = 0; i < chain_.size(); ++i) {
+    const Link& link = chain_[i];
+    ASSIGN_OR_RETURN(const ExportManifest::Table* entry,
+                     FindTable(link.manifest, link.dir, name));
+    if (entry->spec().dim() != table->spec.dim()) {
+      return absl::DataLossError(absl::StrCat(
+          link.dir, ": table ", name, " has rows of ", entry->spec().dim(),
+          " floats, the delta after it ", table->spec.dim()));
+    }
+    Table::Layer& layer = table->layers.emplace_back();
+    layer.slot_map = slot_maps_[i].get();
+    layer.keys_alone = link.manifest.format_version() == 1;
+    for (const std::string& part : entry->parts()) {
+      if (part.empty()) {
+        layer.parts.push_back(nullptr);
+        layer.iterators.push_back(nullptr);
+        continue;
+      }
+      auto reader = std::make_unique<rocksdb::SstFileReader>(options);
+      rocksdb::Status opened = reader->Open(link.dir + "/" + part);
+      if (!opened.ok()) {
+        return absl::DataLossError(absl::StrCat("cannot read ", link.dir, "/",
+                                                part, ": ", opened.ToString()));
+      }
+      layer.iterators.emplace_back(reader->NewIterator(rocksdb::ReadOptions()));
+      layer.parts.push_back(std::move(reader));
+    }
+  }
+  return table;
 }
 
 kernels::ModelConfig ExportedModel::config() const {
@@ -151,44 +194,48 @@ absl::Status ExportedModel::Lookup(Table& table,
   const size_t value_bytes = dim * (table.half ? 2 : 4);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
-    rocksdb::Iterator* it =
-        table.iterators[slot_map_->ShardForKey(keys[i])].get();
-    bool found = false;
-    if (it != nullptr) {
-      // Format version 1 keyed rows by the key's 8 bytes alone.
+    // The newest export that holds the key decides: its row, or an empty
+    // value for a row a delta deleted.
+    std::optional<rocksdb::Slice> value;
+    for (Table::Layer& layer : table.layers) {
+      rocksdb::Iterator* it =
+          layer.iterators[layer.slot_map->ShardForKey(keys[i])].get();
+      if (it == nullptr) continue;
       const SlotOrderedKey slot_ordered(keys[i]);
       const rocksdb::Slice key =
-          manifest_.format_version() == 1
+          layer.keys_alone
               ? rocksdb::Slice(reinterpret_cast<const char*>(&keys[i]),
                                sizeof(uint64_t))
               : rocksdb::Slice(slot_ordered.data(), slot_ordered.size());
       it->Seek(key);
-      found = it->Valid() && it->key() == key;
       if (!it->status().ok()) {
         return absl::DataLossError(absl::StrCat("reading table ",
                                                 table.spec.name(), ": ",
                                                 it->status().ToString()));
       }
+      if (it->Valid() && it->key() == key) {
+        value = it->value();
+        break;
+      }
     }
-    if (!found) {
+    if (!value.has_value() || value->empty()) {
       table.initializer.Fill(keys[i], absl::MakeSpan(row, dim));
       continue;
     }
     if (found_keys != nullptr) (*found_keys)[i] = true;
-    const rocksdb::Slice value = it->value();
-    if (value.size() != value_bytes) {
+    if (value->size() != value_bytes) {
       return absl::DataLossError(absl::StrCat(
           "table ", table.spec.name(), " key ", keys[i], ": a row of ",
-          value.size(), " bytes, expected ", value_bytes));
+          value->size(), " bytes, expected ", value_bytes));
     }
     if (table.half) {
       for (size_t d = 0; d < dim; ++d) {
         uint16_t half;
-        std::memcpy(&half, value.data() + 2 * d, sizeof(half));
+        std::memcpy(&half, value->data() + 2 * d, sizeof(half));
         row[d] = HalfToFloat(half);
       }
     } else {
-      std::memcpy(row, value.data(), value_bytes);
+      std::memcpy(row, value->data(), value_bytes);
     }
   }
   return absl::OkStatus();

@@ -5,7 +5,11 @@
 // tensors are read whole at Open(), and a batch's embedding and wide rows
 // are looked up in the SST part of the shard each key routes to (a key in
 // no part was never pushed, and gets its table's deterministic initial
-// row, as a shard would answer it). ps_predict scores click logs with it.
+// row, as a shard would answer it). A delta export is read over the
+// exports it follows back to its base: a key's row is the newest export's
+// that holds it (a deletion there reads as never pushed), so a lookup
+// seeks once per export of the chain at most. ps_predict scores click
+// logs with it, ps_serve serves it.
 //
 // Not thread-safe (its SST iterators are shared): one scorer per object.
 
@@ -28,6 +32,7 @@
 namespace rocksdb {
 class Cache;
 class Iterator;
+struct Options;
 class SstFileReader;
 }  // namespace rocksdb
 
@@ -45,6 +50,7 @@ class ExportedModel {
       std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
   ~ExportedModel();
 
+  // The manifest of the export opened (for a delta, the delta's).
   const ExportManifest& manifest() const { return manifest_; }
   // The model the export holds, as kernels::CtrModel takes it.
   kernels::ModelConfig config() const;
@@ -66,15 +72,24 @@ class ExportedModel {
 
  private:
   struct Table;
+  // An export of the chain read, newest first.
+  struct Link {
+    std::string dir;
+    ExportManifest manifest;
+  };
   ExportedModel() = default;
+  // Opens table `name` in every export of the chain.
+  absl::StatusOr<std::unique_ptr<Table>> OpenTable(
+      const std::string& name, const rocksdb::Options& options);
   // Writes `keys`' rows of `table` into `out` (dim floats each), and
   // whether each was in the export into `found` unless it is null.
   absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys, float* out,
                       std::vector<bool>* found = nullptr);
 
   ExportManifest manifest_;
-  // Which shard's part holds a key's row.
-  std::unique_ptr<SlotMap> slot_map_;
+  std::vector<Link> chain_;
+  // Per export of the chain: which shard's part holds a key's row.
+  std::vector<std::unique_ptr<SlotMap>> slot_maps_;
   InputLayout layout_;
   std::unique_ptr<Table> embedding_, wide_;
   std::vector<std::vector<float>> dense_;

@@ -1,0 +1,147 @@
+// Delta exports against real processes (ps_admin export --base):
+//
+//   - A chain of a full export and two deltas, each taken after more
+//     training, scores every line exactly as a full export of the same cut
+//     does (ps_predict), and holds fewer rows than it.
+//   - A delta is refused, clearly, where it cannot be right: beside no
+//     export, after a shard restarted; a delta whose base is gone does not
+//     read.
+
+#include "tests/checkpoint_cluster.h"
+
+namespace ps::testing {
+namespace {
+
+// Trains one worker on `data` against `shards` (from its start, whatever
+// the coordinator holds for it) and fails the test if it fails.
+void TrainOn(const std::vector<std::unique_ptr<ServerProcess>>& shards,
+             const std::string& data, const std::string& tag,
+             const std::string& dir) {
+  const std::string log = dir + "/" + tag + ".log";
+  EXPECT_EQ(
+      RunToCompletion({BinaryPath("worker/ps_worker"),
+                       "--servers=" + absl::StrJoin(Addresses(shards), ","),
+                       "--worker_index=0", "--num_workers=1", "--train=" + data,
+                       "--staleness=0", "--batch_size=1000", "--hidden=16",
+                       "--embedding_dim=4", "--restart_from_start"},
+                      log),
+      0)
+      << ReadFile(log);
+}
+
+// ps_admin export into `dir` (a delta of `base` unless it is empty);
+// returns ps_admin's exit code, its output in *output.
+int Export(const std::vector<std::unique_ptr<ServerProcess>>& shards,
+           const std::string& dir, const std::string& base,
+           std::string* output) {
+  std::vector<std::string> args = {"--dir=" + dir, "export"};
+  if (!base.empty()) args.insert(args.begin(), "--base=" + base);
+  const std::string log = dir + ".log";
+  const int code = Admin(Addresses(shards), args, log);
+  *output = ReadFile(log);
+  return code;
+}
+
+// ps_predict's scores of `test` with the export in `model`; fails the test
+// if it fails.
+std::string Scores(const std::string& model, const std::string& test) {
+  const std::string scores = model + ".scores";
+  const std::string log = model + ".predict.log";
+  EXPECT_EQ(RunToCompletion(
+                {BinaryPath("worker/predict/ps_predict"), "--model=" + model,
+                 "--input=" + test, "--out=" + scores},
+                log),
+            0)
+      << ReadFile(log);
+  return ReadFile(scores);
+}
+
+uint64_t Rows(const ExportManifest& manifest) {
+  uint64_t rows = 0;
+  for (const auto& table : manifest.tables()) rows += table.rows();
+  return rows;
+}
+
+TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
+  const std::string first = Generate("first.tsv", 20000, /*seed=*/1);
+  const std::string second = Generate("second.tsv", 6000, /*seed=*/3);
+  const std::string third = Generate("third.tsv", 6000, /*seed=*/4);
+  const std::string test = Generate("test.tsv", 4000, /*seed=*/2);
+  auto shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  const std::string exports = dir_ + "/exports";
+  std::string output;
+
+  // A shard's rows updated in the second it exports are in the delta after
+  // it too (update times are whole seconds): the pauses keep the first
+  // file's rows out of the delta.
+  TrainOn(shards, first, "first", dir_);
+  absl::SleepFor(absl::Seconds(1.1));
+  ASSERT_EQ(Export(shards, exports + "/base", "", &output), 0) << output;
+  absl::SleepFor(absl::Seconds(1.1));
+  TrainOn(shards, second, "second", dir_);
+  ASSERT_EQ(Export(shards, exports + "/delta1", exports + "/base", &output), 0)
+      << output;
+  ASSERT_EQ(Export(shards, exports + "/full1", "", &output), 0) << output;
+  TrainOn(shards, third, "third", dir_);
+  ASSERT_EQ(Export(shards, exports + "/delta2", exports + "/delta1", &output),
+            0)
+      << output;
+  ASSERT_EQ(Export(shards, exports + "/full2", "", &output), 0) << output;
+
+  auto base = ReadExportManifest(exports + "/base");
+  auto delta1 = ReadExportManifest(exports + "/delta1");
+  auto delta2 = ReadExportManifest(exports + "/delta2");
+  auto full1 = ReadExportManifest(exports + "/full1");
+  ASSERT_TRUE(base.ok() && delta1.ok() && delta2.ok() && full1.ok());
+  EXPECT_EQ(delta1->format_version(), 3u);
+  EXPECT_EQ(delta1->base(), "base");
+  EXPECT_EQ(delta1->predecessor(), "base");
+  EXPECT_EQ(delta2->base(), "base");
+  EXPECT_EQ(delta2->predecessor(), "delta1");
+  EXPECT_EQ(delta2->delta_index(), 2u);
+  EXPECT_EQ(base->shard_exported_at_s_size(), 2);
+  // Only what the second file changed.
+  EXPECT_LT(Rows(*delta1), Rows(*full1));
+  EXPECT_GT(Rows(*delta1), 0u);
+
+  // Read over their chains, the deltas score as the full exports of their
+  // cuts, every line to the last digit.
+  const std::string full1_scores = Scores(exports + "/full1", test);
+  EXPECT_EQ(Scores(exports + "/delta1", test), full1_scores);
+  const std::string full2_scores = Scores(exports + "/full2", test);
+  EXPECT_EQ(Scores(exports + "/delta2", test), full2_scores);
+  EXPECT_NE(full1_scores, full2_scores);
+  EXPECT_NE(Scores(exports + "/base", test), full1_scores);
+
+  // Refused: a delta beside no export of it.
+  EXPECT_NE(Export(shards, dir_ + "/elsewhere", exports + "/delta2", &output),
+            0);
+  EXPECT_NE(output.find("beside"), std::string::npos) << output;
+  // After a shard restarted, a delta since before is refused (what it
+  // dropped before is not known), and a full export, then a delta, go on.
+  shards.clear();
+  shards = StartShards(dir_, "shard", 2);
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_NE(Export(shards, exports + "/delta3", exports + "/delta2", &output),
+            0);
+  EXPECT_NE(output.find("full export (without --base)"), std::string::npos)
+      << output;
+  EXPECT_FALSE(std::filesystem::exists(exports + "/delta3/MANIFEST.json"));
+  ASSERT_EQ(Export(shards, exports + "/base2", "", &output), 0) << output;
+  ASSERT_EQ(Export(shards, exports + "/delta4", exports + "/base2", &output), 0)
+      << output;
+  EXPECT_EQ(Scores(exports + "/delta4", test), full2_scores);
+  // A chain with a link gone does not read, and says which.
+  std::filesystem::remove_all(exports + "/delta1");
+  const std::string log = dir_ + "/broken_chain.log";
+  EXPECT_NE(RunToCompletion({BinaryPath("worker/predict/ps_predict"),
+                             "--model=" + exports + "/delta2",
+                             "--input=" + test, "--out=" + dir_ + "/x.txt"},
+                            log),
+            0);
+  EXPECT_NE(ReadFile(log).find("delta1"), std::string::npos) << ReadFile(log);
+}
+
+}  // namespace
+}  // namespace ps::testing
