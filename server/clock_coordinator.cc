@@ -268,6 +268,11 @@ void ClockCoordinator::ApplyReportLocked(const Report& report,
     worker.input_position = report.input_position;
   }
   worker.finished = worker.finished || report.finished;
+  // Idle during a cut and behind it: held at its clock for the rest of the
+  // cut (ViewOfLocked), which counts it as there.
+  if (report.idle && ActiveCut(now) != 0 && worker.clock < cut_) {
+    worker.held_in_cut = cut_id_;
+  }
   worker.lease = report.lease;
   // Leaving: counted out at once, as if its lease had lapsed.
   worker.lease_end = report.leaving ? now : now + report.lease;
@@ -292,7 +297,9 @@ ClockCoordinator::View ClockCoordinator::ViewOfLocked(const Worker& worker,
   // Once every live worker held at the cut, the shards are writing their
   // parts: a worker behind it (one whose lease had lapsed, or a newcomer)
   // must push nothing more until the cut ends.
-  if (view.hold_at != 0 && cut_ready_ && worker.clock < view.hold_at) {
+  // So is a worker held in the cut since it reported idle.
+  if (view.hold_at != 0 && worker.clock < view.hold_at &&
+      (cut_ready_ || worker.held_in_cut == cut_id_)) {
     view.hold_at = worker.clock > 0 ? worker.clock : -1;
   }
   return view;
@@ -397,9 +404,12 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   status.id = cut_id_;
   cut_lease_end_ = now + cut_lease_;
   status.workers = SnapshotLocked(now);
-  status.ready = std::all_of(
-      status.workers.begin(), status.workers.end(),
-      [&](const WorkerClock& w) { return !w.live || w.clock >= status.cut; });
+  status.ready = std::all_of(workers_.begin(), workers_.end(),
+                             [&](const auto& id_and_worker) {
+                               const Worker& w = id_and_worker.second;
+                               return !Live(w, now) || w.clock >= status.cut ||
+                                      w.held_in_cut == cut_id_;
+                             });
   cut_ready_ = cut_ready_ || status.ready;
   return status;
 }

@@ -28,7 +28,11 @@
 // a worker pushes no step at or past it, and its earlier steps go on, so that
 // every live worker reaches the cut and holds there (CutStatus().ready). No
 // push of a later step is then in flight, and every push before it was
-// acknowledged.
+// acknowledged. A worker that reports it is idle (waiting for input, every
+// step it began acknowledged) during the cut is held where it is instead,
+// answered hold_at = its clock until the cut ends: a followed directory
+// with nothing new does not keep a cut waiting for a step that may never
+// come.
 //
 // Elected (under --etcd, server/coordinator_election.h): every shard has a
 // coordinator, and only the one that leads answers. TakeOver() makes it
@@ -113,6 +117,10 @@ class ClockCoordinator {
     bool resume = false;
     // The report's incarnation is to be assigned (View::incarnation).
     bool assign_incarnation = false;
+    // The worker waits for input with every step it began acknowledged,
+    // and starts no push before it has this report's answer (ClockRequest
+    // in proto/ps.proto): during a cut it is held where it is.
+    bool idle = false;
     absl::Duration lease;
   };
 
@@ -234,6 +242,9 @@ class ClockCoordinator {
     // Read from the state file and not heard from since this coordinator
     // started: its clock there may be older than the pushes it made.
     bool unconfirmed = false;
+    // The cut (its id) an idle report of it came in during, behind it: it
+    // holds at its clock until that cut ends, and the cut counts it.
+    uint64_t held_in_cut = 0;
   };
 
   explicit ClockCoordinator(const CoordinatorOptions& options)

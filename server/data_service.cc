@@ -424,6 +424,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
   report.leaving = request->leaving();
   report.resume = request->resume();
   report.assign_incarnation = request->assign_incarnation();
+  report.idle = request->idle();
   report.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ClockCoordinator::View> recorded = clocks_->Record(report);
   if (!recorded.ok()) return Finish(context, reactor, recorded.status());

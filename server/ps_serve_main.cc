@@ -82,6 +82,7 @@ struct ServeMetrics {
   prometheus::Family<prometheus::Histogram>* latency = nullptr;
   prometheus::Gauge* cut = nullptr;
   prometheus::Gauge* age = nullptr;
+  prometheus::Gauge* deltas = nullptr;
   prometheus::Counter* swaps = nullptr;
   prometheus::Gauge* cache_bytes = nullptr;
 
@@ -108,6 +109,13 @@ struct ServeMetrics {
                    "serving is behind training (0 before one is loaded).")
                .Register(*registry)
                .Add({});
+    deltas = &prometheus::BuildGauge()
+                  .Name("ps_serve_model_deltas")
+                  .Help(
+                      "The deltas the served export is read over, after its "
+                      "base (0: a full export).")
+                  .Register(*registry)
+                  .Add({});
     cache_bytes = &prometheus::BuildGauge()
                        .Name("ps_serve_cache_bytes")
                        .Help("Bytes the block cache (--cache_mb) holds.")
@@ -225,6 +233,7 @@ int main(int argc, char** argv) {
   }
   directory_options.on_swap = [&](const ps::server::ServingModel& model) {
     metrics.cut->Set(static_cast<double>(model.cut()));
+    metrics.deltas->Set(static_cast<double>(model.delta_index()));
     metrics.swaps->Increment();
   };
   absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
@@ -278,6 +287,8 @@ int main(int argc, char** argv) {
   set_health((*models)->current() != nullptr);
   if ((*models)->current() != nullptr) {
     metrics.cut->Set(static_cast<double>((*models)->current()->cut()));
+    metrics.deltas->Set(
+        static_cast<double>((*models)->current()->delta_index()));
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
   std::printf("ps_serve listening on %s:%d\n", host.c_str(), port);

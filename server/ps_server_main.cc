@@ -140,6 +140,12 @@ ABSL_FLAG(uint32_t, admission_sketch_mb, 16,
           "count errs only upward (a key admitted early), by more than "
           "2.7 * N / (MiB * 256 Ki) with probability under 2%, N being the "
           "pushes of keys not yet admitted since the shard started.");
+ABSL_FLAG(uint64_t, max_dropped_rows_remembered, 1 << 20,
+          "Expired rows that RocksDB's compactions dropped, remembered (16 "
+          "bytes each) so that a delta export (ps_admin export --base) "
+          "deletes them from serving too; past it, the oldest are forgotten "
+          "and a delta since before them is refused (a full export is "
+          "needed). A restart forgets them all.");
 ABSL_FLAG(uint32_t, max_workers, 4096,
           "Most workers this shard keeps exactly-once push state and clocks "
           "for; past it, the worker heard from longest ago is forgotten.");
@@ -281,6 +287,12 @@ absl::Status ReadStoreFlags(ps::server::ServerOptions* options) {
   }
   store->admission_sketch_bytes =
       size_t{absl::GetFlag(FLAGS_admission_sketch_mb)} << 20;
+  if (absl::GetFlag(FLAGS_max_dropped_rows_remembered) == 0 ||
+      absl::GetFlag(FLAGS_max_dropped_rows_remembered) > (uint64_t{1} << 32)) {
+    return BadFlag("--max_dropped_rows_remembered must be between 1 and 2^32");
+  }
+  store->max_dropped_rows_remembered =
+      absl::GetFlag(FLAGS_max_dropped_rows_remembered);
   // 0: embedding::DefaultStripeCount().
   if (absl::GetFlag(FLAGS_hot_tier_stripes) > kMaxStripes)
     return BadFlag(

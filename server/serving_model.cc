@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   serving->version_ = std::filesystem::path(dir).filename().string();
   serving->layout_ = serving->idle_[0]->model->layout();
   serving->cut_ = manifest.cut();
+  serving->delta_index_ = manifest.delta_index();
   std::string error;
   if (!absl::ParseTime(absl::RFC3339_full, manifest.created_at(),
                        &serving->created_at_, &error)) {

@@ -45,6 +45,8 @@ class ServingModel {
   const std::string& version() const { return version_; }
   int64_t cut() const { return cut_; }
   absl::Time created_at() const { return created_at_; }
+  // The deltas the export is read over (0: a full export).
+  uint32_t delta_index() const { return delta_index_; }
 
   // The layout the model reads (its export's).
   const worker::InputLayout& layout() const { return layout_; }
@@ -95,6 +97,7 @@ class ServingModel {
   std::string version_;
   worker::InputLayout layout_;
   int64_t cut_ = 0;
+  uint32_t delta_index_ = 0;
   absl::Time created_at_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Scorer>> idle_ ABSL_GUARDED_BY(mu_);

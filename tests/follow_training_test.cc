@@ -1,12 +1,15 @@
 // ps_worker --follow against a real shard: a directory that grows while the
 // worker trains, a SIGTERM in the middle of a file and a restart that goes
 // on at that file's offset (the coordinator holds it), every example of
-// every file trained on once, each file scored before it is trained on.
+// every file trained on once, each file scored before it is trained on;
+// and worker 0's periodic deltas bring each followed file to ps_serve
+// within a bounded time, across the restart.
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "base/manifest.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -177,6 +180,139 @@ TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
     }
   }
   EXPECT_EQ(examples, kTrainLines);
+  shards_.clear();
+}
+
+// What ps_serve answers through an independent client (Python's grpcio):
+// the model's version and cut, and the first `count` lines' scores.
+struct Served {
+  std::string version;
+  int64_t cut = -1;
+  std::vector<float> scores;
+};
+
+Served AskPythonClient(const std::string& address, const std::string& lines,
+                       int count, const std::string& dir) {
+  const std::string out = dir + "/python_client.txt";
+  Served served;
+  if (RunToCompletion({"/bin/sh", "-c",
+                       absl::StrCat("/usr/bin/python3 ",
+                                    BinaryPath("tests/serve_client.py"), " ",
+                                    address, " ", BinaryPath("proto"), " ",
+                                    lines, " ", count, " cut > ", out)},
+                      dir + "/python_client.log") != 0) {
+    return served;
+  }
+  std::ifstream in(out);
+  in >> served.version >> served.cut;
+  for (float score; in >> score;) served.scores.push_back(score);
+  return served;
+}
+
+TEST_F(FollowTrainingTest,
+       FollowedFilesReachServingThroughDeltasInBoundedTime) {
+  SplitTrainingLines();
+  Deliver(1);
+  Deliver(2);
+  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(servers.size(), 1u);
+  const std::string exports = dir_ + "/exports";
+  std::filesystem::create_directories(exports);
+  auto serve = ChildProcess::Start(
+      {BinaryPath("server/ps_serve"), "--model_dir=" + exports,
+       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=1"},
+      /*capture_stdout=*/true, dir_ + "/serve.log");
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  absl::StatusOr<std::string> listening =
+      (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
+  ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
+  const std::string address =
+      listening->substr(std::string("ps_serve listening on ").size());
+  const std::vector<std::string> export_flags = {
+      "--staleness=0", "--export_every_s=1", "--export_dir=" + exports,
+      "--base_export_every=100"};
+  auto args = [&](const std::string& slow_step_ms) {
+    std::vector<std::string> extra = export_flags;
+    extra.push_back("--slow_step_ms=" + slow_step_ms);
+    return FollowArgs(servers, extra);
+  };
+
+  // Stopped in the middle of part-2, after some exports.
+  auto worker = ChildProcess::Start(args("100"), false, dir_ + "/worker0.log");
+  ASSERT_TRUE(worker.ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  int64_t clock = -1;
+  while (PositionHeldFor(*shards_[0], 0, &clock).file() != "part-2.tsv" ||
+         PositionHeldFor(*shards_[0], 0, &clock).file_examples() <
+             kLinesPerFile / 3) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFile(dir_ + "/worker0.log");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const WorkerRun first = Collect(0, (*worker)->SignalAndWait(SIGTERM));
+  ASSERT_EQ(first.exit_code, 75) << first.log;
+
+  // The restart goes on; each new file, once trained on, is in what
+  // ps_serve answers with within a bounded time.
+  auto again = ChildProcess::Start(args("5"), false, dir_ + "/worker0.log");
+  ASSERT_TRUE(again.ok());
+  const std::string test_lines = *data_ + "/test.tsv";
+  for (int f = 3; f <= kFiles; ++f) {
+    const std::string waiting =
+        absl::StrCat("nothing new after part-", f - 1, ".tsv; waiting");
+    while (ReadFile(dir_ + "/worker0.log").find(waiting) == std::string::npos) {
+      ASSERT_LT(absl::Now(), deadline + absl::Seconds(120))
+          << ReadFile(dir_ + "/worker0.log");
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    // part-(f-1) is trained on whole: its last step's clock.
+    PositionHeldFor(*shards_[0], 0, &clock);
+    const absl::Time trained = absl::Now();
+    Served served;
+    while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <
+           clock) {
+      ASSERT_LT(absl::Now(), trained + absl::Seconds(30))
+          << "part-" << f - 1 << " (clock " << clock
+          << ") not served within 30 s; serving " << served.version
+          << " at clock " << served.cut << "\n"
+          << ReadFile(dir_ + "/serve.log") << ReadFile(dir_ + "/worker0.log");
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    std::printf("part-%d.tsv served %.2f s after it was trained on (%s)\n",
+                f - 1, absl::ToDoubleSeconds(absl::Now() - trained),
+                served.version.c_str());
+    Deliver(f);
+  }
+  const WorkerRun second = Collect(0, (*again)->Wait(absl::Minutes(5)));
+  ASSERT_EQ(second.exit_code, 0) << second.log;
+
+  // The last export (written as training ended) is served, a delta read
+  // over its base, with ps_predict's scores of that export.
+  PositionHeldFor(*shards_[0], 0, &clock);
+  const absl::Time ended = absl::Now();
+  Served served;
+  while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <
+         clock) {
+    ASSERT_LT(absl::Now(), ended + absl::Seconds(30))
+        << ReadFile(dir_ + "/serve.log");
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  auto manifest = ReadExportManifest(exports + "/" + served.version);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_GT(manifest->delta_index(), 0u) << served.version;
+  const std::string scores = dir_ + "/predict.txt";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/predict/ps_predict"),
+                             "--model=" + exports + "/" + served.version,
+                             "--input=" + test_lines, "--out=" + scores},
+                            dir_ + "/predict.log"),
+            0)
+      << ReadFile(dir_ + "/predict.log");
+  std::ifstream in(scores);
+  std::vector<float> predicted;
+  for (float score; in >> score;) predicted.push_back(score);
+  ASSERT_GE(predicted.size(), 200u);
+  ASSERT_EQ(served.scores.size(), 200u);
+  for (int i = 0; i < 200; ++i)
+    ASSERT_NEAR(served.scores[i], predicted[i], 1e-6) << "line " << i;
   shards_.clear();
 }
 

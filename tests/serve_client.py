@@ -2,10 +2,11 @@
 """An independent client of ps_serve: Python's grpcio (Debian's), with the
 messages of proto/serving.proto generated here by protoc.
 
-    serve_client.py ADDRESS PROTO_DIR LINES_FILE COUNT
+    serve_client.py ADDRESS PROTO_DIR LINES_FILE COUNT [cut]
 
 Sends the first COUNT lines of LINES_FILE in one Predict and prints the
-model version, then one probability per line (%.9g).
+model version (with `cut`: the version and the model's cut), then one
+probability per line (%.9g).
 """
 import os
 import subprocess
@@ -15,7 +16,7 @@ import tempfile
 import grpc
 
 
-def main(address, proto_dir, lines_file, count):
+def main(address, proto_dir, lines_file, count, with_cut=""):
     out = tempfile.mkdtemp()
     subprocess.run(["protoc", "-I", proto_dir, "--python_out=" + out,
                     os.path.join(proto_dir, "serving.proto")], check=True)
@@ -30,7 +31,10 @@ def main(address, proto_dir, lines_file, count):
             request_serializer=serving_pb2.PredictRequest.SerializeToString,
             response_deserializer=serving_pb2.PredictResponse.FromString)
         response = predict(serving_pb2.PredictRequest(lines=lines), timeout=30)
-    print(response.model_version)
+    if with_cut == "cut":
+        print(response.model_version, response.model_cut)
+    else:
+        print(response.model_version)
     for probability in response.probabilities:
         print("%.9g" % probability)
 

@@ -26,9 +26,11 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
+#include "kernels/ctr_model.h"
 #include "net/etcd_job_flags.h"
 #include "net/shard_directory.h"
 #include "ops/periodic_checkpointer.h"
+#include "ops/periodic_exporter.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 #include "worker/trainer_flags.h"
@@ -180,6 +182,30 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
       checkpoint, flags.checkpoints_to_keep);
 }
 
+// Worker 0's periodic exports with --export_every_s, or none.
+absl::StatusOr<std::unique_ptr<ps::ops::PeriodicExporter>> MakeExporter(
+    const ps::worker::WorkerFlags& flags,
+    const ps::worker::TrainerOptions& options,
+    const ps::worker::ClientOptions& client) {
+  if (flags.export_every <= absl::ZeroDuration()) return nullptr;
+  RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
+  ps::ops::PeriodicExportOptions exports;
+  ps::CheckpointOptions& cluster = exports.export_options.cluster;
+  cluster.servers = client.servers;
+  cluster.coordinator = client.coordinator;
+  cluster.find_coordinator = client.find_coordinator;
+  cluster.find_shards = client.find_shards;
+  cluster.dir = flags.export_dir;
+  cluster.tls = client.tls;
+  cluster.token = flags.admin_token;
+  exports.export_options.model = ps::kernels::ModelName(options.model.kind);
+  exports.export_options.fp16 = flags.export_fp16;
+  exports.every = flags.export_every;
+  exports.base_every = flags.base_export_every;
+  exports.bases_to_keep = flags.exports_to_keep;
+  return std::make_unique<ps::ops::PeriodicExporter>(exports);
+}
+
 // Logs the run's outcome and writes --metrics_out; the exit code.
 int Finish(const ps::worker::TrainingSummary& summary,
            const ps::worker::TrainerOptions& options,
@@ -269,6 +295,8 @@ int main(int argc, char** argv) {
     options->metrics = metrics.get();
     LOG(INFO) << "metrics on " << metrics->address();
   }
+  auto exporter = MakeExporter(*flags, *options, *client_options);
+  if (!exporter.ok()) return FailUsage(exporter.status());
   auto client = ps::worker::PsClient::Connect(*client_options);
   if (!client.ok()) return Fail(client.status());
 
@@ -276,6 +304,15 @@ int main(int argc, char** argv) {
                               backend->get());
   stoppable = &trainer;
   auto summary = trainer.Run();
+  if (*exporter != nullptr) {
+    (*exporter)->Stop();
+    // The model as training left it, for serving.
+    if (summary.ok() && !summary->drained) {
+      absl::StatusOr<ps::ExportManifest> last = (*exporter)->ExportNow();
+      if (!last.ok())
+        LOG(WARNING) << "the last export failed: " << last.status();
+    }
+  }
   // The signal thread must not reach a trainer that is going away.
   const int code = summary.ok() ? Finish(*summary, *options, *flags)
                                 : Fail(summary.status());

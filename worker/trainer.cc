@@ -279,8 +279,53 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   request.set_leaving(leaving);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
-  ASSIGN_OR_RETURN(*response, client_->Clock(request, retry_for));
+  // An idle report holds idle_mu_ until its answer is recorded; any other
+  // only takes its place in the order of reports.
+  absl::StatusOr<ClockResponse> answer;
+  uint64_t sequence = 0;
+  bool idle = false;
+  {
+    absl::MutexLock lock(&idle_mu_);
+    sequence = ++reports_sent_;
+    idle = !finished && !leaving && Idle();
+    if (idle) {
+      request.set_idle(true);
+      answer = client_->Clock(request, retry_for);
+      RecordAnswerLocked(sequence, answer);
+    }
+  }
+  if (!idle) {
+    answer = client_->Clock(request, retry_for);
+    absl::MutexLock lock(&idle_mu_);
+    RecordAnswerLocked(sequence, answer);
+  }
+  RETURN_IF_ERROR(answer.status());
+  *response = *std::move(answer);
   return absl::OkStatus();
+}
+
+void Trainer::RecordAnswerLocked(uint64_t sequence,
+                                 const absl::StatusOr<ClockResponse>& answer) {
+  // A report sent before a newer one that was answered says nothing new.
+  if (answer.ok() && sequence > newest_answered_) {
+    newest_answered_ = sequence;
+    hold_at_ = answer->hold_at();
+  }
+}
+
+bool Trainer::Idle() {
+  {
+    absl::MutexLock lock(&source_mu_);
+    if (source_ == nullptr || !source_->waiting()) return false;
+  }
+  // The prefetcher reads input for step reading_step_: every step before it
+  // was begun, and is acknowledged once the clock is there.
+  return clock_.value() == reading_step_.load();
+}
+
+int64_t Trainer::HoldAt() {
+  absl::MutexLock lock(&idle_mu_);
+  return hold_at_;
 }
 
 absl::Status Trainer::FirstReport(ClockResponse* response,
@@ -325,7 +370,7 @@ absl::Status Trainer::WaitOutCut(int64_t step, int64_t* hold_at,
   while (*hold_at != 0 && step >= *hold_at && !stop_requested_) {
     ClockResponse view;
     RETURN_IF_ERROR(ReportClock(false, &view));
-    *hold_at = view.hold_at();
+    *hold_at = HoldAt();
     if (*hold_at != 0 && step >= *hold_at) {
       absl::SleepFor(absl::Milliseconds(10));
     }
@@ -680,6 +725,7 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
   bool have_previous = false;
   for (int64_t step = first_step; !stopped(); ++step) {
     const absl::Time read_start = absl::Now();
+    reading_step_ = step;
     absl::StatusOr<bool> more = reader.Next(&examples);
     if (!more.ok()) return pipeline.Fail(more.status());
     if (!*more) break;
@@ -727,6 +773,8 @@ void Trainer::PushSteps(Pipeline& pipeline) {
     // RequestStop(): a step not begun is dropped, so that every step pushed
     // is whole; the one being pushed finishes.
     if (stop_requested_) continue;
+    // The newest answer's hold: an idle report's, when one came in since.
+    pipeline.hold_at = HoldAt();
     if (absl::Status waited =
             WaitOutCut(job.step, &pipeline.hold_at, &pipeline.cut_hold);
         !waited.ok())
@@ -747,7 +795,6 @@ void Trainer::PushSteps(Pipeline& pipeline) {
     ClockResponse view;
     if (absl::Status reported = ReportClock(false, &view); !reported.ok())
       return pipeline.Fail(reported);
-    pipeline.hold_at = view.hold_at();
     if (checkpointer != nullptr &&
         (job.step + 1) % options_.checkpoint_every_steps == 0) {
       checkpointer->Request(job.step + 1);
@@ -1003,6 +1050,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       },
       options_.max_pushes_in_flight);
   pipeline.hold_at = view.hold_at();
+  {
+    absl::MutexLock lock(&idle_mu_);
+    hold_at_ = view.hold_at();
+  }
   std::thread prefetcher([&] { Prefetch(*reader, first_step, pipeline); });
   std::thread pusher([&] { PushSteps(pipeline); });
 

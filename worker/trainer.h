@@ -329,7 +329,9 @@ class Trainer {
   // Sets `request`'s clock, examples and input position, taken together.
   void SetProgress(ClockRequest* request);
   // Reports this worker's clock, retrying for `retry_for` (negative: the
-  // client's default); `leaving`: the worker stops before its end.
+  // client's default); `leaving`: the worker stops before its end. A report
+  // made while the worker is idle (Idle()) says so, and no push starts
+  // before its answer is recorded (HoldAt()).
   absl::Status ReportClock(bool finished, ClockResponse* response,
                            absl::Duration retry_for = -absl::InfiniteDuration(),
                            bool leaving = false);
@@ -339,6 +341,15 @@ class Trainer {
   // on from) and input position.
   absl::Status FirstReport(ClockResponse* response, int64_t* resumed_examples,
                            FollowPosition* resumed_position);
+  // Whether the input waits for what has not arrived and every step begun
+  // is acknowledged: nothing is, or can be, pushed before more input.
+  bool Idle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_);
+  // The newest answer's hold_at (ClockResponse), which the push thread
+  // reads before each push; records the answer to the `sequence`-th report.
+  int64_t HoldAt();
+  void RecordAnswerLocked(uint64_t sequence,
+                          const absl::StatusOr<ClockResponse>& answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_);
   // Under bounded staleness, waits until options_.num_workers workers are
   // live or options_.start_timeout has passed.
   // `count_finished`: finished workers count as started (a resume).
@@ -390,6 +401,16 @@ class Trainer {
     std::vector<float> probabilities, labels;
   };
   FileValidation validation_;
+  // Idle reports: the step the prefetcher reads input for, and the hold the
+  // newest answer (by the order reports were sent) gave. An idle report
+  // holds idle_mu_ until its answer is recorded, and the push thread takes
+  // it to read the hold before each push, so that no push starts between
+  // an idle report and its answer.
+  std::atomic<int64_t> reading_step_{-1};
+  absl::Mutex idle_mu_;
+  uint64_t reports_sent_ ABSL_GUARDED_BY(idle_mu_) = 0;
+  uint64_t newest_answered_ ABSL_GUARDED_BY(idle_mu_) = 0;
+  int64_t hold_at_ ABSL_GUARDED_BY(idle_mu_) = 0;
   // RequestStop() was called; Run() reported the worker finished.
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finished_{false};

@@ -153,6 +153,24 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int32_t, checkpoints_to_keep, 3,
           "How many of the newest checkpoints to keep in --checkpoint_dir "
           "(0: all).");
+ABSL_FLAG(int32_t, export_every_s, 0,
+          "Worker 0: every this many seconds, write an export of the model "
+          "for serving (ps_serve, ps_predict) into "
+          "--export_dir/export-<n>/: a delta of the one before (the rows "
+          "changed since), or a full export first, after every "
+          "--base_export_every deltas and when the shards cannot write a "
+          "delta; and one more when training ends. 0: none.");
+ABSL_FLAG(std::string, export_dir, "",
+          "Where --export_every_s puts exports (a path on the shards' file "
+          "system, which ps_serve --model_dir reads).");
+ABSL_FLAG(int32_t, base_export_every, 12,
+          "With --export_every_s: a full export after this many deltas of "
+          "one (0: only when the shards cannot write a delta).");
+ABSL_FLAG(int32_t, exports_to_keep, 2,
+          "With --export_every_s: the full exports kept in --export_dir, each "
+          "with the deltas over it (0: all).");
+ABSL_FLAG(std::string, export_format, "fp32",
+          "With --export_every_s: the weights as fp32 or fp16.");
 ABSL_FLAG(std::string, worker_token_file, "",
           "The shards' worker token (their --worker_token_file), sent with "
           "clock reports and table declarations.");
@@ -534,6 +552,36 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   return client;
 }
 
+namespace {
+
+// --export_every_s and the flags that go with it.
+absl::Status ExportsFromFlags(WorkerFlags* flags) {
+  const int every_s = absl::GetFlag(FLAGS_export_every_s);
+  if (every_s < 0) return Usage("--export_every_s must be >= 0");
+  if (absl::GetFlag(FLAGS_base_export_every) < 0)
+    return Usage("--base_export_every must be >= 0");
+  if (absl::GetFlag(FLAGS_exports_to_keep) < 0)
+    return Usage("--exports_to_keep must be >= 0");
+  const std::string format = absl::GetFlag(FLAGS_export_format);
+  if (format != "fp32" && format != "fp16")
+    return Usage("--export_format must be fp32 or fp16, not " + format);
+  if (every_s > 0 && absl::GetFlag(FLAGS_export_dir).empty())
+    return Usage("--export_every_s needs --export_dir");
+  if (every_s > 0 && flags->worker_index != 0) {
+    LOG(INFO) << "--export_every_s: worker 0 writes the exports; worker "
+              << flags->worker_index << " writes none";
+    return absl::OkStatus();
+  }
+  flags->export_every = absl::Seconds(every_s);
+  flags->export_dir = absl::GetFlag(FLAGS_export_dir);
+  flags->base_export_every = absl::GetFlag(FLAGS_base_export_every);
+  flags->exports_to_keep = absl::GetFlag(FLAGS_exports_to_keep);
+  flags->export_fp16 = format == "fp16";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   WorkerFlags flags;
   absl::StatusOr<net::EtcdJob> etcd = net::EtcdJobFromFlags();
@@ -547,6 +595,7 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   flags.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   flags.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  RETURN_IF_ERROR(ExportsFromFlags(&flags));
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> read = ReadTokenFile(path);
     if (!read.ok()) return Usage(read.status().ToString());

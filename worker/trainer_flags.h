@@ -34,6 +34,13 @@ struct WorkerFlags {
   // Worker 0's periodic checkpoints: where, how many kept.
   std::string checkpoint_dir;
   int checkpoints_to_keep = 3;
+  // Worker 0's periodic exports (ops/periodic_exporter.h): how often (zero:
+  // none), where, a base after how many deltas, bases kept, the format.
+  absl::Duration export_every = absl::ZeroDuration();
+  std::string export_dir;
+  int base_export_every = 12;
+  int exports_to_keep = 2;
+  bool export_fp16 = false;
   // The shards' admin token, read from --token_file (empty: none).
   std::string admin_token;
   // --etcd and --job: where the shards are found, when not --servers.

@@ -43,6 +43,9 @@ class ExampleSource {
   // and every later one, return false. A source that never waits may
   // ignore it.
   virtual void Cancel() {}
+  // Whether Next() is waiting for input that has not arrived yet (a
+  // followed directory with nothing new). Any thread.
+  virtual bool waiting() const { return false; }
 };
 
 }  // namespace ps::worker

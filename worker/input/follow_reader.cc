@@ -70,6 +70,7 @@ absl::StatusOr<bool> FollowReader::FirstBatchOfNextFile(
       break;
     }
     if (name.empty()) {
+      waiting_ = true;
       if (!waiting_logged_) {
         LOG(INFO) << "[worker " << options_.reader.worker_index
                   << "] following " << options_.dir << ": nothing new after "
@@ -80,6 +81,7 @@ absl::StatusOr<bool> FollowReader::FirstBatchOfNextFile(
       cancelled_.WaitForNotificationWithTimeout(options_.poll);
       continue;
     }
+    waiting_ = false;
     waiting_logged_ = false;
     ASSIGN_OR_RETURN(const bool opened, OpenFile(name));
     if (!opened) continue;
@@ -87,6 +89,7 @@ absl::StatusOr<bool> FollowReader::FirstBatchOfNextFile(
     if (more) return true;
     FinishFile();  // an empty share
   }
+  waiting_ = false;
   return false;
 }
 

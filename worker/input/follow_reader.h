@@ -82,6 +82,7 @@ class FollowReader : public ExampleSource {
   int64_t lines() const override;
   int64_t bad_lines() const override;
   void Cancel() override { cancelled_.Notify(); }
+  bool waiting() const override { return waiting_.load(); }
 
   // Files taken so far, and complete files left out for arriving after a
   // later name was taken.
@@ -113,6 +114,7 @@ class FollowReader : public ExampleSource {
   absl::btree_set<std::string> taken_, reported_late_;
   bool reached_until_ = false;
   bool waiting_logged_ = false;
+  std::atomic<bool> waiting_{false};
   // The batch after the one Next() returned (of the same file), and an
   // error reading it, which the next Next() returns.
   std::vector<Example> ahead_;
