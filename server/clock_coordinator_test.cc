@@ -495,6 +495,58 @@ TEST_F(ClockCoordinatorTest, OnceReadyAWorkerBehindTheCutHoldsWhereItIs) {
   EXPECT_EQ(Report(1, 2).hold_at, 0);
 }
 
+TEST_F(ClockCoordinatorTest, AnIdleWorkerIsHeldWhereItIsForTheCut) {
+  Report(0, 3);
+  Report(1, 5);
+  ClockCoordinator::Report idle;
+  idle.worker = 0;
+  idle.incarnation = 1;
+  idle.clock = 3;
+  idle.lease = lease_;
+  idle.idle = true;
+  // Idle with no cut: nothing changes.
+  auto view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, 0);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->cut, 6);
+  EXPECT_EQ(Report(0, 3).hold_at, 6);
+  EXPECT_FALSE(coordinator_->GetCutStatus().ready);
+  // Idle during the cut: held at its clock, for every report after too.
+  view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, 3);
+  EXPECT_EQ(Report(0, 3).hold_at, 3);
+  EXPECT_FALSE(coordinator_->GetCutStatus().ready);  // worker 1 is at 5
+  Report(1, 6);
+  const auto status = coordinator_->GetCutStatus();
+  EXPECT_TRUE(status.ready);
+  for (const auto& worker : status.workers) {
+    if (worker.worker == 0) {
+      EXPECT_EQ(worker.clock, 3);
+    }
+  }
+  ASSERT_TRUE(coordinator_->EndCut(cut->id));
+  EXPECT_EQ(Report(0, 3).hold_at, 0);
+  // The next cut is another: held only once idle in it.
+  auto next = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(next);
+  EXPECT_EQ(Report(0, 3).hold_at, next->cut);
+  EXPECT_FALSE(coordinator_->GetCutStatus().ready);
+  // At clock 0, held with no step at all.
+  idle.worker = 2;
+  view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  idle.clock = 0;
+  ClockCoordinator::Report fresh = idle;
+  fresh.worker = 3;
+  fresh.incarnation = 9;
+  view = coordinator_->Record(fresh);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, view->clock > 0 ? view->clock : -1);
+}
+
 TEST_F(ClockCoordinatorTest, OnceEveryWorkerFinishedACutIsPastThemAll) {
   Report(0, 12, /*finished=*/true);
   Report(1, 10, /*finished=*/true);
