@@ -199,9 +199,13 @@ bool Trainer::ReplaysOwnPushes() const {
       options_.overlay_own_pushes == TrainerOptions::OwnPushOverlay::kAlways ||
       (options_.overlay_own_pushes == TrainerOptions::OwnPushOverlay::kAlone &&
        options_.num_workers <= 1);
+  // Following a directory: a step's push waits for the next step's pull,
+  // which waits for the next file; a file's last step would reach the
+  // shards (and every export) only once another file came.
   return options_.read_my_writes && wanted && options_.staleness != 0 &&
          options_.delay_compensation <= 0.0f && options_.admit_after <= 1 &&
-         options_.row_ttl_s == 0 && client_->wire_format() == WireFormat::FP32;
+         options_.row_ttl_s == 0 && options_.follow_dir.empty() &&
+         client_->wire_format() == WireFormat::FP32;
 }
 
 void Trainer::FindRowsSharedWithPrevious(

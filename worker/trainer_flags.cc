@@ -117,8 +117,9 @@ ABSL_FLAG(
     "for bit, without the pull and the push on the step's critical path. "
     "With other workers the early pull misses their last pushes, which "
     "costs some accuracy (BENCHMARKS.md); 'always' accepts that. Only with "
-    "--wire_format=fp32, --admit_after=1, --row_ttl_s=0 and no "
-    "--delay_compensation; otherwise the worker waits.");
+    "--wire_format=fp32, --admit_after=1, --row_ttl_s=0, no "
+    "--delay_compensation and no --follow (a step's push would wait for "
+    "the next file); otherwise the worker waits.");
 ABSL_FLAG(bool, staleness_aware_lr, false,
           "Divide a step's learning rates by the staleness its pull saw, "
           "when above 1 (Zhang et al., IJCAI 2016).");
