@@ -94,13 +94,15 @@ absl::StatusOr<std::vector<std::string>> ExportChain(const std::string& dir) {
         (is_base ? manifest.predecessor() : before->base()) !=
             manifest.base() ||
         before->model_name() != manifest.model_name() ||
-        before->format() != manifest.format()) {
+        before->format() != manifest.format() ||
+        before->created_at() != manifest.predecessor_created_at()) {
       return absl::DataLossError(absl::StrCat(
           "the delta ", chain.back(), " (delta ", manifest.delta_index(),
           " of base ", manifest.base(), ", cut ", manifest.cut(),
           ") does not follow ", previous, " (delta ", before->delta_index(),
           " of base ", is_base ? "itself" : before->base(), ", cut ",
-          before->cut(), ")"));
+          before->cut(), ", written at ", before->created_at(), ", not ",
+          manifest.predecessor_created_at(), ")"));
     }
     chain.push_back(previous);
     manifest = *std::move(before);

@@ -74,8 +74,9 @@ absl::StatusOr<uint32_t> EmbeddingStore::Export(
     snapshot = rocks_->GetSnapshot();
   }
   for (size_t t = 0; t < targets->size(); ++t) {
-    // Read after the snapshot: a compaction drops no row the snapshot
-    // holds, so every row it lacks was recorded by then.
+    // A row a compaction drops after this read (which the scan below may
+    // then miss) is recorded at a time at or after now_s: the next delta
+    // deletes it.
     ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped,
                      DroppedForDelta(*tables[t], options));
     RETURN_IF_ERROR(ExportTable(*tables[t], *snapshot, options, now_s, dropped,

@@ -645,7 +645,13 @@ class RocksStore::ExpiryFilterFactory
       ++*expired_;
       if (*on_expired_) {
         absl::StatusOr<uint64_t> row_key = DecodeRowKey(key, /*legacy=*/true);
-        if (row_key.ok()) (*on_expired_)(rule_.table, *row_key, now_s_);
+        // Stamped when dropped, not when the compaction began: an export
+        // that read the record before has a time at or below it.
+        if (row_key.ok()) {
+          (*on_expired_)(
+              rule_.table, *row_key,
+              static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now())));
+        }
       }
       return true;
     }

@@ -71,7 +71,7 @@ struct RocksStoreOptions {
   // `path` changes, and writes fail. Default: false.
   bool read_only = false;
   // Called for each row an expiry rule (SetExpiry) drops as RocksDB
-  // compacts: its table, key and the compaction's time (Unix seconds).
+  // compacts: its table, key and when (Unix seconds, at the call).
   // Called from RocksDB's threads, several at once. Default: none.
   std::function<void(uint32_t table, uint64_t key, uint32_t when_s)> on_expired;
 };

@@ -633,6 +633,17 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   Progress progress("export", cluster.progress);
   CutEnder end_cut{clients};
   ASSIGN_OR_RETURN(const SlotMap slot_map_before, AgreedSlotMap(clients));
+  // Slots that moved since the predecessor: a moved row keeps its update
+  // time from the shard it left, and the drops that shard recorded are in
+  // its part, where a reader no longer looks for them.
+  if (predecessor.has_value() &&
+      !(RecordedSlotMap(*predecessor) == slot_map_before)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slots moved since ", options.predecessor,
+                     " (slot map epoch ", RecordedSlotMap(*predecessor).epoch(),
+                     ", now ", slot_map_before.epoch(),
+                     "); a full export (without --base) is needed now"));
+  }
   ASSIGN_OR_RETURN(const Cut cut, HoldCut(clients, cluster, progress, end_cut));
   remover.armed = true;
   const absl::Time export_start = absl::Now();
@@ -679,6 +690,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
     const std::string name =
         std::filesystem::path(options.predecessor).filename().string();
     manifest.set_predecessor(name);
+    manifest.set_predecessor_created_at(predecessor->created_at());
     manifest.set_base(predecessor->delta_index() == 0 ? name
                                                       : predecessor->base());
     manifest.set_delta_index(predecessor->delta_index() + 1);

@@ -270,8 +270,12 @@ void ClockCoordinator::ApplyReportLocked(const Report& report,
   worker.finished = worker.finished || report.finished;
   // Idle during a cut and behind it: held at its clock for the rest of the
   // cut (ViewOfLocked), which counts it as there.
+  // A report that is not idle before the cut is ready lets it go on to the
+  // cut (input came): others at a bounded staleness may wait for its steps.
   if (report.idle && ActiveCut(now) != 0 && worker.clock < cut_) {
     worker.held_in_cut = cut_id_;
+  } else if (!report.idle && !cut_ready_) {
+    worker.held_in_cut = 0;
   }
   worker.lease = report.lease;
   // Leaving: counted out at once, as if its lease had lapsed.

@@ -30,9 +30,11 @@
 // push of a later step is then in flight, and every push before it was
 // acknowledged. A worker that reports it is idle (waiting for input, every
 // step it began acknowledged) during the cut is held where it is instead,
-// answered hold_at = its clock until the cut ends: a followed directory
-// with nothing new does not keep a cut waiting for a step that may never
-// come.
+// answered hold_at = its clock: a followed directory with nothing new does
+// not keep a cut waiting for a step that may never come. Once the cut is
+// ready it holds there until the cut ends; before, a report that is not
+// idle (input came) lets it go on to the cut, which others at a bounded
+// staleness may be waiting for.
 //
 // Elected (under --etcd, server/coordinator_election.h): every shard has a
 // coordinator, and only the one that leads answers. TakeOver() makes it
@@ -243,7 +245,8 @@ class ClockCoordinator {
     // started: its clock there may be older than the pushes it made.
     bool unconfirmed = false;
     // The cut (its id) an idle report of it came in during, behind it: it
-    // holds at its clock until that cut ends, and the cut counts it.
+    // holds at its clock, and the cut counts it, until a report that is not
+    // idle comes before the cut is ready, or the cut ends.
     uint64_t held_in_cut = 0;
   };
 

@@ -513,20 +513,24 @@ TEST_F(ClockCoordinatorTest, AnIdleWorkerIsHeldWhereItIsForTheCut) {
   EXPECT_EQ(cut->cut, 6);
   EXPECT_EQ(Report(0, 3).hold_at, 6);
   EXPECT_FALSE(coordinator_->GetCutStatus().ready);
-  // Idle during the cut: held at its clock, for every report after too.
+  // Idle during the cut: held at its clock, for every idle report after.
   view = coordinator_->Record(idle);
   ASSERT_OK(view);
   EXPECT_EQ(view->hold_at, 3);
-  EXPECT_EQ(Report(0, 3).hold_at, 3);
+  view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, 3);
   EXPECT_FALSE(coordinator_->GetCutStatus().ready);  // worker 1 is at 5
   Report(1, 6);
   const auto status = coordinator_->GetCutStatus();
   EXPECT_TRUE(status.ready);
+  bool found = false;
   for (const auto& worker : status.workers) {
-    if (worker.worker == 0) {
-      EXPECT_EQ(worker.clock, 3);
-    }
+    if (worker.worker != 0) continue;
+    found = true;
+    EXPECT_EQ(worker.clock, 3);
   }
+  EXPECT_TRUE(found);
   ASSERT_TRUE(coordinator_->EndCut(cut->id));
   EXPECT_EQ(Report(0, 3).hold_at, 0);
   // The next cut is another: held only once idle in it.
@@ -534,17 +538,63 @@ TEST_F(ClockCoordinatorTest, AnIdleWorkerIsHeldWhereItIsForTheCut) {
   ASSERT_OK(next);
   EXPECT_EQ(Report(0, 3).hold_at, next->cut);
   EXPECT_FALSE(coordinator_->GetCutStatus().ready);
-  // At clock 0, held with no step at all.
-  idle.worker = 2;
-  view = coordinator_->Record(idle);
-  ASSERT_OK(view);
-  idle.clock = 0;
+  ASSERT_TRUE(coordinator_->EndCut(next->id));
+  // A worker at clock 0 is held with no step at all.
+  ClockCoordinator::Report first = idle;
+  first.worker = 9;
+  first.incarnation = 9;
+  first.clock = 0;
+  first.idle = false;
+  ASSERT_OK(coordinator_->Record(first));  // joins at the live minimum
+  auto third = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(third);
   ClockCoordinator::Report fresh = idle;
-  fresh.worker = 3;
-  fresh.incarnation = 9;
+  fresh.worker = 10;
+  fresh.incarnation = 10;
+  fresh.clock = 0;
+  ASSERT_OK(coordinator_->Record(fresh));
+  Report(1, 6);
+  // Workers 0 and 9 reported at 3, 10 at 3 (the live minimum): all behind.
   view = coordinator_->Record(fresh);
   ASSERT_OK(view);
   EXPECT_EQ(view->hold_at, view->clock > 0 ? view->clock : -1);
+  EXPECT_LT(view->hold_at, third->cut);
+}
+
+// Idle while another worker at a bounded staleness waits for its steps:
+// input that comes before the cut is ready lets it go on to the cut.
+TEST_F(ClockCoordinatorTest, AnIdleWorkerWhoseInputCameGoesOnToTheCut) {
+  Report(0, 3);
+  Report(1, 4);
+  auto cut = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->cut, 5);
+  ClockCoordinator::Report idle;
+  idle.worker = 0;
+  idle.incarnation = 1;
+  idle.clock = 3;
+  idle.lease = lease_;
+  idle.idle = true;
+  auto view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, 3);
+  // Its input came: not idle, and the cut is not ready (worker 1 is at 4).
+  EXPECT_FALSE(coordinator_->GetCutStatus().ready);
+  EXPECT_EQ(Report(0, 3).hold_at, 5);
+  Report(0, 5);
+  Report(1, 5);
+  EXPECT_TRUE(coordinator_->GetCutStatus().ready);
+  // Once ready, idle or not, a worker behind is held where it is.
+  ASSERT_TRUE(coordinator_->EndCut(cut->id));
+  auto next = coordinator_->BeginCut(absl::Seconds(30));
+  ASSERT_OK(next);
+  idle.clock = 5;
+  view = coordinator_->Record(idle);
+  ASSERT_OK(view);
+  EXPECT_EQ(view->hold_at, 5);
+  Report(1, 6);
+  EXPECT_TRUE(coordinator_->GetCutStatus().ready);
+  EXPECT_EQ(Report(0, 5).hold_at, 5);
 }
 
 TEST_F(ClockCoordinatorTest, OnceEveryWorkerFinishedACutIsPastThemAll) {

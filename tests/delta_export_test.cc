@@ -4,8 +4,8 @@
 //     training, scores every line exactly as a full export of the same cut
 //     does (ps_predict), and holds fewer rows than it.
 //   - A delta is refused, clearly, where it cannot be right: beside no
-//     export, after a shard restarted; a delta whose base is gone does not
-//     read.
+//     export, after a shard restarted, after slots moved; a delta whose
+//     base is gone does not read.
 
 #include "tests/checkpoint_cluster.h"
 
@@ -132,6 +132,15 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   ASSERT_EQ(Export(shards, exports + "/delta4", exports + "/base2", &output), 0)
       << output;
   EXPECT_EQ(Scores(exports + "/delta4", test), full2_scores);
+  // Slots moved since: a delta is refused (moved rows keep the update time
+  // of the shard they left, which recorded their drops in its part).
+  ASSERT_EQ(Admin(Addresses(shards), {"--slots=0-99", "--to=1", "move-slots"},
+                  dir_ + "/move.log"),
+            0)
+      << ReadFile(dir_ + "/move.log");
+  EXPECT_NE(Export(shards, exports + "/delta5", exports + "/delta4", &output),
+            0);
+  EXPECT_NE(output.find("slots moved"), std::string::npos) << output;
   // A chain with a link gone does not read, and says which.
   std::filesystem::remove_all(exports + "/delta1");
   const std::string log = dir_ + "/broken_chain.log";

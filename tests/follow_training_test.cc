@@ -264,8 +264,16 @@ TEST_F(FollowTrainingTest,
           << ReadFile(dir_ + "/worker0.log");
       absl::SleepFor(absl::Milliseconds(20));
     }
-    // part-(f-1) is trained on whole: its last step's clock.
-    PositionHeldFor(*shards_[0], 0, &clock);
+    // part-(f-1) is trained on whole (every step of it acknowledged): its
+    // last step's clock.
+    const std::string trained_file = absl::StrCat("part-", f - 1, ".tsv");
+    for (InputPosition at = PositionHeldFor(*shards_[0], 0, &clock);
+         at.file() != trained_file || at.file_examples() < kLinesPerFile;
+         at = PositionHeldFor(*shards_[0], 0, &clock)) {
+      ASSERT_LT(absl::Now(), deadline + absl::Seconds(120))
+          << at.file() << " " << at.file_examples();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     const absl::Time trained = absl::Now();
     Served served;
     while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <

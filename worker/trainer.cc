@@ -278,42 +278,49 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
   ClockRequest request;
   request.set_worker(worker_index_);
   request.set_incarnation(client_->incarnation());
-  SetProgress(&request);
   request.set_finished(finished);
   request.set_leaving(leaving);
   request.set_lease_ms(static_cast<uint32_t>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.lease))));
-  // An idle report holds idle_mu_ until its answer is recorded; any other
-  // only takes its place in the order of reports.
+  // The clock is read with the report's place in the order of reports, so
+  // that a later report never carries an earlier clock. An idle report
+  // holds idle_mu_ until its answer is recorded.
   absl::StatusOr<ClockResponse> answer;
   uint64_t sequence = 0;
   bool idle = false;
   {
     absl::MutexLock lock(&idle_mu_);
     sequence = ++reports_sent_;
+    SetProgress(&request);
     idle = !finished && !leaving && Idle();
     if (idle) {
       request.set_idle(true);
       answer = client_->Clock(request, retry_for);
-      RecordAnswerLocked(sequence, answer);
+      RecordAnswerLocked(sequence, request, answer);
     }
   }
   if (!idle) {
     answer = client_->Clock(request, retry_for);
     absl::MutexLock lock(&idle_mu_);
-    RecordAnswerLocked(sequence, answer);
+    RecordAnswerLocked(sequence, request, answer);
   }
   RETURN_IF_ERROR(answer.status());
   *response = *std::move(answer);
   return absl::OkStatus();
 }
 
-void Trainer::RecordAnswerLocked(uint64_t sequence,
+void Trainer::RecordAnswerLocked(uint64_t sequence, const ClockRequest& request,
                                  const absl::StatusOr<ClockResponse>& answer) {
   // A report sent before a newer one that was answered says nothing new.
-  if (answer.ok() && sequence > newest_answered_) {
+  if (sequence <= newest_answered_) return;
+  if (answer.ok()) {
     newest_answered_ = sequence;
     hold_at_ = answer->hold_at();
+  } else if (request.idle()) {
+    // The coordinator may have counted it held at a cut without its answer
+    // arriving: push nothing until a later report is answered.
+    newest_answered_ = sequence;
+    hold_at_ = request.clock() > 0 ? request.clock() : -1;
   }
 }
 

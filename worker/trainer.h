@@ -347,7 +347,7 @@ class Trainer {
   // The newest answer's hold_at (ClockResponse), which the push thread
   // reads before each push; records the answer to the `sequence`-th report.
   int64_t HoldAt();
-  void RecordAnswerLocked(uint64_t sequence,
+  void RecordAnswerLocked(uint64_t sequence, const ClockRequest& request,
                           const absl::StatusOr<ClockResponse>& answer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_);
   // Under bounded staleness, waits until options_.num_workers workers are
