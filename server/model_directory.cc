@@ -82,7 +82,7 @@ void ModelDirectory::LookOnce() {
   }
   const std::string dir = absl::StrCat(options_.dir, "/", name);
   absl::StatusOr<std::unique_ptr<ServingModel>> loaded =
-      ServingModel::Open(dir, options_.scorers, options_.block_cache);
+      ServingModel::Open(dir, options_.scorers, options_.model_options);
   if (!loaded.ok()) {
     const int attempts = ++failed_[name];
     LOG(ERROR) << "cannot serve " << dir << ": " << loaded.status()

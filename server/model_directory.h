@@ -41,8 +41,9 @@ struct ModelDirectoryOptions {
   absl::Duration poll = absl::Seconds(1);
   // Scorers per loaded model (ServingModel::Open). Default: 1.
   int scorers = 1;
-  // The block cache every model loaded shares; null: none.
-  std::shared_ptr<rocksdb::Cache> block_cache;
+  // How each model loaded is read: the block cache every one shares (null:
+  // none), and how much may be read into memory.
+  worker::ExportedModelOptions model_options;
   // Called with each model swapped in (metrics, health), from the
   // watcher's thread; may be empty.
   std::function<void(const ServingModel&)> on_swap;

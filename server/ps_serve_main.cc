@@ -63,6 +63,12 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on (GET /metrics): requests "
           "and their latency by method and code, the model's cut and its "
           "age. Port 0 picks a free one (logged). Empty: none.");
+ABSL_FLAG(int64_t, max_memory_mb, 1024,
+          "An export's embedding and wide tables are read into memory when "
+          "they load, over a delta's whole chain, if their rows fit in this "
+          "many MiB (about 24 bytes of index per row more; once for all "
+          "--scorers; two exports during a swap): a lookup is then a hash "
+          "probe, not a seek in each export of the chain. 0: never.");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
           "The largest request ps_serve reads and answer it writes; a Lookup "
           "whose answer would be larger is refused (RESOURCE_EXHAUSTED).");
@@ -217,8 +223,14 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_cache_mb) > (int64_t{1} << 30)) {
     return Fail(ps::kExitUsage, "--cache_mb must be in [0, 2^30]");
   }
+  if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
+      absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
+    return Fail(ps::kExitUsage, "--max_memory_mb must be in [0, 2^30]");
+  }
+  directory_options.model_options.max_memory_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
   if (absl::GetFlag(FLAGS_cache_mb) > 0) {
-    directory_options.block_cache = rocksdb::NewLRUCache(
+    directory_options.model_options.block_cache = rocksdb::NewLRUCache(
         static_cast<size_t>(absl::GetFlag(FLAGS_cache_mb)) << 20);
   }
   directory_options.scorers = absl::GetFlag(FLAGS_scorers);
@@ -303,9 +315,9 @@ int main(int argc, char** argv) {
       metrics.age->Set(
           absl::ToDoubleSeconds(absl::Now() - model->created_at()));
     }
-    if (directory_options.block_cache != nullptr) {
-      metrics.cache_bytes->Set(
-          static_cast<double>(directory_options.block_cache->GetUsage()));
+    if (directory_options.model_options.block_cache != nullptr) {
+      metrics.cache_bytes->Set(static_cast<double>(
+          directory_options.model_options.block_cache->GetUsage()));
     }
   }
   LOG(INFO) << "shutting down";

@@ -17,12 +17,16 @@ namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
     const std::string& dir, int scorers,
-    std::shared_ptr<rocksdb::Cache> block_cache) {
+    const worker::ExportedModelOptions& options) {
   auto serving = std::unique_ptr<ServingModel>(new ServingModel());
+  // The first scorer's tables in memory are every scorer's (the scorers
+  // are kept, and this one with them, as long as the model).
+  const worker::ExportedModel* first = nullptr;
   for (int i = 0; i < std::max(1, scorers); ++i) {
     auto scorer = std::make_unique<Scorer>();
     ASSIGN_OR_RETURN(scorer->model,
-                     worker::ExportedModel::Open(dir, block_cache));
+                     worker::ExportedModel::Open(dir, options, first));
+    if (first == nullptr) first = scorer->model.get();
     kernels::CpuOptions cpu;
     cpu.threads = 1;
     if (const kernels::Status created =

@@ -32,13 +32,14 @@ namespace ps::server {
 
 class ServingModel {
  public:
-  // Opens the export in `dir` `scorers` times (at least 1), its parts'
-  // blocks cached in `block_cache` (shared by every scorer; none:
-  // RocksDB's default per reader). The export's errors
-  // (worker/predict/exported_model.h).
+  // Opens the export in `dir` `scorers` times (at least 1), as `options`
+  // say (worker/predict/exported_model.h: the parts' block cache, shared by
+  // every scorer, and what is read into memory, once for all scorers). The
+  // export's errors.
   static absl::StatusOr<std::unique_ptr<ServingModel>> Open(
       const std::string& dir, int scorers,
-      std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+      const worker::ExportedModelOptions& options =
+          worker::ExportedModelOptions());
 
   // The export's directory name (its version), the training clock it was
   // cut at, and when it was written.

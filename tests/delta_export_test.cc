@@ -13,20 +13,26 @@ namespace ps::testing {
 namespace {
 
 // Trains one worker on `data` against `shards` (from its start, whatever
-// the coordinator holds for it) and fails the test if it fails.
+// the coordinator holds for it) with `extra` flags, and fails the test if
+// it fails.
 void TrainOn(const std::vector<std::unique_ptr<ServerProcess>>& shards,
              const std::string& data, const std::string& tag,
-             const std::string& dir) {
+             const std::string& dir,
+             const std::vector<std::string>& extra = {}) {
   const std::string log = dir + "/" + tag + ".log";
-  EXPECT_EQ(
-      RunToCompletion({BinaryPath("worker/ps_worker"),
-                       "--servers=" + absl::StrJoin(Addresses(shards), ","),
-                       "--worker_index=0", "--num_workers=1", "--train=" + data,
-                       "--staleness=0", "--batch_size=1000", "--hidden=16",
-                       "--embedding_dim=4", "--restart_from_start"},
-                      log),
-      0)
-      << ReadFile(log);
+  std::vector<std::string> argv = {
+      BinaryPath("worker/ps_worker"),
+      "--servers=" + absl::StrJoin(Addresses(shards), ","),
+      "--worker_index=0",
+      "--num_workers=1",
+      "--train=" + data,
+      "--staleness=0",
+      "--batch_size=1000",
+      "--hidden=16",
+      "--embedding_dim=4",
+      "--restart_from_start"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  EXPECT_EQ(RunToCompletion(argv, log), 0) << ReadFile(log);
 }
 
 // ps_admin export into `dir` (a delta of `base` unless it is empty);
@@ -42,14 +48,17 @@ int Export(const std::vector<std::unique_ptr<ServerProcess>>& shards,
   return code;
 }
 
-// ps_predict's scores of `test` with the export in `model`; fails the test
-// if it fails.
-std::string Scores(const std::string& model, const std::string& test) {
+// ps_predict's scores of `test` with the export in `model`, its tables
+// read into memory or (`in_memory` false) looked up in each export of the
+// chain; fails the test if it fails.
+std::string Scores(const std::string& model, const std::string& test,
+                   bool in_memory = true) {
   const std::string scores = model + ".scores";
   const std::string log = model + ".predict.log";
   EXPECT_EQ(RunToCompletion(
                 {BinaryPath("worker/predict/ps_predict"), "--model=" + model,
-                 "--input=" + test, "--out=" + scores},
+                 "--input=" + test, "--out=" + scores,
+                 in_memory ? "--max_memory_mb=1024" : "--max_memory_mb=0"},
                 log),
             0)
       << ReadFile(log);
@@ -105,12 +114,19 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   EXPECT_LT(Rows(*delta1), Rows(*full1));
   EXPECT_GT(Rows(*delta1), 0u);
 
-  // Read over their chains, the deltas score as the full exports of their
-  // cuts, every line to the last digit.
+  // Read over their chains, in memory or seeking in each export, the
+  // deltas score as the full exports of their cuts, every line to the last
+  // digit.
   const std::string full1_scores = Scores(exports + "/full1", test);
+  EXPECT_EQ(Scores(exports + "/full1", test, /*in_memory=*/false),
+            full1_scores);
   EXPECT_EQ(Scores(exports + "/delta1", test), full1_scores);
+  EXPECT_EQ(Scores(exports + "/delta1", test, /*in_memory=*/false),
+            full1_scores);
   const std::string full2_scores = Scores(exports + "/full2", test);
   EXPECT_EQ(Scores(exports + "/delta2", test), full2_scores);
+  EXPECT_EQ(Scores(exports + "/delta2", test, /*in_memory=*/false),
+            full2_scores);
   EXPECT_NE(full1_scores, full2_scores);
   EXPECT_NE(Scores(exports + "/base", test), full1_scores);
 
@@ -150,6 +166,43 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
                             log),
             0);
   EXPECT_NE(ReadFile(log).find("delta1"), std::string::npos) << ReadFile(log);
+}
+
+// Rows that expired since the base are deleted by the delta: read over its
+// chain (in memory and not), it scores as a full export of the same cut,
+// which holds no expired row.
+TEST_F(CheckpointTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
+  const std::string first = Generate("first.tsv", 12000, /*seed=*/1);
+  const std::string second = Generate("second.tsv", 3000, /*seed=*/5);
+  const std::string test = Generate("test.tsv", 4000, /*seed=*/2);
+  auto shards = StartShards(dir_, "shard", 1, {"--write_back_ms=200"});
+  ASSERT_EQ(shards.size(), 1u);
+  const std::string exports = dir_ + "/exports";
+  const std::vector<std::string> ttl = {"--row_ttl_s=3"};
+  std::string output;
+  TrainOn(shards, first, "first", dir_, ttl);
+  ASSERT_EQ(Export(shards, exports + "/base", "", &output), 0) << output;
+  // The first file's rows expire (3 s after their last update, whole
+  // seconds); the second file's, trained on after, do not before the
+  // exports below.
+  absl::SleepFor(absl::Seconds(4.5));
+  TrainOn(shards, second, "second", dir_, ttl);
+  ASSERT_EQ(Export(shards, exports + "/delta", exports + "/base", &output), 0)
+      << output;
+  ASSERT_EQ(Export(shards, exports + "/full", "", &output), 0) << output;
+  auto delta = ReadExportManifest(exports + "/delta");
+  auto base = ReadExportManifest(exports + "/base");
+  auto full = ReadExportManifest(exports + "/full");
+  ASSERT_TRUE(delta.ok() && base.ok() && full.ok());
+  uint64_t deleted = 0;
+  for (const auto& table : delta->tables()) deleted += table.deleted_rows();
+  EXPECT_GT(deleted, 1000u);
+  EXPECT_LT(Rows(*full), Rows(*base));
+  const std::string full_scores = Scores(exports + "/full", test);
+  EXPECT_EQ(Scores(exports + "/delta", test), full_scores);
+  EXPECT_EQ(Scores(exports + "/delta", test, /*in_memory=*/false), full_scores);
+  // Without its deletions the delta would score as the base's rows allow.
+  EXPECT_NE(Scores(exports + "/base", test), full_scores);
 }
 
 }  // namespace

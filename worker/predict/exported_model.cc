@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/half.h"
 #include "base/manifest.h"
@@ -29,10 +30,18 @@ struct ExportedModel::Table {
     std::vector<std::unique_ptr<rocksdb::SstFileReader>> parts;
     std::vector<std::unique_ptr<rocksdb::Iterator>> iterators;
   };
+  // The table read into memory (the chain applied), or null: key -> the
+  // offset of its row in `rows`. Immutable once read; shared by the models
+  // of one export (Open's share_from).
+  struct InMemory {
+    absl::flat_hash_map<uint64_t, size_t> index;
+    std::vector<float> rows;
+  };
   TableSpec spec;
   Initializer initializer;
   bool half = false;
   std::vector<Layer> layers;
+  std::shared_ptr<const InMemory> in_memory;
 };
 
 ExportedModel::~ExportedModel() = default;
@@ -50,14 +59,28 @@ absl::StatusOr<const ExportManifest::Table*> FindTable(
       absl::StrCat(dir, " has no table ", name, " of its model"));
 }
 
+// A stored row's `dim` values (float32, or IEEE half) into `row`.
+void DecodeRow(const rocksdb::Slice& value, bool half, size_t dim, float* row) {
+  if (half) {
+    for (size_t d = 0; d < dim; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, value.data() + 2 * d, sizeof(bits));
+      row[d] = HalfToFloat(bits);
+    }
+  } else {
+    std::memcpy(row, value.data(), dim * sizeof(float));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
-    const std::string& dir, std::shared_ptr<rocksdb::Cache> block_cache) {
+    const std::string& dir, const ExportedModelOptions& model_options,
+    const ExportedModel* share_from) {
   rocksdb::Options options;
-  if (block_cache != nullptr) {
+  if (model_options.block_cache != nullptr) {
     rocksdb::BlockBasedTableOptions table_options;
-    table_options.block_cache = std::move(block_cache);
+    table_options.block_cache = model_options.block_cache;
     options.table_factory.reset(
         rocksdb::NewBlockBasedTableFactory(table_options));
   }
@@ -101,6 +124,24 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
                      model->OpenTable(card.embedding_table(), options));
   }
   ASSIGN_OR_RETURN(model->wide_, model->OpenTable(card.wide_table(), options));
+  // The embedding table, then the wide one, as far as the budget goes.
+  size_t budget = model_options.max_memory_bytes;
+  for (Table* table : {model->embedding_.get(), model->wide_.get()}) {
+    if (table == nullptr) continue;
+    const Table* shared = nullptr;
+    if (share_from != nullptr) {
+      for (const Table* other :
+           {share_from->embedding_.get(), share_from->wide_.get()}) {
+        if (other != nullptr && other->spec.name() == table->spec.name())
+          shared = other;
+      }
+    }
+    RETURN_IF_ERROR(model->MaybeReadIntoMemory(*table, budget, shared));
+    if (table->in_memory == nullptr) break;
+    const size_t used = table->in_memory->rows.size() * sizeof(float) +
+                        table->in_memory->index.size() * 24;
+    budget = budget > used ? budget - used : 0;
+  }
   const std::vector<kernels::DenseTensorSpec> tensors =
       kernels::DenseTensors(model->config());
   if (static_cast<int>(tensors.size()) != card.dense_tables_size()) {
@@ -186,12 +227,91 @@ kernels::ModelConfig ExportedModel::config() const {
   return config;
 }
 
+absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
+                                                const Table* shared) {
+  if (shared != nullptr && shared->in_memory != nullptr) {
+    table.in_memory = shared->in_memory;
+    return absl::OkStatus();
+  }
+  const size_t dim = table.spec.dim();
+  // At most every row of every export of the chain.
+  uint64_t rows = 0;
+  for (const Link& link : chain_) {
+    for (const ExportManifest::Table& entry : link.manifest.tables()) {
+      if (entry.spec().name() == table.spec.name()) rows += entry.rows();
+    }
+  }
+  if (max_bytes == 0 || rows * (dim * sizeof(float) + 24) > max_bytes) {
+    return absl::OkStatus();
+  }
+  auto in_memory = std::make_shared<Table::InMemory>();
+  in_memory->index.reserve(rows);
+  const size_t value_bytes = dim * (table.half ? 2 : 4);
+  // Oldest export first: a newer row, or deletion, replaces an older one.
+  for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
+       ++layer) {
+    for (auto& it : layer->iterators) {
+      if (it == nullptr) continue;
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        const rocksdb::Slice key = it->key();
+        uint64_t row_key = 0;
+        if (layer->keys_alone && key.size() == sizeof(uint64_t)) {
+          std::memcpy(&row_key, key.data(), sizeof(row_key));
+        } else if (!layer->keys_alone && key.size() == SlotOrderedKey::kBytes) {
+          row_key = SlotOrderedKey::Decode(key.data());
+        } else {
+          return absl::DataLossError(absl::StrCat("table ", table.spec.name(),
+                                                  ": a key of ", key.size(),
+                                                  " bytes"));
+        }
+        const rocksdb::Slice value = it->value();
+        if (value.empty()) {
+          in_memory->index.erase(row_key);  // its row's floats stay unused
+          continue;
+        }
+        if (value.size() != value_bytes) {
+          return absl::DataLossError(absl::StrCat(
+              "table ", table.spec.name(), " key ", row_key, ": a row of ",
+              value.size(), " bytes, expected ", value_bytes));
+        }
+        auto [slot, added] =
+            in_memory->index.try_emplace(row_key, in_memory->rows.size());
+        if (added) in_memory->rows.resize(in_memory->rows.size() + dim);
+        DecodeRow(value, table.half, dim,
+                  in_memory->rows.data() + slot->second);
+      }
+      if (!it->status().ok()) {
+        return absl::DataLossError(absl::StrCat("reading table ",
+                                                table.spec.name(), ": ",
+                                                it->status().ToString()));
+      }
+    }
+  }
+  table.in_memory = std::move(in_memory);
+  return absl::OkStatus();
+}
+
 absl::Status ExportedModel::Lookup(Table& table,
                                    absl::Span<const uint64_t> keys, float* out,
                                    std::vector<bool>* found_keys) {
   if (found_keys != nullptr) found_keys->assign(keys.size(), false);
   const size_t dim = table.spec.dim();
   const size_t value_bytes = dim * (table.half ? 2 : 4);
+  if (table.in_memory != nullptr) {
+    const Table::InMemory& in_memory = *table.in_memory;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      float* row = out + i * dim;
+      auto found = in_memory.index.find(keys[i]);
+      if (found == in_memory.index.end()) {
+        table.initializer.Fill(keys[i], absl::MakeSpan(row, dim));
+        continue;
+      }
+      if (found_keys != nullptr) (*found_keys)[i] = true;
+      std::memcpy(row, in_memory.rows.data() + found->second,
+                  dim * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
     // The newest export that holds the key decides: its row, or an empty
@@ -228,15 +348,7 @@ absl::Status ExportedModel::Lookup(Table& table,
           "table ", table.spec.name(), " key ", keys[i], ": a row of ",
           value->size(), " bytes, expected ", value_bytes));
     }
-    if (table.half) {
-      for (size_t d = 0; d < dim; ++d) {
-        uint16_t half;
-        std::memcpy(&half, value->data() + 2 * d, sizeof(half));
-        row[d] = HalfToFloat(half);
-      }
-    } else {
-      std::memcpy(row, value->data(), value_bytes);
-    }
+    DecodeRow(*value, table.half, dim, row);
   }
   return absl::OkStatus();
 }

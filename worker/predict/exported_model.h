@@ -38,16 +38,29 @@ class SstFileReader;
 
 namespace ps::worker {
 
+struct ExportedModelOptions {
+  // Caches the parts' blocks (and may be shared by several models). Default
+  // (none): RocksDB's default per reader.
+  std::shared_ptr<rocksdb::Cache> block_cache;
+  // The embedding and wide tables are read into memory at Open(), over the
+  // whole chain of a delta, when their rows fit in this many bytes (with
+  // about 24 bytes of index per row): a lookup is then a hash probe instead
+  // of a seek in each export of the chain. 0: never. Default: 1 GiB.
+  size_t max_memory_bytes = size_t{1} << 30;
+};
+
 class ExportedModel {
  public:
   // NOT_FOUND without a manifest; DATA_LOSS for a manifest or part that
   // does not read; FAILED_PRECONDITION for a model this build cannot score
-  // (another input layout or routing version).
-  // `block_cache`, if given, caches the parts' blocks (and may be shared by
-  // several models); none: RocksDB's default per reader.
+  // (another input layout or routing version). `share_from`, if given, is
+  // a model of the same export opened before (and must outlive nothing:
+  // what it read into memory is shared, immutable): its tables in memory
+  // are used rather than read again.
   static absl::StatusOr<std::unique_ptr<ExportedModel>> Open(
       const std::string& dir,
-      std::shared_ptr<rocksdb::Cache> block_cache = nullptr);
+      const ExportedModelOptions& options = ExportedModelOptions(),
+      const ExportedModel* share_from = nullptr);
   ~ExportedModel();
 
   // The manifest of the export opened (for a delta, the delta's).
@@ -81,6 +94,10 @@ class ExportedModel {
   // Opens table `name` in every export of the chain.
   absl::StatusOr<std::unique_ptr<Table>> OpenTable(
       const std::string& name, const rocksdb::Options& options);
+  // Reads `table` into memory (the chain applied oldest first) if its rows
+  // fit in `max_bytes`, or shares `shared`'s.
+  absl::Status MaybeReadIntoMemory(Table& table, size_t max_bytes,
+                                   const Table* shared);
   // Writes `keys`' rows of `table` into `out` (dim floats each), and
   // whether each was in the export into `found` unless it is null.
   absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys, float* out,

@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, out, "",
           "run that fails leaves no half-written file (and an earlier one as "
           "it was). Default: none (only the AUC and logloss are printed).");
 ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
+ABSL_FLAG(int64_t, max_memory_mb, 1024,
+          "The export's embedding and wide tables are read into memory at "
+          "start, over a delta's whole chain, if their rows fit in this many "
+          "MiB (about 24 bytes of index per row more): a lookup is then a "
+          "hash probe, not a seek in each export of the chain. 0: never.");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads of the model's GEMMs.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
           "Malformed lines tolerated (each is skipped, so the output no longer "
@@ -218,7 +223,15 @@ int main(int argc, char** argv) {
   if (absl::Status checked = CheckRequiredFlags(); !checked.ok())
     return Fail(std::string(checked.message()));
 
-  auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model));
+  if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
+      absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
+    return Fail("--max_memory_mb must be in [0, 2^30]");
+  }
+  ps::worker::ExportedModelOptions model_options;
+  model_options.max_memory_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
+  auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model),
+                                               model_options);
   if (!model.ok()) return Fail(model.status());
   ps::kernels::CpuOptions cpu_options;
   cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
