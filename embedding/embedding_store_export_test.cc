@@ -38,19 +38,28 @@ std::map<uint64_t, std::vector<float>> ReadPart(const std::string& path) {
   return rows;
 }
 
-// Exports table `table` of `store` to dir/name.sst (a delta when `since`
-// is set); returns the export's time, or fails the test.
-uint32_t ExportTo(EmbeddingStore& store, const std::string& table,
-                  const std::string& path, std::optional<uint32_t> since,
-                  EmbeddingStore::ExportTarget* written = nullptr) {
+// Exports table `table` of `store` to `path` (a delta when `since` is
+// set): the export's time, or its error.
+absl::StatusOr<uint32_t> TryExport(
+    EmbeddingStore& store, const std::string& table, const std::string& path,
+    std::optional<uint32_t> since,
+    EmbeddingStore::ExportTarget* written = nullptr) {
   std::vector<EmbeddingStore::ExportTarget> targets(1);
   targets[0].table = table;
   targets[0].path = path;
   EmbeddingStore::ExportOptions options;
   options.changed_since_s = since;
   absl::StatusOr<uint32_t> time = store.Export(&targets, options);
-  EXPECT_TRUE(time.ok()) << time.status();
   if (written != nullptr) *written = targets[0];
+  return time;
+}
+
+// TryExport(), failing the test if it fails.
+uint32_t ExportTo(EmbeddingStore& store, const std::string& table,
+                  const std::string& path, std::optional<uint32_t> since,
+                  EmbeddingStore::ExportTarget* written = nullptr) {
+  absl::StatusOr<uint32_t> time = TryExport(store, table, path, since, written);
+  EXPECT_TRUE(time.ok()) << time.status();
   return time.value_or(0);
 }
 
@@ -158,31 +167,20 @@ TEST_F(EmbeddingStoreTest, ADeltaSinceBeforeTheStoreKnowsWhatChangedIsRefused) {
     // A table declared after the export (say, dropped and declared again).
     WaitPastSecond(base_time);
     ASSERT_OK(store->DeclareTable(SgdTable("later", 4)));
-    std::vector<EmbeddingStore::ExportTarget> later(1);
-    later[0].table = "later";
-    later[0].path = dir + "/later.sst";
-    EmbeddingStore::ExportOptions delta;
-    delta.changed_since_s = base_time;
-    EXPECT_THAT(store->Export(&later, delta).status(),
-                StatusIs(StatusCode::kFailedPrecondition));
+    EXPECT_THAT(
+        TryExport(*store, "later", dir + "/later.sst", base_time).status(),
+        StatusIs(StatusCode::kFailedPrecondition));
     // More rows dropped than it remembers.
     absl::SleepFor(absl::Seconds(3.1));
     ASSERT_OK(store->Expire("emb").status());
-    std::vector<EmbeddingStore::ExportTarget> emb(1);
-    emb[0].table = "emb";
-    emb[0].path = dir + "/emb.sst";
-    EXPECT_THAT(store->Export(&emb, delta).status(),
+    EXPECT_THAT(TryExport(*store, "emb", dir + "/emb.sst", base_time).status(),
                 StatusIs(StatusCode::kFailedPrecondition));
   }
   // Reopened: what the process before dropped is not known.
   auto store = OpenStore(options_);
-  std::vector<EmbeddingStore::ExportTarget> emb(1);
-  emb[0].table = "emb";
-  emb[0].path = dir + "/reopened.sst";
-  EmbeddingStore::ExportOptions delta;
-  delta.changed_since_s = base_time;
-  EXPECT_THAT(store->Export(&emb, delta).status(),
-              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      TryExport(*store, "emb", dir + "/reopened.sst", base_time).status(),
+      StatusIs(StatusCode::kFailedPrecondition));
   // A full export goes on, and a delta since it.
   const uint32_t again = ExportTo(*store, "emb", dir + "/again.sst", {});
   ExportTo(*store, "emb", dir + "/after.sst", again);

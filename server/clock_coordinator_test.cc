@@ -51,6 +51,17 @@ class ClockCoordinatorTest : public ::testing::Test {
     return view.ok() ? *view : ClockCoordinator::View();
   }
 
+  // A report of `worker` (incarnation 1) at `clock` that says it is idle.
+  ClockCoordinator::Report IdleReport(uint32_t worker, int64_t clock) const {
+    ClockCoordinator::Report report;
+    report.worker = worker;
+    report.incarnation = 1;
+    report.clock = clock;
+    report.lease = lease_;
+    report.idle = true;
+    return report;
+  }
+
   absl::Time now_ = absl::FromUnixSeconds(1000);
   // Stays put while the process runs (the gaps between calls are short);
   // a test that stops the process moves it with now_.
@@ -498,12 +509,7 @@ TEST_F(ClockCoordinatorTest, OnceReadyAWorkerBehindTheCutHoldsWhereItIs) {
 TEST_F(ClockCoordinatorTest, AnIdleWorkerIsHeldWhereItIsForTheCut) {
   Report(0, 3);
   Report(1, 5);
-  ClockCoordinator::Report idle;
-  idle.worker = 0;
-  idle.incarnation = 1;
-  idle.clock = 3;
-  idle.lease = lease_;
-  idle.idle = true;
+  ClockCoordinator::Report idle = IdleReport(0, 3);
   // Idle with no cut: nothing changes.
   auto view = coordinator_->Record(idle);
   ASSERT_OK(view);
@@ -569,12 +575,7 @@ TEST_F(ClockCoordinatorTest, AnIdleWorkerWhoseInputCameGoesOnToTheCut) {
   auto cut = coordinator_->BeginCut(absl::Seconds(30));
   ASSERT_OK(cut);
   EXPECT_EQ(cut->cut, 5);
-  ClockCoordinator::Report idle;
-  idle.worker = 0;
-  idle.incarnation = 1;
-  idle.clock = 3;
-  idle.lease = lease_;
-  idle.idle = true;
+  ClockCoordinator::Report idle = IdleReport(0, 3);
   auto view = coordinator_->Record(idle);
   ASSERT_OK(view);
   EXPECT_EQ(view->hold_at, 3);

@@ -58,6 +58,26 @@ class FollowTrainingTest : public TrainingTest {
     std::ofstream(dir_ + "/incoming/" + name + ".done");
   }
 
+  // Waits until the coordinator holds worker 0 in `file` with at least
+  // `examples` of it, setting `*clock` to its clock; false past `deadline`.
+  ::testing::AssertionResult WaitForPosition(const std::string& file,
+                                             int64_t examples,
+                                             absl::Time deadline,
+                                             int64_t* clock) {
+    for (InputPosition at = PositionHeldFor(*shards_[0], 0, clock);
+         at.file() != file || at.file_examples() < examples;
+         at = PositionHeldFor(*shards_[0], 0, clock)) {
+      if (absl::Now() > deadline) {
+        return ::testing::AssertionFailure()
+               << "not at " << examples << " of " << file << " but at "
+               << at.file_examples() << " of " << at.file() << "\n"
+               << ReadFile(dir_ + "/worker0.log");
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   std::vector<std::string> FollowArgs(const std::vector<std::string>& servers,
                                       const std::vector<std::string>& extra) {
     std::vector<std::string> argv = WorkerArgs(servers, 0, 1, extra);
@@ -85,12 +105,8 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   ASSERT_TRUE(worker.ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
-  while (PositionHeldFor(*shards_[0], 0, &clock).file() != "part-2.tsv" ||
-         PositionHeldFor(*shards_[0], 0, &clock).file_examples() <
-             kLinesPerFile / 3) {
-    ASSERT_LT(absl::Now(), deadline) << ReadFile(dir_ + "/worker0.log");
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(
+      WaitForPosition("part-2.tsv", kLinesPerFile / 3, deadline, &clock));
   const WorkerRun first = Collect(0, (*worker)->SignalAndWait(SIGTERM));
   ASSERT_EQ(first.exit_code, 75) << first.log;
   const InputPosition left = PositionHeldFor(*shards_[0], 0, &clock);
@@ -242,12 +258,8 @@ TEST_F(FollowTrainingTest,
   ASSERT_TRUE(worker.ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
-  while (PositionHeldFor(*shards_[0], 0, &clock).file() != "part-2.tsv" ||
-         PositionHeldFor(*shards_[0], 0, &clock).file_examples() <
-             kLinesPerFile / 3) {
-    ASSERT_LT(absl::Now(), deadline) << ReadFile(dir_ + "/worker0.log");
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(
+      WaitForPosition("part-2.tsv", kLinesPerFile / 3, deadline, &clock));
   const WorkerRun first = Collect(0, (*worker)->SignalAndWait(SIGTERM));
   ASSERT_EQ(first.exit_code, 75) << first.log;
 
@@ -266,14 +278,9 @@ TEST_F(FollowTrainingTest,
     }
     // part-(f-1) is trained on whole (every step of it acknowledged): its
     // last step's clock.
-    const std::string trained_file = absl::StrCat("part-", f - 1, ".tsv");
-    for (InputPosition at = PositionHeldFor(*shards_[0], 0, &clock);
-         at.file() != trained_file || at.file_examples() < kLinesPerFile;
-         at = PositionHeldFor(*shards_[0], 0, &clock)) {
-      ASSERT_LT(absl::Now(), deadline + absl::Seconds(120))
-          << at.file() << " " << at.file_examples();
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitForPosition(absl::StrCat("part-", f - 1, ".tsv"),
+                                kLinesPerFile, deadline + absl::Seconds(120),
+                                &clock));
     const absl::Time trained = absl::Now();
     Served served;
     while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <

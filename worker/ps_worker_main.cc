@@ -163,6 +163,22 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
   return presence;
 }
 
+// How worker 0 reaches the cluster for its cuts (checkpoints, exports)
+// into `dir`: the client's shards, coordinator and TLS, the admin token.
+ps::CheckpointOptions CutOptions(const ps::worker::WorkerFlags& flags,
+                                 const ps::worker::ClientOptions& client,
+                                 const std::string& dir) {
+  ps::CheckpointOptions cluster;
+  cluster.servers = client.servers;
+  cluster.coordinator = client.coordinator;
+  cluster.find_coordinator = client.find_coordinator;
+  cluster.find_shards = client.find_shards;
+  cluster.dir = dir;
+  cluster.tls = client.tls;
+  cluster.token = flags.admin_token;
+  return cluster;
+}
+
 // Periodic checkpoints for worker 0 with --checkpoint_every_steps, or none.
 absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
     const ps::worker::WorkerFlags& flags,
@@ -170,16 +186,9 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
     const ps::worker::ClientOptions& client) {
   if (options.checkpoint_every_steps == 0) return nullptr;
   RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
-  ps::CheckpointOptions checkpoint;
-  checkpoint.servers = client.servers;
-  checkpoint.coordinator = client.coordinator;
-  checkpoint.find_coordinator = client.find_coordinator;
-  checkpoint.find_shards = client.find_shards;
-  checkpoint.dir = flags.checkpoint_dir;
-  checkpoint.tls = client.tls;
-  checkpoint.token = flags.admin_token;
   return std::make_unique<ps::ops::PeriodicCheckpointer>(
-      checkpoint, flags.checkpoints_to_keep);
+      CutOptions(flags, client, flags.checkpoint_dir),
+      flags.checkpoints_to_keep);
 }
 
 // Worker 0's periodic exports with --export_every_s, or none.
@@ -190,14 +199,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicExporter>> MakeExporter(
   if (flags.export_every <= absl::ZeroDuration()) return nullptr;
   RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
   ps::ops::PeriodicExportOptions exports;
-  ps::CheckpointOptions& cluster = exports.export_options.cluster;
-  cluster.servers = client.servers;
-  cluster.coordinator = client.coordinator;
-  cluster.find_coordinator = client.find_coordinator;
-  cluster.find_shards = client.find_shards;
-  cluster.dir = flags.export_dir;
-  cluster.tls = client.tls;
-  cluster.token = flags.admin_token;
+  exports.export_options.cluster = CutOptions(flags, client, flags.export_dir);
   exports.export_options.model = ps::kernels::ModelName(options.model.kind);
   exports.export_options.fp16 = flags.export_fp16;
   exports.every = flags.export_every;

@@ -110,6 +110,9 @@ def main():
     parser.add_argument("--lines_per_file", type=int, default=40000)
     parser.add_argument("--drift", type=float, default=5.0)
     parser.add_argument("--export_every", type=int, default=1)
+    parser.add_argument("--base_export_every", type=int, default=8,
+                        help="a full export after this many deltas (bounds "
+                        "the chain ps_serve reads at each swap)")
     parser.add_argument("--batch_size", type=int, default=1024)
     parser.add_argument("--slow_step_ms", type=int, default=100,
                         help="stretches each file's training over several "
@@ -134,8 +137,8 @@ def main():
 
 def run(args, bin_dir, work, cluster):
     parts, incoming = os.path.join(work, "parts"), os.path.join(work, "incoming")
-    exports, bases = os.path.join(work, "exports"), os.path.join(work, "bases")
-    for d in (parts, incoming, exports, bases):
+    exports = os.path.join(work, "exports")
+    for d in (parts, incoming, exports):
         os.makedirs(d)
     names = ["hour-%02d.tsv" % f for f in range(args.files)]
     for f, name in enumerate(names):
@@ -169,7 +172,8 @@ def run(args, bin_dir, work, cluster):
         "--batch_size=%d" % args.batch_size,
         "--slow_step_ms=%d" % args.slow_step_ms,
         "--export_every_s=%d" % args.export_every, "--export_dir=" + exports,
-        "--base_export_every=1000", "--exports_to_keep=0"])
+        "--base_export_every=%d" % args.base_export_every,
+        "--exports_to_keep=0"])
 
     serving_pb2 = generate_messages(work)
     channel = grpc.insecure_channel(serve)
@@ -199,7 +203,7 @@ def run(args, bin_dir, work, cluster):
     # sampled while it was trained on)
     served_while_training = {}
     freshness = []             # (file, seconds arrival->served, trained->served)
-    base_after = {}            # file index -> a full export holding files <= it
+    base_after = {}            # file index -> an export holding files <= it
     for f, name in enumerate(names):
         start_clock = worker_clock()
         if f > 0:
@@ -224,11 +228,9 @@ def run(args, bin_dir, work, cluster):
         now = time.time()
         freshness.append((f, now - arrived, now - trained))
         if f == 1 or f % 4 == 3:
-            base = os.path.join(bases, "after-%02d" % f)
-            subprocess.run([os.path.join(bin_dir, "ops/ps_admin"),
-                            "--servers=" + shard, "--dir=" + base, "export"],
-                           check=True, capture_output=True)
-            base_after[f] = base
+            # The model as it stood then (ps_admin export would contend with
+            # worker 0's cuts: one cut at a time).
+            base_after[f] = os.path.join(exports, served()[0])
     if worker.wait(timeout=600) != 0:
         raise RuntimeError("the worker failed: " + open(worker_log).read()[-3000:])
     summary = json.load(open(metrics))
@@ -374,10 +376,13 @@ def write_section(args, train_rate, rows, freshness, sizes, load,
     say = lines.append
     say("%d hourly files of %d lines, `clicklog_gen --drift=%g` (new values per field "
         "per 1000 lines), fed to `ps_worker --follow` (1 shard + 1 worker, wide_deep, "
-        "`--staleness=1`), worker 0 exporting every %d s (a base, then deltas) into "
-        "the directory `ps_serve` serves; each file delivered once the one before is "
-        "served (`tests/bench/online_bench.sh`, %s)." % (
-            args.files, args.lines_per_file, args.drift, args.export_every,
+        "`--staleness=1`, batch %d, `--slow_step_ms=%d` so that a file's training "
+        "spans several exports), worker 0 exporting every %d s (a base, then deltas, "
+        "a base after every %d) into the directory `ps_serve` serves; each file "
+        "delivered once the one before is served (`tests/bench/online_bench.sh`, "
+        "%s)." % (
+            args.files, args.lines_per_file, args.drift, args.batch_size,
+            args.slow_step_ms, args.export_every, args.base_export_every,
             time.strftime("%Y-%m-%d")))
     say("")
     say("AUC of scoring each file before training on it: (a) the model frozen after "
@@ -412,10 +417,10 @@ def write_section(args, train_rate, rows, freshness, sizes, load,
     base_rows = [s for s in sizes if s[1] == 0]
     delta_rows = [s for s in sizes if s[1] > 0]
     if base_rows and delta_rows:
-        say("Sizes: the base %d rows (%.1f MB); %d deltas, median %d rows "
-            "(%.1f MB), %.0f%% of the base's bytes." % (
-                base_rows[0][2], base_rows[0][3] / 1e6, len(delta_rows),
-                median([d[2] for d in delta_rows]),
+        say("Sizes: %d bases, the last %d rows (%.1f MB); %d deltas, median %d rows "
+            "(%.1f MB), %.0f%% of the last base's bytes." % (
+                len(base_rows), base_rows[-1][2], base_rows[-1][3] / 1e6,
+                len(delta_rows), median([d[2] for d in delta_rows]),
                 median([d[3] for d in delta_rows]) / 1e6,
                 100.0 * median([d[3] for d in delta_rows]) / max(1, base_rows[-1][3])))
     say("")
