@@ -183,7 +183,8 @@ absl::StatusOr<Cut> HoldCut(net::AdminChannels& clients,
         "asking the coordinator for its cut"));
   }
   // ...while UNAVAILABLE from one that answers says it just restarted and
-  // waits for its workers to report again: ask again until hold_timeout.
+  // waits for its workers to report again, or another cut (worker 0's
+  // periodic export, say) is being taken: ask again until hold_timeout.
   BeginCutRequest begin;
   begin.set_lease_ms(30000);
   BeginCutResponse begun;

@@ -354,11 +354,13 @@ absl::StatusOr<ClockCoordinator::BegunCut> ClockCoordinator::BeginCut(
   NoticePauseLocked(options_.monotonic_now());
   RETURN_IF_ERROR(ServingLocked());
   const absl::Time now = options_.now();
+  // Another cut ends soon: a caller may wait for it (UNAVAILABLE, as for
+  // a coordinator that just restarted).
   if (ActiveCut(now) != 0) {
-    return absl::FailedPreconditionError(
+    return absl::UnavailableError(
         absl::StrCat("a cut at clock ", cut_,
                      " is being taken already (a checkpoint or "
-                     "export in progress)"));
+                     "export in progress): try again once it ends"));
   }
   for (const auto& [id, worker] : workers_) {
     if (worker.unconfirmed && Live(worker, now)) {

@@ -467,9 +467,9 @@ TEST_F(ClockCoordinatorTest, ACutIsPastTheFurthestUnfinishedWorker) {
   EXPECT_EQ(cut->cut, 4);
   EXPECT_EQ(Report(0, 3).hold_at, 4);
   EXPECT_FALSE(coordinator_->GetCutStatus().ready);
-  // Only one cut at a time.
+  // Only one cut at a time: another waits for it to end.
   EXPECT_THAT(coordinator_->BeginCut(absl::Seconds(30)),
-              StatusIs(StatusCode::kFailedPrecondition));
+              StatusIs(StatusCode::kUnavailable));
   Report(0, 4);
   EXPECT_TRUE(coordinator_->GetCutStatus().ready);
   // Only the client that began it ends it.

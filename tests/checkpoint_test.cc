@@ -5,8 +5,9 @@
 //   - Taken while workers train asynchronously, it holds each worker's
 //     steps whole on every shard (counted with clients whose pushes add 1),
 //     also right after the coordinator's shard was killed; a worker holds at
-//     the cut until it ends; a coordinator stopped past a lease still waits
-//     for the workers behind the cut.
+//     the cut until it ends, and a checkpoint asked for meanwhile waits for
+//     it; a coordinator stopped past a lease still waits for the workers
+//     behind the cut.
 //   - --checkpoints_to_keep deletes the oldest.
 
 #include "tests/checkpoint_cluster.h"
@@ -365,9 +366,19 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
     ready = status.ready();
   }
   ASSERT_TRUE(ready);
+  // A checkpoint asked for meanwhile waits for this cut to end.
+  auto checkpoint = ChildProcess::Start(
+      {BinaryPath("ops/ps_admin"), "--servers=" + shards[0]->address(),
+       "--dir=" + dir_ + "/waited", "checkpoint"},
+      false, dir_ + "/waited.log");
+  ASSERT_TRUE(checkpoint.ok());
   absl::SleepFor(absl::Seconds(1));  // 20 steps' time
   EXPECT_EQ(clock(), cut.cut()) << "the worker went past the cut";
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/waited/MANIFEST.json"));
   EXPECT_TRUE(EndCut(*admin, cut.id()));
+  EXPECT_EQ((*checkpoint)->Wait(absl::Minutes(2)), 0)
+      << ReadFile(dir_ + "/waited.log");
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/waited/MANIFEST.json"));
   EXPECT_EQ((*worker)->Wait(absl::Minutes(2)), 0) << ReadFile(dir_ + "/w.log");
   const std::string metrics = ReadFile(dir_ + "/w.json");
   EXPECT_EQ(Metric(metrics, "examples"), 20000) << metrics;
