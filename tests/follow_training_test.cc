@@ -78,6 +78,21 @@ class FollowTrainingTest : public TrainingTest {
     return ::testing::AssertionSuccess();
   }
 
+  // Starts worker 0 with `argv`, waits until it is a third into part-2 and
+  // stops it with SIGTERM: the run, which drained (exit 75) unless the test
+  // failed.
+  WorkerRun StopInPart2(const std::vector<std::string>& argv) {
+    auto worker = ChildProcess::Start(argv, false, dir_ + "/worker0.log");
+    EXPECT_TRUE(worker.ok());
+    if (!worker.ok()) return WorkerRun();
+    int64_t clock = -1;
+    EXPECT_TRUE(WaitForPosition("part-2.tsv", kLinesPerFile / 3,
+                                absl::Now() + absl::Seconds(120), &clock));
+    WorkerRun run = Collect(0, (*worker)->SignalAndWait(SIGTERM));
+    EXPECT_EQ(run.exit_code, 75) << run.log;
+    return run;
+  }
+
   std::vector<std::string> FollowArgs(const std::vector<std::string>& servers,
                                       const std::vector<std::string>& extra) {
     std::vector<std::string> argv = WorkerArgs(servers, 0, 1, extra);
@@ -99,16 +114,11 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   ASSERT_EQ(servers.size(), 1u);
 
   // Stopped in the middle of part-2 (a file is about 20 steps).
-  auto worker = ChildProcess::Start(
-      FollowArgs(servers, {"--slow_step_ms=100", "--staleness=0"}), false,
-      dir_ + "/worker0.log");
-  ASSERT_TRUE(worker.ok());
+  const WorkerRun first =
+      StopInPart2(FollowArgs(servers, {"--slow_step_ms=100", "--staleness=0"}));
+  ASSERT_EQ(first.exit_code, 75);
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
-  ASSERT_TRUE(
-      WaitForPosition("part-2.tsv", kLinesPerFile / 3, deadline, &clock));
-  const WorkerRun first = Collect(0, (*worker)->SignalAndWait(SIGTERM));
-  ASSERT_EQ(first.exit_code, 75) << first.log;
   const InputPosition left = PositionHeldFor(*shards_[0], 0, &clock);
   EXPECT_EQ(left.file(), "part-2.tsv");
   EXPECT_GT(left.file_examples(), 0);
@@ -254,14 +264,9 @@ TEST_F(FollowTrainingTest,
   };
 
   // Stopped in the middle of part-2, after some exports.
-  auto worker = ChildProcess::Start(args("100"), false, dir_ + "/worker0.log");
-  ASSERT_TRUE(worker.ok());
+  ASSERT_EQ(StopInPart2(args("100")).exit_code, 75);
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
-  ASSERT_TRUE(
-      WaitForPosition("part-2.tsv", kLinesPerFile / 3, deadline, &clock));
-  const WorkerRun first = Collect(0, (*worker)->SignalAndWait(SIGTERM));
-  ASSERT_EQ(first.exit_code, 75) << first.log;
 
   // The restart goes on; each new file, once trained on, is in what
   // ps_serve answers with within a bounded time.

@@ -71,6 +71,17 @@ class Cluster:
         self.processes.append(process)
         return process
 
+    def start_shard(self, name):
+        """A ps_server on a free loopback port over a fresh data dir NAME;
+        its address."""
+        out = open(os.path.join(self.work, name + ".out"), "w")
+        self.start(name, [os.path.join(self.bin, "server/ps_server"),
+                          "--listen=127.0.0.1:0", "--shard_index=0",
+                          "--num_shards=1",
+                          "--data_dir=" + os.path.join(self.work, name + ".data")],
+                   out)
+        return address_in(os.path.join(self.work, name + ".out"), "ps_server")
+
     def stop(self):
         for process in self.processes:
             if process.poll() is None:
@@ -150,13 +161,7 @@ def run(args, bin_dir, work, cluster):
                         "--sample_seed=%d" % (100 + f)],
                        check=True, stderr=subprocess.DEVNULL)
 
-    shard_out = open(os.path.join(work, "shard.out"), "w")
-    cluster.start("shard", [os.path.join(bin_dir, "server/ps_server"),
-                            "--listen=127.0.0.1:0", "--shard_index=0",
-                            "--num_shards=1",
-                            "--data_dir=" + os.path.join(work, "shard0")],
-                  shard_out)
-    shard = address_in(os.path.join(work, "shard.out"), "ps_server")
+    shard = cluster.start_shard("shard")
     serve_out = open(os.path.join(work, "serve.out"), "w")
     cluster.start("serve", [os.path.join(bin_dir, "server/ps_serve"),
                             "--model_dir=" + exports, "--listen=127.0.0.1:0",
@@ -304,13 +309,7 @@ def run(args, bin_dir, work, cluster):
 def plain_training_rate(bin_dir, work, cluster, files):
     """Examples/s of a 1 shard + 1 worker run on every file (--train, the
     worker's defaults but --staleness=1), on a fresh shard."""
-    shard_out = open(os.path.join(work, "plain_shard.out"), "w")
-    cluster.start("plain_shard", [os.path.join(bin_dir, "server/ps_server"),
-                                  "--listen=127.0.0.1:0", "--shard_index=0",
-                                  "--num_shards=1",
-                                  "--data_dir=" + os.path.join(work, "plain0")],
-                  shard_out)
-    shard = address_in(os.path.join(work, "plain_shard.out"), "ps_server")
+    shard = cluster.start_shard("plain_shard")
     metrics = os.path.join(work, "plain.json")
     subprocess.run([os.path.join(bin_dir, "worker/ps_worker"),
                     "--servers=" + shard, "--worker_index=0", "--num_workers=1",
