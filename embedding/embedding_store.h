@@ -80,6 +80,7 @@
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
 #include "embedding/push_record.h"
+#include "embedding/replication_feed.h"
 #include "embedding/rocks_store.h"
 #include "embedding/row_cache.h"
 #include "proto/ps.pb.h"
@@ -416,6 +417,41 @@ class EmbeddingStore {
   absl::StatusOr<uint32_t> Export(std::vector<ExportTarget>* targets,
                                   const ExportOptions& options);
 
+  // Replication (embedding_store_replication.cc). On a primary: every
+  // change applied from now on (each push's record, each table declared,
+  // dropped or given a learning rate) is appended to `feed`, not owned,
+  // which must outlive the store. Call before serving. FAILED_PRECONDITION
+  // unless durability is kWal (a push's record is what the feed carries).
+  absl::Status SetReplicationFeed(ReplicationFeed* feed);
+
+  // Where a new replica starts: the follower it is registered as in the
+  // feed, the last entry its copy holds, and the exactly-once ledger then
+  // (PushLedger::Serialize()), which the copy's RocksDB does not hold.
+  struct ReplicaCut {
+    uint64_t follower = 0;
+    uint64_t start_sequence = 0;
+    std::string ledger;
+  };
+  // Checkpoint() into `dir` for a new replica, registering it as a follower
+  // of the feed at the same cut: every push acknowledged before is in the
+  // copy, every one after in the feed. FAILED_PRECONDITION without a feed.
+  absl::StatusOr<ReplicaCut> CheckpointForReplica(const std::string& dir);
+
+  // On a replica, opened from such a copy: merges its cut's ledger.
+  absl::Status MergeLedger(absl::string_view ledger) {
+    return ledger_.Merge(ledger);
+  }
+
+  // On a replica: applies one entry of its primary's feed as the primary
+  // applied it: a push with its record's learning-rate scale, past
+  // admission and this store's learning-rate multiplier, recorded in the
+  // ledger under its origin (an entry applied twice is skipped), and under
+  // kWal in this store's push log before returning. A table declared
+  // again, or dropped when it is not here, changes nothing (the copy may
+  // hold an entry the feed also carries). DATA_LOSS for a record that
+  // does not decode; NOT_FOUND for a push to an unknown table.
+  absl::Status ApplyFeedEntry(const FeedEntry& entry);
+
   std::vector<TableStats> ListTables();
   StoreStats Stats();
 
@@ -691,6 +727,8 @@ class EmbeddingStore {
   // Declared before the push log, whose segment preamble reads it.
   PushLedger ledger_;
   std::unique_ptr<PushLog> push_log_;
+  // SetReplicationFeed()'s, or null.
+  std::atomic<ReplicationFeed*> feed_{nullptr};
   // The push log's epoch that rows' log positions refer to: the replayed
   // one while ReplayPushLog() runs, the new one after. Set before any other
   // thread starts.

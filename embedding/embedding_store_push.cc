@@ -87,6 +87,7 @@ struct EmbeddingStore::PendingPush {
   float learning_rate_scale = 1.0f;
   // The table, and its weights and optimizer state per row.
   uint32_t table_id = 0;
+  absl::string_view table_name;
   size_t row_floats = 0;
   // Distinct keys, first-seen order, and their summed gradients.
   std::vector<uint64_t> keys;
@@ -243,6 +244,7 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
   push.origin = origin;
   push.learning_rate_scale = learning_rate_scale;
   push.table_id = table.id;
+  push.table_name = table.spec.name();
   push.row_floats = table.row_floats;
   RETURN_IF_ERROR(SumDuplicateKeys(keys, gradients, table.dim, &push.keys,
                                    &push.gradients));
@@ -356,6 +358,11 @@ absl::Status EmbeddingStore::WritePushRecord(PendingPush& push) {
         if (push.origin.tracked()) {
           ledger_.MarkWritten(push.origin,
                               static_cast<uint32_t>(push.keys.size()));
+        }
+        // Under the log's lock and the stripes': the feed's order is the
+        // order the pushes were applied in.
+        if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+          feed->AppendPush(push.table_name, push.record->record());
         }
       });
   if (!ticket.ok()) {

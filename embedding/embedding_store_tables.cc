@@ -135,6 +135,14 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   ASSIGN_OR_RETURN(stored.id, rocks_->CreateTable(spec));
   stored.spec = spec;
   RETURN_IF_ERROR(AddTable(stored, /*created_empty=*/true));
+  // Before tables_mu_ is let go: no push of the table is fed before it.
+  if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+    FeedEntry entry;
+    entry.set_kind(FeedEntry::DECLARE_TABLE);
+    entry.set_table(spec.name());
+    *entry.mutable_spec() = spec;
+    feed->Append(std::move(entry));
+  }
   return true;
 }
 
@@ -150,6 +158,13 @@ absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
   table->learning_rate_multiplier =
       learning_rate / table->spec.optimizer().learning_rate();
   table->learning_rate = learning_rate;
+  if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+    FeedEntry entry;
+    entry.set_kind(FeedEntry::SET_LEARNING_RATE);
+    entry.set_table(table->spec.name());
+    entry.set_learning_rate(learning_rate);
+    feed->Append(std::move(entry));
+  }
   LOG(INFO) << "table " << table_name << ": learning rate " << learning_rate
             << " from the next push on (declared "
             << table->spec.optimizer().learning_rate() << ")";
@@ -168,6 +183,12 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
     absl::MutexLock lock(&tables_mu_);
     tables_by_name_.erase(table->spec.name());
     table->dropped = true;
+  }
+  if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+    FeedEntry entry;
+    entry.set_kind(FeedEntry::DROP_TABLE);
+    entry.set_table(table->spec.name());
+    feed->Append(std::move(entry));
   }
   uint64_t dropped_rows = 0;
   for (auto& stripe : stripes_) {

@@ -1,0 +1,139 @@
+// A replica made as ps_server makes one (a copy cut with
+// CheckpointForReplica(), then the feed's entries applied) holds what its
+// primary holds, bit for bit, and its ledger answers the primary's pushes.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status_matchers.h"
+#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_test_util.h"
+#include "embedding/replication_feed.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+class ReplicationTest : public EmbeddingStoreTest {
+ protected:
+  // Pushes `round`'s gradients of keys 0..keys-1 to `table` as worker 1.
+  void PushRound(EmbeddingStore& store, const std::string& table, uint32_t dim,
+                 int round, int keys, float scale = 1.0f) {
+    std::vector<uint64_t> pushed;
+    std::vector<float> gradients;
+    for (int k = 0; k < keys; ++k) {
+      pushed.push_back(static_cast<uint64_t>(k * 7919 + round % 3));
+      for (uint32_t d = 0; d < dim; ++d)
+        gradients.push_back(0.01f * ((k + d + round) % 5) - 0.02f);
+    }
+    PushOrigin origin{/*worker=*/1, /*incarnation=*/1,
+                      /*sequence=*/static_cast<uint64_t>(++sequence_)};
+    ASSERT_OK(store.Push(table, pushed, gradients, origin, scale).status());
+  }
+
+  // Every row of keys 0..keys*7919+2 of `table`, weights and state.
+  static std::vector<float> Rows(EmbeddingStore& store,
+                                 const std::string& table, int keys) {
+    std::vector<float> all;
+    for (int k = 0; k < keys; ++k) {
+      for (int r = 0; r < 3; ++r) {
+        std::vector<float> weights, state;
+        bool stored = false;
+        EXPECT_OK(store.GetRow(table, k * 7919 + r, &weights, &stored, &state));
+        all.push_back(stored ? 1.0f : 0.0f);
+        all.insert(all.end(), weights.begin(), weights.end());
+        all.insert(all.end(), state.begin(), state.end());
+      }
+    }
+    return all;
+  }
+
+  int sequence_ = 0;
+};
+
+TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
+  ReplicationFeed feed;
+  std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
+  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  TableSpec adagrad = SgdTable("adagrad", 8);
+  adagrad.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  adagrad.mutable_optimizer()->set_learning_rate(0.05f);
+  ASSERT_OK(primary->DeclareTable(adagrad).status());
+  for (int round = 0; round < 5; ++round)
+    PushRound(*primary, "adagrad", 8, round, 300);
+
+  const std::string copy = options_.data_dir + "-copy";
+  std::filesystem::remove_all(copy);
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut_or =
+      primary->CheckpointForReplica(copy);
+  ASSERT_OK(cut_or.status());
+  const EmbeddingStore::ReplicaCut cut = *cut_or;
+  EXPECT_EQ(cut.start_sequence, feed.head());
+
+  // After the cut: more pushes (one scaled), a new learning rate, a new
+  // table with admission (the replica must apply what the primary applied,
+  // not count again), a dropped table.
+  for (int round = 5; round < 9; ++round)
+    PushRound(*primary, "adagrad", 8, round, 300, round == 6 ? 0.5f : 1.0f);
+  ASSERT_OK(primary->SetLearningRate("adagrad", 0.1f));
+  PushRound(*primary, "adagrad", 8, 9, 300);
+  TableSpec admitted = SgdTable("admitted", 4);
+  admitted.set_admit_after(2);
+  ASSERT_OK(primary->DeclareTable(admitted).status());
+  for (int round = 0; round < 4; ++round)
+    PushRound(*primary, "admitted", 4, round, 50);
+  ASSERT_OK(primary->DeclareTable(SgdTable("doomed", 2)).status());
+  PushRound(*primary, "doomed", 2, 0, 10);
+  ASSERT_OK(primary->DropTable("doomed"));
+
+  std::vector<FeedEntry> entries;
+  ASSERT_OK(feed.Read(cut.follower, cut.start_sequence, 1000,
+                      absl::ZeroDuration(), &entries));
+  ASSERT_EQ(entries.size(), feed.head() - cut.start_sequence);
+
+  StoreOptions replica_options = options_;
+  replica_options.data_dir = copy;
+  std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
+  ASSERT_OK(replica->MergeLedger(cut.ledger));
+  for (const FeedEntry& entry : entries) {
+    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.ShortDebugString();
+  }
+  EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
+  EXPECT_EQ(Rows(*replica, "admitted", 50), Rows(*primary, "admitted", 50));
+  EXPECT_FALSE(replica->GetTableSpec("doomed").ok());
+  absl::StatusOr<EmbeddingStore::TableOptimizer> optimizer =
+      replica->GetTableOptimizer("adagrad");
+  ASSERT_OK(optimizer.status());
+  EXPECT_FLOAT_EQ(optimizer->learning_rate_multiplier, 2.0f);
+
+  // An entry read twice (a follower that retried) changes nothing: the
+  // ledger knows its origin. So does a push from before the cut, from the
+  // copied ledger.
+  ASSERT_OK(replica->ApplyFeedEntry(entries.front()));
+  EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
+  absl::StatusOr<std::optional<uint32_t>> first =
+      replica->AppliedPush(PushOrigin{1, 1, 1});
+  ASSERT_OK(first.status());
+  EXPECT_TRUE(first->has_value());
+
+  // And the replica's own push log keeps what it applied across a restart.
+  replica.reset();
+  replica = OpenStore(replica_options);
+  EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
+}
+
+TEST_F(ReplicationTest, APrimaryWithoutAPushLogFeedsNobody) {
+  options_.durability = Durability::kPeriodic;
+  ReplicationFeed feed;
+  std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
+  EXPECT_EQ(store->SetReplicationFeed(&feed).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      store->CheckpointForReplica(options_.data_dir + "-copy").status().code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::embedding

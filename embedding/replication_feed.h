@@ -1,0 +1,120 @@
+// File: embedding/replication_feed.h
+//
+// ReplicationFeed is a primary shard's record of what changed its store, in
+// the order it was applied, for the replicas that follow it
+// (server/replication_service.h): every push (its push-log record), and
+// every table declared, dropped or given a new learning rate. Entries are
+// numbered from 1 in one sequence per feed; a follower registers at the
+// feed's head (where the copy it starts from was cut), reads the entries
+// after what it applied, and says with each read how far it has applied,
+// which lets the feed forget them. Entries are kept only while a follower
+// still needs them: with none, an append only takes a number.
+//
+// A follower not heard from within `follower_timeout` is dropped, so that a
+// replica that died neither holds entries in memory for good nor keeps
+// pushes waiting for it (WaitApplied()).
+//
+// Thread-safe. EmbeddingStore appends under its own locks: Append() never
+// waits for a follower.
+
+#ifndef PS_EMBEDDING_REPLICATION_FEED_H_
+#define PS_EMBEDDING_REPLICATION_FEED_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/replication.pb.h"
+
+namespace ps::embedding {
+
+struct ReplicationFeedOptions {
+  // A follower that has not read for this long is dropped. Default: 5 s.
+  absl::Duration follower_timeout = absl::Seconds(5);
+};
+
+class ReplicationFeed {
+ public:
+  explicit ReplicationFeed(const ReplicationFeedOptions& options = {});
+
+  ReplicationFeed(const ReplicationFeed&) = delete;
+  ReplicationFeed& operator=(const ReplicationFeed&) = delete;
+
+  // Names this feed (random): a follower of another feed (a primary that
+  // restarted) must copy again.
+  uint64_t id() const { return id_; }
+
+  // Numbers `entry` (sets its sequence) and keeps it while a follower needs
+  // it; returns the sequence. `record` is copied only then.
+  uint64_t AppendPush(absl::string_view table, absl::string_view record);
+  uint64_t Append(FeedEntry entry);
+
+  // The newest entry's sequence (0 before the first).
+  uint64_t head() const;
+
+  // Registers a follower holding every entry up to head(), which goes to
+  // `*start`; returns its id.
+  uint64_t AddFollower(uint64_t* start);
+  void RemoveFollower(uint64_t follower);
+
+  // Notes that `follower` applied every entry up to `applied`, then returns
+  // in `out` up to `max_entries` entries after it, waiting up to `wait` for
+  // one when there is none. FAILED_PRECONDITION for an unknown follower
+  // (never added, or dropped); INVALID_ARGUMENT for `applied` past head().
+  absl::Status Read(uint64_t follower, uint64_t applied, size_t max_entries,
+                    absl::Duration wait, std::vector<FeedEntry>* out);
+
+  // Waits until every follower has applied `sequence` (a follower dropped
+  // meanwhile no longer counts) or `deadline` passes; false then.
+  bool WaitApplied(uint64_t sequence, absl::Time deadline);
+
+  // Waits until no follower is more than `max_lag` entries behind head(),
+  // or `deadline` passes; false then.
+  bool WaitLagAtMost(uint64_t max_lag, absl::Time deadline);
+
+  struct Stats {
+    uint32_t followers = 0;
+    uint64_t head = 0;
+    // The least any follower has applied (head without followers).
+    uint64_t applied = 0;
+    // Entries kept for followers.
+    uint64_t entries_kept = 0;
+  };
+  Stats GetStats() const;
+
+ private:
+  struct Follower {
+    uint64_t applied = 0;
+    absl::Time last_read;
+  };
+
+  // Drops followers not heard from within the timeout, and the entries no
+  // follower needs.
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t LeastAppliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits in slices (so that followers time out meanwhile) until `done` or
+  // `deadline`.
+  bool AwaitLocked(const absl::Condition& done, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ReplicationFeedOptions options_;
+  const uint64_t id_;
+  mutable absl::Mutex mu_;
+  uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_follower_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Follower> followers_ ABSL_GUARDED_BY(mu_);
+  // Entries first_kept_ .. head_ (those some follower needs).
+  std::deque<FeedEntry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t first_kept_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_REPLICATION_FEED_H_

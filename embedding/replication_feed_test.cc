@@ -1,0 +1,86 @@
+#include "embedding/replication_feed.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace ps::embedding {
+namespace {
+
+TEST(ReplicationFeedTest, KeepsEntriesOnlyForFollowers) {
+  ReplicationFeed feed;
+  EXPECT_EQ(feed.AppendPush("t", "a"), 1u);
+  EXPECT_EQ(feed.GetStats().entries_kept, 0u);
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  EXPECT_EQ(start, 1u);
+  feed.AppendPush("t", "b");
+  feed.AppendPush("t", "c");
+  EXPECT_EQ(feed.GetStats().entries_kept, 2u);
+  EXPECT_EQ(feed.GetStats().applied, 1u);
+
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(follower, start, 1, absl::ZeroDuration(), &out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sequence(), 2u);
+  EXPECT_EQ(out[0].record(), "b");
+  // Saying entry 2 is applied lets the feed forget it.
+  ASSERT_OK(feed.Read(follower, 2, 10, absl::ZeroDuration(), &out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].record(), "c");
+  EXPECT_EQ(feed.GetStats().entries_kept, 1u);
+  EXPECT_EQ(feed.Read(follower, 9, 10, absl::ZeroDuration(), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(feed.Read(follower + 1, 2, 10, absl::ZeroDuration(), &out).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ReplicationFeedTest, AReadWaitsForTheNextEntry) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  std::thread appender([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    feed.AppendPush("t", "late");
+  });
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(follower, start, 10, absl::Seconds(30), &out));
+  appender.join();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].record(), "late");
+}
+
+TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
+  ReplicationFeedOptions options;
+  options.follower_timeout = absl::Milliseconds(300);
+  ReplicationFeed feed(options);
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  const uint64_t sequence = feed.AppendPush("t", "x");
+  EXPECT_FALSE(
+      feed.WaitApplied(sequence, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_FALSE(feed.WaitLagAtMost(0, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_TRUE(feed.WaitLagAtMost(1, absl::Now()));
+  std::thread follower_thread([&] {
+    std::vector<FeedEntry> out;
+    EXPECT_OK(feed.Read(follower, sequence, 10, absl::ZeroDuration(), &out));
+  });
+  EXPECT_TRUE(feed.WaitApplied(sequence, absl::Now() + absl::Seconds(30)));
+  follower_thread.join();
+
+  // A follower that stops reading is dropped after the timeout, and no
+  // longer holds anything back.
+  const uint64_t next = feed.AppendPush("t", "y");
+  EXPECT_TRUE(feed.WaitApplied(next, absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(feed.GetStats().followers, 0u);
+  EXPECT_EQ(feed.GetStats().entries_kept, 0u);
+  std::vector<FeedEntry> out;
+  EXPECT_EQ(feed.Read(follower, next, 10, absl::ZeroDuration(), &out).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::embedding
