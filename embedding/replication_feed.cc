@@ -93,6 +93,7 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
   it->second.applied = std::max(it->second.applied, applied);
   it->second.last_read = absl::Now();
   const uint64_t from = it->second.applied;
+  if (from == head_) it->second.in_sync = true;
   PruneLocked();
   auto has_more = [this, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return head_ > from;
@@ -114,7 +115,7 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
 bool ReplicationFeed::WaitApplied(uint64_t sequence, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto applied = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return LeastAppliedLocked() >= sequence;
+    return LeastAppliedLocked(/*in_sync_only=*/true) >= sequence;
   };
   return AwaitLocked(absl::Condition(&applied), deadline);
 }
@@ -127,10 +128,13 @@ bool ReplicationFeed::WaitLagAtMost(uint64_t max_lag, absl::Time deadline) {
   return AwaitLocked(absl::Condition(&within), deadline);
 }
 
-ReplicationFeed::Stats ReplicationFeed::GetStats() const {
+ReplicationFeed::Stats ReplicationFeed::GetStats() {
   absl::MutexLock lock(&mu_);
+  ExpireLocked(absl::Now());
   Stats stats;
   stats.followers = static_cast<uint32_t>(followers_.size());
+  for (const auto& [id, follower] : followers_)
+    stats.in_sync += follower.in_sync;
   stats.head = head_;
   stats.applied = LeastAppliedLocked();
   stats.entries_kept = entries_.size();
@@ -170,9 +174,10 @@ void ReplicationFeed::PruneLocked() {
   if (entries_.empty()) first_kept_ = head_ + 1;
 }
 
-uint64_t ReplicationFeed::LeastAppliedLocked() const {
+uint64_t ReplicationFeed::LeastAppliedLocked(bool in_sync_only) const {
   uint64_t least = head_;
   for (const auto& [id, follower] : followers_) {
+    if (in_sync_only && !follower.in_sync) continue;
     least = std::min(least, follower.applied);
   }
   return least;

@@ -10,9 +10,10 @@
 // which lets the feed forget them. Entries are kept only while a follower
 // still needs them: with none, an append only takes a number.
 //
-// A follower not heard from within `follower_timeout` is dropped, so that a
-// replica that died neither holds entries in memory for good nor keeps
-// pushes waiting for it (WaitApplied()).
+// A follower is *in sync* once it has applied every entry the feed had (a
+// new replica catches up first). A follower not heard from within
+// `follower_timeout` is dropped, so that a replica that died neither holds
+// entries in memory for good nor keeps pushes waiting for it.
 //
 // Thread-safe. EmbeddingStore appends under its own locks: Append() never
 // waits for a follower.
@@ -70,8 +71,9 @@ class ReplicationFeed {
   absl::Status Read(uint64_t follower, uint64_t applied, size_t max_entries,
                     absl::Duration wait, std::vector<FeedEntry>* out);
 
-  // Waits until every follower has applied `sequence` (a follower dropped
-  // meanwhile no longer counts) or `deadline` passes; false then.
+  // Waits until every follower in sync has applied `sequence` (one dropped
+  // meanwhile no longer counts; one still catching up does not yet) or
+  // `deadline` passes; false then.
   bool WaitApplied(uint64_t sequence, absl::Time deadline);
 
   // Waits until no follower is more than `max_lag` entries behind head(),
@@ -80,25 +82,31 @@ class ReplicationFeed {
 
   struct Stats {
     uint32_t followers = 0;
+    uint32_t in_sync = 0;
     uint64_t head = 0;
     // The least any follower has applied (head without followers).
     uint64_t applied = 0;
     // Entries kept for followers.
     uint64_t entries_kept = 0;
   };
-  Stats GetStats() const;
+  // Drops the followers that timed out first.
+  Stats GetStats();
 
  private:
   struct Follower {
     uint64_t applied = 0;
     absl::Time last_read;
+    bool in_sync = false;
   };
 
   // Drops followers not heard from within the timeout, and the entries no
   // follower needs.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t LeastAppliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least any follower (any in sync, when `in_sync_only`) has applied;
+  // head_ when there is none.
+  uint64_t LeastAppliedLocked(bool in_sync_only = false) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits in slices (so that followers time out meanwhile) until `done` or
   // `deadline`.
   bool AwaitLocked(const absl::Condition& done, absl::Time deadline)

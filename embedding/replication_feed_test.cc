@@ -53,12 +53,29 @@ TEST(ReplicationFeedTest, AReadWaitsForTheNextEntry) {
   EXPECT_EQ(out[0].record(), "late");
 }
 
+TEST(ReplicationFeedTest, AFollowerCatchingUpHoldsNoPushBack) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  const uint64_t first = feed.AppendPush("t", "a");
+  EXPECT_TRUE(feed.WaitApplied(first, absl::Now()));
+  EXPECT_EQ(feed.GetStats().in_sync, 0u);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(follower, first, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.GetStats().in_sync, 1u);
+  const uint64_t second = feed.AppendPush("t", "b");
+  EXPECT_FALSE(feed.WaitApplied(second, absl::Now() + absl::Milliseconds(20)));
+}
+
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   ReplicationFeedOptions options;
   options.follower_timeout = absl::Milliseconds(300);
   ReplicationFeed feed(options);
   uint64_t start = 0;
   const uint64_t follower = feed.AddFollower(&start);
+  // Not in sync until it has read everything once.
+  std::vector<FeedEntry> caught_up;
+  ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &caught_up));
   const uint64_t sequence = feed.AppendPush("t", "x");
   EXPECT_FALSE(
       feed.WaitApplied(sequence, absl::Now() + absl::Milliseconds(20)));

@@ -96,6 +96,9 @@ grpc::ServerUnaryReactor* AdminService::ShardStats(
   for (const auto& [first, last] : map->RangesOf(options_.shard_index))
     owned += last - first + 1;
   response->set_slots_owned(owned);
+  if (options_.replication_stats) {
+    options_.replication_stats(response->mutable_replication());
+  }
   const std::vector<double>& bounds = CallStats::LatencyBoundsSeconds();
   response->mutable_latency_bounds_seconds()->Add(bounds.begin(), bounds.end());
   for (CallStats::Method& method : call_stats_->Snapshot()) {
@@ -136,6 +139,14 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
   return reactor;
 }
 
+absl::Status AdminService::AuthorizeWrite(
+    const grpc::CallbackServerContext& context) const {
+  if (!options_.read_only.empty()) {
+    return absl::FailedPreconditionError(options_.read_only);
+  }
+  return Authorize(context);
+}
+
 absl::Status AdminService::Authorize(
     const grpc::CallbackServerContext& context) const {
   return CheckBearerToken(
@@ -147,7 +158,7 @@ absl::Status AdminService::Authorize(
 grpc::ServerUnaryReactor* AdminService::SetLearningRate(
     grpc::CallbackServerContext* context, const SetLearningRateRequest* request,
     SetLearningRateResponse* response) {
-  absl::Status status = Authorize(*context);
+  absl::Status status = AuthorizeWrite(*context);
   if (status.ok()) {
     for (const embedding::TableStats& table : store_->ListTables()) {
       if (table.spec.name() == request->table())
@@ -170,7 +181,7 @@ grpc::ServerUnaryReactor* AdminService::SetLearningRate(
 grpc::ServerUnaryReactor* AdminService::DropTable(
     grpc::CallbackServerContext* context, const DropTableRequest* request,
     DropTableResponse*) {
-  absl::Status status = Authorize(*context);
+  absl::Status status = AuthorizeWrite(*context);
   if (status.ok() && !request->force()) {
     std::vector<std::string> live;
     for (const ClockCoordinator::WorkerClock& clock : clocks_->Snapshot())
@@ -229,7 +240,7 @@ grpc::ServerUnaryReactor* AdminService::Drain(
 grpc::ServerUnaryReactor* AdminService::SetSlotMap(
     grpc::CallbackServerContext* context, const SetSlotMapRequest* request,
     SetSlotMapResponse*) {
-  absl::Status status = Authorize(*context);
+  absl::Status status = AuthorizeWrite(*context);
   if (status.ok()) {
     absl::StatusOr<SlotMap> next = SlotMap::FromSpec(request->slot_map());
     if (!next.ok()) {
@@ -321,7 +332,7 @@ absl::StatusOr<std::vector<embedding::SlotRow>> UnpackSlotRows(
 grpc::ServerUnaryReactor* AdminService::BeginSlotMove(
     grpc::CallbackServerContext* context, const BeginSlotMoveRequest* request,
     BeginSlotMoveResponse* response) {
-  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+  if (absl::Status authorized = AuthorizeWrite(*context); !authorized.ok())
     return Reply(context, authorized);
   const absl::Duration lease = request->lease_ms() == 0
                                    ? absl::Seconds(30)
@@ -460,7 +471,7 @@ absl::Status AdminService::HandleWriteSlotRows(
 grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
     grpc::CallbackServerContext* context, const WriteSlotRowsRequest* request,
     WriteSlotRowsResponse* response) {
-  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+  if (absl::Status authorized = AuthorizeWrite(*context); !authorized.ok())
     return Reply(context, authorized);
   response->set_instance(instance_);
   return Reply(context, HandleWriteSlotRows(*request));
@@ -469,7 +480,7 @@ grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
 grpc::ServerUnaryReactor* AdminService::PurgeSlots(
     grpc::CallbackServerContext* context, const PurgeSlotsRequest* request,
     PurgeSlotsResponse* response) {
-  if (absl::Status authorized = Authorize(*context); !authorized.ok())
+  if (absl::Status authorized = AuthorizeWrite(*context); !authorized.ok())
     return Reply(context, authorized);
   absl::ReaderMutexLock no_change(&slots_->push_lock());
   const std::shared_ptr<const SlotMap> map = slots_->current();

@@ -40,6 +40,11 @@ struct AdminServiceOptions {
   // etcd, then this shard's). Default: not set (this shard's map alone).
   std::function<absl::Status(uint64_t expected_epoch, const SlotMap& next)>
       set_slot_map;
+  // Set on a replica: why calls that change its tables or slots are
+  // refused (FAILED_PRECONDITION). Default: empty (allowed).
+  std::string read_only;
+  // Fills ShardStats' replication section. Default: not set.
+  std::function<void(ShardStatsResponse::Replication*)> replication_stats;
 };
 
 class AdminService final : public Admin::CallbackService {
@@ -126,6 +131,8 @@ class AdminService final : public Admin::CallbackService {
  private:
   // OK when `context` may change state: no token is set, or it carries it.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Authorize(), and FAILED_PRECONDITION on a replica (options_.read_only).
+  absl::Status AuthorizeWrite(const grpc::CallbackServerContext& context) const;
   // Finishes `context`'s call with `status`.
   static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                          const absl::Status& status);

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/packed.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
 #include "base/wire_format.h"
+#include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -90,6 +92,10 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
                            "the worker token (ps_worker --worker_token_file)");
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
+  }
+  if (!options_.read_only.empty()) {
+    return Finish(context, reactor,
+                  absl::FailedPreconditionError(options_.read_only));
   }
   return Finish(context, reactor, HandleDeclareTable(*request, response));
 }
@@ -399,7 +405,30 @@ grpc::ServerUnaryReactor* DataService::Push(
     }
     return Finish(context, reactor, Busy(bytes));
   }
-  return Finish(context, reactor, HandlePush(*request, response));
+  if (!options_.read_only.empty()) {
+    return Finish(context, reactor,
+                  absl::FailedPreconditionError(options_.read_only));
+  }
+  absl::Status status = HandlePush(*request, response);
+  if (status.ok()) WaitForReplicas();
+  return Finish(context, reactor, status);
+}
+
+void DataService::WaitForReplicas() {
+  embedding::ReplicationFeed* feed = options_.feed;
+  if (feed == nullptr) return;
+  // The push (or, for a duplicate, the push it repeats) is at or before
+  // the head now.
+  const uint64_t head = feed->head();
+  const absl::Time deadline = absl::Now() + options_.replication_wait;
+  const bool replicated =
+      (!options_.sync_replication || feed->WaitApplied(head, deadline)) &&
+      feed->WaitLagAtMost(options_.max_replication_lag, deadline);
+  if (!replicated) {
+    LOG_EVERY_N(WARNING, 100)
+        << "a push was answered before its replicas caught up (waited "
+        << absl::FormatDuration(options_.replication_wait) << ")";
+  }
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(
@@ -411,6 +440,10 @@ grpc::ServerUnaryReactor* DataService::Clock(
                            "the worker token (ps_worker --worker_token_file)");
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
+  }
+  if (!options_.read_only.empty()) {
+    return Finish(context, reactor,
+                  absl::FailedPreconditionError(options_.read_only));
   }
   ClockCoordinator::Report report;
   report.worker = request->worker();

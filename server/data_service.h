@@ -23,7 +23,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "embedding/embedding_store.h"
+#include "embedding/replication_feed.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
@@ -56,6 +58,18 @@ struct DataServiceOptions {
   // The token Clock and DeclareTable must carry (server/bearer_token.h).
   // Default: none needed.
   std::string worker_token;
+  // Set on a replica: why Push, DeclareTable and Clock are refused
+  // (FAILED_PRECONDITION); pulls are served. Default: empty.
+  std::string read_only;
+  // A primary's replication feed (not owned), or null. With a follower,
+  // a push is answered once every replica in sync applied it (`sync`), or
+  // once no replica is more than `max_replication_lag` entries behind.
+  embedding::ReplicationFeed* feed = nullptr;
+  bool sync_replication = false;
+  uint64_t max_replication_lag = 100000;
+  // How long a push waits for a replica at most: a replica that does not
+  // read for this long is dropped by the feed anyway. Default: 10 s.
+  absl::Duration replication_wait = absl::Seconds(10);
 };
 
 class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
@@ -95,6 +109,8 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                   DeclareTableResponse* response);
   absl::Status HandlePull(const PullRequest& request, PullResponse* response);
   absl::Status HandlePush(const PushRequest& request, PushResponse* response);
+  // After a push was answered OK: waits for the replicas as options_ say.
+  void WaitForReplicas();
 
   // Calls whose handler has started and that gRPC is not done with yet
   // (their reply may still be on its way).

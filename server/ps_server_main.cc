@@ -184,6 +184,25 @@ ABSL_FLAG(uint64_t, drain_seconds, 10,
           "On SIGTERM or SIGINT, how long in-flight calls may finish before "
           "they are cancelled; then dirty rows are flushed and the process "
           "exits 0.");
+ABSL_FLAG(std::string, replica_of, "",
+          "HOST:PORT of a primary shard to replicate: copy its store into "
+          "--data_dir (empty, or a replica's from before), then apply every "
+          "push and table change it makes, in order. A replica serves pulls, "
+          "refuses pushes and takes the primary's shard index. Empty: a "
+          "primary.");
+ABSL_FLAG(std::string, replication, "async",
+          "A primary's promise to its replicas: sync (a push is answered once "
+          "every replica that has caught up applied it and logged it) or "
+          "async (answered at once; replicas lag by at most "
+          "--max_replication_lag_records). Needs --durability=wal to feed "
+          "replicas at all.");
+ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
+          "A primary's pushes wait while a replica is more than this many "
+          "feed entries (pushes and table changes) behind: the bound on what "
+          "an async replica may lack, and on the memory the feed holds.");
+ABSL_FLAG(uint64_t, replica_timeout_ms, 10000,
+          "A replica that does not read its primary's feed for this long is "
+          "dropped (it must copy again), and no push waits longer for one.");
 
 namespace {
 
@@ -391,6 +410,29 @@ absl::Status ReadTlsAndListenFlags(ps::server::ServerOptions* options) {
   return absl::OkStatus();
 }
 
+// --replica_of, --replication and their bounds.
+absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
+  options->replica_of = absl::GetFlag(FLAGS_replica_of);
+  const std::string mode = absl::GetFlag(FLAGS_replication);
+  if (mode != "sync" && mode != "async") {
+    return BadFlag("--replication must be sync or async, not \"" + mode + "\"");
+  }
+  options->sync_replication = mode == "sync";
+  options->max_replication_lag_records =
+      absl::GetFlag(FLAGS_max_replication_lag_records);
+  if (options->max_replication_lag_records == 0) {
+    return BadFlag("--max_replication_lag_records must be >= 1");
+  }
+  const uint64_t timeout_ms = absl::GetFlag(FLAGS_replica_timeout_ms);
+  if (timeout_ms == 0) return BadFlag("--replica_timeout_ms must be >= 1");
+  options->replica_timeout = absl::Milliseconds(timeout_ms);
+  if (!options->replica_of.empty() &&
+      options->store.durability != ps::embedding::Durability::kWal) {
+    return BadFlag("--replica_of needs --durability=wal");
+  }
+  return absl::OkStatus();
+}
+
 // The token in the file `path` (a --*_token_file flag) into `token`; an
 // empty `path` leaves it empty.
 absl::Status ReadTokenFlag(const std::string& path, std::string* token) {
@@ -458,11 +500,11 @@ absl::Status CheckEtcdFlags(ps::server::ServerOptions* options) {
 // the first bad flag, in the order of the readers below.
 absl::StatusOr<ps::server::ServerOptions> OptionsFromFlags() {
   using FlagReader = absl::Status (*)(ps::server::ServerOptions*);
-  const FlagReader readers[] = {ReadServingFlags,      ReadStoreFlags,
-                                ReadDurabilityFlags,   ReadPushLogRecoveryFlag,
-                                ReadWorkerFlags,       RequireDataDir,
-                                ReadTlsAndListenFlags, ReadTokenFlags,
-                                CheckPushLogBound,     CheckEtcdFlags};
+  const FlagReader readers[] = {
+      ReadServingFlags,        ReadStoreFlags,      ReadDurabilityFlags,
+      ReadPushLogRecoveryFlag, ReadWorkerFlags,     RequireDataDir,
+      ReadTlsAndListenFlags,   ReadTokenFlags,      CheckPushLogBound,
+      CheckEtcdFlags,          ReadReplicationFlags};
   ps::server::ServerOptions options;
   for (FlagReader read : readers) {
     if (absl::Status status = read(&options); !status.ok()) return status;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "embedding/restore.h"
 #include "glog/logging.h"
 #include "grpc/grpc.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -167,6 +169,46 @@ absl::StatusOr<bool> PrepareDataDir(const ServerOptions& options,
   return restored;
 }
 
+// The file that makes a data dir a replica's, which a replica may empty
+// and copy into again; it holds the primary's address.
+constexpr char kReplicaMarkerFile[] = "/REPLICA_OF";
+
+// Empties a replica's data dir (or makes it), refusing one that holds
+// anything but a replica's copy, and marks it a replica's.
+absl::Status PrepareReplicaDataDir(const ServerOptions& options) {
+  const std::string& dir = options.store.data_dir;
+  std::error_code error;
+  const bool replica = std::filesystem::exists(dir + kReplicaMarkerFile);
+  if (!replica && std::filesystem::exists(dir) &&
+      !std::filesystem::is_empty(dir, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--replica_of copies the primary into --data_dir, but ", dir,
+        " holds something else than a replica's copy (no REPLICA_OF file): "
+        "give an empty dir"));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    std::filesystem::remove_all(entry.path(), error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("emptying ", dir, " for a new copy: ", error.message()));
+    }
+  }
+  std::filesystem::create_directories(dir, error);
+  return WriteFileDurably(dir + kReplicaMarkerFile, options.replica_of + "\n");
+}
+
+// A channel to the primary, with the shard's own TLS files as a client's.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> PrimaryChannel(
+    const ServerOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.tls));
+  grpc::ChannelArguments arguments;
+  AddTlsChannelArguments(options.tls, &arguments);
+  arguments.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(
+      options.max_message_bytes, std::numeric_limits<int>::max())));
+  return grpc::CreateCustomChannel(options.replica_of, credentials, arguments);
+}
+
 DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
   DataServiceOptions data_options;
   data_options.shard_index = options.shard_index;
@@ -174,6 +216,14 @@ DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
   data_options.max_message_bytes = options.max_message_bytes;
   data_options.max_inflight_bytes = options.max_inflight_bytes;
   data_options.worker_token = options.worker_token;
+  if (!options.replica_of.empty()) {
+    data_options.read_only =
+        absl::StrCat("this shard is a replica of ", options.replica_of,
+                     ": it serves pulls; push to its primary");
+  }
+  data_options.sync_replication = options.sync_replication;
+  data_options.max_replication_lag = options.max_replication_lag_records;
+  data_options.replication_wait = options.replica_timeout;
   return data_options;
 }
 
@@ -182,23 +232,65 @@ AdminServiceOptions AdminServiceOptionsFor(const ServerOptions& options) {
   admin_options.shard_index = options.shard_index;
   admin_options.admin_token = options.admin_token;
   admin_options.drain = options.drain;
+  if (!options.replica_of.empty()) {
+    admin_options.read_only =
+        absl::StrCat("this shard is a replica of ", options.replica_of,
+                     ": change its primary");
+  }
   return admin_options;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
-    const ServerOptions& options) {
+    const ServerOptions& given) {
+  ServerOptions options = given;
   RETURN_IF_ERROR(CheckServingOptions(options));
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentials(options.tls));
+  std::optional<ReplicaStart> replica_start;
+  std::shared_ptr<grpc::Channel> primary_channel;
+  if (!options.replica_of.empty()) {
+    if (options.store.durability != embedding::Durability::kWal ||
+        !options.restore_from.empty() || options.etcd != nullptr) {
+      return absl::InvalidArgumentError(
+          "--replica_of needs --durability=wal, and neither --restore_from "
+          "nor --etcd");
+    }
+    RETURN_IF_ERROR(PrepareReplicaDataDir(options));
+    ASSIGN_OR_RETURN(primary_channel, PrimaryChannel(options));
+    const absl::Time began = absl::Now();
+    ASSIGN_OR_RETURN(replica_start,
+                     CopyFromPrimary(primary_channel, options.admin_token,
+                                     options.store.data_dir));
+    LOG(INFO) << "copied shard " << replica_start->shard_index << " of "
+              << replica_start->num_shards << " from " << options.replica_of
+              << ": " << replica_start->bytes_copied << " bytes in "
+              << absl::FormatDuration(absl::Now() - began)
+              << "; following its feed from entry "
+              << replica_start->start_sequence;
+    options.shard_index = replica_start->shard_index;
+    options.num_shards = replica_start->num_shards;
+  }
   // A shard that joined a job under etcd counts itself among its shards.
   const ShardIdentity identity{
       options.shard_index,
       std::max(options.num_shards, options.shard_index + 1), kRoutingVersion};
   ASSIGN_OR_RETURN(const bool restored, PrepareDataDir(options, identity));
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
+  server->replica_of_ = options.replica_of;
+  server->sync_replication_ = options.sync_replication;
   RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity, restored));
+  if (replica_start.has_value()) {
+    RETURN_IF_ERROR(server->store_->MergeLedger(replica_start->ledger));
+    server->replica_start_ = replica_start;
+    server->primary_channel_ = primary_channel;
+  } else if (options.store.durability == embedding::Durability::kWal) {
+    embedding::ReplicationFeedOptions feed_options;
+    feed_options.follower_timeout = options.replica_timeout;
+    server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
+    RETURN_IF_ERROR(server->store_->SetReplicationFeed(server->feed_.get()));
+  }
   server->CreateServices(options);
   ASSIGN_OR_RETURN(CallStats::Observer observer, server->StartMetrics(options));
   RETURN_IF_ERROR(server->StartGrpcServer(options, std::move(credentials),
@@ -211,6 +303,15 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       options.shard_index >= server->slots_->num_shards()) {
     server->joining_ = true;
     server->SetServing(false);
+  }
+  if (server->replica_start_.has_value()) {
+    ReplicaFollowerOptions follower_options;
+    follower_options.primary = options.replica_of;
+    follower_options.token = options.admin_token;
+    server->follower_ = std::make_unique<ReplicaFollower>(
+        follower_options, server->primary_channel_, server->store_.get(),
+        *server->replica_start_);
+    server->follower_->Start();
   }
   server->health_watcher_ = std::thread([server = server.get(), options] {
     server->WatchHealth(options.health_check_interval);
@@ -261,9 +362,20 @@ void ShardServer::CreateServices(const ServerOptions& options) {
   slot_moves_ = std::make_unique<SlotMoveSource>(store_.get(), slots_.get(),
                                                  options.shard_index,
                                                  options.max_move_changed_keys);
-  data_service_ = std::make_unique<DataService>(
-      DataServiceOptionsFor(options), store_.get(), clocks_.get(), slots_.get(),
-      slot_moves_.get());
+  DataServiceOptions data_options = DataServiceOptionsFor(options);
+  data_options.feed = feed_.get();
+  data_service_ =
+      std::make_unique<DataService>(data_options, store_.get(), clocks_.get(),
+                                    slots_.get(), slot_moves_.get());
+  if (feed_ != nullptr) {
+    ReplicationServiceOptions replication_options;
+    replication_options.data_dir = options.store.data_dir;
+    replication_options.shard_index = options.shard_index;
+    replication_options.num_shards = slots_->num_shards();
+    replication_options.admin_token = options.admin_token;
+    replication_service_ = std::make_unique<ReplicationService>(
+        replication_options, store_.get(), feed_.get());
+  }
   call_stats_ = std::make_unique<CallStats>();
   AdminServiceOptions admin_options = AdminServiceOptionsFor(options);
   if (etcd_slot_map_ != nullptr) {
@@ -273,6 +385,10 @@ void ShardServer::CreateServices(const ServerOptions& options) {
       return map->Propose(expected_epoch, next);
     };
   }
+  admin_options.replication_stats =
+      [this](ShardStatsResponse::Replication* replication) {
+        FillReplicationStats(replication);
+      };
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
       call_stats_.get(), clocks_.get(), slots_.get(), slot_moves_.get());
@@ -312,6 +428,9 @@ absl::Status ShardServer::StartGrpcServer(
       call_stats_->Interceptors(std::move(observer)));
   builder.RegisterService(data_service_.get());
   builder.RegisterService(admin_service_.get());
+  if (replication_service_ != nullptr) {
+    builder.RegisterService(replication_service_.get());
+  }
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(
@@ -347,6 +466,15 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     clocks_->NoticePause();
     if (!serving || now < next_check) continue;
     next_check = now + interval;
+    if (follower_ != nullptr && !follower_->error().ok()) {
+      LOG(ERROR) << "this replica stopped following its primary ("
+                 << follower_->error()
+                 << "); health says NOT_SERVING so that it is restarted "
+                    "(and copies the primary again)";
+      SetServing(false);
+      serving = false;
+      continue;
+    }
     const absl::Status health = store_->PushLogHealth();
     if (health.ok() || IsTransient(health)) continue;
     LOG(ERROR) << "the push log stopped (" << health
@@ -354,6 +482,31 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     SetServing(false);
     serving = false;
   }
+}
+
+void ShardServer::FillReplicationStats(
+    ShardStatsResponse::Replication* replication) {
+  if (follower_ != nullptr) {
+    replication->set_role(absl::StrCat("replica of ", replica_of_));
+    replication->set_head_sequence(follower_->primary_head());
+    replication->set_applied_sequence(follower_->applied());
+    replication->set_lag_entries(
+        follower_->primary_head() > follower_->applied()
+            ? follower_->primary_head() - follower_->applied()
+            : 0);
+    replication->set_error(follower_->error().ToString());
+    if (follower_->error().ok()) replication->clear_error();
+    return;
+  }
+  replication->set_role("primary");
+  replication->set_mode(sync_replication_ ? "sync" : "async");
+  if (feed_ == nullptr) return;
+  const embedding::ReplicationFeed::Stats stats = feed_->GetStats();
+  replication->set_replicas(stats.followers);
+  replication->set_replicas_in_sync(stats.in_sync);
+  replication->set_head_sequence(stats.head);
+  replication->set_applied_sequence(stats.applied);
+  replication->set_lag_entries(stats.head - stats.applied);
 }
 
 void ShardServer::SetServing(bool serving) {
@@ -366,6 +519,8 @@ ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
+  // A replica stops applying before the store is written back.
+  follower_.reset();
   // Another shard coordinates while this one drains.
   election_.reset();
   if (health_watcher_.joinable()) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -34,6 +35,7 @@
 #include "server/coordinator_election.h"
 #include "server/data_service.h"
 #include "server/etcd_slot_map.h"
+#include "server/replication_service.h"
 #include "server/shard_metrics.h"
 #include "server/slot_ownership.h"
 
@@ -113,6 +115,22 @@ struct ServerOptions {
   // disk), both health services answer NOT_SERVING, so that a liveness
   // probe restarts it. Default: 1 s.
   absl::Duration health_check_interval = absl::Seconds(1);
+  // HOST:PORT of the primary shard this one replicates
+  // (server/replication_service.h): it copies the primary's store into its
+  // data dir, which must be empty or a replica's (a REPLICA_OF file), then
+  // applies the primary's feed. It serves pulls and refuses pushes, and
+  // takes the primary's shard index. The admin token, if set, is the
+  // primary's too. Empty (the default): not a replica.
+  std::string replica_of;
+  // A primary under kWal feeds its replicas. With `sync_replication` a push
+  // is answered once every replica in sync (caught up once) has applied it;
+  // either way, once no replica is more than `max_replication_lag_records`
+  // entries behind. Defaults: async, 100000.
+  bool sync_replication = false;
+  uint64_t max_replication_lag_records = 100000;
+  // A replica that does not read the feed for this long is dropped (it must
+  // copy again), and no push waits longer for one. Default: 10 s.
+  absl::Duration replica_timeout = absl::Seconds(10);
 };
 
 class ShardServer {
@@ -125,7 +143,7 @@ class ShardServer {
   // loopback without TLS (and without allow_insecure_remote); UNAVAILABLE
   // when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
-      const ServerOptions& options);
+      const ServerOptions& given);
 
   // Shuts down (with no drain time) if Shutdown() was not called.
   ~ShardServer();
@@ -191,7 +209,16 @@ class ShardServer {
   // the address cannot be bound.
   absl::Status StartHealthServer(const std::string& health_listen);
 
+  // A primary's feed (under kWal), which the store appends to: outlives it.
+  std::unique_ptr<embedding::ReplicationFeed> feed_;
   std::unique_ptr<embedding::EmbeddingStore> store_;
+  // A replica's: where its copy started, and what applies the feed (stops
+  // before the store goes).
+  std::optional<ReplicaStart> replica_start_;
+  std::shared_ptr<grpc::Channel> primary_channel_;
+  std::unique_ptr<ReplicaFollower> follower_;
+  std::string replica_of_;
+  bool sync_replication_ = false;
   // Reads store_, and grpc_server_'s interceptors call it: between them in
   // destruction order.
   std::unique_ptr<ShardMetrics> metrics_;
@@ -209,6 +236,7 @@ class ShardServer {
   uint32_t shard_index_ = 0;
   std::unique_ptr<DataService> data_service_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<ReplicationService> replication_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> health_server_;
@@ -220,6 +248,8 @@ class ShardServer {
   void WatchHealth(absl::Duration interval);
   // What both health services (the data port's, --health_listen's) say.
   void SetServing(bool serving);
+  // ShardStats' replication section.
+  void FillReplicationStats(ShardStatsResponse::Replication* replication);
   // Started beyond the job's shard count: NOT_SERVING until JoinJob().
   bool joining_ = false;
   absl::Notification stop_health_;

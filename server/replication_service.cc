@@ -1,0 +1,376 @@
+// ReplicationService and ReplicaFollower: copies travel as files of a
+// RocksDB checkpoint, read in pieces; the feed as batches of entries, each
+// Follow acknowledging the batch before.
+
+#include "server/replication_service.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "base/transient_error.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "net/grpc_status.h"
+#include "server/bearer_token.h"
+
+namespace ps::server {
+
+using ::ps::net::FromGrpcStatus;
+using ::ps::net::ToGrpcStatus;
+namespace {
+
+constexpr uint64_t kDefaultCopyPiece = 1 << 20;
+constexpr uint64_t kMaxCopyPiece = 16 << 20;
+constexpr uint32_t kDefaultFollowEntries = 256;
+// A Follow waits at most this long on the primary, whatever it asks.
+constexpr absl::Duration kMaxFollowWait = absl::Seconds(1);
+
+constexpr char kTokenNeeded[] =
+    "the admin token (ps_server --admin_token_file)";
+
+void AddToken(grpc::ClientContext& context, const std::string& token) {
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+}
+
+}  // namespace
+
+ReplicationService::ReplicationService(const ReplicationServiceOptions& options,
+                                       embedding::EmbeddingStore* store,
+                                       embedding::ReplicationFeed* feed)
+    : options_(options), store_(store), feed_(feed) {
+  // Copies a process before this one left.
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(options_.data_dir, error)) {
+    if (entry.path().filename().string().rfind("replica_copy-", 0) == 0) {
+      std::filesystem::remove_all(entry.path(), error);
+    }
+  }
+}
+
+ReplicationService::~ReplicationService() {
+  absl::MutexLock lock(&mu_);
+  EndCopyLocked();
+}
+
+grpc::ServerUnaryReactor* ReplicationService::BeginCopy(
+    grpc::CallbackServerContext* context, const BeginCopyRequest*,
+    BeginCopyResponse* response) {
+  absl::Status status =
+      CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
+  if (status.ok()) status = DoBeginCopy(response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status ReplicationService::DoBeginCopy(BeginCopyResponse* response) {
+  absl::MutexLock lock(&mu_);
+  EndCopyLocked();
+  const uint64_t copy_id = next_copy_id_++;
+  const std::string dir =
+      absl::StrCat(options_.data_dir, "/replica_copy-", copy_id);
+  const absl::Time began = absl::Now();
+  ASSIGN_OR_RETURN(const embedding::EmbeddingStore::ReplicaCut cut,
+                   store_->CheckpointForReplica(dir));
+  copy_id_ = copy_id;
+  copy_dir_ = dir;
+  copy_.Clear();
+  copy_.set_copy_id(copy_id);
+  copy_.set_feed_id(feed_->id());
+  copy_.set_follower_id(cut.follower);
+  copy_.set_start_sequence(cut.start_sequence);
+  copy_.set_ledger(cut.ledger);
+  copy_.set_shard_index(options_.shard_index);
+  copy_.set_num_shards(options_.num_shards);
+  uint64_t bytes = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(dir, error)) {
+    if (!entry.is_regular_file()) continue;
+    CopyFile* file = copy_.add_files();
+    file->set_path(std::filesystem::relative(entry.path(), dir).string());
+    file->set_bytes(entry.file_size());
+    bytes += file->bytes();
+  }
+  if (error) {
+    EndCopyLocked();
+    return absl::InternalError(
+        absl::StrCat("listing the copy in ", dir, ": ", error.message()));
+  }
+  LOG(INFO) << "copy " << copy_id << " for a replica: " << copy_.files_size()
+            << " files, " << bytes << " bytes, cut at feed entry "
+            << cut.start_sequence << " in "
+            << absl::FormatDuration(absl::Now() - began);
+  *response = copy_;
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ReplicationService::ReadCopyFile(
+    grpc::CallbackServerContext* context, const ReadCopyFileRequest* request,
+    ReadCopyFileResponse* response) {
+  absl::Status status =
+      CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
+  if (status.ok()) status = DoReadCopyFile(*request, response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status ReplicationService::DoReadCopyFile(
+    const ReadCopyFileRequest& request, ReadCopyFileResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (copy_id_ == 0 || request.copy_id() != copy_id_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("copy ", request.copy_id(),
+                     " is not being read (another began, or it ended)"));
+  }
+  // Only the files the copy listed: never a path of the requester's making.
+  const auto listed = std::find_if(
+      copy_.files().begin(), copy_.files().end(),
+      [&](const CopyFile& file) { return file.path() == request.path(); });
+  if (listed == copy_.files().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the copy has no file ", request.path()));
+  }
+  // Reading the copy keeps its follower registered.
+  std::vector<FeedEntry> none;
+  RETURN_IF_ERROR(feed_->Read(copy_.follower_id(), copy_.start_sequence(), 0,
+                              absl::ZeroDuration(), &none));
+  const uint64_t piece = std::min<uint64_t>(
+      request.max_bytes() == 0 ? kDefaultCopyPiece : request.max_bytes(),
+      kMaxCopyPiece);
+  if (request.offset() >= listed->bytes()) return absl::OkStatus();
+  const uint64_t size = std::min(piece, listed->bytes() - request.offset());
+  std::ifstream in(copy_dir_ + "/" + request.path(), std::ios::binary);
+  std::string data(size, '\0');
+  in.seekg(static_cast<std::streamoff>(request.offset()));
+  in.read(data.data(), static_cast<std::streamsize>(size));
+  if (!in) {
+    return absl::InternalError(absl::StrCat("reading ", request.path(),
+                                            " of copy ", copy_id_, " failed"));
+  }
+  response->set_data(std::move(data));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ReplicationService::EndCopy(
+    grpc::CallbackServerContext* context, const EndCopyRequest* request,
+    EndCopyResponse*) {
+  absl::Status status =
+      CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (request->copy_id() == copy_id_) EndCopyLocked();
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+void ReplicationService::EndCopyLocked() {
+  if (copy_id_ == 0) return;
+  std::error_code error;
+  std::filesystem::remove_all(copy_dir_, error);
+  if (error)
+    LOG(WARNING) << "removing " << copy_dir_ << ": " << error.message();
+  copy_id_ = 0;
+  copy_dir_.clear();
+}
+
+grpc::ServerUnaryReactor* ReplicationService::Follow(
+    grpc::CallbackServerContext* context, const FollowRequest* request,
+    FollowResponse* response) {
+  absl::Status status =
+      CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
+  if (status.ok()) status = DoFollow(*request, response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status ReplicationService::DoFollow(const FollowRequest& request,
+                                          FollowResponse* response) {
+  if (request.feed_id() != feed_->id()) {
+    return absl::FailedPreconditionError(
+        "this is not the feed the replica was copied from (the primary "
+        "restarted): copy it again");
+  }
+  std::vector<FeedEntry> entries;
+  RETURN_IF_ERROR(feed_->Read(
+      request.follower_id(), request.applied_sequence(),
+      request.max_entries() == 0 ? kDefaultFollowEntries
+                                 : request.max_entries(),
+      std::min(absl::Milliseconds(request.wait_ms()), kMaxFollowWait),
+      &entries));
+  for (FeedEntry& entry : entries) *response->add_entries() = std::move(entry);
+  response->set_head_sequence(feed_->head());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReplicaStart> CopyFromPrimary(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+    const std::string& data_dir) {
+  if (std::filesystem::exists(data_dir + "/CURRENT")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(data_dir,
+                     " holds a store already: a replica copies into an empty "
+                     "data dir"));
+  }
+  auto stub = Replication::NewStub(channel);
+  BeginCopyResponse copy;
+  {
+    grpc::ClientContext context;
+    AddToken(context, token);
+    RETURN_IF_ERROR(
+        FromGrpcStatus(stub->BeginCopy(&context, BeginCopyRequest(), &copy),
+                       "asking the primary for a copy"));
+  }
+  ReplicaStart start;
+  start.feed_id = copy.feed_id();
+  start.follower_id = copy.follower_id();
+  start.start_sequence = copy.start_sequence();
+  start.ledger = copy.ledger();
+  start.shard_index = copy.shard_index();
+  start.num_shards = copy.num_shards();
+  for (const CopyFile& file : copy.files()) {
+    const std::filesystem::path path =
+        std::filesystem::path(data_dir) / file.path();
+    if (file.path().empty() || file.path().find("..") != std::string::npos ||
+        std::filesystem::path(file.path()).is_absolute()) {
+      return absl::DataLossError(
+          absl::StrCat("the primary listed a file named ", file.path()));
+    }
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    uint64_t offset = 0;
+    while (offset < file.bytes()) {
+      ReadCopyFileRequest request;
+      request.set_copy_id(copy.copy_id());
+      request.set_path(file.path());
+      request.set_offset(offset);
+      ReadCopyFileResponse piece;
+      grpc::ClientContext context;
+      AddToken(context, token);
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(1)));
+      RETURN_IF_ERROR(FromGrpcStatus(
+          stub->ReadCopyFile(&context, request, &piece),
+          absl::StrCat("copying ", file.path(), " from the primary")));
+      if (piece.data().empty()) {
+        return absl::DataLossError(absl::StrCat(
+            file.path(), " ended at ", offset, " of ", file.bytes(), " bytes"));
+      }
+      out.write(piece.data().data(),
+                static_cast<std::streamsize>(piece.data().size()));
+      offset += piece.data().size();
+    }
+    out.close();
+    if (!out) {
+      return absl::InternalError(absl::StrCat("writing ", path.string()));
+    }
+    start.bytes_copied += file.bytes();
+  }
+  grpc::ClientContext context;
+  AddToken(context, token);
+  EndCopyRequest end;
+  end.set_copy_id(copy.copy_id());
+  EndCopyResponse ended;
+  // The primary removes the copy at its next BeginCopy anyway.
+  stub->EndCopy(&context, end, &ended);
+  return start;
+}
+
+ReplicaFollower::ReplicaFollower(const ReplicaFollowerOptions& options,
+                                 std::shared_ptr<grpc::Channel> channel,
+                                 embedding::EmbeddingStore* store,
+                                 const ReplicaStart& start)
+    : options_(options),
+      stub_(Replication::NewStub(channel)),
+      store_(store),
+      start_(start),
+      applied_(start.start_sequence),
+      primary_head_(start.start_sequence) {}
+
+ReplicaFollower::~ReplicaFollower() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReplicaFollower::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+absl::Status ReplicaFollower::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+void ReplicaFollower::Run() {
+  absl::Time failing_since = absl::InfiniteFuture();
+  absl::Duration backoff = absl::Milliseconds(10);
+  absl::BitGen random;
+  while (!stop_.HasBeenNotified()) {
+    FollowRequest request;
+    request.set_feed_id(start_.feed_id);
+    request.set_follower_id(start_.follower_id);
+    request.set_applied_sequence(applied_.load());
+    request.set_max_entries(options_.max_entries);
+    request.set_wait_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.follow_wait)));
+    FollowResponse response;
+    grpc::ClientContext context;
+    AddToken(context, options_.token);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.follow_wait +
+                                            absl::Seconds(5)));
+    absl::Status status = FromGrpcStatus(
+        stub_->Follow(&context, request, &response),
+        absl::StrCat("following the primary ", options_.primary));
+    if (!status.ok()) {
+      const absl::Time now = absl::Now();
+      if (failing_since == absl::InfiniteFuture()) failing_since = now;
+      const bool gone = absl::IsFailedPrecondition(status) ||
+                        absl::IsInvalidArgument(status) ||
+                        absl::IsUnauthenticated(status);
+      if (gone || now - failing_since > options_.retry_for) {
+        LOG(ERROR) << "this replica stopped following: " << status;
+        absl::MutexLock lock(&mu_);
+        error_ = status;
+        return;
+      }
+      LOG_EVERY_N(WARNING, 50) << status << "; retrying";
+      stop_.WaitForNotificationWithTimeout(backoff *
+                                           absl::Uniform(random, 0.5, 1.5));
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+      continue;
+    }
+    failing_since = absl::InfiniteFuture();
+    backoff = absl::Milliseconds(10);
+    primary_head_ = response.head_sequence();
+    for (const FeedEntry& entry : response.entries()) {
+      if (entry.sequence() != applied_.load() + 1) {
+        status = absl::DataLossError(
+            absl::StrCat("the primary sent feed entry ", entry.sequence(),
+                         " after ", applied_.load()));
+      } else {
+        status = store_->ApplyFeedEntry(entry);
+      }
+      if (!status.ok()) {
+        LOG(ERROR) << "this replica stopped following: entry "
+                   << entry.sequence() << ": " << status;
+        absl::MutexLock lock(&mu_);
+        error_ = status;
+        return;
+      }
+      applied_ = entry.sequence();
+    }
+  }
+}
+
+}  // namespace ps::server

@@ -1,0 +1,165 @@
+// File: server/replication_service.h
+//
+// Replication between a primary shard and its replicas (proto/
+// replication.proto).
+//
+// ReplicationService is the primary's side: BeginCopy checkpoints the store
+// into <data_dir>/replica_copy-<id> at a cut of its ReplicationFeed
+// (EmbeddingStore::CheckpointForReplica()) and lists the files, which
+// ReadCopyFile serves in pieces until EndCopy removes them (one copy at a
+// time: a new BeginCopy ends the one before); Follow returns the feed's
+// entries after what the replica applied, waiting briefly for one. Every
+// call needs the admin token when one is set: a copy is every row.
+//
+// ReplicaFollower is the replica's side: CopyFromPrimary() writes a copy
+// into an empty data dir before the store opens; then Start() applies the
+// feed from the copy's cut on a thread of its own, saying with each Follow
+// how far it has applied (and, under kWal, logged). If the primary no
+// longer knows it (the primary restarted, or dropped it after its follower
+// timeout) or an entry fails to apply, the follower stops and error() says
+// why: the replica must be copied again (restarted).
+//
+// Thread-safe.
+
+#ifndef PS_SERVER_REPLICATION_SERVICE_H_
+#define PS_SERVER_REPLICATION_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "embedding/embedding_store.h"
+#include "embedding/replication_feed.h"
+#include "grpcpp/channel.h"
+#include "proto/replication.grpc.pb.h"
+
+namespace ps::server {
+
+struct ReplicationServiceOptions {
+  // The store's data dir, where copies are written.
+  std::string data_dir;
+  // This shard's place, which a replica takes.
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  // The bearer token every call needs. Default: none.
+  std::string admin_token;
+};
+
+class ReplicationService final : public Replication::CallbackService {
+ public:
+  // `store` and `feed` must outlive the service.
+  ReplicationService(const ReplicationServiceOptions& options,
+                     embedding::EmbeddingStore* store,
+                     embedding::ReplicationFeed* feed);
+  ~ReplicationService() override;
+
+  grpc::ServerUnaryReactor* BeginCopy(grpc::CallbackServerContext* context,
+                                      const BeginCopyRequest* request,
+                                      BeginCopyResponse* response) override;
+  grpc::ServerUnaryReactor* ReadCopyFile(
+      grpc::CallbackServerContext* context, const ReadCopyFileRequest* request,
+      ReadCopyFileResponse* response) override;
+  grpc::ServerUnaryReactor* EndCopy(grpc::CallbackServerContext* context,
+                                    const EndCopyRequest* request,
+                                    EndCopyResponse* response) override;
+  grpc::ServerUnaryReactor* Follow(grpc::CallbackServerContext* context,
+                                   const FollowRequest* request,
+                                   FollowResponse* response) override;
+
+ private:
+  absl::Status DoBeginCopy(BeginCopyResponse* response);
+  absl::Status DoReadCopyFile(const ReadCopyFileRequest& request,
+                              ReadCopyFileResponse* response);
+  absl::Status DoFollow(const FollowRequest& request, FollowResponse* response);
+  // Removes the copy's directory, if any. REQUIRES: mu_ held.
+  void EndCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ReplicationServiceOptions options_;
+  embedding::EmbeddingStore* const store_;
+  embedding::ReplicationFeed* const feed_;
+  absl::Mutex mu_;
+  uint64_t next_copy_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // The copy being read, if any: its id, directory and files.
+  uint64_t copy_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string copy_dir_ ABSL_GUARDED_BY(mu_);
+  BeginCopyResponse copy_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a replica's copy starts from.
+struct ReplicaStart {
+  uint64_t feed_id = 0;
+  uint64_t follower_id = 0;
+  uint64_t start_sequence = 0;
+  std::string ledger;
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  uint64_t bytes_copied = 0;
+};
+
+// Copies the primary's store behind `channel` into `data_dir`, which must
+// hold no store (FAILED_PRECONDITION otherwise). `token`: the admin token.
+absl::StatusOr<ReplicaStart> CopyFromPrimary(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+    const std::string& data_dir);
+
+struct ReplicaFollowerOptions {
+  // The primary, for messages.
+  std::string primary;
+  // The admin token. Default: none.
+  std::string token;
+  // Most entries per Follow. Default: 256.
+  uint32_t max_entries = 256;
+  // How long a Follow waits on the primary for an entry. Default: 200 ms.
+  absl::Duration follow_wait = absl::Milliseconds(200);
+  // How long the primary may stay unreachable before the follower gives
+  // up (the primary drops it after its own timeout anyway). Default: 30 s.
+  absl::Duration retry_for = absl::Seconds(30);
+};
+
+class ReplicaFollower {
+ public:
+  // `store` (opened from the copy `start` describes) must outlive the
+  // follower.
+  ReplicaFollower(const ReplicaFollowerOptions& options,
+                  std::shared_ptr<grpc::Channel> channel,
+                  embedding::EmbeddingStore* store, const ReplicaStart& start);
+  // Stops following.
+  ~ReplicaFollower();
+
+  // Starts applying the feed on a thread of its own.
+  void Start();
+
+  // The last entry applied.
+  uint64_t applied() const { return applied_.load(); }
+  // The newest entry the primary had at the last Follow.
+  uint64_t primary_head() const { return primary_head_.load(); }
+  // OK while following; why it stopped otherwise.
+  absl::Status error() const;
+
+ private:
+  void Run();
+
+  const ReplicaFollowerOptions options_;
+  const std::unique_ptr<Replication::Stub> stub_;
+  embedding::EmbeddingStore* const store_;
+  const ReplicaStart start_;
+  std::atomic<uint64_t> applied_;
+  std::atomic<uint64_t> primary_head_;
+  absl::Notification stop_;
+  mutable absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_REPLICATION_SERVICE_H_

@@ -1,0 +1,265 @@
+// Replicas against real ps_server processes (issue 28): a replica copied
+// while pushes go on holds every push its primary acknowledged under
+// --replication=sync, even when the primary is killed while the replica
+// was paused; under async, pushes run at most --max_replication_lag_records
+// ahead of a paused replica, which then catches up to the primary's rows;
+// a replica killed costs the primary nothing, and one started again in its
+// data dir copies afresh.
+
+#include <signal.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/counting_pusher.h"
+#include "tests/server_process.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr int kDim = 4;
+constexpr char kTable[] = "t";
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (uint64_t i = 0; i < 2000; ++i) keys_.push_back(i * 2654435761ULL);
+  }
+
+  std::unique_ptr<ServerProcess> StartPrimary(
+      const std::vector<std::string>& flags) {
+    primary_dir_ = FreshTestDir(name_ + "_primary");
+    std::vector<std::string> all = {"--data_dir=" + primary_dir_,
+                                    "--cache_mb=64"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    auto started =
+        ServerProcess::Start(all, absl::Seconds(60), primary_dir_ + ".log");
+    EXPECT_OK(started);
+    return started.ok() ? *std::move(started) : nullptr;
+  }
+
+  std::unique_ptr<ServerProcess> StartReplica(const ServerProcess& primary,
+                                              bool fresh_dir = true) {
+    if (fresh_dir) replica_dir_ = FreshTestDir(name_ + "_replica");
+    auto started = ServerProcess::Start(
+        {"--data_dir=" + replica_dir_, "--replica_of=" + primary.address(),
+         "--cache_mb=64"},
+        absl::Seconds(60), absl::StrCat(replica_dir_, ".log", ++replicas_));
+    EXPECT_OK(started);
+    return started.ok() ? *std::move(started) : nullptr;
+  }
+
+  // A client of `server` that gives up on a dead shard after `retry_for`.
+  std::unique_ptr<worker::PsClient> Connect(const ServerProcess& server,
+                                            absl::Duration retry_for,
+                                            bool declare = true) {
+    worker::ClientOptions options;
+    options.servers = {server.address()};
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = retry_for;
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Connect(options);
+    EXPECT_OK(client);
+    if (!client.ok()) return nullptr;
+    if (declare) {
+      EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
+    }
+    return *std::move(client);
+  }
+
+  std::unique_ptr<CountingPusher> StartPushing(worker::PsClient* client) {
+    return std::make_unique<CountingPusher>(
+        client, keys_, [](worker::PsClient& c, const std::vector<uint64_t>& k) {
+          return AddOne(c, kTable, kDim, k, /*worker=*/0);
+        });
+  }
+
+  static ShardStatsResponse::Replication Replication(
+      const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    ShardStatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    return response.replication();
+  }
+
+  // Waits until `done(primary's replication stats)`, up to a minute.
+  static bool WaitFor(
+      const ServerProcess& server,
+      const std::function<bool(const ShardStatsResponse::Replication&)>& done) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (absl::Now() < deadline) {
+      if (done(Replication(server))) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  // The first float of every 50th key's row on `server` (0 where none).
+  std::vector<float> Values(const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    std::vector<float> values;
+    for (size_t k = 0; k < keys_.size(); k += 50) {
+      GetRowRequest request;
+      request.set_table(kTable);
+      request.set_key(keys_[k]);
+      GetRowResponse response;
+      grpc::ClientContext context;
+      EXPECT_TRUE(admin->GetRow(&context, request, &response).ok());
+      values.push_back(response.stored() ? response.values(0) : 0.0f);
+    }
+    return values;
+  }
+
+  std::string name_;
+  std::string primary_dir_;
+  std::string replica_dir_;
+  int replicas_ = 0;
+  std::vector<uint64_t> keys_;
+};
+
+TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
+  std::unique_ptr<ServerProcess> primary = StartPrimary({"--replication=sync"});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(2));
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
+  pusher->WaitForMore(20);
+
+  // Copied while the pushes go on.
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_in_sync() == 1;
+  }));
+  pusher->WaitForMore(20);
+
+  // The replica pauses: under sync the pushes wait for it, so none is
+  // acknowledged that it lacks when the primary dies.
+  ASSERT_EQ(kill(replica->pid(), SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(1));
+  primary->SignalAndWait(SIGKILL);
+  ASSERT_EQ(kill(replica->pid(), SIGCONT), 0);
+  EXPECT_FALSE(pusher->Stop().ok());
+  const int acknowledged = pusher->acknowledged();
+  ASSERT_GE(acknowledged, 40);
+
+  // Every acknowledged push, once (one more may have been applied without
+  // its answer arriving).
+  for (float value : Values(*replica)) {
+    EXPECT_GE(value, acknowledged);
+    EXPECT_LE(value, acknowledged + 1);
+  }
+  EXPECT_EQ(Replication(*replica).role(),
+            absl::StrCat("replica of ", primary->address()));
+}
+
+TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
+  std::unique_ptr<ServerProcess> primary =
+      StartPrimary({"--replication=async", "--max_replication_lag_records=5"});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(30));
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
+  pusher->WaitForMore(10);
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_in_sync() == 1;
+  }));
+
+  ASSERT_EQ(kill(replica->pid(), SIGSTOP), 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  const int before = pusher->acknowledged();
+  absl::SleepFor(absl::Seconds(1));
+  const int during = pusher->acknowledged() - before;
+  const ShardStatsResponse::Replication paused = Replication(*primary);
+  ASSERT_EQ(kill(replica->pid(), SIGCONT), 0);
+  // At most the bound (plus the push in flight) beyond the replica.
+  EXPECT_LE(during, 1);
+  EXPECT_LE(paused.lag_entries(), 6u);
+  EXPECT_GE(paused.lag_entries(), 1u);
+  EXPECT_EQ(paused.mode(), "async");
+
+  pusher->WaitForMore(20);
+  ASSERT_OK(pusher->Stop());
+  const int acknowledged = pusher->acknowledged();
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.lag_entries() == 0;
+  }));
+  const std::vector<float> expected(
+      keys_.size() / 50 + (keys_.size() % 50 != 0),
+      static_cast<float>(acknowledged));
+  EXPECT_EQ(Values(*primary), expected);
+  EXPECT_EQ(Values(*replica), expected);
+}
+
+TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
+  std::unique_ptr<ServerProcess> primary =
+      StartPrimary({"--replication=sync", "--replica_timeout_ms=1000"});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(30));
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_in_sync() == 1;
+  }));
+  pusher->WaitForMore(10);
+
+  // Killed: the pushes wait for it until the primary drops it (after
+  // --replica_timeout_ms), then go on.
+  replica->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas() == 0;
+  }));
+  pusher->WaitForMore(30);
+
+  // Started again in the same data dir: copied afresh, caught up.
+  replica = StartReplica(*primary, /*fresh_dir=*/false);
+  ASSERT_NE(replica, nullptr);
+  pusher->WaitForMore(10);
+  ASSERT_OK(pusher->Stop());
+  const int acknowledged = pusher->acknowledged();
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas() == 1 && r.lag_entries() == 0;
+  }));
+  for (float value : Values(*replica)) EXPECT_EQ(value, acknowledged);
+
+  // A replica refuses pushes (and says where they go), and a data dir that
+  // is not a replica's is never emptied for a copy.
+  std::unique_ptr<worker::PsClient> replica_client =
+      Connect(*replica, absl::Seconds(1), /*declare=*/false);
+  ASSERT_NE(replica_client, nullptr);
+  const absl::Status refused = AddOne(*replica_client, kTable, kDim, keys_, 0);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("replica of"), std::string::npos);
+  primary->SignalAndWait(SIGTERM);
+  auto refused_copy = ChildProcess::Start(
+      {BinaryPath("server/ps_server"), "--data_dir=" + primary_dir_,
+       "--listen=127.0.0.1:0", "--replica_of=" + replica->address()},
+      false, primary_dir_ + ".refused.log");
+  ASSERT_OK(refused_copy);
+  EXPECT_NE((*refused_copy)->Wait(absl::Minutes(1)), 0);
+  EXPECT_TRUE(std::filesystem::exists(primary_dir_ + "/CURRENT"));
+}
+
+}  // namespace
+}  // namespace ps::testing
