@@ -82,6 +82,11 @@ absl::Status ReplicationService::DoBeginCopy(BeginCopyResponse* response) {
                    store_->CheckpointForReplica(dir));
   copy_id_ = copy_id;
   copy_dir_ = dir;
+  if (absl::Status written = options_.write_slot_map(dir); !written.ok()) {
+    EndCopyLocked();
+    feed_->RemoveFollower(cut.follower);
+    return written;
+  }
   copy_.Clear();
   copy_.set_copy_id(copy_id);
   copy_.set_feed_id(feed_->id());
@@ -212,6 +217,7 @@ absl::Status ReplicationService::DoFollow(const FollowRequest& request,
       &entries));
   for (FeedEntry& entry : entries) *response->add_entries() = std::move(entry);
   response->set_head_sequence(feed_->head());
+  response->set_slot_map_epoch(options_.slot_map_epoch());
   return absl::OkStatus();
 }
 
@@ -353,6 +359,15 @@ void ReplicaFollower::Run() {
     failing_since = absl::InfiniteFuture();
     backoff = absl::Milliseconds(10);
     primary_head_ = response.head_sequence();
+    if (response.slot_map_epoch() != options_.slot_map_epoch()) {
+      absl::MutexLock lock(&mu_);
+      error_ = absl::FailedPreconditionError(absl::StrCat(
+          "the primary's slot map is at epoch ", response.slot_map_epoch(),
+          ", this replica's copy at ", options_.slot_map_epoch(),
+          " (slots moved since): copy it again"));
+      LOG(ERROR) << "this replica stopped following: " << error_;
+      return;
+    }
     for (const FeedEntry& entry : response.entries()) {
       if (entry.sequence() != applied_.load() + 1) {
         status = absl::DataLossError(

@@ -16,8 +16,10 @@
 // feed from the copy's cut on a thread of its own, saying with each Follow
 // how far it has applied (and, under kWal, logged). If the primary no
 // longer knows it (the primary restarted, or dropped it after its follower
-// timeout) or an entry fails to apply, the follower stops and error() says
-// why: the replica must be copied again (restarted).
+// timeout), its slot map is another than the copy's (slots moved: rows
+// reached or left the primary outside the feed), or an entry fails to
+// apply, the follower stops and error() says why: the replica must be
+// copied again (restarted).
 //
 // Thread-safe.
 
@@ -26,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +55,10 @@ struct ReplicationServiceOptions {
   uint32_t num_shards = 1;
   // The bearer token every call needs. Default: none.
   std::string admin_token;
+  // Writes this shard's slot map into a copy's directory, and its epoch.
+  // REQUIRES: set.
+  std::function<absl::Status(const std::string& dir)> write_slot_map;
+  std::function<uint64_t()> slot_map_epoch;
 };
 
 class ReplicationService final : public Replication::CallbackService {
@@ -123,6 +130,8 @@ struct ReplicaFollowerOptions {
   // How long the primary may stay unreachable before the follower gives
   // up (the primary drops it after its own timeout anyway). Default: 30 s.
   absl::Duration retry_for = absl::Seconds(30);
+  // The epoch of the replica's slot map (the copy's). REQUIRES: set.
+  std::function<uint64_t()> slot_map_epoch;
 };
 
 class ReplicaFollower {

@@ -308,6 +308,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     ReplicaFollowerOptions follower_options;
     follower_options.primary = options.replica_of;
     follower_options.token = options.admin_token;
+    follower_options.slot_map_epoch = [slots = server->slots_.get()] {
+      return slots->current()->epoch();
+    };
     server->follower_ = std::make_unique<ReplicaFollower>(
         follower_options, server->primary_channel_, server->store_.get(),
         *server->replica_start_);
@@ -373,6 +376,13 @@ void ShardServer::CreateServices(const ServerOptions& options) {
     replication_options.shard_index = options.shard_index;
     replication_options.num_shards = slots_->num_shards();
     replication_options.admin_token = options.admin_token;
+    replication_options.write_slot_map =
+        [slots = slots_.get()](const std::string& dir) {
+          return SlotOwnership::Create(dir, *slots->current());
+        };
+    replication_options.slot_map_epoch = [slots = slots_.get()] {
+      return slots->current()->epoch();
+    };
     replication_service_ = std::make_unique<ReplicationService>(
         replication_options, store_.get(), feed_.get());
   }

@@ -16,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/routing.h"
+#include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
@@ -259,6 +261,73 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
   ASSERT_OK(refused_copy);
   EXPECT_NE((*refused_copy)->Wait(absl::Minutes(1)), 0);
   EXPECT_TRUE(std::filesystem::exists(primary_dir_ + "/CURRENT"));
+}
+
+TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
+  // Two shards; shard 0 has a replica.
+  std::unique_ptr<ServerProcess> primary = StartPrimary(
+      {"--num_shards=2", "--shard_index=0", "--replica_timeout_ms=2000"});
+  ASSERT_NE(primary, nullptr);
+  const std::string other_dir = FreshTestDir(name_ + "_shard1");
+  auto other = ServerProcess::Start(
+      {"--data_dir=" + other_dir, "--num_shards=2", "--shard_index=1"},
+      absl::Seconds(60), other_dir + ".log");
+  ASSERT_OK(other);
+  worker::ClientOptions options;
+  options.servers = {primary->address(), (*other)->address()};
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
+  ASSERT_OK(AddOne(**client, kTable, kDim, keys_, 0));
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+
+  // An administrator gives shard 0's slots of keys_[0] to shard 1 (rows
+  // could have moved with it, outside the feed): the replica stops
+  // following and says so.
+  auto admin = Admin::NewStub(primary->channel());
+  GetSlotMapResponse current;
+  grpc::ClientContext get_context;
+  ASSERT_TRUE(
+      admin->GetSlotMap(&get_context, GetSlotMapRequest(), &current).ok());
+  absl::StatusOr<SlotMap> initial_or = SlotMap::FromSpec(current.slot_map());
+  ASSERT_OK(initial_or.status());
+  const SlotMap initial = *initial_or;
+  const uint32_t slot = SlotForKey(keys_[0]);
+  ASSERT_EQ(initial.ShardForKey(keys_[0]), 0u);
+  const SlotMap next = initial.WithSlotsMoved(slot, slot, 1);
+  SetSlotMapRequest request;
+  request.set_expected_epoch(initial.epoch());
+  *request.mutable_slot_map() = next.ToSpec();
+  SetSlotMapResponse response;
+  grpc::ClientContext context;
+  const grpc::Status set = admin->SetSlotMap(&context, request, &response);
+  ASSERT_TRUE(set.ok()) << set.error_message();
+  ASSERT_TRUE(WaitFor(*replica, [](const ShardStatsResponse::Replication& r) {
+    return r.error().find("slot map") != std::string::npos;
+  })) << Replication(*replica).ShortDebugString();
+
+  // Started again, it copies the map with the rows: it holds shard 0's
+  // rows, pushed twice, and its map is the primary's.
+  replica->SignalAndWait(SIGTERM);
+  replica = StartReplica(*primary, /*fresh_dir=*/false);
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas() == 1 && r.lag_entries() == 0;
+  }));
+  EXPECT_TRUE(Replication(*replica).error().empty());
+  auto replica_admin = Admin::NewStub(replica->channel());
+  ShardStatsResponse stats;
+  grpc::ClientContext stats_context;
+  ASSERT_TRUE(
+      replica_admin->ShardStats(&stats_context, ShardStatsRequest(), &stats)
+          .ok());
+  EXPECT_EQ(stats.slot_map_epoch(), next.epoch());
+  const std::vector<float> values = Values(*replica);
+  for (size_t k = 0, i = 0; k < keys_.size(); k += 50, ++i) {
+    EXPECT_EQ(values[i], initial.ShardForKey(keys_[k]) == 0 ? 1.0f : 0.0f) << k;
+  }
 }
 
 }  // namespace
