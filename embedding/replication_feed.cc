@@ -1,5 +1,5 @@
 // ReplicationFeed: a deque of the entries after the least-applied
-// follower's position, under one mutex.
+// follower's position, under one mutex, and a thread that answers waits.
 
 #include "embedding/replication_feed.h"
 
@@ -9,25 +9,38 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
 namespace ps::embedding {
 namespace {
 
-// How often a wait looks for followers that timed out.
-constexpr absl::Duration kExpirySlice = absl::Milliseconds(100);
+// How often the waiter thread looks at deadlines and followers that timed
+// out when nothing else wakes it.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
 
 }  // namespace
 
 ReplicationFeed::ReplicationFeed(const ReplicationFeedOptions& options)
     : options_(options),
       id_(absl::Uniform<uint64_t>(absl::BitGen(), 1,
-                                  std::numeric_limits<uint64_t>::max())) {}
+                                  std::numeric_limits<uint64_t>::max())),
+      waiter_([this] { RunWaits(); }) {}
+
+ReplicationFeed::~ReplicationFeed() {
+  CancelWaits(absl::Now());
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  waiter_.join();
+}
 
 uint64_t ReplicationFeed::AppendPush(absl::string_view table,
                                      absl::string_view record) {
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = ++head_;
+  changed_ = true;
   if (followers_.empty()) {
     first_kept_ = head_ + 1;
     return sequence;
@@ -43,6 +56,7 @@ uint64_t ReplicationFeed::AppendPush(absl::string_view table,
 uint64_t ReplicationFeed::Append(FeedEntry entry) {
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = ++head_;
+  changed_ = true;
   if (followers_.empty()) {
     first_kept_ = head_ + 1;
     return sequence;
@@ -68,16 +82,174 @@ uint64_t ReplicationFeed::AddFollower(uint64_t* start) {
 void ReplicationFeed::RemoveFollower(uint64_t follower) {
   absl::MutexLock lock(&mu_);
   followers_.erase(follower);
+  changed_ = true;
   PruneLocked();
+}
+
+void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
+                                   size_t max_entries, absl::Time deadline,
+                                   ReadDone done) {
+  absl::Status status;
+  std::vector<FeedEntry> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireLocked(absl::Now());
+    status = AcknowledgeLocked(follower, applied);
+    if (status.ok()) {
+      const uint64_t from = followers_[follower].applied;
+      if (head_ == from && absl::Now() < std::min(deadline, cancel_at_) &&
+          max_entries > 0) {
+        read_waits_.push_back(
+            ReadWait{follower, max_entries, deadline, std::move(done)});
+        return;
+      }
+      entries = EntriesAfterLocked(from, max_entries);
+    }
+  }
+  done(std::move(status), std::move(entries));
+}
+
+void ReplicationFeed::WhenReplicated(uint64_t sequence, bool sync,
+                                     uint64_t max_lag, absl::Time deadline,
+                                     std::function<void(bool)> done) {
+  ReplicatedWait wait{sequence, sync, max_lag, deadline, std::move(done)};
+  bool replicated = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireLocked(absl::Now());
+    replicated = ReplicatedLocked(wait);
+    if (!replicated && absl::Now() < std::min(deadline, cancel_at_)) {
+      replicated_waits_.push_back(std::move(wait));
+      return;
+    }
+  }
+  wait.done(replicated);
 }
 
 absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
                                    size_t max_entries, absl::Duration wait,
                                    std::vector<FeedEntry>* out) {
-  out->clear();
-  const absl::Time deadline = absl::Now() + wait;
+  absl::Notification answered;
+  absl::Status status;
+  WhenReadable(follower, applied, max_entries, absl::Now() + wait,
+               [&](absl::Status read, std::vector<FeedEntry> entries) {
+                 status = std::move(read);
+                 *out = std::move(entries);
+                 answered.Notify();
+               });
+  answered.WaitForNotification();
+  return status;
+}
+
+bool ReplicationFeed::WaitReplicated(uint64_t sequence, bool sync,
+                                     uint64_t max_lag, absl::Time deadline) {
+  absl::Notification answered;
+  bool replicated = false;
+  WhenReplicated(sequence, sync, max_lag, deadline, [&](bool done) {
+    replicated = done;
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return replicated;
+}
+
+void ReplicationFeed::CancelWaits(absl::Time at) {
+  std::vector<std::function<void()>> answers;
+  {
+    absl::MutexLock lock(&mu_);
+    cancel_at_ = std::min(cancel_at_, at);
+    changed_ = true;
+    DecideWaitsLocked(absl::Now(), &answers);
+  }
+  for (auto& answer : answers) answer();
+}
+
+ReplicationFeed::Stats ReplicationFeed::GetStats() {
   absl::MutexLock lock(&mu_);
   ExpireLocked(absl::Now());
+  Stats stats;
+  stats.followers = static_cast<uint32_t>(followers_.size());
+  for (const auto& [id, follower] : followers_) {
+    stats.in_sync += follower.in_sync;
+  }
+  stats.head = head_;
+  stats.applied = LeastAppliedLocked();
+  stats.entries_kept = entries_.size();
+  return stats;
+}
+
+void ReplicationFeed::RunWaits() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return changed_ || stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), kWaitSlice);
+    changed_ = false;
+    const absl::Time now = absl::Now();
+    ExpireLocked(now);
+    std::vector<std::function<void()>> answers;
+    DecideWaitsLocked(now, &answers);
+    if (answers.empty()) continue;
+    mu_.Unlock();
+    for (auto& answer : answers) answer();
+    mu_.Lock();
+  }
+}
+
+void ReplicationFeed::DecideWaitsLocked(
+    absl::Time now, std::vector<std::function<void()>>* answers) {
+  for (size_t i = 0; i < replicated_waits_.size();) {
+    ReplicatedWait& wait = replicated_waits_[i];
+    const bool replicated = ReplicatedLocked(wait);
+    if (replicated || now >= std::min(wait.deadline, cancel_at_)) {
+      answers->push_back(
+          [done = std::move(wait.done), replicated] { done(replicated); });
+      replicated_waits_[i] = std::move(replicated_waits_.back());
+      replicated_waits_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  for (size_t i = 0; i < read_waits_.size();) {
+    ReadWait& wait = read_waits_[i];
+    auto follower = followers_.find(wait.follower);
+    absl::Status status;
+    std::vector<FeedEntry> entries;
+    bool decided = true;
+    if (follower == followers_.end()) {
+      status =
+          absl::FailedPreconditionError(absl::StrCat("follower ", wait.follower,
+                                                     " was dropped while it "
+                                                     "waited: copy it again"));
+    } else if (head_ > follower->second.applied) {
+      entries = EntriesAfterLocked(follower->second.applied, wait.max_entries);
+    } else {
+      decided = now >= std::min(wait.deadline, cancel_at_);
+    }
+    if (decided) {
+      answers->push_back([done = std::move(wait.done),
+                          status = std::move(status),
+                          entries = std::move(entries)]() mutable {
+        done(std::move(status), std::move(entries));
+      });
+      read_waits_[i] = std::move(read_waits_.back());
+      read_waits_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool ReplicationFeed::ReplicatedLocked(const ReplicatedWait& wait) const {
+  if (wait.sync && LeastAppliedLocked(/*in_sync_only=*/true) < wait.sequence) {
+    return false;
+  }
+  return head_ - LeastAppliedLocked() <= wait.max_lag;
+}
+
+absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,
+                                                uint64_t applied) {
   auto it = followers_.find(follower);
   if (it == followers_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -90,79 +262,51 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
         absl::StrCat("applied through entry ", applied,
                      ", but the feed's newest is ", head_));
   }
-  it->second.applied = std::max(it->second.applied, applied);
-  it->second.last_read = absl::Now();
-  const uint64_t from = it->second.applied;
-  if (from == head_) it->second.in_sync = true;
+  Follower& state = it->second;
+  if (applied > state.applied) {
+    state.applied = applied;
+    changed_ = true;
+  }
+  state.last_read = absl::Now();
+  if (state.applied == head_ && !state.in_sync) {
+    state.in_sync = true;
+    changed_ = true;
+  }
   PruneLocked();
-  auto has_more = [this, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return head_ > from;
-  };
-  if (!has_more()) {
-    mu_.AwaitWithDeadline(absl::Condition(&has_more), deadline);
-  }
-  // Entries after `from` are kept: `from` is at least the least applied,
-  // and the follower stayed registered (a wait shorter than the timeout;
-  // only another Read or ExpireLocked() may drop it, and it just read).
-  for (uint64_t sequence = from + 1;
-       sequence <= head_ && out->size() < max_entries; ++sequence) {
-    if (sequence < first_kept_) break;  // dropped meanwhile: none to give
-    out->push_back(entries_[sequence - first_kept_]);
-  }
   return absl::OkStatus();
 }
 
-bool ReplicationFeed::WaitApplied(uint64_t sequence, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto applied = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return LeastAppliedLocked(/*in_sync_only=*/true) >= sequence;
-  };
-  return AwaitLocked(absl::Condition(&applied), deadline);
-}
-
-bool ReplicationFeed::WaitLagAtMost(uint64_t max_lag, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto within = [this, max_lag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return head_ - LeastAppliedLocked() <= max_lag;
-  };
-  return AwaitLocked(absl::Condition(&within), deadline);
-}
-
-ReplicationFeed::Stats ReplicationFeed::GetStats() {
-  absl::MutexLock lock(&mu_);
-  ExpireLocked(absl::Now());
-  Stats stats;
-  stats.followers = static_cast<uint32_t>(followers_.size());
-  for (const auto& [id, follower] : followers_)
-    stats.in_sync += follower.in_sync;
-  stats.head = head_;
-  stats.applied = LeastAppliedLocked();
-  stats.entries_kept = entries_.size();
-  return stats;
-}
-
-bool ReplicationFeed::AwaitLocked(const absl::Condition& done,
-                                  absl::Time deadline) {
-  while (true) {
-    ExpireLocked(absl::Now());
-    if (done.Eval()) return true;
-    const absl::Time now = absl::Now();
-    if (now >= deadline) return false;
-    mu_.AwaitWithDeadline(done, std::min(deadline, now + kExpirySlice));
+std::vector<FeedEntry> ReplicationFeed::EntriesAfterLocked(
+    uint64_t from, size_t max_entries) const {
+  std::vector<FeedEntry> out;
+  // Entries after a follower's position are kept while it is registered;
+  // none are kept once no follower is.
+  for (uint64_t sequence = std::max(from + 1, first_kept_);
+       sequence <= head_ && out.size() < max_entries; ++sequence) {
+    if (sequence != from + 1 + out.size()) break;  // a gap: none to give
+    out.push_back(entries_[sequence - first_kept_]);
   }
+  return out;
 }
 
 void ReplicationFeed::ExpireLocked(absl::Time now) {
   bool dropped = false;
   for (auto it = followers_.begin(); it != followers_.end();) {
-    if (now - it->second.last_read > options_.follower_timeout) {
+    // A follower whose read is waiting here is not gone.
+    const bool waiting = std::any_of(
+        read_waits_.begin(), read_waits_.end(),
+        [&](const ReadWait& wait) { return wait.follower == it->first; });
+    if (!waiting && now - it->second.last_read > options_.follower_timeout) {
       followers_.erase(it++);
       dropped = true;
     } else {
       ++it;
     }
   }
-  if (dropped) PruneLocked();
+  if (dropped) {
+    changed_ = true;
+    PruneLocked();
+  }
 }
 
 void ReplicationFeed::PruneLocked() {

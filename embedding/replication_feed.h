@@ -15,6 +15,10 @@
 // `follower_timeout` is dropped, so that a replica that died neither holds
 // entries in memory for good nor keeps pushes waiting for it.
 //
+// The waits are asynchronous, so that a gRPC server's threads are never
+// held by them: a thread of the feed's own calls each `done` once, outside
+// the feed's lock (or the caller does, when the answer is known at once).
+//
 // Thread-safe. EmbeddingStore appends under its own locks: Append() never
 // waits for a follower.
 
@@ -23,6 +27,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,6 +49,8 @@ struct ReplicationFeedOptions {
 class ReplicationFeed {
  public:
   explicit ReplicationFeed(const ReplicationFeedOptions& options = {});
+  // Answers the waits still pending (as CancelWaits(now)).
+  ~ReplicationFeed();
 
   ReplicationFeed(const ReplicationFeed&) = delete;
   ReplicationFeed& operator=(const ReplicationFeed&) = delete;
@@ -64,21 +72,34 @@ class ReplicationFeed {
   uint64_t AddFollower(uint64_t* start);
   void RemoveFollower(uint64_t follower);
 
-  // Notes that `follower` applied every entry up to `applied`, then returns
-  // in `out` up to `max_entries` entries after it, waiting up to `wait` for
-  // one when there is none. FAILED_PRECONDITION for an unknown follower
-  // (never added, or dropped); INVALID_ARGUMENT for `applied` past head().
+  // Notes that `follower` applied every entry up to `applied`, then calls
+  // done(status, entries) with up to `max_entries` entries after it: at
+  // once when there are some, or on an error, or once `deadline` has
+  // passed; otherwise when the first comes, or at `deadline` with none.
+  // FAILED_PRECONDITION for an unknown follower (never added, or dropped);
+  // INVALID_ARGUMENT for `applied` past head().
+  using ReadDone = std::function<void(absl::Status, std::vector<FeedEntry>)>;
+  void WhenReadable(uint64_t follower, uint64_t applied, size_t max_entries,
+                    absl::Time deadline, ReadDone done);
+
+  // Calls done(true) once every follower in sync has applied `sequence`
+  // (when `sync`; one dropped meanwhile no longer counts, one still
+  // catching up does not yet) and no follower is more than `max_lag`
+  // entries behind head(); done(false) at `deadline` or once CancelWaits()
+  // was called.
+  void WhenReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
+                      absl::Time deadline, std::function<void(bool)> done);
+
+  // Blocking forms of the two above.
   absl::Status Read(uint64_t follower, uint64_t applied, size_t max_entries,
                     absl::Duration wait, std::vector<FeedEntry>* out);
+  bool WaitReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
+                      absl::Time deadline);
 
-  // Waits until every follower in sync has applied `sequence` (one dropped
-  // meanwhile no longer counts; one still catching up does not yet) or
-  // `deadline` passes; false then.
-  bool WaitApplied(uint64_t sequence, absl::Time deadline);
-
-  // Waits until no follower is more than `max_lag` entries behind head(),
-  // or `deadline` passes; false then.
-  bool WaitLagAtMost(uint64_t max_lag, absl::Time deadline);
+  // From `at` on, answers every wait, and every later one at once (not
+  // replicated, no entries): for a server that stops, giving its replicas
+  // until then.
+  void CancelWaits(absl::Time at);
 
   struct Stats {
     uint32_t followers = 0;
@@ -98,7 +119,37 @@ class ReplicationFeed {
     absl::Time last_read;
     bool in_sync = false;
   };
+  struct ReplicatedWait {
+    uint64_t sequence;
+    bool sync;
+    uint64_t max_lag;
+    absl::Time deadline;
+    std::function<void(bool)> done;
+  };
+  struct ReadWait {
+    uint64_t follower;
+    size_t max_entries;
+    absl::Time deadline;
+    ReadDone done;
+  };
 
+  // The waiter thread: answers waits as the feed changes and as their
+  // deadlines pass.
+  void RunWaits();
+  // Moves the answers of the waits that are decided into `answers`.
+  void DecideWaitsLocked(absl::Time now,
+                         std::vector<std::function<void()>>* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReplicatedLocked(const ReplicatedWait& wait) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes a follower's read of what it applied. FAILED_PRECONDITION /
+  // INVALID_ARGUMENT as WhenReadable().
+  absl::Status AcknowledgeLocked(uint64_t follower, uint64_t applied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Up to `max_entries` entries after `from`.
+  std::vector<FeedEntry> EntriesAfterLocked(uint64_t from,
+                                            size_t max_entries) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops followers not heard from within the timeout, and the entries no
   // follower needs.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -106,10 +157,6 @@ class ReplicationFeed {
   // The least any follower (any in sync, when `in_sync_only`) has applied;
   // head_ when there is none.
   uint64_t LeastAppliedLocked(bool in_sync_only = false) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits in slices (so that followers time out meanwhile) until `done` or
-  // `deadline`.
-  bool AwaitLocked(const absl::Condition& done, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ReplicationFeedOptions options_;
@@ -121,6 +168,14 @@ class ReplicationFeed {
   // Entries first_kept_ .. head_ (those some follower needs).
   std::deque<FeedEntry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t first_kept_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<ReplicatedWait> replicated_waits_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReadWait> read_waits_ ABSL_GUARDED_BY(mu_);
+  // Something a wait may be waiting for happened since the waiter thread
+  // last looked.
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread waiter_;
 };
 
 }  // namespace ps::embedding

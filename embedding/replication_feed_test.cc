@@ -1,5 +1,6 @@
 #include "embedding/replication_feed.h"
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -9,6 +10,8 @@
 
 namespace ps::embedding {
 namespace {
+
+constexpr uint64_t kNoBound = ~uint64_t{0};
 
 TEST(ReplicationFeedTest, KeepsEntriesOnlyForFollowers) {
   ReplicationFeed feed;
@@ -58,13 +61,14 @@ TEST(ReplicationFeedTest, AFollowerCatchingUpHoldsNoPushBack) {
   uint64_t start = 0;
   const uint64_t follower = feed.AddFollower(&start);
   const uint64_t first = feed.AppendPush("t", "a");
-  EXPECT_TRUE(feed.WaitApplied(first, absl::Now()));
+  EXPECT_TRUE(feed.WaitReplicated(first, true, kNoBound, absl::Now()));
   EXPECT_EQ(feed.GetStats().in_sync, 0u);
   std::vector<FeedEntry> out;
   ASSERT_OK(feed.Read(follower, first, 10, absl::ZeroDuration(), &out));
   EXPECT_EQ(feed.GetStats().in_sync, 1u);
   const uint64_t second = feed.AppendPush("t", "b");
-  EXPECT_FALSE(feed.WaitApplied(second, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_FALSE(feed.WaitReplicated(second, true, kNoBound,
+                                   absl::Now() + absl::Milliseconds(20)));
 }
 
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
@@ -77,26 +81,62 @@ TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   std::vector<FeedEntry> caught_up;
   ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &caught_up));
   const uint64_t sequence = feed.AppendPush("t", "x");
+  EXPECT_FALSE(feed.WaitReplicated(sequence, true, kNoBound,
+                                   absl::Now() + absl::Milliseconds(20)));
   EXPECT_FALSE(
-      feed.WaitApplied(sequence, absl::Now() + absl::Milliseconds(20)));
-  EXPECT_FALSE(feed.WaitLagAtMost(0, absl::Now() + absl::Milliseconds(20)));
-  EXPECT_TRUE(feed.WaitLagAtMost(1, absl::Now()));
+      feed.WaitReplicated(0, false, 0, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_TRUE(feed.WaitReplicated(0, false, 1, absl::Now()));
   std::thread follower_thread([&] {
     std::vector<FeedEntry> out;
     EXPECT_OK(feed.Read(follower, sequence, 10, absl::ZeroDuration(), &out));
   });
-  EXPECT_TRUE(feed.WaitApplied(sequence, absl::Now() + absl::Seconds(30)));
+  EXPECT_TRUE(feed.WaitReplicated(sequence, true, kNoBound,
+                                  absl::Now() + absl::Seconds(30)));
   follower_thread.join();
 
   // A follower that stops reading is dropped after the timeout, and no
   // longer holds anything back.
   const uint64_t next = feed.AppendPush("t", "y");
-  EXPECT_TRUE(feed.WaitApplied(next, absl::Now() + absl::Seconds(30)));
+  EXPECT_TRUE(feed.WaitReplicated(next, true, kNoBound,
+                                  absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(feed.GetStats().followers, 0u);
   EXPECT_EQ(feed.GetStats().entries_kept, 0u);
   std::vector<FeedEntry> out;
   EXPECT_EQ(feed.Read(follower, next, 10, absl::ZeroDuration(), &out).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ReplicationFeedTest, WaitsAreAnsweredOnceWithoutHoldingTheCaller) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  std::vector<FeedEntry> caught_up;
+  ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &caught_up));
+  const uint64_t sequence = feed.AppendPush("t", "x");
+  std::atomic<int> replicated{0}, read{0};
+  // Both return at once; their answers come later, on the feed's thread.
+  feed.WhenReplicated(sequence, true, kNoBound, absl::InfiniteFuture(),
+                      [&](bool done) { replicated += done ? 1 : 100; });
+  feed.WhenReadable(follower, sequence, 10, absl::InfiniteFuture(),
+                    [&](absl::Status status, std::vector<FeedEntry> entries) {
+                      EXPECT_OK(status);
+                      EXPECT_EQ(entries.size(), 1u);
+                      ++read;
+                    });
+  EXPECT_EQ(replicated.load(), 0);
+  EXPECT_EQ(read.load(), 0);
+  feed.AppendPush("t", "y");
+  while (read.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(replicated.load(), 1);  // the read acknowledged `sequence`
+  // CancelWaits() answers what is pending, not replicated, once its time
+  // comes.
+  const uint64_t last = feed.AppendPush("t", "z");
+  feed.WhenReplicated(last, true, kNoBound, absl::InfiniteFuture(),
+                      [&](bool done) { replicated += done ? 1 : 100; });
+  feed.CancelWaits(absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(replicated.load(), 1);
+  while (replicated.load() == 1) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(replicated.load(), 101);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -81,6 +82,8 @@ struct StatsSummary {
   std::vector<double> bounds;        // of the latency buckets
   // Shards by the commit they run (more than one during a rolling update).
   std::map<std::string, std::vector<int>> versions;
+  // One line per shard that replicates or is replicated.
+  std::vector<std::string> replication;
   int answered = 0;
 };
 
@@ -178,6 +181,34 @@ StatsSummary Summarize(double interval,
     answer.fields["build_time"] = now.build_time();
     summary.versions[now.build_commit()].push_back(
         static_cast<int>(now.shard_index()));
+    const ps::ShardStatsResponse::Replication& replication = now.replication();
+    if (!replication.role().empty()) {
+      answer.fields["replication_role"] = replication.role();
+      answer.fields["replication_lag_entries"] = replication.lag_entries();
+      answer.fields["replication_applied_sequence"] =
+          replication.applied_sequence();
+      answer.fields["replication_head_sequence"] = replication.head_sequence();
+    }
+    if (replication.role() == "primary" && replication.replicas() > 0) {
+      answer.fields["replicas"] = replication.replicas();
+      answer.fields["replicas_in_sync"] = replication.replicas_in_sync();
+      summary.replication.push_back(absl::StrFormat(
+          "shard %d (%s): primary, %s replication, %d replica(s), %d in "
+          "sync, lag %d entries",
+          now.shard_index(), answer.server, replication.mode(),
+          replication.replicas(), replication.replicas_in_sync(),
+          replication.lag_entries()));
+    } else if (absl::StartsWith(replication.role(), "replica")) {
+      if (!replication.error().empty())
+        answer.fields["replication_error"] = replication.error();
+      summary.replication.push_back(absl::StrFormat(
+          "shard %d (%s): %s, applied %d of %d entries%s", now.shard_index(),
+          answer.server, replication.role(), replication.applied_sequence(),
+          replication.head_sequence(),
+          replication.error().empty()
+              ? ""
+              : absl::StrCat("; stopped: ", replication.error())));
+    }
     AddMethods(now, then, seconds, &summary);
   }
   // Methods not called in the interval say nothing.
@@ -236,6 +267,9 @@ void PrintStatsTable(const StatsSummary& summary, double interval,
     std::printf("build %s on shard%s %s\n",
                 commit.empty() ? "(not reported)" : commit.c_str(),
                 on.size() == 1 ? "" : "s", absl::StrJoin(on, ",").c_str());
+  }
+  for (const std::string& line : summary.replication) {
+    std::printf("%s\n", line.c_str());
   }
   std::printf("%-24s %16s %14s\n", "", "total", "per s");
   for (size_t f = 0; f < std::size(kStatFields); ++f) {

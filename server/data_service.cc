@@ -409,26 +409,25 @@ grpc::ServerUnaryReactor* DataService::Push(
     return Finish(context, reactor,
                   absl::FailedPreconditionError(options_.read_only));
   }
-  absl::Status status = HandlePush(*request, response);
-  if (status.ok()) WaitForReplicas();
-  return Finish(context, reactor, status);
-}
-
-void DataService::WaitForReplicas() {
+  const absl::Status status = HandlePush(*request, response);
   embedding::ReplicationFeed* feed = options_.feed;
-  if (feed == nullptr) return;
-  // The push (or, for a duplicate, the push it repeats) is at or before
-  // the head now.
-  const uint64_t head = feed->head();
-  const absl::Time deadline = absl::Now() + options_.replication_wait;
-  const bool replicated =
-      (!options_.sync_replication || feed->WaitApplied(head, deadline)) &&
-      feed->WaitLagAtMost(options_.max_replication_lag, deadline);
-  if (!replicated) {
-    LOG_EVERY_N(WARNING, 100)
-        << "a push was answered before its replicas caught up (waited "
-        << absl::FormatDuration(options_.replication_wait) << ")";
-  }
+  if (!status.ok() || feed == nullptr) return Finish(context, reactor, status);
+  // Answered once the replicas have it (a duplicate: once they have the
+  // push it repeats, which is at or before the head now), without holding
+  // a gRPC thread meanwhile.
+  feed->WhenReplicated(
+      feed->head(), options_.sync_replication, options_.max_replication_lag,
+      absl::Now() + options_.replication_wait,
+      [this, context, reactor](bool replicated) {
+        if (!replicated) {
+          LOG_EVERY_N(WARNING, 100)
+              << "a push was answered before its replicas had it (waited "
+              << absl::FormatDuration(options_.replication_wait)
+              << ", or the shard stops)";
+        }
+        Finish(context, reactor, absl::OkStatus());
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(

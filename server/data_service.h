@@ -109,8 +109,6 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                   DeclareTableResponse* response);
   absl::Status HandlePull(const PullRequest& request, PullResponse* response);
   absl::Status HandlePush(const PushRequest& request, PushResponse* response);
-  // After a push was answered OK: waits for the replicas as options_ say.
-  void WaitForReplicas();
 
   // Calls whose handler has started and that gRPC is not done with yet
   // (their reply may still be on its way).

@@ -193,32 +193,38 @@ void ReplicationService::EndCopyLocked() {
 grpc::ServerUnaryReactor* ReplicationService::Follow(
     grpc::CallbackServerContext* context, const FollowRequest* request,
     FollowResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status =
       CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
-  if (status.ok()) status = DoFollow(*request, response);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-absl::Status ReplicationService::DoFollow(const FollowRequest& request,
-                                          FollowResponse* response) {
-  if (request.feed_id() != feed_->id()) {
-    return absl::FailedPreconditionError(
+  if (status.ok() && request->feed_id() != feed_->id()) {
+    status = absl::FailedPreconditionError(
         "this is not the feed the replica was copied from (the primary "
         "restarted): copy it again");
   }
-  std::vector<FeedEntry> entries;
-  RETURN_IF_ERROR(feed_->Read(
-      request.follower_id(), request.applied_sequence(),
-      request.max_entries() == 0 ? kDefaultFollowEntries
-                                 : request.max_entries(),
-      std::min(absl::Milliseconds(request.wait_ms()), kMaxFollowWait),
-      &entries));
-  for (FeedEntry& entry : entries) *response->add_entries() = std::move(entry);
-  response->set_head_sequence(feed_->head());
-  response->set_slot_map_epoch(options_.slot_map_epoch());
-  return absl::OkStatus();
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  // Answered by the feed when an entry comes (or the wait ends), without
+  // holding a gRPC thread meanwhile.
+  feed_->WhenReadable(
+      request->follower_id(), request->applied_sequence(),
+      request->max_entries() == 0 ? kDefaultFollowEntries
+                                  : request->max_entries(),
+      absl::Now() +
+          std::min(absl::Milliseconds(request->wait_ms()), kMaxFollowWait),
+      [this, reactor, response](absl::Status read,
+                                std::vector<FeedEntry> entries) {
+        if (read.ok()) {
+          for (FeedEntry& entry : entries) {
+            *response->add_entries() = std::move(entry);
+          }
+          response->set_head_sequence(feed_->head());
+          response->set_slot_map_epoch(options_.slot_map_epoch());
+        }
+        reactor->Finish(ToGrpcStatus(read));
+      });
+  return reactor;
 }
 
 absl::StatusOr<ReplicaStart> CopyFromPrimary(

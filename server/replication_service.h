@@ -86,7 +86,6 @@ class ReplicationService final : public Replication::CallbackService {
   absl::Status DoBeginCopy(BeginCopyResponse* response);
   absl::Status DoReadCopyFile(const ReadCopyFileRequest& request,
                               ReadCopyFileResponse* response);
-  absl::Status DoFollow(const FollowRequest& request, FollowResponse* response);
   // Removes the copy's directory, if any. REQUIRES: mu_ held.
   void EndCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -531,6 +531,9 @@ absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
   // A replica stops applying before the store is written back.
   follower_.reset();
+  // Pushes waiting for replicas get until the drain ends, then are
+  // answered, so that the gRPC server can finish them.
+  if (feed_ != nullptr) feed_->CancelWaits(absl::Now() + drain);
   // Another shard coordinates while this one drains.
   election_.reset();
   if (health_watcher_.joinable()) {
