@@ -2,6 +2,7 @@
 // (replication_feed.h), cutting a copy for a new replica, and applying the
 // feed's entries on the replica.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,10 +86,14 @@ absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
                      section.gradients.end());
     rest.remove_prefix(bytes);
   }
+  // The primary applied it, so it is applied here too, unless the ledger
+  // knows it applied already (ledger_.Begin() could refuse it: the
+  // primary's ledger also held refusals it let through later).
   const PushOrigin& origin = header.origin;
   if (origin.tracked()) {
-    ASSIGN_OR_RETURN(PushLedger::Claim claim, ledger_.Begin(origin));
-    if (claim.duplicate) return absl::OkStatus();
+    const absl::StatusOr<std::optional<uint32_t>> applied =
+        ledger_.Applied(origin);
+    if (applied.ok() && applied->has_value()) return absl::OkStatus();
   }
   absl::StatusOr<size_t> updated;
   {
@@ -96,10 +101,8 @@ absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
     updated =
         ApplyPush(*table, keys, gradients, origin, header.learning_rate_scale);
   }
-  if (origin.tracked()) {
-    ledger_.Finish(origin, updated.ok(), header.rows_updated);
-  }
   RETURN_IF_ERROR(updated.status());
+  if (origin.tracked()) ledger_.MergeApplied(origin, header.rows_updated);
   rows_pushed_ += *updated;
   return absl::OkStatus();
 }

@@ -124,6 +124,43 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
 }
 
+TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
+  ReplicationFeed feed;
+  std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
+  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
+  const std::string copy = options_.data_dir + "-copy";
+  std::filesystem::remove_all(copy);
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut =
+      primary->CheckpointForReplica(copy);
+  ASSERT_OK(cut.status());
+  // Push 1 is refused as busy, 2..400 are applied, then 1's retry: the
+  // primary's ledger remembers the refusal and applies it.
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> gradients(keys.size() * 4, 0.5f);
+  primary->NoteRefusedPush(PushOrigin{1, 1, 1});
+  for (uint64_t sequence = 2; sequence <= 400; ++sequence) {
+    ASSERT_OK(primary->Push("t", keys, gradients, PushOrigin{1, 1, sequence})
+                  .status());
+  }
+  absl::StatusOr<PushOutcome> late =
+      primary->Push("t", keys, gradients, PushOrigin{1, 1, 1});
+  ASSERT_OK(late.status());
+  ASSERT_FALSE(late->duplicate);
+
+  std::vector<FeedEntry> entries;
+  ASSERT_OK(feed.Read(cut->follower, cut->start_sequence, 1000,
+                      absl::ZeroDuration(), &entries));
+  StoreOptions replica_options = options_;
+  replica_options.data_dir = copy;
+  std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
+  ASSERT_OK(replica->MergeLedger(cut->ledger));
+  for (const FeedEntry& entry : entries) {
+    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.sequence();
+  }
+  EXPECT_EQ(PullRows(*replica, "t", keys, 4), PullRows(*primary, "t", keys, 4));
+}
+
 TEST_F(ReplicationTest, APrimaryWithoutAPushLogFeedsNobody) {
   options_.durability = Durability::kPeriodic;
   ReplicationFeed feed;

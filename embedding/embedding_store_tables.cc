@@ -183,12 +183,13 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
     absl::MutexLock lock(&tables_mu_);
     tables_by_name_.erase(table->spec.name());
     table->dropped = true;
-  }
-  if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
-    FeedEntry entry;
-    entry.set_kind(FeedEntry::DROP_TABLE);
-    entry.set_table(table->spec.name());
-    feed->Append(std::move(entry));
+    // Under tables_mu_: a declare of the name again is fed after it.
+    if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+      FeedEntry entry;
+      entry.set_kind(FeedEntry::DROP_TABLE);
+      entry.set_table(table->spec.name());
+      feed->Append(std::move(entry));
+    }
   }
   uint64_t dropped_rows = 0;
   for (auto& stripe : stripes_) {

@@ -87,8 +87,8 @@ void ReplicationFeed::RemoveFollower(uint64_t follower) {
 }
 
 void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
-                                   size_t max_entries, absl::Time deadline,
-                                   ReadDone done) {
+                                   size_t max_entries, size_t max_bytes,
+                                   absl::Time deadline, ReadDone done) {
   absl::Status status;
   std::vector<FeedEntry> entries;
   {
@@ -96,14 +96,14 @@ void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
     ExpireLocked(absl::Now());
     status = AcknowledgeLocked(follower, applied);
     if (status.ok()) {
-      const uint64_t from = followers_[follower].applied;
-      if (head_ == from && absl::Now() < std::min(deadline, cancel_at_) &&
-          max_entries > 0) {
-        read_waits_.push_back(
-            ReadWait{follower, max_entries, deadline, std::move(done)});
+      Follower& state = followers_[follower];
+      if (head_ == state.applied &&
+          absl::Now() < std::min(deadline, cancel_at_) && max_entries > 0) {
+        read_waits_.push_back(ReadWait{follower, max_entries, max_bytes,
+                                       deadline, std::move(done)});
         return;
       }
-      entries = EntriesAfterLocked(from, max_entries);
+      entries = TakeEntriesLocked(state, state.applied, max_entries, max_bytes);
     }
   }
   done(std::move(status), std::move(entries));
@@ -111,14 +111,15 @@ void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
 
 void ReplicationFeed::WhenReplicated(uint64_t sequence, bool sync,
                                      uint64_t max_lag, absl::Time deadline,
-                                     std::function<void(bool)> done) {
+                                     std::function<void(Replicated)> done) {
   ReplicatedWait wait{sequence, sync, max_lag, deadline, std::move(done)};
-  bool replicated = false;
+  Replicated replicated;
   {
     absl::MutexLock lock(&mu_);
     ExpireLocked(absl::Now());
     replicated = ReplicatedLocked(wait);
-    if (!replicated && absl::Now() < std::min(deadline, cancel_at_)) {
+    if (replicated == Replicated::kTimedOut &&
+        absl::Now() < std::min(deadline, cancel_at_)) {
       replicated_waits_.push_back(std::move(wait));
       return;
     }
@@ -131,7 +132,7 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
                                    std::vector<FeedEntry>* out) {
   absl::Notification answered;
   absl::Status status;
-  WhenReadable(follower, applied, max_entries, absl::Now() + wait,
+  WhenReadable(follower, applied, max_entries, ~size_t{0}, absl::Now() + wait,
                [&](absl::Status read, std::vector<FeedEntry> entries) {
                  status = std::move(read);
                  *out = std::move(entries);
@@ -141,12 +142,12 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
   return status;
 }
 
-bool ReplicationFeed::WaitReplicated(uint64_t sequence, bool sync,
-                                     uint64_t max_lag, absl::Time deadline) {
+ReplicationFeed::Replicated ReplicationFeed::WaitReplicated(
+    uint64_t sequence, bool sync, uint64_t max_lag, absl::Time deadline) {
   absl::Notification answered;
-  bool replicated = false;
-  WhenReplicated(sequence, sync, max_lag, deadline, [&](bool done) {
-    replicated = done;
+  Replicated replicated = Replicated::kTimedOut;
+  WhenReplicated(sequence, sync, max_lag, deadline, [&](Replicated outcome) {
+    replicated = outcome;
     answered.Notify();
   });
   answered.WaitForNotification();
@@ -201,8 +202,9 @@ void ReplicationFeed::DecideWaitsLocked(
     absl::Time now, std::vector<std::function<void()>>* answers) {
   for (size_t i = 0; i < replicated_waits_.size();) {
     ReplicatedWait& wait = replicated_waits_[i];
-    const bool replicated = ReplicatedLocked(wait);
-    if (replicated || now >= std::min(wait.deadline, cancel_at_)) {
+    const Replicated replicated = ReplicatedLocked(wait);
+    if (replicated != Replicated::kTimedOut ||
+        now >= std::min(wait.deadline, cancel_at_)) {
       answers->push_back(
           [done = std::move(wait.done), replicated] { done(replicated); });
       replicated_waits_[i] = std::move(replicated_waits_.back());
@@ -218,12 +220,12 @@ void ReplicationFeed::DecideWaitsLocked(
     std::vector<FeedEntry> entries;
     bool decided = true;
     if (follower == followers_.end()) {
-      status =
-          absl::FailedPreconditionError(absl::StrCat("follower ", wait.follower,
-                                                     " was dropped while it "
-                                                     "waited: copy it again"));
+      status = absl::FailedPreconditionError(
+          absl::StrCat("follower ", wait.follower,
+                       " was dropped while it waited: copy it again"));
     } else if (head_ > follower->second.applied) {
-      entries = EntriesAfterLocked(follower->second.applied, wait.max_entries);
+      entries = TakeEntriesLocked(follower->second, follower->second.applied,
+                                  wait.max_entries, wait.max_bytes);
     } else {
       decided = now >= std::min(wait.deadline, cancel_at_);
     }
@@ -241,11 +243,17 @@ void ReplicationFeed::DecideWaitsLocked(
   }
 }
 
-bool ReplicationFeed::ReplicatedLocked(const ReplicatedWait& wait) const {
-  if (wait.sync && LeastAppliedLocked(/*in_sync_only=*/true) < wait.sequence) {
-    return false;
-  }
-  return head_ - LeastAppliedLocked() <= wait.max_lag;
+ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
+    const ReplicatedWait& wait) const {
+  if (head_ - LeastAppliedLocked() > wait.max_lag) return Replicated::kTimedOut;
+  if (!wait.sync) return Replicated::kYes;
+  const bool any_in_sync =
+      std::any_of(followers_.begin(), followers_.end(),
+                  [](const auto& follower) { return follower.second.in_sync; });
+  if (!any_in_sync) return Replicated::kNoReplicaInSync;
+  return LeastAppliedLocked(/*in_sync_only=*/true) >= wait.sequence
+             ? Replicated::kYes
+             : Replicated::kTimedOut;
 }
 
 absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,
@@ -276,15 +284,25 @@ absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,
   return absl::OkStatus();
 }
 
-std::vector<FeedEntry> ReplicationFeed::EntriesAfterLocked(
-    uint64_t from, size_t max_entries) const {
+std::vector<FeedEntry> ReplicationFeed::TakeEntriesLocked(Follower& follower,
+                                                          uint64_t from,
+                                                          size_t max_entries,
+                                                          size_t max_bytes) {
   std::vector<FeedEntry> out;
+  size_t bytes = 0;
   // Entries after a follower's position are kept while it is registered;
   // none are kept once no follower is.
   for (uint64_t sequence = std::max(from + 1, first_kept_);
        sequence <= head_ && out.size() < max_entries; ++sequence) {
     if (sequence != from + 1 + out.size()) break;  // a gap: none to give
-    out.push_back(entries_[sequence - first_kept_]);
+    const FeedEntry& entry = entries_[sequence - first_kept_];
+    bytes += entry.record().size();
+    if (!out.empty() && bytes > max_bytes) break;
+    out.push_back(entry);
+  }
+  if (from + out.size() == head_ && !follower.in_sync) {
+    follower.in_sync = true;
+    changed_ = true;
   }
   return out;
 }

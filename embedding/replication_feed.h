@@ -73,28 +73,40 @@ class ReplicationFeed {
   void RemoveFollower(uint64_t follower);
 
   // Notes that `follower` applied every entry up to `applied`, then calls
-  // done(status, entries) with up to `max_entries` entries after it: at
-  // once when there are some, or on an error, or once `deadline` has
-  // passed; otherwise when the first comes, or at `deadline` with none.
+  // done(status, entries) with the entries after it, up to `max_entries`
+  // and `max_bytes` of records (at least one entry if any): at once when
+  // there are some, or on an error, or once `deadline` has passed;
+  // otherwise when the first comes, or at `deadline` with none. A follower
+  // handed every entry up to the head is in sync from then on.
   // FAILED_PRECONDITION for an unknown follower (never added, or dropped);
   // INVALID_ARGUMENT for `applied` past head().
   using ReadDone = std::function<void(absl::Status, std::vector<FeedEntry>)>;
   void WhenReadable(uint64_t follower, uint64_t applied, size_t max_entries,
-                    absl::Time deadline, ReadDone done);
+                    size_t max_bytes, absl::Time deadline, ReadDone done);
 
-  // Calls done(true) once every follower in sync has applied `sequence`
-  // (when `sync`; one dropped meanwhile no longer counts, one still
-  // catching up does not yet) and no follower is more than `max_lag`
-  // entries behind head(); done(false) at `deadline` or once CancelWaits()
-  // was called.
+  // What became of a wait for replicas.
+  enum class Replicated {
+    // Every follower in sync applied it (under sync), and no follower is
+    // more than the lag bound behind.
+    kYes,
+    // As kYes, but under sync no follower was in sync: nobody has it.
+    kNoReplicaInSync,
+    // The deadline (or CancelWaits()) came first.
+    kTimedOut,
+  };
+  // Calls done() once every follower in sync has applied `sequence` (when
+  // `sync`; one dropped meanwhile no longer counts, one still catching up
+  // does not yet) and no follower is more than `max_lag` entries behind
+  // head(), or at `deadline`, or once CancelWaits() takes effect.
   void WhenReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
-                      absl::Time deadline, std::function<void(bool)> done);
+                      absl::Time deadline,
+                      std::function<void(Replicated)> done);
 
   // Blocking forms of the two above.
   absl::Status Read(uint64_t follower, uint64_t applied, size_t max_entries,
                     absl::Duration wait, std::vector<FeedEntry>* out);
-  bool WaitReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
-                      absl::Time deadline);
+  Replicated WaitReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
+                            absl::Time deadline);
 
   // From `at` on, answers every wait, and every later one at once (not
   // replicated, no entries): for a server that stops, giving its replicas
@@ -124,11 +136,12 @@ class ReplicationFeed {
     bool sync;
     uint64_t max_lag;
     absl::Time deadline;
-    std::function<void(bool)> done;
+    std::function<void(Replicated)> done;
   };
   struct ReadWait {
     uint64_t follower;
     size_t max_entries;
+    size_t max_bytes;
     absl::Time deadline;
     ReadDone done;
   };
@@ -140,15 +153,19 @@ class ReplicationFeed {
   void DecideWaitsLocked(absl::Time now,
                          std::vector<std::function<void()>>* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReplicatedLocked(const ReplicatedWait& wait) const
+  // kYes or kNoReplicaInSync when `wait` is satisfied; kTimedOut when not
+  // (yet).
+  Replicated ReplicatedLocked(const ReplicatedWait& wait) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes a follower's read of what it applied. FAILED_PRECONDITION /
   // INVALID_ARGUMENT as WhenReadable().
   absl::Status AcknowledgeLocked(uint64_t follower, uint64_t applied)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Up to `max_entries` entries after `from`.
-  std::vector<FeedEntry> EntriesAfterLocked(uint64_t from,
-                                            size_t max_entries) const
+  // Up to `max_entries` entries after `from` (and `max_bytes` of records,
+  // but at least one) for `follower`, which is in sync once they reach the
+  // head.
+  std::vector<FeedEntry> TakeEntriesLocked(Follower& follower, uint64_t from,
+                                           size_t max_entries, size_t max_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops followers not heard from within the timeout, and the entries no
   // follower needs.

@@ -1,9 +1,11 @@
 #include "embedding/replication_feed.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
@@ -12,6 +14,11 @@ namespace ps::embedding {
 namespace {
 
 constexpr uint64_t kNoBound = ~uint64_t{0};
+constexpr ReplicationFeed::Replicated kYes = ReplicationFeed::Replicated::kYes;
+constexpr ReplicationFeed::Replicated kTimedOut =
+    ReplicationFeed::Replicated::kTimedOut;
+constexpr ReplicationFeed::Replicated kNoReplicaInSync =
+    ReplicationFeed::Replicated::kNoReplicaInSync;
 
 TEST(ReplicationFeedTest, KeepsEntriesOnlyForFollowers) {
   ReplicationFeed feed;
@@ -41,6 +48,31 @@ TEST(ReplicationFeedTest, KeepsEntriesOnlyForFollowers) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ReplicationFeedTest, AReadStaysWithinItsBytesButTakesAtLeastOne) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  for (int i = 0; i < 3; ++i) feed.AppendPush("t", std::string(1000, 'a' + i));
+  std::vector<std::vector<FeedEntry>> reads;
+  uint64_t applied = start;
+  while (applied < feed.head()) {
+    absl::Notification answered;
+    feed.WhenReadable(follower, applied, 10, 1500, absl::Now(),
+                      [&](absl::Status status, std::vector<FeedEntry> entries) {
+                        EXPECT_OK(status);
+                        reads.push_back(std::move(entries));
+                        answered.Notify();
+                      });
+    answered.WaitForNotification();
+    ASSERT_FALSE(reads.back().empty());
+    applied = reads.back().back().sequence();
+  }
+  ASSERT_EQ(reads.size(), 3u);  // 2000 bytes would pass 1500
+  EXPECT_EQ(reads[2][0].record(), std::string(1000, 'c'));
+  // Handed everything up to the head: in sync.
+  EXPECT_EQ(feed.GetStats().in_sync, 1u);
+}
+
 TEST(ReplicationFeedTest, AReadWaitsForTheNextEntry) {
   ReplicationFeed feed;
   uint64_t start = 0;
@@ -61,14 +93,16 @@ TEST(ReplicationFeedTest, AFollowerCatchingUpHoldsNoPushBack) {
   uint64_t start = 0;
   const uint64_t follower = feed.AddFollower(&start);
   const uint64_t first = feed.AppendPush("t", "a");
-  EXPECT_TRUE(feed.WaitReplicated(first, true, kNoBound, absl::Now()));
+  EXPECT_EQ(kNoReplicaInSync,
+            feed.WaitReplicated(first, true, kNoBound, absl::Now()));
   EXPECT_EQ(feed.GetStats().in_sync, 0u);
   std::vector<FeedEntry> out;
   ASSERT_OK(feed.Read(follower, first, 10, absl::ZeroDuration(), &out));
   EXPECT_EQ(feed.GetStats().in_sync, 1u);
   const uint64_t second = feed.AppendPush("t", "b");
-  EXPECT_FALSE(feed.WaitReplicated(second, true, kNoBound,
-                                   absl::Now() + absl::Milliseconds(20)));
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(second, true, kNoBound,
+                                absl::Now() + absl::Milliseconds(20)));
 }
 
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
@@ -81,24 +115,26 @@ TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   std::vector<FeedEntry> caught_up;
   ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &caught_up));
   const uint64_t sequence = feed.AppendPush("t", "x");
-  EXPECT_FALSE(feed.WaitReplicated(sequence, true, kNoBound,
-                                   absl::Now() + absl::Milliseconds(20)));
-  EXPECT_FALSE(
-      feed.WaitReplicated(0, false, 0, absl::Now() + absl::Milliseconds(20)));
-  EXPECT_TRUE(feed.WaitReplicated(0, false, 1, absl::Now()));
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(sequence, true, kNoBound,
+                                absl::Now() + absl::Milliseconds(20)));
+  EXPECT_EQ(kTimedOut, feed.WaitReplicated(
+                           0, false, 0, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_EQ(kYes, feed.WaitReplicated(0, false, 1, absl::Now()));
   std::thread follower_thread([&] {
     std::vector<FeedEntry> out;
     EXPECT_OK(feed.Read(follower, sequence, 10, absl::ZeroDuration(), &out));
   });
-  EXPECT_TRUE(feed.WaitReplicated(sequence, true, kNoBound,
-                                  absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, true, kNoBound,
+                                      absl::Now() + absl::Seconds(30)));
   follower_thread.join();
 
   // A follower that stops reading is dropped after the timeout, and no
   // longer holds anything back.
   const uint64_t next = feed.AppendPush("t", "y");
-  EXPECT_TRUE(feed.WaitReplicated(next, true, kNoBound,
-                                  absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(kNoReplicaInSync,
+            feed.WaitReplicated(next, true, kNoBound,
+                                absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(feed.GetStats().followers, 0u);
   EXPECT_EQ(feed.GetStats().entries_kept, 0u);
   std::vector<FeedEntry> out;
@@ -116,8 +152,10 @@ TEST(ReplicationFeedTest, WaitsAreAnsweredOnceWithoutHoldingTheCaller) {
   std::atomic<int> replicated{0}, read{0};
   // Both return at once; their answers come later, on the feed's thread.
   feed.WhenReplicated(sequence, true, kNoBound, absl::InfiniteFuture(),
-                      [&](bool done) { replicated += done ? 1 : 100; });
-  feed.WhenReadable(follower, sequence, 10, absl::InfiniteFuture(),
+                      [&](ReplicationFeed::Replicated done) {
+                        replicated += done == kYes ? 1 : 100;
+                      });
+  feed.WhenReadable(follower, sequence, 10, 1 << 20, absl::InfiniteFuture(),
                     [&](absl::Status status, std::vector<FeedEntry> entries) {
                       EXPECT_OK(status);
                       EXPECT_EQ(entries.size(), 1u);
@@ -132,7 +170,9 @@ TEST(ReplicationFeedTest, WaitsAreAnsweredOnceWithoutHoldingTheCaller) {
   // comes.
   const uint64_t last = feed.AppendPush("t", "z");
   feed.WhenReplicated(last, true, kNoBound, absl::InfiniteFuture(),
-                      [&](bool done) { replicated += done ? 1 : 100; });
+                      [&](ReplicationFeed::Replicated done) {
+                        replicated += done == kYes ? 1 : 100;
+                      });
   feed.CancelWaits(absl::Now() + absl::Milliseconds(100));
   EXPECT_EQ(replicated.load(), 1);
   while (replicated.load() == 1) absl::SleepFor(absl::Milliseconds(1));

@@ -192,12 +192,18 @@ StatsSummary Summarize(double interval,
     if (replication.role() == "primary" && replication.replicas() > 0) {
       answer.fields["replicas"] = replication.replicas();
       answer.fields["replicas_in_sync"] = replication.replicas_in_sync();
+      answer.fields["pushes_without_replica"] =
+          replication.pushes_without_replica();
+      answer.fields["pushes_replication_timed_out"] =
+          replication.pushes_replication_timed_out();
       summary.replication.push_back(absl::StrFormat(
           "shard %d (%s): primary, %s replication, %d replica(s), %d in "
-          "sync, lag %d entries",
+          "sync, lag %d entries; pushes answered with no replica in sync %d, "
+          "replicas too slow %d",
           now.shard_index(), answer.server, replication.mode(),
           replication.replicas(), replication.replicas_in_sync(),
-          replication.lag_entries()));
+          replication.lag_entries(), replication.pushes_without_replica(),
+          replication.pushes_replication_timed_out()));
     } else if (absl::StartsWith(replication.role(), "replica")) {
       if (!replication.error().empty())
         answer.fields["replication_error"] = replication.error();

@@ -418,14 +418,26 @@ grpc::ServerUnaryReactor* DataService::Push(
   feed->WhenReplicated(
       feed->head(), options_.sync_replication, options_.max_replication_lag,
       absl::Now() + options_.replication_wait,
-      [this, context, reactor](bool replicated) {
-        if (!replicated) {
+      [this, context, reactor](embedding::ReplicationFeed::Replicated done) {
+        using Replicated = embedding::ReplicationFeed::Replicated;
+        absl::Status answer;
+        if (done == Replicated::kNoReplicaInSync) {
+          ++counters_.pushes_without_replica;
+        } else if (done == Replicated::kTimedOut) {
+          ++counters_.pushes_replication_timed_out;
           LOG_EVERY_N(WARNING, 100)
-              << "a push was answered before its replicas had it (waited "
+              << "a push waited "
               << absl::FormatDuration(options_.replication_wait)
-              << ", or the shard stops)";
+              << " for its replicas (or the shard stops); answered "
+                 "UNAVAILABLE";
+          answer = MarkTransient(absl::UnavailableError(absl::StrCat(
+              "the push is applied on this shard, but its replicas did not "
+              "confirm it within ",
+              absl::FormatDuration(options_.replication_wait),
+              " (--replica_timeout_ms); retry: the retry is answered once "
+              "they have it")));
         }
-        Finish(context, reactor, absl::OkStatus());
+        Finish(context, reactor, answer);
       });
   return reactor;
 }

@@ -39,6 +39,13 @@ struct RequestCounters {
   std::atomic<uint64_t> pull_requests{0};
   std::atomic<uint64_t> push_requests{0};
   std::atomic<uint64_t> failed_requests{0};
+  // Under sync replication: pushes answered while no replica was in sync
+  // (nobody else has them).
+  std::atomic<uint64_t> pushes_without_replica{0};
+  // Pushes applied here whose replicas did not confirm them in time:
+  // answered UNAVAILABLE, so that the client's retry (a duplicate) waits
+  // again.
+  std::atomic<uint64_t> pushes_replication_timed_out{0};
 };
 
 struct DataServiceOptions {
@@ -62,8 +69,10 @@ struct DataServiceOptions {
   // (FAILED_PRECONDITION); pulls are served. Default: empty.
   std::string read_only;
   // A primary's replication feed (not owned), or null. With a follower,
-  // a push is answered once every replica in sync applied it (`sync`), or
-  // once no replica is more than `max_replication_lag` entries behind.
+  // a push is answered once every replica in sync applied it (`sync`), and
+  // once no replica is more than `max_replication_lag` entries behind; if
+  // that takes longer than `replication_wait`, it is answered UNAVAILABLE
+  // (transient: the retry, a duplicate, waits again).
   embedding::ReplicationFeed* feed = nullptr;
   bool sync_replication = false;
   uint64_t max_replication_lag = 100000;

@@ -29,6 +29,7 @@ namespace {
 constexpr uint64_t kDefaultCopyPiece = 1 << 20;
 constexpr uint64_t kMaxCopyPiece = 16 << 20;
 constexpr uint32_t kDefaultFollowEntries = 256;
+constexpr uint64_t kDefaultFollowBytes = 32 << 20;
 // A Follow waits at most this long on the primary, whatever it asks.
 constexpr absl::Duration kMaxFollowWait = absl::Seconds(1);
 
@@ -57,7 +58,7 @@ ReplicationService::ReplicationService(const ReplicationServiceOptions& options,
 
 ReplicationService::~ReplicationService() {
   absl::MutexLock lock(&mu_);
-  EndCopyLocked();
+  while (!copies_.empty()) EndCopyLocked(copies_.begin()->first);
 }
 
 grpc::ServerUnaryReactor* ReplicationService::BeginCopy(
@@ -73,48 +74,60 @@ grpc::ServerUnaryReactor* ReplicationService::BeginCopy(
 
 absl::Status ReplicationService::DoBeginCopy(BeginCopyResponse* response) {
   absl::MutexLock lock(&mu_);
-  EndCopyLocked();
+  ExpireCopiesLocked();
+  if (copies_.size() >= kMaxCopies) {
+    return MarkTransient(absl::ResourceExhaustedError(absl::StrCat(
+        kMaxCopies, " replicas are copying this shard already; retry")));
+  }
   const uint64_t copy_id = next_copy_id_++;
   const std::string dir =
       absl::StrCat(options_.data_dir, "/replica_copy-", copy_id);
   const absl::Time began = absl::Now();
+  const uint64_t epoch = options_.slot_map_epoch();
   ASSIGN_OR_RETURN(const embedding::EmbeddingStore::ReplicaCut cut,
                    store_->CheckpointForReplica(dir));
-  copy_id_ = copy_id;
-  copy_dir_ = dir;
-  if (absl::Status written = options_.write_slot_map(dir); !written.ok()) {
-    EndCopyLocked();
-    feed_->RemoveFollower(cut.follower);
-    return written;
+  Copy& copy = copies_[copy_id];
+  copy.dir = dir;
+  copy.last_read = absl::Now();
+  BeginCopyResponse& listing = copy.listing;
+  listing.set_copy_id(copy_id);
+  listing.set_feed_id(feed_->id());
+  listing.set_follower_id(cut.follower);
+  listing.set_start_sequence(cut.start_sequence);
+  listing.set_ledger(cut.ledger);
+  listing.set_shard_index(options_.shard_index);
+  listing.set_num_shards(options_.num_shards);
+  absl::Status status = options_.write_slot_map(dir);
+  // The map went with rows that moved under it: a map that changed around
+  // the cut may not match the copy's rows.
+  if (status.ok() && options_.slot_map_epoch() != epoch) {
+    status = MarkTransient(absl::UnavailableError(
+        "the slot map changed while the copy was cut; retry"));
   }
-  copy_.Clear();
-  copy_.set_copy_id(copy_id);
-  copy_.set_feed_id(feed_->id());
-  copy_.set_follower_id(cut.follower);
-  copy_.set_start_sequence(cut.start_sequence);
-  copy_.set_ledger(cut.ledger);
-  copy_.set_shard_index(options_.shard_index);
-  copy_.set_num_shards(options_.num_shards);
   uint64_t bytes = 0;
   std::error_code error;
   for (const auto& entry :
        std::filesystem::recursive_directory_iterator(dir, error)) {
-    if (!entry.is_regular_file()) continue;
-    CopyFile* file = copy_.add_files();
+    if (!status.ok() || !entry.is_regular_file()) continue;
+    CopyFile* file = listing.add_files();
     file->set_path(std::filesystem::relative(entry.path(), dir).string());
     file->set_bytes(entry.file_size());
     bytes += file->bytes();
   }
-  if (error) {
-    EndCopyLocked();
-    return absl::InternalError(
+  if (status.ok() && error) {
+    status = absl::InternalError(
         absl::StrCat("listing the copy in ", dir, ": ", error.message()));
   }
-  LOG(INFO) << "copy " << copy_id << " for a replica: " << copy_.files_size()
+  if (!status.ok()) {
+    feed_->RemoveFollower(cut.follower);
+    EndCopyLocked(copy_id);
+    return status;
+  }
+  LOG(INFO) << "copy " << copy_id << " for a replica: " << listing.files_size()
             << " files, " << bytes << " bytes, cut at feed entry "
             << cut.start_sequence << " in "
             << absl::FormatDuration(absl::Now() - began);
-  *response = copy_;
+  *response = listing;
   return absl::OkStatus();
 }
 
@@ -132,35 +145,40 @@ grpc::ServerUnaryReactor* ReplicationService::ReadCopyFile(
 absl::Status ReplicationService::DoReadCopyFile(
     const ReadCopyFileRequest& request, ReadCopyFileResponse* response) {
   absl::MutexLock lock(&mu_);
-  if (copy_id_ == 0 || request.copy_id() != copy_id_) {
+  ExpireCopiesLocked();
+  auto copy = copies_.find(request.copy_id());
+  if (copy == copies_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat("copy ", request.copy_id(),
-                     " is not being read (another began, or it ended)"));
+                     " is not being read (it ended, or was not read for ",
+                     absl::FormatDuration(options_.copy_timeout), ")"));
   }
+  copy->second.last_read = absl::Now();
+  const BeginCopyResponse& listing = copy->second.listing;
   // Only the files the copy listed: never a path of the requester's making.
   const auto listed = std::find_if(
-      copy_.files().begin(), copy_.files().end(),
+      listing.files().begin(), listing.files().end(),
       [&](const CopyFile& file) { return file.path() == request.path(); });
-  if (listed == copy_.files().end()) {
+  if (listed == listing.files().end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the copy has no file ", request.path()));
   }
   // Reading the copy keeps its follower registered.
   std::vector<FeedEntry> none;
-  RETURN_IF_ERROR(feed_->Read(copy_.follower_id(), copy_.start_sequence(), 0,
-                              absl::ZeroDuration(), &none));
+  RETURN_IF_ERROR(feed_->Read(listing.follower_id(), listing.start_sequence(),
+                              0, absl::ZeroDuration(), &none));
   const uint64_t piece = std::min<uint64_t>(
       request.max_bytes() == 0 ? kDefaultCopyPiece : request.max_bytes(),
       kMaxCopyPiece);
   if (request.offset() >= listed->bytes()) return absl::OkStatus();
   const uint64_t size = std::min(piece, listed->bytes() - request.offset());
-  std::ifstream in(copy_dir_ + "/" + request.path(), std::ios::binary);
+  std::ifstream in(copy->second.dir + "/" + request.path(), std::ios::binary);
   std::string data(size, '\0');
   in.seekg(static_cast<std::streamoff>(request.offset()));
   in.read(data.data(), static_cast<std::streamsize>(size));
   if (!in) {
-    return absl::InternalError(absl::StrCat("reading ", request.path(),
-                                            " of copy ", copy_id_, " failed"));
+    return absl::InternalError(absl::StrCat(
+        "reading ", request.path(), " of copy ", copy->first, " failed"));
   }
   response->set_data(std::move(data));
   return absl::OkStatus();
@@ -173,21 +191,39 @@ grpc::ServerUnaryReactor* ReplicationService::EndCopy(
       CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    if (request->copy_id() == copy_id_) EndCopyLocked();
+    if (copies_.count(request->copy_id()) > 0) {
+      EndCopyLocked(request->copy_id());
+    }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
-void ReplicationService::EndCopyLocked() {
-  if (copy_id_ == 0) return;
+void ReplicationService::EndCopyLocked(uint64_t id) {
+  auto copy = copies_.find(id);
+  if (copy == copies_.end()) return;
   std::error_code error;
-  std::filesystem::remove_all(copy_dir_, error);
-  if (error)
-    LOG(WARNING) << "removing " << copy_dir_ << ": " << error.message();
-  copy_id_ = 0;
-  copy_dir_.clear();
+  std::filesystem::remove_all(copy->second.dir, error);
+  if (error) {
+    LOG(WARNING) << "removing " << copy->second.dir << ": " << error.message();
+  }
+  copies_.erase(copy);
+}
+
+void ReplicationService::ExpireCopiesLocked() {
+  const absl::Time now = absl::Now();
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    const uint64_t id = it->first;
+    const bool expired = now - it->second.last_read > options_.copy_timeout;
+    ++it;
+    if (expired) {
+      LOG(WARNING) << "copy " << id << " was not read for "
+                   << absl::FormatDuration(options_.copy_timeout)
+                   << ": removed";
+      EndCopyLocked(id);
+    }
+  }
 }
 
 grpc::ServerUnaryReactor* ReplicationService::Follow(
@@ -211,6 +247,7 @@ grpc::ServerUnaryReactor* ReplicationService::Follow(
       request->follower_id(), request->applied_sequence(),
       request->max_entries() == 0 ? kDefaultFollowEntries
                                   : request->max_entries(),
+      request->max_bytes() == 0 ? kDefaultFollowBytes : request->max_bytes(),
       absl::Now() +
           std::min(absl::Milliseconds(request->wait_ms()), kMaxFollowWait),
       [this, reactor, response](absl::Status read,
@@ -310,8 +347,10 @@ ReplicaFollower::ReplicaFollower(const ReplicaFollowerOptions& options,
       applied_(start.start_sequence),
       primary_head_(start.start_sequence) {}
 
-ReplicaFollower::~ReplicaFollower() {
-  stop_.Notify();
+ReplicaFollower::~ReplicaFollower() { Stop(); }
+
+void ReplicaFollower::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -334,6 +373,7 @@ void ReplicaFollower::Run() {
     request.set_follower_id(start_.follower_id);
     request.set_applied_sequence(applied_.load());
     request.set_max_entries(options_.max_entries);
+    request.set_max_bytes(options_.max_bytes);
     request.set_wait_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.follow_wait)));
     FollowResponse response;

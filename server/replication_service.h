@@ -5,11 +5,12 @@
 //
 // ReplicationService is the primary's side: BeginCopy checkpoints the store
 // into <data_dir>/replica_copy-<id> at a cut of its ReplicationFeed
-// (EmbeddingStore::CheckpointForReplica()) and lists the files, which
-// ReadCopyFile serves in pieces until EndCopy removes them (one copy at a
-// time: a new BeginCopy ends the one before); Follow returns the feed's
-// entries after what the replica applied, waiting briefly for one. Every
-// call needs the admin token when one is set: a copy is every row.
+// (EmbeddingStore::CheckpointForReplica()) with the slot map, and lists the
+// files, which ReadCopyFile serves in pieces until EndCopy removes them (a
+// copy not read for `copy_timeout` goes too; at most kMaxCopies at once);
+// Follow returns the feed's entries after what the replica applied,
+// waiting briefly for one. Every call needs the admin token when one is
+// set: a copy is every row.
 //
 // ReplicaFollower is the replica's side: CopyFromPrimary() writes a copy
 // into an empty data dir before the store opens; then Start() applies the
@@ -29,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +61,9 @@ struct ReplicationServiceOptions {
   // REQUIRES: set.
   std::function<absl::Status(const std::string& dir)> write_slot_map;
   std::function<uint64_t()> slot_map_epoch;
+  // A copy not read for this long is removed (its replica died).
+  // Default: 60 s.
+  absl::Duration copy_timeout = absl::Seconds(60);
 };
 
 class ReplicationService final : public Replication::CallbackService {
@@ -86,18 +91,24 @@ class ReplicationService final : public Replication::CallbackService {
   absl::Status DoBeginCopy(BeginCopyResponse* response);
   absl::Status DoReadCopyFile(const ReadCopyFileRequest& request,
                               ReadCopyFileResponse* response);
-  // Removes the copy's directory, if any. REQUIRES: mu_ held.
-  void EndCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies being read at once, at most.
+  static constexpr size_t kMaxCopies = 4;
+  struct Copy {
+    std::string dir;
+    BeginCopyResponse listing;
+    absl::Time last_read;
+  };
+  // Removes copy `id`'s directory.
+  void EndCopyLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the copies not read within copy_timeout.
+  void ExpireCopiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ReplicationServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   embedding::ReplicationFeed* const feed_;
   absl::Mutex mu_;
   uint64_t next_copy_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // The copy being read, if any: its id, directory and files.
-  uint64_t copy_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string copy_dir_ ABSL_GUARDED_BY(mu_);
-  BeginCopyResponse copy_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Copy> copies_ ABSL_GUARDED_BY(mu_);
 };
 
 // What a replica's copy starts from.
@@ -122,8 +133,11 @@ struct ReplicaFollowerOptions {
   std::string primary;
   // The admin token. Default: none.
   std::string token;
-  // Most entries per Follow. Default: 256.
+  // Most entries per Follow, and bytes of their records (a larger single
+  // entry still comes alone). Defaults: 256, 32 MiB (within gRPC's
+  // default message limits with room to spare).
   uint32_t max_entries = 256;
+  uint64_t max_bytes = 32 << 20;
   // How long a Follow waits on the primary for an entry. Default: 200 ms.
   absl::Duration follow_wait = absl::Milliseconds(200);
   // How long the primary may stay unreachable before the follower gives
@@ -140,11 +154,13 @@ class ReplicaFollower {
   ReplicaFollower(const ReplicaFollowerOptions& options,
                   std::shared_ptr<grpc::Channel> channel,
                   embedding::EmbeddingStore* store, const ReplicaStart& start);
-  // Stops following.
+  // Stop()s.
   ~ReplicaFollower();
 
   // Starts applying the feed on a thread of its own.
   void Start();
+  // Stops applying (after the entry being applied), and waits for that.
+  void Stop();
 
   // The last entry applied.
   uint64_t applied() const { return applied_.load(); }

@@ -78,11 +78,15 @@ prometheus::MetricFamily Single(const std::string& name,
 // The store's counters and sizes, read when Prometheus scrapes.
 class ShardMetrics::StoreCollectable : public prometheus::Collectable {
  public:
-  StoreCollectable(embedding::EmbeddingStore* store, uint32_t shard_index)
-      : store_(store), shard_(absl::StrCat(shard_index)) {}
+  StoreCollectable(embedding::EmbeddingStore* store, uint32_t shard_index,
+                   std::function<ReplicationGauges()> replication)
+      : store_(store),
+        shard_(absl::StrCat(shard_index)),
+        replication_(std::move(replication)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const embedding::StoreStats stats = store_->Stats();
+    const ReplicationGauges replication = replication_();
     using prometheus::MetricType;
     const auto counter = MetricType::Counter;
     const auto gauge = MetricType::Gauge;
@@ -134,17 +138,29 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
         Single("ps_duplicate_pushes_total",
                "Retried pushes answered as applied before.", counter,
                stats.duplicate_pushes, shard_),
+        Single("ps_replicas", "A primary's replicas following it.", gauge,
+               replication.replicas, shard_),
+        Single("ps_replicas_in_sync",
+               "A primary's replicas that have caught up (those a sync push "
+               "waits for).",
+               gauge, replication.replicas_in_sync, shard_),
+        Single("ps_replication_lag_entries",
+               "Feed entries (pushes, table changes) the furthest-behind "
+               "replica lacks; on a replica, those it lacks.",
+               gauge, replication.lag_entries, shard_),
     };
   }
 
  private:
   embedding::EmbeddingStore* const store_;
   const std::string shard_;
+  const std::function<ReplicationGauges()> replication_;
 };
 
 absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
     const std::string& listen, uint32_t shard_index,
-    embedding::EmbeddingStore* store, const std::vector<std::string>& methods) {
+    embedding::EmbeddingStore* store, const std::vector<std::string>& methods,
+    std::function<ReplicationGauges()> replication) {
   auto metrics = std::unique_ptr<ShardMetrics>(new ShardMetrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   const std::map<std::string, std::string> shard = {
@@ -173,8 +189,8 @@ absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
     method.latency = &metrics->latency_->Add({{"method", methods[i]}}, buckets);
     for (auto& counter : method.calls_by_code) counter.store(nullptr);
   }
-  metrics->store_collectable_ =
-      std::make_shared<StoreCollectable>(store, shard_index);
+  metrics->store_collectable_ = std::make_shared<StoreCollectable>(
+      store, shard_index, std::move(replication));
   auto endpoint = MetricsEndpoint::Start(listen);
   if (!endpoint.ok()) return endpoint.status();
   metrics->endpoint_ = std::move(endpoint).value();

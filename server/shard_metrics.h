@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,16 @@
 
 namespace ps::server {
 
+// What a shard's replication looks like now (ShardStatsResponse's
+// replication section, as numbers).
+struct ReplicationGauges {
+  // A primary: replicas following it, and those in sync.
+  uint64_t replicas = 0;
+  uint64_t replicas_in_sync = 0;
+  // Feed entries the furthest-behind replica (or this replica) lacks.
+  uint64_t lag_entries = 0;
+};
+
 class ShardMetrics {
  public:
   // Serves GET /metrics on `listen` (HOST:PORT; port 0 picks one).
@@ -39,8 +50,8 @@ class ShardMetrics {
   // (CallStats::methods()).
   static absl::StatusOr<std::unique_ptr<ShardMetrics>> Start(
       const std::string& listen, uint32_t shard_index,
-      embedding::EmbeddingStore* store,
-      const std::vector<std::string>& methods);
+      embedding::EmbeddingStore* store, const std::vector<std::string>& methods,
+      std::function<ReplicationGauges()> replication);
 
   // Counts one finished call of methods[method] (a CallStats::Observer).
   void ObserveCall(int method, grpc::StatusCode code, absl::Duration latency);

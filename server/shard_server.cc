@@ -146,6 +146,10 @@ absl::Status CheckServingOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+// The file that makes a data dir a replica's, which a replica may empty
+// and copy into again; it holds the primary's address.
+constexpr char kReplicaMarkerFile[] = "/REPLICA_OF";
+
 // Restores the data dir from options.restore_from if given; without it,
 // refuses a data dir whose restore was interrupted. Then checks that the
 // data dir is not another shard's. Whether it restored now.
@@ -160,6 +164,15 @@ absl::StatusOr<bool> PrepareDataDir(const ServerOptions& options,
         " was interrupted (it holds RESTORING): start it again with "
         "--restore_from, or remove the dir"));
   }
+  // A replica's data dir started as a primary: promoted, never to be
+  // emptied for a copy again.
+  if (options.replica_of.empty() &&
+      std::filesystem::exists(options.store.data_dir + kReplicaMarkerFile)) {
+    LOG(WARNING) << options.store.data_dir
+                 << " was a replica's: it serves as a primary from now on";
+    RETURN_IF_ERROR(
+        RemoveFileDurably(options.store.data_dir + kReplicaMarkerFile));
+  }
   // Checked before the store opens (a replay can take a while), recorded
   // once it has (RocksDB's lock makes the dir this process's). Under etcd
   // --num_shards may have changed since: it is only the job's first count.
@@ -168,10 +181,6 @@ absl::StatusOr<bool> PrepareDataDir(const ServerOptions& options,
                          /*compare_count=*/options.etcd == nullptr));
   return restored;
 }
-
-// The file that makes a data dir a replica's, which a replica may empty
-// and copy into again; it holds the primary's address.
-constexpr char kReplicaMarkerFile[] = "/REPLICA_OF";
 
 // Empties a replica's data dir (or makes it), refusing one that holds
 // anything but a replica's copy, and marks it a replica's.
@@ -291,6 +300,18 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
     RETURN_IF_ERROR(server->store_->SetReplicationFeed(server->feed_.get()));
   }
+  if (server->replica_start_.has_value()) {
+    ReplicaFollowerOptions follower_options;
+    follower_options.primary = options.replica_of;
+    follower_options.token = options.admin_token;
+    follower_options.slot_map_epoch = [slots = server->slots_.get()] {
+      return slots->current()->epoch();
+    };
+    server->follower_ = std::make_unique<ReplicaFollower>(
+        follower_options, server->primary_channel_, server->store_.get(),
+        *server->replica_start_);
+    server->follower_->Start();
+  }
   server->CreateServices(options);
   ASSIGN_OR_RETURN(CallStats::Observer observer, server->StartMetrics(options));
   RETURN_IF_ERROR(server->StartGrpcServer(options, std::move(credentials),
@@ -303,18 +324,6 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       options.shard_index >= server->slots_->num_shards()) {
     server->joining_ = true;
     server->SetServing(false);
-  }
-  if (server->replica_start_.has_value()) {
-    ReplicaFollowerOptions follower_options;
-    follower_options.primary = options.replica_of;
-    follower_options.token = options.admin_token;
-    follower_options.slot_map_epoch = [slots = server->slots_.get()] {
-      return slots->current()->epoch();
-    };
-    server->follower_ = std::make_unique<ReplicaFollower>(
-        follower_options, server->primary_channel_, server->store_.get(),
-        *server->replica_start_);
-    server->follower_->Start();
   }
   server->health_watcher_ = std::thread([server = server.get(), options] {
     server->WatchHealth(options.health_check_interval);
@@ -409,8 +418,17 @@ absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(
   CallStats::Observer observer;
   if (options.metrics_listen.empty()) return observer;
   ASSIGN_OR_RETURN(
-      metrics_, ShardMetrics::Start(options.metrics_listen, options.shard_index,
-                                    store_.get(), call_stats_->methods()));
+      metrics_, ShardMetrics::Start(
+                    options.metrics_listen, options.shard_index, store_.get(),
+                    call_stats_->methods(), [this] {
+                      ShardStatsResponse::Replication replication;
+                      FillReplicationStats(&replication);
+                      ReplicationGauges gauges;
+                      gauges.replicas = replication.replicas();
+                      gauges.replicas_in_sync = replication.replicas_in_sync();
+                      gauges.lag_entries = replication.lag_entries();
+                      return gauges;
+                    }));
   observer = [metrics = metrics_.get()](int method, grpc::StatusCode code,
                                         absl::Duration latency) {
     metrics->ObserveCall(method, code, latency);
@@ -496,7 +514,7 @@ void ShardServer::WatchHealth(absl::Duration interval) {
 
 void ShardServer::FillReplicationStats(
     ShardStatsResponse::Replication* replication) {
-  if (follower_ != nullptr) {
+  if (!replica_of_.empty()) {
     replication->set_role(absl::StrCat("replica of ", replica_of_));
     replication->set_head_sequence(follower_->primary_head());
     replication->set_applied_sequence(follower_->applied());
@@ -517,6 +535,10 @@ void ShardServer::FillReplicationStats(
   replication->set_head_sequence(stats.head);
   replication->set_applied_sequence(stats.applied);
   replication->set_lag_entries(stats.head - stats.applied);
+  replication->set_pushes_without_replica(
+      data_service_->counters().pushes_without_replica.load());
+  replication->set_pushes_replication_timed_out(
+      data_service_->counters().pushes_replication_timed_out.load());
 }
 
 void ShardServer::SetServing(bool serving) {
@@ -530,7 +552,7 @@ ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 absl::Status ShardServer::Shutdown(absl::Duration drain) {
   if (shut_down_.exchange(true)) return absl::OkStatus();
   // A replica stops applying before the store is written back.
-  follower_.reset();
+  if (follower_ != nullptr) follower_->Stop();
   // Pushes waiting for replicas get until the drain ends, then are
   // answered, so that the gRPC server can finish them.
   if (feed_ != nullptr) feed_->CancelWaits(absl::Now() + drain);

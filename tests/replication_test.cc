@@ -168,6 +168,25 @@ TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
   }
   EXPECT_EQ(Replication(*replica).role(),
             absl::StrCat("replica of ", primary->address()));
+
+  // Promoted: its data dir started as a primary keeps every row and takes
+  // pushes.
+  const std::vector<float> held = Values(*replica);
+  replica->SignalAndWait(SIGTERM);
+  auto promoted =
+      ServerProcess::Start({"--data_dir=" + replica_dir_, "--cache_mb=64"},
+                           absl::Seconds(60), replica_dir_ + ".promoted.log");
+  ASSERT_OK(promoted);
+  EXPECT_EQ(Values(**promoted), held);
+  EXPECT_EQ(Replication(**promoted).role(), "primary");
+  EXPECT_FALSE(std::filesystem::exists(replica_dir_ + "/REPLICA_OF"));
+  std::unique_ptr<worker::PsClient> promoted_client =
+      Connect(**promoted, absl::Seconds(30));
+  ASSERT_NE(promoted_client, nullptr);
+  ASSERT_OK(AddOne(*promoted_client, kTable, kDim, keys_, 0));
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(Values(**promoted)[i], held[i] + 1);
+  }
 }
 
 TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
@@ -186,7 +205,8 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
   }));
 
   ASSERT_EQ(kill(replica->pid(), SIGSTOP), 0);
-  absl::SleepFor(absl::Milliseconds(300));
+  // Long enough for the lag to reach its bound, on a busy machine too.
+  absl::SleepFor(absl::Seconds(1));
   const int before = pusher->acknowledged();
   absl::SleepFor(absl::Seconds(1));
   const int during = pusher->acknowledged() - before;
@@ -213,7 +233,7 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
 
 TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
   std::unique_ptr<ServerProcess> primary =
-      StartPrimary({"--replication=sync", "--replica_timeout_ms=1000"});
+      StartPrimary({"--replication=sync", "--replica_timeout_ms=3000"});
   ASSERT_NE(primary, nullptr);
   std::unique_ptr<worker::PsClient> client =
       Connect(*primary, absl::Seconds(30));
