@@ -2,7 +2,8 @@
 // job of the store shares: finding tables, grouping keys by stripe, loading
 // rows into the hot tier, and the store's stats. The jobs themselves live in
 // embedding_store_<job>.cc (tables, expiry, pull, push, write_back, replay,
-// checkpoint), the way RocksDB splits DBImpl over db_impl_*.cc.
+// checkpoint, slots, replication), the way RocksDB splits DBImpl over
+// db_impl_*.cc.
 
 #include "embedding/embedding_store.h"
 

@@ -25,6 +25,7 @@
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/server_process.h"
+#include "tests/test_files.h"
 #include "worker/ps_client.h"
 
 namespace ps::testing {
@@ -348,6 +349,56 @@ TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
   for (size_t k = 0, i = 0; k < keys_.size(); k += 50, ++i) {
     EXPECT_EQ(values[i], initial.ShardForKey(keys_[k]) == 0 ? 1.0f : 0.0f) << k;
   }
+}
+
+TEST_F(ReplicationTest, EvaluationsReadTheModelFromReplicas) {
+  const std::string dir = FreshTestDir(name_ + "_data");
+  const std::string gen = BinaryPath("worker/datagen/clicklog_gen");
+  ASSERT_EQ(RunToCompletion({gen, "--out=" + dir + "/train.tsv",
+                             "--lines=20000", "--sample_seed=1"},
+                            dir + "/gen.log"),
+            0);
+  ASSERT_EQ(RunToCompletion({gen, "--out=" + dir + "/test.tsv", "--lines=4000",
+                             "--sample_seed=2"},
+                            dir + "/gen.log"),
+            0);
+  std::unique_ptr<ServerProcess> primary = StartPrimary({"--replication=sync"});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+  const std::vector<std::string> worker = {
+      BinaryPath("worker/ps_worker"),
+      "--servers=" + primary->address(),
+      "--train=" + dir + "/train.tsv",
+      "--test=" + dir + "/test.tsv",
+      "--batch_size=1024",
+      "--metrics_out=" + dir + "/metrics.json"};
+  // One replica per shard, or the flag is refused.
+  std::vector<std::string> wrong = worker;
+  wrong.push_back("--read_replicas=" + replica->address() + "," +
+                  replica->address());
+  EXPECT_EQ(RunToCompletion(wrong, dir + "/wrong.log"), 64);
+
+  std::vector<std::string> argv = worker;
+  argv.push_back("--read_replicas=" + replica->address());
+  ASSERT_EQ(RunToCompletion(argv, dir + "/worker.log"), 0)
+      << ReadFile(dir + "/worker.log");
+  // The evaluation pulled from the replica (training never does), and the
+  // model it read there was the trained one.
+  auto stats_of = [](const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    ShardStatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    return response;
+  };
+  EXPECT_GT(stats_of(*replica).pull_requests(), 0u);
+  EXPECT_GT(stats_of(*replica).rows_pulled(), 0u);
+  const std::string metrics = ReadFile(dir + "/metrics.json");
+  const size_t at = metrics.find("\"test_auc\": ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(at + 12)), 0.7) << metrics;
 }
 
 }  // namespace

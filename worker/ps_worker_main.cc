@@ -301,6 +301,16 @@ int main(int argc, char** argv) {
   if (!exporter.ok()) return FailUsage(exporter.status());
   auto client = ps::worker::PsClient::Connect(*client_options);
   if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<std::optional<ps::worker::ClientOptions>> evaluation_options =
+      ps::worker::EvaluationClientOptionsFromFlags(*client_options);
+  if (!evaluation_options.ok()) return FailUsage(evaluation_options.status());
+  std::unique_ptr<ps::worker::PsClient> evaluation_client;
+  if (evaluation_options->has_value()) {
+    auto connected = ps::worker::PsClient::Connect(**evaluation_options);
+    if (!connected.ok()) return Fail(connected.status());
+    evaluation_client = *std::move(connected);
+    options->evaluation_client = evaluation_client.get();
+  }
 
   ps::worker::Trainer trainer(*options, flags->worker_index, client->get(),
                               backend->get());

@@ -145,7 +145,8 @@ absl::Status Trainer::DeclareTables() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
+absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
+                                     TrainingClient* from) {
   // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
   std::vector<TrainingClient::TableRows> pulls;
   // The shared rows with their state travel in the same fan-out, and only
@@ -181,7 +182,7 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool) {
     prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
     plain(table++, chunk_keys[t], chunk, prepared->dense_params[t].data());
   }
-  RETURN_IF_ERROR(client_->Pull(pulls));
+  RETURN_IF_ERROR((from != nullptr ? from : client_)->Pull(pulls));
   if (pool) prepared->PoolRows(embedding_dim());
   return absl::OkStatus();
 }
@@ -524,7 +525,8 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
     }
     Prepared prepared;
     prepared.Prepare(batch, options_.train.layout, embedding_dim());
-    RETURN_IF_ERROR(PullParameters(&prepared));
+    RETURN_IF_ERROR(
+        PullParameters(&prepared, /*pool=*/true, options_.evaluation_client));
     RETURN_IF_ERROR(
         FromKernels(model_.Predict(prepared.Step(), &batch_probabilities)));
     probabilities.insert(probabilities.end(), batch_probabilities.begin(),

@@ -156,6 +156,10 @@ struct TrainerOptions {
   LearningRateSchedule lr_schedule;
   // Where to record what Prometheus scrapes; null: nowhere. Not owned.
   TrainingMetrics* metrics = nullptr;
+  // Where evaluations pull the model from (ps_worker --read_replicas: the
+  // shards' replicas, which see the primaries' pushes up to their lag);
+  // null: the training client. Not owned.
+  TrainingClient* evaluation_client = nullptr;
   // This worker's lease at the coordinator, renewed by a heartbeat every
   // third of it whatever training is doing (a long evaluation, a pull that
   // retries). Default: 5 s.
@@ -302,7 +306,8 @@ class Trainer {
   // any); pools
   // the multi-valued fields' rows unless `pool` is false (a replay changes
   // the fetched rows first).
-  absl::Status PullParameters(Prepared* prepared, bool pool = true);
+  absl::Status PullParameters(Prepared* prepared, bool pool = true,
+                              TrainingClient* from = nullptr);
   // Table t in pull order: the embeddings (deep models), the wide weights,
   // the dense tensors.
   const std::string& TableInPullOrder(size_t t) const;

@@ -55,6 +55,11 @@ ABSL_FLAG(int32_t, follow_poll_ms, 1000,
           "nothing new.");
 ABSL_FLAG(std::string, test, "",
           "Test click logs for AUC and logloss; empty: none.");
+ABSL_FLAG(std::string, read_replicas, "",
+          "HOST:PORT of a replica of each shard (ps_server --replica_of), in "
+          "--servers' order: evaluations pull the model from them, off the "
+          "primaries, seeing their pushes up to the replicas' lag. Empty: "
+          "evaluations pull from the shards.");
 ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
 ABSL_FLAG(int32_t, embedding_dim, 16,
           "Embedding dimension (wide_deep, deepfm).");
@@ -551,6 +556,24 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
     RETURN_IF_ERROR(CheckWorkerTokenStaysPrivate(client));
   }
   return client;
+}
+
+absl::StatusOr<std::optional<ClientOptions>> EvaluationClientOptionsFromFlags(
+    const ClientOptions& training) {
+  const std::string replicas = absl::GetFlag(FLAGS_read_replicas);
+  if (replicas.empty()) return std::nullopt;
+  ClientOptions evaluation = training;
+  evaluation.servers = SplitAddressList(replicas);
+  if (evaluation.servers.size() != training.servers.size()) {
+    return Usage(absl::StrCat("--read_replicas names ",
+                              evaluation.servers.size(),
+                              " replicas, one per shard of --servers (",
+                              training.servers.size(), ")"));
+  }
+  // The replicas are the shards' places, not a job's to look up.
+  evaluation.find_shards = nullptr;
+  evaluation.find_coordinator = nullptr;
+  return evaluation;
 }
 
 namespace {

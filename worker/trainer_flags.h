@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags();
 // The shards, the coordinator, timeouts, retries, TLS, the wire format and
 // the worker token (which must not travel in plaintext off this host).
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
+
+// --read_replicas: `training`'s options with the replicas as the shards
+// (INVALID_ARGUMENT unless one per shard), or nullopt without the flag.
+absl::StatusOr<std::optional<ClientOptions>> EvaluationClientOptionsFromFlags(
+    const ClientOptions& training);
 
 // INVALID_ARGUMENT when `client.worker_token` would travel in plaintext to
 // a shard off this host (net/tls_credentials.h); ClientOptionsFromFlags()
