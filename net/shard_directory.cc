@@ -68,6 +68,13 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(EtcdClient* etcd,
   return leased;
 }
 
+absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
+                                      int index) {
+  const std::string prefix = ShardsPrefix(job);
+  ASSIGN_OR_RETURN(const EtcdValue kv, etcd.Get(absl::StrCat(prefix, index)));
+  return ParseRecord(kv, prefix);
+}
+
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
     absl::Duration ttl) {
@@ -144,6 +151,7 @@ absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
 }
 
 absl::Status LeasedKey::Register() {
+  absl::Time asked = absl::Now();
   ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(ttl_));
   if (!exclusive_) {
     absl::StatusOr<int64_t> put = etcd_->Put(key_, value_, lease);
@@ -152,6 +160,7 @@ absl::Status LeasedKey::Register() {
       return put.status();
     }
     lease_ = lease;
+    held_until_ns_ = absl::ToUnixNanos(asked + ttl_);
     return absl::OkStatus();
   }
   // Only where no live process holds the index. A process of this index
@@ -162,8 +171,12 @@ absl::Status LeasedKey::Register() {
   while (true) {
     if (said) {
       // Waiting as long as a lease lasts: keep this one alive meanwhile.
+      const absl::Time renewing = absl::Now();
       absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease);
-      if (absl::IsNotFound(renewed.status())) {
+      if (renewed.ok()) {
+        asked = renewing;
+      } else if (absl::IsNotFound(renewed.status())) {
+        asked = absl::Now();
         ASSIGN_OR_RETURN(lease, etcd_->GrantLease(ttl_));
       }
     }
@@ -173,6 +186,7 @@ absl::Status LeasedKey::Register() {
     // again) leaves the key on this lease.
     if ((created.ok() && *created) || (held.ok() && held->lease == lease)) {
       lease_ = lease;
+      held_until_ns_ = absl::ToUnixNanos(asked + ttl_);
       return absl::OkStatus();
     }
     if (absl::Now() >= give_up || (!created.ok() && !held.ok())) {
@@ -195,8 +209,14 @@ absl::Status LeasedKey::Register() {
 
 void LeasedKey::KeepAlive() {
   while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
+    const absl::Time asked = absl::Now();
     absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_, ttl_ / 3);
-    if (renewed.ok()) continue;
+    if (renewed.ok()) {
+      const absl::Duration granted =
+          *renewed > absl::ZeroDuration() ? std::min(*renewed, ttl_) : ttl_;
+      held_until_ns_ = absl::ToUnixNanos(asked + granted);
+      continue;
+    }
     if (absl::IsNotFound(renewed.status())) {
       LOG(WARNING) << key_ << ": the etcd lease lapsed; registering again";
       const absl::Status again = Register();

@@ -13,6 +13,7 @@
 #ifndef PS_NET_SHARD_DIRECTORY_H_
 #define PS_NET_SHARD_DIRECTORY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,6 +63,14 @@ class LeasedKey {
   // Revokes the lease: the key goes at once.
   ~LeasedKey();
 
+  // Until when the key is surely this process's: the lease's last grant or
+  // renewal, timed from before it was asked for, plus its TTL. etcd lets
+  // the key go no earlier, so a process that writes only before this time
+  // (a shard fencing itself) never writes once another holds the key.
+  absl::Time held_until() const {
+    return absl::FromUnixNanos(held_until_ns_.load());
+  }
+
  private:
   LeasedKey(EtcdClient* etcd, std::string key, std::string value,
             absl::Duration ttl, bool exclusive)
@@ -78,9 +87,15 @@ class LeasedKey {
   const absl::Duration ttl_;
   const bool exclusive_;
   int64_t lease_ = 0;  // the renewing thread's once started
+  std::atomic<int64_t> held_until_ns_{0};
   absl::Notification stop_;
   std::thread renewer_;
 };
+
+// Shard `index`'s record now. NOT_FOUND when none is registered (its
+// process stopped, or its lease ran out).
+absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
+                                      int index);
 
 // Registers a shard's record at ShardsPrefix(job) + index, exclusively
 // (ALREADY_EXISTS when another live process holds the index).

@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* AdminService::WorkerClocks(
 
 absl::Status AdminService::AuthorizeWrite(
     const grpc::CallbackServerContext& context) const {
-  if (!options_.read_only.empty()) {
+  if (read_only_.load()) {
     return absl::FailedPreconditionError(options_.read_only);
   }
   return Authorize(context);

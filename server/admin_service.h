@@ -12,6 +12,7 @@
 #ifndef PS_SERVER_ADMIN_SERVICE_H_
 #define PS_SERVER_ADMIN_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -64,7 +65,11 @@ class AdminService final : public Admin::CallbackService {
         slots_(slots),
         moves_(moves),
         started_(absl::Now()),
-        instance_(absl::Uniform<uint64_t>(absl::BitGen())) {}
+        instance_(absl::Uniform<uint64_t>(absl::BitGen())),
+        read_only_(!options.read_only.empty()) {}
+
+  // A replica promoted to primary: its tables and slots may change.
+  void SetWritable() { read_only_ = false; }
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
                                        const ListTablesRequest* request,
@@ -148,6 +153,7 @@ class AdminService final : public Admin::CallbackService {
   const absl::Time started_;
   // This process among the shard's starts (WriteSlotRowsResponse.instance).
   const uint64_t instance_;
+  std::atomic<bool> read_only_;
 };
 
 }  // namespace ps::server

@@ -40,6 +40,17 @@ grpc::ServerUnaryReactor* DataService::Finish(
   return reactor;
 }
 
+absl::Status DataService::Fenced() const {
+  const net::LeasedKey* lease = lease_.load();
+  if (lease == nullptr || absl::Now() < lease->held_until()) {
+    return absl::OkStatus();
+  }
+  return MarkTransient(absl::UnavailableError(
+      "this shard's etcd lease ran out (a pause, or etcd out of reach): it "
+      "takes no push until it holds its key again, which a replica may have "
+      "taken over; retry (workers look the shard up again)"));
+}
+
 absl::Status DataService::Busy(int64_t bytes) const {
   return MarkTransient(absl::ResourceExhaustedError(
       absl::StrCat("shard busy: a call of ", bytes, " bytes with ",
@@ -93,7 +104,7 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
   }
-  if (!options_.read_only.empty()) {
+  if (read_only_.load()) {
     return Finish(context, reactor,
                   absl::FailedPreconditionError(options_.read_only));
   }
@@ -405,11 +416,18 @@ grpc::ServerUnaryReactor* DataService::Push(
     }
     return Finish(context, reactor, Busy(bytes));
   }
-  if (!options_.read_only.empty()) {
+  if (read_only_.load()) {
     return Finish(context, reactor,
                   absl::FailedPreconditionError(options_.read_only));
   }
-  const absl::Status status = HandlePush(*request, response);
+  if (absl::Status fenced = Fenced(); !fenced.ok()) {
+    return Finish(context, reactor, fenced);
+  }
+  absl::Status status = HandlePush(*request, response);
+  // Never acknowledged once the lease is gone (the process may have been
+  // paused between the check above and now): a replica may have taken
+  // over, where the retry goes.
+  if (status.ok()) status = Fenced();
   embedding::ReplicationFeed* feed = options_.feed;
   if (!status.ok() || feed == nullptr) return Finish(context, reactor, status);
   // Answered once the replicas have it (a duplicate: once they have the
@@ -437,6 +455,7 @@ grpc::ServerUnaryReactor* DataService::Push(
               " (--replica_timeout_ms); retry: the retry is answered once "
               "they have it")));
         }
+        if (answer.ok()) answer = Fenced();
         Finish(context, reactor, answer);
       });
   return reactor;
@@ -452,7 +471,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
   }
-  if (!options_.read_only.empty()) {
+  if (read_only_.load()) {
     return Finish(context, reactor,
                   absl::FailedPreconditionError(options_.read_only));
   }

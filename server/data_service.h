@@ -27,6 +27,7 @@
 #include "embedding/embedding_store.h"
 #include "embedding/replication_feed.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "net/shard_directory.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
 #include "server/slot_move.h"
@@ -92,7 +93,19 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
         store_(store),
         clocks_(clocks),
         slots_(slots),
-        moves_(moves) {}
+        moves_(moves),
+        read_only_(!options.read_only.empty()) {}
+
+  // A replica promoted to primary: pushes, declarations and clock reports
+  // are taken from now on.
+  void SetWritable() { read_only_ = false; }
+
+  // Under --etcd: pushes are refused (UNAVAILABLE, transient) and none is
+  // acknowledged once `lease` (the shard's registration; null: none) is no
+  // longer surely held, so that a primary paused past its lease never
+  // acknowledges a push after a replica took its place. `lease` must
+  // outlive the service or be replaced by null first.
+  void FenceBy(const net::LeasedKey* lease) { lease_ = lease; }
 
   grpc::ServerUnaryReactor* DeclareTable(
       grpc::CallbackServerContext* context, const DeclareTableRequest* request,
@@ -118,6 +131,8 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                   DeclareTableResponse* response);
   absl::Status HandlePull(const PullRequest& request, PullResponse* response);
   absl::Status HandlePush(const PushRequest& request, PushResponse* response);
+  // OK unless FenceBy()'s lease is no longer surely held.
+  absl::Status Fenced() const;
 
   // Calls whose handler has started and that gRPC is not done with yet
   // (their reply may still be on its way).
@@ -192,6 +207,8 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};
+  std::atomic<bool> read_only_;
+  std::atomic<const net::LeasedKey*> lease_{nullptr};
 };
 
 }  // namespace ps::server

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,9 +14,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/address_list.h"
 #include "base/build_info.h"
@@ -185,7 +188,9 @@ ABSL_FLAG(uint64_t, drain_seconds, 10,
           "they are cancelled; then dirty rows are flushed and the process "
           "exits 0.");
 ABSL_FLAG(std::string, replica_of, "",
-          "HOST:PORT of a primary shard to replicate: copy its store into "
+          "HOST:PORT of a primary shard to replicate (under --etcd: the "
+          "shard's index, and the replica takes the primary's place once the "
+          "primary's registration goes): copy its store into "
           "--data_dir (empty, or a replica's from before), then apply every "
           "push and table change it makes, in order. A replica serves pulls, "
           "refuses pushes and takes the primary's shard index. Empty: a "
@@ -538,10 +543,100 @@ void AnnounceServing(const ps::server::ServerOptions& options,
             << " (durability=" << absl::GetFlag(FLAGS_durability) << ")";
 }
 
-// The shard's record in etcd while it serves (--etcd), or none.
+// What this shard says of itself in etcd: its address, index and count.
+ps::net::ShardRecord OwnRecord(const ps::server::ServerOptions& options,
+                               int port) {
+  ps::net::ShardRecord record;
+  record.index = static_cast<int>(options.shard_index);
+  record.num_shards =
+      static_cast<int>(std::max(options.num_shards, options.shard_index + 1));
+  // CheckEtcdFlags() made sure a wildcard --listen has --advertise_address.
+  record.address = absl::GetFlag(FLAGS_advertise_address);
+  if (record.address.empty()) {
+    record.address = absl::StrCat(
+        options.listen_address.substr(0, options.listen_address.rfind(':')),
+        ":", port);
+  }
+  return record;
+}
+
+// Under --etcd, a replica's watch of its primary's registration: once the
+// key is gone (the primary stopped, or was paused or died past its lease),
+// the replica is promoted (ShardServer::Promote()), registered in the
+// primary's place, fenced by that registration, and runs for the
+// coordinator. If another process took the index first (the primary came
+// back), the replica cannot follow any more: it stops, to be copied again.
+class PrimaryWatch {
+ public:
+  PrimaryWatch(ps::net::EtcdClient* etcd, ps::server::ShardServer* server,
+               ps::net::ShardRecord own)
+      : etcd_(etcd), server_(server), own_(std::move(own)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PrimaryWatch() { Stop(); }
+
+  void Stop() {
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Set once promoted: the registration (released before the server
+  // stops, after FenceBy(nullptr)).
+  std::unique_ptr<ps::net::LeasedKey> TakeRegistration() {
+    return std::move(registration_);
+  }
+
+ private:
+  void Run() {
+    const std::string job = absl::GetFlag(FLAGS_job);
+    const absl::Duration lease =
+        absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
+    while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+      absl::StatusOr<ps::net::ShardRecord> primary =
+          ps::net::FindShard(*etcd_, job, own_.index);
+      if (!absl::IsNotFound(primary.status())) continue;
+      LOG(WARNING) << "shard " << own_.index
+                   << "'s registration is gone: promoting this replica";
+      absl::Status promoted = server_->Promote();
+      if (promoted.ok()) {
+        absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> registered =
+            ps::net::RegisterShard(etcd_, job, own_, lease);
+        if (registered.ok()) {
+          registration_ = *std::move(registered);
+          server_->FenceBy(registration_.get());
+          LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
+                    << own_.index << " = " << own_.address << " (promoted)";
+          promoted = server_->CampaignForCoordinator(own_.address, lease);
+        } else {
+          promoted = registered.status();
+        }
+      }
+      if (!promoted.ok()) {
+        LOG(ERROR) << "promoting this replica failed (" << promoted
+                   << "); stopping, to be copied again";
+        failed_ = true;
+        kill(getpid(), SIGTERM);
+      }
+      return;
+    }
+  }
+
+  ps::net::EtcdClient* const etcd_;
+  ps::server::ShardServer* const server_;
+  const ps::net::ShardRecord own_;
+  std::unique_ptr<ps::net::LeasedKey> registration_;
+  absl::Notification stop_;
+  std::thread thread_;
+
+ public:
+  std::atomic<bool> failed_{false};
+};
+
+// The shard's record in etcd while it serves (--etcd), or none; a
+// replica's watch of its primary instead.
 struct EtcdPresence {
   std::unique_ptr<ps::net::EtcdClient> etcd;
   std::unique_ptr<ps::net::LeasedKey> registration;
+  std::unique_ptr<PrimaryWatch> watch;
 };
 
 // With --etcd: a client of the job's etcd, set in `options` so that the
@@ -558,23 +653,50 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
   return presence;
 }
 
+// --replica_of=N under --etcd: the address shard N of the job is registered
+// at (waiting up to --join_wait_s for it), and this replica's index.
+absl::Status FindPrimary(ps::server::ServerOptions* options,
+                         const EtcdPresence& presence) {
+  uint32_t index = 0;
+  if (!absl::SimpleAtoi(options->replica_of, &index)) return absl::OkStatus();
+  if (presence.etcd == nullptr) {
+    return BadFlag(
+        "--replica_of=N (a shard's index) needs --etcd; without it, give the "
+        "primary's HOST:PORT");
+  }
+  const absl::Time give_up =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
+  while (true) {
+    absl::StatusOr<ps::net::ShardRecord> primary = ps::net::FindShard(
+        *presence.etcd, absl::GetFlag(FLAGS_job), static_cast<int>(index));
+    if (primary.ok()) {
+      options->replica_of = primary->address;
+      options->shard_index = index;
+      options->num_shards = static_cast<uint32_t>(primary->num_shards);
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "shard ", index, " of job ", absl::GetFlag(FLAGS_job),
+          " is not registered in etcd: ", primary.status().message()));
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
 // With --etcd: registers the shard under its job and runs for the job's
 // clock coordinator.
 absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
                             ps::server::ShardServer& server,
                             EtcdPresence* presence) {
-  const int port = server.port();
   if (presence->etcd == nullptr) return absl::OkStatus();
-  ps::net::ShardRecord record;
-  record.index = static_cast<int>(options.shard_index);
-  record.num_shards =
-      static_cast<int>(std::max(options.num_shards, options.shard_index + 1));
-  // CheckEtcdFlags() made sure a wildcard --listen has --advertise_address.
-  record.address = absl::GetFlag(FLAGS_advertise_address);
-  if (record.address.empty()) {
-    record.address = absl::StrCat(
-        options.listen_address.substr(0, options.listen_address.rfind(':')),
-        ":", port);
+  const ps::net::ShardRecord record = OwnRecord(options, server.port());
+  if (!options.replica_of.empty()) {
+    // The primary holds the index; this replica takes it over when the
+    // primary's registration goes.
+    presence->watch =
+        std::make_unique<PrimaryWatch>(presence->etcd.get(), &server, record);
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(presence->registration,
                    ps::net::RegisterShard(
@@ -583,6 +705,7 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
+  server.FenceBy(presence->registration.get());
   RETURN_IF_ERROR(
       server.JoinJob(absl::Seconds(absl::GetFlag(FLAGS_join_wait_s))));
   return server.CampaignForCoordinator(
@@ -598,6 +721,13 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
   // Workers that look the shards up from now on do not find this one.
+  bool promotion_failed = false;
+  if (presence.watch != nullptr) {
+    presence.watch->Stop();
+    promotion_failed = presence.watch->failed_.load();
+    presence.registration = presence.watch->TakeRegistration();
+  }
+  server->FenceBy(nullptr);
   presence.registration.reset();
   // The etcd client outlives the server, which follows the slot map with it.
   auto keep_etcd = std::move(presence.etcd);
@@ -611,6 +741,7 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
     LOG(ERROR) << "shutdown: " << stopped;
     return ps::kExitFailed;
   }
+  if (promotion_failed) return ps::kExitFailed;
   LOG(INFO) << "stopped cleanly";
   return 0;
 }
@@ -625,6 +756,11 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(&*options);
   if (!presence.ok()) return Fail(std::string(presence.status().message()));
+  if (absl::Status found = FindPrimary(&*options, *presence); !found.ok()) {
+    if (absl::IsInvalidArgument(found))
+      return Fail(std::string(found.message()));
+    return Fail(found);
+  }
   auto server = ps::server::ShardServer::Start(*options);
   // Options that do not go together are a bad command (64), as flags are.
   if (!server.ok() && absl::IsInvalidArgument(server.status()))

@@ -261,10 +261,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   std::shared_ptr<grpc::Channel> primary_channel;
   if (!options.replica_of.empty()) {
     if (options.store.durability != embedding::Durability::kWal ||
-        !options.restore_from.empty() || options.etcd != nullptr) {
+        !options.restore_from.empty()) {
       return absl::InvalidArgumentError(
-          "--replica_of needs --durability=wal, and neither --restore_from "
-          "nor --etcd");
+          "--replica_of needs --durability=wal, and no --restore_from");
     }
     RETURN_IF_ERROR(PrepareReplicaDataDir(options));
     ASSIGN_OR_RETURN(primary_channel, PrimaryChannel(options));
@@ -290,14 +289,18 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   server->replica_of_ = options.replica_of;
   server->sync_replication_ = options.sync_replication;
   RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity, restored));
+  server->data_dir_ = options.store.data_dir;
+  if (options.store.durability == embedding::Durability::kWal) {
+    // A replica's feeds nobody until it is promoted.
+    embedding::ReplicationFeedOptions feed_options;
+    feed_options.follower_timeout = options.replica_timeout;
+    server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
+  }
   if (replica_start.has_value()) {
     RETURN_IF_ERROR(server->store_->MergeLedger(replica_start->ledger));
     server->replica_start_ = replica_start;
     server->primary_channel_ = primary_channel;
-  } else if (options.store.durability == embedding::Durability::kWal) {
-    embedding::ReplicationFeedOptions feed_options;
-    feed_options.follower_timeout = options.replica_timeout;
-    server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
+  } else if (server->feed_ != nullptr) {
     RETURN_IF_ERROR(server->store_->SetReplicationFeed(server->feed_.get()));
   }
   if (server->replica_start_.has_value()) {
@@ -494,7 +497,7 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     clocks_->NoticePause();
     if (!serving || now < next_check) continue;
     next_check = now + interval;
-    if (follower_ != nullptr && !follower_->error().ok()) {
+    if (follower_ != nullptr && !promoted_.load() && !follower_->error().ok()) {
       LOG(ERROR) << "this replica stopped following its primary ("
                  << follower_->error()
                  << "); health says NOT_SERVING so that it is restarted "
@@ -512,9 +515,30 @@ void ShardServer::WatchHealth(absl::Duration interval) {
   }
 }
 
+absl::Status ShardServer::Promote() {
+  if (follower_ == nullptr || promoted_.load()) {
+    return absl::FailedPreconditionError("this shard is not a replica");
+  }
+  follower_->Stop();
+  if (feed_ != nullptr)
+    RETURN_IF_ERROR(store_->SetReplicationFeed(feed_.get()));
+  RETURN_IF_ERROR(RemoveFileDurably(data_dir_ + kReplicaMarkerFile));
+  data_service_->SetWritable();
+  admin_service_->SetWritable();
+  promoted_ = true;
+  LOG(WARNING) << "this replica of " << replica_of_
+               << " is a primary now, with every entry of its feed up to "
+               << follower_->applied();
+  return absl::OkStatus();
+}
+
+void ShardServer::FenceBy(const net::LeasedKey* lease) {
+  data_service_->FenceBy(lease);
+}
+
 void ShardServer::FillReplicationStats(
     ShardStatsResponse::Replication* replication) {
-  if (!replica_of_.empty()) {
+  if (!replica_of_.empty() && !promoted_.load()) {
     replication->set_role(absl::StrCat("replica of ", replica_of_));
     replication->set_head_sequence(follower_->primary_head());
     replication->set_applied_sequence(follower_->applied());

@@ -180,6 +180,17 @@ class ShardServer {
   // orchestrator's readiness means one of the job's shards.
   absl::Status JoinJob(absl::Duration wait);
 
+  // A replica becomes its shard's primary: it stops following (keeping
+  // every entry it applied), feeds replicas of its own, takes pushes, and
+  // its data dir is a primary's from now on. The caller (under --etcd,
+  // ps_server's watch of the primary's registration) makes it the one
+  // workers find. FAILED_PRECONDITION unless a replica.
+  absl::Status Promote();
+
+  // Under --etcd: pushes are fenced by the shard's registration
+  // (DataService::FenceBy()); null lifts it.
+  void FenceBy(const net::LeasedKey* lease);
+
  private:
   ShardServer() = default;
 
@@ -219,6 +230,9 @@ class ShardServer {
   std::unique_ptr<ReplicaFollower> follower_;
   std::string replica_of_;
   bool sync_replication_ = false;
+  std::string data_dir_;
+  // A replica that Promote() made a primary.
+  std::atomic<bool> promoted_{false};
   // Reads store_, and grpc_server_'s interceptors call it: between them in
   // destruction order.
   std::unique_ptr<ShardMetrics> metrics_;

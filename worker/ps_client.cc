@@ -286,6 +286,23 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
+namespace {
+
+// Set while this thread holds refresh_mu_ (re-routing or looking shards up),
+// so that the calls it makes meanwhile do not look the shards up again.
+thread_local bool tls_refreshing = false;
+
+class RefreshingScope {
+ public:
+  RefreshingScope() : was_(tls_refreshing) { tls_refreshing = true; }
+  ~RefreshingScope() { tls_refreshing = was_; }
+
+ private:
+  const bool was_;
+};
+
+}  // namespace
+
 template <typename Request, typename Response, typename Issue>
 absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               std::vector<int>& shards,
@@ -300,6 +317,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
   std::vector<bool> done(n, false);
   const absl::Time give_up = absl::Now() + retry_for;
   absl::Duration backoff = options_.initial_backoff;
+  absl::Time failing_since = absl::InfiniteFuture();
   while (true) {
     std::vector<size_t> pending;
     for (size_t i = 0; i < n; ++i) {
@@ -309,6 +327,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
     std::vector<grpc::Status> statuses(pending.size());
     absl::BlockingCounter outstanding(static_cast<int>(pending.size()));
+    const absl::Time attempted = absl::Now();
     for (size_t p = 0; p < pending.size(); ++p) {
       const size_t i = pending[p];
       contexts[p] = std::make_unique<grpc::ClientContext>();
@@ -356,6 +375,20 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       last_shard = shards[pending[p]];
     }
     if (last_shard < 0) return absl::OkStatus();  // every call succeeded
+    const absl::Time now = absl::Now();
+    // Since the failed attempt began: a call that ran into its deadline
+    // (a paused shard) has waited that long already.
+    if (failing_since == absl::InfiniteFuture()) failing_since = attempted;
+    if (options_.find_shards && !tls_refreshing &&
+        now - failing_since >= options_.shard_patience) {
+      // The shard may live elsewhere now (a replica took its place).
+      failing_since = now;
+      RefreshingScope refreshing;
+      absl::MutexLock lock(&refresh_mu_);
+      if (absl::Status followed = FollowShards(num_shards()); !followed.ok()) {
+        LOG_EVERY_N(WARNING, 10) << "looking the shards up: " << followed;
+      }
+    }
     if (absl::Now() + backoff > give_up) {
       return FromGrpcStatus(
           last_failure,
@@ -599,6 +632,7 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> PsClient::RefreshSlotMap(
         " times in a row (last by shard ", moved.shard, " at slot map epoch ",
         moved.epoch, "): the shards disagree on the slot map"));
   }
+  RefreshingScope refreshing_scope;
   absl::MutexLock refreshing(&refresh_mu_);
   if (std::shared_ptr<const SlotMap> map = slot_map();
       map->epoch() >= moved.epoch && round == 0) {

@@ -48,6 +48,10 @@ struct ClientOptions {
   // this client knows (a shard joined the job) looks them up and connects
   // to the new ones. Default: none (such a map is refused).
   std::function<absl::StatusOr<std::vector<std::string>>()> find_shards;
+  // With find_shards: a call that a shard has not answered for this long
+  // looks the shards up again and goes where the shard is now (a replica
+  // promoted in its place, or the shard restarted elsewhere).
+  absl::Duration shard_patience = absl::Seconds(2);
   // Where the clock coordinator is. Default (empty): servers[0].
   std::string coordinator;
   // Under --etcd: looks up where the coordinator is now (net/

@@ -1,0 +1,225 @@
+// Failover under --etcd against real processes (issue 28): a replica
+// (ps_server --replica_of=0) takes its primary's place once the primary's
+// registration goes, and the workers follow it. Under --replication=sync,
+// kill -9 of the primary with its data dir deleted while two clients push
+// loses no acknowledged push and doubles none; a primary paused past its
+// lease (SIGSTOP) is fenced once it runs again: it acknowledges no push.
+
+#include <signal.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/counting_pusher.h"
+#include "tests/etcd_process.h"
+#include "tests/server_process.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr char kJob[] = "failover";
+constexpr int kDim = 4;
+constexpr char kTable[] = "t";
+
+class FailoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    absl::StatusOr<std::unique_ptr<EtcdProcess>> etcd =
+        EtcdProcess::Start(name_ + "_etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+    for (uint64_t i = 0; i < 1000; ++i) keys_.push_back(i * 2654435761ULL);
+  }
+
+  std::vector<std::string> EtcdFlags() const {
+    return {"--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob),
+            "--etcd_lease_s=2", "--cache_mb=64"};
+  }
+
+  void StartPrimaryAndReplica() {
+    primary_dir_ = FreshTestDir(name_ + "_primary");
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(), {"--data_dir=" + primary_dir_, "--shard_index=0",
+                               "--num_shards=1", "--replication=sync"});
+    auto primary =
+        ServerProcess::Start(flags, absl::Seconds(60), primary_dir_ + ".log");
+    ASSERT_OK(primary);
+    primary_ = *std::move(primary);
+    replica_dir_ = FreshTestDir(name_ + "_replica");
+    flags = EtcdFlags();
+    flags.insert(flags.end(), {"--data_dir=" + replica_dir_, "--replica_of=0",
+                               "--replication=sync"});
+    auto replica =
+        ServerProcess::Start(flags, absl::Seconds(60), replica_dir_ + ".log");
+    ASSERT_OK(replica);
+    replica_ = *std::move(replica);
+  }
+
+  // A worker's client that finds the shards in etcd.
+  std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
+    worker::ClientOptions options;
+    absl::StatusOr<std::vector<std::string>> found =
+        net::FindShards(*client_, kJob, absl::Seconds(10));
+    EXPECT_OK(found);
+    if (!found.ok()) return nullptr;
+    options.servers = *found;
+    options.find_shards = [this] {
+      return net::FindShards(*client_, kJob, absl::Seconds(2));
+    };
+    options.incarnation = incarnation;
+    // A call to a paused primary fails at this deadline; then the client
+    // looks the shard up again.
+    options.call_timeout = absl::Seconds(3);
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Connect(options);
+    EXPECT_OK(client);
+    if (!client.ok()) return nullptr;
+    EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
+    return *std::move(client);
+  }
+
+  static ShardStatsResponse Stats(const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    ShardStatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    return response;
+  }
+
+  bool WaitInSync() {
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (absl::Now() < deadline) {
+      if (Stats(*primary_).replication().replicas_in_sync() == 1) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  // The first float of every 50th key's row on `server`.
+  std::vector<float> Values(const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    std::vector<float> values;
+    for (size_t k = 0; k < keys_.size(); k += 50) {
+      GetRowRequest request;
+      request.set_table(kTable);
+      request.set_key(keys_[k]);
+      GetRowResponse response;
+      grpc::ClientContext context;
+      EXPECT_TRUE(admin->GetRow(&context, request, &response).ok());
+      values.push_back(response.stored() ? response.values(0) : 0.0f);
+    }
+    return values;
+  }
+
+  std::vector<std::unique_ptr<CountingPusher>> StartPushers(
+      std::vector<std::unique_ptr<worker::PsClient>>& clients) {
+    std::vector<std::unique_ptr<CountingPusher>> pushers;
+    for (uint32_t w = 0; w < 2; ++w) {
+      clients.push_back(Connect(100 + w));
+      EXPECT_NE(clients.back(), nullptr);
+      pushers.push_back(std::make_unique<CountingPusher>(
+          clients.back().get(), keys_,
+          [w](worker::PsClient& c, const std::vector<uint64_t>& k) {
+            return AddOne(c, kTable, kDim, k, w);
+          }));
+    }
+    return pushers;
+  }
+
+  std::string name_;
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<net::EtcdClient> client_;
+  std::string primary_dir_, replica_dir_;
+  std::unique_ptr<ServerProcess> primary_, replica_;
+  std::vector<uint64_t> keys_;
+};
+
+TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  ASSERT_TRUE(WaitInSync());
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
+  // The primary's machine is lost: process and disk.
+  const absl::Time killed = absl::Now();
+  primary_->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(primary_dir_);
+  // Training goes on, on the promoted replica.
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  const absl::Duration paused = absl::Now() - killed;
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  std::printf("failover: pushes went on %s after the kill\n",
+              absl::FormatDuration(paused).c_str());
+  EXPECT_EQ(Stats(*replica_).replication().role(), "primary");
+  // Every acknowledged push once: none lost, none doubled.
+  for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+  absl::StatusOr<net::ShardRecord> registered =
+      net::FindShard(*client_, kJob, 0);
+  ASSERT_OK(registered);
+  EXPECT_EQ(registered->address, replica_->address());
+}
+
+TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  ASSERT_TRUE(WaitInSync());
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
+  // Paused past its lease: the replica takes over meanwhile.
+  ASSERT_EQ(kill(primary_->pid(), SIGSTOP), 0);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  ASSERT_EQ(kill(primary_->pid(), SIGCONT), 0);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+
+  // Running again, the old primary acknowledges no push: its lease is gone
+  // and the replica holds its key.
+  worker::ClientOptions options;
+  options.servers = {primary_->address()};
+  options.retry_for = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> stale =
+      worker::PsClient::Connect(options);
+  ASSERT_OK(stale);
+  const absl::Status refused = AddOne(**stale, kTable, kDim, keys_, 7);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("lease"), std::string::npos) << refused;
+  // And it holds no more than the new primary: nothing applied after the
+  // promotion reached it.
+  const std::vector<float> stale_values = Values(*primary_);
+  const std::vector<float> values = Values(*replica_);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_LE(stale_values[i], values[i]);
+  }
+}
+
+}  // namespace
+}  // namespace ps::testing
