@@ -180,6 +180,32 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
       net::FindShard(*client_, kJob, 0);
   ASSERT_OK(registered);
   EXPECT_EQ(registered->address, replica_->address());
+
+  // A new replica of the promoted shard, copied while pushes go on,
+  // catches up with it.
+  std::unique_ptr<worker::PsClient> client = Connect(200);
+  ASSERT_NE(client, nullptr);
+  CountingPusher more(client.get(), keys_,
+                      [](worker::PsClient& c, const std::vector<uint64_t>& k) {
+                        return AddOne(c, kTable, kDim, k, 2);
+                      });
+  more.WaitForMore(5);
+  const std::string dir = FreshTestDir(name_ + "_new_replica");
+  std::vector<std::string> flags = EtcdFlags();
+  flags.insert(flags.end(), {"--data_dir=" + dir, "--replica_of=0"});
+  auto fresh = ServerProcess::Start(flags, absl::Seconds(60), dir + ".log");
+  ASSERT_OK(fresh);
+  more.WaitForMore(5);
+  ASSERT_OK(more.Stop());
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*replica_).replication().lag_entries() != 0 ||
+         Stats(*replica_).replication().replicas() != 1) {
+    ASSERT_LT(absl::Now(), deadline);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (float value : Values(**fresh)) {
+    EXPECT_EQ(value, acknowledged + more.acknowledged());
+  }
 }
 
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
