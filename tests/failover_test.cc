@@ -7,7 +7,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +30,26 @@
 
 namespace ps::testing {
 namespace {
+
+// deploy/chaos.sh's table: appends a row to $CHAOS_ROWS, if set: the
+// fault, what the clients saw, acknowledged updates lost and doubled (by
+// every value against the count; up to `in_flight` pushes applied but
+// never answered are not doubles), and how it ended.
+void AddChaosRow(const std::string& fault, const std::string& saw,
+                 const std::vector<float>& values, int acknowledged,
+                 const std::string& outcome, int in_flight = 0) {
+  const char* path = std::getenv("CHAOS_ROWS");
+  if (path == nullptr) return;
+  float least = acknowledged, most = acknowledged;
+  for (float value : values) {
+    least = std::min(least, value);
+    most = std::max(most, value);
+  }
+  std::ofstream(path, std::ios::app)
+      << "| " << fault << " | " << saw << " | " << acknowledged - least << " | "
+      << std::max(0.0f, most - acknowledged - in_flight) << " | " << outcome
+      << " |\n";
+}
 
 constexpr char kJob[] = "failover";
 constexpr int kDim = 4;
@@ -176,6 +199,12 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
   EXPECT_EQ(Stats(*replica_).replication().role(), "primary");
   // Every acknowledged push once: none lost, none doubled.
   for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+  AddChaosRow(
+      "under --etcd, --replication=sync: the primary killed (kill -9) and "
+      "its data dir deleted, two clients pushing",
+      absl::StrCat("retried until the replica took over; pushes went on ",
+                   absl::FormatDuration(paused), " after the kill"),
+      Values(*replica_), acknowledged, "the promoted replica serves");
   absl::StatusOr<net::ShardRecord> registered =
       net::FindShard(*client_, kJob, 0);
   ASSERT_OK(registered);
@@ -226,6 +255,11 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
     acknowledged += pusher->acknowledged();
   }
   for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+  AddChaosRow(
+      "under --etcd, --replication=sync: the primary paused (SIGSTOP) past "
+      "its lease, then resumed",
+      "retried until the replica took over", Values(*replica_), acknowledged,
+      "the resumed primary is fenced (refuses pushes)");
 
   // Running again, the old primary acknowledges no push: its lease is gone
   // and the replica holds its key.

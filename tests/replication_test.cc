@@ -8,7 +8,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,6 +33,26 @@
 
 namespace ps::testing {
 namespace {
+
+// deploy/chaos.sh's table: appends a row to $CHAOS_ROWS, if set: the
+// fault, what the clients saw, acknowledged updates lost and doubled (by
+// every value against the count; up to `in_flight` pushes applied but
+// never answered are not doubles), and how it ended.
+void AddChaosRow(const std::string& fault, const std::string& saw,
+                 const std::vector<float>& values, int acknowledged,
+                 const std::string& outcome, int in_flight = 0) {
+  const char* path = std::getenv("CHAOS_ROWS");
+  if (path == nullptr) return;
+  float least = acknowledged, most = acknowledged;
+  for (float value : values) {
+    least = std::min(least, value);
+    most = std::max(most, value);
+  }
+  std::ofstream(path, std::ios::app)
+      << "| " << fault << " | " << saw << " | " << acknowledged - least << " | "
+      << std::max(0.0f, most - acknowledged - in_flight) << " | " << outcome
+      << " |\n";
+}
 
 constexpr int kDim = 4;
 constexpr char kTable[] = "t";
@@ -167,6 +190,14 @@ TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
     EXPECT_GE(value, acknowledged);
     EXPECT_LE(value, acknowledged + 1);
   }
+  AddChaosRow(
+      "--replication=sync: the replica paused (a slow replica), then the "
+      "primary killed (kill -9)",
+      "pushes waited for the replica; then the primary was gone",
+      Values(*replica), acknowledged,
+      "the replica holds every acknowledged push (and the one in flight at "
+      "the kill, if applied)",
+      /*in_flight=*/1);
   EXPECT_EQ(Replication(*replica).role(),
             absl::StrCat("replica of ", primary->address()));
 
@@ -265,6 +296,12 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
     return r.replicas() == 1 && r.lag_entries() == 0;
   }));
   for (float value : Values(*replica)) EXPECT_EQ(value, acknowledged);
+  AddChaosRow(
+      "--replication=sync: the replica killed (kill -9), then "
+      "started again",
+      "pushes waited until the primary dropped it, then went on",
+      Values(*replica), acknowledged,
+      "the replica copied the primary again and caught up");
 
   // A replica refuses pushes (and says where they go), and a data dir that
   // is not a replica's is never emptied for a copy.

@@ -6,7 +6,10 @@
 # ratio is to no replica within its round. (2) A new replica of a primary
 # holding --rows rows of dim 64: the copy's bytes/s and the time from its
 # start until it is in sync, with one client pushing throughout. (3) 1 shard
-# + 1 worker training (staleness 1) with no replica, async and sync.
+# + 1 worker training (staleness 1) with no replica, async and sync. (4)
+# Failover under etcd: tests/failover_test's kill -9 of a sync primary
+# (2 s lease) while two clients push, five runs: how long after the kill
+# the pushes went on, on the promoted replica.
 # Every process on this one machine: the replica takes CPU from the primary,
 # where deployed it has a machine of its own.
 # Prints the tables and rewrites the "replication" section of BENCHMARKS.md.
@@ -112,14 +115,22 @@ for ((round = 1; round <= rounds; round++)); do
   done
 done
 
+# (4) failover.
+bazel test //tests:failover_test --test_filter='*SyncLoses*' --runs_per_test=5 \
+  --nocache_test_results --test_output=all 2>&1 |
+  grep -o "failover: pushes went on [0-9.]*s" | awk '{print "failover\t" $5}' |
+  sed 's/s$//' | tee -a "$results"
+
 table="$work/table.md"
 /usr/bin/python3 - "$results" "$rows" "$seconds" "$(date -u +%Y-%m-%d)" "$(nproc)" >"$table" <<'PY'
 import statistics, sys
 results, rows, seconds, day, cores = sys.argv[1:]
-push, train, catchup = {}, {}, None
+push, train, catchup, failover = {}, {}, None, []
 for line in open(results):
     f = line.rstrip("\n").split("\t")
-    if f[0] == "catchup":
+    if f[0] == "failover":
+        failover.append(float(f[1]))
+    elif f[0] == "catchup":
         catchup = f[1:]
     elif f[1] == "push":
         push.setdefault((int(f[2]), int(f[3]), f[4]), {})[int(f[0])] = float(f[5])
@@ -161,6 +172,12 @@ for mode in ("none", "async", "sync"):
     got = train.get(mode, {})
     ratios = [got[r] / train["none"][r] for r in got if r in train.get("none", {})]
     print(f"| {mode} | {spread(list(got.values()), '{:.0f}')} | {spread(ratios, '{:.2f}')}x |")
+if failover:
+    print()
+    print("Failover under etcd (`tests/failover_test`, --etcd_lease_s=2, --replication=sync, two")
+    print("clients pushing): after kill -9 of the primary (its data dir deleted), pushes went on")
+    print(f"{spread(failover, '{:.1f}')} s later on the promoted replica ({len(failover)} runs: the lease")
+    print("running out, the replica's 250 ms watch, the clients' 2 s patience), nothing lost or doubled.")
 PY
 cat "$table"
 /usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md replication "$table"
