@@ -55,17 +55,55 @@ std::string ShardsPrefix(const std::string& job) {
   return absl::StrCat("/ps/", job, "/shards/");
 }
 
-absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(EtcdClient* etcd,
-                                                            std::string key,
-                                                            std::string value,
-                                                            absl::Duration ttl,
-                                                            bool exclusive) {
+absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(
+    EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
+    bool exclusive, std::function<absl::Status()> may_take_again) {
   auto leased = std::unique_ptr<LeasedKey>(
-      new LeasedKey(etcd, std::move(key), std::move(value), ttl, exclusive));
+      new LeasedKey(etcd, std::move(key), std::move(value), ttl, exclusive,
+                    std::move(may_take_again)));
   RETURN_IF_ERROR(leased->Register());
   LeasedKey* raw = leased.get();
   leased->renewer_ = std::thread([raw] { raw->KeepAlive(); });
   return leased;
+}
+
+namespace {
+
+std::string GenerationKey(const std::string& job, int index) {
+  return absl::StrCat("/ps/", job, "/generation/", index);
+}
+
+}  // namespace
+
+absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
+                                                    const std::string& job,
+                                                    int index) {
+  absl::StatusOr<EtcdValue> kv = etcd.Get(GenerationKey(job, index));
+  if (absl::IsNotFound(kv.status())) return ShardGeneration();
+  RETURN_IF_ERROR(kv.status());
+  ShardGeneration seen;
+  if (!absl::SimpleAtoi(kv->value, &seen.generation)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "etcd key ", kv->key, " holds '", kv->value, "', not a generation"));
+  }
+  seen.mod_revision = kv->mod_revision;
+  return seen;
+}
+
+absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
+                                              const std::string& job, int index,
+                                              const ShardGeneration& seen) {
+  const uint64_t next = seen.generation + 1;
+  ASSIGN_OR_RETURN(const bool raised,
+                   etcd.PutIf(GenerationKey(job, index), absl::StrCat(next),
+                              seen.mod_revision));
+  if (!raised) {
+    return absl::AbortedError(
+        absl::StrCat("shard ", index,
+                     "'s generation changed since it was read (another "
+                     "replica was promoted first)"));
+  }
+  return next;
 }
 
 absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
@@ -77,10 +115,22 @@ absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
-    absl::Duration ttl) {
+    absl::Duration ttl, uint64_t generation) {
   RETURN_IF_ERROR(CheckJobName(job));
+  auto may_take_again = [etcd, job, index = record.index,
+                         generation]() -> absl::Status {
+    ASSIGN_OR_RETURN(const ShardGeneration now,
+                     ReadShardGeneration(*etcd, job, index));
+    if (now.generation != generation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", index, " failed over to another process (generation ",
+          now.generation, ", this one's ", generation, ")"));
+    }
+    return absl::OkStatus();
+  };
   return LeasedKey::Start(etcd, absl::StrCat(ShardsPrefix(job), record.index),
-                          RecordValue(record), ttl, /*exclusive=*/true);
+                          RecordValue(record), ttl, /*exclusive=*/true,
+                          std::move(may_take_again));
 }
 
 std::string WorkersPrefix(const std::string& job) {
@@ -218,6 +268,18 @@ void LeasedKey::KeepAlive() {
       continue;
     }
     if (absl::IsNotFound(renewed.status())) {
+      if (may_take_again_) {
+        if (absl::Status may = may_take_again_(); !may.ok()) {
+          if (absl::IsFailedPrecondition(may)) {
+            LOG(ERROR) << key_ << ": the etcd lease lapsed, and "
+                       << may.message()
+                       << ": not taking the key again (fenced for good)";
+            return;
+          }
+          LOG_EVERY_N(WARNING, 10) << key_ << ": " << may;
+          continue;
+        }
+      }
       LOG(WARNING) << key_ << ": the etcd lease lapsed; registering again";
       const absl::Status again = Register();
       if (!again.ok()) {

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,11 +55,12 @@ class LeasedKey {
   // left by a process that died is waited out (up to `ttl` and a second),
   // then ALREADY_EXISTS. Otherwise the key is overwritten (a restarted
   // process replaces the one it restarts). `etcd` must outlive the key.
-  static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(EtcdClient* etcd,
-                                                          std::string key,
-                                                          std::string value,
-                                                          absl::Duration ttl,
-                                                          bool exclusive);
+  // `may_take_again`, if set, is asked before the key is written again
+  // after its lease lapsed: an error leaves it unwritten for good (the
+  // process is fenced, held_until() stays in the past).
+  static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(
+      EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
+      bool exclusive, std::function<absl::Status()> may_take_again = {});
 
   // Revokes the lease: the key goes at once.
   ~LeasedKey();
@@ -73,12 +75,14 @@ class LeasedKey {
 
  private:
   LeasedKey(EtcdClient* etcd, std::string key, std::string value,
-            absl::Duration ttl, bool exclusive)
+            absl::Duration ttl, bool exclusive,
+            std::function<absl::Status()> may_take_again)
       : etcd_(etcd),
         key_(std::move(key)),
         value_(std::move(value)),
         ttl_(ttl),
-        exclusive_(exclusive) {}
+        exclusive_(exclusive),
+        may_take_again_(std::move(may_take_again)) {}
   absl::Status Register();
   void KeepAlive();
 
@@ -86,11 +90,31 @@ class LeasedKey {
   const std::string key_, value_;
   const absl::Duration ttl_;
   const bool exclusive_;
+  const std::function<absl::Status()> may_take_again_;
   int64_t lease_ = 0;  // the renewing thread's once started
   std::atomic<int64_t> held_until_ns_{0};
   absl::Notification stop_;
   std::thread renewer_;
 };
+
+// Shard `index`'s generation: a counter, not under any lease, that each
+// failover of the shard (a replica promoted in its primary's place) raises
+// by one, at /ps/<job>/generation/<index>. A process serves the shard only
+// at the generation its data dir was written at: an old primary (paused
+// past its lease, or restarted on its data dir) never takes the shard back
+// after a replica did.
+struct ShardGeneration {
+  uint64_t generation = 0;   // 0 before the first failover
+  int64_t mod_revision = 0;  // 0 while the key does not exist
+};
+absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
+                                                    const std::string& job,
+                                                    int index);
+// Raises the generation from `seen` (ReadShardGeneration()) by one;
+// ABORTED if it changed since (another promotion came first).
+absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
+                                              const std::string& job, int index,
+                                              const ShardGeneration& seen);
 
 // Shard `index`'s record now. NOT_FOUND when none is registered (its
 // process stopped, or its lease ran out).
@@ -99,9 +123,11 @@ absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
 
 // Registers a shard's record at ShardsPrefix(job) + index, exclusively
 // (ALREADY_EXISTS when another live process holds the index).
+// After a lapse, the record is written again only while the shard's
+// generation is still `generation`.
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
-    absl::Duration ttl);
+    absl::Duration ttl, uint64_t generation = 0);
 
 // "/ps/<job>/workers/": each worker's key, "<index>" -> its lease at the
 // coordinator in milliseconds, under an etcd lease of that length. A

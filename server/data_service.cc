@@ -40,11 +40,26 @@ grpc::ServerUnaryReactor* DataService::Finish(
   return reactor;
 }
 
-absl::Status DataService::Fenced() const {
-  const net::LeasedKey* lease = lease_.load();
-  if (lease == nullptr || absl::Now() < lease->held_until()) {
-    return absl::OkStatus();
+absl::Status DataService::ReadOnly() const {
+  if (options_.fenced_until_registered) {
+    return MarkTransient(absl::UnavailableError(options_.read_only));
   }
+  return absl::FailedPreconditionError(options_.read_only);
+}
+
+absl::Status DataService::Fenced() const {
+  if (stopping_.load()) {
+    return MarkTransient(absl::UnavailableError(
+        "this shard is stopping (its replicas catch up before it lets go of "
+        "its place); retry"));
+  }
+  const net::LeasedKey* lease = lease_.load();
+  if (lease == nullptr) {
+    if (!options_.fenced_until_registered) return absl::OkStatus();
+    return MarkTransient(absl::UnavailableError(
+        "this shard is not registered in etcd yet; retry"));
+  }
+  if (absl::Now() < lease->held_until()) return absl::OkStatus();
   return MarkTransient(absl::UnavailableError(
       "this shard's etcd lease ran out (a pause, or etcd out of reach): it "
       "takes no push until it holds its key again, which a replica may have "
@@ -104,10 +119,7 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
   }
-  if (read_only_.load()) {
-    return Finish(context, reactor,
-                  absl::FailedPreconditionError(options_.read_only));
-  }
+  if (read_only_.load()) return Finish(context, reactor, ReadOnly());
   return Finish(context, reactor, HandleDeclareTable(*request, response));
 }
 
@@ -416,10 +428,7 @@ grpc::ServerUnaryReactor* DataService::Push(
     }
     return Finish(context, reactor, Busy(bytes));
   }
-  if (read_only_.load()) {
-    return Finish(context, reactor,
-                  absl::FailedPreconditionError(options_.read_only));
-  }
+  if (read_only_.load()) return Finish(context, reactor, ReadOnly());
   if (absl::Status fenced = Fenced(); !fenced.ok()) {
     return Finish(context, reactor, fenced);
   }
@@ -471,10 +480,7 @@ grpc::ServerUnaryReactor* DataService::Clock(
       !authorized.ok()) {
     return Finish(context, reactor, authorized);
   }
-  if (read_only_.load()) {
-    return Finish(context, reactor,
-                  absl::FailedPreconditionError(options_.read_only));
-  }
+  if (read_only_.load()) return Finish(context, reactor, ReadOnly());
   ClockCoordinator::Report report;
   report.worker = request->worker();
   report.incarnation = request->incarnation();

@@ -67,8 +67,13 @@ struct DataServiceOptions {
   // Default: none needed.
   std::string worker_token;
   // Set on a replica: why Push, DeclareTable and Clock are refused
-  // (FAILED_PRECONDITION); pulls are served. Default: empty.
+  // (FAILED_PRECONDITION; under --etcd UNAVAILABLE and transient, as a
+  // replica is found there only while it takes over); pulls are served.
+  // Default: empty.
   std::string read_only;
+  // Under --etcd: pushes are refused (transiently) until FenceBy() gives
+  // the shard's registration. Default: false.
+  bool fenced_until_registered = false;
   // A primary's replication feed (not owned), or null. With a follower,
   // a push is answered once every replica in sync applied it (`sync`), and
   // once no replica is more than `max_replication_lag` entries behind; if
@@ -99,6 +104,10 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // A replica promoted to primary: pushes, declarations and clock reports
   // are taken from now on.
   void SetWritable() { read_only_ = false; }
+
+  // A shard that stops: pushes are refused (UNAVAILABLE, transient) from
+  // now on, so that its replicas can catch up before it lets go.
+  void SetStopping() { stopping_ = true; }
 
   // Under --etcd: pushes are refused (UNAVAILABLE, transient) and none is
   // acknowledged once `lease` (the shard's registration; null: none) is no
@@ -131,8 +140,11 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                   DeclareTableResponse* response);
   absl::Status HandlePull(const PullRequest& request, PullResponse* response);
   absl::Status HandlePush(const PushRequest& request, PushResponse* response);
-  // OK unless FenceBy()'s lease is no longer surely held.
+  // OK unless stopping, unregistered under --etcd, or FenceBy()'s lease is
+  // no longer surely held.
   absl::Status Fenced() const;
+  // Why a replica refuses a write.
+  absl::Status ReadOnly() const;
 
   // Calls whose handler has started and that gRPC is not done with yet
   // (their reply may still be on its way).
@@ -208,6 +220,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   std::atomic<int64_t> calls_in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};
   std::atomic<bool> read_only_;
+  std::atomic<bool> stopping_{false};
   std::atomic<const net::LeasedKey*> lease_{nullptr};
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "absl/time/time.h"
 #include "base/address_list.h"
 #include "base/build_info.h"
+#include "base/durable_file.h"
 #include "base/exit_codes.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -543,6 +545,27 @@ void AnnounceServing(const ps::server::ServerOptions& options,
             << " (durability=" << absl::GetFlag(FLAGS_durability) << ")";
 }
 
+// The shard generation (net/shard_directory.h) a data dir last served at,
+// in its GENERATION file (0 without one).
+constexpr char kGenerationFile[] = "/GENERATION";
+
+absl::StatusOr<uint64_t> ReadDataDirGeneration(const std::string& data_dir) {
+  std::ifstream in(data_dir + kGenerationFile);
+  if (!in) return 0;
+  uint64_t generation = 0;
+  if (!(in >> generation)) {
+    return absl::DataLossError(
+        absl::StrCat(data_dir, kGenerationFile, " holds no generation"));
+  }
+  return generation;
+}
+
+absl::Status WriteDataDirGeneration(const std::string& data_dir,
+                                    uint64_t generation) {
+  return ps::WriteFileDurably(data_dir + kGenerationFile,
+                              absl::StrCat(generation, "\n"));
+}
+
 // What this shard says of itself in etcd: its address, index and count.
 ps::net::ShardRecord OwnRecord(const ps::server::ServerOptions& options,
                                int port) {
@@ -569,8 +592,11 @@ ps::net::ShardRecord OwnRecord(const ps::server::ServerOptions& options,
 class PrimaryWatch {
  public:
   PrimaryWatch(ps::net::EtcdClient* etcd, ps::server::ShardServer* server,
-               ps::net::ShardRecord own)
-      : etcd_(etcd), server_(server), own_(std::move(own)) {
+               ps::net::ShardRecord own, std::string data_dir)
+      : etcd_(etcd),
+        server_(server),
+        own_(std::move(own)),
+        data_dir_(std::move(data_dir)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~PrimaryWatch() { Stop(); }
@@ -588,29 +614,13 @@ class PrimaryWatch {
  private:
   void Run() {
     const std::string job = absl::GetFlag(FLAGS_job);
-    const absl::Duration lease =
-        absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
     while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
       absl::StatusOr<ps::net::ShardRecord> primary =
           ps::net::FindShard(*etcd_, job, own_.index);
       if (!absl::IsNotFound(primary.status())) continue;
       LOG(WARNING) << "shard " << own_.index
                    << "'s registration is gone: promoting this replica";
-      absl::Status promoted = server_->Promote();
-      if (promoted.ok()) {
-        absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> registered =
-            ps::net::RegisterShard(etcd_, job, own_, lease);
-        if (registered.ok()) {
-          registration_ = *std::move(registered);
-          server_->FenceBy(registration_.get());
-          LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
-                    << own_.index << " = " << own_.address << " (promoted)";
-          promoted = server_->CampaignForCoordinator(own_.address, lease);
-        } else {
-          promoted = registered.status();
-        }
-      }
-      if (!promoted.ok()) {
+      if (absl::Status promoted = TakeOver(job); !promoted.ok()) {
         LOG(ERROR) << "promoting this replica failed (" << promoted
                    << "); stopping, to be copied again";
         failed_ = true;
@@ -620,9 +630,34 @@ class PrimaryWatch {
     }
   }
 
+  // Stops following, raises the shard's generation (so that the old
+  // primary never takes the shard back), registers in its place, and only
+  // then takes pushes. A failure before the registration leaves a replica
+  // (its data dir still one), to be copied again.
+  absl::Status TakeOver(const std::string& job) {
+    const absl::Duration lease =
+        absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
+    RETURN_IF_ERROR(server_->StopFollowing());
+    ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
+                     ps::net::ReadShardGeneration(*etcd_, job, own_.index));
+    ASSIGN_OR_RETURN(
+        const uint64_t generation,
+        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen));
+    RETURN_IF_ERROR(WriteDataDirGeneration(data_dir_, generation));
+    ASSIGN_OR_RETURN(registration_, ps::net::RegisterShard(etcd_, job, own_,
+                                                           lease, generation));
+    server_->FenceBy(registration_.get());
+    RETURN_IF_ERROR(server_->Promote());
+    LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
+              << own_.index << " = " << own_.address
+              << " (promoted; generation " << generation << ")";
+    return server_->CampaignForCoordinator(own_.address, lease);
+  }
+
   ps::net::EtcdClient* const etcd_;
   ps::server::ShardServer* const server_;
   const ps::net::ShardRecord own_;
+  const std::string data_dir_;
   std::unique_ptr<ps::net::LeasedKey> registration_;
   absl::Notification stop_;
   std::thread thread_;
@@ -658,7 +693,13 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
 absl::Status FindPrimary(ps::server::ServerOptions* options,
                          const EtcdPresence& presence) {
   uint32_t index = 0;
-  if (!absl::SimpleAtoi(options->replica_of, &index)) return absl::OkStatus();
+  if (options->replica_of.empty()) return absl::OkStatus();
+  if (!absl::SimpleAtoi(options->replica_of, &index)) {
+    if (presence.etcd == nullptr) return absl::OkStatus();
+    return BadFlag(
+        "under --etcd, --replica_of is the index of the shard to replicate "
+        "(its address is looked up, and followed through failovers)");
+  }
   if (presence.etcd == nullptr) {
     return BadFlag(
         "--replica_of=N (a shard's index) needs --etcd; without it, give the "
@@ -694,14 +735,34 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
   if (!options.replica_of.empty()) {
     // The primary holds the index; this replica takes it over when the
     // primary's registration goes.
-    presence->watch =
-        std::make_unique<PrimaryWatch>(presence->etcd.get(), &server, record);
+    presence->watch = std::make_unique<PrimaryWatch>(
+        presence->etcd.get(), &server, record, options.store.data_dir);
     return absl::OkStatus();
   }
+  // A data dir the shard failed over from (a replica took its place since
+  // it last served) is stale: it must not serve the shard again.
+  ASSIGN_OR_RETURN(
+      const ps::net::ShardGeneration generation,
+      ps::net::ReadShardGeneration(*presence->etcd, absl::GetFlag(FLAGS_job),
+                                   record.index));
+  ASSIGN_OR_RETURN(const uint64_t own_generation,
+                   ReadDataDirGeneration(options.store.data_dir));
+  if (generation.generation > own_generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", record.index, " failed over to a replica (generation ",
+        generation.generation, ") since ", options.store.data_dir,
+        " last served it (generation ", own_generation,
+        "): its rows are stale. Start this process as a replica "
+        "(--replica_of=",
+        record.index, ") on an empty --data_dir"));
+  }
+  RETURN_IF_ERROR(
+      WriteDataDirGeneration(options.store.data_dir, generation.generation));
   ASSIGN_OR_RETURN(presence->registration,
                    ps::net::RegisterShard(
                        presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
-                       absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s))));
+                       absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)),
+                       generation.generation));
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
@@ -720,22 +781,27 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
                      EtcdPresence presence) {
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
-  // Workers that look the shards up from now on do not find this one.
   bool promotion_failed = false;
   if (presence.watch != nullptr) {
     presence.watch->Stop();
     promotion_failed = presence.watch->failed_.load();
     presence.registration = presence.watch->TakeRegistration();
   }
-  server->FenceBy(nullptr);
-  presence.registration.reset();
   // The etcd client outlives the server, which follows the slot map with it.
   auto keep_etcd = std::move(presence.etcd);
+  const absl::Duration drain =
+      absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
   LOG(INFO) << "signal " << signal_number
             << " (or an admin drain): draining for up to "
             << absl::GetFlag(FLAGS_drain_seconds) << " s";
-  absl::Status stopped =
-      server->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  // Still registered (and fenced by it) while pushes stop and the replicas
+  // catch up: one promoted once this shard lets go has every push it
+  // acknowledged.
+  server->HandOver(absl::Now() + drain / 2);
+  absl::Status stopped = server->Shutdown(drain / 2);
+  server->FenceBy(nullptr);
+  // Workers that look the shards up from now on do not find this one.
+  presence.registration.reset();
   server.reset();
   if (!stopped.ok()) {
     LOG(ERROR) << "shutdown: " << stopped;

@@ -351,6 +351,10 @@ ReplicaFollower::~ReplicaFollower() { Stop(); }
 
 void ReplicaFollower::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    if (in_flight_ != nullptr) in_flight_->TryCancel();
+  }
   if (thread_.joinable()) thread_.join();
 }
 
@@ -381,9 +385,20 @@ void ReplicaFollower::Run() {
     AddToken(context, options_.token);
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.follow_wait +
                                             absl::Seconds(5)));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) return;
+      in_flight_ = &context;
+    }
+    const grpc::Status followed = stub_->Follow(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_ = nullptr;
+    }
+    // Entries that came are applied even when stopping (for a promotion):
+    // the primary may have acknowledged them (async).
     absl::Status status = FromGrpcStatus(
-        stub_->Follow(&context, request, &response),
-        absl::StrCat("following the primary ", options_.primary));
+        followed, absl::StrCat("following the primary ", options_.primary));
     if (!status.ok()) {
       const absl::Time now = absl::Now();
       if (failing_since == absl::InfiniteFuture()) failing_since = now;

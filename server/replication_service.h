@@ -45,6 +45,7 @@
 #include "embedding/embedding_store.h"
 #include "embedding/replication_feed.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 #include "proto/replication.grpc.pb.h"
 
 namespace ps::server {
@@ -181,6 +182,8 @@ class ReplicaFollower {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // The Follow call in flight, which Stop() cancels.
+  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

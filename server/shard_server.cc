@@ -230,6 +230,7 @@ DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
         absl::StrCat("this shard is a replica of ", options.replica_of,
                      ": it serves pulls; push to its primary");
   }
+  data_options.fenced_until_registered = options.etcd != nullptr;
   data_options.sync_replication = options.sync_replication;
   data_options.max_replication_lag = options.max_replication_lag_records;
   data_options.replication_wait = options.replica_timeout;
@@ -512,6 +513,31 @@ void ShardServer::WatchHealth(absl::Duration interval) {
                << "); health says NOT_SERVING so that the shard is restarted";
     SetServing(false);
     serving = false;
+  }
+}
+
+absl::Status ShardServer::StopFollowing() {
+  if (follower_ == nullptr || promoted_.load()) {
+    return absl::FailedPreconditionError("this shard is not a replica");
+  }
+  follower_->Stop();
+  if (absl::Status error = follower_->error(); !error.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this replica stopped following before (", error.message(),
+                     "): it may lack what its primary acknowledged"));
+  }
+  return absl::OkStatus();
+}
+
+void ShardServer::HandOver(absl::Time deadline) {
+  data_service_->SetStopping();
+  // A replica that was never promoted feeds nobody.
+  if (feed_ == nullptr || (follower_ != nullptr && !promoted_.load())) return;
+  const uint64_t head = feed_->head();
+  if (feed_->WaitReplicated(head, /*sync=*/false, /*max_lag=*/0, deadline) !=
+      embedding::ReplicationFeed::Replicated::kYes) {
+    LOG(WARNING) << "stopping before every replica has the feed up to entry "
+                 << head;
   }
 }
 

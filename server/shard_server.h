@@ -180,12 +180,23 @@ class ShardServer {
   // orchestrator's readiness means one of the job's shards.
   absl::Status JoinJob(absl::Duration wait);
 
-  // A replica becomes its shard's primary: it stops following (keeping
-  // every entry it applied), feeds replicas of its own, takes pushes, and
-  // its data dir is a primary's from now on. The caller (under --etcd,
-  // ps_server's watch of the primary's registration) makes it the one
-  // workers find. FAILED_PRECONDITION unless a replica.
+  // A replica stops following its primary (keeping every entry it applied,
+  // and cancelling a Follow in flight): the first step of its promotion.
+  // FAILED_PRECONDITION unless a replica that was following until now (one
+  // that stopped on an error may lack what its primary acknowledged).
+  absl::Status StopFollowing();
+
+  // A replica becomes its shard's primary: feeds replicas of its own,
+  // takes pushes, and its data dir is a primary's from now on. The caller
+  // (under --etcd, ps_server's watch of the primary's registration) stops
+  // it following first and makes it the one workers find.
+  // FAILED_PRECONDITION unless a replica.
   absl::Status Promote();
+
+  // A shard about to stop: refuses pushes from now on (transiently) and
+  // waits until `deadline` for its replicas to apply its whole feed, so
+  // that one promoted after it lets go has every push it acknowledged.
+  void HandOver(absl::Time deadline);
 
   // Under --etcd: pushes are fenced by the shard's registration
   // (DataService::FenceBy()); null lifts it.
