@@ -76,13 +76,14 @@ class FailoverTest : public ::testing::Test {
             "--etcd_lease_s=2", "--cache_mb=64"};
   }
 
-  void StartPrimaryAndReplica(bool sync = true) {
+  void StartPrimaryAndReplica(bool sync = true, int max_lag = 100000) {
     primary_dir_ = FreshTestDir(name_ + "_primary");
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(
         flags.end(),
         {"--data_dir=" + primary_dir_, "--shard_index=0", "--num_shards=1",
-         sync ? "--replication=sync" : "--replication=async"});
+         sync ? "--replication=sync" : "--replication=async",
+         absl::StrCat("--max_replication_lag_records=", max_lag)});
     auto primary =
         ServerProcess::Start(flags, absl::Seconds(60), primary_dir_ + ".log");
     ASSERT_OK(primary);
@@ -250,6 +251,11 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
 
   // Paused past its lease: the replica takes over meanwhile.
   ASSERT_EQ(kill(primary_->pid(), SIGSTOP), 0);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*replica_).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), deadline) << "the replica did not take over";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   ASSERT_EQ(kill(primary_->pid(), SIGCONT), 0);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
@@ -293,6 +299,46 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
       net::FindShard(*client_, kJob, 0);
   ASSERT_OK(registered);
   EXPECT_EQ(registered->address, replica_->address());
+}
+
+TEST_F(FailoverTest, AsyncLosesAtMostTheLagBoundWhenThePrimaryDies) {
+  constexpr int kMaxLag = 5;
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(/*sync=*/false, kMaxLag));
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  // The replica paused, so that it lags as far as the primary lets it.
+  ASSERT_EQ(kill(replica_->pid(), SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(1));
+  const uint64_t lag = Stats(*primary_).replication().lag_entries();
+  primary_->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(primary_dir_);
+  ASSERT_EQ(kill(replica_->pid(), SIGCONT), 0);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  // The reported lag is the bound plus at most each client's push waiting
+  // on it (applied, not acknowledged). What was lost is at most the bound
+  // and the reported lag; nothing is doubled (a waiting push, retried, is
+  // applied once on the promoted replica).
+  EXPECT_LE(lag, static_cast<uint64_t>(kMaxLag + 2));
+  const int may_lack = std::min(static_cast<int>(lag), kMaxLag);
+  for (float value : Values(*replica_)) {
+    EXPECT_GE(value, acknowledged - may_lack);
+    EXPECT_LE(value, acknowledged);
+  }
+  AddChaosRow(
+      absl::StrCat("under --etcd, --replication=async (lag bound ", kMaxLag,
+                   "): the replica paused, then the primary killed (kill -9) "
+                   "and its data dir deleted"),
+      absl::StrCat("retried until the replica took over; the primary "
+                   "reported a lag of ",
+                   lag, " entries"),
+      Values(*replica_), acknowledged,
+      "the promoted replica serves, lacking at most the reported lag");
 }
 
 TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
