@@ -38,22 +38,20 @@ ReplicationFeed::~ReplicationFeed() {
 
 uint64_t ReplicationFeed::AppendPush(absl::string_view table,
                                      absl::string_view record) {
-  absl::MutexLock lock(&mu_);
-  const uint64_t sequence = ++head_;
-  changed_ = true;
-  if (followers_.empty()) {
-    first_kept_ = head_ + 1;
-    return sequence;
-  }
-  FeedEntry& entry = entries_.emplace_back();
-  entry.set_sequence(sequence);
-  entry.set_kind(FeedEntry::PUSH);
-  entry.set_table(std::string(table));
-  entry.set_record(std::string(record));
-  return sequence;
+  return AppendMade([&] {
+    FeedEntry entry;
+    entry.set_kind(FeedEntry::PUSH);
+    entry.set_table(std::string(table));
+    entry.set_record(std::string(record));
+    return entry;
+  });
 }
 
 uint64_t ReplicationFeed::Append(FeedEntry entry) {
+  return AppendMade([&] { return std::move(entry); });
+}
+
+uint64_t ReplicationFeed::AppendMade(absl::FunctionRef<FeedEntry()> make) {
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = ++head_;
   changed_ = true;
@@ -61,8 +59,8 @@ uint64_t ReplicationFeed::Append(FeedEntry entry) {
     first_kept_ = head_ + 1;
     return sequence;
   }
+  FeedEntry& entry = entries_.emplace_back(make());
   entry.set_sequence(sequence);
-  entries_.push_back(std::move(entry));
   return sequence;
 }
 

@@ -33,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -126,6 +127,9 @@ class ReplicationFeed {
   Stats GetStats();
 
  private:
+  // Numbers the entry `make` makes (called only when a follower needs it).
+  uint64_t AppendMade(absl::FunctionRef<FeedEntry()> make);
+
   struct Follower {
     uint64_t applied = 0;
     absl::Time last_read;

@@ -25,6 +25,7 @@
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
+#include "tests/chaos_rows.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/server_process.h"
@@ -33,26 +34,6 @@
 
 namespace ps::testing {
 namespace {
-
-// deploy/chaos.sh's table: appends a row to $CHAOS_ROWS, if set: the
-// fault, what the clients saw, acknowledged updates lost and doubled (by
-// every value against the count; up to `in_flight` pushes applied but
-// never answered are not doubles), and how it ended.
-void AddChaosRow(const std::string& fault, const std::string& saw,
-                 const std::vector<float>& values, int acknowledged,
-                 const std::string& outcome, int in_flight = 0) {
-  const char* path = std::getenv("CHAOS_ROWS");
-  if (path == nullptr) return;
-  float least = acknowledged, most = acknowledged;
-  for (float value : values) {
-    least = std::min(least, value);
-    most = std::max(most, value);
-  }
-  std::ofstream(path, std::ios::app)
-      << "| " << fault << " | " << saw << " | " << acknowledged - least << " | "
-      << std::max(0.0f, most - acknowledged - in_flight) << " | " << outcome
-      << " |\n";
-}
 
 constexpr int kDim = 4;
 constexpr char kTable[] = "t";
