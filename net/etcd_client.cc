@@ -139,14 +139,22 @@ absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key,
 absl::StatusOr<bool> EtcdClient::PutIf(absl::string_view key,
                                        absl::string_view value,
                                        int64_t expected_mod_revision,
-                                       int64_t lease) {
+                                       int64_t lease,
+                                       const std::vector<EtcdCondition>& also) {
   etcdserverpb::TxnRequest request;
-  etcdserverpb::Compare* compare = request.add_compare();
-  compare->set_key(std::string(key));
-  compare->set_result(etcdserverpb::Compare::EQUAL);
-  compare->set_target(etcdserverpb::Compare::MOD);
-  // A key that does not exist has mod revision 0.
-  compare->set_mod_revision(expected_mod_revision);
+  auto add_compare = [&request](absl::string_view compared,
+                                int64_t mod_revision) {
+    etcdserverpb::Compare* compare = request.add_compare();
+    compare->set_key(std::string(compared));
+    compare->set_result(etcdserverpb::Compare::EQUAL);
+    compare->set_target(etcdserverpb::Compare::MOD);
+    // A key that does not exist has mod revision 0.
+    compare->set_mod_revision(mod_revision);
+  };
+  add_compare(key, expected_mod_revision);
+  for (const EtcdCondition& condition : also) {
+    add_compare(condition.key, condition.mod_revision);
+  }
   etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
   put->set_key(std::string(key));
   put->set_value(std::string(value));

@@ -49,6 +49,13 @@ struct EtcdValue {
   int64_t lease = 0;
 };
 
+// A further condition of a compare-and-swap (EtcdClient::PutIf()): `key`'s
+// mod revision is `mod_revision` (0: the key does not exist).
+struct EtcdCondition {
+  std::string key;
+  int64_t mod_revision = 0;
+};
+
 // One change seen by a watch.
 struct EtcdEvent {
   enum class Type { kPut, kDelete };
@@ -96,9 +103,10 @@ class EtcdClient {
                               int64_t lease = 0);
   // Compare-and-swap: sets `key` only if its mod revision is
   // `expected_mod_revision` (0: only if the key does not exist), in one
-  // transaction. Whether it did.
+  // transaction, and only if every one of `also` holds too. Whether it did.
   absl::StatusOr<bool> PutIf(absl::string_view key, absl::string_view value,
-                             int64_t expected_mod_revision, int64_t lease = 0);
+                             int64_t expected_mod_revision, int64_t lease = 0,
+                             const std::vector<EtcdCondition>& also = {});
   // Deletes `key`, or every key under `prefix`; how many went.
   absl::StatusOr<int64_t> Delete(absl::string_view key);
   absl::StatusOr<int64_t> DeletePrefix(absl::string_view prefix);

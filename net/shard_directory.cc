@@ -57,10 +57,11 @@ std::string ShardsPrefix(const std::string& job) {
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(
     EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
-    bool exclusive, std::function<absl::Status()> may_take_again) {
+    bool exclusive, std::function<absl::Status()> may_take_again,
+    std::vector<EtcdCondition> conditions) {
   auto leased = std::unique_ptr<LeasedKey>(
       new LeasedKey(etcd, std::move(key), std::move(value), ttl, exclusive,
-                    std::move(may_take_again)));
+                    std::move(may_take_again), std::move(conditions)));
   RETURN_IF_ERROR(leased->Register());
   LeasedKey* raw = leased.get();
   leased->renewer_ = std::thread([raw] { raw->KeepAlive(); });
@@ -94,16 +95,31 @@ absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const std::string& job, int index,
                                               const ShardGeneration& seen) {
   const uint64_t next = seen.generation + 1;
-  ASSIGN_OR_RETURN(const bool raised,
-                   etcd.PutIf(GenerationKey(job, index), absl::StrCat(next),
-                              seen.mod_revision));
+  ASSIGN_OR_RETURN(
+      const bool raised,
+      etcd.PutIf(GenerationKey(job, index), absl::StrCat(next),
+                 seen.mod_revision, /*lease=*/0,
+                 {{absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}}));
   if (!raised) {
-    return absl::AbortedError(
-        absl::StrCat("shard ", index,
-                     "'s generation changed since it was read (another "
-                     "replica was promoted first)"));
+    return absl::AbortedError(absl::StrCat(
+        "shard ", index,
+        "'s generation changed since it was read, or a process registered "
+        "as the shard (another replica was promoted, or the primary came "
+        "back, first)"));
   }
   return next;
+}
+
+absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
+                                                         const std::string& job,
+                                                         int index,
+                                                         absl::Duration ttl) {
+  RETURN_IF_ERROR(CheckJobName(job));
+  return LeasedKey::Start(
+      etcd, absl::StrCat("/ps/", job, "/claims/", index), "claimed", ttl,
+      /*exclusive=*/true, /*may_take_again=*/{},
+      {{GenerationKey(job, index), /*absent*/ 0},
+       {absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}});
 }
 
 absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
@@ -115,22 +131,34 @@ absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
-    absl::Duration ttl, uint64_t generation) {
+    absl::Duration ttl, const ShardGeneration& generation) {
   RETURN_IF_ERROR(CheckJobName(job));
   auto may_take_again = [etcd, job, index = record.index,
                          generation]() -> absl::Status {
     ASSIGN_OR_RETURN(const ShardGeneration now,
                      ReadShardGeneration(*etcd, job, index));
-    if (now.generation != generation) {
+    if (now.generation != generation.generation) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", index, " failed over to another process (generation ",
-          now.generation, ", this one's ", generation, ")"));
+          now.generation, ", this one's ", generation.generation, ")"));
     }
     return absl::OkStatus();
   };
-  return LeasedKey::Start(etcd, absl::StrCat(ShardsPrefix(job), record.index),
-                          RecordValue(record), ttl, /*exclusive=*/true,
-                          std::move(may_take_again));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<LeasedKey> registered,
+      LeasedKey::Start(
+          etcd, absl::StrCat(ShardsPrefix(job), record.index),
+          RecordValue(record), ttl, /*exclusive=*/true,
+          std::move(may_take_again),
+          {{GenerationKey(job, record.index), generation.mod_revision}}));
+  if (generation.mod_revision == 0) {
+    // Only this process could write it: it holds the index, and a
+    // generation rises only while none does.
+    RETURN_IF_ERROR(
+        etcd->PutIf(GenerationKey(job, record.index), "0", /*absent*/ 0)
+            .status());
+  }
+  return registered;
 }
 
 std::string WorkersPrefix(const std::string& job) {
@@ -230,7 +258,8 @@ absl::Status LeasedKey::Register() {
         ASSIGN_OR_RETURN(lease, etcd_->GrantLease(ttl_));
       }
     }
-    absl::StatusOr<bool> created = etcd_->PutIf(key_, value_, 0, lease);
+    absl::StatusOr<bool> created =
+        etcd_->PutIf(key_, value_, 0, lease, conditions_);
     absl::StatusOr<EtcdValue> held = etcd_->Get(key_);
     // A swap that etcd applied but whose answer was lost (and was sent
     // again) leaves the key on this lease.
@@ -238,6 +267,15 @@ absl::Status LeasedKey::Register() {
       lease_ = lease;
       held_until_ns_ = absl::ToUnixNanos(asked + ttl_);
       return absl::OkStatus();
+    }
+    // Free, yet not written: one of the conditions no longer holds.
+    if (created.ok() && !conditions_.empty() &&
+        absl::IsNotFound(held.status())) {
+      etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
+      return absl::FailedPreconditionError(
+          absl::StrCat("etcd's ", key_,
+                       " was not written: what it depends on "
+                       "changed since it was read"));
     }
     if (absl::Now() >= give_up || (!created.ok() && !held.ok())) {
       etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
@@ -296,6 +334,7 @@ void LeasedKey::KeepAlive() {
 LeasedKey::~LeasedKey() {
   stop_.Notify();
   if (renewer_.joinable()) renewer_.join();
+  if (lease_ == 0) return;  // never registered
   // Briefly: a shard that stops must not wait on an etcd that is gone.
   if (absl::Status revoked = etcd_->RevokeLease(lease_, absl::Seconds(1));
       !revoked.ok())

@@ -57,10 +57,13 @@ class LeasedKey {
   // process replaces the one it restarts). `etcd` must outlive the key.
   // `may_take_again`, if set, is asked before the key is written again
   // after its lease lapsed: an error leaves it unwritten for good (the
-  // process is fenced, held_until() stays in the past).
+  // process is fenced, held_until() stays in the past). An exclusive key
+  // is written only while every one of `conditions` holds, in the same
+  // transaction (FAILED_PRECONDITION once one does not).
   static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(
       EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
-      bool exclusive, std::function<absl::Status()> may_take_again = {});
+      bool exclusive, std::function<absl::Status()> may_take_again = {},
+      std::vector<EtcdCondition> conditions = {});
 
   // Revokes the lease: the key goes at once.
   ~LeasedKey();
@@ -76,13 +79,15 @@ class LeasedKey {
  private:
   LeasedKey(EtcdClient* etcd, std::string key, std::string value,
             absl::Duration ttl, bool exclusive,
-            std::function<absl::Status()> may_take_again)
+            std::function<absl::Status()> may_take_again,
+            std::vector<EtcdCondition> conditions)
       : etcd_(etcd),
         key_(std::move(key)),
         value_(std::move(value)),
         ttl_(ttl),
         exclusive_(exclusive),
-        may_take_again_(std::move(may_take_again)) {}
+        may_take_again_(std::move(may_take_again)),
+        conditions_(std::move(conditions)) {}
   absl::Status Register();
   void KeepAlive();
 
@@ -91,6 +96,7 @@ class LeasedKey {
   const absl::Duration ttl_;
   const bool exclusive_;
   const std::function<absl::Status()> may_take_again_;
+  const std::vector<EtcdCondition> conditions_;
   int64_t lease_ = 0;  // the renewing thread's once started
   std::atomic<int64_t> held_until_ns_{0};
   absl::Notification stop_;
@@ -110,11 +116,25 @@ struct ShardGeneration {
 absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
                                                     const std::string& job,
                                                     int index);
-// Raises the generation from `seen` (ReadShardGeneration()) by one;
-// ABORTED if it changed since (another promotion came first).
+// Raises the generation from `seen` (ReadShardGeneration()) by one, only
+// while no process is registered as shard `index`; ABORTED if the
+// generation changed since (another promotion came first) or a process
+// registered (a restarted primary came first).
 absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const std::string& job, int index,
                                               const ShardGeneration& seen);
+
+// The first start of shard `index` among processes that find their roles
+// (ps_server --replicas): a claim, held under a lease of `ttl` until the
+// claimer registers as the shard's primary, so that one process of many
+// takes a new shard. FAILED_PRECONDITION once the shard is not new (it has
+// a generation: some process registered as it); ALREADY_EXISTS while
+// another live process holds the claim (one left by a process that died is
+// waited out first).
+absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
+                                                         const std::string& job,
+                                                         int index,
+                                                         absl::Duration ttl);
 
 // Shard `index`'s record now. NOT_FOUND when none is registered (its
 // process stopped, or its lease ran out).
@@ -122,12 +142,14 @@ absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
                                       int index);
 
 // Registers a shard's record at ShardsPrefix(job) + index, exclusively
-// (ALREADY_EXISTS when another live process holds the index).
-// After a lapse, the record is written again only while the shard's
-// generation is still `generation`.
+// (ALREADY_EXISTS when another live process holds the index), and only
+// while the shard's generation is still `generation` (as read; then and
+// after a lapse): FAILED_PRECONDITION once a replica was promoted. A
+// shard's first registration writes its generation 0, so that a shard that
+// served is told from a new one.
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     EtcdClient* etcd, const std::string& job, const ShardRecord& record,
-    absl::Duration ttl, uint64_t generation = 0);
+    absl::Duration ttl, const ShardGeneration& generation = {});
 
 // "/ps/<job>/workers/": each worker's key, "<index>" -> its lease at the
 // coordinator in milliseconds, under an etcd lease of that length. A

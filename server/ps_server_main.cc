@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -197,6 +199,18 @@ ABSL_FLAG(std::string, replica_of, "",
           "push and table change it makes, in order. A replica serves pulls, "
           "refuses pushes and takes the primary's shard index. Empty: a "
           "primary.");
+ABSL_FLAG(int32_t, replicas, 0,
+          "Under --etcd: how many replicas each shard of the job runs with. "
+          "Start replicas + 1 processes per --shard_index, all with the same "
+          "flags (each its own --data_dir); each finds its role at start: "
+          "the shard's primary where none is registered and its data dir "
+          "holds the shard's newest rows (or, for a job's first start, the "
+          "first to claim the shard), else a replica of the registered "
+          "primary, waiting up to --join_wait_s for one (a data dir a "
+          "replica took over from is emptied for the copy). A replica that "
+          "cannot follow any more exits (70), to be restarted and copy "
+          "again. Needs --durability=wal. 0: roles are given by "
+          "--replica_of.");
 ABSL_FLAG(std::string, replication, "async",
           "A primary's promise to its replicas: sync (a push is answered once "
           "every replica that has caught up applied it and logged it) or "
@@ -437,6 +451,25 @@ absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
       options->store.durability != ps::embedding::Durability::kWal) {
     return BadFlag("--replica_of needs --durability=wal");
   }
+  const int32_t replicas = absl::GetFlag(FLAGS_replicas);
+  if (replicas < 0 || replicas > 8) {
+    return BadFlag("--replicas must be 0 to 8");
+  }
+  if (replicas > 0) {
+    if (absl::GetFlag(FLAGS_etcd).empty()) {
+      return BadFlag(
+          "--replicas needs --etcd (the processes of a shard find their "
+          "roles there); without it, start replicas with --replica_of");
+    }
+    if (!options->replica_of.empty()) {
+      return BadFlag(
+          "--replicas and --replica_of do not go together: with --replicas "
+          "each process finds its role itself");
+    }
+    if (options->store.durability != ps::embedding::Durability::kWal) {
+      return BadFlag("--replicas needs --durability=wal");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -615,6 +648,16 @@ class PrimaryWatch {
   void Run() {
     const std::string job = absl::GetFlag(FLAGS_job);
     while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+      // Under --replicas a restart finds the role again (and copies anew).
+      if (absl::Status following = server_->FollowingError();
+          !following.ok() && absl::GetFlag(FLAGS_replicas) > 0) {
+        LOG(ERROR) << "this replica stopped following its primary ("
+                   << following << "); exiting, to be restarted and copy "
+                   << "the shard again";
+        failed_ = true;
+        kill(getpid(), SIGTERM);
+        return;
+      }
       absl::StatusOr<ps::net::ShardRecord> primary =
           ps::net::FindShard(*etcd_, job, own_.index);
       if (!absl::IsNotFound(primary.status())) continue;
@@ -644,8 +687,15 @@ class PrimaryWatch {
         const uint64_t generation,
         ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen));
     RETURN_IF_ERROR(WriteDataDirGeneration(data_dir_, generation));
-    ASSIGN_OR_RETURN(registration_, ps::net::RegisterShard(etcd_, job, own_,
-                                                           lease, generation));
+    ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
+                     ps::net::ReadShardGeneration(*etcd_, job, own_.index));
+    if (raised.generation != generation) {
+      return absl::AbortedError(
+          absl::StrCat("shard ", own_.index, "'s generation rose past ",
+                       generation, " at once (another promotion)"));
+    }
+    ASSIGN_OR_RETURN(registration_,
+                     ps::net::RegisterShard(etcd_, job, own_, lease, raised));
     server_->FenceBy(registration_.get());
     RETURN_IF_ERROR(server_->Promote());
     LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
@@ -672,6 +722,9 @@ struct EtcdPresence {
   std::unique_ptr<ps::net::EtcdClient> etcd;
   std::unique_ptr<ps::net::LeasedKey> registration;
   std::unique_ptr<PrimaryWatch> watch;
+  // Under --replicas, a new shard's claim (ChooseRole()), held until this
+  // process registered as its primary.
+  std::unique_ptr<ps::net::LeasedKey> claim;
 };
 
 // With --etcd: a client of the job's etcd, set in `options` so that the
@@ -725,6 +778,106 @@ absl::Status FindPrimary(ps::server::ServerOptions* options,
   }
 }
 
+// The address this process will register under, where the flags say it
+// before the server starts (empty for --listen on port 0).
+std::string AddressFromFlags(const ps::server::ServerOptions& options) {
+  if (!absl::GetFlag(FLAGS_advertise_address).empty()) {
+    return absl::GetFlag(FLAGS_advertise_address);
+  }
+  if (absl::EndsWith(options.listen_address, ":0")) return "";
+  return options.listen_address;
+}
+
+// --replicas under --etcd: whether this process serves its shard as the
+// primary or (setting options->replica_of) as a replica of the process
+// registered as the shard. Only a data dir that holds the shard's newest
+// rows becomes the primary; a replica's copy becomes one only by the
+// promotion of a replica that was following (PrimaryWatch), never at a
+// start, where it might lack what the primary took since it stopped.
+absl::Status ChooseRole(ps::server::ServerOptions* options,
+                        EtcdPresence* presence) {
+  if (absl::GetFlag(FLAGS_replicas) == 0) return absl::OkStatus();
+  const std::string job = absl::GetFlag(FLAGS_job);
+  const int index = static_cast<int>(options->shard_index);
+  const std::string& dir = options->store.data_dir;
+  const std::string own_address = AddressFromFlags(*options);
+  const absl::Time give_up =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
+  std::string waiting_for;
+  while (true) {
+    ps::net::EtcdClient& etcd = *presence->etcd;
+    ASSIGN_OR_RETURN(const ps::net::ShardGeneration generation,
+                     ps::net::ReadShardGeneration(etcd, job, index));
+    absl::StatusOr<ps::net::ShardRecord> primary =
+        ps::net::FindShard(etcd, job, index);
+    if (!primary.ok() && !absl::IsNotFound(primary.status())) {
+      return primary.status();
+    }
+    const bool replica_copy = ps::server::IsReplicaDataDir(dir);
+    const bool served = std::filesystem::exists(dir + kGenerationFile);
+    ASSIGN_OR_RETURN(const uint64_t dir_generation, ReadDataDirGeneration(dir));
+    const bool newest = served && dir_generation == generation.generation;
+    if (primary.ok() && primary->address != own_address) {
+      // Another process serves the shard: follow it.
+      std::error_code error;
+      const bool holds_rows = std::filesystem::exists(dir) &&
+                              !std::filesystem::is_empty(dir, error);
+      if (holds_rows && !replica_copy) {
+        if (!served || newest) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "shard ", index, " is served by ", primary->address, ", and ",
+              dir,
+              " holds the shard's rows of its current generation too: "
+              "give this replica an empty --data_dir"));
+        }
+        options->discard_superseded_data_dir = true;
+      }
+      // FindPrimary() looks the address up (again).
+      options->replica_of = absl::StrCat(index);
+      LOG(INFO) << "shard " << index << " is served by " << primary->address
+                << " (generation " << generation.generation
+                << "): this process is its replica";
+      return absl::OkStatus();
+    }
+    // No other process serves the shard (or this one's previous run, whose
+    // lease RegisterShard() waits out).
+    if (!replica_copy && newest) return absl::OkStatus();
+    if (!replica_copy && !served && generation.mod_revision == 0) {
+      absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> claim =
+          ps::net::ClaimNewShard(
+              presence->etcd.get(), job, index,
+              absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
+      if (claim.ok()) {
+        LOG(INFO) << "shard " << index
+                  << " is new: this process claimed it, as its primary";
+        presence->claim = *std::move(claim);
+        return absl::OkStatus();
+      }
+      // Another process claimed it, or registered as it, first.
+      if (!absl::IsAlreadyExists(claim.status()) &&
+          !absl::IsFailedPrecondition(claim.status())) {
+        return claim.status();
+      }
+      continue;
+    }
+    waiting_for = replica_copy
+                      ? " holds a replica's copy, which a start never promotes"
+                      : absl::StrCat(
+                            " does not hold the shard's newest rows "
+                            "(generation ",
+                            generation.generation, ")");
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "shard ", index, " of job ", job,
+          " has no primary registered, and this process cannot be it: ", dir,
+          waiting_for, ". Waited --join_wait_s for a primary to follow"));
+    }
+    LOG_EVERY_N(INFO, 40) << "waiting for shard " << index
+                          << "'s primary to register: " << dir << waiting_for;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
 // With --etcd: registers the shard under its job and runs for the job's
 // clock coordinator.
 absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
@@ -758,11 +911,12 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
   }
   RETURN_IF_ERROR(
       WriteDataDirGeneration(options.store.data_dir, generation.generation));
-  ASSIGN_OR_RETURN(presence->registration,
-                   ps::net::RegisterShard(
-                       presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
-                       absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)),
-                       generation.generation));
+  ASSIGN_OR_RETURN(
+      presence->registration,
+      ps::net::RegisterShard(
+          presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
+          absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation));
+  presence->claim.reset();
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
@@ -822,6 +976,9 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(&*options);
   if (!presence.ok()) return Fail(std::string(presence.status().message()));
+  if (absl::Status role = ChooseRole(&*options, &*presence); !role.ok()) {
+    return Fail(role);
+  }
   if (absl::Status found = FindPrimary(&*options, *presence); !found.ok()) {
     if (absl::IsInvalidArgument(found))
       return Fail(std::string(found.message()));

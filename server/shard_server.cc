@@ -188,8 +188,12 @@ absl::Status PrepareReplicaDataDir(const ServerOptions& options) {
   const std::string& dir = options.store.data_dir;
   std::error_code error;
   const bool replica = std::filesystem::exists(dir + kReplicaMarkerFile);
-  if (!replica && std::filesystem::exists(dir) &&
-      !std::filesystem::is_empty(dir, error)) {
+  if (!replica && options.discard_superseded_data_dir) {
+    LOG(WARNING) << dir
+                 << " holds rows of an older generation of the shard (a "
+                    "replica took its place since): emptied for a copy";
+  } else if (!replica && std::filesystem::exists(dir) &&
+             !std::filesystem::is_empty(dir, error)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--replica_of copies the primary into --data_dir, but ", dir,
         " holds something else than a replica's copy (no REPLICA_OF file): "
@@ -514,6 +518,15 @@ void ShardServer::WatchHealth(absl::Duration interval) {
     SetServing(false);
     serving = false;
   }
+}
+
+bool IsReplicaDataDir(const std::string& data_dir) {
+  return std::filesystem::exists(data_dir + kReplicaMarkerFile);
+}
+
+absl::Status ShardServer::FollowingError() const {
+  if (follower_ == nullptr || promoted_.load()) return absl::OkStatus();
+  return follower_->error();
 }
 
 absl::Status ShardServer::StopFollowing() {

@@ -122,6 +122,11 @@ struct ServerOptions {
   // takes the primary's shard index. The admin token, if set, is the
   // primary's too. Empty (the default): not a replica.
   std::string replica_of;
+  // With replica_of: the data dir holds a primary's rows that a newer
+  // generation of the shard superseded (ps_server --replicas checked it in
+  // etcd); it is emptied for the copy as a replica's would be. Default:
+  // false (such a dir is refused).
+  bool discard_superseded_data_dir = false;
   // A primary under kWal feeds its replicas. With `sync_replication` a push
   // is answered once every replica in sync (caught up once) has applied it;
   // either way, once no replica is more than `max_replication_lag_records`
@@ -132,6 +137,10 @@ struct ServerOptions {
   // copy again), and no push waits longer for one. Default: 10 s.
   absl::Duration replica_timeout = absl::Seconds(10);
 };
+
+// Whether `data_dir` holds a replica's copy (a REPLICA_OF file): one that
+// started as a primary would be promoted.
+bool IsReplicaDataDir(const std::string& data_dir);
 
 class ShardServer {
  public:
@@ -185,6 +194,10 @@ class ShardServer {
   // FAILED_PRECONDITION unless a replica that was following until now (one
   // that stopped on an error may lack what its primary acknowledged).
   absl::Status StopFollowing();
+
+  // Why a replica stopped following its primary; OK while it follows, and
+  // for a primary.
+  absl::Status FollowingError() const;
 
   // A replica becomes its shard's primary: feeds replicas of its own,
   // takes pushes, and its data dir is a primary's from now on. The caller

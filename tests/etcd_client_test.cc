@@ -98,6 +98,21 @@ TEST_F(EtcdClientTest, ASwapHappensOnlyFromTheRevisionItExpects) {
   absl::StatusOr<EtcdValue> now = client_->Get("/ps/map");
   ASSERT_OK(now);
   EXPECT_EQ(now->value, "epoch 2");
+  // And only while every further condition holds: here, "/ps/lock" absent.
+  absl::StatusOr<bool> unlocked = client_->PutIf(
+      "/ps/map", "epoch 3", now->mod_revision, 0, {{"/ps/lock", 0}});
+  ASSERT_OK(unlocked);
+  EXPECT_TRUE(*unlocked);
+  ASSERT_OK(client_->Put("/ps/lock", "held").status());
+  absl::StatusOr<EtcdValue> third = client_->Get("/ps/map");
+  ASSERT_OK(third);
+  absl::StatusOr<bool> locked = client_->PutIf(
+      "/ps/map", "epoch 4", third->mod_revision, 0, {{"/ps/lock", 0}});
+  ASSERT_OK(locked);
+  EXPECT_FALSE(*locked);
+  absl::StatusOr<EtcdValue> last = client_->Get("/ps/map");
+  ASSERT_OK(last);
+  EXPECT_EQ(last->value, "epoch 3");
 }
 
 TEST_F(EtcdClientTest, ALeaseKeptAliveHoldsItsKeysAndOneLeftExpiresThem) {

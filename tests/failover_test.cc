@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -342,6 +343,111 @@ TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
       "under --etcd, --replication=async: the primary stopped (SIGTERM)",
       "retried until the replica took over", Values(*replica_), acknowledged,
       "the replica caught up before the primary let go");
+}
+
+// ps_server --replicas=1: a shard's two processes, started alike, find
+// their roles; each machine lost in turn (process and disk, then process
+// alone) costs no acknowledged push, and the process started again in the
+// lost one's place becomes a replica of the promoted one, by itself: on an
+// empty data dir, and on a data dir of the shard's older generation.
+TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
+  std::vector<std::string> dirs = {FreshTestDir(name_ + "_a"),
+                                   FreshTestDir(name_ + "_b")};
+  int starts = 0;
+  auto start = [&](int which) -> std::unique_ptr<ServerProcess> {
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(),
+                 {"--data_dir=" + dirs[which], "--shard_index=0",
+                  "--num_shards=1", "--replicas=1", "--replication=sync"});
+    auto started = ServerProcess::Start(
+        flags, absl::Seconds(90), absl::StrCat(dirs[which], ".log", ++starts));
+    EXPECT_OK(started);
+    return started.ok() ? *std::move(started) : nullptr;
+  };
+  // Both at once: one claims the new shard, the other follows it.
+  std::vector<std::unique_ptr<ServerProcess>> processes(2);
+  std::thread second([&] { processes[1] = start(1); });
+  processes[0] = start(0);
+  second.join();
+  ASSERT_NE(processes[0], nullptr);
+  ASSERT_NE(processes[1], nullptr);
+  const bool first_is_primary =
+      Stats(*processes[0]).replication().role() == "primary";
+  int primary = first_is_primary ? 0 : 1;
+  EXPECT_EQ(Stats(*processes[1 - primary]).replication().role(),
+            absl::StrCat("replica of ", processes[primary]->address()));
+
+  auto wait_in_sync = [&](int which) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (Stats(*processes[which]).replication().replicas_in_sync() != 1) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return true;
+  };
+  auto wait_promoted = [&](int which) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (Stats(*processes[which]).replication().role() != "primary") {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_in_sync(primary));
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
+  // The primary's machine is lost with its disk; a new machine starts the
+  // same process on an empty disk.
+  processes[primary]->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(dirs[primary]);
+  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  processes[primary] = start(primary);
+  ASSERT_NE(processes[primary], nullptr);
+  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
+            absl::StrCat("replica of ", processes[1 - primary]->address()));
+  primary = 1 - primary;
+  ASSERT_TRUE(wait_in_sync(primary));
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
+  // Now the other one dies, its disk kept: started again on it, its rows
+  // are the shard's older generation's, and it becomes a replica.
+  processes[primary]->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  processes[primary] = start(primary);
+  ASSERT_NE(processes[primary], nullptr);
+  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
+            absl::StrCat("replica of ", processes[1 - primary]->address()));
+  primary = 1 - primary;
+  ASSERT_TRUE(wait_in_sync(primary));
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  // Every acknowledged push once, on the primary and on its replica.
+  for (float value : Values(*processes[primary])) {
+    EXPECT_EQ(value, acknowledged);
+  }
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*processes[primary]).replication().lag_entries() != 0) {
+    ASSERT_LT(absl::Now(), deadline);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Values(*processes[1 - primary]), Values(*processes[primary]));
+  AddChaosRow(
+      "under --etcd, --replicas=1, --replication=sync: the primary killed "
+      "with its disk, then the promoted one killed (disk kept); each "
+      "started again as it was",
+      "retried until the replica took over, twice", Values(*processes[primary]),
+      acknowledged,
+      "each restarted process became a replica by itself (an empty dir, "
+      "then a superseded one)");
 }
 
 }  // namespace

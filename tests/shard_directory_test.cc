@@ -1,0 +1,138 @@
+// net/shard_directory's failover keys against Debian's etcd, started on
+// loopback for each test: a shard's generation rises only while no process
+// is registered as the shard, a registration holds only at the generation
+// it read, and one process of many claims a new shard.
+
+#include "net/shard_directory.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "tests/etcd_process.h"
+
+namespace ps::net {
+namespace {
+
+constexpr char kJob[] = "directory";
+constexpr absl::Duration kTtl = absl::Seconds(1);
+
+class ShardDirectoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ps::testing::EtcdProcess>> etcd =
+        ps::testing::EtcdProcess::Start("etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = etcd_->Connect();
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+  }
+
+  static ShardRecord Record(const std::string& address) {
+    ShardRecord record;
+    record.index = 0;
+    record.num_shards = 1;
+    record.address = address;
+    return record;
+  }
+
+  std::unique_ptr<ps::testing::EtcdProcess> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
+  absl::StatusOr<ShardGeneration> fresh_or =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(fresh_or);
+  const ShardGeneration fresh = *std::move(fresh_or);
+  EXPECT_EQ(fresh.mod_revision, 0);
+  absl::StatusOr<std::unique_ptr<LeasedKey>> registered_or =
+      RegisterShard(client_.get(), kJob, Record("primary:1"), kTtl, fresh);
+  ASSERT_OK(registered_or);
+  std::unique_ptr<LeasedKey> registered = *std::move(registered_or);
+  // The first registration wrote generation 0.
+  absl::StatusOr<ShardGeneration> served_or =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(served_or);
+  const ShardGeneration served = *std::move(served_or);
+  EXPECT_EQ(served.generation, 0u);
+  EXPECT_NE(served.mod_revision, 0);
+  // A replica that read the generation cannot raise it while the primary
+  // is registered (it came back first)...
+  EXPECT_EQ(RaiseShardGeneration(*client_, kJob, 0, served).status().code(),
+            absl::StatusCode::kAborted);
+  // ...and can once it is gone.
+  registered.reset();
+  absl::StatusOr<uint64_t> raised_or =
+      RaiseShardGeneration(*client_, kJob, 0, served);
+  ASSERT_OK(raised_or);
+  const uint64_t raised = *std::move(raised_or);
+  EXPECT_EQ(raised, 1u);
+  // Only once from what it read.
+  EXPECT_EQ(RaiseShardGeneration(*client_, kJob, 0, served).status().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(ShardDirectoryTest, ARegistrationHoldsOnlyAtTheGenerationItRead) {
+  absl::StatusOr<ShardGeneration> read_or =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(read_or);
+  const ShardGeneration read = *std::move(read_or);
+  // A replica was promoted in between.
+  ASSERT_OK(RaiseShardGeneration(*client_, kJob, 0, read).status());
+  EXPECT_EQ(
+      RegisterShard(client_.get(), kJob, Record("old-primary:1"), kTtl, read)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::IsNotFound(FindShard(*client_, kJob, 0).status()));
+  absl::StatusOr<ShardGeneration> now_or =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(now_or);
+  const ShardGeneration now = *std::move(now_or);
+  absl::StatusOr<std::unique_ptr<LeasedKey>> promoted =
+      RegisterShard(client_.get(), kJob, Record("replica:1"), kTtl, now);
+  ASSERT_OK(promoted);
+  absl::StatusOr<ShardRecord> found_or = FindShard(*client_, kJob, 0);
+  ASSERT_OK(found_or);
+  const ShardRecord found = *std::move(found_or);
+  EXPECT_EQ(found.address, "replica:1");
+}
+
+TEST_F(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
+  absl::StatusOr<std::unique_ptr<LeasedKey>> claim_or =
+      ClaimNewShard(client_.get(), kJob, 0, kTtl);
+  ASSERT_OK(claim_or);
+  std::unique_ptr<LeasedKey> claim = *std::move(claim_or);
+  // Held: another waits out at most a lease, then is told.
+  EXPECT_EQ(ClaimNewShard(client_.get(), kJob, 0, kTtl).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  // A claim left by a process that died is waited out.
+  claim.reset();
+  {
+    auto again = ClaimNewShard(client_.get(), kJob, 0, kTtl);
+    ASSERT_OK(again);
+    claim = *std::move(again);
+  }
+  absl::StatusOr<ShardGeneration> fresh_or =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(fresh_or);
+  const ShardGeneration fresh = *std::move(fresh_or);
+  absl::StatusOr<std::unique_ptr<LeasedKey>> registered_or =
+      RegisterShard(client_.get(), kJob, Record("primary:1"), kTtl, fresh);
+  ASSERT_OK(registered_or);
+  std::unique_ptr<LeasedKey> registered = *std::move(registered_or);
+  claim.reset();
+  // The shard served: not new any more, even once its primary is gone.
+  registered.reset();
+  EXPECT_EQ(ClaimNewShard(client_.get(), kJob, 0, kTtl).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::net
