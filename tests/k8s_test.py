@@ -10,6 +10,7 @@ the shard count (the replicas, copied by kustomization.yaml) and the names
 the clients build from it for --servers, the Job's
 completions and --num_workers, the shards' memory and --cache_mb.
 """
+import copy
 import glob
 import os
 import re
@@ -328,6 +329,90 @@ if not by_kind.get("CronJob"):
     fail("no checkpoint CronJob")
 
 
+# The replicas component (replicas/): a Component listing its files; a
+# StatefulSet whose pod template is the shards' but for its names, the
+# address it registers under and an anti-affinity that keeps the two
+# processes of a shard on different nodes; its count copied from the
+# shards'; REPLICAS set, and both sets run --replicas=${REPLICAS}; the
+# PodDisruptionBudget counts both.
+replicas_dir = os.path.join(RUNFILES, "deploy/k8s/replicas")
+replica_files = {}
+for path in sorted(glob.glob(os.path.join(replicas_dir, "*.yaml"))):
+    with open(path) as f:
+        replica_files[os.path.basename(path)] = [o for o in yaml.safe_load_all(f) if o]
+replica_component = replica_files.get("kustomization.yaml", [{}])[0]
+if replica_component.get("kind") != "Component":
+    fail("deploy/k8s/replicas/kustomization.yaml is not a kustomize Component")
+listed = set(replica_component.get("resources", [])) | {
+    patch.get("path") for patch in replica_component.get("patches", [])}
+if listed != set(replica_files) - {"kustomization.yaml"}:
+    fail(f"the replicas component lists {sorted(listed)}, holds {sorted(replica_files)}")
+replica_objects = [o for objects_of in replica_files.values() for o in objects_of]
+replica_sets = [o for o in replica_objects if o.get("kind") == "StatefulSet"]
+replica_services = [o for o in replica_objects if o.get("kind") == "Service"]
+replica_patches = [o for o in replica_objects if o.get("kind") == "ConfigMap"]
+if len(replica_sets) != 1 or len(replica_services) != 1 or len(replica_patches) != 1:
+    fail("the replicas component is not one StatefulSet, one Service and one ConfigMap patch")
+else:
+    replica_set, replica_service = replica_sets[0], replica_services[0]
+    set_name = replica_set["metadata"]["name"]
+    if replica_set["spec"]["serviceName"] != replica_service["metadata"]["name"]:
+        fail("the replicas' serviceName is not their headless Service")
+    if replica_service["spec"].get("clusterIP") != "None":
+        fail("the replicas' Service is not headless")
+    if replica_service["spec"]["selector"] != replica_set["spec"]["selector"]["matchLabels"]:
+        fail("the replicas' Service does not select their pods")
+    if replica_service["spec"]["ports"] != service["spec"]["ports"]:
+        fail("the replicas' Service ports are not the shards'")
+    if replica_set["spec"]["selector"]["matchLabels"].items() <= \
+            shards["spec"]["template"]["metadata"]["labels"].items():
+        fail("the shards' StatefulSet would select the replicas' pods")
+    # The template, but for what a replica's must differ in.
+    expected = copy.deepcopy(shards["spec"]["template"])
+    expected["metadata"]["labels"].update(replica_set["spec"]["selector"]["matchLabels"])
+    container = expected["spec"]["containers"][0]
+    container["args"] = [a.replace(
+        f".{service['metadata']['name']}:", f".{replica_service['metadata']['name']}:")
+        for a in container["args"]]
+    got = copy.deepcopy(replica_set["spec"]["template"])
+    affinity = got["spec"].pop("affinity", {})
+    if got != expected:
+        fail(f"{set_name}'s pod template is not the shards' (but for its names)")
+    terms = affinity.get("podAntiAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", [])
+    both = [shards["spec"]["template"]["metadata"]["labels"],
+            replica_set["spec"]["template"]["metadata"]["labels"]]
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname"
+               and "apps.kubernetes.io/pod-index" in t.get("matchLabelKeys", [])
+               and all(t["labelSelector"]["matchLabels"].items() <= labels.items()
+                       for labels in both)
+               for t in terms):
+        fail(f"{set_name} may share a node with the other process of its shard")
+    copies_count = [
+        r for r in replica_component.get("replacements", [])
+        if r.get("source") == {"kind": "StatefulSet", "name": shards["metadata"]["name"],
+                               "fieldPath": "spec.replicas"}
+        and {"select": {"kind": "StatefulSet", "name": set_name},
+             "fieldPaths": ["spec.replicas"]} in r.get("targets", [])]
+    if len(copies_count) != 1:
+        fail("the replicas component does not copy the shards' count")
+    patched = replica_patches[0].get("data", {})
+    if not patched.get("REPLICAS", "").isdigit() or int(patched["REPLICAS"]) < 1:
+        fail(f"the replicas component sets REPLICAS={patched.get('REPLICAS')!r}")
+    if patched.get("REPLICATION") not in ("sync", "async"):
+        fail(f"the replicas component sets REPLICATION={patched.get('REPLICATION')!r}")
+    for name in ("REPLICAS", "REPLICATION"):
+        if name not in config:
+            fail(f"config.yaml has no {name} for the shards' command")
+    if "--replicas=${REPLICAS}" not in command_of(server):
+        fail("the shards do not run --replicas=${REPLICAS}")
+    budget = by_kind.get("PodDisruptionBudget", [{}])[0]
+    budget_labels = budget.get("spec", {}).get("selector", {}).get("matchLabels", {})
+    if not budget_labels or not all(budget_labels.items() <= labels.items() for labels in both):
+        fail("the PodDisruptionBudget does not count the shards and their replicas together")
+    templates.append((replica_set, replica_set["spec"]["template"]))
+
+
 # The "restricted" Pod Security Standard, for every pod template
 # (kubernetes.io/docs/concepts/security/pod-security-standards/).
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
@@ -430,7 +515,8 @@ if not server_secret:
     fail(f"ps_server's --tls_key={shard_key!r} is in no Secret the shards mount")
 client_secrets = set()
 for o, template in templates:
-    if o is shards:
+    # The shards' replicas are shards: the same key serves them.
+    if o is shards or o in replica_sets:
         continue
     where = f"{o['kind']}/{o['metadata']['name']}"
     pod = template["spec"]
