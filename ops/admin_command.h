@@ -35,8 +35,10 @@ namespace ps::ops {
 
 // What the commands take from ps_admin's flags (main parses them).
 struct CommandOptions {
-  std::string table;         // --table
-  uint64_t key = 0;          // --key
+  std::string table;  // --table
+  uint64_t key = 0;   // --key
+  // --read_replicas, for row: a replica of each shard, in shard order.
+  std::vector<std::string> read_replicas;
   bool json = false;         // --json: one JSON object, no tables
   double interval_s = 1.0;   // --interval_s, for stats
   double learning_rate = 0;  // --lr, for set-lr

@@ -45,6 +45,11 @@ ABSL_FLAG(int32_t, etcd_wait_s, 10,
 ABSL_FLAG(std::string, table, "",
           "For `row`, `set-lr` and `drop-table`: the table.");
 ABSL_FLAG(uint64_t, key, 0, "For `row`: the key.");
+ABSL_FLAG(std::string, read_replicas, "",
+          "For `row`: HOST:PORT of a replica of each shard (ps_server "
+          "--replica_of), in shard order: the row is read from the owning "
+          "shard's replica, off its primary (as of the entries the replica "
+          "applied). Empty: from the primary.");
 ABSL_FLAG(bool, json, false,
           "Print one JSON object (numbers as numbers) instead of tables.");
 ABSL_FLAG(double, interval_s, 1.0,
@@ -191,6 +196,11 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   if (command.needs_table && options.table.empty())
     return absl::InvalidArgumentError(name + " needs --table");
   options.key = absl::GetFlag(FLAGS_key);
+  options.read_replicas =
+      ps::SplitAddressList(absl::GetFlag(FLAGS_read_replicas));
+  if (!options.read_replicas.empty() && name != "row") {
+    return absl::InvalidArgumentError("--read_replicas is for `row` only");
+  }
   options.json = absl::GetFlag(FLAGS_json);
   options.interval_s = absl::GetFlag(FLAGS_interval_s);  // stats checks it
   options.learning_rate = absl::GetFlag(FLAGS_lr);
@@ -238,6 +248,7 @@ int main(int argc, char** argv) {
       "  stats        counters summed over the shards, rates and p50/p99 per "
       "method over --interval_s\n"
       "  row          --table --key: one row, from the shard that owns it\n"
+      "               (--read_replicas: from that shard's replica)\n"
       "  clocks       the workers' clocks (the coordinator shard: the first "
       "of --servers or --coordinator)\n"
       "  set-lr       --table --lr: the table's learning rate from the next "

@@ -369,6 +369,58 @@ TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
   }
 }
 
+TEST_F(ReplicationTest, AdminReadsARowFromTheReplicaWithItsPrimaryGone) {
+  std::unique_ptr<ServerProcess> primary = StartPrimary({});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
+  ASSERT_NE(replica, nullptr);
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(2));
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas() == 1 && r.lag_entries() == 0;
+  }));
+  primary->SignalAndWait(SIGKILL);
+
+  const std::string log = FreshTestDir(name_ + "_admin") + "/admin.log";
+  // ps_admin row with `flags`: its exit code, its stdout in `out`.
+  auto row = [&](const std::vector<std::string>& flags, std::string* out) {
+    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
+                                     "--servers=" + primary->address(),
+                                     "--timeout_s=5",
+                                     "row",
+                                     std::string("--table=") + kTable,
+                                     absl::StrCat("--key=", keys_[7])};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto process = ChildProcess::Start(argv, /*capture_stdout=*/true, log);
+    EXPECT_OK(process);
+    if (!process.ok()) return -1;
+    while (true) {
+      absl::StatusOr<std::string> line =
+          (*process)->ReadLine(absl::Now() + absl::Seconds(30));
+      if (!line.ok()) break;
+      *out += *line + "\n";
+    }
+    return (*process)->Wait(absl::Seconds(30));
+  };
+  // From the replica, which holds the three pushes (the primary is gone).
+  std::string out;
+  ASSERT_EQ(row({"--read_replicas=" + replica->address(), "--json"}, &out), 0)
+      << ReadFile(log);
+  EXPECT_NE(out.find("\"server\":\"" + replica->address()), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\"values\":[3.0,3.0,3.0,3.0]"), std::string::npos) << out;
+  // Without it, from the primary, which is gone.
+  EXPECT_NE(row({}, &out), 0);
+  // One replica per shard.
+  EXPECT_EQ(
+      row({"--read_replicas=" + replica->address() + "," + replica->address()},
+          &out),
+      64);
+}
+
 TEST_F(ReplicationTest, EvaluationsReadTheModelFromReplicas) {
   const std::string dir = FreshTestDir(name_ + "_data");
   const std::string gen = BinaryPath("worker/datagen/clicklog_gen");
