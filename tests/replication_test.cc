@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "tests/chaos_rows.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
+#include "tests/delay_proxy.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
 #include "worker/ps_client.h"
@@ -59,9 +61,14 @@ class ReplicationTest : public ::testing::Test {
 
   std::unique_ptr<ServerProcess> StartReplica(const ServerProcess& primary,
                                               bool fresh_dir = true) {
+    return StartReplicaOf(primary.address(), fresh_dir);
+  }
+  // A replica that reaches its primary at `address` (a proxy's).
+  std::unique_ptr<ServerProcess> StartReplicaOf(const std::string& address,
+                                                bool fresh_dir = true) {
     if (fresh_dir) replica_dir_ = FreshTestDir(name_ + "_replica");
     auto started = ServerProcess::Start(
-        {"--data_dir=" + replica_dir_, "--replica_of=" + primary.address(),
+        {"--data_dir=" + replica_dir_, "--replica_of=" + address,
          "--cache_mb=64"},
         absl::Seconds(60), absl::StrCat(replica_dir_, ".log", ++replicas_));
     EXPECT_OK(started);
@@ -200,6 +207,57 @@ TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
   for (size_t i = 0; i < held.size(); ++i) {
     EXPECT_EQ(Values(**promoted)[i], held[i] + 1);
   }
+}
+
+TEST_F(ReplicationTest, SyncPushesWaitForANetworkSlowReplicaAndLoseNothing) {
+  std::unique_ptr<ServerProcess> primary = StartPrimary({"--replication=sync"});
+  ASSERT_NE(primary, nullptr);
+  // The replica reaches its primary over a link 25 ms slow each way.
+  constexpr absl::Duration kLinkDelay = absl::Milliseconds(25);
+  absl::StatusOr<std::unique_ptr<DelayProxy>> link =
+      DelayProxy::Start(primary->address(), kLinkDelay);
+  ASSERT_OK(link);
+  std::unique_ptr<ServerProcess> replica = StartReplicaOf((*link)->address());
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_in_sync() == 1;
+  }));
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(2));
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
+  pusher->WaitForMore(5);
+
+  // One client pushing: each push is answered only once the replica has
+  // it, which takes the entry's way to the replica and the replica's word
+  // back: at least twice the link's delay.
+  const int before = pusher->acknowledged();
+  const absl::Time began = absl::Now();
+  pusher->WaitForMore(20);
+  const absl::Duration took = absl::Now() - began;
+  const int pushes = pusher->acknowledged() - before;
+  std::printf("a push with a replica 25 ms away each way: %s\n",
+              absl::FormatDuration(took / pushes).c_str());
+  // The first may have been on its way already when the clock started.
+  EXPECT_GE(took, (pushes - 1) * 2 * kLinkDelay);
+
+  // Nothing acknowledged is lost with the primary.
+  primary->SignalAndWait(SIGKILL);
+  EXPECT_FALSE(pusher->Stop().ok());
+  const int acknowledged = pusher->acknowledged();
+  for (float value : Values(*replica)) {
+    EXPECT_GE(value, acknowledged);
+    EXPECT_LE(value, acknowledged + 1);
+  }
+  AddChaosRow(
+      "--replication=sync: the replica behind a link 25 ms slow each way, "
+      "then the primary killed (kill -9)",
+      absl::StrCat("pushes slowed to ", absl::FormatDuration(took / pushes),
+                   " each (one client)"),
+      Values(*replica), acknowledged,
+      "the replica holds every acknowledged push (and the one in flight at "
+      "the kill, if applied)",
+      /*in_flight=*/1);
 }
 
 TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
