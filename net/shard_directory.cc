@@ -1,6 +1,7 @@
 #include "net/shard_directory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -228,8 +229,14 @@ absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
   }
 }
 
+int64_t LeasedKey::SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 absl::Status LeasedKey::Register() {
-  absl::Time asked = absl::Now();
+  int64_t asked = SteadyNanos();
   ASSIGN_OR_RETURN(int64_t lease, etcd_->GrantLease(ttl_));
   if (!exclusive_) {
     absl::StatusOr<int64_t> put = etcd_->Put(key_, value_, lease);
@@ -238,7 +245,7 @@ absl::Status LeasedKey::Register() {
       return put.status();
     }
     lease_ = lease;
-    held_until_ns_ = absl::ToUnixNanos(asked + ttl_);
+    held_until_ns_ = asked + absl::ToInt64Nanoseconds(ttl_);
     return absl::OkStatus();
   }
   // Only where no live process holds the index. A process of this index
@@ -249,12 +256,12 @@ absl::Status LeasedKey::Register() {
   while (true) {
     if (said) {
       // Waiting as long as a lease lasts: keep this one alive meanwhile.
-      const absl::Time renewing = absl::Now();
+      const int64_t renewing = SteadyNanos();
       absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease);
       if (renewed.ok()) {
         asked = renewing;
       } else if (absl::IsNotFound(renewed.status())) {
-        asked = absl::Now();
+        asked = SteadyNanos();
         ASSIGN_OR_RETURN(lease, etcd_->GrantLease(ttl_));
       }
     }
@@ -265,7 +272,7 @@ absl::Status LeasedKey::Register() {
     // again) leaves the key on this lease.
     if ((created.ok() && *created) || (held.ok() && held->lease == lease)) {
       lease_ = lease;
-      held_until_ns_ = absl::ToUnixNanos(asked + ttl_);
+      held_until_ns_ = asked + absl::ToInt64Nanoseconds(ttl_);
       return absl::OkStatus();
     }
     // Free, yet not written: one of the conditions no longer holds.
@@ -297,12 +304,12 @@ absl::Status LeasedKey::Register() {
 
 void LeasedKey::KeepAlive() {
   while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-    const absl::Time asked = absl::Now();
+    const int64_t asked = SteadyNanos();
     absl::StatusOr<absl::Duration> renewed = etcd_->KeepAlive(lease_, ttl_ / 3);
     if (renewed.ok()) {
       const absl::Duration granted =
           *renewed > absl::ZeroDuration() ? std::min(*renewed, ttl_) : ttl_;
-      held_until_ns_ = absl::ToUnixNanos(asked + granted);
+      held_until_ns_ = asked + absl::ToInt64Nanoseconds(granted);
       continue;
     }
     if (absl::IsNotFound(renewed.status())) {

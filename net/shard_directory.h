@@ -57,7 +57,7 @@ class LeasedKey {
   // process replaces the one it restarts). `etcd` must outlive the key.
   // `may_take_again`, if set, is asked before the key is written again
   // after its lease lapsed: an error leaves it unwritten for good (the
-  // process is fenced, held_until() stays in the past). An exclusive key
+  // process is fenced, held() stays false). An exclusive key
   // is written only while every one of `conditions` holds, in the same
   // transaction (FAILED_PRECONDITION once one does not).
   static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(
@@ -68,13 +68,13 @@ class LeasedKey {
   // Revokes the lease: the key goes at once.
   ~LeasedKey();
 
-  // Until when the key is surely this process's: the lease's last grant or
-  // renewal, timed from before it was asked for, plus its TTL. etcd lets
-  // the key go no earlier, so a process that writes only before this time
-  // (a shard fencing itself) never writes once another holds the key.
-  absl::Time held_until() const {
-    return absl::FromUnixNanos(held_until_ns_.load());
-  }
+  // Whether the key is surely this process's now: the lease's last grant
+  // or renewal, timed from before it was asked for, plus its TTL, has not
+  // passed. etcd lets the key go no earlier, so a process that writes only
+  // while this holds (a shard fencing itself) never writes once another
+  // holds the key. Timed by the monotonic clock: a step of the wall clock
+  // does not stretch it.
+  bool held() const { return SteadyNanos() < held_until_ns_.load(); }
 
  private:
   LeasedKey(EtcdClient* etcd, std::string key, std::string value,
@@ -98,6 +98,9 @@ class LeasedKey {
   const std::function<absl::Status()> may_take_again_;
   const std::vector<EtcdCondition> conditions_;
   int64_t lease_ = 0;  // the renewing thread's once started
+  // The monotonic clock's now, in nanoseconds.
+  static int64_t SteadyNanos();
+  // On the monotonic clock (SteadyNanos()).
   std::atomic<int64_t> held_until_ns_{0};
   absl::Notification stop_;
   std::thread renewer_;

@@ -59,7 +59,7 @@ absl::Status DataService::Fenced() const {
     return MarkTransient(absl::UnavailableError(
         "this shard is not registered in etcd yet; retry"));
   }
-  if (absl::Now() < lease->held_until()) return absl::OkStatus();
+  if (lease->held()) return absl::OkStatus();
   return MarkTransient(absl::UnavailableError(
       "this shard's etcd lease ran out (a pause, or etcd out of reach): it "
       "takes no push until it holds its key again, which a replica may have "

@@ -328,6 +328,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
     std::vector<grpc::Status> statuses(pending.size());
     absl::BlockingCounter outstanding(static_cast<int>(pending.size()));
     const absl::Time attempted = absl::Now();
+    const uint64_t lookups_before = shard_lookups_.load();
     for (size_t p = 0; p < pending.size(); ++p) {
       const size_t i = pending[p];
       contexts[p] = std::make_unique<grpc::ClientContext>();
@@ -385,8 +386,13 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       failing_since = now;
       RefreshingScope refreshing;
       absl::MutexLock lock(&refresh_mu_);
-      if (absl::Status followed = FollowShards(num_shards()); !followed.ok()) {
-        LOG_EVERY_N(WARNING, 10) << "looking the shards up: " << followed;
+      // Unless another call looked them up since this attempt began (many
+      // calls fail together when a shard goes).
+      if (shard_lookups_.load() == lookups_before) {
+        if (absl::Status followed = FollowShards(num_shards());
+            !followed.ok()) {
+          LOG_EVERY_N(WARNING, 10) << "looking the shards up: " << followed;
+        }
       }
     }
     if (absl::Now() + backoff > give_up) {
@@ -708,6 +714,7 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
         << "looking up the shards that joined: " << addresses.status();
     absl::SleepFor(absl::Seconds(1));
   }
+  ++shard_lookups_;
   std::vector<int> joined;
   std::vector<TableSpec> declared;
   {

@@ -222,6 +222,9 @@ class PsClient : public TrainingClient {
   // Held while reading a new map, so that one refusal seen by many calls
   // reads it once.
   absl::Mutex refresh_mu_;
+  // How many times FollowShards() found the shards: a call that failed
+  // looks them up only if none did since its attempt began.
+  std::atomic<uint64_t> shard_lookups_{0};
   absl::Mutex spare_mu_;
   // At most kMaxSpareResponseSets sets (pulls may run concurrently), each
   // of at most kMaxSpareResponseBytes of row buffers.
