@@ -145,21 +145,26 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
     }
     return absl::OkStatus();
   };
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<LeasedKey> registered,
-      LeasedKey::Start(
-          etcd, absl::StrCat(ShardsPrefix(job), record.index),
-          RecordValue(record), ttl, /*exclusive=*/true,
-          std::move(may_take_again),
-          {{GenerationKey(job, record.index), generation.mod_revision}}));
-  if (generation.mod_revision == 0) {
-    // Only this process could write it: it holds the index, and a
-    // generation rises only while none does.
+  ShardGeneration at = generation;
+  if (at.mod_revision == 0) {
+    // The shard's first registration writes its generation 0 first, so
+    // that the registration holds on a key that exists, then and after a
+    // lapse. A replica promoted meanwhile (from no key) wins.
     RETURN_IF_ERROR(
         etcd->PutIf(GenerationKey(job, record.index), "0", /*absent*/ 0)
             .status());
+    ASSIGN_OR_RETURN(at, ReadShardGeneration(*etcd, job, record.index));
+    if (at.generation != generation.generation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", record.index,
+                       " failed over to another process (generation ",
+                       at.generation, ") as this one registered"));
+    }
   }
-  return registered;
+  return LeasedKey::Start(
+      etcd, absl::StrCat(ShardsPrefix(job), record.index), RecordValue(record),
+      ttl, /*exclusive=*/true, std::move(may_take_again),
+      {{GenerationKey(job, record.index), at.mod_revision}});
 }
 
 std::string WorkersPrefix(const std::string& job) {
@@ -229,6 +234,16 @@ absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
   }
 }
 
+absl::StatusOr<bool> LeasedKey::ConditionsHold() const {
+  for (const EtcdCondition& condition : conditions_) {
+    absl::StatusOr<EtcdValue> now = etcd_->Get(condition.key);
+    if (!now.ok() && !absl::IsNotFound(now.status())) return now.status();
+    const int64_t revision = now.ok() ? now->mod_revision : 0;
+    if (revision != condition.mod_revision) return false;
+  }
+  return true;
+}
+
 int64_t LeasedKey::SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -275,14 +290,18 @@ absl::Status LeasedKey::Register() {
       held_until_ns_ = asked + absl::ToInt64Nanoseconds(ttl_);
       return absl::OkStatus();
     }
-    // Free, yet not written: one of the conditions no longer holds.
+    // Free, yet not written: one of the conditions no longer holds (or the
+    // holder let go between the swap and the read: then try again).
     if (created.ok() && !conditions_.empty() &&
         absl::IsNotFound(held.status())) {
-      etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
-      return absl::FailedPreconditionError(
-          absl::StrCat("etcd's ", key_,
-                       " was not written: what it depends on "
-                       "changed since it was read"));
+      absl::StatusOr<bool> conditions_hold = ConditionsHold();
+      if (conditions_hold.ok() && !*conditions_hold) {
+        etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();
+        return absl::FailedPreconditionError(
+            absl::StrCat("etcd's ", key_,
+                         " was not written: what it depends on "
+                         "changed since it was read"));
+      }
     }
     if (absl::Now() >= give_up || (!created.ok() && !held.ok())) {
       etcd_->RevokeLease(lease, absl::Seconds(1)).IgnoreError();

@@ -89,6 +89,8 @@ class LeasedKey {
         may_take_again_(std::move(may_take_again)),
         conditions_(std::move(conditions)) {}
   absl::Status Register();
+  // Whether every one of conditions_ holds now.
+  absl::StatusOr<bool> ConditionsHold() const;
   void KeepAlive();
 
   EtcdClient* const etcd_;

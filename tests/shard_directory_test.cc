@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
@@ -78,6 +79,26 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
             absl::StatusCode::kAborted);
 }
 
+TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
+  absl::StatusOr<ShardGeneration> fresh =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(fresh);
+  absl::StatusOr<std::unique_ptr<LeasedKey>> registered =
+      RegisterShard(client_.get(), kJob, Record("primary:1"), kTtl, *fresh);
+  ASSERT_OK(registered);
+  // The lease lapses (as after a pause, or etcd out of reach).
+  absl::StatusOr<EtcdValue> key = client_->Get(ShardsPrefix(kJob) + "0");
+  ASSERT_OK(key);
+  ASSERT_OK(client_->RevokeLease(key->lease));
+  // The generation is unchanged: the shard registers again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!FindShard(*client_, kJob, 0).ok()) {
+    ASSERT_LT(absl::Now(), deadline) << "not registered again";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE((*registered)->held());
+}
+
 TEST_F(ShardDirectoryTest, ARegistrationHoldsOnlyAtTheGenerationItRead) {
   absl::StatusOr<ShardGeneration> read_or =
       ReadShardGeneration(*client_, kJob, 0);
@@ -112,7 +133,7 @@ TEST_F(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
   // Held: another waits out at most a lease, then is told.
   EXPECT_EQ(ClaimNewShard(client_.get(), kJob, 0, kTtl).status().code(),
             absl::StatusCode::kAlreadyExists);
-  // A claim left by a process that died is waited out.
+  // Once the claimer lets go, another may claim.
   claim.reset();
   {
     auto again = ClaimNewShard(client_.get(), kJob, 0, kTtl);
