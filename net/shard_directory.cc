@@ -338,6 +338,7 @@ void LeasedKey::KeepAlive() {
             LOG(ERROR) << key_ << ": the etcd lease lapsed, and "
                        << may.message()
                        << ": not taking the key again (fenced for good)";
+            lost_ = true;
             return;
           }
           LOG_EVERY_N(WARNING, 10) << key_ << ": " << may;

@@ -76,6 +76,10 @@ class LeasedKey {
   // does not stretch it.
   bool held() const { return SteadyNanos() < held_until_ns_.load(); }
 
+  // Whether the key is lost for good: its lease lapsed and
+  // `may_take_again` refused to write it again.
+  bool lost() const { return lost_.load(); }
+
  private:
   LeasedKey(EtcdClient* etcd, std::string key, std::string value,
             absl::Duration ttl, bool exclusive,
@@ -104,6 +108,7 @@ class LeasedKey {
   static int64_t SteadyNanos();
   // On the monotonic clock (SteadyNanos()).
   std::atomic<int64_t> held_until_ns_{0};
+  std::atomic<bool> lost_{false};
   absl::Notification stop_;
   std::thread renewer_;
 };

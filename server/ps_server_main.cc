@@ -643,6 +643,10 @@ class PrimaryWatch {
   std::unique_ptr<ps::net::LeasedKey> TakeRegistration() {
     return std::move(registration_);
   }
+  // Set once promoted (null before, and while promoting).
+  const ps::net::LeasedKey* registration() const {
+    return promoted_.load() ? registration_.get() : nullptr;
+  }
 
  private:
   void Run() {
@@ -694,9 +698,25 @@ class PrimaryWatch {
           absl::StrCat("shard ", own_.index, "'s generation rose past ",
                        generation, " at once (another promotion)"));
     }
-    ASSIGN_OR_RETURN(registration_,
-                     ps::net::RegisterShard(etcd_, job, own_, lease, raised));
+    // The generation is raised: this replica alone may take the shard, so
+    // etcd out of reach for a moment is waited out.
+    const absl::Time give_up = absl::Now() + std::max(lease, absl::Seconds(10));
+    while (true) {
+      absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> registered =
+          ps::net::RegisterShard(etcd_, job, own_, lease, raised);
+      if (registered.ok()) {
+        registration_ = *std::move(registered);
+        break;
+      }
+      const bool transient = absl::IsUnavailable(registered.status()) ||
+                             absl::IsDeadlineExceeded(registered.status());
+      if (!transient || absl::Now() >= give_up) return registered.status();
+      LOG(WARNING) << "registering the promoted replica: "
+                   << registered.status() << "; retrying";
+      absl::SleepFor(absl::Milliseconds(250));
+    }
     server_->FenceBy(registration_.get());
+    promoted_ = true;
     RETURN_IF_ERROR(server_->Promote());
     LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
               << own_.index << " = " << own_.address
@@ -711,6 +731,8 @@ class PrimaryWatch {
   std::unique_ptr<ps::net::LeasedKey> registration_;
   absl::Notification stop_;
   std::thread thread_;
+
+  std::atomic<bool> promoted_{false};
 
  public:
   std::atomic<bool> failed_{false};
@@ -738,6 +760,10 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
   ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
   options->etcd = presence.etcd.get();
   options->job = absl::GetFlag(FLAGS_job);
+  // A replica outlasts its dead primary's lease, to be promoted.
+  options->replica_follow_retry =
+      std::max(options->replica_follow_retry,
+               3 * absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
   return presence;
 }
 
@@ -806,16 +832,25 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
   std::string waiting_for;
   while (true) {
     ps::net::EtcdClient& etcd = *presence->etcd;
-    ASSIGN_OR_RETURN(const ps::net::ShardGeneration generation,
-                     ps::net::ReadShardGeneration(etcd, job, index));
+    // The registration first: a promotion raises the generation before it
+    // registers, so the generation read next is at least the registered
+    // process's.
     absl::StatusOr<ps::net::ShardRecord> primary =
         ps::net::FindShard(etcd, job, index);
     if (!primary.ok() && !absl::IsNotFound(primary.status())) {
       return primary.status();
     }
+    ASSIGN_OR_RETURN(const ps::net::ShardGeneration generation,
+                     ps::net::ReadShardGeneration(etcd, job, index));
     const bool replica_copy = ps::server::IsReplicaDataDir(dir);
     const bool served = std::filesystem::exists(dir + kGenerationFile);
     ASSIGN_OR_RETURN(const uint64_t dir_generation, ReadDataDirGeneration(dir));
+    if (served && dir_generation > generation.generation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " served shard ", index, " at generation ", dir_generation,
+          ", newer than etcd's ", generation.generation,
+          ": etcd lost its state, or --job names another job"));
+    }
     const bool newest = served && dir_generation == generation.generation;
     if (primary.ok() && primary->address != own_address) {
       // Another process serves the shard: follow it.
@@ -832,6 +867,12 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
         }
         options->discard_superseded_data_dir = true;
       }
+      if (!options->restore_from.empty()) {
+        LOG(WARNING) << "shard " << index
+                     << " is served: this replica copies it, not "
+                        "--restore_from";
+        options->restore_from.clear();
+      }
       // FindPrimary() looks the address up (again).
       options->replica_of = absl::StrCat(index);
       LOG(INFO) << "shard " << index << " is served by " << primary->address
@@ -840,8 +881,10 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
       return absl::OkStatus();
     }
     // No other process serves the shard (or this one's previous run, whose
-    // lease RegisterShard() waits out).
-    if (!replica_copy && newest) return absl::OkStatus();
+    // lease RegisterShard() waits out). A replica's copy with the shard's
+    // generation is one whose promotion raised it and then failed: it
+    // stopped following first, so it holds what it was handed.
+    if (newest) return absl::OkStatus();
     if (!replica_copy && !served && generation.mod_revision == 0) {
       absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> claim =
           ps::net::ClaimNewShard(
@@ -858,14 +901,15 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
           !absl::IsFailedPrecondition(claim.status())) {
         return claim.status();
       }
-      continue;
+      waiting_for = " is new, and another process claimed the shard";
+    } else {
+      waiting_for =
+          replica_copy ? " holds a replica's copy, which a start never promotes"
+                       : absl::StrCat(
+                             " does not hold the shard's newest rows "
+                             "(generation ",
+                             generation.generation, ")");
     }
-    waiting_for = replica_copy
-                      ? " holds a replica's copy, which a start never promotes"
-                      : absl::StrCat(
-                            " does not hold the shard's newest rows "
-                            "(generation ",
-                            generation.generation, ")");
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat(
           "shard ", index, " of job ", job,
@@ -909,13 +953,33 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
         "(--replica_of=",
         record.index, ") on an empty --data_dir"));
   }
+  if (own_generation > generation.generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.store.data_dir, " served shard ", record.index,
+                     " at generation ", own_generation, ", newer than etcd's ",
+                     generation.generation,
+                     ": etcd lost its state, or --job names another job"));
+  }
+  // Written before the registration (a crash between leaves a data dir that
+  // may serve again); removed if the registration fails, when this start
+  // wrote it: nothing was acknowledged (pushes wait for the registration).
+  const bool had_generation =
+      std::filesystem::exists(options.store.data_dir + kGenerationFile);
   RETURN_IF_ERROR(
       WriteDataDirGeneration(options.store.data_dir, generation.generation));
-  ASSIGN_OR_RETURN(
-      presence->registration,
+  absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> registered =
       ps::net::RegisterShard(
           presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
-          absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation));
+          absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation);
+  if (!registered.ok()) {
+    if (!had_generation) {
+      std::error_code ignored;
+      std::filesystem::remove(options.store.data_dir + kGenerationFile,
+                              ignored);
+    }
+    return registered.status();
+  }
+  presence->registration = *std::move(registered);
   presence->claim.reset();
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
@@ -933,12 +997,35 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
 int ServeUntilSignal(const sigset_t& shutdown_signals,
                      std::unique_ptr<ps::server::ShardServer> server,
                      EtcdPresence presence) {
+  // Under --replicas a primary whose registration is lost for good (a
+  // replica took the shard while it was paused or cut off) stops, to start
+  // again as a replica.
+  auto registration_lost = [&presence] {
+    const ps::net::LeasedKey* registration =
+        presence.registration != nullptr ? presence.registration.get()
+        : presence.watch != nullptr      ? presence.watch->registration()
+                                         : nullptr;
+    return absl::GetFlag(FLAGS_replicas) > 0 && registration != nullptr &&
+           registration->lost();
+  };
   int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
-  bool promotion_failed = false;
+  bool lost = false;
+  while (true) {
+    const timespec one_second = {1, 0};
+    signal_number = sigtimedwait(&shutdown_signals, nullptr, &one_second);
+    if (signal_number > 0) break;
+    if (registration_lost()) {
+      LOG(ERROR) << "this shard's registration is lost for good (another "
+                    "process serves the shard): stopping, to start again "
+                    "as a replica";
+      lost = true;
+      break;
+    }
+  }
+  bool failed = lost;
   if (presence.watch != nullptr) {
     presence.watch->Stop();
-    promotion_failed = presence.watch->failed_.load();
+    failed = failed || presence.watch->failed_.load();
     presence.registration = presence.watch->TakeRegistration();
   }
   // The etcd client outlives the server, which follows the slot map with it.
@@ -961,7 +1048,7 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
     LOG(ERROR) << "shutdown: " << stopped;
     return ps::kExitFailed;
   }
-  if (promotion_failed) return ps::kExitFailed;
+  if (failed) return ps::kExitFailed;
   LOG(INFO) << "stopped cleanly";
   return 0;
 }

@@ -127,6 +127,10 @@ struct ServerOptions {
   // etcd); it is emptied for the copy as a replica's would be. Default:
   // false (such a dir is refused).
   bool discard_superseded_data_dir = false;
+  // With replica_of: how long the replica retries a primary that does not
+  // answer before it stops following (under etcd, longer than the lease,
+  // so that it is promoted first). Default: 30 s.
+  absl::Duration replica_follow_retry = absl::Seconds(30);
   // A primary under kWal feeds its replicas. With `sync_replication` a push
   // is answered once every replica in sync (caught up once) has applied it;
   // either way, once no replica is more than `max_replication_lag_records`

@@ -349,7 +349,8 @@ TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
 // their roles; each machine lost in turn (process and disk, then process
 // alone) costs no acknowledged push, and the process started again in the
 // lost one's place becomes a replica of the promoted one, by itself: on an
-// empty data dir, and on a data dir of the shard's older generation.
+// empty data dir, and on a data dir of the shard's older generation. A
+// primary paused past its lease stops by itself once resumed.
 TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   std::vector<std::string> dirs = {FreshTestDir(name_ + "_a"),
                                    FreshTestDir(name_ + "_b")};
@@ -425,6 +426,21 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   ASSERT_TRUE(wait_in_sync(primary));
   for (auto& pusher : pushers) pusher->WaitForMore(10);
 
+  // Then the primary is paused past its lease: resumed, it finds the
+  // shard taken and stops by itself (70); started again, a replica.
+  ASSERT_EQ(kill(processes[primary]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  ASSERT_EQ(kill(processes[primary]->pid(), SIGCONT), 0);
+  EXPECT_EQ(processes[primary]->Wait(absl::Minutes(1)), 70);
+  processes[primary] = start(primary);
+  ASSERT_NE(processes[primary], nullptr);
+  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
+            absl::StrCat("replica of ", processes[1 - primary]->address()));
+  primary = 1 - primary;
+  ASSERT_TRUE(wait_in_sync(primary));
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+
   int acknowledged = 0;
   for (auto& pusher : pushers) {
     ASSERT_OK(pusher->Stop());
@@ -442,9 +458,10 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   EXPECT_EQ(Values(*processes[1 - primary]), Values(*processes[primary]));
   AddChaosRow(
       "under --etcd, --replicas=1, --replication=sync: the primary killed "
-      "with its disk, then the promoted one killed (disk kept); each "
-      "started again as it was",
-      "retried until the replica took over, twice", Values(*processes[primary]),
+      "with its disk, then the promoted one killed (disk kept), then the "
+      "next one paused past its lease and resumed; each started again as "
+      "it was",
+      "retried until the replica took over, three times", Values(*processes[primary]),
       acknowledged,
       "each restarted process became a replica by itself (an empty dir, "
       "then a superseded one)");

@@ -364,9 +364,12 @@ else:
         fail("the replicas' Service does not select their pods")
     if replica_service["spec"]["ports"] != service["spec"]["ports"]:
         fail("the replicas' Service ports are not the shards'")
+    if shards["spec"]["selector"]["matchLabels"].items() <= \
+            replica_set["spec"]["template"]["metadata"]["labels"].items():
+        fail("the shards' StatefulSet would select the replicas' pods")
     if replica_set["spec"]["selector"]["matchLabels"].items() <= \
             shards["spec"]["template"]["metadata"]["labels"].items():
-        fail("the shards' StatefulSet would select the replicas' pods")
+        fail("the replicas' StatefulSet would select the shards' pods")
     # The template, but for what a replica's must differ in.
     expected = copy.deepcopy(shards["spec"]["template"])
     expected["metadata"]["labels"].update(replica_set["spec"]["selector"]["matchLabels"])
