@@ -199,6 +199,13 @@ ABSL_FLAG(std::string, replica_of, "",
           "push and table change it makes, in order. A replica serves pulls, "
           "refuses pushes and takes the primary's shard index. Empty: a "
           "primary.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "When this shard dials another (a replica its primary, over "
+          "--tls_cert and --tls_ca as a client): the name the other's "
+          "certificate carries, when it is not the host dialled. A shard's "
+          "certificate needs clientAuth besides serverAuth for that, and "
+          "--tls_ca must have signed the shards' certificates too. Empty: "
+          "the host dialled.");
 ABSL_FLAG(int32_t, replicas, 0,
           "Under --etcd: how many replicas each shard of the job runs with. "
           "Start replicas + 1 processes per --shard_index, all with the same "
@@ -423,6 +430,7 @@ absl::Status RequireDataDir(ps::server::ServerOptions* options) {
 absl::Status ReadTlsAndListenFlags(ps::server::ServerOptions* options) {
   const ps::ServerTlsFlags tls = ps::ServerTlsFromFlags();
   options->tls = tls.files;
+  options->tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
   options->allow_insecure_remote = tls.allow_insecure_remote;
   options->allow_unauthenticated_clients = tls.allow_unauthenticated_clients;
   options->restore_from = absl::GetFlag(FLAGS_restore_from);

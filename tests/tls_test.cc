@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_matchers.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -44,7 +45,13 @@ class TlsTest : public ::testing::Test {
                          "-days", "2", "-subj", "/CN=ps test " + ca}),
                 0);
     }
+    // A shard's certificate when it has replicas: a replica dials its
+    // primary with it, as a client.
+    std::ofstream(d + "/shard.ext")
+        << "subjectAltName=IP:127.0.0.1,DNS:ps-shard\n"
+           "extendedKeyUsage=serverAuth,clientAuth\n";
     ASSERT_TRUE(Issue("server", "ca", "server.ext"));
+    ASSERT_TRUE(Issue("shard", "ca", "shard.ext"));
     ASSERT_TRUE(Issue("worker", "ca", "client.ext"));
     ASSERT_TRUE(Issue("stranger", "other_ca", "client.ext"));
     std::ofstream(d + "/token") << "right-token\n";
@@ -134,8 +141,8 @@ TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
   auto server = StartTlsShard();
   ASSERT_NE(server, nullptr);
   const std::string data = *dir_ + "/train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"), "--out=" + data,
-                             "--lines=20000"},
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + data, "--lines=20000"},
                             *dir_ + "/gen.log"),
             0);
   std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
@@ -151,6 +158,52 @@ TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
       << ReadFile(*dir_ + "/worker.log");
   const std::string metrics = ReadFile(*dir_ + "/tls.json");
   EXPECT_NE(metrics.find("\"examples\": 20000"), std::string::npos) << metrics;
+}
+
+TEST_F(TlsTest, AReplicaCopiesAndFollowsItsPrimaryOverMutualTls) {
+  const std::string& d = *dir_;
+  const std::vector<std::string> shard_tls = {"--tls_cert=" + d + "/shard.pem",
+                                              "--tls_key=" + d + "/shard.key",
+                                              "--tls_ca=" + d + "/ca.pem"};
+  auto credentials = ChannelCredentials(Client("worker", "ca"));
+  ASSERT_OK(credentials);
+  std::vector<std::string> flags = {"--data_dir=" +
+                                    FreshTestDir("tls_primary")};
+  flags.insert(flags.end(), shard_tls.begin(), shard_tls.end());
+  auto primary = ServerProcess::Start(flags, absl::Seconds(60),
+                                      d + "/primary.log", *credentials);
+  ASSERT_OK(primary);
+  auto replica_flags = [&](const std::string& dir, const std::string& name) {
+    std::vector<std::string> flags = {"--data_dir=" + FreshTestDir(dir),
+                                      "--replica_of=" + (*primary)->address(),
+                                      "--tls_server_name=" + name};
+    flags.insert(flags.end(), shard_tls.begin(), shard_tls.end());
+    return flags;
+  };
+  // The name its certificate carries: copied and followed.
+  auto replica =
+      ServerProcess::Start(replica_flags("tls_replica", "ps-shard"),
+                           absl::Seconds(60), d + "/replica.log", *credentials);
+  ASSERT_OK(replica) << ReadFile(d + "/replica.log");
+  auto admin = Admin::NewStub((*primary)->channel());
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (true) {
+    ShardStatsResponse stats;
+    grpc::ClientContext context;
+    ASSERT_TRUE(admin->ShardStats(&context, ShardStatsRequest(), &stats).ok());
+    if (stats.replication().replicas_in_sync() == 1) break;
+    ASSERT_LT(absl::Now(), deadline) << "the replica never caught up";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // Another name: the primary's certificate does not carry it, so the
+  // copy fails and the replica exits (70) rather than serve.
+  std::vector<std::string> argv = replica_flags("tls_replica2", "other-name");
+  argv.insert(argv.begin(), BinaryPath("server/ps_server"));
+  argv.push_back("--listen=127.0.0.1:0");
+  auto refused = ChildProcess::Start(argv, false, d + "/replica2.log");
+  ASSERT_OK(refused);
+  EXPECT_EQ((*refused)->Wait(absl::Minutes(2)), 70)
+      << ReadFile(d + "/replica2.log");
 }
 
 TEST_F(TlsTest, PlaintextAndStrangersAreRefused) {
@@ -241,8 +294,8 @@ TEST_F(TlsTest, TheWorkerTokenGuardsClockReportsAndDeclarations) {
   }
   // A worker with the token trains; one without is refused (exit 70).
   const std::string data = *dir_ + "/token_train.tsv";
-  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"), "--out=" + data,
-                             "--lines=5000"},
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + data, "--lines=5000"},
                             *dir_ + "/gen.log"),
             0);
   std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
