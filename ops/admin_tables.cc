@@ -100,14 +100,18 @@ int Tables(const Cluster& cluster) {
   return ReportFailures("tables", answers);
 }
 
-namespace {
-
-// `row` on `cluster` (the primaries, or their replicas): one row, from the
-// shard that owns its key.
-int RowFrom(const Cluster& cluster) {
+// `row`: one row, from the shard that owns its key (with --read_replicas,
+// from that shard's replica, by the replicas' slot maps).
+int Row(const Cluster& cluster) {
   const uint64_t key = cluster.options.key;
   absl::StatusOr<SlotMap> map = ReadSlotMap(cluster);
   if (!map.ok()) return Fail(map.status());
+  if (!cluster.options.read_replicas.empty() &&
+      cluster.servers.size() != map->num_shards()) {
+    return Fail(absl::StrCat("--read_replicas names ", cluster.servers.size(),
+                             " replicas for ", map->num_shards(),
+                             " shards: give one per shard, in shard order"));
+  }
   const size_t owner = map->ShardForKey(key);
   if (owner >= cluster.servers.size()) {
     return Fail(absl::FailedPreconditionError(absl::StrCat(
@@ -150,32 +154,6 @@ int RowFrom(const Cluster& cluster) {
     }
   }
   return ReportFailures("row", {answer});
-}
-
-}  // namespace
-
-// `row`, from the primaries or, with --read_replicas, from their replicas.
-int Row(const Cluster& cluster) {
-  const std::vector<std::string>& replicas = cluster.options.read_replicas;
-  if (replicas.empty()) return RowFrom(cluster);
-  // The replicas hold their primaries' slot maps: the owner and the row are
-  // read there, with the primaries stopped too.
-  if (replicas.size() != cluster.servers.size()) {
-    return Fail(absl::StrCat("--read_replicas names ", replicas.size(),
-                             " replicas for ", cluster.servers.size(),
-                             " shards: give one per shard, in shard order"));
-  }
-  Cluster from_replicas;
-  from_replicas.servers = replicas;
-  from_replicas.coordinator = replicas[0];
-  from_replicas.tls = cluster.tls;
-  from_replicas.token = cluster.token;
-  from_replicas.options = cluster.options;
-  absl::StatusOr<net::AdminChannels> channels = net::AdminChannels::Connect(
-      replicas, replicas[0], cluster.tls, cluster.token);
-  if (!channels.ok()) return Fail(std::string(channels.status().message()));
-  from_replicas.channels = *std::move(channels);
-  return RowFrom(from_replicas);
 }
 
 // `set-lr`: a table's learning rate on every shard, live.

@@ -48,8 +48,9 @@ ABSL_FLAG(uint64_t, key, 0, "For `row`: the key.");
 ABSL_FLAG(std::string, read_replicas, "",
           "For `row`: HOST:PORT of a replica of each shard (ps_server "
           "--replica_of), in shard order: the row is read from the owning "
-          "shard's replica, off its primary (as of the entries the replica "
-          "applied). Empty: from the primary.");
+          "shard's replica, by the replicas' slot maps, as of the entries "
+          "the replica applied; the primaries (--servers, --etcd) are not "
+          "asked, and may be down. Empty: from the primary.");
 ABSL_FLAG(bool, json, false,
           "Print one JSON object (numbers as numbers) instead of tables.");
 ABSL_FLAG(double, interval_s, 1.0,
@@ -296,7 +297,11 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<ps::net::EtcdJob> etcd = ps::net::EtcdJobFromFlags();
   if (!etcd.ok()) return Fail(std::string(etcd.status().message()));
-  if (etcd->enabled()) {
+  const bool from_replicas = !cluster.options.read_replicas.empty();
+  if (from_replicas) {
+    // The replicas alone: their primaries may be down.
+    cluster.servers = cluster.options.read_replicas;
+  } else if (etcd->enabled()) {
     absl::StatusOr<std::vector<std::string>> servers = ps::net::FindJobShards(
         *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
     if (!servers.ok()) return Fail(servers.status());
@@ -308,7 +313,8 @@ int main(int argc, char** argv) {
   cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
                             ? cluster.servers[0]
                             : absl::GetFlag(FLAGS_coordinator);
-  if (etcd->enabled() && absl::GetFlag(FLAGS_coordinator).empty()) {
+  if (etcd->enabled() && !from_replicas &&
+      absl::GetFlag(FLAGS_coordinator).empty()) {
     // The shard elected to coordinate (server/coordinator_election.h).
     absl::StatusOr<std::unique_ptr<ps::net::EtcdClient>> client =
         ps::net::ConnectToJobEtcd(*etcd);
