@@ -1,9 +1,12 @@
 #include "net/shard_directory.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,28 +80,49 @@ std::string GenerationKey(const std::string& job, int index) {
 
 }  // namespace
 
+std::string GenerationText(uint64_t generation, const std::string& promotion) {
+  if (promotion.empty()) return absl::StrCat(generation);
+  return absl::StrCat(generation, " ", promotion);
+}
+
+absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  ShardGeneration parsed;
+  const size_t space = text.find(' ');
+  if (!absl::SimpleAtoi(text.substr(0, space), &parsed.generation) ||
+      (space != absl::string_view::npos && space + 1 == text.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a generation"));
+  }
+  if (space != absl::string_view::npos) {
+    parsed.promotion = std::string(text.substr(space + 1));
+  }
+  return parsed;
+}
+
 absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
                                                     const std::string& job,
                                                     int index) {
   absl::StatusOr<EtcdValue> kv = etcd.Get(GenerationKey(job, index));
   if (absl::IsNotFound(kv.status())) return ShardGeneration();
   RETURN_IF_ERROR(kv.status());
-  ShardGeneration seen;
-  if (!absl::SimpleAtoi(kv->value, &seen.generation)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "etcd key ", kv->key, " holds '", kv->value, "', not a generation"));
+  absl::StatusOr<ShardGeneration> seen = ParseGeneration(kv->value);
+  if (!seen.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", kv->key, ": ", seen.status().message()));
   }
-  seen.mod_revision = kv->mod_revision;
+  seen->mod_revision = kv->mod_revision;
   return seen;
 }
 
 absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const std::string& job, int index,
-                                              const ShardGeneration& seen) {
+                                              const ShardGeneration& seen,
+                                              const std::string& promotion) {
   const uint64_t next = seen.generation + 1;
   ASSIGN_OR_RETURN(
       const bool raised,
-      etcd.PutIf(GenerationKey(job, index), absl::StrCat(next),
+      etcd.PutIf(GenerationKey(job, index), GenerationText(next, promotion),
                  seen.mod_revision, /*lease=*/0,
                  {{absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}}));
   if (!raised) {
@@ -245,9 +269,11 @@ absl::StatusOr<bool> LeasedKey::ConditionsHold() const {
 }
 
 int64_t LeasedKey::SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  // CLOCK_BOOTTIME: monotonic, and counting while the machine is suspended
+  // (as etcd's clock does).
+  timespec now;
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
 }
 
 absl::Status LeasedKey::Register() {

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "net/etcd_client.h"
@@ -72,8 +73,9 @@ class LeasedKey {
   // or renewal, timed from before it was asked for, plus its TTL, has not
   // passed. etcd lets the key go no earlier, so a process that writes only
   // while this holds (a shard fencing itself) never writes once another
-  // holds the key. Timed by the monotonic clock: a step of the wall clock
-  // does not stretch it.
+  // holds the key. Timed by the boot clock: a step of the wall clock does
+  // not stretch it, and a suspend counts. (A stopped VM stops every clock
+  // of its guest: no lease fencing holds there.)
   bool held() const { return SteadyNanos() < held_until_ns_.load(); }
 
   // Whether the key is lost for good: its lease lapsed and
@@ -104,9 +106,9 @@ class LeasedKey {
   const std::function<absl::Status()> may_take_again_;
   const std::vector<EtcdCondition> conditions_;
   int64_t lease_ = 0;  // the renewing thread's once started
-  // The monotonic clock's now, in nanoseconds.
+  // CLOCK_BOOTTIME's now, in nanoseconds.
   static int64_t SteadyNanos();
-  // On the monotonic clock (SteadyNanos()).
+  // On SteadyNanos()'s clock.
   std::atomic<int64_t> held_until_ns_{0};
   std::atomic<bool> lost_{false};
   absl::Notification stop_;
@@ -115,24 +117,32 @@ class LeasedKey {
 
 // Shard `index`'s generation: a counter, not under any lease, that each
 // failover of the shard (a replica promoted in its primary's place) raises
-// by one, at /ps/<job>/generation/<index>. A process serves the shard only
-// at the generation its data dir was written at: an old primary (paused
-// past its lease, or restarted on its data dir) never takes the shard back
-// after a replica did.
+// by one, at /ps/<job>/generation/<index>, with a token naming the
+// promotion that raised it. A process serves the shard only at the
+// generation (and promotion) its data dir was written at: an old primary
+// (paused past its lease, or restarted on its data dir) never takes the
+// shard back after a replica did.
 struct ShardGeneration {
-  uint64_t generation = 0;   // 0 before the first failover
+  uint64_t generation = 0;  // 0 before the first failover
+  // The token of the promotion that raised it; empty at generation 0.
+  std::string promotion;
   int64_t mod_revision = 0;  // 0 while the key does not exist
 };
 absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
                                                     const std::string& job,
                                                     int index);
-// Raises the generation from `seen` (ReadShardGeneration()) by one, only
-// while no process is registered as shard `index`; ABORTED if the
-// generation changed since (another promotion came first) or a process
-// registered (a restarted primary came first).
+// A generation as written, in etcd and in a data dir: "N" or "N TOKEN".
+std::string GenerationText(uint64_t generation, const std::string& promotion);
+// INVALID_ARGUMENT unless `text` is GenerationText()'s.
+absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text);
+// Raises the generation from `seen` (ReadShardGeneration()) by one, for
+// the promotion `promotion`, only while no process is registered as shard
+// `index`; ABORTED if the generation changed since (another promotion came
+// first) or a process registered (a restarted primary came first).
 absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const std::string& job, int index,
-                                              const ShardGeneration& seen);
+                                              const ShardGeneration& seen,
+                                              const std::string& promotion);
 
 // The first start of shard `index` among processes that find their roles
 // (ps_server --replicas): a claim, held under a lease of `ttl` until the

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,9 +17,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -214,10 +217,11 @@ ABSL_FLAG(int32_t, replicas, 0,
           "holds the shard's newest rows (or, for a job's first start, the "
           "first to claim the shard), else a replica of the registered "
           "primary, waiting up to --join_wait_s for one (a data dir a "
-          "replica took over from is emptied for the copy). A replica that "
-          "cannot follow any more exits (70), to be restarted and copy "
-          "again. Needs --durability=wal. 0: roles are given by "
-          "--replica_of.");
+          "replica took over from is emptied for the copy; one newer than "
+          "etcd's generation is refused). A replica that cannot follow any "
+          "more, and a primary whose registration is lost for good, exit "
+          "(70), to be restarted in the role they find then. Needs "
+          "--durability=wal. 0: roles are given by --replica_of.");
 ABSL_FLAG(std::string, replication, "async",
           "A primary's promise to its replicas: sync (a push is answered once "
           "every replica that has caught up applied it and logged it) or "
@@ -586,25 +590,52 @@ void AnnounceServing(const ps::server::ServerOptions& options,
             << " (durability=" << absl::GetFlag(FLAGS_durability) << ")";
 }
 
-// The shard generation (net/shard_directory.h) a data dir last served at,
-// in its GENERATION file (0 without one).
+// The shard generation (net/shard_directory.h) a data dir last served at
+// (or, in a replica's copy, the one its promotion is raising to), in its
+// GENERATION file: generation 0 and not `served` without one.
 constexpr char kGenerationFile[] = "/GENERATION";
 
-absl::StatusOr<uint64_t> ReadDataDirGeneration(const std::string& data_dir) {
-  std::ifstream in(data_dir + kGenerationFile);
-  if (!in) return 0;
-  uint64_t generation = 0;
-  if (!(in >> generation)) {
-    return absl::DataLossError(
-        absl::StrCat(data_dir, kGenerationFile, " holds no generation"));
+struct DataDirGeneration {
+  bool served = false;
+  ps::net::ShardGeneration at;
+  // Whether it is etcd's `now`: the data dir holds the shard's newest rows.
+  bool Is(const ps::net::ShardGeneration& now) const {
+    return served && at.generation == now.generation &&
+           at.promotion == now.promotion;
   }
-  return generation;
+};
+
+absl::StatusOr<DataDirGeneration> ReadDataDirGeneration(
+    const std::string& data_dir) {
+  DataDirGeneration read;
+  std::ifstream in(data_dir + kGenerationFile);
+  if (!in) return read;
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  absl::StatusOr<ps::net::ShardGeneration> parsed =
+      ps::net::ParseGeneration(text);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(data_dir, kGenerationFile, ": ",
+                                            parsed.status().message()));
+  }
+  read.served = true;
+  read.at = *std::move(parsed);
+  return read;
 }
 
 absl::Status WriteDataDirGeneration(const std::string& data_dir,
-                                    uint64_t generation) {
-  return ps::WriteFileDurably(data_dir + kGenerationFile,
-                              absl::StrCat(generation, "\n"));
+                                    uint64_t generation,
+                                    const std::string& promotion) {
+  return ps::WriteFileDurably(
+      data_dir + kGenerationFile,
+      ps::net::GenerationText(generation, promotion) + "\n");
+}
+
+// A promotion's token: what tells it from another one to the same
+// generation.
+std::string NewPromotionToken() {
+  absl::BitGen random;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(random));
 }
 
 // What this shard says of itself in etcd: its address, index and count.
@@ -695,13 +726,18 @@ class PrimaryWatch {
     RETURN_IF_ERROR(server_->StopFollowing());
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    ASSIGN_OR_RETURN(
-        const uint64_t generation,
-        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen));
-    RETURN_IF_ERROR(WriteDataDirGeneration(data_dir_, generation));
+    // The promotion is written into the data dir before etcd: however it
+    // is interrupted, the data dir is the newest once etcd holds it, and a
+    // start resumes it (ChooseRole()).
+    const std::string promotion = NewPromotionToken();
+    RETURN_IF_ERROR(
+        WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
+    ASSIGN_OR_RETURN(const uint64_t generation,
+                     ps::net::RaiseShardGeneration(*etcd_, job, own_.index,
+                                                   seen, promotion));
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    if (raised.generation != generation) {
+    if (raised.generation != generation || raised.promotion != promotion) {
       return absl::AbortedError(
           absl::StrCat("shard ", own_.index, "'s generation rose past ",
                        generation, " at once (another promotion)"));
@@ -822,12 +858,48 @@ std::string AddressFromFlags(const ps::server::ServerOptions& options) {
   return options.listen_address;
 }
 
+// ChooseRole()'s replica role: a replica of shard `index`, registered as
+// `primary`; a data dir of an older generation is emptied for the copy, one
+// of the current generation refused.
+absl::Status FollowRegisteredPrimary(int index,
+                                     const ps::net::ShardRecord& primary,
+                                     const DataDirGeneration& own,
+                                     const ps::net::ShardGeneration& generation,
+                                     bool replica_copy,
+                                     ps::server::ServerOptions* options) {
+  const std::string& dir = options->store.data_dir;
+  std::error_code error;
+  const bool holds_rows =
+      std::filesystem::exists(dir) && !std::filesystem::is_empty(dir, error);
+  if (holds_rows && !replica_copy) {
+    if (!own.served || own.at.generation >= generation.generation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", index, " is served by ", primary.address, ", and ", dir,
+          " holds the shard's rows of its current generation too: give this "
+          "replica an empty --data_dir"));
+    }
+    options->discard_superseded_data_dir = true;
+  }
+  if (!options->restore_from.empty()) {
+    LOG(WARNING) << "shard " << index
+                 << " is served: this replica copies it, not --restore_from";
+    options->restore_from.clear();
+  }
+  // FindPrimary() looks the address up (again).
+  options->replica_of = absl::StrCat(index);
+  LOG(INFO) << "shard " << index << " is served by " << primary.address
+            << " (generation " << generation.generation
+            << "): this process is its replica";
+  return absl::OkStatus();
+}
+
 // --replicas under --etcd: whether this process serves its shard as the
 // primary or (setting options->replica_of) as a replica of the process
 // registered as the shard. Only a data dir that holds the shard's newest
-// rows becomes the primary; a replica's copy becomes one only by the
-// promotion of a replica that was following (PrimaryWatch), never at a
-// start, where it might lack what the primary took since it stopped.
+// rows becomes the primary; a replica's copy does only by its promotion
+// (PrimaryWatch), which a start resumes when it was cut short, never
+// otherwise (it might lack what the primary took since it stopped
+// following).
 absl::Status ChooseRole(ps::server::ServerOptions* options,
                         EtcdPresence* presence) {
   if (absl::GetFlag(FLAGS_replicas) == 0) return absl::OkStatus();
@@ -835,11 +907,12 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
   const int index = static_cast<int>(options->shard_index);
   const std::string& dir = options->store.data_dir;
   const std::string own_address = AddressFromFlags(*options);
+  const absl::Time started = absl::Now();
+  const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
   const absl::Time give_up =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
-  std::string waiting_for;
+      started + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
+  ps::net::EtcdClient& etcd = *presence->etcd;
   while (true) {
-    ps::net::EtcdClient& etcd = *presence->etcd;
     // The registration first: a promotion raises the generation before it
     // registers, so the generation read next is at least the registered
     // process's.
@@ -851,53 +924,59 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration generation,
                      ps::net::ReadShardGeneration(etcd, job, index));
     const bool replica_copy = ps::server::IsReplicaDataDir(dir);
-    const bool served = std::filesystem::exists(dir + kGenerationFile);
-    ASSIGN_OR_RETURN(const uint64_t dir_generation, ReadDataDirGeneration(dir));
-    if (served && dir_generation > generation.generation) {
+    ASSIGN_OR_RETURN(const DataDirGeneration own, ReadDataDirGeneration(dir));
+    // (A replica's copy holds a generation only while promoted.)
+    if (own.served && !replica_copy &&
+        own.at.generation > generation.generation) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir, " served shard ", index, " at generation ", dir_generation,
+          dir, " served shard ", index, " at generation ", own.at.generation,
           ", newer than etcd's ", generation.generation,
           ": etcd lost its state, or --job names another job"));
     }
-    const bool newest = served && dir_generation == generation.generation;
-    if (primary.ok() && primary->address != own_address) {
-      // Another process serves the shard: follow it.
-      std::error_code error;
-      const bool holds_rows = std::filesystem::exists(dir) &&
-                              !std::filesystem::is_empty(dir, error);
-      if (holds_rows && !replica_copy) {
-        if (!served || newest) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "shard ", index, " is served by ", primary->address, ", and ",
-              dir,
-              " holds the shard's rows of its current generation too: "
-              "give this replica an empty --data_dir"));
-        }
-        options->discard_superseded_data_dir = true;
-      }
-      if (!options->restore_from.empty()) {
-        LOG(WARNING) << "shard " << index
-                     << " is served: this replica copies it, not "
-                        "--restore_from";
-        options->restore_from.clear();
-      }
-      // FindPrimary() looks the address up (again).
-      options->replica_of = absl::StrCat(index);
-      LOG(INFO) << "shard " << index << " is served by " << primary->address
-                << " (generation " << generation.generation
-                << "): this process is its replica";
+    const bool newest = own.Is(generation);
+    // A promotion this replica's copy holds and etcd does not: cut short
+    // before etcd took it, or lost to a process that registered first.
+    const bool pending_promotion =
+        replica_copy && own.served &&
+        own.at.generation == generation.generation + 1;
+    const bool other_primary = primary.ok() && primary->address != own_address;
+    std::string waiting_for;
+    if (other_primary &&
+        !(pending_promotion && absl::Now() < started + 2 * lease)) {
+      return FollowRegisteredPrimary(index, *primary, own, generation,
+                                     replica_copy, options);
+    } else if (other_primary) {
+      // The registration may be the dead primary's until its lease runs
+      // out: the copy, which may be the shard's last, is not emptied yet.
+      waiting_for =
+          " holds a promotion cut short: waiting for the registered "
+          "primary's lease to run out";
+    } else if (newest && generation.mod_revision != 0) {
+      // No other process serves the shard (or this one's previous run,
+      // whose lease RegisterShard() waits out). A replica's copy at the
+      // shard's generation is one whose promotion raised it and stopped.
       return absl::OkStatus();
-    }
-    // No other process serves the shard (or this one's previous run, whose
-    // lease RegisterShard() waits out). A replica's copy with the shard's
-    // generation is one whose promotion raised it and then failed: it
-    // stopped following first, so it holds what it was handed.
-    if (newest) return absl::OkStatus();
-    if (!replica_copy && !served && generation.mod_revision == 0) {
+    } else if (pending_promotion) {
+      // Stopped before etcd took its promotion, which it takes now: it
+      // stopped following first, so it holds what it was handed before
+      // its primary went.
+      absl::StatusOr<uint64_t> raised = ps::net::RaiseShardGeneration(
+          etcd, job, index, generation, own.at.promotion);
+      if (raised.ok()) {
+        LOG(WARNING) << "shard " << index << " has no primary: resuming the "
+                     << "promotion of this replica (generation " << *raised
+                     << ")";
+        return absl::OkStatus();
+      }
+      if (!absl::IsAborted(raised.status())) return raised.status();
+      continue;  // read again
+    } else if (!replica_copy && generation.mod_revision == 0 &&
+               (!own.served || newest)) {
+      // A new shard (no generation yet): one process claims it, a data dir
+      // that served it at generation 0 (a first registration cut short) or
+      // an empty one.
       absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> claim =
-          ps::net::ClaimNewShard(
-              presence->etcd.get(), job, index,
-              absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
+          ps::net::ClaimNewShard(presence->etcd.get(), job, index, lease);
       if (claim.ok()) {
         LOG(INFO) << "shard " << index
                   << " is new: this process claimed it, as its primary";
@@ -911,21 +990,20 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
       }
       waiting_for = " is new, and another process claimed the shard";
     } else {
-      waiting_for =
-          replica_copy ? " holds a replica's copy, which a start never promotes"
-                       : absl::StrCat(
-                             " does not hold the shard's newest rows "
-                             "(generation ",
-                             generation.generation, ")");
+      waiting_for = replica_copy
+                        ? " holds a replica's copy that was not being promoted"
+                        : absl::StrCat(
+                              " does not hold the shard's newest "
+                              "rows (generation ",
+                              generation.generation, ")");
     }
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat(
           "shard ", index, " of job ", job,
-          " has no primary registered, and this process cannot be it: ", dir,
-          waiting_for, ". Waited --join_wait_s for a primary to follow"));
+          ": this process can be neither its primary nor a replica yet: ", dir,
+          waiting_for, ". Waited --join_wait_s"));
     }
-    LOG_EVERY_N(INFO, 40) << "waiting for shard " << index
-                          << "'s primary to register: " << dir << waiting_for;
+    LOG_EVERY_N(INFO, 40) << "shard " << index << ": " << dir << waiting_for;
     absl::SleepFor(absl::Milliseconds(250));
   }
 }
@@ -950,8 +1028,9 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
       const ps::net::ShardGeneration generation,
       ps::net::ReadShardGeneration(*presence->etcd, absl::GetFlag(FLAGS_job),
                                    record.index));
-  ASSIGN_OR_RETURN(const uint64_t own_generation,
+  ASSIGN_OR_RETURN(const DataDirGeneration own,
                    ReadDataDirGeneration(options.store.data_dir));
+  const uint64_t own_generation = own.at.generation;
   if (generation.generation > own_generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shard ", record.index, " failed over to a replica (generation ",
@@ -961,6 +1040,14 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
         "(--replica_of=",
         record.index, ") on an empty --data_dir"));
   }
+  if (own.served && own_generation == generation.generation &&
+      own.at.promotion != generation.promotion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.store.data_dir, " was being promoted to shard ", record.index,
+        "'s generation ", own_generation,
+        ", which another replica's promotion took: its rows are stale. Start "
+        "this process as a replica on an empty --data_dir"));
+  }
   if (own_generation > generation.generation) {
     return absl::FailedPreconditionError(
         absl::StrCat(options.store.data_dir, " served shard ", record.index,
@@ -968,26 +1055,17 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
                      generation.generation,
                      ": etcd lost its state, or --job names another job"));
   }
-  // Written before the registration (a crash between leaves a data dir that
-  // may serve again); removed if the registration fails, when this start
-  // wrote it: nothing was acknowledged (pushes wait for the registration).
-  const bool had_generation =
-      std::filesystem::exists(options.store.data_dir + kGenerationFile);
-  RETURN_IF_ERROR(
-      WriteDataDirGeneration(options.store.data_dir, generation.generation));
-  absl::StatusOr<std::unique_ptr<ps::net::LeasedKey>> registered =
+  // Written before the registration: a crash between leaves a data dir
+  // that may serve again (nothing was acknowledged: pushes wait for the
+  // registration).
+  RETURN_IF_ERROR(WriteDataDirGeneration(
+      options.store.data_dir, generation.generation, generation.promotion));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ps::net::LeasedKey> registered,
       ps::net::RegisterShard(
           presence->etcd.get(), absl::GetFlag(FLAGS_job), record,
-          absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation);
-  if (!registered.ok()) {
-    if (!had_generation) {
-      std::error_code ignored;
-      std::filesystem::remove(options.store.data_dir + kGenerationFile,
-                              ignored);
-    }
-    return registered.status();
-  }
-  presence->registration = *std::move(registered);
+          absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation));
+  presence->registration = std::move(registered);
   presence->claim.reset();
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
@@ -1040,9 +1118,11 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
   auto keep_etcd = std::move(presence.etcd);
   const absl::Duration drain =
       absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
-  LOG(INFO) << "signal " << signal_number
-            << " (or an admin drain): draining for up to "
-            << absl::GetFlag(FLAGS_drain_seconds) << " s";
+  LOG(INFO) << (lost ? std::string("the shard is lost")
+                     : absl::StrCat("signal ", signal_number,
+                                    " (or an admin drain)"))
+            << ": draining for up to " << absl::GetFlag(FLAGS_drain_seconds)
+            << " s";
   // Still registered (and fenced by it) while pushes stop and the replicas
   // catch up: one promoted once this shard lets go has every push it
   // acknowledged.

@@ -154,7 +154,23 @@ class FailoverTest : public ::testing::Test {
     return pushers;
   }
 
+  // ps_server --replicas=1 --replication=sync for shard 0 on `dir`.
+  std::vector<std::string> ReplicasFlags(const std::string& dir) const {
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(),
+                 {"--data_dir=" + dir, "--shard_index=0", "--num_shards=1",
+                  "--replicas=1", "--replication=sync"});
+    return flags;
+  }
+  std::unique_ptr<ServerProcess> StartWithReplicas(const std::string& dir) {
+    auto started = ServerProcess::Start(ReplicasFlags(dir), absl::Seconds(90),
+                                        absl::StrCat(dir, ".log", ++starts_));
+    EXPECT_OK(started);
+    return started.ok() ? *std::move(started) : nullptr;
+  }
+
   std::string name_;
+  int starts_ = 0;
   std::unique_ptr<EtcdProcess> etcd_;
   std::unique_ptr<net::EtcdClient> client_;
   std::string primary_dir_, replica_dir_;
@@ -354,17 +370,7 @@ TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
 TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   std::vector<std::string> dirs = {FreshTestDir(name_ + "_a"),
                                    FreshTestDir(name_ + "_b")};
-  int starts = 0;
-  auto start = [&](int which) -> std::unique_ptr<ServerProcess> {
-    std::vector<std::string> flags = EtcdFlags();
-    flags.insert(flags.end(),
-                 {"--data_dir=" + dirs[which], "--shard_index=0",
-                  "--num_shards=1", "--replicas=1", "--replication=sync"});
-    auto started = ServerProcess::Start(
-        flags, absl::Seconds(90), absl::StrCat(dirs[which], ".log", ++starts));
-    EXPECT_OK(started);
-    return started.ok() ? *std::move(started) : nullptr;
-  };
+  auto start = [&](int which) { return StartWithReplicas(dirs[which]); };
   // Both at once: one claims the new shard, the other follows it.
   std::vector<std::unique_ptr<ServerProcess>> processes(2);
   std::thread second([&] { processes[1] = start(1); });
@@ -461,10 +467,60 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
       "with its disk, then the promoted one killed (disk kept), then the "
       "next one paused past its lease and resumed; each started again as "
       "it was",
-      "retried until the replica took over, three times", Values(*processes[primary]),
-      acknowledged,
+      "retried until the replica took over, three times",
+      Values(*processes[primary]), acknowledged,
       "each restarted process became a replica by itself (an empty dir, "
       "then a superseded one)");
+}
+
+// A promotion cut short after the replica wrote it into its data dir
+// (killed before etcd took it) is resumed by the replica's next start, with
+// every acknowledged push; a data dir of a newer generation than etcd's
+// (etcd lost its state) is refused, never emptied.
+TEST_F(FailoverTest, WithReplicasAnInterruptedPromotionIsResumed) {
+  const std::string primary_dir = FreshTestDir(name_ + "_a");
+  const std::string replica_dir = FreshTestDir(name_ + "_b");
+  std::unique_ptr<ServerProcess> primary = StartWithReplicas(primary_dir);
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<ServerProcess> replica = StartWithReplicas(replica_dir);
+  ASSERT_NE(replica, nullptr);
+  primary_ = std::move(primary);
+  ASSERT_TRUE(WaitInSync());
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  // Both machines go; the replica had written its promotion (generation
+  // 1) and died before etcd took it.
+  replica->SignalAndWait(SIGKILL);
+  primary_->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(primary_dir);
+  { std::ofstream(replica_dir + "/GENERATION") << "1 cut-short\n"; }
+  replica = StartWithReplicas(replica_dir);
+  ASSERT_NE(replica, nullptr);
+  EXPECT_EQ(Stats(*replica).replication().role(), "primary");
+  for (float value : Values(*replica)) EXPECT_EQ(value, acknowledged);
+  absl::StatusOr<net::ShardGeneration> generation =
+      net::ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(generation);
+  EXPECT_EQ(generation->generation, 1u);
+  EXPECT_EQ(generation->promotion, "cut-short");
+
+  // A data dir ahead of etcd is refused (exit 70), and kept.
+  const std::string ahead = FreshTestDir(name_ + "_ahead");
+  { std::ofstream(ahead + "/GENERATION") << "5\n"; }
+  std::vector<std::string> argv = ReplicasFlags(ahead);
+  argv.insert(argv.begin(), BinaryPath("server/ps_server"));
+  argv.push_back("--listen=127.0.0.1:0");
+  EXPECT_EQ(RunToCompletion(argv, ahead + ".log", absl::Minutes(1)), 70);
+  EXPECT_NE(ReadFile(ahead + ".log").find("etcd lost its state"),
+            std::string::npos)
+      << ReadFile(ahead + ".log");
+  EXPECT_TRUE(std::filesystem::exists(ahead + "/GENERATION"));
 }
 
 }  // namespace

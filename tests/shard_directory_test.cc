@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -65,18 +67,20 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
   EXPECT_NE(served.mod_revision, 0);
   // A replica that read the generation cannot raise it while the primary
   // is registered (it came back first)...
-  EXPECT_EQ(RaiseShardGeneration(*client_, kJob, 0, served).status().code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      RaiseShardGeneration(*client_, kJob, 0, served, "p1").status().code(),
+      absl::StatusCode::kAborted);
   // ...and can once it is gone.
   registered.reset();
   absl::StatusOr<uint64_t> raised_or =
-      RaiseShardGeneration(*client_, kJob, 0, served);
+      RaiseShardGeneration(*client_, kJob, 0, served, "p1");
   ASSERT_OK(raised_or);
   const uint64_t raised = *std::move(raised_or);
   EXPECT_EQ(raised, 1u);
   // Only once from what it read.
-  EXPECT_EQ(RaiseShardGeneration(*client_, kJob, 0, served).status().code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      RaiseShardGeneration(*client_, kJob, 0, served, "p1").status().code(),
+      absl::StatusCode::kAborted);
 }
 
 TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
@@ -100,29 +104,48 @@ TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
 }
 
 TEST_F(ShardDirectoryTest, ARegistrationHoldsOnlyAtTheGenerationItRead) {
-  absl::StatusOr<ShardGeneration> read_or =
+  // A shard that served (its generation 0 written) and stopped.
+  absl::StatusOr<ShardGeneration> fresh =
       ReadShardGeneration(*client_, kJob, 0);
-  ASSERT_OK(read_or);
-  const ShardGeneration read = *std::move(read_or);
-  // A replica was promoted in between.
-  ASSERT_OK(RaiseShardGeneration(*client_, kJob, 0, read).status());
+  ASSERT_OK(fresh);
+  ASSERT_OK(
+      RegisterShard(client_.get(), kJob, Record("primary:1"), kTtl, *fresh)
+          .status());
+  absl::StatusOr<ShardGeneration> read = ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(read);
+  ASSERT_NE(read->mod_revision, 0);
+  // A replica was promoted after the old primary read the generation.
+  ASSERT_OK(RaiseShardGeneration(*client_, kJob, 0, *read, "p1").status());
   EXPECT_EQ(
-      RegisterShard(client_.get(), kJob, Record("old-primary:1"), kTtl, read)
+      RegisterShard(client_.get(), kJob, Record("old-primary:1"), kTtl, *read)
           .status()
           .code(),
       absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::IsNotFound(FindShard(*client_, kJob, 0).status()));
-  absl::StatusOr<ShardGeneration> now_or =
-      ReadShardGeneration(*client_, kJob, 0);
-  ASSERT_OK(now_or);
-  const ShardGeneration now = *std::move(now_or);
+  absl::StatusOr<ShardGeneration> now = ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(now);
+  EXPECT_EQ(now->generation, 1u);
+  EXPECT_EQ(now->promotion, "p1");
   absl::StatusOr<std::unique_ptr<LeasedKey>> promoted =
-      RegisterShard(client_.get(), kJob, Record("replica:1"), kTtl, now);
+      RegisterShard(client_.get(), kJob, Record("replica:1"), kTtl, *now);
   ASSERT_OK(promoted);
-  absl::StatusOr<ShardRecord> found_or = FindShard(*client_, kJob, 0);
-  ASSERT_OK(found_or);
-  const ShardRecord found = *std::move(found_or);
-  EXPECT_EQ(found.address, "replica:1");
+  absl::StatusOr<ShardRecord> found = FindShard(*client_, kJob, 0);
+  ASSERT_OK(found);
+  EXPECT_EQ(found->address, "replica:1");
+}
+
+TEST(GenerationTextTest, ReadsWhatItWrites) {
+  for (const auto& [generation, promotion] :
+       std::vector<std::pair<uint64_t, std::string>>{{0, ""}, {7, "a1b2"}}) {
+    absl::StatusOr<ShardGeneration> parsed =
+        ParseGeneration(GenerationText(generation, promotion) + "\n");
+    ASSERT_OK(parsed);
+    EXPECT_EQ(parsed->generation, generation);
+    EXPECT_EQ(parsed->promotion, promotion);
+  }
+  EXPECT_FALSE(ParseGeneration("").ok());
+  EXPECT_FALSE(ParseGeneration("x").ok());
+  EXPECT_FALSE(ParseGeneration("-1").ok());
 }
 
 TEST_F(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
