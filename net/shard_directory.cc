@@ -162,10 +162,12 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
                          generation]() -> absl::Status {
     ASSIGN_OR_RETURN(const ShardGeneration now,
                      ReadShardGeneration(*etcd, job, index));
-    if (now.generation != generation.generation) {
+    if (now.generation != generation.generation ||
+        now.promotion != generation.promotion) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", index, " failed over to another process (generation ",
-          now.generation, ", this one's ", generation.generation, ")"));
+          GenerationText(now.generation, now.promotion), ", this one's ",
+          GenerationText(generation.generation, generation.promotion), ")"));
     }
     return absl::OkStatus();
   };

@@ -726,17 +726,20 @@ class PrimaryWatch {
     RETURN_IF_ERROR(server_->StopFollowing());
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    // The promotion is written into the data dir before etcd: however it
-    // is interrupted, the data dir is the newest once etcd holds it, and a
-    // start resumes it (ChooseRole()).
+    // The promotion is written into the data dir before etcd: once etcd
+    // holds it, however it is cut short, the data dir is the newest and a
+    // start finishes it (ChooseRole()).
     const std::string promotion = NewPromotionToken();
     RETURN_IF_ERROR(
         WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
-    ASSIGN_OR_RETURN(const uint64_t generation,
-                     ps::net::RaiseShardGeneration(*etcd_, job, own_.index,
-                                                   seen, promotion));
+    absl::StatusOr<uint64_t> raise =
+        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen, promotion);
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
+    // A raise etcd applied whose answer was lost (sent again, it failed)
+    // leaves this promotion's token there.
+    if (!raise.ok() && raised.promotion != promotion) return raise.status();
+    const uint64_t generation = seen.generation + 1;
     if (raised.generation != generation || raised.promotion != promotion) {
       return absl::AbortedError(
           absl::StrCat("shard ", own_.index, "'s generation rose past ",
@@ -897,7 +900,7 @@ absl::Status FollowRegisteredPrimary(int index,
 // primary or (setting options->replica_of) as a replica of the process
 // registered as the shard. Only a data dir that holds the shard's newest
 // rows becomes the primary; a replica's copy does only by its promotion
-// (PrimaryWatch), which a start resumes when it was cut short, never
+// (PrimaryWatch), which a start finishes once etcd holds it, never
 // otherwise (it might lack what the primary took since it stopped
 // following).
 absl::Status ChooseRole(ps::server::ServerOptions* options,
@@ -907,10 +910,9 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
   const int index = static_cast<int>(options->shard_index);
   const std::string& dir = options->store.data_dir;
   const std::string own_address = AddressFromFlags(*options);
-  const absl::Time started = absl::Now();
   const absl::Duration lease = absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
   const absl::Time give_up =
-      started + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_wait_s));
   ps::net::EtcdClient& etcd = *presence->etcd;
   while (true) {
     // The registration first: a promotion raises the generation before it
@@ -934,42 +936,18 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
           ": etcd lost its state, or --job names another job"));
     }
     const bool newest = own.Is(generation);
-    // A promotion this replica's copy holds and etcd does not: cut short
-    // before etcd took it, or lost to a process that registered first.
-    const bool pending_promotion =
-        replica_copy && own.served &&
-        own.at.generation == generation.generation + 1;
-    const bool other_primary = primary.ok() && primary->address != own_address;
     std::string waiting_for;
-    if (other_primary &&
-        !(pending_promotion && absl::Now() < started + 2 * lease)) {
+    if (primary.ok() && primary->address != own_address) {
       return FollowRegisteredPrimary(index, *primary, own, generation,
                                      replica_copy, options);
-    } else if (other_primary) {
-      // The registration may be the dead primary's until its lease runs
-      // out: the copy, which may be the shard's last, is not emptied yet.
-      waiting_for =
-          " holds a promotion cut short: waiting for the registered "
-          "primary's lease to run out";
     } else if (newest && generation.mod_revision != 0) {
       // No other process serves the shard (or this one's previous run,
       // whose lease RegisterShard() waits out). A replica's copy at the
-      // shard's generation is one whose promotion raised it and stopped.
+      // shard's generation is one whose promotion raised it and was then
+      // cut short: only it holds that promotion's token. (One cut short
+      // before etcd took it is not finished: the primary it left may have
+      // served since, at the old generation.)
       return absl::OkStatus();
-    } else if (pending_promotion) {
-      // Stopped before etcd took its promotion, which it takes now: it
-      // stopped following first, so it holds what it was handed before
-      // its primary went.
-      absl::StatusOr<uint64_t> raised = ps::net::RaiseShardGeneration(
-          etcd, job, index, generation, own.at.promotion);
-      if (raised.ok()) {
-        LOG(WARNING) << "shard " << index << " has no primary: resuming the "
-                     << "promotion of this replica (generation " << *raised
-                     << ")";
-        return absl::OkStatus();
-      }
-      if (!absl::IsAborted(raised.status())) return raised.status();
-      continue;  // read again
     } else if (!replica_copy && generation.mod_revision == 0 &&
                (!own.served || newest)) {
       // A new shard (no generation yet): one process claims it, a data dir
@@ -990,12 +968,12 @@ absl::Status ChooseRole(ps::server::ServerOptions* options,
       }
       waiting_for = " is new, and another process claimed the shard";
     } else {
-      waiting_for = replica_copy
-                        ? " holds a replica's copy that was not being promoted"
-                        : absl::StrCat(
-                              " does not hold the shard's newest "
-                              "rows (generation ",
-                              generation.generation, ")");
+      waiting_for = replica_copy ? " holds a replica's copy, which becomes the "
+                                   "primary only by a promotion etcd holds"
+                                 : absl::StrCat(
+                                       " does not hold the shard's newest "
+                                       "rows (generation ",
+                                       generation.generation, ")");
     }
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat(

@@ -139,11 +139,15 @@ class FailoverTest : public ::testing::Test {
     return values;
   }
 
+  // Two clients pushing; `incarnation` (and the next) are their workers'
+  // incarnations: new clients of the same workers need larger ones, or the
+  // shard takes their pushes for retries of the old ones'.
   std::vector<std::unique_ptr<CountingPusher>> StartPushers(
-      std::vector<std::unique_ptr<worker::PsClient>>& clients) {
+      std::vector<std::unique_ptr<worker::PsClient>>& clients,
+      uint64_t incarnation = 100) {
     std::vector<std::unique_ptr<CountingPusher>> pushers;
     for (uint32_t w = 0; w < 2; ++w) {
-      clients.push_back(Connect(100 + w));
+      clients.push_back(Connect(incarnation + w));
       EXPECT_NE(clients.back(), nullptr);
       pushers.push_back(std::make_unique<CountingPusher>(
           clients.back().get(), keys_,
@@ -473,11 +477,13 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
       "then a superseded one)");
 }
 
-// A promotion cut short after the replica wrote it into its data dir
-// (killed before etcd took it) is resumed by the replica's next start, with
-// every acknowledged push; a data dir of a newer generation than etcd's
-// (etcd lost its state) is refused, never emptied.
-TEST_F(FailoverTest, WithReplicasAnInterruptedPromotionIsResumed) {
+// A promotion cut short: before etcd took it, it is not finished (the
+// primary it left serves again, and the replica copies it afresh); after,
+// the replica's next start finishes it, with every acknowledged push. A
+// data dir of a newer generation than etcd's (etcd lost its state) is
+// refused, never emptied.
+TEST_F(FailoverTest,
+       WithReplicasAPromotionCutShortIsFinishedOnlyOnceEtcdHoldsIt) {
   const std::string primary_dir = FreshTestDir(name_ + "_a");
   const std::string replica_dir = FreshTestDir(name_ + "_b");
   std::unique_ptr<ServerProcess> primary = StartWithReplicas(primary_dir);
@@ -494,21 +500,68 @@ TEST_F(FailoverTest, WithReplicasAnInterruptedPromotionIsResumed) {
     ASSERT_OK(pusher->Stop());
     acknowledged += pusher->acknowledged();
   }
-  // Both machines go; the replica had written its promotion (generation
-  // 1) and died before etcd took it.
-  replica->SignalAndWait(SIGKILL);
+  clients.clear();
+  auto kill_both_and_wait_out_the_lease = [&] {
+    replica->SignalAndWait(SIGKILL);
+    primary_->SignalAndWait(SIGKILL);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (net::FindShard(*client_, kJob, 0).ok()) {
+      ASSERT_LT(absl::Now(), deadline);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  };
+
+  // Both machines go; the replica had written its promotion and died
+  // before etcd took it. The primary, started again on its dir (still the
+  // shard's newest), takes more pushes and dies again.
+  ASSERT_NO_FATAL_FAILURE(kill_both_and_wait_out_the_lease());
+  { std::ofstream(replica_dir + "/GENERATION") << "1 before-etcd\n"; }
+  primary_ = StartWithReplicas(primary_dir);
+  ASSERT_NE(primary_, nullptr);
+  EXPECT_EQ(Stats(*primary_).replication().role(), "primary");
+  pushers = StartPushers(clients, /*incarnation=*/200);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  clients.clear();
   primary_->SignalAndWait(SIGKILL);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (net::FindShard(*client_, kJob, 0).ok()) {
+    ASSERT_LT(absl::Now(), deadline);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // The replica does not finish its promotion (it would lack those
+  // pushes): it waits for a primary, and follows the one that comes.
+  std::thread waiting([&] { replica = StartWithReplicas(replica_dir); });
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_TRUE(absl::IsNotFound(net::FindShard(*client_, kJob, 0).status()))
+      << "the replica took the shard";
+  primary_ = StartWithReplicas(primary_dir);
+  waiting.join();
+  ASSERT_NE(primary_, nullptr);
+  ASSERT_NE(replica, nullptr);
+  EXPECT_EQ(Stats(*primary_).replication().role(), "primary");
+  EXPECT_EQ(Stats(*replica).replication().role(),
+            absl::StrCat("replica of ", primary_->address()));
+  ASSERT_TRUE(WaitInSync());
+  for (float value : Values(*primary_)) EXPECT_EQ(value, acknowledged);
+
+  // Again, now killed once etcd took the promotion (the primary's disk
+  // lost too): the replica's next start finishes it.
+  ASSERT_NO_FATAL_FAILURE(kill_both_and_wait_out_the_lease());
   std::filesystem::remove_all(primary_dir);
-  { std::ofstream(replica_dir + "/GENERATION") << "1 cut-short\n"; }
+  absl::StatusOr<net::ShardGeneration> seen =
+      net::ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(seen);
+  { std::ofstream(replica_dir + "/GENERATION") << "1 after-etcd\n"; }
+  ASSERT_OK(net::RaiseShardGeneration(*client_, kJob, 0, *seen, "after-etcd")
+                .status());
   replica = StartWithReplicas(replica_dir);
   ASSERT_NE(replica, nullptr);
   EXPECT_EQ(Stats(*replica).replication().role(), "primary");
   for (float value : Values(*replica)) EXPECT_EQ(value, acknowledged);
-  absl::StatusOr<net::ShardGeneration> generation =
-      net::ReadShardGeneration(*client_, kJob, 0);
-  ASSERT_OK(generation);
-  EXPECT_EQ(generation->generation, 1u);
-  EXPECT_EQ(generation->promotion, "cut-short");
 
   // A data dir ahead of etcd is refused (exit 70), and kept.
   const std::string ahead = FreshTestDir(name_ + "_ahead");
