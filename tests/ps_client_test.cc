@@ -5,10 +5,17 @@
 
 #include "worker/ps_client.h"
 
+#include <atomic>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 
@@ -126,6 +133,52 @@ TEST(PsClientTest, PullsWithStateAreSplitToFitTheShardsMessageLimit) {
   EXPECT_EQ(last[kWide], 0.0f);
   EXPECT_EQ(last[kWide + 2 * kWide], 1.0f);
   EXPECT_EQ(last[kWide + 2 * kWide + 1], 1.0f);
+}
+
+// A shard that cancels the first push it gets (as one shutting down
+// cancels the calls it still has), then takes pushes.
+class CancellingShard : public ParameterServer::Service {
+ public:
+  grpc::Status Push(grpc::ServerContext*, const PushRequest*,
+                    PushResponse*) override {
+    if (pushes_.fetch_add(1) == 0) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "shutting down");
+    }
+    return grpc::Status::OK;
+  }
+  int pushes() const { return pushes_.load(); }
+
+ private:
+  std::atomic<int> pushes_{0};
+};
+
+TEST(PsClientTest, APushTheShardCancelledIsRetried) {
+  CancellingShard shard;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&shard);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  worker::ClientOptions options;
+  options.servers = {"127.0.0.1:" + std::to_string(port)};
+  options.initial_backoff = absl::Milliseconds(10);
+  options.retry_for = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> gradients(keys.size() * kDim, 1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = "t";
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = kDim;
+  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  EXPECT_TRUE(pushed.ok()) << pushed;
+  EXPECT_EQ(shard.pushes(), 2);
+  server->Shutdown();
 }
 
 }  // namespace

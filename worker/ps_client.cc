@@ -362,9 +362,12 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
           continue;
         }
       }
+      // This client never cancels a call: CANCELLED is the shard's (one
+      // shutting down cancels the calls it still has).
       const bool retryable =
           status.error_code() == grpc::StatusCode::UNAVAILABLE ||
           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+          status.error_code() == grpc::StatusCode::CANCELLED ||
           contexts[p]->GetServerTrailingMetadata().count(kTransientMetadata) >
               0;
       if (!retryable) {
