@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
 #include "proto/ps.pb.h"
 #include "worker/ps_client.h"
 
@@ -49,6 +54,27 @@ inline absl::Status AddOne(worker::PsClient& client, const std::string& table,
   push.gradients = gradients;
   push.dim = dim;
   return client.Push({&push, 1}, worker, /*clock=*/1);
+}
+
+// The first float of every `step`th key of `keys` in `table` (of
+// CountingTableSpec()) on the shard behind `channel`, 0 for a row never
+// stored: how many pushes of AddOne() each holds.
+inline std::vector<float> CountedValues(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& table,
+    const std::vector<uint64_t>& keys, size_t step = 50) {
+  auto admin = Admin::NewStub(channel);
+  std::vector<float> values;
+  for (size_t k = 0; k < keys.size(); k += step) {
+    GetRowRequest request;
+    request.set_table(table);
+    request.set_key(keys[k]);
+    GetRowResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = admin->GetRow(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    values.push_back(response.stored() ? response.values(0) : 0.0f);
+  }
+  return values;
 }
 
 class CountingPusher {

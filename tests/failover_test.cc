@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -123,20 +124,9 @@ class FailoverTest : public ::testing::Test {
     return false;
   }
 
-  // The first float of every 50th key's row on `server`.
+  // The first float of every 50th key's row on `server` (0 where none).
   std::vector<float> Values(const ServerProcess& server) {
-    auto admin = Admin::NewStub(server.channel());
-    std::vector<float> values;
-    for (size_t k = 0; k < keys_.size(); k += 50) {
-      GetRowRequest request;
-      request.set_table(kTable);
-      request.set_key(keys_[k]);
-      GetRowResponse response;
-      grpc::ClientContext context;
-      EXPECT_TRUE(admin->GetRow(&context, request, &response).ok());
-      values.push_back(response.stored() ? response.values(0) : 0.0f);
-    }
-    return values;
+    return CountedValues(server.channel(), kTable, keys_);
   }
 
   // Two clients pushing; `incarnation` (and the next) are their workers'
@@ -409,47 +399,45 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
 
+  // Loses the primary by `lose`; once the other took over (pushes going
+  // on), calls `then` on the lost process, starts it again on its dir and
+  // checks that it became the new primary's replica, in sync.
+  auto fail_over = [&](const std::function<void(ServerProcess&)>& lose,
+                       const std::function<void(ServerProcess&)>& then) {
+    lose(*processes[primary]);
+    ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
+    for (auto& pusher : pushers) pusher->WaitForMore(10);
+    then(*processes[primary]);
+    processes[primary] = start(primary);
+    ASSERT_NE(processes[primary], nullptr);
+    EXPECT_EQ(Stats(*processes[primary]).replication().role(),
+              absl::StrCat("replica of ", processes[1 - primary]->address()));
+    primary = 1 - primary;
+    ASSERT_TRUE(wait_in_sync(primary));
+    for (auto& pusher : pushers) pusher->WaitForMore(10);
+  };
+  auto nothing = [](ServerProcess&) {};
+
   // The primary's machine is lost with its disk; a new machine starts the
   // same process on an empty disk.
-  processes[primary]->SignalAndWait(SIGKILL);
-  std::filesystem::remove_all(dirs[primary]);
-  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
-  processes[primary] = start(primary);
-  ASSERT_NE(processes[primary], nullptr);
-  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
-            absl::StrCat("replica of ", processes[1 - primary]->address()));
-  primary = 1 - primary;
-  ASSERT_TRUE(wait_in_sync(primary));
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
-
+  ASSERT_NO_FATAL_FAILURE(fail_over(
+      [&](ServerProcess& lost) {
+        lost.SignalAndWait(SIGKILL);
+        std::filesystem::remove_all(dirs[primary]);
+      },
+      nothing));
   // Now the other one dies, its disk kept: started again on it, its rows
   // are the shard's older generation's, and it becomes a replica.
-  processes[primary]->SignalAndWait(SIGKILL);
-  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
-  processes[primary] = start(primary);
-  ASSERT_NE(processes[primary], nullptr);
-  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
-            absl::StrCat("replica of ", processes[1 - primary]->address()));
-  primary = 1 - primary;
-  ASSERT_TRUE(wait_in_sync(primary));
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
-
+  ASSERT_NO_FATAL_FAILURE(fail_over(
+      [](ServerProcess& lost) { lost.SignalAndWait(SIGKILL); }, nothing));
   // Then the primary is paused past its lease: resumed, it finds the
   // shard taken and stops by itself (70); started again, a replica.
-  ASSERT_EQ(kill(processes[primary]->pid(), SIGSTOP), 0);
-  ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
-  ASSERT_EQ(kill(processes[primary]->pid(), SIGCONT), 0);
-  EXPECT_EQ(processes[primary]->Wait(absl::Minutes(1)), 70);
-  processes[primary] = start(primary);
-  ASSERT_NE(processes[primary], nullptr);
-  EXPECT_EQ(Stats(*processes[primary]).replication().role(),
-            absl::StrCat("replica of ", processes[1 - primary]->address()));
-  primary = 1 - primary;
-  ASSERT_TRUE(wait_in_sync(primary));
-  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  ASSERT_NO_FATAL_FAILURE(fail_over(
+      [](ServerProcess& lost) { ASSERT_EQ(kill(lost.pid(), SIGSTOP), 0); },
+      [](ServerProcess& lost) {
+        ASSERT_EQ(kill(lost.pid(), SIGCONT), 0);
+        EXPECT_EQ(lost.Wait(absl::Minutes(1)), 70);
+      }));
 
   int acknowledged = 0;
   for (auto& pusher : pushers) {

@@ -124,18 +124,7 @@ class ReplicationTest : public ::testing::Test {
 
   // The first float of every 50th key's row on `server` (0 where none).
   std::vector<float> Values(const ServerProcess& server) {
-    auto admin = Admin::NewStub(server.channel());
-    std::vector<float> values;
-    for (size_t k = 0; k < keys_.size(); k += 50) {
-      GetRowRequest request;
-      request.set_table(kTable);
-      request.set_key(keys_[k]);
-      GetRowResponse response;
-      grpc::ClientContext context;
-      EXPECT_TRUE(admin->GetRow(&context, request, &response).ok());
-      values.push_back(response.stored() ? response.values(0) : 0.0f);
-    }
-    return values;
+    return CountedValues(server.channel(), kTable, keys_);
   }
 
   std::string name_;
