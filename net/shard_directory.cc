@@ -120,19 +120,25 @@ absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const ShardGeneration& seen,
                                               const std::string& promotion) {
   const uint64_t next = seen.generation + 1;
-  ASSIGN_OR_RETURN(
-      const bool raised,
+  absl::StatusOr<bool> raised =
       etcd.PutIf(GenerationKey(job, index), GenerationText(next, promotion),
                  seen.mod_revision, /*lease=*/0,
-                 {{absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}}));
-  if (!raised) {
-    return absl::AbortedError(absl::StrCat(
-        "shard ", index,
-        "'s generation changed since it was read, or a process registered "
-        "as the shard (another replica was promoted, or the primary came "
-        "back, first)"));
+                 {{absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}});
+  if (raised.ok() && *raised) return next;
+  // Not raised, or no answer: a raise etcd applied whose answer was lost
+  // (sent again, it found the generation moved) left this promotion's token.
+  if (!promotion.empty()) {
+    absl::StatusOr<ShardGeneration> now = ReadShardGeneration(etcd, job, index);
+    if (now.ok() && now->generation == next && now->promotion == promotion) {
+      return next;
+    }
   }
-  return next;
+  if (!raised.ok()) return raised.status();
+  return absl::AbortedError(absl::StrCat(
+      "shard ", index,
+      "'s generation changed since it was read, or a process registered "
+      "as the shard (another replica was promoted, or the primary came "
+      "back, first)"));
 }
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,

@@ -138,7 +138,10 @@ absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text);
 // Raises the generation from `seen` (ReadShardGeneration()) by one, for
 // the promotion `promotion`, only while no process is registered as shard
 // `index`; ABORTED if the generation changed since (another promotion came
-// first) or a process registered (a restarted primary came first).
+// first) or a process registered (a restarted primary came first). A raise
+// that finds `promotion` (not empty) already there is answered as done: it
+// is this promotion's raise sent again after etcd applied it and its answer
+// was lost.
 absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const std::string& job, int index,
                                               const ShardGeneration& seen,

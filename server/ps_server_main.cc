@@ -732,14 +732,11 @@ class PrimaryWatch {
     const std::string promotion = NewPromotionToken();
     RETURN_IF_ERROR(
         WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
-    absl::StatusOr<uint64_t> raise =
-        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen, promotion);
+    ASSIGN_OR_RETURN(const uint64_t generation,
+                     ps::net::RaiseShardGeneration(*etcd_, job, own_.index,
+                                                   seen, promotion));
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    // A raise etcd applied whose answer was lost (sent again, it failed)
-    // leaves this promotion's token there.
-    if (!raise.ok() && raised.promotion != promotion) return raise.status();
-    const uint64_t generation = seen.generation + 1;
     if (raised.generation != generation || raised.promotion != promotion) {
       return absl::AbortedError(
           absl::StrCat("shard ", own_.index, "'s generation rose past ",

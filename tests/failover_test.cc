@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "net/etcd_client.h"
 #include "net/shard_directory.h"
+#include "ops/checkpoint.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/chaos_rows.h"
 #include "tests/child_process.h"
@@ -148,17 +149,22 @@ class FailoverTest : public ::testing::Test {
     return pushers;
   }
 
-  // ps_server --replicas=1 --replication=sync for shard 0 on `dir`.
-  std::vector<std::string> ReplicasFlags(const std::string& dir) const {
+  // ps_server --replicas=1 --replication=sync for shard 0 on `dir`, and
+  // `more` flags (a later one wins).
+  std::vector<std::string> ReplicasFlags(
+      const std::string& dir, const std::vector<std::string>& more = {}) const {
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(flags.end(),
                  {"--data_dir=" + dir, "--shard_index=0", "--num_shards=1",
                   "--replicas=1", "--replication=sync"});
+    flags.insert(flags.end(), more.begin(), more.end());
     return flags;
   }
-  std::unique_ptr<ServerProcess> StartWithReplicas(const std::string& dir) {
-    auto started = ServerProcess::Start(ReplicasFlags(dir), absl::Seconds(90),
-                                        absl::StrCat(dir, ".log", ++starts_));
+  std::unique_ptr<ServerProcess> StartWithReplicas(
+      const std::string& dir, const std::vector<std::string>& more = {}) {
+    auto started =
+        ServerProcess::Start(ReplicasFlags(dir, more), absl::Seconds(90),
+                             absl::StrCat(dir, ".log", ++starts_));
     EXPECT_OK(started);
     return started.ok() ? *std::move(started) : nullptr;
   }
@@ -463,6 +469,63 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
       Values(*processes[primary]), acknowledged,
       "each restarted process became a replica by itself (an empty dir, "
       "then a superseded one)");
+}
+
+// A new job restored from a checkpoint under --replicas: every process
+// runs the same command, --restore_from included (one pod template). The
+// one that claims the shard restores it; the other copies it from that
+// primary instead, and holds the checkpoint's rows once promoted.
+TEST_F(FailoverTest, WithReplicasOnlyThePrimaryRestoresAndItsReplicaCopies) {
+  primary_dir_ = FreshTestDir(name_ + "_trained");
+  primary_ = StartWithReplicas(primary_dir_);
+  ASSERT_NE(primary_, nullptr);
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  for (auto& pusher : pushers) pusher->WaitForMore(10);
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  clients.clear();
+  CheckpointOptions checkpoint;
+  checkpoint.servers = {primary_->address()};
+  checkpoint.dir = FreshTestDir(name_ + "_checkpoint") + "/ckpt-1";
+  ASSERT_OK(TakeCheckpoint(checkpoint).status());
+  primary_->SignalAndWait(SIGTERM);
+
+  const std::vector<std::string> restored = {
+      "--job=restored", "--restore_from=" + checkpoint.dir};
+  std::vector<std::string> dirs = {FreshTestDir(name_ + "_a"),
+                                   FreshTestDir(name_ + "_b")};
+  std::vector<std::unique_ptr<ServerProcess>> processes(2);
+  std::thread second(
+      [&] { processes[1] = StartWithReplicas(dirs[1], restored); });
+  processes[0] = StartWithReplicas(dirs[0], restored);
+  second.join();
+  ASSERT_NE(processes[0], nullptr);
+  ASSERT_NE(processes[1], nullptr);
+  const int primary =
+      Stats(*processes[0]).replication().role() == "primary" ? 0 : 1;
+  EXPECT_EQ(Stats(*processes[1 - primary]).replication().role(),
+            absl::StrCat("replica of ", processes[primary]->address()));
+  for (float value : Values(*processes[primary])) {
+    EXPECT_EQ(value, acknowledged);
+  }
+
+  // The primary goes once its replica is in sync: the replica takes over
+  // with the checkpoint's rows.
+  primary_ = std::move(processes[primary]);
+  ASSERT_TRUE(WaitInSync());
+  primary_->SignalAndWait(SIGKILL);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*processes[1 - primary]).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), deadline) << "the replica did not take over";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  for (float value : Values(*processes[1 - primary])) {
+    EXPECT_EQ(value, acknowledged);
+  }
 }
 
 // A promotion cut short: before etcd took it, it is not finished (the

@@ -77,7 +77,21 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
   ASSERT_OK(raised_or);
   const uint64_t raised = *std::move(raised_or);
   EXPECT_EQ(raised, 1u);
-  // Only once from what it read.
+  // Only once from what it read: another promotion that read the same is
+  // refused...
+  EXPECT_EQ(
+      RaiseShardGeneration(*client_, kJob, 0, served, "p2").status().code(),
+      absl::StatusCode::kAborted);
+  // ...while this one's raise sent again (etcd applied it, its answer was
+  // lost) is answered as done.
+  absl::StatusOr<uint64_t> again =
+      RaiseShardGeneration(*client_, kJob, 0, served, "p1");
+  ASSERT_OK(again);
+  EXPECT_EQ(*again, 1u);
+  // Once the generation moves on, it is not.
+  absl::StatusOr<ShardGeneration> one = ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(one);
+  ASSERT_OK(RaiseShardGeneration(*client_, kJob, 0, *one, "p3").status());
   EXPECT_EQ(
       RaiseShardGeneration(*client_, kJob, 0, served, "p1").status().code(),
       absl::StatusCode::kAborted);
