@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
@@ -210,7 +211,12 @@ int main(int argc, char** argv) {
   if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
     absl::StatusOr<std::unique_ptr<ps::MetricsEndpoint>> started =
         ps::MetricsEndpoint::Start(at);
-    if (!started.ok()) return Fail(ps::kExitUsage, started.status().ToString());
+    // An address that is not one: 64; a port in use: 70 (as ps_server).
+    if (!started.ok()) {
+      return Fail(absl::IsInvalidArgument(started.status()) ? ps::kExitUsage
+                                                            : ps::kExitFailed,
+                  started.status().ToString());
+    }
     endpoint = *std::move(started);
     endpoint->Register(metrics.registry);
     LOG(INFO) << "metrics on http://" << endpoint->address() << "/metrics";
@@ -273,8 +279,8 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(ps::kExitUnavailable,
-                absl::StrCat("cannot listen on ", listen));
+    // A port in use: 70; 69 means a shard that did not answer.
+    return Fail(ps::kExitFailed, absl::StrCat("cannot listen on ", listen));
   }
   std::unique_ptr<grpc::Server> health_server;
   if (const std::string at = absl::GetFlag(FLAGS_health_listen); !at.empty()) {
@@ -285,7 +291,7 @@ int main(int argc, char** argv) {
     health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     health_server = health.BuildAndStart();
     if (health_server == nullptr || health_port == 0) {
-      return Fail(ps::kExitUnavailable, absl::StrCat("cannot listen on ", at));
+      return Fail(ps::kExitFailed, absl::StrCat("cannot listen on ", at));
     }
   }
   // SERVING while a model is loaded (looked at again every second below);

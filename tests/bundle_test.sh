@@ -82,15 +82,19 @@ cuda_dirs=$({
   for dir in /usr/local/cuda*; do [ -d "$dir" ] && [ ! -L "$dir" ] && echo "$dir"; done
   ldconfig -p | awk '/libcu(da|dart|blas)[^ ]*\.so/ {print $NF}' | xargs -r -n1 dirname
 } | sort -u | awk 'kept == "" || index($0, kept "/") != 1 {print; kept = $0}' | paste -sd' ')
+# Root makes the namespace itself; another user in a user namespace of its
+# own, where it may mount (Debian allows unprivileged user namespaces).
+namespace_flags=(-m)
+[ "$(id -u)" = 0 ] || namespace_flags=(-r -m)
 without_cuda() {
-  CUDA_DIRS="$cuda_dirs" unshare -m /bin/sh -c '
+  CUDA_DIRS="$cuda_dirs" unshare "${namespace_flags[@]}" /bin/sh -c '
     for dir in $CUDA_DIRS; do
       mount -t tmpfs -o size=1m none "$dir" || { echo "cannot hide $dir" >&2; exit 97; }
     done
     exec env -i "$@"' sh "$@"
 }
 without_cuda /bin/true ||
-  fail "cannot make a mount namespace without CUDA (unshare -m and mount need root)"
+  fail "cannot make a mount namespace without CUDA (unshare ${namespace_flags[*]}: root, or user namespaces for another user)"
 echo "hiding CUDA: ${cuda_dirs:-(none on this host)}"
 for dir in $cuda_dirs; do
   [ -z "$(without_cuda /bin/ls -A "$dir")" ] || fail "$dir is not empty in the namespace"

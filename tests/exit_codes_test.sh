@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The exit codes every binary shares (base/exit_codes.h): 64 for a bad flag
 # or layout, 69 for a shard that stays unreachable past --retry_for_s, 70
-# for a run that failed otherwise, 0 for --version.
+# for a run that failed otherwise (a port in use too), 0 for --version.
 set -uo pipefail
 runfiles=${TEST_SRCDIR:-$PWD/..}/parameter_server
 work=${TEST_TMPDIR:-$(mktemp -d)}
@@ -16,8 +16,8 @@ expect() {  # expect CODE WHAT COMMAND...
     failures=$((failures + 1))
   fi
 }
-for binary in server/ps_server ops/ps_admin worker/ps_worker worker/predict/ps_predict \
-  worker/datagen/clicklog_gen; do
+for binary in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
+  worker/predict/ps_predict worker/datagen/clicklog_gen; do
   name=$(basename "$binary")
   expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
   expect 0 "$name --version" "$runfiles/$binary" --version
@@ -73,6 +73,33 @@ expect 69 "ps_worker against no shard" "$runfiles/worker/ps_worker" --servers=12
   --train="$work/train.tsv" --columns=label,dense,cat --device=cpu --retry_for_s=1
 expect 69 "ps_admin against no shard" "$runfiles/ops/ps_admin" --servers=127.0.0.1:$port \
   --timeout_s=1 tables
+# A port another process listens on: 70 (not 69, which says a shard did
+# not answer), for the data port and the metrics port alike; an address
+# that is not one is a bad flag.
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(120)' >"$work/held" &
+holder=$!
+for _ in $(seq 100); do [ -s "$work/held" ] && break; sleep 0.1; done
+held=$(cat "$work/held")
+mkdir -p "$work/models"
+expect 64 "ps_serve without --model_dir" "$runfiles/server/ps_serve"
+expect 64 "ps_serve with a --model_dir that is not one" "$runfiles/server/ps_serve" \
+  --model_dir="$work/none"
+expect 70 "ps_serve on a port in use" timeout 20 "$runfiles/server/ps_serve" \
+  --model_dir="$work/models" --listen=127.0.0.1:$held
+expect 70 "ps_serve with its metrics on a port in use" timeout 20 \
+  "$runfiles/server/ps_serve" --model_dir="$work/models" --listen=127.0.0.1:0 \
+  --metrics_listen=127.0.0.1:$held
+expect 64 "ps_serve with a metrics address that is not one" timeout 20 \
+  "$runfiles/server/ps_serve" --model_dir="$work/models" --listen=127.0.0.1:0 \
+  --metrics_listen=nowhere
+expect 70 "ps_server on a port in use" timeout 20 "$runfiles/server/ps_server" \
+  --listen=127.0.0.1:$held --data_dir="$work/held_shard"
+expect 70 "ps_server with its metrics on a port in use" timeout 20 \
+  "$runfiles/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/metrics_shard" \
+  --metrics_listen=127.0.0.1:$held
+kill "$holder"
 expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --model="$work/none" \
   --input="$work/train.tsv"
 [ "$failures" = 0 ] || exit 1
