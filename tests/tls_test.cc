@@ -341,6 +341,29 @@ TEST_F(TlsTest, BeyondLoopbackTlsWithoutACaIsRefused) {
       << ReadFile(log);
 }
 
+// --allow_unauthenticated_clients and --allow_insecure_remote let a shard
+// listen beyond loopback. The address is TEST-NET-1 (RFC 5737), which no
+// interface here has: the shard passes the check and fails to bind (70),
+// and nothing is bound or reached beyond loopback.
+TEST_F(TlsTest, TheFlagsThatAllowListeningBeyondLoopbackAreHonoured) {
+  const std::vector<std::vector<std::string>> allowed = {
+      {"--tls_cert=" + *dir_ + "/server.pem",
+       "--tls_key=" + *dir_ + "/server.key", "--allow_unauthenticated_clients"},
+      {"--allow_insecure_remote"}};
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    const std::string log = absl::StrCat(*dir_, "/allowed", i, ".log");
+    std::vector<std::string> argv = {
+        BinaryPath("server/ps_server"),
+        "--data_dir=" + FreshTestDir(absl::StrCat("tls_allowed", i)),
+        "--listen=192.0.2.1:0"};
+    argv.insert(argv.end(), allowed[i].begin(), allowed[i].end());
+    EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 70)
+        << ReadFile(log);
+    EXPECT_EQ(ReadFile(log).find("refusing to listen"), std::string::npos)
+        << ReadFile(log);
+  }
+}
+
 TEST_F(TlsTest, NoListeningBeyondLoopbackWithoutTls) {
   const std::string log = *dir_ + "/remote.log";
   const int code =
