@@ -5,12 +5,16 @@
 
 #include "worker/ps_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -179,6 +183,80 @@ TEST(PsClientTest, APushTheShardCancelledIsRetried) {
   EXPECT_TRUE(pushed.ok()) << pushed;
   EXPECT_EQ(shard.pushes(), 2);
   server->Shutdown();
+}
+
+// A shard that answers every push UNAVAILABLE, and notes when each came.
+class UnavailableShard : public ParameterServer::Service {
+ public:
+  grpc::Status Push(grpc::ServerContext*, const PushRequest*,
+                    PushResponse*) override {
+    absl::MutexLock lock(&mu_);
+    arrivals_.push_back(absl::Now());
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not yet");
+  }
+  std::vector<absl::Time> arrivals() {
+    absl::MutexLock lock(&mu_);
+    return arrivals_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<absl::Time> arrivals_ ABSL_GUARDED_BY(mu_);
+};
+
+// Retries wait between half and all of a backoff that doubles from
+// initial_backoff up to 2 s (worker/ps_client.h), then give up at
+// retry_for. Load only lengthens a wait, so every wait is at least half its
+// backoff; with jitter, some of the five or more waits of at least 0.5 s
+// are well below their backoff (each is with probability about 0.8; a
+// client without jitter never is).
+TEST(PsClientTest, RetriesBackOffWithJitterAndGiveUp) {
+  UnavailableShard shard;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&shard);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  worker::ClientOptions options;
+  options.servers = {"127.0.0.1:" + std::to_string(port)};
+  options.initial_backoff = absl::Milliseconds(250);
+  options.retry_for = absl::Seconds(9);
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> gradients(keys.size() * kDim, 1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = "t";
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = kDim;
+  const absl::Time began = absl::Now();
+  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  EXPECT_TRUE(absl::IsUnavailable(pushed)) << pushed;
+  EXPECT_NE(pushed.message().find("gave up retrying"), std::string::npos)
+      << pushed;
+  EXPECT_LT(absl::Now() - began, absl::Seconds(9) + absl::Seconds(5));
+  server->Shutdown();
+
+  const std::vector<absl::Time> arrivals = shard.arrivals();
+  ASSERT_GE(arrivals.size(), 7u);
+  absl::Duration backoff = options.initial_backoff;
+  int waits_of_half_a_second = 0, well_below = 0;
+  for (size_t i = 1; i < arrivals.size(); ++i) {
+    const absl::Duration wait = arrivals[i] - arrivals[i - 1];
+    EXPECT_GE(wait, backoff / 2 - absl::Milliseconds(5))
+        << "retry " << i << " of backoff " << backoff;
+    if (backoff >= absl::Milliseconds(500)) {
+      ++waits_of_half_a_second;
+      if (wait < backoff * 0.9) ++well_below;
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+  EXPECT_GE(waits_of_half_a_second, 5);
+  EXPECT_GE(well_below, 1) << "no wait below 0.9 of its backoff: no jitter";
 }
 
 }  // namespace
