@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/exit_codes.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
@@ -166,6 +167,20 @@ int ReportMoves(
     const Cluster& cluster, const std::string& command,
     const std::vector<SlotMoveOptions>& moves,
     const std::function<absl::Status(Json* summary)>& after = nullptr) {
+  // The shards balanced over, before anything moves: one that started
+  // but had not registered yet is not among them.
+  Json shards = Json::array();
+  std::vector<std::string> listed;
+  for (size_t i = 0; i < cluster.servers.size(); ++i) {
+    shards.push_back(cluster.servers[i]);
+    listed.push_back(absl::StrCat(i, "=", cluster.servers[i]));
+  }
+  if (!cluster.options.json) {
+    std::printf("%s over %zu shard%s: %s\n", command.c_str(),
+                cluster.servers.size(), cluster.servers.size() == 1 ? "" : "s",
+                absl::StrJoin(listed, " ").c_str());
+    std::fflush(stdout);
+  }
   std::vector<SlotMoveReport> reports;
   absl::Status moved = RunMoves(*cluster.channels, moves, &reports);
   uint64_t epoch = 0;
@@ -199,6 +214,7 @@ int ReportMoves(
     }
   }
   Json summary = {{"command", command},
+                  {"shards", shards},
                   {"moves", done},
                   {"planned", moves.size()},
                   {"epoch", epoch}};

@@ -425,6 +425,11 @@ absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
       if (predecessor != nullptr) {
         request.set_delta(true);
         request.set_changed_since_s(predecessor->shard_exported_at_s(i));
+        if (static_cast<size_t>(predecessor->shard_clock_instances_size()) >
+            i) {
+          request.set_changed_since_clock_instance(
+              predecessor->shard_clock_instances(i));
+        }
       }
       return net::FromGrpcStatus(
           clients.shard(i).ExportShard(clients.Context(absl::Hours(1)).get(),
@@ -678,8 +683,10 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
     }
   }
   manifest.set_format_version(key_format == 0 ? 1 : key_format);
-  for (const ExportShardResponse& part : parts)
+  for (const ExportShardResponse& part : parts) {
     manifest.add_shard_exported_at_s(part.exported_at_s());
+    manifest.add_shard_clock_instances(part.clock_instance());
+  }
   if (predecessor.has_value()) {
     if (key_format != 2) {
       return absl::FailedPreconditionError(

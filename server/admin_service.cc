@@ -246,7 +246,9 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
     if (!next.ok()) {
       status = next.status();
     } else if (bool switching = false;
-               (status = moves_->MayGiveAway(*next, &switching)).ok()) {
+               (status = moves_->MayGiveAway(
+                    *next, request->allow_without_move(), &switching))
+                   .ok()) {
       status = options_.set_slot_map
                    ? options_.set_slot_map(request->expected_epoch(), *next)
                    : slots_->Replace(request->expected_epoch(), *next);
@@ -605,6 +607,16 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
   if (status.ok() && (request->dir().empty() || request->tables().empty())) {
     status = absl::InvalidArgumentError("an export needs a dir and tables");
   }
+  const uint64_t clock_instance = clock_instance_.load();
+  if (status.ok() && request->delta() &&
+      request->changed_since_clock_instance() != 0 &&
+      request->changed_since_clock_instance() != clock_instance) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard_index,
+        " restarted or was promoted from a replica since the export before: "
+        "another clock stamps its rows now, and what changed since that "
+        "export is not known here"));
+  }
   if (status.ok()) {
     const absl::Time start = absl::Now();
     std::vector<embedding::EmbeddingStore::ExportTarget> targets;
@@ -633,6 +645,7 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
         table->set_deleted_rows(target.deleted_rows);
       }
       response->set_exported_at_s(*exported_at_s);
+      response->set_clock_instance(clock_instance);
       response->set_shard_index(options_.shard_index);
       response->set_num_shards(slots_->num_shards());
       response->set_key_format_version(2);

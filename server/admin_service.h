@@ -66,10 +66,16 @@ class AdminService final : public Admin::CallbackService {
         moves_(moves),
         started_(absl::Now()),
         instance_(absl::Uniform<uint64_t>(absl::BitGen())),
+        clock_instance_(instance_),
         read_only_(!options.read_only.empty()) {}
 
-  // A replica promoted to primary: its tables and slots may change.
-  void SetWritable() { read_only_ = false; }
+  // A replica promoted to primary: its tables and slots may change, and its
+  // own clock stamps the rows' update times from now on (a new
+  // clock_instance, so no delta export follows one taken before).
+  void Promote() {
+    clock_instance_ = absl::Uniform<uint64_t>(absl::BitGen());
+    read_only_ = false;
+  }
 
   grpc::ServerUnaryReactor* ListTables(grpc::CallbackServerContext* context,
                                        const ListTablesRequest* request,
@@ -153,6 +159,10 @@ class AdminService final : public Admin::CallbackService {
   const absl::Time started_;
   // This process among the shard's starts (WriteSlotRowsResponse.instance).
   const uint64_t instance_;
+  // Whose clock stamped the update times a delta export compares with
+  // (ExportShardResponse.clock_instance): this process's, drawn again when
+  // it is promoted.
+  std::atomic<uint64_t> clock_instance_;
   std::atomic<bool> read_only_;
 };
 

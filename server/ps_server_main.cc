@@ -174,7 +174,14 @@ ABSL_FLAG(std::string, worker_token_file, "",
 ABSL_FLAG(std::string, admin_token_file, "",
           "File holding a token that admin calls which change the shard "
           "(drain) must carry as 'authorization: Bearer <token>' "
-          "(ps_admin --token_file); others get UNAUTHENTICATED.");
+          "(ps_admin --token_file); others get UNAUTHENTICATED. Required "
+          "when --listen is beyond loopback, unless "
+          "--allow_unauthenticated_admin.");
+ABSL_FLAG(bool, allow_unauthenticated_admin, false,
+          "Listen beyond loopback without --admin_token_file anyway: every "
+          "client that reaches the shard (each worker among them) may then "
+          "drain it, drop tables, move its slots or copy its rows. Only on a "
+          "network you trust.");
 ABSL_FLAG(std::string, restore_from, "",
           "A checkpoint directory (ps_admin checkpoint): on an empty "
           "--data_dir, load the rows that route to this shard from every part "
@@ -497,6 +504,8 @@ absl::Status ReadTokenFlag(const std::string& path, std::string* token) {
 
 // The admin and worker tokens, which go only together and differ.
 absl::Status ReadTokenFlags(ps::server::ServerOptions* options) {
+  options->allow_unauthenticated_admin =
+      absl::GetFlag(FLAGS_allow_unauthenticated_admin);
   if (absl::Status read = ReadTokenFlag(absl::GetFlag(FLAGS_admin_token_file),
                                         &options->admin_token);
       !read.ok()) {

@@ -143,6 +143,16 @@ absl::Status CheckServingOptions(const ServerOptions& options) {
         "Give --tls_ca (mutual TLS: clients present certificates it signed), "
         "or --allow_unauthenticated_clients on a network you trust"));
   }
+  if (options.admin_token.empty() && !options.allow_unauthenticated_admin &&
+      !IsLoopbackAddress(options.listen_address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", options.listen_address,
+        " without --admin_token_file: every client that reaches it (each "
+        "worker among them) could drain the shard, drop tables, move its "
+        "slots or copy its rows. Give --admin_token_file (and "
+        "--worker_token_file), or --allow_unauthenticated_admin on a network "
+        "you trust"));
+  }
   return absl::OkStatus();
 }
 
@@ -564,7 +574,7 @@ absl::Status ShardServer::Promote() {
     RETURN_IF_ERROR(store_->SetReplicationFeed(feed_.get()));
   RETURN_IF_ERROR(RemoveFileDurably(data_dir_ + kReplicaMarkerFile));
   data_service_->SetWritable();
-  admin_service_->SetWritable();
+  admin_service_->Promote();
   promoted_ = true;
   LOG(WARNING) << "this replica of " << replica_of_
                << " is a primary now, with every entry of its feed up to "

@@ -89,6 +89,11 @@ struct ServerOptions {
   // other than loopback is refused unless this is set: such a shard
   // authenticates nobody. Default: false.
   bool allow_unauthenticated_clients = false;
+  // Without an admin_token, a listen address other than loopback is refused
+  // unless this is set: every client that reaches such a shard (each
+  // worker among them) may drain it, drop tables or copy its rows.
+  // Default: false.
+  bool allow_unauthenticated_admin = false;
   // What the admin Drain call does (ps_server: the same as SIGTERM).
   // Default: not set (Drain is refused).
   std::function<void()> drain;

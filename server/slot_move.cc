@@ -219,16 +219,27 @@ absl::StatusOr<SlotMoveSource::Ended> SlotMoveSource::End(bool commit) {
   return Ended{true, deleted};
 }
 
-absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next, bool* switching) {
+absl::Status SlotMoveSource::MayGiveAway(const SlotMap& next, bool without_move,
+                                         bool* switching) {
   *switching = false;
   const std::shared_ptr<const SlotMap> map = slots_->current();
   absl::MutexLock lock(&mu_);
-  if (!move_.has_value()) return absl::OkStatus();
   bool gives_away = false;
-  for (uint32_t slot = move_->first_slot; slot <= move_->last_slot; ++slot) {
+  for (uint32_t slot = 0; slot < kNumSlots; ++slot) {
     if (map->ShardForSlot(slot) != shard_index_ ||
         next.ShardForSlot(slot) == shard_index_) {
       continue;
+    }
+    const bool moving = move_.has_value() && slot >= move_->first_slot &&
+                        slot <= move_->last_slot;
+    if (!moving) {
+      if (without_move) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the change gives slot ", slot, " of shard ", shard_index_,
+          " to shard ", next.ShardForSlot(slot),
+          ", but no move of it is under way on this process (one started "
+          "before this shard last restarted ended then, and pushes since are "
+          "not on the target): move the slots again"));
     }
     if (next.ShardForSlot(slot) != move_->to_shard) {
       return absl::FailedPreconditionError(

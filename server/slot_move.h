@@ -15,7 +15,9 @@
 // that died does not pause the slots for good. While the map switches
 // (SetSlotMap asks MayGiveAway() first) the lease does not run, and once the
 // map gives the slots away the move can only be committed: End() without commit
-// commits it then, and the next Begin() commits it first.
+// commits it then, and the next Begin() commits it first. A map change that
+// gives away slots no move here is copying is refused unless the caller says
+// it moves no rows.
 //
 // Does not own the store or the ownership, which must outlive it.
 // Thread-safe.
@@ -99,15 +101,18 @@ class SlotMoveSource {
 
   // OK if a map change to `next` may take slots of this shard away: those
   // slots go to the move's target and the move's lease holds (it stops
-  // running until AfterChange()), or they are in no move at all (an
-  // administrator's change, which moves no rows). ABORTED for slots of a
+  // running until AfterChange()), or no slot goes, or `without_move` lets
+  // slots in no move go (an administrator's change, which moves no rows).
+  // FAILED_PRECONDITION for slots in no move without `without_move` (a
+  // move's switch retried against a source restarted since its copy, which
+  // took pushes the target lacks), and for slots of a move that the change
+  // gives to another shard than the move's target; ABORTED for slots of a
   // move whose lease ran out (pushes went on meanwhile, which the target
-  // does not have); FAILED_PRECONDITION for slots of a move that the
-  // change gives to another shard than the move's target.
-  // *switching says whether this change is the move's switch; then
-  // AfterChange() must follow it. UNAVAILABLE while another change
-  // switches the move.
-  absl::Status MayGiveAway(const SlotMap& next, bool* switching);
+  // does not have). *switching says whether this change is the move's
+  // switch; then AfterChange() must follow it. UNAVAILABLE while another
+  // change switches the move.
+  absl::Status MayGiveAway(const SlotMap& next, bool without_move,
+                           bool* switching);
 
   // After the switch MayGiveAway() allowed was made or failed: if the map
   // still gives the move's slots to this shard, its lease runs again.

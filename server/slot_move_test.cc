@@ -67,8 +67,9 @@ TEST_F(SlotMoveTest, PushesGoOnAndTheRowsTheyChangeAreReadAgain) {
   EXPECT_EQ(moves.ChangedTables(), std::vector<std::string>({"t"}));
   // Not paused, rows to copy: the map may not switch yet.
   bool switching = false;
-  EXPECT_EQ(moves.MayGiveAway(GivenAway(), &switching).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching).code(),
+      absl::StatusCode::kFailedPrecondition);
 
   uint64_t left = 0;
   absl::StatusOr<std::vector<embedding::SlotRow>> changed =
@@ -92,7 +93,7 @@ TEST_F(SlotMoveTest, PushesGoOnAndTheRowsTheyChangeAreReadAgain) {
   EXPECT_TRUE(moves.Admit({}));
   // The tables with rows left to copy: none.
   EXPECT_TRUE(moves.ChangedTables().empty());
-  EXPECT_OK(moves.MayGiveAway(GivenAway(), &switching));
+  EXPECT_OK(moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching));
   EXPECT_TRUE(switching);
   moves.AfterChange();
 }
@@ -111,7 +112,7 @@ TEST_F(SlotMoveTest, TooManyChangedKeysPauseTheSlots) {
   EXPECT_EQ(changed->size(), 5u);
   EXPECT_FALSE(Push(moves, {keys_[6]}));
   bool switching = false;
-  EXPECT_OK(moves.MayGiveAway(GivenAway(), &switching));
+  EXPECT_OK(moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching));
   moves.AfterChange();
 }
 
@@ -129,9 +130,40 @@ TEST_F(SlotMoveTest, ChangedKeysThatCouldNotBeReadAreKept) {
       moves.ReadChanged("gone", /*pause=*/true, 10, &left).status().code(),
       absl::StatusCode::kNotFound);
   bool switching = false;
-  EXPECT_EQ(moves.MayGiveAway(GivenAway(), &switching).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching).code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(moves.ChangedTables(), std::vector<std::string>({"gone"}));
+}
+
+TEST_F(SlotMoveTest, GivingSlotsAwayWithNoMoveHereNeedsSaying) {
+  SlotMoveSource moves(store_.get(), slots_.get(), 0);
+  bool switching = false;
+  // No move under way (as after this shard restarted mid-move): the
+  // switch a mover retries is refused.
+  EXPECT_EQ(
+      moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching).code(),
+      absl::StatusCode::kFailedPrecondition);
+  // Said to move no rows, it may.
+  EXPECT_OK(moves.MayGiveAway(GivenAway(), /*without_move=*/true, &switching));
+  EXPECT_FALSE(switching);
+  // A change that gives nothing of this shard away needs no move.
+  EXPECT_OK(moves.MayGiveAway(
+      SlotMap::Initial(2).WithSlotsMovedFrom(0, kNumSlots - 1, 1, 0),
+      /*without_move=*/false, &switching));
+  // A move of some slots does not cover others the change gives away.
+  ASSERT_OK(moves.Begin(0, 99, 1, absl::Seconds(30)));
+  uint64_t left = 0;
+  ASSERT_OK(moves.ReadChanged("", /*pause=*/true, 10, &left));
+  EXPECT_EQ(
+      moves.MayGiveAway(GivenAway(), /*without_move=*/false, &switching).code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(switching);
+  EXPECT_OK(
+      moves.MayGiveAway(SlotMap::Initial(2).WithSlotsMovedFrom(0, 99, 0, 1),
+                        /*without_move=*/false, &switching));
+  EXPECT_TRUE(switching);
+  moves.AfterChange();
 }
 
 }  // namespace

@@ -171,6 +171,10 @@ if printf '%s\n' "${arguments[@]}" | grep -q '^--listen=0.0.0.0' &&
   ! printf '%s\n' "${arguments[@]}" | grep -q '^--tls_cert=\|^--allow_insecure_remote'; then
   fail "the default command listens on 0.0.0.0 without TLS, which ps_server refuses"
 fi
+if printf '%s\n' "${arguments[@]}" | grep -q '^--listen=0.0.0.0' &&
+  ! printf '%s\n' "${arguments[@]}" | grep -q '^--admin_token_file=\|^--allow_unauthenticated_admin'; then
+  fail "the default command listens on 0.0.0.0 without an admin token, which ps_server refuses"
+fi
 # Run them: certificates where the image expects a mounted Secret, ports
 # moved to loopback, the data directory to this test's.
 mkdir tls
@@ -181,10 +185,13 @@ openssl req -newkey rsa:2048 -nodes -keyout tls/tls.key -out tls/tls.csr \
 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >tls/san.ext
 openssl x509 -req -in tls/tls.csr -CA tls/ca.crt -CAkey tls/ca.key -CAcreateserial \
   -out tls/tls.crt -days 1 -extfile tls/san.ext 2>/dev/null
+mkdir admin worker-token
+openssl rand -hex 32 >admin/token
+openssl rand -hex 32 >worker-token/token
 for i in "${!arguments[@]}"; do
   arguments[$i]=$(printf '%s' "${arguments[$i]}" |
     sed 's/^--\(listen\|health_listen\|metrics_listen\)=.*/--\1=127.0.0.1:0/' |
-    sed 's|^--data_dir=.*|--data_dir='"$work"'/container-data|; s|/etc/ps/tls|'"$work"'/tls|')
+    sed 's|^--data_dir=.*|--data_dir='"$work"'/container-data|; s#/etc/ps/\(tls\|admin\|worker-token\)/#'"$work"'/\1/#')
 done
 env -i "$work/unpacked/${entrypoint#/opt/}" "${arguments[@]}" >entry.out 2>entry.log &
 server=$!

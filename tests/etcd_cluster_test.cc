@@ -239,6 +239,8 @@ grpc::StatusCode SetSlotMapOf(const std::string& address,
   SetSlotMapRequest request;
   request.set_expected_epoch(expected_epoch);
   *request.mutable_slot_map() = map.ToSpec();
+  // By hand: slots in no move go with no rows.
+  request.set_allow_without_move(true);
   SetSlotMapResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -411,6 +413,13 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   EXPECT_NE(ReadFile(dir + "/drain.out")
                 .find("shard 1 left the job, which has 1 shards now"),
             std::string::npos)
+      << ReadFile(dir + "/drain.out");
+  // It says which shards it balanced over, first.
+  EXPECT_EQ(ReadFile(dir + "/drain.out")
+                .find(absl::StrCat(
+                    "drain-shard over 2 shards: 0=", (*shard0)->address(),
+                    " 1=", (*shard1)->address(), "\n")),
+            0u)
       << ReadFile(dir + "/drain.out");
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (SlotMapOf((*shard1)->address()).epoch() != 3 &&
@@ -652,6 +661,11 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   // gives it a third of the slots while both workers push.
   auto shard2 = ServerProcess::Start(ShardFlags(2, 2));
   ASSERT_OK(shard2);
+  // Its listening line comes once it registered and joined: a rebalance
+  // started then counts it.
+  absl::StatusOr<SlotMap> joined = JobMap(*client_);
+  ASSERT_OK(joined);
+  EXPECT_EQ(joined->num_shards(), 3u);
   ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
   // A checkpoint taken now covers it, though it holds no table yet.
   ASSERT_EQ(run_admin({"checkpoint", "--dir=" + dir + "/joined_checkpoint"},
@@ -660,6 +674,14 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
       << ReadFile(dir + "/checkpoint.log");
   ASSERT_EQ(run_admin({"rebalance"}, "rebalance"), 0)
       << ReadFile(dir + "/rebalance.log");
+  EXPECT_NE(ReadFile(dir + "/rebalance.out")
+                .find(absl::StrCat("rebalance over 3 shards: 0=")),
+            std::string::npos)
+      << ReadFile(dir + "/rebalance.out");
+  EXPECT_NE(ReadFile(dir + "/rebalance.out")
+                .find(absl::StrCat(" 2=", (*shard2)->address())),
+            std::string::npos)
+      << ReadFile(dir + "/rebalance.out");
   for (auto& pusher : pushers) pusher->WaitForMore(3);
   absl::StatusOr<SlotMap> three = JobMap(*client_);
   ASSERT_OK(three);

@@ -240,6 +240,56 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
   }
 }
 
+// A delta export after a failover: the promoted replica's clock stamped
+// its rows, not the clock of the primary that wrote the export before (one
+// behind would leave rows out of the delta). The delta is refused, and a
+// full export goes on.
+TEST_F(FailoverTest, AfterAPromotionTheNextExportIsAFullOne) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
+  std::unique_ptr<worker::PsClient> client = Connect(100);
+  ASSERT_NE(client, nullptr);
+  TableSpec wide = CountingTableSpec("lr.wide", 1);
+  wide.mutable_model()->set_kind(ModelCard::LR);
+  wide.mutable_model()->set_wide_table("lr.wide");
+  ASSERT_OK(client->DeclareTable(wide));
+  ASSERT_TRUE(WaitInSync());
+  ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
+  const std::string dir = FreshTestDir(name_ + "_exports");
+  auto export_to = [&](const ServerProcess& shard, const std::string& name,
+                       const std::string& predecessor) {
+    ExportOptions options;
+    options.cluster.servers = {shard.address()};
+    options.cluster.dir = dir + "/" + name;
+    options.predecessor = predecessor.empty() ? "" : dir + "/" + predecessor;
+    return TakeExport(options);
+  };
+  ASSERT_OK(export_to(*primary_, "base", "").status());
+  ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
+  // Before the failover a delta follows.
+  absl::StatusOr<ExportManifest> delta = export_to(*primary_, "delta1", "base");
+  ASSERT_OK(delta.status());
+  EXPECT_EQ(delta->delta_index(), 1u);
+
+  primary_->SignalAndWait(SIGKILL);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*replica_).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
+  delta = export_to(*replica_, "delta2", "delta1");
+  EXPECT_EQ(delta.status().code(), absl::StatusCode::kFailedPrecondition)
+      << delta.status();
+  EXPECT_NE(delta.status().message().find("full export"), std::string::npos)
+      << delta.status();
+  absl::StatusOr<ExportManifest> full = export_to(*replica_, "base2", "");
+  ASSERT_OK(full.status());
+  EXPECT_EQ(full->delta_index(), 0u);
+  // And a delta of that full export follows again.
+  ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
+  EXPECT_OK(export_to(*replica_, "delta3", "base2").status());
+}
+
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
   std::vector<std::unique_ptr<worker::PsClient>> clients;

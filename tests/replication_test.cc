@@ -388,6 +388,7 @@ TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
   SetSlotMapRequest request;
   request.set_expected_epoch(initial.epoch());
   *request.mutable_slot_map() = next.ToSpec();
+  request.set_allow_without_move(true);
   SetSlotMapResponse response;
   grpc::ClientContext context;
   const grpc::Status set = admin->SetSlotMap(&context, request, &response);

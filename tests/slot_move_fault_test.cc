@@ -177,5 +177,37 @@ TEST_F(SlotMoveFaultTest, TheSourceKilledMidMoveKeepsItsSlots) {
   ExpectRows(moved, 2.0f, /*only_there=*/true);
 }
 
+// A move's switch retried against a source restarted since it copied: the
+// restarted source took pushes the target lacks, and no move is under way
+// on its process. The switch is refused, the source keeps its slots and
+// every acknowledged push.
+TEST_F(SlotMoveFaultTest, ASourceRestartedSinceTheCopyRefusesTheSwitch) {
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+  auto admin = Admin::NewStub(shards_[0]->channel());
+  BeginSlotMoveRequest begin;
+  begin.set_first_slot(0);
+  begin.set_last_slot(kNumSlots - 1);
+  begin.set_to_shard(1);
+  BeginSlotMoveResponse begun;
+  grpc::ClientContext begin_context;
+  ASSERT_TRUE(admin->BeginSlotMove(&begin_context, begin, &begun).ok());
+  shards_[0]->SignalAndWait(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(Start(0));
+  ASSERT_NO_FATAL_FAILURE(PushOnce());
+
+  const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 16383, 0, 1);
+  SetSlotMapRequest request;
+  request.set_expected_epoch(1);
+  *request.mutable_slot_map() = moved.ToSpec();
+  SetSlotMapResponse response;
+  grpc::ClientContext context;
+  admin = Admin::NewStub(shards_[0]->channel());
+  const grpc::Status switched = admin->SetSlotMap(&context, request, &response);
+  EXPECT_EQ(switched.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << switched.error_message();
+  EXPECT_EQ(MapOf(0).epoch(), 1u);
+  ExpectRows(SlotMap::Initial(2), 2.0f, /*only_there=*/false);
+}
+
 }  // namespace
 }  // namespace ps::testing

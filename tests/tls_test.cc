@@ -348,8 +348,13 @@ TEST_F(TlsTest, BeyondLoopbackTlsWithoutACaIsRefused) {
 TEST_F(TlsTest, TheFlagsThatAllowListeningBeyondLoopbackAreHonoured) {
   const std::vector<std::vector<std::string>> allowed = {
       {"--tls_cert=" + *dir_ + "/server.pem",
-       "--tls_key=" + *dir_ + "/server.key", "--allow_unauthenticated_clients"},
-      {"--allow_insecure_remote"}};
+       "--tls_key=" + *dir_ + "/server.key", "--allow_unauthenticated_clients",
+       "--allow_unauthenticated_admin"},
+      {"--allow_insecure_remote", "--allow_unauthenticated_admin"},
+      {"--tls_cert=" + *dir_ + "/server.pem",
+       "--tls_key=" + *dir_ + "/server.key", "--tls_ca=" + *dir_ + "/ca.pem",
+       "--admin_token_file=" + *dir_ + "/token",
+       "--worker_token_file=" + *dir_ + "/worker_token"}};
   for (size_t i = 0; i < allowed.size(); ++i) {
     const std::string log = absl::StrCat(*dir_, "/allowed", i, ".log");
     std::vector<std::string> argv = {
@@ -360,6 +365,31 @@ TEST_F(TlsTest, TheFlagsThatAllowListeningBeyondLoopbackAreHonoured) {
     EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 70)
         << ReadFile(log);
     EXPECT_EQ(ReadFile(log).find("refusing to listen"), std::string::npos)
+        << ReadFile(log);
+  }
+}
+
+// Beyond loopback with no admin token, every client that reaches the
+// shard (every worker) could drain it or drop its tables: refused before
+// anything is bound, with mutual TLS or without TLS.
+TEST_F(TlsTest, BeyondLoopbackWithoutAnAdminTokenIsRefused) {
+  const std::vector<std::vector<std::string>> refused = {
+      {"--tls_cert=" + *dir_ + "/server.pem",
+       "--tls_key=" + *dir_ + "/server.key", "--tls_ca=" + *dir_ + "/ca.pem"},
+      {"--allow_insecure_remote"},
+      {"--allow_insecure_remote",
+       "--worker_token_file=" + *dir_ + "/worker_token"}};
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const std::string log = absl::StrCat(*dir_, "/no_admin_token", i, ".log");
+    std::vector<std::string> argv = {
+        BinaryPath("server/ps_server"),
+        "--data_dir=" + FreshTestDir(absl::StrCat("no_admin_token", i)),
+        "--listen=192.0.2.1:0"};
+    argv.insert(argv.end(), refused[i].begin(), refused[i].end());
+    EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 64)
+        << ReadFile(log);
+    EXPECT_NE(ReadFile(log).find("--allow_unauthenticated_admin"),
+              std::string::npos)
         << ReadFile(log);
   }
 }
