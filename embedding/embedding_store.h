@@ -351,6 +351,8 @@ class EmbeddingStore {
   // records of the keys to the moved rows (a move flushes once, before its
   // switch). NOT_FOUND for an unknown table;
   // INVALID_ARGUMENT for a row of another size (nothing stored).
+  // A primary's replication feed carries the rows (FeedEntry::SLOT_ROWS),
+  // so that its replicas hold them too.
   absl::Status WriteSlotRows(absl::string_view table,
                              absl::Span<const SlotRow> rows);
 
@@ -359,13 +361,14 @@ class EmbeddingStore {
   // once, past the hot tier, which drops its copies of the keys): how a
   // move's first copy of a slot range lands. The keys must be distinct.
   // NOT_FOUND for an unknown table; INVALID_ARGUMENT for a row of another
-  // size or a key given twice (nothing stored).
+  // size or a key given twice (nothing stored). Fed as WriteSlotRows().
   absl::Status IngestSlotRows(absl::string_view table,
                               absl::Span<const SlotRow> rows);
 
   // Deletes every row of every table whose key's slot `doomed` says, in
   // the hot tier and on disk (one range deletion per range of slots); how
-  // many were on disk.
+  // many were on disk. A primary's replication feed carries the deletion
+  // (FeedEntry::DELETE_SLOTS).
   absl::StatusOr<uint64_t> DeleteSlotRows(
       const std::function<bool(uint32_t slot)>& doomed);
 
@@ -522,6 +525,14 @@ class EmbeddingStore {
   // INVALID_ARGUMENT unless every row of `rows` has table's row_floats.
   absl::Status CheckSlotRows(const Table& table,
                              absl::Span<const SlotRow> rows) const;
+  // Appends to the replication feed, if there is one, the rows a move wrote
+  // (SLOT_ROWS), or the slot ranges [first, end) it deleted (DELETE_SLOTS).
+  // In embedding_store_replication.cc.
+  void FeedSlotRows(const Table& table, absl::Span<const SlotRow> rows);
+  void FeedDeletedSlots(absl::Span<const std::pair<uint32_t, uint32_t>> ranges);
+  // A replica's side of the two: rows stored and made durable, or deleted.
+  absl::Status ApplySlotRows(const FeedEntry& entry);
+  absl::Status ApplyDeletedSlots(const FeedEntry& entry);
   size_t StripeOf(uint64_t key) const;
 
   // Groups positions 0..keys.size()-1 by stripe: on return, positions of

@@ -2,11 +2,14 @@
 // (replication_feed.h), cutting a copy for a new replica, and applying the
 // feed's entries on the replica.
 
+#include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
 #include "embedding/push_record.h"
@@ -45,6 +48,99 @@ absl::StatusOr<EmbeddingStore::ReplicaCut> EmbeddingStore::CheckpointForReplica(
   return cut;
 }
 
+void EmbeddingStore::FeedSlotRows(const Table& table,
+                                  absl::Span<const SlotRow> rows) {
+  ReplicationFeed* feed = feed_.load();
+  if (feed == nullptr || rows.empty()) return;
+  FeedEntry entry;
+  entry.set_kind(FeedEntry::SLOT_ROWS);
+  entry.set_table(table.spec.name());
+  std::string* keys = entry.mutable_slot_keys();
+  std::string* floats = entry.mutable_slot_floats();
+  std::string* metas = entry.mutable_slot_metas();
+  keys->reserve(rows.size() * sizeof(uint64_t));
+  floats->reserve(rows.size() * table.row_floats * sizeof(float));
+  metas->reserve(rows.size() * 2 * sizeof(uint32_t));
+  for (const SlotRow& row : rows) {
+    keys->append(reinterpret_cast<const char*>(&row.key), sizeof(row.key));
+    floats->append(reinterpret_cast<const char*>(row.floats.data()),
+                   row.floats.size() * sizeof(float));
+    const uint32_t meta[2] = {row.meta.updated_at_s, row.meta.push_count};
+    metas->append(reinterpret_cast<const char*>(meta), sizeof(meta));
+  }
+  feed->Append(std::move(entry));
+}
+
+void EmbeddingStore::FeedDeletedSlots(
+    absl::Span<const std::pair<uint32_t, uint32_t>> ranges) {
+  ReplicationFeed* feed = feed_.load();
+  if (feed == nullptr) return;
+  FeedEntry entry;
+  entry.set_kind(FeedEntry::DELETE_SLOTS);
+  for (const auto& [first, end] : ranges) {
+    entry.add_deleted_slots(first);
+    entry.add_deleted_slots(end);
+  }
+  feed->Append(std::move(entry));
+}
+
+absl::Status EmbeddingStore::ApplySlotRows(const FeedEntry& entry) {
+  ASSIGN_OR_RETURN(const Table* table, FindTable(entry.table()));
+  const size_t count = entry.slot_keys().size() / sizeof(uint64_t);
+  const size_t row_bytes =
+      static_cast<size_t>(table->row_floats) * sizeof(float);
+  if (entry.slot_keys().size() % sizeof(uint64_t) != 0 ||
+      entry.slot_floats().size() != count * row_bytes ||
+      entry.slot_metas().size() != count * 2 * sizeof(uint32_t)) {
+    return absl::DataLossError(absl::StrCat(
+        "feed entry ", entry.sequence(), ": slot rows of table ", entry.table(),
+        " with ", entry.slot_keys().size(), " bytes of keys, ",
+        entry.slot_floats().size(), " of floats and ",
+        entry.slot_metas().size(), " of metadata do not go together"));
+  }
+  std::vector<SlotRow> rows(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(&rows[i].key, entry.slot_keys().data() + i * sizeof(uint64_t),
+                sizeof(uint64_t));
+    rows[i].floats.resize(table->row_floats);
+    std::memcpy(rows[i].floats.data(),
+                entry.slot_floats().data() + i * row_bytes, row_bytes);
+    uint32_t meta[2];
+    std::memcpy(meta, entry.slot_metas().data() + i * sizeof(meta),
+                sizeof(meta));
+    rows[i].meta.updated_at_s = meta[0];
+    rows[i].meta.push_count = meta[1];
+  }
+  // Durable before the entry counts as applied, as a push is in the push
+  // log: the primary's move may complete once its replicas have applied it.
+  RETURN_IF_ERROR(WriteSlotRows(entry.table(), rows));
+  return Flush();
+}
+
+absl::Status EmbeddingStore::ApplyDeletedSlots(const FeedEntry& entry) {
+  const auto& bounds = entry.deleted_slots();
+  if (bounds.size() % 2 != 0) {
+    return absl::DataLossError(absl::StrCat("feed entry ", entry.sequence(),
+                                            ": an odd count of slot bounds"));
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  for (int i = 0; i < bounds.size(); i += 2) {
+    if (bounds[i] >= bounds[i + 1] || bounds[i + 1] > kNumSlots ||
+        (!ranges.empty() && bounds[i] < ranges.back().second)) {
+      return absl::DataLossError(absl::StrCat(
+          "feed entry ", entry.sequence(), ": slots ", bounds[i], "-",
+          bounds[i + 1], " are not a range after the one before"));
+    }
+    ranges.emplace_back(bounds[i], bounds[i + 1]);
+  }
+  return DeleteSlotRows([&ranges](uint32_t slot) {
+           for (const auto& [first, end] : ranges)
+             if (slot >= first && slot < end) return true;
+           return false;
+         })
+      .status();
+}
+
 absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
   switch (entry.kind()) {
     case FeedEntry::DECLARE_TABLE:
@@ -55,6 +151,10 @@ absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
     }
     case FeedEntry::SET_LEARNING_RATE:
       return SetLearningRate(entry.table(), entry.learning_rate());
+    case FeedEntry::SLOT_ROWS:
+      return ApplySlotRows(entry);
+    case FeedEntry::DELETE_SLOTS:
+      return ApplyDeletedSlots(entry);
     case FeedEntry::PUSH:
       break;
     default:

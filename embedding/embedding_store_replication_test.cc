@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/routing.h"
 #include "base/status_matchers.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
@@ -122,6 +123,79 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   replica.reset();
   replica = OpenStore(replica_options);
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
+}
+
+// Rows a slot move writes into the primary (through the hot tier and as an
+// ingested file) and the slots it deletes reach the replica through the
+// feed, durable there before the entry counts as applied.
+TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
+  ReplicationFeed feed;
+  std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
+  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
+  const std::string copy = options_.data_dir + "-copy";
+  std::filesystem::remove_all(copy);
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut =
+      primary->CheckpointForReplica(copy);
+  ASSERT_OK(cut.status());
+
+  std::vector<SlotRow> written, ingested;
+  for (uint64_t key = 1; key <= 200; ++key) {
+    SlotRow row;
+    row.key = key * 2654435761ULL;
+    row.floats = {0.5f * key, 1.0f, -2.0f, 3.0f};
+    row.meta.updated_at_s = 1000 + key;
+    row.meta.push_count = key;
+    (key <= 100 ? written : ingested).push_back(row);
+  }
+  ASSERT_OK(primary->WriteSlotRows("t", written));
+  ASSERT_OK(primary->IngestSlotRows("t", ingested));
+  const uint32_t doomed = SlotForKey(written.front().key);
+  ASSERT_OK(
+      primary
+          ->DeleteSlotRows([doomed](uint32_t slot) { return slot == doomed; })
+          .status());
+
+  std::vector<FeedEntry> entries;
+  ASSERT_OK(feed.Read(cut->follower, cut->start_sequence, 1000,
+                      absl::ZeroDuration(), &entries));
+  ASSERT_EQ(entries.size(), 3u);
+  StoreOptions replica_options = options_;
+  replica_options.data_dir = copy;
+  std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
+  for (const FeedEntry& entry : entries) {
+    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.ShortDebugString();
+  }
+  // Durable: the same after a restart.
+  replica.reset();
+  replica = OpenStore(replica_options);
+  int stored_rows = 0;
+  for (const std::vector<SlotRow>* rows : {&written, &ingested}) {
+    for (const SlotRow& row : *rows) {
+      std::vector<float> weights, state;
+      bool stored = false;
+      ASSERT_OK(replica->GetRow("t", row.key, &weights, &stored, &state));
+      if (SlotForKey(row.key) == doomed) {
+        EXPECT_FALSE(stored) << row.key;
+        continue;
+      }
+      ASSERT_TRUE(stored) << row.key;
+      ++stored_rows;
+      EXPECT_EQ(weights, row.floats) << row.key;
+    }
+  }
+  EXPECT_EQ(stored_rows, 199);
+
+  // An entry whose bytes do not add up is refused, nothing applied.
+  FeedEntry torn = entries.front();
+  torn.mutable_slot_floats()->resize(torn.slot_floats().size() - 1);
+  EXPECT_EQ(replica->ApplyFeedEntry(torn).code(), absl::StatusCode::kDataLoss);
+  FeedEntry odd;
+  odd.set_kind(FeedEntry::DELETE_SLOTS);
+  odd.add_deleted_slots(5);
+  EXPECT_EQ(replica->ApplyFeedEntry(odd).code(), absl::StatusCode::kDataLoss);
+  odd.add_deleted_slots(kNumSlots + 1);
+  EXPECT_EQ(replica->ApplyFeedEntry(odd).code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {

@@ -146,6 +146,7 @@ absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
     }
     EvictOrKeep(stripe);
   }
+  FeedSlotRows(*table, rows);
   return absl::OkStatus();
 }
 
@@ -186,7 +187,9 @@ absl::Status EmbeddingStore::IngestSlotRows(absl::string_view table_name,
     // next Flush() marks the push log past every record of this shard.
     stored.push_back({row.key, row.floats, LogPosition(), row.meta});
   }
-  return rocks_->IngestRows(table->id, std::move(stored));
+  RETURN_IF_ERROR(rocks_->IngestRows(table->id, std::move(stored)));
+  FeedSlotRows(*table, rows);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
@@ -237,6 +240,10 @@ absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
     }
     if (!batch.empty()) RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
   }
+  std::vector<std::pair<uint32_t, uint32_t>> deleted_ranges;
+  for (const SlotRange& range : ranges)
+    deleted_ranges.emplace_back(range.first, range.end);
+  if (!deleted_ranges.empty()) FeedDeletedSlots(deleted_ranges);
   return deleted;
 }
 

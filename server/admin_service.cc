@@ -435,8 +435,9 @@ absl::Status AdminService::HandleWriteSlotRows(
                                               request.rows().learning_rate()));
     }
   }
-  if (request.rows().keys().empty())
-    return request.durable() ? store_->Flush() : absl::OkStatus();
+  if (request.rows().keys().empty()) {
+    return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const std::vector<embedding::SlotRow> rows,
                    UnpackSlotRows(request.rows()));
   // The map cannot give this shard the slots between the check and the
@@ -467,7 +468,14 @@ absl::Status AdminService::HandleWriteSlotRows(
   }
   RETURN_IF_ERROR(ingest ? store_->IngestSlotRows(request.rows().table(), rows)
                          : store_->WriteSlotRows(request.rows().table(), rows));
-  return request.durable() ? store_->Flush() : absl::OkStatus();
+  return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();
+}
+
+absl::Status AdminService::MakeMovedRowsDurable() {
+  RETURN_IF_ERROR(store_->Flush());
+  // The rows went into the replication feed as they were written: the
+  // slots may switch to this shard only once its replicas hold them too.
+  return options_.await_replicas ? options_.await_replicas() : absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AdminService::WriteSlotRows(

@@ -46,6 +46,11 @@ struct AdminServiceOptions {
   std::string read_only;
   // Fills ShardStats' replication section. Default: not set.
   std::function<void(ShardStatsResponse::Replication*)> replication_stats;
+  // Returns once this shard's replicas hold what its replication feed holds
+  // now, as a push waits for them (DataServiceOptions::feed); UNAVAILABLE
+  // when that takes too long. A move's rows are durable on the target only
+  // then (WriteSlotRowsRequest.durable). Default: not set (no replicas).
+  std::function<absl::Status()> await_replicas;
 };
 
 class AdminService final : public Admin::CallbackService {
@@ -147,6 +152,8 @@ class AdminService final : public Admin::CallbackService {
   // Finishes `context`'s call with `status`.
   static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                          const absl::Status& status);
+  // Flushes the store, then waits for the replicas (await_replicas).
+  absl::Status MakeMovedRowsDurable();
   absl::Status HandleWriteSlotRows(const WriteSlotRowsRequest& request);
 
   const AdminServiceOptions options_;

@@ -427,6 +427,22 @@ void ShardServer::CreateServices(const ServerOptions& options) {
       [this](ShardStatsResponse::Replication* replication) {
         FillReplicationStats(replication);
       };
+  if (feed_ != nullptr) {
+    admin_options.await_replicas = [feed = feed_.get(),
+                                    sync = options.sync_replication,
+                                    max_lag =
+                                        options.max_replication_lag_records,
+                                    wait = options.replica_timeout] {
+      using Replicated = embedding::ReplicationFeed::Replicated;
+      if (feed->WaitReplicated(feed->head(), sync, max_lag,
+                               absl::Now() + wait) == Replicated::kTimedOut) {
+        return absl::UnavailableError(absl::StrCat(
+            "this shard's replicas did not apply the moved rows within ",
+            absl::FormatDuration(wait), "; the move does not switch"));
+      }
+      return absl::OkStatus();
+    };
+  }
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
       call_stats_.get(), clocks_.get(), slots_.get(), slot_moves_.get());

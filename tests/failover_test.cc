@@ -290,6 +290,68 @@ TEST_F(FailoverTest, AfterAPromotionTheNextExportIsAFullOne) {
   EXPECT_OK(export_to(*replica_, "delta3", "base2").status());
 }
 
+// A slot move under sync reaches the replicas of both sides: the
+// target's replica holds the moved rows (with the pushes after the move)
+// once promoted in its primary's place, and the source's replica deletes
+// them as its primary does.
+TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
+  std::vector<std::unique_ptr<ServerProcess>> primaries, replicas;
+  std::vector<std::string> primary_dirs;
+  for (int shard = 0; shard < 2; ++shard) {
+    primary_dirs.push_back(
+        FreshTestDir(absl::StrCat(name_, "_primary", shard)));
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(), {"--data_dir=" + primary_dirs.back(),
+                               absl::StrCat("--shard_index=", shard),
+                               "--num_shards=2", "--replication=sync"});
+    auto primary = ServerProcess::Start(flags, absl::Seconds(60),
+                                        primary_dirs.back() + ".log");
+    ASSERT_OK(primary);
+    primaries.push_back(*std::move(primary));
+    const std::string replica_dir =
+        FreshTestDir(absl::StrCat(name_, "_replica", shard));
+    flags = EtcdFlags();
+    flags.insert(flags.end(),
+                 {"--data_dir=" + replica_dir,
+                  absl::StrCat("--replica_of=", shard), "--replication=sync"});
+    auto replica =
+        ServerProcess::Start(flags, absl::Seconds(60), replica_dir + ".log");
+    ASSERT_OK(replica);
+    replicas.push_back(*std::move(replica));
+  }
+  std::unique_ptr<worker::PsClient> client = Connect(100);
+  ASSERT_NE(client, nullptr);
+  for (auto& primary : primaries) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (Stats(*primary).replication().replicas_in_sync() != 1) {
+      ASSERT_LT(absl::Now(), deadline) << "a replica is not in sync";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+  const std::string log = FreshTestDir(name_ + "_move") + "/move.log";
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "move-slots", "--slots=0-16383",
+                 "--to=1"},
+                log, absl::Minutes(2)),
+            0)
+      << ReadFile(log);
+  ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+
+  // Shard 1's machine is lost: its replica, promoted, has every row.
+  primaries[1]->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(primary_dirs[1]);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*replicas[1]).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  for (float value : Values(*replicas[1])) EXPECT_EQ(value, 2.0f);
+  // Shard 0's replica kept none of the rows its primary gave away.
+  for (float value : Values(*replicas[0])) EXPECT_EQ(value, 0.0f);
+}
+
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
   std::vector<std::unique_ptr<worker::PsClient>> clients;
