@@ -108,9 +108,11 @@ void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
 }
 
 void ReplicationFeed::WhenReplicated(uint64_t sequence, bool sync,
-                                     uint64_t max_lag, absl::Time deadline,
+                                     uint32_t min_in_sync, uint64_t max_lag,
+                                     absl::Time deadline,
                                      std::function<void(Replicated)> done) {
-  ReplicatedWait wait{sequence, sync, max_lag, deadline, std::move(done)};
+  ReplicatedWait wait{sequence, sync,     min_in_sync,
+                      max_lag,  deadline, std::move(done)};
   Replicated replicated;
   {
     absl::MutexLock lock(&mu_);
@@ -141,13 +143,15 @@ absl::Status ReplicationFeed::Read(uint64_t follower, uint64_t applied,
 }
 
 ReplicationFeed::Replicated ReplicationFeed::WaitReplicated(
-    uint64_t sequence, bool sync, uint64_t max_lag, absl::Time deadline) {
+    uint64_t sequence, bool sync, uint32_t min_in_sync, uint64_t max_lag,
+    absl::Time deadline) {
   absl::Notification answered;
   Replicated replicated = Replicated::kTimedOut;
-  WhenReplicated(sequence, sync, max_lag, deadline, [&](Replicated outcome) {
-    replicated = outcome;
-    answered.Notify();
-  });
+  WhenReplicated(sequence, sync, min_in_sync, max_lag, deadline,
+                 [&](Replicated outcome) {
+                   replicated = outcome;
+                   answered.Notify();
+                 });
   answered.WaitForNotification();
   return replicated;
 }
@@ -245,13 +249,14 @@ ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
     const ReplicatedWait& wait) const {
   if (head_ - LeastAppliedLocked() > wait.max_lag) return Replicated::kTimedOut;
   if (!wait.sync) return Replicated::kYes;
-  const bool any_in_sync =
-      std::any_of(followers_.begin(), followers_.end(),
-                  [](const auto& follower) { return follower.second.in_sync; });
-  if (!any_in_sync) return Replicated::kNoReplicaInSync;
-  return LeastAppliedLocked(/*in_sync_only=*/true) >= wait.sequence
-             ? Replicated::kYes
-             : Replicated::kTimedOut;
+  const uint32_t in_sync = static_cast<uint32_t>(std::count_if(
+      followers_.begin(), followers_.end(),
+      [](const auto& follower) { return follower.second.in_sync; }));
+  if (in_sync == 0) return Replicated::kTooFewInSync;
+  if (LeastAppliedLocked(/*in_sync_only=*/true) < wait.sequence)
+    return Replicated::kTimedOut;
+  return in_sync < wait.min_in_sync ? Replicated::kTooFewInSync
+                                    : Replicated::kYes;
 }
 
 absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,

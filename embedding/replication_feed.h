@@ -90,24 +90,28 @@ class ReplicationFeed {
     // Every follower in sync applied it (under sync), and no follower is
     // more than the lag bound behind.
     kYes,
-    // As kYes, but under sync no follower was in sync: nobody has it.
-    kNoReplicaInSync,
+    // Under sync, every follower in sync applied it, but fewer followers
+    // were in sync than `min_in_sync` (than one, when that is 0: then
+    // nobody has it).
+    kTooFewInSync,
     // The deadline (or CancelWaits()) came first.
     kTimedOut,
   };
   // Calls done() once every follower in sync has applied `sequence` (when
   // `sync`; one dropped meanwhile no longer counts, one still catching up
   // does not yet) and no follower is more than `max_lag` entries behind
-  // head(), or at `deadline`, or once CancelWaits() takes effect.
-  void WhenReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
-                      absl::Time deadline,
+  // head(), or at `deadline`, or once CancelWaits() takes effect. Under
+  // sync the answer is kTooFewInSync rather than kYes while fewer than
+  // max(1, min_in_sync) followers are in sync.
+  void WhenReplicated(uint64_t sequence, bool sync, uint32_t min_in_sync,
+                      uint64_t max_lag, absl::Time deadline,
                       std::function<void(Replicated)> done);
 
   // Blocking forms of the two above.
   absl::Status Read(uint64_t follower, uint64_t applied, size_t max_entries,
                     absl::Duration wait, std::vector<FeedEntry>* out);
-  Replicated WaitReplicated(uint64_t sequence, bool sync, uint64_t max_lag,
-                            absl::Time deadline);
+  Replicated WaitReplicated(uint64_t sequence, bool sync, uint32_t min_in_sync,
+                            uint64_t max_lag, absl::Time deadline);
 
   // From `at` on, answers every wait, and every later one at once (not
   // replicated, no entries): for a server that stops, giving its replicas
@@ -138,6 +142,7 @@ class ReplicationFeed {
   struct ReplicatedWait {
     uint64_t sequence;
     bool sync;
+    uint32_t min_in_sync;
     uint64_t max_lag;
     absl::Time deadline;
     std::function<void(Replicated)> done;
@@ -157,7 +162,7 @@ class ReplicationFeed {
   void DecideWaitsLocked(absl::Time now,
                          std::vector<std::function<void()>>* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // kYes or kNoReplicaInSync when `wait` is satisfied; kTimedOut when not
+  // kYes or kTooFewInSync when `wait` is satisfied; kTimedOut when not
   // (yet).
   Replicated ReplicatedLocked(const ReplicatedWait& wait) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

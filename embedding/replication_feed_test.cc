@@ -17,8 +17,8 @@ constexpr uint64_t kNoBound = ~uint64_t{0};
 constexpr ReplicationFeed::Replicated kYes = ReplicationFeed::Replicated::kYes;
 constexpr ReplicationFeed::Replicated kTimedOut =
     ReplicationFeed::Replicated::kTimedOut;
-constexpr ReplicationFeed::Replicated kNoReplicaInSync =
-    ReplicationFeed::Replicated::kNoReplicaInSync;
+constexpr ReplicationFeed::Replicated kTooFewInSync =
+    ReplicationFeed::Replicated::kTooFewInSync;
 
 TEST(ReplicationFeedTest, KeepsEntriesOnlyForFollowers) {
   ReplicationFeed feed;
@@ -93,16 +93,36 @@ TEST(ReplicationFeedTest, AFollowerCatchingUpHoldsNoPushBack) {
   uint64_t start = 0;
   const uint64_t follower = feed.AddFollower(&start);
   const uint64_t first = feed.AppendPush("t", "a");
-  EXPECT_EQ(kNoReplicaInSync,
-            feed.WaitReplicated(first, true, kNoBound, absl::Now()));
+  EXPECT_EQ(kTooFewInSync,
+            feed.WaitReplicated(first, true, 0, kNoBound, absl::Now()));
   EXPECT_EQ(feed.GetStats().in_sync, 0u);
   std::vector<FeedEntry> out;
   ASSERT_OK(feed.Read(follower, first, 10, absl::ZeroDuration(), &out));
   EXPECT_EQ(feed.GetStats().in_sync, 1u);
   const uint64_t second = feed.AppendPush("t", "b");
   EXPECT_EQ(kTimedOut,
-            feed.WaitReplicated(second, true, kNoBound,
+            feed.WaitReplicated(second, true, 0, kNoBound,
                                 absl::Now() + absl::Milliseconds(20)));
+}
+
+TEST(ReplicationFeedTest, FewerFollowersInSyncThanTheLeastAreSaidSo) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t follower = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &out));
+  const uint64_t sequence = feed.AppendPush("t", "a");
+  // Not applied yet: waited for, whatever the least.
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(sequence, true, 2, kNoBound, absl::Now()));
+  ASSERT_OK(feed.Read(follower, sequence, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(kYes,
+            feed.WaitReplicated(sequence, true, 1, kNoBound, absl::Now()));
+  EXPECT_EQ(kTooFewInSync,
+            feed.WaitReplicated(sequence, true, 2, kNoBound, absl::Now()));
+  // Async waits for nobody in sync.
+  EXPECT_EQ(kYes,
+            feed.WaitReplicated(sequence, false, 2, kNoBound, absl::Now()));
 }
 
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
@@ -116,24 +136,25 @@ TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   ASSERT_OK(feed.Read(follower, start, 10, absl::ZeroDuration(), &caught_up));
   const uint64_t sequence = feed.AppendPush("t", "x");
   EXPECT_EQ(kTimedOut,
-            feed.WaitReplicated(sequence, true, kNoBound,
+            feed.WaitReplicated(sequence, true, 0, kNoBound,
                                 absl::Now() + absl::Milliseconds(20)));
-  EXPECT_EQ(kTimedOut, feed.WaitReplicated(
-                           0, false, 0, absl::Now() + absl::Milliseconds(20)));
-  EXPECT_EQ(kYes, feed.WaitReplicated(0, false, 1, absl::Now()));
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(0, false, 0, 0,
+                                absl::Now() + absl::Milliseconds(20)));
+  EXPECT_EQ(kYes, feed.WaitReplicated(0, false, 0, 1, absl::Now()));
   std::thread follower_thread([&] {
     std::vector<FeedEntry> out;
     EXPECT_OK(feed.Read(follower, sequence, 10, absl::ZeroDuration(), &out));
   });
-  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, true, kNoBound,
+  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, true, 0, kNoBound,
                                       absl::Now() + absl::Seconds(30)));
   follower_thread.join();
 
   // A follower that stops reading is dropped after the timeout, and no
   // longer holds anything back.
   const uint64_t next = feed.AppendPush("t", "y");
-  EXPECT_EQ(kNoReplicaInSync,
-            feed.WaitReplicated(next, true, kNoBound,
+  EXPECT_EQ(kTooFewInSync,
+            feed.WaitReplicated(next, true, 0, kNoBound,
                                 absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(feed.GetStats().followers, 0u);
   EXPECT_EQ(feed.GetStats().entries_kept, 0u);
@@ -151,7 +172,7 @@ TEST(ReplicationFeedTest, WaitsAreAnsweredOnceWithoutHoldingTheCaller) {
   const uint64_t sequence = feed.AppendPush("t", "x");
   std::atomic<int> replicated{0}, read{0};
   // Both return at once; their answers come later, on the feed's thread.
-  feed.WhenReplicated(sequence, true, kNoBound, absl::InfiniteFuture(),
+  feed.WhenReplicated(sequence, true, 0, kNoBound, absl::InfiniteFuture(),
                       [&](ReplicationFeed::Replicated done) {
                         replicated += done == kYes ? 1 : 100;
                       });
@@ -169,7 +190,7 @@ TEST(ReplicationFeedTest, WaitsAreAnsweredOnceWithoutHoldingTheCaller) {
   // CancelWaits() answers what is pending, not replicated, once its time
   // comes.
   const uint64_t last = feed.AppendPush("t", "z");
-  feed.WhenReplicated(last, true, kNoBound, absl::InfiniteFuture(),
+  feed.WhenReplicated(last, true, 0, kNoBound, absl::InfiniteFuture(),
                       [&](ReplicationFeed::Replicated done) {
                         replicated += done == kYes ? 1 : 100;
                       });

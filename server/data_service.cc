@@ -432,6 +432,9 @@ grpc::ServerUnaryReactor* DataService::Push(
   if (absl::Status fenced = Fenced(); !fenced.ok()) {
     return Finish(context, reactor, fenced);
   }
+  if (absl::Status in_sync = EnoughReplicasInSync(); !in_sync.ok()) {
+    return Finish(context, reactor, in_sync);
+  }
   absl::Status status = HandlePush(*request, response);
   // Never acknowledged once the lease is gone (the process may have been
   // paused between the check above and now): a replica may have taken
@@ -443,13 +446,21 @@ grpc::ServerUnaryReactor* DataService::Push(
   // push it repeats, which is at or before the head now), without holding
   // a gRPC thread meanwhile.
   feed->WhenReplicated(
-      feed->head(), options_.sync_replication, options_.max_replication_lag,
-      absl::Now() + options_.replication_wait,
+      feed->head(), options_.sync_replication, options_.min_in_sync_replicas,
+      options_.max_replication_lag, absl::Now() + options_.replication_wait,
       [this, context, reactor](embedding::ReplicationFeed::Replicated done) {
         using Replicated = embedding::ReplicationFeed::Replicated;
         absl::Status answer;
-        if (done == Replicated::kNoReplicaInSync) {
+        if (done == Replicated::kTooFewInSync &&
+            options_.min_in_sync_replicas == 0) {
           ++counters_.pushes_without_replica;
+        } else if (done == Replicated::kTooFewInSync) {
+          ++counters_.pushes_refused_too_few_in_sync;
+          answer = MarkTransient(absl::UnavailableError(absl::StrCat(
+              "the push is applied on this shard, but fewer than ",
+              options_.min_in_sync_replicas,
+              " replicas (--min_in_sync_replicas) were in sync to confirm "
+              "it; retry: the retry is answered once enough have it")));
         } else if (done == Replicated::kTimedOut) {
           ++counters_.pushes_replication_timed_out;
           LOG_EVERY_N(WARNING, 100)
@@ -468,6 +479,23 @@ grpc::ServerUnaryReactor* DataService::Push(
         Finish(context, reactor, answer);
       });
   return reactor;
+}
+
+absl::Status DataService::EnoughReplicasInSync() {
+  embedding::ReplicationFeed* feed = options_.feed;
+  if (feed == nullptr || options_.min_in_sync_replicas == 0) {
+    return absl::OkStatus();
+  }
+  const uint32_t in_sync = feed->GetStats().in_sync;
+  if (in_sync >= options_.min_in_sync_replicas) return absl::OkStatus();
+  ++counters_.pushes_refused_too_few_in_sync;
+  LOG_EVERY_N(WARNING, 100)
+      << in_sync << " replicas in sync, fewer than --min_in_sync_replicas="
+      << options_.min_in_sync_replicas << ": pushes are refused";
+  return MarkTransient(absl::UnavailableError(absl::StrCat(
+      in_sync, " of this shard's replicas are in sync, fewer than the ",
+      options_.min_in_sync_replicas,
+      " a push needs (--min_in_sync_replicas): nothing was applied; retry")));
 }
 
 grpc::ServerUnaryReactor* DataService::Clock(

@@ -47,6 +47,10 @@ struct RequestCounters {
   // answered UNAVAILABLE, so that the client's retry (a duplicate) waits
   // again.
   std::atomic<uint64_t> pushes_replication_timed_out{0};
+  // Pushes refused (UNAVAILABLE, transient) because fewer replicas were in
+  // sync than DataServiceOptions::min_in_sync_replicas: before they were
+  // applied, or after, in place of the acknowledgement.
+  std::atomic<uint64_t> pushes_refused_too_few_in_sync{0};
 };
 
 struct DataServiceOptions {
@@ -82,6 +86,12 @@ struct DataServiceOptions {
   embedding::ReplicationFeed* feed = nullptr;
   bool sync_replication = false;
   uint64_t max_replication_lag = 100000;
+  // With a feed: a push is refused (UNAVAILABLE, transient) while fewer
+  // replicas than this are in sync, before it is applied; under sync, one
+  // applied meanwhile is answered UNAVAILABLE too (its retry, a duplicate,
+  // waits again). 0: pushes go on with no replica (under sync counted in
+  // pushes_without_replica). Default: 0.
+  uint32_t min_in_sync_replicas = 0;
   // How long a push waits for a replica at most: a replica that does not
   // read for this long is dropped by the feed anyway. Default: 10 s.
   absl::Duration replication_wait = absl::Seconds(10);
@@ -143,6 +153,9 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // OK unless stopping, unregistered under --etcd, or FenceBy()'s lease is
   // no longer surely held.
   absl::Status Fenced() const;
+  // UNAVAILABLE (transient) while fewer replicas than
+  // options_.min_in_sync_replicas are in sync; counts the refusal.
+  absl::Status EnoughReplicasInSync();
   // Why a replica refuses a write.
   absl::Status ReadOnly() const;
 

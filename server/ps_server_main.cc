@@ -235,6 +235,13 @@ ABSL_FLAG(std::string, replication, "async",
           "async (answered at once; replicas lag by at most "
           "--max_replication_lag_records). Needs --durability=wal to feed "
           "replicas at all.");
+ABSL_FLAG(int32_t, min_in_sync_replicas, -1,
+          "A primary refuses pushes (UNAVAILABLE, transient: clients retry) "
+          "while fewer replicas than this are in sync with it, so that no "
+          "push is acknowledged that fewer replicas hold. -1: 1 under "
+          "--replication=sync, 0 under async. 0: pushes go on with no "
+          "replica (a sync primary then acknowledges pushes nobody else has, "
+          "counted in ps_replication_pushes_without_replica_total).");
 ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
           "A primary's pushes wait while a replica is more than this many "
           "feed entries (pushes and table changes) behind: the bound on what "
@@ -458,6 +465,15 @@ absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
     return BadFlag("--replication must be sync or async, not \"" + mode + "\"");
   }
   options->sync_replication = mode == "sync";
+  const int32_t min_in_sync = absl::GetFlag(FLAGS_min_in_sync_replicas);
+  if (min_in_sync < -1 || min_in_sync > 8) {
+    return BadFlag(
+        "--min_in_sync_replicas must be -1 (the mode's default) "
+        "or 0 to 8");
+  }
+  options->min_in_sync_replicas = min_in_sync >= 0
+                                      ? static_cast<uint32_t>(min_in_sync)
+                                      : (options->sync_replication ? 1 : 0);
   options->max_replication_lag_records =
       absl::GetFlag(FLAGS_max_replication_lag_records);
   if (options->max_replication_lag_records == 0) {

@@ -148,6 +148,22 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                "Feed entries (pushes, table changes) the furthest-behind "
                "replica lacks; on a replica, those it lacks.",
                gauge, replication.lag_entries, shard_),
+        Single("ps_replication_in_sync",
+               "1 while a primary has at least --min_in_sync_replicas "
+               "replicas in sync (it takes pushes), else 0.",
+               gauge,
+               replication.replicas_in_sync >= replication.min_in_sync_replicas
+                   ? 1
+                   : 0,
+               shard_),
+        Single("ps_replication_pushes_without_replica_total",
+               "Pushes a sync primary acknowledged with no replica in sync "
+               "(only with --min_in_sync_replicas=0): nobody else has them.",
+               counter, replication.pushes_without_replica, shard_),
+        Single("ps_replication_pushes_refused_total",
+               "Pushes refused (transiently) because fewer replicas than "
+               "--min_in_sync_replicas were in sync.",
+               counter, replication.pushes_refused_too_few_in_sync, shard_),
     };
   }
 

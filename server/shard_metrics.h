@@ -41,6 +41,12 @@ struct ReplicationGauges {
   uint64_t replicas_in_sync = 0;
   // Feed entries the furthest-behind replica (or this replica) lacks.
   uint64_t lag_entries = 0;
+  // A primary's --min_in_sync_replicas; its pushes acknowledged with no
+  // replica in sync (under sync, with --min_in_sync_replicas=0) and those
+  // refused because fewer were in sync than the least.
+  uint64_t min_in_sync_replicas = 0;
+  uint64_t pushes_without_replica = 0;
+  uint64_t pushes_refused_too_few_in_sync = 0;
 };
 
 class ShardMetrics {

@@ -247,6 +247,7 @@ DataServiceOptions DataServiceOptionsFor(const ServerOptions& options) {
   data_options.fenced_until_registered = options.etcd != nullptr;
   data_options.sync_replication = options.sync_replication;
   data_options.max_replication_lag = options.max_replication_lag_records;
+  data_options.min_in_sync_replicas = options.min_in_sync_replicas;
   data_options.replication_wait = options.replica_timeout;
   return data_options;
 }
@@ -303,6 +304,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   auto server = std::unique_ptr<ShardServer>(new ShardServer());
   server->replica_of_ = options.replica_of;
   server->sync_replication_ = options.sync_replication;
+  server->min_in_sync_replicas_ = options.min_in_sync_replicas;
   RETURN_IF_ERROR(server->OpenStoreAndCoordinator(options, identity, restored));
   server->data_dir_ = options.store.data_dir;
   if (options.store.durability == embedding::Durability::kWal) {
@@ -430,15 +432,23 @@ void ShardServer::CreateServices(const ServerOptions& options) {
   if (feed_ != nullptr) {
     admin_options.await_replicas = [feed = feed_.get(),
                                     sync = options.sync_replication,
+                                    min_in_sync = options.min_in_sync_replicas,
                                     max_lag =
                                         options.max_replication_lag_records,
                                     wait = options.replica_timeout] {
       using Replicated = embedding::ReplicationFeed::Replicated;
-      if (feed->WaitReplicated(feed->head(), sync, max_lag,
-                               absl::Now() + wait) == Replicated::kTimedOut) {
+      const Replicated replicated = feed->WaitReplicated(
+          feed->head(), sync, min_in_sync, max_lag, absl::Now() + wait);
+      if (replicated == Replicated::kTimedOut) {
         return absl::UnavailableError(absl::StrCat(
             "this shard's replicas did not apply the moved rows within ",
             absl::FormatDuration(wait), "; the move does not switch"));
+      }
+      if (replicated == Replicated::kTooFewInSync && min_in_sync > 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "fewer than ", min_in_sync,
+            " of this shard's replicas (--min_in_sync_replicas) are in sync "
+            "to hold the moved rows; the move does not switch"));
       }
       return absl::OkStatus();
     };
@@ -462,6 +472,12 @@ absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(
                       gauges.replicas = replication.replicas();
                       gauges.replicas_in_sync = replication.replicas_in_sync();
                       gauges.lag_entries = replication.lag_entries();
+                      gauges.min_in_sync_replicas =
+                          replication.min_in_sync_replicas();
+                      gauges.pushes_without_replica =
+                          replication.pushes_without_replica();
+                      gauges.pushes_refused_too_few_in_sync =
+                          replication.pushes_refused_too_few_in_sync();
                       return gauges;
                     }));
   observer = [metrics = metrics_.get()](int method, grpc::StatusCode code,
@@ -574,7 +590,8 @@ void ShardServer::HandOver(absl::Time deadline) {
   // A replica that was never promoted feeds nobody.
   if (feed_ == nullptr || (follower_ != nullptr && !promoted_.load())) return;
   const uint64_t head = feed_->head();
-  if (feed_->WaitReplicated(head, /*sync=*/false, /*max_lag=*/0, deadline) !=
+  if (feed_->WaitReplicated(head, /*sync=*/false, /*min_in_sync=*/0,
+                            /*max_lag=*/0, deadline) !=
       embedding::ReplicationFeed::Replicated::kYes) {
     LOG(WARNING) << "stopping before every replica has the feed up to entry "
                  << head;
@@ -629,6 +646,9 @@ void ShardServer::FillReplicationStats(
       data_service_->counters().pushes_without_replica.load());
   replication->set_pushes_replication_timed_out(
       data_service_->counters().pushes_replication_timed_out.load());
+  replication->set_min_in_sync_replicas(min_in_sync_replicas_);
+  replication->set_pushes_refused_too_few_in_sync(
+      data_service_->counters().pushes_refused_too_few_in_sync.load());
 }
 
 void ShardServer::SetServing(bool serving) {

@@ -142,6 +142,10 @@ struct ServerOptions {
   // entries behind. Defaults: async, 100000.
   bool sync_replication = false;
   uint64_t max_replication_lag_records = 100000;
+  // Pushes are refused (UNAVAILABLE, transient) while fewer replicas than
+  // this are in sync (DataServiceOptions::min_in_sync_replicas). Default: 0
+  // (ps_server's flag: 1 under sync, 0 under async).
+  uint32_t min_in_sync_replicas = 0;
   // A replica that does not read the feed for this long is dropped (it must
   // copy again), and no push waits longer for one. Default: 10 s.
   absl::Duration replica_timeout = absl::Seconds(10);
@@ -263,6 +267,7 @@ class ShardServer {
   std::unique_ptr<ReplicaFollower> follower_;
   std::string replica_of_;
   bool sync_replication_ = false;
+  uint32_t min_in_sync_replicas_ = 0;
   std::string data_dir_;
   // A replica that Promote() made a primary.
   std::atomic<bool> promoted_{false};

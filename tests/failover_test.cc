@@ -60,7 +60,10 @@ class FailoverTest : public ::testing::Test {
             "--etcd_lease_s=2", "--cache_mb=64"};
   }
 
-  void StartPrimaryAndReplica(bool sync = true, int max_lag = 100000) {
+  // `primary_more`: more flags for the primary (a later one wins).
+  void StartPrimaryAndReplica(
+      bool sync = true, int max_lag = 100000,
+      const std::vector<std::string>& primary_more = {}) {
     primary_dir_ = FreshTestDir(name_ + "_primary");
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(
@@ -68,14 +71,18 @@ class FailoverTest : public ::testing::Test {
         {"--data_dir=" + primary_dir_, "--shard_index=0", "--num_shards=1",
          sync ? "--replication=sync" : "--replication=async",
          absl::StrCat("--max_replication_lag_records=", max_lag)});
+    flags.insert(flags.end(), primary_more.begin(), primary_more.end());
     auto primary =
         ServerProcess::Start(flags, absl::Seconds(60), primary_dir_ + ".log");
     ASSERT_OK(primary);
     primary_ = *std::move(primary);
     replica_dir_ = FreshTestDir(name_ + "_replica");
+    // Once promoted it takes pushes with no replica of its own (the trade
+    // --min_in_sync_replicas=0 makes), so that training goes on at once.
     flags = EtcdFlags();
-    flags.insert(flags.end(), {"--data_dir=" + replica_dir_, "--replica_of=0",
-                               "--replication=sync"});
+    flags.insert(flags.end(),
+                 {"--data_dir=" + replica_dir_, "--replica_of=0",
+                  "--replication=sync", "--min_in_sync_replicas=0"});
     auto replica =
         ServerProcess::Start(flags, absl::Seconds(60), replica_dir_ + ".log");
     ASSERT_OK(replica);
@@ -150,13 +157,16 @@ class FailoverTest : public ::testing::Test {
   }
 
   // ps_server --replicas=1 --replication=sync for shard 0 on `dir`, and
-  // `more` flags (a later one wins).
+  // `more` flags (a later one wins). With --min_in_sync_replicas=0, so that
+  // a primary alone takes pushes (the tests that use these flags are about
+  // roles; one puts 1 back).
   std::vector<std::string> ReplicasFlags(
       const std::string& dir, const std::vector<std::string>& more = {}) const {
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(flags.end(),
                  {"--data_dir=" + dir, "--shard_index=0", "--num_shards=1",
-                  "--replicas=1", "--replication=sync"});
+                  "--replicas=1", "--replication=sync",
+                  "--min_in_sync_replicas=0"});
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
   }
@@ -352,6 +362,38 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   for (float value : Values(*replicas[0])) EXPECT_EQ(value, 0.0f);
 }
 
+// A replica paused past --replica_timeout_ms is dropped from the in-sync
+// set. Under sync (--min_in_sync_replicas 1) the primary then refuses
+// pushes (transiently) rather than acknowledge them with no replica; the
+// primary dies with its disk, the replica resumes and is promoted, and the
+// pushes retried there lose nothing.
+TEST_F(FailoverTest, NoPushIsAcknowledgedWithFewerReplicasInSyncThanTheLeast) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(
+      /*sync=*/true, /*max_lag=*/100000, {"--replica_timeout_ms=500"}));
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
+  ASSERT_TRUE(WaitInSync());
+  for (auto& pusher : pushers) pusher->WaitForMore(5);
+
+  ASSERT_EQ(kill(replica_->pid(), SIGSTOP), 0);
+  // Dropped after half a second; pushes go on (or are refused) meanwhile.
+  absl::SleepFor(absl::Seconds(2));
+  const ShardStatsResponse paused = Stats(*primary_);
+  primary_->SignalAndWait(SIGKILL);
+  std::filesystem::remove_all(primary_dir_);
+  ASSERT_EQ(kill(replica_->pid(), SIGCONT), 0);
+  for (auto& pusher : pushers) pusher->WaitForMore(5);
+  int acknowledged = 0;
+  for (auto& pusher : pushers) {
+    ASSERT_OK(pusher->Stop());
+    acknowledged += pusher->acknowledged();
+  }
+  EXPECT_EQ(paused.replication().replicas_in_sync(), 0u);
+  EXPECT_GT(paused.replication().pushes_refused_too_few_in_sync(), 0u);
+  EXPECT_EQ(paused.replication().pushes_without_replica(), 0u);
+  for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+}
+
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
   std::vector<std::unique_ptr<worker::PsClient>> clients;
@@ -482,7 +524,10 @@ TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
 TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   std::vector<std::string> dirs = {FreshTestDir(name_ + "_a"),
                                    FreshTestDir(name_ + "_b")};
-  auto start = [&](int which) { return StartWithReplicas(dirs[which]); };
+  // The default under sync: a push needs a replica in sync.
+  auto start = [&](int which) {
+    return StartWithReplicas(dirs[which], {"--min_in_sync_replicas=1"});
+  };
   // Both at once: one claims the new shard, the other follows it.
   std::vector<std::unique_ptr<ServerProcess>> processes(2);
   std::thread second([&] { processes[1] = start(1); });
@@ -517,14 +562,14 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
 
-  // Loses the primary by `lose`; once the other took over (pushes going
-  // on), calls `then` on the lost process, starts it again on its dir and
-  // checks that it became the new primary's replica, in sync.
+  // Loses the primary by `lose`; once the other took over (refusing
+  // pushes, transiently, with no replica in sync), calls `then` on the lost
+  // process, starts it again on its dir and checks that it became the new
+  // primary's replica, in sync, and that pushes go on.
   auto fail_over = [&](const std::function<void(ServerProcess&)>& lose,
                        const std::function<void(ServerProcess&)>& then) {
     lose(*processes[primary]);
     ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
-    for (auto& pusher : pushers) pusher->WaitForMore(10);
     then(*processes[primary]);
     processes[primary] = start(primary);
     ASSERT_NE(processes[primary], nullptr);

@@ -135,13 +135,17 @@ class ReplicationTest : public ::testing::Test {
 };
 
 TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
-  std::unique_ptr<ServerProcess> primary = StartPrimary({"--replication=sync"});
+  // Pushes go on before a replica is copied (with none in sync).
+  std::unique_ptr<ServerProcess> primary =
+      StartPrimary({"--replication=sync", "--min_in_sync_replicas=0"});
   ASSERT_NE(primary, nullptr);
   std::unique_ptr<worker::PsClient> client =
       Connect(*primary, absl::Seconds(2));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
   pusher->WaitForMore(20);
+  // Acknowledged with nobody else holding them, and counted so.
+  EXPECT_GT(Replication(*primary).pushes_without_replica(), 0u);
 
   // Copied while the pushes go on.
   std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
@@ -309,12 +313,16 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
   pusher->WaitForMore(10);
 
   // Killed: the pushes wait for it until the primary drops it (after
-  // --replica_timeout_ms), then go on.
+  // --replica_timeout_ms), then are refused (transiently: the client
+  // retries) while no replica is in sync (--min_in_sync_replicas 1).
   replica->SignalAndWait(SIGKILL);
   ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
-    return r.replicas() == 0;
+    return r.replicas() == 0 && r.pushes_refused_too_few_in_sync() > 0;
   }));
-  pusher->WaitForMore(30);
+  const int before = pusher->acknowledged();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(pusher->acknowledged(), before);
+  EXPECT_EQ(Replication(*primary).pushes_without_replica(), 0u);
 
   // Started again in the same data dir: copied afresh, caught up.
   replica = StartReplica(*primary, /*fresh_dir=*/false);
