@@ -17,7 +17,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml python3-grpcio python3-protobuf openssl patchelf
   prometheus-cpp-dev prometheus
-  etcd-server
+  etcd-server etcd-client
 )
 
 if [ "${1:-}" = "--bench" ]; then

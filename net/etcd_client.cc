@@ -48,22 +48,64 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
     const EtcdOptions& options) {
   if (options.endpoints.empty())
     return absl::InvalidArgumentError("--etcd names no endpoint");
+  if (options.user.empty() != options.password.empty()) {
+    return absl::InvalidArgumentError(
+        "etcd's authentication needs both a user and a password");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.tls));
   auto client = std::unique_ptr<EtcdClient>(new EtcdClient(options));
   for (const std::string& endpoint : options.endpoints) {
     // A member that comes back (a restart) is reconnected within two
     // seconds, not after gRPC's default backoff of up to two minutes.
     grpc::ChannelArguments arguments;
     arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        endpoint, grpc::InsecureChannelCredentials(), arguments);
+    AddTlsChannelArguments(options.tls, &arguments);
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(endpoint, credentials, arguments);
     Member member;
     member.endpoint = endpoint;
     member.kv = etcdserverpb::KV::NewStub(channel);
     member.lease = etcdserverpb::Lease::NewStub(channel);
     member.watch = etcdserverpb::Watch::NewStub(channel);
+    member.auth = etcdserverpb::Auth::NewStub(channel);
     client->members_.push_back(std::move(member));
   }
+  if (!options.user.empty()) {
+    // The first member that answers gives the token; a wrong password is
+    // an error now rather than at the first call.
+    absl::Status authenticated;
+    for (Member& member : client->members_) {
+      authenticated = client->Authenticate(member);
+      if (!absl::IsUnavailable(authenticated) &&
+          !absl::IsDeadlineExceeded(authenticated)) {
+        break;
+      }
+    }
+    RETURN_IF_ERROR(authenticated);
+  }
   return client;
+}
+
+absl::Status EtcdClient::Authenticate(Member& member) {
+  etcdserverpb::AuthenticateRequest request;
+  request.set_name(options_.user);
+  request.set_password(options_.password);
+  etcdserverpb::AuthenticateResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  RETURN_IF_ERROR(
+      FromGrpcStatus(member.auth->Authenticate(&context, request, &response),
+                     absl::StrCat("authenticating as ", options_.user,
+                                  " at etcd ", member.endpoint)));
+  absl::MutexLock lock(&token_mu_);
+  token_ = response.token();
+  return absl::OkStatus();
+}
+
+void EtcdClient::AddToken(grpc::ClientContext& context) {
+  absl::MutexLock lock(&token_mu_);
+  if (!token_.empty()) context.AddMetadata("token", token_);
 }
 
 absl::Status EtcdClient::OnSomeMember(
@@ -73,11 +115,23 @@ absl::Status EtcdClient::OnSomeMember(
   if (timeout <= absl::ZeroDuration()) timeout = options_.call_timeout;
   const size_t first = current_.load();
   grpc::Status status;
+  bool authenticated_again = false;
   for (size_t tried = 0; tried < members_.size(); ++tried) {
     const size_t index = (first + tried) % members_.size();
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    AddToken(context);
     status = call(members_[index], context);
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+        !options_.user.empty() && !authenticated_again) {
+      // The token ended (unused for etcd's --auth-token-ttl, or the member
+      // restarted): a new one, and the call once more.
+      authenticated_again = true;
+      if (absl::Status renewed = Authenticate(members_[index]); !renewed.ok())
+        return renewed;
+      --tried;
+      continue;
+    }
     if (!TriesAnotherMember(status)) {
       current_ = index;
       return FromGrpcStatus(
@@ -265,6 +319,7 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
     std::function<void(const EtcdEvent&)> on_event) {
   auto watch = std::unique_ptr<EtcdWatch>(new EtcdWatch());
   Member& member = members_[current_.load()];
+  AddToken(watch->context_);
   auto stream = member.watch->Watch(&watch->context_);
   etcdserverpb::WatchRequest request;
   etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "net/tls_credentials.h"
 #include "proto/etcd_rpc.grpc.pb.h"
 
 namespace ps::net {
@@ -36,6 +37,15 @@ struct EtcdOptions {
   std::vector<std::string> endpoints;
   // Deadline of one call to one member. Default: 5 s.
   absl::Duration call_timeout = absl::Seconds(5);
+  // TLS to the members (etcd's https client URLs): the CA that signed
+  // their certificates, and this client's certificate and key for etcd's
+  // --client-cert-auth. Default: none (plaintext).
+  TlsFiles tls;
+  // etcd's own authentication (auth enabled): the user and password a
+  // token is asked for, at Connect() and again whenever etcd says the token
+  // ended. Default: none.
+  std::string user;
+  std::string password;
 };
 
 // A key as etcd holds it.
@@ -145,9 +155,15 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+    std::unique_ptr<etcdserverpb::Auth::Stub> auth;
   };
 
   explicit EtcdClient(const EtcdOptions& options) : options_(options) {}
+
+  // With a user: asks `member` for a token, which later calls carry.
+  absl::Status Authenticate(Member& member);
+  // Adds the token, if any, to a call's metadata.
+  void AddToken(grpc::ClientContext& context);
 
   // Runs `call(member, context)` on the member that answered last, then on
   // each other member while the answer is UNAVAILABLE or DEADLINE_EXCEEDED,
@@ -160,6 +176,8 @@ class EtcdClient {
   const EtcdOptions options_;
   std::vector<Member> members_;
   std::atomic<size_t> current_{0};
+  absl::Mutex token_mu_;
+  std::string token_ ABSL_GUARDED_BY(token_mu_);
 };
 
 }  // namespace ps::net

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/etcd_client.h"
+#include "net/etcd_security_flags.h"
 #include "net/shard_directory.h"
 
 ABSL_FLAG(std::string, etcd, "",
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
     const EtcdJob& job) {
   EtcdOptions options;
   options.endpoints = job.endpoints;
+  RETURN_IF_ERROR(AddEtcdSecurityFromFlags(&options));
   return EtcdClient::Connect(options);
 }
 

@@ -33,6 +33,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "net/etcd_client.h"
+#include "net/etcd_security_flags.h"
 #include "net/server_tls_flags.h"
 #include "net/shard_directory.h"
 #include "net/tls_credentials.h"
@@ -826,6 +827,7 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
   if (endpoints.empty()) return presence;
   ps::net::EtcdOptions etcd_options;
   etcd_options.endpoints = ps::SplitAddressList(endpoints);
+  RETURN_IF_ERROR(ps::net::AddEtcdSecurityFromFlags(&etcd_options));
   ASSIGN_OR_RETURN(presence.etcd, ps::net::EtcdClient::Connect(etcd_options));
   options->etcd = presence.etcd.get();
   options->job = absl::GetFlag(FLAGS_job);

@@ -55,7 +55,7 @@ bool Accepts(int port) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
-    const std::string& name) {
+    const std::string& name, const EtcdSecurity& security) {
   const std::string binary = "/usr/bin/etcd";
   if (!std::filesystem::exists(binary)) {
     return absl::FailedPreconditionError(
@@ -65,19 +65,35 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
   const std::vector<int> ports = UnusedLoopbackPorts(2);
   const int client_port = ports[0];
   const int peer_port = ports[1];
-  const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
+  const bool tls = !security.cert.empty();
+  const std::string client_url =
+      absl::StrCat(tls ? "https" : "http", "://127.0.0.1:", client_port);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
   auto etcd = std::unique_ptr<EtcdProcess>(new EtcdProcess());
   etcd->endpoint_ = absl::StrCat("127.0.0.1:", client_port);
-  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(
-      {binary, "--name=" + name, "--data-dir=" + dir + "/data",
-       "--listen-client-urls=" + client_url,
-       "--advertise-client-urls=" + client_url,
-       "--listen-peer-urls=" + peer_url,
-       "--initial-advertise-peer-urls=" + peer_url,
-       "--initial-cluster=" + name + "=" + peer_url,
-       "--initial-cluster-state=new", "--log-level=error"},
-      /*capture_stdout=*/false, dir + "/etcd.log");
+  etcd->client_tls_ = security.client_tls;
+  std::vector<std::string> argv = {binary,
+                                   "--name=" + name,
+                                   "--data-dir=" + dir + "/data",
+                                   "--listen-client-urls=" + client_url,
+                                   "--advertise-client-urls=" + client_url,
+                                   "--listen-peer-urls=" + peer_url,
+                                   "--initial-advertise-peer-urls=" + peer_url,
+                                   "--initial-cluster=" + name + "=" + peer_url,
+                                   "--initial-cluster-state=new",
+                                   "--log-level=error"};
+  if (tls) {
+    argv.push_back("--cert-file=" + security.cert);
+    argv.push_back("--key-file=" + security.key);
+  }
+  if (!security.client_ca.empty()) {
+    argv.push_back("--client-cert-auth");
+    argv.push_back("--trusted-ca-file=" + security.client_ca);
+  }
+  argv.insert(argv.end(), security.more_flags.begin(),
+              security.more_flags.end());
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Start(argv, /*capture_stdout=*/false, dir + "/etcd.log");
   if (!process.ok()) return process.status();
   etcd->process_ = *std::move(process);
   // First the port, so that the client's channel connects at its first try
@@ -88,6 +104,7 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
   net::EtcdOptions options;
   options.endpoints = {etcd->endpoint_};
   options.call_timeout = absl::Seconds(1);
+  options.tls = security.client_tls;
   absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
       net::EtcdClient::Connect(options);
   if (!client.ok()) return client.status();
@@ -110,6 +127,7 @@ void EtcdProcess::Stop(int signal) {
 absl::StatusOr<std::unique_ptr<net::EtcdClient>> EtcdProcess::Connect() const {
   net::EtcdOptions options;
   options.endpoints = {endpoint_};
+  options.tls = client_tls_;
   return net::EtcdClient::Connect(options);
 }
 

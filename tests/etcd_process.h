@@ -14,16 +14,31 @@
 
 #include "absl/status/statusor.h"
 #include "net/etcd_client.h"
+#include "net/tls_credentials.h"
 #include "tests/child_process.h"
 
 namespace ps::testing {
+
+// How a test's etcd is secured. Default: plaintext, no users.
+struct EtcdSecurity {
+  // TLS on its client URLs (https): its certificate and key, and with
+  // `client_ca` it requires client certificates that CA signed
+  // (--client-cert-auth).
+  std::string cert;
+  std::string key;
+  std::string client_ca;
+  // How the helper's own clients reach it (the readiness check, Connect()).
+  TlsFiles client_tls;
+  // More of etcd's flags (--auth-token-ttl=1, say).
+  std::vector<std::string> more_flags;
+};
 
 class EtcdProcess {
  public:
   // Starts etcd and waits (up to 30 s) until it answers on its client
   // port. FAILED_PRECONDITION when /usr/bin/etcd is missing.
   static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start(
-      const std::string& name);
+      const std::string& name, const EtcdSecurity& security = {});
 
   // host:port of its client endpoint.
   const std::string& endpoint() const { return endpoint_; }
@@ -38,6 +53,7 @@ class EtcdProcess {
   EtcdProcess() = default;
 
   std::string endpoint_;
+  TlsFiles client_tls_;
   std::unique_ptr<ChildProcess> process_;
 };
 
