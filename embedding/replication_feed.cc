@@ -167,14 +167,32 @@ void ReplicationFeed::CancelWaits(absl::Time at) {
   for (auto& answer : answers) answer();
 }
 
+std::vector<uint64_t> ReplicationFeed::InSyncFollowers() {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(absl::Now());
+  std::vector<uint64_t> in_sync;
+  for (const auto& [id, follower] : followers_) {
+    // Applied what it was handed on catching up: it holds every push
+    // acknowledged before it counted.
+    if (follower.in_sync && follower.applied >= follower.in_sync_at)
+      in_sync.push_back(id);
+  }
+  std::sort(in_sync.begin(), in_sync.end());
+  return in_sync;
+}
+
+void ReplicationFeed::SetRecordedInSync(std::vector<uint64_t> followers) {
+  absl::MutexLock lock(&mu_);
+  recorded_in_sync_ = std::move(followers);
+  changed_ = true;
+}
+
 ReplicationFeed::Stats ReplicationFeed::GetStats() {
   absl::MutexLock lock(&mu_);
   ExpireLocked(absl::Now());
   Stats stats;
   stats.followers = static_cast<uint32_t>(followers_.size());
-  for (const auto& [id, follower] : followers_) {
-    stats.in_sync += follower.in_sync;
-  }
+  stats.in_sync = InSyncCountLocked();
   stats.head = head_;
   stats.applied = LeastAppliedLocked();
   stats.entries_kept = entries_.size();
@@ -249,9 +267,18 @@ ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
     const ReplicatedWait& wait) const {
   if (head_ - LeastAppliedLocked() > wait.max_lag) return Replicated::kTimedOut;
   if (!wait.sync) return Replicated::kYes;
-  const uint32_t in_sync = static_cast<uint32_t>(std::count_if(
-      followers_.begin(), followers_.end(),
-      [](const auto& follower) { return follower.second.in_sync; }));
+  const uint32_t in_sync = InSyncCountLocked();
+  if (recorded_in_sync_.has_value()) {
+    // A follower recorded in sync, even one dropped since, holds the push
+    // back until the record no longer names it.
+    for (uint64_t id : *recorded_in_sync_) {
+      auto follower = followers_.find(id);
+      if (follower == followers_.end() ||
+          follower->second.applied < wait.sequence) {
+        return Replicated::kTimedOut;
+      }
+    }
+  }
   if (in_sync == 0) return Replicated::kTooFewInSync;
   if (LeastAppliedLocked(/*in_sync_only=*/true) < wait.sequence)
     return Replicated::kTimedOut;
@@ -281,6 +308,7 @@ absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,
   state.last_read = absl::Now();
   if (state.applied == head_ && !state.in_sync) {
     state.in_sync = true;
+    state.in_sync_at = head_;
     changed_ = true;
   }
   PruneLocked();
@@ -299,12 +327,14 @@ std::vector<FeedEntry> ReplicationFeed::TakeEntriesLocked(Follower& follower,
        sequence <= head_ && out.size() < max_entries; ++sequence) {
     if (sequence != from + 1 + out.size()) break;  // a gap: none to give
     const FeedEntry& entry = entries_[sequence - first_kept_];
-    bytes += entry.record().size();
+    bytes += entry.record().size() + entry.slot_keys().size() +
+             entry.slot_floats().size() + entry.slot_metas().size();
     if (!out.empty() && bytes > max_bytes) break;
     out.push_back(entry);
   }
   if (from + out.size() == head_ && !follower.in_sync) {
     follower.in_sync = true;
+    follower.in_sync_at = head_;
     changed_ = true;
   }
   return out;
@@ -337,6 +367,20 @@ void ReplicationFeed::PruneLocked() {
     ++first_kept_;
   }
   if (entries_.empty()) first_kept_ = head_ + 1;
+}
+
+uint32_t ReplicationFeed::InSyncCountLocked() const {
+  uint32_t in_sync = 0;
+  for (const auto& [id, follower] : followers_) {
+    if (!follower.in_sync) continue;
+    if (recorded_in_sync_.has_value() &&
+        std::find(recorded_in_sync_->begin(), recorded_in_sync_->end(), id) ==
+            recorded_in_sync_->end()) {
+      continue;
+    }
+    ++in_sync;
+  }
+  return in_sync;
 }
 
 uint64_t ReplicationFeed::LeastAppliedLocked(bool in_sync_only) const {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -113,6 +114,21 @@ class ReplicationFeed {
   Replicated WaitReplicated(uint64_t sequence, bool sync, uint32_t min_in_sync,
                             uint64_t max_lag, absl::Time deadline);
 
+  // The followers in sync now that have applied every entry they were
+  // handed when they caught up (so they hold every push acknowledged before
+  // they counted), ascending, after dropping those that timed out.
+  std::vector<uint64_t> InSyncFollowers();
+
+  // The in-sync set as recorded where a promotion looks (etcd; see
+  // net/shard_directory.h's InSyncSet). Once called, a sync wait also needs
+  // every recorded follower to have applied its entry: one dropped holds
+  // pushes back until a record without it is set, so that no push is
+  // acknowledged that a recorded follower lacks. And only recorded
+  // followers count as in sync (GetStats(), min_in_sync): a push
+  // acknowledged under a least of one is held by a follower a promotion
+  // may take.
+  void SetRecordedInSync(std::vector<uint64_t> followers);
+
   // From `at` on, answers every wait, and every later one at once (not
   // replicated, no entries): for a server that stops, giving its replicas
   // until then.
@@ -120,6 +136,7 @@ class ReplicationFeed {
 
   struct Stats {
     uint32_t followers = 0;
+    // In sync and, once the set is recorded, recorded.
     uint32_t in_sync = 0;
     uint64_t head = 0;
     // The least any follower has applied (head without followers).
@@ -138,6 +155,8 @@ class ReplicationFeed {
     uint64_t applied = 0;
     absl::Time last_read;
     bool in_sync = false;
+    // head_ when it caught up (became in sync).
+    uint64_t in_sync_at = 0;
   };
   struct ReplicatedWait {
     uint64_t sequence;
@@ -180,6 +199,9 @@ class ReplicationFeed {
   // follower needs.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The followers in sync that count: once SetRecordedInSync() was called,
+  // only those the record names.
+  uint32_t InSyncCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least any follower (any in sync, when `in_sync_only`) has applied;
   // head_ when there is none.
   uint64_t LeastAppliedLocked(bool in_sync_only = false) const
@@ -199,6 +221,8 @@ class ReplicationFeed {
   // Something a wait may be waiting for happened since the waiter thread
   // last looked.
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  // SetRecordedInSync()'s followers, once it was called.
+  std::optional<std::vector<uint64_t>> recorded_in_sync_ ABSL_GUARDED_BY(mu_);
   absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread waiter_;

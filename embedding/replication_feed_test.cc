@@ -125,6 +125,43 @@ TEST(ReplicationFeedTest, FewerFollowersInSyncThanTheLeastAreSaidSo) {
             feed.WaitReplicated(sequence, false, 2, kNoBound, absl::Now()));
 }
 
+TEST(ReplicationFeedTest, ARecordedFollowerHoldsPushesBackUntilUnrecorded) {
+  ReplicationFeedOptions options;
+  options.follower_timeout = absl::Milliseconds(300);
+  ReplicationFeed feed(options);
+  uint64_t start = 0;
+  const uint64_t kept = feed.AddFollower(&start);
+  const uint64_t dropped = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(kept, start, 10, absl::ZeroDuration(), &out));
+  ASSERT_OK(feed.Read(dropped, start, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.InSyncFollowers(), std::vector<uint64_t>({kept, dropped}));
+  feed.SetRecordedInSync({kept, dropped});
+  // `dropped` stops reading and times out; `kept` reads on, and applies a
+  // new entry.
+  for (int i = 0; i < 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_OK(feed.Read(kept, start, 10, absl::ZeroDuration(), &out));
+  }
+  const uint64_t sequence = feed.AppendPush("t", "a");
+  ASSERT_OK(feed.Read(kept, start, 10, absl::ZeroDuration(), &out));
+  ASSERT_OK(feed.Read(kept, sequence, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.InSyncFollowers(), std::vector<uint64_t>({kept}));
+  // Still recorded: the push waits for it.
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(sequence, true, 1, kNoBound,
+                                absl::Now() + absl::Milliseconds(50)));
+  // Once the record no longer names it, the push is answered (a waiter
+  // too).
+  std::thread recorder([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    feed.SetRecordedInSync({kept});
+  });
+  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, true, 1, kNoBound,
+                                      absl::Now() + absl::Seconds(30)));
+  recorder.join();
+}
+
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   ReplicationFeedOptions options;
   options.follower_timeout = absl::Milliseconds(300);

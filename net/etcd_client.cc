@@ -122,8 +122,14 @@ absl::Status EtcdClient::OnSomeMember(
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     AddToken(context);
     status = call(members_[index], context);
-    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
-        !options_.user.empty() && !authenticated_again) {
+    // etcd ends a token when it goes unused, when a member restarts, and
+    // (answering INVALID_ARGUMENT) when users or roles changed since.
+    const bool token_ended =
+        status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+         status.error_message().find("revision of auth store is old") !=
+             std::string::npos);
+    if (token_ended && !options_.user.empty() && !authenticated_again) {
       // The token ended (unused for etcd's --auth-token-ttl, or the member
       // restarted): a new one, and the call once more.
       authenticated_again = true;
@@ -154,6 +160,22 @@ absl::StatusOr<EtcdValue> EtcdClient::Get(absl::string_view key) {
   if (response.kvs_size() == 0)
     return absl::NotFoundError(absl::StrCat("no key ", key, " in etcd"));
   return FromKeyValue(response.kvs(0));
+}
+
+absl::StatusOr<EtcdPosition> EtcdClient::Position() {
+  etcdserverpb::RangeRequest request;
+  request.set_key("/");
+  request.set_count_only(true);
+  etcdserverpb::RangeResponse response;
+  RETURN_IF_ERROR(
+      OnSomeMember("reading etcd's revision",
+                   [&](Member& member, grpc::ClientContext& context) {
+                     return member.kv->Range(&context, request, &response);
+                   }));
+  EtcdPosition position;
+  position.cluster_id = response.header().cluster_id();
+  position.revision = response.header().revision();
+  return position;
 }
 
 absl::StatusOr<std::vector<EtcdValue>> EtcdClient::GetPrefix(

@@ -66,6 +66,14 @@ struct EtcdCondition {
   int64_t mod_revision = 0;
 };
 
+// Which etcd cluster answered, and its store's revision then: a revision
+// only grows in one cluster, so a lower one (or another cluster) means etcd
+// lost its state or was restored from an older snapshot.
+struct EtcdPosition {
+  uint64_t cluster_id = 0;
+  int64_t revision = 0;
+};
+
 // One change seen by a watch.
 struct EtcdEvent {
   enum class Type { kPut, kDelete };
@@ -105,6 +113,8 @@ class EtcdClient {
 
   // The value at `key`; NOT_FOUND when there is none.
   absl::StatusOr<EtcdValue> Get(absl::string_view key);
+  // The cluster and its revision now (a count-only read).
+  absl::StatusOr<EtcdPosition> Position();
   // Every key that starts with `prefix`, in key order.
   absl::StatusOr<std::vector<EtcdValue>> GetPrefix(absl::string_view prefix);
 

@@ -141,6 +141,84 @@ absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
       "back, first)"));
 }
 
+namespace {
+
+std::string InSyncKey(const std::string& job, int index) {
+  return absl::StrCat("/ps/", job, "/in_sync/", index);
+}
+
+}  // namespace
+
+bool InSyncSet::Holds(uint64_t feed_id, uint64_t follower) const {
+  return feed == feed_id && std::find(followers.begin(), followers.end(),
+                                      follower) != followers.end();
+}
+
+std::string InSyncText(const InSyncSet& set) {
+  return absl::StrCat(set.generation, " ", set.feed, " ",
+                      absl::StrJoin(set.followers, ","));
+}
+
+absl::StatusOr<InSyncSet> ParseInSync(absl::string_view text) {
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(absl::StripAsciiWhitespace(text), ' ');
+  InSyncSet set;
+  if ((parts.size() != 2 && parts.size() != 3) ||
+      !absl::SimpleAtoi(parts[0], &set.generation) ||
+      !absl::SimpleAtoi(parts[1], &set.feed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is not GENERATION FEED IDS"));
+  }
+  if (parts.size() == 3 && !parts[2].empty()) {
+    for (absl::string_view id : absl::StrSplit(parts[2], ',')) {
+      uint64_t follower = 0;
+      if (!absl::SimpleAtoi(id, &follower)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", text, "\": \"", id, "\" is not a follower id"));
+      }
+      set.followers.push_back(follower);
+    }
+  }
+  std::sort(set.followers.begin(), set.followers.end());
+  return set;
+}
+
+absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
+                                        const std::string& job, int index) {
+  ASSIGN_OR_RETURN(const EtcdValue kv, etcd.Get(InSyncKey(job, index)));
+  absl::StatusOr<InSyncSet> set = ParseInSync(kv.value);
+  if (!set.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", kv.key, ": ", set.status().message()));
+  }
+  return set;
+}
+
+absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
+                            const ShardGeneration& at, const InSyncSet& set) {
+  const std::string key = InSyncKey(job, index);
+  absl::StatusOr<EtcdValue> now = etcd.Get(key);
+  if (!now.ok() && !absl::IsNotFound(now.status())) return now.status();
+  const int64_t revision = now.ok() ? now->mod_revision : 0;
+  ASSIGN_OR_RETURN(const bool written,
+                   etcd.PutIf(key, InSyncText(set), revision, /*lease=*/0,
+                              {{GenerationKey(job, index), at.mod_revision}}));
+  if (written) return absl::OkStatus();
+  // Not written, or written by an earlier try whose answer was lost: which
+  // one the keys say.
+  ASSIGN_OR_RETURN(const ShardGeneration generation,
+                   ReadShardGeneration(etcd, job, index));
+  if (generation.mod_revision != at.mod_revision) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", index, "'s generation moved past ",
+                     at.generation, " (a replica was promoted)"));
+  }
+  absl::StatusOr<EtcdValue> stored = etcd.Get(key);
+  if (stored.ok() && stored->value == InSyncText(set)) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "shard ", index, "'s in-sync set changed while it was written; retry"));
+}
+
 absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
                                                          const std::string& job,
                                                          int index,

@@ -147,6 +147,33 @@ absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
                                               const ShardGeneration& seen,
                                               const std::string& promotion);
 
+// Which replicas of shard `index` its primary counts as in sync, at
+// /ps/<job>/in_sync/<index>: followers of one feed (by the ids the feed
+// gave them at their copy), written by the primary at its generation. A
+// primary removes a replica here before it acknowledges a push that
+// replica lacks, so a replica named here holds every acknowledged push,
+// and only such a replica is promoted (unless the operator accepts losing
+// some: ps_server --allow_unclean_promotion).
+struct InSyncSet {
+  uint64_t generation = 0;
+  uint64_t feed = 0;
+  std::vector<uint64_t> followers;  // ascending
+
+  bool Holds(uint64_t feed_id, uint64_t follower) const;
+};
+// "GENERATION FEED ID,ID,..." and back; INVALID_ARGUMENT for other text.
+std::string InSyncText(const InSyncSet& set);
+absl::StatusOr<InSyncSet> ParseInSync(absl::string_view text);
+// NOT_FOUND while the shard's primary has written none.
+absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
+                                        const std::string& job, int index);
+// Writes `set` while the shard's generation is still `at` (as read, with
+// its mod revision): FAILED_PRECONDITION once it moved (a replica was
+// promoted: this primary is fenced); ABORTED when the key changed under
+// the write (retry). A write etcd applied whose answer was lost is OK.
+absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
+                            const ShardGeneration& at, const InSyncSet& set);
+
 // The first start of shard `index` among processes that find their roles
 // (ps_server --replicas): a claim, held under a lease of `ttl` until the
 // claimer registers as the shard's primary, so that one process of many

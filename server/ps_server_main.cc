@@ -37,6 +37,7 @@
 #include "net/server_tls_flags.h"
 #include "net/shard_directory.h"
 #include "net/tls_credentials.h"
+#include "server/etcd_seen.h"
 #include "server/shard_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -243,6 +244,19 @@ ABSL_FLAG(int32_t, min_in_sync_replicas, -1,
           "--replication=sync, 0 under async. 0: pushes go on with no "
           "replica (a sync primary then acknowledges pushes nobody else has, "
           "counted in ps_replication_pushes_without_replica_total).");
+ABSL_FLAG(bool, accept_etcd_rollback, false,
+          "Under --etcd, start even when etcd went backwards since this data "
+          "dir last saw it (a lower revision, or another cluster: etcd "
+          "restored from an older snapshot, or replaced). Its generation "
+          "fences may then be older than this shard's, so a primary that "
+          "was replaced could serve again: check first.");
+ABSL_FLAG(bool, allow_unclean_promotion, false,
+          "Under --etcd, a replica takes its shard over even when its "
+          "primary's recorded in-sync set does not name it (it was dropped: "
+          "paused, cut off or behind): it may lack pushes the primary "
+          "acknowledged, which are then lost. Without it such a replica is "
+          "not promoted and the shard waits for its primary or an "
+          "operator.");
 ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
           "A primary's pushes wait while a replica is more than this many "
           "feed entries (pushes and table changes) behind: the bound on what "
@@ -689,12 +703,16 @@ ps::net::ShardRecord OwnRecord(const ps::server::ServerOptions& options,
 // back), the replica cannot follow any more: it stops, to be copied again.
 class PrimaryWatch {
  public:
+  // `allow_unclean_promotion`: take the shard over even when the recorded
+  // in-sync set does not name this replica.
   PrimaryWatch(ps::net::EtcdClient* etcd, ps::server::ShardServer* server,
-               ps::net::ShardRecord own, std::string data_dir)
+               ps::net::ShardRecord own, std::string data_dir,
+               bool allow_unclean_promotion)
       : etcd_(etcd),
         server_(server),
         own_(std::move(own)),
-        data_dir_(std::move(data_dir)) {
+        data_dir_(std::move(data_dir)),
+        allow_unclean_promotion_(allow_unclean_promotion) {
     thread_ = std::thread([this] { Run(); });
   }
   ~PrimaryWatch() { Stop(); }
@@ -752,6 +770,7 @@ class PrimaryWatch {
     RETURN_IF_ERROR(server_->StopFollowing());
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
+    RETURN_IF_ERROR(CheckInSync(job, seen));
     // The promotion is written into the data dir before etcd: once etcd
     // holds it, however it is cut short, the data dir is the newest and a
     // start finishes it (ChooseRole()).
@@ -788,16 +807,51 @@ class PrimaryWatch {
     server_->FenceBy(registration_.get());
     promoted_ = true;
     RETURN_IF_ERROR(server_->Promote());
+    RETURN_IF_ERROR(server_->RecordInSyncSet());
     LOG(INFO) << "registered in etcd as " << ps::net::ShardsPrefix(job)
               << own_.index << " = " << own_.address
               << " (promoted; generation " << generation << ")";
     return server_->CampaignForCoordinator(own_.address, lease);
   }
 
+  // OK when the primary's recorded in-sync set (at generation `seen`)
+  // names this replica, or allow_unclean_promotion_ says to go on anyway;
+  // FAILED_PRECONDITION otherwise: the replica may lack acknowledged pushes.
+  absl::Status CheckInSync(const std::string& job,
+                           const ps::net::ShardGeneration& seen) {
+    ASSIGN_OR_RETURN(const auto ids, server_->FeedAndFollower());
+    absl::StatusOr<ps::net::InSyncSet> set =
+        ps::net::ReadInSyncSet(*etcd_, job, own_.index);
+    if (!set.ok() && !absl::IsNotFound(set.status())) return set.status();
+    if (set.ok() && set->generation == seen.generation &&
+        set->Holds(ids.first, ids.second)) {
+      return absl::OkStatus();
+    }
+    const std::string why =
+        set.ok()
+            ? absl::StrCat("shard ", own_.index, "'s recorded in-sync set (",
+                           ps::net::InSyncText(*set),
+                           ") does not name this replica (feed ", ids.first,
+                           ", follower ", ids.second, ")")
+            : absl::StrCat("shard ", own_.index,
+                           " has no recorded in-sync set");
+    if (allow_unclean_promotion_) {
+      LOG(WARNING) << why
+                   << "; promoting anyway (--allow_unclean_promotion): "
+                      "pushes the primary acknowledged may be lost";
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        why,
+        ": it may lack pushes the primary acknowledged, so it is not "
+        "promoted (--allow_unclean_promotion promotes it anyway)"));
+  }
+
   ps::net::EtcdClient* const etcd_;
   ps::server::ShardServer* const server_;
   const ps::net::ShardRecord own_;
   const std::string data_dir_;
+  const bool allow_unclean_promotion_;
   std::unique_ptr<ps::net::LeasedKey> registration_;
   absl::Notification stop_;
   std::thread thread_;
@@ -836,6 +890,45 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(ps::server::ServerOptions* options) {
       std::max(options->replica_follow_retry,
                3 * absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)));
   return presence;
+}
+
+// Under --etcd: refuses (FAILED_PRECONDITION, exit 70) a data dir whose
+// etcd went backwards since it last saw it, unless --accept_etcd_rollback.
+absl::Status CheckEtcdWentOn(const std::string& data_dir,
+                             ps::net::EtcdClient& etcd) {
+  ASSIGN_OR_RETURN(const std::optional<ps::net::EtcdPosition> seen,
+                   ps::server::ReadEtcdSeen(data_dir));
+  if (!seen.has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const ps::net::EtcdPosition now, etcd.Position());
+  absl::Status went_on = ps::server::CheckEtcdWentOn(*seen, now);
+  if (!went_on.ok() && absl::GetFlag(FLAGS_accept_etcd_rollback)) {
+    LOG(WARNING) << went_on.message() << "; starting (--accept_etcd_rollback)";
+    return absl::OkStatus();
+  }
+  return went_on;
+}
+
+// Under --etcd: records where etcd is in the data dir (after a check that
+// it went on, unless `unchecked`); a failure is logged, not fatal.
+void RecordEtcdSeen(const std::string& data_dir, ps::net::EtcdClient& etcd,
+                    bool unchecked) {
+  absl::StatusOr<ps::net::EtcdPosition> now = etcd.Position();
+  if (!now.ok()) return;
+  if (!unchecked) {
+    absl::StatusOr<std::optional<ps::net::EtcdPosition>> seen =
+        ps::server::ReadEtcdSeen(data_dir);
+    if (seen.ok() && seen->has_value()) {
+      if (absl::Status went_on = ps::server::CheckEtcdWentOn(**seen, *now);
+          !went_on.ok()) {
+        LOG_EVERY_N(ERROR, 30) << went_on.message();
+        return;
+      }
+    }
+  }
+  if (absl::Status written = ps::server::WriteEtcdSeen(data_dir, *now);
+      !written.ok()) {
+    LOG_EVERY_N(WARNING, 30) << "recording etcd's revision: " << written;
+  }
 }
 
 // --replica_of=N under --etcd: the address shard N of the job is registered
@@ -1021,7 +1114,8 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
     // The primary holds the index; this replica takes it over when the
     // primary's registration goes.
     presence->watch = std::make_unique<PrimaryWatch>(
-        presence->etcd.get(), &server, record, options.store.data_dir);
+        presence->etcd.get(), &server, record, options.store.data_dir,
+        absl::GetFlag(FLAGS_allow_unclean_promotion));
     return absl::OkStatus();
   }
   // A data dir the shard failed over from (a replica took its place since
@@ -1069,6 +1163,9 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
           absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s)), generation));
   presence->registration = std::move(registered);
   presence->claim.reset();
+  // Before any push is taken: from now on no push is acknowledged that a
+  // replica the record names lacks.
+  RETURN_IF_ERROR(server.RecordInSyncSet());
   LOG(INFO) << "registered in etcd as "
             << ps::net::ShardsPrefix(absl::GetFlag(FLAGS_job)) << record.index
             << " = " << record.address;
@@ -1081,10 +1178,12 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
 
 // Waits for one of `shutdown_signals` (or an admin drain, which raises
 // SIGTERM), then leaves etcd (if registered), drains for --drain_seconds and
-// stops the server. The exit code: 0 once it stopped cleanly, 70 otherwise.
+// stops the server; meanwhile, under --etcd, records where etcd is in
+// `data_dir` every 10 s. The exit code: 0 once it stopped cleanly, 70
+// otherwise.
 int ServeUntilSignal(const sigset_t& shutdown_signals,
                      std::unique_ptr<ps::server::ShardServer> server,
-                     EtcdPresence presence) {
+                     EtcdPresence presence, const std::string& data_dir) {
   // Under --replicas a primary whose registration is lost for good (a
   // replica took the shard while it was paused or cut off) stops, to start
   // again as a replica.
@@ -1098,10 +1197,15 @@ int ServeUntilSignal(const sigset_t& shutdown_signals,
   };
   int signal_number = 0;
   bool lost = false;
-  while (true) {
+  for (int second = 1;; ++second) {
     const timespec one_second = {1, 0};
     signal_number = sigtimedwait(&shutdown_signals, nullptr, &one_second);
     if (signal_number > 0) break;
+    // Where etcd is, every 10 s: a restore from a snapshot older than
+    // that is refused at the next start.
+    if (presence.etcd != nullptr && second % 10 == 0) {
+      RecordEtcdSeen(data_dir, *presence.etcd, /*unchecked=*/false);
+    }
     if (registration_lost()) {
       LOG(ERROR) << "this shard's registration is lost for good (another "
                     "process serves the shard): stopping, to start again "
@@ -1153,6 +1257,13 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(&*options);
   if (!presence.ok()) return Fail(std::string(presence.status().message()));
+  if (presence->etcd != nullptr) {
+    if (absl::Status went_on =
+            CheckEtcdWentOn(options->store.data_dir, *presence->etcd);
+        !went_on.ok()) {
+      return Fail(went_on);
+    }
+  }
   if (absl::Status role = ChooseRole(&*options, &*presence); !role.ok()) {
     return Fail(role);
   }
@@ -1176,7 +1287,11 @@ int main(int argc, char** argv) {
   if (absl::IsInvalidArgument(registered))
     return Fail(std::string(registered.message()));
   if (!registered.ok()) return Fail(registered);
+  if (presence->etcd != nullptr) {
+    RecordEtcdSeen(options->store.data_dir, *presence->etcd,
+                   /*unchecked=*/absl::GetFlag(FLAGS_accept_etcd_rollback));
+  }
   AnnounceServing(*options, **server);
   return ServeUntilSignal(shutdown_signals, *std::move(server),
-                          *std::move(presence));
+                          *std::move(presence), options->store.data_dir);
 }

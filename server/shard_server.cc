@@ -587,6 +587,10 @@ absl::Status ShardServer::StopFollowing() {
 
 void ShardServer::HandOver(absl::Time deadline) {
   data_service_->SetStopping();
+  // No push is acknowledged from here on: the record stays as it is, so
+  // that replicas timing out while this shard stops do not leave it (and
+  // lose their right to take over).
+  in_sync_recorder_.reset();
   // A replica that was never promoted feeds nobody.
   if (feed_ == nullptr || (follower_ != nullptr && !promoted_.load())) return;
   const uint64_t head = feed_->head();
@@ -617,6 +621,29 @@ absl::Status ShardServer::Promote() {
 
 void ShardServer::FenceBy(const net::LeasedKey* lease) {
   data_service_->FenceBy(lease);
+}
+
+absl::Status ShardServer::RecordInSyncSet() {
+  if (etcd_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "an in-sync set is recorded only under --etcd");
+  }
+  if (feed_ == nullptr) return absl::OkStatus();  // no replicas to record
+  InSyncRecorderOptions options;
+  options.job = job_;
+  options.index = static_cast<int>(shard_index_);
+  options.min_in_sync = min_in_sync_replicas_;
+  ASSIGN_OR_RETURN(in_sync_recorder_,
+                   InSyncRecorder::Start(etcd_, feed_.get(), options));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ShardServer::FeedAndFollower()
+    const {
+  if (!replica_start_.has_value()) {
+    return absl::FailedPreconditionError("this shard is not a replica");
+  }
+  return std::make_pair(replica_start_->feed_id, replica_start_->follower_id);
 }
 
 void ShardServer::FillReplicationStats(

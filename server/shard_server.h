@@ -35,6 +35,7 @@
 #include "server/coordinator_election.h"
 #include "server/data_service.h"
 #include "server/etcd_slot_map.h"
+#include "server/in_sync_recorder.h"
 #include "server/replication_service.h"
 #include "server/shard_metrics.h"
 #include "server/slot_ownership.h"
@@ -228,6 +229,17 @@ class ShardServer {
   // (DataService::FenceBy()); null lifts it.
   void FenceBy(const net::LeasedKey* lease);
 
+  // Under --etcd, a primary (or a replica just promoted): keeps the
+  // shard's in-sync set in etcd in step with its feed
+  // (server/in_sync_recorder.h); nothing without a feed (no
+  // --durability=wal). FAILED_PRECONDITION when the shard's generation
+  // moved.
+  absl::Status RecordInSyncSet();
+
+  // A replica's place in its primary's feed: the feed's id and the
+  // follower id its copy was given. FAILED_PRECONDITION for a primary.
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> FeedAndFollower() const;
+
  private:
   ShardServer() = default;
 
@@ -283,6 +295,9 @@ class ShardServer {
   // clocks_ the job's coordinator while this shard is elected.
   std::unique_ptr<EtcdSlotMap> etcd_slot_map_;
   std::unique_ptr<CoordinatorElection> election_;
+  // Under --etcd, a primary's: the in-sync set kept in etcd (before feed_
+  // goes).
+  std::unique_ptr<InSyncRecorder> in_sync_recorder_;
   net::EtcdClient* etcd_ = nullptr;
   std::string job_;
   uint32_t shard_index_ = 0;

@@ -4,6 +4,8 @@
 // password are refused; ps_server and ps_admin reach it with --etcd_tls_* and
 // --etcd_user/--etcd_password_file; a token etcd ended is asked for again.
 
+#include <signal.h>
+
 #include <fstream>
 #include <memory>
 #include <string>
@@ -234,6 +236,57 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
                            "--etcd_password_file=" + *dir_ + "/wrong_password"},
                           "auth_shard_wrong")
                    .ok());
+}
+
+// An etcd that went backwards (replaced by another, or restored from an
+// older snapshot) could hold older fences than a data dir has seen: a shard
+// on that data dir refuses to start (70, saying why) unless
+// --accept_etcd_rollback.
+TEST_F(EtcdSecurityTest, AShardRefusesAnEtcdThatWentBackwards) {
+  absl::StatusOr<std::unique_ptr<EtcdProcess>> etcd =
+      EtcdProcess::Start("etcd_before");
+  ASSERT_OK(etcd);
+  const std::string data_dir = FreshTestDir("rollback_shard");
+  const std::vector<std::string> flags = {"--etcd=" + (*etcd)->endpoint(),
+                                          absl::StrCat("--job=", kJob),
+                                          "--etcd_lease_s=2",
+                                          "--data_dir=" + data_dir,
+                                          "--shard_index=0",
+                                          "--num_shards=1"};
+  {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> shard = ServerProcess::Start(
+        flags, absl::Seconds(60), *dir_ + "/rollback_first.log");
+    ASSERT_OK(shard);
+    // Started again on the same etcd: it went on.
+    (*shard)->SignalAndWait(SIGTERM);
+    shard = ServerProcess::Start(flags, absl::Seconds(60),
+                                 *dir_ + "/rollback_again.log");
+    ASSERT_OK(shard);
+    (*shard)->SignalAndWait(SIGTERM);
+  }
+  (*etcd)->Stop(SIGKILL);
+  // Another etcd at the same address would do the same; a new one stands
+  // for a restore.
+  absl::StatusOr<std::unique_ptr<EtcdProcess>> other =
+      EtcdProcess::Start("etcd_after");
+  ASSERT_OK(other);
+  std::vector<std::string> argv = {BinaryPath("server/ps_server"),
+                                   "--listen=127.0.0.1:0",
+                                   "--etcd=" + (*other)->endpoint(),
+                                   absl::StrCat("--job=", kJob),
+                                   "--etcd_lease_s=2",
+                                   "--data_dir=" + data_dir,
+                                   "--shard_index=0",
+                                   "--num_shards=1"};
+  const std::string log = *dir_ + "/rollback_refused.log";
+  EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(60)), 70) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("--accept_etcd_rollback"), std::string::npos)
+      << ReadFile(log);
+  std::vector<std::string> accepted(argv.begin() + 2, argv.end());
+  accepted.push_back("--accept_etcd_rollback");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> shard = ServerProcess::Start(
+      accepted, absl::Seconds(60), *dir_ + "/rollback_accepted.log");
+  EXPECT_OK(shard);
 }
 
 }  // namespace

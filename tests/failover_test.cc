@@ -163,10 +163,10 @@ class FailoverTest : public ::testing::Test {
   std::vector<std::string> ReplicasFlags(
       const std::string& dir, const std::vector<std::string>& more = {}) const {
     std::vector<std::string> flags = EtcdFlags();
-    flags.insert(flags.end(),
-                 {"--data_dir=" + dir, "--shard_index=0", "--num_shards=1",
-                  "--replicas=1", "--replication=sync",
-                  "--min_in_sync_replicas=0"});
+    flags.insert(
+        flags.end(),
+        {"--data_dir=" + dir, "--shard_index=0", "--num_shards=1",
+         "--replicas=1", "--replication=sync", "--min_in_sync_replicas=0"});
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
   }
@@ -177,6 +177,63 @@ class FailoverTest : public ::testing::Test {
                              absl::StrCat(dir, ".log", ++starts_));
     EXPECT_OK(started);
     return started.ok() ? *std::move(started) : nullptr;
+  }
+
+  // See OnlyAReplicaInTheRecordedInSyncSetIsPromoted.
+  void LoseAllButADroppedReplica(bool unclean) {
+    ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(
+        /*sync=*/true, /*max_lag=*/100000, {"--replica_timeout_ms=500"}));
+    const std::string dropped_dir = FreshTestDir(name_ + "_dropped");
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(),
+                 {"--data_dir=" + dropped_dir, "--replica_of=0",
+                  "--replication=sync", "--min_in_sync_replicas=0",
+                  unclean ? "--allow_unclean_promotion" : "--cache_mb=64"});
+    auto dropped =
+        ServerProcess::Start(flags, absl::Seconds(60), dropped_dir + ".log");
+    ASSERT_OK(dropped);
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (Stats(*primary_).replication().replicas_in_sync() != 2) {
+      ASSERT_LT(absl::Now(), deadline) << "the replicas are not in sync";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    std::unique_ptr<worker::PsClient> client = Connect(100);
+    ASSERT_NE(client, nullptr);
+    for (int i = 0; i < 5; ++i)
+      ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+
+    ASSERT_EQ(kill((*dropped)->pid(), SIGSTOP), 0);
+    while (Stats(*primary_).replication().replicas() != 1) {
+      ASSERT_LT(absl::Now(), deadline) << "the paused replica was not dropped";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    for (int i = 0; i < 5; ++i)
+      ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+    absl::StatusOr<net::InSyncSet> recorded =
+        net::ReadInSyncSet(*client_, kJob, 0);
+    ASSERT_OK(recorded);
+    EXPECT_EQ(recorded->followers.size(), 1u) << net::InSyncText(*recorded);
+
+    replica_->SignalAndWait(SIGKILL);
+    primary_->SignalAndWait(SIGKILL);
+    std::filesystem::remove_all(primary_dir_);
+    ASSERT_EQ(kill((*dropped)->pid(), SIGCONT), 0);
+    if (!unclean) {
+      EXPECT_EQ((*dropped)->Wait(absl::Minutes(1)), 70);
+      EXPECT_NE(
+          ReadFile(dropped_dir + ".log").find("does not name this replica"),
+          std::string::npos)
+          << ReadFile(dropped_dir + ".log");
+      EXPECT_TRUE(absl::IsNotFound(net::FindShard(*client_, kJob, 0).status()));
+      return;
+    }
+    while (Stats(**dropped).replication().role() != "primary") {
+      ASSERT_LT(absl::Now(), deadline + absl::Minutes(1))
+          << "the replica was not promoted";
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    // It lacks the five pushes acknowledged while it was paused.
+    for (float value : Values(**dropped)) EXPECT_EQ(value, 5.0f);
   }
 
   std::string name_;
@@ -392,6 +449,19 @@ TEST_F(FailoverTest, NoPushIsAcknowledgedWithFewerReplicasInSyncThanTheLeast) {
   EXPECT_GT(paused.replication().pushes_refused_too_few_in_sync(), 0u);
   EXPECT_EQ(paused.replication().pushes_without_replica(), 0u);
   for (float value : Values(*replica_)) EXPECT_EQ(value, acknowledged);
+}
+
+// Two replicas under sync; one (B) paused past --replica_timeout_ms leaves
+// the recorded in-sync set, and pushes go on with the other (A). Then A and
+// the primary are lost. B, resumed, lacks pushes that were acknowledged:
+// without --allow_unclean_promotion it is not promoted (it exits 70, the
+// shard waits for an operator); with it, it is, and lacks them.
+TEST_F(FailoverTest, OnlyAReplicaInTheRecordedInSyncSetIsPromoted) {
+  LoseAllButADroppedReplica(/*unclean=*/false);
+}
+
+TEST_F(FailoverTest, AnUncleanPromotionTakesAReplicaOutsideTheSet) {
+  LoseAllButADroppedReplica(/*unclean=*/true);
 }
 
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
