@@ -22,6 +22,7 @@
 #include "tests/child_process.h"
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
+#include "tests/test_certificates.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
@@ -38,13 +39,9 @@ class EtcdSecurityTest : public ::testing::Test {
         << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
            "extendedKeyUsage=serverAuth\n";
     std::ofstream(d + "/client.ext") << "extendedKeyUsage=clientAuth\n";
-    ASSERT_EQ(Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt",
-                       "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-                       d + "/ca.key", "-out", d + "/ca.pem", "-days", "2",
-                       "-subj", "/CN=ps test etcd ca"}),
-              0);
-    ASSERT_TRUE(Issue("etcd", "etcd.ext"));
-    ASSERT_TRUE(Issue("client", "client.ext"));
+    ASSERT_TRUE(MakeCertificateAuthority(d, "ca"));
+    ASSERT_TRUE(IssueCertificate(d, "etcd", "ca", "etcd.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "client", "ca", "client.ext"));
     std::ofstream(d + "/password") << "job-password\n";
     std::ofstream(d + "/wrong_password") << "not-it\n";
   }
@@ -52,24 +49,6 @@ class EtcdSecurityTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
-  }
-
-  static int Openssl(std::vector<std::string> args) {
-    args.insert(args.begin(), "/usr/bin/openssl");
-    return RunToCompletion(args, *dir_ + "/openssl.log");
-  }
-
-  // A key and a certificate for `name`, signed by the CA.
-  static bool Issue(const std::string& name, const std::string& extensions) {
-    const std::string& d = *dir_;
-    return Openssl({"req", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-                    d + "/" + name + ".key", "-out", d + "/" + name + ".csr",
-                    "-subj", "/CN=" + name}) == 0 &&
-           Openssl({"x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                    d + "/ca.pem", "-CAkey", d + "/ca.key", "-CAcreateserial",
-                    "-out", d + "/" + name + ".pem", "-days", "2", "-extfile",
-                    d + "/" + extensions}) == 0;
   }
 
   static TlsFiles ClientTls(bool with_certificate) {

@@ -21,13 +21,12 @@
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
+#include "tests/test_certificates.h"
 #include "tests/test_client.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
 namespace {
-
-constexpr char kOpenssl[] = "/usr/bin/openssl";
 
 class TlsTest : public ::testing::Test {
  protected:
@@ -39,21 +38,17 @@ class TlsTest : public ::testing::Test {
            "extendedKeyUsage=serverAuth\n";
     std::ofstream(d + "/client.ext") << "extendedKeyUsage=clientAuth\n";
     for (const std::string ca : {"ca", "other_ca"}) {
-      ASSERT_EQ(Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt",
-                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-                         d + "/" + ca + ".key", "-out", d + "/" + ca + ".pem",
-                         "-days", "2", "-subj", "/CN=ps test " + ca}),
-                0);
+      ASSERT_TRUE(MakeCertificateAuthority(d, ca));
     }
     // A shard's certificate when it has replicas: a replica dials its
     // primary with it, as a client.
     std::ofstream(d + "/shard.ext")
         << "subjectAltName=IP:127.0.0.1,DNS:ps-shard\n"
            "extendedKeyUsage=serverAuth,clientAuth\n";
-    ASSERT_TRUE(Issue("server", "ca", "server.ext"));
-    ASSERT_TRUE(Issue("shard", "ca", "shard.ext"));
-    ASSERT_TRUE(Issue("worker", "ca", "client.ext"));
-    ASSERT_TRUE(Issue("stranger", "other_ca", "client.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "server", "ca", "server.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "shard", "ca", "shard.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "worker", "ca", "client.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "stranger", "other_ca", "client.ext"));
     std::ofstream(d + "/token") << "right-token\n";
     std::ofstream(d + "/wrong_token") << "wrong-token\n";
     std::ofstream(d + "/worker_token") << "worker-token\n";
@@ -62,25 +57,6 @@ class TlsTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
-  }
-
-  static int Openssl(std::vector<std::string> args) {
-    args.insert(args.begin(), kOpenssl);
-    return RunToCompletion(args, *dir_ + "/openssl.log");
-  }
-
-  // A key and a certificate for `name`, signed by `ca`.
-  static bool Issue(const std::string& name, const std::string& ca,
-                    const std::string& extensions) {
-    const std::string& d = *dir_;
-    return Openssl({"req", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
-                    d + "/" + name + ".key", "-out", d + "/" + name + ".csr",
-                    "-subj", "/CN=" + name}) == 0 &&
-           Openssl({"x509", "-req", "-in", d + "/" + name + ".csr", "-CA",
-                    d + "/" + ca + ".pem", "-CAkey", d + "/" + ca + ".key",
-                    "-CAcreateserial", "-out", d + "/" + name + ".pem", "-days",
-                    "2", "-extfile", d + "/" + extensions}) == 0;
   }
 
   static TlsFiles Client(const std::string& name, const std::string& ca) {
