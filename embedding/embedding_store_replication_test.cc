@@ -51,6 +51,15 @@ class ReplicationTest : public EmbeddingStoreTest {
     return all;
   }
 
+  // Where a replica's copy goes.
+  std::string CopyDir() const { return options_.data_dir + "-copy"; }
+
+  // A replica's copy of `primary` cut into CopyDir() (emptied first).
+  absl::StatusOr<EmbeddingStore::ReplicaCut> CutCopy(EmbeddingStore& primary) {
+    std::filesystem::remove_all(CopyDir());
+    return primary.CheckpointForReplica(CopyDir());
+  }
+
   int sequence_ = 0;
 };
 
@@ -65,10 +74,8 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   for (int round = 0; round < 5; ++round)
     PushRound(*primary, "adagrad", 8, round, 300);
 
-  const std::string copy = options_.data_dir + "-copy";
-  std::filesystem::remove_all(copy);
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut_or =
-      primary->CheckpointForReplica(copy);
+  const std::string copy = CopyDir();
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut_or = CutCopy(*primary);
   ASSERT_OK(cut_or.status());
   const EmbeddingStore::ReplicaCut cut = *cut_or;
   EXPECT_EQ(cut.start_sequence, feed.head());
@@ -133,10 +140,8 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
   ASSERT_OK(primary->SetReplicationFeed(&feed));
   ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
-  const std::string copy = options_.data_dir + "-copy";
-  std::filesystem::remove_all(copy);
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut =
-      primary->CheckpointForReplica(copy);
+  const std::string copy = CopyDir();
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
 
   std::vector<SlotRow> written, ingested;
@@ -203,10 +208,8 @@ TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
   ASSERT_OK(primary->SetReplicationFeed(&feed));
   ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
-  const std::string copy = options_.data_dir + "-copy";
-  std::filesystem::remove_all(copy);
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut =
-      primary->CheckpointForReplica(copy);
+  const std::string copy = CopyDir();
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
   // Push 1 is refused as busy, 2..400 are applied, then 1's retry: the
   // primary's ledger remembers the refusal and applies it.
