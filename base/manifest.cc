@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/durable_file.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
@@ -111,6 +112,18 @@ absl::StatusOr<std::vector<std::string>> ExportChain(const std::string& dir) {
   return chain;
 }
 
+absl::Time ExportWrittenAt(const ExportManifest& manifest) {
+  if (manifest.created_at_unix_ms() > 0)
+    return absl::FromUnixMillis(manifest.created_at_unix_ms());
+  absl::Time written;
+  std::string error;
+  if (absl::ParseTime(absl::RFC3339_full, manifest.created_at(), &written,
+                      &error)) {
+    return written;
+  }
+  return absl::InfinitePast();
+}
+
 SlotMap RecordedSlotMap(const CheckpointManifest& manifest) {
   return RecordedSlotMap(manifest.has_slot_map(), manifest.slot_map(),
                          manifest.num_shards());
@@ -176,6 +189,15 @@ absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir) {
         " with predecessor \"", manifest.predecessor(), "\", base \"",
         manifest.base(), "\" and delta index ", manifest.delta_index(),
         " is not an export this version reads"));
+  }
+  // What a delta follows is a directory beside it, named alone.
+  for (const std::string* name : {&manifest.predecessor(), &manifest.base()}) {
+    if (delta && (*name == "." || *name == ".." ||
+                  name->find('/') != std::string::npos)) {
+      return absl::DataLossError(
+          absl::StrCat(ManifestPath(dir), ": a delta follows \"", *name,
+                       "\", which is not an export's name beside it"));
+    }
   }
   for (const auto& table : manifest.tables()) {
     if (table.parts_size() != static_cast<int>(manifest.num_shards())) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "base/slot_map.h"
 #include "google/protobuf/message.h"
 #include "proto/checkpoint.pb.h"
@@ -41,6 +42,11 @@ absl::StatusOr<ExportManifest> ReadExportManifest(const std::string& dir);
 // DATA_LOSS for a link that is missing or does not read, DATA_LOSS for one
 // that does not follow (another base, index or model).
 absl::StatusOr<std::vector<std::string>> ExportChain(const std::string& dir);
+
+// When the export's manifest was written: its created_at_unix_ms, or for a
+// manifest written without one, its created_at (to the second); the
+// infinite past for one whose created_at does not read either.
+absl::Time ExportWrittenAt(const ExportManifest& manifest);
 
 // The slot map a manifest records, or for one written before manifests
 // recorded maps, the initial map of its shard count. REQUIRES: `manifest`

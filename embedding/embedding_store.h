@@ -409,6 +409,11 @@ class EmbeddingStore {
     // empty value for each row that expired since (found expired, or
     // dropped by a compaction). Default: unset (every row).
     std::optional<uint32_t> changed_since_s;
+    // Set: only the rows (and deletions) of the slots marked here, by slot
+    // (kNumSlots entries): the slots the export's slot map gives this shard.
+    // A row of another slot (left by a move in progress or cut short) is
+    // its owner's to export. Default: unset (every row).
+    std::optional<std::vector<bool>> slots;
   };
   // Returns the time of the export (Unix seconds, this shard's clock,
   // taken before the snapshot): the changed_since_s of a delta after it.

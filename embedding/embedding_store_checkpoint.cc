@@ -59,6 +59,11 @@ absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
 
 absl::StatusOr<uint32_t> EmbeddingStore::Export(
     std::vector<ExportTarget>* targets, const ExportOptions& options) {
+  if (options.slots.has_value() && options.slots->size() != kNumSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("an export's slots name ",
+                                                   options.slots->size(),
+                                                   " slots, not ", kNumSlots));
+  }
   std::vector<const Table*> tables;
   for (const ExportTarget& target : *targets) {
     ASSIGN_OR_RETURN(const Table* table, FindTable(target.table));
@@ -119,6 +124,9 @@ absl::Status EmbeddingStore::ExportTable(const Table& table,
   // In the store's order (by slot, then key), which the export's keys
   // follow (proto/checkpoint.proto); an empty value deletes the row.
   auto put = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
+    if (options.slots.has_value() && !(*options.slots)[SlotForKey(key)]) {
+      return absl::OkStatus();  // another shard's row
+    }
     if (writer == nullptr) {
       ASSIGN_OR_RETURN(writer, OpenSstFile(target->path));
     }

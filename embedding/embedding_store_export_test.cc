@@ -115,6 +115,36 @@ TEST_F(EmbeddingStoreTest, ADeltaHoldsTheRowsChangedSinceTheExportBefore) {
   EXPECT_EQ(empty.rows, 0u);
 }
 
+TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(SgdTable("emb", 4)));
+  const std::vector<uint64_t> keys = Range(0, 400);
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(4 * keys.size(), 1)));
+  // The lower half of the slots: about half of the keys.
+  std::vector<bool> slots(kNumSlots, false);
+  for (uint32_t slot = 0; slot < kNumSlots / 2; ++slot) slots[slot] = true;
+  std::vector<EmbeddingStore::ExportTarget> targets(1);
+  targets[0].table = "emb";
+  targets[0].path = options_.data_dir + "_exports/half.sst";
+  EmbeddingStore::ExportOptions options;
+  options.slots = slots;
+  ASSERT_OK(store->Export(&targets, options).status());
+  const auto rows = ReadPart(targets[0].path);
+  size_t owned = 0;
+  for (uint64_t key : keys) {
+    const bool in_half = slots[SlotForKey(key)];
+    owned += in_half;
+    EXPECT_EQ(rows.count(key), in_half ? 1u : 0u) << key;
+  }
+  EXPECT_GT(owned, 100u);
+  EXPECT_LT(owned, 300u);
+  EXPECT_EQ(targets[0].rows, owned);
+
+  options.slots = std::vector<bool>(10, true);
+  EXPECT_EQ(store->Export(&targets, options).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(EmbeddingStoreTest, ADeltaDeletesTheRowsThatExpiredSince) {
   // On disk, rows go after the ttl and twice the write-back interval (1 s
   // in all here): 3 s.

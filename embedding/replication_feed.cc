@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace ps::embedding {
 namespace {
@@ -18,6 +19,14 @@ namespace {
 // How often the waiter thread looks at deadlines and followers that timed
 // out when nothing else wakes it.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
+
+// What an entry kept takes in memory, about: its bytes and the deque's
+// share.
+uint64_t EntryBytes(const FeedEntry& entry) {
+  return entry.table().size() + entry.record().size() +
+         entry.slot_keys().size() + entry.slot_floats().size() +
+         entry.slot_metas().size() + sizeof(FeedEntry);
+}
 
 }  // namespace
 
@@ -61,7 +70,33 @@ uint64_t ReplicationFeed::AppendMade(absl::FunctionRef<FeedEntry()> make) {
   }
   FeedEntry& entry = entries_.emplace_back(make());
   entry.set_sequence(sequence);
+  bytes_kept_ += EntryBytes(entry);
+  if (bytes_kept_ > options_.max_bytes_kept) DropFollowersBehindLocked();
   return sequence;
+}
+
+void ReplicationFeed::DropFollowersBehindLocked() {
+  while (bytes_kept_ > options_.max_bytes_kept && !followers_.empty()) {
+    auto behind = followers_.begin();
+    for (auto it = followers_.begin(); it != followers_.end(); ++it) {
+      if (it->second.applied < behind->second.applied) behind = it;
+    }
+    LOG(WARNING) << "replica follower " << behind->first << " is "
+                 << head_ - behind->second.applied
+                 << " feed entries behind, more than the "
+                 << (options_.max_bytes_kept >> 20)
+                 << " MiB the feed keeps (--max_replication_lag_mb): dropped, "
+                    "it copies again";
+    followers_.erase(behind);
+    ++followers_dropped_behind_;
+    changed_ = true;
+    PruneLocked();
+  }
+}
+
+bool ReplicationFeed::HasFollower(uint64_t follower) const {
+  absl::MutexLock lock(&mu_);
+  return followers_.contains(follower);
 }
 
 uint64_t ReplicationFeed::head() const {
@@ -95,6 +130,10 @@ void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
     status = AcknowledgeLocked(follower, applied);
     if (status.ok()) {
       Follower& state = followers_[follower];
+      if (max_entries > 0 && !state.reading) {
+        state.reading = true;
+        changed_ = true;
+      }
       if (head_ == state.applied &&
           absl::Now() < std::min(deadline, cancel_at_) && max_entries > 0) {
         read_waits_.push_back(ReadWait{follower, max_entries, max_bytes,
@@ -196,6 +235,8 @@ ReplicationFeed::Stats ReplicationFeed::GetStats() {
   stats.head = head_;
   stats.applied = LeastAppliedLocked();
   stats.entries_kept = entries_.size();
+  stats.bytes_kept = bytes_kept_;
+  stats.followers_dropped_behind = followers_dropped_behind_;
   return stats;
 }
 
@@ -265,7 +306,8 @@ void ReplicationFeed::DecideWaitsLocked(
 
 ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
     const ReplicatedWait& wait) const {
-  if (head_ - LeastAppliedLocked() > wait.max_lag) return Replicated::kTimedOut;
+  if (head_ - LeastAppliedLocked(Among::kReading) > wait.max_lag)
+    return Replicated::kTimedOut;
   if (!wait.sync) return Replicated::kYes;
   const uint32_t in_sync = InSyncCountLocked();
   if (recorded_in_sync_.has_value()) {
@@ -280,7 +322,7 @@ ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
     }
   }
   if (in_sync == 0) return Replicated::kTooFewInSync;
-  if (LeastAppliedLocked(/*in_sync_only=*/true) < wait.sequence)
+  if (LeastAppliedLocked(Among::kInSync) < wait.sequence)
     return Replicated::kTimedOut;
   return in_sync < wait.min_in_sync ? Replicated::kTooFewInSync
                                     : Replicated::kYes;
@@ -363,10 +405,14 @@ void ReplicationFeed::ExpireLocked(absl::Time now) {
 void ReplicationFeed::PruneLocked() {
   const uint64_t keep_after = LeastAppliedLocked();
   while (!entries_.empty() && first_kept_ <= keep_after) {
+    bytes_kept_ -= EntryBytes(entries_.front());
     entries_.pop_front();
     ++first_kept_;
   }
-  if (entries_.empty()) first_kept_ = head_ + 1;
+  if (entries_.empty()) {
+    first_kept_ = head_ + 1;
+    bytes_kept_ = 0;
+  }
 }
 
 uint32_t ReplicationFeed::InSyncCountLocked() const {
@@ -383,10 +429,11 @@ uint32_t ReplicationFeed::InSyncCountLocked() const {
   return in_sync;
 }
 
-uint64_t ReplicationFeed::LeastAppliedLocked(bool in_sync_only) const {
+uint64_t ReplicationFeed::LeastAppliedLocked(Among among) const {
   uint64_t least = head_;
   for (const auto& [id, follower] : followers_) {
-    if (in_sync_only && !follower.in_sync) continue;
+    if (among == Among::kInSync && !follower.in_sync) continue;
+    if (among == Among::kReading && !follower.reading) continue;
     least = std::min(least, follower.applied);
   }
   return least;

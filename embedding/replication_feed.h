@@ -13,7 +13,10 @@
 // A follower is *in sync* once it has applied every entry the feed had (a
 // new replica catches up first). A follower not heard from within
 // `follower_timeout` is dropped, so that a replica that died neither holds
-// entries in memory for good nor keeps pushes waiting for it.
+// entries in memory for good nor keeps pushes waiting for it. The entries
+// kept are bounded in bytes too: past `max_bytes_kept` the follower furthest
+// behind (a replica copying, or one that fell behind) is dropped and must
+// copy again, so that neither memory nor pushes pay for a slow replica.
 //
 // The waits are asynchronous, so that a gRPC server's threads are never
 // held by them: a thread of the feed's own calls each `done` once, outside
@@ -46,6 +49,10 @@ namespace ps::embedding {
 struct ReplicationFeedOptions {
   // A follower that has not read for this long is dropped. Default: 5 s.
   absl::Duration follower_timeout = absl::Seconds(5);
+  // The entries kept for followers may take this many bytes (their
+  // records and rows); an append past it drops the followers furthest
+  // behind until they fit. Default: 256 MiB.
+  size_t max_bytes_kept = size_t{256} << 20;
 };
 
 class ReplicationFeed {
@@ -73,6 +80,8 @@ class ReplicationFeed {
   // `*start`; returns its id.
   uint64_t AddFollower(uint64_t* start);
   void RemoveFollower(uint64_t follower);
+  // Whether `follower` still follows (it was neither removed nor dropped).
+  bool HasFollower(uint64_t follower) const;
 
   // Notes that `follower` applied every entry up to `applied`, then calls
   // done(status, entries) with the entries after it, up to `max_entries`
@@ -100,10 +109,12 @@ class ReplicationFeed {
   };
   // Calls done() once every follower in sync has applied `sequence` (when
   // `sync`; one dropped meanwhile no longer counts, one still catching up
-  // does not yet) and no follower is more than `max_lag` entries behind
-  // head(), or at `deadline`, or once CancelWaits() takes effect. Under
-  // sync the answer is kTooFewInSync rather than kYes while fewer than
-  // max(1, min_in_sync) followers are in sync.
+  // does not yet) and no follower reading entries (in sync or catching up)
+  // is more than `max_lag` entries behind head() (one still copying, which
+  // reads none, is bounded by max_bytes_kept instead: pushes never wait for
+  // a copy), or at `deadline`, or once CancelWaits()
+  // takes effect. Under sync the answer is kTooFewInSync rather than kYes while
+  // fewer than max(1, min_in_sync) followers are in sync.
   void WhenReplicated(uint64_t sequence, bool sync, uint32_t min_in_sync,
                       uint64_t max_lag, absl::Time deadline,
                       std::function<void(Replicated)> done);
@@ -141,8 +152,12 @@ class ReplicationFeed {
     uint64_t head = 0;
     // The least any follower has applied (head without followers).
     uint64_t applied = 0;
-    // Entries kept for followers.
+    // Entries kept for followers, and their bytes.
     uint64_t entries_kept = 0;
+    uint64_t bytes_kept = 0;
+    // Followers dropped so far because the entries kept for them passed
+    // max_bytes_kept.
+    uint64_t followers_dropped_behind = 0;
   };
   // Drops the followers that timed out first.
   Stats GetStats();
@@ -155,6 +170,9 @@ class ReplicationFeed {
     uint64_t applied = 0;
     absl::Time last_read;
     bool in_sync = false;
+    // Whether it has asked for entries yet: a replica copying keeps its
+    // place (reads of no entries) without reading.
+    bool reading = false;
     // head_ when it caught up (became in sync).
     uint64_t in_sync_at = 0;
   };
@@ -199,12 +217,17 @@ class ReplicationFeed {
   // follower needs.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the followers furthest behind while the entries kept take more
+  // than max_bytes_kept.
+  void DropFollowersBehindLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The followers in sync that count: once SetRecordedInSync() was called,
   // only those the record names.
   uint32_t InSyncCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The least any follower (any in sync, when `in_sync_only`) has applied;
-  // head_ when there is none.
-  uint64_t LeastAppliedLocked(bool in_sync_only = false) const
+  // Which followers LeastAppliedLocked() looks at.
+  enum class Among { kAll, kReading, kInSync };
+  // The least any follower of `among` has applied; head_ when there is
+  // none.
+  uint64_t LeastAppliedLocked(Among among = Among::kAll) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ReplicationFeedOptions options_;
@@ -216,6 +239,9 @@ class ReplicationFeed {
   // Entries first_kept_ .. head_ (those some follower needs).
   std::deque<FeedEntry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t first_kept_ ABSL_GUARDED_BY(mu_) = 1;
+  // The bytes of entries_ (EntryBytes()).
+  uint64_t bytes_kept_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t followers_dropped_behind_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ReplicatedWait> replicated_waits_ ABSL_GUARDED_BY(mu_);
   std::vector<ReadWait> read_waits_ ABSL_GUARDED_BY(mu_);
   // Something a wait may be waiting for happened since the waiter thread

@@ -105,6 +105,45 @@ TEST(ReplicationFeedTest, AFollowerCatchingUpHoldsNoPushBack) {
                                 absl::Now() + absl::Milliseconds(20)));
 }
 
+TEST(ReplicationFeedTest, AFollowerTooFarBehindIsDroppedNotWaitedFor) {
+  ReplicationFeedOptions options;
+  options.max_bytes_kept = 64 << 10;
+  ReplicationFeed feed(options);
+  uint64_t start = 0;
+  // A replica in sync, and one that copies (registered at the cut, reading
+  // nothing until its copy is done).
+  const uint64_t in_sync = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(in_sync, start, 10, absl::ZeroDuration(), &out));
+  const uint64_t copying = feed.AddFollower(&start);
+  // The copy falls 20 entries behind: pushes do not wait for it, under a
+  // lag bound of 10 entries, while the one in sync keeps up.
+  uint64_t sequence = 0;
+  for (int i = 0; i < 20; ++i) {
+    sequence = feed.AppendPush("t", std::string(1000, 'a'));
+    ASSERT_OK(feed.Read(in_sync, sequence - 1, 10, absl::ZeroDuration(), &out));
+    // The copy keeps its place as it reads its files: no entries.
+    ASSERT_OK(feed.Read(copying, start, 0, absl::ZeroDuration(), &out));
+  }
+  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, /*sync=*/false, 0,
+                                      /*max_lag=*/10, absl::Now()));
+  EXPECT_TRUE(feed.HasFollower(copying));
+  EXPECT_GT(feed.GetStats().bytes_kept, 20u * 1000);
+  // Past 64 KiB kept for it, it is dropped (it must copy again), and what
+  // was kept for it is let go.
+  for (int i = 0; i < 60; ++i) {
+    sequence = feed.AppendPush("t", std::string(1000, 'b'));
+    ASSERT_OK(feed.Read(in_sync, sequence - 1, 10, absl::ZeroDuration(), &out));
+  }
+  EXPECT_FALSE(feed.HasFollower(copying));
+  EXPECT_TRUE(feed.HasFollower(in_sync));
+  const ReplicationFeed::Stats stats = feed.GetStats();
+  EXPECT_EQ(stats.followers_dropped_behind, 1u);
+  EXPECT_LT(stats.bytes_kept, 4000u);
+  EXPECT_EQ(feed.Read(copying, start, 10, absl::ZeroDuration(), &out).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ReplicationFeedTest, FewerFollowersInSyncThanTheLeastAreSaidSo) {
   ReplicationFeed feed;
   uint64_t start = 0;

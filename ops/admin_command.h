@@ -50,6 +50,7 @@ struct CommandOptions {
   std::string model;                               // --model, for export
   std::string format = "fp32";  // --format, for export: fp32 or fp16
   std::string base;             // --base, for export: a delta of this one
+  std::string job;              // --job under --etcd, recorded by export
   // For move-slots: --slots=A-B, --to, --cancel, --move_lease_s,
   // --move_page_rows.
   uint32_t first_slot = 0;

@@ -110,6 +110,7 @@ int Export(const Cluster& cluster) {
   const std::string& format = cluster.options.format;
   options.fp16 = format == "fp16";
   options.predecessor = cluster.options.base;
+  options.job = cluster.options.job;
   absl::StatusOr<ps::ExportManifest> manifest = ps::TakeExport(options);
   if (!manifest.ok()) return Fail(manifest.status());
   uint64_t rows = 0, bytes = 0, deleted = 0;

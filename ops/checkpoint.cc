@@ -301,14 +301,16 @@ absl::Status WriteDuringCut(net::AdminChannels& clients, const Cut& cut,
   return absl::OkStatus();
 }
 
-// The fields checkpoint and export manifests share.
+// The fields checkpoint and export manifests share; `written` is when the
+// manifest is written.
 template <typename Manifest>
-void SetCommonFields(const Cut& cut, size_t shards, Manifest* manifest) {
+void SetCommonFields(const Cut& cut, size_t shards, absl::Time written,
+                     Manifest* manifest) {
   // 2: the parts' rows are keyed in slot order (embedding/rocks_store.h),
   // which a version that reads only 1 must not restore or serve.
   manifest->set_format_version(2);
   manifest->set_created_at(
-      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+      absl::FormatTime(absl::RFC3339_sec, written, absl::UTCTimeZone()));
   manifest->set_cut(cut.cut);
   manifest->set_routing_version(kRoutingVersion);
   manifest->set_num_shards(static_cast<uint32_t>(shards));
@@ -408,11 +410,12 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
 }
 
 // Has every shard write `model`'s weights into options.cluster.dir while
-// `cut` holds; returns each shard's answer, by shard.
+// `cut` holds, each the rows of the slots `slot_map` gives it (the map the
+// manifest records); returns each shard's answer, by shard.
 absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
     net::AdminChannels& clients, const ExportOptions& options,
-    const ExportedModel& model, const ExportManifest* predecessor,
-    const Cut& cut, Progress& progress) {
+    const ExportedModel& model, const SlotMap& slot_map,
+    const ExportManifest* predecessor, const Cut& cut, Progress& progress) {
   const CheckpointOptions& cluster = options.cluster;
   std::vector<ExportShardResponse> parts(cluster.servers.size());
   RETURN_IF_ERROR(WriteDuringCut(clients, cut, progress, [&] {
@@ -422,6 +425,7 @@ absl::StatusOr<std::vector<ExportShardResponse>> ExportEveryShard(
       for (const std::string& table : model.tables) request.add_tables(table);
       request.set_format(options.fp16 ? ExportManifest::FP16
                                       : ExportManifest::FP32);
+      *request.mutable_slot_map() = slot_map.ToSpec();
       if (predecessor != nullptr) {
         request.set_delta(true);
         request.set_changed_since_s(predecessor->shard_exported_at_s(i));
@@ -564,7 +568,7 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   ASSIGN_OR_RETURN(const SlotMap slot_map,
                    SlotMapUnchanged(*clients, slot_map_before));
   CheckpointManifest manifest;
-  SetCommonFields(cut, shards, &manifest);
+  SetCommonFields(cut, shards, absl::Now(), &manifest);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
   // The tables of the first shard that owns slots; a shard that owns none
   // may hold none (one that joined, before any slot moved to it).
@@ -655,7 +659,7 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   const absl::Time export_start = absl::Now();
   progress.Say("every worker holds; the shards write the model's weights");
   absl::StatusOr<std::vector<ExportShardResponse>> exported = ExportEveryShard(
-      clients, options, model,
+      clients, options, model, slot_map_before,
       predecessor.has_value() ? &*predecessor : nullptr, cut, progress);
   if (predecessor.has_value() &&
       absl::IsFailedPrecondition(exported.status())) {
@@ -669,7 +673,10 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   ASSIGN_OR_RETURN(const SlotMap slot_map,
                    SlotMapUnchanged(clients, slot_map_before));
   ExportManifest manifest;
-  SetCommonFields(cut, cluster.servers.size(), &manifest);
+  const absl::Time written = absl::Now();
+  SetCommonFields(cut, cluster.servers.size(), written, &manifest);
+  manifest.set_created_at_unix_ms(absl::ToUnixMillis(written));
+  manifest.set_job(options.job);
   // How the parts key their rows: every shard's way, or none (a cluster
   // halfway through an upgrade).
   const uint32_t key_format = parts.front().key_format_version();

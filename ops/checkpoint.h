@@ -91,6 +91,9 @@ struct ExportOptions {
   // since that export's time and deletions of those dropped since are
   // written. Default (empty): a full export.
   std::string predecessor;
+  // The job (its name under --etcd), recorded in the manifest. Default:
+  // none.
+  std::string job;
 };
 
 // NOT_FOUND when the cluster holds no such model (or none with the model

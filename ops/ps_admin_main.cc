@@ -302,6 +302,7 @@ int main(int argc, char** argv) {
     // The replicas alone: their primaries may be down.
     cluster.servers = cluster.options.read_replicas;
   } else if (etcd->enabled()) {
+    cluster.options.job = etcd->job;
     absl::StatusOr<std::vector<std::string>> servers = ps::net::FindJobShards(
         *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
     if (!servers.ok()) return Fail(servers.status());

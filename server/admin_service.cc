@@ -608,6 +608,24 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
   return reactor;
 }
 
+absl::StatusOr<std::vector<bool>> AdminService::ExportedSlots(
+    const ExportShardRequest& request) const {
+  std::shared_ptr<const SlotMap> map = slots_->current();
+  if (request.has_slot_map()) {
+    absl::StatusOr<SlotMap> recorded =
+        SlotMap::FromSpec(request.slot_map(), map->num_shards());
+    if (!recorded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the export's slot map: ", recorded.status().message()));
+    }
+    map = std::make_shared<const SlotMap>(*std::move(recorded));
+  }
+  std::vector<bool> owned(kNumSlots);
+  for (uint32_t slot = 0; slot < kNumSlots; ++slot)
+    owned[slot] = map->ShardForSlot(slot) == options_.shard_index;
+  return owned;
+}
+
 grpc::ServerUnaryReactor* AdminService::ExportShard(
     grpc::CallbackServerContext* context, const ExportShardRequest* request,
     ExportShardResponse* response) {
@@ -640,8 +658,14 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
     export_options.half = request->format() == ExportManifest::FP16;
     if (request->delta())
       export_options.changed_since_s = request->changed_since_s();
-    absl::StatusOr<uint32_t> exported_at_s =
-        store_->Export(&targets, export_options);
+    absl::StatusOr<std::vector<bool>> owned = ExportedSlots(*request);
+    absl::StatusOr<uint32_t> exported_at_s = absl::UnknownError("not yet");
+    if (owned.ok()) {
+      export_options.slots = *std::move(owned);
+      exported_at_s = store_->Export(&targets, export_options);
+    } else {
+      exported_at_s = owned.status();
+    }
     status = exported_at_s.status();
     if (status.ok()) {
       for (const auto& target : targets) {

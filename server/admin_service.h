@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
@@ -155,6 +156,10 @@ class AdminService final : public Admin::CallbackService {
   // Flushes the store, then waits for the replicas (await_replicas).
   absl::Status MakeMovedRowsDurable();
   absl::Status HandleWriteSlotRows(const WriteSlotRowsRequest& request);
+  // By slot, whether an export writes its rows here: the slots that the
+  // request's slot map (or this shard's, if it names none) gives this shard.
+  absl::StatusOr<std::vector<bool>> ExportedSlots(
+      const ExportShardRequest& request) const;
 
   const AdminServiceOptions options_;
   embedding::EmbeddingStore* const store_;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/manifest.h"
 #include "glog/logging.h"
 
@@ -40,8 +41,16 @@ ModelDirectory::~ModelDirectory() {
 }
 
 void ModelDirectory::LookOnce() {
-  // The newest complete export: by cut, then by name.
-  std::tuple<int64_t, std::string> newest{-1, ""};
+  std::shared_ptr<ServingModel> current = this->current();
+  // The complete export written last: by when its manifest was written,
+  // then by cut, then by name. Not by cut alone: a job restored from an
+  // older checkpoint, or another job, exports lower cuts later.
+  std::tuple<absl::Time, int64_t, std::string> newest{absl::InfinitePast(), -1,
+                                                      ""};
+  std::string newest_job;
+  // Whether the export serving is still there (pruning deletes exports):
+  // if not, the newest there is served even if it is older.
+  bool current_there = false;
   std::error_code error;
   for (std::filesystem::directory_iterator entry(options_.dir, error), end;
        !error && entry != end; entry.increment(error)) {
@@ -64,21 +73,28 @@ void ModelDirectory::LookOnce() {
       }
       continue;
     }
-    newest = std::max(newest, std::make_tuple(manifest->cut(), name));
+    const auto candidate =
+        std::make_tuple(ExportWrittenAt(*manifest), manifest->cut(), name);
+    if (current != nullptr && name == current->version() &&
+        std::get<0>(candidate) == current->created_at()) {
+      current_there = true;
+    }
+    if (candidate > newest) {
+      newest = candidate;
+      newest_job = manifest->job();
+    }
   }
   if (error) {
     LOG_EVERY_N(WARNING, 60) << "cannot list --model_dir " << options_.dir
                              << ": " << error.message();
     return;
   }
-  const auto& [cut, name] = newest;
+  const auto& [written, cut, name] = newest;
   if (name.empty()) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (current_ != nullptr &&
-        std::make_tuple(current_->cut(), current_->version()) >= newest) {
-      return;
-    }
+  if (current != nullptr && current_there &&
+      std::make_tuple(current->created_at(), current->cut(),
+                      current->version()) >= newest) {
+    return;
   }
   const std::string dir = absl::StrCat(options_.dir, "/", name);
   absl::StatusOr<std::unique_ptr<ServingModel>> loaded =
@@ -92,7 +108,18 @@ void ModelDirectory::LookOnce() {
     return;
   }
   std::shared_ptr<ServingModel> model = std::move(loaded).value();
-  LOG(INFO) << "serving " << dir << " (cut " << cut << ")";
+  LOG(INFO) << "serving " << dir << " (job "
+            << (newest_job.empty() ? "without etcd" : newest_job) << ", cut "
+            << cut << ", written "
+            << absl::FormatTime(absl::RFC3339_full, written,
+                                absl::UTCTimeZone())
+            << ")"
+            << (current == nullptr ? ""
+                : !current_there   ? "; the export serving was deleted"
+                : cut < current->cut()
+                    ? absl::StrCat("; a lower cut than ", current->cut(),
+                                   ", written later")
+                    : "");
   {
     absl::MutexLock lock(&mu_);
     current_ = model;

@@ -1,16 +1,17 @@
 // File: server/model_directory.h
 //
 // ModelDirectory follows ps_serve's --model_dir, a directory that exports
-// arrive in (ps_admin export --dir=MODEL_DIR/NAME): the newest complete
-// export there (a subdirectory with an export's MANIFEST.json, which
-// ps_admin writes last; newest by its cut, then by name) is the one
-// served. A newer one is loaded beside the one serving and then swapped in
-// whole: a request holds the model it started with (a shared_ptr), so it
-// sees one export entirely and never waits beyond the pointer swap. An
-// export that does not load is logged and tried again at the next polls,
-// three times in all; the one serving goes on. Newest by cut: a job's
-// exports go into a --model_dir of their own (a new job starts its clocks
-// over).
+// arrive in (ps_admin export --dir=MODEL_DIR/NAME): the complete export
+// written last there (a subdirectory with an export's MANIFEST.json, which
+// ps_admin writes last; last by the time its manifest records, then by cut,
+// then by name) is the one served, whatever its job and cut: a job restored
+// from an older checkpoint, or a new job exporting into the same
+// directory, is served from its first export. When the export serving is
+// deleted (pruned), the newest one left is served. A newer one is loaded beside
+// the one serving and then swapped in whole: a request holds the model it
+// started with (a shared_ptr), so it sees one export entirely and never waits
+// beyond the pointer swap. An export that does not load is logged and tried
+// again at the next polls, three times in all; the one serving goes on.
 //
 // Thread-safe.
 
@@ -66,8 +67,8 @@ class ModelDirectory {
  private:
   explicit ModelDirectory(const ModelDirectoryOptions& options)
       : options_(options) {}
-  // Loads and swaps in the newest export if it is newer than the one
-  // serving.
+  // Loads and swaps in the export written last if it is not the one
+  // serving (or the one serving was deleted).
   void LookOnce();
 
   const ModelDirectoryOptions options_;

@@ -37,8 +37,9 @@
 
 ABSL_FLAG(std::string, model_dir, "",
           "The directory exports arrive in (ps_admin export "
-          "--dir=MODEL_DIR/NAME): the newest complete one, by its cut, is "
-          "served, and each newer one swapped in whole. Required.");
+          "--dir=MODEL_DIR/NAME): the complete one written last (by the time "
+          "its manifest records, whatever its job and cut) is served, and "
+          "each one written after it swapped in whole. Required.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
           "host:port to serve on. Port 0 picks a free port and prints it as "
           "'ps_serve listening on HOST:PORT'. Binds loopback unless told "

@@ -258,9 +258,25 @@ ABSL_FLAG(bool, allow_unclean_promotion, false,
           "not promoted and the shard waits for its primary or an "
           "operator.");
 ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
-          "A primary's pushes wait while a replica is more than this many "
-          "feed entries (pushes and table changes) behind: the bound on what "
-          "an async replica may lack, and on the memory the feed holds.");
+          "A primary's pushes wait while a replica reading its feed (in sync "
+          "or catching up) is more than this many feed entries (pushes and "
+          "table changes) behind: the bound on what an async replica may "
+          "lack. A replica still copying is bounded by "
+          "--max_replication_lag_mb instead: pushes never wait for a copy.");
+ABSL_FLAG(uint64_t, max_replication_lag_mb, 0,
+          "The feed entries a primary keeps for replicas behind it may take "
+          "this many MiB: past it the replica furthest behind (one copying, "
+          "or one that fell behind) is dropped and copies again, rather than "
+          "pushes waiting for it. 0: 1/32 of the machine's memory, at least "
+          "64 MiB.");
+ABSL_FLAG(uint64_t, replica_copy_timeout_s, 300,
+          "A replica's copy gives up (and the replica exits, 70) when the "
+          "primary does not cut the copy, hand a piece of it or end it "
+          "within this long: a paused primary.");
+ABSL_FLAG(int32_t, replica_copy_attempts, 5,
+          "Copies a replica starts before it gives up, when its primary "
+          "abandons each (it fell more than the primary's "
+          "--max_replication_lag_mb behind).");
 ABSL_FLAG(uint64_t, replica_timeout_ms, 10000,
           "A replica that does not read its primary's feed for this long is "
           "dropped (it must copy again), and no push waits longer for one.");
@@ -494,6 +510,21 @@ absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
   if (options->max_replication_lag_records == 0) {
     return BadFlag("--max_replication_lag_records must be >= 1");
   }
+  if (const uint64_t mb = absl::GetFlag(FLAGS_max_replication_lag_mb); mb > 0) {
+    options->max_replication_lag_bytes = mb << 20;
+  } else {
+    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    options->max_replication_lag_bytes =
+        std::max<uint64_t>(memory / 32, uint64_t{64} << 20);
+  }
+  if (absl::GetFlag(FLAGS_replica_copy_timeout_s) == 0)
+    return BadFlag("--replica_copy_timeout_s must be >= 1");
+  options->replica_copy.call_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_replica_copy_timeout_s));
+  options->replica_copy.attempts = absl::GetFlag(FLAGS_replica_copy_attempts);
+  if (options->replica_copy.attempts < 1)
+    return BadFlag("--replica_copy_attempts must be >= 1");
   const uint64_t timeout_ms = absl::GetFlag(FLAGS_replica_timeout_ms);
   if (timeout_ms == 0) return BadFlag("--replica_timeout_ms must be >= 1");
   options->replica_timeout = absl::Milliseconds(timeout_ms);

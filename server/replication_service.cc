@@ -165,8 +165,11 @@ absl::Status ReplicationService::DoReadCopyFile(
   }
   // Reading the copy keeps its follower registered.
   std::vector<FeedEntry> none;
-  RETURN_IF_ERROR(feed_->Read(listing.follower_id(), listing.start_sequence(),
-                              0, absl::ZeroDuration(), &none));
+  absl::Status following =
+      feed_->Read(listing.follower_id(), listing.start_sequence(), 0,
+                  absl::ZeroDuration(), &none);
+  if (absl::IsFailedPrecondition(following)) return CopyDropped(copy->first);
+  RETURN_IF_ERROR(following);
   const uint64_t piece = std::min<uint64_t>(
       request.max_bytes() == 0 ? kDefaultCopyPiece : request.max_bytes(),
       kMaxCopyPiece);
@@ -191,13 +194,26 @@ grpc::ServerUnaryReactor* ReplicationService::EndCopy(
       CheckBearerToken(*context, options_.admin_token, kTokenNeeded);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    if (copies_.count(request->copy_id()) > 0) {
+    auto copy = copies_.find(request->copy_id());
+    if (copy != copies_.end()) {
+      // Said now rather than at the first Follow: the replica copies again
+      // before it opens a store that could never follow.
+      if (!feed_->HasFollower(copy->second.listing.follower_id()))
+        status = CopyDropped(copy->first);
       EndCopyLocked(request->copy_id());
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+absl::Status ReplicationService::CopyDropped(uint64_t id) {
+  return absl::AbortedError(absl::StrCat(
+      "copy ", id,
+      " was abandoned: the primary's feed dropped its place (it fell more "
+      "than the primary's --max_replication_lag_mb behind, or was not read "
+      "for its --replica_timeout_ms): copy again"));
 }
 
 void ReplicationService::EndCopyLocked(uint64_t id) {
@@ -264,24 +280,25 @@ grpc::ServerUnaryReactor* ReplicationService::Follow(
   return reactor;
 }
 
-absl::StatusOr<ReplicaStart> CopyFromPrimary(
-    const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
-    const std::string& data_dir) {
-  if (std::filesystem::exists(data_dir + "/CURRENT")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(data_dir,
-                     " holds a store already: a replica copies into an empty "
-                     "data dir"));
-  }
-  auto stub = Replication::NewStub(channel);
+namespace {
+
+// One copy of the primary's store into `data_dir`; the paths it wrote go to
+// `written` as they are made.
+absl::StatusOr<ReplicaStart> CopyOnce(Replication::Stub& stub,
+                                      const std::string& data_dir,
+                                      const CopyOptions& options,
+                                      std::vector<std::string>* written) {
+  auto context_for_call = [&](absl::Duration timeout) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    AddToken(*context, options.token);
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return context;
+  };
   BeginCopyResponse copy;
-  {
-    grpc::ClientContext context;
-    AddToken(context, token);
-    RETURN_IF_ERROR(
-        FromGrpcStatus(stub->BeginCopy(&context, BeginCopyRequest(), &copy),
-                       "asking the primary for a copy"));
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(
+      stub.BeginCopy(context_for_call(options.call_timeout).get(),
+                     BeginCopyRequest(), &copy),
+      "asking the primary for a copy"));
   ReplicaStart start;
   start.feed_id = copy.feed_id();
   start.follower_id = copy.follower_id();
@@ -298,6 +315,7 @@ absl::StatusOr<ReplicaStart> CopyFromPrimary(
           absl::StrCat("the primary listed a file named ", file.path()));
     }
     std::filesystem::create_directories(path.parent_path());
+    written->push_back(path.string());
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     uint64_t offset = 0;
     while (offset < file.bytes()) {
@@ -306,11 +324,11 @@ absl::StatusOr<ReplicaStart> CopyFromPrimary(
       request.set_path(file.path());
       request.set_offset(offset);
       ReadCopyFileResponse piece;
-      grpc::ClientContext context;
-      AddToken(context, token);
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(1)));
       RETURN_IF_ERROR(FromGrpcStatus(
-          stub->ReadCopyFile(&context, request, &piece),
+          stub.ReadCopyFile(
+              context_for_call(std::min(options.call_timeout, absl::Minutes(1)))
+                  .get(),
+              request, &piece),
           absl::StrCat("copying ", file.path(), " from the primary")));
       if (piece.data().empty()) {
         return absl::DataLossError(absl::StrCat(
@@ -326,14 +344,51 @@ absl::StatusOr<ReplicaStart> CopyFromPrimary(
     }
     start.bytes_copied += file.bytes();
   }
-  grpc::ClientContext context;
-  AddToken(context, token);
   EndCopyRequest end;
   end.set_copy_id(copy.copy_id());
   EndCopyResponse ended;
-  // The primary removes the copy at its next BeginCopy anyway.
-  stub->EndCopy(&context, end, &ended);
+  const absl::Status status = FromGrpcStatus(
+      stub.EndCopy(
+          context_for_call(std::min(options.call_timeout, absl::Seconds(30)))
+              .get(),
+          end, &ended),
+      "ending the copy");
+  // Only an abandoned copy matters here: the primary removes the copy at
+  // its next BeginCopy anyway.
+  if (absl::IsAborted(status)) return status;
   return start;
+}
+
+}  // namespace
+
+absl::StatusOr<ReplicaStart> CopyFromPrimary(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& data_dir,
+    const CopyOptions& options) {
+  if (std::filesystem::exists(data_dir + "/CURRENT")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(data_dir,
+                     " holds a store already: a replica copies into an empty "
+                     "data dir"));
+  }
+  auto stub = Replication::NewStub(channel);
+  absl::Status status;
+  for (int attempt = 1; attempt <= std::max(1, options.attempts); ++attempt) {
+    std::vector<std::string> written;
+    absl::StatusOr<ReplicaStart> start =
+        CopyOnce(*stub, data_dir, options, &written);
+    if (start.ok() || !absl::IsAborted(start.status())) return start;
+    status = start.status();
+    LOG(WARNING) << "copy " << attempt << " of at most " << options.attempts
+                 << " was abandoned (" << status.message()
+                 << "); deleting it and copying again";
+    for (const std::string& path : written) {
+      std::error_code error;
+      std::filesystem::remove(path, error);
+    }
+  }
+  return absl::AbortedError(
+      absl::StrCat(options.attempts,
+                   " copies were abandoned, the last: ", status.message()));
 }
 
 ReplicaFollower::ReplicaFollower(const ReplicaFollowerOptions& options,

@@ -90,6 +90,8 @@ class ReplicationService final : public Replication::CallbackService {
 
  private:
   absl::Status DoBeginCopy(BeginCopyResponse* response);
+  // ABORTED: copy `id`'s follower was dropped, and the copy with it.
+  static absl::Status CopyDropped(uint64_t id);
   absl::Status DoReadCopyFile(const ReadCopyFileRequest& request,
                               ReadCopyFileResponse* response);
   // Copies being read at once, at most.
@@ -123,11 +125,25 @@ struct ReplicaStart {
   uint64_t bytes_copied = 0;
 };
 
+struct CopyOptions {
+  // The admin token, if the primary wants one.
+  std::string token;
+  // How long the primary may take to cut the copy (BeginCopy), to hand one
+  // piece of a file, and to end it. Default: 5 min.
+  absl::Duration call_timeout = absl::Minutes(5);
+  // Copies tried in all: a copy the primary abandons (ABORTED: it fell
+  // more than the primary's byte bound behind) is deleted and started
+  // again. Default: 5.
+  int attempts = 5;
+};
+
 // Copies the primary's store behind `channel` into `data_dir`, which must
-// hold no store (FAILED_PRECONDITION otherwise). `token`: the admin token.
+// hold no store (FAILED_PRECONDITION otherwise). DEADLINE_EXCEEDED when
+// the primary does not answer within call_timeout (a paused primary);
+// ABORTED when every attempt was abandoned.
 absl::StatusOr<ReplicaStart> CopyFromPrimary(
-    const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
-    const std::string& data_dir);
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& data_dir,
+    const CopyOptions& options);
 
 struct ReplicaFollowerOptions {
   // The primary, for messages.

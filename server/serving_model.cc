@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/manifest.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/input/features.h"
@@ -40,17 +41,16 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
     absl::MutexLock lock(&serving->mu_);
     serving->idle_.push_back(std::move(scorer));
   }
-  const ExportManifest& manifest = serving->idle_[0]->model->manifest();
+  const ExportManifest& manifest = first->manifest();
   serving->version_ = std::filesystem::path(dir).filename().string();
-  serving->layout_ = serving->idle_[0]->model->layout();
+  serving->layout_ = first->layout();
   serving->cut_ = manifest.cut();
   serving->delta_index_ = manifest.delta_index();
-  std::string error;
-  if (!absl::ParseTime(absl::RFC3339_full, manifest.created_at(),
-                       &serving->created_at_, &error)) {
+  serving->job_ = manifest.job();
+  serving->created_at_ = ExportWrittenAt(manifest);
+  if (serving->created_at_ == absl::InfinitePast()) {
     LOG(WARNING) << dir << ": created_at \"" << manifest.created_at()
-                 << "\" does not read (" << error
-                 << "): its age is counted from now";
+                 << "\" does not read: its age is counted from now";
     serving->created_at_ = absl::Now();
   }
   return serving;

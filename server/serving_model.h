@@ -41,9 +41,10 @@ class ServingModel {
       const worker::ExportedModelOptions& options =
           worker::ExportedModelOptions());
 
-  // The export's directory name (its version), the training clock it was
-  // cut at, and when it was written.
+  // The export's directory name (its version), its job (empty without
+  // etcd), the training clock it was cut at, and when it was written.
   const std::string& version() const { return version_; }
+  const std::string& job() const { return job_; }
   int64_t cut() const { return cut_; }
   absl::Time created_at() const { return created_at_; }
   // The deltas the export is read over (0: a full export).
@@ -99,6 +100,7 @@ class ServingModel {
   worker::InputLayout layout_;
   int64_t cut_ = 0;
   uint32_t delta_index_ = 0;
+  std::string job_;
   absl::Time created_at_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Scorer>> idle_ ABSL_GUARDED_BY(mu_);

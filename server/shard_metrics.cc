@@ -164,6 +164,14 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                "Pushes refused (transiently) because fewer replicas than "
                "--min_in_sync_replicas were in sync.",
                counter, replication.pushes_refused_too_few_in_sync, shard_),
+        Single("ps_replication_feed_bytes",
+               "Bytes of feed entries a primary keeps for replicas behind "
+               "(bounded by --max_replication_lag_mb).",
+               gauge, replication.feed_bytes, shard_),
+        Single("ps_replication_replicas_dropped_behind_total",
+               "Replicas a primary dropped (they copy again) because they fell "
+               "more than --max_replication_lag_mb behind.",
+               counter, replication.replicas_dropped_behind, shard_),
     };
   }
 

@@ -47,6 +47,10 @@ struct ReplicationGauges {
   uint64_t min_in_sync_replicas = 0;
   uint64_t pushes_without_replica = 0;
   uint64_t pushes_refused_too_few_in_sync = 0;
+  // A primary: the bytes its feed keeps for replicas behind, and the
+  // replicas it dropped for passing --max_replication_lag_mb.
+  uint64_t feed_bytes = 0;
+  uint64_t replicas_dropped_behind = 0;
 };
 
 class ShardMetrics {

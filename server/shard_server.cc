@@ -284,9 +284,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     RETURN_IF_ERROR(PrepareReplicaDataDir(options));
     ASSIGN_OR_RETURN(primary_channel, PrimaryChannel(options));
     const absl::Time began = absl::Now();
-    ASSIGN_OR_RETURN(replica_start,
-                     CopyFromPrimary(primary_channel, options.admin_token,
-                                     options.store.data_dir));
+    CopyOptions copy = options.replica_copy;
+    copy.token = options.admin_token;
+    ASSIGN_OR_RETURN(
+        replica_start,
+        CopyFromPrimary(primary_channel, options.store.data_dir, copy));
     LOG(INFO) << "copied shard " << replica_start->shard_index << " of "
               << replica_start->num_shards << " from " << options.replica_of
               << ": " << replica_start->bytes_copied << " bytes in "
@@ -311,6 +313,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     // A replica's feeds nobody until it is promoted.
     embedding::ReplicationFeedOptions feed_options;
     feed_options.follower_timeout = options.replica_timeout;
+    feed_options.max_bytes_kept = options.max_replication_lag_bytes;
     server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
   }
   if (replica_start.has_value()) {
@@ -478,6 +481,9 @@ absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(
                           replication.pushes_without_replica();
                       gauges.pushes_refused_too_few_in_sync =
                           replication.pushes_refused_too_few_in_sync();
+                      gauges.feed_bytes = replication.feed_bytes();
+                      gauges.replicas_dropped_behind =
+                          replication.replicas_dropped_behind();
                       return gauges;
                     }));
   observer = [metrics = metrics_.get()](int method, grpc::StatusCode code,
@@ -676,6 +682,8 @@ void ShardServer::FillReplicationStats(
   replication->set_min_in_sync_replicas(min_in_sync_replicas_);
   replication->set_pushes_refused_too_few_in_sync(
       data_service_->counters().pushes_refused_too_few_in_sync.load());
+  replication->set_feed_bytes(stats.bytes_kept);
+  replication->set_replicas_dropped_behind(stats.followers_dropped_behind);
 }
 
 void ShardServer::SetServing(bool serving) {

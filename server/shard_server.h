@@ -150,6 +150,13 @@ struct ServerOptions {
   // A replica that does not read the feed for this long is dropped (it must
   // copy again), and no push waits longer for one. Default: 10 s.
   absl::Duration replica_timeout = absl::Seconds(10);
+  // The bytes of feed entries kept for replicas behind; past it the one
+  // furthest behind is dropped (ReplicationFeedOptions::max_bytes_kept).
+  // Default: 256 MiB (ps_server's flag: 1/32 of the machine's memory).
+  uint64_t max_replication_lag_bytes = uint64_t{256} << 20;
+  // With replica_of: how the copy is taken (deadlines, attempts; the token
+  // is admin_token's).
+  CopyOptions replica_copy;
 };
 
 // Whether `data_dir` holds a replica's copy (a REPLICA_OF file): one that

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,13 +65,16 @@ class ReplicationTest : public ::testing::Test {
     return StartReplicaOf(primary.address(), fresh_dir);
   }
   // A replica that reaches its primary at `address` (a proxy's).
-  std::unique_ptr<ServerProcess> StartReplicaOf(const std::string& address,
-                                                bool fresh_dir = true) {
+  std::unique_ptr<ServerProcess> StartReplicaOf(
+      const std::string& address, bool fresh_dir = true,
+      const std::vector<std::string>& flags = {}) {
     if (fresh_dir) replica_dir_ = FreshTestDir(name_ + "_replica");
-    auto started = ServerProcess::Start(
-        {"--data_dir=" + replica_dir_, "--replica_of=" + address,
-         "--cache_mb=64"},
-        absl::Seconds(60), absl::StrCat(replica_dir_, ".log", ++replicas_));
+    std::vector<std::string> all = {"--data_dir=" + replica_dir_,
+                                    "--replica_of=" + address, "--cache_mb=64"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    auto started =
+        ServerProcess::Start(all, absl::Seconds(120),
+                             absl::StrCat(replica_dir_, ".log", ++replicas_));
     EXPECT_OK(started);
     return started.ok() ? *std::move(started) : nullptr;
   }
@@ -266,8 +270,10 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
   pusher->WaitForMore(10);
   std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
   ASSERT_NE(replica, nullptr);
+  // Pushes ran ahead while the replica copied (a copy never holds them
+  // back); once it reads the feed they keep within the bound of it.
   ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
-    return r.replicas_in_sync() == 1;
+    return r.replicas_in_sync() == 1 && r.lag_entries() <= 6;
   }));
 
   ASSERT_EQ(kill(replica->pid(), SIGSTOP), 0);
@@ -295,6 +301,80 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
       static_cast<float>(acknowledged));
   EXPECT_EQ(Values(*primary), expected);
   EXPECT_EQ(Values(*replica), expected);
+}
+
+TEST_F(ReplicationTest, ACopyFarBehindIsTakenAgainAndPushesNeverWaitForIt) {
+  // A lag bound of 5 entries, which pushes waited on while a replica
+  // copied; the feed may keep 1 MiB for a replica behind.
+  std::unique_ptr<ServerProcess> primary =
+      StartPrimary({"--replication=async", "--max_replication_lag_records=5",
+                    "--max_replication_lag_mb=1"});
+  ASSERT_NE(primary, nullptr);
+  std::unique_ptr<worker::PsClient> client =
+      Connect(*primary, absl::Seconds(30));
+  ASSERT_NE(client, nullptr);
+  std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
+  pusher->WaitForMore(10);
+  // The replica copies over a slow link: each piece of the copy takes
+  // 0.4 s, so the copy lasts seconds while the pushes go on.
+  absl::StatusOr<std::unique_ptr<DelayProxy>> link =
+      DelayProxy::Start(primary->address(), absl::Milliseconds(200));
+  ASSERT_OK(link);
+  const int before_copy = pusher->acknowledged();
+  std::unique_ptr<ServerProcess> replica;
+  std::thread start_replica([&] {
+    replica = StartReplicaOf((*link)->address(), true,
+                             {"--replica_copy_attempts=50"});
+  });
+  // The copy falls 1 MiB behind and the primary drops it, rather than the
+  // pushes waiting for it. (No ASSERT before the join below.)
+  EXPECT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_dropped_behind() >= 1;
+  }));
+  const ShardStatsResponse::Replication dropped = Replication(*primary);
+  EXPECT_LE(dropped.feed_bytes(), 2u << 20);
+  // 2000 keys a push: 1 MiB is a few dozen pushes, all acknowledged while
+  // the replica was copying.
+  EXPECT_GE(pusher->acknowledged() - before_copy, 20);
+  // Once the pushes stop, a copy is taken whole and followed.
+  EXPECT_OK(pusher->Stop());
+  start_replica.join();
+  ASSERT_NE(replica, nullptr);
+  ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.replicas_in_sync() == 1 && r.lag_entries() == 0;
+  }));
+  const int acknowledged = pusher->acknowledged();
+  const std::vector<float> expected(
+      keys_.size() / 50 + (keys_.size() % 50 != 0),
+      static_cast<float>(acknowledged));
+  EXPECT_EQ(Values(*primary), expected);
+  EXPECT_EQ(Values(*replica), expected);
+  EXPECT_NE(ReadFile(replica_dir_ + ".log" + std::to_string(replicas_))
+                .find("copying again"),
+            std::string::npos);
+}
+
+TEST_F(ReplicationTest, ANewReplicaOfAPausedPrimaryGivesUpInTime) {
+  std::unique_ptr<ServerProcess> primary = StartPrimary({});
+  ASSERT_NE(primary, nullptr);
+  ASSERT_EQ(kill(primary->pid(), SIGSTOP), 0);
+  replica_dir_ = FreshTestDir(name_ + "_replica");
+  const absl::Time began = absl::Now();
+  const int exit_code = RunToCompletion(
+      {BinaryPath("server/ps_server"), "--data_dir=" + replica_dir_,
+       "--replica_of=" + primary->address(), "--listen=127.0.0.1:0",
+       "--replica_copy_timeout_s=2"},
+      replica_dir_ + ".log", absl::Seconds(60));
+  const absl::Duration took = absl::Now() - began;
+  ASSERT_EQ(kill(primary->pid(), SIGCONT), 0);
+  EXPECT_NE(exit_code, 0);
+  // Within its 2 s deadline (and the start of a process), well before
+  // gRPC's own connect timeout of 20 s; a primary paused after the
+  // connection was made would never answer at all.
+  EXPECT_LT(took, absl::Seconds(12));
+  const std::string log = ReadFile(replica_dir_ + ".log");
+  EXPECT_NE(log.find("asking the primary for a copy"), std::string::npos)
+      << log;
 }
 
 TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {

@@ -202,6 +202,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicExporter>> MakeExporter(
   exports.export_options.cluster = CutOptions(flags, client, flags.export_dir);
   exports.export_options.model = ps::kernels::ModelName(options.model.kind);
   exports.export_options.fp16 = flags.export_fp16;
+  if (flags.etcd.enabled()) exports.export_options.job = flags.etcd.job;
   exports.every = flags.export_every;
   exports.base_every = flags.base_export_every;
   exports.bases_to_keep = flags.exports_to_keep;

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/half.h"
 #include "base/manifest.h"
 #include "base/routing.h"
@@ -72,6 +73,81 @@ void DecodeRow(const rocksdb::Slice& value, bool half, size_t dim, float* row) {
   }
 }
 
+// Whether `part`, a part's name in a manifest, names a file inside the
+// export's directory: relative, with no "." or ".." step and no empty one.
+bool InsideExport(const std::string& part) {
+  if (part.empty() || part.front() == '/') return false;
+  for (absl::string_view step : absl::StrSplit(part, '/')) {
+    if (step.empty() || step == "." || step == "..") return false;
+  }
+  return true;
+}
+
+// OK when the card of the export in `dir` describes a model this build can
+// score within the limits of exported_model.h and `max_dense_floats`;
+// DATA_LOSS saying what is wrong otherwise.
+absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
+                       uint64_t max_dense_floats) {
+  const ModelCard& card = manifest.model();
+  auto refuse = [&](auto&&... what) {
+    return absl::DataLossError(absl::StrCat(dir, ": ", what...));
+  };
+  if (!ModelCard::Kind_IsValid(card.kind())) {
+    return refuse("a model of kind ", card.kind(), ", which this build lacks");
+  }
+  if (!ExportManifest::Format_IsValid(manifest.format())) {
+    return refuse("weights in format ", manifest.format(),
+                  ", which this build does not read");
+  }
+  if (card.fields() + card.dense_features() < 1 ||
+      card.fields() > kMaxExportFields ||
+      card.dense_features() > kMaxExportFields) {
+    return refuse("a model of ", card.fields(), " fields and ",
+                  card.dense_features(), " dense features (at least one, ",
+                  "at most ", kMaxExportFields, " of each)");
+  }
+  if (card.wide_table().empty()) return refuse("a model with no wide table");
+  const bool deep = card.kind() != ModelCard::LR;
+  if (deep && (card.embedding_table().empty() || card.embedding_dim() < 1 ||
+               card.embedding_dim() > kMaxExportDim)) {
+    return refuse("a deep model whose embedding table \"",
+                  card.embedding_table(), "\" has dim ", card.embedding_dim(),
+                  " (1 to ", kMaxExportDim, ")");
+  }
+  if (card.hidden_size() > kMaxExportLayers) {
+    return refuse(card.hidden_size(), " hidden layers (at most ",
+                  kMaxExportLayers, ")");
+  }
+  for (uint32_t width : card.hidden()) {
+    if (width < 1 || width > kMaxExportFields) {
+      return refuse("a hidden layer of ", width, " units (1 to ",
+                    kMaxExportFields, ")");
+    }
+  }
+  if (card.dense_chunk_floats() < 1) {
+    return refuse("dense tensors in chunks of ", card.dense_chunk_floats(),
+                  " floats (at least 1)");
+  }
+  // The dense parameters, all in memory: counted in 64 bits, as the
+  // model's tensors would be built.
+  uint64_t dense = card.dense_features() + 1;
+  if (deep) {
+    uint64_t in =
+        uint64_t{card.fields()} * card.embedding_dim() + card.dense_features();
+    std::vector<uint64_t> widths(card.hidden().begin(), card.hidden().end());
+    widths.push_back(1);
+    for (uint64_t out : widths) {
+      dense += in * out + out;
+      in = out;
+    }
+  }
+  if (dense > max_dense_floats) {
+    return refuse("a model of ", dense, " dense parameters (at most ",
+                  max_dense_floats, ")");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
@@ -101,6 +177,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
   }
   model->manifest_ = model->chain_.front().manifest;
   const ExportManifest& manifest = model->manifest_;
+  RETURN_IF_ERROR(CheckCard(manifest, dir, model_options.max_dense_floats));
   absl::StatusOr<InputLayout> layout =
       ParseLayoutText(manifest.model().input_layout());
   if (!layout.ok()) {
@@ -122,8 +199,19 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
   if (!card.embedding_table().empty()) {
     ASSIGN_OR_RETURN(model->embedding_,
                      model->OpenTable(card.embedding_table(), options));
+    if (model->embedding_->spec.dim() != card.embedding_dim()) {
+      return absl::DataLossError(absl::StrCat(
+          dir, ": the embedding table ", card.embedding_table(),
+          " has rows of ", model->embedding_->spec.dim(),
+          " floats, the model's embeddings ", card.embedding_dim()));
+    }
   }
   ASSIGN_OR_RETURN(model->wide_, model->OpenTable(card.wide_table(), options));
+  if (model->wide_->spec.dim() != 1) {
+    return absl::DataLossError(absl::StrCat(
+        dir, ": the wide table ", card.wide_table(), " has rows of ",
+        model->wide_->spec.dim(), " floats, not 1"));
+  }
   // The embedding table, then the wide one, as far as the budget goes.
   size_t budget = model_options.max_memory_bytes;
   for (Table* table : {model->embedding_.get(), model->wide_.get()}) {
@@ -173,6 +261,11 @@ absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(
     const std::string& name, const rocksdb::Options& options) {
   ASSIGN_OR_RETURN(const ExportManifest::Table* newest,
                    FindTable(manifest_, chain_.front().dir, name));
+  if (newest->spec().dim() < 1 || newest->spec().dim() > kMaxExportDim) {
+    return absl::DataLossError(absl::StrCat(
+        chain_.front().dir, ": table ", name, " has rows of ",
+        newest->spec().dim(), " floats (1 to ", kMaxExportDim, ")"));
+  }
   auto table = std::make_unique<Table>(*newest);
   table->half = manifest_.format() == ExportManifest::FP16;
   for (size_t i = 0; i < chain_.size(); ++i) {
@@ -184,14 +277,27 @@ absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(
           link.dir, ": table ", name, " has rows of ", entry->spec().dim(),
           " floats, the delta after it ", table->spec.dim()));
     }
+    if (link.manifest.format() != manifest_.format()) {
+      return absl::DataLossError(absl::StrCat(
+          link.dir,
+          " holds weights in another format than the delta after it"));
+    }
     Table::Layer& layer = table->layers.emplace_back();
     layer.slot_map = slot_maps_[i].get();
     layer.keys_alone = link.manifest.format_version() == 1;
+    // The parts hold the rows the manifest counts, no more: what is read
+    // into memory is sized from the count.
+    uint64_t rows = 0;
     for (const std::string& part : entry->parts()) {
       if (part.empty()) {
         layer.parts.push_back(nullptr);
         layer.iterators.push_back(nullptr);
         continue;
+      }
+      if (!InsideExport(part)) {
+        return absl::DataLossError(
+            absl::StrCat(link.dir, ": table ", name, " names a part \"", part,
+                         "\" outside the export's directory"));
       }
       auto reader = std::make_unique<rocksdb::SstFileReader>(options);
       rocksdb::Status opened = reader->Open(link.dir + "/" + part);
@@ -199,8 +305,14 @@ absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(
         return absl::DataLossError(absl::StrCat("cannot read ", link.dir, "/",
                                                 part, ": ", opened.ToString()));
       }
+      rows += reader->GetTableProperties()->num_entries;
       layer.iterators.emplace_back(reader->NewIterator(rocksdb::ReadOptions()));
       layer.parts.push_back(std::move(reader));
+    }
+    if (rows != entry->rows()) {
+      return absl::DataLossError(absl::StrCat(
+          link.dir, ": table ", name, " holds ", rows,
+          " rows in its parts, its manifest says ", entry->rows()));
     }
   }
   return table;
@@ -250,7 +362,8 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
        ++layer) {
-    for (auto& it : layer->iterators) {
+    for (size_t shard = 0; shard < layer->iterators.size(); ++shard) {
+      rocksdb::Iterator* it = layer->iterators[shard].get();
       if (it == nullptr) continue;
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
         const rocksdb::Slice key = it->key();
@@ -264,6 +377,10 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
                                                   ": a key of ", key.size(),
                                                   " bytes"));
         }
+        // A row in a part of a shard that does not own its slot (a move
+        // was under way) is not the model's: its owner's part decides, as
+        // a lookup on disk reads it.
+        if (layer->slot_map->ShardForKey(row_key) != shard) continue;
         const rocksdb::Slice value = it->value();
         if (value.empty()) {
           in_memory->index.erase(row_key);  // its row's floats stay unused

@@ -16,6 +16,7 @@
 #ifndef PS_WORKER_PREDICT_EXPORTED_MODEL_H_
 #define PS_WORKER_PREDICT_EXPORTED_MODEL_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ class SstFileReader;
 
 namespace ps::worker {
 
+// What an export may describe (ExportedModel::Open refuses more, as a
+// manifest damaged or written by hand): fields, dense features and units of
+// a hidden layer; floats of a table's row; hidden layers.
+inline constexpr uint32_t kMaxExportFields = 1 << 16;
+inline constexpr uint32_t kMaxExportDim = 1 << 16;
+inline constexpr int kMaxExportLayers = 64;
+
 struct ExportedModelOptions {
   // Caches the parts' blocks (and may be shared by several models). Default
   // (none): RocksDB's default per reader.
@@ -47,12 +55,18 @@ struct ExportedModelOptions {
   // about 24 bytes of index per row): a lookup is then a hash probe instead
   // of a seek in each export of the chain. 0: never. Default: 1 GiB.
   size_t max_memory_bytes = size_t{1} << 30;
+  // The dense parameters are read whole into memory: a model with more
+  // than this many is refused. Default: 2^28 (1 GiB of floats).
+  uint64_t max_dense_floats = uint64_t{1} << 28;
 };
 
 class ExportedModel {
  public:
   // NOT_FOUND without a manifest; DATA_LOSS for a manifest or part that
-  // does not read; FAILED_PRECONDITION for a model this build cannot score
+  // does not read, or that does not agree with the rest: a card beyond the
+  // limits above, a table whose rows are not the card's size, a part named
+  // outside `dir` or holding another count of rows than the manifest says;
+  // FAILED_PRECONDITION for a model this build cannot score
   // (another input layout or routing version). `share_from`, if given, is
   // a model of the same export opened before (and must outlive nothing:
   // what it read into memory is shared, immutable): its tables in memory

@@ -1,0 +1,184 @@
+// ExportedModel: a key's row is its owner's, read into memory or looked up
+// on disk; a manifest that does not agree with its card or its files is
+// refused with its reason.
+
+#include "worker/predict/exported_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/manifest.h"
+#include "base/slot_map.h"
+#include "gtest/gtest.h"
+#include "worker/predict/export_test_util.h"
+
+namespace ps::worker {
+namespace {
+
+std::string TestDir() {
+  const std::string dir =
+      ::testing::TempDir() + "/" +
+      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<uint64_t> Keys(uint64_t count) {
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < count; ++key) keys.push_back(key * 7919 + 3);
+  return keys;
+}
+
+TEST(ExportedModelTest, AKeysRowIsItsOwnersInMemoryAndOnDisk) {
+  const std::string dir = TestDir() + "/export";
+  HandmadeExport model(2);
+  const std::vector<uint64_t> keys = Keys(300);
+  model.AddRows(keys);
+  // A third of the keys have a stale row in the part of the shard that does
+  // not own them (a move was under way when the export was written).
+  const SlotMap map = RecordedSlotMap(model.manifest);
+  int stale_in_higher_part = 0;
+  for (size_t i = 0; i < keys.size(); i += 3) {
+    const uint32_t other = 1 - map.ShardForKey(keys[i]);
+    stale_in_higher_part += other == 1;
+    model.rows[HandmadeExport::kEmbedding][other][keys[i]] =
+        HandmadeExport::Row(HandmadeExport::kEmbedding, keys[i], 2, 5);
+    model.rows[HandmadeExport::kWide][other][keys[i]] =
+        HandmadeExport::Row(HandmadeExport::kWide, keys[i], 1, 5);
+  }
+  ASSERT_GT(stale_in_higher_part, 10);
+  ASSERT_TRUE(WriteHandmadeExport(dir, model).ok());
+
+  for (const size_t memory : {size_t{0}, size_t{1} << 30}) {
+    SCOPED_TRACE(memory == 0 ? "on disk" : "in memory");
+    ExportedModelOptions options;
+    options.max_memory_bytes = memory;
+    auto opened = ExportedModel::Open(dir, options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    for (const auto& [table, dim] :
+         {std::pair<std::string, int>{HandmadeExport::kEmbedding, 2},
+          {HandmadeExport::kWide, 1}}) {
+      std::vector<float> values;
+      std::vector<bool> found;
+      auto looked_up = (*opened)->LookupRows(table, keys, &values, &found);
+      ASSERT_TRUE(looked_up.ok()) << looked_up.status();
+      ASSERT_EQ(*looked_up, dim);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        EXPECT_TRUE(found[i]) << keys[i];
+        EXPECT_EQ(std::vector<float>(values.begin() + i * dim,
+                                     values.begin() + (i + 1) * dim),
+                  HandmadeExport::Row(table, keys[i], dim))
+            << table << " key " << keys[i] << " owned by shard "
+            << map.ShardForKey(keys[i]);
+      }
+    }
+  }
+}
+
+// Writes a good export into a directory of its own, lets `damage` change its
+// manifest, and opens it: the error.
+absl::Status OpenDamaged(const std::string& dir,
+                         const std::function<void(ExportManifest&)>& damage) {
+  HandmadeExport model(2);
+  model.AddRows(Keys(50));
+  if (!WriteHandmadeExport(dir, model).ok()) {
+    return absl::InternalError("cannot write the export");
+  }
+  absl::StatusOr<ExportManifest> manifest = ReadExportManifest(dir);
+  if (!manifest.ok()) return manifest.status();
+  damage(*manifest);
+  if (!WriteManifest(dir, *manifest).ok()) {
+    return absl::InternalError("cannot write the manifest");
+  }
+  return ExportedModel::Open(dir).status();
+}
+
+TEST(ExportedModelTest, AManifestThatDisagreesWithItsCardOrFilesIsRefused) {
+  const std::string dir = TestDir();
+  ASSERT_TRUE(OpenDamaged(dir + "/good", [](ExportManifest&) {}).ok());
+  // A file beside the export that a part name must not reach.
+  ASSERT_TRUE(OpenDamaged(dir + "/elsewhere", [](ExportManifest&) {}).ok());
+  struct Case {
+    std::string name;
+    std::function<void(ExportManifest&)> damage;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"chunks of no floats",
+       [](ExportManifest& m) { m.mutable_model()->set_dense_chunk_floats(0); },
+       "chunks of 0 floats"},
+      {"an embedding table wider than the card",
+       [](ExportManifest& m) {
+         m.mutable_tables(0)->mutable_spec()->set_dim(3);
+       },
+       "has rows of 3 floats, the model's embeddings 2"},
+      {"a wide table of two floats",
+       [](ExportManifest& m) {
+         m.mutable_tables(1)->mutable_spec()->set_dim(2);
+       },
+       "has rows of 2 floats, not 1"},
+      {"rows understated",
+       [](ExportManifest& m) { m.mutable_tables(0)->set_rows(1); },
+       "its manifest says 1"},
+      {"a part outside the export",
+       [](ExportManifest& m) {
+         m.mutable_tables(0)->set_parts(
+             0, "../elsewhere/m.embedding/part-0-of-2.sst");
+       },
+       "outside the export's directory"},
+      {"a part named by an absolute path",
+       [](ExportManifest& m) {
+         m.mutable_tables(1)->set_parts(1, "/etc/hosts");
+       },
+       "outside the export's directory"},
+      {"a hidden layer of no units",
+       [](ExportManifest& m) { m.mutable_model()->set_hidden(0, 0); },
+       "a hidden layer of 0 units"},
+      {"dense layers too large to hold",
+       [](ExportManifest& m) {
+         m.mutable_model()->set_hidden(0, 65536);
+         m.mutable_model()->add_hidden(65536);
+       },
+       "dense parameters"},
+      {"no features",
+       [](ExportManifest& m) {
+         m.mutable_model()->set_fields(0);
+         m.mutable_model()->set_dense_features(0);
+       },
+       "a model of 0 fields and 0 dense features"},
+      {"an unknown kind",
+       [](ExportManifest& m) {
+         m.mutable_model()->set_kind(static_cast<ModelCard::Kind>(9));
+       },
+       "kind 9"},
+      {"an unknown format",
+       [](ExportManifest& m) {
+         m.set_format(static_cast<ExportManifest::Format>(5));
+       },
+       "format 5"},
+      {"a delta of an export outside the directory",
+       [](ExportManifest& m) {
+         m.set_format_version(3);
+         m.set_predecessor("../good");
+         m.set_base("../good");
+         m.set_delta_index(1);
+       },
+       "not an export's name beside it"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    const absl::Status status =
+        OpenDamaged(absl::StrCat(dir, "/case-", i), cases[i].damage);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find(cases[i].reason), std::string::npos)
+        << status;
+  }
+}
+
+}  // namespace
+}  // namespace ps::worker
