@@ -324,6 +324,25 @@ class EmbeddingStore {
     return ledger_.Applied(origin);
   }
 
+  // This store's push ledger (PushLedger::Serialize()): a move's source
+  // hands it to the target once the slots' pushes paused.
+  std::string SerializeLedger() const { return ledger_.Serialize(); }
+
+  // A move's target: the push ledger of `source_shard` as it stood once the
+  // moved slots' pushes paused there, merged into what earlier moves from
+  // that shard brought, recorded durably and fed to replicas. A push the
+  // source applied but whose answer was lost comes back re-routed with the
+  // source's origin (PushRequest.moved_from_*), and MovedPushApplied()
+  // finds it here even when the source, or a replica promoted in its
+  // place, no longer knows it. DATA_LOSS for bytes that do not parse.
+  absl::Status MergeMovedLedger(uint32_t source_shard,
+                                absl::string_view ledger);
+  // The first answer to `origin` if `source_shard` had applied it by a move
+  // here (0 when it left the window); nothing if no move from that shard
+  // brought it. Errors as PushLedger::Applied().
+  absl::StatusOr<std::optional<uint32_t>> MovedPushApplied(
+      uint32_t source_shard, const PushOrigin& origin);
+
   // Moving slots to another shard (embedding_store_slots.cc). The caller
   // makes sure that nothing pushes the rows of the slots meanwhile.
   //
@@ -742,6 +761,10 @@ class EmbeddingStore {
   const std::unique_ptr<RocksStore> rocks_;
   // Declared before the push log, whose segment preamble reads it.
   PushLedger ledger_;
+  // MergeMovedLedger()'s, by source shard.
+  absl::Mutex moved_ledgers_mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<PushLedger>> moved_ledgers_
+      ABSL_GUARDED_BY(moved_ledgers_mu_);
   std::unique_ptr<PushLog> push_log_;
   // SetReplicationFeed()'s, or null.
   std::atomic<ReplicationFeed*> feed_{nullptr};

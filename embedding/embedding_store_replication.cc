@@ -71,6 +71,36 @@ void EmbeddingStore::FeedSlotRows(const Table& table,
   feed->Append(std::move(entry));
 }
 
+absl::Status EmbeddingStore::MergeMovedLedger(uint32_t source_shard,
+                                              absl::string_view ledger) {
+  absl::MutexLock lock(&moved_ledgers_mu_);
+  std::unique_ptr<PushLedger>& merged = moved_ledgers_[source_shard];
+  if (merged == nullptr) merged = std::make_unique<PushLedger>();
+  RETURN_IF_ERROR(merged->Merge(ledger));
+  const std::string serialized = merged->Serialize();
+  RETURN_IF_ERROR(rocks_->SetMovedLedger(source_shard, serialized));
+  if (ReplicationFeed* feed = feed_.load(); feed != nullptr) {
+    FeedEntry entry;
+    entry.set_kind(FeedEntry::MOVED_LEDGER);
+    entry.set_moved_from_shard(source_shard);
+    entry.set_record(serialized);
+    feed->Append(std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<uint32_t>> EmbeddingStore::MovedPushApplied(
+    uint32_t source_shard, const PushOrigin& origin) {
+  PushLedger* ledger = nullptr;
+  {
+    absl::MutexLock lock(&moved_ledgers_mu_);
+    auto found = moved_ledgers_.find(source_shard);
+    if (found == moved_ledgers_.end()) return std::optional<uint32_t>();
+    ledger = found->second.get();  // never removed: outlives the lock
+  }
+  return ledger->Applied(origin);
+}
+
 void EmbeddingStore::FeedDeletedSlots(
     absl::Span<const std::pair<uint32_t, uint32_t>> ranges) {
   ReplicationFeed* feed = feed_.load();
@@ -155,6 +185,8 @@ absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
       return ApplySlotRows(entry);
     case FeedEntry::DELETE_SLOTS:
       return ApplyDeletedSlots(entry);
+    case FeedEntry::MOVED_LEDGER:
+      return MergeMovedLedger(entry.moved_from_shard(), entry.record());
     case FeedEntry::PUSH:
       break;
     default:

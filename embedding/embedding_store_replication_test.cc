@@ -203,6 +203,57 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   EXPECT_EQ(replica->ApplyFeedEntry(odd).code(), absl::StatusCode::kDataLoss);
 }
 
+TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
+  ReplicationFeed feed;
+  std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
+  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
+  ASSERT_OK(cut.status());
+  // Shard 3's ledger: worker 5 applied sequences 1 and 2; a later move
+  // brings sequence 3.
+  PushLedger source;
+  for (uint64_t sequence : {1, 2, 3}) {
+    const PushOrigin origin{5, 9, sequence};
+    ASSERT_OK(source.Begin(origin).status());
+    source.Finish(origin, /*applied=*/true, 10 * sequence);
+    if (sequence == 2) {
+      ASSERT_OK(primary->MergeMovedLedger(3, source.Serialize()));
+    }
+  }
+  ASSERT_OK(primary->MergeMovedLedger(3, source.Serialize()));
+  auto applied = [](EmbeddingStore& store, uint32_t shard, uint64_t sequence) {
+    absl::StatusOr<std::optional<uint32_t>> rows =
+        store.MovedPushApplied(shard, PushOrigin{5, 9, sequence});
+    EXPECT_OK(rows.status());
+    return rows.ok() ? rows->value_or(0) : 0;
+  };
+  EXPECT_EQ(applied(*primary, 3, 2), 20u);
+  EXPECT_EQ(applied(*primary, 3, 3), 30u);
+  EXPECT_EQ(applied(*primary, 3, 4), 0u);
+  EXPECT_EQ(applied(*primary, 2, 2), 0u);  // another source shard
+  // Durable.
+  primary.reset();
+  primary = OpenStore(options_);
+  EXPECT_EQ(applied(*primary, 3, 3), 30u);
+  // Fed: a replica applying the entries knows it too.
+  std::vector<FeedEntry> entries;
+  ASSERT_OK(feed.Read(cut->follower, cut->start_sequence, 1000,
+                      absl::ZeroDuration(), &entries));
+  ASSERT_EQ(entries.size(), 2u);
+  StoreOptions replica_options = options_;
+  replica_options.data_dir = CopyDir();
+  std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
+  for (const FeedEntry& entry : entries) {
+    ASSERT_OK(replica->ApplyFeedEntry(entry));
+  }
+  EXPECT_EQ(applied(*replica, 3, 1), 10u);
+  EXPECT_EQ(applied(*replica, 3, 3), 30u);
+  FeedEntry damaged = entries.back();
+  damaged.set_record("not a ledger");
+  EXPECT_EQ(replica->ApplyFeedEntry(damaged).code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);

@@ -33,6 +33,7 @@ constexpr char kSpecPrefix[] = "table_spec/";
 constexpr char kIdPrefix[] = "table_id/";
 constexpr char kLearningRatePrefix[] = "table_lr/";
 constexpr char kDroppedPrefix[] = "dropped_table/";
+constexpr char kMovedLedgerPrefix[] = "moved_ledger/";
 constexpr char kFamilyPrefix[] = "table.";
 constexpr char kLogFamily[] = "push_log";
 constexpr char kEpochKey[] = "epoch";
@@ -828,6 +829,37 @@ absl::Status RocksStore::SetLearningRate(const std::string& name,
                std::string(reinterpret_cast<const char*>(&learning_rate),
                            sizeof(learning_rate))),
       "recording the learning rate of table " + name);
+}
+
+absl::Status RocksStore::SetMovedLedger(uint32_t source_shard,
+                                        absl::string_view ledger) {
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  return FromRocks(
+      db_->Put(durable, specs_handle_,
+               absl::StrFormat("%s%010u", kMovedLedgerPrefix, source_shard),
+               rocksdb::Slice(ledger.data(), ledger.size())),
+      absl::StrCat("recording the push ledger moved from shard ",
+                   source_shard));
+}
+
+absl::StatusOr<absl::flat_hash_map<uint32_t, std::string>>
+RocksStore::ReadMovedLedgers() {
+  absl::flat_hash_map<uint32_t, std::string> ledgers;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), specs_handle_));
+  for (it->Seek(kMovedLedgerPrefix);
+       it->Valid() && it->key().starts_with(kMovedLedgerPrefix); it->Next()) {
+    uint32_t shard = 0;
+    if (!absl::SimpleAtoi(
+            it->key().ToString().substr(strlen(kMovedLedgerPrefix)), &shard)) {
+      return absl::DataLossError(
+          absl::StrCat("a moved ledger under key ", it->key().ToString()));
+    }
+    ledgers[shard] = it->value().ToString();
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "reading the moved ledgers"));
+  return ledgers;
 }
 
 absl::Status RocksStore::Write(Batch* batch) {

@@ -233,11 +233,15 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
   return rows;
 }
 
-// Writes every row the target holds back to its disk.
+// Writes every row the target holds back to its disk, with `ledger`, the
+// source's push ledger, if given.
 absl::Status MakeDurable(const AdminChannels& shards,
-                         const SlotMoveOptions& options, uint64_t* instance) {
+                         const SlotMoveOptions& options, uint64_t* instance,
+                         uint32_t source = 0, const std::string& ledger = "") {
   WriteSlotRowsRequest durable;
   durable.set_durable(true);
+  durable.set_moved_ledger(ledger);
+  durable.set_moved_from_shard(source);
   return WriteToTarget(
       shards, options, durable,
       absl::StrCat("making the rows durable on shard ", options.to_shard),
@@ -274,12 +278,13 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
   }
   RETURN_IF_ERROR(MakeDurable(shards, options, instance));
   *paused_at = absl::Now();
+  // Its ledger: every push of the slots the source applied.
+  ReadSlotRowsResponse paused;
   {
     // Paused first, whatever tables there are (none yet, before training).
     ReadSlotRowsRequest pause;
     pause.set_changed(true);
     pause.set_pause(true);
-    ReadSlotRowsResponse paused;
     RETURN_IF_ERROR(FromGrpcStatus(
         shards.shard(source).ReadSlotRows(
             shards.Context(options.call_timeout).get(), pause, &paused),
@@ -296,8 +301,8 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
                    CopyChangedRows(shards, source, tables, options,
                                    /*pause=*/true, &left, instance));
   // Every row the target was sent, durable there before the switch: the
-  // backlog's few now, the rest before the pause.
-  return MakeDurable(shards, options, instance);
+  // backlog's few now, the rest before the pause; and the source's ledger.
+  return MakeDurable(shards, options, instance, source, paused.ledger());
 }
 
 // Moves `source`'s slots of the range; on failure before the switch, the

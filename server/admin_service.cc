@@ -360,6 +360,10 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
         moves_->ReadChanged("", request->pause(), 0, &left).status();
     for (const std::string& table : moves_->ChangedTables())
       response->add_changed_tables(table);
+    // Every push of the slots applied here is in the ledger now: the target
+    // keeps it, to answer their retries if this shard cannot.
+    if (paused.ok() && request->pause())
+      response->set_ledger(store_->SerializeLedger());
     return Reply(context, paused);
   }
   absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
@@ -434,6 +438,10 @@ absl::Status AdminService::HandleWriteSlotRows(
       RETURN_IF_ERROR(store_->SetLearningRate(request.rows().table(),
                                               request.rows().learning_rate()));
     }
+  }
+  if (!request.moved_ledger().empty()) {
+    RETURN_IF_ERROR(store_->MergeMovedLedger(request.moved_from_shard(),
+                                             request.moved_ledger()));
   }
   if (request.rows().keys().empty()) {
     return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();

@@ -368,6 +368,21 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     }
   }
   RETURN_IF_ERROR(routed);
+  if (origin.tracked() && request.moved_from_sequence() != 0) {
+    // Sent here because its keys moved from the shard it went to first: if
+    // that shard had applied it (its answer lost), the move brought its
+    // ledger, and the rows its effect.
+    embedding::PushOrigin first = origin;
+    first.sequence = request.moved_from_sequence();
+    ASSIGN_OR_RETURN(
+        const std::optional<uint32_t> rows,
+        store_->MovedPushApplied(request.moved_from_shard(), first));
+    if (rows.has_value()) {
+      response->set_rows_updated(*rows);
+      response->set_duplicate(true);
+      return absl::OkStatus();
+    }
+  }
   if (!moves_->Admit(keys)) {
     // Its retry may come after later pushes (see Push()).
     if (origin.tracked()) store_->NoteRefusedPush(origin);

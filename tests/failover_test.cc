@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
@@ -26,6 +27,7 @@
 #include "net/shard_directory.h"
 #include "ops/checkpoint.h"
 #include "proto/admin.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
 #include "tests/chaos_rows.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
@@ -417,6 +419,119 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   for (float value : Values(*replicas[1])) EXPECT_EQ(value, 2.0f);
   // Shard 0's replica kept none of the rows its primary gave away.
   for (float value : Values(*replicas[0])) EXPECT_EQ(value, 0.0f);
+}
+
+// A push applied on a move's source whose answer was lost, retried after
+// the source is gone (or after a replica that never saw it took its
+// place): the retry is refused as moved, and re-routed to the target with
+// the source's origin, which the ledger the move brought answers as a
+// duplicate. The ledger is on the target's replica too: the target's
+// primary is lost as well before the retry comes.
+TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
+  std::vector<std::unique_ptr<ServerProcess>> primaries;
+  std::vector<std::string> primary_dirs;
+  for (int shard = 0; shard < 2; ++shard) {
+    primary_dirs.push_back(
+        FreshTestDir(absl::StrCat(name_, "_primary", shard)));
+    std::vector<std::string> flags = EtcdFlags();
+    // Shard 0, the move's source, has no replica; shard 1 has one.
+    flags.insert(flags.end(),
+                 {"--data_dir=" + primary_dirs.back(),
+                  absl::StrCat("--shard_index=", shard), "--num_shards=2",
+                  shard == 0 ? "--replication=async" : "--replication=sync"});
+    auto primary = ServerProcess::Start(flags, absl::Seconds(60),
+                                        primary_dirs.back() + ".log");
+    ASSERT_OK(primary);
+    primaries.push_back(*std::move(primary));
+  }
+  const std::string replica_dir = FreshTestDir(name_ + "_replica1");
+  std::vector<std::string> flags = EtcdFlags();
+  // Promoted, it takes pushes alone.
+  flags.insert(flags.end(), {"--data_dir=" + replica_dir, "--replica_of=1",
+                             "--replication=sync", "--min_in_sync_replicas=0"});
+  auto replica =
+      ServerProcess::Start(flags, absl::Seconds(60), replica_dir + ".log");
+  ASSERT_OK(replica);
+  std::unique_ptr<worker::PsClient> client = Connect(100);
+  ASSERT_NE(client, nullptr);
+  const absl::Time in_sync = absl::Now() + absl::Minutes(1);
+  while (Stats(*primaries[1]).replication().replicas_in_sync() != 1) {
+    ASSERT_LT(absl::Now(), in_sync) << "the replica is not in sync";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
+
+  // P: shard 0's keys once more, as worker 77; its answer is "lost".
+  const SlotMap initial = SlotMap::Initial(2);
+  std::vector<uint64_t> keys;
+  for (uint64_t key : keys_) {
+    if (initial.ShardForKey(key) == 0) keys.push_back(key);
+  }
+  ASSERT_GT(keys.size(), 100u);
+  PushRequest push;
+  push.set_table(kTable);
+  push.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                            keys.size() * sizeof(uint64_t)));
+  const std::vector<float> gradients(keys.size() * kDim, -1.0f);
+  push.set_gradients(
+      std::string(reinterpret_cast<const char*>(gradients.data()),
+                  gradients.size() * sizeof(float)));
+  push.set_worker(77);
+  push.set_incarnation(1);
+  push.set_sequence(1);
+  auto send = [&](const ServerProcess& server, const PushRequest& request,
+                  PushResponse* response) {
+    grpc::ClientContext context;
+    return ParameterServer::NewStub(server.channel())
+        ->Push(&context, request, response);
+  };
+  PushResponse first;
+  ASSERT_TRUE(send(*primaries[0], push, &first).ok());
+  ASSERT_FALSE(first.duplicate());
+  ASSERT_GT(first.rows_updated(), 0u);
+
+  // Every slot moves to shard 1; then both primaries' machines are lost,
+  // and shard 1's replica takes over.
+  const std::string log = FreshTestDir(name_ + "_move") + "/move.log";
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--job=", kJob), "move-slots", "--slots=0-16383",
+                 "--to=1"},
+                log, absl::Minutes(2)),
+            0)
+      << ReadFile(log);
+  for (int shard = 0; shard < 2; ++shard) {
+    primaries[shard]->SignalAndWait(SIGKILL);
+    std::filesystem::remove_all(primary_dirs[shard]);
+  }
+  const absl::Time promoted = absl::Now() + absl::Minutes(1);
+  while (Stats(**replica).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), promoted) << "the replica was not promoted";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+
+  // The retry of P, re-routed as the client does when its first shard
+  // refuses it as moved: a new sequence on shard 1, the origin it had on
+  // shard 0.
+  PushRequest rerouted = push;
+  rerouted.set_moved_from_shard(0);
+  rerouted.set_moved_from_sequence(1);
+  PushResponse answered;
+  const grpc::Status status = send(**replica, rerouted, &answered);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(answered.duplicate());
+  EXPECT_EQ(answered.rows_updated(), first.rows_updated());
+  for (float value : CountedValues((*replica)->channel(), kTable, keys, 10)) {
+    EXPECT_EQ(value, 2.0f);
+  }
+  // A push the source never applied is applied.
+  rerouted.set_sequence(2);
+  rerouted.set_moved_from_sequence(2);
+  ASSERT_TRUE(send(**replica, rerouted, &answered).ok());
+  EXPECT_FALSE(answered.duplicate());
+  for (float value : CountedValues((*replica)->channel(), kTable, keys, 10)) {
+    EXPECT_EQ(value, 3.0f);
+  }
 }
 
 // A replica paused past --replica_timeout_ms is dropped from the in-sync

@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/transient_error.h"
+#include "embedding/push_ledger.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "net/admin_channel.h"
@@ -238,6 +239,47 @@ TEST_F(SlotRoutingTest, APushRoutedByAnOldMapIsRedirectedAndAppliedOnce) {
   absl::StatusOr<std::vector<float>> rows = PullFirstColumn(*client, keys);
   ASSERT_OK(rows);
   EXPECT_EQ(*rows, std::vector<float>(keys.size(), 1.0f));
+}
+
+// A push refused as moved is sent where its keys are with the origin it
+// had on the shard that refused it, and the shard there answers it from
+// that shard's ledger, which a move brought: a push applied on the first
+// shard (its answer lost) is not applied again.
+TEST_F(SlotRoutingTest, APushRedirectedCarriesItsFirstOriginToTheLedger) {
+  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  ASSERT_NE(client, nullptr);
+  // Shard 1 holds shard 0's ledger, which says shard 0 applied this
+  // client's first push to it (incarnation 7, sequence 1).
+  embedding::PushLedger source;
+  embedding::PushOrigin first{/*worker=*/0, /*incarnation=*/7, /*sequence=*/1};
+  ASSERT_OK(source.Begin(first).status());
+  source.Finish(first, /*applied=*/true, /*rows_updated=*/123);
+  WriteSlotRowsRequest ledger;
+  ledger.set_moved_ledger(source.Serialize());
+  ledger.set_moved_from_shard(0);
+  WriteSlotRowsResponse written;
+  grpc::ClientContext context;
+  ASSERT_TRUE(admins_[1]->WriteSlotRows(&context, ledger, &written).ok());
+
+  // Every slot is shard 1's; the client still routes by the first map.
+  SetMapOnEveryShard(SlotMap::Initial(2).WithSlotsMoved(0, kNumSlots - 1, 1));
+  const std::vector<uint64_t> keys = Keys(2000);
+  ASSERT_OK(PushOnce(*client, keys));
+  // The keys the client sent to shard 0 were answered from its ledger on
+  // shard 1; the others, sent to shard 1, were applied.
+  const SlotMap first_map = SlotMap::Initial(2);
+  int answered = 0;
+  for (uint64_t key : keys) {
+    bool stored = false;
+    const std::vector<float> row = Row(1, key, &stored);
+    if (first_map.ShardForKey(key) == 0) {
+      EXPECT_FALSE(stored) << key;
+      ++answered;
+    } else {
+      EXPECT_EQ(row, std::vector<float>(kDim, 1.0f)) << key;
+    }
+  }
+  EXPECT_GT(answered, 500);
 }
 
 TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
