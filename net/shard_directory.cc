@@ -19,6 +19,10 @@
 namespace ps::net {
 namespace {
 
+std::string InSyncKey(const std::string& job, int index) {
+  return absl::StrCat("/ps/", job, "/in_sync/", index);
+}
+
 // "<address> <num_shards>".
 std::string RecordValue(const ShardRecord& record) {
   return absl::StrCat(record.address, " ", record.num_shards);
@@ -115,15 +119,18 @@ absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
   return seen;
 }
 
-absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
-                                              const std::string& job, int index,
-                                              const ShardGeneration& seen,
-                                              const std::string& promotion) {
+absl::StatusOr<uint64_t> RaiseShardGeneration(
+    EtcdClient& etcd, const std::string& job, int index,
+    const ShardGeneration& seen, const std::string& promotion,
+    std::optional<int64_t> in_sync_revision) {
   const uint64_t next = seen.generation + 1;
+  std::vector<EtcdCondition> conditions = {
+      {absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}};
+  if (in_sync_revision.has_value())
+    conditions.push_back({InSyncKey(job, index), *in_sync_revision});
   absl::StatusOr<bool> raised =
       etcd.PutIf(GenerationKey(job, index), GenerationText(next, promotion),
-                 seen.mod_revision, /*lease=*/0,
-                 {{absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}});
+                 seen.mod_revision, /*lease=*/0, conditions);
   if (raised.ok() && *raised) return next;
   // Not raised, or no answer: a raise etcd applied whose answer was lost
   // (sent again, it found the generation moved) left this promotion's token.
@@ -138,16 +145,11 @@ absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
       "shard ", index,
       "'s generation changed since it was read, or a process registered "
       "as the shard (another replica was promoted, or the primary came "
-      "back, first)"));
+      "back, first)",
+      in_sync_revision.has_value()
+          ? ", or its primary changed its in-sync set since"
+          : ""));
 }
-
-namespace {
-
-std::string InSyncKey(const std::string& job, int index) {
-  return absl::StrCat("/ps/", job, "/in_sync/", index);
-}
-
-}  // namespace
 
 bool InSyncSet::Holds(uint64_t feed_id, uint64_t follower) const {
   return feed == feed_id && std::find(followers.begin(), followers.end(),
@@ -191,6 +193,7 @@ absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
     return absl::FailedPreconditionError(
         absl::StrCat("etcd key ", kv.key, ": ", set.status().message()));
   }
+  set->mod_revision = kv.mod_revision;
   return set;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,11 +142,15 @@ absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text);
 // first) or a process registered (a restarted primary came first). A raise
 // that finds `promotion` (not empty) already there is answered as done: it
 // is this promotion's raise sent again after etcd applied it and its answer
-// was lost.
-absl::StatusOr<uint64_t> RaiseShardGeneration(EtcdClient& etcd,
-                                              const std::string& job, int index,
-                                              const ShardGeneration& seen,
-                                              const std::string& promotion);
+// was lost. With `in_sync_revision`, only while the shard's in-sync set
+// (ReadInSyncSet()) is still at that mod revision (0: still absent), so
+// that a primary that changed it since the promoting replica read it
+// (dropping that replica, then acknowledging pushes it lacks) is not
+// replaced by it: ABORTED then too.
+absl::StatusOr<uint64_t> RaiseShardGeneration(
+    EtcdClient& etcd, const std::string& job, int index,
+    const ShardGeneration& seen, const std::string& promotion,
+    std::optional<int64_t> in_sync_revision = std::nullopt);
 
 // Which replicas of shard `index` its primary counts as in sync, at
 // /ps/<job>/in_sync/<index>: followers of one feed (by the ids the feed
@@ -158,6 +163,8 @@ struct InSyncSet {
   uint64_t generation = 0;
   uint64_t feed = 0;
   std::vector<uint64_t> followers;  // ascending
+  // The key's mod revision, as ReadInSyncSet() found it.
+  int64_t mod_revision = 0;
 
   bool Holds(uint64_t feed_id, uint64_t follower) const;
 };

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -801,16 +802,20 @@ class PrimaryWatch {
     RETURN_IF_ERROR(server_->StopFollowing());
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    RETURN_IF_ERROR(CheckInSync(job, seen));
+    // The raise holds only while the in-sync set is as checked: a primary
+    // that drops this replica meanwhile is not replaced by it.
+    ASSIGN_OR_RETURN(const std::optional<int64_t> in_sync_revision,
+                     CheckInSync(job, seen));
     // The promotion is written into the data dir before etcd: once etcd
     // holds it, however it is cut short, the data dir is the newest and a
     // start finishes it (ChooseRole()).
     const std::string promotion = NewPromotionToken();
     RETURN_IF_ERROR(
         WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
-    ASSIGN_OR_RETURN(const uint64_t generation,
-                     ps::net::RaiseShardGeneration(*etcd_, job, own_.index,
-                                                   seen, promotion));
+    ASSIGN_OR_RETURN(
+        const uint64_t generation,
+        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen, promotion,
+                                      in_sync_revision));
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
     if (raised.generation != generation || raised.promotion != promotion) {
@@ -845,18 +850,19 @@ class PrimaryWatch {
     return server_->CampaignForCoordinator(own_.address, lease);
   }
 
-  // OK when the primary's recorded in-sync set (at generation `seen`)
-  // names this replica, or allow_unclean_promotion_ says to go on anyway;
-  // FAILED_PRECONDITION otherwise: the replica may lack acknowledged pushes.
-  absl::Status CheckInSync(const std::string& job,
-                           const ps::net::ShardGeneration& seen) {
+  // The in-sync set's mod revision when the primary's recorded set (at
+  // generation `seen`) names this replica; nothing when it does not but
+  // allow_unclean_promotion_ says to go on anyway; FAILED_PRECONDITION
+  // otherwise: the replica may lack acknowledged pushes.
+  absl::StatusOr<std::optional<int64_t>> CheckInSync(
+      const std::string& job, const ps::net::ShardGeneration& seen) {
     ASSIGN_OR_RETURN(const auto ids, server_->FeedAndFollower());
     absl::StatusOr<ps::net::InSyncSet> set =
         ps::net::ReadInSyncSet(*etcd_, job, own_.index);
     if (!set.ok() && !absl::IsNotFound(set.status())) return set.status();
     if (set.ok() && set->generation == seen.generation &&
         set->Holds(ids.first, ids.second)) {
-      return absl::OkStatus();
+      return std::optional<int64_t>(set->mod_revision);
     }
     const std::string why =
         set.ok()
@@ -870,7 +876,7 @@ class PrimaryWatch {
       LOG(WARNING) << why
                    << "; promoting anyway (--allow_unclean_promotion): "
                       "pushes the primary acknowledged may be lost";
-      return absl::OkStatus();
+      return std::optional<int64_t>();
     }
     return absl::FailedPreconditionError(absl::StrCat(
         why,

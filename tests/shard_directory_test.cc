@@ -97,6 +97,37 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
       absl::StatusCode::kAborted);
 }
 
+TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileTheInSyncSetIsAsRead) {
+  absl::StatusOr<ShardGeneration> none = ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(none);
+  InSyncSet set;
+  set.feed = 5;
+  set.followers = {1, 2};
+  ASSERT_OK(WriteInSyncSet(*client_, kJob, 0, *none, set));
+  absl::StatusOr<InSyncSet> read = ReadInSyncSet(*client_, kJob, 0);
+  ASSERT_OK(read);
+  EXPECT_GT(read->mod_revision, 0);
+  // The primary drops follower 2 after the replica read the set.
+  set.followers = {1};
+  ASSERT_OK(WriteInSyncSet(*client_, kJob, 0, *none, set));
+  EXPECT_EQ(
+      RaiseShardGeneration(*client_, kJob, 0, *none, "p1", read->mod_revision)
+          .status()
+          .code(),
+      absl::StatusCode::kAborted);
+  absl::StatusOr<ShardGeneration> unchanged =
+      ReadShardGeneration(*client_, kJob, 0);
+  ASSERT_OK(unchanged);
+  EXPECT_EQ(unchanged->generation, none->generation);
+  // Read again, as it now is: raised.
+  absl::StatusOr<InSyncSet> again = ReadInSyncSet(*client_, kJob, 0);
+  ASSERT_OK(again);
+  absl::StatusOr<uint64_t> raised =
+      RaiseShardGeneration(*client_, kJob, 0, *none, "p2", again->mod_revision);
+  ASSERT_OK(raised);
+  EXPECT_EQ(*raised, none->generation + 1);
+}
+
 TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
   absl::StatusOr<ShardGeneration> fresh =
       ReadShardGeneration(*client_, kJob, 0);
