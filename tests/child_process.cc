@@ -94,6 +94,15 @@ int ChildProcess::Wait(absl::Duration timeout) {
   return 128 + WTERMSIG(status);
 }
 
+bool ChildProcess::Exited(int* code) {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  pid_ = -1;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
 int ChildProcess::SignalAndWait(int signal, absl::Duration timeout) {
   if (pid_ <= 0) return -1;
   kill(pid_, signal);

@@ -39,6 +39,9 @@ class ChildProcess {
   // Waits for the process to exit, up to `timeout` (then SIGKILLs it).
   // Returns its exit code, or 128 + the signal that ended it.
   int Wait(absl::Duration timeout);
+  // Whether it has exited (reaping it, its code into *code), without
+  // waiting.
+  bool Exited(int* code);
 
   // Sends `signal`, then Wait()s.
   int SignalAndWait(int signal, absl::Duration timeout = absl::Minutes(1));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "base/test_dirs.h"
 #include "net/etcd_client.h"
 
@@ -92,31 +93,41 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(
   }
   argv.insert(argv.end(), security.more_flags.begin(),
               security.more_flags.end());
+  etcd->argv_ = std::move(argv);
+  etcd->dir_ = dir;
+  etcd->client_port_ = client_port;
+  RETURN_IF_ERROR(etcd->Launch());
+  return etcd;
+}
+
+absl::Status EtcdProcess::Restart() { return Launch(); }
+
+absl::Status EtcdProcess::Launch() {
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =
-      ChildProcess::Start(argv, /*capture_stdout=*/false, dir + "/etcd.log");
+      ChildProcess::Start(argv_, /*capture_stdout=*/false, dir_ + "/etcd.log");
   if (!process.ok()) return process.status();
-  etcd->process_ = *std::move(process);
+  process_ = *std::move(process);
   // First the port, so that the client's channel connects at its first try
   // rather than after gRPC's reconnect backoff.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!Accepts(client_port) && absl::Now() < deadline)
+  while (!Accepts(client_port_) && absl::Now() < deadline)
     absl::SleepFor(absl::Milliseconds(20));
   net::EtcdOptions options;
-  options.endpoints = {etcd->endpoint_};
+  options.endpoints = {endpoint_};
   options.call_timeout = absl::Seconds(1);
-  options.tls = security.client_tls;
+  options.tls = client_tls_;
   absl::StatusOr<std::unique_ptr<net::EtcdClient>> client =
       net::EtcdClient::Connect(options);
   if (!client.ok()) return client.status();
   absl::Status last;
   while (absl::Now() < deadline) {
     last = (*client)->Put("/ps_test/ready", "1").status();
-    if (last.ok()) return etcd;
+    if (last.ok()) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(100));
   }
   return absl::DeadlineExceededError(
-      absl::StrCat("etcd did not answer on ", etcd->endpoint_, " within 30 s (",
-                   last.ToString(), "); its log: ", dir, "/etcd.log"));
+      absl::StrCat("etcd did not answer on ", endpoint_, " within 30 s (",
+                   last.ToString(), "); its log: ", dir_, "/etcd.log"));
 }
 
 void EtcdProcess::Stop(int signal) {

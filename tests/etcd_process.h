@@ -48,11 +48,20 @@ class EtcdProcess {
 
   // Ends it with `signal` (SIGKILL: as a machine that is lost).
   void Stop(int signal);
+  // Starts it again on its data dir and ports (after Stop()), and waits
+  // until it answers, as Start().
+  absl::Status Restart();
 
  private:
   EtcdProcess() = default;
 
+  // Starts the process (argv_) and waits until it answers.
+  absl::Status Launch();
+
   std::string endpoint_;
+  int client_port_ = 0;
+  std::string dir_;
+  std::vector<std::string> argv_;
   TlsFiles client_tls_;
   std::unique_ptr<ChildProcess> process_;
 };

@@ -44,6 +44,7 @@ class ServerProcess {
   // Waits for the process to exit on its own, up to `timeout` (then kills
   // it). Returns its exit code, or 128 + the signal that ended it.
   int Wait(absl::Duration timeout) { return process_->Wait(timeout); }
+  bool Exited(int* code) { return process_->Exited(code); }
 
   pid_t pid() const { return process_->pid(); }
 

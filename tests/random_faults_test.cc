@@ -1,0 +1,465 @@
+// A randomized fault schedule (a nemesis, as Jepsen's): etcd, three shards
+// of two processes each (ps_server --replicas=1 --replication=sync, which
+// find their roles), and two workers' clients pushing +1 to every key over
+// and over, counting what was acknowledged. Every few seconds a fault is
+// drawn from the seed: a primary killed (kill -9; with its disk or not), a
+// replica killed, a primary paused past its lease then resumed, etcd killed
+// and started again, a slot move, a rebalance, a checkpoint. A supervisor
+// starts again, on its data dir, every process that exited, and nothing
+// else. At the end every key holds at least the pushes acknowledged and at
+// most those plus the ones whose answer never came (a push that failed
+// after its retries may be applied or not); anything else is a lost or a
+// doubled update, and fails the test.
+//
+//   PS_CHAOS_SEED=S PS_CHAOS_SECONDS=N bazel run //tests:random_faults_test
+//
+// or deploy/chaos.sh --random --seed=S --minutes=M. The schedule and a table
+// (faults by kind, recovery times, pushes, lost, doubled) are printed; the
+// seed replays the same schedule (the timing of what it meets varies).
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/status_matchers.h"
+#include "base/test_dirs.h"
+#include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/counting_pusher.h"
+#include "tests/etcd_process.h"
+#include "tests/server_process.h"
+#include "tests/test_files.h"
+#include "worker/ps_client.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr char kJob[] = "nemesis";
+constexpr int kDim = 2;
+constexpr char kTable[] = "t";
+constexpr int kShards = 3;
+constexpr int kLeaseSeconds = 2;
+
+int64_t EnvNumber(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  int64_t value = 0;
+  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
+}
+
+// Pushes AddOne() to its keys until stopped, counting the pushes
+// acknowledged and those that failed after the client's retries (applied
+// on some shards, on all or on none: unknown).
+class Pusher {
+ public:
+  Pusher(std::unique_ptr<worker::PsClient> client, std::vector<uint64_t> keys,
+         uint32_t worker)
+      : client_(std::move(client)),
+        keys_(std::move(keys)),
+        thread_([this, worker] {
+          while (!stop_) {
+            if (AddOne(*client_, kTable, kDim, keys_, worker).ok()) {
+              ++acknowledged_;
+            } else {
+              ++unknown_;
+              absl::SleepFor(absl::Milliseconds(100));
+            }
+          }
+        }) {}
+  ~Pusher() { Stop(); }
+
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int acknowledged() const { return acknowledged_.load(); }
+  int unknown() const { return unknown_.load(); }
+
+ private:
+  std::unique_ptr<worker::PsClient> client_;
+  const std::vector<uint64_t> keys_;
+  std::atomic<int> acknowledged_{0};
+  std::atomic<int> unknown_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+enum class Fault {
+  kKillPrimary,
+  kKillPrimaryAndDisk,
+  kKillReplica,
+  kPausePrimary,
+  kRestartEtcd,
+  kMoveSlots,
+  kRebalance,
+  kCheckpoint,
+  kCount,
+};
+
+const char* FaultName(Fault fault) {
+  switch (fault) {
+    case Fault::kKillPrimary:
+      return "kill -9 a primary";
+    case Fault::kKillPrimaryAndDisk:
+      return "kill -9 a primary, disk lost";
+    case Fault::kKillReplica:
+      return "kill -9 a replica";
+    case Fault::kPausePrimary:
+      return "SIGSTOP a primary past its lease";
+    case Fault::kRestartEtcd:
+      return "kill -9 etcd, start it again";
+    case Fault::kMoveSlots:
+      return "ps_admin move-slots";
+    case Fault::kRebalance:
+      return "ps_admin rebalance";
+    case Fault::kCheckpoint:
+      return "ps_admin checkpoint";
+    default:
+      return "?";
+  }
+}
+
+class RandomFaultsTest : public ::testing::Test {
+ protected:
+  // One machine of a shard, as a StatefulSet's pod: its data dir and its
+  // address stay; the supervisor starts it again once it exits, a second
+  // after (and not more often).
+  struct Process {
+    std::string dir;
+    int shard = 0;
+    int port = 0;
+    int starts = 0;
+    absl::Time exited_at = absl::InfinitePast();
+    std::unique_ptr<ServerProcess> server;
+  };
+
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<EtcdProcess>> etcd =
+        EtcdProcess::Start("random_faults_etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+    for (uint64_t i = 0; i < 600; ++i) keys_.push_back(i * 2654435761ULL + 7);
+    dir_ = FreshTestDir("random_faults");
+  }
+
+  std::vector<std::string> Flags(const Process& process) const {
+    return {"--etcd=" + etcd_->endpoint(),
+            absl::StrCat("--job=", kJob),
+            absl::StrCat("--etcd_lease_s=", kLeaseSeconds),
+            "--cache_mb=32",
+            "--data_dir=" + process.dir,
+            absl::StrCat("--shard_index=", process.shard),
+            absl::StrCat("--num_shards=", kShards),
+            "--replicas=1",
+            "--replication=sync",
+            absl::StrCat("--listen=127.0.0.1:", process.port)};
+  }
+
+  // Starts `process` on its data dir, as a supervisor would.
+  void Start(Process& process) {
+    auto started = ServerProcess::Start(
+        Flags(process), absl::Seconds(120),
+        absl::StrCat(process.dir, ".log", ++process.starts));
+    if (started.ok()) {
+      process.server = *std::move(started);
+    } else {
+      Say(absl::StrCat("  could not start ", process.dir, ": ",
+                       started.status().ToString()));
+      process.server.reset();
+    }
+  }
+
+  std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
+    worker::ClientOptions options;
+    absl::StatusOr<std::vector<std::string>> found =
+        net::FindShards(*client_, kJob, absl::Seconds(30));
+    EXPECT_OK(found);
+    if (!found.ok()) return nullptr;
+    options.servers = *found;
+    options.find_shards = [this] {
+      return net::FindShards(*client_, kJob, absl::Seconds(2));
+    };
+    options.incarnation = incarnation;
+    options.call_timeout = absl::Seconds(3);
+    options.initial_backoff = absl::Milliseconds(20);
+    options.retry_for = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Connect(options);
+    EXPECT_OK(client);
+    if (!client.ok()) return nullptr;
+    EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
+    return *std::move(client);
+  }
+
+  static std::string Role(const ServerProcess& server) {
+    auto admin = Admin::NewStub(server.channel());
+    ShardStatsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    if (!admin->ShardStats(&context, ShardStatsRequest(), &response).ok())
+      return "";
+    return response.replication().role();
+  }
+
+  // The running process of shard `shard` whose role is `primary` (or a
+  // replica), or null.
+  Process* Find(int shard, bool primary) {
+    for (Process& process : processes_) {
+      if (process.shard != shard || process.server == nullptr) continue;
+      const std::string role = Role(*process.server);
+      if (role.empty()) continue;
+      if ((role == "primary") == primary) return &process;
+    }
+    return nullptr;
+  }
+
+  // Starts again every process that exited, a second after.
+  void Supervise() {
+    for (Process& process : processes_) {
+      int code = 0;
+      if (process.server != nullptr) {
+        if (!process.server->Exited(&code)) continue;
+        Say(absl::StrCat("  supervisor: ", process.dir, " exited (", code,
+                         ")"));
+        process.server.reset();
+        process.exited_at = absl::Now();
+      }
+      if (absl::Now() - process.exited_at < absl::Seconds(1)) continue;
+      Start(process);
+      process.exited_at = absl::Now();
+    }
+  }
+
+  int RunAdmin(const std::vector<std::string>& args, const std::string& name) {
+    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
+                                     "--etcd=" + etcd_->endpoint(),
+                                     absl::StrCat("--job=", kJob)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunToCompletion(argv, absl::StrCat(dir_, "/", name, ".log"),
+                           absl::Minutes(2));
+  }
+
+  void Say(const std::string& line) {
+    const std::string stamped = absl::StrFormat(
+        "t=%6.1fs %s", absl::ToDoubleSeconds(absl::Now() - began_), line);
+    std::printf("%s\n", stamped.c_str());
+    std::fflush(stdout);
+  }
+
+  // Applies `fault`; false when it could not be (no primary found, say).
+  bool Apply(Fault fault, std::mt19937_64& random) {
+    const int shard = static_cast<int>(random() % kShards);
+    switch (fault) {
+      case Fault::kKillPrimary:
+      case Fault::kKillPrimaryAndDisk:
+      case Fault::kPausePrimary:
+      case Fault::kKillReplica: {
+        Process* process = Find(shard, fault != Fault::kKillReplica);
+        if (process == nullptr) return false;
+        Say(absl::StrCat(FaultName(fault), ": shard ", shard, " (",
+                         process->dir, ")"));
+        if (fault == Fault::kPausePrimary) {
+          kill(process->server->pid(), SIGSTOP);
+          absl::SleepFor(absl::Seconds(3 * kLeaseSeconds));
+          kill(process->server->pid(), SIGCONT);
+          return true;
+        }
+        process->server->SignalAndWait(SIGKILL);
+        process->server.reset();
+        process->exited_at = absl::Now();
+        if (fault == Fault::kKillPrimaryAndDisk)
+          std::filesystem::remove_all(process->dir);
+        return true;
+      }
+      case Fault::kRestartEtcd:
+        Say(FaultName(fault));
+        etcd_->Stop(SIGKILL);
+        absl::SleepFor(absl::Seconds(1));
+        return etcd_->Restart().ok();
+      case Fault::kMoveSlots: {
+        const uint32_t first = static_cast<uint32_t>(random() % 16) * 1024;
+        const int to = static_cast<int>(random() % kShards);
+        Say(absl::StrCat(FaultName(fault), " --slots=", first, "-",
+                         first + 1023, " --to=", to));
+        const int code = RunAdmin(
+            {"move-slots", absl::StrCat("--slots=", first, "-", first + 1023),
+             absl::StrCat("--to=", to)},
+            absl::StrCat("move", ++admin_runs_));
+        Say(absl::StrCat("  move-slots exited ", code));
+        return true;
+      }
+      case Fault::kRebalance: {
+        Say(FaultName(fault));
+        const int code =
+            RunAdmin({"rebalance"}, absl::StrCat("rebalance", ++admin_runs_));
+        Say(absl::StrCat("  rebalance exited ", code));
+        return true;
+      }
+      case Fault::kCheckpoint: {
+        Say(FaultName(fault));
+        const int code =
+            RunAdmin({"checkpoint",
+                      absl::StrCat("--dir=", dir_, "/ckpt-", ++admin_runs_)},
+                     absl::StrCat("checkpoint", admin_runs_));
+        Say(absl::StrCat("  checkpoint exited ", code));
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<net::EtcdClient> client_;
+  std::vector<uint64_t> keys_;
+  std::string dir_;
+  std::vector<Process> processes_;
+  absl::Time began_ = absl::Now();
+  int admin_runs_ = 0;
+};
+
+TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
+  const uint64_t seed = static_cast<uint64_t>(EnvNumber("PS_CHAOS_SEED", 1));
+  const absl::Duration length =
+      absl::Seconds(EnvNumber("PS_CHAOS_SECONDS", 60));
+  const absl::Duration interval =
+      absl::Seconds(EnvNumber("PS_CHAOS_INTERVAL_S", 6));
+  std::mt19937_64 random(seed);
+  began_ = absl::Now();
+  Say(absl::StrCat("seed ", seed, ", ", absl::FormatDuration(length),
+                   ", a fault every ", absl::FormatDuration(interval)));
+
+  const std::vector<int> ports = UnusedLoopbackPorts(2 * kShards);
+  for (int shard = 0; shard < kShards; ++shard) {
+    for (int copy = 0; copy < 2; ++copy) {
+      Process& process = processes_.emplace_back();
+      process.shard = shard;
+      process.port = ports[2 * shard + copy];
+      process.dir = absl::StrCat(dir_, "/shard", shard, "_", copy);
+    }
+  }
+  // Each shard's two processes at once: one claims it, one follows.
+  {
+    std::vector<std::thread> starting;
+    for (Process& process : processes_)
+      starting.emplace_back([this, started = &process] { Start(*started); });
+    for (std::thread& thread : starting) thread.join();
+  }
+  for (const Process& process : processes_)
+    ASSERT_NE(process.server, nullptr) << process.dir;
+  std::vector<std::unique_ptr<Pusher>> pushers;
+  for (uint32_t w = 0; w < 2; ++w) {
+    std::unique_ptr<worker::PsClient> client = Connect(100 + w);
+    ASSERT_NE(client, nullptr);
+    pushers.push_back(std::make_unique<Pusher>(std::move(client), keys_, w));
+  }
+  auto acknowledged = [&] {
+    int total = 0;
+    for (auto& pusher : pushers) total += pusher->acknowledged();
+    return total;
+  };
+
+  struct Stats {
+    int drawn = 0;
+    int applied = 0;
+    std::vector<double> recovery_s;
+    int not_recovered = 0;
+  };
+  std::map<Fault, Stats> stats;
+  const absl::Time end = began_ + length;
+  while (absl::Now() < end) {
+    const Fault fault =
+        static_cast<Fault>(random() % static_cast<int>(Fault::kCount));
+    Stats& kind = stats[fault];
+    ++kind.drawn;
+    const absl::Time at = absl::Now();
+    if (Apply(fault, random)) ++kind.applied;
+    Supervise();
+    // Recovered once both workers had pushes acknowledged again.
+    const int before = acknowledged();
+    const absl::Time give_up = at + absl::Seconds(120);
+    while (acknowledged() < before + 4 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(50));
+      Supervise();
+    }
+    if (acknowledged() >= before + 4) {
+      kind.recovery_s.push_back(absl::ToDoubleSeconds(absl::Now() - at));
+    } else {
+      ++kind.not_recovered;
+      Say("  pushes did not resume within 120 s");
+    }
+    const absl::Time next = at + interval;
+    while (absl::Now() < next) {
+      absl::SleepFor(absl::Milliseconds(100));
+      Supervise();
+    }
+  }
+  for (auto& pusher : pushers) pusher->Stop();
+  int total = 0, unknown = 0;
+  for (auto& pusher : pushers) {
+    total += pusher->acknowledged();
+    unknown += pusher->unknown();
+  }
+
+  // Every key, read where the map now puts it (a pull through a new client).
+  std::unique_ptr<worker::PsClient> reader = Connect(900);
+  ASSERT_NE(reader, nullptr);
+  std::vector<float> rows(keys_.size() * kDim);
+  worker::TrainingClient::TableRows pull;
+  pull.table = kTable;
+  pull.keys = keys_;
+  pull.dim = kDim;
+  pull.rows = rows.data();
+  ASSERT_OK(reader->Pull({&pull, 1}));
+  int lost = 0, doubled = 0;
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    const float value = rows[i * kDim];
+    if (value < total) ++lost;
+    if (value > total + unknown) ++doubled;
+  }
+
+  std::printf(
+      "\n| fault | drawn | applied | recovery s (median, max) | not "
+      "recovered |\n| --- | --- | --- | --- | --- |\n");
+  for (auto& [fault, kind] : stats) {
+    std::sort(kind.recovery_s.begin(), kind.recovery_s.end());
+    const std::string recovery =
+        kind.recovery_s.empty()
+            ? "-"
+            : absl::StrFormat("%.1f, %.1f",
+                              kind.recovery_s[kind.recovery_s.size() / 2],
+                              kind.recovery_s.back());
+    std::printf("| %s | %d | %d | %s | %d |\n", FaultName(fault), kind.drawn,
+                kind.applied, recovery.c_str(), kind.not_recovered);
+  }
+  std::printf(
+      "\nseed %llu: pushes acknowledged %d, unknown (failed after retries) "
+      "%d; keys %zu: lost %d, doubled %d\n",
+      static_cast<unsigned long long>(seed), total, unknown, keys_.size(), lost,
+      doubled);
+  EXPECT_EQ(lost, 0) << "seed " << seed;
+  EXPECT_EQ(doubled, 0) << "seed " << seed;
+  EXPECT_GT(total, 0);
+}
+
+}  // namespace
+}  // namespace ps::testing
