@@ -325,8 +325,10 @@ class EmbeddingStore {
   }
 
   // This store's push ledger (PushLedger::Serialize()): a move's source
-  // hands it to the target once the slots' pushes paused.
+  // hands it to the target once the slots' pushes paused, with the ledgers
+  // earlier moves brought here (by source shard).
   std::string SerializeLedger() const { return ledger_.Serialize(); }
+  std::vector<std::pair<uint32_t, std::string>> SerializeMovedLedgers();
 
   // A move's target: the push ledger of `source_shard` as it stood once the
   // moved slots' pushes paused there, merged into what earlier moves from

@@ -89,6 +89,15 @@ absl::Status EmbeddingStore::MergeMovedLedger(uint32_t source_shard,
   return absl::OkStatus();
 }
 
+std::vector<std::pair<uint32_t, std::string>>
+EmbeddingStore::SerializeMovedLedgers() {
+  absl::MutexLock lock(&moved_ledgers_mu_);
+  std::vector<std::pair<uint32_t, std::string>> ledgers;
+  for (const auto& [source, ledger] : moved_ledgers_)
+    ledgers.emplace_back(source, ledger->Serialize());
+  return ledgers;
+}
+
 absl::StatusOr<std::optional<uint32_t>> EmbeddingStore::MovedPushApplied(
     uint32_t source_shard, const PushOrigin& origin) {
   PushLedger* ledger = nullptr;

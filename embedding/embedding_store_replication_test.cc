@@ -235,6 +235,11 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
   primary.reset();
   primary = OpenStore(options_);
   EXPECT_EQ(applied(*primary, 3, 3), 30u);
+  // Handed on by a move from this store, by source shard.
+  const auto handed = primary->SerializeMovedLedgers();
+  ASSERT_EQ(handed.size(), 1u);
+  EXPECT_EQ(handed[0].first, 3u);
+  EXPECT_EQ(handed[0].second, source.Serialize());
   // Fed: a replica applying the entries knows it too.
   std::vector<FeedEntry> entries;
   ASSERT_OK(feed.Read(cut->follower, cut->start_sequence, 1000,

@@ -76,17 +76,24 @@ uint64_t ReplicationFeed::AppendMade(absl::FunctionRef<FeedEntry()> make) {
 }
 
 void ReplicationFeed::DropFollowersBehindLocked() {
-  while (bytes_kept_ > options_.max_bytes_kept && !followers_.empty()) {
-    auto behind = followers_.begin();
+  while (bytes_kept_ > options_.max_bytes_kept) {
+    // Only a copy is dropped: a replica reading the feed holds pushes back
+    // instead (ReplicatedLocked()).
+    auto behind = followers_.end();
     for (auto it = followers_.begin(); it != followers_.end(); ++it) {
-      if (it->second.applied < behind->second.applied) behind = it;
+      if (it->second.reading) continue;
+      if (behind == followers_.end() ||
+          it->second.applied < behind->second.applied) {
+        behind = it;
+      }
     }
+    if (behind == followers_.end()) return;
     LOG(WARNING) << "replica follower " << behind->first << " is "
                  << head_ - behind->second.applied
                  << " feed entries behind, more than the "
                  << (options_.max_bytes_kept >> 20)
-                 << " MiB the feed keeps (--max_replication_lag_mb): dropped, "
-                    "it copies again";
+                 << " MiB the feed keeps (--max_replication_lag_mb) while it "
+                    "copies: its copy is abandoned, and taken again";
     followers_.erase(behind);
     ++followers_dropped_behind_;
     changed_ = true;
@@ -127,13 +134,15 @@ void ReplicationFeed::WhenReadable(uint64_t follower, uint64_t applied,
   {
     absl::MutexLock lock(&mu_);
     ExpireLocked(absl::Now());
+    if (auto found = followers_.find(follower); found != followers_.end() &&
+                                                max_entries > 0 &&
+                                                !found->second.reading) {
+      found->second.reading = true;
+      changed_ = true;
+    }
     status = AcknowledgeLocked(follower, applied);
     if (status.ok()) {
       Follower& state = followers_[follower];
-      if (max_entries > 0 && !state.reading) {
-        state.reading = true;
-        changed_ = true;
-      }
       if (head_ == state.applied &&
           absl::Now() < std::min(deadline, cancel_at_) && max_entries > 0) {
         read_waits_.push_back(ReadWait{follower, max_entries, max_bytes,
@@ -308,6 +317,9 @@ ReplicationFeed::Replicated ReplicationFeed::ReplicatedLocked(
     const ReplicatedWait& wait) const {
   if (head_ - LeastAppliedLocked(Among::kReading) > wait.max_lag)
     return Replicated::kTimedOut;
+  // Past the byte bound with no copy left to drop: the replicas reading
+  // hold the entries, and pushes wait for them.
+  if (bytes_kept_ > options_.max_bytes_kept) return Replicated::kTimedOut;
   if (!wait.sync) return Replicated::kYes;
   const uint32_t in_sync = InSyncCountLocked();
   if (recorded_in_sync_.has_value()) {
@@ -348,7 +360,9 @@ absl::Status ReplicationFeed::AcknowledgeLocked(uint64_t follower,
     changed_ = true;
   }
   state.last_read = absl::Now();
-  if (state.applied == head_ && !state.in_sync) {
+  // A replica copying keeps its place without reading: not in sync until
+  // it reads.
+  if (state.reading && state.applied == head_ && !state.in_sync) {
     state.in_sync = true;
     state.in_sync_at = head_;
     changed_ = true;
@@ -374,7 +388,7 @@ std::vector<FeedEntry> ReplicationFeed::TakeEntriesLocked(Follower& follower,
     if (!out.empty() && bytes > max_bytes) break;
     out.push_back(entry);
   }
-  if (from + out.size() == head_ && !follower.in_sync) {
+  if (follower.reading && from + out.size() == head_ && !follower.in_sync) {
     follower.in_sync = true;
     follower.in_sync_at = head_;
     changed_ = true;

@@ -14,9 +14,10 @@
 // new replica catches up first). A follower not heard from within
 // `follower_timeout` is dropped, so that a replica that died neither holds
 // entries in memory for good nor keeps pushes waiting for it. The entries
-// kept are bounded in bytes too: past `max_bytes_kept` the follower furthest
-// behind (a replica copying, or one that fell behind) is dropped and must
-// copy again, so that neither memory nor pushes pay for a slow replica.
+// kept are bounded in bytes too: past `max_bytes_kept` the copy furthest
+// behind (a follower that has not read yet) is dropped and must copy again,
+// so that pushes never wait for a copy; a follower reading the feed holds
+// pushes back instead (WhenReplicated()), as it does past `max_lag`.
 //
 // The waits are asynchronous, so that a gRPC server's threads are never
 // held by them: a thread of the feed's own calls each `done` once, outside
@@ -50,8 +51,9 @@ struct ReplicationFeedOptions {
   // A follower that has not read for this long is dropped. Default: 5 s.
   absl::Duration follower_timeout = absl::Seconds(5);
   // The entries kept for followers may take this many bytes (their
-  // records and rows); an append past it drops the followers furthest
-  // behind until they fit. Default: 256 MiB.
+  // records and rows); an append past it drops the copies furthest behind
+  // until they fit, and pushes wait while followers reading the feed hold
+  // more. Default: 256 MiB.
   size_t max_bytes_kept = size_t{256} << 20;
 };
 
@@ -110,11 +112,12 @@ class ReplicationFeed {
   // Calls done() once every follower in sync has applied `sequence` (when
   // `sync`; one dropped meanwhile no longer counts, one still catching up
   // does not yet) and no follower reading entries (in sync or catching up)
-  // is more than `max_lag` entries behind head() (one still copying, which
-  // reads none, is bounded by max_bytes_kept instead: pushes never wait for
-  // a copy), or at `deadline`, or once CancelWaits()
-  // takes effect. Under sync the answer is kTooFewInSync rather than kYes while
-  // fewer than max(1, min_in_sync) followers are in sync.
+  // is more than `max_lag` entries behind head() nor holds more than
+  // max_bytes_kept (one still copying, which reads none, is dropped past
+  // max_bytes_kept instead: pushes never wait for a copy), or at `deadline`, or
+  // once CancelWaits() takes effect. Under sync the answer is kTooFewInSync
+  // rather than kYes while fewer than max(1, min_in_sync) followers are in
+  // sync.
   void WhenReplicated(uint64_t sequence, bool sync, uint32_t min_in_sync,
                       uint64_t max_lag, absl::Time deadline,
                       std::function<void(Replicated)> done);
@@ -217,8 +220,8 @@ class ReplicationFeed {
   // follower needs.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the followers furthest behind while the entries kept take more
-  // than max_bytes_kept.
+  // Drops the copies (followers not reading yet) furthest behind while the
+  // entries kept take more than max_bytes_kept.
   void DropFollowersBehindLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The followers in sync that count: once SetRecordedInSync() was called,
   // only those the record names.

@@ -144,6 +144,45 @@ TEST(ReplicationFeedTest, AFollowerTooFarBehindIsDroppedNotWaitedFor) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ReplicationFeedTest, ACopyKeepingItsPlaceIsNotInSync) {
+  ReplicationFeed feed;
+  uint64_t start = 0;
+  const uint64_t copying = feed.AddFollower(&start);
+  // At the head, keeping its place as it reads its files: not in sync, and
+  // no sync push waits for it.
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(copying, start, 0, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.GetStats().in_sync, 0u);
+  const uint64_t sequence = feed.AppendPush("t", "a");
+  ASSERT_OK(feed.Read(copying, start, 0, absl::ZeroDuration(), &out));
+  EXPECT_EQ(kTooFewInSync,
+            feed.WaitReplicated(sequence, true, 0, kNoBound, absl::Now()));
+  // Once it reads the feed, it catches up and is in sync.
+  ASSERT_OK(feed.Read(copying, start, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.GetStats().in_sync, 1u);
+}
+
+TEST(ReplicationFeedTest, AReplicaReadingIsWaitedForPastTheBytesNotDropped) {
+  ReplicationFeedOptions options;
+  options.max_bytes_kept = 16 << 10;
+  ReplicationFeed feed(options);
+  uint64_t start = 0;
+  const uint64_t reader = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(reader, start, 10, absl::ZeroDuration(), &out));
+  uint64_t sequence = 0;
+  for (int i = 0; i < 40; ++i)
+    sequence = feed.AppendPush("t", std::string(1000, 'a'));
+  EXPECT_TRUE(feed.HasFollower(reader));
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(sequence, false, 0, kNoBound, absl::Now()));
+  // Caught up: the bytes go, and pushes with them.
+  ASSERT_OK(feed.Read(reader, sequence, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(kYes,
+            feed.WaitReplicated(sequence, false, 0, kNoBound, absl::Now()));
+  EXPECT_EQ(feed.GetStats().followers_dropped_behind, 0u);
+}
+
 TEST(ReplicationFeedTest, FewerFollowersInSyncThanTheLeastAreSaidSo) {
   ReplicationFeed feed;
   uint64_t start = 0;

@@ -32,6 +32,9 @@ absl::StatusOr<AdminChannels> AdminChannels::Connect(
   auto connect = [&](const std::string& address) {
     grpc::ChannelArguments arguments;
     AddTlsChannelArguments(tls, &arguments);
+    // A move's pause answers with the source's push ledgers (up to about
+    // 12 MiB for 4096 workers), beyond gRPC's 4 MiB default.
+    arguments.SetMaxReceiveMessageSize(256 << 20);
     return Admin::NewStub(
         grpc::CreateCustomChannel(address, *credentials, arguments));
   };

@@ -233,15 +233,15 @@ absl::StatusOr<uint64_t> CopyChangedRows(const AdminChannels& shards,
   return rows;
 }
 
-// Writes every row the target holds back to its disk, with `ledger`, the
-// source's push ledger, if given.
-absl::Status MakeDurable(const AdminChannels& shards,
-                         const SlotMoveOptions& options, uint64_t* instance,
-                         uint32_t source = 0, const std::string& ledger = "") {
+// Writes every row the target holds back to its disk, with the source's
+// push ledgers, if given.
+absl::Status MakeDurable(
+    const AdminChannels& shards, const SlotMoveOptions& options,
+    uint64_t* instance,
+    const google::protobuf::RepeatedPtrField<MovedLedger>& ledgers = {}) {
   WriteSlotRowsRequest durable;
   durable.set_durable(true);
-  durable.set_moved_ledger(ledger);
-  durable.set_moved_from_shard(source);
+  *durable.mutable_moved_ledgers() = ledgers;
   return WriteToTarget(
       shards, options, durable,
       absl::StrCat("making the rows durable on shard ", options.to_shard),
@@ -302,7 +302,7 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
                                    /*pause=*/true, &left, instance));
   // Every row the target was sent, durable there before the switch: the
   // backlog's few now, the rest before the pause; and the source's ledger.
-  return MakeDurable(shards, options, instance, source, paused.ledger());
+  return MakeDurable(shards, options, instance, paused.ledgers());
 }
 
 // Moves `source`'s slots of the range; on failure before the switch, the

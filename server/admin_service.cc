@@ -362,8 +362,16 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
       response->add_changed_tables(table);
     // Every push of the slots applied here is in the ledger now: the target
     // keeps it, to answer their retries if this shard cannot.
-    if (paused.ok() && request->pause())
-      response->set_ledger(store_->SerializeLedger());
+    if (paused.ok() && request->pause()) {
+      MovedLedger* own = response->add_ledgers();
+      own->set_shard(options_.shard_index);
+      own->set_ledger(store_->SerializeLedger());
+      for (auto& [source, ledger] : store_->SerializeMovedLedgers()) {
+        MovedLedger* brought = response->add_ledgers();
+        brought->set_shard(source);
+        brought->set_ledger(std::move(ledger));
+      }
+    }
     return Reply(context, paused);
   }
   absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
@@ -439,9 +447,8 @@ absl::Status AdminService::HandleWriteSlotRows(
                                               request.rows().learning_rate()));
     }
   }
-  if (!request.moved_ledger().empty()) {
-    RETURN_IF_ERROR(store_->MergeMovedLedger(request.moved_from_shard(),
-                                             request.moved_ledger()));
+  for (const MovedLedger& moved : request.moved_ledgers()) {
+    RETURN_IF_ERROR(store_->MergeMovedLedger(moved.shard(), moved.ledger()));
   }
   if (request.rows().keys().empty()) {
     return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();

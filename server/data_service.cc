@@ -368,17 +368,21 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     }
   }
   RETURN_IF_ERROR(routed);
-  if (origin.tracked() && request.moved_from_sequence() != 0) {
-    // Sent here because its keys moved from the shard it went to first: if
-    // that shard had applied it (its answer lost), the move brought its
+  for (const PushRequest::MovedFrom& moved : request.moved_from()) {
+    if (!origin.tracked()) break;
+    // Sent here because its keys moved from a shard it went to before: if
+    // that shard had applied it (its answer lost), a move brought its
     // ledger, and the rows its effect.
-    embedding::PushOrigin first = origin;
-    first.sequence = request.moved_from_sequence();
-    ASSIGN_OR_RETURN(
-        const std::optional<uint32_t> rows,
-        store_->MovedPushApplied(request.moved_from_shard(), first));
+    embedding::PushOrigin there = origin;
+    there.sequence = moved.sequence();
+    ASSIGN_OR_RETURN(const std::optional<uint32_t> rows,
+                     store_->MovedPushApplied(moved.shard(), there));
     if (rows.has_value()) {
-      response->set_rows_updated(*rows);
+      // This part's keys (the first answer counted the whole push's).
+      std::vector<uint64_t> distinct = keys;
+      std::sort(distinct.begin(), distinct.end());
+      response->set_rows_updated(static_cast<uint32_t>(
+          std::unique(distinct.begin(), distinct.end()) - distinct.begin()));
       response->set_duplicate(true);
       return absl::OkStatus();
     }

@@ -76,7 +76,7 @@ void ModelDirectory::LookOnce() {
     const auto candidate =
         std::make_tuple(ExportWrittenAt(*manifest), manifest->cut(), name);
     if (current != nullptr && name == current->version() &&
-        std::get<0>(candidate) == current->created_at()) {
+        std::get<0>(candidate) == current->written_at()) {
       current_there = true;
     }
     if (candidate > newest) {
@@ -92,7 +92,7 @@ void ModelDirectory::LookOnce() {
   const auto& [written, cut, name] = newest;
   if (name.empty()) return;
   if (current != nullptr && current_there &&
-      std::make_tuple(current->created_at(), current->cut(),
+      std::make_tuple(current->written_at(), current->cut(),
                       current->version()) >= newest) {
     return;
   }

@@ -266,18 +266,22 @@ ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
           "--max_replication_lag_mb instead: pushes never wait for a copy.");
 ABSL_FLAG(uint64_t, max_replication_lag_mb, 0,
           "The feed entries a primary keeps for replicas behind it may take "
-          "this many MiB: past it the replica furthest behind (one copying, "
-          "or one that fell behind) is dropped and copies again, rather than "
-          "pushes waiting for it. 0: 1/32 of the machine's memory, at least "
-          "64 MiB.");
+          "this many MiB: past it the copy furthest behind is abandoned (the "
+          "replica copies again) rather than pushes waiting for it, and "
+          "pushes wait while replicas reading the feed hold more. A copy "
+          "must finish before pushes fill this much: size it as push bytes "
+          "per second times a copy's seconds. 0: 1/32 of the machine's "
+          "memory, at least 64 MiB. At most 1048576.");
 ABSL_FLAG(uint64_t, replica_copy_timeout_s, 300,
           "A replica's copy gives up (and the replica exits, 70) when the "
-          "primary does not cut the copy, hand a piece of it or end it "
-          "within this long: a paused primary.");
+          "primary does not cut the copy within this long (a paused "
+          "primary); each piece of a file within this long or 1 min, "
+          "whichever is less, and the end of the copy 30 s.");
 ABSL_FLAG(int32_t, replica_copy_attempts, 5,
           "Copies a replica starts before it gives up, when its primary "
           "abandons each (it fell more than the primary's "
-          "--max_replication_lag_mb behind).");
+          "--max_replication_lag_mb behind) or refuses it for now (other "
+          "replicas copying), a second longer apart each time.");
 ABSL_FLAG(uint64_t, replica_timeout_ms, 10000,
           "A replica that does not read its primary's feed for this long is "
           "dropped (it must copy again), and no push waits longer for one.");
@@ -512,10 +516,21 @@ absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
     return BadFlag("--max_replication_lag_records must be >= 1");
   }
   if (const uint64_t mb = absl::GetFlag(FLAGS_max_replication_lag_mb); mb > 0) {
+    if (mb > (uint64_t{1} << 20))
+      return BadFlag("--max_replication_lag_mb must be at most 1048576");
     options->max_replication_lag_bytes = mb << 20;
   } else {
-    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                            static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_bytes = sysconf(_SC_PAGESIZE);
+    uint64_t memory =
+        pages > 0 && page_bytes > 0
+            ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)
+            : 0;
+    // In a container, its limit rather than the machine's.
+    uint64_t limit = 0;
+    std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+    if (cgroup >> limit && limit > 0 && (memory == 0 || limit < memory))
+      memory = limit;
     options->max_replication_lag_bytes =
         std::max<uint64_t>(memory / 32, uint64_t{64} << 20);
   }
@@ -800,22 +815,27 @@ class PrimaryWatch {
     const absl::Duration lease =
         absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
     RETURN_IF_ERROR(server_->StopFollowing());
-    ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
-                     ps::net::ReadShardGeneration(*etcd_, job, own_.index));
-    // The raise holds only while the in-sync set is as checked: a primary
-    // that drops this replica meanwhile is not replaced by it.
-    ASSIGN_OR_RETURN(const std::optional<int64_t> in_sync_revision,
-                     CheckInSync(job, seen));
-    // The promotion is written into the data dir before etcd: once etcd
-    // holds it, however it is cut short, the data dir is the newest and a
-    // start finishes it (ChooseRole()).
     const std::string promotion = NewPromotionToken();
-    RETURN_IF_ERROR(
-        WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
-    ASSIGN_OR_RETURN(
-        const uint64_t generation,
-        ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen, promotion,
-                                      in_sync_revision));
+    absl::StatusOr<uint64_t> raised_to;
+    // The in-sync set may change between the check and the raise (a
+    // replica added, or this one dropped): checked again, a few times.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      ASSIGN_OR_RETURN(const ps::net::ShardGeneration seen,
+                       ps::net::ReadShardGeneration(*etcd_, job, own_.index));
+      // The raise holds only while the in-sync set is as checked: a
+      // primary that drops this replica meanwhile is not replaced by it.
+      ASSIGN_OR_RETURN(const std::optional<int64_t> in_sync_revision,
+                       CheckInSync(job, seen));
+      // The promotion is written into the data dir before etcd: once etcd
+      // holds it, however it is cut short, the data dir is the newest and
+      // a start finishes it (ChooseRole()).
+      RETURN_IF_ERROR(
+          WriteDataDirGeneration(data_dir_, seen.generation + 1, promotion));
+      raised_to = ps::net::RaiseShardGeneration(*etcd_, job, own_.index, seen,
+                                                promotion, in_sync_revision);
+      if (!absl::IsAborted(raised_to.status())) break;
+    }
+    ASSIGN_OR_RETURN(const uint64_t generation, std::move(raised_to));
     ASSIGN_OR_RETURN(const ps::net::ShardGeneration raised,
                      ps::net::ReadShardGeneration(*etcd_, job, own_.index));
     if (raised.generation != generation || raised.promotion != promotion) {

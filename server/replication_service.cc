@@ -168,7 +168,11 @@ absl::Status ReplicationService::DoReadCopyFile(
   absl::Status following =
       feed_->Read(listing.follower_id(), listing.start_sequence(), 0,
                   absl::ZeroDuration(), &none);
-  if (absl::IsFailedPrecondition(following)) return CopyDropped(copy->first);
+  if (absl::IsFailedPrecondition(following)) {
+    const uint64_t id = copy->first;
+    EndCopyLocked(id);  // its files too, and its place among kMaxCopies
+    return CopyDropped(id);
+  }
   RETURN_IF_ERROR(following);
   const uint64_t piece = std::min<uint64_t>(
       request.max_bytes() == 0 ? kDefaultCopyPiece : request.max_bytes(),
@@ -376,19 +380,26 @@ absl::StatusOr<ReplicaStart> CopyFromPrimary(
     std::vector<std::string> written;
     absl::StatusOr<ReplicaStart> start =
         CopyOnce(*stub, data_dir, options, &written);
-    if (start.ok() || !absl::IsAborted(start.status())) return start;
+    if (start.ok()) return start;
     status = start.status();
+    // Abandoned (it fell behind), or refused for now (other replicas
+    // copying, the slot map changing): taken again from the start.
+    const bool again = absl::IsAborted(status) ||
+                       absl::IsResourceExhausted(status) ||
+                       absl::IsUnavailable(status);
+    if (!again) return status;
     LOG(WARNING) << "copy " << attempt << " of at most " << options.attempts
-                 << " was abandoned (" << status.message()
+                 << " failed (" << status.message()
                  << "); deleting it and copying again";
     for (const std::string& path : written) {
       std::error_code error;
       std::filesystem::remove(path, error);
     }
+    absl::SleepFor(std::min(absl::Seconds(attempt), absl::Seconds(10)));
   }
-  return absl::AbortedError(
-      absl::StrCat(options.attempts,
-                   " copies were abandoned, the last: ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(options.attempts,
+                                                  " copies failed, the last: ",
+                                                  status.message()));
 }
 
 ReplicaFollower::ReplicaFollower(const ReplicaFollowerOptions& options,

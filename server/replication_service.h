@@ -132,15 +132,16 @@ struct CopyOptions {
   // piece of a file, and to end it. Default: 5 min.
   absl::Duration call_timeout = absl::Minutes(5);
   // Copies tried in all: a copy the primary abandons (ABORTED: it fell
-  // more than the primary's byte bound behind) is deleted and started
-  // again. Default: 5.
+  // more than the primary's byte bound behind) or refuses for now
+  // (RESOURCE_EXHAUSTED, UNAVAILABLE) is deleted and started again, a
+  // second later per attempt so far. Default: 5.
   int attempts = 5;
 };
 
 // Copies the primary's store behind `channel` into `data_dir`, which must
 // hold no store (FAILED_PRECONDITION otherwise). DEADLINE_EXCEEDED when
-// the primary does not answer within call_timeout (a paused primary);
-// ABORTED when every attempt was abandoned.
+// the primary does not answer within call_timeout (a paused primary); the
+// last attempt's error when every attempt failed.
 absl::StatusOr<ReplicaStart> CopyFromPrimary(
     const std::shared_ptr<grpc::Channel>& channel, const std::string& data_dir,
     const CopyOptions& options);

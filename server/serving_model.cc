@@ -47,7 +47,8 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   serving->cut_ = manifest.cut();
   serving->delta_index_ = manifest.delta_index();
   serving->job_ = manifest.job();
-  serving->created_at_ = ExportWrittenAt(manifest);
+  serving->written_at_ = ExportWrittenAt(manifest);
+  serving->created_at_ = serving->written_at_;
   if (serving->created_at_ == absl::InfinitePast()) {
     LOG(WARNING) << dir << ": created_at \"" << manifest.created_at()
                  << "\" does not read: its age is counted from now";

@@ -47,6 +47,10 @@ class ServingModel {
   const std::string& job() const { return job_; }
   int64_t cut() const { return cut_; }
   absl::Time created_at() const { return created_at_; }
+  // When its manifest says it was written (ExportWrittenAt(): the infinite
+  // past for a manifest whose time does not read, where created_at() is
+  // when it was loaded).
+  absl::Time written_at() const { return written_at_; }
   // The deltas the export is read over (0: a full export).
   uint32_t delta_index() const { return delta_index_; }
 
@@ -102,6 +106,7 @@ class ServingModel {
   uint32_t delta_index_ = 0;
   std::string job_;
   absl::Time created_at_;
+  absl::Time written_at_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Scorer>> idle_ ABSL_GUARDED_BY(mu_);
 };

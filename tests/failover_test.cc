@@ -514,19 +514,20 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
   // refuses it as moved: a new sequence on shard 1, the origin it had on
   // shard 0.
   PushRequest rerouted = push;
-  rerouted.set_moved_from_shard(0);
-  rerouted.set_moved_from_sequence(1);
+  PushRequest::MovedFrom* from = rerouted.add_moved_from();
+  from->set_shard(0);
+  from->set_sequence(1);
   PushResponse answered;
   const grpc::Status status = send(**replica, rerouted, &answered);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(answered.duplicate());
-  EXPECT_EQ(answered.rows_updated(), first.rows_updated());
+  EXPECT_EQ(answered.rows_updated(), keys.size());
   for (float value : CountedValues((*replica)->channel(), kTable, keys, 10)) {
     EXPECT_EQ(value, 2.0f);
   }
   // A push the source never applied is applied.
   rerouted.set_sequence(2);
-  rerouted.set_moved_from_sequence(2);
+  from->set_sequence(2);
   ASSERT_TRUE(send(**replica, rerouted, &answered).ok());
   EXPECT_FALSE(answered.duplicate());
   for (float value : CountedValues((*replica)->channel(), kTable, keys, 10)) {

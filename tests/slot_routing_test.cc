@@ -255,8 +255,9 @@ TEST_F(SlotRoutingTest, APushRedirectedCarriesItsFirstOriginToTheLedger) {
   ASSERT_OK(source.Begin(first).status());
   source.Finish(first, /*applied=*/true, /*rows_updated=*/123);
   WriteSlotRowsRequest ledger;
-  ledger.set_moved_ledger(source.Serialize());
-  ledger.set_moved_from_shard(0);
+  MovedLedger* moved = ledger.add_moved_ledgers();
+  moved->set_shard(0);
+  moved->set_ledger(source.Serialize());
   WriteSlotRowsResponse written;
   grpc::ClientContext context;
   ASSERT_TRUE(admins_[1]->WriteSlotRows(&context, ledger, &written).ok());

@@ -619,10 +619,11 @@ absl::Status PsClient::Push(absl::Span<const TableGradients> pushes,
       for (auto& [shard, part] :
            ReroutePush(requests[r], *map, MapShards(*map))) {
         part.set_sequence(++push_sequences_[shard]);
-        // If the shard that refused it had applied it (its answer lost),
-        // the move brought that shard's ledger to where the keys are now.
-        part.set_moved_from_shard(static_cast<uint32_t>(shards[r]));
-        part.set_moved_from_sequence(requests[r].sequence());
+        // If a shard that refused it had applied it (its answer lost), a
+        // move brought that shard's ledger to where the keys are now.
+        PushRequest::MovedFrom* moved_from = part.add_moved_from();
+        moved_from->set_shard(static_cast<uint32_t>(shards[r]));
+        moved_from->set_sequence(requests[r].sequence());
         again.push_back(std::move(part));
         again_shards.push_back(shard);
       }

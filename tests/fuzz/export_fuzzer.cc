@@ -52,6 +52,7 @@ const Exports& TheExports() {
       std::abort();
     }
     made->manifest = ReadExportManifest((made->root / "good").string()).value();
+    std::atexit([] { fs::remove_all(TheExports().root); });
     return made;
   }();
   return *exports;
