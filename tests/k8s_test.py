@@ -190,7 +190,7 @@ else:
     etcd_command = command_of(members["spec"]["template"]["spec"]["containers"][0])
     if len(member_names) != 3:
         fail(f"etcd has {len(member_names)} members, not 3")
-    cluster = ",".join(f"{name}=http://{name}.{etcd_service}:{etcd_ports['peer']}"
+    cluster = ",".join(f"{name}=https://{name}.{etcd_service}:{etcd_ports['peer']}"
                        for name in member_names)
     if f"--initial-cluster={cluster}" not in etcd_command:
         fail(f"the etcd members do not name each other as {cluster}")
@@ -202,7 +202,90 @@ else:
     image = members["spec"]["template"]["spec"]["containers"][0]["image"]
     if image_tag(image) in (None, "latest"):
         fail(f"the etcd image {image!r} is not pinned")
+    # TLS both ways, for clients and members: a client without a
+    # certificate the CA signed is refused.
+    for flag in ("--listen-client-urls=https://", "--advertise-client-urls=https://",
+                 "--client-cert-auth", "--trusted-ca-file=", "--cert-file=",
+                 "--key-file=", "--peer-client-cert-auth", "--peer-trusted-ca-file="):
+        if flag not in etcd_command:
+            fail(f"the etcd members lack {flag}")
+    etcd_tls = etcd_patches[0].get("data", {}).get("ETCD_TLS", "")
+    if not etcd_tls:
+        fail("the etcd component does not set ETCD_TLS")
+    # Every pod that reaches etcd mounts the client certificate there and
+    # passes it (the shards, their replicas, the workers, the checkpoints).
+    etcd_tls_flags = (f"--etcd_tls_ca=${{ETCD_TLS}}/ca.crt "
+                      f"--etcd_tls_cert=${{ETCD_TLS}}/tls.crt "
+                      f"--etcd_tls_key=${{ETCD_TLS}}/tls.key")
+    replica_objects = []
+    for path in sorted(glob.glob(os.path.join(RUNFILES, "deploy/k8s/replicas/*.yaml"))):
+        with open(path) as f:
+            replica_objects += [o for o in yaml.safe_load_all(f) if o]
+    etcd_users = 0
+    for o in objects + replica_objects:
+        spec = o.get("spec", {})
+        template = (spec.get("jobTemplate", {}).get("spec", {}).get("template")
+                    or spec.get("template"))
+        if not template:
+            continue
+        for container in template["spec"]["containers"]:
+            command = command_of(container)
+            if "--etcd=${ETCD}" not in command:
+                continue
+            etcd_users += 1
+            name = o["metadata"]["name"]
+            if etcd_tls_flags not in command:
+                fail(f"{name} reaches etcd without its client certificate flags")
+            mounted = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+            secrets = {v["name"]: v.get("secret", {}) for v in template["spec"].get("volumes", [])}
+            at = [n for n, s in secrets.items() if s.get("secretName") == "ps-etcd-client-tls"]
+            if not at or mounted.get(at[0]) != etcd_tls:
+                fail(f"{name} does not mount ps-etcd-client-tls at {etcd_tls}")
+            elif not secrets[at[0]].get("optional"):
+                fail(f"{name}'s ps-etcd-client-tls is not optional (the job runs without etcd)")
+    if etcd_users < 4:
+        fail(f"only {etcd_users} pods reach etcd (shards, replicas, workers, checkpoints)")
+    # Only the job's pods reach etcd's clients' port.
+    policies = [o for o in etcd_objects if o.get("kind") == "NetworkPolicy"]
+    if len(policies) != 1:
+        fail("the etcd component has no NetworkPolicy")
+    else:
+        policy = policies[0]["spec"]
+        if policy["podSelector"].get("matchLabels", {}).get("app") != "ps-etcd":
+            fail("the etcd NetworkPolicy selects other pods than the members")
+        client_rules = [r for r in policy.get("ingress", [])
+                        if any(p.get("port") == 2379 for p in r.get("ports", []))]
+        if len(client_rules) != 1 or not client_rules[0].get("from"):
+            fail("etcd's clients' port is open to any pod")
     templates.append((members, members["spec"]["template"]))
+# Only the job's pods reach the shards' data port.
+shard_policies = [o for o in by_kind.get("NetworkPolicy", [])
+                  if o["metadata"]["name"] == "ps-shard"]
+if len(shard_policies) != 1:
+    fail("no NetworkPolicy ps-shard")
+else:
+    policy = shard_policies[0]["spec"]
+    selected = set()
+    for expression in policy["podSelector"].get("matchExpressions", []):
+        selected |= set(expression.get("values", []))
+    if selected != {"ps-shard", "ps-shard-replica"}:
+        fail(f"the shards' NetworkPolicy selects {sorted(selected)}")
+    data_rules = [r for r in policy.get("ingress", [])
+                  if any(p.get("port") == 50051 for p in r.get("ports", []))]
+    allowed = set()
+    for rule in data_rules:
+        for peer in rule.get("from", []):
+            for expression in peer.get("podSelector", {}).get("matchExpressions", []):
+                allowed |= set(expression.get("values", []))
+    if len(data_rules) != 1 or not data_rules[0].get("from"):
+        fail("the shards' data port is open to any pod")
+    # Every pod that runs a client of the shards is let in.
+    for o, template in templates:
+        app = template.get("metadata", {}).get("labels", {}).get("app")
+        runs = " ".join(command_of(c) for c in template["spec"]["containers"])
+        if re.search(r"\b(ps_worker|ps_admin)\b", runs) and app not in allowed:
+            fail(f"{o['metadata']['name']}'s pods (app={app}) may not reach the shards")
+
 # The flags a SHARDS assignment gives to the binary the line then runs.
 for o, container in containers:
     command = command_of(container)
@@ -267,7 +350,7 @@ if etcd_flags not in command_of(server):
     fail(f"the shards do not register in etcd as {etcd_flags}")
 
 
-def servers_of(container, num_shards, etcd=""):
+def servers_of(container, num_shards, etcd="", etcd_tls=""):
     """What the SHARDS assignments of a client's sh -c script set, run by sh
     the way the pod runs them (Kubernetes turns $$ into $) with this
     NUM_SHARDS and ETCD; "exit N" if the script exits first."""
@@ -277,7 +360,7 @@ def servers_of(container, num_shards, etcd=""):
     script = script.replace("$$", "$").split("exec ", 1)[0] + 'printf %s "$SHARDS"'
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                           env={"NUM_SHARDS": str(num_shards), "ETCD": etcd,
-                               "JOB": config["JOB"]})
+                               "ETCD_TLS": etcd_tls, "JOB": config["JOB"]})
     return done.stdout if done.returncode == 0 else f"exit {done.returncode}"
 
 
@@ -308,6 +391,10 @@ for o, container in containers:
                      f"the StatefulSet's shards are {expected!r}")
         if servers_of(container, replicas, etcd="e:2379") != f"--etcd=e:2379 --job={config['JOB']}":
             fail(f"{o['metadata']['name']} does not take --etcd from ETCD")
+        if servers_of(container, replicas, etcd="e:2379", etcd_tls="/t") != (
+                f"--etcd=e:2379 --job={config['JOB']} --etcd_tls_ca=/t/ca.crt "
+                "--etcd_tls_cert=/t/tls.crt --etcd_tls_key=/t/tls.key"):
+            fail(f"{o['metadata']['name']} does not take etcd's client certificate from ETCD_TLS")
         # Applied without kustomize, NUM_SHARDS is not a count: it exits.
         if servers_of(container, config["NUM_SHARDS"]) != "exit 64":
             fail(f"{o['metadata']['name']} runs with NUM_SHARDS={config['NUM_SHARDS']}")
@@ -315,7 +402,9 @@ for o, container in containers:
     # ETCD is set, never both.
     if re.search(r"\b(ps_worker|ps_admin)\b", command):
         if sorted(shard_flags(command)) != sorted(
-                ["--servers=${SERVERS}", "--etcd=${ETCD} --job=${JOB}"]) or \
+                ["--servers=${SERVERS}",
+                 "--etcd=${ETCD} --job=${JOB}${ETCD_TLS:+ --etcd_tls_ca=${ETCD_TLS}/ca.crt "
+                 "--etcd_tls_cert=${ETCD_TLS}/tls.crt --etcd_tls_key=${ETCD_TLS}/tls.key}"]) or \
                 '[ -z "${ETCD}" ] || SHARDS=' not in command or "${SHARDS}" not in command:
             fail(f"{o['metadata']['name']} does not take --servers or --etcd from ETCD")
     if "ps_worker" in command and values.get("worker_index") != "${JOB_COMPLETION_INDEX}":
