@@ -339,38 +339,57 @@ absl::Status EtcdClient::RevokeLease(int64_t lease, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
     absl::string_view prefix, int64_t start_revision,
     std::function<void(const EtcdEvent&)> on_event) {
-  auto watch = std::unique_ptr<EtcdWatch>(new EtcdWatch());
-  Member& member = members_[current_.load()];
-  AddToken(watch->context_);
-  auto stream = member.watch->Watch(&watch->context_);
   etcdserverpb::WatchRequest request;
   etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
   create->set_key(std::string(prefix));
   create->set_range_end(PrefixEnd(prefix));
   create->set_start_revision(start_revision);
-  etcdserverpb::WatchResponse created;
-  // A member that does not answer (stopped, partitioned) must not hold the
-  // caller forever: past the call timeout, the creation is cancelled.
-  absl::Notification answered;
-  std::thread deadline([&] {
-    if (!answered.WaitForNotificationWithTimeout(options_.call_timeout))
-      watch->context_.TryCancel();
-  });
-  const bool made =
-      stream->Write(request) && stream->Read(&created) && created.created();
-  answered.Notify();
-  deadline.join();
-  if (!made) {
+  Member& member = members_[current_.load()];
+  std::unique_ptr<EtcdWatch> watch;
+  std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                           etcdserverpb::WatchResponse>>
+      stream;
+  // etcd checks the token when a watch is created, and answers an ended
+  // token (unused past --auth-token-ttl, a member restarted) as it answers
+  // a key beyond the user's role: a watch created and cancelled at once,
+  // "permission denied". With a user, a refused watch asks for a new token
+  // and tries once more; refused again, it is denied for good.
+  for (int attempt = 0;; ++attempt) {
+    watch = std::unique_ptr<EtcdWatch>(new EtcdWatch());
+    AddToken(watch->context_);
+    stream = member.watch->Watch(&watch->context_);
+    etcdserverpb::WatchResponse created;
+    // A member that does not answer (stopped, partitioned) must not hold
+    // the caller forever: past the call timeout, the creation is cancelled.
+    absl::Notification answered;
+    std::thread deadline([&] {
+      if (!answered.WaitForNotificationWithTimeout(options_.call_timeout))
+        watch->context_.TryCancel();
+    });
+    const bool answered_created =
+        stream->Write(request) && stream->Read(&created) && created.created();
+    answered.Notify();
+    deadline.join();
+    if (answered_created && !created.canceled()) break;
     watch->context_.TryCancel();
     const grpc::Status finished = stream->Finish();
+    const std::string where =
+        absl::StrCat("watching ", prefix, " at etcd ", member.endpoint);
+    if (answered_created) {
+      if (!options_.user.empty() && attempt == 0) {
+        RETURN_IF_ERROR(Authenticate(member));
+        continue;
+      }
+      return absl::PermissionDeniedError(absl::StrCat(
+          where, ": etcd refused the watch: ", created.cancel_reason()));
+    }
     const bool refused =
         finished.ok() || finished.error_code() == grpc::StatusCode::CANCELLED;
-    return FromGrpcStatus(
-        refused ? grpc::Status(
-                      grpc::StatusCode::UNAVAILABLE,
-                      "the watch was not created: " + created.cancel_reason())
-                : finished,
-        absl::StrCat("watching ", prefix, " at etcd ", member.endpoint));
+    return FromGrpcStatus(refused ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                 "the watch was not created: " +
+                                                     created.cancel_reason())
+                                  : finished,
+                          where);
   }
   EtcdWatch* raw = watch.get();
   watch->thread_ = std::thread([raw, stream = std::move(stream),

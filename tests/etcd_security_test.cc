@@ -6,12 +6,14 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
@@ -194,6 +196,26 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
   // Unused past the token's life: the next call asks for a new one.
   absl::SleepFor(absl::Seconds(3));
   ASSERT_OK((*job)->Put(prefix + "y", "1").status());
+  // A watch asked for after the token ended asks for a new one too, and
+  // sees the changes (etcd answers an ended token with a watch created and
+  // cancelled at once, which must not pass for a watch).
+  absl::SleepFor(absl::Seconds(3));
+  absl::Notification seen;
+  std::atomic<bool> notified{false};
+  absl::StatusOr<std::unique_ptr<net::EtcdWatch>> watch =
+      (*job)->WatchPrefix(prefix, 0, [&](const net::EtcdEvent& event) {
+        if (event.kv.key == prefix + "z" && !notified.exchange(true))
+          seen.Notify();
+      });
+  ASSERT_OK(watch);
+  ASSERT_OK((*job)->Put(prefix + "z", "1").status());
+  EXPECT_TRUE(seen.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // A watch beyond the role's keys is refused, not a watch that never fires.
+  EXPECT_EQ((*job)
+                ->WatchPrefix("/elsewhere/", 0, [](const net::EtcdEvent&) {})
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
   // Nobody, or a wrong password: refused.
   absl::StatusOr<std::unique_ptr<net::EtcdClient>> anonymous =
       Connect(endpoint, TlsFiles());
