@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/slot_map.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -257,6 +258,77 @@ TEST(PsClientTest, RetriesBackOffWithJitterAndGiveUp) {
   }
   EXPECT_GE(waits_of_half_a_second, 5);
   EXPECT_GE(well_below, 1) << "no wait below 0.9 of its backoff: no jitter";
+}
+
+// A shard that takes every push, and counts them.
+class AcceptingShard : public ParameterServer::Service {
+ public:
+  grpc::Status Push(grpc::ServerContext*, const PushRequest*,
+                    PushResponse*) override {
+    ++pushes_;
+    return grpc::Status::OK;
+  }
+  int pushes() const { return pushes_.load(); }
+
+ private:
+  std::atomic<int> pushes_{0};
+};
+
+// Starts `service` on a free loopback port; its address in *address.
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
+                                    std::string* address) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
+// Under --etcd a job can have fewer shards than a client once knew (the
+// last one drained, and it left). A shard that then moves (a replica took
+// over elsewhere) is still found: a lookup that lists fewer shards than the
+// client knows is the job's count now, not shards missing.
+TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
+  UnavailableShard gone;
+  AcceptingShard moved, other, left;
+  std::string gone_address, moved_address, other_address, left_address;
+  std::unique_ptr<grpc::Server> servers[] = {
+      Serve(&gone, &gone_address), Serve(&moved, &moved_address),
+      Serve(&other, &other_address), Serve(&left, &left_address)};
+  for (const auto& server : servers) ASSERT_NE(server, nullptr);
+  worker::ClientOptions options;
+  options.servers = {gone_address, other_address, left_address};
+  // The job now: shard 0 elsewhere, shard 1 where it was, no shard 2.
+  std::atomic<int> lookups{0};
+  options.find_shards = [&]() -> absl::StatusOr<std::vector<std::string>> {
+    ++lookups;
+    return std::vector<std::string>{moved_address, other_address};
+  };
+  options.initial_backoff = absl::Milliseconds(50);
+  options.retry_for = absl::Seconds(15);
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Keys of shard 0 alone.
+  const SlotMap map = SlotMap::Initial(3);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 1; keys.size() < 8; ++key)
+    if (map.ShardForKey(key) == 0) keys.push_back(key);
+  std::vector<float> gradients(keys.size() * kDim, 1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = "t";
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = kDim;
+  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  EXPECT_TRUE(pushed.ok()) << pushed;
+  EXPECT_GE(lookups.load(), 1);
+  EXPECT_EQ(moved.pushes(), 1);
+  EXPECT_EQ(left.pushes(), 0);
+  for (const auto& server : servers) server->Shutdown();
 }
 
 }  // namespace

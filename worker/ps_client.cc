@@ -698,13 +698,15 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
   // Shards this client has never dialled must be found; a shard briefly
   // unregistered (restarting, its lease running out) is waited for, as a
   // call waits for an unavailable shard. Otherwise a lookup that fails
-  // leaves the shards where they were.
+  // leaves the shards where they were, and one that lists fewer shards
+  // than `num_shards` (the job's last shards left it: a lookup lists every
+  // shard of the job's map) moves the ones it lists.
   const bool required = num_shards > static_cast<uint32_t>(this->num_shards());
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::StatusOr<std::vector<std::string>> addresses;
   while (true) {
     addresses = options_.find_shards();
-    if (addresses.ok() && addresses->size() < num_shards) {
+    if (addresses.ok() && required && addresses->size() < num_shards) {
       addresses = absl::UnavailableError(
           absl::StrCat("the slot map is of ", num_shards, " shards, but only ",
                        addresses->size(), " are registered"));
@@ -727,7 +729,8 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
   std::vector<TableSpec> declared;
   {
     absl::MutexLock lock(&shards_mu_);
-    for (size_t s = 0; s < num_shards; ++s) {
+    for (size_t s = 0; s < std::min<size_t>(num_shards, addresses->size());
+         ++s) {
       const std::string& address = (*addresses)[s];
       if (s < shards_.size() && addresses_[s] == address) continue;
       LOG(INFO) << "shard " << s << " is at " << address
