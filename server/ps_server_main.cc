@@ -282,6 +282,10 @@ ABSL_FLAG(int32_t, replica_copy_attempts, 5,
           "abandons each (it fell more than the primary's "
           "--max_replication_lag_mb behind) or refuses it for now (other "
           "replicas copying), a second longer apart each time.");
+ABSL_FLAG(int32_t, replica_slot_map_grace_s, 10,
+          "How long a replica's slot map may differ from its primary's "
+          "before it stops following and copies the shard again (under "
+          "--etcd both read the job's map, each at its own moment).");
 ABSL_FLAG(uint64_t, replica_timeout_ms, 10000,
           "A replica that does not read its primary's feed for this long is "
           "dropped (it must copy again), and no push waits longer for one.");
@@ -541,6 +545,10 @@ absl::Status ReadReplicationFlags(ps::server::ServerOptions* options) {
   options->replica_copy.attempts = absl::GetFlag(FLAGS_replica_copy_attempts);
   if (options->replica_copy.attempts < 1)
     return BadFlag("--replica_copy_attempts must be >= 1");
+  if (absl::GetFlag(FLAGS_replica_slot_map_grace_s) < 0)
+    return BadFlag("--replica_slot_map_grace_s must be >= 0");
+  options->replica_slot_map_grace =
+      absl::Seconds(absl::GetFlag(FLAGS_replica_slot_map_grace_s));
   const uint64_t timeout_ms = absl::GetFlag(FLAGS_replica_timeout_ms);
   if (timeout_ms == 0) return BadFlag("--replica_timeout_ms must be >= 1");
   options->replica_timeout = absl::Milliseconds(timeout_ms);

@@ -435,6 +435,9 @@ absl::Status ReplicaFollower::error() const {
 
 void ReplicaFollower::Run() {
   absl::Time failing_since = absl::InfiniteFuture();
+  // Since when the primary's slot map epoch has differed from this
+  // replica's (InfiniteFuture: it does not).
+  absl::Time maps_differ_since = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(10);
   absl::BitGen random;
   while (!stop_.HasBeenNotified()) {
@@ -486,12 +489,19 @@ void ReplicaFollower::Run() {
     failing_since = absl::InfiniteFuture();
     backoff = absl::Milliseconds(10);
     primary_head_ = response.head_sequence();
-    if (response.slot_map_epoch() != options_.slot_map_epoch()) {
+    if (response.slot_map_epoch() == options_.slot_map_epoch()) {
+      maps_differ_since = absl::InfiniteFuture();
+    } else if (maps_differ_since == absl::InfiniteFuture()) {
+      maps_differ_since = absl::Now();
+    }
+    if (absl::Now() - maps_differ_since > options_.slot_map_mismatch_grace) {
       absl::MutexLock lock(&mu_);
-      error_ = absl::FailedPreconditionError(absl::StrCat(
-          "the primary's slot map is at epoch ", response.slot_map_epoch(),
-          ", this replica's copy at ", options_.slot_map_epoch(),
-          " (slots moved since): copy it again"));
+      error_ = absl::FailedPreconditionError(
+          absl::StrCat("the primary's slot map is at epoch ",
+                       response.slot_map_epoch(), ", this replica's copy at ",
+                       options_.slot_map_epoch(), " for more than ",
+                       absl::FormatDuration(options_.slot_map_mismatch_grace),
+                       " (slots moved since): copy it again"));
       LOG(ERROR) << "this replica stopped following: " << error_;
       return;
     }

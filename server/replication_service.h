@@ -163,6 +163,13 @@ struct ReplicaFollowerOptions {
   absl::Duration retry_for = absl::Seconds(30);
   // The epoch of the replica's slot map (the copy's). REQUIRES: set.
   std::function<uint64_t()> slot_map_epoch;
+  // How long the primary's slot map epoch may differ from the replica's
+  // before the follower gives up (and the replica copies again). Under
+  // --etcd both read the job's map, each at its own moment, so a
+  // difference for a moment is expected; one that lasts means the map
+  // changed on one side alone. Default: 10 s (several of the slot map's
+  // 2 s re-reads).
+  absl::Duration slot_map_mismatch_grace = absl::Seconds(10);
 };
 
 class ReplicaFollower {

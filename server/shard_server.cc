@@ -328,6 +328,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     follower_options.primary = options.replica_of;
     follower_options.token = options.admin_token;
     follower_options.retry_for = options.replica_follow_retry;
+    follower_options.slot_map_mismatch_grace = options.replica_slot_map_grace;
     follower_options.slot_map_epoch = [slots = server->slots_.get()] {
       return slots->current()->epoch();
     };

@@ -137,6 +137,9 @@ struct ServerOptions {
   // answer before it stops following (under etcd, longer than the lease,
   // so that it is promoted first). Default: 30 s.
   absl::Duration replica_follow_retry = absl::Seconds(30);
+  // With replica_of: how long the replica's slot map may differ from the
+  // primary's before it stops following. Default: 10 s.
+  absl::Duration replica_slot_map_grace = absl::Seconds(10);
   // A primary under kWal feeds its replicas. With `sync_replication` a push
   // is answered once every replica in sync (caught up once) has applied it;
   // either way, once no replica is more than `max_replication_lag_records`
