@@ -13,18 +13,23 @@
 #                                            S for M minutes against etcd and
 #                                            three shards with replicas
 #                                            (tests/random_faults_test.cc)
+#   deploy/chaos.sh --random --faults=kill-mover,slow-link ...
+#                                            only these kinds (the names the
+#                                            schedule's table gives)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 random=0
 seed=1
 minutes=10
+faults=
 matrix_args=()
 for arg in "$@"; do
   case "$arg" in
     --random) random=1 ;;
     --seed=*) seed=${arg#--seed=} ;;
     --minutes=*) minutes=${arg#--minutes=} ;;
+    --faults=*) faults=${arg#--faults=} ;;
     *) matrix_args+=("$arg") ;;
   esac
 done
@@ -39,6 +44,7 @@ if [ "$random" -eq 1 ]; then
   esac
   echo "chaos: seed $seed for $minutes min (log: $log)" >&2
   PS_CHAOS_SEED="$seed" PS_CHAOS_SECONDS=$((minutes * 60)) \
+    PS_CHAOS_FAULTS="$faults" \
     bazel run //tests:random_faults_test -- --gtest_color=no >"$log" 2>&1
   status=$?
   grep -E "^t=|^\||^seed|^\[  (FAILED|     OK|  PASSED)" "$log"

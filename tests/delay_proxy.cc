@@ -36,7 +36,7 @@ sockaddr_in Loopback(int port) {
 absl::StatusOr<std::unique_ptr<DelayProxy>> DelayProxy::Start(
     const std::string& target, absl::Duration delay) {
   auto proxy = std::unique_ptr<DelayProxy>(new DelayProxy());
-  proxy->delay_ = delay;
+  proxy->set_delay(delay);
   if (!absl::SimpleAtoi(target.substr(target.rfind(':') + 1),
                         &proxy->target_port_)) {
     return absl::InvalidArgumentError("not HOST:PORT: " + target);
@@ -58,19 +58,59 @@ absl::StatusOr<std::unique_ptr<DelayProxy>> DelayProxy::Start(
 }
 
 DelayProxy::~DelayProxy() {
-  std::vector<std::thread> pumps;
+  std::list<std::unique_ptr<Connection>> connections;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    for (int socket : sockets_) shutdown(socket, SHUT_RDWR);
-    pumps.swap(pumps_);
+    for (const auto& connection : connections_) {
+      shutdown(connection->client, SHUT_RDWR);
+      shutdown(connection->upstream, SHUT_RDWR);
+    }
   }
   shutdown(listener_, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
   close(listener_);
-  for (std::thread& pump : pumps) pump.join();
+  {
+    absl::MutexLock lock(&mu_);
+    connections.swap(connections_);
+  }
+  for (const auto& connection : connections) {
+    connection->to_upstream.join();
+    connection->to_client.join();
+    close(connection->client);
+    close(connection->upstream);
+  }
+}
+
+void DelayProxy::set_delay(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
-  for (int socket : sockets_) close(socket);
+  delay_ = delay;
+}
+
+absl::Duration DelayProxy::delay() {
+  absl::MutexLock lock(&mu_);
+  return delay_;
+}
+
+void DelayProxy::ReapClosed() {
+  std::list<std::unique_ptr<Connection>> closed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->pumps_done.load() == 2) {
+        closed.push_back(std::move(*it));
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& connection : closed) {
+    connection->to_upstream.join();
+    connection->to_client.join();
+    close(connection->client);
+    close(connection->upstream);
+  }
 }
 
 void DelayProxy::Accept() {
@@ -81,6 +121,7 @@ void DelayProxy::Accept() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
+    ReapClosed();
     if (!(waiting.revents & POLLIN)) continue;
     const int client = accept(listener_, nullptr, nullptr);
     if (client < 0) continue;
@@ -101,10 +142,19 @@ void DelayProxy::Accept() {
       close(upstream);
       return;
     }
-    sockets_.push_back(client);
-    sockets_.push_back(upstream);
-    pumps_.emplace_back([this, client, upstream] { Pump(client, upstream); });
-    pumps_.emplace_back([this, client, upstream] { Pump(upstream, client); });
+    auto connection = std::make_unique<Connection>();
+    connection->client = client;
+    connection->upstream = upstream;
+    Connection* raw = connection.get();
+    connection->to_upstream = std::thread([this, raw] {
+      Pump(raw->client, raw->upstream);
+      ++raw->pumps_done;
+    });
+    connection->to_client = std::thread([this, raw] {
+      Pump(raw->upstream, raw->client);
+      ++raw->pumps_done;
+    });
+    connections_.push_back(std::move(connection));
   }
 }
 
@@ -145,8 +195,9 @@ void DelayProxy::Pump(int from, int to) {
   while (true) {
     const ssize_t n = recv(from, buffer, sizeof(buffer), 0);
     if (n <= 0) break;
+    const absl::Time due = absl::Now() + delay();
     absl::MutexLock lock(&queue_mu);
-    queue.push_back({absl::Now() + delay_, std::string(buffer, n)});
+    queue.push_back({due, std::string(buffer, n)});
     queued.Signal();
   }
   {

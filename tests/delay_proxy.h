@@ -3,15 +3,18 @@
 // Test helper: a TCP proxy on a free loopback port that forwards every
 // connection to `target`, each byte held back `delay` in each direction: a
 // network-slow link between two real processes (a replica and its primary).
-// Stops, closing every connection, when destroyed.
+// The delay can change while connections run (a link that turns slow for a
+// while, then recovers). Connections are closed as either end closes them;
+// the proxy stops, closing the rest, when destroyed.
 
 #ifndef PS_TESTS_DELAY_PROXY_H_
 #define PS_TESTS_DELAY_PROXY_H_
 
+#include <atomic>
+#include <list>
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -29,22 +32,37 @@ class DelayProxy {
   // "127.0.0.1:PORT", to dial instead of the target.
   const std::string& address() const { return address_; }
 
+  // Bytes read from now on are held back `delay` (those already read keep
+  // theirs, and order is kept).
+  void set_delay(absl::Duration delay) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
+  // One proxied connection: its two sockets and a pump each way.
+  struct Connection {
+    int client = -1;
+    int upstream = -1;
+    std::thread to_upstream;
+    std::thread to_client;
+    std::atomic<int> pumps_done{0};
+  };
+
   DelayProxy() = default;
   void Accept();
-  // Copies `from` to `to`, each chunk held back by delay_, until either
+  // Joins and closes the connections whose pumps both ended.
+  void ReapClosed() ABSL_LOCKS_EXCLUDED(mu_);
+  // Copies `from` to `to`, each chunk held back by the delay, until either
   // closes or the proxy stops.
   void Pump(int from, int to);
+  absl::Duration delay() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::string address_;
   int target_port_ = 0;
-  absl::Duration delay_;
   int listener_ = -1;
   std::thread acceptor_;
   absl::Mutex mu_;
+  absl::Duration delay_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<int> sockets_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
+  std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::testing
