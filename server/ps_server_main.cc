@@ -755,17 +755,21 @@ ps::net::ShardRecord OwnRecord(const ps::server::ServerOptions& options,
 // the replica is promoted (ShardServer::Promote()), registered in the
 // primary's place, fenced by that registration, and runs for the
 // coordinator. If another process took the index first (the primary came
-// back), the replica cannot follow any more: it stops, to be copied again.
+// back, or another replica was promoted), or the shard is registered at
+// another address than the one this replica follows, the replica cannot
+// follow any more: it stops, to be copied again.
 class PrimaryWatch {
  public:
   // `allow_unclean_promotion`: take the shard over even when the recorded
   // in-sync set does not name this replica.
+  // `primary_address`: the address this replica follows.
   PrimaryWatch(ps::net::EtcdClient* etcd, ps::server::ShardServer* server,
-               ps::net::ShardRecord own, std::string data_dir,
-               bool allow_unclean_promotion)
+               ps::net::ShardRecord own, std::string primary_address,
+               std::string data_dir, bool allow_unclean_promotion)
       : etcd_(etcd),
         server_(server),
         own_(std::move(own)),
+        primary_address_(std::move(primary_address)),
         data_dir_(std::move(data_dir)),
         allow_unclean_promotion_(allow_unclean_promotion) {
     thread_ = std::thread([this] { Run(); });
@@ -802,6 +806,19 @@ class PrimaryWatch {
       }
       absl::StatusOr<ps::net::ShardRecord> primary =
           ps::net::FindShard(*etcd_, job, own_.index);
+      if (primary.ok() && primary->address != primary_address_) {
+        // Another process serves the shard (a replica promoted while this
+        // one looked away): the feed followed is gone for good, so waiting
+        // out --replica_follow_retry on it only keeps this replica out of
+        // the new primary's in-sync set longer.
+        LOG(ERROR) << "shard " << own_.index << " is served by "
+                   << primary->address << " now, not by " << primary_address_
+                   << " that this replica follows; exiting, to be restarted "
+                      "and copy the shard from it";
+        failed_ = true;
+        kill(getpid(), SIGTERM);
+        return;
+      }
       if (!absl::IsNotFound(primary.status())) continue;
       LOG(WARNING) << "shard " << own_.index
                    << "'s registration is gone: promoting this replica";
@@ -915,6 +932,7 @@ class PrimaryWatch {
   ps::net::EtcdClient* const etcd_;
   ps::server::ShardServer* const server_;
   const ps::net::ShardRecord own_;
+  const std::string primary_address_;
   const std::string data_dir_;
   const bool allow_unclean_promotion_;
   std::unique_ptr<ps::net::LeasedKey> registration_;
@@ -1179,8 +1197,8 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
     // The primary holds the index; this replica takes it over when the
     // primary's registration goes.
     presence->watch = std::make_unique<PrimaryWatch>(
-        presence->etcd.get(), &server, record, options.store.data_dir,
-        absl::GetFlag(FLAGS_allow_unclean_promotion));
+        presence->etcd.get(), &server, record, options.replica_of,
+        options.store.data_dir, absl::GetFlag(FLAGS_allow_unclean_promotion));
     return absl::OkStatus();
   }
   // A data dir the shard failed over from (a replica took its place since

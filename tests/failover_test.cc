@@ -93,27 +93,7 @@ class FailoverTest : public ::testing::Test {
 
   // A worker's client that finds the shards in etcd.
   std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
-    worker::ClientOptions options;
-    absl::StatusOr<std::vector<std::string>> found =
-        net::FindShards(*client_, kJob, absl::Seconds(10));
-    EXPECT_OK(found);
-    if (!found.ok()) return nullptr;
-    options.servers = *found;
-    options.find_shards = [this] {
-      return net::FindShards(*client_, kJob, absl::Seconds(2));
-    };
-    options.incarnation = incarnation;
-    // A call to a paused primary fails at this deadline; then the client
-    // looks the shard up again.
-    options.call_timeout = absl::Seconds(3);
-    options.initial_backoff = absl::Milliseconds(20);
-    options.retry_for = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Connect(options);
-    EXPECT_OK(client);
-    if (!client.ok()) return nullptr;
-    EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
-    return *std::move(client);
+    return ConnectThroughEtcd(*client_, kJob, incarnation, kTable, kDim);
   }
 
   static ShardStatsResponse Stats(const ServerProcess& server) {
@@ -578,6 +558,56 @@ TEST_F(FailoverTest, OnlyAReplicaInTheRecordedInSyncSetIsPromoted) {
 
 TEST_F(FailoverTest, AnUncleanPromotionTakesAReplicaOutsideTheSet) {
   LoseAllButADroppedReplica(/*unclean=*/true);
+}
+
+// Two replicas; one (B) is paused while the primary is killed and the
+// other (A) takes over. B, resumed, finds the shard registered at A's
+// address, not at the primary's it follows: it stops at once (70), to be
+// copied from A, rather than retrying the dead primary for
+// --replica_follow_retry (30 s) outside A's in-sync set; started again on
+// an empty dir it is A's replica, in sync.
+TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(
+      /*sync=*/true, /*max_lag=*/100000, {"--replica_timeout_ms=500"}));
+  const std::string other_dir = FreshTestDir(name_ + "_other");
+  auto other_flags = [&] {
+    std::vector<std::string> flags = EtcdFlags();
+    flags.insert(flags.end(),
+                 {"--data_dir=" + other_dir, "--replica_of=0",
+                  "--replication=sync", "--min_in_sync_replicas=0"});
+    return flags;
+  };
+  auto other = ServerProcess::Start(other_flags(), absl::Seconds(60),
+                                    other_dir + ".log");
+  ASSERT_OK(other);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (Stats(*primary_).replication().replicas_in_sync() != 2) {
+    ASSERT_LT(absl::Now(), deadline) << "the replicas are not in sync";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(kill((*other)->pid(), SIGSTOP), 0);
+  primary_->SignalAndWait(SIGKILL);
+  while (Stats(*replica_).replication().role() != "primary") {
+    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(kill((*other)->pid(), SIGCONT), 0);
+  EXPECT_EQ((*other)->Wait(absl::Seconds(10)), 70);
+  EXPECT_NE(ReadFile(other_dir + ".log").find("is served by"),
+            std::string::npos)
+      << ReadFile(other_dir + ".log");
+
+  std::filesystem::remove_all(other_dir);
+  other = ServerProcess::Start(other_flags(), absl::Seconds(60),
+                               other_dir + ".log2");
+  ASSERT_OK(other);
+  EXPECT_EQ(Stats(**other).replication().role(),
+            absl::StrCat("replica of ", replica_->address()));
+  while (Stats(*replica_).replication().replicas_in_sync() != 1) {
+    ASSERT_LT(absl::Now(), deadline + absl::Minutes(1))
+        << "the restarted replica did not catch up";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
