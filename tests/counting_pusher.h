@@ -25,6 +25,8 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "net/etcd_client.h"
+#include "net/shard_directory.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.pb.h"
 #include "worker/ps_client.h"
@@ -77,23 +79,68 @@ inline std::vector<float> CountedValues(
   return values;
 }
 
+// A worker's client of `job`, whose shards it finds in etcd and looks up
+// again when one fails (a replica took its place) or joins, as ps_worker
+// --etcd does, with CountingTableSpec(table, dim) declared; null (the
+// failure reported) when it cannot. A call to a paused shard fails at 3 s,
+// and a push is retried for up to 60 s.
+inline std::unique_ptr<worker::PsClient> ConnectThroughEtcd(
+    net::EtcdClient& etcd, const std::string& job, uint64_t incarnation,
+    const std::string& table, uint32_t dim) {
+  absl::StatusOr<std::vector<std::string>> found =
+      net::FindShards(etcd, job, absl::Seconds(30));
+  EXPECT_TRUE(found.ok()) << found.status();
+  if (!found.ok()) return nullptr;
+  worker::ClientOptions options;
+  options.servers = *found;
+  options.find_shards = [&etcd, job] {
+    return net::FindShards(etcd, job, absl::Seconds(2));
+  };
+  options.incarnation = incarnation;
+  options.call_timeout = absl::Seconds(3);
+  options.initial_backoff = absl::Milliseconds(20);
+  options.retry_for = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return nullptr;
+  const absl::Status declared =
+      (*client)->DeclareTable(CountingTableSpec(table, dim));
+  EXPECT_TRUE(declared.ok()) << declared;
+  return *std::move(client);
+}
+
 class CountingPusher {
  public:
-  // Calls push(*client, keys) until Stop() or its first failure. `client`
-  // must outlive the pusher.
+  // What a push that fails (after the client's retries) does.
+  enum class OnFailure {
+    // Stops the pusher; Stop() returns the failure.
+    kStop,
+    // Counts it (unknown(): applied on some shards, on all or on none) and
+    // pushes again a little later.
+    kCountAndGoOn,
+  };
+
+  // Calls push(*client, keys) until Stop() (or, by `on_failure`, its first
+  // failure). `client` must outlive the pusher.
   CountingPusher(worker::PsClient* client, std::vector<uint64_t> keys,
                  std::function<absl::Status(worker::PsClient&,
                                             const std::vector<uint64_t>&)>
-                     push)
-      : keys_(std::move(keys)), thread_([this, client, push] {
+                     push,
+                 OnFailure on_failure = OnFailure::kStop)
+      : keys_(std::move(keys)), thread_([this, client, push, on_failure] {
           while (!stop_) {
             absl::Status pushed = push(*client, keys_);
-            if (!pushed.ok()) {
+            if (pushed.ok()) {
+              ++acknowledged_;
+            } else if (on_failure == OnFailure::kCountAndGoOn) {
+              ++unknown_;
+              absl::SleepFor(absl::Milliseconds(100));
+            } else {
               absl::MutexLock lock(&mu_);
               status_ = pushed;
               return;
             }
-            ++acknowledged_;
           }
         }) {}
 
@@ -114,6 +161,8 @@ class CountingPusher {
   }
 
   int acknowledged() const { return acknowledged_.load(); }
+  // Pushes that failed (OnFailure::kCountAndGoOn).
+  int unknown() const { return unknown_.load(); }
 
  private:
   absl::Status status() {
@@ -123,6 +172,7 @@ class CountingPusher {
 
   const std::vector<uint64_t> keys_;
   std::atomic<int> acknowledged_{0};
+  std::atomic<int> unknown_{0};
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   absl::Status status_;

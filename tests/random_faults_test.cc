@@ -77,43 +77,6 @@ int64_t EnvNumber(const char* name, int64_t fallback) {
   return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
 }
 
-// Pushes AddOne() to its keys until stopped, counting the pushes
-// acknowledged and those that failed after the client's retries (applied
-// on some shards, on all or on none: unknown).
-class Pusher {
- public:
-  Pusher(std::unique_ptr<worker::PsClient> client, std::vector<uint64_t> keys,
-         uint32_t worker)
-      : client_(std::move(client)),
-        keys_(std::move(keys)),
-        thread_([this, worker] {
-          while (!stop_) {
-            if (AddOne(*client_, kTable, kDim, keys_, worker).ok()) {
-              ++acknowledged_;
-            } else {
-              ++unknown_;
-              absl::SleepFor(absl::Milliseconds(100));
-            }
-          }
-        }) {}
-  ~Pusher() { Stop(); }
-
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  int acknowledged() const { return acknowledged_.load(); }
-  int unknown() const { return unknown_.load(); }
-
- private:
-  std::unique_ptr<worker::PsClient> client_;
-  const std::vector<uint64_t> keys_;
-  std::atomic<int> acknowledged_{0};
-  std::atomic<int> unknown_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 enum class Fault {
   kKillPrimary,
   kKillPrimaryAndDisk,
@@ -299,25 +262,7 @@ class RandomFaultsTest : public ::testing::Test {
   }
 
   std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
-    worker::ClientOptions options;
-    absl::StatusOr<std::vector<std::string>> found =
-        net::FindShards(*client_, kJob, absl::Seconds(30));
-    EXPECT_OK(found);
-    if (!found.ok()) return nullptr;
-    options.servers = *found;
-    options.find_shards = [this] {
-      return net::FindShards(*client_, kJob, absl::Seconds(2));
-    };
-    options.incarnation = incarnation;
-    options.call_timeout = absl::Seconds(3);
-    options.initial_backoff = absl::Milliseconds(20);
-    options.retry_for = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Connect(options);
-    EXPECT_OK(client);
-    if (!client.ok()) return nullptr;
-    EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
-    return *std::move(client);
+    return ConnectThroughEtcd(*client_, kJob, incarnation, kTable, kDim);
   }
 
   static std::string Role(const ServerProcess& server) {
@@ -557,11 +502,19 @@ TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
   for (int shard = 0; shard < kShards; ++shard) StartShard(shard);
   for (const Process& process : processes_)
     ASSERT_NE(process.server, nullptr) << process.dir;
-  std::vector<std::unique_ptr<Pusher>> pushers;
+  // Two workers, each pushing AddOne() to every key over and over; a push
+  // that failed after the client's retries is counted and pushed again.
+  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<CountingPusher>> pushers;
   for (uint32_t w = 0; w < 2; ++w) {
-    std::unique_ptr<worker::PsClient> client = Connect(100 + w);
-    ASSERT_NE(client, nullptr);
-    pushers.push_back(std::make_unique<Pusher>(std::move(client), keys_, w));
+    clients.push_back(Connect(100 + w));
+    ASSERT_NE(clients.back(), nullptr);
+    pushers.push_back(std::make_unique<CountingPusher>(
+        clients.back().get(), keys_,
+        [w](worker::PsClient& client, const std::vector<uint64_t>& keys) {
+          return AddOne(client, kTable, kDim, keys, w);
+        },
+        CountingPusher::OnFailure::kCountAndGoOn));
   }
   auto acknowledged = [&] {
     int total = 0;
@@ -599,7 +552,7 @@ TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
     }
     WaitSupervising(at + interval - absl::Now());
   }
-  for (auto& pusher : pushers) pusher->Stop();
+  for (auto& pusher : pushers) pusher->Stop().IgnoreError();
   int total = 0, unknown = 0;
   for (auto& pusher : pushers) {
     total += pusher->acknowledged();
