@@ -376,12 +376,25 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
     const std::string where =
         absl::StrCat("watching ", prefix, " at etcd ", member.endpoint);
     if (answered_created) {
+      const std::string& reason = created.cancel_reason();
+      const bool about_auth =
+          reason.find("permission denied") != std::string::npos ||
+          reason.find("invalid auth token") != std::string::npos ||
+          reason.find("auth store is old") != std::string::npos;
+      if (!about_auth) {
+        // A start revision etcd compacted away, say.
+        return absl::FailedPreconditionError(
+            absl::StrCat(where, ": etcd cancelled the watch: ", reason));
+      }
       if (!options_.user.empty() && attempt == 0) {
-        RETURN_IF_ERROR(Authenticate(member));
+        if (absl::Status renewed = Authenticate(member); !renewed.ok()) {
+          return absl::Status(renewed.code(),
+                              absl::StrCat(where, ": ", renewed.message()));
+        }
         continue;
       }
-      return absl::PermissionDeniedError(absl::StrCat(
-          where, ": etcd refused the watch: ", created.cancel_reason()));
+      return absl::PermissionDeniedError(
+          absl::StrCat(where, ": etcd refused the watch: ", reason));
     }
     const bool refused =
         finished.ok() || finished.error_code() == grpc::StatusCode::CANCELLED;

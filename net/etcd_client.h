@@ -150,7 +150,8 @@ class EtcdClient {
   // Calls `on_event` for every change to a key under `prefix` from
   // `start_revision` on (0: from now), in revision order, until the watch
   // is cancelled or its stream fails (then status() says why). A member
-  // that does not confirm the watch within the call timeout fails it.
+  // that does not confirm the watch within the call timeout fails it;
+  // PERMISSION_DENIED when etcd refuses it (keys beyond the user's role).
   absl::StatusOr<std::unique_ptr<EtcdWatch>> WatchPrefix(
       absl::string_view prefix, int64_t start_revision,
       std::function<void(const EtcdEvent&)> on_event);

@@ -179,6 +179,13 @@ absl::Status EtcdSlotMap::Join(uint32_t shard_index, absl::Duration wait) {
   }
 }
 
+absl::Status EtcdSlotMap::CatchUp() {
+  absl::StatusOr<std::pair<SlotMap, int64_t>> read = Read();
+  if (absl::IsNotFound(read.status())) return absl::OkStatus();
+  RETURN_IF_ERROR(read.status());
+  return slots_->Adopt(read->first);
+}
+
 void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {
   if (event.type != net::EtcdEvent::Type::kPut || event.kv.key != key_) return;
   absl::StatusOr<SlotMap> map =

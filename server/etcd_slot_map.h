@@ -69,6 +69,12 @@ class EtcdSlotMap {
   // shard is registered, so that a worker that learns of it finds it.
   absl::Status Join(uint32_t shard_index, absl::Duration wait);
 
+  // Reads etcd's map now and adopts it if it is newer: for a replica
+  // promoted to primary, whose map followed etcd at its own pace, before
+  // it takes pushes (a map behind would take pushes for slots that moved
+  // away). OK when etcd holds no map; etcd's errors.
+  absl::Status CatchUp();
+
  private:
   EtcdSlotMap(net::EtcdClient* etcd, std::string key, SlotOwnership* slots,
               absl::Duration resync_interval)

@@ -207,7 +207,9 @@ ABSL_FLAG(uint64_t, drain_seconds, 10,
 ABSL_FLAG(std::string, replica_of, "",
           "HOST:PORT of a primary shard to replicate (under --etcd: the "
           "shard's index, and the replica takes the primary's place once the "
-          "primary's registration goes): copy its store into "
+          "primary's registration goes, or exits 70, to be started again "
+          "and copy anew, once another process serves the shard): copy its "
+          "store into "
           "--data_dir (empty, or a replica's from before), then apply every "
           "push and table change it makes, in order. A replica serves pulls, "
           "refuses pushes and takes the primary's shard index. Empty: a "

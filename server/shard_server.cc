@@ -614,6 +614,9 @@ absl::Status ShardServer::Promote() {
     return absl::FailedPreconditionError("this shard is not a replica");
   }
   follower_->Stop();
+  // The map this replica followed may be a moment behind the job's (it
+  // read etcd at its own pace): the job's, before a push is taken.
+  if (etcd_slot_map_ != nullptr) RETURN_IF_ERROR(etcd_slot_map_->CatchUp());
   if (feed_ != nullptr)
     RETURN_IF_ERROR(store_->SetReplicationFeed(feed_.get()));
   RETURN_IF_ERROR(RemoveFileDurably(data_dir_ + kReplicaMarkerFile));

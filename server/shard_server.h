@@ -226,8 +226,9 @@ class ShardServer {
   // A replica becomes its shard's primary: feeds replicas of its own,
   // takes pushes, and its data dir is a primary's from now on. The caller
   // (under --etcd, ps_server's watch of the primary's registration) stops
-  // it following first and makes it the one workers find.
-  // FAILED_PRECONDITION unless a replica.
+  // it following first and makes it the one workers find. Under --etcd it
+  // reads the job's slot map first. FAILED_PRECONDITION unless a replica;
+  // etcd's errors.
   absl::Status Promote();
 
   // A shard about to stop: refuses pushes from now on (transiently) and

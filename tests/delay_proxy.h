@@ -4,8 +4,8 @@
 // connection to `target`, each byte held back `delay` in each direction: a
 // network-slow link between two real processes (a replica and its primary).
 // The delay can change while connections run (a link that turns slow for a
-// while, then recovers). Connections are closed as either end closes them;
-// the proxy stops, closing the rest, when destroyed.
+// while, then recovers). A connection is closed once both directions
+// ended; the proxy stops, closing the rest, when destroyed.
 
 #ifndef PS_TESTS_DELAY_PROXY_H_
 #define PS_TESTS_DELAY_PROXY_H_

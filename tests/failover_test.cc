@@ -593,7 +593,7 @@ TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
   }
   ASSERT_EQ(kill((*other)->pid(), SIGCONT), 0);
   EXPECT_EQ((*other)->Wait(absl::Seconds(10)), 70);
-  EXPECT_NE(ReadFile(other_dir + ".log").find("is served by"),
+  EXPECT_NE(ReadFile(other_dir + ".log").find("that this replica follows"),
             std::string::npos)
       << ReadFile(other_dir + ".log");
 

@@ -260,7 +260,7 @@ TEST(PsClientTest, RetriesBackOffWithJitterAndGiveUp) {
   EXPECT_GE(well_below, 1) << "no wait below 0.9 of its backoff: no jitter";
 }
 
-// A shard that takes every push, and counts them.
+// A shard that takes every push and declaration, and counts them.
 class AcceptingShard : public ParameterServer::Service {
  public:
   grpc::Status Push(grpc::ServerContext*, const PushRequest*,
@@ -268,10 +268,17 @@ class AcceptingShard : public ParameterServer::Service {
     ++pushes_;
     return grpc::Status::OK;
   }
+  grpc::Status DeclareTable(grpc::ServerContext*, const DeclareTableRequest*,
+                            DeclareTableResponse*) override {
+    ++declared_;
+    return grpc::Status::OK;
+  }
   int pushes() const { return pushes_.load(); }
+  int declared() const { return declared_.load(); }
 
  private:
   std::atomic<int> pushes_{0};
+  std::atomic<int> declared_{0};
 };
 
 // Starts `service` on a free loopback port; its address in *address.
@@ -290,7 +297,8 @@ std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
 // Under --etcd a job can have fewer shards than a client once knew (the
 // last one drained, and it left). A shard that then moves (a replica took
 // over elsewhere) is still found: a lookup that lists fewer shards than the
-// client knows is the job's count now, not shards missing.
+// client knows is the job's count now, not shards missing; and a table
+// declared then goes to the job's shards, not to the one that left.
 TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
   UnavailableShard gone;
   AcceptingShard moved, other, left;
@@ -327,7 +335,12 @@ TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
   EXPECT_TRUE(pushed.ok()) << pushed;
   EXPECT_GE(lookups.load(), 1);
   EXPECT_EQ(moved.pushes(), 1);
-  EXPECT_EQ(left.pushes(), 0);
+  const absl::Status declared = (*client)->DeclareTable(
+      SgdTableSpec("u", kDim, 1.0f, InitializerSpec::ZEROS));
+  EXPECT_TRUE(declared.ok()) << declared;
+  EXPECT_EQ(moved.declared(), 1);
+  EXPECT_EQ(other.declared(), 1);
+  EXPECT_EQ(left.declared(), 0);
   for (const auto& server : servers) server->Shutdown();
 }
 

@@ -274,6 +274,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
           ParameterServer::NewStub(MakeChannel(address, options, credentials)));
       client->addresses_.push_back(address);
     }
+    client->job_shards_ = options.servers.size();
   }
   client->slot_map_ = std::make_shared<const SlotMap>(
       SlotMap::Initial(static_cast<uint32_t>(options.servers.size())));
@@ -392,8 +393,12 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       // Unless another call looked them up since this attempt began (many
       // calls fail together when a shard goes).
       if (shard_lookups_.load() == lookups_before) {
-        if (absl::Status followed = FollowShards(num_shards());
-            !followed.ok()) {
+        uint32_t job_shards = 0;
+        {
+          absl::ReaderMutexLock shards_lock(&shards_mu_);
+          job_shards = static_cast<uint32_t>(job_shards_);
+        }
+        if (absl::Status followed = FollowShards(job_shards); !followed.ok()) {
           LOG_EVERY_N(WARNING, 10) << "looking the shards up: " << followed;
         }
       }
@@ -443,7 +448,7 @@ absl::Status PsClient::DeclareTable(const TableSpec& spec) {
     } else {
       declared_.push_back(spec);
     }
-    for (size_t s = 0; s < shards_.size(); ++s)
+    for (size_t s = 0; s < job_shards_; ++s)
       shards.push_back(static_cast<int>(s));
   }
   return DeclareOn(spec, std::move(shards));
@@ -701,7 +706,12 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
   // leaves the shards where they were, and one that lists fewer shards
   // than `num_shards` (the job's last shards left it: a lookup lists every
   // shard of the job's map) moves the ones it lists.
-  const bool required = num_shards > static_cast<uint32_t>(this->num_shards());
+  size_t job_shards = 0;
+  {
+    absl::ReaderMutexLock lock(&shards_mu_);
+    job_shards = job_shards_;
+  }
+  const bool required = num_shards > job_shards;
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::StatusOr<std::vector<std::string>> addresses;
   while (true) {
@@ -729,10 +739,15 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
   std::vector<TableSpec> declared;
   {
     absl::MutexLock lock(&shards_mu_);
-    for (size_t s = 0; s < std::min<size_t>(num_shards, addresses->size());
-         ++s) {
+    const size_t listed = std::min<size_t>(num_shards, addresses->size());
+    for (size_t s = 0; s < listed; ++s) {
       const std::string& address = (*addresses)[s];
-      if (s < shards_.size() && addresses_[s] == address) continue;
+      // A shard that left the job and joined again lacks tables declared
+      // since, wherever it is.
+      if (s < shards_.size() && addresses_[s] == address) {
+        if (s >= job_shards_) joined.push_back(static_cast<int>(s));
+        continue;
+      }
       LOG(INFO) << "shard " << s << " is at " << address
                 << (s < shards_.size() ? " now (was " + addresses_[s] + ")"
                                        : std::string(" (joined the job)"));
@@ -747,6 +762,7 @@ absl::Status PsClient::FollowShards(uint32_t num_shards) {
       }
       joined.push_back(static_cast<int>(s));
     }
+    job_shards_ = listed;
     declared = declared_;
   }
   for (const TableSpec& spec : declared)

@@ -197,6 +197,9 @@ class PsClient : public TrainingClient {
       ABSL_GUARDED_BY(shards_mu_);
   // Where each of shards_ was dialled.
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(shards_mu_);
+  // How many shards the job has, as last looked up (the first of shards_;
+  // the rest left the job): tables are declared on these.
+  size_t job_shards_ ABSL_GUARDED_BY(shards_mu_) = 0;
   // Every table declared, to declare on shards that join.
   std::vector<TableSpec> declared_ ABSL_GUARDED_BY(shards_mu_);
   // The last sequence number given to a push request, per shard
