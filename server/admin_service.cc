@@ -499,7 +499,13 @@ grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
   if (absl::Status authorized = AuthorizeWrite(*context); !authorized.ok())
     return Reply(context, authorized);
   response->set_instance(instance_);
-  return Reply(context, HandleWriteSlotRows(*request));
+  absl::Status written = HandleWriteSlotRows(*request);
+  // A durable write waited for the replicas to hold everything already.
+  if (written.ok() && !request->durable() && !request->rows().keys().empty() &&
+      options_.await_feed_room) {
+    written = options_.await_feed_room();
+  }
+  return Reply(context, written);
 }
 
 grpc::ServerUnaryReactor* AdminService::PurgeSlots(

@@ -52,6 +52,12 @@ struct AdminServiceOptions {
   // when that takes too long. A move's rows are durable on the target only
   // then (WriteSlotRowsRequest.durable). Default: not set (no replicas).
   std::function<absl::Status()> await_replicas;
+  // Returns once the replicas reading this shard's feed are within its
+  // bounds again (records and bytes), as a push waits past them; a move's
+  // page of rows waits so before it is answered, so that a move never
+  // piles more into the feed's memory than pushes may. UNAVAILABLE when
+  // that takes too long. Default: not set (no replicas).
+  std::function<absl::Status()> await_feed_room;
 };
 
 class AdminService final : public Admin::CallbackService {

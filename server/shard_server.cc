@@ -457,6 +457,25 @@ void ShardServer::CreateServices(const ServerOptions& options) {
       return absl::OkStatus();
     };
   }
+  if (feed_ != nullptr) {
+    admin_options.await_feed_room = [feed = feed_.get(),
+                                     max_lag =
+                                         options.max_replication_lag_records,
+                                     wait = options.replica_timeout] {
+      using Replicated = embedding::ReplicationFeed::Replicated;
+      // Not sync: only the bounds, as for a push of an async shard.
+      if (feed->WaitReplicated(feed->head(), /*sync=*/false,
+                               /*min_in_sync=*/0, max_lag,
+                               absl::Now() + wait) == Replicated::kTimedOut) {
+        return absl::UnavailableError(absl::StrCat(
+            "this shard's replicas did not read the moved rows within ",
+            absl::FormatDuration(wait),
+            " (the replication feed is full); the move does not "
+            "switch"));
+      }
+      return absl::OkStatus();
+    };
+  }
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
       call_stats_.get(), clocks_.get(), slots_.get(), slot_moves_.get());

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -352,6 +353,76 @@ TEST_F(ReplicationTest, ACopyFarBehindIsTakenAgainAndPushesNeverWaitForIt) {
   EXPECT_NE(ReadFile(replica_dir_ + ".log" + std::to_string(replicas_))
                 .find("copying again"),
             std::string::npos);
+}
+
+// A move's rows enter the target's replication feed as pushes do, and
+// wait for room in it as pushes do: with the target's replica reading over
+// a slow link, the feed never holds much more than its bound
+// (--max_replication_lag_mb=1) while 5 MB of rows move in pages of 256 KB,
+// and the replica holds every row once the move is done.
+TEST_F(ReplicationTest, AMovesRowsWaitForRoomInTheTargetsFeed) {
+  const std::string source_dir = FreshTestDir(name_ + "_source");
+  auto source = ServerProcess::Start(
+      {"--data_dir=" + source_dir, "--num_shards=2", "--shard_index=0"},
+      absl::Seconds(60), source_dir + ".log");
+  ASSERT_OK(source);
+  std::unique_ptr<ServerProcess> target =
+      StartPrimary({"--num_shards=2", "--shard_index=1", "--replication=async",
+                    "--max_replication_lag_mb=1"});
+  ASSERT_NE(target, nullptr);
+  absl::StatusOr<std::unique_ptr<DelayProxy>> link =
+      DelayProxy::Start(target->address(), absl::Milliseconds(100));
+  ASSERT_OK(link);
+  std::unique_ptr<ServerProcess> replica = StartReplicaOf((*link)->address());
+  ASSERT_NE(replica, nullptr);
+
+  // 20,000 rows of 64 floats on the source.
+  constexpr uint32_t kWideDim = 64;
+  worker::ClientOptions options;
+  options.servers = {(*source)->address(), target->address()};
+  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+      worker::PsClient::Connect(options);
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->DeclareTable(CountingTableSpec("wide", kWideDim)));
+  const SlotMap initial = SlotMap::Initial(2);
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 1; keys.size() < 20000; ++key)
+    if (initial.ShardForKey(key) == 0) keys.push_back(key);
+  for (size_t first = 0; first < keys.size(); first += 2000) {
+    const std::vector<uint64_t> part(keys.begin() + first,
+                                     keys.begin() + first + 2000);
+    ASSERT_OK(AddOne(**client, "wide", kWideDim, part, 0));
+  }
+
+  std::atomic<bool> moving{true};
+  std::atomic<uint64_t> most_bytes{0};
+  std::thread watch([&] {
+    while (moving) {
+      const uint64_t bytes = Replication(*target).feed_bytes();
+      if (bytes > most_bytes) most_bytes = bytes;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  const int moved = RunToCompletion(
+      {BinaryPath("ops/ps_admin"),
+       "--servers=" + (*source)->address() + "," + target->address(),
+       "move-slots", "--slots=0-16383", "--to=1", "--move_page_rows=1024"},
+      FreshTestDir(name_ + "_admin") + "/move.log", absl::Minutes(3));
+  moving = false;
+  watch.join();
+  ASSERT_EQ(moved, 0);
+  // 1 MiB and the page that went past it (1024 rows of 64 floats and
+  // their keys and expiry data: 272 KiB), with room for the bookkeeping.
+  EXPECT_LE(most_bytes.load(), (1u << 20) + (512u << 10));
+  EXPECT_GT(most_bytes.load(), 0u);
+  // The replica holds the moved rows (each pushed once).
+  ASSERT_TRUE(WaitFor(*target, [](const ShardStatsResponse::Replication& r) {
+    return r.lag_entries() == 0;
+  }));
+  for (const float value :
+       CountedValues(replica->channel(), "wide", keys, /*step=*/997)) {
+    EXPECT_EQ(value, 1.0f);
+  }
 }
 
 TEST_F(ReplicationTest, ANewReplicaOfAPausedPrimaryGivesUpInTime) {
