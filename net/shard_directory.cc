@@ -424,7 +424,10 @@ absl::Status LeasedKey::Register() {
       return absl::AlreadyExistsError(
           absl::StrCat("etcd's ", key_, " is held by another live process (",
                        held.ok() ? held->value : held.status().ToString(),
-                       "): is this --shard_index already running?"));
+                       "): another process took it (this --shard_index "
+                       "running twice, or, under --replicas, a replica "
+                       "promoted while this one restarted: started again, "
+                       "this one follows it)"));
     }
     if (!said) {
       LOG(INFO) << key_ << " is held (" << (held.ok() ? held->value : "?")

@@ -184,7 +184,7 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
                                    "--listen=127.0.0.1:0"};
   for (const std::string& flag : ShardFlags(0, 1)) twin.push_back(flag);
   EXPECT_EQ(RunToCompletion(twin, twin_log, absl::Seconds(30)), 70);
-  EXPECT_NE(ReadFile(twin_log).find("already running?"), std::string::npos)
+  EXPECT_NE(ReadFile(twin_log).find("running twice"), std::string::npos)
       << ReadFile(twin_log);
   EXPECT_EQ(Registered(), 1u);
   // Stopped: the record goes with the revoked lease, at once.
