@@ -530,7 +530,8 @@ absl::StatusOr<std::vector<std::string>> ShardsIn(
   return addresses;
 }
 
-// The shard count of the job's slot map; 0 when the job has none yet.
+}  // namespace
+
 absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
                                        const std::string& job) {
   absl::StatusOr<EtcdValue> value = etcd.Get(SlotMapKey(job));
@@ -543,8 +544,6 @@ absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
   }
   return map->num_shards();
 }
-
-}  // namespace
 
 std::string SlotMapKey(const std::string& job) {
   return absl::StrCat("/ps/", job, "/slot_map");

@@ -256,6 +256,12 @@ absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
                                                     const std::string& job,
                                                     absl::Duration wait);
 
+// The shard count of `job`'s slot map (the shards in the job: one that
+// left is not counted); 0 when the job has no map yet; DATA_LOSS for a
+// map that is not one; etcd's errors.
+absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
+                                       const std::string& job);
+
 }  // namespace ps::net
 
 #endif  // PS_NET_SHARD_DIRECTORY_H_

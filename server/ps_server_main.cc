@@ -822,6 +822,19 @@ class PrimaryWatch {
         return;
       }
       if (!absl::IsNotFound(primary.status())) continue;
+      // A shard that left the job (drained, the last one) and stopped:
+      // nothing to take over; this replica stops too, as an operator
+      // scaling the job down expects (exit 0).
+      if (absl::StatusOr<uint32_t> shards = ps::net::MapShardCount(*etcd_, job);
+          shards.ok() && *shards != 0 &&
+          own_.index >= static_cast<int>(*shards)) {
+        LOG(WARNING) << "shard " << own_.index
+                     << " left the job (its slot map counts " << *shards
+                     << " shards): this replica has nothing to take over "
+                        "and stops";
+        kill(getpid(), SIGTERM);
+        return;
+      }
       LOG(WARNING) << "shard " << own_.index
                    << "'s registration is gone: promoting this replica";
       if (absl::Status promoted = TakeOver(job); !promoted.ok()) {

@@ -667,6 +667,12 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   ASSERT_OK(joined);
   EXPECT_EQ(joined->num_shards(), 3u);
   ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
+  // With a replica of its own.
+  auto replica2 =
+      ServerProcess::Start({"--data_dir=" + FreshTestDir("shard2_replica"),
+                            "--replica_of=2", "--etcd=" + etcd_->endpoint(),
+                            absl::StrCat("--job=", kJob), "--etcd_lease_s=2"});
+  ASSERT_OK(replica2);
   // A checkpoint taken now covers it, though it holds no table yet.
   ASSERT_EQ(run_admin({"checkpoint", "--dir=" + dir + "/joined_checkpoint"},
                       "checkpoint"),
@@ -718,6 +724,10 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   EXPECT_EQ(*found, std::vector<std::string>(
                         {(*shard0)->address(), (*shard1)->address()}));
   EXPECT_EQ((*shard2)->SignalAndWait(SIGTERM), 0);
+  // Its replica, once the registration is gone, has nothing to take over:
+  // it stops (0) rather than registering as a shard the job no longer has.
+  EXPECT_EQ((*replica2)->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(Registered(), 2u);
   for (auto& pusher : pushers) pusher->WaitForMore(3);
 
   // A shard 2 joins again, on another port and data dir: the workers,
