@@ -78,10 +78,14 @@ uint64_t ReplicationFeed::AppendMade(absl::FunctionRef<FeedEntry()> make) {
 void ReplicationFeed::DropFollowersBehindLocked() {
   while (bytes_kept_ > options_.max_bytes_kept) {
     // Only a copy is dropped: a replica reading the feed holds pushes back
-    // instead (ReplicatedLocked()).
+    // instead (ReplicatedLocked()). And only one behind every reader: the
+    // entries after the furthest reader behind stay for it anyway.
+    uint64_t least_read = head_;
+    for (const auto& [id, follower] : followers_)
+      if (follower.reading) least_read = std::min(least_read, follower.applied);
     auto behind = followers_.end();
     for (auto it = followers_.begin(); it != followers_.end(); ++it) {
-      if (it->second.reading) continue;
+      if (it->second.reading || it->second.applied >= least_read) continue;
       if (behind == followers_.end() ||
           it->second.applied < behind->second.applied) {
         behind = it;

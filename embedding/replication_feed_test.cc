@@ -183,6 +183,33 @@ TEST(ReplicationFeedTest, AReplicaReadingIsWaitedForPastTheBytesNotDropped) {
   EXPECT_EQ(feed.GetStats().followers_dropped_behind, 0u);
 }
 
+// Past the bytes, a copy is dropped only when that frees some: one ahead
+// of a reader that holds the entries (a reader behind is waited for, not
+// dropped) stays, and one behind the reader goes.
+TEST(ReplicationFeedTest, ACopyIsDroppedOnlyWhenThatFreesBytes) {
+  ReplicationFeedOptions options;
+  options.max_bytes_kept = 16 << 10;
+  ReplicationFeed feed(options);
+  uint64_t start = 0;
+  const uint64_t behind_copy = feed.AddFollower(&start);
+  const uint64_t reader = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(reader, start, 10, absl::ZeroDuration(), &out));
+  // The reader applies five entries the copy cut before them still holds.
+  uint64_t sequence = 0;
+  for (int i = 0; i < 5; ++i)
+    sequence = feed.AppendPush("t", std::string(1000, 'a'));
+  ASSERT_OK(feed.Read(reader, sequence, 10, absl::ZeroDuration(), &out));
+  for (int i = 0; i < 10; ++i) feed.AppendPush("t", std::string(1000, 'a'));
+  // A copy cut now, ahead of everything the reader holds.
+  const uint64_t ahead_copy = feed.AddFollower(&start);
+  for (int i = 0; i < 30; ++i) feed.AppendPush("t", std::string(1000, 'a'));
+  EXPECT_FALSE(feed.HasFollower(behind_copy));
+  EXPECT_TRUE(feed.HasFollower(reader));
+  EXPECT_TRUE(feed.HasFollower(ahead_copy));
+  EXPECT_EQ(feed.GetStats().followers_dropped_behind, 1u);
+}
+
 TEST(ReplicationFeedTest, FewerFollowersInSyncThanTheLeastAreSaidSo) {
   ReplicationFeed feed;
   uint64_t start = 0;

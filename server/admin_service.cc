@@ -499,13 +499,16 @@ grpc::ServerUnaryReactor* AdminService::WriteSlotRows(
   if (absl::Status authorized = AuthorizeWrite(*context); !authorized.ok())
     return Reply(context, authorized);
   response->set_instance(instance_);
-  absl::Status written = HandleWriteSlotRows(*request);
+  const absl::Status written = HandleWriteSlotRows(*request);
   // A durable write waited for the replicas to hold everything already.
-  if (written.ok() && !request->durable() && !request->rows().keys().empty() &&
-      options_.await_feed_room) {
-    written = options_.await_feed_room();
+  if (!written.ok() || request->durable() || request->rows().keys().empty() ||
+      !options_.await_feed_room) {
+    return Reply(context, written);
   }
-  return Reply(context, written);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  options_.await_feed_room(
+      [reactor](absl::Status room) { reactor->Finish(ToGrpcStatus(room)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminService::PurgeSlots(

@@ -52,12 +52,13 @@ struct AdminServiceOptions {
   // when that takes too long. A move's rows are durable on the target only
   // then (WriteSlotRowsRequest.durable). Default: not set (no replicas).
   std::function<absl::Status()> await_replicas;
-  // Returns once the replicas reading this shard's feed are within its
-  // bounds again (records and bytes), as a push waits past them; a move's
-  // page of rows waits so before it is answered, so that a move never
-  // piles more into the feed's memory than pushes may. UNAVAILABLE when
-  // that takes too long. Default: not set (no replicas).
-  std::function<absl::Status()> await_feed_room;
+  // Calls `done` once the replicas reading this shard's feed are within
+  // its bounds again (records and bytes), as a push waits past them,
+  // without holding the caller's thread; UNAVAILABLE when that takes too
+  // long. A move's page of rows is answered only then, so that a move
+  // never piles more into the feed's memory than pushes may. Default: not
+  // set (no replicas).
+  std::function<void(std::function<void(absl::Status)> done)> await_feed_room;
 };
 
 class AdminService final : public Admin::CallbackService {

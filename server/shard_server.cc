@@ -458,23 +458,28 @@ void ShardServer::CreateServices(const ServerOptions& options) {
     };
   }
   if (feed_ != nullptr) {
-    admin_options.await_feed_room = [feed = feed_.get(),
-                                     max_lag =
-                                         options.max_replication_lag_records,
-                                     wait = options.replica_timeout] {
-      using Replicated = embedding::ReplicationFeed::Replicated;
-      // Not sync: only the bounds, as for a push of an async shard.
-      if (feed->WaitReplicated(feed->head(), /*sync=*/false,
-                               /*min_in_sync=*/0, max_lag,
-                               absl::Now() + wait) == Replicated::kTimedOut) {
-        return absl::UnavailableError(absl::StrCat(
-            "this shard's replicas did not read the moved rows within ",
-            absl::FormatDuration(wait),
-            " (the replication feed is full); the move does not "
-            "switch"));
-      }
-      return absl::OkStatus();
-    };
+    admin_options.await_feed_room =
+        [feed = feed_.get(), max_lag = options.max_replication_lag_records,
+         wait =
+             options.replica_timeout](std::function<void(absl::Status)> done) {
+          using Replicated = embedding::ReplicationFeed::Replicated;
+          // Not sync: only the bounds, as for a push of an async shard.
+          feed->WhenReplicated(
+              feed->head(), /*sync=*/false, /*min_in_sync=*/0, max_lag,
+              absl::Now() + wait,
+              [done = std::move(done), wait](Replicated replicated) {
+                if (replicated != Replicated::kTimedOut) {
+                  done(absl::OkStatus());
+                  return;
+                }
+                done(absl::UnavailableError(absl::StrCat(
+                    "this shard's replicas did not read the moved rows "
+                    "within ",
+                    absl::FormatDuration(wait),
+                    " (the replication feed is full); the move does not "
+                    "switch")));
+              });
+        };
   }
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
@@ -635,7 +640,22 @@ absl::Status ShardServer::Promote() {
   follower_->Stop();
   // The map this replica followed may be a moment behind the job's (it
   // read etcd at its own pace): the job's, before a push is taken.
-  if (etcd_slot_map_ != nullptr) RETURN_IF_ERROR(etcd_slot_map_->CatchUp());
+  // etcd out of reach for a moment is waited out (the generation is
+  // raised and the registration taken: only this process may serve now).
+  if (etcd_slot_map_ != nullptr) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    absl::Status caught_up;
+    while (true) {
+      caught_up = etcd_slot_map_->CatchUp();
+      const bool transient =
+          absl::IsUnavailable(caught_up) || absl::IsDeadlineExceeded(caught_up);
+      if (!transient || absl::Now() >= give_up) break;
+      LOG(WARNING) << "reading the job's slot map: " << caught_up
+                   << "; retrying";
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+    RETURN_IF_ERROR(caught_up);
+  }
   if (feed_ != nullptr)
     RETURN_IF_ERROR(store_->SetReplicationFeed(feed_.get()));
   RETURN_IF_ERROR(RemoveFileDurably(data_dir_ + kReplicaMarkerFile));
