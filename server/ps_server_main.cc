@@ -268,7 +268,8 @@ ABSL_FLAG(uint64_t, max_replication_lag_records, 100000,
           "--max_replication_lag_mb instead: pushes never wait for a copy.");
 ABSL_FLAG(uint64_t, max_replication_lag_mb, 0,
           "The feed entries a primary keeps for replicas behind it may take "
-          "this many MiB: past it the copy furthest behind is abandoned (the "
+          "this many MiB: past it the copy furthest behind (behind every "
+          "replica reading the feed) is abandoned (the "
           "replica copies again) rather than pushes waiting for it, and "
           "pushes wait while replicas reading the feed hold more. A copy "
           "must finish before pushes fill this much: size it as push bytes "
