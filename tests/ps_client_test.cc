@@ -53,6 +53,19 @@ bool PullAndCheck(worker::PsClient& client, const std::vector<uint64_t>& keys) {
   return true;
 }
 
+// Pushes a gradient of 1 to every float of `keys`' rows of table "t", as
+// worker 0 at clock 1.
+absl::Status PushOnes(worker::PsClient& client,
+                      const std::vector<uint64_t>& keys) {
+  std::vector<float> gradients(keys.size() * kDim, 1.0f);
+  worker::TrainingClient::TableGradients push;
+  push.table = "t";
+  push.keys = keys;
+  push.gradients = gradients;
+  push.dim = kDim;
+  return client.Push({&push, 1}, 0, /*clock=*/1);
+}
+
 TEST(PsClientTest, PullsOfEverySizeReadTheirOwnRows) {
   const std::string dir = FreshTestDir("ps_client");
   auto server = ServerProcess::Start({"--data_dir=" + dir});
@@ -174,13 +187,7 @@ TEST(PsClientTest, APushTheShardCancelledIsRetried) {
       worker::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<uint64_t> keys = {1, 2, 3};
-  std::vector<float> gradients(keys.size() * kDim, 1.0f);
-  worker::TrainingClient::TableGradients push;
-  push.table = "t";
-  push.keys = keys;
-  push.gradients = gradients;
-  push.dim = kDim;
-  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  const absl::Status pushed = PushOnes(**client, keys);
   EXPECT_TRUE(pushed.ok()) << pushed;
   EXPECT_EQ(shard.pushes(), 2);
   server->Shutdown();
@@ -227,15 +234,8 @@ TEST(PsClientTest, RetriesBackOffWithJitterAndGiveUp) {
   absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
       worker::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> keys = {1, 2, 3};
-  std::vector<float> gradients(keys.size() * kDim, 1.0f);
-  worker::TrainingClient::TableGradients push;
-  push.table = "t";
-  push.keys = keys;
-  push.gradients = gradients;
-  push.dim = kDim;
   const absl::Time began = absl::Now();
-  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  const absl::Status pushed = PushOnes(**client, {1, 2, 3});
   EXPECT_TRUE(absl::IsUnavailable(pushed)) << pushed;
   EXPECT_NE(pushed.message().find("gave up retrying"), std::string::npos)
       << pushed;
@@ -325,13 +325,7 @@ TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
   std::vector<uint64_t> keys;
   for (uint64_t key = 1; keys.size() < 8; ++key)
     if (map.ShardForKey(key) == 0) keys.push_back(key);
-  std::vector<float> gradients(keys.size() * kDim, 1.0f);
-  worker::TrainingClient::TableGradients push;
-  push.table = "t";
-  push.keys = keys;
-  push.gradients = gradients;
-  push.dim = kDim;
-  const absl::Status pushed = (*client)->Push({&push, 1}, 0, /*clock=*/1);
+  const absl::Status pushed = PushOnes(**client, keys);
   EXPECT_TRUE(pushed.ok()) << pushed;
   EXPECT_GE(lookups.load(), 1);
   EXPECT_EQ(moved.pushes(), 1);
