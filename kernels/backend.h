@@ -99,6 +99,39 @@ class Backend {
   virtual Status FmBackward(const float* x, const float* dlogits, int x_cols,
                             int batch, int fields, int dim, float* dx) = 0;
 
+  // --- elementwise (a model graph's layers) ---------------------------------
+  // y[i] += x[i].
+  virtual Status Add(const float* x, float* y, size_t count) = 0;
+
+  // c[i] = a[i] * b[i], or c[i] += a[i] * b[i] when `accumulate`.
+  virtual Status Multiply(const float* a, const float* b, float* c,
+                          size_t count, bool accumulate) = 0;
+
+  // dst[r, c] += src[r, src_offset + c] for c < dst_cols (dst is rows x
+  // dst_cols): a concatenation's backward.
+  virtual Status AccumulateColumns(const float* src, int rows, int src_cols,
+                                   int src_offset, float* dst,
+                                   int dst_cols) = 0;
+
+  // ScatterReduce() without zeroing row_grads first: adds to it.
+  virtual Status ScatterAdd(const float* in, int in_cols, int field_stride,
+                            const int32_t* index, int batch, int fields,
+                            int dim, float* row_grads) = 0;
+
+  // --- dot interaction (DLRM) -----------------------------------------------
+  // For each example b, with v_i = x[b, i * dim .. (i + 1) * dim) for the
+  // `rows` rows i: out[b, p] = v_i . v_j for the pairs j < i (j <= i with
+  // self_interaction) in row-major order of the lower triangle, p = 0, 1,
+  // ... (DotInteractionWidth() of them). x is batch x rows * dim, packed.
+  virtual Status DotInteraction(const float* x, int batch, int rows, int dim,
+                                bool self_interaction, float* out) = 0;
+
+  // dx[b, i * dim + d] += sum over the pairs p of (i, j) of dout[b, p] *
+  // v_j[d] (twice v_i[d] for the pair (i, i)).
+  virtual Status DotInteractionBackward(const float* x, const float* dout,
+                                        int batch, int rows, int dim,
+                                        bool self_interaction, float* dx) = 0;
+
   // --- loss -----------------------------------------------------------------
   // probabilities = sigmoid(logits); dlogits = (p - label) / batch (the
   // gradient of the mean loss); *loss_sum (one float in backend memory) =
@@ -107,6 +140,12 @@ class Backend {
                                      int batch, float* probabilities,
                                      float* dlogits, float* loss_sum) = 0;
 };
+
+// The pairs DotInteraction() gives `rows` rows: rows (rows - 1) / 2, or
+// rows (rows + 1) / 2 with self-interaction.
+inline int DotInteractionWidth(int rows, bool self_interaction) {
+  return self_interaction ? rows * (rows + 1) / 2 : rows * (rows - 1) / 2;
+}
 
 // How the MLP's GEMMs round their inputs. Every backend accumulates in FP32.
 enum class GemmPrecision {

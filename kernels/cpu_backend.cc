@@ -206,13 +206,100 @@ class CpuBackend final : public Backend {
                        int num_rows, float* row_grads) override {
     std::memset(row_grads, 0,
                 static_cast<size_t>(num_rows) * dim * sizeof(float));
+    return ScatterAdd(in, in_cols, field_stride, index, batch, fields, dim,
+                      row_grads);
+  }
+
+  Status ScatterAdd(const float* in, int in_cols, int field_stride,
+                    const int32_t* index, int batch, int fields, int dim,
+                    float* row_grads) override {
     for (int b = 0; b < batch; ++b) {
       const float* in_row = in + static_cast<size_t>(b) * in_cols;
       for (int f = 0; f < fields; ++f) {
-        float* grad =
+        float* __restrict grad =
             row_grads + static_cast<size_t>(index[b * fields + f]) * dim;
-        const float* source = in_row + f * field_stride;
+        const float* __restrict source = in_row + f * field_stride;
         for (int d = 0; d < dim; ++d) grad[d] += source[d];
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Add(const float* x, float* y, size_t count) override {
+    const float* __restrict in = x;
+    float* __restrict out = y;
+    for (size_t i = 0; i < count; ++i) out[i] += in[i];
+    return Status::Ok();
+  }
+
+  Status Multiply(const float* a, const float* b, float* c, size_t count,
+                  bool accumulate) override {
+    const float* __restrict left = a;
+    const float* __restrict right = b;
+    float* __restrict out = c;
+    if (accumulate) {
+      for (size_t i = 0; i < count; ++i) out[i] += left[i] * right[i];
+    } else {
+      for (size_t i = 0; i < count; ++i) out[i] = left[i] * right[i];
+    }
+    return Status::Ok();
+  }
+
+  Status AccumulateColumns(const float* src, int rows, int src_cols,
+                           int src_offset, float* dst, int dst_cols) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict in =
+          src + static_cast<size_t>(r) * src_cols + src_offset;
+      float* __restrict out = dst + static_cast<size_t>(r) * dst_cols;
+      for (int c = 0; c < dst_cols; ++c) out[c] += in[c];
+    }
+    return Status::Ok();
+  }
+
+  Status DotInteraction(const float* x, int batch, int rows, int dim,
+                        bool self_interaction, float* out) override {
+    const int width = DotInteractionWidth(rows, self_interaction);
+    for (int b = 0; b < batch; ++b) {
+      const float* v = x + static_cast<size_t>(b) * rows * dim;
+      float* pairs = out + static_cast<size_t>(b) * width;
+      int p = 0;
+      for (int i = 0; i < rows; ++i) {
+        const int last = self_interaction ? i : i - 1;
+        for (int j = 0; j <= last; ++j) {
+          const float* __restrict left = v + i * dim;
+          const float* __restrict right = v + j * dim;
+          float dot = 0.0f;
+          for (int d = 0; d < dim; ++d) dot += left[d] * right[d];
+          pairs[p++] = dot;
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status DotInteractionBackward(const float* x, const float* dout, int batch,
+                                int rows, int dim, bool self_interaction,
+                                float* dx) override {
+    const int width = DotInteractionWidth(rows, self_interaction);
+    for (int b = 0; b < batch; ++b) {
+      const float* v = x + static_cast<size_t>(b) * rows * dim;
+      const float* pairs = dout + static_cast<size_t>(b) * width;
+      float* dv = dx + static_cast<size_t>(b) * rows * dim;
+      int p = 0;
+      for (int i = 0; i < rows; ++i) {
+        const int last = self_interaction ? i : i - 1;
+        for (int j = 0; j <= last; ++j) {
+          const float g = pairs[p++];
+          if (i == j) {
+            for (int d = 0; d < dim; ++d)
+              dv[i * dim + d] += 2 * g * v[i * dim + d];
+            continue;
+          }
+          for (int d = 0; d < dim; ++d) {
+            dv[i * dim + d] += g * v[j * dim + d];
+            dv[j * dim + d] += g * v[i * dim + d];
+          }
+        }
       }
     }
     return Status::Ok();

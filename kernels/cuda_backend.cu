@@ -154,6 +154,85 @@ __global__ void ScatterAddKernel(const float* in, int in_cols, int field_stride,
   }
 }
 
+__global__ void AddKernel(const float* x, float* y, size_t count) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    y[i] += x[i];
+  }
+}
+
+__global__ void MultiplyKernel(const float* a, const float* b, float* c,
+                               size_t count, bool accumulate) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const float product = a[i] * b[i];
+    c[i] = accumulate ? c[i] + product : product;
+  }
+}
+
+__global__ void AccumulateColumnsKernel(const float* src, int rows,
+                                        int src_cols, int src_offset,
+                                        float* dst, int dst_cols) {
+  const size_t total = static_cast<size_t>(rows) * dst_cols;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const size_t r = i / dst_cols, c = i % dst_cols;
+    dst[i] += src[r * src_cols + src_offset + c];
+  }
+}
+
+// The position of the pair (i, j), j <= i, in the lower triangle.
+__device__ int PairIndex(int i, int j, bool self_interaction) {
+  return self_interaction ? i * (i + 1) / 2 + j : i * (i - 1) / 2 + j;
+}
+
+// One thread per (example, i, j) of the whole square; those above the
+// triangle return at once.
+__global__ void DotInteractionKernel(const float* x, int batch, int rows,
+                                     int dim, bool self_interaction, int width,
+                                     float* out) {
+  const size_t total = static_cast<size_t>(batch) * rows * rows;
+  for (size_t t = blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const int j = static_cast<int>(t % rows);
+    const int i = static_cast<int>((t / rows) % rows);
+    const size_t b = t / (static_cast<size_t>(rows) * rows);
+    if (j > i || (j == i && !self_interaction)) continue;
+    const float* v = x + b * rows * dim;
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot += v[i * dim + d] * v[j * dim + d];
+    out[b * width + PairIndex(i, j, self_interaction)] = dot;
+  }
+}
+
+// One thread per (example, row i, column d): the sum over i's pairs.
+__global__ void DotInteractionBackwardKernel(const float* x, const float* dout,
+                                             int batch, int rows, int dim,
+                                             bool self_interaction, int width,
+                                             float* dx) {
+  const size_t total = static_cast<size_t>(batch) * rows * dim;
+  for (size_t t = blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<size_t>(blockDim.x) * gridDim.x) {
+    const int d = static_cast<int>(t % dim);
+    const int i = static_cast<int>((t / dim) % rows);
+    const size_t b = t / (static_cast<size_t>(rows) * dim);
+    const float* v = x + b * rows * dim;
+    const float* pairs = dout + b * width;
+    float sum = 0.0f;
+    for (int j = 0; j < rows; ++j) {
+      if (j == i) {
+        if (self_interaction)
+          sum += 2.0f * pairs[PairIndex(i, i, true)] * v[i * dim + d];
+        continue;
+      }
+      const int p = j < i ? PairIndex(i, j, self_interaction)
+                          : PairIndex(j, i, self_interaction);
+      sum += pairs[p] * v[j * dim + d];
+    }
+    dx[b * rows * dim + i * dim + d] += sum;
+  }
+}
+
 // One thread per (example, embedding column).
 __global__ void FmForwardKernel(const float* x, int x_cols, int batch,
                                 int fields, int dim, float* logits) {
@@ -372,10 +451,66 @@ class CudaBackend final : public Backend {
     KERNELS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
         row_grads, 0, static_cast<size_t>(num_rows) * dim * sizeof(float),
         stream_));
+    return ScatterAdd(in, in_cols, field_stride, index, batch, fields, dim,
+                      row_grads);
+  }
+
+  Status ScatterAdd(const float* in, int in_cols, int field_stride,
+                    const int32_t* index, int batch, int fields, int dim,
+                    float* row_grads) override {
     const size_t total = static_cast<size_t>(batch) * fields * dim;
     if (total == 0) return Status::Ok();
     ScatterAddKernel<<<Blocks(total), kThreads, 0, stream_>>>(
         in, in_cols, field_stride, index, batch, fields, dim, row_grads);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status Add(const float* x, float* y, size_t count) override {
+    if (count == 0) return Status::Ok();
+    AddKernel<<<Blocks(count), kThreads, 0, stream_>>>(x, y, count);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status Multiply(const float* a, const float* b, float* c, size_t count,
+                  bool accumulate) override {
+    if (count == 0) return Status::Ok();
+    MultiplyKernel<<<Blocks(count), kThreads, 0, stream_>>>(a, b, c, count,
+                                                            accumulate);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status AccumulateColumns(const float* src, int rows, int src_cols,
+                           int src_offset, float* dst, int dst_cols) override {
+    const size_t total = static_cast<size_t>(rows) * dst_cols;
+    if (total == 0) return Status::Ok();
+    AccumulateColumnsKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        src, rows, src_cols, src_offset, dst, dst_cols);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status DotInteraction(const float* x, int batch, int rows, int dim,
+                        bool self_interaction, float* out) override {
+    const size_t total = static_cast<size_t>(batch) * rows * rows;
+    if (total == 0) return Status::Ok();
+    DotInteractionKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        x, batch, rows, dim, self_interaction,
+        DotInteractionWidth(rows, self_interaction), out);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status DotInteractionBackward(const float* x, const float* dout, int batch,
+                                int rows, int dim, bool self_interaction,
+                                float* dx) override {
+    const size_t total = static_cast<size_t>(batch) * rows * dim;
+    if (total == 0) return Status::Ok();
+    DotInteractionBackwardKernel<<<Blocks(total), kThreads, 0, stream_>>>(
+        x, dout, batch, rows, dim, self_interaction,
+        DotInteractionWidth(rows, self_interaction), dx);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }

@@ -208,6 +208,55 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
                              fields, 1, rows, out[0]);
     };
     cases.push_back(std::move(broadcast));
+    Case scatter_add{"scatter_add_b" + std::to_string(batch),
+                     kReductionTolerance,
+                     {RandomFloats(static_cast<size_t>(batch) * out_cols, rng),
+                      IndexAsFloats(index)},
+                     {static_cast<size_t>(rows) * dim},
+                     {RandomFloats(rows * dim, rng)},
+                     nullptr};
+    scatter_add.run = [=](Backend& b, const std::vector<float*>& in,
+                          const std::vector<float*>& out) {
+      return b.ScatterAdd(in[0], out_cols, dim,
+                          reinterpret_cast<const int32_t*>(in[1]), batch,
+                          fields, dim, out[0]);
+    };
+    cases.push_back(std::move(scatter_add));
+    // DLRM's interaction of 27 rows (26 fields and the bottom MLP's output).
+    for (bool self_interaction : {false, true}) {
+      const int interaction_rows = 27;
+      const size_t x_size = static_cast<size_t>(batch) * interaction_rows * dim;
+      const size_t width = static_cast<size_t>(
+          DotInteractionWidth(interaction_rows, self_interaction));
+      const std::string suffix = std::string(self_interaction ? "_self" : "") +
+                                 "_b" + std::to_string(batch);
+      const std::vector<float> x =
+          RandomFloats(std::max<size_t>(x_size, 1), rng);
+      Case dot{"dot_interaction" + suffix,
+               kReductionTolerance,
+               {x},
+               {std::max<size_t>(batch * width, 1)},
+               {},
+               nullptr};
+      dot.run = [=](Backend& b, const std::vector<float*>& in,
+                    const std::vector<float*>& out) {
+        return b.DotInteraction(in[0], batch, interaction_rows, dim,
+                                self_interaction, out[0]);
+      };
+      cases.push_back(std::move(dot));
+      Case dot_back{"dot_interaction_backward" + suffix,
+                    kReductionTolerance,
+                    {x, RandomFloats(std::max<size_t>(batch * width, 1), rng)},
+                    {std::max<size_t>(x_size, 1)},
+                    {RandomFloats(std::max<size_t>(x_size, 1), rng)},
+                    nullptr};
+      dot_back.run = [=](Backend& b, const std::vector<float*>& in,
+                         const std::vector<float*>& out) {
+        return b.DotInteractionBackward(in[0], in[1], batch, interaction_rows,
+                                        dim, self_interaction, out[0]);
+      };
+      cases.push_back(std::move(dot_back));
+    }
     Case sum{"gather_sum_b" + std::to_string(batch),
              kReductionTolerance,
              {RandomFloats(rows, rng), IndexAsFloats(index)},
@@ -310,6 +359,38 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
       return b.CopyColumns(in[0], rows, cols, out[0], cols + 9, 5);
     };
     cases.push_back(std::move(copy));
+    const size_t count = static_cast<size_t>(rows) * cols;
+    Case add{"add",   kElementwiseTolerance,      {x},
+             {count}, {RandomFloats(count, rng)}, nullptr};
+    add.run = [=](Backend& b, const std::vector<float*>& in,
+                  const std::vector<float*>& out) {
+      return b.Add(in[0], out[0], count);
+    };
+    cases.push_back(std::move(add));
+    for (bool accumulate : {false, true}) {
+      Case multiply{accumulate ? "multiply_accumulate" : "multiply",
+                    kElementwiseTolerance,
+                    {x, RandomFloats(count, rng)},
+                    {count},
+                    {RandomFloats(count, rng)},
+                    nullptr};
+      multiply.run = [=](Backend& b, const std::vector<float*>& in,
+                         const std::vector<float*>& out) {
+        return b.Multiply(in[0], in[1], out[0], count, accumulate);
+      };
+      cases.push_back(std::move(multiply));
+    }
+    Case columns{"accumulate_columns",
+                 kElementwiseTolerance,
+                 {x},
+                 {static_cast<size_t>(rows) * (cols - 11)},
+                 {RandomFloats(static_cast<size_t>(rows) * (cols - 11), rng)},
+                 nullptr};
+    columns.run = [=](Backend& b, const std::vector<float*>& in,
+                      const std::vector<float*>& out) {
+      return b.AccumulateColumns(in[0], rows, cols, 7, out[0], cols - 11);
+    };
+    cases.push_back(std::move(columns));
   }
   return cases;
 }

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/forwarding_backend.h"
 
 namespace ps::kernels {
 namespace {
@@ -24,25 +26,14 @@ enum class Bug {
 };
 
 // The CPU backend with `bug` planted; every other call is forwarded.
-class BuggyBackend : public Backend {
+class BuggyBackend : public ForwardingBackend {
  public:
-  explicit BuggyBackend(Bug bug) : bug_(bug), cpu_(NewCpuBackend()) {}
+  explicit BuggyBackend(Bug bug)
+      : BuggyBackend(bug, std::shared_ptr<Backend>(NewCpuBackend())) {}
 
   const char* name() const override { return "buggy cpu"; }
-  Status Allocate(size_t bytes, void** pointer) override {
-    return cpu_->Allocate(bytes, pointer);
-  }
-  void Free(void* pointer) override { cpu_->Free(pointer); }
-  Status CopyToDevice(void* device, const void* host, size_t bytes) override {
-    return cpu_->CopyToDevice(device, host, bytes);
-  }
-  Status CopyToHost(void* host, const void* device, size_t bytes) override {
-    return cpu_->CopyToHost(host, device, bytes);
-  }
-  Status Fill(float* x, size_t count, float value) override {
-    return cpu_->Fill(x, count, value);
-  }
-  Status Synchronize() override { return cpu_->Synchronize(); }
+  // CtrModel's uploads go through copies, as to a GPU.
+  bool ComputesOnHostMemory() const override { return false; }
   Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
               float alpha, const float* a, int lda, const float* b, int ldb,
               float beta, float* c, int ldc) override {
@@ -55,28 +46,6 @@ class BuggyBackend : public Backend {
     }
     return cpu_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb,
                       beta, c, ldc);
-  }
-  Status BiasActivation(float* x, const float* bias, int rows, int cols,
-                        bool relu) override {
-    return cpu_->BiasActivation(x, bias, rows, cols, relu);
-  }
-  Status ReluBackward(const float* y, float* dy, size_t count) override {
-    return cpu_->ReluBackward(y, dy, count);
-  }
-  Status ColumnSums(const float* x, int rows, int cols, float* sums) override {
-    return cpu_->ColumnSums(x, rows, cols, sums);
-  }
-  Status CopyColumns(const float* src, int rows, int src_cols, float* dst,
-                     int dst_cols, int dst_offset) override {
-    return cpu_->CopyColumns(src, rows, src_cols, dst, dst_cols, dst_offset);
-  }
-  Status GatherConcat(const float* rows, const int32_t* index, int batch,
-                      int fields, int dim, float* out, int out_cols) override {
-    return cpu_->GatherConcat(rows, index, batch, fields, dim, out, out_cols);
-  }
-  Status GatherSum(const float* rows, const int32_t* index, int batch,
-                   int fields, float* out) override {
-    return cpu_->GatherSum(rows, index, batch, fields, out);
   }
   Status ScatterReduce(const float* in, int in_cols, int field_stride,
                        const int32_t* index, int batch, int fields, int dim,
@@ -104,24 +73,13 @@ class BuggyBackend : public Backend {
     }
     return Status();
   }
-  Status FmForward(const float* x, int x_cols, int batch, int fields, int dim,
-                   float* logits) override {
-    return cpu_->FmForward(x, x_cols, batch, fields, dim, logits);
-  }
-  Status FmBackward(const float* x, const float* dlogits, int x_cols, int batch,
-                    int fields, int dim, float* dx) override {
-    return cpu_->FmBackward(x, dlogits, x_cols, batch, fields, dim, dx);
-  }
-  Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                             int batch, float* probabilities, float* dlogits,
-                             float* loss_sum) override {
-    return cpu_->SigmoidCrossEntropy(logits, labels, batch, probabilities,
-                                     dlogits, loss_sum);
-  }
 
  private:
+  BuggyBackend(Bug bug, std::shared_ptr<Backend> cpu)
+      : ForwardingBackend(cpu.get()), bug_(bug), cpu_(std::move(cpu)) {}
+
   const Bug bug_;
-  std::unique_ptr<Backend> cpu_;
+  std::shared_ptr<Backend> cpu_;
 };
 
 // The training-step checks of the models with embeddings, at the batch

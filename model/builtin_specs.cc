@@ -1,0 +1,182 @@
+#include "model/builtin_specs.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/text_format.h"
+
+namespace ps::model {
+namespace {
+
+// Adds layer `name` reading `inputs`; returns it to set its kind.
+Layer* NewLayer(ModelSpec* spec, const std::string& name,
+                const std::vector<std::string>& inputs) {
+  Layer* layer = spec->add_layer();
+  layer->set_name(name);
+  for (const std::string& input : inputs) layer->add_inputs(input);
+  return layer;
+}
+
+MlpLayer* AddMlp(ModelSpec* spec, const std::string& name,
+                 const std::string& input, std::vector<int> units) {
+  MlpLayer* mlp = NewLayer(spec, name, {input})->mutable_mlp();
+  for (int width : units) mlp->add_units(width);
+  return mlp;
+}
+
+void AddTable(ModelSpec* spec, const std::string& name, int dim,
+              float init_scale, const OptimizerSpec& optimizer) {
+  Table* table = spec->add_table();
+  table->set_name(name);
+  table->set_dim(dim);
+  table->set_init_scale(init_scale);
+  *table->mutable_optimizer() = optimizer;
+}
+
+}  // namespace
+
+BuiltinOptions::BuiltinOptions() {
+  embedding_optimizer.set_kind(OptimizerSpec::ADAGRAD);
+  embedding_optimizer.set_learning_rate(0.05f);
+  embedding_optimizer.set_initial_accumulator(0.1f);
+  wide_optimizer.set_kind(OptimizerSpec::FTRL);
+  wide_optimizer.set_learning_rate(0.05f);
+  dense_optimizer.set_kind(OptimizerSpec::ADAM);
+  dense_optimizer.set_learning_rate(0.001f);
+}
+
+const std::vector<std::string>& BuiltinModelNames() {
+  static const auto* names = new std::vector<std::string>{
+      "lr", "wide_deep", "deepfm", "dcn_v2", "dlrm"};
+  return *names;
+}
+
+absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
+                                           absl::Span<const ColumnUse> columns,
+                                           const BuiltinOptions& options) {
+  const bool lr = name == "lr", wide_deep = name == "wide_deep",
+             deepfm = name == "deepfm", dcn_v2 = name == "dcn_v2",
+             dlrm = name == "dlrm";
+  if (!lr && !wide_deep && !deepfm && !dcn_v2 && !dlrm) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model \"", name, "\"; the built-ins are ",
+                     absl::StrJoin(BuiltinModelNames(), ", ")));
+  }
+  ModelSpec spec;
+  spec.set_name(std::string(name));
+  *spec.mutable_dense_optimizer() = options.dense_optimizer;
+
+  // Inputs: every categorical column a field, the dense columns one group.
+  std::vector<std::string> fields;
+  DenseInput dense;
+  dense.set_name("dense");
+  dense.set_transform(DenseInput::LOG1P);
+  for (size_t c = 0; c < columns.size(); ++c) {
+    if (columns[c] == ColumnUse::kDense) dense.add_columns(c);
+    if (columns[c] != ColumnUse::kCategorical) continue;
+    Field* field = spec.add_field();
+    field->set_name(absl::StrCat("field_", fields.size()));
+    field->set_column(c);
+    field->set_pooling(options.pooling);
+    fields.push_back(field->name());
+  }
+  const bool has_dense = dense.columns_size() > 0;
+  if (has_dense) *spec.add_dense() = dense;
+  std::vector<std::string> wide_inputs = fields;
+  for (const auto& [first, second] : options.crosses) {
+    if (first < 0 || second < 0 || first >= static_cast<int>(fields.size()) ||
+        second >= static_cast<int>(fields.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cross ", first, ":", second, " names a field the ",
+                       fields.size(), " cat and multi columns do not have"));
+    }
+    Cross* cross = spec.add_cross();
+    cross->set_name(absl::StrCat("cross_", first, "_", second));
+    cross->add_fields(fields[first]);
+    cross->add_fields(fields[second]);
+    wide_inputs.push_back(cross->name());
+  }
+  if ((deepfm || dlrm) && fields.size() + (dlrm && has_dense ? 1 : 0) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " needs at least two rows to interact; the columns give ",
+        fields.size(), " field(s)"));
+  }
+
+  const bool embeds = !lr && !fields.empty();
+  if (embeds) {
+    AddTable(&spec, "embedding", options.embedding_dim,
+             options.embedding_init_scale, options.embedding_optimizer);
+    NewLayer(&spec, "embedding", fields)
+        ->mutable_embedding()
+        ->set_table("embedding");
+  }
+  std::vector<int> top = options.hidden;
+  top.push_back(1);
+  std::vector<std::string> logit_terms;
+  // The wide part: lr, wide_deep, deepfm.
+  if (lr || wide_deep || deepfm) {
+    if (!wide_inputs.empty()) {
+      AddTable(&spec, "wide", 1, 0.0f, options.wide_optimizer);
+      NewLayer(&spec, "wide", wide_inputs)->mutable_wide()->set_table("wide");
+      logit_terms.push_back("wide");
+    }
+    if (has_dense) {
+      AddMlp(&spec, "linear", "dense", {1})->set_weight_init(MlpLayer::ZEROS);
+      logit_terms.push_back("linear");
+    }
+  }
+  // The deep input: the embeddings and the dense group side by side.
+  std::string deep_input;
+  if (wide_deep || deepfm || dcn_v2) {
+    if (embeds && has_dense) {
+      NewLayer(&spec, "deep_input", {"embedding", "dense"})->mutable_concat();
+      deep_input = "deep_input";
+    } else {
+      deep_input = embeds ? "embedding" : "dense";
+    }
+  }
+  if (wide_deep || deepfm) {
+    AddMlp(&spec, "deep", deep_input, top);
+    logit_terms.push_back("deep");
+  }
+  if (deepfm) {
+    NewLayer(&spec, "fm", {"embedding"})->mutable_fm();
+    logit_terms.push_back("fm");
+  }
+  if (dcn_v2) {
+    CrossLayer* cross = NewLayer(&spec, "cross", {deep_input})->mutable_cross();
+    cross->set_num_layers(3);
+    AddMlp(&spec, "deep", "cross", top);
+    logit_terms.push_back("deep");
+  }
+  if (dlrm) {
+    std::vector<std::string> rows;
+    if (has_dense) {
+      AddMlp(&spec, "bottom", "dense", {64, options.embedding_dim})
+          ->set_last_activation(MlpLayer::RELU);
+      rows.push_back("bottom");
+    }
+    if (embeds) rows.push_back("embedding");
+    NewLayer(&spec, "interaction", rows)->mutable_dot_interaction();
+    if (has_dense) {
+      NewLayer(&spec, "top_input", {"bottom", "interaction"})->mutable_concat();
+    }
+    AddMlp(&spec, "top", has_dense ? "top_input" : "interaction", top);
+    logit_terms.push_back("top");
+  }
+  if (logit_terms.size() == 1) {
+    spec.set_output(logit_terms[0]);
+  } else {
+    NewLayer(&spec, "logit", logit_terms)->mutable_add();
+    spec.set_output("logit");
+  }
+  return spec;
+}
+
+std::string ModelSpecText(const ModelSpec& spec) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(spec, &text);
+  return text;
+}
+
+}  // namespace ps::model

@@ -1,0 +1,68 @@
+// File: model/builtin_specs.h
+//
+// The built-in models as specs (proto/model_spec.proto), fitted to a click
+// log's columns: every cat and multi column is a field, the dense columns
+// one LOG1P group. docs/models.md draws each.
+//
+//   lr         wide(fields, crosses) + linear(dense)
+//   wide_deep  lr + mlp(concat(embedding(fields), dense), hidden..., 1)
+//   deepfm     wide_deep + fm(embedding(fields))
+//   dcn_v2     mlp(cross(concat(embedding(fields), dense)), hidden..., 1)
+//   dlrm       bottom = mlp(dense, 64, dim); mlp(concat(bottom,
+//              dot_interaction(bottom, embedding(fields))), hidden..., 1)
+//
+// `ps_worker --print_model_spec=NAME` prints one to start a spec of one's
+// own from.
+
+#ifndef PS_MODEL_BUILTIN_SPECS_H_
+#define PS_MODEL_BUILTIN_SPECS_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/model_plan.h"
+#include "proto/model_spec.pb.h"
+
+namespace ps::model {
+
+// What the flags say about a built-in (ps_worker's --embedding_dim,
+// --hidden, the optimizers, --crosses, --multi_pooling).
+struct BuiltinOptions {
+  // Embedding dimension of the fields' table. Default: 16.
+  int embedding_dim = 16;
+  // Hidden widths of the (top) MLP; its last layer, of width 1, comes
+  // after them. Default: 256, 128.
+  std::vector<int> hidden = {256, 128};
+  // Rows of the embedding table start uniform on +-this. Default: 0.05.
+  float embedding_init_scale = 0.05f;
+  // Defaults: Adagrad (0.05, accumulator 0.1), FTRL (0.05), Adam (0.001).
+  OptimizerSpec embedding_optimizer;
+  OptimizerSpec wide_optimizer;
+  OptimizerSpec dense_optimizer;
+  // Crossed fields, as 0-based positions among the cat and multi columns.
+  std::vector<std::pair<int, int>> crosses;
+  Field::Pooling pooling = Field::SUM;
+
+  BuiltinOptions();
+};
+
+// The built-in names, in the order docs list them.
+const std::vector<std::string>& BuiltinModelNames();
+
+// Built-in `name` for a click log whose columns are `columns`.
+// INVALID_ARGUMENT for an unknown name, or a model the columns cannot make
+// (deepfm and dlrm need two fields' rows to interact).
+absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
+                                           absl::Span<const ColumnUse> columns,
+                                           const BuiltinOptions& options);
+
+// The spec as text, as a spec file holds it.
+std::string ModelSpecText(const ModelSpec& spec);
+
+}  // namespace ps::model
+
+#endif  // PS_MODEL_BUILTIN_SPECS_H_

@@ -1,0 +1,671 @@
+#include "model/model_graph.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/kernel_status.h"
+
+namespace ps::model {
+namespace {
+
+bool HiddenRelu(const MlpLayer& mlp) {
+  return mlp.activation() != MlpLayer::NONE;
+}
+bool LastRelu(const MlpLayer& mlp) {
+  return mlp.last_activation() == MlpLayer::RELU;
+}
+// Tensors per cross layer: weights and bias, or u, v and bias.
+int CrossTensors(const CrossLayer& cross) {
+  return cross.low_rank() == 0 ? 2 : 3;
+}
+
+}  // namespace
+
+ModelGraph::ModelGraph(const ModelPlan* plan, kernels::Backend* backend)
+    : plan_(*plan), backend_(backend) {
+  const size_t tables = plan_.spec().table_size();
+  table_rows_.resize(tables);
+  table_grads_.resize(tables);
+  dense_inputs_.resize(plan_.dense_nodes().size());
+  params_.resize(plan_.dense_tensors().size());
+  param_grads_.resize(plan_.dense_tensors().size());
+  nodes_.resize(plan_.nodes().size());
+}
+
+void ModelGraph::Release(Buffer& buffer) {
+  if (buffer.data != nullptr) backend_->Free(buffer.data);
+  buffer.data = nullptr;
+  buffer.capacity = 0;
+}
+
+ModelGraph::~ModelGraph() {
+  Release(labels_.storage);
+  Release(lookup_index_.storage);
+  for (auto* inputs : {&table_rows_, &dense_inputs_, &params_}) {
+    for (Input& input : *inputs) Release(input.storage);
+  }
+  for (NodeBuffers& node : nodes_) {
+    Release(node.value);
+    Release(node.gradient);
+    for (Buffer& buffer : node.scratch) Release(buffer);
+    for (Buffer& buffer : node.scratch_gradients) Release(buffer);
+  }
+  for (auto* buffers : {&table_grads_, &param_grads_}) {
+    for (Buffer& buffer : *buffers) Release(buffer);
+  }
+  for (Buffer* buffer : {&probabilities_, &dlogits_, &loss_}) Release(*buffer);
+}
+
+absl::Status ModelGraph::Reserve(Buffer* buffer, size_t floats) {
+  // At least one float, so that an empty batch still has a buffer.
+  floats = std::max<size_t>(floats, 1);
+  if (buffer->data != nullptr && buffer->capacity >= floats) {
+    return absl::OkStatus();
+  }
+  Release(*buffer);
+  void* pointer = nullptr;
+  MODEL_RETURN_IF_KERNEL_ERROR(
+      backend_->Allocate(floats * sizeof(float), &pointer));
+  buffer->data = static_cast<float*>(pointer);
+  buffer->capacity = floats;
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::Upload(Input* input, const void* host, size_t floats) {
+  if (backend_->ComputesOnHostMemory()) {
+    input->data = static_cast<const float*>(host);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = Reserve(&input->storage, floats); !s.ok()) return s;
+  input->data = input->storage.data;
+  if (floats == 0) return absl::OkStatus();
+  MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToDevice(input->storage.data, host,
+                                                      floats * sizeof(float)));
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels) {
+  const int tables = plan_.spec().table_size();
+  if (in.batch < 0 || static_cast<int>(in.table_rows.size()) != tables ||
+      static_cast<int>(in.table_row_counts.size()) != tables ||
+      in.dense_inputs.size() != dense_inputs_.size() ||
+      in.dense_params.size() != params_.size() ||
+      (with_labels && in.batch > 0 && in.labels == nullptr) ||
+      (in.batch > 0 && !plan_.lookups().empty() &&
+       in.lookup_index == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the step's inputs do not match the model \"", plan_.spec().name(),
+        "\" (tables, dense inputs, dense tensors, labels or lookups)"));
+  }
+  static_assert(sizeof(int32_t) == sizeof(float),
+                "indices share float buffers");
+  const size_t batch = in.batch;
+  if (with_labels) {
+    if (absl::Status s = Upload(&labels_, in.labels, batch); !s.ok()) return s;
+  }
+  if (absl::Status s = Upload(&lookup_index_, in.lookup_index,
+                              plan_.lookups().size() * batch);
+      !s.ok()) {
+    return s;
+  }
+  table_row_counts_ = in.table_row_counts;
+  for (int t = 0; t < tables; ++t) {
+    if (absl::Status s = Upload(
+            &table_rows_[t], in.table_rows[t],
+            static_cast<size_t>(in.table_row_counts[t]) * plan_.table_dim(t));
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t d = 0; d < dense_inputs_.size(); ++d) {
+    const int width = plan_.nodes()[plan_.dense_nodes()[d]].width;
+    if (absl::Status s =
+            Upload(&dense_inputs_[d], in.dense_inputs[d], batch * width);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t t = 0; t < params_.size(); ++t) {
+    if (absl::Status s = Upload(&params_[t], in.dense_params[t],
+                                plan_.dense_tensors()[t].size());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+const float* ModelGraph::Value(int node) const {
+  if (plan_.nodes()[node].kind == PlanNode::Kind::kDense) {
+    const std::vector<int>& dense = plan_.dense_nodes();
+    const size_t position =
+        std::find(dense.begin(), dense.end(), node) - dense.begin();
+    return dense_inputs_[position].data;
+  }
+  return nodes_[node].value.data;
+}
+
+const int32_t* ModelGraph::LookupIndex(int lookup, int batch) const {
+  return reinterpret_cast<const int32_t*>(lookup_index_.data) +
+         static_cast<size_t>(lookup) * batch;
+}
+
+absl::Status ModelGraph::Forward(int batch) {
+  for (size_t n = 0; n < plan_.nodes().size(); ++n) {
+    if (plan_.nodes()[n].kind != PlanNode::Kind::kLayer) continue;
+    if (absl::Status s = ForwardLayer(n, batch); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::StackRows(int n, int batch, const float** rows) {
+  const PlanNode& node = plan_.nodes()[n];
+  if (node.inputs.size() == 1) {
+    *rows = Value(node.inputs[0]);
+    return absl::OkStatus();
+  }
+  NodeBuffers& buffers = nodes_[n];
+  buffers.scratch.resize(1);
+  const int width = node.rows * node.row_dim;
+  if (absl::Status s =
+          Reserve(&buffers.scratch[0], static_cast<size_t>(batch) * width);
+      !s.ok()) {
+    return s;
+  }
+  int offset = 0;
+  for (int input : node.inputs) {
+    const int input_width = plan_.nodes()[input].width;
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->CopyColumns(Value(input), batch, input_width,
+                              buffers.scratch[0].data, width, offset));
+    offset += input_width;
+  }
+  *rows = buffers.scratch[0].data;
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::ForwardLayer(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const Layer& layer = plan_.spec().layer(node.index);
+  NodeBuffers& buffers = nodes_[n];
+  const size_t count = static_cast<size_t>(batch) * node.width;
+  if (absl::Status s = Reserve(&buffers.value, count); !s.ok()) return s;
+  float* value = buffers.value.data;
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding:
+    case Layer::kWide: {
+      const float* rows = table_rows_[node.table].data;
+      if (layer.has_wide())
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
+      int column = 0;
+      for (int input : node.inputs) {
+        for (int slot = 0; slot < plan_.nodes()[input].slots; ++slot) {
+          const int32_t* index =
+              LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
+          if (layer.has_wide()) {
+            MODEL_RETURN_IF_KERNEL_ERROR(
+                backend_->GatherSum(rows, index, batch, 1, value));
+          } else {
+            MODEL_RETURN_IF_KERNEL_ERROR(
+                backend_->GatherConcat(rows, index, batch, 1, node.row_dim,
+                                       value + column, node.width));
+            column += node.row_dim;
+          }
+        }
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kConcat: {
+      int offset = 0;
+      for (int input : node.inputs) {
+        const int input_width = plan_.nodes()[input].width;
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyColumns(
+            Value(input), batch, input_width, value, node.width, offset));
+        offset += input_width;
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kMlp:
+      return ForwardMlp(n, batch);
+    case Layer::kFm:
+    case Layer::kDotInteraction: {
+      const float* rows = nullptr;
+      if (absl::Status s = StackRows(n, batch, &rows); !s.ok()) return s;
+      if (layer.has_fm()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
+        MODEL_RETURN_IF_KERNEL_ERROR(
+            backend_->FmForward(rows, node.rows * node.row_dim, batch,
+                                node.rows, node.row_dim, value));
+      } else {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->DotInteraction(
+            rows, batch, node.rows, node.row_dim,
+            layer.dot_interaction().self_interaction(), value));
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kCross:
+      return ForwardCross(n, batch);
+    case Layer::kAdd:
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, count, 0.0f));
+      for (int input : node.inputs) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(Value(input), value, count));
+      }
+      return absl::OkStatus();
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+  return absl::InternalError(
+      absl::StrCat("layer \"", node.name, "\" has no kind"));
+}
+
+absl::Status ModelGraph::ForwardMlp(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const MlpLayer& mlp = plan_.spec().layer(node.index).mlp();
+  NodeBuffers& buffers = nodes_[n];
+  const int layers = mlp.units_size();
+  buffers.scratch.resize(layers - 1);
+  const float* x = Value(node.inputs[0]);
+  int in_width = plan_.nodes()[node.inputs[0]].width;
+  const int first = plan_.FirstTensor(n);
+  for (int l = 0; l < layers; ++l) {
+    const int out_width = mlp.units(l);
+    Buffer* out = l + 1 == layers ? &buffers.value : &buffers.scratch[l];
+    if (absl::Status s = Reserve(out, static_cast<size_t>(batch) * out_width);
+        !s.ok()) {
+      return s;
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+        false, false, batch, out_width, in_width, 1.0f, x, in_width,
+        params_[first + 2 * l].data, out_width, 0.0f, out->data, out_width));
+    const bool relu = l + 1 == layers ? LastRelu(mlp) : HiddenRelu(mlp);
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
+        out->data, params_[first + 2 * l + 1].data, batch, out_width, relu));
+    x = out->data;
+    in_width = out_width;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::ForwardCross(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const CrossLayer& cross = plan_.spec().layer(node.index).cross();
+  NodeBuffers& buffers = nodes_[n];
+  const int layers = cross.num_layers();
+  const int width = node.width;
+  const int rank = cross.low_rank();
+  const size_t count = static_cast<size_t>(batch) * width;
+  // scratch: u_l (layers), x_{l+1} but the last (layers - 1), and with a
+  // low rank t_l = x_l U_l (layers).
+  buffers.scratch.resize(3 * layers);
+  const float* x0 = Value(node.inputs[0]);
+  const float* x = x0;
+  const int first = plan_.FirstTensor(n);
+  const int per_layer = CrossTensors(cross);
+  for (int l = 0; l < layers; ++l) {
+    const int tensor = first + per_layer * l;
+    Buffer& u = buffers.scratch[l];
+    if (absl::Status s = Reserve(&u, count); !s.ok()) return s;
+    if (rank == 0) {
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, false, batch, width, width, 1.0f, x, width,
+                         params_[tensor].data, width, 0.0f, u.data, width));
+    } else {
+      Buffer& t = buffers.scratch[2 * layers + l];
+      if (absl::Status s = Reserve(&t, static_cast<size_t>(batch) * rank);
+          !s.ok()) {
+        return s;
+      }
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, false, batch, rank, width, 1.0f, x, width,
+                         params_[tensor].data, rank, 0.0f, t.data, rank));
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, false, batch, width, rank, 1.0f, t.data, rank,
+                         params_[tensor + 1].data, width, 0.0f, u.data, width));
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
+        u.data, params_[tensor + per_layer - 1].data, batch, width, false));
+    Buffer& next =
+        l + 1 == layers ? buffers.value : buffers.scratch[layers + l];
+    if (absl::Status s = Reserve(&next, count); !s.ok()) return s;
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(next.data, count, 0.0f));
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(x, next.data, count));
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Multiply(x0, u.data, next.data, count, true));
+    x = next.data;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::Backward(int batch) {
+  const std::vector<PlanNode>& nodes = plan_.nodes();
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].kind != PlanNode::Kind::kLayer || !nodes[n].trained) continue;
+    const size_t count = static_cast<size_t>(batch) * nodes[n].width;
+    if (absl::Status s = Reserve(&nodes_[n].gradient, count); !s.ok()) {
+      return s;
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Fill(nodes_[n].gradient.data, count, 0.0f));
+  }
+  for (size_t t = 0; t < table_grads_.size(); ++t) {
+    const size_t count =
+        static_cast<size_t>(table_row_counts_[t]) * plan_.table_dim(t);
+    if (absl::Status s = Reserve(&table_grads_[t], count); !s.ok()) return s;
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Fill(table_grads_[t].data, count, 0.0f));
+  }
+  for (size_t t = 0; t < param_grads_.size(); ++t) {
+    if (absl::Status s =
+            Reserve(&param_grads_[t], plan_.dense_tensors()[t].size());
+        !s.ok()) {
+      return s;
+    }
+  }
+  MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(
+      dlogits_.data, nodes_[plan_.output()].gradient.data, batch));
+  for (int n = static_cast<int>(nodes.size()) - 1; n >= 0; --n) {
+    if (nodes[n].kind != PlanNode::Kind::kLayer || !nodes[n].trained) continue;
+    if (absl::Status s = BackwardLayer(n, batch); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::BackwardLayer(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const Layer& layer = plan_.spec().layer(node.index);
+  NodeBuffers& buffers = nodes_[n];
+  const float* gradient = buffers.gradient.data;
+  const auto trained = [&](int input) {
+    return plan_.nodes()[input].kind == PlanNode::Kind::kLayer &&
+           plan_.nodes()[input].trained;
+  };
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding:
+    case Layer::kWide: {
+      float* grads = table_grads_[node.table].data;
+      int column = 0;
+      for (int input : node.inputs) {
+        for (int slot = 0; slot < plan_.nodes()[input].slots; ++slot) {
+          const int32_t* index =
+              LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
+          if (layer.has_wide()) {
+            MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
+                gradient, 1, 0, index, batch, 1, 1, grads));
+          } else {
+            MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
+                gradient + column, node.width, node.row_dim, index, batch, 1,
+                node.row_dim, grads));
+            column += node.row_dim;
+          }
+        }
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kConcat: {
+      int offset = 0;
+      for (int input : node.inputs) {
+        const int input_width = plan_.nodes()[input].width;
+        if (trained(input)) {
+          MODEL_RETURN_IF_KERNEL_ERROR(backend_->AccumulateColumns(
+              gradient, batch, node.width, offset, nodes_[input].gradient.data,
+              input_width));
+        }
+        offset += input_width;
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kMlp:
+      return BackwardMlp(n, batch);
+    case Layer::kFm:
+    case Layer::kDotInteraction: {
+      const int width = node.rows * node.row_dim;
+      const float* rows = node.inputs.size() == 1 ? Value(node.inputs[0])
+                                                  : buffers.scratch[0].data;
+      // The rows' gradient: straight into a lone input's, else stacked and
+      // then split among the inputs.
+      float* drows = nullptr;
+      if (node.inputs.size() == 1) {
+        drows = nodes_[node.inputs[0]].gradient.data;
+      } else {
+        buffers.scratch_gradients.resize(1);
+        const size_t count = static_cast<size_t>(batch) * width;
+        if (absl::Status s = Reserve(&buffers.scratch_gradients[0], count);
+            !s.ok()) {
+          return s;
+        }
+        drows = buffers.scratch_gradients[0].data;
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(drows, count, 0.0f));
+      }
+      if (layer.has_fm()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->FmBackward(
+            rows, gradient, width, batch, node.rows, node.row_dim, drows));
+      } else {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->DotInteractionBackward(
+            rows, gradient, batch, node.rows, node.row_dim,
+            layer.dot_interaction().self_interaction(), drows));
+      }
+      if (node.inputs.size() == 1) return absl::OkStatus();
+      int offset = 0;
+      for (int input : node.inputs) {
+        const int input_width = plan_.nodes()[input].width;
+        if (trained(input)) {
+          MODEL_RETURN_IF_KERNEL_ERROR(backend_->AccumulateColumns(
+              drows, batch, width, offset, nodes_[input].gradient.data,
+              input_width));
+        }
+        offset += input_width;
+      }
+      return absl::OkStatus();
+    }
+    case Layer::kCross:
+      return BackwardCross(n, batch);
+    case Layer::kAdd:
+      for (int input : node.inputs) {
+        if (!trained(input)) continue;
+        MODEL_RETURN_IF_KERNEL_ERROR(
+            backend_->Add(gradient, nodes_[input].gradient.data,
+                          static_cast<size_t>(batch) * node.width));
+      }
+      return absl::OkStatus();
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+  return absl::InternalError(
+      absl::StrCat("layer \"", node.name, "\" has no kind"));
+}
+
+absl::Status ModelGraph::BackwardMlp(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const MlpLayer& mlp = plan_.spec().layer(node.index).mlp();
+  NodeBuffers& buffers = nodes_[n];
+  const int layers = mlp.units_size();
+  const int input = node.inputs[0];
+  const PlanNode& input_node = plan_.nodes()[input];
+  const bool input_trained =
+      input_node.kind == PlanNode::Kind::kLayer && input_node.trained;
+  const int first = plan_.FirstTensor(n);
+  buffers.scratch_gradients.resize(layers - 1);
+  float* upstream = buffers.gradient.data;
+  if (LastRelu(mlp)) {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->ReluBackward(
+        buffers.value.data, upstream, static_cast<size_t>(batch) * node.width));
+  }
+  for (int l = layers - 1; l >= 0; --l) {
+    const int out_width = mlp.units(l);
+    const int in_width = l == 0 ? input_node.width : mlp.units(l - 1);
+    const float* x = l == 0 ? Value(input) : buffers.scratch[l - 1].data;
+    const float* weights = params_[first + 2 * l].data;
+    // dW = x^T upstream; db = column sums of upstream.
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+        true, false, in_width, out_width, batch, 1.0f, x, in_width, upstream,
+        out_width, 0.0f, param_grads_[first + 2 * l].data, out_width));
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->ColumnSums(
+        upstream, batch, out_width, param_grads_[first + 2 * l + 1].data));
+    if (l == 0) {
+      if (!input_trained) break;
+      // dx = upstream W^T, added to the input's gradient.
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          false, true, batch, in_width, out_width, 1.0f, upstream, out_width,
+          weights, out_width, 1.0f, nodes_[input].gradient.data, in_width));
+      break;
+    }
+    Buffer& dx = buffers.scratch_gradients[l - 1];
+    if (absl::Status s = Reserve(&dx, static_cast<size_t>(batch) * in_width);
+        !s.ok()) {
+      return s;
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Gemm(false, true, batch, in_width, out_width, 1.0f, upstream,
+                       out_width, weights, out_width, 0.0f, dx.data, in_width));
+    if (HiddenRelu(mlp)) {
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->ReluBackward(buffers.scratch[l - 1].data, dx.data,
+                                 static_cast<size_t>(batch) * in_width));
+    }
+    upstream = dx.data;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::BackwardCross(int n, int batch) {
+  const PlanNode& node = plan_.nodes()[n];
+  const CrossLayer& cross = plan_.spec().layer(node.index).cross();
+  NodeBuffers& buffers = nodes_[n];
+  const int layers = cross.num_layers();
+  const int width = node.width;
+  const int rank = cross.low_rank();
+  const size_t count = static_cast<size_t>(batch) * width;
+  const int input = node.inputs[0];
+  const PlanNode& input_node = plan_.nodes()[input];
+  const bool input_trained =
+      input_node.kind == PlanNode::Kind::kLayer && input_node.trained;
+  float* input_gradient = input_trained ? nodes_[input].gradient.data : nullptr;
+  const float* x0 = Value(input);
+  const int first = plan_.FirstTensor(n);
+  const int per_layer = CrossTensors(cross);
+  // scratch_gradients: du, dt (low rank), and two for the gradient of x_l
+  // in turn.
+  buffers.scratch_gradients.resize(4);
+  Buffer& du = buffers.scratch_gradients[0];
+  Buffer& dt = buffers.scratch_gradients[1];
+  if (absl::Status s = Reserve(&du, count); !s.ok()) return s;
+  if (rank > 0) {
+    if (absl::Status s = Reserve(&dt, static_cast<size_t>(batch) * rank);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const float* upstream = buffers.gradient.data;  // of x_{l+1}
+  for (int l = layers - 1; l >= 0; --l) {
+    const int tensor = first + per_layer * l;
+    const float* x = l == 0 ? x0 : buffers.scratch[layers + l - 1].data;
+    const float* u = buffers.scratch[l].data;
+    // x_{l+1} = x0 * u + x_l: du = g * x0; dx0 += g * u; dx_l = g + du W^T.
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Multiply(upstream, x0, du.data, count, false));
+    if (input_trained) {
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Multiply(upstream, u, input_gradient, count, true));
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->ColumnSums(
+        du.data, batch, width, param_grads_[tensor + per_layer - 1].data));
+    if (rank == 0) {
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          true, false, width, width, batch, 1.0f, x, width, du.data, width,
+          0.0f, param_grads_[tensor].data, width));
+    } else {
+      const float* t = buffers.scratch[2 * layers + l].data;
+      // u = t V, t = x U: dV = t^T du; dt = du V^T; dU = x^T dt.
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          true, false, rank, width, batch, 1.0f, t, rank, du.data, width, 0.0f,
+          param_grads_[tensor + 1].data, width));
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, true, batch, rank, width, 1.0f, du.data, width,
+                         params_[tensor + 1].data, width, 0.0f, dt.data, rank));
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(true, false, width, rank, batch, 1.0f, x, width,
+                         dt.data, rank, 0.0f, param_grads_[tensor].data, rank));
+    }
+    float* below = nullptr;  // the gradient of x_l
+    if (l > 0) {
+      Buffer& next = buffers.scratch_gradients[2 + l % 2];
+      if (absl::Status s = Reserve(&next, count); !s.ok()) return s;
+      below = next.data;
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(below, count, 0.0f));
+    } else if (input_trained) {
+      below = input_gradient;
+    } else {
+      break;
+    }
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(upstream, below, count));
+    if (rank == 0) {
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, true, batch, width, width, 1.0f, du.data, width,
+                         params_[tensor].data, width, 1.0f, below, width));
+    } else {
+      MODEL_RETURN_IF_KERNEL_ERROR(
+          backend_->Gemm(false, true, batch, width, rank, 1.0f, dt.data, rank,
+                         params_[tensor].data, rank, 1.0f, below, width));
+    }
+    upstream = below;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out) {
+  if (absl::Status s = UploadInputs(in, /*with_labels=*/true); !s.ok()) {
+    return s;
+  }
+  const int batch = in.batch;
+  if (absl::Status s = Forward(batch); !s.ok()) return s;
+  for (Buffer* buffer : {&probabilities_, &dlogits_}) {
+    if (absl::Status s = Reserve(buffer, batch); !s.ok()) return s;
+  }
+  if (absl::Status s = Reserve(&loss_, 1); !s.ok()) return s;
+  MODEL_RETURN_IF_KERNEL_ERROR(backend_->SigmoidCrossEntropy(
+      nodes_[plan_.output()].value.data, labels_.data, batch,
+      probabilities_.data, dlogits_.data, loss_.data));
+  if (absl::Status s = Backward(batch); !s.ok()) return s;
+
+  out->probabilities.resize(batch);
+  MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToHost(
+      out->probabilities.data(), probabilities_.data, batch * sizeof(float)));
+  MODEL_RETURN_IF_KERNEL_ERROR(
+      backend_->CopyToHost(&out->loss_sum, loss_.data, sizeof(float)));
+  out->table_grads.resize(table_grads_.size());
+  for (size_t t = 0; t < table_grads_.size(); ++t) {
+    out->table_grads[t].resize(static_cast<size_t>(table_row_counts_[t]) *
+                               plan_.table_dim(t));
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->CopyToHost(out->table_grads[t].data(), table_grads_[t].data,
+                             out->table_grads[t].size() * sizeof(float)));
+  }
+  out->dense_grads.resize(param_grads_.size());
+  for (size_t t = 0; t < param_grads_.size(); ++t) {
+    out->dense_grads[t].resize(plan_.dense_tensors()[t].size());
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->CopyToHost(out->dense_grads[t].data(), param_grads_[t].data,
+                             out->dense_grads[t].size() * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::Predict(const GraphInputs& in,
+                                 std::vector<float>* probabilities) {
+  if (absl::Status s = UploadInputs(in, /*with_labels=*/false); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Forward(in.batch); !s.ok()) return s;
+  std::vector<float> logits(in.batch);
+  MODEL_RETURN_IF_KERNEL_ERROR(
+      backend_->CopyToHost(logits.data(), nodes_[plan_.output()].value.data,
+                           in.batch * sizeof(float)));
+  probabilities->resize(in.batch);
+  for (int b = 0; b < in.batch; ++b) {
+    (*probabilities)[b] = 1.0f / (1.0f + std::exp(-logits[b]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::model

@@ -1,0 +1,126 @@
+// File: model/model_graph.h
+//
+// ModelGraph runs a planned model (model_plan.h) on a kernels::Backend: the
+// forward pass of every layer in the plan's order, the mean binary
+// cross-entropy of the output logit, and the backward pass back to the rows
+// of every table and every dense tensor. The same code runs on the CPU and a
+// GPU; each layer's math is the backend's kernels (docs/models.md).
+//
+// Parameters come in per step (pulled from the servers) and gradients go out
+// (to be pushed); the graph keeps no parameters, only scratch buffers in
+// backend memory, grown to the largest batch seen.
+//
+// Not thread-safe: one graph per thread. The plan and the backend must
+// outlive the graph.
+
+#ifndef PS_MODEL_MODEL_GRAPH_H_
+#define PS_MODEL_MODEL_GRAPH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+#include "model/model_plan.h"
+
+namespace ps::model {
+
+// A step's inputs, all in host memory.
+struct GraphInputs {
+  int batch = 0;
+  // batch labels in {0, 1}; unused by Predict().
+  const float* labels = nullptr;
+  // Per table of the spec: its rows for this batch (table_rows[t] holds
+  // table_row_counts[t] x dim floats; rows the step does not read may be
+  // left out, but every index below must be in range).
+  std::vector<const float*> table_rows;
+  std::vector<int> table_row_counts;
+  // plan.lookups().size() x batch, lookup-major: example b's row of lookup
+  // l is lookup_index[l * batch + b], an index into its table's rows.
+  const int32_t* lookup_index = nullptr;
+  // One per plan.dense_nodes(): batch x its columns, already transformed.
+  std::vector<const float*> dense_inputs;
+  // One per plan.dense_tensors().
+  std::vector<const float*> dense_params;
+};
+
+// A step's results, in host memory; vectors are resized by the graph.
+struct GraphOutputs {
+  float loss_sum = 0.0f;
+  std::vector<float> probabilities;
+  // Per table: the gradient of each of its rows (table_row_counts x dim;
+  // zero for rows the batch did not read).
+  std::vector<std::vector<float>> table_grads;
+  // Per plan.dense_tensors() entry.
+  std::vector<std::vector<float>> dense_grads;
+};
+
+class ModelGraph {
+ public:
+  ModelGraph(const ModelPlan* plan, kernels::Backend* backend);
+  ~ModelGraph();
+
+  ModelGraph(const ModelGraph&) = delete;
+  ModelGraph& operator=(const ModelGraph&) = delete;
+
+  // Forward and backward: fills every field of `outputs`.
+  absl::Status TrainStep(const GraphInputs& inputs, GraphOutputs* outputs);
+
+  // Forward only: click probabilities.
+  absl::Status Predict(const GraphInputs& inputs,
+                       std::vector<float>* probabilities);
+
+ private:
+  struct Buffer {
+    float* data = nullptr;
+    size_t capacity = 0;
+  };
+  // One input array: what the kernels read (the caller's array on a backend
+  // that computes on host memory, else `storage`, its copy).
+  struct Input {
+    Buffer storage;
+    const float* data = nullptr;
+  };
+  // Per node: its value and, when it is trained, its gradient; and the
+  // layer's own scratch (an mlp's hidden layers, a cross's steps, the
+  // stacked rows of fm and dot_interaction).
+  struct NodeBuffers {
+    Buffer value, gradient;
+    std::vector<Buffer> scratch;
+    std::vector<Buffer> scratch_gradients;
+  };
+
+  absl::Status Reserve(Buffer* buffer, size_t floats);
+  absl::Status Upload(Input* input, const void* host, size_t floats);
+  absl::Status UploadInputs(const GraphInputs& inputs, bool with_labels);
+  // The value of node n, as the kernels read it.
+  const float* Value(int node) const;
+  const int32_t* LookupIndex(int lookup, int batch) const;
+  absl::Status Forward(int batch);
+  absl::Status Backward(int batch);
+  absl::Status ForwardLayer(int node, int batch);
+  absl::Status BackwardLayer(int node, int batch);
+  // fm and dot_interaction: their inputs' rows side by side (the input's
+  // own value when there is one input), and where their gradient goes.
+  absl::Status StackRows(int node, int batch, const float** rows);
+  absl::Status UnstackGradient(int node, int batch, const float* gradient);
+  absl::Status ForwardMlp(int node, int batch);
+  absl::Status BackwardMlp(int node, int batch);
+  absl::Status ForwardCross(int node, int batch);
+  absl::Status BackwardCross(int node, int batch);
+  void Release(Buffer& buffer);
+
+  const ModelPlan& plan_;
+  kernels::Backend* const backend_;
+
+  Input labels_, lookup_index_;
+  std::vector<Input> table_rows_, dense_inputs_, params_;
+  std::vector<NodeBuffers> nodes_;
+  std::vector<Buffer> table_grads_, param_grads_;
+  Buffer probabilities_, dlogits_, loss_;
+  std::vector<int> table_row_counts_;
+};
+
+}  // namespace ps::model
+
+#endif  // PS_MODEL_MODEL_GRAPH_H_

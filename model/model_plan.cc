@@ -1,0 +1,656 @@
+#include "model/model_plan.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace ps::model {
+namespace {
+
+using ::google::protobuf::TextFormat;
+
+// Keeps the first error the text parser reports.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!message_.empty()) return;
+    message_ = absl::StrCat("model spec line ", line + 1, ", column ",
+                            column + 1, ": ", message);
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+// Tables have names of their own, which may be nodes' too.
+std::string TableKey(absl::string_view name) {
+  return absl::StrCat("table ", name);
+}
+
+bool IsName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+const char* LayerKindName(const Layer& layer) {
+  switch (layer.kind_case()) {
+    case Layer::kEmbedding:
+      return "embedding";
+    case Layer::kConcat:
+      return "concat";
+    case Layer::kMlp:
+      return "mlp";
+    case Layer::kWide:
+      return "wide";
+    case Layer::kFm:
+      return "fm";
+    case Layer::kCross:
+      return "cross";
+    case Layer::kDotInteraction:
+      return "dot_interaction";
+    case Layer::kAdd:
+      return "add";
+    case Layer::KIND_NOT_SET:
+      break;
+  }
+  return "layer";
+}
+
+float Glorot(int fan_in, int fan_out) {
+  return std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+}
+
+// Builds a plan; each check returns the node's error.
+class Planner {
+ public:
+  Planner(const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns)
+      : parsed_(parsed), spec_(parsed.spec), columns_(columns) {}
+
+  absl::Status Run(std::vector<PlanNode>* nodes, int* output,
+                   std::vector<Lookup>* lookups,
+                   std::vector<kernels::DenseTensorSpec>* tensors,
+                   std::vector<int>* first_tensor,
+                   std::vector<int>* dense_nodes);
+
+ private:
+  int LineOf(const std::string& key) const {
+    auto found = parsed_.lines.find(key);
+    return found == parsed_.lines.end() ? 0 : found->second;
+  }
+  // "model spec line 12: layer "deep": " (without the line when unknown).
+  std::string Where(absl::string_view what, const std::string& name) const {
+    const int line = LineOf(what == "table" ? TableKey(name) : name);
+    return absl::StrCat("model spec",
+                        line > 0 ? absl::StrCat(" line ", line) : std::string(),
+                        ": ", what, " \"", name, "\": ");
+  }
+  absl::Status Error(absl::string_view what, const std::string& name,
+                     absl::string_view message) const {
+    return absl::InvalidArgumentError(absl::StrCat(Where(what, name), message));
+  }
+
+  absl::Status AddName(absl::string_view what, const std::string& name);
+  absl::Status CheckTables();
+  absl::Status AddInputs();
+  absl::Status SortLayers();
+  absl::Status Visit(int layer, std::vector<int>* state,
+                     std::vector<int>* path);
+  absl::Status ShapeLayer(int layer);
+  absl::Status RowShape(int node_index, const char* kind);
+
+  const ParsedModelSpec& parsed_;
+  const ModelSpec& spec_;
+  absl::Span<const ColumnUse> columns_;
+  absl::flat_hash_map<std::string, int> node_of_;   // name -> node
+  absl::flat_hash_map<std::string, int> layer_of_;  // name -> layer
+  absl::flat_hash_map<std::string, int> table_of_;  // name -> table
+  std::vector<PlanNode> nodes_;
+  std::vector<int> order_;  // layers, sorted
+};
+
+absl::Status Planner::AddName(absl::string_view what, const std::string& name) {
+  if (!IsName(name)) {
+    return Error(what, name, "a name is letters, digits and _, and not empty");
+  }
+  if (node_of_.contains(name) || layer_of_.contains(name)) {
+    return Error(what, name, "the name is used twice");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::CheckTables() {
+  if (!IsName(spec_.name())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model spec: the model's name \"", spec_.name(),
+                     "\" must be letters, digits and _ (it names the tables)"));
+  }
+  for (int t = 0; t < spec_.table_size(); ++t) {
+    const Table& table = spec_.table(t);
+    if (!IsName(table.name())) {
+      return Error("table", table.name(),
+                   "a name is letters, digits and _, and not empty");
+    }
+    if (!table_of_.emplace(table.name(), t).second) {
+      return Error("table", table.name(), "the name is used twice");
+    }
+    if (table.dim() < 1) {
+      return Error("table", table.name(),
+                   absl::StrCat("dim must be at least 1, not ", table.dim()));
+    }
+    if (!(table.init_scale() >= 0)) {
+      return Error("table", table.name(), "init_scale must be >= 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddInputs() {
+  const auto check_column = [&](const char* what, const std::string& name,
+                                int column, ColumnUse use) -> absl::Status {
+    if (column < 0 || column >= static_cast<int>(columns_.size())) {
+      return Error(what, name,
+                   absl::StrCat("column ", column, " is not one of the ",
+                                columns_.size(), " columns of --columns"));
+    }
+    if (columns_[column] != use) {
+      return Error(
+          what, name,
+          absl::StrCat("column ", column, " is not a ",
+                       use == ColumnUse::kDense ? "dense" : "cat or multi",
+                       " column in --columns"));
+    }
+    return absl::OkStatus();
+  };
+  for (int f = 0; f < spec_.field_size(); ++f) {
+    const Field& field = spec_.field(f);
+    if (absl::Status s = AddName("field", field.name()); !s.ok()) return s;
+    if (absl::Status s = check_column("field", field.name(), field.column(),
+                                      ColumnUse::kCategorical);
+        !s.ok()) {
+      return s;
+    }
+    PlanNode node;
+    node.name = field.name();
+    node.kind = PlanNode::Kind::kField;
+    node.index = f;
+    node.slots = 1;
+    node.line = LineOf(field.name());
+    node_of_[node.name] = nodes_.size();
+    nodes_.push_back(std::move(node));
+  }
+  for (int c = 0; c < spec_.cross_size(); ++c) {
+    const Cross& cross = spec_.cross(c);
+    if (absl::Status s = AddName("cross", cross.name()); !s.ok()) return s;
+    if (cross.fields_size() != 2 || cross.fields(0) == cross.fields(1)) {
+      return Error("cross", cross.name(), "a cross names two different fields");
+    }
+    for (const std::string& field : cross.fields()) {
+      auto found = node_of_.find(field);
+      if (found == node_of_.end() ||
+          nodes_[found->second].kind != PlanNode::Kind::kField) {
+        return Error("cross", cross.name(),
+                     absl::StrCat("\"", field, "\" is not a field"));
+      }
+    }
+    PlanNode node;
+    node.name = cross.name();
+    node.kind = PlanNode::Kind::kCross;
+    node.index = c;
+    node.slots = 1;
+    node.line = LineOf(cross.name());
+    node_of_[node.name] = nodes_.size();
+    nodes_.push_back(std::move(node));
+  }
+  for (int d = 0; d < spec_.dense_size(); ++d) {
+    const DenseInput& dense = spec_.dense(d);
+    if (absl::Status s = AddName("dense", dense.name()); !s.ok()) return s;
+    if (dense.columns_size() == 0) {
+      return Error("dense", dense.name(), "it names no columns");
+    }
+    for (int column : dense.columns()) {
+      if (absl::Status s =
+              check_column("dense", dense.name(), column, ColumnUse::kDense);
+          !s.ok()) {
+        return s;
+      }
+    }
+    const bool standardize = dense.transform() == DenseInput::STANDARDIZE;
+    const bool bucketize = dense.transform() == DenseInput::BUCKETIZE;
+    if (standardize != (dense.mean_size() > 0 || dense.std_size() > 0)) {
+      return Error("dense", dense.name(),
+                   "mean and std go with transform STANDARDIZE, and it needs "
+                   "them");
+    }
+    if (standardize && (dense.mean_size() != dense.columns_size() ||
+                        dense.std_size() != dense.columns_size())) {
+      return Error("dense", dense.name(),
+                   absl::StrCat("STANDARDIZE needs one mean and one std per "
+                                "column (",
+                                dense.columns_size(), ")"));
+    }
+    for (float std : dense.std()) {
+      if (!(std > 0)) {
+        return Error("dense", dense.name(), "every std must be > 0");
+      }
+    }
+    if (bucketize != (dense.boundaries_size() > 0)) {
+      return Error("dense", dense.name(),
+                   "boundaries go with transform BUCKETIZE, and it needs them");
+    }
+    for (int b = 1; b < dense.boundaries_size(); ++b) {
+      if (!(dense.boundaries(b) > dense.boundaries(b - 1))) {
+        return Error("dense", dense.name(),
+                     "boundaries must be strictly ascending");
+      }
+    }
+    PlanNode node;
+    node.name = dense.name();
+    node.kind =
+        bucketize ? PlanNode::Kind::kBucketizedDense : PlanNode::Kind::kDense;
+    node.index = d;
+    node.slots = bucketize ? dense.columns_size() : 0;
+    node.width = bucketize ? 0 : dense.columns_size();
+    node.line = LineOf(dense.name());
+    node_of_[node.name] = nodes_.size();
+    nodes_.push_back(std::move(node));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::Visit(int layer, std::vector<int>* state,
+                            std::vector<int>* path) {
+  // 0: not seen, 1: on the path, 2: done.
+  if ((*state)[layer] == 2) return absl::OkStatus();
+  const Layer& spec = spec_.layer(layer);
+  if ((*state)[layer] == 1) {
+    std::vector<std::string> cycle;
+    bool on = false;
+    for (int l : *path) {
+      on = on || l == layer;
+      if (on) cycle.push_back(spec_.layer(l).name());
+    }
+    cycle.push_back(spec.name());
+    return Error("layer", spec.name(),
+                 absl::StrCat("its inputs form a cycle: ",
+                              absl::StrJoin(cycle, " -> ")));
+  }
+  (*state)[layer] = 1;
+  path->push_back(layer);
+  for (const std::string& input : spec.inputs()) {
+    auto found = layer_of_.find(input);
+    if (found == layer_of_.end()) continue;
+    if (absl::Status s = Visit(found->second, state, path); !s.ok()) return s;
+  }
+  path->pop_back();
+  (*state)[layer] = 2;
+  order_.push_back(layer);
+  return absl::OkStatus();
+}
+
+absl::Status Planner::SortLayers() {
+  for (int l = 0; l < spec_.layer_size(); ++l) {
+    const Layer& layer = spec_.layer(l);
+    if (absl::Status s = AddName("layer", layer.name()); !s.ok()) return s;
+    layer_of_[layer.name()] = l;
+  }
+  for (int l = 0; l < spec_.layer_size(); ++l) {
+    const Layer& layer = spec_.layer(l);
+    if (layer.kind_case() == Layer::KIND_NOT_SET) {
+      return Error("layer", layer.name(),
+                   "it says no kind (embedding, concat, mlp, wide, fm, cross, "
+                   "dot_interaction or add)");
+    }
+    if (layer.inputs_size() == 0) {
+      return Error("layer", layer.name(), "it has no inputs");
+    }
+    for (const std::string& input : layer.inputs()) {
+      if (!node_of_.contains(input) && !layer_of_.contains(input)) {
+        return Error("layer", layer.name(),
+                     absl::StrCat("unknown input \"", input, "\""));
+      }
+    }
+  }
+  std::vector<int> state(spec_.layer_size(), 0), path;
+  for (int l = 0; l < spec_.layer_size(); ++l) {
+    if (absl::Status s = Visit(l, &state, &path); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// fm and dot_interaction: the inputs' rows (an embedding's rows are its
+// slots' rows; any other input of width w is w / d rows of width d).
+absl::Status Planner::RowShape(int node_index, const char* kind) {
+  PlanNode& node = nodes_[node_index];
+  int dim = 0;
+  for (int input : node.inputs) {
+    if (nodes_[input].row_dim > 0 &&
+        nodes_[input].kind == PlanNode::Kind::kLayer &&
+        spec_.layer(nodes_[input].index).has_embedding()) {
+      dim = nodes_[input].row_dim;
+      break;
+    }
+  }
+  if (dim == 0) dim = nodes_[node.inputs[0]].width;
+  int rows = 0;
+  for (int input : node.inputs) {
+    const int width = nodes_[input].width;
+    if (dim == 0 || width % dim != 0) {
+      return Error(
+          "layer", node.name,
+          absl::StrCat(kind, " takes rows of one width (", dim, "); input \"",
+                       nodes_[input].name, "\" has width ", width));
+    }
+    rows += width / dim;
+  }
+  if (rows < 2) {
+    return Error("layer", node.name,
+                 absl::StrCat(kind,
+                              " needs at least two rows; its inputs "
+                              "have ",
+                              rows));
+  }
+  node.row_dim = dim;
+  node.rows = rows;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::ShapeLayer(int node_index) {
+  PlanNode& node = nodes_[node_index];
+  const Layer& layer = spec_.layer(node.index);
+  const char* kind = LayerKindName(layer);
+  int categorical_inputs = 0;
+  for (int input : node.inputs) {
+    categorical_inputs += nodes_[input].categorical() ? 1 : 0;
+  }
+  const bool reads_keys = layer.has_embedding() || layer.has_wide();
+  if (reads_keys &&
+      categorical_inputs != static_cast<int>(node.inputs.size())) {
+    return Error("layer", node.name,
+                 absl::StrCat(kind,
+                              " reads fields, crosses and bucketized dense "
+                              "groups only"));
+  }
+  if (!reads_keys && categorical_inputs > 0) {
+    return Error("layer", node.name,
+                 absl::StrCat(kind,
+                              " cannot read keys: put an embedding or wide "
+                              "layer between it and the fields"));
+  }
+  if (reads_keys) {
+    const std::string& table = layer.has_embedding() ? layer.embedding().table()
+                                                     : layer.wide().table();
+    auto found = table_of_.find(table);
+    if (found == table_of_.end()) {
+      return Error("layer", node.name,
+                   absl::StrCat("unknown table \"", table, "\""));
+    }
+    node.table = found->second;
+    const int dim = spec_.table(node.table).dim();
+    if (layer.has_wide() && dim != 1) {
+      return Error("layer", node.name,
+                   absl::StrCat("a wide layer's table has dim 1; \"", table,
+                                "\" has ", dim));
+    }
+    int slots = 0;
+    for (int input : node.inputs) slots += nodes_[input].slots;
+    node.row_dim = dim;
+    node.rows = slots;
+    node.width = layer.has_embedding() ? slots * dim : 1;
+    node.trained = true;
+    return absl::OkStatus();
+  }
+  const auto one_input = [&]() -> absl::Status {
+    if (node.inputs.size() != 1) {
+      return Error(
+          "layer", node.name,
+          absl::StrCat(kind, " takes one input, not ", node.inputs.size()));
+    }
+    return absl::OkStatus();
+  };
+  for (int input : node.inputs)
+    node.trained = node.trained || nodes_[input].trained;
+  switch (layer.kind_case()) {
+    case Layer::kConcat:
+      for (int input : node.inputs) node.width += nodes_[input].width;
+      return absl::OkStatus();
+    case Layer::kMlp: {
+      if (absl::Status s = one_input(); !s.ok()) return s;
+      if (layer.mlp().units_size() == 0) {
+        return Error("layer", node.name, "mlp needs units");
+      }
+      for (int units : layer.mlp().units()) {
+        if (units < 1) {
+          return Error("layer", node.name,
+                       absl::StrCat("units must be >= 1, not ", units));
+        }
+      }
+      node.width = layer.mlp().units(layer.mlp().units_size() - 1);
+      node.trained = true;
+      return absl::OkStatus();
+    }
+    case Layer::kFm:
+      if (absl::Status s = RowShape(node_index, kind); !s.ok()) return s;
+      node.width = 1;
+      return absl::OkStatus();
+    case Layer::kDotInteraction:
+      if (absl::Status s = RowShape(node_index, kind); !s.ok()) return s;
+      node.width = kernels::DotInteractionWidth(
+          node.rows, layer.dot_interaction().self_interaction());
+      return absl::OkStatus();
+    case Layer::kCross:
+      if (absl::Status s = one_input(); !s.ok()) return s;
+      if (layer.cross().num_layers() < 1 || layer.cross().low_rank() < 0) {
+        return Error("layer", node.name,
+                     "cross needs num_layers >= 1 and low_rank >= 0");
+      }
+      node.width = nodes_[node.inputs[0]].width;
+      node.trained = true;
+      return absl::OkStatus();
+    case Layer::kAdd:
+      node.width = nodes_[node.inputs[0]].width;
+      for (int input : node.inputs) {
+        if (nodes_[input].width != node.width) {
+          return Error("layer", node.name,
+                       absl::StrCat("add takes inputs of one width; \"",
+                                    nodes_[node.inputs[0]].name, "\" has ",
+                                    node.width, ", \"", nodes_[input].name,
+                                    "\" ", nodes_[input].width));
+        }
+      }
+      return absl::OkStatus();
+    default:
+      break;
+  }
+  return Error("layer", node.name, "unknown kind");
+}
+
+absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
+                          std::vector<Lookup>* lookups,
+                          std::vector<kernels::DenseTensorSpec>* tensors,
+                          std::vector<int>* first_tensor,
+                          std::vector<int>* dense_nodes) {
+  if (absl::Status s = CheckTables(); !s.ok()) return s;
+  if (absl::Status s = AddInputs(); !s.ok()) return s;
+  if (absl::Status s = SortLayers(); !s.ok()) return s;
+  for (int l : order_) {
+    const Layer& layer = spec_.layer(l);
+    PlanNode node;
+    node.name = layer.name();
+    node.kind = PlanNode::Kind::kLayer;
+    node.index = l;
+    node.line = LineOf(layer.name());
+    for (const std::string& input : layer.inputs()) {
+      node.inputs.push_back(node_of_.at(input));
+    }
+    node_of_[node.name] = nodes_.size();
+    nodes_.push_back(std::move(node));
+    if (absl::Status s = ShapeLayer(nodes_.size() - 1); !s.ok()) return s;
+  }
+  if (spec_.output().empty()) {
+    return absl::InvalidArgumentError(
+        "model spec: `output` names no node (the logit's)");
+  }
+  auto found = node_of_.find(spec_.output());
+  if (found == node_of_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model spec: output \"", spec_.output(), "\" is not a node"));
+  }
+  const PlanNode& out = nodes_[found->second];
+  if (out.categorical() || out.width != 1) {
+    return Error("layer", out.name,
+                 absl::StrCat("the output is the logit, of width 1; it has "
+                              "width ",
+                              out.width));
+  }
+  if (!out.trained) {
+    return Error("layer", out.name,
+                 "the output depends on no table and no trained layer");
+  }
+  // Every layer must feed the output.
+  std::vector<bool> used(nodes_.size(), false);
+  used[found->second] = true;
+  for (int n = static_cast<int>(nodes_.size()) - 1; n >= 0; --n) {
+    if (!used[n]) continue;
+    for (int input : nodes_[n].inputs) used[input] = true;
+  }
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (nodes_[n].kind == PlanNode::Kind::kLayer && !used[n]) {
+      return Error("layer", nodes_[n].name,
+                   absl::StrCat("it does not lead to the output \"",
+                                spec_.output(), "\""));
+    }
+  }
+  // Lookups and tensors, in node order.
+  first_tensor->assign(nodes_.size(), -1);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const PlanNode& node = nodes_[n];
+    if (node.kind == PlanNode::Kind::kDense) dense_nodes->push_back(n);
+    if (node.kind != PlanNode::Kind::kLayer) continue;
+    const Layer& layer = spec_.layer(node.index);
+    if (node.table >= 0) {
+      for (int input : node.inputs) {
+        for (int slot = 0; slot < nodes_[input].slots; ++slot) {
+          bool seen = false;
+          for (const Lookup& lookup : *lookups) {
+            seen = seen || (lookup.table == node.table &&
+                            lookup.node == input && lookup.slot == slot);
+          }
+          if (!seen) lookups->push_back({node.table, input, slot});
+        }
+      }
+    }
+    if (layer.has_mlp()) {
+      (*first_tensor)[n] = tensors->size();
+      int in = nodes_[node.inputs[0]].width;
+      const MlpLayer& mlp = layer.mlp();
+      for (int l = 0; l < mlp.units_size(); ++l) {
+        const int out_width = mlp.units(l);
+        const std::string prefix = absl::StrCat(node.name, ".", l);
+        tensors->push_back({prefix + ".weights", in, out_width,
+                            mlp.weight_init() == MlpLayer::ZEROS
+                                ? 0.0f
+                                : Glorot(in, out_width)});
+        tensors->push_back({prefix + ".bias", 1, out_width, 0.0f});
+        in = out_width;
+      }
+    }
+    if (layer.has_cross()) {
+      (*first_tensor)[n] = tensors->size();
+      const int width = node.width;
+      const int rank = layer.cross().low_rank();
+      for (int l = 0; l < layer.cross().num_layers(); ++l) {
+        const std::string prefix = absl::StrCat(node.name, ".", l);
+        if (rank == 0) {
+          tensors->push_back(
+              {prefix + ".weights", width, width, Glorot(width, width)});
+        } else {
+          tensors->push_back({prefix + ".u", width, rank, Glorot(width, rank)});
+          tensors->push_back({prefix + ".v", rank, width, Glorot(rank, width)});
+        }
+        tensors->push_back({prefix + ".bias", 1, width, 0.0f});
+      }
+    }
+  }
+  *output = found->second;
+  *nodes = std::move(nodes_);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedModelSpec> ParseModelSpec(absl::string_view text) {
+  ParsedModelSpec parsed;
+  TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  TextFormat::ParseInfoTree tree;
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(std::string(text), &parsed.spec)) {
+    return absl::InvalidArgumentError(
+        errors.message().empty() ? std::string("model spec: cannot parse")
+                                 : errors.message());
+  }
+  const auto* descriptor = ModelSpec::descriptor();
+  const auto record = [&](const char* field_name, int count,
+                          const auto& name_of) {
+    const auto* field = descriptor->FindFieldByName(field_name);
+    for (int i = 0; i < count; ++i) {
+      const TextFormat::ParseLocation location = tree.GetLocation(field, i);
+      if (location.line >= 0) {
+        parsed.lines.emplace(name_of(i), location.line + 1);
+      }
+    }
+  };
+  const ModelSpec& spec = parsed.spec;
+  record("table", spec.table_size(),
+         [&](int i) { return TableKey(spec.table(i).name()); });
+  record("field", spec.field_size(),
+         [&](int i) { return spec.field(i).name(); });
+  record("cross", spec.cross_size(),
+         [&](int i) { return spec.cross(i).name(); });
+  record("dense", spec.dense_size(),
+         [&](int i) { return spec.dense(i).name(); });
+  record("layer", spec.layer_size(),
+         [&](int i) { return spec.layer(i).name(); });
+  return parsed;
+}
+
+absl::StatusOr<ModelPlan> ModelPlan::Create(
+    const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns) {
+  ModelPlan plan;
+  Planner planner(parsed, columns);
+  if (absl::Status s = planner.Run(&plan.nodes_, &plan.output_, &plan.lookups_,
+                                   &plan.dense_tensors_, &plan.first_tensor_,
+                                   &plan.dense_nodes_);
+      !s.ok()) {
+    return s;
+  }
+  plan.spec_ = parsed.spec;
+  return plan;
+}
+
+int ModelPlan::LookupOf(int table, int node, int slot) const {
+  for (size_t l = 0; l < lookups_.size(); ++l) {
+    const Lookup& lookup = lookups_[l];
+    if (lookup.table == table && lookup.node == node && lookup.slot == slot) {
+      return static_cast<int>(l);
+    }
+  }
+  return -1;
+}
+
+}  // namespace ps::model

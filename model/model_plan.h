@@ -1,0 +1,136 @@
+// File: model/model_plan.h
+//
+// A model spec (proto/model_spec.proto), read and checked whole before
+// anything trains: ParseModelSpec() reads the text proto, PlanModel() checks
+// it against the click log's columns and works out what running it needs
+// (each node's width, the order to run the layers in, the lookups of keys in
+// tables, the dense parameter tensors). Every error names the node and, for
+// a spec read from text, its line.
+//
+// A ModelPlan is immutable and cheap to share; ModelGraph (model_graph.h)
+// runs one.
+
+#ifndef PS_MODEL_MODEL_PLAN_H_
+#define PS_MODEL_MODEL_PLAN_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/ctr_model.h"
+#include "proto/model_spec.pb.h"
+
+namespace ps::model {
+
+// What a click log's column holds, as far as a spec cares.
+enum class ColumnUse { kOther, kCategorical, kDense };
+
+// A spec read from text, and where each node was written: 1-based lines by
+// node name, and by "table NAME" for tables. Empty for a spec built in code.
+struct ParsedModelSpec {
+  ModelSpec spec;
+  std::map<std::string, int> lines;
+};
+
+// Reads a text proto. INVALID_ARGUMENT with the line and column of a syntax
+// error or an unknown field.
+absl::StatusOr<ParsedModelSpec> ParseModelSpec(absl::string_view text);
+
+// One node of the graph.
+struct PlanNode {
+  enum class Kind {
+    kField,
+    kCross,
+    kDense,            // a dense group, transformed but not bucketized
+    kBucketizedDense,  // a dense group whose buckets are keys (categorical)
+    kLayer,
+  };
+  std::string name;
+  Kind kind = Kind::kLayer;
+  // Index into the spec's field, cross, dense or layer list (by kind).
+  int index = 0;
+  // Categorical nodes (field, cross, bucketized dense): keys per example (1,
+  // 1, columns). Others: 0.
+  int slots = 0;
+  // Width of the value (batch x width); 0 for categorical nodes.
+  int width = 0;
+  // Inputs, as indices into ModelPlan::nodes().
+  std::vector<int> inputs;
+  // embedding, wide: the table (index into the spec's tables); else -1.
+  int table = -1;
+  // fm, dot_interaction: the row width d and the rows k of the inputs
+  // together; embedding: the table's dim and its slots.
+  int row_dim = 0;
+  int rows = 0;
+  // Whether its value depends on a trained parameter (a table row or a dense
+  // tensor): only those need a gradient.
+  bool trained = false;
+  // Line in the spec's text; 0 if unknown.
+  int line = 0;
+
+  bool categorical() const {
+    return kind == Kind::kField || kind == Kind::kCross ||
+           kind == Kind::kBucketizedDense;
+  }
+};
+
+// One slot of a categorical node looked up in a table: each example's row of
+// it. The model's step takes, per lookup, an index per example into the rows
+// fetched from that table.
+struct Lookup {
+  int table = 0;
+  int node = 0;
+  int slot = 0;
+};
+
+class ModelPlan {
+ public:
+  // Checks `parsed` against the click log's columns (`columns[i]` is column
+  // i's use) and plans it. INVALID_ARGUMENT naming the node and its line: a
+  // name used twice or not a name; an input, table or output that does not
+  // exist; a column that is not of the node's kind; a cycle; a layer given
+  // inputs of the wrong kind or width (fm and dot_interaction: one row
+  // width; add: one width; output: width 1); a table without a dim, or a
+  // wide layer's table whose dim is not 1; standardize or bucketize without
+  // their numbers.
+  static absl::StatusOr<ModelPlan> Create(const ParsedModelSpec& parsed,
+                                          absl::Span<const ColumnUse> columns);
+
+  const ModelSpec& spec() const { return spec_; }
+  // Inputs first (fields, crosses, dense groups in spec order), then the
+  // layers in an order where every layer comes after its inputs.
+  const std::vector<PlanNode>& nodes() const { return nodes_; }
+  int output() const { return output_; }
+  // In the order of the step's lookup indices.
+  const std::vector<Lookup>& lookups() const { return lookups_; }
+  // The position in lookups() of (table, node, slot); -1 if none.
+  int LookupOf(int table, int node, int slot) const;
+  // The dense parameter tensors, in the order the step takes them: each
+  // layer's, in nodes() order (mlp: per layer weights then bias; cross: per
+  // layer weights or u and v, then bias).
+  const std::vector<kernels::DenseTensorSpec>& dense_tensors() const {
+    return dense_tensors_;
+  }
+  // Per node, the position in dense_tensors() of its first tensor (-1 if it
+  // has none).
+  int FirstTensor(int node) const { return first_tensor_[node]; }
+  // The non-bucketized dense groups, in spec order: the step's dense inputs.
+  const std::vector<int>& dense_nodes() const { return dense_nodes_; }
+  int table_dim(int table) const { return spec_.table(table).dim(); }
+
+ private:
+  ModelSpec spec_;
+  std::vector<PlanNode> nodes_;
+  int output_ = -1;
+  std::vector<Lookup> lookups_;
+  std::vector<kernels::DenseTensorSpec> dense_tensors_;
+  std::vector<int> first_tensor_;
+  std::vector<int> dense_nodes_;
+};
+
+}  // namespace ps::model
+
+#endif  // PS_MODEL_MODEL_PLAN_H_

@@ -1,0 +1,219 @@
+#include "model/model_plan.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/builtin_specs.h"
+
+namespace ps::model {
+namespace {
+
+// label, dense x 2, cat x 3.
+const std::vector<ColumnUse> kColumns = {
+    ColumnUse::kOther,       ColumnUse::kDense,       ColumnUse::kDense,
+    ColumnUse::kCategorical, ColumnUse::kCategorical, ColumnUse::kCategorical};
+
+absl::Status PlanStatus(const std::string& text) {
+  absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(text);
+  if (!parsed.ok()) return parsed.status();
+  return ModelPlan::Create(*parsed, kColumns).status();
+}
+
+// A valid spec (line numbers matter to the tests below: "deep" is on line
+// 9).
+constexpr char kValid[] = R"(name: "mine"
+table { name: "emb" dim: 4 }
+field { name: "a" column: 3 }
+field { name: "b" column: 4 }
+field { name: "c" column: 5 }
+dense { name: "d" columns: 1 columns: 2 }
+layer { name: "e" inputs: "a" inputs: "b" inputs: "c" embedding { table: "emb" } }
+layer { name: "x" inputs: "e" inputs: "d" concat {} }
+layer { name: "deep" inputs: "x" mlp { units: 8 units: 1 } }
+output: "deep"
+)";
+
+std::string Replace(std::string text, const std::string& from,
+                    const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ModelPlanTest, PlansAValidSpec) {
+  absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(kValid);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // a, b, c, d, then e, x, deep.
+  ASSERT_EQ(plan->nodes().size(), 7u);
+  EXPECT_EQ(plan->nodes()[4].name, "e");
+  EXPECT_EQ(plan->nodes()[4].width, 12);
+  EXPECT_EQ(plan->nodes()[5].width, 14);
+  EXPECT_EQ(plan->nodes()[plan->output()].name, "deep");
+  EXPECT_EQ(plan->nodes()[plan->output()].line, 9);
+  EXPECT_EQ(plan->lookups().size(), 3u);
+  ASSERT_EQ(plan->dense_tensors().size(), 4u);
+  EXPECT_EQ(plan->dense_tensors()[0].name, "deep.0.weights");
+  EXPECT_EQ(plan->dense_tensors()[0].rows, 14);
+  EXPECT_EQ(plan->dense_tensors()[0].cols, 8);
+  EXPECT_EQ(plan->dense_tensors()[3].name, "deep.1.bias");
+}
+
+TEST(ModelPlanTest, LayersMayComeInAnyOrder) {
+  // deep before its inputs in the text.
+  const std::string text = std::string(R"(name: "mine"
+table { name: "emb" dim: 4 }
+field { name: "a" column: 3 }
+layer { name: "deep" inputs: "e" mlp { units: 1 } }
+layer { name: "e" inputs: "a" embedding { table: "emb" } }
+output: "deep"
+)");
+  EXPECT_TRUE(PlanStatus(text).ok()) << PlanStatus(text);
+}
+
+TEST(ModelPlanTest, ASyntaxErrorNamesItsLine) {
+  const absl::Status status =
+      PlanStatus(Replace(kValid, "units: 8", "unitz: 8"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("line 9"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("unitz"), std::string::npos) << status;
+}
+
+TEST(ModelPlanTest, AnUnknownInputIsRefusedWithTheNodeAndLine) {
+  const absl::Status status =
+      PlanStatus(Replace(kValid, "inputs: \"x\"", "inputs: \"y\""));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("line 9"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("\"deep\""), std::string::npos) << status;
+  EXPECT_NE(status.message().find("unknown input \"y\""), std::string::npos)
+      << status;
+}
+
+TEST(ModelPlanTest, ACycleIsRefusedNamingItsLayers) {
+  const absl::Status status =
+      PlanStatus(Replace(kValid, "inputs: \"e\" inputs: \"d\"",
+                         "inputs: \"e\" inputs: \"d\" inputs: \"deep\""));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("cycle"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("x -> deep -> x"), std::string::npos)
+      << status;
+}
+
+TEST(ModelPlanTest, AShapeMismatchIsRefused) {
+  // add of widths 12 and 2.
+  absl::Status status =
+      PlanStatus(Replace(kValid, "inputs: \"e\" inputs: \"d\" concat {}",
+                         "inputs: \"e\" inputs: \"d\" add {}"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("line 8"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("one width"), std::string::npos) << status;
+  // The output is not one logit wide.
+  status =
+      PlanStatus(Replace(kValid, "units: 8 units: 1", "units: 8 units: 2"));
+  EXPECT_NE(status.message().find("width 1"), std::string::npos) << status;
+  // fm over rows of 4 and a dense group of 2.
+  status = PlanStatus(Replace(kValid, "inputs: \"e\" inputs: \"d\" concat {}",
+                              "inputs: \"e\" inputs: \"d\" fm {}"));
+  EXPECT_NE(status.message().find("rows of one width"), std::string::npos)
+      << status;
+}
+
+TEST(ModelPlanTest, RefusesTheWrongKindOfInputOrColumn) {
+  // An mlp reading a field's keys.
+  absl::Status status =
+      PlanStatus(Replace(kValid, "inputs: \"x\" mlp", "inputs: \"a\" mlp"));
+  EXPECT_NE(status.message().find("cannot read keys"), std::string::npos)
+      << status;
+  // A field on a dense column.
+  status = PlanStatus(
+      Replace(kValid, "name: \"a\" column: 3", "name: \"a\" column: 1"));
+  EXPECT_NE(status.message().find("line 3"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("not a cat or multi column"),
+            std::string::npos)
+      << status;
+  // A column --columns does not have.
+  status = PlanStatus(Replace(kValid, "columns: 2", "columns: 9"));
+  EXPECT_NE(status.message().find("column 9"), std::string::npos) << status;
+  // An unknown table, and a wide layer on a table of dim 4.
+  status = PlanStatus(Replace(kValid, "embedding { table: \"emb\" }",
+                              "embedding { table: \"nope\" }"));
+  EXPECT_NE(status.message().find("unknown table \"nope\""), std::string::npos)
+      << status;
+  status = PlanStatus(Replace(kValid, "embedding { table: \"emb\" }",
+                              "wide { table: \"emb\" }"));
+  EXPECT_NE(status.message().find("dim 1"), std::string::npos) << status;
+}
+
+TEST(ModelPlanTest, RefusesNamesUsedTwiceAndLayersThatLeadNowhere) {
+  absl::Status status =
+      PlanStatus(Replace(kValid, "name: \"b\"", "name: \"a\""));
+  EXPECT_NE(status.message().find("used twice"), std::string::npos) << status;
+  status = PlanStatus(Replace(
+      kValid, "output:",
+      "layer { name: \"spare\" inputs: \"x\" mlp { units: 1 } }\noutput:"));
+  EXPECT_NE(status.message().find("\"spare\""), std::string::npos) << status;
+  EXPECT_NE(status.message().find("does not lead to the output"),
+            std::string::npos)
+      << status;
+  status = PlanStatus(Replace(kValid, "output: \"deep\"", ""));
+  EXPECT_NE(status.message().find("output"), std::string::npos) << status;
+}
+
+TEST(ModelPlanTest, ChecksTheDenseTransformsNumbers) {
+  absl::Status status = PlanStatus(
+      Replace(kValid, "columns: 1 columns: 2 }",
+              "columns: 1 columns: 2 transform: STANDARDIZE mean: 1 std: 1 }"));
+  EXPECT_NE(status.message().find("one mean and one std per column"),
+            std::string::npos)
+      << status;
+  status = PlanStatus(
+      Replace(kValid, "columns: 1 columns: 2 }",
+              "columns: 1 columns: 2 transform: BUCKETIZE boundaries: 2 "
+              "boundaries: 1 }"));
+  EXPECT_NE(status.message().find("ascending"), std::string::npos) << status;
+  status = PlanStatus(Replace(kValid, "columns: 1 columns: 2 }",
+                              "columns: 1 columns: 2 boundaries: 1 }"));
+  EXPECT_NE(status.message().find("BUCKETIZE"), std::string::npos) << status;
+}
+
+TEST(ModelPlanTest, EveryBuiltinPlansAndReadsBackFromItsText) {
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelSpec> spec =
+        BuiltinModelSpec(name, kColumns, BuiltinOptions());
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    absl::StatusOr<ParsedModelSpec> parsed =
+        ParseModelSpec(ModelSpecText(*spec));
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+    EXPECT_EQ(parsed->spec.SerializeAsString(), spec->SerializeAsString());
+    absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    EXPECT_EQ(plan->nodes()[plan->output()].width, 1);
+  }
+}
+
+TEST(ModelPlanTest, BuiltinsFitColumnsWithoutDenseOrWithoutFields) {
+  const std::vector<ColumnUse> categorical = {
+      ColumnUse::kOther, ColumnUse::kCategorical, ColumnUse::kCategorical};
+  const std::vector<ColumnUse> dense = {ColumnUse::kOther, ColumnUse::kDense,
+                                        ColumnUse::kDense};
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelSpec> spec =
+        BuiltinModelSpec(name, categorical, BuiltinOptions());
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_TRUE(ModelPlan::Create({*spec, {}}, categorical).ok()) << name;
+    spec = BuiltinModelSpec(name, dense, BuiltinOptions());
+    if (name == "deepfm" || name == "dlrm") {
+      // Nothing for the dense rows to interact with.
+      EXPECT_FALSE(spec.ok()) << name;
+      continue;
+    }
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_TRUE(ModelPlan::Create({*spec, {}}, dense).ok()) << name;
+  }
+  EXPECT_FALSE(BuiltinModelSpec("xgboost", kColumns, BuiltinOptions()).ok());
+}
+
+}  // namespace
+}  // namespace ps::model
