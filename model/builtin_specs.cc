@@ -94,6 +94,7 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
     cross->set_name(absl::StrCat("cross_", first, "_", second));
     cross->add_fields(fields[first]);
     cross->add_fields(fields[second]);
+    cross->set_pooling(options.pooling);
     wide_inputs.push_back(cross->name());
   }
   if ((deepfm || dlrm) && fields.size() + (dlrm && has_dense ? 1 : 0) < 2) {

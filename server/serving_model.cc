@@ -114,7 +114,7 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
         return absl::InvalidArgumentError(
             absl::StrCat("example ", i, ": a dense value is not finite"));
       }
-      example.dense.push_back(worker::DenseFeature(value));
+      example.dense.push_back(value);
     }
     for (size_t f = 0; f < fields; ++f) {
       const std::vector<uint64_t>& keys = features.fields[f];

@@ -49,8 +49,9 @@ void ModelInputs::Prepare(const std::vector<Example>& examples,
   for (int b = 0; b < batch; ++b) {
     const Example& example = examples[b];
     labels[b] = example.label;
-    std::copy(example.dense.begin(), example.dense.end(),
-              dense.begin() + static_cast<size_t>(b) * dense_features);
+    float* dense_row = dense.data() + static_cast<size_t>(b) * dense_features;
+    for (int d = 0; d < dense_features; ++d)
+      dense_row[d] = DenseFeature(example.dense[d]);
     for (int f = 0; f < fields; ++f) {
       index[static_cast<size_t>(b) * fields + f] =
           slot_row(example, f, &unique_keys);

@@ -19,8 +19,8 @@ void Check(absl::string_view line, const ps::worker::InputLayout& layout) {
     if (example.label != 0.0f && example.label != 1.0f) std::abort();
     if (static_cast<int>(example.dense.size()) != layout.dense_features())
       std::abort();
-    for (float value : example.dense) {
-      if (!std::isfinite(value) || value < 0.0f) std::abort();
+    for (double value : example.dense) {
+      if (!std::isfinite(value)) std::abort();
     }
     if (example.slots() != layout.slots()) std::abort();
     uint32_t previous = 0;

@@ -7,8 +7,8 @@
 // the same key (never absl::Hash or std::hash, which change between
 // processes). A missing value is the empty string: it gets a key of its own
 // per field. A cross's key hashes the pair of its fields' keys, seeded by
-// the cross's position. A dense value x becomes log(1 + max(x, 0)), and 0
-// when missing.
+// the cross's position. A dense value is kept as read (0 when missing); the
+// model transforms it (today's default: log(1 + max(x, 0)), DenseFeature()).
 
 #ifndef PS_WORKER_INPUT_FEATURES_H_
 #define PS_WORKER_INPUT_FEATURES_H_
@@ -33,7 +33,8 @@ struct Example {
   float label = 0.0f;
   // False for a line without a label (scored, not trained on); label is 0.
   bool has_label = true;
-  absl::InlinedVector<float, 16> dense;
+  // The dense columns' values as read, in file order (not transformed).
+  absl::InlinedVector<double, 16> dense;
   absl::InlinedVector<uint64_t, 32> keys;
   absl::InlinedVector<uint32_t, 32> slot_end;
   // The id column's value, verbatim (empty when the layout has none).
@@ -54,6 +55,13 @@ inline uint64_t CrossKey(uint32_t cross, uint64_t first_key,
   const uint64_t pair[2] = {first_key, second_key};
   // Seeds apart from the fields' so a cross never shares a field's hash.
   return XXH3_64bits_withSeed(pair, sizeof(pair), 0x63726f7373ULL + cross);
+}
+
+// A dense bucket's key: XXH3 of the bucket's index, seeded apart from the
+// fields' and crosses' by the dense column's position among the dense columns.
+inline uint64_t BucketKey(uint32_t dense_column, int32_t bucket) {
+  return XXH3_64bits_withSeed(&bucket, sizeof(bucket),
+                              0x6275636b6574ULL + dense_column);
 }
 
 inline float DenseFeature(double raw_value) {

@@ -13,19 +13,19 @@ const char* DelimiterName(char delimiter) {
   return delimiter == ',' ? "comma" : "tab";
 }
 
-bool ParseDense(absl::string_view raw, float* value) {
+bool ParseDense(absl::string_view raw, double* value) {
   if (raw.empty()) {
-    *value = 0.0f;
+    *value = 0.0;
     return true;
   }
   int64_t integer = 0;
   if (absl::SimpleAtoi(raw, &integer)) {
-    *value = DenseFeature(static_cast<double>(integer));
+    *value = static_cast<double>(integer);
     return true;
   }
   double real = 0;
   if (!absl::SimpleAtod(raw, &real) || !std::isfinite(real)) return false;
-  *value = DenseFeature(real);
+  *value = real;
   return true;
 }
 
@@ -81,7 +81,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         example->label = raw == "1" ? 1.0f : 0.0f;
         break;
       case ColumnKind::kDense: {
-        float value = 0;
+        double value = 0;
         if (!ParseDense(raw, &value)) {
           return absl::InvalidArgumentError(
               absl::StrCat("dense column ", c + 1, " is \"", raw,

@@ -32,7 +32,7 @@ std::vector<std::string> Cats() {
 TEST(LineParserTest, ParsesAGoodLine) {
   std::vector<std::string> ints = Ints();
   ints[0] = "";    // missing
-  ints[1] = "-2";  // negative clips to 0
+  ints[1] = "-2";  // kept as read (the model clips it)
   std::vector<std::string> cats = Cats();
   cats[5] = "";
   Example example;
@@ -40,9 +40,9 @@ TEST(LineParserTest, ParsesAGoodLine) {
   EXPECT_EQ(example.label, 1.0f);
   ASSERT_EQ(example.dense.size(), 13u);
   ASSERT_EQ(example.keys.size(), 26u);
-  EXPECT_EQ(example.dense[0], 0.0f);
-  EXPECT_EQ(example.dense[1], 0.0f);
-  EXPECT_FLOAT_EQ(example.dense[2], std::log1p(3.0f));
+  EXPECT_EQ(example.dense[0], 0.0);
+  EXPECT_EQ(example.dense[1], -2.0);
+  EXPECT_EQ(example.dense[2], 3.0);  // as read: the model transforms it
   EXPECT_EQ(example.keys[0], FeatureKey(0, "68fd1e64"));
   // The same string in another field is another key; missing has its own.
   EXPECT_NE(example.keys[0], example.keys[1]);
@@ -106,7 +106,7 @@ TEST(LineParserTest, ALineWithoutALabelIsScoredOnlyWhenAllowed) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(Parse(line, &example, LabelColumn::kOptional));
   EXPECT_FALSE(example.has_label);
-  EXPECT_FLOAT_EQ(example.dense[2], std::log1p(7.0f));
+  EXPECT_EQ(example.dense[2], 7.0);
   EXPECT_EQ(example.keys[25], FeatureKey(25, "last"));
   // A labeled line reads the same either way.
   Example labeled;
@@ -134,8 +134,8 @@ TEST(LineParserTest, ReadsAnyLayout) {
   ASSERT_OK(ParseLine("id7,a,x|y||z,2.5,,b,1", *layout, &example));
   EXPECT_EQ(example.label, 1.0f);
   ASSERT_EQ(example.dense.size(), 2u);
-  EXPECT_FLOAT_EQ(example.dense[0], std::log1p(2.5f));
-  EXPECT_EQ(example.dense[1], 0.0f);
+  EXPECT_EQ(example.dense[0], 2.5);
+  EXPECT_EQ(example.dense[1], 0.0);
   ASSERT_EQ(example.slots(), 5);
   // Field 0: one key; field 1: three (the empty value between || is not
   // one); field 2: one; cross 0:2 one key; cross 1:2 three.
@@ -202,7 +202,7 @@ TEST(LineParserTest, AValueThatDoesNotFitItsKindIsAnError) {
   ASSERT_OK(label_last);
   ASSERT_OK(ParseLine("v\t3", *label_last, &example, LabelColumn::kOptional));
   EXPECT_FALSE(example.has_label);
-  EXPECT_FLOAT_EQ(example.dense[0], std::log1p(3.0f));
+  EXPECT_EQ(example.dense[0], 3.0);
   EXPECT_EQ(example.keys[0], FeatureKey(0, "v"));
 }
 

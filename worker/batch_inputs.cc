@@ -1,0 +1,289 @@
+#include "worker/batch_inputs.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps::worker {
+namespace {
+
+using model::ColumnUse;
+using model::PlanNode;
+
+// Per column of the layout: its position among the columns of its kind
+// (categorical: the field id; dense: the dense index); -1 for the others.
+std::vector<int> PositionsByKind(const InputLayout& layout) {
+  std::vector<int> positions(layout.columns.size(), -1);
+  int categorical = 0, dense = 0;
+  for (size_t c = 0; c < layout.columns.size(); ++c) {
+    switch (layout.columns[c]) {
+      case ColumnKind::kCategorical:
+      case ColumnKind::kMulti:
+        positions[c] = categorical++;
+        break;
+      case ColumnKind::kDense:
+        positions[c] = dense++;
+        break;
+      default:
+        break;
+    }
+  }
+  return positions;
+}
+
+float Transform(const model::DenseInput& group, int column, double raw) {
+  switch (group.transform()) {
+    case model::DenseInput::IDENTITY:
+      return static_cast<float>(raw);
+    case model::DenseInput::STANDARDIZE:
+      return static_cast<float>((raw - group.mean(column)) / group.std(column));
+    default:
+      return DenseFeature(raw);
+  }
+}
+
+int32_t Bucket(const model::DenseInput& group, double raw) {
+  const auto& boundaries = group.boundaries();
+  return static_cast<int32_t>(
+      std::upper_bound(boundaries.begin(), boundaries.end(), raw) -
+      boundaries.begin());
+}
+
+}  // namespace
+
+std::vector<ColumnUse> ColumnUses(const InputLayout& layout) {
+  std::vector<ColumnUse> uses;
+  for (ColumnKind kind : layout.columns) {
+    switch (kind) {
+      case ColumnKind::kCategorical:
+      case ColumnKind::kMulti:
+        uses.push_back(ColumnUse::kCategorical);
+        break;
+      case ColumnKind::kDense:
+        uses.push_back(ColumnUse::kDense);
+        break;
+      default:
+        uses.push_back(ColumnUse::kOther);
+    }
+  }
+  return uses;
+}
+
+absl::Status LayoutForPlan(const model::ModelPlan& plan, InputLayout* layout) {
+  const std::vector<int> positions = PositionsByKind(*layout);
+  std::vector<std::pair<int, int>> crosses;
+  const model::ModelSpec& spec = plan.spec();
+  for (const model::Cross& cross : spec.cross()) {
+    int fields[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      for (const model::Field& field : spec.field()) {
+        if (field.name() == cross.fields(i))
+          fields[i] = positions[field.column()];
+      }
+    }
+    crosses.emplace_back(fields[0], fields[1]);
+  }
+  if (!layout->crosses.empty() && layout->crosses != crosses) {
+    return absl::InvalidArgumentError(
+        "--crosses and the model spec's crosses differ: the spec declares "
+        "its crosses (leave --crosses out)");
+  }
+  layout->crosses = std::move(crosses);
+  return absl::OkStatus();
+}
+
+BatchInputs::BatchInputs(const model::ModelPlan* plan,
+                         const InputLayout& layout)
+    : plan_(*plan) {
+  const std::vector<int> positions = PositionsByKind(layout);
+  const model::ModelSpec& spec = plan_.spec();
+  const int fields = layout.fields();
+  tables.resize(spec.table_size());
+  for (int t = 0; t < spec.table_size(); ++t)
+    tables[t].dim = plan_.table_dim(t);
+  for (const model::Lookup& lookup : plan_.lookups()) {
+    const PlanNode& node = plan_.nodes()[lookup.node];
+    SlotSource source;
+    switch (node.kind) {
+      case PlanNode::Kind::kField: {
+        const model::Field& field = spec.field(node.index);
+        source.example_slot = positions[field.column()];
+        source.pooling = field.pooling();
+        break;
+      }
+      case PlanNode::Kind::kCross:
+        source.example_slot = fields + node.index;
+        source.pooling = spec.cross(node.index).pooling();
+        break;
+      default:  // bucketized
+        source.dense_column =
+            positions[spec.dense(node.index).columns(lookup.slot)];
+    }
+    sources_.push_back(source);
+  }
+  for (int node : plan_.dense_nodes()) {
+    std::vector<int> columns;
+    for (int column : spec.dense(plan_.nodes()[node].index).columns()) {
+      columns.push_back(positions[column]);
+    }
+    dense_columns_.push_back(std::move(columns));
+  }
+}
+
+void BatchInputs::Prepare(const std::vector<Example>& examples) {
+  batch = static_cast<int>(examples.size());
+  const std::vector<model::Lookup>& lookups = plan_.lookups();
+  const model::ModelSpec& spec = plan_.spec();
+  labels.resize(batch);
+  for (int b = 0; b < batch; ++b) labels[b] = examples[b].label;
+  for (TableRows& table : tables) {
+    table.keys.clear();
+    table.members.clear();
+    table.pool_end.clear();
+    table.scale.clear();
+    table.max.clear();
+  }
+  lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
+  // Per table, the position of each key among its keys.
+  std::vector<absl::flat_hash_map<uint64_t, int32_t>> positions(tables.size());
+  const auto position_of = [&](size_t t, uint64_t key) {
+    auto [it, inserted] = positions[t].try_emplace(
+        key, static_cast<int32_t>(tables[t].keys.size()));
+    if (inserted) tables[t].keys.push_back(key);
+    return it->second;
+  };
+  // A pooled row is written -(pool + 1) until the table's keys are counted.
+  for (size_t l = 0; l < lookups.size(); ++l) {
+    const size_t t = lookups[l].table;
+    const SlotSource& source = sources_[l];
+    TableRows& table = tables[t];
+    int32_t* index = &lookup_index[l * batch];
+    for (int b = 0; b < batch; ++b) {
+      const Example& example = examples[b];
+      if (source.example_slot < 0) {
+        const model::DenseInput& group =
+            spec.dense(plan_.nodes()[lookups[l].node].index);
+        index[b] = position_of(
+            t, BucketKey(source.dense_column,
+                         Bucket(group, example.dense[source.dense_column])));
+        continue;
+      }
+      const uint32_t begin = example.slot_begin(source.example_slot);
+      const uint32_t end = example.slot_end[source.example_slot];
+      if (end - begin == 1) {
+        index[b] = position_of(t, example.keys[begin]);
+        continue;
+      }
+      for (uint32_t k = begin; k < end; ++k)
+        table.members.push_back(position_of(t, example.keys[k]));
+      table.pool_end.push_back(static_cast<uint32_t>(table.members.size()));
+      table.scale.push_back(source.pooling == model::Field::MEAN
+                                ? 1.0f / static_cast<float>(end - begin)
+                                : 1.0f);
+      table.max.push_back(source.pooling == model::Field::MAX);
+      index[b] = -static_cast<int32_t>(table.pool_end.size());
+    }
+  }
+  for (size_t l = 0; l < lookups.size(); ++l) {
+    const int32_t fetched =
+        static_cast<int32_t>(tables[lookups[l].table].keys.size());
+    int32_t* index = &lookup_index[l * batch];
+    for (int b = 0; b < batch; ++b) {
+      if (index[b] < 0) index[b] = fetched + (-index[b] - 1);
+    }
+  }
+  for (TableRows& table : tables) {
+    table.rows.resize(table.row_count() * table.dim);
+    table.argmax.resize(table.pool_end.size() * table.dim);
+  }
+  dense.resize(dense_columns_.size());
+  for (size_t d = 0; d < dense_columns_.size(); ++d) {
+    const std::vector<int>& columns = dense_columns_[d];
+    const model::DenseInput& group =
+        spec.dense(plan_.nodes()[plan_.dense_nodes()[d]].index);
+    dense[d].resize(static_cast<size_t>(batch) * columns.size());
+    float* out = dense[d].data();
+    for (int b = 0; b < batch; ++b) {
+      for (size_t c = 0; c < columns.size(); ++c) {
+        *out++ = Transform(group, c, examples[b].dense[columns[c]]);
+      }
+    }
+  }
+}
+
+void BatchInputs::PoolRows() {
+  for (TableRows& table : tables) {
+    const int dim = table.dim;
+    const size_t fetched = table.keys.size();
+    for (size_t p = 0; p < table.pool_end.size(); ++p) {
+      float* pooled = &table.rows[(fetched + p) * dim];
+      if (table.max[p]) {
+        int32_t* argmax = &table.argmax[p * dim];
+        std::fill(pooled, pooled + dim,
+                  -std::numeric_limits<float>::infinity());
+        for (uint32_t m = table.pool_begin(p); m < table.pool_end[p]; ++m) {
+          const int32_t member = table.members[m];
+          const float* row = &table.rows[static_cast<size_t>(member) * dim];
+          for (int d = 0; d < dim; ++d) {
+            if (row[d] > pooled[d]) {
+              pooled[d] = row[d];
+              argmax[d] = member;
+            }
+          }
+        }
+        continue;
+      }
+      std::fill(pooled, pooled + dim, 0.0f);
+      for (uint32_t m = table.pool_begin(p); m < table.pool_end[p]; ++m) {
+        const float* row =
+            &table.rows[static_cast<size_t>(table.members[m]) * dim];
+        for (int d = 0; d < dim; ++d) pooled[d] += row[d];
+      }
+      for (int d = 0; d < dim; ++d) pooled[d] *= table.scale[p];
+    }
+  }
+}
+
+void BatchInputs::FoldPooledGradients(
+    std::vector<std::vector<float>>* table_grads) const {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableRows& table = tables[t];
+    std::vector<float>& grads = (*table_grads)[t];
+    const int dim = table.dim;
+    const size_t fetched = table.keys.size();
+    for (size_t p = 0; p < table.pool_end.size(); ++p) {
+      const float* pooled = &grads[(fetched + p) * dim];
+      if (table.max[p]) {
+        const int32_t* argmax = &table.argmax[p * dim];
+        for (int d = 0; d < dim; ++d)
+          grads[static_cast<size_t>(argmax[d]) * dim + d] += pooled[d];
+        continue;
+      }
+      const float scale = table.scale[p];
+      for (uint32_t m = table.pool_begin(p); m < table.pool_end[p]; ++m) {
+        float* member = &grads[static_cast<size_t>(table.members[m]) * dim];
+        for (int d = 0; d < dim; ++d) member[d] += pooled[d] * scale;
+      }
+    }
+    grads.resize(fetched * dim);
+  }
+}
+
+model::GraphInputs BatchInputs::Inputs() const {
+  model::GraphInputs in;
+  in.batch = batch;
+  in.labels = labels.data();
+  for (const TableRows& table : tables) {
+    in.table_rows.push_back(table.rows.data());
+    in.table_row_counts.push_back(static_cast<int>(table.row_count()));
+  }
+  in.lookup_index = lookup_index.data();
+  for (const auto& group : dense) in.dense_inputs.push_back(group.data());
+  for (const auto& params : dense_params)
+    in.dense_params.push_back(params.data());
+  return in;
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,114 @@
+// File: worker/batch_inputs.h
+//
+// One batch as a model graph's step takes it (model/model_graph.h), built
+// from parsed examples for a planned spec: for each table of the spec, the
+// batch's distinct keys to fetch (from the shards when training, from an
+// export when scoring) and, after them, one pooled row per (example, slot)
+// that holds several keys; each lookup's row per example; each dense group
+// transformed; the labels. The trainer and the scorers build their steps
+// the same way from it.
+//
+// Keys per slot: a field's are its column's (features.h), a cross's the
+// layout's cross of it (LayoutForPlan() puts the spec's crosses in the
+// layout, in spec order), a bucketized group's one BucketKey() per column.
+// A multi field's rows pool by the field's pooling: SUM, MEAN, or MAX (per
+// dimension; the gradient goes to the row that held the maximum).
+//
+// Not thread-safe: one batch, one owner. The plan must outlive it.
+
+#ifndef PS_WORKER_BATCH_INPUTS_H_
+#define PS_WORKER_BATCH_INPUTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/model_graph.h"
+#include "model/model_plan.h"
+#include "worker/input/features.h"
+#include "worker/input/input_layout.h"
+
+namespace ps::worker {
+
+// The layout's columns as a spec sees them.
+std::vector<model::ColumnUse> ColumnUses(const InputLayout& layout);
+
+// `layout` with the spec's crosses (in spec order) as its crosses, so that
+// parsed examples hold their keys. INVALID_ARGUMENT if the layout already
+// has other crosses (--crosses with a spec that declares its own).
+absl::Status LayoutForPlan(const model::ModelPlan& plan, InputLayout* layout);
+
+class BatchInputs {
+ public:
+  // One table's rows for the batch.
+  struct TableRows {
+    // The keys to fetch, distinct.
+    std::vector<uint64_t> keys;
+    // keys.size() fetched rows, then one per pool; dim floats each.
+    std::vector<float> rows;
+    // Pool p holds the rows members[pool_begin(p), pool_end[p]) (positions
+    // among the fetched rows), summed then scaled by scale[p], or their
+    // maximum (max[p]).
+    std::vector<int32_t> members;
+    std::vector<uint32_t> pool_end;
+    std::vector<float> scale;
+    std::vector<bool> max;
+    // For MAX pools, after PoolRows(): per pool and dimension, the member
+    // row that held the maximum.
+    std::vector<int32_t> argmax;
+    int dim = 0;
+
+    uint32_t pool_begin(size_t pool) const {
+      return pool == 0 ? 0 : pool_end[pool - 1];
+    }
+    size_t row_count() const { return keys.size() + pool_end.size(); }
+  };
+
+  explicit BatchInputs(const model::ModelPlan* plan, const InputLayout& layout);
+
+  // Fills everything but the fetched rows and dense parameters from
+  // `examples` (parsed with the layout given at construction, which
+  // LayoutForPlan() fitted), and sizes the row buffers.
+  void Prepare(const std::vector<Example>& examples);
+
+  // After the fetch: computes the pooled rows.
+  void PoolRows();
+
+  // After the step: adds each pooled row's gradient to its members' (all of
+  // them for SUM and MEAN, scaled; the maximum's for MAX) and truncates each
+  // table's gradient to its fetched rows, so that they line up with keys.
+  void FoldPooledGradients(std::vector<std::vector<float>>* table_grads) const;
+
+  // The step's view of this batch; points into it.
+  model::GraphInputs Inputs() const;
+
+  int batch = 0;
+  // Per table of the spec.
+  std::vector<TableRows> tables;
+  // lookups x batch, lookup-major (model::GraphInputs).
+  std::vector<int32_t> lookup_index;
+  // Per dense group (plan.dense_nodes()): batch x columns, transformed.
+  std::vector<std::vector<float>> dense;
+  std::vector<float> labels;
+  // Per dense tensor, padded to whole chunks.
+  std::vector<std::vector<float>> dense_params;
+
+ private:
+  // Where a node's slot's keys are in an example.
+  struct SlotSource {
+    // Example slot (fields then crosses), or -1 for a bucketized group.
+    int example_slot = -1;
+    // Bucketized: the column's position among the dense columns.
+    int dense_column = -1;
+    model::Field::Pooling pooling = model::Field::SUM;
+  };
+  // Per dense group: per column, its position among the dense columns.
+  std::vector<std::vector<int>> dense_columns_;
+  // Per lookup.
+  std::vector<SlotSource> sources_;
+  const model::ModelPlan& plan_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_BATCH_INPUTS_H_

@@ -1,0 +1,183 @@
+#include "worker/batch_inputs.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/builtin_specs.h"
+#include "worker/input/line_parser.h"
+
+namespace ps::worker {
+namespace {
+
+// label, two dense columns, a cat field, a multi field.
+constexpr char kColumns[] = "label,dense*2,cat,multi";
+
+// Two tables; the multi field pools by MAX into "emb" and by MEAN (as a
+// cross's part, through the cross's own pooling) into "wide"; the first
+// dense column bucketized, both standardized.
+constexpr char kSpec[] = R"(
+name: "m"
+table { name: "emb" dim: 2 }
+table { name: "wide" dim: 1 }
+field { name: "c" column: 3 }
+field { name: "m" column: 4 pooling: MAX }
+cross { name: "c_x_m" fields: "c" fields: "m" pooling: MEAN }
+dense { name: "d" columns: 1 columns: 2 transform: STANDARDIZE
+        mean: 1 mean: 10 std: 2 std: 5 }
+dense { name: "b" columns: 1 transform: BUCKETIZE boundaries: 2
+        boundaries: 4 }
+layer { name: "e" inputs: "c" inputs: "m" inputs: "b"
+        embedding { table: "emb" } }
+layer { name: "w" inputs: "c" inputs: "c_x_m" wide { table: "wide" } }
+layer { name: "x" inputs: "e" inputs: "d" concat {} }
+layer { name: "deep" inputs: "x" mlp { units: 1 } }
+layer { name: "out" inputs: "deep" inputs: "w" add {} }
+output: "out"
+)";
+
+struct Fixture {
+  Fixture() {
+    layout = *MakeInputLayout("csv", false, kColumns, "|", "sum", "");
+    auto parsed = model::ParseModelSpec(kSpec);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    auto planned = model::ModelPlan::Create(*parsed, ColumnUses(layout));
+    EXPECT_TRUE(planned.ok()) << planned.status();
+    plan = *std::move(planned);
+    EXPECT_TRUE(LayoutForPlan(plan, &layout).ok());
+  }
+  std::vector<Example> Parse(const std::vector<std::string>& lines) const {
+    std::vector<Example> examples(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i)
+      EXPECT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok()) << lines[i];
+    return examples;
+  }
+
+  InputLayout layout;
+  model::ModelPlan plan;
+};
+
+TEST(BatchInputsTest, LayoutForPlanTakesTheSpecsCrosses) {
+  Fixture fixture;
+  ASSERT_EQ(fixture.layout.crosses.size(), 1u);
+  EXPECT_EQ(fixture.layout.crosses[0], std::make_pair(0, 1));
+  InputLayout other =
+      *MakeInputLayout("csv", false, kColumns, "|", "sum", "1:0");
+  EXPECT_EQ(LayoutForPlan(fixture.plan, &other).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BatchInputsTest, LooksUpEachSlotInItsTable) {
+  Fixture fixture;
+  BatchInputs inputs(&fixture.plan, fixture.layout);
+  inputs.Prepare(fixture.Parse({"1,1,10,a,x|y", "0,3,15,a,y", "1,5,0,b,x|x"}));
+  ASSERT_EQ(inputs.batch, 3);
+  EXPECT_EQ(inputs.labels, (std::vector<float>{1, 0, 1}));
+  // Lookups: emb: c, m, b; wide: c, c_x_m.
+  ASSERT_EQ(fixture.plan.lookups().size(), 5u);
+  const BatchInputs::TableRows& emb = inputs.tables[0];
+  // c: a, b; m: x, y; b: buckets 0, 1, 2.
+  EXPECT_EQ(emb.keys.size(), 7u);
+  EXPECT_EQ(emb.pool_end.size(), 2u);  // m of examples 0 and 2
+  EXPECT_EQ(emb.rows.size(), (7u + 2u) * 2);
+  const auto index = [&](int lookup, int example) {
+    return inputs.lookup_index[lookup * 3 + example];
+  };
+  EXPECT_EQ(index(0, 0), index(0, 1));  // a twice
+  EXPECT_NE(index(0, 0), index(0, 2));
+  EXPECT_EQ(index(1, 0), 7);  // the first pool
+  EXPECT_EQ(index(1, 2), 8);
+  EXPECT_LT(index(1, 1), 7);  // y alone
+  // Buckets of 1, 3, 5 under boundaries 2, 4: three keys.
+  EXPECT_EQ(emb.keys[index(2, 0)], BucketKey(0, 0));
+  EXPECT_EQ(emb.keys[index(2, 1)], BucketKey(0, 1));
+  EXPECT_EQ(emb.keys[index(2, 2)], BucketKey(0, 2));
+  const BatchInputs::TableRows& wide = inputs.tables[1];
+  // c: a, b; crosses: (a,x), (a,y) pooled, (a,y) alone, (b,x) twice pooled:
+  // a, b, (a,x), (a,y), (b,x).
+  EXPECT_EQ(wide.keys.size(), 5u);
+  EXPECT_EQ(wide.pool_end.size(), 2u);
+  EXPECT_EQ(wide.scale, (std::vector<float>{0.5f, 0.5f}));
+  // The dense group, standardized per column.
+  ASSERT_EQ(inputs.dense.size(), 1u);
+  EXPECT_EQ(inputs.dense[0], (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f, 2.0f,
+                                                 -2.0f}));
+}
+
+TEST(BatchInputsTest, MaxPoolsPerDimensionAndFoldsToTheMaximum) {
+  Fixture fixture;
+  BatchInputs inputs(&fixture.plan, fixture.layout);
+  inputs.Prepare(fixture.Parse({"1,1,10,a,x|y"}));
+  BatchInputs::TableRows& emb = inputs.tables[0];
+  const int32_t x = inputs.lookup_index[1] == 0 ? -1 : emb.members[0];
+  const int32_t y = emb.members[1];
+  ASSERT_GE(x, 0);
+  // x = (1, -5), y = (3, -7): the maximum takes x's second and y's first.
+  std::fill(emb.rows.begin(), emb.rows.end(), 0.0f);
+  emb.rows[x * 2] = 1;
+  emb.rows[x * 2 + 1] = -5;
+  emb.rows[y * 2] = 3;
+  emb.rows[y * 2 + 1] = -7;
+  inputs.PoolRows();
+  const size_t pooled = emb.keys.size() * 2;
+  EXPECT_EQ(emb.rows[pooled], 3);
+  EXPECT_EQ(emb.rows[pooled + 1], -5);
+  std::vector<std::vector<float>> grads = {
+      std::vector<float>(emb.rows.size(), 0.0f),
+      std::vector<float>(inputs.tables[1].row_count(), 0.0f)};
+  grads[0][pooled] = 10;
+  grads[0][pooled + 1] = 20;
+  inputs.FoldPooledGradients(&grads);
+  ASSERT_EQ(grads[0].size(), emb.keys.size() * 2);
+  EXPECT_EQ(grads[0][y * 2], 10);
+  EXPECT_EQ(grads[0][x * 2 + 1], 20);
+  EXPECT_EQ(grads[0][x * 2], 0);
+  EXPECT_EQ(grads[0][y * 2 + 1], 0);
+}
+
+TEST(BatchInputsTest, MeanPoolsAndFoldsScaled) {
+  Fixture fixture;
+  BatchInputs inputs(&fixture.plan, fixture.layout);
+  inputs.Prepare(fixture.Parse({"1,1,10,a,x|y"}));
+  BatchInputs::TableRows& wide = inputs.tables[1];
+  // Keys: a, then the crosses (a,x) and (a,y), pooled by MEAN.
+  ASSERT_EQ(wide.keys.size(), 3u);
+  ASSERT_EQ(wide.pool_end.size(), 1u);
+  wide.rows = {100, 4, 8, 0};
+  inputs.PoolRows();
+  EXPECT_EQ(wide.rows[3], 6);
+  std::vector<std::vector<float>> grads = {
+      std::vector<float>(inputs.tables[0].rows.size(), 0.0f), {0, 0, 0, 2}};
+  inputs.FoldPooledGradients(&grads);
+  EXPECT_EQ(grads[1], (std::vector<float>{0, 1, 1}));
+}
+
+TEST(BatchInputsTest, BuiltinsReadTheLayoutsFieldsAndLog1pDense) {
+  InputLayout layout = *MakeInputLayout("csv", false, kColumns, "|", "mean",
+                                        "0:1");
+  model::BuiltinOptions options;
+  options.crosses = layout.crosses;
+  options.pooling = model::Field::MEAN;
+  auto spec =
+      model::BuiltinModelSpec("wide_deep", ColumnUses(layout), options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = model::ModelPlan::Create({*spec, {}}, ColumnUses(layout));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(LayoutForPlan(*plan, &layout).ok());
+  BatchInputs inputs(&*plan, layout);
+  std::vector<Example> examples(1);
+  ASSERT_TRUE(ParseLine("1,3,-2,a,x|y", layout, &examples[0]).ok());
+  inputs.Prepare(examples);
+  ASSERT_EQ(inputs.dense.size(), 1u);
+  EXPECT_FLOAT_EQ(inputs.dense[0][0], std::log1p(3.0f));
+  EXPECT_EQ(inputs.dense[0][1], 0.0f);
+  // embedding: a, x, y + one pool; wide: the same and the cross pool.
+  EXPECT_EQ(inputs.tables[0].keys.size(), 3u);
+  EXPECT_EQ(inputs.tables[0].pool_end.size(), 1u);
+  EXPECT_EQ(inputs.tables[1].keys.size(), 5u);
+  EXPECT_EQ(inputs.tables[1].pool_end.size(), 2u);
+}
+
+}  // namespace
+}  // namespace ps::worker
