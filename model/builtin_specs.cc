@@ -114,17 +114,16 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
   std::vector<int> top = options.hidden;
   top.push_back(1);
   std::vector<std::string> logit_terms;
-  // The wide part: lr, wide_deep, deepfm.
+  // The wide part of lr, wide_deep and deepfm: a weight per key and per
+  // dense feature, and a bias. (Its tensors, wide.dense_weights and
+  // wide.bias, and the MLP's, mlp.<l>.weights and .bias, keep the names
+  // these models' tables had before specs, so that their checkpoints and
+  // exports load.)
   if (lr || wide_deep || deepfm) {
-    if (!wide_inputs.empty()) {
-      AddTable(&spec, "wide", 1, 0.0f, options.wide_optimizer);
-      NewLayer(&spec, "wide", wide_inputs)->mutable_wide()->set_table("wide");
-      logit_terms.push_back("wide");
-    }
-    if (has_dense) {
-      AddMlp(&spec, "linear", "dense", {1})->set_weight_init(MlpLayer::ZEROS);
-      logit_terms.push_back("linear");
-    }
+    AddTable(&spec, "wide", 1, 0.0f, options.wide_optimizer);
+    if (has_dense) wide_inputs.push_back("dense");
+    NewLayer(&spec, "wide", wide_inputs)->mutable_wide()->set_table("wide");
+    logit_terms.push_back("wide");
   }
   // The deep input: the embeddings and the dense group side by side.
   std::string deep_input;
@@ -137,8 +136,8 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
     }
   }
   if (wide_deep || deepfm) {
-    AddMlp(&spec, "deep", deep_input, top);
-    logit_terms.push_back("deep");
+    AddMlp(&spec, "mlp", deep_input, top);
+    logit_terms.push_back("mlp");
   }
   if (deepfm) {
     NewLayer(&spec, "fm", {"embedding"})->mutable_fm();

@@ -4,7 +4,8 @@
 // log's columns: every cat and multi column is a field, the dense columns
 // one LOG1P group. docs/models.md draws each.
 //
-//   lr         wide(fields, crosses) + linear(dense)
+//   lr         wide(fields, crosses, dense): a weight per key and per dense
+//              feature, and a bias
 //   wide_deep  lr + mlp(concat(embedding(fields), dense), hidden..., 1)
 //   deepfm     wide_deep + fm(embedding(fields))
 //   dcn_v2     mlp(cross(concat(embedding(fields), dense)), hidden..., 1)

@@ -199,8 +199,17 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
       if (layer.has_wide())
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
       int column = 0;
+      int tensor = plan_.FirstTensor(n);
       for (int input : node.inputs) {
-        for (int slot = 0; slot < plan_.nodes()[input].slots; ++slot) {
+        const PlanNode& input_node = plan_.nodes()[input];
+        if (!input_node.categorical()) {
+          // The wide layer's dense part: value += x w.
+          MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+              false, false, batch, 1, input_node.width, 1.0f, Value(input),
+              input_node.width, params_[tensor++].data, 1, 1.0f, value, 1));
+          continue;
+        }
+        for (int slot = 0; slot < input_node.slots; ++slot) {
           const int32_t* index =
               LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
           if (layer.has_wide()) {
@@ -213,6 +222,10 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
             column += node.row_dim;
           }
         }
+      }
+      if (layer.has_wide()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
+            value, params_[tensor].data, batch, 1, false));
       }
       return absl::OkStatus();
     }
@@ -385,8 +398,25 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
     case Layer::kWide: {
       float* grads = table_grads_[node.table].data;
       int column = 0;
+      int tensor = plan_.FirstTensor(n);
       for (int input : node.inputs) {
-        for (int slot = 0; slot < plan_.nodes()[input].slots; ++slot) {
+        const PlanNode& input_node = plan_.nodes()[input];
+        if (!input_node.categorical()) {
+          // dw = x^T g; dx += g w^T.
+          MODEL_RETURN_IF_KERNEL_ERROR(
+              backend_->Gemm(true, false, input_node.width, 1, batch, 1.0f,
+                             Value(input), input_node.width, gradient, 1, 0.0f,
+                             param_grads_[tensor].data, 1));
+          if (trained(input)) {
+            MODEL_RETURN_IF_KERNEL_ERROR(
+                backend_->Gemm(false, true, batch, input_node.width, 1, 1.0f,
+                               gradient, 1, params_[tensor].data, 1, 1.0f,
+                               nodes_[input].gradient.data, input_node.width));
+          }
+          ++tensor;
+          continue;
+        }
+        for (int slot = 0; slot < input_node.slots; ++slot) {
           const int32_t* index =
               LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
           if (layer.has_wide()) {
@@ -399,6 +429,10 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
             column += node.row_dim;
           }
         }
+      }
+      if (layer.has_wide()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->ColumnSums(
+            gradient, batch, 1, param_grads_[tensor].data));
       }
       return absl::OkStatus();
     }

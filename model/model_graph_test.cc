@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/ctr_model.h"
 #include "kernels/forwarding_backend.h"
 #include "model/builtin_specs.h"
 #include "model/model_plan.h"
@@ -234,6 +235,11 @@ layer { name: "out" inputs: "bottom" mlp { units: 1 } }
 output: "out")"},
     {"wide_with_a_cross", R"(
 layer { name: "out" inputs: "f0" inputs: "f3" inputs: "f0_x_f1"
+        wide { table: "wide" } }
+output: "out")"},
+    {"wide_with_dense", R"(
+layer { name: "projected" inputs: "dense" mlp { units: 4 } }
+layer { name: "out" inputs: "f0" inputs: "projected" inputs: "f0_x_f1"
         wide { table: "wide" } }
 output: "out")"},
     {"concat", R"(
@@ -483,6 +489,117 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.layer_case) + "_" +
              std::to_string(static_cast<int>(info.param.kernel));
     });
+
+// lr, wide_deep and deepfm as specs compute what kernels::CtrModel computes
+// for them, given the same rows and dense tensors (in the same order, under
+// the same names).
+TEST(ModelGraphTest, LegacyBuiltinsMatchCtrModel) {
+  const std::pair<const char*, kernels::ModelKind> kLegacy[] = {
+      {"lr", kernels::ModelKind::kLogisticRegression},
+      {"wide_deep", kernels::ModelKind::kWideDeep},
+      {"deepfm", kernels::ModelKind::kDeepFm}};
+  for (const auto& [name, kind] : kLegacy) {
+    BuiltinOptions options;
+    options.embedding_dim = 4;
+    options.hidden = {6, 5};
+    options.crosses = {{0, 2}};
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    kernels::ModelConfig config;
+    config.kind = kind;
+    config.fields = 4;
+    config.dense_features = 3;
+    config.crosses = 1;
+    config.embedding_dim = 4;
+    config.hidden = {6, 5};
+    const std::vector<kernels::DenseTensorSpec> tensors =
+        kernels::DenseTensors(config);
+    ASSERT_EQ(tensors.size(), plan->dense_tensors().size()) << name;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      EXPECT_EQ(plan->dense_tensors()[t].name, tensors[t].name) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].rows, tensors[t].rows) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].cols, tensors[t].cols) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].init_scale, tensors[t].init_scale)
+          << name;
+    }
+
+    const int batch = 11;
+    const Step step = RandomStep(*plan, batch, 9);
+    auto cpu = kernels::NewCpuBackend();
+    ModelGraph graph(&*plan, cpu.get());
+    GraphOutputs graph_outputs;
+    ASSERT_TRUE(graph.TrainStep(step.Inputs(), &graph_outputs).ok());
+
+    // The same step for CtrModel: index batch x fields into the embedding
+    // rows, wide_index batch x (fields + crosses) into the wide rows.
+    int embedding = -1, wide = -1;
+    for (int t = 0; t < plan->spec().table_size(); ++t) {
+      if (plan->spec().table(t).name() == "embedding") embedding = t;
+      if (plan->spec().table(t).name() == "wide") wide = t;
+    }
+    ASSERT_GE(wide, 0);
+    std::vector<int32_t> index(batch * 4), wide_index(batch * 5);
+    for (size_t l = 0; l < plan->lookups().size(); ++l) {
+      const Lookup& lookup = plan->lookups()[l];
+      const int slot = lookup.node;  // fields 0-3, then the cross (4)
+      for (int b = 0; b < batch; ++b) {
+        const int32_t row = step.lookup_index[l * batch + b];
+        if (lookup.table == embedding) index[b * 4 + slot] = row;
+        if (lookup.table == wide) wide_index[b * 5 + slot] = row;
+      }
+    }
+    kernels::StepInputs in;
+    in.batch = batch;
+    in.num_unique = embedding >= 0 ? step.row_counts[embedding] : 0;
+    in.index = index.data();
+    in.wide_index = wide_index.data();
+    in.num_wide_rows = step.row_counts[wide];
+    in.dense = step.dense_inputs[0].data();
+    in.labels = step.labels.data();
+    if (embedding >= 0) in.embedding_rows = step.table_rows[embedding].data();
+    in.wide_rows = step.table_rows[wide].data();
+    for (const auto& param : step.params)
+      in.dense_params.push_back(param.data());
+    if (embedding < 0) {
+      // lr has no embedding rows; CtrModel indexes none.
+      std::fill(index.begin(), index.end(), 0);
+      in.num_unique = 1;
+    }
+    kernels::CtrModel model(config, cpu.get());
+    kernels::StepOutputs expected;
+    ASSERT_TRUE(model.TrainStep(in, &expected).ok());
+    EXPECT_NEAR(graph_outputs.loss_sum, expected.loss_sum, 1e-5) << name;
+    for (int b = 0; b < batch; ++b) {
+      EXPECT_NEAR(graph_outputs.probabilities[b], expected.probabilities[b],
+                  1e-6)
+          << name;
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      for (size_t i = 0; i < tensors[t].size(); ++i) {
+        EXPECT_NEAR(graph_outputs.dense_grads[t][i], expected.dense_grads[t][i],
+                    1e-6)
+            << name << " " << tensors[t].name << "[" << i << "]";
+      }
+    }
+    for (size_t i = 0; i < expected.wide_grads.size(); ++i) {
+      EXPECT_NEAR(graph_outputs.table_grads[wide][i], expected.wide_grads[i],
+                  1e-6)
+          << name;
+    }
+    if (embedding >= 0) {
+      ASSERT_EQ(graph_outputs.table_grads[embedding].size(),
+                expected.embedding_grads.size());
+      for (size_t i = 0; i < expected.embedding_grads.size(); ++i) {
+        EXPECT_NEAR(graph_outputs.table_grads[embedding][i],
+                    expected.embedding_grads[i], 1e-6)
+            << name;
+      }
+    }
+  }
+}
 
 TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
   BuiltinOptions options;

@@ -377,18 +377,16 @@ absl::Status Planner::ShapeLayer(int node_index) {
     categorical_inputs += nodes_[input].categorical() ? 1 : 0;
   }
   const bool reads_keys = layer.has_embedding() || layer.has_wide();
-  if (reads_keys &&
-      categorical_inputs != static_cast<int>(node.inputs.size())) {
+  const int dense_inputs =
+      static_cast<int>(node.inputs.size()) - categorical_inputs;
+  if (layer.has_embedding() && dense_inputs > 0) {
     return Error("layer", node.name,
-                 absl::StrCat(kind,
-                              " reads fields, crosses and bucketized dense "
-                              "groups only"));
+                 "embedding reads fields, crosses and bucketized dense "
+                 "groups only");
   }
-  if (!reads_keys && categorical_inputs > 0) {
+  if (layer.has_wide() && dense_inputs > 1) {
     return Error("layer", node.name,
-                 absl::StrCat(kind,
-                              " cannot read keys: put an embedding or wide "
-                              "layer between it and the fields"));
+                 "wide reads keys and at most one dense input");
   }
   if (reads_keys) {
     const std::string& table = layer.has_embedding() ? layer.embedding().table()
@@ -412,6 +410,12 @@ absl::Status Planner::ShapeLayer(int node_index) {
     node.width = layer.has_embedding() ? slots * dim : 1;
     node.trained = true;
     return absl::OkStatus();
+  }
+  if (categorical_inputs > 0) {
+    return Error("layer", node.name,
+                 absl::StrCat(kind,
+                              " cannot read keys: put an embedding or wide "
+                              "layer between it and the fields"));
   }
   const auto one_input = [&]() -> absl::Status {
     if (node.inputs.size() != 1) {
@@ -541,6 +545,15 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
     if (node.kind == PlanNode::Kind::kDense) dense_nodes->push_back(n);
     if (node.kind != PlanNode::Kind::kLayer) continue;
     const Layer& layer = spec_.layer(node.index);
+    if (layer.has_wide()) {
+      (*first_tensor)[n] = tensors->size();
+      for (int input : node.inputs) {
+        if (nodes_[input].categorical()) continue;
+        tensors->push_back({absl::StrCat(node.name, ".dense_weights"),
+                            nodes_[input].width, 1, 0.0f});
+      }
+      tensors->push_back({absl::StrCat(node.name, ".bias"), 1, 1, 0.0f});
+    }
     if (node.table >= 0) {
       for (int input : node.inputs) {
         for (int slot = 0; slot < nodes_[input].slots; ++slot) {
