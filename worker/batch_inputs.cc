@@ -96,15 +96,15 @@ absl::Status LayoutForPlan(const model::ModelPlan& plan, InputLayout* layout) {
 
 BatchInputs::BatchInputs(const model::ModelPlan* plan,
                          const InputLayout& layout)
-    : plan_(*plan) {
+    : plan_(plan) {
   const std::vector<int> positions = PositionsByKind(layout);
-  const model::ModelSpec& spec = plan_.spec();
+  const model::ModelSpec& spec = plan_->spec();
   const int fields = layout.fields();
   tables.resize(spec.table_size());
   for (int t = 0; t < spec.table_size(); ++t)
-    tables[t].dim = plan_.table_dim(t);
-  for (const model::Lookup& lookup : plan_.lookups()) {
-    const PlanNode& node = plan_.nodes()[lookup.node];
+    tables[t].dim = plan_->table_dim(t);
+  for (const model::Lookup& lookup : plan_->lookups()) {
+    const PlanNode& node = plan_->nodes()[lookup.node];
     SlotSource source;
     switch (node.kind) {
       case PlanNode::Kind::kField: {
@@ -123,9 +123,9 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
     }
     sources_.push_back(source);
   }
-  for (int node : plan_.dense_nodes()) {
+  for (int node : plan_->dense_nodes()) {
     std::vector<int> columns;
-    for (int column : spec.dense(plan_.nodes()[node].index).columns()) {
+    for (int column : spec.dense(plan_->nodes()[node].index).columns()) {
       columns.push_back(positions[column]);
     }
     dense_columns_.push_back(std::move(columns));
@@ -134,8 +134,8 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
 
 void BatchInputs::Prepare(const std::vector<Example>& examples) {
   batch = static_cast<int>(examples.size());
-  const std::vector<model::Lookup>& lookups = plan_.lookups();
-  const model::ModelSpec& spec = plan_.spec();
+  const std::vector<model::Lookup>& lookups = plan_->lookups();
+  const model::ModelSpec& spec = plan_->spec();
   labels.resize(batch);
   for (int b = 0; b < batch; ++b) labels[b] = examples[b].label;
   for (TableRows& table : tables) {
@@ -164,7 +164,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
       const Example& example = examples[b];
       if (source.example_slot < 0) {
         const model::DenseInput& group =
-            spec.dense(plan_.nodes()[lookups[l].node].index);
+            spec.dense(plan_->nodes()[lookups[l].node].index);
         index[b] = position_of(
             t, BucketKey(source.dense_column,
                          Bucket(group, example.dense[source.dense_column])));
@@ -202,7 +202,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   for (size_t d = 0; d < dense_columns_.size(); ++d) {
     const std::vector<int>& columns = dense_columns_[d];
     const model::DenseInput& group =
-        spec.dense(plan_.nodes()[plan_.dense_nodes()[d]].index);
+        spec.dense(plan_->nodes()[plan_->dense_nodes()[d]].index);
     dense[d].resize(static_cast<size_t>(batch) * columns.size());
     float* out = dense[d].data();
     for (int b = 0; b < batch; ++b) {

@@ -64,7 +64,9 @@ class BatchInputs {
     size_t row_count() const { return keys.size() + pool_end.size(); }
   };
 
-  explicit BatchInputs(const model::ModelPlan* plan, const InputLayout& layout);
+  // Empty, to be assigned one that has a plan.
+  BatchInputs() = default;
+  BatchInputs(const model::ModelPlan* plan, const InputLayout& layout);
 
   // Fills everything but the fetched rows and dense parameters from
   // `examples` (parsed with the layout given at construction, which
@@ -106,7 +108,7 @@ class BatchInputs {
   std::vector<std::vector<int>> dense_columns_;
   // Per lookup.
   std::vector<SlotSource> sources_;
-  const model::ModelPlan& plan_;
+  const model::ModelPlan* plan_ = nullptr;
 };
 
 }  // namespace ps::worker

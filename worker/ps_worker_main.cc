@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicExporter>> MakeExporter(
   RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
   ps::ops::PeriodicExportOptions exports;
   exports.export_options.cluster = CutOptions(flags, client, flags.export_dir);
-  exports.export_options.model = ps::kernels::ModelName(options.model.kind);
+  exports.export_options.model = options.model.name();
   exports.export_options.fp16 = flags.export_fp16;
   if (flags.etcd.enabled()) exports.export_options.job = flags.etcd.job;
   exports.every = flags.export_every;
@@ -262,6 +262,13 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  absl::StatusOr<std::optional<std::string>> printed =
+      ps::worker::PrintedModelSpecFromFlags();
+  if (!printed.ok()) return FailUsage(printed.status());
+  if (printed->has_value()) {
+    std::fputs((*printed)->c_str(), stdout);
+    return ps::kExitDone;
+  }
   absl::StatusOr<ps::worker::WorkerFlags> flags =
       ps::worker::WorkerFlagsFromFlags();
   if (!flags.ok()) return FailUsage(flags.status());

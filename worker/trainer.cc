@@ -21,6 +21,9 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "model/builtin_specs.h"
+#include "model/kernel_status.h"
+#include "worker/batch_inputs.h"
 #include "worker/bounded_queue.h"
 #include "worker/evaluation.h"
 #include "worker/heartbeat.h"
@@ -30,7 +33,8 @@
 
 namespace ps::worker {
 
-struct Trainer::Prepared : ModelInputs {
+struct Trainer::Prepared : BatchInputs {
+  using BatchInputs::BatchInputs;
   int64_t step = 0;
   // Following: the file the batch came from, and whether it is its last.
   std::string file;
@@ -46,12 +50,9 @@ struct Trainer::PushJob {
   int64_t step = 0;
   int64_t examples = 0;
   std::string file;
-  std::vector<uint64_t> unique_keys;
-  // The wide table's keys: unique_keys, then the crosses' (empty without
-  // crosses: unique_keys).
-  std::vector<uint64_t> wide_keys;
-  std::vector<float> embedding_grads;
-  std::vector<float> wide_grads;
+  // Per sparse table: the keys, and their gradients.
+  std::vector<std::vector<uint64_t>> table_keys;
+  std::vector<std::vector<float>> table_grads;
   std::vector<std::vector<float>> dense_grads;
   // Every table's learning rate times this for this push.
   float learning_rate_scale = 1.0f;
@@ -65,70 +66,68 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
       worker_index_(worker_index),
       client_(client),
       backend_(backend),
-      tensors_(kernels::DenseTensors(options.model)),
-      embedding_table_(std::string(kernels::ModelName(options.model.kind)) +
-                       ".embedding"),
-      wide_table_(std::string(kernels::ModelName(options.model.kind)) +
-                  ".wide"),
-      model_(options.model, backend) {
-  for (const auto& tensor : tensors_) {
-    dense_tables_.push_back(
-        std::string(kernels::ModelName(options.model.kind)) + ".dense." +
-        tensor.name);
+      plan_(model::ModelPlan::Create({options.model, {}},
+                                     ColumnUses(options.train.layout))) {
+  if (!plan_.ok()) return;
+  graph_ = std::make_unique<model::ModelGraph>(&*plan_, backend_);
+  tensors_ = plan_->dense_tensors();
+  const std::string& name = options_.model.name();
+  for (const model::Table& table : options_.model.table()) {
+    sparse_tables_.push_back(absl::StrCat(name, ".", table.name()));
   }
+  for (const auto& tensor : tensors_) {
+    dense_tables_.push_back(absl::StrCat(name, ".dense.", tensor.name));
+  }
+}
+
+Trainer::Prepared Trainer::NewPrepared() const {
+  return Prepared(&*plan_, options_.train.layout);
 }
 
 ModelCard Trainer::Card() const {
   ModelCard card;
-  switch (options_.model.kind) {
-    case kernels::ModelKind::kLogisticRegression:
-      card.set_kind(ModelCard::LR);
-      break;
-    case kernels::ModelKind::kDeepFm:
-      card.set_kind(ModelCard::DEEPFM);
-      break;
-    default:
-      card.set_kind(ModelCard::WIDE_DEEP);
+  const InputLayout& layout = options_.train.layout;
+  if (options_.legacy_card.has_value()) {
+    card = *options_.legacy_card;
+    for (int t = 0; t < sparse_table_count(); ++t) {
+      if (options_.model.table(t).name() == "embedding")
+        card.set_embedding_table(sparse_tables_[t]);
+      if (options_.model.table(t).name() == "wide")
+        card.set_wide_table(sparse_tables_[t]);
+    }
+  } else {
+    card.set_kind(ModelCard::SPEC);
+    card.set_model_spec(model::ModelSpecText(options_.model));
+    for (const std::string& table : sparse_tables_)
+      card.add_sparse_tables(table);
   }
-  card.set_fields(options_.model.fields);
-  card.set_dense_features(options_.model.dense_features);
-  card.set_embedding_dim(options_.model.embedding_dim);
-  for (int width : options_.model.hidden) card.add_hidden(width);
-  if (options_.model.kind != kernels::ModelKind::kLogisticRegression)
-    card.set_embedding_table(embedding_table_);
-  card.set_wide_table(wide_table_);
+  card.set_fields(layout.fields());
+  card.set_dense_features(layout.dense_features());
   for (const std::string& table : dense_tables_) card.add_dense_tables(table);
   card.set_dense_chunk_floats(options_.dense_chunk_floats);
-  card.set_input_layout(LayoutText(options_.train.layout));
+  card.set_input_layout(LayoutText(layout));
   return card;
 }
 
 absl::Status Trainer::DeclareTables() {
   const ModelCard card = Card();
-  if (options_.model.kind != kernels::ModelKind::kLogisticRegression) {
-    TableSpec embedding;
-    embedding.set_name(embedding_table_);
-    embedding.set_dim(options_.model.embedding_dim);
-    embedding.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
-    embedding.mutable_initializer()->set_scale(options_.embedding_init_scale);
-    embedding.mutable_initializer()->set_seed(1);
-    *embedding.mutable_optimizer() = options_.embedding_optimizer;
-    *embedding.mutable_model() = card;
-    if (options_.admit_after > 1)
-      embedding.set_admit_after(options_.admit_after);
-    embedding.set_row_ttl_s(options_.row_ttl_s);
-    embedding.set_evict_below_count(options_.evict_below_count);
-    RETURN_IF_ERROR(client_->DeclareTable(embedding));
+  for (int t = 0; t < sparse_table_count(); ++t) {
+    const model::Table& table = options_.model.table(t);
+    TableSpec sparse;
+    sparse.set_name(sparse_tables_[t]);
+    sparse.set_dim(table.dim());
+    if (table.init_scale() > 0.0f) {
+      sparse.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+      sparse.mutable_initializer()->set_scale(table.init_scale());
+      sparse.mutable_initializer()->set_seed(1 + t);
+    }
+    *sparse.mutable_optimizer() = table.optimizer();
+    *sparse.mutable_model() = card;
+    if (options_.admit_after > 1) sparse.set_admit_after(options_.admit_after);
+    sparse.set_row_ttl_s(options_.row_ttl_s);
+    sparse.set_evict_below_count(options_.evict_below_count);
+    RETURN_IF_ERROR(client_->DeclareTable(sparse));
   }
-  TableSpec wide;
-  wide.set_name(wide_table_);
-  wide.set_dim(1);
-  *wide.mutable_optimizer() = options_.wide_optimizer;
-  *wide.mutable_model() = card;
-  if (options_.admit_after > 1) wide.set_admit_after(options_.admit_after);
-  wide.set_row_ttl_s(options_.row_ttl_s);
-  wide.set_evict_below_count(options_.evict_below_count);
-  RETURN_IF_ERROR(client_->DeclareTable(wide));
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;
     dense.set_name(dense_tables_[t]);
@@ -138,7 +137,7 @@ absl::Status Trainer::DeclareTables() {
       dense.mutable_initializer()->set_scale(tensors_[t].init_scale);
       dense.mutable_initializer()->set_seed(100 + t);
     }
-    *dense.mutable_optimizer() = options_.dense_optimizer;
+    *dense.mutable_optimizer() = options_.model.dense_optimizer();
     *dense.mutable_model() = card;
     RETURN_IF_ERROR(client_->DeclareTable(dense));
   }
@@ -157,6 +156,7 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
   }
   auto plain = [&](size_t t, absl::Span<const uint64_t> keys, int dim,
                    float* rows) {
+    if (keys.empty()) return;
     if (t >= prepared->shared.size()) {
       pulls.push_back({TableInPullOrder(t), keys, dim, rows});
     } else if (!prepared->shared[t].other_keys.empty()) {
@@ -167,11 +167,9 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
     }
   };
   size_t table = 0;
-  if (deep()) {
-    plain(table++, prepared->unique_keys, options_.model.embedding_dim,
-          prepared->embedding_rows.data());
+  for (BatchInputs::TableRows& rows : prepared->tables) {
+    plain(table++, rows.keys, rows.dim, rows.rows.data());
   }
-  plain(table++, prepared->wide_fetch_keys(), 1, prepared->wide_rows.data());
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
@@ -183,16 +181,13 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
     plain(table++, chunk_keys[t], chunk, prepared->dense_params[t].data());
   }
   RETURN_IF_ERROR((from != nullptr ? from : client_)->Pull(pulls));
-  if (pool) prepared->PoolRows(embedding_dim());
+  if (pool) prepared->PoolRows();
   return absl::OkStatus();
 }
 
 const std::string& Trainer::TableInPullOrder(size_t t) const {
-  if (deep()) {
-    if (t == 0) return embedding_table_;
-    --t;
-  }
-  return t == 0 ? wide_table_ : dense_tables_[t - 1];
+  return t < sparse_tables_.size() ? sparse_tables_[t]
+                                   : dense_tables_[t - sparse_tables_.size()];
 }
 
 bool Trainer::ReplaysOwnPushes() const {
@@ -210,28 +205,15 @@ bool Trainer::ReplaysOwnPushes() const {
 }
 
 void Trainer::FindRowsSharedWithPrevious(
-    absl::Span<const uint64_t> previous_unique,
-    absl::Span<const uint64_t> previous_wide, Prepared* prepared) const {
+    const std::vector<std::vector<uint64_t>>& previous_keys,
+    Prepared* prepared) const {
   prepared->shared.resize(state_floats_.size());
   size_t t = 0;
-  if (deep()) {
-    FindSharedRows(previous_unique, prepared->unique_keys, embedding_dim(),
-                   state_floats_[t], &prepared->shared[t]);
-    ++t;
-  }
-  if (deep() && prepared->wide_keys.empty() && previous_wide.empty()) {
-    // The wide table's keys are the embeddings': so are the shared ones.
-    SharedRows& wide = prepared->shared[t];
-    wide = prepared->shared[0];
-    wide.dim = 1;
-    wide.state_floats = state_floats_[t];
-    wide.rows_with_state.resize(wide.keys.size() * (1 + wide.state_floats));
-  } else {
-    FindSharedRows(previous_wide.empty() ? previous_unique : previous_wide,
-                   prepared->wide_fetch_keys(), 1, state_floats_[t],
+  for (; t < prepared->tables.size(); ++t) {
+    FindSharedRows(previous_keys[t], prepared->tables[t].keys,
+                   prepared->tables[t].dim, state_floats_[t],
                    &prepared->shared[t]);
   }
-  ++t;
   for (size_t d = 0; d < tensors_.size(); ++d, ++t) {
     // Every step pulls every chunk of every dense tensor.
     const std::vector<uint64_t> chunks =
@@ -246,14 +228,11 @@ absl::Status Trainer::ReplayPreviousPush(const PushJob& job,
                                          Prepared* prepared) {
   if (prepared->shared.empty()) return absl::OkStatus();
   size_t t = 0;
-  if (deep()) {
-    RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.embedding_grads,
+  for (; t < prepared->tables.size(); ++t) {
+    RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t], job.table_grads[t],
                                   job.learning_rate_scale,
-                                  absl::MakeSpan(prepared->embedding_rows)));
+                                  absl::MakeSpan(prepared->tables[t].rows)));
   }
-  RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.wide_grads,
-                                job.learning_rate_scale,
-                                absl::MakeSpan(prepared->wide_rows)));
   for (size_t d = 0; d < tensors_.size(); ++d) {
     RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.dense_grads[d],
                                   job.learning_rate_scale,
@@ -453,13 +432,11 @@ absl::Status Trainer::WaitForWorkers(ClockResponse* view, bool count_finished) {
 
 absl::Status Trainer::PushGradients(const PushJob& job) {
   std::vector<TrainingClient::TableGradients> pushes;
-  if (!job.embedding_grads.empty()) {
-    pushes.push_back({embedding_table_, job.unique_keys, job.embedding_grads,
-                      options_.model.embedding_dim, job.learning_rate_scale});
+  for (size_t t = 0; t < sparse_tables_.size(); ++t) {
+    if (job.table_keys[t].empty()) continue;
+    pushes.push_back({sparse_tables_[t], job.table_keys[t], job.table_grads[t],
+                      table_dim(t), job.learning_rate_scale});
   }
-  pushes.push_back({wide_table_,
-                    job.wide_keys.empty() ? job.unique_keys : job.wide_keys,
-                    job.wide_grads, 1, job.learning_rate_scale});
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     chunk_keys[t] =
@@ -523,12 +500,11 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
       const size_t room = static_cast<size_t>(max_lines) - labels.size();
       if (batch.size() > room) batch.resize(room);
     }
-    Prepared prepared;
-    prepared.Prepare(batch, options_.train.layout, embedding_dim());
+    Prepared prepared = NewPrepared();
+    prepared.Prepare(batch);
     RETURN_IF_ERROR(
         PullParameters(&prepared, /*pool=*/true, options_.evaluation_client));
-    RETURN_IF_ERROR(
-        FromKernels(model_.Predict(prepared.Step(), &batch_probabilities)));
+    RETURN_IF_ERROR(graph_->Predict(prepared.Inputs(), &batch_probabilities));
     probabilities.insert(probabilities.end(), batch_probabilities.begin(),
                          batch_probabilities.end());
     labels.insert(labels.end(), prepared.labels.begin(), prepared.labels.end());
@@ -586,15 +562,13 @@ struct Trainer::Pipeline {
 };
 
 absl::Status Trainer::CheckLayout() const {
-  const InputLayout& layout = options_.train.layout;
-  if (options_.model.fields != layout.fields() ||
-      options_.model.dense_features != layout.dense_features() ||
-      options_.model.crosses != static_cast<int>(layout.crosses.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model has ", options_.model.fields, " fields, ",
-        options_.model.dense_features, " dense features and ",
-        options_.model.crosses, " crosses; the input layout ", layout.fields(),
-        ", ", layout.dense_features(), " and ", layout.crosses.size()));
+  RETURN_IF_ERROR(plan_.status());
+  InputLayout fitted = options_.train.layout;
+  fitted.crosses.clear();
+  RETURN_IF_ERROR(LayoutForPlan(*plan_, &fitted));
+  if (fitted.crosses != options_.train.layout.crosses) {
+    return absl::InvalidArgumentError(
+        "the input layout's crosses are not the model spec's (LayoutForPlan)");
   }
   return absl::OkStatus();
 }
@@ -602,11 +576,10 @@ absl::Status Trainer::CheckLayout() const {
 absl::Status Trainer::ComputeStateFloats() {
   state_floats_.clear();
   std::vector<std::pair<const OptimizerSpec*, int>> tables;
-  if (deep())
-    tables.push_back({&options_.embedding_optimizer, embedding_dim()});
-  tables.push_back({&options_.wide_optimizer, 1});
+  for (const model::Table& table : options_.model.table())
+    tables.push_back({&table.optimizer(), table.dim()});
   for (const auto& tensor : tensors_) {
-    tables.push_back({&options_.dense_optimizer,
+    tables.push_back({&options_.model.dense_optimizer(),
                       DenseChunkFloats(tensor, options_.dense_chunk_floats)});
   }
   for (const auto& [spec, dim] : tables) {
@@ -733,8 +706,9 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
     return pipeline.stopping.load() || stop_requested_.load();
   };
   std::vector<Example> examples;
-  // Replaying: the keys of the step before (none before the first).
-  std::vector<uint64_t> previous_unique, previous_wide;
+  // Replaying: the keys of the step before, per sparse table (none before
+  // the first).
+  std::vector<std::vector<uint64_t>> previous_keys;
   bool have_previous = false;
   for (int64_t step = first_step; !stopped(); ++step) {
     const absl::Time read_start = absl::Now();
@@ -743,11 +717,11 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
     if (!more.ok()) return pipeline.Fail(more.status());
     if (!*more) break;
     Observe(Stage::kRead, absl::Now() - read_start);
-    Prepared prepared;
+    Prepared prepared = NewPrepared();
     prepared.step = step;
     prepared.file = reader.batch_file();
     prepared.ends_file = reader.batch_ends_file();
-    prepared.Prepare(examples, options_.train.layout, embedding_dim());
+    prepared.Prepare(examples);
     const absl::Time wait_start = absl::Now();
     absl::StatusOr<int64_t> staleness =
         pipeline.gate.WaitForStep(step, stopped);
@@ -762,11 +736,10 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
       options_.metrics->ObserveStaleness(*staleness);
     prepared.staleness = *staleness;
     if (replay) {
-      if (have_previous) {
-        FindRowsSharedWithPrevious(previous_unique, previous_wide, &prepared);
-      }
-      previous_unique = prepared.unique_keys;
-      previous_wide = prepared.wide_keys;
+      if (have_previous) FindRowsSharedWithPrevious(previous_keys, &prepared);
+      previous_keys.resize(prepared.tables.size());
+      for (size_t t = 0; t < prepared.tables.size(); ++t)
+        previous_keys[t] = prepared.tables[t].keys;
       have_previous = true;
     }
     const absl::Time pull_start = absl::Now();
@@ -816,7 +789,7 @@ void Trainer::PushSteps(Pipeline& pipeline) {
 }
 
 Trainer::PushJob Trainer::MakePushJob(Prepared& prepared,
-                                      kernels::StepOutputs& outputs) const {
+                                      model::GraphOutputs& outputs) const {
   // Sparse rows get the gradient of the summed loss (each example's full
   // contribution, as per-example FTRL/Adagrad expect); the MLP gets the
   // mean, which Adam is insensitive to.
@@ -825,14 +798,14 @@ Trainer::PushJob Trainer::MakePushJob(Prepared& prepared,
   job.step = prepared.step;
   job.examples = prepared.batch;
   job.file = prepared.file;
-  prepared.FoldPooledGradients(embedding_dim(), &outputs.embedding_grads,
-                               &outputs.wide_grads);
-  job.unique_keys = std::move(prepared.unique_keys);
-  job.wide_keys = std::move(prepared.wide_keys);
-  job.embedding_grads = std::move(outputs.embedding_grads);
-  job.wide_grads = std::move(outputs.wide_grads);
-  for (float& g : job.embedding_grads) g *= scale;
-  for (float& g : job.wide_grads) g *= scale;
+  prepared.FoldPooledGradients(&outputs.table_grads);
+  job.table_keys.resize(prepared.tables.size());
+  job.table_grads.resize(prepared.tables.size());
+  for (size_t t = 0; t < prepared.tables.size(); ++t) {
+    job.table_keys[t] = std::move(prepared.tables[t].keys);
+    job.table_grads[t] = std::move(outputs.table_grads[t]);
+    for (float& g : job.table_grads[t]) g *= scale;
+  }
   job.dense_grads.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     job.dense_grads[t] = std::move(outputs.dense_grads[t]);
@@ -868,22 +841,16 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
                                    TrainingSummary* summary) {
   const bool replay = ReplaysOwnPushes();
   int64_t next_eval = options_.eval_every;
-  kernels::StepOutputs outputs;
+  model::GraphOutputs outputs;
   Prepared prepared;
   bool have_current = pipeline.ready.Pop(&prepared);
-  if (have_current && replay) prepared.PoolRows(embedding_dim());
+  if (have_current && replay) prepared.PoolRows();
   // RequestStop(): the steps prepared but not computed are dropped.
   while (have_current && !stop_requested_) {
-    // If the next batch is already pulled, its inputs go to the device while
-    // this step computes (not when replaying: this step's push changes
-    // them).
     Prepared next;
-    bool have_next = !replay && pipeline.ready.TryPop(&next);
-    kernels::StepInputs next_inputs;
-    if (have_next) next_inputs = next.Step();
+    bool have_next = false;
     const absl::Time compute_start = absl::Now();
-    RETURN_IF_ERROR(FromKernels(model_.TrainStep(
-        prepared.Step(), &outputs, have_next ? &next_inputs : nullptr)));
+    RETURN_IF_ERROR(graph_->TrainStep(prepared.Inputs(), &outputs));
     pipeline.compute_micros +=
         absl::ToInt64Microseconds(absl::Now() - compute_start);
     Observe(Stage::kCompute, absl::Now() - compute_start);
@@ -907,7 +874,7 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
       if (have_next) {
         const absl::Time replay_start = absl::Now();
         RETURN_IF_ERROR(ReplayPreviousPush(job, &next));
-        next.PoolRows(embedding_dim());
+        next.PoolRows();
         pipeline.replay_micros +=
             absl::ToInt64Microseconds(absl::Now() - replay_start);
         if (!next.shared.empty()) ++summary->replayed_steps;
@@ -920,7 +887,7 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
       progress.Report(absl::Now(), Progress(pipeline, *summary, test_auc));
     }
     if (have_next) {
-      prepared = std::move(next);  // vectors move: staged pointers stay valid
+      prepared = std::move(next);
     } else {
       have_current = !replay && pipeline.ready.Pop(&prepared);
     }

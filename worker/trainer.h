@@ -31,10 +31,12 @@
 // read-my-writes, pulling overlaps computing and pushing overlaps both, and
 // a step may train on rows that lack this worker's own last updates.
 //
-// Tables (on the servers; names start with the model's name, so different
-// models can share a cluster): <model>.embedding (dim embedding_dim),
-// <model>.wide (dim 1), and one <model>.dense.<tensor> per dense tensor, split
-// into chunks of dense_chunk_floats spread over the shards by routing.
+// The model is a spec (model/), run by a model::ModelGraph on the backend.
+// Tables (on the servers; names start with the spec's name, so different
+// models can share a cluster): <model>.<table> per table of the spec (the
+// built-ins': <model>.embedding, <model>.wide), and one
+// <model>.dense.<tensor> per dense tensor, split into chunks of
+// dense_chunk_floats spread over the shards by routing.
 //
 // Not thread-safe: Run() once. `client` and `backend` must outlive it.
 
@@ -43,6 +45,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +57,9 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
+#include "model/model_graph.h"
+#include "model/model_plan.h"
+#include "proto/model_spec.pb.h"
 #include "proto/ps.pb.h"
 #include "worker/input/clicklog_reader.h"
 #include "worker/input/example_source.h"
@@ -96,14 +102,15 @@ struct TrainerOptions {
   ReaderOptions train;
   // Test data (comma-separated paths or globs); empty: no evaluation.
   std::string test_files;
-  // The model; its fields, dense features and crosses must be the layout's
-  // (ConfigForLayout; Run() checks).
-  kernels::ModelConfig model;
-  // Server-side optimizers. Defaults: Adagrad (lr 0.05) for the embeddings,
-  // FTRL (alpha 0.05) for the wide weights, Adam (lr 0.001) for the MLP.
-  OptimizerSpec embedding_optimizer;
-  OptimizerSpec wide_optimizer;
-  OptimizerSpec dense_optimizer;
+  // The model, as a spec of train.layout's columns (model/builtin_specs.h
+  // makes the built-ins; each table's optimizer and initializer are in it).
+  // train.layout's crosses are the spec's (LayoutForPlan(); Run() checks).
+  model::ModelSpec model;
+  // lr, wide_deep and deepfm: the card their tables had before specs
+  // (kind, embedding_dim, hidden; the trainer fills in the rest), which
+  // they keep so that checkpoints and exports of either age load. Unset:
+  // the card carries the spec.
+  std::optional<ModelCard> legacy_card;
   // The sparse tables (embedding and wide) store a key only at its
   // admit_after-th push (TableSpec.admit_after). Default: 1 (every key).
   uint32_t admit_after = 1;
@@ -112,8 +119,6 @@ struct TrainerOptions {
   // if that is set (TableSpec.row_ttl_s, evict_below_count). Defaults: 0.
   uint32_t row_ttl_s = 0;
   uint32_t evict_below_count = 0;
-  // Embeddings start uniform on [-scale, scale]. Default: 0.05.
-  float embedding_init_scale = 0.05f;
   // Floats per row of the dense tables. Default: 4096.
   int dense_chunk_floats = 4096;
   // Bounded staleness: a worker may start step t when every live worker's
@@ -241,8 +246,8 @@ class Trainer {
   struct Pipeline;
 
   // The stages of Run(), in order.
-  // INVALID_ARGUMENT unless the model's fields, dense features and crosses
-  // are the layout's.
+  // INVALID_ARGUMENT unless the spec plans over the layout's columns and
+  // the layout's crosses are the spec's.
   absl::Status CheckLayout() const;
   // state_floats_, from the optimizers.
   absl::Status ComputeStateFloats();
@@ -267,7 +272,7 @@ class Trainer {
   absl::Status ComputeSteps(Pipeline& pipeline, ProgressReporter& progress,
                             TrainingSummary* summary);
   // The push of `prepared`'s step from its `outputs` (both moved from).
-  PushJob MakePushJob(Prepared& prepared, kernels::StepOutputs& outputs) const;
+  PushJob MakePushJob(Prepared& prepared, model::GraphOutputs& outputs) const;
   // With eval_every: the test AUC when `examples` reached `*next_eval`
   // (which then moves on); nullopt when no evaluation is due.
   absl::StatusOr<std::optional<double>> EvaluateIfDue(int64_t examples,
@@ -291,13 +296,11 @@ class Trainer {
     return options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
   }
 
-  bool deep() const {
-    return options_.model.kind != kernels::ModelKind::kLogisticRegression;
-  }
-  // The embedding dimension, 0 for a model without embeddings.
-  int embedding_dim() const {
-    return deep() ? options_.model.embedding_dim : 0;
-  }
+  // The spec's sparse tables, then the dense tensors.
+  int sparse_table_count() const { return options_.model.table_size(); }
+  int table_dim(int table) const { return options_.model.table(table).dim(); }
+  // A batch of this model's inputs, to be prepared.
+  Prepared NewPrepared() const;
   // What the model's tables hold (declared with each of them).
   ModelCard Card() const;
   absl::Status DeclareTables();
@@ -308,18 +311,17 @@ class Trainer {
   // the fetched rows first).
   absl::Status PullParameters(Prepared* prepared, bool pool = true,
                               TrainingClient* from = nullptr);
-  // Table t in pull order: the embeddings (deep models), the wide weights,
-  // the dense tensors.
+  // Table t in pull order: the spec's sparse tables, then the dense
+  // tensors.
   const std::string& TableInPullOrder(size_t t) const;
   // Whether this run replays its own pushes (overlay_own_pushes and the
   // conditions under which the replay is exact).
   bool ReplaysOwnPushes() const;
-  // The rows `prepared` shares with the step before it, whose keys are
-  // `previous_unique` and `previous_wide` (its unique_keys and wide_keys:
-  // empty when the wide table's keys are the unique ones).
-  void FindRowsSharedWithPrevious(absl::Span<const uint64_t> previous_unique,
-                                  absl::Span<const uint64_t> previous_wide,
-                                  Prepared* prepared) const;
+  // The rows `prepared` shares with the step before it, whose keys per
+  // sparse table were `previous_keys`.
+  void FindRowsSharedWithPrevious(
+      const std::vector<std::vector<uint64_t>>& previous_keys,
+      Prepared* prepared) const;
   // Replays `job`, the push of the step before `prepared`, onto its shared
   // rows.
   absl::Status ReplayPreviousPush(const PushJob& job, Prepared* prepared);
@@ -381,13 +383,15 @@ class Trainer {
   const uint32_t worker_index_;
   TrainingClient* const client_;
   kernels::Backend* const backend_;
-  const std::vector<kernels::DenseTensorSpec> tensors_;
-  const std::string embedding_table_, wide_table_;
-  std::vector<std::string> dense_tables_;
-  // Floats of optimizer state per row of each table, in pull order: the
-  // embeddings (deep models), the wide weights, the dense tensors.
+  // The spec planned over the layout's columns (Run() returns its error);
+  // the graph that runs it, when it planned.
+  const absl::StatusOr<model::ModelPlan> plan_;
+  std::unique_ptr<model::ModelGraph> graph_;
+  std::vector<kernels::DenseTensorSpec> tensors_;
+  // <model>.<table> per sparse table, <model>.dense.<tensor> per tensor.
+  std::vector<std::string> sparse_tables_, dense_tables_;
+  // Floats of optimizer state per row of each table, in pull order.
   std::vector<int> state_floats_;
-  kernels::CtrModel model_;
 
   // Steps of this worker whose pushes were acknowledged (set by the push
   // thread, waited on by the prefetcher), and the examples they held.

@@ -1,5 +1,8 @@
 #include "worker/trainer_flags.h"
 
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "base/address_list.h"
@@ -15,9 +19,12 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cuda_backend.h"
+#include "model/builtin_specs.h"
+#include "model/model_plan.h"
 #include "net/client_tls_flags.h"
 #include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
+#include "worker/batch_inputs.h"
 #include "worker/input/layout_flags.h"
 #include "worker/model_inputs.h"
 
@@ -60,10 +67,20 @@ ABSL_FLAG(std::string, read_replicas, "",
           "--servers' order: evaluations pull the model from them, off the "
           "primaries, seeing their pushes up to the replicas' lag. Empty: "
           "evaluations pull from the shards.");
-ABSL_FLAG(std::string, model, "wide_deep", "lr, wide_deep or deepfm.");
+ABSL_FLAG(std::string, model, "wide_deep",
+          "A built-in model: lr, wide_deep, deepfm, dcn_v2 or dlrm "
+          "(docs/models.md). Ignored with --model_spec.");
+ABSL_FLAG(std::string, model_spec, "",
+          "A model spec file (text proto, docs/models.md) to train instead of "
+          "a built-in; --print_model_spec prints one to start from.");
+ABSL_FLAG(std::string, print_model_spec, "",
+          "Print built-in NAME's spec for the layout flags (--columns, "
+          "--crosses, ...) and --embedding_dim, --hidden and the optimizers, "
+          "and exit.");
 ABSL_FLAG(int32_t, embedding_dim, 16,
-          "Embedding dimension (wide_deep, deepfm).");
-ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
+          "Embedding dimension of a built-in with embeddings.");
+ABSL_FLAG(std::string, hidden, "256,128",
+          "Hidden layer widths of a built-in's (top) MLP.");
 ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
 ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
 ABSL_FLAG(int32_t, shuffle_buffer, 0,
@@ -314,47 +331,99 @@ absl::Status InputFromFlags(TrainerOptions* options) {
   return absl::OkStatus();
 }
 
-// --model, --embedding_dim and --hidden, fitted to the layout.
-absl::Status ModelFromFlags(TrainerOptions* options) {
-  const std::string model = absl::GetFlag(FLAGS_model);
-  if (!kernels::ModelKindFromName(model, &options->model.kind)) {
-    return Usage("--model must be lr, wide_deep or deepfm, not '" + model +
-                 "'");
-  }
-  options->model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
-  if (options->model.embedding_dim < 1)
-    return Usage("--embedding_dim must be >= 1");
-  options->model.hidden.clear();
+// The built-ins' options: --embedding_dim, --hidden, the optimizers, and
+// the layout's crosses and pooling.
+absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
+    const InputLayout& layout) {
+  model::BuiltinOptions options;
+  options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (options.embedding_dim < 1) return Usage("--embedding_dim must be >= 1");
+  options.hidden.clear();
   for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_hidden),
                                                 ',', absl::SkipWhitespace())) {
     int value = 0;
     if (!absl::SimpleAtoi(width, &value) || value < 1) {
       return Usage("--hidden must be comma-separated positive widths");
     }
-    options->model.hidden.push_back(value);
+    options.hidden.push_back(value);
   }
-  options->model = ConfigForLayout(options->model, options->train.layout);
-  return absl::OkStatus();
-}
-
-// The three optimizers and the sparse tables' admission and expiry.
-absl::Status TablesFromFlags(TrainerOptions* options) {
   if (!(absl::GetFlag(FLAGS_adagrad_initial_accumulator) > 0))
     return Usage("--adagrad_initial_accumulator must be > 0");
   if (absl::GetFlag(FLAGS_ftrl_l1) < 0 || absl::GetFlag(FLAGS_ftrl_l2) < 0)
     return Usage("--ftrl_l1 and --ftrl_l2 must be >= 0");
   if (!ParseOptimizer(absl::GetFlag(FLAGS_embedding_optimizer),
                       absl::GetFlag(FLAGS_learning_rate),
-                      &options->embedding_optimizer) ||
+                      &options.embedding_optimizer) ||
       !ParseOptimizer(absl::GetFlag(FLAGS_wide_optimizer),
                       absl::GetFlag(FLAGS_wide_learning_rate),
-                      &options->wide_optimizer) ||
+                      &options.wide_optimizer) ||
       !ParseOptimizer(absl::GetFlag(FLAGS_dense_optimizer),
                       absl::GetFlag(FLAGS_dense_learning_rate),
-                      &options->dense_optimizer)) {
+                      &options.dense_optimizer)) {
     return Usage(
         "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
   }
+  options.crosses = layout.crosses;
+  options.pooling = layout.multi_pooling == Pooling::kMean ? model::Field::MEAN
+                                                           : model::Field::SUM;
+  return options;
+}
+
+// A spec file's text, read and planned over the layout's columns.
+absl::StatusOr<model::ModelSpec> ReadModelSpec(const std::string& path,
+                                               const InputLayout& layout) {
+  std::ifstream file(path);
+  if (!file) return Usage("--model_spec: cannot read " + path);
+  std::stringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<model::ParsedModelSpec> parsed =
+      model::ParseModelSpec(text.str());
+  if (!parsed.ok()) {
+    return Usage(
+        absl::StrCat("--model_spec=", path, ": ", parsed.status().message()));
+  }
+  absl::StatusOr<model::ModelPlan> plan =
+      model::ModelPlan::Create(*parsed, ColumnUses(layout));
+  if (!plan.ok()) {
+    return Usage(
+        absl::StrCat("--model_spec=", path, ": ", plan.status().message()));
+  }
+  return parsed->spec;
+}
+
+// --model_spec, or the built-in --model; the layout takes its crosses.
+absl::Status ModelFromFlags(TrainerOptions* options) {
+  const std::string path = absl::GetFlag(FLAGS_model_spec);
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(options->model,
+                     ReadModelSpec(path, options->train.layout));
+  } else {
+    const std::string name = absl::GetFlag(FLAGS_model);
+    ASSIGN_OR_RETURN(options->model,
+                     BuiltinSpecFromFlags(name, options->train.layout));
+    ModelCard card;
+    if (name == "lr") card.set_kind(ModelCard::LR);
+    if (name == "deepfm") card.set_kind(ModelCard::DEEPFM);
+    if (name == "lr" || name == "wide_deep" || name == "deepfm") {
+      card.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
+      ASSIGN_OR_RETURN(model::BuiltinOptions builtin,
+                       BuiltinOptionsFromFlags(options->train.layout));
+      for (int width : builtin.hidden) card.add_hidden(width);
+      options->legacy_card = card;
+    }
+  }
+  absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
+      {options->model, {}}, ColumnUses(options->train.layout));
+  if (!plan.ok()) return Usage(plan.status().message());
+  if (absl::Status fitted = LayoutForPlan(*plan, &options->train.layout);
+      !fitted.ok()) {
+    return Usage(fitted.message());
+  }
+  return absl::OkStatus();
+}
+
+// The sparse tables' admission and expiry.
+absl::Status TablesFromFlags(TrainerOptions* options) {
   if (absl::GetFlag(FLAGS_admit_after) < 1 ||
       absl::GetFlag(FLAGS_admit_after) > 255) {
     return Usage("--admit_after must be between 1 and 255");
@@ -459,6 +528,29 @@ std::vector<std::string> TokenDestinations(const ClientOptions& client) {
 }
 
 }  // namespace
+
+absl::StatusOr<model::ModelSpec> BuiltinSpecFromFlags(
+    const std::string& name, const InputLayout& layout) {
+  ASSIGN_OR_RETURN(model::BuiltinOptions options,
+                   BuiltinOptionsFromFlags(layout));
+  absl::StatusOr<model::ModelSpec> spec =
+      model::BuiltinModelSpec(name, ColumnUses(layout), options);
+  if (!spec.ok())
+    return Usage("--model: " + std::string(spec.status().message()));
+  return spec;
+}
+
+absl::StatusOr<std::optional<std::string>> PrintedModelSpecFromFlags() {
+  const std::string name = absl::GetFlag(FLAGS_print_model_spec);
+  if (name.empty()) return std::nullopt;
+  absl::StatusOr<InputLayout> layout = InputLayoutFromFlags();
+  if (!layout.ok()) return Usage(layout.status().message());
+  ASSIGN_OR_RETURN(model::ModelSpec spec, BuiltinSpecFromFlags(name, *layout));
+  return absl::StrCat("# ", name, " for --columns=", ColumnsSpec(*layout),
+                      "\n# (ps_worker --print_model_spec=", name,
+                      "); train it with --model_spec=FILE.\n",
+                      model::ModelSpecText(spec));
+}
 
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   TrainerOptions options;

@@ -54,6 +54,15 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags();
 // checkpoints (worker 0 only; others log that they take none).
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
 
+// Built-in model `name` (model/builtin_specs.h) for `layout`, with
+// --embedding_dim, --hidden and the optimizers.
+absl::StatusOr<model::ModelSpec> BuiltinSpecFromFlags(
+    const std::string& name, const InputLayout& layout);
+
+// With --print_model_spec=NAME: that built-in's spec as text, for the
+// layout flags (with a comment line saying which); else nullopt.
+absl::StatusOr<std::optional<std::string>> PrintedModelSpecFromFlags();
+
 // The backend --device, --gpu, --tf32, --bf16 and --cpu_threads ask for:
 // CUDA when asked for or (auto) usable, else the CPU; each choice logged.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags();

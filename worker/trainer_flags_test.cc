@@ -106,11 +106,14 @@ TEST_F(TrainerFlagsTest, TheDefaultsTrainTheCriteoLayoutBulkSynchronously) {
   ASSERT_OK(options);
   EXPECT_EQ(options->train.files, "train.tsv");
   EXPECT_EQ(options->staleness, 0);
-  EXPECT_EQ(options->model.kind, kernels::ModelKind::kWideDeep);
-  EXPECT_EQ(options->model.hidden, (std::vector<int>{256, 128}));
-  EXPECT_EQ(options->embedding_optimizer.kind(), OptimizerSpec::ADAGRAD);
-  EXPECT_EQ(options->wide_optimizer.kind(), OptimizerSpec::FTRL);
-  EXPECT_EQ(options->dense_optimizer.kind(), OptimizerSpec::ADAM);
+  EXPECT_EQ(options->model.name(), "wide_deep");
+  ASSERT_TRUE(options->legacy_card.has_value());
+  EXPECT_EQ(options->legacy_card->kind(), ModelCard::WIDE_DEEP);
+  EXPECT_EQ(options->legacy_card->hidden_size(), 2);
+  ASSERT_EQ(options->model.table_size(), 2);
+  EXPECT_EQ(options->model.table(0).optimizer().kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_EQ(options->model.table(1).optimizer().kind(), OptimizerSpec::FTRL);
+  EXPECT_EQ(options->model.dense_optimizer().kind(), OptimizerSpec::ADAM);
   EXPECT_TRUE(options->assign_incarnation);
   EXPECT_TRUE(options->resume_from_coordinator);
 }
@@ -125,8 +128,10 @@ TEST_F(TrainerFlagsTest, EachChoiceLandsInItsOption) {
   EXPECT_EQ(options->staleness, -1);
   EXPECT_EQ(options->overlay_own_pushes,
             TrainerOptions::OwnPushOverlay::kNever);
-  EXPECT_EQ(options->model.kind, kernels::ModelKind::kDeepFm);
-  EXPECT_EQ(options->model.hidden, (std::vector<int>{64, 8}));
+  EXPECT_EQ(options->model.name(), "deepfm");
+  EXPECT_EQ(options->legacy_card->kind(), ModelCard::DEEPFM);
+  EXPECT_EQ(options->legacy_card->hidden(0), 64);
+  EXPECT_EQ(options->legacy_card->hidden(1), 8);
 }
 
 TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {

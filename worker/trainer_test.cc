@@ -20,6 +20,8 @@
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "model/builtin_specs.h"
+#include "worker/batch_inputs.h"
 #include "worker/datagen/clicklog_generator.h"
 #include "worker/fake_training_client.h"
 #include "worker/model_inputs.h"
@@ -59,14 +61,14 @@ TrainerOptions SmallWideDeep(const std::string& train) {
   TrainerOptions options;
   options.train.files = train;
   options.train.batch_size = kBatch;
-  kernels::ModelConfig model;
-  model.kind = kernels::ModelKind::kWideDeep;
-  model.embedding_dim = 4;
-  model.hidden = {8};
-  options.model = ConfigForLayout(model, options.train.layout);
-  options.embedding_optimizer = Spec(OptimizerSpec::ADAGRAD, 0.05f);
-  options.wide_optimizer = Spec(OptimizerSpec::FTRL, 0.05f);
-  options.dense_optimizer = Spec(OptimizerSpec::ADAM, 0.001f);
+  model::BuiltinOptions builtin;
+  builtin.embedding_dim = 4;
+  builtin.hidden = {8};
+  builtin.embedding_optimizer = Spec(OptimizerSpec::ADAGRAD, 0.05f);
+  builtin.wide_optimizer = Spec(OptimizerSpec::FTRL, 0.05f);
+  builtin.dense_optimizer = Spec(OptimizerSpec::ADAM, 0.001f);
+  options.model = *model::BuiltinModelSpec(
+      "wide_deep", ColumnUses(options.train.layout), builtin);
   options.progress_every = absl::Hours(1);
   options.final_wait_limit = absl::Seconds(1);
   return options;

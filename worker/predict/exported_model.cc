@@ -95,6 +95,11 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
   if (!ModelCard::Kind_IsValid(card.kind())) {
     return refuse("a model of kind ", card.kind(), ", which this build lacks");
   }
+  if (card.kind() == ModelCard::SPEC) {
+    return refuse("a model from a spec (", card.sparse_tables_size(),
+                  " tables), which ps_predict and ps_serve do not score yet: "
+                  "only lr, wide_deep and deepfm");
+  }
   if (!ExportManifest::Format_IsValid(manifest.format())) {
     return refuse("weights in format ", manifest.format(),
                   ", which this build does not read");
