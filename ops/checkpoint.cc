@@ -358,7 +358,7 @@ absl::Status CheckShardOrder(net::AdminChannels& clients,
 }
 
 // The model an export writes: its name, its card, and its tables (the
-// embedding table if it has one, the wide table, the dense tables).
+// sparse tables, then the dense ones).
 struct ExportedModel {
   std::string name;
   ModelCard card;
@@ -366,15 +366,15 @@ struct ExportedModel {
 };
 
 // The model named `model` (empty: the only one) among the tables' model
-// cards, which the wide table names. NOT_FOUND without such a model,
-// INVALID_ARGUMENT for an empty `model` and several models.
+// cards (a model's tables are named <model>.<table>). NOT_FOUND without
+// such a model, INVALID_ARGUMENT for an empty `model` and several models.
 absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
                                           const std::string& model) {
   std::map<std::string, ModelCard> models;  // by name
   for (const TableInfo& table : listed.tables()) {
     if (!table.spec().has_model()) continue;
-    const std::string& wide = table.spec().model().wide_table();
-    models[wide.substr(0, wide.rfind(".wide"))] = table.spec().model();
+    const std::string& name = table.spec().name();
+    models[name.substr(0, name.find('.'))] = table.spec().model();
   }
   std::vector<std::string> names;
   for (const auto& [name, card] : models) names.push_back(name);
@@ -399,10 +399,16 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
   }
   chosen.card = found->second;
   const ModelCard& card = chosen.card;
-  if (!card.embedding_table().empty()) {
-    chosen.tables.push_back(card.embedding_table());
+  if (card.kind() == ModelCard::SPEC) {
+    for (const std::string& table : card.sparse_tables()) {
+      chosen.tables.push_back(table);
+    }
+  } else {
+    if (!card.embedding_table().empty()) {
+      chosen.tables.push_back(card.embedding_table());
+    }
+    chosen.tables.push_back(card.wide_table());
   }
-  chosen.tables.push_back(card.wide_table());
   for (const std::string& dense : card.dense_tables()) {
     chosen.tables.push_back(dense);
   }

@@ -9,10 +9,10 @@
 #include "base/manifest.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "worker/batch_inputs.h"
 #include "worker/input/features.h"
 #include "worker/input/input_layout.h"
 #include "worker/input/line_parser.h"
-#include "worker/model_inputs.h"
 
 namespace ps::server {
 
@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
       return absl::InternalError(
           absl::StrCat("the CPU backend: ", created.message()));
     }
-    scorer->ctr = std::make_unique<kernels::CtrModel>(scorer->model->config(),
-                                                      scorer->backend.get());
+    scorer->graph = std::make_unique<model::ModelGraph>(&scorer->model->plan(),
+                                                        scorer->backend.get());
     absl::MutexLock lock(&serving->mu_);
     serving->idle_.push_back(std::move(scorer));
   }
@@ -145,17 +145,11 @@ absl::StatusOr<std::vector<float>> ServingModel::Score(
   std::vector<float> probabilities;
   if (examples.empty()) return probabilities;
   ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Acquire(deadline));
-  const worker::ExportedModel& model = *scorer->model;
-  const int embedding_dim =
-      model.config().kind == kernels::ModelKind::kLogisticRegression
-          ? 0
-          : model.config().embedding_dim;
-  worker::ModelInputs inputs;
-  inputs.Prepare(examples, layout_, embedding_dim);
+  worker::BatchInputs inputs(&scorer->model->plan(), layout_);
+  inputs.Prepare(examples);
   absl::Status status = scorer->model->Fetch(&inputs);
   if (status.ok()) {
-    status = worker::FromKernels(
-        scorer->ctr->Predict(inputs.Step(), &probabilities));
+    status = scorer->graph->Predict(inputs.Inputs(), &probabilities);
   }
   Release(std::move(scorer));
   RETURN_IF_ERROR(status);

@@ -24,7 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
-#include "kernels/ctr_model.h"
+#include "model/model_graph.h"
 #include "rocksdb/cache.h"
 #include "worker/predict/exported_model.h"
 
@@ -88,7 +88,7 @@ class ServingModel {
   struct Scorer {
     std::unique_ptr<worker::ExportedModel> model;
     std::unique_ptr<kernels::Backend> backend;
-    std::unique_ptr<kernels::CtrModel> ctr;
+    std::unique_ptr<model::ModelGraph> graph;
   };
   // Waits for an idle scorer until `deadline` (DEADLINE_EXCEEDED); gives it
   // back.

@@ -57,7 +57,28 @@ class ServeTest : public TrainingTest {
     return Scores(scores);
   }
 
+  // Starts ps_serve on model_ (`extra` flags after the defaults): its
+  // address, or empty (the test has failed) if it did not start.
+  std::string StartServe(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BinaryPath("server/ps_serve"),
+                                     "--model_dir=" + model_,
+                                     "--listen=127.0.0.1:0", "--poll_ms=100"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto serve =
+        ChildProcess::Start(argv, /*capture_stdout=*/true, dir_ + "/serve.log");
+    EXPECT_TRUE(serve.ok()) << serve.status();
+    if (!serve.ok()) return "";
+    absl::StatusOr<std::string> listening =
+        (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
+    EXPECT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
+    serve_ = *std::move(serve);
+    const std::string prefix = "ps_serve listening on ";
+    if (!listening.ok() || listening->rfind(prefix, 0) != 0) return "";
+    return listening->substr(prefix.size());
+  }
+
   std::string model_;
+  std::unique_ptr<ChildProcess> serve_;
 };
 
 TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
@@ -71,18 +92,9 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
       << ReadFile(dir_ + "/worker0.log");
 
   // Started on a directory with no export yet: not serving.
-  auto serve = ChildProcess::Start(
-      {BinaryPath("server/ps_serve"), "--model_dir=" + model_,
-       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=2", "--cache_mb=16",
-       "--metrics_listen=127.0.0.1:0"},
-      /*capture_stdout=*/true, dir_ + "/serve.log");
-  ASSERT_TRUE(serve.ok()) << serve.status();
-  absl::StatusOr<std::string> listening =
-      (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
-  ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
-  const std::string prefix = "ps_serve listening on ";
-  ASSERT_EQ(listening->rfind(prefix, 0), 0u) << *listening;
-  const std::string address = listening->substr(prefix.size());
+  const std::string address = StartServe(
+      {"--scorers=2", "--cache_mb=16", "--metrics_listen=127.0.0.1:0"});
+  ASSERT_FALSE(address.empty());
   auto channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = Serving::NewStub(channel);
@@ -172,14 +184,14 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
 
   // The same through an independent client: Python's grpcio.
   const std::string python_out = dir_ + "/python_client.txt";
-  ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
-                             absl::StrCat("/usr/bin/python3 ",
-                                          BinaryPath("tests/serve_client.py"),
-                                          " ", listening->substr(prefix.size()),
-                                          " ", BinaryPath("proto"), " ", *data_,
-                                          "/test.tsv 500 > ", python_out)},
-                            dir_ + "/python_client.log"),
-            0)
+  ASSERT_EQ(
+      RunToCompletion({"/bin/sh", "-c",
+                       absl::StrCat("/usr/bin/python3 ",
+                                    BinaryPath("tests/serve_client.py"), " ",
+                                    address, " ", BinaryPath("proto"), " ",
+                                    *data_, "/test.tsv 500 > ", python_out)},
+                      dir_ + "/python_client.log"),
+      0)
       << ReadFile(dir_ + "/python_client.log");
   {
     std::ifstream in(python_out);
@@ -289,8 +301,52 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
     differs = differs || std::abs(second[i] - first[i]) > 1e-4;
   }
   EXPECT_TRUE(differs) << "the second export scores as the first";
-  EXPECT_EQ((*serve)->SignalAndWait(SIGTERM), 0);
+  EXPECT_EQ(serve_->SignalAndWait(SIGTERM), 0);
   shards_.clear();
+}
+
+// Models from specs (here the dcn_v2 and dlrm built-ins, whose exports
+// carry their spec) are served with ps_predict's scores.
+TEST_F(ServeTest, ServesSpecModelsWithPsPredictsScores) {
+  const std::vector<std::string> lines = FirstLines(*data_ + "/test.tsv", 500);
+  for (const std::string name : {"dcn_v2", "dlrm"}) {
+    SCOPED_TRACE(name);
+    model_ = dir_ + "/models-" + name;
+    std::filesystem::create_directories(model_);
+    const std::vector<std::string> servers = StartShards(1);
+    ASSERT_EQ(servers.size(), 1u);
+    ASSERT_EQ(RunToCompletion(
+                  WorkerArgs(servers, 0, 1, {"--model=" + name, "--hidden=16"}),
+                  dir_ + "/worker0.log", absl::Minutes(5)),
+              0)
+        << ReadFile(dir_ + "/worker0.log");
+    const std::vector<float> predicted = ExportAndPredict(servers, "export-1");
+    ASSERT_EQ(predicted.size(), static_cast<size_t>(kTestLines));
+    const std::string address = StartServe();
+    ASSERT_FALSE(address.empty());
+    auto stub = Serving::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    PredictRequest request;
+    for (const std::string& line : lines) request.add_lines(line);
+    PredictResponse response;
+    grpc::Status status;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    do {  // until the export is loaded
+      grpc::ClientContext context;
+      status = stub->Predict(&context, request, &response);
+      if (!status.ok()) absl::SleepFor(absl::Milliseconds(50));
+    } while (!status.ok() && absl::Now() < deadline);
+    ASSERT_TRUE(status.ok())
+        << status.error_message() << ReadFile(dir_ + "/serve.log");
+    ASSERT_EQ(response.probabilities_size(), 500);
+    for (int i = 0; i < 500; ++i) {
+      ASSERT_NEAR(response.probabilities(i), predicted[i], 1e-6)
+          << "line " << i;
+    }
+    // Not a constant: the model learned something of the lines.
+    EXPECT_NE(response.probabilities(0), response.probabilities(1));
+    serve_.reset();
+  }
 }
 
 }  // namespace

@@ -6,15 +6,18 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/half.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
+#include "model/builtin_specs.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/table.h"
+#include "worker/model_inputs.h"
 
 namespace ps::worker {
 
@@ -84,10 +87,9 @@ bool InsideExport(const std::string& part) {
 }
 
 // OK when the card of the export in `dir` describes a model this build can
-// score within the limits of exported_model.h and `max_dense_floats`;
+// score within the limits of exported_model.h (a spec's, once planned);
 // DATA_LOSS saying what is wrong otherwise.
-absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
-                       uint64_t max_dense_floats) {
+absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir) {
   const ModelCard& card = manifest.model();
   auto refuse = [&](auto&&... what) {
     return absl::DataLossError(absl::StrCat(dir, ": ", what...));
@@ -95,11 +97,7 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
   if (!ModelCard::Kind_IsValid(card.kind())) {
     return refuse("a model of kind ", card.kind(), ", which this build lacks");
   }
-  if (card.kind() == ModelCard::SPEC) {
-    return refuse("a model from a spec (", card.sparse_tables_size(),
-                  " tables), which ps_predict and ps_serve do not score yet: "
-                  "only lr, wide_deep and deepfm");
-  }
+
   if (!ExportManifest::Format_IsValid(manifest.format())) {
     return refuse("weights in format ", manifest.format(),
                   ", which this build does not read");
@@ -111,6 +109,12 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
                   card.dense_features(), " dense features (at least one, ",
                   "at most ", kMaxExportFields, " of each)");
   }
+  if (card.dense_chunk_floats() < 1) {
+    return refuse("dense tensors in chunks of ", card.dense_chunk_floats(),
+                  " floats (at least 1)");
+  }
+  // A spec's tables and tensors are checked once it is planned.
+  if (card.kind() == ModelCard::SPEC) return absl::OkStatus();
   if (card.wide_table().empty()) return refuse("a model with no wide table");
   const bool deep = card.kind() != ModelCard::LR;
   if (deep && (card.embedding_table().empty() || card.embedding_dim() < 1 ||
@@ -129,28 +133,50 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir,
                     kMaxExportFields, ")");
     }
   }
-  if (card.dense_chunk_floats() < 1) {
-    return refuse("dense tensors in chunks of ", card.dense_chunk_floats(),
-                  " floats (at least 1)");
-  }
-  // The dense parameters, all in memory: counted in 64 bits, as the
-  // model's tensors would be built.
-  uint64_t dense = card.dense_features() + 1;
-  if (deep) {
-    uint64_t in =
-        uint64_t{card.fields()} * card.embedding_dim() + card.dense_features();
-    std::vector<uint64_t> widths(card.hidden().begin(), card.hidden().end());
-    widths.push_back(1);
-    for (uint64_t out : widths) {
-      dense += in * out + out;
-      in = out;
-    }
-  }
-  if (dense > max_dense_floats) {
-    return refuse("a model of ", dense, " dense parameters (at most ",
-                  max_dense_floats, ")");
-  }
   return absl::OkStatus();
+}
+
+// The card's model spec and its tables' names on the servers, in the
+// spec's order: a SPEC card's own, else the built-in of its kind.
+absl::StatusOr<std::pair<model::ModelSpec, std::vector<std::string>>>
+SpecOfCard(const ModelCard& card, const InputLayout& layout,
+           const std::string& dir) {
+  std::vector<std::string> tables;
+  if (card.kind() == ModelCard::SPEC) {
+    absl::StatusOr<model::ParsedModelSpec> parsed =
+        model::ParseModelSpec(card.model_spec());
+    if (!parsed.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          dir, ": the card's model spec: ", parsed.status().message()));
+    }
+    tables.assign(card.sparse_tables().begin(), card.sparse_tables().end());
+    if (static_cast<int>(tables.size()) != parsed->spec.table_size()) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": the card names ", tables.size(),
+                       " tables, its spec has ", parsed->spec.table_size()));
+    }
+    return std::make_pair(std::move(parsed->spec), std::move(tables));
+  }
+  model::BuiltinOptions options;
+  options.embedding_dim = std::max<int>(1, card.embedding_dim());
+  options.hidden.assign(card.hidden().begin(), card.hidden().end());
+  options.crosses = layout.crosses;
+  options.pooling = layout.multi_pooling == Pooling::kMean ? model::Field::MEAN
+                                                           : model::Field::SUM;
+  const char* name = card.kind() == ModelCard::LR       ? "lr"
+                     : card.kind() == ModelCard::DEEPFM ? "deepfm"
+                                                        : "wide_deep";
+  absl::StatusOr<model::ModelSpec> spec =
+      model::BuiltinModelSpec(name, ColumnUses(layout), options);
+  if (!spec.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": a ", name, " card: ", spec.status().message()));
+  }
+  for (const model::Table& table : spec->table()) {
+    tables.push_back(table.name() == "embedding" ? card.embedding_table()
+                                                 : card.wide_table());
+  }
+  return std::make_pair(*std::move(spec), std::move(tables));
 }
 
 }  // namespace
@@ -182,7 +208,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
   }
   model->manifest_ = model->chain_.front().manifest;
   const ExportManifest& manifest = model->manifest_;
-  RETURN_IF_ERROR(CheckCard(manifest, dir, model_options.max_dense_floats));
+  RETURN_IF_ERROR(CheckCard(manifest, dir));
   absl::StatusOr<InputLayout> layout =
       ParseLayoutText(manifest.model().input_layout());
   if (!layout.ok()) {
@@ -201,32 +227,40 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
   }
   model->layout_ = *std::move(layout);
   const ModelCard& card = manifest.model();
-  if (!card.embedding_table().empty()) {
-    ASSIGN_OR_RETURN(model->embedding_,
-                     model->OpenTable(card.embedding_table(), options));
-    if (model->embedding_->spec.dim() != card.embedding_dim()) {
-      return absl::DataLossError(absl::StrCat(
-          dir, ": the embedding table ", card.embedding_table(),
-          " has rows of ", model->embedding_->spec.dim(),
-          " floats, the model's embeddings ", card.embedding_dim()));
+  ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, model->layout_, dir));
+  const auto& [spec, table_names] = spec_and_tables;
+  absl::StatusOr<model::ModelPlan> plan =
+      model::ModelPlan::Create({spec, {}}, ColumnUses(model->layout_));
+  if (!plan.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": its model does not plan over its layout: ",
+                     plan.status().message()));
+  }
+  model->plan_ = std::make_unique<model::ModelPlan>(*std::move(plan));
+  InputLayout fitted = model->layout_;
+  if (!LayoutForPlan(*model->plan_, &fitted).ok() ||
+      fitted.crosses != model->layout_.crosses) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": its layout's crosses are not its model spec's"));
+  }
+  for (int t = 0; t < spec.table_size(); ++t) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
+                     model->OpenTable(table_names[t], options));
+    if (static_cast<int>(table->spec.dim()) != spec.table(t).dim()) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": table ", table_names[t], " has rows of ",
+                       table->spec.dim(), " floats, the model's ",
+                       spec.table(t).name(), " ", spec.table(t).dim()));
     }
+    model->sparse_.push_back(std::move(table));
   }
-  ASSIGN_OR_RETURN(model->wide_, model->OpenTable(card.wide_table(), options));
-  if (model->wide_->spec.dim() != 1) {
-    return absl::DataLossError(absl::StrCat(
-        dir, ": the wide table ", card.wide_table(), " has rows of ",
-        model->wide_->spec.dim(), " floats, not 1"));
-  }
-  // The embedding table, then the wide one, as far as the budget goes.
+  // The tables in the spec's order, as far as the budget goes.
   size_t budget = model_options.max_memory_bytes;
-  for (Table* table : {model->embedding_.get(), model->wide_.get()}) {
-    if (table == nullptr) continue;
+  for (const std::unique_ptr<Table>& table : model->sparse_) {
     const Table* shared = nullptr;
     if (share_from != nullptr) {
-      for (const Table* other :
-           {share_from->embedding_.get(), share_from->wide_.get()}) {
-        if (other != nullptr && other->spec.name() == table->spec.name())
-          shared = other;
+      for (const std::unique_ptr<Table>& other : share_from->sparse_) {
+        if (other->spec.name() == table->spec.name()) shared = other.get();
       }
     }
     RETURN_IF_ERROR(model->MaybeReadIntoMemory(*table, budget, shared));
@@ -235,8 +269,16 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
                         table->in_memory->index.size() * 24;
     budget = budget > used ? budget - used : 0;
   }
-  const std::vector<kernels::DenseTensorSpec> tensors =
-      kernels::DenseTensors(model->config());
+  const std::vector<kernels::DenseTensorSpec>& tensors =
+      model->plan_->dense_tensors();
+  uint64_t dense_floats = 0;
+  for (const kernels::DenseTensorSpec& tensor : tensors)
+    dense_floats += tensor.size();
+  if (dense_floats > model_options.max_dense_floats) {
+    return absl::DataLossError(absl::StrCat(
+        dir, ": a model of ", dense_floats, " dense parameters (at most ",
+        model_options.max_dense_floats, ")"));
+  }
   if (static_cast<int>(tensors.size()) != card.dense_tables_size()) {
     return absl::DataLossError(absl::StrCat(dir, ": the model needs ",
                                             tensors.size(),
@@ -321,27 +363,6 @@ absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(
     }
   }
   return table;
-}
-
-kernels::ModelConfig ExportedModel::config() const {
-  const ModelCard& card = manifest_.model();
-  kernels::ModelConfig config;
-  switch (card.kind()) {
-    case ModelCard::LR:
-      config.kind = kernels::ModelKind::kLogisticRegression;
-      break;
-    case ModelCard::DEEPFM:
-      config.kind = kernels::ModelKind::kDeepFm;
-      break;
-    default:
-      config.kind = kernels::ModelKind::kWideDeep;
-  }
-  config.fields = static_cast<int>(card.fields());
-  config.dense_features = static_cast<int>(card.dense_features());
-  config.crosses = static_cast<int>(layout_.crosses.size());
-  config.embedding_dim = static_cast<int>(card.embedding_dim());
-  config.hidden.assign(card.hidden().begin(), card.hidden().end());
-  return config;
 }
 
 absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
@@ -480,17 +501,16 @@ absl::StatusOr<int> ExportedModel::LookupRows(const std::string& table,
                                               std::vector<float>* values,
                                               std::vector<bool>* found) {
   Table* looked_up = nullptr;
-  for (Table* candidate : {embedding_.get(), wide_.get()}) {
-    if (candidate != nullptr && candidate->spec.name() == table)
-      looked_up = candidate;
+  std::vector<std::string> names;
+  for (const std::unique_ptr<Table>& candidate : sparse_) {
+    if (candidate->spec.name() == table) looked_up = candidate.get();
+    names.push_back(candidate->spec.name());
   }
   if (looked_up == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         "the model has no table ", table,
-        " to look rows up in (its sparse "
-        "tables: ",
-        embedding_ != nullptr ? embedding_->spec.name() + ", " : "",
-        wide_->spec.name(), ")"));
+        " to look rows up in (its sparse tables: ", absl::StrJoin(names, ", "),
+        ")"));
   }
   const int dim = static_cast<int>(looked_up->spec.dim());
   values->resize(keys.size() * dim);
@@ -498,15 +518,13 @@ absl::StatusOr<int> ExportedModel::LookupRows(const std::string& table,
   return dim;
 }
 
-absl::Status ExportedModel::Fetch(ModelInputs* inputs) {
-  // ModelInputs::Prepare sized the row buffers; pooled rows follow these.
-  if (embedding_ != nullptr) {
-    RETURN_IF_ERROR(Lookup(*embedding_, inputs->unique_keys,
-                           inputs->embedding_rows.data()));
+absl::Status ExportedModel::Fetch(BatchInputs* inputs) {
+  // BatchInputs::Prepare sized the row buffers; pooled rows follow these.
+  for (size_t t = 0; t < sparse_.size(); ++t) {
+    BatchInputs::TableRows& rows = inputs->tables[t];
+    RETURN_IF_ERROR(Lookup(*sparse_[t], rows.keys, rows.rows.data()));
   }
-  RETURN_IF_ERROR(
-      Lookup(*wide_, inputs->wide_fetch_keys(), inputs->wide_rows.data()));
-  inputs->PoolRows(embedding_ != nullptr ? embedding_->spec.dim() : 0);
+  inputs->PoolRows();
   inputs->dense_params = dense_;
   return absl::OkStatus();
 }

@@ -1,9 +1,11 @@
 // File: worker/predict/exported_model.h
 //
 // ExportedModel opens an export (ps_admin export; ExportManifest in
-// proto/checkpoint.proto) for scoring with no shard running: its dense
-// tensors are read whole at Open(), and a batch's embedding and wide rows
-// are looked up in the SST part of the shard each key routes to (a key in
+// proto/checkpoint.proto) for scoring with no shard running: its model spec
+// is the card's (a built-in's for lr, wide_deep and deepfm cards), its
+// dense tensors are read whole at Open(), and a batch's rows of each sparse
+// table are looked up in the SST part of the shard each key routes to (a
+// key in
 // no part was never pushed, and gets its table's deterministic initial
 // row, as a shard would answer it). A delta export is read over the
 // exports it follows back to its base: a key's row is the newest export's
@@ -25,10 +27,10 @@
 #include "absl/types/span.h"
 #include "base/initializer.h"
 #include "base/slot_map.h"
-#include "kernels/ctr_model.h"
+#include "model/model_plan.h"
 #include "proto/checkpoint.pb.h"
+#include "worker/batch_inputs.h"
 #include "worker/input/input_layout.h"
-#include "worker/model_inputs.h"
 
 namespace rocksdb {
 class Cache;
@@ -79,19 +81,21 @@ class ExportedModel {
 
   // The manifest of the export opened (for a delta, the delta's).
   const ExportManifest& manifest() const { return manifest_; }
-  // The model the export holds, as kernels::CtrModel takes it.
-  kernels::ModelConfig config() const;
+  // The model the export holds, planned over its layout (a model::
+  // ModelGraph runs it).
+  const model::ModelPlan& plan() const { return *plan_; }
   // The layout of the click logs it was trained on.
   const InputLayout& layout() const { return layout_; }
 
-  // Fills the rows of `inputs` (prepared with layout(); see
-  // model_inputs.h) and the dense parameters.
-  absl::Status Fetch(ModelInputs* inputs);
+  // Fills the rows of `inputs` (made with plan() and layout(), and
+  // prepared; see batch_inputs.h), pools them, and sets the dense
+  // parameters.
+  absl::Status Fetch(BatchInputs* inputs);
 
-  // `keys`' rows of `table` (the embedding or the wide table) into
-  // `values` (dim floats per key), whether each was in the export into
-  // `found` (if not, its initial row); returns the table's dim. NOT_FOUND,
-  // naming the tables there are, for another table.
+  // `keys`' rows of `table` (one of the sparse tables, by its name on the
+  // servers) into `values` (dim floats per key), whether each was in the
+  // export into `found` (if not, its initial row); returns the table's dim.
+  // NOT_FOUND, naming the tables there are, for another table.
   absl::StatusOr<int> LookupRows(const std::string& table,
                                  absl::Span<const uint64_t> keys,
                                  std::vector<float>* values,
@@ -122,7 +126,9 @@ class ExportedModel {
   // Per export of the chain: which shard's part holds a key's row.
   std::vector<std::unique_ptr<SlotMap>> slot_maps_;
   InputLayout layout_;
-  std::unique_ptr<Table> embedding_, wide_;
+  std::unique_ptr<model::ModelPlan> plan_;
+  // Per table of the spec.
+  std::vector<std::unique_ptr<Table>> sparse_;
   std::vector<std::vector<float>> dense_;
 };
 

@@ -116,12 +116,12 @@ TEST(ExportedModelTest, AManifestThatDisagreesWithItsCardOrFilesIsRefused) {
        [](ExportManifest& m) {
          m.mutable_tables(0)->mutable_spec()->set_dim(3);
        },
-       "has rows of 3 floats, the model's embeddings 2"},
+       "has rows of 3 floats, the model's embedding 2"},
       {"a wide table of two floats",
        [](ExportManifest& m) {
          m.mutable_tables(1)->mutable_spec()->set_dim(2);
        },
-       "has rows of 2 floats, not 1"},
+       "has rows of 2 floats, the model's wide 1"},
       {"rows understated",
        [](ExportManifest& m) { m.mutable_tables(0)->set_rows(1); },
        "its manifest says 1"},

@@ -25,11 +25,11 @@
 #include "base/exit_codes.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
-#include "kernels/ctr_model.h"
+#include "model/model_graph.h"
+#include "worker/batch_inputs.h"
 #include "worker/evaluation.h"
 #include "worker/input/clicklog_reader.h"
 #include "worker/input/layout_flags.h"
-#include "worker/model_inputs.h"
 #include "worker/predict/exported_model.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -156,30 +156,25 @@ void WriteProbabilities(const std::vector<ps::worker::Example>& examples,
 }
 
 // Scores every line of `reader` (in `layout`) with `model`'s rows and
-// `ctr`, writing the probabilities to `out` unless it is null; counts the
+// `graph`, writing the probabilities to `out` unless it is null; counts the
 // lines in `scored` and adds the labeled ones' scores and labels there. The
 // reader's, the export's and the model's errors.
 absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
                         ps::worker::ExportedModel* model,
-                        ps::kernels::CtrModel* ctr,
+                        ps::model::ModelGraph* graph,
                         const ps::worker::InputLayout& layout, std::FILE* out,
                         ScoredLines* scored) {
-  const int embedding_dim =
-      model->config().kind == ps::kernels::ModelKind::kLogisticRegression
-          ? 0
-          : model->config().embedding_dim;
   std::vector<float> batch_scores;
   std::vector<ps::worker::Example> examples;
-  ps::worker::ModelInputs inputs;
+  ps::worker::BatchInputs inputs(&model->plan(), layout);
   while (true) {
     absl::StatusOr<bool> more = reader->Next(&examples);
     if (!more.ok()) return more.status();
     if (!*more) return absl::OkStatus();
-    inputs.Prepare(examples, layout, embedding_dim);
+    inputs.Prepare(examples);
     if (absl::Status fetched = model->Fetch(&inputs); !fetched.ok())
       return fetched;
-    if (absl::Status predicted =
-            ps::worker::FromKernels(ctr->Predict(inputs.Step(), &batch_scores));
+    if (absl::Status predicted = graph->Predict(inputs.Inputs(), &batch_scores);
         !predicted.ok()) {
       return predicted;
     }
@@ -241,7 +236,7 @@ int main(int argc, char** argv) {
       !created.ok()) {
     return Fail("--cpu_threads: " + created.message());
   }
-  ps::kernels::CtrModel ctr((*model)->config(), backend.get());
+  ps::model::ModelGraph graph(&(*model)->plan(), backend.get());
   absl::StatusOr<ps::worker::InputLayout> layout =
       InputLayoutForModel((*model)->layout(), argc, argv);
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
@@ -260,8 +255,8 @@ int main(int argc, char** argv) {
   }
   ScoredLines scored;
   const absl::Time start = absl::Now();
-  if (absl::Status status =
-          ScoreInput(reader->get(), model->get(), &ctr, *layout, out, &scored);
+  if (absl::Status status = ScoreInput(reader->get(), model->get(), &graph,
+                                       *layout, out, &scored);
       !status.ok()) {
     if (out != nullptr) {
       std::fclose(out);
