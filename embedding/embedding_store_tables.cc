@@ -1,10 +1,15 @@
 // EmbeddingStore's tables: declaring, dropping and listing them, their
 // specs and optimizers, and their learning rates set live.
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_internal.h"
@@ -12,6 +17,78 @@
 #include "google/protobuf/util/message_differencer.h"
 
 namespace ps::embedding {
+
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+// Records the path of each field that differs.
+class DifferingFields : public MessageDifferencer::Reporter {
+ public:
+  using SpecificField = MessageDifferencer::SpecificField;
+  void ReportAdded(const google::protobuf::Message&,
+                   const google::protobuf::Message&,
+                   const std::vector<SpecificField>& path) override {
+    Add(path);
+  }
+  void ReportDeleted(const google::protobuf::Message&,
+                     const google::protobuf::Message&,
+                     const std::vector<SpecificField>& path) override {
+    Add(path);
+  }
+  void ReportModified(const google::protobuf::Message&,
+                      const google::protobuf::Message&,
+                      const std::vector<SpecificField>& path) override {
+    Add(path);
+  }
+  std::vector<std::string> paths;
+
+ private:
+  void Add(const std::vector<SpecificField>& path) {
+    std::string joined;
+    for (const SpecificField& field : path) {
+      if (field.field == nullptr) continue;
+      if (!joined.empty()) joined += ".";
+      joined += field.field->name();
+    }
+    if (std::find(paths.begin(), paths.end(), joined) == paths.end())
+      paths.push_back(joined);
+  }
+};
+
+// What differs between a table's spec and one asked for, shortly: the
+// fields, and for the model's spec (text, often long) its first line that
+// differs.
+std::string SpecDifference(const TableSpec& have, const TableSpec& asked) {
+  DifferingFields differing;
+  MessageDifferencer differencer;
+  differencer.ReportDifferencesTo(&differing);
+  differencer.Compare(have, asked);
+  std::vector<std::string> described;
+  for (const std::string& path : differing.paths) {
+    if (path != "model.model_spec") {
+      described.push_back(path);
+      continue;
+    }
+    const std::vector<std::string> old_lines =
+        absl::StrSplit(have.model().model_spec(), '\n');
+    const std::vector<std::string> new_lines =
+        absl::StrSplit(asked.model().model_spec(), '\n');
+    size_t line = 0;
+    while (line < old_lines.size() && line < new_lines.size() &&
+           old_lines[line] == new_lines[line]) {
+      ++line;
+    }
+    described.push_back(absl::StrCat(
+        "the model spec from line ", line + 1, ": have \"",
+        line < old_lines.size() ? old_lines[line] : "", "\", asked for \"",
+        line < new_lines.size() ? new_lines[line] : "", "\""));
+  }
+  return absl::StrJoin(described, "; ");
+}
+
+}  // namespace
+
 namespace {
 
 constexpr size_t kMaxTableNameLength = 128;
@@ -127,9 +204,10 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
       return false;
     }
     return absl::AlreadyExistsError(absl::StrCat(
-        "table ", spec.name(), " already exists with a different spec: have {",
-        existing->second->spec.ShortDebugString(), "}, asked for {",
-        spec.ShortDebugString(), "}"));
+        "table ", spec.name(), " already exists with a different spec (",
+        SpecDifference(existing->second->spec, comparable),
+        "): a checkpoint or cluster resumes only with the model and tables "
+        "it was trained with"));
   }
   StoredTable stored;
   ASSIGN_OR_RETURN(stored.id, rocks_->CreateTable(spec));

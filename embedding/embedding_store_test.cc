@@ -49,6 +49,26 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
               StatusIs(StatusCode::kAlreadyExists));
   EXPECT_THAT(store->DeclareTable(SgdTable("emb", 8, 0.5f)),
               StatusIs(StatusCode::kAlreadyExists));
+  // The refusal names what differs: for a model spec, its first line that
+  // does.
+  TableSpec with_spec = SgdTable("m.t", 8);
+  with_spec.mutable_model()->set_kind(ModelCard::SPEC);
+  with_spec.mutable_model()->set_model_spec(
+      "name: \"m\"\ntable { name: \"t\" dim: 8 }\noutput: \"a\"\n");
+  ASSERT_OK(store->DeclareTable(with_spec));
+  TableSpec other = with_spec;
+  other.mutable_model()->set_model_spec(
+      "name: \"m\"\ntable { name: \"t\" dim: 8 }\noutput: \"b\"\n");
+  other.set_dim(16);
+  const absl::StatusOr<bool> refused = store->DeclareTable(other);
+  ASSERT_THAT(refused, StatusIs(StatusCode::kAlreadyExists));
+  EXPECT_NE(refused.status().message().find("dim"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find(
+                "the model spec from line 3: have \"output: \"a\"\", "
+                "asked for \"output: \"b\"\""),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
