@@ -1,6 +1,7 @@
 #include "worker/batch_inputs.h"
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -101,8 +102,8 @@ TEST(BatchInputsTest, LooksUpEachSlotInItsTable) {
   EXPECT_EQ(wide.scale, (std::vector<float>{0.5f, 0.5f}));
   // The dense group, standardized per column.
   ASSERT_EQ(inputs.dense.size(), 1u);
-  EXPECT_EQ(inputs.dense[0], (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f, 2.0f,
-                                                 -2.0f}));
+  EXPECT_EQ(inputs.dense[0],
+            (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f, 2.0f, -2.0f}));
 }
 
 TEST(BatchInputsTest, MaxPoolsPerDimensionAndFoldsToTheMaximum) {
@@ -153,14 +154,65 @@ TEST(BatchInputsTest, MeanPoolsAndFoldsScaled) {
   EXPECT_EQ(grads[1], (std::vector<float>{0, 1, 1}));
 }
 
+TEST(BatchInputsTest, FoldingGradientsIsTheAdjointOfPooling) {
+  // For rows R and gradients G over every row (fetched and pooled):
+  // <Pool(R), G> = <R, Fold(G)>, which holds only if each pooled row's
+  // gradient reaches its members with the pooling's scale (SUM, MEAN), or
+  // the member that held the maximum (MAX, locally linear). The fixture's
+  // multi field pools by MAX into "emb" and its cross by MEAN into "wide";
+  // a SUM field is added through a spec of its own below.
+  for (const char* pooling : {"MAX", "SUM"}) {
+    std::string spec = kSpec;
+    const size_t at = spec.find("pooling: MAX");
+    spec.replace(at, 12, std::string("pooling: ") + pooling);
+    InputLayout layout =
+        *MakeInputLayout("csv", false, kColumns, "|", "sum", "");
+    auto parsed = model::ParseModelSpec(spec);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto plan = model::ModelPlan::Create(*parsed, ColumnUses(layout));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(LayoutForPlan(*plan, &layout).ok());
+    BatchInputs inputs(&*plan, layout);
+    std::vector<Example> examples(4);
+    const char* lines[] = {"1,1,10,a,x|y|z", "0,3,15,a,y", "1,5,0,b,y|y",
+                           "0,2,2,c,z|x"};
+    for (int i = 0; i < 4; ++i)
+      ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok());
+    inputs.Prepare(examples);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<std::vector<float>> fetched, grads;
+    for (BatchInputs::TableRows& table : inputs.tables) {
+      ASSERT_FALSE(table.pool_end.empty());
+      for (float& v : table.rows) v = uniform(rng);
+      fetched.emplace_back(table.rows.begin(),
+                           table.rows.begin() + table.keys.size() * table.dim);
+      grads.emplace_back(table.rows.size());
+      for (float& g : grads.back()) g = uniform(rng);
+    }
+    inputs.PoolRows();
+    for (size_t t = 0; t < inputs.tables.size(); ++t) {
+      double pooled_dot = 0;
+      for (size_t i = 0; i < grads[t].size(); ++i)
+        pooled_dot += inputs.tables[t].rows[i] * grads[t][i];
+      std::vector<std::vector<float>> folded = grads;
+      inputs.FoldPooledGradients(&folded);
+      ASSERT_EQ(folded[t].size(), fetched[t].size());
+      double folded_dot = 0;
+      for (size_t i = 0; i < folded[t].size(); ++i)
+        folded_dot += fetched[t][i] * folded[t][i];
+      EXPECT_NEAR(pooled_dot, folded_dot, 1e-4) << pooling << " table " << t;
+    }
+  }
+}
+
 TEST(BatchInputsTest, BuiltinsReadTheLayoutsFieldsAndLog1pDense) {
-  InputLayout layout = *MakeInputLayout("csv", false, kColumns, "|", "mean",
-                                        "0:1");
+  InputLayout layout =
+      *MakeInputLayout("csv", false, kColumns, "|", "mean", "0:1");
   model::BuiltinOptions options;
   options.crosses = layout.crosses;
   options.pooling = model::Field::MEAN;
-  auto spec =
-      model::BuiltinModelSpec("wide_deep", ColumnUses(layout), options);
+  auto spec = model::BuiltinModelSpec("wide_deep", ColumnUses(layout), options);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto plan = model::ModelPlan::Create({*spec, {}}, ColumnUses(layout));
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -10,7 +10,7 @@
 // push lands, bit for bit.
 //
 // Exact under what a push does on a shard: gradients of distinct keys
-// (ModelInputs gives a step's keys once, crosses' included), FP32 on the
+// (BatchInputs gives a step's keys once per table), FP32 on the
 // wire, every key stored (no admission threshold) and no row expiring in
 // between (no row_ttl_s); the trainer replays only then. Also assumed:
 // workers and shards built from one source with one set of flags (the same

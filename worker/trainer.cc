@@ -25,9 +25,9 @@
 #include "model/kernel_status.h"
 #include "worker/batch_inputs.h"
 #include "worker/bounded_queue.h"
+#include "worker/dense_chunks.h"
 #include "worker/evaluation.h"
 #include "worker/heartbeat.h"
-#include "worker/model_inputs.h"
 #include "worker/progress_reporter.h"
 #include "worker/staleness_gate.h"
 

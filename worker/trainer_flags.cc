@@ -25,8 +25,8 @@
 #include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
 #include "worker/batch_inputs.h"
+#include "worker/dense_chunks.h"
 #include "worker/input/layout_flags.h"
-#include "worker/model_inputs.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
           "Comma-separated host:port of every shard, in shard-index order.");

@@ -23,8 +23,8 @@
 #include "model/builtin_specs.h"
 #include "worker/batch_inputs.h"
 #include "worker/datagen/clicklog_generator.h"
+#include "worker/dense_chunks.h"
 #include "worker/fake_training_client.h"
-#include "worker/model_inputs.h"
 
 namespace ps::worker {
 namespace {

@@ -11,8 +11,8 @@
 #include "kernels/ctr_model.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_writer.h"
+#include "worker/dense_chunks.h"
 #include "worker/input/input_layout.h"
-#include "worker/model_inputs.h"
 
 namespace ps::worker {
 namespace {

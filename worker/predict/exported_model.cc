@@ -17,7 +17,7 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/table.h"
-#include "worker/model_inputs.h"
+#include "worker/dense_chunks.h"
 
 namespace ps::worker {
 
