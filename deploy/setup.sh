@@ -5,7 +5,9 @@
 #
 #   deploy/setup.sh           build, test and run
 #   deploy/setup.sh --bench   also what tests/bench/ compares against: Redis,
-#                             PyTorch (CPU) with the OpenMP OpenBLAS; and perf
+#                             the OpenMP OpenBLAS for PyTorch; and perf
+# (PyTorch itself is in both: tests/torch_agreement_test checks the model
+# graph against it.)
 set -euo pipefail
 
 packages=(
@@ -16,12 +18,13 @@ packages=(
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml python3-grpcio python3-protobuf openssl patchelf
+  python3-torch
   prometheus-cpp-dev prometheus
   etcd-server etcd-client
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(redis-server python3-torch libopenblas0-openmp python3-xxhash python3-numpy linux-perf)
+  packages+=(redis-server libopenblas0-openmp python3-xxhash python3-numpy linux-perf)
 fi
 
 missing=()

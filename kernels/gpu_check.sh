@@ -5,7 +5,8 @@
 # at batch 4096 and 16384 against the same model in PyTorch on the same GPU,
 # and, from the bundle (deploy/bundle.sh, carried with the working tree),
 # trains 200k generated lines end to end with one ps_server and one
-# ps_worker on loopback, --device=cuda beside --device=cpu. Prints the
+# ps_worker on loopback, --device=cuda beside --device=cpu (wide_deep, then
+# dcn_v2 and dlrm). Prints the
 # tables; exits non-zero if a parity check fails or the end-to-end AUCs
 # differ by more than 0.002. A few minutes.
 #
@@ -71,9 +72,10 @@ fi
   2>"$out/clicklog_gen.log" || { echo "clicklog_gen failed (see clicklog_gen.log)" >&2; exit 1; }
 "$bin/clicklog_gen" --out="$e2e/test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 \
   2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
-# train NAME DEVICE -> "examples/s auc logloss backend", on a fresh shard
+# train NAME DEVICE [MODEL] -> "examples/s auc logloss backend", on a fresh
+# shard
 train() {
-  local device=$2 dir="$e2e/$1"
+  local device=$2 dir="$e2e/$1" model=${3:-wide_deep}
   mkdir -p "$dir"
   "$bin/ps_server" --listen=127.0.0.1:0 --data_dir="$dir/shard" --durability=periodic \
     >"$dir/shard.out" 2>"$dir/shard.log" &
@@ -86,6 +88,7 @@ train() {
   done
   timeout 240 "$bin/ps_worker" --servers="$address" --train="$e2e/train.tsv" \
     --test="$e2e/test.tsv" --batch_size=4096 --device="$device" --start_timeout_s=30 \
+    --model="$model" \
     --metrics_out="$dir/worker.json" 2>"$dir/worker.log" \
     || { echo "ps_worker --device=$device failed:" >&2; tail -5 "$dir/worker.log" >&2; }
   kill "$shard"; wait "$shard" 2>/dev/null || true
@@ -110,6 +113,18 @@ if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; 
   echo "end to end: the AUCs differ by more than 0.002, or a run failed"
   status=1
 fi
+# The models from specs whose layers (DCN-v2's cross, DLRM's interaction)
+# only they use: the same AUC on both devices.
+for model in dcn_v2 dlrm; do
+  read -r gpu_rate gpu_auc _ gpu_backend < <(train "gpu_$model" "$gpu_device" "$model" || echo "0 0 0 failed")
+  read -r cpu_rate cpu_auc _ cpu_backend < <(train "cpu_$model" cpu "$model" || echo "0 0 0 failed")
+  printf "%-8s %-6s %10s examples/s, AUC %s; %-6s %10s examples/s, AUC %s\n" "$model" \
+    "$gpu_backend" "$gpu_rate" "$gpu_auc" "$cpu_backend" "$cpu_rate" "$cpu_auc" | tee -a "$out/e2e.txt"
+  if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(g > 0 && c > 0 && d <= 0.002) }'; then
+    echo "end to end, $model: the AUCs differ by more than 0.002, or a run failed"
+    status=1
+  fi
+done
 if [ -z "$dry_run" ]; then
 echo "== training step, wide_deep, examples/s"
 results="$out/step_benchmark.txt"

@@ -892,8 +892,17 @@ TEST_F(FailoverTest, WithReplicasOnlyThePrimaryRestoresAndItsReplicaCopies) {
   ASSERT_TRUE(WaitInSync());
   primary_->SignalAndWait(SIGKILL);
   const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*processes[1 - primary]).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), deadline) << "the replica did not take over";
+  ServerProcess& replica = *processes[1 - primary];
+  while (Stats(replica).replication().role() != "primary") {
+    if (absl::Now() >= deadline) {
+      int code = 0;
+      const bool exited = replica.Exited(&code);
+      const std::string log = ReadFile(replica.log_path());
+      FAIL() << "the replica did not take over"
+             << (exited ? absl::StrCat(" (it exited ", code, ")") : "")
+             << "; the end of its log:\n"
+             << log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
+    }
     absl::SleepFor(absl::Milliseconds(50));
   }
   for (float value : Values(*processes[1 - primary])) {

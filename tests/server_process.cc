@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
       ChildProcess::Start(argv, /*capture_stdout=*/true, stderr_path);
   if (!process.ok()) return process.status();
   server->process_ = std::move(process).value();
+  server->log_path_ = stderr_path;
 
   absl::StatusOr<std::string> line = server->process_->ReadLine(deadline);
   if (!line.ok()) return line.status();

@@ -47,6 +47,8 @@ class ServerProcess {
   bool Exited(int* code) { return process_->Exited(code); }
 
   pid_t pid() const { return process_->pid(); }
+  // Where its log goes (empty: nowhere).
+  const std::string& log_path() const { return log_path_; }
 
  private:
   ServerProcess() = default;
@@ -54,6 +56,7 @@ class ServerProcess {
   std::unique_ptr<ChildProcess> process_;
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::string log_path_;
 };
 
 }  // namespace ps::testing

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""A model spec (proto/model_spec.proto) built in PyTorch, independently of
+the C++ graph: every layer written here from docs/models.md's math.
+
+    torch_model.py --check STEP.json --proto_dir DIR [--tolerance 1e-4]
+
+reads one training step that worker/graph_step_dump ran (the spec, the
+batch, the parameters, and the C++ loss and gradients), runs the same step
+in PyTorch (float64, on every core), and compares the loss and every
+gradient: each table's rows and each dense tensor, by the relative error of
+the whole tensor (||torch - c++|| / ||torch||, and the largest element's
+error over the largest element). Prints one line per tensor; exits 1 if any
+is over the tolerance.
+
+DIR holds model_spec_pb2.py and ps_pb2.py (protoc --python_out).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+
+def load_spec(text, proto_dir):
+    sys.path.insert(0, proto_dir)
+    from google.protobuf import text_format
+    from proto import model_spec_pb2
+    spec = model_spec_pb2.ModelSpec()
+    text_format.Parse(text, spec)
+    return spec, model_spec_pb2
+
+
+class TorchModel:
+    """The spec's graph over a batch given as the dump gives it."""
+
+    def __init__(self, spec, pb2, step):
+        self.spec, self.pb2, self.step = spec, pb2, step
+        self.batch = step["batch"]
+        self.tables = {}
+        for table in step["tables"]:
+            rows = torch.tensor(table["rows"], dtype=torch.float64)
+            self.tables[table["name"]] = rows.reshape(-1, table["dim"]).requires_grad_()
+        self.tensors = {}
+        for tensor in step["tensors"]:
+            values = torch.tensor(tensor["values"], dtype=torch.float64)
+            size = tensor["rows"] * tensor["cols"]
+            # Dense tensors travel padded to whole chunks.
+            self.tensors[tensor["name"]] = (
+                values[:size].reshape(tensor["rows"], tensor["cols"]).clone().requires_grad_())
+        self.lookups = {}
+        for lookup in step["lookups"]:
+            self.lookups[(lookup["table"], lookup["node"], lookup["slot"])] = lookup["members"]
+        self.dense_raw = torch.tensor(step["dense_raw"], dtype=torch.float64).reshape(
+            self.batch, -1)
+        self.dense_position = {c: i for i, c in enumerate(step["dense_columns"])}
+        self.pooling = {}
+        for field in spec.field:
+            self.pooling[field.name] = field.pooling
+        for cross in spec.cross:
+            self.pooling[cross.name] = cross.pooling
+        self.slots = {}
+        for field in spec.field:
+            self.slots[field.name] = 1
+        for cross in spec.cross:
+            self.slots[cross.name] = 1
+        self.dense_groups = {}
+        for group in spec.dense:
+            self.dense_groups[group.name] = group
+            if group.transform == pb2.DenseInput.BUCKETIZE:
+                self.slots[group.name] = len(group.columns)
+
+    def slot_rows(self, table, node, slot):
+        """Each example's row of `node`'s `slot` in `table`, pooled: B x dim."""
+        members = self.lookups[(table, node, slot)]
+        rows = self.tables[table]
+        pooling = self.pooling.get(node, self.pb2.Field.SUM)
+        out = []
+        for member_rows in members:
+            picked = rows[member_rows]
+            if pooling == self.pb2.Field.MAX:
+                out.append(picked.max(dim=0).values)
+            elif pooling == self.pb2.Field.MEAN:
+                out.append(picked.mean(dim=0))
+            else:
+                out.append(picked.sum(dim=0))
+        return torch.stack(out)
+
+    def dense_value(self, group):
+        columns = [self.dense_position[c] for c in group.columns]
+        x = self.dense_raw[:, columns]
+        t = group.transform
+        if t == self.pb2.DenseInput.IDENTITY:
+            return x
+        if t == self.pb2.DenseInput.STANDARDIZE:
+            mean = torch.tensor(list(group.mean), dtype=torch.float64)
+            std = torch.tensor(list(group.std), dtype=torch.float64)
+            return (x - mean) / std
+        return torch.log1p(torch.clamp(x, min=0))
+
+    def forward(self):
+        values = {}
+        for name, group in self.dense_groups.items():
+            if group.transform != self.pb2.DenseInput.BUCKETIZE:
+                values[name] = self.dense_value(group)
+        layers = {layer.name: layer for layer in self.spec.layer}
+        done = set()
+
+        def run(name):
+            if name in done or name not in layers:
+                return
+            layer = layers[name]
+            for i in layer.inputs:
+                run(i)
+            values[name] = self.layer(layer, values)
+            done.add(name)
+
+        for layer in self.spec.layer:
+            run(layer.name)
+        return values[self.spec.output].reshape(-1)
+
+    def rows_of(self, layer, values):
+        """fm and dot_interaction: the inputs as a B x k x d stack of rows."""
+        layers = {l.name: l for l in self.spec.layer}
+        dim = 0
+        for i in layer.inputs:
+            if i in layers and layers[i].WhichOneof("kind") == "embedding":
+                dim = [t.dim for t in self.spec.table if t.name == layers[i].embedding.table][0]
+                break
+        if dim == 0:
+            dim = values[layer.inputs[0]].shape[1]
+        return torch.cat([values[i] for i in layer.inputs], dim=1).reshape(self.batch, -1, dim)
+
+    def layer(self, layer, values):
+        kind = layer.WhichOneof("kind")
+        name = layer.name
+        if kind == "embedding":
+            parts = []
+            for i in layer.inputs:
+                for s in range(self.slots[i]):
+                    parts.append(self.slot_rows(layer.embedding.table, i, s))
+            return torch.cat(parts, dim=1)
+        if kind == "wide":
+            out = torch.zeros(self.batch, 1, dtype=torch.float64)
+            for i in layer.inputs:
+                if i in self.slots:
+                    for s in range(self.slots[i]):
+                        out = out + self.slot_rows(layer.wide.table, i, s)
+                else:
+                    out = out + values[i] @ self.tensors[name + ".dense_weights"]
+            return out + self.tensors[name + ".bias"]
+        if kind == "concat":
+            return torch.cat([values[i] for i in layer.inputs], dim=1)
+        if kind == "mlp":
+            mlp = layer.mlp
+            x = values[layer.inputs[0]]
+            count = len(mlp.units)
+            for l in range(count):
+                x = x @ self.tensors["%s.%d.weights" % (name, l)] + self.tensors[
+                    "%s.%d.bias" % (name, l)]
+                last = l + 1 == count
+                relu = (mlp.last_activation == mlp.RELU) if last else (
+                    mlp.activation != mlp.NONE)
+                if relu:
+                    x = torch.relu(x)
+            return x
+        if kind == "fm":
+            v = self.rows_of(layer, values)
+            return 0.5 * (v.sum(dim=1) ** 2 - (v ** 2).sum(dim=1)).sum(dim=1, keepdim=True)
+        if kind == "dot_interaction":
+            v = self.rows_of(layer, values)
+            z = v @ v.transpose(1, 2)
+            k = v.shape[1]
+            offset = 0 if layer.dot_interaction.self_interaction else -1
+            rows, cols = torch.tril_indices(k, k, offset=offset)
+            return z[:, rows, cols]
+        if kind == "cross":
+            x0 = values[layer.inputs[0]]
+            x = x0
+            for l in range(layer.cross.num_layers):
+                prefix = "%s.%d" % (name, l)
+                if layer.cross.low_rank == 0:
+                    u = x @ self.tensors[prefix + ".weights"]
+                else:
+                    u = (x @ self.tensors[prefix + ".u"]) @ self.tensors[prefix + ".v"]
+                x = x0 * (u + self.tensors[prefix + ".bias"]) + x
+            return x
+        if kind == "add":
+            out = values[layer.inputs[0]]
+            for i in layer.inputs[1:]:
+                out = out + values[i]
+            return out
+        raise ValueError("layer %s: unknown kind %s" % (name, kind))
+
+
+def relative_error(reference, candidate):
+    reference = reference.reshape(-1)
+    candidate = candidate.reshape(-1)
+    if reference.numel() != candidate.numel():
+        return math.inf
+    difference = (candidate - reference).norm().item()
+    norm = reference.norm().item()
+    if norm == 0:
+        return difference
+    largest = reference.abs().max().item()
+    return max(difference / norm, (candidate - reference).abs().max().item() / largest)
+
+
+def check(args):
+    step = json.load(open(args.check))
+    spec, pb2 = load_spec(step["spec"], args.proto_dir)
+    model = TorchModel(spec, pb2, step)
+    logits = model.forward()
+    labels = torch.tensor(step["labels"], dtype=torch.float64)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+    loss.backward()
+    failures = 0
+    loss_error = abs(loss.item() - step["loss"]) / max(abs(loss.item()), 1e-12)
+    results = [("loss", loss_error)]
+    for table in step["tables"]:
+        grad = model.tables[table["name"]].grad
+        if grad is None:
+            grad = torch.zeros_like(model.tables[table["name"]])
+        results.append(("table " + table["name"],
+                        relative_error(grad, torch.tensor(table["grads"], dtype=torch.float64))))
+    for tensor in step["tensors"]:
+        grad = model.tensors[tensor["name"]].grad
+        size = tensor["rows"] * tensor["cols"]
+        theirs = torch.tensor(tensor["grads"][:size], dtype=torch.float64)
+        results.append((tensor["name"], relative_error(grad, theirs)))
+    for name, error in results:
+        ok = error <= args.tolerance
+        failures += 0 if ok else 1
+        print("%-32s %.3g%s" % (name, error, "" if ok else "  OVER %.0e" % args.tolerance))
+    return 1 if failures else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", required=True)
+    parser.add_argument("--proto_dir", required=True)
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
+    sys.exit(check(args))
+
+
+if __name__ == "__main__":
+    main()
