@@ -97,7 +97,7 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
     cross->set_pooling(options.pooling);
     wide_inputs.push_back(cross->name());
   }
-  if ((deepfm || dlrm) && fields.size() + (dlrm && has_dense ? 1 : 0) < 2) {
+  if (dlrm && fields.size() + (has_dense ? 1 : 0) < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " needs at least two rows to interact; the columns give ",
         fields.size(), " field(s)"));
@@ -139,7 +139,8 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
     AddMlp(&spec, "mlp", deep_input, top);
     logit_terms.push_back("mlp");
   }
-  if (deepfm) {
+  // (Under two fields the pairwise term is zero: deepfm is wide_deep.)
+  if (deepfm && fields.size() >= 2) {
     NewLayer(&spec, "fm", {"embedding"})->mutable_fm();
     logit_terms.push_back("fm");
   }

@@ -56,7 +56,8 @@ const std::vector<std::string>& BuiltinModelNames();
 
 // Built-in `name` for a click log whose columns are `columns`.
 // INVALID_ARGUMENT for an unknown name, or a model the columns cannot make
-// (deepfm and dlrm need two fields' rows to interact).
+// (dlrm needs two rows to interact: two fields, or a field and dense
+// columns). deepfm of fewer than two fields has no pairwise term.
 absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
                                            absl::Span<const ColumnUse> columns,
                                            const BuiltinOptions& options);

@@ -204,7 +204,7 @@ TEST(ModelPlanTest, BuiltinsFitColumnsWithoutDenseOrWithoutFields) {
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
     EXPECT_TRUE(ModelPlan::Create({*spec, {}}, categorical).ok()) << name;
     spec = BuiltinModelSpec(name, dense, BuiltinOptions());
-    if (name == "deepfm" || name == "dlrm") {
+    if (name == "dlrm") {
       // Nothing for the dense rows to interact with.
       EXPECT_FALSE(spec.ok()) << name;
       continue;

@@ -66,6 +66,10 @@ class BatchInputs {
 
   // Empty, to be assigned one that has a plan.
   BatchInputs() = default;
+  // `layout` is the one the plan's columns are positions in (the model's
+  // training layout, fitted by LayoutForPlan()). Examples may be parsed
+  // with another that has the same fields, dense columns and crosses in the
+  // same order (ps_predict's reordered columns).
   BatchInputs(const model::ModelPlan* plan, const InputLayout& layout);
 
   // Fills everything but the fetched rows and dense parameters from

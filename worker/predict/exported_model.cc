@@ -117,8 +117,10 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir) {
   if (card.kind() == ModelCard::SPEC) return absl::OkStatus();
   if (card.wide_table().empty()) return refuse("a model with no wide table");
   const bool deep = card.kind() != ModelCard::LR;
-  if (deep && (card.embedding_table().empty() || card.embedding_dim() < 1 ||
-               card.embedding_dim() > kMaxExportDim)) {
+  // (A wide_deep or deepfm of no fields has no embeddings.)
+  if (deep && card.fields() > 0 &&
+      (card.embedding_table().empty() || card.embedding_dim() < 1 ||
+       card.embedding_dim() > kMaxExportDim)) {
     return refuse("a deep model whose embedding table \"",
                   card.embedding_table(), "\" has dim ", card.embedding_dim(),
                   " (1 to ", kMaxExportDim, ")");

@@ -166,7 +166,9 @@ absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
                         ScoredLines* scored) {
   std::vector<float> batch_scores;
   std::vector<ps::worker::Example> examples;
-  ps::worker::BatchInputs inputs(&model->plan(), layout);
+  // The model's columns are positions in the layout it was trained on;
+  // `layout` orders the same fields and dense columns alike.
+  ps::worker::BatchInputs inputs(&model->plan(), model->layout());
   while (true) {
     absl::StatusOr<bool> more = reader->Next(&examples);
     if (!more.ok()) return more.status();
