@@ -233,8 +233,11 @@ std::vector<uint64_t> ReplicationFeed::InSyncFollowers() {
   return in_sync;
 }
 
-void ReplicationFeed::SetRecordedInSync(std::vector<uint64_t> followers) {
+void ReplicationFeed::SetRecordedInSync(
+    std::vector<uint64_t> followers,
+    std::optional<std::vector<uint64_t>> counted) {
   absl::MutexLock lock(&mu_);
+  counted_in_sync_ = counted.has_value() ? *std::move(counted) : followers;
   recorded_in_sync_ = std::move(followers);
   changed_ = true;
 }
@@ -438,8 +441,8 @@ uint32_t ReplicationFeed::InSyncCountLocked() const {
   for (const auto& [id, follower] : followers_) {
     if (!follower.in_sync) continue;
     if (recorded_in_sync_.has_value() &&
-        std::find(recorded_in_sync_->begin(), recorded_in_sync_->end(), id) ==
-            recorded_in_sync_->end()) {
+        std::find(counted_in_sync_.begin(), counted_in_sync_.end(), id) ==
+            counted_in_sync_.end()) {
       continue;
     }
     ++in_sync;

@@ -141,7 +141,14 @@ class ReplicationFeed {
   // followers count as in sync (GetStats(), min_in_sync): a push
   // acknowledged under a least of one is held by a follower a promotion
   // may take.
-  void SetRecordedInSync(std::vector<uint64_t> followers);
+  //
+  // `counted`, when given, are the followers among them that count as in
+  // sync meanwhile: while a record is written, `followers` is the union of
+  // the old and the new (a wait needs both) and `counted` what both name
+  // (a promotion may take only a follower whichever record etcd keeps).
+  void SetRecordedInSync(
+      std::vector<uint64_t> followers,
+      std::optional<std::vector<uint64_t>> counted = std::nullopt);
 
   // From `at` on, answers every wait, and every later one at once (not
   // replicated, no entries): for a server that stops, giving its replicas
@@ -252,6 +259,8 @@ class ReplicationFeed {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   // SetRecordedInSync()'s followers, once it was called.
   std::optional<std::vector<uint64_t>> recorded_in_sync_ ABSL_GUARDED_BY(mu_);
+  // Those of them that count as in sync (SetRecordedInSync()'s `counted`).
+  std::vector<uint64_t> counted_in_sync_ ABSL_GUARDED_BY(mu_);
   absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread waiter_;

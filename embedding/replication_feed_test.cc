@@ -267,6 +267,37 @@ TEST(ReplicationFeedTest, ARecordedFollowerHoldsPushesBackUntilUnrecorded) {
   recorder.join();
 }
 
+// While a record that adds a follower is being written, the follower holds
+// pushes back (either record may be the one etcd keeps) but does not count
+// as in sync: a promotion may not take it until the record names it.
+TEST(ReplicationFeedTest, AFollowerCountsInSyncOnlyOnceRecorded) {
+  ReplicationFeed feed(ReplicationFeedOptions{});
+  uint64_t start = 0;
+  const uint64_t old_follower = feed.AddFollower(&start);
+  std::vector<FeedEntry> out;
+  ASSERT_OK(feed.Read(old_follower, start, 10, absl::ZeroDuration(), &out));
+  feed.SetRecordedInSync({old_follower});
+  const uint64_t joining = feed.AddFollower(&start);
+  ASSERT_OK(feed.Read(joining, start, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(feed.GetStats().in_sync, 1u);
+  // The record naming both is being written: both hold pushes back, the
+  // one it adds does not count yet.
+  feed.SetRecordedInSync({old_follower, joining},
+                         std::vector<uint64_t>{old_follower});
+  EXPECT_EQ(feed.GetStats().in_sync, 1u);
+  const uint64_t sequence = feed.AppendPush("t", "a");
+  ASSERT_OK(feed.Read(old_follower, sequence, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(kTimedOut,
+            feed.WaitReplicated(sequence, true, 1, kNoBound,
+                                absl::Now() + absl::Milliseconds(50)));
+  ASSERT_OK(feed.Read(joining, sequence, 10, absl::ZeroDuration(), &out));
+  EXPECT_EQ(kYes, feed.WaitReplicated(sequence, true, 1, kNoBound,
+                                      absl::Now() + absl::Seconds(30)));
+  // Written: it counts.
+  feed.SetRecordedInSync({old_follower, joining});
+  EXPECT_EQ(feed.GetStats().in_sync, 2u);
+}
+
 TEST(ReplicationFeedTest, WaitAppliedEndsWhenTheFollowerAppliesOrGoes) {
   ReplicationFeedOptions options;
   options.follower_timeout = absl::Milliseconds(300);

@@ -1,6 +1,7 @@
 #include "server/in_sync_recorder.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,7 @@ absl::Status InSyncRecorder::status() const {
 
 absl::Status InSyncRecorder::RecordIfChanged() {
   std::vector<uint64_t> in_sync = feed_->InSyncFollowers();
+  std::sort(in_sync.begin(), in_sync.end());
   if (recorded_.has_value()) {
     // Below the least, those that dropped out stay: no push is
     // acknowledged without them from now on.
@@ -64,14 +66,18 @@ absl::Status InSyncRecorder::RecordIfChanged() {
   set.generation = at_.generation;
   set.feed = feed_->id();
   set.followers = in_sync;
-  // While etcd may come to hold either set, both count: a follower joining
-  // the record that drops out meanwhile holds pushes back too.
+  // While etcd may come to hold either set, a follower of either holds
+  // pushes back (one joining the record that drops out meanwhile too), and
+  // only one of both counts as in sync: a promotion may take it whichever
+  // set etcd keeps.
   if (recorded_.has_value()) {
-    std::vector<uint64_t> both = *recorded_;
-    both.insert(both.end(), in_sync.begin(), in_sync.end());
-    std::sort(both.begin(), both.end());
-    both.erase(std::unique(both.begin(), both.end()), both.end());
-    feed_->SetRecordedInSync(std::move(both));
+    std::vector<uint64_t> either = *recorded_, both;
+    either.insert(either.end(), in_sync.begin(), in_sync.end());
+    std::sort(either.begin(), either.end());
+    either.erase(std::unique(either.begin(), either.end()), either.end());
+    std::set_intersection(recorded_->begin(), recorded_->end(), in_sync.begin(),
+                          in_sync.end(), std::back_inserter(both));
+    feed_->SetRecordedInSync(std::move(either), std::move(both));
   }
   RETURN_IF_ERROR(
       net::WriteInSyncSet(*etcd_, options_.job, options_.index, at_, set));
