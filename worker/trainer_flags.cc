@@ -91,8 +91,10 @@ ABSL_FLAG(uint64_t, shuffle_seed, 1,
           "the epoch).");
 ABSL_FLAG(
     std::string, embedding_optimizer, "adagrad",
-    "Server-side optimizer of the embeddings: sgd, adagrad, adam or ftrl.");
-ABSL_FLAG(double, learning_rate, 0.05, "Learning rate of the embeddings.");
+    "Server-side optimizer of a built-in's embeddings: sgd, adagrad, adam "
+    "or ftrl (a --model_spec names each table's own).");
+ABSL_FLAG(double, learning_rate, 0.05,
+          "Learning rate of a built-in's embeddings.");
 ABSL_FLAG(double, adagrad_initial_accumulator, 0.1,
           "Adagrad's starting squared-gradient sum (any table on Adagrad), "
           "> 0; smaller takes bigger first steps.");
@@ -112,13 +114,13 @@ ABSL_FLAG(uint32_t, evict_below_count, 0,
           "With --row_ttl_s: only rows pushed fewer than this many times "
           "expire (0: any idle row).");
 ABSL_FLAG(std::string, wide_optimizer, "ftrl",
-          "Optimizer of the per-key wide weights.");
+          "Optimizer of a built-in's per-key wide weights.");
 ABSL_FLAG(double, wide_learning_rate, 0.05,
-          "Learning rate (FTRL alpha) of the wide weights.");
+          "Learning rate (FTRL alpha) of a built-in's wide weights.");
 ABSL_FLAG(std::string, dense_optimizer, "adam",
-          "Optimizer of the MLP and dense weights.");
+          "Optimizer of a built-in's MLP and dense weights.");
 ABSL_FLAG(double, dense_learning_rate, 0.001,
-          "Learning rate of the MLP and dense weights.");
+          "Learning rate of a built-in's MLP and dense weights.");
 ABSL_FLAG(
     std::string, staleness, "0",
     "Bounded staleness: a number N (a worker may be at most N steps ahead "
