@@ -70,6 +70,10 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
   Status Fill(float* x, size_t count, float value) override {
+    if (value == 0.0f) {
+      if (count > 0) std::memset(x, 0, count * sizeof(float));
+      return Status::Ok();
+    }
     for (size_t i = 0; i < count; ++i) x[i] = value;
     return Status::Ok();
   }

@@ -148,6 +148,12 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
   // Per table, the position of each key among its keys.
   std::vector<absl::flat_hash_map<uint64_t, int32_t>> positions(tables.size());
+  std::vector<size_t> slots_per_table(tables.size(), 0);
+  for (const model::Lookup& lookup : lookups) ++slots_per_table[lookup.table];
+  for (size_t t = 0; t < tables.size(); ++t) {
+    // About half a batch's keys are distinct (Criteo-like data).
+    positions[t].reserve(slots_per_table[t] * static_cast<size_t>(batch) / 2);
+  }
   const auto position_of = [&](size_t t, uint64_t key) {
     auto [it, inserted] = positions[t].try_emplace(
         key, static_cast<int32_t>(tables[t].keys.size()));
