@@ -32,8 +32,138 @@ def load_spec(text, proto_dir):
     return spec, model_spec_pb2
 
 
-class TorchModel:
-    """The spec's graph over a batch given as the dump gives it."""
+class Graph:
+    """The spec's layers, computed in PyTorch from docs/models.md's math.
+
+    What the layers read comes from `source`: source.rows(table, node, slot)
+    is each example's pooled row of a categorical node's slot (B x dim),
+    source.tensor(name) a dense tensor, source.dense(group) a dense group's
+    transformed values (B x columns)."""
+
+    def __init__(self, spec, pb2, source):
+        self.spec, self.pb2, self.source = spec, pb2, source
+        self.slots = {}
+        for field in spec.field:
+            self.slots[field.name] = 1
+        for cross in spec.cross:
+            self.slots[cross.name] = 1
+        self.dense_groups = {}
+        for group in spec.dense:
+            self.dense_groups[group.name] = group
+            if group.transform == pb2.DenseInput.BUCKETIZE:
+                self.slots[group.name] = len(group.columns)
+        self.layers = {layer.name: layer for layer in spec.layer}
+
+    def forward(self, batch):
+        """The output logits, one per example."""
+        values = {}
+        for name, group in self.dense_groups.items():
+            if group.transform != self.pb2.DenseInput.BUCKETIZE:
+                values[name] = self.source.dense(group)
+        done = set()
+
+        def run(name):
+            if name in done or name not in self.layers:
+                return
+            layer = self.layers[name]
+            for i in layer.inputs:
+                run(i)
+            values[name] = self.layer(layer, values, batch)
+            done.add(name)
+
+        for layer in self.spec.layer:
+            run(layer.name)
+        return values[self.spec.output].reshape(-1)
+
+    def rows_of(self, layer, values, batch):
+        """fm and dot_interaction: the inputs as a B x k x d stack of rows."""
+        dim = 0
+        for i in layer.inputs:
+            if i in self.layers and self.layers[i].WhichOneof("kind") == "embedding":
+                dim = [t.dim for t in self.spec.table
+                       if t.name == self.layers[i].embedding.table][0]
+                break
+        if dim == 0:
+            dim = values[layer.inputs[0]].shape[1]
+        return torch.cat([values[i] for i in layer.inputs], dim=1).reshape(batch, -1, dim)
+
+    def layer(self, layer, values, batch):
+        kind = layer.WhichOneof("kind")
+        name = layer.name
+        tensor = self.source.tensor
+        if kind == "embedding":
+            parts = []
+            for i in layer.inputs:
+                for s in range(self.slots[i]):
+                    parts.append(self.source.rows(layer.embedding.table, i, s))
+            return torch.cat(parts, dim=1)
+        if kind == "wide":
+            out = 0
+            for i in layer.inputs:
+                if i in self.slots:
+                    for s in range(self.slots[i]):
+                        out = out + self.source.rows(layer.wide.table, i, s)
+                else:
+                    out = out + values[i] @ tensor(name + ".dense_weights")
+            return out + tensor(name + ".bias")
+        if kind == "concat":
+            return torch.cat([values[i] for i in layer.inputs], dim=1)
+        if kind == "mlp":
+            mlp = layer.mlp
+            x = values[layer.inputs[0]]
+            count = len(mlp.units)
+            for l in range(count):
+                x = x @ tensor("%s.%d.weights" % (name, l)) + tensor("%s.%d.bias" % (name, l))
+                last = l + 1 == count
+                relu = (mlp.last_activation == mlp.RELU) if last else (
+                    mlp.activation != mlp.NONE)
+                if relu:
+                    x = torch.relu(x)
+            return x
+        if kind == "fm":
+            v = self.rows_of(layer, values, batch)
+            return 0.5 * (v.sum(dim=1) ** 2 - (v ** 2).sum(dim=1)).sum(dim=1, keepdim=True)
+        if kind == "dot_interaction":
+            v = self.rows_of(layer, values, batch)
+            z = v @ v.transpose(1, 2)
+            k = v.shape[1]
+            offset = 0 if layer.dot_interaction.self_interaction else -1
+            rows, cols = torch.tril_indices(k, k, offset=offset)
+            return z[:, rows, cols]
+        if kind == "cross":
+            x0 = values[layer.inputs[0]]
+            x = x0
+            for l in range(layer.cross.num_layers):
+                prefix = "%s.%d" % (name, l)
+                if layer.cross.low_rank == 0:
+                    u = x @ tensor(prefix + ".weights")
+                else:
+                    u = (x @ tensor(prefix + ".u")) @ tensor(prefix + ".v")
+                x = x0 * (u + tensor(prefix + ".bias")) + x
+            return x
+        if kind == "add":
+            out = values[layer.inputs[0]]
+            for i in layer.inputs[1:]:
+                out = out + values[i]
+            return out
+        raise ValueError("layer %s: unknown kind %s" % (name, kind))
+
+
+def transform_dense(group, pb2, x):
+    """A dense group's transform of its raw columns x (B x columns)."""
+    t = group.transform
+    if t == pb2.DenseInput.IDENTITY:
+        return x
+    if t == pb2.DenseInput.STANDARDIZE:
+        mean = torch.tensor(list(group.mean), dtype=x.dtype)
+        std = torch.tensor(list(group.std), dtype=x.dtype)
+        return (x - mean) / std
+    return torch.log1p(torch.clamp(x, min=0))
+
+
+class DumpedStep:
+    """A step as worker/graph_step_dump gives it: the batch's rows of each
+    table, each example's rows per lookup, the dense tensors (float64)."""
 
     def __init__(self, spec, pb2, step):
         self.spec, self.pb2, self.step = spec, pb2, step
@@ -60,19 +190,8 @@ class TorchModel:
             self.pooling[field.name] = field.pooling
         for cross in spec.cross:
             self.pooling[cross.name] = cross.pooling
-        self.slots = {}
-        for field in spec.field:
-            self.slots[field.name] = 1
-        for cross in spec.cross:
-            self.slots[cross.name] = 1
-        self.dense_groups = {}
-        for group in spec.dense:
-            self.dense_groups[group.name] = group
-            if group.transform == pb2.DenseInput.BUCKETIZE:
-                self.slots[group.name] = len(group.columns)
 
-    def slot_rows(self, table, node, slot):
-        """Each example's row of `node`'s `slot` in `table`, pooled: B x dim."""
+    def rows(self, table, node, slot):
         members = self.lookups[(table, node, slot)]
         rows = self.tables[table]
         pooling = self.pooling.get(node, self.pb2.Field.SUM)
@@ -87,111 +206,126 @@ class TorchModel:
                 out.append(picked.sum(dim=0))
         return torch.stack(out)
 
-    def dense_value(self, group):
+    def tensor(self, name):
+        return self.tensors[name]
+
+    def dense(self, group):
         columns = [self.dense_position[c] for c in group.columns]
-        x = self.dense_raw[:, columns]
-        t = group.transform
-        if t == self.pb2.DenseInput.IDENTITY:
-            return x
-        if t == self.pb2.DenseInput.STANDARDIZE:
-            mean = torch.tensor(list(group.mean), dtype=torch.float64)
-            std = torch.tensor(list(group.std), dtype=torch.float64)
-            return (x - mean) / std
-        return torch.log1p(torch.clamp(x, min=0))
+        return transform_dense(group, self.pb2, self.dense_raw[:, columns])
 
-    def forward(self):
-        values = {}
-        for name, group in self.dense_groups.items():
-            if group.transform != self.pb2.DenseInput.BUCKETIZE:
-                values[name] = self.dense_value(group)
-        layers = {layer.name: layer for layer in self.spec.layer}
-        done = set()
 
-        def run(name):
-            if name in done or name not in layers:
-                return
-            layer = layers[name]
-            for i in layer.inputs:
-                run(i)
-            values[name] = self.layer(layer, values)
-            done.add(name)
+def widths(spec, pb2):
+    """Each node's value width (0 for a categorical input)."""
+    width = {}
+    slots = {f.name: 1 for f in spec.field}
+    slots.update({c.name: 1 for c in spec.cross})
+    dims = {t.name: t.dim for t in spec.table}
+    for group in spec.dense:
+        if group.transform == pb2.DenseInput.BUCKETIZE:
+            slots[group.name] = len(group.columns)
+        else:
+            width[group.name] = len(group.columns)
+    layers = {layer.name: layer for layer in spec.layer}
 
-        for layer in self.spec.layer:
-            run(layer.name)
-        return values[self.spec.output].reshape(-1)
-
-    def rows_of(self, layer, values):
-        """fm and dot_interaction: the inputs as a B x k x d stack of rows."""
-        layers = {l.name: l for l in self.spec.layer}
-        dim = 0
-        for i in layer.inputs:
-            if i in layers and layers[i].WhichOneof("kind") == "embedding":
-                dim = [t.dim for t in self.spec.table if t.name == layers[i].embedding.table][0]
-                break
-        if dim == 0:
-            dim = values[layer.inputs[0]].shape[1]
-        return torch.cat([values[i] for i in layer.inputs], dim=1).reshape(self.batch, -1, dim)
-
-    def layer(self, layer, values):
+    def of(name):
+        if name in width or name in slots:
+            return width.get(name, 0)
+        layer = layers[name]
         kind = layer.WhichOneof("kind")
-        name = layer.name
+        inputs = [of(i) for i in layer.inputs]
         if kind == "embedding":
-            parts = []
+            w = sum(slots[i] for i in layer.inputs) * dims[layer.embedding.table]
+        elif kind in ("wide", "fm"):
+            w = 1
+        elif kind == "concat":
+            w = sum(inputs)
+        elif kind == "mlp":
+            w = layer.mlp.units[-1]
+        elif kind == "dot_interaction":
+            dim = 0
             for i in layer.inputs:
-                for s in range(self.slots[i]):
-                    parts.append(self.slot_rows(layer.embedding.table, i, s))
-            return torch.cat(parts, dim=1)
-        if kind == "wide":
-            out = torch.zeros(self.batch, 1, dtype=torch.float64)
-            for i in layer.inputs:
-                if i in self.slots:
-                    for s in range(self.slots[i]):
-                        out = out + self.slot_rows(layer.wide.table, i, s)
-                else:
-                    out = out + values[i] @ self.tensors[name + ".dense_weights"]
-            return out + self.tensors[name + ".bias"]
-        if kind == "concat":
-            return torch.cat([values[i] for i in layer.inputs], dim=1)
-        if kind == "mlp":
-            mlp = layer.mlp
-            x = values[layer.inputs[0]]
-            count = len(mlp.units)
-            for l in range(count):
-                x = x @ self.tensors["%s.%d.weights" % (name, l)] + self.tensors[
-                    "%s.%d.bias" % (name, l)]
-                last = l + 1 == count
-                relu = (mlp.last_activation == mlp.RELU) if last else (
-                    mlp.activation != mlp.NONE)
-                if relu:
-                    x = torch.relu(x)
-            return x
-        if kind == "fm":
-            v = self.rows_of(layer, values)
-            return 0.5 * (v.sum(dim=1) ** 2 - (v ** 2).sum(dim=1)).sum(dim=1, keepdim=True)
-        if kind == "dot_interaction":
-            v = self.rows_of(layer, values)
-            z = v @ v.transpose(1, 2)
-            k = v.shape[1]
-            offset = 0 if layer.dot_interaction.self_interaction else -1
-            rows, cols = torch.tril_indices(k, k, offset=offset)
-            return z[:, rows, cols]
-        if kind == "cross":
-            x0 = values[layer.inputs[0]]
-            x = x0
-            for l in range(layer.cross.num_layers):
-                prefix = "%s.%d" % (name, l)
-                if layer.cross.low_rank == 0:
-                    u = x @ self.tensors[prefix + ".weights"]
-                else:
-                    u = (x @ self.tensors[prefix + ".u"]) @ self.tensors[prefix + ".v"]
-                x = x0 * (u + self.tensors[prefix + ".bias"]) + x
-            return x
-        if kind == "add":
-            out = values[layer.inputs[0]]
-            for i in layer.inputs[1:]:
-                out = out + values[i]
-            return out
-        raise ValueError("layer %s: unknown kind %s" % (name, kind))
+                if i in layers and layers[i].WhichOneof("kind") == "embedding":
+                    dim = dims[layers[i].embedding.table]
+            dim = dim or inputs[0]
+            k = sum(inputs) // dim
+            w = k * (k + 1) // 2 if layer.dot_interaction.self_interaction else k * (k - 1) // 2
+        else:  # cross, add
+            w = inputs[0]
+        width[name] = w
+        return w
+
+    for layer in spec.layer:
+        of(layer.name)
+    return width
+
+
+class HashedTables(torch.nn.Module):
+    """A spec's parameters for training in PyTorch: each table as a hashed
+    torch.nn.Embedding of `buckets` rows (uniform on +-init_scale, sparse
+    gradients), each dense tensor initialised as ps_worker does (Glorot-
+    uniform weights, zero biases and wide weights). Reads single-valued
+    fields without crosses or bucketized columns: set_batch() gives each
+    field's bucket per example and each dense group's raw columns."""
+
+    def __init__(self, spec, pb2, buckets):
+        super().__init__()
+        self.pb2 = pb2
+        if len(spec.cross) or any(g.transform == pb2.DenseInput.BUCKETIZE for g in spec.dense):
+            raise ValueError("training reads fields and dense groups, "
+                             "without crosses or bucketized columns")
+        self.tables = torch.nn.ModuleDict()
+        for table in spec.table:
+            embedding = torch.nn.Embedding(buckets, table.dim, sparse=True)
+            torch.nn.init.uniform_(embedding.weight, -table.init_scale, table.init_scale)
+            self.tables[table.name] = embedding
+        width = widths(spec, pb2)
+        self.parameters_by_name = torch.nn.ParameterDict()
+
+        def add(name, rows, cols, glorot):
+            value = torch.zeros(rows, cols)
+            if glorot:
+                torch.nn.init.xavier_uniform_(value)
+            self.parameters_by_name[name.replace(".", "__")] = torch.nn.Parameter(value)
+
+        for layer in spec.layer:
+            kind = layer.WhichOneof("kind")
+            input_width = width.get(layer.inputs[0], 0) if layer.inputs else 0
+            if kind == "wide":
+                for i in layer.inputs:
+                    if width.get(i, 0) > 0:
+                        add(layer.name + ".dense_weights", width[i], 1, False)
+                add(layer.name + ".bias", 1, 1, False)
+            elif kind == "mlp":
+                zeros = layer.mlp.weight_init == layer.mlp.ZEROS
+                for l, units in enumerate(layer.mlp.units):
+                    add("%s.%d.weights" % (layer.name, l), input_width, units, not zeros)
+                    add("%s.%d.bias" % (layer.name, l), 1, units, False)
+                    input_width = units
+            elif kind == "cross":
+                rank = layer.cross.low_rank
+                for l in range(layer.cross.num_layers):
+                    prefix = "%s.%d" % (layer.name, l)
+                    if rank == 0:
+                        add(prefix + ".weights", input_width, input_width, True)
+                    else:
+                        add(prefix + ".u", input_width, rank, True)
+                        add(prefix + ".v", rank, input_width, True)
+                    add(prefix + ".bias", 1, input_width, False)
+        self.keys = {}
+        self.dense_raw = {}
+
+    def set_batch(self, keys, dense_raw):
+        """keys: field name -> B bucket indices; dense_raw: group -> B x cols."""
+        self.keys, self.dense_raw = keys, dense_raw
+
+    def rows(self, table, node, slot):
+        return self.tables[table](self.keys[node])
+
+    def tensor(self, name):
+        return self.parameters_by_name[name.replace(".", "__")]
+
+    def dense(self, group):
+        return transform_dense(group, self.pb2, self.dense_raw[group.name])
 
 
 def relative_error(reference, candidate):
@@ -210,8 +344,8 @@ def relative_error(reference, candidate):
 def check(args):
     step = json.load(open(args.check))
     spec, pb2 = load_spec(step["spec"], args.proto_dir)
-    model = TorchModel(spec, pb2, step)
-    logits = model.forward()
+    model = DumpedStep(spec, pb2, step)
+    logits = Graph(spec, pb2, model).forward(model.batch)
     labels = torch.tensor(step["labels"], dtype=torch.float64)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
     loss.backward()

@@ -15,6 +15,17 @@ count is printed on stderr and in the JSON): the peer a user would pick. Parsing
 is timed apart from training. Prints one JSON object.
 
     torch_train.py --train train.tsv --test test.tsv [--model wide_deep|deepfm|lr]
+    torch_train.py --train train.tsv --test test.tsv --model_spec SPEC \
+        --proto_dir DIR
+
+With --model_spec, the model is the spec (`ps_worker --print_model_spec=NAME`
+prints a built-in's), built by tests/bench/torch_model.py's Graph, which
+computes each layer from docs/models.md's math independently of the C++
+graph: each table hashed into --buckets rows with the table's own dim, init
+and optimizer (Adagrad or SGD), the dense tensors initialised as ps_worker
+does and trained with the spec's dense optimizer (Adam). The label is
+column 0; fields and dense groups read the columns the spec names. DIR holds
+model_spec_pb2.py and ps_pb2.py (protoc --python_out).
 """
 import argparse
 import json
@@ -27,6 +38,9 @@ import time
 import numpy as np
 import torch
 import xxhash
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model  # noqa: E402
 
 FIELDS, DENSE = 26, 13
 
@@ -44,6 +58,61 @@ def parse(path, buckets):
                          for f, c in enumerate(columns[1 + DENSE:])])
     return (torch.tensor(labels), torch.tensor(dense, dtype=torch.float32),
             torch.tensor(keys, dtype=torch.int64))
+
+
+def parse_for_spec(path, spec, buckets):
+    """Labels, each field's bucket per line, each dense group's raw columns."""
+    fields = [(f.name, f.column) for f in spec.field]
+    groups = [(g.name, list(g.columns)) for g in spec.dense]
+    width = 1 + max([c for _, c in fields] + [c for _, cs in groups for c in cs])
+    labels, keys, dense = [], {n: [] for n, _ in fields}, {n: [] for n, _ in groups}
+    with open(path) as lines:
+        for line in lines:
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) < width or columns[0] not in ("0", "1"):
+                continue
+            labels.append(float(columns[0]))
+            for name, column in fields:
+                keys[name].append(
+                    xxhash.xxh3_64_intdigest(columns[column].encode(), seed=column) % buckets)
+            for name, cs in groups:
+                dense[name].append([float(columns[c]) if columns[c] else 0.0 for c in cs])
+    return (torch.tensor(labels),
+            {n: torch.tensor(v, dtype=torch.int64) for n, v in keys.items()},
+            {n: torch.tensor(v, dtype=torch.float32) for n, v in dense.items()})
+
+
+class SpecModel(torch.nn.Module):
+    """A model spec over hashed tables (tests/bench/torch_model.py)."""
+
+    def __init__(self, spec, pb2, buckets):
+        super().__init__()
+        self.source = torch_model.HashedTables(spec, pb2, buckets)
+        self.graph = torch_model.Graph(spec, pb2, self.source)
+
+    def forward(self, keys, dense):
+        self.source.set_batch(keys, dense)
+        return self.graph.forward(len(next(iter(keys.values()))))
+
+
+def spec_optimizers(spec, pb2, model):
+    """Each table's optimizer over its rows; the spec's dense optimizer."""
+    sparse = []
+    for table in spec.table:
+        o = table.optimizer
+        rows = [model.source.tables[table.name].weight]
+        if o.kind == 1:  # ADAGRAD
+            sparse.append(torch.optim.Adagrad(
+                rows, lr=o.learning_rate, initial_accumulator_value=o.initial_accumulator))
+        elif o.kind == 0:  # SGD
+            sparse.append(torch.optim.SGD(rows, lr=o.learning_rate))
+        else:
+            raise ValueError("table %s: only SGD and ADAGRAD tables train here" % table.name)
+    d = spec.dense_optimizer
+    if d.kind != 2:  # ADAM
+        raise ValueError("the dense optimizer must be ADAM here")
+    dense_params = list(model.source.parameters_by_name.values())
+    return sparse, torch.optim.Adam(dense_params, lr=d.learning_rate), dense_params
 
 
 def auc(scores, labels):
@@ -98,6 +167,8 @@ def main():
     parser.add_argument("--train", required=True)
     parser.add_argument("--test", required=True)
     parser.add_argument("--model", default="wide_deep")
+    parser.add_argument("--model_spec", help="train this spec instead of --model")
+    parser.add_argument("--proto_dir", help="with --model_spec: protoc --python_out's dir")
     parser.add_argument("--batch_size", type=int, default=4096)
     parser.add_argument("--embedding_dim", type=int, default=16)
     parser.add_argument("--hidden", default="256,128")
@@ -116,38 +187,58 @@ def main():
     torch.manual_seed(1)
 
     start = time.perf_counter()
-    labels, dense, keys = parse(args.train, args.buckets)
-    test_labels, test_dense, test_keys = parse(args.test, args.buckets)
-    parse_seconds = time.perf_counter() - start
+    if args.model_spec:
+        if not args.proto_dir:
+            parser.error("--model_spec needs --proto_dir")
+        spec, pb2 = torch_model.load_spec(open(args.model_spec).read(), args.proto_dir)
+        args.model = spec.name or args.model_spec
+        labels, keys, dense = parse_for_spec(args.train, spec, args.buckets)
+        test_labels, test_keys, test_dense = parse_for_spec(args.test, spec, args.buckets)
+        model = SpecModel(spec, pb2, args.buckets)
+        sparse_optimizers, dense_optimizer, dense_params = spec_optimizers(spec, pb2, model)
 
-    model = Model(args.model, args.buckets, args.embedding_dim,
-                  [int(h) for h in args.hidden.split(",")])
-    sparse = [p for n, p in model.named_parameters() if n in ("wide.weight", "embedding.weight")]
-    dense_params = [p for n, p in model.named_parameters() if n not in ("wide.weight", "embedding.weight")]
-    sparse_optimizer = torch.optim.Adagrad(sparse, lr=0.05, initial_accumulator_value=0.1)
-    dense_optimizer = torch.optim.Adam(dense_params, lr=0.001)
+        def rows(data, begin, end):
+            return {n: v[begin:end] for n, v in data.items()}
+    else:
+        labels, dense, keys = parse(args.train, args.buckets)
+        test_labels, test_dense, test_keys = parse(args.test, args.buckets)
+        model = Model(args.model, args.buckets, args.embedding_dim,
+                      [int(h) for h in args.hidden.split(",")])
+        sparse = [p for n, p in model.named_parameters()
+                  if n in ("wide.weight", "embedding.weight")]
+        dense_params = [p for n, p in model.named_parameters()
+                        if n not in ("wide.weight", "embedding.weight")]
+        sparse_optimizers = [torch.optim.Adagrad(sparse, lr=0.05, initial_accumulator_value=0.1)]
+        dense_optimizer = torch.optim.Adam(dense_params, lr=0.001)
+
+        def rows(data, begin, end):
+            return data[begin:end]
+    parse_seconds = time.perf_counter() - start
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
 
     start = time.perf_counter()
     for begin in range(0, len(labels), args.batch_size):
         end = min(begin + args.batch_size, len(labels))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logit = model(keys[begin:end], dense[begin:end])
+            logit = model(rows(keys, begin, end), rows(dense, begin, end))
         loss = loss_fn(logit.float(), labels[begin:end])
-        sparse_optimizer.zero_grad()
+        for optimizer in sparse_optimizers:
+            optimizer.zero_grad()
         dense_optimizer.zero_grad()
         loss.backward()
         # Adam sees the batch mean, as in ps_worker (it is scale-invariant
         # up to epsilon; the division keeps it exact).
         for p in dense_params:
             p.grad /= (end - begin)
-        sparse_optimizer.step()
+        for optimizer in sparse_optimizers:
+            optimizer.step()
         dense_optimizer.step()
     train_seconds = time.perf_counter() - start
 
     with torch.no_grad():
-        probabilities = torch.cat([torch.sigmoid(model(test_keys[b:b + 65536], test_dense[b:b + 65536]))
-                                   for b in range(0, len(test_labels), 65536)]).numpy()
+        probabilities = torch.cat([
+            torch.sigmoid(model(rows(test_keys, b, b + 65536), rows(test_dense, b, b + 65536)))
+            for b in range(0, len(test_labels), 65536)]).numpy()
     y = test_labels.numpy()
     p = np.clip(probabilities, 1e-7, 1 - 1e-7)
     result = {
