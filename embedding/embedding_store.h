@@ -407,24 +407,25 @@ class EmbeddingStore {
   // and none that was not. Pushes wait meanwhile; pulls go on.
   absl::Status Checkpoint(const std::string& dir);
 
-  // Exports the weights (no optimizer state) of tables as of the call into
-  // one RocksDB SST file each: the key as SlotOrderedKey (base/routing.h,
-  // the store's order), the row's `dim` values as float32 or IEEE half.
-  // Pushes wait while dirty rows are written back; the files are written
-  // from a snapshot after.
+  // Exports the weights (no optimizer state) of tables as of the call:
+  // each table's rows go to its sink, in the store's order (by slot, then
+  // key: SlotOrderedKey's), each key once. Pushes wait while dirty rows are
+  // written back; the rows are read from a snapshot after. The export's
+  // files are model/export_format.h's business, not the store's.
+  class ExportSink {
+   public:
+    virtual ~ExportSink() = default;
+    // A row's first `dim` weights.
+    virtual absl::Status Put(uint64_t key, absl::Span<const float> row) = 0;
+    // A delta's row that is no longer part of the model.
+    virtual absl::Status Delete(uint64_t key) = 0;
+  };
   struct ExportTarget {
     std::string table;
-    // The file to write; none is written for a table with no row to write.
-    std::string path;
-    // Filled in: rows written (deletions included) and bytes, and of those
-    // rows the deletions (a delta's).
-    uint64_t rows = 0;
-    uint64_t bytes = 0;
-    uint64_t deleted_rows = 0;
+    // Not owned; must outlive the call.
+    ExportSink* sink = nullptr;
   };
   struct ExportOptions {
-    // Weights as IEEE half instead of float32. Default: false.
-    bool half = false;
     // Set: a delta. Only the rows updated at or after this time (Unix
     // seconds of this shard's clock: an earlier export's time), and an
     // empty value for each row that expired since (found expired, or
@@ -443,7 +444,7 @@ class EmbeddingStore {
   // an earlier process dropped is not known), a table was declared after
   // it (a table dropped and declared again), or more rows were dropped
   // since than max_dropped_rows_remembered.
-  absl::StatusOr<uint32_t> Export(std::vector<ExportTarget>* targets,
+  absl::StatusOr<uint32_t> Export(const std::vector<ExportTarget>& targets,
                                   const ExportOptions& options);
 
   // Replication (embedding_store_replication.cc). On a primary: every
@@ -750,7 +751,7 @@ class EmbeddingStore {
                            const RocksStore::Snapshot& snapshot,
                            const ExportOptions& options, uint32_t now_s,
                            const std::vector<uint64_t>& dropped,
-                           ExportTarget* target);
+                           ExportSink& sink);
   // The keys of `table` dropped since options.changed_since_s, in the
   // store's order, for a delta (none for a full export); the refusals of
   // Export().

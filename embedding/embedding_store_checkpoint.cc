@@ -1,55 +1,17 @@
 // EmbeddingStore's copies of itself: checkpoints (RocksDB's, of every table
-// with optimizer state) and exports (one SST file of weights per table),
+// with optimizer state) and exports (each table's weights to a sink),
 // each taken at the push gate so that it holds every push whole or not at
 // all.
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "base/half.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store.h"
-#include "rocksdb/sst_file_writer.h"
 
 namespace ps::embedding {
-namespace {
-
-// A row's first `dim` weights as an export holds them: float32 or IEEE half,
-// in host byte order.
-void EncodeWeights(absl::Span<const float> row, int dim, bool half,
-                   std::string* value) {
-  value->clear();
-  for (int d = 0; d < dim; ++d) {
-    if (half) {
-      const uint16_t h = FloatToHalf(row[d]);
-      value->append(reinterpret_cast<const char*>(&h), sizeof(h));
-    } else {
-      value->append(reinterpret_cast<const char*>(&row[d]), sizeof(float));
-    }
-  }
-}
-
-// An SST file writer open on `path`, its directory created if missing.
-absl::StatusOr<std::unique_ptr<rocksdb::SstFileWriter>> OpenSstFile(
-    const std::string& path) {
-  std::error_code error;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
-                                      error);
-  auto writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
-                                                         rocksdb::Options());
-  rocksdb::Status opened = writer->Open(path);
-  if (!opened.ok()) {
-    return absl::InternalError(
-        absl::StrCat("creating ", path, ": ", opened.ToString()));
-  }
-  return writer;
-}
-
-}  // namespace
 
 absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
   absl::WriterMutexLock gate(&push_gate_);
@@ -58,14 +20,18 @@ absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
 }
 
 absl::StatusOr<uint32_t> EmbeddingStore::Export(
-    std::vector<ExportTarget>* targets, const ExportOptions& options) {
+    const std::vector<ExportTarget>& targets, const ExportOptions& options) {
   if (options.slots.has_value() && options.slots->size() != kNumSlots) {
     return absl::InvalidArgumentError(absl::StrCat("an export's slots name ",
                                                    options.slots->size(),
                                                    " slots, not ", kNumSlots));
   }
   std::vector<const Table*> tables;
-  for (const ExportTarget& target : *targets) {
+  for (const ExportTarget& target : targets) {
+    if (target.sink == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an export of table ", target.table, " has no sink"));
+    }
     ASSIGN_OR_RETURN(const Table* table, FindTable(target.table));
     tables.push_back(table);
   }
@@ -78,14 +44,14 @@ absl::StatusOr<uint32_t> EmbeddingStore::Export(
     RETURN_IF_ERROR(Flush());
     snapshot = rocks_->GetSnapshot();
   }
-  for (size_t t = 0; t < targets->size(); ++t) {
+  for (size_t t = 0; t < targets.size(); ++t) {
     // A row a compaction drops after this read (which the scan below may
     // then miss) is recorded at a time at or after now_s: the next delta
     // deletes it.
     ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped,
                      DroppedForDelta(*tables[t], options));
     RETURN_IF_ERROR(ExportTable(*tables[t], *snapshot, options, now_s, dropped,
-                                &(*targets)[t]));
+                                *targets[t].sink));
   }
   return now_s;
 }
@@ -116,31 +82,11 @@ absl::Status EmbeddingStore::ExportTable(const Table& table,
                                          const ExportOptions& options,
                                          uint32_t now_s,
                                          const std::vector<uint64_t>& dropped,
-                                         ExportTarget* target) {
+                                         ExportSink& sink) {
   std::vector<float> row(table.row_floats);
-  std::string value;
-  // Opened at the first row, so that a table with none has no file.
-  std::unique_ptr<rocksdb::SstFileWriter> writer;
-  // In the store's order (by slot, then key), which the export's keys
-  // follow (proto/checkpoint.proto); an empty value deletes the row.
-  auto put = [&](uint64_t key, absl::string_view bytes) -> absl::Status {
-    if (options.slots.has_value() && !(*options.slots)[SlotForKey(key)]) {
-      return absl::OkStatus();  // another shard's row
-    }
-    if (writer == nullptr) {
-      ASSIGN_OR_RETURN(writer, OpenSstFile(target->path));
-    }
-    const SlotOrderedKey export_key(key);
-    rocksdb::Status put =
-        writer->Put(rocksdb::Slice(export_key.data(), export_key.size()),
-                    rocksdb::Slice(bytes.data(), bytes.size()));
-    if (!put.ok()) {
-      return absl::InternalError(
-          absl::StrCat("writing ", target->path, ": ", put.ToString()));
-    }
-    ++target->rows;
-    if (bytes.empty()) ++target->deleted_rows;
-    return absl::OkStatus();
+  const auto owned = [&](uint64_t key) {
+    // A row of another slot is another shard's.
+    return !options.slots.has_value() || (*options.slots)[SlotForKey(key)];
   };
   const std::optional<uint32_t> since_s = options.changed_since_s;
   // The next dropped key to write, merged into the scan's order.
@@ -157,7 +103,7 @@ absl::Status EmbeddingStore::ExportTable(const Table& table,
       } else {
         ++next_dropped;
       }
-      RETURN_IF_ERROR(put(candidate, ""));
+      if (owned(candidate)) RETURN_IF_ERROR(sink.Delete(candidate));
     }
     return absl::OkStatus();
   };
@@ -170,26 +116,19 @@ absl::Status EmbeddingStore::ExportTable(const Table& table,
     // Expired, not yet compacted away: not part of the model. A delta
     // deletes it if it was part of the export before.
     if (table.expiry.Expired(meta, now_s)) {
-      if (since_s.has_value() && !table.expiry.Expired(meta, *since_s))
-        return put(key, "");
+      if (since_s.has_value() && !table.expiry.Expired(meta, *since_s) &&
+          owned(key)) {
+        return sink.Delete(key);
+      }
       return absl::OkStatus();
     }
     if (since_s.has_value() && meta.updated_at_s < *since_s)
       return absl::OkStatus();
-    EncodeWeights(row, table.dim, options.half, &value);
-    return put(key, value);
+    if (!owned(key)) return absl::OkStatus();
+    return sink.Put(key, absl::MakeConstSpan(row.data(), table.dim));
   };
   RETURN_IF_ERROR(rocks_->Scan(table.id, snapshot, write));
-  RETURN_IF_ERROR(put_dropped_before(std::nullopt));
-  if (writer == nullptr) return absl::OkStatus();
-  rocksdb::ExternalSstFileInfo info;
-  rocksdb::Status finished = writer->Finish(&info);
-  if (!finished.ok()) {
-    return absl::InternalError(
-        absl::StrCat("finishing ", target->path, ": ", finished.ToString()));
-  }
-  target->bytes = info.file_size;
-  return absl::OkStatus();
+  return put_dropped_before(std::nullopt);
 }
 
 }  // namespace ps::embedding

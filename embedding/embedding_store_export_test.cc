@@ -1,9 +1,10 @@
 // EmbeddingStore::Export: full exports and deltas (the rows changed since
 // an earlier export, and deletions of the rows dropped since).
 
-#include <cstring>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -12,53 +13,55 @@
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
 #include "gtest/gtest.h"
-#include "rocksdb/options.h"
-#include "rocksdb/sst_file_reader.h"
 
 namespace ps::embedding {
 namespace {
 
 using ::absl::StatusCode;
 
-// An export's part: key -> weights (empty: a deletion), in file order,
-// checked to be the store's order.
-std::map<uint64_t, std::vector<float>> ReadPart(const std::string& path) {
-  std::map<uint64_t, std::vector<float>> rows;
-  rocksdb::SstFileReader reader((rocksdb::Options()));
-  EXPECT_TRUE(reader.Open(path).ok()) << path;
-  std::unique_ptr<rocksdb::Iterator> it(
-      reader.NewIterator(rocksdb::ReadOptions()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    EXPECT_EQ(it->key().size(), SlotOrderedKey::kBytes);
-    const uint64_t key = SlotOrderedKey::Decode(it->key().data());
-    std::vector<float> row(it->value().size() / sizeof(float));
-    std::memcpy(row.data(), it->value().data(), it->value().size());
-    rows[key] = row;
+// An export's rows of one table as the store gives them: key -> weights
+// (empty: a deletion), checked to come in the store's order.
+class Part : public EmbeddingStore::ExportSink {
+ public:
+  absl::Status Put(uint64_t key, absl::Span<const float> row) override {
+    InOrder(key);
+    rows_[key].assign(row.begin(), row.end());
+    return absl::OkStatus();
   }
-  return rows;
-}
+  absl::Status Delete(uint64_t key) override {
+    InOrder(key);
+    rows_[key].clear();
+    ++deleted_;
+    return absl::OkStatus();
+  }
+  const std::map<uint64_t, std::vector<float>>& rows() const { return rows_; }
+  size_t deleted() const { return deleted_; }
 
-// Exports table `table` of `store` to `path` (a delta when `since` is
+ private:
+  void InOrder(uint64_t key) {
+    const std::pair<uint32_t, uint64_t> here(SlotForKey(key), key);
+    EXPECT_TRUE(!last_.has_value() || *last_ < here) << "key " << key;
+    last_ = here;
+  }
+  std::map<uint64_t, std::vector<float>> rows_;
+  size_t deleted_ = 0;
+  std::optional<std::pair<uint32_t, uint64_t>> last_;
+};
+
+// Exports table `table` of `store` into `part` (a delta when `since` is
 // set): the export's time, or its error.
-absl::StatusOr<uint32_t> TryExport(
-    EmbeddingStore& store, const std::string& table, const std::string& path,
-    std::optional<uint32_t> since,
-    EmbeddingStore::ExportTarget* written = nullptr) {
-  std::vector<EmbeddingStore::ExportTarget> targets(1);
-  targets[0].table = table;
-  targets[0].path = path;
+absl::StatusOr<uint32_t> TryExport(EmbeddingStore& store,
+                                   const std::string& table,
+                                   std::optional<uint32_t> since, Part* part) {
   EmbeddingStore::ExportOptions options;
   options.changed_since_s = since;
-  absl::StatusOr<uint32_t> time = store.Export(&targets, options);
-  if (written != nullptr) *written = targets[0];
-  return time;
+  return store.Export({{table, part}}, options);
 }
 
 // TryExport(), failing the test if it fails.
 uint32_t ExportTo(EmbeddingStore& store, const std::string& table,
-                  const std::string& path, std::optional<uint32_t> since,
-                  EmbeddingStore::ExportTarget* written = nullptr) {
-  absl::StatusOr<uint32_t> time = TryExport(store, table, path, since, written);
+                  std::optional<uint32_t> since, Part* part) {
+  absl::StatusOr<uint32_t> time = TryExport(store, table, since, part);
   EXPECT_TRUE(time.ok()) << time.status();
   return time.value_or(0);
 }
@@ -83,23 +86,21 @@ TEST_F(EmbeddingStoreTest, ADeltaHoldsTheRowsChangedSinceTheExportBefore) {
   // Rows updated in the export's second are in the next delta too: these
   // are not.
   WaitPastSecond(static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now())));
-  const std::string dir = options_.data_dir + "_exports";
-  const uint32_t base_time = ExportTo(*store, "emb", dir + "/base.sst", {});
-  EXPECT_EQ(ReadPart(dir + "/base.sst").size(), 100u);
+  Part base;
+  const uint32_t base_time = ExportTo(*store, "emb", {}, &base);
+  EXPECT_EQ(base.rows().size(), 100u);
 
   WaitPastSecond(base_time);
   ASSERT_OK(store->Push("emb", Range(50, 60), std::vector<float>(40, 0.5f)));
   ASSERT_OK(store->Push("emb", Range(200, 205), std::vector<float>(20, 2.0f)));
-  EmbeddingStore::ExportTarget written;
-  const uint32_t delta_time =
-      ExportTo(*store, "emb", dir + "/delta.sst", base_time, &written);
+  Part written;
+  const uint32_t delta_time = ExportTo(*store, "emb", base_time, &written);
   EXPECT_GE(delta_time, base_time);
-  const auto delta = ReadPart(dir + "/delta.sst");
+  const auto& delta = written.rows();
   std::vector<uint64_t> changed = Range(50, 60);
   for (uint64_t key : Range(200, 205)) changed.push_back(key);
   ASSERT_EQ(delta.size(), changed.size());
-  EXPECT_EQ(written.rows, changed.size());
-  EXPECT_EQ(written.deleted_rows, 0u);
+  EXPECT_EQ(written.deleted(), 0u);
   const std::vector<float> pulled = PullRows(*store, "emb", changed, 4);
   for (size_t i = 0; i < changed.size(); ++i) {
     auto found = delta.find(changed[i]);
@@ -108,11 +109,11 @@ TEST_F(EmbeddingStoreTest, ADeltaHoldsTheRowsChangedSinceTheExportBefore) {
                                                 pulled.begin() + 4 * i + 4))
         << changed[i];
   }
-  // Nothing changed since: no file.
+  // Nothing changed since: no row.
   WaitPastSecond(delta_time);
-  EmbeddingStore::ExportTarget empty;
-  ExportTo(*store, "emb", dir + "/empty.sst", delta_time + 1, &empty);
-  EXPECT_EQ(empty.rows, 0u);
+  Part empty;
+  ExportTo(*store, "emb", delta_time + 1, &empty);
+  EXPECT_TRUE(empty.rows().empty());
 }
 
 TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
@@ -123,13 +124,11 @@ TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
   // The lower half of the slots: about half of the keys.
   std::vector<bool> slots(kNumSlots, false);
   for (uint32_t slot = 0; slot < kNumSlots / 2; ++slot) slots[slot] = true;
-  std::vector<EmbeddingStore::ExportTarget> targets(1);
-  targets[0].table = "emb";
-  targets[0].path = options_.data_dir + "_exports/half.sst";
+  Part part;
   EmbeddingStore::ExportOptions options;
   options.slots = slots;
-  ASSERT_OK(store->Export(&targets, options).status());
-  const auto rows = ReadPart(targets[0].path);
+  ASSERT_OK(store->Export({{"emb", &part}}, options).status());
+  const auto& rows = part.rows();
   size_t owned = 0;
   for (uint64_t key : keys) {
     const bool in_half = slots[SlotForKey(key)];
@@ -138,10 +137,13 @@ TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
   }
   EXPECT_GT(owned, 100u);
   EXPECT_LT(owned, 300u);
-  EXPECT_EQ(targets[0].rows, owned);
+  EXPECT_EQ(rows.size(), owned);
 
   options.slots = std::vector<bool>(10, true);
-  EXPECT_EQ(store->Export(&targets, options).status().code(),
+  Part refused;
+  EXPECT_EQ(store->Export({{"emb", &refused}}, options).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Export({{"emb", nullptr}}, {}).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -154,32 +156,33 @@ TEST_F(EmbeddingStoreTest, ADeltaDeletesTheRowsThatExpiredSince) {
   auto store = OpenStore(options_);
   ASSERT_OK(store->DeclareTable(spec));
   ASSERT_OK(store->Push("emb", Range(0, 10), std::vector<float>(40, 1.0f)));
-  const std::string dir = options_.data_dir + "_exports";
-  const uint32_t base_time = ExportTo(*store, "emb", dir + "/base.sst", {});
-  EXPECT_EQ(ReadPart(dir + "/base.sst").size(), 10u);
+  Part base;
+  const uint32_t base_time = ExportTo(*store, "emb", {}, &base);
+  EXPECT_EQ(base.rows().size(), 10u);
 
   absl::SleepFor(absl::Seconds(4.1));
   ASSERT_OK(store->Push("emb", {100}, std::vector<float>(4, 1.0f)));
-  auto expect_deletions = [&](const std::string& path) {
-    const auto delta = ReadPart(path);
-    ASSERT_EQ(delta.size(), 11u) << path;
+  auto expect_deletions = [&](const Part& part) {
+    const auto& delta = part.rows();
+    ASSERT_EQ(delta.size(), 11u);
     for (uint64_t key : Range(0, 10)) {
-      ASSERT_TRUE(delta.count(key)) << path << " key " << key;
-      EXPECT_TRUE(delta.at(key).empty()) << path << " key " << key;
+      ASSERT_TRUE(delta.count(key)) << "key " << key;
+      EXPECT_TRUE(delta.at(key).empty()) << "key " << key;
     }
     EXPECT_EQ(delta.at(100).size(), 4u);
+    EXPECT_EQ(part.deleted(), 10u);
   };
   // Expired but still stored: the scan finds them.
-  EmbeddingStore::ExportTarget written;
-  ExportTo(*store, "emb", dir + "/delta1.sst", base_time, &written);
-  EXPECT_EQ(written.deleted_rows, 10u);
-  expect_deletions(dir + "/delta1.sst");
+  Part delta1;
+  ExportTo(*store, "emb", base_time, &delta1);
+  expect_deletions(delta1);
   // Compacted away: the store remembers them.
   auto expired = store->Expire("emb");
   ASSERT_OK(expired);
   EXPECT_EQ(expired->rows_on_disk, 10u);
-  ExportTo(*store, "emb", dir + "/delta2.sst", base_time);
-  expect_deletions(dir + "/delta2.sst");
+  Part delta2;
+  ExportTo(*store, "emb", base_time, &delta2);
+  expect_deletions(delta2);
 }
 
 TEST_F(EmbeddingStoreTest, ADeltaSinceBeforeTheStoreKnowsWhatChangedIsRefused) {
@@ -187,33 +190,32 @@ TEST_F(EmbeddingStoreTest, ADeltaSinceBeforeTheStoreKnowsWhatChangedIsRefused) {
   options_.max_dropped_rows_remembered = 5;
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
-  const std::string dir = options_.data_dir + "_exports";
   uint32_t base_time = 0;
+  Part part;
   {
     auto store = OpenStore(options_);
     ASSERT_OK(store->DeclareTable(spec));
     ASSERT_OK(store->Push("emb", Range(0, 10), std::vector<float>(40, 1.0f)));
-    base_time = ExportTo(*store, "emb", dir + "/base.sst", {});
+    base_time = ExportTo(*store, "emb", {}, &part);
     // A table declared after the export (say, dropped and declared again).
     WaitPastSecond(base_time);
     ASSERT_OK(store->DeclareTable(SgdTable("later", 4)));
-    EXPECT_THAT(
-        TryExport(*store, "later", dir + "/later.sst", base_time).status(),
-        StatusIs(StatusCode::kFailedPrecondition));
+    EXPECT_THAT(TryExport(*store, "later", base_time, &part).status(),
+                StatusIs(StatusCode::kFailedPrecondition));
     // More rows dropped than it remembers.
     absl::SleepFor(absl::Seconds(3.1));
     ASSERT_OK(store->Expire("emb").status());
-    EXPECT_THAT(TryExport(*store, "emb", dir + "/emb.sst", base_time).status(),
+    EXPECT_THAT(TryExport(*store, "emb", base_time, &part).status(),
                 StatusIs(StatusCode::kFailedPrecondition));
   }
   // Reopened: what the process before dropped is not known.
   auto store = OpenStore(options_);
-  EXPECT_THAT(
-      TryExport(*store, "emb", dir + "/reopened.sst", base_time).status(),
-      StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(TryExport(*store, "emb", base_time, &part).status(),
+              StatusIs(StatusCode::kFailedPrecondition));
   // A full export goes on, and a delta since it.
-  const uint32_t again = ExportTo(*store, "emb", dir + "/again.sst", {});
-  ExportTo(*store, "emb", dir + "/after.sst", again);
+  Part again_part, after;
+  const uint32_t again = ExportTo(*store, "emb", {}, &again_part);
+  ExportTo(*store, "emb", again, &after);
 }
 
 }  // namespace

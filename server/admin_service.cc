@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "model/export_format.h"
 #include "net/grpc_status.h"
 #include "server/bearer_token.h"
 
@@ -25,6 +27,19 @@ void SetInputPosition(const ClockCoordinator::InputPosition& position,
   to->set_file(position.file);
   to->set_file_examples(position.file_examples);
 }
+
+// An export's rows of one table, into its part.
+class PartSink : public embedding::EmbeddingStore::ExportSink {
+ public:
+  explicit PartSink(model::ExportTableWriter* writer) : writer_(writer) {}
+  absl::Status Put(uint64_t key, absl::Span<const float> row) override {
+    return writer_->Put(key, row);
+  }
+  absl::Status Delete(uint64_t key) override { return writer_->Delete(key); }
+
+ private:
+  model::ExportTableWriter* const writer_;
+};
 
 }  // namespace
 
@@ -669,36 +684,44 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
   }
   if (status.ok()) {
     const absl::Time start = absl::Now();
+    // Each table's part, written in the export format (model/).
+    const bool half = request->format() == ExportManifest::FP16;
+    std::vector<std::unique_ptr<model::ExportTableWriter>> writers;
+    std::vector<std::unique_ptr<PartSink>> sinks;
     std::vector<embedding::EmbeddingStore::ExportTarget> targets;
     for (const std::string& table : request->tables()) {
-      embedding::EmbeddingStore::ExportTarget target;
-      target.table = table;
-      target.path = absl::StrCat(request->dir(), "/", table, "/part-",
-                                 options_.shard_index, "-of-",
-                                 slots_->num_shards(), ".sst");
-      targets.push_back(std::move(target));
+      writers.push_back(std::make_unique<model::ExportTableWriter>(
+          absl::StrCat(request->dir(), "/", table, "/part-",
+                       options_.shard_index, "-of-", slots_->num_shards(),
+                       ".sst"),
+          half));
+      sinks.push_back(std::make_unique<PartSink>(writers.back().get()));
+      targets.push_back({table, sinks.back().get()});
     }
     embedding::EmbeddingStore::ExportOptions export_options;
-    export_options.half = request->format() == ExportManifest::FP16;
     if (request->delta())
       export_options.changed_since_s = request->changed_since_s();
     absl::StatusOr<std::vector<bool>> owned = ExportedSlots(*request);
     absl::StatusOr<uint32_t> exported_at_s = absl::UnknownError("not yet");
     if (owned.ok()) {
       export_options.slots = *std::move(owned);
-      exported_at_s = store_->Export(&targets, export_options);
+      exported_at_s = store_->Export(targets, export_options);
     } else {
       exported_at_s = owned.status();
     }
     status = exported_at_s.status();
+    for (size_t t = 0; status.ok() && t < writers.size(); ++t) {
+      status = writers[t]->Finish();
+    }
     if (status.ok()) {
-      for (const auto& target : targets) {
+      for (size_t t = 0; t < writers.size(); ++t) {
+        const model::ExportTableWriter& writer = *writers[t];
         ExportShardResponse::Table* table = response->add_tables();
-        table->set_name(target.table);
-        if (target.rows > 0) table->set_path(target.path);
-        table->set_rows(target.rows);
-        table->set_bytes(target.bytes);
-        table->set_deleted_rows(target.deleted_rows);
+        table->set_name(targets[t].table);
+        if (writer.rows() > 0) table->set_path(writer.path());
+        table->set_rows(writer.rows());
+        table->set_bytes(writer.bytes());
+        table->set_deleted_rows(writer.deleted_rows());
       }
       response->set_exported_at_s(*exported_at_s);
       response->set_clock_instance(clock_instance);

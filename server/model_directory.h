@@ -44,7 +44,7 @@ struct ModelDirectoryOptions {
   int scorers = 1;
   // How each model loaded is read: the block cache every one shares (null:
   // none), and how much may be read into memory.
-  worker::ExportedModelOptions model_options;
+  model::ExportedModelOptions model_options;
   // Called with each model swapped in (metrics, health), from the
   // watcher's thread; may be empty.
   std::function<void(const ServingModel&)> on_swap;

@@ -10,24 +10,24 @@
 #include "absl/time/clock.h"
 #include "base/manifest.h"
 #include "gtest/gtest.h"
-#include "worker/predict/export_test_util.h"
+#include "model/export_test_util.h"
 
 namespace ps::server {
 namespace {
 
-using worker::HandmadeExport;
+using model::HandmadeExport;
 
 // Writes an export of cut `cut`, written at `written_ms` (Unix
 // milliseconds) by job `job`, into `dir`.
 void WriteExport(const std::string& dir, int64_t cut, int64_t written_ms,
                  const std::string& job, bool damaged = false) {
-  HandmadeExport model(1);
+  model::HandmadeExport model(1);
   model.AddRows({1, 2, 3});
   model.manifest.set_cut(cut);
   model.manifest.set_created_at_unix_ms(written_ms);
   model.manifest.set_job(job);
   if (damaged) model.manifest.mutable_model()->set_dense_chunk_floats(0);
-  ASSERT_TRUE(worker::WriteHandmadeExport(dir, model).ok());
+  ASSERT_TRUE(model::WriteHandmadeExport(dir, model).ok());
 }
 
 // The version serving once it is `version`, or the last one seen after

@@ -9,24 +9,24 @@
 #include "base/manifest.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "worker/batch_inputs.h"
-#include "worker/input/features.h"
-#include "worker/input/input_layout.h"
-#include "worker/input/line_parser.h"
+#include "model/batch_inputs.h"
+#include "model/input/features.h"
+#include "model/input/input_layout.h"
+#include "model/input/line_parser.h"
 
 namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
     const std::string& dir, int scorers,
-    const worker::ExportedModelOptions& options) {
+    const model::ExportedModelOptions& options) {
   auto serving = std::unique_ptr<ServingModel>(new ServingModel());
   // The first scorer's tables in memory are every scorer's (the scorers
   // are kept, and this one with them, as long as the model).
-  const worker::ExportedModel* first = nullptr;
+  const model::ExportedModel* first = nullptr;
   for (int i = 0; i < std::max(1, scorers); ++i) {
     auto scorer = std::make_unique<Scorer>();
     ASSIGN_OR_RETURN(scorer->model,
-                     worker::ExportedModel::Open(dir, options, first));
+                     model::ExportedModel::Open(dir, options, first));
     if (first == nullptr) first = scorer->model.get();
     kernels::CpuOptions cpu;
     cpu.threads = 1;
@@ -82,10 +82,10 @@ void ServingModel::Release(std::unique_ptr<Scorer> scorer) {
 
 absl::StatusOr<std::vector<float>> ServingModel::Predict(
     absl::Span<const std::string> lines, absl::Time deadline) {
-  std::vector<worker::Example> examples(lines.size());
+  std::vector<model::Example> examples(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (absl::Status parsed = worker::ParseLine(lines[i], layout_, &examples[i],
-                                                worker::LabelColumn::kOptional);
+    if (absl::Status parsed = model::ParseLine(lines[i], layout_, &examples[i],
+                                               model::LabelColumn::kOptional);
         !parsed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", i, ": ", parsed.message()));
@@ -98,16 +98,16 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
     absl::Span<const Features> given, absl::Time deadline) {
   const size_t dense = static_cast<size_t>(layout_.dense_features());
   const size_t fields = static_cast<size_t>(layout_.fields());
-  std::vector<worker::Example> examples(given.size());
+  std::vector<model::Example> examples(given.size());
   for (size_t i = 0; i < given.size(); ++i) {
     const Features& features = given[i];
     if (features.dense.size() != dense || features.fields.size() != fields) {
       return absl::InvalidArgumentError(absl::StrCat(
           "example ", i, ": ", features.dense.size(), " dense values and ",
           features.fields.size(), " fields, but the model reads ", dense,
-          " and ", fields, " (", worker::LayoutText(layout_), ")"));
+          " and ", fields, " (", model::LayoutText(layout_), ")"));
     }
-    worker::Example& example = examples[i];
+    model::Example& example = examples[i];
     example.has_label = false;
     for (double value : features.dense) {
       if (!std::isfinite(value)) {
@@ -125,13 +125,13 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
                          layout_.max_values_per_field));
       }
       if (keys.empty()) {
-        example.keys.push_back(worker::FeatureKey(f, ""));  // missing
+        example.keys.push_back(model::FeatureKey(f, ""));  // missing
       } else {
         example.keys.insert(example.keys.end(), keys.begin(), keys.end());
       }
       example.slot_end.push_back(example.keys.size());
     }
-    if (absl::Status crossed = worker::AddCrosses(layout_, &example);
+    if (absl::Status crossed = model::AddCrosses(layout_, &example);
         !crossed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("example ", i, ": ", crossed.message()));
@@ -141,11 +141,11 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
 }
 
 absl::StatusOr<std::vector<float>> ServingModel::Score(
-    const std::vector<worker::Example>& examples, absl::Time deadline) {
+    const std::vector<model::Example>& examples, absl::Time deadline) {
   std::vector<float> probabilities;
   if (examples.empty()) return probabilities;
   ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Acquire(deadline));
-  worker::BatchInputs inputs(&scorer->model->plan(), layout_);
+  model::BatchInputs inputs(&scorer->model->plan(), layout_);
   inputs.Prepare(examples);
   absl::Status status = scorer->model->Fetch(&inputs);
   if (status.ok()) {

@@ -2,7 +2,7 @@
 //
 // ServingModel is one export (ps_admin export) loaded for ps_serve: it
 // scores click-log lines and looks rows up for several request threads at
-// once. An ExportedModel (worker/predict/exported_model.h) reads its SST
+// once. An ExportedModel (model/exported_model.h) reads its SST
 // parts through iterators of one thread, so the model holds a pool of
 // `scorers` of them, each with its own CPU backend, and a request waits
 // for a free one. The scores are ps_predict's: the same reader of the
@@ -24,22 +24,22 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "model/exported_model.h"
 #include "model/model_graph.h"
 #include "rocksdb/cache.h"
-#include "worker/predict/exported_model.h"
 
 namespace ps::server {
 
 class ServingModel {
  public:
   // Opens the export in `dir` `scorers` times (at least 1), as `options`
-  // say (worker/predict/exported_model.h: the parts' block cache, shared by
+  // say (model/exported_model.h: the parts' block cache, shared by
   // every scorer, and what is read into memory, once for all scorers). The
   // export's errors.
   static absl::StatusOr<std::unique_ptr<ServingModel>> Open(
       const std::string& dir, int scorers,
-      const worker::ExportedModelOptions& options =
-          worker::ExportedModelOptions());
+      const model::ExportedModelOptions& options =
+          model::ExportedModelOptions());
 
   // The export's directory name (its version), its job (empty without
   // etcd), the training clock it was cut at, and when it was written.
@@ -55,7 +55,7 @@ class ServingModel {
   uint32_t delta_index() const { return delta_index_; }
 
   // The layout the model reads (its export's).
-  const worker::InputLayout& layout() const { return layout_; }
+  const model::InputLayout& layout() const { return layout_; }
 
   // One click probability per line (in the export's layout, the label
   // column optional). INVALID_ARGUMENT naming the line (from 0) that does
@@ -86,7 +86,7 @@ class ServingModel {
 
  private:
   struct Scorer {
-    std::unique_ptr<worker::ExportedModel> model;
+    std::unique_ptr<model::ExportedModel> model;
     std::unique_ptr<kernels::Backend> backend;
     std::unique_ptr<model::ModelGraph> graph;
   };
@@ -96,12 +96,12 @@ class ServingModel {
   void Release(std::unique_ptr<Scorer> scorer);
   // Scores parsed examples.
   absl::StatusOr<std::vector<float>> Score(
-      const std::vector<worker::Example>& examples, absl::Time deadline);
+      const std::vector<model::Example>& examples, absl::Time deadline);
 
   ServingModel() = default;
 
   std::string version_;
-  worker::InputLayout layout_;
+  model::InputLayout layout_;
   int64_t cut_ = 0;
   uint32_t delta_index_ = 0;
   std::string job_;

@@ -9,10 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
+#include "model/input/features.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/serving.grpc.pb.h"
 #include "tests/training_cluster.h"
-#include "worker/input/features.h"
 
 namespace ps::testing {
 namespace {
@@ -159,7 +159,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
       features->add_dense(value);
     }
     for (int f = 0; f < 26; ++f)
-      features->add_fields()->add_keys(worker::FeatureKey(f, columns[14 + f]));
+      features->add_fields()->add_keys(model::FeatureKey(f, columns[14 + f]));
   }
   {
     grpc::ClientContext context;
@@ -230,7 +230,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   ASSERT_EQ(columns.size(), 40u);
   lookup.set_table("wide_deep.wide");
   lookup.clear_keys();
-  lookup.add_keys(worker::FeatureKey(0, columns[14]));
+  lookup.add_keys(model::FeatureKey(0, columns[14]));
   lookup.add_keys(12345);
   {
     grpc::ClientContext context;

@@ -20,13 +20,13 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "model/batch_inputs.h"
 #include "model/builtin_specs.h"
+#include "model/input/line_parser.h"
 #include "model/model_graph.h"
 #include "model/model_plan.h"
 #include "nlohmann/json.hpp"
-#include "worker/batch_inputs.h"
 #include "worker/input/layout_flags.h"
-#include "worker/input/line_parser.h"
 #include "worker/trainer_flags.h"
 
 // ps_worker's, defined in worker/trainer_flags.cc.
@@ -48,7 +48,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<ps::worker::InputLayout> layout =
+  absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
   ps::model::ModelSpec spec;
@@ -67,22 +67,22 @@ int main(int argc, char** argv) {
     spec = *builtin;
   }
   auto plan =
-      ps::model::ModelPlan::Create({spec, {}}, ps::worker::ColumnUses(*layout));
+      ps::model::ModelPlan::Create({spec, {}}, ps::model::ColumnUses(*layout));
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
-  if (auto fitted = ps::worker::LayoutForPlan(*plan, &*layout); !fitted.ok())
+  if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())
     return Fail(std::string(fitted.message()));
 
-  std::vector<ps::worker::Example> examples;
+  std::vector<ps::model::Example> examples;
   std::ifstream lines(absl::GetFlag(FLAGS_lines));
   for (std::string line; std::getline(lines, line);) {
     if (line.empty()) continue;
     examples.emplace_back();
-    if (auto parsed = ps::worker::ParseLine(line, *layout, &examples.back());
+    if (auto parsed = ps::model::ParseLine(line, *layout, &examples.back());
         !parsed.ok()) {
       return Fail(absl::StrCat("a line does not parse: ", parsed.message()));
     }
   }
-  ps::worker::BatchInputs inputs(&*plan, *layout);
+  ps::model::BatchInputs inputs(&*plan, *layout);
   inputs.Prepare(examples);
 
   // Random parameters: the tables' rows and every dense tensor, so that
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   // c is dense_raw's position of c among them.
   std::vector<int> dense_columns;
   for (size_t c = 0; c < layout->columns.size(); ++c) {
-    if (layout->columns[c] == ps::worker::ColumnKind::kDense)
+    if (layout->columns[c] == ps::model::ColumnKind::kDense)
       dense_columns.push_back(c);
   }
   dump["dense_columns"] = dense_columns;

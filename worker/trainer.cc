@@ -21,11 +21,11 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "model/batch_inputs.h"
 #include "model/builtin_specs.h"
+#include "model/dense_chunks.h"
 #include "model/kernel_status.h"
-#include "worker/batch_inputs.h"
 #include "worker/bounded_queue.h"
-#include "worker/dense_chunks.h"
 #include "worker/evaluation.h"
 #include "worker/heartbeat.h"
 #include "worker/progress_reporter.h"
@@ -33,8 +33,8 @@
 
 namespace ps::worker {
 
-struct Trainer::Prepared : BatchInputs {
-  using BatchInputs::BatchInputs;
+struct Trainer::Prepared : model::BatchInputs {
+  using model::BatchInputs::BatchInputs;
   int64_t step = 0;
   // Following: the file the batch came from, and whether it is its last.
   std::string file;
@@ -67,7 +67,7 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
       client_(client),
       backend_(backend),
       plan_(model::ModelPlan::Create({options.model, {}},
-                                     ColumnUses(options.train.layout))) {
+                                     model::ColumnUses(options.train.layout))) {
   if (!plan_.ok()) return;
   graph_ = std::make_unique<model::ModelGraph>(&*plan_, backend_);
   tensors_ = plan_->dense_tensors();
@@ -86,7 +86,7 @@ Trainer::Prepared Trainer::NewPrepared() const {
 
 ModelCard Trainer::Card() const {
   ModelCard card;
-  const InputLayout& layout = options_.train.layout;
+  const model::InputLayout& layout = options_.train.layout;
   if (options_.legacy_card.has_value()) {
     card = *options_.legacy_card;
     for (int t = 0; t < sparse_table_count(); ++t) {
@@ -105,7 +105,7 @@ ModelCard Trainer::Card() const {
   card.set_dense_features(layout.dense_features());
   for (const std::string& table : dense_tables_) card.add_dense_tables(table);
   card.set_dense_chunk_floats(options_.dense_chunk_floats);
-  card.set_input_layout(LayoutText(layout));
+  card.set_input_layout(model::LayoutText(layout));
   return card;
 }
 
@@ -131,7 +131,8 @@ absl::Status Trainer::DeclareTables() {
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;
     dense.set_name(dense_tables_[t]);
-    dense.set_dim(DenseChunkFloats(tensors_[t], options_.dense_chunk_floats));
+    dense.set_dim(
+        model::DenseChunkFloats(tensors_[t], options_.dense_chunk_floats));
     if (tensors_[t].init_scale > 0.0f) {
       dense.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
       dense.mutable_initializer()->set_scale(tensors_[t].init_scale);
@@ -167,16 +168,17 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
     }
   };
   size_t table = 0;
-  for (BatchInputs::TableRows& rows : prepared->tables) {
+  for (model::BatchInputs::TableRows& rows : prepared->tables) {
     plain(table++, rows.keys, rows.dim, rows.rows.data());
   }
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const int chunk =
-        DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
-    const int chunks = DenseChunks(tensors_[t], options_.dense_chunk_floats);
-    chunk_keys[t] = DenseChunkKeys(chunks);
+        model::DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
+    const int chunks =
+        model::DenseChunks(tensors_[t], options_.dense_chunk_floats);
+    chunk_keys[t] = model::DenseChunkKeys(chunks);
     prepared->dense_params[t].resize(static_cast<size_t>(chunk) * chunks);
     plain(table++, chunk_keys[t], chunk, prepared->dense_params[t].data());
   }
@@ -216,11 +218,12 @@ void Trainer::FindRowsSharedWithPrevious(
   }
   for (size_t d = 0; d < tensors_.size(); ++d, ++t) {
     // Every step pulls every chunk of every dense tensor.
-    const std::vector<uint64_t> chunks =
-        DenseChunkKeys(DenseChunks(tensors_[d], options_.dense_chunk_floats));
-    FindSharedRows(chunks, chunks,
-                   DenseChunkFloats(tensors_[d], options_.dense_chunk_floats),
-                   state_floats_[t], &prepared->shared[t]);
+    const std::vector<uint64_t> chunks = model::DenseChunkKeys(
+        model::DenseChunks(tensors_[d], options_.dense_chunk_floats));
+    FindSharedRows(
+        chunks, chunks,
+        model::DenseChunkFloats(tensors_[d], options_.dense_chunk_floats),
+        state_floats_[t], &prepared->shared[t]);
   }
 }
 
@@ -373,7 +376,7 @@ absl::Status Trainer::WaitOutCut(int64_t step, int64_t* hold_at,
 absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader,
                                           int64_t examples) {
   int64_t skipped = 0;
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   absl::Time next_progress = absl::Now() + absl::Seconds(5);
   while (skipped < examples) {
     ASSIGN_OR_RETURN(bool more, reader.Next(&batch));
@@ -439,11 +442,11 @@ absl::Status Trainer::PushGradients(const PushJob& job) {
   }
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
-    chunk_keys[t] =
-        DenseChunkKeys(DenseChunks(tensors_[t], options_.dense_chunk_floats));
+    chunk_keys[t] = model::DenseChunkKeys(
+        model::DenseChunks(tensors_[t], options_.dense_chunk_floats));
     pushes.push_back(
         {dense_tables_[t], chunk_keys[t], job.dense_grads[t],
-         DenseChunkFloats(tensors_[t], options_.dense_chunk_floats),
+         model::DenseChunkFloats(tensors_[t], options_.dense_chunk_floats),
          job.learning_rate_scale});
   }
   return client_->Push(pushes, worker_index_, job.step);
@@ -459,9 +462,9 @@ absl::Status Trainer::CompensateDelay(PushJob* job) {
   std::vector<TrainingClient::TableRows> pulls;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const int chunk =
-        DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
-    chunk_keys[t] =
-        DenseChunkKeys(DenseChunks(tensors_[t], options_.dense_chunk_floats));
+        model::DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);
+    chunk_keys[t] = model::DenseChunkKeys(
+        model::DenseChunks(tensors_[t], options_.dense_chunk_floats));
     now[t].resize(job->pulled_dense[t].size());
     pulls.push_back({dense_tables_[t], chunk_keys[t], chunk, now[t].data()});
   }
@@ -492,7 +495,7 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(test));
   std::vector<float> probabilities, labels, batch_probabilities;
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   while (max_lines <= 0 || static_cast<int64_t>(labels.size()) < max_lines) {
     ASSIGN_OR_RETURN(bool more, reader->Next(&batch));
     if (!more) break;
@@ -563,12 +566,13 @@ struct Trainer::Pipeline {
 
 absl::Status Trainer::CheckLayout() const {
   RETURN_IF_ERROR(plan_.status());
-  InputLayout fitted = options_.train.layout;
+  model::InputLayout fitted = options_.train.layout;
   fitted.crosses.clear();
-  RETURN_IF_ERROR(LayoutForPlan(*plan_, &fitted));
+  RETURN_IF_ERROR(model::LayoutForPlan(*plan_, &fitted));
   if (fitted.crosses != options_.train.layout.crosses) {
     return absl::InvalidArgumentError(
-        "the input layout's crosses are not the model spec's (LayoutForPlan)");
+        "the input layout's crosses are not the model spec's "
+        "(model::LayoutForPlan)");
   }
   return absl::OkStatus();
 }
@@ -579,8 +583,9 @@ absl::Status Trainer::ComputeStateFloats() {
   for (const model::Table& table : options_.model.table())
     tables.push_back({&table.optimizer(), table.dim()});
   for (const auto& tensor : tensors_) {
-    tables.push_back({&options_.model.dense_optimizer(),
-                      DenseChunkFloats(tensor, options_.dense_chunk_floats)});
+    tables.push_back(
+        {&options_.model.dense_optimizer(),
+         model::DenseChunkFloats(tensor, options_.dense_chunk_floats)});
   }
   for (const auto& [spec, dim] : tables) {
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
@@ -705,7 +710,7 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
   const auto stopped = [&] {
     return pipeline.stopping.load() || stop_requested_.load();
   };
-  std::vector<Example> examples;
+  std::vector<model::Example> examples;
   // Replaying: the keys of the step before, per sparse table (none before
   // the first).
   std::vector<std::vector<uint64_t>> previous_keys;

@@ -19,13 +19,13 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cuda_backend.h"
+#include "model/batch_inputs.h"
 #include "model/builtin_specs.h"
+#include "model/dense_chunks.h"
 #include "model/model_plan.h"
 #include "net/client_tls_flags.h"
 #include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
-#include "worker/batch_inputs.h"
-#include "worker/dense_chunks.h"
 #include "worker/input/layout_flags.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:50051",
@@ -311,7 +311,7 @@ absl::Status InputFromFlags(TrainerOptions* options) {
   train.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
   train.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   if (train.shuffle_buffer < 0) return Usage("--shuffle_buffer must be >= 0");
-  absl::StatusOr<InputLayout> layout = InputLayoutFromFlags();
+  absl::StatusOr<model::InputLayout> layout = InputLayoutFromFlags();
   if (!layout.ok()) return Usage(layout.status().message());
   train.layout = *layout;
   options->test_files = absl::GetFlag(FLAGS_test);
@@ -336,7 +336,7 @@ absl::Status InputFromFlags(TrainerOptions* options) {
 // The built-ins' options: --embedding_dim, --hidden, the optimizers, and
 // the layout's crosses and pooling.
 absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
-    const InputLayout& layout) {
+    const model::InputLayout& layout) {
   model::BuiltinOptions options;
   options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
   if (options.embedding_dim < 1) return Usage("--embedding_dim must be >= 1");
@@ -366,14 +366,15 @@ absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
         "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
   }
   options.crosses = layout.crosses;
-  options.pooling = layout.multi_pooling == Pooling::kMean ? model::Field::MEAN
-                                                           : model::Field::SUM;
+  options.pooling = layout.multi_pooling == model::Pooling::kMean
+                        ? model::Field::MEAN
+                        : model::Field::SUM;
   return options;
 }
 
 // A spec file's text, read and planned over the layout's columns.
-absl::StatusOr<model::ModelSpec> ReadModelSpec(const std::string& path,
-                                               const InputLayout& layout) {
+absl::StatusOr<model::ModelSpec> ReadModelSpec(
+    const std::string& path, const model::InputLayout& layout) {
   std::ifstream file(path);
   if (!file) return Usage("--model_spec: cannot read " + path);
   std::stringstream text;
@@ -385,7 +386,7 @@ absl::StatusOr<model::ModelSpec> ReadModelSpec(const std::string& path,
         absl::StrCat("--model_spec=", path, ": ", parsed.status().message()));
   }
   absl::StatusOr<model::ModelPlan> plan =
-      model::ModelPlan::Create(*parsed, ColumnUses(layout));
+      model::ModelPlan::Create(*parsed, model::ColumnUses(layout));
   if (!plan.ok()) {
     return Usage(
         absl::StrCat("--model_spec=", path, ": ", plan.status().message()));
@@ -415,9 +416,9 @@ absl::Status ModelFromFlags(TrainerOptions* options) {
     }
   }
   absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
-      {options->model, {}}, ColumnUses(options->train.layout));
+      {options->model, {}}, model::ColumnUses(options->train.layout));
   if (!plan.ok()) return Usage(plan.status().message());
-  if (absl::Status fitted = LayoutForPlan(*plan, &options->train.layout);
+  if (absl::Status fitted = model::LayoutForPlan(*plan, &options->train.layout);
       !fitted.ok()) {
     return Usage(fitted.message());
   }
@@ -532,11 +533,11 @@ std::vector<std::string> TokenDestinations(const ClientOptions& client) {
 }  // namespace
 
 absl::StatusOr<model::ModelSpec> BuiltinSpecFromFlags(
-    const std::string& name, const InputLayout& layout) {
+    const std::string& name, const model::InputLayout& layout) {
   ASSIGN_OR_RETURN(model::BuiltinOptions options,
                    BuiltinOptionsFromFlags(layout));
   absl::StatusOr<model::ModelSpec> spec =
-      model::BuiltinModelSpec(name, ColumnUses(layout), options);
+      model::BuiltinModelSpec(name, model::ColumnUses(layout), options);
   if (!spec.ok())
     return Usage("--model: " + std::string(spec.status().message()));
   return spec;
@@ -545,13 +546,13 @@ absl::StatusOr<model::ModelSpec> BuiltinSpecFromFlags(
 absl::StatusOr<std::optional<std::string>> PrintedModelSpecFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_print_model_spec);
   if (name.empty()) return std::nullopt;
-  absl::StatusOr<InputLayout> layout = InputLayoutFromFlags();
+  absl::StatusOr<model::InputLayout> layout = InputLayoutFromFlags();
   if (!layout.ok()) return Usage(layout.status().message());
   ASSIGN_OR_RETURN(model::ModelSpec spec, BuiltinSpecFromFlags(name, *layout));
-  return absl::StrCat("# ", name, " for --columns=", ColumnsSpec(*layout),
-                      "\n# (ps_worker --print_model_spec=", name,
-                      "); train it with --model_spec=FILE.\n",
-                      model::ModelSpecText(spec));
+  return absl::StrCat(
+      "# ", name, " for --columns=", model::ColumnsSpec(*layout),
+      "\n# (ps_worker --print_model_spec=", name,
+      "); train it with --model_spec=FILE.\n", model::ModelSpecText(spec));
 }
 
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {

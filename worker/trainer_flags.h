@@ -57,7 +57,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags();
 // Built-in model `name` (model/builtin_specs.h) for `layout`, with
 // --embedding_dim, --hidden and the optimizers.
 absl::StatusOr<model::ModelSpec> BuiltinSpecFromFlags(
-    const std::string& name, const InputLayout& layout);
+    const std::string& name, const model::InputLayout& layout);
 
 // With --print_model_spec=NAME: that built-in's spec as text, for the
 // layout flags (with a comment line saying which); else nullopt.

@@ -20,10 +20,10 @@
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "model/batch_inputs.h"
 #include "model/builtin_specs.h"
-#include "worker/batch_inputs.h"
+#include "model/dense_chunks.h"
 #include "worker/datagen/clicklog_generator.h"
-#include "worker/dense_chunks.h"
 #include "worker/fake_training_client.h"
 
 namespace ps::worker {
@@ -68,7 +68,7 @@ TrainerOptions SmallWideDeep(const std::string& train) {
   builtin.wide_optimizer = Spec(OptimizerSpec::FTRL, 0.05f);
   builtin.dense_optimizer = Spec(OptimizerSpec::ADAM, 0.001f);
   options.model = *model::BuiltinModelSpec(
-      "wide_deep", ColumnUses(options.train.layout), builtin);
+      "wide_deep", model::ColumnUses(options.train.layout), builtin);
   options.progress_every = absl::Hours(1);
   options.final_wait_limit = absl::Seconds(1);
   return options;

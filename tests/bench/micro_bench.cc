@@ -21,7 +21,7 @@
 #include "embedding/push_log.h"
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
-#include "worker/input/features.h"
+#include "model/input/features.h"
 
 namespace ps {
 namespace {
@@ -40,7 +40,7 @@ void BM_HashAndRouteBatch(benchmark::State& state) {
   std::vector<uint32_t> shards(values.size());
   for (auto _ : state) {
     for (size_t i = 0; i < values.size(); ++i) {
-      const uint64_t key = worker::FeatureKey(i % kFields, values[i]);
+      const uint64_t key = model::FeatureKey(i % kFields, values[i]);
       shards[i] = ShardForKey(key, 16);
     }
     benchmark::DoNotOptimize(shards.data());

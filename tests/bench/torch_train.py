@@ -2,7 +2,7 @@
 """The wide_deep model of ps_worker, written in PyTorch for the CPU.
 
 Same inputs (Criteo TSV; each categorical hashed with XXH3-64 seeded by its
-field, as worker/input/features.h does; integers as log1p(max(x, 0))), same model
+field, as model/input/features.h does; integers as log1p(max(x, 0))), same model
 (per-key scalar wide weights + dense weights + bias, plus an MLP over the
 concatenated per-key embeddings and dense features), same batch size, same
 optimizers (Adagrad lr 0.05, initial accumulator 0.1 for the embeddings and

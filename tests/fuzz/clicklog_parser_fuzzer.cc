@@ -8,13 +8,13 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "worker/input/line_parser.h"
+#include "model/input/line_parser.h"
 
 namespace {
 
-void Check(absl::string_view line, const ps::worker::InputLayout& layout) {
-  ps::worker::Example example;
-  const absl::Status parsed = ps::worker::ParseLine(line, layout, &example);
+void Check(absl::string_view line, const ps::model::InputLayout& layout) {
+  ps::model::Example example;
+  const absl::Status parsed = ps::model::ParseLine(line, layout, &example);
   if (parsed.ok()) {
     if (example.label != 0.0f && example.label != 1.0f) std::abort();
     if (static_cast<int>(example.dense.size()) != layout.dense_features())
@@ -37,9 +37,8 @@ void Check(absl::string_view line, const ps::worker::InputLayout& layout) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const ps::worker::InputLayout criteo =
-      ps::worker::InputLayout::Criteo();
-  static const ps::worker::InputLayout mixed = *ps::worker::MakeInputLayout(
+  static const ps::model::InputLayout criteo = ps::model::InputLayout::Criteo();
+  static const ps::model::InputLayout mixed = *ps::model::MakeInputLayout(
       "tsv", false, "skip,multi,label,dense*2,cat", "|", "mean", "0:1");
   const absl::string_view line(reinterpret_cast<const char*>(data), size);
   Check(line, criteo);

@@ -1,5 +1,5 @@
 // Fuzz target: an export as ps_serve and ps_predict load it. A good export
-// of a small wide & deep model (worker/predict/export_test_util.h) and a
+// of a small wide & deep model (model/export_test_util.h) and a
 // good base before it are written once; each input then changes the
 // manifest field by field (the card's sizes and kinds, a table's dim, rows
 // or part names, a delta's predecessor, the shard count, the format) and
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "base/manifest.h"
+#include "model/export_test_util.h"
 #include "server/serving_model.h"
 #include "tests/fuzz/fuzz_input.h"
-#include "worker/predict/export_test_util.h"
 
 namespace ps::fuzz {
 namespace {
@@ -41,13 +41,13 @@ const Exports& TheExports() {
     made->root = fs::temp_directory_path() /
                  ("ps_export_fuzzer_" + std::to_string(getpid()));
     fs::remove_all(made->root);
-    worker::HandmadeExport model(2);
+    model::HandmadeExport model(2);
     std::vector<uint64_t> keys;
     for (uint64_t key = 0; key < 64; ++key) keys.push_back(key * 104729);
     model.AddRows(keys);
-    if (!worker::WriteHandmadeExport((made->root / "good").string(), model)
+    if (!model::WriteHandmadeExport((made->root / "good").string(), model)
              .ok() ||
-        !worker::WriteHandmadeExport((made->root / "base").string(), model)
+        !model::WriteHandmadeExport((made->root / "base").string(), model)
              .ok()) {
       std::abort();
     }
@@ -186,7 +186,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!WriteManifest(dir.string(), manifest).ok()) std::abort();
   if (input.Choose(3) == 0) fuzz::DamagePart(input, dir);
 
-  worker::ExportedModelOptions options;
+  model::ExportedModelOptions options;
   options.max_memory_bytes = input.Choose(2) == 0 ? 0 : size_t{1} << 26;
   // Room for a model many times the good one's, not for one that takes
   // the fuzzer's memory (the limit is tested in exported_model_test).
@@ -205,7 +205,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<bool> found;
   const std::vector<uint64_t> keys = {0, 104729, 7, ~uint64_t{0}};
   (*model)
-      ->Lookup(worker::HandmadeExport::kEmbedding, keys, &values, &found)
+      ->Lookup(model::HandmadeExport::kEmbedding, keys, &values, &found)
       .IgnoreError();
   return 0;
 }

@@ -108,7 +108,7 @@ struct Generation {
   std::string out_path;
   int64_t lines = 0;
   ps::worker::GeneratorOptions options;
-  ps::worker::InputLayout layout;
+  ps::model::InputLayout layout;
 };
 
 // The true click probabilities and the labels of the lines written, for
@@ -134,12 +134,12 @@ ps::worker::GeneratorOptions GeneratorOptionsFromFlags() {
 // number. Columns the generator has no values for are written empty; values
 // the layout has no column for are left out, while their effects stay in the
 // true probabilities (so --summary_out's best AUC is out of reach).
-void WarnOnColumnMismatch(const ps::worker::InputLayout& layout,
+void WarnOnColumnMismatch(const ps::model::InputLayout& layout,
                           int multi_fields) {
   const int multi_columns =
       layout.fields() -
       static_cast<int>(std::count(layout.columns.begin(), layout.columns.end(),
-                                  ps::worker::ColumnKind::kCategorical));
+                                  ps::model::ColumnKind::kCategorical));
   const int categorical_columns = layout.fields() - multi_columns;
   if (layout.dense_features() != ps::worker::kGeneratedDense ||
       categorical_columns != ps::worker::kGeneratedCategorical ||
@@ -178,14 +178,14 @@ absl::StatusOr<Generation> GenerationFromFlags() {
   if (options.multi_fields < 0 || options.multi_fields > 64) {
     return absl::InvalidArgumentError("--multi_fields must be in [0, 64]");
   }
-  absl::StatusOr<ps::worker::InputLayout> layout =
+  absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return layout.status();
   generation.layout = *std::move(layout);
   if (!generation.layout.has_multi()) {
     generation.layout.columns.insert(generation.layout.columns.end(),
                                      options.multi_fields,
-                                     ps::worker::ColumnKind::kMulti);
+                                     ps::model::ColumnKind::kMulti);
   }
   WarnOnColumnMismatch(generation.layout, options.multi_fields);
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {

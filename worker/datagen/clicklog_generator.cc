@@ -151,59 +151,60 @@ void ClickLogGenerator::Next(std::string* line, double* probability) {
   FormatLine(example_, criteo_, 0, line);
 }
 
-void FormatLine(const GeneratedExample& example, const InputLayout& layout,
-                int64_t id, std::string* line) {
+void FormatLine(const GeneratedExample& example,
+                const model::InputLayout& layout, int64_t id,
+                std::string* line) {
   line->clear();
   int dense = 0, categorical = 0, multi = 0;
   for (size_t c = 0; c < layout.columns.size(); ++c) {
     if (c > 0) line->push_back(layout.delimiter);
     switch (layout.columns[c]) {
-      case ColumnKind::kLabel:
+      case model::ColumnKind::kLabel:
         line->push_back(example.click ? '1' : '0');
         break;
-      case ColumnKind::kDense:
+      case model::ColumnKind::kDense:
         if (dense < kGeneratedDense) line->append(example.dense[dense]);
         ++dense;
         break;
-      case ColumnKind::kCategorical:
+      case model::ColumnKind::kCategorical:
         if (categorical < kGeneratedCategorical)
           line->append(example.categorical[categorical]);
         ++categorical;
         break;
-      case ColumnKind::kMulti:
+      case model::ColumnKind::kMulti:
         if (multi < static_cast<int>(example.multi.size())) {
           line->append(absl::StrJoin(example.multi[multi],
                                      std::string(1, layout.multi_separator)));
         }
         ++multi;
         break;
-      case ColumnKind::kSkip:
-      case ColumnKind::kId:
+      case model::ColumnKind::kSkip:
+      case model::ColumnKind::kId:
         absl::StrAppend(line, id);
         break;
     }
   }
 }
 
-std::string HeaderLine(const InputLayout& layout) {
+std::string HeaderLine(const model::InputLayout& layout) {
   std::vector<std::string> names;
   int dense = 0, categorical = 0, multi = 0;
-  for (ColumnKind kind : layout.columns) {
+  for (model::ColumnKind kind : layout.columns) {
     switch (kind) {
-      case ColumnKind::kLabel:
+      case model::ColumnKind::kLabel:
         names.push_back("label");
         break;
-      case ColumnKind::kDense:
+      case model::ColumnKind::kDense:
         names.push_back(absl::StrCat("I", ++dense));
         break;
-      case ColumnKind::kCategorical:
+      case model::ColumnKind::kCategorical:
         names.push_back(absl::StrCat("C", ++categorical));
         break;
-      case ColumnKind::kMulti:
+      case model::ColumnKind::kMulti:
         names.push_back(absl::StrCat("M", ++multi));
         break;
-      case ColumnKind::kSkip:
-      case ColumnKind::kId:
+      case model::ColumnKind::kSkip:
+      case model::ColumnKind::kId:
         names.push_back("id");
         break;
     }

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/input/input_layout.h"
+#include "model/input/input_layout.h"
 
 namespace ps::worker {
 
@@ -68,9 +68,10 @@ struct GeneratedExample {
 // and multi columns get the example's k-th such values (empty past the
 // ones it has), a skip column gets `id`. With a header, the column names
 // (label, I1.., C1.., M1.., id).
-void FormatLine(const GeneratedExample& example, const InputLayout& layout,
-                int64_t id, std::string* line);
-std::string HeaderLine(const InputLayout& layout);
+void FormatLine(const GeneratedExample& example,
+                const model::InputLayout& layout, int64_t id,
+                std::string* line);
+std::string HeaderLine(const model::InputLayout& layout);
 
 class ClickLogGenerator {
  public:
@@ -107,7 +108,7 @@ class ClickLogGenerator {
   GeneratedExample example_;
   // Stream position of the next line.
   int64_t line_;
-  const InputLayout criteo_ = InputLayout::Criteo();
+  const model::InputLayout criteo_ = model::InputLayout::Criteo();
 };
 
 }  // namespace ps::worker

@@ -7,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "worker/input/line_parser.h"
+#include "model/input/line_parser.h"
 
 namespace ps::worker {
 namespace {
@@ -40,8 +40,9 @@ TEST(ClickLogGeneratorTest, LinesParseAndHaveLongTailedVocabularies) {
   std::vector<std::set<std::string>> distinct(kGeneratedCategorical);
   for (int i = 0; i < kLines; ++i) {
     generator.Next(&line, &probability);
-    Example example;
-    ASSERT_OK(ParseLine(line, InputLayout::Criteo(), &example)) << line;
+    model::Example example;
+    ASSERT_OK(model::ParseLine(line, model::InputLayout::Criteo(), &example))
+        << line;
     ASSERT_GT(probability, 0.0);
     ASSERT_LT(probability, 1.0);
     clicks += example.label;
@@ -72,7 +73,7 @@ TEST(ClickLogGeneratorTest, LinesParseAndHaveLongTailedVocabularies) {
 TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
   GeneratorOptions options;
   options.multi_fields = 2;
-  const InputLayout layout = *MakeInputLayout(
+  const model::InputLayout layout = *model::MakeInputLayout(
       "csv", true, "skip,cat*26,label,dense*13,multi*2", "|", "sum", "");
   EXPECT_EQ(HeaderLine(layout).substr(0, 10), "id,C1,C2,C");
   ClickLogGenerator generator(options, 1), criteo(GeneratorOptions(), 1);
@@ -83,8 +84,8 @@ TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
   for (int i = 0; i < 200; ++i) {
     generator.Next(&example, &probability);
     FormatLine(example, layout, i, &line);
-    Example parsed;
-    ASSERT_OK(ParseLine(line, layout, &parsed)) << line;
+    model::Example parsed;
+    ASSERT_OK(model::ParseLine(line, layout, &parsed)) << line;
     EXPECT_EQ(parsed.label, example.click ? 1.0f : 0.0f);
     EXPECT_EQ(line.substr(0, line.find(',')), std::to_string(i));
     ASSERT_EQ(parsed.slots(), 28);
@@ -94,8 +95,9 @@ TEST(ClickLogGeneratorTest, WritesOtherLayoutsWithMultiValuedFields) {
     values += multi;
     // The multi fields change the click probabilities, not the rest.
     criteo.Next(&criteo_line, &criteo_probability);
-    Example criteo_parsed;
-    ASSERT_OK(ParseLine(criteo_line, InputLayout::Criteo(), &criteo_parsed));
+    model::Example criteo_parsed;
+    ASSERT_OK(model::ParseLine(criteo_line, model::InputLayout::Criteo(),
+                               &criteo_parsed));
     EXPECT_TRUE(std::equal(criteo_parsed.keys.begin(), criteo_parsed.keys.end(),
                            parsed.keys.begin()));
     EXPECT_EQ(criteo_parsed.dense, parsed.dense);

@@ -136,7 +136,7 @@ class ClickLogReader::Shuffler {
   }
 
   // False if the reader is stopping.
-  bool Add(Example&& example) {
+  bool Add(model::Example&& example) {
     const size_t capacity = reader_->options_.shuffle_buffer;
     if (capacity == 0) return Emit(std::move(example));
     if (held_.size() < capacity) {
@@ -152,7 +152,7 @@ class ClickLogReader::Shuffler {
   // At the end of an epoch: what the buffer holds, in random order.
   bool EndEpoch() {
     std::shuffle(held_.begin(), held_.end(), rng_);
-    for (Example& example : held_) {
+    for (model::Example& example : held_) {
       if (!Emit(std::move(example))) return false;
     }
     held_.clear();
@@ -163,7 +163,7 @@ class ClickLogReader::Shuffler {
   bool EndData() { return batch_.empty() || reader_->Deliver(&batch_); }
 
  private:
-  bool Emit(Example&& example) {
+  bool Emit(model::Example&& example) {
     batch_.push_back(std::move(example));
     if (batch_.size() < static_cast<size_t>(reader_->options_.batch_size))
       return true;
@@ -171,8 +171,8 @@ class ClickLogReader::Shuffler {
   }
 
   ClickLogReader* const reader_;
-  std::vector<Example> batch_;
-  std::vector<Example> held_;
+  std::vector<model::Example> batch_;
+  std::vector<model::Example> held_;
   std::mt19937_64 rng_;
 };
 
@@ -248,7 +248,7 @@ void ClickLogReader::Finish(absl::Status status) {
   final_status_ = std::move(status);
 }
 
-bool ClickLogReader::Deliver(std::vector<Example>* batch) {
+bool ClickLogReader::Deliver(std::vector<model::Example>* batch) {
   absl::MutexLock lock(&mu_);
   auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ ||
@@ -307,9 +307,9 @@ bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
       if (static_cast<int64_t>(mine % workers) != worker) continue;
     }
     ++lines_;
-    Example example;
+    model::Example example;
     absl::Status parsed =
-        ParseLine(line, options_.layout, &example, options_.label);
+        model::ParseLine(line, options_.layout, &example, options_.label);
     if (!parsed.ok()) {
       const int64_t bad = ++bad_lines_;
       const std::string where =
@@ -359,7 +359,7 @@ void ClickLogReader::ReadLoop() {
   Finish(absl::OkStatus());
 }
 
-absl::StatusOr<bool> ClickLogReader::Next(std::vector<Example>* batch) {
+absl::StatusOr<bool> ClickLogReader::Next(std::vector<model::Example>* batch) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !ready_.empty() || done_;

@@ -38,10 +38,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "model/input/features.h"
+#include "model/input/input_layout.h"
+#include "model/input/line_parser.h"
 #include "worker/input/example_source.h"
-#include "worker/input/features.h"
-#include "worker/input/input_layout.h"
-#include "worker/input/line_parser.h"
 
 namespace ps::worker {
 
@@ -65,9 +65,9 @@ struct ReaderOptions {
   int queue_batches = 4;
   // Whether lines may leave out the label (for scoring; see
   // line_parser.h). Default: required.
-  LabelColumn label = LabelColumn::kRequired;
+  model::LabelColumn label = model::LabelColumn::kRequired;
   // The lines' layout. Default: Criteo's.
-  InputLayout layout = InputLayout::Criteo();
+  model::InputLayout layout = model::InputLayout::Criteo();
   // Examples held to shuffle the order (0: file order), and the seed of
   // the draws. Defaults: 0, 1.
   int shuffle_buffer = 0;
@@ -92,7 +92,7 @@ class ClickLogReader : public ExampleSource {
   // Moves the next batch into `batch`. Returns true on a batch, false at the
   // end of the data; FAILED_PRECONDITION past max_bad_lines, NOT_FOUND or
   // DATA_LOSS for unreadable files.
-  absl::StatusOr<bool> Next(std::vector<Example>* batch) override;
+  absl::StatusOr<bool> Next(std::vector<model::Example>* batch) override;
 
   ShareMode share_mode() const { return share_mode_; }
 
@@ -114,7 +114,7 @@ class ClickLogReader : public ExampleSource {
   bool ReadFile(const std::string& path, uint64_t* global_line,
                 Shuffler* shuffler);
   // Hands a full batch to the consumer; false if the reader is stopping.
-  bool Deliver(std::vector<Example>* batch);
+  bool Deliver(std::vector<model::Example>* batch);
   void Finish(absl::Status status);
 
   const ReaderOptions options_;
@@ -124,7 +124,7 @@ class ClickLogReader : public ExampleSource {
   std::atomic<int64_t> bad_lines_{0};
 
   absl::Mutex mu_;
-  std::deque<std::vector<Example>> ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::vector<model::Example>> ready_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);

@@ -46,11 +46,11 @@ void WriteGzip(const std::string& path, const std::vector<std::string>& lines) {
   gzclose(out);
 }
 
-std::vector<Example> ReadAll(const ReaderOptions& options,
-                             int64_t* bad_lines = nullptr) {
+std::vector<model::Example> ReadAll(const ReaderOptions& options,
+                                    int64_t* bad_lines = nullptr) {
   auto reader = ClickLogReader::Open(options);
   EXPECT_OK(reader);
-  std::vector<Example> all, batch;
+  std::vector<model::Example> all, batch;
   while (true) {
     auto more = (*reader)->Next(&batch);
     EXPECT_OK(more);
@@ -62,7 +62,7 @@ std::vector<Example> ReadAll(const ReaderOptions& options,
   return all;
 }
 
-bool SameExample(const Example& a, const Example& b) {
+bool SameExample(const model::Example& a, const model::Example& b) {
   return a.label == b.label && a.keys == b.keys && a.dense == b.dense &&
          a.slot_end == b.slot_end;
 }
@@ -74,9 +74,9 @@ TEST(ClickLogReaderTest, GzipInputEqualsPlainInput) {
   ReaderOptions options;
   options.batch_size = 64;
   options.files = TestDir() + "/plain.tsv";
-  const std::vector<Example> plain = ReadAll(options);
+  const std::vector<model::Example> plain = ReadAll(options);
   options.files = TestDir() + "/packed.tsv.gz";
-  const std::vector<Example> gzip = ReadAll(options);
+  const std::vector<model::Example> gzip = ReadAll(options);
   ASSERT_EQ(plain.size(), 1000u);
   ASSERT_EQ(gzip.size(), plain.size());
   for (size_t i = 0; i < plain.size(); ++i)
@@ -97,12 +97,12 @@ TEST(ClickLogReaderTest, WorkersSplitLinesOverManyFilesWithoutOverlap) {
   size_t total = 0;
   for (int w = 0; w < 3; ++w) {
     options.worker_index = w;
-    const std::vector<Example> mine = ReadAll(options);
+    const std::vector<model::Example> mine = ReadAll(options);
     total += mine.size();
     // Worker w takes global lines w, w + 3, ...
     ReaderOptions single;
     single.files = TestDir() + "/parts/part-*";
-    const std::vector<Example> everything = ReadAll(single);
+    const std::vector<model::Example> everything = ReadAll(single);
     for (size_t i = 0; i < mine.size(); ++i) {
       ASSERT_TRUE(SameExample(mine[i], everything[w + 3 * i])) << w << " " << i;
     }
@@ -141,7 +141,7 @@ TEST(ClickLogReaderTest, TooManyMalformedLinesStopWithAClearError) {
   options.max_bad_lines = 5;
   auto reader = ClickLogReader::Open(options);
   ASSERT_OK(reader);
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   absl::StatusOr<bool> more = true;
   while (more.ok() && *more) more = (*reader)->Next(&batch);
   EXPECT_THAT(more, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -164,9 +164,9 @@ TEST(ClickLogReaderTest, MissingFilesAndBadOptionsAreErrors) {
 // A key that identifies an example (its first field's key and the second's
 // are drawn from vocabularies of millions, so lines rarely share both).
 std::multiset<std::pair<uint64_t, uint64_t>> Identities(
-    const std::vector<Example>& examples) {
+    const std::vector<model::Example>& examples) {
   std::multiset<std::pair<uint64_t, uint64_t>> identities;
-  for (const Example& example : examples) {
+  for (const model::Example& example : examples) {
     std::pair<uint64_t, uint64_t> identity = {0, 0};
     for (size_t k = 0; k < example.keys.size(); ++k) {
       identity.first = identity.first * 31 + example.keys[k];
@@ -189,18 +189,18 @@ TEST(ClickLogReaderTest, WorkersTakeWholeFilesWhenThereAreEnough) {
   options.files = TestDir() + "/many/part-*.tsv";
   options.num_workers = 2;
   options.batch_size = 7;
-  std::vector<Example> everything;
+  std::vector<model::Example> everything;
   for (int w = 0; w < 2; ++w) {
     options.worker_index = w;
     auto reader = ClickLogReader::Open(options);
     ASSERT_OK(reader);
     EXPECT_EQ((*reader)->share_mode(), ShareMode::kWholeFiles);
-    const std::vector<Example> mine = ReadAll(options);
+    const std::vector<model::Example> mine = ReadAll(options);
     // Worker 0: files 0, 2, 4; worker 1: files 1, 3.
     ASSERT_EQ(mine.size(), w == 0 ? 54u : 36u);
     ReaderOptions file;
     file.files = TestDir() + "/many/part-" + std::to_string(w) + ".tsv";
-    const std::vector<Example> first = ReadAll(file);
+    const std::vector<model::Example> first = ReadAll(file);
     for (size_t i = 0; i < first.size(); ++i)
       ASSERT_TRUE(SameExample(mine[i], first[i])) << w << " " << i;
     everything.insert(everything.end(), mine.begin(), mine.end());
@@ -215,19 +215,19 @@ TEST(ClickLogReaderTest, WorkersTakeByteRangesOfOnePlainFile) {
   WritePlain(TestDir() + "/one.tsv", lines);
   ReaderOptions single;
   single.files = TestDir() + "/one.tsv";
-  const std::vector<Example> all = ReadAll(single);
+  const std::vector<model::Example> all = ReadAll(single);
   ASSERT_EQ(all.size(), 1001u);
   for (int workers : {2, 3, 7}) {
     ReaderOptions options = single;
     options.num_workers = workers;
     options.batch_size = 50;
-    std::vector<Example> everything;
+    std::vector<model::Example> everything;
     for (int w = 0; w < workers; ++w) {
       options.worker_index = w;
       auto reader = ClickLogReader::Open(options);
       ASSERT_OK(reader);
       EXPECT_EQ((*reader)->share_mode(), ShareMode::kByteRanges);
-      const std::vector<Example> mine = ReadAll(options);
+      const std::vector<model::Example> mine = ReadAll(options);
       // About an equal share, and consecutive lines of the file.
       EXPECT_NEAR(mine.size(), 1001.0 / workers, 1001.0 / workers / 5);
       everything.insert(everything.end(), mine.begin(), mine.end());
@@ -245,7 +245,7 @@ TEST(ClickLogReaderTest, WorkersStrideOverOneGzipFile) {
   WriteGzip(TestDir() + "/one.tsv.gz", lines);
   ReaderOptions single;
   single.files = TestDir() + "/one.tsv.gz";
-  const std::vector<Example> all = ReadAll(single);
+  const std::vector<model::Example> all = ReadAll(single);
   ASSERT_EQ(all.size(), 301u);
   const int workers = 3;
   for (int w = 0; w < workers; ++w) {
@@ -256,7 +256,7 @@ TEST(ClickLogReaderTest, WorkersStrideOverOneGzipFile) {
     auto reader = ClickLogReader::Open(options);
     ASSERT_OK(reader);
     EXPECT_EQ((*reader)->share_mode(), ShareMode::kLineStride);
-    const std::vector<Example> mine = ReadAll(options);
+    const std::vector<model::Example> mine = ReadAll(options);
     ASSERT_EQ(mine.size(), (all.size() - w + workers - 1) / workers) << w;
     for (size_t i = 0; i < mine.size(); ++i) {
       ASSERT_TRUE(SameExample(mine[i], all[w + i * workers]))
@@ -294,18 +294,20 @@ TEST(ClickLogReaderTest, AShuffleBufferReordersEachEpochDifferently) {
   ReaderOptions options;
   options.files = TestDir() + "/shuffle.tsv";
   options.batch_size = 32;
-  const std::vector<Example> ordered = ReadAll(options);
+  const std::vector<model::Example> ordered = ReadAll(options);
   options.shuffle_buffer = 64;
   options.epochs = 2;
-  const std::vector<Example> shuffled = ReadAll(options);
+  const std::vector<model::Example> shuffled = ReadAll(options);
   ASSERT_EQ(shuffled.size(), 600u);
-  const std::vector<Example> first(shuffled.begin(), shuffled.begin() + 300);
-  const std::vector<Example> second(shuffled.begin() + 300, shuffled.end());
+  const std::vector<model::Example> first(shuffled.begin(),
+                                          shuffled.begin() + 300);
+  const std::vector<model::Example> second(shuffled.begin() + 300,
+                                           shuffled.end());
   // Each epoch holds every example once, in an order of its own.
   EXPECT_EQ(Identities(first), Identities(ordered));
   EXPECT_EQ(Identities(second), Identities(ordered));
-  auto same_order = [](const std::vector<Example>& a,
-                       const std::vector<Example>& b) {
+  auto same_order = [](const std::vector<model::Example>& a,
+                       const std::vector<model::Example>& b) {
     for (size_t i = 0; i < a.size(); ++i)
       if (!SameExample(a[i], b[i])) return false;
     return true;
@@ -313,7 +315,7 @@ TEST(ClickLogReaderTest, AShuffleBufferReordersEachEpochDifferently) {
   EXPECT_FALSE(same_order(first, ordered));
   EXPECT_FALSE(same_order(first, second));
   // The same seed repeats it; another seed does not.
-  const std::vector<Example> again = ReadAll(options);
+  const std::vector<model::Example> again = ReadAll(options);
   EXPECT_TRUE(same_order(again, shuffled));
   options.shuffle_seed = 2;
   EXPECT_FALSE(same_order(ReadAll(options), shuffled));
@@ -335,10 +337,10 @@ TEST(ClickLogReaderTest, ARangeThatStartsAtALineStartKeepsThatLine) {
   options.num_workers = 3;
   for (int w = 0; w < 3; ++w) {
     options.worker_index = w;
-    const std::vector<Example> mine = ReadAll(options);
+    const std::vector<model::Example> mine = ReadAll(options);
     ASSERT_EQ(mine.size(), 4u) << w;
     EXPECT_EQ(mine[0].keys[0],
-              FeatureKey(0, "v" + std::to_string(100 + 4 * w)));
+              model::FeatureKey(0, "v" + std::to_string(100 + 4 * w)));
   }
 }
 

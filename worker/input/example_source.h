@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/input/features.h"
+#include "model/input/features.h"
 
 namespace ps::worker {
 
@@ -26,7 +26,7 @@ class ExampleSource {
   // Moves the next batch into `batch`. Returns true on a batch, false at
   // the end of the input (or once cancelled); errors for input that cannot
   // be read or holds too many malformed lines.
-  virtual absl::StatusOr<bool> Next(std::vector<Example>* batch) = 0;
+  virtual absl::StatusOr<bool> Next(std::vector<model::Example>* batch) = 0;
 
   // The file the batch Next() returned last came from, for a source whose
   // batches each come from one file of a followed directory; empty

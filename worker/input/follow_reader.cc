@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<FollowReader>> FollowReader::Open(
   return std::unique_ptr<FollowReader>(new FollowReader(options));
 }
 
-absl::StatusOr<bool> FollowReader::Next(std::vector<Example>* batch) {
+absl::StatusOr<bool> FollowReader::Next(std::vector<model::Example>* batch) {
   if (cancelled_.HasBeenNotified()) return false;
   RETURN_IF_ERROR(deferred_);
   if (!have_ahead_) {
@@ -59,7 +59,7 @@ absl::StatusOr<bool> FollowReader::Next(std::vector<Example>* batch) {
 }
 
 absl::StatusOr<bool> FollowReader::FirstBatchOfNextFile(
-    std::vector<Example>* batch) {
+    std::vector<model::Example>* batch) {
   while (!reached_until_ && !cancelled_.HasBeenNotified()) {
     const std::string name = NextCompleteFile();
     if (!name.empty() && !options_.until.empty() && name > options_.until) {
@@ -178,7 +178,7 @@ absl::StatusOr<bool> FollowReader::OpenFile(const std::string& name) {
     return true;
   }
   int64_t skipped = 0;
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   while (skipped < options_.start.file_examples) {
     ASSIGN_OR_RETURN(const bool more, current_->Next(&batch));
     if (!more) break;

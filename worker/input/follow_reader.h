@@ -75,7 +75,7 @@ class FollowReader : public ExampleSource {
   static absl::StatusOr<std::unique_ptr<FollowReader>> Open(
       const FollowOptions& options);
 
-  absl::StatusOr<bool> Next(std::vector<Example>* batch) override;
+  absl::StatusOr<bool> Next(std::vector<model::Example>* batch) override;
   std::string batch_file() const override { return batch_file_; }
   bool batch_ends_file() const override { return batch_ends_file_; }
   // From Next()'s thread, or once it is done with the reader.
@@ -97,7 +97,7 @@ class FollowReader : public ExampleSource {
   std::string NextCompleteFile();
   // Waits for the next file and reads its first batch: false once
   // cancelled or past `until`.
-  absl::StatusOr<bool> FirstBatchOfNextFile(std::vector<Example>* batch);
+  absl::StatusOr<bool> FirstBatchOfNextFile(std::vector<model::Example>* batch);
   // Opens `name` and, for the start file, skips the examples trained on;
   // false for a file that went before it was opened.
   absl::StatusOr<bool> OpenFile(const std::string& name);
@@ -117,7 +117,7 @@ class FollowReader : public ExampleSource {
   std::atomic<bool> waiting_{false};
   // The batch after the one Next() returned (of the same file), and an
   // error reading it, which the next Next() returns.
-  std::vector<Example> ahead_;
+  std::vector<model::Example> ahead_;
   bool have_ahead_ = false;
   absl::Status deferred_;
   std::string batch_file_;

@@ -59,8 +59,8 @@ FollowOptions Options(const std::string& dir) {
   FollowOptions options;
   options.dir = dir;
   options.poll = absl::Milliseconds(10);
-  absl::StatusOr<InputLayout> layout =
-      MakeInputLayout("tsv", false, "label,id,cat", "|", "sum", "");
+  absl::StatusOr<model::InputLayout> layout =
+      model::MakeInputLayout("tsv", false, "label,id,cat", "|", "sum", "");
   EXPECT_OK(layout);
   options.reader.layout = *layout;
   options.reader.batch_size = 4;
@@ -72,12 +72,12 @@ FollowOptions Options(const std::string& dir) {
 std::vector<std::string> ReadToEnd(FollowReader& reader,
                                    std::vector<std::string>* ends = nullptr) {
   std::vector<std::string> read;
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   while (true) {
     absl::StatusOr<bool> more = reader.Next(&batch);
     EXPECT_OK(more);
     if (!more.ok() || !*more) break;
-    for (const Example& example : batch) {
+    for (const model::Example& example : batch) {
       read.push_back(absl::StrCat(reader.batch_file(), ":", example.id));
     }
     if (ends != nullptr && reader.batch_ends_file())
@@ -180,7 +180,7 @@ TEST(FollowReaderTest, GoesOnFromAPositionWithoutReadingEarlierFiles) {
   options.start = {"2.tsv", 7};
   reader = FollowReader::Open(options);
   ASSERT_OK(reader);
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   absl::StatusOr<bool> more = (*reader)->Next(&batch);
   EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(more.status().message().find("7 examples of"), std::string::npos)
@@ -195,7 +195,7 @@ TEST(FollowReaderTest, AFileThatArrivesAfterALaterNameIsLeftOut) {
   absl::StatusOr<std::unique_ptr<FollowReader>> reader =
       FollowReader::Open(options);
   ASSERT_OK(reader);
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   ASSERT_OK((*reader)->Next(&batch));
   EXPECT_EQ((*reader)->batch_file(), "10.tsv");
   // 05 comes after 10 was taken; 30 ends the run.
@@ -218,7 +218,7 @@ TEST(FollowReaderTest, CancelEndsAWait) {
     (*reader)->Cancel();
   });
   const absl::Time start = absl::Now();
-  std::vector<Example> batch;
+  std::vector<model::Example> batch;
   absl::StatusOr<bool> more = (*reader)->Next(&batch);
   canceller.join();
   ASSERT_OK(more);

@@ -55,7 +55,8 @@ bool OnCommandLine(absl::string_view name, int argc, char** argv) {
   return false;
 }
 
-absl::StatusOr<InputLayout> WithLimit(absl::StatusOr<InputLayout> layout) {
+absl::StatusOr<model::InputLayout> WithLimit(
+    absl::StatusOr<model::InputLayout> layout) {
   if (!layout.ok()) return layout;
   const int limit = absl::GetFlag(FLAGS_max_values_per_field);
   if (limit < 1) {
@@ -67,16 +68,15 @@ absl::StatusOr<InputLayout> WithLimit(absl::StatusOr<InputLayout> layout) {
 
 }  // namespace
 
-absl::StatusOr<InputLayout> InputLayoutFromFlags() {
-  return WithLimit(MakeInputLayout(
+absl::StatusOr<model::InputLayout> InputLayoutFromFlags() {
+  return WithLimit(model::MakeInputLayout(
       absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_header),
       absl::GetFlag(FLAGS_columns), absl::GetFlag(FLAGS_multi_separator),
       absl::GetFlag(FLAGS_multi_pooling), absl::GetFlag(FLAGS_crosses)));
 }
 
-absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
-                                                 int argc, char** argv,
-                                                 bool* any_given) {
+absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
+    const model::InputLayout& base, int argc, char** argv, bool* any_given) {
   *any_given = false;
   for (const char* name : kLayoutFlags)
     *any_given = *any_given || OnCommandLine(name, argc, argv);
@@ -86,16 +86,17 @@ absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
   std::vector<std::string> crosses;
   for (const auto& [first, second] : base.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
-  return WithLimit(MakeInputLayout(
+  return WithLimit(model::MakeInputLayout(
       given("format") ? absl::GetFlag(FLAGS_format)
                       : (base.delimiter == ',' ? "csv" : "tsv"),
       given("header") ? absl::GetFlag(FLAGS_header) : base.header,
-      given("columns") ? absl::GetFlag(FLAGS_columns) : ColumnsSpec(base),
+      given("columns") ? absl::GetFlag(FLAGS_columns)
+                       : model::ColumnsSpec(base),
       given("multi_separator") ? absl::GetFlag(FLAGS_multi_separator)
                                : std::string(1, base.multi_separator),
       given("multi_pooling")
           ? absl::GetFlag(FLAGS_multi_pooling)
-          : (base.multi_pooling == Pooling::kMean ? "mean" : "sum"),
+          : (base.multi_pooling == model::Pooling::kMean ? "mean" : "sum"),
       given("crosses") ? absl::GetFlag(FLAGS_crosses)
                        : absl::StrJoin(crosses, ",")));
 }

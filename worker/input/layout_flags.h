@@ -12,20 +12,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/input/input_layout.h"
+#include "model/input/input_layout.h"
 
 namespace ps::worker {
 
 // The layout the flags give (Criteo's when none is set).
-absl::StatusOr<InputLayout> InputLayoutFromFlags();
+absl::StatusOr<model::InputLayout> InputLayoutFromFlags();
 
 // `base` with the layout flags given on the command line (`argv` as main()
 // received it) laid over it: a flag left out keeps base's value, even where
 // base differs from the flag's default. Sets `*any_given` to whether any
 // was given.
-absl::StatusOr<InputLayout> InputLayoutOverFlags(const InputLayout& base,
-                                                 int argc, char** argv,
-                                                 bool* any_given);
+absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
+    const model::InputLayout& base, int argc, char** argv, bool* any_given);
 
 }  // namespace ps::worker
 

@@ -25,12 +25,12 @@
 #include "base/exit_codes.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
+#include "model/batch_inputs.h"
+#include "model/exported_model.h"
 #include "model/model_graph.h"
-#include "worker/batch_inputs.h"
 #include "worker/evaluation.h"
 #include "worker/input/clicklog_reader.h"
 #include "worker/input/layout_flags.h"
-#include "worker/predict/exported_model.h"
 
 ABSL_FLAG(std::string, model, "",
           "The export to score with (ps_admin export --dir). Required.");
@@ -91,12 +91,12 @@ absl::Status CheckRequiredFlags() {
 }
 
 // The categorical and multi columns of `layout`, in order.
-std::vector<ps::worker::ColumnKind> FieldKinds(
-    const ps::worker::InputLayout& layout) {
-  std::vector<ps::worker::ColumnKind> kinds;
-  for (ps::worker::ColumnKind kind : layout.columns) {
-    if (kind == ps::worker::ColumnKind::kCategorical ||
-        kind == ps::worker::ColumnKind::kMulti) {
+std::vector<ps::model::ColumnKind> FieldKinds(
+    const ps::model::InputLayout& layout) {
+  std::vector<ps::model::ColumnKind> kinds;
+  for (ps::model::ColumnKind kind : layout.columns) {
+    if (kind == ps::model::ColumnKind::kCategorical ||
+        kind == ps::model::ColumnKind::kMulti) {
       kinds.push_back(kind);
     }
   }
@@ -107,21 +107,21 @@ std::vector<ps::worker::ColumnKind> FieldKinds(
 // (`trained`), unless the layout flags in `argv` give another, which must
 // lay out the same features. INVALID_ARGUMENT, with a message for the user,
 // for a bad layout flag or other features.
-absl::StatusOr<ps::worker::InputLayout> InputLayoutForModel(
-    const ps::worker::InputLayout& trained, int argc, char** argv) {
+absl::StatusOr<ps::model::InputLayout> InputLayoutForModel(
+    const ps::model::InputLayout& trained, int argc, char** argv) {
   bool layout_flags_given = false;
-  absl::StatusOr<ps::worker::InputLayout> given =
+  absl::StatusOr<ps::model::InputLayout> given =
       ps::worker::InputLayoutOverFlags(trained, argc, argv,
                                        &layout_flags_given);
   if (!given.ok() || !layout_flags_given) return given;
-  const ps::worker::InputLayout& layout = *given;
+  const ps::model::InputLayout& layout = *given;
   if (FieldKinds(layout) != FieldKinds(trained) ||
       layout.dense_features() != trained.dense_features() ||
       layout.crosses != trained.crosses ||
       layout.multi_pooling != trained.multi_pooling) {
     return absl::InvalidArgumentError(
-        "the layout flags give " + ps::worker::LayoutText(layout) +
-        ", but the model was trained on " + ps::worker::LayoutText(trained) +
+        "the layout flags give " + ps::model::LayoutText(layout) +
+        ", but the model was trained on " + ps::model::LayoutText(trained) +
         ": the fields (cat or multi, in order), dense features, crosses and "
         "pooling must match");
   }
@@ -130,19 +130,19 @@ absl::StatusOr<ps::worker::InputLayout> InputLayoutForModel(
 
 // A reader of --input in `layout`, labels optional.
 absl::StatusOr<std::unique_ptr<ps::worker::ClickLogReader>> OpenInput(
-    const ps::worker::InputLayout& layout) {
+    const ps::model::InputLayout& layout) {
   ps::worker::ReaderOptions reader_options;
   reader_options.layout = layout;
   reader_options.files = absl::GetFlag(FLAGS_input);
   reader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
   reader_options.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
-  reader_options.label = ps::worker::LabelColumn::kOptional;
+  reader_options.label = ps::model::LabelColumn::kOptional;
   return ps::worker::ClickLogReader::Open(reader_options);
 }
 
 // Writes one line per example to `out`: its probability, after its id and a
 // tab when `with_id`.
-void WriteProbabilities(const std::vector<ps::worker::Example>& examples,
+void WriteProbabilities(const std::vector<ps::model::Example>& examples,
                         const std::vector<float>& probabilities, bool with_id,
                         std::FILE* out) {
   if (with_id) {
@@ -160,15 +160,15 @@ void WriteProbabilities(const std::vector<ps::worker::Example>& examples,
 // lines in `scored` and adds the labeled ones' scores and labels there. The
 // reader's, the export's and the model's errors.
 absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
-                        ps::worker::ExportedModel* model,
+                        ps::model::ExportedModel* model,
                         ps::model::ModelGraph* graph,
-                        const ps::worker::InputLayout& layout, std::FILE* out,
+                        const ps::model::InputLayout& layout, std::FILE* out,
                         ScoredLines* scored) {
   std::vector<float> batch_scores;
-  std::vector<ps::worker::Example> examples;
+  std::vector<ps::model::Example> examples;
   // The model's columns are positions in the layout it was trained on;
   // `layout` orders the same fields and dense columns alike.
-  ps::worker::BatchInputs inputs(&model->plan(), model->layout());
+  ps::model::BatchInputs inputs(&model->plan(), model->layout());
   while (true) {
     absl::StatusOr<bool> more = reader->Next(&examples);
     if (!more.ok()) return more.status();
@@ -224,11 +224,11 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
     return Fail("--max_memory_mb must be in [0, 2^30]");
   }
-  ps::worker::ExportedModelOptions model_options;
+  ps::model::ExportedModelOptions model_options;
   model_options.max_memory_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
-  auto model = ps::worker::ExportedModel::Open(absl::GetFlag(FLAGS_model),
-                                               model_options);
+  auto model =
+      ps::model::ExportedModel::Open(absl::GetFlag(FLAGS_model), model_options);
   if (!model.ok()) return Fail(model.status());
   ps::kernels::CpuOptions cpu_options;
   cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     return Fail("--cpu_threads: " + created.message());
   }
   ps::model::ModelGraph graph(&(*model)->plan(), backend.get());
-  absl::StatusOr<ps::worker::InputLayout> layout =
+  absl::StatusOr<ps::model::InputLayout> layout =
       InputLayoutForModel((*model)->layout(), argc, argv);
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
   auto reader = OpenInput(*layout);

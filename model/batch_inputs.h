@@ -1,4 +1,4 @@
-// File: worker/batch_inputs.h
+// File: model/batch_inputs.h
 //
 // One batch as a model graph's step takes it (model/model_graph.h), built
 // from parsed examples for a planned spec: for each table of the spec, the
@@ -16,19 +16,19 @@
 //
 // Not thread-safe: one batch, one owner. The plan must outlive it.
 
-#ifndef PS_WORKER_BATCH_INPUTS_H_
-#define PS_WORKER_BATCH_INPUTS_H_
+#ifndef PS_MODEL_BATCH_INPUTS_H_
+#define PS_MODEL_BATCH_INPUTS_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/input/features.h"
+#include "model/input/input_layout.h"
 #include "model/model_graph.h"
 #include "model/model_plan.h"
-#include "worker/input/features.h"
-#include "worker/input/input_layout.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 // The layout's columns as a spec sees them.
 std::vector<model::ColumnUse> ColumnUses(const InputLayout& layout);
@@ -115,6 +115,6 @@ class BatchInputs {
   const model::ModelPlan* plan_ = nullptr;
 };
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_BATCH_INPUTS_H_
+#endif  // PS_MODEL_BATCH_INPUTS_H_

@@ -1,4 +1,4 @@
-// File: worker/predict/exported_model.h
+// File: model/exported_model.h
 //
 // ExportedModel opens an export (ps_admin export; ExportManifest in
 // proto/checkpoint.proto) for scoring with no shard running: its model spec
@@ -15,8 +15,8 @@
 //
 // Not thread-safe (its SST iterators are shared): one scorer per object.
 
-#ifndef PS_WORKER_PREDICT_EXPORTED_MODEL_H_
-#define PS_WORKER_PREDICT_EXPORTED_MODEL_H_
+#ifndef PS_MODEL_EXPORTED_MODEL_H_
+#define PS_MODEL_EXPORTED_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -27,10 +27,10 @@
 #include "absl/types/span.h"
 #include "base/initializer.h"
 #include "base/slot_map.h"
+#include "model/batch_inputs.h"
+#include "model/input/input_layout.h"
 #include "model/model_plan.h"
 #include "proto/checkpoint.pb.h"
-#include "worker/batch_inputs.h"
-#include "worker/input/input_layout.h"
 
 namespace rocksdb {
 class Cache;
@@ -39,7 +39,7 @@ struct Options;
 class SstFileReader;
 }  // namespace rocksdb
 
-namespace ps::worker {
+namespace ps::model {
 
 // What an export may describe (ExportedModel::Open refuses more, as a
 // manifest damaged or written by hand): fields, dense features and units of
@@ -132,6 +132,6 @@ class ExportedModel {
   std::vector<std::vector<float>> dense_;
 };
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_PREDICT_EXPORTED_MODEL_H_
+#endif  // PS_MODEL_EXPORTED_MODEL_H_

@@ -1,4 +1,4 @@
-#include "worker/batch_inputs.h"
+#include "model/batch_inputs.h"
 
 #include <cmath>
 #include <random>
@@ -7,9 +7,9 @@
 
 #include "gtest/gtest.h"
 #include "model/builtin_specs.h"
-#include "worker/input/line_parser.h"
+#include "model/input/line_parser.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 // label, two dense columns, a cat field, a multi field.
@@ -232,4 +232,4 @@ TEST(BatchInputsTest, BuiltinsReadTheLayoutsFieldsAndLog1pDense) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::model

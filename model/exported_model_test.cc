@@ -2,7 +2,7 @@
 // on disk; a manifest that does not agree with its card or its files is
 // refused with its reason.
 
-#include "worker/predict/exported_model.h"
+#include "model/exported_model.h"
 
 #include <filesystem>
 #include <fstream>
@@ -14,9 +14,9 @@
 #include "base/manifest.h"
 #include "base/slot_map.h"
 #include "gtest/gtest.h"
-#include "worker/predict/export_test_util.h"
+#include "model/export_test_util.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 std::string TestDir() {
@@ -181,4 +181,4 @@ TEST(ExportedModelTest, AManifestThatDisagreesWithItsCardOrFilesIsRefused) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,4 +1,4 @@
-#include "worker/predict/exported_model.h"
+#include "model/exported_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,18 +8,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "base/half.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "model/builtin_specs.h"
+#include "model/dense_chunks.h"
+#include "model/export_format.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/table.h"
-#include "worker/dense_chunks.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 // One table of the export: its spec, and per export of its chain (newest
 // first) per shard its part (none when the shard wrote no row of it).
@@ -61,19 +61,6 @@ absl::StatusOr<const ExportManifest::Table*> FindTable(
   }
   return absl::DataLossError(
       absl::StrCat(dir, " has no table ", name, " of its model"));
-}
-
-// A stored row's `dim` values (float32, or IEEE half) into `row`.
-void DecodeRow(const rocksdb::Slice& value, bool half, size_t dim, float* row) {
-  if (half) {
-    for (size_t d = 0; d < dim; ++d) {
-      uint16_t bits;
-      std::memcpy(&bits, value.data() + 2 * d, sizeof(bits));
-      row[d] = HalfToFloat(bits);
-    }
-  } else {
-    std::memcpy(row, value.data(), dim * sizeof(float));
-  }
 }
 
 // Whether `part`, a part's name in a manifest, names a file inside the
@@ -386,7 +373,7 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
   }
   auto in_memory = std::make_shared<Table::InMemory>();
   in_memory->index.reserve(rows);
-  const size_t value_bytes = dim * (table.half ? 2 : 4);
+  const size_t value_bytes = ExportRowBytes(dim, table.half);
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
        ++layer) {
@@ -422,8 +409,8 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
         auto [slot, added] =
             in_memory->index.try_emplace(row_key, in_memory->rows.size());
         if (added) in_memory->rows.resize(in_memory->rows.size() + dim);
-        DecodeRow(value, table.half, dim,
-                  in_memory->rows.data() + slot->second);
+        DecodeExportRow(absl::string_view(value.data(), value.size()),
+                        table.half, dim, in_memory->rows.data() + slot->second);
       }
       if (!it->status().ok()) {
         return absl::DataLossError(absl::StrCat("reading table ",
@@ -441,7 +428,7 @@ absl::Status ExportedModel::Lookup(Table& table,
                                    std::vector<bool>* found_keys) {
   if (found_keys != nullptr) found_keys->assign(keys.size(), false);
   const size_t dim = table.spec.dim();
-  const size_t value_bytes = dim * (table.half ? 2 : 4);
+  const size_t value_bytes = ExportRowBytes(dim, table.half);
   if (table.in_memory != nullptr) {
     const Table::InMemory& in_memory = *table.in_memory;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -493,7 +480,8 @@ absl::Status ExportedModel::Lookup(Table& table,
           "table ", table.spec.name(), " key ", keys[i], ": a row of ",
           value->size(), " bytes, expected ", value_bytes));
     }
-    DecodeRow(*value, table.half, dim, row);
+    DecodeExportRow(absl::string_view(value->data(), value->size()), table.half,
+                    dim, row);
   }
   return absl::OkStatus();
 }
@@ -531,4 +519,4 @@ absl::Status ExportedModel::Fetch(BatchInputs* inputs) {
   return absl::OkStatus();
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,4 +1,4 @@
-// File: worker/predict/export_test_util.h
+// File: model/export_test_util.h
 //
 // Writes small exports by hand, with no shard running, for the tests of
 // what reads them (ExportedModel, ps_serve's ModelDirectory) and the fuzz
@@ -6,8 +6,8 @@
 // manifest and its SST parts in ps_admin export's layout, with the rows a
 // test chooses. Test-only.
 
-#ifndef PS_WORKER_PREDICT_EXPORT_TEST_UTIL_H_
-#define PS_WORKER_PREDICT_EXPORT_TEST_UTIL_H_
+#ifndef PS_MODEL_EXPORT_TEST_UTIL_H_
+#define PS_MODEL_EXPORT_TEST_UTIL_H_
 
 #include <cstdint>
 #include <map>
@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "proto/checkpoint.pb.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 struct HandmadeExport {
   // A full export of the model below over `num_shards` shards (their
@@ -51,6 +51,6 @@ struct HandmadeExport {
 absl::Status WriteHandmadeExport(const std::string& dir,
                                  const HandmadeExport& model);
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_PREDICT_EXPORT_TEST_UTIL_H_
+#endif  // PS_MODEL_EXPORT_TEST_UTIL_H_

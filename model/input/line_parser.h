@@ -1,17 +1,17 @@
-// File: worker/input/line_parser.h
+// File: model/input/line_parser.h
 //
 // Parses one click-log line laid out as an InputLayout says (see
 // input_layout.h) into an Example. Thread-safe (pure).
 
-#ifndef PS_WORKER_INPUT_LINE_PARSER_H_
-#define PS_WORKER_INPUT_LINE_PARSER_H_
+#ifndef PS_MODEL_INPUT_LINE_PARSER_H_
+#define PS_MODEL_INPUT_LINE_PARSER_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "worker/input/features.h"
-#include "worker/input/input_layout.h"
+#include "model/input/features.h"
+#include "model/input/input_layout.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 // Whether a line may leave out the label column (to be scored, as in
 // Criteo's unlabeled test file), having one column fewer than the layout.
@@ -30,6 +30,6 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
 // cross of more keys than layout.max_values_per_field.
 absl::Status AddCrosses(const InputLayout& layout, Example* example);
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_INPUT_LINE_PARSER_H_
+#endif  // PS_MODEL_INPUT_LINE_PARSER_H_

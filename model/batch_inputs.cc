@@ -1,4 +1,4 @@
-#include "worker/batch_inputs.h"
+#include "model/batch_inputs.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 using model::ColumnUse;
@@ -292,4 +292,4 @@ model::GraphInputs BatchInputs::Inputs() const {
   return in;
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

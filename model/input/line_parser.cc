@@ -1,4 +1,4 @@
-#include "worker/input/line_parser.h"
+#include "model/input/line_parser.h"
 
 #include <cmath>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 const char* DelimiterName(char delimiter) {
@@ -154,4 +154,4 @@ absl::Status AddCrosses(const InputLayout& layout, Example* example) {
   return absl::OkStatus();
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,9 +1,9 @@
-#include "worker/input/input_layout.h"
+#include "model/input/input_layout.h"
 
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 TEST(InputLayoutTest, TheDefaultFlagsAreCriteo) {
@@ -96,4 +96,4 @@ TEST(InputLayoutTest, BadFlagsNameTheFlag) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::model

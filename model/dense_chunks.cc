@@ -1,8 +1,8 @@
-#include "worker/dense_chunks.h"
+#include "model/dense_chunks.h"
 
 #include <algorithm>
 
-namespace ps::worker {
+namespace ps::model {
 
 int DenseChunkFloats(const kernels::DenseTensorSpec& tensor, int chunk) {
   return static_cast<int>(std::min<size_t>(tensor.size(), chunk));
@@ -19,4 +19,4 @@ std::vector<uint64_t> DenseChunkKeys(int chunks) {
   return keys;
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,4 +1,4 @@
-#include "worker/input/input_layout.h"
+#include "model/input/input_layout.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 constexpr absl::string_view kCriteoText = "criteo";
@@ -254,4 +254,4 @@ absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
   return MakeInputLayout(format, header, columns, separator, pooling, crosses);
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,4 +1,4 @@
-#include "worker/input/line_parser.h"
+#include "model/input/line_parser.h"
 
 #include <cmath>
 #include <string>
@@ -8,7 +8,7 @@
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 std::string Line(const std::string& label, std::vector<std::string> ints,
@@ -220,4 +220,4 @@ TEST(LineParserTest, TooManyValuesInAFieldOrACrossIsAnError) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::model

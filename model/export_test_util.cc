@@ -1,20 +1,23 @@
-#include "worker/predict/export_test_util.h"
+#include "model/export_test_util.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
+#include "base/status_macros.h"
 #include "kernels/ctr_model.h"
-#include "rocksdb/options.h"
-#include "rocksdb/sst_file_writer.h"
-#include "worker/dense_chunks.h"
-#include "worker/input/input_layout.h"
+#include "model/dense_chunks.h"
+#include "model/export_format.h"
+#include "model/input/input_layout.h"
 
-namespace ps::worker {
+namespace ps::model {
 namespace {
 
 constexpr int kChunkFloats = 4;
@@ -121,32 +124,24 @@ absl::Status WriteHandmadeExport(const std::string& dir,
       const std::string part =
           absl::StrCat(table.spec().name(), "/part-", shard, "-of-",
                        manifest.num_shards(), ".sst");
-      std::error_code error;
-      std::filesystem::create_directories(dir + "/" + table.spec().name(),
-                                          error);
       // In the store's order: by slot, then key.
-      std::map<std::string, std::string> sorted;
-      for (const auto& [key, row] : found->second[shard]) {
-        const SlotOrderedKey ordered(key);
-        sorted[std::string(ordered.data(), ordered.size())] = std::string(
-            reinterpret_cast<const char*>(row.data()), row.size() * 4);
-        if (row.empty()) table.set_deleted_rows(table.deleted_rows() + 1);
+      std::vector<uint64_t> keys;
+      for (const auto& [key, row] : found->second[shard]) keys.push_back(key);
+      std::sort(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) {
+        return std::make_pair(SlotForKey(a), a) <
+               std::make_pair(SlotForKey(b), b);
+      });
+      ExportTableWriter writer(dir + "/" + part, /*half=*/false);
+      for (uint64_t key : keys) {
+        const std::vector<float>& row = found->second[shard].at(key);
+        RETURN_IF_ERROR(row.empty() ? writer.Delete(key)
+                                    : writer.Put(key, row));
       }
-      const rocksdb::Options options;
-      rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options);
-      rocksdb::Status written = writer.Open(dir + "/" + part);
-      for (const auto& [key, value] : sorted) {
-        if (written.ok()) written = writer.Put(key, value);
-      }
-      rocksdb::ExternalSstFileInfo info;
-      if (written.ok()) written = writer.Finish(&info);
-      if (!written.ok()) {
-        return absl::InternalError(
-            absl::StrCat("writing ", dir, "/", part, ": ", written.ToString()));
-      }
+      RETURN_IF_ERROR(writer.Finish());
       table.add_parts(part);
-      table.set_rows(table.rows() + sorted.size());
-      table.set_bytes(table.bytes() + info.file_size);
+      table.set_rows(table.rows() + writer.rows());
+      table.set_bytes(table.bytes() + writer.bytes());
+      table.set_deleted_rows(table.deleted_rows() + writer.deleted_rows());
     }
   }
   std::error_code error;
@@ -154,4 +149,4 @@ absl::Status WriteHandmadeExport(const std::string& dir,
   return WriteManifest(dir, manifest);
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model

@@ -1,4 +1,4 @@
-// File: worker/input/features.h
+// File: model/input/features.h
 //
 // From a click-log line's raw values to model inputs. A categorical value
 // becomes a 64-bit key: XXH3 of the raw bytes, seeded by the field id (its
@@ -10,8 +10,8 @@
 // the cross's position. A dense value is kept as read (0 when missing); the
 // model transforms it (today's default: log(1 + max(x, 0)), DenseFeature()).
 
-#ifndef PS_WORKER_INPUT_FEATURES_H_
-#define PS_WORKER_INPUT_FEATURES_H_
+#ifndef PS_MODEL_INPUT_FEATURES_H_
+#define PS_MODEL_INPUT_FEATURES_H_
 
 #include <cmath>
 #include <cstdint>
@@ -21,7 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "xxhash.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 // One parsed example. Its categorical slots are the layout's fields (cat and
 // multi columns in file order) and then its crosses; slot s holds keys
@@ -68,6 +68,6 @@ inline float DenseFeature(double raw_value) {
   return static_cast<float>(std::log1p(raw_value > 0.0 ? raw_value : 0.0));
 }
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_INPUT_FEATURES_H_
+#endif  // PS_MODEL_INPUT_FEATURES_H_

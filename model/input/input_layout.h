@@ -1,4 +1,4 @@
-// File: worker/input/input_layout.h
+// File: model/input/input_layout.h
 //
 // How a click log's lines are laid out: the delimiter, whether each file
 // starts with a header line, and the kind of every column in file order:
@@ -25,8 +25,8 @@
 // default, and is written "criteo" in a model card so that cards and exports
 // of that layout read the same everywhere.
 
-#ifndef PS_WORKER_INPUT_INPUT_LAYOUT_H_
-#define PS_WORKER_INPUT_INPUT_LAYOUT_H_
+#ifndef PS_MODEL_INPUT_INPUT_LAYOUT_H_
+#define PS_MODEL_INPUT_INPUT_LAYOUT_H_
 
 #include <string>
 #include <utility>
@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace ps::worker {
+namespace ps::model {
 
 enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip, kId };
 enum class Pooling { kSum, kMean };
@@ -98,6 +98,6 @@ std::string ColumnsSpec(const InputLayout& layout);
 std::string LayoutText(const InputLayout& layout);
 absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text);
 
-}  // namespace ps::worker
+}  // namespace ps::model
 
-#endif  // PS_WORKER_INPUT_INPUT_LAYOUT_H_
+#endif  // PS_MODEL_INPUT_INPUT_LAYOUT_H_
