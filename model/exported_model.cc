@@ -150,8 +150,7 @@ SpecOfCard(const ModelCard& card, const InputLayout& layout,
   options.embedding_dim = std::max<int>(1, card.embedding_dim());
   options.hidden.assign(card.hidden().begin(), card.hidden().end());
   options.crosses = layout.crosses;
-  options.pooling = layout.multi_pooling == Pooling::kMean ? model::Field::MEAN
-                                                           : model::Field::SUM;
+  options.pooling = layout.multi_pooling;
   const char* name = card.kind() == ModelCard::LR       ? "lr"
                      : card.kind() == ModelCard::DEEPFM ? "deepfm"
                                                         : "wide_deep";

@@ -353,7 +353,7 @@ absl::Status ModelGraph::ForwardCross(int n, int batch) {
 absl::Status ModelGraph::Backward(int batch) {
   const std::vector<PlanNode>& nodes = plan_.nodes();
   for (size_t n = 0; n < nodes.size(); ++n) {
-    if (nodes[n].kind != PlanNode::Kind::kLayer || !nodes[n].trained) continue;
+    if (!nodes[n].trained) continue;
     const size_t count = static_cast<size_t>(batch) * nodes[n].width;
     if (absl::Status s = Reserve(&nodes_[n].gradient, count); !s.ok()) {
       return s;
@@ -378,7 +378,7 @@ absl::Status ModelGraph::Backward(int batch) {
   MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(
       dlogits_.data, nodes_[plan_.output()].gradient.data, batch));
   for (int n = static_cast<int>(nodes.size()) - 1; n >= 0; --n) {
-    if (nodes[n].kind != PlanNode::Kind::kLayer || !nodes[n].trained) continue;
+    if (!nodes[n].trained) continue;
     if (absl::Status s = BackwardLayer(n, batch); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -389,10 +389,7 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
   const Layer& layer = plan_.spec().layer(node.index);
   NodeBuffers& buffers = nodes_[n];
   const float* gradient = buffers.gradient.data;
-  const auto trained = [&](int input) {
-    return plan_.nodes()[input].kind == PlanNode::Kind::kLayer &&
-           plan_.nodes()[input].trained;
-  };
+  const auto trained = [&](int input) { return plan_.nodes()[input].trained; };
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
     case Layer::kWide: {
@@ -516,8 +513,7 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
   const int layers = mlp.units_size();
   const int input = node.inputs[0];
   const PlanNode& input_node = plan_.nodes()[input];
-  const bool input_trained =
-      input_node.kind == PlanNode::Kind::kLayer && input_node.trained;
+  const bool input_trained = input_node.trained;
   const int first = plan_.FirstTensor(n);
   buffers.scratch_gradients.resize(layers - 1);
   float* upstream = buffers.gradient.data;
@@ -572,8 +568,7 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
   const size_t count = static_cast<size_t>(batch) * width;
   const int input = node.inputs[0];
   const PlanNode& input_node = plan_.nodes()[input];
-  const bool input_trained =
-      input_node.kind == PlanNode::Kind::kLayer && input_node.trained;
+  const bool input_trained = input_node.trained;
   float* input_gradient = input_trained ? nodes_[input].gradient.data : nullptr;
   const float* x0 = Value(input);
   const int first = plan_.FirstTensor(n);

@@ -66,7 +66,7 @@ struct PlanNode {
   int row_dim = 0;
   int rows = 0;
   // Whether its value depends on a trained parameter (a table row or a dense
-  // tensor): only those need a gradient.
+  // tensor): only those need a gradient. Never true of an input node.
   bool trained = false;
   // Line in the spec's text; 0 if unknown.
   int line = 0;

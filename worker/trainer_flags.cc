@@ -366,9 +366,7 @@ absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
         "optimizers must be sgd, adagrad, adam or ftrl, with positive rates");
   }
   options.crosses = layout.crosses;
-  options.pooling = layout.multi_pooling == model::Pooling::kMean
-                        ? model::Field::MEAN
-                        : model::Field::SUM;
+  options.pooling = layout.multi_pooling;
   return options;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -31,6 +32,8 @@ ABSL_DECLARE_FLAG(std::string, servers);
 ABSL_DECLARE_FLAG(int32_t, drain_seconds);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(bool, bf16);
+ABSL_DECLARE_FLAG(std::string, columns);
+ABSL_DECLARE_FLAG(std::string, multi_pooling);
 
 namespace ps::worker {
 namespace {
@@ -132,6 +135,23 @@ TEST_F(TrainerFlagsTest, EachChoiceLandsInItsOption) {
   EXPECT_EQ(options->legacy_card->kind(), ModelCard::DEEPFM);
   EXPECT_EQ(options->legacy_card->hidden(0), 64);
   EXPECT_EQ(options->legacy_card->hidden(1), 8);
+}
+
+TEST_F(TrainerFlagsTest, MultiPoolingPoolsTheBuiltinsMultiFields) {
+  absl::SetFlag(&FLAGS_columns, "label,cat,multi");
+  for (const auto& [name, pooling] :
+       {std::pair<const char*, model::Field::Pooling>{"sum", model::Field::SUM},
+        {"mean", model::Field::MEAN},
+        {"max", model::Field::MAX}}) {
+    absl::SetFlag(&FLAGS_multi_pooling, name);
+    absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+    ASSERT_OK(options);
+    ASSERT_EQ(options->model.field_size(), 2) << name;
+    EXPECT_EQ(options->model.field(1).pooling(), pooling) << name;
+  }
+  absl::SetFlag(&FLAGS_multi_pooling, "median");
+  EXPECT_TRUE(
+      IsUsageError(TrainerOptionsFromFlags().status(), "--multi_pooling"));
 }
 
 TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {

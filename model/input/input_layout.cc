@@ -160,12 +160,15 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
         "--multi_separator must differ from the column delimiter");
   }
   if (multi_pooling == "sum") {
-    layout.multi_pooling = Pooling::kSum;
+    layout.multi_pooling = Field::SUM;
   } else if (multi_pooling == "mean") {
-    layout.multi_pooling = Pooling::kMean;
+    layout.multi_pooling = Field::MEAN;
+  } else if (multi_pooling == "max") {
+    layout.multi_pooling = Field::MAX;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--multi_pooling must be sum or mean, not \"", multi_pooling, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--multi_pooling must be sum, mean or max, not \"",
+                     multi_pooling, "\""));
   }
   for (absl::string_view pair :
        absl::StrSplit(crosses, ',', absl::SkipWhitespace())) {
@@ -220,9 +223,19 @@ std::string LayoutText(const InputLayout& layout) {
                       layout.multi_separator == ' '
                           ? std::string(kSpace)
                           : std::string(1, layout.multi_separator),
-                      " multi_pooling=",
-                      layout.multi_pooling == Pooling::kMean ? "mean" : "sum",
+                      " multi_pooling=", PoolingName(layout.multi_pooling),
                       " crosses=", absl::StrJoin(crosses, ","));
+}
+
+absl::string_view PoolingName(Field::Pooling pooling) {
+  switch (pooling) {
+    case Field::MEAN:
+      return "mean";
+    case Field::MAX:
+      return "max";
+    default:
+      return "sum";
+  }
 }
 
 absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {

@@ -34,11 +34,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/model_spec.pb.h"
 
 namespace ps::model {
 
 enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip, kId };
-enum class Pooling { kSum, kMean };
 
 struct InputLayout {
   // The column delimiter: '\t' (--format=tsv) or ',' (--format=csv). No
@@ -50,7 +50,9 @@ struct InputLayout {
   std::vector<ColumnKind> columns;
   // What separates the values of a multi column. Default: '|'.
   char multi_separator = '|';
-  Pooling multi_pooling = Pooling::kSum;
+  // How a multi column's values pool into one row of each table the
+  // built-ins look them up in (a spec file says so per field). Default: sum.
+  Field::Pooling multi_pooling = Field::SUM;
   // Pairs of categorical fields (0-based over the cat and multi columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
@@ -96,6 +98,9 @@ std::string ColumnsSpec(const InputLayout& layout);
 // crosses=0:1,2:3"; and back. ParseLayoutText also takes "" as Criteo's
 // (cards written before layouts were recorded).
 std::string LayoutText(const InputLayout& layout);
+// "sum", "mean" or "max", as --multi_pooling and a layout's text say it.
+absl::string_view PoolingName(Field::Pooling pooling);
+
 absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text);
 
 }  // namespace ps::model

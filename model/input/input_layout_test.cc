@@ -18,6 +18,18 @@ TEST(InputLayoutTest, TheDefaultFlagsAreCriteo) {
   EXPECT_EQ(ColumnsSpec(*layout), "label,dense*13,cat*26");
 }
 
+TEST(InputLayoutTest, EachPoolingRoundTrips) {
+  for (const char* pooling : {"sum", "mean", "max"}) {
+    auto layout =
+        MakeInputLayout("tsv", false, "label,multi", "|", pooling, "");
+    ASSERT_OK(layout);
+    EXPECT_EQ(PoolingName(layout->multi_pooling), pooling);
+    auto back = ParseLayoutText(LayoutText(*layout));
+    ASSERT_OK(back);
+    EXPECT_EQ(back->multi_pooling, layout->multi_pooling) << pooling;
+  }
+}
+
 TEST(InputLayoutTest, TextRoundTrips) {
   auto layout = MakeInputLayout("csv", true, "skip, cat*3 ,multi,label,dense",
                                 " ", "mean", "0:3, 1:2");
@@ -80,7 +92,7 @@ TEST(InputLayoutTest, BadFlagsNameTheFlag) {
       {"tsv", "id,label,cat,id", "|", "sum", "", "one id column"},
       {"tsv", "label,cat", "||", "sum", "", "--multi_separator"},
       {"csv", "label,multi", ",", "sum", "", "--multi_separator"},
-      {"tsv", "label,cat", "|", "max", "", "--multi_pooling"},
+      {"tsv", "label,cat", "|", "median", "", "--multi_pooling"},
       {"tsv", "label,cat*2", "|", "sum", "0:2", "--crosses"},
       {"tsv", "label,cat*2", "|", "sum", "1:1", "--crosses"},
       {"tsv", "label,cat*2", "|", "sum", "0-1", "--crosses"},

@@ -22,7 +22,7 @@ ABSL_FLAG(std::string, multi_separator, "|",
           "What separates the values of a multi column.");
 ABSL_FLAG(std::string, multi_pooling, "sum",
           "How a multi column's values pool into one embedding and one wide "
-          "weight: sum or mean.");
+          "weight: sum, mean or max (the largest value of each dimension).");
 ABSL_FLAG(std::string, crosses, "",
           "Feature crosses for the wide part: comma-separated I:J pairs of "
           "categorical fields, numbered from 0 over the cat and multi columns "
@@ -96,7 +96,7 @@ absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
                                : std::string(1, base.multi_separator),
       given("multi_pooling")
           ? absl::GetFlag(FLAGS_multi_pooling)
-          : (base.multi_pooling == model::Pooling::kMean ? "mean" : "sum"),
+          : std::string(model::PoolingName(base.multi_pooling)),
       given("crosses") ? absl::GetFlag(FLAGS_crosses)
                        : absl::StrJoin(crosses, ",")));
 }
