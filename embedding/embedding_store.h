@@ -427,9 +427,9 @@ class EmbeddingStore {
   };
   struct ExportOptions {
     // Set: a delta. Only the rows updated at or after this time (Unix
-    // seconds of this shard's clock: an earlier export's time), and an
-    // empty value for each row that expired since (found expired, or
-    // dropped by a compaction). Default: unset (every row).
+    // seconds of this shard's clock: an earlier export's time), and a
+    // Delete() of each row that expired since (found expired, or dropped
+    // by a compaction). Default: unset (every row).
     std::optional<uint32_t> changed_since_s;
     // Set: only the rows (and deletions) of the slots marked here, by slot
     // (kNumSlots entries): the slots the export's slot map gives this shard.
@@ -743,10 +743,9 @@ class EmbeddingStore {
   absl::Status StartNextEpoch(Replay& replay);
 
   // Checkpoints and exports (embedding_store_checkpoint.cc).
-  // Writes `table`'s stored rows as of `snapshot` and `now_s` (a delta's:
+  // Hands `table`'s stored rows as of `snapshot` and `now_s` (a delta's:
   // changed and dropped since options.changed_since_s, the keys in
-  // `dropped` sorted in the store's order) into target->path (none if it has no
-  // row), filling in target's counts.
+  // `dropped` sorted in the store's order) to `sink`, in the store's order.
   absl::Status ExportTable(const Table& table,
                            const RocksStore::Snapshot& snapshot,
                            const ExportOptions& options, uint32_t now_s,

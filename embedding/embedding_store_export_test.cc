@@ -185,6 +185,47 @@ TEST_F(EmbeddingStoreTest, ADeltaDeletesTheRowsThatExpiredSince) {
   expect_deletions(delta2);
 }
 
+TEST_F(EmbeddingStoreTest, ADeltaOfSomeSlotsDeletesTheirRowsAlone) {
+  options_.write_back_interval = absl::Milliseconds(500);
+  TableSpec spec = SgdTable("emb", 4);
+  spec.set_row_ttl_s(1);
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->DeclareTable(spec));
+  const std::vector<uint64_t> keys = Range(0, 60);
+  ASSERT_OK(store->Push("emb", keys, std::vector<float>(4 * keys.size(), 1)));
+  Part base;
+  const uint32_t base_time = ExportTo(*store, "emb", {}, &base);
+  ASSERT_EQ(base.rows().size(), keys.size());
+  absl::SleepFor(absl::Seconds(4.1));
+
+  std::vector<bool> slots(kNumSlots, false);
+  for (uint32_t slot = 0; slot < kNumSlots / 2; ++slot) slots[slot] = true;
+  size_t owned = 0;
+  for (uint64_t key : keys) owned += slots[SlotForKey(key)];
+  ASSERT_GT(owned, 10u);
+  ASSERT_LT(owned, keys.size() - 10);
+  EmbeddingStore::ExportOptions options;
+  options.changed_since_s = base_time;
+  options.slots = slots;
+  auto expect_owned_deletions = [&](const Part& part, const char* when) {
+    EXPECT_EQ(part.deleted(), owned) << when;
+    EXPECT_EQ(part.rows().size(), owned) << when;
+    for (const auto& [key, row] : part.rows()) {
+      EXPECT_TRUE(slots[SlotForKey(key)]) << when << " key " << key;
+      EXPECT_TRUE(row.empty()) << when << " key " << key;
+    }
+  };
+  // Expired but still stored: the scan finds them.
+  Part stored;
+  ASSERT_OK(store->Export({{"emb", &stored}}, options).status());
+  expect_owned_deletions(stored, "expired");
+  // Compacted away: the store remembers them.
+  ASSERT_OK(store->Expire("emb").status());
+  Part dropped;
+  ASSERT_OK(store->Export({{"emb", &dropped}}, options).status());
+  expect_owned_deletions(dropped, "dropped");
+}
+
 TEST_F(EmbeddingStoreTest, ADeltaSinceBeforeTheStoreKnowsWhatChangedIsRefused) {
   options_.write_back_interval = absl::Milliseconds(500);
   options_.max_dropped_rows_remembered = 5;

@@ -43,7 +43,13 @@ void DecodeExportRow(absl::string_view value, bool half, size_t dim,
 ExportTableWriter::ExportTableWriter(std::string path, bool half)
     : path_(std::move(path)), half_(half) {}
 
-ExportTableWriter::~ExportTableWriter() = default;
+ExportTableWriter::~ExportTableWriter() {
+  if (writer_ == nullptr) return;
+  // Opened and never finished (the export failed): no half-written part.
+  writer_.reset();
+  std::error_code error;
+  std::filesystem::remove(path_, error);
+}
 
 absl::Status ExportTableWriter::Put(uint64_t key, absl::Span<const float> row) {
   EncodeExportRow(row, half_, &value_);

@@ -46,8 +46,8 @@ void DecodeExportRow(absl::string_view value, bool half, size_t dim,
 
 // Writes one part of an export table. Rows must come in the store's order
 // (SlotOrderedKey's: by slot, then key), each key once. The file (and its
-// directory) is created at the first row: a part with none has no file.
-// Not thread-safe.
+// directory) is created at the first row: a part with none has no file; a
+// writer destroyed before Finish() removes its file. Not thread-safe.
 class ExportTableWriter {
  public:
   // `half`: weights as IEEE half rather than float32.

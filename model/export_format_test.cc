@@ -86,13 +86,15 @@ TEST(ExportFormatTest, RowsAndDeletionsReadBackInOrder) {
 }
 
 TEST(ExportFormatTest, HalfRoundsToTheNearestHalf) {
+  // Halves near 1 are 1/1024 apart: 1 + 0.75/1024 rounds up to 1 + 1/1024,
+  // where truncating would give 1.
   std::string value;
-  EncodeExportRow(std::vector<float>{1.0f + 1.0f / 3}, /*half=*/true, &value);
+  EncodeExportRow(std::vector<float>{1.0f + 0.75f / 1024}, /*half=*/true,
+                  &value);
   ASSERT_EQ(value.size(), 2u);
   float row;
   DecodeExportRow(value, /*half=*/true, 1, &row);
-  EXPECT_NE(row, 1.0f + 1.0f / 3);
-  EXPECT_NEAR(row, 1.0f + 1.0f / 3, 1.0f / 1024);
+  EXPECT_EQ(row, 1.0f + 1.0f / 1024);
 }
 
 TEST(ExportFormatTest, APartWithNoRowHasNoFile) {
@@ -100,6 +102,16 @@ TEST(ExportFormatTest, APartWithNoRowHasNoFile) {
   ExportTableWriter writer(path, false);
   ASSERT_OK(writer.Finish());
   EXPECT_EQ(writer.rows(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ExportFormatTest, AWriterNeverFinishedLeavesNoFile) {
+  const std::string path = TempPath("abandoned.sst");
+  {
+    ExportTableWriter writer(path, false);
+    ASSERT_OK(writer.Put(42, std::vector<float>{1.0f}));
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 

@@ -672,6 +672,15 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
   if (status.ok() && (request->dir().empty() || request->tables().empty())) {
     status = absl::InvalidArgumentError("an export needs a dir and tables");
   }
+  for (int i = 0; status.ok() && i < request->tables_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (request->tables(i) == request->tables(j)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "an export names table ", request->tables(i), " twice"));
+        break;
+      }
+    }
+  }
   const uint64_t clock_instance = clock_instance_.load();
   if (status.ok() && request->delta() &&
       request->changed_since_clock_instance() != 0 &&

@@ -98,14 +98,15 @@ class Graph:
                     parts.append(self.source.rows(layer.embedding.table, i, s))
             return torch.cat(parts, dim=1)
         if kind == "wide":
-            out = 0
+            bias = tensor(name + ".bias")
+            out = torch.zeros(batch, 1, dtype=bias.dtype)
             for i in layer.inputs:
                 if i in self.slots:
                     for s in range(self.slots[i]):
                         out = out + self.source.rows(layer.wide.table, i, s)
                 else:
                     out = out + values[i] @ tensor(name + ".dense_weights")
-            return out + tensor(name + ".bias")
+            return out + bias
         if kind == "concat":
             return torch.cat([values[i] for i in layer.inputs], dim=1)
         if kind == "mlp":

@@ -21,10 +21,13 @@ is timed apart from training. Prints one JSON object.
 With --model_spec, the model is the spec (`ps_worker --print_model_spec=NAME`
 prints a built-in's), built by tests/bench/torch_model.py's Graph, which
 computes each layer from docs/models.md's math independently of the C++
-graph: each table hashed into --buckets rows with the table's own dim, init
-and optimizer (Adagrad or SGD), the dense tensors initialised as ps_worker
-does and trained with the spec's dense optimizer (Adam). The label is
-column 0; fields and dense groups read the columns the spec names. DIR holds
+graph: each table hashed into --buckets rows (XXH3 seeded by the column)
+with the table's own dim, init and optimizer (Adagrad or SGD), the dense
+tensors initialised as ps_worker does and trained with the spec's dense
+optimizer (Adam); a zero hyper-parameter means base/optimizer.h's default,
+as on the servers. The label is column 0; fields (single-valued, no
+crosses or bucketized columns) and dense groups read the columns the spec
+names. DIR holds
 model_spec_pb2.py and ps_pb2.py (protoc --python_out).
 """
 import argparse
@@ -95,24 +98,32 @@ class SpecModel(torch.nn.Module):
         return self.graph.forward(len(next(iter(keys.values()))))
 
 
-def spec_optimizers(spec, pb2, model):
-    """Each table's optimizer over its rows; the spec's dense optimizer."""
+def spec_optimizers(spec, model, proto_dir):
+    """Each table's optimizer over its rows; the spec's dense optimizer.
+    Zero fields take base/optimizer.h's defaults, as the servers do."""
+    sys.path.insert(0, proto_dir)
+    from proto import ps_pb2
+    kinds = ps_pb2.OptimizerSpec
     sparse = []
     for table in spec.table:
         o = table.optimizer
         rows = [model.source.tables[table.name].weight]
-        if o.kind == 1:  # ADAGRAD
+        if o.kind == kinds.ADAGRAD:
             sparse.append(torch.optim.Adagrad(
-                rows, lr=o.learning_rate, initial_accumulator_value=o.initial_accumulator))
-        elif o.kind == 0:  # SGD
-            sparse.append(torch.optim.SGD(rows, lr=o.learning_rate))
+                rows, lr=o.learning_rate or 0.05,
+                initial_accumulator_value=o.initial_accumulator or 0.1,
+                eps=o.epsilon or 1e-10))
+        elif o.kind == kinds.SGD:
+            sparse.append(torch.optim.SGD(rows, lr=o.learning_rate or 0.01))
         else:
             raise ValueError("table %s: only SGD and ADAGRAD tables train here" % table.name)
     d = spec.dense_optimizer
-    if d.kind != 2:  # ADAM
+    if d.kind != kinds.ADAM:
         raise ValueError("the dense optimizer must be ADAM here")
     dense_params = list(model.source.parameters_by_name.values())
-    return sparse, torch.optim.Adam(dense_params, lr=d.learning_rate), dense_params
+    adam = torch.optim.Adam(dense_params, lr=d.learning_rate or 0.001,
+                            betas=(d.beta1 or 0.9, d.beta2 or 0.999), eps=d.epsilon or 1e-8)
+    return sparse, adam, dense_params
 
 
 def auc(scores, labels):
@@ -195,7 +206,7 @@ def main():
         labels, keys, dense = parse_for_spec(args.train, spec, args.buckets)
         test_labels, test_keys, test_dense = parse_for_spec(args.test, spec, args.buckets)
         model = SpecModel(spec, pb2, args.buckets)
-        sparse_optimizers, dense_optimizer, dense_params = spec_optimizers(spec, pb2, model)
+        sparse_optimizers, dense_optimizer, dense_params = spec_optimizers(spec, model, args.proto_dir)
 
         def rows(data, begin, end):
             return {n: v[begin:end] for n, v in data.items()}

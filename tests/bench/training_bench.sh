@@ -13,8 +13,8 @@
 # and their PyTorch peer is the same spec built by tests/bench/torch_model.py
 # (torch_train.py --model_spec), on every core.
 # Prints the tables and rewrites the "training" section of BENCHMARKS.md
-# (wide_deep, deepfm) and the "training_specs" section (dcn_v2, dlrm), each
-# only when its models ran.
+# (when wide_deep and deepfm both ran) and the "training_specs" section
+# (dcn_v2, dlrm).
 #
 #   tests/bench/training_bench.sh [--rounds 5] [--train_lines 500000]
 #       [--test_lines 100000] [--models wide_deep,deepfm,dcn_v2,dlrm]
@@ -71,10 +71,12 @@ grep -q avx512_bf16 /proc/cpuinfo && bf16=yes
 results="$work/results.tsv"
 
 # The built-in specs, for PyTorch's build of them.
-protoc --python_out="$work" proto/model_spec.proto proto/ps.proto
-for model in dcn_v2 dlrm; do
-  "$bin/worker/ps_worker" --print_model_spec="$model" >"$work/$model.pbtxt"
-done
+if runs dcn_v2 || runs dlrm; then
+  protoc --python_out="$work" proto/model_spec.proto proto/ps.proto
+  for model in dcn_v2 dlrm; do
+    "$bin/worker/ps_worker" --print_model_spec="$model" >"$work/$model.pbtxt"
+  done
+fi
 
 # ours ROUND NAME SHARDS WORKERS MODEL STALENESS [--bf16]
 ours() {
@@ -218,7 +220,8 @@ rows = [  # (name, trainer, model, compared with)
     ("1+1_deepfm", "ps_worker, 1 shard + 1 worker, staleness 1", "deepfm", "torch_deepfm"),
     ("torch_fp32_1thread", f"PyTorch {torch_version}, 1 thread (half the machine; for reference only)", "wide_deep", None),
 ]
-if any(name in runs for name, *_ in rows):
+# The section holds wide_deep's and deepfm's rows: rewritten when both ran.
+if "torch_fp32" in runs and "torch_deepfm" in runs:
     out = ["## Training: ps_worker vs PyTorch (CPU)", ""] + setting() + [
         "Embeddings of 16, MLP 256-128; Adagrad (lr 0.05) for embeddings and wide weights,",
         "Adam (lr 0.001) for the MLP; the shards under --durability=wal. PyTorch runs on every core",

@@ -64,7 +64,7 @@ struct ReaderOptions {
   // Batches parsed ahead. Default: 4.
   int queue_batches = 4;
   // Whether lines may leave out the label (for scoring; see
-  // line_parser.h). Default: required.
+  // model/input/line_parser.h). Default: required.
   model::LabelColumn label = model::LabelColumn::kRequired;
   // The lines' layout. Default: Criteo's.
   model::InputLayout layout = model::InputLayout::Criteo();

@@ -3,8 +3,8 @@
 // The input-layout flags every binary that reads or writes click logs takes
 // (--format, --header, --columns, --multi_separator, --multi_pooling,
 // --crosses, and the reading limit --max_values_per_field; see
-// input_layout.h), defined once so that they read the same everywhere.
-// Linked into main()s only.
+// model/input/input_layout.h), defined once so that they read the same
+// everywhere. Linked into main()s only.
 
 #ifndef PS_WORKER_INPUT_LAYOUT_FLAGS_H_
 #define PS_WORKER_INPUT_LAYOUT_FLAGS_H_
