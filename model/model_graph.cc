@@ -25,10 +25,12 @@ int CrossTensors(const CrossLayer& cross) {
 ModelGraph::ModelGraph(const ModelPlan* plan, kernels::Backend* backend)
     : plan_(*plan), backend_(backend) {
   const size_t tables = plan_.spec().table_size();
-  table_rows_.resize(tables);
+  for (InputSet& set : sets_) {
+    set.table_rows.resize(tables);
+    set.dense_inputs.resize(plan_.dense_nodes().size());
+    set.params.resize(plan_.dense_tensors().size());
+  }
   table_grads_.resize(tables);
-  dense_inputs_.resize(plan_.dense_nodes().size());
-  params_.resize(plan_.dense_tensors().size());
   param_grads_.resize(plan_.dense_tensors().size());
   nodes_.resize(plan_.nodes().size());
 }
@@ -40,10 +42,12 @@ void ModelGraph::Release(Buffer& buffer) {
 }
 
 ModelGraph::~ModelGraph() {
-  Release(labels_.storage);
-  Release(lookup_index_.storage);
-  for (auto* inputs : {&table_rows_, &dense_inputs_, &params_}) {
-    for (Input& input : *inputs) Release(input.storage);
+  for (InputSet& set : sets_) {
+    Release(set.labels.storage);
+    Release(set.lookup_index.storage);
+    for (auto* inputs : {&set.table_rows, &set.dense_inputs, &set.params}) {
+      for (Input& input : *inputs) Release(input.storage);
+    }
   }
   for (NodeBuffers& node : nodes_) {
     Release(node.value);
@@ -72,7 +76,8 @@ absl::Status ModelGraph::Reserve(Buffer* buffer, size_t floats) {
   return absl::OkStatus();
 }
 
-absl::Status ModelGraph::Upload(Input* input, const void* host, size_t floats) {
+absl::Status ModelGraph::Upload(Input* input, const void* host, size_t floats,
+                                bool idle) {
   if (backend_->ComputesOnHostMemory()) {
     input->data = static_cast<const float*>(host);
     return absl::OkStatus();
@@ -80,17 +85,20 @@ absl::Status ModelGraph::Upload(Input* input, const void* host, size_t floats) {
   if (absl::Status s = Reserve(&input->storage, floats); !s.ok()) return s;
   input->data = input->storage.data;
   if (floats == 0) return absl::OkStatus();
-  MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToDevice(input->storage.data, host,
-                                                      floats * sizeof(float)));
+  const size_t bytes = floats * sizeof(float);
+  MODEL_RETURN_IF_KERNEL_ERROR(
+      idle ? backend_->CopyToIdleDevice(input->storage.data, host, bytes)
+           : backend_->CopyToDevice(input->storage.data, host, bytes));
   return absl::OkStatus();
 }
 
-absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels) {
+absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
+                                      InputSet* set, bool idle) {
   const int tables = plan_.spec().table_size();
   if (in.batch < 0 || static_cast<int>(in.table_rows.size()) != tables ||
       static_cast<int>(in.table_row_counts.size()) != tables ||
-      in.dense_inputs.size() != dense_inputs_.size() ||
-      in.dense_params.size() != params_.size() ||
+      in.dense_inputs.size() != set->dense_inputs.size() ||
+      in.dense_params.size() != set->params.size() ||
       (with_labels && in.batch > 0 && in.labels == nullptr) ||
       (in.batch > 0 && !plan_.lookups().empty() &&
        in.lookup_index == nullptr)) {
@@ -102,33 +110,35 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels) {
                 "indices share float buffers");
   const size_t batch = in.batch;
   if (with_labels) {
-    if (absl::Status s = Upload(&labels_, in.labels, batch); !s.ok()) return s;
+    if (absl::Status s = Upload(&set->labels, in.labels, batch, idle); !s.ok())
+      return s;
   }
-  if (absl::Status s = Upload(&lookup_index_, in.lookup_index,
-                              plan_.lookups().size() * batch);
+  if (absl::Status s = Upload(&set->lookup_index, in.lookup_index,
+                              plan_.lookups().size() * batch, idle);
       !s.ok()) {
     return s;
   }
-  table_row_counts_ = in.table_row_counts;
+  set->table_row_counts = in.table_row_counts;
   for (int t = 0; t < tables; ++t) {
     if (absl::Status s = Upload(
-            &table_rows_[t], in.table_rows[t],
-            static_cast<size_t>(in.table_row_counts[t]) * plan_.table_dim(t));
+            &set->table_rows[t], in.table_rows[t],
+            static_cast<size_t>(in.table_row_counts[t]) * plan_.table_dim(t),
+            idle);
         !s.ok()) {
       return s;
     }
   }
-  for (size_t d = 0; d < dense_inputs_.size(); ++d) {
+  for (size_t d = 0; d < set->dense_inputs.size(); ++d) {
     const int width = plan_.nodes()[plan_.dense_nodes()[d]].width;
-    if (absl::Status s =
-            Upload(&dense_inputs_[d], in.dense_inputs[d], batch * width);
+    if (absl::Status s = Upload(&set->dense_inputs[d], in.dense_inputs[d],
+                                batch * width, idle);
         !s.ok()) {
       return s;
     }
   }
-  for (size_t t = 0; t < params_.size(); ++t) {
-    if (absl::Status s = Upload(&params_[t], in.dense_params[t],
-                                plan_.dense_tensors()[t].size());
+  for (size_t t = 0; t < set->params.size(); ++t) {
+    if (absl::Status s = Upload(&set->params[t], in.dense_params[t],
+                                plan_.dense_tensors()[t].size(), idle);
         !s.ok()) {
       return s;
     }
@@ -141,13 +151,13 @@ const float* ModelGraph::Value(int node) const {
     const std::vector<int>& dense = plan_.dense_nodes();
     const size_t position =
         std::find(dense.begin(), dense.end(), node) - dense.begin();
-    return dense_inputs_[position].data;
+    return in_->dense_inputs[position].data;
   }
   return nodes_[node].value.data;
 }
 
 const int32_t* ModelGraph::LookupIndex(int lookup, int batch) const {
-  return reinterpret_cast<const int32_t*>(lookup_index_.data) +
+  return reinterpret_cast<const int32_t*>(in_->lookup_index.data) +
          static_cast<size_t>(lookup) * batch;
 }
 
@@ -195,7 +205,7 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
     case Layer::kWide: {
-      const float* rows = table_rows_[node.table].data;
+      const float* rows = in_->table_rows[node.table].data;
       if (layer.has_wide())
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
       int column = 0;
@@ -206,7 +216,7 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
           // The wide layer's dense part: value += x w.
           MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
               false, false, batch, 1, input_node.width, 1.0f, Value(input),
-              input_node.width, params_[tensor++].data, 1, 1.0f, value, 1));
+              input_node.width, in_->params[tensor++].data, 1, 1.0f, value, 1));
           continue;
         }
         for (int slot = 0; slot < input_node.slots; ++slot) {
@@ -225,7 +235,7 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
       }
       if (layer.has_wide()) {
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
-            value, params_[tensor].data, batch, 1, false));
+            value, in_->params[tensor].data, batch, 1, false));
       }
       return absl::OkStatus();
     }
@@ -288,12 +298,14 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
         !s.ok()) {
       return s;
     }
-    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
-        false, false, batch, out_width, in_width, 1.0f, x, in_width,
-        params_[first + 2 * l].data, out_width, 0.0f, out->data, out_width));
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Gemm(false, false, batch, out_width, in_width, 1.0f, x,
+                       in_width, in_->params[first + 2 * l].data, out_width,
+                       0.0f, out->data, out_width));
     const bool relu = l + 1 == layers ? LastRelu(mlp) : HiddenRelu(mlp);
-    MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
-        out->data, params_[first + 2 * l + 1].data, batch, out_width, relu));
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->BiasActivation(out->data, in_->params[first + 2 * l + 1].data,
+                                 batch, out_width, relu));
     x = out->data;
     in_width = out_width;
   }
@@ -322,7 +334,7 @@ absl::Status ModelGraph::ForwardCross(int n, int batch) {
     if (rank == 0) {
       MODEL_RETURN_IF_KERNEL_ERROR(
           backend_->Gemm(false, false, batch, width, width, 1.0f, x, width,
-                         params_[tensor].data, width, 0.0f, u.data, width));
+                         in_->params[tensor].data, width, 0.0f, u.data, width));
     } else {
       Buffer& t = buffers.scratch[2 * layers + l];
       if (absl::Status s = Reserve(&t, static_cast<size_t>(batch) * rank);
@@ -331,13 +343,13 @@ absl::Status ModelGraph::ForwardCross(int n, int batch) {
       }
       MODEL_RETURN_IF_KERNEL_ERROR(
           backend_->Gemm(false, false, batch, rank, width, 1.0f, x, width,
-                         params_[tensor].data, rank, 0.0f, t.data, rank));
-      MODEL_RETURN_IF_KERNEL_ERROR(
-          backend_->Gemm(false, false, batch, width, rank, 1.0f, t.data, rank,
-                         params_[tensor + 1].data, width, 0.0f, u.data, width));
+                         in_->params[tensor].data, rank, 0.0f, t.data, rank));
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          false, false, batch, width, rank, 1.0f, t.data, rank,
+          in_->params[tensor + 1].data, width, 0.0f, u.data, width));
     }
     MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
-        u.data, params_[tensor + per_layer - 1].data, batch, width, false));
+        u.data, in_->params[tensor + per_layer - 1].data, batch, width, false));
     Buffer& next =
         l + 1 == layers ? buffers.value : buffers.scratch[layers + l];
     if (absl::Status s = Reserve(&next, count); !s.ok()) return s;
@@ -363,7 +375,7 @@ absl::Status ModelGraph::Backward(int batch) {
   }
   for (size_t t = 0; t < table_grads_.size(); ++t) {
     const size_t count =
-        static_cast<size_t>(table_row_counts_[t]) * plan_.table_dim(t);
+        static_cast<size_t>(in_->table_row_counts[t]) * plan_.table_dim(t);
     if (absl::Status s = Reserve(&table_grads_[t], count); !s.ok()) return s;
     MODEL_RETURN_IF_KERNEL_ERROR(
         backend_->Fill(table_grads_[t].data, count, 0.0f));
@@ -407,7 +419,7 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
           if (trained(input)) {
             MODEL_RETURN_IF_KERNEL_ERROR(
                 backend_->Gemm(false, true, batch, input_node.width, 1, 1.0f,
-                               gradient, 1, params_[tensor].data, 1, 1.0f,
+                               gradient, 1, in_->params[tensor].data, 1, 1.0f,
                                nodes_[input].gradient.data, input_node.width));
           }
           ++tensor;
@@ -525,7 +537,7 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
     const int out_width = mlp.units(l);
     const int in_width = l == 0 ? input_node.width : mlp.units(l - 1);
     const float* x = l == 0 ? Value(input) : buffers.scratch[l - 1].data;
-    const float* weights = params_[first + 2 * l].data;
+    const float* weights = in_->params[first + 2 * l].data;
     // dW = x^T upstream; db = column sums of upstream.
     MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
         true, false, in_width, out_width, batch, 1.0f, x, in_width, upstream,
@@ -609,9 +621,9 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
       MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
           true, false, rank, width, batch, 1.0f, t, rank, du.data, width, 0.0f,
           param_grads_[tensor + 1].data, width));
-      MODEL_RETURN_IF_KERNEL_ERROR(
-          backend_->Gemm(false, true, batch, rank, width, 1.0f, du.data, width,
-                         params_[tensor + 1].data, width, 0.0f, dt.data, rank));
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          false, true, batch, rank, width, 1.0f, du.data, width,
+          in_->params[tensor + 1].data, width, 0.0f, dt.data, rank));
       MODEL_RETURN_IF_KERNEL_ERROR(
           backend_->Gemm(true, false, width, rank, batch, 1.0f, x, width,
                          dt.data, rank, 0.0f, param_grads_[tensor].data, rank));
@@ -631,21 +643,29 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
     if (rank == 0) {
       MODEL_RETURN_IF_KERNEL_ERROR(
           backend_->Gemm(false, true, batch, width, width, 1.0f, du.data, width,
-                         params_[tensor].data, width, 1.0f, below, width));
+                         in_->params[tensor].data, width, 1.0f, below, width));
     } else {
       MODEL_RETURN_IF_KERNEL_ERROR(
           backend_->Gemm(false, true, batch, width, rank, 1.0f, dt.data, rank,
-                         params_[tensor].data, rank, 1.0f, below, width));
+                         in_->params[tensor].data, rank, 1.0f, below, width));
     }
     upstream = below;
   }
   return absl::OkStatus();
 }
 
-absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out) {
-  if (absl::Status s = UploadInputs(in, /*with_labels=*/true); !s.ok()) {
-    return s;
+absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
+                                   const GraphInputs* next) {
+  InputSet& set = sets_[active_];
+  if (!set.staged) {
+    if (absl::Status s = UploadInputs(in, /*with_labels=*/true, &set,
+                                      /*idle=*/false);
+        !s.ok()) {
+      return s;
+    }
   }
+  set.staged = false;
+  in_ = &set;
   const int batch = in.batch;
   if (absl::Status s = Forward(batch); !s.ok()) return s;
   for (Buffer* buffer : {&probabilities_, &dlogits_}) {
@@ -653,9 +673,23 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out) {
   }
   if (absl::Status s = Reserve(&loss_, 1); !s.ok()) return s;
   MODEL_RETURN_IF_KERNEL_ERROR(backend_->SigmoidCrossEntropy(
-      nodes_[plan_.output()].value.data, labels_.data, batch,
+      nodes_[plan_.output()].value.data, in_->labels.data, batch,
       probabilities_.data, dlogits_.data, loss_.data));
   if (absl::Status s = Backward(batch); !s.ok()) return s;
+  if (next != nullptr && !backend_->ComputesOnHostMemory()) {
+    // The other set was last read by the step before this one, whose copy
+    // of its outputs to the host waited those kernels out: the upload need
+    // not wait for this step's kernels and runs while they do; the next
+    // step's kernels wait for it.
+    InputSet& other = sets_[1 - active_];
+    if (absl::Status s = UploadInputs(*next, /*with_labels=*/true, &other,
+                                      /*idle=*/true);
+        !s.ok()) {
+      return s;
+    }
+    other.staged = true;
+    active_ = 1 - active_;
+  }
 
   out->probabilities.resize(batch);
   MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToHost(
@@ -664,7 +698,7 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out) {
       backend_->CopyToHost(&out->loss_sum, loss_.data, sizeof(float)));
   out->table_grads.resize(table_grads_.size());
   for (size_t t = 0; t < table_grads_.size(); ++t) {
-    out->table_grads[t].resize(static_cast<size_t>(table_row_counts_[t]) *
+    out->table_grads[t].resize(static_cast<size_t>(in_->table_row_counts[t]) *
                                plan_.table_dim(t));
     MODEL_RETURN_IF_KERNEL_ERROR(
         backend_->CopyToHost(out->table_grads[t].data(), table_grads_[t].data,
@@ -682,9 +716,14 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out) {
 
 absl::Status ModelGraph::Predict(const GraphInputs& in,
                                  std::vector<float>* probabilities) {
-  if (absl::Status s = UploadInputs(in, /*with_labels=*/false); !s.ok()) {
+  // The set that holds no staged inputs.
+  InputSet& set = sets_[sets_[active_].staged ? 1 - active_ : active_];
+  if (absl::Status s =
+          UploadInputs(in, /*with_labels=*/false, &set, /*idle=*/false);
+      !s.ok()) {
     return s;
   }
+  in_ = &set;
   if (absl::Status s = Forward(in.batch); !s.ok()) return s;
   std::vector<float> logits(in.batch);
   MODEL_RETURN_IF_KERNEL_ERROR(

@@ -63,10 +63,15 @@ class ModelGraph {
   ModelGraph(const ModelGraph&) = delete;
   ModelGraph& operator=(const ModelGraph&) = delete;
 
-  // Forward and backward: fills every field of `outputs`.
-  absl::Status TrainStep(const GraphInputs& inputs, GraphOutputs* outputs);
+  // Forward and backward: fills every field of `outputs`. Given `next`,
+  // the inputs of the step after this one, a backend that computes in its
+  // own memory (a GPU) copies them there while this step's kernels run,
+  // and the next TrainStep() skips their upload: it must be given the same
+  // inputs, their host arrays unchanged.
+  absl::Status TrainStep(const GraphInputs& inputs, GraphOutputs* outputs,
+                         const GraphInputs* next = nullptr);
 
-  // Forward only: click probabilities.
+  // Forward only: click probabilities. Leaves staged inputs be.
   absl::Status Predict(const GraphInputs& inputs,
                        std::vector<float>* probabilities);
 
@@ -90,9 +95,21 @@ class ModelGraph {
     std::vector<Buffer> scratch_gradients;
   };
 
+  // A step's inputs as the kernels read them. Two, so that the next step's
+  // upload overlaps this one's kernels.
+  struct InputSet {
+    Input labels, lookup_index;
+    std::vector<Input> table_rows, dense_inputs, params;
+    std::vector<int> table_row_counts;
+    // Holds the next TrainStep()'s inputs already.
+    bool staged = false;
+  };
+
   absl::Status Reserve(Buffer* buffer, size_t floats);
-  absl::Status Upload(Input* input, const void* host, size_t floats);
-  absl::Status UploadInputs(const GraphInputs& inputs, bool with_labels);
+  // `idle`: nothing queued reads `input` (CopyToIdleDevice).
+  absl::Status Upload(Input* input, const void* host, size_t floats, bool idle);
+  absl::Status UploadInputs(const GraphInputs& inputs, bool with_labels,
+                            InputSet* set, bool idle);
   // The value of node n, as the kernels read it.
   const float* Value(int node) const;
   const int32_t* LookupIndex(int lookup, int batch) const;
@@ -113,12 +130,13 @@ class ModelGraph {
   const ModelPlan& plan_;
   kernels::Backend* const backend_;
 
-  Input labels_, lookup_index_;
-  std::vector<Input> table_rows_, dense_inputs_, params_;
+  InputSet sets_[2];
+  // The set the next TrainStep() reads; in_: the one this step reads.
+  int active_ = 0;
+  const InputSet* in_ = &sets_[0];
   std::vector<NodeBuffers> nodes_;
   std::vector<Buffer> table_grads_, param_grads_;
   Buffer probabilities_, dlogits_, loss_;
-  std::vector<int> table_row_counts_;
 };
 
 }  // namespace ps::model

@@ -625,6 +625,77 @@ TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
   }
 }
 
+// The CPU's kernels over memory the graph must copy its inputs into, as a
+// GPU's: counts the copies that wait for the kernels queued before them
+// (CopyToDevice) and those that may overlap them (CopyToIdleDevice).
+class DeviceMemoryBackend : public kernels::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  bool ComputesOnHostMemory() const override { return false; }
+  kernels::Status CopyToDevice(void* device, const void* host,
+                               size_t bytes) override {
+    ++copies;
+    return ForwardingBackend::CopyToDevice(device, host, bytes);
+  }
+  kernels::Status CopyToIdleDevice(void* device, const void* host,
+                                   size_t bytes) override {
+    ++idle_copies;
+    return ForwardingBackend::CopyToIdleDevice(device, host, bytes);
+  }
+  int copies = 0;
+  int idle_copies = 0;
+};
+
+TEST(ModelGraphTest, StagedInputsTrainAsUploadedOnes) {
+  BuiltinOptions options;
+  options.embedding_dim = 4;
+  options.hidden = {6};
+  for (const std::string& name : {"wide_deep", "dlrm"}) {
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // Steps of different sizes, so that a stale buffer would show.
+    const std::vector<Step> steps = {RandomStep(*plan, 9, 1),
+                                     RandomStep(*plan, 13, 2),
+                                     RandomStep(*plan, 5, 3)};
+    auto cpu = kernels::NewCpuBackend();
+    ModelGraph reference(&*plan, cpu.get());
+    DeviceMemoryBackend device(cpu.get());
+    ModelGraph staged(&*plan, &device);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      GraphOutputs expected, got;
+      ASSERT_TRUE(reference.TrainStep(steps[i].Inputs(), &expected).ok());
+      const GraphInputs next =
+          i + 1 < steps.size() ? steps[i + 1].Inputs() : GraphInputs();
+      const int copies_before = device.copies;
+      ASSERT_TRUE(staged
+                      .TrainStep(steps[i].Inputs(), &got,
+                                 i + 1 < steps.size() ? &next : nullptr)
+                      .ok());
+      // The first step uploads its inputs; the others were staged.
+      if (i == 0) {
+        EXPECT_GT(device.copies, copies_before) << name;
+      } else {
+        EXPECT_EQ(device.copies, copies_before) << name << " step " << i;
+      }
+      EXPECT_EQ(got.loss_sum, expected.loss_sum) << name << " step " << i;
+      EXPECT_EQ(got.probabilities, expected.probabilities) << name << i;
+      EXPECT_EQ(got.table_grads, expected.table_grads) << name << i;
+      EXPECT_EQ(got.dense_grads, expected.dense_grads) << name << i;
+      // A prediction between steps reads its own inputs, and leaves the
+      // staged ones be.
+      std::vector<float> predicted;
+      ASSERT_TRUE(staged.Predict(steps[0].Inputs(), &predicted).ok());
+      ASSERT_EQ(predicted.size(), 9u);
+    }
+    // Every input of steps 1 and 2 (labels, lookups, rows, dense inputs and
+    // tensors) went up while the step before ran.
+    EXPECT_GT(device.idle_copies, 2 * 3) << name;
+  }
+}
+
 TEST(ModelGraphTest, AnEmptyBatchTrainsWithZeroGradients) {
   const ModelPlan plan = Plan(kLayerCases[0].layers);
   auto cpu = kernels::NewCpuBackend();

@@ -852,10 +852,16 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
   if (have_current && replay) prepared.PoolRows();
   // RequestStop(): the steps prepared but not computed are dropped.
   while (have_current && !stop_requested_) {
+    // If the next batch is already pulled, its inputs go to the device while
+    // this step computes (not when replaying: this step's push changes
+    // them).
     Prepared next;
-    bool have_next = false;
+    bool have_next = !replay && pipeline.ready.TryPop(&next);
+    model::GraphInputs next_inputs;
+    if (have_next) next_inputs = next.Inputs();
     const absl::Time compute_start = absl::Now();
-    RETURN_IF_ERROR(graph_->TrainStep(prepared.Inputs(), &outputs));
+    RETURN_IF_ERROR(graph_->TrainStep(prepared.Inputs(), &outputs,
+                                      have_next ? &next_inputs : nullptr));
     pipeline.compute_micros +=
         absl::ToInt64Microseconds(absl::Now() - compute_start);
     Observe(Stage::kCompute, absl::Now() - compute_start);
