@@ -123,6 +123,33 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
     }
     sources_.push_back(source);
   }
+  const std::vector<model::Lookup>& lookups = plan_->lookups();
+  table_lookups_.resize(tables.size());
+  for (size_t l = 0; l < lookups.size(); ++l)
+    table_lookups_[lookups[l].table].push_back(static_cast<int>(l));
+  // A table follows the longest table (then the first) whose lookups begin
+  // with all of its own: that one is no follower itself.
+  const auto begins_with = [&](int u, int t) {
+    const std::vector<int>& longer = table_lookups_[u];
+    const std::vector<int>& shorter = table_lookups_[t];
+    if (shorter.empty() || longer.size() < shorter.size()) return false;
+    for (size_t i = 0; i < shorter.size(); ++i) {
+      const model::Lookup& a = lookups[longer[i]];
+      const model::Lookup& b = lookups[shorter[i]];
+      if (a.node != b.node || a.slot != b.slot) return false;
+    }
+    return true;
+  };
+  leader_.assign(tables.size(), -1);
+  for (int t = 0; t < static_cast<int>(tables.size()); ++t) {
+    for (int u = 0; u < static_cast<int>(tables.size()); ++u) {
+      const size_t length = table_lookups_[u].size();
+      const size_t own = table_lookups_[t].size();
+      if (u == t || !begins_with(u, t) || (length == own && u > t)) continue;
+      if (leader_[t] < 0 || length > table_lookups_[leader_[t]].size())
+        leader_[t] = u;
+    }
+  }
   for (int node : plan_->dense_nodes()) {
     std::vector<int> columns;
     for (int column : spec.dense(plan_->nodes()[node].index).columns()) {
@@ -146,14 +173,22 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     table.max.clear();
   }
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
-  // Per table, the position of each key among its keys.
+  // Per table, the position of each key among its keys (none for a
+  // follower, which copies its leader's first keys).
   std::vector<absl::flat_hash_map<uint64_t, int32_t>> positions(tables.size());
-  std::vector<size_t> slots_per_table(tables.size(), 0);
-  for (const model::Lookup& lookup : lookups) ++slots_per_table[lookup.table];
   for (size_t t = 0; t < tables.size(); ++t) {
     // About half a batch's keys are distinct (Criteo-like data).
-    positions[t].reserve(slots_per_table[t] * static_cast<size_t>(batch) / 2);
+    if (leader_[t] < 0) {
+      positions[t].reserve(table_lookups_[t].size() *
+                           static_cast<size_t>(batch) / 2);
+    }
   }
+  // Per table: how many keys, members and pools its leader had after as
+  // many lookups as it has.
+  struct Prefix {
+    size_t keys = 0, members = 0, pools = 0;
+  };
+  std::vector<Prefix> prefixes(tables.size());
   const auto position_of = [&](size_t t, uint64_t key) {
     auto [it, inserted] = positions[t].try_emplace(
         key, static_cast<int32_t>(tables[t].keys.size()));
@@ -163,6 +198,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   // A pooled row is written -(pool + 1) until the table's keys are counted.
   for (size_t l = 0; l < lookups.size(); ++l) {
     const size_t t = lookups[l].table;
+    if (leader_[t] >= 0) continue;
     const SlotSource& source = sources_[l];
     TableRows& table = tables[t];
     int32_t* index = &lookup_index[l * batch];
@@ -190,6 +226,33 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
                                 : 1.0f);
       table.max.push_back(source.pooling == model::Field::MAX);
       index[b] = -static_cast<int32_t>(table.pool_end.size());
+    }
+    for (size_t f = 0; f < tables.size(); ++f) {
+      const std::vector<int>& own = table_lookups_[f];
+      if (leader_[f] == static_cast<int>(t) &&
+          table_lookups_[t][own.size() - 1] == static_cast<int>(l)) {
+        prefixes[f] = {table.keys.size(), table.members.size(),
+                       table.pool_end.size()};
+      }
+    }
+  }
+  for (size_t f = 0; f < tables.size(); ++f) {
+    if (leader_[f] < 0) continue;
+    const TableRows& from = tables[leader_[f]];
+    TableRows& to = tables[f];
+    const Prefix& prefix = prefixes[f];
+    to.keys.assign(from.keys.begin(), from.keys.begin() + prefix.keys);
+    to.members.assign(from.members.begin(),
+                      from.members.begin() + prefix.members);
+    to.pool_end.assign(from.pool_end.begin(),
+                       from.pool_end.begin() + prefix.pools);
+    to.scale.assign(from.scale.begin(), from.scale.begin() + prefix.pools);
+    to.max.assign(from.max.begin(), from.max.begin() + prefix.pools);
+    const std::vector<int>& own = table_lookups_[f];
+    for (size_t i = 0; i < own.size(); ++i) {
+      const size_t source = table_lookups_[leader_[f]][i];
+      std::copy_n(lookup_index.data() + source * batch, batch,
+                  lookup_index.data() + static_cast<size_t>(own[i]) * batch);
     }
   }
   for (size_t l = 0; l < lookups.size(); ++l) {

@@ -112,6 +112,13 @@ class BatchInputs {
   std::vector<std::vector<int>> dense_columns_;
   // Per lookup.
   std::vector<SlotSource> sources_;
+  // Per table: its lookups, in order.
+  std::vector<std::vector<int>> table_lookups_;
+  // Per table: the table whose lookups begin with all of this one's (the
+  // same nodes and slots, in order), whose first keys it copies rather
+  // than hashing them again (wide_deep's wide table, its embedding
+  // table's); or -1.
+  std::vector<int> leader_;
   const model::ModelPlan* plan_ = nullptr;
 };
 

@@ -1,7 +1,9 @@
 #include "model/batch_inputs.h"
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -104,6 +106,79 @@ TEST(BatchInputsTest, LooksUpEachSlotInItsTable) {
   ASSERT_EQ(inputs.dense.size(), 1u);
   EXPECT_EQ(inputs.dense[0],
             (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f, 2.0f, -2.0f}));
+}
+
+// Table "short"'s lookups begin "long"'s (it copies long's first keys);
+// "other" reads the same slots in another order (it hashes its own).
+constexpr char kSharingSpec[] = R"(
+name: "sharing"
+table { name: "short" dim: 1 }
+table { name: "long" dim: 2 }
+table { name: "other" dim: 1 }
+field { name: "c" column: 3 }
+field { name: "m" column: 4 pooling: MEAN }
+cross { name: "c_x_m" fields: "c" fields: "m" }
+layer { name: "s" inputs: "c" inputs: "m" wide { table: "short" } }
+layer { name: "l" inputs: "c" inputs: "m" inputs: "c_x_m"
+        embedding { table: "long" } }
+layer { name: "o" inputs: "m" inputs: "c" wide { table: "other" } }
+layer { name: "deep" inputs: "l" mlp { units: 1 } }
+layer { name: "out" inputs: "deep" inputs: "s" inputs: "o" add {} }
+output: "out"
+)";
+
+TEST(BatchInputsTest, EveryLookupReadsItsExamplesKeysWhetherCopiedOrNot) {
+  InputLayout layout = *MakeInputLayout("csv", false, kColumns, "|", "sum", "");
+  auto parsed = model::ParseModelSpec(kSharingSpec);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto plan = model::ModelPlan::Create(*parsed, ColumnUses(layout));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(LayoutForPlan(*plan, &layout).ok());
+  BatchInputs inputs(&*plan, layout);
+  const std::vector<std::string> lines = {"1,0,0,a,x|y", "0,0,0,b,y",
+                                          "1,0,0,a,z|x|y", "0,0,0,c,x"};
+  std::vector<Example> examples(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i)
+    ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok());
+  inputs.Prepare(examples);
+  // The example slot of each categorical node: c, m, then the cross.
+  const std::map<std::string, int> example_slot = {
+      {"c", 0}, {"m", 1}, {"c_x_m", 2}};
+  const int batch = static_cast<int>(examples.size());
+  for (size_t l = 0; l < plan->lookups().size(); ++l) {
+    const model::Lookup& lookup = plan->lookups()[l];
+    const BatchInputs::TableRows& table = inputs.tables[lookup.table];
+    const std::string& node = plan->nodes()[lookup.node].name;
+    for (int b = 0; b < batch; ++b) {
+      const Example& example = examples[b];
+      const int slot = example_slot.at(node);
+      std::vector<uint64_t> expected(
+          example.keys.begin() + example.slot_begin(slot),
+          example.keys.begin() + example.slot_end[slot]);
+      const int32_t index = inputs.lookup_index[l * batch + b];
+      std::vector<uint64_t> read;
+      if (index < static_cast<int32_t>(table.keys.size())) {
+        read.push_back(table.keys[index]);
+      } else {
+        const size_t pool = index - table.keys.size();
+        ASSERT_LT(pool, table.pool_end.size());
+        for (uint32_t m = table.pool_begin(pool); m < table.pool_end[pool];
+             ++m) {
+          read.push_back(table.keys[table.members[m]]);
+        }
+      }
+      EXPECT_EQ(read, expected)
+          << "table " << lookup.table << " node " << node << " example " << b;
+    }
+  }
+  // Each table holds each of its keys once.
+  for (const BatchInputs::TableRows& table : inputs.tables) {
+    std::set<uint64_t> distinct(table.keys.begin(), table.keys.end());
+    EXPECT_EQ(distinct.size(), table.keys.size());
+  }
+  // short holds c's and m's keys alone; long the cross's too.
+  EXPECT_LT(inputs.tables[0].keys.size(), inputs.tables[1].keys.size());
+  EXPECT_EQ(inputs.tables[0].keys.size(), inputs.tables[2].keys.size());
 }
 
 TEST(BatchInputsTest, MaxPoolsPerDimensionAndFoldsToTheMaximum) {

@@ -29,10 +29,44 @@ ModelGraph::ModelGraph(const ModelPlan* plan, kernels::Backend* backend)
     set.table_rows.resize(tables);
     set.dense_inputs.resize(plan_.dense_nodes().size());
     set.params.resize(plan_.dense_tensors().size());
+    set.layer_index.resize(plan_.nodes().size());
+    set.layer_index_host.resize(plan_.nodes().size());
+  }
+  layer_lookups_.resize(plan_.nodes().size());
+  for (size_t n = 0; n < plan_.nodes().size(); ++n) {
+    const PlanNode& node = plan_.nodes()[n];
+    if (node.table < 0) continue;
+    for (int input : node.inputs) {
+      for (int slot = 0; slot < plan_.nodes()[input].slots; ++slot) {
+        layer_lookups_[n].push_back(plan_.LookupOf(node.table, input, slot));
+      }
+    }
   }
   table_grads_.resize(tables);
   param_grads_.resize(plan_.dense_tensors().size());
   nodes_.resize(plan_.nodes().size());
+  views_.resize(plan_.nodes().size());
+  std::vector<int> readers(plan_.nodes().size(), 0);
+  for (const PlanNode& node : plan_.nodes()) {
+    for (int input : node.inputs) ++readers[input];
+  }
+  for (size_t c = 0; c < plan_.nodes().size(); ++c) {
+    const PlanNode& node = plan_.nodes()[c];
+    if (node.kind != PlanNode::Kind::kLayer ||
+        !plan_.spec().layer(node.index).has_concat()) {
+      continue;
+    }
+    int offset = 0;
+    for (int input : node.inputs) {
+      const PlanNode& input_node = plan_.nodes()[input];
+      if (input_node.kind == PlanNode::Kind::kLayer &&
+          plan_.spec().layer(input_node.index).has_embedding() &&
+          readers[input] == 1 && input != plan_.output()) {
+        views_[input] = {static_cast<int>(c), offset};
+      }
+      offset += input_node.width;
+    }
+  }
 }
 
 void ModelGraph::Release(Buffer& buffer) {
@@ -44,8 +78,8 @@ void ModelGraph::Release(Buffer& buffer) {
 ModelGraph::~ModelGraph() {
   for (InputSet& set : sets_) {
     Release(set.labels.storage);
-    Release(set.lookup_index.storage);
-    for (auto* inputs : {&set.table_rows, &set.dense_inputs, &set.params}) {
+    for (auto* inputs :
+         {&set.table_rows, &set.dense_inputs, &set.params, &set.layer_index}) {
       for (Input& input : *inputs) Release(input.storage);
     }
   }
@@ -113,10 +147,21 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
     if (absl::Status s = Upload(&set->labels, in.labels, batch, idle); !s.ok())
       return s;
   }
-  if (absl::Status s = Upload(&set->lookup_index, in.lookup_index,
-                              plan_.lookups().size() * batch, idle);
-      !s.ok()) {
-    return s;
+  for (size_t n = 0; n < layer_lookups_.size(); ++n) {
+    const std::vector<int>& lookups = layer_lookups_[n];
+    if (lookups.empty()) continue;
+    std::vector<int32_t>& host = set->layer_index_host[n];
+    host.resize(lookups.size() * batch);
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      const int32_t* column = in.lookup_index + lookups[i] * batch;
+      for (size_t b = 0; b < batch; ++b)
+        host[b * lookups.size() + i] = column[b];
+    }
+    if (absl::Status s =
+            Upload(&set->layer_index[n], host.data(), host.size(), idle);
+        !s.ok()) {
+      return s;
+    }
   }
   set->table_row_counts = in.table_row_counts;
   for (int t = 0; t < tables; ++t) {
@@ -156,9 +201,28 @@ const float* ModelGraph::Value(int node) const {
   return nodes_[node].value.data;
 }
 
-const int32_t* ModelGraph::LookupIndex(int lookup, int batch) const {
-  return reinterpret_cast<const int32_t*>(in_->lookup_index.data) +
-         static_cast<size_t>(lookup) * batch;
+float* ModelGraph::ValueOf(int n, int* stride) {
+  const ConcatView& view = views_[n];
+  if (view.concat < 0) {
+    *stride = plan_.nodes()[n].width;
+    return nodes_[n].value.data;
+  }
+  *stride = plan_.nodes()[view.concat].width;
+  return nodes_[view.concat].value.data + view.offset;
+}
+
+float* ModelGraph::GradientOf(int n, int* stride) {
+  const ConcatView& view = views_[n];
+  if (view.concat < 0) {
+    *stride = plan_.nodes()[n].width;
+    return nodes_[n].gradient.data;
+  }
+  *stride = plan_.nodes()[view.concat].width;
+  return nodes_[view.concat].gradient.data + view.offset;
+}
+
+const int32_t* ModelGraph::LayerIndex(int node) const {
+  return reinterpret_cast<const int32_t*>(in_->layer_index[node].data);
 }
 
 absl::Status ModelGraph::Forward(int batch) {
@@ -200,38 +264,38 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
   const Layer& layer = plan_.spec().layer(node.index);
   NodeBuffers& buffers = nodes_[n];
   const size_t count = static_cast<size_t>(batch) * node.width;
-  if (absl::Status s = Reserve(&buffers.value, count); !s.ok()) return s;
-  float* value = buffers.value.data;
+  // A view writes into its concat's buffer, reserved here first.
+  Buffer& own =
+      views_[n].concat < 0 ? buffers.value : nodes_[views_[n].concat].value;
+  const size_t own_count =
+      views_[n].concat < 0
+          ? count
+          : static_cast<size_t>(batch) * plan_.nodes()[views_[n].concat].width;
+  if (absl::Status s = Reserve(&own, own_count); !s.ok()) return s;
+  int stride = 0;
+  float* value = ValueOf(n, &stride);
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
     case Layer::kWide: {
       const float* rows = in_->table_rows[node.table].data;
       if (layer.has_wide())
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
-      int column = 0;
       int tensor = plan_.FirstTensor(n);
       for (int input : node.inputs) {
         const PlanNode& input_node = plan_.nodes()[input];
-        if (!input_node.categorical()) {
-          // The wide layer's dense part: value += x w.
-          MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
-              false, false, batch, 1, input_node.width, 1.0f, Value(input),
-              input_node.width, in_->params[tensor++].data, 1, 1.0f, value, 1));
-          continue;
-        }
-        for (int slot = 0; slot < input_node.slots; ++slot) {
-          const int32_t* index =
-              LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
-          if (layer.has_wide()) {
-            MODEL_RETURN_IF_KERNEL_ERROR(
-                backend_->GatherSum(rows, index, batch, 1, value));
-          } else {
-            MODEL_RETURN_IF_KERNEL_ERROR(
-                backend_->GatherConcat(rows, index, batch, 1, node.row_dim,
-                                       value + column, node.width));
-            column += node.row_dim;
-          }
-        }
+        if (input_node.categorical()) continue;
+        // The wide layer's dense part: value += x w.
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+            false, false, batch, 1, input_node.width, 1.0f, Value(input),
+            input_node.width, in_->params[tensor++].data, 1, 1.0f, value, 1));
+      }
+      const int lookups = static_cast<int>(layer_lookups_[n].size());
+      if (lookups > 0 && layer.has_wide()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(
+            backend_->GatherSum(rows, LayerIndex(n), batch, lookups, value));
+      } else if (lookups > 0) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->GatherConcat(
+            rows, LayerIndex(n), batch, lookups, node.row_dim, value, stride));
       }
       if (layer.has_wide()) {
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
@@ -243,8 +307,10 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
       int offset = 0;
       for (int input : node.inputs) {
         const int input_width = plan_.nodes()[input].width;
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyColumns(
-            Value(input), batch, input_width, value, node.width, offset));
+        if (views_[input].concat != n) {
+          MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyColumns(
+              Value(input), batch, input_width, value, node.width, offset));
+        }
         offset += input_width;
       }
       return absl::OkStatus();
@@ -365,7 +431,8 @@ absl::Status ModelGraph::ForwardCross(int n, int batch) {
 absl::Status ModelGraph::Backward(int batch) {
   const std::vector<PlanNode>& nodes = plan_.nodes();
   for (size_t n = 0; n < nodes.size(); ++n) {
-    if (!nodes[n].trained) continue;
+    // A view's gradient is its concat's columns, zeroed with them.
+    if (!nodes[n].trained || views_[n].concat >= 0) continue;
     const size_t count = static_cast<size_t>(batch) * nodes[n].width;
     if (absl::Status s = Reserve(&nodes_[n].gradient, count); !s.ok()) {
       return s;
@@ -400,13 +467,13 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
   const PlanNode& node = plan_.nodes()[n];
   const Layer& layer = plan_.spec().layer(node.index);
   NodeBuffers& buffers = nodes_[n];
-  const float* gradient = buffers.gradient.data;
+  int stride = 0;
+  const float* gradient = GradientOf(n, &stride);
   const auto trained = [&](int input) { return plan_.nodes()[input].trained; };
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
     case Layer::kWide: {
       float* grads = table_grads_[node.table].data;
-      int column = 0;
       int tensor = plan_.FirstTensor(n);
       for (int input : node.inputs) {
         const PlanNode& input_node = plan_.nodes()[input];
@@ -423,21 +490,16 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
                                nodes_[input].gradient.data, input_node.width));
           }
           ++tensor;
-          continue;
         }
-        for (int slot = 0; slot < input_node.slots; ++slot) {
-          const int32_t* index =
-              LookupIndex(plan_.LookupOf(node.table, input, slot), batch);
-          if (layer.has_wide()) {
-            MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
-                gradient, 1, 0, index, batch, 1, 1, grads));
-          } else {
-            MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
-                gradient + column, node.width, node.row_dim, index, batch, 1,
-                node.row_dim, grads));
-            column += node.row_dim;
-          }
-        }
+      }
+      const int lookups = static_cast<int>(layer_lookups_[n].size());
+      if (lookups > 0 && layer.has_wide()) {
+        MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
+            gradient, 1, 0, LayerIndex(n), batch, lookups, 1, grads));
+      } else if (lookups > 0) {
+        MODEL_RETURN_IF_KERNEL_ERROR(
+            backend_->ScatterAdd(gradient, stride, node.row_dim, LayerIndex(n),
+                                 batch, lookups, node.row_dim, grads));
       }
       if (layer.has_wide()) {
         MODEL_RETURN_IF_KERNEL_ERROR(backend_->ColumnSums(
@@ -449,7 +511,7 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
       int offset = 0;
       for (int input : node.inputs) {
         const int input_width = plan_.nodes()[input].width;
-        if (trained(input)) {
+        if (trained(input) && views_[input].concat != n) {
           MODEL_RETURN_IF_KERNEL_ERROR(backend_->AccumulateColumns(
               gradient, batch, node.width, offset, nodes_[input].gradient.data,
               input_width));

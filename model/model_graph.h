@@ -94,12 +94,23 @@ class ModelGraph {
     std::vector<Buffer> scratch;
     std::vector<Buffer> scratch_gradients;
   };
+  // An embedding layer read by one concat alone writes its value (and reads
+  // its gradient) in place, as columns of the concat's: no copy either way.
+  struct ConcatView {
+    int concat = -1;  // the concat node; -1: the layer has its own buffers
+    int offset = 0;   // its first column there
+  };
 
   // A step's inputs as the kernels read them. Two, so that the next step's
   // upload overlaps this one's kernels.
   struct InputSet {
-    Input labels, lookup_index;
+    Input labels;
     std::vector<Input> table_rows, dense_inputs, params;
+    // Per embedding or wide layer: its rows' indices, example-major (batch
+    // x its lookups, so that one kernel call gathers or scatters them all),
+    // and their host copy, which the kernels read on a CPU.
+    std::vector<Input> layer_index;
+    std::vector<std::vector<int32_t>> layer_index_host;
     std::vector<int> table_row_counts;
     // Holds the next TrainStep()'s inputs already.
     bool staged = false;
@@ -112,7 +123,12 @@ class ModelGraph {
                             InputSet* set, bool idle);
   // The value of node n, as the kernels read it.
   const float* Value(int node) const;
-  const int32_t* LookupIndex(int lookup, int batch) const;
+  // Where a layer's value or gradient is, and its row stride (its own
+  // buffer, or its columns of the concat it is a view of).
+  float* ValueOf(int node, int* stride);
+  float* GradientOf(int node, int* stride);
+  // An embedding or wide layer's indices (InputSet::layer_index).
+  const int32_t* LayerIndex(int node) const;
   absl::Status Forward(int batch);
   absl::Status Backward(int batch);
   absl::Status ForwardLayer(int node, int batch);
@@ -135,6 +151,10 @@ class ModelGraph {
   int active_ = 0;
   const InputSet* in_ = &sets_[0];
   std::vector<NodeBuffers> nodes_;
+  std::vector<ConcatView> views_;
+  // Per embedding or wide layer: its lookups (into plan.lookups()), in the
+  // order of its columns.
+  std::vector<std::vector<int>> layer_lookups_;
   std::vector<Buffer> table_grads_, param_grads_;
   Buffer probabilities_, dlogits_, loss_;
 };

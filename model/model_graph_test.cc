@@ -242,11 +242,23 @@ layer { name: "projected" inputs: "dense" mlp { units: 4 } }
 layer { name: "out" inputs: "f0" inputs: "projected" inputs: "f0_x_f1"
         wide { table: "wide" } }
 output: "out")"},
+    // emb and emb2 are written in place as x's columns (read by x alone);
+    // projected is copied in, and its gradient copied out.
     {"concat", R"(
 layer { name: "emb" inputs: "f0" inputs: "f1" embedding { table: "small" } }
 layer { name: "emb2" inputs: "f2" embedding { table: "large" } }
-layer { name: "x" inputs: "emb" inputs: "dense" inputs: "emb2" concat {} }
+layer { name: "projected" inputs: "dense" mlp { units: 3 } }
+layer { name: "x" inputs: "emb" inputs: "dense" inputs: "projected"
+        inputs: "emb2" concat {} }
 layer { name: "out" inputs: "x" mlp { units: 4 units: 1 } }
+output: "out")"},
+    // emb is read by the concat and the fm: it keeps its own buffers.
+    {"concat_of_a_shared_input", R"(
+layer { name: "emb" inputs: "f0" inputs: "f1" embedding { table: "small" } }
+layer { name: "x" inputs: "dense" inputs: "emb" concat {} }
+layer { name: "deep" inputs: "x" mlp { units: 1 } }
+layer { name: "fm" inputs: "emb" fm {} }
+layer { name: "out" inputs: "deep" inputs: "fm" add {} }
 output: "out")"},
     {"fm", R"(
 layer { name: "emb" inputs: "f0" inputs: "f1" inputs: "f2"
@@ -476,6 +488,8 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{BrokenKernel::kScatterAdd, "embedding_and_mlp"},
         BrokenCase{BrokenKernel::kScatterAdd, "wide_with_a_cross"},
         BrokenCase{BrokenKernel::kAccumulateColumns, "concat"},
+        BrokenCase{BrokenKernel::kAccumulateColumns,
+                   "concat_of_a_shared_input"},
         BrokenCase{BrokenKernel::kMultiply, "cross_full_rank"},
         BrokenCase{BrokenKernel::kMultiply, "cross_low_rank"},
         BrokenCase{BrokenKernel::kDotInteractionBackward, "dot_interaction"},
