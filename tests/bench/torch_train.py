@@ -187,6 +187,8 @@ def main():
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="intra-op threads (default: every core this "
                              "process may run on)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="PyTorch's seed: the initial parameters")
     parser.add_argument("--bf16", action="store_true",
                         help="autocast the forward pass to bfloat16 (oneDNN), "
                              "as ps_worker --bf16 rounds its GEMM inputs")
@@ -195,7 +197,7 @@ def main():
         parser.error("--threads must be >= 1")
     torch.set_num_threads(args.threads)
     print(f"torch_train: {torch.get_num_threads()} threads", file=sys.stderr)
-    torch.manual_seed(1)
+    torch.manual_seed(args.seed)
 
     start = time.perf_counter()
     if args.model_spec:
