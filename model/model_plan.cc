@@ -656,6 +656,14 @@ absl::StatusOr<ModelPlan> ModelPlan::Create(
   return plan;
 }
 
+int64_t ModelPlan::DenseMultiplyAddsPerExample() const {
+  int64_t multiply_adds = 0;
+  for (const kernels::DenseTensorSpec& tensor : dense_tensors_) {
+    if (tensor.rows > 1) multiply_adds += static_cast<int64_t>(tensor.size());
+  }
+  return multiply_adds;
+}
+
 int ModelPlan::LookupOf(int table, int node, int slot) const {
   for (size_t l = 0; l < lookups_.size(); ++l) {
     const Lookup& lookup = lookups_[l];

@@ -120,6 +120,10 @@ class ModelPlan {
   // The non-bucketized dense groups, in spec order: the step's dense inputs.
   const std::vector<int>& dense_nodes() const { return dense_nodes_; }
   int table_dim(int table) const { return spec_.table(table).dim(); }
+  // Multiply-adds per example of the forward pass's products with the dense
+  // weight matrices (mlp, cross, wide's dense weights): what the model's
+  // GEMMs cost, and what the backward pass costs twice over.
+  int64_t DenseMultiplyAddsPerExample() const;
 
  private:
   ModelSpec spec_;

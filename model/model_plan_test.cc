@@ -1,6 +1,7 @@
 #include "model/model_plan.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -59,6 +60,27 @@ TEST(ModelPlanTest, PlansAValidSpec) {
   EXPECT_EQ(plan->dense_tensors()[0].rows, 14);
   EXPECT_EQ(plan->dense_tensors()[0].cols, 8);
   EXPECT_EQ(plan->dense_tensors()[3].name, "deep.1.bias");
+  // deep: 14 x 8, then 8 x 1; the biases add nothing.
+  EXPECT_EQ(plan->DenseMultiplyAddsPerExample(), 14 * 8 + 8 * 1);
+}
+
+TEST(ModelPlanTest, CountsTheCrossesMultiplyAdds) {
+  // x is 14 wide: a full-rank cross of 2 layers is 2 x 14 x 14, a rank-3
+  // one 2 x (14 x 3 + 3 x 14).
+  const std::string full = Replace(
+      kValid, R"(layer { name: "deep" inputs: "x" mlp { units: 8 units: 1 } })",
+      R"(layer { name: "crossed" inputs: "x" cross { num_layers: 2 } }
+layer { name: "deep" inputs: "crossed" mlp { units: 1 } })");
+  for (const auto& [text, cross] :
+       {std::pair{full, 2 * 14 * 14},
+        std::pair{Replace(full, "num_layers: 2", "num_layers: 2 low_rank: 3"),
+                  2 * (14 * 3 + 3 * 14)}}) {
+    absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->DenseMultiplyAddsPerExample(), cross + 14);
+  }
 }
 
 TEST(ModelPlanTest, LayersMayComeInAnyOrder) {

@@ -3,14 +3,11 @@
 // naming the export it used. It follows --model_dir and swaps each newer
 // export in whole (server/model_directory.h). See README.md and --help.
 
-#include <sched.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/usable_cores.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -242,13 +240,7 @@ int main(int argc, char** argv) {
   }
   directory_options.scorers = absl::GetFlag(FLAGS_scorers);
   if (directory_options.scorers == 0) {
-    // The cores this process may run on (a container's, not the node's).
-    cpu_set_t cpus;
-    directory_options.scorers =
-        sched_getaffinity(0, sizeof(cpus), &cpus) == 0
-            ? std::max(1, CPU_COUNT(&cpus))
-            : static_cast<int>(
-                  std::max(1u, std::thread::hardware_concurrency()));
+    directory_options.scorers = ps::UsableCores();
   }
   directory_options.on_swap = [&](const ps::server::ServingModel& model) {
     metrics.cut->Set(static_cast<double>(model.cut()));

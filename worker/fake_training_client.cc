@@ -204,6 +204,14 @@ std::vector<std::string> FakeTrainingClient::tables() const {
   return names;
 }
 
+std::optional<TableSpec> FakeTrainingClient::table_spec(
+    const std::string& table) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = tables_.find(table);
+  if (it == tables_.end()) return std::nullopt;
+  return it->second.spec;
+}
+
 std::map<uint64_t, std::vector<float>> FakeTrainingClient::Rows(
     const std::string& table) const {
   absl::ReaderMutexLock lock(&mu_);

@@ -81,6 +81,8 @@ class FakeTrainingClient : public TrainingClient {
   std::optional<std::vector<float>> Row(const std::string& table,
                                         uint64_t key) const;
   std::vector<std::string> tables() const;
+  // The spec `table` was declared with; nullopt for an undeclared table.
+  std::optional<TableSpec> table_spec(const std::string& table) const;
   // Every stored row of `table` (weights only), by key.
   std::map<uint64_t, std::vector<float>> Rows(const std::string& table) const;
 

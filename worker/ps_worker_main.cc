@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::worker::TrainerOptions> options =
       ps::worker::TrainerOptionsFromFlags();
   if (!options.ok()) return FailUsage(options.status());
-  auto backend = ps::worker::BackendFromFlags();
+  auto backend = ps::worker::BackendFromFlags(*options);
   if (!backend.ok()) return FailUsage(backend.status());
   absl::StatusOr<ps::worker::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();

@@ -30,6 +30,7 @@
 #include "worker/heartbeat.h"
 #include "worker/progress_reporter.h"
 #include "worker/staleness_gate.h"
+#include "xxhash.h"
 
 namespace ps::worker {
 
@@ -109,6 +110,12 @@ ModelCard Trainer::Card() const {
   return card;
 }
 
+uint64_t Trainer::InitializerSeed(uint64_t table_seed) const {
+  if (options_.init_seed == 0) return table_seed;
+  return XXH3_64bits_withSeed(&table_seed, sizeof(table_seed),
+                              options_.init_seed);
+}
+
 absl::Status Trainer::DeclareTables() {
   const ModelCard card = Card();
   for (int t = 0; t < sparse_table_count(); ++t) {
@@ -119,7 +126,7 @@ absl::Status Trainer::DeclareTables() {
     if (table.init_scale() > 0.0f) {
       sparse.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
       sparse.mutable_initializer()->set_scale(table.init_scale());
-      sparse.mutable_initializer()->set_seed(1 + t);
+      sparse.mutable_initializer()->set_seed(InitializerSeed(1 + t));
     }
     *sparse.mutable_optimizer() = table.optimizer();
     *sparse.mutable_model() = card;
@@ -136,7 +143,7 @@ absl::Status Trainer::DeclareTables() {
     if (tensors_[t].init_scale > 0.0f) {
       dense.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
       dense.mutable_initializer()->set_scale(tensors_[t].init_scale);
-      dense.mutable_initializer()->set_seed(100 + t);
+      dense.mutable_initializer()->set_seed(InitializerSeed(100 + t));
     }
     *dense.mutable_optimizer() = options_.model.dense_optimizer();
     *dense.mutable_model() = card;

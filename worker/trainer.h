@@ -121,6 +121,10 @@ struct TrainerOptions {
   uint32_t evict_below_count = 0;
   // Floats per row of the dense tables. Default: 4096.
   int dense_chunk_floats = 4096;
+  // Mixed into every table's initializer seed (TableSpec.initializer.seed):
+  // another value draws other initial parameters. 0 keeps the seeds of
+  // every release (1 + sparse table, 100 + dense tensor). Default: 0.
+  uint64_t init_seed = 0;
   // Bounded staleness: a worker may start step t when every live worker's
   // clock is >= t - staleness. Negative: asynchronous (never waits).
   // Default: 0 (bulk synchronous).
@@ -303,6 +307,8 @@ class Trainer {
   Prepared NewPrepared() const;
   // What the model's tables hold (declared with each of them).
   ModelCard Card() const;
+  // A table's initializer seed: `table_seed` mixed with options_.init_seed.
+  uint64_t InitializerSeed(uint64_t table_seed) const;
   absl::Status DeclareTables();
   // Pulls every row and dense parameter `prepared` needs, and its shared
   // rows with their optimizer state (if FindRowsSharedWithPrevious() found

@@ -13,6 +13,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/usable_cores.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, train);
@@ -32,6 +33,7 @@ ABSL_DECLARE_FLAG(std::string, servers);
 ABSL_DECLARE_FLAG(int32_t, drain_seconds);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(bool, bf16);
+ABSL_DECLARE_FLAG(std::string, cpu_threads);
 ABSL_DECLARE_FLAG(std::string, columns);
 ABSL_DECLARE_FLAG(std::string, multi_pooling);
 
@@ -170,7 +172,33 @@ TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {
   EXPECT_TRUE(IsUsageError(WorkerFlagsFromFlags().status(), "--drain_seconds"));
   absl::SetFlag(&FLAGS_device, "cuda");
   absl::SetFlag(&FLAGS_bf16, true);
-  EXPECT_TRUE(IsUsageError(BackendFromFlags().status(), "--bf16"));
+  EXPECT_TRUE(
+      IsUsageError(BackendFromFlags(TrainerOptions()).status(), "--bf16"));
+}
+
+TEST_F(TrainerFlagsTest, GemmThreadsAreEveryCoreOnlyForGemmBoundModels) {
+  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds - 1, 8), 1);
+  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds, 8), 8);
+  // The defaults (Criteo's columns, embeddings of 16, MLP 256-128): only
+  // dcn_v2's crosses make the GEMMs most of a step.
+  for (const std::string model : {"lr", "wide_deep", "deepfm", "dlrm"}) {
+    absl::SetFlag(&FLAGS_model, model);
+    absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+    ASSERT_OK(options);
+    EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), 1) << model;
+  }
+  absl::SetFlag(&FLAGS_model, "dcn_v2");
+  absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), UsableCores());
+  absl::SetFlag(&FLAGS_cpu_threads, "3");
+  EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), 3);
+  for (const std::string bad : {"0", "-1", "two", ""}) {
+    absl::SetFlag(&FLAGS_cpu_threads, bad);
+    EXPECT_TRUE(
+        IsUsageError(CpuThreadsFromFlags(*options).status(), "--cpu_threads"))
+        << bad;
+  }
 }
 
 TEST_F(TrainerFlagsTest, OnlyWorkerZeroTakesPeriodicCheckpoints) {

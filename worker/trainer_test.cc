@@ -10,10 +10,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -126,6 +129,59 @@ TEST_F(TrainerTest, PushesEveryStepOnceInOrderThenFinishesAndEvaluates) {
   // Every pull under staleness 0 saw staleness 0.
   EXPECT_EQ(summary->staleness_histogram,
             (std::vector<int64_t>{kLines / kBatch}));
+}
+
+// Each table's initializer seed, by table name.
+std::map<std::string, uint64_t> InitializerSeeds(
+    const FakeTrainingClient& cluster) {
+  std::map<std::string, uint64_t> seeds;
+  for (const std::string& table : cluster.tables()) {
+    const std::optional<TableSpec> spec = cluster.table_spec(table);
+    if (spec.has_value() && spec->has_initializer())
+      seeds[table] = spec->initializer().seed();
+  }
+  return seeds;
+}
+
+TEST_F(TrainerTest, AnInitSeedDrawsOtherInitialParameters) {
+  const std::string log = WriteClickLog("train.tsv", kLines);
+  TrainerOptions options = SmallWideDeep(log);
+  ASSERT_OK(Train(options));
+  const std::map<std::string, uint64_t> default_seeds =
+      InitializerSeeds(cluster_);
+  // The seeds every release declared: 1 + sparse table, 100 + dense tensor.
+  EXPECT_EQ(default_seeds.at("wide_deep.embedding"), 1u);
+  EXPECT_EQ(default_seeds.count("wide_deep.wide"), 0u);  // zeros
+  int dense_tables = 0;
+  for (const std::string& table : cluster_.tables())
+    dense_tables += absl::StrContains(table, ".dense.");
+  ASSERT_GT(dense_tables, 0);
+  for (const auto& [table, seed] : default_seeds) {
+    if (!absl::StrContains(table, ".dense.")) continue;
+    EXPECT_GE(seed, 100u) << table;
+    EXPECT_LT(seed, 100u + dense_tables) << table;
+  }
+  const auto default_rows = cluster_.Rows("wide_deep.embedding");
+
+  FakeTrainingClient seeded_cluster;
+  options.init_seed = 7;
+  Trainer seeded(options, 0, &seeded_cluster, backend_.get());
+  ASSERT_OK(seeded.Run());
+  const std::map<std::string, uint64_t> seeds =
+      InitializerSeeds(seeded_cluster);
+  ASSERT_EQ(seeds.size(), default_seeds.size());
+  std::set<uint64_t> distinct;
+  for (const auto& [table, seed] : seeds) {
+    EXPECT_NE(seed, default_seeds.at(table)) << table;
+    distinct.insert(seed);
+  }
+  EXPECT_EQ(distinct.size(), seeds.size());
+  // The same keys trained from other initial rows.
+  const auto rows = seeded_cluster.Rows("wide_deep.embedding");
+  ASSERT_EQ(rows.size(), default_rows.size());
+  int differing = 0;
+  for (const auto& [key, row] : rows) differing += row != default_rows.at(key);
+  EXPECT_EQ(differing, static_cast<int>(rows.size()));
 }
 
 TEST_F(TrainerTest, AFailedPushEndsTheRunWithItsError) {

@@ -11,7 +11,9 @@
 # A one-thread PyTorch row, labelled so, shows what half the machine gives.
 # dcn_v2 and dlrm are the built-in specs (ps_worker --print_model_spec),
 # and their PyTorch peer is the same spec built by tests/bench/torch_model.py
-# (torch_train.py --model_spec), on every core.
+# (torch_train.py --model_spec), on every core. Round r draws its initial
+# parameters with seed r on both sides (ps_worker --init_seed, torch_train.py
+# --seed), so the AUCs compared are medians over as many initialisations.
 # Prints the tables and rewrites the "training" section of BENCHMARKS.md
 # (when wide_deep and deepfm both ran) and the "training_specs" section
 # (dcn_v2, dlrm).
@@ -94,12 +96,16 @@ ours() {
     servers+=("$(ps_address "$run/shard$s.out")")
   done
   local list; list=$(IFS=,; echo "${servers[*]}")
-  local worker_pids=()
+  local worker_pids=() threads=()
+  # Workers sharing this machine's cores take one GEMM thread each; a lone
+  # worker keeps --cpu_threads=auto (every core for dcn_v2's GEMMs).
+  [ "$workers" -gt 1 ] && threads=(--cpu_threads=1)
   for ((w = 0; w < workers; w++)); do
     /usr/bin/python3 "$rss" "$run/worker$w.rss" "$bin/worker/ps_worker" --servers="$list" \
       --worker_index=$w --num_workers="$workers" --train="$work/train.tsv" \
       --test="$work/test.tsv" --model="$model" --wide_optimizer=adagrad --staleness="$staleness" \
-      --metrics_out="$run/worker$w.json" $gemm 2>"$run/worker$w.log" &
+      --init_seed="$round" "${threads[@]}" --metrics_out="$run/worker$w.json" $gemm \
+      2>"$run/worker$w.log" &
     worker_pids+=($!); pids+=($!)
   done
   for p in "${worker_pids[@]}"; do wait "$p"; done
@@ -127,7 +133,8 @@ torch() {
     dcn_v2 | dlrm) model_flags=(--model_spec "$work/$model.pbtxt" --proto_dir "$work") ;;
   esac
   /usr/bin/python3 tests/bench/torch_train.py --train "$work/train.tsv" --test "$work/test.tsv" \
-    "${model_flags[@]}" --threads "$threads" $autocast >"$json" 2>"$work/torch_${round}_$name.log"
+    "${model_flags[@]}" --threads "$threads" --seed "$round" $autocast \
+    >"$json" 2>"$work/torch_${round}_$name.log"
   [ "$(metric "$json" threads)" = "$threads" ] ||
     { echo "torch_train.py ran $(metric "$json" threads) threads, not $threads" >&2; exit 1; }
   printf "%s\t%s\t%s\t%s\t%s\n" "$round" "$name" "$(metric "$json" examples_per_sec)" \
@@ -189,18 +196,19 @@ def table(rows, out):
         ratio = delta = "-"
         if peer is not None:
             ratios = [by_round[r][0] / runs[peer][r][0] for r in rounds if r in by_round and r in runs[peer]]
-            deltas = [by_round[r][1] - runs[peer][r][1] for r in rounds if r in by_round and r in runs[peer]]
+            peer_aucs = [runs[peer][r][1] for r in rounds if r in runs[peer]]
             ratio = spread(ratios, 2).replace(" (", "x (", 1)
-            delta = f"{statistics.median(deltas):+.4f}"
+            delta = f"{statistics.median(aucs) - statistics.median(peer_aucs):+.4f}"
         out.append(f"| {trainer} | {model} | {spread(rates, 0)} | {ratio} | {statistics.median(aucs):.4f} | {delta} | {statistics.median(rss):.0f} |")
     out.append("")
-    out.append("Every round:")
+    out.append("Every round: examples/s (test AUC):")
     out.append("")
     names = [name for name, *_ in rows if name in runs]
     out.append("| round | " + " | ".join(names) + " |")
     out.append("| --- |" + " --- |" * len(names))
     for r in rounds:
-        out.append(f"| {r} | " + " | ".join(f"{runs[n][r][0]:.0f}" if r in runs[n] else "-" for n in names) + " |")
+        out.append(f"| {r} | " + " | ".join(
+            f"{runs[n][r][0]:.0f} ({runs[n][r][1]:.4f})" if r in runs[n] else "-" for n in names) + " |")
 
 def setting():
     return [
@@ -232,6 +240,7 @@ if "torch_fp32" in runs and "torch_deepfm" in runs:
         "computes and replays its own last push onto them: the same model bit for bit as at 0.",
         f"{len(rounds)} alternating rounds; each ratio is taken within a round, FP32 against FP32 and",
         "--bf16 against bf16 autocast. Median (range) over the rounds; peak RSS sums every process.",
+        "Round r initialises both sides with seed r; AUC - PyTorch's compares the medians.",
         ""]
     table(rows, out)
     open(f"{work}/training.md", "w").write("\n".join(out) + "\n")
@@ -251,8 +260,11 @@ if any(name in runs for name, *_ in spec_rows):
         "Adagrad (lr 0.05), Adam (lr 0.001) for the dense tensors. PyTorch's model is the same spec file",
         "built layer by layer by tests/bench/torch_model.py (torch_train.py --model_spec), its tables",
         f"hashed, on every core (torch.set_num_threads({cores}); OPENBLAS_CORETYPE={coretype}), its",
-        "parsing not timed; ps_worker's examples/s include parsing. FP32 on both sides.",
-        f"{len(rounds)} alternating rounds, each ratio taken within a round; median (range).",
+        "parsing not timed; ps_worker's examples/s include parsing. FP32 on both sides. A lone",
+        "worker's GEMMs take --cpu_threads=auto (both cores for dcn_v2's, one for dlrm's); 2+2's",
+        "workers, sharing the cores, one each.",
+        f"{len(rounds)} alternating rounds, each ratio taken within a round; median (range). Round r",
+        "initialises both sides with seed r; AUC - PyTorch's compares the medians.",
         ""]
     table(spec_rows, out)
     open(f"{work}/training_specs.md", "w").write("\n".join(out) + "\n")
