@@ -23,11 +23,11 @@
 
 #include "absl/synchronization/mutex.h"
 #include "ops/checkpoint.h"
-#include "worker/trainer.h"
+#include "ops/checkpoint_taker.h"
 
 namespace ps::ops {
 
-class PeriodicCheckpointer : public worker::CheckpointTaker {
+class PeriodicCheckpointer : public CheckpointTaker {
  public:
   // `options` says how to reach the cluster; its dir is the parent of the
   // checkpoints. `keep`: checkpoints kept (0: all).

@@ -765,7 +765,7 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
 }
 
 void Trainer::PushSteps(Pipeline& pipeline) {
-  CheckpointTaker* const checkpointer = periodic_checkpoints();
+  ops::CheckpointTaker* const checkpointer = periodic_checkpoints();
   PushJob job;
   while (pipeline.pending_pushes.Pop(&job)) {
     // RequestStop(): a step not begun is dropped, so that every step pushed
@@ -966,7 +966,7 @@ TrainingSummary Trainer::LeaveDrained(TrainingSummary summary,
                  << "] could not tell the coordinator it leaves (" << left
                  << "): its lease lapses instead";
   }
-  if (CheckpointTaker* checkpointer = periodic_checkpoints())
+  if (ops::CheckpointTaker* checkpointer = periodic_checkpoints())
     checkpointer->Abandon();
   LOG(INFO) << "[worker " << worker_index_ << "] stopped at clock "
             << clock_.value() << " after " << examples_.load()
@@ -982,9 +982,9 @@ absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
   ClockResponse view;
   RETURN_IF_ERROR(ReportClock(true, &view));
   finished_ = true;
-  if (CheckpointTaker* checkpointer = periodic_checkpoints()) {
+  if (ops::CheckpointTaker* checkpointer = periodic_checkpoints()) {
     checkpointer->Stop();
-    const CheckpointTaker::Counts counts = checkpointer->counts();
+    const ops::CheckpointTaker::Counts counts = checkpointer->counts();
     summary.checkpoints = counts.taken;
     summary.failed_checkpoints = counts.failed;
   }

@@ -59,6 +59,7 @@
 #include "kernels/ctr_model.h"
 #include "model/model_graph.h"
 #include "model/model_plan.h"
+#include "ops/checkpoint_taker.h"
 #include "proto/model_spec.pb.h"
 #include "proto/ps.pb.h"
 #include "worker/input/clicklog_reader.h"
@@ -73,28 +74,6 @@
 #include "worker/training_summary.h"
 
 namespace ps::worker {
-
-// Takes the cluster's checkpoints when a trainer asks (ps_worker gives it
-// ops/periodic_checkpointer.h's). Request() must return at once: every live
-// worker, the asking one included, holds at a checkpoint's cut.
-class CheckpointTaker {
- public:
-  struct Counts {
-    int taken = 0;
-    int failed = 0;
-  };
-
-  virtual ~CheckpointTaker() = default;
-  // The asking worker is at `clock`: take a checkpoint, unless one is being
-  // taken.
-  virtual void Request(int64_t clock) = 0;
-  // Waits for the checkpoint in progress, then takes no more.
-  virtual void Stop() = 0;
-  // Gives up a checkpoint still waiting for its cut (a draining worker must
-  // not wait for one), then takes no more.
-  virtual void Abandon() = 0;
-  virtual Counts counts() = 0;
-};
 
 struct TrainerOptions {
   // Training data, this worker's share, batch size, epochs, bad-line limit,
@@ -221,7 +200,7 @@ struct TrainerOptions {
   // Run()) every this many steps by the worker that sets them (worker 0).
   // Defaults: 0 and null, none.
   int64_t checkpoint_every_steps = 0;
-  CheckpointTaker* checkpoints = nullptr;
+  ops::CheckpointTaker* checkpoints = nullptr;
 };
 
 class Trainer {
@@ -296,7 +275,7 @@ class Trainer {
   // (final_wait_limit), then evaluates the finished model.
   absl::StatusOr<TrainingSummary> LeaveFinished(TrainingSummary summary);
   // options_.checkpoints when this worker takes periodic checkpoints.
-  CheckpointTaker* periodic_checkpoints() const {
+  ops::CheckpointTaker* periodic_checkpoints() const {
     return options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
   }
 
