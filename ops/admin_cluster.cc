@@ -373,10 +373,10 @@ int Clocks(const Cluster& cluster) {
   return ReportFailures("clocks", {answer});
 }
 
-// `drain`: every shard stops as SIGTERM stops it.
-int Drain(const Cluster& cluster) {
+// `stop`: every shard stops as SIGTERM stops it.
+int Stop(const Cluster& cluster) {
   return OnEveryShard(
-      cluster, "drain",
+      cluster, "stop",
       [&](ps::Admin::Stub& admin, Json* fields) {
         ps::DrainResponse response;
         *fields = {{"draining", true}};

@@ -9,7 +9,7 @@
 //   ps_admin --servers=... --token_file=F set-lr --table=T --lr=0.01
 //   ps_admin --servers=... --token_file=F drop-table --table=T [--force]
 //   ps_admin --servers=... --token_file=F expire --table=T
-//   ps_admin --servers=... --token_file=F drain
+//   ps_admin --servers=... --token_file=F stop
 
 #include <cmath>
 #include <cstdio>
@@ -133,7 +133,7 @@ constexpr Command kCommands[] = {
     {"set-lr", ps::ops::SetLearningRate, true},
     {"drop-table", ps::ops::DropTable, true},
     {"expire", ps::ops::Expire, true},
-    {"drain", ps::ops::Drain, false},
+    {"stop", ps::ops::Stop, false},
     {"checkpoint", ps::ops::Checkpoint, false},
     // Needs no shard: run before the cluster is connected.
     {"checkpoints", nullptr, false},
@@ -142,6 +142,16 @@ constexpr Command kCommands[] = {
     {"move-slots", ps::ops::MoveSlotsCommand, false},
     {"rebalance", ps::ops::Rebalance, false},
     {"drain-shard", ps::ops::DrainShard, false},
+};
+
+// Old command names, still accepted with a line saying so.
+struct RenamedCommand {
+  const char* old_name;
+  const char* name;
+};
+constexpr RenamedCommand kRenamedCommands[] = {
+    // "drain" means moving slots away elsewhere (drain-shard).
+    {"drain", "stop"},
 };
 
 // The flags of the commands that move slots (move-slots, rebalance,
@@ -257,7 +267,7 @@ int main(int argc, char** argv) {
       "  drop-table   --table [--force]: drop it and its rows; refused while "
       "workers hold leases unless --force\n"
       "  expire       --table: drop its expired rows now (a compaction)\n"
-      "  drain        each shard stops as SIGTERM stops it\n"
+      "  stop         each shard stops as SIGTERM stops it (was `drain`)\n"
       "  checkpoint   --dir [--checkpoints_to_keep=N]: a consistent "
       "checkpoint of every shard\n"
       "  checkpoints  --dir: the checkpoints in a directory\n"
@@ -277,9 +287,16 @@ int main(int argc, char** argv) {
   for (const Command& command : kCommands) names.push_back(command.name);
   const std::string known = absl::StrJoin(names, ", ");
   if (words.size() != 2) return Fail("give one command: " + known);
+  std::string name = words[1];
+  for (const RenamedCommand& renamed : kRenamedCommands) {
+    if (name != renamed.old_name) continue;
+    std::fprintf(stderr, "ps_admin: `%s` is deprecated: use `%s`\n",
+                 renamed.old_name, renamed.name);
+    name = renamed.name;
+  }
   const Command* command = nullptr;
   for (const Command& candidate : kCommands)
-    if (words[1] == std::string(candidate.name)) command = &candidate;
+    if (name == candidate.name) command = &candidate;
   if (command == nullptr)
     return Fail("unknown command '" + std::string(words[1]) + "': use " +
                 known);

@@ -217,11 +217,11 @@ TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
   // Reading needs no token.
   EXPECT_EQ(admin({}, "stats", "stats.log"), 0)
       << ReadFile(*dir_ + "/stats.log");
-  EXPECT_NE(admin({}, "drain", "no_token.log"), 0);
+  EXPECT_NE(admin({}, "stop", "no_token.log"), 0);
   EXPECT_NE(ReadFile(*dir_ + "/no_token.log").find("UNAUTHENTICATED"),
             std::string::npos)
       << ReadFile(*dir_ + "/no_token.log");
-  EXPECT_NE(admin({"--token_file=" + *dir_ + "/wrong_token"}, "drain",
+  EXPECT_NE(admin({"--token_file=" + *dir_ + "/wrong_token"}, "stop",
                   "wrong_token.log"),
             0);
   EXPECT_NE(ReadFile(*dir_ + "/wrong_token.log").find("UNAUTHENTICATED"),
@@ -229,8 +229,13 @@ TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
   // Still serving after both refusals.
   EXPECT_EQ(TryPull(*server, Client("worker", "ca")).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // `drain`, the old name of `stop`, still works, and says so.
   EXPECT_EQ(admin({"--token_file=" + *dir_ + "/token"}, "drain", "drain.log"),
             0)
+      << ReadFile(*dir_ + "/drain.log");
+  EXPECT_NE(
+      ReadFile(*dir_ + "/drain.log").find("`drain` is deprecated: use `stop`"),
+      std::string::npos)
       << ReadFile(*dir_ + "/drain.log");
   EXPECT_EQ(server->Wait(absl::Seconds(30)), 0) << "the drained shard";
 }
