@@ -105,15 +105,15 @@ echo "   resumed: test AUC $(metric "$dir/resumed-worker0.json" test_auc)"
 echo "== 3. export and predict (no shard needed)"
 for format in fp32 fp16; do
   start=$(now)
-  echo "\$ ps_admin --servers=... export --dir=$dir/export-$format --format=$format"
+  echo "\$ ps_admin --servers=... export --dir=$dir/export-$format --export_format=$format"
   "$bin/ops/ps_admin" --servers="$servers" export --dir="$dir/export-$format" \
-    --format=$format | sed 's/^/   /'
+    --export_format=$format | sed 's/^/   /'
   echo "   (took $(since "$start") s; $(du -sh "$dir/export-$format" | cut -f1) on disk)"
 done
 cleanup
 started=()
 for format in fp32 fp16; do
-  echo "\$ ps_predict --model=$dir/export-$format --input=$dir/test.tsv --out=$dir/scores-$format.txt"
-  "$bin/worker/predict/ps_predict" --model="$dir/export-$format" --input="$dir/test.tsv" \
+  echo "\$ ps_predict --export=$dir/export-$format --input=$dir/test.tsv --out=$dir/scores-$format.txt"
+  "$bin/worker/predict/ps_predict" --export="$dir/export-$format" --input="$dir/test.tsv" \
     --out="$dir/scores-$format.txt" | sed 's/^/   /'
 done

@@ -6,7 +6,7 @@
 //   ps_admin --servers=... row --table=wide_deep.embedding --key=12345
 //   ps_admin --servers=... clocks          (on the coordinator shard)
 //   ps_admin --servers=... slots           (which shard owns which slots)
-//   ps_admin --servers=... --token_file=F set-lr --table=T --lr=0.01
+//   ps_admin --servers=... --token_file=F set-lr --table=T --learning_rate=0.01
 //   ps_admin --servers=... --token_file=F drop-table --table=T [--force]
 //   ps_admin --servers=... --token_file=F expire --table=T
 //   ps_admin --servers=... --token_file=F stop
@@ -28,6 +28,7 @@
 #include "base/address_list.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/flag_alias.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "net/admin_channel.h"
@@ -56,11 +57,13 @@ ABSL_FLAG(bool, json, false,
 ABSL_FLAG(double, interval_s, 1.0,
           "For `stats`: rates and latency percentiles over this many seconds "
           "(two samples); 0: since each shard started.");
-ABSL_FLAG(double, lr, 0.0,
+ABSL_FLAG(double, learning_rate, 0.0,
           "For `set-lr`: the learning rate (positive), from the next push on.");
+ABSL_FLAG(double, lr, 0.0, "Deprecated: use --learning_rate.");
 ABSL_FLAG(bool, force, false,
           "For `drop-table`: drop even while workers hold leases.");
-ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each call.");
+ABSL_FLAG(int32_t, rpc_timeout_s, 10, "Deadline of each call.");
+ABSL_FLAG(int32_t, timeout_s, 10, "Deprecated: use --rpc_timeout_s.");
 ABSL_FLAG(std::string, dir, "",
           "For `checkpoint`: the directory to write (a path on the shards' "
           "file system); for `checkpoints`: a checkpoint or a directory of "
@@ -77,8 +80,9 @@ ABSL_FLAG(int32_t, hold_timeout_s, 300,
 ABSL_FLAG(std::string, model, "",
           "For `export`: the model (its tables' prefix, e.g. wide_deep); "
           "default: the only one.");
-ABSL_FLAG(std::string, format, "fp32",
+ABSL_FLAG(std::string, export_format, "fp32",
           "For `export`: the weights as fp32 or fp16.");
+ABSL_FLAG(std::string, format, "fp32", "Deprecated: use --export_format.");
 ABSL_FLAG(std::string, base, "",
           "For `export`: write a delta of this earlier export (a directory "
           "beside --dir): only the rows changed since it and deletions of "
@@ -214,15 +218,18 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   }
   options.json = absl::GetFlag(FLAGS_json);
   options.interval_s = absl::GetFlag(FLAGS_interval_s);  // stats checks it
-  options.learning_rate = absl::GetFlag(FLAGS_lr);
+  ASSIGN_OR_RETURN(options.learning_rate,
+                   ps::FlagOrAlias(FLAGS_learning_rate, FLAGS_lr));
   if (name == "set-lr" &&
       (!(options.learning_rate > 0) || !std::isfinite(options.learning_rate) ||
        options.learning_rate > std::numeric_limits<float>::max())) {
     return absl::InvalidArgumentError(
-        "set-lr needs --lr, a positive learning rate");
+        "set-lr needs --learning_rate, a positive learning rate");
   }
   options.force = absl::GetFlag(FLAGS_force);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  ASSIGN_OR_RETURN(const int32_t timeout_s,
+                   ps::FlagOrAlias(FLAGS_rpc_timeout_s, FLAGS_timeout_s));
+  options.timeout = absl::Seconds(timeout_s);
   options.dir = absl::GetFlag(FLAGS_dir);
   if ((name == "checkpoint" || name == "checkpoints" || name == "export") &&
       options.dir.empty()) {
@@ -239,13 +246,14 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   if (name == "move-slots" || name == "rebalance" || name == "drain-shard")
     RETURN_IF_ERROR(MoveFlags(name, &options));
   options.model = absl::GetFlag(FLAGS_model);
-  options.format = absl::GetFlag(FLAGS_format);
+  ASSIGN_OR_RETURN(options.format,
+                   ps::FlagOrAlias(FLAGS_export_format, FLAGS_format));
   options.base = absl::GetFlag(FLAGS_base);
   if (name != "export" && !options.base.empty())
     return absl::InvalidArgumentError("--base is for `export` only");
   if (name == "export" && options.format != "fp32" && options.format != "fp16")
-    return absl::InvalidArgumentError("--format must be fp32 or fp16, not " +
-                                      options.format);
+    return absl::InvalidArgumentError(
+        "--export_format must be fp32 or fp16, not " + options.format);
   return options;
 }
 
@@ -262,7 +270,8 @@ int main(int argc, char** argv) {
       "               (--read_replicas: from that shard's replica)\n"
       "  clocks       the workers' clocks (the coordinator shard: the first "
       "of --servers or --coordinator)\n"
-      "  set-lr       --table --lr: the table's learning rate from the next "
+      "  set-lr       --table --learning_rate: the table's learning rate from "
+      "the next "
       "push on\n"
       "  drop-table   --table [--force]: drop it and its rows; refused while "
       "workers hold leases unless --force\n"
@@ -271,7 +280,8 @@ int main(int argc, char** argv) {
       "  checkpoint   --dir [--checkpoints_to_keep=N]: a consistent "
       "checkpoint of every shard\n"
       "  checkpoints  --dir: the checkpoints in a directory\n"
-      "  export       --dir [--format=fp16] [--model] [--base=EXPORT]: one "
+      "  export       --dir [--export_format=fp16] [--model] [--base=EXPORT]: "
+      "one "
       "model's weights for ps_predict and ps_serve (--base: a delta)\n"
       "  slots        which shard owns which key slots, and the map's epoch\n"
       "  move-slots   --slots=A-B --to=SHARD: move slots while workers train "

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -17,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/flag_alias.h"
 #include "base/usable_cores.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -51,10 +53,11 @@ ABSL_FLAG(int32_t, poll_ms, 1000,
 ABSL_FLAG(int32_t, scorers, 0,
           "Requests scored at once (each scorer holds the export's readers "
           "and a CPU backend); 0: one per core.");
-ABSL_FLAG(int64_t, cache_mb, 256,
+ABSL_FLAG(int64_t, block_cache_mb, 256,
           "The block cache of the exports' parts (RocksDB's LRU cache, shared "
           "by every scorer and every export loaded): rows read recently are "
           "served from memory. 0: none beyond the readers' own.");
+ABSL_FLAG(int64_t, cache_mb, 256, "Deprecated: use --block_cache_mb.");
 ABSL_FLAG(int64_t, max_lines_per_request, 65536,
           "The most lines one Predict may score.");
 ABSL_FLAG(int64_t, max_keys_per_request, 1 << 20,
@@ -69,11 +72,38 @@ ABSL_FLAG(int64_t, max_memory_mb, 1024,
           "many MiB (about 24 bytes of index per row more; once for all "
           "--scorers; two exports during a swap): a lookup is then a hash "
           "probe, not a seek in each export of the chain. 0: never.");
+ABSL_FLAG(int32_t, max_message_mb, 64,
+          "The largest request ps_serve reads and answer it writes, in MiB "
+          "(at most 2047); a Lookup whose answer would be larger is refused "
+          "(RESOURCE_EXHAUSTED).");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
-          "The largest request ps_serve reads and answer it writes; a Lookup "
-          "whose answer would be larger is refused (RESOURCE_EXHAUSTED).");
+          "Deprecated: use --max_message_mb (this one in bytes).");
 
 namespace {
+
+// --max_message_mb, or its old form --max_message_bytes, in bytes.
+absl::StatusOr<int> MaxMessageBytesFromFlags() {
+  const absl::CommandLineFlag& bytes =
+      absl::GetFlagReflectionHandle(FLAGS_max_message_bytes);
+  const absl::CommandLineFlag& megabytes =
+      absl::GetFlagReflectionHandle(FLAGS_max_message_mb);
+  if (bytes.CurrentValue() != bytes.DefaultValue()) {
+    std::fprintf(stderr,
+                 "--max_message_bytes is deprecated: use --max_message_mb\n");
+    if (megabytes.CurrentValue() != megabytes.DefaultValue()) {
+      return absl::InvalidArgumentError(
+          "give --max_message_mb or its old form --max_message_bytes, not "
+          "both");
+    }
+    if (absl::GetFlag(FLAGS_max_message_bytes) <= 0)
+      return absl::InvalidArgumentError("--max_message_bytes must be > 0");
+    return absl::GetFlag(FLAGS_max_message_bytes);
+  }
+  const int32_t mb = absl::GetFlag(FLAGS_max_message_mb);
+  if (mb < 1 || mb > 2047)
+    return absl::InvalidArgumentError("--max_message_mb must be in [1, 2047]");
+  return mb << 20;
+}
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "ps_serve: %s\n", message.c_str());
@@ -124,7 +154,7 @@ struct ServeMetrics {
                   .Add({});
     cache_bytes = &prometheus::BuildGauge()
                        .Name("ps_serve_cache_bytes")
-                       .Help("Bytes the block cache (--cache_mb) holds.")
+                       .Help("Bytes the block cache (--block_cache_mb) holds.")
                        .Register(*registry)
                        .Add({});
     swaps = &prometheus::BuildCounter()
@@ -196,8 +226,10 @@ int main(int argc, char** argv) {
                              "--allow_unauthenticated_clients on a network "
                              "you trust"));
   }
-  if (absl::GetFlag(FLAGS_max_message_bytes) <= 0) {
-    return Fail(ps::kExitUsage, "--max_message_bytes must be > 0");
+  absl::StatusOr<int> max_message_bytes = MaxMessageBytesFromFlags();
+  if (!max_message_bytes.ok()) {
+    return Fail(ps::kExitUsage,
+                std::string(max_message_bytes.status().message()));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ps::ServerCredentials(tls);
@@ -224,9 +256,13 @@ int main(int argc, char** argv) {
   ps::server::ModelDirectoryOptions directory_options;
   directory_options.dir = model_dir;
   directory_options.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
-  if (absl::GetFlag(FLAGS_cache_mb) < 0 ||
-      absl::GetFlag(FLAGS_cache_mb) > (int64_t{1} << 30)) {
-    return Fail(ps::kExitUsage, "--cache_mb must be in [0, 2^30]");
+  absl::StatusOr<int64_t> block_cache_mb =
+      ps::FlagOrAlias(FLAGS_block_cache_mb, FLAGS_cache_mb);
+  if (!block_cache_mb.ok()) {
+    return Fail(ps::kExitUsage, std::string(block_cache_mb.status().message()));
+  }
+  if (*block_cache_mb < 0 || *block_cache_mb > (int64_t{1} << 30)) {
+    return Fail(ps::kExitUsage, "--block_cache_mb must be in [0, 2^30]");
   }
   if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
       absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
@@ -234,9 +270,9 @@ int main(int argc, char** argv) {
   }
   directory_options.model_options.max_memory_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
-  if (absl::GetFlag(FLAGS_cache_mb) > 0) {
-    directory_options.model_options.block_cache = rocksdb::NewLRUCache(
-        static_cast<size_t>(absl::GetFlag(FLAGS_cache_mb)) << 20);
+  if (*block_cache_mb > 0) {
+    directory_options.model_options.block_cache =
+        rocksdb::NewLRUCache(static_cast<size_t>(*block_cache_mb) << 20);
   }
   directory_options.scorers = absl::GetFlag(FLAGS_scorers);
   if (directory_options.scorers == 0) {
@@ -256,7 +292,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_lines_per_request);
   service_options.max_keys_per_request =
       absl::GetFlag(FLAGS_max_keys_per_request);
-  service_options.max_answer_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  service_options.max_answer_bytes = *max_message_bytes;
   service_options.observe =
       [&metrics](absl::string_view method, grpc::StatusCode code,
                  absl::Duration time) { metrics.Observe(method, code, time); };
@@ -267,8 +303,8 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxReceiveMessageSize(*max_message_bytes);
+  builder.SetMaxSendMessageSize(*max_message_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -112,9 +112,9 @@ grpc::Status ServingService::Lookup(grpc::ServerContext* context,
         grpc::Status(
             grpc::StatusCode::RESOURCE_EXHAUSTED,
             absl::StrCat(request->keys_size(), " rows of ", *dim,
-                         " floats are more than an answer may hold "
-                         "(--max_message_bytes ",
-                         options_.max_answer_bytes, "): ask for fewer keys")));
+                         " floats are more than an answer may hold (",
+                         options_.max_answer_bytes,
+                         " bytes, --max_message_mb): ask for fewer keys")));
   }
   response->mutable_values()->Add(values.begin(), values.end());
   for (bool f : found) response->add_found(f);

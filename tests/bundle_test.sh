@@ -138,7 +138,7 @@ auc=$(grep -o '"test_auc": [0-9.]*' metrics.json | awk '{print $2}')
 awk -v auc="$auc" 'BEGIN {exit !(auc > 0.65)}' || fail "test AUC $auc"
 without_cuda "$bundle/bin/ps_admin" --servers="$address" --dir="$work/export" export \
   >export.txt 2>&1 || fail "ps_admin export: $(cat export.txt)"
-without_cuda "$bundle/bin/ps_predict" --model="$work/export" --input=test.tsv >predict.txt \
+without_cuda "$bundle/bin/ps_predict" --export="$work/export" --input=test.tsv >predict.txt \
   2>predict.log || fail "ps_predict: $(tail -5 predict.log)"
 grep -q "scored 5000 lines" predict.txt || fail "ps_predict: $(cat predict.txt)"
 kill $server

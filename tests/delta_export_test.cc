@@ -56,7 +56,7 @@ std::string Scores(const std::string& model, const std::string& test,
   const std::string scores = model + ".scores";
   const std::string log = model + ".predict.log";
   EXPECT_EQ(RunToCompletion(
-                {BinaryPath("worker/predict/ps_predict"), "--model=" + model,
+                {BinaryPath("worker/predict/ps_predict"), "--export=" + model,
                  "--input=" + test, "--out=" + scores,
                  in_memory ? "--max_memory_mb=1024" : "--max_memory_mb=0"},
                 log),
@@ -161,7 +161,7 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   std::filesystem::remove_all(exports + "/delta1");
   const std::string log = dir_ + "/broken_chain.log";
   EXPECT_NE(RunToCompletion({BinaryPath("worker/predict/ps_predict"),
-                             "--model=" + exports + "/delta2",
+                             "--export=" + exports + "/delta2",
                              "--input=" + test, "--out=" + dir_ + "/x.txt"},
                             log),
             0);

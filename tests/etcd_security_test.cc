@@ -142,14 +142,14 @@ TEST_F(EtcdSecurityTest, TlsWithClientCertificatesRefusesClientsWithout) {
   EXPECT_EQ(found->address, (*shard)->address());
   std::vector<std::string> admin = {
       BinaryPath("ops/ps_admin"), "--etcd=" + endpoint,
-      absl::StrCat("--job=", kJob), "--timeout_s=5"};
+      absl::StrCat("--job=", kJob), "--rpc_timeout_s=5"};
   admin.insert(admin.end(), tls_flags.begin(), tls_flags.end());
   admin.push_back("stats");
   EXPECT_EQ(RunToCompletion(admin, *dir_ + "/admin_tls.log"), 0)
       << ReadFile(*dir_ + "/admin_tls.log");
   // Without its certificate ps_admin cannot look the job up.
   EXPECT_NE(RunToCompletion({BinaryPath("ops/ps_admin"), "--etcd=" + endpoint,
-                             absl::StrCat("--job=", kJob), "--timeout_s=5",
+                             absl::StrCat("--job=", kJob), "--rpc_timeout_s=5",
                              "--etcd_tls_ca=" + *dir_ + "/ca.pem", "stats"},
                             *dir_ + "/admin_no_cert.log"),
             0);

@@ -100,7 +100,30 @@ expect 70 "ps_server with its metrics on a port in use" timeout 20 \
   "$runfiles/server/ps_server" --listen=127.0.0.1:0 --data_dir="$work/metrics_shard" \
   --metrics_listen=127.0.0.1:$held
 kill "$holder"
-expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --model="$work/none" \
+expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --export="$work/none" \
   --input="$work/train.tsv"
+# A renamed flag's old name still works, says what replaces it, and may not
+# be given beside it.
+renamed() {  # renamed WHAT NEW_NAME OLD_NAME CODE COMMAND...
+  local what=$1 new=$2 old=$3 code=$4
+  shift 4
+  expect "$code" "$what by its old name --$old" "$@"
+  grep -q -- "--$old is deprecated: use --$new" "$work/out" ||
+    { echo "FAIL: --$old says nothing of --$new: $(tail -2 "$work/out")" >&2; failures=$((failures + 1)); }
+}
+renamed "ps_predict with no export" export model 70 \
+  "$runfiles/worker/predict/ps_predict" --model="$work/none" --input="$work/train.tsv"
+expect 64 "ps_predict given --export and --model" "$runfiles/worker/predict/ps_predict" \
+  --export="$work/none" --model="$work/none" --input="$work/train.tsv"
+renamed "ps_admin set-lr with no learning rate" learning_rate lr 64 \
+  "$runfiles/ops/ps_admin" --lr=-1 --table=t set-lr
+renamed "ps_admin export with a bad format" export_format format 64 \
+  "$runfiles/ops/ps_admin" --format=fp8 --dir="$work/x" export
+renamed "ps_admin checkpoint without --dir" rpc_timeout_s timeout_s 64 \
+  "$runfiles/ops/ps_admin" --timeout_s=5 checkpoint
+renamed "ps_serve with a negative cache" block_cache_mb cache_mb 64 \
+  "$runfiles/server/ps_serve" --model_dir="$work" --listen=127.0.0.1:0 --cache_mb=-1
+renamed "ps_serve with no room for a message" max_message_mb max_message_bytes 64 \
+  "$runfiles/server/ps_serve" --model_dir="$work" --listen=127.0.0.1:0 --max_message_bytes=-1
 [ "$failures" = 0 ] || exit 1
 echo "exit codes as documented"

@@ -321,7 +321,7 @@ TEST_F(FollowTrainingTest,
   EXPECT_GT(manifest->delta_index(), 0u) << served.version;
   const std::string scores = dir_ + "/predict.txt";
   ASSERT_EQ(RunToCompletion({BinaryPath("worker/predict/ps_predict"),
-                             "--model=" + exports + "/" + served.version,
+                             "--export=" + exports + "/" + served.version,
                              "--input=" + test_lines, "--out=" + scores},
                             dir_ + "/predict.log"),
             0)

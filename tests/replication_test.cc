@@ -609,7 +609,7 @@ TEST_F(ReplicationTest, AdminReadsARowFromTheReplicaWithItsPrimaryGone) {
   auto row = [&](const std::vector<std::string>& flags, std::string* out) {
     std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
                                      "--servers=" + primary->address(),
-                                     "--timeout_s=5",
+                                     "--rpc_timeout_s=5",
                                      "row",
                                      std::string("--table=") + kTable,
                                      absl::StrCat("--key=", keys_[7])};

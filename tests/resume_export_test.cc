@@ -230,10 +230,11 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   const double worker_logloss = Metric(metrics, "test_logloss");
   for (const std::string format : {"fp32", "fp16"}) {
     const std::string exported = dir_ + "/export_" + format;
-    ASSERT_EQ(Admin(Addresses(shards),
-                    {"--dir=" + exported, "--format=" + format, "export"},
-                    dir_ + "/export.log"),
-              0)
+    ASSERT_EQ(
+        Admin(Addresses(shards),
+              {"--dir=" + exported, "--export_format=" + format, "export"},
+              dir_ + "/export.log"),
+        0)
         << ReadFile(dir_ + "/export.log");
     auto manifest = ReadExportManifest(exported);
     ASSERT_TRUE(manifest.ok()) << manifest.status();
@@ -243,8 +244,8 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
     const std::string out = dir_ + "/predict_" + format + ".txt";
     ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
                                BinaryPath("worker/predict/ps_predict") +
-                                   " --model=" + exported + " --input=" + test +
-                                   " --out=" + scores + " > " + out},
+                                   " --export=" + exported + " --input=" +
+                                   test + " --out=" + scores + " > " + out},
                               dir_ + "/predict.log"),
               0)
         << ReadFile(dir_ + "/predict.log");
@@ -273,7 +274,7 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   const std::string out = dir_ + "/predict_unlabeled.txt";
   ASSERT_EQ(RunToCompletion(
                 {"/bin/sh", "-c",
-                 BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
+                 BinaryPath("worker/predict/ps_predict") + " --export=" + dir_ +
                      "/export_fp32 --input=" + unlabeled + " --out=" + dir_ +
                      "/scores_unlabeled.txt > " + out},
                 dir_ + "/predict.log"),
@@ -297,7 +298,7 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   std::ofstream(dir_ + "/kept.txt") << "an earlier run's\n";
   EXPECT_NE(
       RunToCompletion({BinaryPath("worker/predict/ps_predict"),
-                       "--model=" + dir_ + "/export_fp32", "--input=" + broken,
+                       "--export=" + dir_ + "/export_fp32", "--input=" + broken,
                        "--batch_size=512", "--out=" + dir_ + "/kept.txt"},
                       dir_ + "/broken.log"),
       0);
@@ -422,8 +423,8 @@ TEST_F(CheckpointTest, EveryLayoutTrainsExportsAndPredicts) {
     const std::string printed = dir_ + "/" + c.name + "_predict.txt";
     ASSERT_EQ(RunToCompletion({"/bin/sh", "-c",
                                BinaryPath("worker/predict/ps_predict") +
-                                   " --model=" + exported + " --input=" + test +
-                                   " --out=" + scores + " > " + printed},
+                                   " --export=" + exported + " --input=" +
+                                   test + " --out=" + scores + " > " + printed},
                               dir_ + "/" + c.name + "_predict.log"),
               0)
         << ReadFile(dir_ + "/" + c.name + "_predict.log");
@@ -475,7 +476,7 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
             "multi_separator=| multi_pooling=mean crosses=0:26");
   EXPECT_EQ(manifest->model().fields(), 27u);
   const std::string predict = BinaryPath("worker/predict/ps_predict") +
-                              " --model=" + dir_ + "/export --input=" + test;
+                              " --export=" + dir_ + "/export --input=" + test;
   ASSERT_EQ(RunToCompletion({"/bin/sh", "-c", predict + " > " + dir_ + "/out"},
                             dir_ + "/predict.log"),
             0)
@@ -503,7 +504,7 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
       " --format=tsv --header=false --columns=label,cat*26,dense*13,multi";
   ASSERT_EQ(RunToCompletion(
                 {"/bin/sh", "-c",
-                 BinaryPath("worker/predict/ps_predict") + " --model=" + dir_ +
+                 BinaryPath("worker/predict/ps_predict") + " --export=" + dir_ +
                      "/export --input=" + dir_ + "/reordered.tsv" +
                      same_features + " > " + dir_ + "/out_tsv"},
                 dir_ + "/predict_tsv.log"),

@@ -49,7 +49,7 @@ class ServeTest : public TrainingTest {
     const std::string scores = dir_ + "/" + name + ".scores";
     EXPECT_EQ(
         RunToCompletion({BinaryPath("worker/predict/ps_predict"),
-                         "--model=" + model_ + "/" + name,
+                         "--export=" + model_ + "/" + name,
                          "--input=" + *data_ + "/test.tsv", "--out=" + scores},
                         dir_ + "/predict.log"),
         0)
@@ -93,7 +93,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
 
   // Started on a directory with no export yet: not serving.
   const std::string address = StartServe(
-      {"--scorers=2", "--cache_mb=16", "--metrics_listen=127.0.0.1:0"});
+      {"--scorers=2", "--block_cache_mb=16", "--metrics_listen=127.0.0.1:0"});
   ASSERT_FALSE(address.empty());
   auto channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());

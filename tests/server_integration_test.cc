@@ -292,9 +292,9 @@ TEST_F(ServerIntegrationTest, AdminCliSetsALearningRateLive) {
   const std::vector<float> ones(2 * kDim, 1.0f);
   ASSERT_TRUE(PushRows(*stub_, kTable, keys, ones).ok());
   int code = -1;
-  const std::string set =
-      RunAdmin(server_->address(),
-               {"set-lr", "--table=emb", "--lr=0.125", "--json"}, &code);
+  const std::string set = RunAdmin(
+      server_->address(),
+      {"set-lr", "--table=emb", "--learning_rate=0.125", "--json"}, &code);
   ASSERT_EQ(code, 0) << set;
   const google::protobuf::Struct answer = ParseJson(set);
   const google::protobuf::Struct& shard =
@@ -317,9 +317,11 @@ TEST_F(ServerIntegrationTest, AdminCliSetsALearningRateLive) {
   ASSERT_TRUE(PushRows(*stub_, kTable, keys, ones).ok());
   EXPECT_FLOAT_EQ(MustPull(*stub_, keys)[0], initial[0] - 0.75f);
   // Bad input changes nothing.
-  RunAdmin(server_->address(), {"set-lr", "--table=emb", "--lr=-1"}, &code);
+  RunAdmin(server_->address(), {"set-lr", "--table=emb", "--learning_rate=-1"},
+           &code);
   EXPECT_EQ(code, 64);  // a bad flag
-  RunAdmin(server_->address(), {"set-lr", "--table=nope", "--lr=1"}, &code);
+  RunAdmin(server_->address(), {"set-lr", "--table=nope", "--learning_rate=1"},
+           &code);
   EXPECT_EQ(code, 70);  // refused by the shard (no such table)
   ASSERT_TRUE(PushRows(*stub_, kTable, keys, ones).ok());
   EXPECT_FLOAT_EQ(MustPull(*stub_, keys)[0], initial[0] - 0.875f);

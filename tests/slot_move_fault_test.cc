@@ -115,7 +115,8 @@ class SlotMoveFaultTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> StartMove(const std::string& log) {
     auto move = ChildProcess::Start(
         {BinaryPath("ops/ps_admin"), "--servers=" + Servers(), "move-slots",
-         "--slots=0-16383", "--to=1", "--move_page_rows=20", "--timeout_s=5"},
+         "--slots=0-16383", "--to=1", "--move_page_rows=20",
+         "--rpc_timeout_s=5"},
         false, log);
     EXPECT_OK(move);
     return move.ok() ? *std::move(move) : nullptr;

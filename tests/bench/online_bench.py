@@ -245,7 +245,7 @@ def run(args, bin_dir, work, cluster):
     def predict(model, path):
         scores_path = os.path.join(work, "scores.txt")
         out = subprocess.run([os.path.join(bin_dir, "worker/predict/ps_predict"),
-                              "--model=" + model, "--input=" + path,
+                              "--export=" + model, "--input=" + path,
                               "--out=" + scores_path],
                              capture_output=True, text=True, check=True).stdout
         scores = [float(x) for x in open(scores_path).read().split()]

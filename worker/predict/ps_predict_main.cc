@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/flag_alias.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "model/batch_inputs.h"
@@ -32,8 +33,9 @@
 #include "worker/input/clicklog_reader.h"
 #include "worker/input/layout_flags.h"
 
-ABSL_FLAG(std::string, model, "",
+ABSL_FLAG(std::string, export, "",
           "The export to score with (ps_admin export --dir). Required.");
+ABSL_FLAG(std::string, model, "", "Deprecated: use --export.");
 ABSL_FLAG(std::string, input, "",
           "Click logs in the training layout (the export's, unless --format, "
           "--columns, ... say otherwise), with or without the label column: "
@@ -78,16 +80,18 @@ struct ScoredLines {
   std::vector<float> labels;
 };
 
-// The first of --model, --input and --batch_size that is missing or bad, as
+// The export to score with: --export, or its old name --model. The first
+// of --export, --input and --batch_size that is missing or bad is
 // INVALID_ARGUMENT with a message for the user.
-absl::Status CheckRequiredFlags() {
-  if (absl::GetFlag(FLAGS_model).empty())
-    return absl::InvalidArgumentError("--model is required");
+absl::StatusOr<std::string> ExportFromFlags() {
+  absl::StatusOr<std::string> dir = ps::FlagOrAlias(FLAGS_export, FLAGS_model);
+  if (!dir.ok()) return dir.status();
+  if (dir->empty()) return absl::InvalidArgumentError("--export is required");
   if (absl::GetFlag(FLAGS_input).empty())
     return absl::InvalidArgumentError("--input is required");
   if (absl::GetFlag(FLAGS_batch_size) < 1)
     return absl::InvalidArgumentError("--batch_size must be >= 1");
-  return absl::OkStatus();
+  return dir;
 }
 
 // The categorical and multi columns of `layout`, in order.
@@ -211,14 +215,14 @@ std::string QualityText(const ScoredLines& scored) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Scores click logs with an exported model, no shard needed.\n\n"
-      "Example:\n  ps_predict --model=/exports/wide_deep --input=test.tsv "
+      "Example:\n  ps_predict --export=/exports/wide_deep --input=test.tsv "
       "--out=scores.txt");
   ps::SetVersionFlag("ps_predict", {"worker/input/layout_flags.cc"});
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  if (absl::Status checked = CheckRequiredFlags(); !checked.ok())
-    return Fail(std::string(checked.message()));
+  const absl::StatusOr<std::string> export_dir = ExportFromFlags();
+  if (!export_dir.ok()) return Fail(std::string(export_dir.status().message()));
 
   if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
       absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
@@ -227,8 +231,7 @@ int main(int argc, char** argv) {
   ps::model::ExportedModelOptions model_options;
   model_options.max_memory_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
-  auto model =
-      ps::model::ExportedModel::Open(absl::GetFlag(FLAGS_model), model_options);
+  auto model = ps::model::ExportedModel::Open(*export_dir, model_options);
   if (!model.ok()) return Fail(model.status());
   ps::kernels::CpuOptions cpu_options;
   cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
