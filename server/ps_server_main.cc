@@ -176,14 +176,15 @@ ABSL_FLAG(std::string, worker_token_file, "",
           "--worker_token_file); needed with --admin_token_file.");
 ABSL_FLAG(std::string, admin_token_file, "",
           "File holding a token that admin calls which change the shard "
-          "(drain) must carry as 'authorization: Bearer <token>' "
+          "(ps_admin stop, drop-table, ...) must carry as 'authorization: "
+          "Bearer <token>' "
           "(ps_admin --token_file); others get UNAUTHENTICATED. Required "
           "when --listen is beyond loopback, unless "
           "--allow_unauthenticated_admin.");
 ABSL_FLAG(bool, allow_unauthenticated_admin, false,
           "Listen beyond loopback without --admin_token_file anyway: every "
           "client that reaches the shard (each worker among them) may then "
-          "drain it, drop tables, move its slots or copy its rows. Only on a "
+          "stop it, drop tables, move its slots or copy its rows. Only on a "
           "network you trust.");
 ABSL_FLAG(std::string, restore_from, "",
           "A checkpoint directory (ps_admin checkpoint): on an empty "
