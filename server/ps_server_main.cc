@@ -52,12 +52,6 @@ int Fail(const absl::Status& status) {
   return ps::ExitCodeFor(status);
 }
 
-// The flag helpers below report a bad flag as INVALID_ARGUMENT whose message
-// is what ps_server prints before it exits 64.
-absl::Status BadFlag(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
-
 // Parses the command line and sets up logging.
 void InitProcess(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -457,24 +451,16 @@ void RecordEtcdSeen(const std::string& data_dir, ps::net::EtcdClient& etcd,
   }
 }
 
-// --replica_of=N under --etcd: the address shard N of the job is registered
-// at (waiting up to --join_wait_s for it), and this replica's index.
+// --replica_of_shard=N under --etcd: the address shard N of the job is
+// registered at (waiting up to --join_wait_s for it), and this replica's index.
 absl::Status FindPrimary(const ps::server::EtcdMembershipOptions& membership,
                          ps::server::ServerOptions* options,
                          const EtcdPresence& presence) {
-  uint32_t index = 0;
-  if (options->replica_of.empty()) return absl::OkStatus();
-  if (!absl::SimpleAtoi(options->replica_of, &index)) {
-    if (presence.etcd == nullptr) return absl::OkStatus();
-    return BadFlag(
-        "under --etcd, --replica_of is the index of the shard to replicate "
-        "(its address is looked up, and followed through failovers)");
+  // The flags' check made sure an index comes with etcd.
+  if (membership.replica_of_shard < 0 || presence.etcd == nullptr) {
+    return absl::OkStatus();
   }
-  if (presence.etcd == nullptr) {
-    return BadFlag(
-        "--replica_of=N (a shard's index) needs --etcd; without it, give the "
-        "primary's HOST:PORT");
-  }
+  const uint32_t index = static_cast<uint32_t>(membership.replica_of_shard);
   const absl::Time give_up = absl::Now() + membership.join_wait;
   while (true) {
     absl::StatusOr<ps::net::ShardRecord> primary = ps::net::FindShard(
@@ -514,7 +500,8 @@ absl::Status FollowRegisteredPrimary(int index,
                                      const DataDirGeneration& own,
                                      const ps::net::ShardGeneration& generation,
                                      bool replica_copy,
-                                     ps::server::ServerOptions* options) {
+                                     ps::server::ServerOptions* options,
+                                     int* replica_of_shard) {
   const std::string& dir = options->store.data_dir;
   std::error_code error;
   const bool holds_rows =
@@ -534,7 +521,7 @@ absl::Status FollowRegisteredPrimary(int index,
     options->restore_from.clear();
   }
   // FindPrimary() looks the address up (again).
-  options->replica_of = absl::StrCat(index);
+  *replica_of_shard = index;
   LOG(INFO) << "shard " << index << " is served by " << primary.address
             << " (generation " << generation.generation
             << "): this process is its replica";
@@ -542,22 +529,22 @@ absl::Status FollowRegisteredPrimary(int index,
 }
 
 // --replicas under --etcd: whether this process serves its shard as the
-// primary or (setting options->replica_of) as a replica of the process
-// registered as the shard. Only a data dir that holds the shard's newest
-// rows becomes the primary; a replica's copy does only by its promotion
+// primary or (setting membership->replica_of_shard) as a replica of the
+// process registered as the shard. Only a data dir that holds the shard's
+// newest rows becomes the primary; a replica's copy does only by its promotion
 // (PrimaryWatch), which a start finishes once etcd holds it, never
 // otherwise (it might lack what the primary took since it stopped
 // following).
-absl::Status ChooseRole(const ps::server::EtcdMembershipOptions& membership,
+absl::Status ChooseRole(ps::server::EtcdMembershipOptions* membership,
                         ps::server::ServerOptions* options,
                         EtcdPresence* presence) {
-  if (membership.replicas == 0) return absl::OkStatus();
-  const std::string& job = membership.job;
+  if (membership->replicas == 0) return absl::OkStatus();
+  const std::string& job = membership->job;
   const int index = static_cast<int>(options->shard_index);
   const std::string& dir = options->store.data_dir;
-  const std::string own_address = AdvertisedAddress(*options, membership);
-  const absl::Duration lease = membership.lease;
-  const absl::Time give_up = absl::Now() + membership.join_wait;
+  const std::string own_address = AdvertisedAddress(*options, *membership);
+  const absl::Duration lease = membership->lease;
+  const absl::Time give_up = absl::Now() + membership->join_wait;
   ps::net::EtcdClient& etcd = *presence->etcd;
   while (true) {
     // The registration first: a promotion raises the generation before it
@@ -584,7 +571,8 @@ absl::Status ChooseRole(const ps::server::EtcdMembershipOptions& membership,
     std::string waiting_for;
     if (primary.ok() && primary->address != own_address) {
       return FollowRegisteredPrimary(index, *primary, own, generation,
-                                     replica_copy, options);
+                                     replica_copy, options,
+                                     &membership->replica_of_shard);
     } else if (newest && generation.mod_revision != 0) {
       // No other process serves the shard (or this one's previous run,
       // whose lease RegisterShard() waits out). A replica's copy at the
@@ -662,7 +650,7 @@ absl::Status RegisterInEtcd(const ps::server::ServerOptions& options,
         generation.generation, ") since ", options.store.data_dir,
         " last served it (generation ", own_generation,
         "): its rows are stale. Start this process as a replica "
-        "(--replica_of=",
+        "(--replica_of_shard=",
         record.index, ") on an empty --data_dir"));
   }
   if (own.served && own_generation == generation.generation &&
@@ -783,7 +771,7 @@ int main(int argc, char** argv) {
   // A stop asked over the admin API takes the path SIGTERM takes.
   process->server.drain = [] { kill(getpid(), SIGTERM); };
   ps::server::ServerOptions& options = process->server;
-  const ps::server::EtcdMembershipOptions& membership = process->etcd;
+  ps::server::EtcdMembershipOptions& membership = process->etcd;
 
   absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(membership, &options);
   if (!presence.ok()) return Fail(std::string(presence.status().message()));
@@ -795,14 +783,12 @@ int main(int argc, char** argv) {
       return Fail(went_on);
     }
   }
-  if (absl::Status role = ChooseRole(membership, &options, &*presence);
+  if (absl::Status role = ChooseRole(&membership, &options, &*presence);
       !role.ok()) {
     return Fail(role);
   }
   if (absl::Status found = FindPrimary(membership, &options, *presence);
       !found.ok()) {
-    if (absl::IsInvalidArgument(found))
-      return Fail(std::string(found.message()));
     return Fail(found);
   }
   auto server = ps::server::ShardServer::Start(options);

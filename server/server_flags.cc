@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <tuple>
@@ -183,15 +184,18 @@ ABSL_FLAG(uint64_t, drain_seconds, 10,
           "they are cancelled; then dirty rows are flushed and the process "
           "exits 0.");
 ABSL_FLAG(std::string, replica_of, "",
-          "HOST:PORT of a primary shard to replicate (under --etcd: the "
-          "shard's index, and the replica takes the primary's place once the "
-          "primary's registration goes, or exits 70, to be started again "
-          "and copy anew, once another process serves the shard): copy its "
-          "store into "
-          "--data_dir (empty, or a replica's from before), then apply every "
-          "push and table change it makes, in order. A replica serves pulls, "
-          "refuses pushes and takes the primary's shard index. Empty: a "
-          "primary.");
+          "HOST:PORT of a primary shard to replicate (without --etcd; under "
+          "it, --replica_of_shard): copy its store into --data_dir (empty, or "
+          "a replica's from before), then apply every push and table change "
+          "it makes, in order. A replica serves pulls, refuses pushes and "
+          "takes the primary's shard index. Empty: a primary. (A number here "
+          "is the old form of --replica_of_shard.)");
+ABSL_FLAG(int32_t, replica_of_shard, -1,
+          "Under --etcd: replicate shard N of the job, its address looked up "
+          "in etcd and followed through failovers; the replica takes the "
+          "primary's place once the primary's registration goes, or exits "
+          "70, to be started again and copy anew, once another process "
+          "serves the shard. -1: none.");
 ABSL_FLAG(std::string, tls_server_name, "",
           "When this shard dials another (a replica its primary, over "
           "--tls_cert and --tls_ca as a client): the name the other's "
@@ -443,6 +447,12 @@ absl::Status ReadTlsAndListenFlags(ServerOptions* options) {
 // --replica_of, --replication and their bounds.
 absl::Status ReadReplicationFlags(ServerOptions* options) {
   options->replica_of = absl::GetFlag(FLAGS_replica_of);
+  if (!options->replica_of.empty() &&
+      absl::GetFlag(FLAGS_replica_of_shard) >= 0) {
+    return BadFlag(
+        "--replica_of (an address) and --replica_of_shard (an index under "
+        "--etcd) both name the primary: give one");
+  }
   const std::string mode = absl::GetFlag(FLAGS_replication);
   if (mode != "sync" && mode != "async") {
     return BadFlag("--replication must be sync or async, not \"" + mode + "\"");
@@ -586,6 +596,33 @@ absl::Status CheckEtcdFlags(ServerOptions* options) {
   return absl::OkStatus();
 }
 
+// --replica_of_shard, or its old form --replica_of=N; only under --etcd,
+// which takes no address in --replica_of.
+absl::Status ReadReplicaOfShard(ServerProcessOptions* options) {
+  int32_t shard = absl::GetFlag(FLAGS_replica_of_shard);
+  if (uint32_t index = 0;
+      absl::SimpleAtoi(options->server.replica_of, &index)) {
+    std::fprintf(stderr,
+                 "--replica_of=N is deprecated: use --replica_of_shard=N\n");
+    shard = static_cast<int32_t>(index);
+    options->server.replica_of.clear();
+  }
+  if (shard < -1) return BadFlag("--replica_of_shard must be >= 0 (or -1)");
+  if (shard >= 0 && !options->etcd.enabled()) {
+    return BadFlag(
+        "--replica_of_shard needs --etcd; without it, give the primary's "
+        "address in --replica_of=HOST:PORT");
+  }
+  if (!options->server.replica_of.empty() && options->etcd.enabled()) {
+    return BadFlag(
+        "under --etcd, name the shard to replicate with --replica_of_shard=N "
+        "(its address is looked up, and followed through failovers), not "
+        "--replica_of");
+  }
+  options->etcd.replica_of_shard = shard;
+  return absl::OkStatus();
+}
+
 // --etcd and what goes with it.
 absl::Status ReadEtcdFlags(EtcdMembershipOptions* etcd) {
   etcd->endpoints = absl::GetFlag(FLAGS_etcd);
@@ -615,6 +652,7 @@ absl::StatusOr<ServerProcessOptions> ServerProcessOptionsFromFlags() {
     RETURN_IF_ERROR(read(&options.server));
   }
   RETURN_IF_ERROR(ReadEtcdFlags(&options.etcd));
+  RETURN_IF_ERROR(ReadReplicaOfShard(&options));
   options.drain = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
   return options;
 }

@@ -41,6 +41,9 @@ struct EtcdMembershipOptions {
   // A replica takes its shard over even when the in-sync set does not name
   // it.
   bool allow_unclean_promotion = false;
+  // Replicate shard N of the job (--replica_of_shard), its address looked
+  // up and followed through failovers; -1: none (or --replicas chooses).
+  int replica_of_shard = -1;
 
   bool enabled() const { return !endpoints.empty(); }
 };

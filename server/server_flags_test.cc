@@ -26,6 +26,8 @@ ABSL_DECLARE_FLAG(bool, allow_unclean_promotion);
 ABSL_DECLARE_FLAG(uint64_t, drain_seconds);
 ABSL_DECLARE_FLAG(std::string, replication);
 ABSL_DECLARE_FLAG(uint32_t, max_workers);
+ABSL_DECLARE_FLAG(std::string, replica_of);
+ABSL_DECLARE_FLAG(int32_t, replica_of_shard);
 
 namespace ps::server {
 namespace {
@@ -134,6 +136,45 @@ TEST_F(ServerFlagsTest, AnOldWriteBackNameStillSetsTheInterval) {
   absl::SetFlag(&FLAGS_write_back_ms, 700);
   EXPECT_TRUE(IsUsageError(ServerProcessOptionsFromFlags().status(),
                            "--write_back_ms"));
+}
+
+TEST_F(ServerFlagsTest, AReplicaNamesItsPrimaryByAddressOrUnderEtcdByIndex) {
+  absl::SetFlag(&FLAGS_replica_of, "127.0.0.1:50051");
+  absl::StatusOr<ServerProcessOptions> by_address =
+      ServerProcessOptionsFromFlags();
+  ASSERT_OK(by_address);
+  EXPECT_EQ(by_address->server.replica_of, "127.0.0.1:50051");
+  EXPECT_EQ(by_address->etcd.replica_of_shard, -1);
+  // An index needs etcd; an address under etcd is refused.
+  absl::SetFlag(&FLAGS_replica_of, "");
+  absl::SetFlag(&FLAGS_replica_of_shard, 2);
+  EXPECT_TRUE(
+      IsUsageError(ServerProcessOptionsFromFlags().status(), "needs --etcd"));
+  absl::SetFlag(&FLAGS_etcd, "127.0.0.1:2379");
+  absl::SetFlag(&FLAGS_job, "ctr");
+  absl::StatusOr<ServerProcessOptions> by_index =
+      ServerProcessOptionsFromFlags();
+  ASSERT_OK(by_index);
+  EXPECT_EQ(by_index->etcd.replica_of_shard, 2);
+  EXPECT_EQ(by_index->server.replica_of, "");
+  absl::SetFlag(&FLAGS_replica_of, "127.0.0.1:50051");
+  EXPECT_TRUE(
+      IsUsageError(ServerProcessOptionsFromFlags().status(), "give one"));
+  absl::SetFlag(&FLAGS_replica_of_shard, -1);
+  EXPECT_TRUE(IsUsageError(ServerProcessOptionsFromFlags().status(),
+                           "--replica_of_shard=N"));
+  // The old form: an index in --replica_of.
+  absl::SetFlag(&FLAGS_replica_of, "3");
+  testing::internal::CaptureStderr();
+  absl::StatusOr<ServerProcessOptions> old_form =
+      ServerProcessOptionsFromFlags();
+  const std::string said = testing::internal::GetCapturedStderr();
+  ASSERT_OK(old_form);
+  EXPECT_EQ(old_form->etcd.replica_of_shard, 3);
+  EXPECT_EQ(old_form->server.replica_of, "");
+  EXPECT_NE(said.find("--replica_of=N is deprecated: use --replica_of_shard=N"),
+            std::string::npos)
+      << said;
 }
 
 }  // namespace

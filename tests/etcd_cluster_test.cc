@@ -668,10 +668,10 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   EXPECT_EQ(joined->num_shards(), 3u);
   ASSERT_TRUE(WaitForShardCount(*client_, 3, absl::Seconds(20)));
   // With a replica of its own.
-  auto replica2 =
-      ServerProcess::Start({"--data_dir=" + FreshTestDir("shard2_replica"),
-                            "--replica_of=2", "--etcd=" + etcd_->endpoint(),
-                            absl::StrCat("--job=", kJob), "--etcd_lease_s=2"});
+  auto replica2 = ServerProcess::Start(
+      {"--data_dir=" + FreshTestDir("shard2_replica"), "--replica_of_shard=2",
+       "--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob),
+       "--etcd_lease_s=2"});
   ASSERT_OK(replica2);
   // A checkpoint taken now covers it, though it holds no table yet.
   ASSERT_EQ(run_admin({"checkpoint", "--dir=" + dir + "/joined_checkpoint"},

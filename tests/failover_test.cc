@@ -1,5 +1,5 @@
 // Failover under --etcd against real processes (issue 28): a replica
-// (ps_server --replica_of=0) takes its primary's place once the primary's
+// (ps_server --replica_of_shard=0) takes its primary's place once the primary's
 // registration goes, and the workers follow it. Under --replication=sync,
 // kill -9 of the primary with its data dir deleted while two clients push
 // loses no acknowledged push and doubles none; a primary paused past its
@@ -83,7 +83,7 @@ class FailoverTest : public ::testing::Test {
     // --min_in_sync_replicas=0 makes), so that training goes on at once.
     flags = EtcdFlags();
     flags.insert(flags.end(),
-                 {"--data_dir=" + replica_dir_, "--replica_of=0",
+                 {"--data_dir=" + replica_dir_, "--replica_of_shard=0",
                   "--replication=sync", "--min_in_sync_replicas=0"});
     auto replica =
         ServerProcess::Start(flags, absl::Seconds(60), replica_dir_ + ".log");
@@ -168,7 +168,7 @@ class FailoverTest : public ::testing::Test {
     const std::string dropped_dir = FreshTestDir(name_ + "_dropped");
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(flags.end(),
-                 {"--data_dir=" + dropped_dir, "--replica_of=0",
+                 {"--data_dir=" + dropped_dir, "--replica_of_shard=0",
                   "--replication=sync", "--min_in_sync_replicas=0",
                   unclean ? "--allow_unclean_promotion" : "--cache_mb=64"});
     auto dropped =
@@ -273,7 +273,7 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
   more.WaitForMore(5);
   const std::string dir = FreshTestDir(name_ + "_new_replica");
   std::vector<std::string> flags = EtcdFlags();
-  flags.insert(flags.end(), {"--data_dir=" + dir, "--replica_of=0"});
+  flags.insert(flags.end(), {"--data_dir=" + dir, "--replica_of_shard=0"});
   auto fresh = ServerProcess::Start(flags, absl::Seconds(60), dir + ".log");
   ASSERT_OK(fresh);
   more.WaitForMore(5);
@@ -360,9 +360,9 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
     const std::string replica_dir =
         FreshTestDir(absl::StrCat(name_, "_replica", shard));
     flags = EtcdFlags();
-    flags.insert(flags.end(),
-                 {"--data_dir=" + replica_dir,
-                  absl::StrCat("--replica_of=", shard), "--replication=sync"});
+    flags.insert(flags.end(), {"--data_dir=" + replica_dir,
+                               absl::StrCat("--replica_of_shard=", shard),
+                               "--replication=sync"});
     auto replica =
         ServerProcess::Start(flags, absl::Seconds(60), replica_dir + ".log");
     ASSERT_OK(replica);
@@ -427,8 +427,9 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
   const std::string replica_dir = FreshTestDir(name_ + "_replica1");
   std::vector<std::string> flags = EtcdFlags();
   // Promoted, it takes pushes alone.
-  flags.insert(flags.end(), {"--data_dir=" + replica_dir, "--replica_of=1",
-                             "--replication=sync", "--min_in_sync_replicas=0"});
+  flags.insert(flags.end(),
+               {"--data_dir=" + replica_dir, "--replica_of_shard=1",
+                "--replication=sync", "--min_in_sync_replicas=0"});
   auto replica =
       ServerProcess::Start(flags, absl::Seconds(60), replica_dir + ".log");
   ASSERT_OK(replica);
@@ -573,7 +574,7 @@ TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
   auto other_flags = [&] {
     std::vector<std::string> flags = EtcdFlags();
     flags.insert(flags.end(),
-                 {"--data_dir=" + other_dir, "--replica_of=0",
+                 {"--data_dir=" + other_dir, "--replica_of_shard=0",
                   "--replication=sync", "--min_in_sync_replicas=0"});
     return flags;
   };
