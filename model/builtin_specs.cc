@@ -83,6 +83,12 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
   const bool has_dense = dense.columns_size() > 0;
   if (has_dense) *spec.add_dense() = dense;
   std::vector<std::string> wide_inputs = fields;
+  const bool has_wide = lr || wide_deep || deepfm;
+  if (!has_wide && !options.crosses.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("crosses feed the wide part, which ", name,
+                     " has not: write a spec with a wide layer to use them"));
+  }
   for (const auto& [first, second] : options.crosses) {
     if (first < 0 || second < 0 || first >= static_cast<int>(fields.size()) ||
         second >= static_cast<int>(fields.size())) {
@@ -119,7 +125,7 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
   // wide.bias, and the MLP's, mlp.<l>.weights and .bias, keep the names
   // these models' tables had before specs, so that their checkpoints and
   // exports load.)
-  if (lr || wide_deep || deepfm) {
+  if (has_wide) {
     AddTable(&spec, "wide", 1, 0.0f, options.wide_optimizer);
     if (has_dense) wide_inputs.push_back("dense");
     NewLayer(&spec, "wide", wide_inputs)->mutable_wide()->set_table("wide");

@@ -1,13 +1,16 @@
 #include "model/model_plan.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/optimizer.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -154,6 +157,19 @@ absl::Status Planner::CheckTables() {
     if (!(table.init_scale() >= 0)) {
       return Error("table", table.name(), "init_scale must be >= 0");
     }
+    if (absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
+            Optimizer::Create(table.optimizer());
+        !optimizer.ok()) {
+      return Error(
+          "table", table.name(),
+          absl::StrCat("its optimizer: ", optimizer.status().message()));
+    }
+  }
+  if (absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
+          Optimizer::Create(spec_.dense_optimizer());
+      !optimizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model spec: dense_optimizer: ", optimizer.status().message()));
   }
   return absl::OkStatus();
 }
@@ -336,12 +352,24 @@ absl::Status Planner::SortLayers() {
 absl::Status Planner::RowShape(int node_index, const char* kind) {
   PlanNode& node = nodes_[node_index];
   int dim = 0;
+  int first_embedding = -1;
   for (int input : node.inputs) {
     if (nodes_[input].row_dim > 0 &&
         nodes_[input].kind == PlanNode::Kind::kLayer &&
         spec_.layer(nodes_[input].index).has_embedding()) {
-      dim = nodes_[input].row_dim;
-      break;
+      // An embedding's rows are its table's: every one must be d wide.
+      if (first_embedding >= 0 && nodes_[input].row_dim != dim) {
+        return Error(
+            "layer", node.name,
+            absl::StrCat(kind, " takes rows of one width: embedding \"",
+                         nodes_[first_embedding].name, "\" has rows of ", dim,
+                         ", embedding \"", nodes_[input].name, "\" of ",
+                         nodes_[input].row_dim));
+      }
+      if (first_embedding < 0) {
+        first_embedding = input;
+        dim = nodes_[input].row_dim;
+      }
     }
   }
   if (dim == 0) dim = nodes_[node.inputs[0]].width;
@@ -659,7 +687,10 @@ absl::StatusOr<ModelPlan> ModelPlan::Create(
 int64_t ModelPlan::DenseMultiplyAddsPerExample() const {
   int64_t multiply_adds = 0;
   for (const kernels::DenseTensorSpec& tensor : dense_tensors_) {
-    if (tensor.rows > 1) multiply_adds += static_cast<int64_t>(tensor.size());
+    // Every tensor but a bias is a matrix the inputs are multiplied by.
+    if (!absl::EndsWith(tensor.name, ".bias")) {
+      multiply_adds += static_cast<int64_t>(tensor.size());
+    }
   }
   return multiply_adds;
 }

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/builtin_specs.h"
 
@@ -74,7 +75,10 @@ layer { name: "deep" inputs: "crossed" mlp { units: 1 } })");
   for (const auto& [text, cross] :
        {std::pair{full, 2 * 14 * 14},
         std::pair{Replace(full, "num_layers: 2", "num_layers: 2 low_rank: 3"),
-                  2 * (14 * 3 + 3 * 14)}}) {
+                  2 * (14 * 3 + 3 * 14)},
+        // Rank 1: v is one row, a matrix all the same.
+        std::pair{Replace(full, "num_layers: 2", "num_layers: 2 low_rank: 1"),
+                  2 * (14 * 1 + 1 * 14)}}) {
     absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(text);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
@@ -198,6 +202,58 @@ TEST(ModelPlanTest, ChecksTheDenseTransformsNumbers) {
   status = PlanStatus(Replace(kValid, "columns: 1 columns: 2 }",
                               "columns: 1 columns: 2 boundaries: 1 }"));
   EXPECT_NE(status.message().find("BUCKETIZE"), std::string::npos) << status;
+}
+
+TEST(ModelPlanTest, RowsOfEmbeddingsOfDifferentDimsAreRefused) {
+  // fm over an embedding of 4 and one of 8: its rows are not of one width.
+  const std::string text = R"(name: "mine"
+table { name: "small" dim: 4 }
+table { name: "large" dim: 8 }
+field { name: "a" column: 3 }
+field { name: "b" column: 4 }
+layer { name: "e4" inputs: "a" embedding { table: "small" } }
+layer { name: "e8" inputs: "b" embedding { table: "large" } }
+layer { name: "f" inputs: "e4" inputs: "e8" fm {} }
+layer { name: "deep" inputs: "f" mlp { units: 1 } }
+output: "deep"
+)";
+  const absl::Status status = PlanStatus(text);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("line 8"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("\"e8\" of 8"), std::string::npos) << status;
+  // One dim: planned.
+  EXPECT_TRUE(PlanStatus(Replace(text, "dim: 8", "dim: 4")).ok());
+}
+
+TEST(ModelPlanTest, OptimizersAreCheckedBeforeTraining) {
+  const absl::Status table = PlanStatus(Replace(
+      kValid, R"(table { name: "emb" dim: 4 })",
+      R"(table { name: "emb" dim: 4 optimizer { kind: ADAGRAD learning_rate: -1 } })"));
+  EXPECT_EQ(table.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(table.message().find("table \"emb\""), std::string::npos) << table;
+  EXPECT_NE(table.message().find("line 2"), std::string::npos) << table;
+  const absl::Status dense = PlanStatus(
+      std::string(kValid) + "dense_optimizer { kind: ADAM beta1: 1.5 }\n");
+  EXPECT_EQ(dense.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(dense.message().find("dense_optimizer"), std::string::npos)
+      << dense;
+}
+
+TEST(ModelPlanTest, CrossesAreForTheBuiltinsWithAWidePart) {
+  BuiltinOptions options;
+  options.crosses = {{0, 1}};
+  for (const std::string name : {"dcn_v2", "dlrm"}) {
+    const absl::Status status =
+        BuiltinModelSpec(name, kColumns, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(status.message().find("crosses feed the wide part"),
+              std::string::npos)
+        << status;
+  }
+  absl::StatusOr<ModelSpec> wide_deep =
+      BuiltinModelSpec("wide_deep", kColumns, options);
+  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status();
+  EXPECT_EQ(wide_deep->cross_size(), 1);
 }
 
 TEST(ModelPlanTest, EveryBuiltinPlansAndReadsBackFromItsText) {

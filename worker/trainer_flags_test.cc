@@ -15,6 +15,8 @@
 #include "base/test_dirs.h"
 #include "base/usable_cores.h"
 #include "gtest/gtest.h"
+#include "model/batch_inputs.h"
+#include "model/model_plan.h"
 
 ABSL_DECLARE_FLAG(std::string, train);
 ABSL_DECLARE_FLAG(std::string, follow);
@@ -190,6 +192,11 @@ TEST_F(TrainerFlagsTest, GemmThreadsAreEveryCoreOnlyForGemmBoundModels) {
   absl::SetFlag(&FLAGS_model, "dcn_v2");
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
   ASSERT_OK(options);
+  // What makes dcn_v2 GEMM-bound (on a one-core runner auto is 1 anyway).
+  absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
+      {options->model, {}}, model::ColumnUses(options->train.layout));
+  ASSERT_OK(plan);
+  EXPECT_GE(plan->DenseMultiplyAddsPerExample(), kGemmBoundMultiplyAdds);
   EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), UsableCores());
   absl::SetFlag(&FLAGS_cpu_threads, "3");
   EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), 3);

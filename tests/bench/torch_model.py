@@ -77,14 +77,12 @@ class Graph:
 
     def rows_of(self, layer, values, batch):
         """fm and dot_interaction: the inputs as a B x k x d stack of rows."""
-        dim = 0
-        for i in layer.inputs:
-            if i in self.layers and self.layers[i].WhichOneof("kind") == "embedding":
-                dim = [t.dim for t in self.spec.table
-                       if t.name == self.layers[i].embedding.table][0]
-                break
-        if dim == 0:
-            dim = values[layer.inputs[0]].shape[1]
+        table_dims = {t.name: t.dim for t in self.spec.table}
+        dims = {table_dims[self.layers[i].embedding.table] for i in layer.inputs
+                if i in self.layers and self.layers[i].WhichOneof("kind") == "embedding"}
+        if len(dims) > 1:
+            raise ValueError(f"{layer.name}: rows of one width, not {sorted(dims)}")
+        dim = dims.pop() if dims else values[layer.inputs[0]].shape[1]
         return torch.cat([values[i] for i in layer.inputs], dim=1).reshape(batch, -1, dim)
 
     def layer(self, layer, values, batch):
@@ -243,11 +241,11 @@ def widths(spec, pb2):
         elif kind == "mlp":
             w = layer.mlp.units[-1]
         elif kind == "dot_interaction":
-            dim = 0
-            for i in layer.inputs:
-                if i in layers and layers[i].WhichOneof("kind") == "embedding":
-                    dim = dims[layers[i].embedding.table]
-            dim = dim or inputs[0]
+            embedding_dims = {dims[layers[i].embedding.table] for i in layer.inputs
+                              if i in layers and layers[i].WhichOneof("kind") == "embedding"}
+            if len(embedding_dims) > 1:
+                raise ValueError(f"{name}: rows of one width, not {sorted(embedding_dims)}")
+            dim = embedding_dims.pop() if embedding_dims else inputs[0]
             k = sum(inputs) // dim
             w = k * (k + 1) // 2 if layer.dot_interaction.self_interaction else k * (k - 1) // 2
         else:  # cross, add
