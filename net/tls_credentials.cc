@@ -92,6 +92,31 @@ void AddTlsChannelArguments(const TlsFiles& files,
   }
 }
 
+absl::Status CheckListenSecurity(absl::string_view listen, const TlsFiles& tls,
+                                 bool allow_insecure_remote,
+                                 bool allow_unauthenticated_clients,
+                                 absl::string_view exposes) {
+  if (IsLoopbackAddress(listen)) return absl::OkStatus();
+  if (!tls.enabled() && !allow_insecure_remote) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", listen,
+        " without TLS: anyone who reaches it could ", exposes,
+        ". Give --tls_cert and --tls_key (and --tls_ca for mutual TLS), or "
+        "--allow_insecure_remote on a network you trust"));
+  }
+  if (tls.enabled() && tls.ca.empty() && !allow_unauthenticated_clients) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", listen,
+        " with TLS but without --tls_ca: it would authenticate nobody, and "
+        "anyone who reaches it could ",
+        exposes,
+        ". Give --tls_ca (mutual TLS: clients present certificates it "
+        "signed), or --allow_unauthenticated_clients on a network you "
+        "trust"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsLoopbackAddress(absl::string_view host_port) {
   absl::string_view host = host_port;
   if (absl::StartsWith(host, "[")) {  // [v6]:port

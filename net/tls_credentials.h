@@ -62,6 +62,16 @@ void AddTlsChannelArguments(const TlsFiles& files,
 // interface) is not.
 bool IsLoopbackAddress(absl::string_view host_port);
 
+// Whom a server on `listen` would let in, checked before it binds:
+// INVALID_ARGUMENT beyond loopback without TLS (unless
+// `allow_insecure_remote`), or with TLS but no CA to check clients against
+// (unless `allow_unauthenticated_clients`). `exposes` says what anyone who
+// reached it could then do ("read every weight").
+absl::Status CheckListenSecurity(absl::string_view listen, const TlsFiles& tls,
+                                 bool allow_insecure_remote,
+                                 bool allow_unauthenticated_clients,
+                                 absl::string_view exposes);
+
 // The token in `path` (surrounding white space removed). NOT_FOUND for a
 // file that cannot be read, INVALID_ARGUMENT for an empty token.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);

@@ -1,6 +1,7 @@
 #include "net/tls_credentials.h"
 
 #include <fstream>
+#include <string>
 
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
@@ -25,6 +26,29 @@ TEST(TlsCredentialsTest, LoopbackAddresses) {
   EXPECT_FALSE(IsLoopbackAddress("127.evil.example:1"));
   EXPECT_FALSE(IsLoopbackAddress("127.0.0.1.example.com:1"));
   EXPECT_FALSE(IsLoopbackAddress("127.0.0.256:1"));
+}
+
+TEST(TlsCredentialsTest, BeyondLoopbackAServerNeedsTlsAndAClientCa) {
+  TlsFiles none;
+  TlsFiles server_only;
+  server_only.cert = "cert.pem";
+  server_only.key = "key.pem";
+  TlsFiles mutual = server_only;
+  mutual.ca = "ca.pem";
+  // Loopback: anything goes.
+  EXPECT_OK(CheckListenSecurity("127.0.0.1:0", none, false, false, "x"));
+  absl::Status plaintext =
+      CheckListenSecurity("0.0.0.0:1", none, false, false, "read every weight");
+  EXPECT_THAT(plaintext, StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_NE(plaintext.message().find("without TLS: anyone who reaches it "
+                                     "could read every weight"),
+            std::string::npos)
+      << plaintext;
+  EXPECT_OK(CheckListenSecurity("0.0.0.0:1", none, true, false, "x"));
+  EXPECT_THAT(CheckListenSecurity("0.0.0.0:1", server_only, false, false, "x"),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_OK(CheckListenSecurity("0.0.0.0:1", server_only, false, true, "x"));
+  EXPECT_OK(CheckListenSecurity("0.0.0.0:1", mutual, false, false, "x"));
 }
 
 TEST(TlsCredentialsTest, HalfAPairIsRefused) {

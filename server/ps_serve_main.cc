@@ -207,24 +207,11 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const ps::ServerTlsFlags tls_flags = ps::ServerTlsFromFlags();
   const ps::TlsFiles& tls = tls_flags.files;
-  if (!tls.enabled() && !tls_flags.allow_insecure_remote &&
-      !ps::IsLoopbackAddress(listen)) {
-    return Fail(ps::kExitUsage,
-                absl::StrCat("refusing to listen on ", listen,
-                             " without TLS: give --tls_cert and --tls_key "
-                             "(and --tls_ca for mutual TLS), or "
-                             "--allow_insecure_remote on a network you trust"));
-  }
-  if (tls.enabled() && tls.ca.empty() &&
-      !tls_flags.allow_unauthenticated_clients &&
-      !ps::IsLoopbackAddress(listen)) {
-    return Fail(ps::kExitUsage,
-                absl::StrCat("refusing to listen on ", listen,
-                             " with TLS but without --tls_ca: anyone who "
-                             "reaches it could read every weight. Give "
-                             "--tls_ca (mutual TLS), or "
-                             "--allow_unauthenticated_clients on a network "
-                             "you trust"));
+  if (absl::Status secure = ps::CheckListenSecurity(
+          listen, tls, tls_flags.allow_insecure_remote,
+          tls_flags.allow_unauthenticated_clients, "read every weight");
+      !secure.ok()) {
+    return Fail(ps::kExitUsage, std::string(secure.message()));
   }
   absl::StatusOr<int> max_message_bytes = MaxMessageBytesFromFlags();
   if (!max_message_bytes.ok()) {

@@ -125,24 +125,10 @@ absl::Status CheckServingOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         "max_keys_per_request and max_message_bytes must be positive");
   }
-  if (!options.tls.enabled() && !options.allow_insecure_remote &&
-      !IsLoopbackAddress(options.listen_address)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "refusing to listen on ", options.listen_address,
-        " without TLS: anyone who reaches it could read and change the "
-        "model. Give --tls_cert and --tls_key (and --tls_ca for mutual TLS), "
-        "or --allow_insecure_remote on a network you trust"));
-  }
-  if (options.tls.enabled() && options.tls.ca.empty() &&
-      !options.allow_unauthenticated_clients &&
-      !IsLoopbackAddress(options.listen_address)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "refusing to listen on ", options.listen_address,
-        " with TLS but without --tls_ca: the shard would authenticate "
-        "nobody, and anyone who reaches it could train, drain or drop tables. "
-        "Give --tls_ca (mutual TLS: clients present certificates it signed), "
-        "or --allow_unauthenticated_clients on a network you trust"));
-  }
+  RETURN_IF_ERROR(CheckListenSecurity(
+      options.listen_address, options.tls, options.allow_insecure_remote,
+      options.allow_unauthenticated_clients,
+      "read and change the model, stop the shard or drop its tables"));
   if (options.admin_token.empty() && !options.allow_unauthenticated_admin &&
       !IsLoopbackAddress(options.listen_address)) {
     return absl::InvalidArgumentError(absl::StrCat(
