@@ -15,6 +15,19 @@ int ExitCodeFor(const absl::Status& status) {
   return kExitFailed;
 }
 
+int FailUsage(absl::string_view program, absl::string_view message) {
+  std::fprintf(stderr, "%.*s: %.*s\n", static_cast<int>(program.size()),
+               program.data(), static_cast<int>(message.size()),
+               message.data());
+  return kExitUsage;
+}
+
+int FailWith(absl::string_view program, const absl::Status& status) {
+  std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()),
+               program.data(), status.ToString().c_str());
+  return ExitCodeFor(status);
+}
+
 }  // namespace ps
 
 // Abseil calls this (a weak symbol of its own otherwise) for a fatal flag

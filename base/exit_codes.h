@@ -22,6 +22,7 @@
 #define PS_BASE_EXIT_CODES_H_
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace ps {
 
@@ -35,6 +36,12 @@ inline constexpr int kExitDrained = 75;
 // UNAVAILABLE or DEADLINE_EXCEEDED (what a shard that stays unreachable
 // leaves once retries give up), 70 otherwise.
 int ExitCodeFor(const absl::Status& status);
+
+// What a main returns when it cannot go on, having printed "PROGRAM: WHY"
+// on stderr: kExitUsage for a bad command line (`message`), ExitCodeFor()
+// for a failure (`status`, printed with its code).
+int FailUsage(absl::string_view program, absl::string_view message);
+int FailWith(absl::string_view program, const absl::Status& status);
 
 }  // namespace ps
 

@@ -30,15 +30,13 @@ namespace ps::ops {
 
 // A bad flag: exit 64.
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "ps_admin: %s\n", message.c_str());
-  return ps::kExitUsage;
+  return ps::FailUsage("ps_admin", message);
 }
 
 // A command the cluster refused or could not answer: 69 for a shard
 // unreachable, else 70 (base/exit_codes.h).
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "ps_admin: %s\n", std::string(status.message()).c_str());
-  return ps::ExitCodeFor(status);
+  return ps::FailWith("ps_admin", status);
 }
 
 const char* StatusCodeName(grpc::StatusCode code) {

@@ -42,14 +42,12 @@ namespace {
 
 // A bad flag: exit 64.
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "ps_server: %s\n", message.c_str());
-  return ps::kExitUsage;
+  return ps::FailUsage("ps_server", message);
 }
 
 // A shard that cannot start or stop cleanly: 69 or 70 (base/exit_codes.h).
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "ps_server: %s\n", status.ToString().c_str());
-  return ps::ExitCodeFor(status);
+  return ps::FailWith("ps_server", status);
 }
 
 // Parses the command line and sets up logging.

@@ -39,14 +39,12 @@ namespace {
 
 // A bad flag or input layout: exit 64.
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "ps_worker: %s\n", message.c_str());
-  return ps::kExitUsage;
+  return ps::FailUsage("ps_worker", message);
 }
 
 // A run that failed: 69 for a shard unreachable past --retry_for_s, else 70.
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "ps_worker: %s\n", status.ToString().c_str());
-  return ps::ExitCodeFor(status);
+  return ps::FailWith("ps_worker", status);
 }
 
 // SIGTERM and SIGINT, which StopOnSignals() waits for.

@@ -62,14 +62,12 @@ namespace {
 
 // A bad flag or input layout: exit 64.
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "ps_predict: %s\n", message.c_str());
-  return ps::kExitUsage;
+  return ps::FailUsage("ps_predict", message);
 }
 
 // A run that failed (an unreadable export or input, a bad line): 70.
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "ps_predict: %s\n", status.ToString().c_str());
-  return ps::ExitCodeFor(status);
+  return ps::FailWith("ps_predict", status);
 }
 
 // What a run has scored: how many lines, and the labeled lines' scores and
