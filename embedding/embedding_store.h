@@ -649,6 +649,12 @@ class EmbeddingStore {
   // Fills in the stripes `push` touches and, under kWal, builds its record
   // (sequence numbers still 0). REQUIRES: push.keys grouped by stripe.
   void PreparePush(const Table& table, PendingPush& push);
+  // The steps below run with every stripe of `push` locked and read and
+  // write those stripes' guarded rows. The locks held are a set chosen at
+  // run time (push.stripes), which the thread-safety analysis cannot name
+  // in a REQUIRES clause: each step is marked ABSL_NO_THREAD_SAFETY_ANALYSIS
+  // for that reason alone, and ApplyPush() is the one caller, between its
+  // Lock and Unlock of push.stripes.
   // With every stripe of `push` locked: loads and updates its rows, checks
   // them, and under kWal writes its record; on error, undoes it all.
   absl::Status UpdateLockedStripes(const Table& table, PendingPush& push)
