@@ -667,7 +667,7 @@ TEST(ModelGraphTest, StagedInputsTrainAsUploadedOnes) {
   BuiltinOptions options;
   options.embedding_dim = 4;
   options.hidden = {6};
-  for (const std::string& name : {"wide_deep", "dlrm"}) {
+  for (const std::string name : {"wide_deep", "dlrm"}) {
     absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
     ASSERT_TRUE(spec.ok()) << spec.status();
     absl::StatusOr<ModelPlan> plan =
