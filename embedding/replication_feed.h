@@ -134,7 +134,7 @@ class ReplicationFeed {
   std::vector<uint64_t> InSyncFollowers();
 
   // The in-sync set as recorded where a promotion looks (etcd; see
-  // net/shard_directory.h's InSyncSet). Once called, a sync wait also needs
+  // cluster/shard_directory.h's InSyncSet). Once called, a sync wait also needs
   // every recorded follower to have applied its entry: one dropped holds
   // pushes back until a record without it is set, so that no push is
   // acknowledged that a recorded follower lacks. And only recorded

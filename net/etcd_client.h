@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "net/etcd_values.h"
 #include "net/tls_credentials.h"
 #include "proto/etcd_rpc.grpc.pb.h"
 
@@ -46,40 +47,6 @@ struct EtcdOptions {
   // ended. Default: none.
   std::string user;
   std::string password;
-};
-
-// A key as etcd holds it.
-struct EtcdValue {
-  std::string key;
-  std::string value;
-  // The revisions that created and last changed the key.
-  int64_t create_revision = 0;
-  int64_t mod_revision = 0;
-  // Its lease (0: none).
-  int64_t lease = 0;
-};
-
-// A further condition of a compare-and-swap (EtcdClient::PutIf()): `key`'s
-// mod revision is `mod_revision` (0: the key does not exist).
-struct EtcdCondition {
-  std::string key;
-  int64_t mod_revision = 0;
-};
-
-// Which etcd cluster answered, and its store's revision then: a revision
-// only grows in one cluster, so a lower one (or another cluster) means etcd
-// lost its state or was restored from an older snapshot.
-struct EtcdPosition {
-  uint64_t cluster_id = 0;
-  int64_t revision = 0;
-};
-
-// One change seen by a watch.
-struct EtcdEvent {
-  enum class Type { kPut, kDelete };
-  Type type = Type::kPut;
-  // After the change (a delete: the key and the revision that deleted it).
-  EtcdValue kv;
 };
 
 // A running watch; destroying it (or Cancel()) stops the callbacks.

@@ -41,7 +41,7 @@ struct CheckpointOptions {
   std::vector<std::string> servers;
   // Where the clock coordinator is. Default (empty): servers[0].
   std::string coordinator;
-  // Under --etcd: looks the coordinator up (net/shard_directory.h), which
+  // Under --etcd: looks the coordinator up (cluster/shard_directory.h), which
   // PeriodicCheckpointer does before each checkpoint instead of using
   // `coordinator`. Default: none.
   std::function<absl::StatusOr<std::string>()> find_coordinator;

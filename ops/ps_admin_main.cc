@@ -31,10 +31,10 @@
 #include "base/flag_alias.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
+#include "cluster/etcd_job_flags.h"
+#include "cluster/shard_directory.h"
 #include "net/admin_channel.h"
 #include "net/client_tls_flags.h"
-#include "net/etcd_job_flags.h"
-#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "ops/admin_command.h"
 
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
   ps::SetVersionFlag("ps_admin",
-                     {"net/client_tls_flags.cc", "net/etcd_job_flags.cc"});
+                     {"net/client_tls_flags.cc", "cluster/etcd_job_flags.cc"});
   std::vector<char*> words = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> names;
   for (const Command& command : kCommands) names.push_back(command.name);
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(token.status().ToString());
     cluster.token = *std::move(token);
   }
-  absl::StatusOr<ps::net::EtcdJob> etcd = ps::net::EtcdJobFromFlags();
+  absl::StatusOr<ps::cluster::EtcdJob> etcd = ps::cluster::EtcdJobFromFlags();
   if (!etcd.ok()) return Fail(std::string(etcd.status().message()));
   const bool from_replicas = !cluster.options.read_replicas.empty();
   if (from_replicas) {
@@ -330,8 +330,9 @@ int main(int argc, char** argv) {
     cluster.servers = cluster.options.read_replicas;
   } else if (etcd->enabled()) {
     cluster.options.job = etcd->job;
-    absl::StatusOr<std::vector<std::string>> servers = ps::net::FindJobShards(
-        *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
+    absl::StatusOr<std::vector<std::string>> servers =
+        ps::cluster::FindJobShards(
+            *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
     if (!servers.ok()) return Fail(servers.status());
     cluster.servers = *std::move(servers);
   } else {
@@ -344,10 +345,10 @@ int main(int argc, char** argv) {
   if (etcd->enabled() && !from_replicas &&
       absl::GetFlag(FLAGS_coordinator).empty()) {
     // The shard elected to coordinate (server/coordinator_election.h).
-    absl::StatusOr<std::unique_ptr<ps::net::EtcdClient>> client =
-        ps::net::ConnectToJobEtcd(*etcd);
+    absl::StatusOr<std::unique_ptr<ps::cluster::CoordinationStore>> client =
+        ps::cluster::ConnectToJobEtcd(*etcd);
     absl::StatusOr<std::string> coordinator =
-        client.ok() ? ps::net::FindCoordinator(
+        client.ok() ? ps::cluster::FindCoordinator(
                           **client, etcd->job,
                           absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)))
                     : absl::StatusOr<std::string>(client.status());

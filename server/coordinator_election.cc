@@ -6,8 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "cluster/shard_directory.h"
 #include "glog/logging.h"
-#include "net/shard_directory.h"
 
 namespace ps::server {
 namespace {
@@ -28,16 +28,16 @@ std::string CoordinatorLeaseKey(const std::string& job) {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Start(
-    net::EtcdClient* etcd, ClockCoordinator* clocks,
+    cluster::CoordinationStore* etcd, ClockCoordinator* clocks,
     const ElectionOptions& options) {
-  RETURN_IF_ERROR(net::CheckJobName(options.job));
+  RETURN_IF_ERROR(cluster::CheckJobName(options.job));
   if (options.ttl < absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         "the coordinator's etcd lease must be at least 1 s");
   }
   auto election = std::unique_ptr<CoordinatorElection>(
       new CoordinatorElection(etcd, clocks, options));
-  election->key_ = net::CoordinatorKey(options.job);
+  election->key_ = cluster::CoordinatorKey(options.job);
   election->value_ = absl::StrCat(options.shard_index, " ", options.address);
   CoordinatorElection* raw = election.get();
   election->thread_ = std::thread([raw] { raw->Run(); });
@@ -165,12 +165,12 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
     holder_lease_ = last_lease;
     return false;
   }
-  absl::StatusOr<std::vector<net::RegisteredWorker>> registered =
-      net::RegisteredWorkers(*etcd_, options_.job);
+  absl::StatusOr<std::vector<cluster::RegisteredWorker>> registered =
+      cluster::RegisteredWorkers(*etcd_, options_.job);
   if (!registered.ok())
     return give_up("reading the registered workers", registered.status());
   std::vector<ClockCoordinator::ExpectedWorker> expected;
-  for (const net::RegisteredWorker& worker : *registered)
+  for (const cluster::RegisteredWorker& worker : *registered)
     expected.push_back({worker.index, worker.lease});
   // Recorded before any incarnation of it is given out.
   const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);

@@ -1,7 +1,7 @@
 // File: server/coordinator_election.h
 //
 // Under --etcd, the job's clock coordinator is whichever shard holds the key
-// /ps/<job>/coordinator (net/shard_directory.h's CoordinatorKey), which it
+// /ps/<job>/coordinator (cluster/shard_directory.h's CoordinatorKey), which it
 // creates by a compare-and-swap under an etcd lease of its own and keeps
 // alive by renewing it. Every shard runs an election: while another holds
 // the key it looks again every `poll`; once the holder's lease ran out
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 #include "server/clock_coordinator.h"
 
 namespace ps::server {
@@ -58,7 +58,7 @@ class CoordinatorElection {
   // Starts campaigning on a thread of its own. INVALID_ARGUMENT for a bad
   // job or a ttl under a second.
   static absl::StatusOr<std::unique_ptr<CoordinatorElection>> Start(
-      net::EtcdClient* etcd, ClockCoordinator* clocks,
+      cluster::CoordinationStore* etcd, ClockCoordinator* clocks,
       const ElectionOptions& options);
 
   // Steps down and gives the key up (revoking its lease), so that another
@@ -68,8 +68,8 @@ class CoordinatorElection {
   bool leading() const { return leading_.load(); }
 
  private:
-  CoordinatorElection(net::EtcdClient* etcd, ClockCoordinator* clocks,
-                      const ElectionOptions& options)
+  CoordinatorElection(cluster::CoordinationStore* etcd,
+                      ClockCoordinator* clocks, const ElectionOptions& options)
       : etcd_(etcd), clocks_(clocks), options_(options) {}
   void Run();
   // One try at taking the key; whether it was taken.
@@ -85,7 +85,7 @@ class CoordinatorElection {
   // leases and a second of waiting.
   bool LastLeaderMayAnswer(int64_t lease);
 
-  net::EtcdClient* const etcd_;
+  cluster::CoordinationStore* const etcd_;
   ClockCoordinator* const clocks_;
   const ElectionOptions options_;
   std::string key_, value_;

@@ -53,7 +53,7 @@ absl::Status DataService::Fenced() const {
         "this shard is stopping (its replicas catch up before it lets go of "
         "its place); retry"));
   }
-  const net::LeasedKey* lease = lease_.load();
+  const cluster::LeasedKey* lease = lease_.load();
   if (lease == nullptr) {
     if (!options_.fenced_until_registered) return absl::OkStatus();
     return MarkTransient(absl::UnavailableError(

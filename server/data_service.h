@@ -24,10 +24,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cluster/shard_directory.h"
 #include "embedding/embedding_store.h"
 #include "embedding/replication_feed.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "net/shard_directory.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
 #include "server/slot_move.h"
@@ -124,7 +124,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // longer surely held, so that a primary paused past its lease never
   // acknowledges a push after a replica took its place. `lease` must
   // outlive the service or be replaced by null first.
-  void FenceBy(const net::LeasedKey* lease) { lease_ = lease; }
+  void FenceBy(const cluster::LeasedKey* lease) { lease_ = lease; }
 
   grpc::ServerUnaryReactor* DeclareTable(
       grpc::CallbackServerContext* context, const DeclareTableRequest* request,
@@ -234,7 +234,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   std::atomic<int64_t> bytes_in_flight_{0};
   std::atomic<bool> read_only_;
   std::atomic<bool> stopping_{false};
-  std::atomic<const net::LeasedKey*> lease_{nullptr};
+  std::atomic<const cluster::LeasedKey*> lease_{nullptr};
 };
 
 }  // namespace ps::server

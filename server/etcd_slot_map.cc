@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "cluster/shard_directory.h"
 #include "glog/logging.h"
-#include "net/shard_directory.h"
 
 namespace ps::server {
 namespace {
@@ -24,10 +24,10 @@ absl::StatusOr<SlotMap> FromJson(const std::string& key,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
-    net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-    OwnMap own_map, absl::Duration resync_interval) {
+    cluster::CoordinationStore* etcd, const std::string& job,
+    SlotOwnership* slots, OwnMap own_map, absl::Duration resync_interval) {
   auto synced = std::unique_ptr<EtcdSlotMap>(
-      new EtcdSlotMap(etcd, net::SlotMapKey(job), slots, resync_interval));
+      new EtcdSlotMap(etcd, cluster::SlotMapKey(job), slots, resync_interval));
   absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
   if (absl::IsNotFound(read.status())) {
     // The job's first shard: its own map (the initial one, on a new job)
@@ -195,12 +195,13 @@ void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {
 }
 
 void EtcdSlotMap::Follow() {
-  std::unique_ptr<net::EtcdWatch> watch;
+  std::unique_ptr<cluster::StoreWatch> watch;
   do {
     if (watch == nullptr || !watch->status().ok()) {
       watch.reset();
-      absl::StatusOr<std::unique_ptr<net::EtcdWatch>> made = etcd_->WatchPrefix(
-          key_, 0, [this](const net::EtcdEvent& event) { OnEvent(event); });
+      absl::StatusOr<std::unique_ptr<cluster::StoreWatch>> made =
+          etcd_->WatchPrefix(
+              key_, 0, [this](const net::EtcdEvent& event) { OnEvent(event); });
       if (made.ok()) {
         watch = *std::move(made);
       } else {

@@ -29,7 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/slot_map.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 #include "server/slot_ownership.h"
 
 namespace ps::server {
@@ -48,8 +48,9 @@ class EtcdSlotMap {
   // from a checkpoint at this start, other than etcd's (its rows were
   // placed by the checkpoint's map); etcd's errors.
   static absl::StatusOr<std::unique_ptr<EtcdSlotMap>> Start(
-      net::EtcdClient* etcd, const std::string& job, SlotOwnership* slots,
-      OwnMap own_map, absl::Duration resync_interval = absl::Seconds(2));
+      cluster::CoordinationStore* etcd, const std::string& job,
+      SlotOwnership* slots, OwnMap own_map,
+      absl::Duration resync_interval = absl::Seconds(2));
 
   // Stops following.
   ~EtcdSlotMap();
@@ -76,8 +77,8 @@ class EtcdSlotMap {
   absl::Status CatchUp();
 
  private:
-  EtcdSlotMap(net::EtcdClient* etcd, std::string key, SlotOwnership* slots,
-              absl::Duration resync_interval)
+  EtcdSlotMap(cluster::CoordinationStore* etcd, std::string key,
+              SlotOwnership* slots, absl::Duration resync_interval)
       : etcd_(etcd),
         key_(std::move(key)),
         slots_(slots),
@@ -90,7 +91,7 @@ class EtcdSlotMap {
   // The follower thread's loop.
   void Follow();
 
-  net::EtcdClient* const etcd_;
+  cluster::CoordinationStore* const etcd_;
   const std::string key_;
   SlotOwnership* const slots_;
   const absl::Duration resync_interval_;

@@ -13,7 +13,7 @@
 namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<InSyncRecorder>> InSyncRecorder::Start(
-    net::EtcdClient* etcd, embedding::ReplicationFeed* feed,
+    cluster::CoordinationStore* etcd, embedding::ReplicationFeed* feed,
     const InSyncRecorderOptions& options) {
   auto recorder =
       std::unique_ptr<InSyncRecorder>(new InSyncRecorder(etcd, feed, options));
@@ -22,8 +22,8 @@ absl::StatusOr<std::unique_ptr<InSyncRecorder>> InSyncRecorder::Start(
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   absl::Status recorded;
   do {
-    absl::StatusOr<net::ShardGeneration> at =
-        net::ReadShardGeneration(*etcd, options.job, options.index);
+    absl::StatusOr<cluster::ShardGeneration> at =
+        cluster::ReadShardGeneration(*etcd, options.job, options.index);
     recorded = at.status();
     if (at.ok()) {
       recorder->at_ = *at;
@@ -62,7 +62,7 @@ absl::Status InSyncRecorder::RecordIfChanged() {
     std::sort(in_sync.begin(), in_sync.end());
     if (*recorded_ == in_sync) return absl::OkStatus();
   }
-  net::InSyncSet set;
+  cluster::InSyncSet set;
   set.generation = at_.generation;
   set.feed = feed_->id();
   set.followers = in_sync;
@@ -80,7 +80,7 @@ absl::Status InSyncRecorder::RecordIfChanged() {
     feed_->SetRecordedInSync(std::move(either), std::move(both));
   }
   RETURN_IF_ERROR(
-      net::WriteInSyncSet(*etcd_, options_.job, options_.index, at_, set));
+      cluster::WriteInSyncSet(*etcd_, options_.job, options_.index, at_, set));
   LOG(INFO) << "shard " << options_.index << "'s replicas in sync: "
             << (in_sync.empty() ? std::string("none")
                                 : absl::StrJoin(in_sync, ", "))

@@ -1,7 +1,7 @@
 // File: server/in_sync_recorder.h
 //
 // InSyncRecorder keeps a primary's in-sync set in etcd
-// (net/shard_directory.h's InSyncSet) in step with its replication feed:
+// (cluster/shard_directory.h's InSyncSet) in step with its replication feed:
 // every `interval` it compares the feed's followers in sync with what it
 // recorded, writes the new set at the shard's generation, and only then
 // tells the feed (ReplicationFeed::SetRecordedInSync()), whose sync waits
@@ -29,9 +29,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "embedding/replication_feed.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 
 namespace ps::server {
 
@@ -57,7 +57,7 @@ class InSyncRecorder {
   // own. The errors of the first write (FAILED_PRECONDITION: the generation
   // moved).
   static absl::StatusOr<std::unique_ptr<InSyncRecorder>> Start(
-      net::EtcdClient* etcd, embedding::ReplicationFeed* feed,
+      cluster::CoordinationStore* etcd, embedding::ReplicationFeed* feed,
       const InSyncRecorderOptions& options);
   ~InSyncRecorder();
 
@@ -65,7 +65,8 @@ class InSyncRecorder {
   absl::Status status() const;
 
  private:
-  InSyncRecorder(net::EtcdClient* etcd, embedding::ReplicationFeed* feed,
+  InSyncRecorder(cluster::CoordinationStore* etcd,
+                 embedding::ReplicationFeed* feed,
                  const InSyncRecorderOptions& options)
       : etcd_(etcd), feed_(feed), options_(options) {}
 
@@ -73,10 +74,10 @@ class InSyncRecorder {
   absl::Status RecordIfChanged();
   void Run();
 
-  net::EtcdClient* const etcd_;
+  cluster::CoordinationStore* const etcd_;
   embedding::ReplicationFeed* const feed_;
   const InSyncRecorderOptions options_;
-  net::ShardGeneration at_;
+  cluster::ShardGeneration at_;
   // Only the recording thread (and Start() before it) touch it.
   std::optional<std::vector<uint64_t>> recorded_;
   mutable absl::Mutex mu_;

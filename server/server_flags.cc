@@ -14,9 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "cluster/shard_directory.h"
 #include "glog/logging.h"
 #include "net/server_tls_flags.h"
-#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -581,7 +581,7 @@ absl::Status CheckPushLogBound(ServerOptions* /*options*/) {
 // checked before the store opens.
 absl::Status CheckEtcdFlags(ServerOptions* options) {
   if (absl::GetFlag(FLAGS_etcd).empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(ps::net::CheckJobName(absl::GetFlag(FLAGS_job)));
+  RETURN_IF_ERROR(ps::cluster::CheckJobName(absl::GetFlag(FLAGS_job)));
   if (absl::GetFlag(FLAGS_etcd_lease_s) < 1)
     return BadFlag("--etcd_lease_s must be >= 1");
   if (absl::GetFlag(FLAGS_join_wait_s) < 0)

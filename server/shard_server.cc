@@ -654,7 +654,7 @@ absl::Status ShardServer::Promote() {
   return absl::OkStatus();
 }
 
-void ShardServer::FenceBy(const net::LeasedKey* lease) {
+void ShardServer::FenceBy(const cluster::LeasedKey* lease) {
   data_service_->FenceBy(lease);
 }
 

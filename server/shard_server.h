@@ -27,6 +27,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_control.h"
 #include "embedding/embedding_store.h"
 #include "net/tls_credentials.h"
 #include "server/admin_service.h"
@@ -114,7 +116,7 @@ struct ServerOptions {
   // server) and the job. The slot map is then the job's in etcd
   // (server/etcd_slot_map.h), read before the shard serves. Default: none
   // (the map is the data dir's alone).
-  net::EtcdClient* etcd = nullptr;
+  cluster::CoordinationStore* etcd = nullptr;
   std::string job;
   // How often the shard checks that it can still acknowledge pushes; once
   // its push log stopped for good (a failed write or sync, not a full
@@ -166,7 +168,7 @@ struct ServerOptions {
 // started as a primary would be promoted.
 bool IsReplicaDataDir(const std::string& data_dir);
 
-class ShardServer {
+class ShardServer final : public cluster::ShardControl {
  public:
   // Restores (see restore_from), opens the store and starts serving.
   // FAILED_PRECONDITION for a data dir of another shard, or one that holds
@@ -179,7 +181,7 @@ class ShardServer {
       const ServerOptions& given);
 
   // Shuts down (with no drain time) if Shutdown() was not called.
-  ~ShardServer();
+  ~ShardServer() override;
 
   // The port actually bound.
   int port() const { return port_; }
@@ -203,7 +205,7 @@ class ShardServer {
   // a lease of `ttl`; until elected, this shard's coordinator answers
   // UNAVAILABLE. FAILED_PRECONDITION without etcd.
   absl::Status CampaignForCoordinator(const std::string& address,
-                                      absl::Duration ttl);
+                                      absl::Duration ttl) override;
 
   // Under options.etcd: makes this shard one of the job's (a shard started
   // beyond the job's count joins it, owning no slot until a rebalance),
@@ -211,17 +213,17 @@ class ShardServer {
   // shard is registered. Nothing without etcd. A joining shard's health
   // says NOT_SERVING from its start until it has joined, so that an
   // orchestrator's readiness means one of the job's shards.
-  absl::Status JoinJob(absl::Duration wait);
+  absl::Status JoinJob(absl::Duration wait) override;
 
   // A replica stops following its primary (keeping every entry it applied,
   // and cancelling a Follow in flight): the first step of its promotion.
   // FAILED_PRECONDITION unless a replica that was following until now (one
   // that stopped on an error may lack what its primary acknowledged).
-  absl::Status StopFollowing();
+  absl::Status StopFollowing() override;
 
   // Why a replica stopped following its primary; OK while it follows, and
   // for a primary.
-  absl::Status FollowingError() const;
+  absl::Status FollowingError() const override;
 
   // A replica becomes its shard's primary: feeds replicas of its own,
   // takes pushes, and its data dir is a primary's from now on. The caller
@@ -229,7 +231,7 @@ class ShardServer {
   // it following first and makes it the one workers find. Under --etcd it
   // reads the job's slot map first. FAILED_PRECONDITION unless a replica;
   // etcd's errors.
-  absl::Status Promote();
+  absl::Status Promote() override;
 
   // A shard about to stop: refuses pushes from now on (transiently) and
   // waits until `deadline` for its replicas to apply its whole feed, so
@@ -238,18 +240,19 @@ class ShardServer {
 
   // Under --etcd: pushes are fenced by the shard's registration
   // (DataService::FenceBy()); null lifts it.
-  void FenceBy(const net::LeasedKey* lease);
+  void FenceBy(const cluster::LeasedKey* lease) override;
 
   // Under --etcd, a primary (or a replica just promoted): keeps the
   // shard's in-sync set in etcd in step with its feed
   // (server/in_sync_recorder.h); nothing without a feed (no
   // --durability=wal). FAILED_PRECONDITION when the shard's generation
   // moved.
-  absl::Status RecordInSyncSet();
+  absl::Status RecordInSyncSet() override;
 
   // A replica's place in its primary's feed: the feed's id and the
   // follower id its copy was given. FAILED_PRECONDITION for a primary.
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> FeedAndFollower() const;
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> FeedAndFollower()
+      const override;
 
  private:
   ShardServer() = default;
@@ -309,7 +312,7 @@ class ShardServer {
   // Under --etcd, a primary's: the in-sync set kept in etcd (before feed_
   // goes).
   std::unique_ptr<InSyncRecorder> in_sync_recorder_;
-  net::EtcdClient* etcd_ = nullptr;
+  cluster::CoordinationStore* etcd_ = nullptr;
   std::string job_;
   uint32_t shard_index_ = 0;
   std::unique_ptr<DataService> data_service_;

@@ -11,9 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "server/clock_coordinator.h"
 #include "tests/etcd_process.h"
 
@@ -29,7 +29,8 @@ class CoordinatorElectionTest : public ::testing::Test {
         testing::EtcdProcess::Start("election");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
+        etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
     for (int shard = 0; shard < 2; ++shard) {
@@ -101,7 +102,7 @@ class CoordinatorElectionTest : public ::testing::Test {
   }
 
   std::unique_ptr<testing::EtcdProcess> etcd_;
-  std::unique_ptr<net::EtcdClient> client_;
+  std::unique_ptr<cluster::CoordinationStore> client_;
   std::vector<std::unique_ptr<ClockCoordinator>> clocks_;
   std::vector<std::unique_ptr<CoordinatorElection>> elections_;
 };
@@ -111,7 +112,8 @@ TEST_F(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
   ASSERT_GE(first, 0);
   const uint64_t first_epoch = Epoch();
   EXPECT_GT(first_epoch, 0u);
-  absl::StatusOr<net::EtcdValue> held = client_->Get(net::CoordinatorKey(kJob));
+  absl::StatusOr<net::EtcdValue> held =
+      client_->Get(cluster::CoordinatorKey(kJob));
   ASSERT_OK(held);
   EXPECT_EQ(held->value.substr(0, 2), std::to_string(first) + " ");
   // The leader stops (it gives its key up): the other leads, at once, at a
@@ -131,7 +133,7 @@ TEST_F(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   // down at its next renewal, and an election follows; the next leader
   // waits the old one's lease out, so that they never answer at once
   // (Leader() checks, while it waits for one).
-  ASSERT_OK(client_->Delete(net::CoordinatorKey(kJob)).status());
+  ASSERT_OK(client_->Delete(cluster::CoordinatorKey(kJob)).status());
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (absl::Now() < deadline && Epoch() == first_epoch) {
     EXPECT_FALSE(clocks_[0]->Serving().ok() && clocks_[1]->Serving().ok())

@@ -22,11 +22,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.pb.h"
 #include "worker/ps_client.h"
@@ -85,16 +85,16 @@ inline std::vector<float> CountedValues(
 // failure reported) when it cannot. A call to a paused shard fails at 3 s,
 // and a push is retried for up to 60 s.
 inline std::unique_ptr<worker::PsClient> ConnectThroughEtcd(
-    net::EtcdClient& etcd, const std::string& job, uint64_t incarnation,
-    const std::string& table, uint32_t dim) {
+    cluster::CoordinationStore& etcd, const std::string& job,
+    uint64_t incarnation, const std::string& table, uint32_t dim) {
   absl::StatusOr<std::vector<std::string>> found =
-      net::FindShards(etcd, job, absl::Seconds(30));
+      cluster::FindShards(etcd, job, absl::Seconds(30));
   EXPECT_TRUE(found.ok()) << found.status();
   if (!found.ok()) return nullptr;
   worker::ClientOptions options;
   options.servers = *found;
   options.find_shards = [&etcd, job] {
-    return net::FindShards(etcd, job, absl::Seconds(2));
+    return cluster::FindShards(etcd, job, absl::Seconds(2));
   };
   options.incarnation = incarnation;
   options.call_timeout = absl::Seconds(3);

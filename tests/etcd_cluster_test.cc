@@ -19,10 +19,10 @@
 #include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
@@ -43,7 +43,8 @@ class EtcdClusterTest : public ::testing::Test {
         EtcdProcess::Start("etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
+        etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
   }
@@ -75,7 +76,7 @@ class EtcdClusterTest : public ::testing::Test {
   }
 
   std::unique_ptr<EtcdProcess> etcd_;
-  std::unique_ptr<net::EtcdClient> client_;
+  std::unique_ptr<cluster::CoordinationStore> client_;
   int started_ = 0;
 };
 
@@ -344,7 +345,7 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
 }
 
 // The slot map of kJob in etcd.
-absl::StatusOr<SlotMap> JobMap(net::EtcdClient& etcd) {
+absl::StatusOr<SlotMap> JobMap(cluster::CoordinationStore& etcd) {
   ASSIGN_OR_RETURN(net::EtcdValue stored,
                    etcd.Get(absl::StrCat("/ps/", kJob, "/slot_map")));
   return SlotMapFromJson(stored.value, 0);
@@ -361,7 +362,7 @@ int RunWithOutput(const std::vector<std::string>& argv, const std::string& out,
 }
 
 // Waits up to `timeout` until the job's map counts `num_shards` shards.
-bool WaitForShardCount(net::EtcdClient& etcd, uint32_t num_shards,
+bool WaitForShardCount(cluster::CoordinationStore& etcd, uint32_t num_shards,
                        absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
@@ -617,11 +618,11 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   for (uint32_t w = 0; w < 2; ++w) {
     worker::ClientOptions options;
     absl::StatusOr<std::vector<std::string>> found =
-        net::FindShards(*client_, kJob, absl::Seconds(10));
+        cluster::FindShards(*client_, kJob, absl::Seconds(10));
     ASSERT_OK(found);
     options.servers = *found;
     options.find_shards = [this] {
-      return net::FindShards(*client_, kJob, absl::Seconds(10));
+      return cluster::FindShards(*client_, kJob, absl::Seconds(10));
     };
     options.incarnation = 100 + w;
     options.initial_backoff = absl::Milliseconds(20);
@@ -719,7 +720,7 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   // Still registered, it is no longer one of the job's shards.
   EXPECT_EQ(Registered(), 3u);
   absl::StatusOr<std::vector<std::string>> found =
-      net::FindShards(*client_, kJob, absl::Seconds(10));
+      cluster::FindShards(*client_, kJob, absl::Seconds(10));
   ASSERT_OK(found);
   EXPECT_EQ(*found, std::vector<std::string>(
                         {(*shard0)->address(), (*shard1)->address()}));
@@ -770,7 +771,7 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
 }
 
 // The coordinator elected in etcd: "<index> <address>", or "" for none.
-std::string ElectedCoordinator(net::EtcdClient& etcd) {
+std::string ElectedCoordinator(cluster::CoordinationStore& etcd) {
   absl::StatusOr<net::EtcdValue> held =
       etcd.Get(absl::StrCat("/ps/", kJob, "/coordinator"));
   return held.ok() ? held->value : "";

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/test_dirs.h"
+#include "cluster/etcd_store.h"
 #include "net/etcd_client.h"
 
 namespace ps::testing {
@@ -135,11 +136,12 @@ void EtcdProcess::Stop(int signal) {
   process_.reset();
 }
 
-absl::StatusOr<std::unique_ptr<net::EtcdClient>> EtcdProcess::Connect() const {
+absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>>
+EtcdProcess::Connect() const {
   net::EtcdOptions options;
   options.endpoints = {endpoint_};
   options.tls = client_tls_;
-  return net::EtcdClient::Connect(options);
+  return cluster::EtcdStore::Connect(options);
 }
 
 }  // namespace ps::testing

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 #include "net/tls_credentials.h"
 #include "tests/child_process.h"
 
@@ -44,7 +44,7 @@ class EtcdProcess {
   const std::string& endpoint() const { return endpoint_; }
 
   // A client of it alone.
-  absl::StatusOr<std::unique_ptr<net::EtcdClient>> Connect() const;
+  absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> Connect() const;
 
   // Ends it with `signal` (SIGKILL: as a machine that is lost).
   void Stop(int signal);

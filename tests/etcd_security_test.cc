@@ -17,9 +17,10 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "cluster/etcd_store.h"
+#include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
 #include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "net/tls_credentials.h"
 #include "tests/child_process.h"
 #include "tests/etcd_process.h"
@@ -63,7 +64,7 @@ class EtcdSecurityTest : public ::testing::Test {
     return files;
   }
 
-  static absl::StatusOr<std::unique_ptr<net::EtcdClient>> Connect(
+  static absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> Connect(
       const std::string& endpoint, const TlsFiles& tls,
       const std::string& user = "", const std::string& password = "") {
     net::EtcdOptions options;
@@ -72,7 +73,7 @@ class EtcdSecurityTest : public ::testing::Test {
     options.tls = tls;
     options.user = user;
     options.password = password;
-    return net::EtcdClient::Connect(options);
+    return cluster::EtcdStore::Connect(options);
   }
 
   // etcdctl (v3 API) against a plaintext etcd at `endpoint`; its exit code.
@@ -114,13 +115,13 @@ TEST_F(EtcdSecurityTest, TlsWithClientCertificatesRefusesClientsWithout) {
   ASSERT_OK(etcd);
   const std::string endpoint = (*etcd)->endpoint();
 
-  absl::StatusOr<std::unique_ptr<net::EtcdClient>> good =
+  absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> good =
       Connect(endpoint, ClientTls(true));
   ASSERT_OK(good);
   ASSERT_OK((*good)->Put("/ps/secured/x", "1").status());
   // No client certificate, or no TLS at all: refused.
   for (const TlsFiles& tls : {ClientTls(false), TlsFiles()}) {
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> bad =
+    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> bad =
         Connect(endpoint, tls);
     ASSERT_OK(bad);
     EXPECT_FALSE((*bad)->Put("/ps/secured/x", "2").ok());
@@ -137,7 +138,8 @@ TEST_F(EtcdSecurityTest, TlsWithClientCertificatesRefusesClientsWithout) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> shard =
       StartShard(**etcd, tls_flags, "tls_shard");
   ASSERT_OK(shard);
-  absl::StatusOr<net::ShardRecord> found = net::FindShard(**good, kJob, 0);
+  absl::StatusOr<cluster::ShardRecord> found =
+      cluster::FindShard(**good, kJob, 0);
   ASSERT_OK(found);
   EXPECT_EQ(found->address, (*shard)->address());
   std::vector<std::string> admin = {
@@ -187,7 +189,7 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
                                           << ReadFile(*dir_ + "/etcdctl.log");
   }
 
-  absl::StatusOr<std::unique_ptr<net::EtcdClient>> job =
+  absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> job =
       Connect(endpoint, TlsFiles(), "job", "job-password");
   ASSERT_OK(job);
   ASSERT_OK((*job)->Put(prefix + "x", "1").status());
@@ -202,7 +204,7 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
   absl::SleepFor(absl::Seconds(3));
   absl::Notification seen;
   std::atomic<bool> notified{false};
-  absl::StatusOr<std::unique_ptr<net::EtcdWatch>> watch =
+  absl::StatusOr<std::unique_ptr<cluster::StoreWatch>> watch =
       (*job)->WatchPrefix(prefix, 0, [&](const net::EtcdEvent& event) {
         if (event.kv.key == prefix + "z" && !notified.exchange(true))
           seen.Notify();
@@ -217,7 +219,7 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
                 .code(),
             absl::StatusCode::kPermissionDenied);
   // Nobody, or a wrong password: refused.
-  absl::StatusOr<std::unique_ptr<net::EtcdClient>> anonymous =
+  absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> anonymous =
       Connect(endpoint, TlsFiles());
   ASSERT_OK(anonymous);
   EXPECT_FALSE((*anonymous)->Put(prefix + "x", "2").ok());
@@ -229,7 +231,8 @@ TEST_F(EtcdSecurityTest, AUserWhoseRoleReachesTheJobAlone) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> shard =
       StartShard(**etcd, user_flags, "auth_shard");
   ASSERT_OK(shard);
-  absl::StatusOr<net::ShardRecord> found = net::FindShard(**job, kJob, 0);
+  absl::StatusOr<cluster::ShardRecord> found =
+      cluster::FindShard(**job, kJob, 0);
   ASSERT_OK(found);
   EXPECT_EQ(found->address, (*shard)->address());
   EXPECT_FALSE(StartShard(**etcd,

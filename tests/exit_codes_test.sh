@@ -24,7 +24,7 @@ for binary in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
 done
 # --help lists a binary's flags wherever they are defined (beside its main:
 # worker/trainer_flags.cc, worker/input/layout_flags.cc,
-# net/client_tls_flags.cc, net/etcd_job_flags.cc).
+# net/client_tls_flags.cc, cluster/etcd_job_flags.cc).
 help_lists() {  # help_lists BINARY FLAG...
   local binary=$1
   shift

@@ -22,9 +22,9 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "ops/checkpoint.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -51,7 +51,8 @@ class FailoverTest : public ::testing::Test {
         EtcdProcess::Start(name_ + "_etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
+        etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
     for (uint64_t i = 0; i < 1000; ++i) keys_.push_back(i * 2654435761ULL);
@@ -191,10 +192,10 @@ class FailoverTest : public ::testing::Test {
     }
     for (int i = 0; i < 5; ++i)
       ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
-    absl::StatusOr<net::InSyncSet> recorded =
-        net::ReadInSyncSet(*client_, kJob, 0);
+    absl::StatusOr<cluster::InSyncSet> recorded =
+        cluster::ReadInSyncSet(*client_, kJob, 0);
     ASSERT_OK(recorded);
-    EXPECT_EQ(recorded->followers.size(), 1u) << net::InSyncText(*recorded);
+    EXPECT_EQ(recorded->followers.size(), 1u) << cluster::InSyncText(*recorded);
 
     replica_->SignalAndWait(SIGKILL);
     primary_->SignalAndWait(SIGKILL);
@@ -206,7 +207,8 @@ class FailoverTest : public ::testing::Test {
           ReadFile(dropped_dir + ".log").find("does not name this replica"),
           std::string::npos)
           << ReadFile(dropped_dir + ".log");
-      EXPECT_TRUE(absl::IsNotFound(net::FindShard(*client_, kJob, 0).status()));
+      EXPECT_TRUE(
+          absl::IsNotFound(cluster::FindShard(*client_, kJob, 0).status()));
       return;
     }
     while (Stats(**dropped).replication().role() != "primary") {
@@ -221,7 +223,7 @@ class FailoverTest : public ::testing::Test {
   std::string name_;
   int starts_ = 0;
   std::unique_ptr<EtcdProcess> etcd_;
-  std::unique_ptr<net::EtcdClient> client_;
+  std::unique_ptr<cluster::CoordinationStore> client_;
   std::string primary_dir_, replica_dir_;
   std::unique_ptr<ServerProcess> primary_, replica_;
   std::vector<uint64_t> keys_;
@@ -257,8 +259,8 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
       absl::StrCat("retried until the replica took over; pushes went on ",
                    absl::FormatDuration(paused), " after the kill"),
       Values(*replica_), acknowledged, "the promoted replica serves");
-  absl::StatusOr<net::ShardRecord> registered =
-      net::FindShard(*client_, kJob, 0);
+  absl::StatusOr<cluster::ShardRecord> registered =
+      cluster::FindShard(*client_, kJob, 0);
   ASSERT_OK(registered);
   EXPECT_EQ(registered->address, replica_->address());
 
@@ -664,8 +666,8 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   EXPECT_EQ((*restarted)->Wait(absl::Minutes(1)), 70);
   EXPECT_NE(ReadFile(primary_dir_ + ".again").find("failed over"),
             std::string::npos);
-  absl::StatusOr<net::ShardRecord> registered =
-      net::FindShard(*client_, kJob, 0);
+  absl::StatusOr<cluster::ShardRecord> registered =
+      cluster::FindShard(*client_, kJob, 0);
   ASSERT_OK(registered);
   EXPECT_EQ(registered->address, replica_->address());
 }
@@ -939,7 +941,7 @@ TEST_F(FailoverTest,
     replica->SignalAndWait(SIGKILL);
     primary_->SignalAndWait(SIGKILL);
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (net::FindShard(*client_, kJob, 0).ok()) {
+    while (cluster::FindShard(*client_, kJob, 0).ok()) {
       ASSERT_LT(absl::Now(), deadline);
       absl::SleepFor(absl::Milliseconds(100));
     }
@@ -962,7 +964,7 @@ TEST_F(FailoverTest,
   clients.clear();
   primary_->SignalAndWait(SIGKILL);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (net::FindShard(*client_, kJob, 0).ok()) {
+  while (cluster::FindShard(*client_, kJob, 0).ok()) {
     ASSERT_LT(absl::Now(), deadline);
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -970,7 +972,7 @@ TEST_F(FailoverTest,
   // pushes): it waits for a primary, and follows the one that comes.
   std::thread waiting([&] { replica = StartWithReplicas(replica_dir); });
   absl::SleepFor(absl::Seconds(3));
-  EXPECT_TRUE(absl::IsNotFound(net::FindShard(*client_, kJob, 0).status()))
+  EXPECT_TRUE(absl::IsNotFound(cluster::FindShard(*client_, kJob, 0).status()))
       << "the replica took the shard";
   primary_ = StartWithReplicas(primary_dir);
   waiting.join();
@@ -986,12 +988,13 @@ TEST_F(FailoverTest,
   // lost too): the replica's next start finishes it.
   ASSERT_NO_FATAL_FAILURE(kill_both_and_wait_out_the_lease());
   std::filesystem::remove_all(primary_dir);
-  absl::StatusOr<net::ShardGeneration> seen =
-      net::ReadShardGeneration(*client_, kJob, 0);
+  absl::StatusOr<cluster::ShardGeneration> seen =
+      cluster::ReadShardGeneration(*client_, kJob, 0);
   ASSERT_OK(seen);
   { std::ofstream(replica_dir + "/GENERATION") << "1 after-etcd\n"; }
-  ASSERT_OK(net::RaiseShardGeneration(*client_, kJob, 0, *seen, "after-etcd")
-                .status());
+  ASSERT_OK(
+      cluster::RaiseShardGeneration(*client_, kJob, 0, *seen, "after-etcd")
+          .status());
   replica = StartWithReplicas(replica_dir);
   ASSERT_NE(replica, nullptr);
   EXPECT_EQ(Stats(*replica).replication().role(), "primary");

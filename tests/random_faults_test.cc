@@ -46,9 +46,9 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "cluster/coordination_store.h"
+#include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
-#include "net/shard_directory.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
@@ -182,7 +182,8 @@ class RandomFaultsTest : public ::testing::Test {
         EtcdProcess::Start("random_faults_etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<net::EtcdClient>> client = etcd_->Connect();
+    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
+        etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
     for (uint64_t i = 0; i < 600; ++i) keys_.push_back(i * 2654435761ULL + 7);
@@ -394,7 +395,7 @@ class RandomFaultsTest : public ::testing::Test {
         // Emptied, the job's last shard leaves it: stopped, as an operator
         // scales the StatefulSet down.
         absl::StatusOr<std::vector<std::string>> left =
-            net::FindShards(*client_, kJob, absl::Seconds(30));
+            cluster::FindShards(*client_, kJob, absl::Seconds(30));
         if (!left.ok())
           Say("  looking the shards up: " + left.status().ToString());
         if (code == 0 && shard == shards_ - 1 && left.ok() &&
@@ -483,7 +484,7 @@ class RandomFaultsTest : public ::testing::Test {
   }
 
   std::unique_ptr<EtcdProcess> etcd_;
-  std::unique_ptr<net::EtcdClient> client_;
+  std::unique_ptr<cluster::CoordinationStore> client_;
   std::vector<uint64_t> keys_;
   std::string dir_;
   // A deque: adding a shard keeps references to the others valid.

@@ -1,9 +1,10 @@
-// net/shard_directory's failover keys against Debian's etcd, started on
-// loopback for each test: a shard's generation rises only while no process
-// is registered as the shard, a registration holds only at the generation
-// it read, and one process of many claims a new shard.
+// cluster/shard_directory's failover keys, on Debian's etcd (started on
+// loopback for each test) and on InMemoryStore alike: a shard's generation
+// rises only while no process is registered as the shard, a registration
+// holds only at the generation it read, and one process of many claims a
+// new shard.
 
-#include "net/shard_directory.h"
+#include "cluster/shard_directory.h"
 
 #include <memory>
 #include <string>
@@ -14,24 +15,31 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "cluster/coordination_store.h"
+#include "cluster/in_memory_store.h"
 #include "gtest/gtest.h"
-#include "net/etcd_client.h"
 #include "tests/etcd_process.h"
 
-namespace ps::net {
+namespace ps::cluster {
 namespace {
 
 constexpr char kJob[] = "directory";
 constexpr absl::Duration kTtl = absl::Seconds(1);
 
-class ShardDirectoryTest : public ::testing::Test {
+// The parameter: "etcd" or "in_memory".
+class ShardDirectoryTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    if (GetParam() == "in_memory") {
+      client_ = std::make_unique<InMemoryStore>();
+      return;
+    }
     absl::StatusOr<std::unique_ptr<ps::testing::EtcdProcess>> etcd =
         ps::testing::EtcdProcess::Start("etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client = etcd_->Connect();
+    absl::StatusOr<std::unique_ptr<CoordinationStore>> client =
+        etcd_->Connect();
     ASSERT_OK(client);
     client_ = *std::move(client);
   }
@@ -45,10 +53,17 @@ class ShardDirectoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<ps::testing::EtcdProcess> etcd_;
-  std::unique_ptr<EtcdClient> client_;
+  std::unique_ptr<CoordinationStore> client_;
 };
 
-TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
+INSTANTIATE_TEST_SUITE_P(
+    EtcdAndInMemory, ShardDirectoryTest,
+    ::testing::Values("etcd", "in_memory"),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      return info.param;
+    });
+
+TEST_P(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
   absl::StatusOr<ShardGeneration> fresh_or =
       ReadShardGeneration(*client_, kJob, 0);
   ASSERT_OK(fresh_or);
@@ -97,7 +112,7 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
       absl::StatusCode::kAborted);
 }
 
-TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileTheInSyncSetIsAsRead) {
+TEST_P(ShardDirectoryTest, AGenerationRisesOnlyWhileTheInSyncSetIsAsRead) {
   absl::StatusOr<ShardGeneration> none = ReadShardGeneration(*client_, kJob, 0);
   ASSERT_OK(none);
   InSyncSet set;
@@ -128,7 +143,7 @@ TEST_F(ShardDirectoryTest, AGenerationRisesOnlyWhileTheInSyncSetIsAsRead) {
   EXPECT_EQ(*raised, none->generation + 1);
 }
 
-TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
+TEST_P(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
   absl::StatusOr<ShardGeneration> fresh =
       ReadShardGeneration(*client_, kJob, 0);
   ASSERT_OK(fresh);
@@ -148,7 +163,7 @@ TEST_F(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
   EXPECT_TRUE((*registered)->held());
 }
 
-TEST_F(ShardDirectoryTest, ARegistrationHoldsOnlyAtTheGenerationItRead) {
+TEST_P(ShardDirectoryTest, ARegistrationHoldsOnlyAtTheGenerationItRead) {
   // A shard that served (its generation 0 written) and stopped.
   absl::StatusOr<ShardGeneration> fresh =
       ReadShardGeneration(*client_, kJob, 0);
@@ -193,7 +208,7 @@ TEST(GenerationTextTest, ReadsWhatItWrites) {
   EXPECT_FALSE(ParseGeneration("-1").ok());
 }
 
-TEST_F(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
+TEST_P(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
   absl::StatusOr<std::unique_ptr<LeasedKey>> claim_or =
       ClaimNewShard(client_.get(), kJob, 0, kTtl);
   ASSERT_OK(claim_or);
@@ -224,4 +239,4 @@ TEST_F(ShardDirectoryTest, OneProcessOfManyClaimsANewShard) {
 }
 
 }  // namespace
-}  // namespace ps::net
+}  // namespace ps::cluster

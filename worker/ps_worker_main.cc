@@ -24,11 +24,11 @@
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
 #include "base/status_macros.h"
+#include "cluster/etcd_job_flags.h"
+#include "cluster/shard_directory.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
-#include "net/etcd_job_flags.h"
-#include "net/shard_directory.h"
 #include "ops/periodic_checkpointer.h"
 #include "ops/periodic_exporter.h"
 #include "worker/ps_client.h"
@@ -114,8 +114,8 @@ void StopOnSignals() {
 // Under --etcd: the job's etcd, which the client looks the coordinator
 // up in, and this worker's key there.
 struct EtcdPresence {
-  std::unique_ptr<ps::net::EtcdClient> etcd;
-  std::unique_ptr<ps::net::LeasedKey> worker_key;
+  std::unique_ptr<ps::cluster::CoordinationStore> etcd;
+  std::unique_ptr<ps::cluster::LeasedKey> worker_key;
 };
 
 // Finds the shards and the coordinator of the job in etcd and registers
@@ -125,19 +125,20 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
     const ps::worker::WorkerFlags& flags,
     const ps::worker::TrainerOptions& options,
     ps::worker::ClientOptions* client_options) {
-  ASSIGN_OR_RETURN(client_options->servers,
-                   ps::net::FindJobShards(flags.etcd, options.start_timeout));
+  ASSIGN_OR_RETURN(
+      client_options->servers,
+      ps::cluster::FindJobShards(flags.etcd, options.start_timeout));
   // The worker token must not leave this host in plaintext to them either.
   RETURN_IF_ERROR(ps::worker::CheckWorkerTokenStaysPrivate(*client_options));
   EtcdPresence presence;
-  ASSIGN_OR_RETURN(presence.etcd, ps::net::ConnectToJobEtcd(flags.etcd));
+  ASSIGN_OR_RETURN(presence.etcd, ps::cluster::ConnectToJobEtcd(flags.etcd));
   const std::string job = flags.etcd.job;
   if (client_options->coordinator.empty()) {  // no --coordinator
-    ASSIGN_OR_RETURN(
-        client_options->coordinator,
-        ps::net::FindCoordinator(*presence.etcd, job, options.start_timeout));
+    ASSIGN_OR_RETURN(client_options->coordinator,
+                     ps::cluster::FindCoordinator(*presence.etcd, job,
+                                                  options.start_timeout));
     client_options->find_coordinator = [etcd = presence.etcd.get(), job] {
-      return ps::net::FindCoordinator(*etcd, job, absl::Seconds(1));
+      return ps::cluster::FindCoordinator(*etcd, job, absl::Seconds(1));
     };
   }
   // Shards that join the job later: found when the slot map first names
@@ -148,16 +149,16 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
            *client_options]() -> absl::StatusOr<std::vector<std::string>> {
     ps::worker::ClientOptions found = options;
     ASSIGN_OR_RETURN(found.servers,
-                     ps::net::FindShards(*etcd, job, absl::Seconds(10)));
+                     ps::cluster::FindShards(*etcd, job, absl::Seconds(10)));
     RETURN_IF_ERROR(ps::worker::CheckWorkerTokenStaysPrivate(found));
     return found.servers;
   };
   // A coordinator that takes over waits for every registered worker.
   ASSIGN_OR_RETURN(
       presence.worker_key,
-      ps::net::RegisterWorker(presence.etcd.get(), job,
-                              static_cast<uint32_t>(flags.worker_index),
-                              options.lease));
+      ps::cluster::RegisterWorker(presence.etcd.get(), job,
+                                  static_cast<uint32_t>(flags.worker_index),
+                                  options.lease));
   return presence;
 }
 
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
   BlockStopSignals();
   ps::SetVersionFlag("ps_worker",
                      {"worker/trainer_flags.cc", "worker/input/layout_flags.cc",
-                      "net/client_tls_flags.cc", "net/etcd_job_flags.cc"});
+                      "net/client_tls_flags.cc", "cluster/etcd_job_flags.cc"});
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with deadlock detection on, which records every
   // lock acquisition in a graph; the tests keep it, the binaries skip it.

@@ -18,6 +18,7 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "base/usable_cores.h"
+#include "cluster/etcd_job_flags.h"
 #include "glog/logging.h"
 #include "kernels/cuda_backend.h"
 #include "model/batch_inputs.h"
@@ -25,7 +26,6 @@
 #include "model/dense_chunks.h"
 #include "model/model_plan.h"
 #include "net/client_tls_flags.h"
-#include "net/etcd_job_flags.h"
 #include "net/tls_credentials.h"
 #include "worker/input/layout_flags.h"
 
@@ -730,7 +730,7 @@ absl::Status ExportsFromFlags(WorkerFlags* flags) {
 
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   WorkerFlags flags;
-  absl::StatusOr<net::EtcdJob> etcd = net::EtcdJobFromFlags();
+  absl::StatusOr<cluster::EtcdJob> etcd = cluster::EtcdJobFromFlags();
   if (!etcd.ok()) return Usage(etcd.status().message());
   flags.etcd = *std::move(etcd);
   flags.worker_index = absl::GetFlag(FLAGS_worker_index);

@@ -17,8 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cluster/etcd_job_flags.h"
 #include "kernels/backend.h"
-#include "net/etcd_job_flags.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
@@ -45,7 +45,7 @@ struct WorkerFlags {
   // The shards' admin token, read from --token_file (empty: none).
   std::string admin_token;
   // --etcd and --job: where the shards are found, when not --servers.
-  net::EtcdJob etcd;
+  cluster::EtcdJob etcd;
 };
 
 absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags();

@@ -1,12 +1,12 @@
-// File: net/etcd_job_flags.h
+// File: cluster/etcd_job_flags.h
 //
 // The flags of the binaries that find a job's shards in etcd instead of
 // --servers (ps_worker, ps_admin): --etcd and --job, defined once in
 // etcd_job_flags.cc so that both binaries say the same, and the lookup they
 // ask for. Linking this library defines the flags.
 
-#ifndef PS_NET_ETCD_JOB_FLAGS_H_
-#define PS_NET_ETCD_JOB_FLAGS_H_
+#ifndef PS_CLUSTER_ETCD_JOB_FLAGS_H_
+#define PS_CLUSTER_ETCD_JOB_FLAGS_H_
 
 #include <memory>
 #include <string>
@@ -14,9 +14,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 
-namespace ps::net {
+namespace ps::cluster {
 
 struct EtcdJob {
   // --etcd's endpoints; empty: no etcd (--servers names the shards).
@@ -32,7 +32,7 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags();
 
 // A client of the job's etcd, for a binary that follows the job while it
 // runs (the coordinator moving to another shard).
-absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
+absl::StatusOr<std::unique_ptr<CoordinationStore>> ConnectToJobEtcd(
     const EtcdJob& job);
 
 // The addresses of `job`'s shards in index order, waiting up to `wait` for
@@ -40,6 +40,6 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
 absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
                                                        absl::Duration wait);
 
-}  // namespace ps::net
+}  // namespace ps::cluster
 
-#endif  // PS_NET_ETCD_JOB_FLAGS_H_
+#endif  // PS_CLUSTER_ETCD_JOB_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "server/etcd_seen.h"
+#include "cluster/etcd_seen.h"
 
 #include <fstream>
 #include <iterator>
@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/durable_file.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 constexpr char kEtcdSeenFile[] = "/ETCD_SEEN";
@@ -61,4 +63,37 @@ absl::Status CheckEtcdWentOn(const net::EtcdPosition& seen,
   return absl::OkStatus();
 }
 
-}  // namespace ps::server
+absl::Status CheckStoreWentOn(const std::string& data_dir,
+                              CoordinationStore& store, bool accept_rollback) {
+  ASSIGN_OR_RETURN(const std::optional<net::EtcdPosition> seen,
+                   ReadEtcdSeen(data_dir));
+  if (!seen.has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const net::EtcdPosition now, store.Position());
+  absl::Status went_on = CheckEtcdWentOn(*seen, now);
+  if (!went_on.ok() && accept_rollback) {
+    LOG(WARNING) << went_on.message() << "; starting (--accept_etcd_rollback)";
+    return absl::OkStatus();
+  }
+  return went_on;
+}
+
+void RecordStoreSeen(const std::string& data_dir, CoordinationStore& store,
+                     bool unchecked) {
+  absl::StatusOr<net::EtcdPosition> now = store.Position();
+  if (!now.ok()) return;
+  if (!unchecked) {
+    absl::StatusOr<std::optional<net::EtcdPosition>> seen =
+        ReadEtcdSeen(data_dir);
+    if (seen.ok() && seen->has_value()) {
+      if (absl::Status went_on = CheckEtcdWentOn(**seen, *now); !went_on.ok()) {
+        LOG_EVERY_N(ERROR, 30) << went_on.message();
+        return;
+      }
+    }
+  }
+  if (absl::Status written = WriteEtcdSeen(data_dir, *now); !written.ok()) {
+    LOG_EVERY_N(WARNING, 30) << "recording etcd's revision: " << written;
+  }
+}
+
+}  // namespace ps::cluster

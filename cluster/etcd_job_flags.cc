@@ -1,4 +1,4 @@
-#include "net/etcd_job_flags.h"
+#include "cluster/etcd_job_flags.h"
 
 #include <memory>
 #include <string>
@@ -9,17 +9,17 @@
 #include "absl/strings/str_split.h"
 #include "base/address_list.h"
 #include "base/status_macros.h"
+#include "cluster/etcd_store.h"
+#include "cluster/shard_directory.h"
 #include "glog/logging.h"
-#include "net/etcd_client.h"
 #include "net/etcd_security_flags.h"
-#include "net/shard_directory.h"
 
 ABSL_FLAG(std::string, etcd, "",
           "host:port[,...] of an etcd cluster: find the shards of --job "
           "there (as ps_server --etcd registers them) instead of --servers.");
 ABSL_FLAG(std::string, job, "", "With --etcd: the job whose shards to use.");
 
-namespace ps::net {
+namespace ps::cluster {
 
 absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   EtcdJob job;
@@ -35,17 +35,18 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   return job;
 }
 
-absl::StatusOr<std::unique_ptr<EtcdClient>> ConnectToJobEtcd(
+absl::StatusOr<std::unique_ptr<CoordinationStore>> ConnectToJobEtcd(
     const EtcdJob& job) {
-  EtcdOptions options;
+  net::EtcdOptions options;
   options.endpoints = job.endpoints;
-  RETURN_IF_ERROR(AddEtcdSecurityFromFlags(&options));
-  return EtcdClient::Connect(options);
+  RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&options));
+  return EtcdStore::Connect(options);
 }
 
 absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
                                                        absl::Duration wait) {
-  ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd, ConnectToJobEtcd(job));
+  ASSIGN_OR_RETURN(std::unique_ptr<CoordinationStore> etcd,
+                   ConnectToJobEtcd(job));
   ASSIGN_OR_RETURN(std::vector<std::string> servers,
                    FindShards(*etcd, job.job, wait));
   LOG(INFO) << "shards of job " << job.job
@@ -53,4 +54,4 @@ absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,
   return servers;
 }
 
-}  // namespace ps::net
+}  // namespace ps::cluster

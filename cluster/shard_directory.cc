@@ -1,4 +1,4 @@
-#include "net/shard_directory.h"
+#include "cluster/shard_directory.h"
 
 #include <time.h>
 
@@ -16,7 +16,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
-namespace ps::net {
+namespace ps::cluster {
 namespace {
 
 std::string InSyncKey(const std::string& job, int index) {
@@ -64,8 +64,9 @@ std::string ShardsPrefix(const std::string& job) {
 }
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> LeasedKey::Start(
-    EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
-    bool exclusive, std::function<absl::Status()> may_take_again,
+    CoordinationStore* etcd, std::string key, std::string value,
+    absl::Duration ttl, bool exclusive,
+    std::function<absl::Status()> may_take_again,
     std::vector<EtcdCondition> conditions) {
   auto leased = std::unique_ptr<LeasedKey>(
       new LeasedKey(etcd, std::move(key), std::move(value), ttl, exclusive,
@@ -104,7 +105,7 @@ absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text) {
   return parsed;
 }
 
-absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
+absl::StatusOr<ShardGeneration> ReadShardGeneration(CoordinationStore& etcd,
                                                     const std::string& job,
                                                     int index) {
   absl::StatusOr<EtcdValue> kv = etcd.Get(GenerationKey(job, index));
@@ -120,7 +121,7 @@ absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
 }
 
 absl::StatusOr<uint64_t> RaiseShardGeneration(
-    EtcdClient& etcd, const std::string& job, int index,
+    CoordinationStore& etcd, const std::string& job, int index,
     const ShardGeneration& seen, const std::string& promotion,
     std::optional<int64_t> in_sync_revision) {
   const uint64_t next = seen.generation + 1;
@@ -185,7 +186,7 @@ absl::StatusOr<InSyncSet> ParseInSync(absl::string_view text) {
   return set;
 }
 
-absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
+absl::StatusOr<InSyncSet> ReadInSyncSet(CoordinationStore& etcd,
                                         const std::string& job, int index) {
   ASSIGN_OR_RETURN(const EtcdValue kv, etcd.Get(InSyncKey(job, index)));
   absl::StatusOr<InSyncSet> set = ParseInSync(kv.value);
@@ -197,8 +198,9 @@ absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
   return set;
 }
 
-absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
-                            const ShardGeneration& at, const InSyncSet& set) {
+absl::Status WriteInSyncSet(CoordinationStore& etcd, const std::string& job,
+                            int index, const ShardGeneration& at,
+                            const InSyncSet& set) {
   const std::string key = InSyncKey(job, index);
   absl::StatusOr<EtcdValue> now = etcd.Get(key);
   if (!now.ok() && !absl::IsNotFound(now.status())) return now.status();
@@ -222,10 +224,9 @@ absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
       "shard ", index, "'s in-sync set changed while it was written; retry"));
 }
 
-absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
-                                                         const std::string& job,
-                                                         int index,
-                                                         absl::Duration ttl) {
+absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(
+    CoordinationStore* etcd, const std::string& job, int index,
+    absl::Duration ttl) {
   RETURN_IF_ERROR(CheckJobName(job));
   return LeasedKey::Start(
       etcd, absl::StrCat("/ps/", job, "/claims/", index), "claimed", ttl,
@@ -234,15 +235,15 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
        {absl::StrCat(ShardsPrefix(job), index), /*absent*/ 0}});
 }
 
-absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
-                                      int index) {
+absl::StatusOr<ShardRecord> FindShard(CoordinationStore& etcd,
+                                      const std::string& job, int index) {
   const std::string prefix = ShardsPrefix(job);
   ASSIGN_OR_RETURN(const EtcdValue kv, etcd.Get(absl::StrCat(prefix, index)));
   return ParseRecord(kv, prefix);
 }
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
-    EtcdClient* etcd, const std::string& job, const ShardRecord& record,
+    CoordinationStore* etcd, const std::string& job, const ShardRecord& record,
     absl::Duration ttl, const ShardGeneration& generation) {
   RETURN_IF_ERROR(CheckJobName(job));
   auto may_take_again = [etcd, job, index = record.index,
@@ -285,7 +286,7 @@ std::string WorkersPrefix(const std::string& job) {
 }
 
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterWorker(
-    EtcdClient* etcd, const std::string& job, uint32_t index,
+    CoordinationStore* etcd, const std::string& job, uint32_t index,
     absl::Duration lease) {
   RETURN_IF_ERROR(CheckJobName(job));
   return LeasedKey::Start(etcd, absl::StrCat(WorkersPrefix(job), index),
@@ -295,7 +296,7 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterWorker(
 }
 
 absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
-    EtcdClient& etcd, const std::string& job) {
+    CoordinationStore& etcd, const std::string& job) {
   const std::string prefix = WorkersPrefix(job);
   ASSIGN_OR_RETURN(const std::vector<EtcdValue> values, etcd.GetPrefix(prefix));
   std::vector<RegisteredWorker> workers;
@@ -319,7 +320,7 @@ std::string CoordinatorKey(const std::string& job) {
   return absl::StrCat("/ps/", job, "/coordinator");
 }
 
-absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
+absl::StatusOr<std::string> FindCoordinator(CoordinationStore& etcd,
                                             const std::string& job,
                                             absl::Duration wait) {
   RETURN_IF_ERROR(CheckJobName(job));
@@ -532,7 +533,7 @@ absl::StatusOr<std::vector<std::string>> ShardsIn(
 
 }  // namespace
 
-absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
+absl::StatusOr<uint32_t> MapShardCount(CoordinationStore& etcd,
                                        const std::string& job) {
   absl::StatusOr<EtcdValue> value = etcd.Get(SlotMapKey(job));
   if (absl::IsNotFound(value.status())) return 0;
@@ -549,7 +550,7 @@ std::string SlotMapKey(const std::string& job) {
   return absl::StrCat("/ps/", job, "/slot_map");
 }
 
-absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
+absl::StatusOr<std::vector<std::string>> FindShards(CoordinationStore& etcd,
                                                     const std::string& job,
                                                     absl::Duration wait) {
   RETURN_IF_ERROR(CheckJobName(job));
@@ -572,4 +573,4 @@ absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
   }
 }
 
-}  // namespace ps::net
+}  // namespace ps::cluster

@@ -1,8 +1,10 @@
-// net/etcd_client against Debian's etcd, started on loopback for each test:
-// keys, compare-and-swap, leases that expire, watches and a member that is
-// down.
+// CoordinationStore's contract, the same tests on Debian's etcd (EtcdStore
+// over net/etcd_client, etcd started on loopback for each test) and on
+// InMemoryStore, so that the store the cluster's unit tests run on behaves
+// as etcd does: keys, compare-and-swap, leases that expire, watches. Then
+// what only the client has: a member that is down.
 
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 
 #include <signal.h>
 
@@ -16,13 +18,49 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "cluster/etcd_store.h"
+#include "cluster/in_memory_store.h"
 #include "gtest/gtest.h"
+#include "net/etcd_client.h"
 #include "tests/etcd_process.h"
 
 namespace ps::net {
 namespace {
 
 using absl::StatusCode;
+using cluster::CoordinationStore;
+using cluster::StoreWatch;
+
+// The parameter: "etcd" or "in_memory".
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "in_memory") {
+      client_ = std::make_unique<cluster::InMemoryStore>();
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<ps::testing::EtcdProcess>> etcd =
+        ps::testing::EtcdProcess::Start("etcd");
+    ASSERT_OK(etcd);
+    etcd_ = *std::move(etcd);
+    EtcdOptions options;
+    options.endpoints = {etcd_->endpoint()};
+    options.call_timeout = absl::Seconds(2);
+    absl::StatusOr<std::unique_ptr<CoordinationStore>> client =
+        cluster::EtcdStore::Connect(options);
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+  }
+
+  std::unique_ptr<ps::testing::EtcdProcess> etcd_;
+  std::unique_ptr<CoordinationStore> client_;
+};
+
+INSTANTIATE_TEST_SUITE_P(EtcdAndInMemory, StoreTest,
+                         ::testing::Values("etcd", "in_memory"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 class EtcdClientTest : public ::testing::Test {
  protected:
@@ -31,17 +69,9 @@ class EtcdClientTest : public ::testing::Test {
         ps::testing::EtcdProcess::Start("etcd");
     ASSERT_OK(etcd);
     etcd_ = *std::move(etcd);
-    EtcdOptions options;
-    options.endpoints = {etcd_->endpoint()};
-    options.call_timeout = absl::Seconds(2);
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client =
-        EtcdClient::Connect(options);
-    ASSERT_OK(client);
-    client_ = *std::move(client);
   }
 
   std::unique_ptr<ps::testing::EtcdProcess> etcd_;
-  std::unique_ptr<EtcdClient> client_;
 };
 
 TEST(EtcdPrefixEndTest, IsThePrefixWithItsLastByteRaised) {
@@ -50,7 +80,7 @@ TEST(EtcdPrefixEndTest, IsThePrefixWithItsLastByteRaised) {
   EXPECT_EQ(EtcdClient::PrefixEnd(""), std::string(1, '\0'));
 }
 
-TEST_F(EtcdClientTest, KeysAreWrittenReadAndDeletedByKeyAndByPrefix) {
+TEST_P(StoreTest, KeysAreWrittenReadAndDeletedByKeyAndByPrefix) {
   EXPECT_THAT(client_->Get("/ps/job/a").status(),
               StatusIs(StatusCode::kNotFound));
   ASSERT_OK(client_->Put("/ps/job/a", "1"));
@@ -74,7 +104,7 @@ TEST_F(EtcdClientTest, KeysAreWrittenReadAndDeletedByKeyAndByPrefix) {
   EXPECT_EQ(*one, 1);
 }
 
-TEST_F(EtcdClientTest, ASwapHappensOnlyFromTheRevisionItExpects) {
+TEST_P(StoreTest, ASwapHappensOnlyFromTheRevisionItExpects) {
   // Only if absent: the first wins, the second loses.
   absl::StatusOr<bool> created = client_->PutIf("/ps/map", "epoch 1", 0);
   ASSERT_OK(created);
@@ -115,7 +145,7 @@ TEST_F(EtcdClientTest, ASwapHappensOnlyFromTheRevisionItExpects) {
   EXPECT_EQ(last->value, "epoch 3");
 }
 
-TEST_F(EtcdClientTest, ALeaseKeptAliveHoldsItsKeysAndOneLeftExpiresThem) {
+TEST_P(StoreTest, ALeaseKeptAliveHoldsItsKeysAndOneLeftExpiresThem) {
   absl::StatusOr<int64_t> kept = client_->GrantLease(absl::Seconds(2));
   ASSERT_OK(kept);
   absl::StatusOr<int64_t> left = client_->GrantLease(absl::Seconds(2));
@@ -144,10 +174,10 @@ TEST_F(EtcdClientTest, ALeaseKeptAliveHoldsItsKeysAndOneLeftExpiresThem) {
               StatusIs(StatusCode::kNotFound));
 }
 
-TEST_F(EtcdClientTest, AWatchSeesEveryChangeUnderItsPrefixInOrder) {
+TEST_P(StoreTest, AWatchSeesEveryChangeUnderItsPrefixInOrder) {
   absl::Mutex mu;
   std::vector<std::string> seen;
-  absl::StatusOr<std::unique_ptr<EtcdWatch>> watch =
+  absl::StatusOr<std::unique_ptr<StoreWatch>> watch =
       client_->WatchPrefix("/ps/w/", 0, [&](const EtcdEvent& event) {
         absl::MutexLock lock(&mu);
         seen.push_back(absl::StrCat(
@@ -169,6 +199,56 @@ TEST_F(EtcdClientTest, AWatchSeesEveryChangeUnderItsPrefixInOrder) {
   }
   (*watch)->Cancel();
   EXPECT_OK((*watch)->status());
+}
+
+TEST_P(StoreTest, AWatchFromAPastRevisionReplaysWhatChangedSince) {
+  ASSERT_OK(client_->Put("/ps/r/a", "1"));
+  absl::StatusOr<int64_t> second = client_->Put("/ps/r/a", "2");
+  ASSERT_OK(second);
+  ASSERT_OK(client_->Put("/ps/r/b", "3"));
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  absl::StatusOr<std::unique_ptr<StoreWatch>> watch =
+      client_->WatchPrefix("/ps/r/", *second, [&](const EtcdEvent& event) {
+        absl::MutexLock lock(&mu);
+        seen.push_back(absl::StrCat(event.kv.key, "=", event.kv.value));
+      });
+  ASSERT_OK(watch);
+  ASSERT_OK(client_->Put("/ps/r/a", "4"));
+  const std::vector<std::string> expected = {"/ps/r/a=2", "/ps/r/b=3",
+                                             "/ps/r/a=4"};
+  absl::MutexLock lock(&mu);
+  auto all_seen = [&] { return seen.size() >= expected.size(); };
+  mu.AwaitWithTimeout(absl::Condition(&all_seen), absl::Seconds(10));
+  EXPECT_EQ(seen, expected);
+}
+
+TEST_P(StoreTest, RevisionsCountChangesAndALeaseMustExistToHoldAKey) {
+  absl::StatusOr<EtcdPosition> before = client_->Position();
+  ASSERT_OK(before);
+  absl::StatusOr<int64_t> put = client_->Put("/ps/n/a", "1");
+  ASSERT_OK(put);
+  EXPECT_EQ(*put, before->revision + 1);
+  ASSERT_OK(client_->Put("/ps/n/b", "1"));
+  // A delete of nothing changes nothing; one of a prefix is one change.
+  ASSERT_OK(client_->Delete("/ps/n/none"));
+  ASSERT_OK(client_->DeletePrefix("/ps/n/"));
+  absl::StatusOr<EtcdPosition> after = client_->Position();
+  ASSERT_OK(after);
+  EXPECT_EQ(after->revision, before->revision + 3);
+  EXPECT_EQ(after->cluster_id, before->cluster_id);
+  EXPECT_THAT(client_->Put("/ps/n/c", "1", /*lease=*/424242).status(),
+              StatusIs(StatusCode::kNotFound));
+  absl::StatusOr<int64_t> lease = client_->GrantLease(absl::Seconds(5));
+  ASSERT_OK(lease);
+  absl::StatusOr<absl::Duration> left = client_->LeaseTimeLeft(*lease);
+  ASSERT_OK(left);
+  EXPECT_GT(*left, absl::ZeroDuration());
+  EXPECT_LE(*left, absl::Seconds(6));
+  ASSERT_OK(client_->RevokeLease(*lease));
+  absl::StatusOr<absl::Duration> gone = client_->LeaseTimeLeft(*lease);
+  ASSERT_OK(gone);
+  EXPECT_EQ(*gone, absl::ZeroDuration());
 }
 
 TEST_F(EtcdClientTest, AMemberThatIsDownIsPassedOverThenNamedInTheError) {

@@ -1,4 +1,4 @@
-// File: server/etcd_seen.h
+// File: cluster/etcd_seen.h
 //
 // What a shard's data dir remembers of its etcd: the cluster id and the
 // newest revision it saw (the ETCD_SEEN file), written at its start and
@@ -7,17 +7,18 @@
 // another etcd) would lift the fence, so a shard whose etcd went backwards
 // refuses to start unless the operator accepts it.
 
-#ifndef PS_SERVER_ETCD_SEEN_H_
-#define PS_SERVER_ETCD_SEEN_H_
+#ifndef PS_CLUSTER_ETCD_SEEN_H_
+#define PS_CLUSTER_ETCD_SEEN_H_
 
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
+#include "net/etcd_values.h"
 
-namespace ps::server {
+namespace ps::cluster {
 
 // The position `data_dir` recorded; nullopt without one. DATA_LOSS for a
 // file that does not parse.
@@ -33,6 +34,17 @@ absl::Status WriteEtcdSeen(const std::string& data_dir,
 absl::Status CheckEtcdWentOn(const net::EtcdPosition& seen,
                              const net::EtcdPosition& now);
 
-}  // namespace ps::server
+// At a start: FAILED_PRECONDITION when `store` went backwards since
+// `data_dir` last saw it (CheckEtcdWentOn()), unless `accept_rollback`
+// (--accept_etcd_rollback: logged, and OK).
+absl::Status CheckStoreWentOn(const std::string& data_dir,
+                              CoordinationStore& store, bool accept_rollback);
 
-#endif  // PS_SERVER_ETCD_SEEN_H_
+// While serving: records where `store` is in `data_dir`, after checking
+// that it went on (unless `unchecked`); a failure is logged, not returned.
+void RecordStoreSeen(const std::string& data_dir, CoordinationStore& store,
+                     bool unchecked);
+
+}  // namespace ps::cluster
+
+#endif  // PS_CLUSTER_ETCD_SEEN_H_

@@ -1,4 +1,4 @@
-#include "server/etcd_seen.h"
+#include "cluster/etcd_seen.h"
 
 #include <fstream>
 
@@ -6,7 +6,7 @@
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 TEST(EtcdSeenTest, ADataDirRemembersItsEtcd) {
@@ -35,4 +35,4 @@ TEST(EtcdSeenTest, OnlyTheSameClusterGoingOnIsAccepted) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::cluster

@@ -1,4 +1,4 @@
-// File: net/shard_directory.h
+// File: cluster/shard_directory.h
 //
 // Where a job's shards, workers and coordinator are found under --etcd.
 // Each shard keeps the key /ps/<job>/shards/<index> (its address and the
@@ -10,8 +10,8 @@
 //
 // Thread-safe.
 
-#ifndef PS_NET_SHARD_DIRECTORY_H_
-#define PS_NET_SHARD_DIRECTORY_H_
+#ifndef PS_CLUSTER_SHARD_DIRECTORY_H_
+#define PS_CLUSTER_SHARD_DIRECTORY_H_
 
 #include <atomic>
 #include <cstdint>
@@ -27,9 +27,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "net/etcd_client.h"
+#include "cluster/coordination_store.h"
 
-namespace ps::net {
+namespace ps::cluster {
 
 // What a shard says of itself under its key.
 struct ShardRecord {
@@ -63,8 +63,9 @@ class LeasedKey {
   // is written only while every one of `conditions` holds, in the same
   // transaction (FAILED_PRECONDITION once one does not).
   static absl::StatusOr<std::unique_ptr<LeasedKey>> Start(
-      EtcdClient* etcd, std::string key, std::string value, absl::Duration ttl,
-      bool exclusive, std::function<absl::Status()> may_take_again = {},
+      CoordinationStore* etcd, std::string key, std::string value,
+      absl::Duration ttl, bool exclusive,
+      std::function<absl::Status()> may_take_again = {},
       std::vector<EtcdCondition> conditions = {});
 
   // Revokes the lease: the key goes at once.
@@ -84,7 +85,7 @@ class LeasedKey {
   bool lost() const { return lost_.load(); }
 
  private:
-  LeasedKey(EtcdClient* etcd, std::string key, std::string value,
+  LeasedKey(CoordinationStore* etcd, std::string key, std::string value,
             absl::Duration ttl, bool exclusive,
             std::function<absl::Status()> may_take_again,
             std::vector<EtcdCondition> conditions)
@@ -100,7 +101,7 @@ class LeasedKey {
   absl::StatusOr<bool> ConditionsHold() const;
   void KeepAlive();
 
-  EtcdClient* const etcd_;
+  CoordinationStore* const etcd_;
   const std::string key_, value_;
   const absl::Duration ttl_;
   const bool exclusive_;
@@ -129,7 +130,7 @@ struct ShardGeneration {
   std::string promotion;
   int64_t mod_revision = 0;  // 0 while the key does not exist
 };
-absl::StatusOr<ShardGeneration> ReadShardGeneration(EtcdClient& etcd,
+absl::StatusOr<ShardGeneration> ReadShardGeneration(CoordinationStore& etcd,
                                                     const std::string& job,
                                                     int index);
 // A generation as written, in etcd and in a data dir: "N" or "N TOKEN".
@@ -148,7 +149,7 @@ absl::StatusOr<ShardGeneration> ParseGeneration(absl::string_view text);
 // (dropping that replica, then acknowledging pushes it lacks) is not
 // replaced by it: ABORTED then too.
 absl::StatusOr<uint64_t> RaiseShardGeneration(
-    EtcdClient& etcd, const std::string& job, int index,
+    CoordinationStore& etcd, const std::string& job, int index,
     const ShardGeneration& seen, const std::string& promotion,
     std::optional<int64_t> in_sync_revision = std::nullopt);
 
@@ -172,14 +173,15 @@ struct InSyncSet {
 std::string InSyncText(const InSyncSet& set);
 absl::StatusOr<InSyncSet> ParseInSync(absl::string_view text);
 // NOT_FOUND while the shard's primary has written none.
-absl::StatusOr<InSyncSet> ReadInSyncSet(EtcdClient& etcd,
+absl::StatusOr<InSyncSet> ReadInSyncSet(CoordinationStore& etcd,
                                         const std::string& job, int index);
 // Writes `set` while the shard's generation is still `at` (as read, with
 // its mod revision): FAILED_PRECONDITION once it moved (a replica was
 // promoted: this primary is fenced); ABORTED when the key changed under
 // the write (retry). A write etcd applied whose answer was lost is OK.
-absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
-                            const ShardGeneration& at, const InSyncSet& set);
+absl::Status WriteInSyncSet(CoordinationStore& etcd, const std::string& job,
+                            int index, const ShardGeneration& at,
+                            const InSyncSet& set);
 
 // The first start of shard `index` among processes that find their roles
 // (ps_server --replicas): a claim, held under a lease of `ttl` until the
@@ -188,15 +190,14 @@ absl::Status WriteInSyncSet(EtcdClient& etcd, const std::string& job, int index,
 // a generation: some process registered as it); ALREADY_EXISTS while
 // another live process holds the claim (one left by a process that died is
 // waited out first).
-absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(EtcdClient* etcd,
-                                                         const std::string& job,
-                                                         int index,
-                                                         absl::Duration ttl);
+absl::StatusOr<std::unique_ptr<LeasedKey>> ClaimNewShard(
+    CoordinationStore* etcd, const std::string& job, int index,
+    absl::Duration ttl);
 
 // Shard `index`'s record now. NOT_FOUND when none is registered (its
 // process stopped, or its lease ran out).
-absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
-                                      int index);
+absl::StatusOr<ShardRecord> FindShard(CoordinationStore& etcd,
+                                      const std::string& job, int index);
 
 // Registers a shard's record at ShardsPrefix(job) + index, exclusively
 // (ALREADY_EXISTS when another live process holds the index), and only
@@ -205,7 +206,7 @@ absl::StatusOr<ShardRecord> FindShard(EtcdClient& etcd, const std::string& job,
 // shard's first registration writes its generation 0, so that a shard that
 // served is told from a new one.
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterShard(
-    EtcdClient* etcd, const std::string& job, const ShardRecord& record,
+    CoordinationStore* etcd, const std::string& job, const ShardRecord& record,
     absl::Duration ttl, const ShardGeneration& generation = {});
 
 // "/ps/<job>/workers/": each worker's key, "<index>" -> its lease at the
@@ -215,7 +216,7 @@ std::string WorkersPrefix(const std::string& job);
 
 // Registers worker `index` of `job`, whose coordinator lease is `lease`.
 absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterWorker(
-    EtcdClient* etcd, const std::string& job, uint32_t index,
+    CoordinationStore* etcd, const std::string& job, uint32_t index,
     absl::Duration lease);
 
 // A worker registered in etcd.
@@ -227,7 +228,7 @@ struct RegisteredWorker {
 // The workers of `job` registered now. Keys that are not a worker's are
 // left out (logged).
 absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
-    EtcdClient& etcd, const std::string& job);
+    CoordinationStore& etcd, const std::string& job);
 
 // "/ps/<job>/slot_map": the job's slot map (server/etcd_slot_map.h), whose
 // shard count says how many shards the job has.
@@ -239,7 +240,7 @@ std::string CoordinatorKey(const std::string& job);
 
 // The coordinator's address, waiting up to `wait` for one to be elected.
 // DEADLINE_EXCEEDED when none was; etcd's errors once the wait is over.
-absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
+absl::StatusOr<std::string> FindCoordinator(CoordinationStore& etcd,
                                             const std::string& job,
                                             absl::Duration wait);
 
@@ -252,16 +253,16 @@ absl::StatusOr<std::string> FindCoordinator(EtcdClient& etcd,
 // records of an earlier shard count whose leases have not run out); then
 // it is the error: DEADLINE_EXCEEDED naming the missing shards,
 // FAILED_PRECONDITION for records that disagree, etcd's own.
-absl::StatusOr<std::vector<std::string>> FindShards(EtcdClient& etcd,
+absl::StatusOr<std::vector<std::string>> FindShards(CoordinationStore& etcd,
                                                     const std::string& job,
                                                     absl::Duration wait);
 
 // The shard count of `job`'s slot map (the shards in the job: one that
 // left is not counted); 0 when the job has no map yet; DATA_LOSS for a
 // map that is not one; etcd's errors.
-absl::StatusOr<uint32_t> MapShardCount(EtcdClient& etcd,
+absl::StatusOr<uint32_t> MapShardCount(CoordinationStore& etcd,
                                        const std::string& job);
 
-}  // namespace ps::net
+}  // namespace ps::cluster
 
-#endif  // PS_NET_SHARD_DIRECTORY_H_
+#endif  // PS_CLUSTER_SHARD_DIRECTORY_H_
