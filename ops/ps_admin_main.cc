@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
                             : absl::GetFlag(FLAGS_coordinator);
   if (etcd->enabled() && !from_replicas &&
       absl::GetFlag(FLAGS_coordinator).empty()) {
-    // The shard elected to coordinate (server/coordinator_election.h).
+    // The shard elected to coordinate (cluster/coordinator_election.h).
     absl::StatusOr<std::unique_ptr<ps::cluster::CoordinationStore>> client =
         ps::cluster::ConnectToJobEtcd(*etcd);
     absl::StatusOr<std::string> coordinator =

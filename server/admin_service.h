@@ -20,13 +20,13 @@
 
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
+#include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
 #include "proto/admin.grpc.pb.h"
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
 #include "server/slot_move.h"
-#include "server/slot_ownership.h"
 
 namespace ps::server {
 
@@ -68,7 +68,7 @@ class AdminService final : public Admin::CallbackService {
   AdminService(const AdminServiceOptions& options,
                embedding::EmbeddingStore* store,
                const RequestCounters* counters, const CallStats* call_stats,
-               ClockCoordinator* clocks, SlotOwnership* slots,
+               ClockCoordinator* clocks, cluster::SlotOwnership* slots,
                SlotMoveSource* moves)
       : options_(options),
         store_(store),
@@ -173,7 +173,7 @@ class AdminService final : public Admin::CallbackService {
   const RequestCounters* const counters_;
   const CallStats* const call_stats_;
   ClockCoordinator* const clocks_;
-  SlotOwnership* const slots_;
+  cluster::SlotOwnership* const slots_;
   SlotMoveSource* const moves_;
   const absl::Time started_;
   // This process among the shard's starts (WriteSlotRowsResponse.instance).

@@ -446,6 +446,17 @@ uint64_t ClockCoordinator::NextEpoch(uint64_t min_epoch) {
   return std::max(epoch_ + 1, min_epoch);
 }
 
+uint64_t ClockCoordinator::Lead(
+    const std::vector<cluster::RegisteredWorker>& workers, uint64_t min_epoch,
+    absl::Time leading_until) {
+  std::vector<ExpectedWorker> expected;
+  expected.reserve(workers.size());
+  for (const cluster::RegisteredWorker& worker : workers) {
+    expected.push_back({worker.index, worker.lease});
+  }
+  return TakeOver(expected, min_epoch, leading_until);
+}
+
 uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>& expected,
                                     uint64_t min_epoch,
                                     absl::Time leading_until) {

@@ -36,7 +36,7 @@
 // idle (input came) lets it go on to the cut, which others at a bounded
 // staleness may be waiting for.
 //
-// Elected (under --etcd, server/coordinator_election.h): every shard has a
+// Elected (under --etcd, cluster/coordinator_election.h): every shard has a
 // coordinator, and only the one that leads answers. TakeOver() makes it
 // lead: it goes on from what it kept, every worker it kept or is told of
 // counted unconfirmed (its clock there, or 0, holding the others and every
@@ -61,6 +61,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cluster/coordinator_election.h"
 
 namespace ps::server {
 
@@ -93,7 +94,7 @@ struct CoordinatorOptions {
   bool elected = false;
 };
 
-class ClockCoordinator {
+class ClockCoordinator final : public cluster::Leadership {
  public:
   // Where a worker that follows a directory is in it (proto/ps.proto's
   // InputPosition): recorded, saved and resumed with its examples.
@@ -209,7 +210,7 @@ class ClockCoordinator {
 
   // The epoch TakeOver(min_epoch) would lead at: above this coordinator's
   // last, and at least `min_epoch`.
-  uint64_t NextEpoch(uint64_t min_epoch);
+  uint64_t NextEpoch(uint64_t min_epoch) override;
 
   // Starts leading, until StepDown() or `leading_until` (by
   // options.monotonic_now; ExtendLeadership() moves it). Each unfinished
@@ -220,8 +221,12 @@ class ClockCoordinator {
   // the epoch NextEpoch(min_epoch); returns it (saved before returning).
   uint64_t TakeOver(const std::vector<ExpectedWorker>& expected,
                     uint64_t min_epoch, absl::Time leading_until);
-  void ExtendLeadership(absl::Time leading_until);
-  void StepDown();
+  // TakeOver() with `workers` expected, each under its lease (an
+  // election's win).
+  uint64_t Lead(const std::vector<cluster::RegisteredWorker>& workers,
+                uint64_t min_epoch, absl::Time leading_until) override;
+  void ExtendLeadership(absl::Time leading_until) override;
+  void StepDown() override;
 
   // Called periodically (ShardServer: every 100 ms), and by every other
   // call first: a gap of more than options.pause_threshold of

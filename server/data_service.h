@@ -25,13 +25,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cluster/shard_directory.h"
+#include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
 #include "embedding/replication_feed.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
 #include "server/slot_move.h"
-#include "server/slot_ownership.h"
 
 namespace ps::server {
 
@@ -103,7 +103,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // `store`, `clocks`, `slots` and `moves` must outlive this service.
   DataService(const DataServiceOptions& options,
               embedding::EmbeddingStore* store, ClockCoordinator* clocks,
-              const SlotOwnership* slots, SlotMoveSource* moves)
+              const cluster::SlotOwnership* slots, SlotMoveSource* moves)
       : options_(options),
         store_(store),
         clocks_(clocks),
@@ -227,7 +227,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   const DataServiceOptions options_;
   embedding::EmbeddingStore* const store_;
   ClockCoordinator* const clocks_;
-  const SlotOwnership* const slots_;
+  const cluster::SlotOwnership* const slots_;
   SlotMoveSource* const moves_;
   RequestCounters counters_;
   std::atomic<int64_t> calls_in_flight_{0};

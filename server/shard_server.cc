@@ -88,7 +88,7 @@ absl::StatusOr<bool> RestoreFromCheckpoint(const ServerOptions& options,
       manifest.num_shards() == identity.num_shards
           ? recorded
           : SlotMap::Initial(identity.num_shards));
-  RETURN_IF_ERROR(SlotOwnership::Create(data_dir, *map));
+  RETURN_IF_ERROR(cluster::SlotOwnership::Create(data_dir, *map));
   // A part holds the rows its shard owned at the cut, and may hold rows of
   // slots that moved away from it before (stale): each key comes from the
   // part of its owner by the checkpoint's map.
@@ -366,17 +366,17 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
   coordinator.state_path = options.store.data_dir + "/coordinator.state";
   coordinator.elected = options.etcd != nullptr;
   ASSIGN_OR_RETURN(clocks_, ClockCoordinator::Open(coordinator));
-  ASSIGN_OR_RETURN(slots_,
-                   SlotOwnership::Open(options.store.data_dir, count_if_unset));
+  ASSIGN_OR_RETURN(slots_, cluster::SlotOwnership::Open(options.store.data_dir,
+                                                        count_if_unset));
   if (options.etcd != nullptr) {
-    using OwnMap = EtcdSlotMap::OwnMap;
+    using OwnMap = cluster::EtcdSlotMap::OwnMap;
     const OwnMap own_map = restored ? OwnMap::kRestored
                            : store_->ListTables().empty()
                                ? OwnMap::kEmptyDataDir
                                : OwnMap::kDataDirWithTables;
-    ASSIGN_OR_RETURN(
-        etcd_slot_map_,
-        EtcdSlotMap::Start(options.etcd, options.job, slots_.get(), own_map));
+    ASSIGN_OR_RETURN(etcd_slot_map_,
+                     cluster::EtcdSlotMap::Start(options.etcd, options.job,
+                                                 slots_.get(), own_map));
   }
   return absl::OkStatus();
 }
@@ -398,7 +398,7 @@ void ShardServer::CreateServices(const ServerOptions& options) {
     replication_options.admin_token = options.admin_token;
     replication_options.write_slot_map =
         [slots = slots_.get()](const std::string& dir) {
-          return SlotOwnership::Create(dir, *slots->current());
+          return cluster::SlotOwnership::Create(dir, *slots->current());
         };
     replication_options.slot_map_epoch = [slots = slots_.get()] {
       return slots->current()->epoch();
@@ -784,13 +784,13 @@ absl::Status ShardServer::CampaignForCoordinator(const std::string& address,
     return absl::FailedPreconditionError(
         "a shard campaigns for the coordinator only under --etcd");
   }
-  ElectionOptions election;
+  cluster::ElectionOptions election;
   election.job = job_;
   election.shard_index = shard_index_;
   election.address = address;
   election.ttl = ttl;
-  ASSIGN_OR_RETURN(election_,
-                   CoordinatorElection::Start(etcd_, clocks_.get(), election));
+  ASSIGN_OR_RETURN(election_, cluster::CoordinatorElection::Start(
+                                  etcd_, clocks_.get(), election));
   return absl::OkStatus();
 }
 

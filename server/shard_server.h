@@ -28,19 +28,19 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "cluster/coordination_store.h"
+#include "cluster/coordinator_election.h"
+#include "cluster/etcd_slot_map.h"
 #include "cluster/shard_control.h"
+#include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
 #include "net/tls_credentials.h"
 #include "server/admin_service.h"
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
-#include "server/coordinator_election.h"
 #include "server/data_service.h"
-#include "server/etcd_slot_map.h"
 #include "server/in_sync_recorder.h"
 #include "server/replication_service.h"
 #include "server/shard_metrics.h"
-#include "server/slot_ownership.h"
 
 namespace grpc {
 class Server;
@@ -114,7 +114,7 @@ struct ServerOptions {
   std::string health_listen;
   // Under --etcd: a client of the job's etcd (not owned; it must outlive the
   // server) and the job. The slot map is then the job's in etcd
-  // (server/etcd_slot_map.h), read before the shard serves. Default: none
+  // (cluster/etcd_slot_map.h), read before the shard serves. Default: none
   // (the map is the data dir's alone).
   cluster::CoordinationStore* etcd = nullptr;
   std::string job;
@@ -201,7 +201,7 @@ class ShardServer final : public cluster::ShardControl {
   void Wait();
 
   // Under options.etcd: runs for the job's clock coordinator
-  // (server/coordinator_election.h), as `address` (what workers dial) under
+  // (cluster/coordinator_election.h), as `address` (what workers dial) under
   // a lease of `ttl`; until elected, this shard's coordinator answers
   // UNAVAILABLE. FAILED_PRECONDITION without etcd.
   absl::Status CampaignForCoordinator(const std::string& address,
@@ -303,12 +303,12 @@ class ShardServer final : public cluster::ShardControl {
   // grpc_server_'s interceptors feed it and the admin service reads it.
   std::unique_ptr<CallStats> call_stats_;
   std::unique_ptr<ClockCoordinator> clocks_;
-  std::unique_ptr<SlotOwnership> slots_;
+  std::unique_ptr<cluster::SlotOwnership> slots_;
   std::unique_ptr<SlotMoveSource> slot_moves_;
   // Under --etcd: keeps slots_ in step with the job's map, and makes
   // clocks_ the job's coordinator while this shard is elected.
-  std::unique_ptr<EtcdSlotMap> etcd_slot_map_;
-  std::unique_ptr<CoordinatorElection> election_;
+  std::unique_ptr<cluster::EtcdSlotMap> etcd_slot_map_;
+  std::unique_ptr<cluster::CoordinatorElection> election_;
   // Under --etcd, a primary's: the in-sync set kept in etcd (before feed_
   // goes).
   std::unique_ptr<InSyncRecorder> in_sync_recorder_;

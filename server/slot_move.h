@@ -40,15 +40,16 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/slot_map.h"
+#include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
-#include "server/slot_ownership.h"
 
 namespace ps::server {
 
 class SlotMoveSource {
  public:
-  SlotMoveSource(embedding::EmbeddingStore* store, SlotOwnership* slots,
-                 uint32_t shard_index, size_t max_changed_keys = 1 << 20)
+  SlotMoveSource(embedding::EmbeddingStore* store,
+                 cluster::SlotOwnership* slots, uint32_t shard_index,
+                 size_t max_changed_keys = 1 << 20)
       : store_(store),
         slots_(slots),
         shard_index_(shard_index),
@@ -163,7 +164,7 @@ class SlotMoveSource {
   bool MovingLocked(uint64_t key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   embedding::EmbeddingStore* const store_;
-  SlotOwnership* const slots_;
+  cluster::SlotOwnership* const slots_;
   const uint32_t shard_index_;
   const size_t max_changed_keys_;
   mutable absl::Mutex mu_;

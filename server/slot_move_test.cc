@@ -12,10 +12,10 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
 #include "gtest/gtest.h"
-#include "server/slot_ownership.h"
 
 namespace ps::server {
 namespace {
@@ -29,8 +29,8 @@ class SlotMoveTest : public ::testing::Test {
     options.data_dir = FreshTestDir("slot_move");
     store_ = embedding::OpenStore(options);
     ASSERT_OK(store_->DeclareTable(embedding::SgdTable("t", kDim)));
-    absl::StatusOr<std::unique_ptr<SlotOwnership>> slots =
-        SlotOwnership::Open(options.data_dir, 2);
+    absl::StatusOr<std::unique_ptr<cluster::SlotOwnership>> slots =
+        cluster::SlotOwnership::Open(options.data_dir, 2);
     ASSERT_OK(slots);
     slots_ = *std::move(slots);
     // Shard 0's keys (even slots at epoch 1).
@@ -54,7 +54,7 @@ class SlotMoveTest : public ::testing::Test {
   }
 
   std::unique_ptr<embedding::EmbeddingStore> store_;
-  std::unique_ptr<SlotOwnership> slots_;
+  std::unique_ptr<cluster::SlotOwnership> slots_;
   std::vector<uint64_t> keys_;
 };
 

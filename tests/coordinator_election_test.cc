@@ -1,8 +1,8 @@
-// CoordinatorElection against a real etcd on loopback: one of the shards
-// that campaign leads, its clock coordinator alone answers, and another
+// cluster::CoordinatorElection against a real etcd on loopback: one of the
+// shards that campaign leads, its clock coordinator alone answers, and another
 // takes over with a higher epoch when it goes or loses its key.
 
-#include "server/coordinator_election.h"
+#include "cluster/coordinator_election.h"
 
 #include <memory>
 #include <string>
@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "cluster/coordination_store.h"
+#include "cluster/in_memory_store.h"
 #include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
 #include "server/clock_coordinator.h"
@@ -22,17 +23,22 @@ namespace {
 
 constexpr char kJob[] = "election";
 
-class CoordinatorElectionTest : public ::testing::Test {
+// The parameter: "etcd" or "in_memory".
+class CoordinatorElectionTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<testing::EtcdProcess>> etcd =
-        testing::EtcdProcess::Start("election");
-    ASSERT_OK(etcd);
-    etcd_ = *std::move(etcd);
-    absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
-        etcd_->Connect();
-    ASSERT_OK(client);
-    client_ = *std::move(client);
+    if (GetParam() == "in_memory") {
+      client_ = std::make_unique<cluster::InMemoryStore>();
+    } else {
+      absl::StatusOr<std::unique_ptr<testing::EtcdProcess>> etcd =
+          testing::EtcdProcess::Start("election");
+      ASSERT_OK(etcd);
+      etcd_ = *std::move(etcd);
+      absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> client =
+          etcd_->Connect();
+      ASSERT_OK(client);
+      client_ = *std::move(client);
+    }
     for (int shard = 0; shard < 2; ++shard) {
       CoordinatorOptions coordinator;
       coordinator.elected = true;
@@ -46,15 +52,15 @@ class CoordinatorElectionTest : public ::testing::Test {
   }
 
   void Campaign(int shard) {
-    ElectionOptions options;
+    cluster::ElectionOptions options;
     options.job = kJob;
     options.shard_index = static_cast<uint32_t>(shard);
     options.address = "127.0.0.1:" + std::to_string(50000 + shard);
     options.ttl = absl::Seconds(1);
     options.poll = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<CoordinatorElection>> election =
-        CoordinatorElection::Start(client_.get(), clocks_[shard].get(),
-                                   options);
+    absl::StatusOr<std::unique_ptr<cluster::CoordinatorElection>> election =
+        cluster::CoordinatorElection::Start(client_.get(), clocks_[shard].get(),
+                                            options);
     ASSERT_OK(election);
     elections_[shard] = *std::move(election);
   }
@@ -90,7 +96,7 @@ class CoordinatorElectionTest : public ::testing::Test {
 
   uint64_t Epoch() {
     absl::StatusOr<net::EtcdValue> stored =
-        client_->Get(CoordinatorEpochKey(kJob));
+        client_->Get(cluster::CoordinatorEpochKey(kJob));
     uint64_t epoch = 0;
     EXPECT_OK(stored.status());
     if (stored.ok()) {
@@ -104,10 +110,16 @@ class CoordinatorElectionTest : public ::testing::Test {
   std::unique_ptr<testing::EtcdProcess> etcd_;
   std::unique_ptr<cluster::CoordinationStore> client_;
   std::vector<std::unique_ptr<ClockCoordinator>> clocks_;
-  std::vector<std::unique_ptr<CoordinatorElection>> elections_;
+  std::vector<std::unique_ptr<cluster::CoordinatorElection>> elections_;
 };
 
-TEST_F(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
+INSTANTIATE_TEST_SUITE_P(EtcdAndInMemory, CoordinatorElectionTest,
+                         ::testing::Values("etcd", "in_memory"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
   const int first = Leader();
   ASSERT_GE(first, 0);
   const uint64_t first_epoch = Epoch();
@@ -125,7 +137,7 @@ TEST_F(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
   EXPECT_GT(Epoch(), first_epoch);
 }
 
-TEST_F(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
+TEST_P(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   const int first = Leader();
   ASSERT_GE(first, 0);
   const uint64_t first_epoch = Epoch();
@@ -144,18 +156,19 @@ TEST_F(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   EXPECT_GE(Leader(), 0);
 }
 
-TEST_F(CoordinatorElectionTest, NobodyLeadsOnAnEpochThatDoesNotRead) {
+TEST_P(CoordinatorElectionTest, NobodyLeadsOnAnEpochThatDoesNotRead) {
   const int first = Leader();
   ASSERT_GE(first, 0);
   elections_[0].reset();
   elections_[1].reset();
-  ASSERT_OK(client_->Put(CoordinatorEpochKey(kJob), "not an epoch").status());
+  ASSERT_OK(client_->Put(cluster::CoordinatorEpochKey(kJob), "not an epoch")
+                .status());
   Campaign(0);
   absl::SleepFor(absl::Seconds(1));
   EXPECT_FALSE(elections_[0]->leading());
   EXPECT_EQ(clocks_[0]->Serving().code(), absl::StatusCode::kUnavailable);
   // Put right, it leads.
-  ASSERT_OK(client_->Put(CoordinatorEpochKey(kJob), "7").status());
+  ASSERT_OK(client_->Put(cluster::CoordinatorEpochKey(kJob), "7").status());
   elections_[1] = nullptr;
   EXPECT_EQ(Leader(), 0);
   EXPECT_GT(Epoch(), 7u);

@@ -28,7 +28,7 @@ namespace {
 struct Shard {
   std::unique_ptr<embedding::EmbeddingStore> store;
   std::unique_ptr<server::ClockCoordinator> clocks;
-  std::unique_ptr<server::SlotOwnership> slots;
+  std::unique_ptr<cluster::SlotOwnership> slots;
   std::unique_ptr<server::SlotMoveSource> moves;
   std::unique_ptr<server::DataService> service;
 };
@@ -60,7 +60,7 @@ Shard& TheShard() {
     auto* made = new Shard;
     made->store = embedding::EmbeddingStore::Open(options).value();
     made->clocks = server::ClockCoordinator::Open({}).value();
-    made->slots = server::SlotOwnership::Open(dir, 1).value();
+    made->slots = cluster::SlotOwnership::Open(dir, 1).value();
     made->moves = std::make_unique<server::SlotMoveSource>(
         made->store.get(), made->slots.get(), 0);
     server::DataServiceOptions service_options;

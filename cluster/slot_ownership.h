@@ -1,4 +1,4 @@
-// File: server/slot_ownership.h
+// File: cluster/slot_ownership.h
 //
 // SlotOwnership is a shard's copy of the slot map (base/slot_map.h): what
 // its data service checks every key against. It is kept in
@@ -7,13 +7,13 @@
 // by Replace(), which names the epoch it replaces (a compare-and-swap), so
 // that two administrators never overwrite each other's change unseen, or,
 // under --etcd, by Adopt() of the map the cluster keeps there
-// (server/etcd_slot_map.h).
+// (cluster/etcd_slot_map.h).
 //
 // Thread-safe: current() hands out the map by shared_ptr; a Replace() while
 // a request holds the old one does not disturb it.
 
-#ifndef PS_SERVER_SLOT_OWNERSHIP_H_
-#define PS_SERVER_SLOT_OWNERSHIP_H_
+#ifndef PS_CLUSTER_SLOT_OWNERSHIP_H_
+#define PS_CLUSTER_SLOT_OWNERSHIP_H_
 
 #include <cstdint>
 #include <functional>
@@ -26,7 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/slot_map.h"
 
-namespace ps::server {
+namespace ps::cluster {
 
 class SlotOwnership {
  public:
@@ -89,6 +89,6 @@ class SlotOwnership {
   std::shared_ptr<const SlotMap> current_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace ps::server
+}  // namespace ps::cluster
 
-#endif  // PS_SERVER_SLOT_OWNERSHIP_H_
+#endif  // PS_CLUSTER_SLOT_OWNERSHIP_H_

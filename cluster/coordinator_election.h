@@ -1,4 +1,4 @@
-// File: server/coordinator_election.h
+// File: cluster/coordinator_election.h
 //
 // Under --etcd, the job's clock coordinator is whichever shard holds the key
 // /ps/<job>/coordinator (cluster/shard_directory.h's CoordinatorKey), which it
@@ -6,7 +6,7 @@
 // alive by renewing it. Every shard runs an election: while another holds
 // the key it looks again every `poll`; once the holder's lease ran out
 // (killed, paused, cut off) the key goes and the first shard to create it
-// leads. Winning calls ClockCoordinator::TakeOver() with the workers
+// leads. Winning calls Leadership::Lead() with the workers
 // registered in etcd and an epoch above every earlier coordinator's (kept
 // at /ps/<job>/coordinator_epoch); each renewal extends the leadership by
 // the lease's time left, measured from before the renewal was sent, so a
@@ -19,22 +19,23 @@
 // Does not own the client or the coordinator, which must outlive it.
 // Thread-safe.
 
-#ifndef PS_SERVER_COORDINATOR_ELECTION_H_
-#define PS_SERVER_COORDINATOR_ELECTION_H_
+#ifndef PS_CLUSTER_COORDINATOR_ELECTION_H_
+#define PS_CLUSTER_COORDINATOR_ELECTION_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "cluster/coordination_store.h"
-#include "server/clock_coordinator.h"
+#include "cluster/shard_directory.h"
 
-namespace ps::server {
+namespace ps::cluster {
 
 struct ElectionOptions {
   std::string job;
@@ -53,12 +54,29 @@ std::string CoordinatorEpochKey(const std::string& job);
 // "/ps/<job>/coordinator_lease": the etcd lease it holds its key under.
 std::string CoordinatorLeaseKey(const std::string& job);
 
+// What an election drives: the job's clock coordinator
+// (server::ClockCoordinator implements it).
+class Leadership {
+ public:
+  virtual ~Leadership() = default;
+  // The epoch leading would start at: above this coordinator's last, and at
+  // least `min_epoch`.
+  virtual uint64_t NextEpoch(uint64_t min_epoch) = 0;
+  // Starts leading at NextEpoch(min_epoch), expecting `workers` (those
+  // registered in etcd), until StepDown() or `leading_until`; the epoch.
+  virtual uint64_t Lead(const std::vector<RegisteredWorker>& workers,
+                        uint64_t min_epoch, absl::Time leading_until) = 0;
+  // Leads on until `leading_until` (a renewal of the key's lease).
+  virtual void ExtendLeadership(absl::Time leading_until) = 0;
+  virtual void StepDown() = 0;
+};
+
 class CoordinatorElection {
  public:
   // Starts campaigning on a thread of its own. INVALID_ARGUMENT for a bad
   // job or a ttl under a second.
   static absl::StatusOr<std::unique_ptr<CoordinatorElection>> Start(
-      cluster::CoordinationStore* etcd, ClockCoordinator* clocks,
+      CoordinationStore* etcd, Leadership* clocks,
       const ElectionOptions& options);
 
   // Steps down and gives the key up (revoking its lease), so that another
@@ -68,8 +86,8 @@ class CoordinatorElection {
   bool leading() const { return leading_.load(); }
 
  private:
-  CoordinatorElection(cluster::CoordinationStore* etcd,
-                      ClockCoordinator* clocks, const ElectionOptions& options)
+  CoordinatorElection(CoordinationStore* etcd, Leadership* clocks,
+                      const ElectionOptions& options)
       : etcd_(etcd), clocks_(clocks), options_(options) {}
   void Run();
   // One try at taking the key; whether it was taken.
@@ -85,8 +103,8 @@ class CoordinatorElection {
   // leases and a second of waiting.
   bool LastLeaderMayAnswer(int64_t lease);
 
-  cluster::CoordinationStore* const etcd_;
-  ClockCoordinator* const clocks_;
+  CoordinationStore* const etcd_;
+  Leadership* const clocks_;
   const ElectionOptions options_;
   std::string key_, value_;
   int64_t lease_ = 0;  // the thread's
@@ -100,6 +118,6 @@ class CoordinatorElection {
   std::thread thread_;
 };
 
-}  // namespace ps::server
+}  // namespace ps::cluster
 
-#endif  // PS_SERVER_COORDINATOR_ELECTION_H_
+#endif  // PS_CLUSTER_COORDINATOR_ELECTION_H_

@@ -1,4 +1,4 @@
-#include "server/slot_ownership.h"
+#include "cluster/slot_ownership.h"
 
 #include <atomic>
 #include <fstream>
@@ -9,7 +9,7 @@
 #include "base/test_dirs.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 TEST(SlotOwnershipTest, ANewDirStartsFromTheInitialMapAndKeepsChanges) {
@@ -142,4 +142,4 @@ TEST(SlotOwnershipTest, AFileWithoutItsShardCountHasTheFlagsCount) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::cluster

@@ -1,9 +1,9 @@
-// File: server/etcd_slot_map.h
+// File: cluster/etcd_slot_map.h
 //
 // Under --etcd, the job's slot map lives in etcd, at /ps/<job>/slot_map
 // (protobuf's JSON of SlotMapSpec), and changes only by a compare-and-swap
 // on the key's revision. EtcdSlotMap keeps one shard's copy
-// (server/slot_ownership.h) in step with it: Start() reads it before the
+// (cluster/slot_ownership.h) in step with it: Start() reads it before the
 // shard serves (creating it from the shard's own map when the job has
 // none), then a thread follows it, a watch adopting each change as it is
 // made and a read every `resync_interval` catching up on whatever a watch
@@ -15,8 +15,8 @@
 // Does not own the client or the ownership, which must outlive it.
 // Thread-safe.
 
-#ifndef PS_SERVER_ETCD_SLOT_MAP_H_
-#define PS_SERVER_ETCD_SLOT_MAP_H_
+#ifndef PS_CLUSTER_ETCD_SLOT_MAP_H_
+#define PS_CLUSTER_ETCD_SLOT_MAP_H_
 
 #include <cstdint>
 #include <memory>
@@ -30,9 +30,9 @@
 #include "absl/time/time.h"
 #include "base/slot_map.h"
 #include "cluster/coordination_store.h"
-#include "server/slot_ownership.h"
+#include "cluster/slot_ownership.h"
 
-namespace ps::server {
+namespace ps::cluster {
 
 class EtcdSlotMap {
  public:
@@ -48,9 +48,8 @@ class EtcdSlotMap {
   // from a checkpoint at this start, other than etcd's (its rows were
   // placed by the checkpoint's map); etcd's errors.
   static absl::StatusOr<std::unique_ptr<EtcdSlotMap>> Start(
-      cluster::CoordinationStore* etcd, const std::string& job,
-      SlotOwnership* slots, OwnMap own_map,
-      absl::Duration resync_interval = absl::Seconds(2));
+      CoordinationStore* etcd, const std::string& job, SlotOwnership* slots,
+      OwnMap own_map, absl::Duration resync_interval = absl::Seconds(2));
 
   // Stops following.
   ~EtcdSlotMap();
@@ -77,8 +76,8 @@ class EtcdSlotMap {
   absl::Status CatchUp();
 
  private:
-  EtcdSlotMap(cluster::CoordinationStore* etcd, std::string key,
-              SlotOwnership* slots, absl::Duration resync_interval)
+  EtcdSlotMap(CoordinationStore* etcd, std::string key, SlotOwnership* slots,
+              absl::Duration resync_interval)
       : etcd_(etcd),
         key_(std::move(key)),
         slots_(slots),
@@ -91,7 +90,7 @@ class EtcdSlotMap {
   // The follower thread's loop.
   void Follow();
 
-  cluster::CoordinationStore* const etcd_;
+  CoordinationStore* const etcd_;
   const std::string key_;
   SlotOwnership* const slots_;
   const absl::Duration resync_interval_;
@@ -99,6 +98,6 @@ class EtcdSlotMap {
   std::thread follower_;
 };
 
-}  // namespace ps::server
+}  // namespace ps::cluster
 
-#endif  // PS_SERVER_ETCD_SLOT_MAP_H_
+#endif  // PS_CLUSTER_ETCD_SLOT_MAP_H_

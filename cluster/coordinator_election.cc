@@ -1,4 +1,4 @@
-#include "server/coordinator_election.h"
+#include "cluster/coordinator_election.h"
 
 #include <chrono>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "cluster/shard_directory.h"
 #include "glog/logging.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 absl::Time MonotonicNow() {
@@ -28,16 +28,16 @@ std::string CoordinatorLeaseKey(const std::string& job) {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Start(
-    cluster::CoordinationStore* etcd, ClockCoordinator* clocks,
+    CoordinationStore* etcd, Leadership* clocks,
     const ElectionOptions& options) {
-  RETURN_IF_ERROR(cluster::CheckJobName(options.job));
+  RETURN_IF_ERROR(CheckJobName(options.job));
   if (options.ttl < absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         "the coordinator's etcd lease must be at least 1 s");
   }
   auto election = std::unique_ptr<CoordinatorElection>(
       new CoordinatorElection(etcd, clocks, options));
-  election->key_ = cluster::CoordinatorKey(options.job);
+  election->key_ = CoordinatorKey(options.job);
   election->value_ = absl::StrCat(options.shard_index, " ", options.address);
   CoordinatorElection* raw = election.get();
   election->thread_ = std::thread([raw] { raw->Run(); });
@@ -165,13 +165,10 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
     holder_lease_ = last_lease;
     return false;
   }
-  absl::StatusOr<std::vector<cluster::RegisteredWorker>> registered =
-      cluster::RegisteredWorkers(*etcd_, options_.job);
+  absl::StatusOr<std::vector<RegisteredWorker>> registered =
+      RegisteredWorkers(*etcd_, options_.job);
   if (!registered.ok())
     return give_up("reading the registered workers", registered.status());
-  std::vector<ClockCoordinator::ExpectedWorker> expected;
-  for (const cluster::RegisteredWorker& worker : *registered)
-    expected.push_back({worker.index, worker.lease});
   // Recorded before any incarnation of it is given out.
   const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);
   absl::StatusOr<bool> saved =
@@ -190,7 +187,7 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   holder_lease_ = 0;
   waiting_since_ = absl::InfinitePast();
   if (stop_.HasBeenNotified()) return false;  // the destructor revokes
-  clocks_->TakeOver(expected, epoch, leading_until);
+  clocks_->Lead(*registered, epoch, leading_until);
   leading_.store(true);
   LOG(INFO) << "this shard is the job's clock coordinator (epoch " << epoch
             << ")";
@@ -257,4 +254,4 @@ bool CoordinatorElection::Renew() {
   return true;
 }
 
-}  // namespace ps::server
+}  // namespace ps::cluster

@@ -1,4 +1,4 @@
-#include "server/etcd_slot_map.h"
+#include "cluster/etcd_slot_map.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -6,7 +6,7 @@
 #include "cluster/shard_directory.h"
 #include "glog/logging.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 // A map written without its shard count has `num_shards_if_unset`.
@@ -24,10 +24,10 @@ absl::StatusOr<SlotMap> FromJson(const std::string& key,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdSlotMap>> EtcdSlotMap::Start(
-    cluster::CoordinationStore* etcd, const std::string& job,
-    SlotOwnership* slots, OwnMap own_map, absl::Duration resync_interval) {
+    CoordinationStore* etcd, const std::string& job, SlotOwnership* slots,
+    OwnMap own_map, absl::Duration resync_interval) {
   auto synced = std::unique_ptr<EtcdSlotMap>(
-      new EtcdSlotMap(etcd, cluster::SlotMapKey(job), slots, resync_interval));
+      new EtcdSlotMap(etcd, SlotMapKey(job), slots, resync_interval));
   absl::StatusOr<std::pair<SlotMap, int64_t>> read = synced->Read();
   if (absl::IsNotFound(read.status())) {
     // The job's first shard: its own map (the initial one, on a new job)
@@ -195,13 +195,12 @@ void EtcdSlotMap::OnEvent(const net::EtcdEvent& event) {
 }
 
 void EtcdSlotMap::Follow() {
-  std::unique_ptr<cluster::StoreWatch> watch;
+  std::unique_ptr<StoreWatch> watch;
   do {
     if (watch == nullptr || !watch->status().ok()) {
       watch.reset();
-      absl::StatusOr<std::unique_ptr<cluster::StoreWatch>> made =
-          etcd_->WatchPrefix(
-              key_, 0, [this](const net::EtcdEvent& event) { OnEvent(event); });
+      absl::StatusOr<std::unique_ptr<StoreWatch>> made = etcd_->WatchPrefix(
+          key_, 0, [this](const net::EtcdEvent& event) { OnEvent(event); });
       if (made.ok()) {
         watch = *std::move(made);
       } else {
@@ -218,4 +217,4 @@ void EtcdSlotMap::Follow() {
   } while (!stop_.WaitForNotificationWithTimeout(resync_interval_));
 }
 
-}  // namespace ps::server
+}  // namespace ps::cluster

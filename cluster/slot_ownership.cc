@@ -1,4 +1,4 @@
-#include "server/slot_ownership.h"
+#include "cluster/slot_ownership.h"
 
 #include <fstream>
 #include <sstream>
@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
-namespace ps::server {
+namespace ps::cluster {
 namespace {
 
 constexpr char kSlotMapFile[] = "/SLOT_MAP.json";
@@ -98,4 +98,4 @@ absl::Status SlotOwnership::AdoptLocked(const SlotMap& next) {
   return absl::OkStatus();
 }
 
-}  // namespace ps::server
+}  // namespace ps::cluster
