@@ -619,6 +619,51 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   return manifest;
 }
 
+namespace {
+
+// An export's format version, from how its parts key their rows (every
+// shard's way, or none: a cluster halfway through an upgrade), its parts'
+// clocks, and, for a delta over `predecessor`, its place in the chain.
+absl::Status SetFormatAndChain(const std::vector<ExportShardResponse>& parts,
+                               const ExportOptions& options,
+                               const ExportManifest* predecessor,
+                               ExportManifest* manifest) {
+  const uint32_t key_format = parts.front().key_format_version();
+  for (const ExportShardResponse& part : parts) {
+    if (part.key_format_version() != key_format) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the shards wrote their parts in two key formats (shard ",
+          part.shard_index(), " in ", part.key_format_version(),
+          ", shard 0 in ", key_format,
+          "): upgrade every shard, then export again"));
+    }
+  }
+  manifest->set_format_version(key_format == 0 ? 1 : key_format);
+  for (const ExportShardResponse& part : parts) {
+    manifest->add_shard_exported_at_s(part.exported_at_s());
+    manifest->add_shard_clock_instances(part.clock_instance());
+  }
+  if (predecessor != nullptr) {
+    if (key_format != 2) {
+      return absl::FailedPreconditionError(
+          "a shard wrote its part in key format 1, which has no deltas: "
+          "upgrade every shard");
+    }
+    // 3: a delta, which a version that reads only full exports refuses.
+    manifest->set_format_version(3);
+    const std::string name =
+        std::filesystem::path(options.predecessor).filename().string();
+    manifest->set_predecessor(name);
+    manifest->set_predecessor_created_at(predecessor->created_at());
+    manifest->set_base(predecessor->delta_index() == 0 ? name
+                                                       : predecessor->base());
+    manifest->set_delta_index(predecessor->delta_index() + 1);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   const CheckpointOptions& cluster = options.cluster;
   if (cluster.servers.empty() || cluster.dir.empty()) {
@@ -683,39 +728,9 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
   SetCommonFields(cut, cluster.servers.size(), written, &manifest);
   manifest.set_created_at_unix_ms(absl::ToUnixMillis(written));
   manifest.set_job(options.job);
-  // How the parts key their rows: every shard's way, or none (a cluster
-  // halfway through an upgrade).
-  const uint32_t key_format = parts.front().key_format_version();
-  for (const ExportShardResponse& part : parts) {
-    if (part.key_format_version() != key_format) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the shards wrote their parts in two key formats (shard ",
-          part.shard_index(), " in ", part.key_format_version(),
-          ", shard 0 in ", key_format,
-          "): upgrade every shard, then export again"));
-    }
-  }
-  manifest.set_format_version(key_format == 0 ? 1 : key_format);
-  for (const ExportShardResponse& part : parts) {
-    manifest.add_shard_exported_at_s(part.exported_at_s());
-    manifest.add_shard_clock_instances(part.clock_instance());
-  }
-  if (predecessor.has_value()) {
-    if (key_format != 2) {
-      return absl::FailedPreconditionError(
-          "a shard wrote its part in key format 1, which has no deltas: "
-          "upgrade every shard");
-    }
-    // 3: a delta, which a version that reads only full exports refuses.
-    manifest.set_format_version(3);
-    const std::string name =
-        std::filesystem::path(options.predecessor).filename().string();
-    manifest.set_predecessor(name);
-    manifest.set_predecessor_created_at(predecessor->created_at());
-    manifest.set_base(predecessor->delta_index() == 0 ? name
-                                                      : predecessor->base());
-    manifest.set_delta_index(predecessor->delta_index() + 1);
-  }
+  RETURN_IF_ERROR(SetFormatAndChain(
+      parts, options, predecessor.has_value() ? &*predecessor : nullptr,
+      &manifest));
   *manifest.mutable_slot_map() = slot_map.ToSpec();
   *manifest.mutable_model() = model.card;
   manifest.set_model_name(model.name);

@@ -257,9 +257,66 @@ absl::StatusOr<CommandOptions> OptionsFromFlags(const Command& command) {
   return options;
 }
 
-}  // namespace
+// The command `word` names (an old name warns); null for none.
+const Command* FindCommand(std::string word) {
+  for (const RenamedCommand& renamed : kRenamedCommands) {
+    if (word != renamed.old_name) continue;
+    std::fprintf(stderr, "ps_admin: `%s` is deprecated: use `%s`\n",
+                 renamed.old_name, renamed.name);
+    word = renamed.name;
+  }
+  for (const Command& candidate : kCommands) {
+    if (word == candidate.name) return &candidate;
+  }
+  return nullptr;
+}
 
-int main(int argc, char** argv) {
+// The shards the command asks (--read_replicas, the job's in etcd, or
+// --servers) and the coordinator (--coordinator, the one elected in etcd,
+// or the first shard). INVALID_ARGUMENT for none; etcd's errors.
+absl::Status FindShardsAndCoordinator(const ps::cluster::EtcdJob& etcd,
+                                      Cluster* cluster) {
+  const absl::Duration etcd_wait =
+      absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s));
+  const bool from_replicas = !cluster->options.read_replicas.empty();
+  if (from_replicas) {
+    // The replicas alone: their primaries may be down.
+    cluster->servers = cluster->options.read_replicas;
+  } else if (etcd.enabled()) {
+    cluster->options.job = etcd.job;
+    ASSIGN_OR_RETURN(cluster->servers,
+                     ps::cluster::FindJobShards(etcd, etcd_wait));
+  } else {
+    cluster->servers = ps::SplitAddressList(absl::GetFlag(FLAGS_servers));
+  }
+  if (cluster->servers.empty()) {
+    return absl::InvalidArgumentError("--servers names no shard");
+  }
+  const std::string coordinator_flag = absl::GetFlag(FLAGS_coordinator);
+  cluster->coordinator =
+      coordinator_flag.empty() ? cluster->servers[0] : coordinator_flag;
+  if (!etcd.enabled() || from_replicas || !coordinator_flag.empty()) {
+    return absl::OkStatus();
+  }
+  // The shard elected to coordinate (cluster/coordinator_election.h).
+  absl::StatusOr<std::unique_ptr<ps::cluster::CoordinationStore>> client =
+      ps::cluster::ConnectToJobEtcd(etcd);
+  absl::StatusOr<std::string> coordinator =
+      client.ok() ? ps::cluster::FindCoordinator(**client, etcd.job, etcd_wait)
+                  : absl::StatusOr<std::string>(client.status());
+  if (coordinator.ok()) {
+    cluster->coordinator = *std::move(coordinator);
+    cluster->coordinator_elected = true;
+  } else {
+    // Only the commands that ask the coordinator need one.
+    std::fprintf(stderr, "warning: %s; asking %s as the coordinator\n",
+                 std::string(coordinator.status().message()).c_str(),
+                 cluster->coordinator.c_str());
+  }
+  return absl::OkStatus();
+}
+
+void SetUsage() {
   absl::SetProgramUsageMessage(
       "Asks ps_server shards: ps_admin [--servers=HOST:PORT,...] [--json] "
       "COMMAND\n"
@@ -290,6 +347,12 @@ int main(int argc, char** argv) {
       "  drain-shard  --shard=I: move every slot of shard I to the others\n"
       "Commands that change a shard need --token_file when the shards have "
       "--admin_token_file.");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SetUsage();
   ps::SetVersionFlag("ps_admin",
                      {"net/client_tls_flags.cc", "cluster/etcd_job_flags.cc"});
   std::vector<char*> words = absl::ParseCommandLine(argc, argv);
@@ -297,19 +360,11 @@ int main(int argc, char** argv) {
   for (const Command& command : kCommands) names.push_back(command.name);
   const std::string known = absl::StrJoin(names, ", ");
   if (words.size() != 2) return Fail("give one command: " + known);
-  std::string name = words[1];
-  for (const RenamedCommand& renamed : kRenamedCommands) {
-    if (name != renamed.old_name) continue;
-    std::fprintf(stderr, "ps_admin: `%s` is deprecated: use `%s`\n",
-                 renamed.old_name, renamed.name);
-    name = renamed.name;
-  }
-  const Command* command = nullptr;
-  for (const Command& candidate : kCommands)
-    if (name == candidate.name) command = &candidate;
-  if (command == nullptr)
+  const Command* command = FindCommand(words[1]);
+  if (command == nullptr) {
     return Fail("unknown command '" + std::string(words[1]) + "': use " +
                 known);
+  }
   absl::StatusOr<CommandOptions> options = OptionsFromFlags(*command);
   if (!options.ok()) return Fail(std::string(options.status().message()));
   if (command->run == nullptr) return ps::ops::ListCheckpoints(*options);
@@ -324,43 +379,11 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<ps::cluster::EtcdJob> etcd = ps::cluster::EtcdJobFromFlags();
   if (!etcd.ok()) return Fail(std::string(etcd.status().message()));
-  const bool from_replicas = !cluster.options.read_replicas.empty();
-  if (from_replicas) {
-    // The replicas alone: their primaries may be down.
-    cluster.servers = cluster.options.read_replicas;
-  } else if (etcd->enabled()) {
-    cluster.options.job = etcd->job;
-    absl::StatusOr<std::vector<std::string>> servers =
-        ps::cluster::FindJobShards(
-            *etcd, absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)));
-    if (!servers.ok()) return Fail(servers.status());
-    cluster.servers = *std::move(servers);
-  } else {
-    cluster.servers = ps::SplitAddressList(absl::GetFlag(FLAGS_servers));
-  }
-  if (cluster.servers.empty()) return Fail("--servers names no shard");
-  cluster.coordinator = absl::GetFlag(FLAGS_coordinator).empty()
-                            ? cluster.servers[0]
-                            : absl::GetFlag(FLAGS_coordinator);
-  if (etcd->enabled() && !from_replicas &&
-      absl::GetFlag(FLAGS_coordinator).empty()) {
-    // The shard elected to coordinate (cluster/coordinator_election.h).
-    absl::StatusOr<std::unique_ptr<ps::cluster::CoordinationStore>> client =
-        ps::cluster::ConnectToJobEtcd(*etcd);
-    absl::StatusOr<std::string> coordinator =
-        client.ok() ? ps::cluster::FindCoordinator(
-                          **client, etcd->job,
-                          absl::Seconds(absl::GetFlag(FLAGS_etcd_wait_s)))
-                    : absl::StatusOr<std::string>(client.status());
-    if (coordinator.ok()) {
-      cluster.coordinator = *std::move(coordinator);
-      cluster.coordinator_elected = true;
-    } else {
-      // Only the commands that ask the coordinator need one.
-      std::fprintf(stderr, "warning: %s; asking %s as the coordinator\n",
-                   std::string(coordinator.status().message()).c_str(),
-                   cluster.coordinator.c_str());
-    }
+  if (absl::Status found = FindShardsAndCoordinator(*etcd, &cluster);
+      !found.ok()) {
+    if (absl::IsInvalidArgument(found))
+      return Fail(std::string(found.message()));
+    return Fail(found);
   }
   // Fails for TLS files that cannot be read and for a token that would
   // leave loopback in plaintext: bad flags, either way.

@@ -40,17 +40,9 @@ ModelDirectory::~ModelDirectory() {
   if (watcher_.joinable()) watcher_.join();
 }
 
-void ModelDirectory::LookOnce() {
-  std::shared_ptr<ServingModel> current = this->current();
-  // The complete export written last: by when its manifest was written,
-  // then by cut, then by name. Not by cut alone: a job restored from an
-  // older checkpoint, or another job, exports lower cuts later.
-  std::tuple<absl::Time, int64_t, std::string> newest{absl::InfinitePast(), -1,
-                                                      ""};
-  std::string newest_job;
-  // Whether the export serving is still there (pruning deletes exports):
-  // if not, the newest there is served even if it is older.
-  bool current_there = false;
+absl::StatusOr<ModelDirectory::Newest> ModelDirectory::FindNewest(
+    const ServingModel* current) {
+  Newest newest;
   std::error_code error;
   for (std::filesystem::directory_iterator entry(options_.dir, error), end;
        !error && entry != end; entry.increment(error)) {
@@ -77,18 +69,31 @@ void ModelDirectory::LookOnce() {
         std::make_tuple(ExportWrittenAt(*manifest), manifest->cut(), name);
     if (current != nullptr && name == current->version() &&
         std::get<0>(candidate) == current->written_at()) {
-      current_there = true;
+      newest.current_there = true;
     }
-    if (candidate > newest) {
-      newest = candidate;
-      newest_job = manifest->job();
+    if (candidate > newest.at) {
+      newest.at = candidate;
+      newest.job = manifest->job();
     }
   }
   if (error) {
-    LOG_EVERY_N(WARNING, 60) << "cannot list --model_dir " << options_.dir
-                             << ": " << error.message();
+    return absl::InternalError(absl::StrCat(
+        "cannot list --model_dir ", options_.dir, ": ", error.message()));
+  }
+  return newest;
+}
+
+void ModelDirectory::LookOnce() {
+  std::shared_ptr<ServingModel> current = this->current();
+  absl::StatusOr<Newest> found = FindNewest(current.get());
+  if (!found.ok()) {
+    LOG_EVERY_N(WARNING, 60) << found.status().message();
     return;
   }
+  const Newest& newest_found = *found;
+  const bool current_there = newest_found.current_there;
+  const std::string& newest_job = newest_found.job;
+  const auto& newest = newest_found.at;
   const auto& [written, cut, name] = newest;
   if (name.empty()) return;
   if (current != nullptr && current_there &&

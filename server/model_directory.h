@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -70,6 +71,19 @@ class ModelDirectory {
   // Loads and swaps in the export written last if it is not the one
   // serving (or the one serving was deleted).
   void LookOnce();
+  // The complete export written last: by when its manifest was written,
+  // then by cut, then by name. Not by cut alone: a job restored from an
+  // older checkpoint, or another job, exports lower cuts later.
+  struct Newest {
+    std::tuple<absl::Time, int64_t, std::string> at{absl::InfinitePast(), -1,
+                                                    ""};
+    std::string job;
+    // Whether the export `current` serves is still there (pruning deletes
+    // exports): if not, the newest there is served even if it is older.
+    bool current_there = false;
+  };
+  // INTERNAL for a directory that cannot be listed.
+  absl::StatusOr<Newest> FindNewest(const ServingModel* current);
 
   const ModelDirectoryOptions options_;
   mutable absl::Mutex mu_;

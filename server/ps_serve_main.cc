@@ -19,6 +19,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/flag_alias.h"
+#include "base/status_macros.h"
 #include "base/usable_cores.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -164,6 +165,12 @@ struct ServeMetrics {
                  .Add({});
   }
 
+  // The served model's cut and deltas.
+  void ShowModel(const ps::server::ServingModel& model) const {
+    cut->Set(static_cast<double>(model.cut()));
+    deltas->Set(static_cast<double>(model.delta_index()));
+  }
+
   void Observe(absl::string_view method, grpc::StatusCode code,
                absl::Duration time) {
     requests
@@ -177,9 +184,146 @@ struct ServeMetrics {
   }
 };
 
-}  // namespace
+// What the flags ask for, checked: INVALID_ARGUMENT names the bad one.
+struct ServeOptions {
+  std::string listen;
+  std::string health_listen;
+  std::string metrics_listen;
+  ps::TlsFiles tls;
+  int max_message_bytes = 0;
+  ps::server::ModelDirectoryOptions directory;
+  ps::server::ServingServiceOptions service;
+};
 
-int main(int argc, char** argv) {
+absl::StatusOr<ServeOptions> ServeOptionsFromFlags() {
+  ServeOptions options;
+  options.directory.dir = absl::GetFlag(FLAGS_model_dir);
+  if (options.directory.dir.empty()) {
+    return absl::InvalidArgumentError("--model_dir is required");
+  }
+  if (absl::GetFlag(FLAGS_poll_ms) <= 0 || absl::GetFlag(FLAGS_scorers) < 0 ||
+      absl::GetFlag(FLAGS_max_lines_per_request) <= 0 ||
+      absl::GetFlag(FLAGS_max_keys_per_request) <= 0) {
+    return absl::InvalidArgumentError(
+        "--poll_ms, --max_lines_per_request and --max_keys_per_request must "
+        "be > 0, --scorers >= 0");
+  }
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  const ps::ServerTlsFlags tls_flags = ps::ServerTlsFromFlags();
+  options.tls = tls_flags.files;
+  RETURN_IF_ERROR(ps::CheckListenSecurity(
+      options.listen, options.tls, tls_flags.allow_insecure_remote,
+      tls_flags.allow_unauthenticated_clients, "read every weight"));
+  ASSIGN_OR_RETURN(options.max_message_bytes, MaxMessageBytesFromFlags());
+  ASSIGN_OR_RETURN(const int64_t block_cache_mb,
+                   ps::FlagOrAlias(FLAGS_block_cache_mb, FLAGS_cache_mb));
+  if (block_cache_mb < 0 || block_cache_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--block_cache_mb must be in [0, 2^30]");
+  }
+  const int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
+  if (max_memory_mb < 0 || max_memory_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max_memory_mb must be in [0, 2^30]");
+  }
+  options.directory.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
+  options.directory.model_options.max_memory_bytes =
+      static_cast<size_t>(max_memory_mb) << 20;
+  if (block_cache_mb > 0) {
+    options.directory.model_options.block_cache =
+        rocksdb::NewLRUCache(static_cast<size_t>(block_cache_mb) << 20);
+  }
+  options.directory.scorers = absl::GetFlag(FLAGS_scorers);
+  if (options.directory.scorers == 0) {
+    options.directory.scorers = ps::UsableCores();
+  }
+  options.service.max_lines_per_request =
+      absl::GetFlag(FLAGS_max_lines_per_request);
+  options.service.max_keys_per_request =
+      absl::GetFlag(FLAGS_max_keys_per_request);
+  options.service.max_answer_bytes = options.max_message_bytes;
+  return options;
+}
+
+// The gRPC server of `service` on options.listen and, with
+// options.health_listen, a plaintext one holding only the health service.
+struct Servers {
+  int port = 0;
+  std::unique_ptr<grpc::Server> serving;
+  std::unique_ptr<grpc::Server> health;
+
+  // SERVING while a model is loaded; NOT_SERVING before one, and once
+  // shutting down.
+  void SetHealth(bool serving_now) {
+    for (grpc::Server* each : {serving.get(), health.get()}) {
+      if (each != nullptr) {
+        each->GetHealthCheckService()->SetServingStatus(serving_now);
+      }
+    }
+  }
+};
+
+// FAILED_PRECONDITION for an address it cannot listen on (a port in use).
+absl::StatusOr<Servers> StartServers(
+    const ServeOptions& options,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    ps::server::ServingService* service) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  Servers servers;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &servers.port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(service);
+  servers.serving = builder.BuildAndStart();
+  if (servers.serving == nullptr || servers.port == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot listen on ", options.listen));
+  }
+  if (options.health_listen.empty()) return servers;
+  grpc::ServerBuilder health;
+  int health_port = 0;
+  health.AddListeningPort(options.health_listen,
+                          grpc::InsecureServerCredentials(), &health_port);
+  health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  servers.health = health.BuildAndStart();
+  if (servers.health == nullptr || health_port == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot listen on ", options.health_listen));
+  }
+  return servers;
+}
+
+// Until SIGTERM or SIGINT, keeps the health and the model's age current
+// (every second); then stops the servers.
+void ServeUntilSignal(const sigset_t& shutdown_signals,
+                      const ps::server::ModelDirectory& models,
+                      const ServeMetrics& metrics,
+                      const std::shared_ptr<rocksdb::Cache>& block_cache,
+                      Servers& servers) {
+  const timespec second = {1, 0};
+  while (sigtimedwait(&shutdown_signals, nullptr, &second) < 0) {
+    const auto model = models.current();
+    servers.SetHealth(model != nullptr);
+    if (model != nullptr) {
+      metrics.age->Set(
+          absl::ToDoubleSeconds(absl::Now() - model->created_at()));
+    }
+    if (block_cache != nullptr) {
+      metrics.cache_bytes->Set(static_cast<double>(block_cache->GetUsage()));
+    }
+  }
+  LOG(INFO) << "shutting down";
+  servers.SetHealth(false);
+  servers.serving->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (servers.health != nullptr) servers.health->Shutdown();
+}
+
+// Parses the command line and sets up logging; returns the shutdown
+// signals, blocked here and in every thread started later, for sigwait().
+sigset_t InitProcess(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves exported models over gRPC (ps.Serving: Predict, Lookup), "
       "following a directory of exports.\n\nExample:\n  ps_serve "
@@ -188,47 +332,32 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  // SIGTERM and SIGINT are waited for below, in this thread alone.
   sigset_t shutdown_signals;
   sigemptyset(&shutdown_signals);
   sigaddset(&shutdown_signals, SIGTERM);
   sigaddset(&shutdown_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+  return shutdown_signals;
+}
 
-  const std::string model_dir = absl::GetFlag(FLAGS_model_dir);
-  if (model_dir.empty()) return Fail(ps::kExitUsage, "--model_dir is required");
-  if (absl::GetFlag(FLAGS_poll_ms) <= 0 || absl::GetFlag(FLAGS_scorers) < 0 ||
-      absl::GetFlag(FLAGS_max_lines_per_request) <= 0 ||
-      absl::GetFlag(FLAGS_max_keys_per_request) <= 0) {
-    return Fail(ps::kExitUsage,
-                "--poll_ms, --max_lines_per_request and "
-                "--max_keys_per_request must be > 0, --scorers >= 0");
-  }
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  const ps::ServerTlsFlags tls_flags = ps::ServerTlsFromFlags();
-  const ps::TlsFiles& tls = tls_flags.files;
-  if (absl::Status secure = ps::CheckListenSecurity(
-          listen, tls, tls_flags.allow_insecure_remote,
-          tls_flags.allow_unauthenticated_clients, "read every weight");
-      !secure.ok()) {
-    return Fail(ps::kExitUsage, std::string(secure.message()));
-  }
-  absl::StatusOr<int> max_message_bytes = MaxMessageBytesFromFlags();
-  if (!max_message_bytes.ok()) {
-    return Fail(ps::kExitUsage,
-                std::string(max_message_bytes.status().message()));
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t shutdown_signals = InitProcess(argc, argv);
+  absl::StatusOr<ServeOptions> options = ServeOptionsFromFlags();
+  if (!options.ok()) {
+    return Fail(ps::kExitUsage, std::string(options.status().message()));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ps::ServerCredentials(tls);
+      ps::ServerCredentials(options->tls);
   if (!credentials.ok()) {
     return Fail(ps::kExitUsage, credentials.status().ToString());
   }
-
   ServeMetrics metrics;
   std::unique_ptr<ps::MetricsEndpoint> endpoint;
-  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
+  if (!options->metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<ps::MetricsEndpoint>> started =
-        ps::MetricsEndpoint::Start(at);
+        ps::MetricsEndpoint::Start(options->metrics_listen);
     // An address that is not one: 64; a port in use: 70 (as ps_server).
     if (!started.ok()) {
       return Fail(absl::IsInvalidArgument(started.status()) ? ps::kExitUsage
@@ -239,113 +368,29 @@ int main(int argc, char** argv) {
     endpoint->Register(metrics.registry);
     LOG(INFO) << "metrics on http://" << endpoint->address() << "/metrics";
   }
-
-  ps::server::ModelDirectoryOptions directory_options;
-  directory_options.dir = model_dir;
-  directory_options.poll = absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
-  absl::StatusOr<int64_t> block_cache_mb =
-      ps::FlagOrAlias(FLAGS_block_cache_mb, FLAGS_cache_mb);
-  if (!block_cache_mb.ok()) {
-    return Fail(ps::kExitUsage, std::string(block_cache_mb.status().message()));
-  }
-  if (*block_cache_mb < 0 || *block_cache_mb > (int64_t{1} << 30)) {
-    return Fail(ps::kExitUsage, "--block_cache_mb must be in [0, 2^30]");
-  }
-  if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
-      absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
-    return Fail(ps::kExitUsage, "--max_memory_mb must be in [0, 2^30]");
-  }
-  directory_options.model_options.max_memory_bytes =
-      static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
-  if (*block_cache_mb > 0) {
-    directory_options.model_options.block_cache =
-        rocksdb::NewLRUCache(static_cast<size_t>(*block_cache_mb) << 20);
-  }
-  directory_options.scorers = absl::GetFlag(FLAGS_scorers);
-  if (directory_options.scorers == 0) {
-    directory_options.scorers = ps::UsableCores();
-  }
-  directory_options.on_swap = [&](const ps::server::ServingModel& model) {
-    metrics.cut->Set(static_cast<double>(model.cut()));
-    metrics.deltas->Set(static_cast<double>(model.delta_index()));
+  options->directory.on_swap = [&](const ps::server::ServingModel& model) {
+    metrics.ShowModel(model);
     metrics.swaps->Increment();
   };
   absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
-      ps::server::ModelDirectory::Start(directory_options);
+      ps::server::ModelDirectory::Start(options->directory);
   if (!models.ok()) return Fail(ps::kExitUsage, models.status().ToString());
-
-  ps::server::ServingServiceOptions service_options;
-  service_options.max_lines_per_request =
-      absl::GetFlag(FLAGS_max_lines_per_request);
-  service_options.max_keys_per_request =
-      absl::GetFlag(FLAGS_max_keys_per_request);
-  service_options.max_answer_bytes = *max_message_bytes;
-  service_options.observe =
+  options->service.observe =
       [&metrics](absl::string_view method, grpc::StatusCode code,
                  absl::Duration time) { metrics.Observe(method, code, time); };
-  ps::server::ServingService service(service_options, models->get());
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(*max_message_bytes);
-  builder.SetMaxSendMessageSize(*max_message_bytes);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    // A port in use: 70; 69 means a shard that did not answer.
-    return Fail(ps::kExitFailed, absl::StrCat("cannot listen on ", listen));
-  }
-  std::unique_ptr<grpc::Server> health_server;
-  if (const std::string at = absl::GetFlag(FLAGS_health_listen); !at.empty()) {
-    grpc::ServerBuilder health;
-    int health_port = 0;
-    health.AddListeningPort(at, grpc::InsecureServerCredentials(),
-                            &health_port);
-    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    health_server = health.BuildAndStart();
-    if (health_server == nullptr || health_port == 0) {
-      return Fail(ps::kExitFailed, absl::StrCat("cannot listen on ", at));
-    }
-  }
-  // SERVING while a model is loaded (looked at again every second below);
-  // NOT_SERVING before one, and once shutting down.
-  auto set_health = [&](bool serving) {
-    for (grpc::Server* each : {server.get(), health_server.get()}) {
-      if (each != nullptr)
-        each->GetHealthCheckService()->SetServingStatus(serving);
-    }
-  };
-  set_health((*models)->current() != nullptr);
-  if ((*models)->current() != nullptr) {
-    metrics.cut->Set(static_cast<double>((*models)->current()->cut()));
-    metrics.deltas->Set(
-        static_cast<double>((*models)->current()->delta_index()));
-  }
-  const std::string host = listen.substr(0, listen.rfind(':'));
-  std::printf("ps_serve listening on %s:%d\n", host.c_str(), port);
+  ps::server::ServingService service(options->service, models->get());
+  absl::StatusOr<Servers> servers =
+      StartServers(*options, *credentials, &service);
+  // A port in use: 70; 69 means a shard that did not answer.
+  if (!servers.ok()) return Fail(ps::kExitFailed, servers.status().ToString());
+  servers->SetHealth((*models)->current() != nullptr);
+  if ((*models)->current() != nullptr) metrics.ShowModel(*(*models)->current());
+  const std::string& listen = options->listen;
+  std::printf("ps_serve listening on %s:%d\n",
+              listen.substr(0, listen.rfind(':')).c_str(), servers->port);
   std::fflush(stdout);
-
-  // Until SIGTERM or SIGINT, keeping the model's age current.
-  const timespec second = {1, 0};
-  while (sigtimedwait(&shutdown_signals, nullptr, &second) < 0) {
-    const auto model = (*models)->current();
-    set_health(model != nullptr);
-    if (model != nullptr) {
-      metrics.age->Set(
-          absl::ToDoubleSeconds(absl::Now() - model->created_at()));
-    }
-    if (directory_options.model_options.block_cache != nullptr) {
-      metrics.cache_bytes->Set(static_cast<double>(
-          directory_options.model_options.block_cache->GetUsage()));
-    }
-  }
-  LOG(INFO) << "shutting down";
-  set_health(false);
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  if (health_server != nullptr) health_server->Shutdown();
+  ServeUntilSignal(shutdown_signals, **models, metrics,
+                   options->directory.model_options.block_cache, *servers);
   // The watcher stops before the servers and metrics it reports to go.
   models->reset();
   return 0;

@@ -441,33 +441,13 @@ void ReplicaFollower::Run() {
   absl::Duration backoff = absl::Milliseconds(10);
   absl::BitGen random;
   while (!stop_.HasBeenNotified()) {
-    FollowRequest request;
-    request.set_feed_id(start_.feed_id);
-    request.set_follower_id(start_.follower_id);
-    request.set_applied_sequence(applied_.load());
-    request.set_max_entries(options_.max_entries);
-    request.set_max_bytes(options_.max_bytes);
-    request.set_wait_ms(
-        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.follow_wait)));
     FollowResponse response;
-    grpc::ClientContext context;
-    AddToken(context, options_.token);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.follow_wait +
-                                            absl::Seconds(5)));
-    {
-      absl::MutexLock lock(&mu_);
-      if (stop_.HasBeenNotified()) return;
-      in_flight_ = &context;
-    }
-    const grpc::Status followed = stub_->Follow(&context, request, &response);
-    {
-      absl::MutexLock lock(&mu_);
-      in_flight_ = nullptr;
-    }
+    const std::optional<grpc::Status> followed = CallFollow(&response);
+    if (!followed.has_value()) return;
     // Entries that came are applied even when stopping (for a promotion):
     // the primary may have acknowledged them (async).
     absl::Status status = FromGrpcStatus(
-        followed, absl::StrCat("following the primary ", options_.primary));
+        *followed, absl::StrCat("following the primary ", options_.primary));
     if (!status.ok()) {
       const absl::Time now = absl::Now();
       if (failing_since == absl::InfiniteFuture()) failing_since = now;
@@ -505,24 +485,57 @@ void ReplicaFollower::Run() {
       LOG(ERROR) << "this replica stopped following: " << error_;
       return;
     }
-    for (const FeedEntry& entry : response.entries()) {
-      if (entry.sequence() != applied_.load() + 1) {
-        status = absl::DataLossError(
-            absl::StrCat("the primary sent feed entry ", entry.sequence(),
-                         " after ", applied_.load()));
-      } else {
-        status = store_->ApplyFeedEntry(entry);
-      }
-      if (!status.ok()) {
-        LOG(ERROR) << "this replica stopped following: entry "
-                   << entry.sequence() << ": " << status;
-        absl::MutexLock lock(&mu_);
-        error_ = status;
-        return;
-      }
-      applied_ = entry.sequence();
+    if (status = ApplyEntries(response); !status.ok()) {
+      absl::MutexLock lock(&mu_);
+      error_ = status;
+      return;
     }
   }
+}
+
+std::optional<grpc::Status> ReplicaFollower::CallFollow(
+    FollowResponse* response) {
+  FollowRequest request;
+  request.set_feed_id(start_.feed_id);
+  request.set_follower_id(start_.follower_id);
+  request.set_applied_sequence(applied_.load());
+  request.set_max_entries(options_.max_entries);
+  request.set_max_bytes(options_.max_bytes);
+  request.set_wait_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.follow_wait)));
+  grpc::ClientContext context;
+  AddToken(context, options_.token);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.follow_wait +
+                                          absl::Seconds(5)));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.HasBeenNotified()) return std::nullopt;
+    in_flight_ = &context;
+  }
+  const grpc::Status followed = stub_->Follow(&context, request, response);
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_ = nullptr;
+  }
+  return followed;
+}
+
+absl::Status ReplicaFollower::ApplyEntries(const FollowResponse& response) {
+  for (const FeedEntry& entry : response.entries()) {
+    absl::Status status =
+        entry.sequence() != applied_.load() + 1
+            ? absl::DataLossError(absl::StrCat("the primary sent feed entry ",
+                                               entry.sequence(), " after ",
+                                               applied_.load()))
+            : store_->ApplyFeedEntry(entry);
+    if (!status.ok()) {
+      LOG(ERROR) << "this replica stopped following: entry " << entry.sequence()
+                 << ": " << status;
+      return status;
+    }
+    applied_ = entry.sequence();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps::server

@@ -196,6 +196,12 @@ class ReplicaFollower {
 
  private:
   void Run();
+  // One Follow call to the primary; nullopt when stopped before it was
+  // sent.
+  std::optional<grpc::Status> CallFollow(FollowResponse* response);
+  // Applies the entries `response` brought, in sequence order; the first
+  // error (an entry out of order, or one the store refused).
+  absl::Status ApplyEntries(const FollowResponse& response);
 
   const ReplicaFollowerOptions options_;
   const std::unique_ptr<Replication::Stub> stub_;

@@ -445,6 +445,30 @@ absl::Status ReadTlsAndListenFlags(ServerOptions* options) {
 }
 
 // --replica_of, --replication and their bounds.
+// --max_replication_lag_mb in bytes; by default a 32nd of the memory (the
+// container's limit where there is one), at least 64 MiB.
+absl::StatusOr<uint64_t> MaxReplicationLagBytes() {
+  if (const uint64_t mb = absl::GetFlag(FLAGS_max_replication_lag_mb); mb > 0) {
+    if (mb > (uint64_t{1} << 20)) {
+      return BadFlag("--max_replication_lag_mb must be at most 1048576");
+    }
+    return mb << 20;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  uint64_t memory =
+      pages > 0 && page_bytes > 0
+          ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)
+          : 0;
+  // In a container, its limit rather than the machine's.
+  uint64_t limit = 0;
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  if (cgroup >> limit && limit > 0 && (memory == 0 || limit < memory)) {
+    memory = limit;
+  }
+  return std::max<uint64_t>(memory / 32, uint64_t{64} << 20);
+}
+
 absl::Status ReadReplicationFlags(ServerOptions* options) {
   options->replica_of = absl::GetFlag(FLAGS_replica_of);
   if (!options->replica_of.empty() &&
@@ -472,25 +496,8 @@ absl::Status ReadReplicationFlags(ServerOptions* options) {
   if (options->max_replication_lag_records == 0) {
     return BadFlag("--max_replication_lag_records must be >= 1");
   }
-  if (const uint64_t mb = absl::GetFlag(FLAGS_max_replication_lag_mb); mb > 0) {
-    if (mb > (uint64_t{1} << 20))
-      return BadFlag("--max_replication_lag_mb must be at most 1048576");
-    options->max_replication_lag_bytes = mb << 20;
-  } else {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_bytes = sysconf(_SC_PAGESIZE);
-    uint64_t memory =
-        pages > 0 && page_bytes > 0
-            ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes)
-            : 0;
-    // In a container, its limit rather than the machine's.
-    uint64_t limit = 0;
-    std::ifstream cgroup("/sys/fs/cgroup/memory.max");
-    if (cgroup >> limit && limit > 0 && (memory == 0 || limit < memory))
-      memory = limit;
-    options->max_replication_lag_bytes =
-        std::max<uint64_t>(memory / 32, uint64_t{64} << 20);
-  }
+  ASSIGN_OR_RETURN(options->max_replication_lag_bytes,
+                   MaxReplicationLagBytes());
   if (absl::GetFlag(FLAGS_replica_copy_timeout_s) == 0)
     return BadFlag("--replica_copy_timeout_s must be >= 1");
   options->replica_copy.call_timeout =

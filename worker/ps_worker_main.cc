@@ -239,9 +239,27 @@ int FailUsage(const absl::Status& status) {
   return Fail(std::string(status.message()));
 }
 
-}  // namespace
+// A client of the replicas --read_replicas names, which evaluation reads
+// from (null without the flag).
+absl::StatusOr<std::unique_ptr<ps::worker::PsClient>> ConnectEvaluationClient(
+    const std::optional<ps::worker::ClientOptions>& options) {
+  if (!options.has_value()) return nullptr;
+  return ps::worker::PsClient::Connect(*options);
+}
 
-int main(int argc, char** argv) {
+// Stops the periodic exports and, once training ended (not drained),
+// exports the model as training left it, for serving.
+void ExportLast(ps::ops::PeriodicExporter& exporter,
+                const absl::StatusOr<ps::worker::TrainingSummary>& summary) {
+  exporter.Stop();
+  if (!summary.ok() || summary->drained) return;
+  absl::StatusOr<ps::ExportManifest> last = exporter.ExportNow();
+  if (!last.ok()) LOG(WARNING) << "the last export failed: " << last.status();
+}
+
+// Parses the command line and sets up logging; the stop signals are
+// blocked first, in every thread started later.
+void InitProcess(int argc, char** argv) {
   ps::KeepFreedHeapForReuse();
   absl::SetProgramUsageMessage(
       "Trains a CTR model (lr, wide_deep, deepfm) on click logs (Criteo's "
@@ -261,6 +279,12 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InitProcess(argc, argv);
   absl::StatusOr<std::optional<std::string>> printed =
       ps::worker::PrintedModelSpecFromFlags();
   if (!printed.ok()) return FailUsage(printed.status());
@@ -311,27 +335,16 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::optional<ps::worker::ClientOptions>> evaluation_options =
       ps::worker::EvaluationClientOptionsFromFlags(*client_options);
   if (!evaluation_options.ok()) return FailUsage(evaluation_options.status());
-  std::unique_ptr<ps::worker::PsClient> evaluation_client;
-  if (evaluation_options->has_value()) {
-    auto connected = ps::worker::PsClient::Connect(**evaluation_options);
-    if (!connected.ok()) return Fail(connected.status());
-    evaluation_client = *std::move(connected);
-    options->evaluation_client = evaluation_client.get();
-  }
+  absl::StatusOr<std::unique_ptr<ps::worker::PsClient>> evaluation_client =
+      ConnectEvaluationClient(*evaluation_options);
+  if (!evaluation_client.ok()) return Fail(evaluation_client.status());
+  options->evaluation_client = evaluation_client->get();
 
   ps::worker::Trainer trainer(*options, flags->worker_index, client->get(),
                               backend->get());
   stoppable = &trainer;
   auto summary = trainer.Run();
-  if (*exporter != nullptr) {
-    (*exporter)->Stop();
-    // The model as training left it, for serving.
-    if (summary.ok() && !summary->drained) {
-      absl::StatusOr<ps::ExportManifest> last = (*exporter)->ExportNow();
-      if (!last.ok())
-        LOG(WARNING) << "the last export failed: " << last.status();
-    }
-  }
+  if (*exporter != nullptr) ExportLast(**exporter, summary);
   // The signal thread must not reach a trainer that is going away.
   const int code = summary.ok() ? Finish(*summary, *options, *flags)
                                 : Fail(summary.status());
