@@ -185,9 +185,6 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   }
   // Per table: how many keys, members and pools its leader had after as
   // many lookups as it has.
-  struct Prefix {
-    size_t keys = 0, members = 0, pools = 0;
-  };
   std::vector<Prefix> prefixes(tables.size());
   const auto position_of = [&](size_t t, uint64_t key) {
     auto [it, inserted] = positions[t].try_emplace(
@@ -236,6 +233,16 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
       }
     }
   }
+  CopyFromLeaders(prefixes);
+  PlacePooledRows();
+  for (TableRows& table : tables) {
+    table.rows.resize(table.row_count() * table.dim);
+    table.argmax.resize(table.pool_end.size() * table.dim);
+  }
+  PrepareDense(examples);
+}
+
+void BatchInputs::CopyFromLeaders(const std::vector<Prefix>& prefixes) {
   for (size_t f = 0; f < tables.size(); ++f) {
     if (leader_[f] < 0) continue;
     const TableRows& from = tables[leader_[f]];
@@ -255,6 +262,10 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
                   lookup_index.data() + static_cast<size_t>(own[i]) * batch);
     }
   }
+}
+
+void BatchInputs::PlacePooledRows() {
+  const std::vector<model::Lookup>& lookups = plan_->lookups();
   for (size_t l = 0; l < lookups.size(); ++l) {
     const int32_t fetched =
         static_cast<int32_t>(tables[lookups[l].table].keys.size());
@@ -263,10 +274,10 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
       if (index[b] < 0) index[b] = fetched + (-index[b] - 1);
     }
   }
-  for (TableRows& table : tables) {
-    table.rows.resize(table.row_count() * table.dim);
-    table.argmax.resize(table.pool_end.size() * table.dim);
-  }
+}
+
+void BatchInputs::PrepareDense(const std::vector<Example>& examples) {
+  const model::ModelSpec& spec = plan_->spec();
   dense.resize(dense_columns_.size());
   for (size_t d = 0; d < dense_columns_.size(); ++d) {
     const std::vector<int>& columns = dense_columns_[d];

@@ -108,6 +108,19 @@ class BatchInputs {
     int dense_column = -1;
     model::Field::Pooling pooling = model::Field::SUM;
   };
+  // How many keys, members and pools a leader table had after as many
+  // lookups as its follower has.
+  struct Prefix {
+    size_t keys = 0, members = 0, pools = 0;
+  };
+
+  // Prepare()'s steps after the leaders' keys: each follower's copy of its
+  // leader's first keys and pools (`prefixes`, per table), the pooled rows'
+  // places once every table's keys are counted, and the dense inputs.
+  void CopyFromLeaders(const std::vector<Prefix>& prefixes);
+  void PlacePooledRows();
+  void PrepareDense(const std::vector<Example>& examples);
+
   // Per dense group: per column, its position among the dense columns.
   std::vector<std::vector<int>> dense_columns_;
   // Per lookup.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/optimizer.h"
+#include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -109,6 +110,15 @@ class Planner {
   absl::Status AddName(absl::string_view what, const std::string& name);
   absl::Status CheckTables();
   absl::Status AddInputs();
+  // AddInputs() of each kind: the nodes of the spec's fields, crosses and
+  // dense groups, each checked against --columns.
+  absl::Status AddFields();
+  absl::Status AddCrosses();
+  absl::Status AddDense();
+  absl::Status AddDenseNode(int d);
+  // Whether `column` of node `name` (a `what`) is one of --columns, of `use`.
+  absl::Status CheckColumn(const char* what, const std::string& name,
+                           int column, ColumnUse use) const;
   absl::Status SortLayers();
   absl::Status Visit(int layer, std::vector<int>* state,
                      std::vector<int>* path);
@@ -174,28 +184,35 @@ absl::Status Planner::CheckTables() {
   return absl::OkStatus();
 }
 
+absl::Status Planner::CheckColumn(const char* what, const std::string& name,
+                                  int column, ColumnUse use) const {
+  if (column < 0 || column >= static_cast<int>(columns_.size())) {
+    return Error(what, name,
+                 absl::StrCat("column ", column, " is not one of the ",
+                              columns_.size(), " columns of --columns"));
+  }
+  if (columns_[column] != use) {
+    return Error(
+        what, name,
+        absl::StrCat("column ", column, " is not a ",
+                     use == ColumnUse::kDense ? "dense" : "cat or multi",
+                     " column in --columns"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Planner::AddInputs() {
-  const auto check_column = [&](const char* what, const std::string& name,
-                                int column, ColumnUse use) -> absl::Status {
-    if (column < 0 || column >= static_cast<int>(columns_.size())) {
-      return Error(what, name,
-                   absl::StrCat("column ", column, " is not one of the ",
-                                columns_.size(), " columns of --columns"));
-    }
-    if (columns_[column] != use) {
-      return Error(
-          what, name,
-          absl::StrCat("column ", column, " is not a ",
-                       use == ColumnUse::kDense ? "dense" : "cat or multi",
-                       " column in --columns"));
-    }
-    return absl::OkStatus();
-  };
+  RETURN_IF_ERROR(AddFields());
+  RETURN_IF_ERROR(AddCrosses());
+  return AddDense();
+}
+
+absl::Status Planner::AddFields() {
   for (int f = 0; f < spec_.field_size(); ++f) {
     const Field& field = spec_.field(f);
     if (absl::Status s = AddName("field", field.name()); !s.ok()) return s;
-    if (absl::Status s = check_column("field", field.name(), field.column(),
-                                      ColumnUse::kCategorical);
+    if (absl::Status s = CheckColumn("field", field.name(), field.column(),
+                                     ColumnUse::kCategorical);
         !s.ok()) {
       return s;
     }
@@ -208,6 +225,10 @@ absl::Status Planner::AddInputs() {
     node_of_[node.name] = nodes_.size();
     nodes_.push_back(std::move(node));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddCrosses() {
   for (int c = 0; c < spec_.cross_size(); ++c) {
     const Cross& cross = spec_.cross(c);
     if (absl::Status s = AddName("cross", cross.name()); !s.ok()) return s;
@@ -231,59 +252,68 @@ absl::Status Planner::AddInputs() {
     node_of_[node.name] = nodes_.size();
     nodes_.push_back(std::move(node));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddDense() {
   for (int d = 0; d < spec_.dense_size(); ++d) {
-    const DenseInput& dense = spec_.dense(d);
-    if (absl::Status s = AddName("dense", dense.name()); !s.ok()) return s;
-    if (dense.columns_size() == 0) {
-      return Error("dense", dense.name(), "it names no columns");
-    }
-    for (int column : dense.columns()) {
-      if (absl::Status s =
-              check_column("dense", dense.name(), column, ColumnUse::kDense);
-          !s.ok()) {
-        return s;
-      }
-    }
-    const bool standardize = dense.transform() == DenseInput::STANDARDIZE;
-    const bool bucketize = dense.transform() == DenseInput::BUCKETIZE;
-    if (standardize != (dense.mean_size() > 0 || dense.std_size() > 0)) {
-      return Error("dense", dense.name(),
-                   "mean and std go with transform STANDARDIZE, and it needs "
-                   "them");
-    }
-    if (standardize && (dense.mean_size() != dense.columns_size() ||
-                        dense.std_size() != dense.columns_size())) {
-      return Error("dense", dense.name(),
-                   absl::StrCat("STANDARDIZE needs one mean and one std per "
-                                "column (",
-                                dense.columns_size(), ")"));
-    }
-    for (float std : dense.std()) {
-      if (!(std > 0)) {
-        return Error("dense", dense.name(), "every std must be > 0");
-      }
-    }
-    if (bucketize != (dense.boundaries_size() > 0)) {
-      return Error("dense", dense.name(),
-                   "boundaries go with transform BUCKETIZE, and it needs them");
-    }
-    for (int b = 1; b < dense.boundaries_size(); ++b) {
-      if (!(dense.boundaries(b) > dense.boundaries(b - 1))) {
-        return Error("dense", dense.name(),
-                     "boundaries must be strictly ascending");
-      }
-    }
-    PlanNode node;
-    node.name = dense.name();
-    node.kind =
-        bucketize ? PlanNode::Kind::kBucketizedDense : PlanNode::Kind::kDense;
-    node.index = d;
-    node.slots = bucketize ? dense.columns_size() : 0;
-    node.width = bucketize ? 0 : dense.columns_size();
-    node.line = LineOf(dense.name());
-    node_of_[node.name] = nodes_.size();
-    nodes_.push_back(std::move(node));
+    RETURN_IF_ERROR(AddDenseNode(d));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddDenseNode(int d) {
+  const DenseInput& dense = spec_.dense(d);
+  if (absl::Status s = AddName("dense", dense.name()); !s.ok()) return s;
+  if (dense.columns_size() == 0) {
+    return Error("dense", dense.name(), "it names no columns");
+  }
+  for (int column : dense.columns()) {
+    if (absl::Status s =
+            CheckColumn("dense", dense.name(), column, ColumnUse::kDense);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const bool standardize = dense.transform() == DenseInput::STANDARDIZE;
+  const bool bucketize = dense.transform() == DenseInput::BUCKETIZE;
+  if (standardize != (dense.mean_size() > 0 || dense.std_size() > 0)) {
+    return Error("dense", dense.name(),
+                 "mean and std go with transform STANDARDIZE, and it needs "
+                 "them");
+  }
+  if (standardize && (dense.mean_size() != dense.columns_size() ||
+                      dense.std_size() != dense.columns_size())) {
+    return Error("dense", dense.name(),
+                 absl::StrCat("STANDARDIZE needs one mean and one std per "
+                              "column (",
+                              dense.columns_size(), ")"));
+  }
+  for (float std : dense.std()) {
+    if (!(std > 0)) {
+      return Error("dense", dense.name(), "every std must be > 0");
+    }
+  }
+  if (bucketize != (dense.boundaries_size() > 0)) {
+    return Error("dense", dense.name(),
+                 "boundaries go with transform BUCKETIZE, and it needs them");
+  }
+  for (int b = 1; b < dense.boundaries_size(); ++b) {
+    if (!(dense.boundaries(b) > dense.boundaries(b - 1))) {
+      return Error("dense", dense.name(),
+                   "boundaries must be strictly ascending");
+    }
+  }
+  PlanNode node;
+  node.name = dense.name();
+  node.kind =
+      bucketize ? PlanNode::Kind::kBucketizedDense : PlanNode::Kind::kDense;
+  node.index = d;
+  node.slots = bucketize ? dense.columns_size() : 0;
+  node.width = bucketize ? 0 : dense.columns_size();
+  node.line = LineOf(dense.name());
+  node_of_[node.name] = nodes_.size();
+  nodes_.push_back(std::move(node));
   return absl::OkStatus();
 }
 

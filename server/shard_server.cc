@@ -381,6 +381,60 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a slot move waits for at a shard with replicas: that they applied
+// the moved rows before the move switches (await_replicas), and that the
+// feed has room for them (await_feed_room).
+void AddReplicaWaits(const ServerOptions& options,
+                     embedding::ReplicationFeed* feed,
+                     AdminServiceOptions* admin_options) {
+  admin_options->await_replicas = [feed, sync = options.sync_replication,
+                                   min_in_sync = options.min_in_sync_replicas,
+                                   max_lag =
+                                       options.max_replication_lag_records,
+                                   wait = options.replica_timeout] {
+    using Replicated = embedding::ReplicationFeed::Replicated;
+    const Replicated replicated = feed->WaitReplicated(
+        feed->head(), sync, min_in_sync, max_lag, absl::Now() + wait);
+    if (replicated == Replicated::kTimedOut) {
+      return absl::UnavailableError(absl::StrCat(
+          "this shard's replicas did not apply the moved rows within ",
+          absl::FormatDuration(wait), "; the move does not switch"));
+    }
+    if (replicated == Replicated::kTooFewInSync && min_in_sync > 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "fewer than ", min_in_sync,
+          " of this shard's replicas (--min_in_sync_replicas) are in sync "
+          "to hold the moved rows; the move does not switch"));
+    }
+    return absl::OkStatus();
+  };
+  admin_options->await_feed_room =
+      [feed, max_lag = options.max_replication_lag_records,
+       wait = options.replica_timeout](std::function<void(absl::Status)> done) {
+        using Replicated = embedding::ReplicationFeed::Replicated;
+        // Not sync: only the bounds, as for a push of an async shard.
+        feed->WhenReplicated(
+            feed->head(), /*sync=*/false, /*min_in_sync=*/0, max_lag,
+            absl::Now() + wait,
+            [done = std::move(done), wait](Replicated replicated) {
+              if (replicated != Replicated::kTimedOut) {
+                done(absl::OkStatus());
+                return;
+              }
+              done(absl::UnavailableError(absl::StrCat(
+                  "this shard's replicas did not read the moved rows "
+                  "within ",
+                  absl::FormatDuration(wait),
+                  " (the replication feed is full); the move does not "
+                  "switch")));
+            });
+      };
+}
+
+}  // namespace
+
 void ShardServer::CreateServices(const ServerOptions& options) {
   slot_moves_ = std::make_unique<SlotMoveSource>(store_.get(), slots_.get(),
                                                  options.shard_index,
@@ -419,54 +473,7 @@ void ShardServer::CreateServices(const ServerOptions& options) {
       [this](ShardStatsResponse::Replication* replication) {
         FillReplicationStats(replication);
       };
-  if (feed_ != nullptr) {
-    admin_options.await_replicas = [feed = feed_.get(),
-                                    sync = options.sync_replication,
-                                    min_in_sync = options.min_in_sync_replicas,
-                                    max_lag =
-                                        options.max_replication_lag_records,
-                                    wait = options.replica_timeout] {
-      using Replicated = embedding::ReplicationFeed::Replicated;
-      const Replicated replicated = feed->WaitReplicated(
-          feed->head(), sync, min_in_sync, max_lag, absl::Now() + wait);
-      if (replicated == Replicated::kTimedOut) {
-        return absl::UnavailableError(absl::StrCat(
-            "this shard's replicas did not apply the moved rows within ",
-            absl::FormatDuration(wait), "; the move does not switch"));
-      }
-      if (replicated == Replicated::kTooFewInSync && min_in_sync > 0) {
-        return absl::UnavailableError(absl::StrCat(
-            "fewer than ", min_in_sync,
-            " of this shard's replicas (--min_in_sync_replicas) are in sync "
-            "to hold the moved rows; the move does not switch"));
-      }
-      return absl::OkStatus();
-    };
-  }
-  if (feed_ != nullptr) {
-    admin_options.await_feed_room =
-        [feed = feed_.get(), max_lag = options.max_replication_lag_records,
-         wait =
-             options.replica_timeout](std::function<void(absl::Status)> done) {
-          using Replicated = embedding::ReplicationFeed::Replicated;
-          // Not sync: only the bounds, as for a push of an async shard.
-          feed->WhenReplicated(
-              feed->head(), /*sync=*/false, /*min_in_sync=*/0, max_lag,
-              absl::Now() + wait,
-              [done = std::move(done), wait](Replicated replicated) {
-                if (replicated != Replicated::kTimedOut) {
-                  done(absl::OkStatus());
-                  return;
-                }
-                done(absl::UnavailableError(absl::StrCat(
-                    "this shard's replicas did not read the moved rows "
-                    "within ",
-                    absl::FormatDuration(wait),
-                    " (the replication feed is full); the move does not "
-                    "switch")));
-              });
-        };
-  }
+  if (feed_ != nullptr) AddReplicaWaits(options, feed_.get(), &admin_options);
   admin_service_ = std::make_unique<AdminService>(
       admin_options, store_.get(), &data_service_->counters(),
       call_stats_.get(), clocks_.get(), slots_.get(), slot_moves_.get());

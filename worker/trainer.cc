@@ -808,6 +808,20 @@ absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
   return summary;
 }
 
+namespace {
+
+ProgressOptions ProgressOptionsFor(uint32_t worker_index,
+                                   const TrainerOptions& options) {
+  ProgressOptions progress;
+  progress.worker = worker_index;
+  progress.every = options.progress_every;
+  progress.interval_metrics_out = options.interval_metrics_out;
+  progress.metrics = options.metrics;
+  return progress;
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingSummary> Trainer::Run() {
   RETURN_IF_ERROR(CheckLayout());
   RETURN_IF_ERROR(DeclareTables());
@@ -856,13 +870,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
 
   TrainingSummary summary;
   summary.backend = backend_->name();
-  ProgressOptions progress_options;
-  progress_options.worker = worker_index_;
-  progress_options.every = options_.progress_every;
-  progress_options.interval_metrics_out = options_.interval_metrics_out;
-  progress_options.metrics = options_.metrics;
   const absl::Time start = absl::Now();
-  ProgressReporter progress(progress_options, start);
+  ProgressReporter progress(ProgressOptionsFor(worker_index_, options_), start);
   if (absl::Status computed = ComputeSteps(pipeline, progress, &summary);
       !computed.ok()) {
     pipeline.Fail(computed);
