@@ -165,13 +165,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   const model::ModelSpec& spec = plan_->spec();
   labels.resize(batch);
   for (int b = 0; b < batch; ++b) labels[b] = examples[b].label;
-  for (TableRows& table : tables) {
-    table.keys.clear();
-    table.members.clear();
-    table.pool_end.clear();
-    table.scale.clear();
-    table.max.clear();
-  }
+  for (TableRows& table : tables) table.Clear();
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
   // Per table, the position of each key among its keys (none for a
   // follower, which copies its leader's first keys).

@@ -62,6 +62,15 @@ class BatchInputs {
       return pool == 0 ? 0 : pool_end[pool - 1];
     }
     size_t row_count() const { return keys.size() + pool_end.size(); }
+
+    // Empties the keys and pools (not the rows' buffers, which are reused).
+    void Clear() {
+      keys.clear();
+      members.clear();
+      pool_end.clear();
+      scale.clear();
+      max.clear();
+    }
   };
 
   // Empty, to be assigned one that has a plan.

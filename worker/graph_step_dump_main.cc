@@ -44,6 +44,92 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// The spec --model_spec holds, or the built-in --model names.
+absl::StatusOr<ps::model::ModelSpec> SpecFromFlags(
+    const ps::model::InputLayout& layout) {
+  const std::string path = absl::GetFlag(FLAGS_model_spec);
+  if (path.empty()) {
+    return ps::worker::BuiltinSpecFromFlags(absl::GetFlag(FLAGS_model), layout);
+  }
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<ps::model::ParsedModelSpec> parsed =
+      ps::model::ParseModelSpec(text.str());
+  if (!parsed.ok()) return parsed.status();
+  return parsed->spec;
+}
+
+// Random parameters: the tables' rows and every dense tensor, so that no
+// weight starts at zero.
+void RandomParameters(const ps::model::ModelSpec& spec,
+                      const ps::model::ModelPlan& plan,
+                      ps::model::BatchInputs* inputs) {
+  std::mt19937 rng(absl::GetFlag(FLAGS_seed));
+  auto uniform = [&](float scale) {
+    return std::uniform_real_distribution<float>(-scale, scale)(rng);
+  };
+  for (size_t t = 0; t < inputs->tables.size(); ++t) {
+    const float scale = std::max(0.05f, spec.table(t).init_scale()) * 4;
+    for (float& value : inputs->tables[t].rows) value = uniform(scale);
+  }
+  for (const auto& tensor : plan.dense_tensors()) {
+    std::vector<float> values(tensor.size());
+    for (float& value : values)
+      value = uniform(tensor.init_scale > 0 ? tensor.init_scale : 0.2f);
+    inputs->dense_params.push_back(std::move(values));
+  }
+}
+
+// The tables' fetched rows, each lookup's member rows per example and the
+// dense tensors, into `dump`.
+void DumpParameters(const ps::model::ModelSpec& spec,
+                    const ps::model::ModelPlan& plan,
+                    const ps::model::BatchInputs& inputs,
+                    nlohmann::json* dump) {
+  for (size_t t = 0; t < inputs.tables.size(); ++t) {
+    const auto& table = inputs.tables[t];
+    nlohmann::json entry;
+    entry["name"] = spec.table(t).name();
+    entry["dim"] = table.dim;
+    entry["rows"] = std::vector<float>(
+        table.rows.begin(), table.rows.begin() + table.keys.size() * table.dim);
+    (*dump)["tables"].push_back(entry);
+  }
+  const int batch = inputs.batch;
+  for (size_t l = 0; l < plan.lookups().size(); ++l) {
+    const ps::model::Lookup& lookup = plan.lookups()[l];
+    const auto& table = inputs.tables[lookup.table];
+    nlohmann::json entry;
+    entry["table"] = spec.table(lookup.table).name();
+    entry["node"] = plan.nodes()[lookup.node].name;
+    entry["slot"] = lookup.slot;
+    std::vector<std::vector<int32_t>> members;
+    for (int b = 0; b < batch; ++b) {
+      const int32_t row = inputs.lookup_index[l * batch + b];
+      const int32_t fetched = static_cast<int32_t>(table.keys.size());
+      if (row < fetched) {
+        members.push_back({row});
+        continue;
+      }
+      const size_t pool = row - fetched;
+      members.emplace_back(table.members.begin() + table.pool_begin(pool),
+                           table.members.begin() + table.pool_end[pool]);
+    }
+    entry["members"] = members;
+    (*dump)["lookups"].push_back(entry);
+  }
+  for (size_t t = 0; t < plan.dense_tensors().size(); ++t) {
+    const auto& tensor = plan.dense_tensors()[t];
+    nlohmann::json entry;
+    entry["name"] = tensor.name;
+    entry["rows"] = tensor.rows;
+    entry["cols"] = tensor.cols;
+    entry["values"] = inputs.dense_params[t];
+    (*dump)["tensors"].push_back(entry);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,23 +137,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
-  ps::model::ModelSpec spec;
-  const std::string path = absl::GetFlag(FLAGS_model_spec);
-  if (!path.empty()) {
-    std::ifstream file(path);
-    std::stringstream text;
-    text << file.rdbuf();
-    auto parsed = ps::model::ParseModelSpec(text.str());
-    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
-    spec = parsed->spec;
-  } else {
-    auto builtin =
-        ps::worker::BuiltinSpecFromFlags(absl::GetFlag(FLAGS_model), *layout);
-    if (!builtin.ok()) return Fail(std::string(builtin.status().message()));
-    spec = *builtin;
-  }
+  absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
+  if (!spec.ok()) return Fail(std::string(spec.status().message()));
   auto plan =
-      ps::model::ModelPlan::Create({spec, {}}, ps::model::ColumnUses(*layout));
+      ps::model::ModelPlan::Create({*spec, {}}, ps::model::ColumnUses(*layout));
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
   if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())
     return Fail(std::string(fitted.message()));
@@ -85,24 +158,9 @@ int main(int argc, char** argv) {
   ps::model::BatchInputs inputs(&*plan, *layout);
   inputs.Prepare(examples);
 
-  // Random parameters: the tables' rows and every dense tensor, so that
-  // no weight starts at zero.
-  std::mt19937 rng(absl::GetFlag(FLAGS_seed));
-  auto uniform = [&](float scale) {
-    return std::uniform_real_distribution<float>(-scale, scale)(rng);
-  };
-  for (size_t t = 0; t < inputs.tables.size(); ++t) {
-    const float scale = std::max(0.05f, spec.table(t).init_scale()) * 4;
-    for (float& value : inputs.tables[t].rows) value = uniform(scale);
-  }
-  for (const auto& tensor : plan->dense_tensors()) {
-    std::vector<float> values(tensor.size());
-    for (float& value : values)
-      value = uniform(tensor.init_scale > 0 ? tensor.init_scale : 0.2f);
-    inputs.dense_params.push_back(std::move(values));
-  }
+  RandomParameters(*spec, *plan, &inputs);
   nlohmann::json dump;
-  dump["spec"] = ps::model::ModelSpecText(spec);
+  dump["spec"] = ps::model::ModelSpecText(*spec);
   dump["batch"] = inputs.batch;
   dump["labels"] = inputs.labels;
   std::vector<std::vector<double>> dense_raw;
@@ -118,48 +176,7 @@ int main(int argc, char** argv) {
       dense_columns.push_back(c);
   }
   dump["dense_columns"] = dense_columns;
-  for (size_t t = 0; t < inputs.tables.size(); ++t) {
-    const auto& table = inputs.tables[t];
-    nlohmann::json entry;
-    entry["name"] = spec.table(t).name();
-    entry["dim"] = table.dim;
-    entry["rows"] = std::vector<float>(
-        table.rows.begin(), table.rows.begin() + table.keys.size() * table.dim);
-    dump["tables"].push_back(entry);
-  }
-  const int batch = inputs.batch;
-  for (size_t l = 0; l < plan->lookups().size(); ++l) {
-    const ps::model::Lookup& lookup = plan->lookups()[l];
-    const auto& table = inputs.tables[lookup.table];
-    nlohmann::json entry;
-    entry["table"] = spec.table(lookup.table).name();
-    entry["node"] = plan->nodes()[lookup.node].name;
-    entry["slot"] = lookup.slot;
-    std::vector<std::vector<int32_t>> members;
-    for (int b = 0; b < batch; ++b) {
-      const int32_t row = inputs.lookup_index[l * batch + b];
-      const int32_t fetched = static_cast<int32_t>(table.keys.size());
-      if (row < fetched) {
-        members.push_back({row});
-        continue;
-      }
-      const size_t pool = row - fetched;
-      members.emplace_back(table.members.begin() + table.pool_begin(pool),
-                           table.members.begin() + table.pool_end[pool]);
-    }
-    entry["members"] = members;
-    dump["lookups"].push_back(entry);
-  }
-  for (size_t t = 0; t < plan->dense_tensors().size(); ++t) {
-    const auto& tensor = plan->dense_tensors()[t];
-    nlohmann::json entry;
-    entry["name"] = tensor.name;
-    entry["rows"] = tensor.rows;
-    entry["cols"] = tensor.cols;
-    entry["values"] = inputs.dense_params[t];
-    dump["tensors"].push_back(entry);
-  }
-
+  DumpParameters(*spec, *plan, inputs, &dump);
   inputs.PoolRows();
   auto backend = ps::kernels::NewCpuBackend();
   ps::model::ModelGraph graph(&*plan, backend.get());
@@ -167,7 +184,7 @@ int main(int argc, char** argv) {
   if (auto trained = graph.TrainStep(inputs.Inputs(), &outputs); !trained.ok())
     return Fail(std::string(trained.message()));
   inputs.FoldPooledGradients(&outputs.table_grads);
-  dump["loss"] = static_cast<double>(outputs.loss_sum) / std::max(batch, 1);
+  dump["loss"] = static_cast<double>(outputs.loss_sum) / std::max(inputs.batch, 1);
   for (size_t t = 0; t < inputs.tables.size(); ++t) {
     dump["tables"][t]["grads"] = outputs.table_grads[t];
   }
