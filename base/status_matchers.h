@@ -42,6 +42,18 @@ MATCHER_P(StatusIs, code, "has status code " + absl::StatusCodeToString(code)) {
   return status.code() == code;
 }
 
+// Whether `status` is INVALID_ARGUMENT whose message names `flag` (or says
+// `flag`, any text): a bad command line, as the *_flags.cc parsers answer.
+inline ::testing::AssertionResult IsUsageError(const absl::Status& status,
+                                               absl::string_view flag) {
+  if (status.code() == absl::StatusCode::kInvalidArgument &&
+      status.message().find(flag) != absl::string_view::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << status << " is not INVALID_ARGUMENT naming " << flag;
+}
+
 }  // namespace ps
 
 // Asserts that `expr` (a Status or StatusOr) is OK, printing it otherwise.

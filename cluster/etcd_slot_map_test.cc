@@ -12,6 +12,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "cluster/in_memory_store.h"
 #include "cluster/shard_directory.h"
 #include "cluster/slot_ownership.h"
@@ -34,11 +35,8 @@ std::unique_ptr<SlotOwnership> Ownership(const std::string& name,
 
 // Waits up to 10 s for `slots` to be at `epoch`.
 bool ReachesEpoch(const SlotOwnership& slots, uint64_t epoch) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (slots.current()->epoch() != epoch && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return slots.current()->epoch() == epoch;
+  return WaitUntil([&] { return slots.current()->epoch() == epoch; },
+                   absl::Seconds(10));
 }
 
 TEST(EtcdSlotMapTest, AChangeOnOneShardIsAdoptedByTheOthers) {

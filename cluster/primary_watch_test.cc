@@ -10,6 +10,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "cluster/data_dir_generation.h"
 #include "cluster/fake_shard.h"
 #include "cluster/in_memory_store.h"
@@ -62,11 +63,12 @@ class PrimaryWatchTest : public ::testing::Test {
 
   // Waits until the watch was promoted or asked to stop.
   static void WaitForOutcome(const PrimaryWatch& watch) {
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (watch.registration() == nullptr &&
-           !watch.StopRequest().has_value() && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    WaitUntil(
+        [&] {
+          return watch.registration() != nullptr ||
+                 watch.StopRequest().has_value();
+        },
+        absl::Seconds(10));
   }
 
   std::string dir_;
@@ -172,11 +174,8 @@ TEST_F(PrimaryWatchTest, AFailedPromotionAsksToStop) {
   shard_.Fail("Promote", absl::InternalError("the slot map is unreadable"));
   PrimaryWatch watch(&store_, &shard_, Options());
   primary_.reset();
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (!watch.StopRequest().has_value() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(watch.StopRequest().has_value());
+  ASSERT_TRUE(WaitUntil([&] { return watch.StopRequest().has_value(); },
+                        absl::Seconds(10)));
   EXPECT_THAT(*watch.StopRequest(), StatusIs(StatusCode::kInternal));
 }
 

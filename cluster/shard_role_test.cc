@@ -13,6 +13,7 @@
 
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "cluster/data_dir_generation.h"
 #include "cluster/fake_shard.h"
 #include "cluster/in_memory_store.h"
@@ -260,17 +261,12 @@ TEST_F(ShardRoleTest, APrimaryPastItsLeaseIsFencedOnceAReplicaWasPromoted) {
     if (raised.ok()) break;
   }
   ASSERT_OK(raised);
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (!(*registration)->lost() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_TRUE((*registration)->lost());
+  EXPECT_TRUE(
+      WaitUntil([&] { return (*registration)->lost(); }, absl::Seconds(10)));
   // held() counts the lease's time from its last renewal (etcd ends no
   // lease sooner; ExpireLease() does): it ends within the TTL.
-  while ((*registration)->held() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_FALSE((*registration)->held());
+  EXPECT_TRUE(
+      WaitUntil([&] { return !(*registration)->held(); }, absl::Seconds(10)));
   EXPECT_THAT(FindShard(store_, kJob, 0).status(),
               StatusIs(StatusCode::kNotFound));
 }

@@ -32,17 +32,6 @@ ABSL_DECLARE_FLAG(int32_t, replica_of_shard);
 namespace ps::server {
 namespace {
 
-// A flag's error: INVALID_ARGUMENT, its message naming `flag`.
-::testing::AssertionResult IsUsageError(const absl::Status& status,
-                                        const std::string& flag) {
-  if (status.code() == absl::StatusCode::kInvalidArgument &&
-      status.message().find(flag) != absl::string_view::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << status << " is not INVALID_ARGUMENT naming " << flag;
-}
-
 class ServerFlagsTest : public ::testing::Test {
  protected:
   void SetUp() override { absl::SetFlag(&FLAGS_data_dir, "/tmp/shard"); }

@@ -23,6 +23,7 @@
 #include "base/slot_map.h"
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
 #include "grpcpp/create_channel.h"
@@ -72,10 +73,8 @@ class EtcdClusterTest : public ::testing::Test {
 
   // Waits up to `timeout` until Registered() is `count`.
   bool WaitForRegistered(size_t count, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (Registered() != count && absl::Now() < deadline)
-      absl::SleepFor(absl::Milliseconds(50));
-    return Registered() == count;
+    return WaitUntil([&] { return Registered() == count; }, timeout,
+                     absl::Milliseconds(50));
   }
 
   std::unique_ptr<EtcdProcess> etcd_;
@@ -103,13 +102,12 @@ inline int RunWithOutput(const std::vector<std::string>& argv,
 // Waits up to `timeout` until the job's map counts `num_shards` shards.
 inline bool WaitForShardCount(cluster::CoordinationStore& etcd,
                               uint32_t num_shards, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    absl::StatusOr<SlotMap> map = JobMap(etcd);
-    if (map.ok() && map->num_shards() == num_shards) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
+  return WaitUntil(
+      [&] {
+        absl::StatusOr<SlotMap> map = JobMap(etcd);
+        return map.ok() && map->num_shards() == num_shards;
+      },
+      timeout, absl::Milliseconds(50));
 }
 
 }  // namespace ps::testing
