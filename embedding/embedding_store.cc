@@ -228,8 +228,7 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
       if (found[i]) {
         loaded =
             stripe.cache.Insert(table.id, missing[i], row, /*dirty=*/false);
-        if (position.epoch == log_epoch_)
-          loaded->log_sequence = position.sequence;
+        if (position.run == log_run_) loaded->log_sequence = position.sequence;
         loaded->updated_at_s = meta.updated_at_s;
         loaded->push_count = meta.push_count;
       } else if (create) {

@@ -35,7 +35,7 @@
 // Exactly once: a push that names its origin (worker, incarnation,
 // sequence; push_ledger.h) is applied once however often it arrives. Under
 // kWal the origin travels in the push's record, and the ledger's snapshot
-// opens every push-log segment and is stored with each new log epoch, so a
+// opens every push-log segment and is stored with each new log run, so a
 // restart knows every push whose record it replays or has written back.
 //
 // Why a log of gradients and not the rows: a push then costs one sequential
@@ -526,7 +526,7 @@ class EmbeddingStore {
     // kWal: the sequence number of this stripe's next push-log record,
     // taken under `mu` when the update is applied, so that sequence order is
     // application order whatever order the records are appended in. Starts
-    // at 1 in each epoch of the log.
+    // at 1 in each run of the log.
     uint64_t next_log_sequence ABSL_GUARDED_BY(mu) = 1;
     // kWal: every record of this stripe at or above its last mark written to
     // RocksDB lies in this push-log segment or a later one.
@@ -721,17 +721,17 @@ class EmbeddingStore {
   void PeriodicFlushLoop();
 
   // Replay (embedding_store_replay.cc).
-  // Applies the push log left by the previous process (its epoch, above
-  // each stripe's mark), then writes the rows back and starts a new epoch in
+  // Applies the push log left by the previous process (its run, above
+  // each stripe's mark), then writes the rows back and starts a new run in
   // one synced write, deletes the old segments, and appends to the new
-  // epoch from then on.
+  // run from then on.
   absl::Status ReplayPushLog();
 
-  // One replay's state: the epoch replayed, the stripes' marks, the reader,
+  // One replay's state: the run replayed, the stripes' marks, the reader,
   // and the sections to apply.
   struct Replay;
-  // The steps of ReplayPushLog(). Reads the epoch, marks and ledger
-  // RocksDB holds and opens the epoch's segments.
+  // The steps of ReplayPushLog(). Reads the run, marks and ledger
+  // RocksDB holds and opens the run's segments.
   absl::Status OpenReplay(Replay& replay);
   // First pass: feeds every record's header to the ledger and notes each
   // section above its stripe's mark, in stripe and sequence order.
@@ -744,9 +744,9 @@ class EmbeddingStore {
   absl::StatusOr<PushRecordHeader> ReadRecordHeader(absl::string_view record);
   // Second pass: applies the noted sections to the rows, in order.
   absl::Status ApplyReplayedSections(Replay& replay);
-  // Writes the replayed rows back with the new epoch, deletes the old one's
+  // Writes the replayed rows back with the new run, deletes the old one's
   // segments and starts appending to the new one.
-  absl::Status StartNextEpoch(Replay& replay);
+  absl::Status StartNextRun(Replay& replay);
 
   // Checkpoints and exports (embedding_store_checkpoint.cc).
   // Hands `table`'s stored rows as of `snapshot` and `now_s` (a delta's:
@@ -776,10 +776,10 @@ class EmbeddingStore {
   std::unique_ptr<PushLog> push_log_;
   // SetReplicationFeed()'s, or null.
   std::atomic<ReplicationFeed*> feed_{nullptr};
-  // The push log's epoch that rows' log positions refer to: the replayed
+  // The push log's run that rows' log positions refer to: the replayed
   // one while ReplayPushLog() runs, the new one after. Set before any other
   // thread starts.
-  uint64_t log_epoch_ = 0;
+  uint64_t log_run_ = 0;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 
   // Pushes hold it shared while they apply; Checkpoint() holds it alone,

@@ -119,7 +119,7 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   }
 }
 
-TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedEpochAreNeverReadAgain) {
+TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedRunAreNeverReadAgain) {
   options_.write_back_interval = absl::Hours(1);
   PushAndDie(options_, 3);
   const std::string log_dir = options_.data_dir + "/push_log";
@@ -132,7 +132,7 @@ TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedEpochAreNeverReadAgain) {
     auto store = OpenStore(options_);  // replays the 3 pushes
     EXPECT_FLOAT_EQ(PullRows(*store, "emb", {4}, 2)[0], initial + 3.0f);
   }
-  // As if the replaying process died after recording the new epoch but
+  // As if the replaying process died after recording the new run but
   // before deleting the old segments: they must go unread.
   for (const std::string& file : Files(saved)) {
     std::filesystem::copy_file(saved + "/" + file, log_dir + "/" + file,
@@ -152,7 +152,7 @@ TEST_F(EmbeddingStoreTest, ALogNewerThanTheRowsIsRefused) {
   const std::string log_dir = options_.data_dir + "/push_log";
   const std::vector<std::string> files = Files(log_dir);
   ASSERT_EQ(files.size(), 1u);
-  // A segment from another store's later epoch, say.
+  // A segment from another store's later run, say.
   std::filesystem::rename(log_dir + "/" + files[0],
                           log_dir + "/0000000099-0000000000.pushlog");
   auto store = EmbeddingStore::Open(options_);
@@ -364,11 +364,11 @@ TEST_F(EmbeddingStoreTest, ADamagedPushLogIsRefusedUnlessToldToRecover) {
 TEST_F(EmbeddingStoreTest, RecordsWrittenWithoutAHeaderStillReplay) {
   TableId table = 0;
   {
-    auto store = OpenStore(options_);  // log epoch 1 from here
+    auto store = OpenStore(options_);  // log run 1 from here
     ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
   }
   // A record as versions before record headers wrote it: one section
-  // (table, stripe, count, sequence, keys, gradients) in epoch 1.
+  // (table, stripe, count, sequence, keys, gradients) in run 1.
   std::string record;
   const uint32_t header[3] = {table, 0, 1};
   const uint64_t sequence = 7, key = 42;
@@ -382,7 +382,7 @@ TEST_F(EmbeddingStoreTest, RecordsWrittenWithoutAHeaderStillReplay) {
     log_options.dir = options_.data_dir + "/push_log";
     auto log = PushLog::Open(log_options);
     ASSERT_OK(log);
-    (*log)->StartEpoch(1);
+    (*log)->StartRun(1);
     ASSERT_OK((*log)->Append(record));
   }
   auto store = OpenStore(options_);

@@ -119,8 +119,8 @@ TEST_F(EmbeddingStoreTest, TheLedgerSurvivesWhenTheSegmentsWithItsPushesGo) {
 TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACleanRestartAndASecondCrash) {
   options_.write_back_interval = absl::Hours(1);
   PushWithOriginsAndDie(options_, 5);
-  { auto store = OpenStore(options_); }  // replays, starts a new epoch
-  { auto store = OpenStore(options_); }  // clean: the epoch's ledger only
+  { auto store = OpenStore(options_); }  // replays, starts a new run
+  { auto store = OpenStore(options_); }  // clean: the run's ledger only
   ExpectEveryRetryIsADuplicate(options_, 5);
 }
 

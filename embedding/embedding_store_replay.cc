@@ -1,6 +1,6 @@
 // EmbeddingStore's replay of the push log at open: the previous process's
-// epoch, above each stripe's mark, applied to the rows, which are then
-// written back with a new epoch.
+// run, above each stripe's mark, applied to the rows, which are then
+// written back with a new run.
 
 #include <algorithm>
 #include <tuple>
@@ -26,10 +26,10 @@ struct EmbeddingStore::Replay {
     float learning_rate_scale;  // the record's
   };
 
-  // The epoch replayed, and each stripe's mark in it (RocksDB's).
-  uint64_t epoch = 0;
+  // The run replayed, and each stripe's mark in it (RocksDB's).
+  uint64_t run = 0;
   absl::flat_hash_map<uint32_t, uint64_t> marks;
-  std::unique_ptr<PushLog::EpochReader> reader;
+  std::unique_ptr<PushLog::RunReader> reader;
   // The sections to apply, in stripe and sequence (application) order once
   // IndexPushLog() returns.
   std::vector<Section> sections;
@@ -44,7 +44,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   RETURN_IF_ERROR(OpenReplay(replay));
   RETURN_IF_ERROR(IndexPushLog(replay));
   RETURN_IF_ERROR(ApplyReplayedSections(replay));
-  RETURN_IF_ERROR(StartNextEpoch(replay));
+  RETURN_IF_ERROR(StartNextRun(replay));
   if (replay.records > 0) {
     LOG(INFO) << "replayed " << replay.sections.size()
               << " push-log sections of " << replay.records << " records ("
@@ -56,18 +56,18 @@ absl::Status EmbeddingStore::ReplayPushLog() {
 
 absl::Status EmbeddingStore::OpenReplay(Replay& replay) {
   std::string ledger;
-  RETURN_IF_ERROR(rocks_->ReadLogState(&replay.epoch, &replay.marks, &ledger));
+  RETURN_IF_ERROR(rocks_->ReadLogState(&replay.run, &replay.marks, &ledger));
   if (!ledger.empty()) RETURN_IF_ERROR(ledger_.Merge(ledger));
-  ASSIGN_OR_RETURN(std::vector<uint64_t> epochs, push_log_->ListEpochs());
-  if (!epochs.empty() && epochs.back() > replay.epoch) {
+  ASSIGN_OR_RETURN(std::vector<uint64_t> runs, push_log_->ListRuns());
+  if (!runs.empty() && runs.back() > replay.run) {
     return absl::DataLossError(
-        absl::StrCat(options_.data_dir, "/push_log has segments of epoch ",
-                     epochs.back(), " but the store is at epoch ", replay.epoch,
+        absl::StrCat(options_.data_dir, "/push_log has segments of run ",
+                     runs.back(), " but the store is at run ", replay.run,
                      ": the log and the rows do not belong together"));
   }
-  ASSIGN_OR_RETURN(replay.reader, push_log_->ReadEpoch(replay.epoch));
-  // Rows read from here on know which of this epoch's updates they hold.
-  log_epoch_ = replay.epoch;
+  ASSIGN_OR_RETURN(replay.reader, push_log_->ReadRun(replay.run));
+  // Rows read from here on know which of this run's updates they hold.
+  log_run_ = replay.run;
   return absl::OkStatus();
 }
 
@@ -96,8 +96,7 @@ absl::Status EmbeddingStore::IndexRecord(Replay& replay,
   ASSIGN_OR_RETURN(const PushRecordHeader header, ReadRecordHeader(record));
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("push-log record ", replay.records,
-                                            " of epoch ", replay.epoch, ": ",
-                                            why));
+                                            " of run ", replay.run, ": ", why));
   };
   for (uint64_t offset = header.sections_offset; offset < record.size();) {
     const absl::string_view rest = record.substr(offset);
@@ -138,7 +137,7 @@ absl::StatusOr<PushRecordHeader> EmbeddingStore::ReadRecordHeader(
 
 absl::Status EmbeddingStore::ApplyReplayedSections(Replay& replay) {
   // Nothing is evicted until the replayed rows are written back in
-  // StartNextEpoch(). A replayed update counts as made now.
+  // StartNextRun(). A replayed update counts as made now.
   const uint32_t replay_now_s = NowSeconds();
   std::string bytes;
   PushSection section;
@@ -183,33 +182,33 @@ absl::Status EmbeddingStore::ApplyReplayedSections(Replay& replay) {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::StartNextEpoch(Replay& replay) {
-  const uint64_t next_epoch = replay.epoch + 1;
-  // The replayed rows and the new epoch in one synced write: from then on
+absl::Status EmbeddingStore::StartNextRun(Replay& replay) {
+  const uint64_t next_run = replay.run + 1;
+  // The replayed rows and the new run in one synced write: from then on
   // the old segments are not needed, and a crash before they are deleted
-  // leaves segments of an older epoch, which the next open deletes unread.
+  // leaves segments of an older run, which the next open deletes unread.
   RocksStore::Batch batch = rocks_->NewBatch();
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachDirty(
         [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
           batch.Put(table_id, row.key, values,
-                    LogPosition{next_epoch, /*sequence=*/0},
+                    LogPosition{next_run, /*sequence=*/0},
                     RowMeta{row.updated_at_s, row.push_count});
           ++replay.rows_written;
         });
   }
   // Every push the ledger knows is in these rows or written back already.
-  batch.StartLogEpoch(next_epoch, ledger_.Serialize());
+  batch.StartLogRun(next_run, ledger_.Serialize());
   RETURN_IF_ERROR(rocks_->WriteSynced(&batch));
-  RETURN_IF_ERROR(push_log_->DeleteEpochsBefore(next_epoch));
-  push_log_->StartEpoch(next_epoch);
-  log_epoch_ = next_epoch;
+  RETURN_IF_ERROR(push_log_->DeleteRunsBefore(next_run));
+  push_log_->StartRun(next_run);
+  log_run_ = next_run;
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
     stripe->cache.ForEachRow([](uint32_t, CachedRow& row, absl::Span<float>) {
       row.dirty = false;
-      row.log_sequence = 0;  // numbers of the old epoch
+      row.log_sequence = 0;  // numbers of the old run
     });
     RocksStore::Batch empty = rocks_->NewBatch();
     RETURN_IF_ERROR(EvictAndWrite(*stripe, &empty));

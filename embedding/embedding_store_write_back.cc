@@ -24,7 +24,7 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   // the records it already includes: no mark, and no other row, is needed.
   for (const EvictedRow& row : evicted) {
     batch->Put(row.table_id, row.key, row.values,
-               LogPosition{log_epoch_, row.log_sequence},
+               LogPosition{log_run_, row.log_sequence},
                RowMeta{row.updated_at_s, row.push_count});
   }
   const absl::Status written = rocks_->Write(batch);
@@ -84,7 +84,7 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
   for (const Dirty& d : dirty) {
     CachedRow& row = *d.row;
     batch->Put(d.table_id, row.key, d.values,  // copies the values
-               LogPosition{log_epoch_, row.log_sequence},
+               LogPosition{log_run_, row.log_sequence},
                RowMeta{row.updated_at_s, row.push_count});
     taken.rows.emplace_back(&row, row.version);
   }

@@ -48,25 +48,25 @@ void FrameHeader(absl::string_view payload, char* header) {
   std::memcpy(header + sizeof(length), &checksum, sizeof(checksum));
 }
 
-// Parses "<epoch>-<segment>.pushlog".
-bool ParseSegmentName(const std::string& name, uint64_t* epoch,
+// Parses "<run>-<segment>.pushlog".
+bool ParseSegmentName(const std::string& name, uint64_t* run,
                       uint64_t* segment) {
   absl::string_view view = name;
   if (!absl::ConsumeSuffix(&view, kSuffix)) return false;
   std::vector<absl::string_view> parts = absl::StrSplit(view, '-');
-  return parts.size() == 2 && absl::SimpleAtoi(parts[0], epoch) &&
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], run) &&
          absl::SimpleAtoi(parts[1], segment);
 }
 
-// Every segment file in `dir`, as (epoch, segment, path), sorted.
+// Every segment file in `dir`, as (run, segment, path), sorted.
 absl::StatusOr<std::vector<std::tuple<uint64_t, uint64_t, std::string>>>
 ListSegments(const std::string& dir) {
   std::vector<std::tuple<uint64_t, uint64_t, std::string>> segments;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    uint64_t epoch = 0, segment = 0;
-    if (ParseSegmentName(entry.path().filename().string(), &epoch, &segment)) {
-      segments.emplace_back(epoch, segment, entry.path().string());
+    uint64_t run = 0, segment = 0;
+    if (ParseSegmentName(entry.path().filename().string(), &run, &segment)) {
+      segments.emplace_back(run, segment, entry.path().string());
     }
   }
   if (error) {
@@ -96,18 +96,18 @@ absl::Status ReadFully(int fd, uint64_t offset, size_t size, char* out,
 
 }  // namespace
 
-PushLog::EpochReader::~EpochReader() {
+PushLog::RunReader::~RunReader() {
   for (const Segment& segment : segments_) close(segment.fd);
 }
 
-uint64_t PushLog::EpochReader::bytes() const {
+uint64_t PushLog::RunReader::bytes() const {
   uint64_t total = 0;
   for (const Segment& segment : segments_) total += segment.size;
   return total;
 }
 
-bool PushLog::EpochReader::IsTornEnd(uint32_t index, uint64_t offset,
-                                     absl::string_view segment) const {
+bool PushLog::RunReader::IsTornEnd(uint32_t index, uint64_t offset,
+                                   absl::string_view segment) const {
   if (index + 1 != segments_.size()) return false;
   const uint64_t left = segment.size() - offset;
   // A file system may leave zeros where a write did not land.
@@ -141,7 +141,7 @@ bool PushLog::EpochReader::IsTornEnd(uint32_t index, uint64_t offset,
   return true;
 }
 
-absl::Status PushLog::EpochReader::ForEach(
+absl::Status PushLog::RunReader::ForEach(
     const std::function<absl::Status(Location, absl::string_view)>& fn,
     PushLogRecovery recovery) {
   std::string buffer;
@@ -210,8 +210,8 @@ absl::Status PushLog::EpochReader::ForEach(
   return absl::OkStatus();
 }
 
-absl::Status PushLog::EpochReader::ReadAt(Location location, uint64_t skip,
-                                          size_t size, std::string* out) const {
+absl::Status PushLog::RunReader::ReadAt(Location location, uint64_t skip,
+                                        size_t size, std::string* out) const {
   if (location.segment_index >= segments_.size()) {
     return absl::InvalidArgumentError("no such push-log segment");
   }
@@ -240,26 +240,26 @@ PushLog::~PushLog() {
   CloseSegment();
 }
 
-std::string PushLog::SegmentPath(uint64_t epoch, uint64_t segment) const {
-  return absl::StrFormat("%s/%010d-%010d%s", options_.dir, epoch, segment,
+std::string PushLog::SegmentPath(uint64_t run, uint64_t segment) const {
+  return absl::StrFormat("%s/%010d-%010d%s", options_.dir, run, segment,
                          kSuffix);
 }
 
-absl::StatusOr<std::vector<uint64_t>> PushLog::ListEpochs() const {
+absl::StatusOr<std::vector<uint64_t>> PushLog::ListRuns() const {
   ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
-  std::vector<uint64_t> epochs;
-  for (const auto& [epoch, segment, path] : segments) {
-    if (epochs.empty() || epochs.back() != epoch) epochs.push_back(epoch);
+  std::vector<uint64_t> runs;
+  for (const auto& [run, segment, path] : segments) {
+    if (runs.empty() || runs.back() != run) runs.push_back(run);
   }
-  return epochs;
+  return runs;
 }
 
-absl::StatusOr<std::unique_ptr<PushLog::EpochReader>> PushLog::ReadEpoch(
-    uint64_t epoch) const {
+absl::StatusOr<std::unique_ptr<PushLog::RunReader>> PushLog::ReadRun(
+    uint64_t run) const {
   ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
-  auto reader = std::unique_ptr<EpochReader>(new EpochReader());
-  for (const auto& [segment_epoch, segment, path] : segments) {
-    if (segment_epoch != epoch) continue;
+  auto reader = std::unique_ptr<RunReader>(new RunReader());
+  for (const auto& [segment_run, segment, path] : segments) {
+    if (segment_run != run) continue;
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("opening", path);
     struct stat info;
@@ -268,28 +268,28 @@ absl::StatusOr<std::unique_ptr<PushLog::EpochReader>> PushLog::ReadEpoch(
       return ErrnoError("reading the size of", path);
     }
     reader->segments_.push_back(
-        EpochReader::Segment{path, fd, static_cast<uint64_t>(info.st_size)});
+        RunReader::Segment{path, fd, static_cast<uint64_t>(info.st_size)});
   }
   return reader;
 }
 
-absl::Status PushLog::DeleteEpochsBefore(uint64_t epoch) {
+absl::Status PushLog::DeleteRunsBefore(uint64_t run) {
   ASSIGN_OR_RETURN(auto segments, ListSegments(options_.dir));
-  for (const auto& [segment_epoch, segment, path] : segments) {
-    if (segment_epoch < epoch && unlink(path.c_str()) != 0) {
+  for (const auto& [segment_run, segment, path] : segments) {
+    if (segment_run < run && unlink(path.c_str()) != 0) {
       return ErrnoError("deleting", path);
     }
   }
   return absl::OkStatus();
 }
 
-void PushLog::StartEpoch(uint64_t epoch) {
+void PushLog::StartRun(uint64_t run) {
   absl::MutexLock sync_lock(&sync_mu_);
   synced_segment_ = 0;
   synced_bytes_ = 0;
   absl::MutexLock lock(&mu_);
   CloseSegment();
-  epoch_ = epoch;
+  run_ = run;
   first_live_segment_.store(0);
   closed_sizes_.clear();
   current_segment_.store(0);
@@ -297,7 +297,7 @@ void PushLog::StartEpoch(uint64_t epoch) {
 }
 
 absl::Status PushLog::OpenSegment() {
-  const std::string path = SegmentPath(epoch_, current_segment_.load());
+  const std::string path = SegmentPath(run_, current_segment_.load());
   fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
              0644);
   if (fd_ < 0) return ErrnoError("creating", path);
@@ -340,7 +340,7 @@ void PushLog::AbandonSegment() {
   if (fd_ < 0) return;
   close(fd_);
   fd_ = -1;
-  unlink(SegmentPath(epoch_, current_segment_.load()).c_str());
+  unlink(SegmentPath(run_, current_segment_.load()).c_str());
   live_bytes_ -= segment_size_;
   segment_size_ = 0;
 }
@@ -348,7 +348,7 @@ void PushLog::AbandonSegment() {
 void PushLog::CloseSegment() {
   if (fd_ < 0) return;
   if (options_.sync && fdatasync(fd_) != 0) {
-    Break(ErrnoError("syncing", SegmentPath(epoch_, current_segment())));
+    Break(ErrnoError("syncing", SegmentPath(run_, current_segment())));
   }
   close(fd_);
   fd_ = -1;
@@ -405,7 +405,7 @@ absl::Status PushLog::WriteFrame(const char* header,
       if (n == 0) errno = ENOSPC;  // a file system that takes nothing more
       out_of_space_ = OutOfSpace(errno);
       const absl::Status status =
-          ErrnoError("appending to", SegmentPath(epoch_, current_segment()));
+          ErrnoError("appending to", SegmentPath(run_, current_segment()));
       // Cut off whatever part of the frame landed, so that the segment
       // stays a sequence of whole records and writing can go on once there
       // is room. If that fails, later records go to a new segment and this
@@ -456,7 +456,7 @@ absl::Status PushLog::SyncThrough(uint64_t segment, uint64_t bytes) {
     if (fd < 0)
       return ErrnoError("duplicating the descriptor of", options_.dir);
     target = segment_size_;
-    path = SegmentPath(epoch_, segment);
+    path = SegmentPath(run_, segment);
   }
   const bool synced = fdatasync(fd) == 0;
   const absl::Status status =
@@ -508,13 +508,13 @@ absl::Status PushLog::DeleteSegmentsBefore(uint64_t segment) {
   // Only closed segments go: the open one is current_segment(). Between a
   // segment closing and the next one being created (by the next write, with
   // its preamble) the last closed one stays too, since it and its preamble
-  // are all that is left of the ledger's writes since the epoch began.
+  // are all that is left of the ledger's writes since the run began.
   const uint64_t keep_from =
       fd_ >= 0 ? current_segment()
                : current_segment() - std::min<uint64_t>(current_segment(), 1);
   segment = std::min(segment, keep_from);
   while (first_live_segment_.load() < segment && !closed_sizes_.empty()) {
-    const std::string path = SegmentPath(epoch_, first_live_segment_.load());
+    const std::string path = SegmentPath(run_, first_live_segment_.load());
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
       return ErrnoError("deleting", path);
     }

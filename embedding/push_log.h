@@ -6,10 +6,10 @@
 // a record holds is push_record.h's business, and when a segment is no
 // longer needed the store's (embedding_store.h).
 //
-// Segments are numbered within an *epoch*: each time the store opens it
-// replays the previous epoch's segments and then writes to a new epoch, so
+// Segments are numbered within a *run*: each time the store opens it
+// replays the previous run's segments and then writes to a new run, so
 // the files of different runs never mix. A segment is the file
-// "<epoch>-<segment>.pushlog": an 8-byte magic, then frames of the payload's
+// "<run>-<segment>.pushlog": an 8-byte magic, then frames of the payload's
 // length (uint32), its XXH3-64 checksum (uint64) and the payload, in host
 // byte order. One Write() is one writev(): after a process crash only the
 // last frame of the last segment can be cut short (or, after a power loss,
@@ -63,25 +63,25 @@ enum class PushLogRecovery {
   // Stop with DATA_LOSS, replaying nothing.
   kStrict,
   // Replay every record before the damage; drop it and everything after it
-  // in the epoch, logged as an error with the bytes dropped.
+  // in the run, logged as an error with the bytes dropped.
   kPointInTime,
 };
 
 class PushLog {
  public:
-  // Where a record read back lies: which of the epoch's segments (by
-  // position in EpochReader's list, not number) and its payload's offset.
+  // Where a record read back lies: which of the run's segments (by
+  // position in RunReader's list, not number) and its payload's offset.
   struct Location {
     uint32_t segment_index = 0;
     uint64_t offset = 0;
   };
 
-  // Reads the segments one epoch left, for replay; owns their descriptors.
-  class EpochReader {
+  // Reads the segments one run left, for replay; owns their descriptors.
+  class RunReader {
    public:
-    ~EpochReader();
-    EpochReader(const EpochReader&) = delete;
-    EpochReader& operator=(const EpochReader&) = delete;
+    ~RunReader();
+    RunReader(const RunReader&) = delete;
+    RunReader& operator=(const RunReader&) = delete;
 
     // Calls fn(location, payload) for every intact record, segment by
     // segment, each in the order appended; stops at the first error fn
@@ -104,7 +104,7 @@ class PushLog {
 
    private:
     friend class PushLog;
-    EpochReader() = default;
+    RunReader() = default;
     struct Segment {
       std::string path;
       int fd = -1;
@@ -121,7 +121,7 @@ class PushLog {
   };
 
   // Opens (creating if needed) the directory. Appending starts with
-  // StartEpoch().
+  // StartRun().
   static absl::StatusOr<std::unique_ptr<PushLog>> Open(
       const PushLogOptions& options);
 
@@ -129,19 +129,19 @@ class PushLog {
   PushLog(const PushLog&) = delete;
   PushLog& operator=(const PushLog&) = delete;
 
-  // The epochs that have segment files, ascending.
-  absl::StatusOr<std::vector<uint64_t>> ListEpochs() const;
+  // The runs that have segment files, ascending.
+  absl::StatusOr<std::vector<uint64_t>> ListRuns() const;
 
-  // Opens every segment of `epoch`, in segment order.
-  absl::StatusOr<std::unique_ptr<EpochReader>> ReadEpoch(uint64_t epoch) const;
+  // Opens every segment of `run`, in segment order.
+  absl::StatusOr<std::unique_ptr<RunReader>> ReadRun(uint64_t run) const;
 
-  // Deletes every segment of the epochs below `epoch`.
-  absl::Status DeleteEpochsBefore(uint64_t epoch);
+  // Deletes every segment of the runs below `run`.
+  absl::Status DeleteRunsBefore(uint64_t run);
 
-  // Appends go to `epoch` from now on, from segment 0; the first append
-  // creates the file. REQUIRES: no segment of `epoch` exists, and no append
+  // Appends go to `run` from now on, from segment 0; the first append
+  // creates the file. REQUIRES: no segment of `run` exists, and no append
   // runs concurrently.
-  void StartEpoch(uint64_t epoch);
+  void StartRun(uint64_t run);
 
   // Where Write() put a record, for Sync().
   struct Ticket {
@@ -185,16 +185,16 @@ class PushLog {
   // now on lands in this segment or a later one.
   uint64_t current_segment() const { return current_segment_.load(); }
 
-  // Deletes the current epoch's closed segments numbered below `segment`.
+  // Deletes the current run's closed segments numbered below `segment`.
   absl::Status DeleteSegmentsBefore(uint64_t segment);
 
-  // Bytes in the current epoch's segments not yet deleted.
+  // Bytes in the current run's segments not yet deleted.
   uint64_t live_bytes() const { return live_bytes_.load(); }
 
  private:
   explicit PushLog(const PushLogOptions& options) : options_(options) {}
 
-  std::string SegmentPath(uint64_t epoch, uint64_t segment) const;
+  std::string SegmentPath(uint64_t run, uint64_t segment) const;
   // Writes one frame to the open segment, opening it first if needed.
   absl::Status WriteFrame(const char* header, absl::string_view payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -231,11 +231,11 @@ class PushLog {
   // The last failed write ran out of space (set by WriteFrame()).
   bool out_of_space_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> failed_{false};  // !broken_.ok(), readable without mu_
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t run_ ABSL_GUARDED_BY(mu_) = 0;
   // The open segment's descriptor (-1 before its first append) and size.
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t segment_size_ ABSL_GUARDED_BY(mu_) = 0;
-  // Segments of this epoch below this number are deleted. Written under
+  // Segments of this run below this number are deleted. Written under
   // mu_; read without it too.
   std::atomic<uint64_t> first_live_segment_{0};
   // Sizes of the closed, not yet deleted segments, from first_live_segment_.

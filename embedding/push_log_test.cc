@@ -31,8 +31,8 @@ std::unique_ptr<PushLog> OpenLog(const std::string& dir,
 
 std::string Record(int i) { return std::string(10 + i % 37, 'a' + i % 26); }
 
-std::vector<std::string> ReadAll(PushLog& log, uint64_t epoch) {
-  auto reader = log.ReadEpoch(epoch);
+std::vector<std::string> ReadAll(PushLog& log, uint64_t run) {
+  auto reader = log.ReadRun(run);
   EXPECT_OK(reader);
   std::vector<std::string> records;
   EXPECT_OK(
@@ -61,7 +61,7 @@ uint64_t FileBytes(const std::string& dir) {
 TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
   const std::string dir = FreshTestDir("push_log_order");
   auto log = OpenLog(dir, /*segment_bytes=*/200);
-  log->StartEpoch(3);
+  log->StartRun(3);
   std::vector<std::string> written;
   for (int i = 0; i < 60; ++i) {
     written.push_back(Record(i));
@@ -71,12 +71,12 @@ TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
   EXPECT_EQ(log->live_bytes(), FileBytes(dir));
   EXPECT_EQ(ReadAll(*log, 3), written);
   EXPECT_TRUE(ReadAll(*log, 2).empty());
-  auto epochs = log->ListEpochs();
-  ASSERT_OK(epochs);
-  EXPECT_EQ(*epochs, std::vector<uint64_t>{3});
+  auto runs = log->ListRuns();
+  ASSERT_OK(runs);
+  EXPECT_EQ(*runs, std::vector<uint64_t>{3});
 
   // ReadAt returns part of the record ForEach located.
-  auto reader = log->ReadEpoch(3);
+  auto reader = log->ReadRun(3);
   ASSERT_OK(reader);
   int index = 0;
   ASSERT_OK((*reader)->ForEach(
@@ -89,12 +89,12 @@ TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
   EXPECT_EQ(index, 60);
 }
 
-// Writes four records into two segments of epoch 1 in `dir`; returns the
+// Writes four records into two segments of run 1 in `dir`; returns the
 // segment files.
 std::vector<std::string> WriteTwoSegments(const std::string& dir) {
   // 30 bytes: two records per segment (8 bytes of magic, 12 of frame header).
   auto log = OpenLog(dir, /*segment_bytes=*/30);
-  log->StartEpoch(1);
+  log->StartRun(1);
   for (const char* record : {"first", "second", "third", "fourth"})
     EXPECT_OK(log->Append(record));
   log.reset();
@@ -131,7 +131,7 @@ TEST(PushLogTest, DamageInTheMiddleIsDataLossNamingTheFile) {
   ASSERT_EQ(segments.size(), 2u);
   Damage(segments[0], 8 + 12 + 5 + 12 + 1);  // into "second"
   auto log = OpenLog(dir, 30);
-  auto reader = log->ReadEpoch(1);
+  auto reader = log->ReadRun(1);
   ASSERT_OK(reader);
   std::vector<std::string> records;
   const absl::Status read =
@@ -149,7 +149,7 @@ TEST(PushLogTest, DamageBeforeTheLastRecordIsNotATornEnd) {
   const std::vector<std::string> segments = WriteTwoSegments(dir);
   Damage(segments[1], 8 + 12 + 1);  // into "third", "fourth" follows
   auto log = OpenLog(dir, 30);
-  auto reader = log->ReadEpoch(1);
+  auto reader = log->ReadRun(1);
   ASSERT_OK(reader);
   EXPECT_EQ((*reader)
                 ->ForEach([](PushLog::Location, absl::string_view) {
@@ -164,7 +164,7 @@ TEST(PushLogTest, PointInTimeRecoveryReplaysWhatPrecedesTheDamage) {
   const std::vector<std::string> segments = WriteTwoSegments(dir);
   Damage(segments[0], 8 + 12 + 5 + 12 + 1);  // into "second"
   auto log = OpenLog(dir, 30);
-  auto reader = log->ReadEpoch(1);
+  auto reader = log->ReadRun(1);
   ASSERT_OK(reader);
   std::vector<std::string> records;
   ASSERT_OK((*reader)->ForEach(
@@ -192,7 +192,7 @@ TEST(PushLogTest, EachSegmentOpensWithThePreamble) {
   };
   auto log = PushLog::Open(options);
   ASSERT_OK(log);
-  (*log)->StartEpoch(1);
+  (*log)->StartRun(1);
   int written_calls = 0;
   for (const char* record : {"a", "b", "c"}) {
     auto ticket = (*log)->Write(record, [&] { ++written_calls; });
@@ -211,32 +211,32 @@ TEST(PushLogTest, AFileThatIsNotASegmentIsDataLoss) {
     file << "not a push log at all";
   }
   auto log = OpenLog(dir, 1 << 20);
-  auto reader = log->ReadEpoch(1);
+  auto reader = log->ReadRun(1);
   ASSERT_OK(reader);
   const absl::Status read = (*reader)->ForEach(
       [](PushLog::Location, absl::string_view) { return absl::OkStatus(); });
   EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
 }
 
-TEST(PushLogTest, DeletingSegmentsKeepsTheOpenOneAndOtherEpochsGoAtOnce) {
+TEST(PushLogTest, DeletingSegmentsKeepsTheOpenOneAndOtherRunsGoAtOnce) {
   const std::string dir = FreshTestDir("push_log_delete");
   auto log = OpenLog(dir, /*segment_bytes=*/100);
-  log->StartEpoch(1);
+  log->StartRun(1);
   for (int i = 0; i < 10; ++i) ASSERT_OK(log->Append(std::string(150, 'x')));
-  log->StartEpoch(2);
+  log->StartRun(2);
   for (int i = 0; i < 10; ++i) ASSERT_OK(log->Append(std::string(60, 'y')));
   ASSERT_OK(log->Append("open"));
   const uint64_t current = log->current_segment();
   EXPECT_EQ(log->live_bytes(), FileBytes(dir) - 10 * (8 + 12 + 150));
 
-  // Every closed segment of epoch 2 below the current one, and nothing of
-  // epoch 1 (other epochs are DeleteEpochsBefore's).
+  // Every closed segment of run 2 below the current one, and nothing of
+  // run 1 (other runs are DeleteRunsBefore's).
   ASSERT_OK(log->DeleteSegmentsBefore(current + 10));
   EXPECT_EQ(ReadAll(*log, 2), std::vector<std::string>{"open"});
   EXPECT_EQ(ReadAll(*log, 1).size(), 10u);
   EXPECT_EQ(log->live_bytes(), 8 + 12 + 4u);
 
-  ASSERT_OK(log->DeleteEpochsBefore(2));
+  ASSERT_OK(log->DeleteRunsBefore(2));
   EXPECT_TRUE(ReadAll(*log, 1).empty());
   EXPECT_EQ(SegmentFiles(dir).size(), 1u);
   EXPECT_EQ(log->live_bytes(), FileBytes(dir));
@@ -253,7 +253,7 @@ TEST(PushLogTest, TheLastClosedSegmentStaysUntilTheNextOneExists) {
   options.segment_preamble = [] { return std::string("p"); };
   auto log = PushLog::Open(options);
   ASSERT_OK(log);
-  (*log)->StartEpoch(1);
+  (*log)->StartRun(1);
   ASSERT_OK((*log)->Append(std::string(10, 'a')));  // closes segment 0
   ASSERT_EQ((*log)->current_segment(), 1u);
   ASSERT_OK((*log)->DeleteSegmentsBefore(1));
@@ -267,7 +267,7 @@ TEST(PushLogTest, AFullDiskIsTransientForEveryWriteUntilRecovered) {
   const std::string dir = FreshTestDir("push_log_full");
   auto child = [&] {
     auto log = OpenLog(dir, /*segment_bytes=*/1 << 20);
-    log->StartEpoch(1);
+    log->StartRun(1);
     // No file of this process may grow past 16 kB (EFBIG, as a full disk).
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit = {16 << 10, RLIM_INFINITY};
@@ -304,7 +304,7 @@ TEST(PushLogTest, SyncedAppendsFromManyThreadsAllLand) {
   options.sync = true;
   auto log = PushLog::Open(options);
   ASSERT_OK(log);
-  (*log)->StartEpoch(1);
+  (*log)->StartRun(1);
   constexpr int kThreads = 6, kRecords = 150;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -330,7 +330,7 @@ TEST(PushLogTest, SyncedAppendsFromManyThreadsAllLand) {
     const size_t tail = record.rfind(':') + 1;
     EXPECT_EQ(record.substr(tail), std::string(record.size() - tail, 'a' + t));
   }
-  // The same count again after a restart with the same epoch's files.
+  // The same count again after a restart with the same run's files.
   log->reset();
   EXPECT_EQ(ReadAll(*OpenLog(dir, 64 << 10), 1).size(),
             size_t{kThreads * kRecords});
@@ -339,7 +339,7 @@ TEST(PushLogTest, SyncedAppendsFromManyThreadsAllLand) {
 TEST(PushLogTest, AnOversizedPayloadIsRefused) {
   const std::string dir = FreshTestDir("push_log_oversized");
   auto log = OpenLog(dir, 1 << 20);
-  log->StartEpoch(1);
+  log->StartRun(1);
   // A view that claims 4 GiB: Append must refuse before touching the bytes.
   const char byte = 0;
   const absl::Status appended =

@@ -14,16 +14,14 @@ void RocksStore::Batch::SetLogMark(uint32_t stripe, uint64_t end_sequence) {
                             sizeof(end_sequence)));
 }
 
-void RocksStore::Batch::StartLogEpoch(uint64_t epoch,
-                                      absl::string_view ledger) {
-  // Every key of the family sorts below 13 0xff bytes, the epoch's and the
+void RocksStore::Batch::StartLogRun(uint64_t run, absl::string_view ledger) {
+  // Every key of the family sorts below 13 0xff bytes, the run's and the
   // ledger's included; the Puts below come later in the batch, so they
   // stand.
   batch_.DeleteRange(store_->log_handle_, rocksdb::Slice(),
                      std::string(13, '\xff'));
-  batch_.Put(
-      store_->log_handle_, kEpochKey,
-      rocksdb::Slice(reinterpret_cast<const char*>(&epoch), sizeof(epoch)));
+  batch_.Put(store_->log_handle_, kLogRunKey,
+             rocksdb::Slice(reinterpret_cast<const char*>(&run), sizeof(run)));
   batch_.Put(store_->log_handle_, kLedgerKey,
              rocksdb::Slice(ledger.data(), ledger.size()));
 }
@@ -271,9 +269,9 @@ absl::Status RocksStore::MultiGet(TableId table,
 }
 
 absl::Status RocksStore::ReadLogState(
-    uint64_t* epoch, absl::flat_hash_map<uint32_t, uint64_t>* marks,
+    uint64_t* run, absl::flat_hash_map<uint32_t, uint64_t>* marks,
     std::string* ledger) {
-  *epoch = 0;
+  *run = 0;
   marks->clear();
   ledger->clear();
   std::unique_ptr<rocksdb::Iterator> it(
@@ -294,8 +292,8 @@ absl::Status RocksStore::ReadLogState(
     }
     uint64_t number = 0;
     std::memcpy(&number, value.data(), sizeof(number));
-    if (key == kEpochKey) {
-      *epoch = number;
+    if (key == kLogRunKey) {
+      *run = number;
       continue;
     }
     if (key.size() != 12) {

@@ -16,9 +16,9 @@
 // a restore from an old checkpoint needs.
 //
 // A "push log" column family holds what EmbeddingStore needs to replay its
-// push log (push_log.h) under --durability=wal: the log's epoch, per lock
+// push log (push_log.h) under --durability=wal: the log's run, per lock
 // stripe the mark (the sequence up to which rows are written back), and the
-// push ledger (push_ledger.h) as it stood when the epoch started.
+// push ledger (push_ledger.h) as it stood when the run started.
 //
 // A table is created in two steps, its column family and then its spec (with
 // its id); a process stopped between them leaves a family without a spec,
@@ -91,16 +91,16 @@ struct StoredTable {
   float learning_rate = 0.0f;
 };
 
-// Where a stored row stands in the push log: the log's epoch, and the
+// Where a stored row stands in the push log: the log's run, and the
 // sequence of the last update the row includes (embedding_store.h). Stored
 // after the row's floats; rows written before it existed read as {0, 0}.
 struct LogPosition {
-  uint64_t epoch = 0;
+  uint64_t run = 0;
   uint64_t sequence = 0;
 };
 
 // What expiry goes by, stored after the log position: when a push last
-// updated the row (seconds since the Unix epoch; 0: not known, for rows
+// updated the row (seconds since the Unix run; 0: not known, for rows
 // stored before rows carried it, which never expire until updated) and how
 // many pushes did (saturating).
 struct RowMeta {
@@ -149,9 +149,9 @@ class RocksStore {
     // Records that the push log of `stripe` (push_log.h) is written back up
     // to, not including, `end_sequence`.
     void SetLogMark(uint32_t stripe, uint64_t end_sequence);
-    // Deletes every mark and records `epoch` as the push log's, with the
+    // Deletes every mark and records `run` as the push log's, with the
     // push ledger's snapshot `ledger` (PushLedger::Serialize()).
-    void StartLogEpoch(uint64_t epoch, absl::string_view ledger);
+    void StartLogRun(uint64_t run, absl::string_view ledger);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -229,10 +229,10 @@ class RocksStore {
   // Rows the expiry filter dropped since the store opened.
   uint64_t rows_expired() const;
 
-  // The push log's epoch (0 if never started), each stripe's mark, and the
-  // ledger recorded with the epoch (empty if none). FAILED_PRECONDITION for
+  // The push log's run (0 if never started), each stripe's mark, and the
+  // ledger recorded with the run (empty if none). FAILED_PRECONDITION for
   // a push log an older version kept in RocksDB.
-  absl::Status ReadLogState(uint64_t* epoch,
+  absl::Status ReadLogState(uint64_t* run,
                             absl::flat_hash_map<uint32_t, uint64_t>* marks,
                             std::string* ledger);
 

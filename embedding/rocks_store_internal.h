@@ -43,7 +43,8 @@ inline constexpr char kDroppedPrefix[] = "dropped_table/";
 inline constexpr char kMovedLedgerPrefix[] = "moved_ledger/";
 inline constexpr char kFamilyPrefix[] = "table.";
 inline constexpr char kLogFamily[] = "push_log";
-inline constexpr char kEpochKey[] = "epoch";
+// The push log's run, under its name on disk.
+inline constexpr char kLogRunKey[] = "epoch";
 inline constexpr char kLedgerKey[] = "ledger";
 // In the default family: how rows are keyed. Absent in a store written
 // before rows were stored by slot (8-byte keys), which Open() upgrades.

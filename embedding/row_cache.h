@@ -48,13 +48,13 @@ class CachedRow {
   }
 
   const uint64_t key;
-  // The push-log sequence (of the row's stripe, in the current log epoch) of
+  // The push-log sequence (of the row's stripe, in the current log run) of
   // the last update the floats include; 0 for none (embedding_store.h).
   uint64_t log_sequence = 0;
   // Bumped by every update, so that a write-back that copied the row can
   // tell, once written, whether the row changed since (and is still dirty).
   uint32_t version = 0;
-  // When a push last updated the row, in seconds since the Unix epoch (0:
+  // When a push last updated the row, in seconds since the Unix run (0:
   // not known, for rows stored before rows carried it), and how many pushes
   // updated it (saturating): what expiry goes by.
   uint32_t updated_at_s = 0;
