@@ -1,0 +1,245 @@
+// ModelGraph beyond its gradients: the legacy built-ins give CtrModel's
+// steps, Predict gives the training step's probabilities, staged inputs
+// train as uploaded ones, an empty batch trains with zero gradients, and
+// inputs that do not match the plan are refused.
+
+#include "model/model_graph_test_util.h"
+
+namespace ps::model {
+namespace {
+
+// lr, wide_deep and deepfm as specs compute what kernels::CtrModel computes
+// for them, given the same rows and dense tensors (in the same order, under
+// the same names).
+TEST(ModelGraphTest, LegacyBuiltinsMatchCtrModel) {
+  const std::pair<const char*, kernels::ModelKind> kLegacy[] = {
+      {"lr", kernels::ModelKind::kLogisticRegression},
+      {"wide_deep", kernels::ModelKind::kWideDeep},
+      {"deepfm", kernels::ModelKind::kDeepFm}};
+  for (const auto& [name, kind] : kLegacy) {
+    BuiltinOptions options;
+    options.embedding_dim = 4;
+    options.hidden = {6, 5};
+    options.crosses = {{0, 2}};
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    kernels::ModelConfig config;
+    config.kind = kind;
+    config.fields = 4;
+    config.dense_features = 3;
+    config.crosses = 1;
+    config.embedding_dim = 4;
+    config.hidden = {6, 5};
+    const std::vector<kernels::DenseTensorSpec> tensors =
+        kernels::DenseTensors(config);
+    ASSERT_EQ(tensors.size(), plan->dense_tensors().size()) << name;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      EXPECT_EQ(plan->dense_tensors()[t].name, tensors[t].name) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].rows, tensors[t].rows) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].cols, tensors[t].cols) << name;
+      EXPECT_EQ(plan->dense_tensors()[t].init_scale, tensors[t].init_scale)
+          << name;
+    }
+
+    const int batch = 11;
+    const Step step = RandomStep(*plan, batch, 9);
+    auto cpu = kernels::NewCpuBackend();
+    ModelGraph graph(&*plan, cpu.get());
+    GraphOutputs graph_outputs;
+    ASSERT_TRUE(graph.TrainStep(step.Inputs(), &graph_outputs).ok());
+
+    // The same step for CtrModel: index batch x fields into the embedding
+    // rows, wide_index batch x (fields + crosses) into the wide rows.
+    int embedding = -1, wide = -1;
+    for (int t = 0; t < plan->spec().table_size(); ++t) {
+      if (plan->spec().table(t).name() == "embedding") embedding = t;
+      if (plan->spec().table(t).name() == "wide") wide = t;
+    }
+    ASSERT_GE(wide, 0);
+    std::vector<int32_t> index(batch * 4), wide_index(batch * 5);
+    for (size_t l = 0; l < plan->lookups().size(); ++l) {
+      const Lookup& lookup = plan->lookups()[l];
+      const int slot = lookup.node;  // fields 0-3, then the cross (4)
+      for (int b = 0; b < batch; ++b) {
+        const int32_t row = step.lookup_index[l * batch + b];
+        if (lookup.table == embedding) index[b * 4 + slot] = row;
+        if (lookup.table == wide) wide_index[b * 5 + slot] = row;
+      }
+    }
+    kernels::StepInputs in;
+    in.batch = batch;
+    in.num_unique = embedding >= 0 ? step.row_counts[embedding] : 0;
+    in.index = index.data();
+    in.wide_index = wide_index.data();
+    in.num_wide_rows = step.row_counts[wide];
+    in.dense = step.dense_inputs[0].data();
+    in.labels = step.labels.data();
+    if (embedding >= 0) in.embedding_rows = step.table_rows[embedding].data();
+    in.wide_rows = step.table_rows[wide].data();
+    for (const auto& param : step.params)
+      in.dense_params.push_back(param.data());
+    if (embedding < 0) {
+      // lr has no embedding rows; CtrModel indexes none.
+      std::fill(index.begin(), index.end(), 0);
+      in.num_unique = 1;
+    }
+    kernels::CtrModel model(config, cpu.get());
+    kernels::StepOutputs expected;
+    ASSERT_TRUE(model.TrainStep(in, &expected).ok());
+    EXPECT_NEAR(graph_outputs.loss_sum, expected.loss_sum, 1e-5) << name;
+    for (int b = 0; b < batch; ++b) {
+      EXPECT_NEAR(graph_outputs.probabilities[b], expected.probabilities[b],
+                  1e-6)
+          << name;
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      for (size_t i = 0; i < tensors[t].size(); ++i) {
+        EXPECT_NEAR(graph_outputs.dense_grads[t][i], expected.dense_grads[t][i],
+                    1e-6)
+            << name << " " << tensors[t].name << "[" << i << "]";
+      }
+    }
+    for (size_t i = 0; i < expected.wide_grads.size(); ++i) {
+      EXPECT_NEAR(graph_outputs.table_grads[wide][i], expected.wide_grads[i],
+                  1e-6)
+          << name;
+    }
+    if (embedding >= 0) {
+      ASSERT_EQ(graph_outputs.table_grads[embedding].size(),
+                expected.embedding_grads.size());
+      for (size_t i = 0; i < expected.embedding_grads.size(); ++i) {
+        EXPECT_NEAR(graph_outputs.table_grads[embedding][i],
+                    expected.embedding_grads[i], 1e-6)
+            << name;
+      }
+    }
+  }
+}
+
+TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
+  BuiltinOptions options;
+  options.embedding_dim = 4;
+  options.hidden = {6};
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto cpu = kernels::NewCpuBackend();
+    ModelGraph graph(&*plan, cpu.get());
+    const Step step = RandomStep(*plan, 13, 3);
+    GraphOutputs outputs;
+    ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok());
+    std::vector<float> probabilities;
+    ASSERT_TRUE(graph.Predict(step.Inputs(), &probabilities).ok());
+    ASSERT_EQ(probabilities.size(), 13u) << name;
+    for (int b = 0; b < 13; ++b) {
+      EXPECT_NEAR(probabilities[b], outputs.probabilities[b], 1e-6) << name;
+    }
+  }
+}
+
+// The CPU's kernels over memory the graph must copy its inputs into, as a
+// GPU's: counts the copies that wait for the kernels queued before them
+// (CopyToDevice) and those that may overlap them (CopyToIdleDevice).
+class DeviceMemoryBackend : public kernels::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  bool ComputesOnHostMemory() const override { return false; }
+  kernels::Status CopyToDevice(void* device, const void* host,
+                               size_t bytes) override {
+    ++copies;
+    return ForwardingBackend::CopyToDevice(device, host, bytes);
+  }
+  kernels::Status CopyToIdleDevice(void* device, const void* host,
+                                   size_t bytes) override {
+    ++idle_copies;
+    return ForwardingBackend::CopyToIdleDevice(device, host, bytes);
+  }
+  int copies = 0;
+  int idle_copies = 0;
+};
+
+TEST(ModelGraphTest, StagedInputsTrainAsUploadedOnes) {
+  BuiltinOptions options;
+  options.embedding_dim = 4;
+  options.hidden = {6};
+  for (const std::string name : {"wide_deep", "dlrm"}) {
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // Steps of different sizes, so that a stale buffer would show.
+    const std::vector<Step> steps = {RandomStep(*plan, 9, 1),
+                                     RandomStep(*plan, 13, 2),
+                                     RandomStep(*plan, 5, 3)};
+    auto cpu = kernels::NewCpuBackend();
+    ModelGraph reference(&*plan, cpu.get());
+    DeviceMemoryBackend device(cpu.get());
+    ModelGraph staged(&*plan, &device);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      GraphOutputs expected, got;
+      ASSERT_TRUE(reference.TrainStep(steps[i].Inputs(), &expected).ok());
+      const GraphInputs next =
+          i + 1 < steps.size() ? steps[i + 1].Inputs() : GraphInputs();
+      const int copies_before = device.copies;
+      ASSERT_TRUE(staged
+                      .TrainStep(steps[i].Inputs(), &got,
+                                 i + 1 < steps.size() ? &next : nullptr)
+                      .ok());
+      // The first step uploads its inputs; the others were staged.
+      if (i == 0) {
+        EXPECT_GT(device.copies, copies_before) << name;
+      } else {
+        EXPECT_EQ(device.copies, copies_before) << name << " step " << i;
+      }
+      EXPECT_EQ(got.loss_sum, expected.loss_sum) << name << " step " << i;
+      EXPECT_EQ(got.probabilities, expected.probabilities) << name << i;
+      EXPECT_EQ(got.table_grads, expected.table_grads) << name << i;
+      EXPECT_EQ(got.dense_grads, expected.dense_grads) << name << i;
+      // A prediction between steps reads its own inputs, and leaves the
+      // staged ones be.
+      std::vector<float> predicted, reference_predicted;
+      ASSERT_TRUE(staged.Predict(steps[0].Inputs(), &predicted).ok());
+      ASSERT_TRUE(
+          reference.Predict(steps[0].Inputs(), &reference_predicted).ok());
+      ASSERT_EQ(predicted.size(), 9u);
+      EXPECT_EQ(predicted, reference_predicted) << name << " step " << i;
+    }
+    // Every input of steps 1 and 2 (labels, lookups, rows, dense inputs and
+    // tensors) went up while the step before ran.
+    EXPECT_GT(device.idle_copies, 2 * 3) << name;
+  }
+}
+
+TEST(ModelGraphTest, AnEmptyBatchTrainsWithZeroGradients) {
+  const ModelPlan plan = Plan(kLayerCases[0].layers);
+  auto cpu = kernels::NewCpuBackend();
+  ModelGraph graph(&plan, cpu.get());
+  const Step step = RandomStep(plan, 0, 5);
+  GraphOutputs outputs;
+  ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok());
+  EXPECT_TRUE(outputs.probabilities.empty());
+  for (const auto& grads : outputs.table_grads) {
+    for (float g : grads) EXPECT_EQ(g, 0.0f);
+  }
+}
+
+TEST(ModelGraphTest, RefusesInputsThatDoNotMatchThePlan) {
+  const ModelPlan plan = Plan(kLayerCases[0].layers);
+  auto cpu = kernels::NewCpuBackend();
+  ModelGraph graph(&plan, cpu.get());
+  Step step = RandomStep(plan, 4, 5);
+  step.params.pop_back();
+  GraphOutputs outputs;
+  const absl::Status status = graph.TrainStep(step.Inputs(), &outputs);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+}  // namespace
+}  // namespace ps::model
