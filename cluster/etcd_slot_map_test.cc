@@ -49,8 +49,10 @@ TEST(EtcdSlotMapTest, AChangeOnOneShardIsAdoptedByTheOthers) {
   absl::StatusOr<uint32_t> count = MapShardCount(store, kJob);
   ASSERT_OK(count);
   EXPECT_EQ(*count, 2u);
-  absl::StatusOr<std::unique_ptr<EtcdSlotMap>> second_map = EtcdSlotMap::Start(
-      &store, kJob, second.get(), EtcdSlotMap::OwnMap::kEmptyDataDir);
+  // No resync within the test: the change reaches it through the watch.
+  absl::StatusOr<std::unique_ptr<EtcdSlotMap>> second_map =
+      EtcdSlotMap::Start(&store, kJob, second.get(),
+                         EtcdSlotMap::OwnMap::kEmptyDataDir, absl::Hours(1));
   ASSERT_OK(second_map);
   const SlotMap start = *first->current();
   const SlotMap next = start.WithSlotsMoved(0, 99, 1);

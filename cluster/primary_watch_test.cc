@@ -101,7 +101,8 @@ TEST_F(PrimaryWatchTest, AReplicaInSyncTakesTheShardOnceItsPrimaryIsGone) {
   ASSERT_OK(own);
   EXPECT_TRUE(own->Is(*now));
   // The old primary cannot register again at its generation.
-  EXPECT_FALSE(RegisterShard(&store_, kJob, {0, 1, kPrimary}, kLease).ok());
+  EXPECT_THAT(RegisterShard(&store_, kJob, {0, 1, kPrimary}, kLease).status(),
+              StatusIs(StatusCode::kFailedPrecondition));
 }
 
 TEST_F(PrimaryWatchTest, AReplicaTheInSyncSetDoesNotNameIsNotPromoted) {
@@ -129,6 +130,9 @@ TEST_F(PrimaryWatchTest, AnUncleanPromotionIsTakenWhenAllowed) {
   primary_.reset();
   WaitForOutcome(watch);
   EXPECT_NE(watch.registration(), nullptr);
+  absl::StatusOr<ShardGeneration> now = ReadShardGeneration(store_, kJob, 0);
+  ASSERT_OK(now);
+  EXPECT_EQ(now->generation, 1u);
 }
 
 TEST_F(PrimaryWatchTest, AShardServedElsewhereAsksTheReplicaToStop) {
@@ -177,6 +181,11 @@ TEST_F(PrimaryWatchTest, AFailedPromotionAsksToStop) {
   ASSERT_TRUE(WaitUntil([&] { return watch.StopRequest().has_value(); },
                         absl::Seconds(10)));
   EXPECT_THAT(*watch.StopRequest(), StatusIs(StatusCode::kInternal));
+  // Registered and fenced by it still: its owner unfences the shard before
+  // it lets the registration go.
+  ASSERT_NE(watch.registration(), nullptr);
+  EXPECT_EQ(shard_.fence(), watch.registration());
+  EXPECT_TRUE(watch.registration()->held());
 }
 
 }  // namespace

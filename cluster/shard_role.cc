@@ -137,9 +137,11 @@ absl::StatusOr<ShardRecord> WaitForShard(CoordinationStore& store,
   }
 }
 
-absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterAsPrimary(
-    CoordinationStore* store, const RegistrationOptions& options,
-    ShardControl& shard) {
+absl::Status RegisterAsPrimary(CoordinationStore* store,
+                               const RegistrationOptions& options,
+                               ShardControl& shard,
+                               std::unique_ptr<LeasedKey>* registration,
+                               std::unique_ptr<LeasedKey>* claim) {
   const ShardRecord& record = options.record;
   // A data dir the shard failed over from (a replica took its place since
   // it last served) is stale: it must not serve the shard again.
@@ -154,24 +156,17 @@ absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterAsPrimary(
   // registration).
   RETURN_IF_ERROR(WriteDataDirGeneration(
       options.data_dir, generation.generation, generation.promotion));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<LeasedKey> registration,
-      RegisterShard(store, options.job, record, options.lease, generation));
+  ASSIGN_OR_RETURN(*registration, RegisterShard(store, options.job, record,
+                                                options.lease, generation));
+  if (claim != nullptr) claim->reset();
   // Before any push is taken: from now on no push is acknowledged that a
   // replica the record names lacks.
   RETURN_IF_ERROR(shard.RecordInSyncSet());
   LOG(INFO) << "registered in etcd as " << ShardsPrefix(options.job)
             << record.index << " = " << record.address;
-  shard.FenceBy(registration.get());
-  absl::Status joined = shard.JoinJob(options.join_wait);
-  if (joined.ok()) {
-    joined = shard.CampaignForCoordinator(record.address, options.lease);
-  }
-  if (!joined.ok()) {
-    shard.FenceBy(nullptr);
-    return joined;
-  }
-  return registration;
+  shard.FenceBy(registration->get());
+  RETURN_IF_ERROR(shard.JoinJob(options.join_wait));
+  return shard.CampaignForCoordinator(record.address, options.lease);
 }
 
 }  // namespace ps::cluster

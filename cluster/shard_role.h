@@ -91,15 +91,18 @@ struct RegistrationOptions {
 // Registers the shard as its primary: refuses a data dir that must not
 // serve (CheckDataDirMayServe()), writes its GENERATION (before the key: a
 // crash between leaves a data dir that may serve again, nothing having
-// been acknowledged), registers exclusively at etcd's generation, records
-// the in-sync set before any push is taken, fences the shard's pushes by
-// the registration, joins the job and runs for the coordinator. The
-// registration, to be kept while the shard serves (fenced by it: release
-// it only after shard.FenceBy(nullptr)). On an error the shard is left
-// unfenced and unregistered.
-absl::StatusOr<std::unique_ptr<LeasedKey>> RegisterAsPrimary(
-    CoordinationStore* store, const RegistrationOptions& options,
-    ShardControl& shard);
+// been acknowledged), registers exclusively at etcd's generation (then
+// releases `claim`, a new shard's, if any), records the in-sync set before
+// any push is taken, fences the shard's pushes by the registration, joins
+// the job and runs for the coordinator. `registration` is set as soon as
+// the key is registered, and holds it on a later error too: the shard may
+// be fenced by it, so the owner releases it only after shard.FenceBy(nullptr)
+// or once the shard is gone.
+absl::Status RegisterAsPrimary(CoordinationStore* store,
+                               const RegistrationOptions& options,
+                               ShardControl& shard,
+                               std::unique_ptr<LeasedKey>* registration,
+                               std::unique_ptr<LeasedKey>* claim = nullptr);
 
 }  // namespace ps::cluster
 

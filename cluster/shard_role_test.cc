@@ -34,6 +34,15 @@ class ShardRoleTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = FreshTestDir("shard_role_test"); }
 
+  RegistrationOptions Registration() const {
+    RegistrationOptions options;
+    options.job = kJob;
+    options.record = {0, 1, "127.0.0.1:7000"};
+    options.data_dir = dir_;
+    options.lease = kLease;
+    return options;
+  }
+
   RoleOptions Options() const {
     RoleOptions options;
     options.job = kJob;
@@ -179,17 +188,18 @@ TEST_F(ShardRoleTest, APromotionAnotherReplicaWonIsNotFinishedByThisOne) {
 
 TEST_F(ShardRoleTest, APrimaryRegistersFencesJoinsThenCampaigns) {
   FakeShard shard;
-  RegistrationOptions options;
-  options.job = kJob;
-  options.record = {0, 1, "127.0.0.1:7000"};
-  options.data_dir = dir_;
-  options.lease = kLease;
-  absl::StatusOr<std::unique_ptr<LeasedKey>> registration =
-      RegisterAsPrimary(&store_, options, shard);
-  ASSERT_OK(registration);
+  absl::StatusOr<std::unique_ptr<LeasedKey>> claim =
+      ClaimNewShard(&store_, kJob, 0, kLease);
+  ASSERT_OK(claim);
+  std::unique_ptr<LeasedKey> registration;
+  ASSERT_OK(RegisterAsPrimary(&store_, Registration(), shard, &registration,
+                              &*claim));
   EXPECT_THAT(shard.calls(), ElementsAre("RecordInSyncSet", "FenceBy",
                                          "JoinJob", "CampaignForCoordinator"));
-  EXPECT_EQ(shard.fence(), registration->get());
+  ASSERT_NE(registration, nullptr);
+  EXPECT_EQ(shard.fence(), registration.get());
+  // The new shard's claim is given up once the shard is registered.
+  EXPECT_EQ(*claim, nullptr);
   absl::StatusOr<ShardRecord> found = FindShard(store_, kJob, 0);
   ASSERT_OK(found);
   EXPECT_EQ(found->address, "127.0.0.1:7000");
@@ -204,16 +214,13 @@ TEST_F(ShardRoleTest, AStaleDataDirRegistersNothing) {
   Promoted("p1");
   ServedAt(0);
   FakeShard shard;
-  RegistrationOptions options;
-  options.job = kJob;
-  options.record = {0, 1, "127.0.0.1:7000"};
-  options.data_dir = dir_;
-  options.lease = kLease;
-  absl::StatusOr<std::unique_ptr<LeasedKey>> registration =
-      RegisterAsPrimary(&store_, options, shard);
-  EXPECT_THAT(registration.status(), StatusIs(StatusCode::kFailedPrecondition));
-  EXPECT_THAT(std::string(registration.status().message()),
+  std::unique_ptr<LeasedKey> registration;
+  const absl::Status registered =
+      RegisterAsPrimary(&store_, Registration(), shard, &registration);
+  EXPECT_THAT(registered, StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(registered.message()),
               HasSubstr("--replica_of_shard=0"));
+  EXPECT_EQ(registration, nullptr);
   EXPECT_TRUE(shard.calls().empty());
   EXPECT_THAT(FindShard(store_, kJob, 0).status(),
               StatusIs(StatusCode::kNotFound));
@@ -222,32 +229,41 @@ TEST_F(ShardRoleTest, AStaleDataDirRegistersNothing) {
   EXPECT_EQ(own->at.generation, 0u);
 }
 
-TEST_F(ShardRoleTest, AFailedJoinLeavesTheShardUnfencedAndUnregistered) {
+TEST_F(ShardRoleTest, AGenerationThatCannotBeWrittenRegistersNothing) {
+  // The GENERATION file comes before the key: a data dir that cannot hold
+  // it is never registered.
+  RegistrationOptions options = Registration();
+  options.data_dir = dir_ + "/not_there/either";
+  FakeShard shard;
+  std::unique_ptr<LeasedKey> registration;
+  EXPECT_FALSE(RegisterAsPrimary(&store_, options, shard, &registration).ok());
+  EXPECT_EQ(registration, nullptr);
+  EXPECT_TRUE(shard.calls().empty());
+  EXPECT_THAT(FindShard(store_, kJob, 0).status(),
+              StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(ShardRoleTest, AFailedJoinLeavesTheRegistrationToItsOwner) {
   FakeShard shard;
   shard.Fail("JoinJob", absl::UnavailableError("the job's map is away"));
-  RegistrationOptions options;
-  options.job = kJob;
-  options.record = {0, 1, "127.0.0.1:7000"};
-  options.data_dir = dir_;
-  options.lease = kLease;
-  EXPECT_THAT(RegisterAsPrimary(&store_, options, shard).status(),
+  std::unique_ptr<LeasedKey> registration;
+  EXPECT_THAT(RegisterAsPrimary(&store_, Registration(), shard, &registration),
               StatusIs(StatusCode::kUnavailable));
-  EXPECT_EQ(shard.calls().back(), "Unfence");
-  EXPECT_EQ(shard.fence(), nullptr);
+  // Still registered and fenced by it: the shard may be checking the fence
+  // now, so the owner lets go only after the shard does.
+  ASSERT_NE(registration, nullptr);
+  EXPECT_EQ(shard.fence(), registration.get());
+  EXPECT_OK(FindShard(store_, kJob, 0).status());
+  shard.FenceBy(nullptr);
+  registration.reset();
   EXPECT_THAT(FindShard(store_, kJob, 0).status(),
               StatusIs(StatusCode::kNotFound));
 }
 
 TEST_F(ShardRoleTest, APrimaryPastItsLeaseIsFencedOnceAReplicaWasPromoted) {
   FakeShard shard;
-  RegistrationOptions options;
-  options.job = kJob;
-  options.record = {0, 1, "127.0.0.1:7000"};
-  options.data_dir = dir_;
-  options.lease = kLease;
-  absl::StatusOr<std::unique_ptr<LeasedKey>> registration =
-      RegisterAsPrimary(&store_, options, shard);
-  ASSERT_OK(registration);
+  std::unique_ptr<LeasedKey> registration;
+  ASSERT_OK(RegisterAsPrimary(&store_, Registration(), shard, &registration));
   // Paused past its lease: the key goes, and a replica is promoted. (The
   // primary's renewal may write the key again between the two, while the
   // generation is still its own: then its lease is ended again.)
@@ -262,11 +278,11 @@ TEST_F(ShardRoleTest, APrimaryPastItsLeaseIsFencedOnceAReplicaWasPromoted) {
   }
   ASSERT_OK(raised);
   EXPECT_TRUE(
-      WaitUntil([&] { return (*registration)->lost(); }, absl::Seconds(10)));
+      WaitUntil([&] { return registration->lost(); }, absl::Seconds(10)));
   // held() counts the lease's time from its last renewal (etcd ends no
   // lease sooner; ExpireLease() does): it ends within the TTL.
   EXPECT_TRUE(
-      WaitUntil([&] { return !(*registration)->held(); }, absl::Seconds(10)));
+      WaitUntil([&] { return !registration->held(); }, absl::Seconds(10)));
   EXPECT_THAT(FindShard(store_, kJob, 0).status(),
               StatusIs(StatusCode::kNotFound));
 }

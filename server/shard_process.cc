@@ -163,11 +163,10 @@ absl::Status JoinInEtcd(const ServerOptions& options,
   registration.data_dir = options.store.data_dir;
   registration.lease = membership.lease;
   registration.join_wait = membership.join_wait;
-  ASSIGN_OR_RETURN(
-      presence.registration,
-      cluster::RegisterAsPrimary(presence.store.get(), registration, server));
-  presence.claim.reset();
-  return absl::OkStatus();
+  // On an error the process keeps the registration (and the shard stays
+  // fenced by it) until the shard is gone.
+  return cluster::RegisterAsPrimary(presence.store.get(), registration, server,
+                                    &presence.registration, &presence.claim);
 }
 
 // Prints where the shard serves (the lines scripts and tests wait for) and
@@ -251,10 +250,16 @@ int ServeUntilStopped(const sigset_t& shutdown_signals,
                       const ServerProcessOptions& process,
                       std::unique_ptr<ShardServer> server,
                       EtcdPresence presence) {
-  const StopCause cause = WaitForStop(shutdown_signals, process, presence);
+  StopCause cause = WaitForStop(shutdown_signals, process, presence);
   if (presence.watch != nullptr) {
+    // A promotion under way when the signal came finishes first; one that
+    // failed makes the exit 70, as any failure does.
     presence.watch->Stop();
     presence.registration = presence.watch->TakeRegistration();
+    if (std::optional<absl::Status> asked = presence.watch->StopRequest();
+        asked.has_value() && !asked->ok()) {
+      cause.failed = true;
+    }
   }
   const absl::Duration drain = process.drain;
   LOG(INFO) << cause.why << ": draining for up to "

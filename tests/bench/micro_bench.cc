@@ -130,7 +130,7 @@ void BM_PushLogSyncedAppend(benchmark::State& state) {
     options.dir = dir;
     options.sync = true;
     log = embedding::PushLog::Open(options).value();
-    log->StartEpoch(1);
+    log->StartRun(1);
   }
   const std::string record(kBatch * (8 + 16 * 4), 'r');
   for (auto _ : state) log->Append(record).IgnoreError();

@@ -1,6 +1,6 @@
 // Fuzz target: the push log a shard replays when it opens. Each input is a
 // list of records (a length byte, then that many bytes, and so on), written
-// as whole frames of the log's current epoch, optionally followed by raw
+// as whole frames of the log's current run, optionally followed by raw
 // bytes (torn or damaged frames); then the store opens on it, which parses
 // and replays every record (push sections, ledger snapshots, records of the
 // format before headers). Opening must succeed or fail with DATA_LOSS,
@@ -26,8 +26,8 @@ namespace {
 
 struct Replay {
   embedding::StoreOptions options;
-  // The epoch the next open replays.
-  uint64_t epoch = 0;
+  // The run the next open replays.
+  uint64_t run = 0;
 };
 
 Replay& TheReplay() {
@@ -52,7 +52,7 @@ Replay& TheReplay() {
         store->DeclareTable(spec).IgnoreError();
       }
     }
-    made->epoch = 1;  // the first open started epoch 1
+    made->run = 1;  // the first open started run 1
     return made;
   }();
   return *replay;
@@ -70,29 +70,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     embedding::PushLogOptions log_options;
     log_options.dir = log_dir;
     auto log = embedding::PushLog::Open(log_options).value();
-    log->StartEpoch(replay.epoch);
+    log->StartRun(replay.run);
     const uint32_t records = input.Choose(8);
     for (uint32_t r = 0; r < records && input.left() > 0; ++r)
       log->Append(input.Bytes(255)).IgnoreError();
   }
   if (input.left() > 0) {
-    // Raw bytes in a later segment of the epoch, mostly behind the magic.
+    // Raw bytes in a later segment of the run, mostly behind the magic.
     const bool magic = input.Choose(4) != 0;
-    std::string epoch = std::to_string(replay.epoch);
-    epoch.insert(0, 10 - epoch.size(), '0');
-    std::ofstream segment(log_dir + "/" + epoch + "-0000000009.pushlog",
+    std::string run = std::to_string(replay.run);
+    run.insert(0, 10 - run.size(), '0');
+    std::ofstream segment(log_dir + "/" + run + "-0000000009.pushlog",
                           std::ios::binary);
     if (magic) segment << "PSPUSHL1";
     segment << input.Rest();
   }
   auto store = embedding::EmbeddingStore::Open(replay.options);
   if (store.ok()) {
-    ++replay.epoch;
+    ++replay.run;
     store->reset();
-    // A store that opened opens again (the epoch it started, now empty).
+    // A store that opened opens again (the run it started, now empty).
     auto again = embedding::EmbeddingStore::Open(replay.options);
     if (!again.ok()) std::abort();
-    ++replay.epoch;
+    ++replay.run;
     return 0;
   }
   const absl::StatusCode code = store.status().code();
@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       code != absl::StatusCode::kFailedPrecondition) {
     std::abort();
   }
-  // Refused: clear the epoch's segments for the next input.
+  // Refused: clear the run's segments for the next input.
   for (const auto& entry : std::filesystem::directory_iterator(log_dir))
     std::filesystem::remove(entry.path());
   return 0;
