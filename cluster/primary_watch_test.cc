@@ -105,6 +105,44 @@ TEST_F(PrimaryWatchTest, AReplicaInSyncTakesTheShardOnceItsPrimaryIsGone) {
               StatusIs(StatusCode::kFailedPrecondition));
 }
 
+TEST_F(PrimaryWatchTest, OfTwoReplicasRacingForTheShardExactlyOneTakesIt) {
+  InSync(3);
+  PromotionOptions other = Options();
+  other.own.address = "10.0.0.3:7000";
+  other.data_dir = FreshTestDir("primary_watch_test_other");
+  FakeShard other_shard;
+  PrimaryWatch first(&store_, &shard_, Options());
+  PrimaryWatch second(&store_, &other_shard, other);
+  primary_.reset();
+  auto decided = [](const PrimaryWatch& watch) {
+    return watch.registration() != nullptr || watch.StopRequest().has_value();
+  };
+  ASSERT_TRUE(WaitUntil([&] { return decided(first) && decided(second); },
+                        absl::Seconds(10)));
+  const bool first_won = first.registration() != nullptr;
+  const PrimaryWatch& winner = first_won ? first : second;
+  const PrimaryWatch& loser = first_won ? second : first;
+  ASSERT_NE(winner.registration(), nullptr);
+  EXPECT_EQ(loser.registration(), nullptr);
+  ASSERT_TRUE(loser.StopRequest().has_value());
+  EXPECT_FALSE(loser.StopRequest()->ok());
+  absl::StatusOr<ShardRecord> found = FindShard(store_, kJob, 0);
+  ASSERT_OK(found);
+  EXPECT_EQ(found->address, first_won ? kReplica : other.own.address);
+  absl::StatusOr<ShardGeneration> now = ReadShardGeneration(store_, kJob, 0);
+  ASSERT_OK(now);
+  EXPECT_EQ(now->generation, 1u);
+  // Only the winner's data dir holds the generation etcd holds.
+  absl::StatusOr<DataDirGeneration> winner_dir =
+      ReadDataDirGeneration(first_won ? dir_ : other.data_dir);
+  ASSERT_OK(winner_dir);
+  EXPECT_TRUE(winner_dir->Is(*now));
+  absl::StatusOr<DataDirGeneration> loser_dir =
+      ReadDataDirGeneration(first_won ? other.data_dir : dir_);
+  ASSERT_OK(loser_dir);
+  EXPECT_FALSE(loser_dir->Is(*now));
+}
+
 TEST_F(PrimaryWatchTest, AReplicaTheInSyncSetDoesNotNameIsNotPromoted) {
   InSync(4);
   PrimaryWatch watch(&store_, &shard_, Options());
