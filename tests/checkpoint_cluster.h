@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "base/manifest.h"
 #include "base/routing.h"
+#include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
@@ -36,7 +37,6 @@
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 

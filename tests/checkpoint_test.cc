@@ -22,9 +22,9 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
       Spec("adagrad", 8, OptimizerSpec::ADAGRAD),
       Spec("adam", 4, OptimizerSpec::ADAM),
       Spec("ftrl", 1, OptimizerSpec::FTRL), Spec("sgd", 3, OptimizerSpec::SGD)};
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = Addresses(shards);
-  auto client = worker::PsClient::Connect(options);
+  auto client = client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok());
   for (const TableSpec& spec : tables)
     ASSERT_TRUE((*client)->DeclareTable(spec).ok());
@@ -38,7 +38,7 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
     for (const TableSpec& spec : tables) {
       std::vector<float> gradients(pushed.size() * spec.dim());
       for (float& g : gradients) g = gradient(rng);
-      const worker::PsClient::TableGradients push = {
+      const client::PsClient::TableGradients push = {
           spec.name(), pushed, gradients, static_cast<int>(spec.dim())};
       ASSERT_TRUE((*client)->Push({push}, 7, round).ok());
     }
@@ -151,12 +151,12 @@ class CountingWorker {
   CountingWorker(const std::vector<std::string>& servers, uint32_t id,
                  absl::Duration lease = absl::Seconds(5))
       : id_(id), table_(absl::StrCat("steps_", id)), lease_(lease) {
-    worker::ClientOptions options;
+    client::ClientOptions options;
     options.servers = servers;
     // Long enough for a shard's restart; short enough that a test that
     // failed with a shard down ends.
     options.retry_for = absl::Seconds(60);
-    client_ = worker::PsClient::Connect(options).value();
+    client_ = client::PsClient::Connect(options).value();
     TableSpec spec = SgdTableSpec(table_, 1, 1.0f, InitializerSpec::ZEROS);
     EXPECT_TRUE(client_->DeclareTable(spec).ok());
     for (uint64_t k = 0; k < 200; ++k) keys_.push_back(k * 104729 + id);
@@ -172,7 +172,7 @@ class CountingWorker {
           absl::SleepFor(absl::Milliseconds(5));
         }
         if (stop_) break;
-        const worker::PsClient::TableGradients push = {table_, keys_, minus_one,
+        const client::PsClient::TableGradients push = {table_, keys_, minus_one,
                                                        1};
         if (!client_->Push({push}, id_, clock).ok()) return;
         ++clock;
@@ -213,7 +213,7 @@ class CountingWorker {
   const uint32_t id_;
   const std::string table_;
   const absl::Duration lease_;
-  std::unique_ptr<worker::PsClient> client_;
+  std::unique_ptr<client::PsClient> client_;
   std::vector<uint64_t> keys_;
   std::atomic<int64_t> hold_at_{0};
   std::atomic<bool> stop_{false};
@@ -448,9 +448,9 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   CountingWorker ahead(Addresses(shards), 10, lease);
   ahead.Start();
   // A worker at clock 1 that reports only when the test says.
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = Addresses(shards);
-  auto behind = worker::PsClient::Connect(options);
+  auto behind = client::PsClient::Connect(options);
   ASSERT_TRUE(behind.ok()) << behind.status();
   auto report_behind = [&](int64_t clock) {
     ClockRequest request;

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
 #include "grpcpp/channel.h"
@@ -29,7 +30,6 @@
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.pb.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 
@@ -46,11 +46,11 @@ inline TableSpec CountingTableSpec(const std::string& name, uint32_t dim) {
 
 // Pushes a gradient of -1 to every float of `keys`' rows in `table` (of
 // CountingTableSpec(table, dim)) once, as `worker`: each adds 1.
-inline absl::Status AddOne(worker::PsClient& client, const std::string& table,
+inline absl::Status AddOne(client::PsClient& client, const std::string& table,
                            uint32_t dim, const std::vector<uint64_t>& keys,
                            uint32_t worker) {
   std::vector<float> gradients(keys.size() * dim, -1.0f);
-  worker::TrainingClient::TableGradients push;
+  client::TrainingClient::TableGradients push;
   push.table = table;
   push.keys = keys;
   push.gradients = gradients;
@@ -84,14 +84,14 @@ inline std::vector<float> CountedValues(
 // --etcd does, with CountingTableSpec(table, dim) declared; null (the
 // failure reported) when it cannot. A call to a paused shard fails at 3 s,
 // and a push is retried for up to 60 s.
-inline std::unique_ptr<worker::PsClient> ConnectThroughEtcd(
+inline std::unique_ptr<client::PsClient> ConnectThroughEtcd(
     cluster::CoordinationStore& etcd, const std::string& job,
     uint64_t incarnation, const std::string& table, uint32_t dim) {
   absl::StatusOr<std::vector<std::string>> found =
       cluster::FindShards(etcd, job, absl::Seconds(30));
   EXPECT_TRUE(found.ok()) << found.status();
   if (!found.ok()) return nullptr;
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = *found;
   options.find_shards = [&etcd, job] {
     return cluster::FindShards(etcd, job, absl::Seconds(2));
@@ -100,8 +100,8 @@ inline std::unique_ptr<worker::PsClient> ConnectThroughEtcd(
   options.call_timeout = absl::Seconds(3);
   options.initial_backoff = absl::Milliseconds(20);
   options.retry_for = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
   const absl::Status declared =
@@ -123,8 +123,8 @@ class CountingPusher {
 
   // Calls push(*client, keys) until Stop() (or, by `on_failure`, its first
   // failure). `client` must outlive the pusher.
-  CountingPusher(worker::PsClient* client, std::vector<uint64_t> keys,
-                 std::function<absl::Status(worker::PsClient&,
+  CountingPusher(client::PsClient* client, std::vector<uint64_t> keys,
+                 std::function<absl::Status(client::PsClient&,
                                             const std::vector<uint64_t>&)>
                      push,
                  OnFailure on_failure = OnFailure::kStop)

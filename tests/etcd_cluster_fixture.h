@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/wait_until.h"
+#include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
 #include "grpcpp/create_channel.h"
@@ -34,7 +35,6 @@
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 

@@ -143,10 +143,10 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   auto shard1 = ServerProcess::Start(ShardFlags(1, 2));
   ASSERT_OK(shard1);
   // Two workers that find the shards in etcd, and follow those that join.
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::vector<uint64_t>> keys(2);
   for (uint32_t w = 0; w < 2; ++w) {
-    worker::ClientOptions options;
+    client::ClientOptions options;
     absl::StatusOr<std::vector<std::string>> found =
         cluster::FindShards(*client_, kJob, absl::Seconds(10));
     ASSERT_OK(found);
@@ -157,8 +157,8 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
     options.incarnation = 100 + w;
     options.initial_backoff = absl::Milliseconds(20);
     options.retry_for = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> connected =
-        worker::PsClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<client::PsClient>> connected =
+        client::PsClient::Connect(options);
     ASSERT_OK(connected);
     clients.push_back(*std::move(connected));
     for (int i = 0; i < 1500; ++i) keys[w].push_back(i * 7919 + 3 + w);
@@ -171,7 +171,7 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
   for (uint32_t w = 0; w < 2; ++w) {
     pushers.push_back(std::make_unique<CountingPusher>(
         clients[w].get(), keys[w],
-        [w](worker::PsClient& client, const std::vector<uint64_t>& k) {
+        [w](client::PsClient& client, const std::vector<uint64_t>& k) {
           return AddOne(client, kCountingTable, kCountingDim, k, w);
         }));
   }

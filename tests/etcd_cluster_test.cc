@@ -183,10 +183,10 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   // Both hold a table, so that their maps place rows: a data dir that
   // holds none takes whichever map etcd has.
   {
-    worker::ClientOptions options;
+    client::ClientOptions options;
     options.servers = {(*shard0)->address(), (*shard1)->address()};
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> declaring =
-        worker::PsClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<client::PsClient>> declaring =
+        client::PsClient::Connect(options);
     ASSERT_OK(declaring);
     ASSERT_OK((*declaring)->DeclareTable(CountingTableSpec("declared", 2)));
   }

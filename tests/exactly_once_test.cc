@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -37,11 +37,11 @@ TEST(ExactlyOnceTest, PushesRetriedAcrossAShardKilledBeforeAnsweringApplyOnce) {
   const std::string address = (*server)->address();
   const std::string port = address.substr(address.rfind(':') + 1);
 
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {address};
   options.retry_for = absl::Seconds(60);
   options.initial_backoff = absl::Milliseconds(20);
-  auto client = worker::PsClient::Connect(options);
+  auto client = client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)
                   ->DeclareTable(
@@ -56,7 +56,7 @@ TEST(ExactlyOnceTest, PushesRetriedAcrossAShardKilledBeforeAnsweringApplyOnce) {
   absl::Status push_error;
   std::thread pusher([&] {
     for (int i = 0; i < kPushes; ++i) {
-      const worker::PsClient::TableGradients push = {"counts", keys, minus_one,
+      const client::PsClient::TableGradients push = {"counts", keys, minus_one,
                                                      1};
       absl::Status pushed = (*client)->Push({push}, /*worker=*/0, i);
       if (!pushed.ok()) {

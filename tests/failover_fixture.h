@@ -24,6 +24,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
@@ -36,7 +37,6 @@
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 
@@ -94,7 +94,7 @@ class FailoverTest : public ::testing::Test {
   }
 
   // A worker's client that finds the shards in etcd.
-  std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
+  std::unique_ptr<client::PsClient> Connect(uint64_t incarnation) {
     return ConnectThroughEtcd(*client_, kJob, incarnation, kTable, kDim);
   }
 
@@ -125,7 +125,7 @@ class FailoverTest : public ::testing::Test {
   // incarnations: new clients of the same workers need larger ones, or the
   // shard takes their pushes for retries of the old ones'.
   std::vector<std::unique_ptr<CountingPusher>> StartPushers(
-      std::vector<std::unique_ptr<worker::PsClient>>& clients,
+      std::vector<std::unique_ptr<client::PsClient>>& clients,
       uint64_t incarnation = 100) {
     std::vector<std::unique_ptr<CountingPusher>> pushers;
     for (uint32_t w = 0; w < 2; ++w) {
@@ -133,7 +133,7 @@ class FailoverTest : public ::testing::Test {
       EXPECT_NE(clients.back(), nullptr);
       pushers.push_back(std::make_unique<CountingPusher>(
           clients.back().get(), keys_,
-          [w](worker::PsClient& c, const std::vector<uint64_t>& k) {
+          [w](client::PsClient& c, const std::vector<uint64_t>& k) {
             return AddOne(c, kTable, kDim, k, w);
           }));
     }
@@ -181,7 +181,7 @@ class FailoverTest : public ::testing::Test {
       ASSERT_LT(absl::Now(), deadline) << "the replicas are not in sync";
       absl::SleepFor(absl::Milliseconds(20));
     }
-    std::unique_ptr<worker::PsClient> client = Connect(100);
+    std::unique_ptr<client::PsClient> client = Connect(100);
     ASSERT_NE(client, nullptr);
     for (int i = 0; i < 5; ++i)
       ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));

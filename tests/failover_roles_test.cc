@@ -51,7 +51,7 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
     return true;
   };
   ASSERT_TRUE(wait_in_sync(primary));
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
 
@@ -129,7 +129,7 @@ TEST_F(FailoverTest, WithReplicasOnlyThePrimaryRestoresAndItsReplicaCopies) {
   primary_dir_ = FreshTestDir(name_ + "_trained");
   primary_ = StartWithReplicas(primary_dir_);
   ASSERT_NE(primary_, nullptr);
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   int acknowledged = 0;
@@ -202,7 +202,7 @@ TEST_F(FailoverTest,
   ASSERT_NE(replica, nullptr);
   primary_ = std::move(primary);
   ASSERT_TRUE(WaitInSync());
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   int acknowledged = 0;

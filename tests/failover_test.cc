@@ -12,7 +12,7 @@ namespace {
 
 TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   ASSERT_TRUE(WaitInSync());
   for (auto& pusher : pushers) pusher->WaitForMore(10);
@@ -47,10 +47,10 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
 
   // A new replica of the promoted shard, copied while pushes go on,
   // catches up with it.
-  std::unique_ptr<worker::PsClient> client = Connect(200);
+  std::unique_ptr<client::PsClient> client = Connect(200);
   ASSERT_NE(client, nullptr);
   CountingPusher more(client.get(), keys_,
-                      [](worker::PsClient& c, const std::vector<uint64_t>& k) {
+                      [](client::PsClient& c, const std::vector<uint64_t>& k) {
                         return AddOne(c, kTable, kDim, k, 2);
                       });
   more.WaitForMore(5);
@@ -78,7 +78,7 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
 // full export goes on.
 TEST_F(FailoverTest, AfterAPromotionTheNextExportIsAFullOne) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
-  std::unique_ptr<worker::PsClient> client = Connect(100);
+  std::unique_ptr<client::PsClient> client = Connect(100);
   ASSERT_NE(client, nullptr);
   TableSpec wide = CountingTableSpec("lr.wide", 1);
   wide.mutable_model()->set_kind(ModelCard::LR);
@@ -151,7 +151,7 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
     ASSERT_OK(replica);
     replicas.push_back(*std::move(replica));
   }
-  std::unique_ptr<worker::PsClient> client = Connect(100);
+  std::unique_ptr<client::PsClient> client = Connect(100);
   ASSERT_NE(client, nullptr);
   for (auto& primary : primaries) {
     const absl::Time deadline = absl::Now() + absl::Minutes(1);
@@ -216,7 +216,7 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
   auto replica =
       ServerProcess::Start(flags, absl::Seconds(60), replica_dir + ".log");
   ASSERT_OK(replica);
-  std::unique_ptr<worker::PsClient> client = Connect(100);
+  std::unique_ptr<client::PsClient> client = Connect(100);
   ASSERT_NE(client, nullptr);
   const absl::Time in_sync = absl::Now() + absl::Minutes(1);
   while (Stats(*primaries[1]).replication().replicas_in_sync() != 1) {
@@ -307,7 +307,7 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
 TEST_F(FailoverTest, NoPushIsAcknowledgedWithFewerReplicasInSyncThanTheLeast) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(
       /*sync=*/true, /*max_lag=*/100000, {"--replica_timeout_ms=500"}));
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   ASSERT_TRUE(WaitInSync());
   for (auto& pusher : pushers) pusher->WaitForMore(5);
@@ -396,7 +396,7 @@ TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
 
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica());
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   ASSERT_TRUE(WaitInSync());
   for (auto& pusher : pushers) pusher->WaitForMore(10);
@@ -425,11 +425,11 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
 
   // Running again, the old primary acknowledges no push: its lease is gone
   // and the replica holds its key.
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {primary_->address()};
   options.retry_for = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> stale =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> stale =
+      client::PsClient::Connect(options);
   ASSERT_OK(stale);
   const absl::Status refused = AddOne(**stale, kTable, kDim, keys_, 7);
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
@@ -456,7 +456,7 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
 TEST_F(FailoverTest, AsyncLosesAtMostTheLagBoundWhenThePrimaryDies) {
   constexpr int kMaxLag = 5;
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(/*sync=*/false, kMaxLag));
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   // The replica paused, so that it lags as far as the primary lets it.
@@ -495,7 +495,7 @@ TEST_F(FailoverTest, AsyncLosesAtMostTheLagBoundWhenThePrimaryDies) {
 
 TEST_F(FailoverTest, AStoppedPrimaryHandsOverUnderAsync) {
   ASSERT_NO_FATAL_FAILURE(StartPrimaryAndReplica(/*sync=*/false));
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   // A clean stop (a rolling update): pushes stop, the replica catches up,

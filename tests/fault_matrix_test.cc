@@ -37,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
@@ -44,7 +45,6 @@
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -139,12 +139,12 @@ class CountingWorkload {
                    int keys, absl::Duration call_timeout = absl::Seconds(30),
                    const std::string& table = "counts")
       : rounds_(rounds), table_(table), worker_(NextWorker()) {
-    worker::ClientOptions options;
+    client::ClientOptions options;
     options.servers = servers;
     options.retry_for = absl::Seconds(90);
     options.initial_backoff = absl::Milliseconds(20);
     options.call_timeout = call_timeout;
-    auto client = worker::PsClient::Connect(options);
+    auto client = client::PsClient::Connect(options);
     EXPECT_TRUE(client.ok());
     client_ = std::move(client).value();
     for (int k = 0; k < keys; ++k) keys_.push_back(k * 7919 + 1);
@@ -162,7 +162,7 @@ class CountingWorkload {
     thread_ = std::thread([this, pause] {
       const std::vector<float> minus_one(keys_.size() * kDim, -1.0f);
       for (int round = 0; round < rounds_; ++round) {
-        const worker::PsClient::TableGradients push = {table_, keys_, minus_one,
+        const client::PsClient::TableGradients push = {table_, keys_, minus_one,
                                                        kDim};
         absl::Status pushed = client_->Push({push}, worker_, round);
         if (!pushed.ok()) {
@@ -210,7 +210,7 @@ class CountingWorkload {
   // failed after it was sent may be in or not.
   void Count(TableRow* row) {
     std::vector<float> rows(keys_.size() * kDim);
-    const worker::PsClient::TableRows pull = {table_, keys_, kDim, rows.data()};
+    const client::PsClient::TableRows pull = {table_, keys_, kDim, rows.data()};
     absl::Status pulled = client_->Pull({pull});
     ASSERT_TRUE(pulled.ok()) << pulled;
     const int64_t acked = acknowledged();
@@ -232,7 +232,7 @@ class CountingWorkload {
   const int rounds_;
   const std::string table_;
   const uint32_t worker_;
-  std::unique_ptr<worker::PsClient> client_;
+  std::unique_ptr<client::PsClient> client_;
   std::vector<uint64_t> keys_;
   std::atomic<int> acknowledged_{0};
   absl::Mutex mu_;

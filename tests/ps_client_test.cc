@@ -3,7 +3,7 @@
 // reuses the replies of earlier, larger or smaller, pulls, and when pulls
 // run from several threads at once.
 
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 #include <algorithm>
 #include <atomic>
@@ -37,9 +37,9 @@ float Expected(uint64_t key, int d) {
 
 // Pulls `keys` and checks every row; returns false (with the failures
 // reported) on the first wrong one.
-bool PullAndCheck(worker::PsClient& client, const std::vector<uint64_t>& keys) {
+bool PullAndCheck(client::PsClient& client, const std::vector<uint64_t>& keys) {
   std::vector<float> rows(keys.size() * kDim, -1.0f);
-  const worker::PsClient::TableRows pull = {"t", keys, kDim, rows.data()};
+  const client::PsClient::TableRows pull = {"t", keys, kDim, rows.data()};
   const absl::Status pulled = client.Pull({pull});
   EXPECT_TRUE(pulled.ok()) << pulled;
   if (!pulled.ok()) return false;
@@ -55,10 +55,10 @@ bool PullAndCheck(worker::PsClient& client, const std::vector<uint64_t>& keys) {
 
 // Pushes a gradient of 1 to every float of `keys`' rows of table "t", as
 // worker 0 at clock 1.
-absl::Status PushOnes(worker::PsClient& client,
+absl::Status PushOnes(client::PsClient& client,
                       const std::vector<uint64_t>& keys) {
   std::vector<float> gradients(keys.size() * kDim, 1.0f);
-  worker::TrainingClient::TableGradients push;
+  client::TrainingClient::TableGradients push;
   push.table = "t";
   push.keys = keys;
   push.gradients = gradients;
@@ -70,10 +70,10 @@ TEST(PsClientTest, PullsOfEverySizeReadTheirOwnRows) {
   const std::string dir = FreshTestDir("ps_client");
   auto server = ServerProcess::Start({"--data_dir=" + dir});
   ASSERT_TRUE(server.ok()) << server.status();
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {(*server)->address()};
   options.max_keys_per_request = 64;  // a pull of 1000 keys: 16 requests
-  auto client = worker::PsClient::Connect(options);
+  auto client = client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE(
       (*client)
@@ -85,7 +85,7 @@ TEST(PsClientTest, PullsOfEverySizeReadTheirOwnRows) {
     keys.push_back(key);
     for (int d = 0; d < kDim; ++d) gradients.push_back(-Expected(key, d));
   }
-  const worker::PsClient::TableGradients push = {"t", keys, gradients, kDim};
+  const client::PsClient::TableGradients push = {"t", keys, gradients, kDim};
   ASSERT_TRUE((*client)->Push({push}, /*worker=*/0, /*clock=*/0).ok());
 
   ASSERT_TRUE(PullAndCheck(**client, keys));
@@ -121,10 +121,10 @@ TEST(PsClientTest, PullsWithStateAreSplitToFitTheShardsMessageLimit) {
   auto server =
       ServerProcess::Start({"--data_dir=" + dir, "--max_message_mb=1"});
   ASSERT_TRUE(server.ok()) << server.status();
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {(*server)->address()};
   options.max_keys_per_request = 200;
-  auto client = worker::PsClient::Connect(options);
+  auto client = client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   TableSpec spec = SgdTableSpec("adam", kWide, 1.0f, InitializerSpec::ZEROS);
   spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
@@ -134,13 +134,13 @@ TEST(PsClientTest, PullsWithStateAreSplitToFitTheShardsMessageLimit) {
   for (uint64_t key = 0; key < 600; ++key) keys.push_back(key);
   std::vector<float> rows(keys.size() * kWide);
   ASSERT_TRUE((*client)
-                  ->Pull({worker::PsClient::TableRows{"adam", keys, kWide,
+                  ->Pull({client::PsClient::TableRows{"adam", keys, kWide,
                                                       rows.data()}})
                   .ok());
   const int state_floats = 2 * kWide + 2;
   std::vector<float> with_state(keys.size() * (kWide + state_floats), -1.0f);
-  worker::PsClient::PulledOptimizer optimizer;
-  worker::PsClient::TableRows pull = {"adam", keys, kWide, with_state.data()};
+  client::PsClient::PulledOptimizer optimizer;
+  client::PsClient::TableRows pull = {"adam", keys, kWide, with_state.data()};
   pull.optimizer = &optimizer;
   pull.state_floats = state_floats;
   const absl::Status pulled = (*client)->Pull({pull});
@@ -179,12 +179,12 @@ TEST(PsClientTest, APushTheShardCancelledIsRetried) {
   builder.RegisterService(&shard);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {"127.0.0.1:" + std::to_string(port)};
   options.initial_backoff = absl::Milliseconds(10);
   options.retry_for = absl::Seconds(10);
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<uint64_t> keys = {1, 2, 3};
   const absl::Status pushed = PushOnes(**client, keys);
@@ -213,7 +213,7 @@ class UnavailableShard : public ParameterServer::Service {
 };
 
 // Retries wait between half and all of a backoff that doubles from
-// initial_backoff up to 2 s (worker/ps_client.h), then give up at
+// initial_backoff up to 2 s (client/ps_client.h), then give up at
 // retry_for. Load only lengthens a wait, so every wait is at least half its
 // backoff; with jitter, some of the five or more waits of at least 0.5 s
 // are well below their backoff (each is with probability about 0.8; a
@@ -227,12 +227,12 @@ TEST(PsClientTest, RetriesBackOffWithJitterAndGiveUp) {
   builder.RegisterService(&shard);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {"127.0.0.1:" + std::to_string(port)};
   options.initial_backoff = absl::Milliseconds(250);
   options.retry_for = absl::Seconds(9);
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   const absl::Time began = absl::Now();
   const absl::Status pushed = PushOnes(**client, {1, 2, 3});
@@ -307,7 +307,7 @@ TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
       Serve(&gone, &gone_address), Serve(&moved, &moved_address),
       Serve(&other, &other_address), Serve(&left, &left_address)};
   for (const auto& server : servers) ASSERT_NE(server, nullptr);
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {gone_address, other_address, left_address};
   // The job now: shard 0 elsewhere, shard 1 where it was, no shard 2.
   std::atomic<int> lookups{0};
@@ -317,8 +317,8 @@ TEST(PsClientTest, AShardThatMovedIsFoundAfterTheJobShrank) {
   };
   options.initial_backoff = absl::Milliseconds(50);
   options.retry_for = absl::Seconds(15);
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   // Keys of shard 0 alone.
   const SlotMap map = SlotMap::Initial(3);

@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
 #include "gtest/gtest.h"
@@ -56,7 +57,6 @@
 #include "tests/etcd_process.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -262,7 +262,7 @@ class RandomFaultsTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<worker::PsClient> Connect(uint64_t incarnation) {
+  std::unique_ptr<client::PsClient> Connect(uint64_t incarnation) {
     return ConnectThroughEtcd(*client_, kJob, incarnation, kTable, kDim);
   }
 
@@ -513,14 +513,14 @@ TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
     ASSERT_NE(process.server, nullptr) << process.dir;
   // Two workers, each pushing AddOne() to every key over and over; a push
   // that failed after the client's retries is counted and pushed again.
-  std::vector<std::unique_ptr<worker::PsClient>> clients;
+  std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers;
   for (uint32_t w = 0; w < 2; ++w) {
     clients.push_back(Connect(100 + w));
     ASSERT_NE(clients.back(), nullptr);
     pushers.push_back(std::make_unique<CountingPusher>(
         clients.back().get(), keys_,
-        [w](worker::PsClient& client, const std::vector<uint64_t>& keys) {
+        [w](client::PsClient& client, const std::vector<uint64_t>& keys) {
           return AddOne(client, kTable, kDim, keys, w);
         },
         CountingPusher::OnFailure::kCountAndGoOn));
@@ -569,10 +569,10 @@ TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
   }
 
   // Every key, read where the map now puts it (a pull through a new client).
-  std::unique_ptr<worker::PsClient> reader = Connect(900);
+  std::unique_ptr<client::PsClient> reader = Connect(900);
   ASSERT_NE(reader, nullptr);
   std::vector<float> rows(keys_.size() * kDim);
-  worker::TrainingClient::TableRows pull;
+  client::TrainingClient::TableRows pull;
   pull.table = kTable;
   pull.keys = keys_;
   pull.dim = kDim;

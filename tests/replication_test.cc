@@ -26,6 +26,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/chaos_rows.h"
@@ -34,7 +35,6 @@
 #include "tests/delay_proxy.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -81,15 +81,15 @@ class ReplicationTest : public ::testing::Test {
   }
 
   // A client of `server` that gives up on a dead shard after `retry_for`.
-  std::unique_ptr<worker::PsClient> Connect(const ServerProcess& server,
+  std::unique_ptr<client::PsClient> Connect(const ServerProcess& server,
                                             absl::Duration retry_for,
                                             bool declare = true) {
-    worker::ClientOptions options;
+    client::ClientOptions options;
     options.servers = {server.address()};
     options.initial_backoff = absl::Milliseconds(20);
     options.retry_for = retry_for;
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+        client::PsClient::Connect(options);
     EXPECT_OK(client);
     if (!client.ok()) return nullptr;
     if (declare) {
@@ -98,9 +98,9 @@ class ReplicationTest : public ::testing::Test {
     return *std::move(client);
   }
 
-  std::unique_ptr<CountingPusher> StartPushing(worker::PsClient* client) {
+  std::unique_ptr<CountingPusher> StartPushing(client::PsClient* client) {
     return std::make_unique<CountingPusher>(
-        client, keys_, [](worker::PsClient& c, const std::vector<uint64_t>& k) {
+        client, keys_, [](client::PsClient& c, const std::vector<uint64_t>& k) {
           return AddOne(c, kTable, kDim, k, /*worker=*/0);
         });
   }
@@ -144,7 +144,7 @@ TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
   std::unique_ptr<ServerProcess> primary =
       StartPrimary({"--replication=sync", "--min_in_sync_replicas=0"});
   ASSERT_NE(primary, nullptr);
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(2));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
@@ -198,7 +198,7 @@ TEST_F(ReplicationTest, SyncLosesNoAcknowledgedPushWhenThePrimaryDies) {
   EXPECT_EQ(Values(**promoted), held);
   EXPECT_EQ(Replication(**promoted).role(), "primary");
   EXPECT_FALSE(std::filesystem::exists(replica_dir_ + "/REPLICA_OF"));
-  std::unique_ptr<worker::PsClient> promoted_client =
+  std::unique_ptr<client::PsClient> promoted_client =
       Connect(**promoted, absl::Seconds(30));
   ASSERT_NE(promoted_client, nullptr);
   ASSERT_OK(AddOne(*promoted_client, kTable, kDim, keys_, 0));
@@ -220,7 +220,7 @@ TEST_F(ReplicationTest, SyncPushesWaitForANetworkSlowReplicaAndLoseNothing) {
   ASSERT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
     return r.replicas_in_sync() == 1;
   }));
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(2));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
@@ -264,7 +264,7 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
   std::unique_ptr<ServerProcess> primary =
       StartPrimary({"--replication=async", "--max_replication_lag_records=5"});
   ASSERT_NE(primary, nullptr);
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(30));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
@@ -311,7 +311,7 @@ TEST_F(ReplicationTest, ACopyFarBehindIsTakenAgainAndPushesNeverWaitForIt) {
       StartPrimary({"--replication=async", "--max_replication_lag_records=5",
                     "--max_replication_lag_mb=1"});
   ASSERT_NE(primary, nullptr);
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(30));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
@@ -383,10 +383,10 @@ TEST_F(ReplicationTest, AMovesRowsWaitForRoomInTheTargetsFeed) {
 
   // 20,000 rows of 64 floats on the source.
   constexpr uint32_t kWideDim = 64;
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {(*source)->address(), target->address()};
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   ASSERT_OK(client);
   ASSERT_OK((*client)->DeclareTable(CountingTableSpec("wide", kWideDim)));
   const SlotMap initial = SlotMap::Initial(2);
@@ -458,7 +458,7 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
   std::unique_ptr<ServerProcess> primary =
       StartPrimary({"--replication=sync", "--replica_timeout_ms=3000"});
   ASSERT_NE(primary, nullptr);
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(30));
   ASSERT_NE(client, nullptr);
   std::unique_ptr<CountingPusher> pusher = StartPushing(client.get());
@@ -500,7 +500,7 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
 
   // A replica refuses pushes (and says where they go), and a data dir that
   // is not a replica's is never emptied for a copy.
-  std::unique_ptr<worker::PsClient> replica_client =
+  std::unique_ptr<client::PsClient> replica_client =
       Connect(*replica, absl::Seconds(1), /*declare=*/false);
   ASSERT_NE(replica_client, nullptr);
   const absl::Status refused = AddOne(*replica_client, kTable, kDim, keys_, 0);
@@ -526,10 +526,10 @@ TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
       {"--data_dir=" + other_dir, "--num_shards=2", "--shard_index=1"},
       absl::Seconds(60), other_dir + ".log");
   ASSERT_OK(other);
-  worker::ClientOptions options;
+  client::ClientOptions options;
   options.servers = {primary->address(), (*other)->address()};
-  absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-      worker::PsClient::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+      client::PsClient::Connect(options);
   ASSERT_OK(client);
   ASSERT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
   ASSERT_OK(AddOne(**client, kTable, kDim, keys_, 0));
@@ -594,7 +594,7 @@ TEST_F(ReplicationTest, AdminReadsARowFromTheReplicaWithItsPrimaryGone) {
   ASSERT_NE(primary, nullptr);
   std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
   ASSERT_NE(replica, nullptr);
-  std::unique_ptr<worker::PsClient> client =
+  std::unique_ptr<client::PsClient> client =
       Connect(*primary, absl::Seconds(2));
   ASSERT_NE(client, nullptr);
   for (int i = 0; i < 3; ++i)

@@ -56,12 +56,11 @@ class ShardDirectoryTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<CoordinationStore> client_;
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    EtcdAndInMemory, ShardDirectoryTest,
-    ::testing::Values("etcd", "in_memory"),
-    [](const ::testing::TestParamInfo<std::string>& info) {
-      return info.param;
-    });
+INSTANTIATE_TEST_SUITE_P(EtcdAndInMemory, ShardDirectoryTest,
+                         ::testing::Values("etcd", "in_memory"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST_P(ShardDirectoryTest, AGenerationRisesOnlyWhileNoProcessIsRegistered) {
   absl::StatusOr<ShardGeneration> fresh_or =

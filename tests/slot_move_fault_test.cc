@@ -15,13 +15,13 @@
 #include "absl/time/clock.h"
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
+#include "client/ps_client.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/server_process.h"
-#include "worker/ps_client.h"
 
 namespace ps::testing {
 namespace {
@@ -55,13 +55,13 @@ class SlotMoveFaultTest : public ::testing::Test {
     return absl::StrCat(shards_[0]->address(), ",", shards_[1]->address());
   }
 
-  std::unique_ptr<worker::PsClient> Connect() {
-    worker::ClientOptions options;
+  std::unique_ptr<client::PsClient> Connect() {
+    client::ClientOptions options;
     options.servers = {shards_[0]->address(), shards_[1]->address()};
     options.initial_backoff = absl::Milliseconds(20);
     options.retry_for = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+        client::PsClient::Connect(options);
     EXPECT_OK(client);
     if (!client.ok()) return nullptr;
     EXPECT_OK((*client)->DeclareTable(CountingTableSpec(kTable, kDim)));
@@ -70,7 +70,7 @@ class SlotMoveFaultTest : public ::testing::Test {
 
   // One push of -1 to every key: +1 each.
   void PushOnce() {
-    std::unique_ptr<worker::PsClient> client = Connect();
+    std::unique_ptr<client::PsClient> client = Connect();
     ASSERT_NE(client, nullptr);
     ASSERT_OK(AddOne(*client, kTable, kDim, keys_, /*worker=*/0));
   }

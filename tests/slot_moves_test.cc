@@ -14,13 +14,13 @@ namespace {
 using testing::CountingPusher;
 
 TEST_F(SlotRoutingTest, SlotsMoveWhileAWorkerPushesAndNoUpdateIsLostOrDoubled) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(3000);
   ASSERT_OK(PushOnce(*client, keys));
   CountingPusher worker(
       client.get(), keys,
-      [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
+      [this](client::PsClient& c, const auto& k) { return PushOnce(c, k); });
   // Many small pages: the worker's pushes go on through them, and the rows
   // they change are copied again.
   absl::StatusOr<SlotMoveReport> report = Move(0, 8191, 1, 100);
@@ -61,7 +61,7 @@ TEST_F(SlotRoutingTest, SlotsMoveBeforeAnyTableExists) {
   absl::StatusOr<SlotMoveReport> report = Move(0, kNumSlots - 1, 1, 100);
   ASSERT_OK(report);
   EXPECT_EQ(report->rows, 0u);
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(100);
   ASSERT_OK(PushOnce(*client, keys));
@@ -92,7 +92,7 @@ uint64_t DeclareAndPushOnOneShard(const std::string& address, uint32_t shard,
 }
 
 TEST_F(SlotRoutingTest, AFailedMoveLeavesTheSourceWithEveryUpdate) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(1000);
   ASSERT_OK(PushOnce(*client, keys));
@@ -152,7 +152,7 @@ TEST_F(SlotRoutingTest, AMoveDeclaresOnTheTargetTheTablesItLacks) {
 }
 
 TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(200);
   ASSERT_OK(PushOnce(*client, keys));
@@ -203,13 +203,13 @@ TEST_F(SlotRoutingTest, AMoveWhoseAdministratorVanishedEndsWithItsLease) {
 // once, on the owner of the moment.
 TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
   StartShards("slot_routing_reshape", 3, "");
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(2000);
   ASSERT_OK(PushOnce(*client, keys));
   CountingPusher worker(
       client.get(), keys,
-      [this](worker::PsClient& c, const auto& k) { return PushOnce(c, k); });
+      [this](client::PsClient& c, const auto& k) { return PushOnce(c, k); });
   const std::string dir = FreshTestDir("slot_routing_reshape_admin");
   const std::string admin = absl::StrCat(
       testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
@@ -243,7 +243,7 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
 }
 
 TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(500);
   ASSERT_OK(PushOnce(*client, keys));
@@ -315,7 +315,7 @@ TEST_F(SlotRoutingTest, AMoveUnderWayIsNotDisturbedByASecondOne) {
 }
 
 TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(500);
   ASSERT_OK(PushOnce(*client, keys));

@@ -26,6 +26,7 @@
 #include "base/status_macros.h"
 #include "base/status_matchers.h"
 #include "base/transient_error.h"
+#include "client/ps_client.h"
 #include "embedding/push_ledger.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -38,7 +39,6 @@
 #include "server/shard_server.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
-#include "worker/ps_client.h"
 
 namespace ps {
 
@@ -92,21 +92,21 @@ class SlotRoutingTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<worker::PsClient> Connect() {
-    worker::ClientOptions options;
+  std::unique_ptr<client::PsClient> Connect() {
+    client::ClientOptions options;
     options.servers = servers_;
     options.incarnation = 7;
     options.initial_backoff = absl::Milliseconds(20);
     options.retry_for = absl::Seconds(30);
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Connect(options);
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+        client::PsClient::Connect(options);
     EXPECT_OK(client);
     return client.ok() ? *std::move(client) : nullptr;
   }
 
   // A client that has declared the table.
-  std::unique_ptr<worker::PsClient> ConnectAndDeclare() {
-    std::unique_ptr<worker::PsClient> client = Connect();
+  std::unique_ptr<client::PsClient> ConnectAndDeclare() {
+    std::unique_ptr<client::PsClient> client = Connect();
     if (client != nullptr) {
       EXPECT_OK(client->DeclareTable(Table()));
     }
@@ -169,16 +169,16 @@ class SlotRoutingTest : public ::testing::Test {
   }
 
   // Pushes a gradient of -1 to every key of `keys` once, as worker 0.
-  absl::Status PushOnce(worker::PsClient& client,
+  absl::Status PushOnce(client::PsClient& client,
                         const std::vector<uint64_t>& keys) {
     return testing::AddOne(client, kTable, kDim, keys, /*worker=*/0);
   }
 
   // Pulls `keys` through `client`; the first value of each row.
   absl::StatusOr<std::vector<float>> PullFirstColumn(
-      worker::PsClient& client, const std::vector<uint64_t>& keys) {
+      client::PsClient& client, const std::vector<uint64_t>& keys) {
     std::vector<float> rows(keys.size() * kDim, -5.0f);
-    worker::TrainingClient::TableRows pull;
+    client::TrainingClient::TableRows pull;
     pull.table = kTable;
     pull.keys = keys;
     pull.dim = kDim;

@@ -11,7 +11,7 @@ namespace ps {
 namespace {
 
 TEST_F(SlotRoutingTest, APushRoutedByAnOldMapIsRedirectedAndAppliedOnce) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   // Half of shard 0's slots go to shard 1, and some of shard 1's to 0.
   const SlotMap moved = SlotMap::Initial(2)
@@ -32,7 +32,7 @@ TEST_F(SlotRoutingTest, APushRoutedByAnOldMapIsRedirectedAndAppliedOnce) {
 // that shard's ledger, which a move brought: a push applied on the first
 // shard (its answer lost) is not applied again.
 TEST_F(SlotRoutingTest, APushRedirectedCarriesItsFirstOriginToTheLedger) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   // Shard 1 holds shard 0's ledger, which says shard 0 applied this
   // client's first push to it (incarnation 7, sequence 1).
@@ -70,14 +70,14 @@ TEST_F(SlotRoutingTest, APushRedirectedCarriesItsFirstOriginToTheLedger) {
 }
 
 TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(500);
   ASSERT_OK(PushOnce(*client, keys));  // by the initial map
   // A second client routes by the initial map; the map changes under it
   // while no row moves, so the rows it reads where the map sends it are
   // initial values (zeros) for the slots that moved, and 1 for the others.
-  std::unique_ptr<worker::PsClient> reader = Connect();
+  std::unique_ptr<client::PsClient> reader = Connect();
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 4095, 0);
   SetMapOnEveryShard(moved);
   absl::StatusOr<std::vector<float>> rows = PullFirstColumn(*reader, keys);
@@ -93,7 +93,7 @@ TEST_F(SlotRoutingTest, APullRoutedByAnOldMapIsRedirected) {
 }
 
 TEST_F(SlotRoutingTest, AShardBehindTheClientsMapMakesItRetryUntilItCatchesUp) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   // Shard 0 gives half its slots to shard 1, which does not know yet: the
   // client learns epoch 2 from shard 0 and must wait for shard 1.
@@ -235,7 +235,7 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
 }
 
 TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
-  std::unique_ptr<worker::PsClient> client = ConnectAndDeclare();
+  std::unique_ptr<client::PsClient> client = ConnectAndDeclare();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> keys = Keys(1000);
   ASSERT_OK(PushOnce(*client, keys));

@@ -29,11 +29,11 @@
 #include "absl/synchronization/mutex.h"
 #include "base/initializer.h"
 #include "base/optimizer.h"
-#include "worker/training_client.h"
+#include "client/training_client.h"
 
 namespace ps::worker {
 
-class FakeTrainingClient : public TrainingClient {
+class FakeTrainingClient : public client::TrainingClient {
  public:
   // One push as the cluster saw it.
   struct PushRecord {

@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
   if (auto trained = graph.TrainStep(inputs.Inputs(), &outputs); !trained.ok())
     return Fail(std::string(trained.message()));
   inputs.FoldPooledGradients(&outputs.table_grads);
-  dump["loss"] = static_cast<double>(outputs.loss_sum) / std::max(inputs.batch, 1);
+  dump["loss"] =
+      static_cast<double>(outputs.loss_sum) / std::max(inputs.batch, 1);
   for (size_t t = 0; t < inputs.tables.size(); ++t) {
     dump["tables"][t]["grads"] = outputs.table_grads[t];
   }

@@ -10,8 +10,8 @@
 
 namespace ps::worker {
 
-TrainingClient::TableRows SharedRows::Pull(const std::string& table) {
-  TrainingClient::TableRows pull;
+client::TrainingClient::TableRows SharedRows::Pull(const std::string& table) {
+  client::TrainingClient::TableRows pull;
   pull.table = table;
   pull.keys = keys;
   pull.dim = dim;

@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "worker/training_client.h"
+#include "client/training_client.h"
 
 namespace ps::worker {
 
@@ -47,10 +47,10 @@ struct SharedRows {
   int dim = 0;
   int state_floats = 0;
   std::vector<float> rows_with_state;
-  TrainingClient::PulledOptimizer optimizer;
+  client::TrainingClient::PulledOptimizer optimizer;
 
   // The pull that fills rows_with_state and optimizer (sized here).
-  TrainingClient::TableRows Pull(const std::string& table);
+  client::TrainingClient::TableRows Pull(const std::string& table);
 };
 
 // Finds the keys of `next` that `previous` has, in `next`'s order, into

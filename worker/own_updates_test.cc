@@ -22,7 +22,7 @@ TEST(FindSharedRowsTest, FindsTheNextStepsKeysThePreviousStepHas) {
   EXPECT_EQ(shared.other_keys, (std::vector<uint64_t>{5, 7}));
   EXPECT_EQ(shared.other_positions, (std::vector<uint32_t>{1, 3}));
   EXPECT_EQ(shared.rows_with_state.size(), 3u * 5u);
-  const TrainingClient::TableRows pull = shared.Pull("t");
+  const client::TrainingClient::TableRows pull = shared.Pull("t");
   EXPECT_EQ(pull.keys.size(), 3u);
   EXPECT_EQ(pull.dim, 2);
   EXPECT_EQ(pull.state_floats, 3);

@@ -24,6 +24,7 @@
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
 #include "base/status_macros.h"
+#include "client/ps_client.h"
 #include "cluster/etcd_job_flags.h"
 #include "cluster/shard_directory.h"
 #include "glog/logging.h"
@@ -31,7 +32,6 @@
 #include "kernels/ctr_model.h"
 #include "ops/periodic_checkpointer.h"
 #include "ops/periodic_exporter.h"
-#include "worker/ps_client.h"
 #include "worker/trainer.h"
 #include "worker/trainer_flags.h"
 
@@ -124,7 +124,7 @@ struct EtcdPresence {
 absl::StatusOr<EtcdPresence> JoinJobInEtcd(
     const ps::worker::WorkerFlags& flags,
     const ps::worker::TrainerOptions& options,
-    ps::worker::ClientOptions* client_options) {
+    ps::client::ClientOptions* client_options) {
   ASSIGN_OR_RETURN(
       client_options->servers,
       ps::cluster::FindJobShards(flags.etcd, options.start_timeout));
@@ -147,7 +147,7 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
       [etcd = presence.etcd.get(), job,
        options =
            *client_options]() -> absl::StatusOr<std::vector<std::string>> {
-    ps::worker::ClientOptions found = options;
+    ps::client::ClientOptions found = options;
     ASSIGN_OR_RETURN(found.servers,
                      ps::cluster::FindShards(*etcd, job, absl::Seconds(10)));
     RETURN_IF_ERROR(ps::worker::CheckWorkerTokenStaysPrivate(found));
@@ -165,7 +165,7 @@ absl::StatusOr<EtcdPresence> JoinJobInEtcd(
 // How worker 0 reaches the cluster for its cuts (checkpoints, exports)
 // into `dir`: the client's shards, coordinator and TLS, the admin token.
 ps::CheckpointOptions CutOptions(const ps::worker::WorkerFlags& flags,
-                                 const ps::worker::ClientOptions& client,
+                                 const ps::client::ClientOptions& client,
                                  const std::string& dir) {
   ps::CheckpointOptions cluster;
   cluster.servers = client.servers;
@@ -182,7 +182,7 @@ ps::CheckpointOptions CutOptions(const ps::worker::WorkerFlags& flags,
 absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
     const ps::worker::WorkerFlags& flags,
     const ps::worker::TrainerOptions& options,
-    const ps::worker::ClientOptions& client) {
+    const ps::client::ClientOptions& client) {
   if (options.checkpoint_every_steps == 0) return nullptr;
   RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
   return std::make_unique<ps::ops::PeriodicCheckpointer>(
@@ -194,7 +194,7 @@ absl::StatusOr<std::unique_ptr<ps::ops::PeriodicCheckpointer>> MakeCheckpointer(
 absl::StatusOr<std::unique_ptr<ps::ops::PeriodicExporter>> MakeExporter(
     const ps::worker::WorkerFlags& flags,
     const ps::worker::TrainerOptions& options,
-    const ps::worker::ClientOptions& client) {
+    const ps::client::ClientOptions& client) {
   if (flags.export_every <= absl::ZeroDuration()) return nullptr;
   RETURN_IF_ERROR(ps::worker::CheckAdminTokenStaysPrivate(flags, client));
   ps::ops::PeriodicExportOptions exports;
@@ -241,10 +241,10 @@ int FailUsage(const absl::Status& status) {
 
 // A client of the replicas --read_replicas names, which evaluation reads
 // from (null without the flag).
-absl::StatusOr<std::unique_ptr<ps::worker::PsClient>> ConnectEvaluationClient(
-    const std::optional<ps::worker::ClientOptions>& options) {
+absl::StatusOr<std::unique_ptr<ps::client::PsClient>> ConnectEvaluationClient(
+    const std::optional<ps::client::ClientOptions>& options) {
   if (!options.has_value()) return nullptr;
-  return ps::worker::PsClient::Connect(*options);
+  return ps::client::PsClient::Connect(*options);
 }
 
 // Stops the periodic exports and, once training ended (not drained),
@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
   if (!options.ok()) return FailUsage(options.status());
   auto backend = ps::worker::BackendFromFlags(*options);
   if (!backend.ok()) return FailUsage(backend.status());
-  absl::StatusOr<ps::worker::ClientOptions> client_options =
+  absl::StatusOr<ps::client::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();
   if (!client_options.ok()) return FailUsage(client_options.status());
   // Under --etcd: outlives the client, which looks the coordinator up.
@@ -330,12 +330,12 @@ int main(int argc, char** argv) {
   }
   auto exporter = MakeExporter(*flags, *options, *client_options);
   if (!exporter.ok()) return FailUsage(exporter.status());
-  auto client = ps::worker::PsClient::Connect(*client_options);
+  auto client = ps::client::PsClient::Connect(*client_options);
   if (!client.ok()) return Fail(client.status());
-  absl::StatusOr<std::optional<ps::worker::ClientOptions>> evaluation_options =
+  absl::StatusOr<std::optional<ps::client::ClientOptions>> evaluation_options =
       ps::worker::EvaluationClientOptionsFromFlags(*client_options);
   if (!evaluation_options.ok()) return FailUsage(evaluation_options.status());
-  absl::StatusOr<std::unique_ptr<ps::worker::PsClient>> evaluation_client =
+  absl::StatusOr<std::unique_ptr<ps::client::PsClient>> evaluation_client =
       ConnectEvaluationClient(*evaluation_options);
   if (!evaluation_client.ok()) return Fail(evaluation_client.status());
   options->evaluation_client = evaluation_client->get();

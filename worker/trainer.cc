@@ -62,7 +62,7 @@ struct Trainer::PushJob {
 };
 
 Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
-                 TrainingClient* client, kernels::Backend* backend)
+                 client::TrainingClient* client, kernels::Backend* backend)
     : options_(options),
       worker_index_(worker_index),
       client_(client),
@@ -153,9 +153,9 @@ absl::Status Trainer::DeclareTables() {
 }
 
 absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
-                                     TrainingClient* from) {
+                                     client::TrainingClient* from) {
   // Prepare() sized the row buffers; the pooled rows follow the pulled ones.
-  std::vector<TrainingClient::TableRows> pulls;
+  std::vector<client::TrainingClient::TableRows> pulls;
   // The shared rows with their state travel in the same fan-out, and only
   // the other rows in the plain pulls.
   for (size_t t = 0; t < prepared->shared.size(); ++t) {
@@ -168,7 +168,7 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
     if (t >= prepared->shared.size()) {
       pulls.push_back({TableInPullOrder(t), keys, dim, rows});
     } else if (!prepared->shared[t].other_keys.empty()) {
-      TrainingClient::TableRows pull = {
+      client::TrainingClient::TableRows pull = {
           TableInPullOrder(t), prepared->shared[t].other_keys, dim, rows};
       pull.row_positions = prepared->shared[t].other_positions;
       pulls.push_back(pull);
@@ -278,7 +278,7 @@ absl::Status Trainer::SkipTrainedExamples(ClickLogReader& reader,
 }
 
 absl::Status Trainer::PushGradients(const PushJob& job) {
-  std::vector<TrainingClient::TableGradients> pushes;
+  std::vector<client::TrainingClient::TableGradients> pushes;
   for (size_t t = 0; t < sparse_tables_.size(); ++t) {
     if (job.table_keys[t].empty()) continue;
     pushes.push_back({sparse_tables_[t], job.table_keys[t], job.table_grads[t],
@@ -303,7 +303,7 @@ void Trainer::Observe(Stage stage, absl::Duration time) {
 absl::Status Trainer::CompensateDelay(PushJob* job) {
   std::vector<std::vector<float>> now(tensors_.size());
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
-  std::vector<TrainingClient::TableRows> pulls;
+  std::vector<client::TrainingClient::TableRows> pulls;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const int chunk =
         model::DenseChunkFloats(tensors_[t], options_.dense_chunk_floats);

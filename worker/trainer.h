@@ -55,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/training_client.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
 #include "model/model_graph.h"
@@ -69,7 +70,6 @@
 #include "worker/own_updates.h"
 #include "worker/progress_reporter.h"
 #include "worker/step_clock.h"
-#include "worker/training_client.h"
 #include "worker/training_metrics.h"
 #include "worker/training_summary.h"
 
@@ -147,7 +147,7 @@ struct TrainerOptions {
   // Where evaluations pull the model from (ps_worker --read_replicas: the
   // shards' replicas, which see the primaries' pushes up to their lag);
   // null: the training client. Not owned.
-  TrainingClient* evaluation_client = nullptr;
+  client::TrainingClient* evaluation_client = nullptr;
   // This worker's lease at the coordinator, renewed by a heartbeat every
   // third of it whatever training is doing (a long evaluation, a pull that
   // retries). Default: 5 s.
@@ -206,7 +206,7 @@ struct TrainerOptions {
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, uint32_t worker_index,
-          TrainingClient* client, kernels::Backend* backend);
+          client::TrainingClient* client, kernels::Backend* backend);
 
   // Declares the tables, trains, evaluates. Errors: the reader's (bad lines,
   // missing files), the client's (after retries), the backend's.
@@ -295,7 +295,7 @@ class Trainer {
   // the multi-valued fields' rows unless `pool` is false (a replay changes
   // the fetched rows first).
   absl::Status PullParameters(Prepared* prepared, bool pool = true,
-                              TrainingClient* from = nullptr);
+                              client::TrainingClient* from = nullptr);
   // Table t in pull order: the spec's sparse tables, then the dense
   // tensors.
   const std::string& TableInPullOrder(size_t t) const;
@@ -366,7 +366,7 @@ class Trainer {
 
   const TrainerOptions options_;
   const uint32_t worker_index_;
-  TrainingClient* const client_;
+  client::TrainingClient* const client_;
   kernels::Backend* const backend_;
   // The spec planned over the layout's columns (Run() returns its error);
   // the graph that runs it, when it planned.

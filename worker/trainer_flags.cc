@@ -532,7 +532,8 @@ absl::Status ResumeFromFlags(TrainerOptions* options) {
 }
 
 // The shards' addresses and `client`'s TLS files: where a token goes.
-std::vector<std::string> TokenDestinations(const ClientOptions& client) {
+std::vector<std::string> TokenDestinations(
+    const client::ClientOptions& client) {
   std::vector<std::string> addresses = client.servers;
   if (!client.coordinator.empty()) addresses.push_back(client.coordinator);
   return addresses;
@@ -652,8 +653,8 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags(
   return backend;
 }
 
-absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
-  ClientOptions client;
+absl::StatusOr<client::ClientOptions> ClientOptionsFromFlags() {
+  client::ClientOptions client;
   if (const std::string format = absl::GetFlag(FLAGS_wire_format);
       format == "fp16") {
     client.wire_format = WireFormat::FP16;
@@ -680,11 +681,11 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   return client;
 }
 
-absl::StatusOr<std::optional<ClientOptions>> EvaluationClientOptionsFromFlags(
-    const ClientOptions& training) {
+absl::StatusOr<std::optional<client::ClientOptions>>
+EvaluationClientOptionsFromFlags(const client::ClientOptions& training) {
   const std::string replicas = absl::GetFlag(FLAGS_read_replicas);
   if (replicas.empty()) return std::nullopt;
-  ClientOptions evaluation = training;
+  client::ClientOptions evaluation = training;
   evaluation.servers = SplitAddressList(replicas);
   if (evaluation.servers.size() != training.servers.size()) {
     return Usage(absl::StrCat("--read_replicas names ",
@@ -750,7 +751,7 @@ absl::StatusOr<WorkerFlags> WorkerFlagsFromFlags() {
   return flags;
 }
 
-absl::Status CheckWorkerTokenStaysPrivate(const ClientOptions& client) {
+absl::Status CheckWorkerTokenStaysPrivate(const client::ClientOptions& client) {
   absl::Status private_token = CheckTokenStaysPrivate(
       client.worker_token, client.tls, TokenDestinations(client));
   if (!private_token.ok()) return Usage(private_token.ToString());
@@ -758,7 +759,7 @@ absl::Status CheckWorkerTokenStaysPrivate(const ClientOptions& client) {
 }
 
 absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,
-                                         const ClientOptions& client) {
+                                         const client::ClientOptions& client) {
   absl::Status private_token = CheckTokenStaysPrivate(
       flags.admin_token, client.tls, TokenDestinations(client));
   if (!private_token.ok()) return Usage(private_token.ToString());

@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "cluster/etcd_job_flags.h"
 #include "kernels/backend.h"
-#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 namespace ps::worker {
@@ -83,22 +83,22 @@ absl::StatusOr<int> CpuThreadsFromFlags(const TrainerOptions& options);
 
 // The shards, the coordinator, timeouts, retries, TLS, the wire format and
 // the worker token (which must not travel in plaintext off this host).
-absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
+absl::StatusOr<client::ClientOptions> ClientOptionsFromFlags();
 
 // --read_replicas: `training`'s options with the replicas as the shards
 // (INVALID_ARGUMENT unless one per shard), or nullopt without the flag.
-absl::StatusOr<std::optional<ClientOptions>> EvaluationClientOptionsFromFlags(
-    const ClientOptions& training);
+absl::StatusOr<std::optional<client::ClientOptions>>
+EvaluationClientOptionsFromFlags(const client::ClientOptions& training);
 
 // INVALID_ARGUMENT when `client.worker_token` would travel in plaintext to
 // a shard off this host (net/tls_credentials.h); ClientOptionsFromFlags()
 // checks it against --servers, ps_worker again against shards found in etcd.
-absl::Status CheckWorkerTokenStaysPrivate(const ClientOptions& client);
+absl::Status CheckWorkerTokenStaysPrivate(const client::ClientOptions& client);
 
 // INVALID_ARGUMENT when `flags.admin_token` would travel in plaintext to a
 // shard off this host (net/tls_credentials.h).
 absl::Status CheckAdminTokenStaysPrivate(const WorkerFlags& flags,
-                                         const ClientOptions& client);
+                                         const client::ClientOptions& client);
 
 }  // namespace ps::worker
 

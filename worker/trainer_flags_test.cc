@@ -214,7 +214,7 @@ TEST_F(TrainerFlagsTest, OnlyWorkerZeroTakesPeriodicCheckpoints) {
 TEST_F(TrainerFlagsTest, TheClientGetsEveryServerInOrder) {
   absl::SetFlag(&FLAGS_servers, "127.0.0.1:1, 127.0.0.1:2 ,127.0.0.1:3,");
   absl::SetFlag(&FLAGS_wire_format, "bf16");
-  absl::StatusOr<ClientOptions> client = ClientOptionsFromFlags();
+  absl::StatusOr<client::ClientOptions> client = ClientOptionsFromFlags();
   ASSERT_OK(client);
   EXPECT_EQ(client->servers, (std::vector<std::string>{
                                  "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}));

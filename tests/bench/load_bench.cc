@@ -19,11 +19,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "net/grpc_status.h"
 #include "proto/admin.grpc.pb.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(std::string, servers, "", "Shards, comma-separated, in order.");
 ABSL_FLAG(std::string, pids, "", "The shards' process ids, for their RSS.");
@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
   }
   const int dim = absl::GetFlag(FLAGS_dim);
   const int keys_per_call = absl::GetFlag(FLAGS_keys);
-  ps::worker::ClientOptions options;
+  ps::client::ClientOptions options;
   options.servers = servers;
-  auto client = ps::worker::PsClient::Connect(options);
+  auto client = ps::client::PsClient::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "load_bench: %s\n",
                  client.status().ToString().c_str());
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       while (absl::Now() < end) {
         const std::vector<uint64_t> keys = keys_from(rng);
         rows.resize(keys.size() * dim);
-        const ps::worker::PsClient::TableRows request = {"load", keys, dim,
+        const ps::client::PsClient::TableRows request = {"load", keys, dim,
                                                          rows.data()};
         const absl::Time start = absl::Now();
         const absl::Status status = (*client)->Pull({request});
@@ -133,14 +133,14 @@ int main(int argc, char** argv) {
   for (int c = 0; c < absl::GetFlag(FLAGS_pushers); ++c) {
     threads.emplace_back([&, c] {
       // Each pusher is a worker of its own (exactly-once state per worker).
-      ps::worker::ClientOptions own = options;
-      auto pusher = ps::worker::PsClient::Connect(own);
+      ps::client::ClientOptions own = options;
+      auto pusher = ps::client::PsClient::Connect(own);
       std::mt19937_64 rng(1000 + c);
       int64_t step = 0;
       while (absl::Now() < end) {
         const std::vector<uint64_t> keys = keys_from(rng);
         const std::vector<float> gradients(keys.size() * dim, 0.01f);
-        const ps::worker::PsClient::TableGradients request = {"load", keys,
+        const ps::client::PsClient::TableGradients request = {"load", keys,
                                                               gradients, dim};
         const absl::Time start = absl::Now();
         const absl::Status status =

@@ -1,12 +1,13 @@
-// File: worker/training_client.h
+// File: client/training_client.h
 //
 // TrainingClient is what a trainer needs of the cluster: declare tables,
 // pull rows, push gradients, report its clock. PsClient (ps_client.h) is
-// the real one, over gRPC; tests give a trainer's stages an in-memory one.
+// the real one, over gRPC; tests give a trainer's stages an in-memory one
+// (worker/fake_training_client.h).
 // Implementations are thread-safe: the trainer's threads call at once.
 
-#ifndef PS_WORKER_TRAINING_CLIENT_H_
-#define PS_WORKER_TRAINING_CLIENT_H_
+#ifndef PS_CLIENT_TRAINING_CLIENT_H_
+#define PS_CLIENT_TRAINING_CLIENT_H_
 
 #include <cstdint>
 #include <string>
@@ -18,7 +19,7 @@
 #include "base/wire_format.h"
 #include "proto/ps.pb.h"
 
-namespace ps::worker {
+namespace ps::client {
 
 class TrainingClient {
  public:
@@ -83,6 +84,6 @@ class TrainingClient {
                                               absl::Duration retry_for) = 0;
 };
 
-}  // namespace ps::worker
+}  // namespace ps::client
 
-#endif  // PS_WORKER_TRAINING_CLIENT_H_
+#endif  // PS_CLIENT_TRAINING_CLIENT_H_

@@ -1,4 +1,4 @@
-// File: worker/ps_client.h
+// File: client/ps_client.h
 //
 // PsClient is the worker's view of the cluster: one channel per shard, keys
 // routed by a slot map (base/slot_map.h), and each call fanned out to every
@@ -14,10 +14,16 @@
 // first answer (exactly once; across shard restarts too under the shards'
 // --durability=wal).
 //
+// It is made of parts with their own tests: ShardChannels (where calls go,
+// shard_channels.h), the router (keys to shards and requests, router.h),
+// the retry policy (retry_policy.h) and the pull replies kept for reuse
+// (response_pool.h); this class fans calls out, retries them, and follows
+// the slot map and the shards when they move.
+//
 // Thread-safe: many threads may call at once.
 
-#ifndef PS_WORKER_PS_CLIENT_H_
-#define PS_WORKER_PS_CLIENT_H_
+#ifndef PS_CLIENT_PS_CLIENT_H_
+#define PS_CLIENT_PS_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -34,11 +40,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/slot_map.h"
+#include "client/response_pool.h"
+#include "client/retry_policy.h"
+#include "client/router.h"
+#include "client/shard_channels.h"
+#include "client/training_client.h"
 #include "net/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
-#include "worker/training_client.h"
 
-namespace ps::worker {
+namespace ps::client {
 
 struct ClientOptions {
   // Shard i is servers[i]. REQUIRES: not empty, at most kMaxShards.
@@ -95,7 +105,8 @@ struct ClientOptions {
 
 class PsClient : public TrainingClient {
  public:
-  // INVALID_ARGUMENT without servers; the TLS files' errors.
+  // INVALID_ARGUMENT without servers, with more than kMaxShards or with
+  // max_keys_per_request 0; the TLS files' errors.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
       const ClientOptions& options);
 
@@ -103,7 +114,7 @@ class PsClient : public TrainingClient {
   static constexpr int kMaxShards = 1024;
 
   // The shards this client knows: servers, and those that joined since.
-  int num_shards() const;
+  int num_shards() const { return channels_->num_shards(); }
 
   // The incarnation pushes and clock reports carry; set before any push.
   uint64_t incarnation() const override { return incarnation_.load(); }
@@ -135,10 +146,13 @@ class PsClient : public TrainingClient {
 
   // Calls retried so far, by the status code that made them retry
   // ("UNAVAILABLE", ...), codes never seen left out.
-  std::vector<std::pair<std::string, uint64_t>> retries() const;
+  std::vector<std::pair<std::string, uint64_t>> retries() const {
+    return retry_counts_.ByCode();
+  }
 
  private:
-  explicit PsClient(const ClientOptions& options) : options_(options) {}
+  PsClient(const ClientOptions& options,
+           std::unique_ptr<ShardChannels> channels);
 
   // Requests a shard refused because their keys' slots are another
   // shard's (a ps-moved answer): their indices, the largest epoch a shard
@@ -155,10 +169,16 @@ class PsClient : public TrainingClient {
   // With `moved`, requests refused as moved are not retried but listed
   // there.
   template <typename Request, typename Response, typename Issue>
-  absl::Status FanOut(std::vector<Request>& requests, std::vector<int>& shards,
+  absl::Status FanOut(std::vector<Request>& requests,
+                      const std::vector<int>& shards,
                       std::vector<Response>* responses, Issue issue,
                       const char* what, absl::Duration retry_for, Moved* moved,
                       absl::Duration attempt_timeout = absl::ZeroDuration());
+  // After an attempt that failed: looks the shards up again (once for all
+  // the calls failing together, none while a refresh is under way) if they
+  // have not answered for shard_patience. `lookups_before`: shard_lookups_
+  // when the attempt began.
+  void MaybeFollowShards(uint64_t lookups_before);
 
   std::shared_ptr<const SlotMap> slot_map() const;
   // The map to route again by after `moved` (round: how many times this
@@ -170,73 +190,39 @@ class PsClient : public TrainingClient {
       const Moved& moved, int round);
   static constexpr int kMaxReroutes = 8;
   // Looks shards 0 to `num_shards` - 1 up with options_.find_shards and
-  // connects to each whose address is new (it joined, or joined again
-  // elsewhere), declaring there every table declared so far. Called with
-  // refresh_mu_ held, at each new map. UNAVAILABLE when shards this client
-  // has never dialled are not all found within retry_for.
+  // points the channels at them, declaring every table declared so far on
+  // each shard new to the job. Called with refresh_mu_ held, at each new
+  // map. UNAVAILABLE when shards this client has never dialled are not all
+  // found within retry_for.
   absl::Status FollowShards(uint32_t num_shards);
   // Declares `spec` on `shards`.
   absl::Status DeclareOn(const TableSpec& spec, std::vector<int> shards);
-  // Shard i's stub. REQUIRES: i < num_shards().
-  std::shared_ptr<ParameterServer::Stub> shard(int i) const;
-
-  // Pull responses kept from one pull for the next, so that their row
-  // buffers (up to max_keys_per_request rows each) are reused instead of
-  // allocated, and faulted in page by page, for every pull: 1.2-1.5x the
-  // pull rate of one client in serving_bench.
-  std::vector<PullResponse> TakeSparePullResponses();
-  void KeepSparePullResponses(std::vector<PullResponse> responses);
-
-  const ClientOptions options_;
-  std::atomic<uint64_t> incarnation_{0};
   // Adds options_.worker_token to a Clock or DeclareTable call.
   void AddWorkerToken(grpc::ClientContext* context) const;
-  // Grows as shards join; a call holds its shard's stub by shared_ptr.
-  mutable absl::Mutex shards_mu_;
-  std::vector<std::shared_ptr<ParameterServer::Stub>> shards_
-      ABSL_GUARDED_BY(shards_mu_);
-  // Where each of shards_ was dialled.
-  std::vector<std::string> addresses_ ABSL_GUARDED_BY(shards_mu_);
-  // How many shards the job has, as last looked up (the first of shards_;
-  // the rest left the job): tables are declared on these.
-  size_t job_shards_ ABSL_GUARDED_BY(shards_mu_) = 0;
-  // Every table declared, to declare on shards that join.
-  std::vector<TableSpec> declared_ ABSL_GUARDED_BY(shards_mu_);
-  // The last sequence number given to a push request, per shard
-  // (kMaxShards of them).
-  std::unique_ptr<std::atomic<uint64_t>[]> push_sequences_;
-  // Retried calls by status code.
-  static constexpr size_t kCodes = 17;
-  std::atomic<uint64_t> retries_[kCodes] = {};
   // Clock() against the coordinator of now, retried for `retry_for`.
   absl::StatusOr<ClockResponse> ClockOnce(const ClockRequest& request,
                                           absl::Duration retry_for);
-  std::shared_ptr<ParameterServer::Stub> coordinator() const;
 
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  mutable absl::Mutex coordinator_mu_;
-  std::string coordinator_address_ ABSL_GUARDED_BY(coordinator_mu_);
-  std::shared_ptr<ParameterServer::Stub> coordinator_
-      ABSL_GUARDED_BY(coordinator_mu_);
+  const ClientOptions options_;
+  const RequestLimits limits_;
+  const RetryOptions retry_options_;
+  const std::unique_ptr<ShardChannels> channels_;
+  std::atomic<uint64_t> incarnation_{0};
+  PushSequences push_sequences_{kMaxShards};
+  RetryCounts retry_counts_;
+  PullResponsePool spare_pull_responses_;
   // The slot map requests are routed by: the initial one of the shard count
   // until a shard answers that keys moved.
   mutable absl::Mutex slot_map_mu_;
   std::shared_ptr<const SlotMap> slot_map_ ABSL_GUARDED_BY(slot_map_mu_);
-  // Held while reading a new map, so that one refusal seen by many calls
-  // reads it once.
+  // Held while reading a new map or looking the shards up, so that one
+  // refusal or failure seen by many calls is acted on once.
   absl::Mutex refresh_mu_;
   // How many times FollowShards() found the shards: a call that failed
   // looks them up only if none did since its attempt began.
   std::atomic<uint64_t> shard_lookups_{0};
-  absl::Mutex spare_mu_;
-  // At most kMaxSpareResponseSets sets (pulls may run concurrently), each
-  // of at most kMaxSpareResponseBytes of row buffers.
-  static constexpr size_t kMaxSpareResponseSets = 4;
-  static constexpr size_t kMaxSpareResponseBytes = size_t{64} << 20;
-  std::vector<std::vector<PullResponse>> spare_pull_responses_
-      ABSL_GUARDED_BY(spare_mu_);
 };
 
-}  // namespace ps::worker
+}  // namespace ps::client
 
-#endif  // PS_WORKER_PS_CLIENT_H_
+#endif  // PS_CLIENT_PS_CLIENT_H_

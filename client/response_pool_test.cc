@@ -1,0 +1,47 @@
+#include "client/response_pool.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps::client {
+namespace {
+
+// A set of `count` replies, each with a row buffer of `bytes` bytes.
+std::vector<PullResponse> Set(int count, size_t bytes) {
+  std::vector<PullResponse> set(count);
+  for (PullResponse& response : set) response.mutable_values()->resize(bytes);
+  return set;
+}
+
+TEST(PullResponsePoolTest, GivesBackTheBuffersItKept) {
+  PullResponsePool pool;
+  EXPECT_TRUE(pool.Take().empty());
+  std::vector<PullResponse> set = Set(3, 4096);
+  const char* buffer = set[1].values().data();
+  pool.Give(std::move(set));
+  std::vector<PullResponse> taken = pool.Take();
+  ASSERT_EQ(taken.size(), 3u);
+  EXPECT_EQ(taken[1].values().data(), buffer);  // the same buffer, reused
+  EXPECT_TRUE(pool.Take().empty());             // each set once
+}
+
+TEST(PullResponsePoolTest, KeepsAtMostItsSets) {
+  PullResponsePool pool(/*max_sets=*/2, /*max_set_bytes=*/1 << 20);
+  for (int i = 0; i < 5; ++i) pool.Give(Set(1, 16));
+  EXPECT_FALSE(pool.Take().empty());
+  EXPECT_FALSE(pool.Take().empty());
+  EXPECT_TRUE(pool.Take().empty());
+}
+
+TEST(PullResponsePoolTest, DropsASetTooLargeToKeep) {
+  PullResponsePool pool(/*max_sets=*/4, /*max_set_bytes=*/10000);
+  pool.Give(Set(3, 4000));  // 12000 bytes: over
+  EXPECT_TRUE(pool.Take().empty());
+  pool.Give(Set(2, 4000));  // 8000 bytes: kept
+  EXPECT_EQ(pool.Take().size(), 2u);
+}
+
+}  // namespace
+}  // namespace ps::client
