@@ -19,7 +19,7 @@ absl::Time MonotonicNow() {
 
 }  // namespace
 
-std::string CoordinatorEpochKey(const std::string& job) {
+std::string CoordinatorTermKey(const std::string& job) {
   return absl::StrCat("/ps/", job, "/coordinator_epoch");
 }
 
@@ -120,7 +120,7 @@ bool CoordinatorElection::Campaign() {
 }
 
 bool CoordinatorElection::Lead(absl::Time leading_until) {
-  // All or nothing: a coordinator that does not know the last epoch could
+  // All or nothing: a coordinator that does not know the last term could
   // give out incarnations another gave, and one that does not know the
   // workers could let one run past the staleness bound. Either way the key
   // is given up and the campaign goes on.
@@ -130,23 +130,23 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
     lease_ = 0;
     return false;
   };
-  const std::string epoch_key = CoordinatorEpochKey(options_.job);
-  uint64_t last_epoch = 0;  // none yet
-  int64_t last_lease = 0;   // the last coordinator's, when it says
-  int64_t epoch_revision = 0;
-  absl::StatusOr<net::EtcdValue> stored = etcd_->Get(epoch_key);
+  const std::string term_key = CoordinatorTermKey(options_.job);
+  uint64_t last_term = 0;  // none yet
+  int64_t last_lease = 0;  // the last coordinator's, when it says
+  int64_t term_revision = 0;
+  absl::StatusOr<net::EtcdValue> stored = etcd_->Get(term_key);
   if (stored.ok()) {
-    if (!absl::SimpleAtoi(stored->value, &last_epoch)) {
-      return give_up("reading the last coordinator's epoch",
+    if (!absl::SimpleAtoi(stored->value, &last_term)) {
+      return give_up("reading the last coordinator's term",
                      absl::DataLossError(absl::StrCat(
-                         epoch_key, " holds '", stored->value,
-                         "', not an epoch (etcdctl del it to go on)")));
+                         term_key, " holds '", stored->value,
+                         "', not a term (etcdctl del it to go on)")));
     }
-    epoch_revision = stored->mod_revision;
+    term_revision = stored->mod_revision;
   } else if (!absl::IsNotFound(stored.status())) {
-    return give_up("reading the last coordinator's epoch", stored.status());
+    return give_up("reading the last coordinator's term", stored.status());
   }
-  // The last coordinator's lease (recorded beside the epoch, or seen
+  // The last coordinator's lease (recorded beside the term, or seen
   // holding the key): while it lives, that coordinator answers until its
   // next renewal finds the key another's. The key stays this shard's; it
   // leads once that lease is gone (Campaign() waits it out).
@@ -170,16 +170,15 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   if (!registered.ok())
     return give_up("reading the registered workers", registered.status());
   // Recorded before any incarnation of it is given out.
-  const uint64_t epoch = clocks_->NextEpoch(last_epoch + 1);
+  const uint64_t term = clocks_->NextTerm(last_term + 1);
   absl::StatusOr<bool> saved =
-      etcd_->PutIf(epoch_key, absl::StrCat(epoch), epoch_revision);
-  if (!saved.ok()) return give_up("recording the epoch", saved.status());
+      etcd_->PutIf(term_key, absl::StrCat(term), term_revision);
+  if (!saved.ok()) return give_up("recording the term", saved.status());
   if (!*saved) {
-    return give_up(
-        "recording the epoch",
-        absl::AbortedError(absl::StrCat(epoch_key, " changed meanwhile")));
+    return give_up("recording the term", absl::AbortedError(absl::StrCat(
+                                             term_key, " changed meanwhile")));
   }
-  // Beside the epoch (which the release before this one reads alone).
+  // Beside the term (which the release before this one reads alone).
   if (absl::Status put = etcd_->Put(lease_key, absl::StrCat(lease_)).status();
       !put.ok()) {
     return give_up("recording this coordinator's lease", put);
@@ -187,9 +186,9 @@ bool CoordinatorElection::Lead(absl::Time leading_until) {
   holder_lease_ = 0;
   waiting_since_ = absl::InfinitePast();
   if (stop_.HasBeenNotified()) return false;  // the destructor revokes
-  clocks_->Lead(*registered, epoch, leading_until);
+  clocks_->Lead(*registered, term, leading_until);
   leading_.store(true);
-  LOG(INFO) << "this shard is the job's clock coordinator (epoch " << epoch
+  LOG(INFO) << "this shard is the job's clock coordinator (term " << term
             << ")";
   return true;
 }

@@ -7,7 +7,7 @@
 // the key it looks again every `poll`; once the holder's lease ran out
 // (killed, paused, cut off) the key goes and the first shard to create it
 // leads. Winning calls Leadership::Lead() with the workers
-// registered in etcd and an epoch above every earlier coordinator's (kept
+// registered in etcd and a term above every earlier coordinator's (kept
 // at /ps/<job>/coordinator_epoch); each renewal extends the leadership by
 // the lease's time left, measured from before the renewal was sent, so a
 // coordinator stops answering before etcd could let another lead. A key
@@ -49,8 +49,9 @@ struct ElectionOptions {
   absl::Duration poll = absl::Milliseconds(250);
 };
 
-// "/ps/<job>/coordinator_epoch": the last elected coordinator's epoch.
-std::string CoordinatorEpochKey(const std::string& job);
+// "/ps/<job>/coordinator_epoch": the last elected coordinator's term (the
+// key keeps the name every release reads).
+std::string CoordinatorTermKey(const std::string& job);
 // "/ps/<job>/coordinator_lease": the etcd lease it holds its key under.
 std::string CoordinatorLeaseKey(const std::string& job);
 
@@ -59,13 +60,13 @@ std::string CoordinatorLeaseKey(const std::string& job);
 class Leadership {
  public:
   virtual ~Leadership() = default;
-  // The epoch leading would start at: above this coordinator's last, and at
-  // least `min_epoch`.
-  virtual uint64_t NextEpoch(uint64_t min_epoch) = 0;
-  // Starts leading at NextEpoch(min_epoch), expecting `workers` (those
-  // registered in etcd), until StepDown() or `leading_until`; the epoch.
+  // The term leading would start at: above this coordinator's last, and at
+  // least `min_term`.
+  virtual uint64_t NextTerm(uint64_t min_term) = 0;
+  // Starts leading at NextTerm(min_term), expecting `workers` (those
+  // registered in etcd), until StepDown() or `leading_until`; the term.
   virtual uint64_t Lead(const std::vector<RegisteredWorker>& workers,
-                        uint64_t min_epoch, absl::Time leading_until) = 0;
+                        uint64_t min_term, absl::Time leading_until) = 0;
   // Leads on until `leading_until` (a renewal of the key's lease).
   virtual void ExtendLeadership(absl::Time leading_until) = 0;
   virtual void StepDown() = 0;
@@ -94,9 +95,9 @@ class CoordinatorElection {
   bool Campaign();
   // Renews the lease of a leader; false once leadership is lost.
   bool Renew();
-  // TakeOver() with what etcd knows: the last epoch (this one recorded
+  // TakeOver() with what etcd knows: the last term (this one recorded
   // above it first) and the registered workers. False, the key given up,
-  // when either cannot be read or the epoch not recorded.
+  // when either cannot be read or the term not recorded.
   bool Lead(absl::Time leading_until);
   // Whether the coordinator that held the key under `lease` (another's) may
   // still answer: its lease lives, or etcd cannot say, for at most two

@@ -15,7 +15,8 @@
 namespace ps::server {
 namespace {
 
-// Version 2 adds the epoch line and each worker's examples, version 3 each
+// Version 2 adds the term's line (spelled "epoch", which every release
+// reads) and each worker's examples, version 3 each
 // worker's input position (its file in base64, "-" for none, and the
 // examples of that file), written only when a worker has one; versions 1
 // and 2 are still read.
@@ -58,16 +59,16 @@ absl::StatusOr<std::unique_ptr<ClockCoordinator>> ClockCoordinator::Open(
   absl::MutexLock lock(&coordinator->mu_);
   coordinator->next_cut_id_ =
       static_cast<uint64_t>(absl::ToUnixMicros(options.now()));
-  const uint64_t wall_epoch =
+  const uint64_t wall_term =
       (static_cast<uint64_t>(absl::ToUnixMicros(options.now())) >> 32) + 1;
-  coordinator->epoch_ = std::max(coordinator->epoch_ + 1, wall_epoch);
+  coordinator->term_ = std::max(coordinator->term_ + 1, wall_term);
   if (!options.state_path.empty()) {
-    // Before any incarnation of this epoch is given out. The state is soft:
-    // a shard does not stay down for want of it (the epoch then rests on
+    // Before any incarnation of this term is given out. The state is soft:
+    // a shard does not stay down for want of it (the term then rests on
     // the wall clock alone).
     coordinator->dirty_ = true;
     if (absl::Status saved = coordinator->SaveLocked(); !saved.ok())
-      LOG(ERROR) << "saving the coordinator's epoch: " << saved;
+      LOG(ERROR) << "saving the coordinator's term: " << saved;
   }
   return coordinator;
 }
@@ -93,8 +94,8 @@ absl::Status ClockCoordinator::Load() {
   if (!v1) {
     std::string word;
     if (!std::getline(file, line) ||
-        !(std::istringstream(line) >> word >> epoch_) || word != "epoch") {
-      return corrupt("no epoch line");
+        !(std::istringstream(line) >> word >> term_) || word != "epoch") {
+      return corrupt("no term (epoch) line");
     }
   }
   while (std::getline(file, line)) {
@@ -181,7 +182,7 @@ int64_t ClockCoordinator::OthersLiveMinimumLocked(uint32_t worker,
 uint64_t ClockCoordinator::IncarnationForLocked(const Report& report) {
   uint64_t incarnation = report.incarnation;
   if (report.assign_incarnation) {
-    incarnation = (epoch_ << 32) | (++incarnations_given_ & 0xffffffffu);
+    incarnation = (term_ << 32) | (++incarnations_given_ & 0xffffffffu);
     auto it = workers_.find(report.worker);
     if (it != workers_.end())
       incarnation = std::max(incarnation, it->second.incarnation + 1);
@@ -441,24 +442,24 @@ absl::Status ClockCoordinator::ServingLocked() {
   return absl::OkStatus();
 }
 
-uint64_t ClockCoordinator::NextEpoch(uint64_t min_epoch) {
+uint64_t ClockCoordinator::NextTerm(uint64_t min_term) {
   absl::MutexLock lock(&mu_);
-  return std::max(epoch_ + 1, min_epoch);
+  return std::max(term_ + 1, min_term);
 }
 
 uint64_t ClockCoordinator::Lead(
-    const std::vector<cluster::RegisteredWorker>& workers, uint64_t min_epoch,
+    const std::vector<cluster::RegisteredWorker>& workers, uint64_t min_term,
     absl::Time leading_until) {
   std::vector<ExpectedWorker> expected;
   expected.reserve(workers.size());
   for (const cluster::RegisteredWorker& worker : workers) {
     expected.push_back({worker.index, worker.lease});
   }
-  return TakeOver(expected, min_epoch, leading_until);
+  return TakeOver(expected, min_term, leading_until);
 }
 
 uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>& expected,
-                                    uint64_t min_epoch,
+                                    uint64_t min_term,
                                     absl::Time leading_until) {
   absl::MutexLock lock(&mu_);
   NoticePauseLocked(options_.monotonic_now());
@@ -486,19 +487,19 @@ uint64_t ClockCoordinator::TakeOver(const std::vector<ExpectedWorker>& expected,
   cut_ = 0;
   cut_id_ = 0;
   cut_ready_ = false;
-  epoch_ = std::max(epoch_ + 1, min_epoch);
+  term_ = std::max(term_ + 1, min_term);
   incarnations_given_ = 0;
   leading_ = true;
   leading_until_ = leading_until;
   dirty_ = true;
   if (!options_.state_path.empty()) {
     if (absl::Status saved = SaveLocked(); !saved.ok())
-      LOG(ERROR) << "saving the coordinator's epoch: " << saved;
+      LOG(ERROR) << "saving the coordinator's term: " << saved;
   }
-  LOG(INFO) << "coordinator: leading at epoch " << epoch_ << ", waiting for "
+  LOG(INFO) << "coordinator: leading at term " << term_ << ", waiting for "
             << workers_.size() << " workers to report (" << added
             << " registered in etcd and not kept here)";
-  return epoch_;
+  return term_;
 }
 
 void ClockCoordinator::ExtendLeadership(absl::Time leading_until) {
@@ -558,7 +559,7 @@ absl::Status ClockCoordinator::SaveLocked() {
   for (const auto& [id, worker] : workers_)
     positions = positions || !worker.input_position.file.empty();
   std::string text = absl::StrCat(positions ? kStateHeader : kStateHeaderV2,
-                                  "\nepoch ", epoch_, "\n");
+                                  "\nepoch ", term_, "\n");
   for (const auto& [id, worker] : workers_) {
     absl::StrAppend(
         &text, id, " ", worker.incarnation, " ", worker.clock, " ",

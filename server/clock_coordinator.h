@@ -208,9 +208,9 @@ class ClockCoordinator final : public cluster::Leadership {
   // check it; the admin service checks it before the other calls.
   absl::Status Serving();
 
-  // The epoch TakeOver(min_epoch) would lead at: above this coordinator's
-  // last, and at least `min_epoch`.
-  uint64_t NextEpoch(uint64_t min_epoch) override;
+  // The term TakeOver(min_term) would lead at: above this coordinator's
+  // last, and at least `min_term`.
+  uint64_t NextTerm(uint64_t min_term) override;
 
   // Starts leading, until StepDown() or `leading_until` (by
   // options.monotonic_now; ExtendLeadership() moves it). Each unfinished
@@ -218,13 +218,13 @@ class ClockCoordinator final : public cluster::Leadership {
   // starting anew, and one that is not counts as lapsed; each of
   // `expected` not kept is added at clock 0, unconfirmed, under its lease.
   // A cut in progress is dropped. Incarnations given out from now on have
-  // the epoch NextEpoch(min_epoch); returns it (saved before returning).
+  // the term NextTerm(min_term); returns it (saved before returning).
   uint64_t TakeOver(const std::vector<ExpectedWorker>& expected,
-                    uint64_t min_epoch, absl::Time leading_until);
+                    uint64_t min_term, absl::Time leading_until);
   // TakeOver() with `workers` expected, each under its lease (an
   // election's win).
   uint64_t Lead(const std::vector<cluster::RegisteredWorker>& workers,
-                uint64_t min_epoch, absl::Time leading_until) override;
+                uint64_t min_term, absl::Time leading_until) override;
   void ExtendLeadership(absl::Time leading_until) override;
   void StepDown() override;
 
@@ -335,11 +335,11 @@ class ClockCoordinator final : public cluster::Leadership {
   uint64_t next_cut_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Until when cuts are refused (see CoordinatorOptions::relearn_time).
   absl::Time relearning_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Incarnations given out are epoch_ << 32 | (1 + a count): epoch_ grows
+  // Incarnations given out are term_ << 32 | (1 + a count): term_ grows
   // at every Open() and is saved before any is given, so they grow across
   // restarts, and starts at the wall clock's microseconds >> 32 or more, so
   // they are above the wall-clock incarnations of older workers.
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t incarnations_given_ ABSL_GUARDED_BY(mu_) = 0;
   // NoticePause()'s last call.
   absl::Time last_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -273,22 +273,22 @@ TEST_F(ClockCoordinatorTest, TakingOverDoesNotTrustTheClocksItKept) {
 }
 
 // Incarnations given after a takeover are above every earlier
-// coordinator's, whose epoch etcd keeps.
+// coordinator's, whose term etcd keeps.
 TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheEpochGiven) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> none;
-  const uint64_t epoch = coordinator_->TakeOver(none, uint64_t{1} << 30,
-                                                monotonic_ + absl::Hours(1));
-  EXPECT_EQ(epoch, uint64_t{1} << 30);
+  const uint64_t term = coordinator_->TakeOver(none, uint64_t{1} << 30,
+                                               monotonic_ + absl::Hours(1));
+  EXPECT_EQ(term, uint64_t{1} << 30);
   ClockCoordinator::Report report;
   report.worker = 3;
   report.assign_incarnation = true;
   report.lease = lease_;
   absl::StatusOr<ClockCoordinator::View> view = coordinator_->Record(report);
   ASSERT_OK(view);
-  EXPECT_EQ(view->incarnation >> 32, epoch);
-  EXPECT_EQ(coordinator_->NextEpoch(1), epoch + 1);
-  EXPECT_EQ(coordinator_->NextEpoch(epoch + 7), epoch + 7);
+  EXPECT_EQ(view->incarnation >> 32, term);
+  EXPECT_EQ(coordinator_->NextTerm(1), term + 1);
+  EXPECT_EQ(coordinator_->NextTerm(term + 7), term + 7);
 }
 
 // A worker that joins while the coordinator waits for the registered ones

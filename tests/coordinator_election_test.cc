@@ -1,6 +1,6 @@
 // cluster::CoordinatorElection against a real etcd on loopback: one of the
 // shards that campaign leads, its clock coordinator alone answers, and another
-// takes over with a higher epoch when it goes or loses its key.
+// takes over with a higher term when it goes or loses its key.
 
 #include "cluster/coordinator_election.h"
 
@@ -94,17 +94,17 @@ class CoordinatorElectionTest : public ::testing::TestWithParam<std::string> {
     return -1;
   }
 
-  uint64_t Epoch() {
+  uint64_t Term() {
     absl::StatusOr<net::EtcdValue> stored =
-        client_->Get(cluster::CoordinatorEpochKey(kJob));
-    uint64_t epoch = 0;
+        client_->Get(cluster::CoordinatorTermKey(kJob));
+    uint64_t term = 0;
     EXPECT_OK(stored.status());
     if (stored.ok()) {
       EXPECT_TRUE(absl::SimpleAtoi(
-          stored->value.substr(0, stored->value.find(' ')), &epoch))
+          stored->value.substr(0, stored->value.find(' ')), &term))
           << stored->value;
     }
-    return epoch;
+    return term;
   }
 
   std::unique_ptr<testing::EtcdProcess> etcd_;
@@ -122,56 +122,56 @@ INSTANTIATE_TEST_SUITE_P(EtcdAndInMemory, CoordinatorElectionTest,
 TEST_P(CoordinatorElectionTest, OneLeadsAndAnotherTakesOverWhenItGoes) {
   const int first = Leader();
   ASSERT_GE(first, 0);
-  const uint64_t first_epoch = Epoch();
-  EXPECT_GT(first_epoch, 0u);
+  const uint64_t first_term = Term();
+  EXPECT_GT(first_term, 0u);
   absl::StatusOr<net::EtcdValue> held =
       client_->Get(cluster::CoordinatorKey(kJob));
   ASSERT_OK(held);
   EXPECT_EQ(held->value.substr(0, 2), std::to_string(first) + " ");
   // The leader stops (it gives its key up): the other leads, at once, at a
-  // higher epoch.
+  // higher term.
   elections_[first].reset();
   EXPECT_EQ(clocks_[first]->Serving().code(), absl::StatusCode::kUnavailable);
   const int second = Leader(absl::Seconds(5));
   ASSERT_EQ(second, 1 - first);
-  EXPECT_GT(Epoch(), first_epoch);
+  EXPECT_GT(Term(), first_term);
 }
 
 TEST_P(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   const int first = Leader();
   ASSERT_GE(first, 0);
-  const uint64_t first_epoch = Epoch();
+  const uint64_t first_term = Term();
   // The key deleted under it (an operator, or etcd's state lost): it steps
   // down at its next renewal, and an election follows; the next leader
   // waits the old one's lease out, so that they never answer at once
   // (Leader() checks, while it waits for one).
   ASSERT_OK(client_->Delete(cluster::CoordinatorKey(kJob)).status());
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline && Epoch() == first_epoch) {
+  while (absl::Now() < deadline && Term() == first_term) {
     EXPECT_FALSE(clocks_[0]->Serving().ok() && clocks_[1]->Serving().ok())
         << "two coordinators answer at once";
     absl::SleepFor(absl::Milliseconds(5));
   }
-  EXPECT_GT(Epoch(), first_epoch);
+  EXPECT_GT(Term(), first_term);
   EXPECT_GE(Leader(), 0);
 }
 
-TEST_P(CoordinatorElectionTest, NobodyLeadsOnAnEpochThatDoesNotRead) {
+TEST_P(CoordinatorElectionTest, NobodyLeadsOnATermThatDoesNotRead) {
   const int first = Leader();
   ASSERT_GE(first, 0);
   elections_[0].reset();
   elections_[1].reset();
-  ASSERT_OK(client_->Put(cluster::CoordinatorEpochKey(kJob), "not an epoch")
-                .status());
+  ASSERT_OK(
+      client_->Put(cluster::CoordinatorTermKey(kJob), "not a term").status());
   Campaign(0);
   absl::SleepFor(absl::Seconds(1));
   EXPECT_FALSE(elections_[0]->leading());
   EXPECT_EQ(clocks_[0]->Serving().code(), absl::StatusCode::kUnavailable);
   // Put right, it leads.
-  ASSERT_OK(client_->Put(cluster::CoordinatorEpochKey(kJob), "7").status());
+  ASSERT_OK(client_->Put(cluster::CoordinatorTermKey(kJob), "7").status());
   elections_[1] = nullptr;
   EXPECT_EQ(Leader(), 0);
-  EXPECT_GT(Epoch(), 7u);
+  EXPECT_GT(Term(), 7u);
 }
 
 }  // namespace
