@@ -6,7 +6,9 @@
 #
 #   deploy/chaos.sh                          the fault matrix, one fault at
 #                                            a time (tests/fault_matrix_test,
-#                                            replication_test, failover_test,
+#                                            replication_test,
+#                                            replication_recovery_test,
+#                                            failover_test,
 #                                            failover_roles_test)
 #   deploy/chaos.sh --gtest_filter='*Disk*'  some of them
 #   deploy/chaos.sh --random --seed=S --minutes=M
@@ -61,7 +63,8 @@ FAULT_MATRIX_TABLE="$table" bazel run //tests:fault_matrix_test -- \
   "${matrix_args[@]+"${matrix_args[@]}"}" >"$log" 2>&1
 status=$?
 if [ "${#matrix_args[@]}" -eq 0 ]; then
-  for test in replication_test failover_test failover_roles_test; do
+  for test in replication_test replication_recovery_test failover_test \
+    failover_roles_test; do
     CHAOS_ROWS="$table" bazel run "//tests:$test" >>"$log" 2>&1 || status=$?
   done
 fi

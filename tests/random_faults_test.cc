@@ -55,6 +55,7 @@
 #include "tests/counting_pusher.h"
 #include "tests/delay_proxy.h"
 #include "tests/etcd_process.h"
+#include "tests/random_fault_kinds.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
 
@@ -70,95 +71,6 @@ constexpr int kMaxShards = 5;
 // A move whose ps_admin died ends by itself this long after.
 constexpr char kMoveLease[] = "--move_lease_s=10";
 constexpr int kLeaseSeconds = 2;
-
-int64_t EnvNumber(const char* name, int64_t fallback) {
-  const char* text = std::getenv(name);
-  int64_t value = 0;
-  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
-}
-
-enum class Fault {
-  kKillPrimary,
-  kKillPrimaryAndDisk,
-  kKillReplica,
-  kPausePrimary,
-  kRestartEtcd,
-  kMoveSlots,
-  kRebalance,
-  kCheckpoint,
-  kDrainShard,
-  kAddShard,
-  kKillMover,
-  kSlowLink,
-  kCount,
-};
-
-// What the schedule prints, and the short name PS_CHAOS_FAULTS (chaos.sh
-// --faults) picks a kind by.
-struct FaultNames {
-  const char* line;
-  const char* short_name;
-};
-
-FaultNames NamesOf(Fault fault) {
-  switch (fault) {
-    case Fault::kKillPrimary:
-      return {"kill -9 a primary", "kill-primary"};
-    case Fault::kKillPrimaryAndDisk:
-      return {"kill -9 a primary, disk lost", "kill-primary-disk"};
-    case Fault::kKillReplica:
-      return {"kill -9 a replica", "kill-replica"};
-    case Fault::kPausePrimary:
-      return {"SIGSTOP a primary past its lease", "pause-primary"};
-    case Fault::kRestartEtcd:
-      return {"kill -9 etcd, start it again", "restart-etcd"};
-    case Fault::kMoveSlots:
-      return {"ps_admin move-slots", "move-slots"};
-    case Fault::kRebalance:
-      return {"ps_admin rebalance", "rebalance"};
-    case Fault::kCheckpoint:
-      return {"ps_admin checkpoint", "checkpoint"};
-    case Fault::kDrainShard:
-      return {"ps_admin drain-shard", "drain-shard"};
-    case Fault::kAddShard:
-      return {"a shard added, then rebalance", "add-shard"};
-    case Fault::kKillMover:
-      return {"kill -9 ps_admin mid-move", "kill-mover"};
-    case Fault::kSlowLink:
-      return {"latency on a primary's links", "slow-link"};
-    default:
-      return {"?", "?"};
-  }
-}
-
-const char* FaultName(Fault fault) { return NamesOf(fault).line; }
-
-// The kinds PS_CHAOS_FAULTS names (comma-separated short names; empty or
-// unset: every kind), or INVALID_ARGUMENT naming one it does not know.
-absl::StatusOr<std::vector<Fault>> KindsToDraw() {
-  std::vector<Fault> every;
-  for (int kind = 0; kind < static_cast<int>(Fault::kCount); ++kind)
-    every.push_back(static_cast<Fault>(kind));
-  const char* text = std::getenv("PS_CHAOS_FAULTS");
-  if (text == nullptr || *text == '\0') return every;
-  std::vector<Fault> chosen;
-  for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    auto found = std::find_if(every.begin(), every.end(), [&](Fault fault) {
-      return name == NamesOf(fault).short_name;
-    });
-    if (found == every.end()) {
-      std::string known;
-      for (Fault fault : every)
-        absl::StrAppend(&known, known.empty() ? "" : ", ",
-                        NamesOf(fault).short_name);
-      return absl::InvalidArgumentError(
-          absl::StrCat("PS_CHAOS_FAULTS: no fault is called \"", name,
-                       "\"; one of ", known));
-    }
-    chosen.push_back(*found);
-  }
-  return chosen;
-}
 
 class RandomFaultsTest : public ::testing::Test {
  protected:
