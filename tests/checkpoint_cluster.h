@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 #include "tests/test_files.h"
@@ -70,10 +71,7 @@ inline std::vector<std::string> Addresses(
 
 inline int Admin(const std::vector<std::string>& servers,
                  const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
-                                   "--servers=" + absl::StrJoin(servers, ",")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunToCompletion(argv, log);
+  return RunPsAdmin(AdminCluster::Servers(servers), args, log).exit_code;
 }
 
 // A row with its optimizer state, from the shard that owns `key`.

@@ -75,6 +75,22 @@ absl::StatusOr<std::string> ChildProcess::ReadLine(absl::Time deadline) {
   }
 }
 
+absl::StatusOr<std::string> ChildProcess::ReadToEnd(absl::Time deadline) {
+  if (stdout_fd_ < 0)
+    return absl::FailedPreconditionError("stdout is not captured");
+  std::string out;
+  char buffer[4096];
+  while (true) {
+    const int64_t wait_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (wait_ms <= 0) return absl::DeadlineExceededError("output still open");
+    pollfd poll_fd{stdout_fd_, POLLIN, 0};
+    if (poll(&poll_fd, 1, static_cast<int>(wait_ms)) <= 0) continue;
+    const ssize_t n = read(stdout_fd_, buffer, sizeof(buffer));
+    if (n <= 0) return out;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+}
+
 int ChildProcess::Wait(absl::Duration timeout) {
   if (pid_ <= 0) return -1;
   const absl::Time deadline = absl::Now() + timeout;

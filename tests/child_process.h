@@ -35,6 +35,10 @@ class ChildProcess {
 
   // Reads one line of stdout, waiting until `deadline`.
   absl::StatusOr<std::string> ReadLine(absl::Time deadline);
+  // Reads the rest of stdout, up to the process closing it (a last line
+  // without a newline included); DEADLINE_EXCEEDED, with what was read
+  // lost, if it is still open at `deadline`.
+  absl::StatusOr<std::string> ReadToEnd(absl::Time deadline);
 
   // Waits for the process to exit, up to `timeout` (then SIGKILLs it).
   // Returns its exit code, or 128 + the signal that ended it.

@@ -33,6 +33,7 @@
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/etcd_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
 
@@ -87,16 +88,6 @@ inline absl::StatusOr<SlotMap> JobMap(cluster::CoordinationStore& etcd) {
   ASSIGN_OR_RETURN(net::EtcdValue stored,
                    etcd.Get(absl::StrCat("/ps/", kJob, "/slot_map")));
   return SlotMapFromJson(stored.value, 0);
-}
-
-// Runs `argv` to completion, its stdout to `out`, its stderr to `log`; its
-// exit code.
-inline int RunWithOutput(const std::vector<std::string>& argv,
-                         const std::string& out, const std::string& log) {
-  return RunToCompletion(
-      {"/bin/sh", "-c",
-       absl::StrCat("exec ", absl::StrJoin(argv, " "), " > ", out)},
-      log);
 }
 
 // Waits up to `timeout` until the job's map counts `num_shards` shards.

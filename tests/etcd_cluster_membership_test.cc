@@ -176,16 +176,14 @@ TEST_F(EtcdClusterTest, AShardJoinsLeavesAndJoinsAgainWhileTwoWorkersPush) {
         }));
   }
   const std::string dir = FreshTestDir("etcd_join");
-  const std::vector<std::string> admin = {
-      BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-      absl::StrCat("--job=", kJob), "--move_page_rows=200"};
   // Its stdout to <name>.out, its stderr to <name>.log.
   auto run_admin = [&](const std::vector<std::string>& command,
                        const std::string& name) {
-    std::vector<std::string> argv = admin;
-    argv.insert(argv.end(), command.begin(), command.end());
-    return RunWithOutput(argv, dir + "/" + name + ".out",
-                         dir + "/" + name + ".log");
+    const AdminRun run = RunPsAdmin(
+        AdminCluster::Etcd(etcd_->endpoint(), kJob, {"--move_page_rows=200"}),
+        command, dir + "/" + name + ".log");
+    std::ofstream(dir + "/" + name + ".out") << run.out;
+    return run.exit_code;
   };
 
   // A third shard joins the running job, owning nothing, and rebalance
@@ -423,18 +421,18 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
   ASSERT_TRUE(BothLiveAtLeast(coordinator, clock_before_kill))
       << ClocksOf(coordinator).DebugString();
   // A cut the new coordinator takes holds both workers.
-  const int checkpointed = RunToCompletion(
-      {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-       absl::StrCat("--job=", kJob), "checkpoint", "--dir=" + dir + "/ckpt"},
-      dir + "/checkpoint.log");
+  const int checkpointed =
+      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                 {"checkpoint", "--dir=" + dir + "/ckpt"},
+                 dir + "/checkpoint.log")
+          .exit_code;
   EXPECT_EQ(checkpointed, 0) << ReadFile(dir + "/checkpoint.log");
   // drop-table asks the elected coordinator whether workers train (the
   // other shard does not know them).
   EXPECT_NE(
-      RunToCompletion(
-          {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-           absl::StrCat("--job=", kJob), "drop-table", "--table=no_such_table"},
-          dir + "/drop.log"),
+      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                 {"drop-table", "--table=no_such_table"}, dir + "/drop.log")
+          .exit_code,
       0);
   EXPECT_NE(ReadFile(dir + "/drop.log").find("hold leases"), std::string::npos)
       << ReadFile(dir + "/drop.log");

@@ -33,20 +33,19 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
   EXPECT_NE(ReadFile(dir + "/worker.log").find("from etcd"), std::string::npos);
 
   // ps_admin sums both shards' answers.
-  const int stats = RunToCompletion(
-      {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-       absl::StrCat("--job=", kJob), "stats", "--json", "--interval_s=0"},
-      dir + "/admin.log");
+  const int stats =
+      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                 {"stats", "--json", "--interval_s=0"}, dir + "/admin.log")
+          .exit_code;
   EXPECT_EQ(stats, 0) << ReadFile(dir + "/admin.log");
 
   // Both ways of naming the shards at once is a bad command, even with
   // --servers at its default.
-  EXPECT_EQ(
-      RunToCompletion(
-          {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-           absl::StrCat("--job=", kJob), "--servers=127.0.0.1:50051", "stats"},
-          dir + "/admin_both.log"),
-      64);
+  EXPECT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"--servers=127.0.0.1:50051", "stats"},
+                       dir + "/admin_both.log")
+                .exit_code,
+            64);
   EXPECT_EQ(
       RunToCompletion(
           {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
@@ -91,11 +90,10 @@ TEST_F(EtcdClusterTest, ARecordOfAnEarlierShardCountIsWaitedOut) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
   ASSERT_OK(shard0);
   const std::string dir = FreshTestDir("etcd_stale");
-  EXPECT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "--etcd_wait_s=20", "stats",
-                 "--interval_s=0"},
-                dir + "/admin.log"),
+  EXPECT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"--etcd_wait_s=20", "stats", "--interval_s=0"},
+                       dir + "/admin.log")
+                .exit_code,
             0)
       << ReadFile(dir + "/admin.log");
 }
@@ -137,10 +135,9 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   EXPECT_EQ((*restarted)->SignalAndWait(SIGTERM), 0);
   // With no shard registered, ps_admin waits --etcd_wait_s, then says so.
   const std::string dir = FreshTestDir("etcd_none");
-  EXPECT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "--etcd_wait_s=1", "stats"},
-                dir + "/admin.log"),
+  EXPECT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"--etcd_wait_s=1", "stats"}, dir + "/admin.log")
+                .exit_code,
             69);
   EXPECT_NE(ReadFile(dir + "/admin.log")
                 .find("shards 0 of 1 of job ctr are not registered"),
@@ -222,17 +219,11 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
       << stored->value;
 
   const std::string dir = FreshTestDir("etcd_slots");
-  const std::string slots_out = dir + "/slots.out";
-  ASSERT_EQ(
-      RunToCompletion({"/bin/sh", "-c",
-                       absl::StrCat(BinaryPath("ops/ps_admin"),
-                                    " --etcd=", etcd_->endpoint(),
-                                    " --job=", kJob, " slots > ", slots_out)},
-                      dir + "/slots.log"),
-      0)
-      << ReadFile(dir + "/slots.log");
-  EXPECT_EQ(ReadFile(slots_out).rfind("slot map epoch 2, 16384 slots\n", 0), 0u)
-      << ReadFile(slots_out);
+  const AdminRun slots = RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                                    {"slots"}, dir + "/slots.log");
+  ASSERT_EQ(slots.exit_code, 0) << slots.log;
+  EXPECT_EQ(slots.out.rfind("slot map epoch 2, 16384 slots\n", 0), 0u)
+      << slots.out;
 
   // A shard started on a new data dir takes the job's map before it serves.
   EXPECT_EQ((*shard1)->SignalAndWait(SIGTERM), 0);
@@ -292,12 +283,10 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
                                            "--device=cpu"};
   ASSERT_EQ(RunToCompletion(worker, dir + "/worker.log"), 0)
       << ReadFile(dir + "/worker.log");
-  ASSERT_EQ(
-      RunWithOutput({BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                     absl::StrCat("--job=", kJob), "drain-shard", "--shard=1"},
-                    dir + "/drain.out", dir + "/drain.log"),
-      0)
-      << ReadFile(dir + "/drain.log");
+  const AdminRun drain =
+      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                 {"drain-shard", "--shard=1"}, dir + "/drain.log");
+  ASSERT_EQ(drain.exit_code, 0) << drain.log;
   // The job's map in etcd and both shards': shard 1 owns nothing, and, the
   // last shard, it left the job (epoch 3), which has one shard now.
   const SlotMap drained = SlotMap::Initial(2)
@@ -308,17 +297,15 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   ASSERT_OK(stored);
   EXPECT_NE(stored->value.find("\"epoch\":\"3\""), std::string::npos)
       << stored->value;
-  EXPECT_NE(ReadFile(dir + "/drain.out")
-                .find("shard 1 left the job, which has 1 shards now"),
+  EXPECT_NE(drain.out.find("shard 1 left the job, which has 1 shards now"),
             std::string::npos)
-      << ReadFile(dir + "/drain.out");
+      << drain.out;
   // It says which shards it balanced over, first.
-  EXPECT_EQ(ReadFile(dir + "/drain.out")
-                .find(absl::StrCat(
-                    "drain-shard over 2 shards: 0=", (*shard0)->address(),
-                    " 1=", (*shard1)->address(), "\n")),
+  EXPECT_EQ(drain.out.find(absl::StrCat(
+                "drain-shard over 2 shards: 0=", (*shard0)->address(),
+                " 1=", (*shard1)->address(), "\n")),
             0u)
-      << ReadFile(dir + "/drain.out");
+      << drain.out;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (SlotMapOf((*shard1)->address()).epoch() != 3 &&
          absl::Now() < deadline) {
@@ -341,10 +328,9 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
   shard1 = ServerProcess::Start(shard1_flags);
   ASSERT_OK(shard1);
   ASSERT_TRUE(WaitForShardCount(*client_, 2, absl::Seconds(20)));
-  ASSERT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "rebalance"},
-                dir + "/rebalance.log"),
+  ASSERT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"rebalance"}, dir + "/rebalance.log")
+                .exit_code,
             0)
       << ReadFile(dir + "/rebalance.log");
   absl::StatusOr<SlotMap> balanced =

@@ -35,6 +35,7 @@
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/etcd_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
 

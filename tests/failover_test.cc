@@ -162,11 +162,10 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   }
   ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
   const std::string log = FreshTestDir(name_ + "_move") + "/move.log";
-  ASSERT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "move-slots", "--slots=0-16383",
-                 "--to=1"},
-                log, absl::Minutes(2)),
+  ASSERT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"move-slots", "--slots=0-16383", "--to=1"}, log,
+                       absl::Minutes(2))
+                .exit_code,
             0)
       << ReadFile(log);
   ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
@@ -257,11 +256,10 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
   // Every slot moves to shard 1; then both primaries' machines are lost,
   // and shard 1's replica takes over.
   const std::string log = FreshTestDir(name_ + "_move") + "/move.log";
-  ASSERT_EQ(RunToCompletion(
-                {BinaryPath("ops/ps_admin"), "--etcd=" + etcd_->endpoint(),
-                 absl::StrCat("--job=", kJob), "move-slots", "--slots=0-16383",
-                 "--to=1"},
-                log, absl::Minutes(2)),
+  ASSERT_EQ(RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
+                       {"move-slots", "--slots=0-16383", "--to=1"}, log,
+                       absl::Minutes(2))
+                .exit_code,
             0)
       << ReadFile(log);
   for (int shard = 0; shard < 2; ++shard) {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
 
@@ -84,19 +85,11 @@ inline const google::protobuf::Value& Field(
 inline std::string RunAdmin(const std::string& server,
                             const std::vector<std::string>& args,
                             int* exit_code) {
-  std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
-                                   "--servers=" + server};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto process = ChildProcess::Start(argv, /*capture_stdout=*/true);
-  EXPECT_TRUE(process.ok());
-  std::string out;
-  while (true) {
-    auto line = (*process)->ReadLine(absl::Now() + absl::Seconds(30));
-    if (!line.ok()) break;
-    out += *line + "\n";
-  }
-  *exit_code = (*process)->Wait(absl::Seconds(30));
-  return out;
+  const AdminRun run =
+      RunPsAdmin(AdminCluster::Servers({server}), args,
+                 FreshTestDir("ps_admin") + "/ps_admin.log", absl::Seconds(60));
+  *exit_code = run.exit_code;
+  return run.out;
 }
 
 }  // namespace ps::testing

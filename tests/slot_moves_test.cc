@@ -3,6 +3,7 @@
 // move leaving the source whole, tables declared on the target, a move
 // whose administrator vanished ending with its lease.
 
+#include "tests/ps_admin_run.h"
 #include "tests/slot_routing_fixture.h"
 
 namespace ps {
@@ -211,19 +212,24 @@ TEST_F(SlotRoutingTest, DrainAndRebalanceWhileAWorkerPushes) {
       client.get(), keys,
       [this](client::PsClient& c, const auto& k) { return PushOnce(c, k); });
   const std::string dir = FreshTestDir("slot_routing_reshape_admin");
-  const std::string admin = absl::StrCat(
-      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
-      servers_[1], ",", servers_[2], " --json --move_page_rows=200 ");
-  const int drained = std::system(
-      absl::StrCat(admin, "drain-shard --shard=2 > ", dir, "/drain").c_str());
+  const testing::AdminCluster cluster =
+      testing::AdminCluster::Servers(servers_);
+  const int drained = testing::RunPsAdmin(cluster,
+                                          {"--json", "--move_page_rows=200",
+                                           "drain-shard", "--shard=2"},
+                                          dir + "/drain.log")
+                          .exit_code;
   // The map with shard 2 empty, as every shard routes by it now.
   absl::StatusOr<net::AdminChannels> channels =
       net::AdminChannels::Connect(servers_, "", TlsFiles(), "");
   ASSERT_OK(channels);
   absl::StatusOr<SlotMap> drained_map =
       NewestSlotMap(*channels, absl::Seconds(10));
-  const int rebalanced = std::system(
-      absl::StrCat(admin, "rebalance > ", dir, "/rebalance").c_str());
+  const int rebalanced =
+      testing::RunPsAdmin(cluster,
+                          {"--json", "--move_page_rows=200", "rebalance"},
+                          dir + "/rebalance.log")
+          .exit_code;
   worker.WaitForMore(3);
   ASSERT_OK(worker.Stop());
   ASSERT_EQ(drained, 0);
@@ -320,18 +326,13 @@ TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
   const std::vector<uint64_t> keys = Keys(500);
   ASSERT_OK(PushOnce(*client, keys));
   const std::string dir = FreshTestDir("slot_routing_move");
-  const std::string servers = absl::StrCat(servers_[0], ",", servers_[1]);
-  const std::string admin = testing::BinaryPath("ops/ps_admin");
-  ASSERT_EQ(std::system(absl::StrCat(admin, " --servers=", servers,
-                                     " move-slots --slots=100-4000 --to=0 "
-                                     "--json > ",
-                                     dir, "/out")
-                            .c_str()),
-            0);
-  std::FILE* file = std::fopen((dir + "/out").c_str(), "r");
-  ASSERT_NE(file, nullptr);
-  const nlohmann::json printed = nlohmann::json::parse(file);
-  std::fclose(file);
+  const testing::AdminCluster cluster =
+      testing::AdminCluster::Servers(servers_);
+  const testing::AdminRun move = testing::RunPsAdmin(
+      cluster, {"move-slots", "--slots=100-4000", "--to=0", "--json"},
+      dir + "/move.log");
+  ASSERT_EQ(move.exit_code, 0) << move.log;
+  const nlohmann::json printed = nlohmann::json::parse(move.out);
   EXPECT_EQ(printed["epoch"], 2);
   EXPECT_EQ(printed["sources"][0]["shard"], 1);
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(100, 4000, 1, 0);
@@ -339,19 +340,19 @@ TEST_F(SlotRoutingTest, PsAdminMovesSlots) {
   ASSERT_OK(PushOnce(*client, keys));
   ExpectRowsWhere(moved, keys, [](uint64_t) { return 2.0f; });
   // Nothing to move, bad flags, nothing to cancel.
-  EXPECT_NE(std::system(absl::StrCat(admin, " --servers=", servers,
-                                     " move-slots --slots=100-4000 --to=0 2> ",
-                                     dir, "/again")
-                            .c_str()),
-            0);
-  EXPECT_EQ(WEXITSTATUS(std::system(
-                absl::StrCat(admin, " --servers=", servers,
-                             " move-slots --slots=9-3 --to=0 2> ", dir, "/bad")
-                    .c_str())),
-            64);
-  EXPECT_EQ(std::system(absl::StrCat(admin, " --servers=", servers,
-                                     " move-slots --cancel > ", dir, "/cancel")
-                            .c_str()),
+  EXPECT_NE(
+      testing::RunPsAdmin(cluster, {"move-slots", "--slots=100-4000", "--to=0"},
+                          dir + "/again.log")
+          .exit_code,
+      0);
+  EXPECT_EQ(
+      testing::RunPsAdmin(cluster, {"move-slots", "--slots=9-3", "--to=0"},
+                          dir + "/bad.log")
+          .exit_code,
+      64);
+  EXPECT_EQ(testing::RunPsAdmin(cluster, {"move-slots", "--cancel"},
+                                dir + "/cancel.log")
+                .exit_code,
             0);
 }
 

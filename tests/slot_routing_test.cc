@@ -5,6 +5,8 @@
 // applied before its slot moved is answered as a duplicate; checkpoints
 // record the map and restores keep it; ps_admin slots prints it.
 
+#include "absl/strings/str_split.h"
+#include "tests/ps_admin_run.h"
 #include "tests/slot_routing_fixture.h"
 
 namespace ps {
@@ -277,15 +279,11 @@ TEST_F(SlotRoutingTest, CheckpointsRecordTheMapAndRestoresKeepIt) {
 TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 99, 1);
   SetMapOnEveryShard(moved);
-  const std::string out = FreshTestDir("slot_routing_admin") + "/out";
-  const std::string command = absl::StrCat(
-      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
-      servers_[1], " --json slots > ", out);
-  ASSERT_EQ(std::system(command.c_str()), 0);
-  std::FILE* file = std::fopen(out.c_str(), "r");
-  ASSERT_NE(file, nullptr);
-  const nlohmann::json printed = nlohmann::json::parse(file);
-  std::fclose(file);
+  const std::string log = FreshTestDir("slot_routing_admin") + "/log";
+  const testing::AdminRun json = testing::RunPsAdmin(
+      testing::AdminCluster::Servers(servers_), {"--json", "slots"}, log);
+  ASSERT_EQ(json.exit_code, 0) << json.log;
+  const nlohmann::json printed = nlohmann::json::parse(json.out);
   EXPECT_EQ(printed["epoch"], 2);
   ASSERT_EQ(printed["shards"].size(), 2u);
   EXPECT_EQ(printed["shards"][1]["slots"], 8192 + 50);
@@ -294,18 +292,14 @@ TEST_F(SlotRoutingTest, PsAdminPrintsTheMap) {
   EXPECT_EQ(printed["shards"][0]["slots"], 8192 - 50);
   EXPECT_EQ(printed["shards"][0]["ranges"][0], nlohmann::json({100, 100}));
 
-  const std::string text_command = absl::StrCat(
-      testing::BinaryPath("ops/ps_admin"), " --servers=", servers_[0], ",",
-      servers_[1], " slots > ", out);
-  ASSERT_EQ(std::system(text_command.c_str()), 0);
-  std::FILE* text = std::fopen(out.c_str(), "r");
-  char line[512];
-  ASSERT_NE(std::fgets(line, sizeof(line), text), nullptr);
-  EXPECT_EQ(std::string(line), "slot map epoch 2, 16384 slots\n");
-  ASSERT_NE(std::fgets(line, sizeof(line), text), nullptr);
-  EXPECT_EQ(std::string(line).substr(0, std::string(line).find(':', 20)),
+  const testing::AdminRun text = testing::RunPsAdmin(
+      testing::AdminCluster::Servers(servers_), {"slots"}, log);
+  ASSERT_EQ(text.exit_code, 0) << text.log;
+  const std::vector<std::string> lines = absl::StrSplit(text.out, '\n');
+  ASSERT_GE(lines.size(), 2u) << text.out;
+  EXPECT_EQ(lines[0], "slot map epoch 2, 16384 slots");
+  EXPECT_EQ(lines[1].substr(0, lines[1].find(':', 20)),
             absl::StrCat("shard 0 ", servers_[0]));
-  std::fclose(text);
 }
 
 }  // namespace
