@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -75,116 +77,85 @@ size_t PeakRss(const std::string& pid) {
   return 0;
 }
 
-}  // namespace
+// A sorted set of up to --keys keys drawn from [0, --key_space).
+std::vector<uint64_t> DrawKeys(std::mt19937_64& rng) {
+  std::vector<uint64_t> keys(absl::GetFlag(FLAGS_keys));
+  for (auto& key : keys) key = rng() % absl::GetFlag(FLAGS_key_space);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const std::vector<std::string> servers =
-      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
-  if (servers.empty()) {
-    std::fprintf(stderr, "load_bench: --servers is required\n");
-    return 2;
-  }
+// Pulls through `client` until `end`.
+void Pull(ps::client::PsClient& client, uint64_t seed, absl::Time end, Op& op) {
   const int dim = absl::GetFlag(FLAGS_dim);
-  const int keys_per_call = absl::GetFlag(FLAGS_keys);
-  ps::client::ClientOptions options;
-  options.servers = servers;
-  auto client = ps::client::PsClient::Connect(options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "load_bench: %s\n",
-                 client.status().ToString().c_str());
-    return 2;
+  std::mt19937_64 rng(seed);
+  std::vector<float> rows;
+  while (absl::Now() < end) {
+    const std::vector<uint64_t> keys = DrawKeys(rng);
+    rows.resize(keys.size() * dim);
+    const ps::client::PsClient::TableRows request = {"load", keys, dim,
+                                                     rows.data()};
+    const absl::Time start = absl::Now();
+    const absl::Status status = client.Pull({request});
+    op.Record(absl::Now() - start, status);
   }
-  ps::TableSpec spec;
-  spec.set_name("load");
-  spec.set_dim(dim);
-  spec.mutable_optimizer()->set_kind(ps::OptimizerSpec::ADAGRAD);
-  if (absl::Status declared = (*client)->DeclareTable(spec); !declared.ok()) {
-    std::fprintf(stderr, "load_bench: %s\n", declared.ToString().c_str());
-    return 2;
-  }
+}
 
-  Op pull("pull"), push("push"), stats("admin stats");
-  const absl::Time end =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  std::vector<std::thread> threads;
-  auto keys_from = [&](std::mt19937_64& rng) {
-    std::vector<uint64_t> keys(keys_per_call);
-    for (auto& key : keys) key = rng() % absl::GetFlag(FLAGS_key_space);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    return keys;
-  };
-  for (int c = 0; c < absl::GetFlag(FLAGS_pullers); ++c) {
-    threads.emplace_back([&, c] {
-      std::mt19937_64 rng(c);
-      std::vector<float> rows;
-      while (absl::Now() < end) {
-        const std::vector<uint64_t> keys = keys_from(rng);
-        rows.resize(keys.size() * dim);
-        const ps::client::PsClient::TableRows request = {"load", keys, dim,
-                                                         rows.data()};
-        const absl::Time start = absl::Now();
-        const absl::Status status = (*client)->Pull({request});
-        pull.Record(absl::Now() - start, status);
-      }
-    });
+// Pushes as worker `worker` until `end`, through a client of its own
+// (exactly-once state is per worker).
+void Push(const ps::client::ClientOptions& options, uint32_t worker,
+          uint64_t seed, absl::Time end, Op& op) {
+  const int dim = absl::GetFlag(FLAGS_dim);
+  auto pusher = ps::client::PsClient::Connect(options);
+  if (!pusher.ok()) {
+    op.Record(absl::ZeroDuration(), pusher.status());
+    return;
   }
-  for (int c = 0; c < absl::GetFlag(FLAGS_pushers); ++c) {
-    threads.emplace_back([&, c] {
-      // Each pusher is a worker of its own (exactly-once state per worker).
-      ps::client::ClientOptions own = options;
-      auto pusher = ps::client::PsClient::Connect(own);
-      std::mt19937_64 rng(1000 + c);
-      int64_t step = 0;
-      while (absl::Now() < end) {
-        const std::vector<uint64_t> keys = keys_from(rng);
-        const std::vector<float> gradients(keys.size() * dim, 0.01f);
-        const ps::client::PsClient::TableGradients request = {"load", keys,
-                                                              gradients, dim};
-        const absl::Time start = absl::Now();
-        const absl::Status status =
-            (*pusher)->Push({request}, static_cast<uint32_t>(100 + c), step++);
-        push.Record(absl::Now() - start, status);
-      }
-    });
+  std::mt19937_64 rng(seed);
+  int64_t step = 0;
+  while (absl::Now() < end) {
+    const std::vector<uint64_t> keys = DrawKeys(rng);
+    const std::vector<float> gradients(keys.size() * dim, 0.01f);
+    const ps::client::PsClient::TableGradients request = {"load", keys,
+                                                          gradients, dim};
+    const absl::Time start = absl::Now();
+    const absl::Status status = (*pusher)->Push({request}, worker, step++);
+    op.Record(absl::Now() - start, status);
   }
-  for (int c = 0; c < absl::GetFlag(FLAGS_admins); ++c) {
-    threads.emplace_back([&] {
-      std::vector<std::unique_ptr<ps::Admin::Stub>> admins;
-      for (const std::string& server : servers) {
-        admins.push_back(ps::Admin::NewStub(
-            grpc::CreateChannel(server, grpc::InsecureChannelCredentials())));
-      }
-      while (absl::Now() < end) {
-        for (auto& admin : admins) {
-          grpc::ClientContext context;
-          context.set_deadline(
-              absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-          ps::ShardStatsResponse response;
-          const absl::Time start = absl::Now();
-          const grpc::Status status =
-              admin->ShardStats(&context, ps::ShardStatsRequest(), &response);
-          stats.Record(absl::Now() - start,
-                       ps::net::FromGrpcStatus(status, "stats"));
-        }
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-    });
-  }
-  const absl::Time start = absl::Now();
-  for (auto& thread : threads) thread.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+}
 
+// Asks every shard for its stats, every 20 ms, until `end`.
+void AskStats(const std::vector<std::string>& servers, absl::Time end, Op& op) {
+  std::vector<std::unique_ptr<ps::Admin::Stub>> admins;
+  for (const std::string& server : servers) {
+    admins.push_back(ps::Admin::NewStub(
+        grpc::CreateChannel(server, grpc::InsecureChannelCredentials())));
+  }
+  while (absl::Now() < end) {
+    for (auto& admin : admins) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+      ps::ShardStatsResponse response;
+      const absl::Time start = absl::Now();
+      const grpc::Status status =
+          admin->ShardStats(&context, ps::ShardStatsRequest(), &response);
+      op.Record(absl::Now() - start, ps::net::FromGrpcStatus(status, "stats"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// Prints a row per operation (run by `clients` clients for `seconds`);
+// returns the errors.
+int64_t PrintOps(std::initializer_list<std::pair<Op*, int>> ops,
+                 double seconds) {
   std::printf(
       "| op | clients | calls | errors | calls/s | p50 ms | p99 ms |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   int64_t errors = 0;
-  for (Op* op : {&pull, &push, &stats}) {
+  for (const auto& [op, clients] : ops) {
     absl::MutexLock lock(&op->mu);
-    const int clients = op == &pull   ? absl::GetFlag(FLAGS_pullers)
-                        : op == &push ? absl::GetFlag(FLAGS_pushers)
-                                      : absl::GetFlag(FLAGS_admins);
     std::printf(
         "| %s | %d | %zu | %lld | %.0f | %.2f | %.2f |\n", op->name, clients,
         op->latencies_ms.size(), static_cast<long long>(op->errors.load()),
@@ -195,6 +166,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: first error: %s\n", op->name,
                    op->first_error.c_str());
   }
+  return errors;
+}
+
+// Each shard's peak RSS (--pids) against --budget_mb.
+void PrintMemory() {
   const std::vector<std::string> pids =
       absl::StrSplit(absl::GetFlag(FLAGS_pids), ',', absl::SkipWhitespace());
   const int64_t budget = absl::GetFlag(FLAGS_budget_mb);
@@ -205,5 +181,55 @@ int main(int argc, char** argv) {
     std::printf("| %zu | %.0f | %lld | %.2f |\n", s, rss,
                 static_cast<long long>(budget), budget > 0 ? rss / budget : 0);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());
+  if (servers.empty()) {
+    std::fprintf(stderr, "load_bench: --servers is required\n");
+    return 2;
+  }
+  ps::client::ClientOptions options;
+  options.servers = servers;
+  auto client = ps::client::PsClient::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "load_bench: %s\n",
+                 client.status().ToString().c_str());
+    return 2;
+  }
+  ps::TableSpec spec;
+  spec.set_name("load");
+  spec.set_dim(absl::GetFlag(FLAGS_dim));
+  spec.mutable_optimizer()->set_kind(ps::OptimizerSpec::ADAGRAD);
+  if (absl::Status declared = (*client)->DeclareTable(spec); !declared.ok()) {
+    std::fprintf(stderr, "load_bench: %s\n", declared.ToString().c_str());
+    return 2;
+  }
+
+  Op pull("pull"), push("push"), stats("admin stats");
+  const int pullers = absl::GetFlag(FLAGS_pullers);
+  const int pushers = absl::GetFlag(FLAGS_pushers);
+  const int admins = absl::GetFlag(FLAGS_admins);
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < pullers; ++c)
+    threads.emplace_back([&, c] { Pull(**client, c, end, pull); });
+  for (int c = 0; c < pushers; ++c) {
+    threads.emplace_back([&, c] {
+      Push(options, static_cast<uint32_t>(100 + c), 1000 + c, end, push);
+    });
+  }
+  for (int c = 0; c < admins; ++c)
+    threads.emplace_back([&] { AskStats(servers, end, stats); });
+  for (auto& thread : threads) thread.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int64_t errors =
+      PrintOps({{&pull, pullers}, {&push, pushers}, {&stats, admins}}, seconds);
+  PrintMemory();
   return errors == 0 ? 0 : 1;
 }

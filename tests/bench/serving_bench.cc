@@ -209,6 +209,325 @@ std::string KeyBytes(uint64_t key, int dim) {
   return absl::StrCat("r", dim, ":", key);
 }
 
+constexpr float kLearningRate = 0.01f;
+constexpr float kGradient = 0.001f;
+
+// What every measurement of a run shares, from the flags.
+struct BenchSetup {
+  int dim = 0;
+  int64_t rows = 0;
+  int batch = 0;
+  ps::WireFormat format = ps::WireFormat::FP32;
+  // Bytes of a row in memory, and as it travels (the MB/s column counts
+  // these for ps_server).
+  double row_bytes = 0;
+  double wire_row_bytes = 0;
+  std::string table;
+};
+
+// The setup the flags ask for; false (said on stderr) for a bad one.
+bool SetupFromFlags(BenchSetup* setup) {
+  setup->dim = absl::GetFlag(FLAGS_dim);
+  setup->rows = absl::GetFlag(FLAGS_rows);
+  setup->batch = absl::GetFlag(FLAGS_batch);
+  if (!ps::WireFormat_Parse(
+          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_wire_format)),
+          &setup->format)) {
+    std::fprintf(stderr, "--wire_format must be fp32, fp16 or bf16\n");
+    return false;
+  }
+  setup->row_bytes = setup->dim * sizeof(float);
+  setup->wire_row_bytes = setup->dim * ps::WireValueBytes(setup->format);
+  setup->table = absl::StrCat("bench_", setup->dim);
+  return true;
+}
+
+// One markdown row; `hit_rate`: the share of the measurement's row lookups
+// the hot tier answered, or "-".
+void PrintRow(const BenchSetup& setup, const std::string& system,
+              const char* op, int clients, const Result& r,
+              const std::string& hit_rate = "-") {
+  const double row_bytes =
+      system.rfind("Redis", 0) == 0 ? setup.row_bytes : setup.wire_row_bytes;
+  std::printf("| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f | %s |\n",
+              system.c_str(), absl::GetFlag(FLAGS_label).c_str(), setup.dim,
+              clients, op, r.rows_per_second / 1e6,
+              r.rows_per_second * row_bytes / 1e6, r.p50_ms, r.p99_ms,
+              hit_rate.c_str());
+  std::fflush(stdout);
+}
+
+// Four clients of a ps_server, each on a channel (a connection) of its own.
+class PsServerClients {
+ public:
+  PsServerClients(const BenchSetup& setup, const std::string& address)
+      : setup_(setup), pull_responses_(4) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    for (int c = 0; c < 4; ++c) {
+      args.SetInt("bench.client", c);
+      stubs_.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args)));
+    }
+    admin_ = ps::Admin::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    std::vector<float> gradients(static_cast<size_t>(setup.batch) * setup.dim,
+                                 kGradient);
+    if (setup.format == ps::WireFormat::FP16)
+      gradient_scale_ = ps::HalfPrecisionScale(gradients);
+    for (float& gradient : gradients) gradient *= gradient_scale_;
+    gradient_bytes_.resize(gradients.size() * ps::WireValueBytes(setup.format));
+    ps::EncodeWireValues(setup.format, gradients, gradient_bytes_.data());
+  }
+
+  bool DeclareTable() {
+    grpc::ClientContext context;
+    ps::DeclareTableRequest request;
+    ps::TableSpec* table = request.mutable_table();
+    table->set_name(setup_.table);
+    table->set_dim(setup_.dim);
+    table->mutable_initializer()->set_kind(ps::InitializerSpec::UNIFORM);
+    table->mutable_initializer()->set_scale(0.1f);
+    table->mutable_optimizer()->set_learning_rate(kLearningRate);
+    ps::DeclareTableResponse response;
+    const grpc::Status status =
+        stubs_[0]->DeclareTable(&context, request, &response);
+    if (!status.ok())
+      std::fprintf(stderr, "declare: %s\n", status.error_message().c_str());
+    return status.ok();
+  }
+
+  bool Push(int client, const std::vector<uint64_t>& keys) {
+    grpc::ClientContext context;
+    ps::PushRequest request;
+    request.set_table(setup_.table);
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                 keys.size() * 8));
+    request.set_gradients(gradient_bytes_.substr(
+        0, keys.size() * setup_.dim * ps::WireValueBytes(setup_.format)));
+    request.set_format(setup_.format);
+    if (gradient_scale_ != 1.0f) request.set_gradient_scale(gradient_scale_);
+    ps::PushResponse response;
+    return stubs_[client]->Push(&context, request, &response).ok();
+  }
+
+  // Into a reply per client, reused as the worker's client reuses its
+  // replies.
+  bool Pull(int client, const std::vector<uint64_t>& keys) {
+    grpc::ClientContext context;
+    ps::PullRequest request;
+    request.set_table(setup_.table);
+    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                 keys.size() * 8));
+    request.set_format(setup_.format);
+    ps::PullResponse& response = pull_responses_[client];
+    return stubs_[client]->Pull(&context, request, &response).ok() &&
+           response.values().size() ==
+               keys.size() * setup_.dim * ps::WireValueBytes(setup_.format);
+  }
+
+  // The shard's hot-tier lookups so far; false when the server has no admin
+  // service (the gRPC ceiling server).
+  bool HotTierLookups(uint64_t* hits, uint64_t* misses) {
+    grpc::ClientContext context;
+    ps::ShardStatsRequest request;
+    ps::ShardStatsResponse response;
+    if (!admin_->ShardStats(&context, request, &response).ok()) return false;
+    *hits = response.hot_tier_hits();
+    *misses = response.hot_tier_misses();
+    return true;
+  }
+
+ private:
+  const BenchSetup setup_;
+  std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs_;
+  std::unique_ptr<ps::Admin::Stub> admin_;
+  float gradient_scale_ = 1.0f;
+  std::string gradient_bytes_;
+  std::vector<ps::PullResponse> pull_responses_;
+};
+
+// Measure() of a ps_server operation, printed with its hit rate.
+template <typename Operation>
+void MeasurePsServerOp(const BenchSetup& setup, PsServerClients& ps,
+                       const char* op, int clients,
+                       const Operation& operation) {
+  uint64_t hits_before = 0, misses_before = 0, hits = 0, misses = 0;
+  const bool stats = ps.HotTierLookups(&hits_before, &misses_before);
+  const Result result = Measure(clients, operation);
+  std::string hit_rate = "-";
+  if (stats && ps.HotTierLookups(&hits, &misses) &&
+      hits + misses > hits_before + misses_before) {
+    hit_rate = absl::StrFormat(
+        "%.1f%%", 100.0 * (hits - hits_before) /
+                      (hits + misses - hits_before - misses_before));
+  }
+  PrintRow(setup, absl::GetFlag(FLAGS_system), op, clients, result, hit_rate);
+}
+
+// Declares the table, stores its rows (pushes of zero gradients store the
+// initial values), waits --settle_s, and measures; the exit code.
+int MeasurePsServer(const BenchSetup& setup) {
+  PsServerClients ps(setup, absl::GetFlag(FLAGS_ps));
+  if (!ps.DeclareTable()) return 1;
+  for (int64_t start = 0; absl::GetFlag(FLAGS_store_rows) && start < setup.rows;
+       start += setup.batch) {
+    std::vector<uint64_t> keys;
+    for (int64_t k = start; k < std::min(setup.rows, start + setup.batch); ++k)
+      keys.push_back(k);
+    if (!ps.Push(0, keys)) {
+      std::fprintf(stderr, "preload failed\n");
+      return 1;
+    }
+  }
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_s)));
+  for (int clients : ClientCounts()) {
+    if (Measures("pull")) {
+      MeasurePsServerOp(setup, ps, "pull", clients,
+                        [&](int c, const std::vector<uint64_t>& keys) {
+                          return ps.Pull(c, keys);
+                        });
+    }
+    if (Measures("push")) {
+      MeasurePsServerOp(setup, ps, "push", clients,
+                        [&](int c, const std::vector<uint64_t>& keys) {
+                          return ps.Push(c, keys);
+                        });
+    }
+  }
+  return 0;
+}
+
+// Four clients of Redis holding the same rows as binary values; a push is a
+// read-modify-write (MGET, SGD on the client, MSET).
+class RedisClients {
+ public:
+  // Null (said on stderr) if a client cannot connect.
+  static std::unique_ptr<RedisClients> Connect(const BenchSetup& setup,
+                                               int port) {
+    auto redis = std::unique_ptr<RedisClients>(new RedisClients(setup));
+    for (int c = 0; c < 4; ++c) {
+      redis->contexts_.push_back(redisConnect("127.0.0.1", port));
+      if (redis->contexts_.back() == nullptr || redis->contexts_.back()->err) {
+        std::fprintf(stderr, "cannot connect to Redis on port %d\n", port);
+        return nullptr;
+      }
+    }
+    return redis;
+  }
+
+  ~RedisClients() {
+    for (redisContext* context : contexts_) {
+      if (context != nullptr) redisFree(context);
+    }
+  }
+
+  // Stores every row.
+  bool Store() {
+    const std::vector<float> row(setup_.dim, 0.05f);
+    for (int64_t start = 0; start < setup_.rows; start += setup_.batch) {
+      std::vector<std::string> parts = {"MSET"};
+      for (int64_t k = start; k < std::min(setup_.rows, start + setup_.batch);
+           ++k) {
+        parts.push_back(KeyBytes(k, setup_.dim));
+        parts.emplace_back(reinterpret_cast<const char*>(row.data()),
+                           setup_.row_bytes);
+      }
+      redisReply* reply = Command(0, parts);
+      if (reply == nullptr) return false;
+      freeReplyObject(reply);
+    }
+    return true;
+  }
+
+  bool Pull(int client, const std::vector<uint64_t>& keys) {
+    redisReply* reply = nullptr;
+    const bool ok = MultiGet(client, keys, &reply);
+    std::vector<float> out(keys.size() * setup_.dim);
+    if (ok) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (reply->element[i]->len == static_cast<size_t>(setup_.row_bytes)) {
+          std::memcpy(&out[i * setup_.dim], reply->element[i]->str,
+                      setup_.row_bytes);
+        }
+      }
+    }
+    if (reply != nullptr) freeReplyObject(reply);
+    return ok;
+  }
+
+  bool Push(int client, const std::vector<uint64_t>& keys) {
+    redisReply* reply = nullptr;
+    if (!MultiGet(client, keys, &reply)) {
+      if (reply != nullptr) freeReplyObject(reply);
+      return false;
+    }
+    std::vector<std::string> parts = {"MSET"};
+    std::vector<float> updated(setup_.dim);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (reply->element[i]->len == static_cast<size_t>(setup_.row_bytes)) {
+        std::memcpy(updated.data(), reply->element[i]->str, setup_.row_bytes);
+      }
+      for (float& w : updated) w -= kLearningRate * kGradient;
+      parts.push_back(KeyBytes(keys[i], setup_.dim));
+      parts.emplace_back(reinterpret_cast<const char*>(updated.data()),
+                         setup_.row_bytes);
+    }
+    freeReplyObject(reply);
+    reply = Command(client, parts);
+    const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
+    if (reply != nullptr) freeReplyObject(reply);
+    return ok;
+  }
+
+ private:
+  explicit RedisClients(const BenchSetup& setup) : setup_(setup) {}
+
+  redisReply* Command(int client, const std::vector<std::string>& parts) {
+    std::vector<const char*> argv_parts;
+    std::vector<size_t> lengths;
+    for (const auto& p : parts) {
+      argv_parts.push_back(p.data());
+      lengths.push_back(p.size());
+    }
+    return static_cast<redisReply*>(redisCommandArgv(
+        contexts_[client], parts.size(), argv_parts.data(), lengths.data()));
+  }
+
+  bool MultiGet(int client, const std::vector<uint64_t>& keys,
+                redisReply** reply) {
+    std::vector<std::string> parts = {"MGET"};
+    for (uint64_t key : keys) parts.push_back(KeyBytes(key, setup_.dim));
+    *reply = Command(client, parts);
+    return *reply != nullptr && (*reply)->type == REDIS_REPLY_ARRAY &&
+           (*reply)->elements == keys.size();
+  }
+
+  const BenchSetup setup_;
+  std::vector<redisContext*> contexts_;
+};
+
+// Stores the rows in Redis and measures; the exit code.
+int MeasureRedis(const BenchSetup& setup, int port) {
+  std::unique_ptr<RedisClients> redis = RedisClients::Connect(setup, port);
+  if (redis == nullptr || !redis->Store()) return 1;
+  for (int clients : ClientCounts()) {
+    if (Measures("pull")) {
+      PrintRow(setup, "Redis 7", "pull", clients,
+               Measure(clients, [&](int c, const std::vector<uint64_t>& keys) {
+                 return redis->Pull(c, keys);
+               }));
+    }
+    if (Measures("push")) {
+      PrintRow(setup, "Redis 7", "push", clients,
+               Measure(clients, [&](int c, const std::vector<uint64_t>& keys) {
+                 return redis->Push(c, keys);
+               }));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,242 +539,9 @@ int main(int argc, char** argv) {
     std::printf("%.0f\n", LoopbackBytesPerSecond());
     return 0;
   }
-  const int dim = absl::GetFlag(FLAGS_dim);
-  const int64_t rows = absl::GetFlag(FLAGS_rows);
-  const int batch = absl::GetFlag(FLAGS_batch);
-  const double row_bytes = dim * sizeof(float);
-  ps::WireFormat format = ps::WireFormat::FP32;
-  if (!ps::WireFormat_Parse(
-          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_wire_format)), &format)) {
-    std::fprintf(stderr, "--wire_format must be fp32, fp16 or bf16\n");
-    return 2;
-  }
-  // Bytes of a row as it travels (the MB/s column counts these).
-  const double wire_row_bytes = dim * ps::WireValueBytes(format);
-  const std::string table = absl::StrCat("bench_", dim);
-  const float learning_rate = 0.01f;
-
-  // --- ps_server -------------------------------------------------------------
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs;
-  for (int c = 0; c < 4; ++c) {
-    args.SetInt("bench.client", c);  // a channel (connection) per client
-    stubs.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
-        absl::GetFlag(FLAGS_ps), grpc::InsecureChannelCredentials(), args)));
-  }
-  {
-    grpc::ClientContext context;
-    ps::DeclareTableRequest request;
-    request.mutable_table()->set_name(table);
-    request.mutable_table()->set_dim(dim);
-    request.mutable_table()->mutable_initializer()->set_kind(
-        ps::InitializerSpec::UNIFORM);
-    request.mutable_table()->mutable_initializer()->set_scale(0.1f);
-    request.mutable_table()->mutable_optimizer()->set_learning_rate(
-        learning_rate);
-    ps::DeclareTableResponse response;
-    grpc::Status status = stubs[0]->DeclareTable(&context, request, &response);
-    if (!status.ok()) {
-      std::fprintf(stderr, "declare: %s\n", status.error_message().c_str());
-      return 1;
-    }
-  }
-  const float kGradient = 0.001f;
-  std::vector<float> gradients(static_cast<size_t>(batch) * dim, kGradient);
-  const float gradient_scale =
-      format == ps::WireFormat::FP16 ? ps::HalfPrecisionScale(gradients) : 1.0f;
-  for (float& gradient : gradients) gradient *= gradient_scale;
-  std::string gradient_bytes(gradients.size() * ps::WireValueBytes(format),
-                             '\0');
-  ps::EncodeWireValues(format, gradients, gradient_bytes.data());
-  auto ps_push = [&](int client, const std::vector<uint64_t>& keys) {
-    grpc::ClientContext context;
-    ps::PushRequest request;
-    request.set_table(table);
-    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
-                                 keys.size() * 8));
-    request.set_gradients(gradient_bytes.substr(
-        0, keys.size() * dim * ps::WireValueBytes(format)));
-    request.set_format(format);
-    if (gradient_scale != 1.0f) request.set_gradient_scale(gradient_scale);
-    ps::PushResponse response;
-    return stubs[client]->Push(&context, request, &response).ok();
-  };
-  // A reply per client, reused as the worker's client reuses its replies.
-  std::vector<ps::PullResponse> pull_responses(4);
-  auto ps_pull = [&](int client, const std::vector<uint64_t>& keys) {
-    grpc::ClientContext context;
-    ps::PullRequest request;
-    request.set_table(table);
-    request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
-                                 keys.size() * 8));
-    request.set_format(format);
-    ps::PullResponse& response = pull_responses[client];
-    return stubs[client]->Pull(&context, request, &response).ok() &&
-           response.values().size() ==
-               keys.size() * dim * ps::WireValueBytes(format);
-  };
-  // Store every row (pushes of zero gradients store the initial values).
-  for (int64_t start = 0; absl::GetFlag(FLAGS_store_rows) && start < rows;
-       start += batch) {
-    std::vector<uint64_t> keys;
-    for (int64_t k = start; k < std::min(rows, start + batch); ++k)
-      keys.push_back(k);
-    if (!ps_push(0, keys)) {
-      std::fprintf(stderr, "preload failed\n");
-      return 1;
-    }
-  }
-  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_settle_s)));
-  // The shard's hot-tier lookups so far, hits and misses; false when the
-  // server has no admin service (the gRPC ceiling server).
-  std::unique_ptr<ps::Admin::Stub> admin =
-      ps::Admin::NewStub(grpc::CreateChannel(
-          absl::GetFlag(FLAGS_ps), grpc::InsecureChannelCredentials()));
-  auto hot_tier_lookups = [&](uint64_t* hits, uint64_t* misses) {
-    grpc::ClientContext context;
-    ps::ShardStatsRequest request;
-    ps::ShardStatsResponse response;
-    if (!admin->ShardStats(&context, request, &response).ok()) return false;
-    *hits = response.hot_tier_hits();
-    *misses = response.hot_tier_misses();
-    return true;
-  };
-  // `hit_rate`: the share of the measurement's row lookups the hot tier
-  // answered, or "-".
-  auto print = [&](const char* system, const char* op, int clients,
-                   const Result& r, const std::string& hit_rate = "-") {
-    std::printf(
-        "| %s | %s | %d | %d | %s | %.2f | %.0f | %.2f | %.2f | %s |\n", system,
-        absl::GetFlag(FLAGS_label).c_str(), dim, clients, op,
-        r.rows_per_second / 1e6,
-        r.rows_per_second *
-            (std::string(system).rfind("Redis", 0) == 0 ? row_bytes
-                                                        : wire_row_bytes) /
-            1e6,
-        r.p50_ms, r.p99_ms, hit_rate.c_str());
-    std::fflush(stdout);
-  };
-  // Measure() of a ps_server operation, printed with its hit rate.
-  auto measure_ps = [&](const std::string& system, const char* op, int clients,
-                        const auto& operation) {
-    uint64_t hits_before = 0, misses_before = 0, hits = 0, misses = 0;
-    const bool stats = hot_tier_lookups(&hits_before, &misses_before);
-    const Result result = Measure(clients, operation);
-    std::string hit_rate = "-";
-    if (stats && hot_tier_lookups(&hits, &misses) &&
-        hits + misses > hits_before + misses_before) {
-      hit_rate = absl::StrFormat(
-          "%.1f%%", 100.0 * (hits - hits_before) /
-                        (hits + misses - hits_before - misses_before));
-    }
-    print(system.c_str(), op, clients, result, hit_rate);
-  };
-  for (int clients : ClientCounts()) {
-    const std::string system = absl::GetFlag(FLAGS_system);
-    if (Measures("pull")) measure_ps(system, "pull", clients, ps_pull);
-    if (Measures("push")) measure_ps(system, "push", clients, ps_push);
-  }
-
-  // --- Redis -----------------------------------------------------------------
+  BenchSetup setup;
+  if (!SetupFromFlags(&setup)) return 2;
+  if (const int code = MeasurePsServer(setup); code != 0) return code;
   const int redis_port = absl::GetFlag(FLAGS_redis_port);
-  if (redis_port == 0) return 0;
-  std::vector<redisContext*> redis;
-  for (int c = 0; c < 4; ++c) {
-    redis.push_back(redisConnect("127.0.0.1", redis_port));
-    if (redis.back() == nullptr || redis.back()->err) {
-      std::fprintf(stderr, "cannot connect to Redis on port %d\n", redis_port);
-      return 1;
-    }
-  }
-  // The same rows as binary values.
-  std::vector<float> row(dim, 0.05f);
-  for (int64_t start = 0; start < rows; start += batch) {
-    std::vector<std::string> parts = {"MSET"};
-    for (int64_t k = start; k < std::min(rows, start + batch); ++k) {
-      parts.push_back(KeyBytes(k, dim));
-      parts.emplace_back(reinterpret_cast<const char*>(row.data()), row_bytes);
-    }
-    std::vector<const char*> argv_parts;
-    std::vector<size_t> lengths;
-    for (const auto& p : parts) {
-      argv_parts.push_back(p.data());
-      lengths.push_back(p.size());
-    }
-    redisReply* reply = static_cast<redisReply*>(redisCommandArgv(
-        redis[0], parts.size(), argv_parts.data(), lengths.data()));
-    if (reply == nullptr) return 1;
-    freeReplyObject(reply);
-  }
-  auto mget = [&](int client, const std::vector<uint64_t>& keys,
-                  redisReply** reply) {
-    std::vector<std::string> parts = {"MGET"};
-    for (uint64_t key : keys) parts.push_back(KeyBytes(key, dim));
-    std::vector<const char*> argv_parts;
-    std::vector<size_t> lengths;
-    for (const auto& p : parts) {
-      argv_parts.push_back(p.data());
-      lengths.push_back(p.size());
-    }
-    *reply = static_cast<redisReply*>(redisCommandArgv(
-        redis[client], parts.size(), argv_parts.data(), lengths.data()));
-    return *reply != nullptr && (*reply)->type == REDIS_REPLY_ARRAY &&
-           (*reply)->elements == keys.size();
-  };
-  auto redis_pull = [&](int client, const std::vector<uint64_t>& keys) {
-    redisReply* reply = nullptr;
-    const bool ok = mget(client, keys, &reply);
-    std::vector<float> out(keys.size() * dim);
-    if (ok) {
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (reply->element[i]->len == static_cast<size_t>(row_bytes)) {
-          std::memcpy(&out[i * dim], reply->element[i]->str, row_bytes);
-        }
-      }
-    }
-    if (reply != nullptr) freeReplyObject(reply);
-    return ok;
-  };
-  auto redis_push = [&](int client, const std::vector<uint64_t>& keys) {
-    redisReply* reply = nullptr;
-    if (!mget(client, keys, &reply)) {
-      if (reply != nullptr) freeReplyObject(reply);
-      return false;
-    }
-    std::vector<std::string> parts = {"MSET"};
-    std::vector<float> updated(dim);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (reply->element[i]->len == static_cast<size_t>(row_bytes)) {
-        std::memcpy(updated.data(), reply->element[i]->str, row_bytes);
-      }
-      for (float& w : updated)
-        w -= learning_rate * kGradient;  // SGD on the client
-      parts.push_back(KeyBytes(keys[i], dim));
-      parts.emplace_back(reinterpret_cast<const char*>(updated.data()),
-                         row_bytes);
-    }
-    freeReplyObject(reply);
-    std::vector<const char*> argv_parts;
-    std::vector<size_t> lengths;
-    for (const auto& p : parts) {
-      argv_parts.push_back(p.data());
-      lengths.push_back(p.size());
-    }
-    reply = static_cast<redisReply*>(redisCommandArgv(
-        redis[client], parts.size(), argv_parts.data(), lengths.data()));
-    const bool ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
-    if (reply != nullptr) freeReplyObject(reply);
-    return ok;
-  };
-  for (int clients : ClientCounts()) {
-    if (Measures("pull")) {
-      print("Redis 7", "pull", clients, Measure(clients, redis_pull));
-    }
-    if (Measures("push")) {
-      print("Redis 7", "push", clients, Measure(clients, redis_push));
-    }
-  }
-  for (redisContext* context : redis) redisFree(context);
-  return 0;
+  return redis_port == 0 ? 0 : MeasureRedis(setup, redis_port);
 }
