@@ -29,6 +29,24 @@ namespace ps::server {
 
 namespace {
 
+// A primary's replication feed as the in-sync recorder sees it.
+class FeedInSync : public cluster::InSyncFeed {
+ public:
+  explicit FeedInSync(embedding::ReplicationFeed* feed) : feed_(feed) {}
+  uint64_t id() const override { return feed_->id(); }
+  std::vector<uint64_t> InSyncFollowers() override {
+    return feed_->InSyncFollowers();
+  }
+  void SetRecordedInSync(
+      std::vector<uint64_t> followers,
+      std::optional<std::vector<uint64_t>> counted) override {
+    feed_->SetRecordedInSync(std::move(followers), std::move(counted));
+  }
+
+ private:
+  embedding::ReplicationFeed* const feed_;
+};
+
 // A restore marks the data dir RESTORING before it writes a row and removes
 // the mark once the dir is whole: a dir with the mark was interrupted. The
 // next --restore_from starts it again; a start without one is refused.
@@ -671,12 +689,14 @@ absl::Status ShardServer::RecordInSyncSet() {
         "an in-sync set is recorded only under --etcd");
   }
   if (feed_ == nullptr) return absl::OkStatus();  // no replicas to record
-  InSyncRecorderOptions options;
+  cluster::InSyncRecorderOptions options;
   options.job = job_;
   options.index = static_cast<int>(shard_index_);
   options.min_in_sync = min_in_sync_replicas_;
-  ASSIGN_OR_RETURN(in_sync_recorder_,
-                   InSyncRecorder::Start(etcd_, feed_.get(), options));
+  in_sync_recorder_.reset();
+  in_sync_feed_ = std::make_unique<FeedInSync>(feed_.get());
+  ASSIGN_OR_RETURN(in_sync_recorder_, cluster::InSyncRecorder::Start(
+                                          etcd_, in_sync_feed_.get(), options));
   return absl::OkStatus();
 }
 

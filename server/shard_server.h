@@ -30,6 +30,7 @@
 #include "cluster/coordination_store.h"
 #include "cluster/coordinator_election.h"
 #include "cluster/etcd_slot_map.h"
+#include "cluster/in_sync_recorder.h"
 #include "cluster/shard_control.h"
 #include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
@@ -38,7 +39,6 @@
 #include "server/call_stats.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
-#include "server/in_sync_recorder.h"
 #include "server/replication_service.h"
 #include "server/shard_metrics.h"
 
@@ -244,7 +244,7 @@ class ShardServer final : public cluster::ShardControl {
 
   // Under --etcd, a primary (or a replica just promoted): keeps the
   // shard's in-sync set in etcd in step with its feed
-  // (server/in_sync_recorder.h); nothing without a feed (no
+  // (cluster/in_sync_recorder.h); nothing without a feed (no
   // --durability=wal). FAILED_PRECONDITION when the shard's generation
   // moved.
   absl::Status RecordInSyncSet() override;
@@ -309,9 +309,10 @@ class ShardServer final : public cluster::ShardControl {
   // clocks_ the job's coordinator while this shard is elected.
   std::unique_ptr<cluster::EtcdSlotMap> etcd_slot_map_;
   std::unique_ptr<cluster::CoordinatorElection> election_;
-  // Under --etcd, a primary's: the in-sync set kept in etcd (before feed_
-  // goes).
-  std::unique_ptr<InSyncRecorder> in_sync_recorder_;
+  // Under --etcd, a primary's: feed_ as the recorder sees it, and the
+  // in-sync set kept in etcd (both before feed_ goes; the recorder first).
+  std::unique_ptr<cluster::InSyncFeed> in_sync_feed_;
+  std::unique_ptr<cluster::InSyncRecorder> in_sync_recorder_;
   cluster::CoordinationStore* etcd_ = nullptr;
   std::string job_;
   uint32_t shard_index_ = 0;

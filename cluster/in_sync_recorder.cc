@@ -1,4 +1,4 @@
-#include "server/in_sync_recorder.h"
+#include "cluster/in_sync_recorder.h"
 
 #include <algorithm>
 #include <iterator>
@@ -10,10 +10,10 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 
-namespace ps::server {
+namespace ps::cluster {
 
 absl::StatusOr<std::unique_ptr<InSyncRecorder>> InSyncRecorder::Start(
-    cluster::CoordinationStore* etcd, embedding::ReplicationFeed* feed,
+    CoordinationStore* etcd, InSyncFeed* feed,
     const InSyncRecorderOptions& options) {
   auto recorder =
       std::unique_ptr<InSyncRecorder>(new InSyncRecorder(etcd, feed, options));
@@ -22,8 +22,8 @@ absl::StatusOr<std::unique_ptr<InSyncRecorder>> InSyncRecorder::Start(
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   absl::Status recorded;
   do {
-    absl::StatusOr<cluster::ShardGeneration> at =
-        cluster::ReadShardGeneration(*etcd, options.job, options.index);
+    absl::StatusOr<ShardGeneration> at =
+        ReadShardGeneration(*etcd, options.job, options.index);
     recorded = at.status();
     if (at.ok()) {
       recorder->at_ = *at;
@@ -62,7 +62,7 @@ absl::Status InSyncRecorder::RecordIfChanged() {
     std::sort(in_sync.begin(), in_sync.end());
     if (*recorded_ == in_sync) return absl::OkStatus();
   }
-  cluster::InSyncSet set;
+  InSyncSet set;
   set.generation = at_.generation;
   set.feed = feed_->id();
   set.followers = in_sync;
@@ -80,7 +80,7 @@ absl::Status InSyncRecorder::RecordIfChanged() {
     feed_->SetRecordedInSync(std::move(either), std::move(both));
   }
   RETURN_IF_ERROR(
-      cluster::WriteInSyncSet(*etcd_, options_.job, options_.index, at_, set));
+      WriteInSyncSet(*etcd_, options_.job, options_.index, at_, set));
   LOG(INFO) << "shard " << options_.index << "'s replicas in sync: "
             << (in_sync.empty() ? std::string("none")
                                 : absl::StrJoin(in_sync, ", "))
@@ -104,4 +104,4 @@ void InSyncRecorder::Run() {
   }
 }
 
-}  // namespace ps::server
+}  // namespace ps::cluster

@@ -1,10 +1,11 @@
-// File: server/in_sync_recorder.h
+// File: cluster/in_sync_recorder.h
 //
 // InSyncRecorder keeps a primary's in-sync set in etcd
-// (cluster/shard_directory.h's InSyncSet) in step with its replication feed:
+// (shard_directory.h's InSyncSet) in step with its replication feed (an
+// InSyncFeed: embedding::ReplicationFeed, through server/shard_server):
 // every `interval` it compares the feed's followers in sync with what it
 // recorded, writes the new set at the shard's generation, and only then
-// tells the feed (ReplicationFeed::SetRecordedInSync()), whose sync waits
+// tells the feed (InSyncFeed::SetRecordedInSync()), whose sync waits
 // hold a push back while a recorded follower lacks it. So a replica leaves
 // the record before any push it lacks is acknowledged, and a replica that
 // the record names holds every acknowledged push: the one a promotion may
@@ -14,11 +15,12 @@
 //
 // Does not own the client or the feed, which must outlive it. Thread-safe.
 
-#ifndef PS_SERVER_IN_SYNC_RECORDER_H_
-#define PS_SERVER_IN_SYNC_RECORDER_H_
+#ifndef PS_CLUSTER_IN_SYNC_RECORDER_H_
+#define PS_CLUSTER_IN_SYNC_RECORDER_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,9 +33,23 @@
 #include "absl/time/time.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
-#include "embedding/replication_feed.h"
 
-namespace ps::server {
+namespace ps::cluster {
+
+// What the recorder needs of a primary's replication feed.
+class InSyncFeed {
+ public:
+  virtual ~InSyncFeed() = default;
+  // The feed's id, which its followers' ids are of.
+  virtual uint64_t id() const = 0;
+  // The followers in sync now, ascending.
+  virtual std::vector<uint64_t> InSyncFollowers() = 0;
+  // The set as recorded in etcd: a sync wait needs each of `followers`,
+  // and only `counted` (default: all of them) count as in sync.
+  virtual void SetRecordedInSync(
+      std::vector<uint64_t> followers,
+      std::optional<std::vector<uint64_t>> counted = std::nullopt) = 0;
+};
 
 struct InSyncRecorderOptions {
   // The job and the shard's index. REQUIRED.
@@ -57,7 +73,7 @@ class InSyncRecorder {
   // own. The errors of the first write (FAILED_PRECONDITION: the generation
   // moved).
   static absl::StatusOr<std::unique_ptr<InSyncRecorder>> Start(
-      cluster::CoordinationStore* etcd, embedding::ReplicationFeed* feed,
+      CoordinationStore* etcd, InSyncFeed* feed,
       const InSyncRecorderOptions& options);
   ~InSyncRecorder();
 
@@ -65,8 +81,7 @@ class InSyncRecorder {
   absl::Status status() const;
 
  private:
-  InSyncRecorder(cluster::CoordinationStore* etcd,
-                 embedding::ReplicationFeed* feed,
+  InSyncRecorder(CoordinationStore* etcd, InSyncFeed* feed,
                  const InSyncRecorderOptions& options)
       : etcd_(etcd), feed_(feed), options_(options) {}
 
@@ -74,10 +89,10 @@ class InSyncRecorder {
   absl::Status RecordIfChanged();
   void Run();
 
-  cluster::CoordinationStore* const etcd_;
-  embedding::ReplicationFeed* const feed_;
+  CoordinationStore* const etcd_;
+  InSyncFeed* const feed_;
   const InSyncRecorderOptions options_;
-  cluster::ShardGeneration at_;
+  ShardGeneration at_;
   // Only the recording thread (and Start() before it) touch it.
   std::optional<std::vector<uint64_t>> recorded_;
   mutable absl::Mutex mu_;
@@ -86,6 +101,6 @@ class InSyncRecorder {
   std::thread thread_;
 };
 
-}  // namespace ps::server
+}  // namespace ps::cluster
 
-#endif  // PS_SERVER_IN_SYNC_RECORDER_H_
+#endif  // PS_CLUSTER_IN_SYNC_RECORDER_H_
