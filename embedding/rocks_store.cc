@@ -8,22 +8,33 @@
 
 namespace ps::embedding {
 
+RocksStore::Batch::Batch(const RocksStore* store)
+    : store_(store), batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+RocksStore::Batch::Batch(Batch&& other) noexcept = default;
+RocksStore::Batch& RocksStore::Batch::operator=(Batch&& other) noexcept =
+    default;
+RocksStore::Batch::~Batch() = default;
+
+bool RocksStore::Batch::empty() const { return batch_->Count() == 0; }
+
+RocksStore::Snapshot::~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+
 void RocksStore::Batch::SetLogMark(uint32_t stripe, uint64_t end_sequence) {
-  batch_.Put(store_->log_handle_, LogKey(stripe, 0),
-             rocksdb::Slice(reinterpret_cast<const char*>(&end_sequence),
-                            sizeof(end_sequence)));
+  batch_->Put(store_->log_handle_, LogKey(stripe, 0),
+              rocksdb::Slice(reinterpret_cast<const char*>(&end_sequence),
+                             sizeof(end_sequence)));
 }
 
 void RocksStore::Batch::StartLogRun(uint64_t run, absl::string_view ledger) {
   // Every key of the family sorts below 13 0xff bytes, the run's and the
   // ledger's included; the Puts below come later in the batch, so they
   // stand.
-  batch_.DeleteRange(store_->log_handle_, rocksdb::Slice(),
-                     std::string(13, '\xff'));
-  batch_.Put(store_->log_handle_, kLogRunKey,
-             rocksdb::Slice(reinterpret_cast<const char*>(&run), sizeof(run)));
-  batch_.Put(store_->log_handle_, kLedgerKey,
-             rocksdb::Slice(ledger.data(), ledger.size()));
+  batch_->DeleteRange(store_->log_handle_, rocksdb::Slice(),
+                      std::string(13, '\xff'));
+  batch_->Put(store_->log_handle_, kLogRunKey,
+              rocksdb::Slice(reinterpret_cast<const char*>(&run), sizeof(run)));
+  batch_->Put(store_->log_handle_, kLedgerKey,
+              rocksdb::Slice(ledger.data(), ledger.size()));
 }
 
 void RocksStore::Batch::Put(TableId table, uint64_t key,
@@ -39,19 +50,19 @@ void RocksStore::Batch::Put(TableId table, uint64_t key,
       rocksdb::Slice(reinterpret_cast<const char*>(&meta), sizeof(meta))};
   const RowKey row_key(key);
   const rocksdb::Slice key_slice = row_key.slice();
-  batch_.Put(store_->Handle(table), rocksdb::SliceParts(&key_slice, 1),
-             rocksdb::SliceParts(parts, 3));
+  batch_->Put(store_->Handle(table), rocksdb::SliceParts(&key_slice, 1),
+              rocksdb::SliceParts(parts, 3));
 }
 
 void RocksStore::Batch::Delete(TableId table, uint64_t key) {
-  batch_.Delete(store_->Handle(table), RowKey(key).slice());
+  batch_->Delete(store_->Handle(table), RowKey(key).slice());
 }
 
 void RocksStore::Batch::DeleteSlots(TableId table, uint32_t first_slot,
                                     uint32_t end_slot) {
-  batch_.DeleteRange(store_->Handle(table),
-                     RowKey::SlotStart(first_slot).slice(),
-                     RowKey::SlotStart(end_slot).slice());
+  batch_->DeleteRange(store_->Handle(table),
+                      RowKey::SlotStart(first_slot).slice(),
+                      RowKey::SlotStart(end_slot).slice());
 }
 
 absl::Status RocksStore::DecodeRow(absl::string_view value,
@@ -94,7 +105,7 @@ absl::StatusOr<TableId> RocksStore::CreateTable(const TableSpec& spec) {
   }
   rocksdb::ColumnFamilyHandle* handle = nullptr;
   rocksdb::Status created = db_->CreateColumnFamily(
-      table_options_, absl::StrCat(kFamilyPrefix, spec.name()), &handle);
+      *table_options_, absl::StrCat(kFamilyPrefix, spec.name()), &handle);
   if (!created.ok()) return FromRocks(created, "creating table " + spec.name());
   rocksdb::WriteOptions durable;
   durable.sync = true;
@@ -210,7 +221,7 @@ RocksStore::ReadMovedLedgers() {
 
 absl::Status RocksStore::Write(Batch* batch) {
   if (batch->empty()) return absl::OkStatus();
-  return WriteWith(write_options_, batch);
+  return WriteWith(*write_options_, batch);
 }
 
 absl::Status RocksStore::WriteSynced(Batch* batch) {
@@ -224,7 +235,7 @@ absl::Status RocksStore::WriteWith(const rocksdb::WriteOptions& options,
   // After a failed write RocksDB refuses writes until it is resumed: a full
   // disk that has room again, say.
   if (needs_resume_.load() && db_->Resume().ok()) needs_resume_ = false;
-  rocksdb::Status written = db_->Write(options, &batch->batch_);
+  rocksdb::Status written = db_->Write(options, batch->batch_.get());
   if (written.IsIOError()) needs_resume_ = true;
   return FromRocks(written, "writing rows");
 }
@@ -449,7 +460,7 @@ absl::Status RocksStore::IngestRows(TableId table,
   const std::string file = absl::StrCat(dir, "/rows-", getpid(), "-",
                                         next_ingest_file_.fetch_add(1), ".sst");
   std::filesystem::remove(file, error);
-  const rocksdb::Options file_options(db_->GetDBOptions(), table_options_);
+  const rocksdb::Options file_options(db_->GetDBOptions(), *table_options_);
   rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), file_options, handle);
   absl::Status written =
       FromRocks(writer.Open(file), absl::StrCat("creating ", file));

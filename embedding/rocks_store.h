@@ -49,8 +49,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
-#include "rocksdb/db.h"
-#include "rocksdb/write_batch.h"
+
+// RocksDB stays behind this header: its users (the embedding store, and
+// through it server/) do not compile RocksDB's headers.
+namespace rocksdb {
+class ColumnFamilyHandle;
+struct ColumnFamilyOptions;
+class DB;
+class Snapshot;
+class WriteBatch;
+struct WriteOptions;
+}  // namespace rocksdb
 
 namespace ps::embedding {
 
@@ -140,6 +149,10 @@ class RocksStore {
   // A set of row writes applied atomically by Write().
   class Batch {
    public:
+    Batch(Batch&& other) noexcept;
+    Batch& operator=(Batch&& other) noexcept;
+    ~Batch();
+
     void Put(TableId table, uint64_t key, absl::Span<const float> row,
              LogPosition position, RowMeta meta);
     void Delete(TableId table, uint64_t key);
@@ -152,13 +165,13 @@ class RocksStore {
     // Deletes every mark and records `run` as the push log's, with the
     // push ledger's snapshot `ledger` (PushLedger::Serialize()).
     void StartLogRun(uint64_t run, absl::string_view ledger);
-    bool empty() const { return batch_.Count() == 0; }
+    bool empty() const;
 
    private:
     friend class RocksStore;
-    explicit Batch(const RocksStore* store) : store_(store) {}
+    explicit Batch(const RocksStore* store);
     const RocksStore* store_;
-    rocksdb::WriteBatch batch_;
+    std::unique_ptr<rocksdb::WriteBatch> batch_;
   };
 
   // Opens (or creates) the database at options.path with every table found
@@ -249,7 +262,7 @@ class RocksStore {
   // RocksDB snapshot, released at destruction. Must not outlive the store.
   class Snapshot {
    public:
-    ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+    ~Snapshot();
     Snapshot(const Snapshot&) = delete;
     Snapshot& operator=(const Snapshot&) = delete;
 
@@ -316,8 +329,8 @@ class RocksStore {
   absl::Status WriteWith(const rocksdb::WriteOptions& options, Batch* batch);
 
   const RocksStoreOptions options_;
-  rocksdb::WriteOptions write_options_;
-  rocksdb::ColumnFamilyOptions table_options_;
+  const std::unique_ptr<rocksdb::WriteOptions> write_options_;
+  const std::unique_ptr<rocksdb::ColumnFamilyOptions> table_options_;
   std::unique_ptr<rocksdb::DB> db_;
   // The default family, which holds the specs.
   rocksdb::ColumnFamilyHandle* specs_handle_ = nullptr;

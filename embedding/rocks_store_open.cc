@@ -425,7 +425,7 @@ absl::StatusOr<std::unique_ptr<RocksStore>> RocksStore::Open(
       options, opened.db.release(), std::exchange(opened.specs, nullptr),
       std::exchange(opened.table_handles, {}),
       std::exchange(opened.log, nullptr), std::move(tables)));
-  store->table_options_ = family;
+  *store->table_options_ = family;
   store->expiry_ = std::move(expiry);
   store->legacy_row_keys_ = legacy_row_keys;
   return store;
@@ -439,13 +439,15 @@ RocksStore::RocksStore(
     rocksdb::ColumnFamilyHandle* log_handle,
     std::vector<StoredTable> opened_tables)
     : options_(options),
+      write_options_(std::make_unique<rocksdb::WriteOptions>()),
+      table_options_(std::make_unique<rocksdb::ColumnFamilyOptions>()),
       db_(db),
       specs_handle_(specs_handle),
       log_handle_(log_handle),
       table_handles_(
           new std::atomic<rocksdb::ColumnFamilyHandle*>[options.max_tables]),
       opened_tables_(std::move(opened_tables)) {
-  write_options_.sync = options.sync_wal;
+  write_options_->sync = options.sync_wal;
   for (uint32_t i = 0; i < options.max_tables; ++i)
     table_handles_[i].store(nullptr);
   for (auto [id, handle] : table_handles) table_handles_[id].store(handle);
