@@ -2,7 +2,7 @@
 //
 // DroppedRowLog remembers, in bounded memory, which stored rows a shard
 // dropped for good and when: expired rows that RocksDB's compactions remove
-// (TableSpec.row_ttl_s). A delta export (EmbeddingStore::Export with
+// (TableSpec.row_ttl_s). A delta export (StoreSnapshots::Export with
 // `changed_since_s`) lists them, so that a serving process that loaded an
 // earlier export forgets them too.
 //

@@ -5,12 +5,11 @@
 // checkpoint, slots, replication), the way RocksDB splits DBImpl over
 // db_impl_*.cc.
 
-#include "embedding/embedding_store.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/push_record.h"
 #include "glog/logging.h"
 
@@ -61,15 +60,15 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   // What an earlier process dropped is not known: the log is complete from
   // now on.
   auto dropped_rows = std::make_shared<DroppedRowLog>(
-      options.max_dropped_rows_remembered, NowSeconds());
+      options.max_dropped_rows_remembered, EmbeddingStoreImpl::NowSeconds());
   rocks_options.on_expired = [dropped_rows](uint32_t table, uint64_t key,
                                             uint32_t when_s) {
     dropped_rows->Record(table, key, when_s);
   };
   ASSIGN_OR_RETURN(std::unique_ptr<RocksStore> rocks,
                    RocksStore::Open(rocks_options));
-  std::unique_ptr<EmbeddingStore> store(
-      new EmbeddingStore(options, dropped_rows, std::move(rocks)));
+  std::unique_ptr<EmbeddingStoreImpl> store(
+      new EmbeddingStoreImpl(options, dropped_rows, std::move(rocks)));
 
   PushLogOptions log_options;
   log_options.dir = options.data_dir + "/push_log";
@@ -101,9 +100,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   return store;
 }
 
-EmbeddingStore::EmbeddingStore(const StoreOptions& options,
-                               std::shared_ptr<DroppedRowLog> dropped_rows,
-                               std::unique_ptr<RocksStore> rocks)
+EmbeddingStoreImpl::EmbeddingStoreImpl(
+    const StoreOptions& options, std::shared_ptr<DroppedRowLog> dropped_rows,
+    std::unique_ptr<RocksStore> rocks)
     : options_(options),
       dropped_rows_(std::move(dropped_rows)),
       rocks_(std::move(rocks)),
@@ -114,7 +113,7 @@ EmbeddingStore::EmbeddingStore(const StoreOptions& options,
   }
 }
 
-EmbeddingStore::~EmbeddingStore() {
+EmbeddingStoreImpl::~EmbeddingStoreImpl() {
   if (flusher_.joinable()) {
     {
       absl::MutexLock lock(&flush_mu_);
@@ -128,7 +127,7 @@ EmbeddingStore::~EmbeddingStore() {
   if (!flushed.ok()) LOG(ERROR) << "final write-back failed: " << flushed;
 }
 
-absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
+absl::StatusOr<const EmbeddingStoreImpl::Table*> EmbeddingStoreImpl::FindTable(
     absl::string_view name) const {
   absl::ReaderMutexLock lock(&tables_mu_);
   auto it = tables_by_name_.find(name);
@@ -138,8 +137,8 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTable(
   return it->second;
 }
 
-absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
-    TableId id) const {
+absl::StatusOr<const EmbeddingStoreImpl::Table*>
+EmbeddingStoreImpl::FindTableById(TableId id) const {
   absl::ReaderMutexLock lock(&tables_mu_);
   if (id >= tables_.size() || tables_[id] == nullptr) {
     return absl::DataLossError(absl::StrCat("no table with id ", id));
@@ -147,19 +146,19 @@ absl::StatusOr<const EmbeddingStore::Table*> EmbeddingStore::FindTableById(
   return tables_[id].get();
 }
 
-uint32_t EmbeddingStore::NowSeconds() {
+uint32_t EmbeddingStoreImpl::NowSeconds() {
   return static_cast<uint32_t>(absl::ToUnixSeconds(absl::Now()));
 }
 
-size_t EmbeddingStore::StripeOf(uint64_t key) const {
+size_t EmbeddingStoreImpl::StripeOf(uint64_t key) const {
   // Fibonacci hashing: the high bits of the product are well mixed, and
   // independent of the low bits that routing (base/routing.h) looks at.
   return ((key * 0x9E3779B97F4A7C15ULL) >> 32) % stripes_.size();
 }
 
-void EmbeddingStore::GroupByStripe(absl::Span<const uint64_t> keys,
-                                   std::vector<uint32_t>* order,
-                                   std::vector<uint32_t>* starts) const {
+void EmbeddingStoreImpl::GroupByStripe(absl::Span<const uint64_t> keys,
+                                       std::vector<uint32_t>* order,
+                                       std::vector<uint32_t>* starts) const {
   const size_t num_stripes = stripes_.size();
   std::vector<uint32_t> stripe_of(keys.size());
   starts->assign(num_stripes + 1, 0);
@@ -175,11 +174,11 @@ void EmbeddingStore::GroupByStripe(absl::Span<const uint64_t> keys,
   }
 }
 
-absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
-                                      absl::Span<const uint64_t> keys,
-                                      bool create,
-                                      std::vector<CachedRow*>* rows,
-                                      std::vector<CachedRow*>* created) {
+absl::Status EmbeddingStoreImpl::LoadRows(const Table& table, Stripe& stripe,
+                                          absl::Span<const uint64_t> keys,
+                                          bool create,
+                                          std::vector<CachedRow*>* rows,
+                                          std::vector<CachedRow*>* created) {
   std::vector<CachedRow*> found_rows(keys.size());
   std::vector<uint32_t> missing_positions;
   std::vector<uint64_t> missing;
@@ -244,11 +243,11 @@ absl::Status EmbeddingStore::LoadRows(const Table& table, Stripe& stripe,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::PushLogHealth() const {
+absl::Status EmbeddingStoreImpl::PushLogHealth() const {
   return push_log_ != nullptr ? push_log_->health() : absl::OkStatus();
 }
 
-StoreStats EmbeddingStore::Stats() {
+StoreStats EmbeddingStoreImpl::Stats() {
   StoreStats stats;
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);

@@ -9,17 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 
 namespace ps::embedding {
 
-absl::Status EmbeddingStore::Checkpoint(const std::string& dir) {
+absl::Status EmbeddingStoreImpl::Checkpoint(const std::string& dir) {
   absl::WriterMutexLock gate(&push_gate_);
   RETURN_IF_ERROR(Flush());
   return rocks_->CreateCheckpoint(dir);
 }
 
-absl::StatusOr<uint32_t> EmbeddingStore::Export(
+absl::StatusOr<uint32_t> EmbeddingStoreImpl::Export(
     const std::vector<ExportTarget>& targets, const ExportOptions& options) {
   if (options.slots.has_value() && options.slots->size() != kNumSlots) {
     return absl::InvalidArgumentError(absl::StrCat("an export's slots name ",
@@ -56,7 +56,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Export(
   return now_s;
 }
 
-absl::StatusOr<std::vector<uint64_t>> EmbeddingStore::DroppedForDelta(
+absl::StatusOr<std::vector<uint64_t>> EmbeddingStoreImpl::DroppedForDelta(
     const Table& table, const ExportOptions& options) const {
   if (!options.changed_since_s.has_value()) return std::vector<uint64_t>();
   const uint32_t since_s = *options.changed_since_s;
@@ -77,12 +77,10 @@ absl::StatusOr<std::vector<uint64_t>> EmbeddingStore::DroppedForDelta(
   return dropped;
 }
 
-absl::Status EmbeddingStore::ExportTable(const Table& table,
-                                         const RocksStore::Snapshot& snapshot,
-                                         const ExportOptions& options,
-                                         uint32_t now_s,
-                                         const std::vector<uint64_t>& dropped,
-                                         ExportSink& sink) {
+absl::Status EmbeddingStoreImpl::ExportTable(
+    const Table& table, const RocksStore::Snapshot& snapshot,
+    const ExportOptions& options, uint32_t now_s,
+    const std::vector<uint64_t>& dropped, ExportSink& sink) {
   std::vector<float> row(table.row_floats);
   const auto owned = [&](uint64_t key) {
     // A row of another slot is another shard's.

@@ -3,12 +3,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "glog/logging.h"
 
 namespace ps::embedding {
 
-void EmbeddingStore::StartTableExpiry(const Table& table) {
+void EmbeddingStoreImpl::StartTableExpiry(const Table& table) {
   ExpiryRule on_disk = table.expiry;
   // A disk copy goes only once a newer update of the row held in memory
   // must have been written back over it (twice the write-back interval):
@@ -21,8 +21,8 @@ void EmbeddingStore::StartTableExpiry(const Table& table) {
   any_expiry_ = true;
 }
 
-bool EmbeddingStore::ExpiredInMemory(const Table& table,
-                                     const CachedRow& row) const {
+bool EmbeddingStoreImpl::ExpiredInMemory(const Table& table,
+                                         const CachedRow& row) const {
   // A dirty row holds an update RocksDB does not have yet: it is recent,
   // or its write-back is failing, and then it must not be dropped.
   return opened_ && table.expiry.ttl_s > 0 && !row.dirty &&
@@ -30,7 +30,7 @@ bool EmbeddingStore::ExpiredInMemory(const Table& table,
                               NowSeconds());
 }
 
-void EmbeddingStore::StartExpiry() {
+void EmbeddingStoreImpl::StartExpiry() {
   absl::ReaderMutexLock lock(&tables_mu_);
   for (const auto& table : tables_) {
     if (table != nullptr && !table->dropped && table->expiry.ttl_s > 0)
@@ -38,8 +38,8 @@ void EmbeddingStore::StartExpiry() {
   }
 }
 
-size_t EmbeddingStore::ExpireRowsInMemory(Stripe& stripe,
-                                          const Table* only_table) {
+size_t EmbeddingStoreImpl::ExpireRowsInMemory(Stripe& stripe,
+                                              const Table* only_table) {
   const uint32_t now_s = NowSeconds();
   // The expiring tables, by id, read once.
   std::vector<const Table*> expiring;
@@ -90,7 +90,7 @@ size_t EmbeddingStore::ExpireRowsInMemory(Stripe& stripe,
   return expired_rows;
 }
 
-absl::StatusOr<ExpireOutcome> EmbeddingStore::Expire(
+absl::StatusOr<ExpireOutcome> EmbeddingStoreImpl::Expire(
     absl::string_view table_name) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   if (table->expiry.ttl_s == 0) {

@@ -1,4 +1,4 @@
-// EmbeddingStore::Export: full exports and deltas (the rows changed since
+// StoreSnapshots::Export: full exports and deltas (the rows changed since
 // an earlier export, and deletions of the rows dropped since).
 
 #include <map>
@@ -21,7 +21,7 @@ using ::absl::StatusCode;
 
 // An export's rows of one table as the store gives them: key -> weights
 // (empty: a deletion), checked to come in the store's order.
-class Part : public EmbeddingStore::ExportSink {
+class Part : public StoreSnapshots::ExportSink {
  public:
   absl::Status Put(uint64_t key, absl::Span<const float> row) override {
     InOrder(key);
@@ -53,9 +53,9 @@ class Part : public EmbeddingStore::ExportSink {
 absl::StatusOr<uint32_t> TryExport(EmbeddingStore& store,
                                    const std::string& table,
                                    std::optional<uint32_t> since, Part* part) {
-  EmbeddingStore::ExportOptions options;
+  StoreSnapshots::ExportOptions options;
   options.changed_since_s = since;
-  return store.Export({{table, part}}, options);
+  return store.snapshots().Export({{table, part}}, options);
 }
 
 // TryExport(), failing the test if it fails.
@@ -125,9 +125,9 @@ TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
   std::vector<bool> slots(kNumSlots, false);
   for (uint32_t slot = 0; slot < kNumSlots / 2; ++slot) slots[slot] = true;
   Part part;
-  EmbeddingStore::ExportOptions options;
+  StoreSnapshots::ExportOptions options;
   options.slots = slots;
-  ASSERT_OK(store->Export({{"emb", &part}}, options).status());
+  ASSERT_OK(store->snapshots().Export({{"emb", &part}}, options).status());
   const auto& rows = part.rows();
   size_t owned = 0;
   for (uint64_t key : keys) {
@@ -141,9 +141,10 @@ TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
 
   options.slots = std::vector<bool>(10, true);
   Part refused;
-  EXPECT_EQ(store->Export({{"emb", &refused}}, options).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->Export({{"emb", nullptr}}, {}).status().code(),
+  EXPECT_EQ(
+      store->snapshots().Export({{"emb", &refused}}, options).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->snapshots().Export({{"emb", nullptr}}, {}).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -204,7 +205,7 @@ TEST_F(EmbeddingStoreTest, ADeltaOfSomeSlotsDeletesTheirRowsAlone) {
   for (uint64_t key : keys) owned += slots[SlotForKey(key)];
   ASSERT_GT(owned, 10u);
   ASSERT_LT(owned, keys.size() - 10);
-  EmbeddingStore::ExportOptions options;
+  StoreSnapshots::ExportOptions options;
   options.changed_since_s = base_time;
   options.slots = slots;
   auto expect_owned_deletions = [&](const Part& part, const char* when) {
@@ -217,12 +218,12 @@ TEST_F(EmbeddingStoreTest, ADeltaOfSomeSlotsDeletesTheirRowsAlone) {
   };
   // Expired but still stored: the scan finds them.
   Part stored;
-  ASSERT_OK(store->Export({{"emb", &stored}}, options).status());
+  ASSERT_OK(store->snapshots().Export({{"emb", &stored}}, options).status());
   expect_owned_deletions(stored, "expired");
   // Compacted away: the store remembers them.
   ASSERT_OK(store->Expire("emb").status());
   Part dropped;
-  ASSERT_OK(store->Export({{"emb", &dropped}}, options).status());
+  ASSERT_OK(store->snapshots().Export({{"emb", &dropped}}, options).status());
   expect_owned_deletions(dropped, "dropped");
 }
 

@@ -18,7 +18,7 @@
 namespace ps::embedding::internal {
 
 // Sets `out` to keys[order[i]] for i in [begin, end): one stripe's share of
-// keys grouped by stripe (EmbeddingStore::GroupByStripe()).
+// keys grouped by stripe (EmbeddingStoreImpl::GroupByStripe()).
 inline void GatherKeys(absl::Span<const uint64_t> keys,
                        absl::Span<const uint32_t> order, uint32_t begin,
                        uint32_t end, std::vector<uint64_t>* out) {

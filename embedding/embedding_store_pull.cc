@@ -6,29 +6,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 
 namespace ps::embedding {
 
-absl::Status EmbeddingStore::Pull(absl::string_view table_name,
-                                  absl::Span<const uint64_t> keys,
-                                  absl::Span<float> out) {
+absl::Status EmbeddingStoreImpl::Pull(absl::string_view table_name,
+                                      absl::Span<const uint64_t> keys,
+                                      absl::Span<float> out) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   return PullRows(*table, keys, table->dim, out);
 }
 
-absl::Status EmbeddingStore::PullWithState(absl::string_view table_name,
-                                           absl::Span<const uint64_t> keys,
-                                           absl::Span<float> out) {
+absl::Status EmbeddingStoreImpl::PullWithState(absl::string_view table_name,
+                                               absl::Span<const uint64_t> keys,
+                                               absl::Span<float> out) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   return PullRows(*table, keys, table->row_floats, out);
 }
 
-absl::Status EmbeddingStore::PullRows(const Table& table,
-                                      absl::Span<const uint64_t> keys,
-                                      size_t floats_per_row,
-                                      absl::Span<float> out) {
+absl::Status EmbeddingStoreImpl::PullRows(const Table& table,
+                                          absl::Span<const uint64_t> keys,
+                                          size_t floats_per_row,
+                                          absl::Span<float> out) {
   const size_t floats = floats_per_row;
   if (out.size() != keys.size() * floats) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -90,9 +90,11 @@ absl::Status EmbeddingStore::PullRows(const Table& table,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::GetRow(absl::string_view table_name, uint64_t key,
-                                    std::vector<float>* weights, bool* stored,
-                                    std::vector<float>* state) {
+absl::Status EmbeddingStoreImpl::GetRow(absl::string_view table_name,
+                                        uint64_t key,
+                                        std::vector<float>* weights,
+                                        bool* stored,
+                                        std::vector<float>* state) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   Stripe& stripe = *stripes_[StripeOf(key)];
   absl::MutexLock lock(&stripe.mu);

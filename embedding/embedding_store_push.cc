@@ -13,7 +13,7 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 #include "embedding/push_record.h"
 #include "glog/logging.h"
@@ -82,7 +82,7 @@ absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
 
 }  // namespace
 
-struct EmbeddingStore::PendingPush {
+struct EmbeddingStoreImpl::PendingPush {
   PushOrigin origin;
   float learning_rate_scale = 1.0f;
   // The table, and its weights and optimizer state per row.
@@ -109,7 +109,7 @@ struct EmbeddingStore::PendingPush {
   std::vector<CachedRow*> created;
 };
 
-absl::StatusOr<PushOutcome> EmbeddingStore::Push(
+absl::StatusOr<PushOutcome> EmbeddingStoreImpl::Push(
     absl::string_view table_name, absl::Span<const uint64_t> keys,
     absl::Span<const float> gradients, const PushOrigin& origin,
     float learning_rate_scale) {
@@ -148,7 +148,7 @@ absl::StatusOr<PushOutcome> EmbeddingStore::Push(
   return PushOutcome{*updated, /*duplicate=*/false};
 }
 
-absl::StatusOr<size_t> EmbeddingStore::ApplyGated(
+absl::StatusOr<size_t> EmbeddingStoreImpl::ApplyGated(
     const Table& table, absl::string_view table_name,
     absl::Span<const uint64_t> keys, absl::Span<const float> gradients,
     const PushOrigin& origin, float learning_rate_scale) {
@@ -188,7 +188,7 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyGated(
   return updated;
 }
 
-absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
+absl::StatusOr<size_t> EmbeddingStoreImpl::FilterAdmitted(
     const Table& table, absl::Span<const uint64_t> keys,
     absl::Span<const float> gradients, std::vector<uint64_t>* kept_keys,
     std::vector<float>* kept_gradients, std::vector<uint64_t>* to_count,
@@ -236,7 +236,7 @@ absl::StatusOr<size_t> EmbeddingStore::FilterAdmitted(
   return held_back.size();
 }
 
-absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
+absl::StatusOr<size_t> EmbeddingStoreImpl::ApplyPush(
     const Table& table, absl::Span<const uint64_t> keys,
     absl::Span<const float> gradients, const PushOrigin& origin,
     float learning_rate_scale) {
@@ -264,7 +264,7 @@ absl::StatusOr<size_t> EmbeddingStore::ApplyPush(
   return push.keys.size();
 }
 
-void EmbeddingStore::PreparePush(const Table& table, PendingPush& push) {
+void EmbeddingStoreImpl::PreparePush(const Table& table, PendingPush& push) {
   const size_t dim = table.dim;
   if (options_.durability == Durability::kWal) {
     // The record is built before the stripes are locked; only the sections'
@@ -285,8 +285,8 @@ void EmbeddingStore::PreparePush(const Table& table, PendingPush& push) {
   }
 }
 
-absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
-                                                 PendingPush& push) {
+absl::Status EmbeddingStoreImpl::UpdateLockedStripes(const Table& table,
+                                                     PendingPush& push) {
   // Load (or create) every row first: an I/O error here changes nothing.
   RETURN_IF_ERROR(LoadPushRows(table, push));
   const uint32_t now_s = NowSeconds();
@@ -296,8 +296,8 @@ absl::Status EmbeddingStore::UpdateLockedStripes(const Table& table,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::LoadPushRows(const Table& table,
-                                          PendingPush& push) {
+absl::Status EmbeddingStoreImpl::LoadPushRows(const Table& table,
+                                              PendingPush& push) {
   push.rows.resize(push.keys.size());
   std::vector<uint64_t> stripe_keys;
   std::vector<CachedRow*> loaded;
@@ -316,8 +316,8 @@ absl::Status EmbeddingStore::LoadPushRows(const Table& table,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::UpdatePushRows(const Table& table,
-                                            PendingPush& push) {
+absl::Status EmbeddingStoreImpl::UpdatePushRows(const Table& table,
+                                                PendingPush& push) {
   const size_t dim = table.dim;
   const size_t row_floats = push.row_floats;
   // Update, keeping each row's values before; a row whose weights or
@@ -344,7 +344,7 @@ absl::Status EmbeddingStore::UpdatePushRows(const Table& table,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::WritePushRecord(PendingPush& push) {
+absl::Status EmbeddingStoreImpl::WritePushRecord(PendingPush& push) {
   push.sequences.assign(push.stripes.size(), 0);
   if (!push.record.has_value()) return absl::OkStatus();
   // Number each stripe's section and write the record while the stripes
@@ -383,7 +383,7 @@ absl::Status EmbeddingStore::WritePushRecord(PendingPush& push) {
   return absl::OkStatus();
 }
 
-void EmbeddingStore::CommitPush(PendingPush& push, uint32_t now_s) {
+void EmbeddingStoreImpl::CommitPush(PendingPush& push, uint32_t now_s) {
   for (size_t j = 0; j < push.stripes.size(); ++j) {
     const size_t s = push.stripes[j]->index;
     for (uint32_t i = push.starts[s]; i < push.starts[s + 1]; ++i) {
@@ -394,7 +394,7 @@ void EmbeddingStore::CommitPush(PendingPush& push, uint32_t now_s) {
   }
 }
 
-void EmbeddingStore::UndoPush(PendingPush& push) {
+void EmbeddingStoreImpl::UndoPush(PendingPush& push) {
   const size_t row_floats = push.row_floats;
   for (size_t i = 0; i < push.applied; ++i) {
     std::memcpy(push.rows[i]->floats(), &push.before[i * row_floats],
@@ -407,7 +407,7 @@ void EmbeddingStore::UndoPush(PendingPush& push) {
   push.created.clear();
 }
 
-absl::Status EmbeddingStore::FinishLoggedPush(const PendingPush& push) {
+absl::Status EmbeddingStoreImpl::FinishLoggedPush(const PendingPush& push) {
   if (absl::Status synced = push_log_->Sync(push.ticket); !synced.ok()) {
     return absl::Status(
         synced.code(),

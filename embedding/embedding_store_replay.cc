@@ -8,14 +8,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 #include "embedding/push_record.h"
 #include "glog/logging.h"
 
 namespace ps::embedding {
 
-struct EmbeddingStore::Replay {
+struct EmbeddingStoreImpl::Replay {
   // Where a section above its stripe's mark lies, for the second pass.
   struct Section {
     uint32_t stripe;
@@ -39,7 +39,7 @@ struct EmbeddingStore::Replay {
   size_t rows_written = 0;
 };
 
-absl::Status EmbeddingStore::ReplayPushLog() {
+absl::Status EmbeddingStoreImpl::ReplayPushLog() {
   Replay replay;
   RETURN_IF_ERROR(OpenReplay(replay));
   RETURN_IF_ERROR(IndexPushLog(replay));
@@ -54,7 +54,7 @@ absl::Status EmbeddingStore::ReplayPushLog() {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::OpenReplay(Replay& replay) {
+absl::Status EmbeddingStoreImpl::OpenReplay(Replay& replay) {
   std::string ledger;
   RETURN_IF_ERROR(rocks_->ReadLogState(&replay.run, &replay.marks, &ledger));
   if (!ledger.empty()) RETURN_IF_ERROR(ledger_.Merge(ledger));
@@ -71,7 +71,7 @@ absl::Status EmbeddingStore::OpenReplay(Replay& replay) {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::IndexPushLog(Replay& replay) {
+absl::Status EmbeddingStoreImpl::IndexPushLog(Replay& replay) {
   // Sections are applied by stripe, then sequence (application order),
   // which need not be the order they were appended in; reading them back
   // one at a time keeps a long log out of memory.
@@ -89,9 +89,9 @@ absl::Status EmbeddingStore::IndexPushLog(Replay& replay) {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::IndexRecord(Replay& replay,
-                                         PushLog::Location location,
-                                         absl::string_view record) {
+absl::Status EmbeddingStoreImpl::IndexRecord(Replay& replay,
+                                             PushLog::Location location,
+                                             absl::string_view record) {
   ++replay.records;
   ASSIGN_OR_RETURN(const PushRecordHeader header, ReadRecordHeader(record));
   auto corrupt = [&](absl::string_view why) {
@@ -121,7 +121,7 @@ absl::Status EmbeddingStore::IndexRecord(Replay& replay,
   return absl::OkStatus();
 }
 
-absl::StatusOr<PushRecordHeader> EmbeddingStore::ReadRecordHeader(
+absl::StatusOr<PushRecordHeader> EmbeddingStoreImpl::ReadRecordHeader(
     absl::string_view record) {
   ASSIGN_OR_RETURN(PushRecordHeader header, DecodePushRecordHeader(record));
   if (header.kind == PushRecordHeader::Kind::kLedger) {
@@ -135,7 +135,7 @@ absl::StatusOr<PushRecordHeader> EmbeddingStore::ReadRecordHeader(
   return header;
 }
 
-absl::Status EmbeddingStore::ApplyReplayedSections(Replay& replay) {
+absl::Status EmbeddingStoreImpl::ApplyReplayedSections(Replay& replay) {
   // Nothing is evicted until the replayed rows are written back in
   // StartNextRun(). A replayed update counts as made now.
   const uint32_t replay_now_s = NowSeconds();
@@ -182,7 +182,7 @@ absl::Status EmbeddingStore::ApplyReplayedSections(Replay& replay) {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::StartNextRun(Replay& replay) {
+absl::Status EmbeddingStoreImpl::StartNextRun(Replay& replay) {
   const uint64_t next_run = replay.run + 1;
   // The replayed rows and the new run in one synced write: from then on
   // the old segments are not needed, and a crash before they are deleted

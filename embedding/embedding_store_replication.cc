@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/push_record.h"
 
 namespace ps::embedding {
 
-absl::Status EmbeddingStore::SetReplicationFeed(ReplicationFeed* feed) {
+absl::Status EmbeddingStoreImpl::SetReplicationFeed(ReplicationFeed* feed) {
   if (options_.durability != Durability::kWal) {
     return absl::FailedPreconditionError(
         "replicas follow a shard's push log: the primary needs "
@@ -26,8 +26,8 @@ absl::Status EmbeddingStore::SetReplicationFeed(ReplicationFeed* feed) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EmbeddingStore::ReplicaCut> EmbeddingStore::CheckpointForReplica(
-    const std::string& dir) {
+absl::StatusOr<EmbeddingStoreImpl::ReplicaCut>
+EmbeddingStoreImpl::CheckpointForReplica(const std::string& dir) {
   ReplicationFeed* feed = feed_.load();
   if (feed == nullptr) {
     return absl::FailedPreconditionError(
@@ -48,8 +48,8 @@ absl::StatusOr<EmbeddingStore::ReplicaCut> EmbeddingStore::CheckpointForReplica(
   return cut;
 }
 
-void EmbeddingStore::FeedSlotRows(const Table& table,
-                                  absl::Span<const SlotRow> rows) {
+void EmbeddingStoreImpl::FeedSlotRows(const Table& table,
+                                      absl::Span<const SlotRow> rows) {
   ReplicationFeed* feed = feed_.load();
   if (feed == nullptr || rows.empty()) return;
   FeedEntry entry;
@@ -71,8 +71,8 @@ void EmbeddingStore::FeedSlotRows(const Table& table,
   feed->Append(std::move(entry));
 }
 
-absl::Status EmbeddingStore::MergeMovedLedger(uint32_t source_shard,
-                                              absl::string_view ledger) {
+absl::Status EmbeddingStoreImpl::MergeMovedLedger(uint32_t source_shard,
+                                                  absl::string_view ledger) {
   absl::MutexLock lock(&moved_ledgers_mu_);
   std::unique_ptr<PushLedger>& merged = moved_ledgers_[source_shard];
   if (merged == nullptr) merged = std::make_unique<PushLedger>();
@@ -90,7 +90,7 @@ absl::Status EmbeddingStore::MergeMovedLedger(uint32_t source_shard,
 }
 
 std::vector<std::pair<uint32_t, std::string>>
-EmbeddingStore::SerializeMovedLedgers() {
+EmbeddingStoreImpl::SerializeMovedLedgers() {
   absl::MutexLock lock(&moved_ledgers_mu_);
   std::vector<std::pair<uint32_t, std::string>> ledgers;
   for (const auto& [source, ledger] : moved_ledgers_)
@@ -98,7 +98,7 @@ EmbeddingStore::SerializeMovedLedgers() {
   return ledgers;
 }
 
-absl::StatusOr<std::optional<uint32_t>> EmbeddingStore::MovedPushApplied(
+absl::StatusOr<std::optional<uint32_t>> EmbeddingStoreImpl::MovedPushApplied(
     uint32_t source_shard, const PushOrigin& origin) {
   PushLedger* ledger = nullptr;
   {
@@ -110,7 +110,7 @@ absl::StatusOr<std::optional<uint32_t>> EmbeddingStore::MovedPushApplied(
   return ledger->Applied(origin);
 }
 
-void EmbeddingStore::FeedDeletedSlots(
+void EmbeddingStoreImpl::FeedDeletedSlots(
     absl::Span<const std::pair<uint32_t, uint32_t>> ranges) {
   ReplicationFeed* feed = feed_.load();
   if (feed == nullptr) return;
@@ -123,7 +123,7 @@ void EmbeddingStore::FeedDeletedSlots(
   feed->Append(std::move(entry));
 }
 
-absl::Status EmbeddingStore::ApplySlotRows(const FeedEntry& entry) {
+absl::Status EmbeddingStoreImpl::ApplySlotRows(const FeedEntry& entry) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(entry.table()));
   const size_t count = entry.slot_keys().size() / sizeof(uint64_t);
   const size_t row_bytes =
@@ -156,7 +156,7 @@ absl::Status EmbeddingStore::ApplySlotRows(const FeedEntry& entry) {
   return Flush();
 }
 
-absl::Status EmbeddingStore::ApplyDeletedSlots(const FeedEntry& entry) {
+absl::Status EmbeddingStoreImpl::ApplyDeletedSlots(const FeedEntry& entry) {
   const auto& bounds = entry.deleted_slots();
   if (bounds.size() % 2 != 0) {
     return absl::DataLossError(absl::StrCat("feed entry ", entry.sequence(),
@@ -180,7 +180,7 @@ absl::Status EmbeddingStore::ApplyDeletedSlots(const FeedEntry& entry) {
       .status();
 }
 
-absl::Status EmbeddingStore::ApplyFeedEntry(const FeedEntry& entry) {
+absl::Status EmbeddingStoreImpl::ApplyFeedEntry(const FeedEntry& entry) {
   switch (entry.kind()) {
     case FeedEntry::DECLARE_TABLE:
       return DeclareTable(entry.spec()).status();

@@ -55,9 +55,10 @@ class ReplicationTest : public EmbeddingStoreTest {
   std::string CopyDir() const { return options_.data_dir + "-copy"; }
 
   // A replica's copy of `primary` cut into CopyDir() (emptied first).
-  absl::StatusOr<EmbeddingStore::ReplicaCut> CutCopy(EmbeddingStore& primary) {
+  absl::StatusOr<StoreReplication::ReplicaCut> CutCopy(
+      EmbeddingStore& primary) {
     std::filesystem::remove_all(CopyDir());
-    return primary.CheckpointForReplica(CopyDir());
+    return primary.replication().CheckpointForReplica(CopyDir());
   }
 
   int sequence_ = 0;
@@ -66,7 +67,7 @@ class ReplicationTest : public EmbeddingStoreTest {
 TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
-  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
   TableSpec adagrad = SgdTable("adagrad", 8);
   adagrad.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
   adagrad.mutable_optimizer()->set_learning_rate(0.05f);
@@ -75,9 +76,9 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
     PushRound(*primary, "adagrad", 8, round, 300);
 
   const std::string copy = CopyDir();
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut_or = CutCopy(*primary);
+  absl::StatusOr<StoreReplication::ReplicaCut> cut_or = CutCopy(*primary);
   ASSERT_OK(cut_or.status());
-  const EmbeddingStore::ReplicaCut cut = *cut_or;
+  const StoreReplication::ReplicaCut cut = *cut_or;
   EXPECT_EQ(cut.start_sequence, feed.head());
 
   // After the cut: more pushes (one scaled), a new learning rate, a new
@@ -104,9 +105,10 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   StoreOptions replica_options = options_;
   replica_options.data_dir = copy;
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
-  ASSERT_OK(replica->MergeLedger(cut.ledger));
+  ASSERT_OK(replica->replication().MergeLedger(cut.ledger));
   for (const FeedEntry& entry : entries) {
-    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.ShortDebugString();
+    ASSERT_OK(replica->replication().ApplyFeedEntry(entry))
+        << entry.ShortDebugString();
   }
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
   EXPECT_EQ(Rows(*replica, "admitted", 50), Rows(*primary, "admitted", 50));
@@ -119,7 +121,7 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   // An entry read twice (a follower that retried) changes nothing: the
   // ledger knows its origin. So does a push from before the cut, from the
   // copied ledger.
-  ASSERT_OK(replica->ApplyFeedEntry(entries.front()));
+  ASSERT_OK(replica->replication().ApplyFeedEntry(entries.front()));
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
   absl::StatusOr<std::optional<uint32_t>> first =
       replica->AppliedPush(PushOrigin{1, 1, 1});
@@ -138,10 +140,10 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
 TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
-  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
   ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
   const std::string copy = CopyDir();
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
+  absl::StatusOr<StoreReplication::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
 
   std::vector<SlotRow> written, ingested;
@@ -153,12 +155,12 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
     row.meta.push_count = key;
     (key <= 100 ? written : ingested).push_back(row);
   }
-  ASSERT_OK(primary->WriteSlotRows("t", written));
-  ASSERT_OK(primary->IngestSlotRows("t", ingested));
+  ASSERT_OK(primary->slots().WriteSlotRows("t", written));
+  ASSERT_OK(primary->slots().IngestSlotRows("t", ingested));
   const uint32_t doomed = SlotForKey(written.front().key);
   ASSERT_OK(
-      primary
-          ->DeleteSlotRows([doomed](uint32_t slot) { return slot == doomed; })
+      primary->slots()
+          .DeleteSlotRows([doomed](uint32_t slot) { return slot == doomed; })
           .status());
 
   std::vector<FeedEntry> entries;
@@ -169,7 +171,8 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   replica_options.data_dir = copy;
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
   for (const FeedEntry& entry : entries) {
-    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.ShortDebugString();
+    ASSERT_OK(replica->replication().ApplyFeedEntry(entry))
+        << entry.ShortDebugString();
   }
   // Durable: the same after a restart.
   replica.reset();
@@ -194,20 +197,23 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   // An entry whose bytes do not add up is refused, nothing applied.
   FeedEntry torn = entries.front();
   torn.mutable_slot_floats()->resize(torn.slot_floats().size() - 1);
-  EXPECT_EQ(replica->ApplyFeedEntry(torn).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(replica->replication().ApplyFeedEntry(torn).code(),
+            absl::StatusCode::kDataLoss);
   FeedEntry odd;
   odd.set_kind(FeedEntry::DELETE_SLOTS);
   odd.add_deleted_slots(5);
-  EXPECT_EQ(replica->ApplyFeedEntry(odd).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(replica->replication().ApplyFeedEntry(odd).code(),
+            absl::StatusCode::kDataLoss);
   odd.add_deleted_slots(kNumSlots + 1);
-  EXPECT_EQ(replica->ApplyFeedEntry(odd).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(replica->replication().ApplyFeedEntry(odd).code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
-  ASSERT_OK(primary->SetReplicationFeed(&feed));
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
+  ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
+  absl::StatusOr<StoreReplication::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
   // Shard 3's ledger: worker 5 applied sequences 1 and 2; a later move
   // brings sequence 3.
@@ -217,10 +223,10 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
     ASSERT_OK(source.Begin(origin).status());
     source.Finish(origin, /*applied=*/true, 10 * sequence);
     if (sequence == 2) {
-      ASSERT_OK(primary->MergeMovedLedger(3, source.Serialize()));
+      ASSERT_OK(primary->slots().MergeMovedLedger(3, source.Serialize()));
     }
   }
-  ASSERT_OK(primary->MergeMovedLedger(3, source.Serialize()));
+  ASSERT_OK(primary->slots().MergeMovedLedger(3, source.Serialize()));
   auto applied = [](EmbeddingStore& store, uint32_t shard, uint64_t sequence) {
     absl::StatusOr<std::optional<uint32_t>> rows =
         store.MovedPushApplied(shard, PushOrigin{5, 9, sequence});
@@ -236,7 +242,7 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
   primary = OpenStore(options_);
   EXPECT_EQ(applied(*primary, 3, 3), 30u);
   // Handed on by a move from this store, by source shard.
-  const auto handed = primary->SerializeMovedLedgers();
+  const auto handed = primary->slots().SerializeMovedLedgers();
   ASSERT_EQ(handed.size(), 1u);
   EXPECT_EQ(handed[0].first, 3u);
   EXPECT_EQ(handed[0].second, source.Serialize());
@@ -249,23 +255,23 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
   replica_options.data_dir = CopyDir();
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
   for (const FeedEntry& entry : entries) {
-    ASSERT_OK(replica->ApplyFeedEntry(entry));
+    ASSERT_OK(replica->replication().ApplyFeedEntry(entry));
   }
   EXPECT_EQ(applied(*replica, 3, 1), 10u);
   EXPECT_EQ(applied(*replica, 3, 3), 30u);
   FeedEntry damaged = entries.back();
   damaged.set_record("not a ledger");
-  EXPECT_EQ(replica->ApplyFeedEntry(damaged).code(),
+  EXPECT_EQ(replica->replication().ApplyFeedEntry(damaged).code(),
             absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
-  ASSERT_OK(primary->SetReplicationFeed(&feed));
+  ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
   ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
   const std::string copy = CopyDir();
-  absl::StatusOr<EmbeddingStore::ReplicaCut> cut = CutCopy(*primary);
+  absl::StatusOr<StoreReplication::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
   // Push 1 is refused as busy, 2..400 are applied, then 1's retry: the
   // primary's ledger remembers the refusal and applies it.
@@ -287,9 +293,9 @@ TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   StoreOptions replica_options = options_;
   replica_options.data_dir = copy;
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
-  ASSERT_OK(replica->MergeLedger(cut->ledger));
+  ASSERT_OK(replica->replication().MergeLedger(cut->ledger));
   for (const FeedEntry& entry : entries) {
-    ASSERT_OK(replica->ApplyFeedEntry(entry)) << entry.sequence();
+    ASSERT_OK(replica->replication().ApplyFeedEntry(entry)) << entry.sequence();
   }
   EXPECT_EQ(PullRows(*replica, "t", keys, 4), PullRows(*primary, "t", keys, 4));
 }
@@ -298,11 +304,13 @@ TEST_F(ReplicationTest, APrimaryWithoutAPushLogFeedsNobody) {
   options_.durability = Durability::kPeriodic;
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
-  EXPECT_EQ(store->SetReplicationFeed(&feed).code(),
+  EXPECT_EQ(store->replication().SetReplicationFeed(&feed).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(
-      store->CheckpointForReplica(options_.data_dir + "-copy").status().code(),
-      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->replication()
+                .CheckpointForReplica(options_.data_dir + "-copy")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 
 namespace ps::embedding {
@@ -37,7 +37,7 @@ std::vector<SlotRange> SlotRanges(const std::function<bool(uint32_t)>& in) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
+absl::StatusOr<std::vector<SlotRow>> EmbeddingStoreImpl::ReadSlotRows(
     absl::string_view table_name,
     const std::function<bool(uint32_t slot)>& in_move,
     std::optional<uint64_t> after, size_t max_rows, bool* done) {
@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadSlotRows(
   return rows;
 }
 
-absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadRowsOfKeys(
+absl::StatusOr<std::vector<SlotRow>> EmbeddingStoreImpl::ReadRowsOfKeys(
     absl::string_view table_name, absl::Span<const uint64_t> keys) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   std::vector<uint32_t> order;
@@ -101,7 +101,7 @@ absl::StatusOr<std::vector<SlotRow>> EmbeddingStore::ReadRowsOfKeys(
   return rows;
 }
 
-absl::Status EmbeddingStore::CheckSlotRows(
+absl::Status EmbeddingStoreImpl::CheckSlotRows(
     const Table& table, absl::Span<const SlotRow> rows) const {
   for (const SlotRow& row : rows) {
     if (row.floats.size() != static_cast<size_t>(table.row_floats)) {
@@ -114,8 +114,8 @@ absl::Status EmbeddingStore::CheckSlotRows(
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
-                                           absl::Span<const SlotRow> rows) {
+absl::Status EmbeddingStoreImpl::WriteSlotRows(absl::string_view table_name,
+                                               absl::Span<const SlotRow> rows) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   RETURN_IF_ERROR(CheckSlotRows(*table, rows));
   std::vector<uint32_t> order;
@@ -150,8 +150,8 @@ absl::Status EmbeddingStore::WriteSlotRows(absl::string_view table_name,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::IngestSlotRows(absl::string_view table_name,
-                                            absl::Span<const SlotRow> rows) {
+absl::Status EmbeddingStoreImpl::IngestSlotRows(
+    absl::string_view table_name, absl::Span<const SlotRow> rows) {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   RETURN_IF_ERROR(CheckSlotRows(*table, rows));
   std::vector<uint32_t> order;
@@ -192,7 +192,7 @@ absl::Status EmbeddingStore::IngestSlotRows(absl::string_view table_name,
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> EmbeddingStore::DeleteSlotRows(
+absl::StatusOr<uint64_t> EmbeddingStoreImpl::DeleteSlotRows(
     const std::function<bool(uint32_t slot)>& doomed) {
   std::vector<const Table*> tables;
   {

@@ -42,7 +42,7 @@ std::vector<SlotRow> ReadAll(EmbeddingStore& store, size_t page) {
   bool done = false;
   while (!done) {
     absl::StatusOr<std::vector<SlotRow>> rows =
-        store.ReadSlotRows("t", InMove, after, page, &done);
+        store.slots().ReadSlotRows("t", InMove, after, page, &done);
     EXPECT_OK(rows);
     if (!rows.ok()) break;
     EXPECT_LE(rows->size(), page);
@@ -108,7 +108,7 @@ TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
     const std::vector<uint64_t> stale(moving.begin(), moving.begin() + 4);
     ASSERT_OK(target->Push("t", stale,
                            std::vector<float>(stale.size() * kDim, 5.0f)));
-    ASSERT_OK(target->WriteSlotRows("t", read));
+    ASSERT_OK(target->slots().WriteSlotRows("t", read));
     EXPECT_EQ(RowsWithState(*target, moving), RowsWithState(*source, moving));
     // What a move does before its switch.
     ASSERT_OK(target->Flush());
@@ -132,7 +132,7 @@ TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
   }
 
   // The source lets the moved rows go, in memory and on disk.
-  absl::StatusOr<uint64_t> deleted = source->DeleteSlotRows(InMove);
+  absl::StatusOr<uint64_t> deleted = source->slots().DeleteSlotRows(InMove);
   ASSERT_OK(deleted);
   EXPECT_EQ(*deleted, moving.size());
   for (uint64_t key : moving) {
@@ -169,7 +169,7 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
       {
         auto target = OpenStore(target_options_);
         if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
-        if (!target->WriteSlotRows("t", read).ok()) std::_Exit(2);
+        if (!target->slots().WriteSlotRows("t", read).ok()) std::_Exit(2);
         if (!target->Flush().ok()) std::_Exit(3);
         std::_Exit(0);
       },
@@ -188,11 +188,12 @@ TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
   ASSERT_OK(store->DeclareTable(AdagradTable()));
   ASSERT_OK(store->Push("t", {1, 2}, std::vector<float>(2 * kDim, 0.5f)));
   bool done = false;
-  absl::StatusOr<std::vector<SlotRow>> on_disk = store->ReadSlotRows(
+  absl::StatusOr<std::vector<SlotRow>> on_disk = store->slots().ReadSlotRows(
       "t", [](uint32_t) { return true; }, std::nullopt, 100, &done);
   ASSERT_OK(on_disk);
   EXPECT_TRUE(on_disk->empty());
-  absl::StatusOr<std::vector<SlotRow>> hot = store->ReadRowsOfKeys("t", {2, 1});
+  absl::StatusOr<std::vector<SlotRow>> hot =
+      store->slots().ReadRowsOfKeys("t", {2, 1});
   ASSERT_OK(hot);
   ASSERT_EQ(hot->size(), 2u);
   EXPECT_EQ((*hot)[0].key, 1u);
@@ -211,7 +212,7 @@ TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
       store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.5f)));
   ASSERT_OK(store->Push("t", {1}, std::vector<float>(kDim, 0.25f)));
   absl::StatusOr<std::vector<SlotRow>> rows =
-      store->ReadRowsOfKeys("t", {2, 1, 99, 3});
+      store->slots().ReadRowsOfKeys("t", {2, 1, 99, 3});
   ASSERT_OK(rows);
   ASSERT_EQ(rows->size(), 3u);  // 99 has no row
   EXPECT_EQ((*rows)[0].key, 1u);
@@ -221,7 +222,7 @@ TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
   EXPECT_EQ((*rows)[1].meta.push_count, 1u);
   const std::vector<uint64_t> one = {1};
   EXPECT_EQ(RowsWithState(*store, one), (*rows)[0].floats);
-  EXPECT_EQ(store->ReadRowsOfKeys("missing", {1}).status().code(),
+  EXPECT_EQ(store->slots().ReadRowsOfKeys("missing", {1}).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -231,13 +232,14 @@ TEST_F(SlotRowsTest, RowsOfAnotherSizeAreRefused) {
   SlotRow row;
   row.key = 1;
   row.floats.assign(kDim, 1.0f);  // no optimizer state
-  EXPECT_THAT(store->WriteSlotRows("t", {row}),
+  EXPECT_THAT(store->slots().WriteSlotRows("t", {row}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->WriteSlotRows("missing", {}),
+  EXPECT_THAT(store->slots().WriteSlotRows("missing", {}),
               StatusIs(absl::StatusCode::kNotFound));
   bool done = false;
-  EXPECT_THAT(store->ReadSlotRows("missing", InMove, std::nullopt, 1, &done),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      store->slots().ReadSlotRows("missing", InMove, std::nullopt, 1, &done),
+      StatusIs(absl::StatusCode::kNotFound));
 }
 
 // Slots in several ranges, one of a single slot, the first and last
@@ -277,7 +279,7 @@ TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
   bool done = false;
   while (!done) {
     absl::StatusOr<std::vector<SlotRow>> rows =
-        store->ReadSlotRows("t", InScatteredRanges, after, 7, &done);
+        store->slots().ReadSlotRows("t", InScatteredRanges, after, 7, &done);
     ASSERT_OK(rows);
     ASSERT_LE(rows->size(), 7u);
     for (const SlotRow& row : *rows) read.push_back(row.key);
@@ -285,7 +287,8 @@ TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
   }
   EXPECT_EQ(read, expected);
 
-  absl::StatusOr<uint64_t> deleted = store->DeleteSlotRows(InScatteredRanges);
+  absl::StatusOr<uint64_t> deleted =
+      store->slots().DeleteSlotRows(InScatteredRanges);
   ASSERT_OK(deleted);
   EXPECT_EQ(*deleted, expected.size());
   store.reset();
@@ -322,16 +325,16 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
     ASSERT_OK(target->Push("t", {moved[0]}, std::vector<float>(kDim, 3.0f)));
     // Rows in another order than read: the store sorts them.
     std::vector<SlotRow> shuffled(read.rbegin(), read.rend());
-    ASSERT_OK(target->IngestSlotRows("t", shuffled));
+    ASSERT_OK(target->slots().IngestSlotRows("t", shuffled));
     EXPECT_EQ(RowsWithState(*target, moved), RowsWithState(*source, moved));
     std::vector<SlotRow> twice = {read[0], read[0]};
-    EXPECT_THAT(target->IngestSlotRows("t", twice),
+    EXPECT_THAT(target->slots().IngestSlotRows("t", twice),
                 StatusIs(absl::StatusCode::kInvalidArgument));
     SlotRow short_row = read[0];
     short_row.floats.pop_back();
-    EXPECT_THAT(target->IngestSlotRows("t", {short_row}),
+    EXPECT_THAT(target->slots().IngestSlotRows("t", {short_row}),
                 StatusIs(absl::StatusCode::kInvalidArgument));
-    EXPECT_THAT(target->IngestSlotRows("missing", read),
+    EXPECT_THAT(target->slots().IngestSlotRows("missing", read),
                 StatusIs(absl::StatusCode::kNotFound));
     // A refused ingestion leaves the hot tier as it was.
     std::vector<SlotRow> with_twice = {read[0], read[1], read[0]};
@@ -340,7 +343,7 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
     ASSERT_OK(target->Push("t", first, std::vector<float>(kDim, 1.0f)));
     const std::vector<float> pushed = RowsWithState(*target, first);
     ASSERT_NE(pushed, before);
-    EXPECT_THAT(target->IngestSlotRows("t", with_twice),
+    EXPECT_THAT(target->slots().IngestSlotRows("t", with_twice),
                 StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_EQ(RowsWithState(*target, first), pushed);
   }
@@ -352,7 +355,7 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
       {
         auto target = OpenStore(target_options_);
         if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
-        if (!target->IngestSlotRows("t", read).ok()) std::_Exit(2);
+        if (!target->slots().IngestSlotRows("t", read).ok()) std::_Exit(2);
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");

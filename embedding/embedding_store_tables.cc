@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -152,8 +152,8 @@ absl::Status ValidateTableSpec(const TableSpec& spec, uint32_t max_dim) {
 
 }  // namespace
 
-absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
-                                      bool created_empty) {
+absl::Status EmbeddingStoreImpl::AddTable(const StoredTable& stored,
+                                          bool created_empty) {
   const TableSpec& spec = stored.spec;
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    Optimizer::Create(spec.optimizer()));
@@ -187,7 +187,8 @@ absl::Status EmbeddingStore::AddTable(const StoredTable& stored,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
+absl::StatusOr<bool> EmbeddingStoreImpl::DeclareTable(
+    const TableSpec& raw_spec) {
   RETURN_IF_ERROR(ValidateTableSpec(raw_spec, options_.max_dim));
   TableSpec spec = raw_spec;
   *spec.mutable_optimizer() = Optimizer::WithDefaults(raw_spec.optimizer());
@@ -224,8 +225,8 @@ absl::StatusOr<bool> EmbeddingStore::DeclareTable(const TableSpec& raw_spec) {
   return true;
 }
 
-absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
-                                             float learning_rate) {
+absl::Status EmbeddingStoreImpl::SetLearningRate(absl::string_view table_name,
+                                                 float learning_rate) {
   if (!internal::IsPositiveFinite(learning_rate)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a learning rate must be positive and finite, not ", learning_rate));
@@ -249,7 +250,7 @@ absl::Status EmbeddingStore::SetLearningRate(absl::string_view table_name,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
+absl::Status EmbeddingStoreImpl::DropTable(absl::string_view table_name) {
   absl::MutexLock admin(&admin_mu_);
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   // No push applies while the table goes: none can write a row of it
@@ -289,14 +290,14 @@ absl::Status EmbeddingStore::DropTable(absl::string_view table_name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TableSpec> EmbeddingStore::GetTableSpec(
+absl::StatusOr<TableSpec> EmbeddingStoreImpl::GetTableSpec(
     absl::string_view name) const {
   ASSIGN_OR_RETURN(const Table* table, FindTable(name));
   return table->spec;
 }
 
-absl::StatusOr<EmbeddingStore::TableOptimizer>
-EmbeddingStore::GetTableOptimizer(absl::string_view table_name) const {
+absl::StatusOr<EmbeddingStoreImpl::TableOptimizer>
+EmbeddingStoreImpl::GetTableOptimizer(absl::string_view table_name) const {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   TableOptimizer optimizer;
   optimizer.spec = table->spec.optimizer();
@@ -305,7 +306,7 @@ EmbeddingStore::GetTableOptimizer(absl::string_view table_name) const {
   return optimizer;
 }
 
-std::vector<TableStats> EmbeddingStore::ListTables() {
+std::vector<TableStats> EmbeddingStoreImpl::ListTables() {
   std::vector<std::pair<TableId, TableStats>> tables;
   {
     absl::ReaderMutexLock lock(&tables_mu_);

@@ -7,13 +7,13 @@
 
 #include "base/routing.h"
 #include "base/status_macros.h"
-#include "embedding/embedding_store.h"
+#include "embedding/embedding_store_impl.h"
 #include "glog/logging.h"
 
 namespace ps::embedding {
 
-absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
-                                           RocksStore::Batch* batch) {
+absl::Status EmbeddingStoreImpl::EvictAndWrite(Stripe& stripe,
+                                               RocksStore::Batch* batch) {
   std::vector<EvictedRow> evicted;
   const size_t rows_before = stripe.cache.size();
   // Over budget until the write-back in flight lands, rather than let an
@@ -41,7 +41,7 @@ absl::Status EmbeddingStore::EvictAndWrite(Stripe& stripe,
   return written;
 }
 
-void EmbeddingStore::EvictOrKeep(Stripe& stripe) {
+void EmbeddingStoreImpl::EvictOrKeep(Stripe& stripe) {
   RocksStore::Batch batch = rocks_->NewBatch();
   if (absl::Status evicted = EvictAndWrite(stripe, &batch); !evicted.ok()) {
     LOG_EVERY_N(WARNING, 100)
@@ -50,7 +50,7 @@ void EmbeddingStore::EvictOrKeep(Stripe& stripe) {
   }
 }
 
-void EmbeddingStore::AwaitWriteBackLanded(Stripe& stripe) {
+void EmbeddingStoreImpl::AwaitWriteBackLanded(Stripe& stripe) {
   // Evaluated by Await with the stripe's lock held, which the analysis
   // cannot see inside a Condition: hence no analysis of the lambda.
   stripe.mu.Await(absl::Condition(
@@ -59,7 +59,7 @@ void EmbeddingStore::AwaitWriteBackLanded(Stripe& stripe) {
       &stripe));
 }
 
-EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
+EmbeddingStoreImpl::TakenRows EmbeddingStoreImpl::TakeDirtyRows(
     Stripe& stripe, RocksStore::Batch* batch) {
   TakenRows taken;
   // In RocksDB's order (the key's slot, then the key: rocks_store.h): a
@@ -97,8 +97,8 @@ EmbeddingStore::TakenRows EmbeddingStore::TakeDirtyRows(
   return taken;
 }
 
-absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
-                                        const TakenRows& taken) {
+absl::Status EmbeddingStoreImpl::ReleaseLog(Stripe& stripe,
+                                            const TakenRows& taken) {
   if (options_.durability != Durability::kWal) return absl::OkStatus();
   stripe.log_start_segment.store(taken.log_start_segment);
   uint64_t needed = taken.log_start_segment;
@@ -107,7 +107,7 @@ absl::Status EmbeddingStore::ReleaseLog(Stripe& stripe,
   return push_log_->DeleteSegmentsBefore(needed);
 }
 
-absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
+absl::Status EmbeddingStoreImpl::FlushStripe(Stripe& stripe) {
   RocksStore::Batch batch = rocks_->NewBatch();
   TakenRows taken;
   {
@@ -136,12 +136,12 @@ absl::Status EmbeddingStore::FlushStripe(Stripe& stripe) {
   return ReleaseLog(stripe, taken);
 }
 
-absl::Status EmbeddingStore::Flush() {
+absl::Status EmbeddingStoreImpl::Flush() {
   for (auto& stripe : stripes_) RETURN_IF_ERROR(FlushStripe(*stripe));
   return rocks_->SyncWal();
 }
 
-void EmbeddingStore::PeriodicFlushLoop() {
+void EmbeddingStoreImpl::PeriodicFlushLoop() {
   const absl::Duration interval = WriteBackInterval(options_);
   // One stripe at a time, spread evenly over the interval: each stripe is
   // still written back once per interval, but not all in one burst, which

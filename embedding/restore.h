@@ -2,7 +2,7 @@
 //
 // Restores a store from the parts of a checkpoint taken with any number of
 // shards (each part a RocksDB checkpoint of one old shard, written by
-// EmbeddingStore::Checkpoint()): every row of every part whose key `keep`s
+// StoreSnapshots::Checkpoint()): every row of every part whose key `keep`s
 // is copied, weights and optimizer state byte for byte, into a new store.
 // The caller's `keep` says which: the keys the new shard owns, each from
 // the part of the shard that owned it (by the checkpoint's slot map), so

@@ -29,7 +29,7 @@ void SetInputPosition(const ClockCoordinator::InputPosition& position,
 }
 
 // An export's rows of one table, into its part.
-class PartSink : public embedding::EmbeddingStore::ExportSink {
+class PartSink : public embedding::StoreSnapshots::ExportSink {
  public:
   explicit PartSink(model::ExportTableWriter* writer) : writer_(writer) {}
   absl::Status Put(uint64_t key, absl::Span<const float> row) override {
@@ -380,8 +380,8 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
     if (paused.ok() && request->pause()) {
       MovedLedger* own = response->add_ledgers();
       own->set_shard(options_.shard_index);
-      own->set_ledger(store_->SerializeLedger());
-      for (auto& [source, ledger] : store_->SerializeMovedLedgers()) {
+      own->set_ledger(store_->slots().SerializeLedger());
+      for (auto& [source, ledger] : store_->slots().SerializeMovedLedgers()) {
         MovedLedger* brought = response->add_ledgers();
         brought->set_shard(source);
         brought->set_ledger(std::move(ledger));
@@ -463,7 +463,8 @@ absl::Status AdminService::HandleWriteSlotRows(
     }
   }
   for (const MovedLedger& moved : request.moved_ledgers()) {
-    RETURN_IF_ERROR(store_->MergeMovedLedger(moved.shard(), moved.ledger()));
+    RETURN_IF_ERROR(
+        store_->slots().MergeMovedLedger(moved.shard(), moved.ledger()));
   }
   if (request.rows().keys().empty()) {
     return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();
@@ -496,8 +497,9 @@ absl::Status AdminService::HandleWriteSlotRows(
     for (uint32_t slot = low; slot <= high && ingest; ++slot)
       ingest = map->ShardForSlot(slot) != options_.shard_index;
   }
-  RETURN_IF_ERROR(ingest ? store_->IngestSlotRows(request.rows().table(), rows)
-                         : store_->WriteSlotRows(request.rows().table(), rows));
+  RETURN_IF_ERROR(
+      ingest ? store_->slots().IngestSlotRows(request.rows().table(), rows)
+             : store_->slots().WriteSlotRows(request.rows().table(), rows));
   return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();
 }
 
@@ -539,7 +541,7 @@ grpc::ServerUnaryReactor* AdminService::PurgeSlots(
   absl::StatusOr<uint64_t> deleted =
       source == options_.shard_index
           ? absl::InvalidArgumentError("a shard purges no slots of its own")
-          : store_->DeleteSlotRows([&](uint32_t slot) {
+          : store_->slots().DeleteSlotRows([&](uint32_t slot) {
               return slot >= first && slot <= last &&
                      map->ShardForSlot(slot) == source;
             });
@@ -623,7 +625,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
     status = error
                  ? absl::FailedPreconditionError(absl::StrCat(
                        "cannot create ", request->dir(), ": ", error.message()))
-                 : store_->Checkpoint(path);
+                 : store_->snapshots().Checkpoint(path);
     if (status.ok()) {
       uint64_t bytes = 0;
       for (const auto& entry :
@@ -697,7 +699,7 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
     const bool half = request->format() == ExportManifest::FP16;
     std::vector<std::unique_ptr<model::ExportTableWriter>> writers;
     std::vector<std::unique_ptr<PartSink>> sinks;
-    std::vector<embedding::EmbeddingStore::ExportTarget> targets;
+    std::vector<embedding::StoreSnapshots::ExportTarget> targets;
     for (const std::string& table : request->tables()) {
       writers.push_back(std::make_unique<model::ExportTableWriter>(
           absl::StrCat(request->dir(), "/", table, "/part-",
@@ -707,14 +709,14 @@ grpc::ServerUnaryReactor* AdminService::ExportShard(
       sinks.push_back(std::make_unique<PartSink>(writers.back().get()));
       targets.push_back({table, sinks.back().get()});
     }
-    embedding::EmbeddingStore::ExportOptions export_options;
+    embedding::StoreSnapshots::ExportOptions export_options;
     if (request->delta())
       export_options.changed_since_s = request->changed_since_s();
     absl::StatusOr<std::vector<bool>> owned = ExportedSlots(*request);
     absl::StatusOr<uint32_t> exported_at_s = absl::UnknownError("not yet");
     if (owned.ok()) {
       export_options.slots = *std::move(owned);
-      exported_at_s = store_->Export(targets, export_options);
+      exported_at_s = store_->snapshots().Export(targets, export_options);
     } else {
       exported_at_s = owned.status();
     }

@@ -84,8 +84,8 @@ absl::Status ReplicationService::DoBeginCopy(BeginCopyResponse* response) {
       absl::StrCat(options_.data_dir, "/replica_copy-", copy_id);
   const absl::Time began = absl::Now();
   const uint64_t epoch = options_.slot_map_epoch();
-  ASSIGN_OR_RETURN(const embedding::EmbeddingStore::ReplicaCut cut,
-                   store_->CheckpointForReplica(dir));
+  ASSIGN_OR_RETURN(const embedding::StoreReplication::ReplicaCut cut,
+                   store_->replication().CheckpointForReplica(dir));
   Copy& copy = copies_[copy_id];
   copy.dir = dir;
   copy.last_read = absl::Now();
@@ -527,7 +527,7 @@ absl::Status ReplicaFollower::ApplyEntries(const FollowResponse& response) {
             ? absl::DataLossError(absl::StrCat("the primary sent feed entry ",
                                                entry.sequence(), " after ",
                                                applied_.load()))
-            : store_->ApplyFeedEntry(entry);
+            : store_->replication().ApplyFeedEntry(entry);
     if (!status.ok()) {
       LOG(ERROR) << "this replica stopped following: entry " << entry.sequence()
                  << ": " << status;

@@ -5,7 +5,7 @@
 //
 // ReplicationService is the primary's side: BeginCopy checkpoints the store
 // into <data_dir>/replica_copy-<id> at a cut of its ReplicationFeed
-// (EmbeddingStore::CheckpointForReplica()) with the slot map, and lists the
+// (StoreReplication::CheckpointForReplica()) with the slot map, and lists the
 // files, which ReadCopyFile serves in pieces until EndCopy removes them (a
 // copy not read for `copy_timeout` goes too; at most kMaxCopies at once);
 // Follow returns the feed's entries after what the replica applied,

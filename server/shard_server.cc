@@ -321,11 +321,13 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     server->feed_ = std::make_unique<embedding::ReplicationFeed>(feed_options);
   }
   if (replica_start.has_value()) {
-    RETURN_IF_ERROR(server->store_->MergeLedger(replica_start->ledger));
+    RETURN_IF_ERROR(
+        server->store_->replication().MergeLedger(replica_start->ledger));
     server->replica_start_ = replica_start;
     server->primary_channel_ = primary_channel;
   } else if (server->feed_ != nullptr) {
-    RETURN_IF_ERROR(server->store_->SetReplicationFeed(server->feed_.get()));
+    RETURN_IF_ERROR(
+        server->store_->replication().SetReplicationFeed(server->feed_.get()));
   }
   if (server->replica_start_.has_value()) {
     ReplicaFollowerOptions follower_options;
@@ -668,7 +670,7 @@ absl::Status ShardServer::Promote() {
     RETURN_IF_ERROR(caught_up);
   }
   if (feed_ != nullptr)
-    RETURN_IF_ERROR(store_->SetReplicationFeed(feed_.get()));
+    RETURN_IF_ERROR(store_->replication().SetReplicationFeed(feed_.get()));
   RETURN_IF_ERROR(RemoveFileDurably(data_dir_ + kReplicaMarkerFile));
   data_service_->SetWritable();
   admin_service_->Promote();

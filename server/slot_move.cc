@@ -24,7 +24,7 @@ absl::StatusOr<uint64_t> SlotMoveSource::DeleteGivenAway(const Move& move,
                                                          const SlotMap& map) {
   const uint32_t self = shard_index_;
   ASSIGN_OR_RETURN(const uint64_t deleted,
-                   store_->DeleteSlotRows([&](uint32_t slot) {
+                   store_->slots().DeleteSlotRows([&](uint32_t slot) {
                      return slot >= move.first_slot && slot <= move.last_slot &&
                             move.from->ShardForSlot(slot) == self &&
                             map.ShardForSlot(slot) != self;
@@ -132,7 +132,7 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::Read(
   }
   const std::shared_ptr<const SlotMap> map = slots_->current();
   const uint32_t self = shard_index_;
-  return store_->ReadSlotRows(
+  return store_->slots().ReadSlotRows(
       table,
       [&](uint32_t slot) {
         return slot >= first_slot && slot <= last_slot &&
@@ -174,7 +174,7 @@ absl::StatusOr<std::vector<embedding::SlotRow>> SlotMoveSource::ReadChanged(
   if (keys.empty()) return std::vector<embedding::SlotRow>();
   // As they are now, which includes every push recorded above.
   absl::StatusOr<std::vector<embedding::SlotRow>> rows =
-      store_->ReadRowsOfKeys(table, keys);
+      store_->slots().ReadRowsOfKeys(table, keys);
   if (!rows.ok()) {
     // Still to copy: the map must not switch without them.
     absl::MutexLock lock(&mu_);

@@ -66,7 +66,7 @@ class SlotMoveSource {
                                                        absl::Duration lease);
 
   // Up to `max_rows` rows of `table` in the move's slots after `after`
-  // (EmbeddingStore::ReadSlotRows); renews the lease. FAILED_PRECONDITION
+  // (SlotMigration::ReadSlotRows); renews the lease. FAILED_PRECONDITION
   // without a move; ABORTED once its lease ran out.
   absl::StatusOr<std::vector<embedding::SlotRow>> Read(
       const std::string& table, std::optional<uint64_t> after, size_t max_rows,
