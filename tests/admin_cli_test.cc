@@ -8,6 +8,7 @@
 
 #include "base/initializer.h"
 #include "base/routing.h"
+#include "base/wait_until.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -196,9 +197,8 @@ TEST(AdminCliClusterTest, StatsAndTablesAddUpEveryShard) {
       if (PullRows(*stub, kTable, {shard0_key}, &rows).ok()) ++pulled;
     }
   });
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (pulled < 10 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(WaitUntil([&] { return pulled >= 10; }, absl::Seconds(30),
+                        absl::Milliseconds(5)));
   const google::protobuf::Struct busy = ParseJson(
       RunAdmin(cluster, {"stats", "--json", "--interval_s=0.5"}, &code));
   stop = true;

@@ -10,6 +10,7 @@
 //     behind the cut.
 //   - --checkpoints_to_keep deletes the oldest.
 
+#include "base/wait_until.h"
 #include "tests/checkpoint_cluster.h"
 
 namespace ps::testing {
@@ -292,16 +293,16 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
   }
   // Until all four have stepped (the real ones read their input first).
   auto admin = Admin::NewStub(shards[0]->channel());
-  const absl::Time give_up = absl::Now() + absl::Seconds(120);
-  while (absl::Now() < give_up) {
+  auto all_stepped = [&] {
     grpc::ClientContext context;
     WorkerClocksResponse clocks;
     admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
     int stepped = 0;
     for (const auto& worker : clocks.workers()) stepped += worker.clock() >= 3;
-    if (stepped == 4) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+    return stepped == 4;
+  };
+  ASSERT_TRUE(
+      WaitUntil(all_stepped, absl::Seconds(120), absl::Milliseconds(20)));
   const std::string checkpoint = dir_ + "/checkpoint";
   ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
                   dir_ + "/checkpoint.log"),
@@ -350,22 +351,19 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
     admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
     return clocks.workers_size() == 1 ? clocks.workers(0).clock() : -1;
   };
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (clock() < 3 && absl::Now() < give_up)
-    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(WaitUntil([&] { return clock() >= 3; }, absl::Seconds(30)));
   BeginCutResponse cut;
   {
     grpc::ClientContext context;
     ASSERT_TRUE(admin->BeginCut(&context, BeginCutRequest(), &cut).ok());
   }
-  bool ready = false;
-  while (!ready && absl::Now() < give_up) {
+  auto cut_ready = [&] {
     grpc::ClientContext context;
     CutStatusResponse status;
-    ASSERT_TRUE(admin->CutStatus(&context, CutStatusRequest(), &status).ok());
-    ready = status.ready();
-  }
-  ASSERT_TRUE(ready);
+    EXPECT_TRUE(admin->CutStatus(&context, CutStatusRequest(), &status).ok());
+    return status.ready();
+  };
+  ASSERT_TRUE(WaitUntil(cut_ready, absl::Seconds(30), absl::Milliseconds(1)));
   // A checkpoint asked for meanwhile waits for this cut to end.
   auto checkpoint = ChildProcess::Start(
       {BinaryPath("ops/ps_admin"), "--servers=" + shards[0]->address(),
@@ -473,19 +471,18 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
       if (clock.worker() == worker) return clock.clock();
     return int64_t{-1};
   };
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  BeginCutResponse cut;
-  while (absl::Now() < give_up) {
+  auto ahead_moved = [&] {
     grpc::ClientContext context;
     WorkerClocksResponse clocks;
-    ASSERT_TRUE(
+    EXPECT_TRUE(
         admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks).ok());
-    bool ahead_moved = false;
-    for (const auto& clock : clocks.workers())
-      ahead_moved = ahead_moved || (clock.worker() == 10 && clock.clock() > 3);
-    if (ahead_moved) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+    for (const auto& clock : clocks.workers()) {
+      if (clock.worker() == 10 && clock.clock() > 3) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(WaitUntil(ahead_moved, absl::Seconds(30)));
+  BeginCutResponse cut;
   {
     grpc::ClientContext context;
     BeginCutRequest request;
@@ -494,8 +491,8 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   }
   ASSERT_GT(cut.cut(), 3);
   // The worker ahead reaches the cut and holds; the one behind does not.
-  while (clock_of(cut_status(), 10) < cut.cut() && absl::Now() < give_up)
-    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(WaitUntil([&] { return clock_of(cut_status(), 10) >= cut.cut(); },
+                        absl::Seconds(30)));
   ASSERT_TRUE(report_behind(1));
   CutStatusResponse before = cut_status();
   EXPECT_FALSE(before.ready());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/wait_until.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
@@ -54,10 +55,8 @@ void PushKillRestartAndCount(const std::string& name,
       }
     });
   }
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (total.load() < kill_after && absl::Now() < give_up)
-    absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_GE(total.load(), kill_after)
+  ASSERT_TRUE(WaitUntil([&] { return total.load() >= kill_after; },
+                        absl::Seconds(60), absl::Milliseconds(5)))
       << "pushes too slow to reach the kill point";
   EXPECT_EQ((*server)->SignalAndWait(SIGKILL), 128 + SIGKILL);
   for (auto& client : clients) client.join();

@@ -5,6 +5,7 @@
 // once; --restart_from_start reads its share again; a shard killed and
 // restarted under it costs nothing.
 
+#include "base/wait_until.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -51,9 +52,9 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
     auto worker = ChildProcess::Start(WorkerArgs(servers, 0, 1, flags), false,
                                       dir_ + "/worker0.log");
     EXPECT_TRUE(worker.ok());
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (ClockHeldFor(*shards_[0], 0).clock < at && absl::Now() < deadline)
-      absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_TRUE(
+        WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= at; },
+                  absl::Seconds(60), absl::Milliseconds(20)));
     const absl::Time signalled = absl::Now();
     const int code = (*worker)->SignalAndWait(SIGTERM);
     return std::make_pair(Collect(0, code), absl::Now() - signalled);
@@ -86,9 +87,7 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
 // Waits until every thread of `pid` is stopped: kill(SIGSTOP) returns
 // before they are.
 void WaitUntilStopped(pid_t pid) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    bool all_stopped = true;
+  auto all_stopped = [pid] {
     for (const auto& task : std::filesystem::directory_iterator(
              absl::StrCat("/proc/", pid, "/task"))) {
       const std::string stat = ReadFile((task.path() / "stat").string());
@@ -96,13 +95,13 @@ void WaitUntilStopped(pid_t pid) {
       const size_t paren = stat.rfind(')');
       if (paren == std::string::npos || paren + 2 >= stat.size() ||
           stat[paren + 2] != 'T') {
-        all_stopped = false;
+        return false;
       }
     }
-    if (all_stopped) return;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ADD_FAILURE() << "process " << pid << " did not stop";
+    return true;
+  };
+  EXPECT_TRUE(WaitUntil(all_stopped, absl::Seconds(10), absl::Milliseconds(1)))
+      << "process " << pid << " did not stop";
 }
 
 TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
@@ -125,21 +124,22 @@ TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
         WorkerArgs(servers, 0, 1, {c.drain_seconds, "--slow_step_ms=40"}),
         false, log_path);
     ASSERT_TRUE(worker.ok());
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (ClockHeldFor(*shards_[0], 0).clock < 3 && absl::Now() < deadline)
-      absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_GE(ClockHeldFor(*shards_[0], 0).clock, 3) << ReadFile(log_path);
+    ASSERT_TRUE(
+        WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= 3; },
+                  absl::Seconds(60), absl::Milliseconds(20)))
+        << ReadFile(log_path);
     ASSERT_EQ(kill(shards_[0]->pid(), SIGSTOP), 0);
     WaitUntilStopped(shards_[0]->pid());
     const absl::Time signalled = absl::Now();
     ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
     if (c.second_signal) {
       // Once the first is taken (two pending SIGTERMs would be one).
-      while (ReadFile(log_path).find("SIGTERM: stopping") ==
-                 std::string::npos &&
-             absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            return ReadFile(log_path).find("SIGTERM: stopping") !=
+                   std::string::npos;
+          },
+          absl::Seconds(60), absl::Milliseconds(5)));
       ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
     }
     const int code = (*worker)->Wait(absl::Seconds(30));
@@ -161,9 +161,8 @@ TEST_F(TrainingTest, RestartFromStartIgnoresWhatTheCoordinatorHolds) {
       WorkerArgs(servers, 0, 1, {"--staleness=0", "--slow_step_ms=40"}), false,
       dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ClockHeldFor(*shards_[0], 0).clock < 5 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= 5; },
+                        absl::Seconds(60), absl::Milliseconds(20)));
   // SIGINT drains like SIGTERM.
   ASSERT_EQ((*worker)->SignalAndWait(SIGINT), 75);
   const WorkerRun again = Collect(
