@@ -87,8 +87,7 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   std::filesystem::create_directories(dir_ + "/not_a_checkpoint");
   const std::string log = dir_ + "/refused.log";
   EXPECT_NE(
-      RunToCompletion({BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
-                       "--data_dir=" + dir_ + "/x",
+      RunServerToExit({"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/x",
                        "--restore_from=" + dir_ + "/not_a_checkpoint"},
                       log),
       0);
@@ -96,10 +95,9 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
       << ReadFile(log);
   shards.clear();  // stopped: old0 is a shard's data dir no one holds
   EXPECT_NE(
-      RunToCompletion(
-          {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
-           "--data_dir=" + dir_ + "/old0", "--restore_from=" + checkpoint},
-          log),
+      RunServerToExit({"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/old0",
+                       "--restore_from=" + checkpoint},
+                      log),
       0);
   EXPECT_NE(ReadFile(log).find("holds a shard already"), std::string::npos)
       << ReadFile(log);
@@ -108,9 +106,8 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   std::ofstream(dir_ + "/cut_short0/RESTORING") << "some checkpoint\n";
   std::ofstream(dir_ + "/cut_short0/junk") << "half a restore\n";
   EXPECT_NE(
-      RunToCompletion({BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
-                       "--data_dir=" + dir_ + "/cut_short0"},
-                      log),
+      RunServerToExit(
+          {"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/cut_short0"}, log),
       0);
   EXPECT_NE(ReadFile(log).find("was interrupted"), std::string::npos)
       << ReadFile(log);
@@ -135,10 +132,9 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   json.replace(json.find(routing), routing.size(), "\"routing_version\": 2");
   std::ofstream(other_routing + "/MANIFEST.json", std::ios::trunc) << json;
   EXPECT_NE(
-      RunToCompletion(
-          {BinaryPath("server/ps_server"), "--listen=127.0.0.1:0",
-           "--data_dir=" + dir_ + "/y", "--restore_from=" + other_routing},
-          log),
+      RunServerToExit({"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/y",
+                       "--restore_from=" + other_routing},
+                      log),
       0);
   EXPECT_NE(ReadFile(log).find("routing version 2"), std::string::npos)
       << ReadFile(log);

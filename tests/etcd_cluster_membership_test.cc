@@ -114,11 +114,10 @@ TEST_F(EtcdClusterTest, ShardsJoinInIndexOrder) {
   auto shard0 = ServerProcess::Start(ShardFlags(0, 1));
   ASSERT_OK(shard0);
   // Shard 2 of a 1-shard job waits for shard 1, then gives up.
-  std::vector<std::string> early = {BinaryPath("server/ps_server"),
-                                    "--listen=127.0.0.1:0", "--join_wait_s=1"};
+  std::vector<std::string> early = {"--join_wait_s=1"};
   for (const std::string& flag : ShardFlags(2, 1)) early.push_back(flag);
   const std::string dir = FreshTestDir("etcd_join_order");
-  EXPECT_NE(RunToCompletion(early, dir + "/early.log"), 0);
+  EXPECT_NE(RunServerToExit(early, dir + "/early.log"), 0);
   EXPECT_NE(
       ReadFile(dir + "/early.log").find("shards join in index order (1 first)"),
       std::string::npos)

@@ -105,10 +105,7 @@ TEST_F(EtcdClusterTest, AShardLeavesEtcdAtOnceWhenStoppedAndWithItsLease) {
   // A second process for the same index while the first lives is refused,
   // once it has waited out a lease (2 s here) in case the first had died.
   const std::string twin_log = FreshTestDir("twin") + "/shard.log";
-  std::vector<std::string> twin = {BinaryPath("server/ps_server"),
-                                   "--listen=127.0.0.1:0"};
-  for (const std::string& flag : ShardFlags(0, 1)) twin.push_back(flag);
-  EXPECT_EQ(RunToCompletion(twin, twin_log, absl::Seconds(30)), 70);
+  EXPECT_EQ(RunServerToExit(ShardFlags(0, 1), twin_log, absl::Seconds(30)), 70);
   EXPECT_NE(ReadFile(twin_log).find("running twice"), std::string::npos)
       << ReadFile(twin_log);
   EXPECT_EQ(Registered(), 1u);
@@ -237,10 +234,7 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   ASSERT_OK(client_->Put(key,
                          "{\"epoch\":\"2\",\"ranges\":[{\"first\":0,"
                          "\"last\":16383,\"shard\":0}]}"));
-  std::vector<std::string> same_epoch = {BinaryPath("server/ps_server"),
-                                         "--listen=127.0.0.1:0"};
-  for (const std::string& flag : shard1_flags) same_epoch.push_back(flag);
-  EXPECT_EQ(RunToCompletion(same_epoch, dir + "/same.log", absl::Seconds(30)),
+  EXPECT_EQ(RunServerToExit(shard1_flags, dir + "/same.log", absl::Seconds(30)),
             70);
   EXPECT_NE(ReadFile(dir + "/same.log").find("both at epoch 2 but differ"),
             std::string::npos)
@@ -251,11 +245,8 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   ASSERT_OK(client_->Put(key,
                          "{\"epoch\":\"1\",\"ranges\":[{\"first\":0,"
                          "\"last\":16383,\"shard\":0}]}"));
-  std::vector<std::string> argv = {BinaryPath("server/ps_server"),
-                                   "--listen=127.0.0.1:0"};
-  for (const std::string& flag : shard1_flags) argv.push_back(flag);
   const std::string log = dir + "/ahead.log";
-  EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 70);
+  EXPECT_EQ(RunServerToExit(shard1_flags, log, absl::Seconds(30)), 70);
   EXPECT_NE(ReadFile(log).find("newer than the job's map in etcd"),
             std::string::npos)
       << ReadFile(log);

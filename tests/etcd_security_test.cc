@@ -156,14 +156,13 @@ TEST_F(EtcdSecurityTest, TlsWithClientCertificatesRefusesClientsWithout) {
                             *dir_ + "/admin_no_cert.log"),
             0);
   // A certificate without its key is a bad flag.
-  EXPECT_EQ(
-      RunToCompletion({BinaryPath("server/ps_server"), "--etcd=" + endpoint,
-                       "--job=other", "--listen=127.0.0.1:0",
-                       "--data_dir=" + FreshTestDir("tls_bad_flags"),
-                       "--etcd_tls_ca=" + *dir_ + "/ca.pem",
-                       "--etcd_tls_cert=" + *dir_ + "/client.pem"},
-                      *dir_ + "/bad_flags.log"),
-      64)
+  EXPECT_EQ(RunServerToExit(
+                {"--etcd=" + endpoint, "--job=other", "--listen=127.0.0.1:0",
+                 "--data_dir=" + FreshTestDir("tls_bad_flags"),
+                 "--etcd_tls_ca=" + *dir_ + "/ca.pem",
+                 "--etcd_tls_cert=" + *dir_ + "/client.pem"},
+                *dir_ + "/bad_flags.log"),
+            64)
       << ReadFile(*dir_ + "/bad_flags.log");
 }
 
@@ -274,19 +273,17 @@ TEST_F(EtcdSecurityTest, AShardRefusesAnEtcdThatWentBackwards) {
   absl::StatusOr<std::unique_ptr<EtcdProcess>> other =
       EtcdProcess::Start("etcd_after");
   ASSERT_OK(other);
-  std::vector<std::string> argv = {BinaryPath("server/ps_server"),
-                                   "--listen=127.0.0.1:0",
-                                   "--etcd=" + (*other)->endpoint(),
+  std::vector<std::string> argv = {"--etcd=" + (*other)->endpoint(),
                                    absl::StrCat("--job=", kJob),
                                    "--etcd_lease_s=2",
                                    "--data_dir=" + data_dir,
                                    "--shard_index=0",
                                    "--num_shards=1"};
   const std::string log = *dir_ + "/rollback_refused.log";
-  EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(60)), 70) << ReadFile(log);
+  EXPECT_EQ(RunServerToExit(argv, log, absl::Seconds(60)), 70) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("--accept_etcd_rollback"), std::string::npos)
       << ReadFile(log);
-  std::vector<std::string> accepted(argv.begin() + 2, argv.end());
+  std::vector<std::string> accepted = argv;
   accepted.push_back("--accept_etcd_rollback");
   absl::StatusOr<std::unique_ptr<ServerProcess>> shard = ServerProcess::Start(
       accepted, absl::Seconds(60), *dir_ + "/rollback_accepted.log");

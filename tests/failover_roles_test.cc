@@ -277,10 +277,9 @@ TEST_F(FailoverTest,
   // A data dir ahead of etcd is refused (exit 70), and kept.
   const std::string ahead = FreshTestDir(name_ + "_ahead");
   { std::ofstream(ahead + "/GENERATION") << "5\n"; }
-  std::vector<std::string> argv = ReplicasFlags(ahead);
-  argv.insert(argv.begin(), BinaryPath("server/ps_server"));
-  argv.push_back("--listen=127.0.0.1:0");
-  EXPECT_EQ(RunToCompletion(argv, ahead + ".log", absl::Minutes(1)), 70);
+  EXPECT_EQ(
+      RunServerToExit(ReplicasFlags(ahead), ahead + ".log", absl::Minutes(1)),
+      70);
   EXPECT_NE(ReadFile(ahead + ".log").find("etcd lost its state"),
             std::string::npos)
       << ReadFile(ahead + ".log");

@@ -438,11 +438,9 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
   primary_->SignalAndWait(SIGTERM);
   std::vector<std::string> flags = EtcdFlags();
   flags.insert(flags.end(), {"--data_dir=" + primary_dir_, "--shard_index=0",
-                             "--num_shards=1", "--listen=127.0.0.1:0"});
-  flags.insert(flags.begin(), BinaryPath("server/ps_server"));
-  auto restarted = ChildProcess::Start(flags, false, primary_dir_ + ".again");
-  ASSERT_OK(restarted);
-  EXPECT_EQ((*restarted)->Wait(absl::Minutes(1)), 70);
+                             "--num_shards=1"});
+  EXPECT_EQ(RunServerToExit(flags, primary_dir_ + ".again", absl::Minutes(1)),
+            70);
   EXPECT_NE(ReadFile(primary_dir_ + ".again").find("failed over"),
             std::string::npos);
   absl::StatusOr<cluster::ShardRecord> registered =

@@ -378,10 +378,9 @@ TEST_F(FaultMatrixTest, ACorruptedPushLogSegmentStopsTheShardNamingIt) {
     file.put('X');
   }
   const std::string log = dir_ + "/refused.log";
-  const int code = RunToCompletion(
-      {BinaryPath("server/ps_server"), "--data_dir=" + dir_ + "/shard0",
-       "--listen=127.0.0.1:0"},
-      log, absl::Seconds(60));
+  const int code = RunServerToExit(
+      {"--data_dir=" + dir_ + "/shard0", "--listen=127.0.0.1:0"}, log,
+      absl::Seconds(60));
   EXPECT_NE(code, 0);
   EXPECT_NE(ReadFile(log).find(segments[0]), std::string::npos)
       << ReadFile(log);
@@ -411,10 +410,9 @@ TEST_F(FaultMatrixTest, ACorruptedRocksDbFileStopsTheShardNamingIt) {
   ASSERT_FALSE(manifest.empty());
   std::filesystem::resize_file(manifest, 20);
   const std::string log = dir_ + "/refused.log";
-  const int code = RunToCompletion(
-      {BinaryPath("server/ps_server"), "--data_dir=" + dir_ + "/shard0",
-       "--listen=127.0.0.1:0"},
-      log, absl::Seconds(60));
+  const int code = RunServerToExit(
+      {"--data_dir=" + dir_ + "/shard0", "--listen=127.0.0.1:0"}, log,
+      absl::Seconds(60));
   EXPECT_NE(code, 0);
   EXPECT_NE(ReadFile(log).find(manifest.substr(manifest.rfind('/') + 1)),
             std::string::npos)

@@ -44,10 +44,9 @@ TEST_F(ReplicationTest, ANewReplicaOfAPausedPrimaryGivesUpInTime) {
   ASSERT_EQ(kill(primary->pid(), SIGSTOP), 0);
   replica_dir_ = FreshTestDir(name_ + "_replica");
   const absl::Time began = absl::Now();
-  const int exit_code = RunToCompletion(
-      {BinaryPath("server/ps_server"), "--data_dir=" + replica_dir_,
-       "--replica_of=" + primary->address(), "--listen=127.0.0.1:0",
-       "--replica_copy_timeout_s=2"},
+  const int exit_code = RunServerToExit(
+      {"--data_dir=" + replica_dir_, "--replica_of=" + primary->address(),
+       "--listen=127.0.0.1:0", "--replica_copy_timeout_s=2"},
       replica_dir_ + ".log", absl::Seconds(60));
   const absl::Duration took = absl::Now() - began;
   ASSERT_EQ(kill(primary->pid(), SIGCONT), 0);
@@ -114,12 +113,10 @@ TEST_F(ReplicationTest, AKilledReplicaCostsNothingAndCopiesAgain) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_NE(refused.message().find("replica of"), std::string::npos);
   primary->SignalAndWait(SIGTERM);
-  auto refused_copy = ChildProcess::Start(
-      {BinaryPath("server/ps_server"), "--data_dir=" + primary_dir_,
-       "--listen=127.0.0.1:0", "--replica_of=" + replica->address()},
-      false, primary_dir_ + ".refused.log");
-  ASSERT_OK(refused_copy);
-  EXPECT_NE((*refused_copy)->Wait(absl::Minutes(1)), 0);
+  EXPECT_NE(RunServerToExit({"--data_dir=" + primary_dir_,
+                             "--replica_of=" + replica->address()},
+                            primary_dir_ + ".refused.log", absl::Minutes(1)),
+            0);
   EXPECT_TRUE(std::filesystem::exists(primary_dir_ + "/CURRENT"));
 }
 

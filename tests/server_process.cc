@@ -1,5 +1,7 @@
 #include "tests/server_process.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -55,6 +57,18 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     }
   }
   return absl::UnavailableError("ps_server did not become healthy in time");
+}
+
+int RunServerToExit(const std::vector<std::string>& flags,
+                    const std::string& log_path, absl::Duration timeout) {
+  std::vector<std::string> argv = {BinaryPath("server/ps_server")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  if (std::none_of(flags.begin(), flags.end(), [](const std::string& flag) {
+        return absl::StartsWith(flag, "--listen=");
+      })) {
+    argv.push_back("--listen=127.0.0.1:0");
+  }
+  return RunToCompletion(argv, log_path, timeout);
 }
 
 }  // namespace ps::testing

@@ -3,7 +3,8 @@
 // Test helper: runs the real ps_server binary as a child process on a free
 // loopback port, waits until gRPC health checking says SERVING, and kills it
 // (for real) on request or at destruction. For tests that observe the
-// server from outside: restarts, SIGTERM, kill -9.
+// server from outside: restarts, SIGTERM, kill -9; and RunServerToExit()
+// for the starts a server must refuse.
 
 #ifndef PS_TESTS_SERVER_PROCESS_H_
 #define PS_TESTS_SERVER_PROCESS_H_
@@ -58,6 +59,14 @@ class ServerProcess {
   std::shared_ptr<grpc::Channel> channel_;
   std::string log_path_;
 };
+
+// Runs ps_server with `flags` until it exits, as a test of a start it must
+// refuse does: --listen=127.0.0.1:0 added unless `flags` names a --listen,
+// its stderr to `log_path`, killed past `timeout`. Its exit code (128 + the
+// signal that ended it; -1 if it did not start).
+int RunServerToExit(const std::vector<std::string>& flags,
+                    const std::string& log_path,
+                    absl::Duration timeout = absl::Minutes(5));
 
 }  // namespace ps::testing
 

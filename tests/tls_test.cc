@@ -174,11 +174,7 @@ TEST_F(TlsTest, AReplicaCopiesAndFollowsItsPrimaryOverMutualTls) {
   // Another name: the primary's certificate does not carry it, so the
   // copy fails and the replica exits (70) rather than serve.
   std::vector<std::string> argv = replica_flags("tls_replica2", "other-name");
-  argv.insert(argv.begin(), BinaryPath("server/ps_server"));
-  argv.push_back("--listen=127.0.0.1:0");
-  auto refused = ChildProcess::Start(argv, false, d + "/replica2.log");
-  ASSERT_OK(refused);
-  EXPECT_EQ((*refused)->Wait(absl::Minutes(2)), 70)
+  EXPECT_EQ(RunServerToExit(argv, d + "/replica2.log", absl::Minutes(2)), 70)
       << ReadFile(d + "/replica2.log");
 }
 
@@ -297,8 +293,7 @@ TEST_F(TlsTest, TheWorkerTokenGuardsClockReportsAndDeclarations) {
 
 TEST_F(TlsTest, AnAdminTokenWithoutAWorkerTokenIsRefused) {
   const std::string log = *dir_ + "/no_worker_token.log";
-  EXPECT_EQ(RunToCompletion({BinaryPath("server/ps_server"),
-                             "--data_dir=" + FreshTestDir("no_worker_token"),
+  EXPECT_EQ(RunServerToExit({"--data_dir=" + FreshTestDir("no_worker_token"),
                              "--listen=127.0.0.1:0",
                              "--admin_token_file=" + *dir_ + "/token"},
                             log, absl::Seconds(30)),
@@ -310,9 +305,8 @@ TEST_F(TlsTest, AnAdminTokenWithoutAWorkerTokenIsRefused) {
 TEST_F(TlsTest, BeyondLoopbackTlsWithoutACaIsRefused) {
   // Refused before anything is bound: the test talks to no other address.
   const std::string log = *dir_ + "/no_ca.log";
-  EXPECT_EQ(RunToCompletion(
-                {BinaryPath("server/ps_server"),
-                 "--data_dir=" + FreshTestDir("tls_no_ca"),
+  EXPECT_EQ(RunServerToExit(
+                {"--data_dir=" + FreshTestDir("tls_no_ca"),
                  "--listen=0.0.0.0:0", "--tls_cert=" + *dir_ + "/server.pem",
                  "--tls_key=" + *dir_ + "/server.key"},
                 log, absl::Seconds(30)),
@@ -339,11 +333,10 @@ TEST_F(TlsTest, TheFlagsThatAllowListeningBeyondLoopbackAreHonoured) {
   for (size_t i = 0; i < allowed.size(); ++i) {
     const std::string log = absl::StrCat(*dir_, "/allowed", i, ".log");
     std::vector<std::string> argv = {
-        BinaryPath("server/ps_server"),
         "--data_dir=" + FreshTestDir(absl::StrCat("tls_allowed", i)),
         "--listen=192.0.2.1:0"};
     argv.insert(argv.end(), allowed[i].begin(), allowed[i].end());
-    EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 70)
+    EXPECT_EQ(RunServerToExit(argv, log, absl::Seconds(30)), 70)
         << ReadFile(log);
     EXPECT_EQ(ReadFile(log).find("refusing to listen"), std::string::npos)
         << ReadFile(log);
@@ -363,11 +356,10 @@ TEST_F(TlsTest, BeyondLoopbackWithoutAnAdminTokenIsRefused) {
   for (size_t i = 0; i < refused.size(); ++i) {
     const std::string log = absl::StrCat(*dir_, "/no_admin_token", i, ".log");
     std::vector<std::string> argv = {
-        BinaryPath("server/ps_server"),
         "--data_dir=" + FreshTestDir(absl::StrCat("no_admin_token", i)),
         "--listen=192.0.2.1:0"};
     argv.insert(argv.end(), refused[i].begin(), refused[i].end());
-    EXPECT_EQ(RunToCompletion(argv, log, absl::Seconds(30)), 64)
+    EXPECT_EQ(RunServerToExit(argv, log, absl::Seconds(30)), 64)
         << ReadFile(log);
     EXPECT_NE(ReadFile(log).find("--allow_unauthenticated_admin"),
               std::string::npos)
@@ -378,8 +370,7 @@ TEST_F(TlsTest, BeyondLoopbackWithoutAnAdminTokenIsRefused) {
 TEST_F(TlsTest, NoListeningBeyondLoopbackWithoutTls) {
   const std::string log = *dir_ + "/remote.log";
   const int code =
-      RunToCompletion({BinaryPath("server/ps_server"),
-                       "--data_dir=" + FreshTestDir("tls_remote_refused"),
+      RunServerToExit({"--data_dir=" + FreshTestDir("tls_remote_refused"),
                        "--listen=0.0.0.0:0"},
                       log, absl::Seconds(30));
   EXPECT_NE(code, 0);
