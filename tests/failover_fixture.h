@@ -100,12 +100,7 @@ class FailoverTest : public ::testing::Test {
   }
 
   static ShardStatsResponse Stats(const ServerProcess& server) {
-    auto admin = Admin::NewStub(server.channel());
-    ShardStatsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(
-        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
-    return response;
+    return ShardStatsOf(server);
   }
 
   bool WaitInSync() {

@@ -105,12 +105,7 @@ class ReplicationTest : public ::testing::Test {
 
   static ShardStatsResponse::Replication Replication(
       const ServerProcess& server) {
-    auto admin = Admin::NewStub(server.channel());
-    ShardStatsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(
-        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
-    return response.replication();
+    return ShardStatsOf(server).replication();
   }
 
   // Waits until `done(primary's replication stats)`, up to a minute.

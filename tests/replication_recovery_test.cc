@@ -279,16 +279,8 @@ TEST_F(ReplicationTest, EvaluationsReadTheModelFromReplicas) {
       << ReadFile(dir + "/worker.log");
   // The evaluation pulled from the replica (training never does), and the
   // model it read there was the trained one.
-  auto stats_of = [](const ServerProcess& server) {
-    auto admin = Admin::NewStub(server.channel());
-    ShardStatsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(
-        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
-    return response;
-  };
-  EXPECT_GT(stats_of(*replica).pull_requests(), 0u);
-  EXPECT_GT(stats_of(*replica).rows_pulled(), 0u);
+  EXPECT_GT(ShardStatsOf(*replica).pull_requests(), 0u);
+  EXPECT_GT(ShardStatsOf(*replica).rows_pulled(), 0u);
   const std::string metrics = ReadFile(dir + "/metrics.json");
   const size_t at = metrics.find("\"test_auc\": ");
   ASSERT_NE(at, std::string::npos) << metrics;

@@ -8,6 +8,8 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
 
 namespace ps::testing {
@@ -57,6 +59,16 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     }
   }
   return absl::UnavailableError("ps_server did not become healthy in time");
+}
+
+ShardStatsResponse ShardStatsOf(const ServerProcess& server) {
+  auto admin = Admin::NewStub(server.channel());
+  ShardStatsResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status =
+      admin->ShardStats(&context, ShardStatsRequest(), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response;
 }
 
 int RunServerToExit(const std::vector<std::string>& flags,

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
+#include "proto/admin.pb.h"
 #include "tests/child_process.h"
 
 namespace ps::testing {
@@ -59,6 +60,10 @@ class ServerProcess {
   std::shared_ptr<grpc::Channel> channel_;
   std::string log_path_;
 };
+
+// `server`'s ShardStats answer; a test failure (and an empty answer) when
+// it does not answer.
+ShardStatsResponse ShardStatsOf(const ServerProcess& server);
 
 // Runs ps_server with `flags` until it exits, as a test of a start it must
 // refuse does: --listen=127.0.0.1:0 added unless `flags` names a --listen,
