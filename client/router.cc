@@ -138,7 +138,7 @@ void AddPullRequests(const TableRows& pull,
   for (RoutedChunk& chunk : Route(pull.keys, positions, map, max_keys)) {
     PullRequest& request = plan->requests.emplace_back();
     request.set_table(pull.table);
-    request.set_routing_epoch(map.epoch());
+    request.set_slot_map_epoch(map.epoch());
     if (pull.optimizer != nullptr) {
       request.set_with_state(true);
     } else {
@@ -203,7 +203,7 @@ absl::Status AddPushRequests(const TableGradients& push,
              limits.max_keys_per_request)) {
     PushRequest& request = requests->emplace_back();
     request.set_table(push.table);
-    request.set_routing_epoch(map.epoch());
+    request.set_slot_map_epoch(map.epoch());
     request.set_worker(origin.worker);
     request.set_clock(origin.clock);
     if (push.learning_rate_scale != 1.0f)
@@ -228,7 +228,7 @@ void ReroutePush(const PushRequest& refused, int refused_shard,
        Route(keys, AllPositions(keys.size()), map,
              static_cast<uint32_t>(std::max<size_t>(keys.size(), 1)))) {
     PushRequest& part = requests->emplace_back(refused);
-    part.set_routing_epoch(map.epoch());
+    part.set_slot_map_epoch(map.epoch());
     part.set_sequence(sequences.Next(chunk.shard));
     std::string* packed_keys = part.mutable_keys();
     std::string* gradients = part.mutable_gradients();

@@ -84,7 +84,7 @@ TEST(AddPullRequestsTest, RequestsCarryTheKeysOfTheirShard) {
   for (size_t r = 0; r < plan.requests.size(); ++r) {
     const PullRequest& request = plan.requests[r];
     EXPECT_EQ(request.table(), "t");
-    EXPECT_EQ(request.routing_epoch(), map.epoch());
+    EXPECT_EQ(request.slot_map_epoch(), map.epoch());
     EXPECT_EQ(request.format(), WireFormat::BF16);
     EXPECT_FALSE(request.with_state());
     const std::vector<uint64_t> sent = Unpack(request.keys());
@@ -274,7 +274,7 @@ TEST(ReroutePushTest, KeysAndGradientsMoveTogetherNamingTheRefusedRequest) {
   size_t keys_moved = 0;
   for (size_t r = 0; r < rerouted.size(); ++r) {
     const PushRequest& part = rerouted[r];
-    EXPECT_EQ(part.routing_epoch(), after.epoch());
+    EXPECT_EQ(part.slot_map_epoch(), after.epoch());
     EXPECT_EQ(part.worker(), 1u);
     EXPECT_EQ(part.incarnation(), 3u);
     // Shard 0 gave sequence 1, shard 1 sequence 1: each part takes the next.

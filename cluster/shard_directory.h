@@ -230,12 +230,12 @@ struct RegisteredWorker {
 absl::StatusOr<std::vector<RegisteredWorker>> RegisteredWorkers(
     CoordinationStore& etcd, const std::string& job);
 
-// "/ps/<job>/slot_map": the job's slot map (server/etcd_slot_map.h), whose
+// "/ps/<job>/slot_map": the job's slot map (cluster/etcd_slot_map.h), whose
 // shard count says how many shards the job has.
 std::string SlotMapKey(const std::string& job);
 
 // "/ps/<job>/coordinator": the elected coordinator's "<index> <address>",
-// under its lease (server/coordinator_election.h).
+// under its lease (cluster/coordinator_election.h).
 std::string CoordinatorKey(const std::string& job);
 
 // The coordinator's address, waiting up to `wait` for one to be elected.

@@ -46,7 +46,7 @@ absl::StatusOr<SlotMap> NewestMapEverywhere(const AdminChannels& shards,
   for (size_t i = 0; i < maps.size(); ++i) {
     if (maps[i] == maps[newest]) continue;
     SetSlotMapRequest request;
-    request.set_expected_epoch(maps[i].epoch());
+    request.set_expected_slot_map_epoch(maps[i].epoch());
     *request.mutable_slot_map() = maps[newest].ToSpec();
     SetSlotMapResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(
@@ -62,7 +62,7 @@ absl::Status SetMap(const AdminChannels& shards, size_t shard,
                     uint64_t expected_epoch, const SlotMap& next,
                     absl::Duration timeout) {
   SetSlotMapRequest request;
-  request.set_expected_epoch(expected_epoch);
+  request.set_expected_slot_map_epoch(expected_epoch);
   *request.mutable_slot_map() = next.ToSpec();
   SetSlotMapResponse response;
   return FromGrpcStatus(shards.shard(shard).SetSlotMap(

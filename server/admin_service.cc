@@ -265,12 +265,12 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
                     *next, request->allow_without_move(), &switching))
                    .ok()) {
       status = options_.set_slot_map
-                   ? options_.set_slot_map(request->expected_epoch(), *next)
-                   : slots_->Replace(request->expected_epoch(), *next);
+                   ? options_.set_slot_map(request->expected_slot_map_epoch(), *next)
+                   : slots_->Replace(request->expected_slot_map_epoch(), *next);
       if (switching) moves_->AfterChange();
     }
     if (status.ok()) {
-      LOG(INFO) << "slot map epoch " << request->expected_epoch() << " -> "
+      LOG(INFO) << "slot map epoch " << request->expected_slot_map_epoch() << " -> "
                 << next->epoch() << ", set by " << context->peer();
     }
   }

@@ -75,7 +75,7 @@ absl::Status DataService::Busy(int64_t bytes) const {
 }
 
 absl::Status DataService::CheckKeys(const std::string& packed,
-                                    uint64_t routing_epoch,
+                                    uint64_t slot_map_epoch,
                                     std::vector<uint64_t>* keys) const {
   if (packed.size() % sizeof(uint64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -89,10 +89,10 @@ absl::Status DataService::CheckKeys(const std::string& packed,
   }
   Unpack(packed, keys);
   const std::shared_ptr<const SlotMap> map = slots_->current();
-  if (routing_epoch > map->epoch()) {
+  if (slot_map_epoch > map->epoch()) {
     return MarkTransient(absl::UnavailableError(
         absl::StrCat("this shard routes by slot map epoch ", map->epoch(),
-                     ", older than the client's epoch ", routing_epoch,
+                     ", older than the client's epoch ", slot_map_epoch,
                      "; retry once the shard has the new map")));
   }
   for (uint64_t key : *keys) {
@@ -196,7 +196,7 @@ absl::Status DataService::PullInto(
     const PullRequest& request,
     absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate) {
   std::vector<uint64_t> keys;
-  RETURN_IF_ERROR(CheckKeys(request.keys(), request.routing_epoch(), &keys));
+  RETURN_IF_ERROR(CheckKeys(request.keys(), request.slot_map_epoch(), &keys));
   ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
@@ -241,7 +241,7 @@ absl::Status DataService::CheckReplySize(size_t payload_bytes,
 absl::Status DataService::PullWithState(const PullRequest& request,
                                         PullResponse* response) {
   std::vector<uint64_t> keys;
-  RETURN_IF_ERROR(CheckKeys(request.keys(), request.routing_epoch(), &keys));
+  RETURN_IF_ERROR(CheckKeys(request.keys(), request.slot_map_epoch(), &keys));
   if (request.format() != WireFormat::FP32) {
     return absl::InvalidArgumentError(
         "a pull with optimizer state replies in FP32 only");
@@ -354,7 +354,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   absl::ReaderMutexLock owned(&slots_->push_lock());
   std::vector<uint64_t> keys;
   const absl::Status routed =
-      CheckKeys(request.keys(), request.routing_epoch(), &keys);
+      CheckKeys(request.keys(), request.slot_map_epoch(), &keys);
   if (MovedEpoch(routed).has_value() && origin.tracked()) {
     // A retry of a push applied here before its keys moved (its first
     // answer was lost): answered, so that the client does not apply it

@@ -212,7 +212,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   // Unpacks `packed` keys and checks the limit and that this shard owns
   // them by its slot map: SlotMovedError() for one it does not, UNAVAILABLE
   // (transient) if the client routed with a newer map than the shard's.
-  absl::Status CheckKeys(const std::string& packed, uint64_t routing_epoch,
+  absl::Status CheckKeys(const std::string& packed, uint64_t slot_map_epoch,
                          std::vector<uint64_t>* keys) const;
   // Starts counting a call of `bytes`; every handler begins with it.
   CountedReactor* StartCall(int64_t bytes = 0) {

@@ -158,7 +158,7 @@ grpc::StatusCode SetSlotMapOf(const std::string& address,
   auto admin = Admin::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   SetSlotMapRequest request;
-  request.set_expected_epoch(expected_epoch);
+  request.set_expected_slot_map_epoch(expected_epoch);
   *request.mutable_slot_map() = map.ToSpec();
   // By hand: slots in no move go with no rows.
   request.set_allow_without_move(true);

@@ -155,7 +155,7 @@ TEST_F(ReplicationTest, AReplicaCopiesAgainOnceItsPrimarysSlotsChange) {
   ASSERT_EQ(initial.ShardForKey(keys_[0]), 0u);
   const SlotMap next = initial.WithSlotsMoved(slot, slot, 1);
   SetSlotMapRequest request;
-  request.set_expected_epoch(initial.epoch());
+  request.set_expected_slot_map_epoch(initial.epoch());
   *request.mutable_slot_map() = next.ToSpec();
   request.set_allow_without_move(true);
   SetSlotMapResponse response;

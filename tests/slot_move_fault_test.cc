@@ -198,7 +198,7 @@ TEST_F(SlotMoveFaultTest, ASourceRestartedSinceTheCopyRefusesTheSwitch) {
 
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMovedFrom(0, 16383, 0, 1);
   SetSlotMapRequest request;
-  request.set_expected_epoch(1);
+  request.set_expected_slot_map_epoch(1);
   *request.mutable_slot_map() = moved.ToSpec();
   SetSlotMapResponse response;
   grpc::ClientContext context;

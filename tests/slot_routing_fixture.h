@@ -148,7 +148,7 @@ class SlotRoutingTest : public ::testing::Test {
   grpc::Status SetMap(size_t shard, uint64_t expected_epoch,
                       const SlotMap& map) {
     SetSlotMapRequest request;
-    request.set_expected_epoch(expected_epoch);
+    request.set_expected_slot_map_epoch(expected_epoch);
     *request.mutable_slot_map() = map.ToSpec();
     request.set_allow_without_move(true);
     SetSlotMapResponse response;

@@ -132,7 +132,7 @@ TEST_F(SlotRoutingTest, AShardRefusesKeysItDoesNotOwnButAnswersRetries) {
   push.set_worker(3);
   push.set_incarnation(11);
   push.set_sequence(1);
-  push.set_routing_epoch(1);
+  push.set_slot_map_epoch(1);
   {
     PushResponse response;
     grpc::ClientContext context;
@@ -179,7 +179,7 @@ TEST_F(SlotRoutingTest, AShardRefusesKeysItDoesNotOwnButAnswersRetries) {
     PullRequest pull;
     pull.set_table(kTable);
     pull.set_keys(Pack<uint64_t>(std::vector<uint64_t>{}));
-    pull.set_routing_epoch(3);
+    pull.set_slot_map_epoch(3);
     PullResponse response;
     grpc::ClientContext context;
     const grpc::Status status = stub->Pull(&context, pull, &response);
@@ -213,7 +213,7 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
   SlotMapSpec beyond = moved.WithSlotsMoved(5, 5, 0).ToSpec();
   beyond.mutable_ranges(0)->set_shard(2);
   SetSlotMapRequest beyond_request;
-  beyond_request.set_expected_epoch(2);
+  beyond_request.set_expected_slot_map_epoch(2);
   *beyond_request.mutable_slot_map() = beyond;
   SetSlotMapResponse beyond_response;
   grpc::ClientContext beyond_context;
@@ -222,7 +222,7 @@ TEST_F(SlotRoutingTest, SetSlotMapIsACompareAndSwapAndStatsShowIt) {
                 .error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   SetSlotMapRequest gap;
-  gap.set_expected_epoch(2);
+  gap.set_expected_slot_map_epoch(2);
   gap.mutable_slot_map()->set_epoch(3);
   SetSlotMapResponse response;
   grpc::ClientContext context;
