@@ -264,14 +264,15 @@ grpc::ServerUnaryReactor* AdminService::SetSlotMap(
                (status = moves_->MayGiveAway(
                     *next, request->allow_without_move(), &switching))
                    .ok()) {
-      status = options_.set_slot_map
-                   ? options_.set_slot_map(request->expected_slot_map_epoch(), *next)
-                   : slots_->Replace(request->expected_slot_map_epoch(), *next);
+      status =
+          options_.set_slot_map
+              ? options_.set_slot_map(request->expected_slot_map_epoch(), *next)
+              : slots_->Replace(request->expected_slot_map_epoch(), *next);
       if (switching) moves_->AfterChange();
     }
     if (status.ok()) {
-      LOG(INFO) << "slot map epoch " << request->expected_slot_map_epoch() << " -> "
-                << next->epoch() << ", set by " << context->peer();
+      LOG(INFO) << "slot map epoch " << request->expected_slot_map_epoch()
+                << " -> " << next->epoch() << ", set by " << context->peer();
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
