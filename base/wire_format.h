@@ -11,6 +11,7 @@
 #ifndef PS_BASE_WIRE_FORMAT_H_
 #define PS_BASE_WIRE_FORMAT_H_
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -78,9 +79,15 @@ __attribute__((target("avx,f16c"))) inline void DecodeHalfF16c(const char* in,
   }
 }
 
+// F16C is CPUID leaf 1's ECX bit 29 (read directly: clang's
+// __builtin_cpu_supports does not know "f16c"); its instructions are VEX
+// encoded, so they also need AVX enabled by the OS, which "avx" checks.
 inline bool HasF16c() {
-  static const bool has =
-      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ecx & (1u << 29)) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 

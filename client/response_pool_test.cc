@@ -43,5 +43,32 @@ TEST(PullResponsePoolTest, DropsASetTooLargeToKeep) {
   EXPECT_EQ(pool.Take().size(), 2u);
 }
 
+// The bytes a set holds: its buffers' capacity, whatever their contents.
+size_t CapacityOf(const std::vector<PullResponse>& set) {
+  size_t bytes = 0;
+  for (const PullResponse& response : set)
+    bytes += response.values().capacity();
+  return bytes;
+}
+
+TEST(PullResponsePoolTest, ASetExactlyAtTheLimitIsKept) {
+  const size_t bytes = CapacityOf(Set(2, 3000));
+  PullResponsePool at_limit(/*max_sets=*/4, /*max_set_bytes=*/bytes);
+  at_limit.Give(Set(2, 3000));
+  EXPECT_EQ(at_limit.Take().size(), 2u);
+  PullResponsePool below(/*max_sets=*/4, /*max_set_bytes=*/bytes - 1);
+  below.Give(Set(2, 3000));
+  EXPECT_TRUE(below.Take().empty());
+}
+
+TEST(PullResponsePoolTest, CountsWhatABufferHoldsNotWhatItUses) {
+  PullResponsePool pool(/*max_sets=*/4, /*max_set_bytes=*/10000);
+  std::vector<PullResponse> set(1);
+  set[0].mutable_values()->reserve(20000);  // a large reply, then a small one
+  set[0].mutable_values()->resize(16);
+  pool.Give(std::move(set));
+  EXPECT_TRUE(pool.Take().empty());
+}
+
 }  // namespace
 }  // namespace ps::client

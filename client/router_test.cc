@@ -1,5 +1,6 @@
 #include "client/router.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -167,6 +168,55 @@ TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithout) {
   EXPECT_EQ(optimizer.learning_rate_multiplier, 2.0f);
 }
 
+TEST(DeliverPullResponseTest, DecodesHalfPrecisionReplies) {
+  const std::vector<uint64_t> keys = {10, 20};
+  const std::vector<float> sent = {1.5f, -2.0f, 0.25f, 3.0f};  // exact
+  for (WireFormat format : {WireFormat::BF16, WireFormat::FP16}) {
+    std::vector<float> rows(4, -1.0f);
+    const TableRows pull = {"t", keys, 2, rows.data()};
+    PullResponse response;
+    response.set_format(format);
+    response.mutable_values()->resize(sent.size() * WireValueBytes(format));
+    EncodeWireValues(format, sent, response.mutable_values()->data());
+    ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 1}}));
+    EXPECT_EQ(rows, sent) << WireFormat_Name(format);
+  }
+}
+
+TEST(DeliverPullResponseTest, AKeyPulledTwiceGetsItsRowTwice) {
+  const std::vector<uint64_t> keys = {10, 10, 20};
+  std::vector<float> rows(3, -1.0f);
+  const TableRows pull = {"t", keys, 1, rows.data()};
+  PullResponse response;
+  const std::vector<float> values = {7, 7, 9};
+  response.mutable_values()->assign(
+      reinterpret_cast<const char*>(values.data()),
+      values.size() * sizeof(float));
+  ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 1, 2}}));
+  EXPECT_EQ(rows, (std::vector<float>{7, 7, 9}));
+}
+
+TEST(DeliverPullResponseTest, RefusesStateOfTheWrongSizeOrFormat) {
+  const std::vector<uint64_t> keys = {10};
+  std::vector<float> rows(3, -1.0f);
+  TrainingClient::PulledOptimizer optimizer;
+  TableRows pull = {"t", keys, 1, rows.data()};
+  pull.optimizer = &optimizer;
+  pull.state_floats = 2;
+  PullResponse response;
+  response.mutable_optimizer()->set_learning_rate(0.5f);
+  response.mutable_values()->resize(3 * sizeof(float));
+  response.set_state_floats(1);
+  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+              StatusIs(absl::StatusCode::kInternal));
+  response.set_state_floats(2);
+  response.set_format(WireFormat::BF16);
+  response.mutable_values()->resize(3 * WireValueBytes(WireFormat::BF16));
+  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
+}
+
 TEST(PushSequencesTest, EachShardCountsOnItsOwn) {
   PushSequences sequences(4);
   EXPECT_EQ(sequences.Next(0), 1u);
@@ -295,6 +345,54 @@ TEST(ReroutePushTest, KeysAndGradientsMoveTogetherNamingTheRefusedRequest) {
     keys_moved += sent.size();
   }
   EXPECT_EQ(keys_moved, Unpack(requests[0].keys()).size());
+}
+
+TEST(ReroutePushTest, ASecondMoveKeepsTheFirstAndEveryOtherField) {
+  const SlotMap map = SlotMap::Initial(3);
+  const std::vector<uint64_t> keys = Keys(60);
+  std::vector<float> gradients(keys.size() * 2, 1e-5f);
+  TableGradients push = {"t", keys, gradients, 2};
+  push.learning_rate_scale = 0.25f;
+  PushSequences sequences(3);
+  std::vector<PushRequest> requests;
+  std::vector<int> shards;
+  ASSERT_OK(AddPushRequests(push, {/*worker=*/5, /*clock=*/11, 99},
+                            {1000, WireFormat::FP16}, map, sequences, &requests,
+                            &shards));
+  ASSERT_EQ(shards[0], 0);
+  const PushRequest& original = requests[0];
+  // Half of shard 0's slots go to shard 1, then on to shard 2.
+  const uint32_t last_moved = kNumSlots / 6;
+  const SlotMap once = map.WithSlotsMovedFrom(0, last_moved, 0, 1);
+  std::vector<PushRequest> first;
+  std::vector<int> first_shards;
+  ReroutePush(original, 0, once, sequences, &first, &first_shards);
+  const auto moved = std::find(first_shards.begin(), first_shards.end(), 1);
+  ASSERT_NE(moved, first_shards.end()) << "no key in the slots moved";
+  const PushRequest& once_moved = first[moved - first_shards.begin()];
+  const SlotMap twice = once.WithSlotsMovedFrom(0, last_moved, 1, 2);
+  std::vector<PushRequest> second;
+  std::vector<int> second_shards;
+  ReroutePush(once_moved, 1, twice, sequences, &second, &second_shards);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second_shards[0], 2);
+  const PushRequest& part = second[0];
+  ASSERT_EQ(part.moved_from_size(), 2);  // oldest first
+  EXPECT_EQ(part.moved_from(0).shard(), 0u);
+  EXPECT_EQ(part.moved_from(0).sequence(), original.sequence());
+  EXPECT_EQ(part.moved_from(1).shard(), 1u);
+  EXPECT_EQ(part.moved_from(1).sequence(), once_moved.sequence());
+  EXPECT_EQ(part.slot_map_epoch(), twice.epoch());
+  EXPECT_EQ(part.keys(), once_moved.keys());
+  EXPECT_EQ(part.gradients(), once_moved.gradients());
+  EXPECT_EQ(part.table(), "t");
+  EXPECT_EQ(part.worker(), 5u);
+  EXPECT_EQ(part.clock(), 11);
+  EXPECT_EQ(part.incarnation(), 99u);
+  EXPECT_EQ(part.learning_rate_scale(), 0.25f);
+  EXPECT_EQ(part.format(), WireFormat::FP16);
+  EXPECT_EQ(part.gradient_scale(), original.gradient_scale());
+  EXPECT_GT(part.gradient_scale(), 1.0f);
 }
 
 }  // namespace

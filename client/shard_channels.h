@@ -6,8 +6,9 @@
 // have declared, so that a shard that joins (or comes back elsewhere) is
 // declared them; and the clock coordinator's stub. Channels reconnect on
 // their own, quickly, to a shard that restarts at the same address.
-// Thread-safe; a call holds its stub by shared_ptr, so a shard redialled
-// meanwhile does not pull it from under the call.
+// Thread-safe. A shard redialled while calls to it are in flight does not
+// pull the channel from under them: each call's grpc::ClientContext holds
+// its channel until the call ends.
 
 #ifndef PS_CLIENT_SHARD_CHANNELS_H_
 #define PS_CLIENT_SHARD_CHANNELS_H_

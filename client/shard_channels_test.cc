@@ -1,8 +1,11 @@
 #include "client/shard_channels.h"
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ps::client {
@@ -85,6 +88,48 @@ TEST(ShardChannelsTest, JoinLeaveAndJoinAgain) {
   EXPECT_EQ(to_declare.shards, (std::vector<int>{2}));
   ASSERT_EQ(to_declare.tables.size(), 1u);
   EXPECT_EQ(channels->shard(2), third);
+}
+
+TEST(ShardChannelsTest, JoinsAgainAtANewAddress) {
+  std::unique_ptr<ShardChannels> channels = Open();
+  channels->MoveShards({"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"});
+  const auto third = channels->shard(2);
+  channels->MoveShards(kServers);  // it leaves
+  channels->RecordTable(Table("a", 4));
+  const ShardChannels::TablesToDeclare to_declare =
+      channels->MoveShards({"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:5"});
+  EXPECT_EQ(to_declare.shards, (std::vector<int>{2}));
+  ASSERT_EQ(to_declare.tables.size(), 1u);
+  EXPECT_NE(channels->shard(2), third);
+  EXPECT_EQ(channels->num_shards(), 3);
+}
+
+TEST(ShardChannelsTest, StubsReadWhileShardsMove) {
+  std::unique_ptr<ShardChannels> channels = Open();
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        const int shards = channels->num_shards();
+        for (int i = 0; i < shards; ++i) {
+          EXPECT_NE(channels->shard(i), nullptr);
+        }
+        reads.fetch_add(1);
+      }
+    });
+  }
+  for (int round = 0; round < 200; ++round) {
+    const std::string moved = absl::StrCat("127.0.0.1:", 100 + round);
+    channels->MoveShards({"127.0.0.1:1", moved, "127.0.0.1:4"});
+    channels->MoveShards(kServers);
+  }
+  stop.store(true);
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(channels->num_shards(), 3);
+  EXPECT_EQ(channels->job_shards(), 2u);
 }
 
 TEST(ShardChannelsTest, MoveCoordinatorOnlyWhenItMoved) {

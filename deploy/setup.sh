@@ -12,7 +12,7 @@ set -euo pipefail
 
 packages=(
   bazel-bootstrap bazel-rules-java default-jdk-headless
-  build-essential pkg-config clang-format
+  build-essential pkg-config clang clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libxxhash-dev libgoogle-glog-dev nlohmann-json3-dev
   libdnnl-dev zlib1g-dev libzstd-dev

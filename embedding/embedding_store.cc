@@ -87,10 +87,14 @@ absl::StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(
   }
   RETURN_IF_ERROR(store->ReplayPushLog());
   ASSIGN_OR_RETURN(auto moved_ledgers, store->rocks_->ReadMovedLedgers());
-  for (const auto& [source, ledger] : moved_ledgers) {
-    auto& merged = store->moved_ledgers_[source];
-    merged = std::make_unique<PushLedger>();
-    RETURN_IF_ERROR(merged->Merge(ledger));
+  {
+    // Nothing else sees the store yet; the lock is for the analysis.
+    absl::MutexLock lock(&store->moved_ledgers_mu_);
+    for (const auto& [source, ledger] : moved_ledgers) {
+      auto& merged = store->moved_ledgers_[source];
+      merged = std::make_unique<PushLedger>();
+      RETURN_IF_ERROR(merged->Merge(ledger));
+    }
   }
   // Only now: a row's disk copy may be older than its updates in the log
   // replayed above, which must land on it, not on a fresh row.

@@ -293,9 +293,11 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   // The steps below run with every stripe of `push` locked and read and
   // write those stripes' guarded rows. The locks held are a set chosen at
   // run time (push.stripes), which the thread-safety analysis cannot name
-  // in a REQUIRES clause: each step is marked ABSL_NO_THREAD_SAFETY_ANALYSIS
-  // for that reason alone, and ApplyPush() is the one caller, between its
-  // Lock and Unlock of push.stripes.
+  // in a REQUIRES clause: each step that reads or writes guarded state is
+  // marked ABSL_NO_THREAD_SAFETY_ANALYSIS for that reason alone (the others
+  // touch only the rows the push loaded), ApplyPush() is the one caller,
+  // between its Lock and Unlock of push.stripes, and UpdateLockedStripes()
+  // asserts the locks are held.
   // With every stripe of `push` locked: loads and updates its rows, checks
   // them, and under kWal writes its record; on error, undoes it all.
   absl::Status UpdateLockedStripes(const Table& table, PendingPush& push)
@@ -307,12 +309,10 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   // `now_s`, with their sections' sequences.
   absl::Status LoadPushRows(const Table& table,
                             PendingPush& push) ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  absl::Status UpdatePushRows(const Table& table,
-                              PendingPush& push) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  absl::Status UpdatePushRows(const Table& table, PendingPush& push);
   absl::Status WritePushRecord(PendingPush& push)
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  void CommitPush(PendingPush& push,
-                  uint32_t now_s) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void CommitPush(PendingPush& push, uint32_t now_s);
   // Puts every row `push` changed back as it was. REQUIRES: every stripe of
   // `push` locked.
   void UndoPush(PendingPush& push) ABSL_NO_THREAD_SAFETY_ANALYSIS;

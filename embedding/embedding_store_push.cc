@@ -287,6 +287,7 @@ void EmbeddingStoreImpl::PreparePush(const Table& table, PendingPush& push) {
 
 absl::Status EmbeddingStoreImpl::UpdateLockedStripes(const Table& table,
                                                      PendingPush& push) {
+  for (Stripe* stripe : push.stripes) stripe->mu.AssertHeld();
   // Load (or create) every row first: an I/O error here changes nothing.
   RETURN_IF_ERROR(LoadPushRows(table, push));
   const uint32_t now_s = NowSeconds();

@@ -146,7 +146,8 @@ struct ExpiryRule {
 
 class RocksStore {
  public:
-  // A set of row writes applied atomically by Write().
+  // A set of row writes applied atomically by Write(). Move-only; a
+  // moved-from Batch may only be destroyed or assigned to.
   class Batch {
    public:
     Batch(Batch&& other) noexcept;

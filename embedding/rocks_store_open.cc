@@ -377,9 +377,10 @@ absl::Status UpgradeRowKeys(const RocksStoreOptions& options,
     return absl::OkStatus();
   }
   for (const auto& [id, handle] : opened.table_handles) {
+    const TableId table_id = id;
     const auto table =
         std::find_if(tables.begin(), tables.end(),
-                     [&](const StoredTable& t) { return t.id == id; });
+                     [&](const StoredTable& t) { return t.id == table_id; });
     RETURN_IF_ERROR(UpgradeFamilyRowKeys(
         options, opened.db.get(), handle,
         table == tables.end() ? absl::StrCat(id) : table->spec.name()));

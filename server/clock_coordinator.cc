@@ -411,11 +411,12 @@ ClockCoordinator::CutStatus ClockCoordinator::GetCutStatus() {
   status.id = cut_id_;
   cut_lease_end_ = now + cut_lease_;
   status.workers = SnapshotLocked(now);
+  const uint64_t cut_id = cut_id_;
   status.ready = std::all_of(workers_.begin(), workers_.end(),
                              [&](const auto& id_and_worker) {
                                const Worker& w = id_and_worker.second;
                                return !Live(w, now) || w.clock >= status.cut ||
-                                      w.held_in_cut == cut_id_;
+                                      w.held_in_cut == cut_id;
                              });
   cut_ready_ = cut_ready_ || status.ready;
   return status;

@@ -75,7 +75,7 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> SlotMoveSource::Begin(
           "shard ", shard_index_, " owns none of slots ", first_slot, "-",
           last_slot, " (slot map epoch ", map->epoch(), ")"));
     }
-    move_.emplace();
+    move_.emplace(Move());
     move_->first_slot = first_slot;
     move_->last_slot = last_slot;
     move_->to_shard = to_shard;
@@ -281,8 +281,10 @@ void SlotMoveSource::AfterChange() {
 bool SlotMoveSource::Admit(absl::Span<const uint64_t> keys) {
   absl::MutexLock lock(&mu_);
   if (!LiveLocked() || !move_->paused) return true;
-  return std::none_of(keys.begin(), keys.end(),
-                      [this](uint64_t key) { return MovingLocked(key); });
+  for (uint64_t key : keys) {
+    if (MovingLocked(key)) return false;
+  }
+  return true;
 }
 
 void SlotMoveSource::Record(const std::string& table,
