@@ -64,9 +64,9 @@ class FollowTrainingTest : public TrainingTest {
                                              int64_t examples,
                                              absl::Time deadline,
                                              int64_t* clock) {
-    for (InputPosition at = PositionHeldFor(*shards_[0], 0, clock);
+    for (InputPosition at = PositionHeldFor(shard(0), 0, clock);
          at.file() != file || at.file_examples() < examples;
-         at = PositionHeldFor(*shards_[0], 0, clock)) {
+         at = PositionHeldFor(shard(0), 0, clock)) {
       if (absl::Now() > deadline) {
         return ::testing::AssertionFailure()
                << "not at " << examples << " of " << file << " but at "
@@ -93,9 +93,8 @@ class FollowTrainingTest : public TrainingTest {
     return run;
   }
 
-  std::vector<std::string> FollowArgs(const std::vector<std::string>& servers,
-                                      const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = WorkerArgs(servers, 0, 1, extra);
+  std::vector<std::string> FollowArgs(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = WorkerArgs(0, 1, extra);
     for (std::string& arg : argv) {
       if (arg.rfind("--train=", 0) == 0) arg = "--follow=" + dir_ + "/incoming";
     }
@@ -115,11 +114,11 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
 
   // Stopped in the middle of part-2 (a file is about 20 steps).
   const WorkerRun first =
-      StopInPart2(FollowArgs(servers, {"--slow_step_ms=100", "--staleness=0"}));
+      StopInPart2(FollowArgs({"--slow_step_ms=100", "--staleness=0"}));
   ASSERT_EQ(first.exit_code, 75);
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
-  const InputPosition left = PositionHeldFor(*shards_[0], 0, &clock);
+  const InputPosition left = PositionHeldFor(shard(0), 0, &clock);
   EXPECT_EQ(left.file(), "part-2.tsv");
   EXPECT_GT(left.file_examples(), 0);
   EXPECT_LT(left.file_examples(), kLinesPerFile);
@@ -135,9 +134,9 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
 
   // The restart goes on in part-2; part-3 and part-4 arrive once it waits
   // for them.
-  auto again = ChildProcess::Start(
-      FollowArgs(servers, {"--slow_step_ms=5", "--staleness=0"}), false,
-      dir_ + "/worker0.log");
+  auto again =
+      ChildProcess::Start(FollowArgs({"--slow_step_ms=5", "--staleness=0"}),
+                          false, dir_ + "/worker0.log");
   ASSERT_TRUE(again.ok());
   for (int f = 3; f <= kFiles; ++f) {
     const std::string waiting =
@@ -169,7 +168,7 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   // learnt from the first ones.
   EXPECT_GT(second.Get("last_file_progressive_auc"), 0.6) << second.metrics;
   EXPECT_GT(second.Get("test_auc"), 0.6);
-  shards_.clear();
+  StopShards();
 }
 
 TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
@@ -179,7 +178,7 @@ TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
   ASSERT_EQ(servers.size(), 2u);
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
-    std::vector<std::string> argv = FollowArgs(servers, {"--staleness=async"});
+    std::vector<std::string> argv = FollowArgs({"--staleness=async"});
     for (std::string& arg : argv) {
       if (arg == "--worker_index=0") arg = absl::StrCat("--worker_index=", w);
       if (arg == "--num_workers=1") arg = "--num_workers=2";
@@ -206,7 +205,7 @@ TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
     }
   }
   EXPECT_EQ(examples, kTrainLines);
-  shards_.clear();
+  StopShards();
 }
 
 // What ps_serve answers through an independent client (Python's grpcio):
@@ -260,7 +259,7 @@ TEST_F(FollowTrainingTest,
   auto args = [&](const std::string& slow_step_ms) {
     std::vector<std::string> extra = export_flags;
     extra.push_back("--slow_step_ms=" + slow_step_ms);
-    return FollowArgs(servers, extra);
+    return FollowArgs(extra);
   };
 
   // Stopped in the middle of part-2, after some exports.
@@ -307,7 +306,7 @@ TEST_F(FollowTrainingTest,
 
   // The last export (written as training ended) is served, a delta read
   // over its base, with ps_predict's scores of that export.
-  PositionHeldFor(*shards_[0], 0, &clock);
+  PositionHeldFor(shard(0), 0, &clock);
   const absl::Time ended = absl::Now();
   Served served;
   while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <
@@ -333,7 +332,7 @@ TEST_F(FollowTrainingTest,
   ASSERT_EQ(served.scores.size(), 200u);
   for (int i = 0; i < 200; ++i)
     ASSERT_NEAR(served.scores[i], predicted[i], 1e-6) << "line " << i;
-  shards_.clear();
+  StopShards();
 }
 
 }  // namespace

@@ -38,14 +38,10 @@ class ServeTest : public TrainingTest {
  protected:
   // Exports the shards' model into model_/`name` and scores the test lines
   // with ps_predict: the probabilities.
-  std::vector<float> ExportAndPredict(const std::vector<std::string>& servers,
-                                      const std::string& name) {
-    EXPECT_EQ(RunToCompletion({BinaryPath("ops/ps_admin"),
-                               "--servers=" + absl::StrJoin(servers, ","),
-                               "--dir=" + model_ + "/" + name, "export"},
-                              dir_ + "/export.log"),
-              0)
-        << ReadFile(dir_ + "/export.log");
+  std::vector<float> ExportAndPredict(const std::string& name) {
+    const AdminRun exported =
+        cluster_->Admin({"--dir=" + model_ + "/" + name, "export"});
+    EXPECT_EQ(exported.exit_code, 0) << exported.log;
     const std::string scores = dir_ + "/" + name + ".scores";
     EXPECT_EQ(
         RunToCompletion({BinaryPath("worker/predict/ps_predict"),
@@ -86,7 +82,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   std::filesystem::create_directories(model_);
   const std::vector<std::string> servers = StartShards(1);
   ASSERT_EQ(servers.size(), 1u);
-  ASSERT_EQ(RunToCompletion(WorkerArgs(servers, 0, 1, {"--staleness=0"}),
+  ASSERT_EQ(RunToCompletion(WorkerArgs(0, 1, {"--staleness=0"}),
                             dir_ + "/worker0.log", absl::Minutes(5)),
             0)
       << ReadFile(dir_ + "/worker0.log");
@@ -119,7 +115,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   }
 
   // The first export arrives: served within a few polls, Ready.
-  const std::vector<float> first = ExportAndPredict(servers, "export-1");
+  const std::vector<float> first = ExportAndPredict("export-1");
   ASSERT_EQ(first.size(), static_cast<size_t>(kTestLines));
   const absl::Time ready_by = absl::Now() + absl::Seconds(30);
   while (serving_status() != grpc::health::v1::HealthCheckResponse::SERVING) {
@@ -246,11 +242,11 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
 
   // More training, a newer export: served within a few polls, with its
   // own scores.
-  ASSERT_EQ(RunToCompletion(WorkerArgs(servers, 0, 1, {"--staleness=0"}),
+  ASSERT_EQ(RunToCompletion(WorkerArgs(0, 1, {"--staleness=0"}),
                             dir_ + "/worker0.log", absl::Minutes(5)),
             0)
       << ReadFile(dir_ + "/worker0.log");
-  const std::vector<float> second = ExportAndPredict(servers, "export-2");
+  const std::vector<float> second = ExportAndPredict("export-2");
   // Every answer meanwhile is one export's, whole.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   do {
@@ -302,7 +298,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   }
   EXPECT_TRUE(differs) << "the second export scores as the first";
   EXPECT_EQ(serve_->SignalAndWait(SIGTERM), 0);
-  shards_.clear();
+  StopShards();
 }
 
 // Models from specs (here the dcn_v2 and dlrm built-ins, whose exports
@@ -315,12 +311,12 @@ TEST_F(ServeTest, ServesSpecModelsWithPsPredictsScores) {
     std::filesystem::create_directories(model_);
     const std::vector<std::string> servers = StartShards(1);
     ASSERT_EQ(servers.size(), 1u);
-    ASSERT_EQ(RunToCompletion(
-                  WorkerArgs(servers, 0, 1, {"--model=" + name, "--hidden=16"}),
-                  dir_ + "/worker0.log", absl::Minutes(5)),
-              0)
+    ASSERT_EQ(
+        RunToCompletion(WorkerArgs(0, 1, {"--model=" + name, "--hidden=16"}),
+                        dir_ + "/worker0.log", absl::Minutes(5)),
+        0)
         << ReadFile(dir_ + "/worker0.log");
-    const std::vector<float> predicted = ExportAndPredict(servers, "export-1");
+    const std::vector<float> predicted = ExportAndPredict("export-1");
     ASSERT_EQ(predicted.size(), static_cast<size_t>(kTestLines));
     const std::string address = StartServe();
     ASSERT_FALSE(address.empty());

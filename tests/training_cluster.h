@@ -2,7 +2,8 @@
 //
 // What the end-to-end training tests share: click logs generated once per
 // test binary (with a known ground truth), shards started as real
-// processes, ps_worker command lines, and the metrics each worker wrote.
+// processes (tests/test_cluster.h), ps_worker command lines, and the
+// metrics each worker wrote.
 
 #ifndef PS_TESTS_TRAINING_CLUSTER_H_
 #define PS_TESTS_TRAINING_CLUSTER_H_
@@ -29,6 +30,7 @@
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
@@ -77,34 +79,32 @@ class TrainingTest : public ::testing::Test {
         ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
 
-  // Starts `count` shards on fresh data directories and returns their
-  // addresses.
-  std::vector<std::string> StartShards(int count) {
-    std::vector<std::string> addresses;
-    ++cluster_;
-    for (int s = 0; s < count; ++s) {
-      auto shard = ServerProcess::Start(
-          {absl::StrCat("--data_dir=", dir_, "/cluster", cluster_, "/shard", s),
-           absl::StrCat("--shard_index=", s),
-           absl::StrCat("--num_shards=", count), "--durability=periodic",
-           "--cache_mb=64"},
-          absl::Seconds(60), absl::StrCat(dir_, "/shard", s, ".log"));
-      EXPECT_TRUE(shard.ok()) << shard.status();
-      if (!shard.ok()) return {};
-      addresses.push_back((*shard)->address());
-      shards_.push_back(std::move(shard).value());
-    }
-    return addresses;
+  // Starts `count` shards on fresh data directories (a new cluster, the
+  // last one stopped) with `server_flags`, and returns their addresses.
+  std::vector<std::string> StartShards(
+      int count, const std::vector<std::string>& server_flags = {
+                     "--durability=periodic", "--cache_mb=64"}) {
+    cluster_.reset();
+    TestClusterOptions options;
+    options.shards = count;
+    options.server_flags = server_flags;
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+        absl::StrCat(dir_, "/cluster", ++clusters_), options);
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    if (!cluster.ok()) return {};
+    cluster_ = *std::move(cluster);
+    return cluster_->addresses();
   }
 
-  std::vector<std::string> WorkerArgs(const std::vector<std::string>& servers,
-                                      int index, int count,
+  // Shard i of the cluster StartShards() started last.
+  ServerProcess& shard(int i) { return cluster_->shard(i); }
+  void StopShards() { cluster_.reset(); }
+
+  // Worker `index` of `count` of that cluster, training on the test data
+  // with the tests' model, then `extra` flags.
+  std::vector<std::string> WorkerArgs(int index, int count,
                                       const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {
-        BinaryPath("worker/ps_worker"),
-        "--servers=" + absl::StrJoin(servers, ","),
-        absl::StrCat("--worker_index=", index),
-        absl::StrCat("--num_workers=", count),
+    std::vector<std::string> flags = {
         "--train=" + *data_ + "/train.tsv",
         "--test=" + *data_ + "/test.tsv",
         "--batch_size=1024",
@@ -116,8 +116,8 @@ class TrainingTest : public ::testing::Test {
         "--progress_every_s=1",
         absl::StrCat("--metrics_out=", dir_, "/worker", index, ".json"),
     };
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return cluster_->WorkerArgs(index, count, flags);
   }
 
   WorkerRun Collect(int index, int exit_code) {
@@ -133,7 +133,7 @@ class TrainingTest : public ::testing::Test {
   std::vector<WorkerRun> Train(
       int num_shards, int workers, const std::vector<std::string>& common,
       const std::vector<std::vector<std::string>>& extra = {}) {
-    const std::vector<std::string> servers = StartShards(num_shards);
+    if (StartShards(num_shards).empty()) return {};
     std::vector<std::unique_ptr<ChildProcess>> processes;
     for (int w = 0; w < workers; ++w) {
       std::vector<std::string> flags = common;
@@ -141,7 +141,7 @@ class TrainingTest : public ::testing::Test {
         flags.insert(flags.end(), extra[w].begin(), extra[w].end());
       }
       auto process =
-          ChildProcess::Start(WorkerArgs(servers, w, workers, flags), false,
+          ChildProcess::Start(WorkerArgs(w, workers, flags), false,
                               absl::StrCat(dir_, "/worker", w, ".log"));
       EXPECT_TRUE(process.ok());
       processes.push_back(std::move(process).value());
@@ -151,7 +151,7 @@ class TrainingTest : public ::testing::Test {
       runs.push_back(Collect(w, processes[w]->Wait(absl::Minutes(5))));
       EXPECT_EQ(runs.back().exit_code, 0) << runs.back().log;
     }
-    shards_.clear();
+    StopShards();
     return runs;
   }
 
@@ -161,8 +161,8 @@ class TrainingTest : public ::testing::Test {
 
   inline static std::string* data_ = nullptr;
   std::string dir_;
-  int cluster_ = 0;
-  std::vector<std::unique_ptr<ServerProcess>> shards_;
+  int clusters_ = 0;
+  std::unique_ptr<TestCluster> cluster_;
 };
 
 }  // namespace ps::testing

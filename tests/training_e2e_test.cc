@@ -60,14 +60,14 @@ TEST_F(TrainingTest, HalfPrecisionOnTheWireAndAdmissionTrainAlmostAsWell) {
 TEST_F(TrainingTest, Bf16GemmsTrainAsWellAsFp32OrFailClearly) {
   if (!ps::kernels::CpuHasBf16Gemm()) {
     // No AVX512_BF16: the worker refuses rather than run slower than FP32.
-    const std::vector<std::string> servers = StartShards(1);
-    auto process = ChildProcess::Start(WorkerArgs(servers, 0, 1, {"--bf16"}),
-                                       false, dir_ + "/worker0.log");
+    ASSERT_EQ(StartShards(1).size(), 1u);
+    auto process = ChildProcess::Start(WorkerArgs(0, 1, {"--bf16"}), false,
+                                       dir_ + "/worker0.log");
     ASSERT_TRUE(process.ok());
     EXPECT_EQ((*process)->Wait(absl::Minutes(1)), 64);  // a bad flag here
     EXPECT_NE(ReadFile(dir_ + "/worker0.log").find("AVX512_BF16"),
               std::string::npos);
-    shards_.clear();
+    StopShards();
     return;
   }
   const WorkerRun fp32 = Train(1, 1, {"--staleness=0"})[0];
@@ -163,14 +163,14 @@ TEST_F(TrainingTest, SlowWorkerHoldsTheFastOneWithinTheBound) {
 }
 
 TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
-  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(StartShards(1).size(), 1u);
   const std::vector<std::string> common = {"--staleness=0", "--lease_ms=1500"};
-  auto survivor = ChildProcess::Start(WorkerArgs(servers, 0, 2, common), false,
+  auto survivor = ChildProcess::Start(WorkerArgs(0, 2, common), false,
                                       dir_ + "/worker0.log");
   std::vector<std::string> slow = common;
   slow.push_back("--slow_step_ms=300");
-  auto victim = ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false,
-                                    dir_ + "/worker1.log");
+  auto victim =
+      ChildProcess::Start(WorkerArgs(1, 2, slow), false, dir_ + "/worker1.log");
   ASSERT_TRUE(survivor.ok() && victim.ok());
   absl::SleepFor(absl::Seconds(3));
   EXPECT_EQ((*victim)->SignalAndWait(SIGKILL), 128 + SIGKILL);
@@ -186,13 +186,13 @@ TEST_F(TrainingTest, TrainingStartsOnceEveryWorkerIsThere) {
   // Worker 1 starts two seconds after worker 0: under bounded staleness
   // worker 0's first step waits for it (--num_workers), so both start at
   // clock 0 and neither runs ahead alone.
-  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(StartShards(1).size(), 1u);
   const std::vector<std::string> flags = {"--staleness=0"};
-  auto first = ChildProcess::Start(WorkerArgs(servers, 0, 2, flags), false,
+  auto first = ChildProcess::Start(WorkerArgs(0, 2, flags), false,
                                    dir_ + "/worker0.log");
   ASSERT_TRUE(first.ok());
   absl::SleepFor(absl::Seconds(2));
-  auto second = ChildProcess::Start(WorkerArgs(servers, 1, 2, flags), false,
+  auto second = ChildProcess::Start(WorkerArgs(1, 2, flags), false,
                                     dir_ + "/worker1.log");
   ASSERT_TRUE(second.ok());
   const WorkerRun run0 = Collect(0, (*first)->Wait(absl::Minutes(3)));
@@ -209,14 +209,14 @@ TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
   // wait for the others); worker 1 joins two seconds later at the live
   // minimum clock. Neither deadlocks, both finish their shares within the
   // bound, and the joiner is counted.
-  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(StartShards(1).size(), 1u);
   const std::vector<std::string> flags = {"--staleness=0", "--slow_step_ms=100",
                                           "--start_timeout_s=0"};
-  auto first = ChildProcess::Start(WorkerArgs(servers, 0, 2, flags), false,
+  auto first = ChildProcess::Start(WorkerArgs(0, 2, flags), false,
                                    dir_ + "/worker0.log");
   ASSERT_TRUE(first.ok());
   absl::SleepFor(absl::Seconds(2));
-  auto joiner = ChildProcess::Start(WorkerArgs(servers, 1, 2, flags), false,
+  auto joiner = ChildProcess::Start(WorkerArgs(1, 2, flags), false,
                                     dir_ + "/worker1.log");
   ASSERT_TRUE(joiner.ok());
   const WorkerRun run0 = Collect(0, (*first)->Wait(absl::Minutes(3)));
@@ -240,17 +240,17 @@ TEST_F(TrainingTest, ALeaseHoldsThroughStepsLongerThanIt) {
   // the clocks of the workers still training (live or not: a worker whose
   // lease lapsed is still training) never passes 3 (a worker may finish
   // step c + 2 while the slowest is still at c).
-  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(StartShards(1).size(), 1u);
   const std::vector<std::string> common = {"--staleness=2", "--lease_ms=800",
                                            "--batch_size=4096"};
   std::vector<std::string> slow = common;
   slow.push_back("--slow_step_ms=1200");
-  auto fast = ChildProcess::Start(WorkerArgs(servers, 0, 2, common), false,
+  auto fast = ChildProcess::Start(WorkerArgs(0, 2, common), false,
                                   dir_ + "/worker0.log");
-  auto slow_worker = ChildProcess::Start(WorkerArgs(servers, 1, 2, slow), false,
-                                         dir_ + "/worker1.log");
+  auto slow_worker =
+      ChildProcess::Start(WorkerArgs(1, 2, slow), false, dir_ + "/worker1.log");
   ASSERT_TRUE(fast.ok() && slow_worker.ok());
-  auto admin = Admin::NewStub(shards_[0]->channel());
+  auto admin = Admin::NewStub(shard(0).channel());
   int64_t max_spread = 0;
   int polls = 0;
   std::atomic<bool> done{false};
@@ -320,9 +320,9 @@ TEST_F(TrainingTest, MalformedLinesAreSkippedCountedAndCapped) {
   EXPECT_NE(run.log.find("dirty.tsv:8:"), std::string::npos)
       << "file:line in the log";
 
-  const std::vector<std::string> servers = StartShards(1);
+  ASSERT_EQ(StartShards(1).size(), 1u);
   std::vector<std::string> argv = WorkerArgs(
-      servers, 0, 1, {"--train=" + dir_ + "/dirty.tsv", "--max_bad_lines=10"});
+      0, 1, {"--train=" + dir_ + "/dirty.tsv", "--max_bad_lines=10"});
   const int code = RunToCompletion(argv, dir_ + "/capped.log");
   EXPECT_NE(code, 0);
   EXPECT_NE(ReadFile(dir_ + "/capped.log").find("--max_bad_lines=10"),

@@ -5,6 +5,7 @@
 // once; --restart_from_start reads its share again; a shard killed and
 // restarted under it costs nothing.
 
+#include "base/status_matchers.h"
 #include "base/wait_until.h"
 #include "tests/training_cluster.h"
 
@@ -49,12 +50,11 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
   // Stops worker 0 once the coordinator holds a clock of at least `at`;
   // returns the drained run and how long the drain took.
   auto drain = [&](const std::vector<std::string>& flags, int64_t at) {
-    auto worker = ChildProcess::Start(WorkerArgs(servers, 0, 1, flags), false,
+    auto worker = ChildProcess::Start(WorkerArgs(0, 1, flags), false,
                                       dir_ + "/worker0.log");
     EXPECT_TRUE(worker.ok());
-    EXPECT_TRUE(
-        WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= at; },
-                  absl::Seconds(60), absl::Milliseconds(20)));
+    EXPECT_TRUE(WaitUntil([&] { return ClockHeldFor(shard(0), 0).clock >= at; },
+                          absl::Seconds(60), absl::Milliseconds(20)));
     const absl::Time signalled = absl::Now();
     const int code = (*worker)->SignalAndWait(SIGTERM);
     return std::make_pair(Collect(0, code), absl::Now() - signalled);
@@ -64,7 +64,7 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
   EXPECT_LT(first_drain, absl::Seconds(5)) << "the drain took too long";
   EXPECT_NE(first.metrics.find("\"drained\": true"), std::string::npos)
       << first.metrics;
-  const HeldClock left = ClockHeldFor(*shards_[0], 0);
+  const HeldClock left = ClockHeldFor(shard(0), 0);
   EXPECT_FALSE(left.live) << "the lease was not given back";
   EXPECT_FALSE(left.finished);
   EXPECT_GE(left.clock, 10);
@@ -74,14 +74,14 @@ TEST_F(TrainingTest, SigtermDrainsAndARestartGoesOnWithoutTrainingTwice) {
 
   // The restart goes on from there.
   const WorkerRun second =
-      Collect(0, RunToCompletion(WorkerArgs(servers, 0, 1, common),
+      Collect(0, RunToCompletion(WorkerArgs(0, 1, common),
                                  dir_ + "/worker0.log", absl::Minutes(5)));
   ASSERT_EQ(second.exit_code, 0) << second.log;
   EXPECT_EQ(second.Get("first_step"), left.clock);
   EXPECT_EQ(first.Get("examples") + second.Get("examples"), kTrainLines);
   EXPECT_DOUBLE_EQ(second.Get("test_auc"), straight.Get("test_auc"));
   EXPECT_DOUBLE_EQ(second.Get("test_logloss"), straight.Get("test_logloss"));
-  shards_.clear();
+  StopShards();
 }
 
 // Waits until every thread of `pid` is stopped: kill(SIGSTOP) returns
@@ -121,15 +121,14 @@ TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
     const std::string log_path = dir_ + "/worker0.log";
     std::filesystem::remove(log_path);  // the case before's
     auto worker = ChildProcess::Start(
-        WorkerArgs(servers, 0, 1, {c.drain_seconds, "--slow_step_ms=40"}),
-        false, log_path);
+        WorkerArgs(0, 1, {c.drain_seconds, "--slow_step_ms=40"}), false,
+        log_path);
     ASSERT_TRUE(worker.ok());
-    ASSERT_TRUE(
-        WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= 3; },
-                  absl::Seconds(60), absl::Milliseconds(20)))
+    ASSERT_TRUE(WaitUntil([&] { return ClockHeldFor(shard(0), 0).clock >= 3; },
+                          absl::Seconds(60), absl::Milliseconds(20)))
         << ReadFile(log_path);
-    ASSERT_EQ(kill(shards_[0]->pid(), SIGSTOP), 0);
-    WaitUntilStopped(shards_[0]->pid());
+    ASSERT_EQ(kill(shard(0).pid(), SIGSTOP), 0);
+    WaitUntilStopped(shard(0).pid());
     const absl::Time signalled = absl::Now();
     ASSERT_EQ(kill((*worker)->pid(), SIGTERM), 0);
     if (c.second_signal) {
@@ -144,13 +143,13 @@ TEST_F(TrainingTest, ADrainPastDrainSecondsOrASecondSignalExitsAt70) {
     }
     const int code = (*worker)->Wait(absl::Seconds(30));
     const absl::Duration took = absl::Now() - signalled;
-    kill(shards_[0]->pid(), SIGCONT);
+    kill(shard(0).pid(), SIGCONT);
     const std::string log = ReadFile(log_path);
     EXPECT_EQ(code, 70) << log;
     EXPECT_LT(took, absl::Seconds(3)) << "it waited for the shard";
     EXPECT_NE(log.find(c.why), std::string::npos) << log;
     EXPECT_NE(log.find("may be on some shards only"), std::string::npos) << log;
-    shards_.clear();
+    StopShards();
   }
 }
 
@@ -158,45 +157,37 @@ TEST_F(TrainingTest, RestartFromStartIgnoresWhatTheCoordinatorHolds) {
   const std::vector<std::string> servers = StartShards(1);
   ASSERT_EQ(servers.size(), 1u);
   auto worker = ChildProcess::Start(
-      WorkerArgs(servers, 0, 1, {"--staleness=0", "--slow_step_ms=40"}), false,
+      WorkerArgs(0, 1, {"--staleness=0", "--slow_step_ms=40"}), false,
       dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
-  EXPECT_TRUE(WaitUntil([&] { return ClockHeldFor(*shards_[0], 0).clock >= 5; },
+  EXPECT_TRUE(WaitUntil([&] { return ClockHeldFor(shard(0), 0).clock >= 5; },
                         absl::Seconds(60), absl::Milliseconds(20)));
   // SIGINT drains like SIGTERM.
   ASSERT_EQ((*worker)->SignalAndWait(SIGINT), 75);
   const WorkerRun again = Collect(
-      0, RunToCompletion(WorkerArgs(servers, 0, 1,
-                                    {"--staleness=0", "--restart_from_start"}),
-                         dir_ + "/worker0.log", absl::Minutes(5)));
+      0, RunToCompletion(
+             WorkerArgs(0, 1, {"--staleness=0", "--restart_from_start"}),
+             dir_ + "/worker0.log", absl::Minutes(5)));
   ASSERT_EQ(again.exit_code, 0) << again.log;
   EXPECT_EQ(again.Get("examples"), kTrainLines);
-  shards_.clear();
+  StopShards();
 }
 
 TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {
   // One shard under --durability=wal, killed with SIGKILL mid-training and
   // restarted on the same port and directory: the worker retries, reconnects
   // and finishes every example.
-  const std::string data_dir = dir_ + "/restarting_shard";
-  const std::vector<std::string> flags = {"--data_dir=" + data_dir,
-                                          "--durability=wal"};
-  auto shard =
-      ServerProcess::Start(flags, absl::Seconds(60), dir_ + "/shard.log");
-  ASSERT_TRUE(shard.ok()) << shard.status();
-  const std::string address = (*shard)->address();
+  ASSERT_EQ(StartShards(1, {"--durability=wal"}).size(), 1u);
+  const std::string address = shard(0).address();
   auto worker = ChildProcess::Start(
-      WorkerArgs({address}, 0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}),
-      false, dir_ + "/worker0.log");
+      WorkerArgs(0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}), false,
+      dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
   absl::SleepFor(absl::Seconds(2));
-  EXPECT_EQ((*shard)->SignalAndWait(SIGKILL), 128 + SIGKILL);
+  EXPECT_EQ(cluster_->StopShard(0, SIGKILL), 128 + SIGKILL);
   absl::SleepFor(absl::Milliseconds(500));
-  std::vector<std::string> restart_flags = flags;
-  restart_flags.push_back("--listen=" + address);  // the same port again
-  auto restarted = ServerProcess::Start(restart_flags, absl::Seconds(60),
-                                        dir_ + "/shard.log");
-  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  // The same port again.
+  ASSERT_OK(cluster_->RestartShard(0, {"--listen=" + address}));
   const WorkerRun run = Collect(0, (*worker)->Wait(absl::Minutes(3)));
   ASSERT_EQ(run.exit_code, 0) << run.log;
   EXPECT_EQ(run.Get("examples"), kTrainLines);

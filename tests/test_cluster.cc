@@ -1,0 +1,168 @@
+#include "tests/test_cluster.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "tests/test_files.h"
+
+namespace ps::testing {
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    const std::string& dir, TestClusterOptions options) {
+  std::filesystem::create_directories(dir);
+  auto cluster =
+      std::unique_ptr<TestCluster>(new TestCluster(dir, std::move(options)));
+  if (cluster->options_.etcd) {
+    ASSIGN_OR_RETURN(cluster->etcd_, EtcdProcess::Start(dir + "/etcd"));
+  }
+  for (int i = 0; i < cluster->options_.shards; ++i) {
+    RETURN_IF_ERROR(cluster->AddShard(cluster->options_.shards));
+  }
+  return cluster;
+}
+
+std::vector<std::string> TestCluster::addresses() const {
+  std::vector<std::string> addresses;
+  for (const Shard& shard : shards_) {
+    addresses.push_back(shard.primary->address());
+  }
+  return addresses;
+}
+
+absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>>
+TestCluster::ConnectEtcd() const {
+  if (etcd_ == nullptr) {
+    return absl::FailedPreconditionError("the cluster runs without etcd");
+  }
+  return etcd_->Connect();
+}
+
+std::vector<std::string> TestCluster::ClientFlags() const {
+  if (etcd_ != nullptr) {
+    return {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job};
+  }
+  return {"--servers=" + absl::StrJoin(addresses(), ",")};
+}
+
+std::string TestCluster::ShardDir(int i) const {
+  return absl::StrCat(dir_, "/shard", i);
+}
+
+std::vector<std::string> TestCluster::ShardFlags(int i) const {
+  std::vector<std::string> flags = {
+      "--data_dir=" + ShardDir(i), absl::StrCat("--shard_index=", i),
+      absl::StrCat("--num_shards=", shards_[i].job_shards)};
+  if (etcd_ != nullptr) {
+    flags.insert(flags.end(),
+                 {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job,
+                  absl::StrCat("--etcd_lease_s=", options_.etcd_lease_s)});
+  }
+  flags.insert(flags.end(), options_.server_flags.begin(),
+               options_.server_flags.end());
+  flags.insert(flags.end(), options_.primary_flags.begin(),
+               options_.primary_flags.end());
+  flags.insert(flags.end(), shards_[i].more.begin(), shards_[i].more.end());
+  return flags;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> TestCluster::StartServer(
+    const std::vector<std::string>& flags, const std::string& name) {
+  const std::string log = absl::StrCat(dir_, "/", name, ".log", ++starts_);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags, options_.start_timeout, log);
+  if (!server.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(name, " did not start: ", server.status().message(), "\n",
+                     ReadFile(log)));
+  }
+  return server;
+}
+
+absl::Status TestCluster::AddShard(int job_shards,
+                                   const std::vector<std::string>& more) {
+  const int i = num_shards();
+  shards_.push_back({nullptr, {}, more, job_shards});
+  ASSIGN_OR_RETURN(shards_[i].primary,
+                   StartServer(ShardFlags(i), absl::StrCat("shard", i)));
+  return StartReplicas(i);
+}
+
+absl::Status TestCluster::StartReplicas(int i) {
+  for (int r = 0; r < options_.replicas_per_shard; ++r) {
+    std::vector<std::string> flags = {
+        absl::StrCat("--data_dir=", ShardDir(i), "_replica", r)};
+    if (etcd_ != nullptr) {
+      flags.insert(flags.end(),
+                   {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job,
+                    absl::StrCat("--etcd_lease_s=", options_.etcd_lease_s),
+                    absl::StrCat("--replica_of_shard=", i)});
+    } else {
+      flags.push_back("--replica_of=" + shards_[i].primary->address());
+    }
+    flags.insert(flags.end(), options_.server_flags.begin(),
+                 options_.server_flags.end());
+    flags.insert(flags.end(), options_.replica_flags.begin(),
+                 options_.replica_flags.end());
+    ASSIGN_OR_RETURN(
+        auto replica,
+        StartServer(flags, absl::StrCat("shard", i, "_replica", r)));
+    shards_[i].replicas.push_back(std::move(replica));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TestCluster::RestartShard(int i,
+                                       const std::vector<std::string>& more) {
+  std::vector<std::string> flags = ShardFlags(i);
+  flags.insert(flags.end(), more.begin(), more.end());
+  shards_[i].primary.reset();
+  ASSIGN_OR_RETURN(shards_[i].primary,
+                   StartServer(flags, absl::StrCat("shard", i)));
+  return absl::OkStatus();
+}
+
+int TestCluster::StopShard(int i, int signal) {
+  return shards_[i].primary->SignalAndWait(signal);
+}
+
+AdminRun TestCluster::Admin(const std::vector<std::string>& args,
+                            absl::Duration timeout) {
+  AdminCluster cluster;
+  cluster.flags = ClientFlags();
+  return RunPsAdmin(cluster, args,
+                    absl::StrCat(dir_, "/admin", ++admin_runs_, ".log"),
+                    timeout);
+}
+
+std::vector<std::string> TestCluster::WorkerArgs(
+    int index, int count, const std::vector<std::string>& flags) const {
+  std::vector<std::string> argv = {BinaryPath("worker/ps_worker")};
+  const std::vector<std::string> client = ClientFlags();
+  argv.insert(argv.end(), client.begin(), client.end());
+  argv.push_back(absl::StrCat("--worker_index=", index));
+  argv.push_back(absl::StrCat("--num_workers=", count));
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> TestCluster::StartWorker(
+    int index, int count, const std::vector<std::string>& flags) {
+  return ChildProcess::Start(WorkerArgs(index, count, flags),
+                             /*capture_stdout=*/false, WorkerLog(index));
+}
+
+int TestCluster::RunWorker(int index, int count,
+                           const std::vector<std::string>& flags,
+                           absl::Duration timeout) {
+  return RunToCompletion(WorkerArgs(index, count, flags), WorkerLog(index),
+                         timeout);
+}
+
+std::string TestCluster::WorkerLog(int index) const {
+  return absl::StrCat(dir_, "/worker", index, ".log");
+}
+
+}  // namespace ps::testing
