@@ -183,19 +183,6 @@ TEST(DeliverPullResponseTest, DecodesHalfPrecisionReplies) {
   }
 }
 
-TEST(DeliverPullResponseTest, AKeyPulledTwiceGetsItsRowTwice) {
-  const std::vector<uint64_t> keys = {10, 10, 20};
-  std::vector<float> rows(3, -1.0f);
-  const TableRows pull = {"t", keys, 1, rows.data()};
-  PullResponse response;
-  const std::vector<float> values = {7, 7, 9};
-  response.mutable_values()->assign(
-      reinterpret_cast<const char*>(values.data()),
-      values.size() * sizeof(float));
-  ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 1, 2}}));
-  EXPECT_EQ(rows, (std::vector<float>{7, 7, 9}));
-}
-
 TEST(DeliverPullResponseTest, RefusesStateOfTheWrongSizeOrFormat) {
   const std::vector<uint64_t> keys = {10};
   std::vector<float> rows(3, -1.0f);

@@ -120,6 +120,7 @@ TEST(ShardChannelsTest, StubsReadWhileShardsMove) {
       }
     });
   }
+  while (reads.load() == 0) std::this_thread::yield();
   for (int round = 0; round < 200; ++round) {
     const std::string moved = absl::StrCat("127.0.0.1:", 100 + round);
     channels->MoveShards({"127.0.0.1:1", moved, "127.0.0.1:4"});

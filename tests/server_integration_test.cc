@@ -173,10 +173,7 @@ TEST_F(ServerIntegrationTest, AdminReportsTablesRowsAndCounters) {
       EXPECT_EQ(response.values(d), pulled[d]);
   }
   {
-    grpc::ClientContext context;
-    ShardStatsResponse response;
-    ASSERT_TRUE(
-        admin->ShardStats(&context, ShardStatsRequest(), &response).ok());
+    const ShardStatsResponse response = ShardStatsOf(*server_);
     EXPECT_EQ(response.push_requests(), 1u);
     EXPECT_GE(response.pull_requests(), 1u);
     EXPECT_EQ(response.rows_pushed(), 100u);

@@ -85,8 +85,13 @@ absl::Status TestCluster::AddShard(int job_shards,
                                    const std::vector<std::string>& more) {
   const int i = num_shards();
   shards_.push_back({nullptr, {}, more, job_shards});
-  ASSIGN_OR_RETURN(shards_[i].primary,
-                   StartServer(ShardFlags(i), absl::StrCat("shard", i)));
+  absl::StatusOr<std::unique_ptr<ServerProcess>> primary =
+      StartServer(ShardFlags(i), absl::StrCat("shard", i));
+  if (!primary.ok()) {
+    shards_.pop_back();
+    return primary.status();
+  }
+  shards_[i].primary = *std::move(primary);
   return StartReplicas(i);
 }
 
@@ -117,10 +122,13 @@ absl::Status TestCluster::StartReplicas(int i) {
 absl::Status TestCluster::RestartShard(int i,
                                        const std::vector<std::string>& more) {
   std::vector<std::string> flags = ShardFlags(i);
+  // Its port again, so that its replicas and workers find it where it was.
+  flags.push_back("--listen=" + shards_[i].primary->address());
   flags.insert(flags.end(), more.begin(), more.end());
-  shards_[i].primary.reset();
-  ASSIGN_OR_RETURN(shards_[i].primary,
-                   StartServer(flags, absl::StrCat("shard", i)));
+  absl::StatusOr<std::unique_ptr<ServerProcess>> restarted =
+      StartServer(flags, absl::StrCat("shard", i));
+  if (!restarted.ok()) return restarted.status();
+  shards_[i].primary = *std::move(restarted);
   return absl::OkStatus();
 }
 
@@ -150,6 +158,7 @@ std::vector<std::string> TestCluster::WorkerArgs(
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> TestCluster::StartWorker(
     int index, int count, const std::vector<std::string>& flags) {
+  ++worker_starts_[index];
   return ChildProcess::Start(WorkerArgs(index, count, flags),
                              /*capture_stdout=*/false, WorkerLog(index));
 }
@@ -157,12 +166,15 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> TestCluster::StartWorker(
 int TestCluster::RunWorker(int index, int count,
                            const std::vector<std::string>& flags,
                            absl::Duration timeout) {
+  ++worker_starts_[index];
   return RunToCompletion(WorkerArgs(index, count, flags), WorkerLog(index),
                          timeout);
 }
 
 std::string TestCluster::WorkerLog(int index) const {
-  return absl::StrCat(dir_, "/worker", index, ".log");
+  const auto starts = worker_starts_.find(index);
+  return absl::StrCat(dir_, "/worker", index, ".log",
+                      starts == worker_starts_.end() ? 0 : starts->second);
 }
 
 }  // namespace ps::testing

@@ -1,18 +1,21 @@
 // File: tests/test_cluster.h
 //
-// The process tests' one cluster builder: the shards of a job as real
+// A cluster builder for the process tests: the shards of a job as real
 // ps_server processes on fresh data directories, found by their addresses
 // or through a Debian etcd it starts, each with the replicas asked; and
-// the flags, ps_admin runs and ps_worker processes that reach them. A test
-// that is about a command line it must refuse builds that line by hand;
-// every other start goes through here.
+// the flags, ps_admin runs and ps_worker processes that reach them. (The
+// training, serving and restart tests start their clusters here; the
+// failover, replication and checkpoint fixtures still start servers one by
+// one through server_process.h.)
 //
-// Data directories and logs live under the cluster's directory:
-// shard<i>/, shard<i>.log<n> (n counts the starts), shard<i>_replica<r>/...
+// Data directories and logs live under the cluster's directory: shard<i>/
+// and shard<i>.log<n> (n counts the cluster's server starts),
+// shard<i>_replica<r>/, admin<n>.log, worker<i>.log<n>.
 
 #ifndef PS_TESTS_TEST_CLUSTER_H_
 #define PS_TESTS_TEST_CLUSTER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,11 +84,11 @@ class TestCluster {
   // shards, with `more` flags, and its replicas.
   absl::Status AddShard(int job_shards,
                         const std::vector<std::string>& more = {});
-  // Starts shard i's primary again on its data directory (after it was
-  // stopped), with `more` flags.
+  // Starts shard i's primary again on its data directory and port, with
+  // the --num_shards it first had and `more` flags. REQUIRES: StopShard(i).
   absl::Status RestartShard(int i, const std::vector<std::string>& more = {});
   // Ends shard i's primary with `signal`; its exit code (128 + the signal
-  // that ended it).
+  // that ended it). REQUIRES: it runs.
   int StopShard(int i, int signal);
 
   // Runs ps_admin at the job with `args`; its stderr also in admin<n>.log.
@@ -102,7 +105,8 @@ class TestCluster {
   // Runs it to its exit (killed past `timeout`): its exit code.
   int RunWorker(int index, int count, const std::vector<std::string>& flags,
                 absl::Duration timeout = absl::Minutes(5));
-  // Where worker `index`'s stderr goes.
+  // Where the last start of worker `index` writes its stderr (each start
+  // has a file of its own).
   std::string WorkerLog(int index) const;
 
  private:
@@ -126,6 +130,7 @@ class TestCluster {
   std::vector<Shard> shards_;
   int starts_ = 0;
   int admin_runs_ = 0;
+  std::map<int, int> worker_starts_;  // by worker index
 };
 
 }  // namespace ps::testing

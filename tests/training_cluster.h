@@ -80,7 +80,9 @@ class TrainingTest : public ::testing::Test {
   }
 
   // Starts `count` shards on fresh data directories (a new cluster, the
-  // last one stopped) with `server_flags`, and returns their addresses.
+  // last one stopped) with `server_flags` (instead of the defaults), and
+  // returns their addresses: none, with a test failure, if one did not
+  // start. Callers check the count before using shard() or WorkerArgs().
   std::vector<std::string> StartShards(
       int count, const std::vector<std::string>& server_flags = {
                      "--durability=periodic", "--cache_mb=64"}) {
@@ -133,7 +135,9 @@ class TrainingTest : public ::testing::Test {
   std::vector<WorkerRun> Train(
       int num_shards, int workers, const std::vector<std::string>& common,
       const std::vector<std::vector<std::string>>& extra = {}) {
-    if (StartShards(num_shards).empty()) return {};
+    if (StartShards(num_shards).empty()) {
+      return std::vector<WorkerRun>(workers);  // each exit_code -1
+    }
     std::vector<std::unique_ptr<ChildProcess>> processes;
     for (int w = 0; w < workers; ++w) {
       std::vector<std::string> flags = common;
