@@ -1,8 +1,8 @@
 // File: tests/checkpoint_cluster.h
 //
 // What the checkpoint tests share: shards started as real processes on
-// fresh data dirs, ps_admin run against them, rows read back with their
-// optimizer state, and a fixture that generates click logs.
+// fresh data dirs (tests/test_cluster.h), ps_admin run against them, rows read
+// back with their optimizer state, and a fixture that generates click logs.
 
 #ifndef PS_TESTS_CHECKPOINT_CLUSTER_H_
 #define PS_TESTS_CHECKPOINT_CLUSTER_H_
@@ -37,36 +37,25 @@
 #include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
+#include "tests/test_cluster.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
 
-// Shards started on fresh data dirs `dir`/<name><i>.
-inline std::vector<std::unique_ptr<ServerProcess>> StartShards(
+// Shards started as a TestCluster in `dir`/<name> (data dirs
+// `dir`/<name>/shard<i>) with `extra` flags; null, with a test failure, if
+// one did not start.
+inline std::unique_ptr<TestCluster> StartShards(
     const std::string& dir, const std::string& name, int count,
     const std::vector<std::string>& extra = {}) {
-  std::vector<std::unique_ptr<ServerProcess>> shards;
-  for (int i = 0; i < count; ++i) {
-    std::vector<std::string> flags = {
-        absl::StrCat("--data_dir=", dir, "/", name, i),
-        absl::StrCat("--shard_index=", i),
-        absl::StrCat("--num_shards=", count)};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    auto shard = ServerProcess::Start(flags, absl::Seconds(120),
-                                      absl::StrCat(dir, "/", name, i, ".log"));
-    EXPECT_TRUE(shard.ok())
-        << shard.status() << ReadFile(absl::StrCat(dir, "/", name, i, ".log"));
-    if (!shard.ok()) return {};
-    shards.push_back(std::move(shard).value());
-  }
-  return shards;
-}
-
-inline std::vector<std::string> Addresses(
-    const std::vector<std::unique_ptr<ServerProcess>>& shards) {
-  std::vector<std::string> addresses;
-  for (const auto& shard : shards) addresses.push_back(shard->address());
-  return addresses;
+  TestClusterOptions options;
+  options.shards = count;
+  options.server_flags = extra;
+  options.start_timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start(dir + "/" + name, options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
 }
 
 inline int Admin(const std::vector<std::string>& servers,
@@ -86,12 +75,11 @@ struct FullRow {
   }
 };
 
-inline FullRow GetFullRow(
-    const std::vector<std::unique_ptr<ServerProcess>>& shards,
-    const std::string& table, uint64_t key) {
-  const auto& owner =
-      shards[ShardForKey(key, static_cast<uint32_t>(shards.size()))];
-  auto admin = Admin::NewStub(owner->channel());
+inline FullRow GetFullRow(TestCluster& shards, const std::string& table,
+                          uint64_t key) {
+  ServerProcess& owner = shards.shard(
+      ShardForKey(key, static_cast<uint32_t>(shards.num_shards())));
+  auto admin = Admin::NewStub(owner.channel());
   grpc::ClientContext context;
   GetRowRequest request;
   request.set_table(table);

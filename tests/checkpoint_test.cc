@@ -10,6 +10,7 @@
 //     behind the cut.
 //   - --checkpoints_to_keep deletes the oldest.
 
+#include "base/status_matchers.h"
 #include "base/wait_until.h"
 #include "tests/checkpoint_cluster.h"
 
@@ -18,13 +19,13 @@ namespace {
 
 TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   auto shards = StartShards(dir_, "old", 2);
-  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_NE(shards, nullptr);
   const std::vector<TableSpec> tables = {
       Spec("adagrad", 8, OptimizerSpec::ADAGRAD),
       Spec("adam", 4, OptimizerSpec::ADAM),
       Spec("ftrl", 1, OptimizerSpec::FTRL), Spec("sgd", 3, OptimizerSpec::SGD)};
   client::ClientOptions options;
-  options.servers = Addresses(shards);
+  options.servers = shards->addresses();
   auto client = client::PsClient::Connect(options);
   ASSERT_TRUE(client.ok());
   for (const TableSpec& spec : tables)
@@ -45,7 +46,7 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
     }
   }
   const std::string checkpoint = dir_ + "/checkpoint";
-  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + checkpoint, "checkpoint"},
                   dir_ + "/checkpoint.log"),
             0)
       << ReadFile(dir_ + "/checkpoint.log");
@@ -57,16 +58,16 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   std::vector<std::vector<FullRow>> expected(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
     for (uint64_t key : keys)
-      expected[t].push_back(GetFullRow(shards, tables[t].name(), key));
+      expected[t].push_back(GetFullRow(*shards, tables[t].name(), key));
   }
   for (const int count : {3, 1}) {
     auto restored = StartShards(dir_, absl::StrCat("new", count, "_"), count,
                                 {"--restore_from=" + checkpoint});
-    ASSERT_EQ(restored.size(), static_cast<size_t>(count));
+    ASSERT_NE(restored, nullptr);
     int stored = 0;
     for (size_t t = 0; t < tables.size(); ++t) {
       for (size_t k = 0; k < keys.size(); ++k) {
-        const FullRow row = GetFullRow(restored, tables[t].name(), keys[k]);
+        const FullRow row = GetFullRow(*restored, tables[t].name(), keys[k]);
         ASSERT_TRUE(row == expected[t][k])
             << count << " shards, table " << tables[t].name() << ", key "
             << keys[k];
@@ -79,8 +80,8 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
   {
     auto again =
         StartShards(dir_, "new1_", 1, {"--restore_from=" + checkpoint});
-    ASSERT_EQ(again.size(), 1u);
-    EXPECT_TRUE(GetFullRow(again, "adam", keys[3]) == expected[1][3]);
+    ASSERT_NE(again, nullptr);
+    EXPECT_TRUE(GetFullRow(*again, "adam", keys[3]) == expected[1][3]);
   }
   // Refused: a directory that is no (finished) checkpoint, and a data dir
   // that holds another shard.
@@ -93,32 +94,32 @@ TEST_F(CheckpointTest, RestoredIntoThreeShardsAndIntoOneEveryRowIsTheSame) {
       0);
   EXPECT_NE(ReadFile(log).find("MANIFEST.json"), std::string::npos)
       << ReadFile(log);
-  shards.clear();  // stopped: old0 is a shard's data dir no one holds
-  EXPECT_NE(
-      RunServerToExit({"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/old0",
-                       "--restore_from=" + checkpoint},
-                      log),
-      0);
+  shards.reset();  // stopped: old/shard0 is a data dir no one holds
+  EXPECT_NE(RunServerToExit(
+                {"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/old/shard0",
+                 "--restore_from=" + checkpoint},
+                log),
+            0);
   EXPECT_NE(ReadFile(log).find("holds a shard already"), std::string::npos)
       << ReadFile(log);
   // A restore that was interrupted is neither served nor left half done.
-  std::filesystem::create_directories(dir_ + "/cut_short0");
-  std::ofstream(dir_ + "/cut_short0/RESTORING") << "some checkpoint\n";
-  std::ofstream(dir_ + "/cut_short0/junk") << "half a restore\n";
-  EXPECT_NE(
-      RunServerToExit(
-          {"--listen=127.0.0.1:0", "--data_dir=" + dir_ + "/cut_short0"}, log),
-      0);
+  std::filesystem::create_directories(dir_ + "/cut_short/shard0");
+  std::ofstream(dir_ + "/cut_short/shard0/RESTORING") << "some checkpoint\n";
+  std::ofstream(dir_ + "/cut_short/shard0/junk") << "half a restore\n";
+  EXPECT_NE(RunServerToExit({"--listen=127.0.0.1:0",
+                             "--data_dir=" + dir_ + "/cut_short/shard0"},
+                            log),
+            0);
   EXPECT_NE(ReadFile(log).find("was interrupted"), std::string::npos)
       << ReadFile(log);
   {
     auto redone =
         StartShards(dir_, "cut_short", 1, {"--restore_from=" + checkpoint});
-    ASSERT_EQ(redone.size(), 1u);
-    EXPECT_TRUE(GetFullRow(redone, "adam", keys[3]) == expected[1][3]);
+    ASSERT_NE(redone, nullptr);
+    EXPECT_TRUE(GetFullRow(*redone, "adam", keys[3]) == expected[1][3]);
   }
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0/RESTORING"));
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short0/junk"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short/shard0/RESTORING"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/cut_short/shard0/junk"));
   // Rows placed by another key routing are refused.
   const std::string other_routing = dir_ + "/other_routing";
   std::filesystem::create_directories(other_routing);
@@ -266,29 +267,29 @@ void ExpectEveryStepWhole(
 
 TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
   auto shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_NE(shards, nullptr);
   const std::string data = Generate("train.tsv", 40000);
   // Two real workers training asynchronously, and two counting ones.
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
     auto process = ChildProcess::Start(
-        {BinaryPath("worker/ps_worker"),
-         "--servers=" + absl::StrJoin(Addresses(shards), ","),
-         absl::StrCat("--worker_index=", w), "--num_workers=2",
-         "--train=" + data, "--staleness=async", "--batch_size=512",
-         "--hidden=16", "--embedding_dim=4", "--slow_step_ms=30",
-         absl::StrCat("--metrics_out=", dir_, "/w", w, ".json")},
+        shards->WorkerArgs(
+            w, 2,
+            {"--train=" + data, "--staleness=async", "--batch_size=512",
+             "--hidden=16", "--embedding_dim=4", "--slow_step_ms=30",
+             absl::StrCat("--metrics_out=", dir_, "/w", w, ".json")}),
         false, absl::StrCat(dir_, "/w", w, ".log"));
     ASSERT_TRUE(process.ok());
     workers.push_back(std::move(process).value());
   }
   std::vector<std::unique_ptr<CountingWorker>> counters;
   for (uint32_t id : {10u, 11u}) {
-    counters.push_back(std::make_unique<CountingWorker>(Addresses(shards), id));
+    counters.push_back(
+        std::make_unique<CountingWorker>(shards->addresses(), id));
     counters.back()->Start();
   }
   // Until all four have stepped (the real ones read their input first).
-  auto admin = Admin::NewStub(shards[0]->channel());
+  auto admin = Admin::NewStub(shards->shard(0).channel());
   auto all_stepped = [&] {
     grpc::ClientContext context;
     WorkerClocksResponse clocks;
@@ -300,7 +301,7 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
   ASSERT_TRUE(
       WaitUntil(all_stepped, absl::Seconds(120), absl::Milliseconds(20)));
   const std::string checkpoint = dir_ + "/checkpoint";
-  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + checkpoint, "checkpoint"},
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + checkpoint, "checkpoint"},
                   dir_ + "/checkpoint.log"),
             0)
       << ReadFile(dir_ + "/checkpoint.log");
@@ -331,16 +332,16 @@ bool EndCut(Admin::Stub& admin, uint64_t id) {
 
 TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   auto shards = StartShards(dir_, "shard", 1);
-  ASSERT_EQ(shards.size(), 1u);
+  ASSERT_NE(shards, nullptr);
   const std::string data = Generate("train.tsv", 20000);
   auto worker = ChildProcess::Start(
-      {BinaryPath("worker/ps_worker"), "--servers=" + shards[0]->address(),
-       "--train=" + data, "--batch_size=500", "--hidden=16",
-       "--embedding_dim=4", "--slow_step_ms=50",
-       "--metrics_out=" + dir_ + "/w.json"},
+      shards->WorkerArgs(0, 1,
+                         {"--train=" + data, "--batch_size=500", "--hidden=16",
+                          "--embedding_dim=4", "--slow_step_ms=50",
+                          "--metrics_out=" + dir_ + "/w.json"}),
       false, dir_ + "/w.log");
   ASSERT_TRUE(worker.ok());
-  auto admin = Admin::NewStub(shards[0]->channel());
+  auto admin = Admin::NewStub(shards->shard(0).channel());
   auto clock = [&] {
     grpc::ClientContext context;
     WorkerClocksResponse clocks;
@@ -362,9 +363,8 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   ASSERT_TRUE(WaitUntil(cut_ready, absl::Seconds(30), absl::Milliseconds(1)));
   // A checkpoint asked for meanwhile waits for this cut to end.
   auto checkpoint = ChildProcess::Start(
-      {BinaryPath("ops/ps_admin"), "--servers=" + shards[0]->address(),
-       "--dir=" + dir_ + "/waited", "checkpoint"},
-      false, dir_ + "/waited.log");
+      shards->AdminArgs({"--dir=" + dir_ + "/waited", "checkpoint"}), false,
+      dir_ + "/waited.log");
   ASSERT_TRUE(checkpoint.ok());
   absl::SleepFor(absl::Seconds(1));  // 20 steps' time
   EXPECT_EQ(clock(), cut.cut()) << "the worker went past the cut";
@@ -386,10 +386,9 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
 TEST_F(CheckpointTest,
        TakenRightAfterTheCoordinatorShardIsKilledEveryStepIsWhole) {
   auto shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
-  const std::vector<std::string> servers = Addresses(shards);
-  // Outlives the counting workers, which retry against it.
-  std::unique_ptr<ServerProcess> restarted;
+  ASSERT_NE(shards, nullptr);
+  const std::vector<std::string> servers = shards->addresses();
+  // The cluster outlives the counting workers, which retry against it.
   std::vector<std::unique_ptr<CountingWorker>> counters;
   for (uint32_t id : {10u, 11u}) {
     counters.push_back(std::make_unique<CountingWorker>(servers, id));
@@ -400,17 +399,10 @@ TEST_F(CheckpointTest,
   // for a cut: its saved clocks are then surely behind.
   for (auto& counter : counters) counter->Mute(true);
   absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
-  const std::string port = servers[0].substr(servers[0].rfind(':') + 1);
-  auto started =
-      ServerProcess::Start({"--data_dir=" + dir_ + "/shard0", "--shard_index=0",
-                            "--num_shards=2", "--listen=127.0.0.1:" + port},
-                           absl::Seconds(120), dir_ + "/shard0.restarted.log");
-  ASSERT_TRUE(started.ok())
-      << started.status() << ReadFile(dir_ + "/shard0.restarted.log");
-  restarted = std::move(started).value();
+  EXPECT_EQ(shards->StopShard(0, SIGKILL), 128 + SIGKILL);
+  ASSERT_OK(shards->RestartShard(0));  // on its data and port
   {
-    auto admin = Admin::NewStub(restarted->channel());
+    auto admin = Admin::NewStub(shards->shard(0).channel());
     grpc::ClientContext context;
     BeginCutResponse cut;
     const grpc::Status refused =
@@ -437,13 +429,13 @@ TEST_F(CheckpointTest,
 // worker behind the cut out and declare the cut ready.
 TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   auto shards = StartShards(dir_, "shard", 1);
-  ASSERT_EQ(shards.size(), 1u);
+  ASSERT_NE(shards, nullptr);
   const absl::Duration lease = absl::Seconds(3);
-  CountingWorker ahead(Addresses(shards), 10, lease);
+  CountingWorker ahead(shards->addresses(), 10, lease);
   ahead.Start();
   // A worker at clock 1 that reports only when the test says.
   client::ClientOptions options;
-  options.servers = Addresses(shards);
+  options.servers = shards->addresses();
   auto behind = client::PsClient::Connect(options);
   ASSERT_TRUE(behind.ok()) << behind.status();
   auto report_behind = [&](int64_t clock) {
@@ -455,7 +447,7 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
     return (*behind)->Clock(request).ok();
   };
   ASSERT_TRUE(report_behind(1));
-  auto admin = Admin::NewStub(shards[0]->channel());
+  auto admin = Admin::NewStub(shards->shard(0).channel());
   auto cut_status = [&] {
     grpc::ClientContext context;
     CutStatusResponse status;
@@ -494,9 +486,9 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
   EXPECT_FALSE(before.ready());
   EXPECT_EQ(clock_of(before, 10), cut.cut());
 
-  ASSERT_EQ(kill(shards[0]->pid(), SIGSTOP), 0);
+  ASSERT_EQ(kill(shards->shard(0).pid(), SIGSTOP), 0);
   absl::SleepFor(lease + absl::Seconds(2));
-  ASSERT_EQ(kill(shards[0]->pid(), SIGCONT), 0);
+  ASSERT_EQ(kill(shards->shard(0).pid(), SIGCONT), 0);
   // Within a lease of the pause's end (the worker behind has had no
   // coordinator to report to), it still counts.
   const CutStatusResponse after = cut_status();
@@ -512,12 +504,12 @@ TEST_F(CheckpointTest, ACutHeldWhileTheCoordinatorIsStoppedWaitsForItsWorkers) {
 
 TEST_F(CheckpointTest, CheckpointsToKeepDeletesTheOldestBesideTheNewOne) {
   auto shards = StartShards(dir_, "shard", 1);
-  ASSERT_EQ(shards.size(), 1u);
+  ASSERT_NE(shards, nullptr);
   const std::string parent = dir_ + "/checkpoints";
   std::filesystem::create_directories(parent + "/ckpt-unfinished");
   std::ofstream(parent + "/not-a-checkpoint.txt") << "kept\n";
   for (const std::string name : {"ckpt-1", "ckpt-2", "ckpt-3"}) {
-    ASSERT_EQ(Admin(Addresses(shards),
+    ASSERT_EQ(Admin(shards->addresses(),
                     {"--dir=" + parent + "/" + name, "--checkpoints_to_keep=2",
                      "checkpoint"},
                     dir_ + "/" + name + ".log"),
@@ -534,7 +526,7 @@ TEST_F(CheckpointTest, CheckpointsToKeepDeletesTheOldestBesideTheNewOne) {
   EXPECT_EQ(left,
             (std::vector<std::string>{"ckpt-2", "ckpt-3", "ckpt-unfinished",
                                       "not-a-checkpoint.txt"}));
-  EXPECT_NE(Admin(Addresses(shards),
+  EXPECT_NE(Admin(shards->addresses(),
                   {"--dir=" + parent + "/ckpt-4", "--checkpoints_to_keep=-1",
                    "checkpoint"},
                   dir_ + "/negative.log"),

@@ -15,35 +15,26 @@ namespace {
 // Trains one worker on `data` against `shards` (from its start, whatever
 // the coordinator holds for it) with `extra` flags, and fails the test if
 // it fails.
-void TrainOn(const std::vector<std::unique_ptr<ServerProcess>>& shards,
-             const std::string& data, const std::string& tag,
-             const std::string& dir,
+void TrainOn(TestCluster& shards, const std::string& data,
+             const std::string& tag, const std::string& dir,
              const std::vector<std::string>& extra = {}) {
   const std::string log = dir + "/" + tag + ".log";
-  std::vector<std::string> argv = {
-      BinaryPath("worker/ps_worker"),
-      "--servers=" + absl::StrJoin(Addresses(shards), ","),
-      "--worker_index=0",
-      "--num_workers=1",
-      "--train=" + data,
-      "--staleness=0",
-      "--batch_size=1000",
-      "--hidden=16",
-      "--embedding_dim=4",
-      "--restart_from_start"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  EXPECT_EQ(RunToCompletion(argv, log), 0) << ReadFile(log);
+  std::vector<std::string> flags = {
+      "--train=" + data, "--staleness=0",     "--batch_size=1000",
+      "--hidden=16",     "--embedding_dim=4", "--restart_from_start"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  EXPECT_EQ(RunToCompletion(shards.WorkerArgs(0, 1, flags), log), 0)
+      << ReadFile(log);
 }
 
 // ps_admin export into `dir` (a delta of `base` unless it is empty);
 // returns ps_admin's exit code, its output in *output.
-int Export(const std::vector<std::unique_ptr<ServerProcess>>& shards,
-           const std::string& dir, const std::string& base,
+int Export(TestCluster& shards, const std::string& dir, const std::string& base,
            std::string* output) {
   std::vector<std::string> args = {"--dir=" + dir, "export"};
   if (!base.empty()) args.insert(args.begin(), "--base=" + base);
   const std::string log = dir + ".log";
-  const int code = Admin(Addresses(shards), args, log);
+  const int code = Admin(shards.addresses(), args, log);
   *output = ReadFile(log);
   return code;
 }
@@ -77,26 +68,26 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   const std::string third = Generate("third.tsv", 6000, /*seed=*/4);
   const std::string test = Generate("test.tsv", 4000, /*seed=*/2);
   auto shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_NE(shards, nullptr);
   const std::string exports = dir_ + "/exports";
   std::string output;
 
   // A shard's rows updated in the second it exports are in the delta after
   // it too (update times are whole seconds): the pauses keep the first
   // file's rows out of the delta.
-  TrainOn(shards, first, "first", dir_);
+  TrainOn(*shards, first, "first", dir_);
   absl::SleepFor(absl::Seconds(1.1));
-  ASSERT_EQ(Export(shards, exports + "/base", "", &output), 0) << output;
+  ASSERT_EQ(Export(*shards, exports + "/base", "", &output), 0) << output;
   absl::SleepFor(absl::Seconds(1.1));
-  TrainOn(shards, second, "second", dir_);
-  ASSERT_EQ(Export(shards, exports + "/delta1", exports + "/base", &output), 0)
+  TrainOn(*shards, second, "second", dir_);
+  ASSERT_EQ(Export(*shards, exports + "/delta1", exports + "/base", &output), 0)
       << output;
-  ASSERT_EQ(Export(shards, exports + "/full1", "", &output), 0) << output;
-  TrainOn(shards, third, "third", dir_);
-  ASSERT_EQ(Export(shards, exports + "/delta2", exports + "/delta1", &output),
+  ASSERT_EQ(Export(*shards, exports + "/full1", "", &output), 0) << output;
+  TrainOn(*shards, third, "third", dir_);
+  ASSERT_EQ(Export(*shards, exports + "/delta2", exports + "/delta1", &output),
             0)
       << output;
-  ASSERT_EQ(Export(shards, exports + "/full2", "", &output), 0) << output;
+  ASSERT_EQ(Export(*shards, exports + "/full2", "", &output), 0) << output;
 
   auto base = ReadExportManifest(exports + "/base");
   auto delta1 = ReadExportManifest(exports + "/delta1");
@@ -131,30 +122,31 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   EXPECT_NE(Scores(exports + "/base", test), full1_scores);
 
   // Refused: a delta beside no export of it.
-  EXPECT_NE(Export(shards, dir_ + "/elsewhere", exports + "/delta2", &output),
+  EXPECT_NE(Export(*shards, dir_ + "/elsewhere", exports + "/delta2", &output),
             0);
   EXPECT_NE(output.find("beside"), std::string::npos) << output;
   // After a shard restarted, a delta since before is refused (what it
   // dropped before is not known), and a full export, then a delta, go on.
-  shards.clear();
+  shards.reset();
   shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
-  EXPECT_NE(Export(shards, exports + "/delta3", exports + "/delta2", &output),
+  ASSERT_NE(shards, nullptr);
+  EXPECT_NE(Export(*shards, exports + "/delta3", exports + "/delta2", &output),
             0);
   EXPECT_NE(output.find("full export (without --base)"), std::string::npos)
       << output;
   EXPECT_FALSE(std::filesystem::exists(exports + "/delta3/MANIFEST.json"));
-  ASSERT_EQ(Export(shards, exports + "/base2", "", &output), 0) << output;
-  ASSERT_EQ(Export(shards, exports + "/delta4", exports + "/base2", &output), 0)
+  ASSERT_EQ(Export(*shards, exports + "/base2", "", &output), 0) << output;
+  ASSERT_EQ(Export(*shards, exports + "/delta4", exports + "/base2", &output),
+            0)
       << output;
   EXPECT_EQ(Scores(exports + "/delta4", test), full2_scores);
   // Slots moved since: a delta is refused (moved rows keep the update time
   // of the shard they left, which recorded their drops in its part).
-  ASSERT_EQ(Admin(Addresses(shards), {"--slots=0-99", "--to=1", "move-slots"},
+  ASSERT_EQ(Admin(shards->addresses(), {"--slots=0-99", "--to=1", "move-slots"},
                   dir_ + "/move.log"),
             0)
       << ReadFile(dir_ + "/move.log");
-  EXPECT_NE(Export(shards, exports + "/delta5", exports + "/delta4", &output),
+  EXPECT_NE(Export(*shards, exports + "/delta5", exports + "/delta4", &output),
             0);
   EXPECT_NE(output.find("slots moved"), std::string::npos) << output;
   // A chain with a link gone does not read, and says which.
@@ -176,20 +168,20 @@ TEST_F(CheckpointTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
   const std::string second = Generate("second.tsv", 3000, /*seed=*/5);
   const std::string test = Generate("test.tsv", 4000, /*seed=*/2);
   auto shards = StartShards(dir_, "shard", 1, {"--write_back_ms=200"});
-  ASSERT_EQ(shards.size(), 1u);
+  ASSERT_NE(shards, nullptr);
   const std::string exports = dir_ + "/exports";
   const std::vector<std::string> ttl = {"--row_ttl_s=3"};
   std::string output;
-  TrainOn(shards, first, "first", dir_, ttl);
-  ASSERT_EQ(Export(shards, exports + "/base", "", &output), 0) << output;
+  TrainOn(*shards, first, "first", dir_, ttl);
+  ASSERT_EQ(Export(*shards, exports + "/base", "", &output), 0) << output;
   // The first file's rows expire (3 s after their last update, whole
   // seconds); the second file's, trained on after, do not before the
   // exports below.
   absl::SleepFor(absl::Seconds(4.5));
-  TrainOn(shards, second, "second", dir_, ttl);
-  ASSERT_EQ(Export(shards, exports + "/delta", exports + "/base", &output), 0)
+  TrainOn(*shards, second, "second", dir_, ttl);
+  ASSERT_EQ(Export(*shards, exports + "/delta", exports + "/base", &output), 0)
       << output;
-  ASSERT_EQ(Export(shards, exports + "/full", "", &output), 0) << output;
+  ASSERT_EQ(Export(*shards, exports + "/full", "", &output), 0) << output;
   auto delta = ReadExportManifest(exports + "/delta");
   auto base = ReadExportManifest(exports + "/base");
   auto full = ReadExportManifest(exports + "/full");

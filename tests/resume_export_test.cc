@@ -56,17 +56,13 @@ void WriteAsFormatVersion1(const std::string& from, const std::string& to) {
 
 // Trains on `data` with `workers` workers against `shards`; returns each
 // worker's metrics.
-std::vector<std::string> Train(
-    const std::vector<std::unique_ptr<ServerProcess>>& shards, int workers,
-    const std::string& data, const std::string& test, const std::string& tag,
-    const std::string& dir, const std::vector<std::string>& extra) {
+std::vector<std::string> Train(TestCluster& shards, int workers,
+                               const std::string& data, const std::string& test,
+                               const std::string& tag, const std::string& dir,
+                               const std::vector<std::string>& extra) {
   std::vector<std::unique_ptr<ChildProcess>> processes;
   for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> argv = {
-        BinaryPath("worker/ps_worker"),
-        "--servers=" + absl::StrJoin(Addresses(shards), ","),
-        absl::StrCat("--worker_index=", w),
-        absl::StrCat("--num_workers=", workers),
+    std::vector<std::string> flags = {
         "--train=" + data,
         "--test=" + test,
         "--staleness=0",
@@ -74,9 +70,10 @@ std::vector<std::string> Train(
         "--hidden=32,16",
         "--embedding_dim=4",
         absl::StrCat("--metrics_out=", dir, "/", tag, w, ".json")};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto process = ChildProcess::Start(argv, false,
-                                       absl::StrCat(dir, "/", tag, w, ".log"));
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto process =
+        ChildProcess::Start(shards.WorkerArgs(w, workers, flags), false,
+                            absl::StrCat(dir, "/", tag, w, ".log"));
     EXPECT_TRUE(process.ok());
     processes.push_back(std::move(process).value());
   }
@@ -96,8 +93,9 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   double straight_auc = 0, straight_logloss = 0;
   {
     auto shards = StartShards(dir_, "straight", 1);
+    ASSERT_NE(shards, nullptr);
     const auto metrics =
-        Train(shards, 1, data, test, "straight", dir_, {"--epochs=2"});
+        Train(*shards, 1, data, test, "straight", dir_, {"--epochs=2"});
     straight_auc = Metric(metrics[0], "test_auc");
     straight_logloss = Metric(metrics[0], "test_logloss");
   }
@@ -107,14 +105,15 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 1);
+    ASSERT_NE(shards, nullptr);
     const auto metrics =
-        Train(shards, 1, data, test, "first", dir_,
+        Train(*shards, 1, data, test, "first", dir_,
               {"--epochs=2", "--checkpoint_every_steps=15",
                "--checkpoint_dir=" + checkpoints, "--checkpoints_to_keep=0"});
     EXPECT_EQ(Metric(metrics[0], "checkpoints"), 2) << metrics[0];
     // Holding at the cuts changes nothing.
     EXPECT_DOUBLE_EQ(Metric(metrics[0], "test_auc"), straight_auc);
-    EXPECT_EQ(shards[0]->SignalAndWait(SIGKILL), 128 + SIGKILL);
+    EXPECT_EQ(shards->shard(0).SignalAndWait(SIGKILL), 128 + SIGKILL);
   }
   // Named after their cuts, which are past the clocks they were asked at.
   const std::vector<std::string> taken = FinishedCheckpoints(checkpoints);
@@ -137,7 +136,8 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   double resumed_auc = 0, resumed_logloss = 0;
   {
     auto shards = StartShards(dir_, "resumed", 1, {"--restore_from=" + second});
-    const auto metrics = Train(shards, 1, data, test, "resumed", dir_,
+    ASSERT_NE(shards, nullptr);
+    const auto metrics = Train(*shards, 1, data, test, "resumed", dir_,
                                {"--epochs=2", "--resume_from=" + second});
     resumed_auc = Metric(metrics[0], "test_auc");
     resumed_logloss = Metric(metrics[0], "test_logloss");
@@ -164,13 +164,15 @@ TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
   double straight_auc = 0;
   {
     auto shards = StartShards(dir_, "straight", 2);
-    straight_auc = Metric(Train(shards, 2, data, test, "straight", dir_, {})[0],
-                          "test_auc");
+    ASSERT_NE(shards, nullptr);
+    straight_auc = Metric(
+        Train(*shards, 2, data, test, "straight", dir_, {})[0], "test_auc");
   }
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 2);
-    Train(shards, 2, data, test, "first", dir_,
+    ASSERT_NE(shards, nullptr);
+    Train(*shards, 2, data, test, "first", dir_,
           {"--checkpoint_every_steps=8", "--checkpoint_dir=" + checkpoints,
            "--checkpoints_to_keep=1"});
   }
@@ -183,8 +185,9 @@ TEST_F(CheckpointTest, TwoWorkersResumedOnThreeRestoredShards) {
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_GT(manifest->cut(), 16);
   auto shards = StartShards(dir_, "resumed", 3, {"--restore_from=" + last});
+  ASSERT_NE(shards, nullptr);
   const std::vector<std::string> resumed =
-      Train(shards, 2, data, test, "resumed", dir_, {"--resume_from=" + last});
+      Train(*shards, 2, data, test, "resumed", dir_, {"--resume_from=" + last});
   // Each worker goes on from its own position at the cut: together they
   // train on the lines the checkpoint's workers had not reached.
   ASSERT_EQ(manifest->workers_size(), 2);
@@ -223,15 +226,15 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   const std::string data = Generate("train.tsv", 30000);
   const std::string test = Generate("test.tsv", 8000, /*seed=*/2);
   auto shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_NE(shards, nullptr);
   const std::string metrics =
-      Train(shards, 1, data, test, "trained", dir_, {"--model=deepfm"})[0];
+      Train(*shards, 1, data, test, "trained", dir_, {"--model=deepfm"})[0];
   const double worker_auc = Metric(metrics, "test_auc");
   const double worker_logloss = Metric(metrics, "test_logloss");
   for (const std::string format : {"fp32", "fp16"}) {
     const std::string exported = dir_ + "/export_" + format;
     ASSERT_EQ(
-        Admin(Addresses(shards),
+        Admin(shards->addresses(),
               {"--dir=" + exported, "--export_format=" + format, "export"},
               dir_ + "/export.log"),
         0)
@@ -322,20 +325,20 @@ TEST_F(CheckpointTest, AnExportScoresLikeTheWorkerThatTrainedIt) {
   // An export goes into a new (or empty) directory only, and a checkpoint
   // names every shard in order: both refused before any worker is held.
   EXPECT_NE(
-      Admin(Addresses(shards), {"--dir=" + dir_ + "/export_fp32", "export"},
+      Admin(shards->addresses(), {"--dir=" + dir_ + "/export_fp32", "export"},
             dir_ + "/again.log"),
       0);
   EXPECT_NE(ReadFile(dir_ + "/again.log").find("already"), std::string::npos)
       << ReadFile(dir_ + "/again.log");
   std::filesystem::create_directories(dir_ + "/busy");
   std::ofstream(dir_ + "/busy/keep.txt") << "not ours\n";
-  EXPECT_NE(Admin(Addresses(shards), {"--dir=" + dir_ + "/busy", "export"},
+  EXPECT_NE(Admin(shards->addresses(), {"--dir=" + dir_ + "/busy", "export"},
                   dir_ + "/busy.log"),
             0);
   EXPECT_NE(ReadFile(dir_ + "/busy.log").find("not empty"), std::string::npos)
       << ReadFile(dir_ + "/busy.log");
   EXPECT_EQ(ReadFile(dir_ + "/busy/keep.txt"), "not ours\n");
-  EXPECT_NE(Admin({shards[1]->address(), shards[0]->address()},
+  EXPECT_NE(Admin({shards->shard(1).address(), shards->shard(0).address()},
                   {"--dir=" + dir_ + "/reversed", "checkpoint"},
                   dir_ + "/reversed.log"),
             0);
@@ -401,12 +404,12 @@ TEST_F(CheckpointTest, EveryLayoutTrainsExportsAndPredicts) {
         Generate(c.name + "_train.tsv", kTrain, 1, generate);
     const std::string test = Generate(c.name + "_test.tsv", kTest, 2, generate);
     auto shards = StartShards(dir_, c.name + "_shard", 1);
-    ASSERT_EQ(shards.size(), 1u);
+    ASSERT_NE(shards, nullptr);
     std::vector<std::string> flags = {"--columns=" + c.columns,
                                       "--model=" + c.model, "--batch_size=500"};
     flags.insert(flags.end(), c.worker_flags.begin(), c.worker_flags.end());
     const std::string metrics =
-        Train(shards, 1, train, test, c.name, dir_, flags)[0];
+        Train(*shards, 1, train, test, c.name, dir_, flags)[0];
     const int epochs = c.worker_flags.empty() ? 1 : 4;
     EXPECT_EQ(Metric(metrics, "examples"), kTrain * epochs) << metrics;
     EXPECT_EQ(Metric(metrics, "bad_lines"), 0) << metrics;
@@ -415,7 +418,7 @@ TEST_F(CheckpointTest, EveryLayoutTrainsExportsAndPredicts) {
     EXPECT_GT(auc, c.min_auc) << "learned nothing: " << metrics;
     EXPECT_TRUE(auc > 0.0 && auc < 1.0) << metrics;
     const std::string exported = dir_ + "/" + c.name + "_export";
-    ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + exported, "export"},
+    ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + exported, "export"},
                     dir_ + "/" + c.name + "_export.log"),
               0)
         << ReadFile(dir_ + "/" + c.name + "_export.log");
@@ -460,12 +463,12 @@ TEST_F(CheckpointTest, AnExportReadsTheLayoutItWasTrainedOn) {
   const std::string data = Generate("train.csv", 20000, 1, gen);
   const std::string test = Generate("test.csv", 5000, 2, gen);
   auto shards = StartShards(dir_, "shard", 2);
-  ASSERT_EQ(shards.size(), 2u);
+  ASSERT_NE(shards, nullptr);
   std::vector<std::string> flags = layout;
   flags.push_back("--crosses=0:26");
   const std::string metrics =
-      Train(shards, 1, data, test, "trained", dir_, flags)[0];
-  ASSERT_EQ(Admin(Addresses(shards), {"--dir=" + dir_ + "/export", "export"},
+      Train(*shards, 1, data, test, "trained", dir_, flags)[0];
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + dir_ + "/export", "export"},
                   dir_ + "/export.log"),
             0)
       << ReadFile(dir_ + "/export.log");

@@ -136,6 +136,15 @@ int TestCluster::StopShard(int i, int signal) {
   return shards_[i].primary->SignalAndWait(signal);
 }
 
+std::vector<std::string> TestCluster::AdminArgs(
+    const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {BinaryPath("ops/ps_admin")};
+  const std::vector<std::string> client = ClientFlags();
+  argv.insert(argv.end(), client.begin(), client.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
 AdminRun TestCluster::Admin(const std::vector<std::string>& args,
                             absl::Duration timeout) {
   AdminCluster cluster;

@@ -91,6 +91,9 @@ class TestCluster {
   // that ended it). REQUIRES: it runs.
   int StopShard(int i, int signal);
 
+  // ps_admin's command line at the job: the binary, ClientFlags(), `args`.
+  std::vector<std::string> AdminArgs(
+      const std::vector<std::string>& args) const;
   // Runs ps_admin at the job with `args`; its stderr also in admin<n>.log.
   AdminRun Admin(const std::vector<std::string>& args,
                  absl::Duration timeout = absl::Minutes(5));
