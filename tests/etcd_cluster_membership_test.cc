@@ -4,6 +4,7 @@
 // Debian's etcd and real processes on loopback.
 
 #include "tests/etcd_cluster_fixture.h"
+#include "tests/test_cluster.h"
 
 namespace ps::testing {
 namespace {
@@ -366,12 +367,13 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
     auto worker = ChildProcess::Start(
-        {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
-         absl::StrCat("--job=", kJob), "--train=" + dir + "/train.tsv",
-         "--num_workers=2", absl::StrCat("--worker_index=", w), "--staleness=2",
-         "--lease_ms=3000", "--epochs=3", "--batch_size=200",
-         "--embedding_dim=4", "--hidden=8", "--device=cpu",
-         absl::StrCat("--metrics_out=", dir, "/metrics", w, ".json")},
+        PsWorkerArgv(
+            {"--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob)},
+            {"--train=" + dir + "/train.tsv", "--num_workers=2",
+             absl::StrCat("--worker_index=", w), "--staleness=2",
+             "--lease_ms=3000", "--epochs=3", "--batch_size=200",
+             "--embedding_dim=4", "--hidden=8", "--device=cpu",
+             absl::StrCat("--metrics_out=", dir, "/metrics", w, ".json")}),
         /*capture_stdout=*/false, absl::StrCat(dir, "/worker", w, ".log"));
     ASSERT_OK(worker);
     workers.push_back(*std::move(worker));

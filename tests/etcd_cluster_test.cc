@@ -2,6 +2,7 @@
 // that find them there instead of --servers (ps_worker, ps_admin), against
 // Debian's etcd and real processes on loopback.
 #include "tests/etcd_cluster_fixture.h"
+#include "tests/test_cluster.h"
 
 namespace ps::testing {
 namespace {
@@ -23,10 +24,11 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
                             dir + "/gen.log"),
             0);
   const int trained = RunToCompletion(
-      {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
-       absl::StrCat("--job=", kJob), "--train=" + dir + "/train.tsv",
-       "--batch_size=500", "--embedding_dim=4", "--hidden=8", "--device=cpu",
-       "--metrics_out=" + dir + "/metrics.json"},
+      PsWorkerArgv(
+          {"--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob)},
+          {"--train=" + dir + "/train.tsv", "--batch_size=500",
+           "--embedding_dim=4", "--hidden=8", "--device=cpu",
+           "--metrics_out=" + dir + "/metrics.json"}),
       dir + "/worker.log");
   ASSERT_EQ(trained, 0) << ReadFile(dir + "/worker.log");
   EXPECT_EQ(Metric(ReadFile(dir + "/metrics.json"), "examples"), 4000);
@@ -46,16 +48,15 @@ TEST_F(EtcdClusterTest, AWorkerAndPsAdminFindTheShardsInEtcd) {
                        dir + "/admin_both.log")
                 .exit_code,
             64);
-  EXPECT_EQ(
-      RunToCompletion(
-          {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
-           absl::StrCat("--job=", kJob), "--servers=" + (*shard0)->address(),
-           "--train=" + dir + "/train.tsv"},
-          dir + "/both.log"),
-      64);
+  EXPECT_EQ(RunToCompletion(PsWorkerArgv({"--etcd=" + etcd_->endpoint(),
+                                          absl::StrCat("--job=", kJob)},
+                                         {"--servers=" + (*shard0)->address(),
+                                          "--train=" + dir + "/train.tsv"}),
+                            dir + "/both.log"),
+            64);
   EXPECT_EQ(RunToCompletion(
-                {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
-                 "--job=Bad Name", "--train=" + dir + "/train.tsv"},
+                PsWorkerArgv({"--etcd=" + etcd_->endpoint(), "--job=Bad Name"},
+                             {"--train=" + dir + "/train.tsv"}),
                 dir + "/bad_job.log"),
             64);
 }
@@ -70,10 +71,10 @@ TEST_F(EtcdClusterTest, TheWorkerTokenIsNotSentInPlaintextToShardsFoundInEtcd) {
     token << "worker-secret\n";
   }
   EXPECT_EQ(RunToCompletion(
-                {BinaryPath("worker/ps_worker"), "--etcd=" + etcd_->endpoint(),
-                 "--job=remote", "--worker_token_file=" + dir + "/token",
-                 "--train=" + dir + "/none.tsv", "--retry_for_s=1",
-                 "--rpc_timeout_s=1"},
+                PsWorkerArgv({"--etcd=" + etcd_->endpoint(), "--job=remote"},
+                             {"--worker_token_file=" + dir + "/token",
+                              "--train=" + dir + "/none.tsv", "--retry_for_s=1",
+                              "--rpc_timeout_s=1"}),
                 dir + "/worker.log", absl::Seconds(60)),
             64);
   EXPECT_NE(ReadFile(dir + "/worker.log").find("in plaintext to 10.1.2.3"),
@@ -264,14 +265,10 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
                              "--out=" + dir + "/train.tsv", "--lines=3000"},
                             dir + "/gen.log"),
             0);
-  const std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
-                                           "--etcd=" + etcd_->endpoint(),
-                                           absl::StrCat("--job=", kJob),
-                                           "--train=" + dir + "/train.tsv",
-                                           "--batch_size=500",
-                                           "--embedding_dim=4",
-                                           "--hidden=8",
-                                           "--device=cpu"};
+  const std::vector<std::string> worker = PsWorkerArgv(
+      {"--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob)},
+      {"--train=" + dir + "/train.tsv", "--batch_size=500", "--embedding_dim=4",
+       "--hidden=8", "--device=cpu"});
   ASSERT_EQ(RunToCompletion(worker, dir + "/worker.log"), 0)
       << ReadFile(dir + "/worker.log");
   const AdminRun drain =

@@ -24,6 +24,7 @@
 #include "net/tls_credentials.h"
 #include "tests/child_process.h"
 #include "tests/etcd_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_certificates.h"
 #include "tests/test_files.h"
@@ -142,19 +143,20 @@ TEST_F(EtcdSecurityTest, TlsWithClientCertificatesRefusesClientsWithout) {
       cluster::FindShard(**good, kJob, 0);
   ASSERT_OK(found);
   EXPECT_EQ(found->address, (*shard)->address());
-  std::vector<std::string> admin = {
-      BinaryPath("ops/ps_admin"), "--etcd=" + endpoint,
-      absl::StrCat("--job=", kJob), "--rpc_timeout_s=5"};
-  admin.insert(admin.end(), tls_flags.begin(), tls_flags.end());
-  admin.push_back("stats");
-  EXPECT_EQ(RunToCompletion(admin, *dir_ + "/admin_tls.log"), 0)
-      << ReadFile(*dir_ + "/admin_tls.log");
+  std::vector<std::string> admin_flags = {"--rpc_timeout_s=5"};
+  admin_flags.insert(admin_flags.end(), tls_flags.begin(), tls_flags.end());
+  const AdminRun stats =
+      RunPsAdmin(AdminCluster::Etcd(endpoint, kJob, admin_flags), {"stats"},
+                 *dir_ + "/admin_tls.log");
+  EXPECT_EQ(stats.exit_code, 0) << stats.log;
   // Without its certificate ps_admin cannot look the job up.
-  EXPECT_NE(RunToCompletion({BinaryPath("ops/ps_admin"), "--etcd=" + endpoint,
-                             absl::StrCat("--job=", kJob), "--rpc_timeout_s=5",
-                             "--etcd_tls_ca=" + *dir_ + "/ca.pem", "stats"},
-                            *dir_ + "/admin_no_cert.log"),
-            0);
+  EXPECT_NE(
+      RunPsAdmin(AdminCluster::Etcd(endpoint, kJob,
+                                    {"--rpc_timeout_s=5",
+                                     "--etcd_tls_ca=" + *dir_ + "/ca.pem"}),
+                 {"stats"}, *dir_ + "/admin_no_cert.log")
+          .exit_code,
+      0);
   // A certificate without its key is a bad flag.
   EXPECT_EQ(RunServerToExit(
                 {"--etcd=" + endpoint, "--job=other", "--listen=127.0.0.1:0",

@@ -24,6 +24,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
@@ -104,12 +105,9 @@ class FailoverTest : public ::testing::Test {
   }
 
   bool WaitInSync() {
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (absl::Now() < deadline) {
-      if (Stats(*primary_).replication().replicas_in_sync() == 1) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+    return WaitUntil(
+        [&] { return Stats(*primary_).replication().replicas_in_sync() == 1; },
+        absl::Minutes(1), absl::Milliseconds(20));
   }
 
   // The first float of every 50th key's row on `server` (0 where none).

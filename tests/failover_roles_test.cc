@@ -104,11 +104,11 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   for (float value : Values(*processes[primary])) {
     EXPECT_EQ(value, acknowledged);
   }
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*processes[primary]).replication().lag_entries() != 0) {
-    ASSERT_LT(absl::Now(), deadline);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Stats(*processes[primary]).replication().lag_entries() == 0;
+      },
+      absl::Minutes(1), absl::Milliseconds(20)));
   EXPECT_EQ(Values(*processes[1 - primary]), Values(*processes[primary]));
   AddChaosRow(
       "under --etcd, --replicas=1, --replication=sync: the primary killed "
@@ -237,11 +237,9 @@ TEST_F(FailoverTest,
   }
   clients.clear();
   primary_->SignalAndWait(SIGKILL);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (cluster::FindShard(*client_, kJob, 0).ok()) {
-    ASSERT_LT(absl::Now(), deadline);
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  ASSERT_TRUE(
+      WaitUntil([&] { return !(cluster::FindShard(*client_, kJob, 0).ok()); },
+                absl::Seconds(30), absl::Milliseconds(100)));
   // The replica does not finish its promotion (it would lack those
   // pushes): it waits for a primary, and follows the one that comes.
   std::thread waiting([&] { replica = StartWithReplicas(replica_dir); });

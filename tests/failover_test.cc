@@ -61,12 +61,12 @@ TEST_F(FailoverTest, SyncLosesAndDoublesNothingWhenThePrimaryAndItsDiskGo) {
   ASSERT_OK(fresh);
   more.WaitForMore(5);
   ASSERT_OK(more.Stop());
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*replica_).replication().lag_entries() != 0 ||
-         Stats(*replica_).replication().replicas() != 1) {
-    ASSERT_LT(absl::Now(), deadline);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Stats(*replica_).replication().lag_entries() == 0 &&
+               Stats(*replica_).replication().replicas() == 1;
+      },
+      absl::Minutes(1), absl::Milliseconds(20)));
   for (float value : Values(**fresh)) {
     EXPECT_EQ(value, acknowledged + more.acknowledged());
   }
@@ -103,11 +103,10 @@ TEST_F(FailoverTest, AfterAPromotionTheNextExportIsAFullOne) {
   EXPECT_EQ(delta->delta_index(), 1u);
 
   primary_->SignalAndWait(SIGKILL);
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*replica_).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Stats(*replica_).replication().role() == "primary"; },
+      absl::Minutes(1), absl::Milliseconds(50)))
+      << "the replica was not promoted";
   ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
   delta = export_to(*replica_, "delta2", "delta1");
   EXPECT_EQ(delta.status().code(), absl::StatusCode::kFailedPrecondition)
@@ -173,11 +172,10 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   // Shard 1's machine is lost: its replica, promoted, has every row.
   primaries[1]->SignalAndWait(SIGKILL);
   std::filesystem::remove_all(primary_dirs[1]);
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*replicas[1]).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Stats(*replicas[1]).replication().role() == "primary"; },
+      absl::Minutes(1), absl::Milliseconds(50)))
+      << "the replica was not promoted";
   for (float value : Values(*replicas[1])) EXPECT_EQ(value, 2.0f);
   // Shard 0's replica kept none of the rows its primary gave away.
   for (float value : Values(*replicas[0])) EXPECT_EQ(value, 0.0f);
@@ -401,11 +399,10 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
 
   // Paused past its lease: the replica takes over meanwhile.
   ASSERT_EQ(kill(primary_->pid(), SIGSTOP), 0);
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*replica_).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), deadline) << "the replica did not take over";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Stats(*replica_).replication().role() == "primary"; },
+      absl::Minutes(1), absl::Milliseconds(50)))
+      << "the replica did not take over";
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   ASSERT_EQ(kill(primary_->pid(), SIGCONT), 0);
   for (auto& pusher : pushers) pusher->WaitForMore(10);

@@ -45,6 +45,7 @@
 #include "tests/fault_matrix_fixture.h"
 #include "tests/server_process.h"
 #include "tests/test_client.h"
+#include "tests/test_cluster.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
@@ -89,17 +90,13 @@ class FaultMatrixTest : public ::testing::Test {
       const std::vector<std::string>& servers, int index, int count,
       const std::string& data, const std::vector<std::string>& extra,
       const std::string& tag) {
-    std::vector<std::string> argv = {
-        BinaryPath("worker/ps_worker"),
-        "--servers=" + absl::StrJoin(servers, ","),
-        absl::StrCat("--worker_index=", index),
-        absl::StrCat("--num_workers=", count),
-        "--train=" + data,
-        "--batch_size=1024",
-        "--hidden=32",
-        "--embedding_dim=4",
-        "--retry_for_s=90",
-        absl::StrCat("--metrics_out=", dir_, "/", tag, ".json")};
+    std::vector<std::string> argv =
+        PsWorkerArgv({"--servers=" + absl::StrJoin(servers, ",")},
+                     {absl::StrCat("--worker_index=", index),
+                      absl::StrCat("--num_workers=", count), "--train=" + data,
+                      "--batch_size=1024", "--hidden=32", "--embedding_dim=4",
+                      "--retry_for_s=90",
+                      absl::StrCat("--metrics_out=", dir_, "/", tag, ".json")});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto process = ChildProcess::Start(argv, false, dir_ + "/" + tag + ".log");
     EXPECT_TRUE(process.ok());

@@ -9,8 +9,11 @@
 
 namespace ps::testing {
 
-AdminCluster AdminCluster::Servers(absl::Span<const std::string> addresses) {
-  return {{"--servers=" + absl::StrJoin(addresses, ",")}};
+AdminCluster AdminCluster::Servers(absl::Span<const std::string> addresses,
+                                   std::vector<std::string> extra) {
+  AdminCluster cluster = {{"--servers=" + absl::StrJoin(addresses, ",")}};
+  cluster.flags.insert(cluster.flags.end(), extra.begin(), extra.end());
+  return cluster;
 }
 
 AdminCluster AdminCluster::Etcd(const std::string& endpoint,
@@ -21,12 +24,18 @@ AdminCluster AdminCluster::Etcd(const std::string& endpoint,
   return cluster;
 }
 
-AdminRun RunPsAdmin(const AdminCluster& cluster,
-                    const std::vector<std::string>& args,
-                    const std::string& log_path, absl::Duration timeout) {
+std::vector<std::string> PsAdminArgv(const AdminCluster& cluster,
+                                     const std::vector<std::string>& args) {
   std::vector<std::string> argv = {BinaryPath("ops/ps_admin")};
   argv.insert(argv.end(), cluster.flags.begin(), cluster.flags.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+AdminRun RunPsAdmin(const AdminCluster& cluster,
+                    const std::vector<std::string>& args,
+                    const std::string& log_path, absl::Duration timeout) {
+  const std::vector<std::string> argv = PsAdminArgv(cluster, args);
   AdminRun run;
   const absl::Time deadline = absl::Now() + timeout;
   auto process = ChildProcess::Start(argv, /*capture_stdout=*/true, log_path);

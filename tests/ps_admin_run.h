@@ -18,8 +18,9 @@ namespace ps::testing {
 
 // The flags that name the cluster ps_admin talks to.
 struct AdminCluster {
-  // --servers=addresses[0],addresses[1],...
-  static AdminCluster Servers(absl::Span<const std::string> addresses);
+  // --servers=addresses[0],addresses[1],..., and `extra` (TLS flags, say).
+  static AdminCluster Servers(absl::Span<const std::string> addresses,
+                              std::vector<std::string> extra = {});
   // --etcd=endpoint --job=job, and `extra` (TLS flags, say).
   static AdminCluster Etcd(const std::string& endpoint, const std::string& job,
                            std::vector<std::string> extra = {});
@@ -34,6 +35,11 @@ struct AdminRun {
   std::string out;  // its stdout
   std::string log;  // its stderr
 };
+
+// ps_admin's command line: the binary, `cluster`'s flags, then `args`; for
+// a ps_admin a test starts and waits for itself.
+std::vector<std::string> PsAdminArgv(const AdminCluster& cluster,
+                                     const std::vector<std::string>& args);
 
 // Runs `ps_admin <cluster flags> <args>`, its stderr written to `log_path`
 // too, killing it past `timeout`.

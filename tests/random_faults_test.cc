@@ -55,6 +55,7 @@
 #include "tests/counting_pusher.h"
 #include "tests/delay_proxy.h"
 #include "tests/etcd_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/random_fault_kinds.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
@@ -225,11 +226,7 @@ class RandomFaultsTest : public ::testing::Test {
   }
 
   std::vector<std::string> AdminArgv(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
-                                     "--etcd=" + etcd_->endpoint(),
-                                     absl::StrCat("--job=", kJob)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return argv;
+    return PsAdminArgv(AdminCluster::Etcd(etcd_->endpoint(), kJob), args);
   }
 
   void Say(const std::string& line) {

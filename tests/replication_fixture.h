@@ -25,6 +25,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "proto/admin.grpc.pb.h"
@@ -112,12 +113,8 @@ class ReplicationTest : public ::testing::Test {
   static bool WaitFor(
       const ServerProcess& server,
       const std::function<bool(const ShardStatsResponse::Replication&)>& done) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (absl::Now() < deadline) {
-      if (done(Replication(server))) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+    return WaitUntil([&] { return done(Replication(server)); },
+                     absl::Minutes(1), absl::Milliseconds(20));
   }
 
   // The first float of every 50th key's row on `server` (0 where none).

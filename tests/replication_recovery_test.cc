@@ -31,8 +31,10 @@
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/delay_proxy.h"
+#include "tests/ps_admin_run.h"
 #include "tests/replication_fixture.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
@@ -211,23 +213,14 @@ TEST_F(ReplicationTest, AdminReadsARowFromTheReplicaWithItsPrimaryGone) {
   const std::string log = FreshTestDir(name_ + "_admin") + "/admin.log";
   // ps_admin row with `flags`: its exit code, its stdout in `out`.
   auto row = [&](const std::vector<std::string>& flags, std::string* out) {
-    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
-                                     "--servers=" + primary->address(),
-                                     "--rpc_timeout_s=5",
-                                     "row",
-                                     std::string("--table=") + kTable,
+    std::vector<std::string> args = {"row", std::string("--table=") + kTable,
                                      absl::StrCat("--key=", keys_[7])};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    auto process = ChildProcess::Start(argv, /*capture_stdout=*/true, log);
-    EXPECT_OK(process);
-    if (!process.ok()) return -1;
-    while (true) {
-      absl::StatusOr<std::string> line =
-          (*process)->ReadLine(absl::Now() + absl::Seconds(30));
-      if (!line.ok()) break;
-      *out += *line + "\n";
-    }
-    return (*process)->Wait(absl::Seconds(30));
+    args.insert(args.end(), flags.begin(), flags.end());
+    const AdminRun run = RunPsAdmin(
+        AdminCluster::Servers({primary->address()}, {"--rpc_timeout_s=5"}),
+        args, log, absl::Seconds(60));
+    *out += run.out;
+    return run.exit_code;
   };
   // From the replica, which holds the three pushes (the primary is gone).
   std::string out;
@@ -260,13 +253,10 @@ TEST_F(ReplicationTest, EvaluationsReadTheModelFromReplicas) {
   ASSERT_NE(primary, nullptr);
   std::unique_ptr<ServerProcess> replica = StartReplica(*primary);
   ASSERT_NE(replica, nullptr);
-  const std::vector<std::string> worker = {
-      BinaryPath("worker/ps_worker"),
-      "--servers=" + primary->address(),
-      "--train=" + dir + "/train.tsv",
-      "--test=" + dir + "/test.tsv",
-      "--batch_size=1024",
-      "--metrics_out=" + dir + "/metrics.json"};
+  const std::vector<std::string> worker = PsWorkerArgv(
+      {"--servers=" + primary->address()},
+      {"--train=" + dir + "/train.tsv", "--test=" + dir + "/test.tsv",
+       "--batch_size=1024", "--metrics_out=" + dir + "/metrics.json"});
   // One replica per shard, or the flag is refused.
   std::vector<std::string> wrong = worker;
   wrong.push_back("--read_replicas=" + replica->address() + "," +

@@ -34,6 +34,7 @@
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
 #include "tests/delay_proxy.h"
+#include "tests/ps_admin_run.h"
 #include "tests/replication_fixture.h"
 #include "tests/server_process.h"
 #include "tests/test_files.h"
@@ -310,11 +311,12 @@ TEST_F(ReplicationTest, AMovesRowsWaitForRoomInTheTargetsFeed) {
       absl::SleepFor(absl::Milliseconds(5));
     }
   });
-  const int moved = RunToCompletion(
-      {BinaryPath("ops/ps_admin"),
-       "--servers=" + (*source)->address() + "," + target->address(),
-       "move-slots", "--slots=0-16383", "--to=1", "--move_page_rows=1024"},
-      FreshTestDir(name_ + "_admin") + "/move.log", absl::Minutes(3));
+  const int moved =
+      RunPsAdmin(
+          AdminCluster::Servers({(*source)->address(), target->address()}),
+          {"move-slots", "--slots=0-16383", "--to=1", "--move_page_rows=1024"},
+          FreshTestDir(name_ + "_admin") + "/move.log", absl::Minutes(3))
+          .exit_code;
   moving = false;
   watch.join();
   ASSERT_EQ(moved, 0);

@@ -124,13 +124,11 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   EXPECT_GT(manifest->cut(), 20) << "not in the second epoch";
   EXPECT_EQ(taken[1], absl::StrFormat("ckpt-%010d", manifest->cut()));
   // ps_admin checkpoints lists both (its table goes to stdout).
-  ASSERT_EQ(
-      RunToCompletion({"/bin/sh", "-c",
-                       BinaryPath("ops/ps_admin") + " --dir=" + checkpoints +
-                           " checkpoints > " + dir_ + "/list.txt"},
-                      dir_ + "/list.log"),
-      0);
-  const std::string list = ReadFile(dir_ + "/list.txt");
+  const AdminRun listed =
+      RunPsAdmin(AdminCluster{}, {"--dir=" + checkpoints, "checkpoints"},
+                 dir_ + "/list.log");
+  ASSERT_EQ(listed.exit_code, 0) << listed.log;
+  const std::string& list = listed.out;
   EXPECT_NE(list.find(taken[0]), std::string::npos) << list;
   EXPECT_NE(list.find(taken[1]), std::string::npos) << list;
   double resumed_auc = 0, resumed_logloss = 0;

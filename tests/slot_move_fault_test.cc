@@ -21,6 +21,7 @@
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/counting_pusher.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 
 namespace ps::testing {
@@ -114,9 +115,9 @@ class SlotMoveFaultTest : public ::testing::Test {
   // ps_admin move-slots of every slot to shard 1, slowly (small pages).
   std::unique_ptr<ChildProcess> StartMove(const std::string& log) {
     auto move = ChildProcess::Start(
-        {BinaryPath("ops/ps_admin"), "--servers=" + Servers(), "move-slots",
-         "--slots=0-16383", "--to=1", "--move_page_rows=20",
-         "--rpc_timeout_s=5"},
+        PsAdminArgv({{"--servers=" + Servers()}},
+                    {"move-slots", "--slots=0-16383", "--to=1",
+                     "--move_page_rows=20", "--rpc_timeout_s=5"}),
         false, log);
     EXPECT_OK(move);
     return move.ok() ? *std::move(move) : nullptr;

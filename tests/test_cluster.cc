@@ -10,6 +10,15 @@
 
 namespace ps::testing {
 
+std::vector<std::string> PsWorkerArgv(
+    const std::vector<std::string>& cluster_flags,
+    const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {BinaryPath("worker/ps_worker")};
+  argv.insert(argv.end(), cluster_flags.begin(), cluster_flags.end());
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
 absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     const std::string& dir, TestClusterOptions options) {
   std::filesystem::create_directories(dir);
@@ -138,31 +147,22 @@ int TestCluster::StopShard(int i, int signal) {
 
 std::vector<std::string> TestCluster::AdminArgs(
     const std::vector<std::string>& args) const {
-  std::vector<std::string> argv = {BinaryPath("ops/ps_admin")};
-  const std::vector<std::string> client = ClientFlags();
-  argv.insert(argv.end(), client.begin(), client.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
+  return PsAdminArgv({ClientFlags()}, args);
 }
 
 AdminRun TestCluster::Admin(const std::vector<std::string>& args,
                             absl::Duration timeout) {
-  AdminCluster cluster;
-  cluster.flags = ClientFlags();
-  return RunPsAdmin(cluster, args,
+  return RunPsAdmin({ClientFlags()}, args,
                     absl::StrCat(dir_, "/admin", ++admin_runs_, ".log"),
                     timeout);
 }
 
 std::vector<std::string> TestCluster::WorkerArgs(
     int index, int count, const std::vector<std::string>& flags) const {
-  std::vector<std::string> argv = {BinaryPath("worker/ps_worker")};
-  const std::vector<std::string> client = ClientFlags();
-  argv.insert(argv.end(), client.begin(), client.end());
-  argv.push_back(absl::StrCat("--worker_index=", index));
-  argv.push_back(absl::StrCat("--num_workers=", count));
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  return argv;
+  std::vector<std::string> all = {absl::StrCat("--worker_index=", index),
+                                  absl::StrCat("--num_workers=", count)};
+  all.insert(all.end(), flags.begin(), flags.end());
+  return PsWorkerArgv(ClientFlags(), all);
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> TestCluster::StartWorker(

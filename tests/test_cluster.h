@@ -30,6 +30,13 @@
 
 namespace ps::testing {
 
+// ps_worker's command line: the binary, `cluster_flags` (--servers=..., or
+// --etcd=... --job=...), then `flags`; for a worker of a cluster a test
+// started by hand.
+std::vector<std::string> PsWorkerArgv(
+    const std::vector<std::string>& cluster_flags,
+    const std::vector<std::string>& flags);
+
 struct TestClusterOptions {
   // Shards of the job; 0 starts none (AddShard() does, one by one).
   int shards = 1;

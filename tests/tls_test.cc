@@ -20,9 +20,11 @@
 #include "net/tls_credentials.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
 #include "tests/test_certificates.h"
 #include "tests/test_client.h"
+#include "tests/test_cluster.h"
 #include "tests/test_files.h"
 
 namespace ps::testing {
@@ -121,15 +123,13 @@ TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
                              "--out=" + data, "--lines=20000"},
                             *dir_ + "/gen.log"),
             0);
-  std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
-                                     "--servers=" + server->address(),
-                                     "--train=" + data,
-                                     "--test=" + data,
-                                     "--batch_size=1024",
-                                     "--hidden=32",
-                                     "--embedding_dim=4",
-                                     "--metrics_out=" + *dir_ + "/tls.json"};
-  for (const std::string& flag : ClientFlags("worker")) worker.push_back(flag);
+  std::vector<std::string> flags = {
+      "--train=" + data,   "--test=" + data,
+      "--batch_size=1024", "--hidden=32",
+      "--embedding_dim=4", "--metrics_out=" + *dir_ + "/tls.json"};
+  for (const std::string& flag : ClientFlags("worker")) flags.push_back(flag);
+  const std::vector<std::string> worker =
+      PsWorkerArgv({"--servers=" + server->address()}, flags);
   ASSERT_EQ(RunToCompletion(worker, *dir_ + "/worker.log"), 0)
       << ReadFile(*dir_ + "/worker.log");
   const std::string metrics = ReadFile(*dir_ + "/tls.json");
@@ -203,12 +203,11 @@ TEST_F(TlsTest, TheAdminTokenGuardsCallsThatChangeState) {
   ASSERT_NE(server, nullptr);
   auto admin = [&](const std::vector<std::string>& extra,
                    const std::string& command, const std::string& log) {
-    std::vector<std::string> argv = {BinaryPath("ops/ps_admin"),
-                                     "--servers=" + server->address()};
-    for (const std::string& flag : ClientFlags("worker")) argv.push_back(flag);
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back(command);
-    return RunToCompletion(argv, *dir_ + "/" + log);
+    std::vector<std::string> flags = ClientFlags("worker");
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return RunPsAdmin(AdminCluster::Servers({server->address()}, flags),
+                      {command}, *dir_ + "/" + log)
+        .exit_code;
   };
   // Reading needs no token.
   EXPECT_EQ(admin({}, "stats", "stats.log"), 0)
@@ -275,13 +274,11 @@ TEST_F(TlsTest, TheWorkerTokenGuardsClockReportsAndDeclarations) {
                              "--out=" + data, "--lines=5000"},
                             *dir_ + "/gen.log"),
             0);
-  std::vector<std::string> worker = {BinaryPath("worker/ps_worker"),
-                                     "--servers=" + server->address(),
-                                     "--train=" + data,
-                                     "--batch_size=1000",
-                                     "--hidden=16",
-                                     "--embedding_dim=4"};
-  for (const std::string& flag : ClientFlags("worker")) worker.push_back(flag);
+  std::vector<std::string> flags = {"--train=" + data, "--batch_size=1000",
+                                    "--hidden=16", "--embedding_dim=4"};
+  for (const std::string& flag : ClientFlags("worker")) flags.push_back(flag);
+  std::vector<std::string> worker =
+      PsWorkerArgv({"--servers=" + server->address()}, flags);
   EXPECT_EQ(RunToCompletion(worker, *dir_ + "/tokenless_worker.log"), 70);
   EXPECT_NE(ReadFile(*dir_ + "/tokenless_worker.log").find("UNAUTHENTICATED"),
             std::string::npos)
