@@ -149,7 +149,7 @@ TEST(DeliverPullResponseTest, RefusesAReplyOfTheWrongSizeWritingNothing) {
   EXPECT_EQ(rows, std::vector<float>(4, -1.0f));
 }
 
-TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithout) {
+TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithoutIt) {
   const std::vector<uint64_t> keys = {10};
   std::vector<float> rows(3, -1.0f);
   TrainingClient::PulledOptimizer optimizer;
@@ -163,6 +163,17 @@ TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithout) {
               StatusIs(absl::StatusCode::kInternal));  // no optimizer
   response.mutable_optimizer()->set_learning_rate(0.5f);
   response.set_learning_rate_multiplier(2.0f);
+  response.set_state_floats(1);  // state of another size
+  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+              StatusIs(absl::StatusCode::kInternal));
+  response.set_state_floats(2);
+  response.set_format(WireFormat::BF16);  // state only travels as FP32
+  response.mutable_values()->resize(3 * WireValueBytes(WireFormat::BF16));
+  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
+  response.set_format(WireFormat::FP32);
+  response.mutable_values()->resize(3 * sizeof(float));
   ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0}}));
   EXPECT_EQ(optimizer.spec.learning_rate(), 0.5f);
   EXPECT_EQ(optimizer.learning_rate_multiplier, 2.0f);
@@ -181,27 +192,6 @@ TEST(DeliverPullResponseTest, DecodesHalfPrecisionReplies) {
     ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 1}}));
     EXPECT_EQ(rows, sent) << WireFormat_Name(format);
   }
-}
-
-TEST(DeliverPullResponseTest, RefusesStateOfTheWrongSizeOrFormat) {
-  const std::vector<uint64_t> keys = {10};
-  std::vector<float> rows(3, -1.0f);
-  TrainingClient::PulledOptimizer optimizer;
-  TableRows pull = {"t", keys, 1, rows.data()};
-  pull.optimizer = &optimizer;
-  pull.state_floats = 2;
-  PullResponse response;
-  response.mutable_optimizer()->set_learning_rate(0.5f);
-  response.mutable_values()->resize(3 * sizeof(float));
-  response.set_state_floats(1);
-  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
-              StatusIs(absl::StatusCode::kInternal));
-  response.set_state_floats(2);
-  response.set_format(WireFormat::BF16);
-  response.mutable_values()->resize(3 * WireValueBytes(WireFormat::BF16));
-  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
-              StatusIs(absl::StatusCode::kInternal));
-  EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
 }
 
 TEST(PushSequencesTest, EachShardCountsOnItsOwn) {

@@ -276,33 +276,8 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
   float* value = ValueOf(n, &stride);
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
-    case Layer::kWide: {
-      const float* rows = in_->table_rows[node.table].data;
-      if (layer.has_wide())
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
-      int tensor = plan_.FirstTensor(n);
-      for (int input : node.inputs) {
-        const PlanNode& input_node = plan_.nodes()[input];
-        if (input_node.categorical()) continue;
-        // The wide layer's dense part: value += x w.
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
-            false, false, batch, 1, input_node.width, 1.0f, Value(input),
-            input_node.width, in_->params[tensor++].data, 1, 1.0f, value, 1));
-      }
-      const int lookups = static_cast<int>(layer_lookups_[n].size());
-      if (lookups > 0 && layer.has_wide()) {
-        MODEL_RETURN_IF_KERNEL_ERROR(
-            backend_->GatherSum(rows, LayerIndex(n), batch, lookups, value));
-      } else if (lookups > 0) {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->GatherConcat(
-            rows, LayerIndex(n), batch, lookups, node.row_dim, value, stride));
-      }
-      if (layer.has_wide()) {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
-            value, in_->params[tensor].data, batch, 1, false));
-      }
-      return absl::OkStatus();
-    }
+    case Layer::kWide:
+      return ForwardLookup(n, batch, value, stride);
     case Layer::kConcat: {
       int offset = 0;
       for (int input : node.inputs) {
@@ -346,6 +321,122 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
   }
   return absl::InternalError(
       absl::StrCat("layer \"", node.name, "\" has no kind"));
+}
+
+absl::Status ModelGraph::ForwardLookup(int n, int batch, float* value,
+                                       int stride) {
+  const PlanNode& node = plan_.nodes()[n];
+  const Layer& layer = plan_.spec().layer(node.index);
+  const float* rows = in_->table_rows[node.table].data;
+  if (layer.has_wide())
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, batch, 0.0f));
+  int tensor = plan_.FirstTensor(n);
+  for (int input : node.inputs) {
+    const PlanNode& input_node = plan_.nodes()[input];
+    if (input_node.categorical()) continue;
+    // The wide layer's dense part: value += x w.
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+        false, false, batch, 1, input_node.width, 1.0f, Value(input),
+        input_node.width, in_->params[tensor++].data, 1, 1.0f, value, 1));
+  }
+  const int lookups = static_cast<int>(layer_lookups_[n].size());
+  if (lookups > 0 && layer.has_wide()) {
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->GatherSum(rows, LayerIndex(n), batch, lookups, value));
+  } else if (lookups > 0) {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->GatherConcat(
+        rows, LayerIndex(n), batch, lookups, node.row_dim, value, stride));
+  }
+  if (layer.has_wide()) {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->BiasActivation(
+        value, in_->params[tensor].data, batch, 1, false));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::BackwardLookup(int n, int batch, const float* gradient,
+                                        int stride) {
+  const PlanNode& node = plan_.nodes()[n];
+  const Layer& layer = plan_.spec().layer(node.index);
+  const auto trained = [&](int input) { return plan_.nodes()[input].trained; };
+  float* grads = table_grads_[node.table].data;
+  int tensor = plan_.FirstTensor(n);
+  for (int input : node.inputs) {
+    const PlanNode& input_node = plan_.nodes()[input];
+    if (!input_node.categorical()) {
+      // dw = x^T g; dx += g w^T.
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->Gemm(
+          true, false, input_node.width, 1, batch, 1.0f, Value(input),
+          input_node.width, gradient, 1, 0.0f, param_grads_[tensor].data, 1));
+      if (trained(input)) {
+        MODEL_RETURN_IF_KERNEL_ERROR(
+            backend_->Gemm(false, true, batch, input_node.width, 1, 1.0f,
+                           gradient, 1, in_->params[tensor].data, 1, 1.0f,
+                           nodes_[input].gradient.data, input_node.width));
+      }
+      ++tensor;
+    }
+  }
+  const int lookups = static_cast<int>(layer_lookups_[n].size());
+  if (lookups > 0 && layer.has_wide()) {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
+        gradient, 1, 0, LayerIndex(n), batch, lookups, 1, grads));
+  } else if (lookups > 0) {
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->ScatterAdd(gradient, stride, node.row_dim, LayerIndex(n),
+                             batch, lookups, node.row_dim, grads));
+  }
+  if (layer.has_wide()) {
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->ColumnSums(gradient, batch, 1, param_grads_[tensor].data));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelGraph::BackwardInteraction(int n, int batch,
+                                             const float* gradient) {
+  const PlanNode& node = plan_.nodes()[n];
+  const Layer& layer = plan_.spec().layer(node.index);
+  NodeBuffers& buffers = nodes_[n];
+  const auto trained = [&](int input) { return plan_.nodes()[input].trained; };
+  const int width = node.rows * node.row_dim;
+  const float* rows =
+      node.inputs.size() == 1 ? Value(node.inputs[0]) : buffers.scratch[0].data;
+  // The rows' gradient: straight into a lone input's, else stacked and
+  // then split among the inputs.
+  float* drows = nullptr;
+  if (node.inputs.size() == 1) {
+    drows = nodes_[node.inputs[0]].gradient.data;
+  } else {
+    buffers.scratch_gradients.resize(1);
+    const size_t count = static_cast<size_t>(batch) * width;
+    if (absl::Status s = Reserve(&buffers.scratch_gradients[0], count);
+        !s.ok()) {
+      return s;
+    }
+    drows = buffers.scratch_gradients[0].data;
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(drows, count, 0.0f));
+  }
+  if (layer.has_fm()) {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->FmBackward(
+        rows, gradient, width, batch, node.rows, node.row_dim, drows));
+  } else {
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->DotInteractionBackward(
+        rows, gradient, batch, node.rows, node.row_dim,
+        layer.dot_interaction().self_interaction(), drows));
+  }
+  if (node.inputs.size() == 1) return absl::OkStatus();
+  int offset = 0;
+  for (int input : node.inputs) {
+    const int input_width = plan_.nodes()[input].width;
+    if (trained(input)) {
+      MODEL_RETURN_IF_KERNEL_ERROR(backend_->AccumulateColumns(
+          drows, batch, width, offset, nodes_[input].gradient.data,
+          input_width));
+    }
+    offset += input_width;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ModelGraph::ForwardMlp(int n, int batch) {
@@ -466,47 +557,13 @@ absl::Status ModelGraph::Backward(int batch) {
 absl::Status ModelGraph::BackwardLayer(int n, int batch) {
   const PlanNode& node = plan_.nodes()[n];
   const Layer& layer = plan_.spec().layer(node.index);
-  NodeBuffers& buffers = nodes_[n];
   int stride = 0;
   const float* gradient = GradientOf(n, &stride);
   const auto trained = [&](int input) { return plan_.nodes()[input].trained; };
   switch (layer.kind_case()) {
     case Layer::kEmbedding:
-    case Layer::kWide: {
-      float* grads = table_grads_[node.table].data;
-      int tensor = plan_.FirstTensor(n);
-      for (int input : node.inputs) {
-        const PlanNode& input_node = plan_.nodes()[input];
-        if (!input_node.categorical()) {
-          // dw = x^T g; dx += g w^T.
-          MODEL_RETURN_IF_KERNEL_ERROR(
-              backend_->Gemm(true, false, input_node.width, 1, batch, 1.0f,
-                             Value(input), input_node.width, gradient, 1, 0.0f,
-                             param_grads_[tensor].data, 1));
-          if (trained(input)) {
-            MODEL_RETURN_IF_KERNEL_ERROR(
-                backend_->Gemm(false, true, batch, input_node.width, 1, 1.0f,
-                               gradient, 1, in_->params[tensor].data, 1, 1.0f,
-                               nodes_[input].gradient.data, input_node.width));
-          }
-          ++tensor;
-        }
-      }
-      const int lookups = static_cast<int>(layer_lookups_[n].size());
-      if (lookups > 0 && layer.has_wide()) {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->ScatterAdd(
-            gradient, 1, 0, LayerIndex(n), batch, lookups, 1, grads));
-      } else if (lookups > 0) {
-        MODEL_RETURN_IF_KERNEL_ERROR(
-            backend_->ScatterAdd(gradient, stride, node.row_dim, LayerIndex(n),
-                                 batch, lookups, node.row_dim, grads));
-      }
-      if (layer.has_wide()) {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->ColumnSums(
-            gradient, batch, 1, param_grads_[tensor].data));
-      }
-      return absl::OkStatus();
-    }
+    case Layer::kWide:
+      return BackwardLookup(n, batch, gradient, stride);
     case Layer::kConcat: {
       int offset = 0;
       for (int input : node.inputs) {
@@ -523,46 +580,8 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
     case Layer::kMlp:
       return BackwardMlp(n, batch);
     case Layer::kFm:
-    case Layer::kDotInteraction: {
-      const int width = node.rows * node.row_dim;
-      const float* rows = node.inputs.size() == 1 ? Value(node.inputs[0])
-                                                  : buffers.scratch[0].data;
-      // The rows' gradient: straight into a lone input's, else stacked and
-      // then split among the inputs.
-      float* drows = nullptr;
-      if (node.inputs.size() == 1) {
-        drows = nodes_[node.inputs[0]].gradient.data;
-      } else {
-        buffers.scratch_gradients.resize(1);
-        const size_t count = static_cast<size_t>(batch) * width;
-        if (absl::Status s = Reserve(&buffers.scratch_gradients[0], count);
-            !s.ok()) {
-          return s;
-        }
-        drows = buffers.scratch_gradients[0].data;
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(drows, count, 0.0f));
-      }
-      if (layer.has_fm()) {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->FmBackward(
-            rows, gradient, width, batch, node.rows, node.row_dim, drows));
-      } else {
-        MODEL_RETURN_IF_KERNEL_ERROR(backend_->DotInteractionBackward(
-            rows, gradient, batch, node.rows, node.row_dim,
-            layer.dot_interaction().self_interaction(), drows));
-      }
-      if (node.inputs.size() == 1) return absl::OkStatus();
-      int offset = 0;
-      for (int input : node.inputs) {
-        const int input_width = plan_.nodes()[input].width;
-        if (trained(input)) {
-          MODEL_RETURN_IF_KERNEL_ERROR(backend_->AccumulateColumns(
-              drows, batch, width, offset, nodes_[input].gradient.data,
-              input_width));
-        }
-        offset += input_width;
-      }
-      return absl::OkStatus();
-    }
+    case Layer::kDotInteraction:
+      return BackwardInteraction(n, batch, gradient);
     case Layer::kCross:
       return BackwardCross(n, batch);
     case Layer::kAdd:
@@ -641,8 +660,7 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
   const int rank = cross.low_rank();
   const size_t count = static_cast<size_t>(batch) * width;
   const int input = node.inputs[0];
-  const PlanNode& input_node = plan_.nodes()[input];
-  const bool input_trained = input_node.trained;
+  const bool input_trained = plan_.nodes()[input].trained;
   float* input_gradient = input_trained ? nodes_[input].gradient.data : nullptr;
   const float* x0 = Value(input);
   const int first = plan_.FirstTensor(n);
@@ -653,12 +671,9 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
   Buffer& du = buffers.scratch_gradients[0];
   Buffer& dt = buffers.scratch_gradients[1];
   if (absl::Status s = Reserve(&du, count); !s.ok()) return s;
-  if (rank > 0) {
-    if (absl::Status s = Reserve(&dt, static_cast<size_t>(batch) * rank);
-        !s.ok()) {
-      return s;
-    }
-  }
+  // dt is one float, unused, at full rank.
+  const size_t dt_count = static_cast<size_t>(batch) * rank;
+  if (absl::Status s = Reserve(&dt, dt_count); !s.ok()) return s;
   const float* upstream = buffers.gradient.data;  // of x_{l+1}
   for (int l = layers - 1; l >= 0; --l) {
     const int tensor = first + per_layer * l;

@@ -133,10 +133,16 @@ class ModelGraph {
   absl::Status Backward(int batch);
   absl::Status ForwardLayer(int node, int batch);
   absl::Status BackwardLayer(int node, int batch);
+  // embedding and wide: rows gathered (and the wide layer's dense part);
+  // their gradient scattered back to the tables' rows.
+  absl::Status ForwardLookup(int node, int batch, float* value, int stride);
+  absl::Status BackwardLookup(int node, int batch, const float* gradient,
+                              int stride);
   // fm and dot_interaction: their inputs' rows side by side (the input's
-  // own value when there is one input), and where their gradient goes.
+  // own value when there is one input); the gradient of those rows, split
+  // among the inputs.
   absl::Status StackRows(int node, int batch, const float** rows);
-  absl::Status UnstackGradient(int node, int batch, const float* gradient);
+  absl::Status BackwardInteraction(int node, int batch, const float* gradient);
   absl::Status ForwardMlp(int node, int batch);
   absl::Status BackwardMlp(int node, int batch);
   absl::Status ForwardCross(int node, int batch);

@@ -123,6 +123,10 @@ class Planner {
   absl::Status Visit(int layer, std::vector<int>* state,
                      std::vector<int>* path);
   absl::Status ShapeLayer(int layer);
+  // An embedding or wide layer's table, width and rows.
+  absl::Status ShapeLookup(int node_index, int dense_inputs);
+  // An add layer's width, the same as each of its inputs'.
+  absl::Status ShapeAdd(PlanNode& node) const;
   absl::Status RowShape(int node_index, const char* kind);
 
   const ParsedModelSpec& parsed_;
@@ -426,17 +430,9 @@ absl::Status Planner::RowShape(int node_index, const char* kind) {
   return absl::OkStatus();
 }
 
-absl::Status Planner::ShapeLayer(int node_index) {
+absl::Status Planner::ShapeLookup(int node_index, int dense_inputs) {
   PlanNode& node = nodes_[node_index];
   const Layer& layer = spec_.layer(node.index);
-  const char* kind = LayerKindName(layer);
-  int categorical_inputs = 0;
-  for (int input : node.inputs) {
-    categorical_inputs += nodes_[input].categorical() ? 1 : 0;
-  }
-  const bool reads_keys = layer.has_embedding() || layer.has_wide();
-  const int dense_inputs =
-      static_cast<int>(node.inputs.size()) - categorical_inputs;
   if (layer.has_embedding() && dense_inputs > 0) {
     return Error("layer", node.name,
                  "embedding reads fields, crosses and bucketized dense "
@@ -446,28 +442,54 @@ absl::Status Planner::ShapeLayer(int node_index) {
     return Error("layer", node.name,
                  "wide reads keys and at most one dense input");
   }
-  if (reads_keys) {
-    const std::string& table = layer.has_embedding() ? layer.embedding().table()
-                                                     : layer.wide().table();
-    auto found = table_of_.find(table);
-    if (found == table_of_.end()) {
-      return Error("layer", node.name,
-                   absl::StrCat("unknown table \"", table, "\""));
+  const std::string& table =
+      layer.has_embedding() ? layer.embedding().table() : layer.wide().table();
+  auto found = table_of_.find(table);
+  if (found == table_of_.end()) {
+    return Error("layer", node.name,
+                 absl::StrCat("unknown table \"", table, "\""));
+  }
+  node.table = found->second;
+  const int dim = spec_.table(node.table).dim();
+  if (layer.has_wide() && dim != 1) {
+    return Error("layer", node.name,
+                 absl::StrCat("a wide layer's table has dim 1; \"", table,
+                              "\" has ", dim));
+  }
+  int slots = 0;
+  for (int input : node.inputs) slots += nodes_[input].slots;
+  node.row_dim = dim;
+  node.rows = slots;
+  node.width = layer.has_embedding() ? slots * dim : 1;
+  node.trained = true;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::ShapeAdd(PlanNode& node) const {
+  node.width = nodes_[node.inputs[0]].width;
+  for (int input : node.inputs) {
+    if (nodes_[input].width != node.width) {
+      return Error(
+          "layer", node.name,
+          absl::StrCat("add takes inputs of one width; \"",
+                       nodes_[node.inputs[0]].name, "\" has ", node.width,
+                       ", \"", nodes_[input].name, "\" ", nodes_[input].width));
     }
-    node.table = found->second;
-    const int dim = spec_.table(node.table).dim();
-    if (layer.has_wide() && dim != 1) {
-      return Error("layer", node.name,
-                   absl::StrCat("a wide layer's table has dim 1; \"", table,
-                                "\" has ", dim));
-    }
-    int slots = 0;
-    for (int input : node.inputs) slots += nodes_[input].slots;
-    node.row_dim = dim;
-    node.rows = slots;
-    node.width = layer.has_embedding() ? slots * dim : 1;
-    node.trained = true;
-    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::ShapeLayer(int node_index) {
+  PlanNode& node = nodes_[node_index];
+  const Layer& layer = spec_.layer(node.index);
+  const char* kind = LayerKindName(layer);
+  int categorical_inputs = 0;
+  for (int input : node.inputs) {
+    categorical_inputs += nodes_[input].categorical() ? 1 : 0;
+  }
+  if (layer.has_embedding() || layer.has_wide()) {
+    return ShapeLookup(
+        node_index, static_cast<int>(node.inputs.size()) - categorical_inputs);
   }
   if (categorical_inputs > 0) {
     return Error("layer", node.name,
@@ -523,17 +545,7 @@ absl::Status Planner::ShapeLayer(int node_index) {
       node.trained = true;
       return absl::OkStatus();
     case Layer::kAdd:
-      node.width = nodes_[node.inputs[0]].width;
-      for (int input : node.inputs) {
-        if (nodes_[input].width != node.width) {
-          return Error("layer", node.name,
-                       absl::StrCat("add takes inputs of one width; \"",
-                                    nodes_[node.inputs[0]].name, "\" has ",
-                                    node.width, ", \"", nodes_[input].name,
-                                    "\" ", nodes_[input].width));
-        }
-      }
-      return absl::OkStatus();
+      return ShapeAdd(node);
     default:
       break;
   }

@@ -4,9 +4,9 @@
 // ps_server processes on fresh data directories, found by their addresses
 // or through a Debian etcd it starts, each with the replicas asked; and
 // the flags, ps_admin runs and ps_worker processes that reach them. (The
-// training, serving and restart tests start their clusters here; the
-// failover, replication and checkpoint fixtures still start servers one by
-// one through server_process.h.)
+// training, serving, restart and checkpoint tests start their clusters
+// here; the failover, replication and etcd membership tests start servers
+// one by one through server_process.h.)
 //
 // Data directories and logs live under the cluster's directory: shard<i>/
 // and shard<i>.log<n> (n counts the cluster's server starts),
