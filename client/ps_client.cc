@@ -89,6 +89,38 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
+namespace {
+
+// Issues request i to shards[i] for each i in `pending` at once, each with a
+// deadline of `timeout`, and waits for every answer: their statuses (in
+// `pending`'s order) and their calls' contexts (for the trailing metadata).
+template <typename Request, typename Response, typename Issue>
+void IssueAndWait(const std::vector<size_t>& pending,
+                  std::vector<Request>& requests,
+                  const std::vector<int>& shards,
+                  std::vector<Response>* responses, Issue& issue,
+                  absl::Duration timeout,
+                  std::vector<std::unique_ptr<grpc::ClientContext>>* contexts,
+                  std::vector<grpc::Status>* statuses) {
+  contexts->resize(pending.size());
+  statuses->assign(pending.size(), grpc::Status());
+  absl::BlockingCounter outstanding(static_cast<int>(pending.size()));
+  for (size_t p = 0; p < pending.size(); ++p) {
+    const size_t i = pending[p];
+    (*contexts)[p] = std::make_unique<grpc::ClientContext>();
+    (*contexts)[p]->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    (*responses)[i].Clear();
+    issue(shards[i], (*contexts)[p].get(), &requests[i], &(*responses)[i],
+          [statuses, &outstanding, p](grpc::Status status) {
+            (*statuses)[p] = std::move(status);
+            outstanding.DecrementCount();
+          });
+  }
+  outstanding.Wait();
+}
+
+}  // namespace
+
 template <typename Request, typename Response, typename Issue>
 absl::Status PsClient::FanOut(std::vector<Request>& requests,
                               const std::vector<int>& shards,
@@ -111,24 +143,12 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
       if (!done[i]) pending.push_back(i);
     }
     if (pending.empty()) return absl::OkStatus();
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
-    std::vector<grpc::Status> statuses(pending.size());
-    absl::BlockingCounter outstanding(static_cast<int>(pending.size()));
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::vector<grpc::Status> statuses;
     const absl::Time attempted = absl::Now();
     const uint64_t lookups_before = shard_lookups_.load();
-    for (size_t p = 0; p < pending.size(); ++p) {
-      const size_t i = pending[p];
-      contexts[p] = std::make_unique<grpc::ClientContext>();
-      contexts[p]->set_deadline(
-          absl::ToChronoTime(absl::Now() + attempt_timeout));
-      (*responses)[i].Clear();
-      issue(shards[i], contexts[p].get(), &requests[i], &(*responses)[i],
-            [&statuses, &outstanding, p](grpc::Status status) {
-              statuses[p] = std::move(status);
-              outstanding.DecrementCount();
-            });
-    }
-    outstanding.Wait();
+    IssueAndWait(pending, requests, shards, responses, issue, attempt_timeout,
+                 &contexts, &statuses);
     grpc::Status last_failure;
     int last_shard = -1;
     for (size_t p = 0; p < pending.size(); ++p) {

@@ -25,22 +25,20 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   EtcdJob job;
   const std::string endpoints = absl::GetFlag(FLAGS_etcd);
   if (endpoints.empty()) return job;
-  job.endpoints = SplitAddressList(endpoints);
+  job.connection.endpoints = SplitAddressList(endpoints);
   job.job = absl::GetFlag(FLAGS_job);
   RETURN_IF_ERROR(CheckJobName(job.job));
   if (absl::flags_internal::WasPresentOnCommandLine("servers")) {
     return absl::InvalidArgumentError(
         "--etcd finds the shards: give --servers or --etcd, not both");
   }
+  RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&job.connection));
   return job;
 }
 
 absl::StatusOr<std::unique_ptr<CoordinationStore>> ConnectToJobEtcd(
     const EtcdJob& job) {
-  net::EtcdOptions options;
-  options.endpoints = job.endpoints;
-  RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&options));
-  return EtcdStore::Connect(options);
+  return EtcdStore::Connect(job.connection);
 }
 
 absl::StatusOr<std::vector<std::string>> FindJobShards(const EtcdJob& job,

@@ -15,19 +15,22 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cluster/coordination_store.h"
+#include "net/etcd_client.h"
 
 namespace ps::cluster {
 
 struct EtcdJob {
-  // --etcd's endpoints; empty: no etcd (--servers names the shards).
-  std::vector<std::string> endpoints;
+  // How to reach the job's etcd: --etcd's endpoints, with the TLS and user
+  // of the --etcd_tls_* and --etcd_user flags. No endpoints: no etcd
+  // (--servers names the shards).
+  net::EtcdOptions connection;
   std::string job;
 
-  bool enabled() const { return !endpoints.empty(); }
+  bool enabled() const { return !connection.endpoints.empty(); }
 };
 
-// The flags as given. INVALID_ARGUMENT for a bad --job, or --servers given
-// beside --etcd.
+// The flags as given. INVALID_ARGUMENT for a bad --job, --servers given
+// beside --etcd, or etcd security flags that do not go together.
 absl::StatusOr<EtcdJob> EtcdJobFromFlags();
 
 // A client of the job's etcd, for a binary that follows the job while it

@@ -49,6 +49,8 @@ class InMemoryWatch final : public StoreWatch {
       EtcdEvent event;
       {
         absl::MutexLock lock(&mu_);
+        // Await() calls the condition with mu_ held, which the analysis
+        // cannot see through a function pointer.
         mu_.Await(absl::Condition(
             +[](InMemoryWatch* watch) ABSL_NO_THREAD_SAFETY_ANALYSIS {
               return watch->cancelled_ || !watch->queue_.empty();

@@ -257,7 +257,7 @@ StoreStats EmbeddingStoreImpl::Stats() {
     absl::MutexLock lock(&stripe->mu);
     stats.hot_tier_bytes += stripe->cache.bytes();
     stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
-    stats.hot_tier_allocated_bytes += stripe->cache.allocated_slot_bytes();
+    stats.hot_tier_allocated_bytes += stripe->cache.allocated_entry_bytes();
   }
   stats.hot_tier_hits = hits_.load();
   stats.hot_tier_misses = misses_.load();

@@ -163,7 +163,7 @@ struct TableStats {
 struct StoreStats {
   uint64_t hot_tier_bytes = 0;
   uint64_t hot_tier_budget_bytes = 0;
-  // Slots allocated, used or free (RowCache::allocated_slot_bytes()).
+  // Entries allocated, used or free (RowCache::allocated_entry_bytes()).
   uint64_t hot_tier_allocated_bytes = 0;
   uint64_t hot_tier_hits = 0;
   uint64_t hot_tier_misses = 0;

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
 #include "base/transient_error.h"
+#include "base/wait_until.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
 #include "embedding/push_log.h"
@@ -297,11 +298,9 @@ TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {
   }
   // The flusher catches up within moments; one push per stripe over its
   // share is allowed.
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (store->Stats().push_log_bytes > (64 << 10) + 500 * 40 &&
-         absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  WaitUntil(
+      [&] { return store->Stats().push_log_bytes <= (64 << 10) + 500 * 40; },
+      absl::Seconds(10));
   EXPECT_LE(store->Stats().push_log_bytes, (64u << 10) + 500 * 40);
   const std::vector<float> row = PullRows(*store, "emb", {7}, 8);
   // 200 SGD steps of 0.01 (rounded once per step).

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "embedding/embedding_store.h"
 #include "embedding/embedding_store_test_util.h"
 #include "embedding/rocks_store.h"
@@ -111,11 +112,9 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
   for (uint64_t key = 0; key < 50; ++key) keys.push_back(key);
   ASSERT_OK(store->Push("emb", keys, std::vector<float>(200, 1.0f)));
   ASSERT_OK(store->Push("forever", keys, std::vector<float>(200, 1.0f)));
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (store->Stats().rows_expired_in_memory < keys.size() &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  WaitUntil(
+      [&] { return store->Stats().rows_expired_in_memory >= keys.size(); },
+      absl::Seconds(20), absl::Milliseconds(100));
   EXPECT_EQ(store->Stats().rows_expired_in_memory, keys.size());
   // The table without a ttl keeps its rows.
   EXPECT_FLOAT_EQ(PullRows(*store, "forever", {5}, 4)[0],

@@ -11,11 +11,11 @@
 namespace ps::embedding {
 namespace {
 
-// The index keeps between 7/16 and 7/8 of its slots full, a slot being a
-// 4-byte slot number and a control byte: about 8 bytes a row on average.
+// The index keeps between 7/16 and 7/8 of its entries full, an entry being a
+// 4-byte entry number and a control byte: about 8 bytes a row on average.
 constexpr size_t kIndexBytesPerRow = 8;
 
-// A chunk of slots is at most this large (a power of two of slots): small
+// A chunk of entries is at most this large (a power of two of entries): small
 // enough that malloc carves chunks out of its heap instead of mapping each
 // (a mapping per chunk would run into vm.max_map_count, 65530 by default, at
 // about 10 GiB of hot tier), and that the last, partly used chunk of a small
@@ -26,7 +26,7 @@ static_assert(sizeof(CachedRow) == 32, "CachedRow grew");
 static_assert(sizeof(CachedRow) % alignof(float) == 0,
               "the floats follow the header");
 
-size_t SlotBytes(size_t floats) {
+size_t EntryBytes(size_t floats) {
   const size_t bytes = sizeof(CachedRow) + floats * sizeof(float);
   // Every header stays aligned.
   return (bytes + alignof(CachedRow) - 1) / alignof(CachedRow) *
@@ -34,7 +34,7 @@ size_t SlotBytes(size_t floats) {
 }
 
 // Looking a key up by its hash tag alone relies on how this Abseil's
-// raw_hash_set probes (it calls the equality only on slots whose 7-bit tag
+// raw_hash_set probes (it calls the equality only on entries whose 7-bit tag
 // matches, and checks nothing else); elsewhere keys are compared for real.
 #if defined(ABSL_LTS_RELEASE_VERSION) && ABSL_LTS_RELEASE_VERSION == 20220623
 constexpr bool kTagProbes = true;
@@ -50,44 +50,44 @@ void PrefetchBytes(const void* begin, size_t bytes) {
     __builtin_prefetch(reinterpret_cast<const void*>(line));
 }
 
-int ChunkShift(size_t slot_bytes) {
+int ChunkShift(size_t entry_bytes) {
   int shift = 0;
-  while ((slot_bytes << (shift + 1)) <= kMaxChunkBytes) ++shift;
+  while ((entry_bytes << (shift + 1)) <= kMaxChunkBytes) ++shift;
   return shift;
 }
 
 }  // namespace
 
-size_t RowCache::SlotHash::operator()(uint32_t slot) const {
-  return absl::HashOf(slab->Row(slot)->key);
+size_t RowCache::EntryHash::operator()(uint32_t entry) const {
+  return absl::HashOf(slab->Row(entry)->key);
 }
 
-size_t RowCache::SlotHash::operator()(KeyProbe probe) const {
+size_t RowCache::EntryHash::operator()(KeyProbe probe) const {
   return absl::HashOf(probe.key);
 }
 
-size_t RowCache::SlotHash::operator()(TagProbe probe) const {
+size_t RowCache::EntryHash::operator()(TagProbe probe) const {
   return absl::HashOf(probe.key);
 }
 
-bool RowCache::SlotEq::operator()(uint32_t slot, KeyProbe probe) const {
-  return slab->Row(slot)->key == probe.key;
+bool RowCache::EntryEq::operator()(uint32_t entry, KeyProbe probe) const {
+  return slab->Row(entry)->key == probe.key;
 }
 
 RowCache::Slab::Slab(uint32_t table_id, uint32_t row_floats)
     : table_id(table_id),
       row_floats(row_floats),
-      slot_bytes(SlotBytes(row_floats)),
-      chunk_shift(ChunkShift(slot_bytes)),
+      entry_bytes(EntryBytes(row_floats)),
+      chunk_shift(ChunkShift(entry_bytes)),
       chunk_mask((uint32_t{1} << chunk_shift) - 1),
-      index(/*bucket_count=*/0, SlotHash{this}, SlotEq{this}) {}
+      index(/*bucket_count=*/0, EntryHash{this}, EntryEq{this}) {}
 
 RowCache::RowCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
 RowCache::~RowCache() = default;
 
 size_t RowCache::RowBytes(size_t floats) {
-  return SlotBytes(floats) + kIndexBytesPerRow;
+  return EntryBytes(floats) + kIndexBytesPerRow;
 }
 
 RowCache::Slab* RowCache::FindSlab(uint32_t table_id) const {
@@ -172,31 +172,31 @@ CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
       << "table " << table_id << " has rows of another size";
   DCHECK(slab->index.find(KeyProbe{key}) == slab->index.end())
       << "key " << key << " of table " << table_id << " is cached already";
-  uint32_t slot;
-  if (!slab->free_slots.empty()) {
-    slot = slab->free_slots.back();
-    slab->free_slots.pop_back();
+  uint32_t entry;
+  if (!slab->free_entries.empty()) {
+    entry = slab->free_entries.back();
+    slab->free_entries.pop_back();
   } else {
-    slot = slab->slots_used++;
-    if ((slot >> slab->chunk_shift) == slab->chunks.size()) {
-      // Not value-initialised: pages are faulted in as slots are used.
+    entry = slab->entries_used++;
+    if ((entry >> slab->chunk_shift) == slab->chunks.size()) {
+      // Not value-initialised: pages are faulted in as entries are used.
       slab->chunks.emplace_back(
-          new char[slab->slot_bytes << slab->chunk_shift]);
+          new char[slab->entry_bytes << slab->chunk_shift]);
     }
   }
-  CachedRow* row = new (slab->Row(slot)) CachedRow(key, dirty);
+  CachedRow* row = new (slab->Row(entry)) CachedRow(key, dirty);
   std::copy(values.begin(), values.end(), row->floats());
-  slab->index.insert(slot);
-  bytes_ += slab->slot_bytes + kIndexBytesPerRow;
+  slab->index.insert(entry);
+  bytes_ += slab->entry_bytes + kIndexBytesPerRow;
   ++size_;
   return row;
 }
 
-void RowCache::Remove(Slab& slab, uint32_t slot) {
-  slab.index.erase(slot);  // hashes the key, still in the slot
-  slab.Row(slot)->occupied_ = false;
-  slab.free_slots.push_back(slot);
-  bytes_ -= slab.slot_bytes + kIndexBytesPerRow;
+void RowCache::Remove(Slab& slab, uint32_t entry) {
+  slab.index.erase(entry);  // hashes the key, still in the entry
+  slab.Row(entry)->occupied_ = false;
+  slab.free_entries.push_back(entry);
+  bytes_ -= slab.entry_bytes + kIndexBytesPerRow;
   --size_;
 }
 
@@ -216,15 +216,15 @@ size_t RowCache::EraseTable(uint32_t table_id) {
   for (size_t i = 0; i < slabs_.size(); ++i) {
     if (slabs_[i]->table_id != table_id) continue;
     const size_t rows = slabs_[i]->index.size();
-    bytes_ -= rows * (slabs_[i]->slot_bytes + kIndexBytesPerRow);
+    bytes_ -= rows * (slabs_[i]->entry_bytes + kIndexBytesPerRow);
     size_ -= rows;
     if (last_slab_ == slabs_[i].get()) last_slab_ = nullptr;
     slabs_.erase(slabs_.begin() + i);
-    // The hand keeps pointing at the same slot of the slabs that stay.
+    // The hand keeps pointing at the same entry of the slabs that stay.
     if (hand_slab_ > i) {
       --hand_slab_;
     } else if (hand_slab_ == i) {
-      hand_slot_ = 0;
+      hand_entry_ = 0;
     }
     return rows;
   }
@@ -235,16 +235,16 @@ void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
   while (bytes_ > budget_bytes_ && size_ > 0) {
     if (hand_slab_ >= slabs_.size()) {
       hand_slab_ = 0;
-      hand_slot_ = 0;
+      hand_entry_ = 0;
     }
     Slab& slab = *slabs_[hand_slab_];
-    if (hand_slot_ >= slab.slots_used) {
+    if (hand_entry_ >= slab.entries_used) {
       ++hand_slab_;
-      hand_slot_ = 0;
+      hand_entry_ = 0;
       continue;
     }
-    const uint32_t slot = hand_slot_++;
-    CachedRow* row = slab.Row(slot);
+    const uint32_t entry = hand_entry_++;
+    CachedRow* row = slab.Row(entry);
     if (!row->occupied_) continue;
     if (row->referenced_) {
       row->referenced_ = false;  // second chance
@@ -257,7 +257,7 @@ void RowCache::EvictToBudget(std::vector<EvictedRow>* dirty_evicted) {
                      std::vector<float>(floats, floats + slab.row_floats),
                      row->updated_at_s, row->push_count});
     }
-    Remove(slab, slot);
+    Remove(slab, entry);
   }
 }
 
@@ -270,9 +270,9 @@ size_t RowCache::Compact() {
       continue;
     }
     // Rarely: moving rows holds the stripe's lock, and an expiry sweep
-    // leaves free slots that new rows usually take again.
-    const size_t free = slab.slots_used - slab.index.size();
-    if (free > (size_t{1} << slab.chunk_shift) && free > slab.slots_used / 4)
+    // leaves free entries that new rows usually take again.
+    const size_t free = slab.entries_used - slab.index.size();
+    if (free > (size_t{1} << slab.chunk_shift) && free > slab.entries_used / 4)
       moved += CompactSlab(slab);
     ++i;
   }
@@ -281,20 +281,20 @@ size_t RowCache::Compact() {
 
 size_t RowCache::CompactSlab(Slab& slab) {
   const uint32_t rows = static_cast<uint32_t>(slab.index.size());
-  // The free slots below `rows` take the rows at or above it, lowest free
-  // slot first.
+  // The free entries below `rows` take the rows at or above it, lowest free
+  // entry first.
   std::vector<uint32_t> holes;
-  for (uint32_t slot : slab.free_slots) {
-    if (slot < rows) holes.push_back(slot);
+  for (uint32_t entry : slab.free_entries) {
+    if (entry < rows) holes.push_back(entry);
   }
   std::sort(holes.begin(), holes.end());
   size_t next_hole = 0;
-  for (uint32_t from = rows; from < slab.slots_used; ++from) {
+  for (uint32_t from = rows; from < slab.entries_used; ++from) {
     CachedRow* source = slab.Row(from);
     if (!source->occupied_) continue;
     DCHECK_LT(next_hole, holes.size());
     const uint32_t to = holes[next_hole++];
-    slab.index.erase(from);  // hashes the key, still in the slot
+    slab.index.erase(from);  // hashes the key, still in the entry
     CachedRow* target =
         new (slab.Row(to)) CachedRow(source->key, source->dirty);
     target->log_sequence = source->log_sequence;
@@ -307,11 +307,11 @@ size_t RowCache::CompactSlab(Slab& slab) {
     slab.index.insert(to);
   }
   const size_t moved = next_hole;
-  slab.slots_used = rows;
-  slab.free_slots.clear();
-  slab.free_slots.shrink_to_fit();
-  const size_t chunk_slots = size_t{1} << slab.chunk_shift;
-  slab.chunks.resize((rows + chunk_slots - 1) / chunk_slots);
+  slab.entries_used = rows;
+  slab.free_entries.clear();
+  slab.free_entries.shrink_to_fit();
+  const size_t chunk_entries = size_t{1} << slab.chunk_shift;
+  slab.chunks.resize((rows + chunk_entries - 1) / chunk_entries);
   slab.chunks.shrink_to_fit();
   // Rebuilding the index reads every row's key: only when it is well over
   // what its rows need.
@@ -320,10 +320,10 @@ size_t RowCache::CompactSlab(Slab& slab) {
   return moved;
 }
 
-size_t RowCache::allocated_slot_bytes() const {
+size_t RowCache::allocated_entry_bytes() const {
   size_t bytes = 0;
   for (const std::unique_ptr<Slab>& slab : slabs_) {
-    bytes += slab->chunks.size() * (slab->slot_bytes << slab->chunk_shift);
+    bytes += slab->chunks.size() * (slab->entry_bytes << slab->chunk_shift);
   }
   return bytes;
 }

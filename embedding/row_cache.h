@@ -7,13 +7,13 @@
 // an update that RocksDB does not have yet; evicting a dirty row hands a copy
 // back to the caller for write-back, so nothing is dropped.
 //
-// Memory: each table's rows live in a slab of equal slots (a 32-byte header,
-// then the floats, rounded up to 8 bytes), allocated in chunks; a freed slot
+// Memory: each table's rows live in a slab of equal entries (a 32-byte header,
+// then the floats, rounded up to 8 bytes), allocated in chunks; a freed entry
 // is reused by the table's next row. The index of a table is a hash set of
-// 32-bit slot numbers that hashes and compares through the slot's key, so a
-// row costs its slot plus about 8 bytes of index: 104 bytes for a dim-16 SGD
-// row (64 of them floats). The CLOCK hand sweeps the slots of every table in
-// turn. Free slots stay allocated until Compact() moves rows down into them
+// 32-bit entry numbers that hashes and compares through the entry's key, so a
+// row costs its entry plus about 8 bytes of index: 104 bytes for a dim-16 SGD
+// row (64 of them floats). The CLOCK hand sweeps the entries of every table in
+// turn. Free entries stay allocated until Compact() moves rows down into them
 // and frees the chunks left empty: run it now and then (the store does after
 // each write-back), or a table whose rows were evicted to make room for
 // another's would keep their memory.
@@ -35,7 +35,7 @@
 
 namespace ps::embedding {
 
-// A cached row: the header of a slot, its floats (weights, then optimizer
+// A cached row: the header of an entry, its floats (weights, then optimizer
 // state; how many is the table's) right after it. Owned by its RowCache.
 class CachedRow {
  public:
@@ -67,7 +67,7 @@ class CachedRow {
 
   // Hit since eviction last looked at this row.
   bool referenced_ = false;
-  // False once the row left its slot (the slot is free).
+  // False once the row left its entry (the entry is free).
   bool occupied_ = true;
 };
 
@@ -94,7 +94,7 @@ class RowCache {
 
   // Find() of each of `keys` into `rows` (same size), faster than one by
   // one for keys spread over a table larger than the CPU's caches: it looks
-  // keys up in windows, and in each first prefetches the index slots, then
+  // keys up in windows, and in each first prefetches the index entries, then
   // the rows the keys most likely have (found from the index alone, without
   // comparing keys, which reads the row), then finds them in the caches.
   // `prefetch_floats`: how many of each row's floats the caller reads next.
@@ -117,23 +117,23 @@ class RowCache {
   // copies of the evicted dirty rows to `*dirty_evicted` for write-back.
   void EvictToBudget(std::vector<EvictedRow>* dirty_evicted);
 
-  // Gives back the memory of free slots: where a table has more free slots
-  // than a chunk holds (and than a quarter of its slots), moves its last rows
-  // into the free slots below them, frees the chunks left empty and shrinks
+  // Gives back the memory of free entries: where a table has more free entries
+  // than a chunk holds (and than a quarter of its entries), moves its last rows
+  // into the free entries below them, frees the chunks left empty and shrinks
   // its index; drops tables left without rows. Returns the rows moved.
   // Invalidates every CachedRow* handed out before.
   size_t Compact();
 
-  // Bytes allocated for slots, used or free (the index not included).
-  size_t allocated_slot_bytes() const;
+  // Bytes allocated for entries, used or free (the index not included).
+  size_t allocated_entry_bytes() const;
 
   // Calls fn(table_id, CachedRow&, absl::Span<float> values) for every row,
-  // in slot order. fn may change the row but not add or drop rows.
+  // in entry order. fn may change the row but not add or drop rows.
   template <typename Fn>
   void ForEachRow(Fn fn) {
     for (const std::unique_ptr<Slab>& slab : slabs_) {
-      for (uint32_t slot = 0; slot < slab->slots_used; ++slot) {
-        CachedRow* row = slab->Row(slot);
+      for (uint32_t entry = 0; entry < slab->entries_used; ++entry) {
+        CachedRow* row = slab->Row(entry);
         if (row->occupied_) {
           fn(slab->table_id, *row,
              absl::MakeSpan(row->floats(), slab->row_floats));
@@ -146,28 +146,28 @@ class RowCache {
   // time with ForEachRowFrom().
   struct RowCursor {
     size_t slab = 0;
-    uint32_t slot = 0;
+    uint32_t entry = 0;
   };
 
-  // ForEachRow() over at most `max_slots` slots from `*cursor` on, which it
-  // advances; returns false once the walk has passed the last slot. Between
+  // ForEachRow() over at most `max_entries` entries from `*cursor` on, which it
+  // advances; returns false once the walk has passed the last entry. Between
   // calls rows may come and go: a row added, or moved by Compact(), or in a
   // table after one dropped (EraseTable(), Compact()), may be missed; the
   // walk still ends, and visits only rows present.
   template <typename Fn>
-  bool ForEachRowFrom(RowCursor* cursor, size_t max_slots, Fn fn) {
+  bool ForEachRowFrom(RowCursor* cursor, size_t max_entries, Fn fn) {
     for (size_t visited = 0; cursor->slab < slabs_.size();) {
       Slab& slab = *slabs_[cursor->slab];
-      for (; cursor->slot < slab.slots_used; ++cursor->slot) {
-        if (visited++ == max_slots) return true;
-        CachedRow* row = slab.Row(cursor->slot);
+      for (; cursor->entry < slab.entries_used; ++cursor->entry) {
+        if (visited++ == max_entries) return true;
+        CachedRow* row = slab.Row(cursor->entry);
         if (row->occupied_) {
           fn(slab.table_id, *row,
              absl::MakeSpan(row->floats(), slab.row_floats));
         }
       }
       ++cursor->slab;
-      cursor->slot = 0;
+      cursor->entry = 0;
     }
     return false;
   }
@@ -185,37 +185,37 @@ class RowCache {
   size_t budget_bytes() const { return budget_bytes_; }
   size_t size() const { return size_; }
 
-  // The memory one row of `floats` values is counted as: its slot and its
+  // The memory one row of `floats` values is counted as: its entry and its
   // share of the index.
   static size_t RowBytes(size_t floats);
 
  private:
   struct Slab;
 
-  // A key to look up in a slab's index of slot numbers.
+  // A key to look up in a slab's index of entry numbers.
   struct KeyProbe {
     uint64_t key;
   };
-  // A key whose lookup ends at the first slot with the same hash tag (7
-  // bits of the hash): the key's slot, most likely.
+  // A key whose lookup ends at the first entry with the same hash tag (7
+  // bits of the hash): the key's entry, most likely.
   struct TagProbe {
     uint64_t key;
   };
-  // Hash and equality of the index: a slot stands for its row's key.
-  struct SlotHash {
+  // Hash and equality of the index: an entry stands for its row's key.
+  struct EntryHash {
     using is_transparent = void;
     const Slab* slab;
-    size_t operator()(uint32_t slot) const;
+    size_t operator()(uint32_t entry) const;
     size_t operator()(KeyProbe probe) const;
     size_t operator()(TagProbe probe) const;
   };
-  struct SlotEq {
+  struct EntryEq {
     using is_transparent = void;
     const Slab* slab;
     bool operator()(uint32_t a, uint32_t b) const { return a == b; }
-    bool operator()(uint32_t slot, KeyProbe probe) const;
-    bool operator()(KeyProbe probe, uint32_t slot) const {
-      return (*this)(slot, probe);
+    bool operator()(uint32_t entry, KeyProbe probe) const;
+    bool operator()(KeyProbe probe, uint32_t entry) const {
+      return (*this)(entry, probe);
     }
     bool operator()(uint32_t, TagProbe) const { return true; }
     bool operator()(TagProbe, uint32_t) const { return true; }
@@ -227,32 +227,32 @@ class RowCache {
     Slab(const Slab&) = delete;
     Slab& operator=(const Slab&) = delete;
 
-    CachedRow* Row(uint32_t slot) const {
-      return reinterpret_cast<CachedRow*>(chunks[slot >> chunk_shift].get() +
-                                          (slot & chunk_mask) * slot_bytes);
+    CachedRow* Row(uint32_t entry) const {
+      return reinterpret_cast<CachedRow*>(chunks[entry >> chunk_shift].get() +
+                                          (entry & chunk_mask) * entry_bytes);
     }
 
     const uint32_t table_id;
     const uint32_t row_floats;
-    const size_t slot_bytes;
-    // A chunk holds 2^chunk_shift slots.
+    const size_t entry_bytes;
+    // A chunk holds 2^chunk_shift entries.
     const int chunk_shift;
     const uint32_t chunk_mask;
     std::vector<std::unique_ptr<char[]>> chunks;
-    // Slots [0, slots_used) were handed out at least once.
-    uint32_t slots_used = 0;
-    std::vector<uint32_t> free_slots;
-    absl::flat_hash_set<uint32_t, SlotHash, SlotEq> index;
+    // Entries [0, entries_used) were handed out at least once.
+    uint32_t entries_used = 0;
+    std::vector<uint32_t> free_entries;
+    absl::flat_hash_set<uint32_t, EntryHash, EntryEq> index;
   };
 
   Slab* FindSlab(uint32_t table_id) const;
   // Finds `key` (whose hash is `hash`) in `slab` and marks its row
   // referenced, or returns nullptr.
   CachedRow* Lookup(Slab& slab, uint64_t key, size_t hash);
-  // Moves `slab`'s rows into its lowest free slots and frees what is left.
+  // Moves `slab`'s rows into its lowest free entries and frees what is left.
   size_t CompactSlab(Slab& slab);
-  // Drops the row in `slot` of `slab`.
-  void Remove(Slab& slab, uint32_t slot);
+  // Drops the row in `entry` of `slab`.
+  void Remove(Slab& slab, uint32_t entry);
 
   const size_t budget_bytes_;
   size_t bytes_ = 0;
@@ -260,9 +260,9 @@ class RowCache {
   std::vector<std::unique_ptr<Slab>> slabs_;
   // The slab FindSlab() found last: batches look one table up many times.
   mutable Slab* last_slab_ = nullptr;
-  // The CLOCK hand: the next slot eviction looks at.
+  // The CLOCK hand: the next entry eviction looks at.
   size_t hand_slab_ = 0;
-  uint32_t hand_slot_ = 0;
+  uint32_t hand_entry_ = 0;
 };
 
 }  // namespace ps::embedding

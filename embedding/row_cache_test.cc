@@ -102,11 +102,11 @@ TEST(RowCacheTest, TheHandSweepsOnAndSecondChancesAreUsedUp) {
   std::vector<EvictedRow> dirty;
   cache.EvictToBudget(&dirty);
   EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 2, 4}));
-  // 5 takes 3's slot, behind the hand, which goes on from 4: 4 is older.
+  // 5 takes 3's entry, behind the hand, which goes on from 4: 4 is older.
   cache.Insert(0, 5, kRow, false);
   cache.EvictToBudget(&dirty);
   EXPECT_EQ(Keys(cache), (std::vector<uint64_t>{1, 2, 5}));
-  // 6 takes 4's slot; the hand wraps around, and 1 used its second chance
+  // 6 takes 4's entry; the hand wraps around, and 1 used its second chance
   // already.
   cache.Insert(0, 6, kRow, false);
   cache.EvictToBudget(&dirty);
@@ -146,7 +146,7 @@ TEST(RowCacheTest, ErasedRowsFreeTheirSlotsForNewRows) {
   EXPECT_EQ(cache.Find(0, 2), nullptr);
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(cache.bytes(), 2 * RowCache::RowBytes(kRow.size()));
-  // The slot is reused, and the new row is found under its own key only.
+  // The entry is reused, and the new row is found under its own key only.
   CachedRow* four = cache.Insert(0, 4, other, true);
   EXPECT_EQ(four, two);
   EXPECT_EQ(cache.Find(0, 4), four);
@@ -263,7 +263,7 @@ TEST(RowCacheTest, EraseTableBeforeTheHandKeepsTheHandOnItsRow) {
        {std::pair<uint32_t, uint64_t>{1, 1}, {2, 1}, {3, 1}})
     ASSERT_NE(cache.Find(table, key), nullptr);
   std::vector<EvictedRow> dirty;
-  cache.EvictToBudget(&dirty);  // (3, 2): the hand stops at table 3's slot 2
+  cache.EvictToBudget(&dirty);  // (3, 2): the hand stops at table 3's entry 2
   ASSERT_EQ(cache.Find(3, 2), nullptr);
   ASSERT_EQ(cache.EraseTable(1), 1u);
   cache.Insert(3, 4, kRow, false);
@@ -287,16 +287,16 @@ TEST(RowCacheTest, CompactGivesBackFreeSlotsAndKeepsEveryRow) {
     rows.push_back(row);
   }
   cache.Insert(5, 1, kRow, false);
-  // A few free slots are kept for the next rows: nothing to do.
+  // A few free entries are kept for the next rows: nothing to do.
   cache.Erase(4, rows[5]);
   EXPECT_EQ(cache.Compact(), 0u);
-  const size_t allocated = cache.allocated_slot_bytes();
+  const size_t allocated = cache.allocated_entry_bytes();
   for (uint64_t key = 0; key < kRows; ++key) {
     if (key % 10 != 0 && key != 5) cache.Erase(4, rows[key]);
   }
   cache.Erase(5, cache.Find(5, 1));
   EXPECT_GT(cache.Compact(), 0u);
-  EXPECT_LT(cache.allocated_slot_bytes(), allocated / 4);
+  EXPECT_LT(cache.allocated_entry_bytes(), allocated / 4);
   EXPECT_EQ(cache.size(), kRows / 10);
   EXPECT_EQ(cache.bytes(), kRows / 10 * RowCache::RowBytes(kRow.size()));
   for (uint64_t key = 0; key < kRows; key += 10) {
@@ -316,18 +316,18 @@ TEST(RowCacheTest, CompactGivesBackFreeSlotsAndKeepsEveryRow) {
   EXPECT_NE(cache.Find(4, 11), nullptr);
   EXPECT_EQ(cache.EraseTable(5), 0u);
   cache.EraseTable(4);
-  EXPECT_EQ(cache.allocated_slot_bytes(), 0u);
+  EXPECT_EQ(cache.allocated_entry_bytes(), 0u);
 }
 
 TEST(RowCacheTest, CompactKeepsSecondChances) {
-  const std::vector<float> large(8000, 1.0f);  // 2 slots a chunk
+  const std::vector<float> large(8000, 1.0f);  // 2 entries a chunk
   RowCache cache(9 * RowCache::RowBytes(large.size()));
   std::vector<CachedRow*> rows;
   for (uint64_t key = 0; key < 20; ++key)
     rows.push_back(cache.Insert(0, key, large, false));
   for (uint64_t key = 0; key < 12; ++key) cache.Erase(0, rows[key]);
   ASSERT_NE(cache.Find(0, 12), nullptr);
-  ASSERT_EQ(cache.Compact(), 8u);  // 12..19 move to slots 0..7
+  ASSERT_EQ(cache.Compact(), 8u);  // 12..19 move to entries 0..7
   cache.Insert(0, 100, large, false);
   cache.Insert(0, 101, large, false);
   std::vector<EvictedRow> dirty;
@@ -339,8 +339,8 @@ TEST(RowCacheTest, CompactKeepsSecondChances) {
 TEST(RowCacheTest, RandomOperationsAgreeWithAMap) {
   std::mt19937_64 rng(11);
   // Rows of 1000, 8000 and 1 floats in tables 0, 1 and 2 (table 1's chunks
-  // hold 2 slots). Traffic moves from table 1 to table 0 halfway, so that
-  // table 1 is left with free slots for compaction to give back.
+  // hold 2 entries). Traffic moves from table 1 to table 0 halfway, so that
+  // table 1 is left with free entries for compaction to give back.
   const std::vector<size_t> row_floats = {1000, 8000, 1};
   RowCache cache(40 * RowCache::RowBytes(8000));
   size_t moved = 0;
@@ -468,7 +468,7 @@ TEST(RowCacheTest, ForEachRowFromWalksEveryRowAPartAtATime) {
     // Erasing the rows just visited between parts leaves the walk intact.
     if (calls == 2) cache.Erase(0, cache.Find(0, 6));
   }
-  // 15 slots (one free) in parts of 4: 4 calls.
+  // 15 entries (one free) in parts of 4: 4 calls.
   EXPECT_EQ(calls, 4);
   std::vector<std::pair<uint32_t, uint64_t>> expected;
   for (uint64_t key = 0; key < 10; ++key) {
@@ -479,7 +479,7 @@ TEST(RowCacheTest, ForEachRowFromWalksEveryRowAPartAtATime) {
 }
 
 TEST(RowCacheTest, AWalkSurvivesRowsAndTablesGoingBetweenParts) {
-  const std::vector<float> large(8000, 1.0f);  // 2 slots a chunk
+  const std::vector<float> large(8000, 1.0f);  // 2 entries a chunk
   RowCache cache(size_t{1} << 30);
   for (uint64_t key = 0; key < 4; ++key) cache.Insert(1, key, kRow, false);
   for (uint64_t key = 0; key < 20; ++key) cache.Insert(2, key, large, false);

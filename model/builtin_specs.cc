@@ -51,69 +51,107 @@ const std::vector<std::string>& BuiltinModelNames() {
   return *names;
 }
 
-absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
-                                           absl::Span<const ColumnUse> columns,
-                                           const BuiltinOptions& options) {
-  const bool lr = name == "lr", wide_deep = name == "wide_deep",
-             deepfm = name == "deepfm", dcn_v2 = name == "dcn_v2",
-             dlrm = name == "dlrm";
-  if (!lr && !wide_deep && !deepfm && !dcn_v2 && !dlrm) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown model \"", name, "\"; the built-ins are ",
-                     absl::StrJoin(BuiltinModelNames(), ", ")));
-  }
-  ModelSpec spec;
-  spec.set_name(std::string(name));
-  *spec.mutable_dense_optimizer() = options.dense_optimizer;
+namespace {
 
-  // Inputs: every categorical column a field, the dense columns one group.
+// Which built-in a spec is for.
+struct Builtin {
+  explicit Builtin(absl::string_view name)
+      : lr(name == "lr"),
+        wide_deep(name == "wide_deep"),
+        deepfm(name == "deepfm"),
+        dcn_v2(name == "dcn_v2"),
+        dlrm(name == "dlrm") {}
+  bool known() const { return lr || wide_deep || deepfm || dcn_v2 || dlrm; }
+  bool has_wide() const { return lr || wide_deep || deepfm; }
+
+  bool lr, wide_deep, deepfm, dcn_v2, dlrm;
+};
+
+// What the inputs of a built-in are: its fields, whether a dense group is
+// there, and what feeds its wide part.
+struct BuiltinInputs {
   std::vector<std::string> fields;
+  bool has_dense = false;
+  std::vector<std::string> wide_inputs;
+};
+
+// Adds the inputs: every categorical column a field, the dense columns one
+// group, and the crosses.
+absl::StatusOr<BuiltinInputs> AddInputs(absl::string_view name,
+                                        const Builtin& builtin,
+                                        absl::Span<const ColumnUse> columns,
+                                        const BuiltinOptions& options,
+                                        ModelSpec* spec) {
+  BuiltinInputs inputs;
   DenseInput dense;
   dense.set_name("dense");
   dense.set_transform(DenseInput::LOG1P);
   for (size_t c = 0; c < columns.size(); ++c) {
     if (columns[c] == ColumnUse::kDense) dense.add_columns(c);
     if (columns[c] != ColumnUse::kCategorical) continue;
-    Field* field = spec.add_field();
-    field->set_name(absl::StrCat("field_", fields.size()));
+    Field* field = spec->add_field();
+    field->set_name(absl::StrCat("field_", inputs.fields.size()));
     field->set_column(c);
     field->set_pooling(options.pooling);
-    fields.push_back(field->name());
+    inputs.fields.push_back(field->name());
   }
-  const bool has_dense = dense.columns_size() > 0;
-  if (has_dense) *spec.add_dense() = dense;
-  std::vector<std::string> wide_inputs = fields;
-  const bool has_wide = lr || wide_deep || deepfm;
-  if (!has_wide && !options.crosses.empty()) {
+  inputs.has_dense = dense.columns_size() > 0;
+  if (inputs.has_dense) *spec->add_dense() = dense;
+  inputs.wide_inputs = inputs.fields;
+  if (!builtin.has_wide() && !options.crosses.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("crosses feed the wide part, which ", name,
                      " has not: write a spec with a wide layer to use them"));
   }
+  const int fields = static_cast<int>(inputs.fields.size());
   for (const auto& [first, second] : options.crosses) {
-    if (first < 0 || second < 0 || first >= static_cast<int>(fields.size()) ||
-        second >= static_cast<int>(fields.size())) {
+    if (first < 0 || second < 0 || first >= fields || second >= fields) {
       return absl::InvalidArgumentError(
           absl::StrCat("cross ", first, ":", second, " names a field the ",
-                       fields.size(), " cat and multi columns do not have"));
+                       fields, " cat and multi columns do not have"));
     }
-    Cross* cross = spec.add_cross();
+    Cross* cross = spec->add_cross();
     cross->set_name(absl::StrCat("cross_", first, "_", second));
-    cross->add_fields(fields[first]);
-    cross->add_fields(fields[second]);
+    cross->add_fields(inputs.fields[first]);
+    cross->add_fields(inputs.fields[second]);
     cross->set_pooling(options.pooling);
-    wide_inputs.push_back(cross->name());
+    inputs.wide_inputs.push_back(cross->name());
   }
-  if (dlrm && fields.size() + (has_dense ? 1 : 0) < 2) {
+  if (builtin.dlrm && fields + (inputs.has_dense ? 1 : 0) < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, " needs at least two rows to interact; the columns give ",
-        fields.size(), " field(s)"));
+        name, " needs at least two rows to interact; the columns give ", fields,
+        " field(s)"));
   }
+  return inputs;
+}
 
-  const bool embeds = !lr && !fields.empty();
+// Adds DLRM's bottom MLP, interaction and top MLP, ending at "top".
+void AddDlrm(const BuiltinInputs& inputs, bool embeds, std::vector<int> top,
+             const BuiltinOptions& options, ModelSpec* spec) {
+  std::vector<std::string> rows;
+  if (inputs.has_dense) {
+    AddMlp(spec, "bottom", "dense", {64, options.embedding_dim})
+        ->set_last_activation(MlpLayer::RELU);
+    rows.push_back("bottom");
+  }
+  if (embeds) rows.push_back("embedding");
+  NewLayer(spec, "interaction", rows)->mutable_dot_interaction();
+  if (inputs.has_dense) {
+    NewLayer(spec, "top_input", {"bottom", "interaction"})->mutable_concat();
+  }
+  AddMlp(spec, "top", inputs.has_dense ? "top_input" : "interaction", top);
+}
+
+// Adds the tables and layers of `builtin` over `inputs`; the names of the
+// terms summed into the logit.
+std::vector<std::string> AddLayers(const Builtin& builtin, BuiltinInputs inputs,
+                                   const BuiltinOptions& options,
+                                   ModelSpec* spec) {
+  const bool embeds = !builtin.lr && !inputs.fields.empty();
   if (embeds) {
-    AddTable(&spec, "embedding", options.embedding_dim,
+    AddTable(spec, "embedding", options.embedding_dim,
              options.embedding_init_scale, options.embedding_optimizer);
-    NewLayer(&spec, "embedding", fields)
+    NewLayer(spec, "embedding", inputs.fields)
         ->mutable_embedding()
         ->set_table("embedding");
   }
@@ -125,52 +163,64 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
   // wide.bias, and the MLP's, mlp.<l>.weights and .bias, keep the names
   // these models' tables had before specs, so that their checkpoints and
   // exports load.)
-  if (has_wide) {
-    AddTable(&spec, "wide", 1, 0.0f, options.wide_optimizer);
-    if (has_dense) wide_inputs.push_back("dense");
-    NewLayer(&spec, "wide", wide_inputs)->mutable_wide()->set_table("wide");
+  if (builtin.has_wide()) {
+    AddTable(spec, "wide", 1, 0.0f, options.wide_optimizer);
+    if (inputs.has_dense) inputs.wide_inputs.push_back("dense");
+    NewLayer(spec, "wide", inputs.wide_inputs)
+        ->mutable_wide()
+        ->set_table("wide");
     logit_terms.push_back("wide");
   }
   // The deep input: the embeddings and the dense group side by side.
   std::string deep_input;
-  if (wide_deep || deepfm || dcn_v2) {
-    if (embeds && has_dense) {
-      NewLayer(&spec, "deep_input", {"embedding", "dense"})->mutable_concat();
+  if (builtin.wide_deep || builtin.deepfm || builtin.dcn_v2) {
+    if (embeds && inputs.has_dense) {
+      NewLayer(spec, "deep_input", {"embedding", "dense"})->mutable_concat();
       deep_input = "deep_input";
     } else {
       deep_input = embeds ? "embedding" : "dense";
     }
   }
-  if (wide_deep || deepfm) {
-    AddMlp(&spec, "mlp", deep_input, top);
+  if (builtin.wide_deep || builtin.deepfm) {
+    AddMlp(spec, "mlp", deep_input, top);
     logit_terms.push_back("mlp");
   }
   // (Under two fields the pairwise term is zero: deepfm is wide_deep.)
-  if (deepfm && fields.size() >= 2) {
-    NewLayer(&spec, "fm", {"embedding"})->mutable_fm();
+  if (builtin.deepfm && inputs.fields.size() >= 2) {
+    NewLayer(spec, "fm", {"embedding"})->mutable_fm();
     logit_terms.push_back("fm");
   }
-  if (dcn_v2) {
-    CrossLayer* cross = NewLayer(&spec, "cross", {deep_input})->mutable_cross();
-    cross->set_num_layers(3);
-    AddMlp(&spec, "deep", "cross", top);
+  if (builtin.dcn_v2) {
+    NewLayer(spec, "cross", {deep_input})->mutable_cross()->set_num_layers(3);
+    AddMlp(spec, "deep", "cross", top);
     logit_terms.push_back("deep");
   }
-  if (dlrm) {
-    std::vector<std::string> rows;
-    if (has_dense) {
-      AddMlp(&spec, "bottom", "dense", {64, options.embedding_dim})
-          ->set_last_activation(MlpLayer::RELU);
-      rows.push_back("bottom");
-    }
-    if (embeds) rows.push_back("embedding");
-    NewLayer(&spec, "interaction", rows)->mutable_dot_interaction();
-    if (has_dense) {
-      NewLayer(&spec, "top_input", {"bottom", "interaction"})->mutable_concat();
-    }
-    AddMlp(&spec, "top", has_dense ? "top_input" : "interaction", top);
+  if (builtin.dlrm) {
+    AddDlrm(inputs, embeds, top, options, spec);
     logit_terms.push_back("top");
   }
+  return logit_terms;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
+                                           absl::Span<const ColumnUse> columns,
+                                           const BuiltinOptions& options) {
+  const Builtin builtin(name);
+  if (!builtin.known()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model \"", name, "\"; the built-ins are ",
+                     absl::StrJoin(BuiltinModelNames(), ", ")));
+  }
+  ModelSpec spec;
+  spec.set_name(std::string(name));
+  *spec.mutable_dense_optimizer() = options.dense_optimizer;
+  absl::StatusOr<BuiltinInputs> inputs =
+      AddInputs(name, builtin, columns, options, &spec);
+  if (!inputs.ok()) return inputs.status();
+  const std::vector<std::string> logit_terms =
+      AddLayers(builtin, *std::move(inputs), options, &spec);
   if (logit_terms.size() == 1) {
     spec.set_output(logit_terms[0]);
   } else {

@@ -180,7 +180,16 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         rocksdb::NewBlockBasedTableFactory(table_options));
   }
   auto model = std::unique_ptr<ExportedModel>(new ExportedModel);
-  // A delta is read over the exports before it, back to its base.
+  RETURN_IF_ERROR(model->ReadChain(dir));
+  ASSIGN_OR_RETURN(auto spec_and_tables, model->PlanModel(dir));
+  const auto& [spec, table_names] = spec_and_tables;
+  RETURN_IF_ERROR(model->OpenSparseTables(dir, spec, table_names, model_options,
+                                          options, share_from));
+  RETURN_IF_ERROR(model->ReadDenseTensors(dir, model_options, options));
+  return model;
+}
+
+absl::Status ExportedModel::ReadChain(const std::string& dir) {
   ASSIGN_OR_RETURN(std::vector<std::string> chain, ExportChain(dir));
   std::reverse(chain.begin(), chain.end());
   for (const std::string& link : chain) {
@@ -190,75 +199,88 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
           absl::StrCat(link, " was routed with version ",
                        manifest.routing_version(), ", not ", kRoutingVersion));
     }
-    model->slot_maps_.push_back(
-        std::make_unique<SlotMap>(RecordedSlotMap(manifest)));
-    model->chain_.push_back({link, std::move(manifest)});
+    slot_maps_.push_back(std::make_unique<SlotMap>(RecordedSlotMap(manifest)));
+    chain_.push_back({link, std::move(manifest)});
   }
-  model->manifest_ = model->chain_.front().manifest;
-  const ExportManifest& manifest = model->manifest_;
-  RETURN_IF_ERROR(CheckCard(manifest, dir));
-  absl::StatusOr<InputLayout> layout =
-      ParseLayoutText(manifest.model().input_layout());
+  manifest_ = chain_.front().manifest;
+  return CheckCard(manifest_, dir);
+}
+
+absl::StatusOr<std::pair<model::ModelSpec, std::vector<std::string>>>
+ExportedModel::PlanModel(const std::string& dir) {
+  const ModelCard& card = manifest_.model();
+  absl::StatusOr<InputLayout> layout = ParseLayoutText(card.input_layout());
   if (!layout.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        dir, " reads input laid out as \"", manifest.model().input_layout(),
+        dir, " reads input laid out as \"", card.input_layout(),
         "\", which this build does not read: ", layout.status().message()));
   }
-  if (layout->fields() != static_cast<int>(manifest.model().fields()) ||
-      layout->dense_features() !=
-          static_cast<int>(manifest.model().dense_features())) {
-    return absl::DataLossError(absl::StrCat(
-        dir, ": the model has ", manifest.model().fields(), " fields and ",
-        manifest.model().dense_features(), " dense features, its layout \"",
-        manifest.model().input_layout(), "\" ", layout->fields(), " and ",
-        layout->dense_features()));
+  if (layout->fields() != static_cast<int>(card.fields()) ||
+      layout->dense_features() != static_cast<int>(card.dense_features())) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": the model has ", card.fields(), " fields and ",
+                     card.dense_features(), " dense features, its layout \"",
+                     card.input_layout(), "\" ", layout->fields(), " and ",
+                     layout->dense_features()));
   }
-  model->layout_ = *std::move(layout);
-  const ModelCard& card = manifest.model();
-  ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, model->layout_, dir));
-  const auto& [spec, table_names] = spec_and_tables;
-  absl::StatusOr<model::ModelPlan> plan =
-      model::ModelPlan::Create({spec, {}}, ColumnUses(model->layout_));
+  layout_ = *std::move(layout);
+  ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, layout_, dir));
+  absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
+      {spec_and_tables.first, {}}, ColumnUses(layout_));
   if (!plan.ok()) {
     return absl::DataLossError(
         absl::StrCat(dir, ": its model does not plan over its layout: ",
                      plan.status().message()));
   }
-  model->plan_ = std::make_unique<model::ModelPlan>(*std::move(plan));
-  InputLayout fitted = model->layout_;
-  if (!LayoutForPlan(*model->plan_, &fitted).ok() ||
-      fitted.crosses != model->layout_.crosses) {
+  plan_ = std::make_unique<model::ModelPlan>(*std::move(plan));
+  InputLayout fitted = layout_;
+  if (!LayoutForPlan(*plan_, &fitted).ok() ||
+      fitted.crosses != layout_.crosses) {
     return absl::DataLossError(
         absl::StrCat(dir, ": its layout's crosses are not its model spec's"));
   }
+  return spec_and_tables;
+}
+
+absl::Status ExportedModel::OpenSparseTables(
+    const std::string& dir, const model::ModelSpec& spec,
+    const std::vector<std::string>& table_names,
+    const ExportedModelOptions& model_options, const rocksdb::Options& options,
+    const ExportedModel* share_from) {
   for (int t = 0; t < spec.table_size(); ++t) {
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     model->OpenTable(table_names[t], options));
+                     OpenTable(table_names[t], options));
     if (static_cast<int>(table->spec.dim()) != spec.table(t).dim()) {
       return absl::DataLossError(
           absl::StrCat(dir, ": table ", table_names[t], " has rows of ",
                        table->spec.dim(), " floats, the model's ",
                        spec.table(t).name(), " ", spec.table(t).dim()));
     }
-    model->sparse_.push_back(std::move(table));
+    sparse_.push_back(std::move(table));
   }
   // The tables in the spec's order, as far as the budget goes.
   size_t budget = model_options.max_memory_bytes;
-  for (const std::unique_ptr<Table>& table : model->sparse_) {
+  for (const std::unique_ptr<Table>& table : sparse_) {
     const Table* shared = nullptr;
     if (share_from != nullptr) {
       for (const std::unique_ptr<Table>& other : share_from->sparse_) {
         if (other->spec.name() == table->spec.name()) shared = other.get();
       }
     }
-    RETURN_IF_ERROR(model->MaybeReadIntoMemory(*table, budget, shared));
+    RETURN_IF_ERROR(MaybeReadIntoMemory(*table, budget, shared));
     if (table->in_memory == nullptr) break;
     const size_t used = table->in_memory->rows.size() * sizeof(float) +
                         table->in_memory->index.size() * 24;
     budget = budget > used ? budget - used : 0;
   }
-  const std::vector<kernels::DenseTensorSpec>& tensors =
-      model->plan_->dense_tensors();
+  return absl::OkStatus();
+}
+
+absl::Status ExportedModel::ReadDenseTensors(
+    const std::string& dir, const ExportedModelOptions& model_options,
+    const rocksdb::Options& options) {
+  const ModelCard& card = manifest_.model();
+  const std::vector<kernels::DenseTensorSpec>& tensors = plan_->dense_tensors();
   uint64_t dense_floats = 0;
   for (const kernels::DenseTensorSpec& tensor : tensors)
     dense_floats += tensor.size();
@@ -268,15 +290,13 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         model_options.max_dense_floats, ")"));
   }
   if (static_cast<int>(tensors.size()) != card.dense_tables_size()) {
-    return absl::DataLossError(absl::StrCat(dir, ": the model needs ",
-                                            tensors.size(),
-                                            " dense tensors, the export "
-                                            "has ",
-                                            card.dense_tables_size()));
+    return absl::DataLossError(absl::StrCat(
+        dir, ": the model needs ", tensors.size(),
+        " dense tensors, the export has ", card.dense_tables_size()));
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     model->OpenTable(card.dense_tables(t), options));
+                     OpenTable(card.dense_tables(t), options));
     const int chunk = DenseChunkFloats(
         tensors[t], static_cast<int>(card.dense_chunk_floats()));
     const std::vector<uint64_t> keys = DenseChunkKeys(
@@ -286,10 +306,10 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
           absl::StrCat(dir, ": table ", table->spec.name(), " has rows of ",
                        table->spec.dim(), " floats, the model ", chunk));
     }
-    model->dense_.emplace_back(keys.size() * chunk);
-    RETURN_IF_ERROR(model->Lookup(*table, keys, model->dense_.back().data()));
+    dense_.emplace_back(keys.size() * chunk);
+    RETURN_IF_ERROR(Lookup(*table, keys, dense_.back().data()));
   }
-  return model;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ExportedModel::Table>> ExportedModel::OpenTable(

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -109,6 +110,25 @@ class ExportedModel {
     ExportManifest manifest;
   };
   ExportedModel() = default;
+  // Reads the manifests of `dir`'s chain (a delta's exports back to its
+  // base) into chain_, slot_maps_ and manifest_.
+  absl::Status ReadChain(const std::string& dir);
+  // Reads the layout and plans the model of manifest_ into layout_ and
+  // plan_; its spec and the export's name of each of the spec's tables.
+  absl::StatusOr<std::pair<model::ModelSpec, std::vector<std::string>>>
+  PlanModel(const std::string& dir);
+  // Opens the sparse tables into sparse_, reading them into memory in the
+  // spec's order as far as `model_options`' budget goes.
+  absl::Status OpenSparseTables(const std::string& dir,
+                                const model::ModelSpec& spec,
+                                const std::vector<std::string>& table_names,
+                                const ExportedModelOptions& model_options,
+                                const rocksdb::Options& options,
+                                const ExportedModel* share_from);
+  // Reads every dense tensor of the plan into dense_.
+  absl::Status ReadDenseTensors(const std::string& dir,
+                                const ExportedModelOptions& model_options,
+                                const rocksdb::Options& options);
   // Opens table `name` in every export of the chain.
   absl::StatusOr<std::unique_ptr<Table>> OpenTable(
       const std::string& name, const rocksdb::Options& options);

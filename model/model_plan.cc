@@ -120,6 +120,19 @@ class Planner {
   absl::Status CheckColumn(const char* what, const std::string& name,
                            int column, ColumnUse use) const;
   absl::Status SortLayers();
+  // Adds a node per layer in order_, each shaped.
+  absl::Status AddLayerNodes();
+  // Checks that `spec_.output()` names a trained node of width 1 that every
+  // layer leads to; its node index.
+  absl::StatusOr<int> FindOutput() const;
+  // The lookups and dense tensors of the nodes, in node order.
+  void AddParameters(std::vector<Lookup>* lookups,
+                     std::vector<kernels::DenseTensorSpec>* tensors,
+                     std::vector<int>* first_tensor,
+                     std::vector<int>* dense_nodes) const;
+  // The dense tensors of layer node `node`, appended to `tensors`.
+  void AddLayerTensors(const PlanNode& node,
+                       std::vector<kernels::DenseTensorSpec>* tensors) const;
   absl::Status Visit(int layer, std::vector<int>* state,
                      std::vector<int>* path);
   absl::Status ShapeLayer(int layer);
@@ -560,6 +573,16 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
   if (absl::Status s = CheckTables(); !s.ok()) return s;
   if (absl::Status s = AddInputs(); !s.ok()) return s;
   if (absl::Status s = SortLayers(); !s.ok()) return s;
+  if (absl::Status s = AddLayerNodes(); !s.ok()) return s;
+  absl::StatusOr<int> found = FindOutput();
+  if (!found.ok()) return found.status();
+  AddParameters(lookups, tensors, first_tensor, dense_nodes);
+  *output = *found;
+  *nodes = std::move(nodes_);
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddLayerNodes() {
   for (int l : order_) {
     const Layer& layer = spec_.layer(l);
     PlanNode node;
@@ -574,6 +597,10 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
     nodes_.push_back(std::move(node));
     if (absl::Status s = ShapeLayer(nodes_.size() - 1); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Planner::FindOutput() const {
   if (spec_.output().empty()) {
     return absl::InvalidArgumentError(
         "model spec: `output` names no node (the logit's)");
@@ -608,69 +635,76 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
                                 spec_.output(), "\""));
     }
   }
-  // Lookups and tensors, in node order.
+  return found->second;
+}
+
+void Planner::AddParameters(std::vector<Lookup>* lookups,
+                            std::vector<kernels::DenseTensorSpec>* tensors,
+                            std::vector<int>* first_tensor,
+                            std::vector<int>* dense_nodes) const {
   first_tensor->assign(nodes_.size(), -1);
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const PlanNode& node = nodes_[n];
     if (node.kind == PlanNode::Kind::kDense) dense_nodes->push_back(n);
     if (node.kind != PlanNode::Kind::kLayer) continue;
-    const Layer& layer = spec_.layer(node.index);
-    if (layer.has_wide()) {
-      (*first_tensor)[n] = tensors->size();
-      for (int input : node.inputs) {
-        if (nodes_[input].categorical()) continue;
-        tensors->push_back({absl::StrCat(node.name, ".dense_weights"),
-                            nodes_[input].width, 1, 0.0f});
-      }
-      tensors->push_back({absl::StrCat(node.name, ".bias"), 1, 1, 0.0f});
-    }
-    if (node.table >= 0) {
-      for (int input : node.inputs) {
-        for (int slot = 0; slot < nodes_[input].slots; ++slot) {
-          bool seen = false;
-          for (const Lookup& lookup : *lookups) {
-            seen = seen || (lookup.table == node.table &&
-                            lookup.node == input && lookup.slot == slot);
-          }
-          if (!seen) lookups->push_back({node.table, input, slot});
+    const size_t before = tensors->size();
+    AddLayerTensors(node, tensors);
+    if (tensors->size() > before) (*first_tensor)[n] = before;
+    if (node.table < 0) continue;
+    for (int input : node.inputs) {
+      for (int slot = 0; slot < nodes_[input].slots; ++slot) {
+        bool seen = false;
+        for (const Lookup& lookup : *lookups) {
+          seen = seen || (lookup.table == node.table && lookup.node == input &&
+                          lookup.slot == slot);
         }
-      }
-    }
-    if (layer.has_mlp()) {
-      (*first_tensor)[n] = tensors->size();
-      int in = nodes_[node.inputs[0]].width;
-      const MlpLayer& mlp = layer.mlp();
-      for (int l = 0; l < mlp.units_size(); ++l) {
-        const int out_width = mlp.units(l);
-        const std::string prefix = absl::StrCat(node.name, ".", l);
-        tensors->push_back({prefix + ".weights", in, out_width,
-                            mlp.weight_init() == MlpLayer::ZEROS
-                                ? 0.0f
-                                : Glorot(in, out_width)});
-        tensors->push_back({prefix + ".bias", 1, out_width, 0.0f});
-        in = out_width;
-      }
-    }
-    if (layer.has_cross()) {
-      (*first_tensor)[n] = tensors->size();
-      const int width = node.width;
-      const int rank = layer.cross().low_rank();
-      for (int l = 0; l < layer.cross().num_layers(); ++l) {
-        const std::string prefix = absl::StrCat(node.name, ".", l);
-        if (rank == 0) {
-          tensors->push_back(
-              {prefix + ".weights", width, width, Glorot(width, width)});
-        } else {
-          tensors->push_back({prefix + ".u", width, rank, Glorot(width, rank)});
-          tensors->push_back({prefix + ".v", rank, width, Glorot(rank, width)});
-        }
-        tensors->push_back({prefix + ".bias", 1, width, 0.0f});
+        if (!seen) lookups->push_back({node.table, input, slot});
       }
     }
   }
-  *output = found->second;
-  *nodes = std::move(nodes_);
-  return absl::OkStatus();
+}
+
+void Planner::AddLayerTensors(
+    const PlanNode& node,
+    std::vector<kernels::DenseTensorSpec>* tensors) const {
+  const Layer& layer = spec_.layer(node.index);
+  if (layer.has_wide()) {
+    for (int input : node.inputs) {
+      if (nodes_[input].categorical()) continue;
+      tensors->push_back({absl::StrCat(node.name, ".dense_weights"),
+                          nodes_[input].width, 1, 0.0f});
+    }
+    tensors->push_back({absl::StrCat(node.name, ".bias"), 1, 1, 0.0f});
+  }
+  if (layer.has_mlp()) {
+    int in = nodes_[node.inputs[0]].width;
+    const MlpLayer& mlp = layer.mlp();
+    for (int l = 0; l < mlp.units_size(); ++l) {
+      const int out_width = mlp.units(l);
+      const std::string prefix = absl::StrCat(node.name, ".", l);
+      tensors->push_back({prefix + ".weights", in, out_width,
+                          mlp.weight_init() == MlpLayer::ZEROS
+                              ? 0.0f
+                              : Glorot(in, out_width)});
+      tensors->push_back({prefix + ".bias", 1, out_width, 0.0f});
+      in = out_width;
+    }
+  }
+  if (layer.has_cross()) {
+    const int width = node.width;
+    const int rank = layer.cross().low_rank();
+    for (int l = 0; l < layer.cross().num_layers(); ++l) {
+      const std::string prefix = absl::StrCat(node.name, ".", l);
+      if (rank == 0) {
+        tensors->push_back(
+            {prefix + ".weights", width, width, Glorot(width, width)});
+      } else {
+        tensors->push_back({prefix + ".u", width, rank, Glorot(width, rank)});
+        tensors->push_back({prefix + ".v", rank, width, Glorot(rank, width)});
+      }
+      tensors->push_back({prefix + ".bias", 1, width, 0.0f});
+    }
+  }
 }
 
 }  // namespace

@@ -405,32 +405,36 @@ absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(
                           where);
   }
   EtcdWatch* raw = watch.get();
-  watch->thread_ = std::thread([raw, stream = std::move(stream),
-                                on_event = std::move(on_event)]() mutable {
-    etcdserverpb::WatchResponse response;
-    while (stream->Read(&response)) {
-      if (response.canceled()) break;
-      for (const etcdserverpb::Event& event : response.events()) {
-        if (raw->cancelled_) break;
-        EtcdEvent change;
-        change.type = event.type() == etcdserverpb::Event::DELETE
-                          ? EtcdEvent::Type::kDelete
-                          : EtcdEvent::Type::kPut;
-        change.kv = FromKeyValue(event.kv());
-        on_event(change);
-      }
-    }
-    const grpc::Status finished = stream->Finish();
-    if (!raw->cancelled_) {
-      absl::MutexLock lock(&raw->mu_);
-      raw->status_ =
-          finished.ok()
-              ? absl::UnavailableError(absl::StrCat("etcd ended the watch: ",
-                                                    response.cancel_reason()))
-              : FromGrpcStatus(finished, "watching etcd");
-    }
-  });
+  watch->thread_ = std::thread(
+      [raw, stream = std::move(stream), on_event = std::move(on_event)] {
+        raw->ReadEvents(*stream, on_event);
+      });
   return watch;
+}
+
+void EtcdWatch::ReadEvents(
+    Stream& stream, const std::function<void(const EtcdEvent&)>& on_event) {
+  etcdserverpb::WatchResponse response;
+  while (stream.Read(&response)) {
+    if (response.canceled()) break;
+    for (const etcdserverpb::Event& event : response.events()) {
+      if (cancelled_) break;
+      EtcdEvent change;
+      change.type = event.type() == etcdserverpb::Event::DELETE
+                        ? EtcdEvent::Type::kDelete
+                        : EtcdEvent::Type::kPut;
+      change.kv = FromKeyValue(event.kv());
+      on_event(change);
+    }
+  }
+  const grpc::Status finished = stream.Finish();
+  if (!cancelled_) {
+    absl::MutexLock lock(&mu_);
+    status_ = finished.ok()
+                  ? absl::UnavailableError(absl::StrCat(
+                        "etcd ended the watch: ", response.cancel_reason()))
+                  : FromGrpcStatus(finished, "watching etcd");
+  }
 }
 
 EtcdWatch::~EtcdWatch() { Cancel(); }

@@ -61,7 +61,13 @@ class EtcdWatch {
 
  private:
   friend class EtcdClient;
+  using Stream = grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                          etcdserverpb::WatchResponse>;
   EtcdWatch() = default;
+  // The watch's thread: calls `on_event` for each event `stream` reads
+  // until it ends or the watch is cancelled; then records why it ended.
+  void ReadEvents(Stream& stream,
+                  const std::function<void(const EtcdEvent&)>& on_event);
 
   grpc::ClientContext context_;
   std::atomic<bool> cancelled_{false};

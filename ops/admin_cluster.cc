@@ -378,14 +378,14 @@ int Stop(const Cluster& cluster) {
   return OnEveryShard(
       cluster, "stop",
       [&](ps::Admin::Stub& admin, Json* fields) {
-        ps::DrainResponse response;
-        *fields = {{"draining", true}};
-        return admin.Drain(cluster.Context().get(), ps::DrainRequest(),
-                           &response);
+        ps::StopResponse response;
+        *fields = {{"stopping", true}};
+        return admin.Stop(cluster.Context().get(), ps::StopRequest(),
+                          &response);
       },
       [](const Json&) {
         return std::string(
-            "draining (health NOT_SERVING; calls in flight finish, dirty rows "
+            "stopping (health NOT_SERVING; calls in flight finish, dirty rows "
             "are written back, then it exits)");
       });
 }

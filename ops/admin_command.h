@@ -128,7 +128,7 @@ int DropTable(const Cluster& cluster);
 int Expire(const Cluster& cluster);
 int Stats(const Cluster& cluster);
 int Clocks(const Cluster& cluster);
-// `stop` (Admin.Drain): every shard stops as SIGTERM stops it.
+// `stop` (Admin.Stop): every shard stops as SIGTERM stops it.
 int Stop(const Cluster& cluster);
 int Checkpoint(const Cluster& cluster);
 int Export(const Cluster& cluster);

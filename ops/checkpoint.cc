@@ -534,6 +534,58 @@ absl::StatusOr<ExportManifest> ReadPredecessor(const ExportOptions& options,
 
 }  // namespace
 
+namespace {
+
+// Adds the shards' parts and the tables they hold to `manifest`.
+// FAILED_PRECONDITION if two shards that own slots hold other tables.
+absl::Status AddShardsAndTables(const std::vector<SnapshotShardResponse>& parts,
+                                const SlotMap& slot_map,
+                                CheckpointManifest* manifest) {
+  const size_t shards = parts.size();
+  // The tables of the first shard that owns slots; a shard that owns none
+  // may hold none (one that joined, before any slot moved to it).
+  size_t reference = 0;
+  while (reference + 1 < shards &&
+         slot_map.SlotsOwned(0, kNumSlots - 1, reference) == 0)
+    ++reference;
+  for (size_t i = 0; i < shards; ++i) {
+    const SnapshotShardResponse& part = parts[i];
+    const bool empty_newcomer =
+        part.tables().empty() && slot_map.SlotsOwned(0, kNumSlots - 1, i) == 0;
+    // Workers declare tables on every shard in turn, so two shards may
+    // list the same tables in different orders.
+    if (!empty_newcomer &&
+        !SameTables(part.tables(), parts[reference].tables())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", i, " holds other tables than shard ", reference));
+    }
+    CheckpointManifest::Shard* shard = manifest->add_shards();
+    shard->set_index(static_cast<uint32_t>(i));
+    shard->set_path(std::filesystem::path(part.path()).filename().string());
+    shard->set_bytes(part.bytes());
+  }
+  for (const auto& [name, spec] : SortedByName(parts[reference].tables())) {
+    *manifest->add_tables() = spec;
+  }
+  return absl::OkStatus();
+}
+
+// Adds the workers the cut held, with their clocks and input positions.
+void AddWorkers(const Cut& cut, CheckpointManifest* manifest) {
+  for (const auto& worker : cut.status.workers()) {
+    CheckpointManifest::Worker* entry = manifest->add_workers();
+    entry->set_worker(worker.worker());
+    entry->set_clock(worker.clock());
+    entry->set_examples(worker.examples());
+    if (worker.has_input_position())
+      *entry->mutable_input_position() = worker.input_position();
+    entry->set_finished(worker.finished());
+    entry->set_live(worker.live());
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointManifest> TakeCheckpoint(
     const CheckpointOptions& options) {
   if (options.servers.empty() || options.dir.empty()) {
@@ -576,41 +628,8 @@ absl::StatusOr<CheckpointManifest> TakeCheckpoint(
   CheckpointManifest manifest;
   SetCommonFields(cut, shards, absl::Now(), &manifest);
   *manifest.mutable_slot_map() = slot_map.ToSpec();
-  // The tables of the first shard that owns slots; a shard that owns none
-  // may hold none (one that joined, before any slot moved to it).
-  size_t reference = 0;
-  while (reference + 1 < shards &&
-         slot_map.SlotsOwned(0, kNumSlots - 1, reference) == 0)
-    ++reference;
-  for (size_t i = 0; i < shards; ++i) {
-    const SnapshotShardResponse& part = parts[i];
-    const bool empty_newcomer =
-        part.tables().empty() && slot_map.SlotsOwned(0, kNumSlots - 1, i) == 0;
-    // Workers declare tables on every shard in turn, so two shards may
-    // list the same tables in different orders.
-    if (!empty_newcomer &&
-        !SameTables(part.tables(), parts[reference].tables())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", i, " holds other tables than shard ", reference));
-    }
-    CheckpointManifest::Shard* shard = manifest.add_shards();
-    shard->set_index(static_cast<uint32_t>(i));
-    shard->set_path(std::filesystem::path(part.path()).filename().string());
-    shard->set_bytes(part.bytes());
-  }
-  for (const auto& [name, spec] : SortedByName(parts[reference].tables())) {
-    *manifest.add_tables() = spec;
-  }
-  for (const auto& worker : cut.status.workers()) {
-    CheckpointManifest::Worker* entry = manifest.add_workers();
-    entry->set_worker(worker.worker());
-    entry->set_clock(worker.clock());
-    entry->set_examples(worker.examples());
-    if (worker.has_input_position())
-      *entry->mutable_input_position() = worker.input_position();
-    entry->set_finished(worker.finished());
-    entry->set_live(worker.live());
-  }
+  RETURN_IF_ERROR(AddShardsAndTables(parts, slot_map, &manifest));
+  AddWorkers(cut, &manifest);
   manifest.set_hold_seconds(cut.hold_seconds);
   manifest.set_snapshot_seconds(
       absl::ToDoubleSeconds(absl::Now() - snapshot_start));

@@ -307,6 +307,42 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
 
 // Moves `source`'s slots of the range; on failure before the switch, the
 // move is cancelled there and the target's copy purged.
+// Gives the slots away in the source's map (`next`, over the map of
+// `epoch`). An answer lost after the change was made (or etcd's
+// compare-and-swap retried after it succeeded) fails a change that
+// happened: the same change again is no change then, and answers OK.
+absl::Status SwitchSource(const AdminChannels& shards, uint32_t source,
+                          uint64_t epoch, const SlotMap& next,
+                          absl::Duration call_timeout) {
+  absl::Status switched = SetMap(shards, source, epoch, next, call_timeout);
+  for (int again = 0; !switched.ok() && again < 3; ++again) {
+    absl::SleepFor(absl::Milliseconds(500));
+    switched = SetMap(shards, source, epoch, next, call_timeout);
+  }
+  return switched;
+}
+
+// Ends a move whose switch failed (`switched`) the way it went: cancelled
+// while the source still owns the slots (it keeps every update, and the
+// target's copy goes), and `switched` returned; committed if its map gave
+// them away after all, and OK returned.
+absl::Status EndFailedMove(const AdminChannels& shards, uint32_t source,
+                           const SlotMoveOptions& options,
+                           const absl::Status& switched) {
+  absl::StatusOr<bool> committed =
+      EndMove(shards, source, /*commit=*/false, options.call_timeout);
+  if (!committed.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the move from shard ", source, " failed (", switched.message(),
+        ") and could not be ended (", committed.status().message(),
+        "): run the command again, which finishes or cancels it"));
+  }
+  if (*committed) return absl::OkStatus();
+  uint64_t any = 0;
+  Purge(shards, source, options, &any).IgnoreError();
+  return switched;
+}
+
 absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
                                                 uint32_t source,
                                                 const SlotMoveOptions& options,
@@ -350,33 +386,10 @@ absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
                            : SlotMap::Initial(1);
   if (switched.ok()) {
     switched =
-        SetMap(shards, source, from->epoch(), next, options.call_timeout);
-    // An answer lost after the change was made (or etcd's compare-and-swap
-    // retried after it succeeded) fails a change that happened: the same
-    // change again is no change then, and answers OK.
-    for (int again = 0; !switched.ok() && again < 3; ++again) {
-      absl::SleepFor(absl::Milliseconds(500));
-      switched =
-          SetMap(shards, source, from->epoch(), next, options.call_timeout);
-    }
+        SwitchSource(shards, source, from->epoch(), next, options.call_timeout);
   }
   if (!switched.ok()) {
-    // Ending the move tells which way it went: cancelled while the source
-    // still owns the slots (it keeps every update, and the target's copy
-    // goes), committed if its map gave them away after all.
-    absl::StatusOr<bool> committed =
-        EndMove(shards, source, /*commit=*/false, options.call_timeout);
-    if (!committed.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "the move from shard ", source, " failed (", switched.message(),
-          ") and could not be ended (", committed.status().message(),
-          "): run the command again, which finishes or cancels it"));
-    }
-    if (!*committed) {
-      uint64_t any = 0;
-      Purge(shards, source, options, &any).IgnoreError();
-      return switched;
-    }
+    RETURN_IF_ERROR(EndFailedMove(shards, source, options, switched));
   }
   // The source refuses the slots now (its pushes go to the target: the
   // pause is over); the others follow.

@@ -236,20 +236,25 @@ grpc::ServerUnaryReactor* AdminService::ExpireTable(
   return reactor;
 }
 
+absl::Status AdminService::StopShard(grpc::CallbackServerContext& context) {
+  RETURN_IF_ERROR(Authorize(context));
+  if (!options_.stop) {
+    return absl::FailedPreconditionError(
+        "this shard cannot be stopped over the admin API");
+  }
+  LOG(INFO) << "stop asked by " << context.peer();
+  options_.stop();
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AdminService::Stop(
+    grpc::CallbackServerContext* context, const StopRequest*, StopResponse*) {
+  return Reply(context, StopShard(*context));
+}
+
 grpc::ServerUnaryReactor* AdminService::Drain(
     grpc::CallbackServerContext* context, const DrainRequest*, DrainResponse*) {
-  absl::Status status = Authorize(*context);
-  if (status.ok() && !options_.drain) {
-    status = absl::FailedPreconditionError(
-        "this shard cannot be drained over the admin API");
-  }
-  if (status.ok()) {
-    LOG(INFO) << "drain asked by " << context->peer();
-    options_.drain();
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return Reply(context, StopShard(*context));
 }
 
 grpc::ServerUnaryReactor* AdminService::SetSlotMap(

@@ -4,9 +4,8 @@
 // tables and their sizes, one row by key, the shard's counters, the
 // workers' clocks and the cuts checkpoints are taken at (on the coordinator
 // shard), snapshots, live learning rates, dropping tables, the slot map,
-// and Drain. Calls
-// that change state need the admin
-// token when one is set (compared in constant time).
+// and Stop. Calls that change state need the admin token when one is set
+// (compared in constant time).
 // Thread-safe.
 
 #ifndef PS_SERVER_ADMIN_SERVICE_H_
@@ -35,9 +34,9 @@ struct AdminServiceOptions {
   // The bearer token calls that change state must carry. Default: empty
   // (no token needed).
   std::string admin_token;
-  // Called by Drain(), which is refused with FAILED_PRECONDITION when it is
-  // not set. Default: not set.
-  std::function<void()> drain;
+  // Called by Stop() (and Drain(), its former name), which is refused with
+  // FAILED_PRECONDITION when it is not set. Default: not set.
+  std::function<void()> stop;
   // Changes the slot map for SetSlotMap (under --etcd: the job's map in
   // etcd, then this shard's). Default: not set (this shard's map alone).
   std::function<absl::Status(uint64_t expected_epoch, const SlotMap& next)>
@@ -112,6 +111,9 @@ class AdminService final : public Admin::CallbackService {
   grpc::ServerUnaryReactor* ExpireTable(grpc::CallbackServerContext* context,
                                         const ExpireTableRequest* request,
                                         ExpireTableResponse* response) override;
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* context,
+                                 const StopRequest* request,
+                                 StopResponse* response) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const DrainRequest* request,
                                   DrainResponse* response) override;
@@ -157,6 +159,8 @@ class AdminService final : public Admin::CallbackService {
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
   // Authorize(), and FAILED_PRECONDITION on a replica (options_.read_only).
   absl::Status AuthorizeWrite(const grpc::CallbackServerContext& context) const;
+  // Stop(): calls options_.stop, if the call may change state.
+  absl::Status StopShard(grpc::CallbackServerContext& context);
   // Finishes `context`'s call with `status`.
   static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
                                          const absl::Status& status);

@@ -274,7 +274,7 @@ TEST_F(ClockCoordinatorTest, TakingOverDoesNotTrustTheClocksItKept) {
 
 // Incarnations given after a takeover are above every earlier
 // coordinator's, whose term etcd keeps.
-TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheEpochGiven) {
+TEST_F(ClockCoordinatorTest, TakingOverGivesIncarnationsAboveTheTermGiven) {
   coordinator_ = Open("", 4096, /*elected=*/true);
   const std::vector<ClockCoordinator::ExpectedWorker> none;
   const uint64_t term = coordinator_->TakeOver(none, uint64_t{1} << 30,

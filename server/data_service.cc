@@ -343,6 +343,37 @@ grpc::ServerUnaryReactor* DataService::Pull(
   return Finish(context, reactor, pulled);
 }
 
+namespace {
+
+// A push's gradients as floats, unscaled; INVALID_ARGUMENT for an unknown
+// wire format, bytes that are not whole values, or a scale that is not
+// positive and finite.
+absl::StatusOr<std::vector<float>> DecodeGradients(const PushRequest& request) {
+  const size_t value_bytes = WireValueBytes(request.format());
+  if (value_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wire format ", request.format()));
+  }
+  if (request.gradients().size() % value_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradients must be packed ", value_bytes, "-byte values; got ",
+        request.gradients().size(), " bytes"));
+  }
+  const float gradient_scale =
+      request.gradient_scale() == 0.0f ? 1.0f : request.gradient_scale();
+  if (!(gradient_scale > 0.0f) || !std::isfinite(gradient_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push's gradient scale must be positive and finite, not ",
+        request.gradient_scale()));
+  }
+  std::vector<float> gradients(request.gradients().size() / value_bytes);
+  DecodeWireValues(request.format(), request.gradients().data(),
+                   absl::MakeSpan(gradients), 1.0f / gradient_scale);
+  return gradients;
+}
+
+}  // namespace
+
 absl::Status DataService::HandlePush(const PushRequest& request,
                                      PushResponse* response) {
   embedding::PushOrigin origin;
@@ -394,26 +425,8 @@ absl::Status DataService::HandlePush(const PushRequest& request,
         absl::StrCat("this shard's ", moves_->Describe(),
                      ": their pushes wait until the move ends; retry")));
   }
-  const size_t value_bytes = WireValueBytes(request.format());
-  if (value_bytes == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown wire format ", request.format()));
-  }
-  if (request.gradients().size() % value_bytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients must be packed ", value_bytes, "-byte values; got ",
-        request.gradients().size(), " bytes"));
-  }
-  const float gradient_scale =
-      request.gradient_scale() == 0.0f ? 1.0f : request.gradient_scale();
-  if (!(gradient_scale > 0.0f) || !std::isfinite(gradient_scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a push's gradient scale must be positive and finite, not ",
-        request.gradient_scale()));
-  }
-  std::vector<float> gradients(request.gradients().size() / value_bytes);
-  DecodeWireValues(request.format(), request.gradients().data(),
-                   absl::MakeSpan(gradients), 1.0f / gradient_scale);
+  ASSIGN_OR_RETURN(const std::vector<float> gradients,
+                   DecodeGradients(request));
   const float learning_rate_scale = request.learning_rate_scale() == 0.0f
                                         ? 1.0f
                                         : request.learning_rate_scale();

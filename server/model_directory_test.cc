@@ -9,6 +9,7 @@
 
 #include "absl/time/clock.h"
 #include "base/manifest.h"
+#include "base/wait_until.h"
 #include "gtest/gtest.h"
 #include "model/export_test_util.h"
 
@@ -35,12 +36,13 @@ void WriteExport(const std::string& dir, int64_t cut, int64_t written_ms,
 std::string AwaitVersion(const ModelDirectory& directory,
                          const std::string& version) {
   std::string serving;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
-       absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
-    std::shared_ptr<ServingModel> current = directory.current();
-    serving = current == nullptr ? "" : current->version();
-    if (serving == version) break;
-  }
+  WaitUntil(
+      [&] {
+        std::shared_ptr<ServingModel> current = directory.current();
+        serving = current == nullptr ? "" : current->version();
+        return serving == version;
+      },
+      absl::Seconds(20));
   return serving;
 }
 

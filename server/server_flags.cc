@@ -13,9 +13,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/address_list.h"
 #include "base/status_macros.h"
 #include "cluster/shard_directory.h"
 #include "glog/logging.h"
+#include "net/etcd_security_flags.h"
 #include "net/server_tls_flags.h"
 #include "net/tls_credentials.h"
 
@@ -632,7 +634,10 @@ absl::Status ReadReplicaOfShard(ServerProcessOptions* options) {
 
 // --etcd and what goes with it.
 absl::Status ReadEtcdFlags(EtcdMembershipOptions* etcd) {
-  etcd->endpoints = absl::GetFlag(FLAGS_etcd);
+  etcd->connection.endpoints = SplitAddressList(absl::GetFlag(FLAGS_etcd));
+  if (etcd->enabled()) {
+    RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&etcd->connection));
+  }
   etcd->job = absl::GetFlag(FLAGS_job);
   etcd->lease = absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_s));
   etcd->advertise_address = absl::GetFlag(FLAGS_advertise_address);

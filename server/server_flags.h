@@ -13,15 +13,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "net/etcd_client.h"
 #include "server/shard_server.h"
 
 namespace ps::server {
 
 // Under --etcd: where the job is, and the process's part in it.
 struct EtcdMembershipOptions {
-  // The job's etcd endpoints (--etcd); empty: not under etcd, and the rest
-  // unused.
-  std::string endpoints;
+  // How to reach the job's etcd: --etcd's endpoints, with the TLS and user
+  // of the --etcd_tls_* and --etcd_user flags. No endpoints: not under etcd,
+  // and the rest unused.
+  net::EtcdOptions connection;
   // The job (--job).
   std::string job;
   // The lease of the shard's registration and coordinator role
@@ -45,7 +47,7 @@ struct EtcdMembershipOptions {
   // up and followed through failovers; -1: none (or --replicas chooses).
   int replica_of_shard = -1;
 
-  bool enabled() const { return !endpoints.empty(); }
+  bool enabled() const { return !connection.endpoints.empty(); }
 };
 
 struct ServerProcessOptions {
@@ -57,7 +59,7 @@ struct ServerProcessOptions {
 };
 
 // The options ps_server's flags give, checked; INVALID_ARGUMENT naming the
-// first bad flag. `server.drain` is left unset for main to fill in.
+// first bad flag. `server.stop` is left unset for main to fill in.
 absl::StatusOr<ServerProcessOptions> ServerProcessOptionsFromFlags();
 
 }  // namespace ps::server

@@ -49,7 +49,7 @@ TEST_F(ServerFlagsTest, TheDefaultsAreAnEmbeddedShard) {
   EXPECT_FALSE(options->etcd.enabled());
   EXPECT_EQ(options->drain, absl::Seconds(10));
   // Left for main: what an admin stop does.
-  EXPECT_FALSE(options->server.drain);
+  EXPECT_FALSE(options->server.stop);
 }
 
 TEST_F(ServerFlagsTest, EtcdFlagsFillTheMembership) {

@@ -108,7 +108,7 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                "The hot tier's budget (--cache_mb).", gauge,
                stats.hot_tier_budget_bytes, shard_),
         Single("ps_hot_tier_allocated_bytes",
-               "Memory of the hot tier's slots, rows and free slots.", gauge,
+               "Memory of the hot tier's entries, holding rows or free.", gauge,
                stats.hot_tier_allocated_bytes, shard_),
         Single("ps_hot_tier_hits_total", "Row lookups the hot tier answered.",
                counter, stats.hot_tier_hits, shard_),

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "base/address_list.h"
 #include "base/exit_codes.h"
 #include "base/status_macros.h"
 #include "cluster/etcd_seen.h"
@@ -20,7 +20,6 @@
 #include "cluster/shard_directory.h"
 #include "cluster/shard_role.h"
 #include "glog/logging.h"
-#include "net/etcd_security_flags.h"
 #include "server/shard_server.h"
 
 namespace ps::server {
@@ -51,10 +50,8 @@ absl::StatusOr<EtcdPresence> ConnectToEtcd(
     const EtcdMembershipOptions& membership, ServerOptions* options) {
   EtcdPresence presence;
   if (!membership.enabled()) return presence;
-  net::EtcdOptions etcd_options;
-  etcd_options.endpoints = SplitAddressList(membership.endpoints);
-  RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&etcd_options));
-  ASSIGN_OR_RETURN(presence.store, cluster::EtcdStore::Connect(etcd_options));
+  ASSIGN_OR_RETURN(presence.store,
+                   cluster::EtcdStore::Connect(membership.connection));
   options->etcd = presence.store.get();
   options->job = membership.job;
   // A replica outlasts its dead primary's lease, to be promoted.
@@ -202,13 +199,15 @@ struct StopCause {
   bool failed = false;
 };
 
-// Waits for one of `shutdown_signals`, or until the cluster asks the shard
-// to stop: a replica's watch asked it, or, under --replicas, the primary's
-// registration is lost for good (another process serves the shard).
+// Waits for one of `shutdown_signals`, a stop asked over the admin API
+// (`stop_asked`), or until the cluster asks the shard to stop: a replica's
+// watch asked it, or, under --replicas, the primary's registration is lost
+// for good (another process serves the shard).
 // Meanwhile, under --etcd, records where etcd is in the data dir every
 // 10 s: a restore from a snapshot older than that is refused at the next
 // start.
 StopCause WaitForStop(const sigset_t& shutdown_signals,
+                      const std::atomic<bool>& stop_asked,
                       const ServerProcessOptions& process,
                       const EtcdPresence& presence) {
   const absl::Duration tick = absl::Milliseconds(250);
@@ -216,9 +215,8 @@ StopCause WaitForStop(const sigset_t& shutdown_signals,
   while (true) {
     const timespec wait = absl::ToTimespec(tick);
     const int signal_number = sigtimedwait(&shutdown_signals, nullptr, &wait);
-    if (signal_number > 0) {
-      return {absl::StrCat("signal ", signal_number, " (or an admin stop)")};
-    }
+    if (signal_number > 0) return {absl::StrCat("signal ", signal_number)};
+    if (stop_asked.load()) return {"a stop asked over the admin API"};
     if (presence.store != nullptr && absl::Now() >= record_at) {
       cluster::RecordStoreSeen(process.server.store.data_dir, *presence.store,
                                /*unchecked=*/false);
@@ -247,10 +245,12 @@ StopCause WaitForStop(const sigset_t& shutdown_signals,
 // promoted once this shard lets go has every push it acknowledged; then
 // leaves etcd and stops the server within --drain_seconds.
 int ServeUntilStopped(const sigset_t& shutdown_signals,
+                      const std::atomic<bool>& stop_asked,
                       const ServerProcessOptions& process,
                       std::unique_ptr<ShardServer> server,
                       EtcdPresence presence) {
-  StopCause cause = WaitForStop(shutdown_signals, process, presence);
+  StopCause cause =
+      WaitForStop(shutdown_signals, stop_asked, process, presence);
   if (presence.watch != nullptr) {
     // A promotion under way when the signal came finishes first; one that
     // failed makes the exit 70, as any failure does.
@@ -306,8 +306,10 @@ absl::Status PrepareInEtcd(EtcdPresence& presence,
 
 int RunShardProcess(ServerProcessOptions process,
                     const sigset_t& shutdown_signals) {
-  // A stop asked over the admin API takes the path SIGTERM takes.
-  process.server.drain = [] { kill(getpid(), SIGTERM); };
+  // A stop asked over the admin API takes the path SIGTERM takes, once
+  // WaitForStop() sees it.
+  auto stop_asked = std::make_shared<std::atomic<bool>>(false);
+  process.server.stop = [stop_asked] { stop_asked->store(true); };
   ServerOptions& options = process.server;
   EtcdMembershipOptions& membership = process.etcd;
   absl::StatusOr<EtcdPresence> presence = ConnectToEtcd(membership, &options);
@@ -335,8 +337,8 @@ int RunShardProcess(ServerProcessOptions process,
                              /*unchecked=*/membership.accept_etcd_rollback);
   }
   AnnounceServing(options, **server);
-  return ServeUntilStopped(shutdown_signals, process, *std::move(server),
-                           *std::move(presence));
+  return ServeUntilStopped(shutdown_signals, *stop_asked, process,
+                           *std::move(server), *std::move(presence));
 }
 
 }  // namespace ps::server

@@ -21,7 +21,7 @@ namespace ps::server {
 // by the caller: SIGTERM, SIGINT) arrives, or the cluster asks it to stop.
 // The process's exit code (base/exit_codes.h): 0 once it stopped cleanly,
 // 64 for options that do not go together, 69 or 70 for a shard that could
-// not start or stop cleanly. `process.server.drain` is set here (an admin
+// not start or stop cleanly. `process.server.stop` is set here (an admin
 // stop takes the path SIGTERM takes).
 int RunShardProcess(ServerProcessOptions process,
                     const sigset_t& shutdown_signals);

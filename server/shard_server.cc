@@ -260,13 +260,44 @@ AdminServiceOptions AdminServiceOptionsFor(const ServerOptions& options) {
   AdminServiceOptions admin_options;
   admin_options.shard_index = options.shard_index;
   admin_options.admin_token = options.admin_token;
-  admin_options.drain = options.drain;
+  admin_options.stop = options.stop;
   if (!options.replica_of.empty()) {
     admin_options.read_only =
         absl::StrCat("this shard is a replica of ", options.replica_of,
                      ": change its primary");
   }
   return admin_options;
+}
+
+}  // namespace
+
+namespace {
+
+// A replica's start: opens `*primary_channel`, copies the primary's data
+// over it into the data dir and takes the shard's index and count from it.
+absl::StatusOr<ReplicaStart> CopyAsReplica(
+    ServerOptions* options, std::shared_ptr<grpc::Channel>* primary_channel) {
+  if (options->store.durability != embedding::Durability::kWal ||
+      !options->restore_from.empty()) {
+    return absl::InvalidArgumentError(
+        "--replica_of needs --durability=wal, and no --restore_from");
+  }
+  RETURN_IF_ERROR(PrepareReplicaDataDir(*options));
+  ASSIGN_OR_RETURN(*primary_channel, PrimaryChannel(*options));
+  const absl::Time began = absl::Now();
+  CopyOptions copy = options->replica_copy;
+  copy.token = options->admin_token;
+  ASSIGN_OR_RETURN(
+      ReplicaStart start,
+      CopyFromPrimary(*primary_channel, options->store.data_dir, copy));
+  LOG(INFO) << "copied shard " << start.shard_index << " of "
+            << start.num_shards << " from " << options->replica_of << ": "
+            << start.bytes_copied << " bytes in "
+            << absl::FormatDuration(absl::Now() - began)
+            << "; following its feed from entry " << start.start_sequence;
+  options->shard_index = start.shard_index;
+  options->num_shards = start.num_shards;
+  return start;
 }
 
 }  // namespace
@@ -280,27 +311,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   std::optional<ReplicaStart> replica_start;
   std::shared_ptr<grpc::Channel> primary_channel;
   if (!options.replica_of.empty()) {
-    if (options.store.durability != embedding::Durability::kWal ||
-        !options.restore_from.empty()) {
-      return absl::InvalidArgumentError(
-          "--replica_of needs --durability=wal, and no --restore_from");
-    }
-    RETURN_IF_ERROR(PrepareReplicaDataDir(options));
-    ASSIGN_OR_RETURN(primary_channel, PrimaryChannel(options));
-    const absl::Time began = absl::Now();
-    CopyOptions copy = options.replica_copy;
-    copy.token = options.admin_token;
-    ASSIGN_OR_RETURN(
-        replica_start,
-        CopyFromPrimary(primary_channel, options.store.data_dir, copy));
-    LOG(INFO) << "copied shard " << replica_start->shard_index << " of "
-              << replica_start->num_shards << " from " << options.replica_of
-              << ": " << replica_start->bytes_copied << " bytes in "
-              << absl::FormatDuration(absl::Now() - began)
-              << "; following its feed from entry "
-              << replica_start->start_sequence;
-    options.shard_index = replica_start->shard_index;
-    options.num_shards = replica_start->num_shards;
+    ASSIGN_OR_RETURN(replica_start, CopyAsReplica(&options, &primary_channel));
   }
   // A shard that joined a job under etcd counts itself among its shards.
   const ShardIdentity identity{

@@ -94,12 +94,12 @@ struct ServerOptions {
   bool allow_unauthenticated_clients = false;
   // Without an admin_token, a listen address other than loopback is refused
   // unless this is set: every client that reaches such a shard (each
-  // worker among them) may drain it, drop tables or copy its rows.
+  // worker among them) may stop it, drop tables or copy its rows.
   // Default: false.
   bool allow_unauthenticated_admin = false;
-  // What the admin Drain call does (ps_server: the same as SIGTERM).
-  // Default: not set (Drain is refused).
-  std::function<void()> drain;
+  // What the admin Stop call does (ps_server: what SIGTERM does). Default:
+  // not set (Stop is refused).
+  std::function<void()> stop;
   // A checkpoint to start from (ops/checkpoint.h): on an empty
   // data dir, this shard loads the rows that route to it from every part,
   // whatever shard count took it; a data dir restored from the same

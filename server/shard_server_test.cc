@@ -12,9 +12,11 @@
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
 #include "base/test_faults.h"
+#include "base/wait_until.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -76,6 +78,43 @@ TEST(ShardServerTest, ADataDirIsServedOnlyAsTheShardItWasCreatedAs) {
   auto again = ShardServer::Start(options);
   ASSERT_OK(again);
   EXPECT_OK((*again)->Shutdown(absl::ZeroDuration()));
+}
+
+// Admin.Stop calls the server's stop, as Drain (its former name) does; a
+// server without one refuses both.
+TEST(ShardServerTest, AdminStopAndItsFormerNameCallTheStop) {
+  int stops = 0;
+  ServerOptions options = Options(FreshTestDir("admin_stop"));
+  options.stop = [&stops] { ++stops; };
+  auto server = ShardServer::Start(options);
+  ASSERT_OK(server);
+  auto admin = Admin::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    StopResponse response;
+    EXPECT_TRUE(admin->Stop(&context, StopRequest(), &response).ok());
+  }
+  EXPECT_EQ(stops, 1);
+  {
+    grpc::ClientContext context;
+    DrainResponse response;
+    EXPECT_TRUE(admin->Drain(&context, DrainRequest(), &response).ok());
+  }
+  EXPECT_EQ(stops, 2);
+  EXPECT_OK((*server)->Shutdown(absl::ZeroDuration()));
+
+  auto unstoppable = ShardServer::Start(Options(FreshTestDir("no_stop")));
+  ASSERT_OK(unstoppable);
+  admin = Admin::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*unstoppable)->port()),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  StopResponse response;
+  EXPECT_EQ(admin->Stop(&context, StopRequest(), &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_OK((*unstoppable)->Shutdown(absl::ZeroDuration()));
 }
 
 // The health status on a plaintext channel to `port`, or the call's error.
@@ -147,11 +186,8 @@ TEST(ShardServerTest, APushLogThatStoppedForGoodMakesHealthNotServing) {
   ASSERT_GT(replaced, 0) << "no open push-log segment found";
   const grpc::Status refused = push();
   EXPECT_FALSE(refused.ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (HealthAt((*server)->health_port()) == "SERVING" &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitUntil([&] { return HealthAt((*server)->health_port()) != "SERVING"; },
+            absl::Seconds(5), absl::Milliseconds(20));
   EXPECT_EQ(HealthAt((*server)->health_port()), "NOT_SERVING");
   EXPECT_EQ(HealthAt((*server)->port()), "NOT_SERVING");
   (*server)->Shutdown(absl::ZeroDuration()).IgnoreError();

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "cluster/coordination_store.h"
 #include "cluster/in_memory_store.h"
 #include "cluster/shard_directory.h"
@@ -68,8 +69,8 @@ class CoordinatorElectionTest : public ::testing::TestWithParam<std::string> {
   // The one shard that leads within `timeout` (its coordinator answering,
   // the other's not), or -1.
   int Leader(absl::Duration timeout = absl::Seconds(10)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
+    int leader = -1;
+    auto one_leads = [&] {
       int answering = 0;
       for (int shard = 0; shard < 2; ++shard)
         answering += clocks_[shard]->Serving().ok() ? 1 : 0;
@@ -79,19 +80,18 @@ class CoordinatorElectionTest : public ::testing::TestWithParam<std::string> {
         if (elections_[shard] != nullptr && elections_[shard]->leading())
           leading.push_back(shard);
       }
-      if (leading.size() == 1) {
-        const int leader = leading[0];
-        EXPECT_OK(clocks_[leader]->Serving());
-        if (elections_[1 - leader] != nullptr) {
-          EXPECT_EQ(clocks_[1 - leader]->Serving().code(),
-                    absl::StatusCode::kUnavailable);
-        }
-        return leader;
-      }
       EXPECT_LE(leading.size(), 1u) << "two shards lead at once";
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return -1;
+      if (leading.size() != 1) return false;
+      leader = leading[0];
+      EXPECT_OK(clocks_[leader]->Serving());
+      if (elections_[1 - leader] != nullptr) {
+        EXPECT_EQ(clocks_[1 - leader]->Serving().code(),
+                  absl::StatusCode::kUnavailable);
+      }
+      return true;
+    };
+    WaitUntil(one_leads, timeout);
+    return leader;
   }
 
   uint64_t Term() {
@@ -146,12 +146,13 @@ TEST_P(CoordinatorElectionTest, ALeaderThatLosesItsKeyStepsDown) {
   // waits the old one's lease out, so that they never answer at once
   // (Leader() checks, while it waits for one).
   ASSERT_OK(client_->Delete(cluster::CoordinatorKey(kJob)).status());
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline && Term() == first_term) {
-    EXPECT_FALSE(clocks_[0]->Serving().ok() && clocks_[1]->Serving().ok())
-        << "two coordinators answer at once";
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  WaitUntil(
+      [&] {
+        EXPECT_FALSE(clocks_[0]->Serving().ok() && clocks_[1]->Serving().ok())
+            << "two coordinators answer at once";
+        return Term() != first_term;
+      },
+      absl::Seconds(5), absl::Milliseconds(5));
   EXPECT_GT(Term(), first_term);
   EXPECT_GE(Leader(), 0);
 }

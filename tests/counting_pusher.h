@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
@@ -146,11 +147,16 @@ class CountingPusher {
 
   ~CountingPusher() { Stop().IgnoreError(); }
 
-  // Waits for `more` pushes beyond those acknowledged now (or a failure).
-  void WaitForMore(int more) {
+  // Waits for `more` pushes beyond those acknowledged now, or a failure;
+  // a test failure past `timeout`.
+  void WaitForMore(int more, absl::Duration timeout = absl::Minutes(3)) {
     const int target = acknowledged_.load() + more;
-    while (acknowledged_.load() < target && status().ok())
-      absl::SleepFor(absl::Milliseconds(10));
+    if (!WaitUntil(
+            [&] { return acknowledged_.load() >= target || !status().ok(); },
+            timeout)) {
+      ADD_FAILURE() << "no " << more << " more pushes acknowledged in "
+                    << absl::FormatDuration(timeout);
+    }
   }
 
   // Stops pushing; the first failure, if any.

@@ -3,6 +3,7 @@
 // and another shard coordinating once the coordinator is killed. Against
 // Debian's etcd and real processes on loopback.
 
+#include "base/wait_until.h"
 #include "tests/etcd_cluster_fixture.h"
 #include "tests/test_cluster.h"
 
@@ -334,30 +335,29 @@ bool BothLiveAtLeast(const std::string& address, int64_t clock) {
 // a few seconds, learns the workers' clocks from their reports (not from
 // zero), takes a checkpoint's cut with both of them, and training finishes.
 TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
-  std::vector<std::vector<std::string>> flags = {ShardFlags(0, 2),
-                                                 ShardFlags(1, 2)};
-  std::vector<std::unique_ptr<ServerProcess>> shards;
-  for (const auto& shard_flags : flags) {
-    auto shard = ServerProcess::Start(shard_flags);
-    ASSERT_OK(shard);
-    shards.push_back(*std::move(shard));
-  }
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (ElectedCoordinator(*client_).empty() && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(50));
+  TestClusterOptions options;
+  options.shards = 2;
+  options.running_etcd = etcd_.get();
+  options.job = kJob;
+  absl::StatusOr<std::unique_ptr<TestCluster>> started =
+      TestCluster::Start(FreshTestDir("etcd_takeover"), options);
+  ASSERT_OK(started);
+  TestCluster& cluster = **started;
+  WaitUntil([&] { return !ElectedCoordinator(*client_).empty(); },
+            absl::Seconds(10), absl::Milliseconds(50));
   const std::string first = ElectedCoordinator(*client_);
   ASSERT_FALSE(first.empty());
   const int leader = first[0] - '0';
   ASSERT_TRUE(leader == 0 || leader == 1) << first;
-  EXPECT_EQ(first, absl::StrCat(leader, " ", shards[leader]->address()));
+  EXPECT_EQ(first, absl::StrCat(leader, " ", cluster.shard(leader).address()));
   // The other shard does not answer as a coordinator.
   grpc::StatusCode code = grpc::StatusCode::OK;
-  ClocksOf(shards[1 - leader]->address(), &code);
+  ClocksOf(cluster.shard(1 - leader).address(), &code);
   EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
-  ClocksOf(shards[leader]->address(), &code);
+  ClocksOf(cluster.shard(leader).address(), &code);
   EXPECT_EQ(code, grpc::StatusCode::OK);
 
-  const std::string dir = FreshTestDir("etcd_takeover");
+  const std::string& dir = cluster.dir();
   constexpr int kLines = 60000;
   ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
                              "--out=" + dir + "/train.tsv",
@@ -366,37 +366,31 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
             0);
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
-    auto worker = ChildProcess::Start(
-        PsWorkerArgv(
-            {"--etcd=" + etcd_->endpoint(), absl::StrCat("--job=", kJob)},
-            {"--train=" + dir + "/train.tsv", "--num_workers=2",
-             absl::StrCat("--worker_index=", w), "--staleness=2",
-             "--lease_ms=3000", "--epochs=3", "--batch_size=200",
-             "--embedding_dim=4", "--hidden=8", "--device=cpu",
-             absl::StrCat("--metrics_out=", dir, "/metrics", w, ".json")}),
-        /*capture_stdout=*/false, absl::StrCat(dir, "/worker", w, ".log"));
+    auto worker = cluster.StartWorker(
+        w, 2,
+        {"--train=" + dir + "/train.tsv", "--staleness=2", "--lease_ms=3000",
+         "--epochs=3", "--batch_size=200", "--embedding_dim=4", "--hidden=8",
+         "--device=cpu",
+         absl::StrCat("--metrics_out=", dir, "/metrics", w, ".json")});
     ASSERT_OK(worker);
     workers.push_back(*std::move(worker));
   }
-  deadline = absl::Now() + absl::Seconds(60);
-  while (!BothLiveAtLeast(shards[leader]->address(), 20) &&
-         absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(BothLiveAtLeast(shards[leader]->address(), 20))
-      << ReadFile(dir + "/worker0.log");
+  const std::string leader_address = cluster.shard(leader).address();
+  ASSERT_TRUE(WaitUntil([&] { return BothLiveAtLeast(leader_address, 20); },
+                        absl::Seconds(60), absl::Milliseconds(50)))
+      << ReadFile(cluster.WorkerLog(0));
   int64_t clock_before_kill = 0;
-  const WorkerClocksResponse before = ClocksOf(shards[leader]->address());
+  const WorkerClocksResponse before = ClocksOf(leader_address);
   for (const auto& worker : before.workers())
     clock_before_kill = std::max(clock_before_kill, worker.clock());
 
   const absl::Time killed = absl::Now();
-  shards[leader]->SignalAndWait(SIGKILL);
+  cluster.StopShard(leader, SIGKILL);
   const int follower = 1 - leader;
   const std::string next =
-      absl::StrCat(follower, " ", shards[follower]->address());
-  deadline = killed + absl::Seconds(20);
-  while (ElectedCoordinator(*client_) != next && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(20));
+      absl::StrCat(follower, " ", cluster.shard(follower).address());
+  WaitUntil([&] { return ElectedCoordinator(*client_) == next; },
+            absl::Seconds(20), absl::Milliseconds(20));
   ASSERT_EQ(ElectedCoordinator(*client_), next);
   const absl::Duration takeover = absl::Now() - killed;
   // The lease (2 s) and a few seconds.
@@ -406,42 +400,30 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
 
   // The killed shard back on its data dir and port: its rows come back from
   // its push log, and it does not take the role back.
-  std::vector<std::string> again = flags[leader];
-  again.push_back("--listen=" + shards[leader]->address());
-  auto restarted = ServerProcess::Start(again);
-  ASSERT_OK(restarted);
-  shards[leader] = *std::move(restarted);
+  ASSERT_OK(cluster.RestartShard(leader));
 
   // Both workers report to the new coordinator, which goes on from their
   // real clocks.
-  const std::string coordinator = shards[follower]->address();
-  deadline = absl::Now() + absl::Seconds(60);
-  while (!BothLiveAtLeast(coordinator, clock_before_kill) &&
-         absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(BothLiveAtLeast(coordinator, clock_before_kill))
+  const std::string coordinator = cluster.shard(follower).address();
+  ASSERT_TRUE(
+      WaitUntil([&] { return BothLiveAtLeast(coordinator, clock_before_kill); },
+                absl::Seconds(60), absl::Milliseconds(50)))
       << ClocksOf(coordinator).DebugString();
   // A cut the new coordinator takes holds both workers.
-  const int checkpointed =
-      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
-                 {"checkpoint", "--dir=" + dir + "/ckpt"},
-                 dir + "/checkpoint.log")
-          .exit_code;
-  EXPECT_EQ(checkpointed, 0) << ReadFile(dir + "/checkpoint.log");
+  const AdminRun checkpointed =
+      cluster.Admin({"checkpoint", "--dir=" + dir + "/ckpt"});
+  EXPECT_EQ(checkpointed.exit_code, 0) << checkpointed.log;
   // drop-table asks the elected coordinator whether workers train (the
   // other shard does not know them).
-  EXPECT_NE(
-      RunPsAdmin(AdminCluster::Etcd(etcd_->endpoint(), kJob),
-                 {"drop-table", "--table=no_such_table"}, dir + "/drop.log")
-          .exit_code,
-      0);
-  EXPECT_NE(ReadFile(dir + "/drop.log").find("hold leases"), std::string::npos)
-      << ReadFile(dir + "/drop.log");
+  const AdminRun dropped =
+      cluster.Admin({"drop-table", "--table=no_such_table"});
+  EXPECT_NE(dropped.exit_code, 0);
+  EXPECT_NE(dropped.log.find("hold leases"), std::string::npos) << dropped.log;
 
   int64_t examples = 0;
   for (int w = 0; w < 2; ++w) {
     ASSERT_EQ(workers[w]->Wait(absl::Minutes(5)), 0)
-        << ReadFile(absl::StrCat(dir, "/worker", w, ".log"));
+        << ReadFile(cluster.WorkerLog(w));
     examples += static_cast<int64_t>(Metric(
         ReadFile(absl::StrCat(dir, "/metrics", w, ".json")), "examples"));
   }
@@ -452,7 +434,7 @@ TEST_F(EtcdClusterTest, AnotherShardCoordinatesWhenTheCoordinatorIsKilled) {
     finished += worker.finished() ? 1 : 0;
   EXPECT_EQ(finished, 2) << after.DebugString();
   EXPECT_EQ(ElectedCoordinator(*client_), next);
-  EXPECT_NE(ReadFile(dir + "/worker0.log").find("the clock coordinator is now"),
+  EXPECT_NE(ReadFile(cluster.WorkerLog(0)).find("the clock coordinator is now"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 // Shards that register in etcd (ps_server --etcd --job) and the binaries
 // that find them there instead of --servers (ps_worker, ps_admin), against
 // Debian's etcd and real processes on loopback.
+#include "base/wait_until.h"
 #include "tests/etcd_cluster_fixture.h"
 #include "tests/test_cluster.h"
 
@@ -194,12 +195,9 @@ TEST_F(EtcdClusterTest, TheSlotMapIsTheJobsInEtcdAndChangesByCompareAndSwap) {
   // A change asked of shard 0 reaches shard 1 through etcd.
   const SlotMap moved = SlotMap::Initial(2).WithSlotsMoved(0, 999, 1);
   ASSERT_EQ(SetSlotMapOf((*shard0)->address(), 1, moved), grpc::StatusCode::OK);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (SlotMapOf((*shard1)->address()).epoch() != 2 &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(SlotMapOf((*shard1)->address()).epoch(), 2u);
+  EXPECT_TRUE(
+      WaitUntil([&] { return SlotMapOf((*shard1)->address()).epoch() == 2; },
+                absl::Seconds(10), absl::Milliseconds(20)));
   // A change from the old epoch is refused whichever shard is asked; the
   // same change again is none.
   EXPECT_EQ(SetSlotMapOf((*shard1)->address(), 1,
@@ -294,11 +292,8 @@ TEST_F(EtcdClusterTest, SlotsMoveUnderEtcdAndEveryShardFollows) {
                 " 1=", (*shard1)->address(), "\n")),
             0u)
       << drain.out;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (SlotMapOf((*shard1)->address()).epoch() != 3 &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitUntil([&] { return SlotMapOf((*shard1)->address()).epoch() == 3; },
+            absl::Seconds(10), absl::Milliseconds(20));
   absl::StatusOr<SlotMap> on0 =
       SlotMap::FromSpec(SlotMapOf((*shard0)->address()));
   absl::StatusOr<SlotMap> on1 =

@@ -104,10 +104,24 @@ class FailoverTest : public ::testing::Test {
     return ShardStatsOf(server);
   }
 
-  bool WaitInSync() {
+  // Waits up to a minute until `server` counts `count` replicas in sync
+  // (the primary's one replica by default).
+  bool WaitInSync(const ServerProcess* server = nullptr, int count = 1) {
+    const ServerProcess& primary = server != nullptr ? *server : *primary_;
     return WaitUntil(
-        [&] { return Stats(*primary_).replication().replicas_in_sync() == 1; },
+        [&] {
+          return Stats(primary).replication().replicas_in_sync() ==
+                 static_cast<uint32_t>(count);
+        },
         absl::Minutes(1), absl::Milliseconds(20));
+  }
+
+  // Waits up to `timeout` until `server` serves as its shard's primary.
+  static bool WaitPromoted(const ServerProcess& server,
+                           absl::Duration timeout = absl::Minutes(1)) {
+    return WaitUntil(
+        [&] { return Stats(server).replication().role() == "primary"; },
+        timeout, absl::Milliseconds(50));
   }
 
   // The first float of every 50th key's row on `server` (0 where none).
@@ -170,21 +184,18 @@ class FailoverTest : public ::testing::Test {
     auto dropped =
         ServerProcess::Start(flags, absl::Seconds(60), dropped_dir + ".log");
     ASSERT_OK(dropped);
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (Stats(*primary_).replication().replicas_in_sync() != 2) {
-      ASSERT_LT(absl::Now(), deadline) << "the replicas are not in sync";
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitInSync(primary_.get(), 2))
+        << "the replicas are not in sync";
     std::unique_ptr<client::PsClient> client = Connect(100);
     ASSERT_NE(client, nullptr);
     for (int i = 0; i < 5; ++i)
       ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
 
     ASSERT_EQ(kill((*dropped)->pid(), SIGSTOP), 0);
-    while (Stats(*primary_).replication().replicas() != 1) {
-      ASSERT_LT(absl::Now(), deadline) << "the paused replica was not dropped";
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitUntil(
+        [&] { return Stats(*primary_).replication().replicas() == 1; },
+        absl::Minutes(1), absl::Milliseconds(20)))
+        << "the paused replica was not dropped";
     for (int i = 0; i < 5; ++i)
       ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
     absl::StatusOr<cluster::InSyncSet> recorded =
@@ -206,11 +217,8 @@ class FailoverTest : public ::testing::Test {
           absl::IsNotFound(cluster::FindShard(*client_, kJob, 0).status()));
       return;
     }
-    while (Stats(**dropped).replication().role() != "primary") {
-      ASSERT_LT(absl::Now(), deadline + absl::Minutes(1))
-          << "the replica was not promoted";
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    ASSERT_TRUE(WaitPromoted(**dropped, absl::Minutes(2)))
+        << "the replica was not promoted";
     // It lacks the five pushes acknowledged while it was paused.
     for (float value : Values(**dropped)) EXPECT_EQ(value, 5.0f);
   }

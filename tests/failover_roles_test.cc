@@ -3,6 +3,7 @@
 // give it across failovers and restarts, and only the primary restores a
 // checkpoint while its replica copies it.
 
+#include "base/wait_until.h"
 #include "tests/failover_fixture.h"
 
 namespace ps::testing {
@@ -34,23 +35,7 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   EXPECT_EQ(Stats(*processes[1 - primary]).replication().role(),
             absl::StrCat("replica of ", processes[primary]->address()));
 
-  auto wait_in_sync = [&](int which) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (Stats(*processes[which]).replication().replicas_in_sync() != 1) {
-      if (absl::Now() >= deadline) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
-  };
-  auto wait_promoted = [&](int which) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (Stats(*processes[which]).replication().role() != "primary") {
-      if (absl::Now() >= deadline) return false;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return true;
-  };
-  ASSERT_TRUE(wait_in_sync(primary));
+  ASSERT_TRUE(WaitInSync(processes[primary].get()));
   std::vector<std::unique_ptr<client::PsClient>> clients;
   std::vector<std::unique_ptr<CountingPusher>> pushers = StartPushers(clients);
   for (auto& pusher : pushers) pusher->WaitForMore(10);
@@ -62,14 +47,15 @@ TEST_F(FailoverTest, WithReplicasEachProcessFindsItsRoleAcrossFailovers) {
   auto fail_over = [&](const std::function<void(ServerProcess&)>& lose,
                        const std::function<void(ServerProcess&)>& then) {
     lose(*processes[primary]);
-    ASSERT_TRUE(wait_promoted(1 - primary)) << "no replica took over";
+    ASSERT_TRUE(WaitPromoted(*processes[1 - primary]))
+        << "no replica took over";
     then(*processes[primary]);
     processes[primary] = start(primary);
     ASSERT_NE(processes[primary], nullptr);
     EXPECT_EQ(Stats(*processes[primary]).replication().role(),
               absl::StrCat("replica of ", processes[1 - primary]->address()));
     primary = 1 - primary;
-    ASSERT_TRUE(wait_in_sync(primary));
+    ASSERT_TRUE(WaitInSync(processes[primary].get()));
     for (auto& pusher : pushers) pusher->WaitForMore(10);
   };
   auto nothing = [](ServerProcess&) {};
@@ -168,19 +154,15 @@ TEST_F(FailoverTest, WithReplicasOnlyThePrimaryRestoresAndItsReplicaCopies) {
   primary_ = std::move(processes[primary]);
   ASSERT_TRUE(WaitInSync());
   primary_->SignalAndWait(SIGKILL);
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
   ServerProcess& replica = *processes[1 - primary];
-  while (Stats(replica).replication().role() != "primary") {
-    if (absl::Now() >= deadline) {
-      int code = 0;
-      const bool exited = replica.Exited(&code);
-      const std::string log = ReadFile(replica.log_path());
-      FAIL() << "the replica did not take over"
-             << (exited ? absl::StrCat(" (it exited ", code, ")") : "")
-             << "; the end of its log:\n"
-             << log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
-    }
-    absl::SleepFor(absl::Milliseconds(50));
+  if (!WaitPromoted(replica)) {
+    int code = 0;
+    const bool exited = replica.Exited(&code);
+    const std::string log = ReadFile(replica.log_path());
+    FAIL() << "the replica did not take over"
+           << (exited ? absl::StrCat(" (it exited ", code, ")") : "")
+           << "; the end of its log:\n"
+           << log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
   }
   for (float value : Values(*processes[1 - primary])) {
     EXPECT_EQ(value, acknowledged);
@@ -214,11 +196,9 @@ TEST_F(FailoverTest,
   auto kill_both_and_wait_out_the_lease = [&] {
     replica->SignalAndWait(SIGKILL);
     primary_->SignalAndWait(SIGKILL);
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (cluster::FindShard(*client_, kJob, 0).ok()) {
-      ASSERT_LT(absl::Now(), deadline);
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+    ASSERT_TRUE(
+        WaitUntil([&] { return !cluster::FindShard(*client_, kJob, 0).ok(); },
+                  absl::Seconds(30), absl::Milliseconds(100)));
   };
 
   // Both machines go; the replica had written its promotion and died

@@ -5,6 +5,7 @@
 // loses no acknowledged push and doubles none; a primary paused past its
 // lease (SIGSTOP) is fenced once it runs again: it acknowledges no push.
 
+#include "base/wait_until.h"
 #include "tests/failover_fixture.h"
 
 namespace ps::testing {
@@ -103,10 +104,7 @@ TEST_F(FailoverTest, AfterAPromotionTheNextExportIsAFullOne) {
   EXPECT_EQ(delta->delta_index(), 1u);
 
   primary_->SignalAndWait(SIGKILL);
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Stats(*replica_).replication().role() == "primary"; },
-      absl::Minutes(1), absl::Milliseconds(50)))
-      << "the replica was not promoted";
+  ASSERT_TRUE(WaitPromoted(*replica_)) << "the replica was not promoted";
   ASSERT_OK(AddOne(*client, "lr.wide", 1, keys_, 0));
   delta = export_to(*replica_, "delta2", "delta1");
   EXPECT_EQ(delta.status().code(), absl::StatusCode::kFailedPrecondition)
@@ -153,11 +151,7 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   std::unique_ptr<client::PsClient> client = Connect(100);
   ASSERT_NE(client, nullptr);
   for (auto& primary : primaries) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
-    while (Stats(*primary).replication().replicas_in_sync() != 1) {
-      ASSERT_LT(absl::Now(), deadline) << "a replica is not in sync";
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitInSync(primary.get())) << "a replica is not in sync";
   }
   ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
   const std::string log = FreshTestDir(name_ + "_move") + "/move.log";
@@ -172,10 +166,7 @@ TEST_F(FailoverTest, MovedSlotsReachTheReplicasOfBothShards) {
   // Shard 1's machine is lost: its replica, promoted, has every row.
   primaries[1]->SignalAndWait(SIGKILL);
   std::filesystem::remove_all(primary_dirs[1]);
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Stats(*replicas[1]).replication().role() == "primary"; },
-      absl::Minutes(1), absl::Milliseconds(50)))
-      << "the replica was not promoted";
+  ASSERT_TRUE(WaitPromoted(*replicas[1])) << "the replica was not promoted";
   for (float value : Values(*replicas[1])) EXPECT_EQ(value, 2.0f);
   // Shard 0's replica kept none of the rows its primary gave away.
   for (float value : Values(*replicas[0])) EXPECT_EQ(value, 0.0f);
@@ -215,11 +206,7 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
   ASSERT_OK(replica);
   std::unique_ptr<client::PsClient> client = Connect(100);
   ASSERT_NE(client, nullptr);
-  const absl::Time in_sync = absl::Now() + absl::Minutes(1);
-  while (Stats(*primaries[1]).replication().replicas_in_sync() != 1) {
-    ASSERT_LT(absl::Now(), in_sync) << "the replica is not in sync";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitInSync(primaries[1].get())) << "the replica is not in sync";
   ASSERT_OK(AddOne(*client, kTable, kDim, keys_, 0));
 
   // P: shard 0's keys once more, as worker 77; its answer is "lost".
@@ -264,11 +251,7 @@ TEST_F(FailoverTest, APushWhoseAnswerWasLostCountsOnceAfterAMoveAndAFailover) {
     primaries[shard]->SignalAndWait(SIGKILL);
     std::filesystem::remove_all(primary_dirs[shard]);
   }
-  const absl::Time promoted = absl::Now() + absl::Minutes(1);
-  while (Stats(**replica).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), promoted) << "the replica was not promoted";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitPromoted(**replica)) << "the replica was not promoted";
 
   // The retry of P, re-routed as the client does when its first shard
   // refuses it as moved: a new sequence on shard 1, the origin it had on
@@ -360,17 +343,10 @@ TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
   auto other = ServerProcess::Start(other_flags(), absl::Seconds(60),
                                     other_dir + ".log");
   ASSERT_OK(other);
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (Stats(*primary_).replication().replicas_in_sync() != 2) {
-    ASSERT_LT(absl::Now(), deadline) << "the replicas are not in sync";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitInSync(primary_.get(), 2)) << "the replicas are not in sync";
   ASSERT_EQ(kill((*other)->pid(), SIGSTOP), 0);
   primary_->SignalAndWait(SIGKILL);
-  while (Stats(*replica_).replication().role() != "primary") {
-    ASSERT_LT(absl::Now(), deadline) << "the replica was not promoted";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitPromoted(*replica_)) << "the replica was not promoted";
   ASSERT_EQ(kill((*other)->pid(), SIGCONT), 0);
   EXPECT_EQ((*other)->Wait(absl::Seconds(10)), 70);
   EXPECT_NE(ReadFile(other_dir + ".log").find("that this replica follows"),
@@ -383,11 +359,8 @@ TEST_F(FailoverTest, AReplicaThatMissedAPromotionStopsAtOnce) {
   ASSERT_OK(other);
   EXPECT_EQ(Stats(**other).replication().role(),
             absl::StrCat("replica of ", replica_->address()));
-  while (Stats(*replica_).replication().replicas_in_sync() != 1) {
-    ASSERT_LT(absl::Now(), deadline + absl::Minutes(1))
-        << "the restarted replica did not catch up";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitInSync(replica_.get()))
+      << "the restarted replica did not catch up";
 }
 
 TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
@@ -399,10 +372,7 @@ TEST_F(FailoverTest, APrimaryPausedPastItsLeaseIsFenced) {
 
   // Paused past its lease: the replica takes over meanwhile.
   ASSERT_EQ(kill(primary_->pid(), SIGSTOP), 0);
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Stats(*replica_).replication().role() == "primary"; },
-      absl::Minutes(1), absl::Milliseconds(50)))
-      << "the replica did not take over";
+  ASSERT_TRUE(WaitPromoted(*replica_)) << "the replica did not take over";
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   ASSERT_EQ(kill(primary_->pid(), SIGCONT), 0);
   for (auto& pusher : pushers) pusher->WaitForMore(10);

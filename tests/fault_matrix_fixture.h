@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -163,9 +164,8 @@ class CountingWorkload {
 
   // Waits until `rounds` are acknowledged (or the workload stopped).
   bool WaitFor(int rounds, absl::Duration limit = absl::Seconds(60)) {
-    const absl::Time give_up = absl::Now() + limit;
-    while (acknowledged() < rounds && absl::Now() < give_up && !stopped())
-      absl::SleepFor(absl::Milliseconds(5));
+    WaitUntil([&] { return acknowledged() >= rounds || stopped(); }, limit,
+              absl::Milliseconds(5));
     return acknowledged() >= rounds;
   }
 

@@ -37,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -166,7 +167,8 @@ TEST_F(FaultMatrixTest, AShardFiveTimesSlowerThanTheOthers) {
   CountingWorkload slow(shards.addresses(), kRounds, 400, absl::Seconds(30),
                         "slow_counts");
   // The fault is on before the rounds start.
-  while (stops.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitUntil([&] { return stops.load() > 0; }, absl::Seconds(10),
+                        absl::Milliseconds(1)));
   const int stops_before = stops.load();
   const absl::Time slow_start = absl::Now();
   slow.Start();
@@ -209,17 +211,17 @@ TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
         return std::make_pair(worker.clock(), worker.live());
     return std::make_pair(int64_t{-1}, false);
   };
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (clock_of(1).first < 3 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(20));
+  WaitUntil([&] { return clock_of(1).first >= 3; }, absl::Seconds(60),
+            absl::Milliseconds(20));
   EXPECT_EQ(victim->SignalAndWait(SIGKILL), 128 + SIGKILL);
   const int64_t victim_clock = clock_of(1).first;
   ASSERT_GE(victim_clock, 3) << ReadFile(dir_ + "/w1.log");
   // Past its lease, worker 0 goes on without it.
-  while ((clock_of(1).second || clock_of(0).first < victim_clock + 2) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitUntil(
+      [&] {
+        return !clock_of(1).second && clock_of(0).first >= victim_clock + 2;
+      },
+      absl::Seconds(60), absl::Milliseconds(20));
   EXPECT_FALSE(clock_of(1).second) << "the dead worker's lease never lapsed";
   EXPECT_GE(clock_of(0).first, victim_clock + 2) << "worker 0 did not go on";
   auto rejoined = StartWorker(shards.addresses(), 1, 2, data, flags, "w1b");
@@ -309,11 +311,12 @@ TEST_F(FaultMatrixTest, AFullDiskRefusesPushesUntilSpaceReturns) {
   second.Start();
   // Pushes fill what is left; the shard refuses (transiently) and the
   // client retries.
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (workload.Saw().find("RESOURCE_EXHAUSTED") == std::string::npos &&
-         absl::Now() < give_up && !workload.stopped()) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitUntil(
+      [&] {
+        return workload.Saw().find("RESOURCE_EXHAUSTED") != std::string::npos ||
+               workload.stopped();
+      },
+      absl::Seconds(60), absl::Milliseconds(20));
   const int acknowledged_when_full = workload.acknowledged();
   ASSERT_NE(workload.Saw().find("RESOURCE_EXHAUSTED"), std::string::npos)
       << "the disk never filled up: " << workload.Saw();

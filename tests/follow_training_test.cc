@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/manifest.h"
+#include "base/wait_until.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -58,24 +59,41 @@ class FollowTrainingTest : public TrainingTest {
     std::ofstream(dir_ + "/incoming/" + name + ".done");
   }
 
-  // Waits until the coordinator holds worker 0 in `file` with at least
-  // `examples` of it, setting `*clock` to its clock; false past `deadline`.
+  // Waits up to `timeout` until the coordinator holds worker 0 in `file`
+  // with at least `examples` of it, setting `*clock` to its clock.
   ::testing::AssertionResult WaitForPosition(const std::string& file,
                                              int64_t examples,
-                                             absl::Time deadline,
+                                             absl::Duration timeout,
                                              int64_t* clock) {
-    for (InputPosition at = PositionHeldFor(shard(0), 0, clock);
-         at.file() != file || at.file_examples() < examples;
-         at = PositionHeldFor(shard(0), 0, clock)) {
-      if (absl::Now() > deadline) {
-        return ::testing::AssertionFailure()
-               << "not at " << examples << " of " << file << " but at "
-               << at.file_examples() << " of " << at.file() << "\n"
-               << ReadFile(dir_ + "/worker0.log");
-      }
-      absl::SleepFor(absl::Milliseconds(20));
+    InputPosition at;
+    if (WaitUntil(
+            [&] {
+              at = PositionHeldFor(shard(0), 0, clock);
+              return at.file() == file && at.file_examples() >= examples;
+            },
+            timeout, absl::Milliseconds(20))) {
+      return ::testing::AssertionSuccess();
     }
-    return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "not at " << examples << " of " << file << " but at "
+           << at.file_examples() << " of " << at.file() << "\n"
+           << ReadFile(dir_ + "/worker0.log");
+  }
+
+  // Waits up to `timeout` until worker 0's log says `text`.
+  ::testing::AssertionResult WaitForLog(const std::string& text,
+                                        absl::Duration timeout) {
+    if (WaitUntil(
+            [&] {
+              return ReadFile(dir_ + "/worker0.log").find(text) !=
+                     std::string::npos;
+            },
+            timeout, absl::Milliseconds(20))) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "worker 0 never said \"" << text << "\"\n"
+           << ReadFile(dir_ + "/worker0.log");
   }
 
   // Starts worker 0 with `argv`, waits until it is a third into part-2 and
@@ -87,7 +105,7 @@ class FollowTrainingTest : public TrainingTest {
     if (!worker.ok()) return WorkerRun();
     int64_t clock = -1;
     EXPECT_TRUE(WaitForPosition("part-2.tsv", kLinesPerFile / 3,
-                                absl::Now() + absl::Seconds(120), &clock));
+                                absl::Seconds(120), &clock));
     WorkerRun run = Collect(0, (*worker)->SignalAndWait(SIGTERM));
     EXPECT_EQ(run.exit_code, 75) << run.log;
     return run;
@@ -116,7 +134,6 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   const WorkerRun first =
       StopInPart2(FollowArgs({"--slow_step_ms=100", "--staleness=0"}));
   ASSERT_EQ(first.exit_code, 75);
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
   const InputPosition left = PositionHeldFor(shard(0), 0, &clock);
   EXPECT_EQ(left.file(), "part-2.tsv");
@@ -141,11 +158,7 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
   for (int f = 3; f <= kFiles; ++f) {
     const std::string waiting =
         absl::StrCat("nothing new after part-", f - 1, ".tsv; waiting");
-    while (ReadFile(dir_ + "/worker0.log").find(waiting) == std::string::npos) {
-      ASSERT_LT(absl::Now(), deadline + absl::Seconds(120))
-          << ReadFile(dir_ + "/worker0.log");
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitForLog(waiting, absl::Seconds(240)));
     Deliver(f);
   }
   const WorkerRun second = Collect(0, (*again)->Wait(absl::Minutes(5)));
@@ -264,7 +277,6 @@ TEST_F(FollowTrainingTest,
 
   // Stopped in the middle of part-2, after some exports.
   ASSERT_EQ(StopInPart2(args("100")).exit_code, 75);
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
   int64_t clock = -1;
 
   // The restart goes on; each new file, once trained on, is in what
@@ -275,27 +287,23 @@ TEST_F(FollowTrainingTest,
   for (int f = 3; f <= kFiles; ++f) {
     const std::string waiting =
         absl::StrCat("nothing new after part-", f - 1, ".tsv; waiting");
-    while (ReadFile(dir_ + "/worker0.log").find(waiting) == std::string::npos) {
-      ASSERT_LT(absl::Now(), deadline + absl::Seconds(120))
-          << ReadFile(dir_ + "/worker0.log");
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(WaitForLog(waiting, absl::Seconds(240)));
     // part-(f-1) is trained on whole (every step of it acknowledged): its
     // last step's clock.
     ASSERT_TRUE(WaitForPosition(absl::StrCat("part-", f - 1, ".tsv"),
-                                kLinesPerFile, deadline + absl::Seconds(120),
-                                &clock));
+                                kLinesPerFile, absl::Seconds(240), &clock));
     const absl::Time trained = absl::Now();
     Served served;
-    while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <
-           clock) {
-      ASSERT_LT(absl::Now(), trained + absl::Seconds(30))
-          << "part-" << f - 1 << " (clock " << clock
-          << ") not served within 30 s; serving " << served.version
-          << " at clock " << served.cut << "\n"
-          << ReadFile(dir_ + "/serve.log") << ReadFile(dir_ + "/worker0.log");
-      absl::SleepFor(absl::Milliseconds(200));
-    }
+    auto served_since_clock = [&] {
+      served = AskPythonClient(address, test_lines, 200, dir_);
+      return served.cut >= clock;
+    };
+    ASSERT_TRUE(WaitUntil(served_since_clock, absl::Seconds(30),
+                          absl::Milliseconds(200)))
+        << "part-" << f - 1 << " (clock " << clock
+        << ") not served within 30 s; serving " << served.version
+        << " at clock " << served.cut << "\n"
+        << ReadFile(dir_ + "/serve.log") << ReadFile(dir_ + "/worker0.log");
     std::printf("part-%d.tsv served %.2f s after it was trained on (%s)\n",
                 f - 1, absl::ToDoubleSeconds(absl::Now() - trained),
                 served.version.c_str());
@@ -307,14 +315,14 @@ TEST_F(FollowTrainingTest,
   // The last export (written as training ended) is served, a delta read
   // over its base, with ps_predict's scores of that export.
   PositionHeldFor(shard(0), 0, &clock);
-  const absl::Time ended = absl::Now();
   Served served;
-  while ((served = AskPythonClient(address, test_lines, 200, dir_)).cut <
-         clock) {
-    ASSERT_LT(absl::Now(), ended + absl::Seconds(30))
-        << ReadFile(dir_ + "/serve.log");
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        served = AskPythonClient(address, test_lines, 200, dir_);
+        return served.cut >= clock;
+      },
+      absl::Seconds(30), absl::Milliseconds(200)))
+      << ReadFile(dir_ + "/serve.log");
   auto manifest = ReadExportManifest(exports + "/" + served.version);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_GT(manifest->delta_index(), 0u) << served.version;

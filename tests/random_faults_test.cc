@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
 #include "base/test_dirs.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "cluster/coordination_store.h"
 #include "cluster/shard_directory.h"
@@ -457,11 +458,12 @@ TEST_F(RandomFaultsTest, NoAcknowledgedPushIsLostOrDoubled) {
         if (pushers[w]->acknowledged() < before[w] + 2) return false;
       return true;
     };
-    const absl::Time give_up = at + absl::Seconds(120);
-    while (!recovered() && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(50));
-      Supervise();
-    }
+    WaitUntil(
+        [&] {
+          Supervise();
+          return recovered();
+        },
+        at + absl::Seconds(120) - absl::Now(), absl::Milliseconds(50));
     if (recovered()) {
       kind.recovery_s.push_back(absl::ToDoubleSeconds(absl::Now() - at));
     } else {

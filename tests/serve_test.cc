@@ -3,11 +3,13 @@
 // newer export swapped in is used within a bounded time; bad requests get
 // clear errors.
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/wait_until.h"
 #include "grpcpp/create_channel.h"
 #include "model/input/features.h"
 #include "proto/health.grpc.pb.h"
@@ -117,11 +119,13 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   // The first export arrives: served within a few polls, Ready.
   const std::vector<float> first = ExportAndPredict("export-1");
   ASSERT_EQ(first.size(), static_cast<size_t>(kTestLines));
-  const absl::Time ready_by = absl::Now() + absl::Seconds(30);
-  while (serving_status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-    ASSERT_LT(absl::Now(), ready_by) << ReadFile(dir_ + "/serve.log");
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return serving_status() ==
+               grpc::health::v1::HealthCheckResponse::SERVING;
+      },
+      absl::Seconds(30), absl::Milliseconds(50)))
+      << ReadFile(dir_ + "/serve.log");
 
   const std::vector<std::string> lines = FirstLines(*data_ + "/test.tsv", 2000);
   auto predict = [&](const std::vector<std::string>& request_lines,
@@ -248,17 +252,25 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
       << ReadFile(dir_ + "/worker0.log");
   const std::vector<float> second = ExportAndPredict("export-2");
   // Every answer meanwhile is one export's, whole.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  do {
-    ASSERT_TRUE(predict(lines, &response).ok());
+  bool answered = true;
+  int mixed_line = -1;
+  auto answers_export_2 = [&] {
+    answered = predict(lines, &response).ok();
+    if (!answered) return true;  // stop: the check below fails
     const std::vector<float>& expected =
         response.model_version() == "export-2" ? second : first;
     for (int i = 0; i < 2000; ++i) {
-      ASSERT_NEAR(response.probabilities(i), expected[i], 1e-6)
-          << response.model_version() << " line " << i;
+      if (std::abs(response.probabilities(i) - expected[i]) > 1e-6) {
+        mixed_line = i;
+        return true;  // stop: the check below fails
+      }
     }
-  } while (response.model_version() != "export-2" && absl::Now() < deadline &&
-           (absl::SleepFor(absl::Milliseconds(20)), true));
+    return response.model_version() == "export-2";
+  };
+  WaitUntil(answers_export_2, absl::Seconds(30), absl::Milliseconds(20));
+  ASSERT_TRUE(answered);
+  ASSERT_EQ(mixed_line, -1) << response.model_version() << " line "
+                            << mixed_line << " is not that export's";
   ASSERT_EQ(response.model_version(), "export-2")
       << ReadFile(dir_ + "/serve.log");
   // The metrics say what was served: calls by method and code, the
@@ -326,12 +338,13 @@ TEST_F(ServeTest, ServesSpecModelsWithPsPredictsScores) {
     for (const std::string& line : lines) request.add_lines(line);
     PredictResponse response;
     grpc::Status status;
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    do {  // until the export is loaded
-      grpc::ClientContext context;
-      status = stub->Predict(&context, request, &response);
-      if (!status.ok()) absl::SleepFor(absl::Milliseconds(50));
-    } while (!status.ok() && absl::Now() < deadline);
+    WaitUntil(  // until the export is loaded
+        [&] {
+          grpc::ClientContext context;
+          status = stub->Predict(&context, request, &response);
+          return status.ok();
+        },
+        absl::Seconds(30), absl::Milliseconds(50));
     ASSERT_TRUE(status.ok())
         << status.error_message() << ReadFile(dir_ + "/serve.log");
     ASSERT_EQ(response.probabilities_size(), 500);

@@ -15,6 +15,7 @@
 #include "base/initializer.h"
 #include "base/packed.h"
 #include "base/routing.h"
+#include "base/wait_until.h"
 #include "base/wire_format.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -399,19 +400,20 @@ TEST(ServerFloodTest, AFloodOfLargeRequestsIsRefusedAndMemoryStaysBounded) {
   std::vector<float> rows;
   grpc::Status pulled;
   int refusals = 0;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);;) {
-    grpc::ClientContext context;
-    PullRequest request;
-    request.set_table(kTable);
-    request.set_keys(Pack<uint64_t>(Keys(10)));
-    PullResponse response;
-    pulled = stub->Pull(&context, request, &response);
-    if (pulled.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED ||
-        absl::Now() > deadline)
-      break;
-    ++refusals;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  WaitUntil(
+      [&] {
+        grpc::ClientContext context;
+        PullRequest request;
+        request.set_table(kTable);
+        request.set_keys(Pack<uint64_t>(Keys(10)));
+        PullResponse response;
+        pulled = stub->Pull(&context, request, &response);
+        if (pulled.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED)
+          return true;
+        ++refusals;
+        return false;
+      },
+      absl::Seconds(10));
   EXPECT_TRUE(pulled.ok()) << pulled.error_message() << " after " << refusals
                            << " refusals";
 }

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "cluster/coordination_store.h"
 #include "cluster/in_memory_store.h"
 #include "gtest/gtest.h"
@@ -154,11 +155,9 @@ TEST_P(ShardDirectoryTest, AFirstGenerationRegistrationComesBackAfterALapse) {
   ASSERT_OK(key);
   ASSERT_OK(client_->RevokeLease(key->lease));
   // The generation is unchanged: the shard registers again.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!FindShard(*client_, kJob, 0).ok()) {
-    ASSERT_LT(absl::Now(), deadline) << "not registered again";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(WaitUntil([&] { return FindShard(*client_, kJob, 0).ok(); },
+                        absl::Seconds(10), absl::Milliseconds(50)))
+      << "not registered again";
   EXPECT_TRUE((*registered)->held());
 }
 

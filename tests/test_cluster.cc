@@ -24,8 +24,11 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   std::filesystem::create_directories(dir);
   auto cluster =
       std::unique_ptr<TestCluster>(new TestCluster(dir, std::move(options)));
-  if (cluster->options_.etcd) {
-    ASSIGN_OR_RETURN(cluster->etcd_, EtcdProcess::Start(dir + "/etcd"));
+  if (cluster->options_.running_etcd != nullptr) {
+    cluster->etcd_ = cluster->options_.running_etcd;
+  } else if (cluster->options_.etcd) {
+    ASSIGN_OR_RETURN(cluster->owned_etcd_, EtcdProcess::Start(dir + "/etcd"));
+    cluster->etcd_ = cluster->owned_etcd_.get();
   }
   for (int i = 0; i < cluster->options_.shards; ++i) {
     RETURN_IF_ERROR(cluster->AddShard(cluster->options_.shards));
@@ -56,6 +59,12 @@ std::vector<std::string> TestCluster::ClientFlags() const {
   return {"--servers=" + absl::StrJoin(addresses(), ",")};
 }
 
+std::vector<std::string> TestCluster::EtcdServerFlags() const {
+  if (etcd_ == nullptr) return {};
+  return {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job,
+          absl::StrCat("--etcd_lease_s=", options_.etcd_lease_s)};
+}
+
 std::string TestCluster::ShardDir(int i) const {
   return absl::StrCat(dir_, "/shard", i);
 }
@@ -64,11 +73,8 @@ std::vector<std::string> TestCluster::ShardFlags(int i) const {
   std::vector<std::string> flags = {
       "--data_dir=" + ShardDir(i), absl::StrCat("--shard_index=", i),
       absl::StrCat("--num_shards=", shards_[i].job_shards)};
-  if (etcd_ != nullptr) {
-    flags.insert(flags.end(),
-                 {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job,
-                  absl::StrCat("--etcd_lease_s=", options_.etcd_lease_s)});
-  }
+  const std::vector<std::string> etcd = EtcdServerFlags();
+  flags.insert(flags.end(), etcd.begin(), etcd.end());
   flags.insert(flags.end(), options_.server_flags.begin(),
                options_.server_flags.end());
   flags.insert(flags.end(), options_.primary_flags.begin(),
@@ -106,16 +112,11 @@ absl::Status TestCluster::AddShard(int job_shards,
 
 absl::Status TestCluster::StartReplicas(int i) {
   for (int r = 0; r < options_.replicas_per_shard; ++r) {
-    std::vector<std::string> flags = {
-        absl::StrCat("--data_dir=", ShardDir(i), "_replica", r)};
-    if (etcd_ != nullptr) {
-      flags.insert(flags.end(),
-                   {"--etcd=" + etcd_->endpoint(), "--job=" + options_.job,
-                    absl::StrCat("--etcd_lease_s=", options_.etcd_lease_s),
-                    absl::StrCat("--replica_of_shard=", i)});
-    } else {
-      flags.push_back("--replica_of=" + shards_[i].primary->address());
-    }
+    std::vector<std::string> flags = EtcdServerFlags();
+    flags.push_back(absl::StrCat("--data_dir=", ShardDir(i), "_replica", r));
+    flags.push_back(etcd_ != nullptr
+                        ? absl::StrCat("--replica_of_shard=", i)
+                        : "--replica_of=" + shards_[i].primary->address());
     flags.insert(flags.end(), options_.server_flags.begin(),
                  options_.server_flags.end());
     flags.insert(flags.end(), options_.replica_flags.begin(),

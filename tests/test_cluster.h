@@ -2,11 +2,11 @@
 //
 // A cluster builder for the process tests: the shards of a job as real
 // ps_server processes on fresh data directories, found by their addresses
-// or through a Debian etcd it starts, each with the replicas asked; and
-// the flags, ps_admin runs and ps_worker processes that reach them. (The
-// training, serving, restart and checkpoint tests start their clusters
-// here; the failover, replication and etcd membership tests start servers
-// one by one through server_process.h.)
+// or through a Debian etcd (its own, or one the test runs), each with the
+// replicas asked; and the flags, ps_admin runs and ps_worker processes that
+// reach them. Tests of a job's shards start them here; tests of which role
+// or membership one process takes (failover, replication, joining a job)
+// start that process through server_process.h with the flags they study.
 //
 // Data directories and logs live under the cluster's directory: shard<i>/
 // and shard<i>.log<n> (n counts the cluster's server starts),
@@ -43,6 +43,9 @@ struct TestClusterOptions {
   // Start etcd and run the job through it (--etcd, --job) rather than by
   // addresses (--servers).
   bool etcd = false;
+  // An etcd the test already runs (and outlives the cluster), for the job
+  // instead of one the cluster starts; implies `etcd`.
+  EtcdProcess* running_etcd = nullptr;
   std::string job = "ctr";
   int etcd_lease_s = 2;
   // Replicas started per shard: --replica_of=ADDRESS without etcd,
@@ -74,7 +77,7 @@ class TestCluster {
   const TestClusterOptions& options() const { return options_; }
 
   // The etcd of the job; nullptr without options.etcd.
-  EtcdProcess* etcd() { return etcd_.get(); }
+  EtcdProcess* etcd() { return etcd_; }
   // A client of that etcd. REQUIRES: options.etcd.
   absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> ConnectEtcd()
       const;
@@ -133,10 +136,13 @@ class TestCluster {
   absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(
       const std::vector<std::string>& flags, const std::string& name);
   absl::Status StartReplicas(int i);
+  // --etcd, --job and --etcd_lease_s of a server; none without etcd.
+  std::vector<std::string> EtcdServerFlags() const;
 
   std::string dir_;
   TestClusterOptions options_;
-  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<EtcdProcess> owned_etcd_;
+  EtcdProcess* etcd_ = nullptr;  // owned_etcd_ or options_.running_etcd
   std::vector<Shard> shards_;
   int starts_ = 0;
   int admin_runs_ = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -162,15 +163,18 @@ TEST_F(TlsTest, AReplicaCopiesAndFollowsItsPrimaryOverMutualTls) {
                            absl::Seconds(60), d + "/replica.log", *credentials);
   ASSERT_OK(replica) << ReadFile(d + "/replica.log");
   auto admin = Admin::NewStub((*primary)->channel());
-  const absl::Time deadline = absl::Now() + absl::Minutes(1);
-  while (true) {
-    ShardStatsResponse stats;
-    grpc::ClientContext context;
-    ASSERT_TRUE(admin->ShardStats(&context, ShardStatsRequest(), &stats).ok());
-    if (stats.replication().replicas_in_sync() == 1) break;
-    ASSERT_LT(absl::Now(), deadline) << "the replica never caught up";
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  grpc::Status stats_status;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        ShardStatsResponse stats;
+        grpc::ClientContext context;
+        stats_status = admin->ShardStats(&context, ShardStatsRequest(), &stats);
+        return !stats_status.ok() ||
+               stats.replication().replicas_in_sync() == 1;
+      },
+      absl::Minutes(1), absl::Milliseconds(50)))
+      << "the replica never caught up";
+  ASSERT_TRUE(stats_status.ok()) << stats_status.error_message();
   // Another name: the primary's certificate does not carry it, so the
   // copy fails and the replica exits (70) rather than serve.
   std::vector<std::string> argv = replica_flags("tls_replica2", "other-name");

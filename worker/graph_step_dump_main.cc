@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "base/exit_codes.h"
 #include "kernels/backend.h"
 #include "model/batch_inputs.h"
 #include "model/builtin_specs.h"
@@ -39,9 +40,10 @@ ABSL_FLAG(uint32_t, seed, 1, "Seed of the random parameters.");
 
 namespace {
 
+// A bad flag, spec or input: exit 64 (base/exit_codes.h), as the other
+// binaries.
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "graph_step_dump: %s\n", message.c_str());
-  return 1;
+  return ps::FailUsage("graph_step_dump", message);
 }
 
 // The spec --model_spec holds, or the built-in --model names.

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/wait_until.h"
 #include "gtest/gtest.h"
 
 namespace ps::worker {
@@ -22,11 +23,8 @@ TEST(HeartbeatTest, BeatsEveryPeriodThroughFailuresUntilStopped) {
                                 : absl::UnavailableError("coordinator down");
       },
       "[worker 0]");
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (beats < 4 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  EXPECT_GE(beats.load(), 4);
+  EXPECT_TRUE(WaitUntil([&] { return beats.load() >= 4; }, absl::Seconds(30),
+                        absl::Milliseconds(5)));
   // Each beat retries only until the next is due.
   EXPECT_EQ(retry_for_ms.load(), 10);
   heartbeat.Stop();

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "model/batch_inputs.h"
@@ -301,9 +302,8 @@ TEST_F(TrainerTest, AStepAtACutWaitsUntilTheCutEnds) {
   cluster_.set_hold_at(4);
   absl::Notification done;
   std::thread checker([&] {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (cluster_.pushes().size() < 4 && absl::Now() < deadline)
-      absl::SleepFor(absl::Milliseconds(5));
+    WaitUntil([&] { return cluster_.pushes().size() >= 4; }, absl::Seconds(60),
+              absl::Milliseconds(5));
     // Held: steps 0..3 are pushed, step 4 is not.
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_EQ(PushedClocks(cluster_), Steps(4));

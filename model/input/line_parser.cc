@@ -29,37 +29,78 @@ bool ParseDense(absl::string_view raw, double* value) {
   return true;
 }
 
-}  // namespace
-
-absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
-                       Example* example, LabelColumn label) {
+// Splits `line` into its columns: `expected` of them, or one fewer when the
+// label may be left out.
+absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
+                          LabelColumn label,
+                          absl::InlinedVector<absl::string_view, 48>* columns) {
   const int expected = static_cast<int>(layout.columns.size());
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  absl::InlinedVector<absl::string_view, 48> columns;
   size_t start = 0;
   while (true) {
     const size_t end = line.find(layout.delimiter, start);
-    if (static_cast<int>(columns.size()) == expected) {
+    if (static_cast<int>(columns->size()) == expected) {
       return absl::InvalidArgumentError(
           absl::StrCat("more than ", expected, " ",
                        DelimiterName(layout.delimiter), "-separated columns"));
     }
-    columns.push_back(line.substr(start, end == absl::string_view::npos
-                                             ? absl::string_view::npos
-                                             : end - start));
+    columns->push_back(line.substr(start, end == absl::string_view::npos
+                                              ? absl::string_view::npos
+                                              : end - start));
     if (end == absl::string_view::npos) break;
     start = end + 1;
   }
-  const int count = static_cast<int>(columns.size());
-  const bool labeled = count == expected;
-  if (!labeled && !(count == expected - 1 && label == LabelColumn::kOptional)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        count, " ", DelimiterName(layout.delimiter),
-        "-separated columns, expected ", expected,
-        label == LabelColumn::kOptional
-            ? absl::StrCat(" (or ", expected - 1, " without the label)")
-            : ""));
+  const int count = static_cast<int>(columns->size());
+  if (count == expected ||
+      (count == expected - 1 && label == LabelColumn::kOptional)) {
+    return absl::OkStatus();
   }
+  return absl::InvalidArgumentError(absl::StrCat(
+      count, " ", DelimiterName(layout.delimiter),
+      "-separated columns, expected ", expected,
+      label == LabelColumn::kOptional
+          ? absl::StrCat(" (or ", expected - 1, " without the label)")
+          : ""));
+}
+
+// Appends the keys of multi column `column` (1-based), field `field`: one
+// per non-empty value, or the field's missing key when there is none.
+absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
+                          const InputLayout& layout, Example* example) {
+  const size_t first = example->keys.size();
+  size_t value_start = 0;
+  while (value_start <= raw.size()) {
+    size_t value_end = raw.find(layout.multi_separator, value_start);
+    if (value_end == absl::string_view::npos) value_end = raw.size();
+    if (value_end > value_start) {
+      if (example->keys.size() - first ==
+          static_cast<size_t>(layout.max_values_per_field)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("multi column ", column,
+                         " has more values than --max_values_per_field=",
+                         layout.max_values_per_field));
+      }
+      example->keys.push_back(
+          FeatureKey(field, raw.substr(value_start, value_end - value_start)));
+    }
+    value_start = value_end + 1;
+  }
+  if (example->keys.size() == first)
+    example->keys.push_back(FeatureKey(field, ""));
+  example->slot_end.push_back(example->keys.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
+                       Example* example, LabelColumn label) {
+  absl::InlinedVector<absl::string_view, 48> columns;
+  if (absl::Status split = SplitColumns(line, layout, label, &columns);
+      !split.ok()) {
+    return split;
+  }
+  const bool labeled = columns.size() == layout.columns.size();
   example->label = 0.0f;
   example->has_label = labeled;
   example->dense.clear();
@@ -68,7 +109,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
   example->id.clear();
   int column = 0;  // in `columns`
   uint32_t field = 0;
-  for (int c = 0; c < expected; ++c) {
+  for (int c = 0; c < static_cast<int>(layout.columns.size()); ++c) {
     const ColumnKind kind = layout.columns[c];
     if (kind == ColumnKind::kLabel && !labeled) continue;
     const absl::string_view raw = columns[column++];
@@ -94,32 +135,13 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         example->keys.push_back(FeatureKey(field++, raw));
         example->slot_end.push_back(example->keys.size());
         break;
-      case ColumnKind::kMulti: {
-        const size_t first = example->keys.size();
-        size_t value_start = 0;
-        while (value_start <= raw.size()) {
-          size_t value_end = raw.find(layout.multi_separator, value_start);
-          if (value_end == absl::string_view::npos) value_end = raw.size();
-          if (value_end > value_start) {
-            if (example->keys.size() - first ==
-                static_cast<size_t>(layout.max_values_per_field)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("multi column ", c + 1,
-                               " has more values than --max_values_per_field=",
-                               layout.max_values_per_field));
-            }
-            example->keys.push_back(FeatureKey(
-                field, raw.substr(value_start, value_end - value_start)));
-          }
-          value_start = value_end + 1;
+      case ColumnKind::kMulti:
+        if (absl::Status added =
+                AddMultiKeys(raw, c + 1, field++, layout, example);
+            !added.ok()) {
+          return added;
         }
-        // No value at all: the field's missing key, as for a cat column.
-        if (example->keys.size() == first)
-          example->keys.push_back(FeatureKey(field, ""));
-        ++field;
-        example->slot_end.push_back(example->keys.size());
         break;
-      }
       case ColumnKind::kSkip:
         break;
       case ColumnKind::kId:

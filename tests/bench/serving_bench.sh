@@ -5,8 +5,10 @@
 # that fits, also 4 processes, as ps-lite's 4 workers are); a table that fits the hot tier and one 4x
 # larger than --cache_mb; the loopback bandwidth as the ceiling, and the same
 # gRPC service doing no work as the transport's; and the peer, ps-lite
-# (../shared/peers/pslite-bench/run.sh: 1 server, 1 and 4 worker processes,
-# the same rows, dims and seconds), measured in the same run, never copied.
+# ($PEERS_DIR/pslite-bench/run.sh, PEERS_DIR defaulting to ../shared/peers
+# beside the checkout: 1 server, 1 and 4 worker processes, the same rows,
+# dims and seconds), measured in the same run, never copied; skipped, with a
+# line that says so, where there is no peer checkout.
 # Prints the table and rewrites the "serving" section of BENCHMARKS.md.
 #
 #   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
@@ -119,7 +121,7 @@ done
 # The peer: ps-lite, one server and 1 or 4 worker processes (our "clients"),
 # from a scratch copy: the peer ships without its tests' sources, so its
 # CMakeLists' tests directory is left out (run.sh builds the library only).
-peers=../shared/peers
+peers=${PEERS_DIR:-../shared/peers}
 if [ -f "$peers/pslite-bench/run.sh" ] && [ -d "$peers/ps-lite" ]; then
   cp -r "$peers/ps-lite" "$peers/pslite-bench" "$work/"
   chmod -R u+w "$work/ps-lite" "$work/pslite-bench"
