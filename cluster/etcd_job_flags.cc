@@ -26,6 +26,9 @@ absl::StatusOr<EtcdJob> EtcdJobFromFlags() {
   const std::string endpoints = absl::GetFlag(FLAGS_etcd);
   if (endpoints.empty()) return job;
   job.connection.endpoints = SplitAddressList(endpoints);
+  if (job.connection.endpoints.empty()) {
+    return absl::InvalidArgumentError("--etcd names no endpoint");
+  }
   job.job = absl::GetFlag(FLAGS_job);
   RETURN_IF_ERROR(CheckJobName(job.job));
   if (absl::flags_internal::WasPresentOnCommandLine("servers")) {

@@ -56,7 +56,7 @@ size_t EmbeddingStoreImpl::ExpireRowsInMemory(Stripe& stripe,
   if (expiring.empty()) return 0;
   // A part of the stripe per hold of its lock, so that pulls and pushes of
   // the stripe wait for a part's sweep (~0.2 ms), not the whole stripe's.
-  constexpr size_t kSlotsPerLock = 16384;
+  constexpr size_t kEntriesPerLock = 16384;
   std::vector<CachedRow*> expired;
   std::vector<uint32_t> expired_tables;
   size_t expired_rows = 0;
@@ -66,7 +66,7 @@ size_t EmbeddingStoreImpl::ExpireRowsInMemory(Stripe& stripe,
     expired.clear();
     expired_tables.clear();
     more = stripe.cache.ForEachRowFrom(
-        &cursor, kSlotsPerLock,
+        &cursor, kEntriesPerLock,
         [&](uint32_t table_id, CachedRow& row, absl::Span<float>) {
           // A dirty row has an update RocksDB does not: it goes once
           // written.
@@ -80,7 +80,7 @@ size_t EmbeddingStoreImpl::ExpireRowsInMemory(Stripe& stripe,
           }
         });
     // The copies on disk are expired too: a load treats them as absent,
-    // and compaction drops them. Erasing frees slots without moving rows:
+    // and compaction drops them. Erasing frees entries without moving rows:
     // the cursor stays valid.
     for (size_t i = 0; i < expired.size(); ++i)
       stripe.cache.Erase(expired_tables[i], expired[i]);

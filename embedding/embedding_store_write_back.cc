@@ -114,7 +114,7 @@ absl::Status EmbeddingStoreImpl::FlushStripe(Stripe& stripe) {
     absl::MutexLock lock(&stripe.mu);
     AwaitWriteBackLanded(stripe);
     // No row pointer is held outside the lock, and none under it here: the
-    // moment to give back the memory of free slots.
+    // moment to give back the memory of free entries.
     stripe.cache.Compact();
     taken = TakeDirtyRows(stripe, &batch);
     // Under kWal the mark is written even with no dirty row, so that a quiet

@@ -11,7 +11,7 @@
 namespace ps::embedding {
 namespace {
 
-// The index keeps between 7/16 and 7/8 of its entries full, an entry being a
+// The index keeps between 7/16 and 7/8 of its buckets full, a bucket being a
 // 4-byte entry number and a control byte: about 8 bytes a row on average.
 constexpr size_t kIndexBytesPerRow = 8;
 
@@ -34,7 +34,7 @@ size_t EntryBytes(size_t floats) {
 }
 
 // Looking a key up by its hash tag alone relies on how this Abseil's
-// raw_hash_set probes (it calls the equality only on entries whose 7-bit tag
+// raw_hash_set probes (it calls the equality only on buckets whose 7-bit tag
 // matches, and checks nothing else); elsewhere keys are compared for real.
 #if defined(ABSL_LTS_RELEASE_VERSION) && ABSL_LTS_RELEASE_VERSION == 20220623
 constexpr bool kTagProbes = true;

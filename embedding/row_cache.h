@@ -94,7 +94,7 @@ class RowCache {
 
   // Find() of each of `keys` into `rows` (same size), faster than one by
   // one for keys spread over a table larger than the CPU's caches: it looks
-  // keys up in windows, and in each first prefetches the index entries, then
+  // keys up in windows, and in each first prefetches the index buckets, then
   // the rows the keys most likely have (found from the index alone, without
   // comparing keys, which reads the row), then finds them in the caches.
   // `prefetch_floats`: how many of each row's floats the caller reads next.
@@ -196,8 +196,8 @@ class RowCache {
   struct KeyProbe {
     uint64_t key;
   };
-  // A key whose lookup ends at the first entry with the same hash tag (7
-  // bits of the hash): the key's entry, most likely.
+  // A key whose lookup ends at the first index bucket with the same hash tag
+  // (7 bits of the hash): the key's entry, most likely.
   struct TagProbe {
     uint64_t key;
   };

@@ -133,12 +133,15 @@ class Backend {
                                         bool self_interaction, float* dx) = 0;
 
   // --- loss -----------------------------------------------------------------
-  // probabilities = sigmoid(logits); dlogits = (p - label) / batch (the
-  // gradient of the mean loss); *loss_sum (one float in backend memory) =
-  // sum of binary cross-entropy over the batch. Stable for large |logit|.
+  // probabilities = sigmoid(logits); dlogits = scale * (p - label) / batch
+  // (the gradient of the mean of the scaled losses); *loss_sum (one float in
+  // backend memory) = sum of scale * binary cross-entropy over the batch.
+  // `scale`: batch per-example factors (a weighted or masked loss), or null
+  // for 1. Stable for large |logit|.
   virtual Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                                     int batch, float* probabilities,
-                                     float* dlogits, float* loss_sum) = 0;
+                                     const float* scale, int batch,
+                                     float* probabilities, float* dlogits,
+                                     float* loss_sum) = 0;
 };
 
 // The pairs DotInteraction() gives `rows` rows: rows (rows - 1) / 2, or

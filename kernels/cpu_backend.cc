@@ -345,17 +345,19 @@ class CpuBackend final : public Backend {
   }
 
   Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                             int batch, float* probabilities, float* dlogits,
+                             const float* scale, int batch,
+                             float* probabilities, float* dlogits,
                              float* loss_sum) override {
     double loss = 0.0;
     for (int b = 0; b < batch; ++b) {
       const float z = logits[b];
       const float p = 1.0f / (1.0f + std::exp(-z));
+      const float factor = scale == nullptr ? 1.0f : scale[b];
       probabilities[b] = p;
-      dlogits[b] = (p - labels[b]) / static_cast<float>(batch);
+      dlogits[b] = factor * (p - labels[b]) / static_cast<float>(batch);
       // BCE = max(z, 0) - z * y + log(1 + exp(-|z|)): no overflow.
-      loss += std::max(z, 0.0f) - z * labels[b] +
-              std::log1p(std::exp(-std::fabs(z)));
+      loss += factor * (std::max(z, 0.0f) - z * labels[b] +
+                        std::log1p(std::exp(-std::fabs(z))));
     }
     *loss_sum = static_cast<float>(loss);
     return Status::Ok();

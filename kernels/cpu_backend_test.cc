@@ -313,10 +313,10 @@ TEST_F(CpuBackendTest, EmptyBatchIsANoOp) {
           .ok());
   EXPECT_EQ(grads, std::vector<float>(6, 0.0f));
   float loss = -1.0f;
-  ASSERT_TRUE(
-      backend_
-          ->SigmoidCrossEntropy(nullptr, nullptr, 0, nullptr, nullptr, &loss)
-          .ok());
+  ASSERT_TRUE(backend_
+                  ->SigmoidCrossEntropy(nullptr, nullptr, nullptr, 0, nullptr,
+                                        nullptr, &loss)
+                  .ok());
   EXPECT_EQ(loss, 0.0f);
 }
 
@@ -348,8 +348,8 @@ TEST_F(CpuBackendTest, SigmoidCrossEntropyIsStableForLargeLogits) {
   std::vector<float> probabilities(4), dlogits(4);
   float loss = 0;
   ASSERT_TRUE(backend_
-                  ->SigmoidCrossEntropy(logits.data(), labels.data(), 4,
-                                        probabilities.data(), dlogits.data(),
+                  ->SigmoidCrossEntropy(logits.data(), labels.data(), nullptr,
+                                        4, probabilities.data(), dlogits.data(),
                                         &loss)
                   .ok());
   // log 2 + ~0 + 100 + log(1 + e^2)
@@ -357,6 +357,36 @@ TEST_F(CpuBackendTest, SigmoidCrossEntropyIsStableForLargeLogits) {
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_FLOAT_EQ(dlogits[0], (0.5f - 1.0f) / 4);
   EXPECT_NEAR(probabilities[3], 1.0 / (1.0 + std::exp(-2.0)), 1e-6);
+}
+
+// A scale multiplies each example's loss and gradient; 0 leaves it out.
+TEST_F(CpuBackendTest, SigmoidCrossEntropyScalesEachExample) {
+  const std::vector<float> logits = {0.5f, -1.0f, 3.0f, -2.0f};
+  const std::vector<float> labels = {1.0f, 0.0f, 0.0f, 1.0f};
+  const std::vector<float> scale = {2.0f, 0.0f, 0.5f, 1.0f};
+  std::vector<float> probabilities(4), dlogits(4), scaled_dlogits(4);
+  float loss = 0, scaled_loss = 0;
+  ASSERT_TRUE(backend_
+                  ->SigmoidCrossEntropy(logits.data(), labels.data(), nullptr,
+                                        4, probabilities.data(), dlogits.data(),
+                                        &loss)
+                  .ok());
+  ASSERT_TRUE(backend_
+                  ->SigmoidCrossEntropy(logits.data(), labels.data(),
+                                        scale.data(), 4, probabilities.data(),
+                                        scaled_dlogits.data(), &scaled_loss)
+                  .ok());
+  double expected_loss = 0;
+  for (int b = 0; b < 4; ++b) {
+    const double p = 1.0 / (1.0 + std::exp(-logits[b]));
+    const double cross_entropy =
+        -(labels[b] * std::log(p) + (1 - labels[b]) * std::log(1 - p));
+    expected_loss += scale[b] * cross_entropy;
+    EXPECT_NEAR(scaled_dlogits[b], scale[b] * (p - labels[b]) / 4, 1e-6) << b;
+    EXPECT_NEAR(scaled_dlogits[b], scale[b] * dlogits[b], 1e-6) << b;
+  }
+  EXPECT_NEAR(scaled_loss, expected_loss, 1e-5);
+  EXPECT_EQ(scaled_dlogits[1], 0.0f);
 }
 
 TEST_F(CpuBackendTest, BiasReluColumnSumsAndCopyColumns) {

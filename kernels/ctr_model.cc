@@ -314,8 +314,8 @@ Status CtrModel::TrainStep(const StepInputs& in, StepOutputs* out,
   KERNELS_RETURN_IF_ERROR(Reserve(&dlogits_, batch));
   KERNELS_RETURN_IF_ERROR(Reserve(&loss_, 1));
   KERNELS_RETURN_IF_ERROR(backend_->SigmoidCrossEntropy(
-      logits_.data, set.labels.data, batch, probabilities_.data, dlogits_.data,
-      loss_.data));
+      logits_.data, set.labels.data, /*scale=*/nullptr, batch,
+      probabilities_.data, dlogits_.data, loss_.data));
   KERNELS_RETURN_IF_ERROR(Backward(in, set));
   if (next != nullptr) {
     // The other set was last read by the step before this one, which its

@@ -268,7 +268,8 @@ __global__ void FmBackwardKernel(const float* x, const float* dlogits,
 }
 
 __global__ void SigmoidCrossEntropyKernel(const float* logits,
-                                          const float* labels, int batch,
+                                          const float* labels,
+                                          const float* scale, int batch,
                                           float* probabilities, float* dlogits,
                                           float* loss_sum) {
   __shared__ float partial[kThreads];
@@ -277,9 +278,10 @@ __global__ void SigmoidCrossEntropyKernel(const float* logits,
        b += blockDim.x * gridDim.x) {
     const float z = logits[b];
     const float p = 1.0f / (1.0f + expf(-z));
+    const float factor = scale == nullptr ? 1.0f : scale[b];
     probabilities[b] = p;
-    dlogits[b] = (p - labels[b]) / static_cast<float>(batch);
-    loss += fmaxf(z, 0.0f) - z * labels[b] + log1pf(expf(-fabsf(z)));
+    dlogits[b] = factor * (p - labels[b]) / static_cast<float>(batch);
+    loss += factor * (fmaxf(z, 0.0f) - z * labels[b] + log1pf(expf(-fabsf(z))));
   }
   partial[threadIdx.x] = loss;
   __syncthreads();
@@ -536,14 +538,15 @@ class CudaBackend final : public Backend {
   }
 
   Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                             int batch, float* probabilities, float* dlogits,
+                             const float* scale, int batch,
+                             float* probabilities, float* dlogits,
                              float* loss_sum) override {
     KERNELS_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(loss_sum, 0, sizeof(float), stream_));
     if (batch == 0) return Status::Ok();
     SigmoidCrossEntropyKernel<<<std::min(Blocks(batch), 1024), kThreads, 0,
-                                stream_>>>(logits, labels, batch, probabilities,
-                                           dlogits, loss_sum);
+                                stream_>>>(logits, labels, scale, batch,
+                                           probabilities, dlogits, loss_sum);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }

@@ -112,10 +112,11 @@ class ForwardingBackend : public Backend {
     return target_->FmBackward(x, dlogits, x_cols, batch, fields, dim, dx);
   }
   Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                             int batch, float* probabilities, float* dlogits,
+                             const float* scale, int batch,
+                             float* probabilities, float* dlogits,
                              float* loss_sum) override {
-    return target_->SigmoidCrossEntropy(logits, labels, batch, probabilities,
-                                        dlogits, loss_sum);
+    return target_->SigmoidCrossEntropy(logits, labels, scale, batch,
+                                        probabilities, dlogits, loss_sum);
   }
 
  private:

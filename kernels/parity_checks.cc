@@ -307,9 +307,26 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
               nullptr};
     loss.run = [=](Backend& b, const std::vector<float*>& in,
                    const std::vector<float*>& out) {
-      return b.SigmoidCrossEntropy(in[0], in[1], batch, out[0], out[1], out[2]);
+      return b.SigmoidCrossEntropy(in[0], in[1], nullptr, batch, out[0], out[1],
+                                   out[2]);
     };
     cases.push_back(std::move(loss));
+    // Weighted and masked: some scales 0, the others spread over (0, 4).
+    std::vector<float> scale = RandomFloats(n, rng, 2.0f);
+    for (size_t i = 0; i < scale.size(); ++i)
+      scale[i] = i % 5 == 0 ? 0.0f : 2.0f + scale[i];
+    Case scaled{"sigmoid_cross_entropy_scaled_b" + std::to_string(batch),
+                kReductionTolerance,
+                {logits, labels, scale},
+                {n, n, 1},
+                {},
+                nullptr};
+    scaled.run = [=](Backend& b, const std::vector<float*>& in,
+                     const std::vector<float*>& out) {
+      return b.SigmoidCrossEntropy(in[0], in[1], in[2], batch, out[0], out[1],
+                                   out[2]);
+    };
+    cases.push_back(std::move(scaled));
   }
   // Elementwise kernels on an odd shape.
   {

@@ -165,6 +165,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   const model::ModelSpec& spec = plan_->spec();
   labels.resize(batch);
   for (int b = 0; b < batch; ++b) labels[b] = examples[b].label;
+  PrepareLossScale(examples);
   for (TableRows& table : tables) table.Clear();
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
   // Per table, the position of each key among its keys (none for a
@@ -270,6 +271,22 @@ void BatchInputs::PlacePooledRows() {
   }
 }
 
+void BatchInputs::PrepareLossScale(const std::vector<Example>& examples) {
+  loss_scale.clear();
+  double weight_sum = 0.0;
+  bool uniform = true;
+  for (const Example& example : examples) {
+    weight_sum += example.weight;
+    uniform = uniform && example.weight == examples[0].weight;
+  }
+  if (uniform) return;
+  loss_scale.resize(batch);
+  for (int b = 0; b < batch; ++b) {
+    loss_scale[b] = static_cast<float>(static_cast<double>(examples[b].weight) *
+                                       batch / weight_sum);
+  }
+}
+
 void BatchInputs::PrepareDense(const std::vector<Example>& examples) {
   const model::ModelSpec& spec = plan_->spec();
   dense.resize(dense_columns_.size());
@@ -349,6 +366,7 @@ model::GraphInputs BatchInputs::Inputs() const {
   model::GraphInputs in;
   in.batch = batch;
   in.labels = labels.data();
+  in.loss_scale = loss_scale.empty() ? nullptr : loss_scale.data();
   for (const TableRows& table : tables) {
     in.table_rows.push_back(table.rows.data());
     in.table_row_counts.push_back(static_cast<int>(table.row_count()));

@@ -5,8 +5,8 @@
 // batch's distinct keys to fetch (from the shards when training, from an
 // export when scoring) and, after them, one pooled row per (example, slot)
 // that holds several keys; each lookup's row per example; each dense group
-// transformed; the labels. The trainer and the scorers build their steps
-// the same way from it.
+// transformed; the labels and the examples' weights. The trainer and the
+// scorers build their steps the same way from it.
 //
 // Keys per slot: a field's are its column's (features.h), a cross's the
 // layout's cross of it (LayoutForPlan() puts the spec's crosses in the
@@ -105,6 +105,11 @@ class BatchInputs {
   // Per dense group (plan.dense_nodes()): batch x columns, transformed.
   std::vector<std::vector<float>> dense;
   std::vector<float> labels;
+  // A weighted loss's factors (model::GraphInputs::loss_scale): each
+  // example's weight over the batch's mean weight, so that the step's loss
+  // is the weighted mean of the examples' losses. Empty when every example
+  // weighs the same (the plain mean).
+  std::vector<float> loss_scale;
   // Per dense tensor, padded to whole chunks.
   std::vector<std::vector<float>> dense_params;
 
@@ -128,6 +133,7 @@ class BatchInputs {
   // places once every table's keys are counted, and the dense inputs.
   void CopyFromLeaders(const std::vector<Prefix>& prefixes);
   void PlacePooledRows();
+  void PrepareLossScale(const std::vector<Example>& examples);
   void PrepareDense(const std::vector<Example>& examples);
 
   // Per dense group: per column, its position among the dense columns.

@@ -281,6 +281,33 @@ TEST(BatchInputsTest, FoldingGradientsIsTheAdjointOfPooling) {
   }
 }
 
+TEST(BatchInputsTest, WeightsScaleEachExampleByItsWeightOverTheMean) {
+  InputLayout layout =
+      *MakeInputLayout("csv", false, "label,cat,weight", "|", "sum", "");
+  model::BuiltinOptions options;
+  auto spec = model::BuiltinModelSpec("lr", ColumnUses(layout), options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = model::ModelPlan::Create({*spec, {}}, ColumnUses(layout));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  BatchInputs inputs(&*plan, layout);
+  auto parse = [&](const std::vector<std::string>& lines) {
+    std::vector<Example> examples(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i)
+      EXPECT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok()) << lines[i];
+    return examples;
+  };
+  inputs.Prepare(parse({"1,a,3", "0,b,1", "0,c,2"}));
+  ASSERT_EQ(inputs.loss_scale.size(), 3u);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[0], 1.5f);  // 3 over the mean, 2
+  EXPECT_FLOAT_EQ(inputs.loss_scale[1], 0.5f);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[2], 1.0f);
+  EXPECT_EQ(inputs.Inputs().loss_scale, inputs.loss_scale.data());
+  // The same weight everywhere is the plain mean.
+  inputs.Prepare(parse({"1,a,4", "0,b,4"}));
+  EXPECT_TRUE(inputs.loss_scale.empty());
+  EXPECT_EQ(inputs.Inputs().loss_scale, nullptr);
+}
+
 TEST(BatchInputsTest, BuiltinsReadTheLayoutsFieldsAndLog1pDense) {
   InputLayout layout =
       *MakeInputLayout("csv", false, kColumns, "|", "mean", "0:1");

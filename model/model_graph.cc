@@ -78,6 +78,7 @@ void ModelGraph::Release(Buffer& buffer) {
 ModelGraph::~ModelGraph() {
   for (InputSet& set : sets_) {
     Release(set.labels.storage);
+    Release(set.loss_scale.storage);
     for (auto* inputs :
          {&set.table_rows, &set.dense_inputs, &set.params, &set.layer_index}) {
       for (Input& input : *inputs) Release(input.storage);
@@ -146,6 +147,13 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
   if (with_labels) {
     if (absl::Status s = Upload(&set->labels, in.labels, batch, idle); !s.ok())
       return s;
+    set->loss_scale.data = nullptr;
+    if (in.loss_scale != nullptr) {
+      if (absl::Status s = Upload(&set->loss_scale, in.loss_scale, batch, idle);
+          !s.ok()) {
+        return s;
+      }
+    }
   }
   for (size_t n = 0; n < layer_lookups_.size(); ++n) {
     const std::vector<int>& lookups = layer_lookups_[n];
@@ -750,8 +758,8 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
   }
   if (absl::Status s = Reserve(&loss_, 1); !s.ok()) return s;
   MODEL_RETURN_IF_KERNEL_ERROR(backend_->SigmoidCrossEntropy(
-      nodes_[plan_.output()].value.data, in_->labels.data, batch,
-      probabilities_.data, dlogits_.data, loss_.data));
+      nodes_[plan_.output()].value.data, in_->labels.data, in_->loss_scale.data,
+      batch, probabilities_.data, dlogits_.data, loss_.data));
   if (absl::Status s = Backward(batch); !s.ok()) return s;
   if (next != nullptr && !backend_->ComputesOnHostMemory()) {
     // The other set was last read by the step before this one, whose copy

@@ -30,6 +30,10 @@ struct GraphInputs {
   int batch = 0;
   // batch labels in {0, 1}; unused by Predict().
   const float* labels = nullptr;
+  // batch factors of each example's loss (kernels/backend.h's
+  // SigmoidCrossEntropy scale: a weighted loss), or null for 1; unused by
+  // Predict().
+  const float* loss_scale = nullptr;
   // Per table of the spec: its rows for this batch (table_rows[t] holds
   // table_row_counts[t] x dim floats; rows the step does not read may be
   // left out, but every index below must be in range).
@@ -105,6 +109,8 @@ class ModelGraph {
   // upload overlaps this one's kernels.
   struct InputSet {
     Input labels;
+    // Its data is null when the step's loss is not scaled.
+    Input loss_scale;
     std::vector<Input> table_rows, dense_inputs, params;
     // Per embedding or wide layer: its rows' indices, example-major (batch
     // x its lookups, so that one kernel call gathers or scatters them all),

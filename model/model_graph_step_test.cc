@@ -217,6 +217,88 @@ TEST(ModelGraphTest, StagedInputsTrainAsUploadedOnes) {
   }
 }
 
+// `values`, `rows` rows of `width`, with row `b` twice (at b and b + 1).
+template <typename T>
+std::vector<T> WithRowTwice(const std::vector<T>& values, int rows, int width,
+                            int b) {
+  std::vector<T> out;
+  for (int e = 0; e < rows; ++e) {
+    for (int copy = 0; copy < (e == b ? 2 : 1); ++copy)
+      out.insert(out.end(), values.begin() + e * width,
+                 values.begin() + (e + 1) * width);
+  }
+  return out;
+}
+
+// `step` with example `b` in it twice (at b and b + 1).
+Step WithExampleTwice(const ModelPlan& plan, const Step& step, int b) {
+  auto twice = [&](const auto& values, int width) {
+    return WithRowTwice(values, step.batch, width, b);
+  };
+  Step out = step;
+  out.batch = step.batch + 1;
+  out.labels = twice(step.labels, 1);
+  out.lookup_index.clear();
+  for (size_t l = 0; l < plan.lookups().size(); ++l) {
+    const std::vector<int32_t> column(
+        step.lookup_index.begin() + l * step.batch,
+        step.lookup_index.begin() + (l + 1) * step.batch);
+    const std::vector<int32_t> doubled = twice(column, 1);
+    out.lookup_index.insert(out.lookup_index.end(), doubled.begin(),
+                            doubled.end());
+  }
+  for (size_t d = 0; d < step.dense_inputs.size(); ++d) {
+    out.dense_inputs[d] =
+        twice(step.dense_inputs[d], plan.nodes()[plan.dense_nodes()[d]].width);
+  }
+  return out;
+}
+
+// A weighted loss (a scale of weight over the mean weight) trains as the
+// examples repeated: weight 2 is the example twice.
+TEST(ModelGraphTest, AWeightOfTwoTrainsAsTheExampleTwice) {
+  BuiltinOptions options;
+  options.embedding_dim = 4;
+  options.hidden = {6};
+  absl::StatusOr<ModelSpec> spec =
+      BuiltinModelSpec("wide_deep", kColumns, options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<ModelPlan> plan =
+      ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Step weighted = RandomStep(*plan, 5, 4);
+  // Weights 2, 1, 1, 1, 1: each over their mean (6 / 5).
+  weighted.loss_scale = {2 / 1.2f, 1 / 1.2f, 1 / 1.2f, 1 / 1.2f, 1 / 1.2f};
+  const Step repeated = WithExampleTwice(*plan, weighted, 0);
+  Step unweighted = repeated;
+  unweighted.loss_scale.clear();
+  auto cpu = kernels::NewCpuBackend();
+  ModelGraph graph(&*plan, cpu.get());
+  GraphOutputs by_weight, by_repeat, plain;
+  ASSERT_TRUE(graph.TrainStep(weighted.Inputs(), &by_weight).ok());
+  ASSERT_TRUE(graph.TrainStep(unweighted.Inputs(), &by_repeat).ok());
+  EXPECT_NEAR(by_weight.loss_sum / 5, by_repeat.loss_sum / 6, 1e-5);
+  ASSERT_EQ(by_weight.dense_grads.size(), by_repeat.dense_grads.size());
+  for (size_t t = 0; t < by_weight.dense_grads.size(); ++t) {
+    for (size_t i = 0; i < by_weight.dense_grads[t].size(); ++i) {
+      EXPECT_NEAR(by_weight.dense_grads[t][i], by_repeat.dense_grads[t][i],
+                  1e-5)
+          << "tensor " << t << " value " << i;
+    }
+  }
+  for (size_t t = 0; t < by_weight.table_grads.size(); ++t) {
+    for (size_t i = 0; i < by_weight.table_grads[t].size(); ++i) {
+      EXPECT_NEAR(by_weight.table_grads[t][i], by_repeat.table_grads[t][i],
+                  1e-5)
+          << "table " << t << " value " << i;
+    }
+  }
+  // Without the weights the step is another one.
+  weighted.loss_scale.clear();
+  ASSERT_TRUE(graph.TrainStep(weighted.Inputs(), &plain).ok());
+  EXPECT_GT(std::abs(plain.loss_sum / 5 - by_repeat.loss_sum / 6), 1e-4);
+}
+
 TEST(ModelGraphTest, AnEmptyBatchTrainsWithZeroGradients) {
   const ModelPlan plan = Plan(kLayerCases[0].layers);
   auto cpu = kernels::NewCpuBackend();

@@ -71,12 +71,12 @@ class BrokenBackend : public kernels::ForwardingBackend {
       : ForwardingBackend(cpu), broken_(broken) {}
 
   kernels::Status SigmoidCrossEntropy(const float* logits, const float* labels,
-                                      int batch, float* probabilities,
-                                      float* dlogits,
+                                      const float* scale, int batch,
+                                      float* probabilities, float* dlogits,
                                       float* loss_sum) override {
     backward_ = true;
     return ForwardingBackend::SigmoidCrossEntropy(
-        logits, labels, batch, probabilities, dlogits, loss_sum);
+        logits, labels, scale, batch, probabilities, dlogits, loss_sum);
   }
   kernels::Status CopyToHost(void* host, const void* device,
                              size_t bytes) override {

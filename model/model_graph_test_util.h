@@ -60,6 +60,7 @@ inline ModelPlan Plan(const std::string& layers) {
 struct Step {
   int batch = 0;
   std::vector<float> labels;
+  std::vector<float> loss_scale;  // empty: none
   std::vector<std::vector<float>> table_rows;
   std::vector<int> row_counts;
   std::vector<int32_t> lookup_index;
@@ -70,6 +71,7 @@ struct Step {
     GraphInputs inputs;
     inputs.batch = batch;
     inputs.labels = labels.data();
+    inputs.loss_scale = loss_scale.empty() ? nullptr : loss_scale.data();
     for (const auto& rows : table_rows)
       inputs.table_rows.push_back(rows.data());
     inputs.table_row_counts = row_counts;

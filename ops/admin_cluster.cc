@@ -373,15 +373,23 @@ int Clocks(const Cluster& cluster) {
   return ReportFailures("clocks", {answer});
 }
 
-// `stop`: every shard stops as SIGTERM stops it.
+// `stop`: every shard stops as SIGTERM stops it. A shard of a release
+// before Admin.Stop is asked by the call's former name, Drain; the JSON
+// keeps the key "draining" of that release beside "stopping", for scripts.
 int Stop(const Cluster& cluster) {
   return OnEveryShard(
       cluster, "stop",
       [&](ps::Admin::Stub& admin, Json* fields) {
+        *fields = {{"stopping", true}, {"draining", true}};
         ps::StopResponse response;
-        *fields = {{"stopping", true}};
-        return admin.Stop(cluster.Context().get(), ps::StopRequest(),
-                          &response);
+        const grpc::Status stopped =
+            admin.Stop(cluster.Context().get(), ps::StopRequest(), &response);
+        if (stopped.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+          return stopped;
+        }
+        ps::DrainResponse drained;
+        return admin.Drain(cluster.Context().get(), ps::DrainRequest(),
+                           &drained);
       },
       [](const Json&) {
         return std::string(

@@ -305,8 +305,6 @@ absl::Status CatchUp(const AdminChannels& shards, uint32_t source,
   return MakeDurable(shards, options, instance, paused.ledgers());
 }
 
-// Moves `source`'s slots of the range; on failure before the switch, the
-// move is cancelled there and the target's copy purged.
 // Gives the slots away in the source's map (`next`, over the map of
 // `epoch`). An answer lost after the change was made (or etcd's
 // compare-and-swap retried after it succeeded) fails a change that
@@ -343,6 +341,8 @@ absl::Status EndFailedMove(const AdminChannels& shards, uint32_t source,
   return switched;
 }
 
+// Moves `source`'s slots of the range; on failure before the switch, the
+// move is cancelled there and the target's copy purged.
 absl::StatusOr<SlotMoveReport::Source> MoveFrom(const AdminChannels& shards,
                                                 uint32_t source,
                                                 const SlotMoveOptions& options,

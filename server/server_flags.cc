@@ -635,6 +635,9 @@ absl::Status ReadReplicaOfShard(ServerProcessOptions* options) {
 // --etcd and what goes with it.
 absl::Status ReadEtcdFlags(EtcdMembershipOptions* etcd) {
   etcd->connection.endpoints = SplitAddressList(absl::GetFlag(FLAGS_etcd));
+  if (!absl::GetFlag(FLAGS_etcd).empty() && !etcd->enabled()) {
+    return BadFlag("--etcd names no endpoint");
+  }
   if (etcd->enabled()) {
     RETURN_IF_ERROR(net::AddEtcdSecurityFromFlags(&etcd->connection));
   }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -28,6 +29,8 @@ ABSL_DECLARE_FLAG(std::string, replication);
 ABSL_DECLARE_FLAG(uint32_t, max_workers);
 ABSL_DECLARE_FLAG(std::string, replica_of);
 ABSL_DECLARE_FLAG(int32_t, replica_of_shard);
+ABSL_DECLARE_FLAG(std::string, etcd_tls_ca);
+ABSL_DECLARE_FLAG(std::string, etcd_tls_cert);
 
 namespace ps::server {
 namespace {
@@ -71,6 +74,21 @@ TEST_F(ServerFlagsTest, EtcdFlagsFillTheMembership) {
   EXPECT_TRUE(options->etcd.allow_unclean_promotion);
   EXPECT_FALSE(options->etcd.accept_etcd_rollback);
   EXPECT_EQ(options->drain, absl::Seconds(4));
+  EXPECT_EQ(options->etcd.connection.endpoints,
+            std::vector<std::string>{"127.0.0.1:2379"});
+  EXPECT_TRUE(options->etcd.connection.tls.ca.empty());
+  // etcd's TLS flags are read here too, and checked.
+  absl::SetFlag(&FLAGS_etcd_tls_ca, "/etc/etcd/ca.pem");
+  options = ServerProcessOptionsFromFlags();
+  ASSERT_OK(options);
+  EXPECT_EQ(options->etcd.connection.tls.ca, "/etc/etcd/ca.pem");
+  absl::SetFlag(&FLAGS_etcd_tls_cert, "/etc/etcd/client.pem");
+  EXPECT_TRUE(
+      IsUsageError(ServerProcessOptionsFromFlags().status(), "--etcd_tls_key"));
+  absl::SetFlag(&FLAGS_etcd_tls_cert, "");
+  absl::SetFlag(&FLAGS_etcd, " , ");
+  EXPECT_TRUE(IsUsageError(ServerProcessOptionsFromFlags().status(),
+                           "--etcd names no endpoint"));
 }
 
 TEST_F(ServerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {

@@ -1,7 +1,5 @@
 #include "server/shard_process.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -192,8 +190,7 @@ void AnnounceServing(const ServerOptions& options, const ShardServer& server) {
             << ")";
 }
 
-// Why serving ends: a signal (or an admin stop, which raises SIGTERM), or
-// the cluster.
+// Why serving ends: a signal, an admin stop, or the cluster.
 struct StopCause {
   std::string why;
   bool failed = false;

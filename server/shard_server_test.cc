@@ -4,6 +4,7 @@
 
 #include "server/shard_server.h"
 
+#include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -83,7 +84,7 @@ TEST(ShardServerTest, ADataDirIsServedOnlyAsTheShardItWasCreatedAs) {
 // Admin.Stop calls the server's stop, as Drain (its former name) does; a
 // server without one refuses both.
 TEST(ShardServerTest, AdminStopAndItsFormerNameCallTheStop) {
-  int stops = 0;
+  std::atomic<int> stops{0};
   ServerOptions options = Options(FreshTestDir("admin_stop"));
   options.stop = [&stops] { ++stops; };
   auto server = ShardServer::Start(options);
@@ -96,13 +97,13 @@ TEST(ShardServerTest, AdminStopAndItsFormerNameCallTheStop) {
     StopResponse response;
     EXPECT_TRUE(admin->Stop(&context, StopRequest(), &response).ok());
   }
-  EXPECT_EQ(stops, 1);
+  EXPECT_EQ(stops.load(), 1);
   {
     grpc::ClientContext context;
     DrainResponse response;
     EXPECT_TRUE(admin->Drain(&context, DrainRequest(), &response).ok());
   }
-  EXPECT_EQ(stops, 2);
+  EXPECT_EQ(stops.load(), 2);
   EXPECT_OK((*server)->Shutdown(absl::ZeroDuration()));
 
   auto unstoppable = ShardServer::Start(Options(FreshTestDir("no_stop")));

@@ -167,7 +167,8 @@ TEST_F(FaultMatrixTest, AShardFiveTimesSlowerThanTheOthers) {
   CountingWorkload slow(shards.addresses(), kRounds, 400, absl::Seconds(30),
                         "slow_counts");
   // The fault is on before the rounds start.
-  ASSERT_TRUE(WaitUntil([&] { return stops.load() > 0; }, absl::Seconds(10),
+  // (Not fatal: the throttle thread must be joined below whatever happens.)
+  EXPECT_TRUE(WaitUntil([&] { return stops.load() > 0; }, absl::Seconds(10),
                         absl::Milliseconds(1)));
   const int stops_before = stops.load();
   const absl::Time slow_start = absl::Now();

@@ -254,14 +254,18 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   // Every answer meanwhile is one export's, whole.
   bool answered = true;
   int mixed_line = -1;
+  float got = 0, wanted = 0;
   auto answers_export_2 = [&] {
     answered = predict(lines, &response).ok();
     if (!answered) return true;  // stop: the check below fails
     const std::vector<float>& expected =
         response.model_version() == "export-2" ? second : first;
     for (int i = 0; i < 2000; ++i) {
-      if (std::abs(response.probabilities(i) - expected[i]) > 1e-6) {
+      // (Written so that a NaN is a mismatch too.)
+      if (!(std::abs(response.probabilities(i) - expected[i]) <= 1e-6)) {
         mixed_line = i;
+        got = response.probabilities(i);
+        wanted = expected[i];
         return true;  // stop: the check below fails
       }
     }
@@ -270,7 +274,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   WaitUntil(answers_export_2, absl::Seconds(30), absl::Milliseconds(20));
   ASSERT_TRUE(answered);
   ASSERT_EQ(mixed_line, -1) << response.model_version() << " line "
-                            << mixed_line << " is not that export's";
+                            << mixed_line << ": " << got << ", not " << wanted;
   ASSERT_EQ(response.model_version(), "export-2")
       << ReadFile(dir_ + "/serve.log");
   // The metrics say what was served: calls by method and code, the

@@ -43,8 +43,8 @@ struct TestClusterOptions {
   // Start etcd and run the job through it (--etcd, --job) rather than by
   // addresses (--servers).
   bool etcd = false;
-  // An etcd the test already runs (and outlives the cluster), for the job
-  // instead of one the cluster starts; implies `etcd`.
+  // Or run the job through an etcd the test already runs (and that outlives
+  // the cluster), whatever `etcd` says.
   EtcdProcess* running_etcd = nullptr;
   std::string job = "ctr";
   int etcd_lease_s = 2;
@@ -78,7 +78,7 @@ class TestCluster {
 
   // The etcd of the job; nullptr without options.etcd.
   EtcdProcess* etcd() { return etcd_; }
-  // A client of that etcd. REQUIRES: options.etcd.
+  // A client of that etcd. REQUIRES: etcd() is not null.
   absl::StatusOr<std::unique_ptr<cluster::CoordinationStore>> ConnectEtcd()
       const;
 

@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  // The dump has no place for a weighted loss's scale.
+  if (layout->has_weight()) return Fail("a weight column is not dumped");
   absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
   auto plan =

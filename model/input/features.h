@@ -33,6 +33,8 @@ struct Example {
   float label = 0.0f;
   // False for a line without a label (scored, not trained on); label is 0.
   bool has_label = true;
+  // The weight column's value (positive); 1 when the layout has none.
+  float weight = 1.0f;
   // The dense columns' values as read, in file order (not transformed).
   absl::InlinedVector<double, 16> dense;
   absl::InlinedVector<uint64_t, 32> keys;

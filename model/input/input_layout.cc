@@ -30,6 +30,8 @@ const char* KindName(ColumnKind kind) {
       return "multi";
     case ColumnKind::kId:
       return "id";
+    case ColumnKind::kWeight:
+      return "weight";
     default:
       return "skip";
   }
@@ -62,10 +64,12 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
       kind = ColumnKind::kSkip;
     } else if (item == "id") {
       kind = ColumnKind::kId;
+    } else if (item == "weight") {
+      kind = ColumnKind::kWeight;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--columns: unknown column kind \"", item,
-          "\" (label, dense, cat, multi, skip or id, optionally *N)"));
+          "\" (label, dense, cat, multi, skip, id or weight, optionally *N)"));
     }
     columns.insert(columns.end(), repeat, kind);
   }
@@ -112,6 +116,11 @@ bool InputLayout::has_id() const {
          columns.end();
 }
 
+bool InputLayout::has_weight() const {
+  return std::find(columns.begin(), columns.end(), ColumnKind::kWeight) !=
+         columns.end();
+}
+
 bool InputLayout::has_multi() const {
   return std::find(columns.begin(), columns.end(), ColumnKind::kMulti) !=
          columns.end();
@@ -151,6 +160,11 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
                  ColumnKind::kId) > 1) {
     return absl::InvalidArgumentError(
         "--columns may have at most one id column");
+  }
+  if (std::count(layout.columns.begin(), layout.columns.end(),
+                 ColumnKind::kWeight) > 1) {
+    return absl::InvalidArgumentError(
+        "--columns may have at most one weight column");
   }
   auto separator = OneCharacter("multi_separator", multi_separator);
   if (!separator.ok()) return separator.status();

@@ -13,6 +13,10 @@
 //   id      kept verbatim with the example, not a feature: what ps_predict
 //           writes beside each probability so that scores join back to
 //           their rows (at most one id column)
+//   weight  a positive number multiplying the example's loss (down-sampled
+//           negatives carry the rate they were kept at, inverted); the loss
+//           is the weighted mean over the batch. Not a feature; not read
+//           when scoring (line_parser.h). At most one.
 //
 // A layout has exactly one label column and at least one feature column
 // (dense, cat or multi): all-categorical and all-dense layouts are both
@@ -38,7 +42,15 @@
 
 namespace ps::model {
 
-enum class ColumnKind { kLabel, kDense, kCategorical, kMulti, kSkip, kId };
+enum class ColumnKind {
+  kLabel,
+  kDense,
+  kCategorical,
+  kMulti,
+  kSkip,
+  kId,
+  kWeight
+};
 
 struct InputLayout {
   // The column delimiter: '\t' (--format=tsv) or ',' (--format=csv). No
@@ -69,6 +81,7 @@ struct InputLayout {
   bool has_label() const;
   bool has_multi() const;
   bool has_id() const;
+  bool has_weight() const;
   // The categorical slots of an example: fields() then one per cross.
   int slots() const { return fields() + static_cast<int>(crosses.size()); }
   // Whether every field holds exactly one key and there are no crosses (each
@@ -80,7 +93,7 @@ struct InputLayout {
 // --multi_separator, --multi_pooling, --crosses). INVALID_ARGUMENT, naming
 // the flag, for a bad value: an unknown kind or format, a repeat that is not
 // a positive number, no label, several labels, no feature column (dense, cat
-// or multi), several id columns, a cross
+// or multi), several id or weight columns, a cross
 // that is not I:J of two different fields that exist, the same cross twice,
 // a multi separator that is the delimiter.
 absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,

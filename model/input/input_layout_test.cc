@@ -72,6 +72,28 @@ TEST(InputLayoutTest, EveryKindOfFeatureColumnMakesALayoutOnItsOwn) {
   EXPECT_EQ(with_id->dense_features(), 0);
 }
 
+TEST(InputLayoutTest, AWeightColumnIsOneAtMostAndRoundTrips) {
+  auto layout =
+      MakeInputLayout("tsv", false, "label,weight,dense,cat", "|", "sum", "");
+  ASSERT_OK(layout);
+  EXPECT_TRUE(layout->has_weight());
+  EXPECT_EQ(layout->fields(), 1);
+  EXPECT_EQ(layout->dense_features(), 1);
+  EXPECT_EQ(ColumnsSpec(*layout), "label,weight,dense,cat");
+  auto back = ParseLayoutText(LayoutText(*layout));
+  ASSERT_OK(back);
+  EXPECT_EQ(back->columns, layout->columns);
+  EXPECT_FALSE(InputLayout::Criteo().has_weight());
+  auto two =
+      MakeInputLayout("tsv", false, "label,weight*2,cat", "|", "sum", "");
+  EXPECT_THAT(two, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(two.status().message().find("one weight column"), std::string::npos)
+      << two.status();
+  // A weight is not a feature.
+  EXPECT_FALSE(
+      MakeInputLayout("tsv", false, "label,weight", "|", "sum", "").ok());
+}
+
 TEST(InputLayoutTest, BadFlagsNameTheFlag) {
   struct Case {
     const char* format;

@@ -1,6 +1,7 @@
 #include "model/input/line_parser.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/numbers.h"
@@ -27,6 +28,17 @@ bool ParseDense(absl::string_view raw, double* value) {
   if (!absl::SimpleAtod(raw, &real) || !std::isfinite(real)) return false;
   *value = real;
   return true;
+}
+
+// A weight: a positive number that is finite as a float.
+bool ParseWeight(absl::string_view raw, float* weight) {
+  double value = 0;
+  if (!absl::SimpleAtod(raw, &value) || !(value > 0.0) ||
+      value > std::numeric_limits<float>::max()) {
+    return false;
+  }
+  *weight = static_cast<float>(value);
+  return *weight > 0.0f;
 }
 
 // Splits `line` into its columns: `expected` of them, or one fewer when the
@@ -103,6 +115,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
   const bool labeled = columns.size() == layout.columns.size();
   example->label = 0.0f;
   example->has_label = labeled;
+  example->weight = 1.0f;
   example->dense.clear();
   example->keys.clear();
   example->slot_end.clear();
@@ -146,6 +159,17 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         break;
       case ColumnKind::kId:
         example->id.assign(raw.data(), raw.size());
+        break;
+      case ColumnKind::kWeight:
+        // Scoring (the label optional) has no use for the weight.
+        if (label == LabelColumn::kRequired &&
+            !ParseWeight(raw, &example->weight)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("weight (column ", c + 1,
+                           ") must be a positive "
+                           "finite number, got \"",
+                           raw, "\""));
+        }
         break;
     }
   }

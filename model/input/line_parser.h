@@ -19,7 +19,9 @@ enum class LabelColumn { kRequired, kOptional };
 
 // Fills `example` from `line` (no trailing newline; a trailing '\r' is
 // dropped). INVALID_ARGUMENT, with the reason, for a wrong column count, a
-// label other than 0/1, or a dense value that is not a finite number.
+// label other than 0/1, a dense value that is not a finite number, or (when
+// the label is required: training) a weight that is not a positive one.
+// Scoring ignores the weight column: example->weight is 1.
 absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
                        Example* example,
                        LabelColumn label = LabelColumn::kRequired);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
@@ -47,6 +48,33 @@ TEST(LineParserTest, ParsesAGoodLine) {
   // The same string in another field is another key; missing has its own.
   EXPECT_NE(example.keys[0], example.keys[1]);
   EXPECT_EQ(example.keys[5], FeatureKey(5, ""));
+}
+
+TEST(LineParserTest, AWeightIsAPositiveFiniteNumber) {
+  auto layout =
+      MakeInputLayout("csv", false, "label,cat,weight", "|", "sum", "");
+  ASSERT_OK(layout);
+  Example example;
+  ASSERT_OK(ParseLine("1,a,2.5", *layout, &example));
+  EXPECT_EQ(example.weight, 2.5f);
+  ASSERT_OK(ParseLine("0,a,3", *layout, &example));
+  EXPECT_EQ(example.weight, 3.0f);
+  for (const char* bad : {"0", "-1", "", "x", "nan", "inf", "1e300", "1e-60"}) {
+    const absl::Status status =
+        ParseLine(absl::StrCat("1,a,", bad), *layout, &example);
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+    EXPECT_NE(status.message().find("weight (column 3)"), std::string::npos)
+        << status;
+  }
+  // Scoring does not read it.
+  ASSERT_OK(ParseLine("1,a,0", *layout, &example, LabelColumn::kOptional));
+  EXPECT_EQ(example.weight, 1.0f);
+  ASSERT_OK(ParseLine("a,", *layout, &example, LabelColumn::kOptional));
+  EXPECT_EQ(example.weight, 1.0f);
+  // A layout without one weighs every line 1, whatever was parsed before.
+  example.weight = 7.0f;
+  ASSERT_OK(Parse(Line("1", Ints(), Cats()), &example));
+  EXPECT_EQ(example.weight, 1.0f);
 }
 
 TEST(LineParserTest, KeysArePinned) {

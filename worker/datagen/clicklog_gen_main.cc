@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ ABSL_FLAG(double, drift, 0.0,
 ABSL_FLAG(int64_t, first_line, 0,
           "With --drift: the stream position of the first line, so that a "
           "test file of the most recent data starts where training ended.");
+ABSL_FLAG(double, negative_keep_rate, 1.0,
+          "Keep each line without a click with this probability, in (0, 1] "
+          "(down-sampled negatives, as CTR logs often are); a weight column "
+          "then holds 1/rate on the negatives kept (1 on clicks), so that "
+          "training weighted by it sees the drawn click rate. --lines counts "
+          "the lines written; --summary_out's truth AUC and logloss are "
+          "over them, unweighted, and --drift's stream counts every line "
+          "drawn.");
 ABSL_FLAG(int32_t, multi_fields, 0,
           "Multi-valued fields per line (1 to 8 values each, every value with "
           "an effect on the click). Written where --columns has multi "
@@ -107,15 +116,18 @@ constexpr char kUsage[] =
 struct Generation {
   std::string out_path;
   int64_t lines = 0;
+  double negative_keep_rate = 1.0;
+  uint64_t sample_seed = 0;
   ps::worker::GeneratorOptions options;
   ps::model::InputLayout layout;
 };
 
-// The true click probabilities and the labels of the lines written, for
-// --summary_out.
+// The true click probabilities, the labels and the weights of the lines
+// written, for --summary_out.
 struct Truths {
   std::vector<float> probabilities;
   std::vector<float> labels;
+  std::vector<float> weights;
 };
 
 // The generator's options as the flags give them, unchecked.
@@ -157,7 +169,8 @@ void WarnOnColumnMismatch(const ps::model::InputLayout& layout,
 
 // The run the flags ask for, or the first bad flag's error, whose message is
 // for the user; checked in this order: --out and --lines, --drift and
-// --first_line, --multi_fields, the layout flags, then (after
+// --first_line, --multi_fields, --negative_keep_rate, the layout flags (a
+// weight column where negatives are down-sampled), then (after
 // WarnOnColumnMismatch) --max_vocabulary and --zipf_exponent. A layout
 // without multi columns gets --multi_fields of them, appended.
 absl::StatusOr<Generation> GenerationFromFlags() {
@@ -178,10 +191,21 @@ absl::StatusOr<Generation> GenerationFromFlags() {
   if (options.multi_fields < 0 || options.multi_fields > 64) {
     return absl::InvalidArgumentError("--multi_fields must be in [0, 64]");
   }
+  generation.negative_keep_rate = absl::GetFlag(FLAGS_negative_keep_rate);
+  if (!(generation.negative_keep_rate > 0.0) ||
+      generation.negative_keep_rate > 1.0) {
+    return absl::InvalidArgumentError("--negative_keep_rate must be in (0, 1]");
+  }
+  generation.sample_seed = absl::GetFlag(FLAGS_sample_seed);
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return layout.status();
   generation.layout = *std::move(layout);
+  if (generation.negative_keep_rate < 1.0 && !generation.layout.has_weight()) {
+    return absl::InvalidArgumentError(
+        "--negative_keep_rate needs a weight column in --columns (the "
+        "weights that undo the down-sampling)");
+  }
   if (!generation.layout.has_multi()) {
     generation.layout.columns.insert(generation.layout.columns.end(),
                                      options.multi_fields,
@@ -197,8 +221,9 @@ absl::StatusOr<Generation> GenerationFromFlags() {
 
 // Writes generation.lines lines from `generator` to `log`, and each line's
 // true probability to `truth` unless it is null, in blocks of about 1 MiB;
-// reports every millionth line on stderr. Adds each line's probability and
-// label to `truths` unless it is null.
+// reports every millionth line on stderr. Adds each line's probability,
+// label and weight to `truths` unless it is null. Negatives dropped by
+// --negative_keep_rate are drawn but not written (nor counted).
 absl::Status WriteLines(const Generation& generation,
                         ps::worker::ClickLogGenerator* generator, Output* log,
                         Output* truth, Truths* truths) {
@@ -207,9 +232,19 @@ absl::Status WriteLines(const Generation& generation,
     absl::StrAppend(&text, ps::worker::HeaderLine(generation.layout), "\n");
   }
   ps::worker::GeneratedExample example;
+  // Which negatives are kept: drawn apart from the lines themselves.
+  std::mt19937_64 keep(generation.sample_seed ^ 0x6b656570ULL);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int64_t i = 0; i < generation.lines; ++i) {
     double probability = 0;
     generator->Next(&example, &probability);
+    if (!example.click && generation.negative_keep_rate < 1.0) {
+      if (uniform(keep) >= generation.negative_keep_rate) {
+        --i;  // not written: draw another
+        continue;
+      }
+      example.weight = 1.0 / generation.negative_keep_rate;
+    }
     ps::worker::FormatLine(example, generation.layout, i, &line);
     text.append(line);
     text.push_back('\n');
@@ -218,6 +253,7 @@ absl::Status WriteLines(const Generation& generation,
     if (truths != nullptr) {
       truths->probabilities.push_back(static_cast<float>(probability));
       truths->labels.push_back(example.click ? 1.0f : 0.0f);
+      truths->weights.push_back(static_cast<float>(example.weight));
     }
     if (text.size() > (1 << 20)) {
       if (!log->Write(text) || (truth != nullptr && !truth->Write(truth_text)))
@@ -239,13 +275,18 @@ absl::Status WriteLines(const Generation& generation,
 // Writes to `path` the JSON of --summary_out for `lines` lines with `truths`.
 absl::Status WriteSummary(const std::string& path, int64_t lines,
                           const Truths& truths) {
-  double clicks = 0;
-  for (float label : truths.labels) clicks += label;
+  double clicks = 0, weight = 0;
+  for (size_t i = 0; i < truths.labels.size(); ++i) {
+    clicks += truths.labels[i];
+    weight += truths.weights[i];
+  }
   // Six decimals, as in ps_worker's metrics.
   auto rounded = [](double value) { return std::round(value * 1e6) / 1e6; };
   const nlohmann::ordered_json summary_json = {
       {"lines", lines},
       {"click_rate", rounded(lines > 0 ? clicks / lines : 0.0)},
+      // The click rate of the lines drawn, before negatives were dropped.
+      {"weighted_click_rate", rounded(weight > 0 ? clicks / weight : 0.0)},
       {"truth_auc",
        rounded(ps::worker::ExactAuc(truths.probabilities, truths.labels))},
       {"truth_logloss",

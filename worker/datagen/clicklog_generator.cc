@@ -85,6 +85,7 @@ int64_t ClickLogGenerator::DrawValue(int field) {
 }
 
 void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
+  example->weight = 1.0;
   double logit = options_.bias;
   int64_t values[kGeneratedCategorical];
   char buffer[32];
@@ -182,6 +183,9 @@ void FormatLine(const GeneratedExample& example,
       case model::ColumnKind::kId:
         absl::StrAppend(line, id);
         break;
+      case model::ColumnKind::kWeight:
+        absl::StrAppend(line, example.weight);
+        break;
     }
   }
 }
@@ -206,6 +210,9 @@ std::string HeaderLine(const model::InputLayout& layout) {
       case model::ColumnKind::kSkip:
       case model::ColumnKind::kId:
         names.push_back("id");
+        break;
+      case model::ColumnKind::kWeight:
+        names.push_back("weight");
         break;
     }
   }

@@ -62,12 +62,15 @@ struct GeneratedExample {
   std::string categorical[kGeneratedCategorical];
   // multi_fields lists of values.
   std::vector<std::vector<std::string>> multi;
+  // What a weight column says: 1, or the inverse of the rate a line of its
+  // kind was kept at when negatives are down-sampled.
+  double weight = 1.0;
 };
 
 // Writes `example` as a line of `layout` (no newline): the k-th dense, cat
 // and multi columns get the example's k-th such values (empty past the
-// ones it has), a skip column gets `id`. With a header, the column names
-// (label, I1.., C1.., M1.., id).
+// ones it has), a skip or id column gets `id`, a weight column its weight.
+// With a header, the column names (label, I1.., C1.., M1.., id, weight).
 void FormatLine(const GeneratedExample& example,
                 const model::InputLayout& layout, int64_t id,
                 std::string* line);
