@@ -28,6 +28,13 @@ int FailWith(absl::string_view program, const absl::Status& status) {
   return ExitCodeFor(status);
 }
 
+int FailFor(absl::string_view program, const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) {
+    return FailUsage(program, status.message());
+  }
+  return FailWith(program, status);
+}
+
 }  // namespace ps
 
 // Abseil calls this (a weak symbol of its own otherwise) for a fatal flag

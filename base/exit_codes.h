@@ -42,6 +42,9 @@ int ExitCodeFor(const absl::Status& status);
 // for a failure (`status`, printed with its code).
 int FailUsage(absl::string_view program, absl::string_view message);
 int FailWith(absl::string_view program, const absl::Status& status);
+// FailUsage() for INVALID_ARGUMENT (what the *_flags.h parsers return for a
+// bad flag or layout), FailWith() for anything else.
+int FailFor(absl::string_view program, const absl::Status& status);
 
 }  // namespace ps
 

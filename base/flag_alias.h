@@ -20,23 +20,35 @@
 
 namespace ps {
 
-// `flag`'s value, or `old_name`'s when that one was set off its default (a
-// line on stderr says it is deprecated). INVALID_ARGUMENT when both were.
+// `flag`'s value, or an old name's when that one was set off its default
+// (a line on stderr says it is deprecated). INVALID_ARGUMENT when two of
+// the names were. A flag renamed twice gives both of its old names.
 // (Abseil does not tell a flag given its default from one not given.)
-template <typename T>
+template <typename T, typename... OlderNames>
 absl::StatusOr<T> FlagOrAlias(const absl::Flag<T>& flag,
-                              const absl::Flag<T>& old_name) {
-  const absl::CommandLineFlag& alias = absl::GetFlagReflectionHandle(old_name);
-  if (alias.CurrentValue() == alias.DefaultValue()) return absl::GetFlag(flag);
-  const absl::CommandLineFlag& current = absl::GetFlagReflectionHandle(flag);
-  std::fprintf(stderr, "--%s is deprecated: use --%s\n", alias.Name().data(),
-               current.Name().data());
-  if (current.CurrentValue() != current.DefaultValue()) {
-    return absl::InvalidArgumentError(absl::StrCat("give --", current.Name(),
-                                                   " or its old name --",
-                                                   alias.Name(), ", not both"));
+                              const absl::Flag<T>& old_name,
+                              const OlderNames&... older_names) {
+  const absl::Flag<T>* names[] = {&flag, &old_name, &older_names...};
+  const absl::Flag<T>* given = nullptr;
+  for (const absl::Flag<T>* name : names) {
+    const absl::CommandLineFlag& handle = absl::GetFlagReflectionHandle(*name);
+    if (handle.CurrentValue() == handle.DefaultValue()) continue;
+    if (given != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("give --", absl::GetFlagReflectionHandle(flag).Name(),
+                       " or one of its old names, not both --",
+                       absl::GetFlagReflectionHandle(*given).Name(), " and --",
+                       handle.Name()));
+    }
+    given = name;
   }
-  return absl::GetFlag(old_name);
+  if (given == nullptr) return absl::GetFlag(flag);
+  if (given != &flag) {
+    std::fprintf(stderr, "--%s is deprecated: use --%s\n",
+                 absl::GetFlagReflectionHandle(*given).Name().data(),
+                 absl::GetFlagReflectionHandle(flag).Name().data());
+  }
+  return absl::GetFlag(*given);
 }
 
 }  // namespace ps

@@ -54,11 +54,14 @@ ABSL_FLAG(int32_t, poll_ms, 1000,
 ABSL_FLAG(int32_t, scorers, 0,
           "Requests scored at once (each scorer holds the export's readers "
           "and a CPU backend); 0: one per core.");
+ABSL_FLAG(int64_t, rocksdb_block_cache_mb, 256,
+          "RocksDB's block cache of the exports' parts, in MiB (an LRU cache "
+          "shared by every scorer and every export loaded): rows read "
+          "recently are served from memory. 0: none beyond the readers' "
+          "own.");
 ABSL_FLAG(int64_t, block_cache_mb, 256,
-          "The block cache of the exports' parts (RocksDB's LRU cache, shared "
-          "by every scorer and every export loaded): rows read recently are "
-          "served from memory. 0: none beyond the readers' own.");
-ABSL_FLAG(int64_t, cache_mb, 256, "Deprecated: use --block_cache_mb.");
+          "Deprecated: use --rocksdb_block_cache_mb.");
+ABSL_FLAG(int64_t, cache_mb, 256, "Deprecated: use --rocksdb_block_cache_mb.");
 ABSL_FLAG(int64_t, max_lines_per_request, 65536,
           "The most lines one Predict may score.");
 ABSL_FLAG(int64_t, max_keys_per_request, 1 << 20,
@@ -106,10 +109,9 @@ absl::StatusOr<int> MaxMessageBytesFromFlags() {
   return mb << 20;
 }
 
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "ps_serve: %s\n", message.c_str());
-  return code;
-}
+// Exits: 64 for a bad flag or an export that cannot be served, 70 for a
+// server that cannot start (base/exit_codes.h).
+constexpr char kProgram[] = "ps_serve";
 
 // What the Prometheus endpoint shows.
 struct ServeMetrics {
@@ -153,11 +155,12 @@ struct ServeMetrics {
                       "base (0: a full export).")
                   .Register(*registry)
                   .Add({});
-    cache_bytes = &prometheus::BuildGauge()
-                       .Name("ps_serve_cache_bytes")
-                       .Help("Bytes the block cache (--block_cache_mb) holds.")
-                       .Register(*registry)
-                       .Add({});
+    cache_bytes =
+        &prometheus::BuildGauge()
+             .Name("ps_serve_cache_bytes")
+             .Help("Bytes the block cache (--rocksdb_block_cache_mb) holds.")
+             .Register(*registry)
+             .Add({});
     swaps = &prometheus::BuildCounter()
                  .Name("ps_serve_model_swaps_total")
                  .Help("Exports swapped in.")
@@ -218,9 +221,11 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags() {
       tls_flags.allow_unauthenticated_clients, "read every weight"));
   ASSIGN_OR_RETURN(options.max_message_bytes, MaxMessageBytesFromFlags());
   ASSIGN_OR_RETURN(const int64_t block_cache_mb,
-                   ps::FlagOrAlias(FLAGS_block_cache_mb, FLAGS_cache_mb));
+                   ps::FlagOrAlias(FLAGS_rocksdb_block_cache_mb,
+                                   FLAGS_block_cache_mb, FLAGS_cache_mb));
   if (block_cache_mb < 0 || block_cache_mb > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError("--block_cache_mb must be in [0, 2^30]");
+    return absl::InvalidArgumentError(
+        "--rocksdb_block_cache_mb must be in [0, 2^30]");
   }
   const int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
   if (max_memory_mb < 0 || max_memory_mb > (int64_t{1} << 30)) {
@@ -346,12 +351,12 @@ int main(int argc, char** argv) {
   const sigset_t shutdown_signals = InitProcess(argc, argv);
   absl::StatusOr<ServeOptions> options = ServeOptionsFromFlags();
   if (!options.ok()) {
-    return Fail(ps::kExitUsage, std::string(options.status().message()));
+    return ps::FailUsage(kProgram, options.status().message());
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ps::ServerCredentials(options->tls);
   if (!credentials.ok()) {
-    return Fail(ps::kExitUsage, credentials.status().ToString());
+    return ps::FailUsage(kProgram, credentials.status().ToString());
   }
   ServeMetrics metrics;
   std::unique_ptr<ps::MetricsEndpoint> endpoint;
@@ -360,9 +365,11 @@ int main(int argc, char** argv) {
         ps::MetricsEndpoint::Start(options->metrics_listen);
     // An address that is not one: 64; a port in use: 70 (as ps_server).
     if (!started.ok()) {
-      return Fail(absl::IsInvalidArgument(started.status()) ? ps::kExitUsage
-                                                            : ps::kExitFailed,
-                  started.status().ToString());
+      if (absl::IsInvalidArgument(started.status())) {
+        return ps::FailUsage(kProgram, started.status().ToString());
+      }
+      ps::FailWith(kProgram, started.status());
+      return ps::kExitFailed;
     }
     endpoint = *std::move(started);
     endpoint->Register(metrics.registry);
@@ -374,7 +381,7 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<std::unique_ptr<ps::server::ModelDirectory>> models =
       ps::server::ModelDirectory::Start(options->directory);
-  if (!models.ok()) return Fail(ps::kExitUsage, models.status().ToString());
+  if (!models.ok()) return ps::FailUsage(kProgram, models.status().ToString());
   options->service.observe =
       [&metrics](absl::string_view method, grpc::StatusCode code,
                  absl::Duration time) { metrics.Observe(method, code, time); };
@@ -382,7 +389,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<Servers> servers =
       StartServers(*options, *credentials, &service);
   // A port in use: 70; 69 means a shard that did not answer.
-  if (!servers.ok()) return Fail(ps::kExitFailed, servers.status().ToString());
+  if (!servers.ok()) {
+    ps::FailWith(kProgram, servers.status());
+    return ps::kExitFailed;
+  }
   servers->SetHealth((*models)->current() != nullptr);
   if ((*models)->current() != nullptr) metrics.ShowModel(*(*models)->current());
   const std::string& listen = options->listen;

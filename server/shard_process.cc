@@ -277,15 +277,6 @@ int ServeUntilStopped(const sigset_t& shutdown_signals,
   return kExitDone;
 }
 
-// Options that do not go together are a bad command (64), as flags are;
-// anything else is what the status's code says.
-int Fail(const absl::Status& status) {
-  if (absl::IsInvalidArgument(status)) {
-    return FailUsage(kProgram, status.message());
-  }
-  return FailWith(kProgram, status);
-}
-
 // Joins the job under --etcd before the shard starts: etcd went on since
 // the data dir saw it, the role (--replicas), the primary to follow.
 absl::Status PrepareInEtcd(EtcdPresence& presence,
@@ -320,14 +311,17 @@ int RunShardProcess(ServerProcessOptions process,
   if (!server.ok()) {
     // A shard that cannot start is 70 even for UNAVAILABLE (69 means a
     // shard this binary needed did not answer, which is not this).
-    if (absl::IsInvalidArgument(server.status())) return Fail(server.status());
+    if (absl::IsInvalidArgument(server.status())) {
+      return FailUsage(kProgram, server.status().message());
+    }
     FailWith(kProgram, server.status());
     return kExitFailed;
   }
   if (absl::Status joined =
           JoinInEtcd(options, membership, **server, *presence);
       !joined.ok()) {
-    return Fail(joined);
+    // Options that do not go together are a bad command (64), as flags are.
+    return FailFor(kProgram, joined);
   }
   if (presence->store != nullptr) {
     cluster::RecordStoreSeen(options.store.data_dir, *presence->store,

@@ -121,8 +121,12 @@ renamed "ps_admin export with a bad format" export_format format 64 \
   "$runfiles/ops/ps_admin" --format=fp8 --dir="$work/x" export
 renamed "ps_admin checkpoint without --dir" rpc_timeout_s timeout_s 64 \
   "$runfiles/ops/ps_admin" --timeout_s=5 checkpoint
-renamed "ps_serve with a negative cache" block_cache_mb cache_mb 64 \
+renamed "ps_serve with a negative cache" rocksdb_block_cache_mb cache_mb 64 \
   "$runfiles/server/ps_serve" --model_dir="$work" --listen=127.0.0.1:0 --cache_mb=-1
+renamed "ps_serve with a negative block cache" rocksdb_block_cache_mb block_cache_mb 64 \
+  "$runfiles/server/ps_serve" --model_dir="$work" --listen=127.0.0.1:0 --block_cache_mb=-1
+expect 64 "ps_serve given two names of its block cache" "$runfiles/server/ps_serve" \
+  --model_dir="$work" --listen=127.0.0.1:0 --block_cache_mb=8 --rocksdb_block_cache_mb=8
 renamed "ps_serve with no room for a message" max_message_mb max_message_bytes 64 \
   "$runfiles/server/ps_serve" --model_dir="$work" --listen=127.0.0.1:0 --max_message_bytes=-1
 [ "$failures" = 0 ] || exit 1

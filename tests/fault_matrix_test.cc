@@ -104,6 +104,19 @@ class FaultMatrixTest : public ::testing::Test {
     return process.ok() ? std::move(process).value() : nullptr;
   }
 
+  // The coordinator's (shard 0's) view of worker `id`: its clock (-1 when
+  // it is not known), and whether it lives.
+  static std::pair<int64_t, bool> ClockOf(Shards& shards, uint32_t id) {
+    auto admin = Admin::NewStub(shards.server(0).channel());
+    grpc::ClientContext context;
+    WorkerClocksResponse clocks;
+    admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
+    for (const auto& worker : clocks.workers())
+      if (worker.worker() == id)
+        return std::make_pair(worker.clock(), worker.live());
+    return std::make_pair(int64_t{-1}, false);
+  }
+
   std::string dir_;
 };
 
@@ -201,17 +214,7 @@ TEST_F(FaultMatrixTest, AWorkerKilledTheOthersGoOnAndItRejoins) {
   auto survivor = StartWorker(shards.addresses(), 0, 2, data, flags, "w0");
   auto victim = StartWorker(shards.addresses(), 1, 2, data, flags, "w1");
   ASSERT_TRUE(survivor != nullptr && victim != nullptr);
-  // The coordinator's view of worker `id`: its clock, and whether it lives.
-  auto admin = Admin::NewStub(shards.server(0).channel());
-  auto clock_of = [&](uint32_t id) {
-    grpc::ClientContext context;
-    WorkerClocksResponse clocks;
-    admin->WorkerClocks(&context, WorkerClocksRequest(), &clocks);
-    for (const auto& worker : clocks.workers())
-      if (worker.worker() == id)
-        return std::make_pair(worker.clock(), worker.live());
-    return std::make_pair(int64_t{-1}, false);
-  };
+  auto clock_of = [&](uint32_t id) { return ClockOf(shards, id); };
   WaitUntil([&] { return clock_of(1).first >= 3; }, absl::Seconds(60),
             absl::Milliseconds(20));
   EXPECT_EQ(victim->SignalAndWait(SIGKILL), 128 + SIGKILL);
@@ -263,7 +266,13 @@ TEST_F(FaultMatrixTest, TheCoordinatorShardRestarted) {
   auto first = StartWorker(shards.addresses(), 0, 2, data, flags, "w0");
   auto second = StartWorker(shards.addresses(), 1, 2, data, flags, "w1");
   ASSERT_TRUE(first != nullptr && second != nullptr);
-  absl::SleepFor(absl::Seconds(2));
+  // Both workers train: the coordinator holds state to read back.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return ClockOf(shards, 0).first >= 2 && ClockOf(shards, 1).first >= 2;
+      },
+      absl::Seconds(60), absl::Milliseconds(20)))
+      << ReadFile(dir_ + "/w0.log");
   shards.Kill(0);  // shard 0 is the coordinator
   absl::SleepFor(absl::Milliseconds(300));
   shards.Start(0);

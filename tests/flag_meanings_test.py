@@ -56,6 +56,7 @@ MEANINGS = {
     "multi_separator": ("what separates a multi column's values", {"ps_worker": None, "ps_predict": None, "clicklog_gen": None}, r"separates"),
     "out": ("the file written", {"ps_predict": None, "clicklog_gen": None}, r"(go|write)"),
     "read_replicas": ("one replica per shard to read from", {"ps_worker": None, "ps_admin": None}, r"replica of each shard"),
+    "rocksdb_block_cache_mb": ("RocksDB's block cache, in MiB", {"ps_server": None, "ps_serve": "serving reads every row through it, with no hot tier in front (256)"}, r"RocksDB's block cache.*in MiB"),
     "rpc_timeout_s": ("the deadline of one call to a shard", {"ps_worker": None, "ps_admin": "a command run by hand gives up sooner (10 s)"}, r"[Dd]eadline"),
     "servers": ("the shards' addresses in shard order", {"ps_worker": None, "ps_admin": None}, r"shard"),
     "tls_ca": ("the CA of TLS", {"ps_server": None, "ps_serve": None, "ps_worker": None, "ps_admin": None}, r"PEM CA"),

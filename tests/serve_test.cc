@@ -91,7 +91,7 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
 
   // Started on a directory with no export yet: not serving.
   const std::string address = StartServe(
-      {"--scorers=2", "--block_cache_mb=16", "--metrics_listen=127.0.0.1:0"});
+      {"--scorers=2", "--rocksdb_block_cache_mb=16", "--metrics_listen=127.0.0.1:0"});
   ASSERT_FALSE(address.empty());
   auto channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());

@@ -7,14 +7,18 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
+#include "base/wait_until.h"
 #include "client/ps_client.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -23,6 +27,7 @@
 #include "tests/counting_pusher.h"
 #include "tests/ps_admin_run.h"
 #include "tests/server_process.h"
+#include "tests/test_files.h"
 
 namespace ps::testing {
 namespace {
@@ -126,9 +131,29 @@ class SlotMoveFaultTest : public ::testing::Test {
   // Kills `shard` once the move has copied some pages (its target holds
   // some rows of the moving slots, or ps_admin says so).
   void KillMidMove(int shard, const std::string& log) {
+    // The move copies shard 0's slots in slot order: the first page holds
+    // the key of its lowest slot.
+    std::pair<uint32_t, uint64_t> lowest = {kNumSlots, 0};
+    for (uint64_t key : keys_) {
+      if (SlotMap::Initial(2).ShardForKey(key) != 0) continue;
+      lowest = std::min(lowest, std::make_pair(SlotForKey(key), key));
+    }
+    const uint64_t first_moved = lowest.second;
     std::unique_ptr<ChildProcess> move = StartMove(log);
     ASSERT_NE(move, nullptr);
-    absl::SleepFor(absl::Milliseconds(700));
+    auto target = Admin::NewStub(shards_[1]->channel());
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          GetRowRequest request;
+          request.set_table(kTable);
+          request.set_key(first_moved);
+          GetRowResponse response;
+          grpc::ClientContext context;
+          return target->GetRow(&context, request, &response).ok() &&
+                 response.stored();
+        },
+        absl::Seconds(60), absl::Milliseconds(5)))
+        << "the move copied nothing: " << ReadFile(log);
     shards_[shard]->SignalAndWait(SIGKILL);
     const int exit = move->Wait(absl::Minutes(2));
     EXPECT_NE(exit, 0) << "the move finished before the kill";

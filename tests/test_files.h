@@ -1,7 +1,8 @@
 // File: tests/test_files.h
 //
-// Small helpers for tests that read what processes wrote: a whole file, and
-// one number from the flat JSON objects ps_worker writes (--metrics_out).
+// Small helpers for tests that read what processes wrote: a whole file, a
+// wait for a line a process logs, and one number from the flat JSON objects
+// ps_worker writes (--metrics_out).
 
 #ifndef PS_TESTS_TEST_FILES_H_
 #define PS_TESTS_TEST_FILES_H_
@@ -12,6 +13,9 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/time.h"
+#include "base/wait_until.h"
+
 namespace ps::testing {
 
 // The contents of `path`; empty if it cannot be read.
@@ -20,6 +24,16 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// Whether `path` comes to hold `text` within `timeout`: how a test waits
+// for a process to say it got somewhere (a worker's progress line, a
+// coordinator's wait) instead of sleeping for as long as that usually takes.
+inline bool WaitForText(const std::string& path, const std::string& text,
+                        absl::Duration timeout) {
+  return WaitUntil(
+      [&] { return ReadFile(path).find(text) != std::string::npos; }, timeout,
+      absl::Milliseconds(50));
 }
 
 // The number after "key": in a flat JSON object; NaN if absent.

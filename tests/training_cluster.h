@@ -122,6 +122,13 @@ class TrainingTest : public ::testing::Test {
     return cluster_->WorkerArgs(index, count, flags);
   }
 
+  // Whether worker `index` logs a progress line (--progress_every_s=1)
+  // within `timeout`: it has trained.
+  bool WaitForProgress(int index, absl::Duration timeout = absl::Seconds(60)) {
+    return WaitForText(absl::StrCat(dir_, "/worker", index, ".log"),
+                       " examples | ", timeout);
+  }
+
   WorkerRun Collect(int index, int exit_code) {
     WorkerRun run;
     run.exit_code = exit_code;

@@ -172,7 +172,9 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
   auto victim =
       ChildProcess::Start(WorkerArgs(1, 2, slow), false, dir_ + "/worker1.log");
   ASSERT_TRUE(survivor.ok() && victim.ok());
-  absl::SleepFor(absl::Seconds(3));
+  // Both trained, so the survivor holds the victim's lease.
+  ASSERT_TRUE(WaitForProgress(0) && WaitForProgress(1))
+      << ReadFile(dir_ + "/worker1.log");
   EXPECT_EQ((*victim)->SignalAndWait(SIGKILL), 128 + SIGKILL);
   const WorkerRun run = Collect(0, (*survivor)->Wait(absl::Minutes(3)));
   ASSERT_EQ(run.exit_code, 0) << run.log;
@@ -183,15 +185,17 @@ TEST_F(TrainingTest, SurvivorFinishesAfterTheDeadWorkersLeaseExpires) {
 }
 
 TEST_F(TrainingTest, TrainingStartsOnceEveryWorkerIsThere) {
-  // Worker 1 starts two seconds after worker 0: under bounded staleness
-  // worker 0's first step waits for it (--num_workers), so both start at
-  // clock 0 and neither runs ahead alone.
+  // Worker 1 starts once worker 0 waits for it: under bounded staleness
+  // worker 0's first step waits for every worker (--num_workers), so both
+  // start at clock 0 and neither runs ahead alone.
   ASSERT_EQ(StartShards(1).size(), 1u);
   const std::vector<std::string> flags = {"--staleness=0"};
   auto first = ChildProcess::Start(WorkerArgs(0, 2, flags), false,
                                    dir_ + "/worker0.log");
   ASSERT_TRUE(first.ok());
-  absl::SleepFor(absl::Seconds(2));
+  ASSERT_TRUE(WaitForText(dir_ + "/worker0.log", "waiting for 2 workers",
+                          absl::Seconds(60)))
+      << ReadFile(dir_ + "/worker0.log");
   auto second = ChildProcess::Start(WorkerArgs(1, 2, flags), false,
                                     dir_ + "/worker1.log");
   ASSERT_TRUE(second.ok());
@@ -206,7 +210,7 @@ TEST_F(TrainingTest, TrainingStartsOnceEveryWorkerIsThere) {
 
 TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
   // Worker 0 starts alone under bulk-synchronous training (told not to
-  // wait for the others); worker 1 joins two seconds later at the live
+  // wait for the others); worker 1 joins once it has trained, at the live
   // minimum clock. Neither deadlocks, both finish their shares within the
   // bound, and the joiner is counted.
   ASSERT_EQ(StartShards(1).size(), 1u);
@@ -215,7 +219,7 @@ TEST_F(TrainingTest, AWorkerCanJoinMidTraining) {
   auto first = ChildProcess::Start(WorkerArgs(0, 2, flags), false,
                                    dir_ + "/worker0.log");
   ASSERT_TRUE(first.ok());
-  absl::SleepFor(absl::Seconds(2));
+  ASSERT_TRUE(WaitForProgress(0)) << ReadFile(dir_ + "/worker0.log");
   auto joiner = ChildProcess::Start(WorkerArgs(1, 2, flags), false,
                                     dir_ + "/worker1.log");
   ASSERT_TRUE(joiner.ok());

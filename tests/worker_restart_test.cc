@@ -182,7 +182,7 @@ TEST_F(TrainingTest, TrainingSurvivesAShardThatRestarts) {
       WorkerArgs(0, 1, {"--slow_step_ms=40", "--retry_for_s=60"}), false,
       dir_ + "/worker0.log");
   ASSERT_TRUE(worker.ok());
-  absl::SleepFor(absl::Seconds(2));
+  ASSERT_TRUE(WaitForProgress(0)) << ReadFile(dir_ + "/worker0.log");
   EXPECT_EQ(cluster_->StopShard(0, SIGKILL), 128 + SIGKILL);
   absl::SleepFor(absl::Milliseconds(500));
   ASSERT_OK(cluster_->RestartShard(0));  // on its port again

@@ -42,9 +42,7 @@ namespace {
 
 // A bad flag, spec or input: exit 64 (base/exit_codes.h), as the other
 // binaries.
-int Fail(const std::string& message) {
-  return ps::FailUsage("graph_step_dump", message);
-}
+constexpr char kProgram[] = "graph_step_dump";
 
 // The spec --model_spec holds, or the built-in --model names.
 absl::StatusOr<ps::model::ModelSpec> SpecFromFlags(
@@ -138,16 +136,17 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
-  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  if (!layout.ok()) return ps::FailUsage(kProgram, layout.status().message());
   // The dump has no place for a weighted loss's scale.
-  if (layout->has_weight()) return Fail("a weight column is not dumped");
+  if (layout->has_weight())
+    return ps::FailUsage(kProgram, "a weight column is not dumped");
   absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
-  if (!spec.ok()) return Fail(std::string(spec.status().message()));
+  if (!spec.ok()) return ps::FailUsage(kProgram, spec.status().message());
   auto plan =
       ps::model::ModelPlan::Create({*spec, {}}, ps::model::ColumnUses(*layout));
-  if (!plan.ok()) return Fail(std::string(plan.status().message()));
+  if (!plan.ok()) return ps::FailUsage(kProgram, plan.status().message());
   if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())
-    return Fail(std::string(fitted.message()));
+    return ps::FailUsage(kProgram, fitted.message());
 
   std::vector<ps::model::Example> examples;
   std::ifstream lines(absl::GetFlag(FLAGS_lines));
@@ -156,7 +155,8 @@ int main(int argc, char** argv) {
     examples.emplace_back();
     if (auto parsed = ps::model::ParseLine(line, *layout, &examples.back());
         !parsed.ok()) {
-      return Fail(absl::StrCat("a line does not parse: ", parsed.message()));
+      return ps::FailUsage(
+          kProgram, absl::StrCat("a line does not parse: ", parsed.message()));
     }
   }
   ps::model::BatchInputs inputs(&*plan, *layout);
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
   ps::model::ModelGraph graph(&*plan, backend.get());
   ps::model::GraphOutputs outputs;
   if (auto trained = graph.TrainStep(inputs.Inputs(), &outputs); !trained.ok())
-    return Fail(std::string(trained.message()));
+    return ps::FailUsage(kProgram, trained.message());
   inputs.FoldPooledGradients(&outputs.table_grads);
   dump["loss"] =
       static_cast<double>(outputs.loss_sum) / std::max(inputs.batch, 1);
@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
   }
   std::ofstream out(absl::GetFlag(FLAGS_out));
   out << dump.dump();
-  if (!out.good()) return Fail("cannot write " + absl::GetFlag(FLAGS_out));
+  if (!out.good())
+    return ps::FailUsage(kProgram, "cannot write " + absl::GetFlag(FLAGS_out));
   return 0;
 }

@@ -37,15 +37,9 @@
 
 namespace {
 
-// A bad flag or input layout: exit 64.
-int Fail(const std::string& message) {
-  return ps::FailUsage("ps_worker", message);
-}
-
-// A run that failed: 69 for a shard unreachable past --retry_for_s, else 70.
-int Fail(const absl::Status& status) {
-  return ps::FailWith("ps_worker", status);
-}
+// Exits: 64 for a bad flag or input layout; for a run that failed, 69 for a
+// shard unreachable past --retry_for_s, else 70 (base/exit_codes.h).
+constexpr char kProgram[] = "ps_worker";
 
 // SIGTERM and SIGINT, which StopOnSignals() waits for.
 sigset_t StopSignals() {
@@ -228,15 +222,11 @@ int Finish(const ps::worker::TrainingSummary& summary,
     std::ofstream out(flags.metrics_out);
     out << ps::worker::SummaryToJson(summary);
     if (!out) {
-      return Fail(absl::InternalError("cannot write " + flags.metrics_out));
+      return ps::FailWith(
+          kProgram, absl::InternalError("cannot write " + flags.metrics_out));
     }
   }
   return summary.drained ? ps::kExitDrained : ps::kExitDone;
-}
-
-// A flag's error (INVALID_ARGUMENT, from trainer_flags.h): exit 64.
-int FailUsage(const absl::Status& status) {
-  return Fail(std::string(status.message()));
 }
 
 // A client of the replicas --read_replicas names, which evaluation reads
@@ -287,57 +277,62 @@ int main(int argc, char** argv) {
   InitProcess(argc, argv);
   absl::StatusOr<std::optional<std::string>> printed =
       ps::worker::PrintedModelSpecFromFlags();
-  if (!printed.ok()) return FailUsage(printed.status());
+  if (!printed.ok()) return ps::FailUsage(kProgram, printed.status().message());
   if (printed->has_value()) {
     std::fputs((*printed)->c_str(), stdout);
     return ps::kExitDone;
   }
   absl::StatusOr<ps::worker::WorkerFlags> flags =
       ps::worker::WorkerFlagsFromFlags();
-  if (!flags.ok()) return FailUsage(flags.status());
+  if (!flags.ok()) return ps::FailUsage(kProgram, flags.status().message());
   drain_millis = absl::ToInt64Milliseconds(flags->drain);
   StopOnSignals();
 
   absl::StatusOr<ps::worker::TrainerOptions> options =
       ps::worker::TrainerOptionsFromFlags();
-  if (!options.ok()) return FailUsage(options.status());
+  if (!options.ok()) return ps::FailUsage(kProgram, options.status().message());
   auto backend = ps::worker::BackendFromFlags(*options);
-  if (!backend.ok()) return FailUsage(backend.status());
+  if (!backend.ok()) return ps::FailUsage(kProgram, backend.status().message());
   absl::StatusOr<ps::client::ClientOptions> client_options =
       ps::worker::ClientOptionsFromFlags();
-  if (!client_options.ok()) return FailUsage(client_options.status());
+  if (!client_options.ok())
+    return ps::FailUsage(kProgram, client_options.status().message());
   // Under --etcd: outlives the client, which looks the coordinator up.
   EtcdPresence etcd;
   if (flags->etcd.enabled()) {
     absl::StatusOr<EtcdPresence> joined =
         JoinJobInEtcd(*flags, *options, &*client_options);
     if (absl::IsInvalidArgument(joined.status()))
-      return FailUsage(joined.status());
-    if (!joined.ok()) return Fail(joined.status());
+      return ps::FailUsage(kProgram, joined.status().message());
+    if (!joined.ok()) return ps::FailWith(kProgram, joined.status());
     etcd = *std::move(joined);
   }
   auto checkpointer = MakeCheckpointer(*flags, *options, *client_options);
-  if (!checkpointer.ok()) return FailUsage(checkpointer.status());
+  if (!checkpointer.ok())
+    return ps::FailUsage(kProgram, checkpointer.status().message());
   options->checkpoints = checkpointer->get();
   std::unique_ptr<ps::worker::TrainingMetrics> metrics;
   if (!flags->metrics_listen.empty()) {
     auto started = ps::worker::TrainingMetrics::Start(flags->metrics_listen,
                                                       flags->worker_index);
-    if (!started.ok()) return Fail(started.status());
+    if (!started.ok()) return ps::FailWith(kProgram, started.status());
     metrics = std::move(started).value();
     options->metrics = metrics.get();
     LOG(INFO) << "metrics on " << metrics->address();
   }
   auto exporter = MakeExporter(*flags, *options, *client_options);
-  if (!exporter.ok()) return FailUsage(exporter.status());
+  if (!exporter.ok())
+    return ps::FailUsage(kProgram, exporter.status().message());
   auto client = ps::client::PsClient::Connect(*client_options);
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return ps::FailWith(kProgram, client.status());
   absl::StatusOr<std::optional<ps::client::ClientOptions>> evaluation_options =
       ps::worker::EvaluationClientOptionsFromFlags(*client_options);
-  if (!evaluation_options.ok()) return FailUsage(evaluation_options.status());
+  if (!evaluation_options.ok())
+    return ps::FailUsage(kProgram, evaluation_options.status().message());
   absl::StatusOr<std::unique_ptr<ps::client::PsClient>> evaluation_client =
       ConnectEvaluationClient(*evaluation_options);
-  if (!evaluation_client.ok()) return Fail(evaluation_client.status());
+  if (!evaluation_client.ok())
+    return ps::FailWith(kProgram, evaluation_client.status());
   options->evaluation_client = evaluation_client->get();
 
   ps::worker::Trainer trainer(*options, flags->worker_index, client->get(),
@@ -347,7 +342,7 @@ int main(int argc, char** argv) {
   if (*exporter != nullptr) ExportLast(**exporter, summary);
   // The signal thread must not reach a trainer that is going away.
   const int code = summary.ok() ? Finish(*summary, *options, *flags)
-                                : Fail(summary.status());
+                                : ps::FailWith(kProgram, summary.status());
   stoppable = nullptr;
   return code;
 }

@@ -60,15 +60,9 @@ ABSL_FLAG(int64_t, max_bad_lines, 0,
 
 namespace {
 
-// A bad flag or input layout: exit 64.
-int Fail(const std::string& message) {
-  return ps::FailUsage("ps_predict", message);
-}
-
-// A run that failed (an unreadable export or input, a bad line): 70.
-int Fail(const absl::Status& status) {
-  return ps::FailWith("ps_predict", status);
-}
+// Exits: 64 for a bad flag or input layout, else ExitCodeFor()'s
+// (base/exit_codes.h).
+constexpr char kProgram[] = "ps_predict";
 
 // What a run has scored: how many lines, and the labeled lines' scores and
 // labels, for AUC and logloss.
@@ -220,31 +214,32 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   const absl::StatusOr<std::string> export_dir = ExportFromFlags();
-  if (!export_dir.ok()) return Fail(std::string(export_dir.status().message()));
+  if (!export_dir.ok())
+    return ps::FailUsage(kProgram, export_dir.status().message());
 
   if (absl::GetFlag(FLAGS_max_memory_mb) < 0 ||
       absl::GetFlag(FLAGS_max_memory_mb) > (int64_t{1} << 30)) {
-    return Fail("--max_memory_mb must be in [0, 2^30]");
+    return ps::FailUsage(kProgram, "--max_memory_mb must be in [0, 2^30]");
   }
   ps::model::ExportedModelOptions model_options;
   model_options.max_memory_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
   auto model = ps::model::ExportedModel::Open(*export_dir, model_options);
-  if (!model.ok()) return Fail(model.status());
+  if (!model.ok()) return ps::FailWith(kProgram, model.status());
   ps::kernels::CpuOptions cpu_options;
   cpu_options.threads = absl::GetFlag(FLAGS_cpu_threads);
   std::unique_ptr<ps::kernels::Backend> backend;
   if (const ps::kernels::Status created =
           ps::kernels::NewCpuBackend(cpu_options, &backend);
       !created.ok()) {
-    return Fail("--cpu_threads: " + created.message());
+    return ps::FailUsage(kProgram, "--cpu_threads: " + created.message());
   }
   ps::model::ModelGraph graph(&(*model)->plan(), backend.get());
   absl::StatusOr<ps::model::InputLayout> layout =
       InputLayoutForModel((*model)->layout(), argc, argv);
-  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  if (!layout.ok()) return ps::FailUsage(kProgram, layout.status().message());
   auto reader = OpenInput(*layout);
-  if (!reader.ok()) return Fail(reader.status());
+  if (!reader.ok()) return ps::FailWith(kProgram, reader.status());
 
   const std::string out_path = absl::GetFlag(FLAGS_out);
   const std::string scratch_path = out_path + ".partial";
@@ -252,8 +247,9 @@ int main(int argc, char** argv) {
   if (!out_path.empty()) {
     out = std::fopen(scratch_path.c_str(), "w");
     if (out == nullptr) {
-      return Fail(absl::InternalError(absl::StrCat(
-          "cannot write ", scratch_path, ": ", std::strerror(errno))));
+      return ps::FailWith(kProgram, absl::InternalError(absl::StrCat(
+                                        "cannot write ", scratch_path, ": ",
+                                        std::strerror(errno))));
     }
   }
   ScoredLines scored;
@@ -265,7 +261,7 @@ int main(int argc, char** argv) {
       std::fclose(out);
       std::remove(scratch_path.c_str());
     }
-    return Fail(status);
+    return ps::FailWith(kProgram, status);
   }
   if (out != nullptr) {
     const bool written = std::fflush(out) == 0 && fsync(fileno(out)) == 0;
@@ -274,8 +270,9 @@ int main(int argc, char** argv) {
         std::rename(scratch_path.c_str(), out_path.c_str()) != 0) {
       const int cause = written ? errno : error;
       std::remove(scratch_path.c_str());
-      return Fail(absl::InternalError(
-          absl::StrCat("cannot write ", out_path, ": ", std::strerror(cause))));
+      return ps::FailWith(kProgram, absl::InternalError(absl::StrCat(
+                                        "cannot write ", out_path, ": ",
+                                        std::strerror(cause))));
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
