@@ -2,10 +2,13 @@
 //
 // EmbeddingStore holds one shard's tables: named sets of rows (key -> `dim`
 // float weights plus optimizer state). This header is its public face: the
-// tables, pulls and pushes, and three parts that other jobs use, each an
-// interface of its own (slot_migration.h, store_snapshots.h,
-// store_replication.h); EmbeddingStoreImpl (embedding_store_impl.h) is the
-// one implementation, and RocksDB stays behind it. Every stored row lives in
+// pulls and pushes, and five parts, each an interface of its own: the
+// tables (store_tables.h), and what slot moves, snapshots, replication and
+// exactly-once use (slot_migration.h, store_snapshots.h,
+// store_replication.h, store_ledger.h); EmbeddingStoreImpl
+// (embedding_store_impl.h) is the one implementation, and RocksDB stays
+// behind it. An export's rows are read by a class of their own over one
+// snapshot (snapshot_export.h). Every stored row lives in
 // RocksDB (see rocks_store.h); a hot tier in memory, bounded by `cache_bytes`,
 // absorbs reads and writes. A key that was never pushed is not stored: Pull()
 // returns its deterministic initial value (see initializer.h).
@@ -74,8 +77,10 @@
 #include "embedding/push_ledger.h"
 #include "embedding/push_log.h"
 #include "embedding/slot_migration.h"
+#include "embedding/store_ledger.h"
 #include "embedding/store_replication.h"
 #include "embedding/store_snapshots.h"
+#include "embedding/store_tables.h"
 #include "proto/ps.pb.h"
 
 namespace ps::embedding {
@@ -152,14 +157,6 @@ struct PushOutcome {
   bool duplicate = false;
 };
 
-struct TableStats {
-  TableSpec spec;
-  // The rate pushes use now: the spec's, or what SetLearningRate() set.
-  float learning_rate = 0.0f;
-  uint64_t estimated_rows = 0;
-  uint64_t disk_bytes = 0;
-};
-
 struct StoreStats {
   uint64_t hot_tier_bytes = 0;
   uint64_t hot_tier_budget_bytes = 0;
@@ -188,12 +185,6 @@ struct StoreStats {
   uint64_t rows_expired_on_disk = 0;
 };
 
-// What Expire() dropped.
-struct ExpireOutcome {
-  uint64_t rows_in_memory = 0;
-  uint64_t rows_on_disk = 0;
-};
-
 class EmbeddingStore {
  public:
   // Opens the store at options.data_dir, with every table it held.
@@ -203,60 +194,12 @@ class EmbeddingStore {
   // Writes back dirty rows and closes RocksDB.
   virtual ~EmbeddingStore() = default;
 
-  // Declares a table. Idempotent: returns true when created, false when an
-  // identical table (after optimizer defaults) exists. ALREADY_EXISTS when a
-  // table of that name differs; INVALID_ARGUMENT for a bad name, dim, or
-  // hyper-parameter; RESOURCE_EXHAUSTED past max_dim or max_tables.
-  virtual absl::StatusOr<bool> DeclareTable(const TableSpec& spec) = 0;
-
-  // Sets the learning rate (FTRL's alpha) of `table` for every push from
-  // the next on, durably. It multiplies each push's rate by `learning_rate`
-  // over the declared one, so a push-log record keeps the rate it was
-  // applied with; for FTRL, as for a worker's learning-rate schedule, it
-  // scales each gradient's step into z rather than alpha itself, which
-  // would rescale every stored weight at once. The spec keeps the declared
-  // rate (so the table's workers still declare it alike). NOT_FOUND for an
-  // unknown table; INVALID_ARGUMENT unless positive and finite.
-  virtual absl::Status SetLearningRate(absl::string_view table,
-                                       float learning_rate) = 0;
-
-  // Drops `table` with every row, in memory and on disk (its files go when
-  // the store closes). Pushes wait meanwhile; later pulls and pushes of it
-  // get NOT_FOUND, and declaring it again makes a new, empty table. A pull
-  // already running may still answer from the dropped rows. NOT_FOUND if
-  // unknown.
-  virtual absl::Status DropTable(absl::string_view table) = 0;
-
-  // Drops `table`'s expired rows now (TableSpec.row_ttl_s): from the hot
-  // tier, and from disk by compacting the table whole. Expiry also runs by
-  // itself: each stripe's expired rows leave memory once per write-back
-  // interval, RocksDB drops them as it compacts, and a load treats an
-  // expired row as absent. NOT_FOUND for an unknown table;
-  // FAILED_PRECONDITION for one without row_ttl_s.
-  virtual absl::StatusOr<ExpireOutcome> Expire(absl::string_view table) = 0;
-
-  // The spec of `table` (optimizer defaults filled in). NOT_FOUND if unknown.
-  virtual absl::StatusOr<TableSpec> GetTableSpec(
-      absl::string_view table) const = 0;
-
   // Writes the weights of `keys`, in order, to `out` (keys.size() * dim
   // floats). NOT_FOUND for an unknown table; INVALID_ARGUMENT if `out` has
   // the wrong size.
   virtual absl::Status Pull(absl::string_view table,
                             absl::Span<const uint64_t> keys,
                             absl::Span<float> out) = 0;
-
-  // How a table applies pushes now: its optimizer (defaults filled in), the
-  // factor SetLearningRate() puts on each push's learning_rate_scale (1 if
-  // none), and the floats of optimizer state per row. NOT_FOUND if unknown.
-  struct TableOptimizer {
-    OptimizerSpec spec;
-    float learning_rate_multiplier = 1.0f;
-    int state_floats = 0;
-  };
-
-  virtual absl::StatusOr<TableOptimizer> GetTableOptimizer(
-      absl::string_view table) const = 0;
 
   // Pull() with each row's optimizer state after its weights: keys.size() *
   // (dim + state_floats) floats to `out`, a row never pushed as its first
@@ -296,22 +239,6 @@ class EmbeddingStore {
                               std::vector<float>* weights, bool* stored,
                               std::vector<float>* state = nullptr) = 0;
 
-  // A tracked push refused before it reached Push() (the shard was busy):
-  // its retry is applied however many later pushes come first
-  // (PushLedger::NoteRefused).
-  virtual void NoteRefusedPush(const PushOrigin& origin) = 0;
-
-  // The first answer to a tracked push if this shard applied it
-  // (PushLedger::Applied).
-  virtual absl::StatusOr<std::optional<uint32_t>> AppliedPush(
-      const PushOrigin& origin) = 0;
-
-  // The first answer to `origin` if `source_shard` had applied it by a move
-  // here (0 when it left the window); nothing if no move from that shard
-  // brought it. Errors as PushLedger::Applied().
-  virtual absl::StatusOr<std::optional<uint32_t>> MovedPushApplied(
-      uint32_t source_shard, const PushOrigin& origin) = 0;
-
   // Writes every dirty row back and syncs the WAL.
   virtual absl::Status Flush() = 0;
 
@@ -321,14 +248,14 @@ class EmbeddingStore {
   // write or sync), which refuses every push until a restart.
   virtual absl::Status PushLogHealth() const = 0;
 
-  virtual std::vector<TableStats> ListTables() = 0;
-
   virtual StoreStats Stats() = 0;
 
   // The parts other jobs use, all of this store.
   virtual SlotMigration& slots() = 0;
   virtual StoreSnapshots& snapshots() = 0;
   virtual StoreReplication& replication() = 0;
+  virtual StoreLedger& ledger() = 0;
+  virtual StoreTables& tables() = 0;
 };
 
 }  // namespace ps::embedding

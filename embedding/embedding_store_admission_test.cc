@@ -35,7 +35,7 @@ TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
   EXPECT_EXIT(
       {
         auto store = OpenStore(options_);
-        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(spec).ok()) std::_Exit(1);
         // Two pushes (one naming the key twice, which counts once): held.
         if (!store->Push("emb", {5, 5}, std::vector<float>(4, 1.0f)).ok())
           std::_Exit(2);
@@ -65,7 +65,7 @@ TEST_F(EmbeddingStoreTest, AKeyIsStoredOnlyAtItsAdmitAfterthPush) {
 
   TableSpec too_many = SgdTable("other", 2);
   too_many.set_admit_after(256);
-  EXPECT_THAT(store->DeclareTable(too_many),
+  EXPECT_THAT(store->tables().DeclareTable(too_many),
               StatusIs(StatusCode::kInvalidArgument));
 }
 
@@ -76,7 +76,7 @@ TEST_F(EmbeddingStoreTest, AdmissionCountsOnlyPushesThatWereApplied) {
   TableSpec spec = SgdTable("emb", 1, /*learning_rate=*/4.0f);
   spec.set_admit_after(2);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   ASSERT_OK(store->Push("emb", {7}, {1.0f}));
   ASSERT_OK(store->Push("emb", {7}, {1.0f}));  // 7 is stored
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -99,7 +99,7 @@ TEST_F(EmbeddingStoreTest, AdmissionKnowsARowOnDiskIsStored) {
   spec.set_admit_after(2);
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->tables().DeclareTable(spec));
     ASSERT_OK(store->Push("emb", {7}, std::vector<float>(8, 1.0f)));
     ASSERT_OK(store->Push("emb", {7}, std::vector<float>(8, 1.0f)));  // stored
   }

@@ -1,7 +1,7 @@
 // EmbeddingStore's copies of itself: checkpoints (RocksDB's, of every table
-// with optimizer state) and exports (each table's weights to a sink),
-// each taken at the push gate so that it holds every push whole or not at
-// all.
+// with optimizer state) and exports (each table's weights to a sink, by a
+// SnapshotExport), each taken at the push gate so that it holds every push
+// whole or not at all.
 
 #include <algorithm>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "embedding/embedding_store_impl.h"
+#include "embedding/snapshot_export.h"
 
 namespace ps::embedding {
 
@@ -44,14 +45,17 @@ absl::StatusOr<uint32_t> EmbeddingStoreImpl::Export(
     RETURN_IF_ERROR(Flush());
     snapshot = rocks_->GetSnapshot();
   }
+  SnapshotExport snapshot_export(*rocks_, *snapshot, now_s, options);
   for (size_t t = 0; t < targets.size(); ++t) {
     // A row a compaction drops after this read (which the scan below may
     // then miss) is recorded at a time at or after now_s: the next delta
     // deletes it.
     ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped,
                      DroppedForDelta(*tables[t], options));
-    RETURN_IF_ERROR(ExportTable(*tables[t], *snapshot, options, now_s, dropped,
-                                *targets[t].sink));
+    const Table& table = *tables[t];
+    RETURN_IF_ERROR(snapshot_export.WriteTable(
+        {table.id, table.dim, table.row_floats, table.expiry}, dropped,
+        *targets[t].sink));
   }
   return now_s;
 }
@@ -75,58 +79,6 @@ absl::StatusOr<std::vector<uint64_t>> EmbeddingStoreImpl::DroppedForDelta(
   std::sort(dropped.begin(), dropped.end(), store_order);
   dropped.erase(std::unique(dropped.begin(), dropped.end()), dropped.end());
   return dropped;
-}
-
-absl::Status EmbeddingStoreImpl::ExportTable(
-    const Table& table, const RocksStore::Snapshot& snapshot,
-    const ExportOptions& options, uint32_t now_s,
-    const std::vector<uint64_t>& dropped, ExportSink& sink) {
-  std::vector<float> row(table.row_floats);
-  const auto owned = [&](uint64_t key) {
-    // A row of another slot is another shard's.
-    return !options.slots.has_value() || (*options.slots)[SlotForKey(key)];
-  };
-  const std::optional<uint32_t> since_s = options.changed_since_s;
-  // The next dropped key to write, merged into the scan's order.
-  size_t next_dropped = 0;
-  auto put_dropped_before = [&](std::optional<uint64_t> key) -> absl::Status {
-    while (next_dropped < dropped.size()) {
-      const uint64_t candidate = dropped[next_dropped];
-      if (key.has_value()) {
-        const auto here = std::make_pair(SlotForKey(*key), *key);
-        const auto there = std::make_pair(SlotForKey(candidate), candidate);
-        if (there > here) break;
-        ++next_dropped;
-        if (there == here) continue;  // stored: the scan decides
-      } else {
-        ++next_dropped;
-      }
-      if (owned(candidate)) RETURN_IF_ERROR(sink.Delete(candidate));
-    }
-    return absl::OkStatus();
-  };
-  auto write = [&](uint64_t key, absl::string_view stored) -> absl::Status {
-    RETURN_IF_ERROR(put_dropped_before(key));
-    LogPosition position;
-    RowMeta meta;
-    RETURN_IF_ERROR(
-        RocksStore::DecodeRow(stored, absl::MakeSpan(row), &position, &meta));
-    // Expired, not yet compacted away: not part of the model. A delta
-    // deletes it if it was part of the export before.
-    if (table.expiry.Expired(meta, now_s)) {
-      if (since_s.has_value() && !table.expiry.Expired(meta, *since_s) &&
-          owned(key)) {
-        return sink.Delete(key);
-      }
-      return absl::OkStatus();
-    }
-    if (since_s.has_value() && meta.updated_at_s < *since_s)
-      return absl::OkStatus();
-    if (!owned(key)) return absl::OkStatus();
-    return sink.Put(key, absl::MakeConstSpan(row.data(), table.dim));
-  };
-  RETURN_IF_ERROR(rocks_->Scan(table.id, snapshot, write));
-  return put_dropped_before(std::nullopt);
 }
 
 }  // namespace ps::embedding

@@ -39,7 +39,7 @@ using absl::StatusCode;
 void PushAndDie(const StoreOptions& options, int pushes) {
   auto child = [&] {
     auto store = OpenStore(options);
-    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    if (!store->tables().DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
     const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     for (int i = 0; i < pushes; ++i) {
       if (!store->Push("emb", keys, std::vector<float>(20, -1.0f)).ok())
@@ -62,7 +62,7 @@ void PushInAReferenceStore(const StoreOptions& options, const TableSpec& spec,
   StoreOptions reference_options = options;
   reference_options.data_dir += "_reference";
   auto reference = OpenStore(reference_options);
-  ASSERT_OK(reference->DeclareTable(spec));
+  ASSERT_OK(reference->tables().DeclareTable(spec));
   push(*reference);
   *expected = PullRows(*reference, spec.name(), keys, spec.dim());
 }
@@ -107,7 +107,7 @@ TEST_F(EmbeddingStoreTest, PushLogIsReplayedOnceAfterACrash) {
   EXPECT_EXIT(
       {
         auto store = OpenStore(options_);
-        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(spec).ok()) std::_Exit(1);
         push_rounds(*store);
         std::_Exit(0);
       },
@@ -202,7 +202,7 @@ TEST_F(EmbeddingStoreTest, EvictedRowsAreNotReplayedTwice) {
   options_.cache_bytes = 2 * 4 * RowCache::RowBytes(3 + 3);
   auto child = [&] {
     auto store = OpenStore(options_);
-    if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+    if (!store->tables().DeclareTable(spec).ok()) std::_Exit(1);
     push_rounds(*store);
     if (store->Stats().disk_lookups == 0) std::_Exit(3);  // no eviction?
     std::_Exit(0);
@@ -221,7 +221,7 @@ TEST_F(EmbeddingStoreTest, RowsStoredWithoutALogPositionStillRead) {
   const TableSpec spec = SgdTable("emb", 2);
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->tables().DeclareTable(spec));
   }
   // What versions before rows carried their log position stored: the row's
   // floats alone (2 weights; SGD keeps no state).
@@ -245,7 +245,7 @@ TEST_F(EmbeddingStoreTest, AFullDiskRefusesPushesUntilThereIsRoomAgain) {
   options_.write_back_interval = absl::Hours(1);
   auto child = [&] {
     auto store = OpenStore(options_);
-    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    if (!store->tables().DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
     // From here on no file of this process may grow past 64 kB (EFBIG, as
     // a full disk would refuse), until the limit is lifted again.
     std::signal(SIGXFSZ, SIG_IGN);
@@ -289,7 +289,7 @@ TEST_F(EmbeddingStoreTest, ALongLogIsWrittenBackBeforeItsTurn) {
   options_.num_stripes = 4;
   options_.max_push_log_bytes = 64 << 10;
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 8)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 8)));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 500; ++key) keys.push_back(key);
   // 200 pushes log ~200 x 500 x (8 + 32) bytes = 4 MB, 60x the bound.
@@ -311,7 +311,7 @@ TEST_F(EmbeddingStoreTest, AFailedLogWriteAppliesNothingOfItsPush) {
   options_.write_back_interval = absl::Hours(1);
   auto child = [&] {
     auto store = OpenStore(options_);
-    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    if (!store->tables().DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit = {64 << 10, 64 << 10};
     if (setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(2);
@@ -364,7 +364,7 @@ TEST_F(EmbeddingStoreTest, RecordsWrittenWithoutAHeaderStillReplay) {
   TableId table = 0;
   {
     auto store = OpenStore(options_);  // log run 1 from here
-    ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 2)));
   }
   // A record as versions before record headers wrote it: one section
   // (table, stripe, count, sequence, keys, gradients) in run 1.

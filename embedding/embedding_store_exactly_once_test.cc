@@ -36,7 +36,7 @@ void PushWithOriginsAndDie(const StoreOptions& options, int pushes,
                            bool wait_for_deleted_segments = false) {
   auto child = [&] {
     auto store = OpenStore(options);
-    if (!store->DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
+    if (!store->tables().DeclareTable(SgdTable("emb", 2)).ok()) std::_Exit(1);
     const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     for (int i = 1; i <= pushes; ++i) {
       if (!store->Push("emb", keys, std::vector<float>(20, -1.0f), Origin(i))
@@ -76,7 +76,7 @@ void ExpectEveryRetryIsADuplicate(const StoreOptions& options, int pushes) {
 
 TEST_F(EmbeddingStoreTest, ARetriedPushIsAppliedOnce) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 2)));
   const std::vector<uint64_t> keys = {1, 2, 1};
   const std::vector<float> minus_one(6, -1.0f);
   auto first = store->Push("emb", keys, minus_one, Origin(1));
@@ -127,7 +127,7 @@ TEST_F(EmbeddingStoreTest, TheLedgerSurvivesACleanRestartAndASecondCrash) {
 TEST_F(EmbeddingStoreTest, ARetryOfAnAppliedPushIsAnsweredAfterTheLogStopped) {
   options_.durability = Durability::kWal;
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 2)));
   PushOrigin origin;
   origin.worker = 3;
   origin.incarnation = 1;

@@ -61,8 +61,8 @@ TEST_F(EmbeddingStoreTest,
   };
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(spec));
-    ASSERT_OK(store->DeclareTable(counted));
+    ASSERT_OK(store->tables().DeclareTable(spec));
+    ASSERT_OK(store->tables().DeclareTable(counted));
     ASSERT_OK(store->Push("emb", old_keys, std::vector<float>(400, 1.0f)));
     for (int push = 0; push < 3; ++push)
       ASSERT_OK(store->Push("counted", {7}, std::vector<float>(4, 1.0f)));
@@ -77,7 +77,7 @@ TEST_F(EmbeddingStoreTest,
   ASSERT_OK(store->Push("emb", fresh_keys, std::vector<float>(40, 1.0f)));
   ASSERT_OK(store->Flush());
   const uint64_t disk_before = store->Stats().disk_bytes;
-  auto expired = store->Expire("emb");
+  auto expired = store->tables().Expire("emb");
   ASSERT_OK(expired);
   EXPECT_EQ(expired->rows_on_disk, old_keys.size());
   for (uint64_t key : old_keys) EXPECT_FALSE(stored(*store, "emb", key)) << key;
@@ -85,7 +85,7 @@ TEST_F(EmbeddingStoreTest,
     EXPECT_TRUE(stored(*store, "emb", key)) << key;
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1000}, 4)[0],
                   InitialRow(spec, 1000)[0] - 1.0f);
-  auto counted_expired = store->Expire("counted");
+  auto counted_expired = store->tables().Expire("counted");
   ASSERT_OK(counted_expired);
   EXPECT_EQ(counted_expired->rows_on_disk, 1u);
   EXPECT_TRUE(stored(*store, "counted", 7));
@@ -93,9 +93,9 @@ TEST_F(EmbeddingStoreTest,
   const StoreStats stats = store->Stats();
   EXPECT_EQ(stats.rows_expired_on_disk, old_keys.size() + 1);
   EXPECT_LE(stats.disk_bytes, disk_before);
-  EXPECT_THAT(store->Expire("nope"), StatusIs(StatusCode::kNotFound));
-  ASSERT_OK(store->DeclareTable(SgdTable("forever", 4)));
-  EXPECT_THAT(store->Expire("forever"),
+  EXPECT_THAT(store->tables().Expire("nope"), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("forever", 4)));
+  EXPECT_THAT(store->tables().Expire("forever"),
               StatusIs(StatusCode::kFailedPrecondition));
 }
 
@@ -106,8 +106,8 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
-  ASSERT_OK(store->DeclareTable(SgdTable("forever", 4)));
+  ASSERT_OK(store->tables().DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("forever", 4)));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 50; ++key) keys.push_back(key);
   ASSERT_OK(store->Push("emb", keys, std::vector<float>(200, 1.0f)));
@@ -123,7 +123,8 @@ TEST_F(EmbeddingStoreTest, ExpiredRowsLeaveTheHotTierByThemselves) {
 
   TableSpec bad = SgdTable("bad", 4);
   bad.set_evict_below_count(2);
-  EXPECT_THAT(store->DeclareTable(bad), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->tables().DeclareTable(bad),
+              StatusIs(StatusCode::kInvalidArgument));
 }
 
 TEST_F(EmbeddingStoreTest, ExpireSweepsAWholeLargeStripeAPartAtATime) {
@@ -134,14 +135,14 @@ TEST_F(EmbeddingStoreTest, ExpireSweepsAWholeLargeStripeAPartAtATime) {
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 40000; ++key) keys.push_back(key);
   ASSERT_OK(
       store->Push("emb", keys, std::vector<float>(keys.size() * 4, 1.0f)));
   ASSERT_OK(store->Flush());  // clean: expirable in memory
   absl::SleepFor(absl::Seconds(2.1));
-  absl::StatusOr<ExpireOutcome> outcome = store->Expire("emb");
+  absl::StatusOr<ExpireOutcome> outcome = store->tables().Expire("emb");
   ASSERT_OK(outcome);
   EXPECT_EQ(outcome->rows_in_memory, keys.size());
 }
@@ -152,7 +153,7 @@ TEST_F(EmbeddingStoreTest, AnExpiredRowStillInTheHotTierReadsAsAbsent) {
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   ASSERT_OK(store->Push("emb", {5, 6}, std::vector<float>(8, 1.0f)));
   ASSERT_OK(store->Flush());  // clean in the hot tier
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {5}, 4)[0],
@@ -176,7 +177,7 @@ TEST_F(EmbeddingStoreTest, ReplayLandsOnARowWhoseDiskCopyLooksExpired) {
   EXPECT_EXIT(
       {
         auto store = OpenStore(options_);
-        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(spec).ok()) std::_Exit(1);
         if (!store->Push("emb", {3}, {1.0f, 1.0f}).ok()) std::_Exit(2);
         if (!store->Flush().ok()) std::_Exit(3);
         absl::SleepFor(absl::Milliseconds(500));

@@ -81,7 +81,7 @@ std::vector<uint64_t> Range(uint64_t begin, uint64_t end) {
 
 TEST_F(EmbeddingStoreTest, ADeltaHoldsTheRowsChangedSinceTheExportBefore) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 4)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 4)));
   ASSERT_OK(store->Push("emb", Range(0, 100), std::vector<float>(400, 1.0f)));
   // Rows updated in the export's second are in the next delta too: these
   // are not.
@@ -118,7 +118,7 @@ TEST_F(EmbeddingStoreTest, ADeltaHoldsTheRowsChangedSinceTheExportBefore) {
 
 TEST_F(EmbeddingStoreTest, AnExportOfSomeSlotsWritesTheirRowsAlone) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 4)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 4)));
   const std::vector<uint64_t> keys = Range(0, 400);
   ASSERT_OK(store->Push("emb", keys, std::vector<float>(4 * keys.size(), 1)));
   // The lower half of the slots: about half of the keys.
@@ -155,7 +155,7 @@ TEST_F(EmbeddingStoreTest, ADeltaDeletesTheRowsThatExpiredSince) {
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   ASSERT_OK(store->Push("emb", Range(0, 10), std::vector<float>(40, 1.0f)));
   Part base;
   const uint32_t base_time = ExportTo(*store, "emb", {}, &base);
@@ -178,7 +178,7 @@ TEST_F(EmbeddingStoreTest, ADeltaDeletesTheRowsThatExpiredSince) {
   ExportTo(*store, "emb", base_time, &delta1);
   expect_deletions(delta1);
   // Compacted away: the store remembers them.
-  auto expired = store->Expire("emb");
+  auto expired = store->tables().Expire("emb");
   ASSERT_OK(expired);
   EXPECT_EQ(expired->rows_on_disk, 10u);
   Part delta2;
@@ -191,7 +191,7 @@ TEST_F(EmbeddingStoreTest, ADeltaOfSomeSlotsDeletesTheirRowsAlone) {
   TableSpec spec = SgdTable("emb", 4);
   spec.set_row_ttl_s(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   const std::vector<uint64_t> keys = Range(0, 60);
   ASSERT_OK(store->Push("emb", keys, std::vector<float>(4 * keys.size(), 1)));
   Part base;
@@ -221,7 +221,7 @@ TEST_F(EmbeddingStoreTest, ADeltaOfSomeSlotsDeletesTheirRowsAlone) {
   ASSERT_OK(store->snapshots().Export({{"emb", &stored}}, options).status());
   expect_owned_deletions(stored, "expired");
   // Compacted away: the store remembers them.
-  ASSERT_OK(store->Expire("emb").status());
+  ASSERT_OK(store->tables().Expire("emb").status());
   Part dropped;
   ASSERT_OK(store->snapshots().Export({{"emb", &dropped}}, options).status());
   expect_owned_deletions(dropped, "dropped");
@@ -236,17 +236,17 @@ TEST_F(EmbeddingStoreTest, ADeltaSinceBeforeTheStoreKnowsWhatChangedIsRefused) {
   Part part;
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->tables().DeclareTable(spec));
     ASSERT_OK(store->Push("emb", Range(0, 10), std::vector<float>(40, 1.0f)));
     base_time = ExportTo(*store, "emb", {}, &part);
     // A table declared after the export (say, dropped and declared again).
     WaitPastSecond(base_time);
-    ASSERT_OK(store->DeclareTable(SgdTable("later", 4)));
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("later", 4)));
     EXPECT_THAT(TryExport(*store, "later", base_time, &part).status(),
                 StatusIs(StatusCode::kFailedPrecondition));
     // More rows dropped than it remembers.
     absl::SleepFor(absl::Seconds(3.1));
-    ASSERT_OK(store->Expire("emb").status());
+    ASSERT_OK(store->tables().Expire("emb").status());
     EXPECT_THAT(TryExport(*store, "emb", base_time, &part).status(),
                 StatusIs(StatusCode::kFailedPrecondition));
   }

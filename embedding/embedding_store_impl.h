@@ -44,7 +44,9 @@ namespace ps::embedding {
 class EmbeddingStoreImpl final : public EmbeddingStore,
                                  public SlotMigration,
                                  public StoreSnapshots,
-                                 public StoreReplication {
+                                 public StoreReplication,
+                                 public StoreLedger,
+                                 public StoreTables {
  public:
   ~EmbeddingStoreImpl() override;
 
@@ -52,17 +54,8 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   EmbeddingStoreImpl& operator=(const EmbeddingStoreImpl&) = delete;
 
   // EmbeddingStore:
-  absl::StatusOr<bool> DeclareTable(const TableSpec& spec) override;
-  absl::Status SetLearningRate(absl::string_view table,
-                               float learning_rate) override;
-  absl::Status DropTable(absl::string_view table) override;
-  absl::StatusOr<ExpireOutcome> Expire(absl::string_view table) override;
-  absl::StatusOr<TableSpec> GetTableSpec(
-      absl::string_view table) const override;
   absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<float> out) override;
-  absl::StatusOr<TableOptimizer> GetTableOptimizer(
-      absl::string_view table) const override;
   absl::Status PullWithState(absl::string_view table,
                              absl::Span<const uint64_t> keys,
                              absl::Span<float> out) override;
@@ -74,29 +67,16 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   absl::Status GetRow(absl::string_view table, uint64_t key,
                       std::vector<float>* weights, bool* stored,
                       std::vector<float>* state) override;
-  void NoteRefusedPush(const PushOrigin& origin) override {
-    ledger_.NoteRefused(origin);
-  }
-  absl::StatusOr<std::optional<uint32_t>> AppliedPush(
-      const PushOrigin& origin) override {
-    return ledger_.Applied(origin);
-  }
-  absl::StatusOr<std::optional<uint32_t>> MovedPushApplied(
-      uint32_t source_shard, const PushOrigin& origin) override;
   absl::Status Flush() override;
   absl::Status PushLogHealth() const override;
-  std::vector<TableStats> ListTables() override;
   StoreStats Stats() override;
   SlotMigration& slots() override { return *this; }
   StoreSnapshots& snapshots() override { return *this; }
   StoreReplication& replication() override { return *this; }
+  StoreLedger& ledger() override { return *this; }
+  StoreTables& tables() override { return *this; }
 
   // SlotMigration:
-  std::string SerializeLedger() const override { return ledger_.Serialize(); }
-  std::vector<std::pair<uint32_t, std::string>> SerializeMovedLedgers()
-      override;
-  absl::Status MergeMovedLedger(uint32_t source_shard,
-                                absl::string_view ledger) override;
   absl::StatusOr<std::vector<SlotRow>> ReadSlotRows(
       absl::string_view table,
       const std::function<bool(uint32_t slot)>& in_move,
@@ -119,10 +99,38 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   absl::Status SetReplicationFeed(ReplicationFeed* feed) override;
   absl::StatusOr<ReplicaCut> CheckpointForReplica(
       const std::string& dir) override;
+  absl::Status ApplyFeedEntry(const FeedEntry& entry) override;
+
+  // StoreTables:
+  absl::StatusOr<bool> DeclareTable(const TableSpec& spec) override;
+  absl::Status SetLearningRate(absl::string_view table,
+                               float learning_rate) override;
+  absl::Status DropTable(absl::string_view table) override;
+  absl::StatusOr<ExpireOutcome> Expire(absl::string_view table) override;
+  absl::StatusOr<TableSpec> GetTableSpec(
+      absl::string_view table) const override;
+  absl::StatusOr<TableOptimizer> GetTableOptimizer(
+      absl::string_view table) const override;
+  std::vector<TableStats> ListTables() override;
+
+  // StoreLedger:
+  absl::StatusOr<std::optional<uint32_t>> AppliedPush(
+      const PushOrigin& origin) override {
+    return ledger_.Applied(origin);
+  }
+  void NoteRefusedPush(const PushOrigin& origin) override {
+    ledger_.NoteRefused(origin);
+  }
+  absl::StatusOr<std::optional<uint32_t>> MovedPushApplied(
+      uint32_t source_shard, const PushOrigin& origin) override;
+  std::string SerializeLedger() const override { return ledger_.Serialize(); }
+  std::vector<std::pair<uint32_t, std::string>> SerializeMovedLedgers()
+      override;
+  absl::Status MergeMovedLedger(uint32_t source_shard,
+                                absl::string_view ledger) override;
   absl::Status MergeLedger(absl::string_view ledger) override {
     return ledger_.Merge(ledger);
   }
-  absl::Status ApplyFeedEntry(const FeedEntry& entry) override;
 
  private:
   friend class EmbeddingStore;  // Open()
@@ -389,15 +397,8 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   // segments and starts appending to the new one.
   absl::Status StartNextRun(Replay& replay);
 
-  // Checkpoints and exports (embedding_store_checkpoint.cc).
-  // Hands `table`'s stored rows as of `snapshot` and `now_s` (a delta's:
-  // changed and dropped since options.changed_since_s, the keys in
-  // `dropped` sorted in the store's order) to `sink`, in the store's order.
-  absl::Status ExportTable(const Table& table,
-                           const RocksStore::Snapshot& snapshot,
-                           const ExportOptions& options, uint32_t now_s,
-                           const std::vector<uint64_t>& dropped,
-                           ExportSink& sink);
+  // Checkpoints and exports (embedding_store_checkpoint.cc; an export's
+  // rows are snapshot_export.h's).
   // The keys of `table` dropped since options.changed_since_s, in the
   // store's order, for a delta (none for a full export); the refusals of
   // Export().

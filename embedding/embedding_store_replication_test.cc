@@ -71,7 +71,7 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   TableSpec adagrad = SgdTable("adagrad", 8);
   adagrad.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
   adagrad.mutable_optimizer()->set_learning_rate(0.05f);
-  ASSERT_OK(primary->DeclareTable(adagrad).status());
+  ASSERT_OK(primary->tables().DeclareTable(adagrad).status());
   for (int round = 0; round < 5; ++round)
     PushRound(*primary, "adagrad", 8, round, 300);
 
@@ -86,16 +86,16 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   // not count again), a dropped table.
   for (int round = 5; round < 9; ++round)
     PushRound(*primary, "adagrad", 8, round, 300, round == 6 ? 0.5f : 1.0f);
-  ASSERT_OK(primary->SetLearningRate("adagrad", 0.1f));
+  ASSERT_OK(primary->tables().SetLearningRate("adagrad", 0.1f));
   PushRound(*primary, "adagrad", 8, 9, 300);
   TableSpec admitted = SgdTable("admitted", 4);
   admitted.set_admit_after(2);
-  ASSERT_OK(primary->DeclareTable(admitted).status());
+  ASSERT_OK(primary->tables().DeclareTable(admitted).status());
   for (int round = 0; round < 4; ++round)
     PushRound(*primary, "admitted", 4, round, 50);
-  ASSERT_OK(primary->DeclareTable(SgdTable("doomed", 2)).status());
+  ASSERT_OK(primary->tables().DeclareTable(SgdTable("doomed", 2)).status());
   PushRound(*primary, "doomed", 2, 0, 10);
-  ASSERT_OK(primary->DropTable("doomed"));
+  ASSERT_OK(primary->tables().DropTable("doomed"));
 
   std::vector<FeedEntry> entries;
   ASSERT_OK(feed.Read(cut.follower, cut.start_sequence, 1000,
@@ -105,16 +105,16 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   StoreOptions replica_options = options_;
   replica_options.data_dir = copy;
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
-  ASSERT_OK(replica->replication().MergeLedger(cut.ledger));
+  ASSERT_OK(replica->ledger().MergeLedger(cut.ledger));
   for (const FeedEntry& entry : entries) {
     ASSERT_OK(replica->replication().ApplyFeedEntry(entry))
         << entry.ShortDebugString();
   }
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
   EXPECT_EQ(Rows(*replica, "admitted", 50), Rows(*primary, "admitted", 50));
-  EXPECT_FALSE(replica->GetTableSpec("doomed").ok());
-  absl::StatusOr<EmbeddingStore::TableOptimizer> optimizer =
-      replica->GetTableOptimizer("adagrad");
+  EXPECT_FALSE(replica->tables().GetTableSpec("doomed").ok());
+  absl::StatusOr<TableOptimizer> optimizer =
+      replica->tables().GetTableOptimizer("adagrad");
   ASSERT_OK(optimizer.status());
   EXPECT_FLOAT_EQ(optimizer->learning_rate_multiplier, 2.0f);
 
@@ -124,7 +124,7 @@ TEST_F(ReplicationTest, ACopyPlusTheFeedHoldsWhatThePrimaryHolds) {
   ASSERT_OK(replica->replication().ApplyFeedEntry(entries.front()));
   EXPECT_EQ(Rows(*replica, "adagrad", 300), Rows(*primary, "adagrad", 300));
   absl::StatusOr<std::optional<uint32_t>> first =
-      replica->AppliedPush(PushOrigin{1, 1, 1});
+      replica->ledger().AppliedPush(PushOrigin{1, 1, 1});
   ASSERT_OK(first.status());
   EXPECT_TRUE(first->has_value());
 
@@ -141,7 +141,7 @@ TEST_F(ReplicationTest, SlotRowsWrittenAndDeletedAreFed) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
   ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
-  ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
+  ASSERT_OK(primary->tables().DeclareTable(SgdTable("t", 4)).status());
   const std::string copy = CopyDir();
   absl::StatusOr<StoreReplication::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
@@ -223,13 +223,13 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
     ASSERT_OK(source.Begin(origin).status());
     source.Finish(origin, /*applied=*/true, 10 * sequence);
     if (sequence == 2) {
-      ASSERT_OK(primary->slots().MergeMovedLedger(3, source.Serialize()));
+      ASSERT_OK(primary->ledger().MergeMovedLedger(3, source.Serialize()));
     }
   }
-  ASSERT_OK(primary->slots().MergeMovedLedger(3, source.Serialize()));
+  ASSERT_OK(primary->ledger().MergeMovedLedger(3, source.Serialize()));
   auto applied = [](EmbeddingStore& store, uint32_t shard, uint64_t sequence) {
     absl::StatusOr<std::optional<uint32_t>> rows =
-        store.MovedPushApplied(shard, PushOrigin{5, 9, sequence});
+        store.ledger().MovedPushApplied(shard, PushOrigin{5, 9, sequence});
     EXPECT_OK(rows.status());
     return rows.ok() ? rows->value_or(0) : 0;
   };
@@ -242,7 +242,7 @@ TEST_F(ReplicationTest, AMovedLedgerIsKeptDurablyAndFed) {
   primary = OpenStore(options_);
   EXPECT_EQ(applied(*primary, 3, 3), 30u);
   // Handed on by a move from this store, by source shard.
-  const auto handed = primary->slots().SerializeMovedLedgers();
+  const auto handed = primary->ledger().SerializeMovedLedgers();
   ASSERT_EQ(handed.size(), 1u);
   EXPECT_EQ(handed[0].first, 3u);
   EXPECT_EQ(handed[0].second, source.Serialize());
@@ -269,7 +269,7 @@ TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   ReplicationFeed feed;
   std::unique_ptr<EmbeddingStore> primary = OpenStore(options_);
   ASSERT_OK(primary->replication().SetReplicationFeed(&feed));
-  ASSERT_OK(primary->DeclareTable(SgdTable("t", 4)).status());
+  ASSERT_OK(primary->tables().DeclareTable(SgdTable("t", 4)).status());
   const std::string copy = CopyDir();
   absl::StatusOr<StoreReplication::ReplicaCut> cut = CutCopy(*primary);
   ASSERT_OK(cut.status());
@@ -277,7 +277,7 @@ TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   // primary's ledger remembers the refusal and applies it.
   const std::vector<uint64_t> keys = {1, 2, 3};
   const std::vector<float> gradients(keys.size() * 4, 0.5f);
-  primary->NoteRefusedPush(PushOrigin{1, 1, 1});
+  primary->ledger().NoteRefusedPush(PushOrigin{1, 1, 1});
   for (uint64_t sequence = 2; sequence <= 400; ++sequence) {
     ASSERT_OK(primary->Push("t", keys, gradients, PushOrigin{1, 1, sequence})
                   .status());
@@ -293,7 +293,7 @@ TEST_F(ReplicationTest, ARetryThePrimaryLetThroughLateIsAppliedOnTheReplica) {
   StoreOptions replica_options = options_;
   replica_options.data_dir = copy;
   std::unique_ptr<EmbeddingStore> replica = OpenStore(replica_options);
-  ASSERT_OK(replica->replication().MergeLedger(cut->ledger));
+  ASSERT_OK(replica->ledger().MergeLedger(cut->ledger));
   for (const FeedEntry& entry : entries) {
     ASSERT_OK(replica->replication().ApplyFeedEntry(entry)) << entry.sequence();
   }

@@ -73,7 +73,7 @@ class SlotRowsTest : public EmbeddingStoreTest {
 
 TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
   std::unique_ptr<EmbeddingStore> source = OpenStore(options_);
-  ASSERT_OK(source->DeclareTable(AdagradTable()));
+  ASSERT_OK(source->tables().DeclareTable(AdagradTable()));
   std::vector<uint64_t> keys;
   for (uint64_t key = 1; key <= 300; ++key) keys.push_back(key * 7);
   std::vector<float> gradients(keys.size() * kDim);
@@ -101,7 +101,7 @@ TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
     tiny.cache_bytes = 1;
     tiny.num_stripes = 1;
     std::unique_ptr<EmbeddingStore> target = OpenStore(tiny);
-    ASSERT_OK(target->DeclareTable(AdagradTable()));
+    ASSERT_OK(target->tables().DeclareTable(AdagradTable()));
     // Stale pushes of moving keys on the target (slots it owned once), out
     // of memory by now but in its push log: the moved rows replace them,
     // and a replay does not apply their records to them.
@@ -152,7 +152,7 @@ TEST_F(SlotRowsTest, RowsMoveWholeAndStayDurableWhereTheyGo) {
 
 TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
   std::unique_ptr<EmbeddingStore> source = OpenStore(options_);
-  ASSERT_OK(source->DeclareTable(AdagradTable()));
+  ASSERT_OK(source->tables().DeclareTable(AdagradTable()));
   std::vector<uint64_t> keys;
   for (uint64_t key = 1; key <= 100; ++key) keys.push_back(key);
   ASSERT_OK(
@@ -168,7 +168,7 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
   EXPECT_EXIT(
       {
         auto target = OpenStore(target_options_);
-        if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
+        if (!target->tables().DeclareTable(AdagradTable()).ok()) std::_Exit(1);
         if (!target->slots().WriteSlotRows("t", read).ok()) std::_Exit(2);
         if (!target->Flush().ok()) std::_Exit(3);
         std::_Exit(0);
@@ -185,7 +185,7 @@ TEST_F(SlotRowsTest, WrittenRowsSurviveAProcessKilledRightAfter) {
 TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
   // In the hot tier only: nothing of them is on disk yet.
   std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  ASSERT_OK(store->tables().DeclareTable(AdagradTable()));
   ASSERT_OK(store->Push("t", {1, 2}, std::vector<float>(2 * kDim, 0.5f)));
   bool done = false;
   absl::StatusOr<std::vector<SlotRow>> on_disk = store->slots().ReadSlotRows(
@@ -206,7 +206,7 @@ TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
   StoreOptions tiny = target_options_;
   tiny.cache_bytes = 1;  // rows leave the hot tier at once
   store = OpenStore(tiny);
-  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  ASSERT_OK(store->tables().DeclareTable(AdagradTable()));
   const std::vector<uint64_t> keys = {3, 1, 2};
   ASSERT_OK(
       store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.5f)));
@@ -228,7 +228,7 @@ TEST_F(SlotRowsTest, RowsOfKeysAreTheNewest) {
 
 TEST_F(SlotRowsTest, RowsOfAnotherSizeAreRefused) {
   std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  ASSERT_OK(store->tables().DeclareTable(AdagradTable()));
   SlotRow row;
   row.key = 1;
   row.floats.assign(kDim, 1.0f);  // no optimizer state
@@ -250,7 +250,7 @@ bool InScatteredRanges(uint32_t slot) {
 
 TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
   std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(AdagradTable()));
+  ASSERT_OK(store->tables().DeclareTable(AdagradTable()));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 30000; ++key) keys.push_back(key * 1000003);
   // Rows in the first and the last slot, the bounds of the key ranges.
@@ -303,7 +303,7 @@ TEST_F(SlotRowsTest, RangesOfSlotsReadAndDeleteExactlyTheirRows) {
 
 TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
   std::unique_ptr<EmbeddingStore> source = OpenStore(options_);
-  ASSERT_OK(source->DeclareTable(AdagradTable()));
+  ASSERT_OK(source->tables().DeclareTable(AdagradTable()));
   std::vector<uint64_t> keys;
   for (uint64_t key = 1; key <= 200; ++key) keys.push_back(key);
   ASSERT_OK(
@@ -316,7 +316,7 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
   {
     target_options_.durability = Durability::kWal;
     std::unique_ptr<EmbeddingStore> target = OpenStore(target_options_);
-    ASSERT_OK(target->DeclareTable(AdagradTable()));
+    ASSERT_OK(target->tables().DeclareTable(AdagradTable()));
     // Copies in the hot tier, dirty and clean (an earlier move that did
     // not finish): the ingested rows win over both.
     ASSERT_OK(target->Push("t", {moved[0], moved[1]},
@@ -354,7 +354,7 @@ TEST_F(SlotRowsTest, IngestedRowsReplaceTheHotTiersCopiesAndStay) {
   EXPECT_EXIT(
       {
         auto target = OpenStore(target_options_);
-        if (!target->DeclareTable(AdagradTable()).ok()) std::_Exit(1);
+        if (!target->tables().DeclareTable(AdagradTable()).ok()) std::_Exit(1);
         if (!target->slots().IngestSlotRows("t", read).ok()) std::_Exit(2);
         std::_Exit(0);
       },
@@ -375,8 +375,8 @@ TEST_F(SlotRowsTest, AStoreKeyedBeforeSlotsIsUpgradedInPlace) {
   std::vector<float> rows;
   {
     std::unique_ptr<EmbeddingStore> store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(AdagradTable()));
-    ASSERT_OK(store->DeclareTable(SgdTable("other", 2)));
+    ASSERT_OK(store->tables().DeclareTable(AdagradTable()));
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("other", 2)));
     ASSERT_OK(
         store->Push("t", keys, std::vector<float>(keys.size() * kDim, 0.3f)));
     ASSERT_OK(

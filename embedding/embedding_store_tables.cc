@@ -296,8 +296,8 @@ absl::StatusOr<TableSpec> EmbeddingStoreImpl::GetTableSpec(
   return table->spec;
 }
 
-absl::StatusOr<EmbeddingStoreImpl::TableOptimizer>
-EmbeddingStoreImpl::GetTableOptimizer(absl::string_view table_name) const {
+absl::StatusOr<TableOptimizer> EmbeddingStoreImpl::GetTableOptimizer(
+    absl::string_view table_name) const {
   ASSIGN_OR_RETURN(const Table* table, FindTable(table_name));
   TableOptimizer optimizer;
   optimizer.spec = table->spec.optimizer();

@@ -31,7 +31,7 @@ using absl::StatusCode;
 TEST_F(EmbeddingStoreTest, ATableHalfCreatedByACrashedProcessIsDropped) {
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(SgdTable("kept", 2)));
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("kept", 2)));
     ASSERT_OK(store->Push("kept", {1}, {-1.0f, -1.0f}));
   }
   // The column family of "lost", created without its spec, as a process
@@ -60,12 +60,12 @@ TEST_F(EmbeddingStoreTest, ATableHalfCreatedByACrashedProcessIsDropped) {
   }
   auto store = OpenStore(options_);
   ASSERT_NE(store, nullptr);
-  const std::vector<TableStats> tables = store->ListTables();
+  const std::vector<TableStats> tables = store->tables().ListTables();
   ASSERT_EQ(tables.size(), 1u);
   EXPECT_EQ(tables[0].spec.name(), "kept");
   const float initial = InitialRow(SgdTable("kept", 2), 1)[0];
   EXPECT_FLOAT_EQ(PullRows(*store, "kept", {1}, 2)[0], initial + 1.0f);
-  auto created = store->DeclareTable(SgdTable("lost", 2));
+  auto created = store->tables().DeclareTable(SgdTable("lost", 2));
   ASSERT_OK(created);
   EXPECT_TRUE(*created);
 }
@@ -81,34 +81,34 @@ TEST_F(EmbeddingStoreTest, ALearningRateSetLiveAppliesFromTheNextPushOn) {
   EXPECT_EXIT(
       {
         auto store = OpenStore(options_);
-        if (!store->DeclareTable(spec).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(spec).ok()) std::_Exit(1);
         if (!store->Push("emb", {1}, {1.0f, 1.0f}).ok()) std::_Exit(2);
-        if (!store->SetLearningRate("emb", 0.25f).ok()) std::_Exit(3);
+        if (!store->tables().SetLearningRate("emb", 0.25f).ok()) std::_Exit(3);
         if (!store->Push("emb", {1}, {1.0f, 1.0f}).ok()) std::_Exit(4);
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");
   auto store = OpenStore(options_);
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1}, 2)[0], initial[0] - 1.25f);
-  const std::vector<TableStats> tables = store->ListTables();
+  const std::vector<TableStats> tables = store->tables().ListTables();
   ASSERT_EQ(tables.size(), 1u);
   EXPECT_FLOAT_EQ(tables[0].learning_rate, 0.25f);
   // The spec keeps the declared rate: the table's workers still declare it.
   EXPECT_FLOAT_EQ(tables[0].spec.optimizer().learning_rate(), 1.0f);
-  auto declared = store->DeclareTable(spec);
+  auto declared = store->tables().DeclareTable(spec);
   ASSERT_OK(declared);
   EXPECT_FALSE(*declared);
   // The rate survived the restart, and multiplies a push's own scale.
   ASSERT_OK(store->Push("emb", {1}, {1.0f, 1.0f}, PushOrigin(), 2.0f));
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {1}, 2)[0], initial[0] - 1.75f);
 
-  EXPECT_THAT(store->SetLearningRate("emb", 0.0f),
+  EXPECT_THAT(store->tables().SetLearningRate("emb", 0.0f),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->SetLearningRate("emb", -1.0f),
+  EXPECT_THAT(store->tables().SetLearningRate("emb", -1.0f),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->SetLearningRate("emb", std::nanf("")),
+  EXPECT_THAT(store->tables().SetLearningRate("emb", std::nanf("")),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->SetLearningRate("nope", 0.1f),
+  EXPECT_THAT(store->tables().SetLearningRate("nope", 0.1f),
               StatusIs(StatusCode::kNotFound));
 }
 
@@ -124,8 +124,8 @@ TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
   EXPECT_EXIT(
       {
         auto store = OpenStore(options_);
-        if (!store->DeclareTable(gone).ok()) std::_Exit(1);
-        if (!store->DeclareTable(kept).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(gone).ok()) std::_Exit(1);
+        if (!store->tables().DeclareTable(kept).ok()) std::_Exit(1);
         if (!store->Push("gone", {1, 2}, std::vector<float>(4, 1.0f)).ok())
           std::_Exit(2);
         if (!store->Push("kept", {1}, std::vector<float>(3, 1.0f)).ok())
@@ -134,7 +134,7 @@ TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
         if (!store->Flush().ok()) std::_Exit(3);
         if (!store->Push("gone", {1, 3}, std::vector<float>(4, 1.0f)).ok())
           std::_Exit(2);
-        if (!store->DropTable("gone").ok()) std::_Exit(4);
+        if (!store->tables().DropTable("gone").ok()) std::_Exit(4);
         std::vector<float> out(2);
         if (store->Pull("gone", {1}, absl::MakeSpan(out)).code() !=
             absl::StatusCode::kNotFound)
@@ -142,11 +142,12 @@ TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
         if (store->Push("gone", {1}, {1.0f, 1.0f}).status().code() !=
             absl::StatusCode::kNotFound)
           std::_Exit(6);
-        if (store->DropTable("gone").code() != absl::StatusCode::kNotFound)
+        if (store->tables().DropTable("gone").code() !=
+            absl::StatusCode::kNotFound)
           std::_Exit(7);
         if (!store->Push("kept", {1}, std::vector<float>(3, 1.0f)).ok())
           std::_Exit(2);
-        if (!store->DeclareTable(again).ok()) std::_Exit(8);
+        if (!store->tables().DeclareTable(again).ok()) std::_Exit(8);
         if (!store->Push("gone", {1}, std::vector<float>(5, 1.0f)).ok())
           std::_Exit(9);
         std::_Exit(0);
@@ -155,7 +156,7 @@ TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
   for (int open = 0; open < 2; ++open) {
     auto store = OpenStore(options_);
     std::vector<std::string> names;
-    for (const TableStats& table : store->ListTables())
+    for (const TableStats& table : store->tables().ListTables())
       names.push_back(table.spec.name() + "/" +
                       std::to_string(table.spec.dim()));
     std::sort(names.begin(), names.end());
@@ -176,15 +177,15 @@ TEST_F(EmbeddingStoreTest, ADroppedTableLeavesNothingAndItsNameStartsAfresh) {
 
 TEST_F(EmbeddingStoreTest, ADroppedTablesRowsLeaveTheHotTier) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("gone", 16)));
-  ASSERT_OK(store->DeclareTable(SgdTable("kept", 16)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("gone", 16)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("kept", 16)));
   std::vector<uint64_t> keys(1000);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
   ASSERT_OK(store->Push("kept", {1}, std::vector<float>(16, 1.0f)));
   const uint64_t kept_bytes = store->Stats().hot_tier_bytes;
   ASSERT_OK(store->Push("gone", keys, std::vector<float>(16 * 1000, 1.0f)));
   EXPECT_GT(store->Stats().hot_tier_bytes, kept_bytes + 1000 * 16 * 4);
-  ASSERT_OK(store->DropTable("gone"));
+  ASSERT_OK(store->tables().DropTable("gone"));
   EXPECT_EQ(store->Stats().hot_tier_bytes, kept_bytes);
   // Nothing of it is written back.
   ASSERT_OK(store->Flush());
@@ -199,7 +200,7 @@ TEST_F(EmbeddingStoreTest,
   {
     auto store = OpenStore(options_);
     for (const TableSpec* spec : {&a, &b, &c}) {
-      ASSERT_OK(store->DeclareTable(*spec));
+      ASSERT_OK(store->tables().DeclareTable(*spec));
       ASSERT_OK(store->Push(spec->name(), {1},
                             std::vector<float>(spec->dim(), 1.0f)));
     }
@@ -212,12 +213,12 @@ TEST_F(EmbeddingStoreTest,
   }
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DropTable("b"));
+    ASSERT_OK(store->tables().DropTable("b"));
   }
   for (int open = 0; open < 2; ++open) {
     auto store = OpenStore(options_);
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->ListTables().size(), 2u);
+    EXPECT_EQ(store->tables().ListTables().size(), 2u);
     EXPECT_FLOAT_EQ(PullRows(*store, "a", {1}, 2)[0], InitialRow(a, 1)[0] - 1);
     EXPECT_FLOAT_EQ(PullRows(*store, "c", {1}, 4)[0], InitialRow(c, 1)[0] - 1);
   }
@@ -227,8 +228,8 @@ TEST_F(EmbeddingStoreTest, ADropStoppedHalfWayIsFinishedAtTheNextOpen) {
   const TableSpec gone = SgdTable("gone", 2);
   {
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(gone));
-    ASSERT_OK(store->DeclareTable(SgdTable("kept", 2)));
+    ASSERT_OK(store->tables().DeclareTable(gone));
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("kept", 2)));
     ASSERT_OK(store->Push("gone", {1}, {1.0f, 1.0f}));
     ASSERT_OK(store->Push("kept", {1}, {1.0f, 1.0f}));
   }
@@ -241,12 +242,12 @@ TEST_F(EmbeddingStoreTest, ADropStoppedHalfWayIsFinishedAtTheNextOpen) {
       }()));
   auto store = OpenStore(options_);
   ASSERT_NE(store, nullptr);
-  const std::vector<TableStats> tables = store->ListTables();
+  const std::vector<TableStats> tables = store->tables().ListTables();
   ASSERT_EQ(tables.size(), 1u);
   EXPECT_EQ(tables[0].spec.name(), "kept");
   EXPECT_FLOAT_EQ(PullRows(*store, "kept", {1}, 2)[0],
                   InitialRow(SgdTable("kept", 2), 1)[0] - 1.0f);
-  ASSERT_OK(store->DeclareTable(gone));
+  ASSERT_OK(store->tables().DeclareTable(gone));
   EXPECT_FLOAT_EQ(PullRows(*store, "gone", {1}, 2)[0], InitialRow(gone, 1)[0]);
 }
 

@@ -41,13 +41,13 @@ size_t ResidentBytes() {
 
 TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
   auto store = OpenStore(options_);
-  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 8)), IsOk());
-  auto again = store->DeclareTable(SgdTable("emb", 8));
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("emb", 8)), IsOk());
+  auto again = store->tables().DeclareTable(SgdTable("emb", 8));
   ASSERT_OK(again);
   EXPECT_FALSE(*again);
-  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 16)),
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("emb", 16)),
               StatusIs(StatusCode::kAlreadyExists));
-  EXPECT_THAT(store->DeclareTable(SgdTable("emb", 8, 0.5f)),
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("emb", 8, 0.5f)),
               StatusIs(StatusCode::kAlreadyExists));
   // The refusal names what differs: for a model spec, its first line that
   // does.
@@ -55,12 +55,12 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
   with_spec.mutable_model()->set_kind(ModelCard::SPEC);
   with_spec.mutable_model()->set_model_spec(
       "name: \"m\"\ntable { name: \"t\" dim: 8 }\noutput: \"a\"\n");
-  ASSERT_OK(store->DeclareTable(with_spec));
+  ASSERT_OK(store->tables().DeclareTable(with_spec));
   TableSpec other = with_spec;
   other.mutable_model()->set_model_spec(
       "name: \"m\"\ntable { name: \"t\" dim: 8 }\noutput: \"b\"\n");
   other.set_dim(16);
-  const absl::StatusOr<bool> refused = store->DeclareTable(other);
+  const absl::StatusOr<bool> refused = store->tables().DeclareTable(other);
   ASSERT_THAT(refused, StatusIs(StatusCode::kAlreadyExists));
   EXPECT_NE(refused.status().message().find("dim"), std::string::npos)
       << refused.status();
@@ -74,38 +74,40 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
 TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
   options_.max_dim = 64;
   auto store = OpenStore(options_);
-  EXPECT_THAT(store->DeclareTable(SgdTable("", 8)),
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("", 8)),
               StatusIs(StatusCode::kInvalidArgument));
   // A table names files of exports and checkpoints: never a path.
   for (const char* name : {"a/b", "..", ".", ".hidden", "-rf", "a..b"}) {
-    EXPECT_THAT(store->DeclareTable(SgdTable(name, 8)),
+    EXPECT_THAT(store->tables().DeclareTable(SgdTable(name, 8)),
                 StatusIs(StatusCode::kInvalidArgument))
         << name;
   }
-  EXPECT_THAT(store->DeclareTable(SgdTable("wide_deep.dense.mlp-0", 8)),
-              IsOk());
-  EXPECT_THAT(store->DeclareTable(SgdTable("zero", 0)),
+  EXPECT_THAT(
+      store->tables().DeclareTable(SgdTable("wide_deep.dense.mlp-0", 8)),
+      IsOk());
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("zero", 0)),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->DeclareTable(SgdTable("huge", 65)),
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("huge", 65)),
               StatusIs(StatusCode::kResourceExhausted));
-  EXPECT_THAT(store->DeclareTable(SgdTable("negative_rate", 8, -1.0f)),
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("negative_rate", 8, -1.0f)),
               StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(store->GetTableSpec("huge"), StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(store->tables().GetTableSpec("huge"),
+              StatusIs(StatusCode::kNotFound));
 }
 
 TEST_F(EmbeddingStoreTest, MaxTablesIsEnforced) {
   options_.max_tables = 2;
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("a", 4)));
-  ASSERT_OK(store->DeclareTable(SgdTable("b", 4)));
-  EXPECT_THAT(store->DeclareTable(SgdTable("c", 4)),
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("a", 4)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("b", 4)));
+  EXPECT_THAT(store->tables().DeclareTable(SgdTable("c", 4)),
               StatusIs(StatusCode::kResourceExhausted));
 }
 
 TEST_F(EmbeddingStoreTest, NeverPushedKeysReturnInitialValuesAndAreNotStored) {
   auto store = OpenStore(options_);
   const TableSpec spec = SgdTable("emb", 4);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   const std::vector<uint64_t> keys = {5, 1, 5, 99};
   std::vector<float> rows = PullRows(*store, "emb", keys, 4);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -119,12 +121,12 @@ TEST_F(EmbeddingStoreTest, NeverPushedKeysReturnInitialValuesAndAreNotStored) {
   EXPECT_FALSE(stored);
   EXPECT_EQ(row, InitialRow(spec, 5));
   ASSERT_OK(store->Flush());
-  EXPECT_EQ(store->ListTables()[0].estimated_rows, 0u);
+  EXPECT_EQ(store->tables().ListTables()[0].estimated_rows, 0u);
 }
 
 TEST_F(EmbeddingStoreTest, PullChecksTableAndOutputSize) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 4)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 4)));
   std::vector<float> out(4);
   const std::vector<uint64_t> keys = {1};
   EXPECT_THAT(store->Pull("nope", keys, absl::MakeSpan(out)),
@@ -137,7 +139,7 @@ TEST_F(EmbeddingStoreTest, PullChecksTableAndOutputSize) {
 TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
   auto store = OpenStore(options_);
   const TableSpec spec = SgdTable("emb", 2, /*learning_rate=*/0.5f);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   // Key 7 appears twice: its gradients sum to (3, -3) before one SGD step.
   const std::vector<uint64_t> keys = {7, 8, 7};
   const std::vector<float> gradients = {1, -1, 4, 4, 2, -2};
@@ -160,7 +162,7 @@ TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
 
 TEST_F(EmbeddingStoreTest, APushsLearningRateScaleScalesItsStep) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2, 0.5f)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 2, 0.5f)));
   const std::vector<uint64_t> keys = {4, 5};
   const std::vector<float> before = PullRows(*store, "emb", keys, 2);
   ASSERT_OK(store->Push("emb", {4}, {1.0f, -2.0f}, PushOrigin(), 0.25f));
@@ -178,7 +180,7 @@ TEST_F(EmbeddingStoreTest, APushsLearningRateScaleScalesItsStep) {
 
 TEST_F(EmbeddingStoreTest, BadPushChangesNothing) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 2)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 2)));
   const std::vector<uint64_t> keys = {1, 2};
   ASSERT_OK(store->Push("emb", keys, {1, 1, 1, 1}));
   const std::vector<float> before = PullRows(*store, "emb", keys, 2);
@@ -201,7 +203,7 @@ TEST_F(EmbeddingStoreTest, EvictedDirtyRowsAreWrittenBack) {
   options_.cache_bytes = 64 * RowCache::RowBytes(4);
   auto store = OpenStore(options_);
   const TableSpec spec = SgdTable("emb", 4);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 2000; ++key) keys.push_back(key);
   ASSERT_OK(
@@ -232,7 +234,7 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
   auto store = OpenStore(options_);
   TableSpec spec = SgdTable("big", 32);
   spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   // 40000 rows x (32 weights + 32 accumulators) x 4 bytes = 10 MiB of row
   // data alone: five times the hot tier's budget.
   constexpr uint64_t kRows = 40000;
@@ -258,7 +260,7 @@ TEST_F(EmbeddingStoreTest, TableFourTimesLargerThanBudgetWorksInBoundedMemory) {
     ASSERT_NEAR(row[0], expected, 1e-5) << "key " << key;
   }
   ASSERT_OK(store->Flush());
-  EXPECT_GT(store->ListTables()[0].estimated_rows, kRows / 2);
+  EXPECT_GT(store->tables().ListTables()[0].estimated_rows, kRows / 2);
   // RSS may grow by the hot tier, RocksDB's memtables and block cache, and
   // allocator slack, but not by the table's size. (Not under AddressSanitizer,
   // whose quarantine keeps freed memory resident on purpose.)
@@ -278,8 +280,8 @@ TEST_F(EmbeddingStoreTest, MemoryOfRowsEvictedForAnotherTableIsGivenBack) {
   // not evict, and leave the hot tier over its budget at the check.
   options_.write_back_interval = absl::Hours(1);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("a", 16)));
-  ASSERT_OK(store->DeclareTable(SgdTable("b", 16)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("a", 16)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("b", 16)));
   // 100000 rows of ~104 bytes: more than the budget, per table. All of
   // table a's, then all of table b's, which push a's out of memory.
   constexpr uint64_t kRows = 100000;
@@ -314,17 +316,17 @@ TEST_F(EmbeddingStoreTest, ReopenResumesTablesAndRows) {
     std::vector<float> expected;
     {
       auto store = OpenStore(options_);
-      ASSERT_OK(store->DeclareTable(spec));
+      ASSERT_OK(store->tables().DeclareTable(spec));
       ASSERT_OK(store->Push("emb", {1, 2}, {1, 2, 3, 4, 5, 6}));
       expected = PullRows(*store, "emb", {1, 2}, 3);
     }
     auto store = OpenStore(options_);
-    auto reopened = store->GetTableSpec("emb");
+    auto reopened = store->tables().GetTableSpec("emb");
     ASSERT_OK(reopened);
     EXPECT_EQ(reopened->dim(), 3u);
     EXPECT_EQ(PullRows(*store, "emb", {1, 2}, 3), expected);
     // Declaring the same table again after a restart is not a conflict.
-    auto again = store->DeclareTable(spec);
+    auto again = store->tables().DeclareTable(spec);
     ASSERT_OK(again);
     EXPECT_FALSE(*again);
   }
@@ -339,7 +341,7 @@ TEST_F(EmbeddingStoreTest, MissesAskRocksDbOnlyWhenRowsMayBeStoredThere) {
     // A table declared here starts empty: while nothing is evicted, the hot
     // tier holds every stored row, and misses are answered from memory.
     auto store = OpenStore(options_);
-    ASSERT_OK(store->DeclareTable(spec));
+    ASSERT_OK(store->tables().DeclareTable(spec));
     PullRows(*store, "emb", keys, 4);
     ASSERT_OK(store->Push("emb", keys, std::vector<float>(500 * 4, -1.0f)));
     EXPECT_EQ(store->Stats().disk_lookups, 0u);
@@ -357,7 +359,7 @@ TEST_F(EmbeddingStoreTest, MissesAskRocksDbOnlyWhenRowsMayBeStoredThere) {
   options_.write_back_interval = absl::Hours(1);
   options_.cache_bytes = 64 * RowCache::RowBytes(4);
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   ASSERT_OK(store->Push("emb", keys, std::vector<float>(500 * 4, -1.0f)));
   const std::vector<float> rows = PullRows(*store, "emb", keys, 4);
   EXPECT_GT(store->Stats().disk_lookups, 0u);
@@ -373,7 +375,7 @@ TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
   auto store = OpenStore(options_);
   TableSpec spec = SgdTable("counter", 1);
   spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   constexpr int kThreads = 4;
   constexpr int kPushes = 200;
   constexpr uint64_t kKeys = 1000;
@@ -400,7 +402,7 @@ TEST_F(EmbeddingStoreTest, ConcurrentPushesLoseNoUpdate) {
 
 TEST_F(EmbeddingStoreTest, GradientsThatSumToInfinityAreRefusedWhole) {
   auto store = OpenStore(options_);
-  ASSERT_OK(store->DeclareTable(SgdTable("emb", 1)));
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 1)));
   const float big = 3e38f;
   // Key 9 is named twice: each gradient is finite, the sum is not.
   const absl::StatusOr<PushOutcome> refused =
@@ -421,7 +423,7 @@ TEST_F(EmbeddingStoreTest,
   auto store = OpenStore(options_);
   TableSpec spec = SgdTable("emb", 1);
   spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
-  ASSERT_OK(store->DeclareTable(spec));
+  ASSERT_OK(store->tables().DeclareTable(spec));
   std::vector<uint64_t> keys;
   for (uint64_t key = 0; key < 64; ++key) keys.push_back(key);
   // Every key at -3e38, then a step of -3e38 more overflows key 63 only;

@@ -206,7 +206,7 @@ class RocksStore {
   absl::Status SetLearningRate(const std::string& name, float learning_rate);
 
   // Records `ledger` durably as the push ledger slot moves brought from
-  // shard `source_shard` (SlotMigration::MergeMovedLedger), replacing the
+  // shard `source_shard` (StoreLedger::MergeMovedLedger), replacing the
   // one recorded before; and every one recorded, by source shard.
   absl::Status SetMovedLedger(uint32_t source_shard, absl::string_view ledger);
   absl::StatusOr<absl::flat_hash_map<uint32_t, std::string>> ReadMovedLedgers();

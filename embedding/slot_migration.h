@@ -2,8 +2,9 @@
 //
 // SlotMigration is the part of a shard's store that moving slots between
 // shards uses (server/slot_move.cc, the admin service): rows read by slot
-// or by key and written, ingested or deleted by slot, and the push ledgers
-// that travel with them so that a move keeps every push exactly once.
+// or by key and written, ingested or deleted by slot. The push ledgers that
+// travel with them, so that a move keeps every push exactly once, are
+// StoreLedger's (store_ledger.h).
 // EmbeddingStore::slots() gives it; the store implements it. Thread-safe.
 
 #ifndef PS_EMBEDDING_SLOT_MIGRATION_H_
@@ -35,23 +36,6 @@ struct SlotRow {
 class SlotMigration {
  public:
   virtual ~SlotMigration() = default;
-
-  // This store's push ledger (PushLedger::Serialize()): a move's source
-  // hands it to the target once the slots' pushes paused, with the ledgers
-  // earlier moves brought here (by source shard).
-  virtual std::string SerializeLedger() const = 0;
-  virtual std::vector<std::pair<uint32_t, std::string>>
-  SerializeMovedLedgers() = 0;
-
-  // A move's target: the push ledger of `source_shard` as it stood once the
-  // moved slots' pushes paused there, merged into what earlier moves from
-  // that shard brought, recorded durably and fed to replicas. A push the
-  // source applied but whose answer was lost comes back re-routed with the
-  // source's origin (PushRequest.moved_from_*), and MovedPushApplied()
-  // finds it here even when the source, or a replica promoted in its
-  // place, no longer knows it. DATA_LOSS for bytes that do not parse.
-  virtual absl::Status MergeMovedLedger(uint32_t source_shard,
-                                        absl::string_view ledger) = 0;
 
   // Moving slots to another shard (embedding_store_slots.cc). The caller
   // makes sure that nothing pushes the rows of the slots meanwhile.

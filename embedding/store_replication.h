@@ -2,8 +2,8 @@
 //
 // StoreReplication is the part of a shard's store that replication uses
 // (server/replication_service.cc): a primary's feed of every change and a
-// new replica's first copy; a replica's merge of that copy's ledger and
-// its application of the feed's entries. EmbeddingStore::replication()
+// new replica's first copy (whose ledger StoreLedger::MergeLedger() takes);
+// a replica's application of the feed's entries. EmbeddingStore::replication()
 // gives it; the store implements it. Thread-safe.
 
 #ifndef PS_EMBEDDING_STORE_REPLICATION_H_
@@ -44,9 +44,6 @@ class StoreReplication {
   // copy, every one after in the feed. FAILED_PRECONDITION without a feed.
   virtual absl::StatusOr<ReplicaCut> CheckpointForReplica(
       const std::string& dir) = 0;
-
-  // On a replica, opened from such a copy: merges its cut's ledger.
-  virtual absl::Status MergeLedger(absl::string_view ledger) = 0;
 
   // On a replica: applies one entry of its primary's feed as the primary
   // applied it: a push with its record's learning-rate scale, past

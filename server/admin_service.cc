@@ -48,7 +48,7 @@ using ::ps::net::ToGrpcStatus;
 grpc::ServerUnaryReactor* AdminService::ListTables(
     grpc::CallbackServerContext* context, const ListTablesRequest*,
     ListTablesResponse* response) {
-  for (embedding::TableStats& stats : store_->ListTables()) {
+  for (embedding::TableStats& stats : store_->tables().ListTables()) {
     TableInfo* info = response->add_tables();
     *info->mutable_spec() = std::move(stats.spec);
     info->set_estimated_rows(stats.estimated_rows);
@@ -175,12 +175,12 @@ grpc::ServerUnaryReactor* AdminService::SetLearningRate(
     SetLearningRateResponse* response) {
   absl::Status status = AuthorizeWrite(*context);
   if (status.ok()) {
-    for (const embedding::TableStats& table : store_->ListTables()) {
+    for (const embedding::TableStats& table : store_->tables().ListTables()) {
       if (table.spec.name() == request->table())
         response->set_previous_learning_rate(table.learning_rate);
     }
-    status =
-        store_->SetLearningRate(request->table(), request->learning_rate());
+    status = store_->tables().SetLearningRate(request->table(),
+                                              request->learning_rate());
   }
   if (status.ok()) {
     LOG(INFO) << "learning rate of " << request->table() << " set to "
@@ -208,7 +208,7 @@ grpc::ServerUnaryReactor* AdminService::DropTable(
           request->table(), ": stop them first, or drop it with force"));
     }
   }
-  if (status.ok()) status = store_->DropTable(request->table());
+  if (status.ok()) status = store_->tables().DropTable(request->table());
   if (status.ok()) {
     LOG(INFO) << "table " << request->table() << " dropped by "
               << context->peer() << (request->force() ? " (forced)" : "");
@@ -224,7 +224,7 @@ grpc::ServerUnaryReactor* AdminService::ExpireTable(
   absl::Status status = Authorize(*context);
   if (status.ok()) {
     absl::StatusOr<embedding::ExpireOutcome> expired =
-        store_->Expire(request->table());
+        store_->tables().Expire(request->table());
     if (expired.ok()) {
       response->set_rows_in_memory(expired->rows_in_memory);
       response->set_rows_on_disk(expired->rows_on_disk);
@@ -364,7 +364,7 @@ grpc::ServerUnaryReactor* AdminService::BeginSlotMove(
       request->first_slot(), request->last_slot(), request->to_shard(), lease);
   if (!map.ok()) return Reply(context, map.status());
   *response->mutable_slot_map() = (*map)->ToSpec();
-  for (const embedding::TableStats& table : store_->ListTables())
+  for (const embedding::TableStats& table : store_->tables().ListTables())
     response->add_tables(table.spec.name());
   return Reply(context, absl::OkStatus());
 }
@@ -386,8 +386,8 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
     if (paused.ok() && request->pause()) {
       MovedLedger* own = response->add_ledgers();
       own->set_shard(options_.shard_index);
-      own->set_ledger(store_->slots().SerializeLedger());
-      for (auto& [source, ledger] : store_->slots().SerializeMovedLedgers()) {
+      own->set_ledger(store_->ledger().SerializeLedger());
+      for (auto& [source, ledger] : store_->ledger().SerializeMovedLedgers()) {
         MovedLedger* brought = response->add_ledgers();
         brought->set_shard(source);
         brought->set_ledger(std::move(ledger));
@@ -395,9 +395,10 @@ grpc::ServerUnaryReactor* AdminService::ReadSlotRows(
     }
     return Reply(context, paused);
   }
-  absl::StatusOr<embedding::EmbeddingStore::TableOptimizer> optimizer =
-      store_->GetTableOptimizer(request->table());
-  absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request->table());
+  absl::StatusOr<embedding::TableOptimizer> optimizer =
+      store_->tables().GetTableOptimizer(request->table());
+  absl::StatusOr<TableSpec> spec =
+      store_->tables().GetTableSpec(request->table());
   if (!optimizer.ok() || !spec.ok()) {
     return Reply(context, optimizer.ok() ? spec.status() : optimizer.status());
   }
@@ -446,14 +447,15 @@ grpc::ServerUnaryReactor* AdminService::EndSlotMove(
 absl::Status AdminService::HandleWriteSlotRows(
     const WriteSlotRowsRequest& request) {
   if (request.rows().has_spec() &&
-      absl::IsNotFound(store_->GetTableSpec(request.rows().table()).status())) {
+      absl::IsNotFound(
+          store_->tables().GetTableSpec(request.rows().table()).status())) {
     if (request.rows().spec().name() != request.rows().table()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rows of table ", request.rows().table(),
           " come with the spec of table ", request.rows().spec().name()));
     }
     ASSIGN_OR_RETURN(const bool declared,
-                     store_->DeclareTable(request.rows().spec()));
+                     store_->tables().DeclareTable(request.rows().spec()));
     if (declared) {
       LOG(INFO) << "table " << request.rows().table()
                 << " declared as the moving slots' source declared it";
@@ -461,16 +463,17 @@ absl::Status AdminService::HandleWriteSlotRows(
   }
   if (request.rows().learning_rate() > 0) {
     // The source's ps_admin set-lr, unless this shard's table has its own.
-    ASSIGN_OR_RETURN(const embedding::EmbeddingStore::TableOptimizer optimizer,
-                     store_->GetTableOptimizer(request.rows().table()));
+    ASSIGN_OR_RETURN(
+        const embedding::TableOptimizer optimizer,
+        store_->tables().GetTableOptimizer(request.rows().table()));
     if (optimizer.learning_rate_multiplier == 1.0f) {
-      RETURN_IF_ERROR(store_->SetLearningRate(request.rows().table(),
-                                              request.rows().learning_rate()));
+      RETURN_IF_ERROR(store_->tables().SetLearningRate(
+          request.rows().table(), request.rows().learning_rate()));
     }
   }
   for (const MovedLedger& moved : request.moved_ledgers()) {
     RETURN_IF_ERROR(
-        store_->slots().MergeMovedLedger(moved.shard(), moved.ledger()));
+        store_->ledger().MergeMovedLedger(moved.shard(), moved.ledger()));
   }
   if (request.rows().keys().empty()) {
     return request.durable() ? MakeMovedRowsDurable() : absl::OkStatus();
@@ -642,7 +645,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotShard(
       response->set_bytes(bytes);
       response->set_shard_index(options_.shard_index);
       response->set_num_shards(slots_->num_shards());
-      for (embedding::TableStats& table : store_->ListTables())
+      for (embedding::TableStats& table : store_->tables().ListTables())
         *response->add_tables() = std::move(table.spec);
       response->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
       LOG(INFO) << "snapshot of shard " << options_.shard_index << " in "

@@ -125,7 +125,8 @@ grpc::ServerUnaryReactor* DataService::DeclareTable(
 
 absl::Status DataService::HandleDeclareTable(const DeclareTableRequest& request,
                                              DeclareTableResponse* response) {
-  ASSIGN_OR_RETURN(bool created, store_->DeclareTable(request.table()));
+  ASSIGN_OR_RETURN(bool created,
+                   store_->tables().DeclareTable(request.table()));
   response->set_created(created);
   return absl::OkStatus();
 }
@@ -197,7 +198,8 @@ absl::Status DataService::PullInto(
     absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), request.slot_map_epoch(), &keys));
-  ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
+  ASSIGN_OR_RETURN(TableSpec spec,
+                   store_->tables().GetTableSpec(request.table()));
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -246,9 +248,10 @@ absl::Status DataService::PullWithState(const PullRequest& request,
     return absl::InvalidArgumentError(
         "a pull with optimizer state replies in FP32 only");
   }
-  ASSIGN_OR_RETURN(TableSpec spec, store_->GetTableSpec(request.table()));
-  ASSIGN_OR_RETURN(embedding::EmbeddingStore::TableOptimizer optimizer,
-                   store_->GetTableOptimizer(request.table()));
+  ASSIGN_OR_RETURN(TableSpec spec,
+                   store_->tables().GetTableSpec(request.table()));
+  ASSIGN_OR_RETURN(embedding::TableOptimizer optimizer,
+                   store_->tables().GetTableOptimizer(request.table()));
   const size_t row_floats = spec.dim() + optimizer.state_floats;
   const size_t reply_bytes = keys.size() * row_floats * sizeof(float);
   // The optimizer spec and the other fields take well under 256 bytes.
@@ -293,13 +296,14 @@ grpc::ServerUnaryReactor* DataService::Pull(
                           &request_copy, &request)
                           .ok();
   int64_t bytes = 0;
-  if (absl::StatusOr<TableSpec> spec = store_->GetTableSpec(request.table());
+  if (absl::StatusOr<TableSpec> spec =
+          store_->tables().GetTableSpec(request.table());
       parsed && spec.ok()) {
     // The reply in the request's wire format (an unknown one is refused),
     // with optimizer state: dim + state floats a row.
     size_t values_per_row = spec->dim();
     if (request.with_state()) {
-      if (auto optimizer = store_->GetTableOptimizer(request.table());
+      if (auto optimizer = store_->tables().GetTableOptimizer(request.table());
           optimizer.ok()) {
         values_per_row += optimizer->state_floats;
       }
@@ -391,7 +395,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     // answer was lost): answered, so that the client does not apply it
     // again where the keys are now.
     ASSIGN_OR_RETURN(const std::optional<uint32_t> rows,
-                     store_->AppliedPush(origin));
+                     store_->ledger().AppliedPush(origin));
     if (rows.has_value()) {
       response->set_rows_updated(*rows);
       response->set_duplicate(true);
@@ -407,7 +411,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
     embedding::PushOrigin there = origin;
     there.sequence = moved.sequence();
     ASSIGN_OR_RETURN(const std::optional<uint32_t> rows,
-                     store_->MovedPushApplied(moved.shard(), there));
+                     store_->ledger().MovedPushApplied(moved.shard(), there));
     if (rows.has_value()) {
       // This part's keys (the first answer counted the whole push's).
       std::vector<uint64_t> distinct = keys;
@@ -420,7 +424,7 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   }
   if (!moves_->Admit(keys)) {
     // Its retry may come after later pushes (see Push()).
-    if (origin.tracked()) store_->NoteRefusedPush(origin);
+    if (origin.tracked()) store_->ledger().NoteRefusedPush(origin);
     return MarkTransient(absl::UnavailableError(
         absl::StrCat("this shard's ", moves_->Describe(),
                      ": their pushes wait until the move ends; retry")));
@@ -456,7 +460,7 @@ grpc::ServerUnaryReactor* DataService::Push(
       origin.worker = request->worker();
       origin.incarnation = request->incarnation();
       origin.sequence = request->sequence();
-      store_->NoteRefusedPush(origin);
+      store_->ledger().NoteRefusedPush(origin);
     }
     return Finish(context, reactor, Busy(bytes));
   }

@@ -333,7 +333,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   }
   if (replica_start.has_value()) {
     RETURN_IF_ERROR(
-        server->store_->replication().MergeLedger(replica_start->ledger));
+        server->store_->ledger().MergeLedger(replica_start->ledger));
     server->replica_start_ = replica_start;
     server->primary_channel_ = primary_channel;
   } else if (server->feed_ != nullptr) {
@@ -402,7 +402,7 @@ absl::Status ShardServer::OpenStoreAndCoordinator(const ServerOptions& options,
   if (options.etcd != nullptr) {
     using OwnMap = cluster::EtcdSlotMap::OwnMap;
     const OwnMap own_map = restored ? OwnMap::kRestored
-                           : store_->ListTables().empty()
+                           : store_->tables().ListTables().empty()
                                ? OwnMap::kEmptyDataDir
                                : OwnMap::kDataDirWithTables;
     ASSIGN_OR_RETURN(etcd_slot_map_,

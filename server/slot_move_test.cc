@@ -28,7 +28,7 @@ class SlotMoveTest : public ::testing::Test {
     embedding::StoreOptions options;
     options.data_dir = FreshTestDir("slot_move");
     store_ = embedding::OpenStore(options);
-    ASSERT_OK(store_->DeclareTable(embedding::SgdTable("t", kDim)));
+    ASSERT_OK(store_->tables().DeclareTable(embedding::SgdTable("t", kDim)));
     absl::StatusOr<std::unique_ptr<cluster::SlotOwnership>> slots =
         cluster::SlotOwnership::Open(options.data_dir, 2);
     ASSERT_OK(slots);

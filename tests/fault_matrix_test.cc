@@ -141,7 +141,9 @@ TEST_F(FaultMatrixTest, ShardStoppedPastTheDeadlineThenResumed) {
   Shards shards(dir_, 2, {});
   CountingWorkload workload(shards.addresses(), 80, 400,
                             /*call_timeout=*/absl::Milliseconds(500));
-  workload.Start();
+  // Paced, so that rounds are still to come when the shard stops (unpaced,
+  // the last 60 could all be acknowledged before SIGSTOP lands).
+  workload.Start(absl::Milliseconds(20));
   ASSERT_TRUE(workload.WaitFor(20));
   shards.Signal(0, SIGSTOP);
   absl::SleepFor(absl::Seconds(2));  // four deadlines

@@ -34,7 +34,7 @@ TEST_P(OwnPushReplayTest, ReplayedRowsAreTheStoresAfterThePush) {
   spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
   spec.mutable_initializer()->set_scale(0.1f);
   spec.mutable_optimizer()->set_kind(GetParam());
-  ASSERT_OK((*store)->DeclareTable(spec).status());
+  ASSERT_OK((*store)->tables().DeclareTable(spec).status());
   // Some history, and a learning rate an administrator set (a multiplier
   // that is not a power of two).
   const std::vector<uint64_t> history_keys = {1, 2, 3};
@@ -43,10 +43,10 @@ TEST_P(OwnPushReplayTest, ReplayedRowsAreTheStoresAfterThePush) {
     history[i] = 0.37f * static_cast<float>(i % 7) - 0.9f;
   ASSERT_OK((*store)->Push("t", history_keys, history).status());
   ASSERT_OK((*store)->Push("t", history_keys, history).status());
-  auto declared = (*store)->GetTableOptimizer("t");
+  auto declared = (*store)->tables().GetTableOptimizer("t");
   ASSERT_OK(declared);
-  ASSERT_OK(
-      (*store)->SetLearningRate("t", declared->spec.learning_rate() * 1.37f));
+  ASSERT_OK((*store)->tables().SetLearningRate(
+      "t", declared->spec.learning_rate() * 1.37f));
 
   // The previous step pushed keys {3, 1, 9} (9 never pushed before); the
   // next step pulls {9, 2, 3}: 9 and 3 are shared.
@@ -57,7 +57,7 @@ TEST_P(OwnPushReplayTest, ReplayedRowsAreTheStoresAfterThePush) {
     gradients[i] = 0.21f * static_cast<float>(i % 5) - 0.33f;
   const float push_scale = 0.61f;
 
-  auto table_optimizer_or = (*store)->GetTableOptimizer("t");
+  auto table_optimizer_or = (*store)->tables().GetTableOptimizer("t");
   ASSERT_OK(table_optimizer_or);
   const auto& table_optimizer = *table_optimizer_or;
   ASSERT_NE(table_optimizer.learning_rate_multiplier, 1.0f);

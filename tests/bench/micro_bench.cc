@@ -163,7 +163,7 @@ class StoreFixture : public benchmark::Fixture {
     spec.set_name("t");
     spec.set_dim(16);
     spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
-    store_->DeclareTable(spec).IgnoreError();
+    store_->tables().DeclareTable(spec).IgnoreError();
     // range(2) > 0: that many rows are stored first, so that the batch's
     // rows are spread over a hot tier much larger than the CPU's caches.
     const int64_t stored_rows = state.range(2);
@@ -243,7 +243,7 @@ void BM_WriteBack(benchmark::State& state) {
     spec.set_name("t");
     spec.set_dim(16);
     spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
-    store->DeclareTable(spec).IgnoreError();
+    store->tables().DeclareTable(spec).IgnoreError();
     std::mt19937_64 rng(9);
     std::vector<uint64_t> keys(kBatch);
     const std::vector<float> gradients(keys.size() * 16, 0.01f);

@@ -49,7 +49,7 @@ Replay& TheReplay() {
         spec.set_dim(dim);
         spec.mutable_optimizer()->set_kind(dim == 2 ? OptimizerSpec::SGD
                                                     : OptimizerSpec::ADAGRAD);
-        store->DeclareTable(spec).IgnoreError();
+        store->tables().DeclareTable(spec).IgnoreError();
       }
     }
     made->run = 1;  // the first open started run 1

@@ -73,7 +73,7 @@ Shard& TheShard() {
                                   Table("b", 4, OptimizerSpec::ADAGRAD),
                                   Table("c", 3, OptimizerSpec::ADAM),
                                   Table("d", 2, OptimizerSpec::FTRL)}) {
-      made->store->DeclareTable(spec).IgnoreError();
+      made->store->tables().DeclareTable(spec).IgnoreError();
     }
     return made;
   }();
