@@ -4,7 +4,10 @@
 // shards uses (server/slot_move.cc, the admin service): rows read by slot
 // or by key and written, ingested or deleted by slot. The push ledgers that
 // travel with them, so that a move keeps every push exactly once, are
-// StoreLedger's (store_ledger.h).
+// StoreLedger's (store_ledger.h). A move reads the live store, not a
+// snapshot: pushes to the moving slots go on while it copies, and the keys
+// they change are read again (server/slot_move.h), so a snapshot would only
+// pin RocksDB's files for the move's length.
 // EmbeddingStore::slots() gives it; the store implements it. Thread-safe.
 
 #ifndef PS_EMBEDDING_SLOT_MIGRATION_H_

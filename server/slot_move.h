@@ -4,7 +4,7 @@
 // way (ps_admin move-slots, through the admin API): which slots, to which
 // shard, until when. While it lasts, pulls go on, and so do pushes of keys
 // in those slots at first: the keys they change are recorded, per table,
-// while the rows are read page by page (the snapshot), and read again in
+// while the rows are read page by page (the first copy), and read again in
 // rounds (ReadChanged()) that catch the target up. Then the move pauses
 // the slots' pushes (refused as transient: clients retry them) for the
 // last round, the backlog, and the map may switch only once paused with
