@@ -1,7 +1,7 @@
 // EtcdSlotMap on an InMemoryStore: the job's map created from the first
 // shard's, a change proposed on one shard adopted by another through the
 // watch, a shard beyond the count joining, and a data dir whose map is
-// newer than the job's refused. (tests/etcd_cluster_test runs the same
+// newer than the job's refused. (tests/etcd/etcd_cluster_test runs the same
 // over real etcd and real processes.)
 
 #include "cluster/etcd_slot_map.h"

@@ -1,5 +1,5 @@
 // What InMemoryStore adds to etcd's semantics for the cluster's unit tests
-// (the semantics themselves are tests/coordination_store_test, on etcd and
+// (the semantics themselves are tests/etcd/coordination_store_test, on etcd and
 // on this store alike): a lease ended at once, and a store out of reach.
 
 #include "cluster/in_memory_store.h"

@@ -174,6 +174,7 @@ class CountingWorker {
                                                        1};
         if (!client_->Push({push}, id_, clock).ok()) return;
         ++clock;
+        steps_ = clock;
         Report(clock, false);
         absl::SleepFor(absl::Milliseconds(2));
       }
@@ -191,6 +192,8 @@ class CountingWorker {
   // While muted, it goes on pushing but reports no clock.
   void Mute(bool muted) { muted_ = muted; }
 
+  // Steps pushed so far.
+  int64_t steps() const { return steps_; }
   uint32_t id() const { return id_; }
   const std::string& table() const { return table_; }
   const std::vector<uint64_t>& keys() const { return keys_; }
@@ -216,8 +219,25 @@ class CountingWorker {
   std::atomic<int64_t> hold_at_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> muted_{false};
+  std::atomic<int64_t> steps_{0};
   std::thread thread_;
 };
+
+// Waits until every one of `counters` has pushed `steps` more steps.
+void WaitForSteps(const std::vector<std::unique_ptr<CountingWorker>>& counters,
+                  int64_t steps) {
+  std::vector<int64_t> from;
+  for (const auto& counter : counters) from.push_back(counter->steps());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        for (size_t i = 0; i < counters.size(); ++i) {
+          if (counters[i]->steps() < from[i] + steps) return false;
+        }
+        return true;
+      },
+      absl::Minutes(1), absl::Milliseconds(5)))
+      << "the counting workers did not step";
+}
 
 // Checks the checkpoint in `checkpoint` (of a 2-shard cluster, from
 // `workers` workers, `counters` among them): every unfinished worker held
@@ -305,7 +325,7 @@ TEST_F(CheckpointTest, TakenWhileWorkersTrainAsynchronouslyEveryStepIsWhole) {
                   dir_ + "/checkpoint.log"),
             0)
       << ReadFile(dir_ + "/checkpoint.log");
-  absl::SleepFor(absl::Milliseconds(300));  // they go on after the cut
+  WaitForSteps(counters, 3);  // they go on after the cut
   for (auto& counter : counters) counter->Stop();
   for (int w = 0; w < 2; ++w) {
     EXPECT_EQ(workers[w]->Wait(absl::Minutes(3)), 0)
@@ -394,11 +414,13 @@ TEST_F(CheckpointTest,
     counters.push_back(std::make_unique<CountingWorker>(servers, id));
     counters.back()->Start();
   }
+  // Long enough for the coordinator to have saved both workers to its
+  // state file (it saves at most every 100 ms, as reports come).
   absl::SleepFor(absl::Milliseconds(1500));
   // They push on without reporting until the coordinator has been asked
   // for a cut: its saved clocks are then surely behind.
   for (auto& counter : counters) counter->Mute(true);
-  absl::SleepFor(absl::Milliseconds(200));
+  WaitForSteps(counters, 3);
   EXPECT_EQ(shards->StopShard(0, SIGKILL), 128 + SIGKILL);
   ASSERT_OK(shards->RestartShard(0));  // on its data and port
   {
@@ -419,7 +441,7 @@ TEST_F(CheckpointTest,
                   dir_ + "/checkpoint.log"),
             0)
       << ReadFile(dir_ + "/checkpoint.log");
-  absl::SleepFor(absl::Milliseconds(300));  // they go on after the cut
+  WaitForSteps(counters, 3);  // they go on after the cut
   for (auto& counter : counters) counter->Stop();
   ExpectEveryStepWhole(checkpoint, counters, 2);
 }

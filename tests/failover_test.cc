@@ -292,8 +292,15 @@ TEST_F(FailoverTest, NoPushIsAcknowledgedWithFewerReplicasInSyncThanTheLeast) {
   for (auto& pusher : pushers) pusher->WaitForMore(5);
 
   ASSERT_EQ(kill(replica_->pid(), SIGSTOP), 0);
-  // Dropped after half a second; pushes go on (or are refused) meanwhile.
-  absl::SleepFor(absl::Seconds(2));
+  // Dropped after half a second; pushes are refused from then on.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const ShardStatsResponse::Replication now =
+            Stats(*primary_).replication();
+        return now.replicas_in_sync() == 0 &&
+               now.pushes_refused_too_few_in_sync() > 0;
+      },
+      absl::Minutes(1), absl::Milliseconds(20)));
   const ShardStatsResponse paused = Stats(*primary_);
   primary_->SignalAndWait(SIGKILL);
   std::filesystem::remove_all(primary_dir_);
@@ -424,7 +431,9 @@ TEST_F(FailoverTest, AsyncLosesAtMostTheLagBoundWhenThePrimaryDies) {
   for (auto& pusher : pushers) pusher->WaitForMore(10);
   // The replica paused, so that it lags as far as the primary lets it.
   ASSERT_EQ(kill(replica_->pid(), SIGSTOP), 0);
-  absl::SleepFor(absl::Seconds(1));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return Stats(*primary_).replication().lag_entries() >= kMaxLag; },
+      absl::Minutes(1), absl::Milliseconds(20)));
   const uint64_t lag = Stats(*primary_).replication().lag_entries();
   primary_->SignalAndWait(SIGKILL);
   std::filesystem::remove_all(primary_dir_);

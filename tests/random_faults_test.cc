@@ -364,10 +364,8 @@ class RandomFaultsTest : public ::testing::Test {
                 absl::StrCat(dir_, "/killed_mover", ++admin_runs_, ".log"));
         if (!mover.ok()) return false;
         int code = 0;
-        const absl::Time kill_at = absl::Now() + after;
-        while (absl::Now() < kill_at && !(*mover)->Exited(&code))
-          absl::SleepFor(absl::Milliseconds(20));
-        if (absl::Now() < kill_at) {
+        if (WaitUntil([&] { return (*mover)->Exited(&code); }, after,
+                      absl::Milliseconds(20))) {
           Say(absl::StrCat("  it finished first (", code, ")"));
         } else {
           (*mover)->SignalAndWait(SIGKILL);

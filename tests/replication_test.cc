@@ -181,8 +181,10 @@ TEST_F(ReplicationTest, AsyncRunsAtMostTheLagAheadOfAPausedReplica) {
   }));
 
   ASSERT_EQ(kill(replica->pid(), SIGSTOP), 0);
-  // Long enough for the lag to reach its bound, on a busy machine too.
-  absl::SleepFor(absl::Seconds(1));
+  // The primary runs ahead until the lag reaches its bound.
+  EXPECT_TRUE(WaitFor(*primary, [](const ShardStatsResponse::Replication& r) {
+    return r.lag_entries() >= 5;
+  }));
   const int before = pusher->acknowledged();
   absl::SleepFor(absl::Seconds(1));
   const int during = pusher->acknowledged() - before;

@@ -4,6 +4,7 @@
 // clear errors.
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -90,8 +91,9 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
       << ReadFile(dir_ + "/worker0.log");
 
   // Started on a directory with no export yet: not serving.
-  const std::string address = StartServe(
-      {"--scorers=2", "--rocksdb_block_cache_mb=16", "--metrics_listen=127.0.0.1:0"});
+  const std::string address =
+      StartServe({"--scorers=2", "--rocksdb_block_cache_mb=16",
+                  "--metrics_listen=127.0.0.1:0"});
   ASSERT_FALSE(address.empty());
   auto channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
@@ -284,16 +286,27 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   ASSERT_NE(metrics_at, std::string::npos) << serve_log;
   const std::string metrics_url = serve_log.substr(
       metrics_at + 11, serve_log.find('\n', metrics_at) - metrics_at - 11);
-  absl::SleepFor(absl::Milliseconds(1500));  // one refresh of the gauges
-  ASSERT_EQ(
-      RunToCompletion(
-          {"/bin/sh", "-c",
-           absl::StrCat("/usr/bin/python3 -c 'import sys, urllib.request; "
-                        "sys.stdout.write(urllib.request.urlopen(sys.argv[1], "
-                        "timeout=10).read().decode())' ",
-                        metrics_url, " > ", dir_, "/metrics.txt")},
-          dir_ + "/scrape.log"),
-      0)
+  // Scraped until the gauges show the model served and the block cache in
+  // use: they refresh once a second.
+  const std::string cut_line =
+      "ps_serve_model_cut " + std::to_string(response.model_cut());
+  auto refreshed = [&] {
+    if (RunToCompletion(
+            {"/bin/sh", "-c",
+             absl::StrCat("/usr/bin/python3 -c 'import sys, urllib.request; "
+                          "sys.stdout.write(urllib.request.urlopen(sys.argv[1],"
+                          " timeout=10).read().decode())' ",
+                          metrics_url, " > ", dir_, "/metrics.txt")},
+            dir_ + "/scrape.log") != 0) {
+      return false;
+    }
+    const std::string text = ReadFile(dir_ + "/metrics.txt");
+    const size_t cache_at = text.find("\nps_serve_cache_bytes ");
+    return text.find(cut_line) != std::string::npos &&
+           cache_at != std::string::npos &&
+           std::strtod(text.c_str() + cache_at + 22, nullptr) > 0.0;
+  };
+  EXPECT_TRUE(WaitUntil(refreshed, absl::Seconds(30), absl::Milliseconds(200)))
       << ReadFile(dir_ + "/scrape.log");
   const std::string metrics = ReadFile(dir_ + "/metrics.txt");
   EXPECT_NE(

@@ -1,10 +1,10 @@
-// File: tests/etcd_cluster_fixture.h
+// File: tests/etcd/etcd_cluster_fixture.h
 //
 // What the etcd cluster tests share: etcd started for each test, the flags
 // of a shard of the job, the shards registered, and the job's slot map.
 
-#ifndef PS_TESTS_ETCD_CLUSTER_FIXTURE_H_
-#define PS_TESTS_ETCD_CLUSTER_FIXTURE_H_
+#ifndef PS_TESTS_ETCD_ETCD_CLUSTER_FIXTURE_H_
+#define PS_TESTS_ETCD_ETCD_CLUSTER_FIXTURE_H_
 
 #include <signal.h>
 
@@ -103,4 +103,4 @@ inline bool WaitForShardCount(cluster::CoordinationStore& etcd,
 
 }  // namespace ps::testing
 
-#endif  // PS_TESTS_ETCD_CLUSTER_FIXTURE_H_
+#endif  // PS_TESTS_ETCD_ETCD_CLUSTER_FIXTURE_H_

@@ -4,7 +4,7 @@
 // Debian's etcd and real processes on loopback.
 
 #include "base/wait_until.h"
-#include "tests/etcd_cluster_fixture.h"
+#include "tests/etcd/etcd_cluster_fixture.h"
 #include "tests/test_cluster.h"
 
 namespace ps::testing {

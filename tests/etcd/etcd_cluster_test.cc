@@ -2,7 +2,7 @@
 // that find them there instead of --servers (ps_worker, ps_admin), against
 // Debian's etcd and real processes on loopback.
 #include "base/wait_until.h"
-#include "tests/etcd_cluster_fixture.h"
+#include "tests/etcd/etcd_cluster_fixture.h"
 #include "tests/test_cluster.h"
 
 namespace ps::testing {
