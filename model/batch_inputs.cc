@@ -71,6 +71,12 @@ std::vector<ColumnUse> ColumnUses(const InputLayout& layout) {
   return uses;
 }
 
+absl::StatusOr<model::ModelPlan> PlanForLayout(
+    const model::ParsedModelSpec& parsed, const InputLayout& layout) {
+  return model::ModelPlan::Create(parsed, ColumnUses(layout),
+                                  layout.label_names);
+}
+
 absl::Status LayoutForPlan(const model::ModelPlan& plan, InputLayout* layout) {
   const std::vector<int> positions = PositionsByKind(*layout);
   std::vector<std::pair<int, int>> crosses;
@@ -163,9 +169,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   batch = static_cast<int>(examples.size());
   const std::vector<model::Lookup>& lookups = plan_->lookups();
   const model::ModelSpec& spec = plan_->spec();
-  labels.resize(batch);
-  for (int b = 0; b < batch; ++b) labels[b] = examples[b].label;
-  PrepareLossScale(examples);
+  PrepareLabels(examples);
   for (TableRows& table : tables) table.Clear();
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
   // Per table, the position of each key among its keys (none for a
@@ -271,19 +275,47 @@ void BatchInputs::PlacePooledRows() {
   }
 }
 
-void BatchInputs::PrepareLossScale(const std::vector<Example>& examples) {
-  loss_scale.clear();
-  double weight_sum = 0.0;
+void BatchInputs::PrepareLabels(const std::vector<Example>& examples) {
+  const std::vector<model::PlanTask>& tasks = plan_->tasks();
+  const size_t count = tasks.size() * batch;
+  labels.resize(count);
+  label_known.resize(count);
+  // An example built in code may give its one label in `label` alone.
+  const auto label_of = [](const Example& example, int label, bool* known) {
+    if (example.labels.empty()) {
+      *known = label == 0;
+      return label == 0 ? example.label : 0.0f;
+    }
+    *known = example.label_known[label];
+    return example.labels[label];
+  };
   bool uniform = true;
-  for (const Example& example : examples) {
-    weight_sum += example.weight;
-    uniform = uniform && example.weight == examples[0].weight;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    uniform = uniform && tasks[t].loss_weight == 1.0f;
+    for (int b = 0; b < batch; ++b) {
+      bool known = false;
+      labels[t * batch + b] = label_of(examples[b], tasks[t].label, &known);
+      label_known[t * batch + b] = known;
+      uniform = uniform && known && examples[b].weight == examples[0].weight;
+    }
   }
+  loss_scale.clear();
   if (uniform) return;
-  loss_scale.resize(batch);
-  for (int b = 0; b < batch; ++b) {
-    loss_scale[b] = static_cast<float>(static_cast<double>(examples[b].weight) *
-                                       batch / weight_sum);
+  // Per task: each known example's weight over the mean weight of the known
+  // examples, times the task's loss weight; 0 for an unknown label.
+  loss_scale.resize(count);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    double weight_sum = 0.0;
+    for (int b = 0; b < batch; ++b) {
+      if (label_known[t * batch + b]) weight_sum += examples[b].weight;
+    }
+    for (int b = 0; b < batch; ++b) {
+      loss_scale[t * batch + b] =
+          label_known[t * batch + b]
+              ? static_cast<float>(static_cast<double>(examples[b].weight) *
+                                   batch / weight_sum * tasks[t].loss_weight)
+              : 0.0f;
+    }
   }
 }
 

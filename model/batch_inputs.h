@@ -33,6 +33,11 @@ namespace ps::model {
 // The layout's columns as a spec sees them.
 std::vector<model::ColumnUse> ColumnUses(const InputLayout& layout);
 
+// Plans `parsed` against the layout's columns and labels
+// (ModelPlan::Create()).
+absl::StatusOr<model::ModelPlan> PlanForLayout(
+    const model::ParsedModelSpec& parsed, const InputLayout& layout);
+
 // `layout` with the spec's crosses (in spec order) as its crosses, so that
 // parsed examples hold their keys. INVALID_ARGUMENT if the layout already
 // has other crosses (--crosses with a spec that declares its own).
@@ -104,11 +109,16 @@ class BatchInputs {
   std::vector<int32_t> lookup_index;
   // Per dense group (plan.dense_nodes()): batch x columns, transformed.
   std::vector<std::vector<float>> dense;
+  // tasks x batch, task-major (the plan's tasks()): each task's label of
+  // each example (0 when unknown), and whether it is known.
   std::vector<float> labels;
-  // A weighted loss's factors (model::GraphInputs::loss_scale): each
-  // example's weight over the batch's mean weight, so that the step's loss
-  // is the weighted mean of the examples' losses. Empty when every example
-  // weighs the same (the plain mean).
+  std::vector<uint8_t> label_known;
+  // A weighted loss's factors (model::GraphInputs::loss_scale), tasks x
+  // batch: each example's weight over the mean weight of the examples whose
+  // label the task knows (0 for the others), times the task's loss weight,
+  // so that each task's loss is the weighted mean of its known examples'
+  // losses. Empty when every label is known, every example weighs the same
+  // and every loss weight is 1 (the plain mean).
   std::vector<float> loss_scale;
   // Per dense tensor, padded to whole chunks.
   std::vector<std::vector<float>> dense_params;
@@ -133,7 +143,7 @@ class BatchInputs {
   // places once every table's keys are counted, and the dense inputs.
   void CopyFromLeaders(const std::vector<Prefix>& prefixes);
   void PlacePooledRows();
-  void PrepareLossScale(const std::vector<Example>& examples);
+  void PrepareLabels(const std::vector<Example>& examples);
   void PrepareDense(const std::vector<Example>& examples);
 
   // Per dense group: per column, its position among the dense columns.

@@ -308,6 +308,65 @@ TEST(BatchInputsTest, WeightsScaleEachExampleByItsWeightOverTheMean) {
   EXPECT_EQ(inputs.Inputs().loss_scale, nullptr);
 }
 
+// Two tasks on two named labels, one of them weighted 2.
+constexpr char kTwoTaskSpec[] = R"(
+name: "m"
+table { name: "wide" dim: 1 }
+field { name: "c" column: 2 }
+layer { name: "ctr" inputs: "c" wide { table: "wide" } }
+layer { name: "cvr" inputs: "c" wide { table: "wide" } }
+task { name: "ctr" label: "click" output: "ctr" }
+task { name: "cvr" label: "convert" output: "cvr" loss_weight: 2 }
+)";
+
+TEST(BatchInputsTest, EachTaskScalesItsKnownExamplesByWeightOverTheirMean) {
+  InputLayout layout = *MakeInputLayout(
+      "csv", false, "label:convert,label:click,cat,weight", "|", "sum", "");
+  auto parsed = model::ParseModelSpec(kTwoTaskSpec);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto plan = PlanForLayout(*parsed, layout);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // The tasks in spec order, each reading its label by name.
+  EXPECT_EQ(plan->tasks()[0].label, 1);
+  EXPECT_EQ(plan->tasks()[1].label, 0);
+  BatchInputs inputs(&*plan, layout);
+  std::vector<Example> examples(4);
+  const char* lines[] = {",1,a,3", "1,1,b,1", "0,0,c,2", ",,d,1"};
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok()) << lines[i];
+  inputs.Prepare(examples);
+  ASSERT_EQ(inputs.labels.size(), 8u);
+  // Task-major: ctr's labels (click), then cvr's (convert).
+  EXPECT_EQ(inputs.labels, (std::vector<float>{1, 1, 0, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(inputs.label_known, (std::vector<uint8_t>{1, 1, 1, 0, 0, 1, 1, 0}));
+  ASSERT_EQ(inputs.loss_scale.size(), 8u);
+  // ctr knows weights 3, 1, 2 (mean 2) of a batch of 4: w * 4 / 6.
+  EXPECT_FLOAT_EQ(inputs.loss_scale[0], 2.0f);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[1], 4.0f / 6);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[2], 8.0f / 6);
+  EXPECT_EQ(inputs.loss_scale[3], 0.0f);
+  // cvr knows weights 1, 2: w * 4 / 3, times its loss weight 2.
+  EXPECT_EQ(inputs.loss_scale[4], 0.0f);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[5], 8.0f / 3);
+  EXPECT_FLOAT_EQ(inputs.loss_scale[6], 16.0f / 3);
+  EXPECT_EQ(inputs.loss_scale[7], 0.0f);
+  // A task that knows no label of the batch has no loss, not a NaN.
+  inputs.Prepare({examples[3]});
+  EXPECT_EQ(inputs.loss_scale, (std::vector<float>{0.0f, 0.0f}));
+}
+
+TEST(BatchInputsTest, APlanOfOneOutputRefusesSeveralLabels) {
+  InputLayout layout =
+      *MakeInputLayout("csv", false, "label:a,label:b,cat", "|", "sum", "");
+  model::BuiltinOptions options;
+  auto spec = model::BuiltinModelSpec("lr", ColumnUses(layout), options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = PlanForLayout({*spec, {}}, layout);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("2 labels (a, b)"), std::string::npos)
+      << plan.status();
+}
+
 TEST(BatchInputsTest, BuiltinsReadTheLayoutsFieldsAndLog1pDense) {
   InputLayout layout =
       *MakeInputLayout("csv", false, kColumns, "|", "mean", "0:1");

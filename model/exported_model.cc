@@ -225,8 +225,8 @@ ExportedModel::PlanModel(const std::string& dir) {
   }
   layout_ = *std::move(layout);
   ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, layout_, dir));
-  absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
-      {spec_and_tables.first, {}}, ColumnUses(layout_));
+  absl::StatusOr<model::ModelPlan> plan =
+      PlanForLayout({spec_and_tables.first, {}}, layout_);
   if (!plan.ok()) {
     return absl::DataLossError(
         absl::StrCat(dir, ": its model does not plan over its layout: ",

@@ -61,12 +61,19 @@ ModelGraph::ModelGraph(const ModelPlan* plan, kernels::Backend* backend)
       const PlanNode& input_node = plan_.nodes()[input];
       if (input_node.kind == PlanNode::Kind::kLayer &&
           plan_.spec().layer(input_node.index).has_embedding() &&
-          readers[input] == 1 && input != plan_.output()) {
+          readers[input] == 1 && !IsOutput(input)) {
         views_[input] = {static_cast<int>(c), offset};
       }
       offset += input_node.width;
     }
   }
+}
+
+bool ModelGraph::IsOutput(int node) const {
+  for (const PlanTask& task : plan_.tasks()) {
+    if (task.output == node) return true;
+  }
+  return false;
 }
 
 void ModelGraph::Release(Buffer& buffer) {
@@ -145,11 +152,15 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
                 "indices share float buffers");
   const size_t batch = in.batch;
   if (with_labels) {
-    if (absl::Status s = Upload(&set->labels, in.labels, batch, idle); !s.ok())
+    const size_t labels = batch * plan_.tasks().size();
+    if (absl::Status s = Upload(&set->labels, in.labels, labels, idle);
+        !s.ok()) {
       return s;
+    }
     set->loss_scale.data = nullptr;
     if (in.loss_scale != nullptr) {
-      if (absl::Status s = Upload(&set->loss_scale, in.loss_scale, batch, idle);
+      if (absl::Status s =
+              Upload(&set->loss_scale, in.loss_scale, labels, idle);
           !s.ok()) {
         return s;
       }
@@ -553,8 +564,11 @@ absl::Status ModelGraph::Backward(int batch) {
       return s;
     }
   }
-  MODEL_RETURN_IF_KERNEL_ERROR(backend_->Add(
-      dlogits_.data, nodes_[plan_.output()].gradient.data, batch));
+  for (size_t t = 0; t < plan_.tasks().size(); ++t) {
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->Add(dlogits_.data + t * batch,
+                      nodes_[plan_.tasks()[t].output].gradient.data, batch));
+  }
   for (int n = static_cast<int>(nodes.size()) - 1; n >= 0; --n) {
     if (!nodes[n].trained) continue;
     if (absl::Status s = BackwardLayer(n, batch); !s.ok()) return s;
@@ -753,13 +767,19 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
   in_ = &set;
   const int batch = in.batch;
   if (absl::Status s = Forward(batch); !s.ok()) return s;
+  const size_t tasks = plan_.tasks().size();
   for (Buffer* buffer : {&probabilities_, &dlogits_}) {
-    if (absl::Status s = Reserve(buffer, batch); !s.ok()) return s;
+    if (absl::Status s = Reserve(buffer, tasks * batch); !s.ok()) return s;
   }
-  if (absl::Status s = Reserve(&loss_, 1); !s.ok()) return s;
-  MODEL_RETURN_IF_KERNEL_ERROR(backend_->SigmoidCrossEntropy(
-      nodes_[plan_.output()].value.data, in_->labels.data, in_->loss_scale.data,
-      batch, probabilities_.data, dlogits_.data, loss_.data));
+  if (absl::Status s = Reserve(&loss_, tasks); !s.ok()) return s;
+  for (size_t t = 0; t < tasks; ++t) {
+    const size_t offset = t * batch;
+    const float* scale = in_->loss_scale.data;
+    MODEL_RETURN_IF_KERNEL_ERROR(backend_->SigmoidCrossEntropy(
+        nodes_[plan_.tasks()[t].output].value.data, in_->labels.data + offset,
+        scale == nullptr ? nullptr : scale + offset, batch,
+        probabilities_.data + offset, dlogits_.data + offset, loss_.data + t));
+  }
   if (absl::Status s = Backward(batch); !s.ok()) return s;
   if (next != nullptr && !backend_->ComputesOnHostMemory()) {
     // The other set was last read by the step before this one, whose copy
@@ -776,11 +796,15 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
     active_ = 1 - active_;
   }
 
-  out->probabilities.resize(batch);
-  MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToHost(
-      out->probabilities.data(), probabilities_.data, batch * sizeof(float)));
+  out->probabilities.resize(tasks * batch);
   MODEL_RETURN_IF_KERNEL_ERROR(
-      backend_->CopyToHost(&out->loss_sum, loss_.data, sizeof(float)));
+      backend_->CopyToHost(out->probabilities.data(), probabilities_.data,
+                           out->probabilities.size() * sizeof(float)));
+  out->task_loss_sums.resize(tasks);
+  MODEL_RETURN_IF_KERNEL_ERROR(backend_->CopyToHost(
+      out->task_loss_sums.data(), loss_.data, tasks * sizeof(float)));
+  out->loss_sum = 0.0f;
+  for (float task_loss : out->task_loss_sums) out->loss_sum += task_loss;
   out->table_grads.resize(table_grads_.size());
   for (size_t t = 0; t < table_grads_.size(); ++t) {
     out->table_grads[t].resize(static_cast<size_t>(in_->table_row_counts[t]) *
@@ -810,13 +834,16 @@ absl::Status ModelGraph::Predict(const GraphInputs& in,
   }
   in_ = &set;
   if (absl::Status s = Forward(in.batch); !s.ok()) return s;
-  std::vector<float> logits(in.batch);
-  MODEL_RETURN_IF_KERNEL_ERROR(
-      backend_->CopyToHost(logits.data(), nodes_[plan_.output()].value.data,
-                           in.batch * sizeof(float)));
-  probabilities->resize(in.batch);
-  for (int b = 0; b < in.batch; ++b) {
-    (*probabilities)[b] = 1.0f / (1.0f + std::exp(-logits[b]));
+  const size_t batch = in.batch;
+  probabilities->resize(plan_.tasks().size() * batch);
+  for (size_t t = 0; t < plan_.tasks().size(); ++t) {
+    float* logits = probabilities->data() + t * batch;
+    MODEL_RETURN_IF_KERNEL_ERROR(
+        backend_->CopyToHost(logits, nodes_[plan_.tasks()[t].output].value.data,
+                             batch * sizeof(float)));
+    for (size_t b = 0; b < batch; ++b) {
+      logits[b] = 1.0f / (1.0f + std::exp(-logits[b]));
+    }
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,8 @@
 //
 // ModelGraph runs a planned model (model_plan.h) on a kernels::Backend: the
 // forward pass of every layer in the plan's order, the mean binary
-// cross-entropy of the output logit, and the backward pass back to the rows
+// cross-entropy of each task's logit (summed over the tasks, each scaled by
+// its loss_scale), and the backward pass back to the rows
 // of every table and every dense tensor. The same code runs on the CPU and a
 // GPU; each layer's math is the backend's kernels (docs/models.md).
 //
@@ -28,11 +29,12 @@ namespace ps::model {
 // A step's inputs, all in host memory.
 struct GraphInputs {
   int batch = 0;
-  // batch labels in {0, 1}; unused by Predict().
+  // tasks x batch labels in {0, 1}, task-major (the plan's tasks() order);
+  // unused by Predict().
   const float* labels = nullptr;
-  // batch factors of each example's loss (kernels/backend.h's
-  // SigmoidCrossEntropy scale: a weighted loss), or null for 1; unused by
-  // Predict().
+  // tasks x batch factors of each example's loss per task (kernels/
+  // backend.h's SigmoidCrossEntropy scale: a weighted or masked loss, and the
+  // task's loss weight), or null for 1; unused by Predict().
   const float* loss_scale = nullptr;
   // Per table of the spec: its rows for this batch (table_rows[t] holds
   // table_row_counts[t] x dim floats; rows the step does not read may be
@@ -50,7 +52,11 @@ struct GraphInputs {
 
 // A step's results, in host memory; vectors are resized by the graph.
 struct GraphOutputs {
+  // The sum of task_loss_sums: each task's sum over the batch of its scaled
+  // cross-entropy.
   float loss_sum = 0.0f;
+  std::vector<float> task_loss_sums;
+  // tasks x batch, task-major.
   std::vector<float> probabilities;
   // Per table: the gradient of each of its rows (table_row_counts x dim;
   // zero for rows the batch did not read).
@@ -75,7 +81,8 @@ class ModelGraph {
   absl::Status TrainStep(const GraphInputs& inputs, GraphOutputs* outputs,
                          const GraphInputs* next = nullptr);
 
-  // Forward only: click probabilities. Leaves staged inputs be.
+  // Forward only: each task's probabilities, tasks x batch, task-major.
+  // Leaves staged inputs be.
   absl::Status Predict(const GraphInputs& inputs,
                        std::vector<float>* probabilities);
 
@@ -122,6 +129,8 @@ class ModelGraph {
     bool staged = false;
   };
 
+  // Whether `node` is a task's output.
+  bool IsOutput(int node) const;
   absl::Status Reserve(Buffer* buffer, size_t floats);
   // `idle`: nothing queued reads `input` (CopyToIdleDevice).
   absl::Status Upload(Input* input, const void* host, size_t floats, bool idle);

@@ -52,6 +52,68 @@ INSTANTIATE_TEST_SUITE_P(Builtins, BuiltinGradientTest,
                            return info.param;
                          });
 
+// Two tasks on two labels, sharing an embedding and the dense inputs, each
+// with a tower of its own; the second's loss weighs half.
+constexpr char kTwoTasks[] = R"(
+layer { name: "emb" inputs: "f0" inputs: "f1" embedding { table: "small" } }
+layer { name: "shared" inputs: "emb" inputs: "dense" concat {} }
+layer { name: "click" inputs: "shared" mlp { units: 4 units: 1 } }
+layer { name: "convert" inputs: "shared" mlp { units: 3 units: 1 } }
+layer { name: "wide" inputs: "f2" wide { table: "wide" } }
+layer { name: "convert_logit" inputs: "convert" inputs: "wide" add {} }
+task { name: "ctr" label: "click" output: "click" }
+task { name: "cvr" label: "convert" output: "convert_logit" loss_weight: 0.5 }
+)";
+
+TEST(MultiTaskGradientTest, MaskedWeightedTasksMatchFiniteDifferences) {
+  const ModelPlan plan = Plan(kTwoTasks, {"click", "convert"});
+  ASSERT_EQ(plan.tasks().size(), 2u);
+  EXPECT_EQ(plan.tasks()[1].loss_weight, 0.5f);
+  auto cpu = kernels::NewCpuBackend();
+  for (const std::string& mismatch : GradientMismatches(plan, cpu.get())) {
+    ADD_FAILURE() << mismatch;
+  }
+}
+
+// Each task's loss is the sum of its scaled cross-entropies, from its own
+// probabilities (computed here from Predict()'s); a masked example's label
+// changes nothing.
+TEST(MultiTaskGradientTest, EachTasksLossIsItsScaledCrossEntropy) {
+  const ModelPlan plan = Plan(kTwoTasks, {"click", "convert"});
+  auto cpu = kernels::NewCpuBackend();
+  ModelGraph graph(&plan, cpu.get());
+  Step step = RandomStep(plan, 8, 3);
+  GraphOutputs outputs;
+  ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok());
+  std::vector<float> predicted;
+  ASSERT_TRUE(graph.Predict(step.Inputs(), &predicted).ok());
+  ASSERT_EQ(predicted.size(), 16u);
+  ASSERT_EQ(outputs.task_loss_sums.size(), 2u);
+  double total = 0;
+  for (int t = 0; t < 2; ++t) {
+    double expected = 0;
+    for (int b = 0; b < 8; ++b) {
+      const double p = predicted[t * 8 + b];
+      EXPECT_NEAR(outputs.probabilities[t * 8 + b], p, 1e-6);
+      const double y = step.labels[t * 8 + b];
+      expected -= step.loss_scale[t * 8 + b] *
+                  (y * std::log(p) + (1 - y) * std::log(1 - p));
+    }
+    EXPECT_NEAR(outputs.task_loss_sums[t], expected, 1e-4 * expected) << t;
+    total += expected;
+  }
+  EXPECT_NEAR(outputs.loss_sum, total, 1e-4 * total);
+  // The tasks' probabilities differ (their own towers).
+  EXPECT_NE(predicted[0], predicted[8]);
+  // Example 2 of task 1 is masked ((2 + 1) % 4 == 3): its label is moot.
+  ASSERT_EQ(step.loss_scale[8 + 2], 0.0f);
+  step.labels[8 + 2] = 1 - step.labels[8 + 2];
+  GraphOutputs flipped;
+  ASSERT_TRUE(graph.TrainStep(step.Inputs(), &flipped).ok());
+  EXPECT_EQ(flipped.loss_sum, outputs.loss_sum);
+  EXPECT_EQ(flipped.dense_grads, outputs.dense_grads);
+}
+
 // A backend with one kernel broken in the backward pass only (between the
 // loss and the copy of the results to the host), so that the forward pass,
 // and with it the finite differences, stay right.

@@ -47,11 +47,13 @@ dense { name: "buckets" columns: 1 columns: 3 transform: BUCKETIZE
         boundaries: 0 boundaries: 1 }
 )";
 
-inline ModelPlan Plan(const std::string& layers) {
+// `labels`: the click log's label columns' names (empty: one plain label).
+inline ModelPlan Plan(const std::string& layers,
+                      const std::vector<std::string>& labels = {}) {
   absl::StatusOr<ParsedModelSpec> parsed =
       ParseModelSpec(std::string(kInputs) + layers);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns, labels);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *std::move(plan);
 }
@@ -59,8 +61,8 @@ inline ModelPlan Plan(const std::string& layers) {
 // Random inputs and parameters for a plan, in host memory.
 struct Step {
   int batch = 0;
-  std::vector<float> labels;
-  std::vector<float> loss_scale;  // empty: none
+  std::vector<float> labels;      // tasks x batch
+  std::vector<float> loss_scale;  // tasks x batch; empty: none
   std::vector<std::vector<float>> table_rows;
   std::vector<int> row_counts;
   std::vector<int32_t> lookup_index;
@@ -84,12 +86,25 @@ struct Step {
   }
 };
 
+// A plan of several tasks gets a loss scale too: every fourth label masked
+// (0), the others weighted 0.5 to 1.5 times the task's loss weight.
 inline Step RandomStep(const ModelPlan& plan, int batch, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   Step step;
   step.batch = batch;
-  for (int b = 0; b < batch; ++b) step.labels.push_back(b % 3 == 0 ? 1 : 0);
+  const int tasks = static_cast<int>(plan.tasks().size());
+  for (int t = 0; t < tasks; ++t) {
+    for (int b = 0; b < batch; ++b) {
+      step.labels.push_back((b + t) % 3 == 0 ? 1 : 0);
+      if (tasks > 1) {
+        step.loss_scale.push_back((b + t) % 4 == 3
+                                      ? 0.0f
+                                      : plan.tasks()[t].loss_weight *
+                                            (0.5f + 0.5f * (b % 3)));
+      }
+    }
+  }
   for (int t = 0; t < plan.spec().table_size(); ++t) {
     // Fewer rows than examples: keys repeat within a batch.
     const int rows = 5 + t;

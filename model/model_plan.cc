@@ -35,10 +35,16 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string message_;
 };
 
-// Tables have names of their own, which may be nodes' too.
+// Tables and tasks have names of their own, which may be nodes' too.
 std::string TableKey(absl::string_view name) {
   return absl::StrCat("table ", name);
 }
+std::string TaskKey(absl::string_view name) {
+  return absl::StrCat("task ", name);
+}
+
+// A plain label column's name (model/input/input_layout.h).
+constexpr absl::string_view kPlainLabel = "label";
 
 bool IsName(absl::string_view name) {
   if (name.empty()) return false;
@@ -81,10 +87,14 @@ float Glorot(int fan_in, int fan_out) {
 // Builds a plan; each check returns the node's error.
 class Planner {
  public:
-  Planner(const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns)
-      : parsed_(parsed), spec_(parsed.spec), columns_(columns) {}
+  Planner(const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns,
+          absl::Span<const std::string> labels)
+      : parsed_(parsed),
+        spec_(parsed.spec),
+        columns_(columns),
+        labels_(labels) {}
 
-  absl::Status Run(std::vector<PlanNode>* nodes, int* output,
+  absl::Status Run(std::vector<PlanNode>* nodes, std::vector<PlanTask>* tasks,
                    std::vector<Lookup>* lookups,
                    std::vector<kernels::DenseTensorSpec>* tensors,
                    std::vector<int>* first_tensor,
@@ -97,7 +107,9 @@ class Planner {
   }
   // "model spec line 12: layer "deep": " (without the line when unknown).
   std::string Where(absl::string_view what, const std::string& name) const {
-    const int line = LineOf(what == "table" ? TableKey(name) : name);
+    const int line = LineOf(what == "table"  ? TableKey(name)
+                            : what == "task" ? TaskKey(name)
+                                             : name);
     return absl::StrCat("model spec",
                         line > 0 ? absl::StrCat(" line ", line) : std::string(),
                         ": ", what, " \"", name, "\": ");
@@ -122,9 +134,13 @@ class Planner {
   absl::Status SortLayers();
   // Adds a node per layer in order_, each shaped.
   absl::Status AddLayerNodes();
-  // Checks that `spec_.output()` names a trained node of width 1 that every
-  // layer leads to; its node index.
-  absl::StatusOr<int> FindOutput() const;
+  // The tasks: the spec's, or one of `output` and the click log's one label.
+  // Checks that each output names a trained node of width 1, that each label
+  // is one of the click log's, and that every layer leads to an output.
+  absl::StatusOr<std::vector<PlanTask>> FindTasks() const;
+  absl::StatusOr<int> FindOutput(const std::string& name,
+                                 const std::string& where_what,
+                                 const std::string& where_name) const;
   // The lookups and dense tensors of the nodes, in node order.
   void AddParameters(std::vector<Lookup>* lookups,
                      std::vector<kernels::DenseTensorSpec>* tensors,
@@ -145,6 +161,7 @@ class Planner {
   const ParsedModelSpec& parsed_;
   const ModelSpec& spec_;
   absl::Span<const ColumnUse> columns_;
+  absl::Span<const std::string> labels_;
   absl::flat_hash_map<std::string, int> node_of_;   // name -> node
   absl::flat_hash_map<std::string, int> layer_of_;  // name -> layer
   absl::flat_hash_map<std::string, int> table_of_;  // name -> table
@@ -565,7 +582,8 @@ absl::Status Planner::ShapeLayer(int node_index) {
   return Error("layer", node.name, "unknown kind");
 }
 
-absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
+absl::Status Planner::Run(std::vector<PlanNode>* nodes,
+                          std::vector<PlanTask>* tasks,
                           std::vector<Lookup>* lookups,
                           std::vector<kernels::DenseTensorSpec>* tensors,
                           std::vector<int>* first_tensor,
@@ -574,10 +592,10 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes, int* output,
   if (absl::Status s = AddInputs(); !s.ok()) return s;
   if (absl::Status s = SortLayers(); !s.ok()) return s;
   if (absl::Status s = AddLayerNodes(); !s.ok()) return s;
-  absl::StatusOr<int> found = FindOutput();
+  absl::StatusOr<std::vector<PlanTask>> found = FindTasks();
   if (!found.ok()) return found.status();
   AddParameters(lookups, tensors, first_tensor, dense_nodes);
-  *output = *found;
+  *tasks = *std::move(found);
   *nodes = std::move(nodes_);
   return absl::OkStatus();
 }
@@ -600,20 +618,21 @@ absl::Status Planner::AddLayerNodes() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Planner::FindOutput() const {
-  if (spec_.output().empty()) {
-    return absl::InvalidArgumentError(
-        "model spec: `output` names no node (the logit's)");
-  }
-  auto found = node_of_.find(spec_.output());
+absl::StatusOr<int> Planner::FindOutput(const std::string& name,
+                                        const std::string& where_what,
+                                        const std::string& where_name) const {
+  auto found = node_of_.find(name);
   if (found == node_of_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model spec: output \"", spec_.output(), "\" is not a node"));
+    const std::string message =
+        absl::StrCat("output \"", name, "\" is not a node");
+    return where_name.empty() ? absl::InvalidArgumentError(
+                                    absl::StrCat("model spec: ", message))
+                              : Error(where_what, where_name, message);
   }
   const PlanNode& out = nodes_[found->second];
   if (out.categorical() || out.width != 1) {
     return Error("layer", out.name,
-                 absl::StrCat("the output is the logit, of width 1; it has "
+                 absl::StrCat("an output is a logit, of width 1; it has "
                               "width ",
                               out.width));
   }
@@ -621,9 +640,82 @@ absl::StatusOr<int> Planner::FindOutput() const {
     return Error("layer", out.name,
                  "the output depends on no table and no trained layer");
   }
-  // Every layer must feed the output.
+  return found->second;
+}
+
+absl::StatusOr<std::vector<PlanTask>> Planner::FindTasks() const {
+  const std::vector<std::string> plain = {std::string(kPlainLabel)};
+  const absl::Span<const std::string> labels =
+      labels_.empty() ? absl::Span<const std::string>(plain) : labels_;
+  std::vector<PlanTask> tasks;
+  if (spec_.task_size() == 0) {
+    if (spec_.output().empty()) {
+      return absl::InvalidArgumentError(
+          "model spec: `output` names no node (the logit's), and there is no "
+          "`task`");
+    }
+    if (labels.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model spec: the click log has ", labels.size(), " labels (",
+          absl::StrJoin(labels, ", "),
+          "): give one `task` per label to learn, each with its output, "
+          "rather than one `output`"));
+    }
+    absl::StatusOr<int> output = FindOutput(spec_.output(), "output", "");
+    if (!output.ok()) return output.status();
+    tasks.push_back({labels[0], *output, 0, 1.0f});
+  } else if (!spec_.output().empty()) {
+    return absl::InvalidArgumentError(
+        "model spec: give `output` or `task`s, not both (each task names its "
+        "output)");
+  }
+  for (const Task& task : spec_.task()) {
+    if (!IsName(task.name())) {
+      return Error("task", task.name(),
+                   "a name is letters, digits and _, and not empty");
+    }
+    for (const PlanTask& other : tasks) {
+      if (other.name == task.name()) {
+        return Error("task", task.name(), "the name is used twice");
+      }
+    }
+    PlanTask planned;
+    planned.name = task.name();
+    planned.label = -1;
+    for (size_t l = 0; l < labels.size(); ++l) {
+      if (labels[l] == task.label()) planned.label = static_cast<int>(l);
+    }
+    if (planned.label < 0) {
+      return Error("task", task.name(),
+                   absl::StrCat("label \"", task.label(),
+                                "\" is not one of the click log's labels (",
+                                absl::StrJoin(labels, ", "),
+                                "; label:NAME in --columns)"));
+    }
+    for (const PlanTask& other : tasks) {
+      if (other.label == planned.label) {
+        return Error("task", task.name(),
+                     absl::StrCat("task \"", other.name, "\" learns label \"",
+                                  task.label(), "\" already"));
+      }
+    }
+    if (!(task.loss_weight() >= 0.0f) || !std::isfinite(task.loss_weight())) {
+      return Error("task", task.name(),
+                   "loss_weight must be a finite number >= 0 (0: 1)");
+    }
+    planned.loss_weight =
+        task.loss_weight() == 0.0f ? 1.0f : task.loss_weight();
+    if (task.output().empty()) {
+      return Error("task", task.name(), "`output` names no node (its logit's)");
+    }
+    absl::StatusOr<int> output = FindOutput(task.output(), "task", task.name());
+    if (!output.ok()) return output.status();
+    planned.output = *output;
+    tasks.push_back(std::move(planned));
+  }
+  // Every layer must feed an output.
   std::vector<bool> used(nodes_.size(), false);
-  used[found->second] = true;
+  for (const PlanTask& task : tasks) used[task.output] = true;
   for (int n = static_cast<int>(nodes_.size()) - 1; n >= 0; --n) {
     if (!used[n]) continue;
     for (int input : nodes_[n].inputs) used[input] = true;
@@ -631,11 +723,13 @@ absl::StatusOr<int> Planner::FindOutput() const {
   for (size_t n = 0; n < nodes_.size(); ++n) {
     if (nodes_[n].kind == PlanNode::Kind::kLayer && !used[n]) {
       return Error("layer", nodes_[n].name,
-                   absl::StrCat("it does not lead to the output \"",
-                                spec_.output(), "\""));
+                   tasks.size() == 1
+                       ? absl::StrCat("it does not lead to the output \"",
+                                      nodes_[tasks[0].output].name, "\"")
+                       : std::string("it leads to no task's output"));
     }
   }
-  return found->second;
+  return tasks;
 }
 
 void Planner::AddParameters(std::vector<Lookup>* lookups,
@@ -743,14 +837,17 @@ absl::StatusOr<ParsedModelSpec> ParseModelSpec(absl::string_view text) {
          [&](int i) { return spec.dense(i).name(); });
   record("layer", spec.layer_size(),
          [&](int i) { return spec.layer(i).name(); });
+  record("task", spec.task_size(),
+         [&](int i) { return TaskKey(spec.task(i).name()); });
   return parsed;
 }
 
 absl::StatusOr<ModelPlan> ModelPlan::Create(
-    const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns) {
+    const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns,
+    absl::Span<const std::string> labels) {
   ModelPlan plan;
-  Planner planner(parsed, columns);
-  if (absl::Status s = planner.Run(&plan.nodes_, &plan.output_, &plan.lookups_,
+  Planner planner(parsed, columns, labels);
+  if (absl::Status s = planner.Run(&plan.nodes_, &plan.tasks_, &plan.lookups_,
                                    &plan.dense_tensors_, &plan.first_tensor_,
                                    &plan.dense_nodes_);
       !s.ok()) {

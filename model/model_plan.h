@@ -86,6 +86,19 @@ struct Lookup {
   int slot = 0;
 };
 
+// One prediction the model makes: a logit, the label it learns, and its
+// share of the loss. A spec without tasks has one, of its `output` and the
+// click log's one label.
+struct PlanTask {
+  // The spec's task name, or the label's name for a spec without tasks.
+  std::string name;
+  // The logit's node (index into ModelPlan::nodes()).
+  int output = -1;
+  // The label's position among the click log's label columns.
+  int label = 0;
+  float loss_weight = 1.0f;
+};
+
 class ModelPlan {
  public:
   // Checks `parsed` against the click log's columns (`columns[i]` is column
@@ -95,15 +108,21 @@ class ModelPlan {
   // inputs of the wrong kind or width (fm and dot_interaction: one row
   // width; add: one width; output: width 1); a table without a dim, or a
   // wide layer's table whose dim is not 1; standardize or bucketize without
-  // their numbers.
-  static absl::StatusOr<ModelPlan> Create(const ParsedModelSpec& parsed,
-                                          absl::Span<const ColumnUse> columns);
+  // their numbers; a task whose label is not one of `labels` (the click
+  // log's label columns' names, in file order; empty: one plain label
+  // column, "label"), two tasks of one label, a spec without tasks on a
+  // click log of several labels.
+  static absl::StatusOr<ModelPlan> Create(
+      const ParsedModelSpec& parsed, absl::Span<const ColumnUse> columns,
+      absl::Span<const std::string> labels = {});
 
   const ModelSpec& spec() const { return spec_; }
   // Inputs first (fields, crosses, dense groups in spec order), then the
   // layers in an order where every layer comes after its inputs.
   const std::vector<PlanNode>& nodes() const { return nodes_; }
-  int output() const { return output_; }
+  // At least one; the first task's output is output().
+  const std::vector<PlanTask>& tasks() const { return tasks_; }
+  int output() const { return tasks_[0].output; }
   // In the order of the step's lookup indices.
   const std::vector<Lookup>& lookups() const { return lookups_; }
   // The position in lookups() of (table, node, slot); -1 if none.
@@ -128,7 +147,7 @@ class ModelPlan {
  private:
   ModelSpec spec_;
   std::vector<PlanNode> nodes_;
-  int output_ = -1;
+  std::vector<PlanTask> tasks_;
   std::vector<Lookup> lookups_;
   std::vector<kernels::DenseTensorSpec> dense_tensors_;
   std::vector<int> first_tensor_;

@@ -187,6 +187,85 @@ TEST(ModelPlanTest, RefusesNamesUsedTwiceAndLayersThatLeadNowhere) {
   EXPECT_NE(status.message().find("output"), std::string::npos) << status;
 }
 
+// kValid with two tasks on labels "click" and "convert" in place of output.
+std::string TwoTasks(const std::string& tasks) {
+  return Replace(Replace(kValid, "output: \"deep\"", tasks),
+                 "units: 8 units: 1",
+                 "units: 8 units: 1 } }\nlayer { name: \"deep2\" inputs: "
+                 "\"x\" mlp { units: 1");
+}
+
+absl::Status TwoLabelStatus(const std::string& text) {
+  absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(text);
+  if (!parsed.ok()) return parsed.status();
+  const std::vector<std::string> labels = {"click", "convert"};
+  return ModelPlan::Create(*parsed, kColumns, labels).status();
+}
+
+TEST(ModelPlanTest, TasksNameTheirLabelsAndOutputs) {
+  const std::string valid = TwoTasks(
+      "task { name: \"ctr\" label: \"click\" output: \"deep\" }\n"
+      "task { name: \"cvr\" label: \"convert\" output: \"deep2\" "
+      "loss_weight: 0.25 }");
+  absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(valid);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::vector<std::string> labels = {"click", "convert"};
+  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns, labels);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->tasks().size(), 2u);
+  EXPECT_EQ(plan->tasks()[1].name, "cvr");
+  EXPECT_EQ(plan->tasks()[1].label, 1);
+  EXPECT_EQ(plan->tasks()[1].loss_weight, 0.25f);
+  EXPECT_EQ(plan->nodes()[plan->tasks()[1].output].name, "deep2");
+  EXPECT_EQ(plan->tasks()[0].loss_weight, 1.0f);  // 0: 1
+  EXPECT_EQ(plan->output(), plan->tasks()[0].output);
+
+  struct Case {
+    std::string text;
+    const char* message;
+  };
+  const std::string ctr =
+      "task { name: \"ctr\" label: \"click\" output: \"deep\" }\n";
+  const Case cases[] = {
+      {ctr + "task { name: \"cvr\" label: \"clicks\" output: \"deep2\" }",
+       "not one of the click log's labels (click, convert"},
+      {ctr + "task { name: \"cvr\" label: \"click\" output: \"deep2\" }",
+       "learns label \"click\" already"},
+      {ctr + "task { name: \"ctr\" label: \"convert\" output: \"deep2\" }",
+       "used twice"},
+      {ctr + "task { name: \"cv r\" label: \"convert\" output: \"deep2\" }",
+       "letters, digits"},
+      {ctr + "task { name: \"cvr\" label: \"convert\" output: \"nope\" }",
+       "output \"nope\" is not a node"},
+      {ctr + "task { name: \"cvr\" label: \"convert\" output: \"x\" }",
+       "width 1"},
+      {ctr + "task { name: \"cvr\" label: \"convert\" }", "names no node"},
+      {ctr + "task { name: \"cvr\" label: \"convert\" output: \"deep2\" "
+             "loss_weight: -1 }",
+       "loss_weight"},
+      // deep2 leads nowhere with one task.
+      {ctr, "\"deep2\": it does not lead to the output \"deep\""},
+      {ctr + "output: \"deep2\"", "not both"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = TwoLabelStatus(TwoTasks(c.text));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_NE(status.message().find(c.message), std::string::npos)
+        << c.text << "\n"
+        << status;
+  }
+  // A task's error names its line.
+  const absl::Status unknown = TwoLabelStatus(
+      TwoTasks(ctr + "task { name: \"cvr\" label: \"x\" output: \"deep2\" }"));
+  EXPECT_NE(unknown.message().find("line 12: task \"cvr\""), std::string::npos)
+      << unknown;
+  // One output on a click log of two labels: which one is not guessed.
+  const absl::Status one_output = TwoLabelStatus(kValid);
+  EXPECT_NE(one_output.message().find("2 labels (click, convert)"),
+            std::string::npos)
+      << one_output;
+}
+
 TEST(ModelPlanTest, ChecksTheDenseTransformsNumbers) {
   absl::Status status = PlanStatus(
       Replace(kValid, "columns: 1 columns: 2 }",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace ps::worker {
 
@@ -44,6 +45,42 @@ double MeanLogLoss(const std::vector<float>& probabilities,
     total -= labels[i] > 0.5f ? std::log(p) : std::log(1.0 - p);
   }
   return total / probabilities.size();
+}
+
+TaskScores::TaskScores(std::vector<std::string> tasks)
+    : tasks_(std::move(tasks)),
+      probabilities_(tasks_.size()),
+      labels_(tasks_.size()) {}
+
+void TaskScores::Add(int batch, absl::Span<const float> probabilities,
+                     absl::Span<const float> labels,
+                     absl::Span<const uint8_t> known) {
+  examples_ += batch;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    for (int b = 0; b < batch; ++b) {
+      const size_t i = t * batch + b;
+      if (!known.empty() && !known[i]) continue;
+      probabilities_[t].push_back(probabilities[i]);
+      labels_[t].push_back(labels[i]);
+    }
+  }
+}
+
+std::vector<TaskMetrics> TaskScores::Metrics() const {
+  std::vector<TaskMetrics> metrics(tasks_.size());
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    metrics[t].task = tasks_[t];
+    metrics[t].examples = static_cast<int64_t>(labels_[t].size());
+    metrics[t].auc = ExactAuc(probabilities_[t], labels_[t]);
+    metrics[t].logloss = MeanLogLoss(probabilities_[t], labels_[t]);
+  }
+  return metrics;
+}
+
+void TaskScores::Clear() {
+  for (auto& scores : probabilities_) scores.clear();
+  for (auto& labels : labels_) labels.clear();
+  examples_ = 0;
 }
 
 }  // namespace ps::worker

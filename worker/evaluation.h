@@ -1,11 +1,16 @@
 // File: worker/evaluation.h
 //
-// Exact evaluation metrics for click prediction. Pure functions.
+// Exact evaluation metrics for click prediction: pure functions, and
+// TaskScores, which gathers a multi-task model's scores per task.
 
 #ifndef PS_WORKER_EVALUATION_H_
 #define PS_WORKER_EVALUATION_H_
 
+#include <cstdint>
+#include <string>
 #include <vector>
+
+#include "absl/types/span.h"
 
 namespace ps::worker {
 
@@ -19,6 +24,39 @@ double ExactAuc(const std::vector<float>& scores,
 // 1 - 1e-7]). Returns 0 for no examples.
 double MeanLogLoss(const std::vector<float>& probabilities,
                    const std::vector<float>& labels);
+
+// One task's evaluation.
+struct TaskMetrics {
+  std::string task;
+  // Examples whose label the task knows: those it is evaluated on.
+  int64_t examples = 0;
+  double auc = 0.5;
+  double logloss = 0;
+};
+
+// Each task's probabilities and labels, of the examples whose label it
+// knows. Not thread-safe.
+class TaskScores {
+ public:
+  explicit TaskScores(std::vector<std::string> tasks);
+
+  // Adds one batch: `probabilities`, `labels` and `known` are tasks x
+  // `batch`, task-major (model::BatchInputs' and model::GraphOutputs'
+  // order). `known` may be empty: every label known.
+  void Add(int batch, absl::Span<const float> probabilities,
+           absl::Span<const float> labels, absl::Span<const uint8_t> known);
+
+  // Per task, in order.
+  std::vector<TaskMetrics> Metrics() const;
+  // Examples added (known or not) since the last Clear().
+  int64_t examples() const { return examples_; }
+  void Clear();
+
+ private:
+  std::vector<std::string> tasks_;
+  std::vector<std::vector<float>> probabilities_, labels_;
+  int64_t examples_ = 0;
+};
 
 }  // namespace ps::worker
 

@@ -47,5 +47,27 @@ TEST(EvaluationTest, LogLoss) {
   EXPECT_EQ(MeanLogLoss({}, {}), 0.0);
 }
 
+TEST(EvaluationTest, TaskScoresKeepEachTasksKnownExamples) {
+  TaskScores scores({"ctr", "cvr"});
+  // Two examples, task-major; cvr knows only the second.
+  scores.Add(2, {0.9f, 0.2f, 0.3f, 0.7f}, {1, 0, 0, 1}, {1, 1, 0, 1});
+  // Every label known.
+  scores.Add(1, {0.4f, 0.1f}, {1, 0}, {});
+  EXPECT_EQ(scores.examples(), 3);
+  const std::vector<TaskMetrics> metrics = scores.Metrics();
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_EQ(metrics[0].task, "ctr");
+  EXPECT_EQ(metrics[0].examples, 3);
+  EXPECT_NEAR(metrics[0].auc, 1.0, 1e-12);  // 0.9 and 0.4 over 0.2
+  EXPECT_NEAR(metrics[0].logloss, MeanLogLoss({0.9f, 0.2f, 0.4f}, {1, 0, 1}),
+              1e-12);
+  EXPECT_EQ(metrics[1].examples, 2);
+  EXPECT_NEAR(metrics[1].logloss, MeanLogLoss({0.7f, 0.1f}, {1, 0}), 1e-12);
+  EXPECT_NEAR(metrics[1].auc, 1.0, 1e-12);
+  scores.Clear();
+  EXPECT_EQ(scores.examples(), 0);
+  EXPECT_EQ(scores.Metrics()[1].examples, 0);
+}
+
 }  // namespace
 }  // namespace ps::worker

@@ -142,9 +142,11 @@ int main(int argc, char** argv) {
     return ps::FailUsage(kProgram, "a weight column is not dumped");
   absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
   if (!spec.ok()) return ps::FailUsage(kProgram, spec.status().message());
-  auto plan =
-      ps::model::ModelPlan::Create({*spec, {}}, ps::model::ColumnUses(*layout));
+  auto plan = ps::model::PlanForLayout({*spec, {}}, *layout);
   if (!plan.ok()) return ps::FailUsage(kProgram, plan.status().message());
+  // The dump has one label per example.
+  if (plan->tasks().size() > 1)
+    return ps::FailUsage(kProgram, "a spec of several tasks is not dumped");
   if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())
     return ps::FailUsage(kProgram, fitted.message());
 

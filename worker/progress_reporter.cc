@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "worker/evaluation.h"
@@ -17,7 +18,8 @@ ProgressReporter::ProgressReporter(const ProgressOptions& options,
       every_(options.every),
       start_(start),
       tty_(isatty(STDERR_FILENO)),
-      interval_start_(start) {
+      interval_start_(start),
+      interval_scores_(options.tasks) {
   if (!options_.interval_metrics_out.empty()) {
     intervals_ = std::make_unique<std::ofstream>(options_.interval_metrics_out);
   }
@@ -25,12 +27,12 @@ ProgressReporter::ProgressReporter(const ProgressOptions& options,
 
 void ProgressReporter::AddStep(int64_t examples, double loss_sum,
                                absl::Span<const float> probabilities,
-                               absl::Span<const float> labels) {
+                               absl::Span<const float> labels,
+                               absl::Span<const uint8_t> known) {
   interval_examples_ += examples;
   interval_loss_ += loss_sum;
-  interval_predictions_.insert(interval_predictions_.end(),
-                               probabilities.begin(), probabilities.end());
-  interval_labels_.insert(interval_labels_.end(), labels.begin(), labels.end());
+  interval_scores_.Add(static_cast<int>(examples), probabilities, labels,
+                       known);
 }
 
 void ProgressReporter::Report(absl::Time now, const ProgressContext& context) {
@@ -38,11 +40,25 @@ void ProgressReporter::Report(absl::Time now, const ProgressContext& context) {
   const double rate = seconds > 0 ? interval_examples_ / seconds : 0;
   const double loss =
       interval_examples_ > 0 ? interval_loss_ / interval_examples_ : 0;
-  const double train_auc = ExactAuc(interval_predictions_, interval_labels_);
+  const std::vector<TaskMetrics> train = interval_scores_.Metrics();
+  const double train_auc = train[0].auc;
+  // One task: "recent AUC 0.7512"; several: "recent AUC ctr 0.7512 cvr
+  // 0.8120", and at an evaluation "test AUC ..." likewise.
+  std::string aucs = absl::StrFormat("%.4f", train_auc);
+  std::string test_aucs;
+  if (train.size() > 1) {
+    aucs.clear();
+    for (const TaskMetrics& task : train)
+      absl::StrAppendFormat(&aucs, "%s%s %.4f", aucs.empty() ? "" : " ",
+                            task.task, task.auc);
+    for (const TaskMetrics& task : context.test)
+      absl::StrAppendFormat(&test_aucs, " %s %.4f", task.task, task.auc);
+    if (!test_aucs.empty()) test_aucs = absl::StrCat(" | test AUC", test_aucs);
+  }
   const std::string line = absl::StrFormat(
-      "[worker %d] %d examples | %.0f ex/s | loss %.4f | recent AUC %.4f | "
+      "[worker %d] %d examples | %.0f ex/s | loss %.4f | recent AUC %s%s | "
       "staleness max %d | waited %.1f s",
-      options_.worker, context.examples, rate, loss, train_auc,
+      options_.worker, context.examples, rate, loss, aucs, test_aucs,
       context.max_staleness, context.waited_seconds);
   if (tty_) {
     std::fprintf(stderr, "\r%s   ", line.c_str());
@@ -58,21 +74,23 @@ void ProgressReporter::Report(absl::Time now, const ProgressContext& context) {
     interval.loss = loss;
     interval.train_auc = train_auc;
     interval.max_staleness = context.max_staleness;
-    interval.test_auc = context.test_auc;
+    if (!context.test.empty()) interval.test_auc = context.test[0].auc;
+    if (train.size() > 1) {
+      interval.train_tasks = train;
+      interval.test_tasks = context.test;
+    }
     *intervals_ << IntervalToJson(interval);
     intervals_->flush();
   }
   last_loss_ = loss;
   if (options_.metrics != nullptr) {
-    options_.metrics->SetRecent(loss, train_auc);
-    if (context.test_auc.has_value())
-      options_.metrics->SetTestAuc(*context.test_auc);
+    options_.metrics->SetRecent(loss, train);
+    if (!context.test.empty()) options_.metrics->SetTest(context.test);
   }
   interval_start_ = now;
   interval_examples_ = 0;
   interval_loss_ = 0;
-  interval_predictions_.clear();
-  interval_labels_.clear();
+  interval_scores_.Clear();
 }
 
 void ProgressReporter::Finish() {

@@ -20,6 +20,7 @@
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/evaluation.h"
 #include "worker/training_metrics.h"
 
 namespace ps::worker {
@@ -32,6 +33,8 @@ struct ProgressOptions {
   std::string interval_metrics_out;
   // Not owned; null: no metrics.
   TrainingMetrics* metrics = nullptr;
+  // The model's tasks' names (model::PlanTask), in order.
+  std::vector<std::string> tasks = {"label"};
 };
 
 // What the rest of the worker saw by the end of an interval.
@@ -40,8 +43,8 @@ struct ProgressContext {
   int64_t examples = 0;
   int64_t max_staleness = 0;
   double waited_seconds = 0;
-  // Set when the interval ends with an evaluation on the test set.
-  std::optional<double> test_auc;
+  // Per task, when the interval ends with an evaluation on the test set.
+  std::vector<TaskMetrics> test;
 };
 
 class ProgressReporter {
@@ -50,10 +53,12 @@ class ProgressReporter {
   ProgressReporter(const ProgressOptions& options, absl::Time start);
 
   // Adds one step's examples, summed loss and predictions with their labels
-  // to the interval.
+  // (tasks x examples, task-major; `known` may be empty: all known) to the
+  // interval.
   void AddStep(int64_t examples, double loss_sum,
                absl::Span<const float> probabilities,
-               absl::Span<const float> labels);
+               absl::Span<const float> labels,
+               absl::Span<const uint8_t> known = {});
 
   // Whether the interval has run for `every` by `now`.
   bool Due(absl::Time now) const { return now - interval_start_ >= every_; }
@@ -79,7 +84,7 @@ class ProgressReporter {
   absl::Time interval_start_;
   int64_t interval_examples_ = 0;
   double interval_loss_ = 0;
-  std::vector<float> interval_predictions_, interval_labels_;
+  TaskScores interval_scores_;
   double last_loss_ = 0;
 };
 

@@ -67,9 +67,11 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
       worker_index_(worker_index),
       client_(client),
       backend_(backend),
-      plan_(model::ModelPlan::Create({options.model, {}},
-                                     model::ColumnUses(options.train.layout))) {
+      plan_(model::PlanForLayout({options.model, {}}, options.train.layout)) {
   if (!plan_.ok()) return;
+  for (const model::PlanTask& task : plan_->tasks())
+    task_names_.push_back(task.name);
+  validation_scores_ = TaskScores(task_names_);
   graph_ = std::make_unique<model::ModelGraph>(&*plan_, backend_);
   tensors_ = plan_->dense_tensors();
   const std::string& name = options_.model.name();
@@ -329,8 +331,8 @@ absl::Status Trainer::CompensateDelay(PushJob* job) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
-                                                            int64_t* examples) {
+absl::StatusOr<std::vector<TaskMetrics>> Trainer::Evaluate(int64_t max_lines,
+                                                           int64_t* examples) {
   ReaderOptions test;
   test.files = options_.test_files;
   test.layout = options_.train.layout;
@@ -338,13 +340,14 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
   test.max_bad_lines = options_.train.max_bad_lines;
   ASSIGN_OR_RETURN(std::unique_ptr<ClickLogReader> reader,
                    ClickLogReader::Open(test));
-  std::vector<float> probabilities, labels, batch_probabilities;
+  TaskScores scores(task_names_);
+  std::vector<float> batch_probabilities;
   std::vector<model::Example> batch;
-  while (max_lines <= 0 || static_cast<int64_t>(labels.size()) < max_lines) {
+  while (max_lines <= 0 || scores.examples() < max_lines) {
     ASSIGN_OR_RETURN(bool more, reader->Next(&batch));
     if (!more) break;
     if (max_lines > 0) {
-      const size_t room = static_cast<size_t>(max_lines) - labels.size();
+      const size_t room = static_cast<size_t>(max_lines - scores.examples());
       if (batch.size() > room) batch.resize(room);
     }
     Prepared prepared = NewPrepared();
@@ -352,13 +355,11 @@ absl::StatusOr<std::pair<double, double>> Trainer::Evaluate(int64_t max_lines,
     RETURN_IF_ERROR(
         PullParameters(&prepared, /*pool=*/true, options_.evaluation_client));
     RETURN_IF_ERROR(graph_->Predict(prepared.Inputs(), &batch_probabilities));
-    probabilities.insert(probabilities.end(), batch_probabilities.begin(),
-                         batch_probabilities.end());
-    labels.insert(labels.end(), prepared.labels.begin(), prepared.labels.end());
+    scores.Add(prepared.batch, batch_probabilities, prepared.labels,
+               prepared.label_known);
   }
-  *examples = static_cast<int64_t>(labels.size());
-  return std::make_pair(ExactAuc(probabilities, labels),
-                        MeanLogLoss(probabilities, labels));
+  *examples = scores.examples();
+  return scores.Metrics();
 }
 
 // What the trainer's threads share while they run.
@@ -627,10 +628,10 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
     ++summary->steps;
     if (options_.metrics != nullptr) options_.metrics->AddStep(prepared.batch);
     progress.AddStep(prepared.batch, outputs.loss_sum, outputs.probabilities,
-                     prepared.labels);
+                     prepared.labels, prepared.label_known);
     if (!prepared.file.empty()) {
-      ValidateProgressively(prepared.file, outputs.probabilities,
-                            prepared.labels, summary);
+      ValidateProgressively(prepared.file, outputs.probabilities, prepared,
+                            summary);
       if (prepared.ends_file) FinishValidation(summary);
     }
     PushJob job = MakePushJob(prepared, outputs);
@@ -648,10 +649,11 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
       }
     }
     if (!pipeline.pending_pushes.Push(std::move(job))) break;
-    ASSIGN_OR_RETURN(std::optional<double> test_auc,
+    ASSIGN_OR_RETURN(std::vector<TaskMetrics> test,
                      EvaluateIfDue(summary->examples, &next_eval));
-    if (progress.Due(absl::Now()) || test_auc.has_value()) {
-      progress.Report(absl::Now(), Progress(pipeline, *summary, test_auc));
+    if (progress.Due(absl::Now()) || !test.empty()) {
+      progress.Report(absl::Now(),
+                      Progress(pipeline, *summary, std::move(test)));
     }
     if (have_next) {
       prepared = std::move(next);
@@ -664,12 +666,12 @@ absl::Status Trainer::ComputeSteps(Pipeline& pipeline,
 
 ProgressContext Trainer::Progress(const Pipeline& pipeline,
                                   const TrainingSummary& summary,
-                                  std::optional<double> test_auc) const {
+                                  std::vector<TaskMetrics> test) const {
   ProgressContext context;
   context.examples = summary.examples;
   context.max_staleness = pipeline.gate.max_staleness();
   context.waited_seconds = pipeline.gate.waited_seconds();
-  context.test_auc = test_auc;
+  context.test = std::move(test);
   return context;
 }
 
@@ -751,9 +753,18 @@ absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
     return summary;
   }
   if (!options_.test_files.empty()) {
-    ASSIGN_OR_RETURN(auto result, Evaluate(0, &summary.test_examples));
-    summary.test_auc = result.first;
-    summary.test_logloss = result.second;
+    ASSIGN_OR_RETURN(std::vector<TaskMetrics> tasks,
+                     Evaluate(0, &summary.test_examples));
+    summary.test_auc = tasks[0].auc;
+    summary.test_logloss = tasks[0].logloss;
+    if (tasks.size() > 1) {
+      for (const TaskMetrics& task : tasks) {
+        LOG(INFO) << "[worker " << worker_index_ << "] task " << task.task
+                  << ": test AUC " << task.auc << ", logloss " << task.logloss
+                  << " on " << task.examples << " labeled examples";
+      }
+      summary.test_tasks = std::move(tasks);
+    }
   }
   return summary;
 }
@@ -761,8 +772,10 @@ absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
 namespace {
 
 ProgressOptions ProgressOptionsFor(uint32_t worker_index,
-                                   const TrainerOptions& options) {
+                                   const TrainerOptions& options,
+                                   const std::vector<std::string>& tasks) {
   ProgressOptions progress;
+  progress.tasks = tasks;
   progress.worker = worker_index;
   progress.every = options.progress_every;
   progress.interval_metrics_out = options.interval_metrics_out;
@@ -821,7 +834,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TrainingSummary summary;
   summary.backend = backend_->name();
   const absl::Time start = absl::Now();
-  ProgressReporter progress(ProgressOptionsFor(worker_index_, options_), start);
+  ProgressReporter progress(
+      ProgressOptionsFor(worker_index_, options_, task_names_), start);
   if (absl::Status computed = ComputeSteps(pipeline, progress, &summary);
       !computed.ok()) {
     pipeline.Fail(computed);
@@ -833,13 +847,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   heartbeat.Stop();
   RETURN_IF_ERROR(pipeline.error());
   if (progress.HasSteps()) {
-    progress.Report(absl::Now(), Progress(pipeline, summary, std::nullopt));
+    progress.Report(absl::Now(), Progress(pipeline, summary, {}));
   }
   progress.Finish();
   summary.final_train_loss = progress.last_loss();
   // A file not trained on to its end (a stop) is not reported: its restart
   // scores what is left of it.
-  validation_ = FileValidation();
+  validation_file_.clear();
+  validation_scores_.Clear();
   if (const auto* follow = dynamic_cast<const FollowReader*>(reader.get()))
     summary.late_files = follow->late_files();
   Summarize(pipeline, *reader, first_step, absl::Now() - start, &summary);

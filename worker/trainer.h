@@ -58,6 +58,7 @@
 #include "client/training_client.h"
 #include "kernels/backend.h"
 #include "kernels/ctr_model.h"
+#include "model/batch_inputs.h"
 #include "model/model_graph.h"
 #include "model/model_plan.h"
 #include "ops/checkpoint_taker.h"
@@ -256,13 +257,13 @@ class Trainer {
                             TrainingSummary* summary);
   // The push of `prepared`'s step from its `outputs` (both moved from).
   PushJob MakePushJob(Prepared& prepared, model::GraphOutputs& outputs) const;
-  // With eval_every: the test AUC when `examples` reached `*next_eval`
-  // (which then moves on); nullopt when no evaluation is due.
-  absl::StatusOr<std::optional<double>> EvaluateIfDue(int64_t examples,
-                                                      int64_t* next_eval);
+  // With eval_every: each task's test figures when `examples` reached
+  // `*next_eval` (which then moves on); empty when no evaluation is due.
+  absl::StatusOr<std::vector<TaskMetrics>> EvaluateIfDue(int64_t examples,
+                                                         int64_t* next_eval);
   ProgressContext Progress(const Pipeline& pipeline,
                            const TrainingSummary& summary,
-                           std::optional<double> test_auc) const;
+                           std::vector<TaskMetrics> test) const;
   // The pipeline's statistics into `summary`.
   void Summarize(const Pipeline& pipeline, const ExampleSource& reader,
                  int64_t first_step, absl::Duration trained,
@@ -316,8 +317,10 @@ class Trainer {
   absl::Status CompensateDelay(PushJob* job);
   // Records a stage's time in options_.metrics, if any.
   void Observe(Stage stage, absl::Duration time);
-  absl::StatusOr<std::pair<double, double>> Evaluate(int64_t max_lines,
-                                                     int64_t* examples);
+  // Each task's AUC and log loss on the test files' first `max_lines` lines
+  // (0: all of them); `*examples`: the lines scored.
+  absl::StatusOr<std::vector<TaskMetrics>> Evaluate(int64_t max_lines,
+                                                    int64_t* examples);
   // Sets `request`'s clock, examples and input position, taken together.
   void SetProgress(ClockRequest* request);
   // Reports this worker's clock, retrying for `retry_for` (negative: the
@@ -360,7 +363,7 @@ class Trainer {
   // `summary` at its last step.
   void ValidateProgressively(const std::string& file,
                              absl::Span<const float> probabilities,
-                             absl::Span<const float> labels,
+                             const model::BatchInputs& prepared,
                              TrainingSummary* summary);
   void FinishValidation(TrainingSummary* summary);
 
@@ -390,11 +393,10 @@ class Trainer {
   absl::Mutex source_mu_;
   ExampleSource* source_ ABSL_GUARDED_BY(source_mu_) = nullptr;
   // The compute thread's: the file being validated progressively.
-  struct FileValidation {
-    std::string file;
-    std::vector<float> probabilities, labels;
-  };
-  FileValidation validation_;
+  std::string validation_file_;
+  TaskScores validation_scores_{{}};
+  // The plan's tasks' names, in order.
+  std::vector<std::string> task_names_;
   // Idle reports: the step the prefetcher reads input for, and the hold the
   // newest answer (by the order reports were sent) gave. An idle report
   // holds idle_mu_ until its answer is recorded, and the push thread takes

@@ -392,8 +392,7 @@ absl::StatusOr<model::ModelSpec> ReadModelSpec(
     return Usage(
         absl::StrCat("--model_spec=", path, ": ", parsed.status().message()));
   }
-  absl::StatusOr<model::ModelPlan> plan =
-      model::ModelPlan::Create(*parsed, model::ColumnUses(layout));
+  absl::StatusOr<model::ModelPlan> plan = model::PlanForLayout(*parsed, layout);
   if (!plan.ok()) {
     return Usage(
         absl::StrCat("--model_spec=", path, ": ", plan.status().message()));
@@ -422,8 +421,8 @@ absl::Status ModelFromFlags(TrainerOptions* options) {
       options->legacy_card = card;
     }
   }
-  absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
-      {options->model, {}}, model::ColumnUses(options->train.layout));
+  absl::StatusOr<model::ModelPlan> plan =
+      model::PlanForLayout({options->model, {}}, options->train.layout);
   if (!plan.ok()) return Usage(plan.status().message());
   if (absl::Status fitted = model::LayoutForPlan(*plan, &options->train.layout);
       !fitted.ok()) {
@@ -598,8 +597,8 @@ int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores) {
 absl::StatusOr<int> CpuThreadsFromFlags(const TrainerOptions& options) {
   const std::string threads = absl::GetFlag(FLAGS_cpu_threads);
   if (threads == "auto") {
-    absl::StatusOr<model::ModelPlan> plan = model::ModelPlan::Create(
-        {options.model, {}}, model::ColumnUses(options.train.layout));
+    absl::StatusOr<model::ModelPlan> plan =
+        model::PlanForLayout({options.model, {}}, options.train.layout);
     if (!plan.ok()) return Usage(plan.status().message());
     return AutoCpuThreads(plan->DenseMultiplyAddsPerExample(),
                           ps::UsableCores());

@@ -36,12 +36,26 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
   };
   metrics->loss_ = gauge("ps_worker_train_loss",
                          "Training logloss over the last progress interval.");
-  metrics->recent_auc_ = gauge("ps_worker_train_auc",
-                               "Training AUC over the last progress interval.");
+  metrics->recent_auc_family_ =
+      &prometheus::BuildGauge()
+           .Name("ps_worker_train_auc")
+           .Help("Training AUC over the last progress interval, per task.")
+           .Labels(worker)
+           .Register(registry);
   metrics->test_auc_family_ =
       &prometheus::BuildGauge()
            .Name("ps_worker_test_auc")
-           .Help("AUC on --test at the last evaluation (absent before one).")
+           .Help(
+               "AUC on --test at the last evaluation, per task (absent "
+               "before one).")
+           .Labels(worker)
+           .Register(registry);
+  metrics->test_loss_family_ =
+      &prometheus::BuildGauge()
+           .Name("ps_worker_test_logloss")
+           .Help(
+               "Log loss on --test at the last evaluation, per task (absent "
+               "before one).")
            .Labels(worker)
            .Register(registry);
   metrics->progressive_auc_family_ =
@@ -111,19 +125,27 @@ void TrainingMetrics::ObserveStaleness(int64_t staleness) {
   staleness_->Observe(static_cast<double>(staleness));
 }
 
-void TrainingMetrics::SetRecent(double loss, double auc) {
+void TrainingMetrics::SetRecent(double loss,
+                                const std::vector<TaskMetrics>& tasks) {
   loss_->Set(loss);
-  recent_auc_->Set(auc);
+  for (const TaskMetrics& task : tasks)
+    recent_auc_family_->Add({{"task", task.task}}).Set(task.auc);
 }
 
-void TrainingMetrics::SetTestAuc(double auc) {
+void TrainingMetrics::SetTest(const std::vector<TaskMetrics>& tasks) {
   // Created at the first evaluation, so that no 0 reads as a result.
-  test_auc_family_->Add({}).Set(auc);
+  for (const TaskMetrics& task : tasks) {
+    test_auc_family_->Add({{"task", task.task}}).Set(task.auc);
+    test_loss_family_->Add({{"task", task.task}}).Set(task.logloss);
+  }
 }
 
-void TrainingMetrics::SetProgressiveValidation(double auc, double loss) {
-  progressive_auc_family_->Add({}).Set(auc);
-  progressive_loss_family_->Add({}).Set(loss);
+void TrainingMetrics::SetProgressiveValidation(
+    const std::vector<TaskMetrics>& tasks) {
+  for (const TaskMetrics& task : tasks) {
+    progressive_auc_family_->Add({{"task", task.task}}).Set(task.auc);
+    progressive_loss_family_->Add({{"task", task.task}}).Set(task.logloss);
+  }
   followed_files_->Increment();
 }
 

@@ -25,6 +25,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "worker/evaluation.h"
 
 namespace ps::worker {
 
@@ -39,11 +40,14 @@ class TrainingMetrics {
   void AddStep(int64_t examples);
   void ObserveStage(Stage stage, absl::Duration time);
   void ObserveStaleness(int64_t staleness);
-  void SetRecent(double loss, double auc);
-  void SetTestAuc(double auc);
+  // Per task, its gauges labeled task="NAME" (the label's name for a model
+  // of one task: "label" for a plain label column).
+  // The last interval's loss and each task's AUC over it.
+  void SetRecent(double loss, const std::vector<TaskMetrics>& tasks);
+  void SetTest(const std::vector<TaskMetrics>& tasks);
   // A followed file's progressive validation: its examples scored before
   // this worker trained on them.
-  void SetProgressiveValidation(double auc, double loss);
+  void SetProgressiveValidation(const std::vector<TaskMetrics>& tasks);
 
   const std::string& address() const { return endpoint_->address(); }
 
@@ -54,8 +58,9 @@ class TrainingMetrics {
   prometheus::Counter* examples_ = nullptr;
   prometheus::Counter* steps_ = nullptr;
   prometheus::Gauge* loss_ = nullptr;
-  prometheus::Gauge* recent_auc_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* recent_auc_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* test_auc_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* test_loss_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* progressive_auc_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* progressive_loss_family_ = nullptr;
   prometheus::Counter* followed_files_ = nullptr;

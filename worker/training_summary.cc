@@ -39,6 +39,19 @@ std::string OneLine(const Json& object) {
   return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
 }
 
+// A model of several tasks' figures, one object per task.
+Json TasksJson(const std::vector<TaskMetrics>& tasks, const char* prefix) {
+  Json array = Json::array();
+  for (const TaskMetrics& task : tasks) {
+    array.push_back(
+        {{"task", task.task},
+         {absl::StrCat(prefix, "auc"), Rounded(task.auc, 6)},
+         {absl::StrCat(prefix, "logloss"), Rounded(task.logloss, 6)},
+         {absl::StrCat(prefix, "examples"), task.examples}});
+  }
+  return array;
+}
+
 }  // namespace
 
 std::string SummaryToJson(const TrainingSummary& s) {
@@ -70,13 +83,17 @@ std::string SummaryToJson(const TrainingSummary& s) {
       {"backend", s.backend},
       {"drained", s.drained},
   };
+  if (s.test_tasks.size() > 1) json["tasks"] = TasksJson(s.test_tasks, "test_");
   if (!s.followed_files.empty() || s.late_files > 0) {
     Json files = Json::array();
     for (const TrainingSummary::FollowedFile& file : s.followed_files) {
-      files.push_back({{"file", file.file},
+      Json followed = {{"file", file.file},
                        {"examples", file.examples},
                        {"progressive_auc", Rounded(file.auc, 6)},
-                       {"progressive_logloss", Rounded(file.logloss, 6)}});
+                       {"progressive_logloss", Rounded(file.logloss, 6)}};
+      if (file.tasks.size() > 1)
+        followed["tasks"] = TasksJson(file.tasks, "progressive_");
+      files.push_back(std::move(followed));
     }
     json["followed_files"] = files;
     json["late_files"] = s.late_files;
@@ -100,6 +117,19 @@ std::string IntervalToJson(const IntervalMetrics& interval) {
   };
   if (interval.test_auc.has_value())
     json["test_auc"] = Rounded(*interval.test_auc, 6);
+  if (interval.train_tasks.size() > 1) {
+    Json tasks = Json::array();
+    for (size_t t = 0; t < interval.train_tasks.size(); ++t) {
+      Json task = {{"task", interval.train_tasks[t].task},
+                   {"train_auc", Rounded(interval.train_tasks[t].auc, 6)}};
+      if (t < interval.test_tasks.size()) {
+        task["test_auc"] = Rounded(interval.test_tasks[t].auc, 6);
+        task["test_logloss"] = Rounded(interval.test_tasks[t].logloss, 6);
+      }
+      tasks.push_back(std::move(task));
+    }
+    json["tasks"] = std::move(tasks);
+  }
   return OneLine(json) + "\n";
 }
 

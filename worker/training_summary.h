@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/evaluation.h"
+
 namespace ps::worker {
 
 struct TrainingSummary {
@@ -23,9 +25,12 @@ struct TrainingSummary {
   double train_seconds = 0;
   double examples_per_sec = 0;
   double final_train_loss = 0;
+  // The first task's (the one task's, for a model of one).
   double test_auc = 0;
   double test_logloss = 0;
   int64_t test_examples = 0;
+  // A model of several tasks: each one's (written as "tasks").
+  std::vector<TaskMetrics> test_tasks;
   int64_t bad_lines = 0;
   int64_t max_staleness_seen = 0;
   // staleness_histogram[k]: pulls that saw staleness k.
@@ -65,6 +70,8 @@ struct TrainingSummary {
     int64_t examples = 0;
     double auc = 0;
     double logloss = 0;
+    // A model of several tasks: each one's.
+    std::vector<TaskMetrics> tasks;
   };
   std::vector<FollowedFile> followed_files;
   int64_t late_files = 0;
@@ -85,6 +92,10 @@ struct IntervalMetrics {
   int64_t max_staleness = 0;
   // When the interval ended with an evaluation on the test set.
   std::optional<double> test_auc;
+  // A model of several tasks: each one's train AUC over the interval (auc)
+  // and its test figures, when there was an evaluation (written as
+  // "tasks").
+  std::vector<TaskMetrics> train_tasks, test_tasks;
 };
 
 // Writes `summary` as one JSON object (indented, `"key": value`, ending in a

@@ -61,6 +61,28 @@ TEST(SummaryToJsonTest, KeepsTheKeysAndTheSpacingScriptsGrep) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+TEST(SummaryToJsonTest, SeveralTasksAddTheirOwnFiguresUnderTasks) {
+  TrainingSummary summary = ASummary();
+  // One task: no "tasks" key (the summary of a one-label model).
+  summary.test_tasks = {{"label", 100, 0.7, 0.5}};
+  EXPECT_FALSE(Parse(SummaryToJson(summary)).contains("tasks"));
+  summary.test_tasks = {{"ctr", 100, 0.78123456, 0.5}, {"cvr", 40, 0.9, 0.1}};
+  TrainingSummary::FollowedFile file;
+  file.file = "day1.tsv";
+  file.tasks = summary.test_tasks;
+  summary.followed_files.push_back(file);
+  const std::string text = SummaryToJson(summary);
+  const nlohmann::json json = Parse(text);
+  ASSERT_FALSE(json.is_discarded()) << text;
+  ASSERT_EQ(json["tasks"].size(), 2u) << text;
+  EXPECT_EQ(json["tasks"][1]["task"], "cvr");
+  EXPECT_EQ(json["tasks"][1]["test_auc"], 0.9);
+  EXPECT_EQ(json["tasks"][1]["test_logloss"], 0.1);
+  EXPECT_EQ(json["tasks"][1]["test_examples"], 40);
+  EXPECT_EQ(json["tasks"][0]["test_auc"], 0.781235);
+  EXPECT_EQ(json["followed_files"][0]["tasks"][1]["progressive_auc"], 0.9);
+}
+
 IntervalMetrics AnInterval() {
   IntervalMetrics interval;
   interval.worker = 3;

@@ -30,9 +30,15 @@ namespace ps::model {
 // Criteo's 13 dense values and 26 single-key fields, so that parsing such a
 // line allocates nothing.
 struct Example {
+  // The first label (labels[0]; 0 when unknown).
   float label = 0.0f;
-  // False for a line without a label (scored, not trained on); label is 0.
+  // False for a line without its labels (scored, not trained on): label is
+  // 0 and labels is empty.
   bool has_label = true;
+  // Per label column of the layout, in file order: the label (0 when
+  // unknown) and whether it is known (a named label's empty column is not).
+  absl::InlinedVector<float, 2> labels;
+  absl::InlinedVector<bool, 2> label_known;
   // The weight column's value (positive); 1 when the layout has none.
   float weight = 1.0f;
   // The dense columns' values as read, in file order (not transformed).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@ namespace ps::model {
 namespace {
 
 constexpr absl::string_view kCriteoText = "criteo";
+// A plain label column's name.
+constexpr absl::string_view kPlainLabel = "label";
 // How a space separator is written in a layout's text (space-separated).
 constexpr absl::string_view kSpace = "space";
 // A repeat larger than any real log's column count: a typo, not a layout.
@@ -37,8 +40,20 @@ const char* KindName(ColumnKind kind) {
   }
 }
 
-absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
-  std::vector<ColumnKind> columns;
+bool IsName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Fills layout->columns and layout->label_names from a --columns value.
+absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
+  layout->columns.clear();
+  layout->label_names.clear();
   for (absl::string_view item : absl::StrSplit(spec, ',')) {
     item = absl::StripAsciiWhitespace(item);
     int repeat = 1;
@@ -52,7 +67,22 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
       item = absl::StripAsciiWhitespace(item.substr(0, star));
     }
     ColumnKind kind;
-    if (item == "label") {
+    if (absl::ConsumePrefix(&item, "label:")) {
+      if (!IsName(item) || item == kPlainLabel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--columns: \"label:", item,
+            "\" must name its label with letters, digits and _ (not "
+            "\"label\", a plain label column's name)"));
+      }
+      if (repeat != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--columns: \"label:", item, "\" names one column (no *N)"));
+      }
+      layout->label_names.emplace_back(item);
+      kind = ColumnKind::kLabel;
+    } else if (item == "label") {
+      layout->label_names.insert(layout->label_names.end(), repeat,
+                                 std::string(kPlainLabel));
       kind = ColumnKind::kLabel;
     } else if (item == "dense") {
       kind = ColumnKind::kDense;
@@ -67,13 +97,28 @@ absl::StatusOr<std::vector<ColumnKind>> ParseColumns(absl::string_view spec) {
     } else if (item == "weight") {
       kind = ColumnKind::kWeight;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--columns: unknown column kind \"", item,
-          "\" (label, dense, cat, multi, skip, id or weight, optionally *N)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--columns: unknown column kind \"", item,
+                       "\" (label, label:NAME, dense, cat, multi, skip, id or "
+                       "weight, optionally *N)"));
     }
-    columns.insert(columns.end(), repeat, kind);
+    layout->columns.insert(layout->columns.end(), repeat, kind);
   }
-  return columns;
+  if (layout->label_names.empty()) {
+    return absl::InvalidArgumentError(
+        "--columns must have a label column (label, or label:NAME for each "
+        "of several)");
+  }
+  for (size_t i = 0; i < layout->label_names.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (layout->label_names[i] == layout->label_names[j]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--columns: two label columns are named \"", layout->label_names[i],
+            "\" (name each of several labels: label:click,label:convert)"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<char> OneCharacter(absl::string_view flag,
@@ -111,6 +156,22 @@ bool InputLayout::has_label() const {
          columns.end();
 }
 
+int InputLayout::labels() const {
+  return static_cast<int>(
+      std::count(columns.begin(), columns.end(), ColumnKind::kLabel));
+}
+
+bool InputLayout::label_may_be_unknown(int label) const {
+  return label_names[label] != kPlainLabel;
+}
+
+int InputLayout::LabelIndex(absl::string_view name) const {
+  for (size_t i = 0; i < label_names.size(); ++i) {
+    if (label_names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 bool InputLayout::has_id() const {
   return std::find(columns.begin(), columns.end(), ColumnKind::kId) !=
          columns.end();
@@ -142,15 +203,7 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
         absl::StrCat("--format must be tsv or csv, not \"", format, "\""));
   }
   layout.header = header;
-  auto parsed = ParseColumns(columns);
-  if (!parsed.ok()) return parsed.status();
-  layout.columns = std::move(parsed).value();
-  const auto labels = std::count(layout.columns.begin(), layout.columns.end(),
-                                 ColumnKind::kLabel);
-  if (labels != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--columns must have exactly one label column, not ", labels));
-  }
+  if (absl::Status s = ParseColumns(columns, &layout); !s.ok()) return s;
   if (layout.fields() == 0 && layout.dense_features() == 0) {
     return absl::InvalidArgumentError(
         "--columns must have at least one feature column (dense, cat or "
@@ -207,16 +260,23 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
 }
 
 std::string ColumnsSpec(const InputLayout& layout) {
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < layout.columns.size();) {
-    size_t end = i;
-    while (end < layout.columns.size() &&
-           layout.columns[end] == layout.columns[i]) {
-      ++end;
+  // A column's --columns item: its kind, or a named label's label:NAME.
+  std::vector<std::string> items;
+  size_t label = 0;
+  for (ColumnKind kind : layout.columns) {
+    if (kind == ColumnKind::kLabel && label < layout.label_names.size() &&
+        layout.label_names[label++] != kPlainLabel) {
+      items.push_back(absl::StrCat("label:", layout.label_names[label - 1]));
+    } else {
+      items.push_back(KindName(kind));
     }
-    runs.push_back(
-        end - i == 1 ? std::string(KindName(layout.columns[i]))
-                     : absl::StrCat(KindName(layout.columns[i]), "*", end - i));
+  }
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < items.size();) {
+    size_t end = i;
+    while (end < items.size() && items[end] == items[i]) ++end;
+    runs.push_back(end - i == 1 ? items[i]
+                                : absl::StrCat(items[i], "*", end - i));
     i = end;
   }
   return absl::StrJoin(runs, ",");
@@ -225,7 +285,8 @@ std::string ColumnsSpec(const InputLayout& layout) {
 std::string LayoutText(const InputLayout& layout) {
   const InputLayout criteo = InputLayout::Criteo();
   if (layout.delimiter == criteo.delimiter && !layout.header &&
-      layout.columns == criteo.columns && layout.crosses.empty()) {
+      layout.columns == criteo.columns &&
+      layout.label_names == criteo.label_names && layout.crosses.empty()) {
     return std::string(kCriteoText);
   }
   std::vector<std::string> crosses;

@@ -4,6 +4,11 @@
 // starts with a header line, and the kind of every column in file order:
 //
 //   label   0 or 1 (a line may leave it out when scoring; see line_parser.h)
+//   label:NAME  one of several labels (a click, a conversion), 0 or 1, or
+//           empty: unknown, and left out of that label's task's loss. A
+//           plain label column is named "label"; names are letters, digits
+//           and _, different from each other. A model spec's tasks read
+//           labels by name (proto/model_spec.proto).
 //   dense   a number x, fed to the model as log(1 + max(x, 0)); empty: 0
 //   cat     one categorical value (any string; empty is a value of its own)
 //   multi   several categorical values separated by multi_separator,
@@ -18,9 +23,9 @@
 //           is the weighted mean over the batch. Not a feature; not read
 //           when scoring (line_parser.h). At most one.
 //
-// A layout has exactly one label column and at least one feature column
-// (dense, cat or multi): all-categorical and all-dense layouts are both
-// layouts.
+// A layout has at least one label column (a plain one, or named ones) and
+// at least one feature column (dense, cat or multi): all-categorical and
+// all-dense layouts are both layouts.
 //
 // The categorical fields are the cat and multi columns in file order,
 // numbered from 0; a cross I:J is a wide-only feature whose keys hash the
@@ -60,6 +65,8 @@ struct InputLayout {
   bool header = false;
   // Every column, in file order (InputLayout::Criteo() fills in Criteo's).
   std::vector<ColumnKind> columns;
+  // One name per label column, in file order: "label" for a plain one.
+  std::vector<std::string> label_names = {"label"};
   // What separates the values of a multi column. Default: '|'.
   char multi_separator = '|';
   // How a multi column's values pool into one row of each table the
@@ -79,6 +86,14 @@ struct InputLayout {
   int dense_features() const;
   int fields() const;
   bool has_label() const;
+  // How many label columns there are.
+  int labels() const;
+  // Whether a label column may be empty (unknown): its column is named
+  // (label:NAME). A plain label column is always 0 or 1.
+  bool label_may_be_unknown(int label) const;
+  // The position among the label columns of the one named `name`; -1 if
+  // none.
+  int LabelIndex(absl::string_view name) const;
   bool has_multi() const;
   bool has_id() const;
   bool has_weight() const;
@@ -92,7 +107,8 @@ struct InputLayout {
 // Builds a layout from the flags' values (--format, --header, --columns,
 // --multi_separator, --multi_pooling, --crosses). INVALID_ARGUMENT, naming
 // the flag, for a bad value: an unknown kind or format, a repeat that is not
-// a positive number, no label, several labels, no feature column (dense, cat
+// a positive number, no label, two labels of one name (two plain ones), a
+// label name that is not letters, digits and _, no feature column (dense, cat
 // or multi), several id or weight columns, a cross
 // that is not I:J of two different fields that exist, the same cross twice,
 // a multi separator that is the delimiter.
@@ -103,7 +119,8 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
                                             absl::string_view multi_pooling,
                                             absl::string_view crosses);
 
-// The columns as a --columns value, runs folded ("label,dense*13,cat*26").
+// The columns as a --columns value, runs folded ("label,dense*13,cat*26";
+// named labels as "label:click,label:convert").
 std::string ColumnsSpec(const InputLayout& layout);
 
 // A layout as one line of text for a model card: "criteo" for Criteo's,

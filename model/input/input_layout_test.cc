@@ -94,6 +94,35 @@ TEST(InputLayoutTest, AWeightColumnIsOneAtMostAndRoundTrips) {
       MakeInputLayout("tsv", false, "label,weight", "|", "sum", "").ok());
 }
 
+TEST(InputLayoutTest, NamedLabelsRoundTripInFileOrder) {
+  auto layout = MakeInputLayout("tsv", false,
+                                "id,label:click,dense*2,label:convert,cat*2",
+                                "|", "sum", "");
+  ASSERT_OK(layout);
+  EXPECT_EQ(layout->labels(), 2);
+  EXPECT_EQ(layout->label_names,
+            (std::vector<std::string>{"click", "convert"}));
+  EXPECT_EQ(layout->LabelIndex("convert"), 1);
+  EXPECT_EQ(layout->LabelIndex("label"), -1);
+  EXPECT_TRUE(layout->label_may_be_unknown(0));
+  EXPECT_EQ(ColumnsSpec(*layout), "id,label:click,dense*2,label:convert,cat*2");
+  auto back = ParseLayoutText(LayoutText(*layout));
+  ASSERT_OK(back);
+  EXPECT_EQ(back->label_names, layout->label_names);
+  EXPECT_EQ(back->columns, layout->columns);
+  // One named label is not Criteo's layout, even with Criteo's kinds.
+  auto named = MakeInputLayout("tsv", false, "label:click,dense*13,cat*26", "|",
+                               "sum", "");
+  ASSERT_OK(named);
+  EXPECT_NE(LayoutText(*named), "criteo");
+  EXPECT_EQ(ParseLayoutText(LayoutText(*named))->label_names,
+            std::vector<std::string>{"click"});
+  // A plain label is named "label" and is never unknown.
+  const InputLayout criteo = InputLayout::Criteo();
+  EXPECT_EQ(criteo.LabelIndex("label"), 0);
+  EXPECT_FALSE(criteo.label_may_be_unknown(0));
+}
+
 TEST(InputLayoutTest, BadFlagsNameTheFlag) {
   struct Case {
     const char* format;
@@ -110,6 +139,11 @@ TEST(InputLayoutTest, BadFlagsNameTheFlag) {
       {"tsv", "label,cat*x", "|", "sum", "", "--columns"},
       {"tsv", "cat,dense", "|", "sum", "", "label"},
       {"tsv", "label,label,cat", "|", "sum", "", "label"},
+      {"tsv", "label:click,label:click,cat", "|", "sum", "", "\"click\""},
+      {"tsv", "label:a-b,cat", "|", "sum", "", "letters"},
+      {"tsv", "label:,cat", "|", "sum", "", "letters"},
+      {"tsv", "label:label,cat", "|", "sum", "", "plain"},
+      {"tsv", "label:x*2,cat", "|", "sum", "", "no *N"},
       {"tsv", "label,skip,id", "|", "sum", "", "feature column"},
       {"tsv", "id,label,cat,id", "|", "sum", "", "one id column"},
       {"tsv", "label,cat", "||", "sum", "", "--multi_separator"},

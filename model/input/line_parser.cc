@@ -41,8 +41,8 @@ bool ParseWeight(absl::string_view raw, float* weight) {
   return *weight > 0.0f;
 }
 
-// Splits `line` into its columns: `expected` of them, or one fewer when the
-// label may be left out.
+// Splits `line` into its columns: `expected` of them, or that many less the
+// label columns when the labels may be left out.
 absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
                           LabelColumn label,
                           absl::InlinedVector<absl::string_view, 48>* columns) {
@@ -63,15 +63,17 @@ absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
     start = end + 1;
   }
   const int count = static_cast<int>(columns->size());
+  const int unlabeled = expected - layout.labels();
   if (count == expected ||
-      (count == expected - 1 && label == LabelColumn::kOptional)) {
+      (count == unlabeled && label == LabelColumn::kOptional)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       count, " ", DelimiterName(layout.delimiter),
       "-separated columns, expected ", expected,
       label == LabelColumn::kOptional
-          ? absl::StrCat(" (or ", expected - 1, " without the label)")
+          ? absl::StrCat(" (or ", unlabeled, " without the ",
+                         layout.labels() == 1 ? "label" : "labels", ")")
           : ""));
 }
 
@@ -115,6 +117,8 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
   const bool labeled = columns.size() == layout.columns.size();
   example->label = 0.0f;
   example->has_label = labeled;
+  example->labels.clear();
+  example->label_known.clear();
   example->weight = 1.0f;
   example->dense.clear();
   example->keys.clear();
@@ -127,13 +131,20 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
     if (kind == ColumnKind::kLabel && !labeled) continue;
     const absl::string_view raw = columns[column++];
     switch (kind) {
-      case ColumnKind::kLabel:
-        if (raw != "0" && raw != "1") {
+      case ColumnKind::kLabel: {
+        const int index = static_cast<int>(example->labels.size());
+        const bool unknown = raw.empty() && layout.label_may_be_unknown(index);
+        if (!unknown && raw != "0" && raw != "1") {
           return absl::InvalidArgumentError(absl::StrCat(
-              "label (column ", c + 1, ") must be 0 or 1, got \"", raw, "\""));
+              "label ", layout.label_names[index], " (column ", c + 1,
+              ") must be 0 or 1",
+              layout.label_may_be_unknown(index) ? ", or empty (unknown)" : "",
+              ", got \"", raw, "\""));
         }
-        example->label = raw == "1" ? 1.0f : 0.0f;
+        example->labels.push_back(raw == "1" ? 1.0f : 0.0f);
+        example->label_known.push_back(!unknown);
         break;
+      }
       case ColumnKind::kDense: {
         double value = 0;
         if (!ParseDense(raw, &value)) {
@@ -173,6 +184,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         break;
     }
   }
+  if (!example->labels.empty()) example->label = example->labels[0];
   return AddCrosses(layout, example);
 }
 

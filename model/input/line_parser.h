@@ -13,15 +13,17 @@
 
 namespace ps::model {
 
-// Whether a line may leave out the label column (to be scored, as in
-// Criteo's unlabeled test file), having one column fewer than the layout.
+// Whether a line may leave out the label columns (to be scored, as in
+// Criteo's unlabeled test file), having that many columns fewer than the
+// layout (all of them: a line has every label or none).
 enum class LabelColumn { kRequired, kOptional };
 
 // Fills `example` from `line` (no trailing newline; a trailing '\r' is
 // dropped). INVALID_ARGUMENT, with the reason, for a wrong column count, a
-// label other than 0/1, a dense value that is not a finite number, or (when
-// the label is required: training) a weight that is not a positive one.
-// Scoring ignores the weight column: example->weight is 1.
+// label other than 0/1 (or empty, for a named label: unknown), a dense value
+// that is not a finite number, or (when the label is required: training) a
+// weight that is not a positive one. Scoring ignores the weight column:
+// example->weight is 1.
 absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
                        Example* example,
                        LabelColumn label = LabelColumn::kRequired);

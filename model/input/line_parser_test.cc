@@ -247,5 +247,49 @@ TEST(LineParserTest, TooManyValuesInAFieldOrACrossIsAnError) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(LineParserTest, NamedLabelsMayBeUnknownAndScoringDropsThemAll) {
+  auto layout = MakeInputLayout("csv", false, "label:click,cat,label:convert",
+                                "|", "sum", "");
+  ASSERT_OK(layout);
+  Example example;
+  ASSERT_OK(ParseLine("1,a,", *layout, &example));
+  ASSERT_EQ(example.labels.size(), 2u);
+  EXPECT_EQ(example.label, 1.0f);
+  EXPECT_TRUE(example.label_known[0]);
+  EXPECT_FALSE(example.label_known[1]);
+  EXPECT_EQ(example.labels[1], 0.0f);
+  ASSERT_OK(ParseLine(",a,1", *layout, &example));
+  EXPECT_FALSE(example.label_known[0]);
+  EXPECT_EQ(example.label, 0.0f);
+  EXPECT_TRUE(example.label_known[1]);
+  EXPECT_EQ(example.labels[1], 1.0f);
+  const absl::Status bad = ParseLine("1,a,2", *layout, &example);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(bad.message().find("label convert (column 3)"), std::string::npos)
+      << bad;
+  // Scoring: a line without either label (one column); one label only is
+  // neither a labeled nor an unlabeled line.
+  ASSERT_OK(ParseLine("b", *layout, &example, LabelColumn::kOptional));
+  EXPECT_FALSE(example.has_label);
+  EXPECT_TRUE(example.labels.empty());
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "b"));
+  const absl::Status half =
+      ParseLine("1,b", *layout, &example, LabelColumn::kOptional);
+  EXPECT_THAT(half, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(half.message().find("or 1 without the labels"), std::string::npos)
+      << half;
+}
+
+TEST(LineParserTest, APlainLabelIsNeverUnknown) {
+  auto layout = MakeInputLayout("csv", false, "label,cat", "|", "sum", "");
+  ASSERT_OK(layout);
+  Example example;
+  EXPECT_THAT(ParseLine(",a", *layout, &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(ParseLine("1,a", *layout, &example));
+  EXPECT_EQ(example.labels, (absl::InlinedVector<float, 2>{1.0f}));
+  EXPECT_TRUE(example.label_known[0]);
+}
+
 }  // namespace
 }  // namespace ps::model
