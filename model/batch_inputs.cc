@@ -280,11 +280,12 @@ void BatchInputs::PrepareLabels(const std::vector<Example>& examples) {
   const size_t count = tasks.size() * batch;
   labels.resize(count);
   label_known.resize(count);
-  // An example built in code may give its one label in `label` alone.
+  // An example built in code may give its one label in `label` alone; one
+  // read without its labels (scored) knows none.
   const auto label_of = [](const Example& example, int label, bool* known) {
     if (example.labels.empty()) {
-      *known = label == 0;
-      return label == 0 ? example.label : 0.0f;
+      *known = example.has_label && label == 0;
+      return *known ? example.label : 0.0f;
     }
     *known = example.label_known[label];
     return example.labels[label];

@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   const ExportManifest& manifest = first->manifest();
   serving->version_ = std::filesystem::path(dir).filename().string();
   serving->layout_ = first->layout();
+  for (const model::PlanTask& task : first->plan().tasks())
+    serving->tasks_.push_back(task.name);
   serving->cut_ = manifest.cut();
   serving->delta_index_ = manifest.delta_index();
   serving->job_ = manifest.job();

@@ -56,18 +56,20 @@ class ServingModel {
 
   // The layout the model reads (its export's).
   const model::InputLayout& layout() const { return layout_; }
+  // The model's tasks' names, in order (model::PlanTask).
+  const std::vector<std::string>& tasks() const { return tasks_; }
 
-  // One click probability per line (in the export's layout, the label
-  // column optional). INVALID_ARGUMENT naming the line (from 0) that does
-  // not parse.
-  // Every call waits for a free scorer until `deadline` at most
-  // (DEADLINE_EXCEEDED past it).
+  // Per task, one click probability per line (tasks x lines, task-major; in
+  // the export's layout, the label columns optional). INVALID_ARGUMENT naming
+  // the line (from 0) that does not parse. Every call waits for a free scorer
+  // until `deadline` at most (DEADLINE_EXCEEDED past it).
   absl::StatusOr<std::vector<float>> Predict(
       absl::Span<const std::string> lines,
       absl::Time deadline = absl::InfiniteFuture());
-  // One per example, given as features (see proto/serving.proto's
-  // Features: `dense` raw values, `fields` each field's keys).
-  // INVALID_ARGUMENT naming the example for other counts than the model's.
+  // Per task, one per example (as Predict()), given as features (see
+  // proto/serving.proto's Features: `dense` raw values, `fields` each field's
+  // keys). INVALID_ARGUMENT naming the example for other counts than the
+  // model's.
   struct Features {
     std::vector<double> dense;
     std::vector<std::vector<uint64_t>> fields;
@@ -102,6 +104,7 @@ class ServingModel {
 
   std::string version_;
   model::InputLayout layout_;
+  std::vector<std::string> tasks_;
   int64_t cut_ = 0;
   uint32_t delta_index_ = 0;
   std::string job_;

@@ -76,8 +76,19 @@ grpc::Status ServingService::Predict(grpc::ServerContext* context,
     return Observed("Predict", start,
                     net::ToGrpcStatus(probabilities.status()));
   }
+  // Task-major: the first task's come first.
+  const size_t lines = model->tasks().empty()
+                           ? 0
+                           : probabilities->size() / model->tasks().size();
   response->mutable_probabilities()->Add(probabilities->begin(),
-                                         probabilities->end());
+                                         probabilities->begin() + lines);
+  for (size_t t = 0; t < model->tasks().size(); ++t) {
+    TaskProbabilities* task = response->add_tasks();
+    task->set_task(model->tasks()[t]);
+    task->mutable_probabilities()->Add(
+        probabilities->begin() + t * lines,
+        probabilities->begin() + (t + 1) * lines);
+  }
   response->set_model_version(model->version());
   response->set_model_cut(model->cut());
   return Observed("Predict", start, grpc::Status::OK);

@@ -58,6 +58,12 @@ ABSL_FLAG(double, negative_keep_rate, 1.0,
           "the lines written; --summary_out's truth AUC and logloss are "
           "over them, unweighted, and --drift's stream counts every line "
           "drawn.");
+ABSL_FLAG(int32_t, tasks, 1,
+          "Labels per line: 1 (a click) or 2 (a click, then a conversion that "
+          "only a click can have, with drivers of its own). With 2, a "
+          "--columns of one plain label gets two, label:click,label:convert, "
+          "in its place; --summary_out gives each label's rate and its "
+          "truth's best AUC and logloss under \"tasks\".");
 ABSL_FLAG(int32_t, multi_fields, 0,
           "Multi-valued fields per line (1 to 8 values each, every value with "
           "an effect on the click). Written where --columns has multi "
@@ -123,11 +129,13 @@ struct Generation {
 };
 
 // The true click probabilities, the labels and the weights of the lines
-// written, for --summary_out.
+// written, for --summary_out; with --tasks=2, the conversions' too.
 struct Truths {
   std::vector<float> probabilities;
   std::vector<float> labels;
   std::vector<float> weights;
+  std::vector<float> convert_probabilities;
+  std::vector<float> converts;
 };
 
 // The generator's options as the flags give them, unchecked.
@@ -137,6 +145,7 @@ ps::worker::GeneratorOptions GeneratorOptionsFromFlags() {
   options.max_vocabulary = absl::GetFlag(FLAGS_max_vocabulary);
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
+  options.tasks = absl::GetFlag(FLAGS_tasks);
   options.drift = absl::GetFlag(FLAGS_drift);
   options.first_line = absl::GetFlag(FLAGS_first_line);
   return options;
@@ -167,10 +176,30 @@ void WarnOnColumnMismatch(const ps::model::InputLayout& layout,
   }
 }
 
+// With two tasks, a layout of one plain label gets two named ones in its
+// place (label:click,label:convert). INVALID_ARGUMENT when the layout has
+// more label columns than there are tasks.
+absl::Status FitLabels(int tasks, ps::model::InputLayout* layout) {
+  if (layout->labels() > tasks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--columns has ", layout->labels(), " label columns; --tasks=", tasks,
+        " draws ",
+        tasks == 1 ? "one (a click)" : "two (a click, a conversion)"));
+  }
+  if (tasks == 2 && layout->labels() == 1 && !layout->label_may_be_unknown(0)) {
+    const auto label = std::find(layout->columns.begin(), layout->columns.end(),
+                                 ps::model::ColumnKind::kLabel);
+    layout->columns.insert(label, ps::model::ColumnKind::kLabel);
+    layout->label_names = {"click", "convert"};
+  }
+  return absl::OkStatus();
+}
+
 // The run the flags ask for, or the first bad flag's error, whose message is
 // for the user; checked in this order: --out and --lines, --drift and
-// --first_line, --multi_fields, --negative_keep_rate, the layout flags (a
-// weight column where negatives are down-sampled), then (after
+// --first_line, --multi_fields, --tasks, --negative_keep_rate, the layout
+// flags (as many labels as tasks at most; a weight column where negatives
+// are down-sampled), then (after
 // WarnOnColumnMismatch) --max_vocabulary and --zipf_exponent. A layout
 // without multi columns gets --multi_fields of them, appended.
 absl::StatusOr<Generation> GenerationFromFlags() {
@@ -191,6 +220,9 @@ absl::StatusOr<Generation> GenerationFromFlags() {
   if (options.multi_fields < 0 || options.multi_fields > 64) {
     return absl::InvalidArgumentError("--multi_fields must be in [0, 64]");
   }
+  if (options.tasks != 1 && options.tasks != 2) {
+    return absl::InvalidArgumentError("--tasks must be 1 or 2");
+  }
   generation.negative_keep_rate = absl::GetFlag(FLAGS_negative_keep_rate);
   if (!(generation.negative_keep_rate > 0.0) ||
       generation.negative_keep_rate > 1.0) {
@@ -201,6 +233,10 @@ absl::StatusOr<Generation> GenerationFromFlags() {
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return layout.status();
   generation.layout = *std::move(layout);
+  if (absl::Status labels = FitLabels(options.tasks, &generation.layout);
+      !labels.ok()) {
+    return labels;
+  }
   if (generation.negative_keep_rate < 1.0 && !generation.layout.has_weight()) {
     return absl::InvalidArgumentError(
         "--negative_keep_rate needs a weight column in --columns (the "
@@ -236,8 +272,8 @@ absl::Status WriteLines(const Generation& generation,
   std::mt19937_64 keep(generation.sample_seed ^ 0x6b656570ULL);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int64_t i = 0; i < generation.lines; ++i) {
-    double probability = 0;
-    generator->Next(&example, &probability);
+    double probability = 0, convert_probability = 0;
+    generator->Next(&example, &probability, &convert_probability);
     if (!example.click && generation.negative_keep_rate < 1.0) {
       if (uniform(keep) >= generation.negative_keep_rate) {
         --i;  // not written: draw another
@@ -254,6 +290,11 @@ absl::Status WriteLines(const Generation& generation,
       truths->probabilities.push_back(static_cast<float>(probability));
       truths->labels.push_back(example.click ? 1.0f : 0.0f);
       truths->weights.push_back(static_cast<float>(example.weight));
+      if (generation.options.tasks > 1) {
+        truths->convert_probabilities.push_back(
+            static_cast<float>(convert_probability));
+        truths->converts.push_back(example.convert ? 1.0f : 0.0f);
+      }
     }
     if (text.size() > (1 << 20)) {
       if (!log->Write(text) || (truth != nullptr && !truth->Write(truth_text)))
@@ -272,9 +313,11 @@ absl::Status WriteLines(const Generation& generation,
   return absl::OkStatus();
 }
 
-// Writes to `path` the JSON of --summary_out for `lines` lines with `truths`.
+// Writes to `path` the JSON of --summary_out for `lines` lines with
+// `truths`, written in `layout`.
 absl::Status WriteSummary(const std::string& path, int64_t lines,
-                          const Truths& truths) {
+                          const Truths& truths,
+                          const ps::model::InputLayout& layout) {
   double clicks = 0, weight = 0;
   for (size_t i = 0; i < truths.labels.size(); ++i) {
     clicks += truths.labels[i];
@@ -282,7 +325,7 @@ absl::Status WriteSummary(const std::string& path, int64_t lines,
   }
   // Six decimals, as in ps_worker's metrics.
   auto rounded = [](double value) { return std::round(value * 1e6) / 1e6; };
-  const nlohmann::ordered_json summary_json = {
+  nlohmann::ordered_json summary_json = {
       {"lines", lines},
       {"click_rate", rounded(lines > 0 ? clicks / lines : 0.0)},
       // The click rate of the lines drawn, before negatives were dropped.
@@ -291,7 +334,28 @@ absl::Status WriteSummary(const std::string& path, int64_t lines,
        rounded(ps::worker::ExactAuc(truths.probabilities, truths.labels))},
       {"truth_logloss",
        rounded(ps::worker::MeanLogLoss(truths.probabilities, truths.labels))},
+      // What reads the file back (ps_worker --format, --header, --columns).
+      {"format", layout.delimiter == ',' ? "csv" : "tsv"},
+      {"header", layout.header},
+      {"columns", ps::model::ColumnsSpec(layout)},
   };
+  if (!truths.converts.empty()) {
+    double converts = 0;
+    for (float convert : truths.converts) converts += convert;
+    summary_json["tasks"] = {
+        {{"task", layout.label_names[0]},
+         {"rate", summary_json["click_rate"]},
+         {"truth_auc", summary_json["truth_auc"]},
+         {"truth_logloss", summary_json["truth_logloss"]}},
+        {{"task", layout.labels() > 1 ? layout.label_names[1] : "convert"},
+         {"rate", rounded(lines > 0 ? converts / lines : 0.0)},
+         {"truth_auc", rounded(ps::worker::ExactAuc(
+                           truths.convert_probabilities, truths.converts))},
+         {"truth_logloss",
+          rounded(ps::worker::MeanLogLoss(truths.convert_probabilities,
+                                          truths.converts))}},
+    };
+  }
   const std::string json =
       summary_json.dump(2, ' ', /*ensure_ascii=*/false,
                         nlohmann::ordered_json::error_handler_t::replace) +
@@ -335,8 +399,8 @@ absl::Status Generate(const Generation& generation,
     return absl::InternalError("writing " + absl::GetFlag(FLAGS_truth_out) +
                                " failed");
   if (!summary_path.empty()) {
-    if (absl::Status summarized =
-            WriteSummary(summary_path, generation.lines, truths);
+    if (absl::Status summarized = WriteSummary(summary_path, generation.lines,
+                                               truths, generation.layout);
         !summarized.ok()) {
       return summarized;
     }
@@ -345,6 +409,11 @@ absl::Status Generate(const Generation& generation,
                static_cast<long long>(generation.lines),
                generation.out_path.c_str(),
                absl::ToDoubleSeconds(absl::Now() - start));
+  const ps::model::InputLayout& layout = generation.layout;
+  std::fprintf(
+      stderr, "clicklog_gen: read it with --format=%s%s --columns=%s\n",
+      layout.delimiter == ',' ? "csv" : "tsv", layout.header ? " --header" : "",
+      ps::model::ColumnsSpec(layout).c_str());
   return absl::OkStatus();
 }
 

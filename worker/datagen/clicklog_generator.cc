@@ -16,6 +16,10 @@ constexpr int kInteractions[][2] = {{0, 1},  {2, 5},  {3, 7},   {4, 9},
 constexpr int kLatentDim = 4;
 // The effect of one value of a multi-valued field.
 constexpr double kMultiEffectScale = 0.35;
+// A conversion's logit after a click: its bias (about 1 click in 4
+// converts), and the scale of its values' effects against the click's.
+constexpr double kConvertBias = -1.2;
+constexpr double kConvertEffectScale = 0.8;
 
 uint64_t Hash3(uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t words[3] = {a, b, c};
@@ -33,6 +37,7 @@ ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options,
     : options_(options),
       rng_(Hash3(options.seed, sample_seed, 0x5eed)),
       multi_rng_(Hash3(options.seed, sample_seed, 0x3017)),
+      convert_rng_(Hash3(options.seed, sample_seed, 0xc0de)),
       line_(options.first_line) {
   // The hidden model's shape comes from the model seed alone.
   std::mt19937_64 model_rng(options.seed);
@@ -84,7 +89,8 @@ int64_t ClickLogGenerator::DrawValue(int field) {
   return newest - rank;
 }
 
-void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
+void ClickLogGenerator::Next(GeneratedExample* example, double* probability,
+                             double* convert_probability) {
   example->weight = 1.0;
   double logit = options_.bias;
   int64_t values[kGeneratedCategorical];
@@ -144,6 +150,19 @@ void ClickLogGenerator::Next(GeneratedExample* example, double* probability) {
   }
   *probability = 1.0 / (1.0 + std::exp(-logit));
   example->click = uniform_(rng_) < *probability;
+  example->convert = false;
+  if (options_.tasks > 1) {
+    double convert_logit = kConvertBias;
+    for (int f = 0; f < kGeneratedCategorical; ++f) {
+      if (values[f] < 0) continue;
+      convert_logit +=
+          kConvertEffectScale * effect_scale_[f] * HashNormal(f, values[f], 2);
+    }
+    const double after_click = 1.0 / (1.0 + std::exp(-convert_logit));
+    if (convert_probability != nullptr)
+      *convert_probability = *probability * after_click;
+    example->convert = example->click && uniform_(convert_rng_) < after_click;
+  }
   ++line_;
 }
 
@@ -156,12 +175,16 @@ void FormatLine(const GeneratedExample& example,
                 const model::InputLayout& layout, int64_t id,
                 std::string* line) {
   line->clear();
-  int dense = 0, categorical = 0, multi = 0;
+  int dense = 0, categorical = 0, multi = 0, label = 0;
   for (size_t c = 0; c < layout.columns.size(); ++c) {
     if (c > 0) line->push_back(layout.delimiter);
     switch (layout.columns[c]) {
       case model::ColumnKind::kLabel:
-        line->push_back(example.click ? '1' : '0');
+        if (label < 2) {
+          line->push_back((label == 0 ? example.click : example.convert) ? '1'
+                                                                         : '0');
+        }
+        ++label;
         break;
       case model::ColumnKind::kDense:
         if (dense < kGeneratedDense) line->append(example.dense[dense]);
@@ -192,11 +215,14 @@ void FormatLine(const GeneratedExample& example,
 
 std::string HeaderLine(const model::InputLayout& layout) {
   std::vector<std::string> names;
-  int dense = 0, categorical = 0, multi = 0;
+  int dense = 0, categorical = 0, multi = 0, label = 0;
   for (model::ColumnKind kind : layout.columns) {
     switch (kind) {
       case model::ColumnKind::kLabel:
-        names.push_back("label");
+        names.push_back(label < static_cast<int>(layout.label_names.size())
+                            ? layout.label_names[label]
+                            : "label");
+        ++label;
         break;
       case model::ColumnKind::kDense:
         names.push_back(absl::StrCat("I", ++dense));

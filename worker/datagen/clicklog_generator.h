@@ -15,6 +15,12 @@
 // (seed, field, value), so no table of the vocabulary is kept in memory.
 // Everything is deterministic given `seed`. Not thread-safe: one generator per
 // thread.
+//
+// With tasks = 2 a line also says whether a conversion followed: only a
+// click converts, with probability sigmoid(bias of its own + effects of its
+// own of the same categorical values), so that the conversion's truth is
+// P(click and convert) = the click's probability times that. Drawn from a
+// stream of its own: the lines' other columns are those of tasks = 1.
 
 #ifndef PS_WORKER_DATAGEN_CLICKLOG_GENERATOR_H_
 #define PS_WORKER_DATAGEN_CLICKLOG_GENERATOR_H_
@@ -40,6 +46,9 @@ struct GeneratorOptions {
   double bias = -1.6;
   // Multi-valued fields per line. Default: 0.
   int multi_fields = 0;
+  // Labels per line: 1 (a click) or 2 (a click, then a conversion).
+  // Default: 1.
+  int tasks = 1;
   // Drift: new values per categorical field per 1000 lines. Each new value
   // enters as the field's most frequent one and fades down the power law as
   // newer ones arrive, until it leaves the vocabulary for good: the stream's
@@ -57,6 +66,8 @@ inline constexpr int kGeneratedCategorical = 26;
 // One drawn line's values, before they are laid out.
 struct GeneratedExample {
   bool click = false;
+  // tasks = 2: whether a conversion followed the click (never without one).
+  bool convert = false;
   // Empty when missing.
   std::string dense[kGeneratedDense];
   std::string categorical[kGeneratedCategorical];
@@ -67,10 +78,11 @@ struct GeneratedExample {
   double weight = 1.0;
 };
 
-// Writes `example` as a line of `layout` (no newline): the k-th dense, cat
-// and multi columns get the example's k-th such values (empty past the
-// ones it has), a skip or id column gets `id`, a weight column its weight.
-// With a header, the column names (label, I1.., C1.., M1.., id, weight).
+// Writes `example` as a line of `layout` (no newline): the first label
+// column gets the click, a second one the conversion, the k-th dense, cat and
+// multi columns the example's k-th such values (empty past the ones it has),
+// a skip or id column `id`, a weight column its weight. With a header, the
+// column names (the labels' names, I1.., C1.., M1.., id, weight).
 void FormatLine(const GeneratedExample& example,
                 const model::InputLayout& layout, int64_t id,
                 std::string* line);
@@ -82,8 +94,10 @@ class ClickLogGenerator {
   // files); `sample_seed` fixes which lines are drawn.
   ClickLogGenerator(const GeneratorOptions& options, uint64_t sample_seed);
 
-  // Draws the next example and its true click probability.
-  void Next(GeneratedExample* example, double* probability);
+  // Draws the next example and its true click probability; with tasks = 2
+  // and `convert_probability`, the true probability of a conversion.
+  void Next(GeneratedExample* example, double* probability,
+            double* convert_probability = nullptr);
   // The same, as a line of Criteo's layout (no newline).
   void Next(std::string* line, double* probability);
 
@@ -100,6 +114,7 @@ class ClickLogGenerator {
   const GeneratorOptions options_;
   std::mt19937_64 rng_;
   std::mt19937_64 multi_rng_;
+  std::mt19937_64 convert_rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   std::normal_distribution<double> normal_{0.0, 1.0};
   int64_t vocabulary_[kGeneratedCategorical];

@@ -163,5 +163,49 @@ TEST(ClickLogGeneratorTest,
   EXPECT_EQ(Overlap(test_values, early), 0u);
 }
 
+TEST(ClickLogGeneratorTest, ASecondTaskConvertsOnlyAfterAClick) {
+  GeneratorOptions one, two;
+  two.tasks = 2;
+  ClickLogGenerator clicks_only(one, 5), with_converts(two, 5);
+  const model::InputLayout criteo = model::InputLayout::Criteo();
+  auto layout = model::MakeInputLayout(
+      "tsv", false, "label:click,label:convert,dense*13,cat*26", "|", "sum",
+      "");
+  ASSERT_OK(layout);
+  GeneratedExample a, b;
+  double p_a = 0, p_b = 0, convert_probability = 0;
+  double converts = 0, convert_truth = 0, clicks = 0;
+  constexpr int kLines = 20000;
+  std::string line_a, line_b;
+  for (int i = 0; i < kLines; ++i) {
+    clicks_only.Next(&a, &p_a);
+    with_converts.Next(&b, &p_b, &convert_probability);
+    // The second task draws from its own stream: everything else is the
+    // same line.
+    FormatLine(a, criteo, i, &line_a);
+    FormatLine(b, criteo, i, &line_b);
+    ASSERT_EQ(line_a, line_b);
+    ASSERT_EQ(p_a, p_b);
+    EXPECT_FALSE(a.convert);
+    ASSERT_TRUE(!b.convert || b.click) << i;
+    ASSERT_LT(convert_probability, p_b);
+    ASSERT_GT(convert_probability, 0.0);
+    // Both labels, in the layout's order.
+    FormatLine(b, *layout, i, &line_b);
+    model::Example parsed;
+    ASSERT_OK(model::ParseLine(line_b, *layout, &parsed)) << line_b;
+    ASSERT_EQ(parsed.labels[0], b.click ? 1.0f : 0.0f);
+    ASSERT_EQ(parsed.labels[1], b.convert ? 1.0f : 0.0f);
+    converts += b.convert;
+    clicks += b.click;
+    convert_truth += convert_probability;
+  }
+  // Conversions follow their probabilities: about one click in four.
+  EXPECT_NEAR(converts / kLines, convert_truth / kLines, 0.01);
+  EXPECT_GT(converts / clicks, 0.1);
+  EXPECT_LT(converts / clicks, 0.5);
+  EXPECT_EQ(HeaderLine(*layout).substr(0, 14), "click\tconvert\t");
+}
+
 }  // namespace
 }  // namespace ps::worker

@@ -12,13 +12,15 @@ ABSL_FLAG(std::string, format, "tsv",
           "Click-log column delimiter: tsv (tab) or csv (comma); no quoting.");
 ABSL_FLAG(bool, header, false, "Each file's first line is a header: skip it.");
 ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
-          "The columns in file order, comma-separated: label, dense, cat, "
-          "multi (values separated by --multi_separator), skip, id (kept "
-          "verbatim and written beside each ps_predict probability; at most "
-          "one), or weight (a positive number multiplying the line's loss; "
-          "at most one), each optionally *N to repeat; one label and at "
-          "least one dense, cat or multi column. Default: Criteo's "
-          "(ps_predict: the export's).");
+          "The columns in file order, comma-separated: label, label:NAME (one "
+          "of several labels, each a task's in the model spec; empty: "
+          "unknown), dense, cat, multi (values separated by "
+          "--multi_separator), skip, id (kept verbatim and written beside "
+          "each ps_predict probability; at most one), or weight (a positive "
+          "number multiplying the line's loss; at most one), each but "
+          "label:NAME optionally *N to repeat; at least one label and one "
+          "dense, cat or multi column. Default: Criteo's (ps_predict: the "
+          "export's).");
 ABSL_FLAG(std::string, multi_separator, "|",
           "What separates the values of a multi column.");
 ABSL_FLAG(std::string, multi_pooling, "sum",

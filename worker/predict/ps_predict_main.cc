@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
@@ -42,7 +44,9 @@ ABSL_FLAG(std::string, input, "",
           "comma-separated paths or globs, plain or gzip. Required.");
 ABSL_FLAG(std::string, out, "",
           "Where the probabilities go, one per input line, in input order; "
-          "\"ID<TAB>probability\" when the layout has an id column. Written "
+          "\"ID<TAB>probability\" when the layout has an id column; for a "
+          "model of several tasks, one tab-separated column per task, under "
+          "a header line that names them. Written "
           "aside and renamed into place once every line is scored, so that a "
           "run that fails leaves no half-written file (and an earlier one as "
           "it was). Default: none (only the AUC and logloss are printed).");
@@ -67,9 +71,11 @@ constexpr char kProgram[] = "ps_predict";
 // What a run has scored: how many lines, and the labeled lines' scores and
 // labels, for AUC and logloss.
 struct ScoredLines {
+  explicit ScoredLines(std::vector<std::string> tasks)
+      : scores(std::move(tasks)) {}
   int64_t lines = 0;
-  std::vector<float> labeled_scores;
-  std::vector<float> labels;
+  // Each task's scores of the lines whose label it has.
+  ps::worker::TaskScores scores;
 };
 
 // The export to score with: --export, or its old name --model. The first
@@ -136,18 +142,35 @@ absl::StatusOr<std::unique_ptr<ps::worker::ClickLogReader>> OpenInput(
   return ps::worker::ClickLogReader::Open(reader_options);
 }
 
-// Writes one line per example to `out`: its probability, after its id and a
-// tab when `with_id`.
+// The header line of a model of several tasks (their names, after "id" when
+// `with_id`); none for a model of one.
+std::string HeaderLine(const ps::model::ModelPlan& plan, bool with_id) {
+  if (plan.tasks().size() == 1) return "";
+  std::vector<std::string> names;
+  if (with_id) names.push_back("id");
+  for (const ps::model::PlanTask& task : plan.tasks())
+    names.push_back(task.name);
+  return absl::StrCat(absl::StrJoin(names, "\t"), "\n");
+}
+
+// Writes one line per example to `out`: its probability per task
+// (`probabilities` is tasks x examples, task-major), tab-separated, after
+// its id and a tab when `with_id`.
 void WriteProbabilities(const std::vector<ps::model::Example>& examples,
                         const std::vector<float>& probabilities, bool with_id,
                         std::FILE* out) {
-  if (with_id) {
-    for (size_t i = 0; i < examples.size(); ++i) {
-      std::fprintf(out, "%s\t%.9g\n", examples[i].id.c_str(), probabilities[i]);
+  const size_t batch = examples.size();
+  const size_t tasks = batch == 0 ? 0 : probabilities.size() / batch;
+  std::string line;
+  for (size_t i = 0; i < batch; ++i) {
+    line.clear();
+    if (with_id) absl::StrAppend(&line, examples[i].id, "\t");
+    for (size_t t = 0; t < tasks; ++t) {
+      absl::StrAppendFormat(&line, "%s%.9g", t == 0 ? "" : "\t",
+                            probabilities[t * batch + i]);
     }
-  } else {
-    for (float probability : probabilities)
-      std::fprintf(out, "%.9g\n", probability);
+    line.push_back('\n');
+    std::fputs(line.c_str(), out);
   }
 }
 
@@ -179,27 +202,34 @@ absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
     if (out != nullptr)
       WriteProbabilities(examples, batch_scores, layout.has_id(), out);
     scored->lines += static_cast<int64_t>(examples.size());
-    for (size_t i = 0; i < examples.size(); ++i) {
-      if (!examples[i].has_label) continue;
-      scored->labeled_scores.push_back(batch_scores[i]);
-      scored->labels.push_back(examples[i].label);
-    }
+    scored->scores.Add(inputs.batch, batch_scores, inputs.labels,
+                       inputs.label_known);
   }
 }
 
 // What the report says of the scores' quality: AUC and logloss, over which
-// lines if not all carry labels.
+// lines if not all carry labels; for several tasks, each task's, the first
+// one's first ("AUC ..., logloss ... (task ctr); task cvr: AUC ...").
 std::string QualityText(const ScoredLines& scored) {
-  if (scored.labeled_scores.empty()) return "no labels, so no AUC or logloss";
-  std::string quality = absl::StrFormat(
-      "AUC %.6f, logloss %.6f",
-      ps::worker::ExactAuc(scored.labeled_scores, scored.labels),
-      ps::worker::MeanLogLoss(scored.labeled_scores, scored.labels));
-  if (static_cast<int64_t>(scored.labeled_scores.size()) < scored.lines) {
-    absl::StrAppend(&quality, " over the ", scored.labeled_scores.size(),
-                    " labeled lines");
+  const std::vector<ps::worker::TaskMetrics> tasks = scored.scores.Metrics();
+  std::vector<std::string> parts;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const ps::worker::TaskMetrics& task = tasks[t];
+    std::string part =
+        t == 0 ? std::string() : absl::StrCat("task ", task.task, ": ");
+    if (task.examples == 0) {
+      absl::StrAppend(&part, "no labels, so no AUC or logloss");
+    } else {
+      absl::StrAppendFormat(&part, "AUC %.6f, logloss %.6f", task.auc,
+                            task.logloss);
+      if (task.examples < scored.lines)
+        absl::StrAppend(&part, " over the ", task.examples, " labeled lines");
+    }
+    if (t == 0 && tasks.size() > 1)
+      absl::StrAppend(&part, " (task ", task.task, ")");
+    parts.push_back(std::move(part));
   }
-  return quality;
+  return absl::StrJoin(parts, "; ");
 }
 
 }  // namespace
@@ -252,7 +282,13 @@ int main(int argc, char** argv) {
                                         std::strerror(errno))));
     }
   }
-  ScoredLines scored;
+  std::vector<std::string> tasks;
+  for (const ps::model::PlanTask& task : (*model)->plan().tasks())
+    tasks.push_back(task.name);
+  ScoredLines scored(std::move(tasks));
+  if (out != nullptr) {
+    std::fputs(HeaderLine((*model)->plan(), layout->has_id()).c_str(), out);
+  }
   const absl::Time start = absl::Now();
   if (absl::Status status = ScoreInput(reader->get(), model->get(), &graph,
                                        *layout, out, &scored);
