@@ -242,6 +242,43 @@ TEST_F(MultiTaskTest, TrainsEvaluatesPredictsAndServesEachTask) {
   }
 }
 
+// --follow scores each file's examples before training on them, per task.
+TEST_F(MultiTaskTest, FollowingValidatesEachTaskProgressively) {
+  const std::string follow = dir_ + "/follow";
+  ASSERT_EQ(RunToCompletion(
+                {"/bin/sh", "-c",
+                 absl::StrCat("mkdir -p ", follow, " && cp ", dir_,
+                              "/train.tsv ", follow, "/day1.tsv && touch ",
+                              follow, "/day1.tsv.done")},
+                dir_ + "/copy.log"),
+            0);
+  ASSERT_EQ(StartShards(1).size(), 1u);
+  const std::string metrics_path = dir_ + "/follow.json";
+  auto worker = ChildProcess::Start(
+      cluster_->WorkerArgs(
+          0, 1,
+          {"--follow=" + follow, "--follow_until=day1.tsv", kColumns,
+           "--model_spec=" + dir_ + "/two_tasks.spec", "--batch_size=1024",
+           "--device=cpu", "--metrics_out=" + metrics_path}),
+      false, dir_ + "/worker0.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_EQ((*worker)->Wait(absl::Minutes(5)), 0)
+      << ReadFile(dir_ + "/worker0.log");
+  const std::string text = ReadFile(metrics_path);
+  const nlohmann::json metrics = nlohmann::json::parse(text);
+  ASSERT_EQ(metrics["followed_files"].size(), 1u) << text;
+  const nlohmann::json& file = metrics["followed_files"][0];
+  ASSERT_EQ(file["tasks"].size(), 2u) << text;
+  EXPECT_EQ(file["tasks"][1]["task"], "cvr");
+  EXPECT_EQ(file["tasks"][1]["progressive_examples"], 30000);
+  EXPECT_EQ(file["tasks"][0]["progressive_auc"], file["progressive_auc"]);
+  EXPECT_GT(file["tasks"][1]["progressive_auc"], 0.55) << text;
+  EXPECT_NE(ReadFile(dir_ + "/worker0.log")
+                .find("progressive validation (each example scored before "
+                      "training on it) of task cvr AUC"),
+            std::string::npos);
+}
+
 TEST_F(MultiTaskTest, ABuiltinOfOneOutputRefusesSeveralLabels) {
   ASSERT_EQ(StartShards(1).size(), 1u);
   std::vector<std::string> flags = {"--train=" + dir_ + "/train.tsv", kColumns,
