@@ -21,6 +21,7 @@ std::vector<int> PositionsByKind(const InputLayout& layout) {
     switch (layout.columns[c]) {
       case ColumnKind::kCategorical:
       case ColumnKind::kMulti:
+      case ColumnKind::kSequence:
         positions[c] = categorical++;
         break;
       case ColumnKind::kDense:
@@ -60,6 +61,9 @@ std::vector<ColumnUse> ColumnUses(const InputLayout& layout) {
       case ColumnKind::kCategorical:
       case ColumnKind::kMulti:
         uses.push_back(ColumnUse::kCategorical);
+        break;
+      case ColumnKind::kSequence:
+        uses.push_back(ColumnUse::kSequence);
         break;
       case ColumnKind::kDense:
         uses.push_back(ColumnUse::kDense);
@@ -117,8 +121,14 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
         const model::Field& field = spec.field(node.index);
         source.example_slot = positions[field.column()];
         source.pooling = field.pooling();
+        source.max_length = field.max_length();
         break;
       }
+      case PlanNode::Kind::kSequence:
+        source.example_slot = positions[spec.sequence(node.index).column()];
+        source.field_id = static_cast<uint32_t>(source.example_slot);
+        source.position = lookup.slot;
+        break;
       case PlanNode::Kind::kCross:
         source.example_slot = fields + node.index;
         source.pooling = spec.cross(node.index).pooling();
@@ -155,6 +165,10 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
       if (leader_[t] < 0 || length > table_lookups_[leader_[t]].size())
         leader_[t] = u;
     }
+  }
+  for (int node : plan_->sequence_nodes()) {
+    sequence_slots_.push_back(
+        positions[spec.sequence(plan_->nodes()[node].index).column()]);
   }
   for (int node : plan_->dense_nodes()) {
     std::vector<int> columns;
@@ -208,8 +222,22 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
                          Bucket(group, example.dense[source.dense_column])));
         continue;
       }
-      const uint32_t begin = example.slot_begin(source.example_slot);
+      uint32_t begin = example.slot_begin(source.example_slot);
       const uint32_t end = example.slot_end[source.example_slot];
+      if (source.position >= 0) {
+        // The position-th most recent item, or the missing key.
+        const uint32_t length =
+            SequenceLength(example, source.example_slot, source.field_id);
+        index[b] =
+            position_of(t, static_cast<uint32_t>(source.position) < length
+                               ? example.keys[end - 1 - source.position]
+                               : FeatureKey(source.field_id, ""));
+        continue;
+      }
+      if (source.max_length > 0 &&
+          end - begin > static_cast<uint32_t>(source.max_length)) {
+        begin = end - source.max_length;
+      }
       if (end - begin == 1) {
         index[b] = position_of(t, example.keys[begin]);
         continue;
@@ -239,6 +267,35 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     table.argmax.resize(table.pool_end.size() * table.dim);
   }
   PrepareDense(examples);
+  PrepareSequenceMasks(examples);
+}
+
+uint32_t BatchInputs::SequenceLength(const Example& example, int slot,
+                                     uint32_t field_id) {
+  const uint32_t begin = example.slot_begin(slot);
+  const uint32_t length = example.slot_end[slot] - begin;
+  return length == 1 && example.keys[begin] == FeatureKey(field_id, "")
+             ? 0
+             : length;
+}
+
+void BatchInputs::PrepareSequenceMasks(const std::vector<Example>& examples) {
+  const std::vector<int>& nodes = plan_->sequence_nodes();
+  sequence_masks.resize(nodes.size());
+  for (size_t q = 0; q < nodes.size(); ++q) {
+    const int max_length = plan_->nodes()[nodes[q]].slots;
+    std::vector<float>& mask = sequence_masks[q];
+    mask.assign(static_cast<size_t>(batch) * max_length, 0.0f);
+    const uint32_t field_id = static_cast<uint32_t>(sequence_slots_[q]);
+    for (int b = 0; b < batch; ++b) {
+      const uint32_t length =
+          SequenceLength(examples[b], sequence_slots_[q], field_id);
+      const int items = static_cast<int>(
+          std::min<uint32_t>(length, static_cast<uint32_t>(max_length)));
+      std::fill_n(mask.begin() + static_cast<size_t>(b) * max_length, items,
+                  1.0f);
+    }
+  }
 }
 
 void BatchInputs::CopyFromLeaders(const std::vector<Prefix>& prefixes) {
@@ -406,6 +463,8 @@ model::GraphInputs BatchInputs::Inputs() const {
   }
   in.lookup_index = lookup_index.data();
   for (const auto& group : dense) in.dense_inputs.push_back(group.data());
+  for (const auto& mask : sequence_masks)
+    in.sequence_masks.push_back(mask.data());
   for (const auto& params : dense_params)
     in.dense_params.push_back(params.data());
   return in;

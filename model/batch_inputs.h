@@ -109,6 +109,9 @@ class BatchInputs {
   std::vector<int32_t> lookup_index;
   // Per dense group (plan.dense_nodes()): batch x columns, transformed.
   std::vector<std::vector<float>> dense;
+  // Per sequence (plan.sequence_nodes()): batch x max_length, 1 where the
+  // example has an item at that position (most recent first), else 0.
+  std::vector<std::vector<float>> sequence_masks;
   // tasks x batch, task-major (the plan's tasks()): each task's label of
   // each example (0 when unknown), and whether it is known.
   std::vector<float> labels;
@@ -131,6 +134,12 @@ class BatchInputs {
     // Bucketized: the column's position among the dense columns.
     int dense_column = -1;
     model::Field::Pooling pooling = model::Field::SUM;
+    // A field of a seq column: its most recent keys pooled (0: all).
+    int max_length = 0;
+    // A sequence: the position read (0: the most recent item), and the
+    // field id whose missing key stands where the example has no item.
+    int position = -1;
+    uint32_t field_id = 0;
   };
   // How many keys, members and pools a leader table had after as many
   // lookups as its follower has.
@@ -145,9 +154,16 @@ class BatchInputs {
   void PlacePooledRows();
   void PrepareLabels(const std::vector<Example>& examples);
   void PrepareDense(const std::vector<Example>& examples);
+  void PrepareSequenceMasks(const std::vector<Example>& examples);
+  // Items example `example` has in example slot `slot` (a seq column): its
+  // keys, but none when it holds the field's missing key alone.
+  static uint32_t SequenceLength(const Example& example, int slot,
+                                 uint32_t field_id);
 
   // Per dense group: per column, its position among the dense columns.
   std::vector<std::vector<int>> dense_columns_;
+  // Per sequence: its example slot (its field id).
+  std::vector<int> sequence_slots_;
   // Per lookup.
   std::vector<SlotSource> sources_;
   // Per table: its lookups, in order.

@@ -355,6 +355,59 @@ TEST(BatchInputsTest, EachTaskScalesItsKnownExamplesByWeightOverTheirMean) {
   EXPECT_EQ(inputs.loss_scale, (std::vector<float>{0.0f, 0.0f}));
 }
 
+// A sequence reads a seq column's most recent items first, the field's
+// missing key where it has none, with a mask; a field of it pools its most
+// recent max_length items.
+TEST(BatchInputsTest, SequencesReadTheMostRecentItemsFirstAndMaskTheRest) {
+  InputLayout layout =
+      *MakeInputLayout("csv", false, "label,cat,seq", "|", "sum", "");
+  auto parsed = model::ParseModelSpec(R"(
+name: "m"
+table { name: "emb" dim: 2 }
+field { name: "recent" column: 2 max_length: 2 }
+sequence { name: "history" column: 2 max_length: 3 }
+layer { name: "pooled" inputs: "recent" embedding { table: "emb" } }
+layer { name: "keys" inputs: "history" embedding { table: "emb" } }
+layer { name: "x" inputs: "pooled" inputs: "keys" concat {} }
+layer { name: "out" inputs: "x" mlp { units: 1 } }
+output: "out"
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto plan = PlanForLayout(*parsed, layout);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->sequence_nodes().size(), 1u);
+  BatchInputs inputs(&*plan, layout);
+  std::vector<Example> examples(3);
+  const char* lines[] = {"1,a,x|y|z|w", "0,b,", "0,c,v"};
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok()) << lines[i];
+  inputs.Prepare(examples);
+  const uint32_t field = 1;  // the seq column is the second field
+  // Lookups: the field's slot, then the sequence's three positions.
+  ASSERT_EQ(plan->lookups().size(), 4u);
+  const auto key_of = [&](int lookup, int b) {
+    int32_t row = inputs.lookup_index[lookup * 3 + b];
+    return row < static_cast<int32_t>(inputs.tables[0].keys.size())
+               ? inputs.tables[0].keys[row]
+               : 0;  // a pooled row
+  };
+  EXPECT_EQ(key_of(1, 0), FeatureKey(field, "w"));
+  EXPECT_EQ(key_of(2, 0), FeatureKey(field, "z"));
+  EXPECT_EQ(key_of(3, 0), FeatureKey(field, "y"));
+  EXPECT_EQ(key_of(1, 1), FeatureKey(field, ""));
+  EXPECT_EQ(key_of(1, 2), FeatureKey(field, "v"));
+  EXPECT_EQ(key_of(2, 2), FeatureKey(field, ""));
+  EXPECT_EQ(inputs.sequence_masks[0],
+            (std::vector<float>{1, 1, 1, 0, 0, 0, 1, 0, 0}));
+  // The field pools "z" and "w" alone (its max_length): one pool of two.
+  const BatchInputs::TableRows& table = inputs.tables[0];
+  ASSERT_EQ(table.pool_end.size(), 1u);
+  ASSERT_EQ(table.pool_end[0], 2u);
+  EXPECT_EQ(table.keys[table.members[0]], FeatureKey(field, "z"));
+  EXPECT_EQ(table.keys[table.members[1]], FeatureKey(field, "w"));
+  EXPECT_EQ(inputs.Inputs().sequence_masks.size(), 1u);
+}
+
 TEST(BatchInputsTest, APlanOfOneOutputRefusesSeveralLabels) {
   InputLayout layout =
       *MakeInputLayout("csv", false, "label:a,label:b,cat", "|", "sum", "");

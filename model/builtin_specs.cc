@@ -88,7 +88,11 @@ absl::StatusOr<BuiltinInputs> AddInputs(absl::string_view name,
   dense.set_transform(DenseInput::LOG1P);
   for (size_t c = 0; c < columns.size(); ++c) {
     if (columns[c] == ColumnUse::kDense) dense.add_columns(c);
-    if (columns[c] != ColumnUse::kCategorical) continue;
+    // A seq column is a field like a multi one (pooled).
+    if (columns[c] != ColumnUse::kCategorical &&
+        columns[c] != ColumnUse::kSequence) {
+      continue;
+    }
     Field* field = spec->add_field();
     field->set_name(absl::StrCat("field_", inputs.fields.size()));
     field->set_column(c);

@@ -28,6 +28,7 @@ ModelGraph::ModelGraph(const ModelPlan* plan, kernels::Backend* backend)
   for (InputSet& set : sets_) {
     set.table_rows.resize(tables);
     set.dense_inputs.resize(plan_.dense_nodes().size());
+    set.sequence_masks.resize(plan_.sequence_nodes().size());
     set.params.resize(plan_.dense_tensors().size());
     set.layer_index.resize(plan_.nodes().size());
     set.layer_index_host.resize(plan_.nodes().size());
@@ -86,8 +87,8 @@ ModelGraph::~ModelGraph() {
   for (InputSet& set : sets_) {
     Release(set.labels.storage);
     Release(set.loss_scale.storage);
-    for (auto* inputs :
-         {&set.table_rows, &set.dense_inputs, &set.params, &set.layer_index}) {
+    for (auto* inputs : {&set.table_rows, &set.dense_inputs, &set.params,
+                         &set.layer_index, &set.sequence_masks}) {
       for (Input& input : *inputs) Release(input.storage);
     }
   }
@@ -140,6 +141,7 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
   if (in.batch < 0 || static_cast<int>(in.table_rows.size()) != tables ||
       static_cast<int>(in.table_row_counts.size()) != tables ||
       in.dense_inputs.size() != set->dense_inputs.size() ||
+      in.sequence_masks.size() != set->sequence_masks.size() ||
       in.dense_params.size() != set->params.size() ||
       (with_labels && in.batch > 0 && in.labels == nullptr) ||
       (in.batch > 0 && !plan_.lookups().empty() &&
@@ -196,6 +198,14 @@ absl::Status ModelGraph::UploadInputs(const GraphInputs& in, bool with_labels,
     const int width = plan_.nodes()[plan_.dense_nodes()[d]].width;
     if (absl::Status s = Upload(&set->dense_inputs[d], in.dense_inputs[d],
                                 batch * width, idle);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t q = 0; q < set->sequence_masks.size(); ++q) {
+    const int positions = plan_.nodes()[plan_.sequence_nodes()[q]].slots;
+    if (absl::Status s = Upload(&set->sequence_masks[q], in.sequence_masks[q],
+                                batch * positions, idle);
         !s.ok()) {
       return s;
     }
@@ -329,6 +339,8 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
     }
     case Layer::kCross:
       return ForwardCross(n, batch);
+    case Layer::kAttentionPooling:
+      return ForwardAttention(n, batch);
     case Layer::kAdd:
       MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, count, 0.0f));
       for (int input : node.inputs) {
@@ -606,6 +618,8 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
       return BackwardInteraction(n, batch, gradient);
     case Layer::kCross:
       return BackwardCross(n, batch);
+    case Layer::kAttentionPooling:
+      return BackwardAttention(n, batch);
     case Layer::kAdd:
       for (int input : node.inputs) {
         if (!trained(input)) continue;

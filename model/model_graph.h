@@ -46,6 +46,9 @@ struct GraphInputs {
   const int32_t* lookup_index = nullptr;
   // One per plan.dense_nodes(): batch x its columns, already transformed.
   std::vector<const float*> dense_inputs;
+  // One per plan.sequence_nodes(): batch x max_length, 1 where the example
+  // has an item at that position, else 0.
+  std::vector<const float*> sequence_masks;
   // One per plan.dense_tensors().
   std::vector<const float*> dense_params;
 };
@@ -104,6 +107,9 @@ class ModelGraph {
     Buffer value, gradient;
     std::vector<Buffer> scratch;
     std::vector<Buffer> scratch_gradients;
+    // The batch its constant scratch (attention_pooling's indices) was
+    // built for; -1: none yet.
+    int constants_batch = -1;
   };
   // An embedding layer read by one concat alone writes its value (and reads
   // its gradient) in place, as columns of the concat's: no copy either way.
@@ -118,7 +124,7 @@ class ModelGraph {
     Input labels;
     // Its data is null when the step's loss is not scaled.
     Input loss_scale;
-    std::vector<Input> table_rows, dense_inputs, params;
+    std::vector<Input> table_rows, dense_inputs, params, sequence_masks;
     // Per embedding or wide layer: its rows' indices, example-major (batch
     // x its lookups, so that one kernel call gathers or scatters them all),
     // and their host copy, which the kernels read on a CPU.
@@ -162,6 +168,13 @@ class ModelGraph {
   absl::Status BackwardMlp(int node, int batch);
   absl::Status ForwardCross(int node, int batch);
   absl::Status BackwardCross(int node, int batch);
+  // attention_pooling (model_graph_attention.cc): its scratch's places, its
+  // constants for `batch`, the mask of its sequence.
+  struct AttentionSlots;
+  absl::Status AttentionConstants(int node, int batch);
+  const float* SequenceMask(int node) const;
+  absl::Status ForwardAttention(int node, int batch);
+  absl::Status BackwardAttention(int node, int batch);
   void Release(Buffer& buffer);
 
   const ModelPlan& plan_;

@@ -114,6 +114,42 @@ TEST(MultiTaskGradientTest, EachTasksLossIsItsScaledCrossEntropy) {
   EXPECT_EQ(flipped.dense_grads, outputs.dense_grads);
 }
 
+// Positions a sequence lacks are masked: the rows they read change nothing.
+TEST(AttentionPoolingTest, MaskedPositionsChangeNothing) {
+  const LayerCase* din = nullptr;
+  for (const LayerCase& layer_case : kLayerCases) {
+    if (std::string(layer_case.name) == "attention_pooling") din = &layer_case;
+  }
+  ASSERT_NE(din, nullptr);
+  const ModelPlan plan = Plan(din->layers);
+  auto cpu = kernels::NewCpuBackend();
+  ModelGraph graph(&plan, cpu.get());
+  Step step = RandomStep(plan, 8, 11);
+  std::vector<float> before, after;
+  ASSERT_TRUE(graph.Predict(step.Inputs(), &before).ok());
+  // The keys' lookups are the sequence's three positions; example b has
+  // b % 4 items. Point every masked position at another row.
+  int changed = 0;
+  for (size_t l = 0; l < plan.lookups().size(); ++l) {
+    const Lookup& lookup = plan.lookups()[l];
+    if (plan.nodes()[lookup.node].name != "history") continue;
+    for (int b = 0; b < 8; ++b) {
+      if (step.sequence_masks[0][b * 3 + lookup.slot] != 0.0f) continue;
+      int32_t& row = step.lookup_index[l * 8 + b];
+      row = (row + 1) % step.row_counts[lookup.table];
+      ++changed;
+    }
+  }
+  ASSERT_GT(changed, 0);
+  ASSERT_TRUE(graph.Predict(step.Inputs(), &after).ok());
+  EXPECT_EQ(before, after);
+  // Unmasking them changes the examples that had room.
+  for (float& bit : step.sequence_masks[0]) bit = 1.0f;
+  ASSERT_TRUE(graph.Predict(step.Inputs(), &after).ok());
+  EXPECT_NE(before[0], after[0]);  // example 0 had no item
+  EXPECT_EQ(before[3], after[3]);  // example 3 had all three
+}
+
 // A backend with one kernel broken in the backward pass only (between the
 // loss and the copy of the results to the host), so that the forward pass,
 // and with it the finite differences, stay right.

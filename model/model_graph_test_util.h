@@ -24,14 +24,20 @@
 
 namespace ps::model {
 
-// label, dense x 3, cat x 4.
+// label, dense x 3, cat x 4: the built-ins' columns.
 inline const std::vector<ColumnUse> kColumns = {
     ColumnUse::kOther,       ColumnUse::kDense,       ColumnUse::kDense,
     ColumnUse::kDense,       ColumnUse::kCategorical, ColumnUse::kCategorical,
     ColumnUse::kCategorical, ColumnUse::kCategorical};
+// The same and a seq column: the per-layer specs' (kInputs).
+inline const std::vector<ColumnUse> kColumnsWithSequence = {
+    ColumnUse::kOther,       ColumnUse::kDense,       ColumnUse::kDense,
+    ColumnUse::kDense,       ColumnUse::kCategorical, ColumnUse::kCategorical,
+    ColumnUse::kCategorical, ColumnUse::kCategorical, ColumnUse::kSequence};
 
 // The header of the per-layer specs: two tables of different dims, a wide
-// table, the four fields, a cross, the dense group, a bucketized group.
+// table, the four fields, a cross, the dense group, a bucketized group, a
+// sequence of 3.
 inline constexpr char kInputs[] = R"(
 name: "test"
 table { name: "small" dim: 4 init_scale: 0.5 }
@@ -45,6 +51,7 @@ cross { name: "f0_x_f1" fields: "f0" fields: "f1" }
 dense { name: "dense" columns: 1 columns: 2 columns: 3 }
 dense { name: "buckets" columns: 1 columns: 3 transform: BUCKETIZE
         boundaries: 0 boundaries: 1 }
+sequence { name: "history" column: 8 max_length: 3 }
 )";
 
 // `labels`: the click log's label columns' names (empty: one plain label).
@@ -53,7 +60,8 @@ inline ModelPlan Plan(const std::string& layers,
   absl::StatusOr<ParsedModelSpec> parsed =
       ParseModelSpec(std::string(kInputs) + layers);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns, labels);
+  absl::StatusOr<ModelPlan> plan =
+      ModelPlan::Create(*parsed, kColumnsWithSequence, labels);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *std::move(plan);
 }
@@ -67,6 +75,7 @@ struct Step {
   std::vector<int> row_counts;
   std::vector<int32_t> lookup_index;
   std::vector<std::vector<float>> dense_inputs;
+  std::vector<std::vector<float>> sequence_masks;
   std::vector<std::vector<float>> params;
 
   GraphInputs Inputs() const {
@@ -80,6 +89,8 @@ struct Step {
     inputs.lookup_index = lookup_index.data();
     for (const auto& dense : dense_inputs)
       inputs.dense_inputs.push_back(dense.data());
+    for (const auto& mask : sequence_masks)
+      inputs.sequence_masks.push_back(mask.data());
     for (const auto& param : params)
       inputs.dense_params.push_back(param.data());
     return inputs;
@@ -123,6 +134,15 @@ inline Step RandomStep(const ModelPlan& plan, int batch, uint32_t seed) {
                               plan.nodes()[node].width);
     for (float& v : values) v = uniform(rng);
     step.dense_inputs.push_back(std::move(values));
+  }
+  // Sequences of every length from 0 to max_length.
+  for (int node : plan.sequence_nodes()) {
+    const int positions = plan.nodes()[node].slots;
+    std::vector<float> mask(static_cast<size_t>(batch) * positions, 0.0f);
+    for (int b = 0; b < batch; ++b) {
+      for (int p = 0; p < b % (positions + 1); ++p) mask[b * positions + p] = 1;
+    }
+    step.sequence_masks.push_back(std::move(mask));
   }
   for (const kernels::DenseTensorSpec& tensor : plan.dense_tensors()) {
     // Not the initializer's zeros: every weight and bias takes part.
@@ -323,6 +343,23 @@ output: "out")"},
 layer { name: "linear" inputs: "dense" mlp { units: 1 } }
 layer { name: "wide" inputs: "f1" inputs: "f2" wide { table: "wide" } }
 layer { name: "out" inputs: "linear" inputs: "wide" add {} }
+output: "out")"},
+    // DIN: a field's embedding against the sequence's, masked.
+    {"attention_pooling", R"(
+layer { name: "query" inputs: "f0" embedding { table: "small" } }
+layer { name: "keys" inputs: "history" embedding { table: "small" } }
+layer { name: "interest" inputs: "query" inputs: "keys"
+        attention_pooling { units: 5 } }
+layer { name: "x" inputs: "interest" inputs: "dense" concat {} }
+layer { name: "out" inputs: "x" mlp { units: 4 units: 1 } }
+output: "out")"},
+    // A trained query that is no embedding; two hidden layers.
+    {"attention_pooling_of_a_projection", R"(
+layer { name: "query" inputs: "dense" mlp { units: 6 } }
+layer { name: "keys" inputs: "history" embedding { table: "large" } }
+layer { name: "interest" inputs: "query" inputs: "keys"
+        attention_pooling { units: 4 units: 3 } }
+layer { name: "out" inputs: "interest" mlp { units: 1 } }
 output: "out")"},
     {"shared_tables_and_buckets", R"(
 layer { name: "a" inputs: "f0" inputs: "f1" embedding { table: "small" } }

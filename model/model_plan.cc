@@ -43,6 +43,9 @@ std::string TaskKey(absl::string_view name) {
   return absl::StrCat("task ", name);
 }
 
+// The longest sequence a spec may read.
+constexpr int kMaxSequence = 1000;
+
 // A plain label column's name (model/input/input_layout.h).
 constexpr absl::string_view kPlainLabel = "label";
 
@@ -74,6 +77,8 @@ const char* LayerKindName(const Layer& layer) {
       return "dot_interaction";
     case Layer::kAdd:
       return "add";
+    case Layer::kAttentionPooling:
+      return "attention_pooling";
     case Layer::KIND_NOT_SET:
       break;
   }
@@ -98,7 +103,8 @@ class Planner {
                    std::vector<Lookup>* lookups,
                    std::vector<kernels::DenseTensorSpec>* tensors,
                    std::vector<int>* first_tensor,
-                   std::vector<int>* dense_nodes);
+                   std::vector<int>* dense_nodes,
+                   std::vector<int>* sequence_nodes);
 
  private:
   int LineOf(const std::string& key) const {
@@ -125,12 +131,15 @@ class Planner {
   // AddInputs() of each kind: the nodes of the spec's fields, crosses and
   // dense groups, each checked against --columns.
   absl::Status AddFields();
+  absl::Status AddSequences();
   absl::Status AddCrosses();
   absl::Status AddDense();
   absl::Status AddDenseNode(int d);
   // Whether `column` of node `name` (a `what`) is one of --columns, of `use`.
   absl::Status CheckColumn(const char* what, const std::string& name,
                            int column, ColumnUse use) const;
+  // attention_pooling's inputs: a query and an embedding of one sequence.
+  absl::Status ShapeAttention(PlanNode& node) const;
   absl::Status SortLayers();
   // Adds a node per layer in order_, each shaped.
   absl::Status AddLayerNodes();
@@ -145,7 +154,8 @@ class Planner {
   void AddParameters(std::vector<Lookup>* lookups,
                      std::vector<kernels::DenseTensorSpec>* tensors,
                      std::vector<int>* first_tensor,
-                     std::vector<int>* dense_nodes) const;
+                     std::vector<int>* dense_nodes,
+                     std::vector<int>* sequence_nodes) const;
   // The dense tensors of layer node `node`, appended to `tensors`.
   void AddLayerTensors(const PlanNode& node,
                        std::vector<kernels::DenseTensorSpec>* tensors) const;
@@ -225,11 +235,17 @@ absl::Status Planner::CheckColumn(const char* what, const std::string& name,
                  absl::StrCat("column ", column, " is not one of the ",
                               columns_.size(), " columns of --columns"));
   }
-  if (columns_[column] != use) {
+  // A field reads a seq column as it reads a multi one.
+  const bool fits =
+      columns_[column] == use || (use == ColumnUse::kCategorical &&
+                                  columns_[column] == ColumnUse::kSequence);
+  if (!fits) {
     return Error(
         what, name,
         absl::StrCat("column ", column, " is not a ",
-                     use == ColumnUse::kDense ? "dense" : "cat or multi",
+                     use == ColumnUse::kDense      ? "dense"
+                     : use == ColumnUse::kSequence ? "seq"
+                                                   : "cat, multi or seq",
                      " column in --columns"));
   }
   return absl::OkStatus();
@@ -237,6 +253,7 @@ absl::Status Planner::CheckColumn(const char* what, const std::string& name,
 
 absl::Status Planner::AddInputs() {
   RETURN_IF_ERROR(AddFields());
+  RETURN_IF_ERROR(AddSequences());
   RETURN_IF_ERROR(AddCrosses());
   return AddDense();
 }
@@ -250,12 +267,40 @@ absl::Status Planner::AddFields() {
         !s.ok()) {
       return s;
     }
+    if (field.max_length() < 0 ||
+        (field.max_length() > 0 &&
+         columns_[field.column()] != ColumnUse::kSequence)) {
+      return Error("field", field.name(),
+                   "max_length is for a seq column, and not negative");
+    }
     PlanNode node;
     node.name = field.name();
     node.kind = PlanNode::Kind::kField;
     node.index = f;
     node.slots = 1;
     node.line = LineOf(field.name());
+    node_of_[node.name] = nodes_.size();
+    nodes_.push_back(std::move(node));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddSequences() {
+  for (int q = 0; q < spec_.sequence_size(); ++q) {
+    const Sequence& sequence = spec_.sequence(q);
+    RETURN_IF_ERROR(AddName("sequence", sequence.name()));
+    RETURN_IF_ERROR(CheckColumn("sequence", sequence.name(), sequence.column(),
+                                ColumnUse::kSequence));
+    if (sequence.max_length() < 1 || sequence.max_length() > kMaxSequence) {
+      return Error("sequence", sequence.name(),
+                   absl::StrCat("max_length must be 1 to ", kMaxSequence));
+    }
+    PlanNode node;
+    node.name = sequence.name();
+    node.kind = PlanNode::Kind::kSequence;
+    node.index = q;
+    node.slots = sequence.max_length();
+    node.line = LineOf(sequence.name());
     node_of_[node.name] = nodes_.size();
     nodes_.push_back(std::move(node));
   }
@@ -495,6 +540,45 @@ absl::Status Planner::ShapeLookup(int node_index, int dense_inputs) {
   return absl::OkStatus();
 }
 
+absl::Status Planner::ShapeAttention(PlanNode& node) const {
+  const AttentionPoolingLayer& attention =
+      spec_.layer(node.index).attention_pooling();
+  if (node.inputs.size() != 2) {
+    return Error("layer", node.name,
+                 "attention_pooling reads two inputs: a query and an "
+                 "embedding of one sequence");
+  }
+  const PlanNode& keys = nodes_[node.inputs[1]];
+  const bool keys_of_a_sequence =
+      keys.kind == PlanNode::Kind::kLayer &&
+      spec_.layer(keys.index).has_embedding() && keys.inputs.size() == 1 &&
+      nodes_[keys.inputs[0]].kind == PlanNode::Kind::kSequence;
+  if (!keys_of_a_sequence) {
+    return Error("layer", node.name,
+                 absl::StrCat("its second input \"", keys.name,
+                              "\" must be an embedding layer of one sequence "
+                              "alone"));
+  }
+  const PlanNode& query = nodes_[node.inputs[0]];
+  if (query.width != keys.row_dim) {
+    return Error(
+        "layer", node.name,
+        absl::StrCat("the query \"", query.name, "\" has width ", query.width,
+                     "; the keys' dim is ", keys.row_dim));
+  }
+  for (int units : attention.units()) {
+    if (units < 1) {
+      return Error("layer", node.name,
+                   absl::StrCat("units must be >= 1, not ", units));
+    }
+  }
+  node.row_dim = keys.row_dim;
+  node.rows = keys.rows;
+  node.width = keys.row_dim;
+  node.trained = true;
+  return absl::OkStatus();
+}
+
 absl::Status Planner::ShapeAdd(PlanNode& node) const {
   node.width = nodes_[node.inputs[0]].width;
   for (int input : node.inputs) {
@@ -576,6 +660,8 @@ absl::Status Planner::ShapeLayer(int node_index) {
       return absl::OkStatus();
     case Layer::kAdd:
       return ShapeAdd(node);
+    case Layer::kAttentionPooling:
+      return ShapeAttention(node);
     default:
       break;
   }
@@ -587,14 +673,15 @@ absl::Status Planner::Run(std::vector<PlanNode>* nodes,
                           std::vector<Lookup>* lookups,
                           std::vector<kernels::DenseTensorSpec>* tensors,
                           std::vector<int>* first_tensor,
-                          std::vector<int>* dense_nodes) {
+                          std::vector<int>* dense_nodes,
+                          std::vector<int>* sequence_nodes) {
   if (absl::Status s = CheckTables(); !s.ok()) return s;
   if (absl::Status s = AddInputs(); !s.ok()) return s;
   if (absl::Status s = SortLayers(); !s.ok()) return s;
   if (absl::Status s = AddLayerNodes(); !s.ok()) return s;
   absl::StatusOr<std::vector<PlanTask>> found = FindTasks();
   if (!found.ok()) return found.status();
-  AddParameters(lookups, tensors, first_tensor, dense_nodes);
+  AddParameters(lookups, tensors, first_tensor, dense_nodes, sequence_nodes);
   *tasks = *std::move(found);
   *nodes = std::move(nodes_);
   return absl::OkStatus();
@@ -735,11 +822,13 @@ absl::StatusOr<std::vector<PlanTask>> Planner::FindTasks() const {
 void Planner::AddParameters(std::vector<Lookup>* lookups,
                             std::vector<kernels::DenseTensorSpec>* tensors,
                             std::vector<int>* first_tensor,
-                            std::vector<int>* dense_nodes) const {
+                            std::vector<int>* dense_nodes,
+                            std::vector<int>* sequence_nodes) const {
   first_tensor->assign(nodes_.size(), -1);
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const PlanNode& node = nodes_[n];
     if (node.kind == PlanNode::Kind::kDense) dense_nodes->push_back(n);
+    if (node.kind == PlanNode::Kind::kSequence) sequence_nodes->push_back(n);
     if (node.kind != PlanNode::Kind::kLayer) continue;
     const size_t before = tensors->size();
     AddLayerTensors(node, tensors);
@@ -769,6 +858,18 @@ void Planner::AddLayerTensors(
                           nodes_[input].width, 1, 0.0f});
     }
     tensors->push_back({absl::StrCat(node.name, ".bias"), 1, 1, 0.0f});
+  }
+  if (layer.has_attention_pooling()) {
+    int in = 4 * node.row_dim;
+    const AttentionPoolingLayer& attention = layer.attention_pooling();
+    for (int l = 0; l <= attention.units_size(); ++l) {
+      const int out_width = l < attention.units_size() ? attention.units(l) : 1;
+      const std::string prefix = absl::StrCat(node.name, ".", l);
+      tensors->push_back(
+          {prefix + ".weights", in, out_width, Glorot(in, out_width)});
+      tensors->push_back({prefix + ".bias", 1, out_width, 0.0f});
+      in = out_width;
+    }
   }
   if (layer.has_mlp()) {
     int in = nodes_[node.inputs[0]].width;
@@ -849,7 +950,7 @@ absl::StatusOr<ModelPlan> ModelPlan::Create(
   Planner planner(parsed, columns, labels);
   if (absl::Status s = planner.Run(&plan.nodes_, &plan.tasks_, &plan.lookups_,
                                    &plan.dense_tensors_, &plan.first_tensor_,
-                                   &plan.dense_nodes_);
+                                   &plan.dense_nodes_, &plan.sequence_nodes_);
       !s.ok()) {
     return s;
   }
@@ -866,6 +967,13 @@ int64_t ModelPlan::DenseMultiplyAddsPerExample() const {
     }
   }
   return multiply_adds;
+}
+
+int ModelPlan::SequenceOf(int node) const {
+  for (size_t q = 0; q < sequence_nodes_.size(); ++q) {
+    if (sequence_nodes_[q] == node) return static_cast<int>(q);
+  }
+  return -1;
 }
 
 int ModelPlan::LookupOf(int table, int node, int slot) const {

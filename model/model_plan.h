@@ -26,7 +26,9 @@
 namespace ps::model {
 
 // What a click log's column holds, as far as a spec cares.
-enum class ColumnUse { kOther, kCategorical, kDense };
+// A seq column is one of keys like a multi column (a field may pool it), and
+// the only one a `sequence` reads.
+enum class ColumnUse { kOther, kCategorical, kDense, kSequence };
 
 // A spec read from text, and where each node was written: 1-based lines by
 // node name, and by "table NAME" for tables. Empty for a spec built in code.
@@ -46,14 +48,15 @@ struct PlanNode {
     kCross,
     kDense,            // a dense group, transformed but not bucketized
     kBucketizedDense,  // a dense group whose buckets are keys (categorical)
+    kSequence,         // a seq column's positions (categorical)
     kLayer,
   };
   std::string name;
   Kind kind = Kind::kLayer;
   // Index into the spec's field, cross, dense or layer list (by kind).
   int index = 0;
-  // Categorical nodes (field, cross, bucketized dense): keys per example (1,
-  // 1, columns). Others: 0.
+  // Categorical nodes (field, cross, bucketized dense, sequence): keys per
+  // example (1, 1, columns, max_length). Others: 0.
   int slots = 0;
   // Width of the value (batch x width); 0 for categorical nodes.
   int width = 0;
@@ -62,7 +65,8 @@ struct PlanNode {
   // embedding, wide: the table (index into the spec's tables); else -1.
   int table = -1;
   // fm, dot_interaction: the row width d and the rows k of the inputs
-  // together; embedding: the table's dim and its slots.
+  // together; embedding: the table's dim and its slots; attention_pooling:
+  // the keys' dim and their positions.
   int row_dim = 0;
   int rows = 0;
   // Whether its value depends on a trained parameter (a table row or a dense
@@ -73,7 +77,7 @@ struct PlanNode {
 
   bool categorical() const {
     return kind == Kind::kField || kind == Kind::kCross ||
-           kind == Kind::kBucketizedDense;
+           kind == Kind::kBucketizedDense || kind == Kind::kSequence;
   }
 };
 
@@ -138,6 +142,10 @@ class ModelPlan {
   int FirstTensor(int node) const { return first_tensor_[node]; }
   // The non-bucketized dense groups, in spec order: the step's dense inputs.
   const std::vector<int>& dense_nodes() const { return dense_nodes_; }
+  // The sequences, in spec order: the step's masks.
+  const std::vector<int>& sequence_nodes() const { return sequence_nodes_; }
+  // The position in sequence_nodes() of node `node`; -1 if it is none.
+  int SequenceOf(int node) const;
   int table_dim(int table) const { return spec_.table(table).dim(); }
   // Multiply-adds per example of the forward pass's products with the dense
   // weight matrices (mlp, cross, wide's dense weights): what the model's
@@ -152,6 +160,7 @@ class ModelPlan {
   std::vector<kernels::DenseTensorSpec> dense_tensors_;
   std::vector<int> first_tensor_;
   std::vector<int> dense_nodes_;
+  std::vector<int> sequence_nodes_;
 };
 
 }  // namespace ps::model

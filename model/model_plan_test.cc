@@ -156,7 +156,7 @@ TEST(ModelPlanTest, RefusesTheWrongKindOfInputOrColumn) {
   status = PlanStatus(
       Replace(kValid, "name: \"a\" column: 3", "name: \"a\" column: 1"));
   EXPECT_NE(status.message().find("line 3"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("not a cat or multi column"),
+  EXPECT_NE(status.message().find("not a cat, multi or seq column"),
             std::string::npos)
       << status;
   // A column --columns does not have.
@@ -264,6 +264,98 @@ TEST(ModelPlanTest, TasksNameTheirLabelsAndOutputs) {
   EXPECT_NE(one_output.message().find("2 labels (click, convert)"),
             std::string::npos)
       << one_output;
+}
+
+TEST(ModelPlanTest, AttentionPoolingReadsAQueryAndOneSequencesKeys) {
+  // label, cat, seq.
+  const std::vector<ColumnUse> columns = {
+      ColumnUse::kOther, ColumnUse::kCategorical, ColumnUse::kSequence};
+  const std::string header = R"(name: "din"
+table { name: "emb" dim: 4 }
+table { name: "other" dim: 3 }
+field { name: "item" column: 1 }
+sequence { name: "history" column: 2 max_length: 5 }
+layer { name: "q" inputs: "item" embedding { table: "emb" } }
+layer { name: "k" inputs: "history" embedding { table: "emb" } }
+)";
+  const auto status = [&](const std::string& rest) {
+    absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(header + rest);
+    if (!parsed.ok()) return parsed.status();
+    return ModelPlan::Create(*parsed, columns).status();
+  };
+  absl::StatusOr<ParsedModelSpec> parsed =
+      ParseModelSpec(header +
+                     "layer { name: \"a\" inputs: \"q\" inputs: \"k\" "
+                     "attention_pooling { units: 8 } }\n"
+                     "layer { name: \"out\" inputs: \"a\" mlp { units: 1 } }\n"
+                     "output: \"out\"");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, columns);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int a = 0;
+  while (plan->nodes()[a].name != "a") ++a;
+  EXPECT_EQ(plan->nodes()[a].width, 4);
+  EXPECT_EQ(plan->nodes()[a].rows, 5);
+  // [q, k, q - k, q * k] (16) -> 8 -> 1.
+  const kernels::DenseTensorSpec& first =
+      plan->dense_tensors()[plan->FirstTensor(a)];
+  EXPECT_EQ(first.name, "a.0.weights");
+  EXPECT_EQ(first.rows, 16);
+  EXPECT_EQ(first.cols, 8);
+  EXPECT_EQ(plan->dense_tensors()[plan->FirstTensor(a) + 2].cols, 1);
+
+  struct Case {
+    std::string rest;
+    const char* message;
+  };
+  const std::string tail =
+      "layer { name: \"out\" inputs: \"a\" mlp { units: 1 } }\n"
+      "output: \"out\"";
+  const Case cases[] = {
+      {"layer { name: \"a\" inputs: \"k\" inputs: \"q\" attention_pooling "
+       "{} }\n" +
+           tail,
+       "must be an embedding layer of one sequence"},
+      {"layer { name: \"k3\" inputs: \"history\" embedding { table: "
+       "\"other\" } }\nlayer { name: \"a\" inputs: \"q\" inputs: \"k3\" "
+       "attention_pooling {} }\n" +
+           tail,
+       "the keys' dim is 3"},
+      {"layer { name: \"a\" inputs: \"q\" attention_pooling {} }\n" + tail,
+       "reads two inputs"},
+      {"layer { name: \"a\" inputs: \"q\" inputs: \"k\" attention_pooling "
+       "{ units: 0 } }\n" +
+           tail,
+       "units must be >= 1"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = status(c.rest);
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << c.rest << "\n"
+                                                              << s;
+  }
+  // A sequence reads a seq column, of 1 to 1000 positions; a field's
+  // max_length is a seq column's.
+  absl::StatusOr<ParsedModelSpec> wrong = ParseModelSpec(
+      "name: \"m\"\nsequence { name: \"s\" column: 1 "
+      "max_length: 2 }\ntable { name: \"e\" dim: 2 }\n"
+      "layer { name: \"o\" inputs: \"s\" wide { table: "
+      "\"e\" } }\noutput: \"o\"");
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_NE(ModelPlan::Create(*wrong, columns)
+                .status()
+                .message()
+                .find("not a seq column"),
+            std::string::npos);
+  for (const char* text :
+       {"name: \"m\"\nsequence { name: \"s\" column: 2 }\n",
+        "name: \"m\"\nsequence { name: \"s\" column: 2 max_length: 1001 "
+        "}\n",
+        "name: \"m\"\nfield { name: \"f\" column: 1 max_length: 2 }\n"}) {
+    absl::StatusOr<ParsedModelSpec> spec = ParseModelSpec(text);
+    ASSERT_TRUE(spec.ok()) << text;
+    const absl::Status s = ModelPlan::Create(*spec, columns).status();
+    EXPECT_NE(s.message().find("max_length"), std::string::npos) << s;
+  }
 }
 
 TEST(ModelPlanTest, ChecksTheDenseTransformsNumbers) {

@@ -31,6 +31,8 @@ const char* KindName(ColumnKind kind) {
       return "cat";
     case ColumnKind::kMulti:
       return "multi";
+    case ColumnKind::kSequence:
+      return "seq";
     case ColumnKind::kId:
       return "id";
     case ColumnKind::kWeight:
@@ -90,6 +92,8 @@ absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
       kind = ColumnKind::kCategorical;
     } else if (item == "multi") {
       kind = ColumnKind::kMulti;
+    } else if (item == "seq") {
+      kind = ColumnKind::kSequence;
     } else if (item == "skip") {
       kind = ColumnKind::kSkip;
     } else if (item == "id") {
@@ -97,10 +101,10 @@ absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
     } else if (item == "weight") {
       kind = ColumnKind::kWeight;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--columns: unknown column kind \"", item,
-                       "\" (label, label:NAME, dense, cat, multi, skip, id or "
-                       "weight, optionally *N)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--columns: unknown column kind \"", item,
+          "\" (label, label:NAME, dense, cat, multi, seq, skip, id or "
+          "weight, optionally *N)"));
     }
     layout->columns.insert(layout->columns.end(), repeat, kind);
   }
@@ -148,7 +152,8 @@ int InputLayout::dense_features() const {
 int InputLayout::fields() const {
   return static_cast<int>(
       std::count(columns.begin(), columns.end(), ColumnKind::kCategorical) +
-      std::count(columns.begin(), columns.end(), ColumnKind::kMulti));
+      std::count(columns.begin(), columns.end(), ColumnKind::kMulti) +
+      std::count(columns.begin(), columns.end(), ColumnKind::kSequence));
 }
 
 bool InputLayout::has_label() const {
@@ -179,6 +184,11 @@ bool InputLayout::has_id() const {
 
 bool InputLayout::has_weight() const {
   return std::find(columns.begin(), columns.end(), ColumnKind::kWeight) !=
+         columns.end();
+}
+
+bool InputLayout::has_sequence() const {
+  return std::find(columns.begin(), columns.end(), ColumnKind::kSequence) !=
          columns.end();
 }
 

@@ -14,6 +14,10 @@
 //   multi   several categorical values separated by multi_separator,
 //           embedded one by one and pooled (summed or averaged) into the
 //           field's one embedding and one wide weight
+//   seq     an ordered list of categorical values (a user's recent items,
+//           oldest first) separated by multi_separator: a field like multi
+//           (embedded and pooled), and what a spec's `sequence` reads
+//           position by position, most recent first
 //   skip    ignored (a timestamp, a column the model does not use)
 //   id      kept verbatim with the example, not a feature: what ps_predict
 //           writes beside each probability so that scores join back to
@@ -27,7 +31,7 @@
 // at least one feature column (dense, cat or multi): all-categorical and
 // all-dense layouts are both layouts.
 //
-// The categorical fields are the cat and multi columns in file order,
+// The categorical fields are the cat, multi and seq columns in file order,
 // numbered from 0; a cross I:J is a wide-only feature whose keys hash the
 // pair of keys of fields I and J (every pair, when a field is multi).
 // Criteo's layout (label, dense*13, cat*26 in TSV, no header) is the
@@ -52,6 +56,7 @@ enum class ColumnKind {
   kDense,
   kCategorical,
   kMulti,
+  kSequence,
   kSkip,
   kId,
   kWeight
@@ -82,7 +87,7 @@ struct InputLayout {
   // Criteo's layout.
   static InputLayout Criteo();
 
-  // Counts of each kind; fields() counts cat and multi columns.
+  // Counts of each kind; fields() counts cat, multi and seq columns.
   int dense_features() const;
   int fields() const;
   bool has_label() const;
@@ -95,13 +100,16 @@ struct InputLayout {
   // none.
   int LabelIndex(absl::string_view name) const;
   bool has_multi() const;
+  bool has_sequence() const;
   bool has_id() const;
   bool has_weight() const;
   // The categorical slots of an example: fields() then one per cross.
   int slots() const { return fields() + static_cast<int>(crosses.size()); }
   // Whether every field holds exactly one key and there are no crosses (each
   // slot one key): the fast path.
-  bool one_key_per_slot() const { return !has_multi() && crosses.empty(); }
+  bool one_key_per_slot() const {
+    return !has_multi() && !has_sequence() && crosses.empty();
+  }
 };
 
 // Builds a layout from the flags' values (--format, --header, --columns,

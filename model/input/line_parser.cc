@@ -77,8 +77,9 @@ absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
           : ""));
 }
 
-// Appends the keys of multi column `column` (1-based), field `field`: one
-// per non-empty value, or the field's missing key when there is none.
+// Appends the keys of multi or seq column `column` (1-based), field `field`:
+// one per non-empty value, in order, or the field's missing key when there
+// is none.
 absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
                           const InputLayout& layout, Example* example) {
   const size_t first = example->keys.size();
@@ -89,10 +90,11 @@ absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
     if (value_end > value_start) {
       if (example->keys.size() - first ==
           static_cast<size_t>(layout.max_values_per_field)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("multi column ", column,
-                         " has more values than --max_values_per_field=",
-                         layout.max_values_per_field));
+        return absl::InvalidArgumentError(absl::StrCat(
+            layout.columns[column - 1] == ColumnKind::kSequence ? "seq"
+                                                                : "multi",
+            " column ", column, " has more values than --max_values_per_field=",
+            layout.max_values_per_field));
       }
       example->keys.push_back(
           FeatureKey(field, raw.substr(value_start, value_end - value_start)));
@@ -160,6 +162,7 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         example->slot_end.push_back(example->keys.size());
         break;
       case ColumnKind::kMulti:
+      case ColumnKind::kSequence:
         if (absl::Status added =
                 AddMultiKeys(raw, c + 1, field++, layout, example);
             !added.ok()) {

@@ -64,6 +64,13 @@ ABSL_FLAG(int32_t, tasks, 1,
           "--columns of one plain label gets two, label:click,label:convert, "
           "in its place; --summary_out gives each label's rate and its "
           "truth's best AUC and logloss under \"tasks\".");
+ABSL_FLAG(int32_t, sequence_length, 0,
+          "The most recent items each line carries (0 to this many, oldest "
+          "first, separated by --multi_separator, from the first categorical "
+          "field's vocabulary): the click then depends on how related the "
+          "line's first categorical value is to them. Written in the first "
+          "seq column of --columns; with none there, appended as the last "
+          "column. 0: none.");
 ABSL_FLAG(int32_t, multi_fields, 0,
           "Multi-valued fields per line (1 to 8 values each, every value with "
           "an effect on the click). Written where --columns has multi "
@@ -146,6 +153,7 @@ ps::worker::GeneratorOptions GeneratorOptionsFromFlags() {
   options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   options.multi_fields = absl::GetFlag(FLAGS_multi_fields);
   options.tasks = absl::GetFlag(FLAGS_tasks);
+  options.sequence_length = absl::GetFlag(FLAGS_sequence_length);
   options.drift = absl::GetFlag(FLAGS_drift);
   options.first_line = absl::GetFlag(FLAGS_first_line);
   return options;
@@ -158,10 +166,11 @@ ps::worker::GeneratorOptions GeneratorOptionsFromFlags() {
 void WarnOnColumnMismatch(const ps::model::InputLayout& layout,
                           int multi_fields) {
   const int multi_columns =
-      layout.fields() -
+      static_cast<int>(std::count(layout.columns.begin(), layout.columns.end(),
+                                  ps::model::ColumnKind::kMulti));
+  const int categorical_columns =
       static_cast<int>(std::count(layout.columns.begin(), layout.columns.end(),
                                   ps::model::ColumnKind::kCategorical));
-  const int categorical_columns = layout.fields() - multi_columns;
   if (layout.dense_features() != ps::worker::kGeneratedDense ||
       categorical_columns != ps::worker::kGeneratedCategorical ||
       multi_columns != multi_fields) {
@@ -223,6 +232,9 @@ absl::StatusOr<Generation> GenerationFromFlags() {
   if (options.tasks != 1 && options.tasks != 2) {
     return absl::InvalidArgumentError("--tasks must be 1 or 2");
   }
+  if (options.sequence_length < 0 || options.sequence_length > 1000) {
+    return absl::InvalidArgumentError("--sequence_length must be in [0, 1000]");
+  }
   generation.negative_keep_rate = absl::GetFlag(FLAGS_negative_keep_rate);
   if (!(generation.negative_keep_rate > 0.0) ||
       generation.negative_keep_rate > 1.0) {
@@ -246,6 +258,9 @@ absl::StatusOr<Generation> GenerationFromFlags() {
     generation.layout.columns.insert(generation.layout.columns.end(),
                                      options.multi_fields,
                                      ps::model::ColumnKind::kMulti);
+  }
+  if (options.sequence_length > 0 && !generation.layout.has_sequence()) {
+    generation.layout.columns.push_back(ps::model::ColumnKind::kSequence);
   }
   WarnOnColumnMismatch(generation.layout, options.multi_fields);
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {

@@ -20,6 +20,11 @@ constexpr double kMultiEffectScale = 0.35;
 // converts), and the scale of its values' effects against the click's.
 constexpr double kConvertBias = -1.2;
 constexpr double kConvertEffectScale = 0.8;
+// A recent item's pull on the click: the positive part of its latent dot
+// product with the candidate's, times this.
+constexpr double kSequenceEffectScale = 0.6;
+// Latent dimensions of the items' relatedness.
+constexpr int kItemDim = 4;
 
 uint64_t Hash3(uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t words[3] = {a, b, c};
@@ -38,6 +43,7 @@ ClickLogGenerator::ClickLogGenerator(const GeneratorOptions& options,
       rng_(Hash3(options.seed, sample_seed, 0x5eed)),
       multi_rng_(Hash3(options.seed, sample_seed, 0x3017)),
       convert_rng_(Hash3(options.seed, sample_seed, 0xc0de)),
+      sequence_rng_(Hash3(options.seed, sample_seed, 0x5e9)),
       line_(options.first_line) {
   // The hidden model's shape comes from the model seed alone.
   std::mt19937_64 model_rng(options.seed);
@@ -70,12 +76,12 @@ double ClickLogGenerator::HashNormal(uint64_t a, uint64_t b, uint64_t c) const {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-int64_t ClickLogGenerator::DrawValue(int field) {
+int64_t ClickLogGenerator::DrawValue(int field, std::mt19937_64& rng) {
   // Inverse CDF of a continuous power law on [1, V + 1): value ranks with
   // frequencies roughly proportional to rank^-zipf_exponent.
   const double s = options_.zipf_exponent;
   const double v = static_cast<double>(vocabulary_[field]);
-  const double u = uniform_(rng_);
+  const double u = uniform_(rng);
   const double x =
       std::pow(1.0 + u * (std::pow(v + 1.0, 1.0 - s) - 1.0), 1.0 / (1.0 - s));
   const int64_t rank =
@@ -114,7 +120,7 @@ void ClickLogGenerator::Next(GeneratedExample* example, double* probability,
       values[f] = -1;
       continue;
     }
-    values[f] = DrawValue(f);
+    values[f] = DrawValue(f, rng_);
     logit += effect_scale_[f] * HashNormal(f, values[f], 1);
     const uint32_t hex =
         static_cast<uint32_t>(Hash3(options_.seed, f, values[f]));
@@ -148,6 +154,28 @@ void ClickLogGenerator::Next(GeneratedExample* example, double* probability,
       list.emplace_back(buffer, length);
     }
   }
+  example->sequence.clear();
+  if (options_.sequence_length > 0) {
+    // 0 to L items of the candidate's vocabulary, oldest first.
+    const int length = static_cast<int>(uniform_(sequence_rng_) *
+                                        (options_.sequence_length + 1));
+    for (int i = 0; i < std::min(length, options_.sequence_length); ++i) {
+      const int64_t item = DrawValue(0, sequence_rng_);
+      if (values[0] >= 0) {
+        double dot = 0.0;
+        for (int d = 0; d < kItemDim; ++d) {
+          dot +=
+              HashNormal(0, values[0], 300 + d) * HashNormal(0, item, 300 + d);
+        }
+        logit += kSequenceEffectScale * std::max(dot, 0.0);
+      }
+      const uint32_t hex = static_cast<uint32_t>(Hash3(options_.seed, 0, item));
+      const int written = std::snprintf(buffer, sizeof(buffer), "%08x", hex);
+      example->sequence.emplace_back(buffer, written);
+    }
+    // About the mean pull of a sequence, so that the click rate stays.
+    logit -= kSequenceEffectScale * 0.8 * options_.sequence_length / 2.0;
+  }
   *probability = 1.0 / (1.0 + std::exp(-logit));
   example->click = uniform_(rng_) < *probability;
   example->convert = false;
@@ -175,7 +203,7 @@ void FormatLine(const GeneratedExample& example,
                 const model::InputLayout& layout, int64_t id,
                 std::string* line) {
   line->clear();
-  int dense = 0, categorical = 0, multi = 0, label = 0;
+  int dense = 0, categorical = 0, multi = 0, label = 0, sequence = 0;
   for (size_t c = 0; c < layout.columns.size(); ++c) {
     if (c > 0) line->push_back(layout.delimiter);
     switch (layout.columns[c]) {
@@ -202,6 +230,12 @@ void FormatLine(const GeneratedExample& example,
         }
         ++multi;
         break;
+      case model::ColumnKind::kSequence:
+        if (sequence++ == 0) {
+          line->append(absl::StrJoin(example.sequence,
+                                     std::string(1, layout.multi_separator)));
+        }
+        break;
       case model::ColumnKind::kSkip:
       case model::ColumnKind::kId:
         absl::StrAppend(line, id);
@@ -215,7 +249,7 @@ void FormatLine(const GeneratedExample& example,
 
 std::string HeaderLine(const model::InputLayout& layout) {
   std::vector<std::string> names;
-  int dense = 0, categorical = 0, multi = 0, label = 0;
+  int dense = 0, categorical = 0, multi = 0, label = 0, sequence = 0;
   for (model::ColumnKind kind : layout.columns) {
     switch (kind) {
       case model::ColumnKind::kLabel:
@@ -232,6 +266,9 @@ std::string HeaderLine(const model::InputLayout& layout) {
         break;
       case model::ColumnKind::kMulti:
         names.push_back(absl::StrCat("M", ++multi));
+        break;
+      case model::ColumnKind::kSequence:
+        names.push_back(absl::StrCat("S", ++sequence));
         break;
       case model::ColumnKind::kSkip:
       case model::ColumnKind::kId:

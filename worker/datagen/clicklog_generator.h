@@ -16,6 +16,14 @@
 // Everything is deterministic given `seed`. Not thread-safe: one generator per
 // thread.
 //
+// With sequence_length = L > 0 a line also carries a user's recent items (0
+// to L values of the first categorical field's vocabulary, oldest first),
+// and its click depends on how related its first categorical value (the
+// candidate) is to them: the logit adds, per item, the positive part of the
+// dot product of the candidate's and the item's latent vectors (a few items
+// like the candidate matter, many unlike it do not: what attention pooling
+// sees and a sum of the items does not). Drawn from a stream of their own.
+//
 // With tasks = 2 a line also says whether a conversion followed: only a
 // click converts, with probability sigmoid(bias of its own + effects of its
 // own of the same categorical values), so that the conversion's truth is
@@ -49,6 +57,8 @@ struct GeneratorOptions {
   // Labels per line: 1 (a click) or 2 (a click, then a conversion).
   // Default: 1.
   int tasks = 1;
+  // The most recent items a line carries (0: none). Default: 0.
+  int sequence_length = 0;
   // Drift: new values per categorical field per 1000 lines. Each new value
   // enters as the field's most frequent one and fades down the power law as
   // newer ones arrive, until it leaves the vocabulary for good: the stream's
@@ -73,6 +83,8 @@ struct GeneratedExample {
   std::string categorical[kGeneratedCategorical];
   // multi_fields lists of values.
   std::vector<std::vector<std::string>> multi;
+  // sequence_length > 0: the user's recent items, oldest first.
+  std::vector<std::string> sequence;
   // What a weight column says: 1, or the inverse of the rate a line of its
   // kind was kept at when negatives are down-sampled.
   double weight = 1.0;
@@ -81,8 +93,9 @@ struct GeneratedExample {
 // Writes `example` as a line of `layout` (no newline): the first label
 // column gets the click, a second one the conversion, the k-th dense, cat and
 // multi columns the example's k-th such values (empty past the ones it has),
-// a skip or id column `id`, a weight column its weight. With a header, the
-// column names (the labels' names, I1.., C1.., M1.., id, weight).
+// the first seq column its sequence (others empty), a skip or id column
+// `id`, a weight column its weight. With a header, the column names (the
+// labels' names, I1.., C1.., M1.., S1.., id, weight).
 void FormatLine(const GeneratedExample& example,
                 const model::InputLayout& layout, int64_t id,
                 std::string* line);
@@ -107,14 +120,15 @@ class ClickLogGenerator {
  private:
   // A standard normal that is a pure function of its arguments.
   double HashNormal(uint64_t a, uint64_t b, uint64_t c) const;
-  // A value id with power-law frequencies: in [0, vocabulary) without
-  // drift, in the window the drift has moved to with it.
-  int64_t DrawValue(int field);
+  // A value id with power-law frequencies, drawn from `rng`: in [0,
+  // vocabulary) without drift, in the window the drift has moved to with it.
+  int64_t DrawValue(int field, std::mt19937_64& rng);
 
   const GeneratorOptions options_;
   std::mt19937_64 rng_;
   std::mt19937_64 multi_rng_;
   std::mt19937_64 convert_rng_;
+  std::mt19937_64 sequence_rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   std::normal_distribution<double> normal_{0.0, 1.0};
   int64_t vocabulary_[kGeneratedCategorical];

@@ -1,5 +1,6 @@
 #include "worker/datagen/clicklog_generator.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -205,6 +206,44 @@ TEST(ClickLogGeneratorTest, ASecondTaskConvertsOnlyAfterAClick) {
   EXPECT_GT(converts / clicks, 0.1);
   EXPECT_LT(converts / clicks, 0.5);
   EXPECT_EQ(HeaderLine(*layout).substr(0, 14), "click\tconvert\t");
+}
+
+TEST(ClickLogGeneratorTest, SequencesOfRecentItemsMoveTheClick) {
+  GeneratorOptions plain, with_items;
+  with_items.sequence_length = 5;
+  ClickLogGenerator a(plain, 9), b(with_items, 9);
+  auto layout = model::MakeInputLayout(
+      "tsv", false, "label,dense*13,cat*26,seq", "|", "sum", "");
+  ASSERT_OK(layout);
+  GeneratedExample x, y;
+  double p = 0, q = 0, clicks = 0, moved = 0;
+  int lengths[6] = {0, 0, 0, 0, 0, 0};
+  constexpr int kLines = 20000;
+  std::string line;
+  for (int i = 0; i < kLines; ++i) {
+    a.Next(&x, &p);
+    b.Next(&y, &q);
+    // The items come from a stream of their own: the features are the same.
+    for (int f = 0; f < kGeneratedCategorical; ++f)
+      ASSERT_EQ(x.categorical[f], y.categorical[f]);
+    ASSERT_TRUE(x.sequence.empty());
+    ASSERT_LE(y.sequence.size(), 5u);
+    ++lengths[y.sequence.size()];
+    moved += std::fabs(p - q);
+    clicks += y.click;
+    FormatLine(y, *layout, i, &line);
+    model::Example parsed;
+    ASSERT_OK(model::ParseLine(line, *layout, &parsed)) << line;
+    // The items are written oldest first in the seq column.
+    if (!y.sequence.empty()) {
+      ASSERT_EQ(parsed.keys.back(), model::FeatureKey(26, y.sequence.back()));
+    }
+  }
+  for (int length : lengths) EXPECT_GT(length, kLines / 10);
+  EXPECT_GT(moved / kLines, 0.03);  // the items matter
+  EXPECT_GT(clicks / kLines, 0.1);
+  EXPECT_LT(clicks / kLines, 0.45);
+  EXPECT_EQ(HeaderLine(*layout).substr(HeaderLine(*layout).size() - 3), "\tS1");
 }
 
 }  // namespace

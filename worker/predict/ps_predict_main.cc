@@ -92,13 +92,14 @@ absl::StatusOr<std::string> ExportFromFlags() {
   return dir;
 }
 
-// The categorical and multi columns of `layout`, in order.
+// The categorical, multi and seq columns of `layout`, in order.
 std::vector<ps::model::ColumnKind> FieldKinds(
     const ps::model::InputLayout& layout) {
   std::vector<ps::model::ColumnKind> kinds;
   for (ps::model::ColumnKind kind : layout.columns) {
     if (kind == ps::model::ColumnKind::kCategorical ||
-        kind == ps::model::ColumnKind::kMulti) {
+        kind == ps::model::ColumnKind::kMulti ||
+        kind == ps::model::ColumnKind::kSequence) {
       kinds.push_back(kind);
     }
   }
