@@ -118,6 +118,16 @@ class Backend {
                             const int32_t* index, int batch, int fields,
                             int dim, float* row_grads) = 0;
 
+  // --- softmax (MMoE's gates) -----------------------------------------------
+  // y[r, :] = softmax(x[r, :]) per row of `cols` (max-subtracted, so stable
+  // for large inputs). x and y may be the same array.
+  virtual Status Softmax(const float* x, int rows, int cols, float* y) = 0;
+
+  // dx[r, c] = y[r, c] * (dy[r, c] - sum over k of y[r, k] * dy[r, k]): the
+  // gradient through Softmax() (y its output), written, not added.
+  virtual Status SoftmaxBackward(const float* y, const float* dy, int rows,
+                                 int cols, float* dx) = 0;
+
   // --- dot interaction (DLRM) -----------------------------------------------
   // For each example b, with v_i = x[b, i * dim .. (i + 1) * dim) for the
   // `rows` rows i: out[b, p] = v_i . v_j for the pairs j < i (j <= i with

@@ -281,6 +281,34 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
+  Status Softmax(const float* x, int rows, int cols, float* y) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* in = x + static_cast<size_t>(r) * cols;
+      float* out = y + static_cast<size_t>(r) * cols;
+      float largest = in[0];
+      for (int c = 1; c < cols; ++c) largest = std::max(largest, in[c]);
+      float sum = 0.0f;
+      for (int c = 0; c < cols; ++c) {
+        out[c] = std::exp(in[c] - largest);
+        sum += out[c];
+      }
+      for (int c = 0; c < cols; ++c) out[c] /= sum;
+    }
+    return Status::Ok();
+  }
+
+  Status SoftmaxBackward(const float* y, const float* dy, int rows, int cols,
+                         float* dx) override {
+    for (int r = 0; r < rows; ++r) {
+      const size_t row = static_cast<size_t>(r) * cols;
+      float dot = 0.0f;
+      for (int c = 0; c < cols; ++c) dot += y[row + c] * dy[row + c];
+      for (int c = 0; c < cols; ++c)
+        dx[row + c] = y[row + c] * (dy[row + c] - dot);
+    }
+    return Status::Ok();
+  }
+
   Status DotInteractionBackward(const float* x, const float* dout, int batch,
                                 int rows, int dim, bool self_interaction,
                                 float* dx) override {

@@ -140,6 +140,36 @@ std::unique_ptr<Backend> Bf16Backend() {
   return backend;
 }
 
+TEST_F(CpuBackendTest, SoftmaxIsStableAndItsBackwardIsItsDerivative) {
+  // Rows of 3: one with large inputs that exp() alone would overflow.
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, 1000.0f, 1000.0f, 999.0f};
+  std::vector<float> y(6);
+  ASSERT_TRUE(backend_->Softmax(x.data(), 2, 3, y.data()).ok());
+  const double sum = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(y[0], std::exp(1.0) / sum, 1e-6);
+  EXPECT_NEAR(y[2], std::exp(3.0) / sum, 1e-6);
+  EXPECT_NEAR(y[3], 1.0 / (2.0 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(y[3] + y[4] + y[5], 1.0, 1e-6);
+  // d/dx of sum_c dy[c] * softmax(x)[c], by central differences.
+  const std::vector<float> dy = Random(6, &rng_);
+  std::vector<float> dx(6);
+  ASSERT_TRUE(
+      backend_->SoftmaxBackward(y.data(), dy.data(), 2, 3, dx.data()).ok());
+  const auto objective = [&](const std::vector<float>& at) {
+    std::vector<float> out(6);
+    EXPECT_TRUE(backend_->Softmax(at.data(), 2, 3, out.data()).ok());
+    double total = 0;
+    for (int i = 0; i < 6; ++i) total += dy[i] * out[i];
+    return total;
+  };
+  for (int i = 0; i < 6; ++i) {
+    std::vector<float> plus = x, minus = x;
+    plus[i] += 1e-2f;
+    minus[i] -= 1e-2f;
+    EXPECT_NEAR(dx[i], (objective(plus) - objective(minus)) / 2e-2, 2e-3) << i;
+  }
+}
+
 TEST(CpuBackendOptionsTest, Bf16GemmRoundsItsInputsAndAccumulatesInFp32) {
   if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::unique_ptr<Backend> backend = Bf16Backend();

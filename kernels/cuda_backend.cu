@@ -205,6 +205,35 @@ __global__ void DotInteractionKernel(const float* x, int batch, int rows,
   }
 }
 
+// One thread per row: a gate's few columns.
+__global__ void SoftmaxKernel(const float* x, int rows, int cols, float* y) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows;
+       r += blockDim.x * gridDim.x) {
+    const float* in = x + static_cast<size_t>(r) * cols;
+    float* out = y + static_cast<size_t>(r) * cols;
+    float largest = in[0];
+    for (int c = 1; c < cols; ++c) largest = fmaxf(largest, in[c]);
+    float sum = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+      out[c] = expf(in[c] - largest);
+      sum += out[c];
+    }
+    for (int c = 0; c < cols; ++c) out[c] /= sum;
+  }
+}
+
+__global__ void SoftmaxBackwardKernel(const float* y, const float* dy, int rows,
+                                      int cols, float* dx) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows;
+       r += blockDim.x * gridDim.x) {
+    const size_t row = static_cast<size_t>(r) * cols;
+    float dot = 0.0f;
+    for (int c = 0; c < cols; ++c) dot += y[row + c] * dy[row + c];
+    for (int c = 0; c < cols; ++c)
+      dx[row + c] = y[row + c] * (dy[row + c] - dot);
+  }
+}
+
 // One thread per (example, row i, column d): the sum over i's pairs.
 __global__ void DotInteractionBackwardKernel(const float* x, const float* dout,
                                              int batch, int rows, int dim,
@@ -490,6 +519,22 @@ class CudaBackend final : public Backend {
     if (total == 0) return Status::Ok();
     AccumulateColumnsKernel<<<Blocks(total), kThreads, 0, stream_>>>(
         src, rows, src_cols, src_offset, dst, dst_cols);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status Softmax(const float* x, int rows, int cols, float* y) override {
+    if (rows == 0 || cols == 0) return Status::Ok();
+    SoftmaxKernel<<<Blocks(rows), kThreads, 0, stream_>>>(x, rows, cols, y);
+    KERNELS_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+
+  Status SoftmaxBackward(const float* y, const float* dy, int rows, int cols,
+                         float* dx) override {
+    if (rows == 0 || cols == 0) return Status::Ok();
+    SoftmaxBackwardKernel<<<Blocks(rows), kThreads, 0, stream_>>>(y, dy, rows,
+                                                                  cols, dx);
     KERNELS_CUDA_CHECK_LAUNCH();
     return Status::Ok();
   }

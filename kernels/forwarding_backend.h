@@ -93,6 +93,13 @@ class ForwardingBackend : public Backend {
     return target_->ScatterAdd(in, in_cols, field_stride, index, batch, fields,
                                dim, row_grads);
   }
+  Status Softmax(const float* x, int rows, int cols, float* y) override {
+    return target_->Softmax(x, rows, cols, y);
+  }
+  Status SoftmaxBackward(const float* y, const float* dy, int rows, int cols,
+                         float* dx) override {
+    return target_->SoftmaxBackward(y, dy, rows, cols, dx);
+  }
   Status DotInteraction(const float* x, int batch, int rows, int dim,
                         bool self_interaction, float* out) override {
     return target_->DotInteraction(x, batch, rows, dim, self_interaction, out);

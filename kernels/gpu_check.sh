@@ -6,7 +6,8 @@
 # and, from the bundle (deploy/bundle.sh, carried with the working tree),
 # trains 200k generated lines end to end with one ps_server and one
 # ps_worker on loopback, --device=cuda beside --device=cpu (wide_deep, then
-# dcn_v2 and dlrm). Prints the
+# dcn_v2 and dlrm, then din on lines with recent items and mmoe on lines of
+# two labels). Prints the
 # tables; exits non-zero if a parity check fails or the end-to-end AUCs
 # differ by more than 0.002. A few minutes.
 #
@@ -72,10 +73,20 @@ fi
   2>"$out/clicklog_gen.log" || { echo "clicklog_gen failed (see clicklog_gen.log)" >&2; exit 1; }
 "$bin/clicklog_gen" --out="$e2e/test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 \
   2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
+# DIN's lines carry recent items (a seq column); MMoE's two labels.
+"$bin/clicklog_gen" --out="$e2e/seq_train.tsv" --lines="$e2e_lines" --sample_seed=1 \
+  --sequence_length=20 2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
+"$bin/clicklog_gen" --out="$e2e/seq_test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 \
+  --sequence_length=20 2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
+"$bin/clicklog_gen" --out="$e2e/tasks_train.tsv" --lines="$e2e_lines" --sample_seed=1 \
+  --tasks=2 2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
+"$bin/clicklog_gen" --out="$e2e/tasks_test.tsv" --lines=$((e2e_lines / 4)) --sample_seed=2 \
+  --tasks=2 2>>"$out/clicklog_gen.log" || { echo "clicklog_gen failed" >&2; exit 1; }
 # train NAME DEVICE [MODEL] -> "examples/s auc logloss backend", on a fresh
-# shard
+# shard; DATA (train.tsv's prefix: seq_, tasks_) and COLUMNS pick other lines.
 train() {
-  local device=$2 dir="$e2e/$1" model=${3:-wide_deep}
+  local device=$2 dir="$e2e/$1" model=${3:-wide_deep} data=${DATA:-}
+  local columns=${COLUMNS_FLAG:-label,dense*13,cat*26}
   mkdir -p "$dir"
   "$bin/ps_server" --listen=127.0.0.1:0 --data_dir="$dir/shard" --durability=periodic \
     >"$dir/shard.out" 2>"$dir/shard.log" &
@@ -86,9 +97,9 @@ train() {
     [ -n "$address" ] && break
     sleep 0.1
   done
-  timeout 240 "$bin/ps_worker" --servers="$address" --train="$e2e/train.tsv" \
-    --test="$e2e/test.tsv" --batch_size=4096 --device="$device" --start_timeout_s=30 \
-    --model="$model" \
+  timeout 240 "$bin/ps_worker" --servers="$address" --train="$e2e/${data}train.tsv" \
+    --test="$e2e/${data}test.tsv" --batch_size=4096 --device="$device" --start_timeout_s=30 \
+    --model="$model" --columns="$columns" \
     --metrics_out="$dir/worker.json" 2>"$dir/worker.log" \
     || { echo "ps_worker --device=$device failed:" >&2; tail -5 "$dir/worker.log" >&2; }
   kill "$shard"; wait "$shard" 2>/dev/null || true
@@ -113,11 +124,15 @@ if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; 
   echo "end to end: the AUCs differ by more than 0.002, or a run failed"
   status=1
 fi
-# The models from specs whose layers (DCN-v2's cross, DLRM's interaction)
-# only they use: the same AUC on both devices.
-for model in dcn_v2 dlrm; do
-  read -r gpu_rate gpu_auc _ gpu_backend < <(train "gpu_$model" "$gpu_device" "$model" || echo "0 0 0 failed")
-  read -r cpu_rate cpu_auc _ cpu_backend < <(train "cpu_$model" cpu "$model" || echo "0 0 0 failed")
+# The models from specs whose layers (DCN-v2's cross, DLRM's interaction,
+# DIN's attention pooling, MMoE's experts and gates) only they use: the same
+# AUC on both devices (MMoE's: its first task's).
+for model in dcn_v2 dlrm din mmoe; do
+  data="" columns="label,dense*13,cat*26"
+  [ "$model" = din ] && data=seq_ columns="label,dense*13,cat*26,seq"
+  [ "$model" = mmoe ] && data=tasks_ columns="label:click,label:convert,dense*13,cat*26"
+  read -r gpu_rate gpu_auc _ gpu_backend < <(DATA=$data COLUMNS_FLAG=$columns train "gpu_$model" "$gpu_device" "$model" || echo "0 0 0 failed")
+  read -r cpu_rate cpu_auc _ cpu_backend < <(DATA=$data COLUMNS_FLAG=$columns train "cpu_$model" cpu "$model" || echo "0 0 0 failed")
   printf "%-8s %-6s %10s examples/s, AUC %s; %-6s %10s examples/s, AUC %s\n" "$model" \
     "$gpu_backend" "$gpu_rate" "$gpu_auc" "$cpu_backend" "$cpu_rate" "$cpu_auc" | tee -a "$out/e2e.txt"
   if ! awk -v g="$gpu_auc" -v c="$cpu_auc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(g > 0 && c > 0 && d <= 0.002) }'; then

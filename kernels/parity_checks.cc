@@ -159,6 +159,34 @@ std::vector<Case> KernelCases(std::mt19937* rng, double gemm_tolerance) {
     };
     cases.push_back(std::move(c));
   }
+  // MMoE's gates: softmax over a few experts, large inputs included.
+  for (int batch : {0, 1, 33, 517}) {
+    const int cols = 4;
+    const size_t count = std::max<size_t>(static_cast<size_t>(batch) * cols, 1);
+    Case softmax{"softmax_b" + std::to_string(batch),
+                 kElementwiseTolerance,
+                 {RandomFloats(count, rng, 30.0f)},
+                 {count},
+                 {},
+                 nullptr};
+    softmax.run = [=](Backend& b, const std::vector<float*>& in,
+                      const std::vector<float*>& out) {
+      return b.Softmax(in[0], batch, cols, out[0]);
+    };
+    cases.push_back(std::move(softmax));
+    Case softmax_back{
+        "softmax_backward_b" + std::to_string(batch),
+        kReductionTolerance,
+        {RandomFloats(count, rng, 0.5f), RandomFloats(count, rng)},
+        {count},
+        {},
+        nullptr};
+    softmax_back.run = [=](Backend& b, const std::vector<float*>& in,
+                           const std::vector<float*>& out) {
+      return b.SoftmaxBackward(in[0], in[1], batch, cols, out[0]);
+    };
+    cases.push_back(std::move(softmax_back));
+  }
   // Embedding gather / scatter with duplicate keys, and an empty batch.
   for (int batch : {0, 1, 33, 517}) {
     const int fields = 26, dim = 13, rows = std::max(1, batch * fields / 3);

@@ -47,7 +47,7 @@ BuiltinOptions::BuiltinOptions() {
 
 const std::vector<std::string>& BuiltinModelNames() {
   static const auto* names = new std::vector<std::string>{
-      "lr", "wide_deep", "deepfm", "dcn_v2", "dlrm"};
+      "lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe", "din"};
   return *names;
 }
 
@@ -60,11 +60,15 @@ struct Builtin {
         wide_deep(name == "wide_deep"),
         deepfm(name == "deepfm"),
         dcn_v2(name == "dcn_v2"),
-        dlrm(name == "dlrm") {}
-  bool known() const { return lr || wide_deep || deepfm || dcn_v2 || dlrm; }
-  bool has_wide() const { return lr || wide_deep || deepfm; }
+        dlrm(name == "dlrm"),
+        mmoe(name == "mmoe"),
+        din(name == "din") {}
+  bool known() const {
+    return lr || wide_deep || deepfm || dcn_v2 || dlrm || mmoe || din;
+  }
+  bool has_wide() const { return lr || wide_deep || deepfm || mmoe || din; }
 
-  bool lr, wide_deep, deepfm, dcn_v2, dlrm;
+  bool lr, wide_deep, deepfm, dcn_v2, dlrm, mmoe, din;
 };
 
 // What the inputs of a built-in are: its fields, whether a dense group is
@@ -73,6 +77,9 @@ struct BuiltinInputs {
   std::vector<std::string> fields;
   bool has_dense = false;
   std::vector<std::string> wide_inputs;
+  // din: the first cat field's name and the first seq column's position.
+  std::string first_categorical;
+  int first_sequence_column = -1;
 };
 
 // Adds the inputs: every categorical column a field, the dense columns one
@@ -98,6 +105,14 @@ absl::StatusOr<BuiltinInputs> AddInputs(absl::string_view name,
     field->set_column(c);
     field->set_pooling(options.pooling);
     inputs.fields.push_back(field->name());
+    if (columns[c] == ColumnUse::kCategorical &&
+        inputs.first_categorical.empty()) {
+      inputs.first_categorical = field->name();
+    }
+    if (columns[c] == ColumnUse::kSequence &&
+        inputs.first_sequence_column < 0) {
+      inputs.first_sequence_column = static_cast<int>(c);
+    }
   }
   inputs.has_dense = dense.columns_size() > 0;
   if (inputs.has_dense) *spec->add_dense() = dense;
@@ -120,6 +135,27 @@ absl::StatusOr<BuiltinInputs> AddInputs(absl::string_view name,
     cross->add_fields(inputs.fields[second]);
     cross->set_pooling(options.pooling);
     inputs.wide_inputs.push_back(cross->name());
+  }
+  if (builtin.mmoe && options.labels.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name,
+                     " makes a task of each label and needs two at least "
+                     "(label:NAME in --columns); the columns have ",
+                     options.labels.size()));
+  }
+  if (!builtin.mmoe && options.labels.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " has one output; the click log has ", options.labels.size(),
+        " labels (", absl::StrJoin(options.labels, ", "),
+        "): use mmoe, or a spec with a task per label"));
+  }
+  if (builtin.din &&
+      (inputs.first_sequence_column < 0 || inputs.first_categorical.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name,
+        " needs a seq column (a user's recent items) and a cat column "
+        "(the candidate) in --columns; they have ",
+        inputs.first_sequence_column < 0 ? "no seq column" : "no cat column"));
   }
   if (builtin.dlrm && fields + (inputs.has_dense ? 1 : 0) < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -146,8 +182,60 @@ void AddDlrm(const BuiltinInputs& inputs, bool embeds, std::vector<int> top,
   AddMlp(spec, "top", inputs.has_dense ? "top_input" : "interaction", top);
 }
 
+// Adds din's interest: the first seq column's recent items, embedded, pooled
+// by attention against the first cat field's embedding.
+void AddInterest(const BuiltinInputs& inputs, const BuiltinOptions& options,
+                 ModelSpec* spec) {
+  Sequence* sequence = spec->add_sequence();
+  sequence->set_name("history");
+  sequence->set_column(inputs.first_sequence_column);
+  sequence->set_max_length(options.max_sequence_length);
+  NewLayer(spec, "query", {inputs.first_categorical})
+      ->mutable_embedding()
+      ->set_table("embedding");
+  NewLayer(spec, "history_keys", {"history"})
+      ->mutable_embedding()
+      ->set_table("embedding");
+  AttentionPoolingLayer* attention =
+      NewLayer(spec, "interest", {"query", "history_keys"})
+          ->mutable_attention_pooling();
+  for (int units : options.attention_units) attention->add_units(units);
+}
+
+// Adds mmoe's experts over `deep_input` and per label a task: its slice's
+// tower plus a wide part of its own.
+void AddMmoe(const BuiltinInputs& inputs, const std::string& deep_input,
+             const BuiltinOptions& options, ModelSpec* spec) {
+  const int tasks = static_cast<int>(options.labels.size());
+  MmoeLayer* mmoe = NewLayer(spec, "mmoe", {deep_input})->mutable_mmoe();
+  mmoe->set_num_experts(options.experts);
+  mmoe->set_num_tasks(tasks);
+  for (int units : options.hidden) mmoe->add_units(units);
+  const int width = options.hidden.empty() ? 0 : options.hidden.back();
+  std::vector<std::string> wide_inputs = inputs.wide_inputs;
+  if (inputs.has_dense) wide_inputs.push_back("dense");
+  for (int t = 0; t < tasks; ++t) {
+    const std::string& label = options.labels[t];
+    SliceLayer* slice =
+        NewLayer(spec, "mmoe_" + label, {"mmoe"})->mutable_slice();
+    slice->set_begin(t * width);
+    slice->set_width(width);
+    AddMlp(spec, "tower_" + label, "mmoe_" + label, {1});
+    AddTable(spec, "wide_" + label, 1, 0.0f, options.wide_optimizer);
+    NewLayer(spec, "wide_" + label, wide_inputs)
+        ->mutable_wide()
+        ->set_table("wide_" + label);
+    NewLayer(spec, "logit_" + label, {"tower_" + label, "wide_" + label})
+        ->mutable_add();
+    Task* task = spec->add_task();
+    task->set_name(label);
+    task->set_label(label);
+    task->set_output("logit_" + label);
+  }
+}
+
 // Adds the tables and layers of `builtin` over `inputs`; the names of the
-// terms summed into the logit.
+// terms summed into the logit (none for mmoe, whose tasks name theirs).
 std::vector<std::string> AddLayers(const Builtin& builtin, BuiltinInputs inputs,
                                    const BuiltinOptions& options,
                                    ModelSpec* spec) {
@@ -167,7 +255,7 @@ std::vector<std::string> AddLayers(const Builtin& builtin, BuiltinInputs inputs,
   // wide.bias, and the MLP's, mlp.<l>.weights and .bias, keep the names
   // these models' tables had before specs, so that their checkpoints and
   // exports load.)
-  if (builtin.has_wide()) {
+  if (builtin.has_wide() && !builtin.mmoe) {
     AddTable(spec, "wide", 1, 0.0f, options.wide_optimizer);
     if (inputs.has_dense) inputs.wide_inputs.push_back("dense");
     NewLayer(spec, "wide", inputs.wide_inputs)
@@ -175,17 +263,30 @@ std::vector<std::string> AddLayers(const Builtin& builtin, BuiltinInputs inputs,
         ->set_table("wide");
     logit_terms.push_back("wide");
   }
-  // The deep input: the embeddings and the dense group side by side.
+  // The deep input: the embeddings and the dense group side by side (and
+  // din's interest).
   std::string deep_input;
-  if (builtin.wide_deep || builtin.deepfm || builtin.dcn_v2) {
-    if (embeds && inputs.has_dense) {
-      NewLayer(spec, "deep_input", {"embedding", "dense"})->mutable_concat();
+  if (builtin.wide_deep || builtin.deepfm || builtin.dcn_v2 || builtin.mmoe ||
+      builtin.din) {
+    std::vector<std::string> parts;
+    if (embeds) parts.push_back("embedding");
+    if (inputs.has_dense) parts.push_back("dense");
+    if (builtin.din) {
+      AddInterest(inputs, options, spec);
+      parts.push_back("interest");
+    }
+    if (parts.size() > 1) {
+      NewLayer(spec, "deep_input", parts)->mutable_concat();
       deep_input = "deep_input";
     } else {
-      deep_input = embeds ? "embedding" : "dense";
+      deep_input = parts[0];
     }
   }
-  if (builtin.wide_deep || builtin.deepfm) {
+  if (builtin.mmoe) {
+    AddMmoe(inputs, deep_input, options, spec);
+    return {};
+  }
+  if (builtin.wide_deep || builtin.deepfm || builtin.din) {
     AddMlp(spec, "mlp", deep_input, top);
     logit_terms.push_back("mlp");
   }
@@ -225,6 +326,7 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
   if (!inputs.ok()) return inputs.status();
   const std::vector<std::string> logit_terms =
       AddLayers(builtin, *std::move(inputs), options, &spec);
+  if (logit_terms.empty()) return spec;  // mmoe: its tasks
   if (logit_terms.size() == 1) {
     spec.set_output(logit_terms[0]);
   } else {

@@ -11,6 +11,12 @@
 //   dcn_v2     mlp(cross(concat(embedding(fields), dense)), hidden..., 1)
 //   dlrm       bottom = mlp(dense, 64, dim); mlp(concat(bottom,
 //              dot_interaction(bottom, embedding(fields))), hidden..., 1)
+//   mmoe       a task per label (two at least): mmoe(concat(embedding(fields),
+//              dense), 4 experts of hidden...), and per task its slice's
+//              mlp(.., 1) + its own wide part (fields, crosses, dense)
+//   din        wide_deep whose deep input adds attention_pooling(query =
+//              embedding(the first cat field), keys = embedding(the first
+//              seq column's max_sequence_length most recent items))
 //
 // `ps_worker --print_model_spec=NAME` prints one to start a spec of one's
 // own from.
@@ -47,6 +53,14 @@ struct BuiltinOptions {
   // Crossed fields, as 0-based positions among the cat and multi columns.
   std::vector<std::pair<int, int>> crosses;
   Field::Pooling pooling = Field::SUM;
+  // The click log's label columns' names, in file order (mmoe makes a task
+  // of each). Default: one plain label.
+  std::vector<std::string> labels = {"label"};
+  // mmoe's experts, and din's sequence length and attention units.
+  // Defaults: 4, 50, {36}.
+  int experts = 4;
+  int max_sequence_length = 50;
+  std::vector<int> attention_units = {36};
 
   BuiltinOptions();
 };
@@ -57,7 +71,9 @@ const std::vector<std::string>& BuiltinModelNames();
 // Built-in `name` for a click log whose columns are `columns`.
 // INVALID_ARGUMENT for an unknown name, or a model the columns cannot make
 // (dlrm needs two rows to interact: two fields, or a field and dense
-// columns). deepfm of fewer than two fields has no pairwise term.
+// columns; mmoe two labels; din a seq column and a cat column; every other
+// one label), naming what is missing. deepfm of fewer than two fields has
+// no pairwise term.
 absl::StatusOr<ModelSpec> BuiltinModelSpec(absl::string_view name,
                                            absl::Span<const ColumnUse> columns,
                                            const BuiltinOptions& options);

@@ -151,6 +151,7 @@ SpecOfCard(const ModelCard& card, const InputLayout& layout,
   options.hidden.assign(card.hidden().begin(), card.hidden().end());
   options.crosses = layout.crosses;
   options.pooling = layout.multi_pooling;
+  options.labels = layout.label_names;
   const char* name = card.kind() == ModelCard::LR       ? "lr"
                      : card.kind() == ModelCard::DEEPFM ? "deepfm"
                                                         : "wide_deep";

@@ -341,6 +341,10 @@ absl::Status ModelGraph::ForwardLayer(int n, int batch) {
       return ForwardCross(n, batch);
     case Layer::kAttentionPooling:
       return ForwardAttention(n, batch);
+    case Layer::kMmoe:
+      return ForwardMmoe(n, batch);
+    case Layer::kSlice:
+      return ForwardSlice(n, batch);
     case Layer::kAdd:
       MODEL_RETURN_IF_KERNEL_ERROR(backend_->Fill(value, count, 0.0f));
       for (int input : node.inputs) {
@@ -620,6 +624,10 @@ absl::Status ModelGraph::BackwardLayer(int n, int batch) {
       return BackwardCross(n, batch);
     case Layer::kAttentionPooling:
       return BackwardAttention(n, batch);
+    case Layer::kMmoe:
+      return BackwardMmoe(n, batch);
+    case Layer::kSlice:
+      return BackwardSlice(n, batch);
     case Layer::kAdd:
       for (int input : node.inputs) {
         if (!trained(input)) continue;

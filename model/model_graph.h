@@ -175,6 +175,13 @@ class ModelGraph {
   const float* SequenceMask(int node) const;
   absl::Status ForwardAttention(int node, int batch);
   absl::Status BackwardAttention(int node, int batch);
+  // mmoe and slice (model_graph_mmoe.cc).
+  struct MmoeSlots;
+  absl::Status MmoeConstants(int node, int batch);
+  absl::Status ForwardMmoe(int node, int batch);
+  absl::Status BackwardMmoe(int node, int batch);
+  absl::Status ForwardSlice(int node, int batch);
+  absl::Status BackwardSlice(int node, int batch);
   void Release(Buffer& buffer);
 
   const ModelPlan& plan_;

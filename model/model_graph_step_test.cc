@@ -124,10 +124,12 @@ TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
   options.embedding_dim = 4;
   options.hidden = {6};
   for (const std::string& name : BuiltinModelNames()) {
-    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    BuiltinOptions fitted = options;
+    const std::vector<ColumnUse>& columns = FitBuiltin(name, &fitted);
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, fitted);
     ASSERT_TRUE(spec.ok()) << spec.status();
     absl::StatusOr<ModelPlan> plan =
-        ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, fitted.labels);
     ASSERT_TRUE(plan.ok()) << plan.status();
     auto cpu = kernels::NewCpuBackend();
     ModelGraph graph(&*plan, cpu.get());
@@ -136,8 +138,8 @@ TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
     ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok());
     std::vector<float> probabilities;
     ASSERT_TRUE(graph.Predict(step.Inputs(), &probabilities).ok());
-    ASSERT_EQ(probabilities.size(), 13u) << name;
-    for (int b = 0; b < 13; ++b) {
+    ASSERT_EQ(probabilities.size(), 13u * plan->tasks().size()) << name;
+    for (size_t b = 0; b < probabilities.size(); ++b) {
       EXPECT_NEAR(probabilities[b], outputs.probabilities[b], 1e-6) << name;
     }
   }

@@ -34,11 +34,12 @@ TEST_P(BuiltinGradientTest, MatchesFiniteDifferences) {
   if (GetParam() != "dcn_v2" && GetParam() != "dlrm") {
     options.crosses = {{0, 2}};
   }
+  const std::vector<ColumnUse>& columns = FitBuiltin(GetParam(), &options);
   absl::StatusOr<ModelSpec> spec =
-      BuiltinModelSpec(GetParam(), kColumns, options);
+      BuiltinModelSpec(GetParam(), columns, options);
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<ModelPlan> plan =
-      ModelPlan::Create(ParsedModelSpec{*spec, {}}, kColumns);
+      ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, options.labels);
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto cpu = kernels::NewCpuBackend();
   for (const std::string& mismatch : GradientMismatches(*plan, cpu.get())) {
@@ -69,6 +70,29 @@ TEST(MultiTaskGradientTest, MaskedWeightedTasksMatchFiniteDifferences) {
   const ModelPlan plan = Plan(kTwoTasks, {"click", "convert"});
   ASSERT_EQ(plan.tasks().size(), 2u);
   EXPECT_EQ(plan.tasks()[1].loss_weight, 0.5f);
+  auto cpu = kernels::NewCpuBackend();
+  for (const std::string& mismatch : GradientMismatches(plan, cpu.get())) {
+    ADD_FAILURE() << mismatch;
+  }
+}
+
+// MMoE of two tasks, each its own label (masked, weighted), sharing the
+// experts through their gates.
+TEST(MultiTaskGradientTest, MmoeOfTwoTasksMatchesFiniteDifferences) {
+  const ModelPlan plan = Plan(R"(
+layer { name: "emb" inputs: "f0" inputs: "f1" inputs: "f2"
+        embedding { table: "small" } }
+layer { name: "x" inputs: "emb" inputs: "dense" concat {} }
+layer { name: "moe" inputs: "x"
+        mmoe { num_experts: 4 units: 6 num_tasks: 2 } }
+layer { name: "ctr_in" inputs: "moe" slice { begin: 0 width: 6 } }
+layer { name: "cvr_in" inputs: "moe" slice { begin: 6 width: 6 } }
+layer { name: "ctr" inputs: "ctr_in" mlp { units: 3 units: 1 } }
+layer { name: "cvr" inputs: "cvr_in" mlp { units: 3 units: 1 } }
+task { name: "ctr" label: "click" output: "ctr" }
+task { name: "cvr" label: "convert" output: "cvr" loss_weight: 3 }
+)",
+                              {"click", "convert"});
   auto cpu = kernels::NewCpuBackend();
   for (const std::string& mismatch : GradientMismatches(plan, cpu.get())) {
     ADD_FAILURE() << mismatch;

@@ -35,6 +35,16 @@ inline const std::vector<ColumnUse> kColumnsWithSequence = {
     ColumnUse::kDense,       ColumnUse::kCategorical, ColumnUse::kCategorical,
     ColumnUse::kCategorical, ColumnUse::kCategorical, ColumnUse::kSequence};
 
+// What built-in `name` is planned over in these tests: the built-ins'
+// columns (din: with the seq column) and labels (mmoe: two), set in
+// `options`.
+inline const std::vector<ColumnUse>& FitBuiltin(const std::string& name,
+                                                BuiltinOptions* options) {
+  if (name == "mmoe") options->labels = {"click", "convert"};
+  if (name == "din") options->max_sequence_length = 3;
+  return name == "din" ? kColumnsWithSequence : kColumns;
+}
+
 // The header of the per-layer specs: two tables of different dims, a wide
 // table, the four fields, a cross, the dense group, a bucketized group, a
 // sequence of 3.
@@ -360,6 +370,18 @@ layer { name: "keys" inputs: "history" embedding { table: "large" } }
 layer { name: "interest" inputs: "query" inputs: "keys"
         attention_pooling { units: 4 units: 3 } }
 layer { name: "out" inputs: "interest" mlp { units: 1 } }
+output: "out")"},
+    // Two tasks' mixtures of three experts, each task's slice to its tower.
+    {"mmoe", R"(
+layer { name: "emb" inputs: "f0" inputs: "f1" embedding { table: "small" } }
+layer { name: "x" inputs: "emb" inputs: "dense" concat {} }
+layer { name: "moe" inputs: "x"
+        mmoe { num_experts: 3 units: 5 units: 4 num_tasks: 2 } }
+layer { name: "first" inputs: "moe" slice { begin: 0 width: 4 } }
+layer { name: "second" inputs: "moe" slice { begin: 4 width: 4 } }
+layer { name: "a" inputs: "first" mlp { units: 1 } }
+layer { name: "b" inputs: "second" mlp { units: 3 units: 1 } }
+layer { name: "out" inputs: "a" inputs: "b" add {} }
 output: "out")"},
     {"shared_tables_and_buckets", R"(
 layer { name: "a" inputs: "f0" inputs: "f1" embedding { table: "small" } }

@@ -43,8 +43,9 @@ std::string TaskKey(absl::string_view name) {
   return absl::StrCat("task ", name);
 }
 
-// The longest sequence a spec may read.
+// The longest sequence a spec may read; the most experts an mmoe layer has.
 constexpr int kMaxSequence = 1000;
+constexpr int kMaxExperts = 64;
 
 // A plain label column's name (model/input/input_layout.h).
 constexpr absl::string_view kPlainLabel = "label";
@@ -79,6 +80,10 @@ const char* LayerKindName(const Layer& layer) {
       return "add";
     case Layer::kAttentionPooling:
       return "attention_pooling";
+    case Layer::kMmoe:
+      return "mmoe";
+    case Layer::kSlice:
+      return "slice";
     case Layer::KIND_NOT_SET:
       break;
   }
@@ -662,6 +667,40 @@ absl::Status Planner::ShapeLayer(int node_index) {
       return ShapeAdd(node);
     case Layer::kAttentionPooling:
       return ShapeAttention(node);
+    case Layer::kMmoe: {
+      RETURN_IF_ERROR(one_input());
+      const MmoeLayer& mmoe = layer.mmoe();
+      if (mmoe.num_experts() < 1 || mmoe.num_experts() > kMaxExperts ||
+          mmoe.num_tasks() < 1 || mmoe.units_size() == 0) {
+        return Error("layer", node.name,
+                     absl::StrCat("mmoe needs num_experts 1 to ", kMaxExperts,
+                                  ", num_tasks >= 1 and units"));
+      }
+      for (int units : mmoe.units()) {
+        if (units < 1) {
+          return Error("layer", node.name,
+                       absl::StrCat("units must be >= 1, not ", units));
+        }
+      }
+      node.width = mmoe.num_tasks() * mmoe.units(mmoe.units_size() - 1);
+      node.trained = true;
+      return absl::OkStatus();
+    }
+    case Layer::kSlice: {
+      RETURN_IF_ERROR(one_input());
+      const SliceLayer& slice = layer.slice();
+      const int input_width = nodes_[node.inputs[0]].width;
+      if (slice.begin() < 0 || slice.width() < 1 ||
+          slice.begin() + slice.width() > input_width) {
+        return Error(
+            "layer", node.name,
+            absl::StrCat("slice [", slice.begin(), ", ",
+                         slice.begin() + slice.width(),
+                         ") is not within its input's width ", input_width));
+      }
+      node.width = slice.width();
+      return absl::OkStatus();
+    }
     default:
       break;
   }
@@ -858,6 +897,28 @@ void Planner::AddLayerTensors(
                           nodes_[input].width, 1, 0.0f});
     }
     tensors->push_back({absl::StrCat(node.name, ".bias"), 1, 1, 0.0f});
+  }
+  if (layer.has_mmoe()) {
+    const MmoeLayer& mmoe = layer.mmoe();
+    const int width = nodes_[node.inputs[0]].width;
+    for (int e = 0; e < mmoe.num_experts(); ++e) {
+      int in = width;
+      for (int l = 0; l < mmoe.units_size(); ++l) {
+        const int out_width = mmoe.units(l);
+        const std::string prefix =
+            absl::StrCat(node.name, ".expert", e, ".", l);
+        tensors->push_back(
+            {prefix + ".weights", in, out_width, Glorot(in, out_width)});
+        tensors->push_back({prefix + ".bias", 1, out_width, 0.0f});
+        in = out_width;
+      }
+    }
+    for (int t = 0; t < mmoe.num_tasks(); ++t) {
+      const std::string prefix = absl::StrCat(node.name, ".gate", t);
+      tensors->push_back({prefix + ".weights", width, mmoe.num_experts(),
+                          Glorot(width, mmoe.num_experts())});
+      tensors->push_back({prefix + ".bias", 1, mmoe.num_experts(), 0.0f});
+    }
   }
   if (layer.has_attention_pooling()) {
     int in = 4 * node.row_dim;

@@ -427,19 +427,56 @@ TEST(ModelPlanTest, CrossesAreForTheBuiltinsWithAWidePart) {
   EXPECT_EQ(wide_deep->cross_size(), 1);
 }
 
+// kColumns and a seq column (which the built-ins pool as a field, and din
+// reads as a sequence).
+std::vector<ColumnUse> WithSequence(std::vector<ColumnUse> columns) {
+  columns.push_back(ColumnUse::kSequence);
+  return columns;
+}
+
 TEST(ModelPlanTest, EveryBuiltinPlansAndReadsBackFromItsText) {
+  const std::vector<ColumnUse> columns = WithSequence(kColumns);
   for (const std::string& name : BuiltinModelNames()) {
-    absl::StatusOr<ModelSpec> spec =
-        BuiltinModelSpec(name, kColumns, BuiltinOptions());
+    BuiltinOptions options;
+    if (name == "mmoe") options.labels = {"click", "convert"};
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, options);
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
     absl::StatusOr<ParsedModelSpec> parsed =
         ParseModelSpec(ModelSpecText(*spec));
     ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
     EXPECT_EQ(parsed->spec.SerializeAsString(), spec->SerializeAsString());
-    absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(*parsed, columns, options.labels);
     ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
-    EXPECT_EQ(plan->nodes()[plan->output()].width, 1);
+    EXPECT_EQ(plan->tasks().size(), options.labels.size()) << name;
+    for (const PlanTask& task : plan->tasks())
+      EXPECT_EQ(plan->nodes()[task.output].width, 1) << name;
   }
+}
+
+TEST(ModelPlanTest, MmoeAndDinNameWhatTheColumnsLack) {
+  const absl::StatusOr<ModelSpec> one_label =
+      BuiltinModelSpec("mmoe", kColumns, BuiltinOptions());
+  EXPECT_NE(one_label.status().message().find("needs two at least"),
+            std::string::npos)
+      << one_label.status();
+  const absl::StatusOr<ModelSpec> no_sequence =
+      BuiltinModelSpec("din", kColumns, BuiltinOptions());
+  EXPECT_NE(no_sequence.status().message().find("no seq column"),
+            std::string::npos)
+      << no_sequence.status();
+  const absl::StatusOr<ModelSpec> no_candidate = BuiltinModelSpec(
+      "din", {ColumnUse::kOther, ColumnUse::kSequence}, BuiltinOptions());
+  EXPECT_NE(no_candidate.status().message().find("no cat column"),
+            std::string::npos)
+      << no_candidate.status();
+  BuiltinOptions two_labels;
+  two_labels.labels = {"click", "convert"};
+  const absl::StatusOr<ModelSpec> one_output =
+      BuiltinModelSpec("wide_deep", kColumns, two_labels);
+  EXPECT_NE(one_output.status().message().find("2 labels (click, convert)"),
+            std::string::npos)
+      << one_output.status();
 }
 
 TEST(ModelPlanTest, BuiltinsFitColumnsWithoutDenseOrWithoutFields) {
@@ -448,18 +485,24 @@ TEST(ModelPlanTest, BuiltinsFitColumnsWithoutDenseOrWithoutFields) {
   const std::vector<ColumnUse> dense = {ColumnUse::kOther, ColumnUse::kDense,
                                         ColumnUse::kDense};
   for (const std::string& name : BuiltinModelNames()) {
+    if (name == "din") continue;  // a seq column and a cat one, always
+    BuiltinOptions options;
+    if (name == "mmoe") options.labels = {"click", "convert"};
     absl::StatusOr<ModelSpec> spec =
-        BuiltinModelSpec(name, categorical, BuiltinOptions());
+        BuiltinModelSpec(name, categorical, options);
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
-    EXPECT_TRUE(ModelPlan::Create({*spec, {}}, categorical).ok()) << name;
-    spec = BuiltinModelSpec(name, dense, BuiltinOptions());
+    EXPECT_TRUE(
+        ModelPlan::Create({*spec, {}}, categorical, options.labels).ok())
+        << name;
+    spec = BuiltinModelSpec(name, dense, options);
     if (name == "dlrm") {
       // Nothing for the dense rows to interact with.
       EXPECT_FALSE(spec.ok()) << name;
       continue;
     }
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
-    EXPECT_TRUE(ModelPlan::Create({*spec, {}}, dense).ok()) << name;
+    EXPECT_TRUE(ModelPlan::Create({*spec, {}}, dense, options.labels).ok())
+        << name;
   }
   EXPECT_FALSE(BuiltinModelSpec("xgboost", kColumns, BuiltinOptions()).ok());
 }

@@ -376,6 +376,7 @@ absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
   }
   options.crosses = layout.crosses;
   options.pooling = layout.multi_pooling;
+  options.labels = layout.label_names;
   return options;
 }
 
