@@ -1,7 +1,8 @@
 // graph_step_dump: one training step of a model spec on the CPU, written as
 // JSON for an independent build of the same model to check
-// (tests/bench/torch_model.py): the spec, the batch (labels, raw dense
-// values, each lookup's member rows per example), random parameters, and
+// (tests/bench/torch_model.py): the spec, the batch (each task's labels and
+// loss scale, raw dense values, each lookup's member rows per example, each
+// sequence's mask), random parameters, and
 // the step's loss and every gradient (per fetched row of each table, per
 // dense tensor).
 //
@@ -137,16 +138,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return ps::FailUsage(kProgram, layout.status().message());
-  // The dump has no place for a weighted loss's scale.
-  if (layout->has_weight())
-    return ps::FailUsage(kProgram, "a weight column is not dumped");
   absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
   if (!spec.ok()) return ps::FailUsage(kProgram, spec.status().message());
   auto plan = ps::model::PlanForLayout({*spec, {}}, *layout);
   if (!plan.ok()) return ps::FailUsage(kProgram, plan.status().message());
-  // The dump has one label per example.
-  if (plan->tasks().size() > 1)
-    return ps::FailUsage(kProgram, "a spec of several tasks is not dumped");
   if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())
     return ps::FailUsage(kProgram, fitted.message());
 
@@ -168,7 +163,10 @@ int main(int argc, char** argv) {
   nlohmann::json dump;
   dump["spec"] = ps::model::ModelSpecText(*spec);
   dump["batch"] = inputs.batch;
+  // tasks x batch, task-major; the loss scale likewise, or empty (1).
   dump["labels"] = inputs.labels;
+  dump["loss_scale"] = inputs.loss_scale;
+  dump["sequence_masks"] = inputs.sequence_masks;
   std::vector<std::vector<double>> dense_raw;
   for (const auto& example : examples) {
     dense_raw.emplace_back(example.dense.begin(), example.dense.end());

@@ -45,6 +45,9 @@ class Graph:
         self.slots = {}
         for field in spec.field:
             self.slots[field.name] = 1
+        for sequence in spec.sequence:
+            self.slots[sequence.name] = sequence.max_length
+        self.sequences = {s.name for s in spec.sequence}
         for cross in spec.cross:
             self.slots[cross.name] = 1
         self.dense_groups = {}
@@ -55,7 +58,7 @@ class Graph:
         self.layers = {layer.name: layer for layer in spec.layer}
 
     def forward(self, batch):
-        """The output logits, one per example."""
+        """The logits: tasks x examples (one row without tasks)."""
         values = {}
         for name, group in self.dense_groups.items():
             if group.transform != self.pb2.DenseInput.BUCKETIZE:
@@ -73,7 +76,8 @@ class Graph:
 
         for layer in self.spec.layer:
             run(layer.name)
-        return values[self.spec.output].reshape(-1)
+        outputs = [t.output for t in self.spec.task] or [self.spec.output]
+        return torch.stack([values[o].reshape(-1) for o in outputs])
 
     def rows_of(self, layer, values, batch):
         """fm and dot_interaction: the inputs as a B x k x d stack of rows."""
@@ -145,6 +149,44 @@ class Graph:
             for i in layer.inputs[1:]:
                 out = out + values[i]
             return out
+        if kind == "attention_pooling":
+            # DIN: an MLP of [q, k, q - k, q * k] per position; masked
+            # weights, no softmax; the weighted sum of the keys.
+            q = values[layer.inputs[0]]
+            keys_layer = self.layers[layer.inputs[1]]
+            sequence = keys_layer.inputs[0]
+            k = values[layer.inputs[1]].reshape(batch, self.slots[sequence], -1)
+            q = q.unsqueeze(1).expand_as(k)
+            x = torch.cat([q, k, q - k, q * k], dim=2)
+            count = len(layer.attention_pooling.units) + 1
+            for l in range(count):
+                x = x @ tensor("%s.%d.weights" % (name, l)) + tensor("%s.%d.bias" % (name, l))
+                if l + 1 < count:
+                    x = torch.relu(x)
+            weights = x.squeeze(2) * self.source.mask(sequence)
+            return (weights.unsqueeze(2) * k).sum(dim=1)
+        if kind == "mmoe":
+            # Experts (ReLU on every layer), a softmax gate per task.
+            mmoe = layer.mmoe
+            x = values[layer.inputs[0]]
+            experts = []
+            for e in range(mmoe.num_experts):
+                h = x
+                for l in range(len(mmoe.units)):
+                    prefix = "%s.expert%d.%d" % (name, e, l)
+                    h = torch.relu(h @ tensor(prefix + ".weights") + tensor(prefix + ".bias"))
+                experts.append(h)
+            stacked = torch.stack(experts, dim=1)  # B x E x u
+            outs = []
+            for t in range(mmoe.num_tasks):
+                prefix = "%s.gate%d" % (name, t)
+                gate = torch.softmax(x @ tensor(prefix + ".weights") + tensor(prefix + ".bias"),
+                                     dim=1)
+                outs.append((gate.unsqueeze(2) * stacked).sum(dim=1))
+            return torch.cat(outs, dim=1)
+        if kind == "slice":
+            begin = layer.slice.begin
+            return values[layer.inputs[0]][:, begin:begin + layer.slice.width]
         raise ValueError("layer %s: unknown kind %s" % (name, kind))
 
 
@@ -183,6 +225,10 @@ class DumpedStep:
             self.lookups[(lookup["table"], lookup["node"], lookup["slot"])] = lookup["members"]
         self.dense_raw = torch.tensor(step["dense_raw"], dtype=torch.float64).reshape(
             self.batch, -1)
+        self.masks = {}
+        for sequence, mask in zip(spec.sequence, step.get("sequence_masks", [])):
+            self.masks[sequence.name] = torch.tensor(mask, dtype=torch.float64).reshape(
+                self.batch, sequence.max_length)
         self.dense_position = {c: i for i, c in enumerate(step["dense_columns"])}
         self.pooling = {}
         for field in spec.field:
@@ -207,6 +253,9 @@ class DumpedStep:
 
     def tensor(self, name):
         return self.tensors[name]
+
+    def mask(self, sequence):
+        return self.masks[sequence]
 
     def dense(self, group):
         columns = [self.dense_position[c] for c in group.columns]
@@ -344,9 +393,17 @@ def check(args):
     step = json.load(open(args.check))
     spec, pb2 = load_spec(step["spec"], args.proto_dir)
     model = DumpedStep(spec, pb2, step)
-    logits = Graph(spec, pb2, model).forward(model.batch)
-    labels = torch.tensor(step["labels"], dtype=torch.float64)
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+    logits = Graph(spec, pb2, model).forward(model.batch)  # tasks x B
+    labels = torch.tensor(step["labels"], dtype=torch.float64).reshape(logits.shape)
+    # The sum over the tasks of each one's mean scaled cross-entropy (the
+    # scale: an example's weight over the known ones' mean, 0 when its label
+    # is unknown, times the task's loss weight; 1 without one).
+    scale = step.get("loss_scale") or []
+    scale = (torch.tensor(scale, dtype=torch.float64).reshape(logits.shape)
+             if scale else torch.ones_like(logits))
+    losses = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, labels, reduction="none")
+    loss = (scale * losses).sum() / model.batch
     loss.backward()
     failures = 0
     loss_error = abs(loss.item() - step["loss"]) / max(abs(loss.item()), 1e-12)
