@@ -69,8 +69,9 @@ ABSL_FLAG(std::string, read_replicas, "",
           "primaries, seeing their pushes up to the replicas' lag. Empty: "
           "evaluations pull from the shards.");
 ABSL_FLAG(std::string, model, "wide_deep",
-          "A built-in model: lr, wide_deep, deepfm, dcn_v2 or dlrm "
-          "(docs/models.md). Ignored with --model_spec.");
+          "A built-in model: lr, wide_deep, deepfm, dcn_v2, dlrm, mmoe (a "
+          "task per label; two labels at least) or din (attention over the "
+          "first seq column) (docs/models.md). Ignored with --model_spec.");
 ABSL_FLAG(std::string, model_spec, "",
           "A model spec file (text proto, docs/models.md) to train instead of "
           "a built-in; --print_model_spec prints one to start from.");
