@@ -1,7 +1,7 @@
 // File: model/builtin_specs.h
 //
 // The built-in models as specs (proto/model_spec.proto), fitted to a click
-// log's columns: every cat and multi column is a field, the dense columns
+// log's columns: every cat, multi and seq column is a field, the dense columns
 // one LOG1P group. docs/models.md draws each.
 //
 //   lr         wide(fields, crosses, dense): a weight per key and per dense
@@ -50,7 +50,8 @@ struct BuiltinOptions {
   OptimizerSpec embedding_optimizer;
   OptimizerSpec wide_optimizer;
   OptimizerSpec dense_optimizer;
-  // Crossed fields, as 0-based positions among the cat and multi columns.
+  // Crossed fields, as 0-based positions among the cat, multi and seq
+  // columns.
   std::vector<std::pair<int, int>> crosses;
   Field::Pooling pooling = Field::SUM;
   // The click log's label columns' names, in file order (mmoe makes a task

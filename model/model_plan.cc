@@ -1020,12 +1020,21 @@ absl::StatusOr<ModelPlan> ModelPlan::Create(
 }
 
 int64_t ModelPlan::DenseMultiplyAddsPerExample() const {
+  // An attention_pooling layer's MLP runs once per position.
+  absl::flat_hash_map<std::string, int64_t> runs;
+  for (const PlanNode& node : nodes_) {
+    if (node.kind == PlanNode::Kind::kLayer &&
+        spec_.layer(node.index).has_attention_pooling()) {
+      runs[node.name] = node.rows;
+    }
+  }
   int64_t multiply_adds = 0;
   for (const kernels::DenseTensorSpec& tensor : dense_tensors_) {
     // Every tensor but a bias is a matrix the inputs are multiplied by.
-    if (!absl::EndsWith(tensor.name, ".bias")) {
-      multiply_adds += static_cast<int64_t>(tensor.size());
-    }
+    if (absl::EndsWith(tensor.name, ".bias")) continue;
+    auto found = runs.find(tensor.name.substr(0, tensor.name.find('.')));
+    multiply_adds += static_cast<int64_t>(tensor.size()) *
+                     (found == runs.end() ? 1 : found->second);
   }
   return multiply_adds;
 }

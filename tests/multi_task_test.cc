@@ -103,6 +103,21 @@ class MultiTaskTest : public TrainingTest {
           0)
           << ReadFile(dir_ + "/gen.log");
     }
+    // Conversions unknown (empty) on every fifth training line and every
+    // fourth test line: masked out of the cvr task's loss and evaluation.
+    for (const auto& [name, every] :
+         {std::make_pair("train", 5), std::make_pair("test", 4)}) {
+      ASSERT_EQ(
+          RunToCompletion(
+              {"/bin/sh", "-c",
+               absl::StrCat("awk -F'\\t' 'BEGIN { OFS = \"\\t\" } NR % ", every,
+                            " == 0 { $2 = \"\" } { print }' ", dir_, "/", name,
+                            ".tsv > ", dir_, "/", name, ".masked && mv ", dir_,
+                            "/", name, ".masked ", dir_, "/", name, ".tsv")},
+              dir_ + "/mask.log"),
+          0)
+          << ReadFile(dir_ + "/mask.log");
+    }
     std::ofstream(dir_ + "/two_tasks.spec") << TwoTaskSpec();
   }
 
@@ -140,7 +155,8 @@ TEST_F(MultiTaskTest, TrainsEvaluatesPredictsAndServesEachTask) {
   EXPECT_EQ(metrics["tasks"][0]["task"], "ctr");
   EXPECT_EQ(metrics["tasks"][1]["task"], "cvr");
   EXPECT_EQ(metrics["tasks"][0]["test_auc"], metrics["test_auc"]);
-  EXPECT_EQ(metrics["tasks"][1]["test_examples"], 4000);
+  EXPECT_EQ(metrics["tasks"][0]["test_examples"], 4000);
+  EXPECT_EQ(metrics["tasks"][1]["test_examples"], 3000);
   const double ctr_auc = metrics["tasks"][0]["test_auc"];
   const double cvr_auc = metrics["tasks"][1]["test_auc"];
   std::cout << "test AUC ctr " << ctr_auc << " (truth " << truth["truth_auc"]
@@ -183,6 +199,8 @@ TEST_F(MultiTaskTest, TrainsEvaluatesPredictsAndServesEachTask) {
   // The report: the first task's AUC first, then the other's.
   const std::string report = ReadFile(predict_log);
   EXPECT_NE(report.find("(task ctr); task cvr: AUC 0."), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("over the 3000 labeled lines"), std::string::npos)
       << report;
 
   // ps_serve answers each task's probabilities, named, ps_predict's.
@@ -270,7 +288,8 @@ TEST_F(MultiTaskTest, FollowingValidatesEachTaskProgressively) {
   const nlohmann::json& file = metrics["followed_files"][0];
   ASSERT_EQ(file["tasks"].size(), 2u) << text;
   EXPECT_EQ(file["tasks"][1]["task"], "cvr");
-  EXPECT_EQ(file["tasks"][1]["progressive_examples"], 30000);
+  EXPECT_EQ(file["tasks"][0]["progressive_examples"], 30000);
+  EXPECT_EQ(file["tasks"][1]["progressive_examples"], 24000);  // 1 in 5 unknown
   EXPECT_EQ(file["tasks"][0]["progressive_auc"], file["progressive_auc"]);
   EXPECT_GT(file["tasks"][1]["progressive_auc"], 0.55) << text;
   EXPECT_NE(ReadFile(dir_ + "/worker0.log")

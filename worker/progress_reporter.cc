@@ -48,9 +48,12 @@ void ProgressReporter::Report(absl::Time now, const ProgressContext& context) {
   std::string test_aucs;
   if (train.size() > 1) {
     aucs.clear();
-    for (const TaskMetrics& task : train)
-      absl::StrAppendFormat(&aucs, "%s%s %.4f", aucs.empty() ? "" : " ",
-                            task.task, task.auc);
+    // "-" for a task that knew no label in the interval.
+    for (const TaskMetrics& task : train) {
+      absl::StrAppend(&aucs, aucs.empty() ? "" : " ", task.task, " ",
+                      task.examples > 0 ? absl::StrFormat("%.4f", task.auc)
+                                        : std::string("-"));
+    }
     for (const TaskMetrics& task : context.test)
       absl::StrAppendFormat(&test_aucs, " %s %.4f", task.task, task.auc);
     if (!test_aucs.empty()) test_aucs = absl::StrCat(" | test AUC", test_aucs);

@@ -128,13 +128,17 @@ void TrainingMetrics::ObserveStaleness(int64_t staleness) {
 void TrainingMetrics::SetRecent(double loss,
                                 const std::vector<TaskMetrics>& tasks) {
   loss_->Set(loss);
-  for (const TaskMetrics& task : tasks)
-    recent_auc_family_->Add({{"task", task.task}}).Set(task.auc);
+  // A task without a known label in the interval has no figure.
+  for (const TaskMetrics& task : tasks) {
+    if (task.examples > 0)
+      recent_auc_family_->Add({{"task", task.task}}).Set(task.auc);
+  }
 }
 
 void TrainingMetrics::SetTest(const std::vector<TaskMetrics>& tasks) {
   // Created at the first evaluation, so that no 0 reads as a result.
   for (const TaskMetrics& task : tasks) {
+    if (task.examples == 0) continue;
     test_auc_family_->Add({{"task", task.task}}).Set(task.auc);
     test_loss_family_->Add({{"task", task.task}}).Set(task.logloss);
   }
@@ -143,6 +147,7 @@ void TrainingMetrics::SetTest(const std::vector<TaskMetrics>& tasks) {
 void TrainingMetrics::SetProgressiveValidation(
     const std::vector<TaskMetrics>& tasks) {
   for (const TaskMetrics& task : tasks) {
+    if (task.examples == 0) continue;
     progressive_auc_family_->Add({{"task", task.task}}).Set(task.auc);
     progressive_loss_family_->Add({{"task", task.task}}).Set(task.logloss);
   }

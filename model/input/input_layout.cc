@@ -257,7 +257,7 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
         first == second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--crosses: \"", pair, "\" must be I:J, two different fields in [0, ",
-          layout.fields(), ") (the cat and multi columns, in order)"));
+          layout.fields(), ") (the cat, multi and seq columns, in order)"));
     }
     if (std::find(layout.crosses.begin(), layout.crosses.end(),
                   std::make_pair(first, second)) != layout.crosses.end()) {

@@ -77,7 +77,7 @@ struct InputLayout {
   // How a multi column's values pool into one row of each table the
   // built-ins look them up in (a spec file says so per field). Default: sum.
   Field::Pooling multi_pooling = Field::SUM;
-  // Pairs of categorical fields (0-based over the cat and multi columns)
+  // Pairs of categorical fields (0-based over the cat, multi and seq columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
   // A reading limit, not part of the model: the most keys a multi column or

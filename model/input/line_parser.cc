@@ -83,6 +83,24 @@ absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
 absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
                           const InputLayout& layout, Example* example) {
   const size_t first = example->keys.size();
+  const bool sequence = layout.columns[column - 1] == ColumnKind::kSequence;
+  if (sequence) {
+    // A history longer than the limit keeps its most recent values: skip
+    // the oldest.
+    size_t values = 0;
+    for (size_t at = 0; at <= raw.size(); ++values) {
+      const size_t end = raw.find(layout.multi_separator, at);
+      if (end == absl::string_view::npos) break;
+      at = end + 1;
+    }
+    size_t skip = values + 1 > static_cast<size_t>(layout.max_values_per_field)
+                      ? values + 1 - layout.max_values_per_field
+                      : 0;
+    while (skip > 0) {
+      raw.remove_prefix(raw.find(layout.multi_separator) + 1);
+      --skip;
+    }
+  }
   size_t value_start = 0;
   while (value_start <= raw.size()) {
     size_t value_end = raw.find(layout.multi_separator, value_start);

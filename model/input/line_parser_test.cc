@@ -291,5 +291,25 @@ TEST(LineParserTest, APlainLabelIsNeverUnknown) {
   EXPECT_TRUE(example.label_known[0]);
 }
 
+TEST(LineParserTest, ALongSequenceKeepsItsMostRecentValues) {
+  auto layout =
+      MakeInputLayout("csv", false, "label,seq,multi", "|", "sum", "");
+  ASSERT_OK(layout);
+  layout->max_values_per_field = 3;
+  Example example;
+  // Oldest first: a and b are dropped, the empty value is no value.
+  ASSERT_OK(ParseLine("1,a|b|c||e,x", *layout, &example));
+  EXPECT_EQ(example.slot_end[0], 2u);
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "c"));
+  EXPECT_EQ(example.keys[1], FeatureKey(0, "e"));
+  ASSERT_OK(ParseLine("1,a|b|c|d,x", *layout, &example));
+  EXPECT_EQ(example.slot_end[0], 3u);
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "b"));
+  EXPECT_EQ(example.keys[2], FeatureKey(0, "d"));
+  // A multi column over the limit is still a bad line.
+  EXPECT_THAT(ParseLine("1,a,w|x|y|z", *layout, &example),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace ps::model

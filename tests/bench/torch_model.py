@@ -267,6 +267,7 @@ def widths(spec, pb2):
     width = {}
     slots = {f.name: 1 for f in spec.field}
     slots.update({c.name: 1 for c in spec.cross})
+    slots.update({s.name: s.max_length for s in spec.sequence})
     dims = {t.name: t.dim for t in spec.table}
     for group in spec.dense:
         if group.transform == pb2.DenseInput.BUCKETIZE:
@@ -289,6 +290,12 @@ def widths(spec, pb2):
             w = sum(inputs)
         elif kind == "mlp":
             w = layer.mlp.units[-1]
+        elif kind == "attention_pooling":
+            w = dims[layers[layer.inputs[1]].embedding.table]
+        elif kind == "mmoe":
+            w = layer.mmoe.num_tasks * layer.mmoe.units[-1]
+        elif kind == "slice":
+            w = layer.slice.width
         elif kind == "dot_interaction":
             embedding_dims = {dims[layers[i].embedding.table] for i in layer.inputs
                               if i in layers and layers[i].WhichOneof("kind") == "embedding"}
@@ -311,9 +318,12 @@ class HashedTables(torch.nn.Module):
     """A spec's parameters for training in PyTorch: each table as a hashed
     torch.nn.Embedding of `buckets` rows (uniform on +-init_scale, sparse
     gradients), each dense tensor initialised as ps_worker does (Glorot-
-    uniform weights, zero biases and wide weights). Reads single-valued
-    fields without crosses or bucketized columns: set_batch() gives each
-    field's bucket per example and each dense group's raw columns."""
+    uniform weights, zero biases and wide weights). Reads fields (a
+    multi-valued one as its padded buckets and mask, pooled by sum or
+    mean), sequences (each position's bucket and the mask) and dense groups,
+    without crosses or bucketized columns: set_batch() gives each field's and
+    sequence's buckets per example (B, or B x positions), the masks of the
+    multi-valued ones, and each dense group's raw columns."""
 
     def __init__(self, spec, pb2, buckets):
         super().__init__()
@@ -349,6 +359,26 @@ class HashedTables(torch.nn.Module):
                     add("%s.%d.weights" % (layer.name, l), input_width, units, not zeros)
                     add("%s.%d.bias" % (layer.name, l), 1, units, False)
                     input_width = units
+            elif kind == "attention_pooling":
+                units = list(layer.attention_pooling.units) + [1]
+                input_width = 4 * width[layer.name]
+                for l, out in enumerate(units):
+                    add("%s.%d.weights" % (layer.name, l), input_width, out, True)
+                    add("%s.%d.bias" % (layer.name, l), 1, out, False)
+                    input_width = out
+            elif kind == "mmoe":
+                mmoe = layer.mmoe
+                for e in range(mmoe.num_experts):
+                    w = input_width
+                    for l, out in enumerate(mmoe.units):
+                        prefix = "%s.expert%d.%d" % (layer.name, e, l)
+                        add(prefix + ".weights", w, out, True)
+                        add(prefix + ".bias", 1, out, False)
+                        w = out
+                for t in range(mmoe.num_tasks):
+                    prefix = "%s.gate%d" % (layer.name, t)
+                    add(prefix + ".weights", input_width, mmoe.num_experts, True)
+                    add(prefix + ".bias", 1, mmoe.num_experts, False)
             elif kind == "cross":
                 rank = layer.cross.low_rank
                 for l in range(layer.cross.num_layers):
@@ -360,14 +390,29 @@ class HashedTables(torch.nn.Module):
                         add(prefix + ".v", rank, input_width, True)
                     add(prefix + ".bias", 1, input_width, False)
         self.keys = {}
+        self.masks = {}
         self.dense_raw = {}
+        self.sequences = {s.name for s in spec.sequence}
+        self.mean = {f.name for f in spec.field if f.pooling == pb2.Field.MEAN}
 
-    def set_batch(self, keys, dense_raw):
-        """keys: field name -> B bucket indices; dense_raw: group -> B x cols."""
-        self.keys, self.dense_raw = keys, dense_raw
+    def set_batch(self, keys, dense_raw, masks=None):
+        """keys: field or sequence name -> B bucket indices (B x positions
+        for a sequence or a multi-valued field); masks: those -> B x
+        positions; dense_raw: group -> B x cols."""
+        self.keys, self.dense_raw, self.masks = keys, dense_raw, masks or {}
 
     def rows(self, table, node, slot):
-        return self.tables[table](self.keys[node])
+        keys = self.keys[node]
+        if node in self.sequences:
+            return self.tables[table](keys[:, slot])
+        if keys.dim() == 1:
+            return self.tables[table](keys)
+        mask = self.masks[node].unsqueeze(2)
+        pooled = (self.tables[table](keys) * mask).sum(dim=1)
+        return pooled / mask.sum(dim=1) if node in self.mean else pooled
+
+    def mask(self, sequence):
+        return self.masks[sequence]
 
     def tensor(self, name):
         return self.parameters_by_name[name.replace(".", "__")]

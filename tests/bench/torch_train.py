@@ -27,7 +27,13 @@ tensors initialised as ps_worker does and trained with the spec's dense
 optimizer (Adam); a zero hyper-parameter means base/optimizer.h's default,
 as on the servers. The label is column 0; fields (single-valued, no
 crosses or bucketized columns) and dense groups read the columns the spec
-names. DIR holds
+names; a field of a column in --multi_columns (a multi or seq column,
+'|'-separated) pools its values (of a seq column, with max_length, its
+max_length most recent), a sequence its max_length most recent
+values, most recent first, masked. A spec of tasks reads each task's label
+from --label_columns (NAME=COLUMN,...), and the loss is the sum of the
+tasks' loss_weight times their cross-entropy; the JSON gives each task's
+AUC under "tasks". DIR holds
 model_spec_pb2.py and ps_pb2.py (protoc --python_out).
 """
 import argparse
@@ -63,26 +69,59 @@ def parse(path, buckets):
             torch.tensor(keys, dtype=torch.int64))
 
 
-def parse_for_spec(path, spec, buckets):
-    """Labels, each field's bucket per line, each dense group's raw columns."""
-    fields = [(f.name, f.column) for f in spec.field]
+def parse_for_spec(path, spec, buckets, label_columns, multi_columns):
+    """Labels (tasks x lines), each field's and sequence's buckets per line
+    (with masks for the multi-valued ones), each dense group's raw columns."""
+    # A multi-valued field: its values, padded to the longest any line has
+    # (max_length, or --multi_columns' limit of 1000).
+    fields = [(f.name, f.column,
+               f.max_length or (1000 if f.column in multi_columns else 0))
+              for f in spec.field]
+    sequences = [(s.name, s.column, s.max_length) for s in spec.sequence]
     groups = [(g.name, list(g.columns)) for g in spec.dense]
-    width = 1 + max([c for _, c in fields] + [c for _, cs in groups for c in cs])
-    labels, keys, dense = [], {n: [] for n, _ in fields}, {n: [] for n, _ in groups}
+    width = 1 + max([c for _, c, _ in fields + sequences] +
+                    [c for _, cs in groups for c in cs] + label_columns)
+    labels = [[] for _ in label_columns]
+    keys = {n: [] for n, _, _ in fields + sequences}
+    masks = {n: [] for n, _, length in fields + sequences if length > 0}
+    dense = {n: [] for n, _ in groups}
+
+    def bucket(value, column):
+        return xxhash.xxh3_64_intdigest(value.encode(), seed=column) % buckets
+
     with open(path) as lines:
         for line in lines:
             columns = line.rstrip("\n").split("\t")
-            if len(columns) < width or columns[0] not in ("0", "1"):
+            if len(columns) < width or any(columns[c] not in ("0", "1") for c in label_columns):
                 continue
-            labels.append(float(columns[0]))
-            for name, column in fields:
-                keys[name].append(
-                    xxhash.xxh3_64_intdigest(columns[column].encode(), seed=column) % buckets)
+            for t, c in enumerate(label_columns):
+                labels[t].append(float(columns[c]))
+            for name, column, length in fields:
+                if length == 0:
+                    keys[name].append(bucket(columns[column], column))
+                    continue
+                # A seq column's most recent values; none: the missing value.
+                values = [v for v in columns[column].split("|") if v][-length:] or [""]
+                keys[name].append([bucket(v, column) for v in values])
+                masks[name].append([1.0] * len(values))
+            for name, column, length in sequences:
+                values = [v for v in columns[column].split("|") if v][::-1][:length]
+                keys[name].append([bucket(v, column) for v in values] +
+                                  [bucket("", column)] * (length - len(values)))
+                masks[name].append([1.0] * len(values) + [0.0] * (length - len(values)))
             for name, cs in groups:
                 dense[name].append([float(columns[c]) if columns[c] else 0.0 for c in cs])
+    # Multi-valued fields padded to their longest list.
+    for name, _, length in fields:
+        if length == 0:
+            continue
+        longest = max((len(k) for k in keys[name]), default=1)
+        keys[name] = [k + [0] * (longest - len(k)) for k in keys[name]]
+        masks[name] = [m + [0.0] * (longest - len(m)) for m in masks[name]]
     return (torch.tensor(labels),
             {n: torch.tensor(v, dtype=torch.int64) for n, v in keys.items()},
-            {n: torch.tensor(v, dtype=torch.float32) for n, v in dense.items()})
+            {n: torch.tensor(v, dtype=torch.float32) for n, v in dense.items()},
+            {n: torch.tensor(v, dtype=torch.float32) for n, v in masks.items()})
 
 
 class SpecModel(torch.nn.Module):
@@ -93,8 +132,8 @@ class SpecModel(torch.nn.Module):
         self.source = torch_model.HashedTables(spec, pb2, buckets)
         self.graph = torch_model.Graph(spec, pb2, self.source)
 
-    def forward(self, keys, dense):
-        self.source.set_batch(keys, dense)
+    def forward(self, keys, dense, masks=None):
+        self.source.set_batch(keys, dense, masks)
         return self.graph.forward(len(next(iter(keys.values()))))
 
 
@@ -180,6 +219,11 @@ def main():
     parser.add_argument("--model", default="wide_deep")
     parser.add_argument("--model_spec", help="train this spec instead of --model")
     parser.add_argument("--proto_dir", help="with --model_spec: protoc --python_out's dir")
+    parser.add_argument("--multi_columns", default="",
+                        help="with --model_spec: columns of several values "
+                             "('|'-separated: multi and seq), comma-separated")
+    parser.add_argument("--label_columns", default="",
+                        help="with a spec of tasks: NAME=COLUMN per label")
     parser.add_argument("--batch_size", type=int, default=4096)
     parser.add_argument("--embedding_dim", type=int, default=16)
     parser.add_argument("--hidden", default="256,128")
@@ -205,8 +249,15 @@ def main():
             parser.error("--model_spec needs --proto_dir")
         spec, pb2 = torch_model.load_spec(open(args.model_spec).read(), args.proto_dir)
         args.model = spec.name or args.model_spec
-        labels, keys, dense = parse_for_spec(args.train, spec, args.buckets)
-        test_labels, test_keys, test_dense = parse_for_spec(args.test, spec, args.buckets)
+        named = dict(item.split("=") for item in args.label_columns.split(",") if item)
+        label_columns = [int(named[t.label]) for t in spec.task] or [0]
+        loss_weights = [t.loss_weight or 1.0 for t in spec.task] or [1.0]
+        tasks = [t.name for t in spec.task] or ["label"]
+        multi_columns = {int(c) for c in args.multi_columns.split(",") if c}
+        labels, keys, dense, masks = parse_for_spec(args.train, spec, args.buckets,
+                                                    label_columns, multi_columns)
+        test_labels, test_keys, test_dense, test_masks = parse_for_spec(
+            args.test, spec, args.buckets, label_columns, multi_columns)
         model = SpecModel(spec, pb2, args.buckets)
         sparse_optimizers, dense_optimizer, dense_params = spec_optimizers(spec, model, args.proto_dir)
 
@@ -226,15 +277,27 @@ def main():
 
         def rows(data, begin, end):
             return data[begin:end]
+        labels, test_labels = labels.unsqueeze(0), test_labels.unsqueeze(0)
+        masks = test_masks = {}
+        loss_weights, tasks = [1.0], ["label"]
     parse_seconds = time.perf_counter() - start
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
 
     start = time.perf_counter()
-    for begin in range(0, len(labels), args.batch_size):
-        end = min(begin + args.batch_size, len(labels))
+    examples = labels.shape[1]
+
+    def run(model_keys, model_dense, model_masks):
+        if args.model_spec:
+            return model(model_keys, model_dense, model_masks)
+        return model(model_keys, model_dense).reshape(1, -1)
+
+    for begin in range(0, examples, args.batch_size):
+        end = min(begin + args.batch_size, examples)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logit = model(rows(keys, begin, end), rows(dense, begin, end))
-        loss = loss_fn(logit.float(), labels[begin:end])
+            logit = run(rows(keys, begin, end), rows(dense, begin, end),
+                        rows(masks, begin, end) if masks else None)
+        loss = sum(w * loss_fn(logit[t].float(), labels[t, begin:end])
+                   for t, w in enumerate(loss_weights))
         for optimizer in sparse_optimizers:
             optimizer.zero_grad()
         dense_optimizer.zero_grad()
@@ -250,18 +313,25 @@ def main():
 
     with torch.no_grad():
         probabilities = torch.cat([
-            torch.sigmoid(model(rows(test_keys, b, b + 65536), rows(test_dense, b, b + 65536)))
-            for b in range(0, len(test_labels), 65536)]).numpy()
-    y = test_labels.numpy()
-    p = np.clip(probabilities, 1e-7, 1 - 1e-7)
+            torch.sigmoid(run(rows(test_keys, b, b + 65536), rows(test_dense, b, b + 65536),
+                              rows(test_masks, b, b + 65536) if test_masks else None))
+            for b in range(0, test_labels.shape[1], 65536)], dim=1).numpy()
+    per_task = []
+    for t, name in enumerate(tasks):
+        y = test_labels[t].numpy()
+        p = np.clip(probabilities[t], 1e-7, 1 - 1e-7)
+        per_task.append({"task": name, "test_auc": round(auc(probabilities[t], y), 6),
+                         "test_logloss": round(float(
+                             -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()), 6)})
     result = {
         "model": args.model,
-        "examples": int(len(labels)),
+        "examples": int(examples),
         "parse_seconds": round(parse_seconds, 3),
         "train_seconds": round(train_seconds, 3),
-        "examples_per_sec": round(len(labels) / train_seconds, 1),
-        "test_auc": round(auc(probabilities, y), 6),
-        "test_logloss": round(float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()), 6),
+        "examples_per_sec": round(examples / train_seconds, 1),
+        "test_auc": per_task[0]["test_auc"],
+        "test_logloss": per_task[0]["test_logloss"],
+        "tasks": per_task,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "threads": torch.get_num_threads(),
         "bf16": args.bf16,

@@ -15,7 +15,9 @@ ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
           "The columns in file order, comma-separated: label, label:NAME (one "
           "of several labels, each a task's in the model spec; empty: "
           "unknown), dense, cat, multi (values separated by "
-          "--multi_separator), skip, id (kept verbatim and written beside "
+          "--multi_separator), seq (an ordered list of values, oldest first, "
+          "separated likewise: a user's recent items), skip, id (kept verbatim "
+          "and written beside "
           "each ps_predict probability; at most one), or weight (a positive "
           "number multiplying the line's loss; at most one), each but "
           "label:NAME optionally *N to repeat; at least one label and one "
@@ -26,14 +28,16 @@ ABSL_FLAG(std::string, multi_separator, "|",
 ABSL_FLAG(std::string, multi_pooling, "sum",
           "How a multi column's values pool into one embedding and one wide "
           "weight: sum, mean or max (the largest value of each dimension).");
-ABSL_FLAG(std::string, crosses, "",
-          "Feature crosses for the wide part: comma-separated I:J pairs of "
-          "categorical fields, numbered from 0 over the cat and multi columns "
-          "in order.");
+ABSL_FLAG(
+    std::string, crosses, "",
+    "Feature crosses for the wide part: comma-separated I:J pairs of "
+    "categorical fields, numbered from 0 over the cat, multi and seq columns "
+    "in order.");
 ABSL_FLAG(int32_t, max_values_per_field, 1000,
           "Most keys a multi column, or a cross, may give one line (a cross "
           "of two multi columns gives every pair); a line over it is a "
-          "counted bad line.");
+          "counted bad line. A seq column keeps its most recent this many "
+          "values instead.");
 
 namespace ps::worker {
 

@@ -119,14 +119,15 @@ absl::StatusOr<ps::model::InputLayout> InputLayoutForModel(
   if (!given.ok() || !layout_flags_given) return given;
   const ps::model::InputLayout& layout = *given;
   if (FieldKinds(layout) != FieldKinds(trained) ||
+      layout.label_names != trained.label_names ||
       layout.dense_features() != trained.dense_features() ||
       layout.crosses != trained.crosses ||
       layout.multi_pooling != trained.multi_pooling) {
     return absl::InvalidArgumentError(
         "the layout flags give " + ps::model::LayoutText(layout) +
         ", but the model was trained on " + ps::model::LayoutText(trained) +
-        ": the fields (cat or multi, in order), dense features, crosses and "
-        "pooling must match");
+        ": the labels (by name, in order), fields (cat, multi or seq, in "
+        "order), dense features, crosses and pooling must match");
   }
   return given;
 }
