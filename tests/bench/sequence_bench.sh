@@ -15,7 +15,8 @@
 # The configurations run in alternating rounds (each round runs every one
 # once), round r with initial parameters of seed r on both sides; the table
 # gives medians and ranges over the rounds, and the AUC margins within a
-# round. Prints the tables (markdown, for BENCHMARKS.md).
+# round. Prints the tables and rewrites the "sequences" section of
+# BENCHMARKS.md.
 #
 #   tests/bench/sequence_bench.sh [--rounds 5] [--train_lines 200000]
 #       [--test_lines 50000] [--sequence_length 20]
@@ -122,9 +123,11 @@ for ((round = 1; round <= rounds; round++)); do
   ours "$round" convert_only tasks_ --model=wide_deep --columns="skip,label,dense*13,cat*26"
 done
 
-/usr/bin/python3 - "$results" "$work" "$sequence_length" "$rounds" "$cores" <<'EOF'
-import json, statistics, sys
-path, work, length, rounds, cores = sys.argv[1:]
+section="$work/section.md"
+/usr/bin/python3 - "$results" "$work" "$sequence_length" "$rounds" "$cores" \
+  "$train_lines" "$test_lines" <<'EOF' | tee "$section"
+import datetime, json, statistics, sys
+path, work, length, rounds, cores, train_lines, test_lines = sys.argv[1:]
 runs = {}
 for line in open(path):
     cells = line.rstrip("\n").split("\t")
@@ -139,8 +142,21 @@ def rates(name):
 def auc(name, task):
     return [a[task] for _, a in runs[name].values()]
 truth = json.load(open(work + "/seq_truth.json"))
-print("Sequences: clicklog_gen --sequence_length=%s, %s rounds, 1 shard + 1 worker; "
-      "PyTorch on %s cores; truth AUC %.4f" % (length, rounds, cores, truth["truth_auc"]))
+print("## Behaviour sequences and tasks (tests/bench/sequence_bench.sh)")
+print()
+print("%s, %s cores; %s training and %s test lines from clicklog_gen; one epoch, batch "
+      "4096, embeddings of 16, MLP 256-128, Adagrad (lr 0.05) for every table (PyTorch "
+      "has no FTRL), Adam for the dense tensors; ps_worker on 1 shard + 1 worker, "
+      "PyTorch (tests/bench/torch_train.py --model_spec, the same spec) on every core. "
+      "%s alternating rounds, round r with initial parameters of seed r on both sides; "
+      "median (range) over the rounds."
+      % (datetime.date.today(), cores, train_lines, test_lines, rounds))
+print()
+print("Sequences: --sequence_length=%s (0 to %s recent items a line; the click "
+      "depends on how related the candidate, the first cat value, is to them); "
+      "truth AUC %.4f. din is ps_worker --print_model_spec=din with the sequence cut "
+      "to %s; wide_deep pools the same seq column by sum as a field."
+      % (length, length, truth["truth_auc"], length))
 print()
 print("| model | examples/s | test AUC |")
 print("|---|---|---|")
@@ -169,3 +185,4 @@ print("| wide_deep on click | %s | %s | |" % (rates("click_only"), spread(auc("c
 print("| wide_deep on convert | %s | | %s |"
       % (rates("convert_only"), spread(auc("convert_only", "label"))))
 EOF
+/usr/bin/python3 tests/bench/update_benchmarks_md.py BENCHMARKS.md sequences "$section"
