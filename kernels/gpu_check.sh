@@ -129,7 +129,7 @@ fi
 # AUC on both devices (MMoE's: its first task's).
 for model in dcn_v2 dlrm din mmoe; do
   data="" columns="label,dense*13,cat*26"
-  [ "$model" = din ] && data=seq_ columns="label,dense*13,cat*26,seq"
+  [ "$model" = din ] && data=seq_ columns="label,dense*13,cat*26,seq:0"
   [ "$model" = mmoe ] && data=tasks_ columns="label:click,label:convert,dense*13,cat*26"
   read -r gpu_rate gpu_auc _ gpu_backend < <(DATA=$data COLUMNS_FLAG=$columns train "gpu_$model" "$gpu_device" "$model" || echo "0 0 0 failed")
   read -r cpu_rate cpu_auc _ cpu_backend < <(DATA=$data COLUMNS_FLAG=$columns train "cpu_$model" cpu "$model" || echo "0 0 0 failed")

@@ -126,7 +126,7 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
       }
       case PlanNode::Kind::kSequence:
         source.example_slot = positions[spec.sequence(node.index).column()];
-        source.field_id = static_cast<uint32_t>(source.example_slot);
+        source.field_id = layout.KeyField(source.example_slot);
         source.position = lookup.slot;
         break;
       case PlanNode::Kind::kCross:
@@ -167,8 +167,10 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
     }
   }
   for (int node : plan_->sequence_nodes()) {
-    sequence_slots_.push_back(
-        positions[spec.sequence(plan_->nodes()[node].index).column()]);
+    const int slot =
+        positions[spec.sequence(plan_->nodes()[node].index).column()];
+    sequence_slots_.push_back(slot);
+    sequence_key_fields_.push_back(layout.KeyField(slot));
   }
   for (int node : plan_->dense_nodes()) {
     std::vector<int> columns;
@@ -286,7 +288,7 @@ void BatchInputs::PrepareSequenceMasks(const std::vector<Example>& examples) {
     const int max_length = plan_->nodes()[nodes[q]].slots;
     std::vector<float>& mask = sequence_masks[q];
     mask.assign(static_cast<size_t>(batch) * max_length, 0.0f);
-    const uint32_t field_id = static_cast<uint32_t>(sequence_slots_[q]);
+    const uint32_t field_id = sequence_key_fields_[q];
     for (int b = 0; b < batch; ++b) {
       const uint32_t length =
           SequenceLength(examples[b], sequence_slots_[q], field_id);

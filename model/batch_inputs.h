@@ -162,8 +162,10 @@ class BatchInputs {
 
   // Per dense group: per column, its position among the dense columns.
   std::vector<std::vector<int>> dense_columns_;
-  // Per sequence: its example slot (its field id).
+  // Per sequence: its example slot (its field id), and the field whose keys
+  // its values are (InputLayout::KeyField()).
   std::vector<int> sequence_slots_;
+  std::vector<uint32_t> sequence_key_fields_;
   // Per lookup.
   std::vector<SlotSource> sources_;
   // Per table: its lookups, in order.

@@ -408,6 +408,38 @@ output: "out"
   EXPECT_EQ(inputs.Inputs().sequence_masks.size(), 1u);
 }
 
+// A sequence of seq:0 items reads field 0's keys: a candidate and an item of
+// one id are one row.
+TEST(BatchInputsTest, ASequenceOfAFieldsValuesSharesItsKeys) {
+  InputLayout layout =
+      *MakeInputLayout("csv", false, "label,cat,seq:0", "|", "sum", "");
+  auto parsed = model::ParseModelSpec(R"(
+name: "m"
+table { name: "emb" dim: 2 }
+field { name: "item" column: 1 }
+sequence { name: "history" column: 2 max_length: 2 }
+layer { name: "q" inputs: "item" embedding { table: "emb" } }
+layer { name: "k" inputs: "history" embedding { table: "emb" } }
+layer { name: "a" inputs: "q" inputs: "k" attention_pooling {} }
+layer { name: "out" inputs: "a" mlp { units: 1 } }
+output: "out"
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto plan = PlanForLayout(*parsed, layout);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  BatchInputs inputs(&*plan, layout);
+  std::vector<Example> examples(2);
+  ASSERT_TRUE(ParseLine("1,i7,i3|i7", layout, &examples[0]).ok());
+  ASSERT_TRUE(ParseLine("0,i3,", layout, &examples[1]).ok());
+  inputs.Prepare(examples);
+  // Lookups: the item, then the history's two positions.
+  const auto& index = inputs.lookup_index;
+  EXPECT_EQ(index[0 * 2 + 0], index[1 * 2 + 0]);  // i7, and its latest item
+  EXPECT_EQ(index[0 * 2 + 1], index[2 * 2 + 0]);  // i3, and the item before
+  EXPECT_EQ(inputs.tables[0].keys[index[1 * 2 + 1]], FeatureKey(0, ""));
+  EXPECT_EQ(inputs.sequence_masks[0], (std::vector<float>{1, 1, 0, 0}));
+}
+
 TEST(BatchInputsTest, APlanOfOneOutputRefusesSeveralLabels) {
   InputLayout layout =
       *MakeInputLayout("csv", false, "label:a,label:b,cat", "|", "sum", "");

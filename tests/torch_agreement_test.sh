@@ -41,7 +41,7 @@ worker/datagen/clicklog_gen --out="$work/tasks_full.tsv" --lines=40 --sample_see
 awk -F'\t' 'BEGIN { OFS = "\t" } NR % 3 == 0 { $2 = "" } { print }' \
   "$work/tasks_full.tsv" >"$work/tasks.tsv"
 agree din --model=din --hidden=12,6 --embedding_dim=4 \
-  --columns=label,dense*13,cat*26,seq --lines="$work/sequences.tsv"
+  --columns=label,dense*13,cat*26,seq:0 --lines="$work/sequences.tsv"
 agree mmoe --model=mmoe --hidden=8,5 --embedding_dim=4 \
   --columns=label:click,label:convert,weight,dense*13,cat*26 --lines="$work/tasks.tsv"
 for model in lr wide_deep deepfm dcn_v2 dlrm; do

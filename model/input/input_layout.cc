@@ -52,10 +52,20 @@ bool IsName(absl::string_view name) {
   return true;
 }
 
-// Fills layout->columns and layout->label_names from a --columns value.
+// How many fields (cat, multi and seq columns) `columns` has.
+int FieldCount(const std::vector<ColumnKind>& columns) {
+  return static_cast<int>(
+      std::count(columns.begin(), columns.end(), ColumnKind::kCategorical) +
+      std::count(columns.begin(), columns.end(), ColumnKind::kMulti) +
+      std::count(columns.begin(), columns.end(), ColumnKind::kSequence));
+}
+
+// Fills layout->columns, label_names and sequence_key_fields from a
+// --columns value.
 absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
   layout->columns.clear();
   layout->label_names.clear();
+  layout->sequence_key_fields.clear();
   for (absl::string_view item : absl::StrSplit(spec, ',')) {
     item = absl::StripAsciiWhitespace(item);
     int repeat = 1;
@@ -92,8 +102,20 @@ absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
       kind = ColumnKind::kCategorical;
     } else if (item == "multi") {
       kind = ColumnKind::kMulti;
-    } else if (item == "seq") {
+    } else if (item == "seq" || absl::StartsWith(item, "seq:")) {
       kind = ColumnKind::kSequence;
+      if (absl::ConsumePrefix(&item, "seq:")) {
+        int key_field = -1;
+        if (!absl::SimpleAtoi(item, &key_field) || key_field < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--columns: \"seq:", item,
+              "\" must name a field by its number (seq:F, F from 0 over the "
+              "cat, multi and seq columns)"));
+        }
+        const int fields = FieldCount(layout->columns);
+        for (int r = 0; r < repeat; ++r)
+          layout->sequence_key_fields[fields + r] = key_field;
+      }
     } else if (item == "skip") {
       kind = ColumnKind::kSkip;
     } else if (item == "id") {
@@ -112,6 +134,23 @@ absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
     return absl::InvalidArgumentError(
         "--columns must have a label column (label, or label:NAME for each "
         "of several)");
+  }
+  // seq:F names a cat or multi field.
+  std::vector<ColumnKind> field_kinds;
+  for (ColumnKind kind : layout->columns) {
+    if (kind == ColumnKind::kCategorical || kind == ColumnKind::kMulti ||
+        kind == ColumnKind::kSequence) {
+      field_kinds.push_back(kind);
+    }
+  }
+  for (const auto& [sequence, key_field] : layout->sequence_key_fields) {
+    if (key_field >= static_cast<int>(field_kinds.size()) ||
+        field_kinds[key_field] == ColumnKind::kSequence) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--columns: seq:", key_field, " (field ", sequence,
+          ") must name a cat or multi field, 0 to ", field_kinds.size() - 1,
+          " over the cat, multi and seq columns"));
+    }
   }
   for (size_t i = 0; i < layout->label_names.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -168,6 +207,12 @@ int InputLayout::labels() const {
 
 bool InputLayout::label_may_be_unknown(int label) const {
   return label_names[label] != kPlainLabel;
+}
+
+uint32_t InputLayout::KeyField(int field) const {
+  auto found = sequence_key_fields.find(field);
+  return static_cast<uint32_t>(
+      found == sequence_key_fields.end() ? field : found->second);
 }
 
 int InputLayout::LabelIndex(absl::string_view name) const {
@@ -273,10 +318,19 @@ std::string ColumnsSpec(const InputLayout& layout) {
   // A column's --columns item: its kind, or a named label's label:NAME.
   std::vector<std::string> items;
   size_t label = 0;
+  int field = 0;
   for (ColumnKind kind : layout.columns) {
+    const bool is_field = kind == ColumnKind::kCategorical ||
+                          kind == ColumnKind::kMulti ||
+                          kind == ColumnKind::kSequence;
+    const int this_field = is_field ? field++ : -1;
     if (kind == ColumnKind::kLabel && label < layout.label_names.size() &&
         layout.label_names[label++] != kPlainLabel) {
       items.push_back(absl::StrCat("label:", layout.label_names[label - 1]));
+    } else if (kind == ColumnKind::kSequence &&
+               layout.sequence_key_fields.count(this_field) > 0) {
+      items.push_back(
+          absl::StrCat("seq:", layout.sequence_key_fields.at(this_field)));
     } else {
       items.push_back(KindName(kind));
     }
@@ -296,7 +350,8 @@ std::string LayoutText(const InputLayout& layout) {
   const InputLayout criteo = InputLayout::Criteo();
   if (layout.delimiter == criteo.delimiter && !layout.header &&
       layout.columns == criteo.columns &&
-      layout.label_names == criteo.label_names && layout.crosses.empty()) {
+      layout.label_names == criteo.label_names && layout.crosses.empty() &&
+      layout.sequence_key_fields.empty()) {
     return std::string(kCriteoText);
   }
   std::vector<std::string> crosses;

@@ -18,6 +18,9 @@
 //           oldest first) separated by multi_separator: a field like multi
 //           (embedded and pooled), and what a spec's `sequence` reads
 //           position by position, most recent first
+//   seq:F   the same, listing values of cat or multi field F (0-based over
+//           the fields): its keys are F's, so that an item and a candidate
+//           of the same id are one key, one row (DIN's shared embedding)
 //   skip    ignored (a timestamp, a column the model does not use)
 //   id      kept verbatim with the example, not a feature: what ps_predict
 //           writes beside each probability so that scores join back to
@@ -41,6 +44,8 @@
 #ifndef PS_MODEL_INPUT_INPUT_LAYOUT_H_
 #define PS_MODEL_INPUT_INPUT_LAYOUT_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +77,8 @@ struct InputLayout {
   std::vector<ColumnKind> columns;
   // One name per label column, in file order: "label" for a plain one.
   std::vector<std::string> label_names = {"label"};
+  // seq:F columns: the seq column's field -> F, whose keys its values are.
+  std::map<int, int> sequence_key_fields;
   // What separates the values of a multi column. Default: '|'.
   char multi_separator = '|';
   // How a multi column's values pool into one row of each table the
@@ -99,6 +106,9 @@ struct InputLayout {
   // The position among the label columns of the one named `name`; -1 if
   // none.
   int LabelIndex(absl::string_view name) const;
+  // The field whose id seeds field `field`'s keys: F for a seq:F column,
+  // else the field itself.
+  uint32_t KeyField(int field) const;
   bool has_multi() const;
   bool has_sequence() const;
   bool has_id() const;

@@ -123,6 +123,26 @@ TEST(InputLayoutTest, NamedLabelsRoundTripInFileOrder) {
   EXPECT_FALSE(criteo.label_may_be_unknown(0));
 }
 
+TEST(InputLayoutTest, ASeqColumnMayListAnotherFieldsValues) {
+  auto layout = MakeInputLayout("tsv", false, "label,cat,seq:0,multi,seq*2",
+                                "|", "sum", "");
+  ASSERT_OK(layout);
+  EXPECT_EQ(layout->fields(), 5);
+  EXPECT_EQ(layout->KeyField(1), 0u);  // seq:0
+  EXPECT_EQ(layout->KeyField(3), 3u);  // a seq column of its own
+  EXPECT_EQ(layout->KeyField(2), 2u);
+  EXPECT_EQ(ColumnsSpec(*layout), "label,cat,seq:0,multi,seq*2");
+  auto back = ParseLayoutText(LayoutText(*layout));
+  ASSERT_OK(back);
+  EXPECT_EQ(back->sequence_key_fields, layout->sequence_key_fields);
+  for (const char* bad : {"label,cat,seq:1", "label,cat,seq:x",
+                          "label,seq,seq:0", "label,cat,seq:-1"}) {
+    EXPECT_THAT(MakeInputLayout("tsv", false, bad, "|", "sum", ""),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+}
+
 TEST(InputLayoutTest, BadFlagsNameTheFlag) {
   struct Case {
     const char* format;

@@ -180,13 +180,20 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
         example->slot_end.push_back(example->keys.size());
         break;
       case ColumnKind::kMulti:
-      case ColumnKind::kSequence:
+      case ColumnKind::kSequence: {
+        // A seq:F column's values are field F's keys.
+        const uint32_t key_field =
+            kind == ColumnKind::kSequence
+                ? layout.KeyField(static_cast<int>(field))
+                : field;
+        ++field;
         if (absl::Status added =
-                AddMultiKeys(raw, c + 1, field++, layout, example);
+                AddMultiKeys(raw, c + 1, key_field, layout, example);
             !added.ok()) {
           return added;
         }
         break;
+      }
       case ColumnKind::kSkip:
         break;
       case ColumnKind::kId:

@@ -311,5 +311,18 @@ TEST(LineParserTest, ALongSequenceKeepsItsMostRecentValues) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(LineParserTest, ASeqColumnOfAFieldsValuesHasThatFieldsKeys) {
+  auto layout =
+      MakeInputLayout("csv", false, "label,cat,seq:0", "|", "sum", "");
+  ASSERT_OK(layout);
+  Example example;
+  ASSERT_OK(ParseLine("1,i7,i3|i7", *layout, &example));
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "i7"));
+  EXPECT_EQ(example.keys[2], example.keys[0]);  // the same item, one key
+  EXPECT_EQ(example.keys[1], FeatureKey(0, "i3"));
+  ASSERT_OK(ParseLine("1,i7,", *layout, &example));
+  EXPECT_EQ(example.keys[1], FeatureKey(0, ""));
+}
+
 }  // namespace
 }  // namespace ps::model

@@ -60,7 +60,9 @@ gen() {  # gen PREFIX FLAGS...: train and test files, the test's truth
 }
 gen seq_ --sequence_length="$sequence_length"
 gen tasks_ --tasks=2
-sequence_columns="label,dense*13,cat*26,seq"
+# The items are the first cat field's values (seq:0): one key, one row, for
+# an item and a candidate of the same id.
+sequence_columns="label,dense*13,cat*26,seq:0"
 task_columns="label:click,label:convert,dense*13,cat*26"
 protoc --python_out="$work" proto/model_spec.proto proto/ps.proto
 "$bin/worker/ps_worker" --print_model_spec=din --columns="$sequence_columns" \
@@ -106,7 +108,7 @@ torch() {
   local json="$work/torch_${round}_$name.json"
   /usr/bin/python3 tests/bench/torch_train.py --train "$work/${data}train.tsv" \
     --test "$work/${data}test.tsv" --model_spec "$spec" --proto_dir "$work" \
-    --multi_columns 40 \
+    --multi_columns 40 --shared_keys 40=14 \
     --threads "$cores" --seed "$round" >"$json" 2>"$work/torch_${round}_$name.log"
   printf "%s\t%s\t%s\t%s\n" "$round" "$name" \
     "$(grep -o '"examples_per_sec": [0-9.]*' "$json" | awk '{print $2}')" \

@@ -69,7 +69,7 @@ def parse(path, buckets):
             torch.tensor(keys, dtype=torch.int64))
 
 
-def parse_for_spec(path, spec, buckets, label_columns, multi_columns):
+def parse_for_spec(path, spec, buckets, label_columns, multi_columns, shared):
     """Labels (tasks x lines), each field's and sequence's buckets per line
     (with masks for the multi-valued ones), each dense group's raw columns."""
     # A multi-valued field: its values, padded to the longest any line has
@@ -87,7 +87,8 @@ def parse_for_spec(path, spec, buckets, label_columns, multi_columns):
     dense = {n: [] for n, _ in groups}
 
     def bucket(value, column):
-        return xxhash.xxh3_64_intdigest(value.encode(), seed=column) % buckets
+        seed = shared.get(column, column)  # a seq:F column hashes as F's
+        return xxhash.xxh3_64_intdigest(value.encode(), seed=seed) % buckets
 
     with open(path) as lines:
         for line in lines:
@@ -222,6 +223,10 @@ def main():
     parser.add_argument("--multi_columns", default="",
                         help="with --model_spec: columns of several values "
                              "('|'-separated: multi and seq), comma-separated")
+    parser.add_argument("--shared_keys", default="",
+                        help="with --model_spec: SEQ=COLUMN, comma-separated: "
+                             "seq column SEQ lists COLUMN's values (seq:F) and "
+                             "hashes them as COLUMN's")
     parser.add_argument("--label_columns", default="",
                         help="with a spec of tasks: NAME=COLUMN per label")
     parser.add_argument("--batch_size", type=int, default=4096)
@@ -254,10 +259,12 @@ def main():
         loss_weights = [t.loss_weight or 1.0 for t in spec.task] or [1.0]
         tasks = [t.name for t in spec.task] or ["label"]
         multi_columns = {int(c) for c in args.multi_columns.split(",") if c}
+        shared = {int(a): int(b) for a, b in
+                  (item.split("=") for item in args.shared_keys.split(",") if item)}
         labels, keys, dense, masks = parse_for_spec(args.train, spec, args.buckets,
-                                                    label_columns, multi_columns)
+                                                    label_columns, multi_columns, shared)
         test_labels, test_keys, test_dense, test_masks = parse_for_spec(
-            args.test, spec, args.buckets, label_columns, multi_columns)
+            args.test, spec, args.buckets, label_columns, multi_columns, shared)
         model = SpecModel(spec, pb2, args.buckets)
         sparse_optimizers, dense_optimizer, dense_params = spec_optimizers(spec, model, args.proto_dir)
 

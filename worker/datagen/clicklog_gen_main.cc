@@ -260,7 +260,11 @@ absl::StatusOr<Generation> GenerationFromFlags() {
                                      ps::model::ColumnKind::kMulti);
   }
   if (options.sequence_length > 0 && !generation.layout.has_sequence()) {
+    // The items are the first categorical field's values: seq:0 shares its
+    // keys.
+    const int field = generation.layout.fields();
     generation.layout.columns.push_back(ps::model::ColumnKind::kSequence);
+    if (field > 0) generation.layout.sequence_key_fields[field] = 0;
   }
   WarnOnColumnMismatch(generation.layout, options.multi_fields);
   if (options.max_vocabulary < 10 || options.zipf_exponent <= 1.0) {

@@ -120,6 +120,7 @@ absl::StatusOr<ps::model::InputLayout> InputLayoutForModel(
   const ps::model::InputLayout& layout = *given;
   if (FieldKinds(layout) != FieldKinds(trained) ||
       layout.label_names != trained.label_names ||
+      layout.sequence_key_fields != trained.sequence_key_fields ||
       layout.dense_features() != trained.dense_features() ||
       layout.crosses != trained.crosses ||
       layout.multi_pooling != trained.multi_pooling) {
