@@ -11,6 +11,7 @@
 
 #include "base/manifest.h"
 #include "base/wait_until.h"
+#include "tests/serve_process.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -256,16 +257,10 @@ TEST_F(FollowTrainingTest,
   ASSERT_EQ(servers.size(), 1u);
   const std::string exports = dir_ + "/exports";
   std::filesystem::create_directories(exports);
-  auto serve = ChildProcess::Start(
-      {BinaryPath("server/ps_serve"), "--model_dir=" + exports,
-       "--listen=127.0.0.1:0", "--poll_ms=100", "--scorers=1"},
-      /*capture_stdout=*/true, dir_ + "/serve.log");
+  absl::StatusOr<ServeProcess> serve =
+      StartServe(exports, dir_ + "/serve.log", {"--scorers=1"});
   ASSERT_TRUE(serve.ok()) << serve.status();
-  absl::StatusOr<std::string> listening =
-      (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
-  ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
-  const std::string address =
-      listening->substr(std::string("ps_serve listening on ").size());
+  const std::string& address = serve->address;
   const std::vector<std::string> export_flags = {
       "--staleness=0", "--export_every_s=1", "--export_dir=" + exports,
       "--base_export_every=100"};

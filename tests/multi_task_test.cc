@@ -1,8 +1,10 @@
-// A model of two tasks end to end, against real processes: a click log of
+// Tasks and sequences end to end, against real processes: a click log of
 // two labels (clicklog_gen --tasks=2) trains a spec of two tasks on a shard;
 // each task is evaluated on its own; the export scores one column per task
 // in ps_predict and one probability per task in ps_serve, read by C++ and by
-// Python's grpcio; a built-in, which has one output, refuses the layout.
+// Python's grpcio; a built-in, which has one output, refuses the layout; din
+// trains on lines with recent items, and its export scores alike in
+// ps_predict and ps_serve.
 
 #include <fstream>
 #include <iostream>
@@ -13,6 +15,7 @@
 #include "grpcpp/create_channel.h"
 #include "nlohmann/json.hpp"
 #include "proto/serving.grpc.pb.h"
+#include "tests/serve_process.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -204,16 +207,10 @@ TEST_F(MultiTaskTest, TrainsEvaluatesPredictsAndServesEachTask) {
       << report;
 
   // ps_serve answers each task's probabilities, named, ps_predict's.
-  auto serve = ChildProcess::Start(
-      {BinaryPath("server/ps_serve"), "--model_dir=" + dir_ + "/model",
-       "--listen=127.0.0.1:0", "--poll_ms=100"},
-      /*capture_stdout=*/true, dir_ + "/serve.log");
+  absl::StatusOr<ServeProcess> serve =
+      StartServe(dir_ + "/model", dir_ + "/serve.log");
   ASSERT_TRUE(serve.ok()) << serve.status();
-  absl::StatusOr<std::string> listening =
-      (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
-  ASSERT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
-  const std::string address =
-      listening->substr(std::string("ps_serve listening on ").size());
+  const std::string& address = serve->address;
   std::vector<std::string> lines;
   {
     std::ifstream in(dir_ + "/test.tsv");
@@ -296,6 +293,79 @@ TEST_F(MultiTaskTest, FollowingValidatesEachTaskProgressively) {
                 .find("progressive validation (each example scored before "
                       "training on it) of task cvr AUC"),
             std::string::npos);
+}
+
+// din on lines with recent items (seq:0): trains, exports, and scores the
+// same in ps_predict and ps_serve (the sequence's mask built from each line
+// on both).
+TEST_F(MultiTaskTest, DinTrainsExportsAndServesSequences) {
+  const std::string gen = BinaryPath("worker/datagen/clicklog_gen");
+  for (const auto& [name, lines, seed] :
+       {std::make_tuple("seq_train", 20000, 1),
+        std::make_tuple("seq_test", 2000, 2)}) {
+    ASSERT_EQ(
+        RunToCompletion({gen, absl::StrCat("--out=", dir_, "/", name, ".tsv"),
+                         absl::StrCat("--lines=", lines), "--sequence_length=8",
+                         absl::StrCat("--sample_seed=", seed)},
+                        dir_ + "/gen.log"),
+        0)
+        << ReadFile(dir_ + "/gen.log");
+  }
+  // The generator says how to read what it wrote.
+  ASSERT_NE(
+      ReadFile(dir_ + "/gen.log").find("--columns=label,dense*13,cat*26,seq:0"),
+      std::string::npos)
+      << ReadFile(dir_ + "/gen.log");
+  ASSERT_EQ(StartShards(1).size(), 1u);
+  auto worker = ChildProcess::Start(
+      WorkerArgs(0, 1,
+                 {"--train=" + dir_ + "/seq_train.tsv",
+                  "--test=" + dir_ + "/seq_test.tsv",
+                  "--columns=label,dense*13,cat*26,seq:0", "--model=din"}),
+      false, dir_ + "/worker0.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const WorkerRun run = Collect(0, (*worker)->Wait(absl::Minutes(5)));
+  ASSERT_EQ(run.exit_code, 0) << run.log;
+  EXPECT_GT(Metric(run.metrics, "test_auc"), 0.7) << run.metrics;
+  const AdminRun exported =
+      cluster_->Admin({"--dir=" + dir_ + "/din/m1", "export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.log;
+  const std::string scores_path = dir_ + "/din_scores.txt";
+  ASSERT_EQ(RunToCompletion(
+                {BinaryPath("worker/predict/ps_predict"),
+                 "--export=" + dir_ + "/din/m1",
+                 "--input=" + dir_ + "/seq_test.tsv", "--out=" + scores_path},
+                dir_ + "/predict.log"),
+            0)
+      << ReadFile(dir_ + "/predict.log");
+  std::vector<float> scores;
+  {
+    std::ifstream in(scores_path);
+    for (float score; in >> score;) scores.push_back(score);
+  }
+  ASSERT_EQ(scores.size(), 2000u);
+  absl::StatusOr<ServeProcess> serve =
+      StartServe(dir_ + "/din", dir_ + "/serve.log");
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  auto stub = Serving::NewStub(
+      grpc::CreateChannel(serve->address, grpc::InsecureChannelCredentials()));
+  PredictRequest request;
+  {
+    std::ifstream in(dir_ + "/seq_test.tsv");
+    std::string line;
+    for (int i = 0; i < 200 && std::getline(in, line); ++i)
+      request.add_lines(line);
+  }
+  PredictResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->Predict(&context, request, &response).ok());
+  ASSERT_EQ(response.probabilities_size(), 200);
+  bool any_differs = false;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_NEAR(response.probabilities(i), scores[i], 1e-6) << "line " << i;
+    any_differs = any_differs || scores[i] != scores[0];
+  }
+  EXPECT_TRUE(any_differs);
 }
 
 TEST_F(MultiTaskTest, ABuiltinOfOneOutputRefusesSeveralLabels) {

@@ -15,6 +15,7 @@
 #include "model/input/features.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/serving.grpc.pb.h"
+#include "tests/serve_process.h"
 #include "tests/training_cluster.h"
 
 namespace ps::testing {
@@ -59,21 +60,12 @@ class ServeTest : public TrainingTest {
   // Starts ps_serve on model_ (`extra` flags after the defaults): its
   // address, or empty (the test has failed) if it did not start.
   std::string StartServe(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {BinaryPath("server/ps_serve"),
-                                     "--model_dir=" + model_,
-                                     "--listen=127.0.0.1:0", "--poll_ms=100"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto serve =
-        ChildProcess::Start(argv, /*capture_stdout=*/true, dir_ + "/serve.log");
+    absl::StatusOr<ServeProcess> serve =
+        testing::StartServe(model_, dir_ + "/serve.log", extra);
     EXPECT_TRUE(serve.ok()) << serve.status();
     if (!serve.ok()) return "";
-    absl::StatusOr<std::string> listening =
-        (*serve)->ReadLine(absl::Now() + absl::Seconds(60));
-    EXPECT_TRUE(listening.ok()) << ReadFile(dir_ + "/serve.log");
-    serve_ = *std::move(serve);
-    const std::string prefix = "ps_serve listening on ";
-    if (!listening.ok() || listening->rfind(prefix, 0) != 0) return "";
-    return listening->substr(prefix.size());
+    serve_ = std::move(serve->process);
+    return serve->address;
   }
 
   std::string model_;
