@@ -18,7 +18,7 @@ packages=(
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml python3-grpcio python3-protobuf openssl patchelf
-  python3-torch
+  python3-torch nodejs
   prometheus-cpp-dev prometheus
   etcd-server etcd-client
 )

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -254,6 +255,32 @@ TEST_F(MultiTaskTest, TrainsEvaluatesPredictsAndServesEachTask) {
   for (int i = 0; i < 300; ++i) {
     for (int t = 0; t < 2; ++t)
       ASSERT_NEAR(python.rows[i][t], scores.rows[i][t], 1e-6) << i;
+  }
+
+  // And through Node.js's own http2, gRPC and protobuf written by hand:
+  // the version, the tasks' names, each task's probabilities.
+  const std::string node_out = dir_ + "/node_client.txt";
+  ASSERT_EQ(
+      RunToCompletion(
+          {"/bin/sh", "-c",
+           absl::StrCat("node ", BinaryPath("tests/serve_client.js"), " ",
+                        address, " ", dir_, "/test.tsv 300 > ", node_out)},
+          dir_ + "/node_client.log"),
+      0)
+      << ReadFile(dir_ + "/node_client.log");
+  std::ifstream node_in(node_out);
+  std::string version;
+  std::getline(node_in, version);
+  EXPECT_EQ(version, "m1");
+  const std::string rest((std::istreambuf_iterator<char>(node_in)),
+                         std::istreambuf_iterator<char>());
+  std::ofstream(node_out + ".scores") << rest;
+  const Scores node = ReadScores(node_out + ".scores");
+  EXPECT_EQ(node.header, (std::vector<std::string>{"ctr", "cvr"}));
+  ASSERT_EQ(node.rows.size(), 300u) << ReadFile(node_out);
+  for (int i = 0; i < 300; ++i) {
+    for (int t = 0; t < 2; ++t)
+      ASSERT_NEAR(node.rows[i][t], scores.rows[i][t], 1e-6) << i;
   }
 }
 
