@@ -101,6 +101,6 @@ echo "   training: $(awk -v t="$total" 'BEGIN {printf "%.0f", t}') examples/s ov
   "max staleness seen $(metric "$dir/worker0.json" max_staleness_seen)"
 echo "   metrics: $dir/worker*.json, per interval: $dir/worker*.intervals.jsonl"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
-  /usr/bin/python3 deploy/plot_metrics.py "$dir/training.png" "$dir"/worker*.intervals.jsonl \
+  /usr/bin/python3 deploy/plot_metrics.py "$dir/training.png" --truth="$dir/truth.json" "$dir"/worker*.intervals.jsonl \
     | sed 's/^/   plot: /'
 fi

@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen));
   }
+  endpoint->exposer_->RegisterCollectable(endpoint->process_);
   endpoint->port_ = ports[0];
   endpoint->address_ =
       absl::StrCat(listen.substr(0, colon), ":", endpoint->port_);

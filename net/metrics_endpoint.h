@@ -5,7 +5,9 @@
 // civetweb server with its own threads). What it serves is whatever
 // collectables (a prometheus::Registry, or a custom Collectable computed at
 // scrape time) are registered; they must outlive the endpoint or be
-// unregistered by dropping their last shared_ptr.
+// unregistered by dropping their last shared_ptr. Every endpoint also
+// serves the process's own figures (process_metrics.h: CPU seconds, memory,
+// open files, start time).
 //
 // Thread-safe.
 
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "net/process_metrics.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 
@@ -38,6 +41,7 @@ class MetricsEndpoint {
   MetricsEndpoint() = default;
 
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<ProcessMetrics> process_ = std::make_shared<ProcessMetrics>();
   int port_ = 0;
   std::string address_;
 };

@@ -5,9 +5,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -25,12 +27,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "net/grpc_server_metrics.h"
 #include "net/metrics_endpoint.h"
 #include "net/server_tls_flags.h"
 #include "net/tls_credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "rocksdb/cache.h"
 #include "server/model_directory.h"
@@ -117,8 +119,12 @@ constexpr char kProgram[] = "ps_serve";
 struct ServeMetrics {
   std::shared_ptr<prometheus::Registry> registry =
       std::make_shared<prometheus::Registry>();
-  prometheus::Family<prometheus::Counter>* requests = nullptr;
-  prometheus::Family<prometheus::Histogram>* latency = nullptr;
+  // Calls of the Serving service's methods, as ps_server counts its own.
+  const std::vector<std::string> methods = {"Predict", "Lookup"};
+  ps::GrpcServerMetrics calls{
+      registry.get(),
+      {},
+      {"/ps.Serving/" + methods[0], "/ps.Serving/" + methods[1]}};
   prometheus::Gauge* cut = nullptr;
   prometheus::Gauge* age = nullptr;
   prometheus::Gauge* deltas = nullptr;
@@ -126,14 +132,6 @@ struct ServeMetrics {
   prometheus::Gauge* cache_bytes = nullptr;
 
   ServeMetrics() {
-    requests = &prometheus::BuildCounter()
-                    .Name("ps_serve_requests_total")
-                    .Help("Calls answered, by method and gRPC code.")
-                    .Register(*registry);
-    latency = &prometheus::BuildHistogram()
-                   .Name("ps_serve_request_seconds")
-                   .Help("Time to answer a call, by method.")
-                   .Register(*registry);
     cut = &prometheus::BuildGauge()
                .Name("ps_serve_model_cut")
                .Help(
@@ -176,14 +174,10 @@ struct ServeMetrics {
 
   void Observe(absl::string_view method, grpc::StatusCode code,
                absl::Duration time) {
-    requests
-        ->Add({{"method", std::string(method)},
-               {"code", absl::StrCat(static_cast<int>(code))}})
-        .Increment();
-    prometheus::Histogram::BucketBoundaries buckets;
-    for (double bound = 1e-4; bound < 10; bound *= 2) buckets.push_back(bound);
-    latency->Add({{"method", std::string(method)}}, buckets)
-        .Observe(absl::ToDoubleSeconds(time));
+    const auto known = std::find(methods.begin(), methods.end(), method);
+    if (known != methods.end()) {
+      calls.Observe(static_cast<int>(known - methods.begin()), code, time);
+    }
   }
 };
 
@@ -259,10 +253,14 @@ struct Servers {
 
   // SERVING while a model is loaded; NOT_SERVING before one, and once
   // shutting down.
+  // Every service ("", ps.Serving) SERVING while a model is loaded (the
+  // readiness probe's), but "liveness" always: a process waiting for its
+  // first export is alive, and its liveness probe must not restart it.
   void SetHealth(bool serving_now) {
     for (grpc::Server* each : {serving.get(), health.get()}) {
       if (each != nullptr) {
         each->GetHealthCheckService()->SetServingStatus(serving_now);
+        each->GetHealthCheckService()->SetServingStatus("liveness", true);
       }
     }
   }

@@ -1,58 +1,20 @@
 #include "server/shard_metrics.h"
 
-#include <algorithm>
+#include <sys/statvfs.h>
+
 #include <cstdint>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
 namespace ps::server {
 namespace {
-
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    default:
-      return "OTHER";
-  }
-}
 
 prometheus::MetricFamily Single(const std::string& name,
                                 const std::string& help,
@@ -78,10 +40,14 @@ prometheus::MetricFamily Single(const std::string& name,
 // The store's counters and sizes, read when Prometheus scrapes.
 class ShardMetrics::StoreCollectable : public prometheus::Collectable {
  public:
-  StoreCollectable(embedding::EmbeddingStore* store, uint32_t shard_index,
+  StoreCollectable(const ShardMetrics* metrics,
+                   embedding::EmbeddingStore* store, uint32_t shard_index,
+                   std::string data_dir,
                    std::function<ReplicationGauges()> replication)
-      : store_(store),
+      : metrics_(metrics),
+        store_(store),
         shard_(absl::StrCat(shard_index)),
+        data_dir_(std::move(data_dir)),
         replication_(std::move(replication)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
@@ -96,8 +62,21 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                gauge, 1, shard_);
     build.metric[0].label.push_back({"commit", std::string(BuildCommit())});
     build.metric[0].label.push_back({"built", std::string(BuildTime())});
-    return {
+    // The data directory's file system; none if it cannot be asked.
+    struct statvfs disk {};
+    const bool disk_known = statvfs(data_dir_.c_str(), &disk) == 0;
+    std::vector<prometheus::MetricFamily> families = {
         build,
+        Single("ps_last_snapshot_timestamp_seconds",
+               "When this process last wrote its part of a checkpoint "
+               "(SnapshotShard answered OK), in seconds since the epoch; 0: "
+               "none since it started.",
+               gauge, metrics_->last_snapshot_seconds_.load(), shard_),
+        Single("ps_last_export_timestamp_seconds",
+               "When this process last wrote its part of an export "
+               "(ExportShard answered OK), in seconds since the epoch; 0: none "
+               "since it started.",
+               gauge, metrics_->last_export_seconds_.load(), shard_),
         Single("ps_rows_pulled_total", "Rows served to pulls.", counter,
                stats.rows_pulled, shard_),
         Single("ps_rows_pushed_total", "Rows updated by pushes.", counter,
@@ -173,48 +152,47 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
                "more than --max_replication_lag_mb behind.",
                counter, replication.replicas_dropped_behind, shard_),
     };
+    if (disk_known) {
+      families.push_back(Single(
+          "ps_data_dir_available_bytes",
+          "Bytes the data directory's file system has free for this "
+          "process (--data_dir: RocksDB, the push log).",
+          gauge, static_cast<double>(disk.f_bavail) * disk.f_frsize, shard_));
+      families.push_back(
+          Single("ps_data_dir_capacity_bytes",
+                 "Bytes of the data directory's file system in all.", gauge,
+                 static_cast<double>(disk.f_blocks) * disk.f_frsize, shard_));
+    }
+    return families;
   }
 
  private:
+  const ShardMetrics* const metrics_;
   embedding::EmbeddingStore* const store_;
   const std::string shard_;
+  const std::string data_dir_;
   const std::function<ReplicationGauges()> replication_;
 };
 
 absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
     const std::string& listen, uint32_t shard_index,
-    embedding::EmbeddingStore* store, const std::vector<std::string>& methods,
+    embedding::EmbeddingStore* store, const std::string& data_dir,
+    const std::vector<std::string>& methods,
     std::function<ReplicationGauges()> replication) {
   auto metrics = std::unique_ptr<ShardMetrics>(new ShardMetrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
-  const std::map<std::string, std::string> shard = {
-      {"shard", absl::StrCat(shard_index)}};
-  metrics->calls_ = &prometheus::BuildCounter()
-                         .Name("ps_grpc_requests_total")
-                         .Help("gRPC calls served, by method and status code.")
-                         .Labels(shard)
-                         .Register(*metrics->registry_);
-  metrics->latency_ =
-      &prometheus::BuildHistogram()
-           .Name("ps_grpc_request_duration_seconds")
-           .Help(
-               "Time from a call's start to its status, by method "
-               "(SnapshotShard and ExportShard: checkpoints and exports).")
-           .Labels(shard)
-           .Register(*metrics->registry_);
-  // From 100 us to about 1.9 h, doubling: pulls and pushes take
-  // milliseconds, snapshots and exports minutes.
-  prometheus::Histogram::BucketBoundaries buckets;
-  for (double bound = 1e-4; bound < 8000; bound *= 2) buckets.push_back(bound);
-  metrics->methods_ = std::vector<Method>(methods.size());
+  metrics->calls_ = std::make_unique<GrpcServerMetrics>(
+      metrics->registry_.get(),
+      std::map<std::string, std::string>{{"shard", absl::StrCat(shard_index)}},
+      methods);
   for (size_t i = 0; i < methods.size(); ++i) {
-    Method& method = metrics->methods_[i];
-    method.name = methods[i];
-    method.latency = &metrics->latency_->Add({{"method", methods[i]}}, buckets);
-    for (auto& counter : method.calls_by_code) counter.store(nullptr);
+    if (methods[i] == "/ps.Admin/SnapshotShard")
+      metrics->snapshot_method_ = static_cast<int>(i);
+    if (methods[i] == "/ps.Admin/ExportShard")
+      metrics->export_method_ = static_cast<int>(i);
   }
   metrics->store_collectable_ = std::make_shared<StoreCollectable>(
-      store, shard_index, std::move(replication));
+      metrics.get(), store, shard_index, data_dir, std::move(replication));
   auto endpoint = MetricsEndpoint::Start(listen);
   if (!endpoint.ok()) return endpoint.status();
   metrics->endpoint_ = std::move(endpoint).value();
@@ -223,19 +201,15 @@ absl::StatusOr<std::unique_ptr<ShardMetrics>> ShardMetrics::Start(
   return metrics;
 }
 
-void ShardMetrics::ObserveCall(int method_index, grpc::StatusCode code,
+void ShardMetrics::ObserveCall(int method, grpc::StatusCode code,
                                absl::Duration latency) {
-  Method& method = methods_[method_index];
-  const size_t slot = std::min<size_t>(static_cast<size_t>(code),
-                                       method.calls_by_code.size() - 1);
-  prometheus::Counter* counter = method.calls_by_code[slot].load();
-  if (counter == nullptr) {
-    // Family::Add returns the series a racing thread may have added.
-    counter = &calls_->Add({{"method", method.name}, {"code", CodeName(code)}});
-    method.calls_by_code[slot].store(counter);
+  calls_->Observe(method, code, latency);
+  if (code != grpc::StatusCode::OK) return;
+  if (method == snapshot_method_) {
+    last_snapshot_seconds_.store(absl::ToUnixSeconds(absl::Now()));
+  } else if (method == export_method_) {
+    last_export_seconds_.store(absl::ToUnixSeconds(absl::Now()));
   }
-  counter->Increment();
-  method.latency->Observe(absl::ToDoubleSeconds(latency));
 }
 
 }  // namespace ps::server

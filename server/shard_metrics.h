@@ -1,21 +1,23 @@
 // File: server/shard_metrics.h
 //
 // ShardMetrics is what a shard exports for Prometheus (ps_server
-// --metrics_listen): every gRPC call counted by method and status code and
-// timed per method (a histogram; SnapshotShard and ExportShard's are the
-// checkpoint and export durations), and the store's own counters read at
-// scrape time: rows pulled and pushed, hot-tier bytes, hits and misses,
-// RocksDB bytes and lookups, push-log bytes, duplicate pushes. Calls come
-// from the server's interceptor (call_stats.h), so every service (data
-// plane, admin, health) is counted, with no code in the handlers.
+// --metrics_listen): every gRPC call counted by service, method and status
+// code and timed per method (net/grpc_server_metrics.h; SnapshotShard and
+// ExportShard's times are the checkpoint and export durations), and the store's
+// own counters read at scrape time: rows pulled and pushed, hot-tier bytes,
+// hits and misses, RocksDB bytes and lookups, push-log bytes, duplicate pushes;
+// the data directory's free and total bytes; and when this process last wrote
+// its part of a checkpoint and of an export (for alerts on either overdue).
+// Calls come from the server's interceptor (call_stats.h), so every service
+// (data plane, admin, health) is counted, with no code in the handlers.
 //
 // Thread-safe. `store` must outlive it.
 
 #ifndef PS_SERVER_SHARD_METRICS_H_
 #define PS_SERVER_SHARD_METRICS_H_
 
-#include <array>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,10 +27,8 @@
 #include "absl/time/time.h"
 #include "embedding/embedding_store.h"
 #include "grpcpp/support/status.h"
+#include "net/grpc_server_metrics.h"
 #include "net/metrics_endpoint.h"
-#include "prometheus/counter.h"
-#include "prometheus/family.h"
-#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace ps::server {
@@ -60,7 +60,8 @@ class ShardMetrics {
   // (CallStats::methods()).
   static absl::StatusOr<std::unique_ptr<ShardMetrics>> Start(
       const std::string& listen, uint32_t shard_index,
-      embedding::EmbeddingStore* store, const std::vector<std::string>& methods,
+      embedding::EmbeddingStore* store, const std::string& data_dir,
+      const std::vector<std::string>& methods,
       std::function<ReplicationGauges()> replication);
 
   // Counts one finished call of methods[method] (a CallStats::Observer).
@@ -72,20 +73,15 @@ class ShardMetrics {
   class StoreCollectable;
   ShardMetrics() = default;
 
-  // A method's series, made once: a call only increments them.
-  struct Method {
-    std::string name;
-    prometheus::Histogram* latency = nullptr;
-    // By gRPC code (the last slot for codes past UNAUTHENTICATED), made on
-    // a code's first call.
-    std::array<std::atomic<prometheus::Counter*>, 18> calls_by_code;
-  };
-
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StoreCollectable> store_collectable_;
-  prometheus::Family<prometheus::Counter>* calls_ = nullptr;
-  prometheus::Family<prometheus::Histogram>* latency_ = nullptr;
-  std::vector<Method> methods_;
+  std::unique_ptr<GrpcServerMetrics> calls_;
+  // SnapshotShard's and ExportShard's indices in `methods`, and the Unix
+  // time each last answered OK (0: never).
+  int snapshot_method_ = -1;
+  int export_method_ = -1;
+  std::atomic<int64_t> last_snapshot_seconds_{0};
+  std::atomic<int64_t> last_export_seconds_{0};
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 

@@ -517,7 +517,7 @@ absl::StatusOr<CallStats::Observer> ShardServer::StartMetrics(
   ASSIGN_OR_RETURN(
       metrics_, ShardMetrics::Start(
                     options.metrics_listen, options.shard_index, store_.get(),
-                    call_stats_->methods(), [this] {
+                    options.store.data_dir, call_stats_->methods(), [this] {
                       ShardStatsResponse::Replication replication;
                       FillReplicationStats(&replication);
                       ReplicationGauges gauges;

@@ -54,21 +54,45 @@ grep -q '^ps_worker_pull_staleness_steps_count{worker="0"}' worker.prom || fail 
 wait "$worker" || fail "ps_worker: $(tail -5 worker.log)"
 worker=
 
+# A checkpoint: its time shown for the overdue alert (deploy/monitoring).
+"$runfiles/ops/ps_admin" --servers="$address" --dir="$work/ckpt" checkpoint >ckpt.log 2>&1 ||
+  fail "ps_admin checkpoint: $(cat ckpt.log)"
 # A refused call: counted under its method and code.
 "$runfiles/ops/ps_admin" --servers="$address" --table=no.such.table --key=1 row \
   >/dev/null 2>&1 && fail "ps_admin row of an unknown table succeeded"
 scrape "$shard_metrics" >shard.prom
 promtool check metrics <shard.prom || fail "promtool rejects the shard's metrics"
-pulls=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps.ParameterServer/Pull"}')
-pushes=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="OK",method="/ps.ParameterServer/Push"}')
+# Calls under stock gRPC dashboards' names and labels.
+pulls=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Pull",grpc_service="ps.ParameterServer"}')
+pushes=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Push",grpc_service="ps.ParameterServer"}')
 awk -v p="$pulls" -v q="$pushes" 'BEGIN {exit !(p >= 20 && q >= 20)}' ||
-  fail "pulls $pulls, pushes $pushes counted: $(grep ps_grpc_requests_total shard.prom)"
-grep -q 'ps_grpc_request_duration_seconds_count{shard="0",method="/ps.ParameterServer/Push"}' shard.prom ||
+  fail "pulls $pulls, pushes $pushes counted: $(grep grpc_server_handled_total shard.prom)"
+grep -q 'grpc_server_handling_seconds_count{shard="0",grpc_method="Push",grpc_service="ps.ParameterServer"}' shard.prom ||
   fail "no push latency histogram"
-refused=$(value shard.prom 'ps_grpc_requests_total{shard="0",code="NOT_FOUND",method="/ps.Admin/GetRow"}')
+refused=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="NOT_FOUND",grpc_method="GetRow",grpc_service="ps.Admin"}')
 [ "$refused" = 1 ] || fail "refused GetRow counted $refused times: $(grep GetRow shard.prom)"
 rows=$(value shard.prom 'ps_rows_pushed_total{shard="0"}')
 awk -v r="$rows" 'BEGIN {exit !(r > 1000)}' || fail "rows pushed: $rows"
+# The process's own figures, from /proc, on both: the shard has used CPU
+# and holds memory and files.
+for file in shard.prom worker.prom; do
+  cpu=$(value "$file" process_cpu_seconds_total)
+  rss=$(value "$file" process_resident_memory_bytes)
+  fds=$(value "$file" process_open_fds)
+  start=$(value "$file" process_start_time_seconds)
+  awk -v c="$cpu" -v r="$rss" -v f="$fds" -v s="$start" -v now="$(date +%s)" \
+    'BEGIN {exit !(c > 0 && r > 1e6 && f >= 3 && s > now - 3600 && s <= now + 1)}' ||
+    fail "$file: process cpu $cpu, rss $rss, fds $fds, start $start"
+done
+snapshot=$(value shard.prom 'ps_last_snapshot_timestamp_seconds{shard="0"}')
+export_time=$(value shard.prom 'ps_last_export_timestamp_seconds{shard="0"}')
+awk -v s="$snapshot" -v e="$export_time" -v now="$(date +%s)" \
+  'BEGIN {exit !(s > now - 600 && s <= now + 1 && e == 0)}' ||
+  fail "last snapshot at $snapshot, last export at $export_time (now $(date +%s))"
+free=$(value shard.prom 'ps_data_dir_available_bytes{shard="0"}')
+capacity=$(value shard.prom 'ps_data_dir_capacity_bytes{shard="0"}')
+awk -v f="$free" -v c="$capacity" 'BEGIN {exit !(f > 0 && c >= f)}' ||
+  fail "data dir: $free bytes free of $capacity"
 log=$(value shard.prom 'ps_push_log_bytes{shard="0"}')
 awk -v b="$log" 'BEGIN {exit !(b > 0)}' || fail "push-log bytes: $log"
 # The build: every binary's --version, the shard's ps_build_info metric and

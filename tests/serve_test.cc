@@ -91,16 +91,20 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = Serving::NewStub(channel);
   auto health = grpc::health::v1::Health::NewStub(channel);
-  auto serving_status = [&] {
+  auto serving_status = [&](const std::string& service = "") {
     grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
     grpc::health::v1::HealthCheckResponse answer;
-    const grpc::Status status = health->Check(
-        &context, grpc::health::v1::HealthCheckRequest(), &answer);
+    const grpc::Status status = health->Check(&context, request, &answer);
     return status.ok() ? answer.status()
                        : grpc::health::v1::HealthCheckResponse::UNKNOWN;
   };
   EXPECT_EQ(serving_status(),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  // Alive all the same (deploy/k8s's liveness probe asks "liveness").
+  EXPECT_EQ(serving_status("liveness"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
   {
     PredictRequest early;
     early.add_lines("1\t2");
@@ -301,9 +305,17 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   EXPECT_TRUE(WaitUntil(refreshed, absl::Seconds(30), absl::Milliseconds(200)))
       << ReadFile(dir_ + "/scrape.log");
   const std::string metrics = ReadFile(dir_ + "/metrics.txt");
-  EXPECT_NE(
-      metrics.find("ps_serve_requests_total{code=\"3\",method=\"Predict\"}"),
-      std::string::npos)
+  // Under the labels ps_server's calls have too, and the process's figures.
+  EXPECT_NE(metrics.find("grpc_server_handled_total{grpc_code=\"INVALID_"
+                         "ARGUMENT\",grpc_method=\"Predict\",grpc_service="
+                         "\"ps.Serving\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("grpc_server_handling_seconds_count{grpc_method="
+                         "\"Predict\",grpc_service=\"ps.Serving\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("\nprocess_resident_memory_bytes "), std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("ps_serve_model_cut " +
                          std::to_string(response.model_cut())),
