@@ -393,7 +393,8 @@ else:
             fail(f"config.yaml has no {name} for the shards' command")
     if "--replicas=${REPLICAS}" not in command_of(server):
         fail("the shards do not run --replicas=${REPLICAS}")
-    budget = by_kind.get("PodDisruptionBudget", [{}])[0]
+    budget = next((b for b in by_kind.get("PodDisruptionBudget", [])
+                   if b["metadata"]["name"] == "ps-shard"), {})
     budget_labels = budget.get("spec", {}).get("selector", {}).get("matchLabels", {})
     if not budget_labels or not all(budget_labels.items() <= labels.items() for labels in both):
         fail("the PodDisruptionBudget does not count the shards and their replicas together")
@@ -576,6 +577,88 @@ for o, container in containers:
         fail(f"{o['metadata']['name']}: --cpu_threads={threads} but a CPU request of {request}")
 if not workers_checked:
     fail("no ps_worker container")
+
+# No pod calls the Kubernetes API: none gets a service-account token.
+pod_templates = [(o, t) for o, t in templates] + [
+    (o, o["spec"]["template"]) for o in etcd_objects
+    if o.get("kind") == "StatefulSet"]
+for o, template in pod_templates:
+    if template["spec"].get("automountServiceAccountToken") is not False:
+        fail(f"{o['kind']}/{o['metadata']['name']}: automountServiceAccountToken is not false")
+
+# ps-serve: alive by the health port's "liveness" service (SERVING before
+# a model arrives; tests/serve_test.cc checks), Ready by its overall
+# status; a disruption budget; its metrics port on the Service the
+# ServiceMonitor selects.
+serve = next(o for o in by_kind["Deployment"] if o["metadata"]["name"] == "ps-serve")
+serve_pod = serve["spec"]["template"]["spec"]
+serve_container = serve_pod["containers"][0]
+serve_flags = flag_values(command_of(serve_container))
+serve_ports = {p["name"]: p["containerPort"] for p in serve_container["ports"]}
+liveness = serve_container.get("livenessProbe", {}).get("grpc", {})
+if liveness != {"port": serve_ports["health"], "service": "liveness"}:
+    fail(f"ps-serve's liveness probe is {liveness}, not gRPC 'liveness' on the health port")
+if serve_container.get("readinessProbe", {}).get("grpc") != {"port": serve_ports["health"]}:
+    fail("ps-serve's readiness probe is not gRPC on the health port")
+budgets = [b for b in by_kind.get("PodDisruptionBudget", [])
+           if b["spec"]["selector"].get("matchLabels") == serve["spec"]["selector"]["matchLabels"]]
+if len(budgets) != 1 or not 1 <= budgets[0]["spec"].get("minAvailable", 0) < serve["spec"]["replicas"]:
+    fail("ps-serve has no PodDisruptionBudget keeping one of its pods up")
+serve_service = next(o for o in by_kind["Service"] if o["metadata"]["name"] == "ps-serve")
+if ({p["name"] for p in serve_service["spec"]["ports"]} != {"grpc", "metrics"}
+        or serve_service["metadata"].get("labels", {}).get("app") != "ps-serve"):
+    fail("the ps-serve Service does not carry app: ps-serve and its metrics port")
+
+# Worker 0, and no other, exports every EXPORT_EVERY_S into the directory
+# ps-serve reads: a path on the volume the shards write exports to (the
+# shards write each part), which ps-serve mounts too; with the admin token
+# the shards check, mounted where --token_file says.
+worker = next(c for o, c in containers if "ps_worker" in command_of(c))
+worker_pod = next(t["spec"] for o, t in templates if o["kind"] == "Job")
+
+
+def exports_of(index, every):
+    script = " ".join(worker.get("args", [])).replace("$$", "$")
+    script = script.split("exec ", 1)[0] + 'printf %s "$EXPORTS"'
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                          env={"NUM_SHARDS": "2", "ETCD": "", "ETCD_TLS": "",
+                               "JOB": config["JOB"], "JOB_COMPLETION_INDEX": str(index),
+                               "EXPORT_EVERY_S": every})
+    return done.stdout if done.returncode == 0 else f"exit {done.returncode}"
+
+
+if "${EXPORTS}" not in command_of(worker):
+    fail("ps_worker is not given ${EXPORTS}")
+if not config.get("EXPORT_EVERY_S", "").isdigit() or int(config["EXPORT_EVERY_S"]) <= 0:
+    fail(f"EXPORT_EVERY_S={config.get('EXPORT_EVERY_S')!r}: no exports, so ps-serve is never Ready")
+if exports_of(1, "600") or exports_of(0, "0"):
+    fail("a worker other than 0, or worker 0 with EXPORT_EVERY_S=0, exports")
+exports = flag_values(exports_of(0, "600"))
+check_flags("Job/ps-worker EXPORTS", "ps_worker " + exports_of(0, "600"))
+if exports.get("export_every_s") != "600":
+    fail(f"worker 0 exports with {exports}, not every EXPORT_EVERY_S")
+model_dir = serve_flags.get("model_dir", "")
+if exports.get("export_dir", "").rstrip("/") != model_dir.rstrip("/"):
+    fail(f"worker 0 exports to {exports.get('export_dir')}, ps-serve reads {model_dir}")
+shard_mount = mount_of(server, exports.get("export_dir", "/nowhere"))
+serve_mount = mount_of(serve_container, model_dir or "/nowhere")
+shard_claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+                for v in shards["spec"]["template"]["spec"].get("volumes", [])}
+serve_claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+                for v in serve_pod.get("volumes", [])}
+if (shard_mount is None or serve_mount is None or shard_mount.get("readOnly")
+        or shard_mount["mountPath"] != serve_mount["mountPath"]
+        or shard_claims.get(shard_mount["name"]) is None
+        or shard_claims.get(shard_mount["name"]) != serve_claims.get(serve_mount["name"])):
+    fail("the export directory is not on one volume the shards write and ps-serve reads")
+token = exports.get("token_file", "")
+token_mount = mount_of(worker, token) if token else None
+shard_token_mount = mount_of(server, server_flags.get("admin_token_file", "/nowhere"))
+shard_secrets_by_volume = secrets_of(shards["spec"]["template"]["spec"])
+if (token_mount is None or shard_token_mount is None
+        or secrets_of(worker_pod).get(token_mount["name"])
+        != shard_secrets_by_volume.get(shard_token_mount["name"])):
+    fail(f"worker 0's --token_file={token} is not the shards' admin token")
 
 if failures:
     sys.exit(1)
