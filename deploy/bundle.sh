@@ -8,11 +8,14 @@
 #   ps-bundle/lib/   the libraries (runpath $ORIGIN) and the CUDA backend
 #                    (runpath $ORIGIN, then the CUDA directories it was
 #                    linked with)
+#   ps-bundle/python/  the Python client's wheel (python/: pip install
+#                    ps-bundle/python/ps_client-*.whl)
 #   ps-bundle/MANIFEST  what is in it, and the commit it was built from
 #
 #   deploy/bundle.sh OUT.tar.gz            builds the binaries with Bazel first
 #   deploy/bundle.sh OUT.tar.gz FILE...    packs these, already built (a
-#                                          FILE ending in .so goes to lib/)
+#                                          FILE ending in .so goes to lib/,
+#                                          one ending in .whl to python/)
 #
 # glibc (libc, libm, libpthread, libdl, librt, the loader) comes from the
 # machine that runs it, as does CUDA (the driver, and the toolkit's runtime
@@ -22,7 +25,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 1 ]; then
-  sed -n '2,21p' "$0" >&2
+  sed -n '2,24p' "$0" >&2
   exit 2
 fi
 out=$1
@@ -36,9 +39,10 @@ binaries=("$@")
 if [ ${#binaries[@]} -eq 0 ]; then
   (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
     //server:ps_serve //ops:ps_admin //worker:ps_worker //worker/predict:ps_predict \
-    //worker/datagen:clicklog_gen)
+    //worker/datagen:clicklog_gen //python:wheel)
   for path in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
-    worker/predict/ps_predict worker/datagen/clicklog_gen kernels/libps_cuda_backend.so; do
+    worker/predict/ps_predict worker/datagen/clicklog_gen kernels/libps_cuda_backend.so \
+    python/ps_client-0.1.0-py3-none-any.whl; do
     [ -e "$here/bazel-bin/$path" ] && binaries+=("$here/bazel-bin/$path")
   done
 fi
@@ -66,6 +70,11 @@ cuda_runpath() { patchelf --print-rpath "$1" | tr ':' '\n' | grep cuda | paste -
 for binary in "${binaries[@]}"; do
   name=$(basename "$binary")
   case "$name" in
+    *.whl)
+      mkdir -p "$root/python"
+      cp -L "$binary" "$root/python/$name"
+      continue
+      ;;
     *.so) destination="$root/lib/$name" ;;
     *) destination="$root/bin/$name" ;;
   esac
@@ -112,6 +121,9 @@ commit=$(env -i "$root/bin/ps_server" --version | awk '{print $2}')
     echo "cuda: none (built without nvcc)"
   fi
   echo "lib: $(ls "$root/lib" | wc -l) libraries, $(du -sh "$root/lib" | cut -f1)"
+  if [ -d "$root/python" ]; then
+    echo "python: $(cd "$root" && echo python/*.whl) (pip install; needs grpcio and protobuf)"
+  fi
   echo "needs from the host: glibc $(ldd --version | head -1 | awk '{print $NF}') or newer;" \
     "for --device=cuda, the CUDA driver and toolkit"
 } >"$root/MANIFEST"

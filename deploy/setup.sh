@@ -18,13 +18,14 @@ packages=(
   libdnnl-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   python3-matplotlib python3-yaml python3-grpcio python3-protobuf openssl patchelf
+  python3-pip python3-venv python3-xxhash
   python3-torch nodejs
   prometheus-cpp-dev prometheus
   etcd-server etcd-client
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(redis-server libopenblas0-openmp python3-xxhash python3-numpy linux-perf)
+  packages+=(redis-server libopenblas0-openmp python3-numpy linux-perf)
 fi
 
 missing=()

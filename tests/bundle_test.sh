@@ -21,13 +21,23 @@ cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
   "$runfiles/server/ps_server" "$runfiles/server/ps_serve" "$runfiles/ops/ps_admin" \
   "$runfiles/worker/ps_worker" "$runfiles/worker/predict/ps_predict" \
-  "$runfiles/worker/datagen/clicklog_gen" ${cuda_backend:+"$cuda_backend"}
+  "$runfiles/worker/datagen/clicklog_gen" ${cuda_backend:+"$cuda_backend"} \
+  "$runfiles/python/ps_client-0.1.0-py3-none-any.whl"
 mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
 bundle=$(realpath "$work/unpacked/ps-bundle")
 for name in ps_server ps_serve ps_admin ps_worker ps_predict clicklog_gen; do
   [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
 done
+
+# The Python client installs from the bundle with pip, offline, beside
+# Debian's grpcio and protobuf (python/ps_client_test uses it against a job).
+wheel=$(ls "$bundle"/python/ps_client-*.whl) || fail "no python/ps_client-*.whl in the bundle"
+grep -q "^python: python/ps_client-" "$bundle/MANIFEST" || fail "MANIFEST: $(cat "$bundle/MANIFEST")"
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/python" -m pip install --no-index --quiet "$wheel" || fail "pip install $wheel"
+"$work/venv/bin/python" -c 'import ps_client; assert ps_client.slot_for_key(1) == 1509' ||
+  fail "ps_client from the bundle does not import"
 
 # MANIFEST names the commit every binary's --version reports.
 manifest_commit=$(sed -n '1s/^ps-bundle from \([^,]*\),.*/\1/p' "$bundle/MANIFEST")
