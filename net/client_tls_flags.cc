@@ -1,5 +1,6 @@
 #include "net/client_tls_flags.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -14,6 +15,13 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "The name the shards' certificates carry, when it is not the host "
           "in --servers.");
 
+ABSL_FLAG(int32_t, tls_reload_s, 60,
+          "Re-read --tls_ca, --tls_cert and --tls_key every this many "
+          "seconds: certificates rotated on disk are used by every connection "
+          "made after, with no restart; an unreadable file or a key that does "
+          "not match its certificate keeps the ones before. 0: read them once "
+          "at start.");
+
 namespace ps {
 
 TlsFiles ClientTlsFilesFromFlags() {
@@ -22,6 +30,7 @@ TlsFiles ClientTlsFilesFromFlags() {
   files.cert = absl::GetFlag(FLAGS_tls_cert);
   files.key = absl::GetFlag(FLAGS_tls_key);
   files.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  files.reload_seconds = absl::GetFlag(FLAGS_tls_reload_s);
   return files;
 }
 

@@ -1,7 +1,8 @@
 // File: net/client_tls_flags.h
 //
 // The TLS flags of the binaries that call the shards (ps_worker, ps_admin):
-// --tls_ca, --tls_cert, --tls_key and --tls_server_name, defined once in
+// --tls_ca, --tls_cert, --tls_key, --tls_server_name and --tls_reload_s,
+// defined once in
 // client_tls_flags.cc so that both binaries say the same. Linking this
 // library defines the flags.
 

@@ -1,9 +1,10 @@
 // File: net/server_tls_flags.h
 //
 // The TLS flags of the binaries that serve (ps_server, ps_serve):
-// --tls_cert, --tls_key, --tls_ca, --allow_unauthenticated_clients and
-// --allow_insecure_remote, defined once in server_tls_flags.cc so that both
-// binaries say the same. Linking this library defines the flags.
+// --tls_cert, --tls_key, --tls_ca, --tls_reload_s,
+// --allow_unauthenticated_clients and --allow_insecure_remote, defined once in
+// server_tls_flags.cc so that both binaries say the same. Linking this library
+// defines the flags.
 
 #ifndef PS_NET_SERVER_TLS_FLAGS_H_
 #define PS_NET_SERVER_TLS_FLAGS_H_

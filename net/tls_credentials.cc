@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/grpc_security_constants.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace ps {
 namespace {
@@ -31,7 +33,18 @@ absl::Status CheckPair(const TlsFiles& files) {
     return absl::InvalidArgumentError(
         "--tls_cert and --tls_key go together: give both or neither");
   }
+  if (files.reload_seconds < 0) {
+    return absl::InvalidArgumentError("--tls_reload_s must be >= 0");
+  }
   return absl::OkStatus();
+}
+
+// Watches `files` (those named) for changes every reload_seconds.
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> Watcher(
+    const TlsFiles& files) {
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca,
+      static_cast<unsigned int>(files.reload_seconds));
 }
 
 }  // namespace
@@ -61,7 +74,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *std::move(ca);
   }
-  return grpc::SslServerCredentials(options);
+  if (files.reload_seconds == 0) return grpc::SslServerCredentials(options);
+  // The files read above were there; from now on gRPC reads them.
+  grpc::experimental::TlsServerCredentialsOptions watched(Watcher(files));
+  watched.watch_identity_key_cert_pairs();
+  if (files.ca.empty()) {
+    watched.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    watched.watch_root_certs();
+    watched.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  return grpc::experimental::TlsServerCredentials(watched);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
@@ -82,7 +106,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     options.pem_cert_chain = *std::move(cert);
     options.pem_private_key = *std::move(key);
   }
-  return grpc::SslCredentials(options);
+  if (files.reload_seconds == 0 || (files.ca.empty() && files.cert.empty())) {
+    return grpc::SslCredentials(options);
+  }
+  // Without --tls_ca, the system's roots (no root watched).
+  grpc::experimental::TlsChannelCredentialsOptions watched;
+  watched.set_certificate_provider(Watcher(files));
+  if (!files.ca.empty()) watched.watch_root_certs();
+  if (!files.cert.empty()) watched.watch_identity_key_cert_pairs();
+  return grpc::experimental::TlsCredentials(watched);
 }
 
 void AddTlsChannelArguments(const TlsFiles& files,

@@ -9,6 +9,13 @@
 //   client: --tls_ca trusts servers signed by it (default: the system's
 //           roots); --tls_cert/--tls_key present a client certificate.
 //
+// The files are read when the credentials are made (a missing one is an
+// error then) and again every `reload_seconds` by gRPC's file-watching
+// certificate provider, so that certificates rotated on disk (cert-manager's,
+// a mounted Secret's) are used by every connection made after, with no
+// restart; a file that cannot be read, or a key that does not match its
+// certificate, keeps the ones read before.
+//
 // Also: whether a listen address is loopback (a shard serves anything else
 // only over TLS, unless told otherwise), and reading a bearer token file.
 // Pure functions of their arguments and the files; thread-safe.
@@ -38,6 +45,9 @@ struct TlsFiles {
   // Client only: the name the server's certificate must carry, when it is
   // not the host dialled (an IP address, say). Default: the host dialled.
   std::string server_name;
+  // Re-read the files every this many seconds (--tls_reload_s); 0: read
+  // them once. Default: 60.
+  int reload_seconds = 60;
 
   bool enabled() const { return !ca.empty() || !cert.empty() || !key.empty(); }
 };

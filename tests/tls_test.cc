@@ -6,6 +6,7 @@
 // --admin_token_file guards the admin calls that change state; and a shard
 // refuses to listen beyond loopback without TLS.
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "base/wait_until.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "gtest/gtest.h"
 #include "net/tls_credentials.h"
 #include "proto/admin.grpc.pb.h"
@@ -49,6 +51,11 @@ class TlsTest : public ::testing::Test {
         << "subjectAltName=IP:127.0.0.1,DNS:ps-shard\n"
            "extendedKeyUsage=serverAuth,clientAuth\n";
     ASSERT_TRUE(IssueCertificate(d, "server", "ca", "server.ext"));
+    // What a rotation installs: new keys and certificates of the same
+    // names, the server's from another CA.
+    ASSERT_TRUE(
+        IssueCertificate(d, "server_renewed", "other_ca", "server.ext"));
+    ASSERT_TRUE(IssueCertificate(d, "worker_renewed", "ca", "client.ext"));
     ASSERT_TRUE(IssueCertificate(d, "shard", "ca", "shard.ext"));
     ASSERT_TRUE(IssueCertificate(d, "worker", "ca", "client.ext"));
     ASSERT_TRUE(IssueCertificate(d, "stranger", "other_ca", "client.ext"));
@@ -110,6 +117,45 @@ class TlsTest : public ::testing::Test {
     return stub->Pull(&context, request, &response);
   }
 
+  // The certificate (PEM) the server shows a new connection made with
+  // `credentials` (by default, made from `files` now), or "" if the call
+  // does not reach the service.
+  static std::string ServerCertificate(
+      const ServerProcess& server, const TlsFiles& files,
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
+    if (credentials == nullptr) {
+      auto made = ChannelCredentials(files);
+      EXPECT_TRUE(made.ok());
+      if (!made.ok()) return "";
+      credentials = *std::move(made);
+    }
+    grpc::ChannelArguments arguments;
+    AddTlsChannelArguments(files, &arguments);
+    // A connection of its own, never one an earlier channel opened.
+    arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = ParameterServer::NewStub(
+        grpc::CreateCustomChannel(server.address(), credentials, arguments));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    PullRequest request;
+    request.set_table("none");
+    PullResponse response;
+    if (stub->Pull(&context, request, &response).error_code() !=
+        grpc::StatusCode::NOT_FOUND) {
+      return "";
+    }
+    const std::vector<grpc::string_ref> pem =
+        context.auth_context()->FindPropertyValues("x509_pem_cert");
+    return pem.empty() ? "" : std::string(pem[0].begin(), pem[0].end());
+  }
+
+  // Writes `contents` to `path` as a rotation does: a new file renamed over
+  // the old one.
+  static void Install(const std::string& path, const std::string& contents) {
+    std::ofstream(path + ".new") << contents;
+    ASSERT_EQ(std::rename((path + ".new").c_str(), path.c_str()), 0) << path;
+  }
+
   static std::string* dir_;
   int shards_ = 0;
 };
@@ -135,6 +181,114 @@ TEST_F(TlsTest, AWorkerTrainsOverMutualTls) {
       << ReadFile(*dir_ + "/worker.log");
   const std::string metrics = ReadFile(*dir_ + "/tls.json");
   EXPECT_NE(metrics.find("\"examples\": 20000"), std::string::npos) << metrics;
+}
+
+// Certificates renewed on disk (as cert-manager renews a Secret) while a
+// worker trains: connections made after use the new ones, with no restart,
+// the worker's own included, and nothing fails.
+TEST_F(TlsTest, RotatedCertificatesServeNewConnectionsWithoutARestart) {
+  const std::string& d = *dir_;
+  const std::string rotating = FreshTestDir("tls_rotating");
+  for (const std::string name :
+       {"server.pem", "server.key", "worker.pem", "worker.key", "ca.pem"}) {
+    Install(rotating + "/" + name, ReadFile(d + "/" + name));
+  }
+  auto credentials = ChannelCredentials(Client("worker", "ca"));
+  ASSERT_TRUE(credentials.ok());
+  auto started = ServerProcess::Start(
+      {"--data_dir=" + FreshTestDir("tls_rotating_shard"),
+       "--tls_cert=" + rotating + "/server.pem",
+       "--tls_key=" + rotating + "/server.key",
+       "--tls_ca=" + rotating + "/ca.pem", "--tls_reload_s=1"},
+      absl::Seconds(60), d + "/rotating_shard.log", *credentials);
+  ASSERT_TRUE(started.ok())
+      << started.status() << ReadFile(d + "/rotating_shard.log");
+  const ServerProcess& server = **started;
+  TlsFiles worker_files = Client("worker", "ca");
+  EXPECT_EQ(ServerCertificate(server, worker_files),
+            ReadFile(d + "/server.pem"));
+  // A client's credentials made now, over the rotating files, re-reading
+  // them every second.
+  TlsFiles rotating_client;
+  rotating_client.ca = rotating + "/ca.pem";
+  rotating_client.cert = rotating + "/worker.pem";
+  rotating_client.key = rotating + "/worker.key";
+  rotating_client.reload_seconds = 1;
+  auto early = ChannelCredentials(rotating_client);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(TryPull(server, Client("stranger", "ca")).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  // A worker that trains for a while over the rotating files.
+  const std::string data = d + "/rotating_train.tsv";
+  ASSERT_EQ(RunToCompletion({BinaryPath("worker/datagen/clicklog_gen"),
+                             "--out=" + data, "--lines=12000"},
+                            d + "/rotating_gen.log"),
+            0);
+  auto worker = ChildProcess::Start(
+      PsWorkerArgv({"--servers=" + server.address()},
+                   {"--train=" + data, "--batch_size=500", "--hidden=8",
+                    "--embedding_dim=4", "--slow_step_ms=300",
+                    "--tls_ca=" + rotating + "/ca.pem",
+                    "--tls_cert=" + rotating + "/worker.pem",
+                    "--tls_key=" + rotating + "/worker.key", "--tls_reload_s=1",
+                    "--metrics_out=" + d + "/rotating.json"}),
+      /*capture_stdout=*/false, d + "/rotating_worker.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::SleepFor(absl::Seconds(2));
+
+  // Renewed: a CA bundle that trusts another CA too (first, so that both
+  // sides trust what comes next), the server's pair from that CA, the
+  // worker's pair.
+  Install(rotating + "/ca.pem",
+          ReadFile(d + "/ca.pem") + ReadFile(d + "/other_ca.pem"));
+  absl::SleepFor(absl::Seconds(2));
+  Install(rotating + "/server.key", ReadFile(d + "/server_renewed.key"));
+  Install(rotating + "/server.pem", ReadFile(d + "/server_renewed.pem"));
+  Install(rotating + "/worker.key", ReadFile(d + "/worker_renewed.key"));
+  Install(rotating + "/worker.pem", ReadFile(d + "/worker_renewed.pem"));
+  const std::string renewed = ReadFile(d + "/server_renewed.pem");
+  // The credentials made before the rotation trust the new server (their
+  // roots were re-read), which shows its new certificate.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return ServerCertificate(server, rotating_client, *early) == renewed;
+      },
+      absl::Seconds(30), absl::Milliseconds(200)))
+      << "new connections do not see the renewed certificate";
+  // A client of the old CA alone no longer trusts the server.
+  EXPECT_EQ(ServerCertificate(server, worker_files), "");
+  // The other CA's client is trusted now (the server re-read its roots).
+  TlsFiles stranger = Client("stranger", "ca");
+  stranger.ca = rotating + "/ca.pem";
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return TryPull(server, stranger).error_code() ==
+               grpc::StatusCode::NOT_FOUND;
+      },
+      absl::Seconds(30), absl::Milliseconds(200)))
+      << "the server does not trust the CA added to --tls_ca";
+  ASSERT_EQ((*worker)->Wait(absl::Minutes(5)), 0)
+      << ReadFile(d + "/rotating_worker.log");
+  const std::string metrics = ReadFile(d + "/rotating.json");
+  EXPECT_NE(metrics.find("\"examples\": 12000"), std::string::npos) << metrics;
+}
+
+// The name a client checks the server's certificate for: the host dialled,
+// or --tls_server_name; a name the certificate lacks is refused.
+TEST_F(TlsTest, AServerNameTheCertificateLacksIsRefused) {
+  auto server = StartTlsShard();
+  ASSERT_NE(server, nullptr);
+  for (const int reload_seconds : {0, 60}) {
+    TlsFiles files = Client("worker", "ca");
+    files.reload_seconds = reload_seconds;
+    files.server_name = "localhost";
+    EXPECT_NE(ServerCertificate(*server, files), "") << reload_seconds;
+    files.server_name = "ps-shard";
+    EXPECT_EQ(ServerCertificate(*server, files), "")
+        << "a certificate for 127.0.0.1 and localhost passed as ps-shard ("
+        << reload_seconds << ")";
+  }
 }
 
 TEST_F(TlsTest, AReplicaCopiesAndFollowsItsPrimaryOverMutualTls) {
