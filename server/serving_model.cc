@@ -84,6 +84,11 @@ void ServingModel::Release(std::unique_ptr<Scorer> scorer) {
 
 absl::StatusOr<std::vector<float>> ServingModel::Predict(
     absl::Span<const std::string> lines, absl::Time deadline) {
+  if (layout_.tfrecord) {
+    return absl::InvalidArgumentError(
+        "this model reads TFRecord records (--format=tfrecord), not lines: "
+        "send examples (each one's dense values and fields' keys)");
+  }
   std::vector<model::Example> examples(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (absl::Status parsed = model::ParseLine(lines[i], layout_, &examples[i],

@@ -60,14 +60,64 @@ int FieldCount(const std::vector<ColumnKind>& columns) {
       std::count(columns.begin(), columns.end(), ColumnKind::kSequence));
 }
 
-// Fills layout->columns, label_names and sequence_key_fields from a
-// --columns value.
+// A TFRecord feature's name: letters, digits and _ . / -.
+bool IsFeatureName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '.' && c != '/' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A tfrecord layout's item, KIND:NAME (or a plain `label`, or
+// seq:NAME:F): its feature name appended to layout->feature_names, and the
+// item as the text form says it (label:NAME, label, dense, seq:F, ...).
+absl::StatusOr<std::string> TakeFeatureName(absl::string_view item,
+                                            InputLayout* layout) {
+  if (item == "label") {
+    layout->feature_names.emplace_back("label");
+    return std::string(item);
+  }
+  const std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+  const bool shares_keys = parts.size() == 3 && parts[0] == "seq";
+  if ((parts.size() != 2 && !shares_keys) || !IsFeatureName(parts[1]) ||
+      parts[0] == "skip") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--columns: \"", item,
+        "\" must be KIND:FEATURE with --format=tfrecord (label:NAME, "
+        "dense:NAME, cat:NAME, multi:NAME, seq:NAME or seq:NAME:F, id:NAME, "
+        "weight:NAME; names of letters, digits and _ . / -; no skip, no *N)"));
+  }
+  layout->feature_names.emplace_back(parts[1]);
+  if (parts[0] == "label") return std::string(item);
+  return shares_keys ? absl::StrCat("seq:", parts[2]) : std::string(parts[0]);
+}
+
+// Fills layout->columns, label_names and sequence_key_fields (and
+// feature_names, for a tfrecord layout) from a --columns value.
 absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
   layout->columns.clear();
   layout->label_names.clear();
   layout->sequence_key_fields.clear();
+  layout->feature_names.clear();
   for (absl::string_view item : absl::StrSplit(spec, ',')) {
     item = absl::StripAsciiWhitespace(item);
+    std::string text_form;
+    if (layout->tfrecord) {
+      if (item.find('*') != absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--columns: \"", item,
+            "\": with --format=tfrecord each column names its feature (no "
+            "*N)"));
+      }
+      absl::StatusOr<std::string> named = TakeFeatureName(item, layout);
+      if (!named.ok()) return named.status();
+      text_form = *std::move(named);
+      item = text_form;
+    }
     int repeat = 1;
     if (const size_t star = item.find('*'); star != absl::string_view::npos) {
       if (!absl::SimpleAtoi(item.substr(star + 1), &repeat) || repeat < 1 ||
@@ -150,6 +200,14 @@ absl::Status ParseColumns(absl::string_view spec, InputLayout* layout) {
           "--columns: seq:", key_field, " (field ", sequence,
           ") must name a cat or multi field, 0 to ", field_kinds.size() - 1,
           " over the cat, multi and seq columns"));
+    }
+  }
+  const std::vector<std::string>& names = layout->feature_names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) !=
+        names.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--columns: two columns read the feature \"", names[i], "\""));
     }
   }
   for (size_t i = 0; i < layout->label_names.size(); ++i) {
@@ -253,9 +311,15 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
     layout.delimiter = '\t';
   } else if (format == "csv") {
     layout.delimiter = ',';
+  } else if (format == "tfrecord") {
+    layout.tfrecord = true;
+    if (header) {
+      return absl::InvalidArgumentError(
+          "--header: TFRecord files have no header line");
+    }
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--format must be tsv or csv, not \"", format, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format must be tsv, csv or tfrecord, not \"", format, "\""));
   }
   layout.header = header;
   if (absl::Status s = ParseColumns(columns, &layout); !s.ok()) return s;
@@ -319,16 +383,31 @@ std::string ColumnsSpec(const InputLayout& layout) {
   std::vector<std::string> items;
   size_t label = 0;
   int field = 0;
-  for (ColumnKind kind : layout.columns) {
+  for (size_t c = 0; c < layout.columns.size(); ++c) {
+    const ColumnKind kind = layout.columns[c];
     const bool is_field = kind == ColumnKind::kCategorical ||
                           kind == ColumnKind::kMulti ||
                           kind == ColumnKind::kSequence;
     const int this_field = is_field ? field++ : -1;
-    if (kind == ColumnKind::kLabel && label < layout.label_names.size() &&
-        layout.label_names[label++] != kPlainLabel) {
+    const bool shares_keys = kind == ColumnKind::kSequence &&
+                             layout.sequence_key_fields.count(this_field) > 0;
+    if (layout.tfrecord && c < layout.feature_names.size()) {
+      const std::string& name = layout.feature_names[c];
+      if (kind == ColumnKind::kLabel) {
+        items.push_back(layout.label_names[label++] == kPlainLabel
+                            ? std::string("label")
+                            : absl::StrCat("label:", name));
+      } else if (shares_keys) {
+        items.push_back(absl::StrCat(
+            "seq:", name, ":", layout.sequence_key_fields.at(this_field)));
+      } else {
+        items.push_back(absl::StrCat(KindName(kind), ":", name));
+      }
+    } else if (kind == ColumnKind::kLabel &&
+               label < layout.label_names.size() &&
+               layout.label_names[label++] != kPlainLabel) {
       items.push_back(absl::StrCat("label:", layout.label_names[label - 1]));
-    } else if (kind == ColumnKind::kSequence &&
-               layout.sequence_key_fields.count(this_field) > 0) {
+    } else if (shares_keys) {
       items.push_back(
           absl::StrCat("seq:", layout.sequence_key_fields.at(this_field)));
     } else {
@@ -348,8 +427,8 @@ std::string ColumnsSpec(const InputLayout& layout) {
 
 std::string LayoutText(const InputLayout& layout) {
   const InputLayout criteo = InputLayout::Criteo();
-  if (layout.delimiter == criteo.delimiter && !layout.header &&
-      layout.columns == criteo.columns &&
+  if (!layout.tfrecord && layout.delimiter == criteo.delimiter &&
+      !layout.header && layout.columns == criteo.columns &&
       layout.label_names == criteo.label_names && layout.crosses.empty() &&
       layout.sequence_key_fields.empty()) {
     return std::string(kCriteoText);
@@ -357,7 +436,10 @@ std::string LayoutText(const InputLayout& layout) {
   std::vector<std::string> crosses;
   for (const auto& [first, second] : layout.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
-  return absl::StrCat("format=", layout.delimiter == ',' ? "csv" : "tsv",
+  return absl::StrCat("format=",
+                      layout.tfrecord           ? "tfrecord"
+                      : layout.delimiter == ',' ? "csv"
+                                                : "tsv",
                       " header=", layout.header ? 1 : 0,
                       " columns=", ColumnsSpec(layout), " multi_separator=",
                       layout.multi_separator == ' '

@@ -30,6 +30,13 @@
 //           is the weighted mean over the batch. Not a feature; not read
 //           when scoring (line_parser.h). At most one.
 //
+// TFRecord files (--format=tfrecord) hold tf.Example records, not lines:
+// there every column names the feature it reads, KIND:NAME
+// ("label:clicked,dense:price,cat:user_id,multi:tags,seq:history"; a plain
+// `label` reads the feature "label"; seq:NAME:F shares field F's keys), in
+// the order the model numbers them; features not named are not read (no
+// skip), and no *N.
+//
 // A layout has at least one label column (a plain one, or named ones) and
 // at least one feature column (dense, cat or multi): all-categorical and
 // all-dense layouts are both layouts.
@@ -71,6 +78,10 @@ struct InputLayout {
   // The column delimiter: '\t' (--format=tsv) or ',' (--format=csv). No
   // quoting: a value never holds the delimiter.
   char delimiter = '\t';
+  // Records of tf.Example in TFRecord files (--format=tfrecord) rather than
+  // lines; then feature_names says which feature each column reads.
+  bool tfrecord = false;
+  std::vector<std::string> feature_names;
   // Whether each file's first line is a header (skipped).
   bool header = false;
   // Every column, in file order (InputLayout::Criteo() fills in Criteo's).

@@ -134,6 +134,20 @@ absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
       !split.ok()) {
     return split;
   }
+  return ParseColumnValues(columns, layout, example, label);
+}
+
+absl::Status ParseColumnValues(absl::Span<const absl::string_view> columns,
+                               const InputLayout& layout, Example* example,
+                               LabelColumn label) {
+  const int unlabeled =
+      static_cast<int>(layout.columns.size()) - layout.labels();
+  if (columns.size() != layout.columns.size() &&
+      (label == LabelColumn::kRequired ||
+       static_cast<int>(columns.size()) != unlabeled)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        columns.size(), " column values, expected ", layout.columns.size()));
+  }
   const bool labeled = columns.size() == layout.columns.size();
   example->label = 0.0f;
   example->has_label = labeled;

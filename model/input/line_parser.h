@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "model/input/features.h"
 #include "model/input/input_layout.h"
 
@@ -27,6 +28,14 @@ enum class LabelColumn { kRequired, kOptional };
 absl::Status ParseLine(absl::string_view line, const InputLayout& layout,
                        Example* example,
                        LabelColumn label = LabelColumn::kRequired);
+
+// What ParseLine() does once the line is split: fills `example` from one
+// value per column of `layout` (or one per column but the labels, when
+// `label` is kOptional), with the same checks. For records that are not
+// lines (TFRecord's tf.Example: tf_example.h).
+absl::Status ParseColumnValues(absl::Span<const absl::string_view> columns,
+                               const InputLayout& layout, Example* example,
+                               LabelColumn label = LabelColumn::kRequired);
 
 // Appends the keys of `layout`'s crosses (wide-only fields) to `example`,
 // whose fields' keys and ends are filled in: what ParseLine() does last,

@@ -14,6 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "model/input/tf_example.h"
+#include "worker/input/tfrecord_file.h"
 #include "xxhash.h"
 
 namespace ps::worker {
@@ -226,7 +228,10 @@ absl::StatusOr<std::unique_ptr<ClickLogReader>> ClickLogReader::Open(
   }
   ShareMode mode = ShareMode::kWholeFiles;
   if (files->size() < static_cast<size_t>(options.num_workers)) {
-    mode = any_gzip ? ShareMode::kLineStride : ShareMode::kByteRanges;
+    // A TFRecord file cannot be entered mid-way: records are shared by
+    // stride, as a gzip'd file's lines are.
+    mode = any_gzip || options.layout.tfrecord ? ShareMode::kLineStride
+                                               : ShareMode::kByteRanges;
   }
   auto reader = std::unique_ptr<ClickLogReader>(
       new ClickLogReader(options, std::move(files).value(), mode));
@@ -262,8 +267,88 @@ bool ClickLogReader::Deliver(std::vector<model::Example>* batch) {
   return true;
 }
 
+bool ClickLogReader::CountBad(const std::string& where, absl::string_view what,
+                              absl::string_view why) {
+  const int64_t bad = ++bad_lines_;
+  if (bad <= kLoggedBadLines || bad % 1000 == 0) {
+    LOG(WARNING) << where << ": skipped malformed " << what << " (" << why
+                 << ")"
+                 << (bad == kLoggedBadLines
+                         ? "; logging every 1000th from now on"
+                         : "");
+  }
+  if (bad > options_.max_bad_lines) {
+    Finish(absl::FailedPreconditionError(
+        absl::StrCat(bad, " malformed ", what, "s (last at ", where,
+                     "), more than --max_bad_lines=", options_.max_bad_lines)));
+    return false;
+  }
+  return true;
+}
+
+bool ClickLogReader::ReadRecordFile(const std::string& path,
+                                    uint64_t* global_record,
+                                    Shuffler* shuffler) {
+  absl::StatusOr<bool> gzip = IsGzip(path);
+  if (!gzip.ok()) {
+    Finish(gzip.status());
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<TfRecordFile>> file =
+      TfRecordFile::Open(path, *gzip);
+  if (!file.ok()) {
+    Finish(file.status());
+    return false;
+  }
+  const int64_t workers = options_.num_workers;
+  std::string record, why;
+  bool keep_going = true;
+  while (keep_going) {
+    const TfRecordFile::Outcome outcome = (*file)->Next(&record, &why);
+    if (outcome == TfRecordFile::Outcome::kEnd) break;
+    const std::string where =
+        absl::StrCat(path, " at byte ", (*file)->record_offset());
+    if (outcome == TfRecordFile::Outcome::kBadFraming) {
+      // Nothing after it can be found: the rest of the file is lost.
+      keep_going = CountBad(where, "record",
+                            absl::StrCat(why,
+                                         "; the rest of "
+                                         "the file is "
+                                         "skipped"));
+      break;
+    }
+    if (share_mode_ == ShareMode::kLineStride) {
+      const uint64_t mine = (*global_record)++;
+      if (static_cast<int64_t>(mine % workers) != options_.worker_index) {
+        continue;
+      }
+    }
+    ++lines_;
+    if (outcome == TfRecordFile::Outcome::kBadRecord) {
+      keep_going = CountBad(where, "record", why);
+      continue;
+    }
+    model::Example example;
+    absl::Status parsed = model::ParseTfExample(record, options_.layout,
+                                                &example, options_.label);
+    if (!parsed.ok()) {
+      keep_going = CountBad(where, "record", parsed.message());
+      continue;
+    }
+    keep_going = shuffler->Add(std::move(example));
+  }
+  if (absl::Status read = (*file)->status(); keep_going && !read.ok()) {
+    Finish(read);
+    keep_going = false;
+  }
+  return keep_going;
+}
+
 bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
                               Shuffler* shuffler) {
+  if (options_.layout.tfrecord) {
+    return ReadRecordFile(path, global_line, shuffler);
+  }
   const int64_t workers = options_.num_workers;
   const int64_t worker = options_.worker_index;
   int64_t begin = 0, end = -1;
@@ -311,24 +396,11 @@ bool ClickLogReader::ReadFile(const std::string& path, uint64_t* global_line,
     absl::Status parsed =
         model::ParseLine(line, options_.layout, &example, options_.label);
     if (!parsed.ok()) {
-      const int64_t bad = ++bad_lines_;
       const std::string where =
           from_start ? absl::StrCat(path, ":", line_in_file)
                      : absl::StrCat(path, " (line ", line_in_file,
                                     " of the byte range from ", begin, ")");
-      if (bad <= kLoggedBadLines || bad % 1000 == 0) {
-        LOG(WARNING) << where << ": skipped malformed line ("
-                     << parsed.message() << ")"
-                     << (bad == kLoggedBadLines
-                             ? "; logging every 1000th from now on"
-                             : "");
-      }
-      if (bad > options_.max_bad_lines) {
-        Finish(absl::FailedPreconditionError(absl::StrCat(
-            bad, " malformed lines (last at ", where,
-            "), more than --max_bad_lines=", options_.max_bad_lines)));
-        keep_going = false;
-      }
+      keep_going = CountBad(where, "line", parsed.message());
       continue;
     }
     keep_going = shuffler->Add(std::move(example));

@@ -18,9 +18,15 @@
 // seed, the worker and the epoch, so that each epoch's order differs and a
 // rerun repeats it).
 //
-// Malformed lines are counted and skipped, logged with file:line (the first
-// ones, then every 1000th); once more than `max_bad_lines` have been seen,
-// Next() returns FAILED_PRECONDITION and reading stops.
+// A tfrecord layout reads TFRecord files of tf.Example records
+// (tfrecord_file.h, model/input/tf_example.h), shared as gzip'd files are:
+// whole files, or records i, i + n, ... (a "line" below is a record).
+//
+// Malformed lines are counted and skipped, logged with file:line (a
+// record: with its byte offset; a record whose framing is damaged loses the
+// rest of its file, counted once) (the first ones, then every 1000th); once
+// more than `max_bad_lines` have been seen, Next() returns
+// FAILED_PRECONDITION and reading stops.
 //
 // Next() is called from one thread at a time.
 
@@ -37,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "model/input/features.h"
 #include "model/input/input_layout.h"
@@ -113,6 +120,12 @@ class ClickLogReader : public ExampleSource {
   // reading must stop.
   bool ReadFile(const std::string& path, uint64_t* global_line,
                 Shuffler* shuffler);
+  bool ReadRecordFile(const std::string& path, uint64_t* global_record,
+                      Shuffler* shuffler);
+  // Counts a malformed line or record at `where`; false (reading stops) past
+  // max_bad_lines.
+  bool CountBad(const std::string& where, absl::string_view what,
+                absl::string_view why);
   // Hands a full batch to the consumer; false if the reader is stopping.
   bool Deliver(std::vector<model::Example>* batch);
   void Finish(absl::Status status);

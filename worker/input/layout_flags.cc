@@ -9,7 +9,10 @@
 #include "absl/strings/strip.h"
 
 ABSL_FLAG(std::string, format, "tsv",
-          "Click-log column delimiter: tsv (tab) or csv (comma); no quoting.");
+          "Click-log format: tsv (tab-separated lines), csv (comma; no "
+          "quoting), or tfrecord (TFRecord files of tf.Example records, plain "
+          "or gzip; --columns then names each column's feature, "
+          "KIND:FEATURE).");
 ABSL_FLAG(bool, header, false, "Each file's first line is a header: skip it.");
 ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
           "The columns in file order, comma-separated: label, label:NAME (one "
@@ -23,8 +26,11 @@ ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
           "each ps_predict probability; at most one), or weight (a positive "
           "number multiplying the line's loss; at most one), each but "
           "label:NAME optionally *N to repeat; at least one label and one "
-          "dense, cat or multi column. Default: Criteo's (ps_predict: the "
-          "export's).");
+          "dense, cat or multi column. With --format=tfrecord each column "
+          "names the feature it reads, KIND:FEATURE "
+          "(label:clicked,dense:price,cat:user_id,seq:history:2; a plain "
+          "label reads the feature \"label\"), no skip and no *N. Default: "
+          "Criteo's (ps_predict: the export's).");
 ABSL_FLAG(std::string, multi_separator, "|",
           "What separates the values of a multi column.");
 ABSL_FLAG(std::string, multi_pooling, "sum",
@@ -96,8 +102,10 @@ absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
   for (const auto& [first, second] : base.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
   return WithLimit(model::MakeInputLayout(
-      given("format") ? absl::GetFlag(FLAGS_format)
-                      : (base.delimiter == ',' ? "csv" : "tsv"),
+      given("format")         ? absl::GetFlag(FLAGS_format)
+      : base.tfrecord         ? "tfrecord"
+      : base.delimiter == ',' ? "csv"
+                              : "tsv",
       given("header") ? absl::GetFlag(FLAGS_header) : base.header,
       given("columns") ? absl::GetFlag(FLAGS_columns)
                        : model::ColumnsSpec(base),
