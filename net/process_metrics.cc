@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "net/one_sample_family.h"
 
 namespace ps {
 namespace {
@@ -63,22 +64,6 @@ absl::StatusOr<uint64_t> OpenFds() {
   return entries > 0 ? entries - 1 : 0;
 }
 
-prometheus::MetricFamily Family(const char* name, const char* help,
-                                prometheus::MetricType type, double value) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
-}
-
 }  // namespace
 
 absl::StatusOr<ProcessFigures> ReadProcessFigures() {
@@ -122,23 +107,28 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
   if (!figures.ok()) return {};
   using prometheus::MetricType;
   return {
-      Family("process_cpu_seconds_total",
-             "CPU seconds this process has used, user and system.",
-             MetricType::Counter, figures->cpu_seconds),
-      Family("process_resident_memory_bytes",
-             "Bytes of this process's memory in RAM.", MetricType::Gauge,
-             static_cast<double>(figures->resident_bytes)),
-      Family("process_virtual_memory_bytes",
-             "Bytes of address space this process has mapped.",
-             MetricType::Gauge, static_cast<double>(figures->virtual_bytes)),
-      Family("process_open_fds", "File descriptors this process holds open.",
-             MetricType::Gauge, static_cast<double>(figures->open_fds)),
-      Family("process_max_fds",
-             "File descriptors this process may open (its soft limit).",
-             MetricType::Gauge, static_cast<double>(figures->max_fds)),
-      Family("process_start_time_seconds",
-             "When this process started, in seconds since the Unix epoch.",
-             MetricType::Gauge, figures->start_time_seconds),
+      OneSampleFamily("process_cpu_seconds_total",
+                      "CPU seconds this process has used, user and system.",
+                      MetricType::Counter, figures->cpu_seconds),
+      OneSampleFamily("process_resident_memory_bytes",
+                      "Bytes of this process's memory in RAM.",
+                      MetricType::Gauge,
+                      static_cast<double>(figures->resident_bytes)),
+      OneSampleFamily("process_virtual_memory_bytes",
+                      "Bytes of address space this process has mapped.",
+                      MetricType::Gauge,
+                      static_cast<double>(figures->virtual_bytes)),
+      OneSampleFamily(
+          "process_open_fds", "File descriptors this process holds open.",
+          MetricType::Gauge, static_cast<double>(figures->open_fds)),
+      OneSampleFamily(
+          "process_max_fds",
+          "File descriptors this process may open (its soft limit).",
+          MetricType::Gauge, static_cast<double>(figures->max_fds)),
+      OneSampleFamily(
+          "process_start_time_seconds",
+          "When this process started, in seconds since the Unix epoch.",
+          MetricType::Gauge, figures->start_time_seconds),
   };
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "base/build_info.h"
+#include "net/one_sample_family.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -20,19 +21,7 @@ prometheus::MetricFamily Single(const std::string& name,
                                 const std::string& help,
                                 prometheus::MetricType type, double value,
                                 const std::string& shard) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  prometheus::ClientMetric metric;
-  metric.label.push_back({"shard", shard});
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
+  return OneSampleFamily(name, help, type, value, {{"shard", shard}});
 }
 
 }  // namespace

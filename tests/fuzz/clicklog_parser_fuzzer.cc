@@ -3,12 +3,12 @@
 // give a label of 0 or 1, finite non-negative dense features, and a slot
 // structure that covers its keys.
 
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
 #include "model/input/line_parser.h"
+#include "tests/fuzz/example_checks.h"
 
 namespace {
 
@@ -16,19 +16,7 @@ void Check(absl::string_view line, const ps::model::InputLayout& layout) {
   ps::model::Example example;
   const absl::Status parsed = ps::model::ParseLine(line, layout, &example);
   if (parsed.ok()) {
-    if (example.label != 0.0f && example.label != 1.0f) std::abort();
-    if (static_cast<int>(example.dense.size()) != layout.dense_features())
-      std::abort();
-    for (double value : example.dense) {
-      if (!std::isfinite(value)) std::abort();
-    }
-    if (example.slots() != layout.slots()) std::abort();
-    uint32_t previous = 0;
-    for (uint32_t end : example.slot_end) {
-      if (end <= previous) std::abort();  // every slot holds a key
-      previous = end;
-    }
-    if (previous != example.keys.size()) std::abort();
+    ps::fuzz::CheckParsedExample(example, layout);
   } else if (parsed.code() != absl::StatusCode::kInvalidArgument) {
     std::abort();
   }

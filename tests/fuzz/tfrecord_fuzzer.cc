@@ -7,13 +7,13 @@
 
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "model/input/tf_example.h"
+#include "tests/fuzz/example_checks.h"
 #include "worker/input/tfrecord_file.h"
 
 namespace {
@@ -27,21 +27,7 @@ void CheckExample(const std::string& record,
     if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
     return;
   }
-  for (float label : example.labels) {
-    if (label != 0.0f && label != 1.0f) std::abort();
-  }
-  if (static_cast<int>(example.dense.size()) != layout.dense_features())
-    std::abort();
-  for (double value : example.dense) {
-    if (!std::isfinite(value)) std::abort();
-  }
-  if (example.slots() != layout.slots()) std::abort();
-  uint32_t previous = 0;
-  for (uint32_t end : example.slot_end) {
-    if (end <= previous) std::abort();
-    previous = end;
-  }
-  if (previous != example.keys.size()) std::abort();
+  ps::fuzz::CheckParsedExample(example, layout);
 }
 
 }  // namespace
