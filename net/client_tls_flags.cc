@@ -18,9 +18,9 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(int32_t, tls_reload_s, 60,
           "Re-read --tls_ca, --tls_cert and --tls_key every this many "
           "seconds: certificates rotated on disk are used by every connection "
-          "made after, with no restart; an unreadable file or a key that does "
-          "not match its certificate keeps the ones before. 0: read them once "
-          "at start.");
+          "made after, with no restart (write a key and its certificate "
+          "together: a mismatched pair fails new handshakes until a reload "
+          "finds them matching). 0: read them once at start.");
 
 namespace ps {
 

@@ -4,6 +4,8 @@
 #include <tuple>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 
 namespace ps {
 
@@ -15,6 +17,22 @@ std::pair<std::string, std::string> GrpcServiceAndMethod(
     return {"unknown", path};
   }
   return {path.substr(1, slash - 1), path.substr(slash + 1)};
+}
+
+std::string GrpcMethodType(const std::string& path) {
+  const auto [service, method] = GrpcServiceAndMethod(path);
+  const google::protobuf::MethodDescriptor* descriptor =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+          absl::StrCat(service, ".", method));
+  if (descriptor != nullptr) {
+    if (descriptor->client_streaming()) {
+      return descriptor->server_streaming() ? "bidi_stream" : "client_stream";
+    }
+    return descriptor->server_streaming() ? "server_stream" : "unary";
+  }
+  // gRPC's health service is compiled without protobuf's descriptors.
+  if (path == "/grpc.health.v1.Health/Watch") return "server_stream";
+  return "unary";
 }
 
 std::vector<double> GrpcServerMetrics::LatencyBoundsSeconds() {
@@ -47,9 +65,11 @@ GrpcServerMetrics::GrpcServerMetrics(
     Method& method = methods_[i];
     std::tie(method.service, method.name) =
         GrpcServiceAndMethod(method_paths[i]);
-    method.latency = &handling_seconds_->Add(
-        {{"grpc_service", method.service}, {"grpc_method", method.name}},
-        bounds);
+    method.type = GrpcMethodType(method_paths[i]);
+    method.latency = &handling_seconds_->Add({{"grpc_service", method.service},
+                                              {"grpc_method", method.name},
+                                              {"grpc_type", method.type}},
+                                             bounds);
     for (auto& counter : method.handled_by_code) counter.store(nullptr);
   }
 }
@@ -66,6 +86,7 @@ void GrpcServerMetrics::Observe(int method_index, grpc::StatusCode code,
     counter = &handled_->Add(
         {{"grpc_service", method.service},
          {"grpc_method", method.name},
+         {"grpc_type", method.type},
          {"grpc_code", canonical ? absl::StatusCodeToString(
                                        static_cast<absl::StatusCode>(code))
                                  : std::string("OTHER")}});

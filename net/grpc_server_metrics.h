@@ -3,10 +3,16 @@
 // GrpcServerMetrics counts the calls a gRPC server answers, under the names
 // and labels stock gRPC dashboards and alerts read:
 //
-//   grpc_server_handled_total{grpc_service, grpc_method, grpc_code}
-//   grpc_server_handling_seconds{grpc_service, grpc_method}  (histogram)
+//   grpc_server_handled_total{grpc_service, grpc_method, grpc_type,
+//                             grpc_code}
+//   grpc_server_handling_seconds{grpc_service, grpc_method, grpc_type}
+//                                                      (histogram)
 //
-// grpc_code is the canonical code's name ("OK", "UNAVAILABLE", ...). Both
+// grpc_type is unary, client_stream, server_stream or bidi_stream;
+// grpc_code is the canonical code's name as gRPC's spec and its C++ and
+// Java libraries write it ("OK", "UNAVAILABLE"; Go's interceptors write
+// "Unavailable": a panel that filters on a failed code by name needs the
+// case changed, one on grpc_code!="OK" does not). Both
 // ps_server and ps_serve count their calls here, so one dashboard query
 // reads either. The methods are fixed when it is made (a server knows the
 // services it serves); a call only increments series made before or on a
@@ -39,6 +45,10 @@ namespace ps {
 std::pair<std::string, std::string> GrpcServiceAndMethod(
     const std::string& path);
 
+// The kind of method a path names, from its protobuf descriptor (unary for
+// one not known).
+std::string GrpcMethodType(const std::string& path);
+
 class GrpcServerMetrics {
  public:
   // Registers both families in `registry`, each series labelled with
@@ -62,6 +72,7 @@ class GrpcServerMetrics {
   struct Method {
     std::string service;
     std::string name;
+    std::string type;
     prometheus::Histogram* latency = nullptr;
     // By gRPC code (the last slot for codes past UNAUTHENTICATED), made on
     // a code's first call.

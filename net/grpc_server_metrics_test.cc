@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "proto/ps.pb.h"
 
 namespace ps {
 namespace {
@@ -30,6 +31,15 @@ TEST(GrpcServiceAndMethodTest, SplitsAPathAtItsLastSlash) {
   }
 }
 
+TEST(GrpcMethodTypeTest, FromTheMethodsDescriptor) {
+  // Linked, so that its descriptors are in the generated pool.
+  EXPECT_EQ(ps::PullRequest::descriptor()->full_name(), "ps.PullRequest");
+  EXPECT_EQ(GrpcMethodType("/ps.ParameterServer/Pull"), "unary");
+  EXPECT_EQ(GrpcMethodType("/grpc.health.v1.Health/Watch"), "server_stream");
+  EXPECT_EQ(GrpcMethodType("/grpc.health.v1.Health/Check"), "unary");
+  EXPECT_EQ(GrpcMethodType("unknown"), "unary");
+}
+
 TEST(GrpcServerMetricsTest, CountsByServiceMethodAndCode) {
   prometheus::Registry registry;
   GrpcServerMetrics metrics(
@@ -42,13 +52,19 @@ TEST(GrpcServerMetricsTest, CountsByServiceMethodAndCode) {
   const std::string text = Exposition(registry);
   for (const char* line : {
            "grpc_server_handled_total{shard=\"3\",grpc_code=\"OK\","
-           "grpc_method=\"Pull\",grpc_service=\"ps.ParameterServer\"} 2",
+           "grpc_method=\"Pull\",grpc_service=\"ps.ParameterServer\",grpc_type="
+           "\"unary\"} 2",
            "grpc_server_handled_total{shard=\"3\",grpc_code=\"NOT_FOUND\","
-           "grpc_method=\"GetRow\",grpc_service=\"ps.Admin\"} 1",
+           "grpc_method=\"GetRow\",grpc_service=\"ps.Admin\",grpc_type="
+           "\"unary\"} "
+           "1",
            "grpc_server_handled_total{shard=\"3\",grpc_code=\"OTHER\","
-           "grpc_method=\"unknown\",grpc_service=\"unknown\"} 1",
+           "grpc_method=\"unknown\",grpc_service=\"unknown\",grpc_type="
+           "\"unary\"} "
+           "1",
            "grpc_server_handling_seconds_count{shard=\"3\","
-           "grpc_method=\"Pull\",grpc_service=\"ps.ParameterServer\"} 2",
+           "grpc_method=\"Pull\",grpc_service=\"ps.ParameterServer\",grpc_type="
+           "\"unary\"} 2",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
@@ -56,7 +72,7 @@ TEST(GrpcServerMetricsTest, CountsByServiceMethodAndCode) {
   // 3 ms call in the first of at least 3 ms.
   const std::string pull_bucket =
       "grpc_server_handling_seconds_bucket{shard=\"3\",grpc_method=\"Pull\","
-      "grpc_service=\"ps.ParameterServer\",le=\"";
+      "grpc_service=\"ps.ParameterServer\",grpc_type=\"unary\",le=\"";
   double first_with_one = 0, first_with_two = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (!absl::ConsumePrefix(&line, pull_bucket)) continue;

@@ -14,9 +14,10 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(int32_t, tls_reload_s, 60,
           "Re-read --tls_cert, --tls_key and --tls_ca every this many "
           "seconds: certificates rotated on disk (cert-manager's) serve every "
-          "connection made after, with no restart; an unreadable file or a "
-          "key that does not match its certificate keeps the ones before. 0: "
-          "read them once at start.");
+          "connection made after, with no restart (write a key and its "
+          "certificate together: a mismatched pair fails new handshakes "
+          "until a reload finds them matching). 0: read them once at "
+          "start.");
 ABSL_FLAG(bool, allow_unauthenticated_clients, false,
           "With --tls_cert but no --tls_ca, listen beyond loopback anyway "
           "(the server then authenticates nobody: for networks you trust).");

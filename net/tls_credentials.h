@@ -13,8 +13,9 @@
 // error then) and again every `reload_seconds` by gRPC's file-watching
 // certificate provider, so that certificates rotated on disk (cert-manager's,
 // a mounted Secret's) are used by every connection made after, with no
-// restart; a file that cannot be read, or a key that does not match its
-// certificate, keeps the ones read before.
+// restart; a file that cannot be read keeps the ones read before, but a key
+// and certificate that do not match (written one at a time) fail new
+// handshakes until a reload finds a matching pair.
 //
 // Also: whether a listen address is loopback (a shard serves anything else
 // only over TLS, unless told otherwise), and reading a bearer token file.
@@ -45,9 +46,9 @@ struct TlsFiles {
   // Client only: the name the server's certificate must carry, when it is
   // not the host dialled (an IP address, say). Default: the host dialled.
   std::string server_name;
-  // Re-read the files every this many seconds (--tls_reload_s); 0: read
-  // them once. Default: 60.
-  int reload_seconds = 60;
+  // Re-read the files every this many seconds; 0: read them once. Default:
+  // 0; the --tls_* flags' files take --tls_reload_s (60).
+  int reload_seconds = 0;
 
   bool enabled() const { return !ca.empty() || !cert.empty() || !key.empty(); }
 };

@@ -9,7 +9,8 @@ row() against `ps_admin --json row` for keys of the data the worker
 trained on (stored, so the shard that owns them answered: the other one
 holds no such row), the slot routing against base/routing_test.cc's
 values, stats() against the rows the shards report, predict() against
-ps_predict's probabilities of the same lines, lookup() of those keys.
+ps_predict's probabilities of the same lines, predict_examples() of them
+hashed here against predict(), lookup() of those keys.
 set_learning_rate() is applied with the admin token and refused without
 it; a client without a certificate is answered nothing.
 """
@@ -237,6 +238,17 @@ def main():
             fail(f"predict: {got[:3]} vs ps_predict {expected[:3]}")
         if prediction.model_version != exports[-1] or list(prediction.tasks) != ["label"]:
             fail(f"model {prediction.model_version}, tasks {list(prediction.tasks)}")
+        # The same lines as features hashed here: the same probabilities.
+        examples = []
+        for line in lines[:20]:
+            values = line.rstrip("\n").split("\t")
+            dense = [float(v) if v else 0.0 for v in values[1:14]]
+            fields = [[xxhash.xxh3_64_intdigest(v.encode(), seed=field)]
+                      for field, v in enumerate(values[14:40])]
+            examples.append((dense, fields))
+        from_features = serving.predict_examples(examples).probabilities
+        if max(abs(a - b) for a, b in zip(from_features, got[:20])) > 1e-6:
+            fail(f"predict_examples: {from_features[:3]} vs predict {got[:3]}")
         looked_up = serving.lookup(embedding, keys[:4])
         if not all(looked_up.found) or len(serving.rows(looked_up)) != 4:
             fail(f"lookup of stored keys: {looked_up.found}")

@@ -251,15 +251,22 @@ struct Servers {
   std::unique_ptr<grpc::Server> serving;
   std::unique_ptr<grpc::Server> health;
 
-  // SERVING while a model is loaded; NOT_SERVING before one, and once
-  // shutting down.
-  // Every service ("", ps.Serving) SERVING while a model is loaded (the
-  // readiness probe's), but "liveness" always: a process waiting for its
-  // first export is alive, and its liveness probe must not restart it.
+  // The overall status (service "", the readiness probe's): SERVING while
+  // a model is loaded; NOT_SERVING before one, and once shutting down.
   void SetHealth(bool serving_now) {
     for (grpc::Server* each : {serving.get(), health.get()}) {
       if (each != nullptr) {
-        each->GetHealthCheckService()->SetServingStatus(serving_now);
+        each->GetHealthCheckService()->SetServingStatus("", serving_now);
+      }
+    }
+  }
+
+  // "liveness" (the liveness probe's) SERVING from the start, model or
+  // not: a process waiting for its first export is alive. Set once; only
+  // the shutdown of the health service changes it.
+  void SetAlive() {
+    for (grpc::Server* each : {serving.get(), health.get()}) {
+      if (each != nullptr) {
         each->GetHealthCheckService()->SetServingStatus("liveness", true);
       }
     }
@@ -391,6 +398,7 @@ int main(int argc, char** argv) {
     ps::FailWith(kProgram, servers.status());
     return ps::kExitFailed;
   }
+  servers->SetAlive();
   servers->SetHealth((*models)->current() != nullptr);
   if ((*models)->current() != nullptr) metrics.ShowModel(*(*models)->current());
   const std::string& listen = options->listen;

@@ -642,6 +642,11 @@ if exports.get("export_dir", "").rstrip("/") != model_dir.rstrip("/"):
     fail(f"worker 0 exports to {exports.get('export_dir')}, ps-serve reads {model_dir}")
 shard_mount = mount_of(server, exports.get("export_dir", "/nowhere"))
 serve_mount = mount_of(serve_container, model_dir or "/nowhere")
+# The worker writes each export's manifest and prunes old exports itself
+# (ops/periodic_exporter): the directory is on its own writable mount too.
+worker_mount = mount_of(worker, exports.get("export_dir", "/nowhere"))
+worker_claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+                 for v in worker_pod.get("volumes", [])}
 shard_claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
                 for v in shards["spec"]["template"]["spec"].get("volumes", [])}
 serve_claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
@@ -651,6 +656,10 @@ if (shard_mount is None or serve_mount is None or shard_mount.get("readOnly")
         or shard_claims.get(shard_mount["name"]) is None
         or shard_claims.get(shard_mount["name"]) != serve_claims.get(serve_mount["name"])):
     fail("the export directory is not on one volume the shards write and ps-serve reads")
+if (worker_mount is None or worker_mount.get("readOnly") or shard_mount is None
+        or worker_mount["mountPath"] != shard_mount["mountPath"]
+        or worker_claims.get(worker_mount["name"]) != shard_claims.get(shard_mount["name"])):
+    fail("worker 0 cannot write the export directory (its manifest) on the shards' volume")
 token = exports.get("token_file", "")
 token_mount = mount_of(worker, token) if token else None
 shard_token_mount = mount_of(server, server_flags.get("admin_token_file", "/nowhere"))

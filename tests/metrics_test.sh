@@ -63,13 +63,13 @@ worker=
 scrape "$shard_metrics" >shard.prom
 promtool check metrics <shard.prom || fail "promtool rejects the shard's metrics"
 # Calls under stock gRPC dashboards' names and labels.
-pulls=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Pull",grpc_service="ps.ParameterServer"}')
-pushes=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Push",grpc_service="ps.ParameterServer"}')
+pulls=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Pull",grpc_service="ps.ParameterServer",grpc_type="unary"}')
+pushes=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="OK",grpc_method="Push",grpc_service="ps.ParameterServer",grpc_type="unary"}')
 awk -v p="$pulls" -v q="$pushes" 'BEGIN {exit !(p >= 20 && q >= 20)}' ||
   fail "pulls $pulls, pushes $pushes counted: $(grep grpc_server_handled_total shard.prom)"
-grep -q 'grpc_server_handling_seconds_count{shard="0",grpc_method="Push",grpc_service="ps.ParameterServer"}' shard.prom ||
+grep -q 'grpc_server_handling_seconds_count{shard="0",grpc_method="Push",grpc_service="ps.ParameterServer",grpc_type="unary"}' shard.prom ||
   fail "no push latency histogram"
-refused=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="NOT_FOUND",grpc_method="GetRow",grpc_service="ps.Admin"}')
+refused=$(value shard.prom 'grpc_server_handled_total{shard="0",grpc_code="NOT_FOUND",grpc_method="GetRow",grpc_service="ps.Admin",grpc_type="unary"}')
 [ "$refused" = 1 ] || fail "refused GetRow counted $refused times: $(grep GetRow shard.prom)"
 rows=$(value shard.prom 'ps_rows_pushed_total{shard="0"}')
 awk -v r="$rows" 'BEGIN {exit !(r > 1000)}' || fail "rows pushed: $rows"
@@ -83,6 +83,10 @@ for file in shard.prom worker.prom; do
   awk -v c="$cpu" -v r="$rss" -v f="$fds" -v s="$start" -v now="$(date +%s)" \
     'BEGIN {exit !(c > 0 && r > 1e6 && f >= 3 && s > now - 3600 && s <= now + 1)}' ||
     fail "$file: process cpu $cpu, rss $rss, fds $fds, start $start"
+done
+for series in ps_last_snapshot_timestamp_seconds ps_last_export_timestamp_seconds \
+  ps_data_dir_available_bytes ps_data_dir_capacity_bytes; do
+  grep -q "^$series{shard=\"0\"} " shard.prom || fail "no $series in the shard's metrics"
 done
 snapshot=$(value shard.prom 'ps_last_snapshot_timestamp_seconds{shard="0"}')
 export_time=$(value shard.prom 'ps_last_export_timestamp_seconds{shard="0"}')

@@ -308,11 +308,12 @@ TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
   // Under the labels ps_server's calls have too, and the process's figures.
   EXPECT_NE(metrics.find("grpc_server_handled_total{grpc_code=\"INVALID_"
                          "ARGUMENT\",grpc_method=\"Predict\",grpc_service="
-                         "\"ps.Serving\"}"),
+                         "\"ps.Serving\",grpc_type=\"unary\"}"),
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("grpc_server_handling_seconds_count{grpc_method="
-                         "\"Predict\",grpc_service=\"ps.Serving\"}"),
+                         "\"Predict\",grpc_service=\"ps.Serving\",grpc_"
+                         "type=\"unary\"}"),
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("\nprocess_resident_memory_bytes "), std::string::npos)

@@ -9,7 +9,8 @@ records must match, to the last digit, one trained on the lines (one
 worker, --staleness=0: the same examples in the same order), and
 ps_predict must score the records as it scores the lines. A record whose
 data CRC is wrong and a file cut inside a record are bad records, counted,
-with their byte offsets in the log.
+with their byte offsets in the log; a gzip'd file cut short loses its
+last records, counted once, and training goes on.
 """
 import gzip
 import json
@@ -168,6 +169,33 @@ for name, data, flags in (("lines", "test.tsv", []),
         scores[name] = f.read().split()
 if len(scores["lines"]) != 1000 or scores["lines"] != scores["records"]:
     fail(f"ps_predict: {scores['lines'][:3]} from lines, {scores['records'][:3]} from records")
+# The records' model reads lines when told their columns, and refuses to
+# guess them.
+records_export = f"{WORK}/records-exports/" + sorted(os.listdir(f"{WORK}/records-exports"))[-1]
+run([binary("worker/predict/ps_predict"), f"--export={records_export}",
+     f"--input={WORK}/test.tsv", f"--out={WORK}/crossed.scores", "--format=tsv",
+     "--columns=label,dense*13,cat*26"], "ps_predict (records' model, lines)",
+    "predict-crossed.log")
+with open(f"{WORK}/crossed.scores") as f:
+    if f.read().split() != scores["records"]:
+        fail("the records' model scores the lines otherwise than the records")
+refused = subprocess.run([binary("worker/predict/ps_predict"), f"--export={records_export}",
+                          f"--input={WORK}/test.tsv", "--format=tsv"],
+                         capture_output=True, text=True)
+if refused.returncode != 64 or "give --columns" not in refused.stderr:
+    fail(f"--format=tsv alone on a TFRecord model: exit {refused.returncode}, "
+         f"{refused.stderr[-300:]}")
+
+# A gzip'd file cut short: its last records are lost, counted once, and
+# training goes on.
+cut = gzip.compress(b"".join(train_frames))
+with open(f"{WORK}/cut.tfrecord.gz", "wb") as f:
+    f.write(cut[:len(cut) - 200])
+cut_run = train("cut", f"{WORK}/cut.tfrecord.gz", f"{WORK}/test.tfrecord.gz",
+                tfrecord_flags)
+if cut_run.get("bad_lines") != 1 or not 5000 < cut_run.get("examples", 0) < 6000:
+    fail(f"cut gzip file: {cut_run.get('bad_lines')} bad records, "
+         f"{cut_run.get('examples')} examples")
 
 # Damage: record 7's data CRC, and the file cut inside its last record.
 offsets = [0]
@@ -191,7 +219,7 @@ for offset, why in ((offsets[7], "data fails its CRC"),
         fail(f"the log does not name byte {offset} ({why})")
 
 if failures:
-    for name in ("lines", "records", "damaged"):
+    for name in ("lines", "records", "cut", "damaged"):
         with open(f"{WORK}/{name}.log", errors="replace") as f:
             sys.stderr.write(f"--- {name}.log\n{f.read()[-1500:]}\n")
     sys.exit(1)

@@ -122,7 +122,8 @@ class TlsTest : public ::testing::Test {
   // does not reach the service.
   static std::string ServerCertificate(
       const ServerProcess& server, const TlsFiles& files,
-      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+      grpc::StatusCode* code = nullptr) {
     if (credentials == nullptr) {
       auto made = ChannelCredentials(files);
       EXPECT_TRUE(made.ok());
@@ -140,10 +141,10 @@ class TlsTest : public ::testing::Test {
     PullRequest request;
     request.set_table("none");
     PullResponse response;
-    if (stub->Pull(&context, request, &response).error_code() !=
-        grpc::StatusCode::NOT_FOUND) {
-      return "";
-    }
+    const grpc::StatusCode answered =
+        stub->Pull(&context, request, &response).error_code();
+    if (code != nullptr) *code = answered;
+    if (answered != grpc::StatusCode::NOT_FOUND) return "";
     const std::vector<grpc::string_ref> pem =
         context.auth_context()->FindPropertyValues("x509_pem_cert");
     return pem.empty() ? "" : std::string(pem[0].begin(), pem[0].end());
@@ -237,6 +238,22 @@ TEST_F(TlsTest, RotatedCertificatesServeNewConnectionsWithoutARestart) {
   ASSERT_TRUE(worker.ok()) << worker.status();
   absl::SleepFor(absl::Seconds(2));
 
+  // A key that does not match the certificate (a rotation written one file
+  // at a time): new handshakes fail until a reload reads a matching pair.
+  Install(rotating + "/server.key", ReadFile(d + "/server_renewed.key"));
+  EXPECT_TRUE(
+      WaitUntil([&] { return ServerCertificate(server, worker_files).empty(); },
+                absl::Seconds(30), absl::Milliseconds(200)))
+      << "a mismatched key was never read";
+  Install(rotating + "/server.key", ReadFile(d + "/server.key"));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return ServerCertificate(server, worker_files) ==
+               ReadFile(d + "/server.pem");
+      },
+      absl::Seconds(30), absl::Milliseconds(200)))
+      << "the matching pair restored is not served again";
+
   // Renewed: a CA bundle that trusts another CA too (first, so that both
   // sides trust what comes next), the server's pair from that CA, the
   // worker's pair.
@@ -283,9 +300,13 @@ TEST_F(TlsTest, AServerNameTheCertificateLacksIsRefused) {
     TlsFiles files = Client("worker", "ca");
     files.reload_seconds = reload_seconds;
     files.server_name = "localhost";
-    EXPECT_NE(ServerCertificate(*server, files), "") << reload_seconds;
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    EXPECT_NE(ServerCertificate(*server, files, nullptr, &code), "")
+        << reload_seconds;
+    EXPECT_EQ(code, grpc::StatusCode::NOT_FOUND) << reload_seconds;
     files.server_name = "ps-shard";
-    EXPECT_EQ(ServerCertificate(*server, files), "")
+    EXPECT_EQ(ServerCertificate(*server, files, nullptr, &code), "");
+    EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE)
         << "a certificate for 127.0.0.1 and localhost passed as ps-shard ("
         << reload_seconds << ")";
   }

@@ -83,13 +83,21 @@ absl::StatusOr<std::string> TakeFeatureName(absl::string_view item,
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
   const bool shares_keys = parts.size() == 3 && parts[0] == "seq";
-  if ((parts.size() != 2 && !shares_keys) || !IsFeatureName(parts[1]) ||
-      parts[0] == "skip") {
+  int key_field = 0;
+  const bool known_kind = parts[0] == "label" || parts[0] == "dense" ||
+                          parts[0] == "cat" || parts[0] == "multi" ||
+                          parts[0] == "seq" || parts[0] == "id" ||
+                          parts[0] == "weight";
+  if ((parts.size() != 2 && !shares_keys) || !known_kind ||
+      !IsFeatureName(parts[1]) ||
+      (shares_keys &&
+       (!absl::SimpleAtoi(parts[2], &key_field) || key_field < 0))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--columns: \"", item,
         "\" must be KIND:FEATURE with --format=tfrecord (label:NAME, "
-        "dense:NAME, cat:NAME, multi:NAME, seq:NAME or seq:NAME:F, id:NAME, "
-        "weight:NAME; names of letters, digits and _ . / -; no skip, no *N)"));
+        "dense:NAME, cat:NAME, multi:NAME, seq:NAME or seq:NAME:F (F a field's "
+        "number), id:NAME, weight:NAME; names of letters, digits and _ . / "
+        "-; no skip, no *N)"));
   }
   layout->feature_names.emplace_back(parts[1]);
   if (parts[0] == "label") return std::string(item);

@@ -150,8 +150,9 @@ TEST(TfExampleTest, LayoutsNameEveryFeature) {
   EXPECT_EQ(back->feature_names, layout.feature_names);
   EXPECT_EQ(back->sequence_key_fields, layout.sequence_key_fields);
   EXPECT_EQ(back->crosses, layout.crosses);
-  for (const char* bad : {"label,dense", "label,dense:a*2", "label,skip:x",
-                          "label,dense:a,cat:a", "label,cat:a b"}) {
+  for (const char* bad :
+       {"label,dense", "label,dense:a*2", "label,skip:x", "label,dense:a,cat:a",
+        "label,cat:a b", "label,dens:a", "label,seq:a:b", "label,seq:a:-1"}) {
     EXPECT_THAT(MakeInputLayout("tfrecord", false, bad, "|", "sum", ""),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;
@@ -159,6 +160,14 @@ TEST(TfExampleTest, LayoutsNameEveryFeature) {
   EXPECT_THAT(
       MakeInputLayout("tfrecord", true, "label,dense:a", "|", "sum", ""),
       StatusIs(absl::StatusCode::kInvalidArgument));
+  // The error quotes the item as written.
+  const absl::Status named =
+      MakeInputLayout("tfrecord", false, "label,seq:history:item", "|", "sum",
+                      "")
+          .status();
+  EXPECT_NE(named.message().find("\"seq:history:item\""),
+            absl::string_view::npos)
+      << named;
 }
 
 }  // namespace

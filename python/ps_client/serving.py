@@ -23,6 +23,14 @@ class Prediction:
         return next(iter(self.tasks.values()))
 
 
+def _prediction(answer):
+    tasks = {task.task: list(task.probabilities) for task in answer.tasks}
+    if not tasks:
+        tasks = {"label": list(answer.probabilities)}
+    return Prediction(tasks=tasks, model_version=answer.model_version,
+                      model_cut=answer.model_cut)
+
+
 class Serving:
     """A ps_serve at HOST:PORT. Keyword arguments are ChannelOptions' fields
     (tls_ca, tls_cert, tls_key, tls_server_name, timeout_s, ...)."""
@@ -54,14 +62,25 @@ class Serving:
     def predict(self, lines):
         """Scores click-log lines in the model's layout (with or without the
         label column)."""
-        answer = self._call("Predict", self._stub.Predict,
-                            serving_pb2.PredictRequest(
-                                lines=[line.rstrip("\r\n") for line in lines]))
-        tasks = {task.task: list(task.probabilities) for task in answer.tasks}
-        if not tasks:
-            tasks = {"label": list(answer.probabilities)}
-        return Prediction(tasks=tasks, model_version=answer.model_version,
-                          model_cut=answer.model_cut)
+        return _prediction(self._call(
+            "Predict", self._stub.Predict,
+            serving_pb2.PredictRequest(lines=[line.rstrip("\r\n") for line in lines])))
+
+    def predict_examples(self, examples):
+        """Scores examples given as features, not lines (a model that reads
+        TFRecord, or features hashed by the caller): each a pair (dense,
+        fields), the dense columns' values as a line holds them, in layout
+        order, and per categorical field (cat, multi, seq, in order) its
+        values' keys, XXH3-64 of the value seeded by the field's index
+        (xxhash.xxh3_64_intdigest(value, seed=field)); ps_serve adds the
+        crosses."""
+        request = serving_pb2.PredictRequest()
+        for dense, fields in examples:
+            example = request.examples.add()
+            example.dense.extend(dense)
+            for keys in fields:
+                example.fields.add().keys.extend(keys)
+        return _prediction(self._call("Predict", self._stub.Predict, request))
 
     def lookup(self, table, keys):
         """Rows of one of the model's tables: a ps.LookupResponse (values,

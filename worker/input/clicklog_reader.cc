@@ -306,23 +306,27 @@ bool ClickLogReader::ReadRecordFile(const std::string& path,
   while (keep_going) {
     const TfRecordFile::Outcome outcome = (*file)->Next(&record, &why);
     if (outcome == TfRecordFile::Outcome::kEnd) break;
+    // Under a stride every worker reads every record, and counts its own.
+    const bool mine = share_mode_ != ShareMode::kLineStride ||
+                      static_cast<int64_t>((*global_record)++ % workers) ==
+                          options_.worker_index;
     const std::string where =
-        absl::StrCat(path, " at byte ", (*file)->record_offset());
+        absl::StrCat(path, " at byte ", (*file)->record_offset(),
+                     *gzip ? " of its uncompressed stream" : "");
     if (outcome == TfRecordFile::Outcome::kBadFraming) {
-      // Nothing after it can be found: the rest of the file is lost.
-      keep_going = CountBad(where, "record",
-                            absl::StrCat(why,
-                                         "; the rest of "
-                                         "the file is "
-                                         "skipped"));
-      break;
-    }
-    if (share_mode_ == ShareMode::kLineStride) {
-      const uint64_t mine = (*global_record)++;
-      if (static_cast<int64_t>(mine % workers) != options_.worker_index) {
-        continue;
+      // Nothing after it can be found: the rest of the file is lost, once
+      // counted (a cut gzip stream's error is part of the reason).
+      const absl::Status read = (*file)->status();
+      if (mine) {
+        keep_going = CountBad(
+            where, "record",
+            absl::StrCat(
+                why, read.ok() ? "" : absl::StrCat(" (", read.message(), ")"),
+                "; the rest of the file is skipped"));
       }
+      return keep_going;
     }
+    if (!mine) continue;
     ++lines_;
     if (outcome == TfRecordFile::Outcome::kBadRecord) {
       keep_going = CountBad(where, "record", why);

@@ -22,9 +22,9 @@
 // (tfrecord_file.h, model/input/tf_example.h), shared as gzip'd files are:
 // whole files, or records i, i + n, ... (a "line" below is a record).
 //
-// Malformed lines are counted and skipped, logged with file:line (a
-// record: with its byte offset; a record whose framing is damaged loses the
-// rest of its file, counted once) (the first ones, then every 1000th); once
+// Malformed lines are counted and skipped, logged with file:line (the
+// first ones, then every 1000th); a record, with its byte offset, and one
+// whose framing is damaged loses the rest of its file, counted once. Once
 // more than `max_bad_lines` have been seen, Next() returns
 // FAILED_PRECONDITION and reading stops.
 //

@@ -13,7 +13,8 @@
 //
 // Worker i of n reads its share of every file (ClickLogReader's split of
 // one file: the i-th byte range of a plain file, every n-th line of a
-// gzip'd one), so that each new file is spread over every worker. Every
+// gzip'd one, every n-th record of a TFRecord one), so that each new file
+// is spread over every worker. Every
 // batch holds lines of one file (a file's last batch may be smaller), and
 // says whether it is its file's last (the reader reads one batch ahead).
 // The bad-line limit applies to each file. A directory that cannot be

@@ -98,6 +98,18 @@ absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
   auto given = [&](const char* name) {
     return OnCommandLine(name, argc, argv);
   };
+  // A TFRecord layout's columns name features: read as lines, they need
+  // the lines' own --columns (and the reverse).
+  if (given("format") && !given("columns") &&
+      (absl::GetFlag(FLAGS_format) == "tfrecord") != base.tfrecord) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format=", absl::GetFlag(FLAGS_format),
+        " reads the model's inputs from another format than it was "
+        "trained on (",
+        base.tfrecord ? "tfrecord" : "lines",
+        "): give --columns in that format too, the same fields in the same "
+        "order"));
+  }
   std::vector<std::string> crosses;
   for (const auto& [first, second] : base.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));

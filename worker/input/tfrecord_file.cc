@@ -1,5 +1,6 @@
 #include "worker/input/tfrecord_file.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"

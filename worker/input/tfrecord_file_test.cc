@@ -70,6 +70,8 @@ TEST(TfRecordFileTest, Crc32cIsCastagnolis) {
   EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);
   EXPECT_EQ(Crc32c(""), 0u);
   EXPECT_EQ(MaskCrc(0), 0xa282ead8u);
+  // Rotated right by 15, plus the constant (TFRecord's masked CRC).
+  EXPECT_EQ(MaskCrc(0xe3069283u), 0xc78ab0e5u);
 }
 
 TEST(TfRecordFileTest, RecordsAndDamage) {
@@ -101,7 +103,7 @@ TEST(TfRecordFileTest, RecordsAndDamage) {
   EXPECT_EQ(ReadAll(dir + "/cut", false),
             (std::vector<std::string>{"first", "second",
                                       absl::StrCat("lost@", cut.size())}));
-  WriteFile(dir + "/header", cut + "\x05\x00");
+  WriteFile(dir + "/header", cut + std::string("\x05\x00", 2));
   EXPECT_EQ(ReadAll(dir + "/header", false).back(),
             absl::StrCat("lost@", cut.size()));
 }
