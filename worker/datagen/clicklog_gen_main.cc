@@ -244,6 +244,10 @@ absl::StatusOr<Generation> GenerationFromFlags() {
   absl::StatusOr<ps::model::InputLayout> layout =
       ps::worker::InputLayoutFromFlags();
   if (!layout.ok()) return layout.status();
+  if (layout->tfrecord) {
+    return absl::InvalidArgumentError(
+        "--format=tfrecord: clicklog_gen writes lines (tsv or csv)");
+  }
   generation.layout = *std::move(layout);
   if (absl::Status labels = FitLabels(options.tasks, &generation.layout);
       !labels.ok()) {

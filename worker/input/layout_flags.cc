@@ -9,10 +9,10 @@
 #include "absl/strings/strip.h"
 
 ABSL_FLAG(std::string, format, "tsv",
-          "Click-log format: tsv (tab-separated lines), csv (comma; no "
-          "quoting), or tfrecord (TFRecord files of tf.Example records, plain "
-          "or gzip; --columns then names each column's feature, "
-          "KIND:FEATURE).");
+          "Click-log format: tsv or csv (lines, the column delimiter a tab "
+          "or a comma; no quoting), or tfrecord (TFRecord files of "
+          "tf.Example records, plain or gzip; --columns then names each "
+          "column's feature, KIND:FEATURE).");
 ABSL_FLAG(bool, header, false, "Each file's first line is a header: skip it.");
 ABSL_FLAG(std::string, columns, "label,dense*13,cat*26",
           "The columns in file order, comma-separated: label, label:NAME (one "
