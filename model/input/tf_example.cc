@@ -6,6 +6,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/arena.h"
 #include "proto/tf_example.pb.h"
 
 namespace ps::model {
@@ -37,7 +38,10 @@ std::vector<std::string> ValuesAsText(const tfexample::Feature& feature) {
 
 absl::Status ParseTfExample(absl::string_view record, const InputLayout& layout,
                             Example* example, LabelColumn label) {
-  tfexample::Example parsed;
+  // On an arena: a record's ~40 map entries cost one allocation, not 80.
+  google::protobuf::Arena arena;
+  tfexample::Example& parsed =
+      *google::protobuf::Arena::CreateMessage<tfexample::Example>(&arena);
   if (!parsed.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
     return absl::InvalidArgumentError("not a serialized tf.Example");
   }

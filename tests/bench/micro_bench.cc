@@ -1,6 +1,7 @@
 // Micro-benchmarks of the hot paths (Google Benchmark):
 //   bazel run -c opt //tests/bench:micro_bench
-// Hashing and routing a batch, optimizer apply per row, hot-tier lookup and
+// Hashing and routing a batch, a Criteo example parsed from a line and from
+// a TFRecord record, optimizer apply per row, hot-tier lookup and
 // memory per row, synced push-log appends,
 // the store's pull and push of a batch from memory, and the CPU backend's
 // gather and scatter-reduce.
@@ -22,6 +23,10 @@
 #include "embedding/row_cache.h"
 #include "kernels/backend.h"
 #include "model/input/features.h"
+#include "model/input/line_parser.h"
+#include "model/input/tf_example.h"
+#include "proto/tf_example.pb.h"
+#include "worker/input/tfrecord_file.h"
 
 namespace ps {
 namespace {
@@ -49,6 +54,85 @@ void BM_HashAndRouteBatch(benchmark::State& state) {
   state.SetLabel("keys");
 }
 BENCHMARK(BM_HashAndRouteBatch);
+
+// One Criteo example parsed from its line, and from the same values as a
+// TFRecord record (its data CRC checked, then the tf.Example parsed): what
+// --format=tfrecord costs per example beyond reading the bytes.
+std::vector<std::string> CriteoValues(int example) {
+  std::mt19937 rng(example);
+  std::vector<std::string> values = {std::to_string(example % 2)};
+  for (int i = 0; i < 13; ++i) values.push_back(std::to_string(rng() % 1000));
+  char buffer[16];
+  for (int i = 0; i < kFields; ++i) {
+    std::snprintf(buffer, sizeof(buffer), "%08x", static_cast<unsigned>(rng()));
+    values.push_back(buffer);
+  }
+  return values;
+}
+
+void BM_ParseCriteoLine(benchmark::State& state) {
+  std::vector<std::string> lines;
+  for (int e = 0; e < 256; ++e) {
+    std::string line;
+    for (const std::string& value : CriteoValues(e))
+      line += (line.empty() ? "" : "\t") + value;
+    lines.push_back(line);
+  }
+  const model::InputLayout layout = model::InputLayout::Criteo();
+  model::Example example;
+  size_t i = 0;
+  for (auto _ : state) {
+    if (!model::ParseLine(lines[i++ % lines.size()], layout, &example).ok())
+      state.SkipWithError("a line did not parse");
+    benchmark::DoNotOptimize(example.keys.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("examples");
+}
+BENCHMARK(BM_ParseCriteoLine);
+
+void BM_ParseCriteoRecord(benchmark::State& state) {
+  absl::StatusOr<model::InputLayout> layout = model::MakeInputLayout(
+      "tfrecord", false,
+      "label,dense:I1,dense:I2,dense:I3,dense:I4,dense:I5,dense:I6,dense:I7,"
+      "dense:I8,dense:I9,dense:I10,dense:I11,dense:I12,dense:I13,"
+      "cat:C1,cat:C2,cat:C3,cat:C4,cat:C5,cat:C6,cat:C7,cat:C8,cat:C9,"
+      "cat:C10,cat:C11,cat:C12,cat:C13,cat:C14,cat:C15,cat:C16,cat:C17,"
+      "cat:C18,cat:C19,cat:C20,cat:C21,cat:C22,cat:C23,cat:C24,cat:C25,"
+      "cat:C26",
+      "|", "sum", "");
+  if (!layout.ok()) {
+    state.SkipWithError("no layout");
+    return;
+  }
+  std::vector<std::string> records;
+  for (int e = 0; e < 256; ++e) {
+    const std::vector<std::string> values = CriteoValues(e);
+    tfexample::Example record;
+    auto& features = *record.mutable_features()->mutable_feature();
+    for (size_t c = 0; c < values.size(); ++c) {
+      const std::string& name = layout->feature_names[c];
+      if (c < 14) {
+        features[name].mutable_int64_list()->add_value(std::stoll(values[c]));
+      } else {
+        features[name].mutable_bytes_list()->add_value(values[c]);
+      }
+    }
+    records.push_back(record.SerializeAsString());
+  }
+  model::Example example;
+  size_t i = 0;
+  for (auto _ : state) {
+    const std::string& record = records[i++ % records.size()];
+    benchmark::DoNotOptimize(worker::MaskCrc(worker::Crc32c(record)));
+    if (!model::ParseTfExample(record, *layout, &example).ok())
+      state.SkipWithError("a record did not parse");
+    benchmark::DoNotOptimize(example.keys.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("examples");
+}
+BENCHMARK(BM_ParseCriteoRecord);
 
 void BM_OptimizerApply(benchmark::State& state) {
   OptimizerSpec spec;
