@@ -1,8 +1,9 @@
 // File: model/input/tf_example.h
 //
-// Parses one TFRecord record, a serialized tf.Example (proto/tf_example.proto),
-// into an Example, as line_parser.h parses a line: each column of a
-// tfrecord layout reads the feature its name says (InputLayout::
+// Parses one TFRecord record, a serialized tf.Example (proto/tf_example.proto,
+// whose wire format is walked with protobuf's CodedInputStream: no message
+// or map is built) into an Example, as line_parser.h parses a line: each column
+// of a tfrecord layout reads the feature its name says (InputLayout::
 // feature_names), whose values become the text that column of a line would
 // hold (an int64 in decimal, a float to nine digits, bytes as they are; a
 // multi or seq column's values joined by the multi separator; a missing
@@ -13,6 +14,9 @@
 #ifndef PS_MODEL_INPUT_TF_EXAMPLE_H_
 #define PS_MODEL_INPUT_TF_EXAMPLE_H_
 
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "model/input/features.h"
@@ -20,6 +24,22 @@
 #include "model/input/line_parser.h"
 
 namespace ps::model {
+
+// Parses records for one layout: the layout's feature names indexed once.
+// `layout` must outlive it. Thread-safe (Parse is const).
+class TfExampleParser {
+ public:
+  // REQUIRES: layout.tfrecord.
+  explicit TfExampleParser(const InputLayout& layout);
+
+  // As ParseTfExample() below.
+  absl::Status Parse(absl::string_view record, Example* example,
+                     LabelColumn label = LabelColumn::kRequired) const;
+
+ private:
+  const InputLayout& layout_;
+  absl::flat_hash_map<std::string, int> column_of_feature_;
+};
 
 // REQUIRES: layout.tfrecord. INVALID_ARGUMENT, naming the feature, for bytes
 // that are not a tf.Example, a feature of several values in a column that

@@ -21,8 +21,8 @@ namespace {
 void CheckExample(const std::string& record,
                   const ps::model::InputLayout& layout) {
   ps::model::Example example;
-  const absl::Status parsed =
-      ps::model::ParseTfExample(record, layout, &example);
+  static const ps::model::TfExampleParser parser(layout);
+  const absl::Status parsed = parser.Parse(record, &example);
   if (!parsed.ok()) {
     if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
     return;

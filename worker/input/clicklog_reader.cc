@@ -301,6 +301,7 @@ bool ClickLogReader::ReadRecordFile(const std::string& path,
     return false;
   }
   const int64_t workers = options_.num_workers;
+  const model::TfExampleParser parser(options_.layout);
   std::string record, why;
   bool keep_going = true;
   while (keep_going) {
@@ -333,8 +334,7 @@ bool ClickLogReader::ReadRecordFile(const std::string& path,
       continue;
     }
     model::Example example;
-    absl::Status parsed = model::ParseTfExample(record, options_.layout,
-                                                &example, options_.label);
+    absl::Status parsed = parser.Parse(record, &example, options_.label);
     if (!parsed.ok()) {
       keep_going = CountBad(where, "record", parsed.message());
       continue;
