@@ -9,7 +9,8 @@ records must match, to the last digit, one trained on the lines (one
 worker, --staleness=0: the same examples in the same order), and
 ps_predict must score the records as it scores the lines. A record whose
 data CRC is wrong and a file cut inside a record are bad records, counted,
-with their byte offsets in the log; a gzip'd file cut short loses its
+with their byte offsets in the log; records followed as they arrive
+(--follow) train every record; a gzip'd file cut short loses its
 last records, counted once, and training goes on.
 """
 import gzip
@@ -114,14 +115,16 @@ def run(argv, what, log):
 
 
 def train(name, train_files, test_files, layout_flags):
-    """Trains on a shard of its own; the worker's --metrics_out."""
+    """Trains on a shard of its own; the worker's --metrics_out.
+    `train_files` is --train's value, or a list of flags for the source."""
+    source = train_files if isinstance(train_files, list) else [f"--train={train_files}"]
     with open(f"{WORK}/shard-{name}.log", "w") as shard_log:
         server = subprocess.Popen([binary("server/ps_server"), "--listen=127.0.0.1:0",
                                    f"--data_dir={WORK}/shard-{name}"],
                                   stdout=subprocess.PIPE, stderr=shard_log, text=True)
     try:
         shard = server.stdout.readline().split()[-1]
-        run([binary("worker/ps_worker"), "--servers=" + shard, f"--train={train_files}",
+        run([binary("worker/ps_worker"), "--servers=" + shard] + source + [
              f"--test={test_files}", "--batch_size=500", "--hidden=16", "--embedding_dim=4",
              "--staleness=0", "--cpu_threads=1", f"--metrics_out={WORK}/{name}.json",
              "--max_bad_lines=5", "--export_every_s=3600",
@@ -186,6 +189,21 @@ if refused.returncode != 64 or "give --columns" not in refused.stderr:
     fail(f"--format=tsv alone on a TFRecord model: exit {refused.returncode}, "
          f"{refused.stderr[-300:]}")
 
+# Records where features meet: followed as they arrive (--follow), two
+# files of half the records each, each scored before it trains.
+os.makedirs(f"{WORK}/hourly")
+for hour, part in enumerate((train_frames[:3000], train_frames[3000:])):
+    with open(f"{WORK}/hourly/hour-{hour}.tfrecord", "wb") as f:
+        f.write(b"".join(part))
+    open(f"{WORK}/hourly/hour-{hour}.tfrecord.done", "w").close()
+followed = train("followed", [f"--follow={WORK}/hourly", "--follow_until=hour-1.tfrecord",
+                              "--follow_poll_ms=100"],
+                 f"{WORK}/test.tfrecord.gz", tfrecord_flags)
+files = followed.get("followed_files", [])
+if followed.get("examples") != 6000 or len(files) != 2 or followed.get("bad_lines") != 0:
+    fail(f"--follow over records: {followed.get('examples')} examples, {len(files)} files, "
+         f"{followed.get('bad_lines')} bad")
+
 # A gzip'd file cut short: its last records are lost, counted once, and
 # training goes on.
 cut = gzip.compress(b"".join(train_frames))
@@ -219,7 +237,7 @@ for offset, why in ((offsets[7], "data fails its CRC"),
         fail(f"the log does not name byte {offset} ({why})")
 
 if failures:
-    for name in ("lines", "records", "cut", "damaged"):
+    for name in ("lines", "records", "followed", "cut", "damaged"):
         with open(f"{WORK}/{name}.log", errors="replace") as f:
             sys.stderr.write(f"--- {name}.log\n{f.read()[-1500:]}\n")
     sys.exit(1)
