@@ -115,7 +115,7 @@ BatchInputs::BatchInputs(const model::ModelPlan* plan,
     tables[t].dim = plan_->table_dim(t);
   for (const model::Lookup& lookup : plan_->lookups()) {
     const PlanNode& node = plan_->nodes()[lookup.node];
-    SlotSource source;
+    LookupSource source;
     switch (node.kind) {
       case PlanNode::Kind::kField: {
         const model::Field& field = spec.field(node.index);
@@ -211,7 +211,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   for (size_t l = 0; l < lookups.size(); ++l) {
     const size_t t = lookups[l].table;
     if (leader_[t] >= 0) continue;
-    const SlotSource& source = sources_[l];
+    const LookupSource& source = sources_[l];
     TableRows& table = tables[t];
     int32_t* index = &lookup_index[l * batch];
     for (int b = 0; b < batch; ++b) {

@@ -78,6 +78,21 @@ class BatchInputs {
     }
   };
 
+  // Where a lookup's keys are in an example (per lookup of the plan).
+  struct LookupSource {
+    // Example slot (fields then crosses), or -1 for a bucketized group.
+    int example_slot = -1;
+    // Bucketized: the column's position among the dense columns.
+    int dense_column = -1;
+    model::Field::Pooling pooling = model::Field::SUM;
+    // A field of a seq column: its most recent keys pooled (0: all).
+    int max_length = 0;
+    // A sequence: the position read (0: the most recent item), and the
+    // field id whose missing key stands where the example has no item.
+    int position = -1;
+    uint32_t field_id = 0;
+  };
+
   // Empty, to be assigned one that has a plan.
   BatchInputs() = default;
   // `layout` is the one the plan's columns are positions in (the model's
@@ -101,6 +116,20 @@ class BatchInputs {
 
   // The step's view of this batch; points into it.
   model::GraphInputs Inputs() const;
+
+  // Where each lookup's keys come from (per lookup of the plan); per dense
+  // group, its columns' positions among the dense columns; per sequence,
+  // its example slot and the field whose keys its values are. What a model
+  // run outside this code (a TorchScript export) needs to read examples
+  // alike.
+  const std::vector<LookupSource>& lookup_sources() const { return sources_; }
+  const std::vector<std::vector<int>>& dense_columns() const {
+    return dense_columns_;
+  }
+  const std::vector<int>& sequence_slots() const { return sequence_slots_; }
+  const std::vector<uint32_t>& sequence_key_fields() const {
+    return sequence_key_fields_;
+  }
 
   int batch = 0;
   // Per table of the spec.
@@ -127,20 +156,6 @@ class BatchInputs {
   std::vector<std::vector<float>> dense_params;
 
  private:
-  // Where a node's slot's keys are in an example.
-  struct SlotSource {
-    // Example slot (fields then crosses), or -1 for a bucketized group.
-    int example_slot = -1;
-    // Bucketized: the column's position among the dense columns.
-    int dense_column = -1;
-    model::Field::Pooling pooling = model::Field::SUM;
-    // A field of a seq column: its most recent keys pooled (0: all).
-    int max_length = 0;
-    // A sequence: the position read (0: the most recent item), and the
-    // field id whose missing key stands where the example has no item.
-    int position = -1;
-    uint32_t field_id = 0;
-  };
   // How many keys, members and pools a leader table had after as many
   // lookups as its follower has.
   struct Prefix {
@@ -167,7 +182,7 @@ class BatchInputs {
   std::vector<int> sequence_slots_;
   std::vector<uint32_t> sequence_key_fields_;
   // Per lookup.
-  std::vector<SlotSource> sources_;
+  std::vector<LookupSource> sources_;
   // Per table: its lookups, in order.
   std::vector<std::vector<int>> table_lookups_;
   // Per table: the table whose lookups begin with all of this one's (the

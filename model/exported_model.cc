@@ -23,6 +23,14 @@ namespace ps::model {
 
 // One table of the export: its spec, and per export of its chain (newest
 // first) per shard its part (none when the shard wrote no row of it).
+// The table read into memory (the chain applied): key -> the offset of its
+// row in `rows`. Immutable once read; shared by the models of one export
+// (Open's share_from).
+struct ExportedModel::TableInMemory {
+  absl::flat_hash_map<uint64_t, size_t> index;
+  std::vector<float> rows;
+};
+
 struct ExportedModel::Table {
   explicit Table(const ExportManifest::Table& entry)
       : spec(entry.spec()), initializer(entry.spec().initializer()) {}
@@ -34,18 +42,12 @@ struct ExportedModel::Table {
     std::vector<std::unique_ptr<rocksdb::SstFileReader>> parts;
     std::vector<std::unique_ptr<rocksdb::Iterator>> iterators;
   };
-  // The table read into memory (the chain applied), or null: key -> the
-  // offset of its row in `rows`. Immutable once read; shared by the models
-  // of one export (Open's share_from).
-  struct InMemory {
-    absl::flat_hash_map<uint64_t, size_t> index;
-    std::vector<float> rows;
-  };
   TableSpec spec;
   Initializer initializer;
   bool half = false;
   std::vector<Layer> layers;
-  std::shared_ptr<const InMemory> in_memory;
+  // Read into memory, or null.
+  std::shared_ptr<const TableInMemory> in_memory;
 };
 
 ExportedModel::~ExportedModel() = default;
@@ -381,18 +383,29 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
     return absl::OkStatus();
   }
   const size_t dim = table.spec.dim();
-  // At most every row of every export of the chain.
+  if (max_bytes == 0 ||
+      ChainRows(table) * (dim * sizeof(float) + 24) > max_bytes) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(table.in_memory, ReadWhole(table));
+  return absl::OkStatus();
+}
+
+uint64_t ExportedModel::ChainRows(const Table& table) const {
   uint64_t rows = 0;
   for (const Link& link : chain_) {
     for (const ExportManifest::Table& entry : link.manifest.tables()) {
       if (entry.spec().name() == table.spec.name()) rows += entry.rows();
     }
   }
-  if (max_bytes == 0 || rows * (dim * sizeof(float) + 24) > max_bytes) {
-    return absl::OkStatus();
-  }
-  auto in_memory = std::make_shared<Table::InMemory>();
-  in_memory->index.reserve(rows);
+  return rows;
+}
+
+absl::StatusOr<std::shared_ptr<const ExportedModel::TableInMemory>>
+ExportedModel::ReadWhole(const Table& table) const {
+  const size_t dim = table.spec.dim();
+  auto in_memory = std::make_shared<TableInMemory>();
+  in_memory->index.reserve(ChainRows(table));
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
@@ -439,8 +452,35 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
       }
     }
   }
-  table.in_memory = std::move(in_memory);
+  return in_memory;
+}
+
+absl::Status ExportedModel::ReadTable(int table, std::vector<uint64_t>* keys,
+                                      std::vector<float>* rows) {
+  if (table < 0 || table >= static_cast<int>(sparse_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no table ", table, " (the model has ", sparse_.size(), ")"));
+  }
+  const Table& read = *sparse_[table];
+  std::shared_ptr<const TableInMemory> whole = read.in_memory;
+  if (whole == nullptr) {
+    ASSIGN_OR_RETURN(whole, ReadWhole(read));
+  }
+  const size_t dim = read.spec.dim();
+  keys->clear();
+  rows->clear();
+  keys->reserve(whole->index.size());
+  rows->reserve(whole->index.size() * dim);
+  for (const auto& [key, offset] : whole->index) {
+    keys->push_back(key);
+    rows->insert(rows->end(), whole->rows.begin() + offset,
+                 whole->rows.begin() + offset + dim);
+  }
   return absl::OkStatus();
+}
+
+const TableSpec& ExportedModel::table_spec(int table) const {
+  return sparse_[table]->spec;
 }
 
 absl::Status ExportedModel::Lookup(Table& table,
@@ -450,7 +490,7 @@ absl::Status ExportedModel::Lookup(Table& table,
   const size_t dim = table.spec.dim();
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   if (table.in_memory != nullptr) {
-    const Table::InMemory& in_memory = *table.in_memory;
+    const TableInMemory& in_memory = *table.in_memory;
     for (size_t i = 0; i < keys.size(); ++i) {
       float* row = out + i * dim;
       auto found = in_memory.index.find(keys[i]);

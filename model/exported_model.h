@@ -102,8 +102,25 @@ class ExportedModel {
                                  std::vector<float>* values,
                                  std::vector<bool>* found);
 
+  // Every row the export holds of the spec's table `table` (its index in
+  // plan().spec()), the chain of a delta applied: keys, and dim floats per
+  // key in `rows`, in no particular order. Reads the table whole (from
+  // memory when Open() read it there). INVALID_ARGUMENT for no such table;
+  // DATA_LOSS for a part that does not read.
+  absl::Status ReadTable(int table, std::vector<uint64_t>* keys,
+                         std::vector<float>* rows);
+  // The spec's table `table` as the export declares it (dim, initializer).
+  const TableSpec& table_spec(int table) const;
+  // The plan's dense tensor `tensor` (plan().dense_tensors()), its rows x
+  // cols floats then padding to whole chunks.
+  const std::vector<float>& dense_tensor(int tensor) const {
+    return dense_[tensor];
+  }
+
  private:
   struct Table;
+  // A table read whole into memory (exported_model.cc).
+  struct TableInMemory;
   // An export of the chain read, newest first.
   struct Link {
     std::string dir;
@@ -136,6 +153,12 @@ class ExportedModel {
   // fit in `max_bytes`, or shares `shared`'s.
   absl::Status MaybeReadIntoMemory(Table& table, size_t max_bytes,
                                    const Table* shared);
+  // Rows of `table` over every export of the chain, deletions included (at
+  // least as many as it holds).
+  uint64_t ChainRows(const Table& table) const;
+  // `table` read whole into memory, the chain applied oldest first.
+  absl::StatusOr<std::shared_ptr<const TableInMemory>> ReadWhole(
+      const Table& table) const;
   // Writes `keys`' rows of `table` into `out` (dim floats each), and
   // whether each was in the export into `found` unless it is null.
   absl::Status Lookup(Table& table, absl::Span<const uint64_t> keys, float* out,

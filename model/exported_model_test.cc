@@ -4,6 +4,7 @@
 
 #include "model/exported_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -77,6 +78,31 @@ TEST(ExportedModelTest, AKeysRowIsItsOwnersInMemoryAndOnDisk) {
             << map.ShardForKey(keys[i]);
       }
     }
+    // Read whole (ps_export_dump): every key once, with its owner's row.
+    for (int t = 0; t < 2; ++t) {
+      const TableSpec& spec = (*opened)->table_spec(t);
+      std::vector<uint64_t> read_keys;
+      std::vector<float> rows;
+      ASSERT_TRUE((*opened)->ReadTable(t, &read_keys, &rows).ok());
+      const int dim = static_cast<int>(spec.dim());
+      ASSERT_EQ(read_keys.size(), keys.size()) << spec.name();
+      ASSERT_EQ(rows.size(), keys.size() * dim) << spec.name();
+      std::vector<uint64_t> sorted = read_keys;
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<uint64_t> expected = keys;
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(sorted, expected) << spec.name();
+      for (size_t i = 0; i < read_keys.size(); ++i) {
+        EXPECT_EQ(std::vector<float>(rows.begin() + i * dim,
+                                     rows.begin() + (i + 1) * dim),
+                  HandmadeExport::Row(spec.name(), read_keys[i], dim))
+            << spec.name() << " key " << read_keys[i];
+      }
+    }
+    std::vector<uint64_t> read_keys;
+    std::vector<float> rows;
+    EXPECT_EQ((*opened)->ReadTable(2, &read_keys, &rows).code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 
