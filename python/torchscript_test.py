@@ -2,8 +2,9 @@
 """An export as a TorchScript module (ps_client.torchscript, from the wheel
 pip-installed into a fresh virtual environment) scores a click log as
 ps_predict scores it, to 1e-5 per probability: wide & deep, DCN-v2, DIN on
-lines with recent items, MMoE on lines of two labels, and a spec file of
-every other layer and input kind (tests/testdata/agreement_spec.pbtxt:
+lines of 12 recent items attending to the 5 most recent (and pooling 4),
+MMoE on lines of two labels, and a spec file of every other layer and
+input kind (tests/testdata/agreement_spec.pbtxt:
 bucketized and standardized dense groups, MAX and MEAN pooling of multi
 fields, a cross of a multi field, fm, dot interaction, a low-rank cross).
 Each test file holds values the training file never had, so rows the
@@ -126,11 +127,22 @@ def main():
     with open(f"{WORK}/spec_test.csv", "w") as f:
         f.write(spec_lines(rng, 600, 40))  # values the training file lacks
 
+    # DIN as a spec of 5 recent items of the lines' 12 attended to, and 4
+    # pooled into the history field's row: the most recent ones, in order.
+    din_columns = "--columns=label,dense*13,cat*26,seq:0"
+    din_spec = run([binary("worker/ps_worker"), din_columns, "--print_model_spec=din"],
+                   "ps_worker --print_model_spec").stdout
+    shortened = din_spec.replace("max_length: 50", "max_length: 5").replace(
+        'name: "field_26"\n  column: 40\n', 'name: "field_26"\n  column: 40\n  max_length: 4\n')
+    if shortened.count("max_length: 5") != 1 or "max_length: 4" not in shortened:
+        fail(f"DIN's spec is not as this test shortens it:\n{din_spec}")
+    with open(f"{WORK}/din.pbtxt", "w") as f:
+        f.write(shortened)
     criteo = ["label"] + ["dense"] * 13 + ["cat"] * 26
     models = [
         ("wide_deep", "", ["--model=wide_deep"], "\t", criteo),
         ("dcn_v2", "", ["--model=dcn_v2"], "\t", criteo),
-        ("din", "seq_", ["--model=din", "--columns=label,dense*13,cat*26,seq:0"], "\t",
+        ("din", "seq_", [f"--model_spec={WORK}/din.pbtxt", din_columns], "\t",
          criteo + ["seq"]),
         ("mmoe", "tasks_", ["--model=mmoe",
                             "--columns=label:click,label:convert,dense*13,cat*26"], "\t",
