@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs ps_server, ps_serve, ps_worker, ps_admin, ps_predict and clicklog_gen with every
+# Packs ps_server, ps_serve, ps_worker, ps_admin, ps_predict, ps_export_dump and
+# clicklog_gen with every
 # shared library they load, except glibc's and CUDA's, and the CUDA backend
 # (libps_cuda_backend.so, where the build has one), into one tarball that
 # runs wherever it is unpacked, with no Debian package installed:
@@ -39,9 +40,10 @@ binaries=("$@")
 if [ ${#binaries[@]} -eq 0 ]; then
   (cd "$here" && bazel build --show_progress_rate_limit=5 //server:ps_server \
     //server:ps_serve //ops:ps_admin //worker:ps_worker //worker/predict:ps_predict \
-    //worker/datagen:clicklog_gen //python:wheel)
+    //worker/predict:ps_export_dump //worker/datagen:clicklog_gen //python:wheel)
   for path in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
-    worker/predict/ps_predict worker/datagen/clicklog_gen kernels/libps_cuda_backend.so \
+    worker/predict/ps_predict worker/predict/ps_export_dump worker/datagen/clicklog_gen \
+    kernels/libps_cuda_backend.so \
     python/ps_client-0.1.0-py3-none-any.whl; do
     [ -e "$here/bazel-bin/$path" ] && binaries+=("$here/bazel-bin/$path")
   done

@@ -10,7 +10,8 @@ fields, a cross of a multi field, fm, dot interaction, a low-rank cross).
 Each test file holds values the training file never had, so rows the
 export lacks are computed in the module (the initializer) and checked too.
 
-A module over --max_mb is refused before it is built, as is a directory
+Triton's config.pbtxt names the inputs' shapes. A module over --max_mb
+is refused before it is built, as is a directory
 that is no export; a line of the wrong column count is an error naming it;
 the module saved loads and answers with plain torch.jit.load.
 """
@@ -163,7 +164,8 @@ def main():
         export = train(name, train_file, test_file, flags)
         module = f"{WORK}/{name}.pt"
         run([python, "-m", "ps_client.torchscript", "build", f"--export={export}",
-             f"--out={module}", f"--dump_tool={binary('worker/predict/ps_export_dump')}"],
+             f"--out={module}", f"--dump_tool={binary('worker/predict/ps_export_dump')}",
+             f"--triton_config={WORK}/{name}.pbtxt"],
             f"torchscript build ({name})", f"{name}-build.log")
         run([python, "-m", "ps_client.torchscript", "score", f"--module={module}",
              f"--input={test_file}", f"--out={WORK}/{name}-torchscript.txt",
@@ -185,6 +187,18 @@ def main():
         if spread < 0.01:
             fail(f"{name}: every probability alike ({spread:.3g} apart): nothing learned")
         checked.append(f"{name} {worst:.2g} ({unseen} new values)")
+
+    # Triton's config: the inputs' and output's shapes.
+    with open(f"{WORK}/mmoe.pbtxt") as f:
+        config = f.read()
+    for want in ('name: "mmoe"', 'platform: "pytorch_libtorch"', "TYPE_FP64 dims: [ -1, 13 ]",
+                 "TYPE_INT64 dims: [ -1, 26, -1 ]", "TYPE_INT64 dims: [ -1, 26 ]",
+                 "TYPE_FP32 dims: [ -1, 2 ]"):
+        if want not in config:
+            fail(f"Triton config lacks {want!r}:\n{config}")
+    with open(f"{WORK}/spec.pbtxt") as f:
+        if "dims: [ -1, 5, -1 ]" not in f.read():  # 4 fields and a cross
+            fail("the spec model's Triton config has not 5 slots")
 
     # The saved module on its own: plain torch.jit.load, no ps_client.
     check = ("import json, torch\n"

@@ -21,12 +21,13 @@ cuda_backend="$runfiles/kernels/libps_cuda_backend.so"
 bash "$runfiles/deploy/bundle.sh" "$work/bundle.tar.gz" \
   "$runfiles/server/ps_server" "$runfiles/server/ps_serve" "$runfiles/ops/ps_admin" \
   "$runfiles/worker/ps_worker" "$runfiles/worker/predict/ps_predict" \
+  "$runfiles/worker/predict/ps_export_dump" \
   "$runfiles/worker/datagen/clicklog_gen" ${cuda_backend:+"$cuda_backend"} \
   "$runfiles/python/ps_client-0.1.0-py3-none-any.whl"
 mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/bundle.tar.gz"
 bundle=$(realpath "$work/unpacked/ps-bundle")
-for name in ps_server ps_serve ps_admin ps_worker ps_predict clicklog_gen; do
+for name in ps_server ps_serve ps_admin ps_worker ps_predict ps_export_dump clicklog_gen; do
   [ -x "$bundle/bin/$name" ] || fail "no bin/$name in the bundle"
 done
 
@@ -42,7 +43,7 @@ grep -q "^python: python/ps_client-" "$bundle/MANIFEST" || fail "MANIFEST: $(cat
 # MANIFEST names the commit every binary's --version reports.
 manifest_commit=$(sed -n '1s/^ps-bundle from \([^,]*\),.*/\1/p' "$bundle/MANIFEST")
 [[ "$manifest_commit" =~ ^[0-9a-f]{12}(-dirty)?$ ]] || fail "MANIFEST: $(head -1 "$bundle/MANIFEST")"
-for name in ps_server ps_serve ps_admin ps_worker ps_predict clicklog_gen; do
+for name in ps_server ps_serve ps_admin ps_worker ps_predict ps_export_dump clicklog_gen; do
   version=$(env -i "$bundle/bin/$name" --version) || fail "$name --version exited non-zero"
   [ "$version" = "$name $manifest_commit $(cut -d' ' -f3- <<<"$version")" ] ||
     fail "$name --version says $version, MANIFEST $manifest_commit"
@@ -151,6 +152,15 @@ without_cuda "$bundle/bin/ps_admin" --servers="$address" --dir="$work/export" ex
 without_cuda "$bundle/bin/ps_predict" --export="$work/export" --input=test.tsv >predict.txt \
   2>predict.log || fail "ps_predict: $(tail -5 predict.log)"
 grep -q "scored 5000 lines" predict.txt || fail "ps_predict: $(cat predict.txt)"
+# The export as a TorchScript module, ps_export_dump found on the bundle's
+# PATH (python/torchscript_test checks its scores against ps_predict's).
+env -i PATH="$bundle/bin:/usr/bin:/bin" HOME="$work" "$work/venv/bin/python" \
+  -m ps_client.torchscript build --export="$work/export" --out="$work/model.pt" \
+  >torchscript.txt 2>&1 || fail "ps_client.torchscript build: $(tail -5 torchscript.txt)"
+"$work/venv/bin/python" -m ps_client.torchscript score --module="$work/model.pt" \
+  --input=test.tsv --out=torchscript_scores.txt >>torchscript.txt 2>&1 ||
+  fail "ps_client.torchscript score: $(tail -5 torchscript.txt)"
+[ "$(wc -l <torchscript_scores.txt)" -eq 5000 ] || fail "torchscript: $(wc -l <torchscript_scores.txt) scores"
 kill $server
 wait $server 2>/dev/null || true
 

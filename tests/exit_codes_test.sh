@@ -17,7 +17,7 @@ expect() {  # expect CODE WHAT COMMAND...
   fi
 }
 for binary in server/ps_server server/ps_serve ops/ps_admin worker/ps_worker \
-  worker/predict/ps_predict worker/datagen/clicklog_gen; do
+  worker/predict/ps_predict worker/predict/ps_export_dump worker/datagen/clicklog_gen; do
   name=$(basename "$binary")
   expect 64 "$name --no_such_flag" "$runfiles/$binary" --no_such_flag
   expect 0 "$name --version" "$runfiles/$binary" --version
@@ -102,6 +102,10 @@ expect 70 "ps_server with its metrics on a port in use" timeout 20 \
 kill "$holder"
 expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --export="$work/none" \
   --input="$work/train.tsv"
+expect 64 "ps_export_dump without --out" "$runfiles/worker/predict/ps_export_dump" \
+  --export="$work/none"
+expect 70 "ps_export_dump with no export" "$runfiles/worker/predict/ps_export_dump" \
+  --export="$work/none" --out="$work/dump"
 # A renamed flag's old name still works, says what replaces it, and may not
 # be given beside it.
 renamed() {  # renamed WHAT NEW_NAME OLD_NAME CODE COMMAND...

@@ -20,6 +20,7 @@ BINARIES = [
     "worker/ps_worker",
     "ops/ps_admin",
     "worker/predict/ps_predict",
+    "worker/predict/ps_export_dump",
     "worker/datagen/clicklog_gen",
 ]
 

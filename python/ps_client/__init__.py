@@ -11,6 +11,10 @@ python3-protobuf.
     serving = ps_client.Serving("serve:50061", tls_ca="ca.crt", ...)
     print(serving.predict(open("test.tsv").readlines()[:100]).tasks)
 
+An export as a TorchScript module for TorchServe or Triton (needs torch,
+so it is imported on its own): `python3 -m ps_client.torchscript build`, or
+`import ps_client.torchscript`.
+
 The TLS and token options are the binaries' (--tls_ca, --tls_cert,
 --tls_key, --tls_server_name, --token_file); without tls_ca the channel is
 plaintext, which the servers accept only on loopback unless told otherwise.

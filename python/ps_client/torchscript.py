@@ -126,6 +126,7 @@ class ExportedModule(torch.nn.Module):
     """The graph of an export's model spec over its rows. Built from
     ps_export_dump's output by build_module(); scriptable."""
 
+    model_name: str
     layout_text: str
     task_names: List[str]
     outputs: List[int]
@@ -165,6 +166,7 @@ class ExportedModule(torch.nn.Module):
         with open(os.path.join(dump_dir, "model.json")) as f:
             model = json.load(f)
         spec = model["spec"]
+        self.model_name = spec.get("name", "") or "model"
         self.layout_text = json.dumps(model["layout"])
         self.task_names = [task["name"] for task in model["tasks"]]
         self.outputs = [task["output"] for task in model["tasks"]]
@@ -509,10 +511,6 @@ def build_module(export_dir, dump_tool="ps_export_dump", max_mb=4096):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _feature_key(xxhash, field, raw):
-    return xxhash.xxh3_64_intdigest(raw.encode(), seed=field)
-
-
 def _parse_dense(raw, number):
     if raw == "":
         return 0.0
@@ -531,6 +529,7 @@ def encode_lines(layout, lines, first_line=1):
     ps_predict reads them. ValueError for a line that does not read, naming
     it (the first is line `first_line`)."""
     import xxhash
+    hash64 = xxhash.xxh3_64_intdigest
     columns = layout["columns"]
     delimiter = layout["delimiter"]
     separator = layout["multi_separator"]
@@ -555,61 +554,91 @@ def encode_lines(layout, lines, first_line=1):
             if kind == "dense":
                 dense.append(_parse_dense(raw, number))
             elif kind == "cat":
-                slots.append([_feature_key(xxhash, field, raw)])
+                slots.append([hash64(raw.encode(), field)])
                 field += 1
             elif kind in ("multi", "seq"):
                 key_field = key_fields[field]
                 items = [v for v in raw.split(separator)]
                 if kind == "seq" and len(items) > limit:
                     items = items[len(items) - limit:]
-                keys = [_feature_key(xxhash, key_field, v) for v in items if v]
+                keys = [hash64(v.encode(), key_field) for v in items if v]
                 if len(keys) > limit:
                     raise ValueError(f"line {number}: {kind} column {at} has more "
                                      f"values than --max_values_per_field={limit}")
-                slots.append(keys or [_feature_key(xxhash, key_field, "")])
+                slots.append(keys or [hash64(b"", key_field)])
                 field += 1
         for x, (first, second) in enumerate(layout["crosses"]):
-            slots.append([xxhash.xxh3_64_intdigest(struct.pack("<QQ", a, b),
-                                                   seed=CROSS_SEED + x)
+            slots.append([hash64(struct.pack("<QQ", a, b), CROSS_SEED + x)
                           for a in slots[first] for b in slots[second]])
         dense_rows.append(dense)
         key_rows.append(slots)
     batch = len(key_rows)
     slot_count = len(key_rows[0]) if key_rows else 0
     width = max((len(k) for row in key_rows for k in row), default=1)
-    keys = torch.zeros(batch, slot_count, width, dtype=torch.int64)
-    counts = torch.zeros(batch, slot_count, dtype=torch.int64)
-    for b, row in enumerate(key_rows):
-        for s, slot_keys in enumerate(row):
-            keys[b, s, :len(slot_keys)] = torch.tensor([signed(k) for k in slot_keys],
-                                                       dtype=torch.int64)
-            counts[b, s] = len(slot_keys)
+    flat = []
+    for row in key_rows:
+        for slot_keys in row:
+            flat.extend(k - (1 << 64) if k >= 1 << 63 else k for k in slot_keys)
+            flat.extend([0] * (width - len(slot_keys)))
+    keys = torch.tensor(flat, dtype=torch.int64).reshape(batch, slot_count, width)
+    counts = torch.tensor([[len(k) for k in row] for row in key_rows],
+                          dtype=torch.int64).reshape(batch, slot_count)
     dense = torch.tensor(dense_rows, dtype=torch.float64).reshape(batch, -1)
     return dense, keys, counts
 
 
-def score_file(module, path, batch_size=4096):
-    """Each line's probabilities (a list per line, one per task) of a click
-    log in the module's layout, plain or gzip."""
-    import gzip
+def score_lines(module, lines, batch_size=4096, first_line=1):
+    """Each line's probabilities (a list per line, one per task) of click-log
+    lines in the module's layout (a TorchServe handler's work: see
+    docs/reference.md). ValueError naming a line that does not read."""
     layout = json.loads(module.layout())
     if layout["tfrecord"]:
         raise ValueError("the model reads TFRecord files, not lines: give the module its "
                          "tensors (see encode_lines())")
-    opener = gzip.open if path.endswith(".gz") else open
     scores = []
+    with torch.no_grad():
+        for begin in range(0, len(lines), batch_size):
+            dense, keys, counts = encode_lines(layout, lines[begin:begin + batch_size],
+                                               first_line + begin)
+            scores.extend(module(dense, keys, counts).tolist())
+    return scores
+
+
+def score_file(module, path, batch_size=4096):
+    """score_lines() of a click log's lines, plain or gzip (its header line
+    skipped when the layout has one)."""
+    import gzip
+    layout = json.loads(module.layout())
+    opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         lines = f.read().splitlines()
     first = 1
     if layout["header"] and lines:
         lines = lines[1:]
         first = 2
-    with torch.no_grad():
-        for begin in range(0, len(lines), batch_size):
-            dense, keys, counts = encode_lines(layout, lines[begin:begin + batch_size],
-                                               first + begin)
-            scores.extend(module(dense, keys, counts).tolist())
-    return scores
+    return score_lines(module, lines, batch_size, first)
+
+
+def triton_config(module, name):
+    """A config.pbtxt for Triton's PyTorch backend serving `module` as
+    `name`: its three inputs and one output, by position."""
+    layout = json.loads(module.layout())
+    dense = sum(1 for kind in layout["columns"] if kind == "dense")
+    slots = (sum(1 for kind in layout["columns"] if kind in ("cat", "multi", "seq")) +
+             len(layout["crosses"]))
+    tasks = len(module.tasks())
+    return f"""name: "{name}"
+platform: "pytorch_libtorch"
+max_batch_size: 0
+input [
+  {{ name: "INPUT__0" data_type: TYPE_FP64 dims: [ -1, {dense} ] }},
+  {{ name: "INPUT__1" data_type: TYPE_INT64 dims: [ -1, {slots}, -1 ] }},
+  {{ name: "INPUT__2" data_type: TYPE_INT64 dims: [ -1, {slots} ] }}
+]
+output [
+  {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ -1, {tasks} ] }}
+]
+"""
 
 
 def main(argv=None):
@@ -623,6 +652,9 @@ def main(argv=None):
                        help="ps_export_dump's path (default: found on PATH)")
     build.add_argument("--max_mb", type=int, default=4096,
                        help="the most MiB of rows and keys the module may hold")
+    build.add_argument("--triton_config", default="",
+                       help="also write a config.pbtxt for Triton's PyTorch backend here "
+                            "(the model named as the spec)")
     score = commands.add_parser("score", help="score a click log with a module")
     score.add_argument("--module", required=True)
     score.add_argument("--input", required=True, help="a click log in the model's layout")
@@ -640,6 +672,10 @@ def main(argv=None):
         module.save(args.out)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes; tasks "
               f"{', '.join(module.tasks())})")
+        if args.triton_config:
+            with open(args.triton_config, "w") as f:
+                f.write(triton_config(module, module.model_name))
+            print(f"wrote {args.triton_config}")
         return
     try:
         module = torch.jit.load(args.module)
