@@ -21,27 +21,6 @@ constexpr absl::string_view kSpace = "space";
 // A repeat larger than any real log's column count: a typo, not a layout.
 constexpr int kMaxRepeat = 100000;
 
-const char* KindName(ColumnKind kind) {
-  switch (kind) {
-    case ColumnKind::kLabel:
-      return "label";
-    case ColumnKind::kDense:
-      return "dense";
-    case ColumnKind::kCategorical:
-      return "cat";
-    case ColumnKind::kMulti:
-      return "multi";
-    case ColumnKind::kSequence:
-      return "seq";
-    case ColumnKind::kId:
-      return "id";
-    case ColumnKind::kWeight:
-      return "weight";
-    default:
-      return "skip";
-  }
-}
-
 bool IsName(absl::string_view name) {
   if (name.empty()) return false;
   for (char c : name) {
@@ -386,6 +365,27 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
   return layout;
 }
 
+absl::string_view ColumnKindName(ColumnKind kind) {
+  switch (kind) {
+    case ColumnKind::kLabel:
+      return "label";
+    case ColumnKind::kDense:
+      return "dense";
+    case ColumnKind::kCategorical:
+      return "cat";
+    case ColumnKind::kMulti:
+      return "multi";
+    case ColumnKind::kSequence:
+      return "seq";
+    case ColumnKind::kId:
+      return "id";
+    case ColumnKind::kWeight:
+      return "weight";
+    default:
+      return "skip";
+  }
+}
+
 std::string ColumnsSpec(const InputLayout& layout) {
   // A column's --columns item: its kind, or a named label's label:NAME.
   std::vector<std::string> items;
@@ -409,7 +409,7 @@ std::string ColumnsSpec(const InputLayout& layout) {
         items.push_back(absl::StrCat(
             "seq:", name, ":", layout.sequence_key_fields.at(this_field)));
       } else {
-        items.push_back(absl::StrCat(KindName(kind), ":", name));
+        items.push_back(absl::StrCat(ColumnKindName(kind), ":", name));
       }
     } else if (kind == ColumnKind::kLabel &&
                label < layout.label_names.size() &&
@@ -419,7 +419,7 @@ std::string ColumnsSpec(const InputLayout& layout) {
       items.push_back(
           absl::StrCat("seq:", layout.sequence_key_fields.at(this_field)));
     } else {
-      items.push_back(KindName(kind));
+      items.push_back(std::string(ColumnKindName(kind)));
     }
   }
   std::vector<std::string> runs;

@@ -148,6 +148,10 @@ absl::StatusOr<InputLayout> MakeInputLayout(absl::string_view format,
                                             absl::string_view multi_pooling,
                                             absl::string_view crosses);
 
+// A column kind as --columns names it ("label", "dense", "cat", "multi",
+// "seq", "skip", "id", "weight").
+absl::string_view ColumnKindName(ColumnKind kind);
+
 // The columns as a --columns value, runs folded ("label,dense*13,cat*26";
 // named labels as "label:click,label:convert").
 std::string ColumnsSpec(const InputLayout& layout);

@@ -47,6 +47,7 @@
 #include "model/batch_inputs.h"
 #include "model/exported_model.h"
 #include "model/input/features.h"
+#include "model/input/input_layout.h"
 
 ABSL_FLAG(std::string, export, "",
           "The export to write out (ps_admin export --dir). Required.");
@@ -87,29 +88,6 @@ std::string IntList(const std::vector<T>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ","), "]");
 }
 
-absl::string_view ColumnName(ps::model::ColumnKind kind) {
-  using ps::model::ColumnKind;
-  switch (kind) {
-    case ColumnKind::kLabel:
-      return "label";
-    case ColumnKind::kDense:
-      return "dense";
-    case ColumnKind::kCategorical:
-      return "cat";
-    case ColumnKind::kMulti:
-      return "multi";
-    case ColumnKind::kSequence:
-      return "seq";
-    case ColumnKind::kSkip:
-      return "skip";
-    case ColumnKind::kId:
-      return "id";
-    case ColumnKind::kWeight:
-      return "weight";
-  }
-  return "skip";
-}
-
 absl::string_view NodeKindName(ps::model::PlanNode::Kind kind) {
   using Kind = ps::model::PlanNode::Kind;
   switch (kind) {
@@ -132,7 +110,7 @@ absl::string_view NodeKindName(ps::model::PlanNode::Kind kind) {
 std::string LayoutJson(const ps::model::InputLayout& layout) {
   std::vector<std::string> columns, key_fields, crosses, labels, features;
   for (ps::model::ColumnKind kind : layout.columns)
-    columns.push_back(Quote(ColumnName(kind)));
+    columns.push_back(Quote(ps::model::ColumnKindName(kind)));
   for (int field = 0; field < layout.fields(); ++field)
     key_fields.push_back(absl::StrCat(layout.KeyField(field)));
   for (const auto& [first, second] : layout.crosses)
