@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Packs ps_server, ps_serve, ps_worker, ps_admin, ps_predict, ps_export_dump and
-# clicklog_gen with every
-# shared library they load, except glibc's and CUDA's, and the CUDA backend
-# (libps_cuda_backend.so, where the build has one), into one tarball that
-# runs wherever it is unpacked, with no Debian package installed:
+# Packs ps_server, ps_serve, ps_worker, ps_admin, ps_predict, ps_export_dump
+# and clicklog_gen with every shared library they load, except glibc's and
+# CUDA's, and the CUDA backend (libps_cuda_backend.so, where the build has
+# one), into one tarball that runs wherever it is unpacked, with no Debian
+# package installed:
 #
 #   ps-bundle/bin/   the binaries; runpath $ORIGIN/../lib
 #   ps-bundle/lib/   the libraries (runpath $ORIGIN) and the CUDA backend
@@ -26,7 +26,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 1 ]; then
-  sed -n '2,24p' "$0" >&2
+  sed -n '2,25p' "$0" >&2
   exit 2
 fi
 out=$1

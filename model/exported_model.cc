@@ -21,9 +21,7 @@
 
 namespace ps::model {
 
-// One table of the export: its spec, and per export of its chain (newest
-// first) per shard its part (none when the shard wrote no row of it).
-// The table read into memory (the chain applied): key -> the offset of its
+// A table read into memory (the chain applied): key -> the offset of its
 // row in `rows`. Immutable once read; shared by the models of one export
 // (Open's share_from).
 struct ExportedModel::TableInMemory {
@@ -31,6 +29,8 @@ struct ExportedModel::TableInMemory {
   std::vector<float> rows;
 };
 
+// One table of the export: its spec, and per export of its chain (newest
+// first) per shard its part (none when the shard wrote no row of it).
 struct ExportedModel::Table {
   explicit Table(const ExportManifest::Table& entry)
       : spec(entry.spec()), initializer(entry.spec().initializer()) {}

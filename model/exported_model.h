@@ -111,6 +111,10 @@ class ExportedModel {
                          std::vector<float>* rows);
   // The spec's table `table` as the export declares it (dim, initializer).
   const TableSpec& table_spec(int table) const;
+  // Rows the exports of the chain store of the spec's table `table`,
+  // deletions and rows a newer export replaces included: at least as many
+  // as ReadTable() gives, known without reading any.
+  uint64_t stored_rows(int table) const { return ChainRows(*sparse_[table]); }
   // The plan's dense tensor `tensor` (plan().dense_tensors()), its rows x
   // cols floats then padding to whole chunks.
   const std::vector<float>& dense_tensor(int tensor) const {

@@ -34,12 +34,13 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Dict, Final, List
 
 import torch
 
@@ -59,14 +60,23 @@ LAYER_KINDS = {"embedding": EMBEDDING, "wide": WIDE, "concat": CONCAT, "mlp": ML
 INPUT_NODE = -1
 # Lookup sources.
 FIELD_SOURCE, SEQUENCE_SOURCE, BUCKET_SOURCE = range(3)
-POOLINGS = {"SUM": 0, "MEAN": 1, "MAX": 2}
-TRANSFORMS = {"LOG1P": 0, "IDENTITY": 1, "STANDARDIZE": 2}
+POOL_SUM, POOL_MEAN, POOL_MAX = range(3)
+POOLINGS = {"SUM": POOL_SUM, "MEAN": POOL_MEAN, "MAX": POOL_MAX}
+LOG1P, IDENTITY, STANDARDIZE = range(3)
+TRANSFORMS = {"LOG1P": LOG1P, "IDENTITY": IDENTITY, "STANDARDIZE": STANDARDIZE}
 
 
 def signed(value):
     """An unsigned 64-bit value as the int64 of the same bits."""
     value &= MASK64
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def as_float32(values):
+    """A spec's float fields (boundaries, means, stds) as the float32 values
+    the C++ compares with, widened to float64 (JSON prints them short:
+    "0.1" is float32's 0.100000001, not float64's 0.1)."""
+    return torch.tensor([float(v) for v in values], dtype=torch.float32).to(torch.float64)
 
 
 def xxh3_seed_bitflip(seed):
@@ -125,6 +135,27 @@ def initial_rows(keys: torch.Tensor, dim: int, uniform_scale: float,
 class ExportedModule(torch.nn.Module):
     """The graph of an export's model spec over its rows. Built from
     ps_export_dump's output by build_module(); scriptable."""
+
+    # The module-level constants forward() compares with, as TorchScript
+    # reads them (Final class attributes).
+    INPUT_NODE: Final[int] = INPUT_NODE
+    EMBEDDING: Final[int] = EMBEDDING
+    WIDE: Final[int] = WIDE
+    CONCAT: Final[int] = CONCAT
+    MLP: Final[int] = MLP
+    FM: Final[int] = FM
+    DOT_INTERACTION: Final[int] = DOT_INTERACTION
+    CROSS: Final[int] = CROSS
+    ADD: Final[int] = ADD
+    ATTENTION_POOLING: Final[int] = ATTENTION_POOLING
+    MMOE: Final[int] = MMOE
+    SLICE: Final[int] = SLICE
+    SEQUENCE_SOURCE: Final[int] = SEQUENCE_SOURCE
+    BUCKET_SOURCE: Final[int] = BUCKET_SOURCE
+    POOL_MEAN: Final[int] = POOL_MEAN
+    POOL_MAX: Final[int] = POOL_MAX
+    LOG1P: Final[int] = LOG1P
+    STANDARDIZE: Final[int] = STANDARDIZE
 
     model_name: str
     layout_text: str
@@ -186,8 +217,8 @@ class ExportedModule(torch.nn.Module):
             keys = read(table["keys_file"], torch.int64)
             rows = read(table["rows_file"], torch.float32).reshape(-1, table["dim"])
             order = torch.argsort(keys)
-            self.table_keys.append(keys[order].clone())
-            self.table_rows.append(rows[order].clone())
+            self.table_keys.append(keys[order])
+            self.table_rows.append(rows[order])
             self.table_dims.append(table["dim"])
             initializer = table["initializer"]
             # A model spec's tables start uniform (init_scale) or at zero.
@@ -226,9 +257,7 @@ class ExportedModule(torch.nn.Module):
             if lookup["example_slot"] < 0:
                 self.lookup_sources.append(BUCKET_SOURCE)
                 group = dense_specs[nodes[lookup["node"]]["index"]]
-                self.bucket_boundaries.append(
-                    torch.tensor([float(b) for b in group.get("boundaries", [])],
-                                 dtype=torch.float64))
+                self.bucket_boundaries.append(as_float32(group.get("boundaries", [])))
                 self.bucket_keys.append(torch.tensor(
                     [signed(int(k)) for k in lookup["bucket_keys"]], dtype=torch.int64))
             else:
@@ -256,10 +285,8 @@ class ExportedModule(torch.nn.Module):
         for g in model["dense_groups"]:
             group = dense_specs[nodes[g["node"]]["index"]]
             self.dense_transforms.append(TRANSFORMS[group.get("transform", "LOG1P")])
-            self.dense_means.append(torch.tensor(
-                [float(x) for x in group.get("mean", [])], dtype=torch.float64))
-            self.dense_stds.append(torch.tensor(
-                [float(x) for x in group.get("std", [])], dtype=torch.float64))
+            self.dense_means.append(as_float32(group.get("mean", [])))
+            self.dense_stds.append(as_float32(group.get("std", [])))
 
         # The layers, in the plan's order (every node after its inputs).
         layers = spec.get("layer", [])
@@ -267,7 +294,11 @@ class ExportedModule(torch.nn.Module):
         self.node_names = []
         self.node_inputs = []
         # Per layer: the lookups it reads (embedding, wide), and its
-        # integers (see forward()).
+        # integers: the dense inputs (wide); layers, hidden ReLU, last ReLU
+        # (mlp); row width, rows, self-interaction (fm, dot_interaction);
+        # layers, rank (cross); MLP layers, key width, positions, sequence
+        # (attention_pooling); experts, layers, tasks (mmoe); begin, width
+        # (slice).
         self.node_lookups = []
         self.node_ints = []
         for n, node in enumerate(nodes):
@@ -347,14 +378,14 @@ class ExportedModule(torch.nn.Module):
         """Lookup `l`'s row per example (B x dim)."""
         table = self.lookup_tables[l]
         source = self.lookup_sources[l]
-        if source == 2:  # a bucketized dense column
+        if source == self.BUCKET_SOURCE:
             column = dense[:, self.lookup_dense_columns[l]].contiguous()
             bucket = torch.bucketize(column, self.bucket_boundaries[l], right=True)
             return self.rows_of(table, self.bucket_keys[l][bucket])
         slot = self.lookup_slots[l]
         slot_keys = keys[:, slot, :]
         count = counts[:, slot]
-        if source == 1:  # a sequence's position, most recent first
+        if source == self.SEQUENCE_SOURCE:  # most recent first
             missing = self.lookup_missing_keys[l]
             length = torch.where((count == 1) & (slot_keys[:, 0] == missing),
                                  torch.zeros_like(count), count)
@@ -371,10 +402,10 @@ class ExportedModule(torch.nn.Module):
             valid = valid & (place >= (count - max_length).unsqueeze(1))
         rows = self.rows_of(table, slot_keys)
         pooling = self.lookup_poolings[l]
-        if pooling == 2:
+        if pooling == self.POOL_MAX:
             return rows.masked_fill(~valid.unsqueeze(2), -math.inf).max(dim=1).values
         summed = (rows * valid.unsqueeze(2).to(torch.float32)).sum(dim=1)
-        if pooling == 1:
+        if pooling == self.POOL_MEAN:
             return summed / valid.sum(dim=1, keepdim=True).to(torch.float32)
         return summed
 
@@ -394,9 +425,9 @@ class ExportedModule(torch.nn.Module):
         for g in range(len(self.dense_nodes)):
             x = dense[:, self.dense_columns[g]]
             transform = self.dense_transforms[g]
-            if transform == 0:
+            if transform == self.LOG1P:
                 x = torch.log1p(torch.clamp(x, min=0.0))
-            elif transform == 2:
+            elif transform == self.STANDARDIZE:
                 x = (x - self.dense_means[g]) / self.dense_stds[g]
             values[self.dense_nodes[g]] = x.to(torch.float32)
         masks: List[torch.Tensor] = []
@@ -410,23 +441,23 @@ class ExportedModule(torch.nn.Module):
             masks.append((place < length.unsqueeze(1)).to(torch.float32))
         for n in range(len(self.node_kinds)):
             kind = self.node_kinds[n]
-            if kind == -1:
+            if kind == self.INPUT_NODE:
                 continue
             name = self.node_names[n]
             inputs = self.node_inputs[n]
             ints = self.node_ints[n]
-            if kind == 0:  # embedding
+            if kind == self.EMBEDDING:
                 values[n] = torch.cat([pooled[l] for l in self.node_lookups[n]], dim=1)
-            elif kind == 1:  # wide
+            elif kind == self.WIDE:
                 out = torch.zeros(batch, 1) + self.tensor(name + ".bias")
                 for l in self.node_lookups[n]:
                     out = out + pooled[l]
                 for i in ints:
                     out = out + values[i] @ self.tensor(name + ".dense_weights")
                 values[n] = out
-            elif kind == 2:  # concat
+            elif kind == self.CONCAT:
                 values[n] = torch.cat([values[i] for i in inputs], dim=1)
-            elif kind == 3:  # mlp
+            elif kind == self.MLP:
                 x = values[inputs[0]]
                 count = ints[0]
                 for layer in range(count):
@@ -436,9 +467,9 @@ class ExportedModule(torch.nn.Module):
                     if relu == 1:
                         x = torch.relu(x)
                 values[n] = x
-            elif kind == 4 or kind == 5:  # fm, dot_interaction
+            elif kind == self.FM or kind == self.DOT_INTERACTION:
                 v = torch.cat([values[i] for i in inputs], dim=1).reshape(batch, ints[1], ints[0])
-                if kind == 4:
+                if kind == self.FM:
                     values[n] = 0.5 * (v.sum(dim=1) ** 2 - (v ** 2).sum(dim=1)).sum(
                         dim=1, keepdim=True)
                 else:
@@ -446,7 +477,7 @@ class ExportedModule(torch.nn.Module):
                     offset = 0 if ints[2] == 1 else -1
                     index = torch.tril_indices(ints[1], ints[1], offset=offset)
                     values[n] = z[:, index[0], index[1]]
-            elif kind == 6:  # cross
+            elif kind == self.CROSS:
                 x0 = values[inputs[0]]
                 x = x0
                 for layer in range(ints[0]):
@@ -457,12 +488,12 @@ class ExportedModule(torch.nn.Module):
                         u = (x @ self.tensor(prefix + ".u")) @ self.tensor(prefix + ".v")
                     x = x0 * (u + self.tensor(prefix + ".bias")) + x
                 values[n] = x
-            elif kind == 7:  # add
+            elif kind == self.ADD:
                 out = values[inputs[0]]
                 for i in inputs[1:]:
                     out = out + values[i]
                 values[n] = out
-            elif kind == 8:  # attention_pooling
+            elif kind == self.ATTENTION_POOLING:
                 k = values[inputs[1]].reshape(batch, ints[2], ints[1])
                 q = values[inputs[0]].unsqueeze(1).expand_as(k)
                 x = torch.cat([q, k, q - k, q * k], dim=2)
@@ -473,7 +504,7 @@ class ExportedModule(torch.nn.Module):
                         x = torch.relu(x)
                 weights = x.squeeze(2) * masks[ints[3]]
                 values[n] = (weights.unsqueeze(2) * k).sum(dim=1)
-            elif kind == 9:  # mmoe
+            elif kind == self.MMOE:
                 x = values[inputs[0]]
                 experts: List[torch.Tensor] = []
                 for e in range(ints[0]):
@@ -491,7 +522,7 @@ class ExportedModule(torch.nn.Module):
                                          self.tensor(prefix + ".bias"), dim=1)
                     outs.append((gate.unsqueeze(2) * stacked).sum(dim=1))
                 values[n] = torch.cat(outs, dim=1)
-            elif kind == 10:  # slice
+            elif kind == self.SLICE:
                 values[n] = values[inputs[0]][:, ints[0]:ints[0] + ints[1]]
         logits = torch.stack([values[o].reshape(-1) for o in self.outputs], dim=1)
         return torch.sigmoid(logits)
@@ -511,122 +542,181 @@ def build_module(export_dir, dump_tool="ps_export_dump", max_mb=4096):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _parse_dense(raw, number):
-    if raw == "":
+# What ps_predict reads as a dense value (absl::SimpleAtoi, then
+# SimpleAtod): ASCII digits, a sign, a point, an exponent; blanks around.
+_DENSE = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
+def _dense_value(raw, where):
+    if not raw:
         return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = float(raw) if _DENSE.fullmatch(raw) else math.nan
     if not math.isfinite(value):
-        raise ValueError(f"line {number}: dense value \"{raw}\" is not a finite number")
+        raise ValueError(f"{where}: dense value \"{raw.decode(errors='replace')}\" is not a "
+                         "finite number")
     return value
 
 
-def encode_lines(layout, lines, first_line=1):
-    """Click-log lines (with or without their label columns) in `layout`
-    (module.layout(), parsed) as the module's (dense, keys, counts), as
-    ps_predict reads them. ValueError for a line that does not read, naming
-    it (the first is line `first_line`)."""
+def _examples(layout, lines, first_line):
+    """Lines as ps_predict's parser reads them: per line its dense values,
+    its slots' keys (fields, then crosses) and its id column's value."""
     import xxhash
     hash64 = xxhash.xxh3_64_intdigest
     columns = layout["columns"]
-    delimiter = layout["delimiter"]
-    separator = layout["multi_separator"]
+    delimiter = layout["delimiter"].encode()
+    separator = layout["multi_separator"].encode()
     key_fields = layout["key_fields"]
     limit = layout["max_values_per_field"]
-    labels = sum(1 for kind in columns if kind == "label")
-    dense_rows, key_rows = [], []
+    label_names = layout["label_names"]
+    labels = len(label_names)
+    examples = []
     for number, line in enumerate(lines, start=first_line):
-        values = line.rstrip("\n").rstrip("\r").split(delimiter)
+        if isinstance(line, str):
+            line = line.encode()
+        line = line[:-1] if line.endswith(b"\n") else line
+        line = line[:-1] if line.endswith(b"\r") else line
+        values = line.split(delimiter)
+        where = f"line {number}"
         if len(values) not in (len(columns), len(columns) - labels):
-            raise ValueError(f"line {number}: {len(values)} column values, "
-                             f"expected {len(columns)}")
+            raise ValueError(f"{where}: {len(values)} column values, expected "
+                             f"{len(columns)} (or {len(columns) - labels} without the labels)")
         labeled = len(values) == len(columns)
-        dense, slots = [], []
+        dense, slots, example_id = [], [], b""
         at = 0
         field = 0
-        for kind in columns:
+        label = 0
+        for column, kind in enumerate(columns, start=1):
             if kind == "label" and not labeled:
                 continue
             raw = values[at]
             at += 1
-            if kind == "dense":
-                dense.append(_parse_dense(raw, number))
+            if kind == "label":
+                # A named label may be empty (unknown); a plain one may not.
+                unknown_ok = label_names[label] != "label"
+                if raw not in (b"0", b"1") and not (unknown_ok and raw == b""):
+                    raise ValueError(f"{where}: label {label_names[label]} (column {column}) "
+                                     f"must be 0 or 1, got \"{raw.decode(errors='replace')}\"")
+                label += 1
+            elif kind == "dense":
+                dense.append(_dense_value(raw, f"{where}, column {column}"))
             elif kind == "cat":
-                slots.append([hash64(raw.encode(), field)])
+                slots.append([hash64(raw, field)])
                 field += 1
             elif kind in ("multi", "seq"):
                 key_field = key_fields[field]
-                items = [v for v in raw.split(separator)]
+                items = raw.split(separator)
                 if kind == "seq" and len(items) > limit:
-                    items = items[len(items) - limit:]
-                keys = [hash64(v.encode(), key_field) for v in items if v]
+                    items = items[len(items) - limit:]  # the most recent
+                keys = [hash64(item, key_field) for item in items if item]
                 if len(keys) > limit:
-                    raise ValueError(f"line {number}: {kind} column {at} has more "
-                                     f"values than --max_values_per_field={limit}")
+                    raise ValueError(f"{where}: {kind} column {column} has more values than "
+                                     f"--max_values_per_field={limit}")
                 slots.append(keys or [hash64(b"", key_field)])
                 field += 1
+            elif kind == "id":
+                example_id = raw
         for x, (first, second) in enumerate(layout["crosses"]):
+            if len(slots[first]) * len(slots[second]) > limit:
+                raise ValueError(f"{where}: cross {first}:{second} gives "
+                                 f"{len(slots[first]) * len(slots[second])} keys, more than "
+                                 f"--max_values_per_field={limit}")
             slots.append([hash64(struct.pack("<QQ", a, b), CROSS_SEED + x)
                           for a in slots[first] for b in slots[second]])
-        dense_rows.append(dense)
-        key_rows.append(slots)
-    batch = len(key_rows)
-    slot_count = len(key_rows[0]) if key_rows else 0
-    width = max((len(k) for row in key_rows for k in row), default=1)
+        examples.append((dense, slots, example_id))
+    return examples
+
+
+def _tensors(examples, dense_columns):
+    batch = len(examples)
+    slot_count = len(examples[0][1]) if examples else 0
+    width = max((len(k) for _, slots, _ in examples for k in slots), default=1)
     flat = []
-    for row in key_rows:
-        for slot_keys in row:
+    for _, slots, _ in examples:
+        for slot_keys in slots:
             flat.extend(k - (1 << 64) if k >= 1 << 63 else k for k in slot_keys)
             flat.extend([0] * (width - len(slot_keys)))
     keys = torch.tensor(flat, dtype=torch.int64).reshape(batch, slot_count, width)
-    counts = torch.tensor([[len(k) for k in row] for row in key_rows],
+    counts = torch.tensor([[len(k) for k in slots] for _, slots, _ in examples],
                           dtype=torch.int64).reshape(batch, slot_count)
-    dense = torch.tensor(dense_rows, dtype=torch.float64).reshape(batch, -1)
+    dense = torch.tensor([d for d, _, _ in examples], dtype=torch.float64).reshape(
+        batch, dense_columns)
     return dense, keys, counts
+
+
+def encode_lines(layout, lines, first_line=1):
+    """Click-log lines (str or bytes; with or without their label columns)
+    in `layout` (module.layout(), parsed) as the module's (dense, keys,
+    counts), as ps_predict reads them. ValueError for a line ps_predict
+    refuses, naming it (the first is line `first_line`)."""
+    dense_columns = sum(1 for kind in layout["columns"] if kind == "dense")
+    return _tensors(_examples(layout, lines, first_line), dense_columns)
+
+
+def _check_lines_layout(layout):
+    if layout["tfrecord"]:
+        raise ValueError("the model reads TFRecord files, not lines: give the module its "
+                         "tensors (see encode_lines())")
 
 
 def score_lines(module, lines, batch_size=4096, first_line=1):
     """Each line's probabilities (a list per line, one per task) of click-log
     lines in the module's layout (a TorchServe handler's work: see
     docs/reference.md). ValueError naming a line that does not read."""
+    return [p for p, _ in _score(module, lines, batch_size, first_line)]
+
+
+def _score(module, lines, batch_size, first_line):
+    """(probabilities, id) per line."""
     layout = json.loads(module.layout())
-    if layout["tfrecord"]:
-        raise ValueError("the model reads TFRecord files, not lines: give the module its "
-                         "tensors (see encode_lines())")
-    scores = []
+    _check_lines_layout(layout)
+    dense_columns = sum(1 for kind in layout["columns"] if kind == "dense")
+    scored = []
     with torch.no_grad():
         for begin in range(0, len(lines), batch_size):
-            dense, keys, counts = encode_lines(layout, lines[begin:begin + batch_size],
-                                               first_line + begin)
-            scores.extend(module(dense, keys, counts).tolist())
-    return scores
+            examples = _examples(layout, lines[begin:begin + batch_size], first_line + begin)
+            probabilities = module(*_tensors(examples, dense_columns)).tolist()
+            scored.extend(zip(probabilities, (e[2] for e in examples)))
+    return scored
+
+
+def _read_lines(path, header):
+    """A click log's lines as bytes, gzip'd or not (by its magic bytes), as
+    ps_predict splits them: at "\n" only; its first line left out when the
+    layout has a header. Also the number of the first line kept."""
+    import gzip
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if header and lines:
+        return lines[1:], 2
+    return lines, 1
 
 
 def score_file(module, path, batch_size=4096):
     """score_lines() of a click log's lines, plain or gzip (its header line
     skipped when the layout has one)."""
-    import gzip
     layout = json.loads(module.layout())
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        lines = f.read().splitlines()
-    first = 1
-    if layout["header"] and lines:
-        lines = lines[1:]
-        first = 2
+    _check_lines_layout(layout)
+    lines, first = _read_lines(path, layout["header"])
     return score_lines(module, lines, batch_size, first)
 
 
 def triton_config(module, name):
     """A config.pbtxt for Triton's PyTorch backend serving `module` as
-    `name`: its three inputs and one output, by position."""
+    `name` on the CPU (the module makes its tensors there): its three inputs
+    and one output, by position."""
     layout = json.loads(module.layout())
     dense = sum(1 for kind in layout["columns"] if kind == "dense")
     slots = (sum(1 for kind in layout["columns"] if kind in ("cat", "multi", "seq")) +
              len(layout["crosses"]))
     tasks = len(module.tasks())
+    if dense == 0 or slots == 0:
+        raise ValueError("Triton takes no input of width 0: a model with no dense column "
+                         "or no categorical one needs its config written by hand")
     return f"""name: "{name}"
 platform: "pytorch_libtorch"
 max_batch_size: 0
@@ -638,6 +728,7 @@ input [
 output [
   {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ -1, {tasks} ] }}
 ]
+instance_group [ {{ kind: KIND_CPU }} ]
 """
 
 
@@ -667,27 +758,33 @@ def main(argv=None):
     if args.command == "build":
         try:
             module = build_module(args.export, args.dump_tool, args.max_mb)
+            config = triton_config(module, module.model_name) if args.triton_config else ""
         except (OSError, RuntimeError, ValueError) as error:
             sys.exit(f"ps_client.torchscript: {error}")
         module.save(args.out)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes; tasks "
               f"{', '.join(module.tasks())})")
-        if args.triton_config:
+        if config:
             with open(args.triton_config, "w") as f:
-                f.write(triton_config(module, module.model_name))
+                f.write(config)
             print(f"wrote {args.triton_config}")
         return
     try:
         module = torch.jit.load(args.module)
-        scores = score_file(module, args.input, args.batch_size)
+        layout = json.loads(module.layout())
+        _check_lines_layout(layout)
+        lines, first = _read_lines(args.input, layout["header"])
+        scored = _score(module, lines, args.batch_size, first)
     except (OSError, RuntimeError, ValueError) as error:
         sys.exit(f"ps_client.torchscript: {args.input}: {error}")
-    with open(args.out, "w") as out:
+    with_id = "id" in layout["columns"]
+    with open(args.out, "wb") as out:
         if len(module.tasks()) > 1:
-            out.write("\t".join(module.tasks()) + "\n")
-        for row in scores:
-            out.write("\t".join("%.9g" % p for p in row) + "\n")
-    print(f"scored {len(scores)} lines")
+            out.write("\t".join((["id"] if with_id else []) + module.tasks()).encode() + b"\n")
+        for probabilities, example_id in scored:
+            line = "\t".join("%.9g" % p for p in probabilities).encode()
+            out.write((example_id + b"\t" if with_id else b"") + line + b"\n")
+    print(f"scored {len(scored)} lines")
 
 
 if __name__ == "__main__":

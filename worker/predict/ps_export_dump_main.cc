@@ -39,6 +39,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
@@ -56,8 +57,9 @@ ABSL_FLAG(std::string, out, "",
           "files there of the same names are replaced). Required.");
 ABSL_FLAG(int64_t, max_mb, 4096,
           "The most MiB of rows and keys to write (8 bytes of key and 4 per "
-          "float of each row): a larger model is refused before its arrays "
-          "are written in full.");
+          "float of each row), counted over what the exports store (a "
+          "delta's chain counts the rows it replaced too): a larger model is "
+          "refused before any row is read.");
 
 namespace {
 
@@ -213,20 +215,26 @@ absl::Status Dump(ps::model::ExportedModel& model, const std::string& out,
            .ok()) {
     return absl::InternalError("the model spec does not print as JSON");
   }
+  // Refused before anything is read when even what the exports store is
+  // more (a delta's chain counts rows it replaced too).
+  uint64_t stored_bytes = 0;
+  for (int t = 0; t < plan.spec().table_size(); ++t) {
+    stored_bytes +=
+        model.stored_rows(t) *
+        (sizeof(uint64_t) + model.table_spec(t).dim() * sizeof(float));
+  }
+  if (stored_bytes > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model's rows take more than --max_mb=", max_bytes >> 20,
+        " MiB: its exports store ", stored_bytes >> 20,
+        " MiB of keys and rows"));
+  }
   std::vector<std::string> tables;
-  uint64_t bytes = 0;
   std::vector<uint64_t> keys;
   std::vector<float> rows;
   for (int t = 0; t < plan.spec().table_size(); ++t) {
     if (absl::Status read = model.ReadTable(t, &keys, &rows); !read.ok())
       return read;
-    bytes += keys.size() * sizeof(uint64_t) + rows.size() * sizeof(float);
-    if (bytes > max_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the model's rows take more than --max_mb=", max_bytes >> 20,
-          " MiB (table ", plan.spec().table(t).name(), " has ", keys.size(),
-          " rows)"));
-    }
     const std::string keys_file = absl::StrCat("table", t, ".keys");
     const std::string rows_file = absl::StrCat("table", t, ".rows");
     if (absl::Status written = WriteFile(out + "/" + keys_file, keys.data(),
@@ -244,7 +252,7 @@ absl::Status Dump(ps::model::ExportedModel& model, const std::string& out,
         "{\"name\":", Quote(plan.spec().table(t).name()),
         ",\"dim\":", table.dim(), ",\"initializer\":{\"kind\":",
         Quote(ps::InitializerSpec::Kind_Name(table.initializer().kind())),
-        ",\"scale\":", table.initializer().scale(),
+        ",\"scale\":", absl::StrFormat("%.9g", table.initializer().scale()),
         ",\"seed\":", KeyText(table.initializer().seed()),
         "},\"rows\":", keys.size(), ",\"keys_file\":", Quote(keys_file),
         ",\"rows_file\":", Quote(rows_file), "}"));
