@@ -10,7 +10,7 @@ ps_predict scores it, to 1e-5 per probability:
   bucketized and standardized dense groups, MAX and MEAN pooling of multi
   fields, a cross of a multi field, fm, dot interaction, a low-rank cross),
   with a bucket boundary (0.1) that float32 and float64 hold apart and
-  lines whose value is exactly it;
+  lines whose value is exactly it, and an untransformed dense group;
 - DeepFM on a CSV with a header, an id, a weight and a skipped column,
   scored from lines without their label (each score beside its id).
 
@@ -224,13 +224,16 @@ def main():
         fail(f"DIN's spec is not as this test shortens it:\n{din_spec}")
     with open(f"{WORK}/din.pbtxt", "w") as f:
         f.write(shortened)
-    # The agreement spec with a boundary float32 holds as 0.100000001 and a
-    # mean of 1.1.
+    # The agreement spec with a boundary float32 holds as 0.100000001, a
+    # mean of 1.1, and its group "d" untransformed.
     with open(binary("tests/testdata/agreement_spec.pbtxt")) as f:
         spec_text = f.read()
     edited = spec_text.replace("boundaries: 2 ", "boundaries: 0.1 ").replace(
-        "mean: 1 ", "mean: 1.1 ")
-    if edited.count("0.1 ") != 1 or "mean: 1.1 " not in edited:
+        "mean: 1 ", "mean: 1.1 ").replace(
+        'columns: 1 columns: 2 columns: 3 }', 'columns: 1 columns: 2 columns: 3 '
+        'transform: IDENTITY }')
+    if (edited.count("0.1 ") != 1 or "mean: 1.1 " not in edited or
+            "transform: IDENTITY" not in edited):
         fail("agreement_spec.pbtxt is not as this test edits it")
     with open(f"{WORK}/spec.pbtxt", "w") as f:
         f.write(edited)
