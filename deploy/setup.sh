@@ -5,7 +5,8 @@
 #
 #   deploy/setup.sh           build, test and run
 #   deploy/setup.sh --bench   also what tests/bench/ compares against: Redis,
-#                             the OpenMP OpenBLAS for PyTorch; and perf
+#                             the OpenMP OpenBLAS for PyTorch, ZeroMQ and
+#                             CMake for the ps-lite peer; and perf
 # (PyTorch itself is in both: tests/torch_agreement_test checks the model
 # graph against it.)
 set -euo pipefail
@@ -25,7 +26,7 @@ packages=(
 )
 
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(redis-server libopenblas0-openmp python3-numpy linux-perf)
+  packages+=(redis-server libopenblas0-openmp python3-numpy linux-perf libzmq3-dev cmake)
 fi
 
 missing=()

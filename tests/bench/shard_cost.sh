@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The shard's CPU per row: ps_server's process CPU time over the rows it
+# served, end to end over gRPC (its own process_cpu_seconds_total and
+# ps_rows_pulled_total / ps_rows_pushed_total, scraped before and after
+# each measurement), per op, dim (16, 64) and clients (1, 4 threads of
+# serving_bench; batches of 4096 power-law keys over --rows rows, stored
+# and written back first), beside ps-lite's server in the same run
+# (tests/bench/pslite_cost.py over $PEERS_DIR/pslite-bench/run.sh: its
+# server process's CPU over its rows; skipped, with a line that says so,
+# where there is no peer checkout). Lower is better; the ratio is
+# ps_server's nanoseconds over ps-lite's.
+#
+#   tests/bench/shard_cost.sh [--rows 500000] [--seconds 3]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/cluster_lib.sh
+rows=500000
+seconds=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) rows=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+peers=${PEERS_DIR:-$(cd .. && pwd)/shared/peers}
+bash deploy/setup.sh --bench >/dev/null
+bazel build //server:ps_server //tests/bench:serving_bench 2>&1 | tail -1
+work=$(mktemp -d /tmp/shard_cost.XXXX)
+server=""
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# "CPU_SECONDS ROWS_PULLED ROWS_PUSHED" from the shard's metrics.
+scrape() {
+  python3 - "$1" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+values = {}
+for line in text.splitlines():
+    if line and not line.startswith("#"):
+        name, value = line.rsplit(" ", 1)
+        name = name.split("{")[0]  # summed over its labels (the shard's)
+        values[name] = values.get(name, 0.0) + float(value)
+print(values["process_cpu_seconds_total"], values["ps_rows_pulled_total"],
+      values["ps_rows_pushed_total"])
+PY
+}
+
+results="$work/results.txt"
+: >"$results"
+for dim in 16 64; do
+  metrics_port=$(free_port)
+  bazel-bin/server/ps_server --listen=127.0.0.1:0 --data_dir="$work/shard-$dim" \
+    --cache_mb=2048 --metrics_listen=127.0.0.1:$metrics_port \
+    >"$work/shard-$dim.out" 2>"$work/shard-$dim.log" &
+  server=$!
+  address=$(ps_address "$work/shard-$dim.out")
+  # Store the rows and let the shard write them back: a one-time cost of
+  # loading the table, not a pull's or a push's.
+  bazel-bin/tests/bench/serving_bench --ps="$address" --dim=$dim --rows=$rows \
+    --ops=pull --clients=1 --seconds=0.2 --settle_s=15 >/dev/null
+  for op in pull push; do
+    for clients in 1 4; do
+      read -r cpu0 pulled0 pushed0 < <(scrape "$metrics_port")
+      bazel-bin/tests/bench/serving_bench --ps="$address" --dim=$dim --rows=$rows \
+        --store_rows=false --ops=$op --clients=$clients --seconds="$seconds" >/dev/null
+      read -r cpu1 pulled1 pushed1 < <(scrape "$metrics_port")
+      awk -v op=$op -v dim=$dim -v c=$clients -v cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {print b - a}') \
+        -v rows=$(awk -v op=$op -v a="$pulled0" -v b="$pulled1" -v c="$pushed0" -v d="$pushed1" \
+          'BEGIN {print (op == "pull" ? b - a : d - c)}') \
+        'BEGIN {printf "ps_server %s dim=%d clients=%d: %.0f ns/row (%.1f M rows, %.2f s CPU)\n",
+                op, dim, c, cpu / rows * 1e9, rows / 1e6, cpu}' | tee -a "$results"
+    done
+  done
+  kill "$server"; wait "$server" 2>/dev/null || true; server=""
+  if [ -x "$peers/pslite-bench/run.sh" ] || [ -f "$peers/pslite-bench/run.sh" ]; then
+    python3 tests/bench/pslite_cost.py --peers="$peers" --dim=$dim --rows=$rows \
+      --seconds="$seconds" --workers 1 4 | tee -a "$results"
+  else
+    echo "ps-lite: no peer checkout at $peers (PEERS_DIR): skipped" | tee -a "$results"
+  fi
+done
+
+echo
+printf "%-5s %-4s %7s %14s %14s %7s\n" op dim clients "ps_server ns" "ps-lite ns" ratio
+for dim in 16 64; do
+  for op in pull push; do
+    for clients in 1 4; do
+      ours=$(sed -n "s/^ps_server $op dim=$dim clients=$clients: \([0-9]*\) ns.*/\1/p" "$results")
+      theirs=$(sed -n "s/^ps-lite $op dim=$dim clients=$clients: \([0-9]*\) ns.*/\1/p" "$results")
+      printf "%-5s %-4s %7s %14s %14s %7s\n" $op $dim $clients "$ours" "${theirs:--}" \
+        "$([ -n "$theirs" ] && awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}' || echo -)"
+    done
+  done
+done
