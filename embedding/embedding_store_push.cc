@@ -47,35 +47,51 @@ absl::Status ValidatePush(absl::string_view table_name, size_t dim,
   return absl::OkStatus();
 }
 
-// Sums the gradients of keys named more than once: `distinct` gets each
-// key once, in first-seen order, and `sums` its summed gradient (dim
-// floats). INVALID_ARGUMENT if a sum leaves the finite numbers.
+// Sums the gradients of keys named more than once. Where every key is
+// named once (a worker's pushes), `*distinct` and `*sums` become `keys` and
+// `gradients` themselves and nothing is copied; otherwise they view
+// `*summed_keys`, each key once in first-seen order, and `*summed_gradients`,
+// its summed gradient (dim floats). INVALID_ARGUMENT if a sum leaves the
+// finite numbers.
 absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
                               absl::Span<const float> gradients, size_t dim,
-                              std::vector<uint64_t>* distinct,
-                              std::vector<float>* sums) {
-  absl::flat_hash_map<uint64_t, uint32_t> slot_of;
-  slot_of.reserve(keys.size());
-  distinct->reserve(keys.size());
-  sums->reserve(gradients.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] = slot_of.try_emplace(keys[i], distinct->size());
+                              absl::Span<const uint64_t>* distinct,
+                              absl::Span<const float>* sums,
+                              std::vector<uint64_t>* summed_keys,
+                              std::vector<float>* summed_gradients) {
+  absl::flat_hash_map<uint64_t, uint32_t> position_of;
+  position_of.reserve(keys.size());
+  size_t first_repeat = 0;
+  for (; first_repeat < keys.size(); ++first_repeat) {
+    if (!position_of.try_emplace(keys[first_repeat], first_repeat).second)
+      break;
+  }
+  *distinct = keys;
+  *sums = gradients;
+  if (first_repeat == keys.size()) return absl::OkStatus();
+  // Positions in `position_of` so far are positions in the summed vectors.
+  summed_keys->assign(keys.begin(), keys.begin() + first_repeat);
+  summed_gradients->assign(gradients.begin(),
+                           gradients.begin() + first_repeat * dim);
+  for (size_t i = first_repeat; i < keys.size(); ++i) {
+    auto [it, inserted] = position_of.try_emplace(keys[i], summed_keys->size());
     const float* gradient = &gradients[i * dim];
     if (inserted) {
-      distinct->push_back(keys[i]);
-      sums->insert(sums->end(), gradient, gradient + dim);
+      summed_keys->push_back(keys[i]);
+      summed_gradients->insert(summed_gradients->end(), gradient,
+                               gradient + dim);
     } else {
-      float* sum = &(*sums)[it->second * dim];
+      float* sum = &(*summed_gradients)[it->second * dim];
       for (size_t d = 0; d < dim; ++d) sum[d] += gradient[d];
     }
   }
-  if (distinct->size() < keys.size()) {
-    if (const int64_t i = FirstNonFinite(*sums); i >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the gradients of key ", (*distinct)[i / dim],
-                       ", named more than once, sum to ", (*sums)[i],
-                       " in column ", i % dim, "; nothing was applied"));
-    }
+  *distinct = *summed_keys;
+  *sums = *summed_gradients;
+  if (const int64_t i = FirstNonFinite(*summed_gradients); i >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the gradients of key ", (*summed_keys)[i / dim],
+                     ", named more than once, sum to ", (*summed_gradients)[i],
+                     " in column ", i % dim, "; nothing was applied"));
   }
   return absl::OkStatus();
 }
@@ -89,9 +105,12 @@ struct EmbeddingStoreImpl::PendingPush {
   uint32_t table_id = 0;
   absl::string_view table_name;
   size_t row_floats = 0;
-  // Distinct keys, first-seen order, and their summed gradients.
-  std::vector<uint64_t> keys;
-  std::vector<float> gradients;
+  // Distinct keys, first-seen order, and their summed gradients: the
+  // caller's, or (where a key repeats) `summed_keys` and `summed_gradients`.
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> gradients;
+  std::vector<uint64_t> summed_keys;
+  std::vector<float> summed_gradients;
   // GroupByStripe(keys); the stripes touched, ascending (the lock order).
   std::vector<uint32_t> order, starts;
   std::vector<Stripe*> stripes;
@@ -247,7 +266,8 @@ absl::StatusOr<size_t> EmbeddingStoreImpl::ApplyPush(
   push.table_name = table.spec.name();
   push.row_floats = table.row_floats;
   RETURN_IF_ERROR(SumDuplicateKeys(keys, gradients, table.dim, &push.keys,
-                                   &push.gradients));
+                                   &push.gradients, &push.summed_keys,
+                                   &push.summed_gradients));
   GroupByStripe(push.keys, &push.order, &push.starts);
   PreparePush(table, push);
 

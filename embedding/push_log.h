@@ -44,7 +44,8 @@ struct PushLogOptions {
   // The log's directory. REQUIRES: not empty. Created if missing.
   std::string dir;
   // A segment is closed, and the next append starts a new one, once it holds
-  // this many bytes. Default: 64 MiB.
+  // this many bytes; a new segment's blocks are reserved up front. Default:
+  // 64 MiB.
   uint64_t segment_bytes = 64 << 20;
   // An append returns only once its record is on disk (fdatasync(),
   // shared by concurrent appends; the directory too after creating a

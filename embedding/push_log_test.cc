@@ -1,6 +1,9 @@
 #include "embedding/push_log.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -87,6 +90,33 @@ TEST(PushLogTest, RecordsComeBackInOrderAcrossSegments) {
         return absl::OkStatus();
       }));
   EXPECT_EQ(index, 60);
+}
+
+// A new segment's blocks are reserved up front, where the file system can,
+// while its size stays the bytes written: replay reads a segment to its size.
+TEST(PushLogTest, SegmentBlocksAreReservedButSizeIsWhatWasWritten) {
+  const std::string dir = FreshTestDir("push_log_reserved");
+  {
+    const std::string probe = dir + "/probe";
+    const int fd = open(probe.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    const bool reserves = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1 << 20) == 0;
+    close(fd);
+    std::filesystem::remove(probe);
+    if (!reserves) GTEST_SKIP() << "this file system has no fallocate";
+  }
+  constexpr uint64_t kSegmentBytes = 4 << 20;
+  auto log = OpenLog(dir, kSegmentBytes);
+  log->StartRun(1);
+  ASSERT_OK(log->Append(Record(1)));
+  const std::vector<std::string> files = SegmentFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  struct stat info;
+  ASSERT_EQ(stat(files[0].c_str(), &info), 0);
+  EXPECT_EQ(static_cast<uint64_t>(info.st_size), log->live_bytes());
+  EXPECT_LT(static_cast<uint64_t>(info.st_size), 100u);
+  EXPECT_GE(static_cast<uint64_t>(info.st_blocks) * 512, kSegmentBytes);
+  EXPECT_EQ(ReadAll(*log, 1), std::vector<std::string>{Record(1)});
 }
 
 // Writes four records into two segments of run 1 in `dir`; returns the

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Where a pull's time goes: one ps_server (a 500000-row table in the hot
-# tier) and serving_bench pulling batches of 4096 power-law keys from it,
+# Where a pull's (or a push's) time goes: one ps_server (a 500000-row table
+# in the hot tier) and serving_bench pulling (pushing) batches of 4096
+# power-law keys,
 # sampled machine-wide with `perf record`; prints, per side (shard, client),
 # the share of all CPU time in each stage: the store's lookups, memcpy,
 # protobuf, gRPC, the kernel's socket copies, page faults, and the rest of
 # the kernel (syscalls, TCP, scheduling). The shard's write-back of the
 # stored rows is let finish first (--settle_s), so it does not show.
 #
-#   tests/bench/profile_pull.sh [--clients 1] [--dim 16] [--seconds 5]
+#   tests/bench/profile_pull.sh [--op pull|push] [--clients 1] [--dim 16] [--seconds 5]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
+op=pull
 clients=1
 dim=16
 seconds=5
 settle=20
 while [ $# -gt 0 ]; do
   case "$1" in
+    --op) op=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
     --dim) dim=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
@@ -37,7 +40,7 @@ pids+=($server)
 address=$(ps_address "$work/shard.out")
 # Measures for settle + preload + 2 x seconds; perf samples the middle.
 bazel-bin/tests/bench/serving_bench --ps="$address" --dim="$dim" --rows=500000 \
-  --seconds=$((2 * seconds + 8)) --clients="$clients" --ops=pull --settle_s="$settle" \
+  --seconds=$((2 * seconds + 8)) --clients="$clients" --ops="$op" --settle_s="$settle" \
   >"$work/bench.md" &
 bench=$!
 pids+=($bench)

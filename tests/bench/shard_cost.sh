@@ -8,18 +8,28 @@
 # (tests/bench/pslite_cost.py over $PEERS_DIR/pslite-bench/run.sh: its
 # server process's CPU over its rows; skipped, with a line that says so,
 # where there is no peer checkout). Lower is better; the ratio is
-# ps_server's nanoseconds over ps-lite's.
+# ps_server's nanoseconds over ps-lite's. With --rounds N the two systems
+# take turns N times per dim (ps_server's cells, then ps-lite's) and the
+# table shows each cell's median and range over the rounds: one run of each
+# moves 10-40% from one minute to the next on a shared machine. --server
+# measures another build of ps_server (a change against its base, in turns
+# with this one's in two invocations, or by hand).
 #
-#   tests/bench/shard_cost.sh [--rows 500000] [--seconds 3]
+#   tests/bench/shard_cost.sh [--rows 500000] [--seconds 3] [--rounds 1]
+#                             [--server bazel-bin/server/ps_server]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
 rows=500000
 seconds=3
+rounds=1
+server_bin=bazel-bin/server/ps_server
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --server) server_bin=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -49,9 +59,12 @@ PY
 
 results="$work/results.txt"
 : >"$results"
+for round in $(seq "$rounds"); do
 for dim in 16 64; do
+  echo "round $round of $rounds, dim $dim" >&2
   metrics_port=$(free_port)
-  bazel-bin/server/ps_server --listen=127.0.0.1:0 --data_dir="$work/shard-$dim" \
+  rm -rf "$work/shard-$dim"
+  "$server_bin" --listen=127.0.0.1:0 --data_dir="$work/shard-$dim" \
     --cache_mb=2048 --metrics_listen=127.0.0.1:$metrics_port \
     >"$work/shard-$dim.out" 2>"$work/shard-$dim.log" &
   server=$!
@@ -81,16 +94,29 @@ for dim in 16 64; do
     echo "ps-lite: no peer checkout at $peers (PEERS_DIR): skipped" | tee -a "$results"
   fi
 done
+done
 
 echo
-printf "%-5s %-4s %7s %14s %14s %7s\n" op dim clients "ps_server ns" "ps-lite ns" ratio
-for dim in 16 64; do
-  for op in pull push; do
-    for clients in 1 4; do
-      ours=$(sed -n "s/^ps_server $op dim=$dim clients=$clients: \([0-9]*\) ns.*/\1/p" "$results")
-      theirs=$(sed -n "s/^ps-lite $op dim=$dim clients=$clients: \([0-9]*\) ns.*/\1/p" "$results")
-      printf "%-5s %-4s %7s %14s %14s %7s\n" $op $dim $clients "$ours" "${theirs:--}" \
-        "$([ -n "$theirs" ] && awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}' || echo -)"
-    done
-  done
-done
+# Per cell: the median over the rounds (the range where there are several);
+# the ratio is of the medians.
+python3 - "$results" <<'PY'
+import re, statistics, sys
+cells = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(ps_server|ps-lite) (pull|push) dim=(\d+) clients=(\d+): (\d+) ns", line)
+    if m:
+        cells.setdefault((m[2], int(m[3]), int(m[4]), m[1]), []).append(int(m[5]))
+def show(values):
+    if not values: return "-", None
+    median = statistics.median(values)
+    spread = f" ({min(values)}-{max(values)})" if len(values) > 1 else ""
+    return f"{median:.0f}{spread}", median
+print(f"{'op':5} {'dim':4} {'clients':7} {'ps_server ns':>20} {'ps-lite ns':>20} {'ratio':>6}")
+for dim in (16, 64):
+    for op in ("pull", "push"):
+        for clients in (1, 4):
+            ours, a = show(cells.get((op, dim, clients, "ps_server"), []))
+            theirs, b = show(cells.get((op, dim, clients, "ps-lite"), []))
+            ratio = f"{a / b:.2f}" if a and b else "-"
+            print(f"{op:5} {dim:<4} {clients:<7} {ours:>20} {theirs:>20} {ratio:>6}")
+PY
