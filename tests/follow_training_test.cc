@@ -11,6 +11,7 @@
 
 #include "base/manifest.h"
 #include "base/wait_until.h"
+#include "net/metrics_scrape.h"
 #include "tests/serve_process.h"
 #include "tests/training_cluster.h"
 
@@ -151,15 +152,33 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
       << first.log;
 
   // The restart goes on in part-2; part-3 and part-4 arrive once it waits
-  // for them.
+  // for them. Meanwhile its metrics say it waits for input (not stalled).
   auto again =
-      ChildProcess::Start(FollowArgs({"--slow_step_ms=5", "--staleness=0"}),
+      ChildProcess::Start(FollowArgs({"--slow_step_ms=5", "--staleness=0",
+                                      "--metrics_listen=127.0.0.1:0"}),
                           false, dir_ + "/worker0.log");
   ASSERT_TRUE(again.ok());
   for (int f = 3; f <= kFiles; ++f) {
     const std::string waiting =
         absl::StrCat("nothing new after part-", f - 1, ".tsv; waiting");
     ASSERT_TRUE(WaitForLog(waiting, absl::Seconds(240)));
+    if (f == 3) {
+      const std::string log = ReadFile(dir_ + "/worker0.log");
+      const size_t at = log.find("metrics on ");
+      ASSERT_NE(at, std::string::npos) << log;
+      const std::string address =
+          log.substr(at + 11, log.find('\n', at) - at - 11);
+      std::string metrics;
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            metrics = ScrapeMetrics(address);
+            return metrics.find(
+                       "ps_worker_waiting_for_input{worker=\"0\"} "
+                       "1") != std::string::npos;
+          },
+          absl::Seconds(60), absl::Milliseconds(100)))
+          << metrics;
+    }
     Deliver(f);
   }
   const WorkerRun second = Collect(0, (*again)->Wait(absl::Minutes(5)));

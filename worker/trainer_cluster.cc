@@ -51,6 +51,7 @@ absl::Status Trainer::ReportClock(bool finished, ClockResponse* response,
     sequence = ++reports_sent_;
     SetProgress(&request);
     idle = !finished && !leaving && Idle();
+    if (options_.metrics != nullptr) options_.metrics->SetWaitingForInput(idle);
     if (idle) {
       request.set_idle(true);
       answer = client_->Clock(request, retry_for);

@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
            .Labels(worker)
            .Register(registry)
            .Add({});
+  metrics->waiting_for_input_ =
+      gauge("ps_worker_waiting_for_input",
+            "1 while the worker has begun every step of its input and waits "
+            "for more (--follow with no new file), else 0.");
   metrics->staleness_ =
       &prometheus::BuildHistogram()
            .Name("ps_worker_pull_staleness_steps")
@@ -119,6 +123,10 @@ void TrainingMetrics::AddStep(int64_t examples) {
 
 void TrainingMetrics::ObserveStage(Stage stage, absl::Duration time) {
   stages_[static_cast<int>(stage)]->Observe(absl::ToDoubleSeconds(time));
+}
+
+void TrainingMetrics::SetWaitingForInput(bool waiting) {
+  waiting_for_input_->Set(waiting ? 1.0 : 0.0);
 }
 
 void TrainingMetrics::ObserveStaleness(int64_t staleness) {

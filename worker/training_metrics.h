@@ -2,7 +2,8 @@
 //
 // TrainingMetrics is what a worker exports for Prometheus (ps_worker
 // --metrics_listen): examples and steps trained, the recent training loss
-// and AUC, the last test AUC (once there is one), the staleness each pull saw
+// and AUC, the last test AUC (once there is one), whether it waits for
+// input, the staleness each pull saw
 // (a histogram), and the time each stage of a step took (read: waiting for
 // parsed input; wait: for other workers, or this worker's own pushes; pull;
 // compute; push), as histograms labelled by stage. The trainer records;
@@ -48,6 +49,9 @@ class TrainingMetrics {
   // A followed file's progressive validation: its examples scored before
   // this worker trained on them.
   void SetProgressiveValidation(const std::vector<TaskMetrics>& tasks);
+  // Whether the worker has begun every step of the input it has and waits
+  // for more (--follow with no new file): not stalled, idle.
+  void SetWaitingForInput(bool waiting);
 
   const std::string& address() const { return endpoint_->address(); }
 
@@ -64,6 +68,7 @@ class TrainingMetrics {
   prometheus::Family<prometheus::Gauge>* progressive_auc_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* progressive_loss_family_ = nullptr;
   prometheus::Counter* followed_files_ = nullptr;
+  prometheus::Gauge* waiting_for_input_ = nullptr;
   prometheus::Histogram* staleness_ = nullptr;
   prometheus::Histogram* stages_[5] = {};
   std::unique_ptr<MetricsEndpoint> endpoint_;
