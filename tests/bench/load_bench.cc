@@ -34,6 +34,12 @@ ABSL_FLAG(int32_t, pullers, 16, "Clients pulling.");
 ABSL_FLAG(int32_t, pushers, 12, "Clients pushing.");
 ABSL_FLAG(int32_t, admins, 4, "Clients asking every shard for its stats.");
 ABSL_FLAG(int32_t, keys, 1024, "Keys per pull or push.");
+ABSL_FLAG(int32_t, first_worker, 100,
+          "The pushers push as workers first_worker, first_worker + 1, ...: "
+          "several load_bench processes against one cluster need their own.");
+ABSL_FLAG(uint64_t, seed, 0,
+          "Added to every client's random seed: processes with different "
+          "seeds draw different keys.");
 ABSL_FLAG(int32_t, dim, 16, "Row dimension.");
 ABSL_FLAG(int64_t, key_space, 1000000, "Keys are drawn from [0, this).");
 ABSL_FLAG(int64_t, budget_mb, 0,
@@ -48,12 +54,16 @@ struct Op {
   absl::Mutex mu;
   std::vector<double> latencies_ms ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> errors{0};
+  // Rows of the calls that succeeded.
+  std::atomic<int64_t> rows{0};
   std::string first_error ABSL_GUARDED_BY(mu);
 
-  void Record(absl::Duration latency, const absl::Status& status) {
+  void Record(absl::Duration latency, const absl::Status& status,
+              size_t call_rows = 0) {
     absl::MutexLock lock(&mu);
     if (status.ok()) {
       latencies_ms.push_back(absl::ToDoubleMilliseconds(latency));
+      rows += static_cast<int64_t>(call_rows);
     } else {
       ++errors;
       if (first_error.empty()) first_error = status.ToString();
@@ -98,7 +108,7 @@ void Pull(ps::client::PsClient& client, uint64_t seed, absl::Time end, Op& op) {
                                                      rows.data()};
     const absl::Time start = absl::Now();
     const absl::Status status = client.Pull({request});
-    op.Record(absl::Now() - start, status);
+    op.Record(absl::Now() - start, status, keys.size());
   }
 }
 
@@ -121,7 +131,7 @@ void Push(const ps::client::ClientOptions& options, uint32_t worker,
                                                           gradients, dim};
     const absl::Time start = absl::Now();
     const absl::Status status = (*pusher)->Push({request}, worker, step++);
-    op.Record(absl::Now() - start, status);
+    op.Record(absl::Now() - start, status, keys.size());
   }
 }
 
@@ -151,16 +161,18 @@ void AskStats(const std::vector<std::string>& servers, absl::Time end, Op& op) {
 int64_t PrintOps(std::initializer_list<std::pair<Op*, int>> ops,
                  double seconds) {
   std::printf(
-      "| op | clients | calls | errors | calls/s | p50 ms | p99 ms |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+      "| op | clients | calls | errors | calls/s | rows/s | p50 ms | p99 ms "
+      "|\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   int64_t errors = 0;
   for (const auto& [op, clients] : ops) {
     absl::MutexLock lock(&op->mu);
-    std::printf(
-        "| %s | %d | %zu | %lld | %.0f | %.2f | %.2f |\n", op->name, clients,
-        op->latencies_ms.size(), static_cast<long long>(op->errors.load()),
-        op->latencies_ms.size() / seconds, Percentile(op->latencies_ms, 0.5),
-        Percentile(op->latencies_ms, 0.99));
+    std::printf("| %s | %d | %zu | %lld | %.0f | %.0f | %.2f | %.2f |\n",
+                op->name, clients, op->latencies_ms.size(),
+                static_cast<long long>(op->errors.load()),
+                op->latencies_ms.size() / seconds, op->rows.load() / seconds,
+                Percentile(op->latencies_ms, 0.5),
+                Percentile(op->latencies_ms, 0.99));
     errors += op->errors.load();
     if (!op->first_error.empty())
       std::fprintf(stderr, "%s: first error: %s\n", op->name,
@@ -214,14 +226,17 @@ int main(int argc, char** argv) {
   const int pullers = absl::GetFlag(FLAGS_pullers);
   const int pushers = absl::GetFlag(FLAGS_pushers);
   const int admins = absl::GetFlag(FLAGS_admins);
+  const int first_worker = absl::GetFlag(FLAGS_first_worker);
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
   std::vector<std::thread> threads;
   for (int c = 0; c < pullers; ++c)
-    threads.emplace_back([&, c] { Pull(**client, c, end, pull); });
+    threads.emplace_back([&, c] { Pull(**client, seed + c, end, pull); });
   for (int c = 0; c < pushers; ++c) {
     threads.emplace_back([&, c] {
-      Push(options, static_cast<uint32_t>(100 + c), 1000 + c, end, push);
+      Push(options, static_cast<uint32_t>(first_worker + c), seed + 1000 + c,
+           end, push);
     });
   }
   for (int c = 0; c < admins; ++c)

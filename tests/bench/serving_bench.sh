@@ -86,8 +86,8 @@ table="$work/table.md"
 {
   echo "## Serving rows: ps_server vs Redis and ps-lite"
   echo
-  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $rows rows per table; batches of 4096 keys drawn with"
-  echo "a power law (exponent 1.05); ${seconds} s per cell; ps_server with --durability=wal (the default),"
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $rows rows per table; batches of 4096 distinct keys drawn"
+  echo "with a power law (exponent 1.05), as a worker sends them; ${seconds} s per cell; ps_server with --durability=wal (the default),"
   echo "measured ${settle} s after its rows were stored (their write-back to RocksDB done)."
   echo "Redis 7 on loopback with no persistence, rows as binary values, hiredis client; Redis"
   echo "push = MGET, SGD on the client, MSET (read-modify-write, one pipelined command each)."
