@@ -102,6 +102,8 @@ expect 70 "ps_server with its metrics on a port in use" timeout 20 \
 kill "$holder"
 expect 70 "ps_predict with no export" "$runfiles/worker/predict/ps_predict" --export="$work/none" \
   --input="$work/train.tsv"
+expect 64 "ps_predict with --cpu_threads=0" "$runfiles/worker/predict/ps_predict" \
+  --export="$work/none" --input="$work/train.tsv" --cpu_threads=0
 expect 64 "ps_export_dump without --out" "$runfiles/worker/predict/ps_export_dump" \
   --export="$work/none"
 expect 70 "ps_export_dump with no export" "$runfiles/worker/predict/ps_export_dump" \

@@ -29,7 +29,7 @@ MEANINGS = {
     "checkpoints_to_keep": ("the newest checkpoints kept, 0 all", {"ps_worker": None, "ps_admin": "a command run by hand deletes nothing unless asked (0)"}, r"newest"),
     "columns": ("the click log's columns", {"ps_worker": None, "ps_predict": None, "clicklog_gen": None}, r"columns in file order"),
     "coordinator": ("the clock coordinator's address", {"ps_worker": None, "ps_admin": None}, r"coordinator"),
-    "cpu_threads": ("threads of the model's GEMMs on the CPU", {"ps_worker": None, "ps_predict": "scoring lines keeps to one thread unless asked"}, r"GEMMs"),
+    "cpu_threads": ("threads of the model's GEMMs on the CPU", {"ps_worker": None, "ps_predict": "a scorer alone on its machine: auto is every core"}, r"GEMMs"),
     "crosses": ("hashed crosses of categorical fields", {"ps_worker": None, "ps_predict": None, "clicklog_gen": None}, r"crosses"),
     "drain_seconds": ("how long a stop on SIGTERM may take", {"ps_server": None, "ps_worker": None}, r"SIGTERM"),
     "etcd": ("the etcd cluster of the job", {"ps_server": None, "ps_worker": None, "ps_admin": None}, r"etcd cluster"),
