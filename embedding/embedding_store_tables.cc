@@ -200,16 +200,6 @@ absl::StatusOr<bool> EmbeddingStoreImpl::DeclareTable(
     // with a card (and keeps its spec).
     TableSpec comparable = spec;
     if (!existing->second->spec.has_model()) comparable.clear_model();
-    // Nor does a card whose layout predates recording a seq column's value
-    // limit (model/input/input_layout.h) differ for the limit alone.
-    constexpr char kLimit[] = " max_values_per_field=";
-    const std::string& have = existing->second->spec.model().input_layout();
-    const std::string& asked = comparable.model().input_layout();
-    if (comparable.has_model() && have.find(kLimit) == std::string::npos &&
-        asked.find(kLimit) != std::string::npos) {
-      comparable.mutable_model()->set_input_layout(
-          asked.substr(0, asked.find(kLimit)));
-    }
     if (google::protobuf::util::MessageDifferencer::Equals(
             existing->second->spec, comparable)) {
       return false;

@@ -69,33 +69,6 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
                 "asked for \"output: \"b\"\""),
             std::string::npos)
       << refused.status();
-
-  // A card from before layouts recorded a seq column's value limit matches
-  // the same card with it; two limits recorded must agree.
-  TableSpec unlimited = SgdTable("s.t", 8);
-  unlimited.mutable_model()->set_input_layout(
-      "format=tsv header=0 columns=label,seq:0 multi_separator=| "
-      "multi_pooling=sum crosses=");
-  ASSERT_OK(store->tables().DeclareTable(unlimited));
-  TableSpec limited = unlimited;
-  limited.mutable_model()->set_input_layout(unlimited.model().input_layout() +
-                                            " max_values_per_field=10");
-  const absl::StatusOr<bool> matched = store->tables().DeclareTable(limited);
-  ASSERT_OK(matched);
-  EXPECT_FALSE(*matched);
-  TableSpec crossed = unlimited;
-  crossed.mutable_model()->set_input_layout(unlimited.model().input_layout() +
-                                            "0:0 max_values_per_field=10");
-  EXPECT_THAT(store->tables().DeclareTable(crossed),
-              StatusIs(StatusCode::kAlreadyExists));
-  TableSpec limited_t2 = limited;
-  limited_t2.set_name("s.u");
-  ASSERT_OK(store->tables().DeclareTable(limited_t2));
-  TableSpec other_limit = limited_t2;
-  other_limit.mutable_model()->set_input_layout(
-      unlimited.model().input_layout() + " max_values_per_field=20");
-  EXPECT_THAT(store->tables().DeclareTable(other_limit),
-              StatusIs(StatusCode::kAlreadyExists));
 }
 
 TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {

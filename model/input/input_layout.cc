@@ -441,16 +441,6 @@ std::string LayoutText(const InputLayout& layout) {
       layout.sequence_key_fields.empty()) {
     return std::string(kCriteoText);
   }
-  // Which values of a history the model sees: recorded where it is not the
-  // default, so that other cards stay as builds before it wrote them.
-  const bool has_sequence =
-      std::find(layout.columns.begin(), layout.columns.end(),
-                ColumnKind::kSequence) != layout.columns.end();
-  const std::string limit =
-      has_sequence &&
-              layout.max_values_per_field != InputLayout().max_values_per_field
-          ? absl::StrCat(" max_values_per_field=", layout.max_values_per_field)
-          : "";
   std::vector<std::string> crosses;
   for (const auto& [first, second] : layout.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
@@ -464,7 +454,7 @@ std::string LayoutText(const InputLayout& layout) {
                           ? std::string(kSpace)
                           : std::string(1, layout.multi_separator),
                       " multi_pooling=", PoolingName(layout.multi_pooling),
-                      " crosses=", absl::StrJoin(crosses, ","), limit);
+                      " crosses=", absl::StrJoin(crosses, ","));
 }
 
 absl::string_view PoolingName(Field::Pooling pooling) {
@@ -483,7 +473,6 @@ absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
   std::string format = "tsv", columns, separator = "|", pooling = "sum",
               crosses;
   bool header = false;
-  int limit = InputLayout().max_values_per_field;
   for (absl::string_view item : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> key_value =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -500,21 +489,12 @@ absl::StatusOr<InputLayout> ParseLayoutText(absl::string_view text) {
       pooling = std::string(value);
     } else if (key == "crosses") {
       crosses = std::string(value);
-    } else if (key == "max_values_per_field") {
-      if (!absl::SimpleAtoi(value, &limit) || limit < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input layout \"", text,
-                         "\": max_values_per_field must be a count >= 1"));
-      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "input layout \"", text, "\": unknown part \"", key, "\""));
     }
   }
-  absl::StatusOr<InputLayout> layout =
-      MakeInputLayout(format, header, columns, separator, pooling, crosses);
-  if (layout.ok()) layout->max_values_per_field = limit;
-  return layout;
+  return MakeInputLayout(format, header, columns, separator, pooling, crosses);
 }
 
 }  // namespace ps::model

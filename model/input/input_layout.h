@@ -98,11 +98,8 @@ struct InputLayout {
   // Pairs of categorical fields (0-based over the cat, multi and seq columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
-  // The most keys a multi column or a cross may give one line (a longer one
-  // is a bad line), and the most recent values a seq column keeps. With a
-  // seq column it shapes the model's inputs, and LayoutText() records it
-  // (where it is not the default); otherwise it is a reading limit only.
-  // Default: 1000.
+  // A reading limit, not part of the model: the most keys a multi column or
+  // a cross may give one line (a longer one is a bad line). Default: 1000.
   int max_values_per_field = 1000;
 
   // Criteo's layout.

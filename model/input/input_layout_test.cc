@@ -46,23 +46,6 @@ TEST(InputLayoutTest, TextRoundTrips) {
   EXPECT_EQ(LayoutText(*back), text);
   EXPECT_EQ(back->multi_separator, ' ');
   EXPECT_EQ(back->crosses, layout->crosses);
-  // A limit is recorded where a seq column's history depends on it, and
-  // only where it is not the default.
-  layout->max_values_per_field = 10;
-  EXPECT_EQ(LayoutText(*layout), text);
-  auto sequence =
-      MakeInputLayout("tsv", false, "label,cat,seq:0", "|", "sum", "");
-  ASSERT_OK(sequence);
-  const std::string sequence_text = LayoutText(*sequence);
-  sequence->max_values_per_field = 10;
-  EXPECT_EQ(LayoutText(*sequence), sequence_text + " max_values_per_field=10");
-  back = ParseLayoutText(LayoutText(*sequence));
-  ASSERT_OK(back);
-  EXPECT_EQ(back->max_values_per_field, 10);
-  EXPECT_EQ(ParseLayoutText(sequence_text)->max_values_per_field,
-            InputLayout().max_values_per_field);
-  EXPECT_THAT(ParseLayoutText(sequence_text + " max_values_per_field=0"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
   // Cards written before layouts were recorded.
   auto old = ParseLayoutText("");
   ASSERT_OK(old);

@@ -21,9 +21,8 @@ absl::StatusOr<model::InputLayout> InputLayoutFromFlags();
 
 // `base` with the layout flags given on the command line (`argv` as main()
 // received it) laid over it: a flag left out keeps base's value, even where
-// base differs from the flag's default (--max_values_per_field too). Sets
-// `*any_given` to whether any that lays out features was given (the limit
-// does not count).
+// base differs from the flag's default. Sets `*any_given` to whether any
+// was given.
 absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
     const model::InputLayout& base, int argc, char** argv, bool* any_given);
 
