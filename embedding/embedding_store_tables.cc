@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "base/table_spec.h"
 #include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 #include "glog/logging.h"
@@ -197,11 +198,11 @@ absl::StatusOr<bool> EmbeddingStoreImpl::DeclareTable(
   auto existing = tables_by_name_.find(spec.name());
   if (existing != tables_by_name_.end()) {
     // A table declared before model cards existed matches one declared
-    // with a card (and keeps its spec).
+    // with a card, and one declared before cards recorded a seq column's
+    // limit one with it (each keeps its spec).
     TableSpec comparable = spec;
     if (!existing->second->spec.has_model()) comparable.clear_model();
-    if (google::protobuf::util::MessageDifferencer::Equals(
-            existing->second->spec, comparable)) {
+    if (SameTableSpec(existing->second->spec, comparable)) {
       return false;
     }
     return absl::AlreadyExistsError(absl::StrCat(

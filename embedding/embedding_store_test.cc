@@ -71,6 +71,39 @@ TEST_F(EmbeddingStoreTest, DeclareIsIdempotentAndRejectsConflicts) {
       << refused.status();
 }
 
+// A card from before cards recorded a seq column's value limit matches the
+// same card with it (the stored spec is kept); two recorded limits must
+// agree.
+TEST_F(EmbeddingStoreTest, DeclareMatchesACardThatDoesNotRecordTheLimit) {
+  auto store = OpenStore(options_);
+  TableSpec unrecorded = SgdTable("s.t", 8);
+  unrecorded.mutable_model()->set_input_layout(
+      "format=tsv header=0 columns=label,cat,seq:0 multi_separator=| "
+      "multi_pooling=sum crosses=");
+  ASSERT_OK(store->tables().DeclareTable(unrecorded));
+  TableSpec limited = unrecorded;
+  limited.mutable_model()->set_max_values_per_field(10);
+  const absl::StatusOr<bool> matched = store->tables().DeclareTable(limited);
+  ASSERT_OK(matched);
+  EXPECT_FALSE(*matched);
+  TableSpec other_layout = limited;
+  other_layout.mutable_model()->set_input_layout("criteo");
+  EXPECT_THAT(store->tables().DeclareTable(other_layout),
+              StatusIs(StatusCode::kAlreadyExists));
+
+  TableSpec limited_u = limited;
+  limited_u.set_name("s.u");
+  ASSERT_OK(store->tables().DeclareTable(limited_u));
+  TableSpec other_limit = limited_u;
+  other_limit.mutable_model()->set_max_values_per_field(20);
+  const absl::StatusOr<bool> refused =
+      store->tables().DeclareTable(other_limit);
+  EXPECT_THAT(refused, StatusIs(StatusCode::kAlreadyExists));
+  EXPECT_NE(refused.status().message().find("model.max_values_per_field"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST_F(EmbeddingStoreTest, DeclareValidatesTheSpec) {
   options_.max_dim = 64;
   auto store = OpenStore(options_);

@@ -227,6 +227,8 @@ ExportedModel::PlanModel(const std::string& dir) {
                      layout->dense_features()));
   }
   layout_ = *std::move(layout);
+  if (card.max_values_per_field() > 0)
+    layout_.max_values_per_field = card.max_values_per_field();
   ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, layout_, dir));
   absl::StatusOr<model::ModelPlan> plan =
       PlanForLayout({spec_and_tables.first, {}}, layout_);

@@ -19,8 +19,8 @@
 #include "base/routing.h"
 #include "base/slot_map.h"
 #include "base/status_macros.h"
+#include "base/table_spec.h"
 #include "google/protobuf/util/json_util.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
 #include "net/admin_channel.h"
 #include "net/grpc_status.h"
@@ -90,7 +90,8 @@ std::map<std::string, TableSpec> SortedByName(
   return sorted;
 }
 
-// Whether two shards hold the same tables, in whatever order.
+// Whether two shards hold the same tables, in whatever order (SameTableSpec:
+// a shard may hold a card from before cards recorded a seq column's limit).
 bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
                 const google::protobuf::RepeatedPtrField<TableSpec>& b) {
   const std::map<std::string, TableSpec> sorted_a = SortedByName(a);
@@ -98,8 +99,7 @@ bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
   return std::equal(sorted_a.begin(), sorted_a.end(), sorted_b.begin(),
                     sorted_b.end(), [](const auto& x, const auto& y) {
                       return x.first == y.first &&
-                             google::protobuf::util::MessageDifferencer::Equals(
-                                 x.second, y.second);
+                             SameTableSpec(x.second, y.second);
                     });
 }
 
@@ -374,7 +374,9 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
   for (const TableInfo& table : listed.tables()) {
     if (!table.spec().has_model()) continue;
     const std::string& name = table.spec().name();
-    models[name.substr(0, name.find('.'))] = table.spec().model();
+    // Of a model's cards, one that records a seq column's limit.
+    ModelCard& card = models[name.substr(0, name.find('.'))];
+    if (card.max_values_per_field() == 0) card = table.spec().model();
   }
   std::vector<std::string> names;
   for (const auto& [name, card] : models) names.push_back(name);

@@ -214,7 +214,10 @@ def main():
         f.write(layout_lines(test_rng, 600, 60, labeled=False))
 
     # DIN as a spec of 5 recent items of the lines' 12 attended to, and 4
-    # pooled into the history field's row: the most recent ones, in order.
+    # pooled into the history field's row: the most recent ones, in order;
+    # trained with --max_values_per_field=4, which the export records and
+    # both scorers then cut each history to (its 4 most recent items, fewer
+    # than the 5 the spec reads).
     din_columns = "--columns=label,dense*13,cat*26,seq:0"
     din_spec = run([binary("worker/ps_worker"), din_columns, "--print_model_spec=din"],
                    "ps_worker --print_model_spec").stdout
@@ -247,7 +250,8 @@ def main():
          ["--model=wide_deep"], "\t", criteo),
         ("dcn_v2", ["train.tsv"], "test.tsv", "test.tsv", ["--model=dcn_v2"], "\t", criteo),
         ("din", ["seq_train.tsv"], "seq_test.tsv", "seq_test.tsv",
-         [f"--model_spec={WORK}/din.pbtxt", din_columns], "\t", criteo + ["seq"]),
+         [f"--model_spec={WORK}/din.pbtxt", din_columns, "--max_values_per_field=4"], "\t",
+         criteo + ["seq"]),
         ("mmoe", ["tasks_train.tsv"], "tasks_test.tsv", "tasks_test.tsv",
          ["--model=mmoe", "--columns=label:click,label:convert,dense*13,cat*26"], "\t",
          ["label", "label"] + criteo[1:]),

@@ -124,15 +124,23 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
       example.dense.push_back(value);
     }
     for (size_t f = 0; f < fields; ++f) {
-      const std::vector<uint64_t>& keys = features.fields[f];
-      if (keys.size() > static_cast<size_t>(layout_.max_values_per_field)) {
+      absl::Span<const uint64_t> keys = features.fields[f];
+      const size_t limit = static_cast<size_t>(layout_.max_values_per_field);
+      // A history keeps its most recent values, as a line's seq column.
+      if (layout_.sequence_key_fields.count(static_cast<int>(f)) != 0 &&
+          keys.size() > limit) {
+        keys.remove_prefix(keys.size() - limit);
+      }
+      if (keys.size() > limit) {
         return absl::InvalidArgumentError(
             absl::StrCat("example ", i, ": field ", f, " has ", keys.size(),
                          " values, more than --max_values_per_field=",
                          layout_.max_values_per_field));
       }
       if (keys.empty()) {
-        example.keys.push_back(model::FeatureKey(f, ""));  // missing
+        // Missing: the key a line's empty field gives (a seq:F field's is
+        // field F's).
+        example.keys.push_back(model::FeatureKey(layout_.KeyField(f), ""));
       } else {
         example.keys.insert(example.keys.end(), keys.begin(), keys.end());
       }

@@ -109,6 +109,8 @@ ModelCard Trainer::Card() const {
   for (const std::string& table : dense_tables_) card.add_dense_tables(table);
   card.set_dense_chunk_floats(options_.dense_chunk_floats);
   card.set_input_layout(model::LayoutText(layout));
+  if (layout.has_sequence())
+    card.set_max_values_per_field(layout.max_values_per_field);
   return card;
 }
 

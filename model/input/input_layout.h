@@ -98,8 +98,11 @@ struct InputLayout {
   // Pairs of categorical fields (0-based over the cat, multi and seq columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
-  // A reading limit, not part of the model: the most keys a multi column or
-  // a cross may give one line (a longer one is a bad line). Default: 1000.
+  // The most keys a multi column or a cross may give one line (a longer one
+  // is a bad line), and how many of its most recent values a seq column
+  // keeps. With a seq column it shapes the model's inputs and the model's
+  // card records it (ModelCard.max_values_per_field, not the layout's
+  // text); otherwise it is a reading limit only. Default: 1000.
   int max_values_per_field = 1000;
 
   // Criteo's layout.

@@ -45,7 +45,8 @@ ABSL_FLAG(int32_t, max_values_per_field, 1000,
           "Most keys a multi column, or a cross, may give one line (a cross "
           "of two multi columns gives every pair); a line over it is a "
           "counted bad line. A seq column keeps its most recent this many "
-          "values instead.");
+          "values instead, which the model's card records: scoring its "
+          "export keeps the trained limit unless this is given.");
 
 namespace ps::worker {
 
@@ -70,10 +71,12 @@ bool OnCommandLine(absl::string_view name, int argc, char** argv) {
   return false;
 }
 
+// `layout` with --max_values_per_field, or with `limit` where that is not
+// 0 (a trained layout's, the flag not given).
 absl::StatusOr<model::InputLayout> WithLimit(
-    absl::StatusOr<model::InputLayout> layout) {
+    absl::StatusOr<model::InputLayout> layout, int limit = 0) {
   if (!layout.ok()) return layout;
-  const int limit = absl::GetFlag(FLAGS_max_values_per_field);
+  if (limit == 0) limit = absl::GetFlag(FLAGS_max_values_per_field);
   if (limit < 1) {
     return absl::InvalidArgumentError("--max_values_per_field must be >= 1");
   }
@@ -113,21 +116,23 @@ absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
   std::vector<std::string> crosses;
   for (const auto& [first, second] : base.crosses)
     crosses.push_back(absl::StrCat(first, ":", second));
-  return WithLimit(model::MakeInputLayout(
-      given("format")         ? absl::GetFlag(FLAGS_format)
-      : base.tfrecord         ? "tfrecord"
-      : base.delimiter == ',' ? "csv"
-                              : "tsv",
-      given("header") ? absl::GetFlag(FLAGS_header) : base.header,
-      given("columns") ? absl::GetFlag(FLAGS_columns)
-                       : model::ColumnsSpec(base),
-      given("multi_separator") ? absl::GetFlag(FLAGS_multi_separator)
-                               : std::string(1, base.multi_separator),
-      given("multi_pooling")
-          ? absl::GetFlag(FLAGS_multi_pooling)
-          : std::string(model::PoolingName(base.multi_pooling)),
-      given("crosses") ? absl::GetFlag(FLAGS_crosses)
-                       : absl::StrJoin(crosses, ",")));
+  return WithLimit(
+      model::MakeInputLayout(
+          given("format")         ? absl::GetFlag(FLAGS_format)
+          : base.tfrecord         ? "tfrecord"
+          : base.delimiter == ',' ? "csv"
+                                  : "tsv",
+          given("header") ? absl::GetFlag(FLAGS_header) : base.header,
+          given("columns") ? absl::GetFlag(FLAGS_columns)
+                           : model::ColumnsSpec(base),
+          given("multi_separator") ? absl::GetFlag(FLAGS_multi_separator)
+                                   : std::string(1, base.multi_separator),
+          given("multi_pooling")
+              ? absl::GetFlag(FLAGS_multi_pooling)
+              : std::string(model::PoolingName(base.multi_pooling)),
+          given("crosses") ? absl::GetFlag(FLAGS_crosses)
+                           : absl::StrJoin(crosses, ",")),
+      given("max_values_per_field") ? 0 : base.max_values_per_field);
 }
 
 }  // namespace ps::worker
