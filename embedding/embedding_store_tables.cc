@@ -67,6 +67,15 @@ std::string SpecDifference(const TableSpec& have, const TableSpec& asked) {
   differencer.Compare(have, asked);
   std::vector<std::string> described;
   for (const std::string& path : differing.paths) {
+    if (path == "model.max_values_per_field") {
+      described.push_back(absl::StrCat(
+          "the model reads the ", have.model().max_values_per_field(),
+          " most recent values of a history, asked for ",
+          asked.model().max_values_per_field(),
+          ": resume with --max_values_per_field=",
+          have.model().max_values_per_field()));
+      continue;
+    }
     if (path != "model.model_spec") {
       described.push_back(path);
       continue;

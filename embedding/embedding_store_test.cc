@@ -99,7 +99,9 @@ TEST_F(EmbeddingStoreTest, DeclareMatchesACardThatDoesNotRecordTheLimit) {
   const absl::StatusOr<bool> refused =
       store->tables().DeclareTable(other_limit);
   EXPECT_THAT(refused, StatusIs(StatusCode::kAlreadyExists));
-  EXPECT_NE(refused.status().message().find("model.max_values_per_field"),
+  EXPECT_NE(refused.status().message().find(
+                "reads the 10 most recent values of a history, asked for 20: "
+                "resume with --max_values_per_field=10"),
             std::string::npos)
       << refused.status();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -101,6 +102,10 @@ absl::Status CheckCard(const ExportManifest& manifest, const std::string& dir) {
   if (card.dense_chunk_floats() < 1) {
     return refuse("dense tensors in chunks of ", card.dense_chunk_floats(),
                   " floats (at least 1)");
+  }
+  if (card.max_values_per_field() > std::numeric_limits<int32_t>::max()) {
+    return refuse("histories of the ", card.max_values_per_field(),
+                  " most recent values (at most 2^31 - 1)");
   }
   // A spec's tables and tensors are checked once it is planned.
   if (card.kind() == ModelCard::SPEC) return absl::OkStatus();
@@ -228,7 +233,7 @@ ExportedModel::PlanModel(const std::string& dir) {
   }
   layout_ = *std::move(layout);
   if (card.max_values_per_field() > 0)
-    layout_.max_values_per_field = card.max_values_per_field();
+    layout_.max_sequence_values = static_cast<int>(card.max_values_per_field());
   ASSIGN_OR_RETURN(auto spec_and_tables, SpecOfCard(card, layout_, dir));
   absl::StatusOr<model::ModelPlan> plan =
       PlanForLayout({spec_and_tables.first, {}}, layout_);

@@ -103,6 +103,14 @@ bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
                     });
 }
 
+// Whether a model card among `tables` records a seq column's limit.
+bool RecordsSequenceLimit(
+    const google::protobuf::RepeatedPtrField<TableSpec>& tables) {
+  return std::any_of(tables.begin(), tables.end(), [](const TableSpec& spec) {
+    return spec.model().max_values_per_field() > 0;
+  });
+}
+
 // Prints "<what>: <line>" to stderr once the work is 3 s old, at most
 // every 2 s, if enabled.
 class Progress {
@@ -374,9 +382,7 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
   for (const TableInfo& table : listed.tables()) {
     if (!table.spec().has_model()) continue;
     const std::string& name = table.spec().name();
-    // Of a model's cards, one that records a seq column's limit.
-    ModelCard& card = models[name.substr(0, name.find('.'))];
-    if (card.max_values_per_field() == 0) card = table.spec().model();
+    models[name.substr(0, name.find('.'))] = table.spec().model();
   }
   std::vector<std::string> names;
   for (const auto& [name, card] : models) names.push_back(name);
@@ -550,6 +556,15 @@ absl::Status AddShardsAndTables(const std::vector<SnapshotShardResponse>& parts,
   while (reference + 1 < shards &&
          slot_map.SlotsOwned(0, kNumSlots - 1, reference) == 0)
     ++reference;
+  // Rather one whose model cards record a seq column's limit, if a shard's
+  // were declared by an older build (SameTableSpec matches those with any
+  // limit): every shard must then agree with the recorded one.
+  for (size_t i = 0; i < shards; ++i) {
+    if (RecordsSequenceLimit(parts[i].tables()) &&
+        !RecordsSequenceLimit(parts[reference].tables())) {
+      reference = i;
+    }
+  }
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
     const bool empty_newcomer =

@@ -297,6 +297,14 @@ def main():
         spread = max(v for row in theirs for v in row) - min(v for row in theirs for v in row)
         if spread < 0.01:
             fail(f"{name}: every probability alike ({spread:.3g} apart): nothing learned")
+        if name == "din":
+            # The limit reached the module from the export, not from a flag.
+            run([binary("worker/predict/ps_export_dump"), f"--export={export}",
+                 f"--out={WORK}/din-dump"], "ps_export_dump (din)", "din-dump.log")
+            with open(f"{WORK}/din-dump/model.json") as f:
+                kept = json.load(f)["layout"]["max_sequence_values"]
+            if kept != 4:
+                fail(f"din: the export keeps {kept} values of a history, not the trained 4")
         checked.append(f"{name} {worst:.2g} ({unseen} new values)")
     # The delta holds fewer rows than the model read over its chain: the
     # rest are its base's alone.

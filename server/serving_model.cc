@@ -125,17 +125,18 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
     }
     for (size_t f = 0; f < fields; ++f) {
       absl::Span<const uint64_t> keys = features.fields[f];
-      const size_t limit = static_cast<size_t>(layout_.max_values_per_field);
-      // A history keeps its most recent values, as a line's seq column.
-      if (layout_.sequence_key_fields.count(static_cast<int>(f)) != 0 &&
-          keys.size() > limit) {
-        keys.remove_prefix(keys.size() - limit);
-      }
-      if (keys.size() > limit) {
+      // A history keeps its most recent values, as a line's seq column; a
+      // multi field over the reading limit is refused, as a line's.
+      if (layout_.field_kind(static_cast<int>(f)) ==
+          model::ColumnKind::kSequence) {
+        const size_t kept = static_cast<size_t>(layout_.max_sequence_values);
+        if (keys.size() > kept) keys.remove_prefix(keys.size() - kept);
+      } else if (keys.size() >
+                 static_cast<size_t>(layout_.max_values_per_field)) {
         return absl::InvalidArgumentError(
             absl::StrCat("example ", i, ": field ", f, " has ", keys.size(),
-                         " values, more than --max_values_per_field=",
-                         layout_.max_values_per_field));
+                         " values, more than ", layout_.max_values_per_field,
+                         " (a multi field's most)"));
       }
       if (keys.empty()) {
         // Missing: the key a line's empty field gives (a seq:F field's is

@@ -12,6 +12,8 @@
 
 #include "base/status_matchers.h"
 #include "base/wait_until.h"
+#include "grpcpp/create_channel.h"
+#include "proto/ps.grpc.pb.h"
 #include "tests/checkpoint_cluster.h"
 
 namespace ps::testing {
@@ -554,6 +556,48 @@ TEST_F(CheckpointTest, CheckpointsToKeepDeletesTheOldestBesideTheNewOne) {
                   dir_ + "/negative.log"),
             0);
   EXPECT_FALSE(std::filesystem::exists(parent + "/ckpt-4"));
+}
+
+// Shards whose model cards were declared by builds before and after cards
+// recorded a seq column's limit hold the same tables; the checkpoint keeps
+// the recorded limit, and two shards recording other limits are refused.
+TEST_F(CheckpointTest, ShardsMayHoldCardsWithAndWithoutTheSequenceLimit) {
+  auto shards = StartShards(dir_, "shard", 3);
+  ASSERT_NE(shards, nullptr);
+  auto declare = [&](int shard, const std::string& name, uint32_t limit) {
+    TableSpec spec = Spec(name, 4, OptimizerSpec::SGD);
+    spec.mutable_model()->set_input_layout(
+        "format=tsv header=0 columns=label,cat,seq:0 multi_separator=| "
+        "multi_pooling=sum crosses=");
+    spec.mutable_model()->set_max_values_per_field(limit);
+    auto stub = ParameterServer::NewStub(grpc::CreateChannel(
+        shards->addresses()[shard], grpc::InsecureChannelCredentials()));
+    const grpc::Status declared = DeclareTable(*stub, spec);
+    EXPECT_TRUE(declared.ok()) << declared.error_message();
+  };
+  declare(0, "m.history", 0);  // an older build's card
+  declare(1, "m.history", 4);
+  declare(2, "m.history", 4);
+  const std::string checkpoint = dir_ + "/checkpoint";
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + checkpoint, "checkpoint"},
+                  dir_ + "/checkpoint.log"),
+            0)
+      << ReadFile(dir_ + "/checkpoint.log");
+  auto manifest = ReadManifest(checkpoint);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_EQ(manifest->tables_size(), 1);
+  EXPECT_EQ(manifest->tables(0).model().max_values_per_field(), 4u);
+
+  declare(0, "m.other", 0);
+  declare(1, "m.other", 4);
+  declare(2, "m.other", 10);
+  EXPECT_NE(
+      Admin(shards->addresses(), {"--dir=" + dir_ + "/refused", "checkpoint"},
+            dir_ + "/refused.log"),
+      0);
+  EXPECT_NE(ReadFile(dir_ + "/refused.log").find("holds other tables"),
+            std::string::npos)
+      << ReadFile(dir_ + "/refused.log");
 }
 
 // The lines of `path`, without their newlines.

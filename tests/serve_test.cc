@@ -389,9 +389,10 @@ TEST_F(ServeTest, ServesSpecModelsWithPsPredictsScores) {
 }
 
 // A line of clicklog_gen --sequence_length's layout (label, 13 dense, 26
-// categorical, a history of field 0's values) as features, its history's
-// most recent `keep` items only.
-Features HistoryFeatures(const std::string& line, size_t keep) {
+// categorical, a history) as features, its history's most recent `keep`
+// items only, their keys seeded by field `key_field`.
+Features HistoryFeatures(const std::string& line, size_t keep,
+                         uint32_t key_field) {
   const std::vector<std::string> columns = absl::StrSplit(line, '\t');
   Features features;
   for (int d = 1; d <= 13; ++d) {
@@ -408,11 +409,12 @@ Features HistoryFeatures(const std::string& line, size_t keep) {
   if (items.size() > keep) items.erase(items.begin(), items.end() - keep);
   FieldKeys* history = features.add_fields();
   for (const std::string& item : items)
-    history->add_keys(model::FeatureKey(0, item));  // seq:0: field 0's keys
+    history->add_keys(model::FeatureKey(key_field, item));
   return features;
 }
 
-// A model that reads a history (DIN over a seq column) trained with
+// A model that reads a history (DIN over a seq column: seq:0, whose items
+// are field 0's keys, and a plain seq, keys of its own) trained with
 // --max_values_per_field=4 is scored on each history's 4 most recent items
 // by ps_predict and by ps_serve, from lines and from features alike: the
 // export records the limit.
@@ -428,72 +430,78 @@ TEST_F(ServeTest, ScoresHistoriesWithTheTrainedLimit) {
               0)
         << ReadFile(dir_ + "/gen.log");
   }
-  model_ = dir_ + "/models";
-  std::filesystem::create_directories(model_);
-  ASSERT_EQ(StartShards(1).size(), 1u);
-  ASSERT_EQ(RunToCompletion(WorkerArgs(0, 1,
-                                       {"--train=" + train, "--test=" + test,
-                                        "--model=din", "--hidden=16",
-                                        "--columns=label,dense*13,cat*26,seq:0",
-                                        "--max_values_per_field=4"}),
-                            dir_ + "/worker0.log", absl::Minutes(5)),
-            0)
-      << ReadFile(dir_ + "/worker0.log");
-  const std::vector<float> predicted = ExportAndPredict("export-1", test);
-  ASSERT_EQ(predicted.size(), 10000u);
   const std::vector<std::string> lines = FirstLines(test, 300);
-  // Scored on whole histories instead, some lines score otherwise: the
-  // limit matters to these lines.
-  const std::vector<float> whole =
-      Predict("export-1", test, {"--max_values_per_field=1000"});
-  ASSERT_EQ(whole.size(), predicted.size());
-  int long_histories = 0, changed = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string history = lines[i].substr(lines[i].rfind('\t') + 1);
-    if (std::count(history.begin(), history.end(), '|') >= 4) {
-      ++long_histories;
-      if (std::fabs(whole[i] - predicted[i]) > 1e-4) ++changed;
+  for (const auto& [column, key_field] :
+       {std::pair<std::string, uint32_t>{"seq:0", 0}, {"seq", 26}}) {
+    SCOPED_TRACE(column);
+    model_ = absl::StrCat(dir_, "/models-", key_field);
+    std::filesystem::create_directories(model_);
+    ASSERT_EQ(StartShards(1).size(), 1u);
+    ASSERT_EQ(
+        RunToCompletion(WorkerArgs(0, 1,
+                                   {"--train=" + train, "--test=" + test,
+                                    "--model=din", "--hidden=16",
+                                    "--columns=label,dense*13,cat*26," + column,
+                                    "--max_values_per_field=4"}),
+                        dir_ + "/worker0.log", absl::Minutes(5)),
+        0)
+        << ReadFile(dir_ + "/worker0.log");
+    const std::vector<float> predicted = ExportAndPredict("export-1", test);
+    ASSERT_EQ(predicted.size(), 10000u);
+    // Scored on whole histories instead, some lines score otherwise: the
+    // limit matters to these lines.
+    const std::vector<float> whole =
+        Predict("export-1", test, {"--max_values_per_field=1000"});
+    ASSERT_EQ(whole.size(), predicted.size());
+    int long_histories = 0, changed = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string history = lines[i].substr(lines[i].rfind('\t') + 1);
+      if (std::count(history.begin(), history.end(), '|') >= 4) {
+        ++long_histories;
+        if (std::fabs(whole[i] - predicted[i]) > 1e-4) ++changed;
+      }
     }
-  }
-  EXPECT_GT(long_histories, 50);
-  EXPECT_GT(changed, long_histories / 2);
+    EXPECT_GT(long_histories, 50);
+    EXPECT_GT(changed, long_histories / 2);
 
-  const std::string address = StartServe();
-  ASSERT_FALSE(address.empty());
-  auto stub = Serving::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  PredictRequest request;
-  for (const std::string& line : lines) request.add_lines(line);
-  PredictResponse from_lines;
-  grpc::Status status;
-  WaitUntil(  // until the export is loaded
-      [&] {
-        grpc::ClientContext context;
-        status = stub->Predict(&context, request, &from_lines);
-        return status.ok();
-      },
-      absl::Seconds(30), absl::Milliseconds(50));
-  ASSERT_TRUE(status.ok()) << status.error_message()
-                           << ReadFile(dir_ + "/serve.log");
-  ASSERT_EQ(from_lines.probabilities_size(), 300);
-  // Features with whole histories (ps_serve keeps their 4 most recent
-  // items, as a line's) and with the client's cut (empty histories too).
-  PredictRequest whole_histories, cut_histories;
-  for (const std::string& line : lines) {
-    *whole_histories.add_examples() = HistoryFeatures(line, 1000);
-    *cut_histories.add_examples() = HistoryFeatures(line, 4);
-  }
-  for (const PredictRequest* given : {&whole_histories, &cut_histories}) {
-    grpc::ClientContext context;
-    PredictResponse response;
-    const grpc::Status answered = stub->Predict(&context, *given, &response);
-    ASSERT_TRUE(answered.ok()) << answered.error_message();
-    ASSERT_EQ(response.probabilities_size(), 300);
-    for (int i = 0; i < 300; ++i) {
-      ASSERT_NEAR(from_lines.probabilities(i), predicted[i], 1e-6) << i;
-      ASSERT_NEAR(response.probabilities(i), predicted[i], 1e-6)
-          << "line " << i << ": " << lines[i];
+    const std::string address = StartServe();
+    ASSERT_FALSE(address.empty());
+    auto stub = Serving::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    PredictRequest request;
+    for (const std::string& line : lines) request.add_lines(line);
+    PredictResponse from_lines;
+    grpc::Status status;
+    WaitUntil(  // until the export is loaded
+        [&] {
+          grpc::ClientContext context;
+          status = stub->Predict(&context, request, &from_lines);
+          return status.ok();
+        },
+        absl::Seconds(30), absl::Milliseconds(50));
+    ASSERT_TRUE(status.ok())
+        << status.error_message() << ReadFile(dir_ + "/serve.log");
+    ASSERT_EQ(from_lines.probabilities_size(), 300);
+    // Features with whole histories (ps_serve keeps their 4 most recent
+    // items, as a line's) and with the client's cut (empty histories too).
+    PredictRequest whole_histories, cut_histories;
+    for (const std::string& line : lines) {
+      *whole_histories.add_examples() = HistoryFeatures(line, 1000, key_field);
+      *cut_histories.add_examples() = HistoryFeatures(line, 4, key_field);
     }
+    for (const PredictRequest* given : {&whole_histories, &cut_histories}) {
+      grpc::ClientContext context;
+      PredictResponse response;
+      const grpc::Status answered = stub->Predict(&context, *given, &response);
+      ASSERT_TRUE(answered.ok()) << answered.error_message();
+      ASSERT_EQ(response.probabilities_size(), 300);
+      for (int i = 0; i < 300; ++i) {
+        ASSERT_NEAR(from_lines.probabilities(i), predicted[i], 1e-6) << i;
+        ASSERT_NEAR(response.probabilities(i), predicted[i], 1e-6)
+            << "line " << i << ": " << lines[i];
+      }
+    }
+    serve_.reset();
   }
 }
 

@@ -110,7 +110,7 @@ ModelCard Trainer::Card() const {
   card.set_dense_chunk_floats(options_.dense_chunk_floats);
   card.set_input_layout(model::LayoutText(layout));
   if (layout.has_sequence())
-    card.set_max_values_per_field(layout.max_values_per_field);
+    card.set_max_values_per_field(layout.max_sequence_values);
   return card;
 }
 

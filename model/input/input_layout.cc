@@ -282,6 +282,17 @@ bool InputLayout::has_sequence() const {
          columns.end();
 }
 
+ColumnKind InputLayout::field_kind(int field) const {
+  for (ColumnKind kind : columns) {
+    if (kind != ColumnKind::kCategorical && kind != ColumnKind::kMulti &&
+        kind != ColumnKind::kSequence) {
+      continue;
+    }
+    if (field-- == 0) return kind;
+  }
+  return ColumnKind::kCategorical;
+}
+
 bool InputLayout::has_multi() const {
   return std::find(columns.begin(), columns.end(), ColumnKind::kMulti) !=
          columns.end();

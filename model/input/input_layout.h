@@ -98,12 +98,14 @@ struct InputLayout {
   // Pairs of categorical fields (0-based over the cat, multi and seq columns)
   // crossed into the wide part.
   std::vector<std::pair<int, int>> crosses;
-  // The most keys a multi column or a cross may give one line (a longer one
-  // is a bad line), and how many of its most recent values a seq column
-  // keeps. With a seq column it shapes the model's inputs and the model's
-  // card records it (ModelCard.max_values_per_field, not the layout's
-  // text); otherwise it is a reading limit only. Default: 1000.
+  // A reading limit, not part of the model: the most keys a multi column or
+  // a cross may give one line (a longer one is a bad line). Default: 1000.
   int max_values_per_field = 1000;
+  // How many of its most recent values a seq column keeps (the older ones
+  // are dropped): part of the model, which its card records
+  // (ModelCard.max_values_per_field). --max_values_per_field sets both
+  // limits. Default: 1000.
+  int max_sequence_values = 1000;
 
   // Criteo's layout.
   static InputLayout Criteo();
@@ -125,6 +127,9 @@ struct InputLayout {
   uint32_t KeyField(int field) const;
   bool has_multi() const;
   bool has_sequence() const;
+  // The kind of field `field`'s column (0-based over the cat, multi and seq
+  // columns): kCategorical, kMulti or kSequence.
+  ColumnKind field_kind(int field) const;
   bool has_id() const;
   bool has_weight() const;
   // The categorical slots of an example: fields() then one per cross.

@@ -84,21 +84,26 @@ absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
                           const InputLayout& layout, Example* example) {
   const size_t first = example->keys.size();
   const bool sequence = layout.columns[column - 1] == ColumnKind::kSequence;
+  const size_t limit = static_cast<size_t>(
+      sequence ? layout.max_sequence_values : layout.max_values_per_field);
   if (sequence) {
-    // A history longer than the limit keeps its most recent values: skip
-    // the oldest.
-    size_t values = 0;
-    for (size_t at = 0; at <= raw.size(); ++values) {
-      const size_t end = raw.find(layout.multi_separator, at);
-      if (end == absl::string_view::npos) break;
-      at = end + 1;
-    }
-    size_t skip = values + 1 > static_cast<size_t>(layout.max_values_per_field)
-                      ? values + 1 - layout.max_values_per_field
-                      : 0;
-    while (skip > 0) {
-      raw.remove_prefix(raw.find(layout.multi_separator) + 1);
-      --skip;
+    // A history longer than the limit keeps its most recent values (an
+    // empty item is no value): from the end, find where the limit-th value
+    // begins and drop what comes before.
+    size_t kept = 0;
+    size_t end = raw.size();
+    while (true) {
+      const size_t separator = end == 0
+                                   ? absl::string_view::npos
+                                   : raw.rfind(layout.multi_separator, end - 1);
+      const size_t begin =
+          separator == absl::string_view::npos ? 0 : separator + 1;
+      if (end > begin && ++kept == limit) {
+        raw.remove_prefix(begin);
+        break;
+      }
+      if (separator == absl::string_view::npos) break;
+      end = separator;
     }
   }
   size_t value_start = 0;
@@ -106,13 +111,11 @@ absl::Status AddMultiKeys(absl::string_view raw, int column, uint32_t field,
     size_t value_end = raw.find(layout.multi_separator, value_start);
     if (value_end == absl::string_view::npos) value_end = raw.size();
     if (value_end > value_start) {
-      if (example->keys.size() - first ==
-          static_cast<size_t>(layout.max_values_per_field)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            layout.columns[column - 1] == ColumnKind::kSequence ? "seq"
-                                                                : "multi",
-            " column ", column, " has more values than --max_values_per_field=",
-            layout.max_values_per_field));
+      if (example->keys.size() - first == limit) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("multi column ", column,
+                         " has more values than --max_values_per_field=",
+                         layout.max_values_per_field));
       }
       example->keys.push_back(
           FeatureKey(field, raw.substr(value_start, value_end - value_start)));

@@ -296,12 +296,14 @@ TEST(LineParserTest, ALongSequenceKeepsItsMostRecentValues) {
       MakeInputLayout("csv", false, "label,seq,multi", "|", "sum", "");
   ASSERT_OK(layout);
   layout->max_values_per_field = 3;
+  layout->max_sequence_values = 3;
   Example example;
-  // Oldest first: a and b are dropped, the empty value is no value.
-  ASSERT_OK(ParseLine("1,a|b|c||e,x", *layout, &example));
-  EXPECT_EQ(example.slot_end[0], 2u);
-  EXPECT_EQ(example.keys[0], FeatureKey(0, "c"));
-  EXPECT_EQ(example.keys[1], FeatureKey(0, "e"));
+  // Oldest first: a is dropped; an empty item is no value.
+  ASSERT_OK(ParseLine("1,a|b|c||e|,x", *layout, &example));
+  EXPECT_EQ(example.slot_end[0], 3u);
+  EXPECT_EQ(example.keys[0], FeatureKey(0, "b"));
+  EXPECT_EQ(example.keys[1], FeatureKey(0, "c"));
+  EXPECT_EQ(example.keys[2], FeatureKey(0, "e"));
   ASSERT_OK(ParseLine("1,a|b|c|d,x", *layout, &example));
   EXPECT_EQ(example.slot_end[0], 3u);
   EXPECT_EQ(example.keys[0], FeatureKey(0, "b"));

@@ -567,6 +567,7 @@ def _examples(layout, lines, first_line):
     separator = layout["multi_separator"].encode()
     key_fields = layout["key_fields"]
     limit = layout["max_values_per_field"]
+    kept = layout["max_sequence_values"]
     label_names = layout["label_names"]
     labels = len(label_names)
     examples = []
@@ -604,10 +605,10 @@ def _examples(layout, lines, first_line):
                 field += 1
             elif kind in ("multi", "seq"):
                 key_field = key_fields[field]
-                items = raw.split(separator)
-                if kind == "seq" and len(items) > limit:
-                    items = items[len(items) - limit:]  # the most recent
-                keys = [hash64(item, key_field) for item in items if item]
+                items = [item for item in raw.split(separator) if item]
+                if kind == "seq" and len(items) > kept:
+                    items = items[len(items) - kept:]  # the most recent
+                keys = [hash64(item, key_field) for item in items]
                 if len(keys) > limit:
                     raise ValueError(f"{where}: {kind} column {column} has more values than "
                                      f"--max_values_per_field={limit}")

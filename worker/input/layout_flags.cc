@@ -45,8 +45,8 @@ ABSL_FLAG(int32_t, max_values_per_field, 1000,
           "Most keys a multi column, or a cross, may give one line (a cross "
           "of two multi columns gives every pair); a line over it is a "
           "counted bad line. A seq column keeps its most recent this many "
-          "values instead, which the model's card records: scoring its "
-          "export keeps the trained limit unless this is given.");
+          "values instead; a model's card records that number, which "
+          "scoring its export keeps unless this is given.");
 
 namespace ps::worker {
 
@@ -71,16 +71,18 @@ bool OnCommandLine(absl::string_view name, int argc, char** argv) {
   return false;
 }
 
-// `layout` with --max_values_per_field, or with `limit` where that is not
-// 0 (a trained layout's, the flag not given).
+// `layout` with --max_values_per_field as both its limits, or with
+// `sequence_limit` as the seq columns' where that is not 0 (a trained
+// layout's, the flag not given).
 absl::StatusOr<model::InputLayout> WithLimit(
-    absl::StatusOr<model::InputLayout> layout, int limit = 0) {
+    absl::StatusOr<model::InputLayout> layout, int sequence_limit = 0) {
   if (!layout.ok()) return layout;
-  if (limit == 0) limit = absl::GetFlag(FLAGS_max_values_per_field);
+  const int limit = absl::GetFlag(FLAGS_max_values_per_field);
   if (limit < 1) {
     return absl::InvalidArgumentError("--max_values_per_field must be >= 1");
   }
   layout->max_values_per_field = limit;
+  layout->max_sequence_values = sequence_limit == 0 ? limit : sequence_limit;
   return layout;
 }
 
@@ -132,7 +134,7 @@ absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
               : std::string(model::PoolingName(base.multi_pooling)),
           given("crosses") ? absl::GetFlag(FLAGS_crosses)
                            : absl::StrJoin(crosses, ",")),
-      given("max_values_per_field") ? 0 : base.max_values_per_field);
+      given("max_values_per_field") ? 0 : base.max_sequence_values);
 }
 
 }  // namespace ps::worker

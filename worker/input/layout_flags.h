@@ -21,8 +21,8 @@ absl::StatusOr<model::InputLayout> InputLayoutFromFlags();
 
 // `base` with the layout flags given on the command line (`argv` as main()
 // received it) laid over it: a flag left out keeps base's value, even where
-// base differs from the flag's default (--max_values_per_field too: a
-// trained layout's limit stays unless given). Sets `*any_given` to whether
+// base differs from the flag's default (a trained layout's seq limit too,
+// unless --max_values_per_field is given). Sets `*any_given` to whether
 // any flag that lays out features was given (the limit does not count).
 absl::StatusOr<model::InputLayout> InputLayoutOverFlags(
     const model::InputLayout& base, int argc, char** argv, bool* any_given);

@@ -10,7 +10,9 @@
 //   layout    the click-log layout: columns (kinds in file order),
 //             delimiter, header, multi_separator, key_fields (per field, the
 //             field whose id seeds its keys), crosses, label_names,
-//             max_values_per_field, tfrecord, feature_names
+//             max_values_per_field (the most keys of a multi field or a
+//             cross), max_sequence_values (the most recent values a seq
+//             field keeps), tfrecord, feature_names
 //   nodes     the plan's nodes in order (name, kind, index, slots, width,
 //             inputs, table, row_dim, rows)
 //   lookups   per lookup: table, node, slot, and where its keys are in an
@@ -130,6 +132,7 @@ std::string LayoutJson(const ps::model::InputLayout& layout) {
       absl::StrJoin(crosses, ","), "],\"label_names\":[",
       absl::StrJoin(labels, ","),
       "],\"max_values_per_field\":", layout.max_values_per_field,
+      ",\"max_sequence_values\":", layout.max_sequence_values,
       ",\"tfrecord\":", layout.tfrecord ? "true" : "false",
       ",\"feature_names\":[", absl::StrJoin(features, ","), "]}");
 }
