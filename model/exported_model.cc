@@ -497,17 +497,33 @@ absl::Status ExportedModel::Lookup(Table& table,
   const size_t dim = table.spec.dim();
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   if (table.in_memory != nullptr) {
+    // Rows sit at random in memory: each key's index slot is prefetched
+    // kAhead keys before it is probed, and its row kAhead keys before it
+    // is copied.
+    constexpr size_t kAhead = 8;
     const TableInMemory& in_memory = *table.in_memory;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      float* row = out + i * dim;
-      auto found = in_memory.index.find(keys[i]);
-      if (found == in_memory.index.end()) {
-        table.initializer.Fill(keys[i], absl::MakeSpan(row, dim));
-        continue;
+    const float* sources[kAhead] = {};
+    const size_t count = keys.size();
+    for (size_t i = 0; i < count + kAhead; ++i) {
+      if (i >= kAhead) {  // copies key i - kAhead's row
+        const size_t k = i - kAhead;
+        float* row = out + k * dim;
+        const float* source = sources[k % kAhead];
+        if (source == nullptr) {
+          table.initializer.Fill(keys[k], absl::MakeSpan(row, dim));
+        } else {
+          if (found_keys != nullptr) (*found_keys)[k] = true;
+          std::memcpy(row, source, dim * sizeof(float));
+        }
       }
-      if (found_keys != nullptr) (*found_keys)[i] = true;
-      std::memcpy(row, in_memory.rows.data() + found->second,
-                  dim * sizeof(float));
+      if (i >= count) continue;
+      if (i + kAhead < count) in_memory.index.prefetch(keys[i + kAhead]);
+      auto found = in_memory.index.find(keys[i]);
+      const float* source = found == in_memory.index.end()
+                                ? nullptr
+                                : in_memory.rows.data() + found->second;
+      if (source != nullptr) __builtin_prefetch(source);
+      sources[i % kAhead] = source;
     }
     return absl::OkStatus();
   }
