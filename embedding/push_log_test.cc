@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,6 +117,25 @@ TEST(PushLogTest, SegmentBlocksAreReservedButSizeIsWhatWasWritten) {
   EXPECT_EQ(static_cast<uint64_t>(info.st_size), log->live_bytes());
   EXPECT_LT(static_cast<uint64_t>(info.st_size), 100u);
   EXPECT_GE(static_cast<uint64_t>(info.st_blocks) * 512, kSegmentBytes);
+  EXPECT_EQ(ReadAll(*log, 1), std::vector<std::string>{Record(1)});
+}
+
+// Near a full disk a segment is not reserved: here, one of half the free
+// space.
+TEST(PushLogTest, NoSegmentIsReservedPastAQuarterOfTheFreeSpace) {
+  const std::string dir = FreshTestDir("push_log_unreserved");
+  struct statvfs file_system;
+  ASSERT_EQ(statvfs(dir.c_str(), &file_system), 0);
+  const uint64_t free_bytes =
+      static_cast<uint64_t>(file_system.f_bavail) * file_system.f_frsize;
+  auto log = OpenLog(dir, free_bytes / 2);
+  log->StartRun(1);
+  ASSERT_OK(log->Append(Record(1)));
+  const std::vector<std::string> files = SegmentFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  struct stat info;
+  ASSERT_EQ(stat(files[0].c_str(), &info), 0);
+  EXPECT_LT(static_cast<uint64_t>(info.st_blocks) * 512, uint64_t{1} << 20);
   EXPECT_EQ(ReadAll(*log, 1), std::vector<std::string>{Record(1)});
 }
 
