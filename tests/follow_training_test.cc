@@ -211,7 +211,11 @@ TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
   ASSERT_EQ(servers.size(), 2u);
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 2; ++w) {
-    std::vector<std::string> argv = FollowArgs({"--staleness=async"});
+    // Worker 1 steps slowly, so that worker 0 finishes first and waits for
+    // it: meanwhile its metrics say it is done (not stalled).
+    std::vector<std::string> argv =
+        FollowArgs({"--staleness=async", w == 0 ? "--metrics_listen=127.0.0.1:0"
+                                                : "--slow_step_ms=100"});
     for (std::string& arg : argv) {
       if (arg == "--worker_index=0") arg = absl::StrCat("--worker_index=", w);
       if (arg == "--num_workers=1") arg = "--num_workers=2";
@@ -223,6 +227,22 @@ TEST_F(FollowTrainingTest, TwoWorkersEachTrainOnTheirShareOfEveryFile) {
     ASSERT_TRUE(worker.ok());
     workers.push_back(*std::move(worker));
   }
+  ASSERT_TRUE(
+      WaitForText(dir_ + "/worker0.log", "metrics on ", absl::Seconds(60)));
+  const std::string log = ReadFile(dir_ + "/worker0.log");
+  const size_t at = log.find("metrics on ");
+  const std::string address = log.substr(at + 11, log.find('\n', at) - at - 11);
+  std::string metrics;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        metrics = ScrapeMetrics(address);
+        return metrics.find("ps_worker_finished{worker=\"0\"} 1") !=
+               std::string::npos;
+      },
+      absl::Seconds(120), absl::Milliseconds(50)))
+      << metrics;
+  int code = 0;
+  EXPECT_FALSE(workers[1]->Exited(&code)) << "worker 0 did not finish first";
   int64_t examples = 0;
   for (int w = 0; w < 2; ++w) {
     const WorkerRun run = Collect(w, workers[w]->Wait(absl::Minutes(5)));

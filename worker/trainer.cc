@@ -735,6 +735,7 @@ absl::StatusOr<TrainingSummary> Trainer::LeaveFinished(
   ClockResponse view;
   RETURN_IF_ERROR(ReportClock(true, &view));
   finished_ = true;
+  if (options_.metrics != nullptr) options_.metrics->SetFinished();
   if (ops::CheckpointTaker* checkpointer = periodic_checkpoints()) {
     checkpointer->Stop();
     const ops::CheckpointTaker::Counts counts = checkpointer->counts();

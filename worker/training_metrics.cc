@@ -86,6 +86,10 @@ absl::StatusOr<std::unique_ptr<TrainingMetrics>> TrainingMetrics::Start(
       gauge("ps_worker_waiting_for_input",
             "1 while the worker has begun every step of its input and waits "
             "for more (--follow with no new file), else 0.");
+  metrics->finished_ =
+      gauge("ps_worker_finished",
+            "1 once the worker has trained on all of its input (it waits for "
+            "the other workers, then runs its final evaluation), else 0.");
   metrics->staleness_ =
       &prometheus::BuildHistogram()
            .Name("ps_worker_pull_staleness_steps")
@@ -128,6 +132,8 @@ void TrainingMetrics::ObserveStage(Stage stage, absl::Duration time) {
 void TrainingMetrics::SetWaitingForInput(bool waiting) {
   waiting_for_input_->Set(waiting ? 1.0 : 0.0);
 }
+
+void TrainingMetrics::SetFinished() { finished_->Set(1.0); }
 
 void TrainingMetrics::ObserveStaleness(int64_t staleness) {
   staleness_->Observe(static_cast<double>(staleness));

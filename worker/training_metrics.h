@@ -52,6 +52,8 @@ class TrainingMetrics {
   // Whether the worker has begun every step of the input it has and waits
   // for more (--follow with no new file): not stalled, idle.
   void SetWaitingForInput(bool waiting);
+  // The worker has trained on all of its input: not stalled, done.
+  void SetFinished();
 
   const std::string& address() const { return endpoint_->address(); }
 
@@ -69,6 +71,7 @@ class TrainingMetrics {
   prometheus::Family<prometheus::Gauge>* progressive_loss_family_ = nullptr;
   prometheus::Counter* followed_files_ = nullptr;
   prometheus::Gauge* waiting_for_input_ = nullptr;
+  prometheus::Gauge* finished_ = nullptr;
   prometheus::Histogram* staleness_ = nullptr;
   prometheus::Histogram* stages_[5] = {};
   std::unique_ptr<MetricsEndpoint> endpoint_;
