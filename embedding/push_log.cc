@@ -364,6 +364,18 @@ void PushLog::CloseSegment() {
   if (options_.sync && fdatasync(fd_) != 0) {
     Break(ErrnoError("syncing", SegmentPath(run_, current_segment())));
   }
+  // A segment closed short (a new run, the log closed) gives back the
+  // blocks reserved past its end: truncating a file to its own size frees
+  // them (punching a hole past the end does not, on ext4).
+  struct stat written;
+  if (fstat(fd_, &written) == 0 &&
+      static_cast<uint64_t>(written.st_size) < options_.segment_bytes) {
+    if (ftruncate(fd_, written.st_size) != 0) {
+      LOG(WARNING) << SegmentPath(run_, current_segment())
+                   << ": could not give back its reserved blocks: "
+                   << std::strerror(errno);
+    }
+  }
   close(fd_);
   fd_ = -1;
   closed_sizes_.push_back(segment_size_);

@@ -118,6 +118,11 @@ TEST(PushLogTest, SegmentBlocksAreReservedButSizeIsWhatWasWritten) {
   EXPECT_LT(static_cast<uint64_t>(info.st_size), 100u);
   EXPECT_GE(static_cast<uint64_t>(info.st_blocks) * 512, kSegmentBytes);
   EXPECT_EQ(ReadAll(*log, 1), std::vector<std::string>{Record(1)});
+  // Closed short, it gives the reserved blocks back.
+  log.reset();
+  ASSERT_EQ(stat(files[0].c_str(), &info), 0);
+  EXPECT_LT(static_cast<uint64_t>(info.st_blocks) * 512, uint64_t{1} << 20);
+  EXPECT_LT(static_cast<uint64_t>(info.st_size), 100u);
 }
 
 // Near a full disk a segment is not reserved: here, one of half the free

@@ -183,11 +183,40 @@ def check_hash(python):
         fail(f"XXH3 of keys differs from xxhash's: {done.stderr[-1500:]}")
 
 
+def check_history_limits(python):
+    """The module's line parsing keeps a history's most recent non-empty
+    items up to the trained limit, whatever the multi columns' limit (as
+    ps_predict's parser), and refuses a multi column over its own."""
+    check = ("import xxhash\n"
+             "from ps_client import torchscript as ts\n"
+             "layout = {'columns': ['label', 'multi', 'seq'], 'delimiter': '\\t',\n"
+             "          'multi_separator': '|', 'key_fields': [0, 1], 'crosses': [],\n"
+             "          'label_names': ['label'], 'max_values_per_field': 3,\n"
+             "          'max_sequence_values': 5}\n"
+             "key = lambda item: xxhash.xxh3_64_intdigest(item, 1)\n"
+             "(_, slots, _), = ts._examples(layout, ['1\\ta\\tz|a|b|c||d|e|'], 1)\n"
+             "assert slots[1] == [key(x) for x in (b'a', b'b', b'c', b'd', b'e')], slots\n"
+             "layout['max_sequence_values'] = 2000\n"
+             "(_, slots, _), = ts._examples(layout, ['1\\ta\\t' + '|'.join(['i'] * 1500)], 1)\n"
+             "assert len(slots[1]) == 1500\n"
+             "try:\n"
+             "    ts._examples(layout, ['1\\ta|b|c|d\\ti'], 1)\n"
+             "    raise SystemExit('a multi column over its limit was read')\n"
+             "except ValueError:\n"
+             "    pass\n"
+             "print('ok')\n")
+    done = subprocess.run([python, "-c", check], capture_output=True, text=True)
+    if done.returncode != 0 or "ok" not in done.stdout:
+        fail(f"the module's history limits differ from ps_predict's: "
+             f"{(done.stdout + done.stderr)[-1500:]}")
+
+
 def main():
     if "--installed" not in sys.argv:
         install()
     python = sys.executable
     check_hash(python)
+    check_history_limits(python)
     gen = binary("worker/datagen/clicklog_gen")
     for prefix, extra in (("", []), ("seq_", ["--sequence_length=12"]),
                           ("tasks_", ["--tasks=2"])):

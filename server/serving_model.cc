@@ -44,6 +44,10 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
   const ExportManifest& manifest = first->manifest();
   serving->version_ = std::filesystem::path(dir).filename().string();
   serving->layout_ = first->layout();
+  for (int f = 0; f < serving->layout_.fields(); ++f) {
+    serving->sequence_fields_.push_back(serving->layout_.field_kind(f) ==
+                                        model::ColumnKind::kSequence);
+  }
   for (const model::PlanTask& task : first->plan().tasks())
     serving->tasks_.push_back(task.name);
   serving->cut_ = manifest.cut();
@@ -127,8 +131,7 @@ absl::StatusOr<std::vector<float>> ServingModel::PredictFeatures(
       absl::Span<const uint64_t> keys = features.fields[f];
       // A history keeps its most recent values, as a line's seq column; a
       // multi field over the reading limit is refused, as a line's.
-      if (layout_.field_kind(static_cast<int>(f)) ==
-          model::ColumnKind::kSequence) {
+      if (sequence_fields_[f]) {
         const size_t kept = static_cast<size_t>(layout_.max_sequence_values);
         if (keys.size() > kept) keys.remove_prefix(keys.size() - kept);
       } else if (keys.size() >

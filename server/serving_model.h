@@ -104,6 +104,9 @@ class ServingModel {
 
   std::string version_;
   model::InputLayout layout_;
+  // Per field of layout_, whether it is a seq column's (its keys are cut to
+  // the most recent max_sequence_values).
+  std::vector<bool> sequence_fields_;
   std::vector<std::string> tasks_;
   int64_t cut_ = 0;
   uint32_t delta_index_ = 0;

@@ -463,6 +463,29 @@ TEST_F(ServeTest, ScoresHistoriesWithTheTrainedLimit) {
     }
     EXPECT_GT(long_histories, 50);
     EXPECT_GT(changed, long_histories / 2);
+    if (key_field == 0) {
+      // A bad line in the middle of the input, batches of 10: ps_predict
+      // stops with an error naming it and leaves no scores behind.
+      const std::string bad = dir_ + "/bad.tsv";
+      {
+        std::ofstream out(bad);
+        const std::vector<std::string> first = FirstLines(test, 1000);
+        for (size_t i = 0; i < first.size(); ++i)
+          out << (i == 500 ? "not a line" : first[i]) << "\n";
+      }
+      const std::string scores = dir_ + "/bad.scores";
+      EXPECT_NE(
+          RunToCompletion({BinaryPath("worker/predict/ps_predict"),
+                           "--export=" + model_ + "/export-1", "--input=" + bad,
+                           "--out=" + scores, "--batch_size=10"},
+                          dir_ + "/bad.log"),
+          0);
+      EXPECT_NE(ReadFile(dir_ + "/bad.log").find("bad.tsv:501"),
+                std::string::npos)
+          << ReadFile(dir_ + "/bad.log");
+      EXPECT_FALSE(std::filesystem::exists(scores));
+      EXPECT_FALSE(std::filesystem::exists(scores + ".partial"));
+    }
 
     const std::string address = StartServe();
     ASSERT_FALSE(address.empty());

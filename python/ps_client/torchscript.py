@@ -609,7 +609,7 @@ def _examples(layout, lines, first_line):
                 if kind == "seq" and len(items) > kept:
                     items = items[len(items) - kept:]  # the most recent
                 keys = [hash64(item, key_field) for item in items]
-                if len(keys) > limit:
+                if kind == "multi" and len(keys) > limit:
                     raise ValueError(f"{where}: {kind} column {column} has more values than "
                                      f"--max_values_per_field={limit}")
                 slots.append(keys or [hash64(b"", key_field)])

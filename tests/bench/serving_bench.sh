@@ -10,8 +10,14 @@
 # dims and seconds), measured in the same run, never copied; skipped, with a
 # line that says so, where there is no peer checkout.
 # Prints the table and rewrites the "serving" section of BENCHMARKS.md.
+# With --peer_rounds N it measures only ps_server against ps-lite (the table
+# that fits, dims 16 and 64, 1 and 4 client processes), in N rounds that
+# each run both, and prints each cell's ratio per round with the median and
+# range over the rounds: ps-lite's own figures move 30-60% from one run to
+# the next here. BENCHMARKS.md is left as it is.
 #
 #   tests/bench/serving_bench.sh [--rows 500000] [--seconds 3]
+#                                [--peer_rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/cluster_lib.sh
@@ -21,10 +27,12 @@ seconds=3
 # cost of loading the table, which ps-lite and Redis do not have): measure
 # once that is done.
 settle=15
+peer_rounds=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
+    --peer_rounds) peer_rounds=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +89,73 @@ start_ceiling() {
   address=$(ps_address "$work/ceiling.out")
 }
 
+# The peer: ps-lite, one server and 1 or 4 worker processes (our "clients"),
+# from a scratch copy: the peer ships without its tests' sources, so its
+# CMakeLists' tests directory is left out (run.sh builds the library only).
+peers=${PEERS_DIR:-../shared/peers}
+have_peer=0
+if [ -f "$peers/pslite-bench/run.sh" ] && [ -d "$peers/ps-lite" ]; then
+  cp -r "$peers/ps-lite" "$peers/pslite-bench" "$work/"
+  chmod -R u+w "$work/ps-lite" "$work/pslite-bench"
+  sed -i '/add_subdirectory(tests)/d' "$work/ps-lite/CMakeLists.txt"
+  have_peer=1
+fi
+# ps-lite's rows for dim $1 into $table.
+run_peer() {
+  # With the heap policy ps_worker and serving_bench set for themselves
+  # (base/heap_policy.h), which speeds ps-lite's processes up as much.
+  MALLOC_MMAP_THRESHOLD_=$((32 << 20)) MALLOC_TRIM_THRESHOLD_=$((256 << 20)) \
+    MALLOC_TOP_PAD_=$((16 << 20)) \
+    BENCH_DIM=$1 BENCH_ROWS="$rows" BENCH_SECONDS="$seconds" bash "$work/pslite-bench/run.sh" 1 4 \
+    2>"$work/pslite_$1.log" |
+    awk -v dim=$1 '/^ps-lite/ {gsub(",", "", $2); printf "| ps-lite | fits (no durability) | %s | %s | %s | %s | - | - | - | - |\n", dim, $3, $2, $5}' |
+    tee -a "$table" || echo "ps-lite failed for dim $1: $(tail -3 "$work/pslite_$1.log")" >&2
+}
+
+if [ "$peer_rounds" -gt 0 ]; then
+  [ "$have_peer" = 1 ] || { echo "no peer in $peers: nothing to compare" >&2; exit 1; }
+  for round in $(seq "$peer_rounds"); do
+    echo "round $round of $peer_rounds"
+    table="$work/round$round.md"
+    : >"$table"
+    for dim in 16 64; do
+      start_ps 1024 "round${round}_$dim"
+      bazel-bin/tests/bench/serving_bench --ps="$address" --label="fits hot tier" --dim=$dim \
+        --rows="$rows" --seconds="$seconds" --settle_s="$settle" | tee -a "$table"
+      four_processes "fits hot tier" "$dim"
+      stop_ps
+      run_peer "$dim"
+    done
+  done
+  python3 - "$work"/round*.md <<'PY'
+import statistics, sys
+per_cell = {}
+for path in sys.argv[1:]:
+    cells = {}
+    for line in open(path):
+        parts = [c.strip() for c in line.split("|")[1:-1]]
+        if len(parts) < 6 or parts[0] not in ("ps_server", "ps-lite"):
+            continue
+        system, _, dim, clients, op, mrows = parts[:6]
+        if system == "ps_server" and clients == "4":
+            continue  # four threads of one process; ps-lite's are processes
+        clients = "4" if clients == "4 processes" else clients
+        cells[(system, dim, clients, op)] = float(mrows)
+    for (system, dim, clients, op), ours in cells.items():
+        peer = cells.get(("ps-lite", dim, clients, op))
+        if system == "ps_server" and clients in ("1", "4") and peer:
+            per_cell.setdefault((dim, clients, op), []).append((ours, peer))
+print("\n| dim | clients (processes) | op | ps_server / ps-lite per round | median | range |")
+print("| --- | --- | --- | --- | --- | --- |")
+for (dim, clients, op), pairs in sorted(per_cell.items()):
+    ratios = [ours / peer for ours, peer in pairs]
+    each = ", ".join(f"{ours:.2f}/{peer:.2f}" for ours, peer in pairs)
+    print(f"| {dim} | {clients} | {op} | {each} | {statistics.median(ratios):.2f} "
+          f"| {min(ratios):.2f}-{max(ratios):.2f} |")
+PY
+  exit 0
+fi
+
 loopback=$(bazel-bin/tests/bench/serving_bench --loopback)
 table="$work/table.md"
 {
@@ -118,24 +193,8 @@ for dim in 16 64; do
     --rows="$rows" --seconds="$seconds" --settle_s="$settle" | tee -a "$table"
   stop_ps
 done
-# The peer: ps-lite, one server and 1 or 4 worker processes (our "clients"),
-# from a scratch copy: the peer ships without its tests' sources, so its
-# CMakeLists' tests directory is left out (run.sh builds the library only).
-peers=${PEERS_DIR:-../shared/peers}
-if [ -f "$peers/pslite-bench/run.sh" ] && [ -d "$peers/ps-lite" ]; then
-  cp -r "$peers/ps-lite" "$peers/pslite-bench" "$work/"
-  chmod -R u+w "$work/ps-lite" "$work/pslite-bench"
-  sed -i '/add_subdirectory(tests)/d' "$work/ps-lite/CMakeLists.txt"
-  for dim in 16 64; do
-    # With the heap policy ps_worker and serving_bench set for themselves
-    # (base/heap_policy.h), which speeds ps-lite's processes up as much.
-    MALLOC_MMAP_THRESHOLD_=$((32 << 20)) MALLOC_TRIM_THRESHOLD_=$((256 << 20)) \
-      MALLOC_TOP_PAD_=$((16 << 20)) \
-      BENCH_DIM=$dim BENCH_ROWS="$rows" BENCH_SECONDS="$seconds" bash "$work/pslite-bench/run.sh" 1 4 \
-      2>"$work/pslite_$dim.log" |
-      awk -v dim=$dim '/^ps-lite/ {gsub(",", "", $2); printf "| ps-lite | fits (no durability) | %s | %s | %s | %s | - | - | - | - |\n", dim, $3, $2, $5}' |
-      tee -a "$table" || echo "ps-lite failed for dim $dim: $(tail -3 "$work/pslite_$dim.log")" >&2
-  done
+if [ "$have_peer" = 1 ]; then
+  for dim in 16 64; do run_peer "$dim"; done
 else
   echo "no peer in $peers: the ps-lite columns are left out" >&2
 fi

@@ -251,8 +251,11 @@ absl::Status ScoreInput(ps::worker::ClickLogReader* reader,
                        batch->inputs->labels, batch->inputs->label_known);
     free_batches.Push(std::move(batch));
   }
-  // On an error here the preparer stops at its next wait.
+  // On an error here the preparer finishes the batch it holds, if any, and
+  // stops: the free batches are taken back, so its next Pop() finds none.
   free_batches.Close();
+  while (free_batches.TryPop(&batch)) {
+  }
   prepared.Close();
   preparer.join();
   return status.ok() ? input_status : status;
