@@ -165,6 +165,14 @@ def layout_lines(rng, count, vocabulary, labeled=True):
     return "\n".join(lines) + "\n"
 
 
+def run_check(python, code, failure):
+    """Runs `code` (which prints ok when its assertions hold) in `python`;
+    a failure says `failure` with the end of its output."""
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    if done.returncode != 0 or "ok" not in done.stdout:
+        fail(f"{failure}: {(done.stdout + done.stderr)[-1500:]}")
+
+
 def check_hash(python):
     """The module's XXH3 of 8-byte keys against Python's xxhash."""
     check = ("import random, struct, torch, xxhash\n"
@@ -178,9 +186,7 @@ def check_hash(python):
              "            for k in keys]\n"
              "    assert got == want, (seed, [k for k, a, b in zip(keys, got, want) if a != b][:3])\n"
              "print('ok')\n")
-    done = subprocess.run([python, "-c", check], capture_output=True, text=True)
-    if done.returncode != 0 or "ok" not in done.stdout:
-        fail(f"XXH3 of keys differs from xxhash's: {done.stderr[-1500:]}")
+    run_check(python, check, "XXH3 of keys differs from xxhash's")
 
 
 def check_history_limits(python):
@@ -205,10 +211,7 @@ def check_history_limits(python):
              "except ValueError:\n"
              "    pass\n"
              "print('ok')\n")
-    done = subprocess.run([python, "-c", check], capture_output=True, text=True)
-    if done.returncode != 0 or "ok" not in done.stdout:
-        fail(f"the module's history limits differ from ps_predict's: "
-             f"{(done.stdout + done.stderr)[-1500:]}")
+    run_check(python, check, "the module's history limits differ from ps_predict's")
 
 
 def main():

@@ -76,8 +76,30 @@ class ServeTest : public TrainingTest {
     return serve->address;
   }
 
+  // Starts ps_serve on model_ into serve_stub_ and scores `lines` once it
+  // has loaded the export (up to 30 s): the answer, or its error.
+  grpc::Status StartServeAndPredict(const std::vector<std::string>& lines,
+                                    PredictResponse* response) {
+    const std::string address = StartServe();
+    if (address.empty()) return grpc::Status(grpc::StatusCode::UNKNOWN, "");
+    serve_stub_ = Serving::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    PredictRequest request;
+    for (const std::string& line : lines) request.add_lines(line);
+    grpc::Status status;
+    WaitUntil(  // until the export is loaded
+        [&] {
+          grpc::ClientContext context;
+          status = serve_stub_->Predict(&context, request, response);
+          return status.ok();
+        },
+        absl::Seconds(30), absl::Milliseconds(50));
+    return status;
+  }
+
   std::string model_;
   std::unique_ptr<ChildProcess> serve_;
+  std::unique_ptr<Serving::Stub> serve_stub_;
 };
 
 TEST_F(ServeTest, ServesTheNewestExportWithPsPredictsScores) {
@@ -360,21 +382,8 @@ TEST_F(ServeTest, ServesSpecModelsWithPsPredictsScores) {
         << ReadFile(dir_ + "/worker0.log");
     const std::vector<float> predicted = ExportAndPredict("export-1");
     ASSERT_EQ(predicted.size(), static_cast<size_t>(kTestLines));
-    const std::string address = StartServe();
-    ASSERT_FALSE(address.empty());
-    auto stub = Serving::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    PredictRequest request;
-    for (const std::string& line : lines) request.add_lines(line);
     PredictResponse response;
-    grpc::Status status;
-    WaitUntil(  // until the export is loaded
-        [&] {
-          grpc::ClientContext context;
-          status = stub->Predict(&context, request, &response);
-          return status.ok();
-        },
-        absl::Seconds(30), absl::Milliseconds(50));
+    const grpc::Status status = StartServeAndPredict(lines, &response);
     ASSERT_TRUE(status.ok())
         << status.error_message() << ReadFile(dir_ + "/serve.log");
     ASSERT_EQ(response.probabilities_size(), 500);
@@ -487,21 +496,8 @@ TEST_F(ServeTest, ScoresHistoriesWithTheTrainedLimit) {
       EXPECT_FALSE(std::filesystem::exists(scores + ".partial"));
     }
 
-    const std::string address = StartServe();
-    ASSERT_FALSE(address.empty());
-    auto stub = Serving::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    PredictRequest request;
-    for (const std::string& line : lines) request.add_lines(line);
     PredictResponse from_lines;
-    grpc::Status status;
-    WaitUntil(  // until the export is loaded
-        [&] {
-          grpc::ClientContext context;
-          status = stub->Predict(&context, request, &from_lines);
-          return status.ok();
-        },
-        absl::Seconds(30), absl::Milliseconds(50));
+    const grpc::Status status = StartServeAndPredict(lines, &from_lines);
     ASSERT_TRUE(status.ok())
         << status.error_message() << ReadFile(dir_ + "/serve.log");
     ASSERT_EQ(from_lines.probabilities_size(), 300);
@@ -515,7 +511,8 @@ TEST_F(ServeTest, ScoresHistoriesWithTheTrainedLimit) {
     for (const PredictRequest* given : {&whole_histories, &cut_histories}) {
       grpc::ClientContext context;
       PredictResponse response;
-      const grpc::Status answered = stub->Predict(&context, *given, &response);
+      const grpc::Status answered =
+          serve_stub_->Predict(&context, *given, &response);
       ASSERT_TRUE(answered.ok()) << answered.error_message();
       ASSERT_EQ(response.probabilities_size(), 300);
       for (int i = 0; i < 300; ++i) {
