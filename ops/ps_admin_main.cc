@@ -29,6 +29,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/flag_alias.h"
+#include "base/lock_mode.h"
 #include "base/routing.h"
 #include "base/status_macros.h"
 #include "cluster/etcd_job_flags.h"
@@ -352,6 +353,7 @@ void SetUsage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   SetUsage();
   ps::SetVersionFlag("ps_admin",
                      {"net/client_tls_flags.cc", "cluster/etcd_job_flags.cc"});

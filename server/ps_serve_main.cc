@@ -21,6 +21,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/flag_alias.h"
+#include "base/lock_mode.h"
 #include "base/status_macros.h"
 #include "base/usable_cores.h"
 #include "glog/logging.h"
@@ -353,6 +354,7 @@ sigset_t InitProcess(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   const sigset_t shutdown_signals = InitProcess(argc, argv);
   absl::StatusOr<ServeOptions> options = ServeOptionsFromFlags();
   if (!options.ok()) {

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/lock_mode.h"
 #include "glog/logging.h"
 #include "server/server_flags.h"
 #include "server/shard_process.h"
@@ -46,6 +47,7 @@ sigset_t BlockShutdownSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   InitProcess(argc, argv);
   const sigset_t shutdown_signals = BlockShutdownSignals();
   absl::StatusOr<ps::server::ServerProcessOptions> process =

@@ -23,6 +23,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/heap_policy.h"
+#include "base/lock_mode.h"
 #include "base/status_macros.h"
 #include "client/ps_client.h"
 #include "cluster/etcd_job_flags.h"
@@ -274,6 +275,7 @@ void InitProcess(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   InitProcess(argc, argv);
   absl::StatusOr<std::optional<std::string>> printed =
       ps::worker::PrintedModelSpecFromFlags();

@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
+#include "base/lock_mode.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -86,6 +87,7 @@ class CeilingService final : public ps::ParameterServer::CallbackService {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::ParseCommandLine(argc, argv);
   CeilingService service;
   grpc::ServerBuilder builder;

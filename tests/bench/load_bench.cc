@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/lock_mode.h"
 #include "client/ps_client.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -198,6 +199,7 @@ void PrintMemory() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::ParseCommandLine(argc, argv);
   const std::vector<std::string> servers =
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipWhitespace());

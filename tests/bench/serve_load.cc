@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/lock_mode.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "proto/serving.grpc.pb.h"
@@ -96,6 +97,7 @@ void Drive(const std::string& address, const std::vector<std::string>& lines,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::ParseCommandLine(argc, argv);
   const std::string address = absl::GetFlag(FLAGS_address);
   std::vector<std::string> lines;

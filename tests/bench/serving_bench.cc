@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "base/heap_policy.h"
+#include "base/lock_mode.h"
 #include "base/wire_format.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -556,6 +557,7 @@ int MeasureRedis(const BenchSetup& setup, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   // As ps_worker does: the clients' reply buffers are reused, not faulted
   // in anew for every pull.
   ps::KeepFreedHeapForReuse();

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/lock_mode.h"
 #include "nlohmann/json.hpp"
 #include "worker/datagen/clicklog_generator.h"
 #include "worker/evaluation.h"
@@ -443,6 +444,7 @@ absl::Status Generate(const Generation& generation,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::SetProgramUsageMessage(kUsage);
   ps::SetVersionFlag("clicklog_gen", {"worker/input/layout_flags.cc"});
   absl::ParseCommandLine(argc, argv);

@@ -45,6 +45,7 @@
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
 #include "base/exit_codes.h"
+#include "base/lock_mode.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/batch_inputs.h"
@@ -306,6 +307,7 @@ absl::Status Dump(ps::model::ExportedModel& model, const std::string& out,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::SetProgramUsageMessage(
       "Writes an export as plain arrays and a model.json (for a TorchScript "
       "module: python3 -m ps_client.torchscript).\n\nExample:\n  "

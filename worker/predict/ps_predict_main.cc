@@ -29,6 +29,7 @@
 #include "base/build_info.h"
 #include "base/exit_codes.h"
 #include "base/flag_alias.h"
+#include "base/lock_mode.h"
 #include "base/usable_cores.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
@@ -289,6 +290,7 @@ std::string QualityText(const ScoredLines& scored) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::UseReleaseLocks();
   absl::SetProgramUsageMessage(
       "Scores click logs with an exported model, no shard needed.\n\n"
       "Example:\n  ps_predict --export=/exports/wide_deep --input=test.tsv "
