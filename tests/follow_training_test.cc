@@ -178,6 +178,10 @@ TEST_F(FollowTrainingTest, AGrowingDirectoryIsTrainedOnOnceAcrossARestart) {
           },
           absl::Seconds(60), absl::Milliseconds(100)))
           << metrics;
+      // Waiting for more is not finished.
+      EXPECT_NE(metrics.find("ps_worker_finished{worker=\"0\"} 0"),
+                std::string::npos)
+          << metrics;
     }
     Deliver(f);
   }
