@@ -344,7 +344,18 @@ absl::Status EmbeddingStoreImpl::UpdatePushRows(const Table& table,
   // Update, keeping each row's values before; a row whose weights or
   // optimizer state leave the finite numbers undoes the whole push.
   push.before.reserve(push.rows.size() * row_floats);
+  constexpr size_t kAhead = 8;
   for (size_t i = 0; i < push.rows.size(); ++i) {
+    if (i + kAhead < push.rows.size()) {
+      const char* ahead =
+          reinterpret_cast<const char*>(push.rows[i + kAhead]->floats());
+      for (size_t b = 0; b < row_floats * sizeof(float); b += 64)
+        __builtin_prefetch(ahead + b, 1);
+      const char* gradient = reinterpret_cast<const char*>(
+          &push.gradients[push.order[i + kAhead] * dim]);
+      for (size_t b = 0; b < dim * sizeof(float); b += 64)
+        __builtin_prefetch(gradient + b);
+    }
     float* values = push.rows[i]->floats();
     push.before.insert(push.before.end(), values, values + row_floats);
     const bool finite =

@@ -65,21 +65,24 @@ EmbeddingStoreImpl::TakenRows EmbeddingStoreImpl::TakeDirtyRows(
   // In RocksDB's order (the key's slot, then the key: rocks_store.h): a
   // skiplist memtable inserts a sorted run at a fraction of the cost of
   // scattered keys.
+  // The sort compares copies of the key: following each row's pointer would
+  // be a cache miss per comparison.
   struct Dirty {
     uint32_t table_id;
     uint32_t slot;
+    uint64_t key;
     CachedRow* row;
     absl::Span<float> values;
   };
   std::vector<Dirty> dirty;
   stripe.cache.ForEachDirty(
       [&](uint32_t table_id, CachedRow& row, absl::Span<float> values) {
-        dirty.push_back({table_id, SlotForKey(row.key), &row, values});
+        dirty.push_back({table_id, SlotForKey(row.key), row.key, &row, values});
       });
   std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
     if (a.table_id != b.table_id) return a.table_id < b.table_id;
     if (a.slot != b.slot) return a.slot < b.slot;
-    return a.row->key < b.row->key;
+    return a.key < b.key;
   });
   for (const Dirty& d : dirty) {
     CachedRow& row = *d.row;

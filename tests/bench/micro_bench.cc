@@ -230,10 +230,16 @@ void BM_PushLogSyncedAppend(benchmark::State& state) {
 }
 BENCHMARK(BM_PushLogSyncedAppend)->Threads(1)->Threads(4)->UseRealTime();
 
-// The store's pull and push of one 4096-key batch, all rows in the hot tier
+// The store's pull and push of 4096-key batches, all rows in the hot tier
 // (so this is locking, hashing, copying and the optimizer; no disk reads).
+// Arguments: durability (0 wal, 1 periodic), stripes (0: the default), rows
+// stored first (0: none; else the batches' rows are spread over a hot tier
+// much larger than the CPU's caches, and each iteration takes the next of
+// kBatches batches of distinct keys), the row dimension.
 class StoreFixture : public benchmark::Fixture {
  public:
+  static constexpr int kBatches = 64;
+
   void SetUp(const benchmark::State& state) override {
     dir_ = std::filesystem::temp_directory_path() / "ps_micro_bench_store";
     std::filesystem::remove_all(dir_);
@@ -243,14 +249,14 @@ class StoreFixture : public benchmark::Fixture {
                                              : embedding::Durability::kPeriodic;
     if (state.range(1) > 0)
       options.num_stripes = static_cast<int>(state.range(1));
+    options.cache_bytes = size_t{4} << 30;
     store_ = embedding::EmbeddingStore::Open(options).value();
+    dim_ = static_cast<int>(state.range(3));
     TableSpec spec;
     spec.set_name("t");
-    spec.set_dim(16);
+    spec.set_dim(dim_);
     spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
     store_->tables().DeclareTable(spec).IgnoreError();
-    // range(2) > 0: that many rows are stored first, so that the batch's
-    // rows are spread over a hot tier much larger than the CPU's caches.
     const int64_t stored_rows = state.range(2);
     std::vector<uint64_t> preload;
     for (int64_t start = 0; start < stored_rows; start += kBatch) {
@@ -259,19 +265,25 @@ class StoreFixture : public benchmark::Fixture {
            ++key) {
         preload.push_back(static_cast<uint64_t>(key));
       }
-      store_->Push("t", preload, std::vector<float>(preload.size() * 16, 0.0f))
+      store_
+          ->Push("t", preload, std::vector<float>(preload.size() * dim_, 0.0f))
           .IgnoreError();
     }
     std::mt19937_64 rng(5);
-    keys_.resize(kBatch);
-    for (auto& key : keys_)
-      key = rng() % std::max<int64_t>(stored_rows, 200000);
-    std::sort(keys_.begin(), keys_.end());
-    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
-    std::shuffle(keys_.begin(), keys_.end(), rng);
-    gradients_.assign(keys_.size() * 16, 0.01f);
-    out_.resize(keys_.size() * 16);
-    store_->Push("t", keys_, gradients_).IgnoreError();
+    const int batches = stored_rows > 0 ? kBatches : 1;
+    batches_.resize(batches);
+    for (std::vector<uint64_t>& keys : batches_) {
+      keys.resize(kBatch);
+      for (auto& key : keys)
+        key = rng() % std::max<int64_t>(stored_rows, 200000);
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      std::shuffle(keys.begin(), keys.end(), rng);
+      store_->Push("t", keys, std::vector<float>(keys.size() * dim_, 0.01f))
+          .IgnoreError();
+    }
+    gradients_.assign(kBatch * dim_, 0.01f);
+    out_.resize(kBatch * dim_);
   }
   void TearDown(const benchmark::State&) override {
     store_.reset();
@@ -279,32 +291,55 @@ class StoreFixture : public benchmark::Fixture {
   }
 
  protected:
+  const std::vector<uint64_t>& NextBatch() {
+    next_ = (next_ + 1) % batches_.size();
+    return batches_[next_];
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<embedding::EmbeddingStore> store_;
-  std::vector<uint64_t> keys_;
+  int dim_ = 16;
+  std::vector<std::vector<uint64_t>> batches_;
+  size_t next_ = 0;
   std::vector<float> gradients_, out_;
 };
 
 BENCHMARK_DEFINE_F(StoreFixture, Pull)(benchmark::State& state) {
-  for (auto _ : state)
-    store_->Pull("t", keys_, absl::MakeSpan(out_)).IgnoreError();
-  state.SetItemsProcessed(state.iterations() * keys_.size());
+  int64_t rows = 0;
+  for (auto _ : state) {
+    const std::vector<uint64_t>& keys = NextBatch();
+    store_->Pull("t", keys, absl::MakeSpan(out_.data(), keys.size() * dim_))
+        .IgnoreError();
+    rows += keys.size();
+  }
+  state.SetItemsProcessed(rows);
   state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
 }
 BENCHMARK_REGISTER_F(StoreFixture, Pull)
-    ->Args({0, 0, 0})
-    ->Args({0, 0, 1000000});
+    ->Args({0, 0, 0, 16})
+    ->Args({0, 0, 1000000, 16})
+    ->Args({0, 0, 1000000, 64});
 
 BENCHMARK_DEFINE_F(StoreFixture, Push)(benchmark::State& state) {
-  for (auto _ : state) store_->Push("t", keys_, gradients_).IgnoreError();
-  state.SetItemsProcessed(state.iterations() * keys_.size());
+  int64_t rows = 0;
+  for (auto _ : state) {
+    const std::vector<uint64_t>& keys = NextBatch();
+    store_
+        ->Push("t", keys,
+               absl::MakeConstSpan(gradients_.data(), keys.size() * dim_))
+        .IgnoreError();
+    rows += keys.size();
+  }
+  state.SetItemsProcessed(rows);
   state.SetLabel(state.range(0) == 0 ? "rows (wal)" : "rows (periodic)");
 }
 BENCHMARK_REGISTER_F(StoreFixture, Push)
-    ->Args({0, 0, 0})
-    ->Args({0, 1, 0})
-    ->Args({0, 8, 0})
-    ->Args({1, 0, 0});
+    ->Args({0, 0, 0, 16})
+    ->Args({0, 1, 0, 16})
+    ->Args({0, 8, 0, 16})
+    ->Args({1, 0, 0, 16})
+    ->Args({0, 0, 1000000, 16})
+    ->Args({0, 0, 1000000, 64});
 
 // Writing rows back to RocksDB: rounds of 200000 newly pushed (dirty) dim-16
 // Adagrad rows, each round then written back with Flush(); RocksDB's
