@@ -113,7 +113,8 @@ EmbeddingStoreImpl::EmbeddingStoreImpl(
       ledger_(options.max_workers) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;
   for (int i = 0; i < options.num_stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>(i, per_stripe));
+    stripes_.push_back(
+        std::make_unique<Stripe>(i, per_stripe, options_.hot_tier_huge_pages));
   }
 }
 

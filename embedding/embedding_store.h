@@ -111,6 +111,11 @@ struct StoreOptions {
   // Lock stripes of the hot tier: more let more pulls and pushes run at
   // once, fewer cost less per request. Default (0): DefaultStripeCount().
   int num_stripes = 0;
+  // Hot-tier rows on transparent huge pages (MADV_HUGEPAGE regions:
+  // chunk_arena.h), which spare most TLB misses of random row reads; off,
+  // they are on the heap's 4 KiB pages (for a kernel whose THP compaction
+  // stalls page faults). Default: true.
+  bool hot_tier_huge_pages = true;
   // Largest row dimension a table may declare. Default: 4096.
   uint32_t max_dim = 4096;
   // Most tables the store may hold. Default: 1024.

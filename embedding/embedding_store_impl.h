@@ -167,8 +167,8 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   };
 
   struct Stripe {
-    Stripe(uint32_t index, size_t budget_bytes)
-        : index(index), cache(budget_bytes) {}
+    Stripe(uint32_t index, size_t budget_bytes, bool huge_pages)
+        : index(index), cache(budget_bytes, huge_pages) {}
     const uint32_t index;
     absl::Mutex mu;
     RowCache cache ABSL_GUARDED_BY(mu);

@@ -15,12 +15,10 @@ namespace {
 // 4-byte entry number and a control byte: about 8 bytes a row on average.
 constexpr size_t kIndexBytesPerRow = 8;
 
-// A chunk of entries is at most this large (a power of two of entries): small
-// enough that malloc carves chunks out of its heap instead of mapping each
-// (a mapping per chunk would run into vm.max_map_count, 65530 by default, at
-// about 10 GiB of hot tier), and that the last, partly used chunk of a small
-// table costs little.
-constexpr size_t kMaxChunkBytes = size_t{64} << 10;
+// A chunk of entries is at most this large (a power of two of entries): the
+// largest the chunk arena cuts from its huge-page regions, and small enough
+// that the last, partly used chunk of a small table costs little.
+constexpr size_t kMaxChunkBytes = ChunkArena::kMaxChunkBytes;
 
 static_assert(sizeof(CachedRow) == 32, "CachedRow grew");
 static_assert(sizeof(CachedRow) % alignof(float) == 0,
@@ -82,7 +80,8 @@ RowCache::Slab::Slab(uint32_t table_id, uint32_t row_floats)
       chunk_mask((uint32_t{1} << chunk_shift) - 1),
       index(/*bucket_count=*/0, EntryHash{this}, EntryEq{this}) {}
 
-RowCache::RowCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+RowCache::RowCache(size_t budget_bytes, bool huge_pages)
+    : budget_bytes_(budget_bytes), huge_pages_(huge_pages) {}
 
 RowCache::~RowCache() = default;
 
@@ -179,9 +178,10 @@ CachedRow* RowCache::Insert(uint32_t table_id, uint64_t key,
   } else {
     entry = slab->entries_used++;
     if ((entry >> slab->chunk_shift) == slab->chunks.size()) {
-      // Not value-initialised: pages are faulted in as entries are used.
-      slab->chunks.emplace_back(
-          new char[slab->entry_bytes << slab->chunk_shift]);
+      // Not initialised: pages are faulted in as entries are used.
+      const size_t bytes = slab->entry_bytes << slab->chunk_shift;
+      slab->chunks.push_back(huge_pages_ ? ChunkArena::NewChunk(bytes)
+                                         : ChunkArena::PlainChunk(bytes));
     }
   }
   CachedRow* row = new (slab->Row(entry)) CachedRow(key, dirty);

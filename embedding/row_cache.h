@@ -8,7 +8,8 @@
 // back to the caller for write-back, so nothing is dropped.
 //
 // Memory: each table's rows live in a slab of equal entries (a 32-byte header,
-// then the floats, rounded up to 8 bytes), allocated in chunks; a freed entry
+// then the floats, rounded up to 8 bytes), allocated in chunks of up to 64 KiB
+// from the chunk arena (huge pages: chunk_arena.h); a freed entry
 // is reused by the table's next row. The index of a table is a hash set of
 // 32-bit entry numbers that hashes and compares through the entry's key, so a
 // row costs its entry plus about 8 bytes of index: 104 bytes for a dim-16 SGD
@@ -32,6 +33,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/types/span.h"
+#include "embedding/chunk_arena.h"
 
 namespace ps::embedding {
 
@@ -83,7 +85,8 @@ struct EvictedRow {
 
 class RowCache {
  public:
-  explicit RowCache(size_t budget_bytes);
+  // huge_pages: chunks from ChunkArena::Global() (else from new[]).
+  explicit RowCache(size_t budget_bytes, bool huge_pages = true);
   ~RowCache();
 
   RowCache(const RowCache&) = delete;
@@ -238,7 +241,7 @@ class RowCache {
     // A chunk holds 2^chunk_shift entries.
     const int chunk_shift;
     const uint32_t chunk_mask;
-    std::vector<std::unique_ptr<char[]>> chunks;
+    std::vector<ChunkArena::Chunk> chunks;
     // Entries [0, entries_used) were handed out at least once.
     uint32_t entries_used = 0;
     std::vector<uint32_t> free_entries;
@@ -255,6 +258,7 @@ class RowCache {
   void Remove(Slab& slab, uint32_t entry);
 
   const size_t budget_bytes_;
+  const bool huge_pages_;
   size_t bytes_ = 0;
   size_t size_ = 0;
   std::vector<std::unique_ptr<Slab>> slabs_;

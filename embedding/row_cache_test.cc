@@ -24,6 +24,27 @@ size_t ResidentBytes() {
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
+TEST(RowCacheTest, RowsLieInTheHugePageArenaUnlessToldNot) {
+  // 77 floats: a chunk size no other test in this binary allocates.
+  const std::vector<float> row(77, 1.5f);
+  const size_t before = ChunkArena::Global().mapped_bytes();
+  {
+    RowCache on_heap(1 << 20, /*huge_pages=*/false);
+    on_heap.Insert(0, 1, row, false);
+    EXPECT_EQ(ChunkArena::Global().mapped_bytes(), before);
+    EXPECT_EQ(on_heap.Find(0, 1)->floats()[76], 1.5f);
+  }
+  {
+    RowCache on_huge_pages(1 << 20, /*huge_pages=*/true);
+    on_huge_pages.Insert(0, 1, row, false);
+    EXPECT_EQ(ChunkArena::Global().mapped_bytes(),
+              before + ChunkArena::kRegionBytes);
+    EXPECT_EQ(on_huge_pages.Find(0, 1)->floats()[76], 1.5f);
+  }
+  // The cache's chunk went back, and with it the region.
+  EXPECT_EQ(ChunkArena::Global().mapped_bytes(), before);
+}
+
 TEST(RowCacheTest, FindsWhatWasInserted) {
   RowCache cache(1 << 20);
   EXPECT_EQ(cache.Find(0, 7), nullptr);

@@ -116,6 +116,11 @@ ABSL_FLAG(uint32_t, hot_tier_stripes, 0,
           "Lock stripes of the hot tier; more lets more pulls and pushes run "
           "at once, fewer costs less per request. 0: four per hardware "
           "thread, at least 8 and at most 256.");
+ABSL_FLAG(bool, hot_tier_huge_pages, true,
+          "Keep the hot tier's rows on transparent huge pages (madvise), "
+          "which spares most TLB misses of random row reads; false: the "
+          "heap's 4 KiB pages (for a kernel whose huge-page compaction "
+          "stalls page faults).");
 ABSL_FLAG(uint64_t, rocksdb_block_cache_mb, 16,
           "RocksDB's block cache, in MiB.");
 ABSL_FLAG(uint64_t, rocksdb_write_buffer_mb, 64,
@@ -352,6 +357,7 @@ absl::Status ReadStoreFlags(ServerOptions* options) {
     return BadFlag(
         absl::StrCat("--hot_tier_stripes must be at most ", kMaxStripes));
   store->num_stripes = static_cast<int>(absl::GetFlag(FLAGS_hot_tier_stripes));
+  store->hot_tier_huge_pages = absl::GetFlag(FLAGS_hot_tier_huge_pages);
   RETURN_IF_ERROR(MegabytesFlag(
       "rocksdb_block_cache_mb", absl::GetFlag(FLAGS_rocksdb_block_cache_mb),
       kMaxMegabytes, &store->rocksdb_block_cache_bytes));

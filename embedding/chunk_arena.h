@@ -1,0 +1,98 @@
+// File: embedding/chunk_arena.h
+//
+// Memory for the hot tier's chunks of rows, on transparent huge pages where
+// the kernel offers them. A hot tier is hundreds of megabytes of rows read at
+// random; on 4 KiB pages nearly every row read also misses the TLB, which a
+// 2 MiB page covers 512 times over (a dim-16 push costs the shard about a
+// fifth less CPU: docs/perf-history.md). Linux backs anonymous memory with
+// huge pages only where asked (madvise) under the usual setting, and malloc
+// does not ask.
+//
+// The arena maps 2 MiB regions aligned to 2 MiB, asks for huge pages on each
+// (MADV_HUGEPAGE; without THP the memory is plain pages and works the same),
+// and cuts each region into chunks of one size: a region serves one chunk
+// size, shared by every table whose rows make chunks of that size. A region
+// whose chunks are all free is unmapped. Chunks of more than kMaxChunkBytes
+// come from operator new instead.
+//
+// Thread-safe. Global() lives as long as the process; a chunk is freed with
+// the size it was allocated with (ChunkArena::Deleter does both).
+
+#ifndef PS_EMBEDDING_CHUNK_ARENA_H_
+#define PS_EMBEDDING_CHUNK_ARENA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::embedding {
+
+class ChunkArena {
+ public:
+  static constexpr size_t kRegionBytes = size_t{2} << 20;
+  // The largest chunk cut from a region; larger ones come from new[].
+  static constexpr size_t kMaxChunkBytes = size_t{64} << 10;
+
+  // Frees a chunk of `bytes` into the global arena, or with delete[] one
+  // that PlainChunk() made.
+  struct Deleter {
+    size_t bytes = 0;
+    bool from_arena = true;
+    void operator()(char* chunk) const {
+      if (from_arena) {
+        Global().Free(chunk, bytes);
+      } else {
+        delete[] chunk;
+      }
+    }
+  };
+  using Chunk = std::unique_ptr<char[], Deleter>;
+
+  ChunkArena() = default;
+  ChunkArena(const ChunkArena&) = delete;
+  ChunkArena& operator=(const ChunkArena&) = delete;
+  ~ChunkArena();
+
+  // The arena every RowCache takes its chunks from.
+  static ChunkArena& Global();
+
+  // A chunk of `bytes` (> 0), uninitialised; throws std::bad_alloc when
+  // there is no memory, as new[] does.
+  char* Allocate(size_t bytes);
+  // Gives back a chunk Allocate(bytes) returned.
+  void Free(char* chunk, size_t bytes);
+  // Global().Allocate() into a Chunk that frees itself into Global().
+  static Chunk NewChunk(size_t bytes);
+  // A chunk from new[], on the heap's pages.
+  static Chunk PlainChunk(size_t bytes);
+
+  // Bytes of regions mapped (chunks over kMaxChunkBytes not included).
+  size_t mapped_bytes() const;
+
+ private:
+  struct Region {
+    char* start = nullptr;
+    size_t chunk_bytes = 0;
+    // Bit i set: chunk i is free. At most 64 chunks a region, since a chunk
+    // cut from one is over kMaxChunkBytes / 2 (RowCache's chunks are) or, if
+    // smaller, only the first 64 are used.
+    uint64_t free_mask = 0;
+  };
+
+  mutable absl::Mutex mu_;
+  // Regions by their start.
+  absl::flat_hash_map<uintptr_t, std::unique_ptr<Region>> regions_
+      ABSL_GUARDED_BY(mu_);
+  // Per chunk size, the regions with a free chunk.
+  absl::flat_hash_map<size_t, std::vector<Region*>> with_free_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::embedding
+
+#endif  // PS_EMBEDDING_CHUNK_ARENA_H_
