@@ -90,25 +90,39 @@ std::map<std::string, TableSpec> SortedByName(
   return sorted;
 }
 
-// Whether two shards hold the same tables, in whatever order (SameTableSpec:
-// a shard may hold a card from before cards recorded a seq column's limit).
-bool SameTables(const google::protobuf::RepeatedPtrField<TableSpec>& a,
-                const google::protobuf::RepeatedPtrField<TableSpec>& b) {
-  const std::map<std::string, TableSpec> sorted_a = SortedByName(a);
-  const std::map<std::string, TableSpec> sorted_b = SortedByName(b);
-  return std::equal(sorted_a.begin(), sorted_a.end(), sorted_b.begin(),
-                    sorted_b.end(), [](const auto& x, const auto& y) {
-                      return x.first == y.first &&
-                             SameTableSpec(x.second, y.second);
-                    });
-}
-
-// Whether a model card among `tables` records a seq column's limit.
-bool RecordsSequenceLimit(
-    const google::protobuf::RepeatedPtrField<TableSpec>& tables) {
-  return std::any_of(tables.begin(), tables.end(), [](const TableSpec& spec) {
-    return spec.model().max_values_per_field() > 0;
-  });
+// Merges the tables shard `shard` holds into `tables` (by name, each with
+// the shard it was taken from in `source`), which hold the names of shard
+// `reference`'s:
+// FAILED_PRECONDITION if the names differ or a spec does not match
+// (SameTableSpec). A card that records a seq column's limit replaces one
+// that does not (declared by an older build), so every recorded limit must
+// agree, on whatever shards the tables' cards lie.
+absl::Status MergeTables(
+    const google::protobuf::RepeatedPtrField<TableSpec>& held, size_t shard,
+    size_t reference, std::map<std::string, TableSpec>* tables,
+    std::map<std::string, size_t>* source) {
+  const std::map<std::string, TableSpec> sorted = SortedByName(held);
+  const bool same_names = std::equal(
+      sorted.begin(), sorted.end(), tables->begin(), tables->end(),
+      [](const auto& a, const auto& b) { return a.first == b.first; });
+  if (!same_names) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard, " holds other tables than shard ", reference));
+  }
+  for (const auto& [name, spec] : sorted) {
+    TableSpec& merged = (*tables)[name];
+    if (!SameTableSpec(spec, merged)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", shard, " holds other tables than shard ",
+                       (*source)[name], " (table ", name, ")"));
+    }
+    if (merged.model().max_values_per_field() == 0 &&
+        spec.model().max_values_per_field() > 0) {
+      merged = spec;
+      (*source)[name] = shard;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Prints "<what>: <line>" to stderr once the work is 3 s old, at most
@@ -374,15 +388,21 @@ struct ExportedModel {
 };
 
 // The model named `model` (empty: the only one) among the tables' model
-// cards (a model's tables are named <model>.<table>). NOT_FOUND without
-// such a model, INVALID_ARGUMENT for an empty `model` and several models.
+// cards (a model's tables are named <model>.<table>), preferring a card that
+// records a seq column's limit to one an older build declared. NOT_FOUND
+// without such a model, INVALID_ARGUMENT for an empty `model` and several.
 absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
                                           const std::string& model) {
   std::map<std::string, ModelCard> models;  // by name
   for (const TableInfo& table : listed.tables()) {
     if (!table.spec().has_model()) continue;
     const std::string& name = table.spec().name();
-    models[name.substr(0, name.find('.'))] = table.spec().model();
+    const ModelCard& card = table.spec().model();
+    auto [it, added] = models.try_emplace(name.substr(0, name.find('.')), card);
+    if (!added && it->second.max_values_per_field() == 0 &&
+        card.max_values_per_field() > 0) {
+      it->second = card;
+    }
   }
   std::vector<std::string> names;
   for (const auto& [name, card] : models) names.push_back(name);
@@ -556,34 +576,25 @@ absl::Status AddShardsAndTables(const std::vector<SnapshotShardResponse>& parts,
   while (reference + 1 < shards &&
          slot_map.SlotsOwned(0, kNumSlots - 1, reference) == 0)
     ++reference;
-  // Rather one whose model cards record a seq column's limit, if a shard's
-  // were declared by an older build (SameTableSpec matches those with any
-  // limit): every shard must then agree with the recorded one.
-  for (size_t i = 0; i < shards; ++i) {
-    if (RecordsSequenceLimit(parts[i].tables()) &&
-        !RecordsSequenceLimit(parts[reference].tables())) {
-      reference = i;
-    }
-  }
+  std::map<std::string, TableSpec> tables =
+      SortedByName(parts[reference].tables());
+  std::map<std::string, size_t> source;  // the shard each spec came from
+  for (const auto& [name, spec] : tables) source[name] = reference;
   for (size_t i = 0; i < shards; ++i) {
     const SnapshotShardResponse& part = parts[i];
     const bool empty_newcomer =
         part.tables().empty() && slot_map.SlotsOwned(0, kNumSlots - 1, i) == 0;
     // Workers declare tables on every shard in turn, so two shards may
     // list the same tables in different orders.
-    if (!empty_newcomer &&
-        !SameTables(part.tables(), parts[reference].tables())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", i, " holds other tables than shard ", reference));
-    }
+    if (!empty_newcomer)
+      RETURN_IF_ERROR(
+          MergeTables(part.tables(), i, reference, &tables, &source));
     CheckpointManifest::Shard* shard = manifest->add_shards();
     shard->set_index(static_cast<uint32_t>(i));
     shard->set_path(std::filesystem::path(part.path()).filename().string());
     shard->set_bytes(part.bytes());
   }
-  for (const auto& [name, spec] : SortedByName(parts[reference].tables())) {
-    *manifest->add_tables() = spec;
-  }
+  for (const auto& [name, spec] : tables) *manifest->add_tables() = spec;
   return absl::OkStatus();
 }
 
@@ -710,12 +721,18 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
       net::AdminChannels::Connect(cluster.servers, cluster.coordinator,
                                   cluster.tls, cluster.token));
   RETURN_IF_ERROR(CheckShardOrder(clients, cluster.servers));
-  // The model's card and tables, from shard 0's specs.
+  // The model's card and tables, from every shard's specs (a shard's cards
+  // may come from an older build: ChooseModel prefers the newer).
   ListTablesResponse listed;
-  RETURN_IF_ERROR(net::FromGrpcStatus(
-      clients.shard(0).ListTables(clients.Context(absl::Seconds(30)).get(),
-                                  ListTablesRequest(), &listed),
-      "listing the tables"));
+  for (size_t i = 0; i < clients.size(); ++i) {
+    ListTablesResponse shard_listed;
+    RETURN_IF_ERROR(net::FromGrpcStatus(
+        clients.shard(i).ListTables(clients.Context(absl::Seconds(30)).get(),
+                                    ListTablesRequest(), &shard_listed),
+        absl::StrCat("listing the tables of shard ", i)));
+    for (TableInfo& table : *shard_listed.mutable_tables())
+      *listed.add_tables() = std::move(table);
+  }
   ASSIGN_OR_RETURN(const ExportedModel model,
                    ChooseModel(listed, options.model));
 

@@ -588,6 +588,27 @@ TEST_F(CheckpointTest, ShardsMayHoldCardsWithAndWithoutTheSequenceLimit) {
   ASSERT_EQ(manifest->tables_size(), 1);
   EXPECT_EQ(manifest->tables(0).model().max_values_per_field(), 4u);
 
+  // Each table's recorded card wins, whichever shard holds it.
+  declare(0, "n.first", 6);
+  declare(1, "n.first", 0);
+  declare(2, "n.first", 0);
+  declare(0, "n.second", 0);
+  declare(1, "n.second", 0);
+  declare(2, "n.second", 6);
+  const std::string per_table = dir_ + "/per_table";
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + per_table, "checkpoint"},
+                  dir_ + "/per_table.log"),
+            0)
+      << ReadFile(dir_ + "/per_table.log");
+  manifest = ReadManifest(per_table);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_EQ(manifest->tables_size(), 3);
+  for (const TableSpec& table : manifest->tables()) {
+    EXPECT_EQ(table.model().max_values_per_field(),
+              table.name() == "m.history" ? 4u : 6u)
+        << table.name();
+  }
+
   declare(0, "m.other", 0);
   declare(1, "m.other", 4);
   declare(2, "m.other", 10);
