@@ -55,8 +55,10 @@ ChunkArena::Chunk ChunkArena::PlainChunk(size_t bytes) {
 }
 
 char* ChunkArena::Allocate(size_t bytes) {
-  DCHECK_GT(bytes, 0u);
   if (bytes > kMaxChunkBytes) return new char[bytes];
+  // A region serves at most 64 chunks: smaller ones would leave most of it
+  // unused (RowCache's are over half of kMaxChunkBytes).
+  DCHECK_GT(bytes, kMaxChunkBytes / 2);
   absl::MutexLock lock(&mu_);
   std::vector<Region*>& candidates = with_free_[bytes];
   if (candidates.empty()) {

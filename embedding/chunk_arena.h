@@ -61,8 +61,9 @@ class ChunkArena {
   // The arena every RowCache takes its chunks from.
   static ChunkArena& Global();
 
-  // A chunk of `bytes` (> 0), uninitialised; throws std::bad_alloc when
-  // there is no memory, as new[] does.
+  // A chunk of `bytes` (over kMaxChunkBytes / 2: a region serves at most 64),
+  // uninitialised; throws std::bad_alloc when there is no memory, as new[]
+  // does.
   char* Allocate(size_t bytes);
   // Gives back a chunk Allocate(bytes) returned.
   void Free(char* chunk, size_t bytes);

@@ -347,14 +347,11 @@ absl::Status EmbeddingStoreImpl::UpdatePushRows(const Table& table,
   constexpr size_t kAhead = 8;
   for (size_t i = 0; i < push.rows.size(); ++i) {
     if (i + kAhead < push.rows.size()) {
-      const char* ahead =
-          reinterpret_cast<const char*>(push.rows[i + kAhead]->floats());
-      for (size_t b = 0; b < row_floats * sizeof(float); b += 64)
-        __builtin_prefetch(ahead + b, 1);
-      const char* gradient = reinterpret_cast<const char*>(
-          &push.gradients[push.order[i + kAhead] * dim]);
-      for (size_t b = 0; b < dim * sizeof(float); b += 64)
-        __builtin_prefetch(gradient + b);
+      // The header too: CommitPush writes it.
+      PrefetchBytes(push.rows[i + kAhead],
+                    sizeof(CachedRow) + row_floats * sizeof(float));
+      PrefetchBytes(&push.gradients[push.order[i + kAhead] * dim],
+                    dim * sizeof(float));
     }
     float* values = push.rows[i]->floats();
     push.before.insert(push.before.end(), values, values + row_floats);

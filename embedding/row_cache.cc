@@ -40,14 +40,6 @@ constexpr bool kTagProbes = true;
 constexpr bool kTagProbes = false;
 #endif
 
-// Prefetches the cache lines of [begin, begin + bytes).
-void PrefetchBytes(const void* begin, size_t bytes) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
-  for (uintptr_t line = first; line < end; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(line));
-}
-
 int ChunkShift(size_t entry_bytes) {
   int shift = 0;
   while ((entry_bytes << (shift + 1)) <= kMaxChunkBytes) ++shift;

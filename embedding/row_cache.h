@@ -37,6 +37,14 @@
 
 namespace ps::embedding {
 
+// Prefetches every cache line of [begin, begin + bytes).
+inline void PrefetchBytes(const void* begin, size_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
+  for (uintptr_t line = first; line < end; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
+}
+
 // A cached row: the header of an entry, its floats (weights, then optimizer
 // state; how many is the table's) right after it. Owned by its RowCache.
 class CachedRow {

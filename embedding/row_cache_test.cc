@@ -450,7 +450,9 @@ TEST(RowCacheTest, RandomOperationsAgreeWithAMap) {
   EXPECT_GT(moved, 0u);
 }
 
-TEST(RowCacheTest, ADim16SgdRowCostsAtMost110BytesOfMemory) {
+// 104 bytes counted (a 96-byte entry, 8 of index), the index's slack, and the
+// tail of each 2 MiB region that no 48 KiB chunk fills (1.5 bytes a row).
+TEST(RowCacheTest, ADim16SgdRowCostsAtMost112BytesOfMemory) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's shadow memory and quarantine are resident "
                   "beside every byte the cache allocates";
@@ -463,7 +465,7 @@ TEST(RowCacheTest, ADim16SgdRowCostsAtMost110BytesOfMemory) {
     cache->Insert(0, key * 7919, row, /*dirty=*/false);
   const double resident_per_row =
       static_cast<double>(ResidentBytes() - before) / kRows;
-  EXPECT_LE(resident_per_row, 110.0);
+  EXPECT_LE(resident_per_row, 112.0);
   // What the budget counts is close to what the rows cost.
   EXPECT_NEAR(static_cast<double>(cache->bytes()) / kRows, resident_per_row,
               8.0);

@@ -90,13 +90,39 @@ std::map<std::string, TableSpec> SortedByName(
   return sorted;
 }
 
+// ": max_values_per_field A against B" where two specs' model cards record
+// other seq limits; empty otherwise.
+std::string TableDifference(const TableSpec& a, const TableSpec& b) {
+  const uint32_t a_limit = a.model().max_values_per_field();
+  const uint32_t b_limit = b.model().max_values_per_field();
+  if (a_limit == 0 || b_limit == 0 || a_limit == b_limit) return "";
+  return absl::StrCat(": max_values_per_field ", a_limit, " against ", b_limit);
+}
+
+// Merges `spec`, as shard `shard` holds it, into `merged`, taken from shard
+// `*source`: a card that records a seq column's limit replaces one that does
+// not (declared by an older build), so every recorded limit must agree, on
+// whatever shards the cards lie. FAILED_PRECONDITION if the specs do not
+// match (SameTableSpec).
+absl::Status MergeSpec(const TableSpec& spec, size_t shard, TableSpec* merged,
+                       size_t* source) {
+  if (!SameTableSpec(spec, *merged)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard, " holds other tables than shard ", *source, " (table ",
+        spec.name(), TableDifference(spec, *merged), ")"));
+  }
+  if (merged->model().max_values_per_field() == 0 &&
+      spec.model().max_values_per_field() > 0) {
+    *merged = spec;
+    *source = shard;
+  }
+  return absl::OkStatus();
+}
+
 // Merges the tables shard `shard` holds into `tables` (by name, each with
 // the shard it was taken from in `source`), which hold the names of shard
-// `reference`'s:
-// FAILED_PRECONDITION if the names differ or a spec does not match
-// (SameTableSpec). A card that records a seq column's limit replaces one
-// that does not (declared by an older build), so every recorded limit must
-// agree, on whatever shards the tables' cards lie.
+// `reference`'s: FAILED_PRECONDITION if the names differ or a spec does not
+// match (MergeSpec).
 absl::Status MergeTables(
     const google::protobuf::RepeatedPtrField<TableSpec>& held, size_t shard,
     size_t reference, std::map<std::string, TableSpec>* tables,
@@ -110,17 +136,7 @@ absl::Status MergeTables(
         "shard ", shard, " holds other tables than shard ", reference));
   }
   for (const auto& [name, spec] : sorted) {
-    TableSpec& merged = (*tables)[name];
-    if (!SameTableSpec(spec, merged)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("shard ", shard, " holds other tables than shard ",
-                       (*source)[name], " (table ", name, ")"));
-    }
-    if (merged.model().max_values_per_field() == 0 &&
-        spec.model().max_values_per_field() > 0) {
-      merged = spec;
-      (*source)[name] = shard;
-    }
+    RETURN_IF_ERROR(MergeSpec(spec, shard, &(*tables)[name], &(*source)[name]));
   }
   return absl::OkStatus();
 }
@@ -721,18 +737,30 @@ absl::StatusOr<ExportManifest> TakeExport(const ExportOptions& options) {
       net::AdminChannels::Connect(cluster.servers, cluster.coordinator,
                                   cluster.tls, cluster.token));
   RETURN_IF_ERROR(CheckShardOrder(clients, cluster.servers));
-  // The model's card and tables, from every shard's specs (a shard's cards
-  // may come from an older build: ChooseModel prefers the newer).
-  ListTablesResponse listed;
+  // The model's card and tables, from every shard's specs, a table's spec
+  // from a shard whose card records a seq column's limit where another's
+  // (an older build's) does not.
+  std::map<std::string, TableSpec> tables;
+  std::map<std::string, size_t> source;  // the shard each spec came from
   for (size_t i = 0; i < clients.size(); ++i) {
     ListTablesResponse shard_listed;
     RETURN_IF_ERROR(net::FromGrpcStatus(
         clients.shard(i).ListTables(clients.Context(absl::Seconds(30)).get(),
                                     ListTablesRequest(), &shard_listed),
         absl::StrCat("listing the tables of shard ", i)));
-    for (TableInfo& table : *shard_listed.mutable_tables())
-      *listed.add_tables() = std::move(table);
+    for (const TableInfo& table : shard_listed.tables()) {
+      const std::string& name = table.spec().name();
+      auto [merged, added] = tables.try_emplace(name, table.spec());
+      auto [from, unused] = source.try_emplace(name, i);
+      if (!added) {
+        RETURN_IF_ERROR(
+            MergeSpec(table.spec(), i, &merged->second, &from->second));
+      }
+    }
   }
+  ListTablesResponse listed;
+  for (const auto& [name, spec] : tables)
+    *listed.add_tables()->mutable_spec() = spec;
   ASSIGN_OR_RETURN(const ExportedModel model,
                    ChooseModel(listed, options.model));
 
