@@ -50,6 +50,20 @@ ChunkArena::Chunk ChunkArena::NewChunk(size_t bytes) {
   return Chunk(Global().Allocate(bytes), Deleter{bytes});
 }
 
+void ChunkArena::AddFree(Region* region) {
+  std::vector<Region*>& regions = with_free_[region->chunk_bytes];
+  region->free_position = regions.size();
+  regions.push_back(region);
+}
+
+void ChunkArena::RemoveFree(Region* region) {
+  std::vector<Region*>& regions = with_free_[region->chunk_bytes];
+  Region* last = regions.back();
+  regions[region->free_position] = last;
+  last->free_position = region->free_position;
+  regions.pop_back();
+}
+
 ChunkArena::Chunk ChunkArena::PlainChunk(size_t bytes) {
   return Chunk(new char[bytes], Deleter{bytes, /*from_arena=*/false});
 }
@@ -60,7 +74,7 @@ char* ChunkArena::Allocate(size_t bytes) {
   // unused (RowCache's are over half of kMaxChunkBytes).
   DCHECK_GT(bytes, kMaxChunkBytes / 2);
   absl::MutexLock lock(&mu_);
-  std::vector<Region*>& candidates = with_free_[bytes];
+  const std::vector<Region*>& candidates = with_free_[bytes];
   if (candidates.empty()) {
     char* start = MapRegion();
     if (start == nullptr) throw std::bad_alloc();
@@ -70,14 +84,14 @@ char* ChunkArena::Allocate(size_t bytes) {
     const size_t chunks = ChunksPerRegion(bytes);
     region->free_mask =
         chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
-    candidates.push_back(region.get());
+    AddFree(region.get());
     regions_[reinterpret_cast<uintptr_t>(start)] = std::move(region);
   }
-  // The lowest free chunk of the region that last had one.
+  // The lowest free chunk of a region that has one.
   Region* region = candidates.back();
   const int chunk = __builtin_ctzll(region->free_mask);
   region->free_mask &= region->free_mask - 1;
-  if (region->free_mask == 0) candidates.pop_back();
+  if (region->free_mask == 0) RemoveFree(region);
   return region->start + static_cast<size_t>(chunk) * bytes;
 }
 
@@ -96,14 +110,13 @@ void ChunkArena::Free(char* chunk, size_t bytes) {
   DCHECK_EQ(region->chunk_bytes, bytes);
   const size_t index = (chunk - region->start) / bytes;
   DCHECK_EQ(region->free_mask & (uint64_t{1} << index), 0u) << "double free";
-  std::vector<Region*>& candidates = with_free_[bytes];
-  if (region->free_mask == 0) candidates.push_back(region);
+  if (region->free_mask == 0) AddFree(region);
   region->free_mask |= uint64_t{1} << index;
   const size_t chunks = ChunksPerRegion(bytes);
   const uint64_t all =
       chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
   if (region->free_mask != all) return;
-  candidates.erase(std::find(candidates.begin(), candidates.end(), region));
+  RemoveFree(region);
   munmap(region->start, kRegionBytes);
   regions_.erase(it);
 }

@@ -83,7 +83,14 @@ class ChunkArena {
     // cut from one is over kMaxChunkBytes / 2 (RowCache's chunks are) or, if
     // smaller, only the first 64 are used.
     uint64_t free_mask = 0;
+    // While it has a free chunk: its place in with_free_[chunk_bytes].
+    size_t free_position = 0;
   };
+
+  // Adds `region` to, or takes it from, the regions of its size with a free
+  // chunk.
+  void AddFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   // Regions by their start.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "embedding/chunk_arena.h"
 #include "embedding/embedding_store_impl.h"
 #include "embedding/push_record.h"
 #include "glog/logging.h"
@@ -260,6 +261,7 @@ StoreStats EmbeddingStoreImpl::Stats() {
     stats.hot_tier_budget_bytes += stripe->cache.budget_bytes();
     stats.hot_tier_allocated_bytes += stripe->cache.allocated_entry_bytes();
   }
+  stats.hot_tier_mapped_bytes = ChunkArena::Global().mapped_bytes();
   stats.hot_tier_hits = hits_.load();
   stats.hot_tier_misses = misses_.load();
   stats.rows_pulled = rows_pulled_.load();

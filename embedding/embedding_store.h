@@ -167,6 +167,10 @@ struct StoreStats {
   uint64_t hot_tier_budget_bytes = 0;
   // Entries allocated, used or free (RowCache::allocated_entry_bytes()).
   uint64_t hot_tier_allocated_bytes = 0;
+  // Bytes of the huge-page regions hot-tier chunks come from, in use or
+  // partly free: the process's (ChunkArena::Global()), whatever store uses
+  // them.
+  uint64_t hot_tier_mapped_bytes = 0;
   uint64_t hot_tier_hits = 0;
   uint64_t hot_tier_misses = 0;
   uint64_t rows_pulled = 0;

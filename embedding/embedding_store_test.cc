@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "base/optimizer.h"
 #include "base/status_matchers.h"
+#include "embedding/chunk_arena.h"
 #include "embedding/embedding_store_test_util.h"
 #include "embedding/row_cache.h"
 #include "gtest/gtest.h"
@@ -193,6 +194,27 @@ TEST_F(EmbeddingStoreTest, PushAppliesOptimizerAndSumsDuplicateKeys) {
   bool stored = false;
   ASSERT_OK(store->GetRow("emb", 7, &row, &stored));
   EXPECT_TRUE(stored);
+}
+
+TEST_F(EmbeddingStoreTest, RowsLieOnHugePageRegionsUnlessToldNot) {
+  // Dim 33 SGD: a chunk size no other test in this binary allocates.
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  const std::vector<float> gradients(keys.size() * 33, 0.5f);
+  const uint64_t before = ChunkArena::Global().mapped_bytes();
+  {
+    StoreOptions plain = options_;
+    plain.hot_tier_huge_pages = false;
+    auto store = OpenStore(plain);
+    ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 33, 0.1f)));
+    ASSERT_OK(store->Push("emb", keys, gradients));
+    EXPECT_EQ(store->Stats().hot_tier_mapped_bytes, before);
+  }
+  auto store = OpenStore(options_);
+  ASSERT_OK(store->tables().DeclareTable(SgdTable("emb", 33, 0.1f)));
+  ASSERT_OK(store->Push("emb", keys, gradients));
+  // The three keys' stripes took a chunk each, of one region at least.
+  EXPECT_GE(store->Stats().hot_tier_mapped_bytes,
+            before + ChunkArena::kRegionBytes);
 }
 
 TEST_F(EmbeddingStoreTest, APushsLearningRateScaleScalesItsStep) {

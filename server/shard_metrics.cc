@@ -78,6 +78,10 @@ class ShardMetrics::StoreCollectable : public prometheus::Collectable {
         Single("ps_hot_tier_allocated_bytes",
                "Memory of the hot tier's entries, holding rows or free.", gauge,
                stats.hot_tier_allocated_bytes, shard_),
+        Single("ps_hot_tier_mapped_bytes",
+               "Memory of the huge-page regions the hot tier's entries lie "
+               "in, used or partly free.",
+               gauge, stats.hot_tier_mapped_bytes, shard_),
         Single("ps_hot_tier_hits_total", "Row lookups the hot tier answered.",
                counter, stats.hot_tier_hits, shard_),
         Single("ps_hot_tier_misses_total",
