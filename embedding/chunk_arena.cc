@@ -31,8 +31,12 @@ char* MapRegion() {
   return region;
 }
 
-size_t ChunksPerRegion(size_t chunk_bytes) {
-  return std::min<size_t>(ChunkArena::kRegionBytes / chunk_bytes, 64);
+// The free mask of a region of `chunk_bytes` chunks none of which is used:
+// a bit per chunk, at most 64.
+uint64_t AllFree(size_t chunk_bytes) {
+  const size_t chunks =
+      std::min<size_t>(ChunkArena::kRegionBytes / chunk_bytes, 64);
+  return chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
 }
 
 }  // namespace
@@ -81,9 +85,7 @@ char* ChunkArena::Allocate(size_t bytes) {
     auto region = std::make_unique<Region>();
     region->start = start;
     region->chunk_bytes = bytes;
-    const size_t chunks = ChunksPerRegion(bytes);
-    region->free_mask =
-        chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
+    region->free_mask = AllFree(bytes);
     AddFree(region.get());
     regions_[reinterpret_cast<uintptr_t>(start)] = std::move(region);
   }
@@ -112,10 +114,7 @@ void ChunkArena::Free(char* chunk, size_t bytes) {
   DCHECK_EQ(region->free_mask & (uint64_t{1} << index), 0u) << "double free";
   if (region->free_mask == 0) AddFree(region);
   region->free_mask |= uint64_t{1} << index;
-  const size_t chunks = ChunksPerRegion(bytes);
-  const uint64_t all =
-      chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
-  if (region->free_mask != all) return;
+  if (region->free_mask != AllFree(bytes)) return;
   RemoveFree(region);
   munmap(region->start, kRegionBytes);
   regions_.erase(it);
