@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/packed.h"
@@ -349,10 +350,16 @@ grpc::ServerUnaryReactor* DataService::Pull(
 
 namespace {
 
-// A push's gradients as floats, unscaled; INVALID_ARGUMENT for an unknown
+// The scale a push's gradients were multiplied by before sending (0 on the
+// wire: none).
+float GradientScale(const PushRequest& request) {
+  return request.gradient_scale() == 0.0f ? 1.0f : request.gradient_scale();
+}
+
+// How many values a push's gradients hold; INVALID_ARGUMENT for an unknown
 // wire format, bytes that are not whole values, or a scale that is not
 // positive and finite.
-absl::StatusOr<std::vector<float>> DecodeGradients(const PushRequest& request) {
+absl::StatusOr<size_t> CheckGradients(const PushRequest& request) {
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -363,17 +370,13 @@ absl::StatusOr<std::vector<float>> DecodeGradients(const PushRequest& request) {
         "gradients must be packed ", value_bytes, "-byte values; got ",
         request.gradients().size(), " bytes"));
   }
-  const float gradient_scale =
-      request.gradient_scale() == 0.0f ? 1.0f : request.gradient_scale();
+  const float gradient_scale = GradientScale(request);
   if (!(gradient_scale > 0.0f) || !std::isfinite(gradient_scale)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a push's gradient scale must be positive and finite, not ",
         request.gradient_scale()));
   }
-  std::vector<float> gradients(request.gradients().size() / value_bytes);
-  DecodeWireValues(request.format(), request.gradients().data(),
-                   absl::MakeSpan(gradients), 1.0f / gradient_scale);
-  return gradients;
+  return request.gradients().size() / value_bytes;
 }
 
 }  // namespace
@@ -429,8 +432,13 @@ absl::Status DataService::HandlePush(const PushRequest& request,
         absl::StrCat("this shard's ", moves_->Describe(),
                      ": their pushes wait until the move ends; retry")));
   }
-  ASSIGN_OR_RETURN(const std::vector<float> gradients,
-                   DecodeGradients(request));
+  ASSIGN_OR_RETURN(const size_t gradient_count, CheckGradients(request));
+  // Not zeroed first (a FixedArray of floats is left uninitialized): every
+  // value is written by the decode, and a dim-64 push's megabyte of zeros
+  // was 2% of the shard's CPU.
+  absl::FixedArray<float> gradients(gradient_count);
+  DecodeWireValues(request.format(), request.gradients().data(),
+                   absl::MakeSpan(gradients), 1.0f / GradientScale(request));
   const float learning_rate_scale = request.learning_rate_scale() == 0.0f
                                         ? 1.0f
                                         : request.learning_rate_scale();
