@@ -10,25 +10,25 @@
 namespace ps::embedding {
 namespace {
 
-// Maps kRegionBytes aligned to kRegionBytes (a huge page can only back an
-// aligned 2 MiB), or returns nullptr.
-char* MapRegion() {
+// Maps kRegionsPerSpan regions, the first aligned to kRegionBytes (a huge
+// page can only back an aligned 2 MiB), or returns nullptr.
+char* MapSpan() {
   constexpr size_t kRegion = ChunkArena::kRegionBytes;
-  void* mapped = mmap(nullptr, 2 * kRegion, PROT_READ | PROT_WRITE,
+  constexpr size_t kSpan = kRegion * ChunkArena::kRegionsPerSpan;
+  void* mapped = mmap(nullptr, kSpan + kRegion, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) return nullptr;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(mapped);
   const uintptr_t aligned = (begin + kRegion - 1) & ~(kRegion - 1);
-  // Give back what lies outside the aligned region.
+  // Give back what lies outside the aligned span.
   if (aligned > begin) munmap(mapped, aligned - begin);
-  const uintptr_t end = begin + 2 * kRegion;
-  if (end > aligned + kRegion)
-    munmap(reinterpret_cast<void*>(aligned + kRegion),
-           end - (aligned + kRegion));
-  char* region = reinterpret_cast<char*>(aligned);
-  // Advice only: where THP is off the region is plain pages.
-  madvise(region, kRegion, MADV_HUGEPAGE);
-  return region;
+  const uintptr_t end = begin + kSpan + kRegion;
+  if (end > aligned + kSpan)
+    munmap(reinterpret_cast<void*>(aligned + kSpan), end - (aligned + kSpan));
+  char* span = reinterpret_cast<char*>(aligned);
+  // Advice only: where THP is off the span is plain pages.
+  madvise(span, kSpan, MADV_HUGEPAGE);
+  return span;
 }
 
 // The free mask of a region of `chunk_bytes` chunks none of which is used:
@@ -42,7 +42,7 @@ uint64_t AllFree(size_t chunk_bytes) {
 }  // namespace
 
 ChunkArena::~ChunkArena() {
-  for (auto& [start, region] : regions_) munmap(region->start, kRegionBytes);
+  for (char* span : spans_) munmap(span, kRegionBytes * kRegionsPerSpan);
 }
 
 ChunkArena& ChunkArena::Global() {
@@ -55,17 +55,35 @@ ChunkArena::Chunk ChunkArena::NewChunk(size_t bytes) {
 }
 
 void ChunkArena::AddFree(Region* region) {
-  std::vector<Region*>& regions = with_free_[region->chunk_bytes];
+  std::vector<Region*>& regions =
+      sizes_[region->chunk_bytes]
+          .with_free[__builtin_popcountll(region->free_mask)];
   region->free_position = regions.size();
   regions.push_back(region);
 }
 
 void ChunkArena::RemoveFree(Region* region) {
-  std::vector<Region*>& regions = with_free_[region->chunk_bytes];
+  std::vector<Region*>& regions =
+      sizes_[region->chunk_bytes]
+          .with_free[__builtin_popcountll(region->free_mask)];
   Region* last = regions.back();
   regions[region->free_position] = last;
   last->free_position = region->free_position;
   regions.pop_back();
+}
+
+char* ChunkArena::TakeIdleRegion() {
+  if (idle_regions_.empty()) {
+    char* span = MapSpan();
+    if (span == nullptr) return nullptr;
+    spans_.push_back(span);
+    // Taken from the back: the span's first region first.
+    for (size_t i = kRegionsPerSpan; i-- > 0;)
+      idle_regions_.push_back(span + i * kRegionBytes);
+  }
+  char* start = idle_regions_.back();
+  idle_regions_.pop_back();
+  return start;
 }
 
 ChunkArena::Chunk ChunkArena::PlainChunk(size_t bytes) {
@@ -78,22 +96,31 @@ char* ChunkArena::Allocate(size_t bytes) {
   // unused (RowCache's are over half of kMaxChunkBytes).
   DCHECK_GT(bytes, kMaxChunkBytes / 2);
   absl::MutexLock lock(&mu_);
-  const std::vector<Region*>& candidates = with_free_[bytes];
-  if (candidates.empty()) {
-    char* start = MapRegion();
+  // The fullest region with a free chunk.
+  SizeClass& size = sizes_[bytes];
+  Region* region = nullptr;
+  for (std::vector<Region*>& regions : size.with_free) {
+    if (!regions.empty()) {
+      region = regions.back();
+      break;
+    }
+  }
+  if (region == nullptr) {
+    char* start = TakeIdleRegion();
     if (start == nullptr) throw std::bad_alloc();
-    auto region = std::make_unique<Region>();
+    auto owned = std::make_unique<Region>();
+    region = owned.get();
     region->start = start;
     region->chunk_bytes = bytes;
     region->free_mask = AllFree(bytes);
-    AddFree(region.get());
-    regions_[reinterpret_cast<uintptr_t>(start)] = std::move(region);
+    AddFree(region);
+    regions_[reinterpret_cast<uintptr_t>(start)] = std::move(owned);
   }
-  // The lowest free chunk of a region that has one.
-  Region* region = candidates.back();
+  // Its lowest free chunk.
+  RemoveFree(region);
   const int chunk = __builtin_ctzll(region->free_mask);
   region->free_mask &= region->free_mask - 1;
-  if (region->free_mask == 0) RemoveFree(region);
+  if (region->free_mask != 0) AddFree(region);
   return region->start + static_cast<size_t>(chunk) * bytes;
 }
 
@@ -112,11 +139,16 @@ void ChunkArena::Free(char* chunk, size_t bytes) {
   DCHECK_EQ(region->chunk_bytes, bytes);
   const size_t index = (chunk - region->start) / bytes;
   DCHECK_EQ(region->free_mask & (uint64_t{1} << index), 0u) << "double free";
-  if (region->free_mask == 0) AddFree(region);
+  if (region->free_mask != 0) RemoveFree(region);
   region->free_mask |= uint64_t{1} << index;
-  if (region->free_mask != AllFree(bytes)) return;
-  RemoveFree(region);
-  munmap(region->start, kRegionBytes);
+  if (region->free_mask != AllFree(bytes)) {
+    AddFree(region);
+    return;
+  }
+  // Its memory goes back to the kernel; the mapping stays, for the next
+  // region (a munmap here would split the span's mapping in two).
+  madvise(region->start, kRegionBytes, MADV_DONTNEED);
+  idle_regions_.push_back(region->start);
   regions_.erase(it);
 }
 

@@ -8,12 +8,18 @@
 // huge pages only where asked (madvise) under the usual setting, and malloc
 // does not ask.
 //
-// The arena maps 2 MiB regions aligned to 2 MiB, asks for huge pages on each
+// The arena cuts 2 MiB regions, aligned to 2 MiB, from spans of
+// kRegionsPerSpan regions mapped at once with huge pages asked for
 // (MADV_HUGEPAGE; without THP the memory is plain pages and works the same),
-// and cuts each region into chunks of one size: a region serves one chunk
-// size, shared by every table whose rows make chunks of that size. A region
-// whose chunks are all free is unmapped. Chunks of more than kMaxChunkBytes
-// come from operator new instead.
+// so that the process holds a mapping per span, not per region: Linux caps a
+// process's mappings (vm.max_map_count, 65530 by default), which a mapping
+// per region reached at about 120 GiB of rows. A region serves one chunk
+// size, shared by every table whose rows make chunks of that size; a chunk
+// comes from the fullest region of its size that has one free, so that
+// emptier regions drain. A region whose chunks are all free gives its memory
+// back to the kernel (MADV_DONTNEED) and stays mapped, idle, for the next
+// region of any size; spans are unmapped only with the arena. Chunks of
+// more than kMaxChunkBytes come from operator new instead.
 //
 // Thread-safe. Global() lives as long as the process; a chunk is freed with
 // the size it was allocated with (ChunkArena::Deleter does both).
@@ -35,6 +41,8 @@ namespace ps::embedding {
 class ChunkArena {
  public:
   static constexpr size_t kRegionBytes = size_t{2} << 20;
+  // Regions mapped at once: 32 MiB of address space.
+  static constexpr size_t kRegionsPerSpan = 16;
   // The largest chunk cut from a region; larger ones come from new[].
   static constexpr size_t kMaxChunkBytes = size_t{64} << 10;
 
@@ -72,10 +80,12 @@ class ChunkArena {
   // A chunk from new[], on the heap's pages.
   static Chunk PlainChunk(size_t bytes);
 
-  // Bytes of regions mapped (chunks over kMaxChunkBytes not included).
+  // Bytes of the regions that hold chunks (chunks over kMaxChunkBytes not
+  // included; idle regions hold no memory).
   size_t mapped_bytes() const;
 
  private:
+  // A region that holds chunks.
   struct Region {
     char* start = nullptr;
     size_t chunk_bytes = 0;
@@ -83,22 +93,33 @@ class ChunkArena {
     // cut from one is over kMaxChunkBytes / 2 (RowCache's chunks are) or, if
     // smaller, only the first 64 are used.
     uint64_t free_mask = 0;
-    // While it has a free chunk: its place in with_free_[chunk_bytes].
+    // While it has a free chunk: its place in its size's list of regions
+    // with as many free chunks.
     size_t free_position = 0;
   };
+  // Per chunk size, the regions with a free chunk, by how many:
+  // with_free[n] holds those with n free chunks (1 to 64).
+  struct SizeClass {
+    std::vector<Region*> with_free[65];
+  };
 
-  // Adds `region` to, or takes it from, the regions of its size with a free
-  // chunk.
+  // Adds `region` to, or takes it from, its size's lists of regions with a
+  // free chunk. REQUIRES: a free chunk.
   void AddFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An idle region's start, mapping a span first if none is idle; nullptr
+  // when the kernel maps no more.
+  char* TakeIdleRegion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  // Regions by their start.
+  // Regions that hold chunks, by their start.
   absl::flat_hash_map<uintptr_t, std::unique_ptr<Region>> regions_
       ABSL_GUARDED_BY(mu_);
-  // Per chunk size, the regions with a free chunk.
-  absl::flat_hash_map<size_t, std::vector<Region*>> with_free_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<size_t, SizeClass> sizes_ ABSL_GUARDED_BY(mu_);
+  // Starts of mapped regions that hold no chunk (and no memory).
+  std::vector<char*> idle_regions_ ABSL_GUARDED_BY(mu_);
+  // Every span mapped, unmapped by the destructor.
+  std::vector<char*> spans_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::embedding

@@ -1,5 +1,8 @@
 #include "embedding/chunk_arena.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -35,6 +38,32 @@ std::string VmFlagsOf(const void* address) {
     if (inside && line.rfind("VmFlags:", 0) == 0) return line;
   }
   return "";
+}
+
+// Lines of /proc/self/maps: the process's mappings.
+int MappingCount() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int count = 0;
+  while (std::getline(maps, line)) ++count;
+  return count;
+}
+
+// Pages of the region that starts at `start` in memory (mincore()).
+int ResidentPages(const char* start) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(ChunkArena::kRegionBytes / page);
+  EXPECT_EQ(mincore(const_cast<char*>(start), ChunkArena::kRegionBytes,
+                    resident.data()),
+            0);
+  int count = 0;
+  for (unsigned char page_resident : resident) count += page_resident & 1;
+  return count;
+}
+
+const char* RegionOf(const char* chunk) {
+  return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(chunk) &
+                                       ~(ChunkArena::kRegionBytes - 1));
 }
 
 TEST(ChunkArenaTest, ChunksAreDisjointAlignedInRegionsAndAskForHugePages) {
@@ -82,6 +111,71 @@ TEST(ChunkArenaTest, AFreedChunkIsReusedAndARegionGoesOnlyWhenEmpty) {
   arena.Free(first, kChunk);
   arena.Free(second, kChunk);
   EXPECT_EQ(arena.mapped_bytes(), 0u);
+}
+
+TEST(ChunkArenaTest, AChunkComesFromTheFullestRegionWithOneFree) {
+  ChunkArena arena;
+  constexpr int kPerRegion = ChunkArena::kRegionBytes / kChunk;  // 51
+  std::vector<char*> chunks;
+  for (int i = 0; i < 2 * kPerRegion; ++i)
+    chunks.push_back(arena.Allocate(kChunk));
+  const char* first_region = RegionOf(chunks[0]);
+  const char* second_region = RegionOf(chunks[kPerRegion]);
+  ASSERT_NE(first_region, second_region);
+  // The second region keeps all but 5 of its chunks, then the first all but
+  // 10: the first was freed into last, and has more free.
+  for (int i = 0; i < 5; ++i) arena.Free(chunks[kPerRegion + i], kChunk);
+  for (int i = 0; i < kPerRegion - 10; ++i) arena.Free(chunks[i], kChunk);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), second_region) << i;
+  // The second is full now: the first serves.
+  EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), first_region);
+}
+
+TEST(ChunkArenaTest, RegionsShareTheirSpansMapping) {
+  ChunkArena arena;
+  const int before = MappingCount();
+  // 48 regions, each written to: a mapping whose memory was written is not
+  // merged with its neighbours, so a mapping per region would show here as
+  // one more per region; three spans' are three (and the heap's).
+  constexpr int kRegions = 48;
+  constexpr size_t kWholeRegion = ChunkArena::kRegionBytes / 51;
+  static_assert(kWholeRegion > ChunkArena::kMaxChunkBytes / 2);
+  std::vector<char*> chunks;
+  for (int i = 0; i < kRegions * 51; ++i) {
+    chunks.push_back(arena.Allocate(kWholeRegion));
+    if (i % 51 == 0) chunks.back()[0] = 1;
+  }
+  EXPECT_EQ(arena.mapped_bytes(), kRegions * ChunkArena::kRegionBytes);
+  EXPECT_LE(MappingCount() - before, kRegions / 8);
+  // Emptying every other region keeps the mappings as they were.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if ((i / 51) % 2 == 0) arena.Free(chunks[i], kWholeRegion);
+  }
+  EXPECT_EQ(arena.mapped_bytes(), kRegions / 2 * ChunkArena::kRegionBytes);
+  EXPECT_LE(MappingCount() - before, kRegions / 8);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if ((i / 51) % 2 == 1) arena.Free(chunks[i], kWholeRegion);
+  }
+}
+
+TEST(ChunkArenaTest, AnEmptiedRegionGivesItsMemoryBackAndIsUsedAgain) {
+  ChunkArena arena;
+  std::vector<char*> chunks;
+  for (int i = 0; i < 51; ++i) {
+    chunks.push_back(arena.Allocate(kChunk));
+    std::memset(chunks.back(), 1, kChunk);
+  }
+  const char* region = RegionOf(chunks[0]);
+  EXPECT_GT(ResidentPages(region), 0);
+  for (char* chunk : chunks) arena.Free(chunk, kChunk);
+  EXPECT_EQ(arena.mapped_bytes(), 0u);
+  EXPECT_EQ(ResidentPages(region), 0);
+  // The next region, of any chunk size, is the idle one, its memory zeros.
+  char* again = arena.Allocate(kChunk + 8);
+  EXPECT_EQ(RegionOf(again), region);
+  EXPECT_EQ(again[0], 0);
+  arena.Free(again, kChunk + 8);
 }
 
 TEST(ChunkArenaTest, EachSizeHasRegionsOfItsOwn) {
