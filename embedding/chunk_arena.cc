@@ -55,35 +55,42 @@ ChunkArena::Chunk ChunkArena::NewChunk(size_t bytes) {
 }
 
 void ChunkArena::AddFree(Region* region) {
-  std::vector<Region*>& regions =
-      sizes_[region->chunk_bytes]
-          .with_free[__builtin_popcountll(region->free_mask)];
-  region->free_position = regions.size();
-  regions.push_back(region);
+  SizeClass& size = sizes_[region->chunk_bytes];
+  const int free_chunks = __builtin_popcountll(region->free_mask);
+  Region*& head = size.with_free[free_chunks];
+  region->previous = nullptr;
+  region->next = head;
+  if (head != nullptr) head->previous = region;
+  head = region;
+  size.listed |= uint64_t{1} << (free_chunks - 1);
 }
 
 void ChunkArena::RemoveFree(Region* region) {
-  std::vector<Region*>& regions =
-      sizes_[region->chunk_bytes]
-          .with_free[__builtin_popcountll(region->free_mask)];
-  Region* last = regions.back();
-  regions[region->free_position] = last;
-  last->free_position = region->free_position;
-  regions.pop_back();
+  SizeClass& size = sizes_[region->chunk_bytes];
+  const int free_chunks = __builtin_popcountll(region->free_mask);
+  if (region->previous != nullptr) {
+    region->previous->next = region->next;
+  } else {
+    size.with_free[free_chunks] = region->next;
+  }
+  if (region->next != nullptr) region->next->previous = region->previous;
+  if (size.with_free[free_chunks] == nullptr)
+    size.listed &= ~(uint64_t{1} << (free_chunks - 1));
 }
 
-char* ChunkArena::TakeIdleRegion() {
+char* ChunkArena::IdleRegion() {
   if (idle_regions_.empty()) {
     char* span = MapSpan();
     if (span == nullptr) return nullptr;
     spans_.push_back(span);
+    // Free() returns regions here: room for all of them now, so that it
+    // never allocates.
+    idle_regions_.reserve(spans_.size() * kRegionsPerSpan);
     // Taken from the back: the span's first region first.
     for (size_t i = kRegionsPerSpan; i-- > 0;)
       idle_regions_.push_back(span + i * kRegionBytes);
   }
-  char* start = idle_regions_.back();
-  idle_regions_.pop_back();
-  return start;
+  return idle_regions_.back();
 }
 
 ChunkArena::Chunk ChunkArena::PlainChunk(size_t bytes) {
@@ -99,25 +106,26 @@ char* ChunkArena::Allocate(size_t bytes) {
   // The fullest region with a free chunk.
   SizeClass& size = sizes_[bytes];
   Region* region = nullptr;
-  for (std::vector<Region*>& regions : size.with_free) {
-    if (!regions.empty()) {
-      region = regions.back();
-      break;
-    }
-  }
-  if (region == nullptr) {
-    char* start = TakeIdleRegion();
+  if (size.listed != 0) {
+    region = size.with_free[__builtin_ctzll(size.listed) + 1];
+    RemoveFree(region);
+  } else {
+    char* start = IdleRegion();
     if (start == nullptr) throw std::bad_alloc();
     auto owned = std::make_unique<Region>();
     region = owned.get();
     region->start = start;
     region->chunk_bytes = bytes;
     region->free_mask = AllFree(bytes);
-    AddFree(region);
-    regions_[reinterpret_cast<uintptr_t>(start)] = std::move(owned);
+    // Taken from the idle ones only once listed (the insert may throw).
+    const bool inserted =
+        regions_
+            .try_emplace(reinterpret_cast<uintptr_t>(start), std::move(owned))
+            .second;
+    DCHECK(inserted) << "an idle region that holds chunks";
+    idle_regions_.pop_back();
   }
   // Its lowest free chunk.
-  RemoveFree(region);
   const int chunk = __builtin_ctzll(region->free_mask);
   region->free_mask &= region->free_mask - 1;
   if (region->free_mask != 0) AddFree(region);

@@ -93,23 +93,28 @@ class ChunkArena {
     // cut from one is over kMaxChunkBytes / 2 (RowCache's chunks are) or, if
     // smaller, only the first 64 are used.
     uint64_t free_mask = 0;
-    // While it has a free chunk: its place in its size's list of regions
-    // with as many free chunks.
-    size_t free_position = 0;
+    // While it has a free chunk: its neighbours in its size's list of
+    // regions with as many free chunks.
+    Region* previous = nullptr;
+    Region* next = nullptr;
   };
-  // Per chunk size, the regions with a free chunk, by how many:
-  // with_free[n] holds those with n free chunks (1 to 64).
+  // Per chunk size, the regions with a free chunk, by how many: with_free[n]
+  // heads the list of those with n free chunks (1 to 64), and bit n - 1 of
+  // listed is set while it is not empty. Intrusive lists, so that Free()
+  // never allocates (it runs in destructors).
   struct SizeClass {
-    std::vector<Region*> with_free[65];
+    Region* with_free[65] = {};
+    uint64_t listed = 0;
   };
 
   // Adds `region` to, or takes it from, its size's lists of regions with a
   // free chunk. REQUIRES: a free chunk.
   void AddFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveFree(Region* region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An idle region's start, mapping a span first if none is idle; nullptr
-  // when the kernel maps no more.
-  char* TakeIdleRegion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start of the idle region that the next new region takes (the last
+  // of idle_regions_), mapping a span first if none is idle; nullptr when
+  // the kernel maps no more.
+  char* IdleRegion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   // Regions that hold chunks, by their start.

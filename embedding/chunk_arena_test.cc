@@ -40,12 +40,27 @@ std::string VmFlagsOf(const void* address) {
   return "";
 }
 
-// Lines of /proc/self/maps: the process's mappings.
-int MappingCount() {
+// Mappings of /proc/self/maps that hold any of `chunks`.
+int MappingsHolding(const std::vector<char*>& chunks) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   int count = 0;
-  while (std::getline(maps, line)) ++count;
+  while (std::getline(maps, line)) {
+    std::vector<std::string> range =
+        absl::StrSplit(line.substr(0, line.find(' ')), '-');
+    uint64_t begin, end;
+    if (range.size() != 2 || !absl::SimpleHexAtoi(range[0], &begin) ||
+        !absl::SimpleHexAtoi(range[1], &end)) {
+      continue;
+    }
+    for (const char* chunk : chunks) {
+      const uintptr_t address = reinterpret_cast<uintptr_t>(chunk);
+      if (address >= begin && address < end) {
+        ++count;
+        break;
+      }
+    }
+  }
   return count;
 }
 
@@ -117,27 +132,29 @@ TEST(ChunkArenaTest, AChunkComesFromTheFullestRegionWithOneFree) {
   ChunkArena arena;
   constexpr int kPerRegion = ChunkArena::kRegionBytes / kChunk;  // 51
   std::vector<char*> chunks;
-  for (int i = 0; i < 2 * kPerRegion; ++i)
+  for (int i = 0; i < 3 * kPerRegion; ++i)
     chunks.push_back(arena.Allocate(kChunk));
-  const char* first_region = RegionOf(chunks[0]);
-  const char* second_region = RegionOf(chunks[kPerRegion]);
-  ASSERT_NE(first_region, second_region);
-  // The second region keeps all but 5 of its chunks, then the first all but
-  // 10: the first was freed into last, and has more free.
+  const char* a = RegionOf(chunks[0]);
+  const char* b = RegionOf(chunks[kPerRegion]);
+  const char* c = RegionOf(chunks[2 * kPerRegion]);
+  ASSERT_TRUE(a != b && b != c && a != c);
+  // Freed into in the order a, b, c, with 41, 5 and 20 chunks free: the
+  // fullest, b, is neither the first nor the last to have a free chunk,
+  // nor the lowest address (a's, cut first from the span).
+  for (int i = 0; i < 41; ++i) arena.Free(chunks[i], kChunk);
   for (int i = 0; i < 5; ++i) arena.Free(chunks[kPerRegion + i], kChunk);
-  for (int i = 0; i < kPerRegion - 10; ++i) arena.Free(chunks[i], kChunk);
+  for (int i = 0; i < 20; ++i) arena.Free(chunks[2 * kPerRegion + i], kChunk);
   for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), second_region) << i;
-  // The second is full now: the first serves.
-  EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), first_region);
+    EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), b) << i;
+  // b is full now: c, with 20 free, serves before a, with 41.
+  EXPECT_EQ(RegionOf(arena.Allocate(kChunk)), c);
 }
 
 TEST(ChunkArenaTest, RegionsShareTheirSpansMapping) {
   ChunkArena arena;
-  const int before = MappingCount();
   // 48 regions, each written to: a mapping whose memory was written is not
-  // merged with its neighbours, so a mapping per region would show here as
-  // one more per region; three spans' are three (and the heap's).
+  // merged with its neighbours, so a mapping per region would hold these
+  // chunks in 48 mappings; three spans hold them in three (or fewer, merged).
   constexpr int kRegions = 48;
   constexpr size_t kWholeRegion = ChunkArena::kRegionBytes / 51;
   static_assert(kWholeRegion > ChunkArena::kMaxChunkBytes / 2);
@@ -147,16 +164,19 @@ TEST(ChunkArenaTest, RegionsShareTheirSpansMapping) {
     if (i % 51 == 0) chunks.back()[0] = 1;
   }
   EXPECT_EQ(arena.mapped_bytes(), kRegions * ChunkArena::kRegionBytes);
-  EXPECT_LE(MappingCount() - before, kRegions / 8);
-  // Emptying every other region keeps the mappings as they were.
+  EXPECT_LE(MappingsHolding(chunks), 3);
+  // Emptying every other region leaves the rest in as few mappings.
+  std::vector<char*> kept;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if ((i / 51) % 2 == 0) arena.Free(chunks[i], kWholeRegion);
+    if ((i / 51) % 2 == 0) {
+      arena.Free(chunks[i], kWholeRegion);
+    } else {
+      kept.push_back(chunks[i]);
+    }
   }
   EXPECT_EQ(arena.mapped_bytes(), kRegions / 2 * ChunkArena::kRegionBytes);
-  EXPECT_LE(MappingCount() - before, kRegions / 8);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if ((i / 51) % 2 == 1) arena.Free(chunks[i], kWholeRegion);
-  }
+  EXPECT_LE(MappingsHolding(kept), 3);
+  for (char* chunk : kept) arena.Free(chunk, kWholeRegion);
 }
 
 TEST(ChunkArenaTest, AnEmptiedRegionGivesItsMemoryBackAndIsUsedAgain) {
@@ -176,6 +196,19 @@ TEST(ChunkArenaTest, AnEmptiedRegionGivesItsMemoryBackAndIsUsedAgain) {
   EXPECT_EQ(RegionOf(again), region);
   EXPECT_EQ(again[0], 0);
   arena.Free(again, kChunk + 8);
+}
+
+TEST(ChunkArenaTest, AnEmptiedRegionIsNoLongerListedForItsSize) {
+  ChunkArena arena;
+  std::vector<char*> chunks;
+  for (int i = 0; i < 3; ++i) chunks.push_back(arena.Allocate(kChunk));
+  for (char* chunk : chunks) arena.Free(chunk, kChunk);
+  EXPECT_EQ(arena.mapped_bytes(), 0u);
+  // The same size again: one region, listed afresh.
+  for (int i = 0; i < 52; ++i) chunks.push_back(arena.Allocate(kChunk));
+  EXPECT_EQ(arena.mapped_bytes(), 2 * ChunkArena::kRegionBytes);
+  for (size_t i = 3; i < chunks.size(); ++i) arena.Free(chunks[i], kChunk);
+  EXPECT_EQ(arena.mapped_bytes(), 0u);
 }
 
 TEST(ChunkArenaTest, EachSizeHasRegionsOfItsOwn) {
