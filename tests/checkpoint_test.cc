@@ -570,6 +570,9 @@ TEST_F(CheckpointTest, ShardsMayHoldCardsWithAndWithoutTheSequenceLimit) {
         "format=tsv header=0 columns=label,cat,seq:0 multi_separator=| "
         "multi_pooling=sum crosses=");
     spec.mutable_model()->set_max_values_per_field(limit);
+    // A spec's card whose one table is this (what an export reads).
+    spec.mutable_model()->set_kind(ModelCard::SPEC);
+    spec.mutable_model()->add_sparse_tables(name);
     auto stub = ParameterServer::NewStub(grpc::CreateChannel(
         shards->addresses()[shard], grpc::InsecureChannelCredentials()));
     const grpc::Status declared = DeclareTable(*stub, spec);
@@ -587,6 +590,19 @@ TEST_F(CheckpointTest, ShardsMayHoldCardsWithAndWithoutTheSequenceLimit) {
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   ASSERT_EQ(manifest->tables_size(), 1);
   EXPECT_EQ(manifest->tables(0).model().max_values_per_field(), 4u);
+  // An export's card likewise: shard 0, whose card records no limit, is not
+  // the one that decides.
+  const std::string exported = dir_ + "/export";
+  ASSERT_EQ(Admin(shards->addresses(), {"--dir=" + exported, "export"},
+                  dir_ + "/export.log"),
+            0)
+      << ReadFile(dir_ + "/export.log");
+  absl::StatusOr<ExportManifest> export_manifest = ReadExportManifest(exported);
+  ASSERT_TRUE(export_manifest.ok()) << export_manifest.status();
+  EXPECT_EQ(export_manifest->model().max_values_per_field(), 4u);
+  ASSERT_EQ(export_manifest->tables_size(), 1);
+  EXPECT_EQ(export_manifest->tables(0).spec().model().max_values_per_field(),
+            4u);
 
   // Each table's recorded card wins, whichever shard holds it.
   declare(0, "n.first", 6);
