@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Open(
     }
     scorer->graph = std::make_unique<model::ModelGraph>(&scorer->model->plan(),
                                                         scorer->backend.get());
+    scorer->inputs = std::make_unique<model::BatchInputs>(
+        &scorer->model->plan(), first->layout());
     absl::MutexLock lock(&serving->mu_);
     serving->idle_.push_back(std::move(scorer));
   }
@@ -164,7 +166,7 @@ absl::StatusOr<std::vector<float>> ServingModel::Score(
   std::vector<float> probabilities;
   if (examples.empty()) return probabilities;
   ASSIGN_OR_RETURN(std::unique_ptr<Scorer> scorer, Acquire(deadline));
-  model::BatchInputs inputs(&scorer->model->plan(), layout_);
+  model::BatchInputs& inputs = *scorer->inputs;
   inputs.Prepare(examples);
   absl::Status status = scorer->model->Fetch(&inputs);
   if (status.ok()) {

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "model/batch_inputs.h"
 #include "model/exported_model.h"
 #include "model/model_graph.h"
 #include "rocksdb/cache.h"
@@ -91,6 +92,9 @@ class ServingModel {
     std::unique_ptr<model::ExportedModel> model;
     std::unique_ptr<kernels::Backend> backend;
     std::unique_ptr<model::ModelGraph> graph;
+    // The batch each request is prepared into: its buffers are kept from
+    // one request to the next.
+    std::unique_ptr<model::BatchInputs> inputs;
   };
   // Waits for an idle scorer until `deadline` (DEADLINE_EXCEEDED); gives it
   // back.
