@@ -467,7 +467,8 @@ model::GraphInputs BatchInputs::Inputs() const {
   for (const auto& group : dense) in.dense_inputs.push_back(group.data());
   for (const auto& mask : sequence_masks)
     in.sequence_masks.push_back(mask.data());
-  for (const auto& params : dense_params)
+  for (const auto& params :
+       lent_dense_params != nullptr ? *lent_dense_params : dense_params)
     in.dense_params.push_back(params.data());
   return in;
 }

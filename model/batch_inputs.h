@@ -154,6 +154,11 @@ class BatchInputs {
   std::vector<float> loss_scale;
   // Per dense tensor, padded to whole chunks.
   std::vector<std::vector<float>> dense_params;
+  // When set, the step reads these dense tensors instead of dense_params: a
+  // scorer's model, whose tensors stay the same from batch to batch, lends
+  // them (ExportedModel::Fetch()) rather than copying them into each batch.
+  // They must outlive the step.
+  const std::vector<std::vector<float>>* lent_dense_params = nullptr;
 
  private:
   // How many keys, members and pools a leader table had after as many

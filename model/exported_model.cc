@@ -598,7 +598,7 @@ absl::Status ExportedModel::Fetch(BatchInputs* inputs) {
     RETURN_IF_ERROR(Lookup(*sparse_[t], rows.keys, rows.rows.data()));
   }
   inputs->PoolRows();
-  inputs->dense_params = dense_;
+  inputs->lent_dense_params = &dense_;
   return absl::OkStatus();
 }
 

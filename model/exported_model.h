@@ -89,8 +89,9 @@ class ExportedModel {
   const InputLayout& layout() const { return layout_; }
 
   // Fills the rows of `inputs` (made with plan() and layout(), and
-  // prepared; see batch_inputs.h), pools them, and sets the dense
-  // parameters.
+  // prepared; see batch_inputs.h), pools them, and lends it the dense
+  // parameters (BatchInputs::lent_dense_params: this model must outlive
+  // the step).
   absl::Status Fetch(BatchInputs* inputs);
 
   // `keys`' rows of `table` (one of the sparse tables, by its name on the
