@@ -5,31 +5,11 @@
 #include <algorithm>
 #include <new>
 
+#include "base/huge_pages.h"
 #include "glog/logging.h"
 
 namespace ps::embedding {
 namespace {
-
-// Maps kRegionsPerSpan regions, the first aligned to kRegionBytes (a huge
-// page can only back an aligned 2 MiB), or returns nullptr.
-char* MapSpan() {
-  constexpr size_t kRegion = ChunkArena::kRegionBytes;
-  constexpr size_t kSpan = kRegion * ChunkArena::kRegionsPerSpan;
-  void* mapped = mmap(nullptr, kSpan + kRegion, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapped == MAP_FAILED) return nullptr;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(mapped);
-  const uintptr_t aligned = (begin + kRegion - 1) & ~(kRegion - 1);
-  // Give back what lies outside the aligned span.
-  if (aligned > begin) munmap(mapped, aligned - begin);
-  const uintptr_t end = begin + kSpan + kRegion;
-  if (end > aligned + kSpan)
-    munmap(reinterpret_cast<void*>(aligned + kSpan), end - (aligned + kSpan));
-  char* span = reinterpret_cast<char*>(aligned);
-  // Advice only: where THP is off the span is plain pages.
-  madvise(span, kSpan, MADV_HUGEPAGE);
-  return span;
-}
 
 // The free mask of a region of `chunk_bytes` chunks none of which is used:
 // a bit per chunk, at most 64.
@@ -42,7 +22,8 @@ uint64_t AllFree(size_t chunk_bytes) {
 }  // namespace
 
 ChunkArena::~ChunkArena() {
-  for (char* span : spans_) munmap(span, kRegionBytes * kRegionsPerSpan);
+  for (char* span : spans_)
+    UnmapHugePages(span, kRegionBytes * kRegionsPerSpan);
 }
 
 ChunkArena& ChunkArena::Global() {
@@ -80,7 +61,9 @@ void ChunkArena::RemoveFree(Region* region) {
 
 char* ChunkArena::IdleRegion() {
   if (idle_regions_.empty()) {
-    char* span = MapSpan();
+    // A span's regions share its mapping and its MADV_HUGEPAGE advice.
+    char* span =
+        static_cast<char*>(MapHugePages(kRegionBytes * kRegionsPerSpan));
     if (span == nullptr) return nullptr;
     spans_.push_back(span);
     // Free() returns regions here: room for all of them now, so that it

@@ -35,12 +35,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "base/huge_pages.h"
 
 namespace ps::embedding {
 
 class ChunkArena {
  public:
-  static constexpr size_t kRegionBytes = size_t{2} << 20;
+  static constexpr size_t kRegionBytes = kHugePageBytes;
   // Regions mapped at once: 32 MiB of address space.
   static constexpr size_t kRegionsPerSpan = 16;
   // The largest chunk cut from a region; larger ones come from new[].

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/huge_pages.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
@@ -25,9 +27,13 @@ namespace ps::model {
 // A table read into memory (the chain applied): key -> the offset of its
 // row in `rows`. Immutable once read; shared by the models of one export
 // (Open's share_from).
+// On huge pages (base/huge_pages.h): keys are looked up at random.
 struct ExportedModel::TableInMemory {
-  absl::flat_hash_map<uint64_t, size_t> index;
-  std::vector<float> rows;
+  absl::flat_hash_map<uint64_t, size_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, size_t>>>
+      index;
+  std::vector<float, HugePageAllocator<float>> rows;
 };
 
 // One table of the export: its spec, and per export of its chain (newest
@@ -412,7 +418,9 @@ absl::StatusOr<std::shared_ptr<const ExportedModel::TableInMemory>>
 ExportedModel::ReadWhole(const Table& table) const {
   const size_t dim = table.spec.dim();
   auto in_memory = std::make_shared<TableInMemory>();
-  in_memory->index.reserve(ChainRows(table));
+  const size_t chain_rows = ChainRows(table);
+  in_memory->index.reserve(chain_rows);
+  in_memory->rows.reserve(chain_rows * dim);
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();

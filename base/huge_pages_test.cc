@@ -1,0 +1,87 @@
+#include "base/huge_pages.h"
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that holds `address`.
+std::string VmFlagsOf(const void* address) {
+  const uintptr_t wanted = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::vector<std::string> range =
+        absl::StrSplit(line.substr(0, line.find(' ')), '-');
+    uint64_t begin, end;
+    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
+        absl::SimpleHexAtoi(range[1], &end)) {
+      inside = wanted >= begin && wanted < end;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+bool HasTransparentHugePages() {
+  return std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+}
+
+TEST(HugePagesTest, MapsWholeAlignedHugePagesAskingForThem) {
+  const size_t bytes = 3 * kHugePageBytes + 100;
+  char* start = static_cast<char*>(MapHugePages(bytes));
+  ASSERT_NE(start, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(start) % kHugePageBytes, 0u);
+  EXPECT_EQ(HugePageRounded(bytes), 4 * kHugePageBytes);
+  // Every byte of the rounded size is usable.
+  start[0] = 1;
+  start[4 * kHugePageBytes - 1] = 2;
+  EXPECT_EQ(start[0] + start[4 * kHugePageBytes - 1], 3);
+  if (HasTransparentHugePages()) {
+    EXPECT_NE(VmFlagsOf(start).find(" hg"), std::string::npos)
+        << VmFlagsOf(start);
+  }
+  UnmapHugePages(start, bytes);
+}
+
+TEST(HugePagesTest, ContainersKeepTheirValuesOnHugePages) {
+  std::vector<float, HugePageAllocator<float>> rows;
+  rows.reserve(kHugePageBytes);  // 8 MiB of floats: huge pages
+  for (size_t i = 0; i < kHugePageBytes; ++i) rows.push_back(i * 0.5f);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(rows.data()) % kHugePageBytes, 0u);
+  if (HasTransparentHugePages()) {
+    EXPECT_NE(VmFlagsOf(rows.data()).find(" hg"), std::string::npos);
+  }
+  // Grown past its reservation: moved to a larger mapping, values kept.
+  rows.push_back(-1.0f);
+  for (size_t i = 0; i < kHugePageBytes; i += 4099)
+    ASSERT_EQ(rows[i], i * 0.5f) << i;
+  EXPECT_EQ(rows.back(), -1.0f);
+
+  // A small one comes from the heap (not aligned to a huge page, as a rule,
+  // and without the advice).
+  std::vector<int, HugePageAllocator<int>> small(100, 7);
+  EXPECT_EQ(small[99], 7);
+
+  absl::flat_hash_map<uint64_t, size_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, size_t>>>
+      index;
+  index.reserve(1 << 18);
+  for (uint64_t key = 0; key < (1 << 18); ++key) index[key * 7919] = key;
+  for (uint64_t key = 0; key < (1 << 18); key += 97)
+    ASSERT_EQ(index.at(key * 7919), key);
+}
+
+}  // namespace
+}  // namespace ps
