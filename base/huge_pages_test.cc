@@ -1,41 +1,16 @@
 #include "base/huge_pages.h"
 
 #include <cstdint>
-#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "base/huge_pages_test_util.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
-
-// The VmFlags line of the mapping of /proc/self/smaps that holds `address`.
-std::string VmFlagsOf(const void* address) {
-  const uintptr_t wanted = reinterpret_cast<uintptr_t>(address);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    std::vector<std::string> range =
-        absl::StrSplit(line.substr(0, line.find(' ')), '-');
-    uint64_t begin, end;
-    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
-        absl::SimpleHexAtoi(range[1], &end)) {
-      inside = wanted >= begin && wanted < end;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
-
-bool HasTransparentHugePages() {
-  return std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
-}
 
 TEST(HugePagesTest, MapsWholeAlignedHugePagesAskingForThem) {
   const size_t bytes = 3 * kHugePageBytes + 100;

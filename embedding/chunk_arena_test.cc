@@ -13,32 +13,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/huge_pages_test_util.h"
 #include "gtest/gtest.h"
 
 namespace ps::embedding {
 namespace {
 
 constexpr size_t kChunk = 40 << 10;  // like a dim-16 Adagrad slab's chunks
-
-// The VmFlags line of the mapping of /proc/self/smaps that holds `address`.
-std::string VmFlagsOf(const void* address) {
-  const uintptr_t wanted = reinterpret_cast<uintptr_t>(address);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    std::vector<std::string> range =
-        absl::StrSplit(line.substr(0, line.find(' ')), '-');
-    uint64_t begin, end;
-    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
-        absl::SimpleHexAtoi(range[1], &end)) {
-      inside = wanted >= begin && wanted < end;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
 
 // Mappings of /proc/self/maps that hold any of `chunks`.
 int MappingsHolding(const std::vector<char*>& chunks) {
@@ -108,7 +89,7 @@ TEST(ChunkArenaTest, ChunksAreDisjointAlignedInRegionsAndAskForHugePages) {
   }
   // MADV_HUGEPAGE shows as "hg" among the mapping's flags (where the kernel
   // has transparent huge pages at all).
-  if (std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good()) {
+  if (HasTransparentHugePages()) {
     EXPECT_NE(VmFlagsOf(chunks[0]).find(" hg"), std::string::npos)
         << VmFlagsOf(chunks[0]);
   }
