@@ -8,6 +8,7 @@ namespace ps {
 
 void* MapHugePages(size_t bytes) {
   const size_t rounded = HugePageRounded(bytes);
+  if (rounded == 0 || rounded > SIZE_MAX - kHugePageBytes) return nullptr;
   // Over by one huge page, then trimmed to the aligned part.
   void* mapped = mmap(nullptr, rounded + kHugePageBytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -17,6 +17,7 @@
 #define PS_BASE_HUGE_PAGES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <new>
 
@@ -30,8 +31,8 @@ inline size_t HugePageRounded(size_t bytes) {
 }
 
 // Maps HugePageRounded(bytes) bytes aligned to kHugePageBytes, asking for
-// huge pages (MADV_HUGEPAGE); nullptr when the kernel maps no more. Freed
-// with UnmapHugePages(start, bytes).
+// huge pages (MADV_HUGEPAGE); nullptr for no bytes, or when the kernel maps
+// no more. Freed with UnmapHugePages(start, bytes).
 void* MapHugePages(size_t bytes);
 void UnmapHugePages(void* start, size_t bytes);
 
@@ -45,6 +46,7 @@ class HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: rebinding
 
   T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePageBytes) return std::allocator<T>().allocate(n);
     void* start = MapHugePages(bytes);

@@ -1,11 +1,15 @@
 #include "base/huge_pages.h"
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "base/huge_pages_test_util.h"
 #include "gtest/gtest.h"
 
@@ -27,6 +31,38 @@ TEST(HugePagesTest, MapsWholeAlignedHugePagesAskingForThem) {
         << VmFlagsOf(start);
   }
   UnmapHugePages(start, bytes);
+}
+
+// The process's mapped bytes (VmSize of /proc/self/status), in kB.
+int64_t MappedKilobytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kilobytes = 0;
+    if (line.rfind("VmSize:", 0) == 0 &&
+        absl::SimpleAtoi(
+            absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(7), "kB")),
+            &kilobytes)) {
+      return kilobytes;
+    }
+  }
+  return -1;
+}
+
+TEST(HugePagesTest, UnmappingGivesBackAllThatWasMapped) {
+  EXPECT_EQ(MapHugePages(0), nullptr);
+  const int64_t before = MappedKilobytes();
+  ASSERT_GT(before, 0);
+  for (int round = 0; round < 64; ++round) {
+    void* start = MapHugePages(3 * kHugePageBytes + 100);
+    ASSERT_NE(start, nullptr);
+    UnmapHugePages(start, 3 * kHugePageBytes + 100);
+    std::vector<float, HugePageAllocator<float>> grown;
+    for (int i = 0; i < (1 << 20); ++i) grown.push_back(1.0f);
+  }
+  // The heap may keep what the vector's small phases grew it by (a few
+  // MiB at most); a mapping left behind each round would be 64 of them.
+  EXPECT_LT(MappedKilobytes() - before, 8 << 10);
 }
 
 TEST(HugePagesTest, ContainersKeepTheirValuesOnHugePages) {
@@ -56,6 +92,9 @@ TEST(HugePagesTest, ContainersKeepTheirValuesOnHugePages) {
   for (uint64_t key = 0; key < (1 << 18); ++key) index[key * 7919] = key;
   for (uint64_t key = 0; key < (1 << 18); key += 97)
     ASSERT_EQ(index.at(key * 7919), key);
+  if (HasTransparentHugePages()) {
+    EXPECT_NE(VmFlagsOf(&*index.begin()).find(" hg"), std::string::npos);
+  }
 }
 
 }  // namespace

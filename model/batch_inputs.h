@@ -156,8 +156,8 @@ class BatchInputs {
   std::vector<std::vector<float>> dense_params;
   // When set, the step reads these dense tensors instead of dense_params: a
   // scorer's model, whose tensors stay the same from batch to batch, lends
-  // them (ExportedModel::Fetch()) rather than copying them into each batch.
-  // They must outlive the step.
+  // them (ExportedModel::Fetch()) rather than copying them into each batch;
+  // dense_params is then empty and unused. They must outlive the step.
   const std::vector<std::vector<float>>* lent_dense_params = nullptr;
 
  private:

@@ -420,7 +420,9 @@ ExportedModel::ReadWhole(const Table& table) const {
   auto in_memory = std::make_shared<TableInMemory>();
   const size_t chain_rows = ChainRows(table);
   in_memory->index.reserve(chain_rows);
-  in_memory->rows.reserve(chain_rows * dim);
+  // A chain's rows are counted once per export they are in: reserved only
+  // for a full export alone, whose count is exact.
+  if (table.layers.size() == 1) in_memory->rows.reserve(chain_rows * dim);
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
@@ -606,6 +608,7 @@ absl::Status ExportedModel::Fetch(BatchInputs* inputs) {
     RETURN_IF_ERROR(Lookup(*sparse_[t], rows.keys, rows.rows.data()));
   }
   inputs->PoolRows();
+  inputs->dense_params.clear();
   inputs->lent_dense_params = &dense_;
   return absl::OkStatus();
 }
