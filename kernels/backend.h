@@ -175,7 +175,8 @@ enum class GemmPrecision {
 };
 
 struct CpuOptions {
-  // Threads each GEMM uses (an OpenMP team of the calling thread). Default 1:
+  // Threads each large GEMM uses: the calling thread and threads - 1 of the
+  // backend's own, which share its blocks (kernels/gemm_team.h). Default 1:
   // a worker's pipeline threads and the shards beside it need the other cores.
   int threads = 1;
   GemmPrecision precision = GemmPrecision::kFp32;

@@ -24,28 +24,36 @@
 
 #include "base/half.h"
 #include "kernels/backend.h"
+#include "kernels/gemm_team.h"
 
 namespace ps::kernels {
 namespace {
 
 #ifndef PS_KERNELS_NO_ONEDNN
-// Rounds `rows` rows of `cols` floats, `stride` apart, to a packed
-// bfloat16 copy in *out.
-void RoundRowsToBfloat16(const float* in, int rows, int cols, int stride,
-                         std::vector<uint16_t>* out) {
-  out->resize(static_cast<size_t>(rows) * cols);
-  uint16_t* __restrict packed = out->data();
-  for (int r = 0; r < rows; ++r) {
+// Rounds rows [first_row, end_row) of `cols` floats, `stride` apart, to
+// the same rows of a packed bfloat16 copy at `packed` (`cols` apart).
+void RoundRowsToBfloat16(const float* in, int first_row, int end_row, int cols,
+                         int stride, uint16_t* packed) {
+  for (int r = first_row; r < end_row; ++r) {
     const float* __restrict row = in + static_cast<size_t>(r) * stride;
     uint16_t* __restrict rounded = packed + static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) rounded[c] = FloatToBfloat16(row[c]);
   }
 }
+
 #endif
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuOptions& options) : options_(options) {}
+  explicit CpuBackend(const CpuOptions& options) : options_(options) {
+#ifndef PS_KERNELS_NO_ONEDNN
+    if (options_.threads > 1) {
+      // Each helper runs oneDNN on itself alone, as the caller does.
+      team_ = std::make_unique<GemmTeam>(options_.threads,
+                                         [] { omp_set_num_threads(1); });
+    }
+#endif
+  }
 
   const char* name() const override { return "cpu"; }
   bool ComputesOnHostMemory() const override { return true; }
@@ -96,19 +104,27 @@ class CpuBackend final : public Backend {
     const bool bf16 = options_.precision == GemmPrecision::kBf16 && m >= 16 &&
                       n >= 16 && k >= 16;
 #ifndef PS_KERNELS_NO_ONEDNN
-    // oneDNN runs a GEMM on an OpenMP team of the calling thread, whose size
-    // is that thread's own setting.
-    if (omp_get_max_threads() != options_.threads) {
-      omp_set_num_threads(options_.threads);
-    }
+    // oneDNN runs on the calling thread alone (its OpenMP team would split a
+    // GEMM evenly, and wait for a thread slowed by other work on its core);
+    // a large GEMM is cut into blocks the backend's team shares instead.
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    const GemmSplit split = SplitGemm(m, n, k, team_ ? team_->threads() : 1);
     if (bf16) {
-      return Bf16Gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb,
-                      beta, c, ldc);
+      return Bf16Gemm(split, transpose_a, transpose_b, m, n, k, alpha, a, lda,
+                      b, ldb, beta, c, ldc);
     }
-    const dnnl_status_t status =
-        dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
-                   alpha, a, lda, b, ldb, beta, c, ldc);
-    if (status != dnnl_success) {
+    std::vector<dnnl_status_t> statuses(static_cast<size_t>(split.count),
+                                        dnnl_success);
+    RunBlocks(split.count, [&](int index, int) {
+      const GemmBlock block = GemmBlockOf(split, index, transpose_a,
+                                          transpose_b, m, n, lda, ldb, ldc);
+      statuses[static_cast<size_t>(index)] =
+          dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', block.m,
+                     block.n, k, alpha, a + block.a_offset, lda,
+                     b + block.b_offset, ldb, beta, c + block.c_offset, ldc);
+    });
+    for (const dnnl_status_t status : statuses) {
+      if (status == dnnl_success) continue;
       return Status(
           StatusCode::kInvalidArgument,
           std::string("oneDNN's sgemm failed (") + dnnl_status2str(status) +
@@ -393,57 +409,148 @@ class CpuBackend final : public Backend {
 
  private:
 #ifndef PS_KERNELS_NO_ONEDNN
+  // Calls run_block(index, thread) for each of `count` blocks: on the team
+  // if there is one, else here.
+  void RunBlocks(int count, const GemmTeam::ChunkFunction& run_block) {
+    if (team_ && count > 1) {
+      team_->Run(count, run_block);
+    } else {
+      for (int index = 0; index < count; ++index) run_block(index, 0);
+    }
+  }
+
+  int threads() const { return team_ ? team_->threads() : 1; }
+
+  // One oneDNN bfloat16 matmul: a block's shape over the packed copies,
+  // with its scratchpad supplied per thread (a library-managed one may not
+  // move between threads).
+  struct Bf16Matmul {
+    dnnl::matmul::primitive_desc description;
+    dnnl::matmul matmul;
+  };
+  // transpose_a, transpose_b, m, n, k, the packed copies' leading
+  // dimensions, ldc, alpha, beta. A training run has a handful (a step's
+  // GEMMs' blocks, the last and evaluation batches'), so the cache is not
+  // bounded.
+  using GemmShape =
+      std::tuple<bool, bool, int, int, int, int, int, int, float, float>;
+
+  const Bf16Matmul& Bf16MatmulFor(const GemmShape& shape) {
+    auto found = bf16_gemms_.find(shape);
+    if (found != bf16_gemms_.end()) return found->second;
+    const auto& [transpose_a, transpose_b, m, n, k, lda, ldb, ldc, alpha,
+                 beta] = shape;
+    using dims = dnnl::memory::dims;
+    using type = dnnl::memory::data_type;
+    const dnnl::memory::desc a_desc(dims{m, k}, type::bf16,
+                                    transpose_a ? dims{1, lda} : dims{lda, 1});
+    const dnnl::memory::desc b_desc(dims{k, n}, type::bf16,
+                                    transpose_b ? dims{1, ldb} : dims{ldb, 1});
+    const dnnl::memory::desc c_desc(dims{m, n}, type::f32, dims{ldc, 1});
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attributes.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops accumulate;
+      accumulate.append_sum(beta);
+      attributes.set_post_ops(accumulate);
+    }
+    const dnnl::matmul::primitive_desc description(
+        dnnl::matmul::desc(a_desc, b_desc, c_desc), attributes, *engine_);
+    return bf16_gemms_
+        .emplace(shape, Bf16Matmul{description, dnnl::matmul(description)})
+        .first->second;
+  }
+
   // C = alpha * op(A) * op(B) + beta * C with both operands rounded to
   // bfloat16 (packed copies in a_bf16_/b_bf16_) and FP32 accumulation: one
-  // oneDNN matmul, made once per shape and kept.
-  Status Bf16Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
-                  float alpha, const float* a, int lda, const float* b, int ldb,
-                  float beta, float* c, int ldc) {
+  // oneDNN matmul per block of `split`, each made once per shape and kept.
+  Status Bf16Gemm(const GemmSplit& split, bool transpose_a, bool transpose_b,
+                  int m, int n, int k, float alpha, const float* a, int lda,
+                  const float* b, int ldb, float beta, float* c, int ldc) {
+    const int team_threads = threads();
     try {
-      RoundRowsToBfloat16(a, transpose_a ? k : m, transpose_a ? m : k, lda,
-                          &a_bf16_);
-      RoundRowsToBfloat16(b, transpose_b ? n : k, transpose_b ? k : n, ldb,
-                          &b_bf16_);
-      if (!engine_) {
-        engine_.emplace(dnnl::engine::kind::cpu, 0);
-        stream_.emplace(*engine_);
+      // Packed: op(A) is m x k, stored as A is (k rows of m when
+      // transposed); op(B) likewise.
+      const int a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
+      const int b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
+      a_bf16_.resize(static_cast<size_t>(a_rows) * a_cols);
+      b_bf16_.resize(static_cast<size_t>(b_rows) * b_cols);
+      // The rounding is shared too: each thread a band of A's rows and of B's.
+      const int bands = split.count > 1 ? team_threads : 1;
+      const auto round_band = [&](int index, int) {
+        const bool of_a = index < bands;
+        const int band = of_a ? index : index - bands;
+        const int rows = of_a ? a_rows : b_rows;
+        RoundRowsToBfloat16(
+            of_a ? a : b, static_cast<int>(int64_t{rows} * band / bands),
+            static_cast<int>(int64_t{rows} * (band + 1) / bands),
+            of_a ? a_cols : b_cols, of_a ? lda : ldb,
+            of_a ? a_bf16_.data() : b_bf16_.data());
+      };
+      if (bands > 1) {
+        RunBlocks(2 * bands, round_band);
+      } else {
+        round_band(0, 0);
+        round_band(1, 0);
       }
-      const GemmShape shape{transpose_a, transpose_b, m,     n,
-                            k,           ldc,         alpha, beta};
-      auto found = bf16_gemms_.find(shape);
-      if (found == bf16_gemms_.end()) {
-        using dims = dnnl::memory::dims;
-        using type = dnnl::memory::data_type;
-        const dnnl::memory::desc a_desc(dims{m, k}, type::bf16,
-                                        transpose_a ? dims{1, m} : dims{k, 1});
-        const dnnl::memory::desc b_desc(dims{k, n}, type::bf16,
-                                        transpose_b ? dims{1, k} : dims{n, 1});
-        const dnnl::memory::desc c_desc(dims{m, n}, type::f32, dims{ldc, 1});
-        dnnl::primitive_attr attributes;
-        if (alpha != 1.0f) attributes.set_output_scales(0, {alpha});
-        if (beta != 0.0f) {
-          dnnl::post_ops accumulate;
-          accumulate.append_sum(beta);
-          attributes.set_post_ops(accumulate);
+      if (!engine_) engine_.emplace(dnnl::engine::kind::cpu, 0);
+      while (static_cast<int>(streams_.size()) < team_threads) {
+        streams_.emplace_back(*engine_);
+      }
+      scratchpads_.resize(static_cast<size_t>(team_threads));
+      // The blocks' primitives (all but the last block share a shape), made
+      // here, before the team reads the cache.
+      const Bf16Matmul* matmuls[2] = {nullptr, nullptr};
+      size_t scratchpad_bytes = 0;
+      for (int which = 0; which < 2; ++which) {
+        const GemmBlock block =
+            GemmBlockOf(split, which == 0 ? 0 : split.count - 1, transpose_a,
+                        transpose_b, m, n, a_cols, b_cols, ldc);
+        matmuls[which] =
+            &Bf16MatmulFor(GemmShape{transpose_a, transpose_b, block.m, block.n,
+                                     k, a_cols, b_cols, ldc, alpha, beta});
+        scratchpad_bytes =
+            std::max(scratchpad_bytes,
+                     matmuls[which]->description.scratchpad_desc().get_size());
+      }
+      for (std::vector<char>& scratchpad : scratchpads_) {
+        if (scratchpad.size() < scratchpad_bytes) {
+          scratchpad.resize(scratchpad_bytes);
         }
-        const dnnl::matmul::primitive_desc description(
-            dnnl::matmul::desc(a_desc, b_desc, c_desc), attributes, *engine_);
-        found = bf16_gemms_
-                    .emplace(shape,
-                             Bf16Matmul{description, dnnl::matmul(description)})
-                    .first;
       }
-      const Bf16Matmul& gemm = found->second;
-      dnnl::memory a_memory(gemm.description.src_desc(), *engine_,
-                            a_bf16_.data());
-      dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
-                            b_bf16_.data());
-      dnnl::memory c_memory(gemm.description.dst_desc(), *engine_, c);
-      gemm.matmul.execute(*stream_, {{DNNL_ARG_SRC, a_memory},
-                                     {DNNL_ARG_WEIGHTS, b_memory},
-                                     { DNNL_ARG_DST,
-                                       c_memory }});
-      stream_->wait();
+      std::vector<std::string> errors(static_cast<size_t>(split.count));
+      RunBlocks(split.count, [&](int index, int thread) {
+        const GemmBlock block = GemmBlockOf(
+            split, index, transpose_a, transpose_b, m, n, a_cols, b_cols, ldc);
+        const Bf16Matmul& gemm =
+            *matmuls[index + 1 < split.count || split.count == 1 ? 0 : 1];
+        try {
+          dnnl::memory a_memory(gemm.description.src_desc(), *engine_,
+                                a_bf16_.data() + block.a_offset);
+          dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
+                                b_bf16_.data() + block.b_offset);
+          dnnl::memory c_memory(gemm.description.dst_desc(), *engine_,
+                                c + block.c_offset);
+          dnnl::memory scratchpad_memory(
+              gemm.description.scratchpad_desc(), *engine_,
+              scratchpads_[static_cast<size_t>(thread)].data());
+          dnnl::stream& stream = streams_[static_cast<size_t>(thread)];
+          gemm.matmul.execute(stream, {{DNNL_ARG_SRC, a_memory},
+                                       {DNNL_ARG_WEIGHTS, b_memory},
+                                       {DNNL_ARG_DST, c_memory},
+                                       { DNNL_ARG_SCRATCHPAD,
+                                         scratchpad_memory }});
+          stream.wait();
+        } catch (const dnnl::error& error) {
+          errors[static_cast<size_t>(index)] = error.what();
+        }
+      });
+      for (const std::string& error : errors) {
+        if (error.empty()) continue;
+        return Status(StatusCode::kInvalidArgument,
+                      "oneDNN's bfloat16 matmul failed: " + error);
+      }
     } catch (const dnnl::error& error) {
       return Status(
           StatusCode::kInvalidArgument,
@@ -455,18 +562,14 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  // transpose_a, transpose_b, m, n, k, ldc, alpha, beta. A training run
-  // has a handful (a step's GEMMs, the last and evaluation batches'), so the
-  // cache is not bounded.
-  using GemmShape = std::tuple<bool, bool, int, int, int, int, float, float>;
   std::optional<dnnl::engine> engine_;
-  std::optional<dnnl::stream> stream_;
-  struct Bf16Matmul {
-    dnnl::matmul::primitive_desc description;
-    dnnl::matmul matmul;
-  };
+  // Per team thread (the caller first): a stream and a scratchpad.
+  std::vector<dnnl::stream> streams_;
+  std::vector<std::vector<char>> scratchpads_;
   std::map<GemmShape, Bf16Matmul> bf16_gemms_;
   std::vector<uint16_t> a_bf16_, b_bf16_;
+  // The GEMM threads beside the caller (options_.threads > 1), else null.
+  std::unique_ptr<GemmTeam> team_;
 #endif
   const CpuOptions options_;
 };

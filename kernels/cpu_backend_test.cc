@@ -234,26 +234,87 @@ TEST(CpuBackendOptionsTest, Fp32GemmHonoursStridesAndScalings) {
   }
 }
 
-TEST(CpuBackendOptionsTest, EachBackendRunsItsGemmsOnItsOwnThreadCount) {
-  CpuOptions two;
-  two.threads = 2;
+std::unique_ptr<Backend> BackendWith(int threads, GemmPrecision precision) {
+  CpuOptions options;
+  options.threads = threads;
+  options.precision = precision;
   std::unique_ptr<Backend> backend;
-  ASSERT_TRUE(NewCpuBackend(two, &backend).ok());
-  std::unique_ptr<Backend> single = NewCpuBackend();
+  const Status created = NewCpuBackend(options, &backend);
+  EXPECT_TRUE(created.ok()) << created.message();
+  return backend;
+}
+
+// Shapes a team splits (kernels/gemm_team.h): by rows, by columns, neither
+// a multiple of 16.
+struct SplitShape {
+  int m, n, k;
+};
+constexpr SplitShape kSplitShapes[] = {{301, 70, 200}, {70, 301, 200}};
+
+TEST(CpuBackendOptionsTest, TeamGemmsMatchTheProductForEveryTranspose) {
   std::mt19937 rng(5);
+  for (int threads : {2, 3}) {
+    std::unique_ptr<Backend> backend =
+        BackendWith(threads, GemmPrecision::kFp32);
+    for (const SplitShape& shape : kSplitShapes) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (const auto& [alpha, beta] : std::vector<std::pair<float, float>>{
+                   {1.0f, 0.0f}, {0.5f, 2.0f}}) {
+            const GemmCase gemm(ta, tb, shape.m, shape.n, shape.k, 3, alpha,
+                                beta, &rng);
+            const std::vector<float> exact = gemm.Expected(Exact);
+            const std::vector<float> c = gemm.Run(backend.get());
+            for (size_t i = 0; i < c.size(); ++i) {
+              ASSERT_NEAR(c[i], exact[i], 1e-4)
+                  << threads << " threads, " << shape.m << "x" << shape.n
+                  << " ta " << ta << " tb " << tb << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOptionsTest, TeamBf16GemmsMatchTheRoundedProduct) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(6);
+  std::unique_ptr<Backend> backend = BackendWith(2, GemmPrecision::kBf16);
+  for (const SplitShape& shape : kSplitShapes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const GemmCase gemm(ta, tb, shape.m, shape.n, shape.k, 3, 0.5f, 2.0f,
+                            &rng);
+        const std::vector<float> rounded = gemm.Expected(ToBfloat16);
+        const std::vector<float> c = gemm.Run(backend.get());
+        for (size_t i = 0; i < c.size(); ++i) {
+          ASSERT_NEAR(c[i], rounded[i], 1e-4)
+              << shape.m << "x" << shape.n << " ta " << ta << " tb " << tb
+              << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOptionsTest, OneDnnRunsOnTheCallingThreadAlone) {
+  std::unique_ptr<Backend> backend = BackendWith(2, GemmPrecision::kFp32);
+  std::mt19937 rng(7);
   const GemmCase gemm(false, true, 300, 70, 90, 0, 0.5f, 2.0f, &rng);
   const std::vector<float> exact = gemm.Expected(Exact);
-  auto check = [&](Backend* on, int threads) {
-    const std::vector<float> c = gemm.Run(on);
+  auto check = [&] {
+    omp_set_num_threads(4);
+    const std::vector<float> c = gemm.Run(backend.get());
     for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c[i], exact[i], 1e-4);
-    // oneDNN sizes its OpenMP team from the calling thread's setting.
-    EXPECT_EQ(omp_get_max_threads(), threads);
+    // No OpenMP team of its own: it would split each GEMM evenly, and
+    // spin, beside the team's threads.
+    EXPECT_EQ(omp_get_max_threads(), 1);
   };
-  check(backend.get(), 2);
-  check(single.get(), 1);
-  // A backend may move between threads: each call sets the caller's.
-  std::thread([&] { check(backend.get(), 2); }).join();
-  check(backend.get(), 2);
+  check();
+  // A backend may move between threads.
+  std::thread(check).join();
+  check();
 }
 
 TEST(CpuBackendOptionsTest, RejectsWhatTheCpuCannotDo) {

@@ -73,7 +73,9 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags(
 // kGemmBoundMultiplyAdds multiply-adds per example, whose GEMMs then take
 // most of a step; else 1, leaving the other cores to the worker's pipeline
 // and to shards on the same machine. On 2 cores beside one shard, two GEMM
-// threads made dcn_v2 (695k) 1.16x faster and a wide_deep of 351k 0.93x.
+// threads made dcn_v2 (695k) 1.3x faster in FP32 and 1.1x with bfloat16;
+// deepfm and dlrm (143k, 129k) gained nothing, wide_deep (143k) a few
+// percent in FP32 only.
 inline constexpr int64_t kGemmBoundMultiplyAdds = 500'000;
 int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores);
 
