@@ -19,6 +19,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -30,6 +31,18 @@ namespace ps::kernels {
 namespace {
 
 #ifndef PS_KERNELS_NO_ONEDNN
+// OK, or what a failed dnnl_sgemm() of that shape says.
+Status SgemmStatus(dnnl_status_t status, int m, int n, int k, int lda, int ldb,
+                   int ldc) {
+  if (status == dnnl_success) return Status::Ok();
+  return Status(StatusCode::kInvalidArgument,
+                std::string("oneDNN's sgemm failed (") +
+                    dnnl_status2str(status) + ") for m " + std::to_string(m) +
+                    " n " + std::to_string(n) + " k " + std::to_string(k) +
+                    " lda " + std::to_string(lda) + " ldb " +
+                    std::to_string(ldb) + " ldc " + std::to_string(ldc));
+}
+
 // Rounds rows [first_row, end_row) of `cols` floats, `stride` apart, to
 // the same rows of a packed bfloat16 copy at `packed` (`cols` apart).
 void RoundRowsToBfloat16(const float* in, int first_row, int end_row, int cols,
@@ -113,24 +126,31 @@ class CpuBackend final : public Backend {
       return Bf16Gemm(split, transpose_a, transpose_b, m, n, k, alpha, a, lda,
                       b, ldb, beta, c, ldc);
     }
-    std::vector<dnnl_status_t> statuses(static_cast<size_t>(split.count),
-                                        dnnl_success);
-    RunBlocks(split.count, [&](int index, int) {
-      const GemmBlock block = GemmBlockOf(split, index, transpose_a,
-                                          transpose_b, m, n, lda, ldb, ldc);
-      statuses[static_cast<size_t>(index)] =
-          dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', block.m,
-                     block.n, k, alpha, a + block.a_offset, lda,
-                     b + block.b_offset, ldb, beta, c + block.c_offset, ldc);
-    });
-    for (const dnnl_status_t status : statuses) {
-      if (status == dnnl_success) continue;
-      return Status(
-          StatusCode::kInvalidArgument,
-          std::string("oneDNN's sgemm failed (") + dnnl_status2str(status) +
-              ") for m " + std::to_string(m) + " n " + std::to_string(n) +
-              " k " + std::to_string(k) + " lda " + std::to_string(lda) +
-              " ldb " + std::to_string(ldb) + " ldc " + std::to_string(ldc));
+    if (split.count == 1) {
+      return SgemmStatus(
+          dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                     alpha, a, lda, b, ldb, beta, c, ldc),
+          m, n, k, lda, ldb, ldc);
+    }
+    try {
+      std::vector<dnnl_status_t> statuses(static_cast<size_t>(split.count),
+                                          dnnl_success);
+      RunBlocks(split.count, [&](int index, int) {
+        const GemmBlock block = GemmBlockOf(split, index, transpose_a,
+                                            transpose_b, m, n, lda, ldb, ldc);
+        statuses[static_cast<size_t>(index)] =
+            dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N',
+                       block.m, block.n, k, alpha, a + block.a_offset, lda,
+                       b + block.b_offset, ldb, beta, c + block.c_offset, ldc);
+      });
+      for (const dnnl_status_t status : statuses) {
+        if (status != dnnl_success) {
+          return SgemmStatus(status, m, n, k, lda, ldb, ldc);
+        }
+      }
+    } catch (const std::bad_alloc&) {
+      return Status(StatusCode::kOutOfMemory,
+                    "cannot allocate a GEMM's blocks for the team");
     }
 #else
     const auto to_gemm_input = [bf16](float x) {
@@ -463,42 +483,51 @@ class CpuBackend final : public Backend {
   }
 
   // C = alpha * op(A) * op(B) + beta * C with both operands rounded to
-  // bfloat16 (packed copies in a_bf16_/b_bf16_) and FP32 accumulation: one
-  // oneDNN matmul per block of `split`, each made once per shape and kept.
+  // bfloat16 and FP32 accumulation: one oneDNN matmul per block of `split`,
+  // each made once per shape and kept. The operand the split cuts (A by
+  // rows, B by columns) is rounded block by block, each block's slice packed
+  // dense on its own (oneDNN's fast bfloat16 kernels refuse a strided
+  // slice of a larger matrix); the other is rounded whole and shared.
   Status Bf16Gemm(const GemmSplit& split, bool transpose_a, bool transpose_b,
                   int m, int n, int k, float alpha, const float* a, int lda,
                   const float* b, int ldb, float beta, float* c, int ldc) {
     const int team_threads = threads();
     try {
-      // Packed: op(A) is m x k, stored as A is (k rows of m when
-      // transposed); op(B) likewise.
-      const int a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
-      const int b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
-      a_bf16_.resize(static_cast<size_t>(a_rows) * a_cols);
-      b_bf16_.resize(static_cast<size_t>(b_rows) * b_cols);
-      // The rounding is shared too: each thread a band of A's rows and of B's.
+      a_bf16_.resize(static_cast<size_t>(m) * k);
+      b_bf16_.resize(static_cast<size_t>(k) * n);
+      // The shared operand, as stored (op(A) is m x k, stored k rows of m
+      // when transposed; op(B) likewise), its rounding shared in bands.
+      const bool shared_is_b = split.by_rows;
+      const float* shared = shared_is_b ? b : a;
+      const int shared_rows =
+          shared_is_b ? (transpose_b ? n : k) : (transpose_a ? k : m);
+      const int shared_cols =
+          shared_is_b ? (transpose_b ? k : n) : (transpose_a ? m : k);
+      uint16_t* shared_bf16 = shared_is_b ? b_bf16_.data() : a_bf16_.data();
       const int bands = split.count > 1 ? team_threads : 1;
-      const auto round_band = [&](int index, int) {
-        const bool of_a = index < bands;
-        const int band = of_a ? index : index - bands;
-        const int rows = of_a ? a_rows : b_rows;
+      const auto round_band = [&](int band, int) {
         RoundRowsToBfloat16(
-            of_a ? a : b, static_cast<int>(int64_t{rows} * band / bands),
-            static_cast<int>(int64_t{rows} * (band + 1) / bands),
-            of_a ? a_cols : b_cols, of_a ? lda : ldb,
-            of_a ? a_bf16_.data() : b_bf16_.data());
+            shared, static_cast<int>(int64_t{shared_rows} * band / bands),
+            static_cast<int>(int64_t{shared_rows} * (band + 1) / bands),
+            shared_cols, shared_is_b ? ldb : lda, shared_bf16);
       };
       if (bands > 1) {
-        RunBlocks(2 * bands, round_band);
+        RunBlocks(bands, round_band);
       } else {
         round_band(0, 0);
-        round_band(1, 0);
       }
       if (!engine_) engine_.emplace(dnnl::engine::kind::cpu, 0);
       while (static_cast<int>(streams_.size()) < team_threads) {
         streams_.emplace_back(*engine_);
       }
       scratchpads_.resize(static_cast<size_t>(team_threads));
+      // A block's packed leading dimensions: its own slice's for the cut
+      // operand, the whole's for the shared one.
+      const auto packed_lds = [&](const GemmBlock& block) {
+        const int packed_lda = transpose_a ? block.m : k;
+        const int packed_ldb = transpose_b ? k : block.n;
+        return std::pair<int, int>(packed_lda, packed_ldb);
+      };
       // The blocks' primitives (all but the last block share a shape), made
       // here, before the team reads the cache.
       const Bf16Matmul* matmuls[2] = {nullptr, nullptr};
@@ -506,10 +535,11 @@ class CpuBackend final : public Backend {
       for (int which = 0; which < 2; ++which) {
         const GemmBlock block =
             GemmBlockOf(split, which == 0 ? 0 : split.count - 1, transpose_a,
-                        transpose_b, m, n, a_cols, b_cols, ldc);
-        matmuls[which] =
-            &Bf16MatmulFor(GemmShape{transpose_a, transpose_b, block.m, block.n,
-                                     k, a_cols, b_cols, ldc, alpha, beta});
+                        transpose_b, m, n, lda, ldb, ldc);
+        const auto [packed_lda, packed_ldb] = packed_lds(block);
+        matmuls[which] = &Bf16MatmulFor(
+            GemmShape{transpose_a, transpose_b, block.m, block.n, k, packed_lda,
+                      packed_ldb, ldc, alpha, beta});
         scratchpad_bytes =
             std::max(scratchpad_bytes,
                      matmuls[which]->description.scratchpad_desc().get_size());
@@ -519,38 +549,43 @@ class CpuBackend final : public Backend {
           scratchpad.resize(scratchpad_bytes);
         }
       }
-      std::vector<std::string> errors(static_cast<size_t>(split.count));
+      // A block that throws (a dnnl::error, std::bad_alloc) ends the team's
+      // job, and Run() rethrows it here, to the catches below.
       RunBlocks(split.count, [&](int index, int thread) {
-        const GemmBlock block = GemmBlockOf(
-            split, index, transpose_a, transpose_b, m, n, a_cols, b_cols, ldc);
+        const GemmBlock block = GemmBlockOf(split, index, transpose_a,
+                                            transpose_b, m, n, lda, ldb, ldc);
         const Bf16Matmul& gemm =
             *matmuls[index + 1 < split.count || split.count == 1 ? 0 : 1];
-        try {
-          dnnl::memory a_memory(gemm.description.src_desc(), *engine_,
-                                a_bf16_.data() + block.a_offset);
-          dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
-                                b_bf16_.data() + block.b_offset);
-          dnnl::memory c_memory(gemm.description.dst_desc(), *engine_,
-                                c + block.c_offset);
-          dnnl::memory scratchpad_memory(
-              gemm.description.scratchpad_desc(), *engine_,
-              scratchpads_[static_cast<size_t>(thread)].data());
-          dnnl::stream& stream = streams_[static_cast<size_t>(thread)];
-          gemm.matmul.execute(stream, {{DNNL_ARG_SRC, a_memory},
-                                       {DNNL_ARG_WEIGHTS, b_memory},
-                                       {DNNL_ARG_DST, c_memory},
-                                       { DNNL_ARG_SCRATCHPAD,
-                                         scratchpad_memory }});
-          stream.wait();
-        } catch (const dnnl::error& error) {
-          errors[static_cast<size_t>(index)] = error.what();
+        // The cut operand's slice (where GemmBlockOf() says it starts in
+        // the FP32 operand), packed into the block's own region.
+        const size_t first = static_cast<size_t>(index) * split.size;
+        uint16_t* a_block = a_bf16_.data();
+        uint16_t* b_block = b_bf16_.data();
+        if (split.by_rows) {
+          a_block += first * k;
+          RoundRowsToBfloat16(a + block.a_offset, 0, transpose_a ? k : block.m,
+                              transpose_a ? block.m : k, lda, a_block);
+        } else {
+          b_block += first * k;
+          RoundRowsToBfloat16(b + block.b_offset, 0, transpose_b ? block.n : k,
+                              transpose_b ? k : block.n, ldb, b_block);
         }
+        dnnl::memory a_memory(gemm.description.src_desc(), *engine_, a_block);
+        dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
+                              b_block);
+        dnnl::memory c_memory(gemm.description.dst_desc(), *engine_,
+                              c + block.c_offset);
+        dnnl::memory scratchpad_memory(
+            gemm.description.scratchpad_desc(), *engine_,
+            scratchpads_[static_cast<size_t>(thread)].data());
+        dnnl::stream& stream = streams_[static_cast<size_t>(thread)];
+        gemm.matmul.execute(stream, {{DNNL_ARG_SRC, a_memory},
+                                     {DNNL_ARG_WEIGHTS, b_memory},
+                                     {DNNL_ARG_DST, c_memory},
+                                     { DNNL_ARG_SCRATCHPAD,
+                                       scratchpad_memory }});
+        stream.wait();
       });
-      for (const std::string& error : errors) {
-        if (error.empty()) continue;
-        return Status(StatusCode::kInvalidArgument,
-                      "oneDNN's bfloat16 matmul failed: " + error);
-      }
     } catch (const dnnl::error& error) {
       return Status(
           StatusCode::kInvalidArgument,
@@ -596,7 +631,13 @@ Status NewCpuBackend(const CpuOptions& options,
                   "bfloat16 GEMMs need a CPU with AVX512_BF16, which this one "
                   "lacks (they would be slower than FP32 here)");
   }
-  *backend = std::make_unique<CpuBackend>(options);
+  try {
+    *backend = std::make_unique<CpuBackend>(options);
+  } catch (const std::system_error& error) {
+    return Status(
+        StatusCode::kOutOfMemory,
+        std::string("cannot start the GEMM threads: ") + error.what());
+  }
   return Status::Ok();
 }
 

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/gemm_team.h"
 
 namespace ps::kernels {
 namespace {
@@ -249,7 +250,16 @@ std::unique_ptr<Backend> BackendWith(int threads, GemmPrecision precision) {
 struct SplitShape {
   int m, n, k;
 };
-constexpr SplitShape kSplitShapes[] = {{301, 70, 200}, {70, 301, 200}};
+constexpr SplitShape kSplitShapes[] = {{333, 70, 200}, {70, 333, 200}};
+
+TEST(CpuBackendOptionsTest, TheTeamShapesAreSplit) {
+  for (const SplitShape& shape : kSplitShapes) {
+    const GemmSplit split = SplitGemm(shape.m, shape.n, shape.k, 2);
+    EXPECT_GT(split.count, 1) << shape.m << "x" << shape.n << "x" << shape.k;
+    EXPECT_NE((split.by_rows ? shape.m : shape.n) % split.size, 0)
+        << "a shorter last block too";
+  }
+}
 
 TEST(CpuBackendOptionsTest, TeamGemmsMatchTheProductForEveryTranspose) {
   std::mt19937 rng(5);

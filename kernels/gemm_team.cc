@@ -6,7 +6,10 @@ namespace ps::kernels {
 
 GemmSplit SplitGemm(int m, int n, int k, int threads) {
   GemmSplit split;
-  split.by_rows = m >= n;
+  // Rows whenever there are enough for every block: a block of rows keeps
+  // C's rows whole, which oneDNN's fast bfloat16 kernels want.
+  split.by_rows =
+      m >= n || int64_t{m} >= int64_t{threads} * kBlocksPerThread * 16;
   const int extent = split.by_rows ? m : n;
   split.size = extent;
   if (threads <= 1 || int64_t{m} * n * k < kSplitMultiplyAdds) return split;
@@ -42,11 +45,23 @@ GemmBlock GemmBlockOf(const GemmSplit& split, int index, bool transpose_a,
 
 GemmTeam::GemmTeam(int threads, const std::function<void()>& start_thread)
     : chunks_by_thread_(static_cast<size_t>(threads < 1 ? 1 : threads)) {
-  for (int index = 1; index < threads; ++index) {
-    helpers_.emplace_back([this, index, start_thread] {
-      if (start_thread) start_thread();
-      HelperLoop(index);
-    });
+  try {
+    for (int index = 1; index < threads; ++index) {
+      helpers_.emplace_back([this, index, start_thread] {
+        if (start_thread) start_thread();
+        HelperLoop(index);
+      });
+    }
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: stop the
+    // helpers started so far here.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    job_posted_.notify_all();
+    for (std::thread& helper : helpers_) helper.join();
+    throw;
   }
 }
 
@@ -61,20 +76,32 @@ GemmTeam::~GemmTeam() {
 
 int GemmTeam::RunChunks(const ChunkFunction& run_chunk, int chunks,
                         int thread) {
-  int ran = 0;
+  int finished = 0;
   for (int chunk = next_chunk_.fetch_add(1); chunk < chunks;
        chunk = next_chunk_.fetch_add(1)) {
-    run_chunk(chunk, thread);
-    ++ran;
+    ++finished;
+    try {
+      run_chunk(chunk, thread);
+      ++chunks_by_thread_[static_cast<size_t>(thread)];
+    } catch (...) {
+      // The chunks no thread has claimed yet will not run: they count as
+      // finished here, so that the job still ends.
+      finished += std::max(0, chunks - next_chunk_.exchange(chunks));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      return finished;
+    }
   }
-  return ran;
+  return finished;
 }
 
 void GemmTeam::Run(int chunks, const ChunkFunction& run_chunk) {
   if (chunks <= 0) return;
   if (helpers_.empty() || chunks == 1) {
-    for (int chunk = 0; chunk < chunks; ++chunk) run_chunk(chunk, 0);
-    chunks_by_thread_[0] += static_cast<uint64_t>(chunks);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      run_chunk(chunk, 0);
+      ++chunks_by_thread_[0];
+    }
     return;
   }
   {
@@ -87,13 +114,17 @@ void GemmTeam::Run(int chunks, const ChunkFunction& run_chunk) {
   }
   job_posted_.notify_all();
   const int ran = RunChunks(run_chunk, chunks, 0);
-  chunks_by_thread_[0] += static_cast<uint64_t>(ran);
   std::unique_lock<std::mutex> lock(mu_);
   finished_ += ran;
   // Every chunk done, and no helper still between claiming and counting.
   job_done_.wait(lock,
                  [&] { return finished_ == chunks_ && helpers_inside_ == 0; });
   job_ = nullptr;
+  if (error_) {
+    std::exception_ptr error = std::move(error_);
+    error_ = nullptr;
+    std::rethrow_exception(error);
+  }
 }
 
 void GemmTeam::HelperLoop(int index) {
@@ -110,7 +141,6 @@ void GemmTeam::HelperLoop(int index) {
     ++helpers_inside_;
     lock.unlock();
     const int ran = RunChunks(*job, chunks, index);
-    chunks_by_thread_[static_cast<size_t>(index)] += static_cast<uint64_t>(ran);
     lock.lock();
     finished_ += ran;
     --helpers_inside_;

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -38,7 +39,9 @@ inline constexpr int64_t kSplitMultiplyAdds = int64_t{1} << 22;
 inline constexpr int kBlocksPerThread = 4;
 
 // How C (m x n) is cut for `threads` threads: into `count` blocks of `size`
-// rows (by_rows, when m >= n) or columns, the last one possibly shorter.
+// rows (by_rows: when m >= n, or m has 16 rows for each of the
+// threads * kBlocksPerThread blocks) or columns, the last one possibly
+// shorter.
 // Every block but the last is a multiple of 16 (whole vector registers).
 // One block, the whole of C, for one thread or a GEMM below
 // kSplitMultiplyAdds.
@@ -65,8 +68,9 @@ GemmBlock GemmBlockOf(const GemmSplit& split, int index, bool transpose_a,
 
 class GemmTeam {
  public:
-  // The caller and `threads` - 1 helpers, each started with `start_thread`
-  // (if set) before its first chunk. REQUIRES: threads >= 1.
+  // The caller and `threads` - 1 helpers, each running `start_thread` (if
+  // set) before its first chunk. Throws std::system_error, with no helper
+  // left running, if a thread cannot be started. REQUIRES: threads >= 1.
   explicit GemmTeam(int threads,
                     const std::function<void()>& start_thread = {});
   ~GemmTeam();
@@ -78,18 +82,23 @@ class GemmTeam {
   using ChunkFunction = std::function<void(int chunk, int thread)>;
 
   // Calls run_chunk(i, thread) once for each i in [0, chunks), on the
-  // caller and the helpers; returns once every call has returned.
+  // caller and the helpers; returns once every call has returned. If a call
+  // throws, no further chunk starts, and Run() rethrows the first exception
+  // once the calls under way have returned.
   void Run(int chunks, const ChunkFunction& run_chunk);
 
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
-  // Chunks each thread ran, by thread (the caller first), since creation.
+  // Chunks each thread ran to completion, by thread (the caller first),
+  // since creation.
   std::vector<uint64_t> ChunksByThread() const;
 
  private:
   void HelperLoop(int index);
-  // Claims and runs chunks of the current job until none is left; returns
-  // how many it ran.
+  // Claims and runs chunks of the current job on `thread` until none is
+  // left; returns how many it finished. A chunk that throws ends the job:
+  // the exception is kept in error_, and the chunks not yet claimed count
+  // as finished (never run).
   int RunChunks(const ChunkFunction& run_chunk, int chunks, int thread);
 
   mutable std::mutex mu_;
@@ -103,6 +112,8 @@ class GemmTeam {
   int finished_ = 0;
   int helpers_inside_ = 0;
   bool stopping_ = false;
+  // The first exception a chunk of the current job threw.
+  std::exception_ptr error_;
   std::atomic<int> next_chunk_{0};
   std::vector<std::atomic<uint64_t>> chunks_by_thread_;
   std::vector<std::thread> helpers_;

@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -42,6 +45,56 @@ TEST(GemmTeamTest, RunsEveryChunkOnceOnEveryJob) {
     for (int job = 0; job < 500; ++job) expected += job % 37;
     EXPECT_EQ(total, expected);
   }
+}
+
+TEST(GemmTeamTest, EveryHelperRunsChunksAfterItsStartFunction) {
+  thread_local bool started = false;
+  GemmTeam team(3, [] { started = true; });
+  // Jobs of three chunks that each wait for all three to be running: they
+  // finish only if three threads run them at once. Each job is posted
+  // after a pause, when the helpers wait for one (not as they start).
+  for (int job = 0; job < 2; ++job) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::mutex mu;
+    std::condition_variable all_running;
+    int running = 0;
+    std::atomic<int> timed_out{0}, unstarted_helper{0};
+    team.Run(3, [&](int, int thread) {
+      if (thread != 0 && !started) ++unstarted_helper;
+      std::unique_lock<std::mutex> lock(mu);
+      ++running;
+      all_running.notify_all();
+      if (!all_running.wait_for(lock, std::chrono::seconds(10),
+                                [&] { return running == 3; })) {
+        ++timed_out;
+      }
+    });
+    EXPECT_EQ(timed_out.load(), 0) << "job " << job << ": a helper idled";
+    EXPECT_EQ(unstarted_helper.load(), 0);
+  }
+  EXPECT_EQ(team.ChunksByThread(), (std::vector<uint64_t>{2, 2, 2}));
+}
+
+TEST(GemmTeamTest, AChunkThatThrowsEndsTheJobAndRunRethrows) {
+  GemmTeam team(2);
+  std::atomic<int> ran{0};
+  // The first chunk claimed throws; the others take 2 ms each, so that
+  // running them all would take two threads over 60 ms.
+  EXPECT_THROW(
+      team.Run(64,
+               [&](int chunk, int) {
+                 if (chunk == 0) throw std::runtime_error("block 0");
+                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                 ++ran;
+               }),
+      std::runtime_error);
+  // Only chunks claimed before the throw ran (a thread paused for tens of
+  // milliseconds could claim several).
+  EXPECT_LT(ran.load(), 32);
+  // The team goes on: the next job runs every chunk once.
+  std::vector<std::atomic<int>> runs(40);
+  team.Run(40, [&](int chunk, int) { ++runs[static_cast<size_t>(chunk)]; });
+  for (const auto& count : runs) EXPECT_EQ(count.load(), 1);
 }
 
 TEST(GemmTeamTest, ASlowThreadLeavesItsShareToTheOthers) {
@@ -94,6 +147,8 @@ TEST(GemmSplitTest, SmallGemmsAndOneThreadStayWhole) {
   const GemmSplit small = SplitGemm(64, 64, 64, 8);
   EXPECT_EQ(small.count, 1);
   EXPECT_EQ(small.size, 64);
+  const GemmSplit wide = SplitGemm(4096, 1 << 14, 64, 2);  // rows enough
+  EXPECT_TRUE(wide.by_rows);
   const GemmSplit thin = SplitGemm(40, 1 << 20, 1, 2);  // 16 wide at least
   EXPECT_FALSE(thin.by_rows);
   EXPECT_LE(thin.count, 2 * kBlocksPerThread);
@@ -111,7 +166,8 @@ TEST(GemmSplitTest, BlocksTileCAndComputeTheWhole) {
       const GemmSplit split = SplitGemm(shape.m, shape.n, shape.k, threads);
       ASSERT_GT(split.count, 1) << shape.m << "x" << shape.n;
       EXPECT_LE(split.count, threads * kBlocksPerThread);
-      EXPECT_EQ(split.by_rows, shape.m >= shape.n);
+      EXPECT_EQ(split.by_rows, shape.m >= shape.n ||
+                                   shape.m >= threads * kBlocksPerThread * 16);
       EXPECT_EQ(split.size % 16, 0);
       for (bool ta : {false, true}) {
         for (bool tb : {false, true}) {

@@ -52,7 +52,7 @@ sigset_t StopSignals() {
 }
 
 // Blocks the stop signals in this thread and every thread it starts from
-// now on (gRPC's, OpenMP's): first thing in main, so that none of them
+// now on (gRPC's, the GEMM team's): first thing in main, so that none of them
 // takes a signal's default action. One that comes before StopOnSignals()
 // waits for it.
 void BlockStopSignals() {

@@ -226,7 +226,8 @@ ABSL_FLAG(std::string, cpu_threads, "auto",
           "shard), else 1 (the worker's own pipeline threads, and shards on "
           "the same machine, need the other cores). A large GEMM is cut into "
           "blocks that the threads take as each is free, so a thread slowed "
-          "by other work on its core holds up none. Workers sharing a "
+          "by other work on its core holds up at most the block it runs. "
+          "Workers sharing a "
           "machine: give each its share of the cores.");
 ABSL_FLAG(bool, tf32, false,
           "Run the MLP's GEMMs on TF32 tensor cores (CUDA only): faster, about "
