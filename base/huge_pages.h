@@ -10,7 +10,9 @@
 //
 // MapHugePages() maps whole 2 MiB pages aligned to 2 MiB and asks for huge
 // pages on them; HugePageAllocator gives containers such memory for
-// allocations of 2 MiB and more (smaller ones come from operator new).
+// allocations of 2 MiB and more (smaller ones come from operator new), or,
+// made with on_huge_pages false (an operator's switch for a kernel whose
+// huge-page compaction stalls faults), none at all.
 // Thread-safe: plain mmap and munmap.
 
 #ifndef PS_BASE_HUGE_PAGES_H_
@@ -42,34 +44,45 @@ class HugePageAllocator {
   using value_type = T;
 
   HugePageAllocator() = default;
+  explicit HugePageAllocator(bool on_huge_pages)
+      : on_huge_pages_(on_huge_pages) {}
   template <typename U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: rebinding
+  HugePageAllocator(const HugePageAllocator<U>& other)  // NOLINT: rebinding
+      : on_huge_pages_(other.on_huge_pages()) {}
+
+  bool on_huge_pages() const { return on_huge_pages_; }
 
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) return std::allocator<T>().allocate(n);
+    if (!on_huge_pages_ || bytes < kHugePageBytes) {
+      return std::allocator<T>().allocate(n);
+    }
     void* start = MapHugePages(bytes);
     if (start == nullptr) throw std::bad_alloc();
     return static_cast<T*>(start);
   }
   void deallocate(T* start, size_t n) {
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) {
+    if (!on_huge_pages_ || bytes < kHugePageBytes) {
       std::allocator<T>().deallocate(start, n);
     } else {
       UnmapHugePages(start, bytes);
     }
   }
 
+  // Equal allocators free each other's memory: the same kind.
   template <typename U>
-  bool operator==(const HugePageAllocator<U>&) const {
-    return true;
+  bool operator==(const HugePageAllocator<U>& other) const {
+    return on_huge_pages_ == other.on_huge_pages();
   }
   template <typename U>
-  bool operator!=(const HugePageAllocator<U>&) const {
-    return false;
+  bool operator!=(const HugePageAllocator<U>& other) const {
+    return !(*this == other);
   }
+
+ private:
+  bool on_huge_pages_ = true;
 };
 
 }  // namespace ps

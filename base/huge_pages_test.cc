@@ -65,6 +65,25 @@ TEST(HugePagesTest, UnmappingGivesBackAllThatWasMapped) {
   EXPECT_LT(MappedKilobytes() - before, 8 << 10);
 }
 
+TEST(HugePagesTest, AnAllocatorSwitchedOffUsesTheHeap) {
+  const HugePageAllocator<float> off(false);
+  EXPECT_FALSE(off.on_huge_pages());
+  EXPECT_TRUE(HugePageAllocator<float>().on_huge_pages());
+  // Rebinding keeps the switch; allocators of different kinds differ.
+  EXPECT_FALSE(HugePageAllocator<int>(off).on_huge_pages());
+  EXPECT_TRUE(off == HugePageAllocator<int>(false));
+  EXPECT_TRUE(off != HugePageAllocator<float>());
+  const int mappings_before = HugePageMappings();
+  std::vector<float, HugePageAllocator<float>> rows(off);
+  rows.reserve(kHugePageBytes);  // 8 MiB of floats
+  for (size_t i = 0; i < kHugePageBytes; ++i) rows.push_back(i * 0.5f);
+  EXPECT_EQ(VmFlagsOf(rows.data()).find(" hg"), std::string::npos)
+      << VmFlagsOf(rows.data());
+  EXPECT_EQ(HugePageMappings(), mappings_before);
+  for (size_t i = 0; i < kHugePageBytes; i += 4099)
+    ASSERT_EQ(rows[i], i * 0.5f) << i;
+}
+
 TEST(HugePagesTest, ContainersKeepTheirValuesOnHugePages) {
   std::vector<float, HugePageAllocator<float>> rows;
   rows.reserve(kHugePageBytes);  // 8 MiB of floats: huge pages

@@ -1,7 +1,7 @@
 // File: base/huge_pages_test_util.h
 //
 // For tests of memory on huge pages: the kernel's flags of the mapping that
-// holds an address.
+// holds an address, and how many mappings ask for huge pages.
 
 #ifndef PS_BASE_HUGE_PAGES_TEST_UTIL_H_
 #define PS_BASE_HUGE_PAGES_TEST_UTIL_H_
@@ -35,6 +35,18 @@ inline std::string VmFlagsOf(const void* address) {
     if (inside && line.rfind("VmFlags:", 0) == 0) return line;
   }
   return "";
+}
+
+// How many mappings of /proc/self/smaps have huge pages asked for (" hg").
+inline int HugePageMappings() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  int count = 0;
+  while (std::getline(smaps, line)) {
+    if (line.rfind("VmFlags:", 0) == 0 && line.find(" hg") != std::string::npos)
+      ++count;
+  }
+  return count;
 }
 
 // Whether the kernel has transparent huge pages at all.

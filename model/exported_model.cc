@@ -27,11 +27,16 @@ namespace ps::model {
 // A table read into memory (the chain applied): key -> the offset of its
 // row in `rows`. Immutable once read; shared by the models of one export
 // (Open's share_from).
-// On huge pages (base/huge_pages.h): keys are looked up at random.
+// On huge pages (base/huge_pages.h) unless switched off: keys are looked up
+// at random.
 struct ExportedModel::TableInMemory {
+  using Allocator = HugePageAllocator<std::pair<const uint64_t, size_t>>;
+  explicit TableInMemory(bool huge_pages)
+      : index(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
+              Allocator(huge_pages)),
+        rows(HugePageAllocator<float>(huge_pages)) {}
   absl::flat_hash_map<uint64_t, size_t, absl::Hash<uint64_t>,
-                      std::equal_to<uint64_t>,
-                      HugePageAllocator<std::pair<const uint64_t, size_t>>>
+                      std::equal_to<uint64_t>, Allocator>
       index;
   std::vector<float, HugePageAllocator<float>> rows;
 };
@@ -194,6 +199,7 @@ absl::StatusOr<std::unique_ptr<ExportedModel>> ExportedModel::Open(
         rocksdb::NewBlockBasedTableFactory(table_options));
   }
   auto model = std::unique_ptr<ExportedModel>(new ExportedModel);
+  model->huge_pages_ = model_options.huge_pages;
   RETURN_IF_ERROR(model->ReadChain(dir));
   ASSIGN_OR_RETURN(auto spec_and_tables, model->PlanModel(dir));
   const auto& [spec, table_names] = spec_and_tables;
@@ -417,7 +423,7 @@ uint64_t ExportedModel::ChainRows(const Table& table) const {
 absl::StatusOr<std::shared_ptr<const ExportedModel::TableInMemory>>
 ExportedModel::ReadWhole(const Table& table) const {
   const size_t dim = table.spec.dim();
-  auto in_memory = std::make_shared<TableInMemory>();
+  auto in_memory = std::make_shared<TableInMemory>(huge_pages_);
   const size_t chain_rows = ChainRows(table);
   in_memory->index.reserve(chain_rows);
   // A chain's rows are counted once per export they are in: reserved only

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/huge_pages_test_util.h"
 #include "base/manifest.h"
 #include "base/slot_map.h"
 #include "gtest/gtest.h"
@@ -122,6 +123,40 @@ absl::Status OpenDamaged(const std::string& dir,
     return absl::InternalError("cannot write the manifest");
   }
   return ExportedModel::Open(dir).status();
+}
+
+TEST(ExportedModelTest, TablesInMemoryLieOnHugePagesUnlessSwitchedOff) {
+  const std::string dir = TestDir() + "/export";
+  HandmadeExport model(1);
+  // 400k rows of 2 floats: 3.2 MB of rows, an index of several MiB.
+  const std::vector<uint64_t> keys = Keys(400'000);
+  model.AddRows(keys);
+  ASSERT_TRUE(WriteHandmadeExport(dir, model).ok());
+  for (const bool huge_pages : {false, true}) {
+    SCOPED_TRACE(huge_pages ? "huge pages" : "the heap's pages");
+    const int mappings_before = HugePageMappings();
+    ExportedModelOptions options;
+    options.huge_pages = huge_pages;
+    auto opened = ExportedModel::Open(dir, options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    const int mappings_added = HugePageMappings() - mappings_before;
+    if (!huge_pages) {
+      EXPECT_EQ(mappings_added, 0);
+    } else if (HasTransparentHugePages()) {
+      // The embedding table's rows and index at least.
+      EXPECT_GE(mappings_added, 2);
+    }
+    std::vector<float> values;
+    std::vector<bool> found;
+    auto looked_up = (*opened)->LookupRows(HandmadeExport::kEmbedding, keys,
+                                           &values, &found);
+    ASSERT_TRUE(looked_up.ok()) << looked_up.status();
+    for (size_t i = 0; i < keys.size(); i += 997) {
+      ASSERT_EQ(std::vector<float>(values.begin() + i * 2,
+                                   values.begin() + (i + 1) * 2),
+                HandmadeExport::Row(HandmadeExport::kEmbedding, keys[i], 2));
+    }
+  }
 }
 
 TEST(ExportedModelTest, AManifestThatDisagreesWithItsCardOrFilesIsRefused) {

@@ -62,6 +62,11 @@ ABSL_FLAG(int64_t, max_memory_mb, 1024,
           "start, over a delta's whole chain, if their rows fit in this many "
           "MiB (about 24 bytes of index per row more): a lookup is then a "
           "hash probe, not a seek in each export of the chain. 0: never.");
+ABSL_FLAG(bool, huge_pages, true,
+          "Keep the tables read into memory (--max_memory_mb) on transparent "
+          "huge pages (madvise), where random lookups miss the TLB less; "
+          "false: the heap's 4 KiB pages (for a kernel whose huge-page "
+          "compaction stalls page faults).");
 ABSL_FLAG(std::string, cpu_threads, "auto",
           "Threads of the model's GEMMs on the CPU, or auto: every core this "
           "process may use but one (at least one), as a thread of its own "
@@ -320,6 +325,7 @@ int main(int argc, char** argv) {
   ps::model::ExportedModelOptions model_options;
   model_options.max_memory_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
+  model_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   auto model = ps::model::ExportedModel::Open(*export_dir, model_options);
   if (!model.ok()) return ps::FailWith(kProgram, model.status());
   std::unique_ptr<ps::kernels::Backend> backend;
