@@ -43,6 +43,7 @@ MEANINGS = {
     "format": ("the click log's format and delimiter", {"ps_worker": None, "ps_predict": None, "clicklog_gen": None}, r"delimiter"),
     "header": ("each file's first line is a header", {"ps_worker": None, "ps_predict": None, "clicklog_gen": None}, r"header"),
     "health_listen": ("the plaintext health service's address", {"ps_server": None, "ps_serve": None}, r"health"),
+    "huge_pages": ("an export's tables read into memory on transparent huge pages", {"ps_serve": None, "ps_predict": None}, r"read into memory.*huge pages"),
     "job": ("the job under etcd", {"ps_server": None, "ps_worker": None, "ps_admin": None}, r"job"),
     "learning_rate": ("a learning rate", {"ps_worker": None, "ps_admin": "set-lr has none: it must be given"}, r"[Ll]earning rate"),
     "listen": ("the address served on", {"ps_server": None, "ps_serve": "its own port (50061), so that both run on one host"}, r"host:port to serve on"),
