@@ -12,7 +12,8 @@
 // pages on them; HugePageAllocator gives containers such memory for
 // allocations of 2 MiB and more (smaller ones come from operator new), or,
 // made with on_huge_pages false (an operator's switch for a kernel whose
-// huge-page compaction stalls faults), none at all.
+// huge-page compaction stalls faults), none at all: everything from
+// operator new, not advised (4 KiB pages unless THP is set to `always`).
 // Thread-safe: plain mmap and munmap.
 
 #ifndef PS_BASE_HUGE_PAGES_H_
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 namespace ps {
 
@@ -43,11 +45,17 @@ class HugePageAllocator {
  public:
   using value_type = T;
 
-  HugePageAllocator() = default;
-  explicit HugePageAllocator(bool on_huge_pages)
+  // A container moved or swapped takes its source's allocator along, so
+  // that memory is always freed by the kind that allocated it.
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+
+  HugePageAllocator() noexcept = default;
+  explicit HugePageAllocator(bool on_huge_pages) noexcept
       : on_huge_pages_(on_huge_pages) {}
   template <typename U>
-  HugePageAllocator(const HugePageAllocator<U>& other)  // NOLINT: rebinding
+  HugePageAllocator(  // NOLINT: rebinding
+      const HugePageAllocator<U>& other) noexcept
       : on_huge_pages_(other.on_huge_pages()) {}
 
   bool on_huge_pages() const { return on_huge_pages_; }

@@ -84,6 +84,24 @@ TEST(HugePagesTest, AnAllocatorSwitchedOffUsesTheHeap) {
     ASSERT_EQ(rows[i], i * 0.5f) << i;
 }
 
+TEST(HugePagesTest, ContainersOfBothKindsSwapAndMoveTheirAllocators) {
+  // Each frees what it holds by the kind that allocated it: a heap block
+  // handed to munmap, or a mapping to free(), would leak or crash.
+  std::vector<float, HugePageAllocator<float>> on(kHugePageBytes, 1.0f);
+  std::vector<float, HugePageAllocator<float>> off(
+      HugePageAllocator<float>(false));
+  off.assign(kHugePageBytes, 2.0f);
+  on.swap(off);
+  EXPECT_FALSE(on.get_allocator().on_huge_pages());
+  EXPECT_TRUE(off.get_allocator().on_huge_pages());
+  EXPECT_EQ(on[5], 2.0f);
+  EXPECT_EQ(off[5], 1.0f);
+  std::vector<float, HugePageAllocator<float>> moved_into;
+  moved_into = std::move(on);
+  EXPECT_FALSE(moved_into.get_allocator().on_huge_pages());
+  EXPECT_EQ(moved_into[7], 2.0f);
+}
+
 TEST(HugePagesTest, ContainersKeepTheirValuesOnHugePages) {
   std::vector<float, HugePageAllocator<float>> rows;
   rows.reserve(kHugePageBytes);  // 8 MiB of floats: huge pages

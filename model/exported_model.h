@@ -63,7 +63,9 @@ struct ExportedModelOptions {
   uint64_t max_dense_floats = uint64_t{1} << 28;
   // The tables read into memory lie on transparent huge pages
   // (base/huge_pages.h): fewer TLB misses on random lookups. false: the
-  // heap's pages. Default: true.
+  // heap's, not advised onto huge pages. Tables shared from another model
+  // (Open's share_from) keep the kind they were read with; ReadTable()'s
+  // whole-table reads use this one. Default: true.
   bool huge_pages = true;
 };
 

@@ -82,8 +82,9 @@ ABSL_FLAG(int64_t, max_memory_mb, 1024,
 ABSL_FLAG(bool, huge_pages, true,
           "Keep the tables read into memory (--max_memory_mb) on transparent "
           "huge pages (madvise), where random lookups miss the TLB less; "
-          "false: the heap's 4 KiB pages (for a kernel whose huge-page "
-          "compaction stalls page faults).");
+          "false: the heap's memory, not advised (4 KiB pages unless THP is "
+          "`always`), for a kernel whose huge-page compaction stalls page "
+          "faults.");
 ABSL_FLAG(int32_t, max_message_mb, 64,
           "The largest request ps_serve reads and answer it writes, in MiB "
           "(at most 2047); a Lookup whose answer would be larger is refused "

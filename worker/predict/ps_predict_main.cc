@@ -65,8 +65,9 @@ ABSL_FLAG(int64_t, max_memory_mb, 1024,
 ABSL_FLAG(bool, huge_pages, true,
           "Keep the tables read into memory (--max_memory_mb) on transparent "
           "huge pages (madvise), where random lookups miss the TLB less; "
-          "false: the heap's 4 KiB pages (for a kernel whose huge-page "
-          "compaction stalls page faults).");
+          "false: the heap's memory, not advised (4 KiB pages unless THP is "
+          "`always`), for a kernel whose huge-page compaction stalls page "
+          "faults.");
 ABSL_FLAG(std::string, cpu_threads, "auto",
           "Threads of the model's GEMMs on the CPU, or auto: every core this "
           "process may use but one (at least one), as a thread of its own "
