@@ -6,11 +6,11 @@
 #include <limits>
 #include <optional>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/huge_pages.h"
+#include "base/key_index.h"
 #include "base/manifest.h"
 #include "base/routing.h"
 #include "base/slot_map.h"
@@ -30,14 +30,9 @@ namespace ps::model {
 // On huge pages (base/huge_pages.h) unless switched off: keys are looked up
 // at random.
 struct ExportedModel::TableInMemory {
-  using Allocator = HugePageAllocator<std::pair<const uint64_t, size_t>>;
   explicit TableInMemory(bool huge_pages)
-      : index(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
-              Allocator(huge_pages)),
-        rows(HugePageAllocator<float>(huge_pages)) {}
-  absl::flat_hash_map<uint64_t, size_t, absl::Hash<uint64_t>,
-                      std::equal_to<uint64_t>, Allocator>
-      index;
+      : index(huge_pages), rows(HugePageAllocator<float>(huge_pages)) {}
+  KeyIndex index;
   std::vector<float, HugePageAllocator<float>> rows;
 };
 
@@ -292,7 +287,7 @@ absl::Status ExportedModel::OpenSparseTables(
     RETURN_IF_ERROR(MaybeReadIntoMemory(*table, budget, shared));
     if (table->in_memory == nullptr) break;
     const size_t used = table->in_memory->rows.size() * sizeof(float) +
-                        table->in_memory->index.size() * 24;
+                        table->in_memory->index.bytes();
     budget = budget > used ? budget - used : 0;
   }
   return absl::OkStatus();
@@ -402,8 +397,9 @@ absl::Status ExportedModel::MaybeReadIntoMemory(Table& table, size_t max_bytes,
     return absl::OkStatus();
   }
   const size_t dim = table.spec.dim();
+  const size_t rows = ChainRows(table);
   if (max_bytes == 0 ||
-      ChainRows(table) * (dim * sizeof(float) + 24) > max_bytes) {
+      rows * dim * sizeof(float) + KeyIndex::ReservedBytes(rows) > max_bytes) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(table.in_memory, ReadWhole(table));
@@ -425,7 +421,7 @@ ExportedModel::ReadWhole(const Table& table) const {
   const size_t dim = table.spec.dim();
   auto in_memory = std::make_shared<TableInMemory>(huge_pages_);
   const size_t chain_rows = ChainRows(table);
-  in_memory->index.reserve(chain_rows);
+  in_memory->index.Reserve(chain_rows);
   // A chain's rows are counted once per export they are in: reserved only
   // for a full export alone, whose count is exact.
   if (table.layers.size() == 1) in_memory->rows.reserve(chain_rows * dim);
@@ -454,7 +450,7 @@ ExportedModel::ReadWhole(const Table& table) const {
         if (layer->slot_map->ShardForKey(row_key) != shard) continue;
         const rocksdb::Slice value = it->value();
         if (value.empty()) {
-          in_memory->index.erase(row_key);  // its row's floats stay unused
+          in_memory->index.Erase(row_key);  // its row's floats stay unused
           continue;
         }
         if (value.size() != value_bytes) {
@@ -462,11 +458,11 @@ ExportedModel::ReadWhole(const Table& table) const {
               "table ", table.spec.name(), " key ", row_key, ": a row of ",
               value.size(), " bytes, expected ", value_bytes));
         }
-        auto [slot, added] =
-            in_memory->index.try_emplace(row_key, in_memory->rows.size());
+        const auto [offset, added] =
+            in_memory->index.TryEmplace(row_key, in_memory->rows.size());
         if (added) in_memory->rows.resize(in_memory->rows.size() + dim);
         DecodeExportRow(absl::string_view(value.data(), value.size()),
-                        table.half, dim, in_memory->rows.data() + slot->second);
+                        table.half, dim, in_memory->rows.data() + offset);
       }
       if (!it->status().ok()) {
         return absl::DataLossError(absl::StrCat("reading table ",
@@ -494,11 +490,11 @@ absl::Status ExportedModel::ReadTable(int table, std::vector<uint64_t>* keys,
   rows->clear();
   keys->reserve(whole->index.size());
   rows->reserve(whole->index.size() * dim);
-  for (const auto& [key, offset] : whole->index) {
+  whole->index.ForEach([&](uint64_t key, uint64_t offset) {
     keys->push_back(key);
     rows->insert(rows->end(), whole->rows.begin() + offset,
                  whole->rows.begin() + offset + dim);
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -533,11 +529,10 @@ absl::Status ExportedModel::Lookup(Table& table,
         }
       }
       if (i >= count) continue;
-      if (i + kAhead < count) in_memory.index.prefetch(keys[i + kAhead]);
-      auto found = in_memory.index.find(keys[i]);
-      const float* source = found == in_memory.index.end()
-                                ? nullptr
-                                : in_memory.rows.data() + found->second;
+      if (i + kAhead < count) in_memory.index.Prefetch(keys[i + kAhead]);
+      const std::optional<uint64_t> found = in_memory.index.Find(keys[i]);
+      const float* source =
+          found.has_value() ? in_memory.rows.data() + *found : nullptr;
       if (source != nullptr) __builtin_prefetch(source);
       sources[i % kAhead] = source;
     }

@@ -55,7 +55,7 @@ struct ExportedModelOptions {
   std::shared_ptr<rocksdb::Cache> block_cache;
   // The embedding and wide tables are read into memory at Open(), over the
   // whole chain of a delta, when their rows fit in this many bytes (with
-  // about 24 bytes of index per row): a lookup is then a hash probe instead
+  // 21-43 bytes of index per row): a lookup is then a hash probe instead
   // of a seek in each export of the chain. 0: never. Default: 1 GiB.
   size_t max_memory_bytes = size_t{1} << 30;
   // The dense parameters are read whole into memory: a model with more

@@ -76,7 +76,7 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(int64_t, max_memory_mb, 1024,
           "An export's embedding and wide tables are read into memory when "
           "they load, over a delta's whole chain, if their rows fit in this "
-          "many MiB (about 24 bytes of index per row more; once for all "
+          "many MiB (21-43 bytes of index per row more; once for all "
           "--scorers; two exports during a swap): a lookup is then a hash "
           "probe, not a seek in each export of the chain. 0: never.");
 ABSL_FLAG(bool, huge_pages, true,

@@ -3,18 +3,24 @@
 // Hashing and routing a batch, a Criteo example parsed from a line and from
 // a TFRecord record, optimizer apply per row, hot-tier lookup and
 // memory per row, synced push-log appends,
-// the store's pull and push of a batch from memory, and the CPU backend's
-// gather and scatter-reduce.
+// the store's pull and push of a batch from memory, the CPU backend's
+// gather and scatter-reduce, and an export's in-memory lookups (KeyIndex
+// against absl::flat_hash_map).
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "base/huge_pages.h"
+#include "base/key_index.h"
 #include "base/optimizer.h"
 #include "base/routing.h"
 #include "benchmark/benchmark.h"
@@ -423,6 +429,68 @@ void BM_ScatterReduce(benchmark::State& state) {
   state.SetLabel("embedding rows");
 }
 BENCHMARK(BM_ScatterReduce);
+
+// An export's in-memory lookups as ExportedModel::Lookup makes them: 256
+// lines of 26 fields a call over 430000 stored dim-16 rows (a wide_deep
+// export's embedding table), each key's index slot prefetched 8 keys
+// ahead and its row copied 8 keys after its probe; index and rows on huge
+// pages. Arg 0: KeyIndex, 1: absl::flat_hash_map (what it replaced).
+void BM_ExportLookup(benchmark::State& state) {
+  constexpr size_t kRows = 430000, kDim = 16, kAhead = 8;
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> stored(kRows);
+  for (uint64_t& key : stored) key = rng();
+  std::vector<float, HugePageAllocator<float>> rows(kRows * kDim, 0.5f);
+  KeyIndex index;
+  index.Reserve(kRows);
+  absl::flat_hash_map<uint64_t, size_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, size_t>>>
+      map;
+  map.reserve(kRows);
+  for (size_t i = 0; i < kRows; ++i) {
+    index.TryEmplace(stored[i], i * kDim);
+    map.emplace(stored[i], i * kDim);
+  }
+  // Calls drawn ahead, cycled through: more than the caches hold.
+  std::vector<std::vector<uint64_t>> calls(64, std::vector<uint64_t>(256 * 26));
+  for (auto& call : calls) {
+    for (uint64_t& key : call) key = stored[rng() % kRows];
+  }
+  const bool use_index = state.range(0) == 0;
+  std::vector<float> out(256 * 26 * kDim);
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::vector<uint64_t>& keys = calls[next++ % calls.size()];
+    const float* sources[kAhead] = {};
+    for (size_t i = 0; i < keys.size() + kAhead; ++i) {
+      if (i >= kAhead) {
+        const size_t k = i - kAhead;
+        if (sources[k % kAhead] != nullptr) {
+          std::memcpy(&out[k * kDim], sources[k % kAhead],
+                      kDim * sizeof(float));
+        }
+      }
+      if (i >= keys.size()) continue;
+      const float* source = nullptr;
+      if (use_index) {
+        if (i + kAhead < keys.size()) index.Prefetch(keys[i + kAhead]);
+        const std::optional<uint64_t> found = index.Find(keys[i]);
+        if (found.has_value()) source = rows.data() + *found;
+      } else {
+        if (i + kAhead < keys.size()) map.prefetch(keys[i + kAhead]);
+        const auto found = map.find(keys[i]);
+        if (found != map.end()) source = rows.data() + found->second;
+      }
+      if (source != nullptr) __builtin_prefetch(source);
+      sources[i % kAhead] = source;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 256 * 26);
+  state.SetLabel(use_index ? "keys (KeyIndex)" : "keys (absl::flat_hash_map)");
+}
+BENCHMARK(BM_ExportLookup)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace ps

@@ -60,7 +60,7 @@ ABSL_FLAG(int32_t, batch_size, 4096, "Lines scored per step.");
 ABSL_FLAG(int64_t, max_memory_mb, 1024,
           "The export's embedding and wide tables are read into memory at "
           "start, over a delta's whole chain, if their rows fit in this many "
-          "MiB (about 24 bytes of index per row more): a lookup is then a "
+          "MiB (21-43 bytes of index per row more): a lookup is then a "
           "hash probe, not a seek in each export of the chain. 0: never.");
 ABSL_FLAG(bool, huge_pages, true,
           "Keep the tables read into memory (--max_memory_mb) on transparent "
