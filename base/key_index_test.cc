@@ -109,6 +109,24 @@ TEST(KeyIndexTest, ErasuresDoNotGrowIt) {
     EXPECT_EQ(*index.Find(key), key);
 }
 
+// Reserve(n) holds n keys however many of them are erased on the way, and
+// a key already there is found without growing.
+TEST(KeyIndexTest, ReservedRoomHoldsErasedKeysToo) {
+  for (const size_t keys : {12, 1000}) {
+    KeyIndex index(/*huge_pages=*/false);
+    index.Reserve(keys);
+    const size_t bytes = index.bytes();
+    for (uint64_t key = 0; key < keys; ++key) {
+      if (key % 3 == 2) {
+        ASSERT_TRUE(index.Erase(key - 1));
+      }
+      index.TryEmplace(key, key);
+    }
+    for (uint64_t key = 0; key < keys; ++key) index.TryEmplace(key, 0);
+    EXPECT_EQ(index.bytes(), bytes) << keys;
+  }
+}
+
 // Slots of 16 bytes, never over three quarters full, and a reserved index
 // at least three eighths full once its keys are in.
 TEST(KeyIndexTest, AtMostThreeQuartersFull) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,96 @@ TEST(ExportedModelTest, AKeysRowIsItsOwnersInMemoryAndOnDisk) {
     std::vector<float> rows;
     EXPECT_EQ((*opened)->ReadTable(2, &read_keys, &rows).code(),
               absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// A chain of a base and two deltas, read into memory and looked up on
+// disk: a newer export's row replaces an older one, an empty row deletes
+// the key (a key the base never had included), and a key deleted in one
+// delta and written again in the next is there with its newest row.
+TEST(ExportedModelTest, ADeltaChainReplacesDeletesAndAddsRowsAgain) {
+  const std::string dir = TestDir();
+  const auto row = [](uint64_t key, int salt) {
+    return HandmadeExport::Row(HandmadeExport::kEmbedding, key, 2, salt);
+  };
+  // The newest row of each key, or none for a deleted one.
+  std::map<uint64_t, std::vector<float>> expected;
+  // Writes keys [first, end) with `salt` (or deletes them) into `model`.
+  const auto put = [&](HandmadeExport& model, uint64_t first, uint64_t end,
+                       int salt, bool erase) {
+    for (uint64_t key = first; key < end; ++key) {
+      model.rows[HandmadeExport::kEmbedding][0][key] =
+          erase ? std::vector<float>{} : row(key, salt);
+      if (erase) {
+        expected.erase(key);
+      } else {
+        expected[key] = row(key, salt);
+      }
+    }
+  };
+  HandmadeExport base(1);
+  base.AddRows({});
+  put(base, 0, 100, 0, false);
+  ASSERT_TRUE(WriteHandmadeExport(dir + "/base", base).ok());
+  HandmadeExport first(1);
+  first.AddRows({});
+  put(first, 0, 20, 0, /*erase=*/true);
+  put(first, 20, 40, 1, false);
+  put(first, 100, 120, 1, false);
+  put(first, 1000, 1001, 0, /*erase=*/true);  // never written
+  HandmadeExport second(1);
+  second.AddRows({});
+  put(second, 0, 10, 2, false);  // deleted in the first delta
+  put(second, 100, 105, 0, /*erase=*/true);
+  int index = 1;
+  std::string before = "base";
+  for (HandmadeExport* delta : {&first, &second}) {
+    delta->manifest.set_format_version(3);
+    delta->manifest.set_base("base");
+    delta->manifest.set_predecessor(before);
+    delta->manifest.set_delta_index(index);
+    delta->manifest.set_predecessor_created_at(base.manifest.created_at());
+    before = absl::StrCat("delta-", index++);
+    ASSERT_TRUE(WriteHandmadeExport(dir + "/" + before, *delta).ok());
+  }
+  std::vector<uint64_t> keys;
+  for (uint64_t key = 0; key < 130; ++key) keys.push_back(key);
+  keys.push_back(1000);
+
+  for (const size_t memory : {size_t{0}, size_t{1} << 30}) {
+    SCOPED_TRACE(memory == 0 ? "on disk" : "in memory");
+    ExportedModelOptions options;
+    options.max_memory_bytes = memory;
+    auto opened = ExportedModel::Open(dir + "/delta-2", options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    std::vector<float> values;
+    std::vector<bool> found;
+    ASSERT_TRUE(
+        (*opened)
+            ->LookupRows(HandmadeExport::kEmbedding, keys, &values, &found)
+            .ok());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = expected.find(keys[i]);
+      ASSERT_EQ(found[i], it != expected.end()) << keys[i];
+      if (found[i]) {
+        EXPECT_EQ(std::vector<float>(values.begin() + 2 * i,
+                                     values.begin() + 2 * i + 2),
+                  it->second)
+            << keys[i];
+      }
+    }
+    std::vector<uint64_t> read_keys;
+    std::vector<float> rows;
+    ASSERT_TRUE((*opened)->ReadTable(0, &read_keys, &rows).ok());
+    std::map<uint64_t, std::vector<float>> read;
+    for (size_t i = 0; i < read_keys.size(); ++i) {
+      EXPECT_TRUE(read.emplace(read_keys[i],
+                               std::vector<float>(rows.begin() + 2 * i,
+                                                  rows.begin() + 2 * i + 2))
+                      .second)
+          << "twice: " << read_keys[i];
+    }
+    EXPECT_EQ(read, expected);
   }
 }
 
