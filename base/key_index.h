@@ -19,6 +19,7 @@
 #ifndef PS_BASE_KEY_INDEX_H_
 #define PS_BASE_KEY_INDEX_H_
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -49,6 +50,8 @@ class KeyIndex {
 
   // Removes the key; false if it was not there.
   bool Erase(uint64_t key);
+  // Removes every key, keeping the slots for the next ones.
+  void Clear();
 
   // The key's value, or nullopt.
   std::optional<uint64_t> Find(uint64_t key) const {
@@ -111,6 +114,44 @@ class KeyIndex {
   // Slots holding a key or an erasure: what makes probes longer.
   size_t used_ = 0;
 };
+
+// Inline: the loops that fill an index call it for every key.
+inline std::pair<uint64_t, bool> KeyIndex::TryEmplace(uint64_t key,
+                                                      uint64_t value) {
+  assert(value <= kMaxValue);
+  if (slots_.empty()) Rehash(SlotsFor(0));
+  size_t first_erased = slots_.size();
+  size_t i = HomeSlot(key);
+  for (;; i = (i + 1) & mask_) {
+    const Slot& slot = slots_[i];
+    if (slot.stored == kEmpty) break;
+    if (slot.stored == kErased) {
+      if (first_erased == slots_.size()) first_erased = i;
+    } else if (slot.key == key) {
+      return {slot.stored - kBias, false};
+    }
+  }
+  if (first_erased < slots_.size()) {
+    // Not there: into the first erased slot on the way, using up nothing.
+    slots_[first_erased] = Slot{key, value + kBias};
+  } else {
+    // Into the empty slot that ended the probe, unless that would fill
+    // over three quarters of the slots (erased ones lengthen probes as keys
+    // do): then twice as many slots if over three eighths hold keys, else
+    // as many again without the erasures, and the probe anew.
+    if (4 * (used_ + 1) > 3 * slots_.size()) {
+      size_t capacity = slots_.size();
+      if (8 * (size_ + 1) > 3 * capacity) capacity *= 2;
+      Rehash(capacity);
+      for (i = HomeSlot(key); slots_[i].stored != kEmpty; i = (i + 1) & mask_) {
+      }
+    }
+    slots_[i] = Slot{key, value + kBias};
+    ++used_;
+  }
+  ++size_;
+  return {value, true};
+}
 
 }  // namespace ps
 

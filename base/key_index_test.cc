@@ -91,6 +91,23 @@ TEST(KeyIndexTest, AgreesWithAHashMap) {
   }
 }
 
+TEST(KeyIndexTest, ClearKeepsTheSlots) {
+  KeyIndex index(/*huge_pages=*/false);
+  index.Reserve(100);
+  for (uint64_t key = 0; key < 100; ++key) index.TryEmplace(key, key);
+  const size_t bytes = index.bytes();
+  index.Clear();
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.bytes(), bytes);
+  for (uint64_t key = 0; key < 100; ++key) EXPECT_FALSE(index.Find(key));
+  // Room for as many again: erased markers are gone too.
+  for (uint64_t key = 100; key < 200; ++key) {
+    EXPECT_TRUE(index.TryEmplace(key, key).second);
+  }
+  EXPECT_EQ(index.bytes(), bytes);
+  EXPECT_EQ(*index.Find(150), 150u);
+}
+
 // Erased slots are reclaimed when the index fills up, rather than growing
 // it: one doubling at most for a steady number of keys.
 TEST(KeyIndexTest, ErasuresDoNotGrowIt) {

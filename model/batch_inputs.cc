@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace ps::model {
@@ -190,23 +189,27 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   lookup_index.resize(lookups.size() * static_cast<size_t>(batch));
   // Per table, the position of each key among its keys (none for a
   // follower, which copies its leader's first keys).
-  std::vector<absl::flat_hash_map<uint64_t, int32_t>> positions(tables.size());
+  positions_.resize(tables.size(), KeyIndex(/*huge_pages=*/false));
   for (size_t t = 0; t < tables.size(); ++t) {
+    positions_[t].Clear();
     // About half a batch's keys are distinct (Criteo-like data).
     if (leader_[t] < 0) {
-      positions[t].reserve(table_lookups_[t].size() *
-                           static_cast<size_t>(batch) / 2);
+      positions_[t].Reserve(table_lookups_[t].size() *
+                            static_cast<size_t>(batch) / 2);
     }
   }
   // Per table: how many keys, members and pools its leader had after as
   // many lookups as it has.
   std::vector<Prefix> prefixes(tables.size());
   const auto position_of = [&](size_t t, uint64_t key) {
-    auto [it, inserted] = positions[t].try_emplace(
-        key, static_cast<int32_t>(tables[t].keys.size()));
-    if (inserted) tables[t].keys.push_back(key);
-    return it->second;
+    const auto [position, added] =
+        positions_[t].TryEmplace(key, tables[t].keys.size());
+    if (added) tables[t].keys.push_back(key);
+    return static_cast<int32_t>(position);
   };
+  // Each lookup's last key of example b + kAhead (its only one, mostly) is
+  // prefetched at example b: the positions are megabytes probed at random.
+  constexpr int kAhead = 8;
   // A pooled row is written -(pool + 1) until the table's keys are counted.
   for (size_t l = 0; l < lookups.size(); ++l) {
     const size_t t = lookups[l].table;
@@ -215,6 +218,13 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     TableRows& table = tables[t];
     int32_t* index = &lookup_index[l * batch];
     for (int b = 0; b < batch; ++b) {
+      if (source.example_slot >= 0 && b + kAhead < batch) {
+        const Example& ahead = examples[b + kAhead];
+        const uint32_t end = ahead.slot_end[source.example_slot];
+        if (ahead.slot_begin(source.example_slot) < end) {
+          positions_[t].Prefetch(ahead.keys[end - 1]);
+        }
+      }
       const Example& example = examples[b];
       if (source.example_slot < 0) {
         const model::DenseInput& group =

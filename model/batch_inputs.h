@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/key_index.h"
 #include "model/input/features.h"
 #include "model/input/input_layout.h"
 #include "model/model_graph.h"
@@ -195,6 +196,9 @@ class BatchInputs {
   // than hashing them again (wide_deep's wide table, its embedding
   // table's); or -1.
   std::vector<int> leader_;
+  // Per table that is no follower, during Prepare(): each key's position
+  // among its keys (kept from call to call for its memory).
+  std::vector<KeyIndex> positions_;
   const model::ModelPlan* plan_ = nullptr;
 };
 
