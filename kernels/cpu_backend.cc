@@ -121,7 +121,7 @@ class CpuBackend final : public Backend {
     // GEMM evenly, and wait for a thread slowed by other work on its core);
     // a large GEMM is cut into blocks the backend's team shares instead.
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-    const GemmSplit split = SplitGemm(m, n, k, team_ ? team_->threads() : 1);
+    const GemmSplit split = SplitGemm(m, n, k, threads());
     if (bf16) {
       return Bf16Gemm(split, transpose_a, transpose_b, m, n, k, alpha, a, lda,
                       b, ldb, beta, c, ldc);

@@ -471,6 +471,9 @@ ExportedModel::ReadWhole(const Table& table) const {
       }
     }
   }
+  // A chain's rows grew by doubling (its row count is an upper bound, not
+  // reserved): give back what the budget does not count.
+  if (table.layers.size() > 1) in_memory->rows.shrink_to_fit();
   return in_memory;
 }
 
