@@ -8,8 +8,25 @@ KeyIndex::KeyIndex(bool huge_pages)
     : slots_(HugePageAllocator<Slot>(huge_pages)) {}
 
 void KeyIndex::Reserve(size_t keys) {
-  const size_t capacity = SlotsFor(keys);
+  // Erased slots count as keys until a rehash drops them.
+  const size_t capacity = SlotsFor(keys + (used_ - size_));
   if (capacity > slots_.size()) Rehash(capacity);
+}
+
+void KeyIndex::Reset(size_t keys) {
+  const size_t capacity = SlotsFor(keys);
+  if (slots_.size() >= capacity && slots_.size() <= 4 * capacity) {
+    std::fill(slots_.begin(), slots_.end(), Slot{0, kEmpty});
+    size_ = 0;
+    used_ = 0;
+    return;
+  }
+  // Too few slots, or so many that emptying them would cost more than
+  // the keys: new ones.
+  slots_.clear();
+  size_ = 0;
+  used_ = 0;
+  Rehash(capacity);
 }
 
 bool KeyIndex::Erase(uint64_t key) {
@@ -23,12 +40,6 @@ bool KeyIndex::Erase(uint64_t key) {
       return true;
     }
   }
-}
-
-void KeyIndex::Clear() {
-  std::fill(slots_.begin(), slots_.end(), Slot{0, kEmpty});
-  size_ = 0;
-  used_ = 0;
 }
 
 void KeyIndex::Rehash(size_t capacity) {

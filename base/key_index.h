@@ -50,8 +50,10 @@ class KeyIndex {
 
   // Removes the key; false if it was not there.
   bool Erase(uint64_t key);
-  // Removes every key, keeping the slots for the next ones.
-  void Clear();
+  // Removes every key and makes room for `keys` as Reserve() does, in the
+  // slots it has unless they are over four times as many as that needs:
+  // an index reused for sets of keys of different sizes.
+  void Reset(size_t keys);
 
   // The key's value, or nullopt.
   std::optional<uint64_t> Find(uint64_t key) const {

@@ -91,21 +91,46 @@ TEST(KeyIndexTest, AgreesWithAHashMap) {
   }
 }
 
-TEST(KeyIndexTest, ClearKeepsTheSlots) {
+// Reset() empties the index, erased slots included, keeping its slots for
+// a set of keys of about its size and sizing them anew for one far
+// smaller or larger.
+TEST(KeyIndexTest, ResetKeepsSlotsThatFit) {
   KeyIndex index(/*huge_pages=*/false);
-  index.Reserve(100);
-  for (uint64_t key = 0; key < 100; ++key) index.TryEmplace(key, key);
+  index.Reset(100);
   const size_t bytes = index.bytes();
-  index.Clear();
+  EXPECT_EQ(bytes, KeyIndex::ReservedBytes(100));
+  for (uint64_t key = 0; key < 100; ++key) index.TryEmplace(key, key);
+  for (uint64_t key = 0; key < 50; ++key) ASSERT_TRUE(index.Erase(key));
+  index.Reset(100);
   EXPECT_EQ(index.size(), 0u);
   EXPECT_EQ(index.bytes(), bytes);
+  index.Reserve(100);  // nothing erased is left to count
+  EXPECT_EQ(index.bytes(), bytes);
   for (uint64_t key = 0; key < 100; ++key) EXPECT_FALSE(index.Find(key));
-  // Room for as many again: erased markers are gone too.
+  // Room for 100 keys again: the erased slots are gone too.
   for (uint64_t key = 100; key < 200; ++key) {
     EXPECT_TRUE(index.TryEmplace(key, key).second);
   }
   EXPECT_EQ(index.bytes(), bytes);
   EXPECT_EQ(*index.Find(150), 150u);
+
+  index.Reset(100000);
+  EXPECT_EQ(index.bytes(), KeyIndex::ReservedBytes(100000));
+  EXPECT_FALSE(index.Find(150));
+  index.Reset(100);
+  EXPECT_EQ(index.bytes(), bytes);
+}
+
+// Reserve() counts the slots erased keys still take.
+TEST(KeyIndexTest, ReserveCountsErasedSlots) {
+  KeyIndex index(/*huge_pages=*/false);
+  index.Reserve(12);
+  for (uint64_t key = 0; key < 12; ++key) index.TryEmplace(key, key);
+  for (uint64_t key = 0; key < 6; ++key) index.Erase(key);
+  index.Reserve(12);  // 6 held, 6 more to come
+  const size_t bytes = index.bytes();
+  for (uint64_t key = 100; key < 106; ++key) index.TryEmplace(key, key);
+  EXPECT_EQ(index.bytes(), bytes);
 }
 
 // Erased slots are reclaimed when the index fills up, rather than growing

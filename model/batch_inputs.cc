@@ -191,12 +191,10 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
   // follower, which copies its leader's first keys).
   positions_.resize(tables.size(), KeyIndex(/*huge_pages=*/false));
   for (size_t t = 0; t < tables.size(); ++t) {
-    positions_[t].Clear();
     // About half a batch's keys are distinct (Criteo-like data).
-    if (leader_[t] < 0) {
-      positions_[t].Reserve(table_lookups_[t].size() *
-                            static_cast<size_t>(batch) / 2);
-    }
+    positions_[t].Reset(leader_[t] < 0 ? table_lookups_[t].size() *
+                                             static_cast<size_t>(batch) / 2
+                                       : 0);
   }
   // Per table: how many keys, members and pools its leader had after as
   // many lookups as it has.
@@ -207,7 +205,7 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     if (added) tables[t].keys.push_back(key);
     return static_cast<int32_t>(position);
   };
-  // Each lookup's last key of example b + kAhead (its only one, mostly) is
+  // A field's last key of example b + kAhead (its only one, mostly) is
   // prefetched at example b: the positions are megabytes probed at random.
   constexpr int kAhead = 8;
   // A pooled row is written -(pool + 1) until the table's keys are counted.
@@ -218,7 +216,8 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     TableRows& table = tables[t];
     int32_t* index = &lookup_index[l * batch];
     for (int b = 0; b < batch; ++b) {
-      if (source.example_slot >= 0 && b + kAhead < batch) {
+      if (source.example_slot >= 0 && source.position < 0 &&
+          b + kAhead < batch) {
         const Example& ahead = examples[b + kAhead];
         const uint32_t end = ahead.slot_end[source.example_slot];
         if (ahead.slot_begin(source.example_slot) < end) {

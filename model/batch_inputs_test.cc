@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "model/builtin_specs.h"
 #include "model/input/line_parser.h"
@@ -106,6 +107,37 @@ TEST(BatchInputsTest, LooksUpEachSlotInItsTable) {
   ASSERT_EQ(inputs.dense.size(), 1u);
   EXPECT_EQ(inputs.dense[0],
             (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f, 2.0f, -2.0f}));
+}
+
+// A BatchInputs prepared again, for a smaller batch or a larger one, holds
+// what one prepared afresh for that batch holds: nothing of the batch
+// before it.
+TEST(BatchInputsTest, PreparedAgainItHoldsOnlyTheNewBatch) {
+  Fixture fixture;
+  std::mt19937 random(3);
+  const auto batch = [&](int lines) {
+    std::vector<std::string> text;
+    for (int i = 0; i < lines; ++i) {
+      text.push_back(absl::StrCat(i % 2, ",", random() % 7, ",", random() % 20,
+                                  ",c", random() % 50, ",m", random() % 40,
+                                  "|m", random() % 40));
+    }
+    return fixture.Parse(text);
+  };
+  BatchInputs reused(&fixture.plan, fixture.layout);
+  for (const int lines : {300, 40, 2000, 7}) {
+    const std::vector<Example> examples = batch(lines);
+    reused.Prepare(examples);
+    BatchInputs fresh(&fixture.plan, fixture.layout);
+    fresh.Prepare(examples);
+    ASSERT_EQ(reused.batch, lines);
+    EXPECT_EQ(reused.lookup_index, fresh.lookup_index) << lines;
+    for (size_t t = 0; t < fresh.tables.size(); ++t) {
+      EXPECT_EQ(reused.tables[t].keys, fresh.tables[t].keys) << lines;
+      EXPECT_EQ(reused.tables[t].members, fresh.tables[t].members) << lines;
+      EXPECT_EQ(reused.tables[t].pool_end, fresh.tables[t].pool_end) << lines;
+    }
+  }
 }
 
 // Table "short"'s lookups begin "long"'s (it copies long's first keys);

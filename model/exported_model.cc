@@ -422,9 +422,9 @@ ExportedModel::ReadWhole(const Table& table) const {
   auto in_memory = std::make_shared<TableInMemory>(huge_pages_);
   const size_t chain_rows = ChainRows(table);
   in_memory->index.Reserve(chain_rows);
-  // A chain's rows are counted once per export they are in: reserved only
-  // for a full export alone, whose count is exact.
-  if (table.layers.size() == 1) in_memory->rows.reserve(chain_rows * dim);
+  // A chain's rows are counted once per export they are in: more than it
+  // holds, but what is reserved and never written takes no memory.
+  in_memory->rows.reserve(chain_rows * dim);
   const size_t value_bytes = ExportRowBytes(dim, table.half);
   // Oldest export first: a newer row, or deletion, replaces an older one.
   for (auto layer = table.layers.rbegin(); layer != table.layers.rend();
@@ -471,9 +471,6 @@ ExportedModel::ReadWhole(const Table& table) const {
       }
     }
   }
-  // A chain's rows grew by doubling (its row count is an upper bound, not
-  // reserved): give back what the budget does not count.
-  if (table.layers.size() > 1) in_memory->rows.shrink_to_fit();
   return in_memory;
 }
 
