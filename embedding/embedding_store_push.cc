@@ -7,9 +7,9 @@
 #include <cstring>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "base/key_index.h"
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
@@ -59,13 +59,12 @@ absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
                               absl::Span<const float>* sums,
                               std::vector<uint64_t>* summed_keys,
                               std::vector<float>* summed_gradients) {
-  // Each key's position among the distinct keys: an index whose probes
-  // stay in one cache line (base/key_index.h), small enough for L2.
-  KeyIndex position_of(/*huge_pages=*/false);
-  position_of.Reserve(keys.size());
+  absl::flat_hash_map<uint64_t, uint32_t> position_of;
+  position_of.reserve(keys.size());
   size_t first_repeat = 0;
   for (; first_repeat < keys.size(); ++first_repeat) {
-    if (!position_of.TryEmplace(keys[first_repeat], first_repeat).second) break;
+    if (!position_of.try_emplace(keys[first_repeat], first_repeat).second)
+      break;
   }
   *distinct = keys;
   *sums = gradients;
@@ -75,15 +74,14 @@ absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
   summed_gradients->assign(gradients.begin(),
                            gradients.begin() + first_repeat * dim);
   for (size_t i = first_repeat; i < keys.size(); ++i) {
-    const auto [position, inserted] =
-        position_of.TryEmplace(keys[i], summed_keys->size());
+    auto [it, inserted] = position_of.try_emplace(keys[i], summed_keys->size());
     const float* gradient = &gradients[i * dim];
     if (inserted) {
       summed_keys->push_back(keys[i]);
       summed_gradients->insert(summed_gradients->end(), gradient,
                                gradient + dim);
     } else {
-      float* sum = &(*summed_gradients)[position * dim];
+      float* sum = &(*summed_gradients)[it->second * dim];
       for (size_t d = 0; d < dim; ++d) sum[d] += gradient[d];
     }
   }
