@@ -35,8 +35,12 @@ absl::StatusOr<AdminChannels> AdminChannels::Connect(
     // A move's pause answers with the source's push ledgers (up to about
     // 12 MiB for 4096 workers), beyond gRPC's 4 MiB default.
     arguments.SetMaxReceiveMessageSize(256 << 20);
-    return Admin::NewStub(
+    // A failed connection attempt is retried after 100 ms rather than
+    // gRPC's 1 s (AwaitConnected()).
+    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    channels.channels_.push_back(
         grpc::CreateCustomChannel(address, *credentials, arguments));
+    return Admin::NewStub(channels.channels_.back());
   };
   for (const std::string& server : servers)
     channels.shards_.push_back(connect(server));
@@ -51,6 +55,17 @@ std::unique_ptr<grpc::ClientContext> AdminChannels::Context(
   if (!token_.empty())
     context->AddMetadata("authorization", "Bearer " + token_);
   return context;
+}
+
+void AdminChannels::AwaitConnected(absl::Duration grace) const {
+  const auto deadline = absl::ToChronoTime(absl::Now() + grace);
+  std::vector<std::thread> threads;
+  threads.reserve(channels_.size());
+  for (const std::shared_ptr<grpc::Channel>& channel : channels_) {
+    threads.emplace_back(
+        [&channel, deadline] { channel->WaitForConnected(deadline); });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 void AdminChannels::OnEveryShard(

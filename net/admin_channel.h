@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "net/tls_credentials.h"
 #include "proto/admin.grpc.pb.h"
@@ -49,6 +50,14 @@ class AdminChannels {
   // Runs `call(i)` for every shard i, all at once; returns once all have.
   void OnEveryShard(const std::function<void(size_t)>& call) const;
 
+  // Waits up to `grace` for every channel (the shards' and the
+  // coordinator's) to connect, reconnecting as often as a failed attempt
+  // allows (every 100 ms at first). Calls are fail-fast: one failed
+  // connection attempt, as a loopback handshake that fails once, would
+  // otherwise fail a command against a shard that is up. A shard that is
+  // down costs the grace, then calls to it fail as before.
+  void AwaitConnected(absl::Duration grace) const;
+
  private:
   AdminChannels() = default;
 
@@ -57,6 +66,8 @@ class AdminChannels {
   std::string token_;
   std::vector<std::unique_ptr<Admin::Stub>> shards_;
   std::unique_ptr<Admin::Stub> coordinator_;
+  // Every channel, the coordinator's last (AwaitConnected()).
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
 };
 
 }  // namespace ps::net

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -18,12 +20,12 @@ namespace {
 // to calls carrying `token`.
 class FakeShard : public Admin::Service {
  public:
-  FakeShard(uint32_t index, std::string token)
+  // Listens on `port` (0: one free).
+  FakeShard(uint32_t index, std::string token, int port = 0)
       : index_(index), token_(std::move(token)) {
     grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                             grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
     address_ = absl::StrCat("127.0.0.1:", port);
@@ -86,6 +88,57 @@ TEST(AdminChannelsTest, EveryShardIsCalledWithTheToken) {
                               ShardStatsRequest(), &coordinator)
                   .ok());
   EXPECT_EQ(coordinator.shard_index(), 0u);
+}
+
+// A shard that starts listening after the channels are made: a call right
+// away fails (calls are fail-fast), one after AwaitConnected() reaches it.
+TEST(AdminChannelsTest, AwaitConnectedWaitsForAShardThatComesUp) {
+  int port = 0;
+  {
+    FakeShard probe(0, "", 0);
+    port = std::stoi(probe.address().substr(10));
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto channels = AdminChannels::Connect({address}, "", TlsFiles(), "");
+  ASSERT_TRUE(channels.ok()) << channels.status();
+  ShardStatsResponse response;
+  EXPECT_EQ(channels->shard(0)
+                .ShardStats(channels->Context(absl::Seconds(10)).get(),
+                            ShardStatsRequest(), &response)
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  std::unique_ptr<FakeShard> shard;
+  std::thread starter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    shard = std::make_unique<FakeShard>(0, "", port);
+  });
+  channels->AwaitConnected(absl::Seconds(30));
+  starter.join();
+  const grpc::Status status =
+      channels->shard(0).ShardStats(channels->Context(absl::Seconds(10)).get(),
+                                    ShardStatsRequest(), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// A shard that never comes up costs the grace, then fails as before.
+TEST(AdminChannelsTest, AwaitConnectedGivesUpAfterTheGrace) {
+  int port = 0;
+  {
+    FakeShard probe(0, "", 0);
+    port = std::stoi(probe.address().substr(10));
+  }
+  auto channels = AdminChannels::Connect({absl::StrCat("127.0.0.1:", port)}, "",
+                                         TlsFiles(), "");
+  ASSERT_TRUE(channels.ok()) << channels.status();
+  const absl::Time start = absl::Now();
+  channels->AwaitConnected(absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  ShardStatsResponse response;
+  EXPECT_EQ(channels->shard(0)
+                .ShardStats(channels->Context(absl::Seconds(10)).get(),
+                            ShardStatsRequest(), &response)
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST(AdminChannelsTest, ACallWithoutTheTokenIsRefused) {

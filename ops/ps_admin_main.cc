@@ -11,6 +11,7 @@
 //   ps_admin --servers=... --token_file=F expire --table=T
 //   ps_admin --servers=... --token_file=F stop
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -119,6 +120,11 @@ ABSL_FLAG(std::string, token_file, "",
           "sent with every call; calls that change a shard need it.");
 
 namespace {
+
+// How long a command waits for its channels to connect before its calls
+// (at most --rpc_timeout_s): a shard that is down costs this much, then its
+// calls fail as they would have (net/admin_channel.h AwaitConnected()).
+constexpr absl::Duration kConnectGrace = absl::Seconds(1);
 
 using ps::ops::Cluster;
 using ps::ops::CommandOptions;
@@ -394,5 +400,7 @@ int main(int argc, char** argv) {
                                       cluster.tls, cluster.token);
   if (!channels.ok()) return Fail(std::string(channels.status().message()));
   cluster.channels = *std::move(channels);
+  cluster.channels->AwaitConnected(
+      std::min(kConnectGrace, cluster.options.timeout));
   return command->run(cluster);
 }
