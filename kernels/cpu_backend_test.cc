@@ -207,6 +207,42 @@ TEST(CpuBackendOptionsTest, Bf16GemmRoundsItsInputsAndAccumulatesInFp32) {
   }
 }
 
+TEST(CpuBackendOptionsTest, Bf16GemmRoundsEveryInputToNearestEven) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::unique_ptr<Backend> backend = Bf16Backend();
+  // op(A) times the identity is op(A) rounded, bit for bit: each output is
+  // one rounded input times 1. Rows of 37 (and 17) run the rounding's vector
+  // loop (16 floats at a time) and its tail; ties go to the even neighbour.
+  const int m = 17, k = 37;  // at least 16 each, or it stays FP32
+  std::mt19937 rng(5);
+  std::vector<float> a = Random(m * k, &rng, 3.0f);
+  const float ulp = std::ldexp(1.0f, -8);  // half a bfloat16 step at 1
+  const std::vector<float> ties = {1.0f + ulp,        1.0f + 3 * ulp,
+                                   -1.0f - ulp,       -1.0f - 3 * ulp,
+                                   1.0f + 1.5f * ulp, 3.0e38f};
+  for (size_t i = 0; i < ties.size() * 7; ++i)
+    a[(i * 31) % a.size()] = ties[i % ties.size()];
+  std::vector<float> identity(k * k, 0.0f);
+  for (int i = 0; i < k; ++i) identity[i * k + i] = 1.0f;
+  for (bool transpose_a : {false, true}) {
+    std::vector<float> c(m * k, -5.0f);
+    ASSERT_TRUE(backend
+                    ->Gemm(transpose_a, false, m, k, k, 1.0f, a.data(),
+                           transpose_a ? m : k, identity.data(), k, 0.0f,
+                           c.data(), k)
+                    .ok());
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < k; ++j) {
+        const float input = transpose_a ? a[j * m + i] : a[i * k + j];
+        ASSERT_EQ(c[i * k + j], ToBfloat16(input))
+            << "input " << input << " at " << i << "," << j;
+      }
+    }
+  }
+  EXPECT_EQ(ToBfloat16(1.0f + ulp), 1.0f);
+  EXPECT_EQ(ToBfloat16(1.0f + 3 * ulp), 1.0f + 4 * ulp);
+}
+
 TEST(CpuBackendOptionsTest, Bf16LeavesThinGemmsInFp32) {
   if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::unique_ptr<Backend> backend = Bf16Backend();
@@ -504,6 +540,101 @@ TEST_F(CpuBackendTest, BiasReluColumnSumsAndCopyColumns) {
   std::vector<float> dst(2 * 3, 0.0f);
   ASSERT_TRUE(backend_->CopyColumns(x.data(), 2, 2, dst.data(), 3, 1).ok());
   EXPECT_EQ(dst, (std::vector<float>{0, 0, 3, 0, 3.5f, 0}));
+}
+
+// Rows longer than a vector (37 floats), so that the vectorized loops'
+// bodies and tails both run; the references add in the same order, so the
+// results match bit for bit.
+TEST_F(CpuBackendTest, ElementwiseLoopsMatchScalarLoopsOnLongRows) {
+  const int rows = 5, cols = 37;
+  for (bool relu : {false, true}) {
+    std::vector<float> x = Random(rows * cols, &rng_);
+    const std::vector<float> bias = Random(cols, &rng_);
+    std::vector<float> expected = x;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) {
+        const float sum = expected[r * cols + c] + bias[c];
+        expected[r * cols + c] = relu && sum < 0.0f ? 0.0f : sum;
+      }
+    }
+    ASSERT_TRUE(
+        backend_->BiasActivation(x.data(), bias.data(), rows, cols, relu).ok());
+    ASSERT_EQ(x, expected) << "relu " << relu;
+  }
+  const std::vector<float> y = Random(rows * cols, &rng_);
+  std::vector<float> dy = Random(rows * cols, &rng_);
+  std::vector<float> masked = dy;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!(y[i] > 0.0f)) masked[i] = 0.0f;
+  }
+  ASSERT_TRUE(backend_->ReluBackward(y.data(), dy.data(), dy.size()).ok());
+  EXPECT_EQ(dy, masked);
+  std::vector<float> sums(cols, 99.0f), expected_sums(cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) expected_sums[c] += y[r * cols + c];
+  }
+  ASSERT_TRUE(backend_->ColumnSums(y.data(), rows, cols, sums.data()).ok());
+  EXPECT_EQ(sums, expected_sums);
+  std::vector<float> total = Random(rows * cols, &rng_);
+  std::vector<float> expected_total = total;
+  for (size_t i = 0; i < total.size(); ++i) expected_total[i] += y[i];
+  ASSERT_TRUE(backend_->Add(y.data(), total.data(), total.size()).ok());
+  EXPECT_EQ(total, expected_total);
+  // Columns 3..3+20 of y added into rows of 20.
+  std::vector<float> narrow = Random(rows * 20, &rng_);
+  std::vector<float> expected_narrow = narrow;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < 20; ++c)
+      expected_narrow[r * 20 + c] += y[r * cols + 3 + c];
+  }
+  ASSERT_TRUE(
+      backend_->AccumulateColumns(y.data(), rows, cols, 3, narrow.data(), 20)
+          .ok());
+  EXPECT_EQ(narrow, expected_narrow);
+}
+
+// Dimension 16 takes a copy of known size, others memcpy: both, with rows
+// of the output wider than the fields, and repeated keys.
+TEST_F(CpuBackendTest, GatherAndScatterEveryDimension) {
+  const int batch = 9, fields = 3, table_rows = 7;
+  for (int dim : {16, 19, 1}) {
+    const int out_cols = fields * dim + 2;
+    std::vector<int32_t> index(batch * fields);
+    for (size_t i = 0; i < index.size(); ++i)
+      index[i] = static_cast<int32_t>((i * 5) % table_rows);
+    const std::vector<float> table = Random(table_rows * dim, &rng_);
+    std::vector<float> out(batch * out_cols, -7.0f);
+    std::vector<float> expected = out;
+    for (int b = 0; b < batch; ++b) {
+      for (int f = 0; f < fields; ++f) {
+        for (int d = 0; d < dim; ++d) {
+          expected[b * out_cols + f * dim + d] =
+              table[index[b * fields + f] * dim + d];
+        }
+      }
+    }
+    ASSERT_TRUE(backend_
+                    ->GatherConcat(table.data(), index.data(), batch, fields,
+                                   dim, out.data(), out_cols)
+                    .ok());
+    ASSERT_EQ(out, expected) << "dim " << dim;
+    const std::vector<float> upstream = Random(batch * out_cols, &rng_);
+    std::vector<float> grads = Random(table_rows * dim, &rng_);
+    std::vector<float> expected_grads = grads;
+    for (int b = 0; b < batch; ++b) {
+      for (int f = 0; f < fields; ++f) {
+        for (int d = 0; d < dim; ++d) {
+          expected_grads[index[b * fields + f] * dim + d] +=
+              upstream[b * out_cols + f * dim + d];
+        }
+      }
+    }
+    ASSERT_TRUE(backend_
+                    ->ScatterAdd(upstream.data(), out_cols, dim, index.data(),
+                                 batch, fields, dim, grads.data())
+                    .ok());
+    ASSERT_EQ(grads, expected_grads) << "dim " << dim;
+  }
 }
 
 }  // namespace
