@@ -235,6 +235,7 @@ absl::Status RocksStore::WriteWith(const rocksdb::WriteOptions& options,
   // After a failed write RocksDB refuses writes until it is resumed: a full
   // disk that has room again, say.
   if (needs_resume_.load() && db_->Resume().ok()) needs_resume_ = false;
+  DisablePerfCounters();
   rocksdb::Status written = db_->Write(options, batch->batch_.get());
   if (written.IsIOError()) needs_resume_ = true;
   return FromRocks(written, "writing rows");
@@ -254,6 +255,7 @@ absl::Status RocksStore::MultiGet(TableId table,
                                   std::vector<std::string>* values,
                                   std::vector<bool>* found) {
   RETURN_IF_ERROR(RequireSlotOrder());
+  DisablePerfCounters();
   std::vector<RowKey> row_keys;
   row_keys.reserve(keys.size());
   for (uint64_t key : keys) row_keys.emplace_back(key);
