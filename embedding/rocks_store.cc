@@ -376,6 +376,7 @@ absl::Status RocksStore::Scan(
   // The families have a prefix extractor (the whole key): only a
   // total-order iterator walks every row.
   options.total_order_seek = true;
+  DisablePerfCounters();
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(options, Handle(table)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -407,6 +408,7 @@ absl::Status RocksStore::ScanSlots(
   options.fill_cache = false;
   options.total_order_seek = true;
   options.iterate_upper_bound = &upper_bound;
+  DisablePerfCounters();
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(options, Handle(table)));
   const RowKey start = RowKey::SlotStart(first_slot);

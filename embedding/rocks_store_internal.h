@@ -60,7 +60,7 @@ inline constexpr size_t kUpgradeBatchRows = 8192;
 // unless the thread says otherwise; nothing here reads those counts, and
 // counting a write-back's memtable inserts was ~3% of a training shard's
 // CPU (thread-local lookups through the shared library). Called by each
-// method that writes or reads rows, on whichever thread calls it.
+// method that writes, reads or scans rows, on whichever thread calls it.
 inline void DisablePerfCounters() {
   rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
 }

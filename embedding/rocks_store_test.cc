@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +55,32 @@ TEST(RocksStoreTest, WritesAndReadsCountNothingInRocksDbsPerfContext) {
   EXPECT_EQ(std::count(found.begin(), found.end(), true), 100);
   EXPECT_EQ(rocksdb::GetPerfLevel(), rocksdb::PerfLevel::kDisable);
   EXPECT_EQ(rocksdb::get_perf_context()->user_key_comparison_count, 0u);
-  EXPECT_EQ(rocksdb::get_perf_context()->get_from_memtable_count, 0u);
+
+  for (bool from_a_snapshot : {true, false}) {
+    rocksdb::SetPerfLevel(rocksdb::PerfLevel::kEnableCount);
+    rocksdb::get_perf_context()->Reset();
+    size_t scanned = 0;
+    if (from_a_snapshot) {
+      std::unique_ptr<RocksStore::Snapshot> snapshot = rocks->GetSnapshot();
+      ASSERT_OK(
+          rocks->Scan(*table, *snapshot, [&](uint64_t, absl::string_view) {
+            ++scanned;
+            return absl::OkStatus();
+          }));
+    } else {
+      ASSERT_OK(rocks->ScanFrom(
+          *table, std::nullopt,
+          [&](uint64_t, absl::string_view) -> absl::StatusOr<bool> {
+            ++scanned;
+            return true;
+          }));
+    }
+    EXPECT_EQ(scanned, 100u);
+    EXPECT_EQ(rocksdb::GetPerfLevel(), rocksdb::PerfLevel::kDisable)
+        << from_a_snapshot;
+    EXPECT_EQ(rocksdb::get_perf_context()->user_key_comparison_count, 0u)
+        << from_a_snapshot;
+  }
 }
 
 }  // namespace

@@ -31,10 +31,23 @@ namespace ps::kernels {
 namespace {
 
 // Compiles a function twice, for the baseline x86-64 and for AVX-512
-// (x86-64-v4), the copy the CPU runs chosen when the program loads: the
-// loops it marks are memory-bound, and move 16 floats an instruction on
-// AVX-512 against 4. For loops whose copies give the same bits.
-#if defined(__x86_64__) && defined(__GNUC__)
+// (x86-64-v4), the copy the CPU runs chosen when the program loads (an
+// ifunc): the loops it marks are memory-bound, and move 16 floats an
+// instruction on AVX-512 against 4. For loops whose copies give the same
+// bits (kernels/BUILD compiles this file with -ffp-contract=off, so no
+// copy fuses a multiply and an add). GCC only: Clang 14's resolver never
+// picks the "arch=" copy, and under ThreadSanitizer the resolver is
+// instrumented and runs before the sanitizer starts (a crash at load).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PS_KERNELS_THREAD_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define PS_KERNELS_THREAD_SANITIZER 1
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(PS_KERNELS_THREAD_SANITIZER)
 #define PS_KERNELS_VECTOR_CLONES \
   __attribute__((target_clones("default", "arch=x86-64-v4")))
 #else

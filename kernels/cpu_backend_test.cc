@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <utility>
@@ -542,55 +543,81 @@ TEST_F(CpuBackendTest, BiasReluColumnSumsAndCopyColumns) {
   EXPECT_EQ(dst, (std::vector<float>{0, 0, 3, 0, 3.5f, 0}));
 }
 
-// Rows longer than a vector (37 floats), so that the vectorized loops'
-// bodies and tails both run; the references add in the same order, so the
-// results match bit for bit.
+// The floats' bits, so that NaNs compare equal to themselves and -0.0 to
+// itself only.
+std::vector<uint32_t> Bits(const std::vector<float>& values) {
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+// Random values with a NaN, an infinity and zeros of both signs among them.
+std::vector<float> RandomWithSpecials(size_t count, std::mt19937* rng) {
+  std::vector<float> values = Random(count, rng);
+  const float specials[] = {std::nanf(""), -0.0f, 0.0f,
+                            std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < 4 && 7 * i < count; ++i) values[7 * i] = specials[i];
+  return values;
+}
+
+// Rows longer than a vector (37 and 45 floats), so that the vectorized
+// loops' bodies and tails (of 16, then 8, then single floats) all run; the
+// references add in the same order, so the results match bit for bit,
+// NaNs and signed zeros included.
 TEST_F(CpuBackendTest, ElementwiseLoopsMatchScalarLoopsOnLongRows) {
-  const int rows = 5, cols = 37;
-  for (bool relu : {false, true}) {
-    std::vector<float> x = Random(rows * cols, &rng_);
-    const std::vector<float> bias = Random(cols, &rng_);
-    std::vector<float> expected = x;
-    for (int r = 0; r < rows; ++r) {
-      for (int c = 0; c < cols; ++c) {
-        const float sum = expected[r * cols + c] + bias[c];
-        expected[r * cols + c] = relu && sum < 0.0f ? 0.0f : sum;
+  const int rows = 5;
+  for (int cols : {37, 45}) {
+    for (bool relu : {false, true}) {
+      std::vector<float> x = RandomWithSpecials(rows * cols, &rng_);
+      std::vector<float> bias = Random(cols, &rng_);
+      bias[0] = 0.0f;  // -0.0 + 0.0 is 0.0; ReLU keeps a -0.0 sum as is
+      bias[1] = -0.0f;
+      std::vector<float> expected = x;
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) {
+          const float sum = expected[r * cols + c] + bias[c];
+          expected[r * cols + c] = relu && sum < 0.0f ? 0.0f : sum;
+        }
       }
+      ASSERT_TRUE(
+          backend_->BiasActivation(x.data(), bias.data(), rows, cols, relu)
+              .ok());
+      ASSERT_EQ(Bits(x), Bits(expected)) << "cols " << cols << " relu " << relu;
     }
-    ASSERT_TRUE(
-        backend_->BiasActivation(x.data(), bias.data(), rows, cols, relu).ok());
-    ASSERT_EQ(x, expected) << "relu " << relu;
+    const std::vector<float> y = RandomWithSpecials(rows * cols, &rng_);
+    std::vector<float> dy = RandomWithSpecials(rows * cols, &rng_);
+    std::vector<float> masked = dy;
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (!(y[i] > 0.0f)) masked[i] = 0.0f;
+    }
+    ASSERT_TRUE(backend_->ReluBackward(y.data(), dy.data(), dy.size()).ok());
+    EXPECT_EQ(Bits(dy), Bits(masked)) << cols;
+    const std::vector<float> z = Random(rows * cols, &rng_);
+    std::vector<float> sums(cols, 99.0f), expected_sums(cols, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) expected_sums[c] += z[r * cols + c];
+    }
+    ASSERT_TRUE(backend_->ColumnSums(z.data(), rows, cols, sums.data()).ok());
+    EXPECT_EQ(Bits(sums), Bits(expected_sums)) << cols;
+    std::vector<float> total = Random(rows * cols, &rng_);
+    std::vector<float> expected_total = total;
+    for (size_t i = 0; i < total.size(); ++i) expected_total[i] += z[i];
+    ASSERT_TRUE(backend_->Add(z.data(), total.data(), total.size()).ok());
+    EXPECT_EQ(Bits(total), Bits(expected_total)) << cols;
+    // Columns 3 .. cols - 2 of z added into rows of cols - 4.
+    const int narrow_cols = cols - 4;
+    std::vector<float> narrow = Random(rows * narrow_cols, &rng_);
+    std::vector<float> expected_narrow = narrow;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < narrow_cols; ++c)
+        expected_narrow[r * narrow_cols + c] += z[r * cols + 3 + c];
+    }
+    ASSERT_TRUE(backend_
+                    ->AccumulateColumns(z.data(), rows, cols, 3, narrow.data(),
+                                        narrow_cols)
+                    .ok());
+    EXPECT_EQ(Bits(narrow), Bits(expected_narrow)) << cols;
   }
-  const std::vector<float> y = Random(rows * cols, &rng_);
-  std::vector<float> dy = Random(rows * cols, &rng_);
-  std::vector<float> masked = dy;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!(y[i] > 0.0f)) masked[i] = 0.0f;
-  }
-  ASSERT_TRUE(backend_->ReluBackward(y.data(), dy.data(), dy.size()).ok());
-  EXPECT_EQ(dy, masked);
-  std::vector<float> sums(cols, 99.0f), expected_sums(cols, 0.0f);
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) expected_sums[c] += y[r * cols + c];
-  }
-  ASSERT_TRUE(backend_->ColumnSums(y.data(), rows, cols, sums.data()).ok());
-  EXPECT_EQ(sums, expected_sums);
-  std::vector<float> total = Random(rows * cols, &rng_);
-  std::vector<float> expected_total = total;
-  for (size_t i = 0; i < total.size(); ++i) expected_total[i] += y[i];
-  ASSERT_TRUE(backend_->Add(y.data(), total.data(), total.size()).ok());
-  EXPECT_EQ(total, expected_total);
-  // Columns 3..3+20 of y added into rows of 20.
-  std::vector<float> narrow = Random(rows * 20, &rng_);
-  std::vector<float> expected_narrow = narrow;
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < 20; ++c)
-      expected_narrow[r * 20 + c] += y[r * cols + 3 + c];
-  }
-  ASSERT_TRUE(
-      backend_->AccumulateColumns(y.data(), rows, cols, 3, narrow.data(), 20)
-          .ok());
-  EXPECT_EQ(narrow, expected_narrow);
 }
 
 // Dimension 16 takes a copy of known size, others memcpy: both, with rows
@@ -602,6 +629,9 @@ TEST_F(CpuBackendTest, GatherAndScatterEveryDimension) {
     std::vector<int32_t> index(batch * fields);
     for (size_t i = 0; i < index.size(); ++i)
       index[i] = static_cast<int32_t>((i * 5) % table_rows);
+    // One example repeats a key in every field, another in two.
+    index[0] = index[1] = index[2] = 4;
+    index[9] = index[11] = 6;
     const std::vector<float> table = Random(table_rows * dim, &rng_);
     std::vector<float> out(batch * out_cols, -7.0f);
     std::vector<float> expected = out;
