@@ -575,8 +575,12 @@ class CpuBackend final : public Backend {
                   const float* b, int ldb, float beta, float* c, int ldc) {
     const int team_threads = threads();
     try {
-      a_bf16_.resize(static_cast<size_t>(m) * k);
-      b_bf16_.resize(static_cast<size_t>(k) * n);
+      // Grown only: a step's GEMMs alternate between shapes, and growing
+      // a vector again zero-fills the regrown part each time.
+      const size_t a_size = static_cast<size_t>(m) * k;
+      const size_t b_size = static_cast<size_t>(k) * n;
+      if (a_bf16_.size() < a_size) a_bf16_.resize(a_size);
+      if (b_bf16_.size() < b_size) b_bf16_.resize(b_size);
       // The shared operand, as stored (op(A) is m x k, stored k rows of m
       // when transposed; op(B) likewise), its rounding shared in bands.
       const bool shared_is_b = split.by_rows;

@@ -225,6 +225,10 @@ TEST(CpuBackendOptionsTest, Bf16GemmRoundsEveryInputToNearestEven) {
     a[(i * 31) % a.size()] = ties[i % ties.size()];
   std::vector<float> identity(k * k, 0.0f);
   for (int i = 0; i < k; ++i) identity[i * k + i] = 1.0f;
+  // A larger GEMM first: the smaller ones below reuse (the start of) its
+  // bfloat16 copies' buffers.
+  const GemmCase larger(false, false, 64, 48, 80, 0, 1.0f, 0.0f, &rng);
+  larger.Run(backend.get());
   for (bool transpose_a : {false, true}) {
     std::vector<float> c(m * k, -5.0f);
     ASSERT_TRUE(backend
