@@ -2,27 +2,60 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 
 namespace ps::worker {
 
+namespace {
+
+// A float as an unsigned integer in the floats' order: the sign bit set for
+// a non-negative float, every bit flipped for a negative one (-0.0 and 0.0
+// become neighbours, not equals).
+uint32_t OrderedBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+}
+
+float FromOrderedBits(uint32_t ordered) {
+  const uint32_t bits =
+      (ordered & 0x80000000u) != 0 ? (ordered & 0x7fffffffu) : ~ordered;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
 double ExactAuc(const std::vector<float>& scores,
                 const std::vector<float>& labels) {
   const size_t n = scores.size();
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return scores[a] < scores[b]; });
-  // Sum of the (tie-averaged, 1-based) ranks of the positives.
+  // Each score's ordered bits with its label in the lowest bit: one sort of
+  // plain integers (sorting positions by their scores reads the scores at
+  // random: twice the time over 100k to 1M scores).
+  std::vector<uint64_t> keyed(n);
+  for (size_t i = 0; i < n; ++i) {
+    keyed[i] =
+        (uint64_t{OrderedBits(scores[i])} << 1) | (labels[i] > 0.5f ? 1u : 0u);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  const auto score = [&](size_t i) {
+    return FromOrderedBits(static_cast<uint32_t>(keyed[i] >> 1));
+  };
+  // Sum of the (tie-averaged, 1-based) ranks of the positives; equal
+  // scores (-0.0 and 0.0 among them) lie next to each other.
   double positive_rank_sum = 0.0;
   double positives = 0.0;
   for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && scores[order[j]] == scores[order[i]]) ++j;
+    // A NaN equals nothing, itself included: a group of one.
+    const float tied = score(i);
+    size_t j = i + 1;
+    while (j < n && score(j) == tied) ++j;
     const double average_rank = (i + 1 + j) / 2.0;
     for (size_t k = i; k < j; ++k) {
-      if (labels[order[k]] > 0.5f) {
+      if ((keyed[k] & 1u) != 0) {
         positive_rank_sum += average_rank;
         positives += 1.0;
       }

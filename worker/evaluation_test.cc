@@ -40,6 +40,42 @@ TEST(EvaluationTest, AucMatchesPairCountingOnRandomData) {
   EXPECT_NEAR(ExactAuc(scores, labels), wins / pairs, 1e-12);
 }
 
+// Scores of both signs, zeros of both signs (equal, so tied), and many
+// ties, against counting pairs.
+TEST(EvaluationTest, AucOfSignedScoresAndZerosMatchesPairCounting) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> bucket(-10, 10);
+  std::vector<float> scores(700), labels(700);
+  for (size_t i = 0; i < scores.size(); ++i) {
+    scores[i] = bucket(rng) / 4.0f;
+    if (scores[i] == 0.0f && rng() % 2 == 0) scores[i] = -0.0f;
+    labels[i] = (rng() % 3 == 0) ? 1.0f : 0.0f;
+  }
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    for (size_t j = 0; j < scores.size(); ++j) {
+      if (labels[i] == 1.0f && labels[j] == 0.0f) {
+        pairs += 1;
+        wins += scores[i] > scores[j]    ? 1.0
+                : scores[i] == scores[j] ? 0.5
+                                         : 0.0;
+      }
+    }
+  }
+  EXPECT_NEAR(ExactAuc(scores, labels), wins / pairs, 1e-12);
+  // -0.0 tied with 0.0: a positive at -0.0 against a negative at 0.0 is
+  // half a win.
+  EXPECT_DOUBLE_EQ(ExactAuc({-0.0f, 0.0f}, {1, 0}), 0.5);
+  EXPECT_DOUBLE_EQ(ExactAuc({-1.0f, -0.5f, 2.0f}, {0, 1, 1}), 1.0);
+}
+
+TEST(EvaluationTest, AucWithANanScoreFinishes) {
+  // A NaN score (a diverged model) ranks above every number; the AUC is
+  // still computed rather than the sort's order left undefined.
+  const double auc = ExactAuc({0.2f, std::nanf(""), 0.7f, 0.1f}, {0, 1, 1, 0});
+  EXPECT_DOUBLE_EQ(auc, 1.0);
+}
+
 TEST(EvaluationTest, LogLoss) {
   EXPECT_NEAR(MeanLogLoss({0.5f, 0.5f}, {0, 1}), std::log(2.0), 1e-7);
   EXPECT_NEAR(MeanLogLoss({0.9f}, {1}), -std::log(0.9), 1e-6);
