@@ -8,6 +8,24 @@
 namespace ps::worker {
 namespace {
 
+// The AUC by its definition: over every (positive, negative) pair, a win
+// when the positive scores higher, half of one on a tie.
+double AucByCountingPairs(const std::vector<float>& scores,
+                          const std::vector<float>& labels) {
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    for (size_t j = 0; j < scores.size(); ++j) {
+      if (labels[i] == 1.0f && labels[j] == 0.0f) {
+        pairs += 1;
+        wins += scores[i] > scores[j]    ? 1.0
+                : scores[i] == scores[j] ? 0.5
+                                         : 0.0;
+      }
+    }
+  }
+  return wins / pairs;
+}
+
 TEST(EvaluationTest, AucOfPerfectReversedAndTiedScores) {
   EXPECT_DOUBLE_EQ(ExactAuc({0.1f, 0.2f, 0.8f, 0.9f}, {0, 0, 1, 1}), 1.0);
   EXPECT_DOUBLE_EQ(ExactAuc({0.9f, 0.8f, 0.2f, 0.1f}, {0, 0, 1, 1}), 0.0);
@@ -26,18 +44,8 @@ TEST(EvaluationTest, AucMatchesPairCountingOnRandomData) {
     scores[i] = bucket(rng) / 20.0f;
     labels[i] = (rng() % 3 == 0) ? 1.0f : 0.0f;
   }
-  double wins = 0, pairs = 0;
-  for (size_t i = 0; i < scores.size(); ++i) {
-    for (size_t j = 0; j < scores.size(); ++j) {
-      if (labels[i] == 1.0f && labels[j] == 0.0f) {
-        pairs += 1;
-        wins += scores[i] > scores[j]    ? 1.0
-                : scores[i] == scores[j] ? 0.5
-                                         : 0.0;
-      }
-    }
-  }
-  EXPECT_NEAR(ExactAuc(scores, labels), wins / pairs, 1e-12);
+  EXPECT_NEAR(ExactAuc(scores, labels), AucByCountingPairs(scores, labels),
+              1e-12);
 }
 
 // Scores of both signs, zeros of both signs (equal, so tied), and many
@@ -51,18 +59,8 @@ TEST(EvaluationTest, AucOfSignedScoresAndZerosMatchesPairCounting) {
     if (scores[i] == 0.0f && rng() % 2 == 0) scores[i] = -0.0f;
     labels[i] = (rng() % 3 == 0) ? 1.0f : 0.0f;
   }
-  double wins = 0, pairs = 0;
-  for (size_t i = 0; i < scores.size(); ++i) {
-    for (size_t j = 0; j < scores.size(); ++j) {
-      if (labels[i] == 1.0f && labels[j] == 0.0f) {
-        pairs += 1;
-        wins += scores[i] > scores[j]    ? 1.0
-                : scores[i] == scores[j] ? 0.5
-                                         : 0.0;
-      }
-    }
-  }
-  EXPECT_NEAR(ExactAuc(scores, labels), wins / pairs, 1e-12);
+  EXPECT_NEAR(ExactAuc(scores, labels), AucByCountingPairs(scores, labels),
+              1e-12);
   // -0.0 tied with 0.0: a positive at -0.0 against a negative at 0.0 is
   // half a win.
   EXPECT_DOUBLE_EQ(ExactAuc({-0.0f, 0.0f}, {1, 0}), 0.5);
