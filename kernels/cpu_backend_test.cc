@@ -574,7 +574,10 @@ TEST_F(CpuBackendTest, ElementwiseLoopsMatchScalarLoopsOnLongRows) {
     for (bool relu : {false, true}) {
       std::vector<float> x = RandomWithSpecials(rows * cols, &rng_);
       std::vector<float> bias = Random(cols, &rng_);
-      bias[0] = 0.0f;  // -0.0 + 0.0 is 0.0; ReLU keeps a -0.0 sum as is
+      // Row 1 starts with -0.0 + 0.0 (0.0) and -0.0 + -0.0 (-0.0, which
+      // ReLU keeps as it is).
+      x[cols] = x[cols + 1] = -0.0f;
+      bias[0] = 0.0f;
       bias[1] = -0.0f;
       std::vector<float> expected = x;
       for (int r = 0; r < rows; ++r) {

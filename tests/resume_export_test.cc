@@ -102,9 +102,11 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   // The same with a checkpoint every 15 steps; then every process is gone
   // and training resumes, in the second epoch, from the second checkpoint
   // on a restored shard. A request that comes while a checkpoint is still
-  // being written is skipped: steps slowed to 60 ms give each checkpoint
-  // 15 steps of at least 0.9 s (one took over 0.4 s after its cut under
-  // the suite's load, and the second was skipped).
+  // being taken is skipped (ops/checkpoint_taker.h), so the first must end
+  // before step 30 asks for the second. Steps slowed to 100 ms leave its
+  // setup and its end about a second (15 steps, less the ~3 the worker
+  // queues while it holds at the cut; under the suite's load one took
+  // over 0.4 s at 25 ms a step, and the second was skipped).
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 1);
@@ -113,7 +115,7 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
         Train(*shards, 1, data, test, "first", dir_,
               {"--epochs=2", "--checkpoint_every_steps=15",
                "--checkpoint_dir=" + checkpoints, "--checkpoints_to_keep=0",
-               "--slow_step_ms=60"});
+               "--slow_step_ms=100"});
     EXPECT_EQ(Metric(metrics[0], "checkpoints"), 2) << metrics[0];
     // Holding at the cuts changes nothing.
     EXPECT_DOUBLE_EQ(Metric(metrics[0], "test_auc"), straight_auc);

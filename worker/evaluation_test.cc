@@ -68,10 +68,14 @@ TEST(EvaluationTest, AucOfSignedScoresAndZerosMatchesPairCounting) {
 }
 
 TEST(EvaluationTest, AucWithANanScoreFinishes) {
-  // A NaN score (a diverged model) ranks above every number; the AUC is
-  // still computed rather than the sort's order left undefined.
-  const double auc = ExactAuc({0.2f, std::nanf(""), 0.7f, 0.1f}, {0, 1, 1, 0});
-  EXPECT_DOUBLE_EQ(auc, 1.0);
+  // A NaN score (a diverged model) is a tie group of one: with its sign
+  // bit clear (std::nanf) it ranks above every number, with it set (what
+  // x86 arithmetic makes, inf * 0 say) below every number.
+  const float nan = std::nanf("");
+  EXPECT_DOUBLE_EQ(ExactAuc({0.2f, nan, 0.7f, 0.1f}, {0, 1, 1, 0}), 1.0);
+  EXPECT_DOUBLE_EQ(ExactAuc({0.2f, std::copysign(nan, -1.0f), 0.7f}, {1, 0, 1}),
+                   1.0);
+  EXPECT_DOUBLE_EQ(ExactAuc({0.2f, nan, 0.7f}, {1, 0, 1}), 0.0);
 }
 
 TEST(EvaluationTest, LogLoss) {
