@@ -1,7 +1,9 @@
 #include "base/initializer.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "xxhash.h"
 
 namespace ps {
@@ -24,10 +26,55 @@ float NextUniform(uint64_t* state) {
 
 }  // namespace
 
+absl::Status Initializer::Check(const InitializerSpec& spec, int dim) {
+  auto check_scale = [](const InitializerSpec& one) {
+    if (!std::isfinite(one.scale()) || one.scale() < 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initializer scale must be finite and >= 0, got ", one.scale()));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status scale = check_scale(spec); !scale.ok()) return scale;
+  uint32_t before = 0;
+  for (const LaterColumnsInitializer& later : spec.later_columns()) {
+    if (later.first_column() <= before ||
+        later.first_column() >= static_cast<uint32_t>(std::max(dim, 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an initializer's later columns from column ", later.first_column(),
+          ": each group's first column must be above the one before (", before,
+          ") and below the row's dim ", dim));
+    }
+    if (!later.initializer().later_columns().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the initializer of the later columns from column ",
+                       later.first_column(), " has later columns of its own"));
+    }
+    if (absl::Status scale = check_scale(later.initializer()); !scale.ok()) {
+      return scale;
+    }
+    before = later.first_column();
+  }
+  return absl::OkStatus();
+}
+
 void Initializer::Fill(uint64_t key, absl::Span<float> row) const {
-  const float scale = spec_.scale();
-  uint64_t state = XXH3_64bits_withSeed(&key, sizeof(key), spec_.seed());
-  switch (spec_.kind()) {
+  if (spec_.later_columns().empty()) return FillOne(spec_, key, row);
+  size_t begin = 0;
+  const InitializerSpec* group = &spec_;
+  for (const LaterColumnsInitializer& later : spec_.later_columns()) {
+    const size_t end = std::min<size_t>(later.first_column(), row.size());
+    if (end > begin) FillOne(*group, key, row.subspan(begin, end - begin));
+    begin = std::max(begin, end);
+    group = &later.initializer();
+  }
+  FillOne(*group, key, row.subspan(begin));
+}
+
+void Initializer::FillOne(const InitializerSpec& spec, uint64_t key,
+                          absl::Span<float> row) {
+  const float scale = spec.scale();
+  uint64_t state = XXH3_64bits_withSeed(&key, sizeof(key), spec.seed());
+  switch (spec.kind()) {
     case InitializerSpec::UNIFORM:
       for (float& value : row)
         value = scale * (2.0f * NextUniform(&state) - 1.0f);

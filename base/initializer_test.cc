@@ -93,5 +93,49 @@ TEST(InitializerTest, ZerosAndConstant) {
   EXPECT_EQ(row, std::vector<float>(4, 3.0f));
 }
 
+TEST(InitializerTest, LaterColumnsStartAsTheirOwnRows) {
+  InitializerSpec spec = Spec(InitializerSpec::UNIFORM, 0.05f, 11);
+  LaterColumnsInitializer* constant = spec.add_later_columns();
+  constant->set_first_column(5);
+  *constant->mutable_initializer() = Spec(InitializerSpec::CONSTANT, 2.0f, 0);
+  LaterColumnsInitializer* normal = spec.add_later_columns();
+  normal->set_first_column(6);
+  *normal->mutable_initializer() = Spec(InitializerSpec::NORMAL, 0.5f, 12);
+  std::vector<float> row(9), first(5), last(3);
+  Initializer(spec).Fill(77, absl::MakeSpan(row));
+  Initializer(Spec(InitializerSpec::UNIFORM, 0.05f, 11))
+      .Fill(77, absl::MakeSpan(first));
+  Initializer(Spec(InitializerSpec::NORMAL, 0.5f, 12))
+      .Fill(77, absl::MakeSpan(last));
+  const std::vector<float> apart = {first[0], first[1], first[2],
+                                    first[3], first[4], 2.0f,
+                                    last[0],  last[1],  last[2]};
+  EXPECT_EQ(row, apart);
+  // A row shorter than its groups fills what it has.
+  std::vector<float> short_row(3);
+  Initializer(spec).Fill(77, absl::MakeSpan(short_row));
+  EXPECT_EQ(short_row, std::vector<float>(first.begin(), first.begin() + 3));
+}
+
+TEST(InitializerTest, CheckRefusesGroupsThatDoNotFit) {
+  InitializerSpec spec = Spec(InitializerSpec::UNIFORM, 0.05f, 1);
+  EXPECT_TRUE(Initializer::Check(spec, 4).ok());
+  LaterColumnsInitializer* later = spec.add_later_columns();
+  later->set_first_column(3);
+  EXPECT_TRUE(Initializer::Check(spec, 4).ok());
+  EXPECT_FALSE(Initializer::Check(spec, 3).ok());
+  later->set_first_column(0);
+  EXPECT_FALSE(Initializer::Check(spec, 4).ok());
+  later->set_first_column(2);
+  later->mutable_initializer()->set_scale(-1.0f);
+  EXPECT_FALSE(Initializer::Check(spec, 4).ok());
+  later->mutable_initializer()->set_scale(1.0f);
+  *later->mutable_initializer()->add_later_columns() = *later;
+  EXPECT_FALSE(Initializer::Check(spec, 4).ok());
+  spec.clear_later_columns();
+  spec.set_scale(std::nanf(""));
+  EXPECT_FALSE(Initializer::Check(spec, 4).ok());
+}
+
 }  // namespace
 }  // namespace ps

@@ -1,9 +1,14 @@
 #include "base/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace ps {
 namespace {
@@ -166,6 +171,55 @@ class Ftrl final : public Optimizer {
   const float l2_;
 };
 
+// A row of several groups of columns, each trained by its own optimizer
+// on its own slice of the weights and of the state.
+class ColumnGroups final : public Optimizer {
+ public:
+  struct Group {
+    int first_column = 0;
+    std::unique_ptr<Optimizer> optimizer;
+  };
+  // `groups` starts at column 0, in increasing first_column.
+  explicit ColumnGroups(std::vector<Group> groups)
+      : groups_(std::move(groups)) {}
+
+  int StateFloats(int dim) const override {
+    int floats = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      floats += groups_[g].optimizer->StateFloats(Width(g, dim));
+    }
+    return floats;
+  }
+  void InitState(int dim, float* state) const override {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const int width = Width(g, dim);
+      groups_[g].optimizer->InitState(width, state);
+      state += groups_[g].optimizer->StateFloats(width);
+    }
+  }
+  bool Apply(const float* gradient, int dim, float learning_rate_scale,
+             float* weights, float* state) const override {
+    bool finite = true;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const int first = groups_[g].first_column;
+      const int width = Width(g, dim);
+      finite &= groups_[g].optimizer->Apply(
+          gradient + first, width, learning_rate_scale, weights + first, state);
+      state += groups_[g].optimizer->StateFloats(width);
+    }
+    return finite;
+  }
+
+ private:
+  // Columns of group `g` in a row of `dim`; none past the row's end.
+  int Width(size_t g, int dim) const {
+    const int end = g + 1 < groups_.size() ? groups_[g + 1].first_column : dim;
+    return std::max(0, std::min(end, dim) - groups_[g].first_column);
+  }
+
+  const std::vector<Group> groups_;
+};
+
 float OrDefault(float value, float fallback) {
   return value == 0.0f ? fallback : value;
 }
@@ -174,6 +228,9 @@ float OrDefault(float value, float fallback) {
 
 OptimizerSpec Optimizer::WithDefaults(const OptimizerSpec& spec) {
   OptimizerSpec out = spec;
+  for (LaterColumnsOptimizer& group : *out.mutable_later_columns()) {
+    *group.mutable_optimizer() = WithDefaults(group.optimizer());
+  }
   switch (spec.kind()) {
     case OptimizerSpec::ADAGRAD:
       out.set_learning_rate(OrDefault(spec.learning_rate(), 0.05f));
@@ -197,9 +254,52 @@ OptimizerSpec Optimizer::WithDefaults(const OptimizerSpec& spec) {
   return out;
 }
 
+namespace {
+
+// One optimizer of `spec`'s own fields, its later_columns ignored.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOne(const OptimizerSpec& spec);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
-    const OptimizerSpec& raw_spec) {
+    const OptimizerSpec& spec) {
+  return Create(spec, std::numeric_limits<int>::max());
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerSpec& raw_spec, int dim) {
   const OptimizerSpec spec = WithDefaults(raw_spec);
+  if (spec.later_columns().empty()) return CreateOne(spec);
+  std::vector<ColumnGroups::Group> groups(1);
+  ASSIGN_OR_RETURN(groups[0].optimizer, CreateOne(spec));
+  for (const LaterColumnsOptimizer& later : spec.later_columns()) {
+    const int first = static_cast<int>(std::min<uint32_t>(
+        later.first_column(), std::numeric_limits<int>::max()));
+    if (first <= groups.back().first_column || first >= dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an optimizer's later columns from column ", later.first_column(),
+          ": each group's first column must be above the one before (",
+          groups.back().first_column, ") and below the row's dim",
+          dim == std::numeric_limits<int>::max() ? ""
+                                                 : absl::StrCat(" ", dim)));
+    }
+    if (!later.optimizer().later_columns().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the optimizer of the later columns from column ", first,
+                       " has later columns of its own"));
+    }
+    ColumnGroups::Group group;
+    group.first_column = first;
+    ASSIGN_OR_RETURN(group.optimizer, CreateOne(later.optimizer()));
+    groups.push_back(std::move(group));
+  }
+  return std::make_unique<ColumnGroups>(std::move(groups));
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOne(
+    const OptimizerSpec& spec) {
   const std::pair<const char*, float> non_negative[] = {
       {"learning_rate", spec.learning_rate()},
       {"initial_accumulator", spec.initial_accumulator()},
@@ -236,6 +336,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
           absl::StrCat("unknown optimizer kind ", spec.kind()));
   }
 }
+
+}  // namespace
 
 int64_t FirstNonFinite(absl::Span<const float> gradients) {
   // A float is NaN or infinite when its exponent bits are all ones. OR-ing
@@ -284,6 +386,15 @@ bool OptimizerKindFromName(absl::string_view name, OptimizerSpec::Kind* kind) {
     }
   }
   return false;
+}
+
+std::string OptimizerNames(const OptimizerSpec& spec) {
+  std::string names = OptimizerName(spec.kind());
+  for (const LaterColumnsOptimizer& later : spec.later_columns()) {
+    absl::StrAppend(&names, "+", OptimizerName(later.optimizer().kind()), "@",
+                    later.first_column());
+  }
+  return names;
 }
 
 }  // namespace ps

@@ -17,12 +17,16 @@
 // FTRL-Proximal keeps (z, n) per weight and recomputes the weight from them
 // on every update, so a row's initial weights only matter until its first
 // push.
+// A spec with later_columns trains each group of columns with its own
+// optimizer, as if the group were a row of its own: the same bits as two
+// tables of the same keys, in one row.
 
 #ifndef PS_BASE_OPTIMIZER_H_
 #define PS_BASE_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -40,6 +44,11 @@ class Optimizer {
   // beta outside [0, 1).
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const OptimizerSpec& spec);
+  // Create() for rows of `dim` weights: INVALID_ARGUMENT also when a group
+  // of later columns would be empty (its first_column at or past `dim`, or
+  // not above the group's before it) or has groups of its own.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const OptimizerSpec& spec, int dim);
 
   // Returns `spec` with every zero field that has a default replaced by it.
   static OptimizerSpec WithDefaults(const OptimizerSpec& spec);
@@ -71,6 +80,9 @@ int64_t FirstNonFinite(absl::Span<const float> gradients);
 // The one table of optimizer names ("sgd", "adagrad", "adam", "ftrl"), for
 // flags and for what ps_admin prints.
 const char* OptimizerName(OptimizerSpec::Kind kind);
+// How ps_admin names a spec's optimizers: OptimizerName() of its kind,
+// then "+" and each later group's as "ftrl@16" (its first column).
+std::string OptimizerNames(const OptimizerSpec& spec);
 // The optimizer named `name`; false (and `*kind` untouched) for none.
 bool OptimizerKindFromName(absl::string_view name, OptimizerSpec::Kind* kind);
 

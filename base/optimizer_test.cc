@@ -257,5 +257,97 @@ TEST(OptimizerNamesTest, EveryKindHasOneNameThatNamesIt) {
   EXPECT_EQ(untouched, OptimizerSpec::ADAM);
 }
 
+// An Adagrad embedding of 3 columns and an FTRL weight after it in one row
+// take the same bits as the two kept apart, step after step.
+TEST(OptimizerTest, LaterColumnsTrainAsTheirOwnRows) {
+  OptimizerSpec adagrad = Spec(OptimizerSpec::ADAGRAD, 0.05f);
+  OptimizerSpec ftrl = Spec(OptimizerSpec::FTRL, 0.05f);
+  OptimizerSpec both = adagrad;
+  LaterColumnsOptimizer* later = both.add_later_columns();
+  later->set_first_column(3);
+  *later->mutable_optimizer() = ftrl;
+  auto joined = Make(both);
+  auto apart_embedding = Make(adagrad);
+  auto apart_wide = Make(ftrl);
+  ASSERT_EQ(joined->StateFloats(4), 3 + 2);
+
+  std::vector<float> row(4 + 5), embedding(3 + 3), wide(1 + 2);
+  for (int i = 0; i < 4; ++i) row[i] = 0.1f * (i + 1);
+  for (int i = 0; i < 3; ++i) embedding[i] = row[i];
+  wide[0] = row[3];
+  joined->InitState(4, row.data() + 4);
+  apart_embedding->InitState(3, embedding.data() + 3);
+  apart_wide->InitState(1, wide.data() + 1);
+  const float steps[3][4] = {
+      {0.5f, -1.0f, 2.0f, 0.25f},
+      {-0.5f, 0.0f, 1.0f, -3.0f},
+      {1.5f, 2.0f, -0.75f, 0.5f},
+  };
+  for (const auto& gradient : steps) {
+    EXPECT_TRUE(joined->Apply(gradient, 4, 0.5f, row.data(), row.data() + 4));
+    apart_embedding->Apply(gradient, 3, 0.5f, embedding.data(),
+                           embedding.data() + 3);
+    apart_wide->Apply(gradient + 3, 1, 0.5f, wide.data(), wide.data() + 1);
+  }
+  // Weights, then the embedding's accumulators, then FTRL's z and n.
+  const std::vector<float> apart = {embedding[0], embedding[1], embedding[2],
+                                    wide[0],      embedding[3], embedding[4],
+                                    embedding[5], wide[1],      wide[2]};
+  EXPECT_EQ(row, apart);
+  EXPECT_NE(wide[1], 0.0f);
+}
+
+TEST(OptimizerTest, LaterColumnsOverflowIsReported) {
+  OptimizerSpec spec = Spec(OptimizerSpec::SGD, 1.0f);
+  LaterColumnsOptimizer* later = spec.add_later_columns();
+  later->set_first_column(1);
+  *later->mutable_optimizer() = Spec(OptimizerSpec::SGD, 1.0f);
+  auto joined = Make(spec);
+  float weights[2] = {0.0f, std::numeric_limits<float>::max()};
+  const float gradient[2] = {1.0f, -std::numeric_limits<float>::max()};
+  // Only the later group overflows.
+  EXPECT_FALSE(joined->Apply(gradient, 2, weights, nullptr));
+  EXPECT_EQ(weights[0], -1.0f);
+}
+
+TEST(OptimizerTest, LaterColumnsMustFitTheRow) {
+  OptimizerSpec spec = Spec(OptimizerSpec::ADAGRAD, 0.05f);
+  LaterColumnsOptimizer* later = spec.add_later_columns();
+  later->set_first_column(16);
+  later->mutable_optimizer()->set_kind(OptimizerSpec::FTRL);
+  EXPECT_OK(Optimizer::Create(spec, 17));
+  EXPECT_EQ(Optimizer::Create(spec, 16).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  later->set_first_column(0);
+  EXPECT_EQ(Optimizer::Create(spec, 17).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  later->set_first_column(8);
+  LaterColumnsOptimizer* second = spec.add_later_columns();
+  second->set_first_column(8);
+  EXPECT_EQ(Optimizer::Create(spec, 17).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  second->set_first_column(9);
+  EXPECT_OK(Optimizer::Create(spec, 17));
+  *second->mutable_optimizer() = spec;
+  EXPECT_EQ(Optimizer::Create(spec, 17).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  second->mutable_optimizer()->clear_later_columns();
+  second->mutable_optimizer()->set_learning_rate(-1.0f);
+  EXPECT_EQ(Optimizer::Create(spec, 17).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OptimizerTest, LaterColumnsGetDefaultsAndNames) {
+  OptimizerSpec spec = Spec(OptimizerSpec::ADAGRAD, 0.0f);
+  LaterColumnsOptimizer* later = spec.add_later_columns();
+  later->set_first_column(16);
+  later->mutable_optimizer()->set_kind(OptimizerSpec::FTRL);
+  const OptimizerSpec filled = Optimizer::WithDefaults(spec);
+  EXPECT_EQ(filled.later_columns(0).optimizer().ftrl_beta(), 1.0f);
+  EXPECT_EQ(filled.later_columns(0).optimizer().learning_rate(), 0.05f);
+  EXPECT_EQ(OptimizerNames(spec), "adagrad+ftrl@16");
+  EXPECT_EQ(OptimizerNames(Spec(OptimizerSpec::ADAM, 0.0f)), "adam");
+}
+
 }  // namespace
 }  // namespace ps

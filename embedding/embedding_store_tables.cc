@@ -141,11 +141,8 @@ absl::Status ValidateTableSpec(const TableSpec& spec, uint32_t max_dim) {
         absl::StrCat("table ", spec.name(), " has dim ", spec.dim(),
                      ", more than the server's max_dim ", max_dim));
   }
-  const float scale = spec.initializer().scale();
-  if (!std::isfinite(scale) || scale < 0.0f) {
-    return absl::InvalidArgumentError(
-        "initializer scale must be finite and >= 0");
-  }
+  const int dim = static_cast<int>(spec.dim());
+  RETURN_IF_ERROR(Initializer::Check(spec.initializer(), dim));
   if (spec.evict_below_count() > 0 && spec.row_ttl_s() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table ", spec.name(),
@@ -157,7 +154,7 @@ absl::Status ValidateTableSpec(const TableSpec& spec, uint32_t max_dim) {
         absl::StrCat("table ", spec.name(), " admits keys after ",
                      spec.admit_after(), " pushes; at most 255"));
   }
-  return Optimizer::Create(spec.optimizer()).status();
+  return Optimizer::Create(spec.optimizer(), dim).status();
 }
 
 }  // namespace
@@ -165,9 +162,9 @@ absl::Status ValidateTableSpec(const TableSpec& spec, uint32_t max_dim) {
 absl::Status EmbeddingStoreImpl::AddTable(const StoredTable& stored,
                                           bool created_empty) {
   const TableSpec& spec = stored.spec;
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                   Optimizer::Create(spec.optimizer()));
   const int dim = static_cast<int>(spec.dim());
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(spec.optimizer(), dim));
   auto table = std::unique_ptr<Table>(new Table{
       stored.id, spec, dim, dim + optimizer->StateFloats(dim),
       std::move(optimizer), Initializer(spec.initializer()), created_empty});

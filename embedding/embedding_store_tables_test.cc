@@ -251,5 +251,101 @@ TEST_F(EmbeddingStoreTest, ADropStoppedHalfWayIsFinishedAtTheNextOpen) {
   EXPECT_FLOAT_EQ(PullRows(*store, "gone", {1}, 2)[0], InitialRow(gone, 1)[0]);
 }
 
+// A row of an Adagrad embedding and an FTRL weight (OptimizerSpec and
+// InitializerSpec later_columns) holds, pushed and replayed from the push
+// log after a crash, the bits of the two tables kept apart.
+TEST_F(EmbeddingStoreTest, LaterColumnsHoldWhatTwoTablesWould) {
+  options_.durability = Durability::kWal;
+  options_.write_back_interval = absl::Hours(1);
+  TableSpec embedding;
+  embedding.set_name("embedding");
+  embedding.set_dim(3);
+  embedding.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+  embedding.mutable_initializer()->set_scale(0.1f);
+  embedding.mutable_initializer()->set_seed(5);
+  embedding.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  TableSpec wide;
+  wide.set_name("wide");
+  wide.set_dim(1);
+  wide.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
+  wide.mutable_initializer()->set_scale(0.5f);
+  wide.mutable_optimizer()->set_kind(OptimizerSpec::FTRL);
+  TableSpec joined = embedding;
+  joined.set_name("joined");
+  joined.set_dim(4);
+  LaterColumnsInitializer* initializer =
+      joined.mutable_initializer()->add_later_columns();
+  initializer->set_first_column(3);
+  *initializer->mutable_initializer() = wide.initializer();
+  LaterColumnsOptimizer* optimizer =
+      joined.mutable_optimizer()->add_later_columns();
+  optimizer->set_first_column(3);
+  *optimizer->mutable_optimizer() = wide.optimizer();
+
+  const std::vector<uint64_t> keys = {7, 9, 7, 11};
+  const std::vector<uint64_t> pulled = {7, 9, 11, 12};
+  // The joined rows, then the two tables' rows side by side as one.
+  auto rows = [&](EmbeddingStore& store) {
+    std::vector<float> apart;
+    const std::vector<float> first = PullRows(store, "embedding", pulled, 3);
+    const std::vector<float> last = PullRows(store, "wide", pulled, 1);
+    for (size_t k = 0; k < pulled.size(); ++k) {
+      apart.insert(apart.end(), first.begin() + 3 * k,
+                   first.begin() + 3 * (k + 1));
+      apart.push_back(last[k]);
+    }
+    return std::make_pair(PullRows(store, "joined", pulled, 4), apart);
+  };
+  // In a child that exits as if killed.
+  auto pushes = [&] {
+    auto store = OpenStore(options_);
+    for (const TableSpec* spec : {&embedding, &wide, &joined}) {
+      if (!store->tables().DeclareTable(*spec).ok()) std::_Exit(1);
+    }
+    for (int step = 1; step <= 3; ++step) {
+      std::vector<float> joined_gradients, first, last;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        for (int column = 0; column < 4; ++column) {
+          const float g = 0.25f * step * (column + 1) - 0.3f * k;
+          joined_gradients.push_back(g);
+          (column < 3 ? first : last).push_back(g);
+        }
+      }
+      const float scale = 1.0f / step;
+      if (!store->Push("joined", keys, joined_gradients, {}, scale).ok() ||
+          !store->Push("embedding", keys, first, {}, scale).ok() ||
+          !store->Push("wide", keys, last, {}, scale).ok()) {
+        std::_Exit(2);
+      }
+    }
+    const auto [joined_rows, apart] = rows(*store);
+    std::_Exit(joined_rows == apart ? 0 : 3);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(pushes(), ::testing::ExitedWithCode(0), "");
+  // Replayed from the push log at the next open.
+  auto store = OpenStore(options_);
+  const auto [joined_rows, apart] = rows(*store);
+  EXPECT_EQ(joined_rows, apart);
+  EXPECT_NE(joined_rows[3], 0.5f) << "the FTRL weight was pushed";
+  EXPECT_EQ(joined_rows[15], 0.5f) << "key 12 was never pushed";
+  std::vector<float> with_state(2 * (4 + 3 + 2));
+  ASSERT_OK(
+      store->PullWithState("joined", {7, 12}, absl::MakeSpan(with_state)));
+  // Key 12's fresh state: Adagrad's accumulators at 0.1, then FTRL's z, n.
+  EXPECT_EQ(std::vector<float>(with_state.begin() + 13, with_state.end()),
+            std::vector<float>({0.1f, 0.1f, 0.1f, 0.0f, 0.0f}));
+
+  TableSpec misfit = joined;
+  misfit.set_name("misfit");
+  misfit.set_dim(3);
+  EXPECT_EQ(store->tables().DeclareTable(misfit).status().code(),
+            StatusCode::kInvalidArgument);
+  misfit.set_dim(4);
+  misfit.mutable_initializer()->mutable_later_columns(0)->set_first_column(4);
+  EXPECT_EQ(store->tables().DeclareTable(misfit).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ps::embedding

@@ -41,8 +41,9 @@ absl::StatusOr<std::vector<NewTable>> CreateTables(
   for (const TableSpec& spec : specs) {
     NewTable table;
     ASSIGN_OR_RETURN(table.id, store.CreateTable(spec));
-    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                     Optimizer::Create(spec.optimizer()));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Optimizer> optimizer,
+        Optimizer::Create(spec.optimizer(), static_cast<int>(spec.dim())));
     table.row_floats = static_cast<int>(spec.dim()) +
                        optimizer->StateFloats(static_cast<int>(spec.dim()));
     tables.push_back(table);

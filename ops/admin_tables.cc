@@ -71,7 +71,7 @@ int Tables(const Cluster& cluster) {
       tables.push_back(
           Json{{"name", total.spec.name()},
                {"dim", total.spec.dim()},
-               {"optimizer", ps::OptimizerName(total.spec.optimizer().kind())},
+               {"optimizer", ps::OptimizerNames(total.spec.optimizer())},
                {"learning_rate", total.mixed_rates
                                      ? Json(nullptr)
                                      : Json(Decimal(total.learning_rate))},
@@ -90,7 +90,7 @@ int Tables(const Cluster& cluster) {
     for (const Total& total : totals) {
       std::printf(
           "%-40s %6u %-8s %10s %14llu %14llu %7d\n", total.spec.name().c_str(),
-          total.spec.dim(), ps::OptimizerName(total.spec.optimizer().kind()),
+          total.spec.dim(), ps::OptimizerNames(total.spec.optimizer()).c_str(),
           total.mixed_rates ? "mixed"
                             : absl::StrCat(total.learning_rate).c_str(),
           static_cast<unsigned long long>(total.rows),
