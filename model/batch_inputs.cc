@@ -277,6 +277,13 @@ void BatchInputs::Prepare(const std::vector<Example>& examples) {
     table.rows.resize(table.row_count() * table.dim);
     table.argmax.resize(table.pool_end.size() * table.dim);
   }
+  const std::vector<model::StoredTable>& stored = plan_->stored_tables();
+  stored_rows.resize(stored.size());
+  for (size_t s = 0; s < stored.size(); ++s) {
+    if (stored[s].tables.size() < 2) continue;
+    stored_rows[s].resize(StoredKeys(s).size() *
+                          static_cast<size_t>(stored[s].dim));
+  }
   PrepareDense(examples);
   PrepareSequenceMasks(examples);
 }
@@ -405,7 +412,31 @@ void BatchInputs::PrepareDense(const std::vector<Example>& examples) {
   }
 }
 
+const std::vector<uint64_t>& BatchInputs::StoredKeys(size_t stored) const {
+  return tables[plan_->stored_tables()[stored].tables[0]].keys;
+}
+
+float* BatchInputs::StoredRows(size_t stored) {
+  const model::StoredTable& table = plan_->stored_tables()[stored];
+  return table.tables.size() < 2 ? tables[table.tables[0]].rows.data()
+                                 : stored_rows[stored].data();
+}
+
 void BatchInputs::PoolRows() {
+  const std::vector<model::StoredTable>& stored = plan_->stored_tables();
+  for (size_t s = 0; s < stored.size(); ++s) {
+    if (stored[s].tables.size() < 2) continue;
+    const size_t row_floats = static_cast<size_t>(stored[s].dim);
+    const size_t keys = StoredKeys(s).size();
+    for (size_t i = 0; i < stored[s].tables.size(); ++i) {
+      TableRows& table = tables[stored[s].tables[i]];
+      const float* from = stored_rows[s].data() + stored[s].first_column[i];
+      float* to = table.rows.data();
+      for (size_t k = 0; k < keys; ++k) {
+        std::copy_n(from + k * row_floats, table.dim, to + k * table.dim);
+      }
+    }
+  }
   for (TableRows& table : tables) {
     const int dim = table.dim;
     const size_t fetched = table.keys.size();
@@ -461,6 +492,30 @@ void BatchInputs::FoldPooledGradients(
     }
     grads.resize(fetched * dim);
   }
+}
+
+std::vector<std::vector<float>> BatchInputs::StoredGradients(
+    std::vector<std::vector<float>>* table_grads) const {
+  const std::vector<model::StoredTable>& stored = plan_->stored_tables();
+  std::vector<std::vector<float>> grads(stored.size());
+  for (size_t s = 0; s < stored.size(); ++s) {
+    if (stored[s].tables.size() < 2) {
+      grads[s] = std::move((*table_grads)[stored[s].tables[0]]);
+      continue;
+    }
+    const size_t row_floats = static_cast<size_t>(stored[s].dim);
+    const size_t keys = StoredKeys(s).size();
+    grads[s].resize(keys * row_floats);
+    for (size_t i = 0; i < stored[s].tables.size(); ++i) {
+      const int dim = tables[stored[s].tables[i]].dim;
+      const float* from = (*table_grads)[stored[s].tables[i]].data();
+      float* to = grads[s].data() + stored[s].first_column[i];
+      for (size_t k = 0; k < keys; ++k) {
+        std::copy_n(from + k * dim, dim, to + k * row_floats);
+      }
+    }
+  }
+  return grads;
 }
 
 model::GraphInputs BatchInputs::Inputs() const {

@@ -107,13 +107,27 @@ class BatchInputs {
   // LayoutForPlan() fitted), and sizes the row buffers.
   void Prepare(const std::vector<Example>& examples);
 
-  // After the fetch: computes the pooled rows.
+  // The keys of stored table `stored` (ModelPlan::stored_tables(): its
+  // first table's), and where its fetched rows go: stored_rows[stored] for
+  // one that holds several tables, else its one table's rows.
+  const std::vector<uint64_t>& StoredKeys(size_t stored) const;
+  float* StoredRows(size_t stored);
+
+  // After the fetch: copies each table's columns out of the stored rows
+  // that hold several tables, then computes the pooled rows.
   void PoolRows();
 
   // After the step: adds each pooled row's gradient to its members' (all of
   // them for SUM and MEAN, scaled; the maximum's for MAX) and truncates each
   // table's gradient to its fetched rows, so that they line up with keys.
   void FoldPooledGradients(std::vector<std::vector<float>>* table_grads) const;
+
+  // After FoldPooledGradients(): the gradients per stored table, as the
+  // servers take them (each table's columns side by side, in the order of
+  // StoredKeys()), from `table_grads` per table of the spec, whose vectors
+  // it moves from (a stored table holding one) or reads.
+  std::vector<std::vector<float>> StoredGradients(
+      std::vector<std::vector<float>>* table_grads) const;
 
   // The step's view of this batch; points into it.
   model::GraphInputs Inputs() const;
@@ -135,6 +149,9 @@ class BatchInputs {
   int batch = 0;
   // Per table of the spec.
   std::vector<TableRows> tables;
+  // Per stored table of the plan: for one that holds several tables, its
+  // fetched rows (StoredKeys() x its dim); empty for the others.
+  std::vector<std::vector<float>> stored_rows;
   // lookups x batch, lookup-major (model::GraphInputs).
   std::vector<int32_t> lookup_index;
   // Per dense group (plan.dense_nodes()): batch x columns, transformed.

@@ -257,6 +257,10 @@ std::vector<std::string> AddLayers(const Builtin& builtin, BuiltinInputs inputs,
   // exports load.)
   if (builtin.has_wide() && !builtin.mmoe) {
     AddTable(spec, "wide", 1, 0.0f, options.wide_optimizer);
+    if (options.wide_in_embedding_row && embeds && !builtin.din &&
+        inputs.wide_inputs == inputs.fields) {
+      spec->mutable_table(spec->table_size() - 1)->set_stored_with("embedding");
+    }
     if (inputs.has_dense) inputs.wide_inputs.push_back("dense");
     NewLayer(spec, "wide", inputs.wide_inputs)
         ->mutable_wide()

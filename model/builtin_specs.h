@@ -62,6 +62,12 @@ struct BuiltinOptions {
   int experts = 4;
   int max_sequence_length = 50;
   std::vector<int> attention_units = {36};
+  // wide_deep and deepfm without crosses: the servers keep the wide weight
+  // of a key in its embedding row, after the embedding (Table.stored_with):
+  // one lookup of each key instead of two. Other models, and these with
+  // crosses (whose wide part reads keys the embedding does not), keep
+  // their tables apart. Default: false (the tables of runs before).
+  bool wide_in_embedding_row = false;
 
   BuiltinOptions();
 };

@@ -264,16 +264,48 @@ absl::Status ExportedModel::OpenSparseTables(
     const std::vector<std::string>& table_names,
     const ExportedModelOptions& model_options, const rocksdb::Options& options,
     const ExportedModel* share_from) {
-  for (int t = 0; t < spec.table_size(); ++t) {
+  // One table per stored table: a table stored with another is in the
+  // other's rows (the card names the other's server table for it).
+  for (const StoredTable& stored : plan_->stored_tables()) {
+    const int first = stored.tables[0];
+    for (int t : stored.tables) {
+      if (table_names[t] != table_names[first]) {
+        return absl::DataLossError(absl::StrCat(
+            dir, ": the card keeps the model's ", spec.table(t).name(),
+            " in table ", table_names[t], ", not in ", table_names[first],
+            " with ", spec.table(first).name()));
+      }
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<Table> table,
-                     OpenTable(table_names[t], options));
-    if (static_cast<int>(table->spec.dim()) != spec.table(t).dim()) {
+                     OpenTable(table_names[first], options));
+    if (static_cast<int>(table->spec.dim()) != stored.dim) {
       return absl::DataLossError(
-          absl::StrCat(dir, ": table ", table_names[t], " has rows of ",
+          absl::StrCat(dir, ": table ", table_names[first], " has rows of ",
                        table->spec.dim(), " floats, the model's ",
-                       spec.table(t).name(), " ", spec.table(t).dim()));
+                       spec.table(first).name(), " ", stored.dim));
     }
     sparse_.push_back(std::move(table));
+  }
+  // Each table of the spec as if the servers kept it alone.
+  for (int t = 0; t < spec.table_size(); ++t) {
+    const StoredTable& stored = plan_->stored_tables()[plan_->StoredTableOf(t)];
+    TableSpec alone = sparse_[plan_->StoredTableOf(t)]->spec;
+    alone.set_dim(spec.table(t).dim());
+    InitializerSpec initializer = alone.initializer();
+    OptimizerSpec optimizer = alone.optimizer();
+    alone.mutable_initializer()->clear_later_columns();
+    alone.mutable_optimizer()->clear_later_columns();
+    for (size_t i = 1; i < stored.tables.size(); ++i) {
+      if (stored.tables[i] != t) continue;
+      if (static_cast<int>(i) <= initializer.later_columns_size()) {
+        *alone.mutable_initializer() =
+            initializer.later_columns(i - 1).initializer();
+      }
+      if (static_cast<int>(i) <= optimizer.later_columns_size()) {
+        *alone.mutable_optimizer() = optimizer.later_columns(i - 1).optimizer();
+      }
+    }
+    table_specs_.push_back(std::move(alone));
   }
   // The tables in the spec's order, as far as the budget goes.
   size_t budget = model_options.max_memory_bytes;
@@ -476,30 +508,37 @@ ExportedModel::ReadWhole(const Table& table) const {
 
 absl::Status ExportedModel::ReadTable(int table, std::vector<uint64_t>* keys,
                                       std::vector<float>* rows) {
-  if (table < 0 || table >= static_cast<int>(sparse_.size())) {
+  if (table < 0 || table >= static_cast<int>(table_specs_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "no table ", table, " (the model has ", sparse_.size(), ")"));
+        "no table ", table, " (the model has ", table_specs_.size(), ")"));
   }
-  const Table& read = *sparse_[table];
+  const Table& read = *sparse_[plan_->StoredTableOf(table)];
   std::shared_ptr<const TableInMemory> whole = read.in_memory;
   if (whole == nullptr) {
     ASSIGN_OR_RETURN(whole, ReadWhole(read));
   }
-  const size_t dim = read.spec.dim();
+  // The table's columns of the stored rows (all of them, unless it is
+  // stored with another).
+  const size_t first_column = plan_->FirstColumnOf(table);
+  const size_t dim = plan_->table_dim(table);
   keys->clear();
   rows->clear();
   keys->reserve(whole->index.size());
   rows->reserve(whole->index.size() * dim);
   whole->index.ForEach([&](uint64_t key, uint64_t offset) {
     keys->push_back(key);
-    rows->insert(rows->end(), whole->rows.begin() + offset,
-                 whole->rows.begin() + offset + dim);
+    const auto row = whole->rows.begin() + offset + first_column;
+    rows->insert(rows->end(), row, row + dim);
   });
   return absl::OkStatus();
 }
 
 const TableSpec& ExportedModel::table_spec(int table) const {
-  return sparse_[table]->spec;
+  return table_specs_[table];
+}
+
+uint64_t ExportedModel::stored_rows(int table) const {
+  return ChainRows(*sparse_[plan_->StoredTableOf(table)]);
 }
 
 absl::Status ExportedModel::Lookup(Table& table,
@@ -605,8 +644,8 @@ absl::StatusOr<int> ExportedModel::LookupRows(const std::string& table,
 absl::Status ExportedModel::Fetch(BatchInputs* inputs) {
   // BatchInputs::Prepare sized the row buffers; pooled rows follow these.
   for (size_t t = 0; t < sparse_.size(); ++t) {
-    BatchInputs::TableRows& rows = inputs->tables[t];
-    RETURN_IF_ERROR(Lookup(*sparse_[t], rows.keys, rows.rows.data()));
+    RETURN_IF_ERROR(
+        Lookup(*sparse_[t], inputs->StoredKeys(t), inputs->StoredRows(t)));
   }
   inputs->PoolRows();
   inputs->dense_params.clear();

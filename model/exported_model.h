@@ -116,12 +116,15 @@ class ExportedModel {
   // DATA_LOSS for a part that does not read.
   absl::Status ReadTable(int table, std::vector<uint64_t>* keys,
                          std::vector<float>* rows);
-  // The spec's table `table` as the export declares it (dim, initializer).
+  // The spec's table `table` as the export declares it (its server table's
+  // name; its own dim, initializer and optimizer, also when it is stored
+  // with another table).
   const TableSpec& table_spec(int table) const;
-  // Rows the exports of the chain store of the spec's table `table`,
-  // deletions and rows a newer export replaces included: at least as many
-  // as ReadTable() gives, known without reading any.
-  uint64_t stored_rows(int table) const { return ChainRows(*sparse_[table]); }
+  // Rows the exports of the chain store of the spec's table `table` (of
+  // the server table that holds it), deletions and rows a newer export
+  // replaces included: at least as many as ReadTable() gives, known
+  // without reading any.
+  uint64_t stored_rows(int table) const;
   // The plan's dense tensor `tensor` (plan().dense_tensors()), its rows x
   // cols floats then padding to whole chunks.
   const std::vector<float>& dense_tensor(int tensor) const {
@@ -182,7 +185,10 @@ class ExportedModel {
   InputLayout layout_;
   std::unique_ptr<model::ModelPlan> plan_;
   // Per table of the spec.
+  // Per stored table of the plan (ModelPlan::stored_tables()).
   std::vector<std::unique_ptr<Table>> sparse_;
+  // Per table of the spec: table_spec().
+  std::vector<TableSpec> table_specs_;
   // ExportedModelOptions::huge_pages, for the tables ReadWhole() reads.
   bool huge_pages_ = true;
   std::vector<std::vector<float>> dense_;

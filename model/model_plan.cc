@@ -110,6 +110,14 @@ class Planner {
                    std::vector<int>* first_tensor,
                    std::vector<int>* dense_nodes,
                    std::vector<int>* sequence_nodes);
+  // After Run(): which tables the servers keep in which (Table.stored_with)
+  // given the tables' `lookups`; INVALID_ARGUMENT naming the table whose
+  // stored_with is unknown, itself, stored in another, or looked up with
+  // other keys.
+  absl::Status StoreTables(const std::vector<Lookup>& lookups,
+                           std::vector<StoredTable>* stored,
+                           std::vector<int>* stored_of,
+                           std::vector<int>* first_column_of) const;
 
  private:
   int LineOf(const std::string& key) const {
@@ -229,6 +237,61 @@ absl::Status Planner::CheckTables() {
       !optimizer.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model spec: dense_optimizer: ", optimizer.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::StoreTables(const std::vector<Lookup>& lookups,
+                                  std::vector<StoredTable>* stored,
+                                  std::vector<int>* stored_of,
+                                  std::vector<int>* first_column_of) const {
+  const int tables = spec_.table_size();
+  stored_of->assign(tables, -1);
+  first_column_of->assign(tables, 0);
+  // Each table's lookups, as (node, slot) in order.
+  std::vector<std::vector<std::pair<int, int>>> keys_of(tables);
+  for (const Lookup& lookup : lookups)
+    keys_of[lookup.table].push_back({lookup.node, lookup.slot});
+  for (int t = 0; t < tables; ++t) {
+    const Table& table = spec_.table(t);
+    if (table.stored_with().empty()) {
+      (*stored_of)[t] = static_cast<int>(stored->size());
+      stored->push_back({{t}, {0}, table.dim()});
+      continue;
+    }
+    auto owner = table_of_.find(table.stored_with());
+    if (owner == table_of_.end() || owner->second == t) {
+      return Error("table", table.name(),
+                   absl::StrCat("stored_with \"", table.stored_with(),
+                                "\" is not another table of the spec"));
+    }
+    if (!spec_.table(owner->second).stored_with().empty()) {
+      return Error(
+          "table", table.name(),
+          absl::StrCat("stored_with \"", table.stored_with(),
+                       "\", a table stored with \"",
+                       spec_.table(owner->second).stored_with(), "\" itself"));
+    }
+    if (keys_of[t] != keys_of[owner->second]) {
+      return Error(
+          "table", table.name(),
+          absl::StrCat("stored_with \"", table.stored_with(),
+                       "\", which is looked up with other keys: both tables "
+                       "must be read by the same fields and slots, in the "
+                       "same order"));
+    }
+  }
+  // The stored ones, after their owners' columns in spec order.
+  for (int t = 0; t < tables; ++t) {
+    const Table& table = spec_.table(t);
+    if (table.stored_with().empty()) continue;
+    const int owner = table_of_.at(table.stored_with());
+    StoredTable& into = (*stored)[(*stored_of)[owner]];
+    (*stored_of)[t] = (*stored_of)[owner];
+    (*first_column_of)[t] = into.dim;
+    into.tables.push_back(t);
+    into.first_column.push_back(into.dim);
+    into.dim += table.dim();
   }
   return absl::OkStatus();
 }
@@ -1015,6 +1078,9 @@ absl::StatusOr<ModelPlan> ModelPlan::Create(
       !s.ok()) {
     return s;
   }
+  RETURN_IF_ERROR(planner.StoreTables(plan.lookups_, &plan.stored_tables_,
+                                      &plan.stored_of_,
+                                      &plan.first_column_of_));
   plan.spec_ = parsed.spec;
   return plan;
 }

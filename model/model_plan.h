@@ -90,6 +90,18 @@ struct Lookup {
   int slot = 0;
 };
 
+// A table as the servers keep it: one of the spec's tables and those
+// stored with it (Table.stored_with), their columns side by side in each
+// row, looked up with the first table's keys.
+struct StoredTable {
+  // The spec's tables: the first, then those stored with it in spec order.
+  std::vector<int> tables;
+  // Per entry of `tables`: its first column in the row.
+  std::vector<int> first_column;
+  // The row's width: the tables' dims together.
+  int dim = 0;
+};
+
 // One prediction the model makes: a logit, the label it learns, and its
 // share of the loss. A spec without tasks has one, of its `output` and the
 // click log's one label.
@@ -111,7 +123,9 @@ class ModelPlan {
   // exist; a column that is not of the node's kind; a cycle; a layer given
   // inputs of the wrong kind or width (fm and dot_interaction: one row
   // width; add: one width; output: width 1); a table without a dim, or a
-  // wide layer's table whose dim is not 1; standardize or bucketize without
+  // wide layer's table whose dim is not 1; a table stored_with one that is
+  // not another table, is stored itself, or is looked up with other keys;
+  // standardize or bucketize without
   // their numbers; a task whose label is not one of `labels` (the click
   // log's label columns' names, in file order; empty: one plain label
   // column, "label"), two tasks of one label, a spec without tasks on a
@@ -147,6 +161,15 @@ class ModelPlan {
   // The position in sequence_nodes() of node `node`; -1 if it is none.
   int SequenceOf(int node) const;
   int table_dim(int table) const { return spec_.table(table).dim(); }
+  // The tables as the servers keep them: one per table of the spec that is
+  // stored in no other, in spec order.
+  const std::vector<StoredTable>& stored_tables() const {
+    return stored_tables_;
+  }
+  // Per table of the spec: its position in stored_tables(), and its first
+  // column in that table's rows (0 unless stored with another).
+  int StoredTableOf(int table) const { return stored_of_[table]; }
+  int FirstColumnOf(int table) const { return first_column_of_[table]; }
   // Multiply-adds per example of the forward pass's products with the dense
   // weight matrices (mlp, cross, wide's dense weights): what the model's
   // GEMMs cost, and what the backward pass costs twice over.
@@ -161,6 +184,9 @@ class ModelPlan {
   std::vector<int> first_tensor_;
   std::vector<int> dense_nodes_;
   std::vector<int> sequence_nodes_;
+  std::vector<StoredTable> stored_tables_;
+  std::vector<int> stored_of_;
+  std::vector<int> first_column_of_;
 };
 
 }  // namespace ps::model

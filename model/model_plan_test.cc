@@ -507,5 +507,74 @@ TEST(ModelPlanTest, BuiltinsFitColumnsWithoutDenseOrWithoutFields) {
   EXPECT_FALSE(BuiltinModelSpec("xgboost", kColumns, BuiltinOptions()).ok());
 }
 
+// A wide table in the embedding's rows: one stored table of dim 4 + 1.
+TEST(ModelPlanTest, ATableStoredWithAnotherSharesItsRows) {
+  const std::string spec = Replace(
+      Replace(kValid, "table { name: \"emb\" dim: 4 }",
+              "table { name: \"emb\" dim: 4 }\n"
+              "table { name: \"w\" dim: 1 stored_with: \"emb\" }"),
+      "output: \"deep\"",
+      "layer { name: \"wide\" inputs: \"a\" inputs: \"b\" inputs: \"c\" "
+      "wide { table: \"w\" } }\n"
+      "layer { name: \"sum\" inputs: \"deep\" inputs: \"wide\" add {} }\n"
+      "output: \"sum\"");
+  absl::StatusOr<ParsedModelSpec> parsed = ParseModelSpec(spec);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<ModelPlan> plan = ModelPlan::Create(*parsed, kColumns);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stored_tables().size(), 1u);
+  EXPECT_EQ(plan->stored_tables()[0].tables, std::vector<int>({0, 1}));
+  EXPECT_EQ(plan->stored_tables()[0].first_column, std::vector<int>({0, 4}));
+  EXPECT_EQ(plan->stored_tables()[0].dim, 5);
+  EXPECT_EQ(plan->StoredTableOf(1), 0);
+  EXPECT_EQ(plan->FirstColumnOf(1), 4);
+
+  auto refused = [&](const std::string& from, const std::string& to,
+                     const std::string& says) {
+    const absl::Status status = PlanStatus(Replace(spec, from, to));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << to;
+    EXPECT_NE(status.message().find(says), std::string::npos)
+        << status.message();
+  };
+  refused("stored_with: \"emb\"", "stored_with: \"none\"",
+          "line 3: table \"w\": stored_with \"none\" is not another table");
+  refused("stored_with: \"emb\"", "stored_with: \"w\"", "is not another table");
+  refused("table { name: \"emb\" dim: 4 }",
+          "table { name: \"emb\" dim: 4 stored_with: \"w\" }",
+          "a table stored with");
+  // The wide part reads two of the embedding's three fields.
+  refused("wide\" inputs: \"a\" inputs: \"b\" inputs: \"c\"",
+          "wide\" inputs: \"a\" inputs: \"b\"", "looked up with other keys");
+  // The same fields in another order are other lookups too.
+  refused("wide\" inputs: \"a\" inputs: \"b\" inputs: \"c\"",
+          "wide\" inputs: \"b\" inputs: \"a\" inputs: \"c\"",
+          "looked up with other keys");
+}
+
+TEST(ModelPlanTest, BuiltinsStoreTheWideWeightInTheEmbeddingRowWhenAsked) {
+  BuiltinOptions options;
+  options.wide_in_embedding_row = true;
+  for (const std::string name : {"wide_deep", "deepfm"}) {
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, kColumns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan = ModelPlan::Create({*spec, {}}, kColumns);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->stored_tables().size(), 1u) << name;
+    EXPECT_EQ(plan->stored_tables()[0].dim, 17) << name;
+  }
+  // Crosses feed the wide part alone: its keys are not the embedding's.
+  options.crosses = {{0, 1}};
+  absl::StatusOr<ModelSpec> crossed =
+      BuiltinModelSpec("wide_deep", kColumns, options);
+  ASSERT_TRUE(crossed.ok()) << crossed.status();
+  EXPECT_TRUE(crossed->table(1).stored_with().empty());
+  // Without the option the tables stay apart.
+  options = BuiltinOptions();
+  absl::StatusOr<ModelSpec> apart =
+      BuiltinModelSpec("wide_deep", kColumns, options);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_TRUE(apart->table(1).stored_with().empty());
+}
+
 }  // namespace
 }  // namespace ps::model

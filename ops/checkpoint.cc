@@ -444,8 +444,12 @@ absl::StatusOr<ExportedModel> ChooseModel(const ListTablesResponse& listed,
   chosen.card = found->second;
   const ModelCard& card = chosen.card;
   if (card.kind() == ModelCard::SPEC) {
+    // Tables stored with another name that one's server table again.
     for (const std::string& table : card.sparse_tables()) {
-      chosen.tables.push_back(table);
+      if (std::find(chosen.tables.begin(), chosen.tables.end(), table) ==
+          chosen.tables.end()) {
+        chosen.tables.push_back(table);
+      }
     }
   } else {
     if (!card.embedding_table().empty()) {

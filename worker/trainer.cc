@@ -75,8 +75,9 @@ Trainer::Trainer(const TrainerOptions& options, uint32_t worker_index,
   graph_ = std::make_unique<model::ModelGraph>(&*plan_, backend_);
   tensors_ = plan_->dense_tensors();
   const std::string& name = options_.model.name();
-  for (const model::Table& table : options_.model.table()) {
-    sparse_tables_.push_back(absl::StrCat(name, ".", table.name()));
+  for (const model::StoredTable& stored : plan_->stored_tables()) {
+    sparse_tables_.push_back(
+        absl::StrCat(name, ".", options_.model.table(stored.tables[0]).name()));
   }
   for (const auto& tensor : tensors_) {
     dense_tables_.push_back(absl::StrCat(name, ".dense.", tensor.name));
@@ -92,17 +93,18 @@ ModelCard Trainer::Card() const {
   const model::InputLayout& layout = options_.train.layout;
   if (options_.legacy_card.has_value()) {
     card = *options_.legacy_card;
-    for (int t = 0; t < sparse_table_count(); ++t) {
+    for (int t = 0; t < options_.model.table_size(); ++t) {
       if (options_.model.table(t).name() == "embedding")
-        card.set_embedding_table(sparse_tables_[t]);
+        card.set_embedding_table(ServerTableOf(t));
       if (options_.model.table(t).name() == "wide")
-        card.set_wide_table(sparse_tables_[t]);
+        card.set_wide_table(ServerTableOf(t));
     }
   } else {
     card.set_kind(ModelCard::SPEC);
     card.set_model_spec(model::ModelSpecText(options_.model));
-    for (const std::string& table : sparse_tables_)
-      card.add_sparse_tables(table);
+    // Per table of the spec, the server table that holds it.
+    for (int t = 0; t < options_.model.table_size(); ++t)
+      card.add_sparse_tables(ServerTableOf(t));
   }
   card.set_fields(layout.fields());
   card.set_dense_features(layout.dense_features());
@@ -120,19 +122,50 @@ uint64_t Trainer::InitializerSeed(uint64_t table_seed) const {
                               options_.init_seed);
 }
 
+InitializerSpec Trainer::StoredInitializer(int table) const {
+  const model::StoredTable& stored = plan_->stored_tables()[table];
+  auto of_table = [&](int t) {
+    InitializerSpec initializer;
+    if (options_.model.table(t).init_scale() > 0.0f) {
+      initializer.set_kind(InitializerSpec::UNIFORM);
+      initializer.set_scale(options_.model.table(t).init_scale());
+      initializer.set_seed(InitializerSeed(1 + t));
+    }
+    return initializer;
+  };
+  InitializerSpec initializer = of_table(stored.tables[0]);
+  for (size_t i = 1; i < stored.tables.size(); ++i) {
+    LaterColumnsInitializer* later = initializer.add_later_columns();
+    later->set_first_column(stored.first_column[i]);
+    *later->mutable_initializer() = of_table(stored.tables[i]);
+  }
+  return initializer;
+}
+
+OptimizerSpec Trainer::StoredOptimizer(int table) const {
+  const model::StoredTable& stored = plan_->stored_tables()[table];
+  OptimizerSpec optimizer = options_.model.table(stored.tables[0]).optimizer();
+  for (size_t i = 1; i < stored.tables.size(); ++i) {
+    LaterColumnsOptimizer* later = optimizer.add_later_columns();
+    later->set_first_column(stored.first_column[i]);
+    *later->mutable_optimizer() =
+        options_.model.table(stored.tables[i]).optimizer();
+  }
+  return optimizer;
+}
+
 absl::Status Trainer::DeclareTables() {
   const ModelCard card = Card();
   for (int t = 0; t < sparse_table_count(); ++t) {
-    const model::Table& table = options_.model.table(t);
     TableSpec sparse;
     sparse.set_name(sparse_tables_[t]);
-    sparse.set_dim(table.dim());
-    if (table.init_scale() > 0.0f) {
-      sparse.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
-      sparse.mutable_initializer()->set_scale(table.init_scale());
-      sparse.mutable_initializer()->set_seed(InitializerSeed(1 + t));
+    sparse.set_dim(table_dim(t));
+    // Zeros, the default, is no initializer (as every release declared it).
+    if (InitializerSpec initializer = StoredInitializer(t);
+        initializer.ByteSizeLong() > 0) {
+      *sparse.mutable_initializer() = std::move(initializer);
     }
-    *sparse.mutable_optimizer() = table.optimizer();
+    *sparse.mutable_optimizer() = StoredOptimizer(t);
     *sparse.mutable_model() = card;
     if (options_.admit_after > 1) sparse.set_admit_after(options_.admit_after);
     sparse.set_row_ttl_s(options_.row_ttl_s);
@@ -179,8 +212,9 @@ absl::Status Trainer::PullParameters(Prepared* prepared, bool pool,
     }
   };
   size_t table = 0;
-  for (model::BatchInputs::TableRows& rows : prepared->tables) {
-    plain(table++, rows.keys, rows.dim, rows.rows.data());
+  for (; table < static_cast<size_t>(sparse_table_count()); ++table) {
+    plain(table, prepared->StoredKeys(table), table_dim(table),
+          prepared->StoredRows(table));
   }
   std::vector<std::vector<uint64_t>> chunk_keys(tensors_.size());
   prepared->dense_params.resize(tensors_.size());
@@ -222,10 +256,9 @@ void Trainer::FindRowsSharedWithPrevious(
     Prepared* prepared) const {
   prepared->shared.resize(state_floats_.size());
   size_t t = 0;
-  for (; t < prepared->tables.size(); ++t) {
-    FindSharedRows(previous_keys[t], prepared->tables[t].keys,
-                   prepared->tables[t].dim, state_floats_[t],
-                   &prepared->shared[t]);
+  for (; t < static_cast<size_t>(sparse_table_count()); ++t) {
+    FindSharedRows(previous_keys[t], prepared->StoredKeys(t), table_dim(t),
+                   state_floats_[t], &prepared->shared[t]);
   }
   for (size_t d = 0; d < tensors_.size(); ++d, ++t) {
     // Every step pulls every chunk of every dense tensor.
@@ -242,10 +275,11 @@ absl::Status Trainer::ReplayPreviousPush(const PushJob& job,
                                          Prepared* prepared) {
   if (prepared->shared.empty()) return absl::OkStatus();
   size_t t = 0;
-  for (; t < prepared->tables.size(); ++t) {
-    RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t], job.table_grads[t],
-                                  job.learning_rate_scale,
-                                  absl::MakeSpan(prepared->tables[t].rows)));
+  for (; t < static_cast<size_t>(sparse_table_count()); ++t) {
+    RETURN_IF_ERROR(ReplayOwnPush(
+        prepared->shared[t], job.table_grads[t], job.learning_rate_scale,
+        absl::MakeSpan(prepared->StoredRows(t),
+                       prepared->StoredKeys(t).size() * table_dim(t))));
   }
   for (size_t d = 0; d < tensors_.size(); ++d) {
     RETURN_IF_ERROR(ReplayOwnPush(prepared->shared[t++], job.dense_grads[d],
@@ -426,17 +460,17 @@ absl::Status Trainer::CheckLayout() const {
 
 absl::Status Trainer::ComputeStateFloats() {
   state_floats_.clear();
-  std::vector<std::pair<const OptimizerSpec*, int>> tables;
-  for (const model::Table& table : options_.model.table())
-    tables.push_back({&table.optimizer(), table.dim()});
+  std::vector<std::pair<OptimizerSpec, int>> tables;
+  for (int t = 0; t < sparse_table_count(); ++t)
+    tables.push_back({StoredOptimizer(t), table_dim(t)});
   for (const auto& tensor : tensors_) {
     tables.push_back(
-        {&options_.model.dense_optimizer(),
+        {options_.model.dense_optimizer(),
          model::DenseChunkFloats(tensor, options_.dense_chunk_floats)});
   }
   for (const auto& [spec, dim] : tables) {
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                     Optimizer::Create(*spec));
+                     Optimizer::Create(spec, dim));
     state_floats_.push_back(optimizer->StateFloats(dim));
   }
   return absl::OkStatus();
@@ -516,9 +550,9 @@ void Trainer::Prefetch(ExampleSource& reader, int64_t first_step,
     prepared.staleness = *staleness;
     if (replay) {
       if (have_previous) FindRowsSharedWithPrevious(previous_keys, &prepared);
-      previous_keys.resize(prepared.tables.size());
-      for (size_t t = 0; t < prepared.tables.size(); ++t)
-        previous_keys[t] = prepared.tables[t].keys;
+      previous_keys.resize(sparse_table_count());
+      for (int t = 0; t < sparse_table_count(); ++t)
+        previous_keys[t] = prepared.StoredKeys(t);
       have_previous = true;
     }
     const absl::Time pull_start = absl::Now();
@@ -578,11 +612,11 @@ Trainer::PushJob Trainer::MakePushJob(Prepared& prepared,
   job.examples = prepared.batch;
   job.file = prepared.file;
   prepared.FoldPooledGradients(&outputs.table_grads);
-  job.table_keys.resize(prepared.tables.size());
-  job.table_grads.resize(prepared.tables.size());
-  for (size_t t = 0; t < prepared.tables.size(); ++t) {
-    job.table_keys[t] = std::move(prepared.tables[t].keys);
-    job.table_grads[t] = std::move(outputs.table_grads[t]);
+  job.table_grads = prepared.StoredGradients(&outputs.table_grads);
+  job.table_keys.resize(sparse_table_count());
+  for (int t = 0; t < sparse_table_count(); ++t) {
+    job.table_keys[t] =
+        std::move(prepared.tables[plan_->stored_tables()[t].tables[0]].keys);
     for (float& g : job.table_grads[t]) g *= scale;
   }
   job.dense_grads.resize(tensors_.size());

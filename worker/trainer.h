@@ -280,9 +280,21 @@ class Trainer {
     return options_.checkpoint_every_steps > 0 ? options_.checkpoints : nullptr;
   }
 
-  // The spec's sparse tables, then the dense tensors.
-  int sparse_table_count() const { return options_.model.table_size(); }
-  int table_dim(int table) const { return options_.model.table(table).dim(); }
+  // The sparse tables as the servers keep them (ModelPlan::stored_tables()),
+  // then the dense tensors.
+  int sparse_table_count() const {
+    return static_cast<int>(plan_->stored_tables().size());
+  }
+  int table_dim(int table) const { return plan_->stored_tables()[table].dim; }
+  // The server table that holds the spec's table `table`.
+  const std::string& ServerTableOf(int table) const {
+    return sparse_tables_[plan_->StoredTableOf(table)];
+  }
+  // How the servers start and train stored table `table`: its first
+  // table's initializer and optimizer, then each table stored with it as
+  // later columns.
+  InitializerSpec StoredInitializer(int table) const;
+  OptimizerSpec StoredOptimizer(int table) const;
   // A batch of this model's inputs, to be prepared.
   Prepared NewPrepared() const;
   // What the model's tables hold (declared with each of them).

@@ -1,5 +1,6 @@
 #include "worker/trainer_flags.h"
 
+#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -83,6 +84,12 @@ ABSL_FLAG(int32_t, embedding_dim, 16,
           "Embedding dimension of a built-in with embeddings.");
 ABSL_FLAG(std::string, hidden, "256,128",
           "Hidden layer widths of a built-in's (top) MLP.");
+ABSL_FLAG(bool, wide_in_embedding_row, false,
+          "wide_deep and deepfm without --crosses: the shards keep each "
+          "key's wide weight in its embedding row (one lookup, push and "
+          "write-back per key instead of two; the model spec's "
+          "stored_with). Its tables differ from a run without it: resume "
+          "a checkpoint with the setting it was taken with.");
 ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
 ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
 ABSL_FLAG(int32_t, shuffle_buffer, 0,
@@ -381,6 +388,7 @@ absl::StatusOr<model::BuiltinOptions> BuiltinOptionsFromFlags(
   options.crosses = layout.crosses;
   options.pooling = layout.multi_pooling;
   options.labels = layout.label_names;
+  options.wide_in_embedding_row = absl::GetFlag(FLAGS_wide_in_embedding_row);
   return options;
 }
 
@@ -418,7 +426,13 @@ absl::Status ModelFromFlags(TrainerOptions* options) {
     ModelCard card;
     if (name == "lr") card.set_kind(ModelCard::LR);
     if (name == "deepfm") card.set_kind(ModelCard::DEEPFM);
-    if (name == "lr" || name == "wide_deep" || name == "deepfm") {
+    // A table stored with another has no place on a built-in's card: the
+    // card carries the spec.
+    const bool stored_with = std::any_of(
+        options->model.table().begin(), options->model.table().end(),
+        [](const model::Table& table) { return !table.stored_with().empty(); });
+    if (!stored_with &&
+        (name == "lr" || name == "wide_deep" || name == "deepfm")) {
       card.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
       ASSIGN_OR_RETURN(model::BuiltinOptions builtin,
                        BuiltinOptionsFromFlags(options->train.layout));
