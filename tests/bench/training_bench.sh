@@ -14,6 +14,9 @@
 # (torch_train.py --model_spec), on every core. Round r draws its initial
 # parameters with seed r on both sides (ps_worker --init_seed, torch_train.py
 # --seed), so the AUCs compared are medians over as many initialisations.
+# ps_worker keeps wide_deep's and deepfm's wide weight in the embedding row
+# (--wide_in_embedding_row: the same numbers, one lookup of each key on the
+# shard instead of two).
 # Prints the tables and rewrites the "training" section of BENCHMARKS.md
 # (when wide_deep and deepfm both ran) and the "training_specs" section
 # (dcn_v2, dlrm).
@@ -103,7 +106,8 @@ ours() {
   for ((w = 0; w < workers; w++)); do
     /usr/bin/python3 "$rss" "$run/worker$w.rss" "$bin/worker/ps_worker" --servers="$list" \
       --worker_index=$w --num_workers="$workers" --train="$work/train.tsv" \
-      --test="$work/test.tsv" --model="$model" --wide_optimizer=adagrad --staleness="$staleness" \
+      --test="$work/test.tsv" --model="$model" --wide_optimizer=adagrad --wide_in_embedding_row \
+      --staleness="$staleness" \
       --init_seed="$round" "${threads[@]}" --metrics_out="$run/worker$w.json" $gemm \
       2>"$run/worker$w.log" &
     worker_pids+=($!); pids+=($!)
