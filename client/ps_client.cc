@@ -232,7 +232,7 @@ absl::Status PsClient::DeclareOn(const TableSpec& spec,
   std::vector<DeclareTableRequest> requests(shards.size());
   for (DeclareTableRequest& request : requests) *request.mutable_table() = spec;
   std::vector<DeclareTableResponse> responses;
-  return FanOut(
+  RETURN_IF_ERROR(FanOut(
       requests, shards, &responses,
       [this](int shard, grpc::ClientContext* context,
              DeclareTableRequest* request, DeclareTableResponse* response,
@@ -241,7 +241,24 @@ absl::Status PsClient::DeclareOn(const TableSpec& spec,
         channels_->shard(shard)->async()->DeclareTable(
             context, request, response, std::move(done));
       },
-      "declaring table", options_.retry_for, nullptr);
+      "declaring table", options_.retry_for, nullptr));
+  // A shard that predates later_columns trained every column with the
+  // first optimizer: a model it cannot train as declared.
+  if (spec.optimizer().later_columns().empty() &&
+      spec.initializer().later_columns().empty()) {
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (i < responses.size() && responses[i].row_floats() > 0) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shards[i],
+        " predates tables whose later columns train with other optimizers "
+        "(table ",
+        spec.name(),
+        ": a spec's stored_with, ps_worker --wide_in_embedding_row): upgrade "
+        "the shards, or train without them"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {

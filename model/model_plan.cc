@@ -224,6 +224,12 @@ absl::Status Planner::CheckTables() {
     if (!(table.init_scale() >= 0)) {
       return Error("table", table.name(), "init_scale must be >= 0");
     }
+    if (!table.optimizer().later_columns().empty()) {
+      return Error(
+          "table", table.name(),
+          "its optimizer has later_columns: a table's columns train "
+          "with one optimizer (stored_with keeps two tables in a row)");
+    }
     if (absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
             Optimizer::Create(table.optimizer());
         !optimizer.ok()) {
@@ -231,6 +237,11 @@ absl::Status Planner::CheckTables() {
           "table", table.name(),
           absl::StrCat("its optimizer: ", optimizer.status().message()));
     }
+  }
+  if (!spec_.dense_optimizer().later_columns().empty()) {
+    return absl::InvalidArgumentError(
+        "model spec: dense_optimizer has later_columns, which only tables "
+        "stored with others have");
   }
   if (absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
           Optimizer::Create(spec_.dense_optimizer());

@@ -408,6 +408,16 @@ TEST(ModelPlanTest, OptimizersAreCheckedBeforeTraining) {
   EXPECT_EQ(dense.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(dense.message().find("dense_optimizer"), std::string::npos)
       << dense;
+  // Groups of columns are for tables stored together (stored_with).
+  const absl::Status grouped = PlanStatus(Replace(
+      kValid, R"(table { name: "emb" dim: 4 })",
+      R"(table { name: "emb" dim: 4 optimizer { later_columns { first_column: 2 } } })"));
+  EXPECT_NE(grouped.message().find("later_columns"), std::string::npos)
+      << grouped;
+  EXPECT_FALSE(PlanStatus(std::string(kValid) +
+                          "dense_optimizer { later_columns { first_column: 1 } "
+                          "}\n")
+                   .ok());
 }
 
 TEST(ModelPlanTest, CrossesAreForTheBuiltinsWithAWidePart) {

@@ -129,6 +129,10 @@ absl::Status DataService::HandleDeclareTable(const DeclareTableRequest& request,
   ASSIGN_OR_RETURN(bool created,
                    store_->tables().DeclareTable(request.table()));
   response->set_created(created);
+  ASSIGN_OR_RETURN(embedding::TableOptimizer optimizer,
+                   store_->tables().GetTableOptimizer(request.table().name()));
+  response->set_row_floats(request.table().dim() +
+                           static_cast<uint32_t>(optimizer.state_floats));
   return absl::OkStatus();
 }
 

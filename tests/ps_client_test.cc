@@ -294,6 +294,47 @@ std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
   return server;
 }
 
+// A table whose later columns train with another optimizer is refused by
+// a shard of this build only if it cannot keep it; a shard that predates
+// later_columns (one that answers no row_floats) would train every column
+// with the first optimizer: the client says so rather than train another
+// model.
+TEST(PsClientTest, TablesOfSeveralOptimizersNeedShardsThatKeepThem) {
+  TableSpec spec;
+  spec.set_name("joined");
+  spec.set_dim(3);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  LaterColumnsOptimizer* later = spec.mutable_optimizer()->add_later_columns();
+  later->set_first_column(2);
+  later->mutable_optimizer()->set_kind(OptimizerSpec::FTRL);
+  client::ClientOptions options;
+  options.retry_for = absl::Seconds(10);
+
+  AcceptingShard old_shard;
+  std::string old_address;
+  std::unique_ptr<grpc::Server> old_server = Serve(&old_shard, &old_address);
+  options.servers = {old_address};
+  absl::StatusOr<std::unique_ptr<client::PsClient>> old_client =
+      client::PsClient::Connect(options);
+  ASSERT_TRUE(old_client.ok()) << old_client.status();
+  const absl::Status refused = (*old_client)->DeclareTable(spec);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("predates"), std::string::npos) << refused;
+  TableSpec plain = spec;
+  plain.mutable_optimizer()->clear_later_columns();
+  EXPECT_TRUE((*old_client)->DeclareTable(plain).ok());
+  old_server->Shutdown();
+
+  auto shard = ServerProcess::Start(
+      {"--data_dir=" + FreshTestDir("several_optimizers")});
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  options.servers = {(*shard)->address()};
+  absl::StatusOr<std::unique_ptr<client::PsClient>> new_client =
+      client::PsClient::Connect(options);
+  ASSERT_TRUE(new_client.ok()) << new_client.status();
+  EXPECT_TRUE((*new_client)->DeclareTable(spec).ok());
+}
+
 // Under --etcd a job can have fewer shards than a client once knew (the
 // last one drained, and it left). A shard that then moves (a replica took
 // over elsewhere) is still found: a lookup that lists fewer shards than the

@@ -53,12 +53,16 @@ std::map<uint64_t, std::vector<float>> DumpedRows(const std::string& dir,
 
 class StoredTablesTest : public TrainingTest {
  protected:
+  // Trains with `flags` on a fresh shard, exports and scores; then, if
+  // `refused_flags` is not empty, a worker with those is refused by the
+  // same shard with a hint naming --wide_in_embedding_row.
   Outcome TrainExportAndScore(const std::string& name,
-                              const std::vector<std::string>& flags) {
+                              const std::vector<std::string>& flags,
+                              const std::vector<std::string>& refused_flags) {
     Outcome outcome;
     if (StartShards(1).empty()) return outcome;
     auto worker = ChildProcess::Start(WorkerArgs(0, 1, flags), false,
-                                      dir_ + "/" + name + "_worker.log");
+                                      dir_ + "/worker0.log");
     EXPECT_TRUE(worker.ok()) << worker.status();
     if (!worker.ok()) return outcome;
     outcome.run = Collect(0, (*worker)->Wait(absl::Minutes(5)));
@@ -96,6 +100,18 @@ class StoredTablesTest : public TrainingTest {
         outcome.dumped_rows.push_back(DumpedRows(dump, table));
       }
     }
+    if (!refused_flags.empty()) {
+      auto refused = ChildProcess::Start(WorkerArgs(0, 1, refused_flags), false,
+                                         dir_ + "/" + name + "_refused.log");
+      EXPECT_TRUE(refused.ok()) << refused.status();
+      if (refused.ok()) {
+        const int exit_code = (*refused)->Wait(absl::Minutes(2));
+        const std::string log = ReadFile(dir_ + "/" + name + "_refused.log");
+        EXPECT_NE(exit_code, 0) << log;
+        EXPECT_NE(log.find("--wide_in_embedding_row"), std::string::npos)
+            << log;
+      }
+    }
     StopShards();
     return outcome;
   }
@@ -118,10 +134,12 @@ TEST_F(StoredTablesTest, AWideWeightInTheEmbeddingRowTrainsAndScoresAlike) {
   // Replaying its own pushes (--staleness=1) onto the joined rows too.
   const std::vector<std::string> common = {"--model=wide_deep",
                                            "--staleness=1"};
-  const Outcome apart = TrainExportAndScore("apart", common);
   std::vector<std::string> joined_flags = common;
   joined_flags.push_back("--wide_in_embedding_row");
-  const Outcome joined = TrainExportAndScore("joined", joined_flags);
+  // Each shard then refuses a worker that stores the wide weight the other
+  // way (a checkpoint resumed with the other setting).
+  const Outcome apart = TrainExportAndScore("apart", common, joined_flags);
+  const Outcome joined = TrainExportAndScore("joined", joined_flags, common);
 
   EXPECT_EQ(SparseTables(apart.tables),
             std::vector<std::string>(

@@ -140,6 +140,10 @@ int main(int argc, char** argv) {
   if (!layout.ok()) return ps::FailUsage(kProgram, layout.status().message());
   absl::StatusOr<ps::model::ModelSpec> spec = SpecFromFlags(*layout);
   if (!spec.ok()) return ps::FailUsage(kProgram, spec.status().message());
+  // The step sees each table's rows alone, however shards would store them:
+  // the rows drawn below are each table's own.
+  for (ps::model::Table& table : *spec->mutable_table())
+    table.clear_stored_with();
   auto plan = ps::model::PlanForLayout({*spec, {}}, *layout);
   if (!plan.ok()) return ps::FailUsage(kProgram, plan.status().message());
   if (auto fitted = ps::model::LayoutForPlan(*plan, &*layout); !fitted.ok())

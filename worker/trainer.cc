@@ -170,7 +170,23 @@ absl::Status Trainer::DeclareTables() {
     if (options_.admit_after > 1) sparse.set_admit_after(options_.admit_after);
     sparse.set_row_ttl_s(options_.row_ttl_s);
     sparse.set_evict_below_count(options_.evict_below_count);
-    RETURN_IF_ERROR(client_->DeclareTable(sparse));
+    if (absl::Status declared = client_->DeclareTable(sparse); !declared.ok()) {
+      // A checkpoint of the same model whose wide weight was stored the
+      // other way differs only there.
+      const bool wide =
+          options_.model.table_size() > sparse_table_count() ||
+          std::any_of(options_.model.table().begin(),
+                      options_.model.table().end(),
+                      [](const model::Table& t) { return t.name() == "wide"; });
+      if (absl::IsAlreadyExists(declared) && wide) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            declared.message(),
+            " (if the shards' tables come from a run that kept the wide "
+            "weight in the embedding row or apart, train with that run's "
+            "--wide_in_embedding_row or stored_with)"));
+      }
+      return declared;
+    }
   }
   for (size_t t = 0; t < tensors_.size(); ++t) {
     TableSpec dense;

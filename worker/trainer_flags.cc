@@ -89,7 +89,8 @@ ABSL_FLAG(bool, wide_in_embedding_row, false,
           "key's wide weight in its embedding row (one lookup, push and "
           "write-back per key instead of two; the model spec's "
           "stored_with). Its tables differ from a run without it: resume "
-          "a checkpoint with the setting it was taken with.");
+          "a checkpoint with the setting it was taken with. Needs shards, "
+          "ps_predict and ps_serve of a build that has this flag.");
 ABSL_FLAG(int32_t, batch_size, 4096, "Examples per step.");
 ABSL_FLAG(int32_t, epochs, 1, "Passes over the training data.");
 ABSL_FLAG(int32_t, shuffle_buffer, 0,
