@@ -242,6 +242,7 @@ if "torch_fp32" in runs and "torch_deepfm" in runs:
         "overlaps it), its GEMMs are oneDNN's on one thread (--bf16: inputs rounded to bfloat16,",
         "FP32 accumulation). At staleness 1 a lone worker pulls a step's rows while the step before",
         "computes and replays its own last push onto them: the same model bit for bit as at 0.",
+        "The shards keep each key's wide weight in its embedding row (--wide_in_embedding_row).",
         f"{len(rounds)} alternating rounds; each ratio is taken within a round, FP32 against FP32 and",
         "--bf16 against bf16 autocast. Median (range) over the rounds; peak RSS sums every process.",
         "Round r initialises both sides with seed r; AUC - PyTorch's compares the medians.",
