@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ps_predict's lines/s beside the training examples/s of the same model, in
 # one run: clicklog_gen writes --train_lines and --test_lines lines; 1 shard
-# + 1 worker (--staleness=1, the worker's defaults: wide_deep) train on the
+# + 1 worker (--staleness=1, the worker's defaults: wide_deep, with the wide
+# weight in the embedding row as training_bench.sh trains it) train on the
 # first --rounds times (each on a fresh shard); ps_admin exports the last;
 # ps_predict scores the second --rounds times (the tables read into memory
 # before its clock starts), and with --baseline another build of ps_predict
@@ -58,7 +59,8 @@ for round in $(seq "$rounds"); do
   address=$(ps_address "$work/shard.out")
   $bin/worker/ps_worker --servers="$address" --worker_index=0 \
     --num_workers=1 --train="$work/train.tsv" --staleness=1 \
-    --metrics_out="$work/train.json" 2>"$work/worker.log"
+    --wide_in_embedding_row --metrics_out="$work/train.json" \
+    2>"$work/worker.log"
   rate=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_per_sec"])' "$work/train.json")
   echo "training round $round (1 shard + 1 worker): $rate examples/s"
   echo "$rate" >>"$work/training"
