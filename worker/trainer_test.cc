@@ -67,7 +67,8 @@ OptimizerSpec Spec(OptimizerSpec::Kind kind, float learning_rate) {
 TrainerOptions SmallWideDeep(
     const std::string& train,
     const model::InputLayout& layout = model::InputLayout::Criteo(),
-    bool wide_in_embedding_row = false) {
+    bool wide_in_embedding_row = false,
+    const std::string& model = "wide_deep") {
   TrainerOptions options;
   options.train.files = train;
   options.train.layout = layout;
@@ -80,7 +81,7 @@ TrainerOptions SmallWideDeep(
   builtin.dense_optimizer = Spec(OptimizerSpec::ADAM, 0.001f);
   builtin.wide_in_embedding_row = wide_in_embedding_row;
   options.model = *model::BuiltinModelSpec(
-      "wide_deep", model::ColumnUses(options.train.layout), builtin);
+      model, model::ColumnUses(options.train.layout), builtin);
   options.progress_every = absl::Hours(1);
   options.final_wait_limit = absl::Seconds(1);
   return options;
@@ -417,50 +418,57 @@ TEST_F(TrainerTest, ALoneWorkerReplayingItsOwnPushesTrainsTheSameBits) {
   }
 }
 
-// wide_deep's wide weight kept in its embedding rows (Table.stored_with):
-// one server table of dim 4 + 1, Adagrad then FTRL, whose rows are the two
-// tables' side by side, bit for bit, with and without replaying own pushes.
+// wide_deep's and deepfm's wide weight kept in their embedding rows
+// (Table.stored_with): one server table of dim 4 + 1, Adagrad then FTRL,
+// whose rows are the two tables' side by side, bit for bit, with and
+// without replaying own pushes.
 TEST_F(TrainerTest, AWideWeightInTheEmbeddingRowTrainsTheSameBits) {
   const std::string log = WriteClickLog("train.tsv", kLines);
-  absl::StatusOr<TrainingSummary> apart = Train(SmallWideDeep(log));
-  ASSERT_OK(apart);
-  const auto embeddings = cluster_.Rows("wide_deep.embedding");
-  const auto wide = cluster_.Rows("wide_deep.wide");
-  ASSERT_EQ(wide.size(), embeddings.size());
-  for (int staleness : {0, 1}) {
-    SCOPED_TRACE(absl::StrCat("staleness ", staleness));
-    FakeTrainingClient cluster;
-    TrainerOptions options =
-        SmallWideDeep(log, model::InputLayout::Criteo(), true);
-    options.staleness = staleness;
-    Trainer trainer(options, 0, &cluster, backend_.get());
-    absl::StatusOr<TrainingSummary> together = trainer.Run();
-    ASSERT_OK(together);
-    EXPECT_EQ(together->replayed_steps > 0, staleness > 0);
-    EXPECT_EQ(together->final_train_loss, apart->final_train_loss);
-    EXPECT_FALSE(cluster.table_spec("wide_deep.wide").has_value());
-    const std::optional<TableSpec> spec =
-        cluster.table_spec("wide_deep.embedding");
-    ASSERT_TRUE(spec.has_value());
-    EXPECT_EQ(spec->dim(), 5u);
-    ASSERT_EQ(spec->optimizer().later_columns_size(), 1);
-    EXPECT_EQ(spec->optimizer().later_columns(0).first_column(), 4u);
-    EXPECT_EQ(spec->optimizer().later_columns(0).optimizer().kind(),
-              OptimizerSpec::FTRL);
-    const auto rows = cluster.Rows("wide_deep.embedding");
-    ASSERT_EQ(rows.size(), embeddings.size());
-    int differing = 0;
-    for (const auto& [key, row] : rows) {
-      std::vector<float> expected = embeddings.at(key);
-      expected.push_back(wide.at(key)[0]);
-      differing += row != expected;
+  for (const std::string name : {"wide_deep", "deepfm"}) {
+    FakeTrainingClient apart_cluster;
+    Trainer apart_trainer(
+        SmallWideDeep(log, model::InputLayout::Criteo(), false, name), 0,
+        &apart_cluster, backend_.get());
+    absl::StatusOr<TrainingSummary> apart = apart_trainer.Run();
+    ASSERT_OK(apart);
+    const auto embeddings = apart_cluster.Rows(name + ".embedding");
+    const auto wide = apart_cluster.Rows(name + ".wide");
+    ASSERT_EQ(wide.size(), embeddings.size());
+    for (int staleness : {0, 1}) {
+      SCOPED_TRACE(absl::StrCat(name, ", staleness ", staleness));
+      FakeTrainingClient cluster;
+      TrainerOptions options =
+          SmallWideDeep(log, model::InputLayout::Criteo(), true, name);
+      options.staleness = staleness;
+      Trainer trainer(options, 0, &cluster, backend_.get());
+      absl::StatusOr<TrainingSummary> together = trainer.Run();
+      ASSERT_OK(together);
+      EXPECT_EQ(together->replayed_steps > 0, staleness > 0);
+      EXPECT_EQ(together->final_train_loss, apart->final_train_loss);
+      EXPECT_FALSE(cluster.table_spec(name + ".wide").has_value());
+      const std::optional<TableSpec> spec =
+          cluster.table_spec(name + ".embedding");
+      ASSERT_TRUE(spec.has_value());
+      EXPECT_EQ(spec->dim(), 5u);
+      ASSERT_EQ(spec->optimizer().later_columns_size(), 1);
+      EXPECT_EQ(spec->optimizer().later_columns(0).first_column(), 4u);
+      EXPECT_EQ(spec->optimizer().later_columns(0).optimizer().kind(),
+                OptimizerSpec::FTRL);
+      const auto rows = cluster.Rows(name + ".embedding");
+      ASSERT_EQ(rows.size(), embeddings.size());
+      int differing = 0;
+      for (const auto& [key, row] : rows) {
+        std::vector<float> expected = embeddings.at(key);
+        expected.push_back(wide.at(key)[0]);
+        differing += row != expected;
+      }
+      EXPECT_EQ(differing, 0);
+      // The model's card names the one server table for both.
+      EXPECT_EQ(spec->model().kind(), ModelCard::SPEC);
+      EXPECT_EQ(std::vector<std::string>(spec->model().sparse_tables().begin(),
+                                         spec->model().sparse_tables().end()),
+                std::vector<std::string>(2, name + ".embedding"));
     }
-    EXPECT_EQ(differing, 0);
-    // The model's card names the one server table for both.
-    EXPECT_EQ(spec->model().kind(), ModelCard::SPEC);
-    EXPECT_EQ(std::vector<std::string>(spec->model().sparse_tables().begin(),
-                                       spec->model().sparse_tables().end()),
-              std::vector<std::string>(2, "wide_deep.embedding"));
   }
 }
 
