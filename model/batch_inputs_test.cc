@@ -318,7 +318,11 @@ TEST(BatchInputsTest, FoldingGradientsIsTheAdjointOfPooling) {
 // and the folded gradients packed back side by side: the same rows and
 // gradients as the two tables fetched apart.
 TEST(BatchInputsTest, TablesStoredTogetherPoolAndFoldAsApart) {
-  constexpr char kTogether[] = R"(
+  // The embedding's widths: copied as sizes known at compile time (16) or
+  // not (2, 33).
+  for (const int dim : {2, 16, 33}) {
+    SCOPED_TRACE(absl::StrCat("dim ", dim));
+    std::string together_text = R"(
 name: "m"
 table { name: "wide" dim: 1 stored_with: "emb" }
 table { name: "emb" dim: 2 }
@@ -330,73 +334,80 @@ layer { name: "deep" inputs: "e" mlp { units: 1 } }
 layer { name: "out" inputs: "deep" inputs: "w" add {} }
 output: "out"
 )";
-  std::string apart_text = kTogether;
-  const std::string stored_with = " stored_with: \"emb\"";
-  apart_text.erase(apart_text.find(stored_with), stored_with.size());
-  InputLayout layout = *MakeInputLayout("csv", false, kColumns, "|", "sum", "");
-  auto together_spec = model::ParseModelSpec(kTogether);
-  auto apart_spec = model::ParseModelSpec(apart_text);
-  ASSERT_TRUE(together_spec.ok() && apart_spec.ok());
-  auto together_plan =
-      model::ModelPlan::Create(*together_spec, ColumnUses(layout));
-  auto apart_plan = model::ModelPlan::Create(*apart_spec, ColumnUses(layout));
-  ASSERT_TRUE(together_plan.ok()) << together_plan.status();
-  ASSERT_TRUE(apart_plan.ok()) << apart_plan.status();
-  ASSERT_EQ(together_plan->stored_tables().size(), 1u);
-  EXPECT_EQ(together_plan->stored_tables()[0].tables, std::vector<int>({1, 0}));
-  EXPECT_EQ(together_plan->stored_tables()[0].dim, 3);
-  ASSERT_EQ(apart_plan->stored_tables().size(), 2u);
+    together_text.replace(together_text.find("dim: 2"), 6,
+                          absl::StrCat("dim: ", dim));
+    std::string apart_text = together_text;
+    const std::string stored_with = " stored_with: \"emb\"";
+    apart_text.erase(apart_text.find(stored_with), stored_with.size());
+    InputLayout layout =
+        *MakeInputLayout("csv", false, kColumns, "|", "sum", "");
+    auto together_spec = model::ParseModelSpec(together_text);
+    auto apart_spec = model::ParseModelSpec(apart_text);
+    ASSERT_TRUE(together_spec.ok() && apart_spec.ok());
+    auto together_plan =
+        model::ModelPlan::Create(*together_spec, ColumnUses(layout));
+    auto apart_plan = model::ModelPlan::Create(*apart_spec, ColumnUses(layout));
+    ASSERT_TRUE(together_plan.ok()) << together_plan.status();
+    ASSERT_TRUE(apart_plan.ok()) << apart_plan.status();
+    ASSERT_EQ(together_plan->stored_tables().size(), 1u);
+    EXPECT_EQ(together_plan->stored_tables()[0].tables,
+              std::vector<int>({1, 0}));
+    EXPECT_EQ(together_plan->stored_tables()[0].dim, dim + 1);
+    ASSERT_EQ(apart_plan->stored_tables().size(), 2u);
 
-  std::vector<Example> examples(4);
-  const char* lines[] = {"1,1,10,a,x|y|z", "0,3,15,a,y", "1,5,0,b,y|y",
-                         "0,2,2,c,z|x"};
-  for (int i = 0; i < 4; ++i)
-    ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok());
-  BatchInputs together(&*together_plan, layout);
-  BatchInputs apart(&*apart_plan, layout);
-  together.Prepare(examples);
-  apart.Prepare(examples);
-  const std::vector<uint64_t>& keys = together.StoredKeys(0);
-  ASSERT_EQ(keys, apart.tables[1].keys);
-  ASSERT_EQ(keys, apart.tables[0].keys);
-  ASSERT_FALSE(apart.tables[1].pool_end.empty());
-  // Row k of the stored table: emb's two columns, then wide's one.
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  float* joined = together.StoredRows(0);
-  for (size_t k = 0; k < keys.size(); ++k) {
-    for (int c = 0; c < 3; ++c) {
-      const float value = uniform(rng);
-      joined[k * 3 + c] = value;
-      if (c < 2) {
-        apart.tables[1].rows[k * 2 + c] = value;
-      } else {
-        apart.tables[0].rows[k] = value;
+    std::vector<Example> examples(4);
+    const char* lines[] = {"1,1,10,a,x|y|z", "0,3,15,a,y", "1,5,0,b,y|y",
+                           "0,2,2,c,z|x"};
+    for (int i = 0; i < 4; ++i)
+      ASSERT_TRUE(ParseLine(lines[i], layout, &examples[i]).ok());
+    BatchInputs together(&*together_plan, layout);
+    BatchInputs apart(&*apart_plan, layout);
+    together.Prepare(examples);
+    apart.Prepare(examples);
+    const std::vector<uint64_t>& keys = together.StoredKeys(0);
+    ASSERT_EQ(keys, apart.tables[1].keys);
+    ASSERT_EQ(keys, apart.tables[0].keys);
+    ASSERT_FALSE(apart.tables[1].pool_end.empty());
+    // Row k of the stored table: emb's dim columns, then wide's one.
+    const int row = dim + 1;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    float* joined = together.StoredRows(0);
+    for (size_t k = 0; k < keys.size(); ++k) {
+      for (int c = 0; c < row; ++c) {
+        const float value = uniform(rng);
+        joined[k * row + c] = value;
+        if (c < dim) {
+          apart.tables[1].rows[k * dim + c] = value;
+        } else {
+          apart.tables[0].rows[k] = value;
+        }
       }
     }
-  }
-  together.PoolRows();
-  apart.PoolRows();
-  for (size_t t = 0; t < 2; ++t) {
-    EXPECT_EQ(together.tables[t].rows, apart.tables[t].rows) << t;
-    EXPECT_EQ(together.tables[t].argmax, apart.tables[t].argmax) << t;
-  }
-  std::vector<std::vector<float>> grads(2);
-  for (size_t t = 0; t < 2; ++t) {
-    grads[t].resize(apart.tables[t].rows.size());
-    for (float& g : grads[t]) g = uniform(rng);
-  }
-  std::vector<std::vector<float>> apart_grads = grads;
-  apart.FoldPooledGradients(&apart_grads);
-  together.FoldPooledGradients(&grads);
-  const std::vector<std::vector<float>> stored =
-      together.StoredGradients(&grads);
-  ASSERT_EQ(stored.size(), 1u);
-  ASSERT_EQ(stored[0].size(), keys.size() * 3);
-  for (size_t k = 0; k < keys.size(); ++k) {
-    EXPECT_EQ(stored[0][k * 3], apart_grads[1][k * 2]) << k;
-    EXPECT_EQ(stored[0][k * 3 + 1], apart_grads[1][k * 2 + 1]) << k;
-    EXPECT_EQ(stored[0][k * 3 + 2], apart_grads[0][k]) << k;
+    together.PoolRows();
+    apart.PoolRows();
+    for (size_t t = 0; t < 2; ++t) {
+      EXPECT_EQ(together.tables[t].rows, apart.tables[t].rows) << t;
+      EXPECT_EQ(together.tables[t].argmax, apart.tables[t].argmax) << t;
+    }
+    std::vector<std::vector<float>> grads(2);
+    for (size_t t = 0; t < 2; ++t) {
+      grads[t].resize(apart.tables[t].rows.size());
+      for (float& g : grads[t]) g = uniform(rng);
+    }
+    std::vector<std::vector<float>> apart_grads = grads;
+    apart.FoldPooledGradients(&apart_grads);
+    together.FoldPooledGradients(&grads);
+    const std::vector<std::vector<float>> stored =
+        together.StoredGradients(&grads);
+    ASSERT_EQ(stored.size(), 1u);
+    ASSERT_EQ(stored[0].size(), keys.size() * row);
+    for (size_t k = 0; k < keys.size(); ++k) {
+      for (int c = 0; c < dim; ++c) {
+        EXPECT_EQ(stored[0][k * row + c], apart_grads[1][k * dim + c]) << k;
+      }
+      EXPECT_EQ(stored[0][k * row + dim], apart_grads[0][k]) << k;
+    }
   }
 }
 
