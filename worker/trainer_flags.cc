@@ -432,6 +432,12 @@ absl::Status ModelFromFlags(TrainerOptions* options) {
     const bool stored_with = std::any_of(
         options->model.table().begin(), options->model.table().end(),
         [](const model::Table& table) { return !table.stored_with().empty(); });
+    if (absl::GetFlag(FLAGS_wide_in_embedding_row) && !stored_with) {
+      LOG(WARNING) << "--wide_in_embedding_row: " << name
+                   << " keeps its tables apart (only wide_deep and deepfm "
+                      "without --crosses store the wide weight in the "
+                      "embedding row)";
+    }
     if (!stored_with &&
         (name == "lr" || name == "wide_deep" || name == "deepfm")) {
       card.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));

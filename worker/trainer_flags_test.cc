@@ -27,6 +27,8 @@ ABSL_DECLARE_FLAG(std::string, staleness);
 ABSL_DECLARE_FLAG(std::string, overlay_own_pushes);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, hidden);
+ABSL_DECLARE_FLAG(bool, wide_in_embedding_row);
+ABSL_DECLARE_FLAG(std::string, crosses);
 ABSL_DECLARE_FLAG(int32_t, worker_index);
 ABSL_DECLARE_FLAG(int64_t, checkpoint_every_steps);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
@@ -128,6 +130,31 @@ TEST_F(TrainerFlagsTest, EachChoiceLandsInItsOption) {
   EXPECT_EQ(options->legacy_card->kind(), ModelCard::DEEPFM);
   EXPECT_EQ(options->legacy_card->hidden(0), 64);
   EXPECT_EQ(options->legacy_card->hidden(1), 8);
+}
+
+// --wide_in_embedding_row stores wide_deep's and deepfm's wide weight in
+// the embedding row, and their card then carries the spec (the legacy
+// card has no place for it); lr, and wide_deep with crosses, stay apart
+// with their legacy cards.
+TEST_F(TrainerFlagsTest, TheWideWeightInTheEmbeddingRowTakesASpecCard) {
+  absl::SetFlag(&FLAGS_wide_in_embedding_row, true);
+  for (const std::string name : {"wide_deep", "deepfm", "lr"}) {
+    absl::SetFlag(&FLAGS_model, name);
+    absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+    ASSERT_OK(options);
+    const bool stored = name != "lr";
+    EXPECT_EQ(options->legacy_card.has_value(), !stored) << name;
+    const model::Table& wide =
+        options->model.table(options->model.table_size() - 1);
+    EXPECT_EQ(wide.name(), "wide");
+    EXPECT_EQ(wide.stored_with(), stored ? "embedding" : "") << name;
+  }
+  absl::SetFlag(&FLAGS_model, "wide_deep");
+  absl::SetFlag(&FLAGS_crosses, "0:1");
+  absl::StatusOr<TrainerOptions> crossed = TrainerOptionsFromFlags();
+  ASSERT_OK(crossed);
+  EXPECT_TRUE(crossed->legacy_card.has_value());
+  EXPECT_TRUE(crossed->model.table(1).stored_with().empty());
 }
 
 TEST_F(TrainerFlagsTest, MultiPoolingPoolsTheBuiltinsMultiFields) {
