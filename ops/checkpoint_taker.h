@@ -21,8 +21,8 @@ class CheckpointTaker {
   };
 
   virtual ~CheckpointTaker() = default;
-  // The asking worker is at `clock`: take a checkpoint, unless one is being
-  // taken.
+  // The asking worker is at `clock`: take a checkpoint, now or once the
+  // one being taken is done (unless that one's cut covers `clock`).
   virtual void Request(int64_t clock) = 0;
   // Waits for the checkpoint in progress, then takes no more.
   virtual void Stop() = 0;

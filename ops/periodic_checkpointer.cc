@@ -31,7 +31,7 @@ PeriodicCheckpointer::~PeriodicCheckpointer() { Stop(); }
 
 void PeriodicCheckpointer::Request(int64_t clock) {
   absl::MutexLock lock(&mu_);
-  if (requested_ < 0) requested_ = clock;
+  requested_ = std::max(requested_, clock);
 }
 
 void PeriodicCheckpointer::Stop() {
@@ -67,6 +67,8 @@ void PeriodicCheckpointer::Loop() {
           this));
       if (stopping_) return;
       clock = requested_;
+      // Requests made while this one is taken wait for it.
+      requested_ = -1;
     }
     CheckpointOptions options = options_;
     if (options.find_coordinator) {
@@ -114,8 +116,11 @@ void PeriodicCheckpointer::Loop() {
     }
     {
       absl::MutexLock lock(&mu_);
-      requested_ = -1;
       ++(taken.ok() ? counts_.taken : counts_.failed);
+      // A request this checkpoint's cut already covers is done.
+      if (taken.ok() && requested_ >= 0 && requested_ <= taken->cut()) {
+        requested_ = -1;
+      }
     }
     if (taken.ok()) {
       LOG(INFO) << "checkpoint at clock " << taken->cut() << " in " << final_dir

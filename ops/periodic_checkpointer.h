@@ -8,8 +8,9 @@
 // training loop), renames it DIR/ckpt-<cut>/ (ckpt-<cut>.<n>/ if that name
 // is taken, as by a run abandoned for an older checkpoint), and then keeps
 // the newest `keep` checkpoints of DIR, newest by the time they were taken.
-// A request made while one is being taken is dropped. A failed checkpoint
-// is logged and training goes on.
+// A request made while one is being taken waits for it (the newest of
+// them, if several come), and is dropped if that one's cut is at or past
+// its clock. A failed checkpoint is logged and training goes on.
 //
 // Thread-safe. Stop() (or the destructor) waits for the one in progress;
 // Abandon() gives it up if it still waits for its cut.
@@ -37,8 +38,8 @@ class PeriodicCheckpointer : public CheckpointTaker {
   PeriodicCheckpointer(const PeriodicCheckpointer&) = delete;
   PeriodicCheckpointer& operator=(const PeriodicCheckpointer&) = delete;
 
-  // Asks for a checkpoint (this worker is at `clock`), unless one is being
-  // taken.
+  // Asks for a checkpoint (this worker is at `clock`): now, or when the one
+  // being taken is done unless its cut covers `clock`.
   void Request(int64_t clock) override;
 
   // Waits for the checkpoint in progress, then stops.

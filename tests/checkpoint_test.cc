@@ -7,12 +7,14 @@
 //     also right after the coordinator's shard was killed; a worker holds at
 //     the cut until it ends, and a checkpoint asked for meanwhile waits for
 //     it; a coordinator stopped past a lease still waits for the workers
-//     behind the cut.
+//     behind the cut; a periodic checkpoint asked for while one is taken
+//     follows it.
 //   - --checkpoints_to_keep deletes the oldest.
 
 #include "base/status_matchers.h"
 #include "base/wait_until.h"
 #include "grpcpp/create_channel.h"
+#include "ops/periodic_checkpointer.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/checkpoint_cluster.h"
 
@@ -399,6 +401,54 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
   const std::string metrics = ReadFile(dir_ + "/w.json");
   EXPECT_EQ(Metric(metrics, "examples"), 20000) << metrics;
   EXPECT_GT(Metric(metrics, "cut_hold_seconds"), 0.9) << metrics;
+}
+
+// ps_worker --checkpoint_every_steps: a checkpoint asked for while one is
+// being taken is taken after it (the newest such request), not dropped.
+// The first waits here behind a cut this test holds.
+TEST_F(CheckpointTest, ACheckpointAskedForWhileOneIsTakenFollowsIt) {
+  auto shards = StartShards(dir_, "shard", 1);
+  ASSERT_NE(shards, nullptr);
+  auto admin = Admin::NewStub(shards->shard(0).channel());
+  BeginCutResponse cut;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admin->BeginCut(&context, BeginCutRequest(), &cut).ok());
+  }
+  const std::string parent = dir_ + "/checkpoints";
+  std::filesystem::create_directories(parent);
+  CheckpointOptions options;
+  options.servers = shards->addresses();
+  options.dir = parent;
+  ops::PeriodicCheckpointer checkpointer(options, /*keep=*/0);
+  checkpointer.Request(1);
+  // Its directory is made before it waits for the cut.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return std::filesystem::exists(parent + "/" + ops::CheckpointName(1) +
+                                       ".taking");
+      },
+      absl::Seconds(30), absl::Milliseconds(1)));
+  checkpointer.Request(100);
+  checkpointer.Request(50);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(checkpointer.counts().taken, 0)
+      << "the held cut was not waited for";
+  EXPECT_TRUE(EndCut(*admin, cut.id()));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const ops::CheckpointTaker::Counts counts = checkpointer.counts();
+        return counts.taken + counts.failed >= 2;
+      },
+      absl::Seconds(60)));
+  checkpointer.Stop();
+  EXPECT_EQ(checkpointer.counts().taken, 2);
+  EXPECT_EQ(checkpointer.counts().failed, 0);
+  int finished = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(parent)) {
+    finished += std::filesystem::exists(entry.path() / "MANIFEST.json");
+  }
+  EXPECT_EQ(finished, 2);
 }
 
 // The coordinator saves its state at most every 100 ms, so the one that

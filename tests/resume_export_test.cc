@@ -102,11 +102,9 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   // The same with a checkpoint every 15 steps; then every process is gone
   // and training resumes, in the second epoch, from the second checkpoint
   // on a restored shard. A request that comes while a checkpoint is still
-  // being taken is skipped (ops/checkpoint_taker.h), so the first must end
-  // before step 30 asks for the second. Steps slowed to 100 ms leave its
-  // setup and its end about a second (15 steps, less the ~3 the worker
-  // queues while it holds at the cut; under the suite's load one took
-  // over 0.4 s at 25 ms a step, and the second was skipped).
+  // being taken waits for it (ops/checkpoint_taker.h), but one still
+  // waiting when the run ends is not taken: steps slowed to 100 ms leave
+  // the second checkpoint, asked for at step 30, the run's last seconds.
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 1);
