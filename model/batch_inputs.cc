@@ -8,6 +8,16 @@
 namespace ps::model {
 namespace {
 
+// Copies `rows` rows of `width` floats from `from` (a row every
+// `from_stride` floats) to `to` (a row every `to_stride`): a table's
+// columns out of the rows stored with another's, or its gradients back.
+void CopyColumns(const float* from, size_t from_stride, float* to,
+                 size_t to_stride, int width, size_t rows) {
+  for (size_t r = 0; r < rows; ++r) {
+    std::copy_n(from + r * from_stride, width, to + r * to_stride);
+  }
+}
+
 using model::ColumnUse;
 using model::PlanNode;
 
@@ -430,11 +440,8 @@ void BatchInputs::PoolRows() {
     const size_t keys = StoredKeys(s).size();
     for (size_t i = 0; i < stored[s].tables.size(); ++i) {
       TableRows& table = tables[stored[s].tables[i]];
-      const float* from = stored_rows[s].data() + stored[s].first_column[i];
-      float* to = table.rows.data();
-      for (size_t k = 0; k < keys; ++k) {
-        std::copy_n(from + k * row_floats, table.dim, to + k * table.dim);
-      }
+      CopyColumns(stored_rows[s].data() + stored[s].first_column[i], row_floats,
+                  table.rows.data(), table.dim, table.dim, keys);
     }
   }
   for (TableRows& table : tables) {
@@ -508,11 +515,9 @@ std::vector<std::vector<float>> BatchInputs::StoredGradients(
     grads[s].resize(keys * row_floats);
     for (size_t i = 0; i < stored[s].tables.size(); ++i) {
       const int dim = tables[stored[s].tables[i]].dim;
-      const float* from = (*table_grads)[stored[s].tables[i]].data();
-      float* to = grads[s].data() + stored[s].first_column[i];
-      for (size_t k = 0; k < keys; ++k) {
-        std::copy_n(from + k * dim, dim, to + k * row_floats);
-      }
+      CopyColumns((*table_grads)[stored[s].tables[i]].data(), dim,
+                  grads[s].data() + stored[s].first_column[i], row_floats, dim,
+                  keys);
     }
   }
   return grads;

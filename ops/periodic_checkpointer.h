@@ -10,7 +10,8 @@
 // the newest `keep` checkpoints of DIR, newest by the time they were taken.
 // A request made while one is being taken waits for it (the newest of
 // them, if several come), and is dropped if that one's cut is at or past
-// its clock. A failed checkpoint is logged and training goes on.
+// its clock; after a failed one it is taken at once. A failed checkpoint
+// is logged and training goes on.
 //
 // Thread-safe. Stop() (or the destructor) waits for the one in progress;
 // Abandon() gives it up if it still waits for its cut.

@@ -404,8 +404,9 @@ TEST_F(CheckpointTest, AWorkerHoldsAtTheCutUntilItEnds) {
 }
 
 // ps_worker --checkpoint_every_steps: a checkpoint asked for while one is
-// being taken is taken after it (the newest such request), not dropped.
-// The first waits here behind a cut this test holds.
+// being taken is taken after it (the newest such request), not dropped,
+// unless the one being taken covers its clock. The checkpoints wait here
+// behind cuts this test holds.
 TEST_F(CheckpointTest, ACheckpointAskedForWhileOneIsTakenFollowsIt) {
   auto shards = StartShards(dir_, "shard", 1);
   ASSERT_NE(shards, nullptr);
@@ -441,14 +442,33 @@ TEST_F(CheckpointTest, ACheckpointAskedForWhileOneIsTakenFollowsIt) {
         return counts.taken + counts.failed >= 2;
       },
       absl::Seconds(60)));
-  checkpointer.Stop();
   EXPECT_EQ(checkpointer.counts().taken, 2);
+  // A request the checkpoint in progress covers (its clock at or below
+  // that checkpoint's cut) is done with it.
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(admin->BeginCut(&context, BeginCutRequest(), &cut).ok());
+  }
+  checkpointer.Request(200);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return std::filesystem::exists(parent + "/" + ops::CheckpointName(200) +
+                                       ".taking");
+      },
+      absl::Seconds(30), absl::Milliseconds(1)));
+  checkpointer.Request(0);
+  EXPECT_TRUE(EndCut(*admin, cut.id()));
+  EXPECT_TRUE(WaitUntil([&] { return checkpointer.counts().taken >= 3; },
+                        absl::Seconds(60)));
+  absl::SleepFor(absl::Milliseconds(500));
+  checkpointer.Stop();
+  EXPECT_EQ(checkpointer.counts().taken, 3);
   EXPECT_EQ(checkpointer.counts().failed, 0);
   int finished = 0;
   for (const auto& entry : std::filesystem::directory_iterator(parent)) {
     finished += std::filesystem::exists(entry.path() / "MANIFEST.json");
   }
-  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(finished, 3);
 }
 
 // The coordinator saves its state at most every 100 ms, so the one that

@@ -102,9 +102,12 @@ TEST_F(CheckpointTest, ResumingGivesTheModelTrainingStraightThroughGives) {
   // The same with a checkpoint every 15 steps; then every process is gone
   // and training resumes, in the second epoch, from the second checkpoint
   // on a restored shard. A request that comes while a checkpoint is still
-  // being taken waits for it (ops/checkpoint_taker.h), but one still
-  // waiting when the run ends is not taken: steps slowed to 100 ms leave
-  // the second checkpoint, asked for at step 30, the run's last seconds.
+  // being taken waits for it (ops/checkpoint_taker.h), but it is dropped
+  // if that checkpoint's cut already covers its clock, and one still
+  // waiting when the run ends is not taken. So the first checkpoint's cut
+  // must come before step 30 asks for the second: steps slowed to 100 ms
+  // leave its setup about 1.5 s (15 steps); under the suite's load one
+  // took over 0.4 s.
   const std::string checkpoints = dir_ + "/checkpoints";
   {
     auto shards = StartShards(dir_, "first", 1);

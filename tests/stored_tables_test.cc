@@ -2,8 +2,9 @@
 // real processes: wide_deep with --wide_in_embedding_row keeps one server
 // table whose rows are the embedding then the wide weight, trains to the
 // same test AUC to the last digit as the tables kept apart, and its export
-// scores byte for byte alike in ps_predict and dumps the same tables in
-// ps_export_dump (what the TorchScript module is built from).
+// scores byte for byte alike in ps_predict (also after a checkpoint is
+// restored into a new shard) and dumps the same tables in ps_export_dump
+// (what the TorchScript module is built from).
 
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,9 @@ struct Outcome {
   WorkerRun run;
   nlohmann::json tables;
   std::string scores;
+  // ps_predict's scores of an export taken after a checkpoint of the
+  // shard was restored into a new one.
+  std::string restored_scores;
   // ps_export_dump's tables: per table of the spec, its name, dim and
   // initializer, and its rows by key.
   std::vector<std::string> dumped_specs;
@@ -56,6 +60,23 @@ class StoredTablesTest : public TrainingTest {
   // Trains with `flags` on a fresh shard, exports and scores; then, if
   // `refused_flags` is not empty, a worker with those is refused by the
   // same shard with a hint naming --wide_in_embedding_row.
+  // Exports the cluster's model into DIR/m1 and returns ps_predict's scores
+  // of the test lines with it.
+  std::string ExportAndScore(const std::string& dir) {
+    const AdminRun exported =
+        cluster_->Admin({"--dir=" + dir + "/m1", "export"});
+    EXPECT_EQ(exported.exit_code, 0) << exported.log;
+    const std::string scores = dir + "/scores.txt";
+    EXPECT_EQ(
+        RunToCompletion(
+            {BinaryPath("worker/predict/ps_predict"), "--export=" + dir + "/m1",
+             "--input=" + *data_ + "/test.tsv", "--out=" + scores},
+            dir + "_predict.log"),
+        0)
+        << ReadFile(dir + "_predict.log");
+    return ReadFile(scores);
+  }
+
   Outcome TrainExportAndScore(const std::string& name,
                               const std::vector<std::string>& flags,
                               const std::vector<std::string>& refused_flags) {
@@ -71,18 +92,7 @@ class StoredTablesTest : public TrainingTest {
     EXPECT_EQ(tables.exit_code, 0) << tables.log;
     outcome.tables = nlohmann::json::parse(tables.out, nullptr, false);
     const std::string export_dir = dir_ + "/" + name + "_export";
-    const AdminRun exported =
-        cluster_->Admin({"--dir=" + export_dir + "/m1", "export"});
-    EXPECT_EQ(exported.exit_code, 0) << exported.log;
-    const std::string scores = dir_ + "/" + name + "_scores.txt";
-    EXPECT_EQ(
-        RunToCompletion({BinaryPath("worker/predict/ps_predict"),
-                         "--export=" + export_dir + "/m1",
-                         "--input=" + *data_ + "/test.tsv", "--out=" + scores},
-                        dir_ + "/" + name + "_predict.log"),
-        0)
-        << ReadFile(dir_ + "/" + name + "_predict.log");
-    outcome.scores = ReadFile(scores);
+    outcome.scores = ExportAndScore(export_dir);
     const std::string dump = dir_ + "/" + name + "_dump";
     EXPECT_EQ(
         RunToCompletion({BinaryPath("worker/predict/ps_export_dump"),
@@ -112,6 +122,18 @@ class StoredTablesTest : public TrainingTest {
             << log;
       }
     }
+    // A checkpoint restored into a new shard exports the same model.
+    const std::string checkpoint = dir_ + "/" + name + "_checkpoint";
+    const AdminRun taken =
+        cluster_->Admin({"--dir=" + checkpoint, "checkpoint"});
+    EXPECT_EQ(taken.exit_code, 0) << taken.log;
+    StopShards();
+    if (StartShards(1, {"--durability=periodic", "--cache_mb=64",
+                        "--restore_from=" + checkpoint})
+            .empty()) {
+      return outcome;
+    }
+    outcome.restored_scores = ExportAndScore(export_dir + "_restored");
     StopShards();
     return outcome;
   }
@@ -154,6 +176,8 @@ TEST_F(StoredTablesTest, AWideWeightInTheEmbeddingRowTrainsAndScoresAlike) {
   EXPECT_EQ(joined.run.Get("test_logloss"), apart.run.Get("test_logloss"));
   ASSERT_FALSE(apart.scores.empty());
   EXPECT_EQ(joined.scores, apart.scores);
+  EXPECT_EQ(apart.restored_scores, apart.scores);
+  EXPECT_EQ(joined.restored_scores, joined.scores);
   // Each table of the spec dumped alone, as it would be kept apart.
   ASSERT_EQ(apart.dumped_specs.size(), 2u);
   EXPECT_EQ(joined.dumped_specs, apart.dumped_specs);
