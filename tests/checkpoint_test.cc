@@ -422,14 +422,18 @@ TEST_F(CheckpointTest, ACheckpointAskedForWhileOneIsTakenFollowsIt) {
   options.servers = shards->addresses();
   options.dir = parent;
   ops::PeriodicCheckpointer checkpointer(options, /*keep=*/0);
+  // Whether the checkpoint asked for at `clock` is being taken: its
+  // directory is made before it waits for the cut.
+  auto taking = [&](int64_t clock) {
+    return WaitUntil(
+        [&] {
+          return std::filesystem::exists(
+              parent + "/" + ops::CheckpointName(clock) + ".taking");
+        },
+        absl::Seconds(30), absl::Milliseconds(1));
+  };
   checkpointer.Request(1);
-  // Its directory is made before it waits for the cut.
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        return std::filesystem::exists(parent + "/" + ops::CheckpointName(1) +
-                                       ".taking");
-      },
-      absl::Seconds(30), absl::Milliseconds(1)));
+  ASSERT_TRUE(taking(1));
   checkpointer.Request(100);
   checkpointer.Request(50);
   absl::SleepFor(absl::Milliseconds(200));
@@ -450,12 +454,7 @@ TEST_F(CheckpointTest, ACheckpointAskedForWhileOneIsTakenFollowsIt) {
     ASSERT_TRUE(admin->BeginCut(&context, BeginCutRequest(), &cut).ok());
   }
   checkpointer.Request(200);
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        return std::filesystem::exists(parent + "/" + ops::CheckpointName(200) +
-                                       ".taking");
-      },
-      absl::Seconds(30), absl::Milliseconds(1)));
+  ASSERT_TRUE(taking(200));
   checkpointer.Request(0);
   EXPECT_TRUE(EndCut(*admin, cut.id()));
   EXPECT_TRUE(WaitUntil([&] { return checkpointer.counts().taken >= 3; },
