@@ -55,6 +55,15 @@ class Backend {
                       float alpha, const float* a, int lda, const float* b,
                       int ldb, float beta, float* c, int ldc) = 0;
 
+  // A promise that the `count` floats at `data` stay allocated and unchanged
+  // until ForgetStableInputs(): a backend that rounds GEMM inputs (kBf16)
+  // may then round a matrix lying within them once and reuse the copy in
+  // every later Gemm() that reads the same matrix (a training step reads
+  // its activations, weights and gradients twice each). Default: ignored.
+  virtual void DeclareStableInput(const float* /*data*/, size_t /*count*/) {}
+  // Ends every DeclareStableInput() promise; the kept copies are dropped.
+  virtual void ForgetStableInputs() {}
+
   // x (rows x cols) += bias (per column); then ReLU in place if `relu`.
   virtual Status BiasActivation(float* x, const float* bias, int rows, int cols,
                                 bool relu) = 0;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <new>
@@ -21,6 +22,7 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "base/half.h"
@@ -293,6 +295,19 @@ class CpuBackend final : public Backend {
     }
 #endif
     return Status::Ok();
+  }
+
+  void DeclareStableInput(const float* data, size_t count) override {
+#ifndef PS_KERNELS_NO_ONEDNN
+    if (options_.precision == GemmPrecision::kBf16)
+      stable_ranges_.emplace_back(data, data + count);
+#endif
+  }
+  void ForgetStableInputs() override {
+#ifndef PS_KERNELS_NO_ONEDNN
+    stable_ranges_.clear();
+    live_rounded_inputs_ = 0;
+#endif
   }
 
   Status BiasActivation(float* x, const float* bias, int rows, int cols,
@@ -589,19 +604,42 @@ class CpuBackend final : public Backend {
           shared_is_b ? (transpose_b ? n : k) : (transpose_a ? k : m);
       const int shared_cols =
           shared_is_b ? (transpose_b ? k : n) : (transpose_a ? m : k);
-      uint16_t* shared_bf16 = shared_is_b ? b_bf16_.data() : a_bf16_.data();
-      const int bands = split.count > 1 ? team_threads : 1;
-      const auto round_band = [&](int band, int) {
-        RoundRowsToBfloat16(
-            shared, static_cast<int>(int64_t{shared_rows} * band / bands),
-            static_cast<int>(int64_t{shared_rows} * (band + 1) / bands),
-            shared_cols, shared_is_b ? ldb : lda, shared_bf16);
-      };
-      if (bands > 1) {
-        RunBlocks(bands, round_band);
-      } else {
-        round_band(0, 0);
+      const int shared_ld = shared_is_b ? ldb : lda;
+      RoundedInput* shared_kept =
+          KeptInput(shared, shared_rows, shared_cols, shared_ld);
+      uint16_t* shared_bf16 = shared_kept != nullptr
+                                  ? shared_kept->packed.data()
+                                  : (shared_is_b ? b_bf16_ : a_bf16_).data();
+      if (shared_kept == nullptr || !shared_kept->rounded) {
+        const int bands = split.count > 1 ? team_threads : 1;
+        const auto round_band = [&](int band, int) {
+          RoundRowsToBfloat16(
+              shared, static_cast<int>(int64_t{shared_rows} * band / bands),
+              static_cast<int>(int64_t{shared_rows} * (band + 1) / bands),
+              shared_cols, shared_ld, shared_bf16);
+        };
+        if (bands > 1) {
+          RunBlocks(bands, round_band);
+        } else {
+          round_band(0, 0);
+        }
+        if (shared_kept != nullptr) shared_kept->rounded = true;
       }
+      // The cut operand's blocks, packed one after another, are the stored
+      // matrix packed dense when the cut runs along its stored rows (or
+      // there is one block): only then can a kept copy stand for them.
+      const bool cut_is_b = !split.by_rows;
+      const bool cut_along_stored_rows =
+          split.count == 1 || (cut_is_b ? transpose_b : !transpose_a);
+      RoundedInput* cut_kept =
+          !cut_along_stored_rows ? nullptr
+          : cut_is_b
+              ? KeptInput(b, transpose_b ? n : k, transpose_b ? k : n, ldb)
+              : KeptInput(a, transpose_a ? k : m, transpose_a ? m : k, lda);
+      uint16_t* cut_bf16 = cut_kept != nullptr
+                               ? cut_kept->packed.data()
+                               : (cut_is_b ? b_bf16_ : a_bf16_).data();
+      const bool round_cut = cut_kept == nullptr || !cut_kept->rounded;
       if (!engine_) engine_.emplace(dnnl::engine::kind::cpu, 0);
       while (static_cast<int>(streams_.size()) < team_threads) {
         streams_.emplace_back(*engine_);
@@ -645,16 +683,22 @@ class CpuBackend final : public Backend {
         // The cut operand's slice (where GemmBlockOf() says it starts in
         // the FP32 operand), packed into the block's own region.
         const size_t first = static_cast<size_t>(index) * split.size;
-        uint16_t* a_block = a_bf16_.data();
-        uint16_t* b_block = b_bf16_.data();
+        uint16_t* a_block = shared_bf16;
+        uint16_t* b_block = shared_bf16;
         if (split.by_rows) {
-          a_block += first * k;
-          RoundRowsToBfloat16(a + block.a_offset, 0, transpose_a ? k : block.m,
-                              transpose_a ? block.m : k, lda, a_block);
+          a_block = cut_bf16 + first * k;
+          if (round_cut) {
+            RoundRowsToBfloat16(a + block.a_offset, 0,
+                                transpose_a ? k : block.m,
+                                transpose_a ? block.m : k, lda, a_block);
+          }
         } else {
-          b_block += first * k;
-          RoundRowsToBfloat16(b + block.b_offset, 0, transpose_b ? block.n : k,
-                              transpose_b ? k : block.n, ldb, b_block);
+          b_block = cut_bf16 + first * k;
+          if (round_cut) {
+            RoundRowsToBfloat16(b + block.b_offset, 0,
+                                transpose_b ? block.n : k,
+                                transpose_b ? k : block.n, ldb, b_block);
+          }
         }
         dnnl::memory a_memory(gemm.description.src_desc(), *engine_, a_block);
         dnnl::memory b_memory(gemm.description.weights_desc(), *engine_,
@@ -672,6 +716,7 @@ class CpuBackend final : public Backend {
                                        scratchpad_memory }});
         stream.wait();
       });
+      if (cut_kept != nullptr) cut_kept->rounded = true;
     } catch (const dnnl::error& error) {
       return Status(
           StatusCode::kInvalidArgument,
@@ -683,6 +728,52 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
+  // A stable input's rounded copy (DeclareStableInput()): the stored
+  // matrix at `data` (rows x cols, `ld` apart) packed dense.
+  struct RoundedInput {
+    const float* data = nullptr;
+    int rows = 0, cols = 0, ld = 0;
+    bool rounded = false;
+    std::vector<uint16_t> packed;
+  };
+
+  // The kept copy of the stored matrix at `data` if it lies within a
+  // declared stable range (made here, not yet rounded, on first sight),
+  // else null.
+  RoundedInput* KeptInput(const float* data, int rows, int cols, int ld) {
+    if (stable_ranges_.empty()) return nullptr;
+    for (size_t i = 0; i < live_rounded_inputs_; ++i) {
+      RoundedInput& kept = rounded_inputs_[i];
+      if (kept.data == data && kept.rows == rows && kept.cols == cols &&
+          kept.ld == ld) {
+        return &kept;
+      }
+    }
+    const float* end = data + static_cast<size_t>(rows - 1) * ld + cols;
+    const bool stable = std::any_of(
+        stable_ranges_.begin(), stable_ranges_.end(), [&](const auto& range) {
+          return range.first <= data && end <= range.second;
+        });
+    if (!stable) return nullptr;
+    // The copies' buffers outlive ForgetStableInputs(): the next step keeps
+    // the same matrices and reuses them without allocating.
+    if (live_rounded_inputs_ == rounded_inputs_.size())
+      rounded_inputs_.emplace_back();
+    RoundedInput& kept = rounded_inputs_[live_rounded_inputs_++];
+    kept.data = data;
+    kept.rows = rows;
+    kept.cols = cols;
+    kept.ld = ld;
+    kept.rounded = false;
+    const size_t size = static_cast<size_t>(rows) * cols;
+    if (kept.packed.size() < size) kept.packed.resize(size);
+    return &kept;
+  }
+
+  std::vector<std::pair<const float*, const float*>> stable_ranges_;
+  // A deque: a copy's address holds while later ones are added.
+  std::deque<RoundedInput> rounded_inputs_;
+  size_t live_rounded_inputs_ = 0;
   std::optional<dnnl::engine> engine_;
   // Per team thread (the caller first): a stream and a scratchpad.
   std::vector<dnnl::stream> streams_;

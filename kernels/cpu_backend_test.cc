@@ -349,6 +349,105 @@ TEST(CpuBackendOptionsTest, TeamBf16GemmsMatchTheRoundedProduct) {
   }
 }
 
+// A training step's three GEMMs of one layer over an activation x (m x k),
+// weights w (k x n) and an upstream gradient g (m x n), stored with padded
+// rows: y = x w, dw = x^T g, dx = g w^T. Each matrix is read twice, in
+// two roles.
+struct LayerGemms {
+  int m, n, k;
+  std::vector<float> x, w, g;
+  static constexpr int kPadding = 3;
+  LayerGemms(int m, int n, int k, std::mt19937* rng)
+      : m(m),
+        n(n),
+        k(k),
+        x(GemmCase::Pad(Random(m * k, rng), k, k + kPadding, 0.0f)),
+        w(GemmCase::Pad(Random(k * n, rng), n, n + kPadding, 0.0f)),
+        g(GemmCase::Pad(Random(m * n, rng), n, n + kPadding, 0.0f)) {}
+
+  // y, dw and dx, in that order.
+  std::vector<std::vector<float>> Run(Backend* backend) const {
+    const int ldx = k + kPadding, ldw = n + kPadding, ldg = n + kPadding;
+    std::vector<float> y(m * n), dw(k * n), dx(m * k);
+    EXPECT_TRUE(backend
+                    ->Gemm(false, false, m, n, k, 1.0f, x.data(), ldx, w.data(),
+                           ldw, 0.0f, y.data(), n)
+                    .ok());
+    EXPECT_TRUE(backend
+                    ->Gemm(true, false, k, n, m, 1.0f, x.data(), ldx, g.data(),
+                           ldg, 0.0f, dw.data(), n)
+                    .ok());
+    EXPECT_TRUE(backend
+                    ->Gemm(false, true, m, k, n, 1.0f, g.data(), ldg, w.data(),
+                           ldw, 0.0f, dx.data(), k)
+                    .ok());
+    return {y, dw, dx};
+  }
+};
+
+TEST(CpuBackendOptionsTest, StableInputsGiveTheBitsOfInputsRoundedEachTime) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(8);
+  // Split by rows and by columns on a team (each operand cut along its
+  // stored rows in one GEMM and across them in another), and one block.
+  const SplitShape shapes[] = {{333, 70, 200}, {70, 333, 200}, {40, 24, 35}};
+  for (int threads : {1, 2}) {
+    for (const SplitShape& shape : shapes) {
+      const LayerGemms layer(shape.m, shape.n, shape.k, &rng);
+      const std::vector<std::vector<float>> rounded_each_time =
+          layer.Run(BackendWith(threads, GemmPrecision::kBf16).get());
+      std::unique_ptr<Backend> backend =
+          BackendWith(threads, GemmPrecision::kBf16);
+      for (int step = 0; step < 2; ++step) {
+        for (const std::vector<float>* stable : {&layer.x, &layer.w, &layer.g})
+          backend->DeclareStableInput(stable->data(), stable->size());
+        // The second run of the same promises finds every copy kept.
+        for (int run = 0; run < 2; ++run) {
+          EXPECT_EQ(layer.Run(backend.get()), rounded_each_time)
+              << threads << " threads, " << shape.m << "x" << shape.n << "x"
+              << shape.k << ", step " << step << ", run " << run;
+        }
+        backend->ForgetStableInputs();
+      }
+    }
+  }
+}
+
+TEST(CpuBackendOptionsTest, AStableInputIsRoundedOnceUntilForgotten) {
+  if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(9);
+  LayerGemms layer(40, 24, 35, &rng);
+  std::unique_ptr<Backend> backend = Bf16Backend();
+  const std::vector<std::vector<float>> before = layer.Run(backend.get());
+  backend->DeclareStableInput(layer.x.data(), layer.x.size());
+  // Half of g's floats only: g is not within a stable range.
+  backend->DeclareStableInput(layer.g.data(), layer.g.size() / 2);
+  EXPECT_EQ(layer.Run(backend.get()), before);
+  // Broken promises, to see which copies are kept: x's is (y and dw stay
+  // what they were), g's is not (dw and dx change).
+  for (float& value : layer.x) value *= 3.0f;
+  std::vector<std::vector<float>> kept = layer.Run(backend.get());
+  EXPECT_EQ(kept[0], before[0]);
+  EXPECT_EQ(kept[1], before[1]);
+  for (float& value : layer.g) value *= 3.0f;
+  kept = layer.Run(backend.get());
+  EXPECT_EQ(kept[0], before[0]);
+  EXPECT_NE(kept[1], before[1]);
+  EXPECT_NE(kept[2], before[2]);
+  EXPECT_EQ(kept[2], layer.Run(Bf16Backend().get())[2]);
+  // Forgotten: every input is read again.
+  backend->ForgetStableInputs();
+  const std::vector<std::vector<float>> after = layer.Run(backend.get());
+  EXPECT_EQ(after, layer.Run(Bf16Backend().get()));
+  EXPECT_NE(after[0], before[0]);
+  // The next step's promises, over the same memory changed in between,
+  // keep copies of what it holds now.
+  for (float& value : layer.w) value *= 3.0f;
+  for (const std::vector<float>* stable : {&layer.x, &layer.w, &layer.g})
+    backend->DeclareStableInput(stable->data(), stable->size());
+  EXPECT_EQ(layer.Run(backend.get()), layer.Run(Bf16Backend().get()));
+}
+
 TEST(CpuBackendOptionsTest, OneDnnRunsOnTheCallingThreadAlone) {
   std::unique_ptr<Backend> backend = BackendWith(2, GemmPrecision::kFp32);
   std::mt19937 rng(7);

@@ -27,7 +27,7 @@ namespace ps::kernels {
 inline constexpr char kCudaBackendLibraryName[] = "libps_cuda_backend.so";
 
 // Changes whenever CudaOptions, Status, Backend or the table below change.
-inline constexpr int kCudaBackendAbiVersion = 3;
+inline constexpr int kCudaBackendAbiVersion = 4;
 
 // What the shared object exports, through one C symbol.
 struct CudaBackendEntryPoints {

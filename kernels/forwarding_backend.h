@@ -46,6 +46,10 @@ class ForwardingBackend : public Backend {
     return target_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b,
                          ldb, beta, c, ldc);
   }
+  void DeclareStableInput(const float* data, size_t count) override {
+    target_->DeclareStableInput(data, count);
+  }
+  void ForgetStableInputs() override { target_->ForgetStableInputs(); }
   Status BiasActivation(float* x, const float* bias, int rows, int cols,
                         bool relu) override {
     return target_->BiasActivation(x, bias, rows, cols, relu);

@@ -9,6 +9,23 @@
 namespace ps::model {
 namespace {
 
+// Holds the backend's DeclareStableInput() promises to one step: none made
+// before it carries in, and they end when the step returns, however it
+// returns.
+class StableInputsOfOneStep {
+ public:
+  explicit StableInputsOfOneStep(kernels::Backend* backend)
+      : backend_(backend) {
+    backend_->ForgetStableInputs();
+  }
+  ~StableInputsOfOneStep() { backend_->ForgetStableInputs(); }
+  StableInputsOfOneStep(const StableInputsOfOneStep&) = delete;
+  StableInputsOfOneStep& operator=(const StableInputsOfOneStep&) = delete;
+
+ private:
+  kernels::Backend* const backend_;
+};
+
 bool HiddenRelu(const MlpLayer& mlp) {
   return mlp.activation() != MlpLayer::NONE;
 }
@@ -483,8 +500,14 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
   const float* x = Value(node.inputs[0]);
   int in_width = plan_.nodes()[node.inputs[0]].width;
   const int first = plan_.FirstTensor(n);
+  // The step's GEMMs read each layer's input and weights again in
+  // Backward(), unchanged until the step ends (in_width's input, the
+  // outputs once activated, the parameters).
+  backend_->DeclareStableInput(x, static_cast<size_t>(batch) * in_width);
   for (int l = 0; l < layers; ++l) {
     const int out_width = mlp.units(l);
+    backend_->DeclareStableInput(in_->params[first + 2 * l].data,
+                                 static_cast<size_t>(in_width) * out_width);
     Buffer* out = l + 1 == layers ? &buffers.value : &buffers.scratch[l];
     if (absl::Status s = Reserve(out, static_cast<size_t>(batch) * out_width);
         !s.ok()) {
@@ -498,6 +521,8 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
     MODEL_RETURN_IF_KERNEL_ERROR(
         backend_->BiasActivation(out->data, in_->params[first + 2 * l + 1].data,
                                  batch, out_width, relu));
+    backend_->DeclareStableInput(out->data,
+                                 static_cast<size_t>(batch) * out_width);
     x = out->data;
     in_width = out_width;
   }
@@ -658,6 +683,9 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
     MODEL_RETURN_IF_KERNEL_ERROR(backend_->ReluBackward(
         buffers.value.data, upstream, static_cast<size_t>(batch) * node.width));
   }
+  // Each layer's upstream gradient, final from here, is read by two GEMMs.
+  backend_->DeclareStableInput(upstream,
+                               static_cast<size_t>(batch) * node.width);
   for (int l = layers - 1; l >= 0; --l) {
     const int out_width = mlp.units(l);
     const int in_width = l == 0 ? input_node.width : mlp.units(l - 1);
@@ -690,6 +718,8 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
           backend_->ReluBackward(buffers.scratch[l - 1].data, dx.data,
                                  static_cast<size_t>(batch) * in_width));
     }
+    backend_->DeclareStableInput(dx.data,
+                                 static_cast<size_t>(batch) * in_width);
     upstream = dx.data;
   }
   return absl::OkStatus();
@@ -777,6 +807,7 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
 
 absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
                                    const GraphInputs* next) {
+  const StableInputsOfOneStep stable_inputs(backend_);
   InputSet& set = sets_[active_];
   if (!set.staged) {
     if (absl::Status s = UploadInputs(in, /*with_labels=*/true, &set,
@@ -847,6 +878,7 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
 
 absl::Status ModelGraph::Predict(const GraphInputs& in,
                                  std::vector<float>* probabilities) {
+  const StableInputsOfOneStep stable_inputs(backend_);
   // The set that holds no staged inputs.
   InputSet& set = sets_[sets_[active_].staged ? 1 - active_ : active_];
   if (absl::Status s =

@@ -301,6 +301,65 @@ TEST(ModelGraphTest, AWeightOfTwoTrainsAsTheExampleTwice) {
   EXPECT_GT(std::abs(plain.loss_sum / 5 - by_repeat.loss_sum / 6), 1e-4);
 }
 
+// A backend that takes no promise (Backend::DeclareStableInput): each
+// bfloat16 GEMM rounds its inputs anew.
+class RoundsEveryInput : public kernels::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void DeclareStableInput(const float*, size_t) override {}
+};
+
+// The steps' promises that inputs stay unchanged hold: every built-in
+// trains and predicts the same bits with its rounded GEMM inputs reused as
+// with each rounded anew, step after step over the same memory changed in
+// between (as a worker's weights and rows are).
+TEST(ModelGraphTest, Bf16StepsReusingRoundedInputsChangeNoBit) {
+  if (!kernels::CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  kernels::CpuOptions bf16;
+  bf16.precision = kernels::GemmPrecision::kBf16;
+  for (const std::string& name : BuiltinModelNames()) {
+    BuiltinOptions options;
+    // Widths of 16 and more: the MLPs' GEMMs round their inputs.
+    options.embedding_dim = 8;
+    options.hidden = {32, 24};
+    const std::vector<ColumnUse>& columns = FitBuiltin(name, &options);
+    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, options);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<ModelPlan> plan =
+        ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, options.labels);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::unique_ptr<kernels::Backend> reusing, rounding;
+    ASSERT_TRUE(kernels::NewCpuBackend(bf16, &reusing).ok());
+    ASSERT_TRUE(kernels::NewCpuBackend(bf16, &rounding).ok());
+    RoundsEveryInput rounds_every_input(rounding.get());
+    ModelGraph graph(&*plan, reusing.get());
+    ModelGraph reference(&*plan, &rounds_every_input);
+    Step step = RandomStep(*plan, 48, 12);
+    for (int s = 0; s < 3; ++s) {
+      GraphOutputs outputs, expected;
+      ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok()) << name;
+      ASSERT_TRUE(reference.TrainStep(step.Inputs(), &expected).ok()) << name;
+      EXPECT_EQ(outputs.probabilities, expected.probabilities) << name << s;
+      EXPECT_EQ(outputs.dense_grads, expected.dense_grads) << name << s;
+      EXPECT_EQ(outputs.table_grads, expected.table_grads) << name << s;
+      std::vector<float> predicted, predicted_expected;
+      ASSERT_TRUE(graph.Predict(step.Inputs(), &predicted).ok()) << name;
+      ASSERT_TRUE(reference.Predict(step.Inputs(), &predicted_expected).ok());
+      EXPECT_EQ(predicted, predicted_expected) << name << s;
+      // The next step: other weights and rows in the same memory.
+      for (size_t t = 0; t < step.params.size(); ++t) {
+        for (size_t i = 0; i < step.params[t].size(); ++i) {
+          step.params[t][i] =
+              0.8f * step.params[t][i] - 0.5f * outputs.dense_grads[t][i];
+        }
+      }
+      for (std::vector<float>& rows : step.table_rows) {
+        for (float& value : rows) value *= 0.8f;
+      }
+    }
+  }
+}
+
 TEST(ModelGraphTest, AnEmptyBatchTrainsWithZeroGradients) {
   const ModelPlan plan = Plan(kLayerCases[0].layers);
   auto cpu = kernels::NewCpuBackend();
