@@ -1,6 +1,11 @@
 #include "model/input/line_parser.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "absl/container/inlined_vector.h"
@@ -41,6 +46,31 @@ bool ParseWeight(absl::string_view raw, float* weight) {
   return *weight > 0.0f;
 }
 
+// Calls on_delimiter(position) for each `delimiter` byte of `text`, in
+// order: sixteen bytes a compare where SSE2 is there (a column is ~8 bytes;
+// a memchr() per column cost more in calls than in scanning).
+template <typename OnDelimiter>
+void ForEachDelimiter(absl::string_view text, char delimiter,
+                      OnDelimiter on_delimiter) {
+  size_t base = 0;
+#ifdef __SSE2__
+  const __m128i wanted = _mm_set1_epi8(delimiter);
+  for (; base + 16 <= text.size(); base += 16) {
+    const __m128i bytes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + base));
+    uint32_t mask =
+        static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, wanted)));
+    while (mask != 0) {
+      on_delimiter(base + static_cast<size_t>(__builtin_ctz(mask)));
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; base < text.size(); ++base) {
+    if (text[base] == delimiter) on_delimiter(base);
+  }
+}
+
 // Splits `line` into its columns: `expected` of them, or that many less the
 // label columns when the labels may be left out.
 absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
@@ -48,21 +78,29 @@ absl::Status SplitColumns(absl::string_view line, const InputLayout& layout,
                           absl::InlinedVector<absl::string_view, 48>* columns) {
   const int expected = static_cast<int>(layout.columns.size());
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  // Written in place through a pointer: push_back() built each view on the
+  // stack and read it back whole, a load that waited on its two stores.
+  columns->resize(static_cast<size_t>(expected));
+  absl::string_view* out = columns->data();
+  int count = 0;
   size_t start = 0;
-  while (true) {
-    const size_t end = line.find(layout.delimiter, start);
-    if (static_cast<int>(columns->size()) == expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("more than ", expected, " ",
-                       DelimiterName(layout.delimiter), "-separated columns"));
+  bool too_many = false;
+  // The last column follows the last delimiter: at most expected - 1.
+  ForEachDelimiter(line, layout.delimiter, [&](size_t position) {
+    if (count + 1 >= expected) {
+      too_many = true;
+      return;
     }
-    columns->push_back(line.substr(start, end == absl::string_view::npos
-                                              ? absl::string_view::npos
-                                              : end - start));
-    if (end == absl::string_view::npos) break;
-    start = end + 1;
+    out[count++] = line.substr(start, position - start);
+    start = position + 1;
+  });
+  if (too_many || expected == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", expected, " ",
+                     DelimiterName(layout.delimiter), "-separated columns"));
   }
-  const int count = static_cast<int>(columns->size());
+  out[count++] = line.substr(start);
+  columns->resize(static_cast<size_t>(count));
   const int unlabeled = expected - layout.labels();
   if (count == expected ||
       (count == unlabeled && label == LabelColumn::kOptional)) {

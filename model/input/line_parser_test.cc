@@ -1,6 +1,7 @@
 #include "model/input/line_parser.h"
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,42 @@ TEST(LineParserTest, RejectsMalformedLines) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Parse(Line("0", Ints(), Cats()) + "\textra", &example),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Columns of every length from empty to past two 16-byte blocks, so that
+// delimiters fall at each position of a block and columns span blocks.
+TEST(LineParserTest, EveryColumnIsFoundWhereverItsDelimiterFalls) {
+  std::mt19937 rng(3);
+  for (const char* format : {"tsv", "csv"}) {
+    const char delimiter = std::string(format) == "csv" ? ',' : '\t';
+    auto layout = MakeInputLayout(format, true, "label,cat*7", "|", "sum", "");
+    ASSERT_OK(layout);
+    for (int trial = 0; trial < 500; ++trial) {
+      std::vector<std::string> values;
+      for (int c = 0; c < 7; ++c) {
+        std::string value;
+        const int length = static_cast<int>(rng() % 40);
+        for (int i = 0; i < length; ++i)
+          value += static_cast<char>('a' + rng() % 26);
+        values.push_back(value);
+      }
+      const std::string line =
+          absl::StrCat(trial % 2, std::string(1, delimiter),
+                       absl::StrJoin(values, std::string(1, delimiter)));
+      Example example;
+      ASSERT_OK(ParseLine(line, *layout, &example)) << line;
+      EXPECT_EQ(example.label, static_cast<float>(trial % 2));
+      ASSERT_EQ(example.keys.size(), 7u);
+      for (int c = 0; c < 7; ++c)
+        EXPECT_EQ(example.keys[c], FeatureKey(c, values[c])) << line;
+      // One column more or less is refused.
+      EXPECT_THAT(ParseLine(line + delimiter, *layout, &example),
+                  StatusIs(absl::StatusCode::kInvalidArgument));
+      EXPECT_THAT(
+          ParseLine(line.substr(0, line.rfind(delimiter)), *layout, &example),
+          StatusIs(absl::StatusCode::kInvalidArgument));
+    }
+  }
 }
 
 TEST(LineParserTest, ALineWithoutALabelIsScoredOnlyWhenAllowed) {
