@@ -6,6 +6,11 @@
 //   - A delta is refused, clearly, where it cannot be right: beside no
 //     export, after a shard restarted, after slots moved; a delta whose
 //     base is gone does not read.
+//   - Rows that expired since the base are deleted by the delta.
+//
+// Each with wide_deep's tables apart and with its wide weight in the
+// embedding row (--wide_in_embedding_row: one table of rows of two
+// column groups, which a delta holds and deletes whole).
 
 #include "tests/checkpoint_cluster.h"
 
@@ -62,7 +67,29 @@ uint64_t Rows(const ExportManifest& manifest) {
   return rows;
 }
 
-TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
+// The parameter: whether the worker keeps the wide weight in the
+// embedding row.
+class DeltaExportTest : public CheckpointTest,
+                        public ::testing::WithParamInterface<bool> {
+ protected:
+  // The worker's flags for the parameter, and `extra`.
+  static std::vector<std::string> Layout(std::vector<std::string> extra = {}) {
+    if (GetParam()) extra.push_back("--wide_in_embedding_row");
+    return extra;
+  }
+  // Fails the test unless `manifest` holds the wide weights as the
+  // parameter says: a table of its own, or none.
+  static void ExpectWideTable(const ExportManifest& manifest) {
+    bool wide_apart = false;
+    for (const auto& table : manifest.tables()) {
+      const std::string& name = table.spec().name();  // "wide_deep.wide"
+      wide_apart |= name.substr(name.rfind('.') + 1) == "wide";
+    }
+    EXPECT_EQ(wide_apart, !GetParam());
+  }
+};
+
+TEST_P(DeltaExportTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   const std::string first = Generate("first.tsv", 20000, /*seed=*/1);
   const std::string second = Generate("second.tsv", 6000, /*seed=*/3);
   const std::string third = Generate("third.tsv", 6000, /*seed=*/4);
@@ -75,15 +102,15 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   // A shard's rows updated in the second it exports are in the delta after
   // it too (update times are whole seconds): the pauses keep the first
   // file's rows out of the delta.
-  TrainOn(*shards, first, "first", dir_);
+  TrainOn(*shards, first, "first", dir_, Layout());
   absl::SleepFor(absl::Seconds(1.1));
   ASSERT_EQ(Export(*shards, exports + "/base", "", &output), 0) << output;
   absl::SleepFor(absl::Seconds(1.1));
-  TrainOn(*shards, second, "second", dir_);
+  TrainOn(*shards, second, "second", dir_, Layout());
   ASSERT_EQ(Export(*shards, exports + "/delta1", exports + "/base", &output), 0)
       << output;
   ASSERT_EQ(Export(*shards, exports + "/full1", "", &output), 0) << output;
-  TrainOn(*shards, third, "third", dir_);
+  TrainOn(*shards, third, "third", dir_, Layout());
   ASSERT_EQ(Export(*shards, exports + "/delta2", exports + "/delta1", &output),
             0)
       << output;
@@ -101,6 +128,8 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   EXPECT_EQ(delta2->predecessor(), "delta1");
   EXPECT_EQ(delta2->delta_index(), 2u);
   EXPECT_EQ(base->shard_exported_at_s_size(), 2);
+  ExpectWideTable(*base);
+  ExpectWideTable(*delta1);
   // Only what the second file changed.
   EXPECT_LT(Rows(*delta1), Rows(*full1));
   EXPECT_GT(Rows(*delta1), 0u);
@@ -149,6 +178,9 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
   EXPECT_NE(Export(*shards, exports + "/delta5", exports + "/delta4", &output),
             0);
   EXPECT_NE(output.find("slots moved"), std::string::npos) << output;
+  // The moved rows (both column groups of a joined row) score as before.
+  ASSERT_EQ(Export(*shards, exports + "/moved", "", &output), 0) << output;
+  EXPECT_EQ(Scores(exports + "/moved", test), full2_scores);
   // A chain with a link gone does not read, and says which.
   std::filesystem::remove_all(exports + "/delta1");
   const std::string log = dir_ + "/broken_chain.log";
@@ -163,14 +195,14 @@ TEST_F(CheckpointTest, ADeltaChainScoresLikeAFullExportOfTheSameCut) {
 // Rows that expired since the base are deleted by the delta: read over its
 // chain (in memory and not), it scores as a full export of the same cut,
 // which holds no expired row.
-TEST_F(CheckpointTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
+TEST_P(DeltaExportTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
   const std::string first = Generate("first.tsv", 12000, /*seed=*/1);
   const std::string second = Generate("second.tsv", 3000, /*seed=*/5);
   const std::string test = Generate("test.tsv", 4000, /*seed=*/2);
   auto shards = StartShards(dir_, "shard", 1, {"--write_back_ms=200"});
   ASSERT_NE(shards, nullptr);
   const std::string exports = dir_ + "/exports";
-  const std::vector<std::string> ttl = {"--row_ttl_s=3"};
+  const std::vector<std::string> ttl = Layout({"--row_ttl_s=3"});
   std::string output;
   TrainOn(*shards, first, "first", dir_, ttl);
   ASSERT_EQ(Export(*shards, exports + "/base", "", &output), 0) << output;
@@ -189,6 +221,7 @@ TEST_F(CheckpointTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
   uint64_t deleted = 0;
   for (const auto& table : delta->tables()) deleted += table.deleted_rows();
   EXPECT_GT(deleted, 1000u);
+  ExpectWideTable(*delta);
   EXPECT_LT(Rows(*full), Rows(*base));
   const std::string full_scores = Scores(exports + "/full", test);
   EXPECT_EQ(Scores(exports + "/delta", test), full_scores);
@@ -196,6 +229,12 @@ TEST_F(CheckpointTest, ADeltaDeletesTheRowsThatExpiredSinceItsBase) {
   // Without its deletions the delta would score as the base's rows allow.
   EXPECT_NE(Scores(exports + "/base", test), full_scores);
 }
+
+INSTANTIATE_TEST_SUITE_P(WideWeight, DeltaExportTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "InTheEmbeddingRow"
+                                             : "InATableApart";
+                         });
 
 }  // namespace
 }  // namespace ps::testing
