@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -300,7 +301,8 @@ class CpuBackend final : public Backend {
   void DeclareStableInput(const float* data, size_t count) override {
 #ifndef PS_KERNELS_NO_ONEDNN
     if (options_.precision == GemmPrecision::kBf16)
-      stable_ranges_.emplace_back(data, data + count);
+      stable_ranges_.emplace_back(reinterpret_cast<uintptr_t>(data),
+                                  reinterpret_cast<uintptr_t>(data + count));
 #endif
   }
   void ForgetStableInputs() override {
@@ -584,7 +586,11 @@ class CpuBackend final : public Backend {
   // each made once per shape and kept. The operand the split cuts (A by
   // rows, B by columns) is rounded block by block, each block's slice packed
   // dense on its own (oneDNN's fast bfloat16 kernels refuse a strided
-  // slice of a larger matrix); the other is rounded whole and shared.
+  // slice of a larger matrix); the other is rounded whole and shared. An
+  // operand within a stable range (DeclareStableInput) is rounded into its
+  // kept copy once and read from it after, where the copy has the packed
+  // layout: always for the shared operand, for the cut one when the cut
+  // runs along its stored rows.
   Status Bf16Gemm(const GemmSplit& split, bool transpose_a, bool transpose_b,
                   int m, int n, int k, float alpha, const float* a, int lda,
                   const float* b, int ldb, float beta, float* c, int ldc) {
@@ -606,7 +612,7 @@ class CpuBackend final : public Backend {
           shared_is_b ? (transpose_b ? k : n) : (transpose_a ? m : k);
       const int shared_ld = shared_is_b ? ldb : lda;
       RoundedInput* shared_kept =
-          KeptInput(shared, shared_rows, shared_cols, shared_ld);
+          FindOrAddKeptCopy(shared, shared_rows, shared_cols, shared_ld);
       uint16_t* shared_bf16 = shared_kept != nullptr
                                   ? shared_kept->packed.data()
                                   : (shared_is_b ? b_bf16_ : a_bf16_).data();
@@ -633,9 +639,10 @@ class CpuBackend final : public Backend {
           split.count == 1 || (cut_is_b ? transpose_b : !transpose_a);
       RoundedInput* cut_kept =
           !cut_along_stored_rows ? nullptr
-          : cut_is_b
-              ? KeptInput(b, transpose_b ? n : k, transpose_b ? k : n, ldb)
-              : KeptInput(a, transpose_a ? k : m, transpose_a ? m : k, lda);
+          : cut_is_b             ? FindOrAddKeptCopy(b, transpose_b ? n : k,
+                                         transpose_b ? k : n, ldb)
+                                 : FindOrAddKeptCopy(a, transpose_a ? k : m,
+                                         transpose_a ? m : k, lda);
       uint16_t* cut_bf16 = cut_kept != nullptr
                                ? cut_kept->packed.data()
                                : (cut_is_b ? b_bf16_ : a_bf16_).data();
@@ -738,9 +745,11 @@ class CpuBackend final : public Backend {
   };
 
   // The kept copy of the stored matrix at `data` if it lies within a
-  // declared stable range (made here, not yet rounded, on first sight),
-  // else null.
-  RoundedInput* KeptInput(const float* data, int rows, int cols, int ld) {
+  // declared stable range, made (not yet rounded) the first time the
+  // matrix is asked for; null outside every stable range. Throws
+  // std::bad_alloc, leaving no copy made.
+  RoundedInput* FindOrAddKeptCopy(const float* data, int rows, int cols,
+                                  int ld) {
     if (stable_ranges_.empty()) return nullptr;
     for (size_t i = 0; i < live_rounded_inputs_; ++i) {
       RoundedInput& kept = rounded_inputs_[i];
@@ -749,28 +758,33 @@ class CpuBackend final : public Backend {
         return &kept;
       }
     }
-    const float* end = data + static_cast<size_t>(rows - 1) * ld + cols;
+    // Addresses as integers: the ranges are separate allocations.
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(
+        data + static_cast<size_t>(rows - 1) * ld + cols);
     const bool stable = std::any_of(
         stable_ranges_.begin(), stable_ranges_.end(), [&](const auto& range) {
-          return range.first <= data && end <= range.second;
+          return range.first <= begin && end <= range.second;
         });
     if (!stable) return nullptr;
     // The copies' buffers outlive ForgetStableInputs(): the next step keeps
     // the same matrices and reuses them without allocating.
     if (live_rounded_inputs_ == rounded_inputs_.size())
       rounded_inputs_.emplace_back();
-    RoundedInput& kept = rounded_inputs_[live_rounded_inputs_++];
+    RoundedInput& kept = rounded_inputs_[live_rounded_inputs_];
+    const size_t size = static_cast<size_t>(rows) * cols;
+    if (kept.packed.size() < size) kept.packed.resize(size);
     kept.data = data;
     kept.rows = rows;
     kept.cols = cols;
     kept.ld = ld;
     kept.rounded = false;
-    const size_t size = static_cast<size_t>(rows) * cols;
-    if (kept.packed.size() < size) kept.packed.resize(size);
+    ++live_rounded_inputs_;
     return &kept;
   }
 
-  std::vector<std::pair<const float*, const float*>> stable_ranges_;
+  // Each declared range's first and end addresses.
+  std::vector<std::pair<uintptr_t, uintptr_t>> stable_ranges_;
   // A deque: a copy's address holds while later ones are added.
   std::deque<RoundedInput> rounded_inputs_;
   size_t live_rounded_inputs_ = 0;

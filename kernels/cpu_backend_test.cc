@@ -419,9 +419,13 @@ TEST(CpuBackendOptionsTest, AStableInputIsRoundedOnceUntilForgotten) {
   LayerGemms layer(40, 24, 35, &rng);
   std::unique_ptr<Backend> backend = Bf16Backend();
   const std::vector<std::vector<float>> before = layer.Run(backend.get());
-  backend->DeclareStableInput(layer.x.data(), layer.x.size());
-  // Half of g's floats only: g is not within a stable range.
-  backend->DeclareStableInput(layer.g.data(), layer.g.size() / 2);
+  // Exactly the floats x's rows span (its last row's padding left out),
+  // and all but the last float of g's: g is not within a stable range.
+  const size_t ldx = layer.k + LayerGemms::kPadding;
+  const size_t ldg = layer.n + LayerGemms::kPadding;
+  backend->DeclareStableInput(layer.x.data(), (layer.m - 1) * ldx + layer.k);
+  backend->DeclareStableInput(layer.g.data(),
+                              (layer.m - 1) * ldg + layer.n - 1);
   EXPECT_EQ(layer.Run(backend.get()), before);
   // Broken promises, to see which copies are kept: x's is (y and dw stay
   // what they were), g's is not (dw and dx change).

@@ -500,9 +500,9 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
   const float* x = Value(node.inputs[0]);
   int in_width = plan_.nodes()[node.inputs[0]].width;
   const int first = plan_.FirstTensor(n);
-  // The step's GEMMs read each layer's input and weights again in
-  // Backward(), unchanged until the step ends (in_width's input, the
-  // outputs once activated, the parameters).
+  // Unchanged until the step ends, and read again by Backward()'s GEMMs
+  // when training: the MLP's input, each layer's weights, and each layer's
+  // output once activated.
   backend_->DeclareStableInput(x, static_cast<size_t>(batch) * in_width);
   for (int l = 0; l < layers; ++l) {
     const int out_width = mlp.units(l);
