@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/fixed_array.h"
@@ -245,8 +247,9 @@ absl::Status DataService::CheckReplySize(size_t payload_bytes,
   return absl::OkStatus();
 }
 
-absl::Status DataService::PullWithState(const PullRequest& request,
-                                        PullResponse* response) {
+absl::Status DataService::PullWithState(
+    const PullRequest& request, PullResponse* response,
+    absl::FunctionRef<char*(size_t values_bytes)> allocate) {
   std::vector<uint64_t> keys;
   RETURN_IF_ERROR(CheckKeys(request.keys(), request.slot_map_epoch(), &keys));
   if (request.format() != WireFormat::FP32) {
@@ -264,11 +267,9 @@ absl::Status DataService::PullWithState(const PullRequest& request,
       CheckReplySize(reply_bytes, 256,
                      absl::StrCat(keys.size(), " rows of ", row_floats,
                                   " floats (weights and optimizer state)")));
-  std::string* values = response->mutable_values();
-  values->resize(reply_bytes);
   RETURN_IF_ERROR(store_->PullWithState(
       request.table(), keys,
-      absl::MakeSpan(reinterpret_cast<float*>(values->data()),
+      absl::MakeSpan(reinterpret_cast<float*>(allocate(reply_bytes)),
                      keys.size() * row_floats)));
   response->set_dim(spec.dim());
   response->set_state_floats(optimizer.state_floats);
@@ -279,7 +280,13 @@ absl::Status DataService::PullWithState(const PullRequest& request,
 
 absl::Status DataService::HandlePull(const PullRequest& request,
                                      PullResponse* response) {
-  if (request.with_state()) return PullWithState(request, response);
+  if (request.with_state()) {
+    return PullWithState(request, response, [response](size_t values_bytes) {
+      std::string* values = response->mutable_values();
+      values->resize(values_bytes);
+      return values->data();
+    });
+  }
   RETURN_IF_ERROR(
       PullInto(request, [response](size_t values_bytes, uint32_t dim) {
         response->set_dim(dim);
@@ -327,15 +334,41 @@ grpc::ServerUnaryReactor* DataService::Pull(
   }
   if (!reactor->admitted()) return Finish(context, reactor, Busy(bytes));
   if (request.with_state()) {
-    // Through the generated serializer: a worker asks for state only for
-    // the rows its consecutive steps share, in FP32.
-    PullResponse message;
-    absl::Status pulled = PullWithState(request, &message);
-    bool own_buffer = false;
-    if (pulled.ok() && !grpc::SerializationTraits<PullResponse>::Serialize(
-                            message, response, &own_buffer)
-                            .ok()) {
-      pulled = absl::InternalError("serializing a pull's reply");
+    // The other fields, then the rows' tag and length, in one slice; the
+    // rows in a second, which takes the store's buffer over.
+    PullResponse fields;
+    std::unique_ptr<float[]> rows;
+    size_t rows_bytes = 0;
+    const absl::Status pulled =
+        PullWithState(request, &fields, [&](size_t values_bytes) {
+          rows_bytes = values_bytes;
+          rows.reset(new float[values_bytes / sizeof(float)]);
+          return reinterpret_cast<char*>(rows.get());
+        });
+    if (pulled.ok()) {
+      std::string head = fields.SerializeAsString();
+      grpc::Slice slices[2];
+      size_t count = 1;
+      if (rows_bytes > 0) {
+        using google::protobuf::internal::WireFormatLite;
+        using google::protobuf::io::CodedOutputStream;
+        uint8_t tag_and_length[10];
+        uint8_t* end = CodedOutputStream::WriteVarint32ToArray(
+            WireFormatLite::MakeTag(PullResponse::kValuesFieldNumber,
+                                    WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+            tag_and_length);
+        end = CodedOutputStream::WriteVarint32ToArray(
+            static_cast<uint32_t>(rows_bytes), end);
+        head.append(reinterpret_cast<const char*>(tag_and_length),
+                    static_cast<size_t>(end - tag_and_length));
+        float* taken = rows.release();
+        slices[1] = grpc::Slice(
+            taken, rows_bytes,
+            [](void* buffer) { delete[] static_cast<float*>(buffer); }, taken);
+        count = 2;
+      }
+      slices[0] = grpc::Slice(head);
+      *response = grpc::ByteBuffer(slices, count);
     }
     return Finish(context, reactor, pulled);
   }

@@ -9,10 +9,11 @@
 // Pull is served raw (gRPC's ByteBuffer in and out): its reply, a
 // PullResponse in protobuf's wire format, is written into one slice that
 // gRPC sends as it is, the rows copied from the hot tier straight into it;
-// serializing a PullResponse would copy them once more. On the wire it is
-// the same method, so every client (generated stubs, grpc_cli) sees no
-// difference. A pull with optimizer state (with_state) goes through the
-// generated serializer.
+// serializing a PullResponse would copy them once more. A pull with
+// optimizer state (with_state) replies with two slices: its other fields
+// serialized, then its rows, written by the store into a buffer the slice
+// takes over. On the wire it is the same method, so every client
+// (generated stubs, grpc_cli) sees no difference.
 
 #ifndef PS_SERVER_DATA_SERVICE_H_
 #define PS_SERVER_DATA_SERVICE_H_
@@ -199,9 +200,13 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
       const PullRequest& request,
       absl::FunctionRef<char*(size_t values_bytes, uint32_t dim)> allocate);
 
-  // A pull with optimizer state (PullRequest.with_state).
-  absl::Status PullWithState(const PullRequest& request,
-                             PullResponse* response);
+  // Validates a pull with optimizer state (PullRequest.with_state) and
+  // pulls its rows (FP32 weights then state) into the `values_bytes` bytes,
+  // float-aligned, that allocate(values_bytes) returns; sets every field
+  // of `response` but the values.
+  absl::Status PullWithState(
+      const PullRequest& request, PullResponse* response,
+      absl::FunctionRef<char*(size_t values_bytes)> allocate);
 
   // OK when a pull's reply, `payload_bytes` of rows plus at most
   // `other_fields_bytes`, fits --max_message_mb and gRPC's 2 GiB; else

@@ -222,6 +222,20 @@ TEST_F(RawPullTest, APullWithStateBringsEachRowsOptimizerState) {
   EXPECT_EQ(rows[4], pulled[2]);
   EXPECT_EQ(rows[5], pulled[3]);
   EXPECT_NE(rows[4], 0.0f);
+  // The same reply through the generated stub.
+  PullResponse through_stub;
+  grpc::ClientContext stub_context;
+  ASSERT_TRUE(stub_->Pull(&stub_context, request, &through_stub).ok());
+  EXPECT_EQ(through_stub.SerializeAsString(), parsed.SerializeAsString());
+  // No keys: the fields, no values.
+  PullRequest none = request;
+  none.clear_keys();
+  ASSERT_TRUE(RawPull(none.SerializeAsString(), &reply).ok());
+  PullResponse empty;
+  ASSERT_TRUE(empty.ParseFromString(reply));
+  EXPECT_EQ(empty.state_floats(), 2u);
+  EXPECT_EQ(empty.optimizer().kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_TRUE(empty.values().empty());
   // State travels in FP32 only.
   request.set_format(WireFormat::FP16);
   EXPECT_EQ(RawPull(request.SerializeAsString(), &reply).error_code(),
