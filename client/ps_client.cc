@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -273,17 +272,18 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
     }
     AddPullRequests(pull, AllPositions(pull.keys.size()), limits_, *map, &plan);
   }
-  std::vector<PullResponse> responses = spare_pull_responses_.Take();
-  auto give_back = absl::MakeCleanup(
-      [&] { spare_pull_responses_.Give(std::move(responses)); });
+  // Replies stay in gRPC's buffers, each row decoded from there.
+  std::vector<grpc::ByteBuffer> responses;
   for (int round = 0;; ++round) {
     Moved moved;
     RETURN_IF_ERROR(FanOut(
         plan.requests, plan.shards, &responses,
         [this](int shard, grpc::ClientContext* context, PullRequest* request,
-               PullResponse* response, std::function<void(grpc::Status)> done) {
-          channels_->shard(shard)->async()->Pull(context, request, response,
-                                                 std::move(done));
+               grpc::ByteBuffer* response,
+               std::function<void(grpc::Status)> done) {
+          channels_->raw_pull(shard)->UnaryCall(
+              context, ShardChannels::kPullMethod, grpc::StubOptions(), request,
+              response, std::move(done));
         },
         "pull", options_.retry_for, &moved));
     std::vector<bool> was_moved(plan.requests.size(), false);

@@ -16,9 +16,9 @@
 //
 // It is made of parts with their own tests: ShardChannels (where calls go,
 // shard_channels.h), the router (keys to shards and requests, router.h),
-// the retry policy (retry_policy.h) and the pull replies kept for reuse
-// (response_pool.h); this class fans calls out, retries them, and follows
-// the slot map and the shards when they move.
+// reading a pull's reply where gRPC received it (pull_reply.h) and the
+// retry policy (retry_policy.h); this class fans calls out, retries them,
+// and follows the slot map and the shards when they move.
 //
 // Thread-safe: many threads may call at once.
 
@@ -40,7 +40,6 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/slot_map.h"
-#include "client/response_pool.h"
 #include "client/retry_policy.h"
 #include "client/router.h"
 #include "client/shard_channels.h"
@@ -210,7 +209,6 @@ class PsClient : public TrainingClient {
   std::atomic<uint64_t> incarnation_{0};
   PushSequences push_sequences_{kMaxShards};
   RetryCounts retry_counts_;
-  PullResponsePool spare_pull_responses_;
   // The slot map requests are routed by: the initial one of the shard count
   // until a shard answers that keys moved.
   mutable absl::Mutex slot_map_mu_;

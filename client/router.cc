@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "client/pull_reply.h"
 
 namespace ps::client {
 
@@ -60,33 +61,31 @@ void PackKeys(absl::Span<const uint64_t> keys,
   }
 }
 
-// INTERNAL unless `response`, from `shard`, carries what a pull of
+// INTERNAL unless `reply`, from `shard`, carries what a pull of
 // `positions` rows of `pull` asked for: the optimizer and its state (in FP32)
 // for a pull with state, and a row of row_bytes bytes per position.
-absl::Status CheckPullResponse(const TableRows& pull,
-                               const PullResponse& response, int shard,
-                               size_t positions, size_t row_bytes) {
-  const WireFormat format = response.format();
+absl::Status CheckPullReply(const TableRows& pull, const PullReplyFields& reply,
+                            int shard, size_t positions, size_t row_bytes) {
+  const WireFormat format = reply.format;
   if (pull.optimizer != nullptr &&
-      (!response.has_optimizer() ||
-       response.state_floats() != static_cast<uint32_t>(pull.state_floats) ||
+      (!reply.has_optimizer ||
+       reply.state_floats != static_cast<uint32_t>(pull.state_floats) ||
        format != WireFormat::FP32)) {
     return absl::InternalError(absl::StrCat(
         "shard ", shard, " answered a pull of table ", pull.table,
-        " with optimizer state with ", response.state_floats(),
+        " with optimizer state with ", reply.state_floats,
         " floats of state (expected ", pull.state_floats, ")",
-        response.has_optimizer()
+        reply.has_optimizer
             ? ""
             : " and no optimizer: a shard older than pulls with state "
               "(--overlay_own_pushes=never does without them)",
         " in wire format ", format));
   }
-  const std::string& values = response.values();
-  if (row_bytes == 0 || values.size() != positions * row_bytes) {
+  if (row_bytes == 0 || reply.values_bytes != positions * row_bytes) {
     return absl::InternalError(absl::StrCat(
-        "shard ", shard, " returned ", values.size(), " bytes for ", positions,
-        " rows of ", pull.dim + pull.state_floats, " floats of table ",
-        pull.table, " in wire format ", format));
+        "shard ", shard, " returned ", reply.values_bytes, " bytes for ",
+        positions, " rows of ", pull.dim + pull.state_floats,
+        " floats of table ", pull.table, " in wire format ", format));
   }
   return absl::OkStatus();
 }
@@ -150,31 +149,35 @@ void AddPullRequests(const TableRows& pull,
   }
 }
 
-absl::Status DeliverPullResponse(const PullResponse& response, int shard,
+absl::Status DeliverPullResponse(const grpc::ByteBuffer& reply, int shard,
                                  const PullPlan::Destination& destination) {
   const TableRows& pull = *destination.pull;
+  ASSIGN_OR_RETURN(const PullReplyFields fields, ReadPullReply(reply));
   // A shard that predates formats answers FP32 whatever was asked.
-  const WireFormat format = response.format();
+  const WireFormat format = fields.format;
   const int row_floats = pull.dim + pull.state_floats;
   const size_t row_bytes =
       static_cast<size_t>(row_floats) * WireValueBytes(format);
   const std::vector<uint32_t>& positions = destination.positions;
   RETURN_IF_ERROR(
-      CheckPullResponse(pull, response, shard, positions.size(), row_bytes));
+      CheckPullReply(pull, fields, shard, positions.size(), row_bytes));
   if (pull.optimizer != nullptr) {
-    pull.optimizer->spec = response.optimizer();
-    pull.optimizer->learning_rate_multiplier =
-        response.learning_rate_multiplier();
+    pull.optimizer->spec = fields.optimizer;
+    pull.optimizer->learning_rate_multiplier = fields.learning_rate_multiplier;
   }
-  const char* cursor = response.values().data();
-  for (uint32_t position : positions) {
-    const size_t row =
-        pull.row_positions.empty() ? position : pull.row_positions[position];
-    DecodeWireValues(format, cursor,
-                     absl::MakeSpan(pull.rows + row * row_floats, row_floats));
-    cursor += row_bytes;
-  }
-  return absl::OkStatus();
+  return ForEachPulledRow(
+      reply, fields.values_offset, positions.size(), row_bytes,
+      [&](size_t first, size_t count, const char* bytes) {
+        for (size_t i = first; i < first + count; ++i, bytes += row_bytes) {
+          const uint32_t position = positions[i];
+          const size_t row = pull.row_positions.empty()
+                                 ? position
+                                 : pull.row_positions[position];
+          DecodeWireValues(
+              format, bytes,
+              absl::MakeSpan(pull.rows + row * row_floats, row_floats));
+        }
+      });
 }
 
 PushSequences::PushSequences(int max_shards)

@@ -21,6 +21,7 @@
 #include "base/slot_map.h"
 #include "base/wire_format.h"
 #include "client/training_client.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.pb.h"
 
 namespace ps::client {
@@ -70,11 +71,12 @@ void AddPullRequests(const TrainingClient::TableRows& pull,
                      const RequestLimits& limits, const SlotMap& map,
                      PullPlan* plan);
 
-// Writes `response`, from `shard`, into the rows (and optimizer) of
-// `destination`. INTERNAL, with nothing written, unless the response holds
-// a row per position in a format it may and, for a pull with state, the
-// optimizer and state of the size asked.
-absl::Status DeliverPullResponse(const PullResponse& response, int shard,
+// Writes `reply` (a PullResponse on the wire, as gRPC received it), from
+// `shard`, into the rows (and optimizer) of `destination`, each row decoded
+// from gRPC's buffers (client/pull_reply.h). INTERNAL, with nothing
+// written, unless the reply holds a row per position in a format it may
+// and, for a pull with state, the optimizer and state of the size asked.
+absl::Status DeliverPullResponse(const grpc::ByteBuffer& reply, int shard,
                                  const PullPlan::Destination& destination);
 
 // The last sequence number given to a push request, per shard: a shard

@@ -122,6 +122,18 @@ TEST(AddPullRequestsTest, PullsWithStateAskFewerFp32Rows) {
   }
 }
 
+// `response` as gRPC may hand a reply over: in slices of 5 bytes, so that
+// rows straddle them.
+grpc::ByteBuffer OnTheWire(const PullResponse& response) {
+  const std::string bytes = response.SerializeAsString();
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; i < bytes.size(); i += 5) {
+    slices.emplace_back(bytes.data() + i,
+                        std::min<size_t>(5, bytes.size() - i));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 TEST(DeliverPullResponseTest, RowsGoToTheirRowPositions) {
   const std::vector<uint64_t> keys = {10, 20, 30};
   const std::vector<uint32_t> row_positions = {2, 0, 1};
@@ -133,7 +145,7 @@ TEST(DeliverPullResponseTest, RowsGoToTheirRowPositions) {
   response.mutable_values()->assign(
       reinterpret_cast<const char*>(values.data()),
       values.size() * sizeof(float));
-  ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 2}}));
+  ASSERT_OK(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0, 2}}));
   // Key 10 (position 0) to row 2, key 30 (position 2) to row 1.
   EXPECT_EQ(rows, (std::vector<float>{-1, -1, 5, 6, 1, 2}));
 }
@@ -144,7 +156,7 @@ TEST(DeliverPullResponseTest, RefusesAReplyOfTheWrongSizeWritingNothing) {
   const TableRows pull = {"t", keys, 2, rows.data()};
   PullResponse response;
   response.mutable_values()->resize(3 * sizeof(float));
-  EXPECT_THAT(DeliverPullResponse(response, 1, {&pull, {0, 1}}),
+  EXPECT_THAT(DeliverPullResponse(OnTheWire(response), 1, {&pull, {0, 1}}),
               StatusIs(absl::StatusCode::kInternal));
   EXPECT_EQ(rows, std::vector<float>(4, -1.0f));
 }
@@ -159,22 +171,22 @@ TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithoutIt) {
   PullResponse response;
   response.mutable_values()->resize(3 * sizeof(float));
   response.set_state_floats(2);
-  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+  EXPECT_THAT(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}),
               StatusIs(absl::StatusCode::kInternal));  // no optimizer
   response.mutable_optimizer()->set_learning_rate(0.5f);
   response.set_learning_rate_multiplier(2.0f);
   response.set_state_floats(1);  // state of another size
-  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+  EXPECT_THAT(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}),
               StatusIs(absl::StatusCode::kInternal));
   response.set_state_floats(2);
   response.set_format(WireFormat::BF16);  // state only travels as FP32
   response.mutable_values()->resize(3 * WireValueBytes(WireFormat::BF16));
-  EXPECT_THAT(DeliverPullResponse(response, 0, {&pull, {0}}),
+  EXPECT_THAT(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}),
               StatusIs(absl::StatusCode::kInternal));
   EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
   response.set_format(WireFormat::FP32);
   response.mutable_values()->resize(3 * sizeof(float));
-  ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0}}));
+  ASSERT_OK(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}));
   EXPECT_EQ(optimizer.spec.learning_rate(), 0.5f);
   EXPECT_EQ(optimizer.learning_rate_multiplier, 2.0f);
 }
@@ -189,7 +201,7 @@ TEST(DeliverPullResponseTest, DecodesHalfPrecisionReplies) {
     response.set_format(format);
     response.mutable_values()->resize(sent.size() * WireValueBytes(format));
     EncodeWireValues(format, sent, response.mutable_values()->data());
-    ASSERT_OK(DeliverPullResponse(response, 0, {&pull, {0, 1}}));
+    ASSERT_OK(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0, 1}}));
     EXPECT_EQ(rows, sent) << WireFormat_Name(format);
   }
 }

@@ -19,18 +19,27 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Open(
   auto channels =
       std::unique_ptr<ShardChannels>(new ShardChannels(options, credentials));
   absl::MutexLock lock(&channels->mu_);
-  for (const std::string& address : servers) {
-    channels->shards_.push_back(channels->Dial(address));
-    channels->addresses_.push_back(address);
-  }
+  for (size_t s = 0; s < servers.size(); ++s) channels->SetShard(s, servers[s]);
   channels->job_shards_ = servers.size();
   channels->coordinator_address_ = coordinator;
-  channels->coordinator_ = channels->Dial(coordinator);
+  channels->coordinator_ = channels->Dial(coordinator).stub;
   return channels;
 }
 
-std::unique_ptr<ParameterServer::Stub> ShardChannels::Dial(
-    const std::string& address) const {
+void ShardChannels::SetShard(size_t s, const std::string& address) {
+  Dialled dialled = Dial(address);
+  if (s == shards_.size()) {
+    shards_.push_back(std::move(dialled.stub));
+    raw_pulls_.push_back(std::move(dialled.raw_pull));
+    addresses_.push_back(address);
+    return;
+  }
+  shards_[s] = std::move(dialled.stub);
+  raw_pulls_[s] = std::move(dialled.raw_pull);
+  addresses_[s] = address;
+}
+
+ShardChannels::Dialled ShardChannels::Dial(const std::string& address) const {
   grpc::ChannelArguments args;
   AddTlsChannelArguments(options_.tls, &args);
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
@@ -39,8 +48,10 @@ std::unique_ptr<ParameterServer::Stub> ShardChannels::Dial(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, credentials_, args));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, credentials_, args);
+  return {ParameterServer::NewStub(channel),
+          std::make_shared<RawPullStub>(channel)};
 }
 
 int ShardChannels::num_shards() const {
@@ -56,6 +67,12 @@ size_t ShardChannels::job_shards() const {
 std::shared_ptr<ParameterServer::Stub> ShardChannels::shard(int i) const {
   absl::ReaderMutexLock lock(&mu_);
   return shards_[i];
+}
+
+std::shared_ptr<ShardChannels::RawPullStub> ShardChannels::raw_pull(
+    int i) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return raw_pulls_[i];
 }
 
 std::vector<int> ShardChannels::RecordTable(const TableSpec& spec) {
@@ -88,13 +105,7 @@ ShardChannels::TablesToDeclare ShardChannels::MoveShards(
     LOG(INFO) << "shard " << s << " is at " << address
               << (s < shards_.size() ? " now (was " + addresses_[s] + ")"
                                      : std::string(" (joined the job)"));
-    if (s < shards_.size()) {
-      shards_[s] = Dial(address);
-      addresses_[s] = address;
-    } else {
-      shards_.push_back(Dial(address));
-      addresses_.push_back(address);
-    }
+    SetShard(s, address);
     to_declare.shards.push_back(static_cast<int>(s));
   }
   job_shards_ = addresses.size();
@@ -118,7 +129,7 @@ bool ShardChannels::MoveCoordinator(const std::string& address) {
   LOG(INFO) << "the clock coordinator is now " << address << " (was "
             << coordinator_address_ << ")";
   coordinator_address_ = address;
-  coordinator_ = Dial(address);
+  coordinator_ = Dial(address).stub;
   return true;
 }
 

@@ -1,7 +1,8 @@
 // File: client/shard_channels.h
 //
 // ShardChannels is where a client's calls go: a stub per shard it knows
-// (the job's first job_shards(), then any that left the job), redialled when
+// (the job's first job_shards(), then any that left the job), and one for
+// pulls whose replies are read raw, redialled when
 // a shard is found at a new address; the tables every shard of the job must
 // have declared, so that a shard that joins (or comes back elsewhere) is
 // declared them; and the clock coordinator's stub. Channels reconnect on
@@ -21,6 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "net/tls_credentials.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -47,6 +50,12 @@ class ShardChannels {
   size_t job_shards() const;
   // Shard i's stub. REQUIRES: i < num_shards().
   std::shared_ptr<ParameterServer::Stub> shard(int i) const;
+  // Pull on shard i with the reply left in gRPC's buffers (the method's
+  // name is kPullMethod), for PsClient to read rows from in place.
+  // REQUIRES: i < num_shards().
+  using RawPullStub = grpc::TemplatedGenericStub<PullRequest, grpc::ByteBuffer>;
+  static constexpr char kPullMethod[] = "/ps.ParameterServer/Pull";
+  std::shared_ptr<RawPullStub> raw_pull(int i) const;
 
   // Records `spec` as declared (replacing a spec of its name) and returns
   // the job's shards to declare it on, together: a shard that joins after
@@ -73,7 +82,14 @@ class ShardChannels {
   ShardChannels(const ChannelOptions& options,
                 std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(options), credentials_(std::move(credentials)) {}
-  std::unique_ptr<ParameterServer::Stub> Dial(const std::string& address) const;
+  struct Dialled {
+    std::shared_ptr<ParameterServer::Stub> stub;
+    std::shared_ptr<RawPullStub> raw_pull;
+  };
+  Dialled Dial(const std::string& address) const;
+  // Sets shard s (one past the last: adds it) to `address`.
+  void SetShard(size_t s, const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ChannelOptions options_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
@@ -81,6 +97,7 @@ class ShardChannels {
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<ParameterServer::Stub>> shards_
       ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<RawPullStub>> raw_pulls_ ABSL_GUARDED_BY(mu_);
   // Where each of shards_ was dialled.
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   size_t job_shards_ ABSL_GUARDED_BY(mu_) = 0;

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -37,8 +38,10 @@
 #include "base/heap_policy.h"
 #include "base/lock_mode.h"
 #include "base/wire_format.h"
+#include "client/pull_reply.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -287,13 +290,16 @@ void PrintRow(const BenchSetup& setup, const std::string& system,
 class PsServerClients {
  public:
   PsServerClients(const BenchSetup& setup, const std::string& address)
-      : setup_(setup), pull_responses_(4) {
+      : setup_(setup), pulled_rows_(4) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);
     for (int c = 0; c < 4; ++c) {
       args.SetInt("bench.client", c);
-      stubs_.push_back(ps::ParameterServer::NewStub(grpc::CreateCustomChannel(
-          address, grpc::InsecureChannelCredentials(), args)));
+      std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(ps::ParameterServer::NewStub(channel));
+      raw_pulls_.push_back(std::make_unique<RawPullStub>(channel));
+      pull_queues_.push_back(std::make_unique<grpc::CompletionQueue>());
     }
     admin_ = ps::Admin::NewStub(
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -337,8 +343,19 @@ class PsServerClients {
     return stubs_[client]->Push(&context, request, &response).ok();
   }
 
-  // Into a reply per client, reused as the worker's client reuses its
-  // replies.
+  ~PsServerClients() {
+    for (std::unique_ptr<grpc::CompletionQueue>& queue : pull_queues_) {
+      queue->Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) {
+      }
+    }
+  }
+
+  // As a worker's client pulls (client/pull_reply.h): the reply read where
+  // gRPC received it, its rows decoded into the client's (in runs: a
+  // worker's land at their positions, these in order).
   bool Pull(int client, const std::vector<uint64_t>& keys) {
     grpc::ClientContext context;
     ps::PullRequest request;
@@ -346,10 +363,35 @@ class PsServerClients {
     request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
                                  keys.size() * 8));
     request.set_format(setup_.format);
-    ps::PullResponse& response = pull_responses_[client];
-    return stubs_[client]->Pull(&context, request, &response).ok() &&
-           response.values().size() ==
-               keys.size() * setup_.dim * ps::WireValueBytes(setup_.format);
+    // On the client's own completion queue, waited on here: no other
+    // thread is woken per call (as a synchronous stub's call).
+    grpc::ByteBuffer reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call =
+        raw_pulls_[client]->PrepareUnaryCall(
+            &context, "/ps.ParameterServer/Pull", request,
+            pull_queues_[client].get());
+    call->StartCall();
+    call->Finish(&reply, &status, call.get());
+    void* tag = nullptr;
+    bool ok = false;
+    if (!pull_queues_[client]->Next(&tag, &ok) || !ok) return false;
+    if (!status.ok()) return false;
+    absl::StatusOr<ps::client::PullReplyFields> fields =
+        ps::client::ReadPullReply(reply);
+    const size_t row_bytes = setup_.dim * ps::WireValueBytes(setup_.format);
+    if (!fields.ok() || fields->values_bytes != keys.size() * row_bytes)
+      return false;
+    std::vector<float>& rows = pulled_rows_[client];
+    rows.resize(keys.size() * setup_.dim);
+    return ps::client::ForEachPulledRow(
+               reply, fields->values_offset, keys.size(), row_bytes,
+               [&](size_t first, size_t count, const char* bytes) {
+                 ps::DecodeWireValues(setup_.format, bytes,
+                                      absl::MakeSpan(&rows[first * setup_.dim],
+                                                     count * setup_.dim));
+               })
+        .ok();
   }
 
   // The shard's hot-tier lookups so far; false when the server has no admin
@@ -366,11 +408,16 @@ class PsServerClients {
 
  private:
   const BenchSetup setup_;
+  using RawPullStub =
+      grpc::TemplatedGenericStub<ps::PullRequest, grpc::ByteBuffer>;
   std::vector<std::unique_ptr<ps::ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<RawPullStub>> raw_pulls_;
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> pull_queues_;
   std::unique_ptr<ps::Admin::Stub> admin_;
   float gradient_scale_ = 1.0f;
   std::string gradient_bytes_;
-  std::vector<ps::PullResponse> pull_responses_;
+  // Each client's pulled rows, reused.
+  std::vector<std::vector<float>> pulled_rows_;
 };
 
 // Measure() of a ps_server operation, printed with its hit rate.
