@@ -129,7 +129,7 @@ absl::Status PsClient::FanOut(std::vector<Request>& requests,
   if (attempt_timeout <= absl::ZeroDuration())
     attempt_timeout = options_.call_timeout;
   const size_t n = requests.size();
-  // Kept elements keep their buffers (each is cleared before its call).
+  // Each response is cleared before its call.
   responses->resize(n);
   std::vector<bool> done(n, false);
   RetryOptions retry = retry_options_;
@@ -282,8 +282,8 @@ absl::Status PsClient::Pull(absl::Span<const TableRows> pulls) {
                grpc::ByteBuffer* response,
                std::function<void(grpc::Status)> done) {
           channels_->raw_pull(shard)->UnaryCall(
-              context, ShardChannels::kPullMethod, grpc::StubOptions(), request,
-              response, std::move(done));
+              context, ShardChannels::PullMethod(), grpc::StubOptions(),
+              request, response, std::move(done));
         },
         "pull", options_.retry_for, &moved));
     std::vector<bool> was_moved(plan.requests.size(), false);

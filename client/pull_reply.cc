@@ -28,9 +28,21 @@ absl::StatusOr<PullReplyFields> ReadPullReply(const grpc::ByteBuffer& reply) {
   grpc::ProtoBufferReader reader(&shared);
   CodedInputStream in(&reader);
   PullReplyFields fields;
+  // A length-delimited field's length: under 2 GiB, in at most 5 bytes.
+  const auto read_length = [&in](uint32_t* length) {
+    uint64_t value = 0;
+    const int before = in.CurrentPosition();
+    if (!in.ReadVarint64(&value) || value > INT_MAX ||
+        in.CurrentPosition() - before > 5) {
+      return false;
+    }
+    *length = static_cast<uint32_t>(value);
+    return true;
+  };
   while (const uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const WireFormatLite::WireType type = WireFormatLite::GetTagWireType(tag);
+    if (field == 0) return NotAReply("field number 0");
     uint32_t varint = 0;
     if (type == WireFormatLite::WIRETYPE_VARINT &&
         (field == PullResponse::kDimFieldNumber ||
@@ -44,7 +56,7 @@ absl::StatusOr<PullReplyFields> ReadPullReply(const grpc::ByteBuffer& reply) {
         fields.state_floats = varint;
     } else if (type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
                field == PullResponse::kValuesFieldNumber) {
-      if (!in.ReadVarint32(&varint)) return NotAReply("a cut length");
+      if (!read_length(&varint)) return NotAReply("a bad length");
       fields.values_offset = static_cast<size_t>(in.CurrentPosition());
       fields.values_bytes = varint;
       if (!in.Skip(static_cast<int>(varint)))
@@ -52,7 +64,7 @@ absl::StatusOr<PullReplyFields> ReadPullReply(const grpc::ByteBuffer& reply) {
     } else if (type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
                field == PullResponse::kOptimizerFieldNumber) {
       std::string optimizer;
-      if (!in.ReadVarint32(&varint) ||
+      if (!read_length(&varint) ||
           !in.ReadString(&optimizer, static_cast<int>(varint)) ||
           !fields.optimizer.MergeFromString(optimizer)) {
         return NotAReply("a bad optimizer");

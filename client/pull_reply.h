@@ -4,9 +4,8 @@
 // it: ReadPullReply() parses every field but the rows, and notes where the
 // rows lie; ForEachPulledRow() then hands out the rows from gRPC's own
 // buffers, as many at a time as lie whole in one (a row that straddles two
-// of them is copied whole first). The
-// rows are never copied into a message first, as parsing a PullResponse
-// would.
+// of them is copied whole first). The rows are never copied into a message
+// first, as parsing a PullResponse would.
 
 #ifndef PS_CLIENT_PULL_REPLY_H_
 #define PS_CLIENT_PULL_REPLY_H_
@@ -36,9 +35,10 @@ struct PullReplyFields {
   size_t values_bytes = 0;
 };
 
-// The fields of `reply`; INTERNAL if it is not a PullResponse's wire format.
-// Fields may come in any order; of a field sent twice the last counts (the
-// optimizer's are merged), as protobuf parses them.
+// The fields of `reply`; INTERNAL if it is not a PullResponse's wire format
+// (as protobuf refuses it: a field number 0, a length of 2 GiB or more, a
+// cut field). Fields may come in any order; of a field sent twice the last
+// counts (the optimizer's are merged), as protobuf parses them.
 absl::StatusOr<PullReplyFields> ReadPullReply(const grpc::ByteBuffer& reply);
 
 // Calls on_rows(first, count, bytes) for runs of rows that together are

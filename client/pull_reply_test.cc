@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -95,11 +96,13 @@ TEST(PullReplyTest, ReadsWhatProtobufParsesWhateverTheSlicesAndOrder) {
 }
 
 TEST(PullReplyTest, TheLastOfARepeatedFieldCountsAndUnknownOnesAreSkipped) {
-  PullResponse first, second, unknown_neighbour;
+  PullResponse first, second;
   first.set_values("abcdefgh");
   first.set_dim(2);
+  first.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
   second.set_values("ijkl");
   second.set_dim(1);
+  second.mutable_optimizer()->set_learning_rate(0.5f);
   // Fields 15 (a varint) and 16 (bytes): unknown to this reader.
   const std::string unknown =
       std::string("\x78\x05", 2) + std::string("\x82\x01\x03xyz", 6);
@@ -113,6 +116,11 @@ TEST(PullReplyTest, TheLastOfARepeatedFieldCountsAndUnknownOnesAreSkipped) {
   EXPECT_EQ(read->dim, 1u);
   EXPECT_EQ(Rows(reply, *read, 4), "ijkl");
   EXPECT_EQ(parsed.values(), "ijkl");
+  // The optimizer's fields merged, as protobuf merges a message field.
+  EXPECT_EQ(read->optimizer.SerializeAsString(),
+            parsed.optimizer().SerializeAsString());
+  EXPECT_EQ(read->optimizer.kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_EQ(read->optimizer.learning_rate(), 0.5f);
 }
 
 TEST(PullReplyTest, RefusesWhatIsNotAPullResponse) {
@@ -120,17 +128,32 @@ TEST(PullReplyTest, RefusesWhatIsNotAPullResponse) {
   response.set_dim(2);
   response.set_values(std::string(32, 'x'));
   const std::string bytes = response.SerializeAsString();
-  // Cut inside the values, inside a length, or garbage.
-  for (const std::string& bad :
-       {bytes.substr(0, bytes.size() - 1), bytes.substr(0, 3),
-        std::string("\xff\xff\xff\xff", 4), std::string("\x00\x01", 2)}) {
+  // Cut inside the values, inside a length, garbage, a tag of 0, field
+  // number 0 (bytes of length 0), values of a length in 6 bytes or of
+  // 2 GiB: each refused by protobuf's parser too.
+  const std::string bad_replies[] = {
+      bytes.substr(0, bytes.size() - 1),
+      bytes.substr(0, 3),
+      std::string("\xff\xff\xff\xff", 4),
+      std::string("\x00\x01", 2),
+      std::string("\x02\x00", 2),
+      std::string("\x12\x80\x80\x80\x80\x80\x00", 7),
+      std::string("\x12\x80\x80\x80\x80\x08", 6)};
+  for (const std::string& bad : bad_replies) {
+    PullResponse parsed;
+    EXPECT_FALSE(parsed.ParseFromString(bad)) << absl::CEscape(bad);
     EXPECT_THAT(ReadPullReply(InSlices(bad, 5)),
-                StatusIs(absl::StatusCode::kInternal));
+                StatusIs(absl::StatusCode::kInternal))
+        << absl::CEscape(bad);
   }
-  // An empty reply is an empty message.
-  absl::StatusOr<PullReplyFields> empty = ReadPullReply(grpc::ByteBuffer());
-  ASSERT_OK(empty);
-  EXPECT_EQ(empty->values_bytes, 0u);
+  // A reply of no bytes, and one never filled, are empty messages.
+  for (const grpc::ByteBuffer& empty :
+       {grpc::ByteBuffer(nullptr, 0), grpc::ByteBuffer()}) {
+    absl::StatusOr<PullReplyFields> read = ReadPullReply(empty);
+    ASSERT_OK(read);
+    EXPECT_EQ(read->values_bytes, 0u);
+    EXPECT_FALSE(read->has_optimizer);
+  }
   // Rows past the reply's end: the rows before, then an error.
   size_t handed = 0;
   EXPECT_THAT(ForEachPulledRow(

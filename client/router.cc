@@ -152,7 +152,13 @@ void AddPullRequests(const TableRows& pull,
 absl::Status DeliverPullResponse(const grpc::ByteBuffer& reply, int shard,
                                  const PullPlan::Destination& destination) {
   const TableRows& pull = *destination.pull;
-  ASSIGN_OR_RETURN(const PullReplyFields fields, ReadPullReply(reply));
+  absl::StatusOr<PullReplyFields> read = ReadPullReply(reply);
+  if (!read.ok()) {
+    return absl::InternalError(
+        absl::StrCat("shard ", shard, " answered a pull of table ", pull.table,
+                     " with ", read.status().message()));
+  }
+  const PullReplyFields& fields = *read;
   // A shard that predates formats answers FP32 whatever was asked.
   const WireFormat format = fields.format;
   const int row_floats = pull.dim + pull.state_floats;

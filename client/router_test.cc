@@ -184,11 +184,38 @@ TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithoutIt) {
   EXPECT_THAT(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}),
               StatusIs(absl::StatusCode::kInternal));
   EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
+  EXPECT_EQ(optimizer.spec.learning_rate(), 0.0f) << "written by a refusal";
   response.set_format(WireFormat::FP32);
   response.mutable_values()->resize(3 * sizeof(float));
   ASSERT_OK(DeliverPullResponse(OnTheWire(response), 0, {&pull, {0}}));
   EXPECT_EQ(optimizer.spec.learning_rate(), 0.5f);
   EXPECT_EQ(optimizer.learning_rate_multiplier, 2.0f);
+}
+
+TEST(DeliverPullResponseTest, RefusesWhatIsNotAReplyWritingNothing) {
+  const std::vector<uint64_t> keys = {10};
+  std::vector<float> rows(3, -1.0f);
+  TrainingClient::PulledOptimizer optimizer;
+  TableRows pull = {"t", keys, 1, rows.data()};
+  pull.optimizer = &optimizer;
+  pull.state_floats = 2;
+  PullResponse response;
+  response.mutable_values()->resize(3 * sizeof(float), '\x01');
+  response.set_state_floats(2);
+  response.mutable_optimizer()->set_learning_rate(0.5f);
+  const std::string bytes = response.SerializeAsString();
+  // Cut in its last field, or garbage after a whole reply.
+  for (const std::string& bad :
+       {bytes.substr(0, bytes.size() - 1), bytes + "\xff"}) {
+    grpc::Slice slice(bad);
+    const absl::Status status =
+        DeliverPullResponse(grpc::ByteBuffer(&slice, 1), 3, {&pull, {0}});
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInternal));
+    EXPECT_NE(status.message().find("shard 3"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("table t"), std::string::npos) << status;
+  }
+  EXPECT_EQ(rows, std::vector<float>(3, -1.0f));
+  EXPECT_EQ(optimizer.spec.learning_rate(), 0.0f);
 }
 
 TEST(DeliverPullResponseTest, DecodesHalfPrecisionReplies) {

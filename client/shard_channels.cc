@@ -69,6 +69,12 @@ std::shared_ptr<ParameterServer::Stub> ShardChannels::shard(int i) const {
   return shards_[i];
 }
 
+const std::string& ShardChannels::PullMethod() {
+  static const std::string* const method =
+      new std::string("/ps.ParameterServer/Pull");
+  return *method;
+}
+
 std::shared_ptr<ShardChannels::RawPullStub> ShardChannels::raw_pull(
     int i) const {
   absl::ReaderMutexLock lock(&mu_);

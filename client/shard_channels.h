@@ -51,11 +51,13 @@ class ShardChannels {
   // Shard i's stub. REQUIRES: i < num_shards().
   std::shared_ptr<ParameterServer::Stub> shard(int i) const;
   // Pull on shard i with the reply left in gRPC's buffers (the method's
-  // name is kPullMethod), for PsClient to read rows from in place.
+  // name is PullMethod()), for PsClient to read rows from in place.
   // REQUIRES: i < num_shards().
   using RawPullStub = grpc::TemplatedGenericStub<PullRequest, grpc::ByteBuffer>;
-  static constexpr char kPullMethod[] = "/ps.ParameterServer/Pull";
   std::shared_ptr<RawPullStub> raw_pull(int i) const;
+  // "/ps.ParameterServer/Pull", living as long as the process (a call's
+  // grpc::ClientContext keeps a pointer to its method's name).
+  static const std::string& PullMethod();
 
   // Records `spec` as declared (replacing a spec of its name) and returns
   // the job's shards to declare it on, together: a shard that joins after

@@ -52,19 +52,24 @@ TEST(ShardChannelsTest, RecordTableReplacesASpecOfItsName) {
 TEST(ShardChannelsTest, TheSameAddressesKeepTheirStubs) {
   std::unique_ptr<ShardChannels> channels = Open();
   const auto stub = channels->shard(1);
+  const auto raw_pull = channels->raw_pull(1);
   EXPECT_TRUE(channels->MoveShards(kServers).shards.empty());
   EXPECT_EQ(channels->shard(1), stub);
+  EXPECT_EQ(channels->raw_pull(1), raw_pull);
 }
 
 TEST(ShardChannelsTest, AShardAtANewAddressIsRedialledAndDeclared) {
   std::unique_ptr<ShardChannels> channels = Open();
   const auto untouched = channels->shard(0);
   const auto moved = channels->shard(1);
+  const auto moved_raw_pull = channels->raw_pull(1);
   const ShardChannels::TablesToDeclare to_declare =
       channels->MoveShards({"127.0.0.1:1", "127.0.0.1:3"});
   EXPECT_EQ(to_declare.shards, (std::vector<int>{1}));
   EXPECT_EQ(channels->shard(0), untouched);
   EXPECT_NE(channels->shard(1), moved);
+  // Its raw pulls go to the new address too.
+  EXPECT_NE(channels->raw_pull(1), moved_raw_pull);
 }
 
 TEST(ShardChannelsTest, JoinLeaveAndJoinAgain) {
@@ -101,6 +106,7 @@ TEST(ShardChannelsTest, JoinsAgainAtANewAddress) {
   EXPECT_EQ(to_declare.shards, (std::vector<int>{2}));
   ASSERT_EQ(to_declare.tables.size(), 1u);
   EXPECT_NE(channels->shard(2), third);
+  EXPECT_NE(channels->raw_pull(2), nullptr);
   EXPECT_EQ(channels->num_shards(), 3);
 }
 

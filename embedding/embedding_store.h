@@ -214,7 +214,8 @@ class EmbeddingStore {
   // (dim + state_floats) floats to `out`, a row never pushed as its first
   // push would find it (initial weights, fresh state). What a worker needs to
   // replay its own push, not yet applied, onto rows it pulled
-  // (worker/own_updates.h). Errors as Pull()'s.
+  // (worker/own_updates.h). On OK every float of `out` is written (a
+  // server sends it as it is). Errors as Pull()'s.
   virtual absl::Status PullWithState(absl::string_view table,
                                      absl::Span<const uint64_t> keys,
                                      absl::Span<float> out) = 0;

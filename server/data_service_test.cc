@@ -159,8 +159,8 @@ TEST_F(RawPullTest, TheReplyIsAPullResponseInCanonicalForm) {
 
 TEST(RawPullReplyTest, WritesEveryFieldAPullResponseHas) {
   // DataService writes dim, values and format by hand: a new field must be
-  // written there too (fields 4-6 come only with optimizer state, which
-  // goes through the generated serializer).
+  // written there too (fields 4-6 come only with optimizer state, which are
+  // serialized by protobuf ahead of the rows written by hand).
   EXPECT_EQ(PullResponse::descriptor()->field_count(), 6)
       << "PullResponse gained a field: write it in PullReplySlice()";
 }
@@ -222,7 +222,8 @@ TEST_F(RawPullTest, APullWithStateBringsEachRowsOptimizerState) {
   EXPECT_EQ(rows[4], pulled[2]);
   EXPECT_EQ(rows[5], pulled[3]);
   EXPECT_NE(rows[4], 0.0f);
-  // The same reply through the generated stub.
+  // The generated stub's parser reads the reply (two slices, the rows
+  // last) as the test's did.
   PullResponse through_stub;
   grpc::ClientContext stub_context;
   ASSERT_TRUE(stub_->Pull(&stub_context, request, &through_stub).ok());

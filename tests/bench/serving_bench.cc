@@ -286,6 +286,14 @@ void PrintRow(const BenchSetup& setup, const std::string& system,
   std::fflush(stdout);
 }
 
+// ps.ParameterServer/Pull's name, as long as the process lives (a call's
+// context keeps a pointer to it).
+const std::string& PullMethod() {
+  static const std::string* const method =
+      new std::string("/ps.ParameterServer/Pull");
+  return *method;
+}
+
 // Four clients of a ps_server, each on a channel (a connection) of its own.
 class PsServerClients {
  public:
@@ -368,9 +376,8 @@ class PsServerClients {
     grpc::ByteBuffer reply;
     grpc::Status status;
     std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call =
-        raw_pulls_[client]->PrepareUnaryCall(
-            &context, "/ps.ParameterServer/Pull", request,
-            pull_queues_[client].get());
+        raw_pulls_[client]->PrepareUnaryCall(&context, PullMethod(), request,
+                                             pull_queues_[client].get());
     call->StartCall();
     call->Finish(&reply, &status, call.get());
     void* tag = nullptr;
