@@ -161,13 +161,21 @@ TEST(DeliverPullResponseTest, RefusesAReplyOfTheWrongSizeWritingNothing) {
   EXPECT_EQ(rows, std::vector<float>(4, -1.0f));
 }
 
-TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithoutIt) {
+// A pull of one key's row of dim 1 with 2 floats of optimizer state, into
+// rows of -1.
+class DeliverPullWithStateTest : public ::testing::Test {
+ protected:
+  DeliverPullWithStateTest() {
+    pull.optimizer = &optimizer;
+    pull.state_floats = 2;
+  }
   const std::vector<uint64_t> keys = {10};
-  std::vector<float> rows(3, -1.0f);
+  std::vector<float> rows = std::vector<float>(3, -1.0f);
   TrainingClient::PulledOptimizer optimizer;
   TableRows pull = {"t", keys, 1, rows.data()};
-  pull.optimizer = &optimizer;
-  pull.state_floats = 2;
+};
+
+TEST_F(DeliverPullWithStateTest, RefusesAPullWithStateAnsweredWithoutIt) {
   PullResponse response;
   response.mutable_values()->resize(3 * sizeof(float));
   response.set_state_floats(2);
@@ -192,13 +200,7 @@ TEST(DeliverPullResponseTest, RefusesAPullWithStateAnsweredWithoutIt) {
   EXPECT_EQ(optimizer.learning_rate_multiplier, 2.0f);
 }
 
-TEST(DeliverPullResponseTest, RefusesWhatIsNotAReplyWritingNothing) {
-  const std::vector<uint64_t> keys = {10};
-  std::vector<float> rows(3, -1.0f);
-  TrainingClient::PulledOptimizer optimizer;
-  TableRows pull = {"t", keys, 1, rows.data()};
-  pull.optimizer = &optimizer;
-  pull.state_floats = 2;
+TEST_F(DeliverPullWithStateTest, RefusesWhatIsNotAReplyWritingNothing) {
   PullResponse response;
   response.mutable_values()->resize(3 * sizeof(float), '\x01');
   response.set_state_floats(2);
