@@ -125,20 +125,15 @@ TEST(ModelGraphTest, PredictGivesTheTrainingStepsProbabilities) {
   options.hidden = {6};
   for (const std::string& name : BuiltinModelNames()) {
     BuiltinOptions fitted = options;
-    const std::vector<ColumnUse>& columns = FitBuiltin(name, &fitted);
-    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, fitted);
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    absl::StatusOr<ModelPlan> plan =
-        ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, fitted.labels);
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    const ModelPlan plan = BuiltinPlan(name, &fitted);
     auto cpu = kernels::NewCpuBackend();
-    ModelGraph graph(&*plan, cpu.get());
-    const Step step = RandomStep(*plan, 13, 3);
+    ModelGraph graph(&plan, cpu.get());
+    const Step step = RandomStep(plan, 13, 3);
     GraphOutputs outputs;
     ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok());
     std::vector<float> probabilities;
     ASSERT_TRUE(graph.Predict(step.Inputs(), &probabilities).ok());
-    ASSERT_EQ(probabilities.size(), 13u * plan->tasks().size()) << name;
+    ASSERT_EQ(probabilities.size(), 13u * plan.tasks().size()) << name;
     for (size_t b = 0; b < probabilities.size(); ++b) {
       EXPECT_NEAR(probabilities[b], outputs.probabilities[b], 1e-6) << name;
     }
@@ -322,19 +317,14 @@ TEST(ModelGraphTest, Bf16StepsReusingRoundedInputsChangeNoBit) {
     // Widths of 16 and more: the MLPs' GEMMs round their inputs.
     options.embedding_dim = 8;
     options.hidden = {32, 24};
-    const std::vector<ColumnUse>& columns = FitBuiltin(name, &options);
-    absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, options);
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    absl::StatusOr<ModelPlan> plan =
-        ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, options.labels);
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    const ModelPlan plan = BuiltinPlan(name, &options);
     std::unique_ptr<kernels::Backend> reusing, rounding;
     ASSERT_TRUE(kernels::NewCpuBackend(bf16, &reusing).ok());
     ASSERT_TRUE(kernels::NewCpuBackend(bf16, &rounding).ok());
     RoundsEveryInput rounds_every_input(rounding.get());
-    ModelGraph graph(&*plan, reusing.get());
-    ModelGraph reference(&*plan, &rounds_every_input);
-    Step step = RandomStep(*plan, 48, 12);
+    ModelGraph graph(&plan, reusing.get());
+    ModelGraph reference(&plan, &rounds_every_input);
+    Step step = RandomStep(plan, 48, 12);
     for (int s = 0; s < 3; ++s) {
       GraphOutputs outputs, expected;
       ASSERT_TRUE(graph.TrainStep(step.Inputs(), &outputs).ok()) << name;

@@ -34,15 +34,9 @@ TEST_P(BuiltinGradientTest, MatchesFiniteDifferences) {
   if (GetParam() != "dcn_v2" && GetParam() != "dlrm") {
     options.crosses = {{0, 2}};
   }
-  const std::vector<ColumnUse>& columns = FitBuiltin(GetParam(), &options);
-  absl::StatusOr<ModelSpec> spec =
-      BuiltinModelSpec(GetParam(), columns, options);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<ModelPlan> plan =
-      ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, options.labels);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  const ModelPlan plan = BuiltinPlan(GetParam(), &options);
   auto cpu = kernels::NewCpuBackend();
-  for (const std::string& mismatch : GradientMismatches(*plan, cpu.get())) {
+  for (const std::string& mismatch : GradientMismatches(plan, cpu.get())) {
     ADD_FAILURE() << mismatch;
   }
 }

@@ -76,6 +76,18 @@ inline ModelPlan Plan(const std::string& layers,
   return *std::move(plan);
 }
 
+// Built-in `name` planned over the columns FitBuiltin() gives it, with
+// `options` (fitted to it in place).
+inline ModelPlan BuiltinPlan(const std::string& name, BuiltinOptions* options) {
+  const std::vector<ColumnUse>& columns = FitBuiltin(name, options);
+  absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(name, columns, *options);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<ModelPlan> plan =
+      ModelPlan::Create(ParsedModelSpec{*spec, {}}, columns, options->labels);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
 // Random inputs and parameters for a plan, in host memory.
 struct Step {
   int batch = 0;
