@@ -77,20 +77,30 @@ absl::Status DataService::Busy(int64_t bytes) const {
                    options_.max_inflight_bytes >> 20, "; retry later")));
 }
 
-absl::Status DataService::CheckKeys(const std::string& packed,
-                                    uint64_t slot_map_epoch,
-                                    std::vector<uint64_t>* keys) const {
-  if (packed.size() % sizeof(uint64_t) != 0) {
+absl::Status DataService::CheckKeyBytes(size_t packed_bytes) const {
+  if (packed_bytes % sizeof(uint64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "keys must be packed 8-byte integers; got ", packed.size(), " bytes"));
+        "keys must be packed 8-byte integers; got ", packed_bytes, " bytes"));
   }
-  const size_t count = packed.size() / sizeof(uint64_t);
+  const size_t count = packed_bytes / sizeof(uint64_t);
   if (count > options_.max_keys_per_request) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "request has ", count, " keys, more than --max_keys_per_request=",
         options_.max_keys_per_request));
   }
+  return absl::OkStatus();
+}
+
+absl::Status DataService::CheckKeys(const std::string& packed,
+                                    uint64_t slot_map_epoch,
+                                    std::vector<uint64_t>* keys) const {
+  RETURN_IF_ERROR(CheckKeyBytes(packed.size()));
   Unpack(packed, keys);
+  return CheckOwnership(*keys, slot_map_epoch);
+}
+
+absl::Status DataService::CheckOwnership(absl::Span<const uint64_t> keys,
+                                         uint64_t slot_map_epoch) const {
   const std::shared_ptr<const SlotMap> map = slots_->current();
   if (slot_map_epoch > map->epoch()) {
     return MarkTransient(absl::UnavailableError(
@@ -98,7 +108,7 @@ absl::Status DataService::CheckKeys(const std::string& packed,
                      ", older than the client's epoch ", slot_map_epoch,
                      "; retry once the shard has the new map")));
   }
-  for (uint64_t key : *keys) {
+  for (uint64_t key : keys) {
     const uint32_t owner = map->ShardForKey(key);
     if (owner != options_.shard_index) {
       return SlotMovedError(
@@ -396,16 +406,17 @@ float GradientScale(const PushRequest& request) {
 // How many values a push's gradients hold; INVALID_ARGUMENT for an unknown
 // wire format, bytes that are not whole values, or a scale that is not
 // positive and finite.
-absl::StatusOr<size_t> CheckGradients(const PushRequest& request) {
+absl::StatusOr<size_t> CheckGradients(const ReceivedPush& push) {
+  const PushRequest& request = push.fields();
   const size_t value_bytes = WireValueBytes(request.format());
   if (value_bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown wire format ", request.format()));
   }
-  if (request.gradients().size() % value_bytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients must be packed ", value_bytes, "-byte values; got ",
-        request.gradients().size(), " bytes"));
+  if (push.gradients_bytes() % value_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients must be packed ", value_bytes,
+                     "-byte values; got ", push.gradients_bytes(), " bytes"));
   }
   const float gradient_scale = GradientScale(request);
   if (!(gradient_scale > 0.0f) || !std::isfinite(gradient_scale)) {
@@ -413,13 +424,14 @@ absl::StatusOr<size_t> CheckGradients(const PushRequest& request) {
         "a push's gradient scale must be positive and finite, not ",
         request.gradient_scale()));
   }
-  return request.gradients().size() / value_bytes;
+  return push.gradients_bytes() / value_bytes;
 }
 
 }  // namespace
 
-absl::Status DataService::HandlePush(const PushRequest& request,
+absl::Status DataService::HandlePush(const ReceivedPush& push,
                                      PushResponse* response) {
+  const PushRequest& request = push.fields();
   embedding::PushOrigin origin;
   origin.worker = request.worker();
   origin.incarnation = request.incarnation();
@@ -428,8 +440,11 @@ absl::Status DataService::HandlePush(const PushRequest& request,
   // not change under a push (a change waits for the pushes in flight).
   absl::ReaderMutexLock owned(&slots_->push_lock());
   std::vector<uint64_t> keys;
-  const absl::Status routed =
-      CheckKeys(request.keys(), request.slot_map_epoch(), &keys);
+  absl::Status routed = CheckKeyBytes(push.keys_bytes());
+  if (routed.ok()) {
+    push.UnpackKeys(&keys);
+    routed = CheckOwnership(keys, request.slot_map_epoch());
+  }
   if (MovedEpoch(routed).has_value() && origin.tracked()) {
     // A retry of a push applied here before its keys moved (its first
     // answer was lost): answered, so that the client does not apply it
@@ -469,13 +484,13 @@ absl::Status DataService::HandlePush(const PushRequest& request,
         absl::StrCat("this shard's ", moves_->Describe(),
                      ": their pushes wait until the move ends; retry")));
   }
-  ASSIGN_OR_RETURN(const size_t gradient_count, CheckGradients(request));
+  ASSIGN_OR_RETURN(const size_t gradient_count, CheckGradients(push));
   // Not zeroed first (a FixedArray of floats is left uninitialized): every
   // value is written by the decode, and a dim-64 push's megabyte of zeros
   // was 2% of the shard's CPU.
   absl::FixedArray<float> gradients(gradient_count);
-  DecodeWireValues(request.format(), request.gradients().data(),
-                   absl::MakeSpan(gradients), 1.0f / GradientScale(request));
+  push.DecodeGradients(request.format(), 1.0f / GradientScale(request),
+                       absl::MakeSpan(gradients));
   const float learning_rate_scale = request.learning_rate_scale() == 0.0f
                                         ? 1.0f
                                         : request.learning_rate_scale();
@@ -491,12 +506,14 @@ absl::Status DataService::HandlePush(const PushRequest& request,
 }
 
 grpc::ServerUnaryReactor* DataService::Push(
-    grpc::CallbackServerContext* context, const PushRequest* request,
-    PushResponse* response) {
-  const int64_t bytes = static_cast<int64_t>(request->keys().size() +
-                                             request->gradients().size());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  absl::StatusOr<ReceivedPush> push = ReceivedPush::Read(*request_bytes);
+  const int64_t bytes = static_cast<int64_t>(request_bytes->Length());
   CountedReactor* reactor = StartCall(bytes);
   ++counters_.push_requests;
+  if (!push.ok()) return Finish(context, reactor, push.status());
+  const PushRequest* request = &push->fields();
   if (!reactor->admitted()) {
     // Its retry may come after many later pushes: the ledger must know it
     // was refused, not forget it as an old sequence it never saw.
@@ -516,11 +533,17 @@ grpc::ServerUnaryReactor* DataService::Push(
   if (absl::Status in_sync = EnoughReplicasInSync(); !in_sync.ok()) {
     return Finish(context, reactor, in_sync);
   }
-  absl::Status status = HandlePush(*request, response);
+  PushResponse response;
+  absl::Status status = HandlePush(*push, &response);
   // Never acknowledged once the lease is gone (the process may have been
   // paused between the check above and now): a replica may have taken
   // over, where the retry goes.
   if (status.ok()) status = Fenced();
+  if (status.ok()) {
+    // Sent only if the call ends OK, which a replica's answer may yet deny.
+    grpc::Slice reply(response.SerializeAsString());
+    *response_bytes = grpc::ByteBuffer(&reply, 1);
+  }
   embedding::ReplicationFeed* feed = options_.feed;
   if (!status.ok() || feed == nullptr) return Finish(context, reactor, status);
   // Answered once the replicas have it (a duplicate: once they have the

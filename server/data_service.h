@@ -25,6 +25,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "cluster/shard_directory.h"
 #include "cluster/slot_ownership.h"
 #include "embedding/embedding_store.h"
@@ -32,6 +33,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/clock_coordinator.h"
+#include "server/received_push.h"
 #include "server/slot_move.h"
 
 namespace ps::server {
@@ -98,8 +100,11 @@ struct DataServiceOptions {
   absl::Duration replication_wait = absl::Seconds(10);
 };
 
+// Pull and Push take and give gRPC's buffers: a pull's reply is written
+// in place, a push's keys and gradients are read where they arrived.
 class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
-                              ParameterServer::CallbackService> {
+                              ParameterServer::WithRawCallbackMethod_Push<
+                                  ParameterServer::CallbackService>> {
  public:
   // `store`, `clocks`, `slots` and `moves` must outlive this service.
   DataService(const DataServiceOptions& options,
@@ -134,8 +139,8 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const PushRequest* request,
-                                 PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Clock(grpc::CallbackServerContext* context,
                                   const ClockRequest* request,
                                   ClockResponse* response) override;
@@ -150,7 +155,7 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   absl::Status HandleDeclareTable(const DeclareTableRequest& request,
                                   DeclareTableResponse* response);
   absl::Status HandlePull(const PullRequest& request, PullResponse* response);
-  absl::Status HandlePush(const PushRequest& request, PushResponse* response);
+  absl::Status HandlePush(const ReceivedPush& push, PushResponse* response);
   // OK unless stopping, unregistered under --etcd, or FenceBy()'s lease is
   // no longer surely held.
   absl::Status Fenced() const;
@@ -214,11 +219,18 @@ class DataService final : public ParameterServer::WithRawCallbackMethod_Pull<
   absl::Status CheckReplySize(size_t payload_bytes, size_t other_fields_bytes,
                               absl::string_view rows) const;
 
-  // Unpacks `packed` keys and checks the limit and that this shard owns
-  // them by its slot map: SlotMovedError() for one it does not, UNAVAILABLE
-  // (transient) if the client routed with a newer map than the shard's.
+  // Unpacks `packed` keys and checks them: CheckKeyBytes(), then
+  // CheckOwnership().
   absl::Status CheckKeys(const std::string& packed, uint64_t slot_map_epoch,
                          std::vector<uint64_t>* keys) const;
+  // INVALID_ARGUMENT unless `packed_bytes` are whole 8-byte keys;
+  // RESOURCE_EXHAUSTED for more than max_keys_per_request.
+  absl::Status CheckKeyBytes(size_t packed_bytes) const;
+  // That this shard owns `keys` by its slot map: SlotMovedError() for one
+  // it does not, UNAVAILABLE (transient) if the client routed with a newer
+  // map than the shard's.
+  absl::Status CheckOwnership(absl::Span<const uint64_t> keys,
+                              uint64_t slot_map_epoch) const;
   // Starts counting a call of `bytes`; every handler begins with it.
   CountedReactor* StartCall(int64_t bytes = 0) {
     return new CountedReactor(this, bytes);

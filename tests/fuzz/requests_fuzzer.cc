@@ -5,7 +5,8 @@
 // NaNs, sizes that do not fit). One store under --durability=wal with a
 // small hot tier lives for the whole run, so evictions, write-backs and
 // the push log are fuzzed too. A pull that succeeds must return a row of
-// the table's dim per key.
+// the table's dim per key; a push's bytes must read as the shard reads them
+// from gRPC exactly when protobuf parses them.
 
 #include <unistd.h>
 
@@ -18,8 +19,11 @@
 
 #include "absl/time/time.h"
 #include "embedding/embedding_store.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "server/clock_coordinator.h"
 #include "server/data_service.h"
+#include "server/received_push.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace ps::fuzz {
@@ -119,10 +123,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (request.ParseFromString(bytes))
         service.HandlePull(request, &response).IgnoreError();
     } else {
+      // Read as the shard reads a push from gRPC.
+      grpc::Slice slice(bytes);
+      absl::StatusOr<server::ReceivedPush> push =
+          server::ReceivedPush::Read(grpc::ByteBuffer(&slice, 1));
       PushRequest request;
+      if (push.ok() != request.ParseFromString(bytes)) std::abort();
       PushResponse response;
-      if (request.ParseFromString(bytes))
-        service.HandlePush(request, &response).IgnoreError();
+      if (push.ok()) service.HandlePush(*push, &response).IgnoreError();
     }
     return 0;
   }
@@ -154,6 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.set_incarnation(input.Choose(3));
   request.set_sequence(input.Choose(16));
   PushResponse response;
-  service.HandlePush(request, &response).IgnoreError();
+  service.HandlePush(server::ReceivedPush::FromRequest(request), &response)
+      .IgnoreError();
   return 0;
 }
