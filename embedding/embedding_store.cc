@@ -12,6 +12,7 @@
 #include "embedding/chunk_arena.h"
 #include "embedding/embedding_store_impl.h"
 #include "embedding/push_record.h"
+#include "embedding/stripes.h"
 #include "glog/logging.h"
 
 namespace ps::embedding {
@@ -157,9 +158,7 @@ uint32_t EmbeddingStoreImpl::NowSeconds() {
 }
 
 size_t EmbeddingStoreImpl::StripeOf(uint64_t key) const {
-  // Fibonacci hashing: the high bits of the product are well mixed, and
-  // independent of the low bits that routing (base/routing.h) looks at.
-  return ((key * 0x9E3779B97F4A7C15ULL) >> 32) % stripes_.size();
+  return StripeForKey(key, stripes_.size());
 }
 
 void EmbeddingStoreImpl::GroupByStripe(absl::Span<const uint64_t> keys,

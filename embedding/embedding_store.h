@@ -51,10 +51,10 @@
 // RocksDB, which would flush and compact every record before its mark
 // deletes it (docs/perf-history.md).
 //
-// Concurrency: the hot tier is split into `num_stripes` stripes by key, each
-// with its own mutex. A pull locks one stripe at a time; a push locks all
-// the stripes it touches, in stripe order, while it updates them (and
-// writes its record). Rows reach RocksDB in the order their values were
+// Concurrency: the hot tier is split into `num_stripes` stripes by the
+// key's slot (stripes.h), each with its own mutex. A pull locks one stripe
+// at a time; a push locks all the stripes it touches, in stripe order,
+// while it updates them (and writes its record). Rows reach RocksDB in the order their values were
 // taken: under the stripe's lock, or, for the periodic write-back, copied
 // under it and written while the stripe admits no other row write (no
 // eviction, no second write-back). Thread-safe.
