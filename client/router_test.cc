@@ -10,6 +10,7 @@
 #include "base/slot_map.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
+#include "net/byte_buffer_test_util.h"
 
 namespace ps::client {
 namespace {
@@ -125,13 +126,7 @@ TEST(AddPullRequestsTest, PullsWithStateAskFewerFp32Rows) {
 // `response` as gRPC may hand a reply over: in slices of 5 bytes, so that
 // rows straddle them.
 grpc::ByteBuffer OnTheWire(const PullResponse& response) {
-  const std::string bytes = response.SerializeAsString();
-  std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < bytes.size(); i += 5) {
-    slices.emplace_back(bytes.data() + i,
-                        std::min<size_t>(5, bytes.size() - i));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
+  return net::InSlices(response.SerializeAsString(), 5);
 }
 
 TEST(DeliverPullResponseTest, RowsGoToTheirRowPositions) {

@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "base/status_matchers.h"
 #include "gtest/gtest.h"
+#include "net/byte_buffer_test_util.h"
 #include "proto/ps.pb.h"
 
 namespace ps::net {
@@ -19,15 +20,6 @@ namespace {
 
 constexpr int kBulk[] = {PushRequest::kKeysFieldNumber,
                          PushRequest::kGradientsFieldNumber};
-
-// `bytes` as gRPC may hand a message over: in slices of `size` bytes.
-grpc::ByteBuffer InSlices(const std::string& bytes, size_t size) {
-  std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < bytes.size(); i += size) {
-    slices.emplace_back(bytes.data() + i, std::min(size, bytes.size() - i));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
 
 // The items ForEachRun() hands out, concatenated.
 std::string Items(const grpc::ByteBuffer& message, const FieldBytes& field,

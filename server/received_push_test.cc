@@ -11,17 +11,12 @@
 #include "base/status_matchers.h"
 #include "base/wire_format.h"
 #include "gtest/gtest.h"
+#include "net/byte_buffer_test_util.h"
 
 namespace ps::server {
 namespace {
 
-grpc::ByteBuffer InSlices(const std::string& bytes, size_t size) {
-  std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < bytes.size(); i += size) {
-    slices.emplace_back(bytes.data() + i, std::min(size, bytes.size() - i));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
+using ::ps::net::InSlices;
 
 TEST(ReceivedPushTest, ReadsWhatProtobufParsesInEveryFormatAndSlicing) {
   std::mt19937 rng(3);
