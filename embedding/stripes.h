@@ -1,15 +1,20 @@
 // File: embedding/stripes.h
 //
 // Which lock stripe of the hot tier holds a key (embedding_store.h): the
-// one its slot picks. RocksDB orders rows by slot, then key (RowKey), so a
-// stripe's rows lie there in runs of neighbours, and a stripe's write-back
+// one its cell picks, a cell being a range of keys within one slot.
+// RocksDB orders rows by slot, then key (RowKey), so a stripe's rows lie
+// there in runs of neighbours, one run a cell, and a stripe's write-back
 // inserts each row into the memtable next to the one before rather than
 // among every other stripe's rows (a skiplist walk of cache misses per
-// row).
+// row). A slot holds num_stripes / 4 cells (at least one), so that a shard
+// owning a 64th of the slots still spreads about 64 cells over each stripe
+// (each stripe has a fixed share of the hot tier's budget); more cells
+// would balance the stripes better and shorten the runs.
 
 #ifndef PS_EMBEDDING_STRIPES_H_
 #define PS_EMBEDDING_STRIPES_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,12 +22,21 @@
 
 namespace ps::embedding {
 
-// In [0, num_stripes). Fibonacci hashing of the slot spreads slots evenly
-// over the stripes whichever slots a shard owns (every num_shards-th, or a
-// range after a move). REQUIRES: num_stripes > 0.
+// log2 of the cells a slot holds for `num_stripes` stripes.
+inline int CellBitsForStripes(size_t num_stripes) {
+  const int floor_log2 = 63 - __builtin_clzll(num_stripes | 1);
+  return std::max(0, floor_log2 - 2);
+}
+
+// In [0, num_stripes). Fibonacci hashing of the cell (the slot, then the
+// key's top bits) spreads cells evenly over the stripes whichever slots a
+// shard owns (every num_shards-th, or a range after a move). REQUIRES:
+// num_stripes > 0.
 inline size_t StripeForKey(uint64_t key, size_t num_stripes) {
-  const uint64_t slot = SlotForKey(key);
-  return ((slot * 0x9E3779B97F4A7C15ULL) >> 32) % num_stripes;
+  const int cell_bits = CellBitsForStripes(num_stripes);
+  uint64_t cell = uint64_t{SlotForKey(key)} << cell_bits;
+  if (cell_bits > 0) cell |= key >> (64 - cell_bits);
+  return ((cell * 0x9E3779B97F4A7C15ULL) >> 32) % num_stripes;
 }
 
 }  // namespace ps::embedding

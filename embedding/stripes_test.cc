@@ -1,10 +1,11 @@
-// StripeForKey(): one stripe per slot, and slots spread evenly over the
-// stripes for the sets of slots a shard may own.
+// StripeForKey(): a stripe's keys lie in runs in RocksDB's order (slot,
+// then key), and the keys of the slots a shard may own spread evenly over
+// the stripes.
 #include "embedding/stripes.h"
 
 #include <algorithm>
-#include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -12,52 +13,73 @@
 namespace ps::embedding {
 namespace {
 
-TEST(StripesTest, EveryKeyOfASlotIsInOneStripe) {
-  std::mt19937_64 rng(1);
-  std::map<uint32_t, size_t> stripe_of_slot;
-  for (int i = 0; i < 200000; ++i) {
-    const uint64_t key = rng();
-    const size_t stripe = StripeForKey(key, 8);
-    ASSERT_LT(stripe, 8u);
-    const auto [it, first] = stripe_of_slot.emplace(SlotForKey(key), stripe);
-    EXPECT_EQ(it->second, stripe) << "key " << key;
+// `per_slot` random keys of each slot in [first, end) by `step`.
+std::vector<uint64_t> KeysOfSlots(uint32_t first, uint32_t step, uint32_t end,
+                                  size_t per_slot) {
+  std::vector<size_t> wanted(kNumSlots, 0);
+  size_t missing = 0;
+  for (uint32_t slot = first; slot < end; slot += step) {
+    wanted[slot] = per_slot;
+    missing += per_slot;
   }
-  // Most slots were seen, several keys each.
-  EXPECT_GT(stripe_of_slot.size(), kNumSlots * 9 / 10);
+  std::vector<uint64_t> keys;
+  std::mt19937_64 rng(first * 31 + step);
+  while (missing > 0) {
+    const uint64_t key = rng();
+    size_t& left = wanted[SlotForKey(key)];
+    if (left == 0) continue;
+    --left;
+    --missing;
+    keys.push_back(key);
+  }
+  return keys;
 }
 
-TEST(StripesTest, AShardsSlotsSpreadEvenlyOverTheStripes) {
-  // A key of every slot.
-  std::vector<uint64_t> key_of_slot(kNumSlots, 0);
-  std::vector<bool> found(kNumSlots, false);
-  std::mt19937_64 rng(2);
-  for (size_t missing = kNumSlots; missing > 0;) {
-    const uint64_t key = rng();
-    const uint32_t slot = SlotForKey(key);
-    if (found[slot]) continue;
-    found[slot] = true;
-    key_of_slot[slot] = key;
-    --missing;
+TEST(StripesTest, AStripesKeysLieInRunsInRocksDbOrder) {
+  for (size_t stripes : {size_t{8}, size_t{64}}) {
+    std::vector<uint64_t> keys = KeysOfSlots(0, 1, kNumSlots, 40);
+    std::sort(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) {
+      return std::make_tuple(SlotForKey(a), a) <
+             std::make_tuple(SlotForKey(b), b);
+    });
+    size_t runs = 1;
+    for (size_t i = 1; i < keys.size(); ++i) {
+      ASSERT_LT(StripeForKey(keys[i], stripes), stripes);
+      if (StripeForKey(keys[i], stripes) != StripeForKey(keys[i - 1], stripes))
+        ++runs;
+    }
+    // At most one run a cell: a slot's 40 keys in stripes / 4 runs or fewer
+    // (by key hash they would be ~40).
+    EXPECT_LE(runs, size_t{kNumSlots} * std::max<size_t>(1, stripes / 4))
+        << stripes << " stripes";
   }
-  // The slots of one shard of 1 or 4 (every 4th), and of one that took a
-  // quarter of the slots in a move (a range).
+}
+
+TEST(StripesTest, AShardsKeysSpreadEvenlyOverTheStripes) {
+  // The slots of one shard of 1, 4 or 64 (every 4th or 64th), and of one
+  // that took 256 slots in a move (a range).
   struct Owned {
     uint32_t first, step, end;
   };
   for (const Owned owned :
-       {Owned{0, 1, kNumSlots}, Owned{1, 4, kNumSlots}, Owned{4096, 1, 8192}}) {
-    for (size_t stripes : {size_t{8}, size_t{12}, size_t{64}}) {
-      std::vector<size_t> slots(stripes, 0);
-      size_t total = 0;
-      for (uint32_t slot = owned.first; slot < owned.end; slot += owned.step) {
-        ++total;
-        ++slots[StripeForKey(key_of_slot[slot], stripes)];
-      }
-      const double mean = static_cast<double>(total) / stripes;
-      EXPECT_LE(*std::max_element(slots.begin(), slots.end()), 1.1 * mean)
+       {Owned{0, 1, kNumSlots}, Owned{1, 4, kNumSlots}, Owned{3, 64, kNumSlots},
+        Owned{4096, 1, 4096 + 256}}) {
+    const size_t slots =
+        (owned.end - owned.first + owned.step - 1) / owned.step;
+    const std::vector<uint64_t> keys = KeysOfSlots(
+        owned.first, owned.step, owned.end, (size_t{1} << 18) / slots);
+    for (size_t stripes : {size_t{8}, size_t{12}, size_t{64}, size_t{256}}) {
+      std::vector<size_t> per_stripe(stripes, 0);
+      for (uint64_t key : keys) ++per_stripe[StripeForKey(key, stripes)];
+      const double mean = static_cast<double>(keys.size()) / stripes;
+      // About 64 cells a stripe for a 64th of the slots: within a third.
+      const double spread = slots >= 4096 ? 0.1 : 1.0 / 3;
+      EXPECT_LE(*std::max_element(per_stripe.begin(), per_stripe.end()),
+                (1 + spread) * mean)
           << stripes << " stripes, slots from " << owned.first << " by "
           << owned.step;
-      EXPECT_GE(*std::min_element(slots.begin(), slots.end()), 0.9 * mean)
+      EXPECT_GE(*std::min_element(per_stripe.begin(), per_stripe.end()),
+                (1 - spread) * mean)
           << stripes << " stripes, slots from " << owned.first << " by "
           << owned.step;
     }

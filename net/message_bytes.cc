@@ -22,6 +22,10 @@ absl::Status NotAMessage(absl::string_view what) {
       absl::StrCat("not a protobuf message: ", what));
 }
 
+// How deep protobuf's parser lets groups nest (its default recursion
+// limit).
+constexpr int kMaxGroupDepth = 100;
+
 // A length-delimited field's length, as protobuf's parser takes one: under
 // 2 GiB, in at most 5 bytes.
 bool ReadLength(CodedInputStream& in, uint32_t* length) {
@@ -33,6 +37,79 @@ bool ReadLength(CodedInputStream& in, uint32_t* length) {
   }
   *length = static_cast<uint32_t>(value);
   return true;
+}
+
+// A tag as protobuf's parser takes one: in at most 5 bytes (CodedInputStream
+// takes 10, dropping the high bits); false for one spelled longer. *tag is
+// 0 at the end of the input or for a tag of 0.
+bool ReadTag(CodedInputStream& in, uint32_t* tag) {
+  const int before = in.CurrentPosition();
+  *tag = in.ReadTag();
+  return in.CurrentPosition() - before <= 5;
+}
+
+// Copies the field whose `tag` was just read from `in` to `out` (tag and
+// value), as protobuf's parser reads an unknown field; false where it
+// would refuse it. `depth`: the groups it lies in.
+bool CopyField(CodedInputStream& in, uint32_t tag, CodedOutputStream& out,
+               int depth) {
+  if (WireFormatLite::GetTagFieldNumber(tag) == 0) return false;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT: {
+      uint64_t value = 0;
+      if (!in.ReadVarint64(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteVarint64(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED64: {
+      uint64_t value = 0;
+      if (!in.ReadLittleEndian64(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteLittleEndian64(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      uint32_t value = 0;
+      if (!in.ReadLittleEndian32(&value)) return false;
+      out.WriteTag(tag);
+      out.WriteLittleEndian32(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      uint32_t length = 0;
+      std::string value;
+      if (!ReadLength(in, &length) ||
+          !in.ReadString(&value, static_cast<int>(length))) {
+        return false;
+      }
+      out.WriteTag(tag);
+      out.WriteVarint32(length);
+      out.WriteString(value);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      if (depth >= kMaxGroupDepth) return false;
+      out.WriteTag(tag);
+      while (true) {
+        uint32_t inner = 0;
+        if (!ReadTag(in, &inner) || inner == 0) return false;
+        if (WireFormatLite::GetTagWireType(inner) ==
+            WireFormatLite::WIRETYPE_END_GROUP) {
+          // Ends only the group it opened.
+          if (WireFormatLite::GetTagFieldNumber(inner) !=
+              WireFormatLite::GetTagFieldNumber(tag)) {
+            return false;
+          }
+          out.WriteTag(inner);
+          return true;
+        }
+        if (!CopyField(in, inner, out, depth + 1)) return false;
+      }
+    }
+    default:  // an END_GROUP outside its group; wire types 6 and 7
+      return false;
+  }
 }
 
 }  // namespace
@@ -49,34 +126,29 @@ absl::Status SplitMessage(const grpc::ByteBuffer& message,
   in.SetTotalBytesLimit(INT_MAX);
   StringOutputStream rest_stream(rest);
   CodedOutputStream out(&rest_stream);
-  while (const uint32_t tag = in.ReadTag()) {
+  while (true) {
+    uint32_t tag = 0;
+    if (!ReadTag(in, &tag))
+      return NotAMessage("a tag spelled in more than 5 bytes");
+    if (tag == 0) break;
     const int field = WireFormatLite::GetTagFieldNumber(tag);
-    if (field == 0) return NotAMessage("field number 0");
-    if (WireFormatLite::GetTagWireType(tag) !=
-        WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      // Copied to `rest`, tag and value.
-      if (!WireFormatLite::SkipField(&in, tag, &out))
+    const auto bulk_field =
+        std::find(bulk_fields.begin(), bulk_fields.end(), field);
+    if (bulk_field == bulk_fields.end() ||
+        WireFormatLite::GetTagWireType(tag) !=
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      // To `rest`, tag and value.
+      if (!CopyField(in, tag, out, /*depth=*/0))
         return NotAMessage(absl::StrCat("a bad field ", field));
       continue;
     }
     uint32_t length = 0;
     if (!ReadLength(in, &length))
       return NotAMessage(absl::StrCat("a bad length of field ", field));
-    const auto bulk_field =
-        std::find(bulk_fields.begin(), bulk_fields.end(), field);
-    if (bulk_field != bulk_fields.end()) {
-      bulk[bulk_field - bulk_fields.begin()] = {
-          static_cast<size_t>(in.CurrentPosition()), length};
-      if (!in.Skip(static_cast<int>(length)))
-        return NotAMessage(absl::StrCat("field ", field, " past its end"));
-      continue;
-    }
-    std::string value;
-    if (!in.ReadString(&value, static_cast<int>(length)))
+    bulk[bulk_field - bulk_fields.begin()] = {
+        static_cast<size_t>(in.CurrentPosition()), length};
+    if (!in.Skip(static_cast<int>(length)))
       return NotAMessage(absl::StrCat("field ", field, " past its end"));
-    out.WriteTag(tag);
-    out.WriteVarint32(length);
-    out.WriteString(value);
   }
   if (!in.ConsumedEntireMessage()) return NotAMessage("a bad tag");
   return absl::OkStatus();

@@ -136,6 +136,55 @@ TEST(MessageBytesTest, TheLastOfABulkFieldCountsAndUnknownFieldsPassOn) {
   EXPECT_EQ(read.SerializeAsString(), parsed.SerializeAsString());
 }
 
+// Groups nested `depth` deep in field 20 (unknown to a PushRequest).
+std::string NestedGroups(int depth) {
+  std::string bytes;
+  for (int i = 0; i < depth; ++i) bytes += "\xa3\x01";  // field 20, START
+  bytes += std::string("\x08\x01", 2);                  // field 1 = 1
+  for (int i = 0; i < depth; ++i) bytes += "\xa4\x01";  // field 20, END
+  return bytes;
+}
+
+TEST(MessageBytesTest, TakesWhatProtobufTakesAndRefusesWhatItRefuses) {
+  const std::string inputs[] = {
+      // Field 4 (a varint) with its tag in 5 bytes, then in 6.
+      std::string("\xa0\x80\x80\x80\x00\x07", 6),
+      std::string("\xa0\x80\x80\x80\x80\x00\x07", 7),
+      // An unknown group holding a varint, a fixed32, bytes and a group.
+      std::string("\xa3\x01\x08\x05\x15\x01\x02\x03\x04\x1a\x02hi"
+                  "\x23\x24\xa4\x01",
+                  16),
+      // The keys' field number as a group, holding bytes whose length is
+      // spelled in 6 bytes; and in 5.
+      std::string("\x13\x0a\x80\x80\x80\x80\x80\x00\x14", 9),
+      std::string("\x13\x0a\x81\x80\x80\x80\x00x\x14", 9),
+      // A group ended by another field's END; an END with no group; a group
+      // never ended; wire types 6 and 7; a tag inside a group of 6 bytes.
+      std::string("\xa3\x01\xac\x01", 4), std::string("\xa4\x01", 2),
+      std::string("\xa3\x01\x08\x01", 4), std::string("\x0e\x00", 2),
+      std::string("\x0f\x00", 2),
+      std::string("\xa3\x01\x88\x80\x80\x80\x80\x00\x01\xa4\x01", 11),
+      // Field number 0 inside a group.
+      std::string("\xa3\x01\x00\x01\xa4\x01", 6),
+      // Groups nested as deep as protobuf allows, and deeper.
+      NestedGroups(1), NestedGroups(99), NestedGroups(100), NestedGroups(101)};
+  for (const std::string& input : inputs) {
+    PushRequest parsed;
+    const bool protobuf_takes = parsed.ParseFromString(input);
+    FieldBytes bulk[2];
+    std::string rest;
+    const absl::Status split =
+        SplitMessage(InSlices(input, 3), kBulk, absl::MakeSpan(bulk), &rest);
+    EXPECT_EQ(split.ok(), protobuf_takes)
+        << absl::CEscape(input) << " " << split;
+    if (!split.ok() || !protobuf_takes) continue;
+    PushRequest read;
+    ASSERT_TRUE(read.ParseFromString(rest)) << absl::CEscape(input);
+    EXPECT_EQ(read.SerializeAsString(), parsed.SerializeAsString())
+        << absl::CEscape(input);
+  }
+}
+
 TEST(MessageBytesTest, RefusesWhatProtobufRefuses) {
   PushRequest request;
   request.set_worker(2);

@@ -90,6 +90,10 @@ class RawPullTest : public ::testing::Test {
 
   // The reply's bytes as they came, through a stub that parses nothing.
   grpc::Status RawPull(const std::string& request_bytes, std::string* reply) {
+    return RawCall("/ps.ParameterServer/Pull", request_bytes, reply);
+  }
+  grpc::Status RawCall(const std::string& method,
+                       const std::string& request_bytes, std::string* reply) {
     grpc::GenericStub generic(channel_);
     grpc::Slice slice(request_bytes);
     grpc::ByteBuffer request(&slice, 1);
@@ -97,8 +101,8 @@ class RawPullTest : public ::testing::Test {
     grpc::ClientContext context;
     grpc::Status status;
     absl::Notification done;
-    generic.UnaryCall(&context, "/ps.ParameterServer/Pull", grpc::StubOptions(),
-                      &request, &response, [&](grpc::Status s) {
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) {
                         status = std::move(s);
                         done.Notify();
                       });
@@ -298,6 +302,53 @@ TEST_F(RawPullTest, NoKeysGetADimAndNoValues) {
   EXPECT_EQ(parsed.SerializeAsString(), reply);
   EXPECT_EQ(parsed.dim(), static_cast<uint32_t>(kDim));
   EXPECT_TRUE(parsed.values().empty());
+}
+
+TEST_F(RawPullTest, APushIsReadRawAndAnsweredAsAPushResponse) {
+  std::string reply;
+  grpc::Status garbage = RawCall("/ps.ParameterServer/Push",
+                                 std::string("\xff\xff\xff", 3), &reply);
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(garbage.error_message().find("not a ps.PushRequest"),
+            std::string::npos)
+      << garbage.error_message();
+
+  // Keys 7 and 8, twice each, the second push's keys and gradients sent
+  // before its other fields: the rows take both pushes.
+  PushRequest push;
+  push.set_table("t");
+  push.set_keys(Pack({7, 8}));
+  const std::vector<float> gradients(2 * kDim, -1.0f);
+  push.set_gradients(
+      std::string(reinterpret_cast<const char*>(gradients.data()),
+                  gradients.size() * sizeof(float)));
+  ASSERT_TRUE(
+      RawCall("/ps.ParameterServer/Push", push.SerializeAsString(), &reply)
+          .ok());
+  PushResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(reply));
+  EXPECT_EQ(answer.rows_updated(), 2u);
+  PushRequest bulk_first;
+  bulk_first.set_keys(push.keys());
+  bulk_first.set_gradients(push.gradients());
+  PushRequest table_last;
+  table_last.set_table("t");
+  ASSERT_TRUE(
+      RawCall("/ps.ParameterServer/Push",
+              bulk_first.SerializeAsString() + table_last.SerializeAsString(),
+              &reply)
+          .ok());
+  PullRequest pull;
+  pull.set_table("t");
+  pull.set_keys(Pack({7, 8}));
+  ASSERT_TRUE(RawPull(pull.SerializeAsString(), &reply).ok());
+  PullResponse pulled;
+  ASSERT_TRUE(pulled.ParseFromString(reply));
+  const std::vector<float> twice(2 * kDim, 2.0f);  // SGD, rate 1
+  ASSERT_EQ(pulled.values().size(), twice.size() * sizeof(float));
+  EXPECT_EQ(
+      std::memcmp(pulled.values().data(), twice.data(), pulled.values().size()),
+      0);
 }
 
 TEST_F(RawPullTest, BadRequestsGetClearErrors) {
