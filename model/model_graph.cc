@@ -9,21 +9,26 @@
 namespace ps::model {
 namespace {
 
-// Holds the backend's DeclareStableInput() promises to one step: none made
-// before it carries in, and they end when the step returns, however it
-// returns.
-class StableInputsOfOneStep {
+// One training step, during which the graph makes the backend
+// DeclareStableInput() promises: none made before it carries in, and they
+// end when the step returns, however it returns.
+class TrainingStep {
  public:
-  explicit StableInputsOfOneStep(kernels::Backend* backend)
-      : backend_(backend) {
+  TrainingStep(kernels::Backend* backend, bool* training_step)
+      : backend_(backend), training_step_(training_step) {
+    backend_->ForgetStableInputs();
+    *training_step_ = true;
+  }
+  ~TrainingStep() {
+    *training_step_ = false;
     backend_->ForgetStableInputs();
   }
-  ~StableInputsOfOneStep() { backend_->ForgetStableInputs(); }
-  StableInputsOfOneStep(const StableInputsOfOneStep&) = delete;
-  StableInputsOfOneStep& operator=(const StableInputsOfOneStep&) = delete;
+  TrainingStep(const TrainingStep&) = delete;
+  TrainingStep& operator=(const TrainingStep&) = delete;
 
  private:
   kernels::Backend* const backend_;
+  bool* const training_step_;
 };
 
 bool HiddenRelu(const MlpLayer& mlp) {
@@ -503,11 +508,11 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
   // Unchanged until the step ends, and read again by Backward()'s GEMMs
   // when training: the MLP's input, each layer's weights, and each layer's
   // output once activated.
-  backend_->DeclareStableInput(x, static_cast<size_t>(batch) * in_width);
+  DeclareStableInput(x, static_cast<size_t>(batch) * in_width);
   for (int l = 0; l < layers; ++l) {
     const int out_width = mlp.units(l);
-    backend_->DeclareStableInput(in_->params[first + 2 * l].data,
-                                 static_cast<size_t>(in_width) * out_width);
+    DeclareStableInput(in_->params[first + 2 * l].data,
+                       static_cast<size_t>(in_width) * out_width);
     Buffer* out = l + 1 == layers ? &buffers.value : &buffers.scratch[l];
     if (absl::Status s = Reserve(out, static_cast<size_t>(batch) * out_width);
         !s.ok()) {
@@ -521,8 +526,7 @@ absl::Status ModelGraph::ForwardMlp(int n, int batch) {
     MODEL_RETURN_IF_KERNEL_ERROR(
         backend_->BiasActivation(out->data, in_->params[first + 2 * l + 1].data,
                                  batch, out_width, relu));
-    backend_->DeclareStableInput(out->data,
-                                 static_cast<size_t>(batch) * out_width);
+    DeclareStableInput(out->data, static_cast<size_t>(batch) * out_width);
     x = out->data;
     in_width = out_width;
   }
@@ -684,8 +688,7 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
         buffers.value.data, upstream, static_cast<size_t>(batch) * node.width));
   }
   // Each layer's upstream gradient, final from here, is read by two GEMMs.
-  backend_->DeclareStableInput(upstream,
-                               static_cast<size_t>(batch) * node.width);
+  DeclareStableInput(upstream, static_cast<size_t>(batch) * node.width);
   for (int l = layers - 1; l >= 0; --l) {
     const int out_width = mlp.units(l);
     const int in_width = l == 0 ? input_node.width : mlp.units(l - 1);
@@ -718,8 +721,7 @@ absl::Status ModelGraph::BackwardMlp(int n, int batch) {
           backend_->ReluBackward(buffers.scratch[l - 1].data, dx.data,
                                  static_cast<size_t>(batch) * in_width));
     }
-    backend_->DeclareStableInput(dx.data,
-                                 static_cast<size_t>(batch) * in_width);
+    DeclareStableInput(dx.data, static_cast<size_t>(batch) * in_width);
     upstream = dx.data;
   }
   return absl::OkStatus();
@@ -807,7 +809,7 @@ absl::Status ModelGraph::BackwardCross(int n, int batch) {
 
 absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
                                    const GraphInputs* next) {
-  const StableInputsOfOneStep stable_inputs(backend_);
+  const TrainingStep training_step(backend_, &training_step_);
   InputSet& set = sets_[active_];
   if (!set.staged) {
     if (absl::Status s = UploadInputs(in, /*with_labels=*/true, &set,
@@ -876,9 +878,12 @@ absl::Status ModelGraph::TrainStep(const GraphInputs& in, GraphOutputs* out,
   return absl::OkStatus();
 }
 
+void ModelGraph::DeclareStableInput(const float* data, size_t count) {
+  if (training_step_) backend_->DeclareStableInput(data, count);
+}
+
 absl::Status ModelGraph::Predict(const GraphInputs& in,
                                  std::vector<float>* probabilities) {
-  const StableInputsOfOneStep stable_inputs(backend_);
   // The set that holds no staged inputs.
   InputSet& set = sets_[sets_[active_].staged ? 1 - active_ : active_];
   if (absl::Status s =

@@ -166,6 +166,9 @@ class ModelGraph {
   absl::Status BackwardInteraction(int node, int batch, const float* gradient);
   absl::Status ForwardMlp(int node, int batch);
   absl::Status BackwardMlp(int node, int batch);
+  // Backend::DeclareStableInput(), within a TrainStep() only: a matrix
+  // Predict() reads is read once, and a copy kept would only hold memory.
+  void DeclareStableInput(const float* data, size_t count);
   absl::Status ForwardCross(int node, int batch);
   absl::Status BackwardCross(int node, int batch);
   // attention_pooling (model_graph_attention.cc): its scratch's places, its
@@ -186,6 +189,8 @@ class ModelGraph {
 
   const ModelPlan& plan_;
   kernels::Backend* const backend_;
+  // Within a TrainStep().
+  bool training_step_ = false;
 
   InputSet sets_[2];
   // The set the next TrainStep() reads; in_: the one this step reads.

@@ -357,6 +357,7 @@ class StableInputCounter : public kernels::ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   void DeclareStableInput(const float* data, size_t count) override {
+    ++declared;
     ranges_.emplace_back(data, data + count);
     ForwardingBackend::DeclareStableInput(data, count);
   }
@@ -374,7 +375,7 @@ class StableInputCounter : public kernels::ForwardingBackend {
     return ForwardingBackend::Gemm(transpose_a, transpose_b, m, n, k, alpha, a,
                                    lda, b, ldb, beta, c, ldc);
   }
-  int stable = 0, unstable = 0;
+  int stable = 0, unstable = 0, declared = 0;
 
  private:
   void Count(const float* data, int rows, int cols, int ld) {
@@ -412,6 +413,14 @@ output: "out")");
   // x^T g and g W^T backward, two inputs each.
   EXPECT_EQ(counter.stable, 18);
   EXPECT_EQ(counter.unstable, 0);
+  // Predict() reads each matrix once: it promises nothing (a kept copy
+  // would only hold memory).
+  counter.stable = counter.unstable = counter.declared = 0;
+  std::vector<float> probabilities;
+  ASSERT_TRUE(graph.Predict(step.Inputs(), &probabilities).ok());
+  EXPECT_EQ(counter.declared, 0);
+  EXPECT_EQ(counter.stable, 0);
+  EXPECT_EQ(counter.unstable, 6);  // x W of the three layers of 16 or more
 }
 
 TEST(ModelGraphTest, AnEmptyBatchTrainsWithZeroGradients) {
