@@ -141,8 +141,9 @@ TEST_F(EmbeddingStoreTest, SegmentsOfAReplayedRunAreNeverReadAgain) {
   }
   auto store = OpenStore(options_);
   EXPECT_FLOAT_EQ(PullRows(*store, "emb", {4}, 2)[0], initial + 3.0f);
+  const std::vector<std::string> saved_files = Files(saved);
   for (const std::string& file : Files(log_dir)) {
-    EXPECT_EQ(std::count(Files(saved).begin(), Files(saved).end(), file), 0)
+    EXPECT_EQ(std::count(saved_files.begin(), saved_files.end(), file), 0)
         << file << " survived";
   }
 }
