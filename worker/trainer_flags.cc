@@ -229,10 +229,11 @@ ABSL_FLAG(
 ABSL_FLAG(int32_t, gpu, 0, "Which GPU --device=cuda|auto uses.");
 ABSL_FLAG(std::string, cpu_threads, "auto",
           "Threads for the model's GEMMs on the CPU, or auto: every core for "
-          "a model whose dense layers do at least 500k multiply-adds per "
-          "example (dcn_v2's crosses: 1.3x end to end on 2 cores beside a "
-          "shard), else 1 (the worker's own pipeline threads, and shards on "
-          "the same machine, need the other cores). A large GEMM is cut into "
+          "a model whose dense layers do at least 100k multiply-adds per "
+          "example in FP32 (the built-ins' MLPs: 1.05-1.1x end to end on 2 "
+          "cores beside a shard) or 500k with --bf16 (dcn_v2's crosses), else "
+          "1 (the worker's own pipeline threads, and shards on the same "
+          "machine, need the other cores). A large GEMM is cut into "
           "blocks that the threads take as each is free, so a thread slowed "
           "by other work on its core holds up at most the block it runs. "
           "Workers sharing a "
@@ -616,8 +617,11 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   return options;
 }
 
-int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores) {
-  return dense_multiply_adds_per_example >= kGemmBoundMultiplyAdds ? cores : 1;
+int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores,
+                   bool bf16) {
+  const int64_t bound =
+      bf16 ? kGemmBoundMultiplyAdds : kFp32GemmBoundMultiplyAdds;
+  return dense_multiply_adds_per_example >= bound ? cores : 1;
 }
 
 absl::StatusOr<int> CpuThreadsFromFlags(const TrainerOptions& options) {
@@ -626,11 +630,13 @@ absl::StatusOr<int> CpuThreadsFromFlags(const TrainerOptions& options) {
     absl::StatusOr<model::ModelPlan> plan =
         model::PlanForLayout({options.model, {}}, options.train.layout);
     if (!plan.ok()) return Usage(plan.status().message());
-    const int chosen =
-        AutoCpuThreads(plan->DenseMultiplyAddsPerExample(), ps::UsableCores());
+    const bool bf16 = absl::GetFlag(FLAGS_bf16);
+    const int chosen = AutoCpuThreads(plan->DenseMultiplyAddsPerExample(),
+                                      ps::UsableCores(), bf16);
     LOG(INFO) << "--cpu_threads=auto: " << chosen << " for "
               << plan->DenseMultiplyAddsPerExample()
-              << " dense multiply-adds per example";
+              << " dense multiply-adds per example"
+              << (bf16 ? " (bfloat16 GEMMs)" : " (FP32 GEMMs)");
     return chosen;
   }
   int count = 0;

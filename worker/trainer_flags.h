@@ -70,14 +70,18 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> BackendFromFlags(
     const TrainerOptions& options);
 
 // --cpu_threads=auto: all `cores` for a model whose dense layers do at least
-// kGemmBoundMultiplyAdds multiply-adds per example, whose GEMMs then take
+// the bound's multiply-adds per example (kFp32GemmBoundMultiplyAdds for FP32
+// GEMMs, kGemmBoundMultiplyAdds for bfloat16 inputs), whose GEMMs then take
 // most of a step; else 1, leaving the other cores to the worker's pipeline
-// and to shards on the same machine. On 2 cores beside one shard, two GEMM
-// threads made dcn_v2 (695k) 1.3x faster in FP32 and 1.1x with bfloat16;
-// deepfm and dlrm (143k, 129k) gained nothing, wide_deep (143k) a few
-// percent in FP32 only.
+// and to shards on the same machine. On 2 cores beside one shard, a second
+// GEMM thread made dcn_v2 (695k) 1.3x faster in FP32 and 1.1x with
+// bfloat16; in FP32 it made wide_deep and deepfm (143k) about 1.05x faster
+// and dlrm (129k) 1.1x, with bfloat16 wide_deep gained nothing and dlrm
+// lost up to 12%.
 inline constexpr int64_t kGemmBoundMultiplyAdds = 500'000;
-int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores);
+inline constexpr int64_t kFp32GemmBoundMultiplyAdds = 100'000;
+int AutoCpuThreads(int64_t dense_multiply_adds_per_example, int cores,
+                   bool bf16);
 
 // The CPU backend's GEMM threads for `options`' model: --cpu_threads, a
 // number or auto (AutoCpuThreads over this process's cores).

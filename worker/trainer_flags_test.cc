@@ -195,15 +195,24 @@ TEST_F(TrainerFlagsTest, ABadFlagIsAnInvalidArgumentNamingIt) {
 }
 
 TEST_F(TrainerFlagsTest, GemmThreadsAreEveryCoreOnlyForGemmBoundModels) {
-  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds - 1, 8), 1);
-  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds, 8), 8);
-  // The defaults (Criteo's columns, embeddings of 16, MLP 256-128): only
-  // dcn_v2's crosses make the GEMMs most of a step.
-  for (const std::string model : {"lr", "wide_deep", "deepfm", "dlrm"}) {
-    absl::SetFlag(&FLAGS_model, model);
-    absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
-    ASSERT_OK(options);
-    EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), 1) << model;
+  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds - 1, 8, /*bf16=*/true), 1);
+  EXPECT_EQ(AutoCpuThreads(kGemmBoundMultiplyAdds, 8, /*bf16=*/true), 8);
+  EXPECT_EQ(AutoCpuThreads(kFp32GemmBoundMultiplyAdds - 1, 8, false), 1);
+  EXPECT_EQ(AutoCpuThreads(kFp32GemmBoundMultiplyAdds, 8, false), 8);
+  // The defaults (Criteo's columns, embeddings of 16, MLP 256-128): in FP32
+  // every built-in with an MLP is GEMM-bound; with bfloat16 inputs only
+  // dcn_v2's crosses are. lr has no MLP.
+  const int cores = UsableCores();
+  for (const bool bf16 : {false, true}) {
+    absl::SetFlag(&FLAGS_bf16, bf16);
+    for (const std::string model : {"lr", "wide_deep", "deepfm", "dlrm"}) {
+      absl::SetFlag(&FLAGS_model, model);
+      absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
+      ASSERT_OK(options);
+      EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1),
+                model == "lr" || bf16 ? 1 : cores)
+          << model << (bf16 ? " bf16" : " fp32");
+    }
   }
   absl::SetFlag(&FLAGS_model, "dcn_v2");
   absl::StatusOr<TrainerOptions> options = TrainerOptionsFromFlags();
@@ -213,7 +222,7 @@ TEST_F(TrainerFlagsTest, GemmThreadsAreEveryCoreOnlyForGemmBoundModels) {
       {options->model, {}}, model::ColumnUses(options->train.layout));
   ASSERT_OK(plan);
   EXPECT_GE(plan->DenseMultiplyAddsPerExample(), kGemmBoundMultiplyAdds);
-  EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), UsableCores());
+  EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), cores);
   absl::SetFlag(&FLAGS_cpu_threads, "3");
   EXPECT_EQ(CpuThreadsFromFlags(*options).value_or(-1), 3);
   for (const std::string bad : {"0", "-1", "two", ""}) {
