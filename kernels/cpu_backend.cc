@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -158,6 +159,26 @@ PS_KERNELS_VECTOR_CLONES void ScatterAddRows(const float* in, int in_cols,
     for (int f = 0; f < fields; ++f) {
       float* __restrict grad =
           row_grads + static_cast<size_t>(index[b * fields + f]) * dim;
+      const float* __restrict source = in_row + f * field_stride;
+      for (int d = 0; d < dim; ++d) grad[d] += source[d];
+    }
+  }
+}
+
+// ScatterAddRows for the rows this part owns: a part owns each run of
+// kScatterRunRows rows whose number modulo `parts` is `part`, so that parts
+// on different threads never write the same cache line. Each row gets its
+// sums in the order ScatterAddRows adds them: the same bits.
+constexpr int kScatterRunRows = 64;
+PS_KERNELS_VECTOR_CLONES void ScatterAddOwnedRows(
+    const float* in, int in_cols, int field_stride, const int32_t* index,
+    int batch, int fields, int dim, float* row_grads, int part, int parts) {
+  for (int b = 0; b < batch; ++b) {
+    const float* in_row = in + static_cast<size_t>(b) * in_cols;
+    for (int f = 0; f < fields; ++f) {
+      const int32_t row = index[b * fields + f];
+      if ((row / kScatterRunRows) % parts != part) continue;
+      float* __restrict grad = row_grads + static_cast<size_t>(row) * dim;
       const float* __restrict source = in_row + f * field_stride;
       for (int d = 0; d < dim; ++d) grad[d] += source[d];
     }
@@ -340,7 +361,14 @@ class CpuBackend final : public Backend {
 
   Status GatherConcat(const float* rows, const int32_t* index, int batch,
                       int fields, int dim, float* out, int out_cols) override {
-    GatherRows(rows, index, batch, fields, dim, out, out_cols);
+    const int blocks = LoopBlocks(static_cast<size_t>(batch) * fields * dim);
+    ForBlocks(blocks, [&](int block) {
+      const int first = static_cast<int>(int64_t{batch} * block / blocks);
+      const int end = static_cast<int>(int64_t{batch} * (block + 1) / blocks);
+      GatherRows(rows, index + static_cast<size_t>(first) * fields, end - first,
+                 fields, dim, out + static_cast<size_t>(first) * out_cols,
+                 out_cols);
+    });
     return Status::Ok();
   }
 
@@ -366,8 +394,16 @@ class CpuBackend final : public Backend {
   Status ScatterAdd(const float* in, int in_cols, int field_stride,
                     const int32_t* index, int batch, int fields, int dim,
                     float* row_grads) override {
-    ScatterAddRows(in, in_cols, field_stride, index, batch, fields, dim,
-                   row_grads);
+    const int parts = LoopBlocks(static_cast<size_t>(batch) * fields * dim);
+    if (parts == 1) {
+      ScatterAddRows(in, in_cols, field_stride, index, batch, fields, dim,
+                     row_grads);
+    } else {
+      ForBlocks(parts, [&](int part) {
+        ScatterAddOwnedRows(in, in_cols, field_stride, index, batch, fields,
+                            dim, row_grads, part, parts);
+      });
+    }
     return Status::Ok();
   }
 
@@ -527,6 +563,30 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // A memory-bound loop over `work` floats (a gather, a scatter) is cut into
+  // one block per GEMM thread when it is large enough to be worth waking
+  // them for; else one block.
+  static constexpr size_t kLoopWorkPerThread = 1 << 16;
+  int LoopBlocks(size_t work) const {
+#ifndef PS_KERNELS_NO_ONEDNN
+    if (team_ && work >= kLoopWorkPerThread * team_->threads())
+      return team_->threads();
+#endif
+    return 1;
+  }
+
+  // Calls run_block(index) for each of `count` blocks: on the GEMM threads
+  // if there are any, else here.
+  void ForBlocks(int count, const std::function<void(int)>& run_block) {
+#ifndef PS_KERNELS_NO_ONEDNN
+    if (team_ && count > 1) {
+      team_->Run(count, [&](int index, int) { run_block(index); });
+      return;
+    }
+#endif
+    for (int index = 0; index < count; ++index) run_block(index);
+  }
+
 #ifndef PS_KERNELS_NO_ONEDNN
   // Calls run_block(index, thread) for each of `count` blocks: on the team
   // if there is one, else here.

@@ -328,6 +328,68 @@ TEST(CpuBackendOptionsTest, TeamGemmsMatchTheProductForEveryTranspose) {
   }
 }
 
+// A large gather or scatter is shared by the GEMM threads (by batch rows,
+// by runs of destination rows): the same bits as one thread, many keys
+// repeated within the batch and across runs of rows. A dim of 3 puts rows
+// of different runs in one cache line.
+TEST(CpuBackendOptionsTest, TeamGathersAndScattersTheBitsOfOneThread) {
+  std::mt19937 rng(11);
+  for (const int dim : {16, 3}) {
+    const int batch = 4099, fields = 39, rows = 5000;
+    const int out_cols = fields * dim + 5;
+    std::uniform_int_distribution<int32_t> pick(0, rows - 1);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<int32_t> index(static_cast<size_t>(batch) * fields);
+    for (int32_t& row : index) row = pick(rng);
+    std::vector<float> table(static_cast<size_t>(rows) * dim);
+    for (float& x : table) x = value(rng);
+    std::vector<float> upstream(static_cast<size_t>(batch) * out_cols);
+    for (float& x : upstream) x = value(rng);
+    std::vector<float> base_grads(table.size());
+    for (float& x : base_grads) x = value(rng);
+
+    std::vector<std::vector<float>> gathered, scattered, reduced;
+    for (const int threads : {1, 2, 3}) {
+      std::unique_ptr<Backend> backend =
+          BackendWith(threads, GemmPrecision::kFp32);
+      std::vector<float> out(upstream.size(), -7.0f);
+      ASSERT_TRUE(backend
+                      ->GatherConcat(table.data(), index.data(), batch, fields,
+                                     dim, out.data(), out_cols)
+                      .ok());
+      gathered.push_back(out);
+      std::vector<float> grads = base_grads;
+      ASSERT_TRUE(backend
+                      ->ScatterAdd(upstream.data(), out_cols, dim, index.data(),
+                                   batch, fields, dim, grads.data())
+                      .ok());
+      scattered.push_back(grads);
+      ASSERT_TRUE(backend
+                      ->ScatterReduce(upstream.data(), out_cols, dim,
+                                      index.data(), batch, fields, dim, rows,
+                                      grads.data())
+                      .ok());
+      reduced.push_back(grads);
+    }
+    // One thread's gather is the rows themselves.
+    for (int b = 0; b < batch; b += 97) {
+      for (int f = 0; f < fields; ++f) {
+        for (int d = 0; d < dim; ++d) {
+          ASSERT_EQ(
+              gathered[0][static_cast<size_t>(b) * out_cols + f * dim + d],
+              table[static_cast<size_t>(index[b * fields + f]) * dim + d]);
+        }
+      }
+    }
+    EXPECT_NE(scattered[0], base_grads);
+    for (size_t t = 1; t < gathered.size(); ++t) {
+      EXPECT_EQ(gathered[t], gathered[0]) << "dim " << dim << ", team " << t;
+      EXPECT_EQ(scattered[t], scattered[0]) << "dim " << dim << ", team " << t;
+      EXPECT_EQ(reduced[t], reduced[0]) << "dim " << dim << ", team " << t;
+    }
+  }
+}
+
 TEST(CpuBackendOptionsTest, TeamBf16GemmsMatchTheRoundedProduct) {
   if (!CpuHasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937 rng(6);
