@@ -177,7 +177,10 @@ PS_KERNELS_VECTOR_CLONES void ScatterAddOwnedRows(
     const float* in_row = in + static_cast<size_t>(b) * in_cols;
     for (int f = 0; f < fields; ++f) {
       const int32_t row = index[b * fields + f];
-      if ((row / kScatterRunRows) % parts != part) continue;
+      if (static_cast<uint32_t>(row) / kScatterRunRows % parts !=
+          static_cast<uint32_t>(part)) {
+        continue;
+      }
       float* __restrict grad = row_grads + static_cast<size_t>(row) * dim;
       const float* __restrict source = in_row + f * field_stride;
       for (int d = 0; d < dim; ++d) grad[d] += source[d];
@@ -362,6 +365,10 @@ class CpuBackend final : public Backend {
   Status GatherConcat(const float* rows, const int32_t* index, int batch,
                       int fields, int dim, float* out, int out_cols) override {
     const int blocks = LoopBlocks(static_cast<size_t>(batch) * fields * dim);
+    if (blocks == 1) {
+      GatherRows(rows, index, batch, fields, dim, out, out_cols);
+      return Status::Ok();
+    }
     ForBlocks(blocks, [&](int block) {
       const int first = static_cast<int>(int64_t{batch} * block / blocks);
       const int end = static_cast<int>(int64_t{batch} * (block + 1) / blocks);
@@ -567,7 +574,7 @@ class CpuBackend final : public Backend {
   // one block per GEMM thread when it is large enough to be worth waking
   // them for; else one block.
   static constexpr size_t kLoopWorkPerThread = 1 << 16;
-  int LoopBlocks(size_t work) const {
+  int LoopBlocks([[maybe_unused]] size_t work) const {
 #ifndef PS_KERNELS_NO_ONEDNN
     if (team_ && work >= kLoopWorkPerThread * team_->threads())
       return team_->threads();
@@ -577,10 +584,11 @@ class CpuBackend final : public Backend {
 
   // Calls run_block(index) for each of `count` blocks: on the GEMM threads
   // if there are any, else here.
-  void ForBlocks(int count, const std::function<void(int)>& run_block) {
+  template <typename RunBlock>
+  void ForBlocks(int count, const RunBlock& run_block) {
 #ifndef PS_KERNELS_NO_ONEDNN
     if (team_ && count > 1) {
-      team_->Run(count, [&](int index, int) { run_block(index); });
+      team_->Run(count, [&run_block](int index, int) { run_block(index); });
       return;
     }
 #endif

@@ -330,8 +330,8 @@ TEST(CpuBackendOptionsTest, TeamGemmsMatchTheProductForEveryTranspose) {
 
 // A large gather or scatter is shared by the GEMM threads (by batch rows,
 // by runs of destination rows): the same bits as one thread, many keys
-// repeated within the batch and across runs of rows. A dim of 3 puts rows
-// of different runs in one cache line.
+// repeated within the batch and across runs of rows, for the usual dim and
+// an odd one.
 TEST(CpuBackendOptionsTest, TeamGathersAndScattersTheBitsOfOneThread) {
   std::mt19937 rng(11);
   for (const int dim : {16, 3}) {
@@ -382,6 +382,33 @@ TEST(CpuBackendOptionsTest, TeamGathersAndScattersTheBitsOfOneThread) {
       }
     }
     EXPECT_NE(scattered[0], base_grads);
+    if (dim == 16) {
+      // The wide weights' scatter: one upstream value per example broadcast
+      // to each field's row (a stride of 0), rows of one float.
+      std::vector<float> wide_grads(rows, 0.0f);
+      for (const int threads : {1, 2}) {
+        std::unique_ptr<Backend> backend =
+            BackendWith(threads, GemmPrecision::kFp32);
+        std::vector<float> grads(rows, 5.0f);
+        ASSERT_TRUE(backend
+                        ->ScatterReduce(upstream.data(), out_cols, 0,
+                                        index.data(), batch, fields, 1, rows,
+                                        grads.data())
+                        .ok());
+        if (threads == 1) {
+          wide_grads = grads;
+        } else {
+          EXPECT_EQ(grads, wide_grads);
+        }
+      }
+      double total = 0;
+      for (float g : wide_grads) total += g;
+      double expected = 0;
+      for (int b = 0; b < batch; ++b)
+        expected +=
+            double{upstream[static_cast<size_t>(b) * out_cols]} * fields;
+      EXPECT_NEAR(total, expected, 1e-2);
+    }
     for (size_t t = 1; t < gathered.size(); ++t) {
       EXPECT_EQ(gathered[t], gathered[0]) << "dim " << dim << ", team " << t;
       EXPECT_EQ(scattered[t], scattered[0]) << "dim " << dim << ", team " << t;

@@ -101,7 +101,8 @@ ours() {
   local list; list=$(IFS=,; echo "${servers[*]}")
   local worker_pids=() threads=()
   # Workers sharing this machine's cores take one GEMM thread each; a lone
-  # worker keeps --cpu_threads=auto (every core for dcn_v2's GEMMs).
+  # worker keeps --cpu_threads=auto (every core for FP32 MLPs and for
+  # dcn_v2's bfloat16 GEMMs).
   [ "$workers" -gt 1 ] && threads=(--cpu_threads=1)
   for ((w = 0; w < workers; w++)); do
     /usr/bin/python3 "$rss" "$run/worker$w.rss" "$bin/worker/ps_worker" --servers="$list" \
@@ -268,7 +269,7 @@ if any(name in runs for name, *_ in spec_rows):
         "built layer by layer by tests/bench/torch_model.py (torch_train.py --model_spec), its tables",
         f"hashed, on every core (torch.set_num_threads({cores}); OPENBLAS_CORETYPE={coretype}), its",
         "parsing not timed; ps_worker's examples/s include parsing. FP32 on both sides. A lone",
-        "worker's GEMMs take --cpu_threads=auto (both cores for dcn_v2's, one for dlrm's); 2+2's",
+        "worker's GEMMs take --cpu_threads=auto (both cores, FP32); 2+2's",
         "workers, sharing the cores, one each.",
         f"{len(rounds)} alternating rounds, each ratio taken within a round; median (range). Round r",
         "initialises both sides with seed r; AUC - PyTorch's compares the medians.",
