@@ -70,9 +70,10 @@ ABSL_FLAG(bool, huge_pages, true,
           "faults.");
 ABSL_FLAG(std::string, cpu_threads, "auto",
           "Threads of the model's GEMMs on the CPU, or auto: every core this "
-          "process may use but one (at least one), as a thread of its own "
-          "prepares the next batch (hashes its features, fetches its rows) "
-          "meanwhile and the reader thread parses.");
+          "process may use. A thread of its own prepares the next batch "
+          "(hashes its features, fetches its rows) and the reader thread "
+          "parses meanwhile; the GEMM threads share only GEMMs large enough "
+          "to split and sleep between them.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
           "Malformed lines tolerated (each is skipped, so the output no longer "
           "has a line per input line). Default 0: the first one is an error "
@@ -316,7 +317,7 @@ int main(int argc, char** argv) {
   ps::kernels::CpuOptions cpu_options;
   const std::string threads = absl::GetFlag(FLAGS_cpu_threads);
   if (threads == "auto") {
-    cpu_options.threads = std::max(1, ps::UsableCores() - 1);
+    cpu_options.threads = std::max(1, ps::UsableCores());
   } else if (!absl::SimpleAtoi(threads, &cpu_options.threads) ||
              cpu_options.threads < 1) {
     return ps::FailUsage(
