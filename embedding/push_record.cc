@@ -1,5 +1,6 @@
 #include "embedding/push_record.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -154,48 +155,64 @@ PushRecordWriter::PushRecordWriter(const PushOrigin& origin,
       kPushRecordMarker,
       scaled ? kPushRecordKindScaledPush : kPushRecordKindPush, origin.worker,
       rows_updated};
-  record_.reserve(reserve_bytes);
-  AppendBytes(header, sizeof(header), &record_);
-  AppendBytes(&origin.incarnation, sizeof(origin.incarnation), &record_);
-  AppendBytes(&origin.sequence, sizeof(origin.sequence), &record_);
+  capacity_ = std::max(reserve_bytes, kScaledPushRecordHeaderBytes);
+  bytes_.reset(new char[capacity_]);
+  Append(header, sizeof(header));
+  Append(&origin.incarnation, sizeof(origin.incarnation));
+  Append(&origin.sequence, sizeof(origin.sequence));
   if (scaled) {
     const float scale_and_padding[2] = {learning_rate_scale, 0.0f};
-    AppendBytes(scale_and_padding, sizeof(scale_and_padding), &record_);
+    Append(scale_and_padding, sizeof(scale_and_padding));
   }
+}
+
+char* PushRecordWriter::Extend(size_t bytes) {
+  if (size_ + bytes > capacity_) {
+    const size_t capacity = std::max(size_ + bytes, 2 * capacity_);
+    std::unique_ptr<char[]> grown(new char[capacity]);
+    if (size_ > 0) std::memcpy(grown.get(), bytes_.get(), size_);
+    bytes_ = std::move(grown);
+    capacity_ = capacity;
+  }
+  char* at = bytes_.get() + size_;
+  size_ += bytes;
+  return at;
+}
+
+void PushRecordWriter::Append(const void* data, size_t bytes) {
+  std::memcpy(Extend(bytes), data, bytes);
 }
 
 size_t PushRecordWriter::AddSection(uint32_t table_id, uint32_t stripe,
                                     size_t dim, absl::Span<const uint64_t> keys,
                                     absl::Span<const float> gradients,
                                     absl::Span<const uint32_t> positions) {
-  section_offsets_.push_back(record_.size());
+  section_offsets_.push_back(size_);
   const uint32_t header[3] = {table_id, stripe,
                               static_cast<uint32_t>(positions.size())};
   const uint64_t sequence = 0;  // SetSequence() fills it in
-  AppendBytes(header, sizeof(header), &record_);
-  AppendBytes(&sequence, sizeof(sequence), &record_);
+  Append(header, sizeof(header));
+  Append(&sequence, sizeof(sequence));
   // Sized once and written in place: an append per key and per gradient
   // (two calls, a capacity check and a copy of 8 bytes each) was most of a
   // record's cost.
   const size_t row_bytes = dim * sizeof(float);
-  size_t at = record_.size();
-  record_.resize(at + positions.size() * (sizeof(uint64_t) + row_bytes));
-  char* out = record_.data();
+  char* out = Extend(positions.size() * (sizeof(uint64_t) + row_bytes));
   for (uint32_t p : positions) {
-    std::memcpy(out + at, &keys[p], sizeof(uint64_t));
-    at += sizeof(uint64_t);
+    std::memcpy(out, &keys[p], sizeof(uint64_t));
+    out += sizeof(uint64_t);
   }
   for (uint32_t p : positions) {
-    std::memcpy(out + at, &gradients[p * dim], row_bytes);
-    at += row_bytes;
+    std::memcpy(out, &gradients[p * dim], row_bytes);
+    out += row_bytes;
   }
   return section_offsets_.size() - 1;
 }
 
 void PushRecordWriter::SetSequence(size_t section, uint64_t sequence) {
   CHECK_LT(section, section_offsets_.size());
-  std::memcpy(&record_[section_offsets_[section] + kSequenceOffset], &sequence,
-              sizeof(sequence));
+  std::memcpy(bytes_.get() + section_offsets_[section] + kSequenceOffset,
+              &sequence, sizeof(sequence));
 }
 
 }  // namespace ps::embedding

@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -158,11 +159,19 @@ class PushRecordWriter {
 
   size_t num_sections() const { return section_offsets_.size(); }
   // The record: valid until the writer changes or goes.
-  absl::string_view record() const { return record_; }
+  absl::string_view record() const { return {bytes_.get(), size_}; }
 
  private:
-  std::string record_;
-  // Where each section begins in record_.
+  // Grows the record by `bytes` and returns where they go, uninitialized: a
+  // record's bytes are written once, so none is zeroed first (a std::string
+  // resize would write every byte twice).
+  char* Extend(size_t bytes);
+  void Append(const void* data, size_t bytes);
+
+  std::unique_ptr<char[]> bytes_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+  // Where each section begins in the record.
   std::vector<size_t> section_offsets_;
 };
 

@@ -177,6 +177,19 @@ TEST(PushRecordTest, ASequenceIsZeroUntilSet) {
   EXPECT_FALSE(header->origin.tracked());
 }
 
+TEST(PushRecordTest, AWriterReservedTooLittleGrowsToTheSameRecord) {
+  const PushRecordWriter reserved = TwoSectionPush(0.25f);
+  for (size_t reserve : {size_t{0}, kScaledPushRecordHeaderBytes + 1}) {
+    PushRecordWriter grown(Origin(6, 1000, 77), 3, 0.25f, reserve);
+    const std::vector<uint32_t> first = {2, 0}, second = {1};
+    grown.AddSection(5, 1, kDim, kKeys, kGradients, first);
+    grown.AddSection(5, 4, kDim, kKeys, kGradients, second);
+    grown.SetSequence(0, 41);
+    grown.SetSequence(1, 9);
+    EXPECT_EQ(grown.record(), reserved.record()) << "reserving " << reserve;
+  }
+}
+
 TEST(PushRecordTest, ALedgerRecordHoldsItsSnapshot) {
   const std::string snapshot("ledger\0bytes", 12);
   const std::string record = EncodeLedgerRecord(snapshot);
