@@ -17,6 +17,8 @@ GemmSplit SplitGemm(int m, int n, int k, int threads) {
       std::max(1, std::min(threads * kBlocksPerThread, extent / 16));
   split.size = ((extent + wanted - 1) / wanted + 15) / 16 * 16;
   split.count = (extent + split.size - 1) / split.size;
+  const int last = extent - (split.count - 1) * split.size;
+  if (split.count > 1 && last < 16) --split.count;
   return split;
 }
 
@@ -24,8 +26,8 @@ GemmBlock GemmBlockOf(const GemmSplit& split, int index, bool transpose_a,
                       bool transpose_b, int m, int n, int lda, int ldb,
                       int ldc) {
   const size_t first = static_cast<size_t>(index) * split.size;
-  const int size =
-      std::min(split.size, (split.by_rows ? m : n) - static_cast<int>(first));
+  const int rest = (split.by_rows ? m : n) - static_cast<int>(first);
+  const int size = index + 1 == split.count ? rest : split.size;
   GemmBlock block;
   if (split.by_rows) {
     // Rows of op(A): rows of A, or its columns when transposed.

@@ -40,9 +40,11 @@ inline constexpr int kBlocksPerThread = 4;
 
 // How C (m x n) is cut for `threads` threads: into `count` blocks of `size`
 // rows (by_rows: when m >= n, or m has 16 rows for each of the
-// threads * kBlocksPerThread blocks) or columns, the last one possibly
-// shorter.
-// Every block but the last is a multiple of 16 (whole vector registers).
+// threads * kBlocksPerThread blocks) or columns, the last one taking what
+// is left: shorter, or up to 15 longer rather than a block under 16 of its
+// own (a GEMM one column wide runs oneDNN's GEMV, slow and summing in
+// another order). Every block but the last is a multiple of 16 (whole
+// vector registers).
 // One block, the whole of C, for one thread or a GEMM below
 // kSplitMultiplyAdds.
 struct GemmSplit {

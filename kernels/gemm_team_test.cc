@@ -161,7 +161,9 @@ TEST(GemmSplitTest, BlocksTileCAndComputeTheWhole) {
     int m, n, k;
   };
   for (const Shape& shape :
-       {Shape{301, 70, 200}, Shape{70, 301, 200}, Shape{205, 99, 207}}) {
+       {Shape{301, 70, 200}, Shape{70, 301, 200}, Shape{205, 99, 207},
+        // 385 columns in blocks of 64 would leave a last block 1 wide.
+        Shape{100, 385, 385}}) {
     for (int threads : {2, 3}) {
       const GemmSplit split = SplitGemm(shape.m, shape.n, shape.k, threads);
       ASSERT_GT(split.count, 1) << shape.m << "x" << shape.n;
@@ -189,9 +191,12 @@ TEST(GemmSplitTest, BlocksTileCAndComputeTheWhole) {
           for (int index = 0; index < split.count; ++index) {
             const GemmBlock block = GemmBlockOf(split, index, ta, tb, shape.m,
                                                 shape.n, lda, ldb, ldc);
+            const int width = split.by_rows ? block.m : block.n;
             if (index + 1 < split.count) {
-              EXPECT_EQ(split.by_rows ? block.m : block.n, split.size);
+              EXPECT_EQ(width, split.size);
             }
+            EXPECT_GE(width, 16)
+                << "block " << index << " of " << shape.m << "x" << shape.n;
             covered += split.by_rows ? block.m : block.n;
             NaiveGemm(ta, tb, block.m, block.n, shape.k,
                       a.data() + block.a_offset, lda, b.data() + block.b_offset,
