@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -164,6 +165,24 @@ PushRecordWriter::PushRecordWriter(const PushOrigin& origin,
     const float scale_and_padding[2] = {learning_rate_scale, 0.0f};
     Append(scale_and_padding, sizeof(scale_and_padding));
   }
+}
+
+PushRecordWriter::PushRecordWriter(PushRecordWriter&& other) noexcept
+    : bytes_(std::move(other.bytes_)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)),
+      section_offsets_(std::move(other.section_offsets_)) {
+  other.section_offsets_.clear();
+}
+
+PushRecordWriter& PushRecordWriter::operator=(
+    PushRecordWriter&& other) noexcept {
+  bytes_ = std::move(other.bytes_);
+  size_ = std::exchange(other.size_, 0);
+  capacity_ = std::exchange(other.capacity_, 0);
+  section_offsets_ = std::move(other.section_offsets_);
+  other.section_offsets_.clear();
+  return *this;
 }
 
 char* PushRecordWriter::Extend(size_t bytes) {

@@ -145,6 +145,10 @@ class PushRecordWriter {
   PushRecordWriter(const PushOrigin& origin, uint32_t rows_updated,
                    float learning_rate_scale, size_t reserve_bytes = 0);
 
+  // Movable (a writer moved from holds an empty record), not copyable.
+  PushRecordWriter(PushRecordWriter&& other) noexcept;
+  PushRecordWriter& operator=(PushRecordWriter&& other) noexcept;
+
   // Appends a section of `table_id` for `stripe` holding, for each p in
   // `positions`, keys[p] and its gradient (gradients[p * dim ...], dim
   // floats). Returns the section's index, for SetSequence().
@@ -163,8 +167,7 @@ class PushRecordWriter {
 
  private:
   // Grows the record by `bytes` and returns where they go, uninitialized: a
-  // record's bytes are written once, so none is zeroed first (a std::string
-  // resize would write every byte twice).
+  // record's bytes are written once, so none is zeroed first.
   char* Extend(size_t bytes);
   void Append(const void* data, size_t bytes);
 

@@ -190,6 +190,47 @@ TEST(PushRecordTest, AWriterReservedTooLittleGrowsToTheSameRecord) {
   }
 }
 
+TEST(PushRecordTest, AnUnreservedWriterTakesASectionManyTimesItsSize) {
+  // One section far larger than twice the header the writer starts with.
+  constexpr size_t kWideDim = 64;
+  constexpr size_t kCount = 100;
+  std::vector<uint64_t> keys(kCount);
+  std::vector<float> gradients(kCount * kWideDim);
+  std::vector<uint32_t> positions(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    keys[i] = 1000 + i;
+    positions[i] = static_cast<uint32_t>(kCount - 1 - i);
+    for (size_t d = 0; d < kWideDim; ++d)
+      gradients[i * kWideDim + d] = static_cast<float>(i) + 0.25f * d;
+  }
+  PushRecordWriter writer(Origin(1, 2, 3), kCount, 1.0f);
+  writer.AddSection(7, 2, kWideDim, keys, gradients, positions);
+  const absl::string_view record = writer.record();
+  ASSERT_EQ(record.size(),
+            MaxPushRecordBytes(1, kCount, kWideDim) -
+                (kScaledPushRecordHeaderBytes - kPushRecordHeaderBytes));
+  absl::StatusOr<PushRecordHeader> header = DecodePushRecordHeader(record);
+  ASSERT_OK(header);
+  PushSection section;
+  ASSERT_OK(DecodePushSection(record.substr(header->sections_offset), kWideDim,
+                              &section));
+  ASSERT_EQ(section.keys.size(), kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    const size_t from = positions[i];
+    EXPECT_EQ(section.keys[i], keys[from]);
+    for (size_t d = 0; d < kWideDim; ++d) {
+      ASSERT_EQ(section.gradients[i * kWideDim + d],
+                gradients[from * kWideDim + d]);
+    }
+  }
+  // Moved, the record goes along and the writer left behind is empty.
+  PushRecordWriter moved = std::move(writer);
+  EXPECT_EQ(moved.record(), record);
+  EXPECT_EQ(moved.num_sections(), 1u);
+  EXPECT_TRUE(writer.record().empty());  // NOLINT: use after move, on purpose
+  EXPECT_EQ(writer.num_sections(), 0u);
+}
+
 TEST(PushRecordTest, ALedgerRecordHoldsItsSnapshot) {
   const std::string snapshot("ledger\0bytes", 12);
   const std::string record = EncodeLedgerRecord(snapshot);

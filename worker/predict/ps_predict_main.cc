@@ -72,8 +72,8 @@ ABSL_FLAG(std::string, cpu_threads, "auto",
           "Threads of the model's GEMMs on the CPU, or auto: every core this "
           "process may use. A thread of its own prepares the next batch "
           "(hashes its features, fetches its rows) and the reader thread "
-          "parses meanwhile; the GEMM threads share only GEMMs large enough "
-          "to split and sleep between them.");
+          "parses meanwhile; the GEMM threads share only GEMMs and gathers "
+          "large enough to split, and sleep between them.");
 ABSL_FLAG(int64_t, max_bad_lines, 0,
           "Malformed lines tolerated (each is skipped, so the output no longer "
           "has a line per input line). Default 0: the first one is an error "
