@@ -2,8 +2,9 @@
 //
 // How the CPU backend shares a large GEMM among threads. SplitGemm() cuts
 // C into blocks of rows (or columns); each block is an independent GEMM on
-// slices of the operands (GemmBlockOf()), so a block computes exactly what
-// the whole GEMM computes for those elements.
+// slices of the operands (GemmBlockOf()), so a block computes the same sums
+// as the whole GEMM for those elements (oneDNN may pick another kernel for
+// a block's shape, so the last bits of a sum can differ from one thread's).
 //
 // GemmTeam runs the chunks of one job (the blocks of a GEMM) on the
 // calling thread and helper threads of its own. Each chunk goes to whichever
