@@ -13,6 +13,7 @@
 #include "base/optimizer.h"
 #include "base/status_macros.h"
 #include "base/transient_error.h"
+#include "embedding/distinct_keys.h"
 #include "embedding/embedding_store_impl.h"
 #include "embedding/embedding_store_internal.h"
 #include "embedding/push_record.h"
@@ -59,21 +60,14 @@ absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
                               absl::Span<const float>* sums,
                               std::vector<uint64_t>* summed_keys,
                               std::vector<float>* summed_gradients) {
-  absl::flat_hash_map<uint64_t, uint32_t> position_of;
-  position_of.reserve(keys.size());
-  size_t first_repeat = 0;
-  for (; first_repeat < keys.size(); ++first_repeat) {
-    if (!position_of.try_emplace(keys[first_repeat], first_repeat).second)
-      break;
-  }
   *distinct = keys;
   *sums = gradients;
-  if (first_repeat == keys.size()) return absl::OkStatus();
-  // Positions in `position_of` so far are positions in the summed vectors.
-  summed_keys->assign(keys.begin(), keys.begin() + first_repeat);
-  summed_gradients->assign(gradients.begin(),
-                           gradients.begin() + first_repeat * dim);
-  for (size_t i = first_repeat; i < keys.size(); ++i) {
+  if (AllKeysDistinct(keys)) return absl::OkStatus();
+  absl::flat_hash_map<uint64_t, uint32_t> position_of;
+  position_of.reserve(keys.size());
+  summed_keys->clear();
+  summed_gradients->clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
     auto [it, inserted] = position_of.try_emplace(keys[i], summed_keys->size());
     const float* gradient = &gradients[i * dim];
     if (inserted) {

@@ -4,8 +4,9 @@
 // a TFRecord record, optimizer apply per row, hot-tier lookup and
 // memory per row, synced push-log appends,
 // the store's pull and push of a batch from memory, the CPU backend's
-// gather and scatter-reduce, an export's in-memory lookups and a call's
-// key positions (KeyIndex against absl::flat_hash_map).
+// gather and scatter-reduce, an export's in-memory lookups, a call's key
+// positions (KeyIndex against absl::flat_hash_map) and a push's check
+// for repeated keys (AllKeysDistinct() against absl::flat_hash_map).
 
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "base/optimizer.h"
 #include "base/routing.h"
 #include "benchmark/benchmark.h"
+#include "embedding/distinct_keys.h"
 #include "embedding/embedding_store.h"
 #include "embedding/push_log.h"
 #include "embedding/row_cache.h"
@@ -553,6 +555,38 @@ void BM_KeyPositions(benchmark::State& state) {
   state.SetLabel(use_index ? "keys (KeyIndex)" : "keys (absl::flat_hash_map)");
 }
 BENCHMARK(BM_KeyPositions)->ArgsProduct({{0, 1}, {4096, 53248}});
+
+// Whether a push's 4096 random keys are distinct: AllKeysDistinct() (arg 0)
+// against the absl::flat_hash_map of positions a push would otherwise
+// build (arg 1).
+void BM_DistinctKeys(benchmark::State& state) {
+  const bool own_table = state.range(0) == 0;
+  std::mt19937_64 rng(8);
+  std::vector<std::vector<uint64_t>> calls(16, std::vector<uint64_t>(kBatch));
+  for (auto& call : calls) {
+    for (uint64_t& key : call) key = rng();
+  }
+  size_t next = 0;
+  int64_t distinct = 0;
+  for (auto _ : state) {
+    const std::vector<uint64_t>& keys = calls[next++ % calls.size()];
+    if (own_table) {
+      distinct += embedding::AllKeysDistinct(keys);
+    } else {
+      absl::flat_hash_map<uint64_t, uint32_t> positions;
+      positions.reserve(keys.size());
+      bool all = true;
+      for (size_t i = 0; i < keys.size() && all; ++i)
+        all = positions.try_emplace(keys[i], static_cast<uint32_t>(i)).second;
+      distinct += all;
+    }
+  }
+  benchmark::DoNotOptimize(distinct);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.SetLabel(own_table ? "keys (AllKeysDistinct)"
+                           : "keys (absl::flat_hash_map)");
+}
+BENCHMARK(BM_DistinctKeys)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace ps
