@@ -112,7 +112,8 @@ EmbeddingStoreImpl::EmbeddingStoreImpl(
     : options_(options),
       dropped_rows_(std::move(dropped_rows)),
       rocks_(std::move(rocks)),
-      ledger_(options.max_workers) {
+      ledger_(options.max_workers),
+      stripe_map_(options.num_stripes) {
   const size_t per_stripe = options.cache_bytes / options.num_stripes;
   for (int i = 0; i < options.num_stripes; ++i) {
     stripes_.push_back(
@@ -158,7 +159,7 @@ uint32_t EmbeddingStoreImpl::NowSeconds() {
 }
 
 size_t EmbeddingStoreImpl::StripeOf(uint64_t key) const {
-  return StripeForKey(key, stripes_.size());
+  return stripe_map_.StripeOf(key);
 }
 
 void EmbeddingStoreImpl::GroupByStripe(absl::Span<const uint64_t> keys,

@@ -37,6 +37,7 @@
 #include "embedding/replication_feed.h"
 #include "embedding/rocks_store.h"
 #include "embedding/row_cache.h"
+#include "embedding/stripes.h"
 #include "proto/ps.pb.h"
 
 namespace ps::embedding {
@@ -423,6 +424,8 @@ class EmbeddingStoreImpl final : public EmbeddingStore,
   // thread starts.
   uint64_t log_run_ = 0;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  // Which of `stripes_` holds a key.
+  const StripeMap stripe_map_;
 
   // Pushes hold it shared while they apply; Checkpoint() holds it alone,
   // so that a snapshot has every push whole or not at all.

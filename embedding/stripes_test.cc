@@ -1,6 +1,6 @@
-// StripeForKey(): a stripe's keys lie in runs in RocksDB's order (slot,
-// then key), and the keys of the slots a shard may own spread evenly over
-// the stripes.
+// StripeMap and StripeForKey(): the stripes a division gives; a stripe's
+// keys lie in runs in RocksDB's order (slot, then key), and the keys of the
+// slots a shard may own spread evenly over the stripes.
 #include "embedding/stripes.h"
 
 #include <algorithm>
@@ -82,6 +82,30 @@ TEST(StripesTest, AShardsKeysSpreadEvenlyOverTheStripes) {
                 (1 - spread) * mean)
           << stripes << " stripes, slots from " << owned.first << " by "
           << owned.step;
+    }
+  }
+}
+
+// The remainder by division that StripeMap's multiplies stand for.
+size_t StripeByDivision(uint64_t key, size_t num_stripes) {
+  const int cell_bits = CellBitsForStripes(num_stripes);
+  uint64_t cell = uint64_t{SlotForKey(key)} << cell_bits;
+  if (cell_bits > 0) cell |= key >> (64 - cell_bits);
+  return ((cell * 0x9E3779B97F4A7C15ULL) >> 32) % num_stripes;
+}
+
+TEST(StripesTest, TheMapsMultipliesGiveTheRemaindersByDivision) {
+  std::mt19937_64 rng(3);
+  for (size_t stripes :
+       {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{8}, size_t{24},
+        size_t{100}, size_t{256}, size_t{1000}, size_t{65537},
+        size_t{0x7FFFFFFF}, size_t{0xFFFFFFFF}}) {
+    const StripeMap map(stripes);
+    ASSERT_EQ(map.num_stripes(), stripes);
+    for (int i = 0; i < 20000; ++i) {
+      const uint64_t key = i < 1000 ? static_cast<uint64_t>(i) : rng();
+      ASSERT_EQ(map.StripeOf(key), StripeByDivision(key, stripes))
+          << "key " << key << ", " << stripes << " stripes";
     }
   }
 }
