@@ -4,7 +4,8 @@
 // asks before it may apply its gradients as they are (a repeated key's
 // gradients are summed first). A worker's pushes nearly always are
 // distinct, so the answer is built for that case and costs a fraction of
-// a general hash set's.
+// a general hash set's. A function of its argument alone: safe from any
+// thread.
 
 #ifndef PS_EMBEDDING_DISTINCT_KEYS_H_
 #define PS_EMBEDDING_DISTINCT_KEYS_H_

@@ -69,6 +69,21 @@ TEST(DistinctKeysTest, KeysThatShareASlotGetTheSameAnswer) {
   EXPECT_TRUE(AllKeysDistinct(keys));
 }
 
+TEST(DistinctKeysTest, ProbesWrapFromTheLastSlotToTheFirst) {
+  // Products just below 2^64 name the last slot, so the second key's probe
+  // wraps to slot 0; few enough keys that the table answers, not the set.
+  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
+  uint64_t inverse = kMultiplier;
+  for (int i = 0; i < 6; ++i) inverse *= 2 - kMultiplier * inverse;
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 4; ++i) keys.push_back((~uint64_t{0} - i) * inverse);
+  EXPECT_TRUE(AllKeysDistinct(keys));
+  keys.push_back(keys[3]);
+  EXPECT_FALSE(AllKeysDistinct(keys));
+  keys.back() = keys[0];
+  EXPECT_FALSE(AllKeysDistinct(keys));
+}
+
 TEST(DistinctKeysTest, AgreesWithASetOnRandomRequests) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 200; ++trial) {

@@ -66,7 +66,9 @@ absl::Status SumDuplicateKeys(absl::Span<const uint64_t> keys,
   absl::flat_hash_map<uint64_t, uint32_t> position_of;
   position_of.reserve(keys.size());
   summed_keys->clear();
+  summed_keys->reserve(keys.size());
   summed_gradients->clear();
+  summed_gradients->reserve(gradients.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [it, inserted] = position_of.try_emplace(keys[i], summed_keys->size());
     const float* gradient = &gradients[i * dim];

@@ -35,6 +35,7 @@ inline int CellBitsForStripes(size_t num_stripes) {
 // num_stripes is taken by two multiplies with a fraction computed once
 // (Lemire, Kaser and Kurz, "Faster Remainder by Direct Computation"),
 // exact for 32-bit numbers, rather than by a 64-bit division per key.
+// Immutable once made: thread-safe.
 class StripeMap {
  public:
   // REQUIRES: 0 < num_stripes < 2^32.
@@ -62,6 +63,7 @@ class StripeMap {
 };
 
 // StripeMap(num_stripes).StripeOf(key), for a one-off question.
+// REQUIRES: 0 < num_stripes < 2^32.
 inline size_t StripeForKey(uint64_t key, size_t num_stripes) {
   return StripeMap(num_stripes).StripeOf(key);
 }
