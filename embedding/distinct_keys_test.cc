@@ -15,6 +15,16 @@ bool DistinctBySortedSet(const std::vector<uint64_t>& keys) {
   return std::set<uint64_t>(keys.begin(), keys.end()).size() == keys.size();
 }
 
+// distinct_keys.cc hashes by multiplying with 2^64 / phi and keeping the
+// top bits: key `product` * this lands where `product` names, so a test
+// can pick the slots its keys fall in.
+uint64_t InverseOfTheMultiplier() {
+  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
+  uint64_t inverse = kMultiplier;  // Newton's iteration, mod 2^64
+  for (int i = 0; i < 6; ++i) inverse *= 2 - kMultiplier * inverse;
+  return inverse;
+}
+
 TEST(DistinctKeysTest, EmptyAndSingleKeysAreDistinct) {
   EXPECT_TRUE(AllKeysDistinct({}));
   EXPECT_TRUE(AllKeysDistinct({0}));
@@ -52,14 +62,10 @@ TEST(DistinctKeysTest, SmallIntegersAndKeyZero) {
 }
 
 TEST(DistinctKeysTest, KeysThatShareASlotGetTheSameAnswer) {
-  // distinct_keys.cc hashes by multiplying with 2^64 / phi and keeping the
-  // top bits, so the multiples of that constant's inverse by 1, 2, 3, ...
-  // all land in slot 0: far more probes than the table allows, so the
-  // answer comes from the set.
-  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
-  uint64_t inverse = kMultiplier;  // Newton's iteration, mod 2^64
-  for (int i = 0; i < 6; ++i) inverse *= 2 - kMultiplier * inverse;
-  ASSERT_EQ(kMultiplier * inverse, uint64_t{1});
+  // The multiples of the inverse by 1, 2, 3, ... all land in slot 0: far
+  // more probes than the table allows, so the answer comes from the set.
+  const uint64_t inverse = InverseOfTheMultiplier();
+  ASSERT_EQ(0x9E3779B97F4A7C15ULL * inverse, uint64_t{1});
   std::vector<uint64_t> keys;
   for (uint64_t i = 1; i <= 3000; ++i) keys.push_back(i * inverse);
   EXPECT_TRUE(AllKeysDistinct(keys));
@@ -72,9 +78,7 @@ TEST(DistinctKeysTest, KeysThatShareASlotGetTheSameAnswer) {
 TEST(DistinctKeysTest, ProbesWrapFromTheLastSlotToTheFirst) {
   // Products just below 2^64 name the last slot, so the second key's probe
   // wraps to slot 0; few enough keys that the table answers, not the set.
-  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
-  uint64_t inverse = kMultiplier;
-  for (int i = 0; i < 6; ++i) inverse *= 2 - kMultiplier * inverse;
+  const uint64_t inverse = InverseOfTheMultiplier();
   std::vector<uint64_t> keys;
   for (uint64_t i = 0; i < 4; ++i) keys.push_back((~uint64_t{0} - i) * inverse);
   EXPECT_TRUE(AllKeysDistinct(keys));
